@@ -1,0 +1,71 @@
+"""``tunedeck``: the full-screen app with no command, the headless twins of its screens with one.
+
+This module only builds the parser and dispatches; each area registers its commands from its own
+``commands`` module (``core/<area>/commands.py``) with a ``register(subparsers)`` function. Nothing heavy
+is imported here: each handler imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from core import __version__
+from core.i18n import set_language, t
+
+# Areas that contribute subcommands, in the order they appear in --help.
+COMMAND_MODULES: list[str] = [
+]
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as one message on stderr, exit code ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tunedeck", description=t("cli.description"))
+    parser.add_argument("--version", action="version", version=f"tunedeck {__version__}")
+    parser.add_argument("--lang", default=None, help=t("cli.lang_help"))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from core.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"tunedeck: {exc}", file=sys.stderr)
+        return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        set_language(args.lang if args.lang is not None else settings.language)
+    except ValueError as exc:
+        parser.error(str(exc))
+    handler = getattr(args, "handler", None)
+    try:
+        if handler is None:
+            from tui.app import run_app  # the app; imported only when asked for
+
+            return run_app(settings)
+        return int(handler(args) or 0)
+    except CliError as exc:
+        print(f"tunedeck: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

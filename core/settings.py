@@ -1,0 +1,70 @@
+"""User settings: one JSON file under the config dir, mode 0600, replaced atomically.
+
+Unknown keys are kept as they are, so that a newer tunedeck's settings survive an older one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from core.atomic_file import write_json_atomic
+from core.paths import ensure_private_dir, settings_path
+
+MIN_POLL_INTERVAL_S = 0.25
+
+
+class SettingsError(Exception):
+    pass
+
+
+@dataclass
+class Settings:
+    theme: str = "tunedeck-dark"
+    language: str = ""  # "" = from the locale
+    gpu_poll_interval_s: float = 1.0
+    price_per_gpu_hour: float = 0.0
+    bell: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.gpu_poll_interval_s = max(MIN_POLL_INTERVAL_S, float(self.gpu_poll_interval_s))
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Read the settings file; a missing file gives the defaults, a broken one a clear error."""
+    path = path or settings_path()
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Settings()
+    except (OSError, ValueError) as exc:
+        raise SettingsError(f"{path}: cannot read settings ({exc}); fix or delete the file") from exc
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{path}: settings must be a JSON object; fix or delete the file")
+    known = {f.name for f in fields(Settings)} - {"extra"}
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in raw.items():
+        (values if key in known else extra)[key] = value
+    defaults = Settings()
+    for key, value in list(values.items()):
+        expected = type(getattr(defaults, key))
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
+            raise SettingsError(
+                f"{path}: key '{key}' must be a {expected.__name__}, got {value!r}; fix or delete the key"
+            )
+        values[key] = value
+    return Settings(**values, extra=extra)
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> None:
+    path = path or settings_path()
+    ensure_private_dir(path.parent)
+    data = asdict(settings)
+    extra = data.pop("extra")
+    write_json_atomic(path, {**extra, **data})

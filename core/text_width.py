@@ -1,0 +1,53 @@
+"""Text measured in terminal cells, not characters: CJK characters take two cells.
+
+Layouts (tables, bars, truncation) use these so that a Chinese interface lines up like an English one.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from functools import lru_cache
+
+ELLIPSIS = "…"
+
+
+@lru_cache(maxsize=4096)
+def char_width(char: str) -> int:
+    if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def cell_len(text: str) -> int:
+    """Number of terminal cells ``text`` occupies."""
+    if text.isascii():
+        return len(text)
+    return sum(char_width(c) for c in text)
+
+
+def truncate(text: str, width: int) -> str:
+    """``text`` cut to at most ``width`` cells, with an ellipsis when something was cut."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 0:
+        return ""
+    out: list[str] = []
+    used = 0
+    for char in text:
+        w = char_width(char)
+        if used + w > width - 1:
+            break
+        out.append(char)
+        used += w
+    return "".join(out) + ELLIPSIS
+
+
+def pad(text: str, width: int, align: str = "left") -> str:
+    """``text`` truncated or padded with spaces to exactly ``width`` cells."""
+    text = truncate(text, width)
+    gap = width - cell_len(text)
+    if align == "right":
+        return " " * gap + text
+    if align == "center":
+        return " " * (gap // 2) + text + " " * (gap - gap // 2)
+    return text + " " * gap

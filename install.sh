@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# tunedeck's one set-up command for Ubuntu/Debian boxes with Python 3.10+.
+#
+#   ./install.sh            app + training stack in ./.venv, `tunedeck` put on the PATH
+#   ./install.sh --dev      the same plus the test tools (pytest, ruff)
+#   ./install.sh --app-only only the app (GPU panels, model browser, dashboards); no torch
+#
+# Safe to run twice: an existing .venv is reused and pinned versions already present are kept.
+# Environment: PYTHON (interpreter to use), TUNEDECK_TORCH_INDEX (a PyTorch wheel index to force),
+# TUNEDECK_FORCE_CPU=1 (CPU torch even where a GPU is found).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+venv="$here/.venv"
+dev=0
+app_only=0
+torch_version=2.13.0
+
+say()  { printf '\033[1m[tunedeck]\033[0m %s\n' "$*" >&2; }
+die()  { printf '\033[1;31m[tunedeck] error:\033[0m %s\n' "$*" >&2; exit 1; }
+
+for arg in "$@"; do
+    case "$arg" in
+        --dev) dev=1 ;;
+        --app-only) app_only=1 ;;
+        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown option '$arg' (try --help)" ;;
+    esac
+done
+
+# --- Python -----------------------------------------------------------------------------------
+python=${PYTHON:-}
+if [ -z "$python" ]; then
+    # python3 first (the box's own); a newer one only where python3 is too old. Each candidate must
+    # really run: pyenv shims exist for versions that are not selected.
+    for candidate in python3 python3.12 python3.11 python3.10; do
+        if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; then
+            python=$candidate; break
+        fi
+    done
+fi
+[ -n "$python" ] || die "no Python 3.10 or newer found; install one (apt-get install -y python3 python3-venv) or set PYTHON"
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+    || die "$($python -V 2>&1) is too old: tunedeck needs Python 3.10 or newer (set PYTHON=/path/to/python3.1x)"
+say "using $($python -V 2>&1) at $(command -v "$python")"
+
+# --- virtual environment ----------------------------------------------------------------------
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    rm -rf "$venv"
+    say "creating the virtual environment $venv"
+    "$python" -m venv "$venv" 2>/tmp/tunedeck-venv.err || die "could not create $venv: $(tail -n 3 /tmp/tunedeck-venv.err)
+  On Debian/Ubuntu: apt-get install -y python3-venv (or python3.X-venv for your version), then run ./install.sh again."
+else
+    say "reusing the virtual environment $venv"
+fi
+vpy="$venv/bin/python"
+pip() { "$vpy" -m pip --disable-pip-version-check "$@"; }
+pip install -q --upgrade "setuptools>=64" wheel || die "pip could not install setuptools (is PyPI reachable?)"
+
+# --- torch: the CUDA build only where an NVIDIA driver is present -----------------------------
+gpu_count=0
+cuda_driver=""
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    gpu_count=$(nvidia-smi -L | grep -c '^GPU' || true)
+    cuda_driver=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n 1)
+fi
+if [ "${TUNEDECK_FORCE_CPU:-0}" = 1 ]; then gpu_count=0; fi
+
+if [ "$app_only" = 0 ]; then
+    index=${TUNEDECK_TORCH_INDEX:-}
+    if [ -z "$index" ]; then
+        if [ "$gpu_count" -gt 0 ]; then
+            # Match the wheel's CUDA runtime to what the driver supports.
+            major=${cuda_driver%%.*}; minor=${cuda_driver#*.}
+            if [ -z "$cuda_driver" ]; then die "nvidia-smi works but reports no CUDA version; set TUNEDECK_TORCH_INDEX"
+            elif [ "$major" -ge 13 ]; then index=https://download.pytorch.org/whl/cu130
+            elif [ "$major" -eq 12 ] && [ "$minor" -ge 8 ]; then index=https://download.pytorch.org/whl/cu128
+            elif [ "$major" -eq 12 ] && [ "$minor" -ge 6 ]; then index=https://download.pytorch.org/whl/cu126
+            else die "the NVIDIA driver supports CUDA $cuda_driver; torch $torch_version needs 12.6 or newer. Update the driver or set TUNEDECK_TORCH_INDEX."
+            fi
+            say "found $gpu_count NVIDIA GPU(s), driver CUDA $cuda_driver: CUDA build of torch from $index"
+        else
+            index=https://download.pytorch.org/whl/cpu
+            say "no NVIDIA driver found: CPU build of torch (no multi-GB CUDA download)"
+        fi
+    fi
+    have_torch=$("$vpy" -c "import torch; print(torch.__version__)" 2>/dev/null || true)
+    want_cpu=$([ "$gpu_count" -gt 0 ] && echo 0 || echo 1)
+    if [ -n "$have_torch" ] && [ "${have_torch%%+*}" = "$torch_version" ] \
+        && { [ "$want_cpu" = 0 ] || "$vpy" -c "import sys, torch; sys.exit(torch.version.cuda is not None)"; }; then
+        say "torch $have_torch already installed"
+    else
+        say "installing torch $torch_version"
+        # --no-deps: torch's own dependencies come from PyPI in the next step, so that a CPU index
+        # that is unreachable can never make pip fall back to PyPI's multi-GB CUDA wheel of torch.
+        pip install --no-deps --index-url "$index" "torch==$torch_version" \
+            || die "could not install torch $torch_version from $index. Check the network, or point TUNEDECK_TORCH_INDEX at a reachable PyTorch wheel index."
+    fi
+fi
+
+# --- tunedeck and its pinned dependencies -----------------------------------------------------
+extras=()
+[ "$app_only" = 0 ] && extras+=(ml)
+[ "$dev" = 1 ] && extras+=(dev)
+spec="$here"
+if [ ${#extras[@]} -gt 0 ]; then spec="$here[$(IFS=,; echo "${extras[*]}")]"; fi
+say "installing tunedeck${extras:+ with extras: ${extras[*]}}"
+# DeepSpeed is published as source only: build it against the torch above (no isolated build env,
+# which would download another torch), with its CUDA ops compiled just in time on the GPU.
+DS_BUILD_OPS=0 DS_SKIP_CUDA_CHECK=1 pip install -q --no-build-isolation -e "$spec" \
+    || die "pip could not install tunedeck's dependencies (see the pip output above)"
+
+# --- check, then put tunedeck on the PATH -----------------------------------------------------
+"$venv/bin/tunedeck" --version >/dev/null || die "tunedeck was installed but does not start: run $venv/bin/tunedeck --version"
+linked=""
+mkdir -p "$HOME/.local/bin"
+ln -sf "$venv/bin/tunedeck" "$HOME/.local/bin/tunedeck" && linked="$HOME/.local/bin/tunedeck"
+if [ -w /usr/local/bin ] && [ "$(id -u)" = 0 ]; then
+    ln -sf "$venv/bin/tunedeck" /usr/local/bin/tunedeck && linked="$linked /usr/local/bin/tunedeck"
+fi
+say "installed $("$venv/bin/tunedeck" --version) into $venv"
+say "linked: $linked"
+case ":$PATH:" in
+    *":$HOME/.local/bin:"*|*":/usr/local/bin:"*) ;;
+    *) say "add ~/.local/bin to your PATH: echo 'export PATH=\$HOME/.local/bin:\$PATH' >> ~/.bashrc" ;;
+esac
+if [ "$app_only" = 0 ]; then
+    "$vpy" - <<'PY' >&2 || true
+import torch
+cuda = torch.version.cuda
+print(f"[tunedeck] torch {torch.__version__}: " + (f"CUDA {cuda}, {torch.cuda.device_count()} GPU(s) visible" if cuda else "CPU build"))
+PY
+fi
+say "done. Start the app with: tunedeck   (or $venv/bin/tunedeck)"
