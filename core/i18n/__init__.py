@@ -58,7 +58,7 @@ def current_language() -> str:
     return _current
 
 
-def t(key: str, **params: object) -> str:
+def t(key: str, /, **params: object) -> str:
     """The text for ``key`` in the current language, formatted with ``params``.
 
     An unknown key is a programming error and raises ``KeyError``.

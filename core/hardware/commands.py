@@ -1,0 +1,139 @@
+"""``tunedeck gpus [--json]``: one snapshot of the box, as a table or as JSON (SCHEMA.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from core.i18n import t
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+# Table columns: (message key of the header, width in cells, alignment).
+_COLUMNS = (
+    ("hardware.cli.col.index", 3, "right"),
+    ("hardware.cli.col.name", 22, "left"),
+    ("hardware.cli.col.memory", 20, "right"),
+    ("hardware.cli.col.util", 5, "right"),
+    ("hardware.cli.col.temp", 5, "right"),
+    ("hardware.cli.col.power", 12, "right"),
+    ("hardware.cli.col.procs", 5, "right"),
+)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("gpus", help=t("hardware.cli.help"), description=t("hardware.cli.help"))
+    parser.add_argument("--json", action="store_true", help=t("hardware.cli.json_help"))
+    parser.set_defaults(handler=run_gpus)
+
+
+def _na(value: object, fmt: str = "{}") -> str:
+    return t("hardware.cli.na") if value is None else fmt.format(value)
+
+
+def _mib(value: int | None) -> str:
+    return _na(None if value is None else value // MIB)
+
+
+def _gib(value: int | None) -> str:
+    return _na(None if value is None else value / GIB, "{:.1f}")
+
+
+def _row(cells: list[str]) -> str:
+    from core.text_width import pad
+
+    return "  ".join(pad(cell, width, align) for cell, (_, width, align) in zip(cells, _COLUMNS, strict=True)).rstrip()
+
+
+def render_snapshot(snapshot: Any) -> list[str]:
+    """The human form of a ``BoxSnapshot``: GPU table, processes, topology, host and driver lines."""
+    lines = [_row([t(key) for key, _, _ in _COLUMNS])]
+    for gpu in snapshot.gpus:
+        memory = t("hardware.cli.memory", used=_mib(gpu.memory_used_bytes), total=_mib(gpu.memory_total_bytes))
+        power = t("hardware.cli.power", draw=_na(gpu.power_draw_w, "{:.0f}"), limit=_na(gpu.power_limit_w, "{:.0f}"))
+        lines.append(_row([
+            str(gpu.index),
+            gpu.name or t("hardware.cli.na"),
+            memory,
+            _na(gpu.utilization_gpu_pct, "{}%"),
+            _na(gpu.temperature_c, "{}°C"),
+            power,
+            str(len(gpu.processes)),
+        ]))
+    for gpu in snapshot.gpus:
+        for proc in gpu.processes:
+            key = "hardware.cli.process" if proc.visible else "hardware.cli.process_hidden"
+            lines.append(t(
+                key,
+                index=gpu.index,
+                pid=proc.pid,
+                memory=_mib(proc.used_memory_bytes),
+                user=proc.user or t("hardware.cli.na"),
+                command=proc.command or t("hardware.cli.na"),
+            ))
+    if snapshot.pid_namespace_mismatch:
+        lines.append(t("hardware.cli.pid_mismatch"))
+    topology = snapshot.topology
+    if topology is not None and len(topology.gpus) > 1:
+        from core.text_width import pad
+
+        lines.append(t("hardware.cli.topology"))
+        width = max(5, *(len(label) + 1 for row in topology.matrix() for label in row))
+        lines.append(" " * 6 + "".join(pad(f"GPU{i}", width) for i in topology.gpus).rstrip())
+        for gpu_index, row in zip(topology.gpus, topology.matrix(), strict=True):
+            lines.append(pad(f"GPU{gpu_index}", 6) + "".join(pad(label, width) for label in row).rstrip())
+    lines.append(host_line(snapshot.host))
+    lines.append(t(
+        "hardware.cli.driver",
+        driver=_na(snapshot.driver_version),
+        cuda=_na(snapshot.cuda_driver_version),
+    ))
+    return lines
+
+
+def host_line(host: Any) -> str:
+    load = " ".join(f"{v:.2f}" for v in host.load_average) if host.load_average else None
+    return t(
+        "hardware.cli.host",
+        hostname=_na(host.hostname),
+        cpu=_na(host.cpu_percent, "{:.0f}%"),
+        cores=_na(host.cpu_count_logical),
+        ram_used=_gib(host.memory_used_bytes),
+        ram_total=_gib(host.memory_total_bytes),
+        load=_na(load),
+        disk_free=_gib(host.disk_free_bytes),
+        disk_total=_gib(host.disk_total_bytes),
+        disk_path=_na(host.disk_path),
+    )
+
+
+def run_gpus(args: argparse.Namespace) -> int:
+    """Take one snapshot; exit 2 (with the reason on stderr) when NVML is unavailable."""
+    from core.cli import CliError
+    from core.hardware.monitor import FAKE_GPUS_ENV, open_monitor
+    from core.hardware.snapshot import SnapshotFormatError
+
+    try:
+        monitor = open_monitor()
+    except SnapshotFormatError as exc:
+        raise CliError(t("hardware.cli.bad_recording", env=FAKE_GPUS_ENV, error=str(exc)), 2) from exc
+    with monitor:
+        snapshot = monitor.poll()
+    if snapshot.synthetic and os.environ.get(FAKE_GPUS_ENV):
+        print(t("hardware.cli.synthetic", path=os.environ[FAKE_GPUS_ENV]), file=sys.stderr)
+    error = snapshot.nvml_error
+    if args.json:
+        print(json.dumps(snapshot.to_json(), indent=2, ensure_ascii=False))
+        if error is not None:
+            print(f"tunedeck: {error.message}", file=sys.stderr)
+            return 2
+        return 0
+    if error is not None:
+        print(host_line(snapshot.host))
+        raise CliError(error.message, 2)
+    print("\n".join(render_snapshot(snapshot)))
+    return 0

@@ -1,0 +1,97 @@
+"""Readings of the machine around the GPUs (CPU, RAM, load, disk), through psutil."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from core.hardware.snapshot import HostSnapshot
+from core.paths import data_root
+
+# psutil's CPU % is the busy share since the previous call: the first sample needs a baseline this old.
+CPU_SAMPLE_MIN_S = 0.2
+
+
+class HostSampler(Protocol):
+    def sample(self) -> HostSnapshot: ...
+
+
+def nearest_existing_dir(path: Path) -> Path:
+    """``path`` or its closest existing ancestor (the data root may not exist before the first run)."""
+    path = Path(path).absolute()
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+class LiveHostSampler:
+    """Samples this machine; CPU % is measured between consecutive samples."""
+
+    def __init__(
+        self,
+        disk_path: Callable[[], Path] = data_root,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._disk_path = disk_path
+        self._sleep = sleep
+        self._clock = clock
+        self._first_sample = True
+        # Start the CPU % baseline now, so that the first sample has an interval to measure.
+        psutil.cpu_percent(interval=None)
+        psutil.cpu_percent(interval=None, percpu=True)
+        self._baseline_at = clock()
+
+    def sample(self) -> HostSnapshot:
+        """One reading of the host; the first call may wait up to CPU_SAMPLE_MIN_S for a valid CPU %."""
+        psutil = self._psutil
+        if self._first_sample:
+            wait = CPU_SAMPLE_MIN_S - (self._clock() - self._baseline_at)
+            if wait > 0:
+                self._sleep(wait)
+            self._first_sample = False
+        cpu = psutil.cpu_percent(interval=None)
+        per_core = tuple(float(v) for v in psutil.cpu_percent(interval=None, percpu=True))
+        memory = psutil.virtual_memory()
+        try:
+            load: tuple[float, ...] = tuple(float(v) for v in os.getloadavg())
+        except (AttributeError, OSError):
+            load = ()
+        disk_dir = nearest_existing_dir(self._disk_path())
+        try:
+            usage = shutil.disk_usage(disk_dir)
+            disk_total, disk_free = usage.total, usage.free
+        except OSError:
+            disk_total = disk_free = None
+        return HostSnapshot(
+            hostname=socket.gethostname() or None,
+            cpu_percent=float(cpu),
+            cpu_per_core_percent=per_core,
+            cpu_count_logical=psutil.cpu_count(logical=True),
+            cpu_count_physical=psutil.cpu_count(logical=False),
+            memory_total_bytes=int(memory.total),
+            memory_used_bytes=int(memory.total - memory.available),
+            memory_available_bytes=int(memory.available),
+            load_average=load,
+            disk_path=str(disk_dir),
+            disk_total_bytes=disk_total,
+            disk_free_bytes=disk_free,
+        )
+
+
+class RecordedHostSampler:
+    """Replays the host of a recording (so a fake 8-GPU box shows its own 128-core host)."""
+
+    def __init__(self, host: HostSnapshot) -> None:
+        self._host = host
+
+    def sample(self) -> HostSnapshot:
+        return self._host

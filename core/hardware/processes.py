@@ -1,0 +1,145 @@
+"""Who owns a pid that NVML reports, without trusting it blindly.
+
+NVML returns pids of the host's pid namespace. Inside a container the same number is either absent
+here or belongs to a different, unrelated process; showing that process's user and command would be
+wrong. A process is shown only when it exists here and (where /proc lets us look) has the CUDA driver
+or an NVIDIA device mapped; otherwise it is marked ``visible=False`` with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Protocol
+
+from core.hardware.snapshot import GpuProcess
+
+# Substrings of /proc/<pid>/maps lines that only a process using a GPU has.
+GPU_MAPPING_MARKERS = ("/dev/nvidia", "libcuda.so")
+
+# Command-line flags whose value is a secret (hub tokens, API keys): never shown nor recorded.
+_SECRET_FLAG = re.compile(r"^--?[\w-]*(token|secret|password|passwd|api[_-]?key)[\w-]*$", re.IGNORECASE)
+_SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|ms-[A-Za-z0-9-]{20,})\b")
+_SECRET_ASSIGNMENT = re.compile(r"\b([A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|API_KEY)[A-Za-z0-9_]*=)\S+", re.IGNORECASE)
+REDACTED = "***"
+
+NOT_IN_NAMESPACE = "not_in_namespace"
+NOT_A_GPU_PROCESS = "not_a_gpu_process"
+
+
+def redact_command(argv: list[str]) -> str:
+    """The command line with secret values (``--hub-token X``, ``--api_key=X``, ``hf_…``) masked."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        flag, eq, _value = arg.partition("=")
+        if _SECRET_FLAG.match(flag):
+            if eq:
+                out.append(f"{flag}={REDACTED}")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        arg = _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + REDACTED, arg)
+        out.append(_SECRET_VALUE.sub(REDACTED, arg))
+    return " ".join(out)
+
+
+class ProcessResolver(Protocol):
+    def resolve(self, pid: int, used_memory_bytes: int | None) -> GpuProcess: ...
+
+    def forget_except(self, pids: set[int]) -> None: ...
+
+
+def maps_show_gpu_use(pid: int) -> bool | None:
+    """Whether /proc/<pid>/maps shows a GPU mapping; None where it cannot be read (other user, no /proc)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
+            return any(marker in line for line in handle for marker in GPU_MAPPING_MARKERS)
+    except OSError:  # another user's process, or it just exited: cannot tell
+        return None
+
+
+class LiveProcessResolver:
+    """Resolves pids against this machine's pid namespace with psutil; caches per process lifetime."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        # (pid, create_time) -> resolved fields; a pid reused by a new process gets a new key.
+        self._cache: dict[tuple[int, float], GpuProcess] = {}
+
+    def resolve(self, pid: int, used_memory_bytes: int | None) -> GpuProcess:
+        psutil = self._psutil
+        try:
+            proc = psutil.Process(pid)
+            key = (pid, proc.create_time())
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, ValueError):
+            return GpuProcess(pid, used_memory_bytes, visible=False, hidden_reason=NOT_IN_NAMESPACE)
+        except psutil.AccessDenied:
+            key = (pid, 0.0)
+            proc = None
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._inspect(pid, proc)
+            self._cache[key] = cached
+        return GpuProcess(
+            pid,
+            used_memory_bytes,
+            visible=cached.visible,
+            user=cached.user,
+            command=cached.command,
+            hidden_reason=cached.hidden_reason,
+        )
+
+    def _inspect(self, pid: int, proc: object | None) -> GpuProcess:
+        psutil = self._psutil
+        if maps_show_gpu_use(pid) is False:
+            return GpuProcess(pid, visible=False, hidden_reason=NOT_A_GPU_PROCESS)
+        user = command = None
+        if proc is not None:
+            try:
+                user = proc.username()  # type: ignore[attr-defined]
+            except (psutil.Error, KeyError):
+                user = None
+            try:
+                argv = proc.cmdline()  # type: ignore[attr-defined]
+                command = redact_command(argv) if argv else proc.name()  # type: ignore[attr-defined]
+            except psutil.Error:
+                command = None
+        return GpuProcess(pid, visible=True, user=user, command=command)
+
+    def forget_except(self, pids: set[int]) -> None:
+        """Drop cache entries of pids no GPU reports any more."""
+        for key in [k for k in self._cache if k[0] not in pids]:
+            del self._cache[key]
+
+
+class RecordedProcessResolver:
+    """Takes user/command/visibility from a recording, so replays show what the recorded box showed."""
+
+    def __init__(self, processes: dict[int, GpuProcess]) -> None:
+        self._processes = processes
+
+    def resolve(self, pid: int, used_memory_bytes: int | None) -> GpuProcess:
+        known = self._processes.get(pid)
+        if known is None:
+            return GpuProcess(pid, used_memory_bytes, visible=False, hidden_reason=NOT_IN_NAMESPACE)
+        return GpuProcess(
+            pid,
+            used_memory_bytes,
+            visible=known.visible,
+            user=known.user,
+            command=known.command,
+            hidden_reason=known.hidden_reason,
+        )
+
+    def forget_except(self, pids: set[int]) -> None:
+        pass

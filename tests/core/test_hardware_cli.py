@@ -1,0 +1,134 @@
+"""`tunedeck gpus [--json]` as a real subprocess: output, exit codes, the fake-GPU switch."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.hardware.snapshot import BoxSnapshot, load_snapshot
+from core.i18n import t
+
+ROOT = Path(__file__).parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "gpus"
+
+
+def run_gpus(tmp_path: Path, *args: str, fake: Path | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TUNEDECK_FAKE_GPUS"}
+    env["TUNEDECK_HOME"] = str(tmp_path)
+    env["LANG"] = "C.UTF-8"
+    env["PYTHONIOENCODING"] = "utf-8"
+    if fake is not None:
+        env["TUNEDECK_FAKE_GPUS"] = str(fake)
+    return subprocess.run(
+        [sys.executable, "-m", "core", "--lang", "en", "gpus", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, encoding="utf-8", timeout=60,
+    )
+
+
+def test_json_with_fake_gpus_is_a_valid_snapshot(tmp_path):
+    result = run_gpus(tmp_path, "--json", fake=FIXTURES / "h200x8.json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)  # stdout holds the JSON and nothing else
+    snapshot = BoxSnapshot.from_json(data)
+    recording = load_snapshot(FIXTURES / "h200x8.json")
+    assert data["schema"] == 1 and data["synthetic"] is True and data["nvml_error"] is None
+    assert [g.uuid for g in snapshot.gpus] == [g.uuid for g in recording.gpus]
+    assert [g.memory_total_bytes for g in snapshot.gpus] == [g.memory_total_bytes for g in recording.gpus]
+    assert snapshot.topology == recording.topology
+    assert data["topology"]["matrix"][0][1] == "NV18"
+    assert all(0 <= g.utilization_gpu_pct <= 100 for g in snapshot.gpus)
+    assert "fake" in result.stderr
+
+
+def test_table_with_fake_gpus(tmp_path):
+    recording = load_snapshot(FIXTURES / "h200x2.json")
+    result = run_gpus(tmp_path, fake=FIXTURES / "h200x2.json")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header = lines[0].split()
+    assert header == ["GPU", "Name", "Memory", "Util", "Temp", "Power", "Procs"]
+    gpu_rows = [line for line in lines if line.lstrip().startswith(("0 ", "1 "))]
+    assert len(gpu_rows) == len(recording.gpus) == 2
+    for row, gpu in zip(gpu_rows, recording.gpus, strict=True):
+        assert row.split()[0] == str(gpu.index) and gpu.name in row
+        assert f"/{gpu.memory_total_bytes // 2**20} MiB" in row
+        assert f"/{gpu.power_limit_w:.0f} W" in row
+        assert row.split()[-1] == str(len(gpu.processes))
+    for gpu in recording.gpus:
+        for proc in gpu.processes:
+            assert any(f"GPU {gpu.index}  pid {proc.pid} " in line for line in lines)
+    assert recording.topology is not None
+    cell = recording.topology.matrix()[0][1]
+    assert any(line.split()[:3] == ["GPU0", "X", cell] for line in lines)
+    host = recording.host
+    assert any(line.startswith(f"Host {host.hostname}") and f"{host.cpu_count_logical} cores" in line
+               for line in lines)
+    assert f"Driver {recording.driver_version}, CUDA {recording.cuda_driver_version}" in lines
+
+
+def _libnvidia_ml_loads() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+needs_no_driver = pytest.mark.skipif(
+    _libnvidia_ml_loads(), reason="checks the no-driver path; this machine has libnvidia-ml"
+)
+
+
+@pytest.mark.skipif(not _libnvidia_ml_loads(), reason="checks the real-GPU path; this machine has no driver")
+def test_real_gpus_exit_0(tmp_path):
+    result = run_gpus(tmp_path, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["gpus"]
+
+
+@needs_no_driver
+def test_no_nvml_library_exits_2_with_the_reason(tmp_path):
+    result = run_gpus(tmp_path)
+    assert result.returncode == 2
+    assert t("hardware.unavailable.library_not_found") in result.stderr
+    assert result.stdout.startswith("Host ")  # host information is still shown
+
+
+@needs_no_driver
+def test_no_nvml_library_with_json_still_prints_json(tmp_path):
+    result = run_gpus(tmp_path, "--json")
+    assert result.returncode == 2
+    data = json.loads(result.stdout)
+    assert data["gpus"] == [] and data["nvml_error"]["reason"] == "library_not_found"
+    assert data["nvml_error"]["nvml_code"] == 12
+    assert data["host"]["cpu_count_logical"] == os.cpu_count()
+    assert "install the NVIDIA driver" in result.stderr
+
+
+@pytest.mark.parametrize(("name", "reason"), [("none.json", "library_not_found"), ("zero.json", "no_gpus")])
+def test_unavailable_recordings_exit_2(tmp_path, name, reason):
+    result = run_gpus(tmp_path, "--json", fake=FIXTURES / name)
+    assert result.returncode == 2
+    assert json.loads(result.stdout)["nvml_error"]["reason"] == reason
+
+
+def test_a_broken_recording_is_a_clear_error(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text("[1, 2", encoding="utf-8")
+    result = run_gpus(tmp_path, fake=broken)
+    assert result.returncode == 2
+    assert "TUNEDECK_FAKE_GPUS" in result.stderr and str(broken) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_gpus_is_listed_in_help(tmp_path):
+    env = dict(os.environ, TUNEDECK_HOME=str(tmp_path))
+    result = subprocess.run([sys.executable, "-m", "core", "--help"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "gpus" in result.stdout

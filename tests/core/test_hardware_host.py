@@ -1,0 +1,54 @@
+"""Host readings through psutil on this machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from core.hardware.host import CPU_SAMPLE_MIN_S, LiveHostSampler, nearest_existing_dir
+
+
+def test_nearest_existing_dir_walks_up_to_an_existing_parent(tmp_path):
+    assert nearest_existing_dir(tmp_path / "a" / "b" / "c") == tmp_path
+    assert nearest_existing_dir(tmp_path) == tmp_path
+
+
+def test_live_sample_describes_this_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home-not-created-yet"))
+    sampler = LiveHostSampler()
+    host = sampler.sample()
+    assert host.cpu_count_logical == os.cpu_count()
+    assert len(host.cpu_per_core_percent) == os.cpu_count()
+    assert 0.0 <= host.cpu_percent <= 100.0
+    assert 0 < host.memory_used_bytes < host.memory_total_bytes
+    assert host.memory_available_bytes <= host.memory_total_bytes
+    assert len(host.load_average) == 3
+    assert host.disk_path == str(tmp_path)
+    usage = shutil.disk_usage(tmp_path)
+    assert host.disk_total_bytes == usage.total
+    assert abs(host.disk_free_bytes - usage.free) < 256 * 2**20  # other writers may move it a little
+
+
+def test_first_sample_waits_for_a_cpu_baseline_and_later_ones_do_not():
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    sampler = LiveHostSampler(sleep=sleep, clock=lambda: now[0])
+    now[0] += 0.05
+    sampler.sample()
+    assert len(slept) == 1 and abs(slept[0] - (CPU_SAMPLE_MIN_S - 0.05)) < 1e-9
+    sampler.sample()
+    assert len(slept) == 1
+
+
+def test_no_wait_when_the_baseline_is_old_enough():
+    now = [0.0]
+    slept: list[float] = []
+    sampler = LiveHostSampler(sleep=slept.append, clock=lambda: now[0])
+    now[0] += 1.0
+    sampler.sample()
+    assert slept == []
