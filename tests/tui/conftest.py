@@ -1,0 +1,83 @@
+"""Pilot helpers: the app built through ``make_app`` with fake GPUs replayed from recordings."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from core.hardware.fake_nvml import fake_monitor_from_recording
+from core.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU_FIXTURES = ROOT / "tests" / "fixtures" / "gpus"
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+class StepClock:
+    """A monotonic clock the test moves by hand, so fake readings and the poll floor are exact."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def fake_monitor(recording: str, clock: StepClock | None = None, **options):
+    return fake_monitor_from_recording(GPU_FIXTURES / f"{recording}.json", clock=clock or StepClock(), **options)
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TUNEDECK_FAKE_GPUS", raising=False)
+    return tmp_path / "home"
+
+
+def quiet_settings(**values) -> Settings:
+    """Settings for tests: a long poll interval, so only the polls a test makes itself happen."""
+    values.setdefault("gpu_poll_interval_s", 3600.0)
+    return Settings(**values)
+
+
+async def wait_for(pilot, predicate, timeout: float = 5.0) -> None:
+    """Let the app run until ``predicate()`` holds (workers post messages asynchronously)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        if loop.time() > end:
+            raise AssertionError(f"condition not reached within {timeout:.1f}s")
+        await pilot.pause(0.02)
+
+
+def screen_text(app) -> str:
+    """The visible characters of the current screen, row by row."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join(strip.text.rstrip() for strip in strips)
+
+
+def assert_snapshot(app, name: str) -> None:
+    """Compare the screen's SVG with ``tests/tui/snapshots/<name>.svg``.
+
+    ``TUNEDECK_UPDATE_SNAPSHOTS=1`` rewrites the file after an intended change of the look; a mismatch
+    leaves the new rendering beside the old one as ``<name>.new.svg`` for a look in a browser.
+    """
+    svg = app.export_screenshot(title=name)
+    path = SNAPSHOTS / f"{name}.svg"
+    new = SNAPSHOTS / f"{name}.new.svg"
+    if os.environ.get("TUNEDECK_UPDATE_SNAPSHOTS") == "1" or not path.exists():
+        if not path.exists() and os.environ.get("CI"):
+            raise AssertionError(f"snapshot {path} is missing; create it with TUNEDECK_UPDATE_SNAPSHOTS=1")
+        path.write_text(svg, encoding="utf-8")
+        new.unlink(missing_ok=True)
+        return
+    if path.read_text(encoding="utf-8") != svg:
+        new.write_text(svg, encoding="utf-8")
+        raise AssertionError(f"screen differs from snapshot {path}; see {new}")
+    new.unlink(missing_ok=True)

@@ -1,0 +1,137 @@
+"""Every app-level key, with keys only: sections, help, palette, theme, quit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from textual.command import CommandPalette
+
+from core.settings import load_settings
+from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
+from tui.app import make_app
+from tui.screens.gpus import GpuScreen
+from tui.screens.help import HelpScreen
+from tui.screens.placeholder import PlaceholderScreen
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_section_keys_switch_modes():
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            seen = {}
+            for key in "mwrg":
+                await pilot.press(key)
+                await pilot.pause()
+                seen[key] = (app.current_mode, type(app.screen))
+            assert seen["m"] == ("models", PlaceholderScreen)
+            assert seen["w"] == ("wizard", PlaceholderScreen)
+            assert seen["r"] == ("runs", PlaceholderScreen)
+            assert seen["g"] == ("gpus", GpuScreen)
+            await pilot.press("m")
+            await pilot.pause()
+            assert "model browser" in screen_text(app)
+
+    run(scenario())
+
+
+def test_help_lists_screen_and_app_keys_and_closes():
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(100, 50)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            for open_key in ("question_mark", "f1"):
+                await pilot.press(open_key)
+                await pilot.pause()
+                assert isinstance(app.screen, HelpScreen)
+                text = screen_text(app)
+                # generated from the bindings: the GPU screen's own keys and the app's
+                for expected in ("Compact", "Processes", "Slower", "GPUs", "Models", "Wizard", "Runs", "Quit",
+                                 "Theme", "Commands", "^p"):
+                    assert expected in text, expected
+                await pilot.press("escape")
+                await pilot.pause()
+                assert isinstance(app.screen, GpuScreen)
+
+    run(scenario())
+
+
+def test_palette_lists_every_action():
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            titles = {command.title for command in app.get_system_commands(app.screen)}
+            descriptions = {a.binding.description for a in app.screen.active_bindings.values()
+                            if a.binding.id and a.node in (app, app.screen)}
+            assert {"Go to GPUs", "Go to Models", "Go to Wizard", "Go to Runs", "Help", "Quit",
+                    "Theme: Dark", "Theme: Light", "Theme: High contrast"} <= titles
+            # every screen binding is reachable by name too
+            assert {"Compact", "Processes", "Slower", "Faster"} <= titles
+            assert descriptions - {"GPUs", "Models", "Wizard", "Runs", "Help", "Theme", "Quit"} <= titles
+            await pilot.press("ctrl+p")
+            await pilot.pause()
+            assert isinstance(app.screen, CommandPalette)
+            await pilot.press(*"go to runs")
+            await pilot.pause(0.3)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.current_mode == "runs")
+
+    run(scenario())
+
+
+def test_theme_key_cycles_and_is_remembered(private_home):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            assert app.theme == "tunedeck-dark"
+            await pilot.press("t")
+            await pilot.pause()
+            assert app.theme == "tunedeck-light"
+            settings_file = private_home / "settings.json"
+            await wait_for(pilot, lambda: settings_file.exists()
+                           and json.loads(settings_file.read_text())["theme"] == "tunedeck-light")
+            assert settings_file.stat().st_mode & 0o777 == 0o600
+        # a new app starts with the remembered theme
+        again = make_app(load_settings(), monitor=fake_monitor("h200x1"))
+        async with again.run_test(size=(80, 24)) as pilot:
+            assert again.theme == "tunedeck-light"
+            await pilot.press("t")
+            await pilot.pause()
+            assert again.theme == "tunedeck-high-contrast"
+
+    run(scenario())
+
+
+def test_quit_key_exits():
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            await pilot.press("q")
+            await pilot.pause()
+        assert app.return_code == 0
+        assert not app.is_running
+
+    run(scenario())
+
+
+def test_no_color_still_renders(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: getattr(app.screen, "snapshot", None) is not None)
+            await pilot.pause()
+            assert app.no_color
+            text = screen_text(app)
+            assert "0 · NVIDIA H200" in text and "1 · NVIDIA H200" in text, text
+
+    run(scenario())

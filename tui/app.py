@@ -1,0 +1,160 @@
+"""The full-screen app: four sections as modes, help and palette generated from the bindings.
+
+Built by ``make_app`` from injected parts (settings, hardware monitor), so the CLI, the tests and the
+benchmarks build it the same way. Nothing heavy is imported on the way to the first frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import partial
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from core.i18n import t
+from core.settings import Settings, save_settings
+from themes import DEFAULT_THEME, THEMES
+from tui.screens.help import HelpScreen
+from tui.screens.placeholder import PlaceholderScreen
+
+SECTIONS = ("gpus", "models", "wizard", "runs")
+
+
+class TunedeckApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "tunedeck"
+    # The palette lists our actions (see get_system_commands); Textual's own theme picker stays too.
+    BINDINGS = [
+        Binding("g", "section('gpus')", t("app.key.gpus"), id="mode.gpus"),
+        Binding("m", "section('models')", t("app.key.models"), id="mode.models"),
+        Binding("w", "section('wizard')", t("app.key.wizard"), id="mode.wizard"),
+        Binding("r", "section('runs')", t("app.key.runs"), id="mode.runs"),
+        Binding("question_mark", "help", t("app.key.help"), key_display="?", id="help"),
+        Binding("f1", "help", t("app.key.help"), show=False, id="help.f1"),
+        Binding("t", "next_theme", t("app.key.theme"), show=False, id="theme.next"),
+        Binding("q", "quit", t("app.key.quit"), id="quit"),
+    ]
+
+    def __init__(self, settings: Settings | None = None, monitor=None, persist_settings: bool = True) -> None:
+        super().__init__()
+        self.settings = settings or Settings()
+        self.persist_settings = persist_settings
+        self._monitor = monitor
+        for theme in THEMES:
+            self.register_theme(theme)
+        names = {theme.name for theme in THEMES}
+        self.theme = self.settings.theme if self.settings.theme in names else DEFAULT_THEME
+
+    # --- shared services -------------------------------------------------------------------------
+    @property
+    def monitor(self):
+        """The hardware monitor, opened on first use (NVML init happens in a worker, not here)."""
+        if self._monitor is None:
+            from core.hardware.monitor import open_monitor
+
+            self._monitor = open_monitor()
+        return self._monitor
+
+    def on_mount(self) -> None:
+        from tui.screens.gpus import GpuScreen
+
+        self.add_mode("gpus", GpuScreen)
+        self.add_mode("models", partial(PlaceholderScreen, "models", "tunedeck models search|info|download|list"))
+        self.add_mode("wizard", partial(PlaceholderScreen, "wizard", "tunedeck estimate, tunedeck plan"))
+        self.add_mode("runs", partial(PlaceholderScreen, "runs", "tunedeck runs|status|logs|stop|resume"))
+        self.switch_mode("gpus")
+
+    # --- actions ---------------------------------------------------------------------------------
+    def action_section(self, section: str) -> None:
+        if section in SECTIONS and self.current_mode != section:
+            self.switch_mode(section)
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        self.push_screen(HelpScreen(self.key_table(self.screen)))
+
+    def action_next_theme(self) -> None:
+        names = [theme.name for theme in THEMES]
+        current = names.index(self.theme) if self.theme in names else -1
+        self.set_theme(names[(current + 1) % len(names)])
+
+    def set_theme(self, name: str) -> None:
+        self.theme = name
+
+    def watch_theme(self, name: str) -> None:
+        if name == self.settings.theme:
+            return
+        self.settings.theme = name
+        if self.persist_settings:
+            self._save_settings()
+
+    def _save_settings(self) -> None:
+        def save() -> None:
+            try:
+                save_settings(self.settings)
+            except OSError as exc:
+                self.call_from_thread(self.notify, t("app.settings_save_failed", error=exc), severity="error")
+
+        self.run_worker(save, thread=True, group="settings", exclusive=True, exit_on_error=False)
+
+    # --- keys, help and palette, all from the bindings -------------------------------------------
+    def key_table(self, screen: Screen) -> list[tuple[str, list[tuple[str, str]]]]:
+        """Sections of (key display, description) rows, one row per action: this screen's keys,
+        the app's, then those of the focused widget (lists, tables)."""
+        sections: dict[str, dict[str, list[str]]] = {"screen": {}, "app": {}, "widget": {}}
+        descriptions: dict[str, str] = {}
+        for key, active in screen.active_bindings.items():
+            binding = active.binding
+            action = binding.action
+            if action in ("command_palette", "app.command_palette"):
+                section, action = "app", "command_palette"
+                descriptions[action] = t("app.key.palette")
+            else:
+                section = "app" if active.node is self else "screen" if active.node is screen else "widget"
+                descriptions.setdefault(action, binding.description or action)
+            sections[section].setdefault(action, []).append(self.get_key_display(binding) or key)
+        return [
+            (name, [(" / ".join(dict.fromkeys(keys)), descriptions[action]) for action, keys in rows.items()])
+            for name, rows in sections.items()
+            if rows
+        ]
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        seen: set[str] = set()
+        for section in SECTIONS:
+            seen.add(f"section('{section}')")
+            yield SystemCommand(t(f"app.cmd.{section}"), t(f"app.cmd.{section}_help"),
+                                partial(self.action_section, section))
+        seen.update({"help", "quit", "next_theme"})
+        yield SystemCommand(t("app.cmd.help"), t("app.cmd.help_help"), self.action_help)
+        yield SystemCommand(t("app.cmd.quit"), t("app.cmd.quit_help"), self.exit)
+        yield SystemCommand(t("app.cmd.theme_next"), t("app.cmd.theme_next_help"), self.action_next_theme)
+        for theme in THEMES:
+            name = t(f"app.theme.{theme.name}")
+            yield SystemCommand(t("app.cmd.theme_set", name=name), t("app.cmd.theme_set_help", name=name),
+                                partial(self.set_theme, theme.name))
+        # Every binding of the screen becomes a palette entry too, so no action is reachable by key alone
+        # (a focused list's cursor keys stay out: they are movement, not actions).
+        for _key, active in screen.active_bindings.items():
+            binding = active.binding
+            if active.node is not screen or binding.action in seen or not binding.show and not binding.id:
+                continue
+            seen.add(binding.action)
+            yield SystemCommand(binding.description,
+                                t("app.cmd.binding_help", key=self.get_key_display(binding)),
+                                partial(active.node.run_action, binding.action))
+
+
+def make_app(settings: Settings | None = None, monitor=None, persist_settings: bool = True) -> TunedeckApp:
+    """Build the app from its parts; the CLI, tests and benchmarks all come through here."""
+    return TunedeckApp(settings=settings, monitor=monitor, persist_settings=persist_settings)
+
+
+def run_app(settings: Settings | None = None, open_run: str | None = None) -> int:
+    """Run the app in this terminal; returns the exit code."""
+    app = make_app(settings)
+    app.run()
+    return app.return_code or 0
