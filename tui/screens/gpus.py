@@ -274,7 +274,8 @@ class GpuScreen(Screen[None]):
         for gpu in snapshot.gpus:
             for proc in gpu.processes:
                 if proc.visible:
-                    user, command = proc.user or t("gpuscreen.na"), proc.command or t("gpuscreen.na")
+                    user = proc.user or t("gpuscreen.na")
+                    command = " ".join((proc.command or t("gpuscreen.na")).split())
                 else:
                     user = "—"
                     command = t(f"gpuscreen.hidden_{proc.hidden_reason or 'not_in_namespace'}")
