@@ -18,6 +18,7 @@ from core.i18n import set_language, t
 # Areas that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES: list[str] = [
     "core.hardware.commands",
+    "core.data.commands",
 ]
 
 

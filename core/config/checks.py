@@ -1,0 +1,405 @@
+"""Validation of run configurations: one checker per value kind, then the checks across keys.
+
+Every problem is collected (never just the first) as a ``ConfigIssue`` naming the file, line and key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from core.config.issues import ERROR, WARNING, ConfigIssue
+from core.config.schema import (
+    EIGHT_BIT_OPTIMIZERS,
+    KEY_SPECS,
+    LORA_ONLY_KEYS,
+    OPTIMIZER_ALIASES,
+    KeySpec,
+    RunConfig,
+    default_for,
+)
+from core.i18n import t
+
+# key -> (file, line) where the key was given; keys not in it were left at their default.
+Locations = Mapping[str, "tuple[str, int | None]"]
+
+
+class _Invalid(Exception):
+    """A value a checker refuses; the message says what is allowed."""
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return f"'{value}'"
+    if value is None:
+        return t("config.shown_null")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+def _wrong_type(value: Any, expected_key: str) -> _Invalid:
+    return _Invalid(t("config.wrong_type", given=_show(value), expected=t(expected_key)))
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise _wrong_type(value, "config.expect_int")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            number = float(value.strip().replace("_", ""))
+        except ValueError:
+            raise _wrong_type(value, "config.expect_int") from None
+        if number.is_integer():
+            return int(number)
+    raise _wrong_type(value, "config.expect_int")
+
+
+def _as_number(value: Any) -> float:
+    if isinstance(value, bool):
+        raise _wrong_type(value, "config.expect_number")
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        # YAML 1.1 reads "1e-4" (no dot) as text; it is what people write for learning rates.
+        try:
+            number = float(value.strip().replace("_", ""))
+        except ValueError:
+            raise _wrong_type(value, "config.expect_number") from None
+    else:
+        raise _wrong_type(value, "config.expect_number")
+    if not math.isfinite(number):
+        raise _wrong_type(value, "config.expect_number")
+    return number
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "on", "off"):
+        return value.strip().lower() in ("true", "yes", "on")
+    raise _wrong_type(value, "config.expect_bool")
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise _wrong_type(value, "config.expect_text")
+    text = str(value).strip()
+    if not text:
+        raise _Invalid(t("config.empty_string"))
+    return text
+
+
+def _check_bounds(number: float, spec: KeySpec, given: Any) -> None:
+    if spec.minimum is not None and number < spec.minimum:
+        raise _Invalid(t("config.too_small", given=_show(given), minimum=_fmt(spec.minimum)))
+    if spec.above is not None and number <= spec.above:
+        raise _Invalid(t("config.too_small", given=_show(given), minimum=t("config.more_than", value=_fmt(spec.above))))
+    if spec.maximum is not None and number > spec.maximum:
+        raise _Invalid(t("config.too_large", given=_show(given), maximum=_fmt(spec.maximum)))
+    if spec.below is not None and number >= spec.below:
+        raise _Invalid(t("config.must_be_below", given=_show(given), maximum=_fmt(spec.below)))
+
+
+def _fmt(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+def _check_choice(value: Any, spec: KeySpec, key: str) -> Any:
+    if key == "optimizer" and isinstance(value, str):
+        value = OPTIMIZER_ALIASES.get(value.strip(), value.strip())
+    if isinstance(value, str):
+        value = value.strip()
+        lowered = value.lower()
+        for choice in spec.choices:
+            if isinstance(choice, str) and choice == lowered:
+                return choice
+        # "zero_stage: '2'" is still a clear intent
+        if all(isinstance(c, int) for c in spec.choices) and lowered.isdigit() and int(lowered) in spec.choices:
+            return int(lowered)
+    elif not isinstance(value, bool) and value in spec.choices:
+        return value
+    allowed = ", ".join(str(c) for c in spec.choices)
+    raise _Invalid(t("config.wrong_choice", given=_show(value), allowed=allowed))
+
+
+def _check_auto_bool(value: Any) -> str | bool:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _as_bool(value)
+    except _Invalid:
+        raise _wrong_type(value, "config.expect_auto_bool") from None
+
+
+def _check_gpus(value: Any) -> str | int | list[int]:
+    if isinstance(value, str) and value.strip().lower() == "all":
+        return "all"
+    if isinstance(value, str) and "," in value:  # "0,1" as CUDA_VISIBLE_DEVICES would say it
+        value = [part for part in value.split(",") if part.strip()]
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise _Invalid(t("config.empty_list"))
+        indices: list[int] = []
+        for item in value:
+            try:
+                index = _as_int(item)
+            except _Invalid:
+                raise _wrong_type(value, "config.expect_gpus") from None
+            if index < 0:
+                raise _wrong_type(value, "config.expect_gpus")
+            if index in indices:
+                raise _Invalid(t("config.duplicate_gpu", index=index))
+            indices.append(index)
+        return indices
+    try:
+        count = _as_int(value)
+    except _Invalid:
+        raise _wrong_type(value, "config.expect_gpus") from None
+    if count < 1:
+        raise _Invalid(t("config.too_small", given=_show(value), minimum=1))
+    return count
+
+
+def _check_text_list(value: Any, expected_key: str) -> list[str]:
+    if not isinstance(value, (list, tuple)):
+        raise _wrong_type(value, expected_key)
+    if not value:
+        raise _Invalid(t("config.empty_list"))
+    out = []
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise _wrong_type(value, expected_key)
+        out.append(item.strip())
+    return out
+
+
+def _check_dataset(value: Any) -> str | list[str]:
+    if isinstance(value, str):
+        return _as_text(value)
+    items = _check_text_list(value, "config.expect_dataset")
+    return items[0] if len(items) == 1 else items
+
+
+def _check_targets(value: Any) -> str | list[str]:
+    if isinstance(value, str):
+        text = value.strip()
+        if text in ("all-linear", "all_linear"):
+            return "all-linear"
+        if text and "," in text:
+            return [part.strip() for part in text.split(",") if part.strip()]
+        if text:
+            return [text]
+        raise _Invalid(t("config.empty_string"))
+    return _check_text_list(value, "config.expect_targets")
+
+
+def check_value(key: str, value: Any) -> Any:
+    """The clean value of ``key`` (e.g. ``"1e-4"`` → ``0.0001``); raises ``ValueError`` with the reason."""
+    spec = KEY_SPECS[key]
+    try:
+        return _check(key, value, spec)
+    except _Invalid as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _check(key: str, value: Any, spec: KeySpec) -> Any:
+    if value is None:
+        if spec.optional:
+            return None
+        raise _Invalid(t("config.wrong_type", given=_show(value), expected=_expected(spec)))
+    kind = spec.kind
+    if kind == "int":
+        number = _as_int(value)
+        _check_bounds(number, spec, value)
+        return number
+    if kind == "number":
+        number = _as_number(value)
+        _check_bounds(number, spec, value)
+        return number
+    if kind == "bool":
+        return _as_bool(value)
+    if kind == "text":
+        return _as_text(value)
+    if kind == "choice":
+        return _check_choice(value, spec, key)
+    if kind == "auto_bool":
+        return _check_auto_bool(value)
+    if kind == "gpus":
+        return _check_gpus(value)
+    if kind == "dataset":
+        return _check_dataset(value)
+    if kind == "targets":
+        return _check_targets(value)
+    raise AssertionError(f"no checker for kind {kind!r}")
+
+
+def _expected(spec: KeySpec) -> str:
+    names: dict[str, Callable[[], str]] = {
+        "int": lambda: t("config.expect_int"),
+        "number": lambda: t("config.expect_number"),
+        "bool": lambda: t("config.expect_bool"),
+        "text": lambda: t("config.expect_text"),
+        "auto_bool": lambda: t("config.expect_auto_bool"),
+        "gpus": lambda: t("config.expect_gpus"),
+        "dataset": lambda: t("config.expect_dataset"),
+        "targets": lambda: t("config.expect_targets"),
+        "choice": lambda: ", ".join(str(c) for c in spec.choices),
+    }
+    return names[spec.kind]()
+
+
+def suggest_key(key: str) -> str | None:
+    """The known key closest to a misspelt one, if any is close enough."""
+    candidates = list(KEY_SPECS)
+    normalised = key.replace("-", "_").replace(".", "_").lower()
+    if normalised in KEY_SPECS:
+        return normalised
+    close = difflib.get_close_matches(normalised, candidates, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown_key_message(key: str) -> str:
+    suggestion = suggest_key(key)
+    if suggestion:
+        return t("config.unknown_key", suggestion=suggestion)
+    return t("config.unknown_key_no_suggestion")
+
+
+def check_values(values: Mapping[str, Any], locations: Locations, default_file: str) -> tuple[dict, list]:
+    """Check each given key on its own; returns the clean values and the issues."""
+    clean: dict[str, Any] = {}
+    issues: list[ConfigIssue] = []
+    for key, value in values.items():
+        file, line = locations.get(key, (default_file, None))
+        if key not in KEY_SPECS:
+            issues.append(ConfigIssue(file, line, key, unknown_key_message(key)))
+            continue
+        try:
+            clean[key] = check_value(key, value)
+        except ValueError as exc:
+            issues.append(ConfigIssue(file, line, key, str(exc)))
+    return clean, issues
+
+
+def looks_like_local_path(value: str) -> bool:
+    """A model written as a path (``/x``, ``./x``, ``~/x``, ``C:\\x``) rather than a hub id ``owner/name``."""
+    return value.startswith(("/", "./", "../", "~", "\\")) or (len(value) > 2 and value[1] == ":")
+
+
+def _capability(gpu_caps: Any, name: str, default: Any = None) -> Any:
+    if gpu_caps is None:
+        return default
+    if isinstance(gpu_caps, Mapping):
+        return gpu_caps.get(name, default)
+    return getattr(gpu_caps, name, default)
+
+
+def check_combinations(
+    config: RunConfig,
+    locations: Locations,
+    default_file: str,
+    gpu_caps: Any = None,
+) -> list[ConfigIssue]:
+    """Checks across keys, and against the GPUs when ``gpu_caps`` describes them.
+
+    ``gpu_caps`` is a mapping or an object with any of: ``name`` (str), ``bf16`` (bool), ``count``
+    (number of GPUs), ``compute_capability`` (e.g. 8.0 or "8.0"), ``cuda`` (bool: any NVIDIA GPU).
+    Unknown capabilities are not checked.
+    """
+    issues: list[ConfigIssue] = []
+
+    def where(*keys: str) -> tuple[str, int | None, str]:
+        for key in keys:  # the first key the user actually wrote carries the line
+            if key in locations:
+                file, line = locations[key]
+                return file, line, key
+        return default_file, None, keys[0]
+
+    def add(message: str, *keys: str, severity: str = ERROR) -> None:
+        file, line, key = where(*keys)
+        issues.append(ConfigIssue(file, line, key, message, severity))
+
+    if config.model is None:
+        add(t("config.required", hint=t("config.required_model")), "model")
+    elif looks_like_local_path(config.model) and not Path(config.model).expanduser().is_dir():
+        add(t("config.model_dir_missing", path=config.model), "model")
+    if config.dataset is None:
+        add(t("config.required", hint=t("config.required_dataset")), "dataset")
+
+    if config.method == "qlora" and config.zero_stage == 3:
+        add(t("config.qlora_zero3"), "zero_stage", "method")
+    if config.method == "full":
+        for key in LORA_ONLY_KEYS:
+            # A resolved file carries every key; only a value changed from the default is a mistake.
+            if key in locations and getattr(config, key) != default_for(key):
+                add(t("config.lora_key_with_full"), key)
+    if config.pure_bf16 and config.precision != "bf16":
+        add(t("config.fp16_pure_bf16", precision=config.precision), "pure_bf16", "precision")
+    if config.pure_bf16 and config.is_lora and "pure_bf16" in locations:
+        add(t("config.pure_bf16_lora", method=config.method), "pure_bf16", severity=WARNING)
+    if config.offload != "none" and config.zero_stage < 2:
+        add(t("config.offload_needs_zero", stage=config.zero_stage), "offload", "zero_stage")
+    elif config.offload == "all" and config.zero_stage != 3:
+        add(t("config.offload_all_needs_zero3"), "offload", "zero_stage")
+    if config.offload != "none" and config.optimizer in EIGHT_BIT_OPTIMIZERS:
+        add(t("config.offload_8bit_optimizer", optimizer=config.optimizer), "optimizer", "offload")
+    if "epochs" in locations and "max_steps" in locations and config.epochs is not None \
+            and config.max_steps is not None:
+        add(t("config.epochs_and_max_steps"), "max_steps", "epochs")
+    if config.warmup_ratio is not None and config.warmup_steps is not None \
+            and "warmup_ratio" in locations and "warmup_steps" in locations:
+        add(t("config.warmup_both"), "warmup_steps", "warmup_ratio")
+    if config.eval_steps is not None and config.eval_split == 0:
+        add(t("config.eval_steps_without_split"), "eval_steps", "eval_split")
+    if config.attn == "flash" and config.precision == "fp32":
+        add(t("config.flash_needs_half"), "attn", "precision")
+
+    # Against the hardware, when known.
+    gpu_name = _capability(gpu_caps, "name") or t("config.this_gpu")
+    count = _capability(gpu_caps, "count")
+    if _capability(gpu_caps, "bf16") is False and (config.precision == "bf16" or config.pure_bf16):
+        add(t("config.no_bf16", gpu=gpu_name), "precision", "pure_bf16")
+    if _capability(gpu_caps, "cuda") is False and config.method == "qlora":
+        add(t("config.qlora_needs_cuda"), "method")
+    capability = _capability(gpu_caps, "compute_capability")
+    try:
+        cc = float(capability) if capability is not None else None
+    except (TypeError, ValueError):
+        cc = None
+    if cc is not None and cc < 8.0:
+        if config.attn == "flash":
+            add(t("config.flash_old_gpu", gpu=gpu_name, cc=capability), "attn")
+        if config.tf32 is True:
+            add(t("config.tf32_old_gpu", gpu=gpu_name), "tf32", severity=WARNING)
+    if isinstance(count, int) and not isinstance(count, bool):
+        if isinstance(config.gpus, list):
+            for index in config.gpus:
+                if index >= count:
+                    add(t("config.gpu_index_missing", index=index, count=count, last=max(count - 1, 0)), "gpus")
+        elif isinstance(config.gpus, int) and config.gpus > count:
+            add(t("config.gpu_count_too_many", wanted=config.gpus, count=count), "gpus")
+    used = config.requested_gpu_count()
+    if used is None and isinstance(count, int):
+        used = count
+    if config.zero_stage > 0 and used == 1:
+        add(t("config.zero_one_gpu", stage=config.zero_stage), "zero_stage", severity=WARNING)
+    return issues
+
+
+def validate(config: RunConfig, gpu_caps: Any = None, source: str = "<config>") -> list[ConfigIssue]:
+    """Every problem of an already-built ``RunConfig`` (errors and warnings), e.g. one edited in the app.
+
+    Keys whose value differs from the default count as given by the user.
+    """
+    values = config.to_dict()
+    locations = {key: (source, None) for key, value in values.items() if value != default_for(key)}
+    _, issues = check_values(values, {}, source)
+    return issues + check_combinations(config, locations, source, gpu_caps)

@@ -1,0 +1,163 @@
+"""Reading a run YAML file and ``key=value`` overrides into a checked ``RunConfig``.
+
+The YAML is composed node by node so that every key keeps its line for error messages; a nested
+mapping (``lora: {rank: 16}``) is flattened to ``lora_rank``, and an override ``lora.rank=16`` likewise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from core.config.checks import check_combinations, check_values, unknown_key_message
+from core.config.issues import ConfigError, ConfigIssue
+from core.config.schema import KEY_SPECS, RunConfig, resolve_defaults
+from core.i18n import t
+
+OVERRIDE_SOURCE = "command line"
+
+
+def _flat_key(parts: list[str]) -> str:
+    return "_".join(parts)
+
+
+def _read_yaml_mapping(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, int | None]], list[ConfigIssue]]:
+    """Values, where each key was given, and problems of the file itself."""
+    import yaml
+
+    file = str(path)
+    values: dict[str, Any] = {}
+    locations: dict[str, tuple[str, int | None]] = {}
+    issues: list[ConfigIssue] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return values, locations, [ConfigIssue(file, None, None, t("config.file_missing"))]
+    except (OSError, UnicodeDecodeError) as exc:
+        return values, locations, [ConfigIssue(file, None, None, t("config.file_unreadable", reason=exc))]
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        if mark is not None:
+            problem = f"{problem} (column {mark.column + 1})"
+        return values, locations, [ConfigIssue(file, line, None, t("config.yaml_syntax", problem=problem))]
+    if root is None:
+        return values, locations, [ConfigIssue(file, None, None, t("config.empty_file"))]
+    if not isinstance(root, yaml.MappingNode):
+        kind = t("config.kind_list") if isinstance(root, yaml.SequenceNode) else t("config.kind_scalar")
+        return values, locations, [ConfigIssue(file, root.start_mark.line + 1, None,
+                                               t("config.not_a_mapping", kind=kind))]
+
+    def walk(node: yaml.MappingNode, prefix: list[str]) -> None:
+        for key_node, value_node in node.value:
+            line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                issues.append(ConfigIssue(file, line, None, t("config.non_string_key", given="a collection")))
+                continue
+            parts = prefix + [str(key_node.value)]
+            key = _flat_key(parts)
+            # A section (lora: {rank: ..}) only when the flattened names are real keys.
+            if isinstance(value_node, yaml.MappingNode) and key not in KEY_SPECS and any(
+                k.startswith(key + "_") for k in KEY_SPECS
+            ):
+                walk(value_node, parts)
+                continue
+            if key in locations:
+                first = locations[key][1]
+                issues.append(ConfigIssue(file, line, key, t("config.duplicate_key", first=first)))
+                continue
+            try:
+                value = yaml.safe_load(yaml.serialize(value_node))
+            except yaml.YAMLError as exc:  # e.g. an unknown tag
+                issues.append(ConfigIssue(file, line, key, t("config.yaml_syntax", problem=exc)))
+                continue
+            values[key] = value
+            locations[key] = (file, line)
+
+    walk(root, [])
+    return values, locations, issues
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"lora.rank=16"`` → ``("lora_rank", 16)``; the value is read as a YAML scalar or flow list.
+
+    Raises ``ValueError`` with a user-facing message when the text is not ``key=value``.
+    """
+    import yaml
+
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(t("config.override_syntax", text=text))
+    key = key.replace(".", "_").replace("-", "_")
+    raw = raw.strip()
+    if raw == "":
+        return key, None
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ValueError(t("config.override_value", text=text, problem=str(exc).splitlines()[0])) from None
+    return key, value
+
+
+def apply_overrides(
+    values: dict[str, Any],
+    locations: dict[str, tuple[str, int | None]],
+    overrides: Iterable[str],
+) -> list[ConfigIssue]:
+    """Apply ``key=value`` overrides in place; returns the problems with the overrides themselves."""
+    issues: list[ConfigIssue] = []
+    for text in overrides:
+        try:
+            key, value = parse_override(text)
+        except ValueError as exc:
+            issues.append(ConfigIssue(OVERRIDE_SOURCE, None, None, str(exc)))
+            continue
+        if key not in KEY_SPECS:
+            issues.append(ConfigIssue(OVERRIDE_SOURCE, None, key, unknown_key_message(key)))
+            continue
+        values[key] = value
+        locations[key] = (f"{OVERRIDE_SOURCE} ({text})", None)
+    return issues
+
+
+def config_from_mapping(
+    values: dict[str, Any],
+    locations: dict[str, tuple[str, int | None]],
+    source: str,
+    gpu_caps: Any = None,
+    prior_issues: Iterable[ConfigIssue] = (),
+) -> RunConfig:
+    """Check ``values`` key by key and across keys, resolve defaults; raise ``ConfigError`` on any error."""
+    if not locations:
+        locations = {key: (source, None) for key in values}
+    clean, issues = check_values(values, locations, source)
+    issues = list(prior_issues) + issues
+    config = RunConfig(**resolve_defaults(clean))
+    issues += check_combinations(config, locations, source, gpu_caps)
+    # The file's problems in line order, then the command line's.
+    issues.sort(key=lambda issue: (issue.file != source, issue.line or 0))
+    errors = [issue for issue in issues if issue.is_error]
+    if errors:
+        raise ConfigError(errors)
+    config.warnings = [issue for issue in issues if not issue.is_error]
+    return config
+
+
+def load_run_config(path: str | Path, overrides: Iterable[str] = (), gpu_caps: Any = None) -> RunConfig:
+    """Read and check a run YAML file with ``key=value`` overrides applied on top.
+
+    Raises ``ConfigError`` listing every problem (file, line, key, what is allowed). Non-fatal remarks
+    (e.g. ZeRO on one GPU) are in the returned config's ``warnings``. ``gpu_caps`` optionally describes
+    the GPUs (see ``core.config.checks.check_combinations``).
+    """
+    path = Path(path)
+    values, locations, issues = _read_yaml_mapping(path)
+    if any(issue.key is None for issue in issues) and not values:
+        raise ConfigError(issues)  # the file itself is unusable: nothing else can be said
+    issues += apply_overrides(values, locations, overrides)
+    return config_from_mapping(values, locations, str(path), gpu_caps=gpu_caps, prior_issues=issues)

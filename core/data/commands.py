@@ -1,0 +1,94 @@
+"""``tunedeck data check FILE [--model M] [--max-seq-len N] [--max-errors N] [--json]``.
+
+Exit codes: 0 the data is fine; 1 the data has problems (or cannot be read); 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from core.i18n import t
+
+EXIT_DATA_PROBLEMS = 1
+EXIT_USAGE = 2
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    data = subparsers.add_parser("data", help=t("data.cli_help"), description=t("data.cli_help"))
+    data_sub = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
+    data_sub.required = True
+    check = data_sub.add_parser("check", help=t("data.check_help"), description=t("data.check_help"))
+    check.add_argument("file", metavar="FILE", help=t("data.check_file_help"))
+    check.add_argument("--model", metavar="M", default=None, help=t("data.check_model_help"))
+    check.add_argument("--max-seq-len", metavar="N", type=int, default=None, help=t("data.check_max_seq_help"))
+    check.add_argument("--max-errors", metavar="N", type=int, default=50, help=t("data.check_max_errors_help"))
+    check.add_argument("--json", action="store_true", help=t("data.check_json_help"))
+    check.set_defaults(handler=run_check)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from core.cli import CliError
+    from core.data.issues import DataError
+    from core.data.stats import check_data
+
+    if args.max_seq_len is not None and args.max_seq_len < 1:
+        raise CliError(t("data.bad_max_seq_len", value=args.max_seq_len), EXIT_USAGE)
+    if args.max_errors < 1:
+        raise CliError(t("data.bad_max_errors", value=args.max_errors), EXIT_USAGE)
+    tokenizer = None
+    if args.model:
+        from core.data.stats import load_tokenizer
+
+        if not args.json:
+            print(t("data.loading_tokenizer", model=args.model), file=sys.stderr)
+        try:
+            tokenizer = load_tokenizer(args.model)
+        except (FileNotFoundError, ValueError) as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+    try:
+        report = check_data(args.file, tokenizer, args.max_seq_len, max_issues=args.max_errors)
+    except DataError as exc:
+        if args.json:
+            print(json.dumps({"path": args.file, "ok": False, "format": None, "records": 0, "rows": 0,
+                              "issues": [issue.to_dict() for issue in exc.issues], "more_issues": exc.more,
+                              "tokens": None}, ensure_ascii=False))
+            return EXIT_DATA_PROBLEMS
+        raise CliError(str(exc), EXIT_DATA_PROBLEMS) from None
+    if args.model and report.lengths is not None:
+        report.lengths.method = t("data.method_tokenizer", name=args.model)
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False))
+    else:
+        print(render_report(report))
+    return 0 if report.ok else EXIT_DATA_PROBLEMS
+
+
+def render_report(report) -> str:
+    """The human-readable report of ``tunedeck data check``."""
+    lines = [report.path]
+    fmt = report.format or t("data.format_unknown")
+    lines.append(f"  {t('data.label_format'):<10}{t('data.format_' + report.format) if report.format else fmt}")
+    lines.append(f"  {t('data.label_records'):<10}" + t(
+        "data.records_line", records=report.records, rows=report.rows, conversations=report.conversations,
+        turns=report.turns, text=report.text_records))
+    stats = report.lengths
+    if stats is not None:
+        lines.append(f"  {t('data.label_tokens'):<10}" + t(
+            "data.tokens_line", min=stats.min, mean=stats.mean, p50=stats.p50, p95=stats.p95, max=stats.max,
+            method=stats.method))
+        if stats.max_seq_len is not None:
+            key = "data.over_max_exact" if stats.exact else "data.over_max_approx"
+            lines.append(" " * 12 + t(key, count=stats.over_max, total=stats.count, limit=stats.max_seq_len))
+        if not stats.exact:
+            lines.append(" " * 12 + t("data.approx_hint"))
+    if report.issues:
+        total = len(report.issues) + report.more_issues
+        lines.append(f"  {t('data.label_problems'):<10}{total}")
+        lines += [f"    {issue}" for issue in report.issues]
+        if report.more_issues:
+            lines.append("    " + t("data.more_issues", count=report.more_issues))
+    else:
+        lines.append(f"  {t('data.label_problems'):<10}{t('data.no_problems')}")
+    return "\n".join(lines)

@@ -1,0 +1,176 @@
+"""Reading rows out of local data files, each with the line (or row index) it came from.
+
+Supported: ``.jsonl`` (JSON lines), ``.json`` (an array, or JSON lines under a .json name), ``.csv``,
+``.parquet``. A row that cannot even be parsed (invalid JSON) is yielded as a ``BadRow`` so the caller
+can report it with the others.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.i18n import t
+
+SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet",
+            ".pq": "parquet"}
+
+
+@dataclass
+class RawRow:
+    value: Any
+    line: int | None  # 1-based line where the row starts, when the file has lines
+    row: int  # 0-based index among the file's rows
+
+
+@dataclass
+class BadRow:
+    """A row whose text could not be parsed; ``message`` says why."""
+
+    message: str
+    line: int | None
+    row: int
+
+
+class FileProblem(ValueError):
+    """The file as a whole cannot be read (wrong kind, unreadable, not an array...)."""
+
+
+def file_kind(path: Path) -> str:
+    kind = SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise FileProblem(t("data.unknown_suffix", suffix=path.suffix or "(none)", allowed=", ".join(SUFFIXES)))
+    return kind
+
+
+def _json_error(exc: json.JSONDecodeError) -> str:
+    return t("data.invalid_json", problem=exc.msg, column=exc.colno)
+
+
+def iter_jsonl(text: str) -> Iterator[RawRow | BadRow]:
+    index = 0
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield RawRow(json.loads(line), line_number, index)
+        except json.JSONDecodeError as exc:
+            yield BadRow(_json_error(exc), line_number, index)
+        index += 1
+
+
+def iter_json_array(text: str) -> Iterator[RawRow | BadRow]:
+    """Elements of a top-level JSON array with the line each starts on (found while decoding)."""
+    decoder = json.JSONDecoder()
+    position = len(text) - len(text.lstrip())
+    if not text.startswith("[", position):
+        raise FileProblem(t("data.json_not_array"))
+    position += 1
+    line = 1 + text.count("\n", 0, position)
+    counted_to = position
+    index = 0
+    length = len(text)
+
+    def skip_space(pos: int) -> int:
+        while pos < length and text[pos] in " \t\r\n":
+            pos += 1
+        return pos
+
+    position = skip_space(position)
+    if position < length and text[position] == "]":
+        return
+    while True:
+        position = skip_space(position)
+        line += text.count("\n", counted_to, position)
+        counted_to = position
+        try:
+            value, end = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as exc:
+            # The rest of an array cannot be read past a broken element: report it and stop.
+            yield BadRow(_json_error(exc), exc.lineno, index)
+            return
+        yield RawRow(value, line, index)
+        index += 1
+        position = skip_space(end)
+        if position < length and text[position] == ",":
+            position += 1
+            continue
+        if position < length and text[position] == "]":
+            return
+        bad_line = 1 + text.count("\n", 0, position)
+        yield BadRow(t("data.invalid_json", problem=t("data.array_separator"),
+                       column=position - text.rfind("\n", 0, position)), bad_line, index)
+        return
+
+
+def iter_json(text: str) -> Iterator[RawRow | BadRow]:
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        yield from iter_json_array(text)
+        return
+    if stripped.startswith("{"):
+        # One object per line under a .json name is common; a single object of lists is not a dataset.
+        first = stripped.splitlines()[0]
+        try:
+            json.loads(first)
+        except json.JSONDecodeError:
+            raise FileProblem(t("data.json_not_array")) from None
+        yield from iter_jsonl(text)
+        return
+    if not stripped:
+        return
+    raise FileProblem(t("data.json_not_array"))
+
+
+def iter_csv(path: Path) -> Iterator[RawRow | BadRow]:
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        reader = csv.DictReader(handle)
+        index = 0
+        while True:
+            start = reader.line_num + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                yield BadRow(t("data.invalid_csv", problem=exc), reader.line_num, index)
+                return
+            if None in row:  # more fields than header columns
+                yield BadRow(t("data.csv_extra_fields", count=len(row[None])), start, index)
+            else:
+                yield RawRow({k: v for k, v in row.items() if k is not None}, start, index)
+            index += 1
+
+
+def iter_parquet(path: Path) -> Iterator[RawRow | BadRow]:
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises several kinds for a broken file
+        raise FileProblem(t("data.invalid_parquet", problem=exc)) from None
+    index = 0
+    for batch in parquet.iter_batches(batch_size=1024):
+        for value in batch.to_pylist():
+            yield RawRow(value, None, index)
+            index += 1
+
+
+def iter_rows(path: Path) -> Iterator[RawRow | BadRow]:
+    """Every row of a local data file, in order."""
+    kind = file_kind(path)
+    if kind == "parquet":
+        yield from iter_parquet(path)
+        return
+    if kind == "csv":
+        yield from iter_csv(path)
+        return
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise FileProblem(t("data.not_utf8", position=exc.start)) from None
+    yield from iter_jsonl(text) if kind == "jsonl" else iter_json(text)

@@ -1,0 +1,145 @@
+"""``check_data``: what a data file holds, what is wrong with it, and how long its samples are."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.data.issues import DEFAULT_MAX_ISSUES, DataIssue
+from core.data.loading import read_dataset
+from core.data.records import Conversation, Record
+from core.i18n import t
+
+APPROX_CHARS_PER_TOKEN = 4
+
+
+@dataclass
+class LengthStats:
+    """Token lengths of the samples; ``exact`` is False when counted as characters / 4."""
+
+    count: int
+    min: int
+    mean: float
+    p50: int
+    p95: int
+    max: int
+    exact: bool
+    method: str  # "tokenizer: <name>" or "approximate: characters / 4"
+    over_max: int | None = None  # samples longer than max_seq_len, when given
+    max_seq_len: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class DataReport:
+    """The result of checking a data file."""
+
+    path: str
+    format: str | None
+    records: int  # good records
+    rows: int  # rows seen, good and bad
+    issues: list[DataIssue] = field(default_factory=list)
+    more_issues: int = 0
+    conversations: int = 0
+    text_records: int = 0
+    turns: int = 0  # assistant turns over all conversations
+    with_tools: int = 0
+    lengths: LengthStats | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.issues
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "format": self.format, "records": self.records, "rows": self.rows,
+            "ok": self.ok, "issues": [issue.to_dict() for issue in self.issues], "more_issues": self.more_issues,
+            "conversations": self.conversations, "text_records": self.text_records,
+            "assistant_turns": self.turns, "with_tools": self.with_tools,
+            "tokens": self.lengths.to_dict() if self.lengths else None,
+        }
+
+
+def percentile(sorted_values: list[int], fraction: float) -> int:
+    """Nearest-rank percentile of already sorted values."""
+    if not sorted_values:
+        return 0
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def length_stats(lengths: list[int], exact: bool, method: str, max_seq_len: int | None) -> LengthStats | None:
+    if not lengths:
+        return None
+    ordered = sorted(lengths)
+    over = sum(1 for n in ordered if n > max_seq_len) if max_seq_len else None
+    return LengthStats(
+        count=len(ordered), min=ordered[0], mean=round(sum(ordered) / len(ordered), 1),
+        p50=percentile(ordered, 0.5), p95=percentile(ordered, 0.95), max=ordered[-1],
+        exact=exact, method=method, over_max=over, max_seq_len=max_seq_len,
+    )
+
+
+def approximate_lengths(records: list[Record]) -> list[int]:
+    return [max(1, math.ceil(len(record.approx_text()) / APPROX_CHARS_PER_TOKEN)) for record in records]
+
+
+def load_tokenizer(model: str) -> Any:
+    """The tokenizer of a local model directory (or ``tiny``), never downloading anything.
+
+    Raises ``FileNotFoundError`` or ``ValueError`` with a user-facing message.
+    """
+    from core.assets import resolve_model_name
+
+    directory = Path(resolve_model_name(model)).expanduser()
+    if not directory.is_dir():
+        raise FileNotFoundError(t("data.model_not_local", model=model))
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for a broken folder
+        raise ValueError(t("data.tokenizer_failed", model=model, problem=str(exc).splitlines()[0])) from None
+
+
+def check_data(
+    path: str | Path,
+    tokenizer_or_model: Any = None,
+    max_seq_len: int | None = None,
+    max_issues: int = DEFAULT_MAX_ISSUES,
+) -> DataReport:
+    """Read a local data file and report its format, records, problems and token lengths.
+
+    ``tokenizer_or_model``: a tokenizer object, a local model directory or ``tiny``; without one the
+    lengths are an approximation (characters / 4), labelled as such. Raises ``DataError`` only when the
+    file cannot be read at all; malformed rows are in the report.
+    """
+    loaded = read_dataset(path, max_issues)
+    records = loaded.records
+    report = DataReport(
+        path=str(path), format=loaded.format, records=len(records), rows=loaded.rows,
+        issues=loaded.issues, more_issues=loaded.more_issues,
+    )
+    for record in records:
+        if isinstance(record, Conversation):
+            report.conversations += 1
+            report.turns += sum(1 for m in record.messages if m.role == "assistant")
+            report.with_tools += 1 if record.tools else 0
+        else:
+            report.text_records += 1
+    tokenizer = tokenizer_or_model
+    if isinstance(tokenizer, (str, Path)):
+        tokenizer = load_tokenizer(str(tokenizer))
+    if tokenizer is not None:
+        from core.data.tokenize import token_lengths
+
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        report.lengths = length_stats(token_lengths(records, tokenizer), True, t("data.method_tokenizer", name=name), max_seq_len)
+    else:
+        report.lengths = length_stats(approximate_lengths(records), False,
+                                      t("data.method_approx"), max_seq_len)
+    return report

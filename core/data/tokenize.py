@@ -1,0 +1,239 @@
+"""Turning records into ``input_ids`` and ``labels`` for causal-LM training.
+
+Conversations are rendered with the tokenizer's chat template. With ``loss_on="assistant"`` only the
+assistant's tokens (its answer and its end-of-turn token) carry a label; everything else is -100.
+Two ways to find them:
+
+* ``generation``: templates that wrap assistant turns in ``{% generation %}`` give the mask directly
+  (``return_assistant_tokens_mask``); the bundled tiny model's template does.
+* ``prefix``: for other templates, each assistant turn is the text between the rendering of the
+  conversation before it (with the generation prompt) and the rendering including it; tokens whose
+  characters fall in such a span are labelled. When a template rewrites earlier turns (so a prefix is
+  not a prefix), the answer's text is searched for instead.
+
+Text records train on every token, with the end-of-sequence token appended. Sequences longer than
+``max_seq_len`` are cut at the end; how many and how many tokens were dropped is counted in
+``Tokenized``, and a sample left with no label at all is dropped and counted too: never silent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.data.records import Conversation, Record, TextRecord
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class Tokenized:
+    """Token ids and labels of a dataset, and what truncation did to it."""
+
+    input_ids: list[list[int]] = field(default_factory=list)
+    labels: list[list[int]] = field(default_factory=list)
+    truncated: int = 0  # samples cut to max_seq_len
+    tokens_dropped: int = 0  # tokens removed by those cuts
+    skipped: int = 0  # samples dropped because no labelled token was left
+    skipped_origins: list[str] = field(default_factory=list)  # where the first few skipped ones came from
+    method: str = ""  # how assistant tokens were found: generation, prefix, all
+    chat_template_added: bool = False  # the tokenizer had no chat template; the bundled ChatML one was used
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(ids) for ids in self.input_ids]
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(1 for labels in self.labels for label in labels if label != IGNORE_INDEX)
+
+    def summary(self) -> dict[str, Any]:
+        return {"samples": len(self), "truncated": self.truncated, "tokens_dropped": self.tokens_dropped,
+                "skipped": self.skipped, "trained_tokens": self.trained_tokens, "method": self.method,
+                "chat_template_added": self.chat_template_added}
+
+
+def bundled_chat_template() -> str:
+    """The ChatML template of the bundled tiny model (used for tokenizers that have none)."""
+    import json
+
+    from core.assets import tiny_model_dir
+
+    config = json.loads((tiny_model_dir() / "tokenizer_config.json").read_text(encoding="utf-8"))
+    return config["chat_template"]
+
+
+def ensure_chat_template(tokenizer: Any) -> bool:
+    """Give a tokenizer without a chat template (a base model's) the bundled ChatML one.
+
+    Returns True when it had to; the engine should say so in the run log, since the model then learns a
+    conversation format of tunedeck's choosing.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        return False
+    tokenizer.chat_template = bundled_chat_template()
+    return True
+
+
+def supports_generation_mask(tokenizer: Any) -> bool:
+    """Whether the chat template marks assistant turns with ``{% generation %}``."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("default")
+    return isinstance(template, str) and "generation" in template and "endgeneration" in template
+
+
+def _render(tokenizer: Any, messages: list[dict], tools: Any, add_generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(
+        messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
+    )
+
+
+def assistant_spans(tokenizer: Any, conversation: Conversation) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered conversation and the character spans of its assistant turns (prefix-diff method)."""
+    messages = conversation.to_chat_messages()
+    tools = conversation.tools
+    full = _render(tokenizer, messages, tools, False)
+    spans: list[tuple[int, int]] = []
+    cursor = 0
+    for index, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before = _render(tokenizer, messages[:index], tools, True)
+        through = _render(tokenizer, messages[: index + 1], tools, False)
+        if full.startswith(through) and through.startswith(before) and len(before) >= cursor:
+            start, end = len(before), len(through)
+            # Whitespace after the end-of-turn token is layout, not something to learn.
+            while end > start and through[end - 1] in " \n":
+                end -= 1
+        else:
+            span = _search_span(full, cursor, message.get("content") or "",
+                                through[len(before):] if through.startswith(before) else "")
+            if span is None:
+                continue
+            start, end = span
+        spans.append((start, end))
+        cursor = end
+    return full, spans
+
+
+def _search_span(full: str, cursor: int, content: str, rendered_turn: str) -> tuple[int, int] | None:
+    """Where an answer sits in ``full`` when prefixes render differently: find its text, then extend
+    the span over what the template writes after it (e.g. the end-of-turn token) as far as it matches."""
+    anchor = content or rendered_turn[:32]
+    if not anchor.strip():
+        return None
+    found = full.find(anchor, cursor)
+    if found < 0:
+        return None
+    start, end = found, found + len(anchor)
+    offset = rendered_turn.find(anchor) if rendered_turn else -1
+    begin = found - offset
+    if offset >= 0 and begin >= cursor and full[begin:found] == rendered_turn[:offset]:
+        start = begin
+        length = 0
+        limit = min(len(rendered_turn), len(full) - begin)
+        while length < limit and full[begin + length] == rendered_turn[length]:
+            length += 1
+        end = max(end, begin + length)
+    while end > start and full[end - 1] in " \n":
+        end -= 1
+    return start, end
+
+
+def _encode_with_spans(tokenizer: Any, text: str, spans: list[tuple[int, int]]) -> tuple[list[int], list[bool]]:
+    encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = list(encoding["input_ids"])
+    mask = []
+    for begin, end in encoding["offset_mapping"]:
+        mask.append(any(begin < span_end and end > span_start for span_start, span_end in spans)
+                    if end > begin else False)
+    return ids, mask
+
+
+def _conversation_tokens(tokenizer: Any, conversation: Conversation, method: str) -> tuple[list[int], list[bool]]:
+    if method == "generation":
+        out = tokenizer.apply_chat_template(
+            conversation.to_chat_messages(), tools=conversation.tools, tokenize=True, return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
+        return list(out["input_ids"]), [bool(m) for m in out["assistant_masks"]]
+    text, spans = assistant_spans(tokenizer, conversation)
+    return _encode_with_spans(tokenizer, text, spans)
+
+
+def _text_tokens(tokenizer: Any, record: TextRecord) -> list[int]:
+    ids = list(tokenizer(record.text, add_special_tokens=True)["input_ids"])
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if eos is not None and (not ids or ids[-1] != eos):
+        ids.append(eos)
+    return ids
+
+
+def tokenize_record(
+    record: Record, tokenizer: Any, loss_on: str = "assistant", method: str | None = None
+) -> tuple[list[int], list[int]]:
+    """``(input_ids, labels)`` of one record, untruncated."""
+    if isinstance(record, TextRecord):
+        ids = _text_tokens(tokenizer, record)
+        return ids, list(ids)
+    if method is None:
+        method = "generation" if supports_generation_mask(tokenizer) else "prefix"
+    ids, mask = _conversation_tokens(tokenizer, record, method)
+    if loss_on == "all":
+        return ids, list(ids)
+    return ids, [token if keep else IGNORE_INDEX for token, keep in zip(ids, mask, strict=True)]
+
+
+def tokenize_dataset(
+    records: Sequence[Record],
+    tokenizer: Any,
+    max_seq_len: int | None,
+    loss_on: str = "assistant",
+    method: str | None = None,
+) -> Tokenized:
+    """Token ids and labels for every record, cut to ``max_seq_len`` (``None``: no limit).
+
+    ``loss_on``: ``assistant`` (labels only on assistant turns) or ``all``. ``method`` forces
+    ``generation`` or ``prefix`` (default: ``generation`` when the template supports it).
+    """
+    if loss_on not in ("assistant", "all"):
+        raise ValueError(f"loss_on must be 'assistant' or 'all', not {loss_on!r}")
+    template_added = False
+    if any(isinstance(record, Conversation) for record in records):
+        template_added = ensure_chat_template(tokenizer)
+    if method is None:
+        method = "generation" if supports_generation_mask(tokenizer) else "prefix"
+    result = Tokenized(method="all" if loss_on == "all" else method, chat_template_added=template_added)
+    for record in records:
+        ids, labels = tokenize_record(record, tokenizer, loss_on, method)
+        if max_seq_len is not None and len(ids) > max_seq_len:
+            result.truncated += 1
+            result.tokens_dropped += len(ids) - max_seq_len
+            ids, labels = ids[:max_seq_len], labels[:max_seq_len]
+        if all(label == IGNORE_INDEX for label in labels):
+            result.skipped += 1
+            if len(result.skipped_origins) < 10:
+                result.skipped_origins.append(record.origin or "?")
+            continue
+        result.input_ids.append(ids)
+        result.labels.append(labels)
+    return result
+
+
+def token_lengths(records: Sequence[Record], tokenizer: Any) -> list[int]:
+    """The untruncated token length of every record, as the model will see it."""
+    if any(isinstance(record, Conversation) for record in records):
+        ensure_chat_template(tokenizer)
+    lengths = []
+    for record in records:
+        if isinstance(record, TextRecord):
+            lengths.append(len(_text_tokens(tokenizer, record)))
+        else:
+            text = _render(tokenizer, record.to_chat_messages(), record.tools, False)
+            lengths.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+    return lengths

@@ -1,0 +1,213 @@
+"""Validation errors: every problem collected, each with file, line, key and what is allowed."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from core.config import ConfigError, RunConfig, load_run_config, validate
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def errors_of(path: Path, overrides=(), gpu_caps=None):
+    with pytest.raises(ConfigError) as info:
+        load_run_config(path, overrides, gpu_caps=gpu_caps)
+    return info.value.errors
+
+
+def only_error(path: Path, overrides=(), gpu_caps=None):
+    errors = errors_of(path, overrides, gpu_caps)
+    assert len(errors) == 1, [str(e) for e in errors]
+    return errors[0]
+
+
+def test_unknown_key_suggests_the_closest_with_its_line(tmp_path):
+    path = write(tmp_path, """\
+        model: m
+        dataset: d
+        lora_rnk: 8
+    """)
+    error = only_error(path)
+    assert (error.file, error.line, error.key) == (str(path), 3, "lora_rnk")
+    assert "did you mean 'lora_rank'?" in error.message
+    assert f"{path}:3: lora_rnk: " in str(error)
+
+
+def test_unknown_key_without_a_close_match_points_to_the_reference(tmp_path):
+    error = only_error(write(tmp_path, "model: m\ndataset: d\nbanana: 1\n"))
+    assert error.key == "banana" and "REFERENCE.md" in error.message
+
+
+def test_wrong_type_names_key_given_value_and_expected(tmp_path):
+    error = only_error(write(tmp_path, "model: m\ndataset: d\nmicro_batch_size: four\n"))
+    assert error.line == 3 and error.key == "micro_batch_size"
+    assert "'four'" in error.message and "an integer" in error.message
+
+
+def test_wrong_choice_lists_the_allowed_values(tmp_path):
+    error = only_error(write(tmp_path, "model: m\ndataset: d\nmethod: lorax\n"))
+    assert error.key == "method" and error.line == 3
+    assert "full, lora, dora, qlora" in error.message
+
+
+def test_out_of_range_values(tmp_path):
+    errors = errors_of(write(tmp_path, """\
+        model: m
+        dataset: d
+        micro_batch_size: 0
+        lora_dropout: 1.5
+        learning_rate: -1
+        eval_split: 1
+        zero_stage: 4
+    """))
+    by_key = {e.key: e for e in errors}
+    assert set(by_key) == {"micro_batch_size", "lora_dropout", "learning_rate", "eval_split", "zero_stage"}
+    assert by_key["micro_batch_size"].line == 3 and "at least 1" in by_key["micro_batch_size"].message
+    assert by_key["zero_stage"].line == 7 and "0, 1, 2, 3" in by_key["zero_stage"].message
+
+
+def test_all_errors_are_collected_in_line_order_and_rendered(tmp_path):
+    path = write(tmp_path, """\
+        model: m
+        dataset: d
+        precison: bf16
+        lora_rank: x
+        method: qlora
+        zero_stage: 3
+    """)
+    errors = errors_of(path, ["max_stepz=3"])
+    assert [e.line for e in errors if e.file == str(path)] == [3, 4, 6]
+    assert errors[-1].file == "command line" and "did you mean 'max_steps'?" in errors[-1].message
+    text = str(ConfigError(errors))
+    assert text.startswith("The run configuration has 4 problems:")
+    assert "precision" in text and "ZeRO-3" in text
+
+
+def test_missing_model_and_dataset(tmp_path):
+    errors = errors_of(write(tmp_path, "method: lora\n"))
+    assert {e.key for e in errors} == {"model", "dataset"}
+
+
+def test_yaml_syntax_error_gives_its_line(tmp_path):
+    error = only_error(write(tmp_path, "model: m\ndataset: [a, b\nmethod: lora\n"))
+    assert error.key is None and error.line is not None and error.line >= 2
+    assert "YAML syntax error" in error.message
+
+
+def test_top_level_list_is_refused(tmp_path):
+    error = only_error(write(tmp_path, "- model: m\n"))
+    assert "mapping" in error.message
+
+
+def test_missing_file(tmp_path):
+    error = only_error(tmp_path / "absent.yaml")
+    assert "not found" in error.message
+
+
+def test_duplicate_key_names_both_lines(tmp_path):
+    error = only_error(write(tmp_path, "model: m\ndataset: d\nlora_rank: 8\nlora_rank: 16\n"))
+    assert error.line == 4 and error.key == "lora_rank" and "line 3" in error.message
+
+
+def test_malformed_override(tmp_path):
+    error = only_error(write(tmp_path, "model: m\ndataset: d\n"), ["lora_rank"])
+    assert error.file == "command line" and "key=value" in error.message
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key", "fragment"),
+    [
+        ("method: qlora\nzero_stage: 3\n", "zero_stage", "qlora cannot run with zero_stage 3"),
+        ("method: full\nlora_rank: 64\n", "lora_rank", "only applies to LoRA methods"),
+        ("method: full\nlora_targets: [q_proj]\n", "lora_targets", "only applies to LoRA methods"),
+        ("precision: fp16\npure_bf16: true\n", "pure_bf16", "pure_bf16 needs precision bf16"),
+        ("offload: optimizer\nzero_stage: 1\n", "offload", "offload needs ZeRO-2 or ZeRO-3"),
+        ("offload: optimizer\n", "offload", "offload needs ZeRO-2 or ZeRO-3"),
+        ("offload: all\nzero_stage: 2\n", "offload", "only ZeRO-3"),
+        ("offload: optimizer\nzero_stage: 2\noptimizer: paged_adamw_8bit\n", "optimizer", "CPU Adam"),
+        ("epochs: 2\nmax_steps: 100\n", "max_steps", "both set"),
+        ("warmup_ratio: 0.1\nwarmup_steps: 10\n", "warmup_steps", "both set"),
+        ("eval_steps: 10\n", "eval_steps", "eval_split"),
+        ("attn: flash\nprecision: fp32\n", "attn", "bf16 or fp16"),
+    ],
+)
+def test_incompatible_pairs_are_refused_with_the_reason(tmp_path, yaml_text, key, fragment):
+    path = write(tmp_path, "model: m\ndataset: d\n" + yaml_text)
+    error = only_error(path)
+    assert error.key == key
+    assert fragment in error.message
+    assert error.line is not None and error.line >= 3
+
+
+def test_gpu_without_bf16_is_named(tmp_path):
+    path = write(tmp_path, "model: m\ndataset: d\nprecision: bf16\n")
+    error = only_error(path, gpu_caps={"bf16": False, "name": "Tesla V100"})
+    assert error.key == "precision" and error.line == 3
+    assert "Tesla V100 has no bf16" in error.message and "fp16" in error.message
+    # default precision (bf16) is refused as well, without a line
+    error = only_error(write(tmp_path, "model: m\ndataset: d\n"), gpu_caps={"bf16": False, "name": "T4"})
+    assert error.line is None and "T4" in error.message
+    assert load_run_config(path, ["precision=fp16"], gpu_caps={"bf16": False}).precision == "fp16"
+
+
+def test_gpu_capabilities_as_an_object(tmp_path):
+    class Caps:
+        name = "NVIDIA A100"
+        bf16 = True
+        count = 2
+        compute_capability = "8.0"
+
+    path = write(tmp_path, "model: m\ndataset: d\ngpus: [0, 3]\n")
+    error = only_error(path, gpu_caps=Caps())
+    assert error.key == "gpus" and "GPU 3 does not exist" in error.message
+
+
+def test_flash_attention_on_an_old_gpu(tmp_path):
+    path = write(tmp_path, "model: m\ndataset: d\nattn: flash\nprecision: fp16\n")
+    error = only_error(path, gpu_caps={"compute_capability": 7.5, "name": "T4", "bf16": False})
+    assert error.key == "attn" and "7.5" in error.message
+
+
+def test_zero_on_one_gpu_is_a_warning_not_an_error(tmp_path):
+    path = write(tmp_path, "model: m\ndataset: d\nzero_stage: 2\ngpus: 1\n")
+    config = load_run_config(path)
+    assert config.zero_stage == 2
+    assert [w.key for w in config.warnings] == ["zero_stage"]
+    assert config.warnings[0].line == 3 and "warning" in str(config.warnings[0])
+    # "all" GPUs on a one-GPU box warns as well when the box is known
+    config = load_run_config(write(tmp_path, "model: m\ndataset: d\nzero_stage: 3\n"), gpu_caps={"count": 1})
+    assert len(config.warnings) == 1
+    # no warning with several GPUs
+    assert load_run_config(write(tmp_path, "model: m\ndataset: d\nzero_stage: 3\ngpus: [0, 1]\n")).warnings == []
+
+
+def test_validate_a_config_built_in_code():
+    config = RunConfig(model="m", dataset="d", method="qlora", zero_stage=3, precision="bf16")
+    issues = validate(config, gpu_caps={"bf16": False, "name": "Tesla V100"})
+    messages = " | ".join(issue.message for issue in issues if issue.is_error)
+    assert "qlora cannot run with zero_stage 3" in messages
+    assert "Tesla V100 has no bf16" in messages
+    assert validate(RunConfig(model="m", dataset="d")) == []
+    bad = RunConfig(model="m", dataset="d", lora_rank=0)
+    assert [issue.key for issue in validate(bad)] == ["lora_rank"]
+
+
+def test_model_written_as_a_missing_local_path(tmp_path):
+    error = only_error(write(tmp_path, f"model: {tmp_path / 'no-such-model'}\ndataset: d\n"))
+    assert error.key == "model" and error.line == 1 and "not a directory" in error.message
+    (tmp_path / "my-model").mkdir()
+    assert load_run_config(write(tmp_path, f"model: {tmp_path / 'my-model'}\ndataset: d\n")).name == "my-model-lora"
+    # a hub id is not checked against the disk
+    assert load_run_config(write(tmp_path, "model: Qwen/Qwen2.5-7B\ndataset: d\n")).model == "Qwen/Qwen2.5-7B"

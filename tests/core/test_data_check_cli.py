@@ -1,0 +1,86 @@
+"""``tunedeck data check`` as a real subprocess: exit codes, human output, --json."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "data"
+
+
+@pytest.fixture
+def run(tmp_path):
+    env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1", "LANG": "C.UTF-8"}
+    env.pop("LC_ALL", None)
+
+    def _run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "core", "--lang", "en", "data", "check", *args],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+    return _run
+
+
+def test_good_file_exits_zero_with_a_human_report(run):
+    result = run(str(FIXTURES / "sharegpt.jsonl"))
+    assert result.returncode == 0, result.stderr
+    assert "sharegpt" in result.stdout
+    assert "3 usable of 3 rows" in result.stdout
+    assert "approximate" in result.stdout
+
+
+def test_malformed_file_exits_one_and_lists_file_line_errors(run):
+    path = FIXTURES / "malformed.jsonl"
+    result = run(str(path))
+    assert result.returncode == 1
+    for line in (2, 3, 5, 6, 7, 8, 9, 10):
+        assert f"{path}:{line}: " in result.stdout
+
+
+def test_json_output_is_only_json_on_stdout(run):
+    result = run(str(FIXTURES / "malformed_array.json"), "--json")
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["ok"] is False and report["format"] == "alpaca"
+    assert report["records"] == 2 and report["rows"] == 4
+    assert [(i["line"], i["row"]) for i in report["issues"]] == [(3, 1), (4, 2)]
+    assert report["tokens"]["exact"] is False
+
+
+def test_model_tiny_gives_exact_token_counts_and_over_length(run):
+    result = run(str(FIXTURES / "messages.jsonl"), "--model", "tiny", "--max-seq-len", "40", "--json")
+    assert result.returncode == 0, result.stderr
+    tokens = json.loads(result.stdout)["tokens"]
+    assert tokens["exact"] is True and tokens["method"] == "tokenizer: tiny"
+    assert tokens["count"] == 3 and tokens["min"] <= tokens["p50"] <= tokens["max"]
+    assert tokens["max_seq_len"] == 40 and tokens["over_max"] == 1
+
+
+def test_missing_file_and_unreadable_file(run, tmp_path):
+    result = run(str(tmp_path / "absent.jsonl"))
+    assert result.returncode == 1 and "file not found" in result.stderr
+    result = run(str(tmp_path / "absent.jsonl"), "--json")
+    assert result.returncode == 1 and json.loads(result.stdout)["ok"] is False
+
+
+def test_model_that_is_not_local_is_a_usage_error(run, tmp_path):
+    result = run(str(FIXTURES / "text.jsonl"), "--model", "Qwen/Qwen2.5-0.5B", "--json")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "never downloads" in result.stderr
+
+
+def test_importing_config_and_data_loads_nothing_heavy():
+    probe = ("import json, sys\nimport core.config, core.data, core.assets, core.data.commands\n"
+             "core.config.default_demo_config()\nprint(json.dumps(sorted(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    loaded = {name.split(".")[0] for name in json.loads(result.stdout.splitlines()[-1])}
+    assert "core" in loaded
+    assert not {"torch", "transformers", "tokenizers", "pyarrow", "datasets", "modelscope", "textual",
+                "rich"} & loaded

@@ -1,0 +1,209 @@
+"""Every loader (jsonl, json array, json lines under .json, csv, parquet) and file:line error reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.data import DataError, load_records, load_training_records, read_dataset
+from core.data.loading import read_hub_dataset
+from core.data.records import Conversation, TextRecord
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+
+
+def test_json_array_alpaca():
+    loaded = read_dataset(FIXTURES / "alpaca.json")
+    assert loaded.format == "alpaca" and loaded.rows == 3 and not loaded.issues
+    assert [r.messages[-1].content for r in loaded.records] == ["2 + 3 = 5.", "Blue.", "Yes."]
+    # each record remembers the line its element starts on
+    assert [r.origin.rsplit(":", 1)[1] for r in loaded.records] == ["2", "7", "14"]
+
+
+def test_jsonl_sharegpt_and_messages_and_text():
+    assert read_dataset(FIXTURES / "sharegpt.jsonl").format == "sharegpt"
+    messages = load_records(FIXTURES / "messages.jsonl")
+    assert len(messages) == 3 and all(isinstance(r, Conversation) for r in messages)
+    text = load_records(FIXTURES / "text.jsonl")
+    assert [type(r) for r in text] == [TextRecord, TextRecord]
+
+
+def test_json_lines_under_a_json_name(tmp_path):
+    path = tmp_path / "lines.json"
+    path.write_text('{"text": "a"}\n{"text": "b"}\n', encoding="utf-8")
+    assert [r.text for r in load_records(path)] == ["a", "b"]
+
+
+def test_csv_with_a_multiline_field_reports_the_right_line():
+    loaded = read_dataset(FIXTURES / "alpaca.csv")
+    assert loaded.format == "alpaca" and loaded.rows == 3
+    assert loaded.records[1].messages[-1].content == "line one\nline two"
+    assert [(i.line, i.row) for i in loaded.issues] == [(5, 2)]
+    assert "'output' is empty" in loaded.issues[0].message
+
+
+def test_csv_json_columns_are_parsed(tmp_path):
+    path = tmp_path / "chat.csv"
+    messages = [{"role": "user", "content": "q, with comma"}, {"role": "assistant", "content": "a"}]
+    import csv
+
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["messages"])
+        writer.writerow([json.dumps(messages)])
+    (record,) = load_records(path)
+    assert record.messages[0].content == "q, with comma"
+
+
+def test_parquet_rows_and_row_index_errors(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "data.parquet"
+    table = pa.table({
+        "instruction": ["a", "b", "c"],
+        "input": ["", "x", ""],
+        "output": ["A", "", "C"],
+    })
+    pq.write_table(table, path)
+    loaded = read_dataset(path)
+    assert loaded.format == "alpaca" and loaded.rows == 3 and len(loaded.records) == 2
+    (issue,) = loaded.issues
+    assert issue.line is None and issue.row == 1
+    assert str(issue) == f"{path} row 1: 'output' is empty: the assistant turn has nothing to learn"
+
+
+def test_parquet_with_nested_messages(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "chat.parquet"
+    rows = [{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    (record,) = load_records(path)
+    assert [m.content for m in record.messages] == ["q", "a"]
+
+
+def test_malformed_jsonl_lists_every_bad_row_with_its_line():
+    loaded = read_dataset(FIXTURES / "malformed.jsonl")
+    assert loaded.format == "messages"
+    assert len(loaded.records) == 2
+    lines = [issue.line for issue in loaded.issues]
+    assert lines == [2, 3, 5, 6, 7, 8, 9, 10]  # line 4 is blank and skipped, not miscounted
+    by_line = {issue.line: issue.message for issue in loaded.issues}
+    assert "message 2 (assistant) is empty" in by_line[2]
+    assert "must start with the user" in by_line[3]
+    assert by_line[5].startswith("invalid JSON:") and "(column " in by_line[5]
+    assert "must be text, not a number" in by_line[6]
+    assert "must alternate" in by_line[7]
+    assert "ends with a user message" in by_line[8]
+    assert "role 'wizard'" in by_line[9]
+    assert "must be a list" in by_line[10]
+    with pytest.raises(DataError) as info:
+        load_records(FIXTURES / "malformed.jsonl")
+    text = str(info.value)
+    assert text.startswith("The data has 8 problems:")
+    assert f"{FIXTURES / 'malformed.jsonl'}:6: " in text
+
+
+def test_malformed_json_array_elements_report_their_lines():
+    loaded = read_dataset(FIXTURES / "malformed_array.json")
+    assert [(i.line, i.row) for i in loaded.issues] == [(3, 1), (4, 2)]
+    assert len(loaded.records) == 2
+
+
+def test_broken_json_array_stops_at_the_broken_element_with_its_line():
+    loaded = read_dataset(FIXTURES / "broken_array.json")
+    assert len(loaded.records) == 1
+    (issue,) = loaded.issues
+    assert issue.line == 3 and "invalid JSON" in issue.message
+
+
+def test_issue_limit_counts_the_rest(tmp_path):
+    path = tmp_path / "many.jsonl"
+    path.write_text("\n".join(['{"text": ""}'] * 30) + "\n", encoding="utf-8")
+    loaded = read_dataset(path, max_issues=5)
+    assert len(loaded.issues) == 5 and loaded.more_issues == 25 and loaded.issue_count == 30
+    with pytest.raises(DataError) as info:
+        loaded.raise_for_issues()
+    assert "25 more problems" in str(info.value)
+
+
+def test_unknown_format_and_whole_file_problems(tmp_path):
+    path = tmp_path / "odd.jsonl"
+    path.write_text('{"question": "a", "answer": "b"}\n', encoding="utf-8")
+    (issue,) = read_dataset(path).issues
+    assert "cannot tell the format" in issue.message and "'question'" in issue.message
+    with pytest.raises(DataError, match="unsupported file type '.txt'"):
+        read_dataset(_touch(tmp_path / "data.txt", "x"))
+    with pytest.raises(DataError, match="file not found"):
+        read_dataset(tmp_path / "absent.jsonl")
+    with pytest.raises(DataError, match="this is a folder"):
+        read_dataset(tmp_path)
+    with pytest.raises(DataError, match="must be an array"):
+        read_dataset(_touch(tmp_path / "scalar.json", '"just a string"'))
+    with pytest.raises(DataError, match="not UTF-8"):
+        read_dataset(_touch(tmp_path / "latin.jsonl", b'{"text": "caf\xe9"}\n'))
+    empty = read_dataset(_touch(tmp_path / "empty.jsonl", ""))
+    assert "no records" in empty.issues[0].message
+
+
+def test_mixed_formats_say_which_format_a_row_looks_like(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"text": "a"}, {"text": "b"}, {"messages": [{"role": "user", "content": "q"}]}]
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    (issue,) = read_dataset(path).issues
+    assert issue.line == 3 and "looks like messages" in issue.message and "detected as text" in issue.message
+
+
+def test_training_records_from_a_list_of_files_and_a_folder(tmp_path):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"text": "one"}\n', encoding="utf-8")
+    (folder / "b.jsonl").write_text('{"text": "two"}\n', encoding="utf-8")
+    (folder / "notes.md").write_text("ignored", encoding="utf-8")
+    records = load_training_records([str(folder), str(FIXTURES / "text.jsonl")])
+    assert [r.text for r in records][:2] == ["one", "two"] and len(records) == 4
+
+
+def test_training_records_collect_problems_from_every_source(tmp_path):
+    with pytest.raises(DataError) as info:
+        load_training_records([str(FIXTURES / "malformed_array.json"), str(tmp_path / "absent.jsonl")])
+    files = {Path(issue.file).name for issue in info.value.issues}
+    assert files == {"malformed_array.json", "absent.jsonl"}
+
+
+def test_hub_dataset_fails_fast_without_network(monkeypatch):
+    # Point the hub at a closed local port: the probe fails at once instead of a client retrying for minutes.
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(DataError) as info:
+        read_hub_dataset("someone/some-dataset", hub="huggingface")
+    assert time.monotonic() - started < 10
+    assert "cannot reach 127.0.0.1" in str(info.value) and "someone/some-dataset" in str(info.value)
+
+
+def test_hub_id_is_recognised_in_a_run_dataset(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    with pytest.raises(DataError, match="cannot reach"):
+        load_training_records("owner/name", hub="huggingface")
+
+
+def _touch(path: Path, content: str | bytes) -> Path:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path

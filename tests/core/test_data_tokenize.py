@@ -1,0 +1,178 @@
+"""Tokenization: loss only on assistant tokens (checked by decoding), truncation counted, text records."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from core.assets import tiny_model_dir
+from core.data import IGNORE_INDEX, load_records, tokenize_dataset
+from core.data.records import Conversation, Message, TextRecord
+from core.data.tokenize import supports_generation_mask, token_lengths
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "data"
+
+# A template without {% generation %}: the prefix-diff method has to find the answers.
+PLAIN_TEMPLATE = (
+    "{% for m in messages %}{{ '### ' + m.role + ':\\n' + m.content + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '### assistant:\\n' }}{% endif %}"
+)
+# A template whose rendering of a prefix is not a prefix of the whole (like templates that drop old
+# reasoning): the answer text has to be searched for.
+SUFFIX_TEMPLATE = (
+    "{% for m in messages %}{{ '<' + m.role + '>' + m.content + '</s>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<assistant>' }}{% else %}{{ '[END]' }}{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_model_dir()), local_files_only=True)
+
+
+def with_template(tokenizer, template):
+    other = copy.deepcopy(tokenizer)
+    other.chat_template = template
+    return other
+
+
+def labelled_text(tokenizer, labels):
+    return tokenizer.decode([token for token in labels if token != IGNORE_INDEX])
+
+
+def labelled_runs(tokenizer, labels):
+    """The decoded text of each maximal run of labelled tokens."""
+    runs, current = [], []
+    for token in labels + [IGNORE_INDEX]:
+        if token == IGNORE_INDEX:
+            if current:
+                runs.append(tokenizer.decode(current))
+            current = []
+        else:
+            current.append(token)
+    return runs
+
+
+def chat(*pairs, system=None):
+    messages = []
+    for user, assistant in pairs:
+        messages += [Message("user", user), Message("assistant", assistant)]
+    return Conversation(messages=messages, system=system)
+
+
+def test_bundled_template_supports_generation_masks(tokenizer):
+    assert supports_generation_mask(tokenizer)
+    assert not supports_generation_mask(with_template(tokenizer, PLAIN_TEMPLATE))
+
+
+@pytest.mark.parametrize("method", ["generation", "prefix"])
+def test_only_assistant_turns_carry_labels(tokenizer, method):
+    record = chat(("What is 2 + 3?", "2 + 3 = 5."), ("And plus 4?", "5 + 4 = 9."), system="Be brief.")
+    result = tokenize_dataset([record], tokenizer, max_seq_len=512, method=method)
+    ids, labels = result.input_ids[0], result.labels[0]
+    assert len(ids) == len(labels)
+    assert labelled_runs(tokenizer, labels) == ["2 + 3 = 5.<|im_end|>", "5 + 4 = 9.<|im_end|>"]
+    unlabelled = tokenizer.decode([i for i, label in zip(ids, labels, strict=True) if label == IGNORE_INDEX])
+    assert "Be brief." in unlabelled and "What is 2 + 3?" in unlabelled and "5 + 4 = 9." not in unlabelled
+    for token, label in zip(ids, labels, strict=True):
+        assert label in (IGNORE_INDEX, token)
+
+
+def test_both_methods_agree_on_every_fixture_and_the_samples(tokenizer):
+    from core.data.samples import sample_dataset_path
+
+    records = []
+    for name in ("alpaca.json", "sharegpt.jsonl", "messages.jsonl"):
+        records += load_records(FIXTURES / name)
+    records += load_records(sample_dataset_path())
+    generation = tokenize_dataset(records, tokenizer, None, method="generation")
+    prefix = tokenize_dataset(records, tokenizer, None, method="prefix")
+    assert generation.input_ids == prefix.input_ids
+    assert generation.labels == prefix.labels
+    assert generation.method == "generation" and prefix.method == "prefix"
+
+
+def test_tool_calls_are_trained_on_and_tool_results_are_not(tokenizer):
+    records = load_records(FIXTURES / "messages.jsonl")
+    result = tokenize_dataset(records[2:], tokenizer, None)
+    runs = labelled_runs(tokenizer, result.labels[0])
+    assert runs == [
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call><|im_end|>',
+        "21 degrees in Rome.<|im_end|>",
+    ]
+
+
+def test_prefix_method_on_a_template_without_generation_tags(tokenizer):
+    plain = with_template(tokenizer, PLAIN_TEMPLATE)
+    record = chat(("Spell cat backwards.", "tac"), ("Reverse: red blue", "blue red"))
+    result = tokenize_dataset([record], plain, None)
+    assert result.method == "prefix"
+    assert [run.strip() for run in labelled_runs(plain, result.labels[0])] == ["tac", "blue red"]
+
+
+def test_search_fallback_when_a_prefix_renders_differently(tokenizer):
+    odd = with_template(tokenizer, SUFFIX_TEMPLATE)
+    record = chat(("one?", "uno"), ("two?", "dos"))
+    result = tokenize_dataset([record], odd, None)
+    # each answer with the end-of-turn text that follows it; the last also with the template's [END]
+    assert labelled_runs(odd, result.labels[0]) == ["uno</s>", "dos</s>[END]"]
+
+
+def test_loss_on_all_labels_every_token(tokenizer):
+    record = chat(("q", "a"))
+    result = tokenize_dataset([record], tokenizer, None, loss_on="all")
+    assert result.labels[0] == result.input_ids[0]
+    with pytest.raises(ValueError, match="loss_on"):
+        tokenize_dataset([record], tokenizer, None, loss_on="user")
+
+
+def test_text_records_train_on_all_tokens_and_end_with_eos(tokenizer):
+    result = tokenize_dataset([TextRecord("The river runs past the bridge.")], tokenizer, 256)
+    ids, labels = result.input_ids[0], result.labels[0]
+    assert labels == ids
+    assert ids[-1] == tokenizer.eos_token_id
+    assert tokenizer.decode(ids[:-1]) == "The river runs past the bridge."
+
+
+def test_truncation_is_counted_never_silent(tokenizer):
+    long_answer = " ".join(["word"] * 60)
+    records = [chat(("short", "ok")), chat(("tell me a lot", long_answer)), TextRecord("x " * 100)]
+    full = tokenize_dataset(records, tokenizer, None)
+    limit = 24
+    cut = tokenize_dataset(records, tokenizer, limit)
+    expected_dropped = sum(max(0, n - limit) for n in full.lengths)
+    assert cut.truncated == 2
+    assert cut.tokens_dropped == expected_dropped > 0
+    assert max(cut.lengths) == limit
+    assert cut.skipped == 0
+    assert cut.summary()["truncated"] == 2
+
+
+def test_a_sample_left_without_labels_is_dropped_and_counted(tokenizer):
+    record = chat(("a very long question " * 20, "short answer"))
+    record.origin = "data.jsonl:7"
+    result = tokenize_dataset([record, chat(("q", "a"))], tokenizer, 16)
+    assert len(result) == 1
+    assert result.skipped == 1 and result.skipped_origins == ["data.jsonl:7"]
+    assert result.truncated == 1
+
+
+def test_token_lengths_match_untruncated_tokenization(tokenizer):
+    records = load_records(FIXTURES / "sharegpt.jsonl") + load_records(FIXTURES / "text.jsonl")
+    assert token_lengths(records, tokenizer) == tokenize_dataset(records, tokenizer, None).lengths
+
+
+def test_tokenizer_without_a_chat_template_gets_the_bundled_one(tokenizer):
+    base = with_template(tokenizer, None)
+    assert not base.chat_template
+    result = tokenize_dataset([chat(("q?", "an answer"))], base, None)
+    assert result.chat_template_added is True and result.summary()["chat_template_added"] is True
+    assert labelled_runs(base, result.labels[0]) == ["an answer<|im_end|>"]
+    # text records need no template and leave the tokenizer alone
+    plain = with_template(tokenizer, None)
+    assert tokenize_dataset([TextRecord("x")], plain, None).chat_template_added is False
+    assert not plain.chat_template
