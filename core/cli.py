@@ -19,6 +19,7 @@ from core.i18n import set_language, t
 COMMAND_MODULES: list[str] = [
     "core.hardware.commands",
     "core.data.commands",
+    "core.runs.commands",
 ]
 
 

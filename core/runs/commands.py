@@ -1,0 +1,457 @@
+"""``tunedeck train / demo / runs / status / logs / stop / resume``: detached runs from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    from core.i18n import t
+
+    p = subparsers.add_parser("train", help=t("runs.train_help"), description=t("runs.train_help"))
+    p.add_argument("config", metavar="RUN.yaml")
+    p.add_argument("overrides", nargs="*", metavar="key=value")
+    p.add_argument("--json", action="store_true", help=t("runs.json_help"))
+    p.add_argument("--nnodes", type=int, default=1, help=t("runs.nnodes_help"))
+    p.add_argument("--node-rank", type=int, default=0, help=t("runs.node_rank_help"))
+    p.add_argument("--master-addr", default="127.0.0.1", help=t("runs.master_addr_help"))
+    p.add_argument("--master-port", type=int, default=0, help=t("runs.master_port_help"))
+    p.add_argument("--hostfile", default=None, help=t("runs.hostfile_help"))
+    p.set_defaults(handler=cmd_train)
+
+    p = subparsers.add_parser("demo", help=t("runs.demo_help"), description=t("runs.demo_help"))
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--headless", action="store_true", help=t("runs.demo_headless_help"))
+    mode.add_argument("--detach", action="store_true", help=t("runs.demo_detach_help"))
+    p.add_argument("--json", action="store_true", help=t("runs.json_help"))
+    p.set_defaults(handler=cmd_demo)
+
+    p = subparsers.add_parser("runs", help=t("runs.runs_help"), description=t("runs.runs_help"))
+    p.add_argument("--json", action="store_true", help=t("runs.json_help"))
+    p.set_defaults(handler=cmd_runs)
+
+    p = subparsers.add_parser("status", help=t("runs.status_help"), description=t("runs.status_help"))
+    p.add_argument("run", metavar="RUN", help=t("runs.run_arg_help"))
+    p.add_argument("--json", action="store_true", help=t("runs.json_help"))
+    p.set_defaults(handler=cmd_status)
+
+    p = subparsers.add_parser("logs", help=t("runs.logs_help"), description=t("runs.logs_help"))
+    p.add_argument("run", metavar="RUN", help=t("runs.run_arg_help"))
+    p.add_argument("-f", "--follow", action="store_true", help=t("runs.follow_help"))
+    p.add_argument("-n", "--lines", type=int, default=None, help=t("runs.lines_help"))
+    p.set_defaults(handler=cmd_logs)
+
+    p = subparsers.add_parser("stop", help=t("runs.stop_help"), description=t("runs.stop_help"))
+    p.add_argument("run", metavar="RUN", help=t("runs.run_arg_help"))
+    p.add_argument("--force", action="store_true", help=t("runs.force_help"))
+    p.add_argument("--wait", action="store_true", help=t("runs.wait_help"))
+    p.add_argument("--timeout", type=float, default=None, help=t("runs.timeout_help"))
+    p.add_argument("--json", action="store_true", help=t("runs.json_help"))
+    p.set_defaults(handler=cmd_stop)
+
+    p = subparsers.add_parser("resume", help=t("runs.resume_help"), description=t("runs.resume_help"))
+    p.add_argument("run", metavar="RUN", help=t("runs.run_arg_help"))
+    p.add_argument("--json", action="store_true", help=t("runs.json_help"))
+    p.set_defaults(handler=cmd_resume)
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def _err(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _resolve(ref: str) -> Any:
+    from core.cli import CliError
+    from core.runs.listing import RunNotFound, resolve_run
+
+    try:
+        return resolve_run(ref)
+    except RunNotFound as exc:
+        raise CliError(str(exc), 2) from exc
+
+
+def _fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def _gpu_caps() -> dict[str, Any] | None:
+    """bf16 capability of the first visible GPU for config validation; None without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            if pynvml.nvmlDeviceGetCount() == 0:
+                return None
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            major, _minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            name = pynvml.nvmlDeviceGetName(handle)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+    return {"bf16": major >= 8, "name": name if isinstance(name, str) else name.decode()}
+
+
+def _check_data(config: Any) -> None:
+    """Refuse to start on data that does not load cleanly (before any GPU is touched)."""
+    from core.cli import CliError
+    from core.data import DataError, load_training_records
+    from core.i18n import t
+
+    if not config.dataset:
+        raise CliError(t("runs.no_dataset"), 2)
+    try:
+        load_training_records(config.dataset, hub=config.hub)
+    except DataError as exc:
+        raise CliError(t("runs.dataset_invalid", problems=str(exc)), 2) from exc
+
+
+def _absolute_local_paths(config: Any, yaml_dir: Path | None) -> None:
+    """Make relative model/dataset paths absolute: the trainer runs in the run directory, not here.
+
+    A relative path is taken from the current directory, else from the YAML file's directory; anything
+    that exists in neither (a hub id such as ``Qwen/Qwen2.5-7B``) is left as it is.
+    """
+
+    def fix(value: str) -> str:
+        path = Path(value).expanduser()
+        if path.is_absolute():
+            return str(path)
+        for base in (Path.cwd(), yaml_dir):
+            if base is not None and (base / path).exists():
+                return str((base / path).resolve())
+        return value
+
+    if isinstance(config.model, str):
+        config.model = fix(config.model)
+    if isinstance(config.dataset, str):
+        config.dataset = fix(config.dataset)
+    elif isinstance(config.dataset, list):
+        config.dataset = [fix(d) if isinstance(d, str) else d for d in config.dataset]
+
+
+def _check_model(config: Any) -> None:
+    """A model that names a local directory must be one with a config.json (hub ids pass)."""
+    from core.assets import resolve_model_name
+    from core.cli import CliError
+    from core.i18n import t
+
+    if not config.model:
+        raise CliError(t("runs.no_model"), 2)
+    value = resolve_model_name(str(config.model))
+    looks_local = value.startswith(("/", "./", "../", "~")) or Path(value).expanduser().exists()
+    if looks_local and not (Path(value).expanduser() / "config.json").is_file():
+        raise CliError(t("runs.model_missing", path=value), 2)
+
+
+def _start(run: Any, resume_from: str | None = None) -> None:
+    from core.cli import CliError
+    from core.i18n import t
+    from core.runs.launch import start_supervisor, wait_until_started
+
+    proc = start_supervisor(run, resume_from=None if resume_from is None else Path(resume_from))
+    if not wait_until_started(run, proc):
+        tail = ""
+        try:
+            tail = run.supervisor_log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
+        except OSError:
+            pass
+        message = t("runs.supervisor_failed", path=str(run.supervisor_log_path), tail=tail.strip())
+        if run.status().status == "queued":  # the supervisor never got as far as recording anything
+            run.write_status("failed", message.splitlines()[0])
+        raise CliError(message, 1)
+
+
+def _launch_config(config: Any, argv: list[str], command: str, distributed: Any = None) -> Any:
+    from core.cli import CliError
+    from core.i18n import t
+    from core.runs.gpus import resolve_gpus, visible_gpu_count
+    from core.runs.launch import create_run
+
+    try:
+        gpus = resolve_gpus(config.gpus, visible_gpu_count())
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from exc
+    if not gpus and config.method == "qlora":
+        raise CliError(t("runs.qlora_needs_gpu"), 2)
+    if not gpus and int(config.zero_stage or 0) > 0:
+        raise CliError(t("runs.zero_needs_gpu"), 2)
+    return create_run(config, argv, command=command, gpus=gpus, distributed=distributed)
+
+
+# -- handlers --------------------------------------------------------------------------------------
+def cmd_train(args: argparse.Namespace) -> int:
+    from core.cli import CliError
+    from core.config import ConfigError, load_run_config
+    from core.i18n import t
+    from core.runs.launch import DistributedSettings
+
+    try:
+        config = load_run_config(args.config, list(args.overrides), gpu_caps=_gpu_caps())
+    except ConfigError as exc:
+        raise CliError(str(exc), 2) from exc
+    except FileNotFoundError as exc:
+        raise CliError(t("runs.config_missing", path=args.config), 2) from exc
+    for warning in getattr(config, "warnings", []) or []:
+        _err(t("runs.config_warning", warning=str(warning)))
+    _absolute_local_paths(config, Path(args.config).resolve().parent)
+    _check_model(config)
+    _check_data(config)
+    if args.hostfile:
+        from core.runs.hostfile import DEFAULT_MASTER_PORT, HostfileError, node_rank_of, read_hostfile
+
+        try:
+            hosts = read_hostfile(Path(args.hostfile))
+        except HostfileError as exc:
+            raise CliError(str(exc), 2) from exc
+        rank = node_rank_of(hosts) if args.node_rank == 0 else args.node_rank
+        if rank is None:
+            raise CliError(t("runs.hostfile_not_listed", path=args.hostfile), 2)
+        args.nnodes, args.node_rank, args.master_addr = len(hosts), rank, hosts[0]
+        args.master_port = args.master_port or DEFAULT_MASTER_PORT
+    if args.nnodes > 1 and not args.master_port:
+        raise CliError(t("runs.master_port_needed"), 2)
+    distributed = DistributedSettings(args.nnodes, args.node_rank, args.master_addr, args.master_port)
+    argv = ["tunedeck", "train", args.config, *args.overrides]
+    if args.nnodes > 1:
+        argv += [f"--nnodes={args.nnodes}", f"--node-rank={args.node_rank}",
+                 f"--master-addr={args.master_addr}", f"--master-port={args.master_port}"]
+    run = _launch_config(config, argv, "train", distributed)
+    _start(run)
+    _report_started(run, args.json)
+    return 0
+
+
+def _report_started(run: Any, as_json: bool) -> None:
+    from core.i18n import t
+
+    if as_json:
+        _print_json({"id": run.id, "run_dir": str(run.path), "status": run.status().status})
+    else:
+        print(run.id)
+        _err(t("runs.started", id=run.id, path=str(run.path)))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from core.config import default_demo_config
+    from core.i18n import t
+
+    config = default_demo_config()
+    if config.gpus == "all":
+        from core.runs.gpus import visible_gpu_count
+
+        # A tiny model gains nothing from eight GPUs: one, or the CPU.
+        config.gpus = 1 if visible_gpu_count() > 0 else "all"
+    run = _launch_config(config, ["tunedeck", "demo"] + (["--headless"] if args.headless else [])
+                         + (["--detach"] if args.detach else []), "demo")
+    if args.headless:
+        return _run_headless(run, args.json)
+    _start(run)
+    if args.detach:
+        _report_started(run, args.json)
+        return 0
+    import inspect
+
+    from core.settings import load_settings
+    from tui.app import run_app  # the app; imported only when asked for
+
+    settings = load_settings()
+    _err(t("runs.started", id=run.id, path=str(run.path)))
+    if "open_run" in inspect.signature(run_app).parameters:
+        return int(run_app(settings, open_run=run.id) or 0)
+    return int(run_app(settings) or 0)  # an app that does not open runs yet
+
+
+def _run_headless(run: Any, as_json: bool) -> int:
+    """Supervise the run in this process, printing a progress line per metrics record on stderr."""
+    import threading
+
+    from core.i18n import t
+    from core.runs.jsonl import iter_records
+    from core.runs.supervisor import supervise
+
+    stop = threading.Event()
+
+    def progress() -> None:
+        seen = 0
+        while True:
+            done = stop.is_set()
+            records = list(iter_records(run.metrics_path))
+            for record in records[seen:]:
+                if record.get("kind") == "train":
+                    _err(t("runs.progress_line", step=record.get("step"), total=record.get("total_steps"),
+                           loss=_fmt_float(record.get("loss")), tps=_fmt_float(record.get("tokens_per_s"), 0),
+                           eta=_fmt_duration(record.get("eta_s"))))
+                elif record.get("kind") == "eval":
+                    _err(t("runs.progress_eval", step=record.get("step"), loss=_fmt_float(record.get("eval_loss"))))
+            seen = len(records)
+            if done:
+                return
+            stop.wait(0.5)
+
+    _err(t("runs.headless_start", id=run.id, path=str(run.path)))
+    printer = threading.Thread(target=progress, daemon=True)
+    printer.start()
+    try:
+        code = supervise(run.path)
+    finally:
+        stop.set()
+        printer.join(timeout=5)
+    status = run.status()
+    if as_json:
+        _print_json({"id": run.id, "run_dir": str(run.path), "status": status.status, "reason": status.reason})
+    else:
+        print(run.id)
+        _err(t("runs.headless_done", status=status.status, reason=status.reason or "-"))
+    return code
+
+
+def _fmt_float(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    return f"{float(value):.{digits}f}"
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from core.i18n import t
+    from core.runs.listing import list_runs
+    from core.text_width import pad, truncate
+
+    runs = list_runs()
+    if args.json:
+        _print_json([r.to_dict() for r in runs])
+        return 0
+    if not runs:
+        _err(t("runs.none_yet"))
+        return 0
+    headers = [t("runs.col_id"), t("runs.col_status"), t("runs.col_method"), t("runs.col_step"),
+               t("runs.col_loss"), t("runs.col_tps"), t("runs.col_eta"), t("runs.col_model")]
+    rows = []
+    for r in runs:
+        step = f"{r.step}/{r.total_steps}" if r.step is not None else "-"
+        rows.append([r.id, r.status, r.method, step, _fmt_float(r.loss), _fmt_float(r.tokens_per_s, 0),
+                     _fmt_duration(r.eta_s) if r.status == "running" else "-", truncate(r.model, 40)])
+    from core.text_width import cell_len
+
+    widths = [max(cell_len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    for row in [headers, *rows]:
+        print("  ".join(pad(str(cell), w) for cell, w in zip(row, widths, strict=False)).rstrip())
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from core.i18n import t
+    from core.runs.listing import summarize
+
+    run = _resolve(args.run)
+    summary = summarize(run)
+    record = run.record()
+    last_ckpt = run.last_complete_checkpoint()
+    last_eval = run.latest_eval()
+    if args.json:
+        data = summary.to_dict()
+        data.update({
+            "last_checkpoint": str(last_ckpt.path) if last_ckpt else None,
+            "last_checkpoint_step": last_ckpt.step if last_ckpt else None,
+            "eval_loss": (last_eval or {}).get("eval_loss"),
+            "supervisor": record.get("supervisor"),
+            "attempts": record.get("attempts") or [],
+            "last_event": run.last_event(),
+        })
+        _print_json(data)
+        return 0
+    lines = [
+        (t("runs.field_id"), summary.id),
+        (t("runs.field_status"), summary.status + (f" — {summary.reason}" if summary.reason else "")),
+        (t("runs.field_model"), f"{summary.model} ({summary.method})"),
+        (t("runs.field_step"), f"{summary.step if summary.step is not None else '-'}/{summary.total_steps or '-'}"),
+        (t("runs.field_loss"), _fmt_float(summary.loss)),
+        (t("runs.field_eval_loss"), _fmt_float((last_eval or {}).get("eval_loss"))),
+        (t("runs.field_speed"), _fmt_float(summary.tokens_per_s, 0)),
+        (t("runs.field_eta"), _fmt_duration(summary.eta_s)),
+        (t("runs.field_checkpoint"), str(last_ckpt.path) if last_ckpt else "-"),
+        (t("runs.field_gpus"), ",".join(str(g) for g in summary.gpus) or "cpu"),
+        (t("runs.field_dir"), summary.run_dir),
+    ]
+    width = max(len(k) for k, _ in lines)
+    for key, value in lines:
+        print(f"{key.ljust(width)}  {value}")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from core.runs.liveness import effective_status
+    from core.runs.logs import follow, last_lines
+
+    run = _resolve(args.run)
+    offset = 0
+    if args.lines is not None:
+        lines, offset = last_lines(run.log_path, max(0, args.lines))
+        for line in lines:
+            print(line)
+        sys.stdout.flush()
+        if not args.follow:
+            return 0
+    if not args.follow:
+        for line in follow(run.log_path, lambda: True, offset):
+            print(line)
+        return 0
+    try:
+        for line in follow(run.log_path, lambda: not effective_status(run).active, offset):
+            print(line, flush=True)
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from core.cli import CliError
+    from core.i18n import t
+    from core.runs.control import RunControlError, request_stop, wait_for_end
+
+    run = _resolve(args.run)
+    try:
+        result = request_stop(run, force=args.force)
+    except RunControlError as exc:
+        raise CliError(str(exc), 1) from exc
+    status = result.status
+    if args.wait and not result.forced:
+        _err(t("runs.stop_waiting", id=run.id))
+        status = wait_for_end(run, args.timeout)
+    if args.json:
+        _print_json({"id": run.id, "forced": result.forced, "status": status.status, "reason": status.reason})
+    elif result.forced:
+        _err(t("runs.stop_forced", id=run.id))
+    elif status.active:
+        _err(t("runs.stop_requested", id=run.id))
+    else:
+        _err(t("runs.stop_done", id=run.id, status=status.status))
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from core.cli import CliError
+    from core.runs.control import RunControlError, prepare_resume
+
+    run = _resolve(args.run)
+    try:
+        checkpoint = prepare_resume(run)
+    except RunControlError as exc:
+        raise CliError(str(exc), 1) from exc
+    _start(run, resume_from=checkpoint)
+    _report_started(run, args.json)
+    return 0

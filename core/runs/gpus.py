@@ -1,0 +1,57 @@
+"""Which GPUs a run gets: a light NVML count, no torch import (the CLI must stay quick)."""
+
+from __future__ import annotations
+
+import os
+
+
+def visible_gpu_count() -> int:
+    """GPUs this process may use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES; 0 without a driver."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        entries = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+        if not entries:
+            return 0
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except ImportError:
+        return _torch_gpu_count()  # no nvidia-ml-py: ask CUDA itself (slower: imports torch)
+    except Exception:  # no driver, no permission: a CPU box as far as we are concerned
+        return 0
+    if visible is not None:
+        return min(count, len(entries))
+    return count
+
+
+def resolve_gpus(requested: object, available: int) -> list[int]:
+    """``gpus`` from the config (all / a count / a list of indices) as indices on this box.
+
+    Raises ValueError with a message naming what is missing when the request cannot be met.
+    """
+    if requested in (None, "all"):
+        return list(range(available))
+    if isinstance(requested, bool):
+        raise ValueError(f"gpus: expected all, a count or a list of indices, got {requested!r}")
+    if isinstance(requested, int):
+        if requested > available:
+            raise ValueError(f"gpus: {requested} GPUs asked for, {available} visible on this machine")
+        return list(range(requested))
+    indices = [int(i) for i in requested]  # type: ignore[union-attr]
+    missing = [i for i in indices if i >= available or i < 0]
+    if missing:
+        raise ValueError(f"gpus: index {missing[0]} asked for, {available} GPUs visible on this machine")
+    return indices
+
+
+def _torch_gpu_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0

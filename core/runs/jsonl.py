@@ -1,0 +1,96 @@
+"""Append-only JSON-lines files that a tailing reader can follow safely.
+
+Each record is one ``os.write`` of one complete line on a file opened with ``O_APPEND``, so concurrent
+writers never interleave inside a line and a reader only ever sees a partial line at the very end.
+Reading the latest record of a long file reads the tail only: listing a hundred runs must stay cheap even
+when each has a million-line ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+PRIVATE_FILE_MODE = 0o600
+_TAIL_BLOCK = 64 * 1024
+_TAIL_MAX = 4 * 1024 * 1024
+
+
+def _clean(value: Any) -> Any:
+    """NaN and infinities are not JSON: they become null (the NaN event says what happened)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one text line (a newline is added) with a single write."""
+    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON record as one line."""
+    append_line(path, json.dumps(_clean(record), ensure_ascii=False, sort_keys=False))
+
+
+def iter_records(path: Path) -> Iterator[dict[str, Any]]:
+    """Every complete, parseable record of ``path`` from the start (a torn last line is skipped)."""
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                break
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield record
+
+
+def last_record(
+    path: Path, match: Callable[[dict[str, Any]], bool] = lambda r: True
+) -> dict[str, Any] | None:
+    """The last complete record for which ``match`` is true, reading the file backwards in blocks."""
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    with handle:
+        end = handle.seek(0, os.SEEK_END)
+        block = _TAIL_BLOCK
+        while True:
+            start = max(0, end - block)
+            handle.seek(start)
+            chunk = handle.read(end - start)
+            lines = chunk.split(b"\n")
+            # lines[-1] is what follows the last newline: a torn record (or b"") — never complete.
+            lines = lines[:-1]
+            if start > 0:
+                lines = lines[1:]  # the first piece may begin mid-line
+            for raw in reversed(lines):
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and match(record):
+                    return record
+            if start == 0 or block >= _TAIL_MAX:
+                return None
+            block *= 4

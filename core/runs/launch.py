@@ -1,0 +1,175 @@
+"""Creating a run directory and starting its detached supervisor (``tunedeck train`` / ``resume``).
+
+The supervisor is started in its own session (``start_new_session=True``) with stdin from /dev/null and
+its output in ``supervisor.log``: closing the terminal, a SIGHUP to the shell's process group, or the
+app exiting never reaches it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from core import __version__
+from core.paths import ensure_private_dir, runs_dir
+from core.runs.run_dir import QUEUED, RunDirectory, utc_now_iso
+from core.runs.scrub import scrub_argv, scrub_env
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+# Environment variables worth recording in run.json (values of secret-looking ones are scrubbed).
+_RECORDED_ENV_PREFIXES = ("CUDA_", "NCCL_", "TUNEDECK_", "HF_", "MODELSCOPE_", "TORCH", "OMP_", "PYTORCH_")
+
+
+@dataclass
+class DistributedSettings:
+    """Multi-node rendezvous; one node: the defaults. Every node runs ``tunedeck train`` with the same
+    config, its own ``node_rank`` and the same ``master_addr``/``master_port``."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0  # 0 = pick a free port (single node only)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nnodes": self.nnodes, "node_rank": self.node_rank, "master_addr": self.master_addr,
+                "master_port": self.master_port, **self.extra}
+
+
+def _slug(text: str, limit: int = 24) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return slug[:limit].strip("-") or "run"
+
+
+def new_run_id(name: str, now: datetime | None = None) -> str:
+    """``20261129-2301-qwen-lora-ab12``: sortable by time, readable, unique by its random tail."""
+    now = now or datetime.now(timezone.utc)
+    return f"{now.strftime('%Y%m%d-%H%M')}-{_slug(name)}-{secrets.token_hex(2)}"
+
+
+def default_run_name(config: dict[str, Any]) -> str:
+    model = str(config.get("model") or "model").rstrip("/")
+    base = model.split("/")[-1]
+    return f"{base}-{config.get('method', 'lora')}"
+
+
+def recorded_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if env is None else env)
+    kept = {k: v for k, v in env.items() if k.startswith(_RECORDED_ENV_PREFIXES)}
+    return dict(sorted(scrub_env(kept).items()))
+
+
+def create_run(
+    config: Any,
+    argv: list[str],
+    command: str = "train",
+    gpus: list[int] | None = None,
+    distributed: DistributedSettings | None = None,
+    root: Path | None = None,
+) -> RunDirectory:
+    """Make ``runs_dir()/<id>`` (0700) with config.yaml, run.json and status.json (queued), all 0600.
+
+    ``config`` is a ``RunConfig`` (anything with ``to_dict()`` and ``save(path)``).
+    """
+    values = config.to_dict()
+    name = values.get("name") or default_run_name(values)
+    root = ensure_private_dir(root or runs_dir())
+    for _ in range(20):
+        run_id = new_run_id(name)
+        path = root / run_id
+        try:
+            path.mkdir(mode=0o700)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 20 collisions of a random tail within one minute
+        raise RuntimeError(f"could not create a unique run directory under {root}")
+    os.chmod(path, 0o700)
+    run = RunDirectory(path)
+    config.save(run.config_path)
+    os.chmod(run.config_path, 0o600)
+    dataset = values.get("dataset")
+    record = {
+        "id": run_id,
+        "created": utc_now_iso(),
+        "command": command,
+        "argv": scrub_argv(argv),
+        "cwd": os.getcwd(),
+        "gpus": list(gpus or []),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "tunedeck_version": __version__,
+        "config_summary": {
+            "name": name,
+            "model": values.get("model"),
+            "method": values.get("method"),
+            "dataset": dataset,
+        },
+        "distributed": (distributed or DistributedSettings()).to_dict(),
+        "env": recorded_env(),
+        "attempts": [],
+    }
+    run.update_record(**record)
+    run.write_status(QUEUED, "")
+    return run
+
+
+def supervisor_command(run: RunDirectory, resume_from: Path | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "core.runs.supervisor", str(run.path)]
+    if resume_from is not None:
+        cmd += ["--resume", str(resume_from)]
+    return cmd
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for the supervisor and trainer: ours, with tunedeck importable."""
+    env = dict(os.environ)
+    path = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + path if path else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def start_supervisor(run: RunDirectory, resume_from: Path | None = None) -> subprocess.Popen:
+    """Start ``python -m core.runs.supervisor RUN_DIR`` detached from this terminal and return at once."""
+    log_fd = os.open(run.supervisor_log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        proc = subprocess.Popen(
+            supervisor_command(run, resume_from),
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            cwd=str(run.path),
+            env=child_env(),
+        )
+    finally:
+        os.close(log_fd)
+    return proc
+
+
+def wait_until_started(run: RunDirectory, proc: subprocess.Popen, timeout_s: float = 10.0) -> bool:
+    """Wait until the supervisor holds the lock (True) or has exited early (False)."""
+    from core.runs.liveness import supervisor_alive
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:  # already gone: fine if it got to run (a very short attempt)
+            return bool(run.record().get("supervisor"))
+        if supervisor_alive(run) and run.record().get("supervisor"):
+            return True
+        time.sleep(0.05)
+    return proc.poll() is None

@@ -1,0 +1,103 @@
+"""Listing runs and finding one by id, id prefix or path."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.paths import runs_dir
+from core.runs.liveness import effective_status
+from core.runs.run_dir import RunDirectory
+
+
+class RunNotFound(LookupError):
+    """No run matches (or several do); the message says which and what to type instead."""
+
+
+@dataclass
+class RunSummary:
+    """One line of ``tunedeck runs``; the dashboard's run picker uses the same fields."""
+
+    id: str
+    status: str
+    reason: str
+    created: str
+    model: str
+    method: str
+    step: int | None
+    total_steps: int | None
+    run_dir: str
+    loss: float | None = None
+    tokens_per_s: float | None = None
+    eta_s: float | None = None
+    gpus: list[int] = field(default_factory=list)
+    name: str = ""
+    updated: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(run: RunDirectory) -> RunSummary:
+    """Status (liveness applied), identity and the latest metrics of one run; reads only tails."""
+    status = effective_status(run)
+    record = run.record()
+    config = record.get("config_summary") or {}
+    metrics = run.latest_metrics() or {}
+    total = metrics.get("total_steps")
+    if total is None:
+        header = run.metrics_header() or {}
+        total = header.get("total_steps")
+    return RunSummary(
+        id=run.id,
+        status=status.status,
+        reason=status.reason,
+        created=str(record.get("created", "")),
+        model=str(config.get("model", "")),
+        method=str(config.get("method", "")),
+        step=metrics.get("step"),
+        total_steps=total,
+        run_dir=str(run.path),
+        loss=metrics.get("loss"),
+        tokens_per_s=metrics.get("tokens_per_s"),
+        eta_s=metrics.get("eta_s"),
+        gpus=list(record.get("gpus") or []),
+        name=str(config.get("name", "") or ""),
+        updated=status.updated,
+    )
+
+
+def iter_run_dirs(root: Path | None = None) -> list[RunDirectory]:
+    root = root or runs_dir()
+    try:
+        children = sorted(p for p in root.iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return []
+    return [RunDirectory(p) for p in children if (p / "run.json").is_file()]
+
+
+def list_runs(root: Path | None = None) -> list[RunSummary]:
+    """Every run under ``runs_dir()``, newest first, with crashed runs detected (and recorded)."""
+    summaries = [summarize(run) for run in iter_run_dirs(root)]
+    summaries.sort(key=lambda s: (s.created, s.id), reverse=True)
+    return summaries
+
+
+def resolve_run(ref: str, root: Path | None = None) -> RunDirectory:
+    """A run from its id, a unique id prefix, or the path of its directory."""
+    from core.i18n import t
+
+    candidate = Path(ref).expanduser()
+    if (candidate / "run.json").is_file():
+        return RunDirectory(candidate.resolve())
+    runs = iter_run_dirs(root)
+    exact = [r for r in runs if r.id == ref]
+    if exact:
+        return exact[0]
+    matches = [r for r in runs if r.id.startswith(ref)] if ref else []
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise RunNotFound(t("runs.not_found", ref=ref, root=str(root or runs_dir())))
+    raise RunNotFound(t("runs.ambiguous", ref=ref, ids=", ".join(r.id for r in matches[:5])))

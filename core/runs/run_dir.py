@@ -1,0 +1,237 @@
+"""One run's directory: the files a run leaves behind and the cheap reads the CLI and dashboard use.
+
+Layout of ``runs_dir()/<id>/`` (directory 0700, every file 0600)::
+
+    config.yaml       the resolved run configuration (what the trainer really used)
+    run.json          id, created, command, argv, GPUs, host, version, pids, attempts
+    status.json       {"status", "reason", "updated", "updated_ts"}, replaced atomically
+    lock              flock'ed exclusively by the supervisor for its whole life
+    metrics.jsonl     header record, then one record per logging step / evaluation / resume
+    events.jsonl      checkpoint saved, OOM, NaN loss, stop requested, resumed, finished, failed …
+    train.log         human log of every rank, each line prefixed "[rank N]" (or "[supervisor]")
+    supervisor.log    the supervisor's own stdout/stderr (tracebacks if it dies)
+    outcome.json      the trainer's verdict for the last attempt (read by the supervisor)
+    checkpoints/      checkpoint-N/ with a COMPLETE marker; checkpoint-N.tmp/ while being written
+    deepspeed.json    generated when ZeRO is on
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from core.atomic_file import write_json_atomic
+from core.runs.checkpoints import Checkpoint, list_checkpoints
+from core.runs.jsonl import append_jsonl, last_record
+
+QUEUED = "queued"
+STARTING = "starting"
+RUNNING = "running"
+STOPPING = "stopping"
+STOPPED = "stopped"
+FINISHED = "finished"
+FAILED = "failed"
+CRASHED = "crashed"
+
+ALL_STATES = (QUEUED, STARTING, RUNNING, STOPPING, STOPPED, FINISHED, FAILED, CRASHED)
+# A supervisor should be alive in these states; if it is not, the run crashed.
+ACTIVE_STATES = frozenset({QUEUED, STARTING, RUNNING, STOPPING})
+TERMINAL_STATES = frozenset({STOPPED, FINISHED, FAILED, CRASHED})
+
+METRICS_SCHEMA = 1
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """What ``status.json`` says (or what liveness concluded)."""
+
+    status: str
+    reason: str = ""
+    updated: str = ""
+    updated_ts: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_STATES
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RunDirectory:
+    """Reads and writes the files of one run directory. Cheap to construct; reads on demand."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    # -- paths -------------------------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def record_path(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def status_path(self) -> Path:
+        return self.path / "status.json"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path / "lock"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / "train.log"
+
+    @property
+    def supervisor_log_path(self) -> Path:
+        return self.path / "supervisor.log"
+
+    @property
+    def outcome_path(self) -> Path:
+        return self.path / "outcome.json"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def deepspeed_config_path(self) -> Path:
+        return self.path / "deepspeed.json"
+
+    def exists(self) -> bool:
+        return self.record_path.is_file()
+
+    # -- reads -------------------------------------------------------------------------------------
+    def status(self) -> RunStatus:
+        """The recorded status (no liveness check: see ``core.runs.liveness.effective_status``)."""
+        try:
+            raw = json.loads(self.status_path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, ValueError):
+            return RunStatus(QUEUED, "", "", 0.0)
+        return RunStatus(
+            status=str(raw.get("status", QUEUED)),
+            reason=str(raw.get("reason", "") or ""),
+            updated=str(raw.get("updated", "") or ""),
+            updated_ts=float(raw.get("updated_ts", 0.0) or 0.0),
+        )
+
+    def record(self) -> dict[str, Any]:
+        """``run.json`` as a dict (empty when missing or unreadable)."""
+        try:
+            value = json.loads(self.record_path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, ValueError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def config(self) -> dict[str, Any]:
+        """The resolved configuration (``config.yaml``) as a plain dict."""
+        import yaml
+
+        try:
+            value = yaml.safe_load(self.config_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def latest_metrics(self) -> dict[str, Any] | None:
+        """The last training record of ``metrics.jsonl`` (reads the tail only)."""
+        return last_record(self.metrics_path, lambda r: r.get("kind") == "train")
+
+    def latest_eval(self) -> dict[str, Any] | None:
+        return last_record(self.metrics_path, lambda r: r.get("kind") == "eval")
+
+    def metrics_header(self) -> dict[str, Any] | None:
+        """The first record of ``metrics.jsonl`` (schema, model, method, world size …)."""
+        try:
+            with open(self.metrics_path, "rb") as handle:
+                first = handle.readline()
+        except FileNotFoundError:
+            return None
+        try:
+            value = json.loads(first)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) and value.get("kind") == "header" else None
+
+    def last_event(self, kind: str | None = None) -> dict[str, Any] | None:
+        return last_record(self.events_path, lambda r: kind is None or r.get("event") == kind)
+
+    def checkpoints(self, complete_only: bool = False) -> list[Checkpoint]:
+        """Checkpoints by step; incomplete ones (no COMPLETE marker, or ``.tmp``) flagged."""
+        found = list_checkpoints(self.checkpoints_dir)
+        return [c for c in found if c.complete] if complete_only else found
+
+    def last_complete_checkpoint(self) -> Checkpoint | None:
+        complete = self.checkpoints(complete_only=True)
+        return complete[-1] if complete else None
+
+    # -- writes ------------------------------------------------------------------------------------
+    @contextmanager
+    def _status_lock(self) -> Iterator[None]:
+        """Serialises read-modify-write of status.json between supervisor, trainer and CLI."""
+        fd = os.open(self.path / ".status.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def write_status(self, status: str, reason: str = "") -> RunStatus:
+        """Replace status.json atomically."""
+        if status not in ALL_STATES:
+            raise ValueError(f"unknown run status {status!r}")
+        new = RunStatus(status, reason, utc_now_iso(), time.time())
+        with self._status_lock():
+            write_json_atomic(self.status_path, new.to_dict())
+        return new
+
+    def transition(self, status: str, reason: str = "", only_from: frozenset[str] | set[str] = frozenset()) -> bool:
+        """Write ``status`` only if the current status is one of ``only_from``; True if written."""
+        with self._status_lock():
+            current = self.status().status
+            if current not in only_from:
+                return False
+            write_json_atomic(self.status_path, RunStatus(status, reason, utc_now_iso(), time.time()).to_dict())
+        return True
+
+    def update_record(self, **changes: Any) -> dict[str, Any]:
+        """Merge ``changes`` into run.json (atomic replace) and return the new record."""
+        with self._status_lock():
+            record = self.record()
+            record.update(changes)
+            write_json_atomic(self.record_path, record)
+        return record
+
+    def append_event(self, event: str, **data: Any) -> None:
+        """One line in events.jsonl: ``{"time", "ts", "event", ...data}``."""
+        append_jsonl(self.events_path, {"time": utc_now_iso(), "ts": round(time.time(), 3), "event": event, **data})
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        append_jsonl(self.metrics_path, record)

@@ -1,0 +1,321 @@
+"""The supervisor of one run: ``python -m core.runs.supervisor RUN_DIR [--resume CHECKPOINT]``.
+
+It is started detached (own session) by ``tunedeck train`` / ``resume`` / ``demo --detach``, or in the
+foreground by ``tunedeck demo --headless``. For its whole life it holds an exclusive ``flock`` on
+``RUN_DIR/lock`` (that is how everyone else knows it is alive), records its pid and start time in
+run.json, starts the trainer as its child — ``python -m core.train.worker`` for one GPU or the CPU,
+``torchrun`` for several GPUs or nodes — prefixes every output line with its rank into ``train.log``,
+relays SIGTERM/SIGINT to the trainer processes (which then save a checkpoint and exit), and records the
+exit code and the final status atomically.
+
+The trainer is started with ``PR_SET_PDEATHSIG=SIGKILL``: if the supervisor is killed, the trainer dies
+too, so a crashed run never has an orphan trainer still writing into its directory (a new supervisor
+started by ``resume`` can trust the directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import fcntl
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from core.runs.jsonl import append_line
+from core.runs.run_dir import (
+    ACTIVE_STATES,
+    FAILED,
+    FINISHED,
+    QUEUED,
+    STARTING,
+    STOPPED,
+    STOPPING,
+    RunDirectory,
+    utc_now_iso,
+)
+
+EXIT_LOCKED = 3
+CPU_PROCESSES_ENV = "TUNEDECK_CPU_PROCESSES"
+_PR_SET_PDEATHSIG = 1
+_TORCHRUN_PREFIX = re.compile(r"^\[default(\d+)\]:")
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def visible_devices(gpus: list[int], inherited: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES for the trainer: the run's GPU indices, counted within what we were given.
+
+    Indices in run.json are positions among the GPUs visible to ``tunedeck train``; if that already ran
+    under CUDA_VISIBLE_DEVICES=2,3, index 0 is physical GPU 2. No GPUs: "" (a CPU run grabs none).
+    """
+    if not gpus:
+        return ""
+    if inherited is None or not inherited.strip():
+        return ",".join(str(g) for g in gpus)
+    given = [v.strip() for v in inherited.split(",") if v.strip()]
+    return ",".join(given[g] if g < len(given) else str(g) for g in gpus)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def trainer_command(run: RunDirectory, resume_from: str | None) -> tuple[list[str], int, int]:
+    """The trainer command line, the number of processes on this node and the global rank offset."""
+    record = run.record()
+    gpus = list(record.get("gpus") or [])
+    dist = record.get("distributed") or {}
+    nnodes = int(dist.get("nnodes", 1) or 1)
+    node_rank = int(dist.get("node_rank", 0) or 0)
+    nproc = max(1, len(gpus))
+    if not gpus:
+        # Several CPU processes (DDP over gloo): how the multi-process path is tested without GPUs.
+        nproc = max(1, int(os.environ.get(CPU_PROCESSES_ENV, "1") or 1))
+    worker = ["-m", "core.train.worker", str(run.path)]
+    if resume_from:
+        worker += ["--resume", resume_from]
+    zero_stage = int((run.config() or {}).get("zero_stage") or 0)
+    # DeepSpeed needs the distributed environment torchrun sets up, even for a single GPU.
+    if nproc == 1 and nnodes == 1 and zero_stage == 0:
+        return [sys.executable, *worker], 1, 0
+    port = int(dist.get("master_port") or 0) or _free_port()
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nproc_per_node={nproc}", f"--nnodes={nnodes}", f"--node_rank={node_rank}",
+        f"--master_addr={dist.get('master_addr') or '127.0.0.1'}", f"--master_port={port}",
+        "--tee=3", f"--log_dir={run.path / 'ranks'}",
+        *worker,
+    ]
+    return cmd, nproc, node_rank * nproc
+
+
+class Supervisor:
+    def __init__(self, run: RunDirectory, resume_from: str | None = None) -> None:
+        self.run = run
+        self.resume_from = resume_from
+        self.child: subprocess.Popen | None = None
+        self.stop_requests = 0
+        self.lock_fd: int | None = None
+        self.rank_offset = 0
+        self.multi_process = False
+
+    # -- logging -----------------------------------------------------------------------------------
+    def log(self, text: str) -> None:
+        for line in text.splitlines() or [""]:
+            append_line(self.run.log_path, f"[supervisor] {line}")
+
+    def _relay_line(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        match = _TORCHRUN_PREFIX.match(text)
+        if match:
+            rank = self.rank_offset + int(match.group(1))
+            text = f"[rank{rank}] {text[match.end():]}"
+        elif self.multi_process:
+            text = f"[launcher] {text}"
+        else:
+            text = f"[rank0] {text}"
+        append_line(self.run.log_path, text)
+
+    # -- signals -----------------------------------------------------------------------------------
+    def _trainer_processes(self) -> list[Any]:
+        """The processes that run the training loop: the child itself, or torchrun's workers."""
+        import psutil
+
+        if self.child is None:
+            return []
+        try:
+            parent = psutil.Process(self.child.pid)
+        except psutil.NoSuchProcess:
+            return []
+        if not self.multi_process:
+            return [parent]
+        return parent.children(recursive=False)  # torchrun's workers (not their helper processes)
+
+    def _on_stop_signal(self, signum: int, _frame: Any) -> None:
+        self.stop_requests += 1
+        if self.stop_requests == 1:
+            from core.i18n import t
+
+            self.run.transition(STOPPING, t("runs.reason_stop_requested"), only_from=ACTIVE_STATES)
+            self.run.append_event("stop_requested", signal=signal.Signals(signum).name)
+            self.log(f"{signal.Signals(signum).name} received: asking the trainer to save a checkpoint and stop")
+        self._relay(signal.SIGTERM)
+
+    def _relay(self, sig: int) -> None:
+        import psutil
+
+        for proc in self._trainer_processes():
+            try:
+                proc.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+
+    # -- life --------------------------------------------------------------------------------------
+    def acquire_lock(self, patience_s: float = 3.0) -> bool:
+        """Take the run's lock. Liveness checks (``tunedeck runs``, the app) hold it for microseconds,
+        so a busy lock is retried for a moment; one held longer belongs to another supervisor."""
+        fd = os.open(self.run.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.02)
+        self.lock_fd = fd
+        return True
+
+    def run_to_end(self) -> int:
+        """Supervise one attempt; returns the supervisor's exit code (0 = the run finished or stopped)."""
+        import psutil
+
+        if not self.acquire_lock():
+            print(f"another supervisor holds {self.run.lock_path}", file=sys.stderr)
+            return EXIT_LOCKED
+        me = psutil.Process(os.getpid())
+        signal.signal(signal.SIGTERM, self._on_stop_signal)
+        signal.signal(signal.SIGINT, self._on_stop_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        record = self.run.record()
+        attempts = list(record.get("attempts") or [])
+        attempt = {"number": len(attempts) + 1, "started": utc_now_iso(), "resume_from": self.resume_from}
+        attempts.append(attempt)
+        self.run.update_record(
+            supervisor={"pid": me.pid, "start_time": me.create_time(), "host": socket.gethostname()},
+            attempts=attempts,
+        )
+        self.run.transition(STARTING, "", only_from={QUEUED, STARTING})
+        try:
+            self.run.outcome_path.unlink()
+        except FileNotFoundError:
+            pass
+        cmd, nproc, self.rank_offset = trainer_command(self.run, self.resume_from)
+        self.multi_process = nproc > 1 or cmd[1:3] == ["-m", "torch.distributed.run"]
+        env = dict(os.environ)
+        env["TUNEDECK_RUN_DIR"] = str(self.run.path)
+        env["TUNEDECK_ATTEMPT"] = str(attempt["number"])
+        env["PYTHONUNBUFFERED"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices(record.get("gpus") or [], env.get("CUDA_VISIBLE_DEVICES"))
+        self.log(f"attempt {attempt['number']}: {' '.join(cmd)}")
+        started = time.time()
+        self.child = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+            env=env,
+            cwd=str(self.run.path),
+            preexec_fn=set_parent_death_signal,
+        )
+        try:
+            child_proc = psutil.Process(self.child.pid)
+            self.run.update_record(trainer={"pid": self.child.pid, "start_time": child_proc.create_time()})
+        except psutil.NoSuchProcess:
+            pass
+        if self.stop_requests:  # a stop that arrived while we were starting
+            self._relay(signal.SIGTERM)
+        assert self.child.stdout is not None
+        pending = b""
+        while True:
+            chunk = self.child.stdout.read1(65536)
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                self._relay_line(line)
+        if pending:
+            self._relay_line(pending)
+        code = self.child.wait()
+        status, reason = self.final_status(code)
+        elapsed = round(time.time() - started, 1)
+        attempt.update({"ended": utc_now_iso(), "exit_code": code, "status": status, "elapsed_s": elapsed})
+        self.run.update_record(attempts=attempts)
+        self.run.append_event(status, reason=reason, exit_code=code)
+        self.run.write_status(status, reason)
+        self.log(f"trainer exited with code {code}: {status}{' — ' + reason if reason else ''}")
+        return 0 if status in (FINISHED, STOPPED) else 1
+
+    def final_status(self, code: int) -> tuple[str, str]:
+        """What the attempt ended as: the trainer's own verdict (outcome.json) or the exit code's."""
+        from core.i18n import t
+
+        outcome = _read_json(self.run.outcome_path)
+        if outcome and outcome.get("status") in (FINISHED, STOPPED, FAILED):
+            status = str(outcome["status"])
+            # A signal we relayed for a stop can land after the trainer recorded its outcome: keep it.
+            killed_by_our_stop = code < 0 and self.stop_requests > 0
+            if status == FINISHED and code != 0 and not killed_by_our_stop:
+                return FAILED, t("runs.reason_exit_code", code=code)
+            return status, str(outcome.get("reason", ""))
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            if self.stop_requests and -code in (signal.SIGTERM, signal.SIGKILL):
+                return STOPPED, t("runs.reason_stopped_no_checkpoint")
+            return FAILED, t("runs.reason_signal", signal=name)
+        if self.stop_requests and code == 0:
+            return STOPPED, ""
+        return FAILED, t("runs.reason_exit_code", code=code)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    import json
+
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def supervise(run_dir: Path | str, resume_from: str | None = None) -> int:
+    """Run the supervisor in this process (``demo --headless`` does; detached runs use ``main``)."""
+    os.umask(0o077)  # everything the run writes is private to the user (0700 dirs, 0600 files)
+    run = RunDirectory(Path(run_dir))
+    return Supervisor(run, resume_from).run_to_end()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m core.runs.supervisor")
+    parser.add_argument("run_dir")
+    parser.add_argument("--resume", default=None, help="checkpoint directory to resume from")
+    args = parser.parse_args(argv)
+    try:
+        return supervise(args.run_dir, args.resume)
+    except Exception as exc:
+        # Whatever broke, leave a final status behind rather than a run stuck in "starting".
+        run = RunDirectory(Path(args.run_dir))
+        try:
+            run.write_status(FAILED, f"supervisor error: {exc}")
+        finally:
+            raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

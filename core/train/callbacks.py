@@ -1,0 +1,236 @@
+"""Trainer callbacks: metrics.jsonl records, events, graceful stop on SIGTERM, injected OOM for tests."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from typing import Any
+
+from transformers import TrainerCallback
+
+from core.runs.run_dir import METRICS_SCHEMA, RUNNING, STARTING, RunDirectory, utc_now_iso
+
+log = logging.getLogger("tunedeck.train")
+
+INJECT_OOM_ENV = "TUNEDECK_INJECT_OOM_AT_STEP"
+
+
+class StopFlag:
+    """Set from the SIGTERM handler; read at the end of each optimizer step."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal_name = ""
+
+    def set(self, signal_name: str = "SIGTERM") -> None:
+        self.signal_name = signal_name
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+def _world_any(flag: bool) -> bool:
+    """True if ``flag`` is true on any rank (so that every rank stops at the same step)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    value = torch.tensor([1 if flag else 0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def _gather_floats(values: list[float]) -> list[list[float]]:
+    """Each rank's ``values`` (all ranks call this), rank order."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [values]
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    out = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, mine)
+    return [t.tolist() for t in out]
+
+
+def memory_figures_gib() -> dict[str, float] | None:
+    """This rank's GPU memory now (GiB): allocated, reserved, peaks, and the device's free/total."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    gib = 1024**3
+    free, total = torch.cuda.mem_get_info()
+    return {
+        "allocated_gib": round(torch.cuda.memory_allocated() / gib, 3),
+        "reserved_gib": round(torch.cuda.memory_reserved() / gib, 3),
+        "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / gib, 3),
+        "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / gib, 3),
+        "free_gib": round(free / gib, 3),
+        "total_gib": round(total / gib, 3),
+    }
+
+
+def _fmt_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class RunMetricsCallback(TrainerCallback):
+    """Writes metrics.jsonl (rank 0) and a human progress line per logging step into the log."""
+
+    def __init__(self, run: RunDirectory, header: dict[str, Any], resumed_from: str | None,
+                 prior_elapsed_s: float, global_batch: int, is_main: bool) -> None:
+        self.run = run
+        self.header = header
+        self.resumed_from = resumed_from
+        self.prior_elapsed_s = prior_elapsed_s
+        self.global_batch = global_batch
+        self.is_main = is_main
+        self.session_start = time.time()
+        self.session_start_step = 0
+        self.last_time = self.session_start
+        self.last_step = 0
+        self.last_tokens = 0
+
+    def elapsed_s(self) -> float:
+        return self.prior_elapsed_s + (time.time() - self.session_start)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        now = time.time()
+        self.session_start = now
+        self.last_time = now
+        self.session_start_step = state.global_step
+        self.last_step = state.global_step
+        self.last_tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+        if not self.is_main:
+            return
+        self.run.transition(RUNNING, "", only_from={STARTING})
+        fresh = not self.run.metrics_path.exists() or self.run.metrics_path.stat().st_size == 0
+        if fresh:
+            self.run.append_metrics({"schema": METRICS_SCHEMA, "kind": "header", "time": utc_now_iso(),
+                                     "total_steps": state.max_steps, **self.header})
+        if self.resumed_from:
+            self.run.append_metrics({"kind": "resumed", "step": state.global_step, "total_steps": state.max_steps,
+                                     "checkpoint": self.resumed_from, "time": utc_now_iso()})
+            self.run.append_event("resumed", step=state.global_step, checkpoint=self.resumed_from)
+        log.info("training: %d steps (global batch %d sequences)", state.max_steps, self.global_batch)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        logs = logs or {}
+        memory = memory_figures_gib()
+        mem = [memory["peak_allocated_gib"], memory["peak_reserved_gib"]] if memory else [0.0, 0.0]
+        per_rank = _gather_floats(mem) if memory is not None else None  # every rank takes part
+        if not self.is_main:
+            return
+        if "eval_loss" in logs:
+            self.run.append_metrics({"kind": "eval", "step": state.global_step, "epoch": _round(state.epoch, 4),
+                                     "eval_loss": _num(logs.get("eval_loss")), "elapsed_s": round(self.elapsed_s(), 2)})
+            log.info("step %d eval loss %.4f", state.global_step, logs["eval_loss"])
+            return
+        if "loss" not in logs:
+            return  # the end-of-training summary
+        now = time.time()
+        tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+        dt = max(1e-9, now - self.last_time)
+        steps_done = state.global_step - self.last_step
+        session_steps = state.global_step - self.session_start_step
+        session_time = now - self.session_start
+        remaining = max(0, state.max_steps - state.global_step)
+        eta = (session_time / session_steps * remaining) if session_steps > 0 else None
+        loss = _num(logs.get("loss"))
+        record = {
+            "kind": "train",
+            "step": state.global_step,
+            "total_steps": state.max_steps,
+            "epoch": _round(state.epoch, 4),
+            "loss": loss,
+            "learning_rate": _num(logs.get("learning_rate")),
+            "grad_norm": _num(logs.get("grad_norm")),
+            "tokens_per_s": round((tokens - self.last_tokens) / dt, 1),
+            "samples_per_s": round(steps_done * self.global_batch / dt, 3),
+            "elapsed_s": round(self.elapsed_s(), 2),
+            "eta_s": round(eta, 1) if eta is not None else None,
+            "tokens_seen": tokens,
+            "peak_allocated_gib": [r[0] for r in per_rank] if per_rank else None,
+            "peak_reserved_gib": [r[1] for r in per_rank] if per_rank else None,
+            "time": utc_now_iso(),
+        }
+        self.run.append_metrics(record)
+        if loss is None or (isinstance(loss, float) and not math.isfinite(loss)):
+            self.run.append_event("nan_loss", step=state.global_step, loss=str(logs.get("loss")))
+            log.warning("step %d: the loss is %s (not a number)", state.global_step, logs.get("loss"))
+        log.info(
+            "step %d/%d | loss %s | lr %.3g | %s tok/s | eta %s",
+            state.global_step, state.max_steps, f"{loss:.4f}" if loss is not None else "nan",
+            logs.get("learning_rate") or 0.0, f"{record['tokens_per_s']:.0f}", _fmt_eta(eta),
+        )
+        self.last_time = now
+        self.last_step = state.global_step
+        self.last_tokens = tokens
+
+
+class GracefulStopCallback(TrainerCallback):
+    """Turns a stop request into "save a checkpoint now and stop", at the same step on every rank.
+
+    Also asks for a checkpoint at the very last step, so that a finished run always ends with one.
+    """
+
+    def __init__(self, flag: StopFlag) -> None:
+        self.flag = flag
+        self.stopped_at: int | None = None
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if state.global_step >= state.max_steps:
+            control.should_save = True  # the last step: finish normally even if a stop came in now
+        elif _world_any(self.flag.is_set()):
+            self.stopped_at = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+            log.info("stop requested: saving a checkpoint at step %d and stopping", state.global_step)
+        return control
+
+
+class InjectedOomCallback(TrainerCallback):
+    """Raises ``torch.cuda.OutOfMemoryError`` when step ``TUNEDECK_INJECT_OOM_AT_STEP`` begins (tests)."""
+
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+
+    @classmethod
+    def from_env(cls) -> InjectedOomCallback | None:
+        value = os.environ.get(INJECT_OOM_ENV, "").strip()
+        return cls(int(value)) if value.isdigit() else None
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import torch
+
+        if state.global_step + 1 == self.at_step:
+            raise torch.cuda.OutOfMemoryError(
+                f"CUDA out of memory (injected by {INJECT_OOM_ENV}={self.at_step} for testing)"
+            )
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _round(value: Any, digits: int) -> float | None:
+    return round(float(value), digits) if value is not None else None

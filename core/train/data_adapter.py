@@ -1,0 +1,116 @@
+"""Datasets for the trainer: records in, token ids and loss labels out.
+
+The dataset formats, validation and tokenisation belong to ``core.data``; this adapter calls it and only
+turns its ``Tokenized`` result into what ``transformers.Trainer`` consumes (rows of ids/labels, an eval
+split, optional packing and a padding collator).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class TrainingExamples:
+    train: list[dict[str, list[int]]]
+    eval: list[dict[str, list[int]]] = field(default_factory=list)
+    truncated_samples: int = 0
+    dropped_tokens: int = 0
+    total_tokens: int = 0
+    skipped: int = 0  # examples with nothing to learn from (no assistant token left)
+
+
+def load_records(datasets: Sequence[str] | str, hub: str = "modelscope") -> list[Any]:
+    """Every record of the run's datasets (``core.data``; raises its ``DataError`` listing the problems)."""
+    from core.data import load_training_records
+
+    return load_training_records(datasets if isinstance(datasets, str) else list(datasets), hub=hub)
+
+
+def tokenize_records(records: list[Any], tokenizer: Any, max_seq_len: int, loss_on: str) -> TrainingExamples:
+    """Token ids and labels (-100 = no loss) for each record, truncation counted (``core.data``)."""
+    from core.data import tokenize_dataset
+
+    result = tokenize_dataset(records, tokenizer, max_seq_len, loss_on=loss_on)
+    examples = [
+        {"input_ids": list(ids), "labels": list(labels)}
+        for ids, labels in zip(result.input_ids, result.labels, strict=True)
+        if len(ids) > 0
+    ]
+    return TrainingExamples(
+        train=examples,
+        truncated_samples=int(result.truncated),
+        dropped_tokens=int(result.tokens_dropped),
+        total_tokens=sum(len(e["input_ids"]) for e in examples),
+        skipped=int(result.skipped),
+    )
+
+
+def split_eval(examples: TrainingExamples, fraction: float, seed: int) -> TrainingExamples:
+    """Hold out ``fraction`` of the examples (at least one when asked for any) for evaluation, seeded."""
+    if fraction <= 0 or len(examples.train) < 2:
+        return examples
+    order = list(range(len(examples.train)))
+    random.Random(seed).shuffle(order)
+    n_eval = max(1, int(round(len(order) * fraction)))
+    held = set(order[:n_eval])
+    examples.eval = [e for i, e in enumerate(examples.train) if i in held]
+    examples.train = [e for i, e in enumerate(examples.train) if i not in held]
+    return examples
+
+
+def pack_examples(examples: list[dict[str, list[int]]], max_seq_len: int) -> list[dict[str, list[int]]]:
+    """Greedy packing of whole examples into rows of at most ``max_seq_len`` tokens.
+
+    ``position_ids`` restart at each example so that positions match unpacked training; with SDPA the
+    examples of one row can still attend to each other (flash-attention varlen would separate them).
+    """
+    rows: list[dict[str, list[int]]] = []
+    current: dict[str, list[int]] = {"input_ids": [], "labels": [], "position_ids": []}
+    for ex in examples:
+        n = len(ex["input_ids"])
+        if current["input_ids"] and len(current["input_ids"]) + n > max_seq_len:
+            rows.append(current)
+            current = {"input_ids": [], "labels": [], "position_ids": []}
+        current["input_ids"] += ex["input_ids"]
+        # The first token of each packed example must not be predicted from the previous example.
+        current["labels"] += [IGNORE_INDEX] + ex["labels"][1:]
+        current["position_ids"] += list(range(n))
+    if current["input_ids"]:
+        rows.append(current)
+    return rows
+
+
+class PaddingCollator:
+    """Pads a batch to its longest row (a multiple of ``multiple_of``): pad id / -100 / attention 0."""
+
+    def __init__(self, pad_token_id: int, multiple_of: int = 1) -> None:
+        self.pad_token_id = pad_token_id
+        self.multiple_of = max(1, multiple_of)
+
+    def __call__(self, batch: list[dict[str, list[int]]]) -> dict[str, Any]:
+        import torch
+
+        longest = max(len(row["input_ids"]) for row in batch)
+        width = -(-longest // self.multiple_of) * self.multiple_of
+        input_ids, labels, attention, positions = [], [], [], []
+        for row in batch:
+            pad = width - len(row["input_ids"])
+            input_ids.append(row["input_ids"] + [self.pad_token_id] * pad)
+            labels.append(row["labels"] + [IGNORE_INDEX] * pad)
+            attention.append([1] * len(row["input_ids"]) + [0] * pad)
+            if "position_ids" in row:
+                positions.append(row["position_ids"] + [0] * pad)
+        out = {
+            "input_ids": torch.tensor(input_ids, dtype=torch.long),
+            "labels": torch.tensor(labels, dtype=torch.long),
+            "attention_mask": torch.tensor(attention, dtype=torch.long),
+        }
+        if positions:
+            out["position_ids"] = torch.tensor(positions, dtype=torch.long)
+        return out

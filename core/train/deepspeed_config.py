@@ -1,0 +1,70 @@
+"""The DeepSpeed JSON a run uses, generated from its configuration and kept in the run dir (readable).
+
+Batch sizes, clipping and precision are written as concrete values (they must agree with the Trainer's,
+which come from the same run config); bucket sizes stay ``"auto"`` so that transformers sizes them from
+the model's hidden size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from core.atomic_file import write_atomic
+
+
+def deepspeed_config(cfg: dict[str, Any], world_size: int, use_bf16: bool, use_fp16: bool) -> dict[str, Any]:
+    """A ZeRO-1/2/3 config (with CPU offload of the optimizer, or of optimizer and parameters)."""
+    stage = int(cfg.get("zero_stage") or 0)
+    offload = str(cfg.get("offload") or "none")
+    micro = int(cfg.get("micro_batch_size") or 1)
+    accum = int(cfg.get("gradient_accumulation") or 1)
+    zero: dict[str, Any] = {
+        "stage": stage,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": "auto",
+    }
+    if stage in (1, 2):
+        zero["allgather_bucket_size"] = 200_000_000
+    if stage == 3:
+        zero.update({
+            "stage3_prefetch_bucket_size": "auto",
+            "stage3_param_persistence_threshold": "auto",
+            "stage3_max_live_parameters": 1_000_000_000,
+            "stage3_max_reuse_distance": 1_000_000_000,
+            # Save whole 16-bit weights with the checkpoint so that merge/chat do not need DeepSpeed.
+            "stage3_gather_16bit_weights_on_model_save": True,
+        })
+    if offload in ("optimizer", "all") and stage >= 2:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if offload == "all" and stage == 3:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    max_grad_norm = float(cfg.get("max_grad_norm") or 0.0)
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accum,
+        "train_batch_size": micro * accum * max(1, world_size),
+        "gradient_clipping": max_grad_norm if max_grad_norm > 0 else 0.0,
+        "bf16": {"enabled": bool(use_bf16)},
+        "fp16": {"enabled": bool(use_fp16), "loss_scale": 0, "initial_scale_power": 16},
+        "zero_optimization": zero,
+        # The Trainer builds the optimizer; DeepSpeed accepts it under ZeRO.
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 1_000_000_000,
+        "wall_clock_breakdown": False,
+    }
+    if "offload_optimizer" in zero:
+        # CPU offload needs DeepSpeed's own CPU Adam: let DeepSpeed create it with the Trainer's values.
+        config["optimizer"] = {
+            "type": "AdamW",
+            "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+        }
+    return config
+
+
+def write_deepspeed_config(path: Path, config: dict[str, Any]) -> Path:
+    import json
+
+    write_atomic(path, json.dumps(config, indent=2) + "\n")
+    return path

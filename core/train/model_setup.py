@@ -1,0 +1,210 @@
+"""Tokenizer and model for a run: local dir or hub id, random init from a bare config, LoRA/DoRA/QLoRA.
+
+A model directory with only ``config.json`` (the bundled tiny model, the GPU benchmark configs) gets
+random weights initialised from the config with the run's seed, so that a resume rebuilds the very same
+base weights. QLoRA needs real weights to quantise at load time: for a bare config they are generated
+once, saved under ``data_root()/cache/random-init/<hash>``, and loaded from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("tunedeck.train")
+
+_WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.safetensors.index.json", "*.bin.index.json")
+
+
+class ModelSetupError(Exception):
+    """A model that cannot be loaded as configured; the message says what to change."""
+
+
+def has_weights(model_dir: Path) -> bool:
+    return any(any(model_dir.glob(pattern)) for pattern in _WEIGHT_PATTERNS)
+
+
+def resolve_model_path(model: str, hub: str) -> Path:
+    """A local directory for ``model``: as given, the bundled ``tiny``, or downloaded from the hub."""
+    from core.assets import resolve_model_name
+
+    local = Path(resolve_model_name(model)).expanduser()
+    if local.is_dir():
+        return local
+    if hub == "huggingface":
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(model))
+    from modelscope import snapshot_download as ms_snapshot_download
+
+    return Path(ms_snapshot_download(model))
+
+
+def attention_implementation(attn: str) -> str:
+    if attn in ("auto", "sdpa"):
+        return "sdpa"
+    if attn == "eager":
+        return "eager"
+    if attn == "flash":
+        try:
+            import flash_attn  # noqa: F401
+        except ImportError as exc:
+            raise ModelSetupError(
+                "attn: flash needs the flash-attn package, which is not installed; use attn: sdpa"
+            ) from exc
+        return "flash_attention_2"
+    raise ModelSetupError(f"attn: unknown value {attn!r}; use auto, sdpa, eager or flash")
+
+
+def load_tokenizer(model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _random_init_cache(model_dir: Path, seed: int, dtype_name: str) -> Path:
+    from core.paths import data_root, ensure_private_dir
+
+    config_text = (model_dir / "config.json").read_text(encoding="utf-8")
+    key = hashlib.sha256(f"{config_text}|{seed}|{dtype_name}".encode()).hexdigest()[:16]
+    return ensure_private_dir(data_root() / "cache" / "random-init") / key
+
+
+def materialize_random_weights(model_dir: Path, seed: int, dtype: Any) -> Path:
+    """Random weights for a bare config, saved once (for loaders that need files, e.g. 4-bit quantising)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    dtype_name = str(dtype).replace("torch.", "")
+    target = _random_init_cache(model_dir, seed, dtype_name)
+    if (target / "COMPLETE").is_file():
+        return target
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    config = AutoConfig.from_pretrained(str(model_dir))
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+        with torch.device("cuda"):  # initialising 7B parameters takes seconds on a GPU, minutes on a CPU
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+        if (model_dir / name).is_file() and not (tmp / name).exists():
+            (tmp / name).write_bytes((model_dir / name).read_bytes())
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another rank won the race
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    (target / "COMPLETE").write_text("ok\n")
+    return target
+
+
+def load_model(
+    cfg: dict[str, Any],
+    model_dir: Path,
+    device: str,
+    compute_dtype: Any,
+    weights_dtype: Any,
+    local_rank: int,
+    zero3: bool,
+) -> Any:
+    """The model to train: weights loaded or randomly initialised, wrapped with LoRA/DoRA if asked."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    method = str(cfg.get("method", "lora"))
+    seed = int(cfg.get("seed", 42))
+    attn = attention_implementation(str(cfg.get("attn", "auto")))
+    bare = not has_weights(model_dir)
+    kwargs: dict[str, Any] = {"attn_implementation": attn}
+
+    if method == "qlora":
+        if device != "cuda":
+            raise ModelSetupError("method: qlora needs an NVIDIA GPU (bitsandbytes 4-bit); use lora on this machine")
+        from transformers import BitsAndBytesConfig
+
+        source = materialize_random_weights(model_dir, seed, compute_dtype) if bare else model_dir
+        quant = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=compute_dtype,
+            bnb_4bit_quant_storage=compute_dtype,
+        )
+        model = AutoModelForCausalLM.from_pretrained(
+            str(source), quantization_config=quant, dtype=compute_dtype, device_map={"": local_rank}, **kwargs
+        )
+    elif bare:
+        config = AutoConfig.from_pretrained(str(model_dir))
+        torch.manual_seed(seed)
+        if device == "cuda":
+            torch.cuda.manual_seed_all(seed)
+        if device == "cuda" and not zero3:
+            # Initialise straight on the GPU: a 7B model initialises in seconds there, minutes on a CPU.
+            with torch.device(f"cuda:{local_rank}"):
+                model = AutoModelForCausalLM.from_config(config, dtype=weights_dtype, **kwargs)
+        else:
+            model = AutoModelForCausalLM.from_config(config, dtype=weights_dtype, **kwargs)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=weights_dtype, **kwargs)
+
+    model.config.use_cache = False  # the KV cache is useless in training and costs memory
+    if method in ("lora", "dora", "qlora"):
+        model = wrap_lora(model, cfg)
+    return model
+
+
+def wrap_lora(model: Any, cfg: dict[str, Any]) -> Any:
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    method = str(cfg.get("method"))
+    gradient_checkpointing = bool(cfg.get("gradient_checkpointing", False))
+    if method == "qlora":
+        model = prepare_model_for_kbit_training(
+            model,
+            use_gradient_checkpointing=gradient_checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
+    targets = cfg.get("lora_targets", "all-linear")
+    lora = LoraConfig(
+        r=int(cfg.get("lora_rank", 16)),
+        lora_alpha=float(cfg.get("lora_alpha", 32)),
+        lora_dropout=float(cfg.get("lora_dropout", 0.05)),
+        target_modules=targets if isinstance(targets, str) else list(targets),
+        use_dora=method == "dora",
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(model, lora)
+    trainable, total = model.get_nb_trainable_parameters()
+    log.info("%s: %s trainable parameters of %s (%.3f%%)", method, f"{trainable:,}", f"{total:,}",
+             100.0 * trainable / max(1, total))
+    return model
+
+
+def describe_model_dir(model_dir: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    return {
+        "model_dir": str(model_dir),
+        "random_init": not has_weights(model_dir),
+        "architecture": (config.get("architectures") or [None])[0],
+        "hidden_size": config.get("hidden_size"),
+        "num_hidden_layers": config.get("num_hidden_layers"),
+        "vocab_size": config.get("vocab_size"),
+    }

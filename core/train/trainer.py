@@ -1,0 +1,83 @@
+"""``transformers.Trainer`` with tunedeck's atomic checkpoints.
+
+Every rank writes its share into ``checkpoints/checkpoint-N.tmp/``; after a barrier the main process
+fsyncs the tree, renames it to ``checkpoint-N/`` and writes the ``COMPLETE`` marker last, then keeps the
+newest ``save_total_limit``. A crash at any moment leaves either a complete checkpoint or one that resume
+ignores. ``tunedeck_state.json`` in each checkpoint carries what the Trainer does not (elapsed time).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import Trainer
+from transformers.trainer_callback import ExportableState
+
+from core.runs.checkpoints import finalize_checkpoint, rotate_checkpoints, tmp_path_for
+from core.runs.run_dir import RunDirectory
+
+log = logging.getLogger("tunedeck.train")
+TUNEDECK_STATE = "tunedeck_state.json"
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+class AtomicCheckpointTrainer(Trainer):
+    """A Trainer whose checkpoints appear atomically (see the module docstring)."""
+
+    def __init__(self, *args: Any, run: RunDirectory, keep_checkpoints: int, elapsed_fn: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.run = run
+        self.keep_checkpoints = keep_checkpoints
+        self.elapsed_fn = elapsed_fn
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        step = self.state.global_step
+        root = Path(self.args.output_dir)
+        tmp = tmp_path_for(root, step)
+        started = time.time()
+        if self.args.should_save and tmp.exists():
+            shutil.rmtree(tmp)  # a leftover of an attempt that died while saving this same step
+        _barrier()
+        self.store_flos()
+        self.save_model(str(tmp), _internal_call=True)
+        if not self.args.save_only_model:
+            self._save_optimizer_and_scheduler(str(tmp))
+            self._save_scaler(str(tmp))
+            self._save_rng_state(str(tmp))
+        if self.args.should_save:
+            for callback in [*self.callback_handler.callbacks, self.control]:
+                if isinstance(callback, ExportableState):
+                    name = callback.__class__.__name__
+                    self.state.stateful_callbacks[name] = callback.state()
+            self.state.save_to_json(str(tmp / "trainer_state.json"))
+            (tmp / TUNEDECK_STATE).write_text(
+                json.dumps({"step": step, "elapsed_s": self.elapsed_fn()}, indent=2) + "\n", encoding="utf-8"
+            )
+        _barrier()
+        if self.args.should_save:
+            final = finalize_checkpoint(tmp, step)
+            rotate_checkpoints(root, self.keep_checkpoints if self.keep_checkpoints > 0 else None)
+            seconds = round(time.time() - started, 2)
+            size = sum(p.stat().st_size for p in final.rglob("*") if p.is_file())
+            self.run.append_event("checkpoint_saved", step=step, path=str(final), seconds=seconds, bytes=size)
+            log.info("checkpoint saved: %s (%.1f MB, %.1f s)", final.name, size / 1e6, seconds)
+        _barrier()
+
+
+def read_tunedeck_state(checkpoint: Path) -> dict[str, Any]:
+    try:
+        value = json.loads((checkpoint / TUNEDECK_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

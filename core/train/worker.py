@@ -1,0 +1,405 @@
+"""The trainer process: ``python -m core.train.worker RUN_DIR [--resume CHECKPOINT]``.
+
+Started by the run's supervisor, once (CPU / one GPU) or once per rank under ``torchrun``. It reads the
+resolved ``config.yaml`` of the run directory, builds tokenizer, data and model, trains with
+``transformers.Trainer`` and leaves its verdict in ``outcome.json`` (finished / stopped / failed with a
+reason) for the supervisor, which owns the final status.
+
+Several GPUs on one node: the supervisor runs ``torchrun --nproc_per_node=N`` (DDP, or DeepSpeed ZeRO
+1/2/3 when ``zero_stage`` > 0, with the generated ``deepspeed.json`` in the run dir). Several nodes: run
+``tunedeck train RUN.yaml --nnodes N --node-rank I --master-addr HOST0 --master-port PORT`` on every node,
+or ``tunedeck train RUN.yaml --hostfile HOSTS`` (one ``host [slots=N]`` per line, node 0 first; each node
+finds its rank by its name or address) — same config and data paths on each; node 0's address reachable
+from all; set NCCL_SOCKET_IFNAME if the default interface is wrong. Each node has its own run directory; node 0's holds the checkpoints unless
+the runs root is on a shared filesystem.
+
+Signals: SIGTERM/SIGINT ask for a checkpoint at the end of the current step and a clean exit (status
+``stopped``); the process dies with its parent (PR_SET_PDEATHSIG), so it never outlives its supervisor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from core.atomic_file import write_json_atomic
+from core.runs.checkpoints import COMPLETE_MARKER
+from core.runs.run_dir import FAILED, FINISHED, STOPPED, RunDirectory
+from core.runs.supervisor import set_parent_death_signal
+
+log = logging.getLogger("tunedeck.train")
+
+OPTIMIZER_NAMES = {
+    "adamw_torch": "adamw_torch",
+    "adamw_torch_fused": "adamw_torch_fused",
+    "adamw_fused": "adamw_torch_fused",
+    "adamw_8bit": "adamw_bnb_8bit",
+    "paged_adamw_8bit": "paged_adamw_8bit",
+    "paged_adamw_32bit": "paged_adamw_32bit",
+    "adafactor": "adafactor",
+    "sgd": "sgd",
+}
+
+
+class TrainingSetupError(Exception):
+    """Something in the configuration cannot run on this machine; the message says what to change."""
+
+
+class _ListDataset:
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.rows[index]
+
+
+def _configure_logging(rank: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    root = logging.getLogger("tunedeck")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    root.propagate = False
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _dtype_choices(cfg: dict[str, Any], cuda: bool, bf16_supported: bool) -> tuple[Any, Any, bool, bool]:
+    """(compute dtype, weights dtype, Trainer bf16 flag, Trainer fp16 flag) for this machine."""
+    import torch
+
+    precision = str(cfg.get("precision", "bf16"))
+    if not cuda:
+        if precision != "fp32":
+            log.info("no GPU: training in fp32 (precision %s applies on GPUs)", precision)
+        return torch.float32, torch.float32, False, False
+    if precision == "bf16" and not bf16_supported:
+        raise TrainingSetupError("precision: this GPU has no bf16 support; set precision: fp16")
+    compute = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
+    method = str(cfg.get("method", "lora"))
+    if method == "full":
+        # Mixed precision keeps fp32 master weights; pure_bf16 keeps everything in bf16 (half the memory).
+        weights = torch.bfloat16 if (precision == "bf16" and cfg.get("pure_bf16")) else torch.float32
+    else:
+        weights = compute  # the frozen base in low precision; LoRA weights stay fp32 (peft)
+    return compute, weights, precision == "bf16", precision == "fp16"
+
+
+def _use_liger(cfg: dict[str, Any], cuda: bool) -> bool:
+    wanted = cfg.get("fused_ce", "auto")
+    try:
+        import liger_kernel  # noqa: F401
+
+        available = True
+    except ImportError:
+        available = False
+    if wanted in (True, "true"):
+        if not available or not cuda:
+            log.warning("fused_ce: true but liger-kernel %s; using the standard loss",
+                        "is not installed" if not available else "needs a GPU")
+        return available and cuda
+    if wanted in (False, "false"):
+        return False
+    return available and cuda
+
+
+def oom_advice(cfg: dict[str, Any], world_size: int) -> str:
+    from core.i18n import t
+
+    tips = []
+    micro = int(cfg.get("micro_batch_size", 1))
+    if micro > 1:
+        tips.append(t("train.oom_tip_micro_batch", now=micro, new=max(1, micro // 2),
+                      accum=int(cfg.get("gradient_accumulation", 1)) * 2))
+    if not cfg.get("gradient_checkpointing"):
+        tips.append(t("train.oom_tip_checkpointing"))
+    if cfg.get("method") in ("lora", "dora", "full"):
+        tips.append(t("train.oom_tip_qlora"))
+    tips.append(t("train.oom_tip_seq_len", now=int(cfg.get("max_seq_len", 0))))
+    if int(cfg.get("zero_stage", 0) or 0) < 3:
+        tips.append(t("train.oom_tip_zero", gpus=max(2, world_size)))
+    return "; ".join(tips)
+
+
+def _checkpointing_args(enabled: bool) -> dict[str, Any]:
+    """Activation (gradient) checkpointing under the TrainingArguments name this transformers uses."""
+    from dataclasses import fields
+
+    from transformers import TrainingArguments
+
+    names = {f.name for f in fields(TrainingArguments)}
+    prefix = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+    return {prefix: enabled, f"{prefix}_kwargs": {"use_reentrant": False}}
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    oom_types = tuple(
+        cls for cls in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)) if cls
+    )
+    return isinstance(exc, oom_types)
+
+
+def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any, rank: int,
+          local_rank: int, world_size: int) -> tuple[str, str]:
+    """Train to the end (or to a stop request); returns (status, reason)."""
+    import torch
+    from transformers import TrainingArguments, set_seed
+    from transformers.trainer_callback import PrinterCallback
+    from transformers.utils import logging as hf_logging
+
+    from core.i18n import t
+    from core.train.callbacks import GracefulStopCallback, InjectedOomCallback, RunMetricsCallback
+    from core.train.data_adapter import (
+        PaddingCollator,
+        load_records,
+        pack_examples,
+        split_eval,
+        tokenize_records,
+    )
+    from core.train.deepspeed_config import deepspeed_config, write_deepspeed_config
+    from core.train.model_setup import describe_model_dir, load_model, load_tokenizer, resolve_model_path
+    from core.train.trainer import AtomicCheckpointTrainer, read_tunedeck_state
+
+    hf_logging.set_verbosity_warning()
+    hf_logging.disable_progress_bar()
+    seed = int(cfg.get("seed", 42))
+    set_seed(seed)
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    bf16_ok = cuda and torch.cuda.is_bf16_supported()
+    compute_dtype, weights_dtype, use_bf16, use_fp16 = _dtype_choices(cfg, cuda, bf16_ok)
+    tf32 = cfg.get("tf32", "auto")
+    if cuda and (tf32 is True or (tf32 == "auto" and torch.cuda.get_device_capability()[0] >= 8)):
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    checkpoint: Path | None = None
+    prior_elapsed = 0.0
+    if resume:
+        checkpoint = Path(resume)
+        if not (checkpoint / COMPLETE_MARKER).is_file():
+            raise TrainingSetupError(t("train.checkpoint_incomplete", path=str(checkpoint)))
+        prior_elapsed = float(read_tunedeck_state(checkpoint).get("elapsed_s", 0.0) or 0.0)
+
+    zero_stage = int(cfg.get("zero_stage", 0) or 0)
+    ds_path = None
+    if zero_stage > 0:
+        if not cuda:
+            raise TrainingSetupError(t("train.zero_needs_gpu"))
+        ds_path = str(write_deepspeed_config(run.deepspeed_config_path,
+                                             deepspeed_config(cfg, world_size, use_bf16, use_fp16)))
+
+    model_dir = resolve_model_path(str(cfg["model"]), str(cfg.get("hub", "modelscope")))
+    tokenizer = load_tokenizer(model_dir)
+    max_seq_len = int(cfg.get("max_seq_len", 2048))
+    datasets = cfg.get("dataset")
+    datasets = [datasets] if isinstance(datasets, str) else list(datasets or [])
+    records = load_records(datasets, str(cfg.get("hub", "modelscope")))
+    examples = tokenize_records(records, tokenizer, max_seq_len, str(cfg.get("loss_on", "assistant")))
+    examples = split_eval(examples, float(cfg.get("eval_split", 0.0) or 0.0), seed)
+    if not examples.train:
+        raise TrainingSetupError(t("train.no_examples", datasets=", ".join(datasets)))
+    if examples.truncated_samples and rank == 0:
+        run.append_event("data_truncated", samples=examples.truncated_samples, tokens=examples.dropped_tokens,
+                         max_seq_len=max_seq_len)
+        log.warning("%d samples longer than max_seq_len %d were truncated (%d tokens dropped)",
+                    examples.truncated_samples, max_seq_len, examples.dropped_tokens)
+    train_rows = examples.train
+    if cfg.get("packing"):
+        train_rows = pack_examples(train_rows, max_seq_len)
+    log.info("data: %d training rows, %d eval rows, %d tokens", len(train_rows), len(examples.eval),
+             examples.total_tokens)
+    if flag.is_set():
+        return STOPPED, t("train.stopped_before_start")
+
+    micro = int(cfg.get("micro_batch_size", 1))
+    accum = int(cfg.get("gradient_accumulation", 1))
+    max_steps = cfg.get("max_steps")
+    warmup_steps = cfg.get("warmup_steps")
+    warmup = float(warmup_steps) if warmup_steps is not None else float(cfg.get("warmup_ratio") or 0.0)
+    save_steps = int(cfg.get("save_steps", 500))
+    has_eval = bool(examples.eval)
+    use_liger = _use_liger(cfg, cuda)
+    lr = cfg.get("learning_rate")
+    args = TrainingArguments(
+        output_dir=str(run.checkpoints_dir),
+        per_device_train_batch_size=micro,
+        per_device_eval_batch_size=micro,
+        gradient_accumulation_steps=accum,
+        num_train_epochs=float(cfg.get("epochs") or 1.0),
+        max_steps=int(max_steps) if max_steps else -1,
+        learning_rate=float(lr if lr is not None else (1e-5 if cfg.get("method") == "full" else 1e-4)),
+        lr_scheduler_type=str(cfg.get("lr_scheduler", "cosine")),
+        warmup_steps=warmup,
+        weight_decay=float(cfg.get("weight_decay", 0.0)),
+        max_grad_norm=float(cfg.get("max_grad_norm", 1.0)),
+        optim=OPTIMIZER_NAMES.get(str(cfg.get("optimizer", "adamw_torch")), str(cfg.get("optimizer"))),
+        bf16=use_bf16,
+        fp16=use_fp16,
+        **_checkpointing_args(bool(cfg.get("gradient_checkpointing", False))),
+        logging_strategy="steps",
+        logging_steps=int(cfg.get("logging_steps", 10)),
+        logging_nan_inf_filter=False,
+        save_strategy="steps",
+        save_steps=save_steps,
+        save_total_limit=None,  # we rotate ourselves, complete checkpoints only
+        eval_strategy="steps" if has_eval else "no",
+        eval_steps=int(cfg.get("eval_steps") or save_steps) if has_eval else None,
+        seed=seed,
+        data_seed=seed,
+        report_to="none",
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        include_num_input_tokens_seen="non_padding",
+        use_cpu=not cuda,
+        deepspeed=ds_path,
+        ddp_find_unused_parameters=False,
+        use_liger_kernel=use_liger,
+        dataloader_pin_memory=cuda,
+        log_level="warning",
+    )
+    model = load_model(cfg, model_dir, device, compute_dtype, weights_dtype, local_rank,
+                       zero3=zero_stage == 3)
+    global_batch = micro * accum * world_size
+    gpu_names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+    header = {
+        "run_id": run.id,
+        "model": str(cfg.get("model")),
+        "method": str(cfg.get("method")),
+        "precision": "bf16" if use_bf16 else "fp16" if use_fp16 else "fp32",
+        "device": device,
+        "gpu_names": gpu_names,
+        "world_size": world_size,
+        "micro_batch_size": micro,
+        "gradient_accumulation": accum,
+        "global_batch": global_batch,
+        "max_seq_len": max_seq_len,
+        "zero_stage": zero_stage,
+        "attn": getattr(model.config, "_attn_implementation", None),
+        "liger": use_liger,
+        "train_rows": len(train_rows),
+        "eval_rows": len(examples.eval),
+        "truncated_samples": examples.truncated_samples,
+        **describe_model_dir(model_dir),
+    }
+    metrics_cb = RunMetricsCallback(run, header, str(checkpoint) if checkpoint else None, prior_elapsed,
+                                    global_batch, is_main=rank == 0)
+    stop_cb = GracefulStopCallback(flag)
+    callbacks = [metrics_cb, stop_cb]
+    oom_cb = InjectedOomCallback.from_env()
+    if oom_cb is not None:
+        callbacks.append(oom_cb)
+    trainer = AtomicCheckpointTrainer(
+        model=model,
+        args=args,
+        train_dataset=_ListDataset(train_rows),
+        eval_dataset=_ListDataset(examples.eval) if has_eval else None,
+        data_collator=PaddingCollator(tokenizer.pad_token_id, multiple_of=8 if cuda else 1),
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        run=run,
+        keep_checkpoints=int(cfg.get("save_total_limit", 2) or 0),
+        elapsed_fn=metrics_cb.elapsed_s,
+    )
+    trainer.remove_callback(PrinterCallback)  # our metrics callback logs a line per step already
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if stop_cb.stopped_at is not None:
+        return STOPPED, t("train.stopped_at", step=stop_cb.stopped_at)
+    return FINISHED, ""
+
+
+def _write_outcome(run: RunDirectory, status: str, reason: str, rank: int, **extra: Any) -> None:
+    write_json_atomic(run.outcome_path, {"status": status, "reason": reason, "rank": rank,
+                                         "attempt": os.environ.get("TUNEDECK_ATTEMPT"), **extra})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m core.train.worker")
+    parser.add_argument("run_dir")
+    parser.add_argument("--resume", default=None)
+    args = parser.parse_args(argv)
+    set_parent_death_signal(signal.SIGKILL)
+    os.umask(0o077)  # checkpoints and logs are private to the user, like the run directory
+    if os.getppid() == 1:  # the supervisor died before we armed the death signal
+        return 1
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    _configure_logging(rank)
+    from core.train.callbacks import StopFlag
+
+    flag = StopFlag()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if not flag.is_set():
+            log.info("%s received: finishing this step, then saving a checkpoint", signal.Signals(signum).name)
+        flag.set(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    run = RunDirectory(Path(args.run_dir))
+    cfg = run.config()
+    from core.i18n import t
+
+    try:
+        status, reason = train(run, cfg, args.resume, flag, rank, local_rank, world_size)
+    except Exception as exc:
+        if _is_oom(exc):
+            return _on_oom(run, cfg, exc, rank, world_size)
+        if isinstance(exc, TrainingSetupError) or type(exc).__name__ in ("ModelSetupError", "DataError"):
+            reason = str(exc)
+        else:
+            reason = t("train.reason_exception", error=f"{type(exc).__name__}: {exc}")
+        log.error("training failed: %s\n%s", reason, traceback.format_exc())
+        _write_outcome(run, FAILED, reason, rank)
+        return 1
+    if rank == 0:
+        _write_outcome(run, status, reason, rank)
+    log.info("training %s%s", status, f": {reason}" if reason else "")
+    # The work is done and recorded. Python resets its handlers to the default at exit, so a stop that
+    # arrives now would kill us with SIGTERM and look like a failure: ignore it instead.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return 0
+
+
+def _on_oom(run: RunDirectory, cfg: dict[str, Any], exc: BaseException, rank: int, world_size: int) -> int:
+    from core.i18n import t
+    from core.train.callbacks import memory_figures_gib
+
+    memory = memory_figures_gib()
+    last = run.latest_metrics() or {}
+    advice = oom_advice(cfg, world_size)
+    reason = t("train.reason_oom", advice=advice)
+    keys = ("model", "method", "precision", "micro_batch_size", "gradient_accumulation", "max_seq_len",
+            "gradient_checkpointing", "zero_stage", "offload", "packing", "optimizer")
+    run.append_event(
+        "oom",
+        rank=rank,
+        step=last.get("step"),
+        error=str(exc)[:500],
+        config={k: cfg.get(k) for k in keys},
+        world_size=world_size,
+        memory_gib=memory,
+        advice=advice,
+    )
+    log.error("out of GPU memory on rank %d: %s\n%s", rank, str(exc)[:500], advice)
+    _write_outcome(run, FAILED, reason, rank, oom=True)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

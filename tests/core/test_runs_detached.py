@@ -1,0 +1,242 @@
+"""Detached runs through the real CLI: SIGHUP immunity, stop → resume on the same loss curve, kill -9 of
+the supervisor seen as crashed and resumed past incomplete checkpoints. Tiny model, CPU, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "core" / "assets" / "tiny"
+
+MEMORISE = [
+    ("What is the colour of the sky?", "The sky is blue."),
+    ("Name a fruit.", "An apple."),
+    ("What is 2 + 2?", "2 + 2 = 4."),
+    ("Say hello.", "Hello there!"),
+    ("What do cats say?", "Cats say meow."),
+    ("Count to three.", "One, two, three."),
+    ("What is the opposite of hot?", "Cold."),
+    ("Spell cat.", "C-A-T."),
+]
+
+
+def write_dataset(path: Path) -> Path:
+    with open(path, "w", encoding="utf-8") as handle:
+        for question, answer in MEMORISE:
+            messages = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+            handle.write(json.dumps({"messages": messages}) + "\n")
+    return path
+
+
+def write_config(path: Path, dataset: Path, **overrides) -> Path:
+    values = {
+        "model": str(TINY), "dataset": str(dataset), "method": "full", "precision": "fp32",
+        "max_seq_len": 64, "micro_batch_size": 4, "gradient_accumulation": 1, "max_steps": 30,
+        "learning_rate": 0.003, "warmup_steps": 2, "gradient_checkpointing": False, "save_steps": 10,
+        "save_total_limit": 2, "logging_steps": 1, "seed": 7,
+    }
+    values.update(overrides)
+    import yaml
+
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+class Cli:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = {**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1"}
+
+    def __call__(self, *args: str, check: bool = True, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+        out = subprocess.run([sys.executable, "-m", "core", *args], cwd=ROOT, env={**self.env, **env},
+                             capture_output=True, text=True, timeout=timeout)
+        if check:
+            assert out.returncode == 0, f"tunedeck {' '.join(args)} -> {out.returncode}\n{out.stderr}"
+        return out
+
+    def status(self, run_id: str) -> dict:
+        return json.loads(self("status", run_id, "--json").stdout)
+
+    def wait_status(self, run_id: str, wanted: set[str], timeout: float = 240) -> dict:
+        """Poll in-process (a CLI process per poll would steal the trainer's CPU), then ask the CLI."""
+        from core.runs.liveness import effective_status
+        from core.runs.run_dir import RunDirectory
+
+        run = RunDirectory(self.run_dir(run_id))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if effective_status(run).status in wanted:
+                return self.status(run_id)
+            time.sleep(0.3)
+        log = (self.home / "runs" / run_id / "train.log").read_text()[-3000:]
+        raise AssertionError(f"run {run_id} never reached {wanted}: {run.status()}\n{log}")
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.home / "runs" / run_id
+
+    def wait_step(self, run_id: str, step: int, timeout: float = 240) -> None:
+        from core.runs.run_dir import RunDirectory
+
+        run = RunDirectory(self.run_dir(run_id))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            metrics = run.latest_metrics()
+            if metrics and metrics["step"] >= step:
+                return
+            assert run.status().status not in ("failed", "finished", "crashed"), run.status()
+            time.sleep(0.2)
+        raise AssertionError(f"run {run_id} never reached step {step}")
+
+
+def _gone_or_zombie(pid: int, timeout: float) -> bool:
+    """True once ``pid`` has exited (a zombie counts: some container inits never reap orphans)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    """Loss by step; records after a resume replace those they repeat."""
+    from core.runs.jsonl import iter_records
+
+    losses: dict[int, float] = {}
+    for record in iter_records(run_dir / "metrics.jsonl"):
+        if record.get("kind") == "train":
+            losses[record["step"]] = record["loss"]
+    return losses
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """Two identical runs started together: one from a shell that then gets SIGHUP, one to interrupt."""
+    tmp = tmp_path_factory.mktemp("detached")
+    cli = Cli(tmp / "home")
+    config = write_config(tmp / "run.yaml", write_dataset(tmp / "memorise.jsonl"))
+    id_file = tmp / "id.txt"
+    shell = subprocess.Popen(
+        ["bash", "-c", f'"{sys.executable}" -m core train "{config}" > "{id_file}"; sleep 300'],
+        cwd=ROOT, env=cli.env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    interrupted = cli("train", str(config)).stdout.strip()
+    deadline = time.monotonic() + 60
+    while not id_file.read_text().strip() if id_file.exists() else True:
+        assert time.monotonic() < deadline, "tunedeck train in the shell printed no run id"
+        time.sleep(0.2)
+    reference = id_file.read_text().strip()
+    # Both run now. Hang up the reference's shell while it trains, and stop the other one mid-way.
+    cli.wait_step(reference, 2)
+    os.killpg(shell.pid, signal.SIGHUP)  # what closing the terminal / losing SSH does
+    shell_code = shell.wait(timeout=10)
+    status_after_hup = cli.status(reference)["status"]  # through the CLI: liveness applied
+    cli.wait_step(interrupted, 4)
+    stopped = json.loads(cli("stop", interrupted, "--wait", "--json").stdout)
+    return {"cli": cli, "reference": reference, "interrupted": interrupted, "shell_code": shell_code,
+            "status_after_hup": status_after_hup, "stopped": stopped}
+
+
+def test_run_survives_sighup_to_the_launching_shell_and_loss_falls(pair):
+    cli, reference = pair["cli"], pair["reference"]
+    assert pair["shell_code"] == -signal.SIGHUP  # the shell really died of it
+    assert pair["status_after_hup"] == "running"
+    status = cli.wait_status(reference, {"finished", "failed", "crashed"})
+    assert status["status"] == "finished", status
+    run_dir = cli.run_dir(reference)
+    losses = train_losses(run_dir)
+    assert sorted(losses) == list(range(1, 31))
+    first, last = sum(losses[s] for s in (1, 2, 3)) / 3, sum(losses[s] for s in range(26, 31)) / 5
+    assert last < 0.5 * first, (first, last)
+    # metrics.jsonl: header first, then complete train records
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    header = json.loads(lines[0])
+    assert header["schema"] == 1 and header["kind"] == "header" and header["total_steps"] == 30
+    record = json.loads(lines[5])
+    for key in ("step", "total_steps", "epoch", "loss", "learning_rate", "grad_norm", "tokens_per_s",
+                "samples_per_s", "elapsed_s", "eta_s", "peak_allocated_gib", "peak_reserved_gib"):
+        assert key in record, key
+    assert record["peak_allocated_gib"] is None and record["tokens_per_s"] > 0
+    events = [json.loads(x)["event"] for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert events.count("checkpoint_saved") == 3 and events[-1] == "finished"
+    log = (run_dir / "train.log").read_text().splitlines()
+    assert log and all(line.startswith(("[rank0] ", "[supervisor] ")) for line in log)
+    # private: every directory 0700 and every file 0600, checkpoints included
+    for path in [run_dir, *run_dir.rglob("*")]:
+        mode = path.stat().st_mode & 0o777
+        assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
+    complete = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert complete == ["checkpoint-20", "checkpoint-30"]  # save_total_limit 2
+    out = cli("logs", reference, "-n", "3")
+    assert len(out.stdout.splitlines()) == 3 and "trainer exited with code 0" in out.stdout
+
+
+def test_stop_then_resume_follows_the_uninterrupted_loss_curve(pair):
+    cli, reference, interrupted = pair["cli"], pair["reference"], pair["interrupted"]
+    stopped = pair["stopped"]
+    assert stopped["status"] == "stopped" and not stopped["forced"], stopped
+    run_dir = cli.run_dir(interrupted)
+    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    assert "stop_requested" in kinds and kinds[-1] == "stopped"
+    stop_step = max(train_losses(run_dir))
+    assert stop_step < 30
+    saved = [e["step"] for e in events if e["event"] == "checkpoint_saved"]
+    assert saved[-1] == stop_step  # the stop saved a checkpoint at the step it stopped
+    cli("resume", interrupted)
+    assert cli.wait_status(interrupted, {"finished", "failed", "crashed"})["status"] == "finished"
+    cli.wait_status(reference, {"finished", "failed", "crashed"})
+    resumed = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()
+               if json.loads(x).get("kind") == "resumed"]
+    assert len(resumed) == 1 and resumed[0]["step"] == stop_step
+    ours, theirs = train_losses(run_dir), train_losses(cli.run_dir(reference))
+    assert sorted(ours) == sorted(theirs) == list(range(1, 31))
+    for step in range(1, 31):
+        assert ours[step] == pytest.approx(theirs[step], rel=1e-3, abs=1e-3), (step, ours[step], theirs[step])
+    events = [json.loads(x)["event"] for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert "resumed" in events and events[-1] == "finished"
+
+
+def test_kill9_of_supervisor_is_crashed_and_resume_skips_incomplete_checkpoints(tmp_path):
+    cli = Cli(tmp_path / "home")
+    config = write_config(tmp_path / "run.yaml", write_dataset(tmp_path / "m.jsonl"), method="lora",
+                          lora_rank=8, learning_rate=0.01, max_steps=24, save_steps=6, warmup_steps=0,
+                          eval_split=0.25, eval_steps=12)
+    run_id = cli("train", str(config)).stdout.strip()
+    cli.wait_step(run_id, 8)  # past the checkpoint at step 6
+    record = json.loads((cli.run_dir(run_id) / "run.json").read_text())
+    supervisor, trainer = record["supervisor"]["pid"], record["trainer"]["pid"]
+    os.kill(supervisor, signal.SIGKILL)
+    assert _gone_or_zombie(trainer, timeout=20)  # the trainer dies with its supervisor (no orphan)
+    rows = json.loads(cli("runs", "--json").stdout)
+    row = next(r for r in rows if r["id"] == run_id)
+    assert row["status"] == "crashed" and "resume" in row["reason"]
+    checkpoints = cli.run_dir(run_id) / "checkpoints"
+    good = max(int(p.name.split("-")[1]) for p in checkpoints.iterdir() if (p / "COMPLETE").exists())
+    (checkpoints / "checkpoint-98.tmp").mkdir()  # half-written
+    (checkpoints / "checkpoint-99").mkdir()  # renamed but never marked complete
+    (checkpoints / "checkpoint-99" / "adapter_model.safetensors").write_bytes(b"garbage")
+    cli("resume", run_id)
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+    lines = [json.loads(x) for x in (cli.run_dir(run_id) / "metrics.jsonl").read_text().splitlines()]
+    resumed = [r for r in lines if r.get("kind") == "resumed"]
+    assert resumed[0]["step"] == good and resumed[0]["checkpoint"].endswith(f"checkpoint-{good}")
+    losses = train_losses(cli.run_dir(run_id))
+    assert sorted(losses) == list(range(1, 25))
+    evals = [r for r in lines if r.get("kind") == "eval"]
+    assert [r["step"] for r in evals][-2:] == [12, 24] and all(r["eval_loss"] > 0 for r in evals)
+    attempts = json.loads((cli.run_dir(run_id) / "run.json").read_text())["attempts"]
+    assert len(attempts) == 2 and attempts[-1]["status"] == "finished"
+    assert not (checkpoints / "checkpoint-98.tmp").exists()  # stale leftovers cleaned by rotation

@@ -1,0 +1,332 @@
+"""Run directories, JSONL tails, checkpoints, liveness, lookup and log following — no training here."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.runs.checkpoints import COMPLETE_MARKER, finalize_checkpoint, list_checkpoints, rotate_checkpoints
+from core.runs.control import RunControlError, prepare_resume, request_stop
+from core.runs.jsonl import append_jsonl, iter_records, last_record
+from core.runs.launch import create_run, new_run_id
+from core.runs.listing import RunNotFound, list_runs, resolve_run
+from core.runs.liveness import effective_status
+from core.runs.logs import LogFollower, last_lines
+from core.runs.run_dir import CRASHED, RUNNING, STOPPED, RunDirectory
+from core.runs.scrub import REDACTED, scrub_argv, scrub_env
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+class _Config:
+    """Stands in for RunConfig where only to_dict/save matter (RunConfig itself is tested elsewhere)."""
+
+    def __init__(self, **values):
+        self.values = {"name": "qwen-lora", "model": "Qwen/Qwen2.5-0.5B", "method": "lora", **values}
+
+    def to_dict(self):
+        return dict(self.values)
+
+    def save(self, path):
+        import yaml
+
+        Path(path).write_text(yaml.safe_dump(self.values))
+
+
+def _run(home: Path) -> RunDirectory:
+    return create_run(_Config(), ["tunedeck", "train", "x.yaml", "hf_token=abc"], gpus=[])
+
+
+def test_jsonl_tail_skips_torn_last_line_and_reads_backwards(tmp_path):
+    path = tmp_path / "m.jsonl"
+    append_jsonl(path, {"kind": "header", "schema": 1})
+    for step in range(1, 20001):
+        append_jsonl(path, {"kind": "train", "step": step, "loss": 1.0 / step})
+    append_jsonl(path, {"kind": "eval", "step": 20000, "eval_loss": 0.5})
+    with open(path, "ab") as handle:
+        handle.write(b'{"kind": "train", "step": 20001, "lo')  # a writer caught mid-line
+    assert last_record(path, lambda r: r["kind"] == "train")["step"] == 20000
+    assert last_record(path)["kind"] == "eval"
+    assert last_record(path, lambda r: r["kind"] == "header")["schema"] == 1  # far back: widened blocks
+    assert sum(1 for _ in iter_records(path)) == 20002
+    other = tmp_path / "nan.jsonl"
+    append_jsonl(other, {"loss": float("nan")})  # NaN is not JSON: stored as null
+    assert json.loads(other.read_text())["loss"] is None
+
+
+def test_checkpoint_finalize_rotate_and_incomplete_ones_ignored(tmp_path):
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    for step in (10, 20, 30):
+        tmp = root / f"checkpoint-{step}.tmp"
+        tmp.mkdir()
+        (tmp / "model.safetensors").write_bytes(b"x" * step)
+        final = finalize_checkpoint(tmp, step)
+        assert (final / COMPLETE_MARKER).is_file() and not tmp.exists()
+    (root / "checkpoint-40.tmp").mkdir()  # being written when the machine died
+    (root / "checkpoint-50").mkdir()  # renamed but no marker
+    (root / "checkpoint-5").mkdir()  # an old leftover without marker
+    found = list_checkpoints(root)
+    assert [(c.step, c.complete) for c in found] == [(5, False), (10, True), (20, True), (30, True),
+                                                     (40, False), (50, False)]
+    removed = rotate_checkpoints(root, keep=2)
+    assert sorted(p.name for p in removed) == ["checkpoint-10", "checkpoint-5"]
+    complete = [c.step for c in list_checkpoints(root) if c.complete]
+    assert complete == [20, 30]
+
+
+def test_create_run_is_private_and_scrubs_secrets(home, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
+    monkeypatch.setenv("MODELSCOPE_API_TOKEN", "ms_secret_value")
+    run = _run(home)
+    assert run.path.parent == home / "runs"
+    assert (run.path.stat().st_mode & 0o777) == 0o700
+    for name in ("config.yaml", "run.json", "status.json"):
+        assert ((run.path / name).stat().st_mode & 0o777) == 0o600, name
+    text = run.record_path.read_text()
+    assert "hf_secret_value" not in text and "ms_secret_value" not in text and "abc" not in text
+    record = run.record()
+    assert record["env"]["HF_TOKEN"] == REDACTED
+    assert record["argv"][-1] == f"hf_token={REDACTED}"
+    assert record["config_summary"]["method"] == "lora"
+    assert run.status().status == "queued"
+
+
+def test_scrubbing_helpers():
+    assert scrub_env({"HF_TOKEN": "x", "PATH": "/bin"}) == {"HF_TOKEN": REDACTED, "PATH": "/bin"}
+    assert scrub_argv(["--hub-token", "s3cret", "lr=1", "api_key=k"]) == ["--hub-token", REDACTED, "lr=1",
+                                                                           f"api_key={REDACTED}"]
+
+
+def test_run_id_shape():
+    run_id = new_run_id("Qwen2.5 0.5B / LoRA")
+    date, hm, *rest = run_id.split("-")
+    assert len(date) == 8 and len(hm) == 4 and rest[-1].isalnum() and len(rest[-1]) == 4
+    assert "qwen2-5-0-5b-lora" in run_id
+
+
+def test_active_run_without_supervisor_is_crashed_and_persisted(home):
+    run = _run(home)
+    run.write_status(RUNNING)
+    status = effective_status(run)
+    assert status.status == CRASHED and "tunedeck resume" in status.reason
+    assert json.loads(run.status_path.read_text())["status"] == CRASHED  # persisted
+    assert list_runs()[0].status == CRASHED
+
+
+def _hold_lock(run: RunDirectory) -> subprocess.Popen:
+    code = (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(run.lock_path)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_lock_holder_keeps_run_alive_and_its_death_makes_it_crashed(home):
+    import psutil
+
+    run = _run(home)
+    holder = _hold_lock(run)
+    try:
+        run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()})
+        run.write_status(RUNNING)
+        assert effective_status(run).status == RUNNING
+        # A recorded pid whose start time differs is a recycled pid: not our supervisor.
+        run.update_record(supervisor={"pid": holder.pid, "start_time": 12345.0})
+        assert effective_status(run).status == CRASHED
+        run.write_status(RUNNING)
+        run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()})
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert effective_status(run).status == CRASHED
+
+
+def test_finished_run_is_never_relabelled(home):
+    run = _run(home)
+    run.write_status("finished")
+    assert effective_status(run).status == "finished"
+
+
+def test_resolve_by_id_prefix_path_and_errors(home):
+    first = _run(home)
+    second = _run(home)
+    assert resolve_run(first.id).path == first.path
+    assert resolve_run(str(second.path)).path == second.path.resolve()
+    assert resolve_run(first.id[:-1]).path == first.path or first.id[:-1] == second.id[:-1]
+    with pytest.raises(RunNotFound, match="several runs"):
+        resolve_run(first.id[:8])
+    with pytest.raises(RunNotFound, match="no run matches"):
+        resolve_run("nothing-like-this")
+
+
+def test_stop_and_resume_refusals(home):
+    run = _run(home)
+    run.write_status(STOPPED)
+    with pytest.raises(RunControlError, match="not running"):
+        request_stop(run)
+    with pytest.raises(RunControlError, match="no complete checkpoint"):
+        prepare_resume(run)
+    marker_less = run.checkpoints_dir / "checkpoint-7"
+    marker_less.mkdir(parents=True)
+    with pytest.raises(RunControlError, match="no complete checkpoint"):
+        prepare_resume(run)
+    tmp = run.checkpoints_dir / "checkpoint-5.tmp"
+    tmp.mkdir()
+    finalize_checkpoint(tmp, 5)
+    assert prepare_resume(run).endswith("checkpoint-5")
+    assert run.status().status == "queued"
+    assert run.record()["resumes"][-1]["step"] == 5
+    run.write_status("finished")
+    with pytest.raises(RunControlError, match="finished"):
+        prepare_resume(run)
+
+
+def test_log_follower_complete_lines_and_truncation(tmp_path):
+    path = tmp_path / "train.log"
+    follower = LogFollower(path)
+    assert follower.poll() == []
+    with open(path, "ab") as handle:
+        handle.write(b"[rank0] one\n[rank0] tw")
+    assert follower.poll() == ["[rank0] one"]
+    with open(path, "ab") as handle:
+        handle.write(b"o\n")
+    assert follower.poll() == ["[rank0] two"]
+    path.write_bytes(b"new\n")  # truncated and rewritten (shorter than our offset)
+    assert follower.poll() == ["new"]
+    path.write_bytes(b"".join(f"line {i}\n".encode() for i in range(100)) + b"partial")
+    lines, offset = last_lines(path, 3)
+    assert lines == ["line 97", "line 98", "line 99"]
+    assert offset == os.path.getsize(path) - len(b"partial")
+
+
+def test_runs_cli_json_lists_and_status_reports(home):
+    run = _run(home)
+    run.write_status(STOPPED, "stopped at step 3")
+    append_jsonl(run.metrics_path, {"schema": 1, "kind": "header", "total_steps": 9})
+    append_jsonl(run.metrics_path, {"kind": "train", "step": 3, "total_steps": 9, "loss": 2.5,
+                                    "tokens_per_s": 100.0, "eta_s": 12.0})
+    env = {**os.environ, "TUNEDECK_HOME": str(home)}
+    out = subprocess.run([sys.executable, "-m", "core", "runs", "--json"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert rows[0]["id"] == run.id and rows[0]["step"] == 3 and rows[0]["loss"] == 2.5
+    for key in ("id", "status", "created", "model", "method", "step", "total_steps", "run_dir", "loss",
+                "tokens_per_s", "eta_s", "gpus", "reason"):
+        assert key in rows[0]
+    out = subprocess.run([sys.executable, "-m", "core", "status", run.id[:-2], "--json"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and json.loads(out.stdout)["status"] == STOPPED
+    out = subprocess.run([sys.executable, "-m", "core", "stop", run.id], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "not running" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "core", "status", "zzz"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "no run matches" in out.stderr
+
+
+def test_logs_follow_of_a_finished_run_prints_everything_and_returns(home):
+    run = _run(home)
+    run.log_path.write_text("[rank0] one\n[rank0] two\n[supervisor] done\n[rank0] torn")
+    run.write_status("finished")
+    env = {**os.environ, "TUNEDECK_HOME": str(home)}
+    out = subprocess.run([sys.executable, "-m", "core", "logs", run.id, "-f"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    assert out.stdout.splitlines() == ["[rank0] one", "[rank0] two", "[supervisor] done"]
+
+
+def test_demo_detach_then_forced_stop_kills_every_process(home):
+    import psutil
+
+    env = {**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1"}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "core", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    out = cli("demo", "--detach", "--json")
+    assert out.returncode == 0, out.stderr
+    started = json.loads(out.stdout)
+    run = RunDirectory(started["run_dir"])
+    deadline = time.monotonic() + 120
+    while not run.latest_metrics():
+        assert time.monotonic() < deadline and effective_status(run).active, run.log_path.read_text()[-2000:]
+        time.sleep(0.2)
+    record = run.record()
+    pids = [record["supervisor"]["pid"], record["trainer"]["pid"]]
+    out = cli("stop", run.id, "--force", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["forced"] and result["status"] == STOPPED and "--force" in result["reason"]
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                   for pid in pids)
+    assert effective_status(run).status == STOPPED  # not relabelled crashed afterwards
+
+
+def test_trainer_gpu_selection_respects_inherited_cuda_visible_devices():
+    from core.runs.supervisor import visible_devices
+
+    assert visible_devices([], "0,1") == ""
+    assert visible_devices([0, 1], None) == "0,1"
+    assert visible_devices([1], "2,3") == "3"
+    assert visible_devices([0, 1], "GPU-aaa,GPU-bbb") == "GPU-aaa,GPU-bbb"
+
+
+def test_supervisor_waits_out_a_brief_lock_holder_but_not_another_supervisor(home):
+    from core.runs.supervisor import Supervisor
+
+    run = _run(home)
+    holder = _hold_lock(run)  # holds it for a minute: another supervisor
+    try:
+        assert Supervisor(run).acquire_lock(patience_s=0.3) is False
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    brief = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, time\n"
+        f"fd = os.open({str(run.lock_path)!r}, os.O_RDWR)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(0.5)\n")], stdout=subprocess.PIPE, text=True)
+    assert brief.stdout.readline().strip() == "locked"
+    supervisor = Supervisor(run)
+    try:
+        assert supervisor.acquire_lock(patience_s=5.0) is True
+    finally:
+        brief.wait()
+        os.close(supervisor.lock_fd)
+
+
+def test_hostfile_gives_nodes_master_and_this_machines_rank(tmp_path):
+    from core.runs.hostfile import HostfileError, node_rank_of, read_hostfile
+
+    path = tmp_path / "hostfile"
+    path.write_text("# two nodes\nnode-a slots=8\n\nnode-b.example.org slots=8  # second\n")
+    hosts = read_hostfile(path)
+    assert hosts == ["node-a", "node-b.example.org"]
+    assert node_rank_of(hosts, {"node-b", "10.0.0.2"}) == 1
+    assert node_rank_of(hosts, {"elsewhere"}) is None
+    assert node_rank_of(["127.0.0.1"]) == 0  # this machine, found by address
+    path.write_text("node-a\nnode-a\n")
+    with pytest.raises(HostfileError, match=r"hostfile:2: host node-a is listed twice"):
+        read_hostfile(path)

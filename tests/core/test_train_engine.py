@@ -1,0 +1,209 @@
+"""The training engine: LoRA/DoRA end to end through the CLI, injected OOM, and its building blocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.train.data_adapter import IGNORE_INDEX, PaddingCollator, pack_examples
+from core.train.deepspeed_config import deepspeed_config
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "core" / "assets" / "tiny"
+
+
+def _dataset(path: Path) -> Path:
+    pairs = [("Name a colour.", "Blue."), ("What is 1 + 1?", "1 + 1 = 2."), ("Say yes.", "Yes."),
+             ("Opposite of up?", "Down."), ("A pet?", "A dog."), ("Spell sun.", "S-U-N.")]
+    with open(path, "w", encoding="utf-8") as handle:
+        for q, a in pairs:
+            handle.write(json.dumps({"messages": [{"role": "user", "content": q},
+                                                  {"role": "assistant", "content": a}]}) + "\n")
+    return path
+
+
+def _config(tmp: Path, **overrides) -> Path:
+    import yaml
+
+    values = {"model": str(TINY), "dataset": str(_dataset(tmp / "data.jsonl")), "method": "lora",
+              "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.0, "precision": "fp32", "max_seq_len": 64,
+              "micro_batch_size": 6, "gradient_accumulation": 1, "max_steps": 20, "learning_rate": 0.005,
+              "warmup_steps": 0, "gradient_checkpointing": False, "save_steps": 10, "logging_steps": 1,
+              "seed": 3}
+    values.update(overrides)
+    path = tmp / "run.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def _tunedeck(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "core", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1", **env})
+
+
+def _wait_final(home: Path, run_id: str, timeout: float = 180) -> dict:
+    """Poll in-process (a CLI process per poll would steal the trainer's CPU), then ask the CLI."""
+    from core.runs.liveness import effective_status
+    from core.runs.run_dir import RunDirectory
+
+    run = RunDirectory(home / "runs" / run_id)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if effective_status(run).status in ("finished", "failed", "crashed", "stopped"):
+            return json.loads(_tunedeck(home, "status", run_id, "--json").stdout)
+        time.sleep(0.3)
+    raise AssertionError(f"{run_id} did not end: {run.status()}")
+
+
+def _records(run_dir: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / name).read_text().splitlines()]
+
+
+def test_lora_run_learns_and_saves_only_the_adapter(tmp_path):
+    method = "lora"
+    home = tmp_path / "home"
+    out = _tunedeck(home, "train", str(_config(tmp_path, dataset="data.jsonl")))  # relative to the YAML
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.strip()
+    assert "tunedeck logs" in out.stderr  # human hints on stderr, only the id on stdout
+    status = _wait_final(home, run_id)
+    run_dir = home / "runs" / run_id
+    assert status["status"] == "finished", (status, (run_dir / "train.log").read_text()[-2000:])
+    losses = [r["loss"] for r in _records(run_dir, "metrics.jsonl") if r.get("kind") == "train"]
+    header = _records(run_dir, "metrics.jsonl")[0]
+    assert header["method"] == method and header["random_init"] is True
+    assert f"dataset: {tmp_path / 'data.jsonl'}" in (run_dir / "config.yaml").read_text()
+    last = status["last_checkpoint"]
+    assert last and (Path(last) / "COMPLETE").is_file()
+    adapter_config = json.loads((Path(last) / "adapter_config.json").read_text())
+    assert adapter_config["r"] == 16 and adapter_config["use_dora"] is False
+    assert not (Path(last) / "model.safetensors").exists()  # only the adapter is saved
+    assert len(losses) == 20
+    assert sum(losses[-4:]) / 4 < 0.8 * sum(losses[:3]) / 3, losses  # memorising 6 answers (random base: slow)
+
+
+def test_two_process_dora_run_stops_at_one_step_on_every_rank(tmp_path):
+    """The multi-process path (torchrun, DDP over gloo on CPU) the GPU runs use, with DoRA."""
+    from core.runs.liveness import effective_status
+    from core.runs.run_dir import RunDirectory
+
+    home = tmp_path / "home"
+    env = {"TUNEDECK_CPU_PROCESSES": "2"}
+    out = _tunedeck(home, "train", str(_config(tmp_path)), "method=dora", "micro_batch_size=2",
+                    "max_steps=400", "save_steps=200", **env)
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.strip()
+    run = RunDirectory(home / "runs" / run_id)
+    deadline = time.monotonic() + 120
+    while not (run.latest_metrics() or {}).get("step", 0) >= 2:
+        assert time.monotonic() < deadline and effective_status(run).active, run.log_path.read_text()[-2000:]
+        time.sleep(0.2)
+    out = _tunedeck(home, "stop", run_id, "--wait", "--json")
+    assert json.loads(out.stdout)["status"] == "stopped", run.log_path.read_text()[-2000:]
+    ckpt = run.last_complete_checkpoint()
+    assert ckpt is not None and ckpt.step < 400
+    assert (ckpt.path / "rng_state_0.pth").is_file() and (ckpt.path / "rng_state_1.pth").is_file()
+    assert json.loads((ckpt.path / "adapter_config.json").read_text())["use_dora"] is True
+    header = _records(run.path, "metrics.jsonl")[0]
+    assert header["world_size"] == 2 and header["global_batch"] == 4
+    log = run.log_path.read_text().splitlines()
+    assert any(line.startswith("[rank1] ") for line in log) and "torch.distributed.run" in log[0]
+    stop_line = [line for line in log if "stop requested: saving a checkpoint at step" in line]
+    assert stop_line and stop_line[0].endswith(f"step {ckpt.step} and stopping")
+
+
+def test_injected_oom_fails_with_reason_event_and_advice(tmp_path):
+    home = tmp_path / "home"
+    out = _tunedeck(home, "train", str(_config(tmp_path)), "micro_batch_size=4",
+                    TUNEDECK_INJECT_OOM_AT_STEP="3")
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.strip()
+    status = _wait_final(home, run_id)
+    assert status["status"] == "failed"
+    assert "out of GPU memory" in status["reason"] and "micro_batch_size 4 → 2" in status["reason"]
+    run_dir = home / "runs" / run_id
+    events = _records(run_dir, "events.jsonl")
+    oom = [e for e in events if e["event"] == "oom"]
+    assert len(oom) == 1
+    assert oom[0]["config"]["micro_batch_size"] == 4 and oom[0]["config"]["method"] == "lora"
+    assert oom[0]["step"] == 2 and "gradient_checkpointing" in oom[0]["advice"]
+    assert events[-1]["event"] == "failed" and events[-1]["exit_code"] != 0
+    steps = [r["step"] for r in _records(run_dir, "metrics.jsonl") if r.get("kind") == "train"]
+    assert steps == [1, 2]
+
+
+def test_train_refuses_bad_config_and_bad_data_before_starting(tmp_path):
+    home = tmp_path / "home"
+    out = _tunedeck(home, "train", str(_config(tmp_path)), "lora_rnak=4")
+    assert out.returncode == 2 and "lora_rank" in out.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{not json\n')
+    out = _tunedeck(home, "train", str(_config(tmp_path)), f"dataset={bad}")
+    assert out.returncode == 2 and f"{bad}:2" in out.stderr
+    out = _tunedeck(home, "train", str(_config(tmp_path)), f"model={tmp_path}")  # a folder, no config.json
+    assert out.returncode == 2 and "config.json" in out.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())  # nothing was started
+
+
+def test_deepspeed_config_per_stage_and_offload():
+    cfg = {"zero_stage": 2, "offload": "optimizer", "micro_batch_size": 2, "gradient_accumulation": 4,
+           "max_grad_norm": 1.0}
+    ds = deepspeed_config(cfg, world_size=2, use_bf16=True, use_fp16=False)
+    assert ds["train_batch_size"] == 16 and ds["bf16"]["enabled"] and not ds["fp16"]["enabled"]
+    assert ds["zero_optimization"]["stage"] == 2
+    assert ds["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert "offload_param" not in ds["zero_optimization"] and ds["optimizer"]["type"] == "AdamW"
+    ds3 = deepspeed_config({**cfg, "zero_stage": 3, "offload": "all"}, 4, True, False)
+    zero = ds3["zero_optimization"]
+    assert zero["offload_param"]["device"] == "cpu" and zero["stage3_gather_16bit_weights_on_model_save"]
+    plain = deepspeed_config({**cfg, "zero_stage": 1, "offload": "none"}, 8, False, True)
+    assert "offload_optimizer" not in plain["zero_optimization"] and "optimizer" not in plain
+
+
+def test_packing_and_padding_collator():
+    examples = [{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}, {"input_ids": [4, 5], "labels": [-100, 5]},
+                {"input_ids": [6, 7, 8, 9], "labels": [6, 7, 8, 9]}]
+    rows = pack_examples(examples, max_seq_len=5)
+    assert [r["input_ids"] for r in rows] == [[1, 2, 3, 4, 5], [6, 7, 8, 9]]
+    assert rows[0]["position_ids"] == [0, 1, 2, 0, 1]
+    assert rows[0]["labels"] == [IGNORE_INDEX, 2, 3, IGNORE_INDEX, 5]
+    batch = PaddingCollator(pad_token_id=0, multiple_of=8)(rows)
+    assert tuple(batch["input_ids"].shape) == (2, 8)
+    assert batch["attention_mask"][1].tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert batch["labels"][1].tolist()[4:] == [IGNORE_INDEX] * 4
+
+
+def test_metrics_callback_records_header_resume_and_nan_loss(tmp_path):
+    from types import SimpleNamespace
+
+    from core.runs.run_dir import RunDirectory
+    from core.train.callbacks import RunMetricsCallback
+
+    run = RunDirectory(tmp_path)
+    run.write_status("starting")
+    callback = RunMetricsCallback(run, {"method": "lora"}, resumed_from=str(tmp_path / "checkpoint-4"),
+                                  prior_elapsed_s=100.0, global_batch=8, is_main=True)
+    state = SimpleNamespace(global_step=4, max_steps=10, epoch=0.4, num_input_tokens_seen=1000)
+    callback.on_train_begin(None, state, None)
+    assert run.status().status == "running"
+    state.global_step, state.num_input_tokens_seen, state.epoch = 5, 1800, 0.5
+    callback.last_time -= 2.0  # two seconds for 800 tokens
+    callback.on_log(None, state, None, logs={"loss": float("nan"), "learning_rate": 1e-4, "grad_norm": 2.0})
+    records = _records(tmp_path, "metrics.jsonl")
+    assert [r["kind"] for r in records] == ["header", "resumed", "train"]
+    assert records[0]["schema"] == 1 and records[0]["total_steps"] == 10
+    assert records[1]["step"] == 4
+    train = records[2]
+    assert train["loss"] is None and 390 < train["tokens_per_s"] <= 400 and train["elapsed_s"] >= 100
+    assert train["samples_per_s"] == pytest.approx(4.0, rel=0.05)
+    events = _records(tmp_path, "events.jsonl")
+    assert [e["event"] for e in events] == ["resumed", "nan_loss"] and events[1]["step"] == 5
+    callback.on_log(None, state, None, logs={"eval_loss": 1.25})
+    assert _records(tmp_path, "metrics.jsonl")[-1] == {**_records(tmp_path, "metrics.jsonl")[-1],
+                                                       "kind": "eval", "eval_loss": 1.25, "step": 5}
