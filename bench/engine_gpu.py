@@ -114,7 +114,9 @@ def write_run_yaml(path: Path, values: dict[str, Any]) -> Path:
 
 
 def tunedeck(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TUNEDECK_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    # Keep the caller's PYTHONPATH (the GPU box carries bitsandbytes/deepspeed there) after ours.
+    path = os.environ.get("PYTHONPATH", "")
+    env = {**os.environ, "TUNEDECK_HOME": str(home), "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
     out = subprocess.run([sys.executable, "-m", "core", *args], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=600)
     if check and out.returncode != 0:
@@ -240,6 +242,7 @@ def main() -> int:
     parser.add_argument("--models", default="0.5b", help="comma list of 0.5b, 7b (tiny: CPU smoke test)")
     parser.add_argument("--methods", default="lora,dora,qlora,full")
     parser.add_argument("--multi", action="store_true", help="DDP, ZeRO-2, ZeRO-3 on the first 2 GPUs (0.5B, full)")
+    parser.add_argument("--multi-plans", default=",".join(MULTI_GPU_PLANS), help="with --multi: ddp,zero2,zero3")
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--no-resume", action="store_true", help="skip the stop/resume in the middle")
@@ -285,7 +288,8 @@ def main() -> int:
         if torch.cuda.device_count() < 2:
             log("--multi needs 2 GPUs")
             return 2
-        for mode, extra in MULTI_GPU_PLANS.items():
+        wanted = [m.strip() for m in args.multi_plans.split(",") if m.strip()]
+        for mode, extra in [(m, MULTI_GPU_PLANS[m]) for m in wanted]:
             values = {**base("0.5b"), "method": "full", "gpus": 2, "micro_batch_size": 8,
                       "gradient_checkpointing": False, "learning_rate": 1e-5, **extra}
             values["name"] = f"bench-0.5b-full-{mode}"
