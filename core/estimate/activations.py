@@ -1,0 +1,202 @@
+"""Activation memory: the tensors autograd saves for the backward pass of a Llama-style block.
+
+Counted tensor by tensor from what PyTorch's autograd formulas keep for transformers' Llama/Qwen code
+(bytes per token unless noted), for SDPA/flash attention that never materialises the s x s matrix:
+
+- RMSNorm: ``x.float().pow(2)`` keeps the fp32 input (4h) and the fp32 reciprocal RMS (4); when the
+  norm weight trains, the multiply keeps the normalised input too (residual dtype x h).
+- A linear keeps its input only when its weight trains (full fine-tuning). Under autocast an fp32
+  input is cast separately for each linear, so each keeps its own copy; a same-dtype input is shared.
+- A LoRA-targeted linear: peft casts the input to the adapter dtype (fp32), dropout keeps a 1-byte
+  mask, lora_A keeps its (autocast) input copy and lora_B keeps lora_A's output (r values).
+- Attention: the roped q, k, v and the output are kept by SDPA. Flash and memory-efficient kernels
+  write the output in (batch, seq, heads, dim) order, so making its transpose contiguous for o_proj
+  copies nothing: o_proj's input costs nothing more unless a cast (LoRA under autocast) copies it.
+- Gated MLP: SiLU keeps the gate output, the product keeps silu(gate) and up: 3 x f values.
+- DoRA keeps the base and LoRA outputs for its magnitude scaling (2 x out per target); with dropout
+  it recomputes the base output from a dropped-out input and keeps a compute-dtype weight copy.
+
+With ``fused_ce`` the engine turns on Liger's kernels together (it passes ``use_liger_kernel`` to the
+Trainer): its RMSNorm keeps only the input and one fp32 scale per row, its SwiGLU keeps gate and up and
+recomputes SiLU in backward, and its fused linear cross-entropy needs no saved LM-head input.
+
+With gradient checkpointing only each block's input is kept, plus the block being recomputed and
+its gradients. Backward of a block also needs gradient temporaries (calibrated, see calibration.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.estimate.architecture import LinearShape, ModelArchitecture
+from core.estimate.calibration import Calibration
+from core.estimate.plan import TrainingPlan
+from core.estimate.precision import PrecisionLayout
+
+
+@dataclass(frozen=True)
+class BlockActivations:
+    """Activation bytes of one decoder block: per token, plus a part that does not scale with tokens."""
+
+    per_token: float
+    per_block: float = 0.0
+
+    def total(self, tokens: int) -> float:
+        return self.per_token * tokens + self.per_block
+
+
+def rmsnorm_saved_bytes(width: int, input_bytes: float, weight_trains: bool, fused: bool = False,
+                        rows: int = 1) -> float:
+    """Bytes per token an RMSNorm keeps: the fp32 input for pow and one fp32 reciprocal RMS per row
+    (``rows`` > 1 for per-head norms), + the normalised input if its weight trains.
+
+    Liger's fused RMSNorm keeps the input as it is and the reciprocal RMS.
+    """
+    if fused:
+        return input_bytes * width + 4.0 * rows
+    saved = 4.0 * width + 4.0 * rows
+    if weight_trains:
+        saved += input_bytes * width
+    return saved
+
+
+def linear_group_saved_bytes(
+    shapes: list[LinearShape],
+    input_bytes: float,
+    plan: TrainingPlan,
+    layout: PrecisionLayout,
+    input_already_kept: bool = False,
+) -> float:
+    """Bytes per token kept for the inputs of linears that read the same tensor (q/k/v, or gate/up).
+
+    ``input_already_kept``: another op keeps this very tensor (o_proj's input is SDPA's output), so
+    sharing it costs nothing; casts and dropout still make new tensors.
+    """
+    width = shapes[0].in_features
+    autocast = plan.precision != "fp32"
+    saved = 0.0
+    shared_input_kept = False
+    for shape in shapes:
+        if plan.method == "full":
+            if autocast and input_bytes != layout.compute:
+                saved += layout.compute * width  # a separate autocast copy per linear
+            else:
+                shared_input_kept = True
+        elif shape.name in plan.lora_targets:
+            saved += (layout.compute if autocast else 4.0) * plan.lora_rank  # lora_A's output, kept by lora_B
+            if plan.lora_dropout > 0:
+                saved += 1.0 * width  # dropout mask
+            if autocast:
+                saved += layout.compute * width  # lora_A's autocast copy of the fp32 input
+            elif plan.lora_dropout > 0:
+                saved += 4.0 * width  # the dropped-out fp32 input itself
+            else:
+                shared_input_kept = True
+    if shared_input_kept and not input_already_kept:
+        saved += input_bytes * width
+    return saved
+
+
+def dora_saved_bytes(shapes: list[LinearShape], plan: TrainingPlan, layout: PrecisionLayout) -> BlockActivations:
+    """DoRA's extra saved tensors for the targeted linears of one block."""
+    per_token = 0.0
+    per_block = 0.0
+    for shape in shapes:
+        if shape.name not in plan.lora_targets:
+            continue
+        per_token += 2 * layout.compute * shape.out_features
+        if plan.lora_dropout > 0:
+            # F.linear(dropout(x), W) for the base output keeps an autocast copy of W (per block);
+            # its input copy is the one lora_A keeps already.
+            per_block += layout.compute * shape.weight_params
+    return BlockActivations(per_token, per_block)
+
+
+def dora_transient_bytes(arch: ModelArchitecture, plan: TrainingPlan) -> float:
+    """DoRA's weight-norm computation, one layer at a time: fp32 copies of the targeted weight (x3), and
+    the in x in identity (fp32 + its bf16 cast) peft pushes through lora_A/lora_B to get B @ A."""
+    sizes = [12.0 * shape.weight_params + 6.0 * shape.in_features**2
+             for shape in arch.linear_shapes() if shape.name in plan.lora_targets]
+    return max(sizes) if sizes else 0.0
+
+
+def attention_core_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout,
+                         calibration: Calibration) -> float:
+    """Bytes per token kept by rotary embedding + attention (q, k, v, output, log-sum-exp)."""
+    c = layout.compute
+    kv_width = arch.q_dim if calibration.sdpa_expands_kv else arch.kv_dim
+    saved = c * arch.q_dim + 2 * c * kv_width + c * arch.q_dim + 4.0 * arch.num_heads
+    if arch.qk_norm:
+        # Qwen3 normalises q and k per head before RoPE: fp32 inputs, + normalised inputs if training.
+        saved += rmsnorm_saved_bytes(arch.q_dim + arch.kv_dim, c, plan.method == "full", plan.fused_ce,
+                                     rows=arch.num_heads + arch.num_kv_heads)
+    if plan.attention == "eager":
+        saved += calibration.eager_attention_bytes_per_score * arch.num_heads * plan.seq_len
+    return saved
+
+
+def mlp_core_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout) -> float:
+    """Bytes per token kept by SiLU(gate) x up: gate output, its SiLU and up output (Liger: gate and up)."""
+    kept = 2 if plan.fused_ce else 3
+    return kept * layout.compute * arch.intermediate_size
+
+
+def block_activations(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout,
+                      calibration: Calibration) -> BlockActivations:
+    """All activations one decoder block keeps for backward, without checkpointing."""
+    shapes = {shape.name: shape for shape in arch.linear_shapes()}
+    full = plan.method == "full"
+    norm_out = max(layout.norm_weight, layout.residual)
+    per_token = 0.0
+    per_token += rmsnorm_saved_bytes(arch.hidden_size, layout.residual, full, plan.fused_ce)
+    per_token += linear_group_saved_bytes([shapes["q_proj"], shapes["k_proj"], shapes["v_proj"]], norm_out, plan, layout)
+    per_token += attention_core_bytes(arch, plan, layout, calibration)
+    per_token += linear_group_saved_bytes([shapes["o_proj"]], layout.compute, plan, layout,
+                                          input_already_kept=plan.attention == "sdpa")
+    per_token += rmsnorm_saved_bytes(arch.hidden_size, layout.residual, full, plan.fused_ce)
+    per_token += linear_group_saved_bytes([shapes["gate_proj"], shapes["up_proj"]], norm_out, plan, layout)
+    per_token += mlp_core_bytes(arch, plan, layout)
+    per_token += linear_group_saved_bytes([shapes["down_proj"]], layout.compute, plan, layout)
+    block = BlockActivations(per_token)
+    if plan.method == "dora":
+        extra = dora_saved_bytes(list(shapes.values()), plan, layout)
+        block = BlockActivations(block.per_token + extra.per_token, extra.per_block)
+    return block
+
+
+def head_activation_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout) -> float:
+    """Bytes per token kept after the last block: the final norm, and the LM head's input if it trains.
+
+    The fused cross-entropy computes its gradients in the forward pass and keeps no input.
+    """
+    full = plan.method == "full"
+    saved = rmsnorm_saved_bytes(arch.hidden_size, layout.residual, full, plan.fused_ce)
+    if full and not plan.fused_ce:
+        norm_out = max(layout.norm_weight, layout.residual)
+        lm_input_cast = plan.precision != "fp32" and norm_out != layout.compute
+        saved += (layout.compute if lm_input_cast else norm_out) * arch.hidden_size
+    return saved
+
+
+@dataclass(frozen=True)
+class ActivationSizes:
+    """Activation bytes at the two moments that can set the peak (per GPU, one micro-batch)."""
+
+    at_loss: float  # everything saved when the forward pass ends and the loss is computed
+    in_backward: float  # while the last block is recomputed and back-propagated (checkpointing)
+
+
+def activation_sizes(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout,
+                     calibration: Calibration) -> ActivationSizes:
+    """Saved activations at the loss, and the working set of backward under checkpointing."""
+    tokens = plan.tokens_per_micro_batch
+    block = block_activations(arch, plan, layout, calibration)
+    head = head_activation_bytes(arch, plan, layout) * tokens
+    dora_transient = dora_transient_bytes(arch, plan) if plan.method == "dora" else 0.0
+    if not plan.gradient_checkpointing:
+        at_loss = arch.num_layers * block.total(tokens) + head + dora_transient
+        working = calibration.backward_working_bytes_per_intermediate[plan.method] * arch.intermediate_size * tokens
+        return ActivationSizes(at_loss=at_loss, in_backward=at_loss + working)
+    kept_inputs = arch.num_layers * layout.residual * arch.hidden_size * tokens
+    recompute = calibration.checkpoint_recompute_layers[plan.method] * block.total(tokens) + dora_transient
+    return ActivationSizes(at_loss=kept_inputs + head, in_backward=kept_inputs + recompute)

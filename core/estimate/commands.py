@@ -1,0 +1,134 @@
+"""``tunedeck estimate``: per-GPU peak memory with a breakdown, fit verdict and speed of a plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from core.i18n import t
+
+BAR_WIDTH = 30
+LABEL_WIDTH = 28
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``estimate`` command."""
+    from core.estimate.plan import ATTENTIONS, METHODS, OFFLOADS, OPTIMIZERS, PRECISIONS, normalise_optimizer
+
+    parser = subparsers.add_parser("estimate", help=t("estimate.help"), description=t("estimate.help"))
+    parser.add_argument("--model", required=True, help=t("estimate.help.model"))
+    parser.add_argument("--method", choices=METHODS, default="lora", help=t("estimate.help.method"))
+    parser.add_argument("--batch-size", type=int, default=1, help=t("estimate.help.batch_size"))
+    parser.add_argument("--seq-len", type=int, default=2048, help=t("estimate.help.seq_len"))
+    parser.add_argument("--no-gradient-checkpointing", action="store_true", help=t("estimate.help.no_gc"))
+    parser.add_argument("--lora-rank", type=int, default=16, help=t("estimate.help.lora_rank"))
+    parser.add_argument("--lora-targets", default="all-linear", help=t("estimate.help.lora_targets"))
+    parser.add_argument("--lora-dropout", type=float, default=0.05, help=t("estimate.help.lora_dropout"))
+    parser.add_argument("--precision", choices=PRECISIONS, default="bf16", help=t("estimate.help.precision"))
+    parser.add_argument("--no-fused-ce", action="store_true", help=t("estimate.help.no_fused_ce"))
+    parser.add_argument("--optimizer", type=normalise_optimizer, choices=OPTIMIZERS, default="adamw",
+                        help=t("estimate.help.optimizer"))
+    parser.add_argument("--gpus", type=int, default=None, help=t("estimate.help.gpus"))
+    parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help=t("estimate.help.zero"))
+    parser.add_argument("--offload", choices=OFFLOADS, default="none", help=t("estimate.help.offload"))
+    parser.add_argument("--grad-accum", type=int, default=1, help=t("estimate.help.grad_accum"))
+    parser.add_argument("--attention", choices=ATTENTIONS, default="sdpa", help=t("estimate.help.attention"))
+    parser.add_argument("--gpu", default="H200", help=t("estimate.help.gpu"))
+    parser.add_argument("--dataset-tokens", type=int, default=None, help=t("estimate.help.dataset_tokens"))
+    parser.add_argument("--price-per-gpu-hour", type=float, default=None, help=t("estimate.help.price"))
+    parser.add_argument("--exact", action="store_true", default=None, help=t("estimate.help.exact"))
+    parser.add_argument("--json", action="store_true", help=t("estimate.help.json"))
+    parser.set_defaults(handler=run_estimate)
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    """Handler of ``tunedeck estimate``."""
+    from core.cli import CliError
+    from core.estimate import (
+        ArchitectureError,
+        ModelNotFoundError,
+        PlanError,
+        UnknownGpuError,
+        estimate,
+        normalise_lora_targets,
+        parse_hardware,
+        plan_for_model,
+    )
+
+    try:
+        count, gpu = parse_hardware(args.gpu)  # "H200" or "8xH200"
+        num_gpus = args.gpus if args.gpus is not None else count
+        plan = plan_for_model(
+            args.model,
+            exact_count=args.exact,
+            method=args.method,
+            precision=args.precision,
+            micro_batch_size=args.batch_size,
+            seq_len=args.seq_len,
+            gradient_checkpointing=not args.no_gradient_checkpointing,
+            lora_rank=args.lora_rank,
+            lora_targets=normalise_lora_targets(args.lora_targets),
+            lora_dropout=args.lora_dropout,
+            fused_ce=not args.no_fused_ce,
+            optimizer=args.optimizer,
+            num_gpus=num_gpus,
+            zero_stage=args.zero,
+            offload=args.offload,
+            grad_accum_steps=args.grad_accum,
+            attention=args.attention,
+            dataset_tokens=args.dataset_tokens,
+            price_per_gpu_hour=args.price_per_gpu_hour,
+        )
+        result = estimate(plan, gpu)
+    except (UnknownGpuError, ModelNotFoundError, ArchitectureError, PlanError) as exc:
+        raise CliError(str(exc), 2) from exc
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+        return 0
+    print(format_estimate(result))
+    for note in result.notes:
+        print(t(f"estimate.note.{note}"), file=sys.stderr)
+    return 0
+
+
+def _bar(fraction: float) -> str:
+    filled = max(0, min(BAR_WIDTH, round(fraction * BAR_WIDTH)))
+    return "█" * filled + "·" * (BAR_WIDTH - filled)
+
+
+def format_estimate(result: Any) -> str:
+    """The human form: title, breakdown table with bars, peak, verdict, params, RAM and speed."""
+    from core.text_width import pad
+
+    plan = result.plan
+    lines = [
+        t("estimate.title", model=result.model, gpus=plan["num_gpus"], gpu=result.gpu, method=plan["method"],
+          precision=plan["precision"], batch=plan["micro_batch_size"], seq=plan["seq_len"]),
+        "",
+    ]
+    peak = result.peak_gib or 1.0
+    for key, gib in result.breakdown.items():
+        label = pad(t(f"estimate.breakdown.{key}"), LABEL_WIDTH)
+        lines.append(f"  {label} {gib:8.2f} GiB  {_bar(gib / peak)}")
+    lines.append("")
+    lines.append(t("estimate.peak", peak=result.peak_gib, capacity=result.capacity_gib,
+                   phase=t(f"estimate.phase.{result.peak_phase}")))
+    lines.append(t(f"estimate.verdict.{result.verdict}", headroom=result.headroom_gib, margin=result.margin_gib,
+                   short=-result.headroom_gib))
+    if not result.fits:
+        lines.append(t(f"estimate.hint.{result.peak_phase}"))
+    lines.append(t("estimate.params", total=f"{result.total_params:,}", trainable=f"{result.trainable_params:,}",
+                   source=result.param_count))
+    lines.append(t("estimate.cpu_ram", cpu=result.cpu_ram_gib))
+    lines.append(t("estimate.speed", tps=result.tokens_per_s, per_gpu=result.tokens_per_s_per_gpu,
+                   mfu=result.efficiency, step=result.seconds_per_step))
+    if result.epoch_hours is not None:
+        tokens = plan["dataset_tokens"]
+        if result.epoch_cost is not None:
+            lines.append(t("estimate.epoch_cost", tokens=tokens, hours=result.epoch_hours, cost=result.epoch_cost))
+        else:
+            lines.append(t("estimate.epoch", tokens=tokens, hours=result.epoch_hours))
+    lines.append(t("estimate.speed_note"))
+    return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""Finding a model's ``config.json``: a path, a local model folder, a bundled config, or a hub cache.
+
+The bundled configs (``known_configs/``) are the published ones of common base models, so an estimate
+works offline; chat/instruct variants share their base model's shapes, so ``Qwen/Qwen2.5-7B-Instruct``
+resolves to ``Qwen2.5-7B.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.estimate.architecture import ModelArchitecture, architecture_from_config
+from core.i18n import t
+
+KNOWN_CONFIG_DIR = Path(__file__).parent / "known_configs"
+
+# Suffixes of fine-tuned variants whose shapes are those of the base model.
+_VARIANT_SUFFIXES = ("-instruct", "-chat", "-base", "-hf")
+# Names under which a bundled config is also known (lower case, organisation dropped).
+_ALIASES = {
+    "llama-3-8b": "meta-llama-3-8b",
+    "llama3-8b": "meta-llama-3-8b",
+    "mistral-7b": "mistral-7b-v0.1",
+}
+
+
+class ModelNotFoundError(ValueError):
+    """No config.json could be found for what the user named."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model's config.json contents and where they came from."""
+
+    name: str
+    config: dict[str, Any]
+    source: str  # "bundled", a file path, or a cache path
+
+    def architecture(self) -> ModelArchitecture:
+        return architecture_from_config(self.config, name=self.name, source=self.source)
+
+
+def known_model_names() -> list[str]:
+    """Names of the bundled configs (file stems), sorted."""
+    return sorted(path.stem for path in KNOWN_CONFIG_DIR.glob("*.json"))
+
+
+def _bundled_key(name: str) -> str:
+    key = name.strip().rstrip("/").split("/")[-1].lower()
+    changed = True
+    while changed:
+        changed = False
+        for suffix in _VARIANT_SUFFIXES:
+            if key.endswith(suffix):
+                key = key[: -len(suffix)]
+                changed = True
+    return _ALIASES.get(key, key)
+
+
+def _bundled_config(name: str) -> Path | None:
+    key = _bundled_key(name)
+    for path in KNOWN_CONFIG_DIR.glob("*.json"):
+        if path.stem.lower() == key:
+            return path
+    return None
+
+
+def _cached_config(model_id: str) -> Path | None:
+    """config.json of ``org/name`` in the Hugging Face or ModelScope cache, if downloaded there."""
+    if model_id.count("/") != 1:
+        return None
+    org, name = model_id.split("/")
+    candidates: list[Path] = []
+    hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    hf_hub = Path(os.environ.get("HF_HUB_CACHE") or hf_home / "hub")
+    snapshots = hf_hub / f"models--{org}--{name}" / "snapshots"
+    if snapshots.is_dir():
+        candidates.extend(sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True))
+    ms_root = Path(os.environ.get("MODELSCOPE_CACHE") or Path.home() / ".cache" / "modelscope")
+    for base in (ms_root / "hub" / "models", ms_root / "models", ms_root / "hub"):
+        candidates.append(base / org / name / "config.json")
+        # ModelScope stores dots in names as "___" in some versions.
+        candidates.append(base / org / name.replace(".", "___") / "config.json")
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelNotFoundError(t("estimate.error.config_unreadable", path=str(path), reason=str(exc))) from exc
+    except json.JSONDecodeError as exc:
+        raise ModelNotFoundError(
+            t("estimate.error.config_json", path=str(path), line=exc.lineno, reason=exc.msg)
+        ) from exc
+    if not isinstance(data, dict):
+        raise ModelNotFoundError(t("estimate.error.config_json", path=str(path), line=1, reason="not an object"))
+    return data
+
+
+def load_model_config(spec: str) -> ModelConfig:
+    """Resolve ``spec`` (a config.json path, a model folder, a hub id or a bundled name) to its config.
+
+    Order: an existing file or folder on disk, then the bundled configs, then the local hub caches.
+    """
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return ModelConfig(name=path.parent.name or path.stem, config=_read_config(path), source=str(path))
+    if path.is_dir():
+        config_path = path / "config.json"
+        if not config_path.is_file():
+            raise ModelNotFoundError(t("estimate.error.no_config_in_dir", path=str(path)))
+        return ModelConfig(name=path.name, config=_read_config(config_path), source=str(config_path))
+    bundled = _bundled_config(spec)
+    if bundled is not None:
+        return ModelConfig(name=spec, config=_read_config(bundled), source="bundled")
+    cached = _cached_config(spec)
+    if cached is not None:
+        return ModelConfig(name=spec, config=_read_config(cached), source=str(cached))
+    raise ModelNotFoundError(t("estimate.error.unknown_model", model=spec, known=", ".join(known_model_names())))

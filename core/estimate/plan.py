@@ -1,0 +1,111 @@
+"""A training plan: what the estimator is asked about (model shape, method, batch, parallelism)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.estimate.architecture import LINEAR_NAMES, ModelArchitecture
+from core.i18n import t
+
+METHODS = ("full", "lora", "dora", "qlora")
+# bf16: mixed precision (fp32 trainable weights, bf16 autocast); pure-bf16: everything in bf16;
+# fp16: mixed precision with fp16 autocast (GPUs without bf16); fp32: no autocast.
+PRECISIONS = ("bf16", "pure-bf16", "fp16", "fp32")
+# adamw: torch.optim.AdamW as transformers' "adamw_torch" builds it (foreach: one moment-sized
+# temporary during the step); adamw_fused: "adamw_torch_fused" (updates in place).
+OPTIMIZERS = ("adamw", "adamw_fused", "adamw_8bit", "paged_adamw_8bit")
+# The engine's / transformers' spellings of the same optimizers.
+OPTIMIZER_ALIASES = {
+    "adamw_torch": "adamw",
+    "adamw_torch_fused": "adamw_fused",
+    "adamw_bnb_8bit": "adamw_8bit",
+}
+
+
+def normalise_optimizer(name: str) -> str:
+    """The estimator's name for an optimizer spelled the engine's or transformers' way."""
+    key = name.strip().lower()
+    return OPTIMIZER_ALIASES.get(key, key)
+OFFLOADS = ("none", "optimizer", "all")
+ATTENTIONS = ("sdpa", "eager")
+
+
+class PlanError(ValueError):
+    """A plan that cannot run as stated (the message says which option to change)."""
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """One training configuration. Sizes are per GPU (micro-batch) unless the name says otherwise."""
+
+    architecture: ModelArchitecture
+    method: str = "lora"
+    precision: str = "bf16"
+    micro_batch_size: int = 1
+    seq_len: int = 2048
+    gradient_checkpointing: bool = True
+    lora_rank: int = 16
+    lora_targets: tuple[str, ...] = LINEAR_NAMES
+    lora_dropout: float = 0.05
+    fused_ce: bool = True
+    optimizer: str = "adamw"
+    num_gpus: int = 1
+    zero_stage: int = 0
+    offload: str = "none"
+    grad_accum_steps: int = 1
+    attention: str = "sdpa"
+    # QLoRA's plain recipe (peft.prepare_model_for_kbit_training) upcasts every non-quantised
+    # parameter (embedding, LM head, norms) to fp32.
+    kbit_upcast: bool = True
+    dataset_tokens: int | None = None
+    price_per_gpu_hour: float | None = None
+    # Set when the parameter count was checked on the meta device (then it wins over the analytic one).
+    exact_total_params: int | None = field(default=None, compare=False)
+
+    @property
+    def tokens_per_micro_batch(self) -> int:
+        return self.micro_batch_size * self.seq_len
+
+    @property
+    def uses_lora(self) -> bool:
+        return self.method in ("lora", "dora", "qlora")
+
+    @property
+    def uses_deepspeed(self) -> bool:
+        return self.zero_stage >= 1
+
+    @property
+    def mixed_precision(self) -> bool:
+        return self.precision in ("bf16", "fp16")
+
+    def validate(self, gpu_bf16: bool | None = None) -> None:
+        """Raise ``PlanError`` for an impossible combination; ``gpu_bf16`` checks bf16 support."""
+        checks: list[tuple[bool, str, dict[str, object]]] = [
+            (self.method in METHODS, "estimate.error.choice", {"option": "--method", "value": self.method, "choices": ", ".join(METHODS)}),
+            (self.precision in PRECISIONS, "estimate.error.choice", {"option": "--precision", "value": self.precision, "choices": ", ".join(PRECISIONS)}),
+            (self.optimizer in OPTIMIZERS, "estimate.error.choice", {"option": "--optimizer", "value": self.optimizer, "choices": ", ".join(OPTIMIZERS)}),
+            (self.offload in OFFLOADS, "estimate.error.choice", {"option": "--offload", "value": self.offload, "choices": ", ".join(OFFLOADS)}),
+            (self.attention in ATTENTIONS, "estimate.error.choice", {"option": "--attention", "value": self.attention, "choices": ", ".join(ATTENTIONS)}),
+            (self.zero_stage in (0, 1, 2, 3), "estimate.error.choice", {"option": "--zero", "value": self.zero_stage, "choices": "0, 1, 2, 3"}),
+        ]
+        for ok, key, params in checks:
+            if not ok:
+                raise PlanError(t(key, **params))
+        for option, value in (("--batch-size", self.micro_batch_size), ("--seq-len", self.seq_len),
+                              ("--gpus", self.num_gpus), ("--grad-accum", self.grad_accum_steps)):
+            if value < 1:
+                raise PlanError(t("estimate.error.positive", option=option, value=value))
+        if self.uses_lora and self.lora_rank < 1:
+            raise PlanError(t("estimate.error.positive", option="--lora-rank", value=self.lora_rank))
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise PlanError(t("estimate.error.dropout", value=self.lora_dropout))
+        if self.offload != "none" and self.zero_stage == 0:
+            raise PlanError(t("estimate.error.offload_needs_zero", offload=self.offload))
+        if self.offload == "all" and self.zero_stage != 3:
+            raise PlanError(t("estimate.error.offload_all_needs_zero3"))
+        if self.offload != "none" and self.optimizer not in ("adamw", "adamw_fused"):
+            raise PlanError(t("estimate.error.offload_optimizer", optimizer=self.optimizer))
+        if self.method == "qlora" and self.precision in ("fp32",):
+            raise PlanError(t("estimate.error.qlora_precision", precision=self.precision))
+        if gpu_bf16 is False and self.precision in ("bf16", "pure-bf16"):
+            raise PlanError(t("estimate.error.no_bf16", precision=self.precision))

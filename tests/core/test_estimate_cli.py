@@ -1,0 +1,141 @@
+"""`tunedeck estimate` as a real subprocess: JSON shape, human table, errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from core.estimate import estimate, find_gpu, known_gpu_names, load_model_config, plan_for_model
+from core.estimate.memory import BREAKDOWN_KEYS
+
+ROOT = Path(__file__).parents[2]
+
+
+def run_estimate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.update({"TUNEDECK_HOME": str(tmp_path), "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8",
+                "HF_HOME": str(tmp_path / "hf"), "MODELSCOPE_CACHE": str(tmp_path / "ms")})
+    return subprocess.run(
+        [sys.executable, "-m", "core", "--lang", "en", "estimate", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, encoding="utf-8", timeout=120,
+    )
+
+
+def test_json_output_is_the_estimate(tmp_path):
+    result = run_estimate(tmp_path, "--model", "Qwen/Qwen2.5-7B-Instruct", "--method", "lora", "--batch-size", "4",
+                          "--seq-len", "2048", "--gpu", "A100-80GB", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)  # nothing else on stdout
+    assert set(data["breakdown"]) == set(BREAKDOWN_KEYS)
+    assert data["fits"] is True and data["verdict"] == "fits"
+    assert data["capacity_gib"] == 80.0
+    expected = estimate(plan_for_model("Qwen2.5-7B", method="lora", micro_batch_size=4, seq_len=2048),
+                        find_gpu("A100-80GB"))
+    assert abs(data["peak_gib"] - expected.peak_gib) < 1e-3
+    assert data["tokens_per_s"] > 0 and data["cpu_ram_gib"] > 0
+    assert data["plan"]["lora_rank"] == 16 and data["plan"]["gradient_checkpointing"] is True
+
+
+def test_json_flags_change_the_plan(tmp_path):
+    result = run_estimate(
+        tmp_path, "--model", "Qwen2.5-14B", "--method", "full", "--batch-size", "2", "--seq-len", "4096",
+        "--no-gradient-checkpointing", "--no-fused-ce", "--optimizer", "adamw_8bit", "--gpus", "8", "--zero", "3",
+        "--gpu", "H100", "--dataset-tokens", "1000000", "--price-per-gpu-hour", "3", "--precision", "pure-bf16",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    plan = data["plan"]
+    assert (plan["method"], plan["num_gpus"], plan["zero_stage"], plan["optimizer"]) == ("full", 8, 3, "adamw_8bit")
+    assert plan["gradient_checkpointing"] is False and plan["fused_ce"] is False
+    assert data["breakdown"]["logits_and_loss"] > 10  # 8192 tokens x 152k vocab x 12 bytes
+    assert data["epoch_cost"] is not None and data["epoch_hours"] > 0
+
+
+def test_does_not_fit_is_still_a_successful_estimate(tmp_path):
+    result = run_estimate(tmp_path, "--model", "Qwen2.5-72B", "--method", "full", "--gpu", "RTX-4090", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["fits"] is False and data["verdict"] == "does_not_fit"
+
+
+def test_human_output_has_the_breakdown_and_verdict(tmp_path):
+    result = run_estimate(tmp_path, "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--method", "full", "--gpu", "H200",
+                          "--no-fused-ce")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for label in ("CUDA context", "weights", "gradients", "optimizer", "activations", "logits and loss",
+                  "allocator slack"):
+        assert label in out
+    assert "█" in out and "fits" in out and "tokens/s" in out
+    assert "cross-entropy" in result.stderr  # the plain-CE note goes to stderr
+
+
+def test_unknown_gpu_lists_the_known_ones(tmp_path):
+    result = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--gpu", "TPUv9", "--json")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    for name in known_gpu_names():
+        assert name in result.stderr
+
+
+def test_unknown_model_says_how_to_pass_a_config(tmp_path):
+    result = run_estimate(tmp_path, "--model", "nobody/nothing-7B", "--json")
+    assert result.returncode == 2
+    assert "config.json" in result.stderr and "--model" in result.stderr
+
+
+def test_config_json_path_and_exact_count(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(load_model_config("Qwen2.5-0.5B").config))
+    result = run_estimate(tmp_path, "--model", str(config), "--exact", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["param_count"] == "exact" and data["total_params"] == 494_032_768
+
+
+def test_invalid_combination_exits_2_with_the_fix(tmp_path):
+    result = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--offload", "optimizer", "--json")
+    assert result.returncode == 2 and "--zero" in result.stderr
+    v100 = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--gpu", "V100")
+    assert v100.returncode == 2 and "fp16" in v100.stderr
+
+
+def test_importing_the_estimator_loads_no_heavy_library():
+    probe = ("import json, sys\nimport core.estimate, core.estimate.commands\n"
+             "from core.estimate import estimate, plan_for_model, find_gpu\n"
+             "estimate(plan_for_model('Qwen2.5-7B'), find_gpu('H200'))\n"
+             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    loaded = set(json.loads(result.stdout))
+    assert "core" in loaded
+    assert not {"torch", "transformers", "textual", "rich", "pynvml"} & loaded
+
+
+def test_gpu_count_in_the_gpu_name(tmp_path):
+    result = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--method", "full", "--gpu", "8xA100-80GB",
+                          "--zero", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["plan"]["num_gpus"] == 8 and data["gpu"] == "A100-80GB" and data["fits"] is True
+
+
+def test_every_dynamic_message_key_exists():
+    from core.i18n import catalogue
+
+    messages = catalogue("en")
+    keys = [f"estimate.breakdown.{key}" for key in BREAKDOWN_KEYS]
+    keys += [f"estimate.{kind}.{phase}" for kind in ("phase", "hint") for phase in ("loss", "backward", "optimizer_step")]
+    keys += [f"estimate.verdict.{verdict}" for verdict in ("fits", "tight", "does_not_fit")]
+    keys += [f"estimate.note.{note}" for note in ("unknown_family", "kbit_upcast", "paged_optimizer", "dora_dropout", "plain_ce")]
+    assert [key for key in keys if key not in messages] == []
+
+
+def test_human_output_for_a_plan_that_does_not_fit_gives_a_hint(tmp_path):
+    result = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--method", "full", "--gpu", "A100-80GB")
+    assert result.returncode == 0, result.stderr
+    assert "does not fit" in result.stdout and "--optimizer" in result.stdout  # the optimizer step peaks
