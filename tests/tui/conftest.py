@@ -37,6 +37,13 @@ def fake_monitor(recording: str, clock: StepClock | None = None, **options):
 def private_home(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("TUNEDECK_FAKE_GPUS", raising=False)
+    # Screens that reach a hub (the model browser searches on open) stay on this machine: a closed
+    # port answers at once, and caches live in the test's own directory.
+    closed = "http://127.0.0.1:9"
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed)
+    monkeypatch.setenv("HF_ENDPOINT", closed)
+    for var, sub in (("MODELSCOPE_CACHE", "ms-cache"), ("MODELSCOPE_HOME", "ms-home"), ("HF_HOME", "hf-home")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
     return tmp_path / "home"
 
 
@@ -54,6 +61,20 @@ async def wait_for(pilot, predicate, timeout: float = 5.0) -> None:
         if loop.time() > end:
             raise AssertionError(f"condition not reached within {timeout:.1f}s")
         await pilot.pause(0.02)
+
+
+async def wait_screen_stable(pilot, app, quiet_frames: int = 3, timeout: float = 5.0) -> None:
+    """Let pending layout, scrolling and late messages land: the screen unchanged for a few pauses."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    last, same = None, 0
+    while same < quiet_frames:
+        if loop.time() > end:
+            raise AssertionError("screen kept changing for %.1fs" % timeout)
+        await pilot.pause(0.05)
+        text = screen_text(app)
+        same = same + 1 if text == last else 0
+        last = text
 
 
 def screen_text(app) -> str:

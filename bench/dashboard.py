@@ -1,0 +1,260 @@
+"""Dashboard costs: CPU while watching a busy run, time to open a run with a million metric lines, and
+(on a GPU box) training throughput with and without a dashboard attached.
+
+    .venv/bin/python bench/dashboard.py [--seconds 20] [--rate 50] [--lines 1000000]
+                                        [--out bench/results/dashboard.json]
+    .venv/bin/python bench/dashboard.py --gpu [--config RUN.yaml] --out bench/results/dashboard-gpu.json
+
+(1) CPU: the app runs headless (``run_test``, 160×50) on the dashboard of a run that a separate writer
+    process appends to at ``--rate`` metric records and log lines per second, with 8 fake H200s
+    (``TUNEDECK_FAKE_GPUS=tests/fixtures/gpus/h200x8.json``, polled at 1 Hz); psutil measures this
+    process's CPU time over ``--seconds``.
+(2) Open: a run directory with ``--lines`` metric records; the clock runs from building the app to the
+    first dashboard frame that shows data; the backfill of the whole history is timed too.
+(3) ``--gpu``: the same training config twice, detached (``tunedeck train``), once alone and once with a
+    headless dashboard following it; median tokens/s of each from metrics.jsonl.
+Results go to ``--out`` (JSON) and a markdown table beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TRAIN_LINE = (
+    '{{"kind": "train", "step": {step}, "total_steps": {total}, "epoch": {epoch:.4f}, "loss": {loss:.4f}, '
+    '"learning_rate": {lr:.3e}, "grad_norm": {gn:.4f}, "tokens_per_s": {tok:.1f}, "samples_per_s": 5.9, '
+    '"elapsed_s": {el:.2f}, "eta_s": {eta:.1f}, "tokens_seen": {seen}, "peak_allocated_gib": [61.2], '
+    '"peak_reserved_gib": [66.0], "time": "2026-11-29T21:00:00Z"}}\n'
+)
+
+
+def train_line(step: int, total: int) -> str:
+    import math
+
+    return TRAIN_LINE.format(step=step, total=total, epoch=step / total, loss=0.6 + 2.4 * math.exp(-step / 5e4)
+                             + 0.05 * math.sin(step), lr=2e-4 * (1 - step / total) + 1e-7, gn=1.2 + 0.1 * math.cos(step),
+                             tok=12000 + 500 * math.sin(step / 50), el=step * 0.5, eta=(total - step) * 0.5,
+                             seen=step * 6000)
+
+
+def make_run(root: Path, run_id: str, lines: int, total: int, status: str = "running") -> Path:
+    from tests.fixtures.watch.run_builder import build_run, header_record
+
+    path = build_run(root, run_id, status=status, steps=0, total=total, evals_every=0, log_lines=0,
+                     gpus=tuple(range(8)))
+    with open(path / "metrics.jsonl", "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(header_record(total)) + "\n")
+        batch = []
+        for step in range(1, lines + 1):
+            batch.append(train_line(step, total))
+            if len(batch) == 10_000:
+                handle.write("".join(batch))
+                batch = []
+        handle.write("".join(batch))
+    return path
+
+
+def writer_main(run_dir: Path, rate: float, start_step: int, total: int) -> None:
+    """A stand-in trainer: append one metric record and one log line every 1/rate seconds, forever."""
+    from core.runs.jsonl import append_line
+
+    step = start_step
+    next_at = time.monotonic()
+    while True:
+        step += 1
+        append_line(run_dir / "metrics.jsonl", train_line(step, total).rstrip("\n"))
+        append_line(run_dir / "train.log", f"[rank 0] step {step}/{total} | loss 0.9 | 12000 tok/s")
+        next_at += 1.0 / rate
+        time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+async def measure_cpu(run_dir: Path, seconds: float, rate: float) -> dict:
+    import psutil
+
+    from core.settings import Settings
+    from tests.fixtures.watch.run_builder import SupervisorStandIn
+    from tui.app import make_app
+    from tui.screens.dashboard import DashboardScreen
+
+    me = psutil.Process()
+    writer = subprocess.Popen([sys.executable, __file__, "--writer", str(run_dir), "--rate", str(rate),
+                               "--start-step", "1000", "--total", "1000000"])
+    try:
+        with SupervisorStandIn(run_dir):
+            app = make_app(Settings(gpu_poll_interval_s=1.0), open_run=str(run_dir), persist_settings=False)
+            async with app.run_test(size=(160, 50)) as pilot:
+                while not (isinstance(app.screen, DashboardScreen) and app.screen.series.train_records):
+                    await pilot.pause(0.05)
+                screen = app.screen
+                await pilot.pause(2.0)  # settle: first frames, first GPU polls
+                start_step = screen.series.latest.get("step", 0)
+                cpu0, wall0 = me.cpu_times(), time.perf_counter()
+                await asyncio.sleep(seconds)
+                cpu1, wall1 = me.cpu_times(), time.perf_counter()
+                end_step = screen.series.latest.get("step", 0)
+                gpus = len(screen.gpu_util)
+    finally:
+        writer.kill()
+        writer.wait()
+    used = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    return {"seconds": round(wall1 - wall0, 2), "cpu_seconds": round(used, 3),
+            "cpu_percent_of_one_core": round(100 * used / (wall1 - wall0), 1),
+            "records_per_s_written": rate, "records_seen": end_step - start_step, "fake_gpus": gpus}
+
+
+async def measure_open(run_dir: Path) -> dict:
+    from core.settings import Settings
+    from tui.app import make_app
+    from tui.screens.dashboard import DashboardScreen
+
+    started = time.perf_counter()
+    app = make_app(Settings(gpu_poll_interval_s=1.0), open_run=str(run_dir), persist_settings=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        while not (isinstance(app.screen, DashboardScreen) and app.screen.first_frame_at):
+            await pilot.pause(0.01)
+        screen = app.screen
+        # the screen stamps the refresh that follows the first data (its first frame with data)
+        first_frame = screen.first_frame_at - started
+        from_open = screen.first_frame_at - screen.opened_at
+        data_at = screen.first_data_at - started
+        tail_records = screen.series.train_records
+        while not screen.backfilled:
+            await pilot.pause(0.1)
+        backfill = time.perf_counter() - started
+        records = screen.series.train_records
+    return {"first_frame_with_data_s": round(first_frame, 3), "from_dashboard_open_s": round(from_open, 3),
+            "tail_message_handled_s": round(data_at, 3),
+            "tail_records_shown_first": tail_records, "backfill_done_s": round(backfill, 2),
+            "records_after_backfill": records}
+
+
+def gpu_throughput(config: str | None, watch_seconds_max: float) -> dict:
+    """Train ``config`` (default: the bundled demo) twice, alone then with a dashboard attached; median
+    tokens/s of each (the first fifth of the records, warm-up, left out)."""
+    from core.runs import RunDirectory, resolve_run
+    from core.runs.control import wait_for_end
+
+    results = {}
+    for attached in (False, True):
+        command = ["train", config] if config else ["demo", "--detach"]
+        out = subprocess.run([sys.executable, "-m", "core", *command, "--json"], cwd=ROOT,
+                             capture_output=True, text=True, check=True)
+        run_id = json.loads(out.stdout)["id"]
+        run = resolve_run(run_id)
+        if attached:
+            asyncio.run(_watch_until_end(run, watch_seconds_max))
+        wait_for_end(run)
+        speeds = [r["tokens_per_s"] for r in _records(RunDirectory(run.path)) if r.get("tokens_per_s")]
+        results["attached" if attached else "alone"] = {
+            "run": run_id, "status": run.status().status,
+            "median_tokens_per_s": statistics.median(speeds[len(speeds) // 5:]) if speeds else None}
+    alone, attached = results["alone"]["median_tokens_per_s"], results["attached"]["median_tokens_per_s"]
+    if alone and attached:
+        results["attached_over_alone"] = round(attached / alone, 4)
+    return results
+
+
+async def _watch_until_end(run, seconds_max: float) -> None:
+    """A headless dashboard on ``run`` (real NVML) until the run ends."""
+    from tui.app import make_app
+
+    app = make_app(open_run=str(run.path), persist_settings=False)
+    async with app.run_test(size=(160, 50)):
+        started = time.monotonic()
+        while time.monotonic() - started < seconds_max:
+            if run.status().status in ("finished", "failed", "crashed", "stopped"):
+                break
+            await asyncio.sleep(1.0)
+
+
+def _records(run) -> list[dict]:
+    from core.runs.jsonl import iter_records
+
+    return [r for r in iter_records(run.metrics_path) if r.get("kind") == "train"]
+
+
+def write_results(out: Path, results: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    lines = ["# Dashboard benchmark", "", f"Machine: {results['machine']}; load average after the run: "
+             f"{results.get('load_average_after')}", ""]
+    if "cpu" in results:
+        cpu = results["cpu"]
+        lines += ["| watching a busy run | value |", "|---|---|",
+                  f"| CPU (% of one core) | {cpu['cpu_percent_of_one_core']} |",
+                  f"| over | {cpu['seconds']} s |",
+                  f"| records/s written (plus as many log lines) | {cpu['records_per_s_written']} |",
+                  f"| fake GPUs charted | {cpu['fake_gpus']} |", ""]
+    if "open" in results:
+        op = results["open"]
+        lines += ["| opening a run | value |", "|---|---|",
+                  f"| metric lines | {results['open_lines']} |",
+                  f"| first frame with data, from app start | {op['first_frame_with_data_s']} s |",
+                  f"| first frame with data, from dashboard open | {op['from_dashboard_open_s']} s |",
+                  f"| whole history backfilled | {op['backfill_done_s']} s |", ""]
+    if "gpu" in results:
+        lines += ["```", json.dumps(results["gpu"], indent=2), "```", ""]
+    out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--rate", type=float, default=50.0, help="metric records (and log lines) per second")
+    parser.add_argument("--lines", type=int, default=1_000_000)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "dashboard.json"))
+    parser.add_argument("--skip-cpu", action="store_true")
+    parser.add_argument("--skip-open", action="store_true")
+    parser.add_argument("--gpu", action="store_true", help="tokens/s with and without a dashboard (needs a GPU)")
+    parser.add_argument("--config", default=None,
+                        help="with --gpu: a run configuration for 'tunedeck train' (default: 'tunedeck demo')")
+    parser.add_argument("--writer", help=argparse.SUPPRESS)
+    parser.add_argument("--start-step", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--total", type=int, default=1_000_000, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.writer:
+        writer_main(Path(args.writer), args.rate, args.start_step, args.total)
+        return 0
+    results: dict = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+                                f"Python {platform.python_version()}"}
+    if args.gpu:
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ.setdefault("TUNEDECK_HOME", tmp)  # runs of the benchmark stay out of the user's list
+            results["gpu"] = gpu_throughput(args.config, watch_seconds_max=3600)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ["TUNEDECK_HOME"] = tmp
+            os.environ["TUNEDECK_FAKE_GPUS"] = str(ROOT / "tests" / "fixtures" / "gpus" / "h200x8.json")
+            from core.paths import runs_dir
+
+            if not args.skip_cpu:
+                busy = make_run(runs_dir(), "20261129-2100-busy", 1000, 1_000_000)
+                results["cpu"] = asyncio.run(measure_cpu(busy, args.seconds, args.rate))
+                print(json.dumps(results["cpu"]), file=sys.stderr)
+            if not args.skip_open:
+                big = make_run(runs_dir(), "20261129-2100-big", args.lines, args.lines, status="finished")
+                results["open_lines"] = args.lines
+                results["open"] = asyncio.run(measure_open(big))
+                print(json.dumps(results["open"]), file=sys.stderr)
+    # Other work on the box skews every figure: say how busy it was.
+    results["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    write_results(Path(args.out), results)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

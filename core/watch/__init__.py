@@ -1,0 +1,11 @@
+"""Watching training runs: following growing files, metric series, downsampling, external-tool logs, alerts.
+
+Pure logic for the Runs screen and the dashboard (and ``tunedeck watch``); nothing here imports Textual.
+
+    FileFollower(path).read_new() -> FollowResult      # complete new lines by byte offset
+    open_source(path) -> WatchSource                    # tunedeck run dir, ms-swift or LLaMA-Factory output dir
+    RunSeries().extend(records)                         # columns of steps, times and metrics, EMA, buckets
+    evaluate alerts with core.watch.alerts
+"""
+
+from __future__ import annotations

@@ -1,0 +1,219 @@
+"""Metric records of other trainers, normalised to tunedeck's ``metrics.jsonl`` keys.
+
+Normalised record keys (any may be missing): ``kind`` ("train" | "eval" | "header" | "resumed"), ``step``,
+``total_steps``, ``epoch``, ``loss``, ``learning_rate``, ``grad_norm``, ``tokens_per_s``, ``elapsed_s``,
+``eta_s``, ``eval_loss``, ``memory_gib``, ``mfu``.
+
+* ms-swift writes ``logging.jsonl`` in its output dir (``output/vN-YYYYMMDD-HHMMSS/``): the trainer's log
+  dict plus ``global_step/max_steps`` ("10/100"), ``percentage`` ("10.00%"), ``elapsed_time`` /
+  ``remaining_time`` ("1m 2s", "1h 5m"), ``memory(GiB)``, ``train_speed(iter/s)``; eval lines carry
+  ``eval_loss``; the last line is the run summary (``train_runtime``, ``train_loss``).
+* LLaMA-Factory writes ``trainer_log.jsonl``: ``current_steps``, ``total_steps``, ``loss``, ``lr``,
+  ``epoch``, ``percentage``, ``elapsed_time`` / ``remaining_time`` (``str(timedelta)``: "0:01:02",
+  "1 day, 2:03:04"), optional ``throughput`` (tokens/s since start) and ``vram_allocated``; eval lines
+  carry ``eval_loss``; evaluation-progress lines carry only the step counters (skipped).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+Record = dict[str, Any]
+
+_UNIT_SECONDS = {"d": 86400.0, "day": 86400.0, "days": 86400.0, "h": 3600.0, "m": 60.0, "min": 60.0,
+                 "s": 1.0, "sec": 1.0}
+_UNIT_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(days?|d|h|min|m|sec|s)\b")
+
+
+def parse_duration(value: Any) -> float | None:
+    """Seconds from "1:02:03", "1 day, 2:03:04", "1h 2m 3s", "1d 2h", "12s", or a number; else None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else None
+    text = str(value).strip().lower()
+    if not text:
+        return None
+    days = 0.0
+    day_match = re.match(r"^(\d+)\s*days?,\s*(.*)$", text)
+    if day_match:
+        days = float(day_match.group(1)) * 86400.0
+        text = day_match.group(2)
+    if ":" in text:
+        parts = text.split(":")
+        try:
+            numbers = [float(p) for p in parts]
+        except ValueError:
+            return None
+        seconds = 0.0
+        for number in numbers:
+            seconds = seconds * 60.0 + number
+        return days + seconds
+    parts = _UNIT_PART.findall(text)
+    if parts:
+        return days + sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    number = to_float(text)
+    return None if number is None else days + number
+
+
+def to_float(value: Any) -> float | None:
+    """A finite float from a number or a numeric string ("0.5", "83.3%"); None otherwise (NaN too)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = value.strip().rstrip("%")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _is_nan_text(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value) or isinstance(value, str) and value.strip().lower() == "nan"
+
+
+def _to_int(value: Any) -> int | None:
+    number = to_float(value)
+    return None if number is None else int(number)
+
+
+def _put(record: Record, key: str, value: Any) -> None:
+    if value is not None:
+        record[key] = value
+
+
+def normalize_tunedeck(raw: Record) -> Record | None:
+    """tunedeck's own records are already normalised; unknown kinds are kept as they are."""
+    return raw
+
+
+def normalize_swift(raw: Record) -> Record | None:
+    """One ``logging.jsonl`` record of ms-swift, or None for the summary line and unknown lines."""
+    if "train_runtime" in raw or "train_loss" in raw:
+        return None  # the end-of-training summary: its loss is an average over the run
+    step = total = None
+    progress = raw.get("global_step/max_steps")
+    if isinstance(progress, str) and "/" in progress:
+        left, _, right = progress.partition("/")
+        step, total = _to_int(left), _to_int(right)
+    out: Record = {}
+    if "eval_loss" in raw:
+        out["kind"] = "eval"
+        _put(out, "eval_loss", to_float(raw.get("eval_loss")))
+    elif "loss" in raw:
+        out["kind"] = "train"
+        loss = to_float(raw.get("loss"))
+        out["loss"] = loss
+        if loss is None and _is_nan_text(raw.get("loss")):
+            out["loss_nan"] = True
+        _put(out, "learning_rate", to_float(raw.get("learning_rate")))
+        _put(out, "grad_norm", to_float(raw.get("grad_norm")))
+        memory = to_float(raw.get("memory(GiB)"))
+        _put(out, "memory_gib", memory)
+        speed = to_float(raw.get("train_speed(iter/s)"))
+        _put(out, "steps_per_s", speed)
+        _put(out, "tokens_per_s", to_float(raw.get("tokens_per_s")))
+    else:
+        return None
+    _put(out, "step", step)
+    _put(out, "total_steps", total)
+    _put(out, "epoch", to_float(raw.get("epoch")))
+    _put(out, "elapsed_s", parse_duration(raw.get("elapsed_time")))
+    _put(out, "eta_s", parse_duration(raw.get("remaining_time")))
+    return out
+
+
+def normalize_llamafactory(raw: Record) -> Record | None:
+    """One ``trainer_log.jsonl`` record of LLaMA-Factory, or None for evaluation-progress lines."""
+    out: Record = {}
+    if "eval_loss" in raw:
+        out["kind"] = "eval"
+        _put(out, "eval_loss", to_float(raw.get("eval_loss")))
+    elif "loss" in raw:
+        out["kind"] = "train"
+        loss = to_float(raw.get("loss"))
+        out["loss"] = loss
+        if loss is None and _is_nan_text(raw.get("loss")):
+            out["loss_nan"] = True
+        _put(out, "learning_rate", to_float(raw.get("lr")))
+        _put(out, "grad_norm", to_float(raw.get("grad_norm")))
+        _put(out, "tokens_per_s", to_float(raw.get("throughput")))
+        _put(out, "memory_gib", to_float(raw.get("vram_allocated")))
+    else:
+        return None
+    _put(out, "step", _to_int(raw.get("current_steps")))
+    _put(out, "total_steps", _to_int(raw.get("total_steps")))
+    _put(out, "epoch", to_float(raw.get("epoch")))
+    _put(out, "elapsed_s", parse_duration(raw.get("elapsed_time")))
+    _put(out, "eta_s", parse_duration(raw.get("remaining_time")))
+    return out
+
+
+NORMALIZERS: dict[str, Callable[[Record], Record | None]] = {
+    "tunedeck": normalize_tunedeck,
+    "swift": normalize_swift,
+    "llamafactory": normalize_llamafactory,
+}
+
+
+_NUMBER = rb"(-?[0-9][0-9.eE+-]*|null)"
+# tunedeck's train records always begin with these keys in this order (core.train.callbacks writes them
+# so): a regex match of that prefix is several times cheaper than json.loads of the whole line, which
+# matters when a dashboard backfills a million lines. Any line that does not match goes through json.
+TUNEDECK_TRAIN = re.compile(
+    rb'\{"kind": "train", "step": (-?[0-9]+), "total_steps": ' + _NUMBER + rb', "epoch": ' + _NUMBER
+    + rb', "loss": ' + _NUMBER + rb', "learning_rate": ' + _NUMBER + rb', "grad_norm": ' + _NUMBER
+    + rb', "tokens_per_s": ' + _NUMBER + rb', "samples_per_s": ' + _NUMBER + rb', "elapsed_s": ' + _NUMBER
+    + rb', "eta_s": ' + _NUMBER + rb'[,}]'
+)
+
+
+def fast_train_record(groups: tuple[bytes, ...]) -> Record:
+    """The charted keys of a train record from a ``TUNEDECK_TRAIN`` match's groups."""
+    step, total, epoch, loss, lr, grad, tokens, _samples, elapsed, eta = groups
+    return {
+        "kind": "train", "step": int(step),
+        "total_steps": None if total == b"null" else int(total) if total.isdigit() else float(total),
+        "epoch": None if epoch == b"null" else float(epoch),
+        "loss": None if loss == b"null" else float(loss),
+        "learning_rate": None if lr == b"null" else float(lr),
+        "grad_norm": None if grad == b"null" else float(grad),
+        "tokens_per_s": None if tokens == b"null" else float(tokens),
+        "elapsed_s": None if elapsed == b"null" else float(elapsed),
+        "eta_s": None if eta == b"null" else float(eta),
+    }
+
+
+def parse_lines(lines: Iterable[bytes], kind: str = "tunedeck", fast: bool = False) -> list[Record]:
+    """Normalised records from raw JSON lines; blank, broken and non-object lines are skipped.
+
+    ``fast`` (backfills of tunedeck's own files): train records keep only the charted keys, read by a
+    regex instead of json.loads; other lines still go through json."""
+    normalize = NORMALIZERS[kind]
+    loads = json.loads
+    fast_match = TUNEDECK_TRAIN.match if fast and kind == "tunedeck" else None
+    out: list[Record] = []
+    append = out.append
+    for line in lines:
+        if not line or line[:1] != b"{":
+            continue
+        if fast_match is not None:
+            matched = fast_match(line)
+            if matched is not None and line.endswith(b"}"):
+                append(fast_train_record(matched.groups()))
+                continue
+        try:
+            raw = loads(line)
+        except ValueError:
+            continue
+        if type(raw) is not dict:
+            continue
+        record = normalize(raw)
+        if record is not None:
+            append(record)
+    return out

@@ -1,0 +1,108 @@
+"""Alert rules over a run's series and GPU readings: pure functions, plus a gate that fires each once.
+
+Each rule returns an ``Alert`` (translated message, severity) or None. ``AlertGate`` turns a stream of
+evaluations into notifications: an alert fires when its condition appears and again only after the
+condition went away and came back, so a run stuck at NaN does not notify twice a second.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from core.i18n import t
+
+SPIKE_FACTOR = 3.0
+SPIKE_MIN_POINTS = 10
+THROUGHPUT_COLLAPSE = 0.3
+THROUGHPUT_MIN_POINTS = 10
+GPU_IDLE_PCT = 5.0
+GPU_IDLE_S = 60.0
+DISK_MIN_FRACTION = 0.05
+DISK_MIN_BYTES = 10 * 1024**3
+ENDED = {"finished": "information", "stopped": "information", "failed": "error", "crashed": "error"}
+
+
+@dataclass(frozen=True)
+class Alert:
+    kind: str  # loss_nan, loss_spike, throughput, gpu_idle, disk, ended
+    severity: str  # information, warning, error (Textual's notify severities)
+    message: str
+
+
+def loss_alert(last_loss: float | None, loss_is_nan: bool, ema_before: float | None, ema_points: int,
+               step: int | None = None) -> Alert | None:
+    """NaN loss, or a loss above ``SPIKE_FACTOR`` times its EMA (once the EMA has settled)."""
+    if loss_is_nan:
+        return Alert("loss_nan", "error", t("watch.alert_nan", step=step if step is not None else "?"))
+    if last_loss is None or ema_before is None or ema_points <= SPIKE_MIN_POINTS or ema_before <= 0:
+        return None
+    if last_loss > SPIKE_FACTOR * ema_before:
+        return Alert("loss_spike", "warning", t("watch.alert_spike", loss=f"{last_loss:.4g}", ema=f"{ema_before:.4g}",
+                                                 step=step if step is not None else "?"))
+    return None
+
+
+def throughput_alert(recent: Sequence[float]) -> Alert | None:
+    """The latest tokens/s below ``THROUGHPUT_COLLAPSE`` of the median of the recent window."""
+    if len(recent) < THROUGHPUT_MIN_POINTS:
+        return None
+    median = statistics.median(recent)
+    latest = recent[-1]
+    if median > 0 and latest < THROUGHPUT_COLLAPSE * median:
+        return Alert("throughput", "warning", t("watch.alert_throughput", now=f"{latest:.0f}", median=f"{median:.0f}"))
+    return None
+
+
+def gpu_idle_alert(samples: Iterable[tuple[float, float | None]], status: str, now: float) -> Alert | None:
+    """Every reading of the run's GPUs in the last ``GPU_IDLE_S`` seconds under ``GPU_IDLE_PCT`` while the
+    run says it is running. ``samples`` are (monotonic time, mean utilisation %) oldest first."""
+    if status != "running":
+        return None
+    window = [(ts, util) for ts, util in samples if now - ts <= GPU_IDLE_S + 1e-9]
+    if not window or now - window[0][0] < GPU_IDLE_S - 1.0:
+        return None  # not watched for a whole window yet
+    if all(util is not None and util < GPU_IDLE_PCT for _ts, util in window):
+        return Alert("gpu_idle", "warning", t("watch.alert_gpu_idle", seconds=int(GPU_IDLE_S)))
+    return None
+
+
+def disk_alert(free_bytes: int | None, total_bytes: int | None, where: str) -> Alert | None:
+    """Less than 5 % or less than 10 GiB free where the runs live."""
+    if free_bytes is None or not total_bytes:
+        return None
+    if free_bytes < DISK_MIN_BYTES or free_bytes / total_bytes < DISK_MIN_FRACTION:
+        return Alert("disk", "warning", t("watch.alert_disk", free=f"{free_bytes / 1024**3:.1f}", path=where))
+    return None
+
+
+def ended_alert(previous: str | None, current: str, run_id: str) -> Alert | None:
+    """The run went from an active state to a final one while we watched."""
+    if previous is None or previous == current or current not in ENDED:
+        return None
+    if previous in ENDED:
+        return None
+    return Alert("ended", ENDED[current], t(f"watch.alert_{current}", id=run_id))
+
+
+def is_finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+class AlertGate:
+    """Lets an alert kind through when it appears; silent while it persists; re-armed once it clears."""
+
+    def __init__(self) -> None:
+        self.active: set[str] = set()
+
+    def filter(self, evaluated: dict[str, Alert | None]) -> list[Alert]:
+        fired: list[Alert] = []
+        for kind, alert in evaluated.items():
+            if alert is None:
+                self.active.discard(kind)
+            elif kind not in self.active:
+                self.active.add(kind)
+                fired.append(alert)
+        return fired

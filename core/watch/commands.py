@@ -1,0 +1,55 @@
+"""``tunedeck watch DIR``: the dashboard on a run directory or another trainer's output dir."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    from core.i18n import t
+
+    parser = subparsers.add_parser("watch", help=t("watch.help"), description=t("watch.help"))
+    parser.add_argument("dir", metavar="DIR", help=t("watch.dir_help"))
+    parser.add_argument("--json", action="store_true", help=t("watch.json_help"))
+    parser.set_defaults(handler=cmd_watch)
+
+
+def _find(ref: str) -> Any:
+    """A watch source from a directory, or from a tunedeck run id / prefix."""
+    from pathlib import Path
+
+    from core.cli import CliError
+    from core.watch.source import SourceNotFound, open_source
+
+    path = Path(ref).expanduser()
+    if not path.is_dir():
+        if "/" in ref or ref.startswith("."):
+            from core.i18n import t
+
+            raise CliError(t("watch.not_a_dir", path=ref), 2)
+        from core.runs import RunNotFound, resolve_run
+
+        try:
+            path = resolve_run(ref).path
+        except RunNotFound as exc:
+            raise CliError(str(exc), 2) from exc
+    try:
+        return open_source(path)
+    except SourceNotFound as exc:
+        raise CliError(str(exc), 2) from exc
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    source = _find(args.dir)
+    if args.json:
+        import json
+
+        print(json.dumps({"kind": source.kind, "dir": str(source.path), "metrics": str(source.metrics_path),
+                          "log": None if source.log_path is None else str(source.log_path),
+                          "read_only": source.read_only, "facts": source.facts}))
+        return 0
+    from core.settings import load_settings
+    from tui.app import run_app  # the app; imported only when asked for
+
+    return run_app(load_settings(), open_run=str(source.path))

@@ -1,0 +1,98 @@
+"""Feeds of a watched directory for a poller thread: metrics tail first then backfill, log and events.
+
+A dashboard must show a run with a million metric lines at once: ``MetricsFeed.read_tail()`` parses only
+the last few hundred kilobytes (the newest records), ``backfill()`` then builds the whole series from the
+rest, and ``poll()`` follows what is appended. All three run in a worker thread; none touches a widget.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from core.watch.adapters import parse_lines
+from core.watch.follow import FileFollower, read_lines_between, tail_start
+from core.watch.series import RunSeries
+
+METRICS_TAIL_BYTES = 256 * 1024
+LOG_TAIL_BYTES = 128 * 1024
+BACKFILL_BLOCK = 1024 * 1024
+
+
+class MetricsFeed:
+    """Normalised metric records of one file: the tail, the backfill, then appended records."""
+
+    def __init__(self, path: Path, kind: str, tail_bytes: int = METRICS_TAIL_BYTES) -> None:
+        self.path = Path(path)
+        self.kind = kind
+        self.tail_bytes = tail_bytes
+        self.start = 0
+        self.follower = FileFollower(self.path)
+        self.header: dict[str, Any] | None = None
+        self._tail_records: list[dict[str, Any]] = []
+
+    def read_tail(self) -> list[dict[str, Any]]:
+        """The newest records (and the header record, read from the first line when we skip ahead)."""
+        self.start = tail_start(self.path, self.tail_bytes)
+        self.follower = FileFollower(self.path, offset=self.start)
+        records = parse_lines(self.follower.read_new().lines, self.kind)
+        if self.start > 0:
+            first = next(iter(read_lines_between(self.path, 0, self.start, block=64 * 1024)), [])[:1]
+            header = [r for r in parse_lines(first, self.kind) if r.get("kind") == "header"]
+            records = header + records
+        self._tail_records = records
+        return records
+
+    def backfill(self) -> RunSeries | None:
+        """The whole series (everything before the tail, then the tail); None if the tail was everything."""
+        if self.start <= 0:
+            return None
+        series = RunSeries()
+        for lines in read_lines_between(self.path, 0, self.start, block=BACKFILL_BLOCK):
+            if self.kind == "tunedeck":
+                series.extend_tunedeck_lines(lines)
+            else:
+                series.extend(parse_lines(lines, self.kind))
+            time.sleep(0)  # let the UI thread take the GIL between blocks
+        series.extend([r for r in self._tail_records if r.get("kind") != "header"])
+        self._tail_records = []
+        return series
+
+    def poll(self) -> tuple[list[dict[str, Any]], bool]:
+        """(new records, restarted): ``restarted`` means the file was truncated or replaced."""
+        result = self.follower.read_new()
+        records = parse_lines(result.lines, self.kind)
+        while result.more:
+            result2 = self.follower.read_new()
+            records.extend(parse_lines(result2.lines, self.kind))
+            result.restarted = result.restarted or result2.restarted
+            result.more = result2.more
+        return records, result.restarted
+
+
+class LinesFeed:
+    """Text lines of a log, from its tail on; undecodable bytes are replaced, not fatal."""
+
+    def __init__(self, path: Path | None, tail_bytes: int = LOG_TAIL_BYTES) -> None:
+        self.path = path
+        self.follower = FileFollower(path, offset=tail_start(path, tail_bytes)) if path is not None else None
+
+    def poll(self) -> tuple[list[str], bool]:
+        if self.follower is None:
+            return [], False
+        result = self.follower.read_new()
+        return [line.decode("utf-8", "replace").rstrip("\r") for line in result.lines], result.restarted
+
+
+class EventsFeed:
+    """Records of ``events.jsonl`` (checkpoints, evals, warnings), from the start."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.follower = FileFollower(path) if path is not None else None
+
+    def poll(self) -> tuple[list[dict[str, Any]], bool]:
+        if self.follower is None:
+            return [], False
+        result = self.follower.read_new()
+        return parse_lines(result.lines, "tunedeck"), result.restarted

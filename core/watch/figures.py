@@ -1,0 +1,111 @@
+"""Figures the dashboard derives: durations, MFU, cost so far, the disk a run directory takes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+# Dense BF16 tensor-core peak per GPU (FLOP/s), by a substring of the NVML name; first match wins.
+PEAK_BF16_FLOPS = (
+    ("H200", 989e12), ("H100", 989e12), ("H800", 989e12), ("H20", 148e12), ("B200", 2250e12),
+    ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L40", 181e12), ("A10", 125e12),
+    ("4090", 165e12), ("3090", 71e12), ("V100", 125e12), ("T4", 65e12),
+)
+
+
+def format_duration(seconds: float | None) -> str | None:
+    """"0:42", "1:02:03", "2d 03h" — or None when unknown."""
+    if seconds is None or seconds != seconds or seconds < 0:
+        return None
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours:02d}h"
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def format_count(value: float | None) -> str | None:
+    """1234 -> "1234", 12345 -> "12.3k", 1.2e6 -> "1.20M"."""
+    if value is None:
+        return None
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if abs(value) >= 1e4:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.0f}"
+
+
+def format_value(value: float | None) -> str:
+    """A metric value in at most ~7 characters."""
+    if value is None:
+        return "–"
+    magnitude = abs(value)
+    if magnitude != 0 and (magnitude < 1e-3 or magnitude >= 1e6):
+        return f"{value:.1e}"
+    if magnitude >= 1e4:
+        return f"{value / 1e3:.1f}k"
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    return f"{value:.4g}"
+
+
+def peak_flops(gpu_name: str | None) -> float | None:
+    if not gpu_name:
+        return None
+    for needle, flops in PEAK_BF16_FLOPS:
+        if needle in gpu_name:
+            return flops
+    return None
+
+
+def model_parameters(header: dict[str, Any]) -> float | None:
+    """Parameters from the metrics header: recorded, or estimated from a decoder's shape (12·L·h² + V·h)."""
+    for key in ("parameters", "num_parameters", "total_parameters"):
+        value = header.get(key)
+        if isinstance(value, (int, float)) and value > 0:
+            return float(value)
+    hidden, layers, vocab = header.get("hidden_size"), header.get("num_hidden_layers"), header.get("vocab_size")
+    if isinstance(hidden, int) and isinstance(layers, int) and hidden > 0 and layers > 0:
+        return 12.0 * layers * hidden * hidden + float(vocab or 0) * hidden
+    return None
+
+
+def mfu(latest: dict[str, Any], header: dict[str, Any], gpu_count: int, gpu_name: str | None) -> float | None:
+    """Model FLOPs utilisation: as recorded, else 6·params·tokens/s over the GPUs' dense BF16 peak."""
+    recorded = latest.get("mfu")
+    if isinstance(recorded, (int, float)):
+        return float(recorded)
+    tokens = latest.get("tokens_per_s")
+    params = model_parameters(header)
+    peak = peak_flops(gpu_name or next(iter(header.get("gpu_names") or []), None))
+    if not isinstance(tokens, (int, float)) or params is None or peak is None or gpu_count <= 0:
+        return None
+    return 6.0 * params * tokens / (peak * gpu_count)
+
+
+def cost_so_far(elapsed_s: float | None, gpu_count: int, price_per_gpu_hour: float) -> float | None:
+    if not price_per_gpu_hour or elapsed_s is None or gpu_count <= 0:
+        return None
+    return elapsed_s / 3600.0 * gpu_count * price_per_gpu_hour
+
+
+def directory_size(path: Path | str) -> int:
+    """Bytes used by the files under ``path`` (not following links)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def format_bytes(value: int) -> str:
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value} B"

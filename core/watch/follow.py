@@ -1,0 +1,105 @@
+"""Following a growing file by byte offset: complete lines only, truncation and replacement survived.
+
+A writer appends whole lines (tunedeck's own files use one ``os.write`` per line, other tools may not), so
+a read can end in the middle of a line: that unfinished tail is kept and completed by the next read. A
+file that becomes shorter than what we already read was truncated (or replaced by a new one: a new inode)
+and is read again from its start; the result says so, so that a caller can drop what it built.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# One read never returns more than this; a caller polling at 2 Hz catches up on a huge file over a few
+# polls instead of stalling on one.
+DEFAULT_MAX_READ = 16 * 1024 * 1024
+
+
+@dataclass
+class FollowResult:
+    """What one poll found: complete new lines (without their newline) and whether the file restarted."""
+
+    lines: list[bytes] = field(default_factory=list)
+    restarted: bool = False
+    more: bool = False  # the read stopped at max_bytes: poll again at once
+
+
+class FileFollower:
+    """Reads what was appended to ``path`` since the last call; a missing file is simply empty."""
+
+    def __init__(self, path: Path | str, offset: int = 0, max_read: int = DEFAULT_MAX_READ) -> None:
+        self.path = Path(path)
+        self.offset = offset
+        self.max_read = max_read
+        self._partial = b""
+        self._inode: int | None = None
+
+    def read_new(self) -> FollowResult:
+        """Complete lines appended since the last call (restarts from 0 after truncation/replacement)."""
+        result = FollowResult()
+        try:
+            handle = open(self.path, "rb")
+        except (FileNotFoundError, PermissionError, IsADirectoryError):
+            return result
+        with handle:
+            stat = os.fstat(handle.fileno())
+            if self._inode is not None and stat.st_ino != self._inode:
+                self._restart(result)
+            self._inode = stat.st_ino
+            if stat.st_size < self.offset:
+                self._restart(result)
+            if stat.st_size == self.offset:
+                return result
+            handle.seek(self.offset)
+            chunk = handle.read(min(self.max_read, stat.st_size - self.offset))
+        self.offset += len(chunk)
+        result.more = self.offset < stat.st_size
+        data = self._partial + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self._partial = data
+            return result
+        self._partial = data[cut + 1:]
+        result.lines = data[:cut].split(b"\n")
+        return result
+
+    def _restart(self, result: FollowResult) -> None:
+        self.offset = 0
+        self._partial = b""
+        result.restarted = True
+
+
+def tail_start(path: Path | str, max_bytes: int) -> int:
+    """Byte offset where the last ``max_bytes`` of ``path`` begin, moved to the start of a line."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return 0
+    if size <= max_bytes:
+        return 0
+    with open(path, "rb") as handle:
+        handle.seek(size - max_bytes)
+        handle.readline()  # skip the piece of a line we landed in
+        return handle.tell()
+
+
+def read_lines_between(path: Path | str, start: int, end: int, block: int = 8 * 1024 * 1024):
+    """Complete lines of ``path`` in the byte range [start, end) (both on line starts), block by block."""
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        position = start
+        rest = b""
+        while position < end:
+            chunk = handle.read(min(block, end - position))
+            if not chunk:
+                break
+            position += len(chunk)
+            data = rest + chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                rest = data
+                continue
+            rest = data[cut + 1:]
+            yield data[:cut].split(b"\n")

@@ -1,0 +1,125 @@
+"""Following files by byte offset: complete lines, partial writes, truncation, replacement, tail reads."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from core.watch.feed import LinesFeed, MetricsFeed
+from core.watch.follow import FileFollower, read_lines_between, tail_start
+
+
+def test_missing_file_is_empty_until_it_appears(tmp_path):
+    path = tmp_path / "m.jsonl"
+    follower = FileFollower(path)
+    assert follower.read_new().lines == []
+    path.write_bytes(b"a\nb\n")
+    assert follower.read_new().lines == [b"a", b"b"]
+    assert follower.read_new().lines == []
+
+
+def test_partial_line_is_kept_until_completed(tmp_path):
+    path = tmp_path / "log"
+    follower = FileFollower(path)
+    with open(path, "ab") as handle:
+        handle.write(b"first\nsec")
+        handle.flush()
+        assert follower.read_new().lines == [b"first"]
+        assert follower.read_new().lines == []
+        handle.write(b"ond half")
+        handle.flush()
+        assert follower.read_new().lines == []
+        handle.write(b"\nthird\n")
+        handle.flush()
+        assert follower.read_new().lines == [b"second half", b"third"]
+
+
+def test_truncation_restarts_from_the_beginning(tmp_path):
+    path = tmp_path / "log"
+    path.write_bytes(b"one\ntwo\nthree\n")
+    follower = FileFollower(path)
+    assert len(follower.read_new().lines) == 3
+    path.write_bytes(b"new\n")  # shorter than what we had read
+    result = follower.read_new()
+    assert result.restarted and result.lines == [b"new"]
+
+
+def test_replaced_file_restarts_even_when_longer(tmp_path):
+    path = tmp_path / "log"
+    path.write_bytes(b"a\n")
+    follower = FileFollower(path)
+    follower.read_new()
+    other = tmp_path / "log.new"
+    other.write_bytes(b"x\ny\nz\n")
+    os.replace(other, path)
+    result = follower.read_new()
+    assert result.restarted and result.lines == [b"x", b"y", b"z"]
+
+
+def test_reads_are_capped_and_resume(tmp_path):
+    path = tmp_path / "big"
+    path.write_bytes(b"".join(b"line %d\n" % i for i in range(1000)))
+    follower = FileFollower(path, max_read=1000)
+    lines, polls = [], 0
+    while True:
+        result = follower.read_new()
+        lines.extend(result.lines)
+        polls += 1
+        if not result.more:
+            break
+    assert polls > 5
+    assert lines == [b"line %d" % i for i in range(1000)]
+
+
+def test_tail_start_lands_on_a_line_start(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"".join(b"%05d\n" % i for i in range(100)))
+    start = tail_start(path, 50)
+    assert start % 6 == 0 and 0 < start <= 600 - 50 + 6
+    assert tail_start(path, 10_000) == 0
+    chunks = list(read_lines_between(path, 0, start, block=7))
+    assert [line for chunk in chunks for line in chunk] == [b"%05d" % i for i in range(start // 6)]
+
+
+def test_concurrent_writer_with_torn_writes_loses_nothing(tmp_path):
+    """A writer appends records in arbitrary pieces while a follower polls: every record arrives once."""
+    path = tmp_path / "metrics.jsonl"
+    path.touch()
+    done = threading.Event()
+
+    def writer() -> None:
+        with open(path, "ab", buffering=0) as handle:
+            for i in range(400):
+                line = b'{"kind": "train", "step": %d, "loss": 1.0}\n' % i
+                cut = i % len(line)
+                handle.write(line[:cut])
+                if i % 7 == 0:
+                    time.sleep(0.001)
+                handle.write(line[cut:])
+        done.set()
+
+    feed = MetricsFeed(path, "tunedeck")
+    got = feed.read_tail()
+    thread = threading.Thread(target=writer)
+    thread.start()
+    while not done.is_set():
+        records, restarted = feed.poll()
+        assert not restarted
+        got.extend(records)
+        time.sleep(0.002)
+    thread.join()
+    got.extend(feed.poll()[0])
+    assert [r["step"] for r in got] == list(range(400))
+
+
+def test_lines_feed_starts_at_the_tail(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_text("".join(f"line {i}\n" for i in range(10_000)))
+    feed = LinesFeed(path, tail_bytes=1000)
+    lines, _ = feed.poll()
+    assert lines[-1] == "line 9999" and 50 < len(lines) < 200
+    with open(path, "a") as handle:
+        handle.write("caf\u00e9 \xff\n")
+    assert feed.poll()[0] == ["caf\u00e9 \xff"]
+    assert LinesFeed(None).poll() == ([], False)

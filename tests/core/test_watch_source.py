@@ -1,0 +1,117 @@
+"""Finding what to watch in a directory, figures of the header, last-seen bookkeeping, the watch CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from core.watch.figures import cost_so_far, directory_size, format_duration, mfu, model_parameters
+from core.watch.last_seen import runs_ended_since
+from core.watch.source import LLAMAFACTORY, SWIFT, TUNEDECK, SourceNotFound, open_source
+from tests.fixtures.watch.run_builder import build_run, header_record
+
+ROOT = Path(__file__).parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "watch"
+
+
+def test_tunedeck_run_dir(tmp_path):
+    path = build_run(tmp_path, "20261129-2100-a", status="finished", steps=10, total=10)
+    source = open_source(path)
+    assert source.kind == TUNEDECK and not source.read_only
+    assert source.metrics_path == path / "metrics.jsonl" and source.events_path == path / "events.jsonl"
+
+
+def test_swift_output_dir_picks_the_newest_version(tmp_path):
+    out = tmp_path / "output"
+    shutil.copytree(FIXTURES / "swift_output", out)
+    older = out / "v0-20261129-210000"
+    newer = out / "v1-20261129-220000"
+    shutil.copytree(older, newer)
+    (newer / "logging.jsonl").touch()
+    import os
+
+    os.utime(older / "logging.jsonl", (1, 1))
+    source = open_source(out)
+    assert source.kind == SWIFT and source.path == newer and source.read_only
+    assert source.facts == {"model": "Qwen/Qwen2.5-0.5B-Instruct", "method": "lora", "precision": "bfloat16"}
+    assert open_source(older).path == older
+
+
+def test_llamafactory_output_dir():
+    source = open_source(FIXTURES / "llamafactory_output")
+    assert source.kind == LLAMAFACTORY and source.log_path.name == "running_log.txt"
+    assert source.facts == {"model": "meta-llama/Llama-3.2-1B-Instruct", "method": "lora", "precision": "bf16"}
+
+
+def test_unknown_and_missing_dirs_say_what_was_expected(tmp_path):
+    with pytest.raises(SourceNotFound, match="logging.jsonl"):
+        open_source(tmp_path)
+    with pytest.raises(SourceNotFound, match="no such directory"):
+        open_source(tmp_path / "nope")
+
+
+def test_figures():
+    assert format_duration(59) == "0:59" and format_duration(3723) == "1:02:03"
+    assert format_duration(200_000) == "2d 07h" and format_duration(None) is None
+    header = header_record(100)
+    params = model_parameters(header)
+    assert 4e9 < params < 6e9  # 28 layers of 3584 plus embeddings: a 7B-class shape, roughly
+    value = mfu({"tokens_per_s": 12000.0}, header, 2, "NVIDIA H200")
+    assert value == pytest.approx(6 * params * 12000 / (989e12 * 2))
+    assert mfu({"tokens_per_s": 1.0, "mfu": 0.42}, {}, 1, None) == 0.42
+    assert mfu({"tokens_per_s": 1.0}, {}, 1, "Some GPU") is None
+    assert cost_so_far(7200, 4, 2.5) == pytest.approx(20.0) and cost_so_far(7200, 4, 0.0) is None
+
+
+def test_directory_size(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 1000)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b").write_bytes(b"y" * 24)
+    assert directory_size(tmp_path) == 1024
+
+
+@dataclass
+class Summary:
+    id: str
+    status: str
+
+
+def test_runs_ended_since_last_visit(tmp_path):
+    path = tmp_path / "seen.json"
+    assert runs_ended_since([Summary("a", "running"), Summary("b", "finished")], path) == []  # first visit
+    ended = runs_ended_since([Summary("a", "crashed"), Summary("b", "finished"), Summary("c", "failed")], path)
+    assert [s.id for s in ended] == ["a", "c"]
+    assert runs_ended_since([Summary("a", "crashed")], path) == []
+    assert json.loads(path.read_text()) == {"runs": {"a": "crashed"}}
+
+
+def run_cli(*args, home):
+    return subprocess.run([sys.executable, "-m", "core", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={"TUNEDECK_HOME": str(home), "PATH": "/usr/bin:/bin"})
+
+
+def test_watch_cli_json_and_errors(tmp_path):
+    result = run_cli("watch", str(FIXTURES / "llamafactory_output"), "--json", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["kind"] == "llamafactory"
+    build_run(tmp_path / "runs", "20261129-2100-mine", status="finished", steps=5, total=5)
+    result = run_cli("watch", "20261129-2100", "--json", home=tmp_path)
+    assert result.returncode == 0 and json.loads(result.stdout)["kind"] == "tunedeck"
+    result = run_cli("watch", str(tmp_path / "nope"), home=tmp_path)
+    assert result.returncode == 2 and "no such directory" in result.stderr and result.stdout == ""
+    result = run_cli("watch", "zzz", home=tmp_path)
+    assert result.returncode == 2 and "zzz" in result.stderr
+
+
+def test_core_watch_leaves_textual_and_rich_out():
+    probe = ("import sys, json\nimport core.watch.feed, core.watch.alerts, core.watch.source, core.watch.last_seen,"
+             " core.watch.figures, core.watch.commands\nprint(json.dumps(sorted(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    loaded = {name.split(".")[0] for name in json.loads(result.stdout)}
+    assert "core" in loaded and not {"textual", "rich", "torch", "pynvml"} & loaded

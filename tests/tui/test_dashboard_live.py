@@ -1,0 +1,187 @@
+"""The dashboard on a run being written: a background writer with torn lines, truncation, the log search,
+stop with confirmation (a real process gets a real SIGTERM), copy, config, axis toggle, alerts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from core.paths import runs_dir
+from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run, train_record
+from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
+from tui.app import make_app
+from tui.screens.dashboard import DashboardScreen
+from tui.widgets.confirm import ConfirmScreen
+from tui.widgets.log_pane import LogPane
+from tui.widgets.text_modal import TextModal
+
+ROOT = Path(__file__).parents[2]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def dashboard(pilot, app, status="running") -> DashboardScreen:
+    await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+    screen = app.screen
+    await wait_for(pilot, lambda: screen.status == status and screen.series.train_records > 0)
+    return screen
+
+
+def messages(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+def test_follows_a_writer_with_torn_lines_then_a_truncation():
+    path = build_run(runs_dir(), "20261129-2100-live", status="running", steps=20, total=400)
+    stop = threading.Event()
+    written = {"step": 20}
+
+    def writer() -> None:
+        with open(path / "metrics.jsonl", "ab", buffering=0) as metrics, open(path / "train.log", "ab", buffering=0) as log:
+            for step in range(21, 121):
+                line = (json.dumps(train_record(step, 400)) + "\n").encode()
+                half = len(line) // 2
+                metrics.write(line[:half])  # a reader may see half a record here
+                time.sleep(0.002)
+                metrics.write(line[half:])
+                log.write(b"[rank 0] step %d/400\n" % step)
+                written["step"] = step
+                time.sleep(0.005)
+        stop.set()
+
+    async def scenario():
+        with SupervisorStandIn(path):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+            async with app.run_test(size=(120, 40)) as pilot:
+                screen = await dashboard(pilot, app)
+                thread = threading.Thread(target=writer)
+                thread.start()
+                await wait_for(pilot, lambda: screen.series.latest.get("step") == 120, timeout=15)
+                thread.join()
+                assert screen.series.train_records == 120  # each record once, none torn
+                assert screen.series.series("loss").points == 120
+                pane = screen.query_one("#dash-log", LogPane)
+                await wait_for(pilot, lambda: pane.lines and pane.lines[-1] == "[rank 0] step 120/400")
+                screen._redraw()
+                await pilot.pause()
+                assert "step 120/400" in screen_text(app)
+                # The file is truncated and rewritten (a restarted run): the dashboard starts over.
+                with open(path / "metrics.jsonl", "w") as handle:
+                    handle.write(json.dumps(train_record(1, 50)) + "\n" + json.dumps(train_record(2, 50)) + "\n")
+                await wait_for(pilot, lambda: screen.series.train_records == 2, timeout=10)
+                assert screen.series.latest["total_steps"] == 50
+
+    run(scenario())
+
+
+def test_search_toggle_axis_config_and_copy():
+    path = build_run(runs_dir(), "20261129-2100-keys", status="finished", steps=600, log_lines=300)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=str(path))
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await dashboard(pilot, app, "finished")
+            pane = screen.query_one("#dash-log", LogPane)
+            await wait_for(pilot, lambda: len(pane.lines) == 300)
+            await pilot.press("s")
+            await pilot.pause()
+            assert screen.focused.id == "dash-search"
+            await pilot.press(*"step 59", "enter")
+            await pilot.pause()
+            # "step 59" matches steps 590-599 (step 59 itself is not in the log tail)
+            assert len(pane.matches) == 10 and pane.lines[pane.matches[pane.current]].startswith("[rank 0] step 599/")
+            await pilot.press("n")
+            assert pane.lines[pane.matches[pane.current]].startswith("[rank 0] step 590/")  # wrapped around
+            await pilot.press("N", "N")
+            assert pane.lines[pane.matches[pane.current]].startswith("[rank 0] step 598/")
+            await pilot.press("x")
+            await pilot.pause()
+            assert screen.axis == "time" and "x: time" in screen_text(app)
+            assert "15:00" in screen_text(app)  # the time axis ends at the elapsed time
+            await pilot.press("c")
+            await pilot.pause()
+            assert isinstance(app.screen, TextModal) and "learning_rate: 0.0002" in screen_text(app)
+            await pilot.press("escape")
+            await pilot.pause()
+            await pilot.press("y")
+            await pilot.pause()
+            assert app.clipboard == "tunedeck train configs/qwen7b-lora.yaml"
+            assert any("tunedeck train configs/qwen7b-lora.yaml" in m for m in messages(app))
+            await pilot.press("escape")
+            await pilot.pause()
+            assert app.current_mode == "runs" and not isinstance(app.screen, DashboardScreen)
+
+    run(scenario())
+
+
+def test_stop_asks_then_signals_the_supervisor():
+    path = build_run(runs_dir(), "20261129-2100-stop", status="running", steps=30)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests/fixtures/watch/fake_supervisor.py"), str(path)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+
+        async def scenario():
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+            async with app.run_test(size=(120, 40)) as pilot:
+                screen = await dashboard(pilot, app)
+                await pilot.press("k")
+                await pilot.pause()
+                assert isinstance(app.screen, ConfirmScreen) and "Stop run" in screen_text(app)
+                await pilot.press("n")  # cancelled: nothing happens
+                await pilot.pause()
+                assert proc.poll() is None
+                await pilot.press("k")
+                await pilot.pause()
+                await pilot.press("y")
+                await wait_for(pilot, lambda: screen.status == "stopped", timeout=10)
+                assert proc.wait(timeout=5) == 0
+                await wait_for(pilot, lambda: any("stopped" in m for m in messages(app)))
+                await pilot.press("y")  # a stopped run copies its resume command
+                assert app.clipboard == "tunedeck resume 20261129-2100-stop"
+
+        run(scenario())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_alerts_nan_and_bell():
+    path = build_run(runs_dir(), "20261129-2100-nan", status="running", steps=40, nan_at=40)
+
+    async def scenario():
+        with SupervisorStandIn(path):
+            app = make_app(quiet_settings(bell=True), monitor=fake_monitor("h200x2"), open_run=str(path))
+            bells = []
+            app.bell = lambda: bells.append(1)
+            async with app.run_test(size=(120, 40)) as pilot:
+                await dashboard(pilot, app)
+                await wait_for(pilot, lambda: any("NaN" in m for m in messages(app)))
+                assert bells
+
+    run(scenario())
+
+
+def test_run_finishing_while_watched_is_announced():
+    path = build_run(runs_dir(), "20261129-2100-end", status="running", steps=40)
+
+    async def scenario():
+        stand_in = SupervisorStandIn(path).__enter__()
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await dashboard(pilot, app)
+            (path / "status.json").write_text(json.dumps({"status": "finished", "reason": "", "updated": "",
+                                                          "updated_ts": 2.0}))
+            stand_in.__exit__()
+            await wait_for(pilot, lambda: screen.status == "finished", timeout=10)
+            assert any("20261129-2100-end finished" in m for m in messages(app))
+
+    run(scenario())

@@ -1,0 +1,126 @@
+"""Dashboard snapshots (healthy, finished, failed, crashed at 80×24 and 160×50) and external formats."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from core.paths import runs_dir
+from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run
+from tests.tui.conftest import (
+    assert_snapshot,
+    fake_monitor,
+    quiet_settings,
+    screen_text,
+    wait_for,
+    wait_screen_stable,
+)
+from tui.app import make_app
+from tui.screens.dashboard import DashboardScreen
+from tui.widgets.log_pane import LogPane
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "watch"
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def open_dashboard(pilot, app, status: str, events: int | None = None) -> DashboardScreen:
+    await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+    screen = app.screen
+    await wait_for(pilot, lambda: screen.status == status and screen.series.train_records > 0
+                   and screen.query_one("#dash-log", LogPane).lines
+                   and (events is None or len(screen.events) == events))
+    await pilot.pause()
+    return screen
+
+
+async def settle(pilot, app, screen: DashboardScreen, gpus: bool = True) -> None:
+    if gpus:
+        await wait_for(pilot, lambda: screen.gpu_version > 0)
+    screen._redraw()
+    app.clear_notifications()
+    await wait_screen_stable(pilot, app)
+
+
+CASES = {
+    # name: (status written, status shown, steps, reason, lock held)
+    "healthy": ("running", "running", 240, "", True),
+    "finished": ("finished", "finished", 600, "", False),
+    "failed": ("failed", "failed", 310, "CUDA out of memory at step 311 (micro batch 4)", False),
+    "crashed": ("running", "crashed", 180, "", False),
+}
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)], ids=["80x24", "160x50"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_dashboard_snapshots(case, size):
+    written, shown, steps, reason, locked = CASES[case]
+
+    path = build_run(runs_dir(), f"20261129-2100-{case}", status=written, steps=steps, reason=reason)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=size) as pilot:
+            screen = await open_dashboard(pilot, app, shown, events=len(list(open(path / "events.jsonl"))))
+            await settle(pilot, app, screen)
+            text = screen_text(app)
+            assert "Qwen/Qwen2.5-7B-Instruct" in text and shown in text
+            assert f"step {steps}/600" in text
+            assert_snapshot(app, f"dashboard_{case}_{size[0]}x{size[1]}")
+
+    if locked:
+        with SupervisorStandIn(path):
+            run(scenario())
+    else:
+        run(scenario())
+    if shown == "crashed":
+        # the dashboard's liveness check recorded the crash in the run directory
+        assert '"crashed"' in (runs_dir() / f"20261129-2100-{case}" / "status.json").read_text()
+
+
+def test_header_figures_of_a_healthy_run():
+    async def scenario():
+        path = build_run(runs_dir(), "20261129-2100-fig", status="running", steps=240)
+        with SupervisorStandIn(path):
+            app = make_app(quiet_settings(price_per_gpu_hour=3.0), monitor=fake_monitor("h200x2"),
+                           open_run=str(path))
+            async with app.run_test(size=(160, 50)) as pilot:
+                screen = await open_dashboard(pilot, app, "running")
+                await settle(pilot, app, screen)
+                text = screen_text(app)
+                assert "ZeRO 2" in text and "GPUs 0,1" in text and "bf16" in text and "lora" in text
+                assert "elapsed 6:00" in text and "ETA 9:00" in text and "epoch 1.20" in text
+                assert "MFU 19%" in text  # 6·params·tokens/s over two H200s' dense BF16 peak
+                assert "cost $0.60" in text  # 360 s × 2 GPUs × $3/GPU-hour
+                assert "GPU util %" in text and "checkpoint_saved" in text
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("directory, kind, model, last_step", [
+    ("swift_output", "ms-swift", "Qwen/Qwen2.5-0.5B-Instruct", "100/100"),
+    ("llamafactory_output", "LLaMA-Factory", "meta-llama/Llama-3.2-1B-Instruct", "100/100"),
+])
+def test_external_output_dirs_render(directory, kind, model, last_step):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(FIXTURES / directory))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.series.train_records > 0)
+            screen._redraw()
+            await pilot.pause()
+            text = screen_text(app)
+            assert model in text and f"read-only ({kind})" in text and f"step {last_step}" in text
+            assert screen.series.series("eval_loss").points == 2
+            assert "⠀" not in text and any(0x2801 <= ord(ch) <= 0x28FF for ch in text)  # braille drawn
+            await pilot.press("k")  # stopping another tool's run is not ours to do
+            await pilot.pause()
+            assert isinstance(app.screen, DashboardScreen)
+            assert any("read-only" in str(n.message) for n in app._notifications)
+
+    run(scenario())

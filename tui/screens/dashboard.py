@@ -1,0 +1,641 @@
+"""A run's live dashboard: header figures, charts, GPUs of the run, the followed log and the events.
+
+Two worker threads feed it. One follows the run's files by byte offset (metrics tail first, then the
+whole history as a backfill, then appends; the log; the events; the status every two seconds) and posts
+one message per poll with everything new. The other polls the hardware monitor. Only message handlers
+touch widgets, and the charts redraw at most twice a second whatever the write rate. Leaving the screen
+only stops the watching: the run goes on.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Container, Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.worker import get_current_worker
+
+from core.i18n import t
+from core.paths import data_root
+from core.settings import MIN_POLL_INTERVAL_S
+from core.watch.alerts import AlertGate, disk_alert, ended_alert, gpu_idle_alert, loss_alert, throughput_alert
+from core.watch.downsample import BucketedSeries
+from core.watch.feed import EventsFeed, LinesFeed, MetricsFeed
+from core.watch.figures import cost_so_far, format_count, format_duration, mfu
+from core.watch.series import RunSeries
+from core.watch.source import WatchSource
+from tui.widgets.chart import LineChart, SeriesSpec
+from tui.widgets.log_pane import LogPane
+
+FILE_POLL_S = 0.5
+STATUS_EVERY_S = 2.0
+DISK_EVERY_S = 15.0
+REDRAW_EVERY_S = 0.5
+GPU_BUCKETS = 1024
+
+
+# --- messages from the workers --------------------------------------------------------------------
+class MetricsBatch(Message):
+    """Records appended since the last poll; ``reset``: start a new series with them (tail or truncation)."""
+
+    def __init__(self, records: list[dict[str, Any]], reset: bool = False) -> None:
+        super().__init__()
+        self.records = records
+        self.reset = reset
+
+
+class SeriesBackfilled(Message):
+    """The whole history, built in the worker; replaces the tail-only series."""
+
+    def __init__(self, series: RunSeries) -> None:
+        super().__init__()
+        self.series = series
+
+
+class LogLines(Message):
+    def __init__(self, lines: list[str], events: list[dict[str, Any]], reset_log: bool, reset_events: bool) -> None:
+        super().__init__()
+        self.lines = lines
+        self.events = events
+        self.reset_log = reset_log
+        self.reset_events = reset_events
+
+
+class RunState(Message):
+    """Latest status and disk figures (latest only)."""
+
+    def __init__(self, status: str, reason: str, disk_free: int | None, disk_total: int | None) -> None:
+        super().__init__()
+        self.status = status
+        self.reason = reason
+        self.disk_free = disk_free
+        self.disk_total = disk_total
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RunState)
+
+
+class GpuReading(Message):
+    def __init__(self, snapshot: Any, at: float) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+        self.at = at
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, GpuReading)
+
+
+class ActionDone(Message):
+    def __init__(self, text: str, severity: str = "information") -> None:
+        super().__init__()
+        self.text = text
+        self.severity = severity
+
+
+def _na(value: str | None) -> str:
+    return value if value else t("dashboard.na")
+
+
+class DashboardScreen(Screen[None]):
+    """Live view of one run (tunedeck's own, or another trainer's output dir, read-only)."""
+
+    DEFAULT_CSS = """
+    DashboardScreen #dash-info { height: auto; max-height: 4; padding: 0 1; }
+    DashboardScreen #dash-charts { layout: grid; grid-size: 2 2; height: 2fr; min-height: 8; }
+    DashboardScreen #dash-bottom { height: 1fr; min-height: 5; }
+    DashboardScreen #dash-log-box { width: 3fr; }
+    DashboardScreen #dash-log { height: 1fr; border: round $panel-lighten-2; border-title-color: $primary; }
+    DashboardScreen #dash-search { dock: bottom; }
+    DashboardScreen #dash-events { width: 2fr; height: 1fr; border: round $panel-lighten-2;
+                                   border-title-color: $primary; overflow-x: hidden;
+                                   scrollbar-size-vertical: 1; }
+    """
+
+    BINDINGS = [
+        Binding("x", "toggle_axis", t("dashboard.key.axis"), id="dashboard.axis"),
+        Binding("s", "search", t("dashboard.key.search"), id="dashboard.search"),
+        Binding("n", "next_match(1)", t("dashboard.key.next"), show=False, id="dashboard.next"),
+        Binding("N", "next_match(-1)", t("dashboard.key.prev"), key_display="N", show=False, id="dashboard.prev"),
+        Binding("k", "stop", t("dashboard.key.stop"), id="dashboard.stop"),
+        Binding("u", "resume", t("dashboard.key.resume"), show=False, id="dashboard.resume"),
+        Binding("c", "config", t("dashboard.key.config"), show=False, id="dashboard.config"),
+        Binding("y", "copy_command", t("dashboard.key.copy"), show=False, id="dashboard.copy"),
+        Binding("j", "jump_gpus", t("dashboard.key.gpus"), show=False, id="dashboard.gpus"),
+        Binding("l", "focus_log", t("dashboard.key.log"), show=False, id="dashboard.log"),
+        Binding("escape", "back", t("dashboard.key.back"), id="dashboard.back"),
+        Binding("b", "back", t("dashboard.key.back"), show=False, id="dashboard.back_b"),
+    ]
+
+    def __init__(self, source: WatchSource, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(name="dashboard")
+        self.source = source
+        self.clock = clock
+        self.series = RunSeries()
+        self.axis = "step"
+        self.status = "running" if source.read_only else ""
+        self.reason = ""
+        self.gpu_indices: list[int] = []
+        self.gpu_name: str | None = None
+        self.gpu_util: dict[int, BucketedSeries] = {}
+        self.gpu_mem: dict[int, BucketedSeries] = {}
+        self.gpu_version = 0
+        self.gpu_started: float | None = None
+        self.util_samples: deque[tuple[float, float | None]] = deque(maxlen=600)
+        self.gate = AlertGate()
+        self.disk: tuple[int | None, int | None] = (None, None)
+        self.backfilled = False
+        self.first_data_at: float | None = None
+        self.events: list[dict[str, Any]] = []
+        self._dirty = True
+        self._drawn_version: tuple | None = None
+        self._record = source.facts if source.read_only else {}
+        self.opened_at = time.perf_counter()
+        self.first_frame_drawn = threading.Event()
+        self.first_frame_at: float | None = None
+
+    # --- layout ----------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="dash-info")
+        with Container(id="dash-charts"):
+            yield LineChart(t("dashboard.chart_loss"), t("dashboard.waiting"), id="chart-loss")
+            yield LineChart(t("dashboard.chart_lr"), t("dashboard.waiting"), id="chart-lr", y_floor=0.0)
+            yield LineChart(t("dashboard.chart_grad"), t("dashboard.waiting"), id="chart-grad", y_floor=0.0)
+            yield LineChart(t("dashboard.chart_tokens"), t("dashboard.waiting"), id="chart-tokens", y_floor=0.0)
+            yield LineChart(t("dashboard.chart_gpu_util"), t("dashboard.no_gpus"), id="chart-gpu-util",
+                            y_floor=0.0, y_ceiling=100.0)
+            yield LineChart(t("dashboard.chart_gpu_mem"), t("dashboard.no_gpus"), id="chart-gpu-mem",
+                            y_floor=0.0, y_ceiling=100.0)
+        with Horizontal(id="dash-bottom"):
+            with Vertical(id="dash-log-box"):
+                yield LogPane(id="dash-log")
+                yield Input(placeholder=t("dashboard.search_placeholder"), id="dash-search")
+            events: DataTable = DataTable(id="dash-events", cursor_type="row", show_cursor=False)
+            events.add_columns(t("dashboard.col_time"), t("dashboard.col_event"), t("dashboard.col_detail"))
+            yield events
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = t("app.title")
+        self.sub_title = t("dashboard.subtitle", id=self.source.run_id)
+        self.query_one("#dash-search", Input).display = False
+        self.query_one("#dash-log", LogPane).border_title = t("dashboard.log_title")
+        self.query_one("#dash-events", DataTable).border_title = t("dashboard.events_title")
+        if not self.source.read_only:
+            from core.runs import RunDirectory
+
+            self._record = RunDirectory(self.source.path).record()
+            self.gpu_indices = [int(i) for i in self._record.get("gpus") or []]
+        self._layout_charts()
+        self._show_info()
+        self.watch_files()
+        self.poll_gpus()
+        self.set_interval(REDRAW_EVERY_S, self._redraw_if_dirty)
+
+    def on_resize(self) -> None:
+        self._layout_charts()
+
+    def _layout_charts(self) -> None:
+        charts = self.query_one("#dash-charts", Container)
+        width = self.size.width or self.app.size.width
+        height = self.size.height or self.app.size.height
+        columns = 3 if width >= 150 else 2
+        gpu_shown = height >= 30 or width >= 150
+        for chart_id in ("#chart-gpu-util", "#chart-gpu-mem"):
+            self.query_one(chart_id, LineChart).display = gpu_shown
+        count = 6 if gpu_shown else 4
+        charts.styles.grid_size_columns = columns
+        charts.styles.grid_size_rows = -(-count // columns)
+
+    # --- workers ---------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="dash-files", exit_on_error=False)
+    def watch_files(self) -> None:
+        worker = get_current_worker()
+        source = self.source
+        metrics = MetricsFeed(source.metrics_path, source.kind)
+        self.post_message(MetricsBatch(metrics.read_tail(), reset=True))
+        log = LinesFeed(source.log_path)
+        events = EventsFeed(source.events_path)
+        self._post_logs(log, events)
+        self._post_state()
+        # The backfill competes with the UI thread for the GIL: it waits until the tail is on screen.
+        self.first_frame_drawn.wait(timeout=2.0)
+        full = metrics.backfill()
+        if full is not None:
+            self.post_message(SeriesBackfilled(full))
+        last_status = time.monotonic()
+        last_disk = 0.0
+        while not worker.is_cancelled:
+            records, restarted = metrics.poll()
+            if records or restarted:
+                self.post_message(MetricsBatch(records, reset=restarted))
+            self._post_logs(log, events)
+            now = time.monotonic()
+            if now - last_status >= STATUS_EVERY_S:
+                last_status = now
+                with_disk = now - last_disk >= DISK_EVERY_S
+                if with_disk:
+                    last_disk = now
+                self._post_state(with_disk)
+            end = time.monotonic() + FILE_POLL_S
+            while not worker.is_cancelled and time.monotonic() < end:
+                time.sleep(0.05)
+
+    def _post_logs(self, log: LinesFeed, events: EventsFeed) -> None:
+        lines, reset_log = log.poll()
+        records, reset_events = events.poll()
+        if lines or records or reset_log or reset_events:
+            self.post_message(LogLines(lines, records, reset_log, reset_events))
+
+    def _post_state(self, with_disk: bool = True) -> None:
+        free = total = None
+        if with_disk:
+            try:
+                usage = shutil.disk_usage(self.source.path)
+                free, total = usage.free, usage.total
+            except OSError:
+                pass
+        if self.source.read_only:
+            self.post_message(RunState("running", "", free, total))
+            return
+        from core.runs import RunDirectory, effective_status
+
+        status = effective_status(RunDirectory(self.source.path))
+        self.post_message(RunState(status.status, status.reason, free, total))
+
+    @work(thread=True, exclusive=True, group="dash-gpus", exit_on_error=False)
+    def poll_gpus(self) -> None:
+        worker = get_current_worker()
+        monitor = self.app.monitor
+        interval = max(MIN_POLL_INTERVAL_S, self.app.settings.gpu_poll_interval_s)
+        while not worker.is_cancelled:
+            started = time.monotonic()
+            self.post_message(GpuReading(monitor.poll(), self.clock()))
+            end = started + interval
+            while not worker.is_cancelled and time.monotonic() < end:
+                time.sleep(0.05)
+
+    # --- message handlers ------------------------------------------------------------------------
+    def on_metrics_batch(self, message: MetricsBatch) -> None:
+        if message.reset:
+            self.series = RunSeries()
+        self.series.extend(message.records)
+        if self.first_data_at is None and self.series.train_records:
+            self.first_data_at = time.perf_counter()
+        if not self.first_frame_drawn.is_set() and self.series.train_records:
+            self.call_after_refresh(self._first_frame_done)
+        self._changed()
+        self._check_alerts()
+
+    def _first_frame_done(self) -> None:
+        if self.first_frame_at is None:
+            self.first_frame_at = time.perf_counter()
+        self.first_frame_drawn.set()
+
+    def on_series_backfilled(self, message: SeriesBackfilled) -> None:
+        # Records that arrived after the backfill began follow it in this screen's series: keep them.
+        full = message.series
+        header = self.series.header
+        tail_latest = self.series.latest
+        full.header = full.header or header
+        if tail_latest and full.latest.get("step", -1) < tail_latest.get("step", -1):
+            full.latest = tail_latest
+        self.series = full
+        self.backfilled = True
+        self._changed()
+
+    def on_log_lines(self, message: LogLines) -> None:
+        pane = self.query_one("#dash-log", LogPane)
+        if message.reset_log:
+            pane.clear()
+        pane.append(message.lines)
+        table = self.query_one("#dash-events", DataTable)
+        if message.reset_events:
+            table.clear()
+            self.events = []
+        for record in message.events:
+            self.events.append(record)
+            table.add_row(*(Text(cell) for cell in self._event_row(record)))
+        if message.events:
+            table.scroll_end(animate=False, immediate=True)
+
+    def on_run_state(self, message: RunState) -> None:
+        previous = self.status or None
+        self.status, self.reason = message.status, message.reason
+        if message.disk_free is not None:
+            self.disk = (message.disk_free, message.disk_total)
+        alerts = {"ended": ended_alert(previous, self.status, self.source.run_id),
+                  "disk": disk_alert(self.disk[0], self.disk[1], str(data_root()))}
+        self._notify(self.gate.filter(alerts))
+        self._show_info()
+
+    def on_gpu_reading(self, message: GpuReading) -> None:
+        snapshot = message.snapshot
+        gpus = list(getattr(snapshot, "gpus", []) or [])
+        wanted = set(self.gpu_indices)
+        mine = [g for g in gpus if not wanted or g.index in wanted]
+        if not mine:
+            return
+        if self.gpu_started is None:
+            self.gpu_started = message.at
+        x = message.at - self.gpu_started
+        self.gpu_name = mine[0].name
+        utils = []
+        for gpu in mine:
+            util = gpu.utilization_gpu_pct
+            frac = gpu.memory_used_fraction
+            if util is not None:
+                self.gpu_util.setdefault(gpu.index, BucketedSeries(GPU_BUCKETS)).add(x, float(util))
+                utils.append(float(util))
+            if frac is not None:
+                self.gpu_mem.setdefault(gpu.index, BucketedSeries(GPU_BUCKETS)).add(x, frac * 100.0)
+        mean = sum(utils) / len(utils) if utils else None
+        self.util_samples.append((message.at, mean))
+        self.gpu_version += 1
+        self._dirty = True
+        self._notify(self.gate.filter({"gpu_idle": gpu_idle_alert(self.util_samples, self.status, message.at)}))
+
+    def on_action_done(self, message: ActionDone) -> None:
+        self.notify(message.text, severity=message.severity)
+
+    def on_worker_state_changed(self, event) -> None:
+        from textual.worker import WorkerState
+
+        if event.worker.group in ("dash-files", "dash-gpus") and event.state == WorkerState.ERROR:
+            error = event.worker.error
+            self.notify(t("dashboard.worker_failed", error=f"{type(error).__name__}: {error}"), severity="error")
+
+    # --- presentation ----------------------------------------------------------------------------
+    def _changed(self) -> None:
+        self._dirty = True
+        if self._drawn_version is None:
+            self._redraw()  # the first data shows at once, not on the next tick
+
+    def _redraw_if_dirty(self) -> None:
+        if self._dirty:
+            self._redraw()
+
+    def _redraw(self) -> None:
+        self._dirty = False
+        series, axis = self.series, self.axis
+        version = series.version
+        self._drawn_version = (version, axis, self.gpu_version)
+        note = t("dashboard.axis_time") if axis == "time" else t("dashboard.axis_step")
+        self.query_one("#chart-loss", LineChart).set_series([
+            SeriesSpec(t("dashboard.series_raw"), series.series("loss", axis), 0, "band"),
+            SeriesSpec(t("dashboard.series_ema"), series.series("loss_ema", axis), 1, "line"),
+            SeriesSpec(t("dashboard.series_eval"), series.series("eval_loss", axis), 2, "points"),
+        ], axis, version, note)
+        for chart_id, name, colour in (("#chart-lr", "learning_rate", 3), ("#chart-grad", "grad_norm", 5),
+                                       ("#chart-tokens", "tokens_per_s", 2)):
+            self.query_one(chart_id, LineChart).set_series(
+                [SeriesSpec("", series.series(name, axis), colour, "band")], axis, version)
+        for chart_id, data in (("#chart-gpu-util", self.gpu_util), ("#chart-gpu-mem", self.gpu_mem)):
+            specs = [SeriesSpec(str(index), data[index], n, "line") for n, index in enumerate(sorted(data))]
+            self.query_one(chart_id, LineChart).set_series(specs, "time", self.gpu_version)
+        self._show_info()
+
+    def _gpu_count(self) -> int:
+        if self.gpu_indices:
+            return len(self.gpu_indices)
+        header = self.series.header
+        return int(header.get("world_size") or 0) if header.get("device", "cuda") != "cpu" else 0
+
+    def _show_info(self) -> None:
+        header = self.series.header
+        facts = self._record if self.source.read_only else (self._record.get("config_summary") or {})
+        latest = self.series.latest
+        model = header.get("model") or facts.get("model")
+        method = header.get("method") or facts.get("method")
+        precision = header.get("precision") or facts.get("precision")
+        zero = header.get("zero_stage", facts.get("zero_stage"))
+        gpus = ",".join(str(i) for i in self.gpu_indices) or (str(self._gpu_count()) if self._gpu_count() else None)
+        status = self.status or "…"
+        colour = {"running": "$success", "finished": "$primary", "failed": "$error", "crashed": "$error",
+                  "stopping": "$warning", "stopped": "$warning"}.get(status, "$foreground-muted")
+        line1 = " · ".join([
+            f"[b]{_escape(_na(model))}[/]", _na(method), _na(precision),
+            t("dashboard.zero", stage=_na(None if zero is None else str(zero))),
+            t("dashboard.gpus", gpus=_na(gpus)),
+            f"[{colour}]{_escape(t('runs_screen.status.' + status) if status in _STATUSES else status)}[/]",
+        ])
+        if self.source.read_only:
+            line1 += f"  [$foreground-muted]{t('dashboard.read_only', kind=t('dashboard.kind_' + self.source.kind))}[/]"
+        step, total = latest.get("step"), latest.get("total_steps") or header.get("total_steps")
+        progress = _na(None if step is None else f"{step}/{total}" if total else str(step))
+        if step is not None and total:
+            progress += f" {100.0 * step / total:.0f}%"
+        elapsed = latest.get("elapsed_s")
+        eta = latest.get("eta_s") if status in ("running", "stopping", "") or self.source.read_only else None
+        tokens = latest.get("tokens_per_s")
+        gpu_count = self._gpu_count()
+        mfu_value = mfu(latest, header, gpu_count, self.gpu_name)
+        parts = [
+            t("dashboard.step", progress=progress),
+            t("dashboard.epoch", epoch=_na(None if latest.get("epoch") is None else f"{latest['epoch']:.2f}")),
+            t("dashboard.elapsed", value=_na(format_duration(elapsed))),
+            *([t("dashboard.eta", value=_na(format_duration(eta)))] if eta is not None or status in _ACTIVE else []),
+            t("dashboard.tokens", value=_na(format_count(tokens))),
+            t("dashboard.mfu", value=_na(None if mfu_value is None else f"{100 * mfu_value:.0f}%")),
+        ]
+        cost = cost_so_far(elapsed, gpu_count, self.app.settings.price_per_gpu_hour)
+        if cost is not None:
+            parts.append(t("dashboard.cost", value=f"{cost:.2f}"))
+        line2 = " · ".join(parts)
+        if self.reason and status in ("failed", "crashed", "stopped"):
+            line2 += f"\n[$error]{_escape(self.reason)}[/]"
+        self.query_one("#dash-info", Static).update(line1 + "\n" + line2)
+
+    @staticmethod
+    def _event_row(record: dict[str, Any]) -> tuple[str, str, str]:
+        when = str(record.get("time", ""))
+        clock = when[11:19] if len(when) >= 19 else when
+        detail = " ".join(f"{k}={v}" for k, v in record.items() if k not in ("time", "ts", "event"))
+        return clock, str(record.get("event", "")), detail
+
+    def _check_alerts(self) -> None:
+        series = self.series
+        step = series.latest.get("step")
+        alerts = {
+            "loss": loss_alert(series.last_loss, series.last_loss_nan, series.ema_before_last, series.ema_points, step),
+            "throughput": throughput_alert(list(series.recent_tokens_per_s)),
+        }
+        self._notify(self.gate.filter(alerts))
+
+    def _notify(self, alerts: list) -> None:
+        for alert in alerts:
+            self.notify(alert.message, severity=alert.severity, timeout=10)
+            if self.app.settings.bell:
+                self.app.bell()
+
+    # --- actions ---------------------------------------------------------------------------------
+    def action_toggle_axis(self) -> None:
+        self.axis = "time" if self.axis == "step" else "step"
+        self._redraw()
+
+    def action_search(self) -> None:
+        box = self.query_one("#dash-search", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "dash-search":
+            return
+        pane = self.query_one("#dash-log", LogPane)
+        count = pane.search(event.value.strip())
+        event.input.display = False
+        pane.focus()
+        if event.value.strip():
+            self.notify(t("dashboard.search_found", count=count, text=event.value.strip()),
+                        severity="information" if count else "warning", timeout=3)
+
+    def action_next_match(self, step: int) -> None:
+        pane = self.query_one("#dash-log", LogPane)
+        if pane.next_match(step) is None:
+            self.notify(t("dashboard.search_none"), severity="warning", timeout=3)
+
+    def action_focus_log(self) -> None:
+        self.query_one("#dash-log", LogPane).focus()
+
+    def action_back(self) -> None:
+        box = self.query_one("#dash-search", Input)
+        if box.display:
+            box.display = False
+            self.query_one("#dash-log", LogPane).focus()
+            return
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+
+    def action_jump_gpus(self) -> None:
+        self.app.action_section("gpus")
+
+    def _run(self):
+        from core.runs import RunDirectory
+
+        return RunDirectory(self.source.path)
+
+    def action_stop(self) -> None:
+        if self.source.read_only:
+            self.notify(t("dashboard.read_only_action"), severity="warning")
+            return
+        if self.status not in ("queued", "starting", "running", "stopping"):
+            self.notify(t("dashboard.not_running", status=self.status), severity="warning")
+            return
+        force = self.status == "stopping"
+        title = t("dashboard.force_title" if force else "dashboard.stop_title", id=self.source.run_id)
+        body = t("dashboard.force_body" if force else "dashboard.stop_body")
+
+        def answered(ok: bool | None) -> None:
+            if ok:
+                self._do_stop(force)
+
+        self.app.push_screen(_confirm(title, body), answered)
+
+    @work(thread=True, group="dash-action", exit_on_error=False)
+    def _do_stop(self, force: bool) -> None:
+        from core.runs.control import RunControlError, request_stop
+
+        try:
+            result = request_stop(self._run(), force=force)
+        except RunControlError as exc:
+            self.post_message(ActionDone(str(exc), "error"))
+            return
+        key = "dashboard.forced" if result.forced else "dashboard.stopping"
+        self.post_message(ActionDone(t(key, id=self.source.run_id, status=result.status.status)))
+        self._post_state(with_disk=False)
+
+    def action_resume(self) -> None:
+        if self.source.read_only:
+            self.notify(t("dashboard.read_only_action"), severity="warning")
+            return
+        if self.status not in ("stopped", "failed", "crashed"):
+            self.notify(t("dashboard.cannot_resume", status=self.status), severity="warning")
+            return
+
+        def answered(ok: bool | None) -> None:
+            if ok:
+                self._do_resume()
+
+        self.app.push_screen(_confirm(t("dashboard.resume_title", id=self.source.run_id),
+                                      t("dashboard.resume_body")), answered)
+
+    @work(thread=True, group="dash-action", exit_on_error=False)
+    def _do_resume(self) -> None:
+        from pathlib import Path
+
+        from core.runs.control import RunControlError, prepare_resume
+        from core.runs.launch import start_supervisor, wait_until_started
+
+        run = self._run()
+        try:
+            checkpoint = prepare_resume(run)
+        except RunControlError as exc:
+            self.post_message(ActionDone(str(exc), "error"))
+            return
+        proc = start_supervisor(run, resume_from=Path(checkpoint))
+        if wait_until_started(run, proc):
+            self.post_message(ActionDone(t("dashboard.resumed", id=run.id, checkpoint=checkpoint)))
+        else:
+            self.post_message(ActionDone(t("dashboard.resume_failed", path=str(run.supervisor_log_path)), "error"))
+        self._post_state(with_disk=False)
+
+    def action_config(self) -> None:
+        from tui.widgets.text_modal import TextModal
+
+        candidates = ["config.yaml"] if not self.source.read_only else ["args.json", "training_args.yaml",
+                                                                       "llamaboard_config.yaml"]
+        for name in candidates:
+            path = self.source.path / name
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            self.app.push_screen(TextModal(str(path), text))
+            return
+        self.notify(t("dashboard.no_config", path=str(self.source.path)), severity="warning")
+
+    def command_line(self) -> str:
+        """The command that reproduces (or continues) this run."""
+        if self.source.read_only:
+            return shlex.join(["tunedeck", "watch", str(self.source.path)])
+        if self.status in ("stopped", "failed", "crashed"):
+            return shlex.join(["tunedeck", "resume", self.source.run_id])
+        argv = [str(a) for a in self._record.get("argv") or []]
+        if argv:
+            if argv[0] != "tunedeck":
+                argv = ["tunedeck", *argv[1:]] if argv[0].endswith("tunedeck") else argv
+            return shlex.join(argv)
+        return shlex.join(["tunedeck", "train", str(self.source.path / "config.yaml")])
+
+    def action_copy_command(self) -> None:
+        command = self.command_line()
+        self.app.copy_to_clipboard(command)
+        self.notify(t("dashboard.copied", command=command), timeout=8)
+
+
+_ACTIVE = ("queued", "starting", "running", "stopping")
+_STATUSES = ("queued", "starting", "running", "stopping", "stopped", "finished", "failed", "crashed")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _confirm(title: str, body: str):
+    from tui.widgets.confirm import ConfirmScreen
+
+    return ConfirmScreen(title, body)

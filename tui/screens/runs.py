@@ -1,0 +1,347 @@
+"""The Runs screen: every run under the data root, sortable and filterable; Enter opens its dashboard.
+
+A worker lists the runs every two seconds (runs started from the CLI, another terminal or before the app
+appear on their own; liveness turns dead active runs into crashed ones). Deleting asks first, shows the
+disk it frees, and refuses an active run. ``on_app_start`` opens a dashboard at start and announces runs
+that ended since the last visit.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.worker import get_current_worker
+
+from core.i18n import t
+from core.text_width import truncate
+from core.watch.figures import directory_size, format_bytes, format_count, format_duration
+
+LIST_EVERY_S = 2.0
+ACTIVE = ("queued", "starting", "running", "stopping")
+# (column key, i18n key, sort key over a RunSummary)
+COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("status", "runs_screen.col_status", lambda s: s.status),
+    ("id", "runs_screen.col_id", lambda s: s.id),
+    ("model", "runs_screen.col_model", lambda s: s.model or ""),
+    ("method", "runs_screen.col_method", lambda s: s.method or ""),
+    ("gpus", "runs_screen.col_gpus", lambda s: len(s.gpus)),
+    ("progress", "runs_screen.col_progress",
+     lambda s: (s.step or 0) / s.total_steps if s.total_steps else -1.0),
+    ("loss", "runs_screen.col_loss", lambda s: s.loss if s.loss is not None else float("inf")),
+    ("tokens", "runs_screen.col_tokens", lambda s: s.tokens_per_s or 0.0),
+    ("started", "runs_screen.col_started", lambda s: s.created),
+    ("eta", "runs_screen.col_eta", lambda s: s.eta_s if s.eta_s is not None else float("inf")),
+)
+STATUS_COLOURS = {"running": "$success", "starting": "$success", "queued": "$foreground-muted",
+                  "stopping": "$warning", "stopped": "$warning", "finished": "$primary", "failed": "$error",
+                  "crashed": "$error"}
+
+
+class RunsListed(Message):
+    def __init__(self, runs: list[Any]) -> None:
+        super().__init__()
+        self.runs = runs
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RunsListed)
+
+
+class DeleteChecked(Message):
+    """A run's size, measured in a worker before asking to delete it."""
+
+    def __init__(self, run_id: str, path: str, size: int, active: bool) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.path = path
+        self.size = size
+        self.active = active
+
+
+class RunDeleted(Message):
+    def __init__(self, text: str, severity: str = "information") -> None:
+        super().__init__()
+        self.text = text
+        self.severity = severity
+
+
+def _progress(summary: Any) -> str:
+    if summary.step is None:
+        return "–"
+    if summary.total_steps:
+        return f"{summary.step}/{summary.total_steps} {100 * summary.step / summary.total_steps:.0f}%"
+    return str(summary.step)
+
+
+def _started(created: str) -> str:
+    # "2026-11-29T23:01:05Z" -> "11-29 23:01"
+    return f"{created[5:10]} {created[11:16]}" if len(created) >= 16 else created
+
+
+class RunsScreen(Screen[None]):
+    """Every run on this box, newest first by default."""
+
+    DEFAULT_CSS = """
+    RunsScreen #runs-status { height: 1; padding: 0 1; color: $foreground-muted; }
+    RunsScreen #runs-filter { dock: bottom; }
+    RunsScreen #runs-table { height: 1fr; }
+    RunsScreen #runs-empty { padding: 1 2; color: $foreground-muted; }
+    """
+    BINDINGS = [
+        Binding("enter", "open", t("runs_screen.key.open"), id="runs.open"),
+        Binding("s", "sort", t("runs_screen.key.sort"), id="runs.sort"),
+        Binding("S", "reverse", t("runs_screen.key.reverse"), key_display="S", show=False, id="runs.reverse"),
+        Binding("f", "filter", t("runs_screen.key.filter"), id="runs.filter"),
+        Binding("d", "delete", t("runs_screen.key.delete"), id="runs.delete"),
+        Binding("escape", "clear_filter", t("runs_screen.key.clear"), show=False, id="runs.clear"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(name="runs")
+        self.runs: list[Any] = []
+        self.shown: list[Any] = []
+        self.sort_column = 8  # started
+        self.sort_reverse = True
+        self.filter_text = ""
+        self.listed = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(t("runs_screen.loading"), id="runs-status")
+        table: DataTable = DataTable(id="runs-table", cursor_type="row", zebra_stripes=False)
+        for key, label, _sort in COLUMNS:
+            table.add_column(t(label), key=key)
+        yield table
+        yield Static(t("runs_screen.empty"), id="runs-empty")
+        yield Input(placeholder=t("runs_screen.filter_placeholder"), id="runs-filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#runs-filter", Input).display = False
+        self.query_one("#runs-empty", Static).display = False
+        self.list_runs_forever()
+
+    def on_screen_resume(self) -> None:
+        self.title = t("app.title")
+        self.sub_title = t("app.mode.runs")
+
+    # --- listing ---------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="runs-list", exit_on_error=False)
+    def list_runs_forever(self) -> None:
+        from core.runs import list_runs
+
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            self.post_message(RunsListed(list_runs()))
+            end = time.monotonic() + LIST_EVERY_S
+            while not worker.is_cancelled and time.monotonic() < end:
+                time.sleep(0.05)
+
+    def refresh_now(self) -> None:
+        self.list_runs_forever()
+
+    def on_runs_listed(self, message: RunsListed) -> None:
+        self.runs = message.runs
+        self.listed = True
+        self._fill()
+
+    def _fill(self) -> None:
+        table = self.query_one("#runs-table", DataTable)
+        selected = self.shown[table.cursor_row].id if self.shown and 0 <= table.cursor_row < len(self.shown) else None
+        needle = self.filter_text.lower()
+        runs = [s for s in self.runs if not needle or needle in " ".join(
+            [s.id, s.status, s.model or "", s.method or "", s.name or ""]).lower()]
+        runs.sort(key=COLUMNS[self.sort_column][2], reverse=self.sort_reverse)
+        self.shown = runs
+        table.clear()
+        variables = self.app.theme_variables
+        for summary in runs:
+            colour = variables.get(STATUS_COLOURS.get(summary.status, "$foreground")[1:])
+            label = t("runs_screen.status." + summary.status) if summary.status in STATUS_COLOURS else summary.status
+            cells = [
+                summary.id,
+                truncate(summary.model or "–", 24),
+                summary.method or "–",
+                ",".join(str(g) for g in summary.gpus) or "–",
+                _progress(summary),
+                "–" if summary.loss is None else f"{summary.loss:.4f}",
+                format_count(summary.tokens_per_s) or "–",
+                _started(summary.created),
+                (format_duration(summary.eta_s) or "–") if summary.status in ACTIVE else "–",
+            ]
+            # Text, not str: a DataTable parses str cells as markup, and ids or models may hold brackets.
+            table.add_row(Text(label, style=colour or ""), *(Text(cell) for cell in cells), key=summary.id)
+        if selected is not None:
+            for row, summary in enumerate(runs):
+                if summary.id == selected:
+                    table.move_cursor(row=row, animate=False)
+                    break
+        self.query_one("#runs-empty", Static).display = not self.runs
+        active = sum(1 for s in self.runs if s.status in ACTIVE)
+        column = t(COLUMNS[self.sort_column][1])
+        status = t("runs_screen.summary", count=len(self.runs), active=active, column=column,
+                   order=t("runs_screen.desc" if self.sort_reverse else "runs_screen.asc"))
+        if self.filter_text:
+            status += " · " + t("runs_screen.filtered", text=self.filter_text, shown=len(runs))
+        self.query_one("#runs-status", Static).update(status)
+
+    def selected(self) -> Any | None:
+        table = self.query_one("#runs-table", DataTable)
+        if not self.shown or not 0 <= table.cursor_row < len(self.shown):
+            return None
+        return self.shown[table.cursor_row]
+
+    # --- actions ---------------------------------------------------------------------------------
+    def action_sort(self) -> None:
+        self.sort_column = (self.sort_column + 1) % len(COLUMNS)
+        self._fill()
+
+    def action_reverse(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self._fill()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#runs-filter", Input)
+        box.display = True
+        box.value = self.filter_text
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "runs-filter":
+            self.filter_text = event.value.strip()
+            self._fill()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "runs-filter":
+            event.input.display = False
+            self.query_one("#runs-table", DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#runs-filter", Input)
+        box.display = False
+        box.value = ""
+        self.filter_text = ""
+        self.query_one("#runs-table", DataTable).focus()
+        self._fill()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open()
+
+    def action_open(self) -> None:
+        summary = self.selected()
+        if summary is None:
+            return
+        open_dashboard(self.app, summary.run_dir)
+
+    def action_delete(self) -> None:
+        summary = self.selected()
+        if summary is None:
+            return
+        if summary.status in ACTIVE:
+            self.notify(t("runs_screen.delete_active", id=summary.id, status=summary.status), severity="warning")
+            return
+        self._measure(summary.id, summary.run_dir)
+
+    @work(thread=True, group="runs-delete", exit_on_error=False)
+    def _measure(self, run_id: str, path: str) -> None:
+        from core.runs import RunDirectory, effective_status
+
+        active = effective_status(RunDirectory(path)).active
+        self.post_message(DeleteChecked(run_id, path, directory_size(path), active))
+
+    def on_delete_checked(self, message: DeleteChecked) -> None:
+        if message.active:
+            self.notify(t("runs_screen.delete_active", id=message.run_id, status="active"), severity="warning")
+            return
+        from tui.widgets.confirm import ConfirmScreen
+
+        def answered(ok: bool | None) -> None:
+            if ok:
+                self._delete(message.run_id, message.path)
+
+        body = t("runs_screen.delete_body", path=message.path, size=format_bytes(message.size))
+        self.app.push_screen(ConfirmScreen(t("runs_screen.delete_title", id=message.run_id), body), answered)
+
+    @work(thread=True, group="runs-delete", exit_on_error=False)
+    def _delete(self, run_id: str, path: str) -> None:
+        from core.runs import RunDirectory, effective_status
+
+        # Checked again at the last moment: the run may have been resumed while the dialog was open.
+        if effective_status(RunDirectory(path)).active:
+            self.post_message(RunDeleted(t("runs_screen.delete_active", id=run_id, status="active"), "warning"))
+            return
+        try:
+            shutil.rmtree(path)
+        except OSError as exc:
+            self.post_message(RunDeleted(t("runs_screen.delete_failed", id=run_id, error=str(exc)), "error"))
+            return
+        self.post_message(RunDeleted(t("runs_screen.deleted", id=run_id)))
+
+    def on_run_deleted(self, message: RunDeleted) -> None:
+        self.notify(message.text, severity=message.severity)
+        self.refresh_now()
+
+
+def open_dashboard(app: Any, path: str | Path) -> bool:
+    """Push the dashboard of a run directory (tunedeck's or another trainer's) on the Runs section."""
+    from core.watch.source import SourceNotFound, open_source
+    from tui.screens.dashboard import DashboardScreen
+
+    try:
+        source = open_source(path)
+    except SourceNotFound as exc:
+        app.notify(str(exc), severity="error")
+        return False
+    if app.current_mode != "runs":
+        app.switch_mode("runs")
+    app.push_screen(DashboardScreen(source))
+    return True
+
+
+def on_app_start(app: Any, open_run: str | None, announce: bool) -> None:
+    """Open the asked-for run (an id, prefix or any watchable directory), else the active run; announce
+    runs that ended since the last visit. Listing happens in a worker; the screens open from its result."""
+
+    def work_() -> None:
+        from core.runs import RunNotFound, list_runs, resolve_run
+        from core.watch.last_seen import runs_ended_since
+
+        target: str | None = None
+        error: str | None = None
+        runs = list_runs() if announce or open_run is None else []
+        if open_run is not None:
+            if Path(open_run).expanduser().is_dir():
+                target = str(Path(open_run).expanduser())
+            else:
+                try:
+                    target = str(resolve_run(open_run).path)
+                except RunNotFound as exc:
+                    error = str(exc)
+        elif announce:
+            active = [s for s in runs if s.status in ("running", "starting", "stopping")]
+            if active:
+                target = active[0].run_dir
+        ended = runs_ended_since(runs) if announce else []
+        app.call_from_thread(_after_start, app, target, error, ended)
+
+    app.run_worker(work_, thread=True, group="app-start", exit_on_error=False)
+
+
+def _after_start(app: Any, target: str | None, error: str | None, ended: list[Any]) -> None:
+    if error:
+        app.notify(error, severity="error")
+    for summary in ended:
+        severity = "error" if summary.status in ("failed", "crashed") else "information"
+        app.notify(t("runs_screen.ended_since", id=summary.id, status=summary.status), severity=severity, timeout=10)
+    if target is not None:
+        open_dashboard(app, target)

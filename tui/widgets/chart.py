@@ -1,0 +1,201 @@
+"""A line chart drawn with braille dots through the line API: cheap for a million points.
+
+Series come as ``BucketedSeries`` (see ``core.watch.downsample``): a frame maps their buckets onto twice
+the plot's width in dot columns, so drawing costs the screen, not the data. Each dot column is drawn from
+the lowest to the highest value it stands for (or its mean, for smoothed lines) and joined to the previous
+column, so spikes stay visible however far the data is squeezed. The grid is computed once per change of
+data or size and cached; ``render_line`` only hands out strips.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+from textual.widget import Widget
+
+from core.text_width import cell_len, truncate
+from core.watch.downsample import BucketedSeries
+from core.watch.figures import format_count, format_duration, format_value
+
+BRAILLE_BASE = 0x2800
+# bit of the dot at (dx, dy) inside a 2×4 braille cell
+_DOT_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+GUTTER = 9
+PALETTE_SIZE = 8
+
+
+@dataclass
+class SeriesSpec:
+    """One line of a chart: its data, legend label, colour slot (0-7) and how columns are drawn."""
+
+    label: str
+    data: BucketedSeries
+    colour: int = 0
+    mode: str = "band"  # band: min..max per column; line: mean per column; points: dots only
+
+
+def format_x(value: float, axis: str) -> str:
+    if axis == "time":
+        return format_duration(value) or "?"
+    return format_count(value) or "?"
+
+
+class LineChart(Widget):
+    """A titled chart with y labels (min/max) on the left and the x range underneath."""
+
+    COMPONENT_CLASSES = {
+        "linechart--title", "linechart--axis", "linechart--empty",
+        *(f"linechart--s{i}" for i in range(PALETTE_SIZE)),
+    }
+    DEFAULT_CSS = """
+    LineChart { height: 1fr; min-height: 4; }
+    LineChart > .linechart--title { color: $foreground; text-style: bold; }
+    LineChart > .linechart--axis { color: $foreground-muted; }
+    LineChart > .linechart--empty { color: $foreground-muted; }
+    LineChart > .linechart--s0 { color: $primary; }
+    LineChart > .linechart--s1 { color: $warning; }
+    LineChart > .linechart--s2 { color: $success; }
+    LineChart > .linechart--s3 { color: $secondary; }
+    LineChart > .linechart--s4 { color: $error; }
+    LineChart > .linechart--s5 { color: $accent; }
+    LineChart > .linechart--s6 { color: $foreground; }
+    LineChart > .linechart--s7 { color: $primary-lighten-2; }
+    """
+
+    def __init__(self, title: str, empty_text: str = "", *, id: str | None = None, classes: str | None = None,
+                 y_floor: float | None = None, y_ceiling: float | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.title = title
+        self.empty_text = empty_text
+        self.series: list[SeriesSpec] = []
+        self.axis = "step"
+        self.note = ""
+        self.y_floor = y_floor
+        self.y_ceiling = y_ceiling
+        self._key: tuple | None = None
+        self._strips: list[Strip] = []
+        self.data_version = 0
+
+    def set_series(self, series: list[SeriesSpec], axis: str, version: int, note: str = "") -> None:
+        """New data (or the same data at a new ``version``): redrawn on the next frame."""
+        self.series = series
+        self.axis = axis
+        self.note = note
+        self.data_version = version
+        if self._key is None or self._key[0] != (version, axis, note):
+            self.refresh()
+
+    # --- drawing ---------------------------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size.width, self.size.height
+        key = ((self.data_version, self.axis, self.note), width, height, self.app.theme)
+        if key != self._key:
+            self._strips = self._draw(width, height)
+            self._key = key
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(width)
+
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(f"linechart--{name}")
+
+    def _draw(self, width: int, height: int) -> list[Strip]:
+        if width <= 0 or height <= 0:
+            return []
+        title_style, axis_style = self._style("title"), self._style("axis")
+        visible = [s for s in self.series if s.data.points]
+        lines: list[Strip] = [self._title_strip(width, visible, title_style, axis_style)]
+        plot_h = height - 2
+        plot_w = width - GUTTER
+        if plot_h < 1 or plot_w < 4 or not visible:
+            empty = self._style("empty")
+            for row in range(1, height):
+                text = truncate(self.empty_text, max(0, width - 2)) if row == height // 2 and not visible else ""
+                lines.append(Strip([Segment("  " + text, empty)], width).adjust_cell_length(width))
+            return lines
+        x_min = min(s.data.x_range()[0] for s in visible)
+        x_max = max(s.data.x_range()[1] for s in visible)
+        ranges = [s.data.y_range() for s in visible]
+        y_min = min(r[0] for r in ranges if r)
+        y_max = max(r[1] for r in ranges if r)
+        if self.y_floor is not None:
+            y_min = min(y_min, self.y_floor)
+        if self.y_ceiling is not None:
+            y_max = max(y_max, self.y_ceiling)
+        if y_max - y_min < 1e-12:
+            pad = abs(y_max) * 0.05 or 1.0
+            y_min, y_max = y_min - pad, y_max + pad
+        dots_w, dots_h = plot_w * 2, plot_h * 4
+        cells = [[0] * plot_w for _ in range(plot_h)]
+        owner = [[-1] * plot_w for _ in range(plot_h)]
+        y_scale = (dots_h - 1) / (y_max - y_min)
+
+        def dot_row(value: float) -> int:
+            row = int(round((y_max - value) * y_scale))
+            return 0 if row < 0 else dots_h - 1 if row >= dots_h else row
+
+        for spec in visible:
+            columns = spec.data.columns(dots_w, x_min, x_max)
+            previous: float | None = None
+            for dx, column in enumerate(columns):
+                if column is None:
+                    continue
+                if spec.mode == "band":
+                    low, high = column.low, column.high
+                else:
+                    low = high = column.mean if spec.mode == "line" else column.last
+                top, bottom = dot_row(high), dot_row(low)
+                if previous is not None and spec.mode != "points":
+                    joint = dot_row(previous)
+                    top, bottom = min(top, joint), max(bottom, joint)
+                previous = column.last if spec.mode == "band" else low
+                cx, bit_column = divmod(dx, 2)
+                bits = _DOT_BITS[bit_column]
+                for dy in range(top, bottom + 1):
+                    cy, sub = divmod(dy, 4)
+                    cells[cy][cx] |= bits[sub]
+                    owner[cy][cx] = spec.colour
+        palette = [self._style(f"s{i}") for i in range(PALETTE_SIZE)]
+        labels = {0: format_value(y_max), plot_h - 1: format_value(y_min)}
+        if plot_h >= 5:
+            labels[(plot_h - 1) // 2] = format_value((y_max + y_min) / 2)
+        for row in range(plot_h):
+            label = labels.get(row, "")
+            segments = [Segment(f"{label:>{GUTTER - 2}} ┤"[:GUTTER] if label else " " * (GUTTER - 1) + "│", axis_style)]
+            run_text, run_owner = [], None
+            for cx in range(plot_w):
+                bits = cells[row][cx]
+                char = chr(BRAILLE_BASE + bits) if bits else " "
+                who = owner[row][cx] if bits else -1
+                if who != run_owner and run_text:
+                    segments.append(Segment("".join(run_text), palette[run_owner % PALETTE_SIZE] if run_owner >= 0 else axis_style))
+                    run_text = []
+                run_owner = who
+                run_text.append(char)
+            if run_text:
+                segments.append(Segment("".join(run_text), palette[run_owner % PALETTE_SIZE] if run_owner >= 0 else axis_style))
+            lines.append(Strip(segments, width))
+        left, right = format_x(x_min, self.axis), format_x(x_max, self.axis)
+        gap = max(1, plot_w - cell_len(left) - cell_len(right))
+        lines.append(Strip([Segment(" " * GUTTER + left + " " * gap + right, axis_style)], width).adjust_cell_length(width))
+        return lines
+
+    def _title_strip(self, width: int, visible: list[SeriesSpec], title_style: Style, axis_style: Style) -> Strip:
+        segments = [Segment(" " + self.title, title_style)]
+        for spec in self.series:
+            if not spec.data.points:
+                continue
+            value = format_value(spec.data.y_last)
+            segments.append(Segment("  ", axis_style))
+            segments.append(Segment("━" if spec.mode != "points" else "•", self._style(f"s{spec.colour % PALETTE_SIZE}")))
+            segments.append(Segment(f" {spec.label} {value}", axis_style))
+        if self.note:
+            segments.append(Segment(f"  {self.note}", axis_style))
+        strip = Strip(segments)
+        if strip.cell_length > width > 1:
+            # Cut legends end in an ellipsis (a wide character never half-shown), not mid-word.
+            strip = Strip.join([strip.crop(0, width - 1), Strip([Segment("…", axis_style)])])
+        return strip.crop(0, width).adjust_cell_length(width)
