@@ -1,0 +1,278 @@
+"""``tunedeck models search|info|download|list``: the model browser's headless twin."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from core.i18n import t
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``models`` command and its subcommands."""
+    from core.hub.records import HUBS, SIZE_CLASSES, SORTS
+
+    parser = subparsers.add_parser("models", help=t("hub.help"), description=t("hub.help"))
+    sub = parser.add_subparsers(dest="models_command", metavar="SUBCOMMAND", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--hub", choices=HUBS, default="modelscope", help=t("hub.help.hub"))
+        p.add_argument("--json", action="store_true", help=t("hub.help.json"))
+
+    search = sub.add_parser("search", help=t("hub.help.search"), description=t("hub.help.search"))
+    search.add_argument("query", nargs="?", default="", help=t("hub.help.query"))
+    search.add_argument("--owner", default="", help=t("hub.help.owner"))
+    search.add_argument("--task", default="text-generation", help=t("hub.help.task"))
+    search.add_argument("--size", choices=SIZE_CLASSES, default="any", help=t("hub.help.size"))
+    search.add_argument("--sort", choices=SORTS, default="downloads", help=t("hub.help.sort"))
+    search.add_argument("--page", type=int, default=1, help=t("hub.help.page"))
+    common(search)
+    search.set_defaults(handler=run_search)
+
+    info = sub.add_parser("info", help=t("hub.help.info"), description=t("hub.help.info"))
+    info.add_argument("model_id", metavar="ID", help=t("hub.help.id"))
+    common(info)
+    info.set_defaults(handler=run_info)
+
+    download = sub.add_parser("download", help=t("hub.help.download"), description=t("hub.help.download"))
+    download.add_argument("model_id", metavar="ID", help=t("hub.help.id"))
+    download.add_argument("--include", action="append", default=None, metavar="PATTERN", help=t("hub.help.include"))
+    download.add_argument("--detach", action="store_true", help=t("hub.help.detach"))
+    download.add_argument("--cancel", action="store_true", help=t("hub.help.cancel"))
+    common(download)
+    download.set_defaults(handler=run_download)
+
+    listing = sub.add_parser("list", help=t("hub.help.list"), description=t("hub.help.list"))
+    common(listing)
+    listing.set_defaults(handler=run_list)
+
+
+def _fail(exc: Exception, code: int = 1) -> Any:
+    from core.cli import CliError
+
+    return CliError(str(exc), code)
+
+
+def _source(args: argparse.Namespace) -> Any:
+    from core.hub.errors import HubError
+    from core.hub.source import open_source
+
+    try:
+        return open_source(args.hub)
+    except HubError as exc:
+        raise _fail(exc, 3) from exc
+
+
+def _date(value: str | None) -> str:
+    return value[:10] if value else t("hub.cli.na")
+
+
+def _count(value: int | None) -> str:
+    if value is None:
+        return "?"
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.1f}{unit}"
+    return str(value)
+
+
+def run_search(args: argparse.Namespace) -> int:
+    from core.hub.errors import HubError
+    from core.hub.records import SearchQuery
+    from core.text_width import pad, truncate
+
+    source = _source(args)
+    task = "" if args.task in ("", "any") else args.task
+    query = SearchQuery(text=args.query, owner=args.owner, task=task, size_class=args.size, sort=args.sort,
+                        page=max(1, args.page))
+    try:
+        page = source.search(query)
+    except HubError as exc:
+        raise _fail(exc, 3) from exc
+    if args.json:
+        print(json.dumps({"hub": args.hub, "total": page.total, "page": page.page, "page_size": page.page_size,
+                          "has_more": page.has_more, "models": [m.to_json() for m in page.items]}, indent=2))
+        return 0
+    if not page.items:
+        print(t("hub.cli.no_results"), file=sys.stderr)
+        return 0
+    print(t("hub.cli.results_header", shown=len(page.items), total=page.total, hub=args.hub, page=page.page),
+          file=sys.stderr)
+    for model in page.items:
+        print(f"{pad(truncate(model.model_id, 48), 48)} {_count(model.params):>7} {_count(model.downloads):>7} "
+              f"{_date(model.updated)}  {model.license or ''}")
+    if page.has_more:
+        print(t("hub.cli.more", page=page.page + 1), file=sys.stderr)
+    return 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from core.estimate import ArchitectureError
+    from core.hub.download import human_bytes
+    from core.hub.errors import HubError
+    from core.hub.facts import DEFAULT_BATCH, DEFAULT_SEQ_LEN, REFERENCE_GPU, fit_on_box, model_facts
+
+    source = _source(args)
+    try:
+        details = source.details(args.model_id)
+    except HubError as exc:
+        raise _fail(exc, 3) from exc
+    facts = fits = None
+    notes = list(details.notes)
+    if details.config is not None:
+        try:
+            facts = model_facts(details.config, name=args.model_id)
+            fits = fit_on_box(details.config, _box_gpus(), name=args.model_id)
+        except ArchitectureError as exc:
+            notes.append(str(exc))
+    if args.json:
+        print(json.dumps({
+            "model": details.summary.to_json(), "revision": details.revision,
+            "files": [f.to_json() for f in details.files], "total_size": details.total_size,
+            "config": details.config, "facts": facts.to_json() if facts else None,
+            "fit": [row.to_json() for row in fits] if fits else None, "readme": details.readme, "notes": notes,
+        }, indent=2))
+        return 0
+    summary = details.summary
+    print(f"{summary.model_id}  ({args.hub})")
+    print(t("hub.cli.info_stats", downloads=summary.downloads, likes=summary.likes,
+            updated=_date(summary.updated), license=summary.license or t("hub.cli.na")))
+    if facts is not None:
+        print(t("hub.cli.facts_header"))
+        for key, value in facts.to_json().items():
+            print(f"  {key:<16} {value if value is not None else t('hub.cli.na')}")
+    if fits:
+        header = ("hub.cli.fit_header_reference" if fits[0].reference else "hub.cli.fit_header")
+        gpu = REFERENCE_GPU if fits[0].reference else fits[0].gpu
+        print(t(header, gpu=gpu, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ_LEN))
+        for row in fits:
+            print(f"  {row.method:<6} {row.peak_gib:7.1f} / {row.capacity_gib:.0f} GiB  "
+                  f"{t('hub.cli.verdict.' + row.verdict)}")
+    print(t("hub.cli.files_header", count=len(details.files), size=human_bytes(details.total_size)))
+    for item in details.files:
+        print(f"  {human_bytes(item.size):>10}  {item.path}")
+    for note in notes:
+        print(note, file=sys.stderr)
+    return 0
+
+
+def _box_gpus() -> list[tuple[str | None, int | None]]:
+    """(name, memory) of the box's GPUs; none when NVML is unavailable."""
+    try:
+        from core.hardware.monitor import open_monitor
+
+        with open_monitor() as monitor:
+            snapshot = monitor.poll()
+    except Exception:  # no driver, no NVML binding: the estimate falls back to a reference GPU
+        return []
+    return [(gpu.name, gpu.memory_total_bytes) for gpu in snapshot.gpus]
+
+
+def run_download(args: argparse.Namespace) -> int:
+    from core.hub.download import (
+        cancel_download,
+        check_disk,
+        human_bytes,
+        job_dir_for,
+        plan_download,
+        read_status,
+        start_download,
+    )
+    from core.hub.errors import HubError
+    from core.hub.tokens import hub_token
+
+    if args.cancel:
+        job_dir = job_dir_for(args.hub, args.model_id)
+        sent = cancel_download(job_dir)
+        if args.json:
+            print(json.dumps({"cancelled": sent, "job_dir": str(job_dir)}))
+        else:
+            print(t("hub.cli.cancel_sent" if sent else "hub.cli.cancel_none", model=args.model_id), file=sys.stderr)
+        return 0 if sent else 1
+    source = _source(args)
+    try:
+        details = source.details(args.model_id)
+        plan = plan_download(source, details, args.include)
+        check_disk(plan)
+    except HubError as exc:
+        raise _fail(exc, 3) from exc
+    if not args.json:
+        print(t("hub.cli.download_plan", count=len(plan.files), size=human_bytes(plan.total_bytes),
+                model=plan.model_id, path=plan.target_dir), file=sys.stderr)
+        if plan.skipped:
+            print(t("hub.cli.download_skipped", count=len(plan.skipped),
+                    size=human_bytes(sum(f.size for f in plan.skipped)),
+                    names=", ".join(f.path for f in plan.skipped[:5])), file=sys.stderr)
+    job_dir = start_download(plan, hub_token(args.hub))
+    if args.detach:
+        if args.json:
+            print(json.dumps({"job_dir": str(job_dir), "target_dir": str(plan.target_dir), "status": "started"}))
+        else:
+            print(t("hub.cli.download_started", path=job_dir), file=sys.stderr)
+        return 0
+    status = None
+    last_line = ""
+    try:
+        while True:
+            status = read_status(job_dir)
+            if status is not None and not status.active:
+                break
+            if status is not None and not args.json:
+                eta = "?" if status.eta_s is None else f"{int(status.eta_s // 60)}:{int(status.eta_s % 60):02d}"
+                line = t("hub.cli.download_progress", done=human_bytes(status.bytes_done),
+                         total=human_bytes(status.bytes_total), rate=human_bytes(status.rate_bps), eta=eta,
+                         file=status.current_file or "")
+                if line != last_line and sys.stderr.isatty():
+                    print("\r" + line[:120].ljust(120), end="", file=sys.stderr, flush=True)
+                last_line = line
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        print("\n" + t("hub.cli.download_detached"), file=sys.stderr)
+        return 130
+    if sys.stderr.isatty() and last_line:
+        print(file=sys.stderr)
+    assert status is not None
+    if args.json:
+        print(json.dumps(status.to_json(), indent=2))
+    if status.status == "done":
+        if not args.json:
+            print(t("hub.cli.download_done", model=plan.model_id, path=plan.target_dir), file=sys.stderr)
+        return 0
+    if status.status == "cancelled":
+        if not args.json:
+            print(t("hub.cli.download_cancelled", model=plan.model_id), file=sys.stderr)
+        return 4
+    from core.cli import CliError
+
+    raise CliError(t("hub.cli.download_failed", model=plan.model_id, error=status.error or status.status), 3)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from core.hub.download import human_bytes, list_downloads
+    from core.hub.hf_source import hf_hub_cache
+    from core.hub.local import list_local_models, user_model_dirs
+    from core.hub.modelscope_source import modelscope_cache_root
+    from core.settings import load_settings
+
+    models = list_local_models(user_model_dirs(load_settings()))
+    downloads = list_downloads()
+    if args.json:
+        print(json.dumps({"models": [m.to_json() for m in models],
+                          "downloads": [d.to_json() for d in downloads]}, indent=2))
+        return 0
+    if not models:
+        print(t("hub.cli.local_none", ms=modelscope_cache_root(), hf=hf_hub_cache()), file=sys.stderr)
+    else:
+        print(t("hub.cli.local_header"), file=sys.stderr)
+        for model in models:
+            used = time.strftime("%Y-%m-%d", time.localtime(model.last_used)) if model.last_used else "-"
+            print(f"{model.source:<10} {model.model_id:<48} {human_bytes(model.size_bytes):>10}  {used}  {model.path}")
+    if downloads:
+        print(t("hub.cli.downloads_header"), file=sys.stderr)
+        for item in downloads:
+            print(f"{item.hub:<10} {item.model_id:<48} {item.status:<11} "
+                  f"{human_bytes(item.bytes_done)} / {human_bytes(item.bytes_total)}")
+    return 0

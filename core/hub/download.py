@@ -1,0 +1,278 @@
+"""Downloads that outlive the terminal: a detached downloader process per model, resumable.
+
+A download is a folder ``<data root>/downloads/<hub>--<owner>--<name>/`` holding
+
+- ``job.json``        what to fetch: hub, model, revision, target folder, files with sizes and sha256;
+- ``state.json``      progress, replaced atomically (bytes, rate, ETA, the file being fetched, status);
+- ``events.jsonl``    one line per file started/finished, retry, end;
+- ``lock``            held (flock) by the running downloader: liveness without trusting a pid file;
+- ``cancel``          present = the downloader stops at the next chunk;
+- ``downloader.log``  the process's own stderr.
+
+The downloader writes each file to ``<name>.part`` next to its final place and resumes it with an
+HTTP ``Range`` request, both after a dropped connection (in-process retries) and after the process
+itself was killed (the next start finds the ``.part``). Sizes, and sha256 where the hub gives one, are
+checked before a file takes its final name. The token travels in the child's environment only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.atomic_file import write_json_atomic
+from core.hub.errors import DownloadError, NotEnoughDiskError
+from core.hub.records import ModelDetails, RepoFile
+from core.i18n import t
+from core.paths import data_root, ensure_private_dir
+
+SCHEMA = 1
+TOKEN_ENV = "TUNEDECK_HUB_TOKEN"
+PART_SUFFIX = ".part"
+CHUNK_BYTES = 64 * 1024
+STATE_INTERVAL_S = 0.25
+MAX_STALLED_ATTEMPTS = 6  # consecutive failures without a byte of progress before giving up
+DISK_SLACK_BYTES = 64 * 1024**2  # keep this much free after the download
+STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
+
+
+def downloads_dir() -> Path:
+    return data_root() / "downloads"
+
+
+def job_dir_for(hub: str, model_id: str) -> Path:
+    return downloads_dir() / f"{hub}--{model_id.replace('/', '--')}"
+
+
+def human_bytes(value: float | None) -> str:
+    if value is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+# --- planning --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DownloadPlan:
+    """What a download will fetch, where to, and how much of it is already on disk."""
+
+    hub: str
+    model_id: str
+    endpoint: str
+    revision: str
+    target_dir: Path
+    files: tuple[RepoFile, ...]
+    skipped: tuple[RepoFile, ...]
+    urls: tuple[str, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(item.size for item in self.files)
+
+    def present_bytes(self) -> int:
+        """Bytes already there: complete files and the partial ``.part`` ones."""
+        done = 0
+        for item in self.files:
+            final = self.target_dir / item.path
+            part = final.with_name(final.name + PART_SUFFIX)
+            if final.is_file() and final.stat().st_size == item.size:
+                done += item.size
+            elif part.is_file():
+                done += min(part.stat().st_size, item.size)
+        return done
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "hub": self.hub, "model_id": self.model_id, "endpoint": self.endpoint,
+            "revision": self.revision, "target_dir": str(self.target_dir),
+            "files": [{**item.to_json(), "url": url} for item, url in zip(self.files, self.urls, strict=True)],
+            "skipped": [item.to_json() for item in self.skipped],
+        }
+
+
+def plan_download(source: Any, details: ModelDetails, include: list[str] | None = None) -> DownloadPlan:
+    """The files to fetch for ``details`` (one weight format unless ``include`` names patterns)."""
+    from core.hub.file_selection import select_files
+
+    chosen, skipped = select_files(details.files, include)
+    if not chosen:
+        raise DownloadError(t("hub.download.nothing_selected", model=details.summary.model_id,
+                              patterns=", ".join(include or []) or "-"))
+    model_id = details.summary.model_id
+    return DownloadPlan(
+        hub=source.hub, model_id=model_id, endpoint=source.endpoint, revision=details.revision,
+        target_dir=Path(source.model_dir(model_id, details.revision)), files=tuple(chosen),
+        skipped=tuple(skipped), urls=tuple(source.file_url(model_id, f.path, details.revision) for f in chosen),
+    )
+
+
+def free_bytes_at(path: Path) -> int:
+    """Free bytes on the file system that holds ``path`` (or its nearest existing parent)."""
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def check_disk(plan: DownloadPlan) -> int:
+    """Raise ``NotEnoughDiskError`` with the numbers when the rest of the download would not fit."""
+    needed = plan.total_bytes - plan.present_bytes()
+    free = free_bytes_at(plan.target_dir)
+    if needed + DISK_SLACK_BYTES > free:
+        raise NotEnoughDiskError(
+            t("hub.download.no_space", model=plan.model_id, needed=human_bytes(needed), free=human_bytes(free),
+              path=str(plan.target_dir), slack=human_bytes(DISK_SLACK_BYTES)), needed, free)
+    return needed
+
+
+# --- status ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DownloadStatus:
+    """A download's state as the downloader last wrote it, with liveness checked now."""
+
+    job_dir: Path
+    hub: str
+    model_id: str
+    target_dir: str
+    status: str
+    bytes_done: int
+    bytes_total: int
+    current_file: str | None
+    rate_bps: float
+    eta_s: float | None
+    files_done: int
+    files_total: int
+    error: str | None
+    pid: int | None
+    updated: float
+
+    @property
+    def fraction(self) -> float:
+        return self.bytes_done / self.bytes_total if self.bytes_total else (1.0 if self.status == "done" else 0.0)
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("queued", "running")
+
+    def to_json(self) -> dict[str, Any]:
+        data = {key: value for key, value in self.__dict__.items() if key != "job_dir"}
+        data["job_dir"] = str(self.job_dir)
+        return data
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def downloader_alive(job_dir: Path) -> bool:
+    """True while a downloader holds the job's lock."""
+    lock_path = job_dir / "lock"
+    if not lock_path.exists():
+        return False
+    with open(lock_path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
+def read_status(job_dir: Path) -> DownloadStatus | None:
+    """The status of the download in ``job_dir``; ``None`` if there is none."""
+    job = _read_json(job_dir / "job.json")
+    if job is None:
+        return None
+    state = _read_json(job_dir / "state.json") or {}
+    status = str(state.get("status") or "queued")
+    if status in ("queued", "running") and not downloader_alive(job_dir):
+        # Queued and never started is only a moment after spawning; long after it, the process is gone.
+        started = float(state.get("updated") or (job_dir / "job.json").stat().st_mtime)
+        if status == "running" or time.time() - started > 10:
+            status = "interrupted"
+    return DownloadStatus(
+        job_dir=job_dir, hub=job.get("hub", "?"), model_id=job.get("model_id", "?"),
+        target_dir=job.get("target_dir", ""), status=status, bytes_done=int(state.get("bytes_done") or 0),
+        bytes_total=int(state.get("bytes_total") or sum(int(f["size"]) for f in job.get("files", []))),
+        current_file=state.get("current_file"), rate_bps=float(state.get("rate_bps") or 0.0),
+        eta_s=state.get("eta_s"), files_done=int(state.get("files_done") or 0),
+        files_total=int(state.get("files_total") or len(job.get("files", []))), error=state.get("error"),
+        pid=state.get("pid"), updated=float(state.get("updated") or 0.0),
+    )
+
+
+def list_downloads() -> list[DownloadStatus]:
+    """Every download tunedeck knows of, newest first."""
+    root = downloads_dir()
+    if not root.is_dir():
+        return []
+    found = [status for status in (read_status(path) for path in root.iterdir() if path.is_dir()) if status]
+    return sorted(found, key=lambda s: s.updated, reverse=True)
+
+
+# --- starting and stopping ---------------------------------------------------------------------------------
+def start_download(plan: DownloadPlan, token: str | None = None) -> Path:
+    """Write the job and start a detached downloader for it; returns the job folder.
+
+    A downloader already running for the same model is left alone (its folder is returned).
+    """
+    job_dir = job_dir_for(plan.hub, plan.model_id)
+    ensure_private_dir(downloads_dir())
+    ensure_private_dir(job_dir)
+    if downloader_alive(job_dir):
+        return job_dir
+    (job_dir / "cancel").unlink(missing_ok=True)
+    write_json_atomic(job_dir / "job.json", plan.to_json())
+    write_json_atomic(job_dir / "state.json", {"status": "queued", "updated": time.time(),
+                                               "bytes_done": plan.present_bytes(),
+                                               "bytes_total": plan.total_bytes,
+                                               "files_total": len(plan.files)})
+    env = dict(os.environ)
+    env.pop(TOKEN_ENV, None)
+    if token:
+        env[TOKEN_ENV] = token
+    # The child imports ``core`` from where this process found it (a source checkout or site-packages).
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    with open(job_dir / "downloader.log", "ab") as log:
+        subprocess.Popen(
+            [sys.executable, "-m", "core.hub.downloader", str(job_dir)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=str(job_dir),
+            start_new_session=True, close_fds=True,
+        )
+    return job_dir
+
+
+def cancel_download(job_dir: Path) -> bool:
+    """Ask the downloader to stop (its partial files stay for a later resume); False if none runs."""
+    if not downloader_alive(job_dir):
+        return False
+    (job_dir / "cancel").write_text("cancel\n", encoding="utf-8")
+    return True
+
+
+def wait_for_download(job_dir: Path, timeout_s: float, poll_s: float = 0.1) -> DownloadStatus | None:
+    """Poll until the download is no longer active or ``timeout_s`` passed; the last status."""
+    end = time.monotonic() + timeout_s
+    status = read_status(job_dir)
+    while time.monotonic() < end:
+        status = read_status(job_dir)
+        if status is not None and not status.active:
+            return status
+        time.sleep(poll_s)
+    return status

@@ -1,0 +1,235 @@
+"""The detached downloader: ``python -m core.hub.downloader JOB_DIR`` (started by ``start_download``).
+
+Runs in its own session, so a closed terminal or a dropped SSH connection does not stop it. Holds the
+job's lock for its whole life; writes ``state.json`` a few times a second and ``events.jsonl`` per event.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from core.atomic_file import write_json_atomic
+from core.hub.download import (
+    CHUNK_BYTES,
+    MAX_STALLED_ATTEMPTS,
+    PART_SUFFIX,
+    STATE_INTERVAL_S,
+    TOKEN_ENV,
+)
+from core.hub.http import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, auth_headers_for, status_error
+from core.i18n import t
+
+FATAL_STATUSES = (401, 403, 404, 410)
+
+
+class Cancelled(Exception):
+    pass
+
+
+class FatalDownloadError(Exception):
+    pass
+
+
+class Downloader:
+    """Fetches the files of one job, resuming partial ones."""
+
+    def __init__(self, job_dir: Path, token: str | None) -> None:
+        self.job_dir = job_dir
+        self.job: dict[str, Any] = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
+        self.headers = auth_headers_for(self.job["hub"], token)
+        self.target = Path(self.job["target_dir"])
+        self.files: list[dict[str, Any]] = self.job["files"]
+        self.total = sum(int(f["size"]) for f in self.files)
+        self.done_before: dict[str, int] = {}
+        self.current: str | None = None
+        self.files_done = 0
+        self.rate = 0.0
+        self._last_state = 0.0
+        self._rate_mark = (time.monotonic(), 0)
+        self._session: Any = None
+
+    # --- bookkeeping -------------------------------------------------------------------------------
+    def event(self, kind: str, **fields: Any) -> None:
+        with open(self.job_dir / "events.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"t": round(time.time(), 3), "event": kind, **fields}) + "\n")
+
+    def bytes_done(self) -> int:
+        done = 0
+        for item in self.files:
+            final = self.target / item["path"]
+            part = final.with_name(final.name + PART_SUFFIX)
+            if final.is_file() and final.stat().st_size == int(item["size"]):
+                done += int(item["size"])
+            elif part.is_file():
+                done += min(part.stat().st_size, int(item["size"]))
+        return done
+
+    def write_state(self, status: str, done: int | None = None, error: str | None = None, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_state < STATE_INTERVAL_S:
+            return
+        self._last_state = now
+        done = self.bytes_done() if done is None else done
+        mark_time, mark_bytes = self._rate_mark
+        if now - mark_time >= 0.5:
+            instant = (done - mark_bytes) / (now - mark_time)
+            self.rate = instant if self.rate == 0 else 0.6 * self.rate + 0.4 * instant
+            self._rate_mark = (now, done)
+        remaining = max(0, self.total - done)
+        eta = remaining / self.rate if self.rate > 0 else None
+        write_json_atomic(self.job_dir / "state.json", {
+            "status": status, "pid": os.getpid(), "updated": time.time(), "bytes_done": done,
+            "bytes_total": self.total, "current_file": self.current, "rate_bps": round(max(self.rate, 0.0), 1),
+            "eta_s": None if eta is None else round(eta, 1), "files_done": self.files_done,
+            "files_total": len(self.files), "error": error,
+        })
+
+    def check_cancel(self) -> None:
+        if (self.job_dir / "cancel").exists():
+            raise Cancelled()
+
+    # --- one file ----------------------------------------------------------------------------------
+    def fetch(self, item: dict[str, Any]) -> None:
+        import requests
+
+        size = int(item["size"])
+        final = self.target / item["path"]
+        part = final.with_name(final.name + PART_SUFFIX)
+        if final.is_file() and final.stat().st_size == size:
+            return
+        final.parent.mkdir(parents=True, exist_ok=True)
+        stalled = 0
+        mismatches = 0
+        while True:
+            self.check_cancel()
+            offset = part.stat().st_size if part.is_file() else 0
+            if offset > size:
+                part.unlink()
+                offset = 0
+            if offset < size:
+                progressed = False
+                try:
+                    progressed = self._get(item["url"], part, offset)
+                except FatalDownloadError:
+                    raise
+                except (requests.RequestException, OSError) as exc:
+                    stalled = 0 if progressed else stalled + 1
+                    self.event("retry", file=item["path"], offset=offset, reason=str(exc)[:200])
+                    if stalled >= MAX_STALLED_ATTEMPTS:
+                        raise FatalDownloadError(t("hub.download.gave_up", file=item["path"],
+                                                   attempts=stalled, reason=str(exc)[:200])) from exc
+                    time.sleep(min(5.0, 0.25 * 2 ** stalled))
+                    continue
+            if part.stat().st_size != size:
+                continue  # the server closed early without an error: resume from where it stopped
+            expected = item.get("sha256")
+            if expected and _sha256(part) != expected.lower():
+                part.unlink()
+                mismatches += 1
+                self.event("hash_mismatch", file=item["path"])
+                if mismatches >= 2:
+                    raise FatalDownloadError(t("hub.download.hash_mismatch", file=item["path"]))
+                continue
+            os.replace(part, final)
+            return
+
+    def _get(self, url: str, part: Path, offset: int) -> bool:
+        """One ranged GET appended to ``part``; True when at least one byte arrived."""
+        headers = dict(self.headers)
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+        response = self._session.get(url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+        with response:
+            if response.status_code in FATAL_STATUSES:
+                raise FatalDownloadError(str(status_error(self.job["hub"], response.status_code,
+                                                          f"{self.job['model_id']}/{part.name[:-len(PART_SUFFIX)]}",
+                                                          self.job["endpoint"])))
+            response.raise_for_status()
+            mode = "ab"
+            if offset and response.status_code != 206:
+                mode = "wb"  # the server ignored the range: start the file over
+            got = False
+            with open(part, mode) as handle:
+                for chunk in response.iter_content(CHUNK_BYTES):
+                    if not chunk:
+                        continue
+                    handle.write(chunk)
+                    got = True
+                    self.check_cancel()
+                    self.write_state("running")
+            return got
+
+    # --- the whole job -----------------------------------------------------------------------------
+    def run(self) -> int:
+        import requests
+
+        self._session = requests.Session()
+        self.write_state("running", force=True)
+        self.event("start", files=len(self.files), bytes=self.total, resumed_bytes=self.bytes_done())
+        try:
+            for item in self.files:
+                self.current = item["path"]
+                self.event("file_start", file=item["path"], size=int(item["size"]))
+                self.write_state("running", force=True)
+                self.fetch(item)
+                self.files_done += 1
+                self.event("file_done", file=item["path"])
+        except Cancelled:
+            self.current = None
+            (self.job_dir / "cancel").unlink(missing_ok=True)
+            self.event("cancelled")
+            self.write_state("cancelled", force=True)
+            return 3
+        except FatalDownloadError as exc:
+            self.event("failed", reason=str(exc))
+            self.write_state("failed", error=str(exc), force=True)
+            return 2
+        except OSError as exc:  # disk full, permissions
+            message = t("hub.download.disk_error", path=str(self.target), reason=str(exc))
+            self.event("failed", reason=message)
+            self.write_state("failed", error=message, force=True)
+            return 2
+        self.current = None
+        self._point_hf_ref()
+        self.event("done")
+        self.write_state("done", force=True)
+        return 0
+
+
+    def _point_hf_ref(self) -> None:
+        """In the Hugging Face cache layout, ``refs/main`` names the snapshot, as the SDK leaves it."""
+        if self.job["hub"] != "hf" or self.target.parent.name != "snapshots":
+            return
+        refs = self.target.parent.parent / "refs"
+        refs.mkdir(parents=True, exist_ok=True)
+        (refs / "main").write_text(self.job["revision"], encoding="utf-8")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def main(argv: list[str]) -> int:
+    job_dir = Path(argv[0])
+    token = os.environ.pop(TOKEN_ENV, None) or None
+    with open(job_dir / "lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return 0  # another downloader has this job
+        return Downloader(job_dir, token).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

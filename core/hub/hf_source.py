@@ -1,0 +1,199 @@
+"""Hugging Face through ``huggingface_hub`` (which honours ``HF_ENDPOINT`` and ``HF_TOKEN``).
+
+The SDK's shared HTTP client has no timeout by default; ``set_client_factory`` (its documented hook)
+gives it ours, so an unreachable hub is a message in seconds rather than a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from core.hub.errors import HubError, HubSdkMissingError
+from core.hub.http import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, requests_error, status_error, unreachable_error
+from core.hub.records import (
+    ModelDetails,
+    ModelSummary,
+    RepoFile,
+    SearchPage,
+    SearchQuery,
+    in_size_class,
+    parameters_from_name,
+)
+from core.i18n import t
+
+HUB = "hf"
+_SORT_KEYS = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
+_factory_lock = threading.Lock()
+_factory_timeout: float | None = None
+
+
+def hf_hub_cache() -> Path:
+    """``HF_HUB_CACHE``, else ``HF_HOME``/hub, else ``~/.cache/huggingface/hub``."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def hf_repo_dir(model_id: str) -> Path:
+    owner, name = model_id.split("/", 1)
+    return hf_hub_cache() / f"models--{owner}--{name}"
+
+
+def _install_timeouts(timeout_s: float) -> None:
+    global _factory_timeout
+    with _factory_lock:
+        if _factory_timeout == timeout_s:
+            return
+        import httpx2
+        from huggingface_hub.utils import _http
+
+        limits = httpx2.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
+
+        def cap_timeout(request: Any) -> None:
+            # The SDK passes its own per-request timeout (10 s and more); ours wins.
+            request.extensions["timeout"] = limits.as_dict()
+
+        def factory() -> Any:
+            client = _http.default_client_factory()
+            client.timeout = limits
+            client.event_hooks["request"].append(cap_timeout)
+            return client
+
+        _http.set_client_factory(factory)
+        _factory_timeout = timeout_s
+
+
+class HfSource:
+    """Search, details, file lists and download URLs of the Hugging Face Hub."""
+
+    hub = HUB
+
+    def __init__(self, endpoint: str | None = None, token: str | None = None,
+                 timeout_s: float = READ_TIMEOUT_S) -> None:
+        try:
+            from huggingface_hub import HfApi, constants
+        except ImportError as exc:
+            raise HubSdkMissingError(t("hub.error.sdk_missing", hub="Hugging Face", package="huggingface_hub")) from exc
+        self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+        self.token = token or None
+        self.timeout_s = timeout_s
+        _install_timeouts(timeout_s)
+        # token=False: never fall back to a token file the user did not hand to tunedeck.
+        self._api = HfApi(endpoint=self.endpoint, token=self.token or False)
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run an SDK call under one overall deadline.
+
+        The SDK retries timeouts and refused connections five times with back-off (tens of seconds);
+        the call runs in a daemon thread and is abandoned at the deadline, so the answer comes in seconds.
+        """
+        import queue
+
+        answers: queue.Queue[tuple[bool, Any]] = queue.Queue()
+
+        def call() -> None:
+            try:
+                result = fn(*args, **kwargs)
+                answers.put((True, list(result) if hasattr(result, "__next__") else result))
+            except BaseException as exc:  # handed to the caller's thread
+                answers.put((False, exc))
+
+        threading.Thread(target=call, name="hf-call", daemon=True).start()
+        try:
+            ok, value = answers.get(timeout=min(self.timeout_s, 4.0) + 0.5)
+        except queue.Empty:
+            raise unreachable_error(HUB, self.endpoint, t("hub.error.deadline")) from None
+        if ok:
+            return value
+        return self._reraise(what, value)
+
+    def _reraise(self, what: str, error: BaseException) -> Any:
+        from huggingface_hub.errors import HfHubHTTPError
+
+        try:
+            raise error
+        except HfHubHTTPError as exc:
+            status = getattr(getattr(exc, "response", None), "status_code", None)
+            if isinstance(status, int):
+                raise status_error(HUB, status, what, self.endpoint) from exc
+            raise unreachable_error(HUB, self.endpoint, exc) from exc
+        except HubError:
+            raise
+        except Exception as exc:  # httpx2 transport errors (connect refused, timeouts)
+            if type(exc).__module__.startswith(("httpx", "httpcore")) or isinstance(exc, OSError):
+                raise unreachable_error(HUB, self.endpoint, exc) from exc
+            raise
+
+    @staticmethod
+    def _license(info: Any) -> str | None:
+        card = getattr(info, "card_data", None)
+        if card is not None and getattr(card, "license", None):
+            return str(card.license)
+        for tag in getattr(info, "tags", None) or ():
+            if tag.startswith("license:"):
+                return tag.split(":", 1)[1]
+        return None
+
+    def _summary(self, info: Any) -> ModelSummary:
+        model_id = info.id
+        updated = info.last_modified.isoformat() if getattr(info, "last_modified", None) else None
+        return ModelSummary(
+            hub=HUB, model_id=model_id, downloads=int(info.downloads or 0), likes=int(info.likes or 0),
+            updated=updated, license=self._license(info),
+            tasks=(info.pipeline_tag,) if getattr(info, "pipeline_tag", None) else (),
+            params=parameters_from_name(model_id), private=bool(info.private), gated=bool(info.gated),
+        )
+
+    def search(self, query: SearchQuery) -> SearchPage:
+        """A page of models; the Hub pages by cursor, so earlier pages are fetched and skipped."""
+        wanted = query.page * query.page_size
+        infos = self._call(query.text or "*", self._api.list_models, search=query.text or None,
+                           author=query.owner or None, pipeline_tag=query.task or None,
+                           sort=_SORT_KEYS.get(query.sort), limit=wanted + 1)
+        more = len(infos) > wanted
+        page = infos[(query.page - 1) * query.page_size: wanted]
+        items = tuple(s for s in (self._summary(info) for info in page) if in_size_class(s.params, query.size_class))
+        total = (query.page - 1) * query.page_size + len(page) + (1 if more else 0)
+        return SearchPage(items=items, total=total, page=query.page, page_size=query.page_size)
+
+    def file_url(self, model_id: str, path: str, revision: str = "main") -> str:
+        from huggingface_hub import hf_hub_url
+
+        return hf_hub_url(model_id, path, revision=revision, endpoint=self.endpoint)
+
+    def auth_headers(self) -> dict[str, str]:
+        from core.hub.http import auth_headers_for
+
+        return auth_headers_for(HUB, self.token)
+
+    def read_small_file(self, model_id: str, path: str, revision: str = "main") -> bytes:
+        import requests
+
+        from core.hub.modelscope_source import SMALL_FILE_LIMIT
+
+        try:
+            response = requests.get(self.file_url(model_id, path, revision), headers=self.auth_headers(),
+                                    timeout=(CONNECT_TIMEOUT_S, self.timeout_s))
+            response.raise_for_status()
+        except requests.RequestException as exc:
+            raise requests_error(HUB, exc, f"{model_id}/{path}", self.endpoint) from exc
+        return response.content[:SMALL_FILE_LIMIT]
+
+    def details(self, model_id: str) -> ModelDetails:
+        from core.hub.details import assemble_details
+
+        info = self._call(model_id, self._api.model_info, model_id, files_metadata=True, timeout=self.timeout_s)
+        files = []
+        for sibling in info.siblings or ():
+            lfs = getattr(sibling, "lfs", None)
+            sha = getattr(lfs, "sha256", None) if lfs is not None else None
+            files.append(RepoFile(path=sibling.rfilename, size=int(sibling.size or 0), sha256=sha))
+        revision = info.sha or "main"
+        return assemble_details(self, self._summary(info), tuple(files), revision)
+
+    def model_dir(self, model_id: str, revision: str = "main") -> Path:
+        return hf_repo_dir(model_id) / "snapshots" / revision

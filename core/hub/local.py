@@ -1,0 +1,137 @@
+"""Models already on disk: ModelScope's cache, Hugging Face's cache and folders the user adds.
+
+The user's folders are the ``hub_model_dirs`` list in settings.json (each folder holds model folders
+with a config.json, or is one). Deleting is limited to what this listing found.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.hub.hf_source import hf_hub_cache
+from core.hub.modelscope_source import modelscope_cache_root
+from core.i18n import t
+
+SETTINGS_KEY = "hub_model_dirs"
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A model folder on this box."""
+
+    source: str  # modelscope | hf | folder
+    model_id: str
+    path: Path
+    size_bytes: int
+    last_used: float  # newest access or change time of its files (epoch seconds)
+    has_config: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "id": self.model_id, "path": str(self.path), "size_bytes": self.size_bytes,
+                "last_used": self.last_used, "has_config": self.has_config}
+
+
+def _measure(path: Path) -> tuple[int, float]:
+    """(bytes on disk counting each file once, newest atime/mtime) of a folder; symlinks not followed."""
+    total = 0
+    newest = 0.0
+    seen: set[tuple[int, int]] = set()
+    for item in path.rglob("*"):
+        try:
+            stat = item.lstat()
+        except OSError:
+            continue
+        if item.is_symlink() or not item.is_file():
+            continue
+        key = (stat.st_dev, stat.st_ino)
+        if key in seen:
+            continue
+        seen.add(key)
+        total += stat.st_blocks * 512 if hasattr(stat, "st_blocks") else stat.st_size
+        newest = max(newest, stat.st_atime, stat.st_mtime)
+    return total, newest
+
+
+def _entry(source: str, model_id: str, path: Path, config_search: Path | None = None) -> LocalModel:
+    size, newest = _measure(path)
+    search = config_search or path
+    has_config = (search / "config.json").exists() or any(search.glob("*/config.json"))
+    return LocalModel(source, model_id, path, size, newest, has_config)
+
+
+def _modelscope_models() -> list[LocalModel]:
+    found: list[LocalModel] = []
+    roots = {modelscope_cache_root()}
+    base = modelscope_cache_root()
+    if base.name != "hub":
+        roots.add(base / "hub")
+    elif base.parent.name == "modelscope":
+        roots.add(base.parent)  # the SDK's new layout sits beside hub/
+    for root in sorted(roots):
+        models = root / "models"
+        if not models.is_dir():
+            continue
+        for owner in sorted(p for p in models.iterdir() if p.is_dir()):
+            if "--" in owner.name:  # new layout: models/<owner>--<name>/snapshots/<rev>
+                model_id = owner.name.replace("--", "/", 1)
+                found.append(_entry("modelscope", model_id, owner, owner / "snapshots"))
+                continue
+            for model in sorted(p for p in owner.iterdir() if p.is_dir() and not p.name.startswith(".")):
+                found.append(_entry("modelscope", f"{owner.name}/{model.name.replace('___', '.')}", model))
+    return found
+
+
+def _hf_models() -> list[LocalModel]:
+    root = hf_hub_cache()
+    if not root.is_dir():
+        return []
+    found = []
+    for repo in sorted(root.glob("models--*")):
+        parts = repo.name.split("--")
+        if len(parts) >= 3 and repo.is_dir():
+            found.append(_entry("hf", "/".join([parts[1], "--".join(parts[2:])]), repo, repo / "snapshots"))
+    return found
+
+
+def _folder_models(folders: list[str]) -> list[LocalModel]:
+    found = []
+    for folder in folders:
+        path = Path(folder).expanduser()
+        if not path.is_dir():
+            continue
+        if (path / "config.json").exists():
+            found.append(_entry("folder", path.name, path))
+            continue
+        for child in sorted(p for p in path.iterdir() if p.is_dir() and (p / "config.json").exists()):
+            found.append(_entry("folder", child.name, child))
+    return found
+
+
+def user_model_dirs(settings: Any) -> list[str]:
+    """The ``hub_model_dirs`` setting (a list of folders), tolerant of a wrong type."""
+    value = getattr(settings, "extra", {}).get(SETTINGS_KEY, []) if settings is not None else []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def list_local_models(extra_dirs: list[str] | None = None) -> list[LocalModel]:
+    """Every model folder in the hub caches and in ``extra_dirs``, most recently used first."""
+    models = _modelscope_models() + _hf_models() + _folder_models(extra_dirs or [])
+    return sorted(models, key=lambda m: m.last_used, reverse=True)
+
+
+class DeleteRefusedError(ValueError):
+    pass
+
+
+def delete_local_model(model: LocalModel, extra_dirs: list[str] | None = None) -> int:
+    """Delete ``model``'s folder; returns the bytes freed. Only a folder the listing finds is deleted."""
+    known = {m.path.resolve() for m in list_local_models(extra_dirs)}
+    target = model.path.resolve()
+    if target not in known:
+        raise DeleteRefusedError(t("hub.local.delete_refused", path=str(model.path)))
+    size, _ = _measure(target)
+    shutil.rmtree(target)
+    return size

@@ -1,0 +1,113 @@
+"""Plain records of what a hub says about its models: search results, files, details."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+HUBS = ("modelscope", "hf")
+SORTS = ("downloads", "likes", "recent")
+SIZE_CLASSES = ("any", "small", "medium", "large", "xl")
+# Upper bounds (billions of parameters, exclusive) of each size class.
+_SIZE_BOUNDS = {"small": (0.0, 3.0), "medium": (3.0, 15.0), "large": (15.0, 80.0), "xl": (80.0, float("inf"))}
+
+_PARAMS_IN_NAME = re.compile(r"(?<![A-Za-z0-9.])(?:(\d+)x)?(\d+(?:\.\d+)?)([BbMm])(?![A-Za-z0-9])")
+
+
+def parameters_from_name(model_id: str) -> int | None:
+    """The parameter count a model's name states (``Qwen2.5-7B`` -> 7e9, ``8x7B`` -> 56e9), if any."""
+    name = model_id.rsplit("/", 1)[-1].replace("_", "-")
+    best: int | None = None
+    for match in _PARAMS_IN_NAME.finditer(name):
+        experts = int(match.group(1) or 1)
+        scale = 1e9 if match.group(3) in "Bb" else 1e6
+        value = int(experts * float(match.group(2)) * scale)
+        best = value if best is None else max(best, value)
+    return best
+
+
+def in_size_class(params: int | None, size_class: str) -> bool:
+    """Whether ``params`` falls in ``size_class`` ("any" takes everything, unknown sizes only "any")."""
+    if size_class == "any":
+        return True
+    if params is None:
+        return False
+    low, high = _SIZE_BOUNDS[size_class]
+    return low * 1e9 <= params < high * 1e9
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    """What the user asks a hub for."""
+
+    text: str = ""
+    owner: str = ""
+    task: str = "text-generation"  # "" = any task
+    size_class: str = "any"
+    sort: str = "downloads"
+    page: int = 1
+    page_size: int = 20
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """One row of search results."""
+
+    hub: str
+    model_id: str
+    downloads: int = 0
+    likes: int = 0
+    updated: str | None = None  # ISO date-time
+    license: str | None = None
+    tasks: tuple[str, ...] = ()
+    params: int | None = None  # from the name; exact figures come from config.json in the details
+    private: bool = False
+    gated: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hub": self.hub, "id": self.model_id, "downloads": self.downloads, "likes": self.likes,
+            "updated": self.updated, "license": self.license, "tasks": list(self.tasks),
+            "params": self.params, "private": self.private, "gated": self.gated,
+        }
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    items: tuple[ModelSummary, ...]
+    total: int
+    page: int
+    page_size: int
+
+    @property
+    def has_more(self) -> bool:
+        return self.page * self.page_size < self.total
+
+
+@dataclass(frozen=True)
+class RepoFile:
+    """A file of a model repository, with the size and hash the hub states."""
+
+    path: str
+    size: int
+    sha256: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class ModelDetails:
+    """Everything the details pane shows about one model."""
+
+    summary: ModelSummary
+    files: tuple[RepoFile, ...]
+    readme: str = ""
+    config: dict[str, Any] | None = None
+    revision: str = "master"
+    notes: tuple[str, ...] = field(default=())  # e.g. "config.json could not be read"
+
+    @property
+    def total_size(self) -> int:
+        return sum(item.size for item in self.files)

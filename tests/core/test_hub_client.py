@@ -1,0 +1,120 @@
+"""Search, details, files and errors through the real SDKs, against the local fake hub."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from core.hub.errors import HubAccessError, HubNotFoundError, HubUnavailableError
+from core.hub.records import SearchQuery
+from core.hub.source import open_source
+from tests.hubserver import TOKEN, FakeHubServer, closed_port_url, standard_hub
+
+
+@pytest.fixture
+def hub_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms"))
+    monkeypatch.setenv("MODELSCOPE_HOME", str(tmp_path / "ms-home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for name in ("MODELSCOPE_API_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        yield server
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_search_sorts_and_filters(hub_server, hub):
+    source = open_source(hub)
+    page = source.search(SearchQuery(text="qwen", sort="downloads"))
+    assert [m.model_id for m in page.items] == [
+        "Qwen/Qwen2.5-7B-Instruct", "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "Qwen/Qwen2.5-Tiny-Instruct"]
+    assert page.items[0].params == 7_000_000_000 and page.items[0].downloads == 900000
+    assert page.items[0].license == "apache-2.0" and page.items[0].updated.startswith("2024-09-19")
+    by_likes = source.search(SearchQuery(text="qwen", sort="likes"))
+    assert by_likes.items[0].model_id == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+    recent = source.search(SearchQuery(sort="recent"))
+    assert recent.items[0].model_id == "Qwen/Qwen2.5-Tiny-Instruct"
+    owner = source.search(SearchQuery(owner="deepseek-ai"))
+    assert [m.model_id for m in owner.items] == ["deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"]
+    small = source.search(SearchQuery(text="qwen", size_class="small"))
+    assert [m.model_id for m in small.items] == ["deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"]
+    # The query went to the server, not filtered here: the search parameter is on the wire.
+    assert any("models" in path for _, path, _ in hub_server.hub.requests)
+
+
+def test_modelscope_pagination(hub_server):
+    source = open_source("modelscope")
+    first = source.search(SearchQuery(page=1, page_size=2))
+    second = source.search(SearchQuery(page=2, page_size=2))
+    assert first.total == 4 and first.has_more and not second.has_more  # the private one is hidden
+    assert len(first.items) == 2 and len(second.items) == 2
+    assert {m.model_id for m in first.items}.isdisjoint({m.model_id for m in second.items})
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_details_read_card_config_and_hashes(hub_server, hub):
+    details = open_source(hub).details("Qwen/Qwen2.5-Tiny-Instruct")
+    assert details.readme.startswith("# Qwen2.5 Tiny")
+    assert details.config["model_type"] == "qwen2" and details.config["hidden_size"] == 64
+    sizes = {f.path: f.size for f in details.files}
+    assert sizes["model.safetensors"] == 256 * 1024 and details.total_size == sum(sizes.values())
+    weights = next(f for f in details.files if f.path == "model.safetensors")
+    import hashlib
+
+    assert weights.sha256 == hashlib.sha256(bytes(range(256)) * 1024).hexdigest()
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_missing_private_and_gated_models_say_so(hub_server, hub):
+    source = open_source(hub)
+    with pytest.raises(HubNotFoundError, match="does not exist"):
+        source.details("nobody/nothing")
+    with pytest.raises(HubAccessError) as private:
+        source.details("acme/private-model")
+    assert private.value.status == 401 and ("MODELSCOPE_API_TOKEN" if hub == "modelscope" else "HF_TOKEN") in str(private.value)
+    with pytest.raises(HubAccessError) as gated:
+        source.details("meta/gated-model")
+    assert gated.value.status == 403 and "gated" in str(gated.value)
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_token_from_environment_opens_private_model(hub_server, hub, monkeypatch):
+    monkeypatch.setenv("MODELSCOPE_API_TOKEN" if hub == "modelscope" else "HF_TOKEN", TOKEN)
+    details = open_source(hub).details("acme/private-model")
+    assert details.summary.model_id == "acme/private-model"
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_slow_hub_times_out_with_a_clear_message(hub_server, hub):
+    hub_server.hub.slow_s = 3.0
+    source = open_source(hub, timeout_s=0.5)
+    started = time.monotonic()
+    with pytest.raises(HubUnavailableError, match="not reachable"):
+        source.search(SearchQuery(text="qwen"))
+    assert time.monotonic() - started < 2.9  # gave up before the server answered
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_no_server_is_a_clear_message_in_seconds(tmp_path, monkeypatch, hub):
+    url = closed_port_url()
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", url)
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    started = time.monotonic()
+    with pytest.raises(HubUnavailableError) as error:
+        open_source(hub).search(SearchQuery(text="qwen"))
+    assert time.monotonic() - started < 5
+    assert url in str(error.value) and "local models still work" in str(error.value)
+
+
+def test_missing_sdk_says_install_the_training_stack(monkeypatch):
+    import sys
+
+    from core.hub.errors import HubSdkMissingError
+
+    monkeypatch.setitem(sys.modules, "modelscope_hub", None)  # what an app-only install looks like
+    with pytest.raises(HubSdkMissingError, match="install the training stack"):
+        open_source("modelscope")

@@ -1,0 +1,162 @@
+"""Detached downloads against the fake hub: complete, dropped-then-resumed, killed-then-resumed, refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from core.hub.download import (
+    check_disk,
+    downloader_alive,
+    job_dir_for,
+    plan_download,
+    read_status,
+    start_download,
+    wait_for_download,
+)
+from core.hub.errors import NotEnoughDiskError
+from core.hub.source import open_source
+from tests.hubserver import TOKEN, FakeHubServer, standard_hub
+
+WEIGHTS = bytes(range(256)) * 1024
+
+
+@pytest.fixture
+def hub_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms"))
+    monkeypatch.setenv("MODELSCOPE_HOME", str(tmp_path / "ms-home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for name in ("MODELSCOPE_API_TOKEN", "HF_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        yield server
+
+
+def _plan(hub="modelscope", model="Qwen/Qwen2.5-Tiny-Instruct", include=None):
+    source = open_source(hub)
+    return plan_download(source, source.details(model), include)
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_download_skips_other_weight_formats_and_verifies(hub_server, hub):
+    plan = _plan(hub)
+    assert "pytorch_model.bin" in {f.path for f in plan.skipped}
+    job = start_download(plan)
+    status = wait_for_download(job, 30)
+    assert status.status == "done", status
+    assert status.bytes_done == status.bytes_total == plan.total_bytes
+    weights = plan.target_dir / "model.safetensors"
+    assert hashlib.sha256(weights.read_bytes()).hexdigest() == hashlib.sha256(WEIGHTS).hexdigest()
+    assert not (plan.target_dir / "pytorch_model.bin").exists()
+    assert not list(plan.target_dir.rglob("*.part"))
+    events = [json.loads(line)["event"] for line in (job / "events.jsonl").read_text().splitlines()]
+    assert events[0] == "start" and events[-1] == "done"
+    if hub == "hf":  # the cache layout transformers resolves: refs/main -> snapshots/<sha>
+        assert (plan.target_dir.parent.parent / "refs" / "main").read_text() == plan.target_dir.name
+
+
+def test_modelscope_files_land_where_the_estimator_finds_them(hub_server):
+    plan = _plan()
+    wait_for_download(start_download(plan), 30)
+    from core.estimate import load_model_config
+
+    config = load_model_config("Qwen/Qwen2.5-Tiny-Instruct")
+    assert config.config["hidden_size"] == 64 and str(plan.target_dir) in config.source
+
+
+def test_dropped_connection_resumes_with_a_range_request(hub_server):
+    hub_server.hub.drop_once.add("model.safetensors")
+    plan = _plan()
+    status = wait_for_download(start_download(plan), 30)
+    assert status.status == "done", status
+    assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
+    ranges = [r for _, path, r in hub_server.hub.requests if r]
+    assert ranges and int(ranges[0].split("=")[1].split("-")[0]) > 0  # resumed mid-file, not restarted
+    events = (job_dir_for("modelscope", plan.model_id) / "events.jsonl").read_text()
+    assert '"retry"' in events
+
+
+def test_killed_downloader_resumes_from_its_partial_file(hub_server):
+    hub_server.hub.chunk_delay_s = 0.15
+    plan = _plan(include=["model.safetensors"])
+    job = start_download(plan)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        status = read_status(job)
+        if status and status.bytes_done >= 64 * 1024 and status.pid:
+            break
+        time.sleep(0.05)
+    # Its own session: a hang-up of this terminal (a dropped SSH) does not reach it.
+    assert os.getsid(status.pid) == status.pid != os.getsid(0)
+    os.kill(status.pid, signal.SIGKILL)  # what a reboot or OOM kill does; a closed SSH does less
+    deadline = time.monotonic() + 10
+    while downloader_alive(job) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert read_status(job).status == "interrupted"
+    partial = (plan.target_dir / "model.safetensors.part").stat().st_size
+    assert 0 < partial < len(WEIGHTS)
+    hub_server.hub.chunk_delay_s = 0.0
+    status = wait_for_download(start_download(plan), 30)
+    assert status.status == "done"
+    assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
+    assert any(r == f"bytes={partial}-" for _, _, r in hub_server.hub.requests)
+
+
+def test_cancel_stops_and_keeps_the_partial_file(hub_server):
+    hub_server.hub.chunk_delay_s = 0.2
+    plan = _plan(include=["model.safetensors"])
+    job = start_download(plan)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (read_status(job).bytes_done == 0):
+        time.sleep(0.05)
+    from core.hub.download import cancel_download
+
+    assert cancel_download(job)
+    status = wait_for_download(job, 20)
+    assert status.status == "cancelled"
+    assert (plan.target_dir / "model.safetensors.part").exists()
+
+
+def test_private_download_needs_the_token_and_never_writes_it(hub_server, monkeypatch):
+    monkeypatch.setenv("MODELSCOPE_API_TOKEN", TOKEN)
+    plan = _plan(model="acme/private-model")
+    job = start_download(plan, TOKEN)
+    assert wait_for_download(job, 30).status == "done"
+    for path in job.rglob("*"):
+        if path.is_file():
+            assert TOKEN not in path.read_text(errors="replace"), path
+
+
+def test_lost_access_fails_with_the_reason(hub_server, monkeypatch):
+    monkeypatch.setenv("MODELSCOPE_API_TOKEN", TOKEN)
+    plan = _plan(model="acme/private-model")
+    status = wait_for_download(start_download(plan, token=None), 30)  # no token for the downloader
+    assert status.status == "failed" and "401" in status.error
+
+
+def test_not_enough_disk_refuses_with_numbers(hub_server):
+    from dataclasses import replace
+
+    from core.hub.records import RepoFile
+
+    plan = _plan()
+    huge = replace(plan, files=(RepoFile("model.safetensors", 10**18, None),), urls=("http://x",))
+    with pytest.raises(NotEnoughDiskError) as error:
+        check_disk(huge)
+    assert error.value.needed_bytes == 10**18 and error.value.free_bytes > 0
+    assert "TiB" in str(error.value) and str(plan.target_dir) in str(error.value)
+
+
+def test_file_gone_from_the_hub_fails_with_the_reason(hub_server):
+    plan = _plan()
+    del hub_server.hub.repos["Qwen/Qwen2.5-Tiny-Instruct"].files["tokenizer.json"]
+    status = wait_for_download(start_download(plan), 30)
+    assert status.status == "failed" and "404" in status.error and "tokenizer.json" in status.error

@@ -1,0 +1,113 @@
+"""Local models, file choice, names, tokens and the ``tunedeck models`` commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from core.cli import main
+from core.hub.file_selection import select_files
+from core.hub.local import DeleteRefusedError, LocalModel, delete_local_model, list_local_models
+from core.hub.records import RepoFile, in_size_class, parameters_from_name
+from core.hub.tokens import hub_token, save_hub_token, token_file
+from tests.hubserver import FakeHubServer, closed_port_url, standard_hub
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms"))
+    monkeypatch.setenv("MODELSCOPE_HOME", str(tmp_path / "ms-home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    for name in ("MODELSCOPE_API_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def _write(path, size):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+
+
+def test_local_models_from_both_caches_and_user_folders(home):
+    _write(home / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B" / "model.safetensors", 100_000)
+    (home / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B" / "config.json").write_text("{}")
+    _write(home / "hf" / "hub" / "models--meta--Llama-3-8B" / "snapshots" / "abc" / "config.json", 10)
+    _write(home / "mine" / "my-model" / "config.json", 10)
+    models = {m.model_id: m for m in list_local_models([str(home / "mine")])}
+    assert set(models) == {"Qwen/Qwen2.5-0.5B", "meta/Llama-3-8B", "my-model"}
+    assert models["Qwen/Qwen2.5-0.5B"].source == "modelscope" and models["Qwen/Qwen2.5-0.5B"].size_bytes >= 100_000
+    assert models["meta/Llama-3-8B"].has_config and models["my-model"].source == "folder"
+
+
+def test_delete_frees_the_space_it_shows_and_refuses_strangers(home):
+    folder = home / "ms" / "models" / "Qwen" / "Tiny"
+    _write(folder / "model.safetensors", 50_000)
+    model = list_local_models()[0]
+    assert delete_local_model(model) == model.size_bytes and not folder.exists()
+    stranger = LocalModel("folder", "etc", home / "elsewhere", 0, 0.0, False)
+    (home / "elsewhere").mkdir()
+    with pytest.raises(DeleteRefusedError):
+        delete_local_model(stranger)
+    assert (home / "elsewhere").exists()
+
+
+def test_file_selection_prefers_safetensors_and_honours_include():
+    files = [RepoFile(p, 1) for p in ("config.json", "model.safetensors", "pytorch_model.bin", "model.gguf",
+                                      "original/consolidated.pth", "tokenizer.json")]
+    chosen, skipped = select_files(files)
+    assert {f.path for f in chosen} == {"config.json", "model.safetensors", "tokenizer.json"}
+    assert len(skipped) == 3
+    no_st = [f for f in files if not f.path.endswith(".safetensors")]
+    assert "pytorch_model.bin" in {f.path for f in select_files(no_st)[0]}
+    assert "model.gguf" not in {f.path for f in select_files(no_st)[0]}
+    assert [f.path for f in select_files(files, ["*.gguf"])[0]] == ["model.gguf"]
+
+
+def test_parameters_from_names():
+    assert parameters_from_name("Qwen/Qwen2.5-7B-Instruct") == 7_000_000_000
+    assert parameters_from_name("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B") == 1_500_000_000
+    assert parameters_from_name("mistralai/Mixtral-8x7B-v0.1") == 56_000_000_000
+    assert parameters_from_name("openai-community/gpt2") is None
+    assert in_size_class(7e9, "medium") and not in_size_class(None, "small") and in_size_class(None, "any")
+
+
+def test_token_file_is_private_and_ignored_when_readable_by_others(home, monkeypatch):
+    path = save_hub_token("hf", "hf_secret")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and hub_token("hf") == "hf_secret"
+    monkeypatch.setenv("HF_TOKEN", "from-env")
+    assert hub_token("hf") == "from-env"
+    monkeypatch.delenv("HF_TOKEN")
+    os.chmod(token_file(), 0o644)
+    assert hub_token("hf") is None
+
+
+def test_cli_search_info_download_list_json(home, monkeypatch, capsys):
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        assert main(["models", "search", "qwen", "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        assert found["total"] == 3 and found["models"][0]["id"] == "Qwen/Qwen2.5-7B-Instruct"
+        assert main(["models", "info", "Qwen/Qwen2.5-7B-Instruct", "--json"]) == 0
+        info = json.loads(capsys.readouterr().out)
+        assert info["facts"]["layers"] == 28 and 7.0e9 < info["facts"]["params"] < 8.0e9
+        assert [row["method"] for row in info["fit"]] == ["full", "lora", "qlora"]
+        assert main(["models", "download", "Qwen/Qwen2.5-7B-Instruct", "--json"]) == 0
+        done = json.loads(capsys.readouterr().out)
+        assert done["status"] == "done" and done["files_total"] == 4  # the .gguf was skipped
+        assert main(["models", "list", "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)
+        assert [m["id"] for m in listed["models"]] == ["Qwen/Qwen2.5-7B-Instruct"]
+        assert main(["models", "info", "acme/private-model"]) == 3
+        assert "401" in capsys.readouterr().err
+
+
+def test_cli_offline_message(home, monkeypatch, capsys):
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())
+    assert main(["models", "search", "qwen"]) == 3
+    err = capsys.readouterr().err
+    assert "not reachable" in err and "MODELSCOPE_ENDPOINT" in err

@@ -1,0 +1,206 @@
+"""The model browser driven by keys only, against the local fake hub (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.hubserver import FakeHubServer, closed_port_url, standard_hub
+from tests.tui.conftest import assert_snapshot, fake_monitor, quiet_settings, screen_text, wait_for
+from tui.app import make_app
+from tui.screens.models import ModelsScreen
+
+
+@pytest.fixture
+def hub_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms"))
+    monkeypatch.setenv("MODELSCOPE_HOME", str(tmp_path / "ms-home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    for name in ("MODELSCOPE_API_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        yield server
+
+
+def results(app):
+    return app.screen.query_one("#models-results")
+
+
+async def open_models(pilot, app) -> ModelsScreen:
+    await pilot.press("m")
+    await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+    await wait_for(pilot, lambda: results(app).row_count > 0, timeout=10)
+    return app.screen
+
+
+def test_search_details_fit_and_snapshot(hub_env):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_models(pilot, app)
+            assert [str(k.value) for k in results(app).rows] == [
+                "Qwen/Qwen2.5-7B-Instruct", "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "Qwen/Qwen2.5-Tiny-Instruct",
+                "meta/gated-model"]
+            assert "meta/gated-model (gated)" in screen_text(app)
+            await pilot.press("s", *"tiny", "enter")
+            await wait_for(pilot, lambda: results(app).row_count == 1, timeout=10)
+            assert screen.query_state.text == "tiny"
+            await pilot.press("enter")  # the focus is back on the results: open the one found
+            await wait_for(pilot, lambda: screen.details is not None, timeout=10)
+            await pilot.pause(0.3)
+            text = screen_text(app)
+            assert "Qwen2ForCausalLM" in text and "On this box" in text
+            assert "full" in text and "qlora" in text and "fits" in text
+            assert "model.safetensors" in text
+            assert "138.3K" in str(results(app).get_row("Qwen/Qwen2.5-Tiny-Instruct"))  # counted, not guessed
+            assert_snapshot(app, "models_details_120x36")
+
+    asyncio.run(scenario())
+
+
+def test_narrow_terminal_snapshot(hub_env):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_models(pilot, app)
+            # The tiny model: its estimate is mostly fixed overhead, so estimator tuning rarely moves it.
+            await pilot.press("down", "down", "enter")
+            await wait_for(pilot, lambda: screen.details is not None, timeout=10)
+            await pilot.pause(0.3)
+            assert "does not fit" in screen_text(app) or "fits" in screen_text(app)
+            assert_snapshot(app, "models_details_80x24")
+
+    asyncio.run(scenario())
+
+
+def test_filters_and_hub_toggle(hub_env):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("b")  # downloads -> likes
+            await wait_for(pilot, lambda: str(next(iter(results(app).rows)).value).startswith("deepseek"), timeout=10)
+            assert screen.query_state.sort == "likes"
+            await pilot.press("z")  # size: any -> small
+            await wait_for(pilot, lambda: results(app).row_count == 1, timeout=10)
+            await pilot.press("h")
+            await wait_for(pilot, lambda: screen.hub == "hf" and not screen.searching, timeout=10)
+            assert "Hugging Face" in screen_text(app)
+            assert [str(k.value) for k in results(app).rows] == ["deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"]
+
+    asyncio.run(scenario())
+
+
+def test_download_progress_then_local_delete_with_confirmation(hub_env):
+    async def scenario():
+        hub_env.hub.chunk_delay_s = 0.05
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("down", "down", "enter")  # the tiny model
+            await wait_for(pilot, lambda: screen.details is not None, timeout=10)
+            assert screen.details.summary.model_id == "Qwen/Qwen2.5-Tiny-Instruct"
+            assert "d downloads 4 files" in screen_text(app) and "pytorch_model.bin" in screen_text(app)
+            await pilot.press("f")  # all files, then back to one weight format
+            assert "d downloads 5 files" in screen_text(app)
+            await pilot.press("f")
+            await pilot.press("d")
+            await wait_for(pilot, lambda: screen.job_dir is not None, timeout=10)
+            bar = screen.query_one("#download-bar")
+            await wait_for(pilot, lambda: "downloaded to" in screen_text(app), timeout=30)
+            assert bar.progress == bar.total > 256 * 1024
+            assert not (screen.local_models or [])  # the local tab was not opened yet
+            await pilot.press("2")
+            local = screen.query_one("#local-models")
+            await wait_for(pilot, lambda: local.row_count == 1, timeout=10)
+            path = screen.local_models[0].path
+            assert path.is_dir()
+            await pilot.press("x")
+            await pilot.pause(0.2)
+            assert "Delete Qwen/Qwen2.5-Tiny-Instruct?" in screen_text(app)
+            await pilot.press("n")  # declined: nothing happens
+            await pilot.pause(0.2)
+            assert path.is_dir()
+            await pilot.press("x", "y")
+            await wait_for(pilot, lambda: not path.exists() and local.row_count == 0, timeout=10)
+            assert "No models on disk" in screen_text(app)
+
+    asyncio.run(scenario())
+
+
+def test_offline_hub_says_so_and_local_tab_works(tmp_path, monkeypatch):
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms"))
+    monkeypatch.setenv("MODELSCOPE_HOME", str(tmp_path / "ms-home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    (tmp_path / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B").mkdir(parents=True)
+    (tmp_path / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B" / "config.json").write_text("{}")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.press("m")
+            await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: "not reachable" in screen_text(app), timeout=10)
+            await pilot.press("2")
+            await wait_for(pilot, lambda: screen.query_one("#local-models").row_count == 1, timeout=10)
+            await wait_for(pilot, lambda: "Qwen/Qwen2.5-0.5B" in screen_text(app))  # columns sized on refresh
+
+    asyncio.run(scenario())
+
+
+def test_wizard_key_hands_the_model_over(hub_env):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: screen.details is not None, timeout=10)
+            await pilot.press("p")
+            await wait_for(pilot, lambda: app.current_mode == "wizard")
+            assert app.wizard_model == "Qwen/Qwen2.5-7B-Instruct"
+
+    asyncio.run(scenario())
+
+
+def test_scrolling_to_the_end_loads_the_next_page(hub_env):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_models(pilot, app)
+            from core.hub.records import SearchQuery
+
+            screen.query_state = SearchQuery(page_size=2)
+            screen.run_search()
+            await wait_for(pilot, lambda: results(app).row_count == 2 and not screen.searching, timeout=10)
+            await pilot.press("down")  # onto the last row: the next page comes
+            await wait_for(pilot, lambda: results(app).row_count == 4, timeout=10)
+            assert screen.page.page == 2 and not screen.page.has_more
+
+    asyncio.run(scenario())
+
+
+def test_reopening_reattaches_to_a_running_download(hub_env):
+    """A download started elsewhere (the CLI, an earlier session) shows up with its progress."""
+    async def scenario():
+        from core.hub.download import plan_download, start_download
+        from core.hub.source import open_source
+
+        hub_env.hub.chunk_delay_s = 1.0
+        source = open_source("modelscope")
+        plan = plan_download(source, source.details("Qwen/Qwen2.5-Tiny-Instruct"), ["model.safetensors"])
+        start_download(plan)
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_models(pilot, app)
+            await wait_for(pilot, lambda: "Qwen/Qwen2.5-Tiny-Instruct:" in screen_text(app), timeout=10)
+            await wait_for(pilot, lambda: 0 < screen.query_one("#download-bar").progress, timeout=10)
+            await pilot.press("c")  # cancel it from here
+            await wait_for(pilot, lambda: "stopped; d resumes it" in screen_text(app), timeout=15)
+
+    asyncio.run(scenario())

@@ -1,0 +1,560 @@
+"""The model browser (``m``): search ModelScope or Hugging Face, read a model's card and facts, see
+whether it trains on this box, download it (detached, resumable), and manage what is on disk.
+
+Every hub call runs in a worker thread and comes back as a message; the download runs in its own
+process (``core.hub.download``) and this screen only reads its state file, so leaving the screen, the
+app or the SSH session does not stop it, and coming back re-attaches.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import (
+    ContentSwitcher,
+    DataTable,
+    Footer,
+    Header,
+    Input,
+    Markdown,
+    ProgressBar,
+    Static,
+)
+
+from core.hub.download import human_bytes
+from core.hub.records import HUBS, SIZE_CLASSES, SORTS, ModelDetails, SearchPage, SearchQuery
+from core.i18n import t
+from core.text_width import cell_len, truncate
+
+OWNERS = ("", "Qwen", "deepseek-ai", "LLM-Research", "meta-llama", "mistralai", "google")
+TASKS = ("text-generation", "")
+HUB_LABELS = {"modelscope": "ModelScope", "hf": "Hugging Face"}
+
+
+def _count(value: int | None) -> str:
+    if value is None:
+        return "?"
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.1f}{unit}"
+    return str(value)
+
+
+def _plain(text: str) -> str:
+    """``text`` shown as it is inside markup (hub messages carry brackets such as ``[E1020]``)."""
+    return text.replace("[", "\\[")
+
+
+def _cycle(values: tuple[str, ...], current: str) -> str:
+    return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
+
+
+class SearchDone(Message):
+    def __init__(self, page: SearchPage | None, append: bool, error: str | None, token: int) -> None:
+        super().__init__()
+        self.page = page
+        self.append = append
+        self.error = error
+        self.token = token
+
+
+class DetailsDone(Message):
+    def __init__(self, model_id: str, details: ModelDetails | None, facts: str, error: str | None,
+                 params: int | None = None) -> None:
+        super().__init__()
+        self.params = params  # counted from config.json
+        self.model_id = model_id
+        self.details = details
+        self.facts = facts
+        self.error = error
+
+
+class LocalListed(Message):
+    def __init__(self, models: list[Any]) -> None:
+        super().__init__()
+        self.models = models
+
+
+class DownloadStarted(Message):
+    def __init__(self, job_dir: Path | None, error: str | None) -> None:
+        super().__init__()
+        self.job_dir = job_dir
+        self.error = error
+
+
+class ModelsScreen(Screen[None]):
+    """Hub search with a details pane, a local tab and a download line."""
+
+    AUTO_FOCUS = "#models-results"  # letters are commands here; the search box takes them only after s
+
+    DEFAULT_CSS = """
+    ModelsScreen #models-status { height: auto; max-height: 3; padding: 0 1; color: $foreground-muted; }
+    ModelsScreen #models-status.-error { color: $error; }
+    ModelsScreen #models-tabs { height: 1fr; }
+    ModelsScreen #hub-tab { height: 1fr; }
+    ModelsScreen #hub-left { width: 3fr; min-width: 40; }
+    ModelsScreen #models-search { height: 3; }
+    ModelsScreen #models-results { height: 1fr; }
+    ModelsScreen #models-details { width: 2fr; min-width: 30; border-left: solid $panel-lighten-2; padding: 0 1; }
+    ModelsScreen #details-facts { height: auto; }
+    ModelsScreen #details-download { height: auto; color: $accent; margin-bottom: 1; }
+    ModelsScreen #details-card { height: auto; margin: 0; padding: 0; }
+    ModelsScreen #local-tab { height: 1fr; }
+    ModelsScreen #local-summary { height: 1; padding: 0 1; color: $foreground-muted; }
+    ModelsScreen #local-models { height: 1fr; }
+    ModelsScreen #download-line { height: 1; padding: 0 1; }
+    ModelsScreen #download-bar { height: 1; padding: 0 1; }
+    ModelsScreen #download-bar Bar { width: 1fr; }
+    """
+
+    BINDINGS = [
+        Binding("s", "focus_search", t("modelsscreen.key.search"), id="models.search"),
+        Binding("h", "toggle_hub", t("modelsscreen.key.hub"), id="models.hub"),
+        Binding("d", "download", t("modelsscreen.key.download"), id="models.download"),
+        Binding("p", "wizard", t("modelsscreen.key.wizard"), id="models.wizard"),
+        Binding("1", "tab('hub')", t("modelsscreen.key.tab_hub"), show=False, id="models.tab_hub"),
+        Binding("2", "tab('local')", t("modelsscreen.key.tab_local"), show=False, id="models.tab_local"),
+        Binding("o", "cycle_owner", t("modelsscreen.key.owner"), show=False, id="models.owner"),
+        Binding("k", "cycle_task", t("modelsscreen.key.task"), show=False, id="models.task"),
+        Binding("z", "cycle_size", t("modelsscreen.key.size"), show=False, id="models.size"),
+        Binding("b", "cycle_sort", t("modelsscreen.key.sort"), show=False, id="models.sort"),
+        Binding("f", "toggle_files", t("modelsscreen.key.files"), show=False, id="models.files"),
+        Binding("c", "cancel_download", t("modelsscreen.key.cancel"), show=False, id="models.cancel"),
+        Binding("x", "delete_local", t("modelsscreen.key.delete"), show=False, id="models.delete"),
+        Binding("f5", "refresh", t("modelsscreen.key.refresh"), show=False, id="models.refresh"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(name="models")
+        self.hub = "modelscope"
+        self.query_state = SearchQuery()
+        self.page: SearchPage | None = None
+        self.searching = False
+        self.search_token = 0
+        self.details: ModelDetails | None = None
+        self.local_models: list[Any] = []
+        self.job_dir: Path | None = None
+        self.tab = "hub"
+        self.all_files = False  # False: one weight format (safetensors first); True: every file
+
+    # --- layout ------------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="models-status")
+        with ContentSwitcher(initial="hub-tab", id="models-tabs"):
+            with Horizontal(id="hub-tab"):
+                with Vertical(id="hub-left"):
+                    yield Input(placeholder=t("modelsscreen.search_placeholder"), id="models-search")
+                    results: DataTable = DataTable(id="models-results", cursor_type="row")
+                    keys = results.add_columns(t("modelsscreen.col_id"), t("modelsscreen.col_params"),
+                                               t("modelsscreen.col_downloads"), t("modelsscreen.col_updated"),
+                                               t("modelsscreen.col_license"))
+                    self._params_column = keys[1]
+                    yield results
+                with VerticalScroll(id="models-details"):
+                    yield Static(t("modelsscreen.pick_model"), id="details-facts")
+                    yield Static("", id="details-download")
+                    yield Markdown("", id="details-card")
+            with Vertical(id="local-tab"):
+                yield Static("", id="local-summary")
+                yield DataTable(id="local-models", cursor_type="row")
+        yield Static("", id="download-line")
+        yield ProgressBar(total=100, show_eta=False, id="download-bar")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = t("app.title")
+        self.sub_title = t("app.mode.models")
+        self._show_filters()
+        self._reattach()
+        self.set_interval(0.5, self._refresh_download)
+        self.query_one("#models-results", DataTable).focus()
+        self.run_search()
+
+    # --- search ------------------------------------------------------------------------------------
+    def _show_filters(self, extra: str = "", error: bool = False) -> None:
+        q = self.query_state
+        line = t("modelsscreen.filters", hub=HUB_LABELS[self.hub], owner=q.owner or t("modelsscreen.any"),
+                 task=q.task or t("modelsscreen.any"), size=q.size_class, sort=q.sort)
+        status = self.query_one("#models-status", Static)
+        status.update(line + (f"\n{_plain(extra)}" if extra else ""))
+        status.set_class(error, "-error")
+
+    def run_search(self, append: bool = False) -> None:
+        if not append:
+            self.query_state = replace(self.query_state, page=1)
+        self.search_token += 1
+        self.searching = True
+        self._show_filters(t("modelsscreen.searching", hub=HUB_LABELS[self.hub]))
+        self._search_worker(self.hub, self.query_state, append, self.search_token)
+
+    @work(thread=True, exclusive=True, group="hub-search", exit_on_error=False)
+    def _search_worker(self, hub: str, query: SearchQuery, append: bool, token: int) -> None:
+        from core.hub.errors import HubError
+        from core.hub.source import open_source
+
+        try:
+            page = open_source(hub).search(query)
+        except HubError as exc:
+            self.post_message(SearchDone(None, append, str(exc), token))
+            return
+        except Exception as exc:  # an SDK surprise is a message on screen, not a dead worker
+            self.post_message(SearchDone(None, append, f"{type(exc).__name__}: {exc}", token))
+            return
+        self.post_message(SearchDone(page, append, None, token))
+
+    def on_search_done(self, message: SearchDone) -> None:
+        if message.token != self.search_token:
+            return  # an older search's answer
+        self.searching = False
+        table = self.query_one("#models-results", DataTable)
+        if message.error is not None:
+            if not message.append:
+                table.clear()
+            self._show_filters(message.error, error=True)
+            return
+        page = message.page
+        assert page is not None
+        self.page = page
+        if not message.append:
+            table.clear()
+        for model in page.items:
+            if model.model_id in table.rows:
+                continue
+            label = model.model_id + (t("modelsscreen.gated") if model.gated else t("modelsscreen.private")
+                                      if model.private else "")
+            table.add_row(truncate(label, 44), _count(model.params), _count(model.downloads),
+                          (model.updated or "")[:10], model.license or "", key=model.model_id)
+        shown = table.row_count
+        if not shown:
+            self._show_filters(t("modelsscreen.no_results"))
+        else:
+            self._show_filters(t("modelsscreen.found", shown=shown, total=page.total)
+                               + (t("modelsscreen.more") if page.has_more else ""))
+
+    @on(Input.Submitted, "#models-search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        self.query_state = replace(self.query_state, text=event.value.strip())
+        event.stop()
+        # After this event is done with the input: focusing now would be undone by its own handling.
+        self.call_after_refresh(self.query_one("#models-results", DataTable).focus)
+        self.run_search()
+
+    def on_key(self, event: Any) -> None:
+        if event.key == "escape" and isinstance(self.focused, Input):
+            self.query_one("#models-results", DataTable).focus()
+            event.stop()
+
+    @on(DataTable.RowHighlighted, "#models-results")
+    def _maybe_next_page(self, event: DataTable.RowHighlighted) -> None:
+        table = event.data_table
+        if (self.page is not None and self.page.has_more and not self.searching
+                and event.cursor_row >= table.row_count - 1):
+            self.query_state = replace(self.query_state, page=self.page.page + 1)
+            self.run_search(append=True)
+
+    # --- details -----------------------------------------------------------------------------------
+    @on(DataTable.RowSelected, "#models-results")
+    def _open_details(self, event: DataTable.RowSelected) -> None:
+        model_id = str(event.row_key.value)
+        self.query_one("#details-facts", Static).update(t("modelsscreen.loading_details", model=model_id))
+        self.query_one("#details-card", Markdown).update("")
+        self._details_worker(self.hub, model_id)
+
+    def _box_gpus(self) -> list[tuple[str | None, int | None]]:
+        try:
+            monitor = self.app.monitor  # type: ignore[attr-defined]
+            snapshot = monitor.snapshot()
+        except Exception:  # no NVML: estimates fall back to a reference GPU
+            return []
+        return [(gpu.name, gpu.memory_total_bytes) for gpu in snapshot.gpus]
+
+    @work(thread=True, exclusive=True, group="hub-details", exit_on_error=False)
+    def _details_worker(self, hub: str, model_id: str) -> None:
+        from core.hub.errors import HubError
+        from core.hub.source import open_source
+
+        try:
+            details = open_source(hub).details(model_id)
+        except HubError as exc:
+            self.post_message(DetailsDone(model_id, None, "", str(exc)))
+            return
+        except Exception as exc:  # an SDK surprise is a message on screen, not a dead worker
+            self.post_message(DetailsDone(model_id, None, "", f"{type(exc).__name__}: {exc}"))
+            return
+        params = None
+        if details.config is not None:
+            from core.estimate import ArchitectureError
+            from core.hub.facts import model_facts
+
+            try:
+                params = model_facts(details.config).params
+            except (ArchitectureError, TypeError, ValueError):
+                pass
+        self.post_message(DetailsDone(model_id, details, self._facts_text(details), None, params))
+
+    def _facts_text(self, details: ModelDetails) -> str:
+        """The facts, fit and files block (built in the worker: the estimate is pure but not free)."""
+        from core.estimate import ArchitectureError
+        from core.hub.facts import DEFAULT_BATCH, DEFAULT_SEQ_LEN, REFERENCE_GPU, fit_on_box, model_facts
+
+        summary = details.summary
+        lines = [f"[b $primary]{_plain(summary.model_id)}[/]",
+                 f"{HUB_LABELS[summary.hub]} · {_count(summary.downloads)} ↓ · {summary.likes} ♥ · "
+                 f"{(summary.updated or '')[:10]} · {summary.license or '—'}"]
+        if details.config is not None:
+            try:
+                facts = model_facts(details.config, name=summary.model_id)
+                rows = fit_on_box(details.config, self._box_gpus(), name=summary.model_id)
+            except ArchitectureError as exc:
+                lines.append(f"[$warning]{_plain(str(exc))}[/]")
+            except (TypeError, ValueError, ZeroDivisionError) as exc:  # a config.json with odd values
+                lines.append(f"[$warning]{type(exc).__name__}: {_plain(str(exc))}[/]")
+            else:
+                lines += ["", f"[b]{t('modelsscreen.facts_title')}[/]", t(
+                    "modelsscreen.fact_line", architecture=facts.architecture, params=_count(facts.params),
+                    layers=facts.layers, hidden=facts.hidden_size, heads=facts.heads, kv=facts.kv_heads,
+                    vocab=facts.vocab_size, context=facts.context_length or "?", dtype=facts.dtype or "?")]
+                title = "modelsscreen.fit_title_reference" if rows and rows[0].reference else "modelsscreen.fit_title"
+                gpu = REFERENCE_GPU if not rows or rows[0].reference else rows[0].gpu
+                lines += ["", f"[b]{t(title, gpu=gpu, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ_LEN)}[/]"]
+                for row in rows:
+                    lines.append(t("modelsscreen.fit_row", method=row.method, peak=row.peak_gib,
+                                   capacity=row.capacity_gib, verdict=t(f"modelsscreen.verdict.{row.verdict}")))
+        for note in details.notes:
+            lines.append(f"[$warning]{_plain(note)}[/]")
+        lines += ["", f"[b]{t('modelsscreen.files_title', count=len(details.files), size=human_bytes(details.total_size))}[/]"]
+        for item in details.files[:40]:
+            lines.append(f"{human_bytes(item.size):>10}  {_plain(item.path)}")
+        lines += ["", f"[$foreground-muted]{t('modelsscreen.wizard_hint')}[/]"]
+        return "\n".join(lines)
+
+    def on_details_done(self, message: DetailsDone) -> None:
+        facts = self.query_one("#details-facts", Static)
+        if message.error is not None:
+            facts.update(f"[$error]{_plain(message.error)}[/]")
+            return
+        self.details = message.details
+        facts.update(message.facts)
+        self._show_download_choice()
+        table = self.query_one("#models-results", DataTable)
+        if message.params is not None and message.model_id in table.rows:
+            # The name's guess gives way to the count from config.json.
+            table.update_cell(message.model_id, self._params_column, _count(message.params))
+        assert message.details is not None
+        self.query_one("#details-card", Markdown).update(message.details.readme)
+
+    # --- downloads ---------------------------------------------------------------------------------
+    def _reattach(self) -> None:
+        from core.hub.download import list_downloads
+
+        # A running download first; else the newest one, so how it ended shows.
+        downloads = list_downloads()
+        pick = next((d for d in downloads if d.active), None) or next(iter(downloads), None)
+        if pick is not None:
+            self.job_dir = pick.job_dir
+        self._refresh_download()
+
+    def _include(self) -> list[str] | None:
+        return ["*"] if self.all_files else None
+
+    def _show_download_choice(self) -> None:
+        """What ``d`` would fetch: the files, their size, and what is skipped."""
+        from core.hub.file_selection import select_files
+
+        target = self.query_one("#details-download", Static)
+        if self.details is None:
+            target.update("")
+            return
+        chosen, skipped = select_files(self.details.files, self._include())
+        line = t("modelsscreen.download_choice", count=len(chosen), size=human_bytes(sum(f.size for f in chosen)))
+        if skipped:
+            line += " " + t("modelsscreen.download_skips", count=len(skipped),
+                            names=", ".join(f.path for f in skipped[:4]))
+        target.update(_plain(line))
+
+    def action_toggle_files(self) -> None:
+        self.all_files = not self.all_files
+        self._show_download_choice()
+
+    def action_download(self) -> None:
+        if self.details is None:
+            self.notify(t("modelsscreen.no_model"), severity="warning")
+            return
+        self._download_worker(self.hub, self.details, self._include())
+
+    @work(thread=True, exclusive=True, group="hub-download", exit_on_error=False)
+    def _download_worker(self, hub: str, details: ModelDetails, include: list[str] | None) -> None:
+        from core.hub.download import check_disk, plan_download, start_download
+        from core.hub.errors import HubError
+        from core.hub.source import open_source
+        from core.hub.tokens import hub_token
+
+        try:
+            source = open_source(hub)
+            plan = plan_download(source, details, include)
+            check_disk(plan)
+            job_dir = start_download(plan, hub_token(hub))
+        except HubError as exc:
+            self.post_message(DownloadStarted(None, str(exc)))
+            return
+        self.post_message(DownloadStarted(job_dir, None))
+
+    def on_download_started(self, message: DownloadStarted) -> None:
+        if message.error is not None:
+            self.notify(message.error, severity="error", timeout=10)
+            return
+        self.job_dir = message.job_dir
+        if self.details is not None:
+            self.notify(t("modelsscreen.download_started", model=self.details.summary.model_id))
+        self._refresh_download()
+
+    def _refresh_download(self) -> None:
+        from core.hub.download import read_status
+
+        line = self.query_one("#download-line", Static)
+        bar = self.query_one("#download-bar", ProgressBar)
+        status = read_status(self.job_dir) if self.job_dir is not None else None
+        if status is None:
+            line.update(f"[$foreground-muted]{t('modelsscreen.no_download')}[/]")
+            bar.update(total=100, progress=0)
+            return
+        bar.update(total=max(1, status.bytes_total), progress=status.bytes_done)
+        if status.active:
+            eta = "?" if status.eta_s is None else time.strftime("%M:%S", time.gmtime(status.eta_s))
+            line.update(_plain(t("modelsscreen.download_line", model=status.model_id,
+                                 done=human_bytes(status.bytes_done), total=human_bytes(status.bytes_total),
+                                 rate=human_bytes(status.rate_bps), eta=eta, file=status.current_file or "")))
+        else:
+            line.update(_plain(t(f"modelsscreen.download_status.{status.status}", model=status.model_id,
+                                 path=status.target_dir, error=status.error or "",
+                                 done=human_bytes(status.bytes_done), total=human_bytes(status.bytes_total))))
+
+    def action_cancel_download(self) -> None:
+        from core.hub.download import cancel_download, read_status
+
+        status = read_status(self.job_dir) if self.job_dir is not None else None
+        if status is None or not cancel_download(status.job_dir):
+            self.notify(t("modelsscreen.no_download"), severity="warning")
+            return
+        self.notify(t("modelsscreen.cancel_sent", model=status.model_id))
+
+    # --- local tab ---------------------------------------------------------------------------------
+    def action_tab(self, tab: str) -> None:
+        self.tab = tab
+        self.query_one("#models-tabs", ContentSwitcher).current = f"{tab}-tab"
+        if tab == "local":
+            self.query_one("#local-models", DataTable).focus()
+            self._list_local()
+        else:
+            self.query_one("#models-results", DataTable).focus()
+
+    @work(thread=True, exclusive=True, group="hub-local", exit_on_error=False)
+    def _list_local(self) -> None:
+        from core.hub.local import list_local_models, user_model_dirs
+
+        self.post_message(LocalListed(list_local_models(user_model_dirs(self.app.settings))))  # type: ignore[attr-defined]
+
+    def on_local_listed(self, message: LocalListed) -> None:
+        self.local_models = message.models
+        table = self.query_one("#local-models", DataTable)
+        rows = []
+        for model in message.models:
+            used = time.strftime("%Y-%m-%d", time.localtime(model.last_used)) if model.last_used else "—"
+            rows.append((truncate(model.model_id, 50), model.source, human_bytes(model.size_bytes), used,
+                         truncate(str(model.path), 100)))
+        labels = (t("modelsscreen.col_id"), t("modelsscreen.col_source"), t("modelsscreen.col_size"),
+                  t("modelsscreen.col_used"), t("modelsscreen.col_path"))
+        # Widths from the content: auto-sized columns of a table filled right after its tab appears can
+        # stay at their header width.
+        table.clear(columns=True)
+        for index, label in enumerate(labels):
+            table.add_column(label, width=max([cell_len(label)] + [cell_len(row[index]) for row in rows]))
+        for index, row in enumerate(rows):
+            table.add_row(*row, key=str(index))
+        total = sum(model.size_bytes for model in message.models)
+        self.query_one("#local-summary", Static).update(
+            t("modelsscreen.local_count", count=len(message.models), size=human_bytes(total))
+            if message.models else t("modelsscreen.local_none"))
+
+    def action_delete_local(self) -> None:
+        if self.tab != "local":
+            return
+        table = self.query_one("#local-models", DataTable)
+        if not self.local_models or table.cursor_row < 0 or table.cursor_row >= len(self.local_models):
+            self.notify(t("modelsscreen.nothing_selected"), severity="warning")
+            return
+        model = self.local_models[table.cursor_row]
+        from tui.widgets.confirm import ConfirmScreen
+
+        def answered(confirmed: bool | None) -> None:
+            if confirmed:
+                self._delete_worker(model)
+
+        self.app.push_screen(ConfirmScreen(t("modelsscreen.delete_title", model=model.model_id),
+                                           t("modelsscreen.delete_body", path=model.path,
+                                             size=human_bytes(model.size_bytes))), answered)
+
+    @work(thread=True, exclusive=True, group="hub-delete", exit_on_error=False)
+    def _delete_worker(self, model: Any) -> None:
+        from core.hub.local import delete_local_model, user_model_dirs
+
+        try:
+            freed = delete_local_model(model, user_model_dirs(self.app.settings))  # type: ignore[attr-defined]
+        except (OSError, ValueError) as exc:
+            self.app.call_from_thread(self.notify, t("modelsscreen.delete_failed", model=model.model_id, error=exc),
+                                      severity="error")
+            return
+        self.app.call_from_thread(self.notify, t("modelsscreen.deleted", model=model.model_id,
+                                                 size=human_bytes(freed)))
+        self._list_local()
+
+    # --- filters and the rest ----------------------------------------------------------------------
+    def action_focus_search(self) -> None:
+        self.action_tab("hub")
+        self.query_one("#models-search", Input).focus()
+
+    def action_toggle_hub(self) -> None:
+        self.hub = _cycle(HUBS, self.hub)
+        self.details = None
+        self.run_search()
+
+    def action_cycle_owner(self) -> None:
+        self._set(owner=_cycle(OWNERS, self.query_state.owner))
+
+    def action_cycle_task(self) -> None:
+        self._set(task=_cycle(TASKS, self.query_state.task))
+
+    def action_cycle_size(self) -> None:
+        self._set(size_class=_cycle(SIZE_CLASSES, self.query_state.size_class))
+
+    def action_cycle_sort(self) -> None:
+        self._set(sort=_cycle(SORTS, self.query_state.sort))
+
+    def _set(self, **changes: Any) -> None:
+        self.query_state = replace(self.query_state, **changes)
+        self.run_search()
+
+    def action_refresh(self) -> None:
+        if self.tab == "local":
+            self._list_local()
+        else:
+            self.run_search()
+
+    def action_wizard(self) -> None:
+        if self.details is None:
+            self.notify(t("modelsscreen.no_model"), severity="warning")
+            return
+        model_id = self.details.summary.model_id
+        self.app.wizard_model = model_id  # type: ignore[attr-defined]
+        self.notify(t("modelsscreen.wizard_set", model=model_id))
+        self.app.action_section("wizard")  # type: ignore[attr-defined]
