@@ -1,0 +1,171 @@
+"""``tunedeck plan``: the wizard's recommendation, headless, with reasons and alternatives."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from core.i18n import t
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``plan`` command."""
+    from core.plan.request import GOALS
+
+    p = subparsers.add_parser("plan", help=t("plan.help"), description=t("plan.help"))
+    p.add_argument("--model", required=True, help=t("plan.help.model"))
+    p.add_argument("--dataset", default=None, help=t("plan.help.dataset"))
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--gpus", default=None, help=t("plan.help.gpus"))
+    where.add_argument("--hardware", default=None, help=t("plan.help.hardware"))
+    p.add_argument("--goal", choices=GOALS, default="fastest", help=t("plan.help.goal"))
+    p.add_argument("--epochs", type=float, default=3.0, help=t("plan.help.epochs"))
+    p.add_argument("--effective-batch", type=int, default=16, help=t("plan.help.effective_batch"))
+    p.add_argument("--price-per-gpu-hour", type=float, default=None, help=t("plan.help.price"))
+    p.add_argument("--host-ram-gib", type=float, default=None, help=t("plan.help.host_ram"))
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=t("plan.help.set"))
+    p.add_argument("--save", default=None, metavar="RUN.yaml", help=t("plan.help.save"))
+    p.add_argument("--json", action="store_true", help=t("plan.help.json"))
+    p.set_defaults(handler=cmd_plan)
+
+
+def detect_target(gpus: str | None, price: float | None) -> Any:
+    """This box as a HardwareTarget (CPU-only where NVML sees no GPU)."""
+    from core.hardware.monitor import open_monitor
+    from core.plan import parse_gpu_indices, target_from_snapshot
+
+    monitor = open_monitor(interval_s=3600.0)
+    try:
+        snapshot = monitor.snapshot()
+    finally:
+        monitor.close()
+    indices = parse_gpu_indices(gpus) if gpus else None
+    return target_from_snapshot(snapshot, indices, price)
+
+
+def build_request(args: argparse.Namespace) -> Any:
+    """The PlanRequest the options describe (reads the dataset; raises CliError with what to fix)."""
+    from dataclasses import replace
+
+    from core.cli import CliError
+    from core.data import DataError
+    from core.plan import HardwareError, PlanRequest, parse_target, summarise_dataset
+    from core.plan.overrides import OverrideError, parse_overrides
+
+    try:
+        overrides = parse_overrides(args.set)
+        if args.hardware:
+            target = parse_target(args.hardware, args.price_per_gpu_hour, args.host_ram_gib)
+        else:
+            target = detect_target(args.gpus, args.price_per_gpu_hour)
+            if args.host_ram_gib is not None:
+                target = replace(target, host_ram_gib=args.host_ram_gib)
+    except (OverrideError, HardwareError) as exc:
+        raise CliError(str(exc), 2) from exc
+    summary = None
+    if args.dataset:
+        try:
+            summary = summarise_dataset(args.dataset, args.model)
+        except (DataError, OSError) as exc:
+            raise CliError(t("plan.error.dataset", path=args.dataset, problem=str(exc)), 2) from exc
+    return PlanRequest(
+        model=args.model, hardware=target, goal=args.goal, epochs=args.epochs,
+        effective_batch=max(1, args.effective_batch), dataset=args.dataset,
+        dataset_records=summary.records if summary else None,
+        dataset_tokens=summary.total_tokens if summary else None,
+        dataset_p95_tokens=summary.p95 if summary else None,
+        overrides=overrides,
+    ), summary
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Handler of ``tunedeck plan``: exit 0 with a plan that fits, 3 when nothing fits."""
+    from core.cli import CliError
+    from core.config import ConfigError
+    from core.estimate import ArchitectureError, ModelNotFoundError
+    from core.plan import equivalent_command, recommend, save_run_config
+
+    request, summary = build_request(args)
+    try:
+        measured = None
+        if request.hardware.detected:  # what earlier probes on this box measured
+            from core.plan.probe import cached_measurements
+
+            measured = cached_measurements(request)
+        rec = recommend(request, measured=measured)
+    except (ModelNotFoundError, ArchitectureError) as exc:
+        raise CliError(str(exc), 2) from exc
+    saved = None
+    if args.save and rec.best is not None and rec.feasible:
+        try:
+            saved = save_run_config(rec.best, request, args.save)
+        except ConfigError as exc:
+            raise CliError(t("plan.error.config", problem=str(exc)), 2) from exc
+    if args.json:
+        data = rec.to_json()
+        data["dataset_summary"] = summary.to_json() if summary else None
+        data["saved"] = None if saved is None else str(saved)
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        print(format_recommendation(rec))
+        if saved is not None:
+            print(t("plan.saved", path=str(saved), command=equivalent_command(saved)), file=sys.stderr)
+    return 0 if rec.feasible else 3
+
+
+def describe_plan(plan: dict[str, Any]) -> dict[str, Any]:
+    """The fields ``plan.recommended`` / ``plan.alternative`` format."""
+    return {
+        "method": plan["method"], "precision": plan["precision"], "gpus": plan["num_gpus"],
+        "zero": plan["zero_stage"], "offload": plan["offload"], "micro": plan["micro_batch_size"],
+        "accum": plan["grad_accum_steps"], "seq": plan["seq_len"],
+        "gc": "on" if plan["gradient_checkpointing"] else "off",
+        "rank": f", LoRA rank {plan['lora_rank']}" if plan.get("lora_rank") else "",
+    }
+
+
+def format_hours(hours: float) -> str:
+    """``12 min`` under an hour, ``3.4 h`` above."""
+    if hours < 1.0:
+        return t("plan.duration_minutes", minutes=max(hours * 60.0, 1.0))
+    return t("plan.duration_hours", hours=hours)
+
+
+def format_recommendation(rec: Any) -> str:
+    """The human form: headline, memory, speed and time, reasons, warnings, alternatives, way out."""
+    request = rec.request
+    data = rec.to_json()
+    lines = [t("plan.title", model=request.model, hardware=request.hardware.describe(), goal=request.goal,
+               considered=rec.considered)]
+    best = data["recommendation"]
+    if not rec.feasible:
+        lines.append(t("plan.infeasible", model=request.model, hardware=request.hardware.describe()))
+        lines += [f"  - {item['message']}" for item in data["way_out"]]
+    if best is None or best["plan"] is None:
+        return "\n".join(lines)
+    lines.append(t("plan.recommended" if rec.feasible else "plan.closest", **describe_plan(best["plan"])))
+    verdict = "fits" if best["feasible"] else "does not fit"
+    lines.append(t("plan.memory", peak=best["peak_gib"], capacity=best["capacity_gib"], verdict=verdict))
+    lines.append(t("plan.speed", tps=best["tokens_per_s"]))
+    if best["hours"] is not None:
+        if best["cost"] is not None:
+            lines.append(t("plan.eta_cost", duration=format_hours(best["hours"]), epochs=request.epochs,
+                           cost=best["cost"]))
+        else:
+            lines.append(t("plan.eta", duration=format_hours(best["hours"]), epochs=request.epochs))
+    lines.append(t("plan.reasons"))
+    lines += [f"  - {item['message']}" for item in data["reasons"]]
+    if best["problems"]:
+        lines.append(t("plan.problems"))
+        lines += [f"  - {item['message']}" for item in best["problems"]]
+    if best["warnings"]:
+        lines.append(t("plan.warnings"))
+        lines += [f"  - {item['message']}" for item in best["warnings"]]
+    if data["alternatives"]:
+        lines.append(t("plan.alternatives"))
+        for index, alt in enumerate(data["alternatives"], 1):
+            lines.append("  " + t("plan.alternative", index=index, peak=alt["peak_gib"], tps=alt["tokens_per_s"],
+                                  trade="; ".join(alt["trade_off"]), **describe_plan(alt["plan"])))
+    return "\n".join(lines)

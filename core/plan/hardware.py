@@ -1,0 +1,110 @@
+"""What the plan is for: GPUs of this box (or a box you do not have), host RAM, disk, price."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from core.estimate import GpuSpec, UnknownGpuError, find_gpu, parse_hardware
+from core.i18n import t
+
+GIB = 1024**3
+# The CPU as a pseudo-GPU, so that the estimator sizes a CPU-only run (the tiny model on a laptop):
+# memory is the host's RAM, no bf16, a modest fp32 throughput.
+CPU_FP32_TFLOPS = 0.2
+
+
+class HardwareError(ValueError):
+    """A hardware description that cannot be read (the message says what is accepted)."""
+
+
+@dataclass(frozen=True)
+class HardwareTarget:
+    """The GPUs a plan may use. ``gpu`` is None for a CPU-only box."""
+
+    gpu: GpuSpec | None
+    count: int
+    host_ram_gib: float | None = None
+    disk_free_gib: float | None = None
+    price_per_gpu_hour: float | None = None
+    detected: bool = False  # True: this box (launch and probe possible)
+    gpu_indices: tuple[int, ...] | None = None  # the chosen GPUs of this box
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.gpu is None
+
+    def spec(self) -> GpuSpec:
+        """The GpuSpec the estimator sizes against (a pseudo-spec for the CPU)."""
+        if self.gpu is not None:
+            return self.gpu
+        ram_mib = int((self.host_ram_gib or 16.0) * 1024)
+        return GpuSpec("CPU", ram_mib, False, 0.0, 0.0, CPU_FP32_TFLOPS, "cpu")
+
+    def describe(self) -> str:
+        """``2xA100-80GB`` / ``cpu``: also what ``--hardware`` accepts."""
+        return "cpu" if self.gpu is None else f"{self.count}x{self.gpu.name}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu": None if self.gpu is None else self.gpu.name,
+            "count": self.count,
+            "memory_gib": None if self.gpu is None else round(self.gpu.memory_gib, 2),
+            "bf16": None if self.gpu is None else self.gpu.bf16,
+            "host_ram_gib": None if self.host_ram_gib is None else round(self.host_ram_gib, 1),
+            "disk_free_gib": None if self.disk_free_gib is None else round(self.disk_free_gib, 1),
+            "price_per_gpu_hour": self.price_per_gpu_hour,
+            "detected": self.detected,
+            "gpu_indices": None if self.gpu_indices is None else list(self.gpu_indices),
+        }
+
+
+def parse_target(text: str, price_per_gpu_hour: float | None = None,
+                 host_ram_gib: float | None = None, disk_free_gib: float | None = None) -> HardwareTarget:
+    """``"8xA100-80GB"`` or ``"cpu"``: hardware you plan for (not necessarily this box)."""
+    if text.strip().lower() in ("cpu", "none", "0"):
+        return HardwareTarget(None, 1, host_ram_gib, disk_free_gib, price_per_gpu_hour)
+    try:
+        count, gpu = parse_hardware(text)
+    except UnknownGpuError as exc:
+        raise HardwareError(str(exc)) from exc
+    return HardwareTarget(gpu, count, host_ram_gib, disk_free_gib, price_per_gpu_hour)
+
+
+def spec_for_gpu_name(name: str | None, memory_bytes: int | None) -> GpuSpec:
+    """The table entry for an NVML name; an unknown GPU gets its real memory and Ampere-like speed."""
+    try:
+        return find_gpu(name or "")
+    except UnknownGpuError:
+        memory_mib = int((memory_bytes or 0) / 1024**2) or 16384
+        return GpuSpec(name or "GPU", memory_mib, True, 150.0, 150.0, 19.5, "ampere")
+
+
+def target_from_snapshot(snapshot: Any, indices: list[int] | None = None,
+                         price_per_gpu_hour: float | None = None) -> HardwareTarget:
+    """This box from a ``BoxSnapshot``: its GPUs (``indices`` picks some), host RAM and free disk."""
+    host = snapshot.host
+    ram = host.memory_total_bytes / GIB if host.memory_total_bytes else None
+    disk = host.disk_free_bytes / GIB if host.disk_free_bytes is not None else None
+    gpus = list(snapshot.gpus)
+    if indices is not None:
+        known = {g.index for g in gpus}
+        missing = [i for i in indices if i not in known]
+        if missing:
+            raise HardwareError(t("plan.error.no_such_gpu", indices=", ".join(map(str, missing)),
+                                  known=", ".join(str(i) for i in sorted(known)) or "-"))
+        gpus = [g for g in gpus if g.index in indices]
+    if not gpus:
+        return HardwareTarget(None, 1, ram, disk, price_per_gpu_hour, detected=True, gpu_indices=())
+    first = gpus[0]
+    spec = spec_for_gpu_name(first.name, first.memory_total_bytes)
+    return HardwareTarget(spec, len(gpus), ram, disk, price_per_gpu_hour, detected=True,
+                          gpu_indices=tuple(g.index for g in gpus))
+
+
+def parse_gpu_indices(text: str) -> list[int]:
+    """``"0,1"`` -> [0, 1]."""
+    try:
+        return [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError as exc:
+        raise HardwareError(t("plan.error.gpu_indices", value=text)) from exc

@@ -1,0 +1,64 @@
+"""Reading user overrides (``field=value``) into typed planner fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.i18n import t
+from core.plan.request import OVERRIDABLE
+
+INT_FIELDS = ("zero_stage", "micro_batch_size", "grad_accum_steps", "seq_len", "lora_rank", "num_gpus")
+CHOICE_FIELDS = {
+    "method": ("full", "lora", "dora", "qlora"),
+    "precision": ("bf16", "pure-bf16", "fp16", "fp32"),
+    "offload": ("none", "optimizer", "all"),
+}
+TRUE_WORDS = ("1", "true", "yes", "on", "y")
+FALSE_WORDS = ("0", "false", "no", "off", "n")
+
+
+class OverrideError(ValueError):
+    """An override the planner cannot read (the message names the field and what is allowed)."""
+
+
+def parse_override_value(name: str, text: str) -> Any:
+    """``text`` as the type of ``name``; an empty text means "not pinned" (None)."""
+    value = text.strip().lower()
+    if not value or value == "auto":
+        return None
+    if name in INT_FIELDS:
+        try:
+            number = int(value)
+        except ValueError:
+            raise OverrideError(t("plan.error.override_value", field=name, value=text,
+                                  problem=t("plan.error.need_int"))) from None
+        if number < (0 if name == "zero_stage" else 1) or (name == "zero_stage" and number > 3):
+            raise OverrideError(t("plan.error.override_value", field=name, value=text,
+                                  problem=t("plan.error.out_of_range")))
+        return number
+    if name in CHOICE_FIELDS:
+        if value not in CHOICE_FIELDS[name]:
+            raise OverrideError(t("plan.error.override_value", field=name, value=text,
+                                  problem=", ".join(CHOICE_FIELDS[name])))
+        return value
+    if name == "gradient_checkpointing":
+        if value in TRUE_WORDS:
+            return True
+        if value in FALSE_WORDS:
+            return False
+        raise OverrideError(t("plan.error.override_value", field=name, value=text, problem="on, off"))
+    raise OverrideError(t("plan.error.override", text=name, fields=", ".join(OVERRIDABLE)))
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["method=qlora", "seq_len=4096"]`` -> {"method": "qlora", "seq_len": 4096}."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip().replace("-", "_").replace(".", "_")
+        if not sep or name not in OVERRIDABLE:
+            raise OverrideError(t("plan.error.override", text=item, fields=", ".join(OVERRIDABLE)))
+        parsed = parse_override_value(name, value)
+        if parsed is not None:
+            out[name] = parsed
+    return out

@@ -1,0 +1,355 @@
+"""``recommend(request)``: weigh every candidate, rank by the goal, explain the choice, offer alternatives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from core.estimate import TrainingPlan, plan_for_model
+from core.plan.candidates import Candidate, Finding, candidate_plans, estimate_plan, finding, hours_for
+from core.plan.request import PlanRequest
+from core.plan.rules import judge
+
+MAX_ALTERNATIVES = 3
+
+
+@dataclass
+class Recommendation:
+    """The planner's answer. ``best`` is None only when nothing could be estimated at all."""
+
+    request: PlanRequest
+    best: Candidate | None
+    alternatives: list[tuple[Candidate, list[Finding]]] = field(default_factory=list)
+    reasons: list[tuple[str, Finding]] = field(default_factory=list)
+    way_out: list[Finding] = field(default_factory=list)
+    considered: int = 0
+
+    @property
+    def feasible(self) -> bool:
+        return self.best is not None and self.best.feasible
+
+    def to_json(self) -> dict[str, Any]:
+        price = self.request.hardware.price_per_gpu_hour
+        return {
+            "model": self.request.model,
+            "dataset": self.request.dataset,
+            "goal": self.request.goal,
+            "epochs": self.request.epochs,
+            "hardware": self.request.hardware.to_json(),
+            "feasible": self.feasible,
+            "considered": self.considered,
+            "recommendation": None if self.best is None else candidate_json(self.best, price),
+            "reasons": [{"field": name, "message": f.text()} for name, f in self.reasons],
+            "alternatives": [{**candidate_json(c, price), "trade_off": [f.text() for f in trade]}
+                             for c, trade in self.alternatives],
+            "way_out": [f.to_json() for f in self.way_out],
+            "overrides": dict(self.request.overrides),
+        }
+
+
+def candidate_json(candidate: Candidate, price: float | None) -> dict[str, Any]:
+    est = candidate.estimate
+    cost = candidate.cost(price)
+    return {
+        "plan": est.plan if est else None,
+        "feasible": candidate.feasible,
+        "peak_gib": None if est is None else round(candidate.peak_gib, 2),
+        "capacity_gib": None if est is None else round(est.capacity_gib, 2),
+        "breakdown": None if est is None else {k: round(v, 3) for k, v in est.breakdown.items()},
+        "cpu_ram_gib": None if est is None else round(est.cpu_ram_gib, 2),
+        "tokens_per_s": round(candidate.tokens_per_s, 1),
+        "effective_batch": candidate.effective_batch,
+        "hours": None if candidate.hours is None else round(candidate.hours, 3),
+        "cost": None if cost is None else round(cost, 2),
+        "measured": candidate.measured,
+        "problems": [f.to_json() for f in candidate.problems],
+        "warnings": [f.to_json() for f in candidate.warnings],
+    }
+
+
+# --- ranking ------------------------------------------------------------------------------------------
+def rank_key(candidate: Candidate, goal: str) -> tuple[Any, ...]:
+    """Smaller is better. Ties go to fewer GPUs, then less memory."""
+    p = candidate.plan
+    speed = -candidate.tokens_per_s
+    tie = (p.num_gpus, candidate.peak_gib)
+    if goal == "largest_batch":
+        return (-p.micro_batch_size, speed, *tie)
+    if goal == "longest_context":
+        return (-p.seq_len, speed, *tie)
+    if goal == "lowest_cost":
+        gpu_seconds_per_token = p.num_gpus / max(candidate.tokens_per_s, 1e-9)
+        return (round(gpu_seconds_per_token, 12), speed, *tie)
+    return (speed, *tie)
+
+
+def rank(candidates: list[Candidate], goal: str) -> list[Candidate]:
+    return sorted(candidates, key=lambda c: rank_key(c, goal))
+
+
+# --- evaluation ---------------------------------------------------------------------------------------
+def evaluate(plan: TrainingPlan, request: PlanRequest, measured: dict[str, Any] | None = None) -> Candidate:
+    """Estimate ``plan`` and judge it under every rule."""
+    result, invalid = estimate_plan(plan, request)
+    problems, warnings = judge(plan, result, request)
+    if invalid is not None:
+        problems.insert(0, invalid)
+    hours = hours_for(result, request) if result is not None else None
+    candidate = Candidate(plan, result, tuple(problems), tuple(warnings), hours, measured)
+    if measured and measured.get("tokens_per_s") and request.training_tokens:
+        candidate = replace(candidate, hours=request.training_tokens / float(measured["tokens_per_s"]) / 3600.0)
+    return candidate
+
+
+def base_plan(request: PlanRequest) -> TrainingPlan:
+    """The model's architecture in a default plan (raises ModelNotFoundError / ArchitectureError)."""
+    from core.assets import resolve_model_name
+
+    return plan_for_model(resolve_model_name(request.model), exact_count=False)
+
+
+def evaluate_all(request: PlanRequest, base: TrainingPlan,
+                 measured: dict[tuple[Any, ...], dict[str, Any]] | None = None) -> list[Candidate]:
+    measured = measured or {}
+    candidates = [evaluate(plan, request, measured.get(plan_key(plan))) for plan in candidate_plans(request, base)]
+    scale = measured_speed_scale(candidates)
+    if scale is None:
+        return candidates
+    # Plans not measured themselves take the box's measured/estimated speed ratio, so that measured and
+    # estimated plans rank on the same footing (the estimator learns from the box).
+    return [c if c.measured or c.estimate is None else
+            evaluate(c.plan, request, {"tokens_per_s": c.estimate.tokens_per_s * scale, "scaled": round(scale, 4)})
+            for c in candidates]
+
+
+def measured_speed_scale(candidates: list[Candidate]) -> float | None:
+    """Median of measured / estimated tokens/s over the measured candidates (None without any)."""
+    import statistics
+
+    ratios = [float(c.measured["tokens_per_s"]) / c.estimate.tokens_per_s for c in candidates
+              if c.measured and c.measured.get("tokens_per_s") and not c.measured.get("scaled")
+              and c.estimate is not None and c.estimate.tokens_per_s > 0]
+    return statistics.median(ratios) if ratios else None
+
+
+def plan_key(plan: TrainingPlan) -> tuple[Any, ...]:
+    """What identifies a plan's configuration (for probe results)."""
+    return (plan.method, plan.precision, plan.num_gpus, plan.zero_stage, plan.offload, plan.seq_len,
+            plan.micro_batch_size, plan.gradient_checkpointing, plan.lora_rank if plan.uses_lora else None)
+
+
+def recommend(request: PlanRequest, base: TrainingPlan | None = None,
+              measured: dict[tuple[Any, ...], dict[str, Any]] | None = None) -> Recommendation:
+    """The best plan for ``request`` with reasons, alternatives, and a way out when nothing fits."""
+    base = base or base_plan(request)
+    candidates = evaluate_all(request, base, measured)
+    feasible = rank([c for c in candidates if c.feasible], request.goal)
+    rec = Recommendation(request, None, considered=len(candidates))
+    if feasible:
+        rec.best = feasible[0]
+        rec.alternatives = alternatives(rec.best, feasible, request)
+    else:
+        estimated = [c for c in candidates if c.estimate is not None]
+        if estimated:  # the closest miss, honestly marked as not fitting
+            rec.best = min(estimated, key=lambda c: c.peak_gib)
+        elif candidates:
+            rec.best = candidates[0]
+        rec.way_out = way_out(request, base)
+    if rec.best is not None:
+        rec.reasons = reasons(rec.best, candidates, request)
+    return rec
+
+
+# --- alternatives -------------------------------------------------------------------------------------
+def alternatives(best: Candidate, ranked: list[Candidate], request: PlanRequest) -> list[tuple[Candidate, list[Finding]]]:
+    """The best candidate of each other kind of plan (method, GPUs, ZeRO, offload), with its trade-off."""
+    seen = {best.shape()}
+    out: list[tuple[Candidate, list[Finding]]] = []
+    for candidate in ranked:
+        if candidate.shape() in seen:
+            continue
+        seen.add(candidate.shape())
+        out.append((candidate, trade_off(candidate, best, request)))
+        if len(out) == MAX_ALTERNATIVES:
+            break
+    return out
+
+
+def trade_off(other: Candidate, best: Candidate, request: PlanRequest) -> list[Finding]:
+    """How ``other`` differs from ``best``: speed, memory, cost, and what the method change means."""
+    out: list[Finding] = []
+    if best.tokens_per_s > 0 and other.tokens_per_s > 0:
+        ratio = other.tokens_per_s / best.tokens_per_s
+        key = "plan.trade.faster" if ratio >= 1 else "plan.trade.slower"
+        out.append(finding(key, ratio=round(ratio if ratio >= 1 else 1 / ratio, 2)))
+    delta = other.peak_gib - best.peak_gib
+    out.append(finding("plan.trade.memory_more" if delta >= 0 else "plan.trade.memory_less",
+                       gib=round(abs(delta), 1)))
+    price = request.hardware.price_per_gpu_hour
+    cost_other, cost_best = other.cost(price), best.cost(price)
+    if cost_other is not None and cost_best is not None:
+        out.append(finding("plan.trade.cost", cost=round(cost_other, 2), best=round(cost_best, 2)))
+    if other.plan.method != best.plan.method:
+        out.append(finding(f"plan.trade.method_{other.plan.method}"))
+    if other.plan.num_gpus != best.plan.num_gpus:
+        out.append(finding("plan.trade.gpus", gpus=other.plan.num_gpus))
+    return out
+
+
+# --- reasons ------------------------------------------------------------------------------------------
+def _lowest_peak(candidates: list[Candidate], **match: Any) -> Candidate | None:
+    pool = [c for c in candidates if c.estimate is not None
+            and all(getattr(c.plan, k) == v for k, v in match.items())]
+    return min(pool, key=lambda c: c.peak_gib) if pool else None
+
+
+def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) -> list[tuple[str, Finding]]:
+    """One line per choice of ``best``: method, precision, parallelism, batch, sequence, checkpointing,
+    LoRA rank and GPU count, each saying why."""
+    p = best.plan
+    est = best.estimate
+    capacity = est.capacity_gib if est else 0.0
+    usable = (est.capacity_gib - est.margin_gib) if est else 0.0
+    pinned = request.overrides
+    out: list[tuple[str, Finding]] = []
+
+    if not best.feasible:
+        problem = best.problems[0].text() if best.problems else "?"
+        out.append(("method", finding("plan.reason.closest", method=p.method, problem=problem)))
+    elif "method" in pinned:
+        out.append(("method", finding("plan.reason.pinned", field="method", value=p.method)))
+    else:
+        lighter = {"full": ("lora",), "lora": ("full",), "qlora": ("lora", "full"), "dora": ()}
+        missed = []
+        for other in lighter.get(p.method, ()):
+            low = _lowest_peak(candidates, method=other, num_gpus=p.num_gpus)
+            if low is not None and not low.feasible and low.estimate is not None:
+                missed.append(finding("plan.reason.method_missed", method=other, peak=round(low.peak_gib, 1),
+                                      capacity=round(capacity, 1), usable=round(usable, 1)))
+        if p.method == "qlora" and missed:
+            out.append(("method", finding("plan.reason.method_qlora", detail=missed[0].text())))
+        elif p.method == "lora":
+            out.append(("method", finding("plan.reason.method_lora", peak=round(best.peak_gib, 1),
+                                          capacity=round(capacity, 1))))
+        elif p.method == "full":
+            out.append(("method", finding("plan.reason.method_full", peak=round(best.peak_gib, 1),
+                                          capacity=round(capacity, 1))))
+        else:
+            out.append(("method", finding("plan.reason.method_other", method=p.method)))
+
+    gpu = request.hardware.gpu
+    if gpu is None:
+        out.append(("precision", finding("plan.reason.precision_cpu")))
+    elif "precision" in pinned:
+        out.append(("precision", finding("plan.reason.pinned", field="precision", value=p.precision)))
+    elif p.precision == "bf16":
+        out.append(("precision", finding("plan.reason.precision_bf16", gpu=gpu.name)))
+    else:
+        out.append(("precision", finding("plan.reason.precision_fp16", gpu=gpu.name)))
+
+    if request.hardware.cpu_only:
+        out.append(("zero", finding("plan.reason.single_cpu")))
+    elif p.num_gpus == 1:
+        if p.zero_stage == 0:
+            out.append(("zero", finding("plan.reason.single_gpu")))
+        else:
+            out.append(("zero", finding("plan.reason.single_offload", zero=p.zero_stage, offload=p.offload,
+                                        ram=round(est.cpu_ram_gib if est else 0, 1))))
+    elif p.zero_stage == 0:
+        out.append(("zero", finding("plan.reason.ddp", gpus=p.num_gpus,
+                                    weights=round(est.breakdown["weights"] if est else 0, 1))))
+    else:
+        ddp = _lowest_peak(candidates, method=p.method, num_gpus=p.num_gpus, zero_stage=0)
+        ddp_peak = round(ddp.peak_gib, 1) if ddp else "?"
+        out.append(("zero", finding("plan.reason.zero", zero=p.zero_stage, offload=p.offload, ddp=ddp_peak,
+                                    peak=round(best.peak_gib, 1))))
+
+    out.append(("batch", finding("plan.reason.batch", micro=p.micro_batch_size, accum=p.grad_accum_steps,
+                                 gpus=p.num_gpus, effective=best.effective_batch, target=request.effective_batch)))
+
+    if "seq_len" in pinned:
+        out.append(("seq_len", finding("plan.reason.pinned", field="seq_len", value=p.seq_len)))
+    elif request.dataset_p95_tokens and p.seq_len == request.seq_len:
+        out.append(("seq_len", finding("plan.reason.seq_data", seq=p.seq_len, p95=request.dataset_p95_tokens)))
+    elif p.seq_len > request.seq_len:
+        out.append(("seq_len", finding("plan.reason.seq_longest", seq=p.seq_len)))
+    else:
+        out.append(("seq_len", finding("plan.reason.seq_default", seq=p.seq_len)))
+
+    twin = _lowest_peak(candidates, method=p.method, num_gpus=p.num_gpus, zero_stage=p.zero_stage,
+                        offload=p.offload, micro_batch_size=p.micro_batch_size, seq_len=p.seq_len,
+                        gradient_checkpointing=not p.gradient_checkpointing)
+    if p.gradient_checkpointing and twin is not None and not twin.feasible:
+        out.append(("checkpointing", finding("plan.reason.gc_on", need=round(twin.peak_gib, 1),
+                                             usable=round(usable, 1))))
+    elif p.gradient_checkpointing:
+        out.append(("checkpointing", finding("plan.reason.gc_on_chosen")))
+    else:
+        out.append(("checkpointing", finding("plan.reason.gc_off")))
+
+    if p.uses_lora:
+        trainable = est.trainable_params if est else 0
+        out.append(("lora_rank", finding("plan.reason.lora_rank", rank=p.lora_rank,
+                                         millions=round(trainable / 1e6, 1))))
+    available = 1 if request.hardware.cpu_only else request.hardware.count
+    out.append(("gpus", finding("plan.reason.gpus", used=p.num_gpus, available=available)))
+    return out
+
+
+# --- a way out when nothing fits ---------------------------------------------------------------------
+WAY_OUT_GPU_COUNTS = (2, 4, 8, 16, 32, 64)
+
+
+def way_out(request: PlanRequest, base: TrainingPlan) -> list[Finding]:
+    """The nearest changes that make the model fit: more GPUs, QLoRA, shorter sequences, offload."""
+    out: list[Finding] = []
+    hw = request.hardware
+    free = {k: v for k, v in request.overrides.items() if k in ("seq_len",)}
+
+    def first_feasible(req: PlanRequest) -> Candidate | None:
+        found = rank([c for c in evaluate_all(req, base) if c.feasible], req.goal)
+        return found[0] if found else None
+
+    if hw.cpu_only:
+        from core.estimate import find_gpu
+
+        for count in (1, *WAY_OUT_GPU_COUNTS):
+            gpu_box = replace(hw, gpu=find_gpu("H200"), count=count, gpu_indices=None, detected=False)
+            hit = first_feasible(replace(request, hardware=gpu_box, overrides=free))
+            if hit is not None:
+                out.append(finding("plan.way_out.more_gpus", count=count, gpu="H200", method=hit.plan.method,
+                                   zero=hit.plan.zero_stage, peak=round(hit.peak_gib, 1)))
+                break
+    if not hw.cpu_only:
+        for count in WAY_OUT_GPU_COUNTS:
+            if count <= hw.count:
+                continue
+            bigger = replace(request, hardware=replace(hw, count=count, gpu_indices=None), overrides=free)
+            hit = first_feasible(bigger)
+            if hit is not None:
+                out.append(finding("plan.way_out.more_gpus", count=count, gpu=hw.gpu.name, method=hit.plan.method,
+                                   zero=hit.plan.zero_stage, peak=round(hit.peak_gib, 1)))
+                break
+        qlora = first_feasible(replace(request, overrides={**free, "method": "qlora"}))
+        if qlora is not None and request.overrides.get("method") != "qlora":
+            out.append(finding("plan.way_out.qlora", peak=round(qlora.peak_gib, 1)))
+    seq = request.seq_len
+    while seq > 128:
+        seq //= 2
+        shorter = first_feasible(replace(request, overrides={"seq_len": seq}))
+        if shorter is not None:
+            out.append(finding("plan.way_out.shorter", seq=seq, method=shorter.plan.method,
+                               peak=round(shorter.peak_gib, 1)))
+            break
+    if not hw.cpu_only:
+        offload_plan = replace(base, method="full", precision="bf16" if hw.gpu.bf16 else "fp16",
+                               num_gpus=max(1, hw.count), zero_stage=3, offload="all", seq_len=request.seq_len,
+                               micro_batch_size=1, gradient_checkpointing=True)
+        result, _ = estimate_plan(offload_plan, request)
+        if result is not None:
+            ram = hw.host_ram_gib
+            out.append(finding("plan.way_out.offload", gpu_peak=round(result.peak_gib, 1),
+                               ram=round(result.cpu_ram_gib, 1), have="?" if ram is None else round(ram, 1)))
+    if not out:
+        out.append(finding("plan.way_out.none"))
+    return out

@@ -1,0 +1,132 @@
+"""Known traps as rules: each returns findings with the reason, so the planner never hides why.
+
+A *problem* rules a candidate out (it would fail or not fit); a *warning* is kept beside it.
+"""
+
+from __future__ import annotations
+
+from core.estimate import Estimate, TrainingPlan
+from core.plan.candidates import Finding, finding
+from core.plan.request import PlanRequest
+
+GIB = 1024**3
+# Host RAM a run may take for offloaded states before the box starts swapping.
+HOST_RAM_USABLE_FRACTION = 0.9
+# Bytes per parameter in a checkpoint: weights (bf16, 2) + AdamW moments (fp32, 8) + fp32 master (4)
+# for full fine-tuning; adapters in fp32 (4) + moments (8) for LoRA methods.
+CHECKPOINT_BYTES_FULL = 14
+CHECKPOINT_BYTES_ADAPTER = 12
+FINAL_BYTES_FULL = 2
+SAVE_TOTAL_LIMIT = 2  # the run config's default
+
+
+def checkpoint_disk_gib(plan: TrainingPlan, result: Estimate) -> float:
+    """Disk for the kept checkpoints and the final output of ``plan`` (run config defaults)."""
+    if plan.uses_lora:
+        per_checkpoint = result.trainable_params * CHECKPOINT_BYTES_ADAPTER
+        final = result.trainable_params * 4
+    else:
+        per_checkpoint = result.total_params * CHECKPOINT_BYTES_FULL
+        final = result.total_params * FINAL_BYTES_FULL
+    return (per_checkpoint * SAVE_TOTAL_LIMIT + final) / GIB
+
+
+def rule_qlora_zero3(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    if plan.method == "qlora" and plan.zero_stage == 3:
+        return [finding("plan.rule.qlora_zero3")]
+    return []
+
+
+def rule_precision(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    gpu = request.hardware.gpu
+    if gpu is None:
+        if plan.precision != "fp32":
+            return [finding("plan.rule.cpu_precision", precision=plan.precision)]
+        return []
+    if not gpu.bf16 and plan.precision in ("bf16", "pure-bf16"):
+        return [finding("plan.rule.no_bf16", gpu=gpu.name, precision=plan.precision)]
+    return []
+
+
+def rule_cpu_methods(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    if request.hardware.cpu_only and (plan.method == "qlora" or plan.zero_stage > 0):
+        return [finding("plan.rule.cpu_only", method=plan.method, zero=plan.zero_stage)]
+    return []
+
+
+def rule_gpu_count(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    available = request.hardware.count if not request.hardware.cpu_only else 1
+    if plan.num_gpus > available:
+        return [finding("plan.rule.too_many_gpus", wanted=plan.num_gpus, available=available)]
+    return []
+
+
+def rule_memory(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    if result is None or result.fits:
+        return []
+    return [finding("plan.rule.memory", peak=round(result.peak_gib, 1), capacity=round(result.capacity_gib, 1),
+                    usable=round(result.capacity_gib - result.margin_gib, 1))]
+
+
+def rule_offload_ram(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    ram = request.hardware.host_ram_gib
+    if result is None or plan.offload == "none" or ram is None:
+        return []  # unknown RAM (planned hardware): warn_offload_ram_unknown says what is needed
+    if result.cpu_ram_gib > ram * HOST_RAM_USABLE_FRACTION:
+        return [finding("plan.rule.offload_ram", need=round(result.cpu_ram_gib, 1), ram=round(ram, 1))]
+    return []
+
+
+def rule_disk(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    free = request.hardware.disk_free_gib
+    if result is None or free is None:
+        return []
+    need = checkpoint_disk_gib(plan, result)
+    if need > free:
+        return [finding("plan.rule.disk", need=round(need, 1), free=round(free, 1), keep=SAVE_TOTAL_LIMIT)]
+    return []
+
+
+def warn_offload_ram_unknown(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    if result is not None and plan.offload != "none" and request.hardware.host_ram_gib is None:
+        return [finding("plan.warn.offload_ram_unknown", need=round(result.cpu_ram_gib, 1))]
+    return []
+
+
+def warn_launcher(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    if plan.num_gpus > 1:
+        launcher = "deepspeed" if plan.zero_stage else "torchrun"
+        return [finding("plan.warn.launcher", gpus=plan.num_gpus, launcher=launcher)]
+    return []
+
+
+def warn_ddp_replicas(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    if plan.num_gpus > 1 and plan.zero_stage == 0 and result is not None:
+        return [finding("plan.warn.ddp_replicas", gpus=plan.num_gpus, weights=round(result.breakdown["weights"], 1))]
+    return []
+
+
+def warn_fp16(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    gpu = request.hardware.gpu
+    if gpu is not None and plan.precision == "fp16":
+        return [finding("plan.warn.fp16", gpu=gpu.name)]
+    return []
+
+
+def warn_truncation(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    p95 = request.dataset_p95_tokens
+    if p95 and plan.seq_len < p95:
+        return [finding("plan.warn.truncation", seq=plan.seq_len, p95=p95)]
+    return []
+
+
+PROBLEM_RULES = (rule_qlora_zero3, rule_precision, rule_cpu_methods, rule_gpu_count, rule_memory,
+                 rule_offload_ram)
+WARNING_RULES = (rule_disk, warn_offload_ram_unknown, warn_launcher, warn_ddp_replicas, warn_fp16, warn_truncation)
+
+
+def judge(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> tuple[list[Finding], list[Finding]]:
+    """(problems, warnings) of ``plan`` under every rule."""
+    problems = [f for rule in PROBLEM_RULES for f in rule(plan, result, request)]
+    warnings = [f for rule in WARNING_RULES for f in rule(plan, result, request)]
+    return problems, warnings

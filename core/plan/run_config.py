@@ -1,0 +1,67 @@
+"""The recommendation as a run configuration (the YAML ``tunedeck train`` takes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from core.plan.candidates import Candidate
+from core.plan.request import PlanRequest
+
+
+def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, Any]:
+    """Run-config keys for ``candidate`` (checked by ``RunConfig.from_dict``)."""
+    p = candidate.plan
+    hw = request.hardware
+    if hw.cpu_only:
+        gpus: Any = "all"
+    elif hw.detected and hw.gpu_indices:
+        gpus = list(hw.gpu_indices[: p.num_gpus])
+    else:
+        gpus = p.num_gpus
+    values: dict[str, Any] = {
+        "model": request.model,
+        "dataset": request.dataset,
+        "method": p.method,
+        "precision": "bf16" if p.precision == "pure-bf16" else p.precision,
+        "max_seq_len": max(16, p.seq_len),
+        "micro_batch_size": p.micro_batch_size,
+        "gradient_accumulation": p.grad_accum_steps,
+        "epochs": request.epochs,
+        "gradient_checkpointing": p.gradient_checkpointing,
+        "gpus": gpus,
+        "zero_stage": p.zero_stage,
+        "offload": p.offload,
+    }
+    if p.precision == "pure-bf16":
+        values["pure_bf16"] = True
+    if p.uses_lora:
+        values["lora_rank"] = p.lora_rank
+        values["lora_alpha"] = 2 * p.lora_rank
+    return values
+
+
+def build_run_config(candidate: Candidate, request: PlanRequest) -> Any:
+    """A checked ``RunConfig`` (raises ``ConfigError`` listing every problem)."""
+    from core.config import RunConfig
+
+    return RunConfig.from_dict(run_config_values(candidate, request), source="<plan>")
+
+
+def save_run_config(candidate: Candidate, request: PlanRequest, path: str | Path) -> Path:
+    """Write the recommendation as a run YAML (creating its folder); returns the path."""
+    config = build_run_config(candidate, request)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return config.save(path)
+
+
+def default_config_path(request: PlanRequest) -> Path:
+    """``<data root>/plans/<model>-<method>.yaml``: where the wizard saves unless told otherwise."""
+    from core.paths import data_root
+
+    name = request.model.rstrip("/").replace("\\", "/").split("/")[-1] or "model"
+    return data_root() / "plans" / f"{name}.yaml"
+
+
+def equivalent_command(path: str | Path) -> str:
+    return f"tunedeck train {path}"

@@ -1,0 +1,76 @@
+"""``tunedeck plan`` as a subprocess: JSON on stdout, human text, exit codes, --save."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "core" / "data" / "samples" / "tiny_skills.jsonl"
+
+
+def tunedeck(tmp_path, *args, fake_gpus=None):
+    env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home")}
+    env.pop("TUNEDECK_FAKE_GPUS", None)
+    if fake_gpus:
+        env["TUNEDECK_FAKE_GPUS"] = str(ROOT / "tests" / "fixtures" / "gpus" / f"{fake_gpus}.json")
+    return subprocess.run([sys.executable, "-m", "core", "plan", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+
+
+def test_json_for_planned_hardware_with_data_and_save(tmp_path):
+    out = tmp_path / "run.yaml"
+    proc = tunedeck(tmp_path, "--model", "Qwen2.5-7B", "--dataset", str(SAMPLE), "--hardware", "2xA100-80GB",
+                    "--goal", "lowest_cost", "--price-per-gpu-hour", "2.5", "--save", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["feasible"] is True and data["goal"] == "lowest_cost"
+    assert data["hardware"]["gpu"] == "A100-80GB" and data["hardware"]["count"] == 2
+    best = data["recommendation"]
+    assert best["plan"]["precision"] == "bf16" and best["cost"] is not None
+    assert best["peak_gib"] < best["capacity_gib"]
+    assert {r["field"] for r in data["reasons"]} >= {"method", "precision", "zero", "batch", "seq_len"}
+    assert 1 <= len(data["alternatives"]) <= 3 and all(a["trade_off"] for a in data["alternatives"])
+    assert data["dataset_summary"]["records"] > 0 and data["dataset_summary"]["histogram"]
+    saved = yaml.safe_load(out.read_text())
+    assert data["saved"] == str(out)
+    assert saved["method"] == best["plan"]["method"] and saved["gpus"] == best["plan"]["num_gpus"]
+
+
+def test_this_box_detected_through_the_monitor(tmp_path):
+    proc = tunedeck(tmp_path, "--model", "tiny", "--dataset", str(SAMPLE), "--gpus", "1", "--json",
+                    fake_gpus="h200x2")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["hardware"]["detected"] is True and data["hardware"]["gpu_indices"] == [1]
+    assert data["hardware"]["gpu"] == "H200"
+
+
+def test_cpu_box_and_human_output(tmp_path):
+    proc = tunedeck(tmp_path, "--model", "tiny", "--dataset", str(SAMPLE))
+    assert proc.returncode == 0, proc.stderr
+    assert "Recommended: " in proc.stdout and "fp32" in proc.stdout
+    assert "Why:" in proc.stdout
+
+
+def test_infeasible_exits_3_with_ways_out(tmp_path):
+    proc = tunedeck(tmp_path, "--model", "Qwen2.5-72B", "--hardware", "1xRTX-4090", "--host-ram-gib", "64",
+                    "--json")
+    assert proc.returncode == 3
+    data = json.loads(proc.stdout)
+    assert data["feasible"] is False and data["way_out"]
+    assert data["recommendation"]["problems"]
+
+
+def test_user_errors_exit_2_with_a_message(tmp_path):
+    bad_gpu = tunedeck(tmp_path, "--model", "tiny", "--hardware", "3xTPU")
+    assert bad_gpu.returncode == 2 and "TPU" in bad_gpu.stderr and bad_gpu.stdout == ""
+    bad_set = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--set", "method=sft")
+    assert bad_set.returncode == 2 and "qlora" in bad_set.stderr
+    bad_model = tunedeck(tmp_path, "--model", "no/such-model", "--hardware", "cpu")
+    assert bad_model.returncode == 2 and "config.json" in bad_model.stderr

@@ -1,0 +1,176 @@
+"""The planner's rules and ranking against hand-checked cases (estimator numbers, not constants)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from core.estimate import estimate, find_gpu, plan_for_model
+from core.plan import PlanRequest, parse_target, recommend, run_config_values
+from core.plan.candidates import candidate_plans
+from core.plan.overrides import OverrideError, parse_overrides
+from core.plan.planner import base_plan, evaluate
+from core.plan.rules import checkpoint_disk_gib
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path))
+
+
+def request(model="Qwen2.5-7B", hardware="1xA100-80GB", **fields):
+    ram = fields.pop("host_ram_gib", 512.0)
+    disk = fields.pop("disk_free_gib", 1000.0)
+    price = fields.pop("price", None)
+    return PlanRequest(model=model, hardware=parse_target(hardware, price, ram, disk), **fields)
+
+
+def test_qlora_is_chosen_when_bf16_lora_does_not_fit_and_the_reason_gives_the_numbers():
+    req = request("Qwen2.5-72B", "1xA100-80GB", dataset_p95_tokens=900)
+    rec = recommend(req)
+    assert rec.feasible and rec.best.plan.method == "qlora"
+    # The reason quotes the real LoRA peak the estimator gives for the same shape, above the usable memory.
+    lora = estimate(plan_for_model("Qwen2.5-72B", method="lora", seq_len=1024, micro_batch_size=1,
+                                   grad_accum_steps=16, gradient_checkpointing=True), find_gpu("A100-80GB"))
+    method_reason = dict(rec.reasons)["method"].text()
+    assert method_reason.startswith("QLoRA: lora needs ")
+    quoted = float(method_reason.split("needs ")[1].split(" GiB")[0])
+    assert quoted == pytest.approx(lora.peak_gib, abs=0.1)
+    assert quoted > 80 * 0.9
+
+
+def test_qlora_is_never_combined_with_zero3_and_a_pinned_pair_is_refused_with_the_reason():
+    req = request("Qwen2.5-7B", "4xA100-80GB")
+    plans = list(candidate_plans(req, base_plan(req)))
+    assert plans and not [p for p in plans if p.method == "qlora" and p.zero_stage == 3]
+    pinned = replace(req, overrides={"method": "qlora", "zero_stage": 3})
+    rec = recommend(pinned)
+    assert not rec.feasible
+    assert any(f.key == "plan.rule.qlora_zero3" for f in rec.best.problems)
+    assert "4-bit layers cannot be sharded" in rec.best.problems[0].text() or any(
+        "cannot be sharded" in f.text() for f in rec.best.problems)
+
+
+def test_precision_follows_the_gpu_generation():
+    assert recommend(request(hardware="1xA100-80GB")).best.plan.precision == "bf16"
+    v100 = recommend(request(hardware="1xV100"))
+    assert v100.best.plan.precision == "fp16"
+    assert any(f.key == "plan.warn.fp16" for f in v100.best.warnings)
+    forced = recommend(request(hardware="1xV100", overrides={"precision": "bf16"}))
+    assert not forced.feasible
+    assert any("no bf16" in f.text() for f in forced.best.problems)
+    assert recommend(request(hardware="cpu", host_ram_gib=64)).best.plan.precision == "fp32"
+
+
+def test_several_gpus_name_their_launcher_and_ddp_warns_about_replicas():
+    rec = recommend(request("Qwen2.5-7B", "8xA100-80GB"))
+    best = rec.best
+    assert best.plan.num_gpus == 8 and best.plan.zero_stage == 0  # 7B LoRA fits on each: DDP is fastest
+    keys = {f.key for f in best.warnings}
+    assert {"plan.warn.launcher", "plan.warn.ddp_replicas"} <= keys
+    assert any("torchrun" in f.text() for f in best.warnings)
+
+
+def test_zero3_is_picked_when_the_replica_does_not_fit_and_quotes_the_ddp_peak():
+    rec = recommend(request("Qwen2.5-72B", "8xA100-80GB", overrides={"method": "lora"}))
+    best = rec.best
+    assert rec.feasible and best.plan.zero_stage == 3
+    zero_reason = dict(rec.reasons)["zero"].text()
+    assert "DDP would need" in zero_reason
+    ddp_peak = float(zero_reason.split("DDP would need ")[1].split(" GiB")[0])
+    assert ddp_peak > 76.0  # above the usable memory of an 80 GiB GPU
+
+
+def test_offload_needs_host_ram():
+    small = recommend(request("Qwen2.5-72B", "1xA100-80GB", host_ram_gib=64,
+                              overrides={"method": "full"}))
+    assert not small.feasible
+    assert any(f.key == "plan.rule.offload_ram" for c in [small.best] for f in c.problems)
+    unknown = recommend(request("Qwen2.5-7B", "1xA100-80GB", host_ram_gib=None, overrides={"method": "full"}))
+    assert unknown.feasible and unknown.best.plan.offload != "none"
+    assert any(f.key == "plan.warn.offload_ram_unknown" for f in unknown.best.warnings)
+
+
+def test_disk_for_checkpoints_is_checked():
+    req = request("Qwen2.5-7B", "1xH200", disk_free_gib=10.0, overrides={"method": "full"})
+    rec = recommend(req)
+    need = checkpoint_disk_gib(rec.best.plan, rec.best.estimate)
+    assert need > 100  # 7.6 B parameters × 14 bytes × 2 checkpoints
+    assert any(f.key == "plan.rule.disk" for f in rec.best.warnings)
+
+
+def test_ranking_follows_the_goal():
+    fastest = recommend(request("Qwen2.5-7B", "1xH200", goal="fastest"))
+    batch = recommend(request("Qwen2.5-7B", "1xH200", goal="largest_batch"))
+    context = recommend(request("Qwen2.5-7B", "1xH200", goal="longest_context"))
+    cost = recommend(request("Qwen2.5-7B", "8xH200", goal="lowest_cost", price=3.0, dataset_tokens=10**7))
+    assert batch.best.plan.micro_batch_size == 16  # the whole effective batch in one micro-batch
+    assert context.best.plan.seq_len > fastest.best.plan.seq_len
+    speed = recommend(request("Qwen2.5-7B", "8xH200", goal="fastest", price=3.0, dataset_tokens=10**7))
+    assert speed.best.tokens_per_s >= cost.best.tokens_per_s
+    assert cost.best.cost(3.0) <= speed.best.cost(3.0)
+    for rec in (fastest, batch, context, cost):
+        assert all(c.feasible for c, _ in rec.alternatives)
+        shapes = [rec.best.shape()] + [c.shape() for c, _ in rec.alternatives]
+        assert len(shapes) == len(set(shapes))
+
+
+def test_effective_batch_is_kept():
+    rec = recommend(request("Qwen2.5-7B", "4xA100-80GB", effective_batch=32))
+    assert rec.best.effective_batch == 32
+    assert all(c.effective_batch == 32 for c, _ in rec.alternatives)
+
+
+def test_infeasible_gets_an_honest_answer_and_ways_out():
+    rec = recommend(request("Qwen2.5-72B", "1xRTX-4090", host_ram_gib=64))
+    assert not rec.feasible and rec.best is not None
+    keys = [f.key for f in rec.way_out]
+    assert "plan.way_out.more_gpus" in keys
+    text = " ".join(f.text() for f in rec.way_out)
+    assert "RTX-4090" in text
+    cpu = recommend(request("Qwen2.5-72B", "cpu", host_ram_gib=16))
+    assert not cpu.feasible
+    assert any("H200" in f.text() for f in cpu.way_out)
+
+
+def test_sequence_length_covers_the_data():
+    req = request(dataset_p95_tokens=900)
+    assert req.seq_len == 1024
+    rec = recommend(req)
+    assert rec.best.plan.seq_len == 1024
+    short = recommend(request(dataset_p95_tokens=900, overrides={"seq_len": 512}))
+    assert any(f.key == "plan.warn.truncation" for f in short.best.warnings)
+
+
+def test_run_config_values_make_a_valid_config_and_keep_the_plan():
+    from core.config import RunConfig
+
+    req = request("Qwen2.5-7B", "2xH200", epochs=2.0)
+    req = replace(req, dataset="data.jsonl")
+    rec = recommend(req)
+    values = run_config_values(rec.best, req)
+    config = RunConfig.from_dict(values)
+    p = rec.best.plan
+    assert config.method == p.method and config.micro_batch_size == p.micro_batch_size
+    assert config.gradient_accumulation == p.grad_accum_steps and config.max_seq_len == p.seq_len
+    assert config.gpus == p.num_gpus and config.epochs == 2.0
+
+
+def test_overrides_are_parsed_and_bad_ones_say_what_is_allowed():
+    assert parse_overrides(["method=qlora", "seq-len=4096", "gradient_checkpointing=off", "zero_stage=auto"]) == {
+        "method": "qlora", "seq_len": 4096, "gradient_checkpointing": False}
+    with pytest.raises(OverrideError, match="full, lora, dora, qlora"):
+        parse_overrides(["method=sft"])
+    with pytest.raises(OverrideError, match="field=value"):
+        parse_overrides(["colour=blue"])
+    with pytest.raises(OverrideError, match="out of range"):
+        parse_overrides(["zero_stage=4"])
+
+
+def test_evaluate_uses_measured_numbers_when_given():
+    req = request("Qwen2.5-7B", "1xH200", dataset_tokens=10**6)
+    plan = next(candidate_plans(req, base_plan(req)))
+    measured = evaluate(plan, req, {"peak_gib": 12.5, "tokens_per_s": 1000.0})
+    assert measured.peak_gib == 12.5 and measured.tokens_per_s == 1000.0
+    assert measured.hours == pytest.approx(10**6 * 3 / 1000.0 / 3600.0)

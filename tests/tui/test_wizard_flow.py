@@ -1,0 +1,206 @@
+"""Walk the wizard with keys only: defaults to a saved YAML, overrides, alternatives, infeasible."""
+
+from __future__ import annotations
+
+import asyncio
+
+import yaml
+
+from core.config import load_run_config
+from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
+from tui.app import make_app
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def wizard(app):
+    from tui.screens.wizard import WizardScreen
+
+    screen = app.screen
+    assert isinstance(screen, WizardScreen)
+    return screen
+
+
+async def to_result(pilot, app, keys_before_hardware=()):
+    await pilot.press("w")
+    await wait_for(pilot, lambda: app.current_mode == "wizard")
+    w = wizard(app)
+    await pilot.press("enter")  # model: the default
+    await wait_for(pilot, lambda: w.step == 1)
+    await pilot.press("enter")  # dataset: the bundled sample (read in a worker)
+    await wait_for(pilot, lambda: w.step == 2, timeout=30)
+    await pilot.press("enter")  # goal: fastest
+    await wait_for(pilot, lambda: w.step == 3)
+    for key in keys_before_hardware:
+        await pilot.press(key)
+    await pilot.press("enter")  # hardware: this box
+    await wait_for(pilot, lambda: w.step == 4)
+    return w
+
+
+def test_enter_enter_enter_saves_a_valid_yaml_on_a_cpu_box(private_home):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            w = await to_result(pilot, app)
+            assert w.recommendation.feasible
+            assert w.request.hardware.cpu_only
+            assert w.recommendation.best.plan.precision == "fp32"
+            await pilot.press("enter")  # save
+            await wait_for(pilot, lambda: w.saved_path is not None)
+            await pilot.pause()
+            text = screen_text(app)
+            assert "tunedeck train " + str(w.saved_path) in " ".join(text.split())
+            return w.saved_path
+
+    path = run(scenario())
+    assert path.is_file() and str(path).startswith(str(private_home))
+    data = yaml.safe_load(path.read_text())
+    assert data["model"] == "tiny" and data["precision"] == "fp32" and data["max_seq_len"] == 128
+    config = load_run_config(path)
+    assert config.method in ("lora", "full")
+
+
+def test_gpu_box_defaults_to_qwen_7b_and_overrides_update_as_typed(private_home):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+        async with app.run_test(size=(160, 50)) as pilot:
+            w = await to_result(pilot, app)
+            assert w.request.model == "Qwen/Qwen2.5-7B-Instruct"
+            assert w.request.hardware.detected and w.request.hardware.count == 2
+            assert w.request.hardware.gpu.name == "H200"
+            first = w.recommendation.best.plan
+            assert first.precision == "bf16" and first.method == "lora"
+            await pilot.press("o")  # overrides panel, focus on the method field
+            assert app.focused.id == "ov-method"
+            for key in "full":
+                await pilot.press(key)
+            assert w.overrides == {"method": "full"}
+            assert w.recommendation.best.plan.method == "full"
+            assert "set by you" in " ".join(screen_text(app).split())
+            w.query_one("#ov-zero_stage").focus()
+            await pilot.press("3")
+            assert w.recommendation.best.plan.zero_stage == 3
+            w.query_one("#ov-seq_len").focus()
+            for key in "4096":
+                await pilot.press(key)
+            assert w.recommendation.best.plan.seq_len == 4096
+            w.query_one("#ov-micro_batch_size").focus()
+            await pilot.press("x")  # not a number: the error shows, the plan stays
+            assert "whole number" in screen_text(app)
+            assert w.recommendation.best.plan.seq_len == 4096
+            await pilot.press("backspace")
+            w.query_one("#result-body").focus()
+            await pilot.press("x")  # clear overrides
+            assert w.overrides == {}
+            assert w.recommendation.best.plan.method == first.method
+            await pilot.press("1")  # take the first alternative
+            alt_plan = w.recommendation.best.plan
+            assert w.overrides["method"] == alt_plan.method
+            await pilot.press("s")
+            await wait_for(pilot, lambda: w.saved_path is not None)
+            return w.saved_path, alt_plan
+
+    path, plan = run(scenario())
+    data = yaml.safe_load(path.read_text())
+    assert data["method"] == plan.method and data["zero_stage"] == plan.zero_stage
+    assert data["gpus"] == [0, 1][: plan.num_gpus]
+    assert data["precision"] == "bf16"
+
+
+def test_infeasible_case_says_so_and_offers_a_way_out(private_home):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard")
+            w = wizard(app)
+            await pilot.press("e")  # into the model field
+            assert app.focused.id == "model-input"
+            model = w.query_one("#model-input")
+            model.value = ""
+            for key in "Qwen2.5-72B":
+                await pilot.press(key)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 1)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 2, timeout=30)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 3)
+            await pilot.press("enter")  # this box: CPU only, a few GiB of RAM
+            await wait_for(pilot, lambda: w.step == 4)
+            assert not w.recommendation.feasible
+            text = " ".join(screen_text(app).split())
+            assert "Nothing fits" in text
+            assert "more GPUs: 1×H200 fits" in text or "more GPUs: 2×H200 fits" in text
+            await pilot.press("enter")  # saving an infeasible plan is refused
+            await pilot.pause()
+            assert w.saved_path is None
+            await pilot.press("pageup")
+            assert w.step == 3
+
+    run(scenario())
+
+
+def test_a_bad_model_id_stays_on_the_first_step_with_the_reason(private_home):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard")
+            w = wizard(app)
+            w.query_one("#model-input").value = "no/such-model-here"
+            await pilot.press("enter")
+            await pilot.pause()
+            assert w.step == 0
+            assert "no config.json found" in " ".join(screen_text(app).split())
+
+    run(scenario())
+
+
+def test_model_from_the_browser_is_the_default_and_app_keys_still_work(private_home):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.wizard_model = "Qwen2.5-0.5B"
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard")
+            w = wizard(app)
+            assert w.query_one("#model-input").value == "Qwen2.5-0.5B"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 1)
+            assert "Qwen2.5-0.5B" in w.base_model
+            await pilot.press("r")  # an app key, not typed into a field
+            assert app.current_mode == "runs"
+
+    run(scenario())
+
+
+def test_dataset_file_picker_previews_the_picked_file(private_home, tmp_path, monkeypatch):
+    data = tmp_path / "work" / "mine.jsonl"
+    data.parent.mkdir()
+    rows = [{"instruction": f"say {i}", "output": "word " * (i + 1)} for i in range(12)]
+    data.write_text("\n".join(__import__("json").dumps(r) for r in rows) + "\n")
+    monkeypatch.chdir(data.parent)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard")
+            w = wizard(app)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 1)
+            w.query_one("#dataset-files").focus()
+            await pilot.press("enter")  # the first file listed: ours
+            await wait_for(pilot, lambda: w.summary is not None and w.summary_path == str(data), timeout=30)
+            assert w.summary.records == 12 and w.summary.format == "alpaca"
+            text = " ".join(screen_text(app).split())
+            assert "format alpaca, 12 records" in text
+            assert w.step == 1
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 2)
+
+    run(scenario())

@@ -1,0 +1,78 @@
+"""Launch from the wizard starts a real detached run and opens its dashboard; probe reads the cache."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
+from tests.tui.test_wizard_flow import to_result
+from tui.app import make_app
+
+
+def test_launch_starts_the_run_and_opens_its_dashboard(private_home):
+    from core.runs import list_runs
+    from core.runs.control import request_stop, wait_for_end
+    from core.runs.listing import resolve_run
+    from tui.screens.dashboard import DashboardScreen
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            w = await to_result(pilot, app)
+            await pilot.press("l")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=60)
+            assert app.current_mode == "runs"
+            assert w.saved_path is not None and w.saved_path.is_file()
+
+    try:
+        run_result = asyncio.run(scenario())
+    finally:
+        for summary in list_runs():
+            run = resolve_run(summary.run_dir)
+            request_stop(run, force=True)
+            wait_for_end(run, timeout_s=30)
+    runs = list_runs()
+    assert len(runs) == 1 and runs[0].model == "tiny"
+    assert run_result is None
+
+
+def test_probe_uses_cached_measurements_and_shows_them(private_home):
+    from core.plan.planner import plan_key
+    from core.plan.probe import cache_key, cache_path
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            w = await to_result(pilot, app)
+            rec = w.recommendation
+            top = [rec.best, *(c for c, _ in rec.alternatives)][:3]
+            cache_path().parent.mkdir(parents=True, exist_ok=True)
+            cache_path().write_text(json.dumps({
+                cache_key(w.request, plan_key(c.plan)): {"tokens_per_s": 1234.5 - i, "peak_gib": None, "steps": 3}
+                for i, c in enumerate(top)}))
+            await pilot.press("p")
+            await wait_for(pilot, lambda: not w.busy and "Probe done" in screen_text(app), timeout=30)
+            assert w.recommendation.best.measured is not None
+            text = " ".join(screen_text(app).split())
+            assert "measured by probe" in text
+
+    asyncio.run(scenario())
+
+
+def test_probe_refuses_planned_hardware(private_home):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            w = await to_result(pilot, app, keys_before_hardware=())
+            await pilot.press("pageup")
+            w.query_one("#hardware-input").value = "2xH200"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 4)
+            assert not w.request.hardware.detected
+            await pilot.press("p")
+            await pilot.pause()
+            assert not w.busy
+            assert any("this box" in n.message for n in app._notifications)
+
+    asyncio.run(scenario())

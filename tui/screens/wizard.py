@@ -1,0 +1,698 @@
+"""The wizard (``w``): model → dataset → goal → hardware → recommendation, keyboard only.
+
+Every step has a default, so Enter-Enter-Enter-Enter reaches a recommendation and one more Enter saves
+it as a run YAML. On the recommendation, every field can be pinned in the overrides panel and the
+estimate follows as you type; 1-3 take an alternative; launch starts the run through the engine's
+``tunedeck train`` path and opens its dashboard. The planning itself lives in ``core.plan``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import ContentSwitcher, Footer, Header, Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from core.i18n import t
+from core.plan.request import GOALS, OVERRIDABLE
+from tui.widgets.bar import bar
+
+STEPS = ("model", "dataset", "goal", "hardware", "result")
+DEFAULT_GPU_MODEL = "Qwen/Qwen2.5-7B-Instruct"
+TINY_MODEL = "tiny"
+BAR_WIDTH = 40
+# The colour of each part of the memory bar (theme variables, so every theme applies).
+PART_COLOURS = {
+    "cuda_context": "$foreground-muted", "weights": "$primary", "gradients": "$secondary",
+    "optimizer": "$accent", "activations": "$warning", "logits_and_loss": "$error",
+    "deepspeed_nccl_buffers": "$success", "allocator_slack": "$foreground-muted",
+}
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", "\\[")
+
+
+class DatasetSummarised(Message):
+    def __init__(self, path: str, summary: Any, error: str | None) -> None:
+        super().__init__()
+        self.path, self.summary, self.error = path, summary, error
+
+
+class BoxRead(Message):
+    def __init__(self, snapshot: Any) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+
+
+class LaunchDone(Message):
+    def __init__(self, run_path: str | None, error: str | None) -> None:
+        super().__init__()
+        self.run_path, self.error = run_path, error
+
+
+class ProbeProgress(Message):
+    def __init__(self, text: str, measured: dict | None = None, done: bool = False) -> None:
+        super().__init__()
+        self.text, self.measured, self.done = text, measured, done
+
+
+class WizardScreen(Screen[None]):
+    """Five steps in one screen; the recommendation is recomputed whenever an input changes."""
+
+    DEFAULT_CSS = """
+    WizardScreen #wizard-steps { height: 1; padding: 0 1; }
+    WizardScreen ContentSwitcher { height: 1fr; }
+    WizardScreen .step { padding: 0 1; height: 1fr; }
+    WizardScreen .step-title { text-style: bold; color: $primary; margin-top: 1; }
+    WizardScreen .step-hint { color: $foreground-muted; }
+    WizardScreen .step-error { color: $error; }
+    WizardScreen Input { width: 1fr; max-width: 90; }
+    WizardScreen #goal-list { height: auto; max-height: 6; max-width: 60; }
+    WizardScreen #dataset-files { height: auto; max-height: 6; max-width: 90; }
+    WizardScreen #result-body { width: 1fr; padding: 0 1; }
+    WizardScreen #overrides { width: 34; padding: 0 1; border-left: solid $primary; display: none; }
+    WizardScreen #overrides.shown { display: block; }
+    WizardScreen #overrides Input { width: 100%; height: 1; border: none; padding: 0; }
+    WizardScreen #overrides .ov-label { color: $foreground-muted; }
+    WizardScreen #wizard-status { height: auto; max-height: 3; padding: 0 1; color: $foreground-muted; }
+    """
+
+    BINDINGS = [
+        Binding("pagedown", "next_step", t("wizard.key.next"), id="wizard.next"),
+        Binding("pageup", "previous_step", t("wizard.key.back"), id="wizard.back"),
+        Binding("enter", "enter", t("wizard.key.enter"), show=False, id="wizard.enter"),
+        Binding("e", "edit", t("wizard.key.edit"), id="wizard.edit"),
+        Binding("f7", "edit", t("wizard.key.edit"), show=False, id="wizard.edit.f7"),
+        Binding("s", "save", t("wizard.key.save"), id="wizard.save"),
+        Binding("f2", "save", t("wizard.key.save"), show=False, id="wizard.save.f2"),
+        Binding("l", "launch", t("wizard.key.launch"), id="wizard.launch"),
+        Binding("f5", "launch", t("wizard.key.launch"), show=False, id="wizard.launch.f5"),
+        Binding("p", "probe", t("wizard.key.probe"), id="wizard.probe"),
+        Binding("f6", "probe", t("wizard.key.probe"), show=False, id="wizard.probe.f6"),
+        Binding("o", "overrides", t("wizard.key.overrides"), id="wizard.overrides"),
+        Binding("f4", "overrides", t("wizard.key.overrides"), show=False, id="wizard.overrides.f4"),
+        Binding("x", "clear_overrides", t("wizard.key.clear"), id="wizard.clear"),
+        Binding("f3", "clear_overrides", t("wizard.key.clear"), show=False, id="wizard.clear.f3"),
+        Binding("1", "alternative(1)", t("wizard.key.alternative", n=1), show=False, id="wizard.alt1"),
+        Binding("2", "alternative(2)", t("wizard.key.alternative", n=2), show=False, id="wizard.alt2"),
+        Binding("3", "alternative(3)", t("wizard.key.alternative", n=3), show=False, id="wizard.alt3"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(name="wizard")
+        self.step = 0
+        self.snapshot: Any = None
+        self.summary: Any = None
+        self.summary_path: str | None = None
+        self.advance_after_summary = False
+        self.base: Any = None
+        self.base_model: str | None = None
+        self.goal = "fastest"
+        self.request: Any = None
+        self.recommendation: Any = None
+        self.overrides: dict[str, Any] = {}
+        self.measured: dict[tuple, dict] = {}
+        self.saved_path: Path | None = None
+        self.busy = False
+
+    # --- layout --------------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="wizard-steps")
+        with ContentSwitcher(initial="step-model"):
+            with VerticalScroll(id="step-model", classes="step"):
+                yield Static(t("wizard.model.title"), classes="step-title")
+                yield Static(t("wizard.model.hint"), classes="step-hint")
+                yield Input(id="model-input")
+                yield Static(id="model-info")
+            with VerticalScroll(id="step-dataset", classes="step"):
+                yield Static(t("wizard.dataset.title"), classes="step-title")
+                yield Static(t("wizard.dataset.hint"), classes="step-hint")
+                yield Input(id="dataset-input")
+                yield Static(t("wizard.dataset.files"), classes="step-hint")
+                yield OptionList(id="dataset-files")
+                yield Static(id="dataset-info")
+            with VerticalScroll(id="step-goal", classes="step"):
+                yield Static(t("wizard.goal.title"), classes="step-title")
+                yield OptionList(*[Option(t(f"wizard.goal.{g}"), id=g) for g in GOALS], id="goal-list")
+                yield Static(t("wizard.goal.epochs"), classes="step-hint")
+                yield Input("3", id="epochs-input")
+                yield Static(id="goal-info", classes="step-error")
+            with VerticalScroll(id="step-hardware", classes="step"):
+                yield Static(t("wizard.hardware.title"), classes="step-title")
+                yield Static(id="hardware-detected")
+                yield Static(t("wizard.hardware.spec"), classes="step-hint")
+                yield Input(id="hardware-input")
+                yield Static(t("wizard.hardware.gpus"), classes="step-hint")
+                yield Input(id="gpus-input")
+                yield Static(t("wizard.hardware.price"), classes="step-hint")
+                yield Input(id="price-input")
+                yield Static(id="hardware-info", classes="step-error")
+            with Horizontal(id="step-result"):
+                with VerticalScroll(id="result-body"):
+                    yield Static(id="result-text")
+                with VerticalScroll(id="overrides"):
+                    yield Static(t("wizard.overrides.title"), classes="step-title")
+                    for name in OVERRIDABLE:
+                        yield Static(t(f"wizard.field.{name}"), classes="ov-label")
+                        yield Input(id=f"ov-{name}", placeholder=t("wizard.auto"))
+                    yield Static(id="ov-error", classes="step-error")
+        yield Static(id="wizard-status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        model = getattr(self.app, "wizard_model", None)
+        self.query_one("#model-input", Input).value = model or TINY_MODEL
+        from core.data.samples import sample_dataset_path
+
+        self.query_one("#dataset-input", Input).value = str(sample_dataset_path())
+        files = self.query_one("#dataset-files", OptionList)
+        for path in data_files_nearby(sample_dataset_path()):
+            files.add_option(Option(_escape(str(path)), id=str(path)))
+        files.highlighted = 0
+        self.query_one("#goal-list", OptionList).highlighted = 0
+        self._show_step(0)
+        self.read_box()
+
+    def on_screen_resume(self) -> None:
+        self.title = t("app.title")
+        self.sub_title = t("app.mode.wizard")
+        model = getattr(self.app, "wizard_model", None)
+        if model and model != self.query_one("#model-input", Input).value:
+            self.query_one("#model-input", Input).value = model
+            self._show_step(0)
+
+    # --- steps ---------------------------------------------------------------------------------------
+    def _show_step(self, step: int) -> None:
+        self.step = max(0, min(len(STEPS) - 1, step))
+        name = STEPS[self.step]
+        self.query_one(ContentSwitcher).current = f"step-{name}"
+        parts = []
+        for i, s in enumerate(STEPS):
+            label = f"{i + 1} {t(f'wizard.step.{s}')}"
+            parts.append(f"[b reverse] {label} [/]" if i == self.step else f"[$foreground-muted]{label}[/]")
+        self.query_one("#wizard-steps", Static).update(" › ".join(parts))
+        # The step itself takes the focus, not its text field, so that the app's letter keys keep working
+        # and Enter takes the default; ``e`` (or Tab) goes into the field to change it.
+        focus = {"goal": "#goal-list", "result": "#result-body"}.get(name, f"#step-{name}")
+        self.query_one(focus).focus()
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        on_result = STEPS[self.step] == "result"
+        if action in ("save", "launch", "probe", "overrides", "clear_overrides", "alternative"):
+            return True if on_result else None
+        if action == "edit":
+            return None if on_result else True
+        return True
+
+    def action_enter(self) -> None:
+        self._submit_step()
+
+    def action_edit(self) -> None:
+        """Focus the first text field of this step (the overrides panel on the recommendation)."""
+        if STEPS[self.step] == "result":
+            self.action_overrides()
+            return
+        first = {"model": "#model-input", "dataset": "#dataset-input", "goal": "#epochs-input",
+                 "hardware": "#hardware-input"}[STEPS[self.step]]
+        self.query_one(first, Input).focus()
+
+    def action_next_step(self) -> None:
+        self._submit_step()
+
+    def action_previous_step(self) -> None:
+        if self.step > 0:
+            self._show_step(self.step - 1)
+
+    @on(Input.Submitted)
+    def _input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        if event.input.id and event.input.id.startswith("ov-"):
+            self.query_one("#result-body").focus()
+            return
+        self._submit_step()
+
+    @on(OptionList.OptionSelected, "#dataset-files")
+    def _file_picked(self, event: OptionList.OptionSelected) -> None:
+        """A file from the list goes into the field and is previewed; Enter again goes on."""
+        event.stop()
+        self.query_one("#dataset-input", Input).value = event.option.id or ""
+        self._summarise_if_needed(force=True)
+        self.query_one("#step-dataset").focus()
+
+    @on(OptionList.OptionSelected, "#goal-list")
+    def _goal_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.goal = event.option.id or "fastest"
+        self._submit_step()
+
+    def _submit_step(self) -> None:
+        name = STEPS[self.step]
+        if name == "model":
+            if self._check_model():
+                self._show_step(1)
+                self._summarise_if_needed()
+        elif name == "dataset":
+            path = self.query_one("#dataset-input", Input).value.strip()
+            if not path:
+                self.summary, self.summary_path = None, ""
+                self._show_step(2)
+            elif self.summary_path == path and self.summary is not None:
+                self._show_step(2)
+            else:
+                self.advance_after_summary = True
+                self._summarise_if_needed(force=True)
+        elif name == "goal":
+            highlighted = self.query_one("#goal-list", OptionList).highlighted
+            if highlighted is not None:
+                self.goal = GOALS[highlighted]
+            if self._read_epochs() is not None:
+                self._show_step(3)
+        elif name == "hardware":
+            if self._fill_hardware_defaults() and self.recompute():
+                self._show_step(4)
+        elif name == "result":
+            self.action_save()
+
+    # --- model ---------------------------------------------------------------------------------------
+    def _check_model(self) -> bool:
+        from core.estimate import ArchitectureError, ModelNotFoundError
+        from core.plan.planner import base_plan
+        from core.plan.request import PlanRequest
+
+        model = self.query_one("#model-input", Input).value.strip()
+        info = self.query_one("#model-info", Static)
+        if not model:
+            info.update(f"[$error]{t('wizard.model.empty')}[/]")
+            return False
+        try:
+            self.base = base_plan(PlanRequest(model=model, hardware=None))  # type: ignore[arg-type]
+        except (ModelNotFoundError, ArchitectureError) as exc:
+            info.update(f"[$error]{_escape(str(exc))}[/]")
+            return False
+        self.base_model = model
+        arch = self.base.architecture
+        info.update(t("wizard.model.info", name=_escape(arch.name), layers=arch.num_layers,
+                      hidden=arch.hidden_size))
+        return True
+
+    # --- dataset -------------------------------------------------------------------------------------
+    def _summarise_if_needed(self, force: bool = False) -> None:
+        path = self.query_one("#dataset-input", Input).value.strip()
+        if not path or (not force and self.summary_path == path):
+            return
+        self.query_one("#dataset-info", Static).update(t("wizard.dataset.reading", path=_escape(path)))
+        self.summarise(path, self.base_model)
+
+    @work(thread=True, exclusive=True, group="wizard-data", exit_on_error=False)
+    def summarise(self, path: str, model: str | None) -> None:
+        from core.plan import summarise_dataset
+
+        try:
+            summary = summarise_dataset(path, model)
+            self.post_message(DatasetSummarised(path, summary, None))
+        except Exception as exc:  # DataError, OSError, a tokenizer's own: shown, never fatal
+            self.post_message(DatasetSummarised(path, None, str(exc)))
+
+    def on_dataset_summarised(self, message: DatasetSummarised) -> None:
+        if message.path != self.query_one("#dataset-input", Input).value.strip():
+            return
+        info = self.query_one("#dataset-info", Static)
+        if message.error is not None:
+            self.summary, self.summary_path = None, None
+            self.advance_after_summary = False
+            info.update(f"[$error]{_escape(message.error)}[/]")
+            return
+        self.summary, self.summary_path = message.summary, message.path
+        info.update(self._dataset_text(message.summary))
+        if self.advance_after_summary and STEPS[self.step] == "dataset":
+            self.advance_after_summary = False
+            self._show_step(2)
+
+    def _dataset_text(self, summary: Any) -> str:
+        lines = [t("wizard.dataset.info", format=summary.format or "?", records=summary.records,
+                   issues=summary.issues, tokens=summary.total_tokens, p95=summary.p95,
+                   kind=t("wizard.dataset.exact") if summary.exact else t("wizard.dataset.approx"))]
+        histogram = summary.histogram()
+        peak = max((c for _, _, c in histogram), default=1) or 1
+        for low, high, count in histogram:
+            lines.append(f"  {low:>6}-{high:<6} {bar(count / peak, 24)} {count}")
+        return "\n".join(lines)
+
+    # --- goal ----------------------------------------------------------------------------------------
+    def _read_epochs(self) -> float | None:
+        text = self.query_one("#epochs-input", Input).value.strip() or "3"
+        info = self.query_one("#goal-info", Static)
+        try:
+            epochs = float(text)
+            if epochs <= 0:
+                raise ValueError
+        except ValueError:
+            info.update(t("wizard.goal.bad_epochs", value=_escape(text)))
+            return None
+        info.update("")
+        return epochs
+
+    # --- hardware ------------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="wizard-box", exit_on_error=False)
+    def read_box(self) -> None:
+        try:
+            snapshot = self.app.monitor.snapshot()  # type: ignore[attr-defined]
+        except Exception:  # no monitor at all: plan for hardware typed by hand
+            snapshot = None
+        self.post_message(BoxRead(snapshot))
+
+    def on_box_read(self, message: BoxRead) -> None:
+        self.snapshot = message.snapshot
+        self._fill_hardware_defaults()
+
+    def _detected(self) -> Any:
+        from core.plan import target_from_snapshot
+
+        if self.snapshot is None:
+            return None
+        return target_from_snapshot(self.snapshot)
+
+    def _fill_hardware_defaults(self) -> bool:
+        """Show what the box has and put it in the inputs (once); True when the step can go on."""
+        if self.snapshot is None:
+            try:
+                self.snapshot = self.app.monitor.snapshot()  # type: ignore[attr-defined]
+            except Exception:
+                self.snapshot = None
+        detected = self._detected()
+        hw_input = self.query_one("#hardware-input", Input)
+        if detected is not None:
+            ram = f"{detected.host_ram_gib:.0f}" if detected.host_ram_gib else "?"
+            disk = f"{detected.disk_free_gib:.0f}" if detected.disk_free_gib is not None else "?"
+            if detected.cpu_only:
+                text = t("wizard.hardware.detected_cpu", ram=ram, disk=disk)
+            else:
+                text = t("wizard.hardware.detected", count=detected.count, gpu=detected.gpu.name,
+                         memory=round(detected.gpu.memory_gib), ram=ram, disk=disk,
+                         indices=",".join(map(str, detected.gpu_indices or ())))
+            self.query_one("#hardware-detected", Static).update(text)
+            if not hw_input.value:
+                hw_input.value = detected.describe()
+                if not detected.cpu_only and self.query_one("#model-input", Input).value == TINY_MODEL \
+                        and not getattr(self.app, "wizard_model", None) and STEPS[self.step] == "model":
+                    self.query_one("#model-input", Input).value = DEFAULT_GPU_MODEL
+        elif not hw_input.value:
+            hw_input.value = "1xH200"
+        return True
+
+    def _target(self) -> Any:
+        """The HardwareTarget the inputs describe (raises HardwareError / ValueError)."""
+        from core.plan import HardwareError, parse_gpu_indices, parse_target, target_from_snapshot
+
+        text = self.query_one("#hardware-input", Input).value.strip()
+        gpus = self.query_one("#gpus-input", Input).value.strip()
+        price_text = self.query_one("#price-input", Input).value.strip()
+        try:
+            price = float(price_text) if price_text else None
+        except ValueError:
+            raise HardwareError(t("wizard.hardware.bad_price", value=price_text)) from None
+        detected = self._detected()
+        if detected is not None and (not text or text == detected.describe()):
+            indices = parse_gpu_indices(gpus) if gpus and gpus != "all" else None
+            return target_from_snapshot(self.snapshot, indices, price)
+        return parse_target(text, price)
+
+    # --- recommendation ------------------------------------------------------------------------------
+    def _build_request(self) -> Any:
+        from core.plan import PlanRequest
+
+        model = self.base_model or self.query_one("#model-input", Input).value.strip()
+        summary = self.summary
+        return PlanRequest(
+            model=model, hardware=self._target(), goal=self.goal, epochs=self._read_epochs() or 3.0,
+            dataset=self.summary_path or None,
+            dataset_records=summary.records if summary else None,
+            dataset_tokens=summary.total_tokens if summary else None,
+            dataset_p95_tokens=summary.p95 if summary else None,
+            overrides=dict(self.overrides),
+        )
+
+    def recompute(self) -> bool:
+        """Plan again from the inputs; False (with the reason shown) when they cannot be read."""
+        from core.estimate import ArchitectureError, ModelNotFoundError
+        from core.plan import HardwareError, recommend
+
+        try:
+            if self.base is None and not self._check_model():
+                return False
+            self.request = self._build_request()
+            measured = dict(self.measured)
+            if self.request.hardware.detected:
+                from core.plan.probe import cached_measurements
+
+                measured = {**cached_measurements(self.request), **measured}
+            self.recommendation = recommend(self.request, self.base, measured)
+        except (HardwareError, ModelNotFoundError, ArchitectureError, ValueError) as exc:
+            self.query_one("#hardware-info", Static).update(_escape(str(exc)))
+            return False
+        self.query_one("#hardware-info", Static).update("")
+        self._render_result()
+        return True
+
+    def _render_result(self) -> None:
+        rec = self.recommendation
+        if rec is None:
+            return
+        self.query_one("#result-text", Static).update(render_recommendation(rec))
+        best = rec.best
+        if best is not None and best.estimate is not None:
+            plan = best.estimate.plan
+            for name in OVERRIDABLE:
+                key = {"grad_accum_steps": "grad_accum_steps"}.get(name, name)
+                value = plan.get(key)
+                if isinstance(value, bool):
+                    value = "on" if value else "off"
+                self.query_one(f"#ov-{name}", Input).placeholder = f"auto: {value}"
+
+    @on(Input.Changed)
+    def _input_changed(self, event: Input.Changed) -> None:
+        input_id = event.input.id or ""
+        if not input_id.startswith("ov-") or STEPS[self.step] != "result":
+            return
+        from core.plan.overrides import OverrideError, parse_override_value
+
+        name = input_id[3:]
+        error = self.query_one("#ov-error", Static)
+        try:
+            value = parse_override_value(name, event.value)
+        except OverrideError as exc:
+            error.update(_escape(str(exc)))
+            return
+        error.update("")
+        if value is None:
+            self.overrides.pop(name, None)
+        else:
+            self.overrides[name] = value
+        self.recompute()
+
+    def action_overrides(self) -> None:
+        panel = self.query_one("#overrides")
+        panel.add_class("shown")
+        self.query_one("#ov-method", Input).focus()
+
+    def action_clear_overrides(self) -> None:
+        self.overrides.clear()
+        for name in OVERRIDABLE:
+            with self.prevent(Input.Changed):
+                self.query_one(f"#ov-{name}", Input).value = ""
+        self.recompute()
+
+    def action_alternative(self, index: int) -> None:
+        rec = self.recommendation
+        if rec is None or index > len(rec.alternatives):
+            return
+        plan = rec.alternatives[index - 1][0].plan
+        pinned = {"method": plan.method, "num_gpus": plan.num_gpus, "zero_stage": plan.zero_stage,
+                  "offload": plan.offload, "micro_batch_size": plan.micro_batch_size,
+                  "gradient_checkpointing": plan.gradient_checkpointing}
+        self.overrides.update(pinned)
+        for name, value in pinned.items():
+            with self.prevent(Input.Changed):
+                text = ("on" if value else "off") if isinstance(value, bool) else str(value)
+                self.query_one(f"#ov-{name}", Input).value = text
+        self.recompute()
+        self.notify(t("wizard.alternative_taken", n=index))
+
+    # --- save and launch -----------------------------------------------------------------------------
+    def _status(self, text: str) -> None:
+        self.query_one("#wizard-status", Static).update(text)
+
+    def action_save(self) -> Path | None:
+        from core.config import ConfigError
+        from core.plan import default_config_path, equivalent_command, save_run_config
+
+        rec = self.recommendation
+        if rec is None or rec.best is None or rec.best.estimate is None:
+            return None
+        if not rec.feasible:
+            self.notify(t("wizard.cannot_save"), severity="warning")
+            return None
+        path = default_config_path(self.request)
+        try:
+            save_run_config(rec.best, self.request, path)
+        except (ConfigError, OSError) as exc:
+            self.notify(_escape(str(exc)), severity="error")
+            return None
+        self.saved_path = path
+        self._status(t("wizard.saved", path=_escape(str(path)), command=_escape(equivalent_command(path))))
+        return path
+
+    def action_launch(self) -> None:
+        if self.busy:
+            return
+        path = self.action_save()
+        if path is None:
+            return
+        self.busy = True
+        self._status(t("wizard.launching", path=_escape(str(path))))
+        self.launch(str(path))
+
+    @work(thread=True, exclusive=True, group="wizard-launch", exit_on_error=False)
+    def launch(self, path: str) -> None:
+        from core.cli import CliError
+        from core.plan.launch import launch_config_file
+
+        try:
+            run = launch_config_file(path)
+            self.post_message(LaunchDone(str(run.path), None))
+        except CliError as exc:
+            self.post_message(LaunchDone(None, str(exc)))
+
+    def on_launch_done(self, message: LaunchDone) -> None:
+        self.busy = False
+        if message.error is not None:
+            self._status(f"[$error]{_escape(message.error)}[/]")
+            self.notify(_escape(message.error.splitlines()[0]), severity="error")
+            return
+        self._status(t("wizard.launched", path=_escape(message.run_path or "")))
+        from tui.screens.runs import open_dashboard
+
+        open_dashboard(self.app, message.run_path)
+
+    # --- probe ---------------------------------------------------------------------------------------
+    def action_probe(self) -> None:
+        if self.busy or self.recommendation is None or self.request is None:
+            return
+        if not self.request.hardware.detected:
+            self.notify(t("wizard.probe_needs_box"), severity="warning")
+            return
+        self.busy = True
+        self._status(t("wizard.probe_start"))
+        self.probe(self.recommendation, self.request)
+
+    @work(thread=True, exclusive=True, group="wizard-probe", exit_on_error=False)
+    def probe(self, rec: Any, request: Any) -> None:
+        from core.plan.probe import probe_candidates
+
+        try:
+            results = probe_candidates(rec, request,
+                                       progress=lambda text: self.post_message(ProbeProgress(text)))
+            self.post_message(ProbeProgress(t("wizard.probe_done", n=len(results)), results, done=True))
+        except Exception as exc:  # a failed probe run: say why, keep the estimates
+            self.post_message(ProbeProgress(f"[$error]{_escape(str(exc))}[/]", None, done=True))
+
+    def on_probe_progress(self, message: ProbeProgress) -> None:
+        self._status(message.text)
+        if message.done:
+            self.busy = False
+            if message.measured:
+                self.measured.update(message.measured)
+                self.recompute()
+
+
+DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+MAX_LISTED_FILES = 20
+
+
+def data_files_nearby(sample: Path) -> list[Path]:
+    """Data files in the current directory and its ``data/`` folder, then the bundled sample."""
+    found: list[Path] = []
+    for folder in (Path.cwd(), Path.cwd() / "data"):
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        found += [p for p in entries if p.is_file() and p.suffix.lower() in DATA_SUFFIXES]
+    return [*found[:MAX_LISTED_FILES], sample]
+
+
+# --- rendering ----------------------------------------------------------------------------------------
+def memory_bar(best: Any, width: int = BAR_WIDTH) -> list[str]:
+    """The per-GPU memory as one stacked bar against capacity, and a legend of the parts."""
+    est = best.estimate
+    capacity = max(est.capacity_gib, 1e-9)
+    cells: list[str] = []
+    used = 0
+    legend = []
+    for key, gib in est.breakdown.items():
+        if gib <= 0.005:
+            continue
+        n = max(1, round(gib / capacity * width)) if gib / capacity * width >= 0.5 else 0
+        n = min(n, width - used)
+        colour = PART_COLOURS.get(key, "$foreground")
+        if n:
+            cells.append(f"[{colour}]{'█' * n}[/]")
+            used += n
+        legend.append(f"[{colour}]■[/] {t(f'estimate.breakdown.{key}')} {gib:.1f}")
+    cells.append("[$foreground-muted]" + "·" * max(0, width - used) + "[/]")
+    verdict_colour = "$success" if est.fits else ("$warning" if est.verdict == "tight" else "$error")
+    head = f"{''.join(cells)} [{verdict_colour}]{best.peak_gib:.1f}[/] / {est.capacity_gib:.1f} GiB"
+    return [head, "  ".join(legend)]
+
+
+def render_recommendation(rec: Any) -> str:
+    """The recommendation as markup: headline, memory bar, speed/time/cost, reasons, alternatives."""
+    from core.plan.commands import describe_plan, format_hours
+
+    request = rec.request
+    data = rec.to_json()
+    best = data["recommendation"]
+    lines: list[str] = []
+    if best is None or best["plan"] is None:
+        return t("wizard.nothing")
+    title = "plan.recommended" if rec.feasible else "plan.closest"
+    if not rec.feasible:
+        lines.append(f"[b $error]{_escape(t('plan.infeasible', model=request.model, hardware=request.hardware.describe()))}[/]")
+        lines += [f"  [$warning]→[/] {_escape(item['message'])}" for item in data["way_out"]]
+    lines.append(f"[b]{_escape(t(title, **describe_plan(best['plan'])))}[/]")
+    lines += memory_bar(rec.best)
+    speed = t("plan.speed", tps=best["tokens_per_s"])
+    if best["measured"]:
+        speed += " " + t("wizard.measured")
+    if best["hours"] is not None:
+        if best["cost"] is not None:
+            speed += " · " + t("plan.eta_cost", duration=format_hours(best["hours"]), epochs=request.epochs,
+                               cost=best["cost"])
+        else:
+            speed += " · " + t("plan.eta", duration=format_hours(best["hours"]), epochs=request.epochs)
+    lines.append(speed)
+    lines.append(f"[b $accent]{t('plan.reasons')}[/]")
+    lines += [f"  {_escape(item['message'])}" for item in data["reasons"]]
+    if best["problems"]:
+        lines.append(f"[b $error]{t('plan.problems')}[/]")
+        lines += [f"  {_escape(item['message'])}" for item in best["problems"]]
+    if best["warnings"]:
+        lines.append(f"[b $warning]{t('plan.warnings')}[/]")
+        lines += [f"  {_escape(item['message'])}" for item in best["warnings"]]
+    if data["alternatives"]:
+        lines.append(f"[b $accent]{t('plan.alternatives')}[/] {t('wizard.alternatives_hint')}")
+        for index, alt in enumerate(data["alternatives"], 1):
+            lines.append("  " + _escape(t("plan.alternative", index=index, peak=alt["peak_gib"],
+                                          tps=alt["tokens_per_s"], trade="; ".join(alt["trade_off"]),
+                                          **describe_plan(alt["plan"]))))
+    return "\n".join(lines)
