@@ -1,0 +1,14 @@
+"""After training: merge, chat, evaluate, export and serve a finished run (no textual here).
+
+Public API::
+
+    resolve_model_source(run, checkpoint=None) -> ModelSource      # base dir, adapter dir, seed, dtype …
+    load_finetuned(source, device=None) -> LoadedModel              # base + adapter (or merged/full)
+    merge_run(run, checkpoint=None, out=None) -> MergeResult        # atomic safetensors dir
+    stream_chat(loaded, messages, ...) -> Iterator[str]             # tokens as they are generated
+    evaluate_run(run, checkpoint=None) -> dict                       # eval/<stamp>.json in the run dir
+    export_run(run, fmt, ...) -> ExportResult
+    start_server(run, ...) / stop_server(run) / server_state(run)   # detached OpenAI-compatible server
+"""
+
+from __future__ import annotations

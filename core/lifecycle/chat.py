@@ -1,0 +1,159 @@
+"""Generating replies: chat-template the conversation, stream tokens as the model produces them.
+
+``stream_chat`` yields text pieces while ``generate`` runs in a thread (token by token), so the
+CLI, the chat worker and the server can all show tokens as they arrive. ``variant="base"`` answers with
+the adapter switched off: the side-by-side comparison needs one model in memory, not two.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from core.lifecycle.source import LoadedModel
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    temperature: float = 0.7
+    max_tokens: int = 256
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+def build_messages(history: list[dict[str, str]], system_prompt: str = "") -> list[dict[str, str]]:
+    """The conversation with the system prompt first (when there is one and none is given already)."""
+    messages = [dict(m) for m in history]
+    if system_prompt and not (messages and messages[0].get("role") == "system"):
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return messages
+
+
+def prompt_ids(loaded: LoadedModel, messages: list[dict[str, str]]) -> Any:
+    tokenizer = loaded.tokenizer
+    if getattr(tokenizer, "chat_template", None):
+        encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                                return_dict=True)
+        ids = encoded["input_ids"]
+    else:  # a base model without a template: plain text turns
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+        ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    return ids.to(loaded.device)
+
+
+class TokenStreamer:
+    """A ``generate`` streamer that hands out text token by token (transformers' own waits for a space).
+
+    Text is decoded from all tokens so far and only the new suffix is emitted; a suffix ending in an
+    incomplete UTF-8 character (U+FFFD) waits for up to three more tokens.
+    """
+
+    _END = object()
+
+    def __init__(self, tokenizer: Any) -> None:
+        import queue
+
+        self.tokenizer = tokenizer
+        self.queue: queue.Queue[Any] = queue.Queue()
+        self.ids: list[int] = []
+        self.sent = 0
+        self.pending = 0
+        self.prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        if not self.prompt_seen:  # the first call carries the prompt
+            self.prompt_seen = True
+            return
+        self.ids.extend(int(v) for v in value.reshape(-1).tolist())
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        self.pending += 1
+        # A UTF-8 character spans at most 4 byte tokens; past that the model really emitted junk bytes.
+        if text.endswith("\ufffd") and self.pending < 4:
+            return
+        self.pending = 0
+        if len(text) > self.sent:
+            self.queue.put(text[self.sent:])
+            self.sent = len(text)
+
+    def end(self) -> None:
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True) if self.ids else ""
+        if len(text) > self.sent:
+            self.queue.put(text[self.sent:])
+            self.sent = len(text)
+        self.queue.put(self._END)
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            item = self.queue.get()
+            if item is self._END:
+                return
+            yield item
+
+
+def _adapter_context(loaded: LoadedModel, variant: str) -> Any:
+    if variant == "base" and loaded.has_adapter:
+        return loaded.model.disable_adapter()
+    return nullcontext()
+
+
+def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: GenerationSettings | None = None,
+                variant: str = "tuned", stop: threading.Event | None = None) -> Iterator[str]:
+    """Text pieces of the reply as they are generated (``variant``: "tuned" or "base")."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    settings = settings or GenerationSettings()
+    ids = prompt_ids(loaded, messages)
+    streamer = TokenStreamer(loaded.tokenizer)
+
+    class _StopFlag(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> bool:
+            return bool(stop is not None and stop.is_set())
+
+    sample = settings.temperature > 0
+    kwargs: dict[str, Any] = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "max_new_tokens": max(1, int(settings.max_tokens)),
+        "do_sample": sample,
+        "streamer": streamer,
+        "stopping_criteria": StoppingCriteriaList([_StopFlag()]),
+        "pad_token_id": loaded.tokenizer.pad_token_id,
+    }
+    if sample:
+        kwargs.update(temperature=float(settings.temperature), top_p=float(settings.top_p))
+    else:
+        kwargs.update(temperature=None, top_p=None, top_k=None)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            if settings.seed is not None:
+                torch.manual_seed(settings.seed)
+            with torch.no_grad(), _adapter_context(loaded, variant):
+                loaded.model.generate(**kwargs)
+        except BaseException as exc:  # surfaced to the caller after the stream ends
+            errors.append(exc)
+            streamer.end()
+
+    thread = threading.Thread(target=run, daemon=True, name="tunedeck-generate")
+    thread.start()
+    for piece in streamer:
+        if piece:
+            yield piece
+    thread.join()
+    if errors:
+        raise errors[0]
+
+
+def complete_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: GenerationSettings | None = None,
+                  variant: str = "tuned") -> tuple[str, int, int]:
+    """(reply text, prompt tokens, completion tokens) without streaming."""
+    pieces = list(stream_chat(loaded, messages, settings, variant))
+    text = "".join(pieces)
+    prompt_tokens = int(prompt_ids(loaded, messages).shape[-1])
+    completion_tokens = len(loaded.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+    return text, prompt_tokens, completion_tokens

@@ -1,0 +1,277 @@
+"""``tunedeck merge / chat / evaluate / export / serve``: a finished run's result from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    from core.i18n import t
+
+    def run_arg(p: argparse.ArgumentParser, optional: bool = False) -> None:
+        p.add_argument("run", metavar="RUN", nargs="?" if optional else None, help=t("lifecycle.run_arg_help"))
+
+    p = subparsers.add_parser("merge", help=t("lifecycle.merge_help"), description=t("lifecycle.merge_help"))
+    run_arg(p)
+    p.add_argument("--checkpoint", type=int, default=None, help=t("lifecycle.checkpoint_help"))
+    p.add_argument("--out", default=None, help=t("lifecycle.out_help"))
+    p.add_argument("--force", action="store_true", help=t("lifecycle.force_help"))
+    p.add_argument("--json", action="store_true", help=t("lifecycle.json_help"))
+    p.set_defaults(handler=cmd_merge)
+
+    p = subparsers.add_parser("chat", help=t("lifecycle.chat_help"), description=t("lifecycle.chat_help"))
+    run_arg(p, optional=True)
+    p.add_argument("--model-dir", default=None, help=t("lifecycle.model_dir_help"))
+    p.add_argument("--checkpoint", type=int, default=None, help=t("lifecycle.checkpoint_help"))
+    p.add_argument("--system", default="", help=t("lifecycle.system_help"))
+    p.add_argument("--temperature", type=float, default=0.7, help=t("lifecycle.temperature_help"))
+    p.add_argument("--max-tokens", type=int, default=256, help=t("lifecycle.max_tokens_help"))
+    p.add_argument("--base", action="store_true", help=t("lifecycle.base_help"))
+    p.set_defaults(handler=cmd_chat)
+
+    p = subparsers.add_parser("evaluate", help=t("lifecycle.evaluate_help"),
+                              description=t("lifecycle.evaluate_help"))
+    run_arg(p)
+    p.add_argument("--checkpoint", type=int, default=None, help=t("lifecycle.checkpoint_help"))
+    p.add_argument("--benchmarks", default="", help=t("lifecycle.benchmarks_help"))
+    p.add_argument("--json", action="store_true", help=t("lifecycle.json_help"))
+    p.set_defaults(handler=cmd_evaluate)
+
+    p = subparsers.add_parser("export", help=t("lifecycle.export_help"), description=t("lifecycle.export_help"))
+    run_arg(p)
+    p.add_argument("--format", default="merged", choices=["merged", "bnb-4bit", "bnb-8bit"],
+                   help=t("lifecycle.format_help"))
+    p.add_argument("--checkpoint", type=int, default=None, help=t("lifecycle.checkpoint_help"))
+    p.add_argument("--out", default=None, help=t("lifecycle.out_help"))
+    p.add_argument("--force", action="store_true", help=t("lifecycle.force_help"))
+    p.add_argument("--json", action="store_true", help=t("lifecycle.json_help"))
+    p.set_defaults(handler=cmd_export)
+
+    p = subparsers.add_parser("serve", help=t("lifecycle.serve_help"), description=t("lifecycle.serve_help"))
+    run_arg(p)
+    p.add_argument("--port", type=int, default=0, help=t("lifecycle.port_help"))
+    p.add_argument("--host", default="127.0.0.1", help=t("lifecycle.host_help"))
+    p.add_argument("--backend", default="auto", help=t("lifecycle.backend_help"))
+    p.add_argument("--checkpoint", type=int, default=None, help=t("lifecycle.checkpoint_help"))
+    p.add_argument("--model-dir", default=None, help=t("lifecycle.model_dir_help"))
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--stop", action="store_true", help=t("lifecycle.stop_help"))
+    action.add_argument("--status", action="store_true", help=t("lifecycle.serve_status_help"))
+    p.add_argument("--json", action="store_true", help=t("lifecycle.json_help"))
+    p.set_defaults(handler=cmd_serve)
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _resolve(ref: str) -> Any:
+    from core.cli import CliError
+    from core.runs.listing import RunNotFound, resolve_run
+
+    try:
+        return resolve_run(ref)
+    except RunNotFound as exc:
+        raise CliError(str(exc), 2) from exc
+
+
+def _quiet_libraries() -> None:
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+
+
+def _library_output_to_stderr() -> Any:
+    """DeepSpeed (imported by peft) logs to stdout; keep stdout for our JSON and replies only."""
+    import contextlib
+
+    return contextlib.redirect_stdout(sys.stderr)
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from core.cli import CliError
+    from core.i18n import t
+    from core.lifecycle.merge import merge_run
+    from core.lifecycle.source import LifecycleError
+
+    run = _resolve(args.run)
+    _quiet_libraries()
+    try:
+        from core.lifecycle.source import resolve_model_source
+
+        source = resolve_model_source(run, args.checkpoint)
+        _err(t("lifecycle.merging", run=run.id, step=source.step, out=args.out or "RUN_DIR/merged"))
+        with _library_output_to_stderr():
+            result = merge_run(run, args.checkpoint, Path(args.out) if args.out else None, force=args.force)
+    except LifecycleError as exc:
+        raise CliError(str(exc), 1) from exc
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        _err(t("lifecycle.merged", out=str(result.out), size=_size(result.bytes), seconds=result.seconds))
+        print(result.out)
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from core.cli import CliError
+    from core.i18n import t
+    from core.lifecycle.chat import GenerationSettings, build_messages, stream_chat
+    from core.lifecycle.source import LifecycleError, load_finetuned, load_model_dir, resolve_model_source
+
+    if not args.run and not args.model_dir:
+        raise CliError(t("lifecycle.chat_needs_model"), 2)
+    _quiet_libraries()
+    out = sys.stdout  # replies only; everything the libraries print goes to stderr
+    try:
+        with _library_output_to_stderr():
+            if args.model_dir:
+                _err(t("lifecycle.loading", what=args.model_dir))
+                loaded = load_model_dir(Path(args.model_dir))
+            else:
+                run = _resolve(args.run)
+                source = resolve_model_source(run, args.checkpoint)
+                _err(t("lifecycle.loading", what=f"{run.id} checkpoint-{source.step}"))
+                loaded = load_finetuned(source)
+    except LifecycleError as exc:
+        raise CliError(str(exc), 1) from exc
+    settings = GenerationSettings(temperature=args.temperature, max_tokens=args.max_tokens)
+    variant = "base" if args.base else "tuned"
+    history: list[dict[str, str]] = []
+    _err(t("lifecycle.chat_ready"))
+    for line in sys.stdin:
+        text = line.rstrip("\n")
+        if not text.strip():
+            break
+        history.append({"role": "user", "content": text})
+        reply: list[str] = []
+        for piece in stream_chat(loaded, build_messages(history, args.system), settings, variant):
+            reply.append(piece)
+            out.write(piece)
+            out.flush()
+        out.write("\n")
+        out.flush()
+        history.append({"role": "assistant", "content": "".join(reply)})
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from core.cli import CliError
+    from core.i18n import t
+    from core.lifecycle.evaluate import evaluate_run, start_benchmarks
+    from core.lifecycle.source import LifecycleError
+
+    run = _resolve(args.run)
+    if args.benchmarks:
+        from core.lifecycle.evaluate import benchmark_tool
+
+        if benchmark_tool() is None:  # say so before spending minutes on the loss
+            raise CliError(t("lifecycle.no_benchmark_tool"), 1)
+    _quiet_libraries()
+    try:
+        with _library_output_to_stderr():
+            result = evaluate_run(run, args.checkpoint)
+            bench = None
+            if args.benchmarks:
+                bench = start_benchmarks(run, [b.strip() for b in args.benchmarks.split(",") if b.strip()],
+                                         args.checkpoint)
+    except LifecycleError as exc:
+        raise CliError(str(exc), 1) from exc
+    if args.json:
+        _print_json({**result, "benchmarks": bench})
+    else:
+        split = t("lifecycle.eval_split_held_out" if result["split"] == "held_out"
+                  else "lifecycle.eval_split_train_sample")
+        _err(t("lifecycle.evaluated", split=split, loss=result["tuned"]["loss"], ppl=result["tuned"]["perplexity"],
+               tokens=result["tuned"]["tokens"], base_loss=result["base"]["loss"],
+               base_ppl=result["base"]["perplexity"], path=result["path"]))
+        for prompt in result["prompts"]:
+            _err(f"> {prompt['prompt']}\n  base:  {prompt['base']}\n  tuned: {prompt['tuned']}")
+        if bench:
+            _err(t("lifecycle.benchmark_started", pid=bench["pid"], log=bench["log"]))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from core.cli import CliError
+    from core.i18n import t
+    from core.lifecycle.export import export_run
+    from core.lifecycle.source import LifecycleError
+
+    run = _resolve(args.run)
+    _quiet_libraries()
+    try:
+        with _library_output_to_stderr():
+            result = export_run(run, args.format, args.checkpoint, Path(args.out) if args.out else None,
+                                args.force)
+    except LifecycleError as exc:
+        raise CliError(str(exc), 1) from exc
+    if args.json:
+        _print_json(result)
+    else:
+        _err(t("lifecycle.exported", format=args.format, out=result["out"], size=_size(result["bytes"])))
+        print(result["out"])
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from core.cli import CliError
+    from core.i18n import t
+    from core.lifecycle.serve import health, server_state, start_server, stop_server
+    from core.lifecycle.source import LifecycleError
+
+    run = _resolve(args.run)
+    if args.stop:
+        stopped = stop_server(run.id)
+        if args.json:
+            _print_json({"run_id": run.id, "stopped": stopped})
+        else:
+            _err(t("lifecycle.serve_stopped" if stopped else "lifecycle.serve_not_running", run=run.id))
+        return 0 if stopped else 1
+    if args.status:
+        state = server_state(run.id)
+        if state is None:
+            if args.json:
+                _print_json({"run_id": run.id, "running": False})
+            else:
+                _err(t("lifecycle.serve_not_running", run=run.id))
+            return 1
+        healthy = health(state.url)
+        if args.json:
+            _print_json({**state.to_dict(), "running": True, "healthy": healthy})
+        else:
+            _err(t("lifecycle.serve_status", run=run.id, url=state.url, pid=state.pid, backend=state.backend,
+                   health=t("lifecycle.health_ok" if healthy else "lifecycle.health_down")))
+        return 0
+    try:
+        state = start_server(run, args.host, args.port, args.backend, args.checkpoint,
+                             Path(args.model_dir) if args.model_dir else None)
+    except LifecycleError as exc:
+        raise CliError(str(exc), 1) from exc
+    if args.json:
+        _print_json({**state.to_dict(), "running": True, "healthy": True})
+    else:
+        _err(t("lifecycle.serve_started", run=run.id, url=state.url, pid=state.pid, backend=state.backend))
+        print(state.url)
+    return 0

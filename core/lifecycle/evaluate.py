@@ -1,0 +1,170 @@
+"""Evaluate a finished run: loss and perplexity, fine-tuned vs base, and fixed prompts before/after.
+
+The held-out split is rebuilt exactly as the trainer made it (same records, tokenisation, fraction and
+seed). A run without one is measured on a seeded sample of its training data, and the result says so
+(``"split": "train_sample"``). Results go to ``RUN_DIR/eval/eval-<step>-<time>.json`` and ``latest.json``.
+Benchmarks (EvalScope or lm-eval) are optional and run detached, like training.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from core.lifecycle.source import LifecycleError, LoadedModel
+from core.runs.run_dir import RunDirectory, utc_now_iso
+
+FIXED_PROMPTS = (
+    "Introduce yourself in one sentence.",
+    "What is 17 + 25?",
+    "Give me three tips for writing clear code.",
+)
+TRAIN_SAMPLE_SIZE = 64
+PROMPT_MAX_TOKENS = 48
+
+
+def eval_dir(run: RunDirectory) -> Path:
+    from core.paths import ensure_private_dir
+
+    return ensure_private_dir(run.path / "eval")
+
+
+def evaluation_examples(run: RunDirectory, tokenizer: Any) -> tuple[str, list[dict[str, list[int]]]]:
+    """("held_out" | "train_sample", examples with input_ids/labels) as the trainer split them."""
+    from core.train.data_adapter import load_records, split_eval, tokenize_records
+
+    cfg = run.config()
+    datasets = cfg.get("dataset")
+    datasets = [datasets] if isinstance(datasets, str) else list(datasets or [])
+    records = load_records(datasets, str(cfg.get("hub", "modelscope")))
+    examples = tokenize_records(records, tokenizer, int(cfg.get("max_seq_len", 2048)),
+                                str(cfg.get("loss_on", "assistant")))
+    seed = int(cfg.get("seed", 42))
+    examples = split_eval(examples, float(cfg.get("eval_split", 0.0) or 0.0), seed)
+    if examples.eval:
+        return "held_out", examples.eval
+    rows = list(examples.train)
+    random.Random(seed).shuffle(rows)
+    return "train_sample", rows[:TRAIN_SAMPLE_SIZE]
+
+
+def mean_loss(loaded: LoadedModel, examples: list[dict[str, list[int]]], variant: str) -> dict[str, Any]:
+    """Token-weighted cross-entropy over the examples' labelled tokens, and its perplexity."""
+    import torch
+
+    from core.lifecycle.chat import _adapter_context
+
+    total, tokens = 0.0, 0
+    with torch.no_grad(), _adapter_context(loaded, variant):
+        for example in examples:
+            ids = torch.tensor([example["input_ids"]], device=loaded.device)
+            labels = torch.tensor([example["labels"]], device=loaded.device)
+            logits = loaded.model(input_ids=ids).logits[:, :-1, :].float()
+            target = labels[:, 1:]
+            n = int((target != -100).sum())
+            if n == 0:
+                continue
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                                                     ignore_index=-100, reduction="sum")
+            total += float(loss)
+            tokens += n
+    mean = total / tokens if tokens else float("nan")
+    return {"loss": mean, "perplexity": math.exp(min(mean, 50.0)) if tokens else float("nan"), "tokens": tokens}
+
+
+def _fixed_prompts(run: RunDirectory) -> list[str]:
+    """The standard prompts plus the first user turn of the first record (the task the run learned)."""
+    prompts = list(FIXED_PROMPTS)
+    try:
+        from core.train.data_adapter import load_records
+
+        cfg = run.config()
+        datasets = cfg.get("dataset")
+        records = load_records([datasets] if isinstance(datasets, str) else list(datasets or []),
+                               str(cfg.get("hub", "modelscope")))
+        messages = getattr(records[0], "messages", None) or []
+        first_user = next((m for m in messages if getattr(m, "role", None) == "user"), None)
+        if first_user is not None:
+            prompts.insert(0, str(getattr(first_user, "content", "")))
+    except Exception:  # the prompts are a courtesy; the loss is the measurement
+        pass
+    return prompts
+
+
+def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list[str] | None = None,
+                 device: str | None = None) -> dict[str, Any]:
+    """Measure the run's result (fine-tuned vs base) and save it; returns what was saved (+ ``path``)."""
+    from core.atomic_file import write_json_atomic
+    from core.lifecycle.chat import GenerationSettings, complete_chat
+    from core.lifecycle.source import load_finetuned, resolve_model_source
+
+    started = time.monotonic()
+    source = resolve_model_source(run, checkpoint)
+    loaded = load_finetuned(source, device)
+    split, examples = evaluation_examples(run, loaded.tokenizer)
+    if not examples:
+        raise LifecycleError(f"{run.path}: no examples to evaluate on")
+    tuned = mean_loss(loaded, examples, "tuned")
+    base = mean_loss(loaded, examples, "base") if loaded.has_adapter else None
+    greedy = GenerationSettings(temperature=0.0, max_tokens=PROMPT_MAX_TOKENS)
+    answers = []
+    for prompt in prompts if prompts is not None else _fixed_prompts(run):
+        messages = [{"role": "user", "content": prompt}]
+        answers.append({
+            "prompt": prompt,
+            "base": complete_chat(loaded, messages, greedy, "base")[0] if loaded.has_adapter else None,
+            "tuned": complete_chat(loaded, messages, greedy, "tuned")[0],
+        })
+    result = {
+        "schema": 1, "time": utc_now_iso(), "run_id": run.id, "checkpoint": str(source.checkpoint),
+        "step": source.step, "split": split, "examples": len(examples), "tuned": tuned,
+        "base": base or tuned, "prompts": answers, "seconds": round(time.monotonic() - started, 3),
+    }
+    directory = eval_dir(run)
+    path = directory / f"eval-{source.step}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    write_json_atomic(path, result)
+    write_json_atomic(directory / "latest.json", result)
+    run.append_event("evaluated", path=str(path), split=split, loss=tuned["loss"])
+    return {**result, "path": str(path)}
+
+
+def benchmark_tool() -> str | None:
+    """``evalscope`` or ``lm_eval`` when installed, else None."""
+    for name in ("evalscope", "lm_eval"):
+        if importlib.util.find_spec(name) is not None:
+            return name
+    return None
+
+
+def start_benchmarks(run: RunDirectory, names: list[str], checkpoint: int | None = None) -> dict[str, Any]:
+    """Launch EvalScope / lm-eval on the merged model, detached; progress goes to ``eval/bench.log``."""
+    from core.i18n import t
+    from core.lifecycle.merge import default_merge_dir, merge_run
+    from core.lifecycle.source import resolve_model_source
+
+    tool = benchmark_tool()
+    if tool is None:
+        raise LifecycleError(t("lifecycle.no_benchmark_tool"))
+    source = resolve_model_source(run, checkpoint)
+    model_dir = default_merge_dir(run, source.step)
+    if not model_dir.is_dir():
+        merge_run(run, checkpoint)
+    out = eval_dir(run) / f"bench-{source.step}"
+    if tool == "evalscope":
+        cmd = [sys.executable, "-m", "evalscope.cli.cli", "eval", "--model", str(model_dir),
+               "--datasets", *names, "--work-dir", str(out)]
+    else:
+        cmd = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={model_dir}",
+               "--tasks", ",".join(names), "--output_path", str(out)]
+    log_path = eval_dir(run) / "bench.log"
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    run.append_event("benchmark_started", tool=tool, benchmarks=names, pid=proc.pid, log=str(log_path))
+    return {"tool": tool, "benchmarks": names, "pid": proc.pid, "log": str(log_path), "out": str(out)}

@@ -1,0 +1,72 @@
+"""Export a run's model: the merged safetensors folder, or a bitsandbytes-quantized copy of it.
+
+bitsandbytes quantizes on CUDA only; on a machine without an NVIDIA GPU the quantized formats are
+refused with a message that says so before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+from typing import Any
+
+from core.lifecycle.source import LifecycleError
+from core.runs.run_dir import RunDirectory, utc_now_iso
+
+FORMATS = ("merged", "bnb-4bit", "bnb-8bit")
+
+
+def default_export_dir(run: RunDirectory, fmt: str, step: int) -> Path:
+    return run.path / "export" / f"{fmt}-checkpoint-{step}"
+
+
+def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: Path | None = None,
+               force: bool = False) -> dict[str, Any]:
+    """Write the export; returns ``{"format", "out", "bytes", "seconds", "step"}``."""
+    from core.i18n import t
+    from core.lifecycle.merge import merge_run, merged_model, save_model_dir_atomically
+    from core.lifecycle.source import resolve_model_source
+
+    if fmt not in FORMATS:
+        raise LifecycleError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+    started = time.monotonic()
+    source = resolve_model_source(run, checkpoint)
+    if fmt == "merged":
+        result = merge_run(run, checkpoint, out, force=force)
+        return {"format": fmt, "out": str(result.out), "bytes": result.bytes, "seconds": result.seconds,
+                "step": result.step}
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise LifecycleError(t("lifecycle.export_needs_bnb", format=fmt))
+    import torch
+
+    if not torch.cuda.is_available():
+        raise LifecycleError(t("lifecycle.export_needs_cuda", format=fmt))
+    out = Path(out) if out is not None else default_export_dir(run, fmt, source.step)
+    if out.exists() and not force:
+        raise LifecycleError(t("lifecycle.out_exists", path=str(out)))
+    # Merge in full precision first, then quantize the merged weights while loading them.
+    staging = default_export_dir(run, "staging", source.step)
+    model, tokenizer = merged_model(source, "cuda")
+    save_model_dir_atomically(model, tokenizer, staging, {"staging": True}, force=True)
+    del model
+    torch.cuda.empty_cache()
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    if fmt == "bnb-4bit":
+        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                   bnb_4bit_compute_dtype=torch.bfloat16)
+    else:
+        quant = BitsAndBytesConfig(load_in_8bit=True)
+    quantized = AutoModelForCausalLM.from_pretrained(str(staging), quantization_config=quant, device_map={"": 0})
+    try:
+        size = save_model_dir_atomically(quantized, tokenizer, out,
+                                         {"exported": utc_now_iso(), "format": fmt, **source.to_dict()},
+                                         force=force)
+    finally:
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+    run.append_event("exported", format=fmt, out=str(out), bytes=size)
+    return {"format": fmt, "out": str(out), "bytes": size, "seconds": time.monotonic() - started,
+            "step": source.step}

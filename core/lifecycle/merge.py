@@ -1,0 +1,147 @@
+"""Merge a run's LoRA/DoRA adapter into its base weights and save a standalone model directory.
+
+The result is written into ``OUT.tmp/`` and renamed to ``OUT/`` only once every file is written and
+fsync'ed, so a failed or killed merge never leaves a directory that looks finished. The free disk space
+is checked before the first byte is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.lifecycle.source import LifecycleError, ModelSource, resolve_model_source
+from core.runs.run_dir import RunDirectory, utc_now_iso
+
+# Room left over after the merged weights: tokenizer files, the filesystem's own needs.
+DEFAULT_HEADROOM_BYTES = 256 * 1024 * 1024
+TMP_SUFFIX = ".tmp"
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    out: Path
+    step: int
+    bytes: int
+    seconds: float
+    dtype: str
+    adapter: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"out": str(self.out), "step": self.step, "bytes": self.bytes, "seconds": round(self.seconds, 3),
+                "dtype": self.dtype, "adapter": self.adapter}
+
+
+def default_merge_dir(run: RunDirectory, step: int) -> Path:
+    return run.path / "merged" / f"checkpoint-{step}"
+
+
+def check_disk_space(directory: Path, needed_bytes: int) -> None:
+    """Refuse (``LifecycleError``) when the filesystem of ``directory`` has less than ``needed_bytes`` free."""
+    from core.i18n import t
+
+    probe = directory
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed_bytes:
+        raise LifecycleError(t("lifecycle.disk_full", path=str(probe), needed=_gb(needed_bytes), free=_gb(free)))
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def model_bytes(model: Any) -> int:
+    """Bytes the model's tensors take once saved (parameters and buffers that are saved)."""
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fd = os.open(dirpath, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def merged_model(source: ModelSource, device: str = "cpu") -> tuple[Any, Any]:
+    """(model with the adapter folded in, tokenizer); a full fine-tune's checkpoint is returned as it is."""
+    from core.lifecycle.source import load_finetuned
+
+    loaded = load_finetuned(source, device)
+    model = loaded.model.merge_and_unload() if loaded.has_adapter else loaded.model
+    return model, loaded.tokenizer
+
+
+def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance: dict[str, Any],
+                              headroom_bytes: int = DEFAULT_HEADROOM_BYTES, force: bool = False) -> int:
+    """Write model (safetensors) + tokenizer + chat template into ``out`` via ``out.tmp``; returns bytes."""
+    from core.i18n import t
+
+    if out.exists() and not force:
+        raise LifecycleError(t("lifecycle.out_exists", path=str(out)))
+    tmp = out.with_name(out.name + TMP_SUFFIX)
+    needed = model_bytes(model) + headroom_bytes
+    check_disk_space(out.parent, needed)
+    if tmp.exists():  # a leftover of a merge that was killed
+        shutil.rmtree(tmp)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(mode=0o700)
+    try:
+        model.config.use_cache = True  # the merged model is for inference
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / "tunedeck_merge.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+        _fsync_tree(tmp)
+        if out.exists():  # --force: move the old one aside only once the new one is complete
+            old = out.with_name(out.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(out, old)
+            os.rename(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+
+
+def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None = None,
+              headroom_bytes: int = DEFAULT_HEADROOM_BYTES, force: bool = False,
+              device: str | None = None) -> MergeResult:
+    """Merge the run's adapter (last complete checkpoint unless ``checkpoint``) into ``out``."""
+    from core.i18n import t
+    from core.lifecycle.source import default_device
+
+    started = time.monotonic()
+    source = resolve_model_source(run, checkpoint)
+    device = device or default_device()
+    out = Path(out) if out is not None else default_merge_dir(run, source.step)
+    if out.exists() and not force:
+        raise LifecycleError(t("lifecycle.out_exists", path=str(out)))
+    model, tokenizer = merged_model(source, device)
+    provenance = {"merged": utc_now_iso(), **source.to_dict()}
+    try:
+        size = save_model_dir_atomically(model, tokenizer, out, provenance, headroom_bytes, force)
+    except LifecycleError:
+        raise
+    except Exception as exc:  # OSError, safetensors' own I/O error …: the folder is gone either way
+        raise LifecycleError(t("lifecycle.merge_write_failed", path=str(out), error=str(exc))) from exc
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    result = MergeResult(out, source.step, size, time.monotonic() - started, dtype, source.is_adapter)
+    run.append_event("merged", **result.to_dict())
+    return result

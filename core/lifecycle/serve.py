@@ -1,0 +1,261 @@
+"""Start, find and stop a run's detached OpenAI-compatible server.
+
+State lives in ``data_root()/serve/<run id>/`` (0700): ``state.json`` (pid, host, port, url, backend,
+status), ``lock`` (flock'ed by our own server for its whole life) and ``server.log``. The server runs in
+its own session, so it survives the SSH session and the app that started it. Backends: vLLM or LMDeploy
+when installed (they serve the merged model), otherwise ``core.lifecycle.server``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.lifecycle.source import LifecycleError
+from core.runs.run_dir import RunDirectory
+
+BACKENDS = ("auto", "transformers", "vllm", "lmdeploy")
+
+
+@dataclass(frozen=True)
+class ServerState:
+    run_id: str
+    pid: int
+    url: str
+    host: str
+    port: int
+    backend: str
+    status: str
+    log_path: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "pid": self.pid, "url": self.url, "host": self.host, "port": self.port,
+                "backend": self.backend, "status": self.status, "log": str(self.log_path)}
+
+
+def serve_dir(run_id: str) -> Path:
+    from core.paths import data_root, ensure_private_dir
+
+    return ensure_private_dir(ensure_private_dir(data_root() / "serve") / run_id)
+
+
+def _read_state(directory: Path) -> dict[str, Any]:
+    try:
+        value = json.loads((directory / "state.json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours is dead for our purposes
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _lock_held(directory: Path) -> bool:
+    try:
+        fd = os.open(directory / "lock", os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def server_state(run_id: str) -> ServerState | None:
+    """The run's server if one is alive (its process exists), else None."""
+    directory = serve_dir(run_id)
+    raw = _read_state(directory)
+    pid = int(raw.get("pid") or 0)
+    if not raw or not _pid_alive(pid) or raw.get("status") == "stopped":
+        return None
+    if raw.get("backend") == "transformers" and not _lock_held(directory):
+        return None
+    return ServerState(run_id, pid, str(raw.get("url", "")), str(raw.get("host", "")), int(raw.get("port") or 0),
+                       str(raw.get("backend", "")), str(raw.get("status", "")), directory / "server.log")
+
+
+def health(url: str, timeout: float = 2.0) -> bool:
+    """Whether the server at ``url`` (…/v1) answers ``/v1/models``."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=timeout) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def choose_backend(requested: str) -> str:
+    """``auto``: vLLM, then LMDeploy when installed with a GPU; else our own transformers server."""
+    from core.i18n import t
+
+    if requested not in BACKENDS:
+        raise LifecycleError(t("lifecycle.serve_unknown_backend", backend=requested))
+    if requested == "transformers":
+        return requested
+    modules = {"vllm": "vllm", "lmdeploy": "lmdeploy"}
+    if requested != "auto":
+        if importlib.util.find_spec(modules[requested]) is None:
+            raise LifecycleError(t("lifecycle.serve_unknown_backend", backend=requested))
+        return requested
+    import torch
+
+    if torch.cuda.is_available():
+        for name in ("vllm", "lmdeploy"):
+            if importlib.util.find_spec(modules[name]) is not None:
+                return name
+    return "transformers"
+
+
+def _backend_command(backend: str, run: RunDirectory, state: Path, host: str, port: int,
+                     checkpoint: int | None, model_dir: Path | None) -> list[str]:
+    if backend == "transformers":
+        cmd = [sys.executable, "-m", "core.lifecycle.server", "--state", str(state), "--host", host,
+               "--port", str(port)]
+        if model_dir is not None:
+            return cmd + ["--model-dir", str(model_dir)]
+        return cmd + ["--run", str(run.path)] + ([] if checkpoint is None else ["--checkpoint", str(checkpoint)])
+    assert model_dir is not None  # foreign servers serve the merged folder
+    if backend == "vllm":
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+                "--served-model-name", run.id, "--host", host, "--port", str(port)]
+    return [sys.executable, "-m", "lmdeploy", "serve", "api_server", str(model_dir), "--model-name", run.id,
+            "--server-name", host, "--server-port", str(port)]
+
+
+def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, backend: str = "auto",
+                 checkpoint: int | None = None, model_dir: Path | None = None,
+                 timeout: float = 600.0) -> ServerState:
+    """Start the run's server detached (own session) and wait until it answers; returns its state."""
+    from core.atomic_file import write_json_atomic
+    from core.i18n import t
+
+    existing = server_state(run.id)
+    if existing is not None:
+        raise LifecycleError(t("lifecycle.serve_already", run=run.id, url=existing.url, pid=existing.pid))
+    chosen = choose_backend(backend)
+    if chosen != "transformers" and model_dir is None:
+        from core.lifecycle.merge import default_merge_dir, merge_run
+        from core.lifecycle.source import resolve_model_source
+
+        source = resolve_model_source(run, checkpoint)
+        model_dir = default_merge_dir(run, source.step)
+        if not model_dir.is_dir():
+            merge_run(run, checkpoint)
+    directory = serve_dir(run.id)
+    if chosen != "transformers" and port == 0:
+        port = _free_port(host)
+    write_json_atomic(directory / "state.json", {"status": "starting", "backend": chosen, "host": host,
+                                                 "port": port, "run": str(run.path), "started": time.time()})
+    log_path = directory / "server.log"
+    cmd = _backend_command(chosen, run, directory, host, port, checkpoint, model_dir)
+    with open(log_path, "ab") as log_file:
+        os.chmod(log_path, 0o600)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=str(Path(__file__).resolve().parents[2]),
+                                close_fds=True)
+    if chosen != "transformers":
+        scheme_host = f"[{host}]" if ":" in host else host
+        write_json_atomic(directory / "state.json", {**_read_state(directory), "pid": proc.pid,
+                                                     "url": f"http://{scheme_host}:{port}/v1", "status": "loading"})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        raw = _read_state(directory)
+        url = str(raw.get("url") or "")
+        if proc.poll() is not None:
+            break
+        if url and (raw.get("status") == "ready" or chosen != "transformers") and health(url):
+            if chosen != "transformers":
+                write_json_atomic(directory / "state.json", {**raw, "status": "ready"})
+            state = server_state(run.id)
+            if state is not None:
+                run.append_event("serve_started", url=state.url, pid=state.pid, backend=chosen)
+                return state
+        time.sleep(0.25)
+    if proc.poll() is None:
+        _terminate(proc.pid)
+    tail = log_path.read_text(encoding="utf-8", errors="replace")[-2000:].strip()
+    raise LifecycleError(t("lifecycle.serve_failed", log=str(log_path), tail=tail))
+
+
+def _terminate(pid: int, grace: float = 15.0) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and _pid_alive(pid):
+        try:  # reap it when it is our child (the CLI that started it may still be alive in tests)
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.1)
+    if _pid_alive(pid):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def stop_server(run_id: str) -> bool:
+    """Stop the run's server (SIGTERM to its session, SIGKILL after 15 s); False if none was running."""
+    from core.atomic_file import write_json_atomic
+
+    state = server_state(run_id)
+    if state is None:
+        return False
+    _terminate(state.pid)
+    directory = serve_dir(run_id)
+    write_json_atomic(directory / "state.json", {**_read_state(directory), "status": "stopped"})
+    return True
+
+
+def probe_request(url: str, model: str, prompt: str = "Hello!", max_tokens: int = 16,
+                 timeout: float = 120.0) -> tuple[str, float]:
+    """One real chat completion against ``url``; (reply, seconds). Raises ``LifecycleError`` on failure."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
+                       "max_tokens": max_tokens, "temperature": 0}).encode("utf-8")
+    request = urllib.request.Request(url.rstrip("/") + "/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            reply = json.loads(response.read())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise LifecycleError(f"{url}: {exc}") from exc
+    return str(reply["choices"][0]["message"]["content"]), time.monotonic() - started

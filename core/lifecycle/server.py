@@ -1,0 +1,241 @@
+"""tunedeck's own OpenAI-compatible server (stdlib ``http.server``; one generation at a time).
+
+Run as ``python -m core.lifecycle.server --state DIR (--run RUN_DIR | --model-dir DIR) [--host] [--port]``
+by ``core.lifecycle.serve`` in its own session. It holds ``DIR/lock`` for its whole life, writes
+``DIR/state.json`` (pid, host, port, url, status) once it listens, and answers:
+
+    GET  /health                 {"status": "ok", "model": ...}
+    GET  /v1/models              the fine-tuned model, and ``<id>-base`` when it is base + adapter
+    POST /v1/chat/completions    OpenAI schema; ``"stream": true`` answers as server-sent events
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("tunedeck.serve")
+
+
+class ChatBackend:
+    """The loaded model behind the API; generation is serialised (one model, one stream at a time)."""
+
+    def __init__(self, loaded: Any, model_id: str) -> None:
+        self.loaded = loaded
+        self.model_id = model_id
+        self.lock = threading.Lock()
+
+    def model_ids(self) -> list[str]:
+        ids = [self.model_id]
+        if self.loaded.has_adapter:
+            ids.append(self.model_id + "-base")
+        return ids
+
+    def variant_for(self, requested: str | None) -> str:
+        return "base" if requested and requested == self.model_id + "-base" and self.loaded.has_adapter else "tuned"
+
+
+def _settings(body: dict[str, Any]) -> Any:
+    from core.lifecycle.chat import GenerationSettings
+
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
+    temperature = body.get("temperature")
+    return GenerationSettings(temperature=0.7 if temperature is None else float(temperature),
+                              max_tokens=int(max_tokens), top_p=float(body.get("top_p") or 1.0),
+                              seed=body.get("seed"))
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("'messages' must be a non-empty list of {role, content}")
+    out = []
+    for m in messages:
+        if not isinstance(m, dict) or "role" not in m:
+            raise ValueError("each message needs a 'role' and a 'content'")
+        content = m.get("content") or ""
+        if isinstance(content, list):  # content parts: keep the text ones
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        out.append({"role": str(m["role"]), "content": str(content)})
+    return out
+
+
+def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "tunedeck"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            log.info("%s %s", self.address_string(), format % args)
+
+        def _json(self, code: int, value: Any) -> None:
+            data = json.dumps(value).encode("utf-8")
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, code: int, message: str, kind: str = "invalid_request_error") -> None:
+            self._json(code, {"error": {"message": message, "type": kind, "code": code}})
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            path = self.path.split("?")[0].rstrip("/")
+            if path == "/health":
+                self._json(200, {"status": "ok", "model": backend.model_id})
+            elif path == "/v1/models":
+                self._json(200, {"object": "list", "data": [
+                    {"id": mid, "object": "model", "created": 0, "owned_by": "tunedeck"}
+                    for mid in backend.model_ids()]})
+            else:
+                self._error(404, f"no route {self.path}")
+
+        def do_POST(self) -> None:  # noqa: N802
+            path = self.path.split("?")[0].rstrip("/")
+            if path != "/v1/chat/completions":
+                self._error(404, f"no route {self.path}")
+                return
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                messages = _messages(body)
+                settings = _settings(body)
+            except (ValueError, TypeError) as exc:
+                self._error(400, str(exc))
+                return
+            variant = backend.variant_for(body.get("model"))
+            model_name = backend.model_id + ("-base" if variant == "base" else "")
+            created = int(time.time())
+            cid = "chatcmpl-" + uuid.uuid4().hex[:24]
+            with backend.lock:
+                if body.get("stream"):
+                    self._stream(messages, settings, variant, model_name, cid, created)
+                else:
+                    self._complete(messages, settings, variant, model_name, cid, created)
+
+        def _complete(self, messages: Any, settings: Any, variant: str, model: str, cid: str, created: int) -> None:
+            from core.lifecycle.chat import complete_chat
+
+            try:
+                text, prompt_tokens, completion_tokens = complete_chat(backend.loaded, messages, settings, variant)
+            except Exception as exc:  # a generation error is the client's answer, not a dead server
+                log.exception("generation failed")
+                self._error(500, f"generation failed: {exc}", "server_error")
+                return
+            finish = "length" if completion_tokens >= settings.max_tokens else "stop"
+            self._json(200, {
+                "id": cid, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                             "finish_reason": finish}],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                          "total_tokens": prompt_tokens + completion_tokens},
+            })
+
+        def _stream(self, messages: Any, settings: Any, variant: str, model: str, cid: str, created: int) -> None:
+            from core.lifecycle.chat import stream_chat
+
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+
+            def send(delta: dict[str, Any], finish: str | None) -> None:
+                chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                self.wfile.write(b"data: " + json.dumps(chunk).encode("utf-8") + b"\n\n")
+                self.wfile.flush()
+
+            stop = threading.Event()
+            try:
+                send({"role": "assistant", "content": ""}, None)
+                for piece in stream_chat(backend.loaded, messages, settings, variant, stop=stop):
+                    send({"content": piece}, None)
+                send({}, "stop")
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                stop.set()  # the client went away: stop generating for nobody
+            except Exception:
+                log.exception("generation failed")
+                stop.set()
+
+    return Handler
+
+
+def _write_state(state_dir: Path, **values: Any) -> None:
+    from core.atomic_file import write_json_atomic
+
+    path = state_dir / "state.json"
+    try:
+        current = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        current = {}
+    current.update(values)
+    write_json_atomic(path, current)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m core.lifecycle.server")
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--run", default=None)
+    parser.add_argument("--model-dir", default=None)
+    parser.add_argument("--checkpoint", type=int, default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    state_dir = Path(args.state)
+    lock_fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log.error("another server holds %s", state_dir / "lock")
+        return 3
+    _write_state(state_dir, pid=os.getpid(), status="loading", backend="transformers")
+
+    from core.lifecycle.source import load_finetuned, load_model_dir, resolve_model_source
+    from core.runs.run_dir import RunDirectory
+
+    if args.model_dir:
+        loaded = load_model_dir(Path(args.model_dir))
+        model_id = Path(args.model_dir).name
+    else:
+        run = RunDirectory(Path(args.run))
+        loaded = load_finetuned(resolve_model_source(run, args.checkpoint))
+        model_id = run.id
+    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(ChatBackend(loaded, model_id)))
+    httpd.daemon_threads = True
+    port = httpd.server_address[1]
+    shown_host = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{shown_host}:{port}/v1"
+
+    def on_term(_signum: int, _frame: Any) -> None:
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    _write_state(state_dir, status="ready", host=args.host, port=port, url=url, model=model_id,
+                 ready_ts=time.time())
+    log.info("serving %s at %s", model_id, url)
+    try:
+        httpd.serve_forever(poll_interval=0.2)
+    finally:
+        httpd.server_close()
+        _write_state(state_dir, status="stopped", stopped_ts=time.time())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Which weights a finished run stands for, and loading them again (base + adapter, or a full model).
+
+The base of a run on a bare config (the bundled tiny model, the GPU benchmark configs) was initialised
+at random from the run's seed; it is rebuilt the very same way here (same seed, dtype and device kind),
+so that the adapter meets the weights it was trained against. QLoRA adapters are merged into the bf16
+base, never into the 4-bit one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.runs.run_dir import RunDirectory
+
+log = logging.getLogger("tunedeck.lifecycle")
+
+
+class LifecycleError(Exception):
+    """A run that cannot be merged / chatted with / served as asked; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """The pieces of a run's result: base model, adapter checkpoint (None for full fine-tunes) …"""
+
+    run_id: str
+    base_model: str  # as configured ("tiny", a path or a hub id)
+    hub: str
+    method: str
+    seed: int
+    precision: str  # bf16 / fp16 / fp32: what the run trained in
+    trained_on: str  # cpu / cuda
+    checkpoint: Path
+    step: int
+
+    @property
+    def is_adapter(self) -> bool:
+        return (self.checkpoint / "adapter_config.json").is_file()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "base_model": self.base_model, "method": self.method, "seed": self.seed,
+                "precision": self.precision, "trained_on": self.trained_on, "checkpoint": str(self.checkpoint),
+                "step": self.step, "adapter": self.is_adapter}
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for generation; ``has_adapter`` means ``disable_adapter()`` gives the base."""
+
+    model: Any
+    tokenizer: Any
+    source: ModelSource | None
+    has_adapter: bool
+    device: str
+
+
+def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> ModelSource:
+    """The run's base model and its last complete checkpoint (or checkpoint ``checkpoint``)."""
+    from core.i18n import t
+
+    if not run.exists():
+        raise LifecycleError(t("lifecycle.not_a_run", path=str(run.path)))
+    complete = run.checkpoints(complete_only=True)
+    if not complete:
+        raise LifecycleError(t("lifecycle.no_checkpoint", run=run.id))
+    if checkpoint is None:
+        chosen = complete[-1]
+    else:
+        matches = [c for c in complete if c.step == checkpoint]
+        if not matches:
+            steps = ", ".join(str(c.step) for c in complete)
+            raise LifecycleError(t("lifecycle.checkpoint_missing", step=checkpoint, run=run.id, steps=steps))
+        chosen = matches[0]
+    cfg = run.config()
+    header = run.metrics_header() or {}
+    return ModelSource(
+        run_id=run.id,
+        base_model=str(cfg.get("model") or header.get("model") or ""),
+        hub=str(cfg.get("hub", "modelscope")),
+        method=str(cfg.get("method") or header.get("method") or "lora"),
+        seed=int(cfg.get("seed", 42)),
+        precision=str(header.get("precision") or cfg.get("precision") or "fp32"),
+        trained_on=str(header.get("device") or "cpu"),
+        checkpoint=chosen.path,
+        step=chosen.step,
+    )
+
+
+def torch_dtype(precision: str) -> Any:
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def base_model_dir(source: ModelSource) -> Path:
+    from core.train.model_setup import resolve_model_path
+
+    return resolve_model_path(source.base_model, source.hub)
+
+
+def load_base_model(source: ModelSource, device: str | None = None) -> Any:
+    """The run's base in full precision of the run (bf16 for QLoRA), rebuilt exactly for bare configs."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from core.i18n import t
+    from core.train.model_setup import has_weights, materialize_random_weights
+
+    device = device or default_device()
+    dtype = torch_dtype(source.precision)
+    model_dir = base_model_dir(source)
+    if has_weights(model_dir):
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+        return model.to(device)
+    if source.method == "qlora":
+        # QLoRA quantised the bf16 weights it materialised once; the same files are the base to merge into.
+        return AutoModelForCausalLM.from_pretrained(
+            str(materialize_random_weights(model_dir, source.seed, dtype)), dtype=dtype).to(device)
+    if source.trained_on != device.split(":")[0]:
+        # CPU and CUDA random generators differ: the rebuilt base would not be the trained one.
+        raise LifecycleError(t("lifecycle.random_base_device", trained=source.trained_on, here=device))
+    config = AutoConfig.from_pretrained(str(model_dir))
+    torch.manual_seed(source.seed)
+    if device.startswith("cuda"):
+        torch.cuda.manual_seed_all(source.seed)
+        with torch.device(device if ":" in device else "cuda:0"):
+            return AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return AutoModelForCausalLM.from_config(config, dtype=dtype)
+
+
+def load_tokenizer_for(source: ModelSource) -> Any:
+    """The tokenizer saved with the checkpoint (it carries the chat template), else the base's."""
+    from transformers import AutoTokenizer
+
+    where = source.checkpoint if (source.checkpoint / "tokenizer_config.json").is_file() else base_model_dir(source)
+    tokenizer = AutoTokenizer.from_pretrained(str(where))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_finetuned(source: ModelSource, device: str | None = None) -> LoadedModel:
+    """Base + adapter (a ``PeftModel``, so the base stays reachable) or the full fine-tuned checkpoint."""
+
+    device = device or default_device()
+    tokenizer = load_tokenizer_for(source)
+    if source.is_adapter:
+        from peft import PeftModel
+
+        base = load_base_model(source, device)
+        model = PeftModel.from_pretrained(base, str(source.checkpoint))
+        model.to(device)
+        has_adapter = True
+    else:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(str(source.checkpoint), dtype=torch_dtype(source.precision))
+        model.to(device)
+        has_adapter = False
+    model.eval()
+    return LoadedModel(model, tokenizer, source, has_adapter, device)
+
+
+def load_model_dir(path: Path, device: str | None = None) -> LoadedModel:
+    """A plain model directory (e.g. a merged one): config, weights and tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = device or default_device()
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    dtype_name = str(config.get("dtype") or config.get("torch_dtype") or "float32")
+    import torch
+
+    dtype = getattr(torch, dtype_name, torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device)
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return LoadedModel(model, tokenizer, None, False, device)

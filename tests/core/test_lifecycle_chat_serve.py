@@ -1,0 +1,108 @@
+"""Chat (CLI and streaming) and the detached OpenAI-compatible server, with a real tiny LoRA run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.fixtures.lifecycle.finished_run import ROOT, finished_run, tunedeck
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    return tmp_path_factory.mktemp("lifecycle-chat")
+
+
+@pytest.fixture()
+def lora_run(shared, monkeypatch):
+    home, run_id = finished_run(shared)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    from core.runs.run_dir import RunDirectory
+
+    return home, RunDirectory(home / "runs" / run_id)
+
+
+def test_stream_chat_yields_pieces_as_they_are_generated(lora_run):
+    from core.lifecycle.chat import GenerationSettings, build_messages, stream_chat
+    from core.lifecycle.source import load_finetuned, resolve_model_source
+
+    _home, run = lora_run
+    loaded = load_finetuned(resolve_model_source(run), "cpu")
+    messages = build_messages([{"role": "user", "content": "Name a colour."}], "Be brief.")
+    assert messages[0] == {"role": "system", "content": "Be brief."}
+    greedy = GenerationSettings(temperature=0.0, max_tokens=12)
+    assert "".join(stream_chat(loaded, messages, greedy)).strip() == "Blue."  # learned answer
+    # The random base babbles word after word: each word must arrive before the reply is complete.
+    arrivals = []
+    started = time.monotonic()
+    for piece in stream_chat(loaded, messages, GenerationSettings(temperature=0.0, max_tokens=60), "base"):
+        arrivals.append((time.monotonic() - started, piece))
+    done = time.monotonic() - started
+    assert len(arrivals) >= 5, arrivals
+    assert arrivals[0][0] < done * 0.6, (arrivals[0][0], done)
+    assert "".join(p for _t, p in arrivals) != "Blue."
+
+
+def test_chat_cli_reads_stdin_lines_and_streams_replies(lora_run):
+    home, run = lora_run
+    proc = subprocess.Popen([sys.executable, "-m", "core", "chat", run.id, "--temperature", "0", "--max-tokens",
+                             "12", "--system", ""], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1"})
+    out, err = proc.communicate("Name a colour.\n\n", timeout=180)
+    assert proc.returncode == 0, err[-2000:]
+    assert out.strip() == "Blue.", (out, err[-1000:])  # stdout holds replies only
+    assert "ready" in err
+
+
+def test_serve_answers_openai_client_streaming_and_not_then_stops(lora_run):
+    from openai import OpenAI
+
+    from core.lifecycle.serve import server_state
+
+    home, run = lora_run
+    proc = tunedeck(home, "serve", run.id, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    state = json.loads(proc.stdout)
+    try:
+        assert state["host"] == "127.0.0.1" and state["url"] == f"http://127.0.0.1:{state['port']}/v1"
+        assert state["backend"] == "transformers" and state["healthy"] is True
+        assert (home / "serve" / run.id / "state.json").is_file()
+        client = OpenAI(base_url=state["url"], api_key="unused", timeout=60)
+        assert [m.id for m in client.models.list()] == [run.id, run.id + "-base"]
+        reply = client.chat.completions.create(model=run.id, temperature=0, max_tokens=12,
+                                               messages=[{"role": "user", "content": "Name a colour."}])
+        assert reply.choices[0].message.content.strip() == "Blue."
+        assert reply.usage.completion_tokens > 0 and reply.usage.prompt_tokens > 5
+        stream = client.chat.completions.create(model=run.id + "-base", temperature=0, max_tokens=40,
+                                                stream=True, messages=[{"role": "user", "content": "Hi"}])
+        chunks = [c.choices[0].delta.content for c in stream]
+        texts = [c for c in chunks if c]
+        assert len(texts) >= 3 and chunks[-1] is None  # several pieces, then the finish chunk
+        from core.lifecycle.serve import probe_request  # the app's test request
+
+        probe_reply, seconds = probe_request(state["url"], run.id, prompt="Say yes.")
+        assert probe_reply.strip() == "Yes." and seconds > 0
+        again = tunedeck(home, "serve", run.id)
+        assert again.returncode == 1 and "already running" in again.stderr
+        status = tunedeck(home, "serve", run.id, "--status", "--json")
+        assert json.loads(status.stdout)["healthy"] is True
+    finally:
+        stopped = tunedeck(home, "serve", run.id, "--stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert server_state(run.id) is None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(state["pid"], 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("server process still alive after --stop")
+    assert tunedeck(home, "serve", run.id, "--stop").returncode == 1

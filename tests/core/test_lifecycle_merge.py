@@ -1,0 +1,116 @@
+"""Merging a real tiny LoRA run: same logits as base + adapter, disk check, atomic output."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from tests.fixtures.lifecycle.finished_run import ROOT, finished_run, tunedeck
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    return tmp_path_factory.mktemp("lifecycle-merge")
+
+
+@pytest.fixture()
+def lora_run(shared, monkeypatch):
+    home, run_id = finished_run(shared)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    from core.runs.run_dir import RunDirectory
+
+    return home, RunDirectory(home / "runs" / run_id)
+
+
+def test_merged_model_gives_the_logits_of_base_plus_adapter(lora_run):
+    import torch
+
+    from core.lifecycle.merge import merge_run
+    from core.lifecycle.source import load_finetuned, load_model_dir, resolve_model_source
+
+    _home, run = lora_run
+    result = merge_run(run)
+    assert result.out == run.path / "merged" / "checkpoint-30" and result.step == 30 and result.adapter
+    names = {p.name for p in result.out.iterdir()}
+    assert {"model.safetensors", "config.json", "tokenizer.json", "tunedeck_merge.json"} <= names
+    assert not any(n.startswith("adapter") for n in names)  # a standalone model, not an adapter
+    assert not (run.path / "merged" / "checkpoint-30.tmp").exists()
+    merged = load_model_dir(result.out, "cpu")
+    assert merged.tokenizer.chat_template  # the chat template travels with the model
+    tuned = load_finetuned(resolve_model_source(run), "cpu")
+    ids = torch.tensor([[1, 17, 99, 250, 3, 640, 12, 800]])
+    with torch.no_grad():
+        a = tuned.model(input_ids=ids).logits
+        b = merged.model(input_ids=ids).logits
+        with tuned.model.disable_adapter():
+            base = tuned.model(input_ids=ids).logits
+    assert torch.allclose(a, b, atol=1e-4, rtol=1e-4), (a - b).abs().max()
+    assert (a - base).abs().max() > 0.05  # the adapter changed something: the comparison means something
+    event = run.last_event("merged")
+    assert event and event["out"] == str(result.out)
+
+
+def test_earlier_checkpoint_and_existing_output(lora_run):
+    from core.lifecycle.merge import merge_run
+    from core.lifecycle.source import LifecycleError
+
+    _home, run = lora_run
+    with pytest.raises(LifecycleError, match="complete checkpoints: 15, 30"):
+        merge_run(run, checkpoint=7)
+    first = merge_run(run, checkpoint=15)
+    assert first.out.name == "checkpoint-15"
+    assert json.loads((first.out / "tunedeck_merge.json").read_text())["step"] == 15
+    with pytest.raises(LifecycleError, match="--force"):
+        merge_run(run, checkpoint=15)
+    again = merge_run(run, checkpoint=15, force=True)
+    assert again.out == first.out and (again.out / "model.safetensors").is_file()
+    assert not (again.out.parent / "checkpoint-15.old").exists()
+
+
+def test_merge_refuses_when_the_disk_is_too_small(lora_run, tmp_path):
+    import shutil
+
+    from core.lifecycle.merge import merge_run
+    from core.lifecycle.source import LifecycleError
+
+    _home, run = lora_run
+    out = tmp_path / "deep" / "merged"
+    free = shutil.disk_usage(tmp_path).free
+    with pytest.raises(LifecycleError) as info:
+        merge_run(run, out=out, headroom_bytes=free + 1)
+    message = str(info.value)
+    assert "not enough disk space" in message and str(tmp_path) in message and "--out" in message
+    assert not out.exists() and not out.with_name("merged.tmp").exists()
+
+
+def test_a_merge_that_fails_while_writing_leaves_no_directory(lora_run, tmp_path):
+    """A real write failure: the file-size limit (EFBIG) hits model.safetensors half way."""
+    home, run = lora_run
+    out = tmp_path / "merged"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    proc = subprocess.run([sys.executable, "-m", "core", "merge", run.id, "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=180, preexec_fn=limit,
+                          env={**__import__("os").environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "nothing was left behind" in proc.stderr and str(out) in proc.stderr
+    assert not out.exists() and not (tmp_path / "merged.tmp").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_merge_cli_json_and_unknown_run(lora_run, tmp_path):
+    home, run = lora_run
+    out = tmp_path / "cli-merged"
+    proc = tunedeck(home, "merge", run.id[:12], "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["out"] == str(out) and result["step"] == 30 and result["bytes"] > 1_000_000
+    assert (out / "model.safetensors").is_file()
+    proc = tunedeck(home, "merge", "no-such-run")
+    assert proc.returncode == 2 and "no-such-run" in proc.stderr

@@ -1,0 +1,68 @@
+"""The chat screen on a real finished tiny LoRA run, opened from the dashboard: tokens stream in from
+the worker process into both panes (base and fine-tuned), and leaving the screen ends the process; the
+merge key writes the merged model in the background."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.fixtures.lifecycle.finished_run import finished_run
+from tests.tui.conftest import fake_monitor, quiet_settings, wait_for
+from tui.app import make_app
+from tui.screens.chat import ChatScreen, Transcript
+from tui.screens.dashboard import DashboardScreen
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    return tmp_path_factory.mktemp("lifecycle-tui")
+
+
+def test_dashboard_chat_key_streams_base_and_tuned_replies(shared, private_home, monkeypatch):
+    home, run_id = finished_run(shared)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            await wait_for(pilot, lambda: app.screen.status == "finished", timeout=10)
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.ready, timeout=90)
+            assert screen.has_adapter and screen.compare
+            screen.query_one("#chat-temperature").value = "0"
+            screen.query_one("#chat-max-tokens").value = "24"
+            await pilot.click("#chat-input")
+            for key in "Name a colour.":
+                await pilot.press("space" if key == " " else key)
+            tuned = screen.query_one("#chat-tuned", Transcript)
+            base = screen.query_one("#chat-base", Transcript)
+            lengths: list[int] = []
+
+            def sample() -> bool:
+                lengths.append(len(base.turns[-1][1]) if len(base.turns) == 2 else -1)
+                return not screen.busy and len(tuned.turns) == 2 and len(base.turns) == 2
+
+            await pilot.press("enter")
+            await wait_for(pilot, sample, timeout=90)
+            assert tuned.turns[0] == ("user", "Name a colour.")
+            assert tuned.turns[1][1].strip() == "Blue."
+            assert base.turns[1][1] and base.turns[1][1] != tuned.turns[1][1]
+            partial = {n for n in lengths if 0 < n < len(base.turns[1][1])}
+            assert partial, lengths  # the base reply was seen half-written: tokens streamed in
+            proc = screen.proc
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            await asyncio.sleep(0)
+            assert proc is not None and proc.poll() is not None  # the model process is gone
+            await pilot.press("M")  # merge from the dashboard, in the background
+            merged = home / "runs" / run_id / "merged" / "checkpoint-30"
+            await wait_for(pilot, lambda: any("merged model written to" in str(n.message)
+                                              for n in app._notifications), timeout=90)
+            assert (merged / "model.safetensors").is_file() and not merged.with_name("checkpoint-30.tmp").exists()
+
+    asyncio.run(scenario())

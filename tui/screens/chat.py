@@ -1,0 +1,330 @@
+"""Chat with a run's result: the model runs in a worker process and streams tokens into the transcript.
+
+Side by side (F2) sends each message to the base (adapter off) and the fine-tuned model, one after the
+other, in the same worker. The system prompt, temperature and max tokens sit above the transcript.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Static
+
+from core.i18n import t
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANTS = ("base", "tuned")
+
+
+class WorkerEvent(Message):
+    """One JSON line from the chat worker process."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        super().__init__()
+        self.record = record
+
+
+class Transcript(VerticalScroll):
+    """One model's side of the conversation."""
+
+    def __init__(self, title: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.border_title = title
+        self.turns: list[tuple[str, str]] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static("", classes="chat-text")
+
+    def add(self, role: str, text: str) -> None:
+        self.turns.append((role, text))
+        self.refresh_text()
+
+    def append_to_last(self, piece: str) -> None:
+        role, text = self.turns[-1]
+        self.turns[-1] = (role, text + piece)
+        self.refresh_text()
+
+    def refresh_text(self) -> None:
+        out = Text()
+        for role, text in self.turns:
+            style = "bold cyan" if role == "user" else "bold green"
+            out.append(t("chat.you") if role == "user" else t("chat.model"), style=style)
+            out.append(": " + text + "\n\n")
+        self.query_one(".chat-text", Static).update(out)
+        self.scroll_end(animate=False)
+
+    def messages(self) -> list[dict[str, str]]:
+        return [{"role": role, "content": text} for role, text in self.turns]
+
+
+class ChatScreen(Screen[None]):
+    """Chat with base + adapter of a run (or a merged model folder)."""
+
+    DEFAULT_CSS = """
+    ChatScreen #chat-settings { height: 3; }
+    ChatScreen #chat-system { width: 3fr; }
+    ChatScreen #chat-temperature, ChatScreen #chat-max-tokens { width: 1fr; }
+    ChatScreen #chat-panes { height: 1fr; }
+    ChatScreen Transcript { width: 1fr; border: round $panel-lighten-2; border-title-color: $primary; }
+    ChatScreen #chat-status { height: 1; padding: 0 1; color: $text-muted; }
+    """
+
+    BINDINGS = [
+        Binding("f2", "toggle_compare", t("chat.key.compare"), id="chat.compare"),
+        Binding("ctrl+l", "clear", t("chat.key.clear"), id="chat.clear"),
+        Binding("escape", "back", t("chat.key.back"), id="chat.back"),
+    ]
+
+    def __init__(self, run_dir: Path | None = None, model_dir: Path | None = None,
+                 checkpoint: int | None = None, compare: bool = False) -> None:
+        super().__init__(name="chat")
+        self.run_dir = run_dir
+        self.model_dir = model_dir
+        self.checkpoint = checkpoint
+        self.compare = compare
+        self.ready = False
+        self.has_adapter = False
+        self.busy: set[str] = set()
+        self.next_id = 0
+        self.proc: subprocess.Popen[str] | None = None
+        self.label = str(run_dir.name if run_dir else model_dir.name if model_dir else "")
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="chat-settings"):
+            yield Input(placeholder=t("chat.system_placeholder"), id="chat-system")
+            yield Input("0.7", placeholder=t("chat.temperature"), id="chat-temperature", type="number")
+            yield Input("256", placeholder=t("chat.max_tokens"), id="chat-max-tokens", type="integer")
+        with Horizontal(id="chat-panes"):
+            yield Transcript(t("chat.base_title"), id="chat-base")
+            yield Transcript(t("chat.tuned_title"), id="chat-tuned")
+        yield Static(t("chat.loading", model=self.label), id="chat-status")
+        yield Input(placeholder=t("chat.input_placeholder"), id="chat-input")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = t("app.title")
+        self.sub_title = t("chat.subtitle", model=self.label)
+        self.query_one("#chat-temperature", Input).border_title = t("chat.temperature")
+        self.query_one("#chat-base", Transcript).display = self.compare
+        self.query_one("#chat-input", Input).focus()
+        self._start_worker()
+
+    # --- the worker process ----------------------------------------------------------------------
+    def _start_worker(self) -> None:
+        cmd = [sys.executable, "-m", "core.lifecycle.chat_worker"]
+        if self.model_dir is not None:
+            cmd += ["--model-dir", str(self.model_dir)]
+        else:
+            cmd += ["--run", str(self.run_dir)]
+            if self.checkpoint is not None:
+                cmd += ["--checkpoint", str(self.checkpoint)]
+        self.proc = subprocess.Popen(cmd, cwd=str(ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        threading.Thread(target=self._read_worker, args=(self.proc,), daemon=True,
+                         name="tunedeck-chat-reader").start()
+
+    def _read_worker(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            self.post_message(WorkerEvent(record))
+        self.post_message(WorkerEvent({"event": "exited", "code": proc.wait()}))
+
+    def _stop_worker(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin:
+                proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    def on_unmount(self) -> None:
+        self._stop_worker()
+
+    def on_worker_event(self, message: WorkerEvent) -> None:
+        record = message.record
+        event = record.get("event")
+        status = self.query_one("#chat-status", Static)
+        if event == "ready":
+            self.ready = True
+            self.has_adapter = bool(record.get("has_adapter"))
+            status.update(t("chat.ready", model=str(record.get("label", self.label)),
+                            device=str(record.get("device", ""))))
+        elif event == "token":
+            self._pane(str(record.get("variant"))).append_to_last(str(record.get("text", "")))
+        elif event == "done":
+            self.busy.discard(str(record.get("variant")))
+            if not self.busy:
+                status.update(t("chat.done", seconds=float(record.get("seconds") or 0.0)))
+        elif event == "error":
+            self.busy.discard(str(record.get("variant")))
+            status.update(t("chat.error", message=str(record.get("message", ""))))
+            self.notify(t("chat.error", message=str(record.get("message", ""))), severity="error")
+        elif event == "exited" and self.proc is not None:
+            self.ready = False
+            status.update(t("chat.worker_exited", code=record.get("code")))
+
+    def _pane(self, variant: str) -> Transcript:
+        return self.query_one("#chat-base" if variant == "base" else "#chat-tuned", Transcript)
+
+    # --- sending ---------------------------------------------------------------------------------
+    def _settings(self) -> tuple[float, int]:
+        try:
+            temperature = max(0.0, float(self.query_one("#chat-temperature", Input).value or 0.7))
+        except ValueError:
+            temperature = 0.7
+        try:
+            max_tokens = max(1, int(self.query_one("#chat-max-tokens", Input).value or 256))
+        except ValueError:
+            max_tokens = 256
+        return temperature, max_tokens
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "chat-input":
+            self.query_one("#chat-input", Input).focus()
+            return
+        text = event.value.strip()
+        if not text:
+            return
+        if not self.ready or self.proc is None or self.proc.stdin is None:
+            self.notify(t("chat.not_ready"), severity="warning")
+            return
+        if self.busy:
+            self.notify(t("chat.busy"), severity="warning")
+            return
+        event.input.value = ""
+        system = self.query_one("#chat-system", Input).value.strip()
+        temperature, max_tokens = self._settings()
+        variants = [v for v in VARIANTS if v == "tuned" or (self.compare and self.has_adapter)]
+        for variant in variants:
+            pane = self._pane(variant)
+            pane.add("user", text)
+            messages = pane.messages()
+            if system:
+                messages.insert(0, {"role": "system", "content": system})
+            pane.add("assistant", "")
+            self.next_id += 1
+            request = {"id": self.next_id, "variant": variant, "messages": messages,
+                       "temperature": temperature, "max_tokens": max_tokens}
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            self.busy.add(variant)
+        self.query_one("#chat-status", Static).update(t("chat.generating"))
+
+    # --- actions ---------------------------------------------------------------------------------
+    def action_toggle_compare(self) -> None:
+        if self.ready and not self.has_adapter:
+            self.notify(t("chat.no_base"), severity="warning")
+            return
+        self.compare = not self.compare
+        self.query_one("#chat-base", Transcript).display = self.compare
+
+    def action_clear(self) -> None:
+        if self.busy:
+            return
+        for variant in VARIANTS:
+            pane = self._pane(variant)
+            pane.turns.clear()
+            pane.refresh_text()
+
+    def action_back(self) -> None:
+        self._stop_worker()
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+
+
+# --- after-training actions the dashboard offers on a finished run ---------------------------------------
+def _run_has_result(screen: Any, run_dir: Path) -> bool:
+    from core.runs import RunDirectory, effective_status
+
+    run = RunDirectory(run_dir)
+    status = effective_status(run).status
+    if status in ("queued", "starting", "running", "stopping"):
+        screen.notify(t("lifecycle.tui_still_running", status=status), severity="warning")
+        return False
+    if run.last_complete_checkpoint() is None:
+        screen.notify(t("lifecycle.no_checkpoint", run=run.id), severity="warning")
+        return False
+    return True
+
+
+def open_chat(screen: Any, run_dir: Path) -> None:
+    """Push the chat screen for ``run_dir`` (a finished run with a checkpoint)."""
+    if _run_has_result(screen, run_dir):
+        screen.app.push_screen(ChatScreen(run_dir=run_dir, compare=True))
+
+
+def merge_in_background(screen: Any, run_dir: Path) -> None:
+    """Merge the run's adapter in a thread; a notification says where the model went (or why not)."""
+    if not _run_has_result(screen, run_dir):
+        return
+    app = screen.app
+
+    def job() -> None:
+        from core.lifecycle.merge import merge_run
+        from core.lifecycle.source import LifecycleError
+        from core.runs import RunDirectory
+
+        try:
+            result = merge_run(RunDirectory(run_dir), force=True)
+        except (LifecycleError, OSError) as exc:
+            app.call_from_thread(app.notify, str(exc), severity="error", timeout=15)
+            return
+        app.call_from_thread(app.notify, t("lifecycle.merged", out=str(result.out),
+                                           size=f"{result.bytes / 1e6:.1f} MB", seconds=result.seconds),
+                             timeout=15)
+
+    screen.notify(t("lifecycle.tui_merging", run=run_dir.name))
+    app.run_worker(job, thread=True, group="lifecycle", exit_on_error=False)
+
+
+def serve_in_background(screen: Any, run_dir: Path) -> None:
+    """Start (or find) the run's server, send it a test request, and show URL, port and health."""
+    if not _run_has_result(screen, run_dir):
+        return
+    app = screen.app
+
+    def job() -> None:
+        from core.lifecycle.serve import health, probe_request, server_state, start_server
+        from core.lifecycle.source import LifecycleError
+        from core.runs import RunDirectory
+
+        run = RunDirectory(run_dir)
+        try:
+            state = server_state(run.id) or start_server(run)
+            reply, seconds = probe_request(state.url, run.id)
+        except (LifecycleError, OSError) as exc:
+            app.call_from_thread(app.notify, str(exc), severity="error", timeout=15)
+            return
+        healthy = t("lifecycle.health_ok" if health(state.url) else "lifecycle.health_down")
+        text = (t("lifecycle.serve_status", run=run.id, url=state.url, pid=state.pid, backend=state.backend,
+                  health=healthy) + "\n" + t("lifecycle.serve_test", seconds=seconds, reply=reply[:80]))
+        app.call_from_thread(app.notify, text, timeout=20)
+
+    screen.notify(t("lifecycle.tui_serving", run=run_dir.name))
+    app.run_worker(job, thread=True, group="lifecycle", exit_on_error=False)
