@@ -20,6 +20,11 @@ COMMAND_MODULES: list[str] = [
     "core.hardware.commands",
     "core.data.commands",
     "core.runs.commands",
+    "core.estimate.commands",
+    "core.watch.commands",
+    "core.hub.commands",
+    "core.lifecycle.commands",
+    "core.plan.commands",
 ]
 
 
@@ -41,15 +46,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _requested_language(argv: Sequence[str]) -> str | None:
+    """The value of ``--lang`` in ``argv``, read ahead of argparse (None when not given)."""
+    for index, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--lang" and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--lang="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from core.settings import SettingsError, load_settings
 
+    set_language("")  # the locale's language until the settings and --lang are read: a settings error uses it
     try:
         settings = load_settings()
     except SettingsError as exc:
         print(f"tunedeck: {exc}", file=sys.stderr)
         return 2
+    try:  # before the parser is built: its help texts come out in the chosen language
+        set_language(_requested_language(argv) or settings.language)
+    except ValueError:
+        pass  # an unknown --lang is reported by the parser below
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

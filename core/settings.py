@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic_file import write_json_atomic
+from core.i18n import t
 from core.paths import ensure_private_dir, settings_path
 
 MIN_POLL_INTERVAL_S = 0.25
@@ -41,9 +42,9 @@ def load_settings(path: Path | None = None) -> Settings:
     except FileNotFoundError:
         return Settings()
     except (OSError, ValueError) as exc:
-        raise SettingsError(f"{path}: cannot read settings ({exc}); fix or delete the file") from exc
+        raise SettingsError(t("cli.settings_unreadable", path=path, reason=exc)) from exc
     if not isinstance(raw, dict):
-        raise SettingsError(f"{path}: settings must be a JSON object; fix or delete the file")
+        raise SettingsError(t("cli.settings_not_object", path=path))
     known = {f.name for f in fields(Settings)} - {"extra"}
     values: dict[str, Any] = {}
     extra: dict[str, Any] = {}
@@ -56,7 +57,7 @@ def load_settings(path: Path | None = None) -> Settings:
             value = float(value)
         if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
             raise SettingsError(
-                f"{path}: key '{key}' must be a {expected.__name__}, got {value!r}; fix or delete the key"
+                t("cli.settings_wrong_type", path=path, key=key, expected=expected.__name__, value=repr(value))
             )
         values[key] = value
     return Settings(**values, extra=extra)

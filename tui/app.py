@@ -6,20 +6,45 @@ benchmarks build it the same way. Nothing heavy is imported on the way to the fi
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
 from functools import partial
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.command import CommandPalette
 from textual.screen import Screen
 
-from core.i18n import t
+from core.i18n import available_languages, t
 from core.settings import Settings, save_settings
 from themes import DEFAULT_THEME, THEMES
 from tui.screens.help import HelpScreen
-from tui.screens.placeholder import PlaceholderScreen
 
 SECTIONS = ("gpus", "models", "wizard", "runs")
+
+
+def _lazy_screen(module: str, name: str, *args: object):
+    """A mode factory that imports its screen's module on first use."""
+
+    def make() -> Screen:
+        return getattr(importlib.import_module(module), name)(*args)
+
+    return make
+
+
+def _builtin_description(action: str) -> str:
+    """Textual's own bindings (focus, cursor, scrolling, copy) in the interface language; '' if not ours.
+
+    Their descriptions are English literals inside Textual, so the help looks them up by action name:
+    ``app.focus_next`` -> ``help.textual.focus_next``, ``cursor_left(True)`` -> ``help.textual.cursor_left_select``.
+    """
+    name = action.rpartition(".")[2]
+    if name.endswith("(True)"):
+        name = name[: -len("(True)")] + "_select"
+    try:
+        return t(f"help.textual.{name}")
+    except KeyError:
+        return ""
 
 
 class TunedeckApp(App[int]):
@@ -35,13 +60,21 @@ class TunedeckApp(App[int]):
         Binding("f1", "help", t("app.key.help"), show=False, id="help.f1"),
         Binding("t", "next_theme", t("app.key.theme"), show=False, id="theme.next"),
         Binding("q", "quit", t("app.key.quit"), id="quit"),
+        # Textual adds this binding itself when none is given, with an English "palette" in the footer.
+        Binding("ctrl+p", "command_palette", t("app.key.palette_footer"), show=False, priority=True,
+                tooltip=t("app.key.palette_tooltip")),
     ]
 
-    def __init__(self, settings: Settings | None = None, monitor=None, persist_settings: bool = True) -> None:
+    def __init__(self, settings: Settings | None = None, monitor=None, persist_settings: bool = True,
+                 open_run: str | None = None, announce_runs: bool = False) -> None:
         super().__init__()
         self.settings = settings or Settings()
         self.persist_settings = persist_settings
         self._monitor = monitor
+        # At start: open this run's dashboard (id, prefix or directory); with announce_runs, also open the
+        # active run's and announce runs that ended since the last visit (tui.screens.runs.on_app_start).
+        self.open_run = open_run
+        self.announce_runs = announce_runs
         for theme in THEMES:
             self.register_theme(theme)
         names = {theme.name for theme in THEMES}
@@ -60,11 +93,27 @@ class TunedeckApp(App[int]):
     def on_mount(self) -> None:
         from tui.screens.gpus import GpuScreen
 
+        # Sections other than the first are imported when first opened: the first frame waits for
+        # nothing but the GPU screen (the model browser alone pulls in a Markdown renderer).
         self.add_mode("gpus", GpuScreen)
-        self.add_mode("models", partial(PlaceholderScreen, "models", "tunedeck models search|info|download|list"))
-        self.add_mode("wizard", partial(PlaceholderScreen, "wizard", "tunedeck estimate, tunedeck plan"))
-        self.add_mode("runs", partial(PlaceholderScreen, "runs", "tunedeck runs|status|logs|stop|resume"))
-        self.switch_mode("gpus")
+        self.add_mode("models", _lazy_screen("tui.screens.models", "ModelsScreen"))
+        from tui.screens.wizard import WizardScreen
+
+        self.add_mode("wizard", WizardScreen)
+        self.add_mode("runs", _lazy_screen("tui.screens.runs", "RunsScreen"))
+        if self.open_run is not None:
+            # A run asked for on the command line opens over the Runs section: no GPU screen first.
+            self.switch_mode("runs")
+            self._on_start()
+        else:
+            self.switch_mode("gpus")
+            if self.announce_runs:
+                self.call_after_refresh(self._on_start)
+
+    def _on_start(self) -> None:
+        from tui.screens.runs import on_app_start
+
+        on_app_start(self, self.open_run, self.announce_runs)
 
     # --- actions ---------------------------------------------------------------------------------
     def action_section(self, section: str) -> None:
@@ -75,6 +124,18 @@ class TunedeckApp(App[int]):
         if isinstance(self.screen, HelpScreen):
             return
         self.push_screen(HelpScreen(self.key_table(self.screen)))
+
+    def action_command_palette(self) -> None:
+        # Textual's own palette, with its search prompt in the interface language.
+        if self.use_command_palette and not CommandPalette.is_open(self):
+            self.push_screen(CommandPalette(id="--command-palette", placeholder=t("app.palette_placeholder")))
+
+    def set_language_setting(self, language: str) -> None:
+        """Remember ``language`` for the next start: bindings and screens are built in one language."""
+        self.settings.language = language
+        if self.persist_settings:
+            self._save_settings()
+        self.notify(t("app.language_saved", name=t(f"app.language.{language}")))
 
     def action_next_theme(self) -> None:
         names = [theme.name for theme in THEMES]
@@ -114,7 +175,7 @@ class TunedeckApp(App[int]):
                 descriptions[action] = t("app.key.palette")
             else:
                 section = "app" if active.node is self else "screen" if active.node is screen else "widget"
-                descriptions.setdefault(action, binding.description or action)
+                descriptions.setdefault(action, _builtin_description(action) or binding.description or action)
             sections[section].setdefault(action, []).append(self.get_key_display(binding) or key)
         return [
             (name, [(" / ".join(dict.fromkeys(keys)), descriptions[action]) for action, keys in rows.items()])
@@ -136,6 +197,10 @@ class TunedeckApp(App[int]):
             name = t(f"app.theme.{theme.name}")
             yield SystemCommand(t("app.cmd.theme_set", name=name), t("app.cmd.theme_set_help", name=name),
                                 partial(self.set_theme, theme.name))
+        for language in available_languages():
+            name = t(f"app.language.{language}")
+            yield SystemCommand(t("app.cmd.language", name=name), t("app.cmd.language_help", name=name),
+                                partial(self.set_language_setting, language))
         # Every binding of the screen becomes a palette entry too, so no action is reachable by key alone
         # (a focused list's cursor keys stay out: they are movement, not actions).
         for _key, active in screen.active_bindings.items():
@@ -148,13 +213,16 @@ class TunedeckApp(App[int]):
                                 partial(active.node.run_action, binding.action))
 
 
-def make_app(settings: Settings | None = None, monitor=None, persist_settings: bool = True) -> TunedeckApp:
+def make_app(settings: Settings | None = None, monitor=None, persist_settings: bool = True,
+             open_run: str | None = None, announce_runs: bool = False) -> TunedeckApp:
     """Build the app from its parts; the CLI, tests and benchmarks all come through here."""
-    return TunedeckApp(settings=settings, monitor=monitor, persist_settings=persist_settings)
+    return TunedeckApp(settings=settings, monitor=monitor, persist_settings=persist_settings,
+                       open_run=open_run, announce_runs=announce_runs)
 
 
 def run_app(settings: Settings | None = None, open_run: str | None = None) -> int:
-    """Run the app in this terminal; returns the exit code."""
-    app = make_app(settings)
+    """Run the app in this terminal; returns the exit code. ``open_run``: a run id, prefix or directory
+    (tunedeck, ms-swift or LLaMA-Factory output) whose dashboard opens at start."""
+    app = make_app(settings, open_run=open_run, announce_runs=True)
     app.run()
     return app.return_code or 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from core.i18n import t
+
 
 def visible_gpu_count() -> int:
     """GPUs this process may use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES; 0 without a driver."""
@@ -37,15 +39,15 @@ def resolve_gpus(requested: object, available: int) -> list[int]:
     if requested in (None, "all"):
         return list(range(available))
     if isinstance(requested, bool):
-        raise ValueError(f"gpus: expected all, a count or a list of indices, got {requested!r}")
+        raise ValueError(t("runs.gpus_bad_value", given=repr(requested)))
     if isinstance(requested, int):
         if requested > available:
-            raise ValueError(f"gpus: {requested} GPUs asked for, {available} visible on this machine")
+            raise ValueError(t("runs.gpus_too_many", wanted=requested, available=available))
         return list(range(requested))
     indices = [int(i) for i in requested]  # type: ignore[union-attr]
     missing = [i for i in indices if i >= available or i < 0]
     if missing:
-        raise ValueError(f"gpus: index {missing[0]} asked for, {available} GPUs visible on this machine")
+        raise ValueError(t("runs.gpus_index_missing", index=missing[0], available=available))
     return indices
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from core.i18n import t
+
 DEFAULT_MASTER_PORT = 29500
 
 
@@ -22,17 +24,17 @@ def read_hostfile(path: Path) -> list[str]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise HostfileError(f"{path}: cannot read the hostfile ({exc.strerror or exc})") from exc
+        raise HostfileError(t("runs.hostfile_unreadable", path=path, reason=exc.strerror or exc)) from exc
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         host = line.split()[0]
         if host in hosts:
-            raise HostfileError(f"{path}:{number}: host {host} is listed twice")
+            raise HostfileError(t("runs.hostfile_duplicate", path=path, line=number, host=host))
         hosts.append(host)
     if not hosts:
-        raise HostfileError(f"{path}: no hosts in the hostfile (one 'host [slots=N]' per line)")
+        raise HostfileError(t("runs.hostfile_empty", path=path))
     return hosts
 
 

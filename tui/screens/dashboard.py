@@ -136,6 +136,10 @@ class DashboardScreen(Screen[None]):
         Binding("l", "focus_log", t("dashboard.key.log"), show=False, id="dashboard.log"),
         Binding("escape", "back", t("dashboard.key.back"), id="dashboard.back"),
         Binding("b", "back", t("dashboard.key.back"), show=False, id="dashboard.back_b"),
+        Binding("M", "after_training('merge')", t("lifecycle.key.merge"), key_display="M", show=False,
+                id="dashboard.merge"),
+        Binding("a", "after_training('chat')", t("lifecycle.key.chat"), show=False, id="dashboard.chat"),
+        Binding("v", "after_training('serve')", t("lifecycle.key.serve"), show=False, id="dashboard.serve"),
     ]
 
     def __init__(self, source: WatchSource, clock: Callable[[], float] = time.monotonic) -> None:
@@ -429,7 +433,7 @@ class DashboardScreen(Screen[None]):
             f"[b]{_escape(_na(model))}[/]", _na(method), _na(precision),
             t("dashboard.zero", stage=_na(None if zero is None else str(zero))),
             t("dashboard.gpus", gpus=_na(gpus)),
-            f"[{colour}]{_escape(t('runs_screen.status.' + status) if status in _STATUSES else status)}[/]",
+            f"[{colour}]{_escape(_status_label(status))}[/]",
         ])
         if self.source.read_only:
             line1 += f"  [$foreground-muted]{t('dashboard.read_only', kind=t('dashboard.kind_' + self.source.kind))}[/]"
@@ -531,7 +535,7 @@ class DashboardScreen(Screen[None]):
             self.notify(t("dashboard.read_only_action"), severity="warning")
             return
         if self.status not in ("queued", "starting", "running", "stopping"):
-            self.notify(t("dashboard.not_running", status=self.status), severity="warning")
+            self.notify(t("dashboard.not_running", status=_status_label(self.status)), severity="warning")
             return
         force = self.status == "stopping"
         title = t("dashboard.force_title" if force else "dashboard.stop_title", id=self.source.run_id)
@@ -553,7 +557,7 @@ class DashboardScreen(Screen[None]):
             self.post_message(ActionDone(str(exc), "error"))
             return
         key = "dashboard.forced" if result.forced else "dashboard.stopping"
-        self.post_message(ActionDone(t(key, id=self.source.run_id, status=result.status.status)))
+        self.post_message(ActionDone(t(key, id=self.source.run_id, status=_status_label(result.status.status))))
         self._post_state(with_disk=False)
 
     def action_resume(self) -> None:
@@ -561,7 +565,7 @@ class DashboardScreen(Screen[None]):
             self.notify(t("dashboard.read_only_action"), severity="warning")
             return
         if self.status not in ("stopped", "failed", "crashed"):
-            self.notify(t("dashboard.cannot_resume", status=self.status), severity="warning")
+            self.notify(t("dashboard.cannot_resume", status=_status_label(self.status)), severity="warning")
             return
 
         def answered(ok: bool | None) -> None:
@@ -619,6 +623,16 @@ class DashboardScreen(Screen[None]):
             return shlex.join(argv)
         return shlex.join(["tunedeck", "train", str(self.source.path / "config.yaml")])
 
+    def action_after_training(self, what: str) -> None:
+        """Merge / chat / serve a finished run (``tui.screens.chat`` does the work)."""
+        from tui.screens import chat
+
+        if self.source.read_only:
+            self.notify(t("lifecycle.tui_read_only"), severity="warning")
+            return
+        {"merge": chat.merge_in_background, "chat": chat.open_chat,
+         "serve": chat.serve_in_background}[what](self, self.source.path)
+
     def action_copy_command(self) -> None:
         command = self.command_line()
         self.app.copy_to_clipboard(command)
@@ -627,6 +641,11 @@ class DashboardScreen(Screen[None]):
 
 _ACTIVE = ("queued", "starting", "running", "stopping")
 _STATUSES = ("queued", "starting", "running", "stopping", "stopped", "finished", "failed", "crashed")
+
+
+def _status_label(status: str) -> str:
+    """A run status in the interface language (an unknown one as it is)."""
+    return t("runs_screen.status." + status) if status in _STATUSES else status
 
 
 def _escape(text: str) -> str:

@@ -184,7 +184,8 @@ class ModelsScreen(Screen[None]):
     def _show_filters(self, extra: str = "", error: bool = False) -> None:
         q = self.query_state
         line = t("modelsscreen.filters", hub=HUB_LABELS[self.hub], owner=q.owner or t("modelsscreen.any"),
-                 task=q.task or t("modelsscreen.any"), size=q.size_class, sort=q.sort)
+                 task=q.task or t("modelsscreen.any"), size=t(f"modelsscreen.size.{q.size_class}"),
+                 sort=t(f"modelsscreen.sort.{q.sort}"))
         status = self.query_one("#models-status", Static)
         status.update(line + (f"\n{_plain(extra)}" if extra else ""))
         status.set_class(error, "-error")

@@ -47,6 +47,11 @@ STATUS_COLOURS = {"running": "$success", "starting": "$success", "queued": "$for
                   "crashed": "$error"}
 
 
+def status_label(status: str) -> str:
+    """A run status in the interface language (an unknown one as it is)."""
+    return t("runs_screen.status." + status) if status in STATUS_COLOURS else status
+
+
 class RunsListed(Message):
     def __init__(self, runs: list[Any]) -> None:
         super().__init__()
@@ -166,7 +171,7 @@ class RunsScreen(Screen[None]):
         variables = self.app.theme_variables
         for summary in runs:
             colour = variables.get(STATUS_COLOURS.get(summary.status, "$foreground")[1:])
-            label = t("runs_screen.status." + summary.status) if summary.status in STATUS_COLOURS else summary.status
+            label = status_label(summary.status)
             cells = [
                 summary.id,
                 truncate(summary.model or "–", 24),
@@ -248,7 +253,7 @@ class RunsScreen(Screen[None]):
         if summary is None:
             return
         if summary.status in ACTIVE:
-            self.notify(t("runs_screen.delete_active", id=summary.id, status=summary.status), severity="warning")
+            self.notify(t("runs_screen.delete_active", id=summary.id, status=status_label(summary.status)), severity="warning")
             return
         self._measure(summary.id, summary.run_dir)
 
@@ -261,7 +266,7 @@ class RunsScreen(Screen[None]):
 
     def on_delete_checked(self, message: DeleteChecked) -> None:
         if message.active:
-            self.notify(t("runs_screen.delete_active", id=message.run_id, status="active"), severity="warning")
+            self.notify(t("runs_screen.delete_active", id=message.run_id, status=t("runs_screen.status.active")), severity="warning")
             return
         from tui.widgets.confirm import ConfirmScreen
 
@@ -278,7 +283,7 @@ class RunsScreen(Screen[None]):
 
         # Checked again at the last moment: the run may have been resumed while the dialog was open.
         if effective_status(RunDirectory(path)).active:
-            self.post_message(RunDeleted(t("runs_screen.delete_active", id=run_id, status="active"), "warning"))
+            self.post_message(RunDeleted(t("runs_screen.delete_active", id=run_id, status=t("runs_screen.status.active")), "warning"))
             return
         try:
             shutil.rmtree(path)
@@ -342,6 +347,6 @@ def _after_start(app: Any, target: str | None, error: str | None, ended: list[An
         app.notify(error, severity="error")
     for summary in ended:
         severity = "error" if summary.status in ("failed", "crashed") else "information"
-        app.notify(t("runs_screen.ended_since", id=summary.id, status=summary.status), severity=severity, timeout=10)
+        app.notify(t("runs_screen.ended_since", id=summary.id, status=status_label(summary.status)), severity=severity, timeout=10)
     if target is not None:
         open_dashboard(app, target)

@@ -1,0 +1,139 @@
+"""Every language has the same messages: same files, same keys, same placeholders and markup per key;
+every key the code names literally exists in English."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import string
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from core import i18n
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOGUE = ROOT / "core" / "i18n"
+ENGLISH = CATALOGUE / "en"
+# zh is listed by name so that an empty or deleted folder fails instead of quietly testing nothing.
+OTHER_LANGUAGES = sorted(
+    {"zh"} | {p.name for p in CATALOGUE.iterdir() if p.is_dir() and p.name != "en" and any(p.glob("*.json"))}
+)
+# Rich/Textual markup tags: [b], [/], [/b], [$error], [bold red] … but not "[0, 1]" or "[question, answer]".
+MARKUP = re.compile(r"\[/?\$?[a-z][a-z_ -]*\]|\[/\]")
+
+
+def _load(path: Path) -> dict[str, str]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict), f"{path}: must be a flat JSON object"
+    for key, value in data.items():
+        assert isinstance(value, str), f"{path}: '{key}' must map to a string"
+    return data
+
+
+def _fields(text: str) -> Counter:
+    """The replacement fields of a str.format text, with their conversion and format spec."""
+    return Counter(
+        (name, conversion, spec) for _, name, spec, conversion in string.Formatter().parse(text) if name is not None
+    )
+
+
+def test_there_is_a_second_language():
+    assert "zh" in OTHER_LANGUAGES
+    assert i18n.available_languages() == sorted(["en", *OTHER_LANGUAGES])
+
+
+@pytest.mark.parametrize("language", OTHER_LANGUAGES)
+def test_same_files_in_every_language(language):
+    english = {p.name for p in ENGLISH.glob("*.json")}
+    other = {p.name for p in (CATALOGUE / language).glob("*.json")}
+    assert sorted(english - other) == [], f"{language}: catalogue files missing (copy and translate them)"
+    assert sorted(other - english) == [], f"{language}: files with no English original"
+
+
+def _pairs():
+    for language in OTHER_LANGUAGES:
+        for path in sorted(ENGLISH.glob("*.json")):
+            yield pytest.param(language, path.name, id=f"{language}/{path.name}")
+
+
+@pytest.mark.parametrize(("language", "name"), list(_pairs()))
+def test_same_keys_placeholders_and_markup(language, name):
+    english = _load(ENGLISH / name)
+    other_path = CATALOGUE / language / name
+    if not other_path.exists():
+        pytest.fail(f"{other_path} is missing")
+    other = _load(other_path)
+    assert sorted(set(english) - set(other)) == [], f"{other_path}: keys missing"
+    assert sorted(set(other) - set(english)) == [], f"{other_path}: keys not in {ENGLISH / name}"
+    problems = []
+    for key, text in english.items():
+        if _fields(text) != _fields(other[key]):
+            problems.append(f"{key}: placeholders {sorted(_fields(text))} vs {sorted(_fields(other[key]))}")
+        if Counter(MARKUP.findall(text)) != Counter(MARKUP.findall(other[key])):
+            problems.append(f"{key}: markup {MARKUP.findall(text)} vs {MARKUP.findall(other[key])}")
+        if text.strip() and not other[key].strip():
+            problems.append(f"{key}: empty translation")
+    assert problems == [], f"{other_path}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("language", ["en", *OTHER_LANGUAGES])
+def test_catalogue_loads_without_duplicates(language):
+    i18n.catalogue.cache_clear()
+    messages = i18n.catalogue(language)
+    assert len(messages) == len(i18n.catalogue("en"))
+
+
+def test_language_switch_changes_text_and_back():
+    try:
+        i18n.set_language("zh")
+        chinese = i18n.t("app.mode.runs")
+        i18n.set_language("en")
+        assert i18n.t("app.mode.runs") == "Runs"
+        assert chinese != "Runs" and any("\u4e00" <= ch <= "\u9fff" for ch in chinese)
+    finally:
+        i18n.set_language("en")
+
+
+def test_locale_picks_chinese(monkeypatch):
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    assert i18n.language_from_locale() == "zh"
+    monkeypatch.setenv("LANG", "fr_FR.UTF-8")
+    assert i18n.language_from_locale() == "en"
+
+
+def _t_calls():
+    """(file, line, first argument node) of every ``t(...)`` call in core/ and tui/."""
+    for folder in ("core", "tui"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call) or not node.args:
+                    continue
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                if name == "t":
+                    yield path.relative_to(ROOT), node.lineno, node.args[0]
+
+
+def test_every_literal_key_exists_in_english():
+    english = i18n.catalogue("en")
+    missing = []
+    seen = 0
+    for path, line, arg in _t_calls():
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            seen += 1
+            if arg.value not in english:
+                missing.append(f"{path}:{line}: t({arg.value!r})")
+        elif isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+            # t(f"app.theme.{name}"): at least one key must start with the literal prefix.
+            prefix = arg.values[0].value
+            seen += 1
+            if not any(key.startswith(prefix) for key in english):
+                missing.append(f"{path}:{line}: no key starts with {prefix!r}")
+    assert seen > 100, "the scan found almost no t() calls; is it still looking in the right place?"
+    assert missing == [], "keys used in code but not in core/i18n/en/*.json:\n" + "\n".join(missing)

@@ -1,0 +1,166 @@
+"""The main screens in Simplified Chinese: SVG snapshots at 80×24 and larger, and layout checks.
+
+Binding descriptions are read from the catalogue when the tui modules are imported, so this module sets
+the language before importing any of them and runs in its own pytest process: it is not collected with
+the others (no ``test_`` prefix) but started by ``tests/tui/test_i18n_zh_screens.py``. Run it alone with
+``python -m pytest tests/tui/i18n_zh_scenarios.py``.
+"""
+
+from __future__ import annotations
+
+from core.i18n import set_language
+
+set_language("zh")
+
+import asyncio  # noqa: E402
+
+import pytest  # noqa: E402
+
+from core.i18n import current_language  # noqa: E402
+from core.paths import runs_dir  # noqa: E402
+from core.text_width import cell_len  # noqa: E402
+from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run  # noqa: E402
+from tests.tui.conftest import StepClock, assert_snapshot, fake_monitor, quiet_settings, screen_text  # noqa: E402
+from tests.tui.test_dashboard_render import open_dashboard, settle  # noqa: E402
+from tests.tui.test_gpu_screen import feed_history, open_gpus  # noqa: E402
+from tests.tui.test_models_screen import hub_env, open_models  # noqa: E402,F401  (hub_env: a fixture)
+from tests.tui.test_runs_screen import open_runs, three_runs  # noqa: E402
+from tui.app import TunedeckApp, make_app  # noqa: E402
+from tui.screens.help import HelpScreen  # noqa: E402
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def has_chinese(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+
+
+def assert_fits(app, size: tuple[int, int]) -> str:
+    """Every row of the screen is at most as wide as the terminal, in cells; returns the screen text."""
+    text = screen_text(app)
+    rows = text.split("\n")
+    assert len(rows) == size[1]
+    too_wide = [row for row in rows if cell_len(row) > size[0]]
+    assert too_wide == [], f"rows wider than {size[0]} cells: {too_wide}"
+    return text
+
+
+def test_language_is_set_before_the_bindings_are_built():
+    assert current_language() == "zh"
+    descriptions = {binding.description for binding in TunedeckApp.BINDINGS}
+    assert {"GPU", "模型", "任务", "帮助", "退出"} <= descriptions
+
+
+@pytest.mark.parametrize(("recording", "size"), [
+    ("h200x2", (80, 24)), ("h200x2", (160, 50)), ("h200x8", (80, 24)), ("none", (80, 24)),
+], ids=["h200x2-80x24", "h200x2-160x50", "h200x8-80x24", "none-80x24"])
+def test_gpus(recording, size):
+    async def scenario():
+        clock = StepClock()
+        options = {"fail": "library_not_found"} if recording == "none" else {"animate": True}
+        monitor = fake_monitor("h200x1" if recording == "none" else recording, clock=clock, **options)
+        app = make_app(quiet_settings(), monitor=monitor, persist_settings=False)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_gpus(pilot, app)
+            if recording != "none":
+                await feed_history(pilot, screen, monitor, clock, 40)
+            text = assert_fits(app, size)
+            if recording == "none":
+                assert "没有 GPU 读数" in text and "m 模型，w 向导，r 训练任务" in text
+            else:
+                assert "驱动" in text and "退出" in text
+            assert_snapshot(app, f"zh_gpus_{recording}_{size[0]}x{size[1]}")
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+def test_models(hub_env, size):  # noqa: F811
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("down", "down", "enter")
+            await pilot.pause()
+            for _ in range(250):
+                if screen.details is not None:
+                    break
+                await pilot.pause(0.02)
+            assert screen.details is not None
+            await pilot.pause(0.3)
+            text = assert_fits(app, size)
+            assert "在本机一块" in text and ("够用" in text or "放不下" in text)
+            assert_snapshot(app, f"zh_models_details_{size[0]}x{size[1]}")
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 30)], ids=["80x24", "120x30"])
+def test_runs(size):
+    live = three_runs()
+
+    async def scenario():
+        with SupervisorStandIn(live):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+            async with app.run_test(size=size) as pilot:
+                await open_runs(pilot, app)
+                text = assert_fits(app, size)
+                assert "已崩溃" in text and "已完成" in text and "运行中" in text
+                assert_snapshot(app, f"zh_runs_three_{size[0]}x{size[1]}")
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)], ids=["80x24", "160x50"])
+def test_dashboard(size):
+    path = build_run(runs_dir(), "20261129-2100-healthy", status="running", steps=240)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path), persist_settings=False)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_dashboard(pilot, app, "running", events=len(list(open(path / "events.jsonl"))))
+            await settle(pilot, app, screen)
+            text = assert_fits(app, size)
+            assert "Qwen/Qwen2.5-7B-Instruct" in text and "步 240/600" in text
+            assert "损失" in text
+            assert_snapshot(app, f"zh_dashboard_healthy_{size[0]}x{size[1]}")
+
+    with SupervisorStandIn(path):
+        run(scenario())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 50)], ids=["80x24", "100x50"])
+def test_help(size):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=size) as pilot:
+            await open_gpus(pilot, app)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            text = assert_fits(app, size)
+            assert "本界面" in text and "全局" in text
+            if size[1] >= 50:
+                for expected in ("紧凑", "进程", "变慢", "模型", "向导", "退出", "主题", "命令"):
+                    assert expected in text, expected
+            assert_snapshot(app, f"zh_help_gpus_{size[0]}x{size[1]}")
+
+    run(scenario())
+
+
+def test_wizard_section(size=(80, 24)):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=size) as pilot:
+            await open_gpus(pilot, app)
+            await pilot.press("w")
+            await pilot.pause()
+            await pilot.pause()
+            assert app.current_mode == "wizard"
+            text = assert_fits(app, size)
+            assert has_chinese(text)
+            assert_snapshot(app, f"zh_wizard_{size[0]}x{size[1]}")
+
+    run(scenario())

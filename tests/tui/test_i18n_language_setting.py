@@ -1,0 +1,78 @@
+"""Choosing the interface language from the palette: saved in the settings, announced for the next start,
+and honoured by ``tunedeck`` (core.cli.main sets the language before the tui modules are imported)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from textual.command import CommandPalette
+
+from core.paths import settings_path
+from core.settings import load_settings
+from tests.tui.conftest import fake_monitor, quiet_settings, wait_for
+from tui.app import make_app
+from tui.screens.gpus import GpuScreen
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_palette_language_entry_saves_the_setting(private_home):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            titles = {command.title for command in app.get_system_commands(app.screen)}
+            assert {"Language: English", "Language: 中文"} <= titles
+            await pilot.press("ctrl+p")
+            await pilot.pause()
+            assert isinstance(app.screen, CommandPalette)
+            await pilot.press(*"language: 中文")
+            await pilot.pause(0.3)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.settings.language == "zh")
+            await wait_for(pilot, lambda: settings_path().exists() and load_settings().language == "zh")
+            notes = [n.message for n in app._notifications]
+            assert any("next time tunedeck starts" in note for note in notes), notes
+
+    asyncio.run(scenario())
+    assert load_settings().language == "zh"
+
+
+def test_saved_language_is_applied_before_the_tui_is_imported(tmp_path):
+    """What ``tunedeck`` with no command does: main() reads the settings, sets the language, then imports
+    tui.app, whose bindings come out in Chinese. Checked in a fresh interpreter, as a user would start it."""
+    home = tmp_path / "home"
+    env = {**os.environ, "TUNEDECK_HOME": str(home), "LANG": "en_US.UTF-8", "LC_ALL": ""}
+    probe = (
+        "import sys, types, core.cli as cli\n"
+        "fake = types.ModuleType('tui.app')\n"
+        "def run_app(settings, open_run=None):\n"
+        "    import importlib.util, sys as s\n"
+        "    del s.modules['tui.app']\n"
+        "    import tui.app as real\n"
+        "    print('|'.join(b.description for b in real.TunedeckApp.BINDINGS))\n"
+        "    return 0\n"
+        "fake.run_app = run_app\n"
+        "sys.modules['tui.app'] = fake\n"
+        "sys.exit(cli.main([]))\n"
+    )
+    env_settings = subprocess.run(
+        [sys.executable, "-c", "from core.paths import settings_path; print(settings_path())"],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    settings = Path(env_settings)
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    for language, expected in (("zh", "退出"), ("en", "Quit"), ("", "Quit")):
+        settings.write_text(json.dumps({"language": language}), encoding="utf-8")
+        done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert expected in done.stdout.split("|"), (language, done.stdout)
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={**env, "LANG": "zh_CN.UTF-8"},
+                          capture_output=True, text=True, timeout=120)
+    assert "退出" in done.stdout.split("|"), done.stdout  # "" = from the locale
