@@ -70,7 +70,7 @@ async def wait_screen_stable(pilot, app, quiet_frames: int = 3, timeout: float =
     last, same = None, 0
     while same < quiet_frames:
         if loop.time() > end:
-            raise AssertionError("screen kept changing for %.1fs" % timeout)
+            raise AssertionError(f"screen kept changing for {timeout:.1f}s")
         await pilot.pause(0.05)
         text = screen_text(app)
         same = same + 1 if text == last else 0

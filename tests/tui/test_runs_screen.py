@@ -137,8 +137,9 @@ def test_app_start_opens_the_active_run_and_announces_ended_runs():
             async with app.run_test(size=(120, 30)) as pilot:
                 await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
                 assert app.screen.source.run_id == "20261129-2300-live"
+                await wait_for(pilot, lambda: any("20261129-2100-dead ended: crashed" in str(n.message)
+                                                  for n in app._notifications))
                 notes = [str(n.message) for n in app._notifications]
-                assert any("20261129-2100-dead ended: crashed" in n for n in notes)
                 assert not any("2200-done" in n for n in notes)  # seen finished last time
 
     run(scenario())
