@@ -107,7 +107,7 @@ def test_locale_picks_chinese(monkeypatch):
 
 
 def _t_calls():
-    """(file, line, first argument node) of every ``t(...)`` call in core/ and tui/."""
+    """(file, line, first argument node, call node) of every ``t(...)`` call in core/ and tui/."""
     for folder in ("core", "tui"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -117,14 +117,14 @@ def _t_calls():
                 func = node.func
                 name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
                 if name == "t":
-                    yield path.relative_to(ROOT), node.lineno, node.args[0]
+                    yield path.relative_to(ROOT), node.lineno, node.args[0], node
 
 
 def test_every_literal_key_exists_in_english():
     english = i18n.catalogue("en")
     missing = []
     seen = 0
-    for path, line, arg in _t_calls():
+    for path, line, arg, _call in _t_calls():
         if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
             seen += 1
             if arg.value not in english:
@@ -137,3 +137,20 @@ def test_every_literal_key_exists_in_english():
                 missing.append(f"{path}:{line}: no key starts with {prefix!r}")
     assert seen > 100, "the scan found almost no t() calls; is it still looking in the right place?"
     assert missing == [], "keys used in code but not in core/i18n/en/*.json:\n" + "\n".join(missing)
+
+
+def test_every_literal_call_gives_the_placeholders_its_text_needs():
+    """A missing parameter would raise only when that message is shown (often: when an error happens)."""
+    english = i18n.catalogue("en")
+    wrong = []
+    for path, line, arg, call in _t_calls():
+        if not (isinstance(arg, ast.Constant) and arg.value in english):
+            continue
+        if any(kw.arg is None for kw in call.keywords):  # t(key, **params): not checkable here
+            continue
+        given = {kw.arg for kw in call.keywords}
+        needed = {name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(english[arg.value])
+                  if name}
+        if not needed <= given:
+            wrong.append(f"{path}:{line}: t({arg.value!r}) lacks {sorted(needed - given)}")
+    assert wrong == [], "\n".join(wrong)
