@@ -6,6 +6,7 @@ from __future__ import annotations
 from core.hub.download import STATUSES
 from core.i18n import catalogue
 
+
 def test_dynamic_keys_cover_every_value():
     messages = catalogue("en")
     for verdict in ("fits", "tight", "does_not_fit", "impossible"):
