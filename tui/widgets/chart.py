@@ -114,7 +114,7 @@ class LineChart(Widget):
             empty = self._style("empty")
             for row in range(1, height):
                 text = truncate(self.empty_text, max(0, width - 2)) if row == height // 2 and not visible else ""
-                lines.append(Strip([Segment("  " + text, empty)], width).adjust_cell_length(width))
+                lines.append(Strip([Segment("  " + text, empty)]).adjust_cell_length(width))
             return lines
         x_min = min(s.data.x_range()[0] for s in visible)
         x_max = max(s.data.x_range()[1] for s in visible)
@@ -180,7 +180,7 @@ class LineChart(Widget):
             lines.append(Strip(segments, width))
         left, right = format_x(x_min, self.axis), format_x(x_max, self.axis)
         gap = max(1, plot_w - cell_len(left) - cell_len(right))
-        lines.append(Strip([Segment(" " * GUTTER + left + " " * gap + right, axis_style)], width).adjust_cell_length(width))
+        lines.append(Strip([Segment(" " * GUTTER + left + " " * gap + right, axis_style)]).adjust_cell_length(width))
         return lines
 
     def _title_strip(self, width: int, visible: list[SeriesSpec], title_style: Style, axis_style: Style) -> Strip:

@@ -32,6 +32,7 @@ class LogPane(ScrollView, can_focus=True):
         self.query_text = ""
         self.matches: list[int] = []
         self.current = -1
+        self.following = True  # stuck to the newest line until the user scrolls up
 
     # --- content ---------------------------------------------------------------------------------
     def clear(self) -> None:
@@ -44,7 +45,7 @@ class LogPane(ScrollView, can_focus=True):
     def append(self, lines: list[str]) -> None:
         if not lines:
             return
-        at_bottom = self.scroll_offset.y >= self.max_scroll_y - 1
+        at_bottom = self.following or self.scroll_offset.y >= self.max_scroll_y - 1
         base = len(self.lines)
         self.lines.extend(lines)
         self.widest = max(self.widest, *(cell_len(line) for line in lines))
@@ -59,6 +60,19 @@ class LogPane(ScrollView, can_focus=True):
         self._resize()
         if at_bottom:
             # after the next layout: the new virtual size is not applied yet
+            self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if new < old:  # the user scrolled up: stop following until back at the bottom
+            self.following = new >= self.max_scroll_y - 1
+        elif new >= self.max_scroll_y - 1:
+            self.following = True
+
+    def on_resize(self) -> None:
+        # A resize (the header gaining a line, a terminal resize) must not leave a following pane short
+        # of the newest line.
+        if self.following:
             self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
 
     def _resize(self) -> None:
