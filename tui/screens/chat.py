@@ -42,17 +42,20 @@ class Transcript(VerticalScroll):
         super().__init__(**kwargs)
         self.border_title = title
         self.turns: list[tuple[str, str]] = []
+        self.pieces = 0  # streamed pieces of the last turn
 
     def compose(self) -> ComposeResult:
         yield Static("", classes="chat-text")
 
     def add(self, role: str, text: str) -> None:
         self.turns.append((role, text))
+        self.pieces = 0
         self.refresh_text()
 
     def append_to_last(self, piece: str) -> None:
         role, text = self.turns[-1]
         self.turns[-1] = (role, text + piece)
+        self.pieces += 1
         self.refresh_text()
 
     def refresh_text(self) -> None:
