@@ -101,6 +101,18 @@ def normalize_swift(raw: Record) -> Record | None:
     if isinstance(progress, str) and "/" in progress:
         left, _, right = progress.partition("/")
         step, total = _to_int(left), _to_int(right)
+    out = _loss_record(raw, "learning_rate")
+    if out is None:
+        return None
+    if out["kind"] == "train":
+        _put(out, "memory_gib", to_float(raw.get("memory(GiB)")))
+        _put(out, "steps_per_s", to_float(raw.get("train_speed(iter/s)")))
+        _put(out, "tokens_per_s", to_float(raw.get("tokens_per_s")))
+    return _progress(out, raw, step, total)
+
+
+def _loss_record(raw: Record, lr_key: str) -> Record | None:
+    """The eval or train part shared by the trainers built on transformers' logging; None otherwise."""
     out: Record = {}
     if "eval_loss" in raw:
         out["kind"] = "eval"
@@ -111,15 +123,14 @@ def normalize_swift(raw: Record) -> Record | None:
         out["loss"] = loss
         if loss is None and _is_nan_text(raw.get("loss")):
             out["loss_nan"] = True
-        _put(out, "learning_rate", to_float(raw.get("learning_rate")))
+        _put(out, "learning_rate", to_float(raw.get(lr_key)))
         _put(out, "grad_norm", to_float(raw.get("grad_norm")))
-        memory = to_float(raw.get("memory(GiB)"))
-        _put(out, "memory_gib", memory)
-        speed = to_float(raw.get("train_speed(iter/s)"))
-        _put(out, "steps_per_s", speed)
-        _put(out, "tokens_per_s", to_float(raw.get("tokens_per_s")))
     else:
         return None
+    return out
+
+
+def _progress(out: Record, raw: Record, step: int | None, total: int | None) -> Record:
     _put(out, "step", step)
     _put(out, "total_steps", total)
     _put(out, "epoch", to_float(raw.get("epoch")))
@@ -130,28 +141,13 @@ def normalize_swift(raw: Record) -> Record | None:
 
 def normalize_llamafactory(raw: Record) -> Record | None:
     """One ``trainer_log.jsonl`` record of LLaMA-Factory, or None for evaluation-progress lines."""
-    out: Record = {}
-    if "eval_loss" in raw:
-        out["kind"] = "eval"
-        _put(out, "eval_loss", to_float(raw.get("eval_loss")))
-    elif "loss" in raw:
-        out["kind"] = "train"
-        loss = to_float(raw.get("loss"))
-        out["loss"] = loss
-        if loss is None and _is_nan_text(raw.get("loss")):
-            out["loss_nan"] = True
-        _put(out, "learning_rate", to_float(raw.get("lr")))
-        _put(out, "grad_norm", to_float(raw.get("grad_norm")))
+    out = _loss_record(raw, "lr")
+    if out is None:
+        return None
+    if out["kind"] == "train":
         _put(out, "tokens_per_s", to_float(raw.get("throughput")))
         _put(out, "memory_gib", to_float(raw.get("vram_allocated")))
-    else:
-        return None
-    _put(out, "step", _to_int(raw.get("current_steps")))
-    _put(out, "total_steps", _to_int(raw.get("total_steps")))
-    _put(out, "epoch", to_float(raw.get("epoch")))
-    _put(out, "elapsed_s", parse_duration(raw.get("elapsed_time")))
-    _put(out, "eta_s", parse_duration(raw.get("remaining_time")))
-    return out
+    return _progress(out, raw, _to_int(raw.get("current_steps")), _to_int(raw.get("total_steps")))
 
 
 NORMALIZERS: dict[str, Callable[[Record], Record | None]] = {
