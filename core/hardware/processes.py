@@ -8,20 +8,14 @@ or an NVIDIA device mapped; otherwise it is marked ``visible=False`` with the re
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Protocol
 
 from core.hardware.snapshot import GpuProcess
+from core.secrets import scrub_argv
 
 # Substrings of /proc/<pid>/maps lines that only a process using a GPU has.
 GPU_MAPPING_MARKERS = ("/dev/nvidia", "libcuda.so")
-
-# Command-line flags whose value is a secret (hub tokens, API keys): never shown nor recorded.
-_SECRET_FLAG = re.compile(r"^--?[\w-]*(token|secret|password|passwd|api[_-]?key)[\w-]*$", re.IGNORECASE)
-_SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|ms-[A-Za-z0-9-]{20,})\b")
-_SECRET_ASSIGNMENT = re.compile(r"\b([A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|API_KEY)[A-Za-z0-9_]*=)\S+", re.IGNORECASE)
-REDACTED = "***"
 
 NOT_IN_NAMESPACE = "not_in_namespace"
 NOT_A_GPU_PROCESS = "not_a_gpu_process"
@@ -29,24 +23,7 @@ NOT_A_GPU_PROCESS = "not_a_gpu_process"
 
 def redact_command(argv: list[str]) -> str:
     """The command line with secret values (``--hub-token X``, ``--api_key=X``, ``hf_…``) masked."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        flag, eq, _value = arg.partition("=")
-        if _SECRET_FLAG.match(flag):
-            if eq:
-                out.append(f"{flag}={REDACTED}")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        arg = _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + REDACTED, arg)
-        out.append(_SECRET_VALUE.sub(REDACTED, arg))
-    return " ".join(out)
+    return " ".join(scrub_argv(argv))
 
 
 class ProcessResolver(Protocol):

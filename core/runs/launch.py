@@ -23,7 +23,7 @@ from typing import Any
 from core import __version__
 from core.paths import ensure_private_dir, runs_dir
 from core.runs.run_dir import QUEUED, RunDirectory, utc_now_iso
-from core.runs.scrub import scrub_argv, scrub_env
+from core.secrets import scrub_argv, scrub_env
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 # Environment variables worth recording in run.json (values of secret-looking ones are scrubbed).

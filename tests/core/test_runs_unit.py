@@ -20,7 +20,7 @@ from core.runs.listing import RunNotFound, list_runs, resolve_run
 from core.runs.liveness import effective_status
 from core.runs.logs import LogFollower, last_lines
 from core.runs.run_dir import CRASHED, RUNNING, STOPPED, RunDirectory
-from core.runs.scrub import REDACTED, scrub_argv, scrub_env
+from core.secrets import REDACTED, scrub_argv, scrub_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
