@@ -51,6 +51,25 @@ def write_config(path: Path, dataset: Path, **overrides) -> Path:
     return path
 
 
+class Armed:
+    """The real ``tunedeck`` entry point in its own process, imported ahead and run when fired."""
+
+    CODE = ("import sys, core.cli, core.runs.commands, core.runs.control, core.runs.liveness\n"
+            "sys.stdin.readline()\n"
+            "sys.exit(core.cli.main(sys.argv[1:]))")
+
+    def __init__(self, env: dict, args: tuple[str, ...]) -> None:
+        self.args = args
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, *args], cwd=ROOT, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+
+    def fire(self, timeout: float = 120) -> str:
+        out, err = self.proc.communicate("go\n", timeout=timeout)
+        assert self.proc.returncode == 0, f"tunedeck {' '.join(self.args)} -> {self.proc.returncode}\n{err}"
+        return out
+
+
 class Cli:
     def __init__(self, home: Path) -> None:
         self.home = home
@@ -62,6 +81,9 @@ class Cli:
         if check:
             assert out.returncode == 0, f"tunedeck {' '.join(args)} -> {out.returncode}\n{out.stderr}"
         return out
+
+    def armed(self, *args: str) -> Armed:
+        return Armed(self.env, args)
 
     def status(self, run_id: str) -> dict:
         return json.loads(self("status", run_id, "--json").stdout)
@@ -143,8 +165,11 @@ def pair(tmp_path_factory):
     os.killpg(shell.pid, signal.SIGHUP)  # what closing the terminal / losing SSH does
     shell_code = shell.wait(timeout=10)
     status_after_hup = cli.status(reference)["status"]  # through the CLI: liveness applied
+    # `tunedeck stop` started now and fired at step 4: a fresh interpreter's imports take longer than the
+    # 26 steps left on a fast box, so the stop would land after the run had already finished.
+    stop = cli.armed("stop", interrupted, "--wait", "--json")
     cli.wait_step(interrupted, 4)
-    stopped = json.loads(cli("stop", interrupted, "--wait", "--json").stdout)
+    stopped = json.loads(stop.fire())
     return {"cli": cli, "reference": reference, "interrupted": interrupted, "shell_code": shell_code,
             "status_after_hup": status_after_hup, "stopped": stopped}
 
