@@ -54,7 +54,7 @@ def write_config(path: Path, dataset: Path, **overrides) -> Path:
 class Armed:
     """The real ``tunedeck`` entry point in its own process, imported ahead and run when fired."""
 
-    CODE = ("import sys, core.cli, core.runs.commands, core.runs.control, core.runs.liveness\n"
+    CODE = ("import sys, core.cli, core.runs.commands, core.runs.control, core.runs.listing, psutil\n"
             "sys.stdin.readline()\n"
             "sys.exit(core.cli.main(sys.argv[1:]))")
 
@@ -161,10 +161,11 @@ def pair(tmp_path_factory):
         time.sleep(0.2)
     reference = id_file.read_text().strip()
     # Both run now. Hang up the reference's shell while it trains, and stop the other one mid-way.
+    status = cli.armed("status", reference, "--json")  # through the CLI: liveness applied
     cli.wait_step(reference, 2)
     os.killpg(shell.pid, signal.SIGHUP)  # what closing the terminal / losing SSH does
     shell_code = shell.wait(timeout=10)
-    status_after_hup = cli.status(reference)["status"]  # through the CLI: liveness applied
+    status_after_hup = json.loads(status.fire())["status"]
     # `tunedeck stop` started now and fired at step 4: a fresh interpreter's imports take longer than the
     # 26 steps left on a fast box, so the stop would land after the run had already finished.
     stop = cli.armed("stop", interrupted, "--wait", "--json")
