@@ -130,12 +130,16 @@ def _check_choice(value: Any, spec: KeySpec, key: str) -> Any:
     raise _Invalid(t("config.wrong_choice", given=_show(value), allowed=allowed))
 
 
-def _check_auto_bool(value: Any) -> str | bool:
-    if isinstance(value, str) and value.strip().lower() == "auto":
-        return "auto"
+def _check_auto_bool(value: Any, spec: KeySpec) -> str | bool:
+    """auto, a bool, or one of the key's named choices (``fused_ce: chunked``)."""
+    if isinstance(value, str) and value.strip().lower() in ("auto", *spec.choices):
+        return value.strip().lower()
     try:
         return _as_bool(value)
     except _Invalid:
+        if spec.choices:
+            allowed = ", ".join(("auto", "true", "false", *spec.choices))
+            raise _Invalid(t("config.wrong_choice", given=_show(value), allowed=allowed)) from None
         raise _wrong_type(value, "config.expect_auto_bool") from None
 
 
@@ -231,7 +235,7 @@ def _check(key: str, value: Any, spec: KeySpec) -> Any:
     if kind == "choice":
         return _check_choice(value, spec, key)
     if kind == "auto_bool":
-        return _check_auto_bool(value)
+        return _check_auto_bool(value, spec)
     if kind == "gpus":
         return _check_gpus(value)
     if kind == "dataset":

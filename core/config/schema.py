@@ -25,7 +25,7 @@ gradient_accumulation      int >= 1                            8
 epochs                     number > 0                          3 (when max_steps is not set)
 max_steps                  int >= 1                            (unset)
 learning_rate              0 < x < 1                           1e-4 for LoRA methods, 1e-5 for full
-optimizer                  see OPTIMIZERS                      adamw_torch
+optimizer                  see OPTIMIZERS                      auto (fused AdamW on CUDA)
 lr_scheduler               cosine, linear, constant            cosine
 warmup_ratio               0 <= x < 1                          0.03 (when warmup_steps is not set)
 warmup_steps               int >= 0                            (unset)
@@ -43,7 +43,9 @@ eval_split                 0 <= x < 1                          0.0
 eval_steps                 int >= 1                            (unset: at each save)
 logging_steps              int >= 1                            10
 loss_on                    assistant, all                      assistant
-fused_ce                   auto, true, false                   auto
+fused_ce                   auto, true, false, liger, chunked   auto
+qlora_upcast               bool                                false
+offload_activations        bool                                false
 attn                       auto, sdpa, eager, flash            auto
 output                     directory                           (unset: inside the run directory)
 =========================  ==================================  =========================================
@@ -60,7 +62,7 @@ LORA_METHODS = ("lora", "dora", "qlora")
 HUBS = ("modelscope", "huggingface")
 PRECISIONS = ("bf16", "fp16", "fp32")
 OPTIMIZERS = (
-    "adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit",
+    "auto", "adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit",
     "adafactor", "sgd",
 )
 # Friendly spellings accepted in YAML, stored as the transformers name.
@@ -129,7 +131,9 @@ KEY_SPECS: dict[str, KeySpec] = {
     "eval_steps": KeySpec("int", minimum=1, optional=True),
     "logging_steps": KeySpec("int", minimum=1),
     "loss_on": KeySpec("choice", LOSS_ON),
-    "fused_ce": KeySpec("auto_bool"),
+    "fused_ce": KeySpec("auto_bool", ("liger", "chunked")),
+    "qlora_upcast": KeySpec("bool"),
+    "offload_activations": KeySpec("bool"),
     "attn": KeySpec("choice", ATTENTION),
     "output": KeySpec("text", optional=True),
 }
@@ -162,7 +166,7 @@ class RunConfig:
     epochs: float | None = None
     max_steps: int | None = None
     learning_rate: float | None = None
-    optimizer: str = "adamw_torch"
+    optimizer: str = "auto"
     lr_scheduler: str = "cosine"
     warmup_ratio: float | None = None
     warmup_steps: int | None = None
@@ -181,6 +185,8 @@ class RunConfig:
     logging_steps: int = 10
     loss_on: str = "assistant"
     fused_ce: str | bool = "auto"
+    qlora_upcast: bool = False
+    offload_activations: bool = False
     attn: str = "auto"
     output: str | None = None
     warnings: list = field(default_factory=list, repr=False, compare=False)

@@ -19,6 +19,8 @@ Counted tensor by tensor from what PyTorch's autograd formulas keep for transfor
 With ``fused_ce`` the engine turns on Liger's kernels together (it passes ``use_liger_kernel`` to the
 Trainer): its RMSNorm keeps only the input and one fp32 scale per row, its SwiGLU keeps gate and up and
 recomputes SiLU in backward, and its fused linear cross-entropy needs no saved LM-head input.
+The chunked cross-entropy (``fused_ce_impl="chunked"``) changes only the loss: its checkpointed chunks
+keep the final norm's output (the LM head's input) and nothing else.
 
 With gradient checkpointing only each block's input is kept, plus the block being recomputed and
 its gradients. Backward of a block also needs gradient temporaries (calibrated, see calibration.py).
@@ -128,7 +130,7 @@ def attention_core_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: Pr
     saved = c * arch.q_dim + 2 * c * kv_width + c * arch.q_dim + 4.0 * arch.num_heads
     if arch.qk_norm:
         # Qwen3 normalises q and k per head before RoPE: fp32 inputs, + normalised inputs if training.
-        saved += rmsnorm_saved_bytes(arch.q_dim + arch.kv_dim, c, plan.method == "full", plan.fused_ce,
+        saved += rmsnorm_saved_bytes(arch.q_dim + arch.kv_dim, c, plan.method == "full", plan.liger_kernels,
                                      rows=arch.num_heads + arch.num_kv_heads)
     if plan.attention == "eager":
         saved += calibration.eager_attention_bytes_per_score * arch.num_heads * plan.seq_len
@@ -137,7 +139,7 @@ def attention_core_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: Pr
 
 def mlp_core_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout) -> float:
     """Bytes per token kept by SiLU(gate) x up: gate output, its SiLU and up output (Liger: gate and up)."""
-    kept = 2 if plan.fused_ce else 3
+    kept = 2 if plan.liger_kernels else 3
     return kept * layout.compute * arch.intermediate_size
 
 
@@ -148,12 +150,12 @@ def block_activations(arch: ModelArchitecture, plan: TrainingPlan, layout: Preci
     full = plan.method == "full"
     norm_out = max(layout.norm_weight, layout.residual)
     per_token = 0.0
-    per_token += rmsnorm_saved_bytes(arch.hidden_size, layout.residual, full, plan.fused_ce)
+    per_token += rmsnorm_saved_bytes(arch.hidden_size, layout.residual, full, plan.liger_kernels)
     per_token += linear_group_saved_bytes([shapes["q_proj"], shapes["k_proj"], shapes["v_proj"]], norm_out, plan, layout)
     per_token += attention_core_bytes(arch, plan, layout, calibration)
     per_token += linear_group_saved_bytes([shapes["o_proj"]], layout.compute, plan, layout,
                                           input_already_kept=plan.attention == "sdpa")
-    per_token += rmsnorm_saved_bytes(arch.hidden_size, layout.residual, full, plan.fused_ce)
+    per_token += rmsnorm_saved_bytes(arch.hidden_size, layout.residual, full, plan.liger_kernels)
     per_token += linear_group_saved_bytes([shapes["gate_proj"], shapes["up_proj"]], norm_out, plan, layout)
     per_token += mlp_core_bytes(arch, plan, layout)
     per_token += linear_group_saved_bytes([shapes["down_proj"]], layout.compute, plan, layout)
@@ -170,8 +172,10 @@ def head_activation_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: P
     The fused cross-entropy computes its gradients in the forward pass and keeps no input.
     """
     full = plan.method == "full"
-    saved = rmsnorm_saved_bytes(arch.hidden_size, layout.residual, full, plan.fused_ce)
-    if full and not plan.fused_ce:
+    saved = rmsnorm_saved_bytes(arch.hidden_size, layout.residual, full, plan.liger_kernels)
+    if plan.fused_ce and not plan.liger_kernels:
+        saved += max(layout.norm_weight, layout.residual) * arch.hidden_size  # the chunks' checkpointed input
+    elif full and not plan.fused_ce:
         norm_out = max(layout.norm_weight, layout.residual)
         lm_input_cast = plan.precision != "fp32" and norm_out != layout.compute
         saved += (layout.compute if lm_input_cast else norm_out) * arch.hidden_size
@@ -197,6 +201,7 @@ def activation_sizes(arch: ModelArchitecture, plan: TrainingPlan, layout: Precis
         at_loss = arch.num_layers * block.total(tokens) + head + dora_transient
         working = calibration.backward_working_bytes_per_intermediate[plan.method] * arch.intermediate_size * tokens
         return ActivationSizes(at_loss=at_loss, in_backward=at_loss + working)
-    kept_inputs = arch.num_layers * layout.residual * arch.hidden_size * tokens
+    # offload_activations parks the kept block inputs in host memory: none of them stay on the GPU.
+    kept_inputs = 0.0 if plan.offload_activations else arch.num_layers * layout.residual * arch.hidden_size * tokens
     recompute = calibration.checkpoint_recompute_layers[plan.method] * block.total(tokens) + dora_transient
     return ActivationSizes(at_loss=kept_inputs + head, in_backward=kept_inputs + recompute)

@@ -28,6 +28,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--lora-dropout", type=float, default=0.05, help=t("estimate.help.lora_dropout"))
     parser.add_argument("--precision", choices=PRECISIONS, default="bf16", help=t("estimate.help.precision"))
     parser.add_argument("--no-fused-ce", action="store_true", help=t("estimate.help.no_fused_ce"))
+    parser.add_argument("--chunked-ce", action="store_true", help=t("estimate.help.chunked_ce"))
+    parser.add_argument("--qlora-upcast", action="store_true", help=t("estimate.help.qlora_upcast"))
+    parser.add_argument("--offload-activations", action="store_true", help=t("estimate.help.offload_activations"))
     parser.add_argument("--optimizer", type=normalise_optimizer, choices=OPTIMIZERS, default="adamw",
                         help=t("estimate.help.optimizer"))
     parser.add_argument("--gpus", type=int, default=None, help=t("estimate.help.gpus"))
@@ -72,6 +75,9 @@ def run_estimate(args: argparse.Namespace) -> int:
             lora_targets=normalise_lora_targets(args.lora_targets),
             lora_dropout=args.lora_dropout,
             fused_ce=not args.no_fused_ce,
+            fused_ce_impl="chunked" if args.chunked_ce else "liger",
+            kbit_upcast=args.qlora_upcast,
+            offload_activations=args.offload_activations,
             optimizer=args.optimizer,
             num_gpus=num_gpus,
             zero_stage=args.zero,

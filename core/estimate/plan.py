@@ -48,6 +48,9 @@ class TrainingPlan:
     lora_targets: tuple[str, ...] = LINEAR_NAMES
     lora_dropout: float = 0.05
     fused_ce: bool = True
+    # Which fused cross-entropy: "liger" (Liger's kernels: fused linear CE + RMSNorm + SwiGLU, CUDA) or
+    # "chunked" (tunedeck's own, core.train.fused_loss: checkpointed chunks of logits, no other kernels).
+    fused_ce_impl: str = "liger"
     optimizer: str = "adamw"
     num_gpus: int = 1
     zero_stage: int = 0
@@ -55,8 +58,11 @@ class TrainingPlan:
     grad_accum_steps: int = 1
     attention: str = "sdpa"
     # QLoRA's plain recipe (peft.prepare_model_for_kbit_training) upcasts every non-quantised
-    # parameter (embedding, LM head, norms) to fp32.
-    kbit_upcast: bool = True
+    # parameter (embedding, LM head, norms) to fp32; the engine's default (qlora_upcast: false) keeps
+    # them, and so the activations, in bf16.
+    kbit_upcast: bool = False
+    # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
+    offload_activations: bool = False
     dataset_tokens: int | None = None
     price_per_gpu_hour: float | None = None
     # Set when the parameter count was checked on the meta device (then it wins over the analytic one).
@@ -65,6 +71,11 @@ class TrainingPlan:
     @property
     def tokens_per_micro_batch(self) -> int:
         return self.micro_batch_size * self.seq_len
+
+    @property
+    def liger_kernels(self) -> bool:
+        """Liger's fused RMSNorm/SwiGLU come with its fused CE; the chunked CE changes only the loss."""
+        return self.fused_ce and self.fused_ce_impl != "chunked"
 
     @property
     def uses_lora(self) -> bool:

@@ -67,8 +67,10 @@ def split_eval(examples: TrainingExamples, fraction: float, seed: int) -> Traini
 def pack_examples(examples: list[dict[str, list[int]]], max_seq_len: int) -> list[dict[str, list[int]]]:
     """Greedy packing of whole examples into rows of at most ``max_seq_len`` tokens.
 
-    ``position_ids`` restart at each example so that positions match unpacked training; with SDPA the
-    examples of one row can still attend to each other (flash-attention varlen would separate them).
+    ``position_ids`` restart at each example: they are what keeps the examples apart. The collator passes
+    them without an attention mask, and transformers then builds a block-causal mask from them (SDPA /
+    eager: ``masking_utils.find_packed_sequence_indices``; flash-attention: varlen over one flattened
+    row), so no token attends to another example and each example is trained exactly as if alone.
     """
     rows: list[dict[str, list[int]]] = []
     current: dict[str, list[int]] = {"input_ids": [], "labels": [], "position_ids": []}
@@ -87,30 +89,56 @@ def pack_examples(examples: list[dict[str, list[int]]], max_seq_len: int) -> lis
 
 
 class PaddingCollator:
-    """Pads a batch to its longest row (a multiple of ``multiple_of``): pad id / -100 / attention 0."""
+    """Batches rows for the Trainer.
 
-    def __init__(self, pad_token_id: int, multiple_of: int = 1) -> None:
+    Plain rows: padded to the batch's longest (a multiple of ``multiple_of``) with pad id / -100 /
+    attention 0. Packed rows (they carry ``position_ids``): no attention mask, so that transformers
+    separates the examples by their restarting positions; the padding at a row's end gets positions
+    0, 1, ... of its own (a separate, loss-free segment). With ``flatten`` (flash-attention, whose varlen
+    path needs one row) the whole micro-batch becomes a single row without any padding.
+    """
+
+    def __init__(self, pad_token_id: int, multiple_of: int = 1, flatten: bool = False) -> None:
         self.pad_token_id = pad_token_id
         self.multiple_of = max(1, multiple_of)
+        self.flatten = flatten
 
     def __call__(self, batch: list[dict[str, list[int]]]) -> dict[str, Any]:
         import torch
 
+        if all("position_ids" in row for row in batch):
+            return self._packed(batch)
         longest = max(len(row["input_ids"]) for row in batch)
         width = -(-longest // self.multiple_of) * self.multiple_of
-        input_ids, labels, attention, positions = [], [], [], []
+        input_ids, labels, attention = [], [], []
         for row in batch:
             pad = width - len(row["input_ids"])
             input_ids.append(row["input_ids"] + [self.pad_token_id] * pad)
             labels.append(row["labels"] + [IGNORE_INDEX] * pad)
             attention.append([1] * len(row["input_ids"]) + [0] * pad)
-            if "position_ids" in row:
-                positions.append(row["position_ids"] + [0] * pad)
-        out = {
+        return {
             "input_ids": torch.tensor(input_ids, dtype=torch.long),
             "labels": torch.tensor(labels, dtype=torch.long),
             "attention_mask": torch.tensor(attention, dtype=torch.long),
         }
-        if positions:
-            out["position_ids"] = torch.tensor(positions, dtype=torch.long)
-        return out
+
+    def _packed(self, batch: list[dict[str, list[int]]]) -> dict[str, Any]:
+        import torch
+
+        if self.flatten:
+            batch = [{key: [v for row in batch for v in row[key]] for key in ("input_ids", "labels", "position_ids")}]
+            width = len(batch[0]["input_ids"])
+        else:
+            longest = max(len(row["input_ids"]) for row in batch)
+            width = -(-longest // self.multiple_of) * self.multiple_of
+        input_ids, labels, positions = [], [], []
+        for row in batch:
+            pad = width - len(row["input_ids"])
+            input_ids.append(row["input_ids"] + [self.pad_token_id] * pad)
+            labels.append(row["labels"] + [IGNORE_INDEX] * pad)
+            positions.append(row["position_ids"] + list(range(pad)))
+        return {
+            "input_ids": torch.tensor(input_ids, dtype=torch.long),
+            "labels": torch.tensor(labels, dtype=torch.long),
+            "position_ids": torch.tensor(positions, dtype=torch.long),
+        }

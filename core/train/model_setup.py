@@ -163,21 +163,49 @@ def load_model(
 
     model.config.use_cache = False  # the KV cache is useless in training and costs memory
     if method in ("lora", "dora", "qlora"):
-        model = wrap_lora(model, cfg)
+        model = wrap_lora(model, cfg, compute_dtype)
     return model
 
 
-def wrap_lora(model: Any, cfg: dict[str, Any]) -> Any:
+def prepare_kbit_model(model: Any, compute_dtype: Any) -> Any:
+    """QLoRA's base model made ready for LoRA without peft's fp32 upcast (``qlora_upcast: false``).
+
+    peft's ``prepare_model_for_kbit_training`` casts every non-quantised weight to fp32; an fp32 norm
+    weight turns its bf16 input into an fp32 output, so the residual stream, the LoRA inputs and the
+    logits all become fp32 (twice the activation memory, slower matmuls). Here every base weight is
+    frozen and the non-quantised ones (embedding, norms, LM head) are kept in the compute dtype: they
+    never change, so nothing is lost by not storing them in fp32, and the softmax is still taken in fp32
+    by the loss. What must be fp32 is what trains: the LoRA adapters, which peft creates in fp32.
+    Gradient checkpointing is the Trainer's, non-reentrant: gradients reach the adapters inside a
+    checkpointed block without peft's ``enable_input_require_grads`` hook (which would also make the
+    embedding output keep a gradient).
+    """
+    import torch
+
+    for param in model.parameters():
+        param.requires_grad = False
+        if param.__class__.__name__ != "Params4bit" and param.is_floating_point() and param.dtype != compute_dtype:
+            param.data = param.data.to(compute_dtype)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return model
+
+
+def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any:
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
     method = str(cfg.get("method"))
     gradient_checkpointing = bool(cfg.get("gradient_checkpointing", False))
-    if method == "qlora":
-        model = prepare_model_for_kbit_training(
+    if method == "qlora" and bool(cfg.get("qlora_upcast", False)):
+        model = prepare_model_for_kbit_training(  # the plain recipe: non-quantised weights upcast to fp32
             model,
             use_gradient_checkpointing=gradient_checkpointing,
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
+    elif method == "qlora":
+        import torch
+
+        model = prepare_kbit_model(model, compute_dtype or torch.bfloat16)
     targets = cfg.get("lora_targets", "all-linear")
     lora = LoraConfig(
         r=int(cfg.get("lora_rank", 16)),

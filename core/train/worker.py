@@ -82,7 +82,9 @@ def _dtype_choices(cfg: dict[str, Any], cuda: bool, bf16_supported: bool) -> tup
             log.info("no GPU: training in fp32 (precision %s applies on GPUs)", precision)
         return torch.float32, torch.float32, False, False
     if precision == "bf16" and not bf16_supported:
-        raise TrainingSetupError("precision: this GPU has no bf16 support; set precision: fp16")
+        from core.i18n import Message
+
+        raise TrainingSetupError(Message("train.bf16_unsupported"))
     compute = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
     method = str(cfg.get("method", "lora"))
     if method == "full":
@@ -93,40 +95,45 @@ def _dtype_choices(cfg: dict[str, Any], cuda: bool, bf16_supported: bool) -> tup
     return compute, weights, precision == "bf16", precision == "fp16"
 
 
-def _use_liger(cfg: dict[str, Any], cuda: bool) -> bool:
-    wanted = cfg.get("fused_ce", "auto")
-    try:
-        import liger_kernel  # noqa: F401
+def _fused_ce(cfg: dict[str, Any], cuda: bool) -> str:
+    """The loss implementation: ``liger``, ``chunked`` or ``none`` (see ``core.train.fused_loss``)."""
+    from core.train.fused_loss import resolve_fused_ce
 
-        available = True
-    except ImportError:
-        available = False
-    if wanted in (True, "true"):
-        if not available or not cuda:
-            log.warning("fused_ce: true but liger-kernel %s; using the standard loss",
-                        "is not installed" if not available else "needs a GPU")
-        return available and cuda
-    if wanted in (False, "false"):
-        return False
-    return available and cuda
+    return resolve_fused_ce(cfg.get("fused_ce", "auto"), cuda)
 
 
-def oom_advice(cfg: dict[str, Any], world_size: int) -> str:
-    from core.i18n import t
+def oom_tips(cfg: dict[str, Any], world_size: int) -> list[Any]:
+    """What to change after an out-of-memory error, as messages (rendered in the reader's language)."""
+    from core.i18n import Message
 
     tips = []
     micro = int(cfg.get("micro_batch_size", 1))
     if micro > 1:
-        tips.append(t("train.oom_tip_micro_batch", now=micro, new=max(1, micro // 2),
-                      accum=int(cfg.get("gradient_accumulation", 1)) * 2))
+        tips.append(Message("train.oom_tip_micro_batch", now=micro, new=max(1, micro // 2),
+                            accum=int(cfg.get("gradient_accumulation", 1)) * 2))
     if not cfg.get("gradient_checkpointing"):
-        tips.append(t("train.oom_tip_checkpointing"))
+        tips.append(Message("train.oom_tip_checkpointing"))
     if cfg.get("method") in ("lora", "dora", "full"):
-        tips.append(t("train.oom_tip_qlora"))
-    tips.append(t("train.oom_tip_seq_len", now=int(cfg.get("max_seq_len", 0))))
+        tips.append(Message("train.oom_tip_qlora"))
+    tips.append(Message("train.oom_tip_seq_len", now=int(cfg.get("max_seq_len", 0))))
     if int(cfg.get("zero_stage", 0) or 0) < 3:
-        tips.append(t("train.oom_tip_zero", gpus=max(2, world_size)))
-    return "; ".join(tips)
+        tips.append(Message("train.oom_tip_zero", gpus=max(2, world_size)))
+    return tips
+
+
+def optimizer_name(cfg: dict[str, Any], cuda: bool) -> str:
+    """The transformers ``optim`` for the run. ``auto`` (the default): fused AdamW on CUDA (the same
+    update as ``adamw_torch`` in one kernel per step instead of a launch per tensor group), ``adamw_torch``
+    on a CPU. With ZeRO optimizer offload DeepSpeed builds its own CPU Adam whatever this says."""
+    wanted = str(cfg.get("optimizer", "auto") or "auto")
+    if wanted == "auto":
+        return "adamw_torch_fused" if cuda else "adamw_torch"
+    return OPTIMIZER_NAMES.get(wanted, wanted)
+
+
+def oom_advice(cfg: dict[str, Any], world_size: int) -> str:
+    """The tips as one English line, for events.jsonl and train.log (data and logs, not shown text)."""
+    return "; ".join(tip.english() for tip in oom_tips(cfg, world_size))
 
 
 def _checkpointing_args(enabled: bool) -> dict[str, Any]:
@@ -157,7 +164,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     from transformers.trainer_callback import PrinterCallback
     from transformers.utils import logging as hf_logging
 
-    from core.i18n import t
+    from core.i18n import Message
     from core.train.callbacks import GracefulStopCallback, InjectedOomCallback, RunMetricsCallback
     from core.train.data_adapter import (
         PaddingCollator,
@@ -190,14 +197,14 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     if resume:
         checkpoint = Path(resume)
         if not (checkpoint / COMPLETE_MARKER).is_file():
-            raise TrainingSetupError(t("train.checkpoint_incomplete", path=str(checkpoint)))
+            raise TrainingSetupError(Message("train.checkpoint_incomplete", path=str(checkpoint)))
         prior_elapsed = float(read_tunedeck_state(checkpoint).get("elapsed_s", 0.0) or 0.0)
 
     zero_stage = int(cfg.get("zero_stage", 0) or 0)
     ds_path = None
     if zero_stage > 0:
         if not cuda:
-            raise TrainingSetupError(t("train.zero_needs_gpu"))
+            raise TrainingSetupError(Message("train.zero_needs_gpu"))
         ds_path = str(write_deepspeed_config(run.deepspeed_config_path,
                                              deepspeed_config(cfg, world_size, use_bf16, use_fp16)))
 
@@ -210,7 +217,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     examples = tokenize_records(records, tokenizer, max_seq_len, str(cfg.get("loss_on", "assistant")))
     examples = split_eval(examples, float(cfg.get("eval_split", 0.0) or 0.0), seed)
     if not examples.train:
-        raise TrainingSetupError(t("train.no_examples", datasets=", ".join(datasets)))
+        raise TrainingSetupError(Message("train.no_examples", datasets=", ".join(datasets)))
     if examples.truncated_samples and rank == 0:
         run.append_event("data_truncated", samples=examples.truncated_samples, tokens=examples.dropped_tokens,
                          max_seq_len=max_seq_len)
@@ -222,7 +229,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     log.info("data: %d training rows, %d eval rows, %d tokens", len(train_rows), len(examples.eval),
              examples.total_tokens)
     if flag.is_set():
-        return STOPPED, t("train.stopped_before_start")
+        return STOPPED, Message("train.stopped_before_start")
 
     micro = int(cfg.get("micro_batch_size", 1))
     accum = int(cfg.get("gradient_accumulation", 1))
@@ -231,7 +238,10 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     warmup = float(warmup_steps) if warmup_steps is not None else float(cfg.get("warmup_ratio") or 0.0)
     save_steps = int(cfg.get("save_steps", 500))
     has_eval = bool(examples.eval)
-    use_liger = _use_liger(cfg, cuda)
+    fused_ce = _fused_ce(cfg, cuda)
+    optim = optimizer_name(cfg, cuda)
+    ds_offload = zero_stage > 0 and str(cfg.get("offload", "none")) != "none"
+    use_liger = fused_ce == "liger"
     lr = cfg.get("learning_rate")
     args = TrainingArguments(
         output_dir=str(run.checkpoints_dir),
@@ -245,7 +255,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         warmup_steps=warmup,
         weight_decay=float(cfg.get("weight_decay", 0.0)),
         max_grad_norm=float(cfg.get("max_grad_norm", 1.0)),
-        optim=OPTIMIZER_NAMES.get(str(cfg.get("optimizer", "adamw_torch")), str(cfg.get("optimizer"))),
+        optim=optim,
         bf16=use_bf16,
         fp16=use_fp16,
         **_checkpointing_args(bool(cfg.get("gradient_checkpointing", False))),
@@ -289,6 +299,11 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "zero_stage": zero_stage,
         "attn": getattr(model.config, "_attn_implementation", None),
         "liger": use_liger,
+        "fused_ce": fused_ce,
+        "optimizer": "deepspeed_cpu_adam" if ds_offload else optim,
+        "packing": bool(cfg.get("packing")),
+        "offload_activations": bool(cfg.get("offload_activations") and cfg.get("gradient_checkpointing")),
+        "qlora_upcast": bool(cfg.get("qlora_upcast")) if cfg.get("method") == "qlora" else None,
         "train_rows": len(train_rows),
         "eval_rows": len(examples.eval),
         "truncated_samples": examples.truncated_samples,
@@ -298,6 +313,13 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
                                     global_batch, is_main=rank == 0)
     stop_cb = GracefulStopCallback(flag)
     callbacks = [metrics_cb, stop_cb]
+    if cfg.get("offload_activations"):
+        if cfg.get("gradient_checkpointing"):
+            from core.train.offload import OffloadedCheckpointingCallback
+
+            callbacks.append(OffloadedCheckpointingCallback())
+        else:
+            log.warning("offload_activations needs gradient_checkpointing: true; ignored")
     oom_cb = InjectedOomCallback.from_env()
     if oom_cb is not None:
         callbacks.append(oom_cb)
@@ -306,23 +328,33 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         args=args,
         train_dataset=_ListDataset(train_rows),
         eval_dataset=_ListDataset(examples.eval) if has_eval else None,
-        data_collator=PaddingCollator(tokenizer.pad_token_id, multiple_of=8 if cuda else 1),
+        data_collator=PaddingCollator(tokenizer.pad_token_id, multiple_of=8 if cuda else 1,
+                                      flatten=header["attn"] == "flash_attention_2"),
         processing_class=tokenizer,
         callbacks=callbacks,
         run=run,
         keep_checkpoints=int(cfg.get("save_total_limit", 2) or 0),
         elapsed_fn=metrics_cb.elapsed_s,
+        chunked_loss=fused_ce == "chunked",
     )
     trainer.remove_callback(PrinterCallback)  # our metrics callback logs a line per step already
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if stop_cb.stopped_at is not None:
-        return STOPPED, t("train.stopped_at", step=stop_cb.stopped_at)
+        return STOPPED, Message("train.stopped_at", step=stop_cb.stopped_at)
     return FINISHED, ""
 
 
-def _write_outcome(run: RunDirectory, status: str, reason: str, rank: int, **extra: Any) -> None:
-    write_json_atomic(run.outcome_path, {"status": status, "reason": reason, "rank": rank,
-                                         "attempt": os.environ.get("TUNEDECK_ATTEMPT"), **extra})
+def _write_outcome(run: RunDirectory, status: str, reason: Any, rank: int, **extra: Any) -> None:
+    # This process never learns the language of whoever will read the reason (the Runs screen, the
+    # dashboard, 'tunedeck status', maybe in another language than the one the run was started in), so
+    # a reason given as a Message is recorded as data: English text for old readers and other tools, plus
+    # its key and parameters, which the supervisor copies to status.json and readers render themselves.
+    from core.i18n import Message
+
+    message = {"reason_message": reason.to_record()} if isinstance(reason, Message) else {}
+    text = reason.english() if isinstance(reason, Message) else reason
+    write_json_atomic(run.outcome_path, {"status": status, "reason": text, "rank": rank,
+                                         "attempt": os.environ.get("TUNEDECK_ATTEMPT"), **message, **extra})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -352,17 +384,19 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     run = RunDirectory(Path(args.run_dir))
     cfg = run.config()
-    from core.i18n import t
+    from core.i18n import Message
 
     try:
         status, reason = train(run, cfg, args.resume, flag, rank, local_rank, world_size)
     except Exception as exc:
         if _is_oom(exc):
             return _on_oom(run, cfg, exc, rank, world_size)
-        if isinstance(exc, TrainingSetupError) or type(exc).__name__ in ("ModelSetupError", "DataError"):
+        if isinstance(exc, TrainingSetupError) and exc.args and isinstance(exc.args[0], Message):
+            reason = exc.args[0]
+        elif isinstance(exc, TrainingSetupError) or type(exc).__name__ in ("ModelSetupError", "DataError"):
             reason = str(exc)
         else:
-            reason = t("train.reason_exception", error=f"{type(exc).__name__}: {exc}")
+            reason = Message("train.reason_exception", error=f"{type(exc).__name__}: {exc}")
         log.error("training failed: %s\n%s", reason, traceback.format_exc())
         _write_outcome(run, FAILED, reason, rank)
         return 1
@@ -377,13 +411,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _on_oom(run: RunDirectory, cfg: dict[str, Any], exc: BaseException, rank: int, world_size: int) -> int:
-    from core.i18n import t
+    from core.i18n import Message
     from core.train.callbacks import memory_figures_gib
 
     memory = memory_figures_gib()
     last = run.latest_metrics() or {}
     advice = oom_advice(cfg, world_size)
-    reason = t("train.reason_oom", advice=advice)
+    reason = Message("train.reason_oom", advice=oom_tips(cfg, world_size))
     keys = ("model", "method", "precision", "micro_batch_size", "gradient_accumulation", "max_seq_len",
             "gradient_checkpointing", "zero_stage", "offload", "packing", "optimizer")
     run.append_event(

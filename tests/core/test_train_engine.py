@@ -175,8 +175,14 @@ def test_packing_and_padding_collator():
     assert rows[0]["labels"] == [IGNORE_INDEX, 2, 3, IGNORE_INDEX, 5]
     batch = PaddingCollator(pad_token_id=0, multiple_of=8)(rows)
     assert tuple(batch["input_ids"].shape) == (2, 8)
-    assert batch["attention_mask"][1].tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert "attention_mask" not in batch  # packed: the restarting positions separate the examples
+    assert batch["position_ids"][1].tolist() == [0, 1, 2, 3, 0, 1, 2, 3]  # the padding is a segment of its own
     assert batch["labels"][1].tolist()[4:] == [IGNORE_INDEX] * 4
+    flat = PaddingCollator(pad_token_id=0, multiple_of=8, flatten=True)(rows)
+    assert flat["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6, 7, 8, 9]]  # one row, no padding (flash varlen)
+    assert flat["position_ids"].tolist() == [[0, 1, 2, 0, 1, 0, 1, 2, 3]]
+    plain = PaddingCollator(pad_token_id=0, multiple_of=8)(examples)
+    assert plain["attention_mask"][1].tolist() == [1, 1, 0, 0, 0, 0, 0, 0] and "position_ids" not in plain
 
 
 def test_metrics_callback_records_header_resume_and_nan_loss(tmp_path):
@@ -207,3 +213,12 @@ def test_metrics_callback_records_header_resume_and_nan_loss(tmp_path):
     callback.on_log(None, state, None, logs={"eval_loss": 1.25})
     assert _records(tmp_path, "metrics.jsonl")[-1] == {**_records(tmp_path, "metrics.jsonl")[-1],
                                                        "kind": "eval", "eval_loss": 1.25, "step": 5}
+
+
+def test_optimizer_auto_is_fused_adamw_on_cuda_only():
+    from core.train.worker import optimizer_name
+
+    assert optimizer_name({}, cuda=True) == "adamw_torch_fused"
+    assert optimizer_name({"optimizer": "auto"}, cuda=False) == "adamw_torch"
+    assert optimizer_name({"optimizer": "adamw_torch"}, cuda=True) == "adamw_torch"  # asked for: kept
+    assert optimizer_name({"optimizer": "adamw_8bit"}, cuda=True) == "adamw_bnb_8bit"

@@ -1,0 +1,557 @@
+"""Speed and memory of tunedeck's engine against the plain recipe (and ms-swift), one matrix per call.
+
+Engines, on the same random-initialised model, the same tokenised data and the same steps:
+
+- ``plain``: ``bench/plain_recipe.py`` — transformers Trainer + peft (+ ``prepare_model_for_kbit_training``
+  for QLoRA) + bitsandbytes, the model's own loss, padding to the longest, ``adamw_torch``;
+- ``tunedeck``: the real ``tunedeck train`` (detached run, ``bench/engine_gpu.py``'s helpers) with its
+  defaults: chunked/Liger fused cross-entropy, QLoRA without the fp32 upcast, fused AdamW, packing;
+- ``swift`` / ``swift-liger``: ms-swift's ``swift sft`` (defaults, and ``--use_liger_kernel true``) when
+  the ``swift`` package is importable, on a saved random-weight copy of the model.
+
+Per (row, engine): tokens/s in steady state (non-padding tokens between a later step and the last, over
+the wall time between them: the first ``--warmup`` steps are left out), MFU (model FLOPs: forward +
+backward from ``core.estimate.speed.flops_per_token``, the same for every engine, recomputation not
+counted, over the GPU's dense bf16 peak), peak memory (NVML: the most GPU memory all processes held,
+sampled every 0.1 s; torch's max allocated / reserved when the engine reports it; on a CPU the peak RSS of
+the process tree) and the loss after N steps (mean of the last three logged losses).
+
+Rows (``--rows``, comma list; default: all that the visible GPUs allow):
+
+- ``7b-lora``, ``7b-qlora``, ``7b-full``: Qwen2.5-7B, micro-batch 4 x 2048 tokens, checkpointing;
+- ``maxseq-7b-qlora``, ``maxseq-8b-qlora``: batch 1, growing the sequence (8k, 16k, 32k, 48k, 64k, 96k,
+  128k) until out of memory; the table gives the longest that stayed within 24 / 48 / 80 GiB (tunedeck
+  with ``offload_activations: true``);
+- ``7b-lora-zero2``: the 7b-lora row on 2 GPUs with ZeRO-2 (only when 2 GPUs are visible): scaling
+  against the one-GPU tunedeck row.
+
+One call stays inside ``--budget-s`` (rows that cannot start in time are recorded as skipped, a running
+engine is stopped at the budget). On one H200, in calls of under 10 minutes::
+
+    python bench/engine_speed.py --out bench/results/engine-speed-a.md --rows 7b-lora,7b-qlora
+    python bench/engine_speed.py --out bench/results/engine-speed-b.md --rows 7b-full
+    python bench/engine_speed.py --out bench/results/engine-speed-c.md --rows maxseq-7b-qlora,maxseq-8b-qlora \\
+        --engines tunedeck
+    # 2 x H200:
+    python bench/engine_speed.py --out bench/results/engine-speed-d.md --rows 7b-lora,7b-lora-zero2 \\
+        --engines tunedeck
+
+``--tiny --cpu`` runs the whole pipeline on the bundled tiny model on a CPU in about a minute (the test).
+``--out X.md`` also writes ``X.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from engine_gpu import TOKENIZER_FILES, WORDS, one_run  # noqa: E402  (bench/ is not a package)
+
+CONFIGS = {
+    "7b": ROOT / "bench" / "configs" / "qwen2.5-7b.json",
+    "8b": ROOT / "bench" / "configs" / "llama-3-8b.json",
+    "tiny": ROOT / "core" / "assets" / "tiny" / "config.json",
+}
+GIB = 2**30
+MAXSEQ_LENGTHS = (8192, 16384, 32768, 49152, 65536, 98304, 131072)
+MAXSEQ_BUDGETS_GIB = (24, 48, 80)
+ENGINES = ("plain", "tunedeck", "swift", "swift-liger")
+
+
+def log(text: str) -> None:
+    print(f"[engine_speed {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+# ---- rows ------------------------------------------------------------------------------------------------
+def row_specs(tiny: bool, gpus: int) -> dict[str, dict[str, Any]]:
+    """Every row this call could run: model, method, micro-batch, sequence, GPUs, checkpointing."""
+    if tiny:
+        return {
+            "tiny-lora": {"model": "tiny", "method": "lora", "micro": 2, "seq": 128, "gpus": 1, "ckpt": False},
+            "tiny-full": {"model": "tiny", "method": "full", "micro": 2, "seq": 128, "gpus": 1, "ckpt": False},
+        }
+    rows = {
+        "7b-lora": {"model": "7b", "method": "lora", "micro": 4, "seq": 2048, "gpus": 1, "ckpt": True},
+        "7b-qlora": {"model": "7b", "method": "qlora", "micro": 4, "seq": 2048, "gpus": 1, "ckpt": True},
+        "7b-full": {"model": "7b", "method": "full", "micro": 4, "seq": 2048, "gpus": 1, "ckpt": True},
+        "maxseq-7b-qlora": {"model": "7b", "method": "qlora", "micro": 1, "seq": 0, "gpus": 1, "ckpt": True,
+                            "maxseq": True},
+        "maxseq-8b-qlora": {"model": "8b", "method": "qlora", "micro": 1, "seq": 0, "gpus": 1, "ckpt": True,
+                            "maxseq": True},
+    }
+    if gpus >= 2:
+        rows["7b-lora-zero2"] = {"model": "7b", "method": "lora", "micro": 4, "seq": 2048, "gpus": 2, "ckpt": True,
+                                 "zero_stage": 2, "scaling_of": "7b-lora"}
+    return rows
+
+
+# ---- shared inputs ---------------------------------------------------------------------------------------
+def make_model_dir(home: Path, model: str) -> Path:
+    """The model's config.json + tunedeck's tiny tokenizer (token ids stay below its size)."""
+    from core.assets import tiny_model_dir
+
+    target = home / "models" / model
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy(CONFIGS[model], target / "config.json")
+    for name in TOKENIZER_FILES:
+        shutil.copy(tiny_model_dir() / name, target / name)
+    return target
+
+
+def make_long_dataset(home: Path, min_tokens: int, records: int) -> Path:
+    """Conversations whose assistant part alone is longer than ``min_tokens``: every row is full length
+    in every engine (truncated to the sequence length), so no engine gains by padding less."""
+    import random
+
+    from core.assets import tiny_model_dir
+    from core.train.model_setup import load_tokenizer
+
+    path = home / "data" / f"long-{min_tokens}-{records}.jsonl"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tokenizer(tiny_model_dir())
+    rng = random.Random(min_tokens)
+    probe = " ".join(rng.choice(WORDS) for _ in range(400))
+    per_word = max(0.5, len(tokenizer(probe)["input_ids"]) / 400)
+    words = int(min_tokens / per_word * 1.2) + 50
+    with open(path, "w", encoding="utf-8") as handle:
+        for _ in range(records):
+            question = " ".join(rng.choice(WORDS) for _ in range(30))
+            answer = " ".join(rng.choice(WORDS) for _ in range(words))
+            handle.write(json.dumps({"messages": [{"role": "user", "content": question},
+                                                  {"role": "assistant", "content": answer}]}) + "\n")
+    return path
+
+
+# ---- measurement -----------------------------------------------------------------------------------------
+class PeakMemorySampler:
+    """The most memory seen while it runs: NVML (all compute processes, per GPU) or, on a CPU, the summed
+    RSS of the processes whose command line names ``marker`` (the bench's home: the engine under test,
+    including tunedeck's detached worker, which is no child of ours), sampled every 0.1 s in a thread."""
+
+    def __init__(self, cpu: bool, marker: str = "") -> None:
+        self.cpu = cpu
+        self.marker = marker
+        self.peak_gib: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakMemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _sample(self) -> list[float]:
+        if self.cpu:
+            import psutil
+
+            total = 0
+            for proc in psutil.process_iter(["cmdline"]):
+                try:
+                    if proc.pid != os.getpid() and self.marker in " ".join(proc.info["cmdline"] or []):
+                        total += proc.memory_info().rss
+                except psutil.Error:
+                    pass
+            return [total / GIB]
+        import pynvml
+
+        values = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            values.append(sum((p.usedGpuMemory or 0) for p in procs) / GIB)
+        return values
+
+    def _run(self) -> None:
+        if not self.cpu:
+            import pynvml
+
+            pynvml.nvmlInit()
+        while not self._stop.is_set():
+            try:
+                sample = self._sample()
+            except Exception:  # a process that ended between listing and reading: next sample
+                sample = []
+            if sample:
+                if len(self.peak_gib) < len(sample):
+                    self.peak_gib += [0.0] * (len(sample) - len(self.peak_gib))
+                self.peak_gib = [max(a, b) for a, b in zip(self.peak_gib, sample, strict=False)]
+            self._stop.wait(0.1)
+
+
+def steady_tokens_per_s(points: list[tuple[float, float]], warmup: int) -> float | None:
+    """(time s, cumulative tokens) per step -> tokens/s between step ``warmup`` and the last."""
+    if len(points) < 2:
+        return None
+    first = points[min(warmup, len(points) - 2)]
+    last = points[-1]
+    return (last[1] - first[1]) / (last[0] - first[0]) if last[0] > first[0] else None
+
+
+def model_flops_per_token(model: str, method: str, seq: int) -> float:
+    """Forward + backward training FLOPs per token (no recomputation), the estimator's formula."""
+    from core.estimate import count_parameters, plan_for_model
+    from core.estimate.calibration import DEFAULT_CALIBRATION
+    from core.estimate.speed import flops_per_token
+
+    plan = plan_for_model(str(CONFIGS[model]), method=method, seq_len=seq, exact_count=False)
+    flops = flops_per_token(plan.architecture, count_parameters(plan.architecture), plan, DEFAULT_CALIBRATION)
+    return flops.forward + flops.backward
+
+
+def gpu_peak_flops() -> float | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    from core.estimate import find_gpu
+
+    try:
+        return find_gpu(torch.cuda.get_device_name(0)).peak_tflops("bf16") * 1e12
+    except Exception:
+        return None
+
+
+def loss_after(losses: list[float]) -> float | None:
+    tail = [v for v in losses if v is not None][-3:]
+    return round(statistics.fmean(tail), 4) if tail else None
+
+
+# ---- engines ---------------------------------------------------------------------------------------------
+def run_plain(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: float) -> dict[str, Any]:
+    out_json = ctx["home"] / "plain" / f"{spec['name']}-{seq}.json"
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(ROOT / "bench" / "plain_recipe.py"), "--model-dir", str(ctx["model_dirs"][spec["model"]]),
+           "--dataset", str(ctx["dataset"](seq)), "--method", spec["method"], "--micro-batch", str(spec["micro"]),
+           "--seq-len", str(seq), "--steps", str(ctx["steps"]), "--out", str(out_json)]
+    if spec["ckpt"]:
+        cmd.append("--gradient-checkpointing")
+    if ctx["cpu"]:
+        cmd.append("--cpu")
+    env = {**os.environ, "TUNEDECK_HOME": str(ctx["home"]), "PYTHONPATH": _pythonpath()}
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout"}
+    if not out_json.exists():
+        return {"status": "failed", "reason": done.stderr.strip().splitlines()[-1:] or ["no output"]}
+    data = json.loads(out_json.read_text())
+    steps = data.get("steps") or []
+    return {
+        "status": data["status"],
+        "reason": data.get("reason"),
+        "tokens_per_s": steady_tokens_per_s([(s["t"], s["tokens"]) for s in steps], ctx["warmup"]),
+        "torch_peak_allocated_gib": data.get("peak_allocated_gib"),
+        "torch_peak_reserved_gib": data.get("peak_reserved_gib"),
+        "loss": loss_after([s.get("loss") for s in steps]),
+        "steps": len(steps),
+        "optimizer": data.get("optimizer"),
+    }
+
+
+def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: float) -> dict[str, Any]:
+    values = {
+        "name": f"speed-{spec['name']}", "model": str(ctx["model_dirs"][spec["model"]]),
+        "dataset": str(ctx["dataset"](seq)), "method": spec["method"], "precision": "bf16",
+        "max_seq_len": seq, "micro_batch_size": spec["micro"], "gradient_accumulation": 1,
+        "gradient_checkpointing": spec["ckpt"], "max_steps": ctx["steps"], "learning_rate": 1e-4,
+        "warmup_steps": 2, "lr_scheduler": "cosine", "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05,
+        "save_steps": 100000, "save_total_limit": 1, "logging_steps": 1, "seed": 1, "attn": "sdpa",
+        "packing": True, "gpus": spec["gpus"] if not ctx["cpu"] else "all", "zero_stage": spec.get("zero_stage", 0),
+    }
+    if spec["method"] == "full":
+        values["pure_bf16"] = True  # the plain recipe loads the model in bf16 too
+    if spec.get("maxseq"):
+        values["offload_activations"] = True  # long sequences: the kept block inputs wait in host memory
+    row = one_run(ctx["home"], f"{spec['name']}-{seq}", values, False, timeout_s, False)
+    from core.runs.jsonl import iter_records
+
+    records = list(iter_records(Path(row["run_dir"]) / "metrics.jsonl")) if row.get("run_dir") else []
+    train = [r for r in records if r.get("kind") == "train"]
+    header = records[0] if records else {}
+    return {
+        "status": row.get("status"),
+        "reason": row.get("reason"),
+        "tokens_per_s": steady_tokens_per_s([(r["elapsed_s"], r.get("tokens_seen") or 0) for r in train],
+                                            ctx["warmup"]),
+        "torch_peak_allocated_gib": row.get("peak_allocated_gib"),
+        "torch_peak_reserved_gib": row.get("peak_reserved_gib"),
+        "loss": loss_after([r.get("loss") for r in train]),
+        "steps": len(train),
+        "optimizer": header.get("optimizer"),
+        "fused_ce": header.get("fused_ce"),
+        "oom": row.get("oom"),
+    }
+
+
+_SWIFT_STEP = re.compile(r"'global_step/max_steps': '(\d+)/(\d+)'")
+_SWIFT_LOSS = re.compile(r"'loss': '?([0-9.]+)")
+
+
+def run_swift(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: float, liger: bool) -> dict[str, Any]:
+    """``swift sft`` with its defaults; steps timed as its log lines arrive (tokens = micro x seq per step)."""
+    import importlib.util
+
+    if importlib.util.find_spec("swift") is None:
+        return {"status": "skipped", "reason": "ms-swift is not installed"}
+    import torch
+
+    from core.train.model_setup import materialize_random_weights
+
+    os.environ["TUNEDECK_HOME"] = str(ctx["home"])
+    weights = materialize_random_weights(ctx["model_dirs"][spec["model"]], 1, torch.bfloat16)
+    out_dir = ctx["home"] / "swift" / f"{spec['name']}-{seq}{'-liger' if liger else ''}"
+    swift = shutil.which("swift")
+    cmd = ([swift] if swift else [sys.executable, "-m", "swift.cli.main"]) + [
+        "sft", "--model", str(weights), "--model_type", "qwen2" if spec["model"] != "8b" else "llama3",
+        "--template", "qwen2_5" if spec["model"] != "8b" else "llama3", "--dataset", str(ctx["dataset"](seq)),
+        "--train_type", "full" if spec["method"] == "full" else "lora", "--torch_dtype", "bfloat16",
+        "--per_device_train_batch_size", str(spec["micro"]), "--gradient_accumulation_steps", "1",
+        "--max_length", str(seq), "--truncation_strategy", "right", "--max_steps", str(ctx["steps"]),
+        "--learning_rate", "1e-4", "--warmup_ratio", "0", "--logging_steps", "1", "--save_strategy", "no",
+        "--output_dir", str(out_dir), "--report_to", "none", "--seed", "1", "--split_dataset_ratio", "0",
+        "--gradient_checkpointing", "true" if spec["ckpt"] else "false", "--dataloader_num_workers", "0",
+    ]
+    if spec["method"] != "full":
+        cmd += ["--lora_rank", "16", "--lora_alpha", "32", "--target_modules", "all-linear"]
+    if spec["method"] == "qlora":
+        cmd += ["--quant_method", "bnb", "--quant_bits", "4", "--bnb_4bit_quant_type", "nf4",
+                "--bnb_4bit_use_double_quant", "true", "--bnb_4bit_compute_dtype", "bfloat16"]
+    if liger:
+        cmd += ["--use_liger_kernel", "true"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath()}
+    points: list[tuple[float, float]] = []
+    losses: list[float] = []
+    tail: list[str] = []
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + timeout_s
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    try:
+        for line in proc.stdout or []:
+            tail = (tail + [line.rstrip()])[-20:]
+            step = _SWIFT_STEP.search(line)
+            loss = _SWIFT_LOSS.search(line)
+            if step and loss:
+                points.append((time.perf_counter(), int(step.group(1)) * spec["micro"] * seq))
+                losses.append(float(loss.group(1)))
+        proc.wait()
+    finally:
+        timer.cancel()
+    status = "finished" if proc.returncode == 0 else ("timeout" if time.monotonic() >= deadline else "failed")
+    return {"status": status, "reason": None if status == "finished" else " | ".join(tail[-3:])[-400:],
+            "tokens_per_s": steady_tokens_per_s(points, ctx["warmup"]), "loss": loss_after(losses),
+            "steps": len(points), "optimizer": "swift default"}
+
+
+def _pythonpath() -> str:
+    path = os.environ.get("PYTHONPATH", "")
+    return str(ROOT) + (os.pathsep + path if path else "")
+
+
+def run_engine(ctx: dict[str, Any], engine: str, spec: dict[str, Any], seq: int, timeout_s: float) -> dict[str, Any]:
+    with PeakMemorySampler(ctx["cpu"], str(ctx["home"])) as sampler:
+        if engine == "plain":
+            result = run_plain(ctx, spec, seq, timeout_s)
+        elif engine == "tunedeck":
+            result = run_tunedeck(ctx, spec, seq, timeout_s)
+        else:
+            result = run_swift(ctx, spec, seq, timeout_s, liger=engine == "swift-liger")
+    result["peak_gib"] = [round(v, 2) for v in sampler.peak_gib]
+    result["peak_source"] = "rss" if ctx["cpu"] else "nvml"
+    tps = result.get("tokens_per_s")
+    peak_flops = ctx["peak_flops"]
+    if tps and peak_flops:
+        result["mfu"] = round(tps * model_flops_per_token(spec["model"], spec["method"], seq)
+                              / (peak_flops * spec["gpus"]), 4)
+    if tps:
+        result["tokens_per_s"] = round(tps, 1)
+    return result
+
+
+# ---- report ----------------------------------------------------------------------------------------------
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "/".join(f"{v:.{digits}f}" for v in value) or "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def analysis(results: list[dict[str, Any]]) -> list[str]:
+    """Ratios against the issue's targets, from the rows this call measured."""
+    by = {(r["row"], r["engine"], r["seq"]): r for r in results}
+    lines = []
+    targets = {"lora": (1.5, 0.5), "qlora": (1.5, 0.5), "full": (1.2, 1.0)}
+    for r in results:
+        if r["engine"] != "tunedeck" or r.get("maxseq") or r.get("gpus", 1) > 1:
+            continue
+        plain = by.get((r["row"], "plain", r["seq"]))
+        if not plain or not plain.get("tokens_per_s") or not r.get("tokens_per_s"):
+            continue
+        speed = r["tokens_per_s"] / plain["tokens_per_s"]
+        mem = (max(r["peak_gib"]) / max(plain["peak_gib"])) if r.get("peak_gib") and plain.get("peak_gib") else None
+        want_speed, want_mem = targets.get(r["method"], (1.0, 1.0))
+        ok = speed >= want_speed and (mem is None or mem <= want_mem)
+        lines.append(f"- {r['row']}: tunedeck {speed:.2f}x tokens/s of plain (target >= {want_speed}x), peak "
+                     f"{_fmt(mem, 2)}x (target <= {want_mem}x), loss {_fmt(r.get('loss'), 3)} vs "
+                     f"{_fmt(plain.get('loss'), 3)}: {'meets' if ok else 'MISSES'} the target")
+        for swift in ("swift", "swift-liger"):
+            s = by.get((r["row"], swift, r["seq"]))
+            if s and s.get("tokens_per_s"):
+                lines.append(f"  - vs {swift}: {r['tokens_per_s'] / s['tokens_per_s']:.2f}x tokens/s (target >= 1.25x "
+                             f"of swift's best), peak {_fmt(max(r['peak_gib']) / max(s['peak_gib']), 2) if s.get('peak_gib') else '-'}x")
+    for r in results:
+        if r.get("scaling_of") and r.get("tokens_per_s"):
+            one = by.get((r["scaling_of"], r["engine"], r["seq"]))
+            if one and one.get("tokens_per_s"):
+                lines.append(f"- {r['row']}: {r['tokens_per_s'] / one['tokens_per_s']:.2f}x the one-GPU tokens/s "
+                             f"(target >= 1.85x)")
+    maxseq: dict[tuple[str, str], dict[int, int]] = {}
+    for r in results:
+        if r.get("maxseq") and r.get("status") == "finished" and r.get("peak_gib"):
+            fits = maxseq.setdefault((r["row"], r["engine"]), {})
+            for budget in MAXSEQ_BUDGETS_GIB:
+                if max(r["peak_gib"]) <= budget:
+                    fits[budget] = max(fits.get(budget, 0), r["seq"])
+    for (row, engine), fits in maxseq.items():
+        text = ", ".join(f"{b} GiB: {fits.get(b, 0) or '< 8192'}" for b in MAXSEQ_BUDGETS_GIB)
+        lines.append(f"- {row} ({engine}): longest sequence at batch 1 within {text} (target: >= 32768 within 24 GiB)")
+    return lines
+
+
+def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = [
+        "# Engine speed: tunedeck vs the plain recipe",
+        "",
+        f"{meta['device']}, torch {meta['torch']}, transformers {meta['transformers']}, {meta['steps']} steps "
+        f"(steady rate after step {meta['warmup']}), {meta['date']}",
+        "",
+        "| row | engine | method | batch x seq | GPUs | status | tokens/s | MFU | peak GiB "
+        f"({'RSS' if meta['cpu'] else 'NVML'}) | torch max alloc/reserved GiB | loss after N | optimizer / CE |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        torch_peak = f"{_fmt(r.get('torch_peak_allocated_gib'))} / {_fmt(r.get('torch_peak_reserved_gib'))}"
+        status = r.get("status") or "-"
+        if r.get("reason") and status != "finished":
+            status += f" ({str(r['reason'])[:60]})"
+        extra = " / ".join(str(v) for v in (r.get("optimizer"), r.get("fused_ce")) if v)
+        lines.append(
+            f"| {r['row']} | {r['engine']} | {r['method']} | {r['micro']}x{r['seq']} | {r['gpus']} | {status} | "
+            f"{_fmt(r.get('tokens_per_s'))} | {_fmt(r.get('mfu'), 3)} | {_fmt(r.get('peak_gib'))} | {torch_peak} | "
+            f"{_fmt(r.get('loss'), 3)} | {extra or '-'} |"
+        )
+    lines += ["", "## Analysis", ""] + (analysis(results) or ["- (no pair of rows to compare yet)"])
+    return "\n".join(lines) + "\n"
+
+
+# ---- main ------------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="results markdown path (X.json written next to it)")
+    parser.add_argument("--rows", default="", help="comma list of rows (default: all this box can run)")
+    parser.add_argument("--engines", default="plain,tunedeck,swift,swift-liger")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=3, help="steps left out of the steady rate")
+    parser.add_argument("--budget-s", type=float, default=570.0, help="wall-clock budget of this call")
+    parser.add_argument("--tiny", action="store_true", help="the bundled tiny model (pipeline test)")
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU (with --tiny)")
+    parser.add_argument("--home", default=None, help="TUNEDECK_HOME for runs and caches (default: a temp dir)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+
+    import torch
+    import transformers
+
+    cuda = torch.cuda.is_available() and not args.cpu
+    if args.cpu:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # every engine's process, tunedeck's included
+    gpus = torch.cuda.device_count() if cuda else 0
+    home = Path(args.home or tempfile.mkdtemp(prefix="tunedeck-engine-speed-"))
+    home.mkdir(parents=True, exist_ok=True)
+    specs = row_specs(args.tiny, gpus)
+    wanted = [r.strip() for r in args.rows.split(",") if r.strip()] or list(specs)
+    unknown = [r for r in wanted if r not in specs]
+    if unknown:
+        parser.error(f"unknown rows {unknown}; this box can run: {', '.join(specs)}")
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    out_md = Path(args.out)
+    out_json = out_md.with_suffix(".json")
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    datasets: dict[int, Path] = {}
+
+    def dataset(seq: int) -> Path:
+        if seq not in datasets:
+            records = 8 * 4 * args.steps if seq <= 4096 else 2 * args.steps + 4
+            datasets[seq] = make_long_dataset(home, seq, records)
+        return datasets[seq]
+
+    ctx = {
+        "home": home, "cpu": not cuda, "steps": args.steps, "warmup": args.warmup, "dataset": dataset,
+        "model_dirs": {m: make_model_dir(home, m) for m in {specs[r]["model"] for r in wanted}},
+        "peak_flops": gpu_peak_flops() if cuda else None,
+    }
+    meta = {"device": (f"{torch.cuda.get_device_name(0)} x {gpus}" if cuda else "CPU"), "torch": torch.__version__,
+            "transformers": transformers.__version__, "steps": args.steps, "warmup": args.warmup, "cpu": not cuda,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "home": str(home)}
+    results: list[dict[str, Any]] = []
+    min_needed = 20.0 if not cuda else 90.0
+
+    def record(result: dict[str, Any]) -> None:
+        results.append(result)
+        out_json.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+        out_md.write_text(render(results, meta))
+
+    for name in wanted:
+        spec = {**specs[name], "name": name}
+        for engine in engines:
+            if engine not in ENGINES:
+                parser.error(f"unknown engine {engine}; use {', '.join(ENGINES)}")
+            if spec.get("scaling_of") and engine != "tunedeck":
+                continue  # the scaling row measures tunedeck across GPU counts
+            lengths = MAXSEQ_LENGTHS if spec.get("maxseq") else (spec["seq"],)
+            for seq in lengths:
+                base = {"row": name, "engine": engine, "method": spec["method"], "micro": spec["micro"], "seq": seq,
+                        "gpus": spec["gpus"], "maxseq": bool(spec.get("maxseq")), "scaling_of": spec.get("scaling_of")}
+                left = args.budget_s - (time.monotonic() - started)
+                if left < min_needed:
+                    record({**base, "status": "skipped", "reason": f"budget: {left:.0f} s left"})
+                    continue
+                log(f"{name} {engine} seq {seq} ({left:.0f} s left)")
+                # The length search needs only a few steps per length: that it runs, and its peak.
+                row_ctx = {**ctx, "steps": 4, "warmup": 1} if spec.get("maxseq") else ctx
+                result = {**base, **run_engine(row_ctx, engine, spec, seq, left - 10)}
+                record(result)
+                log(f"  -> {result.get('status')} {result.get('tokens_per_s')} tok/s peak {result.get('peak_gib')} GiB")
+                over_80 = result.get("peak_gib") and max(result["peak_gib"]) > max(MAXSEQ_BUDGETS_GIB)
+                if spec.get("maxseq") and (result.get("status") != "finished" or over_80):
+                    break  # longer sequences will not fit either
+    log(f"results: {out_md} and {out_json}")
+    print(out_md.read_text())
+    return 0 if results and all(r.get("status") in ("finished", "skipped") for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The estimator's view of the engine's speed/memory switches: chunked cross-entropy and QLoRA without upcast."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from core.estimate import TrainingPlan, architecture_from_config, estimate, find_gpu, plan_for_model
+from core.estimate.activations import block_activations, head_activation_bytes
+from core.estimate.calibration import DEFAULT_CALIBRATION as CAL
+from core.estimate.memory import chunked_ce_tokens, logits_and_loss_bytes
+from core.estimate.precision import precision_layout
+
+H, VOCAB = 64, 1000
+TINY = architecture_from_config({
+    "model_type": "llama", "hidden_size": H, "intermediate_size": 160, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": VOCAB, "tie_word_embeddings": False,
+}, name="tiny")
+
+
+def _layout(p: TrainingPlan):
+    return precision_layout(p, CAL.adam8bit_bytes_per_param)
+
+
+def test_chunked_logits_term_is_one_chunk_of_plain_logits_plus_the_hidden_gradient():
+    p = TrainingPlan(architecture=TINY, micro_batch_size=2, seq_len=4096, fused_ce_impl="chunked")
+    tokens = 8192
+    assert chunked_ce_tokens(VOCAB) == 4096 and chunked_ce_tokens(152064) == 512
+    expected = 4096 * VOCAB * CAL.plain_ce_bytes_per_logit + tokens * H * 2 + 4 * tokens
+    assert logits_and_loss_bytes(TINY, p, _layout(p), CAL) == expected
+    plain = replace(p, fused_ce=False)
+    assert logits_and_loss_bytes(TINY, plain, _layout(plain), CAL) == tokens * VOCAB * CAL.plain_ce_bytes_per_logit
+    short = replace(p, micro_batch_size=1, seq_len=100)  # fewer tokens than a chunk: the chunk is the batch
+    assert logits_and_loss_bytes(TINY, short, _layout(short), CAL) == (
+        100 * VOCAB * CAL.plain_ce_bytes_per_logit + 100 * H * 2 + 400)
+
+
+def test_chunked_ce_keeps_the_standard_blocks_and_the_head_input():
+    """Without Liger its RMSNorm/SwiGLU savings do not apply; the chunks keep the LM head's input."""
+    liger = TrainingPlan(architecture=TINY, lora_dropout=0.0)
+    chunked = replace(liger, fused_ce_impl="chunked")
+    plain = replace(liger, fused_ce=False)
+    assert block_activations(TINY, chunked, _layout(chunked), CAL) == block_activations(TINY, plain, _layout(plain), CAL)
+    assert block_activations(TINY, liger, _layout(liger), CAL).per_token < block_activations(TINY, chunked, _layout(chunked), CAL).per_token
+    assert head_activation_bytes(TINY, chunked, _layout(chunked)) == head_activation_bytes(TINY, plain, _layout(plain)) + 2 * H
+
+
+def test_chunked_ce_lowers_the_7b_peak_against_plain_logits():
+    gpu = find_gpu("H200")
+    base = plan_for_model("Qwen2.5-7B", method="lora", micro_batch_size=4, seq_len=2048)
+    plain = estimate(replace(base, fused_ce=False), gpu).peak_gib
+    chunked = estimate(replace(base, fused_ce_impl="chunked"), gpu).peak_gib
+    assert chunked < plain - 5  # 8192 tokens x 152k vocabulary: the plain logits alone are > 10 GiB
+
+
+def test_qlora_without_upcast_keeps_activations_bf16_and_is_the_default():
+    base = plan_for_model("Qwen2.5-7B", method="qlora", micro_batch_size=1, seq_len=8192)
+    assert base.kbit_upcast is False
+    ours, upcast = _layout(base), _layout(replace(base, kbit_upcast=True))
+    assert (ours.residual, ours.frozen_weight) == (2.0, 2.0)
+    assert (upcast.residual, upcast.frozen_weight) == (4.0, 4.0)
+    gpu = find_gpu("H200")
+    assert estimate(base, gpu).peak_gib < estimate(replace(base, kbit_upcast=True), gpu).peak_gib
+
+
+def test_estimate_cli_flags_for_the_switches(tmp_path, monkeypatch, capsys):
+    import json
+
+    from core.cli import main
+
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path))
+    common = ["estimate", "--model", "Qwen2.5-7B", "--method", "qlora", "--seq-len", "8192", "--json"]
+    peaks = {}
+    for name, extra in (("ours", []), ("chunked", ["--chunked-ce"]), ("upcast", ["--qlora-upcast"])):
+        assert main([*common, *extra]) == 0
+        out = json.loads(capsys.readouterr().out)
+        peaks[name] = out["peak_gib"]
+        if name == "chunked":
+            assert out["plan"]["fused_ce_impl"] == "chunked" and out["plan"]["kbit_upcast"] is False
+        if name == "upcast":
+            assert out["plan"]["kbit_upcast"] is True
+    assert peaks["ours"] < peaks["chunked"] < peaks["upcast"]
+
+
+def test_offloaded_activations_leave_only_the_recomputed_block_on_the_gpu():
+    from core.estimate.activations import activation_sizes
+
+    base = plan_for_model("Qwen2.5-7B", method="qlora", micro_batch_size=1, seq_len=32768)
+    offloaded = replace(base, offload_activations=True)
+    arch = base.architecture
+    kept = arch.num_layers * 2 * arch.hidden_size * 32768  # bf16 block inputs
+    plain_sizes = activation_sizes(arch, base, _layout(base), CAL)
+    off_sizes = activation_sizes(arch, offloaded, _layout(offloaded), CAL)
+    assert plain_sizes.in_backward - off_sizes.in_backward == kept
+    gpu = find_gpu("RTX 4090")  # 24 GiB
+    assert estimate(offloaded, gpu).peak_gib < estimate(base, gpu).peak_gib - 6
