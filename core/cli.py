@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from core import __version__
 from core.i18n import set_language, t
+from core.i18n.argparse_words import CatalogueArgumentParser
 
 # Areas that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES: list[str] = [
@@ -37,8 +38,10 @@ class CliError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tunedeck", description=t("cli.description"))
-    parser.add_argument("--version", action="version", version=f"tunedeck {__version__}")
+    # argparse's own words (usage:, options:, its errors) come from the catalogue too: see argparse_words.
+    parser = CatalogueArgumentParser(prog="tunedeck", description=t("cli.description"))
+    parser.add_argument("--version", action="version", version=f"tunedeck {__version__}",
+                        help=t("argparse.version_help"))
     parser.add_argument("--lang", default=None, help=t("cli.lang_help"))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:

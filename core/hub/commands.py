@@ -109,6 +109,14 @@ def run_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fact_value(value: object) -> str:
+    if value is None:
+        return t("hub.cli.na")
+    if isinstance(value, bool):
+        return t("hub.cli.yes") if value else t("hub.cli.no")
+    return str(value)
+
+
 def run_info(args: argparse.Namespace) -> int:
     from core.estimate import ArchitectureError
     from core.hub.download import human_bytes
@@ -142,8 +150,13 @@ def run_info(args: argparse.Namespace) -> int:
             updated=_date(summary.updated), license=summary.license or t("hub.cli.na")))
     if facts is not None:
         print(t("hub.cli.facts_header"))
-        for key, value in facts.to_json().items():
-            print(f"  {key:<16} {value if value is not None else t('hub.cli.na')}")
+        from core.text_width import cell_len, pad
+
+        # Labels from the catalogue (the JSON keys stay the data names); padded in cells for CJK labels.
+        rows = [(t(f"hub.cli.fact.{key}"), _fact_value(value)) for key, value in facts.to_json().items()]
+        width = max(cell_len(label) for label, _ in rows) + 1
+        for label, value in rows:
+            print(f"  {pad(label, width)} {value}")
     if fits:
         header = ("hub.cli.fit_header_reference" if fits[0].reference else "hub.cli.fit_header")
         gpu = REFERENCE_GPU if fits[0].reference else fits[0].gpu

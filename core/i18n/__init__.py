@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 _DIR = Path(__file__).parent
 DEFAULT_LANGUAGE = "en"
@@ -67,3 +69,98 @@ def t(key: str, /, **params: object) -> str:
     if text is None:
         text = catalogue(DEFAULT_LANGUAGE)[key]
     return text.format(**params) if params else text
+
+
+def english(key: str, /, **params: object) -> str:
+    """The English text for ``key``, whatever the current language (for records other tools read)."""
+    text = catalogue(DEFAULT_LANGUAGE)[key]
+    return text.format(**params) if params else text
+
+
+class Message:
+    """A user-facing message kept as data (key + parameters) until someone reads it.
+
+    A process that writes text for another process to show (the detached trainer and supervisor write
+    run-failure reasons into run files) does not know the reader's language, and the reader may switch
+    language later. So records store ``{"key", "params"}`` next to the English text: readers render the
+    message in their own language with ``render_stored``, and old run directories or other tools, which
+    only know the text, keep working. A parameter may itself be a Message, or a list of them (joined by
+    the language's list separator), e.g. the tips inside the out-of-memory advice.
+    """
+
+    __slots__ = ("key", "params")
+
+    def __init__(self, key: str, /, **params: object) -> None:
+        self.key = key
+        self.params = params
+
+    def _render(self, lookup: Callable[..., str]) -> str:
+        def value(param: object) -> object:
+            if isinstance(param, Message):
+                return param._render(lookup)
+            if isinstance(param, (list, tuple)) and param and all(isinstance(p, Message) for p in param):
+                return lookup("i18n.list_separator").join(p._render(lookup) for p in param)
+            return param
+
+        # Always formatted (t() skips formatting without parameters): a record whose parameters are
+        # missing must fail here, so that render_stored falls back to the stored text.
+        return lookup(self.key).format(**{name: value(param) for name, param in self.params.items()})
+
+    def text(self) -> str:
+        """The message in the current language."""
+        return self._render(t)
+
+    def english(self) -> str:
+        return self._render(english)
+
+    __str__ = text
+
+    def __repr__(self) -> str:
+        return f"Message({self.key!r}, **{self.params!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Message) and (self.key, self.params) == (other.key, other.params)
+
+    __hash__ = None  # type: ignore[assignment]  (params are mutable)
+
+    def to_record(self) -> dict[str, Any]:
+        """JSON-ready ``{"key", "params"}``; nested messages become nested records."""
+        def value(param: object) -> object:
+            if isinstance(param, Message):
+                return param.to_record()
+            if isinstance(param, (list, tuple)) and param and all(isinstance(p, Message) for p in param):
+                return [p.to_record() for p in param]
+            return param
+
+        return {"key": self.key, "params": {name: value(param) for name, param in self.params.items()}}
+
+    @classmethod
+    def from_record(cls, record: object) -> Message | None:
+        """The message a record holds, or None when it is missing or not one (old runs, other tools)."""
+        if not (isinstance(record, dict) and isinstance(record.get("key"), str)):
+            return None
+        params = record.get("params") or {}
+        if not isinstance(params, dict):
+            return None
+
+        def value(param: object) -> object:
+            nested = cls.from_record(param)
+            if nested is not None:
+                return nested
+            if isinstance(param, list) and param and all(cls.from_record(p) for p in param):
+                return [cls.from_record(p) for p in param]
+            return param
+
+        return cls(record["key"], **{str(name): value(param) for name, param in params.items()})
+
+
+def render_stored(text: str, record: object) -> str:
+    """Stored text for display: the message in ``record`` rendered in the current language when it is a
+    message this version knows how to render, else ``text`` as stored (old runs, newer versions)."""
+    message = Message.from_record(record)
+    if message is None:
+        return text
+    try:
+        return message.text()
+    except (KeyError, IndexError, ValueError):  # unknown key or parameters that do not fit this version
+        return text

@@ -121,8 +121,8 @@ def describe_plan(plan: dict[str, Any]) -> dict[str, Any]:
         "method": plan["method"], "precision": plan["precision"], "gpus": plan["num_gpus"],
         "zero": plan["zero_stage"], "offload": plan["offload"], "micro": plan["micro_batch_size"],
         "accum": plan["grad_accum_steps"], "seq": plan["seq_len"],
-        "gc": "on" if plan["gradient_checkpointing"] else "off",
-        "rank": f", LoRA rank {plan['lora_rank']}" if plan.get("lora_rank") else "",
+        "gc": t("plan.gc_on") if plan["gradient_checkpointing"] else t("plan.gc_off"),
+        "rank": t("plan.rank_part", rank=plan["lora_rank"]) if plan.get("lora_rank") else "",
     }
 
 
@@ -146,7 +146,7 @@ def format_recommendation(rec: Any) -> str:
     if best is None or best["plan"] is None:
         return "\n".join(lines)
     lines.append(t("plan.recommended" if rec.feasible else "plan.closest", **describe_plan(best["plan"])))
-    verdict = "fits" if best["feasible"] else "does not fit"
+    verdict = t("plan.verdict_fits") if best["feasible"] else t("plan.verdict_does_not_fit")
     lines.append(t("plan.memory", peak=best["peak_gib"], capacity=best["capacity_gib"], verdict=verdict))
     lines.append(t("plan.speed", tps=best["tokens_per_s"]))
     if best["hours"] is not None:

@@ -78,6 +78,14 @@ def _resolve(ref: str) -> Any:
         raise CliError(str(exc), 2) from exc
 
 
+def _state(status: str) -> str:
+    """A run status for human output, translated (--json keeps the status value itself)."""
+    from core.i18n import t
+    from core.runs.run_dir import ALL_STATES
+
+    return t(f"runs.state.{status}") if status in ALL_STATES else status
+
+
 def _fmt_duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -316,7 +324,7 @@ def _run_headless(run: Any, as_json: bool) -> int:
         _print_json({"id": run.id, "run_dir": str(run.path), "status": status.status, "reason": status.reason})
     else:
         print(run.id)
-        _err(t("runs.headless_done", status=status.status, reason=status.reason or "-"))
+        _err(t("runs.headless_done", status=_state(status.status), reason=status.reason_text or "-"))
     return code
 
 
@@ -343,7 +351,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     rows = []
     for r in runs:
         step = f"{r.step}/{r.total_steps}" if r.step is not None else "-"
-        rows.append([r.id, r.status, r.method, step, _fmt_float(r.loss), _fmt_float(r.tokens_per_s, 0),
+        rows.append([r.id, _state(r.status), r.method, step, _fmt_float(r.loss), _fmt_float(r.tokens_per_s, 0),
                      _fmt_duration(r.eta_s) if r.status == "running" else "-", truncate(r.model, 40)])
     from core.text_width import cell_len
 
@@ -376,7 +384,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     lines = [
         (t("runs.field_id"), summary.id),
-        (t("runs.field_status"), summary.status + (f" — {summary.reason}" if summary.reason else "")),
+        (t("runs.field_status"), _state(summary.status) + (f" — {summary.reason_text}" if summary.reason_text else "")),
         (t("runs.field_model"), f"{summary.model} ({summary.method})"),
         (t("runs.field_step"), f"{summary.step if summary.step is not None else '-'}/{summary.total_steps or '-'}"),
         (t("runs.field_loss"), _fmt_float(summary.loss)),

@@ -8,7 +8,7 @@ import signal
 import time
 from dataclasses import dataclass
 
-from core.i18n import t
+from core.i18n import Message, t
 from core.runs.liveness import effective_status, same_process_alive, try_lock
 from core.runs.run_dir import (
     ACTIVE_STATES,
@@ -72,12 +72,12 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
                     break
             time.sleep(0.1)
         run.append_event("stopped", reason="force", forced=True)
-        return StopResult(True, run.write_status(STOPPED, t("runs.reason_forced")))
+        return StopResult(True, run.write_status(STOPPED, Message("runs.reason_forced")))
     if not alive:
         if status.status == QUEUED:
             raise RunControlError(t("runs.stop_not_started", id=run.id))
         return StopResult(False, effective_status(run))
-    run.transition(STOPPING, t("runs.reason_stop_requested"), only_from=ACTIVE_STATES)
+    run.transition(STOPPING, Message("runs.reason_stop_requested"), only_from=ACTIVE_STATES)
     os.kill(int(pid), signal.SIGTERM)
     return StopResult(False, run.status())
 
@@ -114,7 +114,7 @@ def prepare_resume(run: RunDirectory) -> str:
                     "previous_status": status.status})
     # Forget the old supervisor: its pid must not be mistaken for the new one's.
     run.update_record(resumes=resumes, supervisor=None, trainer=None)
-    run.write_status(QUEUED, t("runs.reason_resuming", step=checkpoint.step))
+    run.write_status(QUEUED, Message("runs.reason_resuming", step=checkpoint.step))
     return str(checkpoint.path)
 
 

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.i18n import render_stored
 from core.paths import runs_dir
 from core.runs.liveness import effective_status
 from core.runs.run_dir import RunDirectory
@@ -34,6 +35,12 @@ class RunSummary:
     gpus: list[int] = field(default_factory=list)
     name: str = ""
     updated: str = ""
+    reason_message: dict[str, Any] | None = None  # the reason as a message record (see RunStatus)
+
+    @property
+    def reason_text(self) -> str:
+        """The reason in the current interface language; ``reason`` stays English (JSON output is data)."""
+        return render_stored(self.reason, self.reason_message)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,6 +60,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         id=run.id,
         status=status.status,
         reason=status.reason,
+        reason_message=status.reason_message,
         created=str(record.get("created", "")),
         model=str(config.get("model", "")),
         method=str(config.get("method", "")),

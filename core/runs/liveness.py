@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from core.i18n import t
+from core.i18n import Message
 from core.runs.run_dir import ACTIVE_STATES, CRASHED, QUEUED, RunDirectory, RunStatus
 
 # A run stays "queued" between `tunedeck train` writing it and the supervisor taking the lock.
@@ -89,18 +89,18 @@ def effective_status(run: RunDirectory, persist: bool = True) -> RunStatus:
                 return current
             if current.status == QUEUED and time.time() - current.updated_ts < QUEUED_GRACE_S:
                 return current  # the supervisor is still on its way to the lock
-            reason = t("runs.reason_crashed", id=run.id)
+            reason = Message("runs.reason_crashed", id=run.id)
             if persist:
                 return run.write_status(CRASHED, reason)
-            return RunStatus(CRASHED, reason, current.updated, current.updated_ts)
+            return RunStatus(CRASHED, reason.english(), current.updated, current.updated_ts, reason.to_record())
     # Someone holds the lock. Cross-check the recorded supervisor: a pid that no longer names the
     # process that recorded it means the holder is not our supervisor (e.g. a stray inherited fd).
     sup = run.record().get("supervisor") or {}
     pid = sup.get("pid")
     if pid and not same_process_alive(pid, sup.get("start_time")):
-        reason = t("runs.reason_crashed", id=run.id)
+        reason = Message("runs.reason_crashed", id=run.id)
         if persist and run.transition(CRASHED, reason, only_from=ACTIVE_STATES):
             return run.status()
         current = run.status()
-        return current if current.status not in ACTIVE_STATES else RunStatus(CRASHED, reason)
+        return current if current.status not in ACTIVE_STATES else RunStatus.new(CRASHED, reason)
     return status

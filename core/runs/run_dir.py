@@ -4,7 +4,7 @@ Layout of ``runs_dir()/<id>/`` (directory 0700, every file 0600)::
 
     config.yaml       the resolved run configuration (what the trainer really used)
     run.json          id, created, command, argv, GPUs, host, version, pids, attempts
-    status.json       {"status", "reason", "updated", "updated_ts"}, replaced atomically
+    status.json       {"status", "reason", "reason_message", "updated", "updated_ts"}, replaced atomically
     lock              flock'ed exclusively by the supervisor for its whole life
     metrics.jsonl     header record, then one record per logging step / evaluation / resume
     events.jsonl      checkpoint saved, OOM, NaN loss, stop requested, resumed, finished, failed …
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic_file import write_json_atomic
+from core.i18n import Message, render_stored
 from core.runs.checkpoints import Checkpoint, list_checkpoints
 from core.runs.jsonl import append_jsonl, last_record
 
@@ -55,12 +56,31 @@ def utc_now_iso() -> str:
 
 @dataclass(frozen=True)
 class RunStatus:
-    """What ``status.json`` says (or what liveness concluded)."""
+    """What ``status.json`` says (or what liveness concluded).
+
+    ``reason`` is English text, for other tools and old readers; ``reason_message`` is the same reason as
+    a message record (``core.i18n.Message``), so that a reader shows it in its own language: the process
+    that writes a reason (the detached supervisor or trainer) cannot know who will read it, in which
+    language. Show ``reason_text``.
+    """
 
     status: str
     reason: str = ""
     updated: str = ""
     updated_ts: float = 0.0
+    reason_message: dict[str, Any] | None = None
+
+    @classmethod
+    def new(cls, status: str, reason: str | Message = "") -> RunStatus:
+        """A status written now; a Message reason is kept both as English text and as a record."""
+        if isinstance(reason, Message):
+            return cls(status, reason.english(), utc_now_iso(), time.time(), reason.to_record())
+        return cls(status, reason, utc_now_iso(), time.time())
+
+    @property
+    def reason_text(self) -> str:
+        """The reason in the current interface language (the stored text when no message is recorded)."""
+        return render_stored(self.reason, self.reason_message)
 
     @property
     def active(self) -> bool:
@@ -140,6 +160,7 @@ class RunDirectory:
             reason=str(raw.get("reason", "") or ""),
             updated=str(raw.get("updated", "") or ""),
             updated_ts=float(raw.get("updated_ts", 0.0) or 0.0),
+            reason_message=raw.get("reason_message") if isinstance(raw.get("reason_message"), dict) else None,
         )
 
     def record(self) -> dict[str, Any]:
@@ -203,22 +224,22 @@ class RunDirectory:
         finally:
             os.close(fd)
 
-    def write_status(self, status: str, reason: str = "") -> RunStatus:
-        """Replace status.json atomically."""
+    def write_status(self, status: str, reason: str | Message = "") -> RunStatus:
+        """Replace status.json atomically; give the reason as a Message so readers see their language."""
         if status not in ALL_STATES:
             raise ValueError(f"unknown run status {status!r}")
-        new = RunStatus(status, reason, utc_now_iso(), time.time())
+        new = RunStatus.new(status, reason)
         with self._status_lock():
             write_json_atomic(self.status_path, new.to_dict())
         return new
 
-    def transition(self, status: str, reason: str = "", only_from: frozenset[str] | set[str] = frozenset()) -> bool:
+    def transition(self, status: str, reason: str | Message = "", only_from: frozenset[str] | set[str] = frozenset()) -> bool:
         """Write ``status`` only if the current status is one of ``only_from``; True if written."""
         with self._status_lock():
             current = self.status().status
             if current not in only_from:
                 return False
-            write_json_atomic(self.status_path, RunStatus(status, reason, utc_now_iso(), time.time()).to_dict())
+            write_json_atomic(self.status_path, RunStatus.new(status, reason).to_dict())
         return True
 
     def update_record(self, **changes: Any) -> dict[str, Any]:

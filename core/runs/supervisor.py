@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.i18n import Message
 from core.runs.jsonl import append_line
 from core.runs.run_dir import (
     ACTIVE_STATES,
@@ -153,9 +154,7 @@ class Supervisor:
     def _on_stop_signal(self, signum: int, _frame: Any) -> None:
         self.stop_requests += 1
         if self.stop_requests == 1:
-            from core.i18n import t
-
-            self.run.transition(STOPPING, t("runs.reason_stop_requested"), only_from=ACTIVE_STATES)
+            self.run.transition(STOPPING, Message("runs.reason_stop_requested"), only_from=ACTIVE_STATES)
             self.run.append_event("stop_requested", signal=signal.Signals(signum).name)
             self.log(f"{signal.Signals(signum).name} received: asking the trainer to save a checkpoint and stop")
         self._relay(signal.SIGTERM)
@@ -257,31 +256,34 @@ class Supervisor:
         elapsed = round(time.time() - started, 1)
         attempt.update({"ended": utc_now_iso(), "exit_code": code, "status": status, "elapsed_s": elapsed})
         self.run.update_record(attempts=attempts)
-        self.run.append_event(status, reason=reason, exit_code=code)
+        # The reason is a Message where we know its key: status.json and the event keep it as data next
+        # to the English text, and each reader shows it in its own language (see RunStatus.reason_text).
+        english = reason.english() if isinstance(reason, Message) else reason
+        message = {"reason_message": reason.to_record()} if isinstance(reason, Message) else {}
+        self.run.append_event(status, reason=english, exit_code=code, **message)
         self.run.write_status(status, reason)
-        self.log(f"trainer exited with code {code}: {status}{' — ' + reason if reason else ''}")
+        self.log(f"trainer exited with code {code}: {status}{' — ' + english if english else ''}")
         return 0 if status in (FINISHED, STOPPED) else 1
 
-    def final_status(self, code: int) -> tuple[str, str]:
+    def final_status(self, code: int) -> tuple[str, str | Message]:
         """What the attempt ended as: the trainer's own verdict (outcome.json) or the exit code's."""
-        from core.i18n import t
-
         outcome = _read_json(self.run.outcome_path)
         if outcome and outcome.get("status") in (FINISHED, STOPPED, FAILED):
             status = str(outcome["status"])
             # A signal we relayed for a stop can land after the trainer recorded its outcome: keep it.
             killed_by_our_stop = code < 0 and self.stop_requests > 0
             if status == FINISHED and code != 0 and not killed_by_our_stop:
-                return FAILED, t("runs.reason_exit_code", code=code)
-            return status, str(outcome.get("reason", ""))
+                return FAILED, Message("runs.reason_exit_code", code=code)
+            # The trainer's own reason: its message record when it wrote one, else its text (older trainers).
+            return status, Message.from_record(outcome.get("reason_message")) or str(outcome.get("reason", ""))
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
             if self.stop_requests and -code in (signal.SIGTERM, signal.SIGKILL):
-                return STOPPED, t("runs.reason_stopped_no_checkpoint")
-            return FAILED, t("runs.reason_signal", signal=name)
+                return STOPPED, Message("runs.reason_stopped_no_checkpoint")
+            return FAILED, Message("runs.reason_signal", signal=name)
         if self.stop_requests and code == 0:
             return STOPPED, ""
-        return FAILED, t("runs.reason_exit_code", code=code)
+        return FAILED, Message("runs.reason_exit_code", code=code)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -312,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         # Whatever broke, leave a final status behind rather than a run stuck in "starting".
         run = RunDirectory(Path(args.run_dir))
         try:
-            run.write_status(FAILED, f"supervisor error: {exc}")
+            run.write_status(FAILED, Message("runs.reason_supervisor_error", error=str(exc)))
         finally:
             raise
 

@@ -107,7 +107,8 @@ def test_locale_picks_chinese(monkeypatch):
 
 
 def _t_calls():
-    """(file, line, first argument node, call node) of every ``t(...)`` call in core/ and tui/."""
+    """(file, line, first argument node, call node) of every ``t(...)`` call in core/ and tui/, and of every
+    ``Message(...)`` (a message kept as data, rendered later: the same key and parameter rules apply)."""
     for folder in ("core", "tui"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -116,7 +117,9 @@ def _t_calls():
                     continue
                 func = node.func
                 name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-                if name == "t":
+                first = node.args[0]
+                is_key = isinstance(first, ast.Constant) and isinstance(first.value, str) and "." in first.value
+                if name == "t" or (name == "Message" and is_key):  # core.data's chat Message("user", …) is not
                     yield path.relative_to(ROOT), node.lineno, node.args[0], node
 
 

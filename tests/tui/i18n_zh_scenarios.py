@@ -125,10 +125,36 @@ def test_dashboard(size):
             text = assert_fits(app, size)
             assert "Qwen/Qwen2.5-7B-Instruct" in text and "步 240/600" in text
             assert "损失" in text
+            if size[1] >= 50:  # the events table has room for its rows: event names are translated
+                assert "检查点已保存" in text and "checkpoint_saved" not in text
             assert_snapshot(app, f"zh_dashboard_healthy_{size[0]}x{size[1]}")
 
     with SupervisorStandIn(path):
         run(scenario())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)], ids=["80x24", "160x50"])
+def test_dashboard_failed_reason_written_by_the_trainer(size):
+    """The trainer wrote the reason in English with its message record: the dashboard shows it in Chinese."""
+    from core.i18n import Message
+    from core.runs.run_dir import FAILED, RunDirectory
+
+    path = build_run(runs_dir(), "20261129-2100-oom", status="failed", steps=310)
+    tips = [Message("train.oom_tip_micro_batch", now=4, new=2, accum=8), Message("train.oom_tip_checkpointing")]
+    RunDirectory(path).write_status(FAILED, Message("train.reason_oom", advice=tips))
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path), persist_settings=False)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_dashboard(pilot, app, "failed")
+            await settle(pilot, app, screen)
+            text = assert_fits(app, size)
+            assert "显存不足（OOM）" in text and "out of GPU memory" not in text
+            if size[1] >= 50:
+                assert "失败" in text
+            assert_snapshot(app, f"zh_dashboard_failed_{size[0]}x{size[1]}")
+
+    run(scenario())
 
 
 @pytest.mark.parametrize("size", [(80, 24), (100, 50)], ids=["80x24", "100x50"])

@@ -27,7 +27,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 from textual.worker import get_current_worker
 
-from core.i18n import t
+from core.i18n import render_stored, t
 from core.paths import data_root
 from core.settings import MIN_POLL_INTERVAL_S
 from core.watch.alerts import AlertGate, disk_alert, ended_alert, gpu_idle_alert, loss_alert, throughput_alert
@@ -55,6 +55,18 @@ class MetricsBatch(Message):
         self.records = records
         self.reset = reset
 
+
+# Events tunedeck itself writes to events.jsonl (trainer, supervisor, lifecycle commands). Another tool's
+# event (a watched directory) or a newer version's has no label here and is shown under its own name.
+KNOWN_EVENTS = frozenset({
+    "benchmark_started", "checkpoint_saved", "crashed", "data_truncated", "eval", "evaluated", "exported",
+    "failed", "finished", "merged", "nan_loss", "oom", "resumed", "serve_started", "stop_requested", "stopped",
+})
+
+
+def event_label(name: str) -> str:
+    """An event's name as shown in the events table: translated when known, else as recorded."""
+    return t(f"dashboard.event.{name}") if name in KNOWN_EVENTS else name
 
 class SeriesBackfilled(Message):
     """The whole history, built in the worker; replaces the tail-only series."""
@@ -277,7 +289,7 @@ class DashboardScreen(Screen[None]):
         from core.runs import RunDirectory, effective_status
 
         status = effective_status(RunDirectory(self.source.path))
-        self.post_message(RunState(status.status, status.reason, free, total))
+        self.post_message(RunState(status.status, status.reason_text, free, total))
 
     @work(thread=True, exclusive=True, group="dash-gpus", exit_on_error=False)
     def poll_gpus(self) -> None:
@@ -466,8 +478,11 @@ class DashboardScreen(Screen[None]):
     def _event_row(record: dict[str, Any]) -> tuple[str, str, str]:
         when = str(record.get("time", ""))
         clock = when[11:19] if len(when) >= 19 else when
-        detail = " ".join(f"{k}={v}" for k, v in record.items() if k not in ("time", "ts", "event"))
-        return clock, str(record.get("event", "")), detail
+        fields = {k: v for k, v in record.items() if k not in ("time", "ts", "event", "reason_message")}
+        if "reason" in fields:  # written by the supervisor with its message record: show the reader's language
+            fields["reason"] = render_stored(str(fields["reason"]), record.get("reason_message"))
+        detail = " ".join(f"{k}={v}" for k, v in fields.items())
+        return clock, event_label(str(record.get("event", ""))), detail
 
     def _check_alerts(self) -> None:
         series = self.series
