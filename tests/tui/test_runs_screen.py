@@ -1,4 +1,5 @@
-"""The Runs screen: listing (crashed detection, runs appearing later), sort, filter, Enter, delete; and
+"""The Runs screen: listing (crashed detection, runs appearing later), sort, filter, Enter, delete; the
+columns that fit the width (80 columns without horizontal scrolling, the rest back as it grows); and
 what the app does at start (the active run's dashboard, runs that ended since the last visit)."""
 
 from __future__ import annotations
@@ -8,12 +9,13 @@ import asyncio
 from textual.widgets import DataTable
 
 from core.paths import runs_dir
+from core.text_width import cell_len
 from core.watch.last_seen import last_seen_path
 from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run
 from tests.tui.conftest import assert_snapshot, fake_monitor, quiet_settings, screen_text, wait_for
 from tui.app import make_app
 from tui.screens.dashboard import DashboardScreen
-from tui.screens.runs import RunsScreen
+from tui.screens.runs import RunsScreen, fit_columns, fit_id
 from tui.widgets.confirm import ConfirmScreen
 
 
@@ -40,22 +42,39 @@ def ids(screen: RunsScreen) -> list[str]:
     return [s.id for s in screen.shown]
 
 
-def test_list_sort_filter_and_snapshot():
+def columns_shown(screen: RunsScreen) -> list[str]:
+    return [str(key.value) for key in screen.query_one("#runs-table", DataTable).columns]
+
+
+def assert_no_horizontal_scroll(app, screen: RunsScreen, width: int) -> str:
+    """The table's content is no wider than its viewport, and no screen row is wider than the terminal."""
+    table = screen.query_one("#runs-table", DataTable)
+    assert table.virtual_size.width <= table.scrollable_content_region.width, (
+        table.virtual_size, table.scrollable_content_region)
+    assert table.max_scroll_x == 0 and not table.show_horizontal_scrollbar
+    text = screen_text(app)
+    assert max(cell_len(row) for row in text.split("\n")) <= width
+    return text
+
+
+def test_list_sort_filter_and_snapshot_at_80_columns():
     live = three_runs()
 
     async def scenario():
         with SupervisorStandIn(live):
             app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
-            async with app.run_test(size=(120, 30)) as pilot:
+            async with app.run_test(size=(80, 24)) as pilot:
                 screen = await open_runs(pilot, app)
                 assert ids(screen) == ["20261129-2300-live", "20261129-2200-done", "20261129-2100-dead"]
                 status = {s.id: s.status for s in screen.runs}
                 assert status["20261129-2100-dead"] == "crashed"  # no supervisor holds its lock
                 assert status["20261129-2300-live"] == "running"
-                text = screen_text(app)
+                text = assert_no_horizontal_scroll(app, screen, 80)
+                assert columns_shown(screen) == ["status", "id", "method", "progress", "loss", "tokens", "eta"]
                 assert "crashed" in text and "120/600 20%" in text and "finished" in text
-                assert_snapshot(app, "runs_three_120x30")
-                await pilot.press("s", "s")  # started -> ETA -> status
+                assert "20261129-2300-live" in text and "12.4k" in text and "12:00" in text
+                assert_snapshot(app, "runs_three_80x24")
+                await pilot.press("s", "s")  # started (hidden at 80 columns) -> ETA -> status
                 await pilot.pause()
                 assert "sorted by Status" in screen_text(app)
                 assert ids(screen) == ["20261129-2300-live", "20261129-2200-done", "20261129-2100-dead"]  # desc
@@ -70,8 +89,61 @@ def test_list_sort_filter_and_snapshot():
                 await pilot.press("escape")
                 await pilot.pause()
                 assert len(screen.shown) == 3
+                screen.query_one("#runs-table", DataTable).move_cursor(row=ids(screen).index("20261129-2200-done"))
+                await pilot.press("enter")
+                await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+                assert app.screen.source.run_id == "20261129-2200-done"
 
     run(scenario())
+
+
+def test_columns_follow_the_width_through_resizes():
+    live = three_runs()
+    every = ["status", "id", "model", "method", "gpus", "progress", "loss", "tokens", "started", "eta"]
+
+    async def scenario():
+        with SupervisorStandIn(live):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+            async with app.run_test(size=(160, 50)) as pilot:
+                screen = await open_runs(pilot, app)
+                assert columns_shown(screen) == every
+                text = assert_no_horizontal_scroll(app, screen, 160)
+                assert "Qwen/Qwen2.5-7B-Instruct" in text and "11-29 23:00" in text
+                assert "s sort, f filter, Enter open" in text  # the key hint fits the status line here
+                assert_snapshot(app, "runs_three_160x50")
+                for size, shown in (((80, 24), ["status", "id", "method", "progress", "loss", "tokens", "eta"]),
+                                    ((100, 30), ["status", "id", "model", "method", "progress", "loss", "tokens",
+                                                 "eta"]),
+                                    ((40, 20), ["status", "id", "progress"]),
+                                    ((160, 50), every)):
+                    await pilot.resize_terminal(*size)
+                    await wait_for(pilot, lambda shown=shown: columns_shown(screen) == shown)
+                    await pilot.pause()
+                    text = assert_no_horizontal_scroll(app, screen, size[0])
+                    assert len(screen.shown) == 3
+                    if size == (100, 30):
+                        assert "Qwen/Qwen2.5-7B-Instr…" in text  # the model cut with an ellipsis
+                    if size == (40, 20):
+                        assert "live" in text and "20261129-2300-live" not in text  # the id's name part
+
+    run(scenario())
+
+
+def test_fit_columns_and_ids_measure_cells():
+    natural = {"status": 8, "id": 43, "model": 30, "method": 5, "gpus": 15, "progress": 12, "loss": 6,
+               "tokens": 5, "started": 11, "eta": 7}
+    at_80 = fit_columns(78, natural)
+    assert list(at_80) == ["status", "id", "method", "progress", "loss", "tokens", "eta"]
+    assert sum(w + 2 for w in at_80.values()) == 78 and at_80["id"] == 21  # the id takes what is left
+    wide = fit_columns(200, natural)
+    assert len(wide) == 10 and wide["id"] == 43 and wide["gpus"] == 9  # gpus capped: "0,1,2,3,…"
+    assert list(fit_columns(5, natural)) == ["status"]  # the first column always stays
+    long_id = "20261130-0105-qwen2-5-7b-instruct-lora-a1b2"
+    assert fit_id(long_id, 43) == long_id
+    assert fit_id(long_id, 30) == "qwen2-5-7b-instruct-lora-a1b2"  # the date-time stamp goes first
+    assert fit_id(long_id, 20) == "qwen2-5-7b-instruct…" and cell_len(fit_id(long_id, 20)) == 20
+    wide_name = "20261130-0105-通义千问-微调-ab12"
+    assert cell_len(fit_id(wide_name, 9)) <= 9 and fit_id(wide_name, 9).endswith("…")
 
 
 def test_enter_opens_dashboard_and_new_runs_appear():

@@ -8,8 +8,11 @@ that ended since the last visit.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +26,42 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from textual.worker import get_current_worker
 
 from core.i18n import t
-from core.text_width import truncate
+from core.text_width import cell_len, truncate
 from core.watch.figures import directory_size, format_bytes, format_count, format_duration
 
 LIST_EVERY_S = 2.0
 ACTIVE = ("queued", "starting", "running", "stopping")
-# (column key, i18n key, sort key over a RunSummary)
-COLUMNS: tuple[tuple[str, str, Any], ...] = (
-    ("status", "runs_screen.col_status", lambda s: s.status),
-    ("id", "runs_screen.col_id", lambda s: s.id),
-    ("model", "runs_screen.col_model", lambda s: s.model or ""),
-    ("method", "runs_screen.col_method", lambda s: s.method or ""),
-    ("gpus", "runs_screen.col_gpus", lambda s: len(s.gpus)),
-    ("progress", "runs_screen.col_progress",
-     lambda s: (s.step or 0) / s.total_steps if s.total_steps else -1.0),
-    ("loss", "runs_screen.col_loss", lambda s: s.loss if s.loss is not None else float("inf")),
-    ("tokens", "runs_screen.col_tokens", lambda s: s.tokens_per_s or 0.0),
-    ("started", "runs_screen.col_started", lambda s: s.created),
-    ("eta", "runs_screen.col_eta", lambda s: s.eta_s if s.eta_s is not None else float("inf")),
+CELL_PADDING = 1  # the DataTable's, on each side of a cell
+FLEX_FLOOR = 8  # the narrowest a flex column (run id, model) is still worth showing
+
+
+@dataclass(frozen=True)
+class RunColumn:
+    """One column of the Runs table. ``priority``: lower stays longer as the screen narrows. A column
+    joins with its content's width (at most ``max_width``); a ``flex`` one with at most ``reserve``
+    cells, then grows towards its content with what the others leave."""
+
+    key: str
+    label: str  # i18n key
+    sort: Callable[[Any], Any]
+    priority: int
+    flex: bool = False
+    reserve: int = 0
+    max_width: int = 40
+
+
+COLUMNS: tuple[RunColumn, ...] = (
+    RunColumn("status", "runs_screen.col_status", lambda s: s.status, 0),
+    RunColumn("id", "runs_screen.col_id", lambda s: s.id, 2, flex=True, reserve=20, max_width=48),
+    RunColumn("model", "runs_screen.col_model", lambda s: s.model or "", 7, flex=True, reserve=16),
+    RunColumn("method", "runs_screen.col_method", lambda s: s.method or "", 6, max_width=8),
+    RunColumn("gpus", "runs_screen.col_gpus", lambda s: len(s.gpus), 9, max_width=9),
+    RunColumn("progress", "runs_screen.col_progress",
+              lambda s: (s.step or 0) / s.total_steps if s.total_steps else -1.0, 1, max_width=18),
+    RunColumn("loss", "runs_screen.col_loss", lambda s: s.loss if s.loss is not None else float("inf"), 3),
+    RunColumn("tokens", "runs_screen.col_tokens", lambda s: s.tokens_per_s or 0.0, 4),
+    RunColumn("started", "runs_screen.col_started", lambda s: s.created, 8),
+    RunColumn("eta", "runs_screen.col_eta", lambda s: s.eta_s if s.eta_s is not None else float("inf"), 5),
 )
 STATUS_COLOURS = {"running": "$success", "starting": "$success", "queued": "$foreground-muted",
                   "stopping": "$warning", "stopped": "$warning", "finished": "$primary", "failed": "$error",
@@ -92,13 +113,52 @@ def _started(created: str) -> str:
     return f"{created[5:10]} {created[11:16]}" if len(created) >= 16 else created
 
 
+_ID_STAMP = re.compile(r"^\d{8}-\d{4}-(.+)$")
+
+
+def fit_id(run_id: str, width: int) -> str:
+    """A run id in ``width`` cells: whole when it fits, else its name part without the date-time stamp
+    (the Started column has it), cut with an ellipsis when even that is too long."""
+    if cell_len(run_id) <= width:
+        return run_id
+    match = _ID_STAMP.match(run_id)
+    return truncate(match.group(1) if match else run_id, width)
+
+
+def fit_columns(width: int, natural: dict[str, int], columns: Sequence[RunColumn] = COLUMNS) -> dict[str, int]:
+    """Which columns fit in ``width`` cells and how wide each is: {key: content width}, in table order.
+
+    Columns join by priority while their width (a flex column's at most its reserve) and padding fit;
+    then the flex columns grow, by priority, towards their content. The first column always stays."""
+    def wanted(column: RunColumn) -> int:
+        return max(1, min(natural.get(column.key, 1), column.max_width))
+
+    chosen: dict[str, int] = {}
+    used = 0
+    for column in sorted(columns, key=lambda c: c.priority):
+        need = min(column.reserve, wanted(column)) if column.flex else wanted(column)
+        left = width - used - 2 * CELL_PADDING
+        if column.flex and need > left >= FLEX_FLOOR:
+            need = left  # a narrow screen still gets a short id, cut with an ellipsis
+        if chosen and used + need + 2 * CELL_PADDING > width:
+            break  # columns drop strictly from the lowest priority up: no gap-filling with later ones
+        chosen[column.key] = need
+        used += need + 2 * CELL_PADDING
+    for column in sorted(columns, key=lambda c: c.priority):
+        if column.flex and column.key in chosen:
+            grow = max(0, min(wanted(column) - chosen[column.key], width - used))
+            chosen[column.key] += grow
+            used += grow
+    return {c.key: chosen[c.key] for c in columns if c.key in chosen}
+
+
 class RunsScreen(Screen[None]):
     """Every run on this box, newest first by default."""
 
     DEFAULT_CSS = """
     RunsScreen #runs-status { height: 1; padding: 0 1; color: $foreground-muted; }
     RunsScreen #runs-filter { dock: bottom; }
-    RunsScreen #runs-table { height: 1fr; }
+    RunsScreen #runs-table { height: 1fr; scrollbar-gutter: stable; }
     RunsScreen #runs-empty { padding: 1 2; color: $foreground-muted; }
     """
     BINDINGS = [
@@ -118,14 +178,12 @@ class RunsScreen(Screen[None]):
         self.sort_reverse = True
         self.filter_text = ""
         self.listed = False
+        self.column_widths: dict[str, int] = {}  # the columns shown now: {key: content width}
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(t("runs_screen.loading"), id="runs-status")
-        table: DataTable = DataTable(id="runs-table", cursor_type="row", zebra_stripes=False)
-        for key, label, _sort in COLUMNS:
-            table.add_column(t(label), key=key)
-        yield table
+        yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=False, cell_padding=CELL_PADDING)
         yield Static(t("runs_screen.empty"), id="runs-empty")
         yield Input(placeholder=t("runs_screen.filter_placeholder"), id="runs-filter")
         yield Footer()
@@ -133,11 +191,17 @@ class RunsScreen(Screen[None]):
     def on_mount(self) -> None:
         self.query_one("#runs-filter", Input).display = False
         self.query_one("#runs-empty", Static).display = False
+        self._fill()
         self.list_runs_forever()
 
     def on_screen_resume(self) -> None:
         self.title = t("app.title")
         self.sub_title = t("app.mode.runs")
+        self.call_after_refresh(self._fill)  # the terminal may have been resized under another screen
+
+    def on_resize(self) -> None:
+        # Columns drop or come back with the width; the table's new size is known after this refresh.
+        self.call_after_refresh(self._fill)
 
     # --- listing ---------------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="runs-list", exit_on_error=False)
@@ -159,45 +223,80 @@ class RunsScreen(Screen[None]):
         self.listed = True
         self._fill()
 
+    def _cells(self, summary: Any) -> dict[str, str]:
+        return {
+            "status": status_label(summary.status),
+            "id": summary.id,
+            "model": summary.model or "–",
+            "method": summary.method or "–",
+            "gpus": ",".join(str(g) for g in summary.gpus) or "–",
+            "progress": _progress(summary),
+            "loss": "–" if summary.loss is None else f"{summary.loss:.4f}",
+            "tokens": format_count(summary.tokens_per_s) or "–",
+            "started": _started(summary.created),
+            "eta": (format_duration(summary.eta_s) or "–") if summary.status in ACTIVE else "–",
+        }
+
+    def _table_width(self, table: DataTable) -> int:
+        """Cells a row may use: the table's width less the vertical scrollbar's gutter (always kept)."""
+        width = table.size.width or self.size.width or self.app.size.width
+        return max(1, width - table.styles.scrollbar_size_vertical)
+
     def _fill(self) -> None:
         table = self.query_one("#runs-table", DataTable)
         selected = self.shown[table.cursor_row].id if self.shown and 0 <= table.cursor_row < len(self.shown) else None
         needle = self.filter_text.lower()
         runs = [s for s in self.runs if not needle or needle in " ".join(
             [s.id, s.status, s.model or "", s.method or "", s.name or ""]).lower()]
-        runs.sort(key=COLUMNS[self.sort_column][2], reverse=self.sort_reverse)
+        runs.sort(key=COLUMNS[self.sort_column].sort, reverse=self.sort_reverse)
         self.shown = runs
-        table.clear()
+        # Widths come from every run, not just the filtered ones, so filtering does not reshuffle columns.
+        cells = {summary.id: self._cells(summary) for summary in self.runs}
+        natural = {c.key: max([cell_len(t(c.label)), *(cell_len(row[c.key]) for row in cells.values())])
+                   for c in COLUMNS}
+        natural["status"] = max(natural["status"], *(cell_len(status_label(s)) for s in STATUS_COLOURS))
+        layout = fit_columns(self._table_width(table), natural)
+        if layout != self.column_widths or not table.columns:
+            table.clear(columns=True)
+            for column in COLUMNS:
+                if column.key in layout:
+                    table.add_column(truncate(t(column.label), layout[column.key]), key=column.key,
+                                     width=layout[column.key])
+            self.column_widths = layout
+        else:
+            table.clear()
         variables = self.app.theme_variables
         for summary in runs:
             colour = variables.get(STATUS_COLOURS.get(summary.status, "$foreground")[1:])
-            label = status_label(summary.status)
-            cells = [
-                summary.id,
-                truncate(summary.model or "–", 24),
-                summary.method or "–",
-                ",".join(str(g) for g in summary.gpus) or "–",
-                _progress(summary),
-                "–" if summary.loss is None else f"{summary.loss:.4f}",
-                format_count(summary.tokens_per_s) or "–",
-                _started(summary.created),
-                (format_duration(summary.eta_s) or "–") if summary.status in ACTIVE else "–",
-            ]
-            # Text, not str: a DataTable parses str cells as markup, and ids or models may hold brackets.
-            table.add_row(Text(label, style=colour or ""), *(Text(cell) for cell in cells), key=summary.id)
+            row = cells[summary.id]
+            texts = []
+            for key, width in layout.items():
+                value = fit_id(row[key], width) if key == "id" else truncate(row[key], width)
+                # Text, not str: a DataTable parses str cells as markup, and ids or models may hold brackets.
+                texts.append(Text(value, style=(colour or "") if key == "status" else ""))
+            table.add_row(*texts, key=summary.id)
         if selected is not None:
-            for row, summary in enumerate(runs):
+            for index, summary in enumerate(runs):
                 if summary.id == selected:
-                    table.move_cursor(row=row, animate=False)
+                    table.move_cursor(row=index, animate=False)
                     break
-        self.query_one("#runs-empty", Static).display = not self.runs
+        self.query_one("#runs-empty", Static).display = self.listed and not self.runs
+        if self.listed:
+            self._show_status(len(runs))
+
+    def _show_status(self, shown: int) -> None:
+        """The summary line; the key hint joins it only where it fits (the footer lists the keys too)."""
         active = sum(1 for s in self.runs if s.status in ACTIVE)
-        column = t(COLUMNS[self.sort_column][1])
-        status = t("runs_screen.summary", count=len(self.runs), active=active, column=column,
-                   order=t("runs_screen.desc" if self.sort_reverse else "runs_screen.asc"))
+        parts = [t("runs_screen.summary", count=len(self.runs), active=active,
+                   column=t(COLUMNS[self.sort_column].label),
+                   order=t("runs_screen.desc" if self.sort_reverse else "runs_screen.asc"))]
         if self.filter_text:
-            status += " · " + t("runs_screen.filtered", text=self.filter_text, shown=len(runs))
-        self.query_one("#runs-status", Static).update(status)
+            parts.append(t("runs_screen.filtered", text=self.filter_text, shown=shown))
+        room = max(1, (self.size.width or self.app.size.width) - 2)
+        hint = t("runs_screen.hint")
+        if cell_len(" · ".join([*parts, hint])) <= room:
+            parts.append(hint)
+        self.query_one("#runs-status", Static).update(Text(truncate(" · ".join(parts), room)))
 
     def selected(self) -> Any | None:
         table = self.query_one("#runs-table", DataTable)
@@ -207,7 +306,12 @@ class RunsScreen(Screen[None]):
 
     # --- actions ---------------------------------------------------------------------------------
     def action_sort(self) -> None:
-        self.sort_column = (self.sort_column + 1) % len(COLUMNS)
+        """The next column shown (a column the width hides is skipped)."""
+        for step in range(1, len(COLUMNS) + 1):
+            index = (self.sort_column + step) % len(COLUMNS)
+            if COLUMNS[index].key in self.column_widths:
+                self.sort_column = index
+                break
         self._fill()
 
     def action_reverse(self) -> None:
