@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from core.runs.run_dir import RunDirectory, utc_now_iso
 # Room left over after the merged weights: tokenizer files, the filesystem's own needs.
 DEFAULT_HEADROOM_BYTES = 256 * 1024 * 1024
 TMP_SUFFIX = ".tmp"
+# The stages ``merge_run`` reports through its ``progress`` callback, in order.
+MERGE_STAGES = ("load", "merge", "write", "done")
 
 
 @dataclass(frozen=True)
@@ -77,11 +80,14 @@ def _fsync_tree(root: Path) -> None:
             os.close(fd)
 
 
-def merged_model(source: ModelSource, device: str = "cpu") -> tuple[Any, Any]:
+def merged_model(source: ModelSource, device: str = "cpu",
+                 progress: Callable[[str], None] | None = None) -> tuple[Any, Any]:
     """(model with the adapter folded in, tokenizer); a full fine-tune's checkpoint is returned as it is."""
     from core.lifecycle.source import load_finetuned
 
     loaded = load_finetuned(source, device)
+    if progress is not None:
+        progress("merge")
     model = loaded.model.merge_and_unload() if loaded.has_adapter else loaded.model
     return model, loaded.tokenizer
 
@@ -122,8 +128,10 @@ def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance:
 
 def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None = None,
               headroom_bytes: int = DEFAULT_HEADROOM_BYTES, force: bool = False,
-              device: str | None = None) -> MergeResult:
-    """Merge the run's adapter (last complete checkpoint unless ``checkpoint``) into ``out``."""
+              device: str | None = None, progress: Callable[[str], None] | None = None) -> MergeResult:
+    """Merge the run's adapter (last complete checkpoint unless ``checkpoint``) into ``out``.
+
+    ``progress`` (called from this thread) hears each stage of ``MERGE_STAGES`` as it begins."""
     from core.i18n import t
     from core.lifecycle.source import default_device
 
@@ -133,8 +141,11 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
     out = Path(out) if out is not None else default_merge_dir(run, source.step)
     if out.exists() and not force:
         raise LifecycleError(t("lifecycle.out_exists", path=str(out)))
-    model, tokenizer = merged_model(source, device)
+    report = progress or (lambda _stage: None)
+    report("load")
+    model, tokenizer = merged_model(source, device, report)
     provenance = {"merged": utc_now_iso(), **source.to_dict()}
+    report("write")
     try:
         size = save_model_dir_atomically(model, tokenizer, out, provenance, headroom_bytes, force)
     except LifecycleError:
@@ -144,4 +155,5 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     result = MergeResult(out, source.step, size, time.monotonic() - started, dtype, source.is_adapter)
     run.append_event("merged", **result.to_dict())
+    report("done")
     return result

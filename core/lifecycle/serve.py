@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ from core.lifecycle.source import LifecycleError
 from core.runs.run_dir import RunDirectory
 
 BACKENDS = ("auto", "transformers", "vllm", "lmdeploy")
+
+
+class ServeWaitCancelled(LifecycleError):
+    """The caller stopped waiting for a server that is still starting (it goes on, detached)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,11 @@ def _lock_held(directory: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def read_server_record(run_id: str) -> dict[str, Any]:
+    """The run's ``state.json`` as last written (status, url, port, pid …), alive or not; {} if none."""
+    return _read_state(serve_dir(run_id))
 
 
 def server_state(run_id: str) -> ServerState | None:
@@ -160,8 +170,11 @@ def _backend_command(backend: str, run: RunDirectory, state: Path, host: str, po
 
 def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, backend: str = "auto",
                  checkpoint: int | None = None, model_dir: Path | None = None,
-                 timeout: float = 600.0) -> ServerState:
-    """Start the run's server detached (own session) and wait until it answers; returns its state."""
+                 timeout: float = 600.0, cancelled: Callable[[], bool] | None = None) -> ServerState:
+    """Start the run's server detached (own session) and wait until it answers; returns its state.
+
+    ``cancelled`` (checked while waiting): when it turns true the wait ends with ``ServeWaitCancelled``
+    and the server, detached, goes on starting (an app that quits must not wait for a model to load)."""
     from core.atomic_file import write_json_atomic
     from core.i18n import t
 
@@ -195,6 +208,8 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
                                                      "url": f"http://{scheme_host}:{port}/v1", "status": "loading"})
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if cancelled is not None and cancelled():
+            raise ServeWaitCancelled(t("lifecycle.serve_wait_cancelled", run=run.id))
         raw = _read_state(directory)
         url = str(raw.get("url") or "")
         if proc.poll() is not None:
@@ -211,6 +226,26 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
         _terminate(proc.pid)
     tail = log_path.read_text(encoding="utf-8", errors="replace")[-2000:].strip()
     raise LifecycleError(t("lifecycle.serve_failed", log=str(log_path), tail=tail))
+
+
+def wait_until_ready(run_id: str, timeout: float = 600.0,
+                     cancelled: Callable[[], bool] | None = None) -> ServerState:
+    """The run's running server once it answers (it may still be loading its model when found)."""
+    from core.i18n import t
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cancelled is not None and cancelled():
+            raise ServeWaitCancelled(t("lifecycle.serve_wait_cancelled", run=run_id))
+        state = server_state(run_id)
+        if state is None:
+            raise LifecycleError(t("lifecycle.serve_not_running", run=run_id))
+        if state.url and state.status == "ready" and health(state.url):
+            return state
+        time.sleep(0.25)
+    directory = serve_dir(run_id)
+    tail = (directory / "server.log").read_text(encoding="utf-8", errors="replace")[-2000:].strip()
+    raise LifecycleError(t("lifecycle.serve_failed", log=str(directory / "server.log"), tail=tail))
 
 
 def _terminate(pid: int, grace: float = 15.0) -> None:

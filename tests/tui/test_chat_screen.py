@@ -1,6 +1,6 @@
 """The chat screen on a real finished tiny LoRA run, opened from the dashboard: tokens stream in from
-the worker process into both panes (base and fine-tuned), and leaving the screen ends the process; the
-merge key writes the merged model in the background."""
+the worker process into both panes (base and fine-tuned), and leaving the screen ends the process. The
+dashboard's merge and serve keys are tested in test_dashboard_after_training.py."""
 
 from __future__ import annotations
 
@@ -57,10 +57,5 @@ def test_dashboard_chat_key_streams_base_and_tuned_replies(shared, private_home,
             await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
             await asyncio.sleep(0)
             assert proc is not None and proc.poll() is not None  # the model process is gone
-            await pilot.press("M")  # merge from the dashboard, in the background
-            merged = home / "runs" / run_id / "merged" / "checkpoint-30"
-            await wait_for(pilot, lambda: any("merged model written to" in str(n.message)
-                                              for n in app._notifications), timeout=90)
-            assert (merged / "model.safetensors").is_file() and not merged.with_name("checkpoint-30.tmp").exists()
 
     asyncio.run(scenario())

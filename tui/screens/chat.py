@@ -283,51 +283,19 @@ def open_chat(screen: Any, run_dir: Path) -> None:
 
 
 def merge_in_background(screen: Any, run_dir: Path) -> None:
-    """Merge the run's adapter in a thread; a notification says where the model went (or why not)."""
+    """Merge the run's adapter in a worker, shown stage by stage in a panel that ends with the merged
+    directory (closing the panel leaves the merge going; a notification says where the model went)."""
     if not _run_has_result(screen, run_dir):
         return
-    app = screen.app
+    from tui.widgets.lifecycle_panels import MergePanel
 
-    def job() -> None:
-        from core.lifecycle.merge import merge_run
-        from core.lifecycle.source import LifecycleError
-        from core.runs import RunDirectory
-
-        try:
-            result = merge_run(RunDirectory(run_dir), force=True)
-        except (LifecycleError, OSError) as exc:
-            app.call_from_thread(app.notify, str(exc), severity="error", timeout=15)
-            return
-        app.call_from_thread(app.notify, t("lifecycle.merged", out=str(result.out),
-                                           size=f"{result.bytes / 1e6:.1f} MB", seconds=result.seconds),
-                             timeout=15)
-
-    screen.notify(t("lifecycle.tui_merging", run=run_dir.name))
-    app.run_worker(job, thread=True, group="lifecycle", exit_on_error=False)
+    screen.app.push_screen(MergePanel(Path(run_dir)))
 
 
 def serve_in_background(screen: Any, run_dir: Path) -> None:
-    """Start (or find) the run's server, send it a test request, and show URL, port and health."""
+    """Start (or find) the run's detached server in a panel showing URL, port, health and a test request."""
     if not _run_has_result(screen, run_dir):
         return
-    app = screen.app
+    from tui.widgets.lifecycle_panels import ServePanel
 
-    def job() -> None:
-        from core.lifecycle.serve import health, probe_request, server_state, start_server
-        from core.lifecycle.source import LifecycleError
-        from core.runs import RunDirectory
-
-        run = RunDirectory(run_dir)
-        try:
-            state = server_state(run.id) or start_server(run)
-            reply, seconds = probe_request(state.url, run.id)
-        except (LifecycleError, OSError) as exc:
-            app.call_from_thread(app.notify, str(exc), severity="error", timeout=15)
-            return
-        healthy = t("lifecycle.health_ok" if health(state.url) else "lifecycle.health_down")
-        text = (t("lifecycle.serve_status", run=run.id, url=state.url, pid=state.pid, backend=state.backend,
-                  health=healthy) + "\n" + t("lifecycle.serve_test", seconds=seconds, reply=reply[:80]))
-        app.call_from_thread(app.notify, text, timeout=20)
-
-    screen.notify(t("lifecycle.tui_serving", run=run_dir.name))
-    app.run_worker(job, thread=True, group="lifecycle", exit_on_error=False)
+    screen.app.push_screen(ServePanel(Path(run_dir)))

@@ -1,0 +1,210 @@
+"""The dashboard's after-training keys on a real finished tiny LoRA run (trained once per test process,
+see tests/fixtures/lifecycle/finished_run.py): ``v`` starts a real detached server and shows its URL,
+port and health turning healthy, with the app's test request answered, then stops it; ``M`` merges in a
+worker, stage by stage, ending with the merged directory; ``a`` opens the chat on the run. On a run
+that has not finished, the keys say why they cannot act."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from core.paths import runs_dir
+from tests.fixtures.lifecycle.finished_run import finished_run, tunedeck
+from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run
+from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
+from tui.app import make_app
+from tui.screens.chat import ChatScreen
+from tui.screens.dashboard import DashboardScreen
+from tui.widgets.confirm import ConfirmScreen
+from tui.widgets.lifecycle_panels import MergePanel, ServePanel
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    return tmp_path_factory.mktemp("dashboard-after-training")
+
+
+@pytest.fixture()
+def finished(shared, private_home, monkeypatch):
+    home, run_id = finished_run(shared)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    return home, run_id
+
+
+async def open_finished_dashboard(pilot, app) -> DashboardScreen:
+    await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+    await wait_for(pilot, lambda: app.screen.status == "finished", timeout=10)
+    return app.screen
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (our child, not reaped yet) is gone for our purposes
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_server(run_id: str, pids: list[int]) -> None:
+    """Whatever happened in the test, no server of it outlives it."""
+    from core.lifecycle.serve import read_server_record, stop_server
+
+    stop_server(run_id)
+    for pid in {*pids, int(read_server_record(run_id).get("pid") or 0)} - {0}:
+        if pid_alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_v_serves_the_run_with_url_port_health_and_a_test_reply_then_stops(finished):
+    from core.lifecycle.serve import probe_request, server_state
+
+    home, run_id = finished
+    pids: list[int] = []
+    seen: list[tuple[str, bool | None]] = []
+
+    async def quit_while_loading() -> float:
+        """v, then quit the app as soon as the server has a pid: the app does not wait for the model to
+        load, and the detached server lives on."""
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            await pilot.press("v")
+            await wait_for(pilot, lambda: isinstance(app.screen, ServePanel))
+            panel = app.screen
+            await wait_for(pilot, lambda: panel.alive and bool(panel.state.get("pid")), timeout=60)
+            pids.append(int(panel.state["pid"]))
+            assert f"PID      {pids[0]}" in screen_text(app)
+            quit_at = time.monotonic()
+        return quit_at
+
+    async def serve_and_stop() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            await pilot.press("v")
+            await wait_for(pilot, lambda: isinstance(app.screen, ServePanel))
+            panel = app.screen
+
+            def healthy() -> bool:
+                seen.append((panel.phase(), panel.healthy))
+                return panel.healthy is True
+
+            await wait_for(pilot, healthy, timeout=90)
+            assert seen[-1] == ("ready", True)
+            await wait_for(pilot, lambda: panel.reply is not None or panel.test_error is not None, timeout=90)
+            assert panel.test_error is None
+            state = server_state(run_id)
+            assert state is not None and state.pid == pids[0]  # the server found again, not a second one
+            assert state.backend == "transformers" and state.host == "127.0.0.1"
+            assert state.port > 0 and state.url == f"http://127.0.0.1:{state.port}/v1"
+            await pilot.pause()
+            text = screen_text(app)
+            assert state.url in text and f"Port     {state.port}" in text and f"PID      {state.pid}" in text
+            assert "ready" in text and "healthy" in text and "test request answered in" in text
+            # the reply on screen is the server's own answer (greedy, so the same again)
+            assert panel.reply == probe_request(state.url, run_id)[0]
+            await pilot.press("y")
+            assert app.clipboard == state.url
+            await pilot.press("k")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("y")
+            await wait_for(pilot, lambda: app.screen is panel and panel.stopped and not panel.alive
+                           and panel.healthy is False, timeout=30)
+            await pilot.pause()
+            text = screen_text(app)
+            assert "stopped" in text and "not answering" in text
+            assert not pid_alive(state.pid)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+
+    try:
+        quit_at = asyncio.run(quit_while_loading())
+        assert time.monotonic() - quit_at < 5  # the app's exit did not wait for the server
+        assert pid_alive(pids[0]) and server_state(run_id) is not None  # detached: it outlives the app
+        asyncio.run(serve_and_stop())
+        assert server_state(run_id) is None
+        again = tunedeck(home, "serve", "--stop", run_id)
+        assert again.returncode == 1 and "no server is running" in again.stderr  # nothing left running
+        assert not any(pid_alive(pid) for pid in pids)
+    finally:
+        kill_server(run_id, pids)
+
+
+def test_M_merges_in_a_worker_stage_by_stage_and_shows_the_merged_directory(finished):
+    home, run_id = finished
+    merged = home / "runs" / run_id / "merged" / "checkpoint-30"
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            await pilot.press("M")
+            await wait_for(pilot, lambda: isinstance(app.screen, MergePanel))
+            panel = app.screen
+            # No "not ended yet" check here: with torch already imported by earlier tests a tiny merge can
+            # end before the first look. The stages arriving one message each show the worker at work.
+            await wait_for(pilot, lambda: panel.ended, timeout=90)
+            assert panel.ok and panel.out == str(merged)
+            assert panel.stages == ["load", "merge", "write", "done"]
+            await pilot.pause()
+            text = screen_text(app)
+            assert "merged model written to" in text and "MB" in text
+            assert text.count("✓") == 3 and "fold the adapter into the base weights" in text
+            assert any("merged model written to" in str(n.message) for n in app._notifications)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+
+    asyncio.run(scenario())
+    names = {p.name for p in merged.iterdir()}
+    assert {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"} <= names
+    assert not merged.with_name("checkpoint-30.tmp").exists()
+
+
+def test_a_opens_the_chat_on_the_run(finished):
+    home, run_id = finished
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+            chat = app.screen
+            assert chat.run_dir == home / "runs" / run_id and chat.compare
+            assert chat.proc is not None  # its model process started (the chat itself: test_chat_screen.py)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+
+    asyncio.run(scenario())
+
+
+def test_the_keys_explain_why_a_running_run_cannot_be_merged_chatted_or_served():
+    live = build_run(runs_dir(), "20261129-2300-live", status="running", steps=120)
+
+    async def scenario() -> None:
+        with SupervisorStandIn(live):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=live.name,
+                           persist_settings=False)
+            async with app.run_test(size=(120, 40)) as pilot:
+                await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+                await wait_for(pilot, lambda: app.screen.status == "running")
+                for key in ("M", "a", "v"):
+                    await pilot.press(key)
+                    await pilot.pause()
+                    assert isinstance(app.screen, DashboardScreen), key
+                notes = [str(n.message) for n in app._notifications]
+                assert sum("need a finished run" in n for n in notes) == 3, notes
+
+    asyncio.run(scenario())

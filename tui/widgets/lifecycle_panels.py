@@ -1,0 +1,378 @@
+"""Panels the dashboard opens on a finished run: the merge with its stages, and the run's server with its
+URL, port and live health, a test request, and keys to test again, copy the URL or stop it.
+
+The work runs in app-level thread workers, so closing a panel (Esc) leaves it going: the merge still
+ends with a notification, and the server is detached anyway (it outlives the app).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import ProgressBar, Static
+from textual.worker import get_current_worker
+
+from core.i18n import t
+from core.text_width import cell_len, pad
+
+HEALTH_EVERY_S = 1.0
+
+PANEL_CSS = """
+{name} {{ align: center middle; background: $background 60%; }}
+{name} > Vertical {{ width: 90; max-width: 100%; height: auto; max-height: 100%; border: round $primary;
+                    background: $surface; padding: 0 1; }}
+{name} .panel-title {{ text-style: bold; color: $primary; }}
+{name} .panel-body {{ margin-top: 1; }}
+{name} .panel-hint {{ margin-top: 1; color: $foreground-muted; }}
+"""
+
+
+class MergeStage(Message):
+    def __init__(self, stage: str) -> None:
+        super().__init__()
+        self.stage = stage
+
+
+class MergeEnded(Message):
+    def __init__(self, out: str | None, text: str, ok: bool) -> None:
+        super().__init__()
+        self.out = out
+        self.text = text
+        self.ok = ok
+
+
+class MergePanel(ModalScreen[None]):
+    """A run's merge, stage by stage; ends with the merged directory (or the reason it failed)."""
+
+    DEFAULT_CSS = PANEL_CSS.format(name="MergePanel")
+    BINDINGS = [Binding("escape", "dismiss", t("lifecycle.key.close"), id="merge.close")]
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.stage: str | None = None
+        self.stages: list[str] = []  # every stage reported, in order
+        self.out: str | None = None
+        self.ended = False
+        self.ok = False
+
+    def compose(self) -> ComposeResult:
+        from core.lifecycle.merge import MERGE_STAGES
+
+        with Vertical():
+            yield Static(t("lifecycle.merge_title", run=self.run_dir.name), classes="panel-title", markup=False)
+            yield ProgressBar(total=len(MERGE_STAGES) - 1, show_eta=False, id="merge-progress")
+            yield Static("", id="merge-stages", classes="panel-body")
+            yield Static("", id="merge-result", classes="panel-body")
+            yield Static(t("lifecycle.merge_hint"), classes="panel-hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#merge-result", Static).display = False
+        self._show_stages()
+        panel, app, run_dir = self, self.app, self.run_dir
+
+        def job() -> None:
+            from core.lifecycle.merge import merge_run
+            from core.lifecycle.source import LifecycleError
+            from core.runs import RunDirectory
+
+            try:
+                result = merge_run(RunDirectory(run_dir), force=True,
+                                   progress=lambda stage: panel.post_message(MergeStage(stage)))
+            except (LifecycleError, OSError) as exc:
+                panel.post_message(MergeEnded(None, str(exc), False))
+                app.call_from_thread(app.notify, str(exc), severity="error", timeout=15)
+                return
+            text = t("lifecycle.merged", out=str(result.out), size=f"{result.bytes / 1e6:.1f} MB",
+                     seconds=result.seconds)
+            panel.post_message(MergeEnded(str(result.out), text, True))
+            app.call_from_thread(app.notify, text, timeout=15)
+
+        # Owned by the app, not this panel: closing the panel does not orphan the merge's messages.
+        app.run_worker(job, thread=True, group="lifecycle", exit_on_error=False)
+
+    def _show_stages(self) -> None:
+        from core.lifecycle.merge import MERGE_STAGES
+
+        current = MERGE_STAGES.index(self.stage) if self.stage in MERGE_STAGES else -1
+        lines = []
+        for index, stage in enumerate(MERGE_STAGES[:-1]):
+            if index < current or self.stage == "done":
+                mark, style = "✓", "green"
+            elif index == current and not self.ended:
+                mark, style = "…", "bold"
+            elif index == current:
+                mark, style = "✗", "red"
+            else:
+                mark, style = " ", "dim"
+            lines.append(Text(f" {mark} " + t("lifecycle.stage." + stage), style=style))
+        self.query_one("#merge-stages", Static).update(Text("\n").join(lines))
+        self.query_one("#merge-progress", ProgressBar).update(progress=max(0, current))
+
+    def on_merge_stage(self, message: MergeStage) -> None:
+        self.stage = message.stage
+        self.stages.append(message.stage)
+        self._show_stages()
+
+    def on_merge_ended(self, message: MergeEnded) -> None:
+        self.ended, self.ok, self.out = True, message.ok, message.out
+        self._show_stages()
+        result = self.query_one("#merge-result", Static)
+        result.update(Text(message.text, style="" if message.ok else "red"))
+        result.display = True
+
+
+# --- the server ---------------------------------------------------------------------------------------
+class ServerSeen(Message):
+    """The server as the health poller last saw it (latest only)."""
+
+    def __init__(self, state: dict[str, Any], alive: bool, healthy: bool | None) -> None:
+        super().__init__()
+        self.state = state
+        self.alive = alive
+        self.healthy = healthy
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ServerSeen)
+
+
+class ServerStarted(Message):
+    def __init__(self, url: str | None, error: str | None = None) -> None:
+        super().__init__()
+        self.url = url
+        self.error = error
+
+
+class TestAnswered(Message):
+    def __init__(self, reply: str | None, seconds: float, error: str | None = None) -> None:
+        super().__init__()
+        self.reply = reply
+        self.seconds = seconds
+        self.error = error
+
+
+class ServerStopped(Message):
+    def __init__(self, stopped: bool) -> None:
+        super().__init__()
+        self.stopped = stopped
+
+
+class ServePanel(ModalScreen[None]):
+    """Starts (or finds) the run's detached server; shows URL, port, pid, status and health as they
+    change; sends a test request once it is up."""
+
+    DEFAULT_CSS = PANEL_CSS.format(name="ServePanel")
+    BINDINGS = [
+        Binding("t", "test", t("lifecycle.key.test"), id="serve.test"),
+        Binding("y", "copy_url", t("lifecycle.key.copy_url"), id="serve.copy"),
+        Binding("k", "stop", t("lifecycle.key.stop_server"), id="serve.stop"),
+        Binding("escape", "dismiss", t("lifecycle.key.close"), id="serve.close"),
+    ]
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.run_id = self.run_dir.name
+        self.state: dict[str, Any] = {}
+        self.alive = False
+        self.healthy: bool | None = None
+        self.started = False
+        self.start_error: str | None = None
+        self.testing = False
+        self.reply: str | None = None
+        self.test_error: str | None = None
+        self.test_seconds = 0.0
+        self.stopped = False
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(t("lifecycle.serve_title", run=self.run_id), classes="panel-title", markup=False)
+            yield Static("", id="serve-fields", classes="panel-body")
+            yield Static("", id="serve-test", classes="panel-body")
+            yield Static(t("lifecycle.serve_hint", run=self.run_id), classes="panel-hint", markup=False)
+
+    def on_mount(self) -> None:
+        self._show()
+        self.watch_server()
+        panel, app, run_dir = self, self.app, self.run_dir
+
+        def job() -> None:
+            from core.lifecycle.serve import ServeWaitCancelled, server_state, start_server, wait_until_ready
+            from core.lifecycle.source import LifecycleError
+            from core.runs import RunDirectory
+
+            # The app quitting cancels this worker: stop waiting then, the detached server goes on.
+            worker = get_current_worker()
+
+            def cancelled() -> bool:
+                return worker.is_cancelled
+
+            try:
+                if server_state(run_dir.name) is not None:  # found, perhaps still loading its model
+                    state = wait_until_ready(run_dir.name, cancelled=cancelled)
+                else:
+                    state = start_server(RunDirectory(run_dir), cancelled=cancelled)
+            except ServeWaitCancelled:
+                return
+            except (LifecycleError, OSError) as exc:
+                panel.post_message(ServerStarted(None, str(exc)))
+                app.call_from_thread(app.notify, str(exc), severity="error", timeout=15)
+                return
+            panel.post_message(ServerStarted(state.url))
+            panel._probe(state.url)
+
+        app.run_worker(job, thread=True, group="lifecycle", exit_on_error=False)
+
+    # --- workers ---------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="serve-health", exit_on_error=False)
+    def watch_server(self) -> None:
+        """The state file and /v1/models, every second while the panel is open."""
+        from core.lifecycle.serve import health, read_server_record, server_state
+
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            record = read_server_record(self.run_id)
+            alive = server_state(self.run_id) is not None
+            url = str(record.get("url") or "")
+            healthy = health(url, timeout=1.0) if url and alive else (False if url else None)
+            self.post_message(ServerSeen(record, alive, healthy))
+            end = time.monotonic() + HEALTH_EVERY_S
+            while not worker.is_cancelled and time.monotonic() < end:
+                time.sleep(0.05)
+
+    def _probe(self, url: str) -> None:
+        """The app's test request (a real chat completion); called in a worker thread."""
+        from core.lifecycle.serve import probe_request
+        from core.lifecycle.source import LifecycleError
+
+        started = time.monotonic()
+        try:
+            reply, seconds = probe_request(url, self.run_id)
+        except LifecycleError as exc:
+            self.post_message(TestAnswered(None, time.monotonic() - started, str(exc)))
+            return
+        self.post_message(TestAnswered(reply, seconds))
+
+    # --- handlers --------------------------------------------------------------------------------
+    def on_server_seen(self, message: ServerSeen) -> None:
+        self.state, self.alive, self.healthy = message.state, message.alive, message.healthy
+        self._show()
+
+    def on_server_started(self, message: ServerStarted) -> None:
+        self.started = message.url is not None
+        self.start_error = message.error
+        self.testing = self.started
+        self._show()
+
+    def on_test_answered(self, message: TestAnswered) -> None:
+        self.testing = False
+        self.reply, self.test_seconds, self.test_error = message.reply, message.seconds, message.error
+        self._show()
+
+    def on_server_stopped(self, message: ServerStopped) -> None:
+        self.stopped = message.stopped
+        self.notify(t("lifecycle.serve_stopped" if message.stopped else "lifecycle.serve_not_running",
+                      run=self.run_id), severity="information" if message.stopped else "warning")
+        self.watch_server()  # look again now, not on the next tick
+
+    # --- presentation ----------------------------------------------------------------------------
+    def phase(self) -> str:
+        """starting, loading, ready, stopped or failed: what the panel says the server is doing."""
+        if self.start_error:
+            return "failed"
+        status = str(self.state.get("status") or "starting")
+        if self.state and not self.alive and status != "starting":
+            return "stopped"
+        return status if status in ("starting", "loading", "ready", "stopped") else "starting"
+
+    def _show(self) -> None:
+        state = self.state
+        url = str(state.get("url") or "")
+        if url:
+            health = {None: t("lifecycle.health_checking"), True: t("lifecycle.health_ok"),
+                      False: t("lifecycle.health_down")}[self.healthy]
+        else:
+            health = t("lifecycle.health_checking") if self.alive or not self.started else "–"
+        fields = [
+            (t("lifecycle.field.status"), t("lifecycle.phase." + self.phase())),
+            (t("lifecycle.field.url"), url or "–"),
+            (t("lifecycle.field.port"), str(state.get("port") or "–") if url else "–"),
+            (t("lifecycle.field.pid"), str(state.get("pid") or "–") if self.alive else "–"),
+            (t("lifecycle.field.backend"), str(state.get("backend") or "–")),
+            (t("lifecycle.field.health"), health),
+        ]
+        lines = []
+        width = max(cell_len(label) for label, _ in fields)
+        for index, (label, value) in enumerate(fields):
+            style = ""
+            if index == len(fields) - 1 and url:  # health
+                style = "green" if self.healthy else "red" if self.healthy is False else ""
+            lines.append(Text.assemble((pad(label, width) + "  ", "bold"), (value, style)))
+        self.query_one("#serve-fields", Static).update(Text("\n").join(lines))
+        test = self.query_one("#serve-test", Static)
+        if self.start_error:
+            test.update(Text(self.start_error, style="red"))
+        elif self.testing:
+            test.update(Text(t("lifecycle.test_sending")))
+        elif self.test_error:
+            test.update(Text(t("lifecycle.test_failed", error=self.test_error), style="red"))
+        elif self.reply is not None:
+            test.update(Text(t("lifecycle.serve_test", seconds=self.test_seconds, reply=self.reply[:200])))
+        else:
+            test.update("")
+        test.display = bool(self.start_error or self.testing or self.test_error or self.reply is not None)
+
+    def url(self) -> str | None:
+        url = str(self.state.get("url") or "")
+        return url if url and self.alive else None
+
+    # --- actions ---------------------------------------------------------------------------------
+    def action_test(self) -> None:
+        url = self.url()
+        if url is None or self.testing:
+            self.notify(t("lifecycle.serve_not_running", run=self.run_id), severity="warning")
+            return
+        self.testing = True
+        self._show()
+        self.app.run_worker(lambda: self._probe(url), thread=True, group="lifecycle", exit_on_error=False)
+
+    def action_copy_url(self) -> None:
+        url = self.url()
+        if url is None:
+            self.notify(t("lifecycle.serve_not_running", run=self.run_id), severity="warning")
+            return
+        self.app.copy_to_clipboard(url)
+        self.notify(t("lifecycle.url_copied", url=url), timeout=5)
+
+    def action_stop(self) -> None:
+        if not self.alive:
+            self.notify(t("lifecycle.serve_not_running", run=self.run_id), severity="warning")
+            return
+        from tui.widgets.confirm import ConfirmScreen
+
+        def answered(ok: bool | None) -> None:
+            if ok:
+                self._stop()
+
+        url = self.url() or "–"
+        self.app.push_screen(ConfirmScreen(t("lifecycle.stop_server_title", run=self.run_id),
+                                           t("lifecycle.stop_server_body", url=url)), answered)
+
+    def _stop(self) -> None:
+        panel, run_id = self, self.run_id
+
+        def job() -> None:
+            from core.lifecycle.serve import stop_server
+
+            panel.post_message(ServerStopped(stop_server(run_id)))
+
+        self.app.run_worker(job, thread=True, group="lifecycle", exit_on_error=False)
