@@ -1,20 +1,27 @@
 """Measure real training-step memory and speed on a GPU and compare them with ``core.estimate``.
 
 For each configuration (model config, method, precision, batch, sequence length, checkpointing, fused
-cross-entropy) a fresh subprocess builds the model from its config with random weights on the GPU,
+cross-entropy) a worker process builds the model from its config with random weights on the GPU,
 runs a few real training steps (transformers + peft forward/backward, AdamW step, bf16 autocast) on
 random tokens (fused cross-entropy rows use Liger's kernels, as the engine does, or a chunked loss
 when liger-kernel is missing), and reports: NVML process memory (what decides an OOM), torch's max reserved and max
-allocated, the CUDA context, and tokens/s over the steps after the first. OOM is recorded as such.
+allocated, the CUDA context, and tokens/s from the median step after the first. OOM is recorded as such.
+The rows of one model share a worker process (imports and CUDA start paid once per model; each row
+frees everything and resets the peak counters before the next; plain-loss rows run before fused ones
+since Liger patches transformers process-wide); a crash or timeout costs only the row it happened in.
 The parent writes ``estimate_matrix.json`` and ``estimate_matrix.md`` (measured vs estimated, error %).
 
 Needs only torch, transformers, peft and nvidia-ml-py; QLoRA and 8-bit-Adam rows need bitsandbytes and
-are recorded as skipped without it. Typical run on one H200, ~40 configurations, 3 steps each:
+are recorded as skipped without it. On one H200 the 44 rows take about three 600 s device calls:
 
-    python bench/estimate_matrix.py --out "$OUT"            # all rows, ~8 minutes
+    python bench/estimate_matrix.py --list --part 1/3       # which rows each part runs, expected seconds
+    python bench/estimate_matrix.py --part 1/3 --out "$OUT" # then 2/3 and 3/3, one device call each
+    python bench/estimate_matrix.py --report-only p1/estimate_matrix.json p2/... p3/...  # merge the parts
     python bench/estimate_matrix.py --only 0.5B --steps 3   # a subset (regex on the row name)
     python bench/estimate_matrix.py --estimate-only         # no GPU: the estimator's side of the table
     python bench/estimate_matrix.py --smoke                 # CPU self-test of the worker on a tiny model
+    python bench/estimate_matrix.py --report-only bench/results/estimate_matrix/estimate_matrix.json
+                                                            # no GPU: re-estimate a committed run
 
 The estimator's constants live in core/estimate/calibration.py; this table is what they are fitted to.
 """
@@ -356,7 +363,7 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
             if used is not None and used > nvml_peak:
                 nvml_peak, nvml_source = used, source
         timed = step_times[1:] or step_times
-        result["step_s"] = statistics.mean(timed)
+        result["step_s"] = statistics.median(timed)  # robust to one slow step (allocator growth, autotuning)
         result["tokens_per_s"] = config.micro_batch_size * config.seq_len / result["step_s"]
         result["step_times_s"] = step_times
     except torch.cuda.OutOfMemoryError as exc:
@@ -372,6 +379,30 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
             result["nvml_peak_gib"] = nvml_peak / GIB if nvml_peak else None
             result["nvml_source"] = nvml_source
     return result
+
+
+def run_worker_batch(specs: list[dict[str, Any]]) -> None:
+    """Run several rows of one model in this process (imports and CUDA start paid once); one line per row.
+
+    Rows are independent: everything a row allocated is released (and the peak counters reset) before the
+    next one, and the parent orders plain-loss rows before fused ones because Liger patches transformers'
+    modules for the whole process.
+    """
+    import gc
+
+    for index, spec in enumerate(specs):
+        try:
+            result = run_worker(spec)
+        except Exception as exc:  # report, keep going with the next row
+            result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:500]}
+        result["batch_index"] = index
+        print(RESULT_PREFIX + json.dumps(result), flush=True)
+        gc.collect()
+        if spec.get("device", "cuda") == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
 
 
 def _train_setup(config: BenchConfig, model_config: dict[str, Any], compute_dtype, device: str):
@@ -426,6 +457,8 @@ def estimate_row(config: BenchConfig, gpu_name: str, model_config: dict[str, Any
     from core.estimate.calibration import DEFAULT_CALIBRATION
 
     options = {key: value for key, value in asdict(config).items() if key != "model"}
+    # The worker prepares QLoRA the plain way (prepare_model_for_kbit_training's fp32 upcast).
+    options["kbit_upcast"] = True
     if model_config is not None:
         plan = TrainingPlan(architecture=architecture_from_config(model_config, name="smoke"), **options)
     else:
@@ -438,19 +471,86 @@ def estimate_row(config: BenchConfig, gpu_name: str, model_config: dict[str, Any
     return data
 
 
-def _run_row(config: BenchConfig, steps: int, timeout_s: float, device: str,
-             model_config: dict[str, Any] | None) -> dict[str, Any]:
-    spec = {"config": asdict(config), "steps": steps, "device": device, "model_config": model_config}
-    command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
+def _run_batch(configs: list[BenchConfig], steps: int, timeout_s: float, device: str,
+               model_config: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Measure ``configs`` in one worker process; a crash or timeout costs the row it happened in only.
+
+    Rows after a failed one are re-run in a fresh process (as long as time is left).
+    """
+    results: list[dict[str, Any]] = []
+    pending = list(configs)
+    deadline = time.perf_counter() + timeout_s
+    while pending:
+        remaining = deadline - time.perf_counter()
+        if remaining < 10:
+            results += [{"status": "skipped", "error": "time budget spent"} for _ in pending]
+            break
+        specs = [{"config": asdict(c), "steps": steps, "device": device, "model_config": model_config} for c in pending]
+        command = [sys.executable, str(Path(__file__).resolve()), "--worker-batch", json.dumps(specs)]
+        failure = None
+        try:
+            proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=remaining)
+            stdout, stderr = proc.stdout, proc.stderr
+            if proc.returncode != 0:
+                failure = {"status": "error", "error": f"worker exit {proc.returncode}: "
+                           + " | ".join((stderr or "").strip().splitlines()[-3:])[:500]}
+        except subprocess.TimeoutExpired as exc:
+            stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            failure = {"status": "timeout", "error": f"no result within the {timeout_s:.0f} s of its batch"}
+        done = [json.loads(line[len(RESULT_PREFIX):]) for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+        results += done
+        pending = pending[len(done):]
+        if pending:
+            # The row that was running when the worker died or ran out of time; the rest get a new worker.
+            results.append(failure or {"status": "error", "error": "worker ended without a result"})
+            pending = pending[1:]
+    return results
+
+
+def row_cost_s(config: BenchConfig, steps: int, gpu_name: str = "H200") -> float:
+    """Expected wall seconds of one row: model build (grows with size) + steps at the estimated speed."""
     try:
-        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "error": f"no result within {timeout_s:.0f} s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX):])
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-    return {"status": "error", "error": f"exit {proc.returncode}: {' | '.join(tail)[:500]}"}
+        estimate = estimate_row(config, gpu_name)
+        step_s = estimate["seconds_per_step"]
+        params_b = estimate["total_params"] / 1e9
+    except (ValueError, KeyError):
+        return 30.0
+    return 4.0 + 0.8 * params_b + steps * step_s * 1.5
+
+
+def plan_batches(configs: list[BenchConfig], steps: int, max_batch_s: float = 150.0) -> list[list[BenchConfig]]:
+    """Rows grouped by model (one process each), plain-loss rows first; big groups split near ``max_batch_s``."""
+    by_model: dict[str, list[BenchConfig]] = {}
+    for config in configs:
+        by_model.setdefault(config.model, []).append(config)
+    batches = []
+    for group in by_model.values():
+        group = sorted(group, key=lambda c: c.fused_ce)  # Liger patches modules process-wide: fused rows last
+        current: list[BenchConfig] = []
+        cost = 8.0  # imports + CUDA start
+        for config in group:
+            row = row_cost_s(config, steps)
+            if current and cost + row > max_batch_s:
+                batches.append(current)
+                current, cost = [], 8.0
+            current.append(config)
+            cost += row
+        if current:
+            batches.append(current)
+    return batches
+
+
+def split_parts(batches: list[list[BenchConfig]], parts: int, steps: int) -> list[list[list[BenchConfig]]]:
+    """Deal the batches to ``parts`` GPU calls of similar expected time (largest first, into the lightest)."""
+    loads = [0.0] * parts
+    out: list[list[list[BenchConfig]]] = [[] for _ in range(parts)]
+    costs = [(8.0 + sum(row_cost_s(c, steps) for c in batch), index) for index, batch in enumerate(batches)]
+    for cost, index in sorted(costs, reverse=True):
+        lightest = loads.index(min(loads))
+        out[lightest].append(batches[index])
+        loads[lightest] += cost
+    order = {id(batch): index for index, batch in enumerate(batches)}
+    return [sorted(part, key=lambda b: order[id(b)]) for part in out]
 
 
 def _pct(estimated: float | None, measured: float | None) -> float | None:
@@ -475,7 +575,8 @@ def write_report(rows: list[dict[str, Any]], out_dir: Path, meta: dict[str, Any]
         "# Estimator vs measurement",
         "",
         f"GPU: {meta.get('gpu')} · steps per row: {meta.get('steps')} · torch {meta.get('torch', '?')} · "
-        f"rows: {len(rows)} · wall: {meta.get('wall_s', 0):.0f} s",
+        f"rows: {len(rows)} · wall: {meta.get('wall_s', 0):.0f} s"
+        + (f" · estimates recomputed {meta['re_estimated']}" if meta.get("re_estimated") else ""),
         "",
         "Memory: NVML process memory (context + torch reserved) vs the estimated peak; `alloc` compares torch's "
         "max allocated with the estimate minus context and allocator slack. Error = (estimate − measured) / measured.",
@@ -528,14 +629,60 @@ def write_report(rows: list[dict[str, Any]], out_dir: Path, meta: dict[str, Any]
     (out_dir / "estimate_matrix.md").write_text("\n".join(lines) + "\n")
 
 
+def report_only(results_json: list[Path], out_dir: Path | None = None) -> int:
+    """Recompute the estimator's columns of earlier runs with today's constants; keep the measurements.
+
+    Several files (the ``--part`` runs of one matrix) are merged: rows in the matrix's order, a row measured
+    in one part wins over its unmeasured copy in another.
+    """
+    order = {config.name: index for index, config in enumerate(_rows())}
+    rows: dict[str, dict[str, Any]] = {}
+    meta: dict[str, Any] = {}
+    wall = 0.0
+    for path in results_json:
+        data = json.loads(path.read_text())
+        meta = {**data.get("meta", {}), **meta}
+        wall += float(data.get("meta", {}).get("wall_s") or 0.0)
+        for row in data["rows"]:
+            known = rows.get(row["name"])
+            if known is None or known.get("measured", {}).get("status") in (None, "not run", "skipped"):
+                rows[row["name"]] = row
+    meta["wall_s"] = wall
+    meta.pop("part", None)
+    gpu_label = meta.get("gpu") or "H200"
+    merged = sorted(rows.values(), key=lambda row: order.get(row["name"], len(order)))
+    for row in merged:
+        config = BenchConfig(**row["config"])
+        try:
+            row["estimate"] = estimate_row(config, gpu_label)
+        except ValueError as exc:
+            row["estimate"] = {"error": str(exc)}
+    meta["re_estimated"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    target = out_dir or results_json[0].parent
+    write_report(merged, target, meta)
+    print(f"re-estimated {len(merged)} rows from {len(results_json)} file(s): {target / 'estimate_matrix.md'}",
+          file=sys.stderr)
+    return 0
+
+
 def run_matrix(args: argparse.Namespace) -> int:
     rows_wanted = _rows()
     if args.only:
         pattern = re.compile(args.only)
         rows_wanted = [row for row in rows_wanted if pattern.search(row.name)]
     if args.list:
-        for row in rows_wanted:
-            print(row.name)
+        if not args.part:
+            for row in rows_wanted:
+                print(row.name)
+            return 0
+        count = args.part[1]
+        parts = split_parts(plan_batches(rows_wanted, args.steps, args.batch_s), count, args.steps)
+        for number, part in enumerate(parts, 1):
+            expected = sum(8.0 + sum(row_cost_s(c, args.steps) for c in batch) for batch in part)
+            print(f"part {number}/{count}: {len(part)} worker processes, ~{expected:.0f} s expected")
+            for batch in part:
+                for config in batch:
+                    print(f"  {config.name}  (~{row_cost_s(config, args.steps):.0f} s)")
         return 0
     smoke_config = SMOKE_CONFIG if args.smoke else None
     if args.smoke:
@@ -554,7 +701,7 @@ def run_matrix(args: argparse.Namespace) -> int:
         print(f"GPU '{gpu_name}' is not in core.estimate's table; comparing against H200", file=sys.stderr)
         gpu_label = "H200"
     have_bnb = importlib.util.find_spec("bitsandbytes") is not None
-    out_dir = Path(args.out)
+    out_dir = Path(args.out or os.environ.get("OUT") or ROOT / "bench" / "results")
     started = time.perf_counter()
     meta: dict[str, Any] = {"gpu": gpu_label, "gpu_reported": gpu_name, "steps": args.steps,
                             "budget_s": args.budget_s, "liger": importlib.util.find_spec("liger_kernel") is not None}
@@ -564,49 +711,86 @@ def run_matrix(args: argparse.Namespace) -> int:
         meta["torch"] = torch.__version__
     except ImportError:
         pass
-    results: list[dict[str, Any]] = []
+    by_name: dict[str, dict[str, Any]] = {}
+    runnable: list[BenchConfig] = []
     for config in rows_wanted:
         row: dict[str, Any] = {"name": config.name, "config": asdict(config)}
         try:
             row["estimate"] = estimate_row(config, gpu_label, smoke_config)
         except ValueError as exc:
             row["estimate"] = {"error": str(exc)}
-        elapsed = time.perf_counter() - started
-        remaining = args.budget_s - elapsed
         if args.estimate_only:
             row["measured"] = {"status": "not run"}
         elif config.needs_bitsandbytes and not have_bnb:
             row["measured"] = {"status": "skipped", "error": "bitsandbytes missing"}
-        elif remaining < 15:
-            row["measured"] = {"status": "skipped", "error": "time budget spent"}
         else:
-            row["measured"] = _run_row(config, args.steps, min(args.row_timeout_s, remaining), device,
-                                       smoke_config)
-        results.append(row)
-        measured = row["measured"]
-        print(f"[{time.perf_counter() - started:6.0f}s] {config.name}: {measured.get('status')} "
-              f"nvml={_fmt(measured.get('nvml_peak_gib'), 2)} est={_fmt(row['estimate'].get('peak_gib'), 2)} GiB "
-              f"tok/s={_fmt(measured.get('tokens_per_s'), 0)} est={_fmt(row['estimate'].get('tokens_per_s'), 0)}",
-              file=sys.stderr, flush=True)
+            runnable.append(config)
+        by_name[config.name] = row
+    batches = plan_batches(runnable, args.steps, args.batch_s)
+    if args.part:
+        index, count = args.part
+        batches = split_parts(batches, count, args.steps)[index - 1]
+        meta["part"] = f"{index}/{count}"
+        mine = {config.name for batch in batches for config in batch}
+        by_name = {name: row for name, row in by_name.items()
+                   if name in mine or (index == 1 and "measured" in row)}  # unrunnable rows: part 1 reports them
+    results = list(by_name.values())  # canonical order (the row list's)
+
+    def report() -> None:
         meta["wall_s"] = time.perf_counter() - started
-        write_report(results, out_dir, meta)  # after every row: a killed run still leaves its table
+        write_report(results, out_dir, meta)  # after every batch: a killed run still leaves its table
+
+    for batch in batches:
+        remaining = args.budget_s - (time.perf_counter() - started)
+        if remaining < 30:
+            measured_rows = [{"status": "skipped", "error": "time budget spent"} for _ in batch]
+        else:
+            limit = min(remaining, args.row_timeout_s * len(batch))
+            measured_rows = _run_batch(batch, args.steps, limit, device, smoke_config)
+        for config, measured in zip(batch, measured_rows, strict=True):
+            row = by_name[config.name]
+            row["measured"] = measured
+            print(f"[{time.perf_counter() - started:6.0f}s] {config.name}: {measured.get('status')} "
+                  f"nvml={_fmt(measured.get('nvml_peak_gib'), 2)} est={_fmt(row['estimate'].get('peak_gib'), 2)} GiB "
+                  f"tok/s={_fmt(measured.get('tokens_per_s'), 0)} est={_fmt(row['estimate'].get('tokens_per_s'), 0)}",
+                  file=sys.stderr, flush=True)
+        report()
+    report()
     print(f"wrote {out_dir / 'estimate_matrix.md'} and {out_dir / 'estimate_matrix.json'}", file=sys.stderr)
     return 0
 
 
+def _part(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
+        raise argparse.ArgumentTypeError(f"--part wants K/N with 1 <= K <= N, not {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "results"),
+    parser.add_argument("--out", default=None,
                         help="folder for estimate_matrix.json/.md (default: $OUT, else bench/results)")
     parser.add_argument("--only", help="regex on row names, e.g. '0.5B|1.5B' or 'qlora'")
-    parser.add_argument("--steps", type=int, default=3, help="training steps per row (the first is not timed)")
-    parser.add_argument("--budget-s", type=float, default=480.0, help="stop starting rows after this many seconds")
-    parser.add_argument("--row-timeout-s", type=float, default=150.0)
+    parser.add_argument("--steps", type=int, default=4,
+                        help="training steps per row (the first is not timed; tokens/s from the median of the rest)")
+    parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting batches after this many seconds")
+    parser.add_argument("--row-timeout-s", type=float, default=120.0, help="per row, summed over a batch")
+    parser.add_argument("--batch-s", type=float, default=150.0,
+                        help="split a model's rows into worker processes of about this many expected seconds")
+    parser.add_argument("--part", type=_part, default=None, metavar="K/N",
+                        help="run only the K-th of N parts of similar expected time (one GPU call each); "
+                             "merge the parts' JSON files with --report-only")
     parser.add_argument("--gpu", help="GPU name for the estimator (default: NVML's name)")
     parser.add_argument("--estimate-only", action="store_true", help="no GPU: only the estimator's columns")
     parser.add_argument("--smoke", action="store_true", help="CPU self-test on a tiny model")
     parser.add_argument("--list", action="store_true", help="print the row names and exit")
+    parser.add_argument("--report-only", metavar="JSON", nargs="+",
+                        help="no GPU: re-estimate earlier estimate_matrix.json file(s) with today's constants and "
+                             "write one table (several files, e.g. the parts of a run, are merged); written "
+                             "next to the first file, or in --out when given")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-batch", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         try:
@@ -615,6 +799,11 @@ def main(argv: list[str] | None = None) -> int:
             result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:500]}
         print(RESULT_PREFIX + json.dumps(result), flush=True)
         return 0
+    if args.worker_batch:
+        run_worker_batch(json.loads(args.worker_batch))
+        return 0
+    if args.report_only:
+        return report_only([Path(p) for p in args.report_only], Path(args.out) if args.out else None)
     return run_matrix(args)
 
 

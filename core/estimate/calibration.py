@@ -10,6 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Fitted by bench/estimate_calibrate.py on H200 runs (see bench/results/estimate_calibration.md).
+# Full's big-GEMM efficiency is pinned (what large bf16 cuBLAS GEMMs reach on Hopper), not fitted:
+# with two model widths it trades off against HIDDEN_HALF_EFFICIENCY.
+HOPPER_FULL_EFFICIENCY = 0.72
+HOPPER_LORA_EFFICIENCY = 0.497
+HIDDEN_HALF_EFFICIENCY = 3530.0
+
 
 def _default_context_gib() -> dict[str, float]:
     # CUDA context + cuBLAS/cuDNN workspaces with lazy module loading, as NVML shows it for a process
@@ -18,22 +25,42 @@ def _default_context_gib() -> dict[str, float]:
 
 
 def _default_efficiency() -> dict[str, dict[str, float]]:
-    # Model FLOPs utilisation (fraction of dense peak) of a large, well-fed step, before the size
-    # terms below; per GPU family and method. QLoRA pays for NF4 dequantisation, DoRA for the weight
-    # norms and extra elementwise work. To be calibrated.
+    # Fraction of the dense peak the matmul FLOPs of a wide model reach (the hidden-size term below
+    # stretches it for narrow ones), per GPU family and method. LoRA's rank-r
+    # matmuls and adapter bookkeeping make it lower than full fine-tuning's; QLoRA and DoRA share LoRA's
+    # value: their extra work is modelled as memory traffic (``qlora_dequant_bytes_per_weight``,
+    # ``dora_norm_bytes_per_weight``) and extra FLOPs. Hopper: fitted by bench/estimate_calibrate.py on
+    # H200 measurements (bench/results/estimate_calibration.md). Other families: not measured; they keep
+    # the ratio to Hopper of the first-principles table this started from (the Qwen README's A100 runs
+    # suggest Ampere's real ratio is higher: bench/results/estimate_published.md).
+    hopper = {"full": HOPPER_FULL_EFFICIENCY, "lora": HOPPER_LORA_EFFICIENCY}
+    relative = {"hopper": 1.0, "ampere": 1.09, "ampere_ga10x": 0.91, "ada": 0.91, "volta": 0.82}
     return {
-        "hopper": {"full": 0.55, "lora": 0.50, "dora": 0.36, "qlora": 0.34},
-        "ampere": {"full": 0.60, "lora": 0.55, "dora": 0.40, "qlora": 0.38},
-        "ampere_ga10x": {"full": 0.50, "lora": 0.46, "dora": 0.33, "qlora": 0.32},
-        "ada": {"full": 0.50, "lora": 0.46, "dora": 0.33, "qlora": 0.32},
-        "volta": {"full": 0.45, "lora": 0.42, "dora": 0.30, "qlora": 0.28},
+        family: {"full": hopper["full"] * scale, "lora": hopper["lora"] * scale,
+                 "dora": hopper["lora"] * scale, "qlora": hopper["lora"] * scale}
+        for family, scale in relative.items()
     }
 
 
-def _default_multi_gpu_scaling() -> dict[int, float]:
-    # Per-GPU throughput kept when data-parallel over several GPUs of one host, by ZeRO stage
-    # (0 = plain DDP): communication not hidden behind compute.
-    return {0: 0.95, 1: 0.93, 2: 0.90, 3: 0.80}
+def _default_dispatch() -> dict[str, float]:
+    # CPU seconds eager PyTorch spends launching one decoder layer's kernels per pass unit (forward 1,
+    # backward 2, recompute 1), by method: peft adds ~10 small ops per adapted linear, bitsandbytes its
+    # dequantisation calls, DoRA its weight norms. Fitted on the H200 box's CPU (a server core).
+    return {"full": 0.00180, "lora": 0.00322, "dora": 0.00498, "qlora": 0.00591}
+
+
+def _default_data_parallel() -> dict[int, float]:
+    # Seconds per decoder layer per micro-step that data parallelism adds on top of the traffic
+    # (DDP's bucket hooks; DeepSpeed's per-parameter hooks, ZeRO-3's gathers and releases), by ZeRO
+    # stage (0 = DDP). Fitted on one 2xH200 run each of a 0.5B model (24 layers); stage 1 assumed as 2.
+    return {0: 0.0039, 1: 0.0085, 2: 0.0085, 3: 0.0266}
+
+
+def _default_optimizer_traffic() -> dict[str, float]:
+    # Memory traffic of an optimizer step in multiples of (weight + gradient + states + master) bytes:
+    # torch's foreach AdamW makes several passes with temporaries, the fused kernel about one read and
+    # one write, bitsandbytes' 8-bit kernel one pass; gradient clipping adds a read and a write.
+    return {"adamw": 3.0, "adamw_fused": 1.6, "adamw_8bit": 2.0, "paged_adamw_8bit": 2.0}
 
 
 @dataclass(frozen=True)
@@ -97,17 +124,39 @@ class Calibration:
     # Size of one safetensors shard (QLoRA loads shard by shard onto the GPU).
     checkpoint_shard_gib: float = 5.0
 
-    # --- speed ---------------------------------------------------------------------------------------
+    # --- speed (see core/estimate/speed.py for the step-time model) -------------------------------------
     efficiency: dict[str, dict[str, float]] = field(default_factory=_default_efficiency)
     # Full-precision (fp32) training reaches a larger fraction of the small fp32 peak.
     fp32_efficiency: float = 0.65
-    # Small matmuls underuse the GPU: efficiency x hidden/(hidden + this) x tokens/(tokens + that).
-    hidden_half_efficiency: float = 512.0
-    tokens_half_efficiency: float = 512.0
+    # Elementwise work per token grows like hidden, matmul work like hidden^2: the matmul time is
+    # stretched by (hidden + this) / hidden. Fitted.
+    hidden_half_efficiency: float = HIDDEN_HALF_EFFICIENCY
     # Attention FLOPs per token = 12 x layers x q_dim x seq x this factor (1.0: count the full s^2,
     # as the usual MFU accounting does; flash kernels skip the masked half, ~0.5).
     attention_flops_factor: float = 1.0
-    multi_gpu_scaling: dict[int, float] = field(default_factory=_default_multi_gpu_scaling)
+    # Memory-bound kernels reach this fraction of the HBM bandwidth in the GPU table.
+    memory_bandwidth_efficiency: float = 0.75
+    # For a GPU spec without a bandwidth figure: GB/s per dense TFLOP (H100 SXM: 3350/989).
+    fallback_gbs_per_tflops: float = 3.4
+    # bitsandbytes NF4 dequantisation per base weight and pass: read 0.5 B + absmax, write 2 B bf16.
+    qlora_dequant_bytes_per_weight: float = 2.6
+    # peft DoRA per targeted weight and forward pass: B@A (2 B), W + sBA (read 4, write 2), row norms
+    # in fp32 (read 2, write 4); the norm is detached, so the backward pass does not repeat it.
+    dora_norm_bytes_per_weight: float = 14.0
+    # Plain transformers loss: fp32 upcast of the logits (read 2, write 4), log-softmax (read 4,
+    # write 4), its gradient (read 4, write 4) and the bf16 gradient of the logits (write 2).
+    plain_ce_traffic_bytes_per_logit: float = 24.0
+    optimizer_traffic_factor: dict[str, float] = field(default_factory=_default_optimizer_traffic)
+    # CPU launch time: per layer and pass unit by method, plus a fixed part per micro-step (loss,
+    # optimizer and scheduler calls, logging). Fitted.
+    dispatch_s_per_layer_pass: dict[str, float] = field(default_factory=_default_dispatch)
+    dispatch_s_per_step: float = 0.0
+    # CPU launches and GPU work overlap: step = (gpu^p + cpu^p)^(1/p); large p = perfect overlap.
+    dispatch_overlap_power: float = 4.0
+    data_parallel_s_per_layer: dict[int, float] = field(default_factory=_default_data_parallel)
+    # Effective per-GPU NCCL bus bandwidth (GB/s) for the traffic not hidden behind compute; NVLink
+    # boxes. PCIe-only boxes are several times slower: not modelled.
+    interconnect_gbs: float = 150.0
     # Throughput kept with ZeRO-Offload (CPU Adam, PCIe transfers) and with parameter offload too.
     offload_optimizer_speed: float = 0.45
     offload_all_speed: float = 0.25

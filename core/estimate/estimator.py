@@ -106,6 +106,9 @@ def _plan_summary(plan: TrainingPlan) -> dict[str, Any]:
         "lora_targets": list(plan.lora_targets) if plan.uses_lora else None,
         "lora_dropout": plan.lora_dropout if plan.uses_lora else None,
         "fused_ce": plan.fused_ce,
+        "fused_ce_impl": plan.fused_ce_impl if plan.fused_ce else None,
+        "kbit_upcast": plan.kbit_upcast if plan.method == "qlora" else None,
+        "offload_activations": plan.offload_activations and plan.gradient_checkpointing,
         "optimizer": plan.optimizer,
         "num_gpus": plan.num_gpus,
         "zero_stage": plan.zero_stage,
@@ -138,7 +141,7 @@ def estimate(plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration = DEFAUL
     arch = plan.architecture
     counts = count_parameters(arch)
     memory = memory_phases(arch, counts, plan, gpu, calibration)
-    speed = estimate_speed(arch, counts, plan, gpu, calibration)
+    speed = estimate_speed(arch, counts, plan, gpu, calibration, trainable=memory.sizes.trainable)
     breakdown = {key: memory.peak[key] / GIB for key in BREAKDOWN_KEYS}
     capacity = gpu.memory_gib
     return Estimate(

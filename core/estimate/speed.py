@@ -1,12 +1,24 @@
-"""Training speed from FLOPs: FLOPs per token over the GPU's dense peak at a calibrated efficiency.
+"""Training speed: the time of one micro-step from FLOPs, memory traffic and kernel-launch overhead.
 
 FLOPs per token (a matmul of an n-parameter weight costs 2n per token forward):
 - full fine-tuning: forward 2N, backward 4N (gradients for inputs and weights) -> 6N;
 - LoRA/QLoRA/DoRA: the frozen base needs input gradients only -> 2N + 2N = 4N, plus 6x the adapters;
+- DoRA with dropout: peft runs the targeted base linears a second time on the dropped-out input
+  (forward 2n, backward 2n more for the n targeted weights);
 - attention scores and weighted sum: 12 x layers x q_dim x seq per token (forward 4, backward 8);
 - gradient checkpointing runs the forward pass again (x4/3 for full, x3/2 for LoRA).
 N here is the parameters that take part in matmuls: the blocks' linears and the LM head (the embedding
 lookup is not a matmul).
+
+Time of one micro-step on one GPU (see ``step_time``): the GPU's work is the matmul FLOPs at a big-GEMM
+efficiency, stretched by the elementwise work that grows as hidden/(hidden + h_half) shrinks (norms,
+rotary, activations, casts are memory-bound and scale with tokens x hidden, not hidden^2), plus pure
+memory traffic at the GPU's bandwidth (QLoRA's NF4 dequantisation and DoRA's weight norm per pass over
+the base weights, the plain loss's fp32 logits, the optimizer step over the trainable parameters).
+The CPU's work is eager PyTorch launching every kernel of every layer (fixed per layer and pass, by
+method: peft's adapters and bitsandbytes add many small ops). The two run concurrently, so the step takes about the longer
+of them (a soft maximum). Data parallelism adds per-layer hook/bucket overhead and the traffic not
+hidden behind compute. The constants are in ``calibration.py``, fitted by ``bench/estimate_calibrate.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ from core.estimate.architecture import ModelArchitecture, ParameterCounts, lora_
 from core.estimate.calibration import Calibration
 from core.estimate.gpus import GpuSpec
 from core.estimate.plan import TrainingPlan
+from core.estimate.precision import precision_layout
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,12 @@ def matmul_parameters(counts: ParameterCounts) -> int:
     return counts.linear_in_layers + counts.embedding
 
 
+def targeted_weight_parameters(arch: ModelArchitecture, plan: TrainingPlan) -> int:
+    """Weights of the base linears that carry an adapter (what DoRA re-runs and normalises)."""
+    per_layer = sum(shape.weight_params for shape in arch.linear_shapes() if shape.name in plan.lora_targets)
+    return per_layer * arch.num_layers
+
+
 def attention_flops_per_token(arch: ModelArchitecture, seq_len: int, calibration: Calibration) -> float:
     """Forward attention FLOPs per token: QK^T and the weighted sum of V, 2 x 2 x q_dim x seq per layer."""
     return 4.0 * arch.num_layers * arch.q_dim * seq_len * calibration.attention_flops_factor
@@ -54,34 +73,138 @@ def flops_per_token(arch: ModelArchitecture, counts: ParameterCounts, plan: Trai
         adapters = lora_parameter_count(arch, plan.lora_rank, plan.lora_targets)
         forward = 2.0 * n + 2.0 * adapters + attention
         backward = 2.0 * n + 4.0 * adapters + 2.0 * attention
+        if plan.method == "dora" and plan.lora_dropout > 0:
+            targeted = targeted_weight_parameters(arch, plan)
+            forward += 2.0 * targeted
+            backward += 2.0 * targeted
     recompute = forward if plan.gradient_checkpointing else 0.0
     return FlopsPerToken(forward=forward, backward=backward, recompute=recompute)
 
 
-def model_flops_efficiency(arch: ModelArchitecture, plan: TrainingPlan, gpu: GpuSpec,
-                           calibration: Calibration) -> float:
-    """Fraction of the GPU's dense peak one GPU reaches for this plan (calibration table x size terms)."""
+def gemm_efficiency(arch: ModelArchitecture, plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration) -> float:
+    """Fraction of the dense peak the matmul FLOPs get, the blocks' elementwise work included.
+
+    The big-GEMM efficiency of the GPU family and method, times hidden / (hidden + h_half): the
+    memory-bound work per token (norms, rotary, activations, casts, peft's dropout copies) grows like
+    hidden while the matmul work grows like hidden^2, so narrow models reach less of the peak.
+    """
     if plan.precision == "fp32":
         base = calibration.fp32_efficiency
     else:
         family = calibration.efficiency.get(gpu.family) or calibration.efficiency["ampere"]
         base = family[plan.method]
-    hidden_term = arch.hidden_size / (arch.hidden_size + calibration.hidden_half_efficiency)
-    tokens = plan.tokens_per_micro_batch
-    tokens_term = tokens / (tokens + calibration.tokens_half_efficiency)
-    return base * hidden_term * tokens_term
+    return base * arch.hidden_size / (arch.hidden_size + calibration.hidden_half_efficiency)
 
 
-def parallel_efficiency(plan: TrainingPlan, calibration: Calibration) -> float:
-    """Per-GPU throughput kept with several GPUs and with ZeRO offload."""
-    factor = 1.0
-    if plan.num_gpus > 1:
-        factor *= calibration.multi_gpu_scaling.get(plan.zero_stage, 0.8)
+def memory_bandwidth_bytes_per_s(gpu: GpuSpec, calibration: Calibration) -> float:
+    """What memory-bound kernels reach: the GPU's HBM bandwidth x an achievable fraction."""
+    # A GPU without a bandwidth figure (a pseudo-spec): HBM keeps roughly pace with the matmul peak.
+    gbs = gpu.memory_bandwidth_gbs or max(gpu.bf16_tflops, gpu.fp32_tflops) * calibration.fallback_gbs_per_tflops
+    return max(gbs, 1.0) * 1e9 * calibration.memory_bandwidth_efficiency
+
+
+def weight_pass_bytes(counts: ParameterCounts, arch: ModelArchitecture, plan: TrainingPlan,
+                      calibration: Calibration) -> float:
+    """Bytes moved per micro-step over the base weights outside the matmuls.
+
+    QLoRA dequantises every NF4 weight to bf16 in the forward pass, again in backward (the input
+    gradient needs W) and in the recompute; DoRA forms W + BA and its row norms in every forward pass.
+    """
+    if plan.method == "qlora":
+        passes = 2 + (1 if plan.gradient_checkpointing else 0)
+        return passes * counts.linear_in_layers * calibration.qlora_dequant_bytes_per_weight
+    if plan.method == "dora":
+        passes = 1 + (1 if plan.gradient_checkpointing else 0)
+        return passes * targeted_weight_parameters(arch, plan) * calibration.dora_norm_bytes_per_weight
+    return 0.0
+
+
+def loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
+    """Memory traffic of the plain loss: fp32 logits upcast, log-softmax and its gradient (fused CE: none)."""
+    if plan.fused_ce:
+        return 0.0
+    return plan.tokens_per_micro_batch * arch.vocab_size * calibration.plain_ce_traffic_bytes_per_logit
+
+
+def optimizer_bytes(trainable: int, plan: TrainingPlan, calibration: Calibration) -> float:
+    """Memory traffic of one optimizer step (weights, gradients, states, master copy; clipping included)."""
+    layout = precision_layout(plan, calibration.adam8bit_bytes_per_param)
+    per_param = layout.trainable_weight + layout.gradient + layout.optimizer_state + layout.master_weight
+    factor = calibration.optimizer_traffic_factor.get(plan.optimizer, 3.0)
+    return trainable * per_param * factor
+
+
+def dispatch_seconds(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
+    """CPU time to launch one micro-step's kernels: per layer and pass unit (forward 1, backward 2, recompute 1)."""
+    passes = 3 + (1 if plan.gradient_checkpointing else 0)
+    per_layer = calibration.dispatch_s_per_layer_pass[plan.method]
+    return arch.num_layers * passes * per_layer + calibration.dispatch_s_per_step
+
+
+def data_parallel_seconds(arch: ModelArchitecture, counts: ParameterCounts, trainable: int, plan: TrainingPlan,
+                          calibration: Calibration) -> float:
+    """Per micro-step time data parallelism adds: per-layer hook/bucket overhead + traffic not overlapped.
+
+    Gradients are all-reduced (DDP) or reduce-scattered (ZeRO) in the compute dtype; ZeRO-3 also
+    all-gathers the weights for the forward and the backward pass. A ring moves 2(n-1)/n of an
+    all-reduce's bytes per GPU and (n-1)/n of a gather's.
+    """
+    if plan.num_gpus <= 1:
+        return 0.0
+    n = plan.num_gpus
+    gradient_bytes = 2.0 * (n - 1) / n * trainable * 2.0
+    traffic = gradient_bytes
+    if plan.zero_stage == 3:
+        traffic += 2.0 * (n - 1) / n * counts.total * 2.0
+    stage = plan.zero_stage if plan.zero_stage in calibration.data_parallel_s_per_layer else 3
+    overhead = arch.num_layers * calibration.data_parallel_s_per_layer[stage]
+    return overhead + traffic / (calibration.interconnect_gbs * 1e9)
+
+
+def offload_factor(plan: TrainingPlan, calibration: Calibration) -> float:
+    """Throughput kept with ZeRO-Offload (CPU Adam and PCIe transfers; parameters too for ``all``)."""
     if plan.offload == "optimizer":
-        factor *= calibration.offload_optimizer_speed
-    elif plan.offload == "all":
-        factor *= calibration.offload_all_speed
-    return factor
+        return calibration.offload_optimizer_speed
+    if plan.offload == "all":
+        return calibration.offload_all_speed
+    return 1.0
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds of one micro-step on one GPU, by part."""
+
+    matmul_s: float
+    weight_pass_s: float  # memory traffic over the base weights: QLoRA dequantisation, DoRA norms
+    loss_s: float
+    optimizer_s: float
+    gpu_s: float  # the sum of the four above
+    dispatch_s: float  # CPU-side kernel launches, concurrent with the GPU's work
+    data_parallel_s: float
+    total_s: float
+
+
+def step_time(arch: ModelArchitecture, counts: ParameterCounts, trainable: int, plan: TrainingPlan, gpu: GpuSpec,
+              calibration: Calibration) -> StepTime:
+    """Time of one micro-step (see the module docstring); the optimizer step is spread over accumulation."""
+    tokens = plan.tokens_per_micro_batch
+    flops = flops_per_token(arch, counts, plan, calibration).total * tokens
+    peak = gpu.peak_tflops(plan.precision) * 1e12
+    matmul = flops / (peak * gemm_efficiency(arch, plan, gpu, calibration)) if peak > 0 else float("inf")
+    bandwidth = memory_bandwidth_bytes_per_s(gpu, calibration)
+    weights = weight_pass_bytes(counts, arch, plan, calibration) / bandwidth
+    loss = loss_bytes(arch, plan, calibration) / bandwidth
+    # ZeRO shards the optimizer step across the GPUs; accumulation runs it once per several micro-steps.
+    shards = plan.num_gpus if plan.zero_stage >= 1 else 1
+    optimizer = optimizer_bytes(trainable, plan, calibration) / bandwidth / plan.grad_accum_steps / shards
+    gpu_s = matmul + weights + loss + optimizer
+    dispatch = dispatch_seconds(arch, plan, calibration)
+    power = calibration.dispatch_overlap_power
+    overlapped = (gpu_s**power + dispatch**power) ** (1.0 / power)
+    parallel = data_parallel_seconds(arch, counts, trainable, plan, calibration)
+    total = (overlapped + parallel) / offload_factor(plan, calibration)
+    return StepTime(matmul_s=matmul, weight_pass_s=weights, loss_s=loss, optimizer_s=optimizer, gpu_s=gpu_s,
+                    dispatch_s=dispatch, data_parallel_s=parallel, total_s=total)
 
 
 @dataclass(frozen=True)
@@ -89,20 +212,30 @@ class SpeedEstimate:
     """Throughput of the whole job and what follows from it."""
 
     flops_per_token: float
-    efficiency: float  # model FLOPs utilisation of one GPU, parallel overheads included
+    efficiency: float  # model FLOPs utilisation of one GPU, every overhead included
     tokens_per_s_per_gpu: float
     tokens_per_s: float  # all GPUs together
     seconds_per_step: float  # one optimizer step: micro-batch x accumulation x GPUs tokens
     epoch_hours: float | None
     epoch_cost: float | None
+    step: StepTime | None = None
 
 
 def estimate_speed(arch: ModelArchitecture, counts: ParameterCounts, plan: TrainingPlan, gpu: GpuSpec,
-                   calibration: Calibration) -> SpeedEstimate:
-    """Tokens/s from FLOPs, then time per epoch and cost when the plan gives tokens and a price."""
+                   calibration: Calibration, trainable: int | None = None) -> SpeedEstimate:
+    """Tokens/s from the micro-step time, then time per epoch and cost when the plan gives tokens and a price.
+
+    ``trainable`` is the number of trained parameters (the optimizer's work); by default the whole
+    model for full fine-tuning and the adapters otherwise.
+    """
+    if trainable is None:
+        trainable = counts.total if plan.method == "full" else lora_parameter_count(
+            arch, plan.lora_rank, plan.lora_targets, dora=plan.method == "dora")
     flops = flops_per_token(arch, counts, plan, calibration).total
-    efficiency = model_flops_efficiency(arch, plan, gpu, calibration) * parallel_efficiency(plan, calibration)
-    per_gpu = gpu.peak_tflops(plan.precision) * 1e12 * efficiency / flops
+    step = step_time(arch, counts, trainable, plan, gpu, calibration)
+    per_gpu = plan.tokens_per_micro_batch / step.total_s if step.total_s > 0 else 0.0
+    peak = gpu.peak_tflops(plan.precision) * 1e12
+    efficiency = per_gpu * flops / peak if peak > 0 else 0.0
     total = per_gpu * plan.num_gpus
     step_tokens = plan.tokens_per_micro_batch * plan.grad_accum_steps * plan.num_gpus
     epoch_hours = None
@@ -119,4 +252,5 @@ def estimate_speed(arch: ModelArchitecture, counts: ParameterCounts, plan: Train
         seconds_per_step=step_tokens / total if total > 0 else float("inf"),
         epoch_hours=epoch_hours,
         epoch_cost=cost,
+        step=step,
     )
