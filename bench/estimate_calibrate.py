@@ -121,7 +121,7 @@ def _engine_rows() -> list[Row]:
             precision = "pure-bf16" if settings.pop("pure_bf16", False) else "bf16"
             # These runs predate the engine's qlora_upcast switch: prepare_model_for_kbit_training upcast.
             plan = plan_for_model(model, method=run["method"], precision=precision, seq_len=seq, num_gpus=gpus,
-                                  kbit_upcast=True,
+                                  kbit_upcast=True, optimizer="adamw",  # adamw_torch: the default then
                                   fused_ce=path.name not in ENGINE_PLAIN_CE_FILES, **settings)
             padded = float(run["samples_per_s"]) * seq
             note = f"{run['tokens_per_s']:.0f} non-padding tok/s; peak alloc {run['peak_allocated_gib'][0]:.1f} GiB"

@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--chunked-ce", action="store_true", help=t("estimate.help.chunked_ce"))
     parser.add_argument("--qlora-upcast", action="store_true", help=t("estimate.help.qlora_upcast"))
     parser.add_argument("--offload-activations", action="store_true", help=t("estimate.help.offload_activations"))
-    parser.add_argument("--optimizer", type=normalise_optimizer, choices=OPTIMIZERS, default="adamw",
+    parser.add_argument("--optimizer", type=normalise_optimizer, choices=OPTIMIZERS, default="adamw_fused",
                         help=t("estimate.help.optimizer"))
     parser.add_argument("--gpus", type=int, default=None, help=t("estimate.help.gpus"))
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help=t("estimate.help.zero"))

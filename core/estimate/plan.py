@@ -16,6 +16,7 @@ PRECISIONS = ("bf16", "pure-bf16", "fp16", "fp32")
 OPTIMIZERS = ("adamw", "adamw_fused", "adamw_8bit", "paged_adamw_8bit")
 # The engine's / transformers' spellings of the same optimizers.
 OPTIMIZER_ALIASES = {
+    "auto": "adamw_fused",
     "adamw_torch": "adamw",
     "adamw_torch_fused": "adamw_fused",
     "adamw_bnb_8bit": "adamw_8bit",
@@ -51,7 +52,8 @@ class TrainingPlan:
     # Which fused cross-entropy: "liger" (Liger's kernels: fused linear CE + RMSNorm + SwiGLU, CUDA) or
     # "chunked" (tunedeck's own, core.train.fused_loss: checkpointed chunks of logits, no other kernels).
     fused_ce_impl: str = "liger"
-    optimizer: str = "adamw"
+    # The engine's default ("auto") on a GPU is the fused AdamW: plans are for GPUs, so that is the default.
+    optimizer: str = "adamw_fused"
     num_gpus: int = 1
     zero_stage: int = 0
     offload: str = "none"

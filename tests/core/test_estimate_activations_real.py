@@ -145,7 +145,8 @@ def test_whole_step_peak_matches_memtracker(vocab, method, precision, checkpoint
                   num_hidden_layers=4, vocab_size=vocab)
     arch = architecture_from_config(config)
     plan = TrainingPlan(architecture=arch, method=method, precision=precision, lora_rank=8, lora_dropout=0.0,
-                        fused_ce=False, gradient_checkpointing=checkpointing, micro_batch_size=batch, seq_len=seq)
+                        fused_ce=False, gradient_checkpointing=checkpointing, micro_batch_size=batch, seq_len=seq,
+                        optimizer="adamw")  # the foreach AdamW measured below
     # Tensors only: no CUDA context, no allocator slack on the CPU tracker.
     calibration = Calibration(cuda_context_gib={"hopper": 0.0}, allocator_slack_floor_gib=0.0,
                               allocator_slack_fraction=0.0)

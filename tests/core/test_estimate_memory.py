@@ -321,11 +321,11 @@ def test_fp16_on_v100_is_estimated():
 
 
 @pytest.mark.parametrize(("options", "expected"), [
-    ({"method": "full"}, 4 * N),  # foreach AdamW: sqrt(v) for the whole group, fp32
-    ({"method": "full", "precision": "pure-bf16"}, 2 * N),  # bf16 moments
-    ({"method": "full", "optimizer": "adamw_fused"}, 0),
+    ({"method": "full", "optimizer": "adamw"}, 4 * N),  # foreach AdamW: sqrt(v) for the whole group, fp32
+    ({"method": "full", "precision": "pure-bf16", "optimizer": "adamw"}, 2 * N),  # bf16 moments
+    ({"method": "full"}, 0),  # the default: fused AdamW, as the engine's "auto" on a GPU
     ({"method": "full", "optimizer": "adamw_8bit"}, 0),
-    ({"method": "full", "zero_stage": 2, "num_gpus": 4}, (4 + 4) * N / 4),  # + DeepSpeed's fp32 grad partition
+    ({"method": "full", "zero_stage": 2, "num_gpus": 4, "optimizer": "adamw"}, (4 + 4) * N / 4),  # + DeepSpeed's fp32 grad partition
     ({"method": "full", "zero_stage": 2, "num_gpus": 4, "optimizer": "adamw_fused"}, 4 * N / 4),
     ({"method": "full", "zero_stage": 2, "num_gpus": 4, "offload": "optimizer"}, 0),
 ])
@@ -336,7 +336,7 @@ def test_optimizer_step_temporaries(options, expected):
 
 
 def test_fused_adamw_lowers_the_step_peak_by_one_moment():
-    p = plan_for_model("Qwen2.5-7B", method="full", micro_batch_size=1, seq_len=1024)
+    p = plan_for_model("Qwen2.5-7B", method="full", micro_batch_size=1, seq_len=1024, optimizer="adamw")
     foreach = estimate(p, H200)
     fused = estimate(replace(p, optimizer="adamw_fused"), H200)
     assert foreach.peak_phase == fused.peak_phase == "optimizer_step"
@@ -350,3 +350,4 @@ def test_engine_optimizer_spellings_are_understood():
     assert normalise_optimizer("adamw_torch") == "adamw"
     assert normalise_optimizer("adamw_torch_fused") == "adamw_fused"
     assert normalise_optimizer("ADAMW_BNB_8BIT") == "adamw_8bit"
+    assert normalise_optimizer("auto") == "adamw_fused"  # the engine's default on a GPU
