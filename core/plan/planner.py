@@ -69,18 +69,21 @@ def candidate_json(candidate: Candidate, price: float | None) -> dict[str, Any]:
 
 # --- ranking ------------------------------------------------------------------------------------------
 def rank_key(candidate: Candidate, goal: str) -> tuple[Any, ...]:
-    """Smaller is better. Ties go to fewer GPUs, then less memory."""
+    """Smaller is better. A plan whose checkpoints would not fit on the disk comes after every plan
+    whose checkpoints do (it stays as an alternative: the user may free space). Ties go to fewer GPUs,
+    then less memory."""
     p = candidate.plan
+    disk_short = any(w.key == "plan.rule.disk" for w in candidate.warnings)
     speed = -candidate.tokens_per_s
     tie = (p.num_gpus, candidate.peak_gib)
     if goal == "largest_batch":
-        return (-p.micro_batch_size, speed, *tie)
+        return (disk_short, -p.micro_batch_size, speed, *tie)
     if goal == "longest_context":
-        return (-p.seq_len, speed, *tie)
+        return (disk_short, -p.seq_len, speed, *tie)
     if goal == "lowest_cost":
         gpu_seconds_per_token = p.num_gpus / max(candidate.tokens_per_s, 1e-9)
-        return (round(gpu_seconds_per_token, 12), speed, *tie)
-    return (speed, *tie)
+        return (disk_short, round(gpu_seconds_per_token, 12), speed, *tie)
+    return (disk_short, speed, *tie)
 
 
 def rank(candidates: list[Candidate], goal: str) -> list[Candidate]:

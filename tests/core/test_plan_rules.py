@@ -100,6 +100,22 @@ def test_disk_for_checkpoints_is_checked():
     assert any(f.key == "plan.rule.disk" for f in rec.best.warnings)
 
 
+def test_a_plan_whose_checkpoints_do_not_fit_the_disk_is_not_recommended_first():
+    from core.plan.planner import rank
+
+    def both(disk_gib: float):
+        req = request("Qwen2.5-7B", "1xH200", disk_free_gib=disk_gib)
+        shape = {"micro_batch_size": 16, "seq_len": 128, "gradient_checkpointing": False}
+        return [evaluate(plan_for_model("Qwen2.5-7B", method=m, **shape), req) for m in ("full", "lora")]
+
+    full, lora = both(1000.0)
+    assert full.tokens_per_s > lora.tokens_per_s and rank([lora, full], "fastest")[0] is full
+    full, lora = both(60.0)  # full's checkpoints need > 100 GiB, LoRA's a few hundred MiB
+    assert any(f.key == "plan.rule.disk" for f in full.warnings)
+    assert not any(f.key == "plan.rule.disk" for f in lora.warnings)
+    assert rank([full, lora], "fastest")[0] is lora
+
+
 def test_ranking_follows_the_goal():
     fastest = recommend(request("Qwen2.5-7B", "1xH200", goal="fastest"))
     batch = recommend(request("Qwen2.5-7B", "1xH200", goal="largest_batch"))

@@ -473,11 +473,12 @@ class WizardScreen(Screen[None]):
         if best is not None and best.estimate is not None:
             plan = best.estimate.plan
             for name in OVERRIDABLE:
-                key = {"grad_accum_steps": "grad_accum_steps"}.get(name, name)
-                value = plan.get(key)
+                value = plan.get(name)
                 if isinstance(value, bool):
-                    value = "on" if value else "off"
-                self.query_one(f"#ov-{name}", Input).placeholder = f"auto: {value}"
+                    value = t("plan.gc_on") if value else t("plan.gc_off")
+                elif value is None:  # e.g. the LoRA rank of a full fine-tuning plan
+                    value = "–"
+                self.query_one(f"#ov-{name}", Input).placeholder = t("wizard.auto_value", value=value)
 
     @on(Input.Changed)
     def _input_changed(self, event: Input.Changed) -> None:
