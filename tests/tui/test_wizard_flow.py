@@ -72,7 +72,7 @@ def test_gpu_box_defaults_to_qwen_7b_and_overrides_update_as_typed(private_home)
             assert w.request.hardware.detected and w.request.hardware.count == 2
             assert w.request.hardware.gpu.name == "H200"
             first = w.recommendation.best.plan
-            # 7B full fine-tuning fits one H200 with the fused AdamW (117 GiB), LoRA is the runner-up.
+            # Full fine-tuning fits one H200 (117 GiB with fused AdamW) but needs disk for its checkpoints.
             assert first.precision == "bf16" and first.method in ("full", "lora")
             other = "lora" if first.method == "full" else "full"
             await pilot.press("o")  # overrides panel, focus on the method field
