@@ -152,4 +152,12 @@ class CatalogueArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: ANN201 (NoReturn in argparse)
         with speaking_interface_language():
+            # Python 3.10 formats "argument X: ..." with a literal, not through gettext (3.11+ do).
+            untranslated = _ARGUMENT_PREFIX.match(message)
+            if untranslated:
+                message = _TRANSLATION.gettext("argument %(argument_name)s: %(message)s") % {
+                    "argument_name": untranslated["name"], "message": untranslated["rest"]}
             super().error(message)
+
+
+_ARGUMENT_PREFIX = re.compile(r"^argument (?P<name>\S+): (?P<rest>.*)$", re.DOTALL)

@@ -145,6 +145,18 @@ def test_chinese_errors_in_process_and_the_stdlib_restored(monkeypatch):
     assert argparse._ is gettext.gettext and argparse.ngettext is gettext.ngettext
 
 
+def test_the_argument_prefix_python_3_10_leaves_untranslated_is_translated(capsys):
+    """3.10 builds "argument X: ..." from a literal; the parser's error() translates that prefix."""
+    parser = CatalogueArgumentParser(prog="demo")
+    try:
+        i18n.set_language("zh")
+        with pytest.raises(SystemExit):
+            parser.error("argument --count: 无效的 int 值：'x'")
+    finally:
+        i18n.set_language("en")
+    assert "demo：错误：参数 --count：无效的 int 值：'x'" in capsys.readouterr().err
+
+
 def _argparse_message_ids() -> set[str]:
     tree = ast.parse(Path(argparse.__file__).read_text(encoding="utf-8"))
     found = set()
