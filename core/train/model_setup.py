@@ -15,13 +15,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from core.i18n import Message
+
 log = logging.getLogger("tunedeck.train")
 
 _WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.safetensors.index.json", "*.bin.index.json")
 
 
 class ModelSetupError(Exception):
-    """A model that cannot be loaded as configured; the message says what to change."""
+    """A model that cannot be loaded as configured; its one argument, a ``Message``, says what to change."""
 
 
 def has_weights(model_dir: Path) -> bool:
@@ -53,11 +55,9 @@ def attention_implementation(attn: str) -> str:
         try:
             import flash_attn  # noqa: F401
         except ImportError as exc:
-            raise ModelSetupError(
-                "attn: flash needs the flash-attn package, which is not installed; use attn: sdpa"
-            ) from exc
+            raise ModelSetupError(Message("train.flash_attn_missing")) from exc
         return "flash_attention_2"
-    raise ModelSetupError(f"attn: unknown value {attn!r}; use auto, sdpa, eager or flash")
+    raise ModelSetupError(Message("train.attn_unknown", value=attn))
 
 
 def load_tokenizer(model_dir: Path) -> Any:
@@ -133,7 +133,7 @@ def load_model(
 
     if method == "qlora":
         if device != "cuda":
-            raise ModelSetupError("method: qlora needs an NVIDIA GPU (bitsandbytes 4-bit); use lora on this machine")
+            raise ModelSetupError(Message("config.qlora_needs_cuda"))
         from transformers import BitsAndBytesConfig
 
         source = materialize_random_weights(model_dir, seed, compute_dtype) if bare else model_dir

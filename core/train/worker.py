@@ -385,15 +385,16 @@ def main(argv: list[str] | None = None) -> int:
     run = RunDirectory(Path(args.run_dir))
     cfg = run.config()
     from core.i18n import Message
+    from core.train.model_setup import ModelSetupError
 
     try:
         status, reason = train(run, cfg, args.resume, flag, rank, local_rank, world_size)
     except Exception as exc:
         if _is_oom(exc):
             return _on_oom(run, cfg, exc, rank, world_size)
-        if isinstance(exc, TrainingSetupError) and exc.args and isinstance(exc.args[0], Message):
+        if isinstance(exc, (TrainingSetupError, ModelSetupError)) and exc.args and isinstance(exc.args[0], Message):
             reason = exc.args[0]
-        elif isinstance(exc, TrainingSetupError) or type(exc).__name__ in ("ModelSetupError", "DataError"):
+        elif isinstance(exc, (TrainingSetupError, ModelSetupError)) or type(exc).__name__ == "DataError":
             reason = str(exc)
         else:
             reason = Message("train.reason_exception", error=f"{type(exc).__name__}: {exc}")

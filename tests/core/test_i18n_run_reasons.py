@@ -141,3 +141,14 @@ def test_real_detached_oom_run_reads_in_chinese(tmp_path):
     assert "out of GPU memory; change one of: micro_batch_size 4 → 2" in en.stdout
     failed = [e for e in map(json.loads, run.events_path.read_text().splitlines()) if e["event"] == "failed"]
     assert failed and failed[-1]["reason_message"]["key"] == "train.reason_oom"
+
+
+def test_model_setup_errors_are_messages_rendered_in_the_readers_language(chinese):
+    from core.train.model_setup import ModelSetupError, attention_implementation
+
+    with pytest.raises(ModelSetupError) as caught:
+        attention_implementation("fast")
+    message = caught.value.args[0]
+    assert isinstance(message, Message) and message.key == "train.attn_unknown"
+    assert "'fast'" in message.english() and "use auto, sdpa, eager or flash" in message.english()
+    assert str(message) != message.english() and "'fast'" in str(message)  # rendered in Chinese here
