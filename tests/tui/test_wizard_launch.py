@@ -21,7 +21,9 @@ def test_launch_starts_the_run_and_opens_its_dashboard(private_home):
         async with app.run_test(size=(120, 40)) as pilot:
             w = await to_result(pilot, app)
             await pilot.press("l")
-            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), timeout=60)
+            # Mounted, not only pushed: leaving the app while the screen composes tears it down half-built.
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.is_mounted,
+                           timeout=60)
             assert app.current_mode == "runs"
             assert w.saved_path is not None and w.saved_path.is_file()
 
