@@ -101,6 +101,7 @@ fi
 # --- tunedeck and its pinned dependencies -----------------------------------------------------
 extras=()
 [ "$app_only" = 0 ] && extras+=(ml)
+[ "$app_only" = 0 ] && [ "$gpu_count" -gt 0 ] && extras+=(gpu)  # Liger's kernels need a GPU (Triton)
 [ "$dev" = 1 ] && extras+=(dev)
 spec="$here"
 if [ ${#extras[@]} -gt 0 ]; then spec="$here[$(IFS=,; echo "${extras[*]}")]"; fi
