@@ -47,6 +47,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -342,9 +343,18 @@ def run_swift(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: fl
     points: list[tuple[float, float]] = []
     losses: list[float] = []
     tail: list[str] = []
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # swift's launcher starts the trainer as a child: own session, so a timeout kills the whole group
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     deadline = time.monotonic() + timeout_s
-    timer = threading.Timer(timeout_s, proc.kill)
+
+    def kill_group() -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # the group is already gone
+            pass
+
+    timer = threading.Timer(timeout_s, kill_group)
     timer.start()
     try:
         for line in proc.stdout or []:

@@ -53,7 +53,7 @@ def _default_data_parallel() -> dict[int, float]:
     # Seconds per decoder layer per micro-step that data parallelism adds on top of the traffic
     # (DDP's bucket hooks; DeepSpeed's per-parameter hooks, ZeRO-3's gathers and releases), by ZeRO
     # stage (0 = DDP). Fitted on one 2xH200 run each of a 0.5B model (24 layers); stage 1 assumed as 2.
-    return {0: 0.0039, 1: 0.0085, 2: 0.0085, 3: 0.0266}
+    return {0: 0.0036, 1: 0.0085, 2: 0.0085, 3: 0.0266}
 
 
 def _default_optimizer_traffic() -> dict[str, float]:

@@ -24,6 +24,7 @@ from core.estimate.calibration import Calibration
 from core.estimate.gpus import GIB, GpuSpec
 from core.estimate.plan import TrainingPlan
 from core.estimate.precision import PrecisionLayout, precision_layout
+from core.train.fused_loss import chunk_tokens_for  # light: fused_loss loads torch only inside its functions
 
 BREAKDOWN_KEYS = (
     "cuda_context",
@@ -164,15 +165,6 @@ def optimizer_step_temporary_bytes(sizes: ModelSizes, plan: TrainingPlan, layout
     return temporary
 
 
-def chunked_ce_tokens(vocab_size: int) -> int:
-    """Tokens per chunk of the engine's chunked cross-entropy (``core.train.fused_loss.chunk_tokens_for``,
-    not imported: the estimator stays free of the engine): ~2^27 fp32 logits, a power of two in [256, 4096]."""
-    tokens = 256
-    while tokens < 4096 and 2 * tokens * vocab_size <= 2**27:
-        tokens *= 2
-    return tokens
-
-
 def fused_ce_chunk_tokens(arch: ModelArchitecture, tokens: int) -> int:
     """Liger's chunk: next power of two of tokens / ceil(vocab / hidden), so a chunk's logits ~ the hidden states."""
     per_chunk = math.ceil(arch.vocab_size / arch.hidden_size)
@@ -195,7 +187,7 @@ def logits_and_loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: P
         # core.train.fused_loss: one checkpointed chunk at a time holds the plain path's per-logit tensors
         # (compute-dtype logits, fp32 upcast, log-softmax, gradient); the hidden states' gradient and
         # the per-token loss exist for the whole batch; a trained LM head has its weight gradient.
-        chunk = min(tokens, chunked_ce_tokens(arch.vocab_size))
+        chunk = min(tokens, chunk_tokens_for(arch.vocab_size))
         total = chunk * arch.vocab_size * calibration.plain_ce_bytes_per_logit
         total += tokens * arch.hidden_size * layout.compute + 4.0 * tokens
         if plan.method == "full":

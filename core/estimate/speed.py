@@ -145,20 +145,25 @@ def data_parallel_seconds(arch: ModelArchitecture, counts: ParameterCounts, trai
                           calibration: Calibration) -> float:
     """Per micro-step time data parallelism adds: per-layer hook/bucket overhead + traffic not overlapped.
 
-    Gradients are all-reduced (DDP) or reduce-scattered (ZeRO) in the compute dtype; ZeRO-3 also
-    all-gathers the weights for the forward and the backward pass. A ring moves 2(n-1)/n of an
-    all-reduce's bytes per GPU and (n-1)/n of a gather's.
+    Gradients are all-reduced (DDP) or reduce-scattered (ZeRO) in their own dtype (the precision
+    layout's: fp32 for LoRA adapters and for mixed-precision full fine-tuning, the compute dtype under
+    DeepSpeed); ZeRO-3 also all-gathers the weights for the forward and the backward pass. A ring moves
+    2(n-1)/n of an all-reduce's bytes per GPU and (n-1)/n of a gather's. DDP (stage 0, the Trainer runs
+    the other micro-steps under ``no_sync``) and ZeRO-1 (DeepSpeed reduces at the accumulation boundary)
+    synchronise once per optimizer step, so their cost is spread over the accumulation; ZeRO-2/3
+    reduce-scatter in the backward hooks of every micro-step.
     """
     if plan.num_gpus <= 1:
         return 0.0
     n = plan.num_gpus
-    gradient_bytes = 2.0 * (n - 1) / n * trainable * 2.0
-    traffic = gradient_bytes
+    gradient_size = precision_layout(plan, calibration.adam8bit_bytes_per_param).gradient
+    traffic = 2.0 * (n - 1) / n * trainable * gradient_size
     if plan.zero_stage == 3:
         traffic += 2.0 * (n - 1) / n * counts.total * 2.0
     stage = plan.zero_stage if plan.zero_stage in calibration.data_parallel_s_per_layer else 3
     overhead = arch.num_layers * calibration.data_parallel_s_per_layer[stage]
-    return overhead + traffic / (calibration.interconnect_gbs * 1e9)
+    per_sync = overhead + traffic / (calibration.interconnect_gbs * 1e9)
+    return per_sync / plan.grad_accum_steps if plan.zero_stage <= 1 else per_sync
 
 
 def offload_factor(plan: TrainingPlan, calibration: Calibration) -> float:

@@ -33,7 +33,8 @@ FUSED_CE_CHOICES = ("auto", "liger", "chunked", "false")
 
 
 def chunk_tokens_for(vocab_size: int) -> int:
-    """Tokens per chunk for a vocabulary (``core.estimate.memory.chunked_ce_tokens`` says the same)."""
+    """Tokens per chunk for a vocabulary (the estimator's ``core.estimate.memory`` uses it too: keep this module's
+    top-level imports light)."""
     tokens = 256
     while tokens < 4096 and 2 * tokens * vocab_size <= CHUNK_LOGITS:
         tokens *= 2
@@ -122,12 +123,19 @@ def causal_lm_of(model: Any) -> Any:
     return get_base() if callable(get_base) else model
 
 
+# Config fields that scale the logits after the LM head (Granite divides by ``logits_scaling``, Falcon-H1
+# multiplies by ``lm_head_multiplier``, others by ``output_multiplier``); 1 (or absent) leaves them exact.
+_LOGIT_SCALE_FIELDS = ("logit_scale", "logits_scaling", "lm_head_multiplier", "output_multiplier")
+
+
 def supports_chunked_loss(causal_lm: Any) -> bool:
     """Whether the model's logits are exactly ``lm_head(decoder(x))`` (no soft-capping or scaling)."""
     config = getattr(causal_lm, "config", None)
     if config is None or getattr(config, "final_logit_softcapping", None):
         return False
-    if getattr(causal_lm, "logit_scale", None) is not None or getattr(config, "logit_scale", None) not in (None, 1, 1.0):
+    if getattr(causal_lm, "logit_scale", None) is not None:
+        return False
+    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_SCALE_FIELDS):
         return False
     return callable(getattr(causal_lm, "get_decoder", None)) and causal_lm.get_output_embeddings() is not None
 

@@ -35,10 +35,13 @@ def offloaded_checkpoint(function: Any, *args: Any, park_device: str = "cpu", fo
     device = hidden.device
     parked = hidden.to(park_device)  # differentiable: the input's gradient comes back to ``device``
 
-    def run(parked_input: Any, *more: Any) -> Any:
+    def run(parked_input: Any, _anchor: Any, *more: Any) -> Any:
         return function(parked_input.to(device), *more)
 
-    return checkpoint(run, parked, *rest, use_reentrant=False)
+    # checkpoint saves and restores the RNG state only of the devices its tensor arguments live on: with
+    # the parked (CPU) input alone it would leave the GPU's out, and the recomputation's dropout masks
+    # (LoRA dropout) would differ from the forward's. An empty tensor on ``device`` puts that device in.
+    return checkpoint(run, parked, hidden.new_empty(0), *rest, use_reentrant=False)
 
 
 def install_offloaded_checkpointing(model: Any, **kwargs: Any) -> int:

@@ -420,7 +420,8 @@ def _on_oom(run: RunDirectory, cfg: dict[str, Any], exc: BaseException, rank: in
     advice = oom_advice(cfg, world_size)
     reason = Message("train.reason_oom", advice=oom_tips(cfg, world_size))
     keys = ("model", "method", "precision", "micro_batch_size", "gradient_accumulation", "max_seq_len",
-            "gradient_checkpointing", "zero_stage", "offload", "packing", "optimizer")
+            "gradient_checkpointing", "zero_stage", "offload", "packing", "optimizer",
+            "fused_ce", "offload_activations", "qlora_upcast")  # the engine switches that decide memory too
     run.append_event(
         "oom",
         rank=rank,

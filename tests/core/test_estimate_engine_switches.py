@@ -7,8 +7,9 @@ from dataclasses import replace
 from core.estimate import TrainingPlan, architecture_from_config, estimate, find_gpu, plan_for_model
 from core.estimate.activations import block_activations, head_activation_bytes
 from core.estimate.calibration import DEFAULT_CALIBRATION as CAL
-from core.estimate.memory import chunked_ce_tokens, logits_and_loss_bytes
+from core.estimate.memory import logits_and_loss_bytes
 from core.estimate.precision import precision_layout
+from core.train.fused_loss import chunk_tokens_for
 
 H, VOCAB = 64, 1000
 TINY = architecture_from_config({
@@ -24,7 +25,7 @@ def _layout(p: TrainingPlan):
 def test_chunked_logits_term_is_one_chunk_of_plain_logits_plus_the_hidden_gradient():
     p = TrainingPlan(architecture=TINY, micro_batch_size=2, seq_len=4096, fused_ce_impl="chunked")
     tokens = 8192
-    assert chunked_ce_tokens(VOCAB) == 4096 and chunked_ce_tokens(152064) == 512
+    assert chunk_tokens_for(VOCAB) == 4096 and chunk_tokens_for(152064) == 512
     expected = 4096 * VOCAB * CAL.plain_ce_bytes_per_logit + tokens * H * 2 + 4 * tokens
     assert logits_and_loss_bytes(TINY, p, _layout(p), CAL) == expected
     plain = replace(p, fused_ce=False)

@@ -132,6 +132,9 @@ def test_injected_oom_fails_with_reason_event_and_advice(tmp_path):
     oom = [e for e in events if e["event"] == "oom"]
     assert len(oom) == 1
     assert oom[0]["config"]["micro_batch_size"] == 4 and oom[0]["config"]["method"] == "lora"
+    # the memory switches of the engine are in the record too (the run's normalised config has them all)
+    assert {k: oom[0]["config"][k] for k in ("fused_ce", "offload_activations", "qlora_upcast")} == {
+        "fused_ce": "auto", "offload_activations": False, "qlora_upcast": False}
     assert oom[0]["step"] == 2 and "gradient_checkpointing" in oom[0]["advice"]
     assert events[-1]["event"] == "failed" and events[-1]["exit_code"] != 0
     steps = [r["step"] for r in _records(run_dir, "metrics.jsonl") if r.get("kind") == "train"]

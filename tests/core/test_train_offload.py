@@ -54,3 +54,25 @@ def test_offloaded_checkpointing_matches_plain_checkpointing(monkeypatch):
     assert grads.keys() == plain_grads.keys()
     for name in grads:
         assert torch.allclose(grads[name], plain_grads[name], atol=1e-6), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU's RNG state is what is at stake: needs CUDA")
+def test_recomputation_draws_the_forward_dropout_mask_on_cuda():
+    """The parked input is on the CPU; the GPU's RNG state must still be replayed in the recomputation,
+    else the dropout mask of backward differs from the forward's and the gradients are silently wrong."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 64).cuda()
+
+    def block(x):
+        return torch.nn.functional.dropout(layer(x), p=0.5, training=True)
+
+    x = torch.randn(16, 64, device="cuda", requires_grad=True)
+    results = []
+    for checkpointed in (False, True):
+        x.grad, layer.weight.grad = None, None
+        torch.cuda.manual_seed(1)
+        out = offload.offloaded_checkpoint(block, x) if checkpointed else block(x)
+        (out * torch.arange(64, device="cuda")).sum().backward()
+        results.append((out.detach(), x.grad.clone(), layer.weight.grad.clone()))
+    for plain, offloaded in zip(*results, strict=True):
+        assert torch.allclose(plain, offloaded, atol=1e-6)
