@@ -7,11 +7,13 @@ is checked before the first byte is written.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,14 @@ from core.runs.run_dir import RunDirectory, utc_now_iso
 # Room left over after the merged weights: tokenizer files, the filesystem's own needs.
 DEFAULT_HEADROOM_BYTES = 256 * 1024 * 1024
 TMP_SUFFIX = ".tmp"
-# The stages ``merge_run`` reports through its ``progress`` callback, in order.
+LOCK_SUFFIX = ".lock"
+# The stages ``merge_run`` reports through its ``progress`` callback, in order ("merge" only when the run
+# has an adapter to fold in: a full fine-tune goes from "load" to "write").
 MERGE_STAGES = ("load", "merge", "write", "done")
+
+
+class MergeCancelled(LifecycleError):
+    """The caller cancelled the merge (its app is quitting); nothing was left behind."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +94,7 @@ def merged_model(source: ModelSource, device: str = "cpu",
     from core.lifecycle.source import load_finetuned
 
     loaded = load_finetuned(source, device)
-    if progress is not None:
+    if progress is not None and loaded.has_adapter:
         progress("merge")
     model = loaded.model.merge_and_unload() if loaded.has_adapter else loaded.model
     return model, loaded.tokenizer
@@ -126,12 +134,48 @@ def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance:
     return sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
 
 
+@contextmanager
+def merge_lock(out: Path) -> Iterator[None]:
+    """Hold ``OUT.lock`` (flock) for a merge into ``out``; a second merge into it raises at once.
+
+    Two merges into one folder would delete each other's ``OUT.tmp``, and both would fail. The lock file
+    is removed on release; one found replaced after locking (its holder just removed it) is locked anew."""
+    from core.i18n import t
+
+    path = out.with_name(out.name + LOCK_SUFFIX)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LifecycleError(t("lifecycle.merge_running", path=str(out))) from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
 def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None = None,
               headroom_bytes: int = DEFAULT_HEADROOM_BYTES, force: bool = False,
-              device: str | None = None, progress: Callable[[str], None] | None = None) -> MergeResult:
+              device: str | None = None, progress: Callable[[str], None] | None = None,
+              cancelled: Callable[[], bool] | None = None) -> MergeResult:
     """Merge the run's adapter (last complete checkpoint unless ``checkpoint``) into ``out``.
 
-    ``progress`` (called from this thread) hears each stage of ``MERGE_STAGES`` as it begins."""
+    ``progress`` (called from this thread) hears each stage of ``MERGE_STAGES`` as it begins.
+    ``cancelled`` is asked before each stage: when it turns true the merge ends with ``MergeCancelled``
+    and leaves nothing behind (a stage under way, e.g. loading, runs to its end first)."""
     from core.i18n import t
     from core.lifecycle.source import default_device
 
@@ -141,7 +185,21 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
     out = Path(out) if out is not None else default_merge_dir(run, source.step)
     if out.exists() and not force:
         raise LifecycleError(t("lifecycle.out_exists", path=str(out)))
-    report = progress or (lambda _stage: None)
+    with merge_lock(out):
+        return _merge_locked(run, source, out, headroom_bytes, force, device, progress, cancelled, started)
+
+
+def _merge_locked(run: RunDirectory, source: ModelSource, out: Path, headroom_bytes: int, force: bool,
+                  device: str, progress: Callable[[str], None] | None, cancelled: Callable[[], bool] | None,
+                  started: float) -> MergeResult:
+    from core.i18n import t
+
+    def report(stage: str) -> None:
+        if cancelled is not None and cancelled():
+            raise MergeCancelled(t("lifecycle.merge_cancelled", run=run.id))
+        if progress is not None:
+            progress(stage)
+
     report("load")
     model, tokenizer = merged_model(source, device, report)
     provenance = {"merged": utc_now_iso(), **source.to_dict()}
@@ -155,5 +213,6 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     result = MergeResult(out, source.step, size, time.monotonic() - started, dtype, source.is_adapter)
     run.append_event("merged", **result.to_dict())
-    report("done")
+    if progress is not None:  # written: too late to cancel
+        progress("done")
     return result

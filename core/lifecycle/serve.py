@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -183,13 +183,18 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
         raise LifecycleError(t("lifecycle.serve_already", run=run.id, url=existing.url, pid=existing.pid))
     chosen = choose_backend(backend)
     if chosen != "transformers" and model_dir is None:
-        from core.lifecycle.merge import default_merge_dir, merge_run
+        from core.lifecycle.merge import MergeCancelled, default_merge_dir, merge_run
         from core.lifecycle.source import resolve_model_source
 
         source = resolve_model_source(run, checkpoint)
         model_dir = default_merge_dir(run, source.step)
         if not model_dir.is_dir():
-            merge_run(run, checkpoint)
+            if cancelled is not None and cancelled():
+                raise ServeWaitCancelled(t("lifecycle.serve_wait_cancelled", run=run.id))
+            try:
+                merge_run(run, checkpoint, cancelled=cancelled)
+            except MergeCancelled as exc:
+                raise ServeWaitCancelled(str(exc)) from exc
     directory = serve_dir(run.id)
     if chosen != "transformers" and port == 0:
         port = _free_port(host)
@@ -206,26 +211,44 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
         scheme_host = f"[{host}]" if ":" in host else host
         write_json_atomic(directory / "state.json", {**_read_state(directory), "pid": proc.pid,
                                                      "url": f"http://{scheme_host}:{port}/v1", "status": "loading"})
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cancelled is not None and cancelled():
-            raise ServeWaitCancelled(t("lifecycle.serve_wait_cancelled", run=run.id))
-        raw = _read_state(directory)
-        url = str(raw.get("url") or "")
-        if proc.poll() is not None:
-            break
-        if url and (raw.get("status") == "ready" or chosen != "transformers") and health(url):
-            if chosen != "transformers":
-                write_json_atomic(directory / "state.json", {**raw, "status": "ready"})
-            state = server_state(run.id)
-            if state is not None:
-                run.append_event("serve_started", url=state.url, pid=state.pid, backend=chosen)
-                return state
-        time.sleep(0.25)
+    state = _await_ready(run.id, timeout, cancelled, proc)
+    if state is not None:
+        run.append_event("serve_started", url=state.url, pid=state.pid, backend=chosen)
+        return state
     if proc.poll() is None:
         _terminate(proc.pid)
     tail = log_path.read_text(encoding="utf-8", errors="replace")[-2000:].strip()
     raise LifecycleError(t("lifecycle.serve_failed", log=str(log_path), tail=tail))
+
+
+def _await_ready(run_id: str, timeout: float, cancelled: Callable[[], bool] | None,
+                 proc: subprocess.Popen | None = None) -> ServerState | None:
+    """Poll until the run's server answers, then mark it "ready"; None when ``proc`` ended or time ran out.
+
+    Our transformers server writes "ready" itself once its model is loaded (its /v1/models may answer
+    before); a vLLM/LMDeploy server cannot, so for those an answer to /v1/models is what ready means, and
+    whoever sees it first (the starter, or an app that found the server later) records it."""
+    from core.atomic_file import write_json_atomic
+    from core.i18n import t
+
+    directory = serve_dir(run_id)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cancelled is not None and cancelled():
+            raise ServeWaitCancelled(t("lifecycle.serve_wait_cancelled", run=run_id))
+        if proc is not None and proc.poll() is not None:
+            return None
+        state = server_state(run_id)
+        if state is None and proc is None:
+            raise LifecycleError(t("lifecycle.serve_not_running", run=run_id))
+        if (state is not None and state.url and (state.status == "ready" or state.backend != "transformers")
+                and health(state.url)):
+            if state.status != "ready":
+                write_json_atomic(directory / "state.json", {**_read_state(directory), "status": "ready"})
+                state = replace(state, status="ready")
+            return state
+        time.sleep(0.25)
+    return None
 
 
 def wait_until_ready(run_id: str, timeout: float = 600.0,
@@ -233,16 +256,9 @@ def wait_until_ready(run_id: str, timeout: float = 600.0,
     """The run's running server once it answers (it may still be loading its model when found)."""
     from core.i18n import t
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cancelled is not None and cancelled():
-            raise ServeWaitCancelled(t("lifecycle.serve_wait_cancelled", run=run_id))
-        state = server_state(run_id)
-        if state is None:
-            raise LifecycleError(t("lifecycle.serve_not_running", run=run_id))
-        if state.url and state.status == "ready" and health(state.url):
-            return state
-        time.sleep(0.25)
+    state = _await_ready(run_id, timeout, cancelled)
+    if state is not None:
+        return state
     directory = serve_dir(run_id)
     tail = (directory / "server.log").read_text(encoding="utf-8", errors="replace")[-2000:].strip()
     raise LifecycleError(t("lifecycle.serve_failed", log=str(directory / "server.log"), tail=tail))
@@ -287,10 +303,16 @@ def probe_request(url: str, model: str, prompt: str = "Hello!", max_tokens: int 
                        "max_tokens": max_tokens, "temperature": 0}).encode("utf-8")
     request = urllib.request.Request(url.rstrip("/") + "/chat/completions", data=body,
                                      headers={"Content-Type": "application/json"})
+    from core.i18n import t
+
     started = time.monotonic()
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             reply = json.loads(response.read())
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise LifecycleError(f"{url}: {exc}") from exc
-    return str(reply["choices"][0]["message"]["content"]), time.monotonic() - started
+    try:
+        content = reply["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise LifecycleError(t("lifecycle.probe_bad_reply", url=url, error=repr(exc))) from exc
+    return str(content), time.monotonic() - started

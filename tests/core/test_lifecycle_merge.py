@@ -114,3 +114,61 @@ def test_merge_cli_json_and_unknown_run(lora_run, tmp_path):
     assert (out / "model.safetensors").is_file()
     proc = tunedeck(home, "merge", "no-such-run")
     assert proc.returncode == 2 and "no-such-run" in proc.stderr
+
+
+def test_a_second_merge_into_the_same_folder_is_refused_while_the_first_runs(lora_run):
+    import fcntl
+    import os
+
+    from core.lifecycle.merge import default_merge_dir, merge_run
+    from core.lifecycle.source import LifecycleError
+
+    _home, run = lora_run
+    out = default_merge_dir(run, 30)
+    lock = out.with_name(out.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)  # the first merge, holding the lock
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(LifecycleError, match="already running") as info:
+            merge_run(run, force=True)
+        assert str(out) in str(info.value)
+        assert not out.with_name(out.name + ".tmp").exists()  # the second one touched nothing
+    finally:
+        os.close(fd)
+    os.unlink(lock)
+    result = merge_run(run, force=True)  # once the first has ended, a merge goes ahead
+    assert result.out == out and not lock.exists()  # and its lock file goes with it
+
+
+def test_a_cancelled_merge_stops_at_the_next_stage_and_leaves_nothing(lora_run, tmp_path):
+    from core.lifecycle.merge import MergeCancelled, merge_run
+
+    _home, run = lora_run
+    out = tmp_path / "cancelled"
+    stages: list[str] = []
+    with pytest.raises(MergeCancelled):
+        merge_run(run, out=out, progress=stages.append, cancelled=lambda: "merge" in stages)
+    assert stages == ["load", "merge"]  # stopped before writing
+    assert list(tmp_path.iterdir()) == []  # no folder, no .tmp, no .lock
+    with pytest.raises(MergeCancelled):
+        merge_run(run, out=out, progress=stages.append, cancelled=lambda: True)
+    assert stages == ["load", "merge"] and list(tmp_path.iterdir()) == []
+
+
+def test_a_full_fine_tune_reports_no_merge_stage(lora_run, tmp_path):
+    """A checkpoint without an adapter (here: a merged copy of the run, a full model) is taken as it is."""
+    import dataclasses
+
+    from core.lifecycle.merge import merge_run, merged_model
+    from core.lifecycle.source import resolve_model_source
+
+    _home, run = lora_run
+    stages: list[str] = []
+    merged = merge_run(run, out=tmp_path / "full", progress=stages.append)
+    assert stages == ["load", "merge", "write", "done"]  # the LoRA run folds its adapter in
+    full = dataclasses.replace(resolve_model_source(run), checkpoint=merged.out)
+    assert not full.is_adapter
+    stages.clear()
+    model, _tokenizer = merged_model(full, "cpu", stages.append)
+    assert stages == [] and model is not None

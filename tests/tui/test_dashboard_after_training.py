@@ -115,6 +115,12 @@ def test_v_serves_the_run_with_url_port_health_and_a_test_reply_then_stops(finis
             assert "ready" in text and "healthy" in text and "test request answered in" in text
             # the reply on screen is the server's own answer (greedy, so the same again)
             assert panel.reply == probe_request(state.url, run_id)[0]
+            await pilot.press("t", "t")  # the second t while the first one's request is under way
+            notes = [str(n.message) for n in app._notifications]
+            assert any("a test request is already running" in n for n in notes), notes
+            assert not any("no server is running" in n for n in notes), notes
+            await wait_for(pilot, lambda: not panel.testing, timeout=60)
+            assert panel.test_error is None and panel.reply
             await pilot.press("y")
             assert app.clipboard == state.url
             await pilot.press("k")
@@ -172,6 +178,32 @@ def test_M_merges_in_a_worker_stage_by_stage_and_shows_the_merged_directory(fini
     assert not merged.with_name("checkpoint-30.tmp").exists()
 
 
+def test_M_on_a_broken_checkpoint_ends_with_the_error_instead_of_hanging(finished):
+    """Not every failure is a LifecycleError (here the adapter file is garbage: safetensors' own error);
+    the panel still ends, shows it and notifies."""
+    home, run_id = finished
+    adapters = sorted((home / "runs" / run_id).rglob("adapter_model.safetensors"))
+    assert adapters
+    for adapter in adapters:
+        adapter.write_bytes(b"\x00" * 64)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            await pilot.press("M")
+            await wait_for(pilot, lambda: isinstance(app.screen, MergePanel))
+            panel = app.screen
+            await wait_for(pilot, lambda: panel.ended, timeout=90)
+            assert not panel.ok and panel.out is None and panel.stages == ["load"]
+            await pilot.pause()
+            assert "✗" in screen_text(app)
+            assert any(n.severity == "error" for n in app._notifications)
+
+    asyncio.run(scenario())
+    assert not (home / "runs" / run_id / "merged" / "checkpoint-30").exists()
+
+
 def test_a_opens_the_chat_on_the_run(finished):
     home, run_id = finished
 
@@ -208,3 +240,18 @@ def test_the_keys_explain_why_a_running_run_cannot_be_merged_chatted_or_served()
                 assert sum("need a finished run" in n for n in notes) == 3, notes
 
     asyncio.run(scenario())
+
+
+def test_an_event_is_labelled_when_the_catalogue_has_its_key(monkeypatch):
+    """The catalogue alone decides which events have a label: a new one needs no second list."""
+    from core import i18n
+    from tui.screens.dashboard import event_label
+
+    monkeypatch.setitem(i18n.catalogue("en"), "dashboard.event.quantized", "quantized")
+    monkeypatch.setitem(i18n.catalogue("zh"), "dashboard.event.quantized", "已量化")
+    try:
+        i18n.set_language("zh")
+        assert event_label("quantized") == "已量化" and event_label("merged") == i18n.t("dashboard.event.merged")
+        assert event_label("other_tools_event") == "other_tools_event"
+    finally:
+        i18n.set_language("en")

@@ -81,16 +81,21 @@ class MergePanel(ModalScreen[None]):
         panel, app, run_dir = self, self.app, self.run_dir
 
         def job() -> None:
-            from core.lifecycle.merge import merge_run
-            from core.lifecycle.source import LifecycleError
+            from core.lifecycle.merge import MergeCancelled, merge_run
             from core.runs import RunDirectory
 
+            # The app quitting cancels this worker: the merge stops at its next stage, leaving nothing.
+            worker = get_current_worker()
             try:
                 result = merge_run(RunDirectory(run_dir), force=True,
-                                   progress=lambda stage: panel.post_message(MergeStage(stage)))
-            except (LifecycleError, OSError) as exc:
-                panel.post_message(MergeEnded(None, str(exc), False))
-                app.call_from_thread(app.notify, str(exc), severity="error", timeout=15)
+                                   progress=lambda stage: panel.post_message(MergeStage(stage)),
+                                   cancelled=lambda: worker.is_cancelled)
+            except MergeCancelled:
+                return
+            except Exception as exc:  # CUDA OOM, a missing library …: say so rather than hang on "…"
+                text = str(exc) or type(exc).__name__
+                panel.post_message(MergeEnded(None, text, False))
+                app.call_from_thread(app.notify, text, severity="error", timeout=15)
                 return
             text = t("lifecycle.merged", out=str(result.out), size=f"{result.bytes / 1e6:.1f} MB",
                      seconds=result.seconds)
@@ -106,7 +111,9 @@ class MergePanel(ModalScreen[None]):
         current = MERGE_STAGES.index(self.stage) if self.stage in MERGE_STAGES else -1
         lines = []
         for index, stage in enumerate(MERGE_STAGES[:-1]):
-            if index < current or self.stage == "done":
+            if (index < current or self.stage == "done") and stage not in self.stages:
+                mark, style = "–", "dim"  # skipped: a full fine-tune has no adapter to fold in
+            elif index < current or self.stage == "done":
                 mark, style = "✓", "green"
             elif index == current and not self.ended:
                 mark, style = "…", "bold"
@@ -207,7 +214,6 @@ class ServePanel(ModalScreen[None]):
 
         def job() -> None:
             from core.lifecycle.serve import ServeWaitCancelled, server_state, start_server, wait_until_ready
-            from core.lifecycle.source import LifecycleError
             from core.runs import RunDirectory
 
             # The app quitting cancels this worker: stop waiting then, the detached server goes on.
@@ -223,9 +229,10 @@ class ServePanel(ModalScreen[None]):
                     state = start_server(RunDirectory(run_dir), cancelled=cancelled)
             except ServeWaitCancelled:
                 return
-            except (LifecycleError, OSError) as exc:
-                panel.post_message(ServerStarted(None, str(exc)))
-                app.call_from_thread(app.notify, str(exc), severity="error", timeout=15)
+            except Exception as exc:  # not only LifecycleError: a failed merge, a missing library …
+                text = str(exc) or type(exc).__name__
+                panel.post_message(ServerStarted(None, text))
+                app.call_from_thread(app.notify, text, severity="error", timeout=15)
                 return
             panel.post_message(ServerStarted(state.url))
             panel._probe(state.url)
@@ -252,13 +259,12 @@ class ServePanel(ModalScreen[None]):
     def _probe(self, url: str) -> None:
         """The app's test request (a real chat completion); called in a worker thread."""
         from core.lifecycle.serve import probe_request
-        from core.lifecycle.source import LifecycleError
 
         started = time.monotonic()
         try:
             reply, seconds = probe_request(url, self.run_id)
-        except LifecycleError as exc:
-            self.post_message(TestAnswered(None, time.monotonic() - started, str(exc)))
+        except Exception as exc:  # whatever goes wrong, the panel must leave "sending …"
+            self.post_message(TestAnswered(None, time.monotonic() - started, str(exc) or type(exc).__name__))
             return
         self.post_message(TestAnswered(reply, seconds))
 
@@ -337,8 +343,11 @@ class ServePanel(ModalScreen[None]):
 
     # --- actions ---------------------------------------------------------------------------------
     def action_test(self) -> None:
+        if self.testing:
+            self.notify(t("lifecycle.test_running"), severity="information", timeout=5)
+            return
         url = self.url()
-        if url is None or self.testing:
+        if url is None:
             self.notify(t("lifecycle.serve_not_running", run=self.run_id), severity="warning")
             return
         self.testing = True

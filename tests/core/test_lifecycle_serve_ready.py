@@ -1,0 +1,96 @@
+"""Readiness of a found server and the test request's answer, against real local HTTP servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_found_vllm_server_still_marked_loading_is_ready_once_it_answers(tmp_path, monkeypatch):
+    """The app that started a vLLM server quit while it loaded: state.json still says "loading" and only
+    /v1/models can tell. The server here is a real process answering /v1/models (python -m http.server)."""
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    from core.atomic_file import write_json_atomic
+    from core.lifecycle.serve import read_server_record, serve_dir, wait_until_ready
+
+    www = tmp_path / "www"
+    (www / "v1").mkdir(parents=True)
+    (www / "v1" / "models").write_text('{"data": [{"id": "run"}]}')
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                             "--directory", str(www)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        run_id = "20261130-0100-vllm"
+        url = f"http://127.0.0.1:{port}/v1"
+        write_json_atomic(serve_dir(run_id) / "state.json",
+                          {"status": "loading", "backend": "vllm", "host": "127.0.0.1", "port": port,
+                           "pid": proc.pid, "url": url})
+        state = wait_until_ready(run_id, timeout=20)
+        assert state.url == url and state.pid == proc.pid and state.status == "ready"
+        assert read_server_record(run_id)["status"] == "ready"  # recorded for the next reader
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+def test_a_recorded_server_whose_process_is_gone_is_not_waited_for(tmp_path, monkeypatch):
+    """state.json names a process that has ended: no 600 s wait, "no server is running" at once."""
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    from core.atomic_file import write_json_atomic
+    from core.lifecycle.serve import serve_dir, wait_until_ready
+    from core.lifecycle.source import LifecycleError
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    write_json_atomic(serve_dir("gone") / "state.json",
+                      {"status": "loading", "backend": "vllm", "pid": dead.pid, "url": "http://127.0.0.1:9/v1"})
+    with pytest.raises(LifecycleError, match="no server is running"):
+        wait_until_ready("gone", timeout=5)
+
+
+class _NotAChatServer(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps({"object": "error"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_reply_that_is_not_a_chat_completion_is_a_lifecycle_error():
+    from core.lifecycle.serve import probe_request
+    from core.lifecycle.source import LifecycleError
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotAChatServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        started = time.monotonic()
+        with pytest.raises(LifecycleError, match="not with an OpenAI chat completion") as info:
+            probe_request(url, "run", timeout=10)
+        assert url in str(info.value) and time.monotonic() - started < 10
+    finally:
+        server.shutdown()
+        server.server_close()
