@@ -56,3 +56,16 @@ def test_fact_labels_in_chinese_and_english(hub, capsys):
     assert english[0].split()[0] == "architecture" and any(line.startswith("  hidden size ") for line in english)
     assert main(["--lang", "zh", "models", "info", "Qwen/Qwen2.5-7B-Instruct", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["facts"]["hidden_size"] > 0  # data keys stay as they are
+
+
+def test_every_model_fact_has_a_label_in_every_language():
+    """``models info`` labels each ModelFacts field from the catalogue: a new field needs its label."""
+    import dataclasses
+
+    from core.hub.facts import ModelFacts
+
+    names = [field.name for field in dataclasses.fields(ModelFacts)]
+    assert names
+    for language in i18n.available_languages():
+        messages = i18n.catalogue(language)
+        assert [name for name in names if f"hub.cli.fact.{name}" not in messages] == [], language

@@ -146,6 +146,18 @@ def test_fit_columns_and_ids_measure_cells():
     assert cell_len(fit_id(wide_name, 9)) <= 9 and fit_id(wide_name, 9).endswith("…")
 
 
+def test_a_narrow_table_keeps_the_run_id_before_the_progress():
+    """Between a status-only table and the one with room for both, the id (which run) comes first."""
+    natural = {"status": 8, "id": 43, "model": 30, "method": 5, "gpus": 15, "progress": 12, "loss": 6,
+               "tokens": 5, "started": 11, "eta": 7}
+    for width in range(21, 34):
+        shown = fit_columns(width, natural)
+        assert list(shown) == ["status", "id"] and shown["id"] >= 8, (width, shown)
+    for width in range(34, 40):  # enough for a short id and the progress: both
+        shown = fit_columns(width, natural)
+        assert list(shown) == ["status", "id", "progress"] and shown["id"] >= 8, (width, shown)
+
+
 def test_enter_opens_dashboard_and_new_runs_appear():
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))

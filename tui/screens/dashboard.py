@@ -27,7 +27,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 from textual.worker import get_current_worker
 
-from core.i18n import render_stored, t
+from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.paths import data_root
 from core.settings import MIN_POLL_INTERVAL_S
 from core.watch.alerts import AlertGate, disk_alert, ended_alert, gpu_idle_alert, loss_alert, throughput_alert
@@ -56,17 +56,18 @@ class MetricsBatch(Message):
         self.reset = reset
 
 
-# Events tunedeck itself writes to events.jsonl (trainer, supervisor, lifecycle commands). Another tool's
-# event (a watched directory) or a newer version's has no label here and is shown under its own name.
-KNOWN_EVENTS = frozenset({
-    "benchmark_started", "checkpoint_saved", "crashed", "data_truncated", "eval", "evaluated", "exported",
-    "failed", "finished", "merged", "nan_loss", "oom", "resumed", "serve_started", "stop_requested", "stopped",
-})
+EVENT_KEY_PREFIX = "dashboard.event."
+# Events tunedeck itself writes to events.jsonl (trainer, supervisor, lifecycle commands) are those with a
+# label in the catalogue (one place to add one). Another tool's event (a watched directory) or a newer
+# version's has none and is shown under its own name.
+KNOWN_EVENTS = frozenset(key[len(EVENT_KEY_PREFIX):] for key in catalogue(DEFAULT_LANGUAGE)
+                         if key.startswith(EVENT_KEY_PREFIX))
 
 
 def event_label(name: str) -> str:
     """An event's name as shown in the events table: translated when known, else as recorded."""
-    return t(f"dashboard.event.{name}") if name in KNOWN_EVENTS else name
+    key = EVENT_KEY_PREFIX + name
+    return t(key) if key in catalogue(DEFAULT_LANGUAGE) else name
 
 class SeriesBackfilled(Message):
     """The whole history, built in the worker; replaces the tail-only series."""

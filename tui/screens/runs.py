@@ -48,16 +48,18 @@ class RunColumn:
     flex: bool = False
     reserve: int = 0
     max_width: int = 40
+    room_for: str = ""  # a flex column joins leaving room for this next one, while it stays FLEX_FLOOR wide
 
 
 COLUMNS: tuple[RunColumn, ...] = (
     RunColumn("status", "runs_screen.col_status", lambda s: s.status, 0),
-    RunColumn("id", "runs_screen.col_id", lambda s: s.id, 2, flex=True, reserve=20, max_width=48),
+    RunColumn("id", "runs_screen.col_id", lambda s: s.id, 1, flex=True, reserve=20, max_width=48,
+              room_for="progress"),
     RunColumn("model", "runs_screen.col_model", lambda s: s.model or "", 7, flex=True, reserve=16),
     RunColumn("method", "runs_screen.col_method", lambda s: s.method or "", 6, max_width=8),
     RunColumn("gpus", "runs_screen.col_gpus", lambda s: len(s.gpus), 9, max_width=9),
     RunColumn("progress", "runs_screen.col_progress",
-              lambda s: (s.step or 0) / s.total_steps if s.total_steps else -1.0, 1, max_width=18),
+              lambda s: (s.step or 0) / s.total_steps if s.total_steps else -1.0, 2, max_width=18),
     RunColumn("loss", "runs_screen.col_loss", lambda s: s.loss if s.loss is not None else float("inf"), 3),
     RunColumn("tokens", "runs_screen.col_tokens", lambda s: s.tokens_per_s or 0.0, 4),
     RunColumn("started", "runs_screen.col_started", lambda s: s.created, 8),
@@ -129,22 +131,30 @@ def fit_columns(width: int, natural: dict[str, int], columns: Sequence[RunColumn
     """Which columns fit in ``width`` cells and how wide each is: {key: content width}, in table order.
 
     Columns join by priority while their width (a flex column's at most its reserve) and padding fit;
-    then the flex columns grow, by priority, towards their content. The first column always stays."""
+    then the flex columns grow, by priority, towards their content. The first column always stays. A flex
+    column with ``room_for`` joins leaving room for that column when it can stay ``FLEX_FLOOR`` wide
+    doing so (a narrow screen shows a short id and the progress, not a wider id alone)."""
     def wanted(column: RunColumn) -> int:
         return max(1, min(natural.get(column.key, 1), column.max_width))
 
     chosen: dict[str, int] = {}
     used = 0
-    for column in sorted(columns, key=lambda c: c.priority):
+    ordered = sorted(columns, key=lambda c: c.priority)
+    by_key = {c.key: c for c in columns}
+    for column in ordered:
         need = min(column.reserve, wanted(column)) if column.flex else wanted(column)
         left = width - used - 2 * CELL_PADDING
         if column.flex and need > left >= FLEX_FLOOR:
             need = left  # a narrow screen still gets a short id, cut with an ellipsis
+        if column.flex and column.room_for in by_key:
+            room = left - wanted(by_key[column.room_for]) - 2 * CELL_PADDING
+            if FLEX_FLOOR <= room < need:
+                need = room
         if chosen and used + need + 2 * CELL_PADDING > width:
             break  # columns drop strictly from the lowest priority up: no gap-filling with later ones
         chosen[column.key] = need
         used += need + 2 * CELL_PADDING
-    for column in sorted(columns, key=lambda c: c.priority):
+    for column in ordered:
         if column.flex and column.key in chosen:
             grow = max(0, min(wanted(column) - chosen[column.key], width - used))
             chosen[column.key] += grow
