@@ -1,4 +1,5 @@
-"""Atomic replacement of small state files: a reader sees the old file or the new one, never half."""
+"""Atomic replacement of small state files (a reader sees the old file or the new one, never half), and
+the fsyncs that make a renamed directory (a checkpoint, a merged model) durable."""
 
 from __future__ import annotations
 
@@ -31,3 +32,24 @@ def write_atomic(path: Path, data: str | bytes, mode: int = 0o600) -> None:
 
 def write_json_atomic(path: Path, value: Any, mode: int = 0o600) -> None:
     write_atomic(path, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n", mode)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (a rename into it, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """Flush every file and directory under ``root`` to disk before the tree is renamed into place."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.atomic_file import fsync_tree
 from core.lifecycle.source import LifecycleError, ModelSource, resolve_model_source
 from core.runs.run_dir import RunDirectory, utc_now_iso
 
@@ -73,21 +74,6 @@ def model_bytes(model: Any) -> int:
     return sum(t.numel() * t.element_size() for t in model.state_dict().values())
 
 
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fd = os.open(dirpath, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def merged_model(source: ModelSource, device: str = "cpu",
                  progress: Callable[[str], None] | None = None) -> tuple[Any, Any]:
     """(model with the adapter folded in, tokenizer); a full fine-tune's checkpoint is returned as it is."""
@@ -119,7 +105,7 @@ def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance:
         model.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
         (tmp / "tunedeck_merge.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         if out.exists():  # --force: move the old one aside only once the new one is complete
             old = out.with_name(out.name + ".old")
             shutil.rmtree(old, ignore_errors=True)

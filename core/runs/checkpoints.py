@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.atomic_file import fsync_dir, fsync_tree
+
 COMPLETE_MARKER = "COMPLETE"
 TMP_SUFFIX = ".tmp"
 _NAME = re.compile(r"^checkpoint-(\d+)(\.tmp)?$")
@@ -48,33 +50,14 @@ def final_path_for(directory: Path, step: int) -> Path:
     return directory / f"checkpoint-{step}"
 
 
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for name in filenames:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(dirpath))
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def finalize_checkpoint(tmp_dir: Path, step: int, info: dict | None = None) -> Path:
     """fsync everything in ``tmp_dir``, rename it to ``checkpoint-N`` and write the COMPLETE marker last."""
     final = final_path_for(tmp_dir.parent, step)
-    _fsync_tree(tmp_dir)
+    fsync_tree(tmp_dir)
     if final.exists():  # a stale marker-less leftover from an earlier attempt at the same step
         shutil.rmtree(final)
     os.rename(tmp_dir, final)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     marker = final / COMPLETE_MARKER
     payload = json.dumps({"step": step, "time": time.time(), **(info or {})}, indent=2) + "\n"
     fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -83,7 +66,7 @@ def finalize_checkpoint(tmp_dir: Path, step: int, info: dict | None = None) -> P
         os.fsync(fd)
     finally:
         os.close(fd)
-    _fsync_dir(final)
+    fsync_dir(final)
     return final
 
 
