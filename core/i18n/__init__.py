@@ -154,6 +154,14 @@ class Message:
         return cls(record["key"], **{str(name): value(param) for name, param in params.items()})
 
 
+def stored_reason(reason: str | Message) -> dict[str, Any]:
+    """How a reason goes into a record another process reads: ``{"reason": English text}``, plus
+    ``"reason_message"`` (the message as data, for ``render_stored``) when it is a Message."""
+    if isinstance(reason, Message):
+        return {"reason": reason.english(), "reason_message": reason.to_record()}
+    return {"reason": reason}
+
+
 def render_stored(text: str, record: object) -> str:
     """Stored text for display: the message in ``record`` rendered in the current language when it is a
     message this version knows how to render, else ``text`` as stored (old runs, newer versions)."""

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic_file import write_json_atomic
-from core.i18n import Message, render_stored
+from core.i18n import Message, render_stored, stored_reason
 from core.runs.checkpoints import Checkpoint, list_checkpoints
 from core.runs.jsonl import append_jsonl, last_record
 
@@ -48,6 +48,13 @@ ACTIVE_STATES = frozenset({QUEUED, STARTING, RUNNING, STOPPING})
 TERMINAL_STATES = frozenset({STOPPED, FINISHED, FAILED, CRASHED})
 
 METRICS_SCHEMA = 1
+
+
+def state_label(status: str) -> str:
+    """A run status in the interface language (an unknown one, from another tool, as it is)."""
+    from core.i18n import t
+
+    return t(f"runs.state.{status}") if status in ALL_STATES else status
 
 
 def utc_now_iso() -> str:
@@ -73,9 +80,8 @@ class RunStatus:
     @classmethod
     def new(cls, status: str, reason: str | Message = "") -> RunStatus:
         """A status written now; a Message reason is kept both as English text and as a record."""
-        if isinstance(reason, Message):
-            return cls(status, reason.english(), utc_now_iso(), time.time(), reason.to_record())
-        return cls(status, reason, utc_now_iso(), time.time())
+        fields = stored_reason(reason)
+        return cls(status, fields["reason"], utc_now_iso(), time.time(), fields.get("reason_message"))
 
     @property
     def reason_text(self) -> str:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.i18n import Message
+from core.i18n import Message, stored_reason
 from core.runs.jsonl import append_line
 from core.runs.run_dir import (
     ACTIVE_STATES,
@@ -258,10 +258,10 @@ class Supervisor:
         self.run.update_record(attempts=attempts)
         # The reason is a Message where we know its key: status.json and the event keep it as data next
         # to the English text, and each reader shows it in its own language (see RunStatus.reason_text).
-        english = reason.english() if isinstance(reason, Message) else reason
-        message = {"reason_message": reason.to_record()} if isinstance(reason, Message) else {}
-        self.run.append_event(status, reason=english, exit_code=code, **message)
+        fields = stored_reason(reason)
+        self.run.append_event(status, exit_code=code, **fields)
         self.run.write_status(status, reason)
+        english = fields["reason"]
         self.log(f"trainer exited with code {code}: {status}{' — ' + english if english else ''}")
         return 0 if status in (FINISHED, STOPPED) else 1
 

@@ -349,12 +349,10 @@ def _write_outcome(run: RunDirectory, status: str, reason: Any, rank: int, **ext
     # dashboard, 'tunedeck status', maybe in another language than the one the run was started in), so
     # a reason given as a Message is recorded as data: English text for old readers and other tools, plus
     # its key and parameters, which the supervisor copies to status.json and readers render themselves.
-    from core.i18n import Message
+    from core.i18n import stored_reason
 
-    message = {"reason_message": reason.to_record()} if isinstance(reason, Message) else {}
-    text = reason.english() if isinstance(reason, Message) else reason
-    write_json_atomic(run.outcome_path, {"status": status, "reason": text, "rank": rank,
-                                         "attempt": os.environ.get("TUNEDECK_ATTEMPT"), **message, **extra})
+    write_json_atomic(run.outcome_path, {"status": status, "rank": rank, "attempt": os.environ.get("TUNEDECK_ATTEMPT"),
+                                         **stored_reason(reason), **extra})
 
 
 def main(argv: list[str] | None = None) -> int:
