@@ -80,10 +80,9 @@ def _resolve(ref: str) -> Any:
 
 def _state(status: str) -> str:
     """A run status for human output, translated (--json keeps the status value itself)."""
-    from core.i18n import t
-    from core.runs.run_dir import ALL_STATES
+    from core.runs.run_dir import state_label
 
-    return t(f"runs.state.{status}") if status in ALL_STATES else status
+    return state_label(status)
 
 
 def _fmt_duration(seconds: float | None) -> str:

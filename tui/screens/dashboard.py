@@ -29,6 +29,7 @@ from textual.worker import get_current_worker
 
 from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.paths import data_root
+from core.runs.run_dir import state_label
 from core.settings import MIN_POLL_INTERVAL_S
 from core.watch.alerts import AlertGate, disk_alert, ended_alert, gpu_idle_alert, loss_alert, throughput_alert
 from core.watch.downsample import BucketedSeries
@@ -446,7 +447,7 @@ class DashboardScreen(Screen[None]):
             f"[b]{_escape(_na(model))}[/]", _na(method), _na(precision),
             t("dashboard.zero", stage=_na(None if zero is None else str(zero))),
             t("dashboard.gpus", gpus=_na(gpus)),
-            f"[{colour}]{_escape(_status_label(status))}[/]",
+            f"[{colour}]{_escape(state_label(status))}[/]",
         ])
         if self.source.read_only:
             line1 += f"  [$foreground-muted]{t('dashboard.read_only', kind=t('dashboard.kind_' + self.source.kind))}[/]"
@@ -551,7 +552,7 @@ class DashboardScreen(Screen[None]):
             self.notify(t("dashboard.read_only_action"), severity="warning")
             return
         if self.status not in ("queued", "starting", "running", "stopping"):
-            self.notify(t("dashboard.not_running", status=_status_label(self.status)), severity="warning")
+            self.notify(t("dashboard.not_running", status=state_label(self.status)), severity="warning")
             return
         force = self.status == "stopping"
         title = t("dashboard.force_title" if force else "dashboard.stop_title", id=self.source.run_id)
@@ -573,7 +574,7 @@ class DashboardScreen(Screen[None]):
             self.post_message(ActionDone(str(exc), "error"))
             return
         key = "dashboard.forced" if result.forced else "dashboard.stopping"
-        self.post_message(ActionDone(t(key, id=self.source.run_id, status=_status_label(result.status.status))))
+        self.post_message(ActionDone(t(key, id=self.source.run_id, status=state_label(result.status.status))))
         self._post_state(with_disk=False)
 
     def action_resume(self) -> None:
@@ -581,7 +582,7 @@ class DashboardScreen(Screen[None]):
             self.notify(t("dashboard.read_only_action"), severity="warning")
             return
         if self.status not in ("stopped", "failed", "crashed"):
-            self.notify(t("dashboard.cannot_resume", status=_status_label(self.status)), severity="warning")
+            self.notify(t("dashboard.cannot_resume", status=state_label(self.status)), severity="warning")
             return
 
         def answered(ok: bool | None) -> None:
@@ -656,14 +657,6 @@ class DashboardScreen(Screen[None]):
 
 
 _ACTIVE = ("queued", "starting", "running", "stopping")
-_STATUSES = ("queued", "starting", "running", "stopping", "stopped", "finished", "failed", "crashed")
-
-
-def _status_label(status: str) -> str:
-    """A run status in the interface language (an unknown one as it is)."""
-    return t("runs_screen.status." + status) if status in _STATUSES else status
-
-
 def _escape(text: str) -> str:
     from rich.markup import escape
 

@@ -26,6 +26,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from textual.worker import get_current_worker
 
 from core.i18n import t
+from core.runs.run_dir import state_label
 from core.text_width import cell_len, truncate
 from core.watch.figures import directory_size, format_bytes, format_count, format_duration
 
@@ -70,9 +71,6 @@ STATUS_COLOURS = {"running": "$success", "starting": "$success", "queued": "$for
                   "crashed": "$error"}
 
 
-def status_label(status: str) -> str:
-    """A run status in the interface language (an unknown one as it is)."""
-    return t("runs_screen.status." + status) if status in STATUS_COLOURS else status
 
 
 class RunsListed(Message):
@@ -235,7 +233,7 @@ class RunsScreen(Screen[None]):
 
     def _cells(self, summary: Any) -> dict[str, str]:
         return {
-            "status": status_label(summary.status),
+            "status": state_label(summary.status),
             "id": summary.id,
             "model": summary.model or "–",
             "method": summary.method or "–",
@@ -264,7 +262,7 @@ class RunsScreen(Screen[None]):
         cells = {summary.id: self._cells(summary) for summary in self.runs}
         natural = {c.key: max([cell_len(t(c.label)), *(cell_len(row[c.key]) for row in cells.values())])
                    for c in COLUMNS}
-        natural["status"] = max(natural["status"], *(cell_len(status_label(s)) for s in STATUS_COLOURS))
+        natural["status"] = max(natural["status"], *(cell_len(state_label(s)) for s in STATUS_COLOURS))
         layout = fit_columns(self._table_width(table), natural)
         if layout != self.column_widths or not table.columns:
             table.clear(columns=True)
@@ -367,7 +365,7 @@ class RunsScreen(Screen[None]):
         if summary is None:
             return
         if summary.status in ACTIVE:
-            self.notify(t("runs_screen.delete_active", id=summary.id, status=status_label(summary.status)), severity="warning")
+            self.notify(t("runs_screen.delete_active", id=summary.id, status=state_label(summary.status)), severity="warning")
             return
         self._measure(summary.id, summary.run_dir)
 
@@ -461,6 +459,6 @@ def _after_start(app: Any, target: str | None, error: str | None, ended: list[An
         app.notify(error, severity="error")
     for summary in ended:
         severity = "error" if summary.status in ("failed", "crashed") else "information"
-        app.notify(t("runs_screen.ended_since", id=summary.id, status=status_label(summary.status)), severity=severity, timeout=10)
+        app.notify(t("runs_screen.ended_since", id=summary.id, status=state_label(summary.status)), severity=severity, timeout=10)
     if target is not None:
         open_dashboard(app, target)
