@@ -5,8 +5,17 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from textual.widgets import Footer
 
-from tests.tui.conftest import StepClock, assert_snapshot, fake_monitor, quiet_settings, screen_text, wait_for
+from tests.tui.conftest import (
+    StepClock,
+    assert_snapshot,
+    fake_monitor,
+    quiet_settings,
+    screen_text,
+    wait_for,
+    wait_screen_stable,
+)
 from tui.app import make_app
 from tui.screens.gpus import GpuCard, GpuScreen, SnapshotReady
 
@@ -17,7 +26,10 @@ def run(coro):
 
 async def open_gpus(pilot, app):
     await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen) and app.screen.snapshot is not None)
-    await pilot.pause()
+    # The footer fills in its keys after its own recompose: on a loaded box a snapshot taken one pause
+    # after the first poll came back without them (CI, 'none' at 80x24).
+    await wait_for(pilot, lambda: bool(app.screen.query_one(Footer).children))
+    await wait_screen_stable(pilot, app)
     return app.screen
 
 
