@@ -115,10 +115,21 @@ def test_v_serves_the_run_with_url_port_health_and_a_test_reply_then_stops(finis
             assert "ready" in text and "healthy" in text and "test request answered in" in text
             # the reply on screen is the server's own answer (greedy, so the same again)
             assert panel.reply == probe_request(state.url, run_id)[0]
-            await pilot.press("t", "t")  # the second t while the first one's request is under way
-            notes = [str(n.message) for n in app._notifications]
-            assert any("a test request is already running" in n for n in notes), notes
-            assert not any("no server is running" in n for n in notes), notes
+            # The second t must arrive while the first one's request is under way, whatever the box's
+            # speed: the server is stopped with SIGSTOP (its socket still accepts, nothing answers), so
+            # the first request stays open until SIGCONT.
+            os.kill(state.pid, signal.SIGSTOP)
+            try:
+                await pilot.press("t")
+                await wait_for(pilot, lambda: panel.testing and "sending" in screen_text(app))
+                await pilot.press("t")
+                await pilot.pause()
+                assert panel.testing  # no answer can have come: the server is stopped
+                notes = [str(n.message) for n in app._notifications]
+                assert any("a test request is already running" in n for n in notes), notes
+                assert not any("no server is running" in n for n in notes), notes
+            finally:
+                os.kill(state.pid, signal.SIGCONT)
             await wait_for(pilot, lambda: not panel.testing, timeout=60)
             assert panel.test_error is None and panel.reply
             await pilot.press("y")
