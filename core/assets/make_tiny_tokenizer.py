@@ -64,8 +64,12 @@ def training_texts() -> list[str]:
     template = Environment().from_string(
         chat_template().replace("{%- generation %}", "").replace("{%- endgeneration %}", "")
     )
+    from core.data.readers import jsonl_lines
+
     texts = []
-    for line in sample_dataset_path().read_text(encoding="utf-8").splitlines():
+    for line in jsonl_lines(sample_dataset_path().read_text(encoding="utf-8")):  # not splitlines: U+2028
+        if not line.strip():
+            continue
         record = json.loads(line)
         texts.append(template.render(messages=record["messages"], tools=None, add_generation_prompt=False))
     texts += GENERIC_ENGLISH.splitlines() * 3

@@ -93,20 +93,37 @@ def _maybe_json(value: Any) -> Any:
     if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             return value
     return value
 
 
+TOOLS_EXAMPLE = ('[{"type": "function", "function": {"name": "get_weather", "description": "...", '
+                 '"parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]')
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _tools(value: Any) -> list[dict[str, Any]] | None:
+    """A row's tool definitions: a list of objects (or one object), or that list as JSON text."""
+    raw = value
     value = _maybe_json(value)
     if value in (None, "", []):
         return None
     if isinstance(value, dict):
         value = [value]
-    if not isinstance(value, list) or not all(isinstance(tool, dict) for tool in value):
-        raise RowError(t("data.bad_tools", kind=_kind(value)))
-    return value
+    if isinstance(value, list):
+        for index, tool in enumerate(value):
+            if not isinstance(tool, dict):
+                raise RowError(t("data.bad_tools_item", index=index, kind=_kind(tool), value=_shown(tool),
+                                 example=TOOLS_EXAMPLE))
+        return value
+    if isinstance(raw, str) and raw.strip()[:1] in ("[", "{"):
+        raise RowError(t("data.bad_tools_json", example=TOOLS_EXAMPLE))
+    raise RowError(t("data.bad_tools", kind=_kind(value), value=_shown(value), example=TOOLS_EXAMPLE))
 
 
 def _arguments(value: Any) -> dict[str, Any] | str:

@@ -74,6 +74,9 @@ def _normalise_rows(
             continue
         try:
             record = normalise_row(raw.value, fmt)
+        except RecursionError:  # a value nested too deep for the checks themselves
+            report(raw.line, raw.row, t("data.json_too_deep"))
+            continue
         except RowError as exc:
             message = str(exc)
             other = format_of_row(raw.value)

@@ -51,15 +51,44 @@ def _json_error(exc: json.JSONDecodeError) -> str:
     return t("data.invalid_json", problem=exc.msg, column=exc.colno)
 
 
+def _parse_error(exc: Exception) -> str:
+    """Why a row's JSON could not be read, for any failure of the decoder (not only bad syntax)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return _json_error(exc)
+    if isinstance(exc, RecursionError):
+        return t("data.json_too_deep")
+    return t("data.invalid_json_other", problem=str(exc) or type(exc).__name__)
+
+
+# What a decoder can raise on hostile input: bad syntax, nesting past the recursion limit, numbers too
+# long to convert (ValueError), memory for one absurd value.
+PARSE_FAILURES = (ValueError, RecursionError, MemoryError)
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of JSON-lines text: split on ``\n`` only (a ``\r`` before it is dropped).
+
+    ``str.splitlines`` also breaks at U+2028, U+2029, U+0085 and other separators, which JSON allows
+    unescaped inside strings (``json.dumps(ensure_ascii=False)`` writes them), so it would cut valid
+    records in two.
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def iter_jsonl(text: str) -> Iterator[RawRow | BadRow]:
     index = 0
-    for line_number, line in enumerate(text.splitlines(), start=1):
+    for line_number, line in enumerate(jsonl_lines(text), start=1):
         if not line.strip():
             continue
         try:
-            yield RawRow(json.loads(line), line_number, index)
-        except json.JSONDecodeError as exc:
-            yield BadRow(_json_error(exc), line_number, index)
+            value = json.loads(line)
+        except PARSE_FAILURES as exc:
+            yield BadRow(_parse_error(exc), line_number, index)
+        else:
+            yield RawRow(value, line_number, index)
         index += 1
 
 
@@ -89,9 +118,9 @@ def iter_json_array(text: str) -> Iterator[RawRow | BadRow]:
         counted_to = position
         try:
             value, end = decoder.raw_decode(text, position)
-        except json.JSONDecodeError as exc:
+        except PARSE_FAILURES as exc:
             # The rest of an array cannot be read past a broken element: report it and stop.
-            yield BadRow(_json_error(exc), exc.lineno, index)
+            yield BadRow(_parse_error(exc), getattr(exc, "lineno", line), index)
             return
         yield RawRow(value, line, index)
         index += 1
@@ -114,11 +143,13 @@ def iter_json(text: str) -> Iterator[RawRow | BadRow]:
         return
     if stripped.startswith("{"):
         # One object per line under a .json name is common; a single object of lists is not a dataset.
-        first = stripped.splitlines()[0]
+        first = jsonl_lines(stripped)[0]
         try:
             json.loads(first)
         except json.JSONDecodeError:
             raise FileProblem(t("data.json_not_array")) from None
+        except PARSE_FAILURES:
+            pass  # a first line that is a record, too deep or too big to read: reported as its line
         yield from iter_jsonl(text)
         return
     if not stripped:
@@ -127,22 +158,39 @@ def iter_json(text: str) -> Iterator[RawRow | BadRow]:
 
 
 def iter_csv(path: Path) -> Iterator[RawRow | BadRow]:
+    """Rows of a CSV file with a header; ``line`` is the physical line a record starts on.
+
+    The header is line 1, so the first record is line 2; a quoted field holding newlines makes its
+    record span several lines (the csv reader's ``line_num`` counts them), and blank lines are skipped
+    as ``csv.DictReader`` does.
+    """
     with path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.DictReader(handle)
+        reader = csv.reader(handle)
+        try:
+            header = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield BadRow(t("data.invalid_csv", problem=exc), reader.line_num, 0)
+            return
         index = 0
+        read_to = reader.line_num  # the last line consumed so far
         while True:
-            start = reader.line_num + 1
             try:
-                row = next(reader)
+                fields = next(reader)
             except StopIteration:
                 return
             except csv.Error as exc:
                 yield BadRow(t("data.invalid_csv", problem=exc), reader.line_num, index)
                 return
-            if None in row:  # more fields than header columns
-                yield BadRow(t("data.csv_extra_fields", count=len(row[None])), start, index)
+            start, read_to = read_to + 1, reader.line_num
+            if not fields:  # a blank line
+                continue
+            if len(fields) > len(header):
+                yield BadRow(t("data.csv_extra_fields", count=len(fields) - len(header)), start, index)
             else:
-                yield RawRow({k: v for k, v in row.items() if k is not None}, start, index)
+                values = fields + [None] * (len(header) - len(fields))
+                yield RawRow(dict(zip(header, values, strict=True)), start, index)
             index += 1
 
 

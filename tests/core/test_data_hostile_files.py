@@ -1,0 +1,116 @@
+"""Data files that are valid but unusual, or hostile: ``tunedeck data check`` and the trainer's loader.
+
+U+2028 / U+2029 / U+0085 inside JSON strings (``json.dumps(ensure_ascii=False)`` writes them), CRLF line
+ends, nesting deep enough to exhaust the decoder's recursion, CSV records over several lines, and tools
+given as bare names.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SEPARATORS = "第一行\u2028第二行\u2029第三段\u0085结束"
+
+
+def _conversation(question: str, answer: str) -> dict:
+    return {"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]}
+
+
+@pytest.fixture
+def check(tmp_path):
+    env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1", "LANG": "C.UTF-8"}
+    env.pop("LC_ALL", None)
+
+    def _run(path: Path, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "core", "--lang", "en", "data", "check", str(path), *args],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+    return _run
+
+
+def test_unicode_line_separators_inside_strings_are_valid_jsonl(tmp_path, check):
+    path = tmp_path / "chinese.jsonl"
+    rows = [_conversation(SEPARATORS, f"好的\u2028{i}") for i in range(3)]
+    with path.open("w", encoding="utf-8", newline="") as handle:  # CRLF line ends too
+        handle.write("".join(json.dumps(row, ensure_ascii=False) + "\r\n" for row in rows))
+    assert "\u2028" in path.read_text(encoding="utf-8")  # the separators are raw, not escaped
+    result = check(path, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["records"] == 3 and report["issues"] == []
+    # The trainer reads its data through the same loader: the text arrives whole.
+    from core.train.data_adapter import load_records
+
+    records = load_records([str(path)])
+    assert [r.messages[0].content for r in records] == [SEPARATORS] * 3
+    assert records[2].origin == f"{path}:3"
+    # ... and a JSON-lines file under a .json name, whose first line holds a separator.
+    as_json = tmp_path / "chinese.json"
+    as_json.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    assert [r.messages[0].content for r in load_records([str(as_json)])] == [SEPARATORS] * 3
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_deeply_nested_json_is_a_file_line_problem_not_a_traceback(tmp_path, check, suffix):
+    good = json.dumps(_conversation("q", "a"))
+    deep = '{"text": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    path = tmp_path / f"deep{suffix}"
+    if suffix == ".jsonl":
+        path.write_text(f"{good}\n{deep}\n{good}\n", encoding="utf-8")
+    else:
+        path.write_text(f"[{good},\n{deep}]\n", encoding="utf-8")
+    result = check(path, "--json")
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr
+    report = json.loads(result.stdout)
+    assert [(i["line"], i["row"]) for i in report["issues"]] == [(2, 1)]
+    assert "nested too deeply" in report["issues"][0]["message"]
+    assert report["records"] == (2 if suffix == ".jsonl" else 1)
+    human = check(path)
+    assert human.returncode == 1 and f"{path}:2: invalid JSON: lists/objects nested too deeply" in human.stdout
+
+
+def test_csv_records_are_numbered_by_the_line_they_start_on(tmp_path, check):
+    path = tmp_path / "alpaca.csv"
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["instruction", "input", "output"])  # line 1
+        writer.writerow(["", "", "no instruction"])  # line 2: the first record
+        writer.writerow(["Write two lines.", "", "one\ntwo\nthree"])  # lines 3-5
+        handle.write("\r\n")  # line 6: blank, skipped
+        writer.writerow(["Say yes.", "", ""])  # line 7: empty output
+        writer.writerow(["Say no.", "", "No.", "extra"])  # line 8: one field too many
+    report = json.loads(check(path, "--json").stdout)
+    assert [(i["line"], i["row"]) for i in report["issues"]] == [(2, 0), (7, 2), (8, 3)], report["issues"]
+    assert "(user) is empty" in report["issues"][0]["message"]
+    assert "1 more field(s)" in report["issues"][2]["message"]
+    assert report["records"] == 1 and report["rows"] == 4
+    from core.data import read_dataset
+
+    loaded = read_dataset(path)
+    assert loaded.records[0].origin == f"{path}:3"
+    assert loaded.records[0].messages[-1].content == "one\ntwo\nthree"
+
+
+def test_tools_given_as_names_get_a_message_that_says_what_is_expected(tmp_path, check):
+    base = _conversation("Weather in Paris?", "Sunny.")
+    path = tmp_path / "tools.jsonl"
+    path.write_text("\n".join(json.dumps({**base, "tools": tools}) for tools in (
+        ["get_weather"], "get_weather", '[{"type": "function", ', [{"type": "function", "function": {"name": "x"}}],
+        json.dumps([{"type": "function", "function": {"name": "y"}}]))) + "\n", encoding="utf-8")
+    report = json.loads(check(path, "--json").stdout)
+    messages = {i["line"]: i["message"] for i in report["issues"]}
+    assert sorted(messages) == [1, 2, 3], messages  # lines 4 and 5 are right: objects, or their JSON text
+    assert messages[1].startswith("'tools' item 0 is text (\"get_weather\"), not a tool definition")
+    assert "not a list" not in messages[1] and '"function": {"name": "get_weather"' in messages[1]
+    assert "'tools' must be a list of tool definition objects (or that list as a JSON string), not text" in messages[2]
+    assert "is a string but not valid JSON" in messages[3]
+    assert report["with_tools"] == 2
