@@ -143,6 +143,19 @@ def _check_auto_bool(value: Any, spec: KeySpec) -> str | bool:
         raise _wrong_type(value, "config.expect_auto_bool") from None
 
 
+def _check_int_or_choice(value: Any, spec: KeySpec) -> str | int:
+    """One of the key's named choices (``checkpoint_layers: auto``) or a whole number in its bounds."""
+    if isinstance(value, str) and value.strip().lower() in spec.choices:
+        return value.strip().lower()
+    try:
+        number = _as_int(value)
+    except _Invalid:
+        allowed = ", ".join((*spec.choices, t("config.expect_int")))
+        raise _Invalid(t("config.wrong_choice", given=_show(value), allowed=allowed)) from None
+    _check_bounds(number, spec, value)
+    return number
+
+
 def _check_gpus(value: Any) -> str | int | list[int]:
     if isinstance(value, str) and value.strip().lower() == "all":
         return "all"
@@ -236,6 +249,8 @@ def _check(key: str, value: Any, spec: KeySpec) -> Any:
         return _check_choice(value, spec, key)
     if kind == "auto_bool":
         return _check_auto_bool(value, spec)
+    if kind == "int_or_choice":
+        return _check_int_or_choice(value, spec)
     if kind == "gpus":
         return _check_gpus(value)
     if kind == "dataset":
@@ -256,6 +271,7 @@ def _expected(spec: KeySpec) -> str:
         "dataset": lambda: t("config.expect_dataset"),
         "targets": lambda: t("config.expect_targets"),
         "choice": lambda: ", ".join(str(c) for c in spec.choices),
+        "int_or_choice": lambda: ", ".join((*spec.choices, t("config.expect_int"))),
     }
     return names[spec.kind]()
 

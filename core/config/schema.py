@@ -32,6 +32,7 @@ warmup_steps               int >= 0                            (unset)
 weight_decay               x >= 0                              0.0
 max_grad_norm              x >= 0 (0 = no clipping)            1.0
 gradient_checkpointing     bool                                true
+checkpoint_layers          all, auto, or an int >= 0           all
 packing                    bool                                false
 seed                       int >= 0                            42
 gpus                       all, a count, or a list of indices  all
@@ -45,6 +46,8 @@ logging_steps              int >= 1                            10
 loss_on                    assistant, all                      assistant
 fused_ce                   auto, true, false, liger, chunked   auto
 qlora_upcast               bool                                false
+lora_input_upcast          bool                                false
+compile_layers             bool                                false
 offload_activations        bool                                false
 attn                       auto, sdpa, eager, flash            auto
 output                     directory                           (unset: inside the run directory)
@@ -85,7 +88,7 @@ DEFAULT_LR_FULL = 1e-5
 class KeySpec:
     """How one key is checked: ``kind`` names the checker in ``core.config.checks``."""
 
-    kind: str  # text, int, number, bool, choice, auto_bool, gpus, dataset, targets
+    kind: str  # text, int, number, bool, choice, auto_bool, int_or_choice, gpus, dataset, targets
     choices: tuple = ()
     minimum: float | None = None
     maximum: float | None = None
@@ -120,6 +123,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "weight_decay": KeySpec("number", minimum=0),
     "max_grad_norm": KeySpec("number", minimum=0),
     "gradient_checkpointing": KeySpec("bool"),
+    "checkpoint_layers": KeySpec("int_or_choice", ("all", "auto"), minimum=0),
     "packing": KeySpec("bool"),
     "seed": KeySpec("int", minimum=0),
     "gpus": KeySpec("gpus"),
@@ -133,6 +137,8 @@ KEY_SPECS: dict[str, KeySpec] = {
     "loss_on": KeySpec("choice", LOSS_ON),
     "fused_ce": KeySpec("auto_bool", ("liger", "chunked")),
     "qlora_upcast": KeySpec("bool"),
+    "lora_input_upcast": KeySpec("bool"),
+    "compile_layers": KeySpec("bool"),
     "offload_activations": KeySpec("bool"),
     "attn": KeySpec("choice", ATTENTION),
     "output": KeySpec("text", optional=True),
@@ -173,6 +179,7 @@ class RunConfig:
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     gradient_checkpointing: bool = True
+    checkpoint_layers: str | int = "all"
     packing: bool = False
     seed: int = 42
     gpus: str | int | list[int] = "all"
@@ -186,6 +193,8 @@ class RunConfig:
     loss_on: str = "assistant"
     fused_ce: str | bool = "auto"
     qlora_upcast: bool = False
+    lora_input_upcast: bool = False
+    compile_layers: bool = False
     offload_activations: bool = False
     attn: str = "auto"
     output: str | None = None

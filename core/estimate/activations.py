@@ -197,11 +197,17 @@ def activation_sizes(arch: ModelArchitecture, plan: TrainingPlan, layout: Precis
     block = block_activations(arch, plan, layout, calibration)
     head = head_activation_bytes(arch, plan, layout) * tokens
     dora_transient = dora_transient_bytes(arch, plan) if plan.method == "dora" else 0.0
-    if not plan.gradient_checkpointing:
+    working = calibration.backward_working_bytes_per_intermediate[plan.method] * arch.intermediate_size * tokens
+    checkpointed = plan.checkpointed_layers
+    if not checkpointed:
         at_loss = arch.num_layers * block.total(tokens) + head + dora_transient
-        working = calibration.backward_working_bytes_per_intermediate[plan.method] * arch.intermediate_size * tokens
         return ActivationSizes(at_loss=at_loss, in_backward=at_loss + working)
     # offload_activations parks the kept block inputs in host memory: none of them stay on the GPU.
-    kept_inputs = 0.0 if plan.offload_activations else arch.num_layers * layout.residual * arch.hidden_size * tokens
+    kept_inputs = 0.0 if plan.offload_activations else checkpointed * layout.residual * arch.hidden_size * tokens
     recompute = calibration.checkpoint_recompute_layers[plan.method] * block.total(tokens) + dora_transient
-    return ActivationSizes(at_loss=kept_inputs + head, in_backward=kept_inputs + recompute)
+    # checkpoint_layers < all: the last layers keep everything and are back-propagated first (their
+    # activations freed as it goes), the checkpointed first ones are recomputed after.
+    kept_whole = (arch.num_layers - checkpointed) * block.total(tokens)
+    at_loss = kept_inputs + kept_whole + head
+    in_backward = kept_inputs + recompute if not kept_whole else max(at_loss + working, kept_inputs + recompute)
+    return ActivationSizes(at_loss=at_loss, in_backward=in_backward)

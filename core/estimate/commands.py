@@ -23,6 +23,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--batch-size", type=int, default=1, help=t("estimate.help.batch_size"))
     parser.add_argument("--seq-len", type=int, default=2048, help=t("estimate.help.seq_len"))
     parser.add_argument("--no-gradient-checkpointing", action="store_true", help=t("estimate.help.no_gc"))
+    parser.add_argument("--checkpoint-layers", type=int, default=None, help=t("estimate.help.checkpoint_layers"))
     parser.add_argument("--lora-rank", type=int, default=16, help=t("estimate.help.lora_rank"))
     parser.add_argument("--lora-targets", default="all-linear", help=t("estimate.help.lora_targets"))
     parser.add_argument("--lora-dropout", type=float, default=0.05, help=t("estimate.help.lora_dropout"))
@@ -71,6 +72,7 @@ def run_estimate(args: argparse.Namespace) -> int:
             micro_batch_size=args.batch_size,
             seq_len=args.seq_len,
             gradient_checkpointing=not args.no_gradient_checkpointing,
+            checkpoint_layers=args.checkpoint_layers,
             lora_rank=args.lora_rank,
             lora_targets=normalise_lora_targets(args.lora_targets),
             lora_dropout=args.lora_dropout,

@@ -102,6 +102,7 @@ def _plan_summary(plan: TrainingPlan) -> dict[str, Any]:
         "micro_batch_size": plan.micro_batch_size,
         "seq_len": plan.seq_len,
         "gradient_checkpointing": plan.gradient_checkpointing,
+        "checkpointed_layers": plan.checkpointed_layers,
         "lora_rank": plan.lora_rank if plan.uses_lora else None,
         "lora_targets": list(plan.lora_targets) if plan.uses_lora else None,
         "lora_dropout": plan.lora_dropout if plan.uses_lora else None,

@@ -111,7 +111,7 @@ def autocast_cache_bytes(sizes: ModelSizes, plan: TrainingPlan, layout: Precisio
     """
     if not layout.autocast_weight_cache:
         return 0.0
-    in_blocks = 0 if plan.gradient_checkpointing else 1
+    in_blocks = 1.0 - plan.recompute_fraction
     if plan.method == "full":
         return layout.compute * (in_blocks * sizes.counts.linear_in_layers + sizes.lm_head_matmul)
     cached = in_blocks * sizes.lora

@@ -45,6 +45,8 @@ class TrainingPlan:
     micro_batch_size: int = 1
     seq_len: int = 2048
     gradient_checkpointing: bool = True
+    # With checkpointing: how many decoder layers are checkpointed (the first N); None = all of them.
+    checkpoint_layers: int | None = None
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = LINEAR_NAMES
     lora_dropout: float = 0.05
@@ -73,6 +75,19 @@ class TrainingPlan:
     @property
     def tokens_per_micro_batch(self) -> int:
         return self.micro_batch_size * self.seq_len
+
+    @property
+    def checkpointed_layers(self) -> int:
+        """Decoder layers whose activations are recomputed in backward (0 without checkpointing)."""
+        if not self.gradient_checkpointing:
+            return 0
+        layers = self.architecture.num_layers
+        return layers if self.checkpoint_layers is None else max(0, min(layers, self.checkpoint_layers))
+
+    @property
+    def recompute_fraction(self) -> float:
+        """Share of the decoder layers recomputed in backward: 1 with full checkpointing, 0 without."""
+        return self.checkpointed_layers / max(1, self.architecture.num_layers)
 
     @property
     def liger_kernels(self) -> bool:

@@ -77,7 +77,7 @@ def flops_per_token(arch: ModelArchitecture, counts: ParameterCounts, plan: Trai
             targeted = targeted_weight_parameters(arch, plan)
             forward += 2.0 * targeted
             backward += 2.0 * targeted
-    recompute = forward if plan.gradient_checkpointing else 0.0
+    recompute = forward * plan.recompute_fraction
     return FlopsPerToken(forward=forward, backward=backward, recompute=recompute)
 
 
@@ -111,10 +111,10 @@ def weight_pass_bytes(counts: ParameterCounts, arch: ModelArchitecture, plan: Tr
     gradient needs W) and in the recompute; DoRA forms W + BA and its row norms in every forward pass.
     """
     if plan.method == "qlora":
-        passes = 2 + (1 if plan.gradient_checkpointing else 0)
+        passes = 2 + plan.recompute_fraction
         return passes * counts.linear_in_layers * calibration.qlora_dequant_bytes_per_weight
     if plan.method == "dora":
-        passes = 1 + (1 if plan.gradient_checkpointing else 0)
+        passes = 1 + plan.recompute_fraction
         return passes * targeted_weight_parameters(arch, plan) * calibration.dora_norm_bytes_per_weight
     return 0.0
 
@@ -136,7 +136,7 @@ def optimizer_bytes(trainable: int, plan: TrainingPlan, calibration: Calibration
 
 def dispatch_seconds(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
     """CPU time to launch one micro-step's kernels: per layer and pass unit (forward 1, backward 2, recompute 1)."""
-    passes = 3 + (1 if plan.gradient_checkpointing else 0)
+    passes = 3 + plan.recompute_fraction
     per_layer = calibration.dispatch_s_per_layer_pass[plan.method]
     return arch.num_layers * passes * per_layer + calibration.dispatch_s_per_step
 

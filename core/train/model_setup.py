@@ -217,6 +217,10 @@ def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any
         task_type="CAUSAL_LM",
     )
     model = get_peft_model(model, lora)
+    if not bool(cfg.get("lora_input_upcast", False)):
+        from core.train.engine_switches import disable_lora_input_upcast
+
+        disable_lora_input_upcast(model)  # bf16 inputs stay bf16; the fp32 adapters are untouched
     trainable, total = model.get_nb_trainable_parameters()
     log.info("%s: %s trainable parameters of %s (%.3f%%)", method, f"{trainable:,}", f"{total:,}",
              100.0 * trainable / max(1, total))

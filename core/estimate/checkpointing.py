@@ -1,0 +1,82 @@
+"""How many decoder layers need gradient checkpointing on a GPU (``checkpoint_layers: auto``).
+
+Checkpointing every layer is the safe default and the slowest: each checkpointed layer is computed twice.
+On a card with room to spare only some layers need it. The estimator is monotone in the number of
+checkpointed layers (each one trades its kept activations for its kept input), so the fewest that still
+fit, with the estimator's own safety margin, are found by bisection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from core.estimate.calibration import DEFAULT_CALIBRATION, Calibration
+from core.estimate.estimator import estimate
+from core.estimate.gpus import GpuSpec
+from core.estimate.plan import TrainingPlan
+
+
+def fewest_checkpointed_layers(plan: TrainingPlan, gpu: GpuSpec,
+                               calibration: Calibration = DEFAULT_CALIBRATION) -> int:
+    """The smallest number of checkpointed layers with which ``plan`` fits ``gpu`` (all when none fits)."""
+    layers = plan.architecture.num_layers
+
+    def fits(count: int) -> bool:
+        return estimate(replace(plan, gradient_checkpointing=True, checkpoint_layers=count), gpu, calibration).fits
+
+    if not fits(layers):
+        return layers
+    low, high = 0, layers  # fits(high) holds throughout
+    while low < high:
+        middle = (low + high) // 2
+        if fits(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return high
+
+
+def resolve_checkpoint_layers(config: Any, gpu_name: str | None, num_gpus: int = 1) -> str | int:
+    """A run config's ``checkpoint_layers`` with ``auto`` made concrete for ``num_gpus`` of ``gpu_name``.
+
+    ``all`` where the choice cannot be made (no GPU, a GPU or model the estimator does not know, no
+    checkpointing): the plain behaviour is the safe one.
+    """
+    value = getattr(config, "checkpoint_layers", "all")
+    if value != "auto":
+        return value
+    if not config.gradient_checkpointing or not gpu_name:
+        return "all"
+    from core.assets import resolve_model_name
+    from core.estimate.architecture import ArchitectureError
+    from core.estimate.estimator import plan_for_model
+    from core.estimate.gpus import UnknownGpuError, find_gpu
+    from core.estimate.model_source import ModelNotFoundError
+    from core.estimate.plan import PlanError
+
+    fused = config.fused_ce
+    options: dict[str, Any] = {
+        "method": config.method,
+        "precision": "pure-bf16" if config.pure_bf16 and config.method == "full" else config.precision,
+        "micro_batch_size": int(config.micro_batch_size),
+        "seq_len": int(config.max_seq_len),
+        "grad_accum_steps": int(config.gradient_accumulation),
+        "fused_ce": fused is not False,
+        "fused_ce_impl": "chunked" if fused == "chunked" else "liger",
+        "kbit_upcast": bool(config.qlora_upcast),
+        "offload_activations": bool(config.offload_activations),
+        "zero_stage": int(config.zero_stage or 0),
+        "offload": config.offload,
+        "num_gpus": max(1, num_gpus),
+    }
+    if config.method != "full":
+        options["lora_rank"] = int(config.lora_rank)
+        options["lora_dropout"] = float(config.lora_dropout)
+    try:
+        gpu = find_gpu(gpu_name)
+        plan = plan_for_model(resolve_model_name(str(config.model)), exact_count=False, **options)
+    except (UnknownGpuError, ModelNotFoundError, ArchitectureError, PlanError, OSError, ValueError):
+        return "all"
+    count = fewest_checkpointed_layers(plan, gpu)
+    return "all" if count >= plan.architecture.num_layers else count

@@ -1,0 +1,84 @@
+"""Speed switches applied to the model once the Trainer has set it up (each a run key, plain one value away).
+
+- ``lora_input_upcast: false`` (default): peft casts every LoRA layer's input to the adapter's dtype
+  (fp32) before its dropout and ``lora_A``; under bf16 autocast the matmul casts it straight back to bf16.
+  That round trip is lossless (bf16 -> fp32 -> bf16) but costs a full-size fp32 copy of every LoRA
+  input, seven per decoder block, forward and recompute. With the cast off the adapters stay fp32 (the
+  optimizer's master weights and state are untouched) and autocast still does their matmuls in bf16, so
+  the maths are those of the plain recipe; only the dropout runs on the bf16 tensor.
+- ``checkpoint_layers: N``: gradient checkpointing on the first N decoder layers only (``all``: every
+  layer, the plain behaviour). A layer that is not checkpointed keeps its activations and is not
+  recomputed: each one costs its activation memory and saves its share of the recompute, so a card with
+  room to spare runs faster. ``auto`` is resolved before launch by ``core.runs`` from the estimator.
+- ``compile_layers: true``: ``torch.compile`` of each decoder layer (regional compilation: one graph
+  shared by the identical layers, compiled once), fusing the element-wise work between the matmuls.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from transformers import TrainerCallback
+
+log = logging.getLogger("tunedeck.train")
+
+
+def decoder_layers(model: Any) -> list[Any]:
+    """The model's decoder blocks (transformers' checkpointable layers), in order."""
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer as block_type
+    except ImportError:  # an older transformers: every module that carries the flag
+        return [m for m in model.modules() if hasattr(m, "gradient_checkpointing") and hasattr(m, "self_attn")]
+    return [m for m in model.modules() if isinstance(m, block_type)]
+
+
+def disable_lora_input_upcast(model: Any) -> int:
+    """Keep LoRA inputs in the compute dtype (see the module docstring); returns how many layers."""
+    count = 0
+    for module in model.modules():
+        if hasattr(module, "cast_input_dtype_enabled") and hasattr(module, "lora_A"):
+            module.cast_input_dtype_enabled = False
+            count += 1
+    return count
+
+
+def limit_checkpointed_layers(model: Any, count: int) -> int:
+    """Checkpoint only the first ``count`` decoder layers; returns how many stay checkpointed."""
+    kept = 0
+    for index, layer in enumerate(decoder_layers(model)):
+        if index >= count:
+            layer.gradient_checkpointing = False
+        kept += bool(getattr(layer, "gradient_checkpointing", False))
+    return kept
+
+
+def compile_decoder_layers(model: Any) -> int:
+    """``torch.compile`` every decoder layer in place; returns how many."""
+    layers = decoder_layers(model)
+    for layer in layers:
+        layer.compile()
+    return len(layers)
+
+
+class EngineSwitchesCallback(TrainerCallback):
+    """Applies ``checkpoint_layers`` and ``compile_layers`` at train begin, after the Trainer has turned
+    gradient checkpointing on (and before ``offload_activations`` reads which layers are checkpointed)."""
+
+    def __init__(self, checkpoint_layers: int | None, compile_layers: bool) -> None:
+        self.checkpoint_layers = checkpoint_layers
+        self.compile_layers = compile_layers
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if model is None:
+            return
+        if self.checkpoint_layers is not None and args_checkpointing(args):
+            kept = limit_checkpointed_layers(model, self.checkpoint_layers)
+            log.info("checkpoint_layers: %d of %d decoder layers checkpointed", kept, len(decoder_layers(model)))
+        if self.compile_layers:
+            log.info("compile_layers: %d decoder layers compiled", compile_decoder_layers(model))
+
+
+def args_checkpointing(args: Any) -> bool:
+    """Whether the TrainingArguments turn checkpointing on (under either name transformers uses)."""
+    return bool(getattr(args, "activation_checkpointing", None) or getattr(args, "gradient_checkpointing", None))
