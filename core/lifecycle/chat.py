@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from core.lifecycle.source import LoadedModel
@@ -22,6 +22,50 @@ class GenerationSettings:
     max_tokens: int = 256
     top_p: float = 1.0
     seed: int | None = None
+
+
+@dataclass
+class GenerationOutcome:
+    """What one generation produced, filled in by ``stream_chat`` when it ends.
+
+    ``ids`` are the generated token ids as ``generate`` returned them (the prompt cut off; an end token
+    the model emitted is included: it was generated). The usage the server reports is counted from these
+    ids, never by tokenising the decoded text again (special tokens decode to nothing, and a re-encoding
+    need not give the same tokens back).
+    """
+
+    ids: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0
+    max_tokens: int = 0
+    hit_eos: bool = False
+    done: bool = False
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.ids)
+
+    @property
+    def finish_reason(self) -> str:
+        """OpenAI's: "length" when the reply was cut at ``max_tokens`` without an end token, else "stop"."""
+        return "length" if self.completion_tokens >= self.max_tokens and not self.hit_eos else "stop"
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    outcome: GenerationOutcome
+
+
+def eos_ids(loaded: LoadedModel) -> set[int]:
+    """The token ids that end a reply: the generation config's (an int or a list) and the tokenizer's."""
+    found: set[int] = set()
+    config = getattr(loaded.model, "generation_config", None)
+    for value in (getattr(config, "eos_token_id", None), getattr(loaded.tokenizer, "eos_token_id", None)):
+        if isinstance(value, int):
+            found.add(value)
+        elif isinstance(value, (list, tuple)):
+            found.update(int(v) for v in value if isinstance(v, int))
+    return found
 
 
 def build_messages(history: list[dict[str, str]], system_prompt: str = "") -> list[dict[str, str]]:
@@ -100,8 +144,12 @@ def _adapter_context(loaded: LoadedModel, variant: str) -> Any:
 
 
 def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: GenerationSettings | None = None,
-                variant: str = "tuned", stop: threading.Event | None = None) -> Iterator[str]:
-    """Text pieces of the reply as they are generated (``variant``: "tuned" or "base")."""
+                variant: str = "tuned", stop: threading.Event | None = None,
+                outcome: GenerationOutcome | None = None) -> Iterator[str]:
+    """Text pieces of the reply as they are generated (``variant``: "tuned" or "base").
+
+    ``outcome``, when given, receives the generated ids, the prompt length and whether an end token
+    came, once the last piece has been yielded."""
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -128,13 +176,17 @@ def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: G
     else:
         kwargs.update(temperature=None, top_p=None, top_k=None)
     errors: list[BaseException] = []
+    outcome = outcome if outcome is not None else GenerationOutcome()
+    outcome.prompt_tokens = int(ids.shape[-1])
+    outcome.max_tokens = kwargs["max_new_tokens"]
 
     def run() -> None:
         try:
             if settings.seed is not None:
                 torch.manual_seed(settings.seed)
             with torch.no_grad(), _adapter_context(loaded, variant):
-                loaded.model.generate(**kwargs)
+                sequences = loaded.model.generate(**kwargs)
+            outcome.ids = [int(v) for v in sequences[0, ids.shape[-1]:].tolist()]
         except BaseException as exc:  # surfaced to the caller after the stream ends
             errors.append(exc)
             streamer.end()
@@ -147,13 +199,21 @@ def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: G
     thread.join()
     if errors:
         raise errors[0]
+    # A batch of one is never padded: the ids end where the model stopped, on its end token or not.
+    outcome.hit_eos = bool(outcome.ids) and outcome.ids[-1] in eos_ids(loaded)
+    outcome.done = True
+
+
+def generate_reply(loaded: LoadedModel, messages: list[dict[str, str]], settings: GenerationSettings | None = None,
+                   variant: str = "tuned") -> Reply:
+    """The whole reply with its ``GenerationOutcome`` (generated ids, prompt length, finish reason)."""
+    outcome = GenerationOutcome()
+    text = "".join(stream_chat(loaded, messages, settings, variant, outcome=outcome))
+    return Reply(text, outcome)
 
 
 def complete_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: GenerationSettings | None = None,
                   variant: str = "tuned") -> tuple[str, int, int]:
-    """(reply text, prompt tokens, completion tokens) without streaming."""
-    pieces = list(stream_chat(loaded, messages, settings, variant))
-    text = "".join(pieces)
-    prompt_tokens = int(prompt_ids(loaded, messages).shape[-1])
-    completion_tokens = len(loaded.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
-    return text, prompt_tokens, completion_tokens
+    """(reply text, prompt tokens, completion tokens) without streaming; tokens counted from the ids."""
+    reply = generate_reply(loaded, messages, settings, variant)
+    return reply.text, reply.outcome.prompt_tokens, reply.outcome.completion_tokens

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--backend", default="auto", help=t("lifecycle.backend_help"))
     p.add_argument("--checkpoint", type=int, default=None, help=t("lifecycle.checkpoint_help"))
     p.add_argument("--model-dir", default=None, help=t("lifecycle.model_dir_help"))
+    p.add_argument("--api-key", metavar="KEY", default=None, help=t("lifecycle.api_key_help"))
+    p.add_argument("--max-body-bytes", metavar="N", type=int, default=None, help=t("lifecycle.max_body_help"))
     action = p.add_mutually_exclusive_group()
     action.add_argument("--stop", action="store_true", help=t("lifecycle.stop_help"))
     action.add_argument("--status", action="store_true", help=t("lifecycle.serve_status_help"))
@@ -264,9 +267,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _err(t("lifecycle.serve_status", run=run.id, url=state.url, pid=state.pid, backend=state.backend,
                    health=t("lifecycle.health_ok" if healthy else "lifecycle.health_down")))
         return 0
+    from core.lifecycle.serve import warn_if_public
+    from core.lifecycle.server import API_KEY_ENV
+
+    if args.max_body_bytes is not None and args.max_body_bytes < 1:
+        raise CliError(t("lifecycle.bad_max_body", value=args.max_body_bytes), 2)
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV, "")
+    warning = warn_if_public(args.host, api_key or None)
+    if warning:
+        _err(t("lifecycle.warning", text=warning))
     try:
         state = start_server(run, args.host, args.port, args.backend, args.checkpoint,
-                             Path(args.model_dir) if args.model_dir else None)
+                             Path(args.model_dir) if args.model_dir else None, api_key=api_key,
+                             max_body_bytes=args.max_body_bytes)
     except LifecycleError as exc:
         raise CliError(str(exc), 1) from exc
     if args.json:

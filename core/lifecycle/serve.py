@@ -44,10 +44,11 @@ class ServerState:
     backend: str
     status: str
     log_path: Path
+    auth: bool = False  # clients must send the API key
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "pid": self.pid, "url": self.url, "host": self.host, "port": self.port,
-                "backend": self.backend, "status": self.status, "log": str(self.log_path)}
+                "backend": self.backend, "status": self.status, "log": str(self.log_path), "auth": self.auth}
 
 
 def serve_dir(run_id: str) -> Path:
@@ -111,16 +112,32 @@ def server_state(run_id: str) -> ServerState | None:
     if raw.get("backend") == "transformers" and not _lock_held(directory):
         return None
     return ServerState(run_id, pid, str(raw.get("url", "")), str(raw.get("host", "")), int(raw.get("port") or 0),
-                       str(raw.get("backend", "")), str(raw.get("status", "")), directory / "server.log")
+                       str(raw.get("backend", "")), str(raw.get("status", "")), directory / "server.log",
+                       bool(raw.get("auth")))
 
 
 def health(url: str, timeout: float = 2.0) -> bool:
-    """Whether the server at ``url`` (…/v1) answers ``/v1/models``."""
+    """Whether the server at ``url`` (…/v1) answers ``/v1/models``.
+
+    A 401 counts as an answer: a server that asks for its API key is up (the key is not ours to know)."""
     try:
         with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=timeout) as response:
             return response.status == 200
+    except urllib.error.HTTPError as exc:
+        return exc.code == 401
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def warn_if_public(host: str, api_key: str | None) -> str | None:
+    """The warning for a server that listens beyond this machine, or None on a loopback address."""
+    from core.i18n import t
+    from core.lifecycle.server import is_loopback
+
+    if is_loopback(host):
+        return None
+    return t("lifecycle.serve_public_host", host=host,
+             auth=t("lifecycle.serve_auth_on" if api_key else "lifecycle.serve_auth_off"))
 
 
 def _free_port(host: str) -> int:
@@ -153,10 +170,13 @@ def choose_backend(requested: str) -> str:
 
 
 def _backend_command(backend: str, run: RunDirectory, state: Path, host: str, port: int,
-                     checkpoint: int | None, model_dir: Path | None) -> list[str]:
+                     checkpoint: int | None, model_dir: Path | None, api_key: str | None = None,
+                     max_body_bytes: int | None = None) -> list[str]:
     if backend == "transformers":
         cmd = [sys.executable, "-m", "core.lifecycle.server", "--state", str(state), "--host", host,
                "--port", str(port)]
+        if max_body_bytes is not None:
+            cmd += ["--max-body-bytes", str(max_body_bytes)]
         if model_dir is not None:
             return cmd + ["--model-dir", str(model_dir)]
         return cmd + ["--run", str(run.path)] + ([] if checkpoint is None else ["--checkpoint", str(checkpoint)])
@@ -164,20 +184,27 @@ def _backend_command(backend: str, run: RunDirectory, state: Path, host: str, po
     if backend == "vllm":
         return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                 "--served-model-name", run.id, "--host", host, "--port", str(port)]
+    # vLLM reads its key from VLLM_API_KEY (set by start_server); LMDeploy only takes it as an argument.
     return [sys.executable, "-m", "lmdeploy", "serve", "api_server", str(model_dir), "--model-name", run.id,
-            "--server-name", host, "--server-port", str(port)]
+            "--server-name", host, "--server-port", str(port)] + (["--api-keys", api_key] if api_key else [])
 
 
 def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, backend: str = "auto",
                  checkpoint: int | None = None, model_dir: Path | None = None,
-                 timeout: float = 600.0, cancelled: Callable[[], bool] | None = None) -> ServerState:
+                 timeout: float = 600.0, cancelled: Callable[[], bool] | None = None,
+                 api_key: str | None = None, max_body_bytes: int | None = None) -> ServerState:
     """Start the run's server detached (own session) and wait until it answers; returns its state.
 
     ``cancelled`` (checked while waiting): when it turns true the wait ends with ``ServeWaitCancelled``
-    and the server, detached, goes on starting (an app that quits must not wait for a model to load)."""
+    and the server, detached, goes on starting (an app that quits must not wait for a model to load).
+    ``api_key``: clients must send ``Authorization: Bearer KEY`` on /v1 (handed to the server through its
+    environment, not its command line). ``max_body_bytes``: our server's request size limit (413 past it).
+    A host that is not a loopback address is warned about in the server's log (and by the CLI)."""
     from core.atomic_file import write_json_atomic
     from core.i18n import t
 
+    api_key = os.environ.get("TUNEDECK_API_KEY") if api_key is None else api_key  # "" = no key
+    api_key = api_key or None
     existing = server_state(run.id)
     if existing is not None:
         raise LifecycleError(t("lifecycle.serve_already", run=run.id, url=existing.url, pid=existing.pid))
@@ -201,19 +228,28 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
     write_json_atomic(directory / "state.json", {"status": "starting", "backend": chosen, "host": host,
                                                  "port": port, "run": str(run.path), "started": time.time()})
     log_path = directory / "server.log"
-    cmd = _backend_command(chosen, run, directory, host, port, checkpoint, model_dir)
+    cmd = _backend_command(chosen, run, directory, host, port, checkpoint, model_dir, api_key, max_body_bytes)
+    env = {k: v for k, v in os.environ.items() if k not in ("TUNEDECK_API_KEY", "VLLM_API_KEY")}
+    if api_key:
+        env["VLLM_API_KEY" if chosen == "vllm" else "TUNEDECK_API_KEY"] = api_key
+    warning = warn_if_public(host, api_key)
     with open(log_path, "ab") as log_file:
         os.chmod(log_path, 0o600)
+        if warning and chosen != "transformers":  # ours logs it itself
+            log_file.write(f"WARNING {warning}\n".encode())
+            log_file.flush()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=str(Path(__file__).resolve().parents[2]),
-                                close_fds=True)
+                                close_fds=True, env=env)
     if chosen != "transformers":
         scheme_host = f"[{host}]" if ":" in host else host
         write_json_atomic(directory / "state.json", {**_read_state(directory), "pid": proc.pid,
-                                                     "url": f"http://{scheme_host}:{port}/v1", "status": "loading"})
+                                                     "url": f"http://{scheme_host}:{port}/v1", "status": "loading",
+                                                     "auth": bool(api_key)})
     state = _await_ready(run.id, timeout, cancelled, proc)
     if state is not None:
-        run.append_event("serve_started", url=state.url, pid=state.pid, backend=chosen)
+        run.append_event("serve_started", url=state.url, pid=state.pid, backend=chosen, auth=bool(api_key),
+                         public=warning is not None)
         return state
     if proc.poll() is None:
         _terminate(proc.pid)
@@ -297,12 +333,17 @@ def stop_server(run_id: str) -> bool:
 
 
 def probe_request(url: str, model: str, prompt: str = "Hello!", max_tokens: int = 16,
-                 timeout: float = 120.0) -> tuple[str, float]:
-    """One real chat completion against ``url``; (reply, seconds). Raises ``LifecycleError`` on failure."""
+                 timeout: float = 120.0, api_key: str | None = None) -> tuple[str, float]:
+    """One real chat completion against ``url``; (reply, seconds). Raises ``LifecycleError`` on failure.
+
+    ``api_key`` defaults to ``TUNEDECK_API_KEY`` from the environment (a server started with a key)."""
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
                        "max_tokens": max_tokens, "temperature": 0}).encode("utf-8")
-    request = urllib.request.Request(url.rstrip("/") + "/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    api_key = api_key if api_key is not None else os.environ.get("TUNEDECK_API_KEY")
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    request = urllib.request.Request(url.rstrip("/") + "/chat/completions", data=body, headers=headers)
     from core.i18n import t
 
     started = time.monotonic()

@@ -7,12 +7,19 @@ by ``core.lifecycle.serve`` in its own session. It holds ``DIR/lock`` for its wh
     GET  /health                 {"status": "ok", "model": ...}
     GET  /v1/models              the fine-tuned model, and ``<id>-base`` when it is base + adapter
     POST /v1/chat/completions    OpenAI schema; ``"stream": true`` answers as server-sent events
+
+With an API key (environment ``TUNEDECK_API_KEY``, never the command line, where ``ps`` shows it) every
+/v1 route needs ``Authorization: Bearer KEY`` (401 otherwise, OpenAI's error JSON); /health stays open.
+A request body over ``--max-body-bytes`` (1 MiB by default) is refused with 413 before it is read.
+Usage is counted from the generated token ids.
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
+import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -26,15 +33,38 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("tunedeck.serve")
+API_KEY_ENV = "TUNEDECK_API_KEY"
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+DRAIN_CAP = 64 << 20  # a refused body is read and dropped up to this much, so the client sees the answer
+DRAIN_TIMEOUT_S = 5.0
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only listens on this machine (127.0.0.0/8, ::1, localhost)."""
+    if host.strip("[]").lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name or an interface address: reachable from elsewhere, as far as we know
 
 
 class ChatBackend:
     """The loaded model behind the API; generation is serialised (one model, one stream at a time)."""
 
-    def __init__(self, loaded: Any, model_id: str) -> None:
+    def __init__(self, loaded: Any, model_id: str, api_key: str | None = None,
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         self.loaded = loaded
         self.model_id = model_id
         self.lock = threading.Lock()
+        self.api_key = api_key or None
+        self.max_body_bytes = max_body_bytes
+
+    def authorised(self, header: str | None) -> bool:
+        if self.api_key is None:
+            return True
+        scheme, _, token = (header or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
 
     def model_ids(self) -> list[str]:
         ids = [self.model_id]
@@ -86,11 +116,55 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _error(self, code: int, message: str, kind: str = "invalid_request_error") -> None:
-            self._json(code, {"error": {"message": message, "type": kind, "code": code}})
+        def _error(self, code: int, message: str, kind: str = "invalid_request_error",
+                   error_code: str | int | None = None, headers: dict[str, str] | None = None) -> None:
+            value = {"error": {"message": message, "type": kind, "param": None,
+                               "code": code if error_code is None else error_code}}
+            data = json.dumps(value).encode("utf-8")
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, text in (headers or {}).items():
+                self.send_header(name, text)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _drain(self) -> None:
+            """Read and drop the request body (at most DRAIN_CAP bytes, a few seconds) before a refusal.
+
+            Closing a socket with unread data makes the kernel reset the connection, and the client then
+            sees a reset instead of our 401/413 answer."""
+            try:
+                left = min(int(self.headers.get("Content-Length") or 0), DRAIN_CAP)
+            except ValueError:
+                return
+            self.connection.settimeout(DRAIN_TIMEOUT_S)
+            try:
+                while left > 0:
+                    chunk = self.rfile.read(min(left, 1 << 16))
+                    if not chunk:
+                        return
+                    left -= len(chunk)
+            except OSError:
+                return
+
+        def _refused(self, path: str) -> bool:
+            """Answer 401 for a /v1 route without the right key; True when it did."""
+            if not (path == "/v1" or path.startswith("/v1/")) or backend.authorised(self.headers.get("Authorization")):
+                return False
+            from core.i18n import t
+
+            log.warning("%s %s refused: no or wrong API key", self.address_string(), path)
+            self.close_connection = True
+            self._drain()
+            self._error(401, t("lifecycle.serve_bad_key"), error_code="invalid_api_key",
+                        headers={"WWW-Authenticate": "Bearer", "Connection": "close"})
+            return True
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             path = self.path.split("?")[0].rstrip("/")
+            if self._refused(path):
+                return
             if path == "/health":
                 self._json(200, {"status": "ok", "model": backend.model_id})
             elif path == "/v1/models":
@@ -101,13 +175,34 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 self._error(404, f"no route {self.path}")
 
         def do_POST(self) -> None:  # noqa: N802
+            from core.i18n import t
+
             path = self.path.split("?")[0].rstrip("/")
+            if self._refused(path):
+                return
             if path != "/v1/chat/completions":
                 self._error(404, f"no route {self.path}")
                 return
             try:
                 length = int(self.headers.get("Content-Length") or 0)
+                if length < 0:
+                    raise ValueError
+            except ValueError:
+                self.close_connection = True
+                self._error(400, t("lifecycle.serve_bad_length", value=self.headers.get("Content-Length")))
+                return
+            if length > backend.max_body_bytes:
+                log.warning("%s refused a %d-byte body (limit %d)", self.address_string(), length,
+                            backend.max_body_bytes)
+                self.close_connection = True
+                self._drain()  # read and dropped (up to a cap), never kept
+                self._error(413, t("lifecycle.serve_body_too_large", size=length, limit=backend.max_body_bytes),
+                            error_code="request_too_large", headers={"Connection": "close"})
+                return
+            try:
                 body = json.loads(self.rfile.read(length) or b"{}")
+                if not isinstance(body, dict):
+                    raise ValueError("the request body must be a JSON object")
                 messages = _messages(body)
                 settings = _settings(body)
             except (ValueError, TypeError) as exc:
@@ -119,30 +214,31 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             cid = "chatcmpl-" + uuid.uuid4().hex[:24]
             with backend.lock:
                 if body.get("stream"):
-                    self._stream(messages, settings, variant, model_name, cid, created)
+                    options = body.get("stream_options")
+                    usage = isinstance(options, dict) and bool(options.get("include_usage"))
+                    self._stream(messages, settings, variant, model_name, cid, created, usage)
                 else:
                     self._complete(messages, settings, variant, model_name, cid, created)
 
         def _complete(self, messages: Any, settings: Any, variant: str, model: str, cid: str, created: int) -> None:
-            from core.lifecycle.chat import complete_chat
+            from core.lifecycle.chat import generate_reply
 
             try:
-                text, prompt_tokens, completion_tokens = complete_chat(backend.loaded, messages, settings, variant)
+                reply = generate_reply(backend.loaded, messages, settings, variant)
             except Exception as exc:  # a generation error is the client's answer, not a dead server
                 log.exception("generation failed")
                 self._error(500, f"generation failed: {exc}", "server_error")
                 return
-            finish = "length" if completion_tokens >= settings.max_tokens else "stop"
             self._json(200, {
                 "id": cid, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "finish_reason": finish}],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                          "total_tokens": prompt_tokens + completion_tokens},
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
+                             "finish_reason": reply.outcome.finish_reason}],
+                "usage": _usage(reply.outcome),
             })
 
-        def _stream(self, messages: Any, settings: Any, variant: str, model: str, cid: str, created: int) -> None:
-            from core.lifecycle.chat import stream_chat
+        def _stream(self, messages: Any, settings: Any, variant: str, model: str, cid: str, created: int,
+                    include_usage: bool = False) -> None:
+            from core.lifecycle.chat import GenerationOutcome, stream_chat
 
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -158,11 +254,16 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
 
             stop = threading.Event()
+            outcome = GenerationOutcome()
             try:
                 send({"role": "assistant", "content": ""}, None)
-                for piece in stream_chat(backend.loaded, messages, settings, variant, stop=stop):
+                for piece in stream_chat(backend.loaded, messages, settings, variant, stop=stop, outcome=outcome):
                     send({"content": piece}, None)
-                send({}, "stop")
+                send({}, outcome.finish_reason)
+                if include_usage:  # OpenAI's stream_options.include_usage: one last chunk, no choices
+                    chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                             "choices": [], "usage": _usage(outcome)}
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode("utf-8") + b"\n\n")
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
@@ -172,6 +273,11 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 stop.set()
 
     return Handler
+
+
+def _usage(outcome: Any) -> dict[str, int]:
+    return {"prompt_tokens": outcome.prompt_tokens, "completion_tokens": outcome.completion_tokens,
+            "total_tokens": outcome.prompt_tokens + outcome.completion_tokens}
 
 
 def _write_state(state_dir: Path, **values: Any) -> None:
@@ -194,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", type=int, default=None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     args = parser.parse_args(argv)
+    api_key = os.environ.pop(API_KEY_ENV, "") or None  # out of the environment of anything we start
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     state_dir = Path(args.state)
     lock_fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -215,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         run = RunDirectory(Path(args.run))
         loaded = load_finetuned(resolve_model_source(run, args.checkpoint))
         model_id = run.id
-    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(ChatBackend(loaded, model_id)))
+    backend = ChatBackend(loaded, model_id, api_key=api_key, max_body_bytes=args.max_body_bytes)
+    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(backend))
     httpd.daemon_threads = True
     port = httpd.server_address[1]
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
@@ -226,9 +335,15 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    if not is_loopback(args.host):
+        from core.i18n import t
+
+        log.warning("%s", t("lifecycle.serve_public_host", host=args.host,
+                            auth=t("lifecycle.serve_auth_on" if api_key else "lifecycle.serve_auth_off")))
     _write_state(state_dir, status="ready", host=args.host, port=port, url=url, model=model_id,
-                 ready_ts=time.time())
-    log.info("serving %s at %s", model_id, url)
+                 ready_ts=time.time(), auth=api_key is not None, max_body_bytes=args.max_body_bytes)
+    log.info("serving %s at %s (API key %s, body limit %d bytes)", model_id, url,
+             "required" if api_key else "not required", args.max_body_bytes)
     try:
         httpd.serve_forever(poll_interval=0.2)
     finally:

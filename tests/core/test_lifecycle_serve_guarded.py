@@ -1,0 +1,169 @@
+"""The detached server as an exposed service: API key, body-size limit, non-loopback warning, and usage
+counted from the generated ids. Real servers over loopback on a real finished tiny LoRA run."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.fixtures.lifecycle.finished_run import finished_run, tunedeck
+
+KEY = "td-test-key-8f2c"
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    return tmp_path_factory.mktemp("lifecycle-serve-guarded")
+
+
+@pytest.fixture()
+def lora_run(shared, monkeypatch):
+    home, run_id = finished_run(shared)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    from core.runs.run_dir import RunDirectory
+
+    return home, RunDirectory(home / "runs" / run_id)
+
+
+def _request(url: str, data: bytes | None = None, key: str | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _chat_body(**extra) -> bytes:
+    return json.dumps({"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 12,
+                       "temperature": 0, **extra}).encode()
+
+
+def _stop(home, run) -> None:
+    stopped = tunedeck(home, "serve", run.id, "--stop")
+    assert stopped.returncode == 0, stopped.stderr
+
+
+def test_public_host_warns_and_the_env_key_and_body_limit_guard_every_v1_route(lora_run):
+    home, run = lora_run
+    proc = tunedeck(home, "serve", run.id, "--host", "0.0.0.0", "--max-body-bytes", "4096", "--json",
+                    TUNEDECK_API_KEY=KEY)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    state = json.loads(proc.stdout)
+    try:
+        assert "0.0.0.0" in proc.stderr and "other machines can reach" in proc.stderr
+        assert "clients need the API key" in proc.stderr
+        assert state["auth"] is True and state["healthy"] is True  # health knows a 401 means "up"
+        with open(f"/proc/{state['pid']}/cmdline", "rb") as handle:
+            assert KEY.encode() not in handle.read()  # the key never shows in ps
+        log = (home / "serve" / run.id / "server.log").read_text()
+        assert "WARNING" in log and "other machines can reach" in log
+        base = f"http://127.0.0.1:{state['port']}"
+        # /health is open; every /v1 route wants the key, and says so in OpenAI's error shape.
+        assert _request(base + "/health")[0] == 200
+        for url, data in ((base + "/v1/models", None), (base + "/v1/chat/completions", _chat_body()),
+                          (base + "/v1/nothing-here", None)):
+            for key in (None, "wrong-key"):
+                code, body = _request(url, data, key)
+                assert code == 401, (url, key, code, body)
+                assert body["error"]["code"] == "invalid_api_key" and body["error"]["type"] == "invalid_request_error"
+                assert "Authorization: Bearer" in body["error"]["message"]
+        code, body = _request(base + "/v1/models", key=KEY)
+        assert code == 200 and [m["id"] for m in body["data"]] == [run.id, run.id + "-base"]
+        from openai import AuthenticationError, OpenAI
+
+        with pytest.raises(AuthenticationError):
+            OpenAI(base_url=base + "/v1", api_key="wrong-key", timeout=60, max_retries=0).models.list()
+        reply = OpenAI(base_url=base + "/v1", api_key=KEY, timeout=60, max_retries=0).chat.completions.create(
+            model=run.id, temperature=0, max_tokens=12, messages=[{"role": "user", "content": "Name a colour."}])
+        assert reply.choices[0].message.content.strip() == "Blue."
+        # A body over the limit is refused with 413 (and the server goes on answering).
+        padding = "x" * 8000
+        code, body = _request(base + "/v1/chat/completions", _chat_body(user=padding), KEY)
+        assert code == 413 and body["error"]["code"] == "request_too_large", body
+        assert "4096" in body["error"]["message"] and "--max-body-bytes" in body["error"]["message"]
+        code, body = _request(base + "/v1/chat/completions", b"{}", KEY,
+                              headers={"Content-Length": "-5"})
+        assert code == 400, body
+        code, body = _request(base + "/v1/chat/completions", _chat_body(), KEY)
+        assert code == 200 and body["choices"][0]["message"]["content"].strip() == "Blue."
+        from core.lifecycle.serve import probe_request
+
+        with pytest.raises(Exception, match="401"):
+            probe_request(base + "/v1", run.id, api_key="")
+        assert probe_request(base + "/v1", run.id, prompt="Say yes.", api_key=KEY)[0].strip() == "Yes."
+    finally:
+        _stop(home, run)
+
+
+def _expected_ids(run, prompt: str, max_tokens: int, variant: str) -> tuple[int, list[int], set[int]]:
+    """(prompt length, generated ids, end ids) from plain transformers ``generate``, greedy."""
+    import torch
+
+    from core.lifecycle.source import load_finetuned, resolve_model_source
+
+    loaded = load_finetuned(resolve_model_source(run), "cpu")
+    ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                               return_tensors="pt", return_dict=True)["input_ids"]
+    model = loaded.model
+    with torch.no_grad():
+        if variant == "base":
+            with model.disable_adapter():
+                out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
+                                     do_sample=False, pad_token_id=loaded.tokenizer.pad_token_id)
+        else:
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
+                                 do_sample=False, pad_token_id=loaded.tokenizer.pad_token_id)
+    eos = model.generation_config.eos_token_id
+    ends = set(eos if isinstance(eos, list) else [eos]) | {loaded.tokenizer.eos_token_id}
+    return int(ids.shape[-1]), out[0, ids.shape[-1]:].tolist(), ends
+
+
+def test_usage_and_finish_reason_come_from_the_generated_ids_streaming_and_not(lora_run):
+    from openai import OpenAI
+
+    home, run = lora_run
+    cases = [("Name a colour.", 12, run.id, "tuned"), ("Hi", 7, run.id + "-base", "base")]
+    expected = {model: _expected_ids(run, prompt, max_tokens, variant) for prompt, max_tokens, model, variant in cases}
+    proc = tunedeck(home, "serve", run.id, "--api-key", KEY, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    state = json.loads(proc.stdout)
+    try:
+        assert "other machines" not in proc.stderr  # loopback: no warning
+        with open(f"/proc/{state['pid']}/cmdline", "rb") as handle:
+            assert KEY.encode() not in handle.read()
+        client = OpenAI(base_url=state["url"], api_key=KEY, timeout=120, max_retries=0)
+        for prompt, max_tokens, model, _variant in cases:
+            prompt_len, ids, ends = expected[model]
+            hit_eos = bool(ids) and ids[-1] in ends
+            finish = "length" if len(ids) >= max_tokens and not hit_eos else "stop"
+            reply = client.chat.completions.create(model=model, temperature=0, max_tokens=max_tokens,
+                                                   messages=[{"role": "user", "content": prompt}])
+            assert reply.usage.completion_tokens == len(ids) >= 1, (model, reply.usage, ids)
+            assert reply.usage.prompt_tokens == prompt_len
+            assert reply.usage.total_tokens == prompt_len + len(ids)
+            assert reply.choices[0].finish_reason == finish, (model, ids)
+            stream = client.chat.completions.create(model=model, temperature=0, max_tokens=max_tokens, stream=True,
+                                                    stream_options={"include_usage": True},
+                                                    messages=[{"role": "user", "content": prompt}])
+            chunks = list(stream)
+            finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+            assert finishes == [finish]
+            assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(ids)
+            assert chunks[-1].usage.prompt_tokens == prompt_len
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            assert text == reply.choices[0].message.content
+        # The learned answer ends with the end token, which counts (it was generated) though it decodes to "".
+        _prompt_len, tuned_ids, ends = expected[run.id]
+        assert tuned_ids[-1] in ends
+        # The base babbles to the limit: "length", exactly max_tokens tokens.
+        assert len(expected[run.id + "-base"][1]) == 7
+    finally:
+        _stop(home, run)
