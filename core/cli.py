@@ -76,7 +76,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:
         pass  # an unknown --lang is reported by the parser below
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse stops filling positionals at the first option: `resume RUN --weights-only key=value`
+        # leaves key=value over. Overrides may come anywhere after the command; anything else is an error.
+        if isinstance(getattr(args, "overrides", None), list) and \
+                all("=" in e and not e.startswith("-") for e in extra):
+            args.overrides += extra
+        else:
+            parser.parse_args(argv)  # reports the unrecognized arguments as argparse does, and exits
     try:
         set_language(args.lang if args.lang is not None else settings.language)
     except ValueError as exc:

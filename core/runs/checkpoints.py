@@ -1,5 +1,11 @@
 """Atomic checkpoints: written into ``checkpoint-N.tmp/``, fsync'ed, renamed to ``checkpoint-N/``, and
-only then marked with a ``COMPLETE`` file. A checkpoint without the marker is never resumed from."""
+only then marked with a ``COMPLETE`` file. A checkpoint without the marker is never resumed from.
+
+The marker is JSON and lists every file it vouches for with its size (``"files": {"model.safetensors":
+123, ...}``). Resume does not trust it blindly: ``verify_checkpoint`` checks the sizes, that
+``trainer_state.json`` parses and that every safetensors header parses and covers the file exactly (cheap:
+stat calls and a few kilobytes read, never a hash of tens of GB). Markers of older versions (plain text,
+or JSON without ``files``) are read as legacy: only the structural checks apply."""
 
 from __future__ import annotations
 
@@ -8,12 +14,15 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.atomic_file import fsync_dir, fsync_tree
+from core.i18n import Message
 
 COMPLETE_MARKER = "COMPLETE"
+MARKER_FORMAT = 2  # 2: the marker lists its files and sizes; older markers are "legacy"
 TMP_SUFFIX = ".tmp"
 _NAME = re.compile(r"^checkpoint-(\d+)(\.tmp)?$")
 
@@ -50,16 +59,34 @@ def final_path_for(directory: Path, step: int) -> Path:
     return directory / f"checkpoint-{step}"
 
 
-def finalize_checkpoint(tmp_dir: Path, step: int, info: dict | None = None) -> Path:
-    """fsync everything in ``tmp_dir``, rename it to ``checkpoint-N`` and write the COMPLETE marker last."""
+def checkpoint_files(directory: Path) -> dict[str, int]:
+    """Every file under ``directory`` (relative path → size in bytes), the marker itself left out."""
+    files: dict[str, int] = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and not path.is_symlink() and path.name != COMPLETE_MARKER:
+            files[path.relative_to(directory).as_posix()] = path.stat().st_size
+    return files
+
+
+def finalize_checkpoint(tmp_dir: Path, step: int, info: dict | None = None,
+                        on_remove: Callable[[Path, str], None] | None = None) -> Path:
+    """fsync everything in ``tmp_dir``, rename it to ``checkpoint-N`` and write the COMPLETE marker last.
+
+    The marker lists the files and sizes it vouches for. An old ``checkpoint-N`` in the way (a leftover
+    of an earlier attempt at the same step) is removed, and ``on_remove(path, "replaced")`` told first.
+    """
     final = final_path_for(tmp_dir.parent, step)
     fsync_tree(tmp_dir)
-    if final.exists():  # a stale marker-less leftover from an earlier attempt at the same step
+    files = checkpoint_files(tmp_dir)
+    if final.exists():  # a leftover from an earlier attempt at the same step
+        if on_remove is not None:
+            on_remove(final, "replaced")
         shutil.rmtree(final)
     os.rename(tmp_dir, final)
     fsync_dir(final.parent)
     marker = final / COMPLETE_MARKER
-    payload = json.dumps({"step": step, "time": time.time(), **(info or {})}, indent=2) + "\n"
+    payload = json.dumps({"step": step, "time": time.time(), "format": MARKER_FORMAT, "files": files,
+                          **(info or {})}, indent=2) + "\n"
     fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, payload.encode("utf-8"))
@@ -70,11 +97,14 @@ def finalize_checkpoint(tmp_dir: Path, step: int, info: dict | None = None) -> P
     return final
 
 
-def rotate_checkpoints(directory: Path, keep: int | None) -> list[Path]:
+def rotate_checkpoints(directory: Path, keep: int | None,
+                       on_remove: Callable[[Path, str], None] | None = None) -> list[Path]:
     """Keep the newest ``keep`` complete checkpoints; remove older ones and stale incomplete ones.
 
     Incomplete directories newer than the newest complete checkpoint are left alone (one may be being
-    written right now by another rank); older incomplete ones are leftovers of a crash.
+    written right now by another rank); older incomplete ones are leftovers of a crash. Before each
+    removal ``on_remove(path, why)`` is told (why: ``"rotated"`` or ``"incomplete"``), so that nothing
+    disappears without a record.
     """
     found = list_checkpoints(directory)
     complete = [c for c in found if c.complete]
@@ -84,6 +114,8 @@ def rotate_checkpoints(directory: Path, keep: int | None) -> list[Path]:
     if keep is not None and keep > 0 and len(complete) > keep:
         doomed += complete[: len(complete) - keep]
     for ckpt in doomed:
+        if on_remove is not None:
+            on_remove(ckpt.path, "incomplete" if not ckpt.complete else "rotated")
         # Remove the marker first so that a half-deleted directory never looks complete.
         try:
             (ckpt.path / COMPLETE_MARKER).unlink()
@@ -92,3 +124,153 @@ def rotate_checkpoints(directory: Path, keep: int | None) -> list[Path]:
         shutil.rmtree(ckpt.path, ignore_errors=True)
         removed.append(ckpt.path)
     return removed
+
+
+# -- verification --------------------------------------------------------------------------------------
+# Files whose loss costs the optimizer's and the schedule's state (and the RNG streams), not the weights:
+# a checkpoint without them can still be resumed "weights only".
+_STATE_FILES = re.compile(r"^(optimizer\.(pt|bin)|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth|"
+                          r"global_step\d+/.*optim_states\.pt)$")
+_MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024  # the format's own limit
+
+
+@dataclass(frozen=True)
+class CheckpointProblem:
+    """One thing wrong with a checkpoint: the file (relative to the checkpoint) and what is wrong."""
+
+    file: str
+    message: Message
+    state_only: bool = False  # only optimizer / scheduler / RNG state is lost; the weights are fine
+
+
+@dataclass
+class CheckpointCheck:
+    """What ``verify_checkpoint`` found. ``resumable``: everything there; ``weights_usable``: the model
+    (and trainer_state.json) are sound, only optimizer / scheduler state is missing or damaged."""
+
+    checkpoint: Checkpoint
+    problems: list[CheckpointProblem] = field(default_factory=list)
+    legacy: bool = False  # an old marker that lists no files: sizes could not be checked
+
+    @property
+    def resumable(self) -> bool:
+        return not self.problems
+
+    @property
+    def weights_usable(self) -> bool:
+        return all(p.state_only for p in self.problems)
+
+    @property
+    def first_problem(self) -> CheckpointProblem | None:
+        damage = [p for p in self.problems if not p.state_only]
+        return (damage or self.problems or [None])[0]
+
+
+def read_marker(checkpoint: Path) -> dict | None:
+    """The COMPLETE marker as a dict; ``{}`` for a legacy marker (plain text, or JSON without a file
+    list); None when there is no marker."""
+    try:
+        text = (checkpoint / COMPLETE_MARKER).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) and isinstance(value.get("files"), dict) else {}
+
+
+def safetensors_problem(path: Path) -> Message | None:
+    """Why ``path`` is not a whole safetensors file (header unreadable, or data shorter or longer than
+    the header says), or None. Reads the header only."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            length = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if length < 0 or length > min(size - 8, _MAX_SAFETENSORS_HEADER):
+                return Message("checkpoints.safetensors_header", size=size)
+            header = json.loads(handle.read(length))
+    except OSError as exc:
+        return Message("checkpoints.file_unreadable", error=str(exc))
+    except ValueError:
+        return Message("checkpoints.safetensors_header", size=size)
+    if not isinstance(header, dict):
+        return Message("checkpoints.safetensors_header", size=size)
+    end = 0
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            end = max(end, int(tensor["data_offsets"][1]))
+        except (KeyError, IndexError, TypeError, ValueError):
+            return Message("checkpoints.safetensors_header", size=size)
+    expected = 8 + length + end
+    if expected != size:
+        return Message("checkpoints.file_size", size=size, expected=expected)
+    return None
+
+
+def _has(directory: Path, pattern: str) -> bool:
+    return any(directory.glob(pattern))
+
+
+def verify_checkpoint(checkpoint: Checkpoint | Path) -> CheckpointCheck:
+    """Cheap checks that a complete checkpoint can really be resumed from (see the module docstring)."""
+    if isinstance(checkpoint, Path):
+        match = _NAME.match(checkpoint.name)
+        checkpoint = Checkpoint(int(match.group(1)) if match else -1, checkpoint,
+                                (checkpoint / COMPLETE_MARKER).is_file())
+    path = checkpoint.path
+    check = CheckpointCheck(checkpoint)
+    marker = read_marker(path)
+    if marker is None:
+        check.problems.append(CheckpointProblem(COMPLETE_MARKER, Message("checkpoints.no_marker")))
+        return check
+    check.legacy = not marker
+
+    def problem(file: str, message: Message) -> None:
+        if not any(p.file == file for p in check.problems):
+            check.problems.append(CheckpointProblem(file, message, bool(_STATE_FILES.match(file))))
+
+    for name, expected in (marker.get("files") or {}).items():
+        try:
+            size = (path / name).stat().st_size
+        except FileNotFoundError:
+            problem(name, Message("checkpoints.file_missing"))
+            continue
+        except OSError as exc:
+            problem(name, Message("checkpoints.file_unreadable", error=str(exc)))
+            continue
+        if isinstance(expected, int) and size != expected:
+            problem(name, Message("checkpoints.file_size", size=size, expected=expected))
+    for tensors in sorted(path.glob("*.safetensors")):
+        found = safetensors_problem(tensors)
+        if found is not None:
+            problem(tensors.name, found)
+    deepspeed = any(p.is_dir() for p in path.glob("global_step*"))
+    weights = ("*.safetensors", "pytorch_model*.bin", "adapter_model.bin")
+    if not deepspeed and not any(_has(path, pattern) for pattern in weights):
+        problem("model.safetensors", Message("checkpoints.no_weights"))
+    try:
+        state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+        if not isinstance(state, dict) or "global_step" not in state:
+            raise ValueError("not a trainer state")
+    except FileNotFoundError:
+        problem("trainer_state.json", Message("checkpoints.file_missing"))
+    except (OSError, ValueError):
+        problem("trainer_state.json", Message("checkpoints.json_invalid"))
+    if deepspeed:
+        if not _has(path, "global_step*/*optim_states.pt"):
+            problem("optimizer.pt", Message("checkpoints.file_missing"))
+    else:
+        if not (path / "optimizer.pt").is_file() and not (path / "optimizer.bin").is_file():
+            problem("optimizer.pt", Message("checkpoints.file_missing"))
+        if not (path / "scheduler.pt").is_file():
+            problem("scheduler.pt", Message("checkpoints.file_missing"))
+    return check
+
+
+def resume_candidates(directory: Path) -> list[CheckpointCheck]:
+    """Every complete checkpoint under ``directory``, newest first, each verified."""
+    return [verify_checkpoint(c) for c in reversed(list_checkpoints(directory)) if c.complete]

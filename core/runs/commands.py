@@ -55,6 +55,9 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("resume", help=t("runs.resume_help"), description=t("runs.resume_help"))
     p.add_argument("run", metavar="RUN", help=t("runs.run_arg_help"))
+    p.add_argument("overrides", nargs="*", metavar="key=value", help=t("resume.overrides_help"))
+    p.add_argument("--checkpoint", type=int, default=None, metavar="N", help=t("resume.checkpoint_help"))
+    p.add_argument("--weights-only", action="store_true", help=t("resume.weights_only_help"))
     p.add_argument("--json", action="store_true", help=t("runs.json_help"))
     p.set_defaults(handler=cmd_resume)
 
@@ -197,7 +200,11 @@ def _launch_config(config: Any, argv: list[str], command: str, distributed: Any 
         raise CliError(t("runs.qlora_needs_gpu"), 2)
     if not gpus and int(config.zero_stage or 0) > 0:
         raise CliError(t("runs.zero_needs_gpu"), 2)
-    return create_run(config, argv, command=command, gpus=gpus, distributed=distributed)
+    run = create_run(config, argv, command=command, gpus=gpus, distributed=distributed)
+    from core.runs.fingerprint import record_fingerprint
+
+    record_fingerprint(run.path, run.config())  # what resume compares the data and keys with
+    return run
 
 
 # -- handlers --------------------------------------------------------------------------------------
@@ -452,13 +459,35 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from core.cli import CliError
+    from core.i18n import t
     from core.runs.control import RunControlError, prepare_resume
 
     run = _resolve(args.run)
+    config = _resume_config(run, list(args.overrides)) if args.overrides else None
     try:
-        checkpoint = prepare_resume(run)
+        plan = prepare_resume(run, step=args.checkpoint, weights_only=args.weights_only, config=config)
     except RunControlError as exc:
         raise CliError(str(exc), 1) from exc
-    _start(run, resume_from=checkpoint)
+    for notice in plan.notices:
+        _err(t("resume.notice", text=notice.text()))
+    _start(run, resume_from=plan.checkpoint)
     _report_started(run, args.json)
     return 0
+
+
+def _resume_config(run: Any, overrides: list[str]) -> Any:
+    """The run's config.yaml with ``key=value`` overrides applied and checked (a dataset that moved)."""
+    from core.cli import CliError
+    from core.config import ConfigError, load_run_config
+    from core.i18n import t
+
+    try:
+        config = load_run_config(run.config_path, overrides, gpu_caps=_gpu_caps())
+    except ConfigError as exc:
+        raise CliError(str(exc), 2) from exc
+    except FileNotFoundError as exc:
+        raise CliError(t("runs.config_missing", path=str(run.config_path)), 2) from exc
+    for warning in getattr(config, "warnings", []) or []:
+        _err(t("runs.config_warning", warning=str(warning)))
+    _absolute_local_paths(config, None)
+    return config

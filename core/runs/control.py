@@ -6,9 +6,12 @@ import os
 import shutil
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from core.i18n import Message, t
+from core.runs.checkpoints import CheckpointCheck, resume_candidates
+from core.runs.fingerprint import compare_fingerprint, record_fingerprint
 from core.runs.liveness import effective_status, same_process_alive, try_lock
 from core.runs.run_dir import (
     ACTIVE_STATES,
@@ -21,6 +24,7 @@ from core.runs.run_dir import (
     RunStatus,
     utc_now_iso,
 )
+from core.watch.figures import directory_size, format_bytes
 
 
 class RunControlError(Exception):
@@ -94,28 +98,110 @@ def wait_for_end(run: RunDirectory, timeout_s: float | None = None, poll_s: floa
         time.sleep(poll_s)
 
 
-def prepare_resume(run: RunDirectory) -> str:
-    """Check that ``run`` can resume and mark it queued; returns the checkpoint path to resume from."""
+@dataclass
+class ResumePlan:
+    """What ``prepare_resume`` decided: the checkpoint to resume from and what the user must be told
+    (``notices``: fallbacks, removals, warnings about changed data or configuration, in order)."""
+
+    checkpoint: str
+    step: int
+    weights_only: bool = False
+    notices: list[Message] = field(default_factory=list)
+
+
+def _choose_checkpoint(run: RunDirectory, step: int | None, weights_only: bool,
+                       notices: list[Message]) -> CheckpointCheck:
+    """The newest sound checkpoint (or checkpoint ``step``); every one passed over is told and recorded."""
+    candidates = resume_candidates(run.checkpoints_dir)
+    if step is not None:
+        chosen = [c for c in candidates if c.checkpoint.step == step]
+        if not chosen:
+            steps = ", ".join(str(c.checkpoint.step) for c in reversed(candidates)) or "-"
+            raise RunControlError(t("resume.no_such_checkpoint", id=run.id, step=step, steps=steps))
+        candidates = chosen
+    for check in candidates:
+        usable = check.resumable or (weights_only and check.weights_usable)
+        if usable:
+            if notices:  # some newer ones were passed over
+                notices.append(Message("resume.fell_back", name=check.checkpoint.path.name))
+            return check
+        bad = check.first_problem
+        assert bad is not None
+        run.append_event("checkpoint_rejected", step=check.checkpoint.step, path=str(check.checkpoint.path),
+                         file=bad.file, problem=bad.message.english(), state_only=check.weights_usable)
+        key = "resume.state_missing" if check.weights_usable else "resume.checkpoint_damaged"
+        if step is not None:
+            hint = Message("resume.hint_weights_only", step=step) if check.weights_usable else \
+                Message("resume.hint_other_checkpoint")
+            raise RunControlError(Message("resume.checkpoint_refused", reason=Message(
+                key, name=check.checkpoint.path.name, file=bad.file, problem=bad.message), hint=hint).text())
+        notices.append(Message(key, name=check.checkpoint.path.name, file=bad.file, problem=bad.message))
+    if not candidates:
+        raise RunControlError(t("runs.resume_no_checkpoint", id=run.id, path=str(run.checkpoints_dir)))
+    hint = Message("resume.hint_weights_only_any") if any(c.weights_usable for c in candidates) else \
+        Message("resume.hint_restart")
+    raise RunControlError(Message("resume.no_sound_checkpoint", id=run.id, problems=list(notices),
+                                  hint=hint).text())
+
+
+def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: bool = False,
+                   config: Any = None) -> ResumePlan:
+    """Check that ``run`` can resume and mark it queued; returns the plan (checkpoint, notices).
+
+    The newest checkpoint that passes ``verify_checkpoint`` is chosen (or checkpoint ``step``, refused if
+    it does not pass); one with sound weights but no optimizer / scheduler state only with
+    ``weights_only``, which restarts the optimizer and the LR schedule. The data and configuration are
+    compared with the run's fingerprint: a missing dataset file refuses, a change is a notice. ``config``
+    (a ``RunConfig``) replaces the run's config.yaml once every check has passed (key overrides).
+    Nothing is removed without an event and a notice naming it.
+    """
     status = effective_status(run)
     if status.status in ACTIVE_STATES:
         raise RunControlError(t("runs.resume_running", id=run.id, status=status.status))
     if status.status == FINISHED:
         raise RunControlError(t("runs.resume_finished", id=run.id))
-    checkpoint = run.last_complete_checkpoint()
-    if checkpoint is None:
-        raise RunControlError(t("runs.resume_no_checkpoint", id=run.id, path=str(run.checkpoints_dir)))
-    # Leftovers of the dead attempt (half-written, or renamed but never marked) must not linger.
+    notices: list[Message] = []
+    check = _choose_checkpoint(run, step, weights_only, notices)
+    checkpoint = check.checkpoint
+    cfg = config.to_dict() if config is not None else run.config()
+    report = compare_fingerprint(run.path, cfg)
+    if report.missing:
+        raise RunControlError(Message("resume.data_refused", id=run.id, problems=report.missing).text())
+    for kind, data in report.events:
+        run.append_event(kind, **data)
+    notices += report.warnings
+    if report.events:  # the rest of the run trains on what is there now: compare the next resume with it
+        record_fingerprint(run.path, cfg)
+    if check.legacy:
+        notices.append(Message("resume.legacy_marker", name=checkpoint.path.name))
+    if weights_only:
+        run.append_event("resume_weights_only", step=checkpoint.step, path=str(checkpoint.path),
+                         missing=[p.file for p in check.problems])
+        notices.append(Message("resume.weights_only", name=checkpoint.path.name))
+    # Leftovers of the dead attempt (half-written, or renamed but never marked) must not linger: the
+    # trainer would meet them at the same steps. Each is named in an event and a notice before it goes.
     for leftover in run.checkpoints(complete_only=False):
         if not leftover.complete:
+            size = directory_size(leftover.path)
+            run.append_event("checkpoint_removed", path=str(leftover.path), why="incomplete", bytes=size)
+            notices.append(Message("resume.removed_incomplete", name=leftover.path.name, size=format_bytes(size)))
             shutil.rmtree(leftover.path, ignore_errors=True)
+    newer = [c.checkpoint.path.name for c in resume_candidates(run.checkpoints_dir)
+             if c.checkpoint.step > checkpoint.step]
+    if newer:
+        notices.append(Message("resume.newer_kept", name=checkpoint.path.name, newer=", ".join(newer)))
+    if config is not None:
+        config.save(run.config_path)
+        run.append_event("config_overridden", keys=[m.params.get("key") for m in report.config_changed])
     record = run.record()
     resumes = list(record.get("resumes") or [])
     resumes.append({"time": utc_now_iso(), "checkpoint": str(checkpoint.path), "step": checkpoint.step,
-                    "previous_status": status.status})
+                    "previous_status": status.status, "weights_only": weights_only,
+                    "notices": [n.english() for n in notices]})
     # Forget the old supervisor: its pid must not be mistaken for the new one's.
     run.update_record(resumes=resumes, supervisor=None, trainer=None)
     run.write_status(QUEUED, Message("runs.reason_resuming", step=checkpoint.step))
-    return str(checkpoint.path)
+    return ResumePlan(str(checkpoint.path), checkpoint.step, weights_only, notices)
 
 
-__all__ = ["RunControlError", "StopResult", "prepare_resume", "request_stop", "wait_for_end", "STOPPED"]
+__all__ = ["ResumePlan", "RunControlError", "StopResult", "prepare_resume", "request_stop", "wait_for_end", "STOPPED"]

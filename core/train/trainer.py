@@ -36,12 +36,37 @@ class AtomicCheckpointTrainer(Trainer):
     """A Trainer whose checkpoints appear atomically (see the module docstring)."""
 
     def __init__(self, *args: Any, run: RunDirectory, keep_checkpoints: int, elapsed_fn: Any,
-                 chunked_loss: bool = False, **kwargs: Any) -> None:
+                 chunked_loss: bool = False, weights_only: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.run = run
         self.keep_checkpoints = keep_checkpoints
         self.elapsed_fn = elapsed_fn
         self.chunked_loss = chunked_loss
+        self.weights_only = weights_only  # resume: load the weights and the step, restart optimizer + schedule
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if self.weights_only:
+            return  # 'tunedeck resume --weights-only': a fresh optimizer and LR schedule, as announced
+        super()._load_optimizer_and_scheduler(checkpoint)
+
+    def _load_scaler(self, checkpoint: str | None) -> None:
+        if self.weights_only:
+            return
+        super()._load_scaler(checkpoint)
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        if self.weights_only:
+            return  # RNG files count as state too: one may be what is missing
+        super()._load_rng_state(checkpoint)
+
+    def _record_removal(self, path: Path, why: str) -> None:
+        """Nothing under checkpoints/ disappears without an event naming it (and a line in train.log)."""
+        try:
+            size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        except OSError:
+            size = None
+        self.run.append_event("checkpoint_removed", path=str(path), why=why, bytes=size)
+        log.info("checkpoint removed (%s): %s (%.1f MB)", why, path.name, (size or 0) / 1e6)
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:
@@ -95,8 +120,9 @@ class AtomicCheckpointTrainer(Trainer):
             )
         _barrier()
         if self.args.should_save:
-            final = finalize_checkpoint(tmp, step)
-            rotate_checkpoints(root, self.keep_checkpoints if self.keep_checkpoints > 0 else None)
+            final = finalize_checkpoint(tmp, step, on_remove=self._record_removal)
+            rotate_checkpoints(root, self.keep_checkpoints if self.keep_checkpoints > 0 else None,
+                               on_remove=self._record_removal)
             seconds = round(time.time() - started, 2)
             size = sum(p.stat().st_size for p in final.rglob("*") if p.is_file())
             self.run.append_event("checkpoint_saved", step=step, path=str(final), seconds=seconds, bytes=size)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic_file import write_json_atomic
-from core.runs.checkpoints import COMPLETE_MARKER
+from core.runs.checkpoints import COMPLETE_MARKER, verify_checkpoint
 from core.runs.run_dir import FAILED, FINISHED, STOPPED, RunDirectory
 from core.runs.supervisor import set_parent_death_signal
 
@@ -194,10 +194,20 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
 
     checkpoint: Path | None = None
     prior_elapsed = 0.0
+    weights_only = False
     if resume:
         checkpoint = Path(resume)
         if not (checkpoint / COMPLETE_MARKER).is_file():
             raise TrainingSetupError(Message("train.checkpoint_incomplete", path=str(checkpoint)))
+        # 'tunedeck resume' verified it already; check again (cheap) in case it changed since, and read
+        # the resume's own choice of a weights-only restart from the record it left in run.json.
+        last_resume = (run.record().get("resumes") or [{}])[-1]
+        weights_only = bool(last_resume.get("weights_only")) and last_resume.get("checkpoint") == str(checkpoint)
+        found = verify_checkpoint(checkpoint)
+        bad = found.first_problem
+        if bad is not None and not (weights_only and found.weights_usable):
+            raise TrainingSetupError(Message("checkpoints.unusable", path=str(checkpoint), file=bad.file,
+                                             problem=bad.message))
         prior_elapsed = float(read_tunedeck_state(checkpoint).get("elapsed_s", 0.0) or 0.0)
 
     zero_stage = int(cfg.get("zero_stage", 0) or 0)
@@ -336,6 +346,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         keep_checkpoints=int(cfg.get("save_total_limit", 2) or 0),
         elapsed_fn=metrics_cb.elapsed_s,
         chunked_loss=fused_ce == "chunked",
+        weights_only=weights_only,
     )
     trainer.remove_callback(PrinterCallback)  # our metrics callback logs a line per step already
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

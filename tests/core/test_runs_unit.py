@@ -191,8 +191,13 @@ def test_stop_and_resume_refusals(home):
         prepare_resume(run)
     tmp = run.checkpoints_dir / "checkpoint-5.tmp"
     tmp.mkdir()
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (tmp / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    (tmp / "trainer_state.json").write_text('{"global_step": 5}')
+    (tmp / "optimizer.pt").write_bytes(b"o")
+    (tmp / "scheduler.pt").write_bytes(b"s")
     finalize_checkpoint(tmp, 5)
-    assert prepare_resume(run).endswith("checkpoint-5")
+    assert prepare_resume(run).checkpoint.endswith("checkpoint-5")
     assert run.status().status == "queued"
     assert run.record()["resumes"][-1]["step"] == 5
     run.write_status("finished")

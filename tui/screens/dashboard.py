@@ -601,10 +601,13 @@ class DashboardScreen(Screen[None]):
 
         run = self._run()
         try:
-            checkpoint = prepare_resume(run)
+            plan = prepare_resume(run)
         except RunControlError as exc:
             self.post_message(ActionDone(str(exc), "error"))
             return
+        checkpoint = plan.checkpoint
+        for notice in plan.notices:  # fallbacks, removals, changed data or keys: said, not buried
+            self.post_message(ActionDone(notice.text(), "warning"))
         proc = start_supervisor(run, resume_from=Path(checkpoint))
         if wait_until_started(run, proc):
             self.post_message(ActionDone(t("dashboard.resumed", id=run.id, checkpoint=checkpoint)))

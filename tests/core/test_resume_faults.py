@@ -1,0 +1,245 @@
+"""Resume meets damaged checkpoints and changed data: real runs of the tiny model, real files, real processes.
+
+One LoRA run is trained per module and dies for real at step 10 (an injected out-of-memory error) after
+checkpoints at steps 3, 6 and 9 (save_total_limit 2 keeps 6 and 9); each test copies it and breaks the copy
+the way a disk, a crash or a user would: a truncated safetensors file, a deleted optimizer.pt, a newer
+checkpoint without its marker, a corrupt trainer_state.json, a dataset that shrank, one that is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.i18n import set_language
+from core.runs.checkpoints import COMPLETE_MARKER, verify_checkpoint
+from core.runs.control import RunControlError, prepare_resume
+from core.runs.run_dir import RunDirectory
+from tests.core.test_runs_detached import TINY, Cli, train_losses
+
+ROWS = [("Name a colour.", "Blue."), ("What is 1 + 1?", "2."), ("Say yes.", "Yes."), ("Opposite of up?", "Down."),
+        ("A pet?", "A dog."), ("Spell sun.", "S-U-N."), ("A fruit?", "A pear."), ("Say no.", "No."),
+        ("Sky colour?", "Blue."), ("2 + 2?", "4."), ("Say hi.", "Hi!"), ("Cold or hot: ice?", "Cold.")]
+LR = 0.005
+
+
+def write_rows(path: Path, count: int) -> Path:
+    with open(path, "w", encoding="utf-8") as handle:
+        for q, a in ROWS[:count]:
+            handle.write(json.dumps({"messages": [{"role": "user", "content": q},
+                                                  {"role": "assistant", "content": a}]}) + "\n")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def english():
+    set_language("en")
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory):
+    """(home, run id, dataset path) of a run that failed at step 10 with complete checkpoints 6 and 9."""
+    base = tmp_path_factory.mktemp("resume-faults")
+    data = write_rows(base / "data.jsonl", len(ROWS))
+    cfg = {"model": str(TINY), "dataset": str(data), "method": "lora", "lora_rank": 8, "lora_alpha": 16,
+           "lora_dropout": 0.0, "precision": "fp32", "max_seq_len": 64, "micro_batch_size": 4,
+           "gradient_accumulation": 1, "max_steps": 12, "learning_rate": LR, "warmup_steps": 0,
+           "lr_scheduler": "linear", "gradient_checkpointing": False, "save_steps": 3, "save_total_limit": 2,
+           "logging_steps": 1, "seed": 7}
+    (base / "run.yaml").write_text(yaml.safe_dump(cfg))
+    cli = Cli(base / "home")
+    run_id = cli("train", str(base / "run.yaml"), TUNEDECK_INJECT_OOM_AT_STEP="10").stdout.strip()
+    status = cli.wait_status(run_id, {"finished", "failed", "crashed", "stopped"})
+    assert status["status"] == "failed", status
+    steps = sorted(int(p.name.split("-")[1]) for p in (cli.run_dir(run_id) / "checkpoints").iterdir())
+    assert steps == [6, 9], steps
+    return base, run_id, data
+
+
+@pytest.fixture
+def copy(failed_run, tmp_path):
+    """A private copy of the failed run: (cli, run id, run directory, dataset path of the copy)."""
+    base, run_id, data = failed_run
+    home = tmp_path / "home"
+    shutil.copytree(base / "home", home, symlinks=True)
+    new_data = write_rows(tmp_path / "data.jsonl", len(ROWS))
+    shutil.copystat(data, new_data)  # the same mtime: the copy's data is "unchanged"
+    run_dir = home / "runs" / run_id
+    # The copy's config and fingerprint name the copy's dataset (as if the run had been started here).
+    for name in ("config.yaml", "fingerprint.json"):
+        path = run_dir / name
+        path.write_text(path.read_text().replace(str(data), str(new_data)))
+    return Cli(home), run_id, run_dir, new_data
+
+
+def events(run_dir: Path, kind: str) -> list[dict]:
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["event"] == kind]
+
+
+def resumed_records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r.get("kind") == "resumed"]
+
+
+def test_complete_marker_lists_files_and_sizes_and_rotation_is_recorded(failed_run):
+    base, run_id, _data = failed_run
+    run_dir = base / "home" / "runs" / run_id
+    ckpt = run_dir / "checkpoints" / "checkpoint-9"
+    marker = json.loads((ckpt / COMPLETE_MARKER).read_text())
+    assert marker["step"] == 9 and marker["format"] == 2
+    for name in ("adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json"):
+        assert marker["files"][name] == (ckpt / name).stat().st_size, name
+    assert verify_checkpoint(ckpt).resumable
+    removed = events(run_dir, "checkpoint_removed")
+    assert [(Path(e["path"]).name, e["why"]) for e in removed] == [("checkpoint-3", "rotated")]
+    assert removed[0]["bytes"] > 0
+
+
+def test_truncated_safetensors_falls_back_to_the_previous_checkpoint_naming_the_file(copy):
+    cli, run_id, run_dir, _data = copy
+    tensors = run_dir / "checkpoints" / "checkpoint-9" / "adapter_model.safetensors"
+    with open(tensors, "r+b") as handle:
+        handle.truncate(tensors.stat().st_size // 2)
+    out = cli("resume", run_id)
+    assert "checkpoint-9 is damaged: adapter_model.safetensors" in out.stderr, out.stderr
+    assert "resuming from checkpoint-6" in out.stderr
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+    resumed = resumed_records(run_dir)
+    assert resumed[-1]["step"] == 6 and resumed[-1]["checkpoint"].endswith("checkpoint-6")
+    assert sorted(train_losses(run_dir)) == list(range(1, 13))
+    rejected = events(run_dir, "checkpoint_rejected")
+    assert rejected[-1]["file"] == "adapter_model.safetensors" and rejected[-1]["step"] == 9
+    # Training passed step 9 again: the damaged folder was replaced by a sound one, and that is recorded.
+    replaced = [e for e in events(run_dir, "checkpoint_removed") if e["why"] == "replaced"]
+    assert [Path(e["path"]).name for e in replaced] == ["checkpoint-9"]
+    assert verify_checkpoint(run_dir / "checkpoints" / "checkpoint-12").resumable
+
+
+def test_missing_optimizer_is_refused_and_weights_only_restarts_the_schedule_on_record(copy):
+    cli, run_id, run_dir, _data = copy
+    (run_dir / "checkpoints" / "checkpoint-9" / "optimizer.pt").unlink()
+    refused = cli("resume", run_id, "--checkpoint", "9", check=False)
+    assert refused.returncode == 1
+    assert "checkpoint-9 has no usable optimizer/scheduler state: optimizer.pt missing" in refused.stderr
+    assert "--weights-only" in refused.stderr
+    assert RunDirectory(run_dir).status().status == "failed"  # nothing started
+    assert not (json.loads((run_dir / "run.json").read_text()).get("resumes"))
+    out = cli("resume", run_id, "--checkpoint", "9", "--weights-only")
+    assert "weights only: continuing from checkpoint-9" in out.stderr and "schedule" in out.stderr
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+    assert events(run_dir, "resume_weights_only")[-1]["missing"] == ["optimizer.pt"]
+    assert resumed_records(run_dir)[-1]["step"] == 9
+    # A fresh linear schedule over 12 steps: the first step after the resume has the rate of step 1 again,
+    # where the interrupted schedule had decayed it to a quarter and less.
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    lrs = {r["step"]: r["learning_rate"] for r in records if r.get("kind") == "train"}
+    assert lrs[10] == pytest.approx(lrs[1], rel=1e-6) and lrs[1] > 0.9 * LR, lrs
+    assert lrs[9] < LR / 3
+
+
+def test_default_resume_passes_over_a_checkpoint_without_optimizer_state(copy):
+    _cli, _run_id, run_dir, _data = copy
+    (run_dir / "checkpoints" / "checkpoint-9" / "scheduler.pt").unlink()
+    plan = prepare_resume(RunDirectory(run_dir))
+    assert plan.step == 6 and not plan.weights_only
+    texts = [n.text() for n in plan.notices]
+    assert any("checkpoint-9 has no usable optimizer/scheduler state: scheduler.pt missing" in x for x in texts)
+    assert events(run_dir, "checkpoint_rejected")[-1]["file"] == "scheduler.pt"
+
+
+def test_newer_incomplete_checkpoint_is_removed_only_with_an_event_and_a_message(copy):
+    cli, run_id, run_dir, _data = copy
+    ckpts = run_dir / "checkpoints"
+    shutil.copytree(ckpts / "checkpoint-9", ckpts / "checkpoint-11")
+    (ckpts / "checkpoint-11" / COMPLETE_MARKER).unlink()  # renamed, but the marker never written
+    (ckpts / "checkpoint-12.tmp").mkdir()
+    (ckpts / "checkpoint-12.tmp" / "optimizer.pt").write_bytes(b"\0" * 1000)
+    size = sum(p.stat().st_size for p in (ckpts / "checkpoint-11").rglob("*") if p.is_file())
+    out = cli("resume", run_id)
+    assert "removed checkpoint-11" in out.stderr and "removed checkpoint-12.tmp" in out.stderr, out.stderr
+    removed = {Path(e["path"]).name: e for e in events(run_dir, "checkpoint_removed") if e["why"] == "incomplete"}
+    assert set(removed) == {"checkpoint-11", "checkpoint-12.tmp"} and removed["checkpoint-11"]["bytes"] == size
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+    assert resumed_records(run_dir)[-1]["step"] == 9
+
+
+def test_corrupt_trainer_state_and_choice_by_step(copy):
+    _cli, _run_id, run_dir, _data = copy
+    run = RunDirectory(run_dir)
+    state = run_dir / "checkpoints" / "checkpoint-9" / "trainer_state.json"
+    state.write_text(state.read_text()[:40])  # the same kind of damage a full disk leaves
+    with pytest.raises(RunControlError, match=r"checkpoint-9 is damaged: trainer_state\.json"):
+        prepare_resume(run, step=9)
+    with pytest.raises(RunControlError, match=r"no complete checkpoint-7; complete ones: 6, 9"):
+        prepare_resume(run, step=7)
+    assert run.status().status == "failed"
+    plan = prepare_resume(run)
+    assert plan.step == 6
+    assert any("trainer_state.json" in n.text() and "checkpoint-9" in n.text() for n in plan.notices)
+
+
+def test_every_checkpoint_damaged_is_refused_with_each_problem(copy):
+    _cli, _run_id, run_dir, _data = copy
+    for step in (6, 9):
+        (run_dir / "checkpoints" / f"checkpoint-{step}" / "optimizer.pt").unlink()
+    (run_dir / "checkpoints" / "checkpoint-9" / "adapter_model.safetensors").write_bytes(b"\x08")
+    with pytest.raises(RunControlError) as caught:
+        prepare_resume(RunDirectory(run_dir))
+    text = str(caught.value)
+    assert "checkpoint-9 is damaged: adapter_model.safetensors" in text
+    assert "checkpoint-6 has no usable optimizer/scheduler state: optimizer.pt" in text and "--weights-only" in text
+
+
+def test_legacy_ok_marker_is_read_as_unverified(copy):
+    _cli, _run_id, run_dir, _data = copy
+    (run_dir / "checkpoints" / "checkpoint-9" / COMPLETE_MARKER).write_text("ok\n")
+    check = verify_checkpoint(run_dir / "checkpoints" / "checkpoint-9")
+    assert check.legacy and check.resumable
+    plan = prepare_resume(RunDirectory(run_dir))
+    assert plan.step == 9
+    assert any("older tunedeck" in n.text() for n in plan.notices)
+
+
+def test_changed_dataset_warns_with_rows_old_to_new_and_trains_on(copy):
+    cli, run_id, run_dir, data = copy
+    write_rows(data, 5)
+    out = cli("resume", run_id)
+    assert f"dataset {data} changed since the run started: records 12 → 5" in out.stderr, out.stderr
+    change = events(run_dir, "data_changed")[-1]
+    assert change["path"] == str(data) and change["old"]["records"] == 12 and change["new"]["records"] == 5
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+
+
+def test_missing_dataset_is_refused_before_anything_starts_and_an_override_resumes(copy, tmp_path):
+    cli, run_id, run_dir, data = copy
+    moved = tmp_path / "moved" / "data.jsonl"
+    moved.parent.mkdir()
+    data.rename(moved)
+    refused = cli("resume", run_id, check=False)
+    assert refused.returncode == 1
+    assert f"dataset {data} is gone (it held 12 records when the run started)" in refused.stderr
+    assert "dataset=NEW_PATH" in refused.stderr and "nothing was started" in refused.stderr
+    assert refused.stdout == ""  # no run id: nothing was started
+    record = json.loads((run_dir / "run.json").read_text())
+    assert not record.get("resumes") and len(record["attempts"]) == 1
+    assert RunDirectory(run_dir).status().status == "failed"
+    out = cli("resume", run_id, f"dataset={moved}")
+    assert f"configuration key dataset changed: {data} → {moved}" in out.stderr, out.stderr
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["dataset"] == str(moved)
+    assert events(run_dir, "config_changed")[-1]["key"] == "dataset"
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+
+
+def test_changed_config_key_is_named_old_to_new(copy):
+    _cli, _run_id, run_dir, _data = copy
+    path = run_dir / "config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["learning_rate"] = 0.001
+    path.write_text(yaml.safe_dump(cfg))
+    plan = prepare_resume(RunDirectory(run_dir))
+    assert "configuration key learning_rate changed: 0.005 → 0.001" in [n.text() for n in plan.notices]
