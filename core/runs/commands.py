@@ -186,6 +186,28 @@ def _start(run: Any, resume_from: str | None = None) -> None:
         raise CliError(message, 1)
 
 
+def _resolve_for_this_box(config: Any, gpus: list[int]) -> str | None:
+    """What really runs, written into the run's config before it exists: returns the precision asked
+    for when it cannot run here (bf16/fp16 without a GPU become fp32, with a warning), else None; makes
+    ``output`` absolute and checks it (``core.runs.output``: absent or empty, writable; created empty)."""
+    from core.cli import CliError
+    from core.i18n import t
+
+    asked = None
+    if not gpus and config.precision != "fp32":
+        asked = config.precision
+        _err(t("launch.precision_cpu", precision=asked))
+        config.precision, config.pure_bf16 = "fp32", False
+    if config.output:
+        from core.runs.output import OutputError, prepare_output, resolve_output
+
+        try:
+            config.output = str(prepare_output(resolve_output(str(config.output))))
+        except OutputError as exc:
+            raise CliError(str(exc), 2) from None
+    return asked
+
+
 def _launch_config(config: Any, argv: list[str], command: str, distributed: Any = None) -> Any:
     from core.cli import CliError
     from core.i18n import t
@@ -200,7 +222,10 @@ def _launch_config(config: Any, argv: list[str], command: str, distributed: Any 
         raise CliError(t("runs.qlora_needs_gpu"), 2)
     if not gpus and int(config.zero_stage or 0) > 0:
         raise CliError(t("runs.zero_needs_gpu"), 2)
+    precision_asked = _resolve_for_this_box(config, gpus)
     run = create_run(config, argv, command=command, gpus=gpus, distributed=distributed)
+    if precision_asked:  # the config says fp32 now; the event keeps what was asked for
+        run.append_event("precision_fallback", requested=precision_asked, used="fp32", reason="no GPU")
     from core.runs.fingerprint import record_fingerprint
 
     record_fingerprint(run.path, run.config())  # what resume compares the data and keys with

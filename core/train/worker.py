@@ -78,8 +78,8 @@ def _dtype_choices(cfg: dict[str, Any], cuda: bool, bf16_supported: bool) -> tup
 
     precision = str(cfg.get("precision", "bf16"))
     if not cuda:
-        if precision != "fp32":
-            log.info("no GPU: training in fp32 (precision %s applies on GPUs)", precision)
+        if precision != "fp32":  # recorded as an event by train(); the metrics header says fp32
+            log.warning("precision %s needs a GPU; this run trains in fp32", precision)
         return torch.float32, torch.float32, False, False
     if precision == "bf16" and not bf16_supported:
         from core.i18n import Message
@@ -187,6 +187,9 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         torch.cuda.set_device(local_rank)
     bf16_ok = cuda and torch.cuda.is_bf16_supported()
     compute_dtype, weights_dtype, use_bf16, use_fp16 = _dtype_choices(cfg, cuda, bf16_ok)
+    if not cuda and str(cfg.get("precision", "bf16")) != "fp32" and rank == 0:
+        # 'tunedeck train' already writes fp32 for a run without GPUs; this is a torch without CUDA.
+        run.append_event("precision_fallback", requested=str(cfg.get("precision")), used="fp32", reason="no GPU")
     tf32 = cfg.get("tf32", "auto")
     if cuda and (tf32 is True or (tf32 == "auto" and torch.cuda.get_device_capability()[0] >= 8)):
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -352,6 +355,10 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if stop_cb.stopped_at is not None:
         return STOPPED, Message("train.stopped_at", step=stop_cb.stopped_at)
+    if rank == 0 and cfg.get("output"):
+        from core.runs.output import publish_run_output
+
+        publish_run_output(run, cfg)  # the finished model into the `output` folder (failures are events)
     return FINISHED, ""
 
 

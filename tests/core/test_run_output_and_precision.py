@@ -1,0 +1,119 @@
+"""Config keys that do what they say: ``output`` receives the finished model, and a precision the box
+cannot run is recorded as what really runs (fp32), not left saying bf16.
+
+The hardware assumed is stated, not found: ``CUDA_VISIBLE_DEVICES=""`` makes this a box without GPUs
+for the launcher and for torch alike, on any machine.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import time
+
+import yaml
+
+from tests.fixtures.lifecycle.finished_run import PAIRS, TINY, tunedeck
+
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def _config(work, **values):
+    data = work / "data.jsonl"
+    with open(data, "w", encoding="utf-8") as handle:
+        for q, a in PAIRS:
+            handle.write(json.dumps({"messages": [{"role": "user", "content": q},
+                                                  {"role": "assistant", "content": a}]}) + "\n")
+    cfg = {"model": str(TINY), "dataset": str(data), "method": "lora", "lora_rank": 4, "max_seq_len": 64,
+           "micro_batch_size": 6, "gradient_accumulation": 1, "max_steps": 3, "save_steps": 2,
+           "logging_steps": 1, "gradient_checkpointing": False, "seed": 3, **values}
+    path = work / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _wait_finished(home, run_id):
+    from core.runs.liveness import effective_status
+    from core.runs.run_dir import RunDirectory
+
+    run = RunDirectory(home / "runs" / run_id)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and effective_status(run).status not in ("finished", "failed", "crashed",
+                                                                                 "stopped"):
+        time.sleep(0.3)
+    assert run.status().status == "finished", run.log_path.read_text()[-3000:]
+    return run
+
+
+def _events(run):
+    return [json.loads(line) for line in run.events_path.read_text().splitlines() if line.strip()]
+
+
+def test_bf16_on_a_box_without_gpus_is_recorded_as_fp32_and_output_gets_the_adapter(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    yaml_path = _config(tmp_path, precision="bf16", output=str(tmp_path / "models" / "my-adapter"))
+    started = tunedeck(home, "train", str(yaml_path), **NO_GPU)
+    assert started.returncode == 0, started.stderr[-3000:]
+    assert "precision bf16 needs a GPU; this run trains in fp32" in started.stderr
+    out = tmp_path / "models" / "my-adapter"
+    assert out.is_dir() and not any(out.iterdir())  # created at start: a bad path fails before training
+    run = _wait_finished(home, started.stdout.strip())
+    resolved = yaml.safe_load(run.config_path.read_text())
+    assert resolved["precision"] == "fp32" and resolved["output"] == str(out)
+    assert run.metrics_header()["precision"] == "fp32"
+    fallback = [e for e in _events(run) if e["event"] == "precision_fallback"]
+    assert [(e["requested"], e["used"]) for e in fallback] == [("bf16", "fp32")]
+    log = run.log_path.read_text()
+    assert "trained model copied to " + str(out) in log
+    # The folder holds the adapter of the last checkpoint, its tokenizer and where it came from; the
+    # resumable state stays with the checkpoints.
+    last = run.last_complete_checkpoint()
+    names = sorted(p.name for p in out.iterdir())
+    assert {"adapter_model.safetensors", "adapter_config.json", "tokenizer.json", "tokenizer_config.json",
+            "tunedeck_output.json"} <= set(names), names
+    assert not {"optimizer.pt", "scheduler.pt", "trainer_state.json", "COMPLETE"} & set(names), names
+    assert not any(n.startswith("rng_state") for n in names)
+    assert filecmp.cmp(out / "adapter_model.safetensors", last.path / "adapter_model.safetensors", shallow=False)
+    info = json.loads((out / "tunedeck_output.json").read_text())
+    assert info["run_id"] == run.id and info["step"] == last.step == 3 and info["precision"] == "fp32"
+    saved = [e for e in _events(run) if e["event"] == "output_saved"]
+    assert len(saved) == 1 and saved[0]["path"] == str(out) and saved[0]["bytes"] > 0
+    assert not list(out.parent.glob(".*partial*"))
+    # The adapter in the folder loads onto the base and is the trained one.
+    import torch
+    from peft import PeftModel
+
+    from core.lifecycle.source import load_base_model, load_finetuned, resolve_model_source
+
+    source = resolve_model_source(run)
+    ids = torch.tensor([[5, 17, 42, 99, 7]])
+    with torch.no_grad():
+        expected = load_finetuned(source, "cpu").model(input_ids=ids).logits
+        from_out = PeftModel.from_pretrained(load_base_model(source, "cpu"), str(out)).eval()(input_ids=ids).logits
+    assert torch.equal(expected, from_out)
+    # The same folder again: refused before anything starts, naming the folder; nothing is overwritten.
+    again = tunedeck(home, "train", str(yaml_path), "output=" + str(out), **NO_GPU)
+    assert again.returncode == 2
+    assert f"output: {out} already holds" in again.stderr and "never overwrites" in again.stderr
+    assert filecmp.cmp(out / "adapter_model.safetensors", last.path / "adapter_model.safetensors", shallow=False)
+
+
+def test_output_that_cannot_be_a_folder_is_refused_before_the_run_exists(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    yaml_path = _config(tmp_path, precision="fp32")
+    a_file = tmp_path / "taken"
+    a_file.write_text("not a folder")
+    refused = tunedeck(home, "train", str(yaml_path), f"output={a_file}", **NO_GPU)
+    assert refused.returncode == 2 and f"output: {a_file} is a file, not a folder" in refused.stderr
+    under_a_file = a_file / "sub"
+    refused = tunedeck(home, "train", str(yaml_path), f"output={under_a_file}", **NO_GPU)
+    assert refused.returncode == 2 and f"output: cannot create or write the folder {under_a_file}" in refused.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())  # no run was created
+    # fp32 asked for: no warning, no event.
+    started = tunedeck(home, "train", str(yaml_path), **NO_GPU)
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert "needs a GPU" not in started.stderr
+    run = _wait_finished(home, started.stdout.strip())
+    assert not [e for e in _events(run) if e["event"] in ("precision_fallback", "output_saved")]
