@@ -275,11 +275,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_started(run: Any, as_json: bool) -> None:
+def _report_started(run: Any, as_json: bool, extra: dict[str, Any] | None = None) -> None:
     from core.i18n import t
 
     if as_json:
-        _print_json({"id": run.id, "run_dir": str(run.path), "status": run.status().status})
+        _print_json({"id": run.id, "run_dir": str(run.path), "status": run.status().status, **(extra or {})})
     else:
         print(run.id)
         _err(t("runs.started", id=run.id, path=str(run.path)))
@@ -496,7 +496,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     for notice in plan.notices:
         _err(t("resume.notice", text=notice.text()))
     _start(run, resume_from=plan.checkpoint)
-    _report_started(run, args.json)
+    _report_started(run, args.json, {"checkpoint": plan.checkpoint, "step": plan.step,
+                                     "weights_only": plan.weights_only,
+                                     "notices": [notice.text() for notice in plan.notices]})
     return 0
 
 

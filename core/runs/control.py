@@ -170,7 +170,7 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     for kind, data in report.events:
         run.append_event(kind, **data)
     notices += report.warnings
-    if report.events:  # the rest of the run trains on what is there now: compare the next resume with it
+    if report.events or not report.recorded:  # compare the next resume with what the rest trains on
         record_fingerprint(run.path, cfg)
     if check.legacy:
         notices.append(Message("resume.legacy_marker", name=checkpoint.path.name))

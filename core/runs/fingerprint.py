@@ -135,8 +135,15 @@ def compare_fingerprint(run_path: Path, cfg: dict[str, Any]) -> FingerprintRepor
     """Compare the run's ``fingerprint.json`` with configuration ``cfg`` and the data it names now."""
     report = FingerprintReport()
     recorded = read_fingerprint(run_path)
-    if recorded is None:
+    if recorded is None:  # a run started before fingerprints: a dataset path that is gone still refuses
+        from core.data.loading import looks_like_hub_id
+
         report.recorded = False
+        specs = cfg.get("dataset")
+        for spec in [specs] if isinstance(specs, str) else list(specs or []):
+            if _local_files(str(spec)) is None and not looks_like_hub_id(str(spec)):
+                report.missing.append(Message("resume.data_missing_unrecorded", path=str(spec)))
+                report.events.append(("data_missing", {"path": str(spec)}))
         return report
     old_keys = (recorded.get("config") or {}).get("keys") or {}
     new_keys = config_fingerprint(cfg)["keys"]

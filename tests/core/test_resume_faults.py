@@ -9,7 +9,10 @@ checkpoint without its marker, a corrupt trainer_state.json, a dataset that shra
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,7 @@ from core.i18n import set_language
 from core.runs.checkpoints import COMPLETE_MARKER, verify_checkpoint
 from core.runs.control import RunControlError, prepare_resume
 from core.runs.run_dir import RunDirectory
-from tests.core.test_runs_detached import TINY, Cli, train_losses
+from tests.core.test_runs_detached import ROOT, TINY, Cli, train_losses
 
 ROWS = [("Name a colour.", "Blue."), ("What is 1 + 1?", "2."), ("Say yes.", "Yes."), ("Opposite of up?", "Down."),
         ("A pet?", "A dog."), ("Spell sun.", "S-U-N."), ("A fruit?", "A pear."), ("Say no.", "No."),
@@ -208,11 +211,26 @@ def test_legacy_ok_marker_is_read_as_unverified(copy):
 def test_changed_dataset_warns_with_rows_old_to_new_and_trains_on(copy):
     cli, run_id, run_dir, data = copy
     write_rows(data, 5)
-    out = cli("resume", run_id)
+    out = cli("resume", run_id, "--json")
     assert f"dataset {data} changed since the run started: records 12 → 5" in out.stderr, out.stderr
+    started = json.loads(out.stdout)
+    assert started["step"] == 9 and not started["weights_only"]
+    assert any("records 12 → 5" in notice for notice in started["notices"])
     change = events(run_dir, "data_changed")[-1]
     assert change["path"] == str(data) and change["old"]["records"] == 12 and change["new"]["records"] == 5
     assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+    # The fingerprint now holds the data the rest of the run trained on: no second warning for it.
+    assert json.loads((run_dir / "fingerprint.json").read_text())["data"][0]["files"][0]["records"] == 5
+
+
+def test_run_without_a_fingerprint_still_refuses_a_missing_dataset(copy):
+    _cli, _run_id, run_dir, data = copy
+    (run_dir / "fingerprint.json").unlink()  # a run started by an older tunedeck
+    data.unlink()
+    run = RunDirectory(run_dir)
+    with pytest.raises(RunControlError, match=f"dataset {data} is gone; restore it, or resume with dataset="):
+        prepare_resume(run)
+    assert run.status().status == "failed" and not (run_dir / "fingerprint.json").exists()
 
 
 def test_missing_dataset_is_refused_before_anything_starts_and_an_override_resumes(copy, tmp_path):
@@ -243,3 +261,17 @@ def test_changed_config_key_is_named_old_to_new(copy):
     path.write_text(yaml.safe_dump(cfg))
     plan = prepare_resume(RunDirectory(run_dir))
     assert "configuration key learning_rate changed: 0.005 → 0.001" in [n.text() for n in plan.notices]
+
+
+def test_the_trainer_itself_refuses_a_checkpoint_damaged_after_resume_checked_it(copy):
+    _cli, _run_id, run_dir, _data = copy
+    ckpt = run_dir / "checkpoints" / "checkpoint-9"
+    (ckpt / "scheduler.pt").unlink()
+    out = subprocess.run([sys.executable, "-m", "core.train.worker", str(run_dir), "--resume", str(ckpt)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 1, out.stderr[-2000:]
+    outcome = json.loads((run_dir / "outcome.json").read_text())
+    assert outcome["status"] == "failed"
+    assert outcome["reason"].startswith(f"checkpoint {ckpt} cannot be resumed from: scheduler.pt missing")
+    assert outcome["reason_message"]["key"] == "checkpoints.unusable"

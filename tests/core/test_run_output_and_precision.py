@@ -117,3 +117,25 @@ def test_output_that_cannot_be_a_folder_is_refused_before_the_run_exists(tmp_pat
     assert "needs a GPU" not in started.stderr
     run = _wait_finished(home, started.stdout.strip())
     assert not [e for e in _events(run) if e["event"] in ("precision_fallback", "output_saved")]
+
+
+def test_the_trainer_itself_records_fp32_when_torch_has_no_gpu_for_a_bf16_config(tmp_path, monkeypatch):
+    # A run whose config still says bf16 reaches a trainer without CUDA (a CPU build of torch on a GPU
+    # box, a config written by another launcher): the trainer warns, records the event, and its metrics
+    # header says fp32.
+    from core.config import load_run_config
+    from core.runs.launch import create_run, start_supervisor
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    config = load_run_config(_config(tmp_path, precision="bf16", max_steps=2))
+    run = create_run(config, ["test"], gpus=[], root=home / "runs")
+    assert yaml.safe_load(run.config_path.read_text())["precision"] == "bf16"
+    proc = start_supervisor(run)
+    run = _wait_finished(home, run.id)
+    proc.wait(timeout=60)
+    assert run.metrics_header()["precision"] == "fp32"
+    assert [(e["requested"], e["used"]) for e in _events(run) if e["event"] == "precision_fallback"] == [("bf16", "fp32")]
+    assert "precision bf16 needs a GPU; this run trains in fp32" in run.log_path.read_text()
