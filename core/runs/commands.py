@@ -168,6 +168,21 @@ def _check_model(config: Any) -> None:
         raise CliError(t("runs.model_missing", path=value), 2)
 
 
+def _check_disk_space(values: dict[str, Any], where: Path, existing_checkpoints: int = 0) -> None:
+    """Refuse a run whose checkpoints (``save_total_limit`` of them + the final save) will not fit on the
+    disk of ``where``, with the figures; warn when they barely do (``core.runs.disk_space``)."""
+    from core.cli import CliError
+    from core.runs.disk_space import check_space
+
+    check = check_space(values, where, existing_checkpoints)
+    if check is None:  # a model the estimator cannot size: nothing to say
+        return
+    if check.verdict == "short":
+        raise CliError(check.message.text(), 2)
+    if check.verdict == "close":
+        _err(check.message.text())
+
+
 def _start(run: Any, resume_from: str | None = None) -> None:
     from core.cli import CliError
     from core.i18n import t
@@ -222,6 +237,9 @@ def _launch_config(config: Any, argv: list[str], command: str, distributed: Any 
         raise CliError(t("runs.qlora_needs_gpu"), 2)
     if not gpus and int(config.zero_stage or 0) > 0:
         raise CliError(t("runs.zero_needs_gpu"), 2)
+    from core.paths import runs_dir
+
+    _check_disk_space(config.to_dict(), runs_dir())  # before anything is written
     precision_asked = _resolve_for_this_box(config, gpus)
     run = create_run(config, argv, command=command, gpus=gpus, distributed=distributed)
     if precision_asked:  # the config says fp32 now; the event keeps what was asked for
@@ -471,14 +489,21 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if args.wait and not result.forced:
         _err(t("runs.stop_waiting", id=run.id))
         status = wait_for_end(run, args.timeout)
+    timed_out = args.wait and not result.forced and status.active  # --wait ran out of --timeout
     if args.json:
-        _print_json({"id": run.id, "forced": result.forced, "status": status.status, "reason": status.reason})
+        _print_json({"id": run.id, "forced": result.forced, "status": status.status, "reason": status.reason,
+                     "timed_out": timed_out})
     elif result.forced:
         _err(t("runs.stop_forced", id=run.id))
+    elif timed_out:
+        pass
     elif status.active:
         _err(t("runs.stop_requested", id=run.id))
     else:
         _err(t("runs.stop_done", id=run.id, status=status.status))
+    if timed_out:
+        _err(t("runs.stop_timeout", id=run.id, status=_state(status.status), timeout=f"{args.timeout:g}"))
+        return 1
     return 0
 
 
@@ -489,6 +514,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     run = _resolve(args.run)
     config = _resume_config(run, list(args.overrides)) if args.overrides else None
+    _check_disk_space(config.to_dict() if config is not None else run.config(), run.path,
+                      len(run.checkpoints(complete_only=True)))
     try:
         plan = prepare_resume(run, step=args.checkpoint, weights_only=args.weights_only, config=config)
     except RunControlError as exc:

@@ -11,6 +11,7 @@ import os
 import platform
 import re
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -79,7 +80,9 @@ def create_run(
 ) -> RunDirectory:
     """Make ``runs_dir()/<id>`` (0700) with config.yaml, run.json and status.json (queued), all 0600.
 
-    ``config`` is a ``RunConfig`` (anything with ``to_dict()`` and ``save(path)``).
+    ``config`` is a ``RunConfig`` (anything with ``to_dict()`` and ``save(path)``). If any of it cannot be
+    written (a full or read-only disk) the directory is removed again and the ``OSError`` raised: no
+    half-made run is left behind.
     """
     values = config.to_dict()
     name = values.get("name") or default_run_name(values)
@@ -94,6 +97,15 @@ def create_run(
             continue
     else:  # pragma: no cover - 20 collisions of a random tail within one minute
         raise RuntimeError(f"could not create a unique run directory under {root}")
+    try:
+        return _fill_run_dir(path, run_id, name, values, config, argv, command, gpus, distributed)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def _fill_run_dir(path: Path, run_id: str, name: str, values: dict[str, Any], config: Any, argv: list[str],
+                  command: str, gpus: list[int] | None, distributed: DistributedSettings | None) -> RunDirectory:
     os.chmod(path, 0o700)
     run = RunDirectory(path)
     config.save(run.config_path)

@@ -9,7 +9,7 @@ from typing import Any
 from core.i18n import render_stored
 from core.paths import runs_dir
 from core.runs.liveness import effective_status
-from core.runs.run_dir import RunDirectory
+from core.runs.run_dir import STALLED, RunDirectory
 
 
 class RunNotFound(LookupError):
@@ -56,6 +56,7 @@ def summarize(run: RunDirectory) -> RunSummary:
     if total is None:
         header = run.metrics_header() or {}
         total = header.get("total_steps")
+    moving = status.status != STALLED  # a stalled run's last speed and ETA are no longer true
     return RunSummary(
         id=run.id,
         status=status.status,
@@ -68,8 +69,8 @@ def summarize(run: RunDirectory) -> RunSummary:
         total_steps=total,
         run_dir=str(run.path),
         loss=metrics.get("loss"),
-        tokens_per_s=metrics.get("tokens_per_s"),
-        eta_s=metrics.get("eta_s"),
+        tokens_per_s=metrics.get("tokens_per_s") if moving else None,
+        eta_s=metrics.get("eta_s") if moving else None,
         gpus=list(record.get("gpus") or []),
         name=str(config.get("name", "") or ""),
         updated=status.updated,

@@ -6,6 +6,11 @@ pid and process start time in run.json. A run whose status says queued/starting/
 died), or when the recorded pid no longer names the same live process. The crashed status is written
 while holding the lock, after re-reading the status, so a supervisor that just finished cleanly (final
 status written, then lock released) is never mislabelled.
+
+Readers never fail because they could not write: on a full or read-only disk the crashed status is
+computed and returned, and recorded by the next reader that can. A running run whose supervisor is alive
+but whose trainer has gone silent (no step, no heartbeat: ``core.runs.heartbeat``) is ``stalled``, a
+state that is only ever computed, never written.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from core.i18n import Message
-from core.runs.run_dir import ACTIVE_STATES, CRASHED, QUEUED, RunDirectory, RunStatus
+from core.runs.run_dir import ACTIVE_STATES, CRASHED, QUEUED, RUNNING, STALLED, RunDirectory, RunStatus
 
 # A run stays "queued" between `tunedeck train` writing it and the supervisor taking the lock.
 QUEUED_GRACE_S = 30.0
@@ -58,6 +63,14 @@ def try_lock(run: RunDirectory) -> Iterator[bool]:
     except FileNotFoundError:  # the run directory vanished
         yield False
         return
+    except OSError:
+        # A read-only (or otherwise unwritable) disk: flock works on a read-only descriptor too. No lock
+        # file at all means no supervisor ever took it (it creates the file before locking).
+        try:
+            fd = os.open(run.lock_path, os.O_RDONLY)
+        except FileNotFoundError:
+            yield run.path.is_dir()
+            return
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -91,7 +104,10 @@ def effective_status(run: RunDirectory, persist: bool = True) -> RunStatus:
                 return current  # the supervisor is still on its way to the lock
             reason = Message("runs.reason_crashed", id=run.id)
             if persist:
-                return run.write_status(CRASHED, reason)
+                try:
+                    return run.write_status(CRASHED, reason)
+                except OSError:
+                    pass  # a full or read-only disk: say what we found; a later reader records it
             return RunStatus(CRASHED, reason.english(), current.updated, current.updated_ts, reason.to_record())
     # Someone holds the lock. Cross-check the recorded supervisor: a pid that no longer names the
     # process that recorded it means the holder is not our supervisor (e.g. a stray inherited fd).
@@ -99,8 +115,25 @@ def effective_status(run: RunDirectory, persist: bool = True) -> RunStatus:
     pid = sup.get("pid")
     if pid and not same_process_alive(pid, sup.get("start_time")):
         reason = Message("runs.reason_crashed", id=run.id)
-        if persist and run.transition(CRASHED, reason, only_from=ACTIVE_STATES):
-            return run.status()
+        try:
+            if persist and run.transition(CRASHED, reason, only_from=ACTIVE_STATES):
+                return run.status()
+        except OSError:
+            pass  # as above: computed, not recorded
         current = run.status()
         return current if current.status not in ACTIVE_STATES else RunStatus.new(CRASHED, reason)
+    if status.status == RUNNING:
+        return _with_stall(run, status)
     return status
+
+
+def _with_stall(run: RunDirectory, status: RunStatus) -> RunStatus:
+    """``status`` (running, supervisor alive), or ``stalled`` when the trainer has gone silent."""
+    from core.runs.heartbeat import find_stall
+
+    stall = find_stall(run.path)
+    if stall is None:
+        return status
+    reason = Message("runs.reason_stalled", seconds=int(stall.silent_s), threshold=int(stall.threshold_s),
+                     step=stall.step if stall.step is not None else "?", rank=stall.rank, id=run.id)
+    return RunStatus(STALLED, reason.english(), status.updated, status.updated_ts, reason.to_record())

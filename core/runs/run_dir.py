@@ -13,6 +13,8 @@ Layout of ``runs_dir()/<id>/`` (directory 0700, every file 0600)::
     outcome.json      the trainer's verdict for the last attempt (read by the supervisor)
     checkpoints/      checkpoint-N/ with a COMPLETE marker; checkpoint-N.tmp/ while being written
     deepspeed.json    generated when ZeRO is on
+    heartbeat-rankN.json  rewritten every few seconds by each trainer process (core.runs.heartbeat)
+    .reserve          1 MiB kept free for the last records: deleted when the disk fills up (disk_space)
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ STOPPED = "stopped"
 FINISHED = "finished"
 FAILED = "failed"
 CRASHED = "crashed"
+# Computed by readers, never written: running, supervisor alive, trainer silent (core.runs.heartbeat).
+STALLED = "stalled"
 
-ALL_STATES = (QUEUED, STARTING, RUNNING, STOPPING, STOPPED, FINISHED, FAILED, CRASHED)
+ALL_STATES = (QUEUED, STARTING, RUNNING, STALLED, STOPPING, STOPPED, FINISHED, FAILED, CRASHED)
 # A supervisor should be alive in these states; if it is not, the run crashed.
-ACTIVE_STATES = frozenset({QUEUED, STARTING, RUNNING, STOPPING})
+ACTIVE_STATES = frozenset({QUEUED, STARTING, RUNNING, STALLED, STOPPING})
 TERMINAL_STATES = frozenset({STOPPED, FINISHED, FAILED, CRASHED})
 
 METRICS_SCHEMA = 1

@@ -11,6 +11,11 @@ exit code and the final status atomically.
 The trainer is started with ``PR_SET_PDEATHSIG=SIGKILL``: if the supervisor is killed, the trainer dies
 too, so a crashed run never has an orphan trainer still writing into its directory (a new supervisor
 started by ``resume`` can trust the directory).
+
+A full disk does not kill it: it writes ``RUN_DIR/.reserve`` (1 MiB) at the start; when a line no longer
+fits in train.log it keeps the trainer's last lines in memory (and tries the disk again now and then),
+and at the end it deletes the reserve if need be, so that the final status, its event and those last
+lines reach the disk (see ``core.runs.disk_space``).
 """
 
 from __future__ import annotations
@@ -26,10 +31,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 from core.i18n import Message, stored_reason
+from core.runs.disk_space import create_reserve, disk_full_reason, free_bytes, is_disk_full, release_reserve
+from core.runs.heartbeat import clear_heartbeats
 from core.runs.jsonl import append_line
 from core.runs.run_dir import (
     ACTIVE_STATES,
@@ -44,6 +52,9 @@ from core.runs.run_dir import (
 )
 
 EXIT_LOCKED = 3
+# Lines kept in memory while train.log cannot grow (a full disk), and how often the disk is tried again.
+HELD_LINES = 400
+DISK_RETRY_S = 5.0
 CPU_PROCESSES_ENV = "TUNEDECK_CPU_PROCESSES"
 _PR_SET_PDEATHSIG = 1
 _TORCHRUN_PREFIX = re.compile(r"^\[default(\d+)\]:")
@@ -118,11 +129,72 @@ class Supervisor:
         self.lock_fd: int | None = None
         self.rank_offset = 0
         self.multi_process = False
+        self.disk_full = False  # a write of ours met a full disk during this attempt
+        self.held: deque[str] = deque(maxlen=HELD_LINES)  # train.log lines waiting for room
+        self.held_dropped = 0
+        self.next_disk_try = 0.0
 
     # -- logging -----------------------------------------------------------------------------------
     def log(self, text: str) -> None:
         for line in text.splitlines() or [""]:
-            append_line(self.run.log_path, f"[supervisor] {line}")
+            self._write_line(f"[supervisor] {line}")
+
+    def _write_line(self, line: str) -> None:
+        """One line into train.log; on a full disk it waits in memory (the newest ``HELD_LINES``)."""
+        if self.held and not self._flush_held(force=False):
+            self._hold(line)
+            return
+        try:
+            append_line(self.run.log_path, line)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self.disk_full = True
+            self.next_disk_try = time.monotonic() + DISK_RETRY_S
+            self._hold(line)
+
+    def _hold(self, line: str) -> None:
+        if len(self.held) == self.held.maxlen:
+            self.held_dropped += 1
+        self.held.append(line)
+
+    def _flush_held(self, force: bool) -> bool:
+        """Write the held lines (every ``DISK_RETRY_S``, or now with ``force``); True when none are left."""
+        if not self.held:
+            return True
+        if not force and time.monotonic() < self.next_disk_try:
+            return False
+        try:
+            if self.held_dropped:
+                append_line(self.run.log_path, f"[supervisor] disk full: {self.held_dropped} earlier lines lost")
+                self.held_dropped = 0
+            while self.held:
+                append_line(self.run.log_path, self.held[0])
+                self.held.popleft()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self.next_disk_try = time.monotonic() + DISK_RETRY_S
+            return False
+        return True
+
+    def _durably(self, action: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a write of the run's records; on a full disk free the reserve and try once more."""
+        try:
+            return action(*args, **kwargs)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self.disk_full = True
+            release_reserve(self.run.path)
+        try:
+            return action(*args, **kwargs)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            print(f"cannot record {getattr(action, '__name__', action)} in {self.run.path}: {exc}",
+                  file=sys.stderr, flush=True)
+            return None
 
     def _relay_line(self, raw: bytes) -> None:
         text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -134,7 +206,7 @@ class Supervisor:
             text = f"[launcher] {text}"
         else:
             text = f"[rank0] {text}"
-        append_line(self.run.log_path, text)
+        self._write_line(text)
 
     # -- signals -----------------------------------------------------------------------------------
     def _trainer_processes(self) -> list[Any]:
@@ -154,8 +226,9 @@ class Supervisor:
     def _on_stop_signal(self, signum: int, _frame: Any) -> None:
         self.stop_requests += 1
         if self.stop_requests == 1:
-            self.run.transition(STOPPING, Message("runs.reason_stop_requested"), only_from=ACTIVE_STATES)
-            self.run.append_event("stop_requested", signal=signal.Signals(signum).name)
+            self._durably(self.run.transition, STOPPING, Message("runs.reason_stop_requested"),
+                          only_from=ACTIVE_STATES)
+            self._durably(self.run.append_event, "stop_requested", signal=signal.Signals(signum).name)
             self.log(f"{signal.Signals(signum).name} received: asking the trainer to save a checkpoint and stop")
         self._relay(signal.SIGTERM)
 
@@ -213,6 +286,8 @@ class Supervisor:
             self.run.outcome_path.unlink()
         except FileNotFoundError:
             pass
+        clear_heartbeats(self.run.path)  # an earlier attempt's trainer must not count as this one's
+        create_reserve(self.run.path)
         cmd, nproc, self.rank_offset = trainer_command(self.run, self.resume_from)
         self.multi_process = nproc > 1 or cmd[1:3] == ["-m", "torch.distributed.run"]
         env = dict(os.environ)
@@ -253,16 +328,27 @@ class Supervisor:
             self._relay_line(pending)
         code = self.child.wait()
         status, reason = self.final_status(code)
+        if self.disk_full and status == FAILED and not _is_disk_full_reason(reason):
+            # The trainer left no verdict of its own about it, but we saw the disk fill up.
+            reason = disk_full_reason(self.run.path, None, free_bytes(self.run.path), self.run.id)
         elapsed = round(time.time() - started, 1)
         attempt.update({"ended": utc_now_iso(), "exit_code": code, "status": status, "elapsed_s": elapsed})
-        self.run.update_record(attempts=attempts)
+        # The final status first: it is what every reader goes by (and a full disk has room for it only
+        # once the reserve is gone, see _durably).
+        self._durably(self.run.write_status, status, reason)
         # The reason is a Message where we know its key: status.json and the event keep it as data next
         # to the English text, and each reader shows it in its own language (see RunStatus.reason_text).
         fields = stored_reason(reason)
-        self.run.append_event(status, exit_code=code, **fields)
-        self.run.write_status(status, reason)
+        self._durably(self.run.append_event, status, exit_code=code, **fields)
+        self._durably(self.run.update_record, attempts=attempts)
+        if self.held:
+            release_reserve(self.run.path)
+            self._flush_held(force=True)
         english = fields["reason"]
         self.log(f"trainer exited with code {code}: {status}{' — ' + english if english else ''}")
+        release_reserve(self.run.path)  # this attempt is over; the next one writes its own
+        sys.stdout.flush()
+        sys.stderr.flush()
         return 0 if status in (FINISHED, STOPPED) else 1
 
     def final_status(self, code: int) -> tuple[str, str | Message]:
@@ -284,6 +370,10 @@ class Supervisor:
         if self.stop_requests and code == 0:
             return STOPPED, ""
         return FAILED, Message("runs.reason_exit_code", code=code)
+
+
+def _is_disk_full_reason(reason: str | Message) -> bool:
+    return isinstance(reason, Message) and reason.key.startswith("runs.reason_disk_full")
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -311,12 +401,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return supervise(args.run_dir, args.resume)
     except Exception as exc:
-        # Whatever broke, leave a final status behind rather than a run stuck in "starting".
+        # Whatever broke, leave a final status behind rather than a run stuck in "starting"; on a full
+        # disk the reserve makes room for it and for the traceback in supervisor.log.
         run = RunDirectory(Path(args.run_dir))
+        if is_disk_full(exc):
+            release_reserve(run.path)
+            reason = disk_full_reason(run.path, None, free_bytes(run.path), run.id)
+        else:
+            reason = Message("runs.reason_supervisor_error", error=str(exc))
         try:
-            run.write_status(FAILED, Message("runs.reason_supervisor_error", error=str(exc)))
-        finally:
-            raise
+            run.write_status(FAILED, reason)
+        except OSError as write_error:
+            print(f"cannot record the final status in {run.status_path}: {write_error}", file=sys.stderr)
+        raise
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Trainer callbacks: metrics.jsonl records, events, graceful stop on SIGTERM, injected OOM for tests."""
+"""Trainer callbacks: metrics.jsonl records, events, graceful stop on SIGTERM, the heartbeat's steps,
+injected OOM for tests."""
 
 from __future__ import annotations
 
@@ -200,6 +201,25 @@ class GracefulStopCallback(TrainerCallback):
             control.should_training_stop = True
             log.info("stop requested: saving a checkpoint at step %d and stopping", state.global_step)
         return control
+
+
+class HeartbeatCallback(TrainerCallback):
+    """Tells this process's heartbeat (``core.runs.heartbeat``) of every optimizer step, so that readers
+    know the last step, its time and the median step time (from which they judge a stall)."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        from core.runs.heartbeat import current_heartbeat
+
+        heartbeat = current_heartbeat()
+        if heartbeat is not None:
+            heartbeat.note_step(state.global_step)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        from core.runs.heartbeat import current_heartbeat
+
+        heartbeat = current_heartbeat()
+        if heartbeat is not None:
+            heartbeat.note_step(state.global_step)
 
 
 class InjectedOomCallback(TrainerCallback):

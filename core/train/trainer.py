@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -19,10 +21,15 @@ from transformers import Trainer
 from transformers.trainer_callback import ExportableState
 
 from core.runs.checkpoints import finalize_checkpoint, rotate_checkpoints, tmp_path_for
+from core.runs.disk_space import is_disk_full
+from core.runs.heartbeat import current_heartbeat
 from core.runs.run_dir import RunDirectory
 
 log = logging.getLogger("tunedeck.train")
 TUNEDECK_STATE = "tunedeck_state.json"
+# What a checkpoint holds beyond the weights: optimizer, schedule, scaler and RNG state (DeepSpeed's
+# global_stepN/ folder too). Dropped when the disk fills up while they are written.
+_STATE_FILE = re.compile(r"^(optimizer\.(pt|bin)|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth|global_step\d+)$")
 
 
 def _barrier() -> None:
@@ -104,20 +111,26 @@ class AtomicCheckpointTrainer(Trainer):
             shutil.rmtree(tmp)  # a leftover of an attempt that died while saving this same step
         _barrier()
         self.store_flos()
-        self.save_model(str(tmp), _internal_call=True)
-        if not self.args.save_only_model:
-            self._save_optimizer_and_scheduler(str(tmp))
-            self._save_scaler(str(tmp))
-            self._save_rng_state(str(tmp))
-        if self.args.should_save:
-            for callback in [*self.callback_handler.callbacks, self.control]:
-                if isinstance(callback, ExportableState):
-                    name = callback.__class__.__name__
-                    self.state.stateful_callbacks[name] = callback.state()
-            self.state.save_to_json(str(tmp / "trainer_state.json"))
-            (tmp / TUNEDECK_STATE).write_text(
-                json.dumps({"step": step, "elapsed_s": self.elapsed_fn()}, indent=2) + "\n", encoding="utf-8"
-            )
+        heartbeat = current_heartbeat()
+        if heartbeat is not None:
+            heartbeat.phase("saving")  # a long write may hold the interpreter: not a stall
+        # The weights first (small for an adapter), then the resumable state: a disk that fills up during
+        # the state keeps the weights (see _disk_full_while_saving).
+        try:
+            self.save_model(str(tmp), _internal_call=True)
+        except Exception as exc:
+            self._disk_full_while_saving(exc, tmp, step, weights_saved=False)
+            raise
+        try:
+            if not self.args.save_only_model:
+                self._save_optimizer_and_scheduler(str(tmp))
+                self._save_scaler(str(tmp))
+                self._save_rng_state(str(tmp))
+            if self.args.should_save:
+                self._save_state_files(tmp, step)
+        except Exception as exc:
+            self._disk_full_while_saving(exc, tmp, step, weights_saved=True)
+            raise
         _barrier()
         if self.args.should_save:
             final = finalize_checkpoint(tmp, step, on_remove=self._record_removal)
@@ -128,6 +141,63 @@ class AtomicCheckpointTrainer(Trainer):
             self.run.append_event("checkpoint_saved", step=step, path=str(final), seconds=seconds, bytes=size)
             log.info("checkpoint saved: %s (%.1f MB, %.1f s)", final.name, size / 1e6, seconds)
         _barrier()
+        if heartbeat is not None:
+            heartbeat.phase("training")
+
+    def _save_state_files(self, tmp: Path, step: int) -> None:
+        """trainer_state.json (with the stateful callbacks) and tunedeck_state.json into ``tmp``."""
+        for callback in [*self.callback_handler.callbacks, self.control]:
+            if isinstance(callback, ExportableState):
+                name = callback.__class__.__name__
+                self.state.stateful_callbacks[name] = callback.state()
+        self.state.save_to_json(str(tmp / "trainer_state.json"))
+        (tmp / TUNEDECK_STATE).write_text(
+            json.dumps({"step": step, "elapsed_s": self.elapsed_fn()}, indent=2) + "\n", encoding="utf-8"
+        )
+
+    def _disk_full_while_saving(self, exc: BaseException, tmp: Path, step: int, weights_saved: bool) -> None:
+        """If ``exc`` is a full disk, raise ``DiskFullError`` with the figures (else return: the caller
+        re-raises). Written weights are kept: the half-written state files go, and what is left becomes a
+        complete, weights-only checkpoint (its marker says so; resume refuses it without --weights-only,
+        merge/chat/export use it). Weights that did not fit go, to give the disk back."""
+        from core.runs.disk_space import DiskFullError, estimate_checkpoint_size, free_bytes
+
+        if not is_disk_full(exc):
+            return
+        kept: Path | None = None
+        if self.args.should_save:
+            if weights_saved:
+                for path in list(tmp.iterdir()) if tmp.is_dir() else []:
+                    if _STATE_FILE.match(path.name):
+                        _discard(path)
+                try:
+                    self._save_state_files(tmp, step)
+                    kept = finalize_checkpoint(tmp, step, {"weights_only": True, "why": "disk_full"})
+                except OSError as again:
+                    log.error("disk full while saving step %d: the weights could not be kept either (%s)", step, again)
+                    _discard(tmp)
+                else:
+                    log.warning("disk full while saving step %d: the weights are kept in %s (no optimizer state)",
+                                step, kept)
+            else:
+                _discard(tmp)
+        size = estimate_checkpoint_size(self.run.config())
+        root = Path(self.args.output_dir)
+        raise DiskFullError(root, size.total if size else None, free_bytes(root), step, kept,
+                            f"{type(exc).__name__}: {exc}"[:500]) from exc
+
+
+def _discard(path: Path) -> None:
+    """Delete a half-written file or folder and give its blocks back now: truncated first, because the
+    writer that failed (torch's zip writer, kept alive by the traceback) may still hold it open, and an
+    unlinked open file keeps its blocks."""
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+    for file in files:
+        try:
+            os.truncate(file, 0)
+        except OSError:
+            pass
+    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 def read_tunedeck_state(checkpoint: Path) -> dict[str, Any]:

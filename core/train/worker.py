@@ -165,7 +165,12 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     from transformers.utils import logging as hf_logging
 
     from core.i18n import Message
-    from core.train.callbacks import GracefulStopCallback, InjectedOomCallback, RunMetricsCallback
+    from core.train.callbacks import (
+        GracefulStopCallback,
+        HeartbeatCallback,
+        InjectedOomCallback,
+        RunMetricsCallback,
+    )
     from core.train.data_adapter import (
         PaddingCollator,
         load_records,
@@ -325,7 +330,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     metrics_cb = RunMetricsCallback(run, header, str(checkpoint) if checkpoint else None, prior_elapsed,
                                     global_batch, is_main=rank == 0)
     stop_cb = GracefulStopCallback(flag)
-    callbacks = [metrics_cb, stop_cb]
+    callbacks = [metrics_cb, stop_cb, HeartbeatCallback()]
     if cfg.get("offload_activations"):
         if cfg.get("gradient_checkpointing"):
             from core.train.offload import OffloadedCheckpointingCallback
@@ -368,9 +373,17 @@ def _write_outcome(run: RunDirectory, status: str, reason: Any, rank: int, **ext
     # a reason given as a Message is recorded as data: English text for old readers and other tools, plus
     # its key and parameters, which the supervisor copies to status.json and readers render themselves.
     from core.i18n import stored_reason
+    from core.runs.disk_space import is_disk_full, release_reserve
 
-    write_json_atomic(run.outcome_path, {"status": status, "rank": rank, "attempt": os.environ.get("TUNEDECK_ATTEMPT"),
-                                         **stored_reason(reason), **extra})
+    outcome = {"status": status, "rank": rank, "attempt": os.environ.get("TUNEDECK_ATTEMPT"),
+               **stored_reason(reason), **extra}
+    try:
+        write_json_atomic(run.outcome_path, outcome)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        release_reserve(run.path)  # the room kept for exactly this (core.runs.disk_space)
+        write_json_atomic(run.outcome_path, outcome)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -399,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     run = RunDirectory(Path(args.run_dir))
+    from core.runs.heartbeat import start_heartbeat
+
+    start_heartbeat(run.path, rank)  # before anything slow: readers judge stalls by it
     cfg = run.config()
     from core.i18n import Message
     from core.train.model_setup import ModelSetupError
@@ -408,6 +424,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if _is_oom(exc):
             return _on_oom(run, cfg, exc, rank, world_size)
+        from core.runs.disk_space import is_disk_full
+
+        if is_disk_full(exc):
+            return _on_disk_full(run, cfg, exc, rank)
         if isinstance(exc, (TrainingSetupError, ModelSetupError)) and exc.args and isinstance(exc.args[0], Message):
             reason = exc.args[0]
         elif isinstance(exc, (TrainingSetupError, ModelSetupError)) or type(exc).__name__ == "DataError":
@@ -450,6 +470,40 @@ def _on_oom(run: RunDirectory, cfg: dict[str, Any], exc: BaseException, rank: in
     )
     log.error("out of GPU memory on rank %d: %s\n%s", rank, str(exc)[:500], advice)
     _write_outcome(run, FAILED, reason, rank, oom=True)
+    return 1
+
+
+def _on_disk_full(run: RunDirectory, cfg: dict[str, Any], exc: BaseException, rank: int) -> int:
+    """The disk filled up: an event and a final verdict with the figures and what to do (the reserve
+    file makes room for them), and the traceback in the log after them."""
+    from core.runs.disk_space import (
+        DiskFullError,
+        disk_full_reason,
+        estimate_checkpoint_size,
+        free_bytes,
+        release_reserve,
+    )
+
+    full = exc
+    while full is not None and not isinstance(full, DiskFullError):
+        full = full.__cause__ or full.__context__
+    if isinstance(full, DiskFullError):
+        path, needed, free, step, kept = full.path, full.needed_bytes, full.free, full.step, full.weights_kept
+    else:
+        path = run.checkpoints_dir if run.checkpoints_dir.is_dir() else run.path
+        size = estimate_checkpoint_size(cfg)
+        needed, free, kept = (size.total if size else None), free_bytes(path), None
+        step = (run.latest_metrics() or {}).get("step")
+    release_reserve(run.path)
+    reason = disk_full_reason(path, needed, free, run.id, kept, step)
+    try:
+        run.append_event("disk_full", rank=rank, step=step, path=str(path), needed_bytes=needed, free_bytes=free,
+                         weights_kept=str(kept) if kept else None, error=f"{type(exc).__name__}: {exc}"[:500],
+                         advice=reason.english())
+    except OSError:
+        pass  # the verdict below matters more; the supervisor records an event from it
+    _write_outcome(run, FAILED, reason, rank, disk_full=True)
+    log.error("disk full on rank %d: %s\n%s", rank, reason.english(), traceback.format_exc())
     return 1
 
 

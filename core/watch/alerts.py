@@ -27,7 +27,7 @@ ENDED = {"finished": "information", "stopped": "information", "failed": "error",
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # loss_nan, loss_spike, throughput, gpu_idle, disk, ended
+    kind: str  # loss_nan, loss_spike, throughput, gpu_idle, disk, stalled, ended
     severity: str  # information, warning, error (Textual's notify severities)
     message: str
 
@@ -85,6 +85,14 @@ def ended_alert(previous: str | None, current: str, run_id: str) -> Alert | None
     if previous in ENDED:
         return None
     return Alert("ended", ENDED[current], t(f"watch.alert_{current}", id=run_id))
+
+
+def stalled_alert(status: str, run_id: str, reason: str = "") -> Alert | None:
+    """The run is ``stalled``: its supervisor lives but the trainer made no step and no heartbeat for
+    longer than its step time allows (``core.runs.heartbeat``); ``reason`` says for how long."""
+    if status != "stalled":
+        return None
+    return Alert("stalled", "warning", t("watch.alert_stalled", id=run_id, reason=reason))
 
 
 def is_finite(value: object) -> bool:

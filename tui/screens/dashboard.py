@@ -31,7 +31,15 @@ from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.paths import data_root
 from core.runs.run_dir import state_label
 from core.settings import MIN_POLL_INTERVAL_S
-from core.watch.alerts import AlertGate, disk_alert, ended_alert, gpu_idle_alert, loss_alert, throughput_alert
+from core.watch.alerts import (
+    AlertGate,
+    disk_alert,
+    ended_alert,
+    gpu_idle_alert,
+    loss_alert,
+    stalled_alert,
+    throughput_alert,
+)
 from core.watch.downsample import BucketedSeries
 from core.watch.feed import EventsFeed, LinesFeed, MetricsFeed
 from core.watch.figures import cost_so_far, format_count, format_duration, mfu
@@ -355,7 +363,8 @@ class DashboardScreen(Screen[None]):
         if message.disk_free is not None:
             self.disk = (message.disk_free, message.disk_total)
         alerts = {"ended": ended_alert(previous, self.status, self.source.run_id),
-                  "disk": disk_alert(self.disk[0], self.disk[1], str(data_root()))}
+                  "disk": disk_alert(self.disk[0], self.disk[1], str(data_root())),
+                  "stalled": stalled_alert(self.status, self.source.run_id, self.reason)}
         self._notify(self.gate.filter(alerts))
         self._show_info()
 
@@ -442,7 +451,7 @@ class DashboardScreen(Screen[None]):
         gpus = ",".join(str(i) for i in self.gpu_indices) or (str(self._gpu_count()) if self._gpu_count() else None)
         status = self.status or "…"
         colour = {"running": "$success", "finished": "$primary", "failed": "$error", "crashed": "$error",
-                  "stopping": "$warning", "stopped": "$warning"}.get(status, "$foreground-muted")
+                  "stalled": "$warning", "stopping": "$warning", "stopped": "$warning"}.get(status, "$foreground-muted")
         line1 = " · ".join([
             f"[b]{_escape(_na(model))}[/]", _na(method), _na(precision),
             t("dashboard.zero", stage=_na(None if zero is None else str(zero))),

@@ -67,7 +67,8 @@ COLUMNS: tuple[RunColumn, ...] = (
     RunColumn("eta", "runs_screen.col_eta", lambda s: s.eta_s if s.eta_s is not None else float("inf"), 5),
 )
 STATUS_COLOURS = {"running": "$success", "starting": "$success", "queued": "$foreground-muted",
-                  "stopping": "$warning", "stopped": "$warning", "finished": "$primary", "failed": "$error",
+                  "stalled": "$warning", "stopping": "$warning", "stopped": "$warning", "finished": "$primary",
+                  "failed": "$error",
                   "crashed": "$error"}
 
 

@@ -1,0 +1,181 @@
+"""The trainer's heartbeat, and the ``stalled`` state readers compute from it.
+
+Every trainer process runs a small thread that rewrites ``RUN_DIR/heartbeat-rankN.json`` every few
+seconds (``TUNEDECK_HEARTBEAT_S``, default 2) with the time, the last optimizer step, when it ended and
+the median of the recent step times. The thread lives in the trainer's own process, so whatever freezes
+the trainer (SIGSTOP, a swapped-out box, a hung driver call that holds the interpreter) freezes the
+heartbeat too; on a full disk it falls back to touching the file (no blocks needed).
+
+A run whose status says ``running`` and whose supervisor is alive is ``stalled`` when no step and no
+heartbeat came for N seconds, N = max(floor, 5 x the median step time, 3 x the heartbeat interval); the
+floor is 60 s (``TUNEDECK_STALL_FLOOR_S`` changes it: tests). While a checkpoint is being written N is
+ten times longer: writing tens of GB can hold the interpreter. ``stalled`` is never written to
+status.json: it is what a reader sees, and it goes away by itself when the trainer moves again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+HEARTBEAT_ENV = "TUNEDECK_HEARTBEAT_S"
+STALL_FLOOR_ENV = "TUNEDECK_STALL_FLOOR_S"
+DEFAULT_INTERVAL_S = 2.0
+DEFAULT_STALL_FLOOR_S = 60.0
+STEP_FACTOR = 5.0
+INTERVAL_FACTOR = 3.0
+SAVING_FACTOR = 10.0
+_PREFIX = "heartbeat-rank"
+
+
+def heartbeat_path(run_path: Path, rank: int) -> Path:
+    return Path(run_path) / f"{_PREFIX}{rank}.json"
+
+
+def heartbeat_files(run_path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in Path(run_path).iterdir() if p.name.startswith(_PREFIX) and p.suffix == ".json")
+    except OSError:
+        return []
+
+
+def clear_heartbeats(run_path: Path) -> None:
+    """Remove the heartbeats of an earlier attempt (the supervisor does, before it starts a trainer)."""
+    for path in heartbeat_files(run_path):
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+class HeartbeatWriter:
+    """The trainer side: ``start()`` once, ``note_step(step)`` at each optimizer step, ``phase("saving")``."""
+
+    def __init__(self, run_path: Path, rank: int, interval_s: float | None = None) -> None:
+        self.path = heartbeat_path(run_path, rank)
+        self.rank = rank
+        self.interval_s = interval_s or _env_float(HEARTBEAT_ENV, DEFAULT_INTERVAL_S)
+        self.step: int | None = None
+        self.step_ts: float | None = None
+        self.current_phase = "setup"
+        self.durations: deque[float] = deque(maxlen=64)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> HeartbeatWriter:
+        self.beat()
+        self._thread = threading.Thread(target=self._loop, name="tunedeck-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def note_step(self, step: int) -> None:
+        now = time.time()
+        with self._lock:
+            if self.step_ts is not None and self.step is not None and step > self.step:
+                self.durations.append((now - self.step_ts) / (step - self.step))
+            self.step, self.step_ts = step, now
+            self.current_phase = "training"
+
+    def phase(self, name: str) -> None:
+        """Say what the trainer does now; written at once (the thread may not get a turn while it lasts)."""
+        with self._lock:
+            self.current_phase = name
+        self.beat()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.beat()
+
+    def beat(self) -> None:
+        with self._lock:
+            median = statistics.median(self.durations) if self.durations else None
+            payload = {"pid": os.getpid(), "rank": self.rank, "ts": round(time.time(), 3),
+                       "interval_s": self.interval_s, "step": self.step, "step_ts": self.step_ts,
+                       "median_step_s": round(median, 4) if median is not None else None,
+                       "phase": self.current_phase}
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        try:
+            tmp.write_text(json.dumps(payload) + "\n", encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:
+            try:  # a full disk: a new mtime needs no blocks
+                os.utime(self.path)
+            except OSError:
+                pass
+
+
+_current: HeartbeatWriter | None = None
+
+
+def start_heartbeat(run_path: Path, rank: int) -> HeartbeatWriter:
+    """Start this process's heartbeat (the trainer does, first thing)."""
+    global _current
+    _current = HeartbeatWriter(run_path, rank).start()
+    return _current
+
+
+def current_heartbeat() -> HeartbeatWriter | None:
+    """This process's heartbeat, if it started one (callbacks and the checkpoint writer use it)."""
+    return _current
+
+
+@dataclass(frozen=True)
+class Stall:
+    """No step and no heartbeat for ``silent_s`` seconds, more than the ``threshold_s`` allowed."""
+
+    silent_s: float
+    threshold_s: float
+    step: int | None
+    rank: int
+
+
+def stall_floor_s() -> float:
+    return _env_float(STALL_FLOOR_ENV, DEFAULT_STALL_FLOOR_S)
+
+
+def find_stall(run_path: Path, now: float | None = None) -> Stall | None:
+    """The most silent rank of the run, if it has been silent too long (module docstring); None when
+    every rank is alive or no trainer has written a heartbeat yet."""
+    now = time.time() if now is None else now
+    floor = stall_floor_s()
+    try:
+        metrics_ts = (Path(run_path) / "metrics.jsonl").stat().st_mtime  # a step written is a sign of life
+    except OSError:
+        metrics_ts = 0.0
+    worst: Stall | None = None
+    for path in heartbeat_files(run_path):
+        try:
+            mtime = path.stat().st_mtime
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        alive = max(mtime, float(data.get("ts") or 0.0), float(data.get("step_ts") or 0.0), metrics_ts)
+        threshold = max(floor, STEP_FACTOR * float(data.get("median_step_s") or 0.0),
+                        INTERVAL_FACTOR * float(data.get("interval_s") or DEFAULT_INTERVAL_S))
+        if data.get("phase") == "saving":
+            threshold *= SAVING_FACTOR
+        silent = now - alive
+        step = data.get("step") if isinstance(data.get("step"), int) else None
+        if silent > threshold and (worst is None or silent - threshold > worst.silent_s - worst.threshold_s):
+            worst = Stall(round(silent, 1), round(threshold, 1), step, int(data.get("rank") or 0))
+    return worst

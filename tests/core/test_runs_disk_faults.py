@@ -1,0 +1,269 @@
+"""Full and read-only disks, for real: a 30 MB tmpfs holds TUNEDECK_HOME (filled with a ballast file, or
+remounted read-only), the real CLI reads and starts runs on it, and a real trainer meets ENOSPC while it
+saves. Readers must never fail for want of writing, ``train`` must refuse with figures and leave nothing
+behind, and a disk that fills up mid-run must leave the trained weights and a truthful final status."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from core.runs.disk_space import (
+    RESERVE_NAME,
+    check_space,
+    checkpoints_kept,
+    estimate_checkpoint_size,
+    is_disk_full,
+)
+from tests.core.test_runs_detached import Cli, write_config, write_dataset
+from tests.fixtures.disk import fill, free, remount, tmpfs
+from tests.fixtures.watch.run_builder import build_run
+
+DEAD = "20261130-0900-dead-run-aaaa"  # status.json says running, no supervisor holds its lock
+DONE = "20261130-0800-done-run-bbbb"
+
+
+def _clean(out) -> None:
+    assert "Traceback" not in out.stderr, out.stderr
+
+
+def _status_file(home: Path, run_id: str) -> dict:
+    return json.loads((home / "runs" / run_id / "status.json").read_text())
+
+
+def _readers_work(cli: Cli, home: Path) -> None:
+    """runs, runs --json, status, status --json, logs: exit 0 and say crashed, whatever the disk."""
+    out = cli("runs", "--json")
+    _clean(out)
+    rows = {r["id"]: r for r in json.loads(out.stdout)}
+    assert rows[DEAD]["status"] == "crashed" and "resume" in rows[DEAD]["reason"], rows[DEAD]
+    assert rows[DONE]["status"] == "finished"
+    human = cli("runs")
+    _clean(human)
+    assert "crashed" in human.stdout
+    assert cli.status(DEAD)["status"] == "crashed"
+    text = cli("status", DEAD)
+    _clean(text)
+    assert "crashed" in text.stdout
+    assert len(cli("logs", DEAD, "-n", "2").stdout.splitlines()) == 2
+
+
+def _build_runs(home: Path) -> None:
+    runs = home / "runs"
+    runs.mkdir(parents=True)
+    build_run(runs, DEAD, status="running", steps=12, total=100)
+    build_run(runs, DONE, status="finished", steps=100, total=100)
+
+
+def _tiny_config(tmp_path: Path, **overrides) -> Path:
+    values = {"method": "lora", "lora_rank": 8, "max_steps": 20, "save_steps": 10, **overrides}
+    if values["method"] == "full":
+        values.pop("lora_rank")
+    return write_config(tmp_path / "run.yaml", write_dataset(tmp_path / "data.jsonl"), **values)
+
+
+def test_readers_work_on_a_read_only_disk_and_record_nothing(tmp_path):
+    home = tmp_path / "home"
+    with tmpfs(home):
+        _build_runs(home)
+        remount(home, "ro")
+        cli = Cli(home)
+        _readers_work(cli, home)
+        assert _status_file(home, DEAD)["status"] == "running"  # computed, not written
+        # Commands that must write refuse cleanly: one message, no traceback, nothing created.
+        resume = cli("resume", DEAD, check=False)
+        assert resume.returncode != 0 and resume.stderr.strip()
+        _clean(resume)
+        train = cli("train", str(_tiny_config(tmp_path)), check=False)
+        assert train.returncode != 0 and "tunedeck:" in train.stderr, train.stderr
+        _clean(train)
+        assert sorted(p.name for p in (home / "runs").iterdir()) == sorted([DEAD, DONE])
+        remount(home, "rw")
+        cli("runs")  # the first reader that can write records what it found
+        assert _status_file(home, DEAD)["status"] == "crashed"
+
+
+def test_readers_work_on_a_full_disk_and_train_refuses_leaving_nothing(tmp_path):
+    home = tmp_path / "home"
+    with tmpfs(home):
+        _build_runs(home)
+        ballast = fill(home)
+        assert free(home) == 0
+        cli = Cli(home)
+        _readers_work(cli, home)
+        assert _status_file(home, DEAD)["status"] == "running"
+        # 0 bytes free: the space check refuses before anything is written, with its figures.
+        train = cli("train", str(_tiny_config(tmp_path)), check=False)
+        assert train.returncode == 2, train.stderr
+        _clean(train)
+        assert "not enough disk space" in train.stderr and "0.0 MB free on" in train.stderr, train.stderr
+        # A model the estimator cannot size skips that check; the run directory it starts is removed again.
+        unsized = cli("train", str(_tiny_config(tmp_path, model="no-such-org/unsized-model")), check=False)
+        assert unsized.returncode == 1, unsized.stderr
+        _clean(unsized)
+        assert "cannot write" in unsized.stderr and "No space left on device" in unsized.stderr, unsized.stderr
+        assert sorted(p.name for p in (home / "runs").iterdir()) == sorted([DEAD, DONE])
+        ballast.unlink()
+        cli("runs")
+        assert _status_file(home, DEAD)["status"] == "crashed"
+
+
+def _kill_runs(home: Path) -> None:
+    """Teardown: no supervisor or trainer of ours outlives its test (a failed assertion mid-run)."""
+    import psutil
+
+    for record in (home / "runs").glob("*/run.json") if (home / "runs").is_dir() else []:
+        try:
+            pids = [(json.loads(record.read_text()).get(k) or {}).get("pid") for k in ("trainer", "supervisor")]
+        except (OSError, ValueError):
+            continue
+        for pid in filter(None, pids):
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
+
+
+def _event_kinds(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines() if x.strip()]
+
+
+def _weights_len(path: Path) -> int:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as handle:
+        return len(list(handle.keys()))
+
+
+def test_space_check_refuses_with_figures_and_a_full_disk_mid_save_keeps_the_weights(tmp_path):
+    home = tmp_path / "home"
+    with tmpfs(home, "28m"):
+        try:
+            _refuse_then_fill_mid_save(tmp_path, home)
+        finally:
+            _kill_runs(home)
+
+
+def _refuse_then_fill_mid_save(tmp_path: Path, home: Path) -> None:
+    if True:
+        cli = Cli(home)
+        # Full fine-tuning of the tiny model: ~12 MB a checkpoint, 3 of them at the peak with
+        # save_total_limit 2 — more than 28 MiB.
+        config = _tiny_config(tmp_path, method="full", save_total_limit=2)
+        refused = cli("train", str(config), check=False)
+        assert refused.returncode == 2, refused.stderr
+        _clean(refused)
+        assert "for 2 checkpoints + the final save" in refused.stderr, refused.stderr
+        assert "lower save_total_limit or free space" in refused.stderr
+        assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+        # One kept checkpoint fits, barely: a warning, and the run starts. It saves only when stopped.
+        config = _tiny_config(tmp_path, method="full", save_total_limit=1, max_steps=5000, save_steps=5000)
+        started = cli("train", str(config))
+        assert "disk space is tight" in started.stderr, started.stderr
+        run_id = started.stdout.strip()
+        run_dir = cli.run_dir(run_id)
+        cli.wait_step(run_id, 3)
+        assert (run_dir / RESERVE_NAME).stat().st_size == 1024 * 1024
+        # Leave room for the weights (3.7 MB) but not for the optimizer state (7.3 MB) after them.
+        fill(home, leave=5_500_000)
+        stop = cli("stop", run_id, "--wait", "--timeout", "180", check=False)
+        _clean(stop)
+        status = cli.wait_status(run_id, {"failed", "finished", "stopped", "crashed"})
+        assert status["status"] == "failed", status
+        assert status["reason"].startswith("disk full (needed 12.1 MB, "), status["reason"]
+        assert f"free on {run_dir / 'checkpoints'}" in status["reason"]
+        assert f"tunedeck resume {run_id}" in status["reason"] and "weights of step" in status["reason"]
+        assert json.loads((run_dir / "status.json").read_text())["reason_message"]["key"] == "runs.reason_disk_full"
+        events = _event_kinds(run_dir)
+        full = [e for e in events if e["event"] == "disk_full"]
+        assert len(full) == 1 and full[0]["needed_bytes"] > 0 and full[0]["free_bytes"] is not None
+        assert events[-1]["event"] == "failed"
+        # The weights of the stop's step are kept, whole, in a complete weights-only checkpoint.
+        kept = Path(full[0]["weights_kept"])
+        marker = json.loads((kept / "COMPLETE").read_text())
+        assert marker["weights_only"] is True and marker["step"] == full[0]["step"]
+        assert not (kept / "optimizer.pt").exists() and (kept / "trainer_state.json").is_file()
+        assert _weights_len(kept / "model.safetensors") > 10
+        assert not list((run_dir / "checkpoints").glob("*.tmp"))
+        # The trainer's last lines and the supervisor's verdict reached train.log; the reserve was used.
+        log = (run_dir / "train.log").read_text()
+        assert "disk full on rank 0" in log and "[supervisor] trainer exited with code 1: failed" in log
+        assert not (run_dir / RESERVE_NAME).exists()
+        _readers_after = cli("runs", "--json")  # the disk is still full: readers still read
+        assert any(r["id"] == run_id and r["status"] == "failed" for r in json.loads(_readers_after.stdout))
+
+
+def test_disk_full_between_saves_ends_failed_with_the_reason_and_the_last_log_lines(tmp_path):
+    home = tmp_path / "home"
+    with tmpfs(home, "30m"):
+        try:
+            _fill_between_saves(tmp_path, home)
+        finally:
+            _kill_runs(home)
+
+
+def _fill_between_saves(tmp_path: Path, home: Path) -> None:
+    if True:
+        cli = Cli(home)
+        config = _tiny_config(tmp_path, max_steps=5000, save_steps=5000)
+        run_id = cli("train", str(config)).stdout.strip()
+        run_dir = cli.run_dir(run_id)
+        cli.wait_step(run_id, 3)
+        fill(home)  # nothing left: the next metrics line or log line meets ENOSPC
+        status = cli.wait_status(run_id, {"failed", "finished", "stopped", "crashed"})
+        assert status["status"] == "failed", status
+        assert status["reason"].startswith("disk full ("), status["reason"]
+        assert "lower save_total_limit" in status["reason"]
+        assert any(e["event"] == "disk_full" for e in _event_kinds(run_dir))
+        log = (run_dir / "train.log").read_text()
+        assert "[supervisor] trainer exited with code 1: failed — disk full" in log, log[-2000:]
+        record = json.loads((run_dir / "run.json").read_text())
+        assert record["attempts"][-1]["status"] == "failed"
+
+
+# -- the pieces, without a trainer -----------------------------------------------------------------------
+def test_checkpoint_sizes_follow_the_parameter_count_and_the_method():
+    from core.estimate import count_parameters, load_model_config
+
+    params = count_parameters(load_model_config("Qwen/Qwen2.5-7B").architecture()).total
+    full = estimate_checkpoint_size({"model": "Qwen/Qwen2.5-7B", "method": "full"})
+    assert full.weights == 4 * params and full.optimizer == 8 * params  # fp32 weights, two fp32 moments
+    bf16 = estimate_checkpoint_size({"model": "Qwen/Qwen2.5-7B", "method": "full", "pure_bf16": True,
+                                     "precision": "bf16", "optimizer": "adamw_8bit"})
+    assert bf16.weights == 2 * params and bf16.optimizer == 2 * params
+    lora = estimate_checkpoint_size({"model": "Qwen/Qwen2.5-7B", "method": "lora", "lora_rank": 16})
+    assert lora.trainable < params / 100 and lora.total < full.total / 100  # adapters are small
+    assert checkpoints_kept({"save_total_limit": 2}) == 3
+    assert checkpoints_kept({"save_total_limit": 0, "max_steps": 100, "save_steps": 30}) == 4
+    assert estimate_checkpoint_size({"model": "no-such-org/unsized-model", "method": "full"}) is None
+
+
+def test_space_check_counts_checkpoints_already_on_disk(tmp_path):
+    cfg = {"model": "Qwen/Qwen2.5-7B", "method": "lora", "save_total_limit": 2}
+    fresh = check_space(cfg, tmp_path)
+    resumed = check_space(cfg, tmp_path, existing_checkpoints=2)
+    assert fresh.checkpoints == 2 and resumed.checkpoints == 0
+    assert fresh.needed_bytes - resumed.needed_bytes == 2 * fresh.size.total
+
+
+def test_real_enospc_from_torch_save_and_os_write_is_recognised(tmp_path):
+    import torch
+
+    with tmpfs(tmp_path / "small", "2m") as small:
+        with pytest.raises(Exception) as torch_error:
+            torch.save(torch.zeros(1024 * 1024), small / "big.pt")  # 4 MB into 2 MB
+        assert is_disk_full(torch_error.value), repr(torch_error.value)
+        (small / "big.pt").unlink(missing_ok=True)
+        fill(small)
+        with pytest.raises(OSError) as os_error:
+            fd = os.open(small / "x", os.O_WRONLY | os.O_CREAT)
+            try:
+                os.write(fd, b"x" * 65536)
+            finally:
+                os.close(fd)
+        assert os_error.value.errno == errno.ENOSPC and is_disk_full(os_error.value)
+    assert not is_disk_full(RuntimeError("CUDA error: an illegal memory access"))

@@ -1,0 +1,121 @@
+"""Stalls, for real: a trainer frozen with SIGSTOP is ``stalled`` (CLI, JSON, the app's core function)
+once no step and no heartbeat came for longer than its step time allows, runs again after SIGCONT, and
+``stop --wait --timeout`` exits non-zero while it cannot stop. Thresholds come from the environment
+(``TUNEDECK_STALL_FLOOR_S``), so the test waits for states, never for a speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import psutil
+
+from core.runs.heartbeat import HEARTBEAT_ENV, STALL_FLOOR_ENV, HeartbeatWriter, heartbeat_path
+from core.runs.liveness import effective_status
+from core.runs.run_dir import RunDirectory
+from core.watch.alerts import stalled_alert
+from tests.core.test_runs_detached import Cli, write_config, write_dataset
+from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run
+
+FLOOR_S = "6"  # seconds of silence that make a stall here (the product's floor is 60)
+
+
+def _wait(run: RunDirectory, wanted: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if effective_status(run).status == wanted:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"never {wanted}: {effective_status(run)}\n{run.log_path.read_text()[-2000:]}")
+
+
+def test_sigstop_makes_a_run_stalled_sigcont_revives_it_and_stop_wait_times_out(tmp_path, monkeypatch):
+    monkeypatch.setenv(STALL_FLOOR_ENV, FLOOR_S)  # for the in-process reader below
+    cli = Cli(tmp_path / "home")
+    cli.env.update({STALL_FLOOR_ENV: FLOOR_S, HEARTBEAT_ENV: "0.5"})
+    config = write_config(tmp_path / "run.yaml", write_dataset(tmp_path / "d.jsonl"), method="lora", lora_rank=8,
+                          max_steps=100000, save_steps=100000)
+    run_id = cli("train", str(config)).stdout.strip()
+    run = RunDirectory(cli.run_dir(run_id))
+    trainer = None
+    try:
+        cli.wait_step(run_id, 3)
+        assert effective_status(run).status == "running"
+        trainer = psutil.Process(run.record()["trainer"]["pid"])
+        deadline = time.monotonic() + 60
+        while True:  # the heartbeat is rewritten every 0.5 s: wait for one after step 3
+            beat = json.loads(heartbeat_path(run.path, 0).read_text())
+            if (beat.get("step") or 0) >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert beat["pid"] == trainer.pid and beat["step"] >= 3 and beat["median_step_s"] > 0
+
+        trainer.send_signal(signal.SIGSTOP)
+        _wait(run, "stalled")
+        status = cli.status(run_id)
+        assert status["status"] == "stalled", status
+        assert "no step and no heartbeat" in status["reason"] and status["tokens_per_s"] is None
+        assert status["eta_s"] is None
+        row = next(r for r in json.loads(cli("runs", "--json").stdout) if r["id"] == run_id)
+        assert row["status"] == "stalled"
+        assert "stalled" in cli("status", run_id).stdout
+        assert json.loads(run.status_path.read_text())["status"] == "running"  # computed, never written
+        alert = stalled_alert(status["status"], run_id, status["reason"])
+        assert alert is not None and alert.severity == "warning"
+
+        trainer.send_signal(signal.SIGCONT)
+        _wait(run, "running")
+
+        trainer.send_signal(signal.SIGSTOP)
+        _wait(run, "stalled")
+        stop = cli("stop", run_id, "--wait", "--timeout", "2", check=False)
+        assert stop.returncode == 1, stop.stderr
+        assert "still" in stop.stderr and "--force" in stop.stderr
+        assert effective_status(run).active
+
+        trainer.send_signal(signal.SIGCONT)  # the pending SIGTERM is handled now: checkpoint, then stop
+        _wait(run, "stopped")
+        assert cli.status(run_id)["last_checkpoint_step"] is not None
+    finally:
+        if trainer is not None:
+            try:
+                trainer.send_signal(signal.SIGCONT)
+            except psutil.Error:
+                pass
+        if effective_status(run).active:
+            cli("stop", run_id, "--force", check=False)
+
+
+def test_stall_threshold_follows_the_step_time_and_the_floor(tmp_path, monkeypatch):
+    """No trainer: a stand-in supervisor holds the lock; the heartbeat file is aged by hand."""
+    monkeypatch.delenv(STALL_FLOOR_ENV, raising=False)
+    path = build_run(tmp_path, "20261130-1000-hb-cccc", status="running", steps=20, total=100)
+    run = RunDirectory(path)
+    with SupervisorStandIn(path):
+        assert effective_status(run).status == "running"  # no heartbeat yet (an older trainer): no verdict
+        writer = HeartbeatWriter(path, 0, interval_s=2.0)
+        writer.note_step(20)
+        writer.beat()
+
+        def aged(seconds: float, **fields: object) -> str:
+            data = json.loads(heartbeat_path(path, 0).read_text())
+            then = time.time() - seconds
+            data.update(ts=then, step_ts=then, **fields)
+            heartbeat_path(path, 0).write_text(json.dumps(data))
+            for name in (heartbeat_path(path, 0), run.metrics_path):
+                os.utime(name, (then, then))
+            return effective_status(run).status
+
+        assert aged(0) == "running"
+        assert aged(59) == "running"  # the 60 s floor
+        assert aged(61) == "stalled"
+        assert aged(140, median_step_s=30.0) == "running"  # slow steps: 5 x 30 s allowed
+        assert aged(151, median_step_s=30.0) == "stalled"
+        assert aged(300, median_step_s=1.0, phase="saving") == "running"  # a long checkpoint write
+        monkeypatch.setenv(STALL_FLOOR_ENV, "5")
+        assert aged(7, median_step_s=0.1, phase="training") == "stalled"
+        reason = effective_status(run).reason
+        assert "rank 0" in reason and "at step 20" in reason
+    assert effective_status(run).status == "crashed"  # no supervisor: crashed wins over stalled
