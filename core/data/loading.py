@@ -103,7 +103,7 @@ def read_dataset(path: str | Path, max_issues: int = DEFAULT_MAX_ISSUES, fmt: st
     try:
         return _normalise_rows(source, iter_rows(path), max_issues, fmt)
     except FileProblem as exc:
-        raise DataError([DataIssue(source, None, None, str(exc))]) from None
+        raise DataError([DataIssue(source, exc.line, None, str(exc))]) from None
     except OSError as exc:
         raise DataError([DataIssue(source, None, None, t("data.file_unreadable", reason=exc))]) from None
 

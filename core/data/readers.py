@@ -8,6 +8,7 @@ can report it with the others.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +38,12 @@ class BadRow:
 
 
 class FileProblem(ValueError):
-    """The file as a whole cannot be read (wrong kind, unreadable, not an array...)."""
+    """The file as a whole cannot be read (wrong kind, unreadable, not an array...); ``line`` is where,
+    when one line is to blame (the first byte that is not UTF-8)."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
 
 
 def file_kind(path: Path) -> str:
@@ -164,7 +170,7 @@ def iter_csv(path: Path) -> Iterator[RawRow | BadRow]:
     record span several lines (the csv reader's ``line_num`` counts them), and blank lines are skipped
     as ``csv.DictReader`` does.
     """
-    with path.open(newline="", encoding="utf-8-sig") as handle:
+    with io.StringIO(read_utf8(path), newline="") as handle:
         reader = csv.reader(handle)
         try:
             header = next(reader)
@@ -217,8 +223,15 @@ def iter_rows(path: Path) -> Iterator[RawRow | BadRow]:
     if kind == "csv":
         yield from iter_csv(path)
         return
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise FileProblem(t("data.not_utf8", position=exc.start)) from None
+    text = read_utf8(path)
     yield from iter_jsonl(text) if kind == "jsonl" else iter_json(text)
+
+
+def read_utf8(path: Path) -> str:
+    """The file as text (a UTF-8 byte-order mark dropped); not UTF-8 is a ``FileProblem`` naming the line."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise FileProblem(t("data.not_utf8", position=exc.start), line) from None

@@ -114,3 +114,17 @@ def test_tools_given_as_names_get_a_message_that_says_what_is_expected(tmp_path,
     assert "'tools' must be a list of tool definition objects (or that list as a JSON string), not text" in messages[2]
     assert "is a string but not valid JSON" in messages[3]
     assert report["with_tools"] == 2
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_bytes_that_are_not_utf8_are_named_by_their_line(tmp_path, check, suffix):
+    path = tmp_path / f"latin1{suffix}"
+    if suffix == ".csv":
+        path.write_bytes("instruction,input,output\nq1,,a1\nq2,,caf\xe9\n".encode("latin-1"))
+    else:
+        path.write_bytes(b'{"text": "a"}\n{"text": "b"}\n{"text": "caf\xe9"}\n')
+    result = check(path, "--json")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    issues = json.loads(result.stdout)["issues"]
+    assert [(i["line"], i["row"]) for i in issues] == [(3, None)] and "not UTF-8" in issues[0]["message"]
+    assert f"{path}:3: the file is not UTF-8 text" in check(path).stderr
