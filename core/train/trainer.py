@@ -108,6 +108,7 @@ class AtomicCheckpointTrainer(Trainer):
         tmp = tmp_path_for(root, step)
         started = time.time()
         if self.args.should_save and tmp.exists():
+            self._record_removal(tmp, "incomplete")
             shutil.rmtree(tmp)  # a leftover of an attempt that died while saving this same step
         _barrier()
         self.store_flos()
