@@ -6,9 +6,11 @@ Public API::
     load_finetuned(source, device=None) -> LoadedModel              # base + adapter (or merged/full)
     merge_run(run, checkpoint=None, out=None) -> MergeResult        # atomic safetensors dir
     stream_chat(loaded, messages, ...) -> Iterator[str]             # tokens as they are generated
+    generate_reply(loaded, messages, ...) -> Reply                  # text + GenerationOutcome (ids, finish)
     evaluate_run(run, checkpoint=None) -> dict                       # eval/<stamp>.json in the run dir
     export_run(run, fmt, ...) -> ExportResult
-    start_server(run, ...) / stop_server(run) / server_state(run)   # detached OpenAI-compatible server
+    start_server(run, ..., api_key=None, max_body_bytes=None)      # detached OpenAI-compatible server
+    stop_server(run) / server_state(run) / probe_request(url, …)
 """
 
 from __future__ import annotations
