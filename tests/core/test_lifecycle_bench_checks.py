@@ -84,7 +84,14 @@ def test_serve_check_passes_real_replies_and_fails_a_reply_without_tokens(merged
         served = lifecycle_gpu.chat_requests(state["url"], run_id)
     finally:
         assert tunedeck(home, "serve", run_id, "--stop").returncode == 0
-    expected = lifecycle_gpu.expected_reply(home, run_id, lifecycle_gpu.PROMPT, lifecycle_gpu.MAX_TOKENS, None)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the server runs (OMP_NUM_THREADS=1): the same sums, the same argmax
+    try:
+        expected = lifecycle_gpu.expected_reply(home, run_id, lifecycle_gpu.PROMPT, lifecycle_gpu.MAX_TOKENS, None)
+    finally:
+        torch.set_num_threads(threads)
     assert expected["completion_tokens"] >= 1
     assert lifecycle_gpu.check_serve(served, expected) == [], (served, expected)
     assert served["stream_usage"]["completion_tokens"] == served["completion_tokens"] == expected["completion_tokens"]

@@ -107,6 +107,17 @@ def _expected_ids(run, prompt: str, max_tokens: int, variant: str) -> tuple[int,
     """(prompt length, generated ids, end ids) from plain transformers ``generate``, greedy."""
     import torch
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the server runs (OMP_NUM_THREADS=1): the same sums, the same argmax
+    try:
+        return _generate(run, prompt, max_tokens, variant)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _generate(run, prompt: str, max_tokens: int, variant: str) -> tuple[int, list[int], set[int]]:
+    import torch
+
     from core.lifecycle.source import load_finetuned, resolve_model_source
 
     loaded = load_finetuned(resolve_model_source(run), "cpu")
