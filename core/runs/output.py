@@ -112,19 +112,26 @@ def publish_run_output(run: Any, cfg: dict[str, Any]) -> Path | None:
     path = resolve_output(str(value), run.path)
     last = run.last_complete_checkpoint()
     if last is None:
-        run.append_event("output_failed", path=str(path), reason="no complete checkpoint")
+        _event(run, "output_failed", path=str(path), reason="no complete checkpoint")
         log.error("output %s: no complete checkpoint to copy", path)
         return None
     info = {"run_id": run.id, "run_dir": str(run.path), "step": last.step, "checkpoint": str(last.path),
             "base_model": cfg.get("model"), "method": cfg.get("method"), "precision": cfg.get("precision")}
     try:
         size = publish_output(path, last.path, info)
-    except (OSError, OutputError) as exc:
+    except Exception as exc:  # the weights are safe in the run directory: a failed copy fails nothing
         reason = str(exc) if isinstance(exc, OutputError) else f"{type(exc).__name__}: {exc}"
-        run.append_event("output_failed", path=str(path), checkpoint=str(last.path), reason=reason)
         log.error("could not copy the trained model to output %s: %s; it is in %s (copy it from there, or "
                   "tunedeck export %s --out DIR)", path, reason, last.path, run.id)
+        _event(run, "output_failed", path=str(path), checkpoint=str(last.path), reason=reason)
         return None
-    run.append_event("output_saved", path=str(path), step=last.step, bytes=size)
+    _event(run, "output_saved", path=str(path), step=last.step, bytes=size)
     log.info("trained model copied to %s (%.1f MB, step %d)", path, size / 1e6, last.step)
     return path
+
+
+def _event(run: Any, name: str, **data: Any) -> None:
+    try:
+        run.append_event(name, **data)
+    except OSError:  # a full disk under the run directory too: the log line above is the record
+        pass

@@ -139,3 +139,35 @@ def test_the_trainer_itself_records_fp32_when_torch_has_no_gpu_for_a_bf16_config
     assert run.metrics_header()["precision"] == "fp32"
     assert [(e["requested"], e["used"]) for e in _events(run) if e["event"] == "precision_fallback"] == [("bf16", "fp32")]
     assert "precision bf16 needs a GPU; this run trains in fp32" in run.log_path.read_text()
+
+
+def test_a_copy_that_cannot_be_made_is_an_event_and_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
+    from core.runs.output import publish_run_output
+    from tests.fixtures.lifecycle.finished_run import finished_run
+
+    home, run_id = finished_run(tmp_path)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    from core.runs.run_dir import RunDirectory
+
+    run = RunDirectory(home / "runs" / run_id)
+    cfg = run.config()
+    # Someone put a file into the folder while the run trained: it is not overwritten.
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "theirs.bin").write_bytes(b"keep me")
+    assert publish_run_output(run, {**cfg, "output": str(busy)}) is None
+    assert sorted(p.name for p in busy.iterdir()) == ["theirs.bin"]
+    failed = [e for e in _events(run) if e["event"] == "output_failed"]
+    assert failed[-1]["path"] == str(busy) and "holds files by now" in failed[-1]["reason"]
+    assert "checkpoint-30" in failed[-1]["reason"]  # where the model is instead
+    # A folder whose parent is gone: an event, no exception, nothing half-written anywhere.
+    gone = tmp_path / "no-such-parent" / "deeper" / "out"
+    (tmp_path / "no-such-parent").mkdir()
+    (tmp_path / "no-such-parent" / "deeper").write_text("a file where a folder should be")
+    assert publish_run_output(run, {**cfg, "output": str(gone)}) is None
+    assert [e["path"] for e in _events(run) if e["event"] == "output_failed"][-1] == str(gone)
+    # And a folder that is free: the copy, with the event.
+    free = tmp_path / "free"
+    assert publish_run_output(run, {**cfg, "output": str(free)}) == free
+    assert (free / "adapter_model.safetensors").is_file() and (free / "tunedeck_output.json").is_file()
+    assert [e["path"] for e in _events(run) if e["event"] == "output_saved"] == [str(free)]
