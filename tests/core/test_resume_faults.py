@@ -21,6 +21,7 @@ import yaml
 from core.i18n import set_language
 from core.runs.checkpoints import COMPLETE_MARKER, verify_checkpoint
 from core.runs.control import RunControlError, prepare_resume
+from core.runs.fingerprint import compare_fingerprint, record_fingerprint
 from core.runs.run_dir import RunDirectory
 from tests.core.test_runs_detached import ROOT, TINY, Cli, train_losses
 
@@ -275,3 +276,28 @@ def test_the_trainer_itself_refuses_a_checkpoint_damaged_after_resume_checked_it
     assert outcome["status"] == "failed"
     assert outcome["reason"].startswith(f"checkpoint {ckpt} cannot be resumed from: scheduler.pt missing")
     assert outcome["reason_message"]["key"] == "checkpoints.unusable"
+
+
+def test_dataset_folder_fingerprint_names_new_removed_and_changed_files(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    write_rows(folder / "a.jsonl", 6)
+    write_rows(folder / "b.jsonl", 4)
+    cfg = {"dataset": [str(folder), "someone/hub-dataset"], "learning_rate": LR, "name": "x"}
+    recorded = record_fingerprint(tmp_path, cfg)
+    assert [f["records"] for f in recorded["data"][0]["files"]] == [6, 4]
+    assert recorded["data"][1]["kind"] == "hub" and len(recorded["config"]["hash"]) == 64
+    assert not compare_fingerprint(tmp_path, {**cfg, "name": "renamed"}).warnings  # a label is not training
+    (folder / "b.jsonl").unlink()
+    write_rows(folder / "c.jsonl", 2)
+    write_rows(folder / "a.jsonl", 3)
+    report = compare_fingerprint(tmp_path, cfg)
+    texts = [m.text() for m in report.warnings]
+    assert f"dataset {folder / 'a.jsonl'} changed since the run started: records 6 → 3; size" in texts[0]
+    assert any(f"{folder / 'b.jsonl'} is no longer in {folder}" in x for x in texts)
+    assert any(f"dataset file {folder / 'c.jsonl'} is new" in x for x in texts)
+    assert not report.missing
+    shutil.rmtree(folder)
+    missing = compare_fingerprint(tmp_path, cfg).missing
+    assert [m.text() for m in missing] == [f"dataset {folder} is gone (it held 10 records when the run started); "
+                                          "restore it, or resume with dataset=NEW_PATH if it moved"]
