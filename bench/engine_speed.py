@@ -72,6 +72,26 @@ GIB = 2**30
 MAXSEQ_LENGTHS = (8192, 16384, 32768, 49152, 65536, 98304, 131072)
 MAXSEQ_BUDGETS_GIB = (24, 48, 80)
 ENGINES = ("plain", "tunedeck", "swift", "swift-liger")
+# Where ms-swift and its own pins (peft < 0.21, datasets < 4.8.5) are installed, ahead of everything
+# else on PYTHONPATH for the ms-swift processes only (see ../shared/device/swift-wheels.sh).
+SWIFT_SITE_ENV = "TUNEDECK_BENCH_SWIFT_SITE"
+
+
+def parse_engine(text: str) -> tuple[str, dict[str, Any]]:
+    """``tunedeck+key=value+key=value`` -> ("tunedeck", {key: value}): a tunedeck run with run keys
+    changed (values read as YAML), so that one call measures each switch against the defaults."""
+    import yaml
+
+    base, *pairs = text.strip().split("+")
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"engine {text!r}: write tunedeck+key=value")
+        overrides[key.strip()] = yaml.safe_load(value)
+    if overrides and base != "tunedeck":
+        raise ValueError(f"engine {text!r}: only tunedeck takes run keys")
+    return base, overrides
 
 
 def log(text: str) -> None:
@@ -85,11 +105,18 @@ def row_specs(tiny: bool, gpus: int) -> dict[str, dict[str, Any]]:
         return {
             "tiny-lora": {"model": "tiny", "method": "lora", "micro": 2, "seq": 128, "gpus": 1, "ckpt": False},
             "tiny-full": {"model": "tiny", "method": "full", "micro": 2, "seq": 128, "gpus": 1, "ckpt": False},
+            "plan-tiny-lora": {"model": "tiny", "method": "lora", "micro": 0, "seq": 128, "gpus": 1, "ckpt": False,
+                               "plan": True},
         }
     rows = {
         "7b-lora": {"model": "7b", "method": "lora", "micro": 4, "seq": 2048, "gpus": 1, "ckpt": True},
         "7b-qlora": {"model": "7b", "method": "qlora", "micro": 4, "seq": 2048, "gpus": 1, "ckpt": True},
         "7b-full": {"model": "7b", "method": "full", "micro": 4, "seq": 2048, "gpus": 1, "ckpt": True},
+        # the wizard's own plan on this box (micro-batch, checkpointing, ... as `tunedeck plan` chooses)
+        "plan-7b-lora": {"model": "7b", "method": "lora", "micro": 0, "seq": 2048, "gpus": 1, "ckpt": False,
+                         "plan": True},
+        "plan-7b-qlora": {"model": "7b", "method": "qlora", "micro": 0, "seq": 2048, "gpus": 1, "ckpt": False,
+                          "plan": True},
         "maxseq-7b-qlora": {"model": "7b", "method": "qlora", "micro": 1, "seq": 0, "gpus": 1, "ckpt": True,
                             "maxseq": True},
         "maxseq-8b-qlora": {"model": "8b", "method": "qlora", "micro": 1, "seq": 0, "gpus": 1, "ckpt": True,
@@ -243,7 +270,8 @@ def run_plain(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: fl
     out_json.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(ROOT / "bench" / "plain_recipe.py"), "--model-dir", str(ctx["model_dirs"][spec["model"]]),
            "--dataset", str(ctx["dataset"](seq)), "--method", spec["method"], "--micro-batch", str(spec["micro"]),
-           "--seq-len", str(seq), "--steps", str(ctx["steps"]), "--out", str(out_json)]
+           "--seq-len", str(seq), "--steps", str(ctx["steps"]), "--lora-dropout", str(ctx["lora_dropout"]),
+           "--out", str(out_json)]
     if spec["ckpt"]:
         cmd.append("--gradient-checkpointing")
     if ctx["cpu"]:
@@ -269,13 +297,25 @@ def run_plain(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: fl
     }
 
 
-def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: float) -> dict[str, Any]:
+def planned_values(ctx: dict[str, Any], spec: dict[str, Any], seq: int) -> dict[str, Any]:
+    """The wizard's own plan for this box (``tunedeck plan ... --save``), as run-config values."""
+    import yaml
+    from engine_gpu import tunedeck
+
+    path = ctx["home"] / f"plan-{spec['name']}.yaml"
+    tunedeck(ctx["home"], "plan", "--model", str(ctx["model_dirs"][spec["model"]]), "--dataset", str(ctx["dataset"](seq)),
+             "--set", f"method={spec['method']}", "--set", f"seq_len={seq}", "--save", str(path))
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: float,
+                 overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     values = {
         "name": f"speed-{spec['name']}", "model": str(ctx["model_dirs"][spec["model"]]),
         "dataset": str(ctx["dataset"](seq)), "method": spec["method"], "precision": "bf16",
         "max_seq_len": seq, "micro_batch_size": spec["micro"], "gradient_accumulation": 1,
         "gradient_checkpointing": spec["ckpt"], "max_steps": ctx["steps"], "learning_rate": 1e-4,
-        "warmup_steps": 2, "lr_scheduler": "cosine", "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05,
+        "warmup_steps": 2, "lr_scheduler": "cosine", "lora_rank": 16, "lora_alpha": 32, "lora_dropout": ctx["lora_dropout"],
         "save_steps": 100000, "save_total_limit": 1, "logging_steps": 1, "seed": 1, "attn": "sdpa",
         "packing": True, "gpus": spec["gpus"] if not ctx["cpu"] else "all", "zero_stage": spec.get("zero_stage", 0),
     }
@@ -283,13 +323,47 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
         values["pure_bf16"] = True  # the plain recipe loads the model in bf16 too
     if spec.get("maxseq"):
         values["offload_activations"] = True  # long sequences: the kept block inputs wait in host memory
-    row = one_run(ctx["home"], f"{spec['name']}-{seq}", values, False, timeout_s, False)
+    if spec.get("plan"):  # the wizard's choices; only the bench's bookkeeping keys are ours
+        planned = planned_values(ctx, spec, seq)
+        keep = ("name", "max_steps", "warmup_steps", "save_steps", "save_total_limit", "logging_steps", "seed",
+                "learning_rate", "lr_scheduler")
+        values = {**planned, **{k: values[k] for k in keep}}
+        for key in ("epochs", "warmup_ratio"):  # the bench's steps and warm-up replace these
+            values.pop(key, None)
+    values.update(overrides or {})
+    tag = "-".join(f"{k}-{v}" for k, v in (overrides or {}).items())
+    profile_window = None
+    if ctx.get("profile") and not overrides and not spec.get("maxseq"):
+        from core.train.profiling import parse_profile_env
+
+        profile_window = parse_profile_env(ctx["profile"])
+    if profile_window:
+        os.environ["TUNEDECK_PROFILE"] = ctx["profile"]
+    try:
+        row = one_run(ctx["home"], f"{spec['name']}-{seq}{'-' + tag if tag else ''}", values, False, timeout_s, False)
+    finally:
+        os.environ.pop("TUNEDECK_PROFILE", None)
     from core.runs.jsonl import iter_records
 
     records = list(iter_records(Path(row["run_dir"]) / "metrics.jsonl")) if row.get("run_dir") else []
     train = [r for r in records if r.get("kind") == "train"]
+    if profile_window:  # the profiled steps are slower: the rate is the one before them
+        train = [r for r in train if int(r.get("step") or 0) < profile_window[0]] or train
     header = records[0] if records else {}
+    profile = Path(row["run_dir"]) / "profile.txt" if row.get("run_dir") else None
+    saved = [e for e in iter_records(Path(row["run_dir"]) / "events.jsonl") if e.get("event") == "checkpoint_saved"] \
+        if row.get("run_dir") else []
+    if ctx.get("drop_checkpoints") and row.get("run_dir"):  # the disk is small: keep only what was measured
+        shutil.rmtree(Path(row["run_dir"]) / "checkpoints", ignore_errors=True)
     return {
+        "checkpoints_saved": [{"step": e.get("step"), "gb": round((e.get("bytes") or 0) / 1e9, 2),
+                               "seconds": e.get("seconds")} for e in saved],
+        "config": {k: values.get(k) for k in ("micro_batch_size", "gradient_accumulation", "gradient_checkpointing",
+                                               "checkpoint_layers", "lora_dropout", "compile_layers",
+                                               "lora_input_upcast", "pure_bf16", "packing")},
+        "profile": profile.read_text(encoding="utf-8") if profile and profile.exists() else None,
+        "checkpoint_layers_run": header.get("checkpoint_layers"),
+        "micro": values.get("micro_batch_size"),
         "status": row.get("status"),
         "reason": row.get("reason"),
         "tokens_per_s": steady_tokens_per_s([(r["elapsed_s"], r.get("tokens_seen") or 0) for r in train],
@@ -312,7 +386,8 @@ def run_swift(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: fl
     """``swift sft`` with its defaults; steps timed as its log lines arrive (tokens = micro x seq per step)."""
     import importlib.util
 
-    if importlib.util.find_spec("swift") is None:
+    site = os.environ.get(SWIFT_SITE_ENV, "")
+    if not (site and (Path(site) / "swift").is_dir()) and importlib.util.find_spec("swift") is None:
         return {"status": "skipped", "reason": "ms-swift is not installed"}
     import torch
 
@@ -321,11 +396,12 @@ def run_swift(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: fl
     os.environ["TUNEDECK_HOME"] = str(ctx["home"])
     weights = materialize_random_weights(ctx["model_dirs"][spec["model"]], 1, torch.bfloat16)
     out_dir = ctx["home"] / "swift" / f"{spec['name']}-{seq}{'-liger' if liger else ''}"
-    swift = shutil.which("swift")
-    cmd = ([swift] if swift else [sys.executable, "-m", "swift.cli.main"]) + [
-        "sft", "--model", str(weights), "--model_type", "qwen2" if spec["model"] != "8b" else "llama3",
+    # ms-swift's own entry point re-runs swift/cli/sft.py in a child python: one process with swift.cli.sft
+    cmd = [sys.executable, "-m", "swift.cli.sft"] + [
+        "--model", str(weights), "--model_type", "qwen2" if spec["model"] != "8b" else "llama3",
         "--template", "qwen2_5" if spec["model"] != "8b" else "llama3", "--dataset", str(ctx["dataset"](seq)),
-        "--train_type", "full" if spec["method"] == "full" else "lora", "--torch_dtype", "bfloat16",
+        "--tuner_type", "full" if spec["method"] == "full" else "lora", "--torch_dtype", "bfloat16",
+        "--check_model", "false",  # else it asks the hub whether the local model is the latest (offline here)
         "--per_device_train_batch_size", str(spec["micro"]), "--gradient_accumulation_steps", "1",
         "--max_length", str(seq), "--truncation_strategy", "right", "--max_steps", str(ctx["steps"]),
         "--learning_rate", "1e-4", "--warmup_ratio", "0", "--logging_steps", "1", "--save_strategy", "no",
@@ -333,13 +409,15 @@ def run_swift(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: fl
         "--gradient_checkpointing", "true" if spec["ckpt"] else "false", "--dataloader_num_workers", "0",
     ]
     if spec["method"] != "full":
-        cmd += ["--lora_rank", "16", "--lora_alpha", "32", "--target_modules", "all-linear"]
+        cmd += ["--lora_rank", "16", "--lora_alpha", "32", "--target_modules", "all-linear",
+                "--lora_dropout", str(ctx["lora_dropout"])]
     if spec["method"] == "qlora":
         cmd += ["--quant_method", "bnb", "--quant_bits", "4", "--bnb_4bit_quant_type", "nf4",
                 "--bnb_4bit_use_double_quant", "true", "--bnb_4bit_compute_dtype", "bfloat16"]
     if liger:
         cmd += ["--use_liger_kernel", "true"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath()}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "MODELSCOPE_CACHE": str(ctx["home"] / "ms"),
+           "PYTHONPATH": os.pathsep.join(p for p in (site, _pythonpath()) if p)}
     points: list[tuple[float, float]] = []
     losses: list[float] = []
     tail: list[str] = []
@@ -379,13 +457,14 @@ def _pythonpath() -> str:
 
 
 def run_engine(ctx: dict[str, Any], engine: str, spec: dict[str, Any], seq: int, timeout_s: float) -> dict[str, Any]:
+    base, overrides = parse_engine(engine)
     with PeakMemorySampler(ctx["cpu"], str(ctx["home"])) as sampler:
-        if engine == "plain":
+        if base == "plain":
             result = run_plain(ctx, spec, seq, timeout_s)
-        elif engine == "tunedeck":
-            result = run_tunedeck(ctx, spec, seq, timeout_s)
+        elif base == "tunedeck":
+            result = run_tunedeck(ctx, spec, seq, timeout_s, overrides)
         else:
-            result = run_swift(ctx, spec, seq, timeout_s, liger=engine == "swift-liger")
+            result = run_swift(ctx, spec, seq, timeout_s, liger=base == "swift-liger")
     result["peak_gib"] = [round(v, 2) for v in sampler.peak_gib]
     result["peak_source"] = "rss" if ctx["cpu"] else "nvml"
     tps = result.get("tokens_per_s")
@@ -409,29 +488,54 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
+# Issue #13's targets per method: (vs plain: speed >=, memory <=), (vs ms-swift + Liger: speed >=, memory <=)
+TARGETS = {"lora": ((1.6, 0.6), (1.3, 1.0)), "qlora": ((1.8, 0.4), (1.3, 1.0)), "full": ((1.3, None), None)}
+PLAN_TARGET = 2.5  # the wizard's plan against the plain recipe's default shape (b4 x 2048, checkpointing)
+
+
+def _peak(row: dict[str, Any]) -> float | None:
+    return max(row["peak_gib"]) if row.get("peak_gib") else None
+
+
+def _versus(r: dict[str, Any], other: dict[str, Any] | None, name: str, target: tuple | None) -> str | None:
+    if not other or not other.get("tokens_per_s") or not r.get("tokens_per_s"):
+        return None
+    speed = r["tokens_per_s"] / other["tokens_per_s"]
+    mem = _peak(r) / _peak(other) if _peak(r) and _peak(other) else None
+    text = f"{speed:.2f}x the tokens/s of {name}, peak {_fmt(mem, 2)}x, loss {_fmt(r.get('loss'), 3)} vs " \
+           f"{_fmt(other.get('loss'), 3)}"
+    if target is None:
+        return text
+    want_speed, want_mem = target
+    ok = speed >= want_speed and (want_mem is None or (mem is not None and mem <= want_mem))
+    mem_target = f", peak <= {want_mem}x" if want_mem is not None else ""
+    return f"{text} (target >= {want_speed}x{mem_target}): {'meets' if ok else 'MISSES'}"
+
+
 def analysis(results: list[dict[str, Any]]) -> list[str]:
-    """Ratios against the issue's targets, from the rows this call measured."""
+    """Ratios against the issue's targets, from the rows this call measured (every tunedeck variant)."""
     by = {(r["row"], r["engine"], r["seq"]): r for r in results}
     lines = []
-    targets = {"lora": (1.5, 0.5), "qlora": (1.5, 0.5), "full": (1.2, 1.0)}
     for r in results:
-        if r["engine"] != "tunedeck" or r.get("maxseq") or r.get("gpus", 1) > 1:
+        if not r["engine"].startswith("tunedeck") or r.get("maxseq") or r.get("gpus", 1) > 1:
             continue
-        plain = by.get((r["row"], "plain", r["seq"]))
-        if not plain or not plain.get("tokens_per_s") or not r.get("tokens_per_s"):
+        if r.get("plan"):
+            default_row = r["row"].replace("plan-", "")
+            plain = by.get((default_row, "plain", r["seq"]))
+            text = _versus(r, plain, f"plain at {default_row}'s default shape", (PLAN_TARGET, None))
+            if text:
+                lines.append(f"- {r['row']} ({r['engine']}, the wizard's plan: {r.get('config')}): {text}")
             continue
-        speed = r["tokens_per_s"] / plain["tokens_per_s"]
-        mem = (max(r["peak_gib"]) / max(plain["peak_gib"])) if r.get("peak_gib") and plain.get("peak_gib") else None
-        want_speed, want_mem = targets.get(r["method"], (1.0, 1.0))
-        ok = speed >= want_speed and (mem is None or mem <= want_mem)
-        lines.append(f"- {r['row']}: tunedeck {speed:.2f}x tokens/s of plain (target >= {want_speed}x), peak "
-                     f"{_fmt(mem, 2)}x (target <= {want_mem}x), loss {_fmt(r.get('loss'), 3)} vs "
-                     f"{_fmt(plain.get('loss'), 3)}: {'meets' if ok else 'MISSES'} the target")
-        for swift in ("swift", "swift-liger"):
-            s = by.get((r["row"], swift, r["seq"]))
-            if s and s.get("tokens_per_s"):
-                lines.append(f"  - vs {swift}: {r['tokens_per_s'] / s['tokens_per_s']:.2f}x tokens/s (target >= 1.25x "
-                             f"of swift's best), peak {_fmt(max(r['peak_gib']) / max(s['peak_gib']), 2) if s.get('peak_gib') else '-'}x")
+        vs_plain, vs_swift = TARGETS.get(r["method"], ((1.0, None), None))
+        parts = [_versus(r, by.get((r["row"], "plain", r["seq"])), "plain", vs_plain)]
+        parts.append(_versus(r, by.get((r["row"], "swift-liger", r["seq"])), "ms-swift + Liger", vs_swift))
+        parts.append(_versus(r, by.get((r["row"], "swift", r["seq"])), "ms-swift defaults", None))
+        if r["engine"] != "tunedeck":
+            parts.append(_versus(r, by.get((r["row"], "tunedeck", r["seq"])), "tunedeck's defaults", None))
+        parts = [p for p in parts if p]
+        if parts:
+            lines.append(f"- {r['row']} ({r['engine']}):")
+            lines += [f"  - {p}" for p in parts]
     for r in results:
         if r.get("scaling_of") and r.get("tokens_per_s"):
             one = by.get((r["scaling_of"], r["engine"], r["seq"]))
@@ -456,7 +560,7 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "# Engine speed: tunedeck vs the plain recipe",
         "",
         f"{meta['device']}, torch {meta['torch']}, transformers {meta['transformers']}, {meta['steps']} steps "
-        f"(steady rate after step {meta['warmup']}), {meta['date']}",
+        f"(steady rate after step {meta['warmup']}), LoRA dropout {meta.get('lora_dropout', 0.05)}, {meta['date']}",
         "",
         "| row | engine | method | batch x seq | GPUs | status | tokens/s | MFU | peak GiB "
         f"({'RSS' if meta['cpu'] else 'NVML'}) | torch max alloc/reserved GiB | loss after N | optimizer / CE |",
@@ -488,6 +592,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=570.0, help="wall-clock budget of this call")
     parser.add_argument("--tiny", action="store_true", help="the bundled tiny model (pipeline test)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (with --tiny)")
+    parser.add_argument("--profile", default="", metavar="START:COUNT",
+                        help="torch-profile these steps of the plain 'tunedeck' engine (its rate is taken before them)")
+    parser.add_argument("--lora-dropout", type=float, default=0.05,
+                        help="every engine's LoRA dropout (0: no random masks, so the losses can be compared exactly)")
+    parser.add_argument("--drop-checkpoints", action="store_true",
+                        help="delete each tunedeck run's checkpoints once measured (small disks)")
     parser.add_argument("--home", default=None, help="TUNEDECK_HOME for runs and caches (default: a temp dir)")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -521,10 +631,11 @@ def main(argv: list[str] | None = None) -> int:
     ctx = {
         "home": home, "cpu": not cuda, "steps": args.steps, "warmup": args.warmup, "dataset": dataset,
         "model_dirs": {m: make_model_dir(home, m) for m in {specs[r]["model"] for r in wanted}},
-        "peak_flops": gpu_peak_flops() if cuda else None,
+        "peak_flops": gpu_peak_flops() if cuda else None, "profile": args.profile,
+        "drop_checkpoints": args.drop_checkpoints, "lora_dropout": args.lora_dropout,
     }
     meta = {"device": (f"{torch.cuda.get_device_name(0)} x {gpus}" if cuda else "CPU"), "torch": torch.__version__,
-            "transformers": transformers.__version__, "steps": args.steps, "warmup": args.warmup, "cpu": not cuda,
+            "transformers": transformers.__version__, "steps": args.steps, "lora_dropout": args.lora_dropout, "warmup": args.warmup, "cpu": not cuda,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "home": str(home)}
     results: list[dict[str, Any]] = []
     min_needed = 20.0 if not cuda else 90.0
@@ -537,14 +648,21 @@ def main(argv: list[str] | None = None) -> int:
     for name in wanted:
         spec = {**specs[name], "name": name}
         for engine in engines:
-            if engine not in ENGINES:
-                parser.error(f"unknown engine {engine}; use {', '.join(ENGINES)}")
-            if spec.get("scaling_of") and engine != "tunedeck":
+            try:
+                known = parse_engine(engine)[0] in ENGINES
+            except ValueError as exc:
+                parser.error(str(exc))
+            if not known:
+                parser.error(f"unknown engine {engine}; use {', '.join(ENGINES)} (tunedeck+key=value for a switch)")
+            if spec.get("scaling_of") and parse_engine(engine)[0] != "tunedeck":
                 continue  # the scaling row measures tunedeck across GPU counts
+            if spec.get("plan") and engine != "tunedeck":
+                continue  # the plan row measures the wizard's plan as planned
             lengths = MAXSEQ_LENGTHS if spec.get("maxseq") else (spec["seq"],)
             for seq in lengths:
                 base = {"row": name, "engine": engine, "method": spec["method"], "micro": spec["micro"], "seq": seq,
-                        "gpus": spec["gpus"], "maxseq": bool(spec.get("maxseq")), "scaling_of": spec.get("scaling_of")}
+                        "gpus": spec["gpus"], "maxseq": bool(spec.get("maxseq")), "scaling_of": spec.get("scaling_of"),
+                        "plan": bool(spec.get("plan"))}
                 left = args.budget_s - (time.monotonic() - started)
                 if left < min_needed:
                     record({**base, "status": "skipped", "reason": f"budget: {left:.0f} s left"})

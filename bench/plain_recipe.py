@@ -59,7 +59,7 @@ def build_model(args: argparse.Namespace, cuda: bool) -> Any:
     if args.method in ("lora", "qlora"):
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, lora_dropout=0.05,
+        model = get_peft_model(model, LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, lora_dropout=args.lora_dropout,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     return model
 
@@ -74,6 +74,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--lora-rank", type=int, default=16)
+    parser.add_argument("--lora-dropout", type=float, default=0.05)
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cpu", action="store_true")

@@ -47,6 +47,7 @@ loss_on                    assistant, all                      assistant
 fused_ce                   auto, true, false, liger, chunked   auto
 qlora_upcast               bool                                false
 lora_input_upcast          bool                                false
+lora_fused_add             bool                                true
 compile_layers             bool                                false
 offload_activations        bool                                false
 attn                       auto, sdpa, eager, flash            auto
@@ -138,6 +139,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "fused_ce": KeySpec("auto_bool", ("liger", "chunked")),
     "qlora_upcast": KeySpec("bool"),
     "lora_input_upcast": KeySpec("bool"),
+    "lora_fused_add": KeySpec("bool"),
     "compile_layers": KeySpec("bool"),
     "offload_activations": KeySpec("bool"),
     "attn": KeySpec("choice", ATTENTION),
@@ -194,6 +196,7 @@ class RunConfig:
     fused_ce: str | bool = "auto"
     qlora_upcast: bool = False
     lora_input_upcast: bool = False
+    lora_fused_add: bool = True
     compile_layers: bool = False
     offload_activations: bool = False
     attn: str = "auto"

@@ -6,6 +6,10 @@
   input, seven per decoder block, forward and recompute. With the cast off the adapters stay fp32 (the
   optimizer's master weights and state are untouched) and autocast still does their matmuls in bf16, so
   the maths are those of the plain recipe; only the dropout runs on the bf16 tensor.
+- ``lora_fused_add: true`` (default): each LoRA layer adds its scaled update inside the ``lora_B`` matmul
+  (``addmm``: result + scaling x (h @ B^T) in the GEMM's epilogue) instead of a matmul, a multiply by the
+  scale and an add, three full-size passes over the layer's output, forward and backward. The same sum,
+  rounded once instead of three times.
 - ``checkpoint_layers: N``: gradient checkpointing on the first N decoder layers only (``all``: every
   layer, the plain behaviour). A layer that is not checkpointed keeps its activations and is not
   recomputed: each one costs its activation memory and saves its share of the recompute, so a card with
@@ -39,6 +43,49 @@ def disable_lora_input_upcast(model: Any) -> int:
     for module in model.modules():
         if hasattr(module, "cast_input_dtype_enabled") and hasattr(module, "lora_A"):
             module.cast_input_dtype_enabled = False
+            count += 1
+    return count
+
+
+FUSABLE = ("Linear", "Linear4bit", "Linear8bitLt")  # peft's LoRA layers over a linear base layer
+
+
+def _fused_lora_forward(layer: Any, original: Any) -> Any:
+    """``layer.forward`` with the LoRA update added by ``addmm`` (plain LoRA only; else ``original``)."""
+    import torch
+
+    def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
+        adapters = [a for a in layer.active_adapters if a in layer.lora_A]
+        plain = (not layer.disable_adapters and not layer.merged and kwargs.get("adapter_names") is None
+                 and adapters and not any(a in layer.lora_variant for a in adapters)
+                 and all(layer.lora_B[a].bias is None for a in adapters)
+                 and (torch.is_autocast_enabled(x.device.type)
+                      or all(layer.lora_A[a].weight.dtype == x.dtype for a in adapters)))
+        if not plain:
+            return original(x, *args, **kwargs)
+        result = layer.base_layer(x, *args, **kwargs)
+        shape = result.shape
+        flat = result.reshape(-1, shape[-1])
+        for adapter in adapters:
+            inputs = layer._cast_input_dtype(x, layer.lora_A[adapter].weight.dtype)  # lora_input_upcast
+            hidden = layer.lora_A[adapter](layer.lora_dropout[adapter](inputs))
+            weight = layer.lora_B[adapter].weight
+            if not torch.is_autocast_enabled(x.device.type):
+                weight = weight.to(hidden.dtype)
+            flat = torch.addmm(flat, hidden.reshape(-1, hidden.shape[-1]), weight.t(), alpha=layer.scaling[adapter])
+        return flat.view(shape)
+
+    return forward
+
+
+def fuse_lora_add(model: Any) -> int:
+    """Give every LoRA linear layer the fused update (see the module docstring); returns how many."""
+    count = 0
+    for module in model.modules():
+        if type(module).__name__ in FUSABLE and hasattr(module, "lora_A") and hasattr(module, "lora_variant") \
+                and not getattr(module, "_tunedeck_fused_add", False):
+            module.forward = _fused_lora_forward(module, module.forward)
+            module._tunedeck_fused_add = True
             count += 1
     return count
 

@@ -221,6 +221,10 @@ def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any
         from core.train.engine_switches import disable_lora_input_upcast
 
         disable_lora_input_upcast(model)  # bf16 inputs stay bf16; the fp32 adapters are untouched
+    if bool(cfg.get("lora_fused_add", True)):
+        from core.train.engine_switches import fuse_lora_add
+
+        fuse_lora_add(model)  # scale and add inside the lora_B matmul
     trainable, total = model.get_nb_trainable_parameters()
     log.info("%s: %s trainable parameters of %s (%.3f%%)", method, f"{trainable:,}", f"{total:,}",
              100.0 * trainable / max(1, total))

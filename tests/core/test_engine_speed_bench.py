@@ -33,3 +33,47 @@ def test_tiny_cpu_matrix_has_both_engines_with_speed_and_loss(tmp_path):
     assert abs(by_engine["tunedeck"]["loss"] - by_engine["plain"]["loss"]) < 0.05
     table = out.read_text()
     assert "| tiny-lora | plain |" in table and "| tiny-lora | tunedeck |" in table and "## Analysis" in table
+
+
+def test_tunedeck_variants_and_the_wizard_plan_row_run_side_by_side(tmp_path):
+    """One call measures each switch as its own engine (``tunedeck+key=value``), profiles the default one,
+    and runs the wizard's own plan for the box (``tunedeck plan --save`` then ``tunedeck train``)."""
+    out = tmp_path / "variants.md"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TUNEDECK_HOME": str(tmp_path / "unused")}
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "engine_speed.py"), "--tiny", "--cpu", "--rows",
+                           "tiny-lora,plan-tiny-lora", "--engines",
+                           "plain,tunedeck,tunedeck+lora_input_upcast=true+gradient_checkpointing=true",
+                           "--steps", "6", "--warmup", "1", "--profile", "4:1",
+                           "--home", str(tmp_path / "home"), "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.with_suffix(".json").read_text())["results"]
+    rows = {(r["row"], r["engine"]): r for r in results}
+    variant = rows[("tiny-lora", "tunedeck+lora_input_upcast=true+gradient_checkpointing=true")]
+    assert variant["status"] == "finished" and variant["tokens_per_s"] > 0
+    assert variant["config"]["lora_input_upcast"] is True and variant["config"]["gradient_checkpointing"] is True
+    assert rows[("tiny-lora", "tunedeck")]["config"]["lora_input_upcast"] is None  # the default, not set
+    profile = rows[("tiny-lora", "tunedeck")]["profile"]
+    assert profile and "## by family" in profile and "ms/step" in profile
+    assert variant["profile"] is None  # only the plain tunedeck engine is profiled
+    # the plan row: tunedeck only, with the micro-batch the wizard chose (not the bench's)
+    assert {engine for row, engine in rows if row == "plan-tiny-lora"} == {"tunedeck"}
+    plan = rows[("plan-tiny-lora", "tunedeck")]
+    assert plan["status"] == "finished" and plan["micro"] >= 1 and plan["tokens_per_s"] > 0
+    assert "plan-tiny-lora (tunedeck, the wizard's plan" in out.read_text()
+
+
+def test_engine_specs_are_checked():
+    sys.path.insert(0, str(ROOT / "bench"))
+    from engine_speed import parse_engine
+
+    assert parse_engine("tunedeck+checkpoint_layers=4+compile_layers=true") == (
+        "tunedeck", {"checkpoint_layers": 4, "compile_layers": True})
+    assert parse_engine("swift-liger") == ("swift-liger", {})
+    for bad in ("plain+fused_ce=false", "tunedeck+nokey"):
+        try:
+            parse_engine(bad)
+        except ValueError as exc:
+            assert bad in str(exc)
+        else:
+            raise AssertionError(bad)

@@ -191,3 +191,37 @@ def test_a_tiny_run_records_the_switches_it_ran_with(tmp_path):
     assert header["checkpoint_layers"] == 2 and header["lora_input_upcast"] is False
     log = (home / "runs" / run_id / "train.log").read_text()
     assert "checkpoint_layers: 2 of 4 decoder layers checkpointed" in log
+
+
+@pytest.mark.parametrize("autocast", [True, False], ids=["bf16-autocast", "fp32"])
+def test_fused_lora_add_gives_peft_loss_and_gradients(autocast):
+    from core.train.engine_switches import fuse_lora_add
+
+    dtype = torch.bfloat16 if autocast else torch.float32
+    plain = tiny_lora({"lora_fused_add": False}, dtype=dtype)
+    fused = tiny_lora({}, dtype=dtype)  # the default
+    layers = [m for m in fused.modules() if getattr(m, "_tunedeck_fused_add", False)]
+    assert len(layers) == 4 * 7  # every targeted linear of the 4 blocks
+    assert not any(getattr(m, "_tunedeck_fused_add", False) for m in plain.modules())
+    assert fuse_lora_add(fused) == 0  # idempotent
+    calls = {"addmm": 0}
+    original = torch.addmm
+
+    def counting(*args, **kwargs):
+        calls["addmm"] += 1
+        return original(*args, **kwargs)
+
+    loss_plain, grads_plain = loss_and_grads(plain, IDS, autocast=autocast)
+    torch.addmm = counting
+    try:
+        loss_fused, grads_fused = loss_and_grads(fused, IDS, autocast=autocast)
+    finally:
+        torch.addmm = original
+    assert calls["addmm"] == 28  # the fused path ran, once per LoRA layer
+    assert loss_fused == pytest.approx(loss_plain, rel=1e-3 if autocast else 1e-6)
+    assert_close(grads_plain, grads_fused, rel=2e-2 if autocast else 1e-5)
+    # with the adapters disabled (what merge and evaluation compare against) the base output is untouched
+    with fused.disable_adapter(), torch.no_grad():
+        base = fused(input_ids=IDS).logits
+    with plain.disable_adapter(), torch.no_grad():
+        assert torch.equal(base, plain(input_ids=IDS).logits)
