@@ -27,7 +27,6 @@ from __future__ import annotations
 import errno
 import math
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -292,18 +291,3 @@ def check_space(cfg: dict[str, Any], path: Path, existing_checkpoints: int = 0) 
         verdict = "ok"
     return SpaceCheck(verdict, needed, free, max(0, to_write - 1), existing_parent(path), size)
 
-
-def directory_bytes(path: Path) -> int:
-    """Bytes of the files under ``path`` (0 when it is gone)."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
-def remove_quietly(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

@@ -560,7 +560,7 @@ class DashboardScreen(Screen[None]):
         if self.source.read_only:
             self.notify(t("dashboard.read_only_action"), severity="warning")
             return
-        if self.status not in ("queued", "starting", "running", "stopping"):
+        if self.status not in _ACTIVE:
             self.notify(t("dashboard.not_running", status=state_label(self.status)), severity="warning")
             return
         force = self.status == "stopping"
@@ -668,7 +668,7 @@ class DashboardScreen(Screen[None]):
         self.notify(t("dashboard.copied", command=command), timeout=8)
 
 
-_ACTIVE = ("queued", "starting", "running", "stopping")
+_ACTIVE = ("queued", "starting", "running", "stalled", "stopping")
 def _escape(text: str) -> str:
     from rich.markup import escape
 

@@ -31,7 +31,7 @@ from core.text_width import cell_len, truncate
 from core.watch.figures import directory_size, format_bytes, format_count, format_duration
 
 LIST_EVERY_S = 2.0
-ACTIVE = ("queued", "starting", "running", "stopping")
+ACTIVE = ("queued", "starting", "running", "stalled", "stopping")
 CELL_PADDING = 1  # the DataTable's, on each side of a cell
 FLEX_FLOOR = 8  # the narrowest a flex column (run id, model) is still worth showing
 
