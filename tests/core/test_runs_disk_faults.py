@@ -195,6 +195,14 @@ def _refuse_then_fill_mid_save(tmp_path: Path, home: Path) -> None:
         assert not (run_dir / RESERVE_NAME).exists()
         _readers_after = cli("runs", "--json")  # the disk is still full: readers still read
         assert any(r["id"] == run_id and r["status"] == "failed" for r in json.loads(_readers_after.stdout))
+        # Space freed, the kept weights carry the run on (the optimizer restarts, as resume says).
+        (home / "ballast").unlink()
+        plain = cli("resume", run_id, check=False)
+        assert plain.returncode != 0 and "--weights-only" in plain.stderr, plain.stderr
+        cli("resume", run_id, "--weights-only")
+        cli.wait_step(run_id, full[0]["step"] + 2)
+        cli("stop", run_id, "--wait", "--timeout", "180")
+        assert cli.status(run_id)["status"] == "stopped"
 
 
 def test_disk_full_between_saves_ends_failed_with_the_reason_and_the_last_log_lines(tmp_path):
