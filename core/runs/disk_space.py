@@ -45,8 +45,8 @@ ZERO_MASTER_BYTES_PER_PARAM = 4
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.model",
                     "special_tokens_map.json", "chat_template.jinja")
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-# What a write to a disk we may not or cannot write to raises (readers must survive all of them).
-UNWRITABLE_ERRNOS = DISK_FULL_ERRNOS | {errno.EROFS, errno.EACCES, errno.EPERM}
+# What only a write raises when the disk cannot take it (a permission error could be a read, too).
+UNWRITABLE_ERRNOS = DISK_FULL_ERRNOS | {errno.EROFS}
 # torch.save on a full disk: "[enforce fail at inline_container.cc:672] unexpected pos N vs M", or
 # "PytorchStreamWriter failed writing file ...: file write failed"; safetensors: "... StorageFull ...".
 _FULL_DISK_TEXTS = ("no space left on device", "unexpected pos", "file write failed", "storagefull",
@@ -71,7 +71,7 @@ def is_disk_full(exc: BaseException | None) -> bool:
 
 
 def is_unwritable(exc: BaseException) -> bool:
-    """True for an ``OSError`` that means "this disk cannot be written now" (full, read-only, denied)."""
+    """True for an ``OSError`` that means "this disk cannot be written now" (full or read-only)."""
     return isinstance(exc, OSError) and exc.errno in UNWRITABLE_ERRNOS
 
 

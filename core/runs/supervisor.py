@@ -309,7 +309,7 @@ class Supervisor:
         )
         try:
             child_proc = psutil.Process(self.child.pid)
-            self.run.update_record(trainer={"pid": self.child.pid, "start_time": child_proc.create_time()})
+            self._durably(self.run.update_record, trainer={"pid": self.child.pid, "start_time": child_proc.create_time()})
         except psutil.NoSuchProcess:
             pass
         if self.stop_requests:  # a stop that arrived while we were starting
