@@ -121,7 +121,7 @@ def disk_full_reason(path: Path, needed_bytes: int | None, free: int | None, run
     kept_text: Message | str = ""
     if kept is not None:
         kept_text = Message("runs.disk_full_weights_kept", step=kept_step if kept_step is not None else "?",
-                            path=str(kept))
+                            path=str(kept), id=run_id)
     if needed_bytes:
         return Message("runs.reason_disk_full", needed=format_size(needed_bytes), free=free_text, path=str(path),
                        id=run_id, kept=kept_text)
