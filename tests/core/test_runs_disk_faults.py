@@ -232,6 +232,8 @@ def _fill_between_saves(tmp_path: Path, home: Path) -> None:
         assert any(e["event"] == "disk_full" for e in _event_kinds(run_dir))
         log = (run_dir / "train.log").read_text()
         assert "[supervisor] trainer exited with code 1: failed — disk full" in log, log[-2000:]
+        assert "[rank0] " in log.split("[supervisor] trainer exited")[0].splitlines()[-1]  # its last lines, kept
+        assert "disk full on rank 0" in log, log[-3000:]
         record = json.loads((run_dir / "run.json").read_text())
         assert record["attempts"][-1]["status"] == "failed"
 
