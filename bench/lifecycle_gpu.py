@@ -67,15 +67,47 @@ def _logits(model: Any, ids: Any) -> Any:
         return model(input_ids=ids).logits.float()
 
 
+def weight_error_in_ulps(merged: Any, exact: Any, base: Any) -> dict[str, Any]:
+    """How far each merged weight is from the exact (fp32) merge, in units in the last place (ulp) of the
+    merged dtype at max(|exact|, |base|).
+
+    A merge stored in bf16 rounds twice at most: the update Δ = exact - base (peft may round it to bf16
+    before adding it: half an ulp of Δ, and |Δ| <= |exact| + |base|, so at most one ulp of the larger) and
+    the sum (half an ulp of exact). A right merge is within 1.5 ulp; a lost adapter is off by Δ itself.
+    """
+    import torch
+
+    exact_params = dict(exact.named_parameters())
+    base_params = dict(base.named_parameters())
+    worst, worst_name, compared = 0.0, None, 0
+    for name, param in merged.named_parameters():
+        reference, before = exact_params.get(name), base_params.get(name)
+        if reference is None or before is None or reference.shape != param.shape or before.shape != param.shape:
+            continue
+        reference = reference.detach().float()
+        scale = torch.maximum(reference.abs(), before.detach().float().abs())
+        ulp = torch.ldexp(torch.tensor(torch.finfo(param.dtype).eps, device=reference.device),
+                          torch.frexp(scale).exponent - 1).clamp_min(torch.finfo(param.dtype).tiny)
+        ratio = float(((param.detach().float() - reference).abs() / ulp).max())
+        if ratio > worst:
+            worst, worst_name = ratio, name
+        compared += 1
+    return {"weights_max_ulp": worst, "weights_worst": worst_name, "weights_compared": compared}
+
+
 def logits_check(home: Path, run_id: str, merged_dir: Path) -> dict[str, Any]:
-    """Merged logits against base + adapter, with the rounding a merge in the merged dtype must cost.
+    """Merged model against base + adapter, with the rounding a merge in the merged dtype must cost.
 
     ``a``: base + adapter, unmerged, as the run trained (base in the run's dtype). ``b``: the merged folder
     that ``tunedeck merge`` wrote. The reference: the same base upcast to fp32 with the adapter merged in
-    fp32 (``exact``), and that exact merge rounded to the merged folder's dtype (``rounded``). A right merge
-    has |b - a| within |rounded - exact| (the rounding of storing merged weights in bf16) plus
-    |a - exact| (how far the unmerged evaluation is from exact); the tolerance is twice their sum (a
-    merge done in bf16 rounds the update before adding it: up to one more unit in the last place).
+    fp32 (``exact``), and that exact merge rounded to the merged folder's dtype (``rounded``).
+
+    Logits: |b - a| <= |b - rounded| + |rounded - exact| + |exact - a|. The middle term is the measured
+    rounding of the merge; |b - rounded| comes from weights at most one unit apart, so it is bounded by
+    the rounding again; |exact - a| is measured. Tolerance: 2 x rounding + unmerged-vs-exact (+ 1e-5 of
+    the logits' scale for fp32). Weights: every merged weight within 2 units in the last place of the exact
+    merge (1.5 is the bound: ``weight_error_in_ulps``), which catches a lost adapter even where the
+    logits' rounding is as large as the adapter's effect.
     """
     os.environ["TUNEDECK_HOME"] = str(home)
     import torch
@@ -99,27 +131,32 @@ def logits_check(home: Path, run_id: str, merged_dir: Path) -> dict[str, Any]:
             torch.cuda.empty_cache()
 
     free()
-    merged = load_model_dir(merged_dir, device)
-    merged_dtype = next(merged.model.parameters()).dtype
-    b = _logits(merged.model, ids)
-    del merged
-    free()
     exact_model = PeftModel.from_pretrained(load_base_model(source, device).float(), str(source.checkpoint))
     exact_model = exact_model.float().merge_and_unload()
     exact = _logits(exact_model, ids)
+    merged = load_model_dir(merged_dir, device)
+    merged_dtype = next(merged.model.parameters()).dtype
+    b = _logits(merged.model, ids)
+    base_model = load_base_model(source, device)
+    weights = weight_error_in_ulps(merged.model, exact_model, base_model)
+    del merged, base_model
+    free()
     rounded = _logits(exact_model.to(merged_dtype), ids)
     del exact_model
     free()
     rounding = float((rounded - exact).abs().max())
     unmerged_vs_exact = float((a - exact).abs().max())
     scale = float(a.abs().max())
-    tolerance = 2.0 * (rounding + unmerged_vs_exact) + 1e-5 * max(1.0, scale)
+    tolerance = 2.0 * rounding + unmerged_vs_exact + 1e-5 * max(1.0, scale)
     return {"max_abs_diff": float((a - b).abs().max()), "mean_abs_diff": float((a - b).abs().mean()),
             "merge_rounding_max": rounding, "unmerged_vs_exact_max": unmerged_vs_exact,
             "tolerance": tolerance, "max_abs_logit": scale,
             "adapter_effect_max": float((a - base).abs().max()),
             "merged_vs_base_max": float((b - base).abs().max()),
-            "dtype": str(merged_dtype), "device": device}
+            **weights, "dtype": str(merged_dtype), "device": device}
+
+
+MAX_WEIGHT_ULPS = 2.0  # the bound is 1.5 (weight_error_in_ulps)
 
 
 def check_logits(numbers: dict[str, Any]) -> list[str]:
@@ -131,9 +168,14 @@ def check_logits(numbers: dict[str, Any]) -> list[str]:
     if not numbers["max_abs_diff"] <= numbers["tolerance"]:
         problems.append(
             f"merged logits differ from base + adapter by {numbers['max_abs_diff']:.4g}, more than the "
-            f"{numbers['dtype']} rounding of the merge allows ({numbers['tolerance']:.4g} = 2 x (rounding "
-            f"{numbers['merge_rounding_max']:.4g} + unmerged vs exact {numbers['unmerged_vs_exact_max']:.4g})); "
+            f"{numbers['dtype']} rounding of the merge allows ({numbers['tolerance']:.4g} = 2 x rounding "
+            f"{numbers['merge_rounding_max']:.4g} + unmerged vs exact {numbers['unmerged_vs_exact_max']:.4g}); "
             f"the adapter's own effect is {numbers['adapter_effect_max']:.4g}")
+    if numbers.get("weights_compared") and not numbers["weights_max_ulp"] <= MAX_WEIGHT_ULPS:
+        problems.append(
+            f"merged weight {numbers['weights_worst']} is {numbers['weights_max_ulp']:.3g} units in the last "
+            f"place of {numbers['dtype']} away from the exact (fp32) merge; a right merge is within "
+            f"{MAX_WEIGHT_ULPS:g}")
     return problems
 
 

@@ -55,24 +55,27 @@ def test_logits_check_passes_a_right_merge_and_fails_one_without_its_adapter(mer
     assert lifecycle_gpu.check_logits(numbers) == [], numbers
     assert numbers["adapter_effect_max"] > 0.5  # the run memorised its answers: the adapter matters
     assert numbers["merge_rounding_max"] == 0.0 and numbers["max_abs_diff"] <= numbers["tolerance"] < 0.01
+    assert numbers["weights_compared"] > 10 and numbers["weights_max_ulp"] == 0.0  # fp32: the same sums
     # The same merge stored in bf16: the rounding is measured (not zero) and the merge still passes.
     bf16 = load_model_dir(Path(merged["out"]), "cpu")
     bf16_dir = _save_as(bf16.model.to(torch.bfloat16), bf16.tokenizer, tmp_path / "merged-bf16")
     rounded = lifecycle_gpu.logits_check(home, run_id, bf16_dir)
     assert rounded["dtype"] == "torch.bfloat16" and rounded["merge_rounding_max"] > 0
+    assert 0 < rounded["weights_max_ulp"] <= 0.5  # rounding the exact merge: half a unit at most
     assert lifecycle_gpu.check_logits(rounded) == [], rounded
     # A "merge" that lost the adapter (the base alone): failed, with its numbers.
     source = resolve_model_source(RunDirectory(home / "runs" / run_id))
     lost = _save_as(load_base_model(source, "cpu"), load_tokenizer_for(source), tmp_path / "base-only")
     wrong = lifecycle_gpu.logits_check(home, run_id, lost)
     problems = lifecycle_gpu.check_logits(wrong)
-    assert len(problems) == 1 and problems[0].startswith("merged logits differ from base + adapter by "), problems
+    assert len(problems) == 2 and problems[0].startswith("merged logits differ from base + adapter by "), problems
     assert f"{wrong['max_abs_diff']:.4g}" in problems[0] and f"{wrong['tolerance']:.4g}" in problems[0]
-    assert wrong["merged_vs_base_max"] == 0.0
+    assert problems[1].startswith("merged weight ") and "units in the last place" in problems[1]
+    assert wrong["merged_vs_base_max"] == 0.0 and wrong["weights_max_ulp"] > 100
     # ... and in bf16 too: the rounding allowance does not swallow a lost adapter.
     lost_bf16 = _save_as(load_base_model(source, "cpu").to(torch.bfloat16), load_tokenizer_for(source),
                          tmp_path / "base-only-bf16")
-    assert lifecycle_gpu.check_logits(lifecycle_gpu.logits_check(home, run_id, lost_bf16))
+    assert len(lifecycle_gpu.check_logits(lifecycle_gpu.logits_check(home, run_id, lost_bf16))) == 2
 
 
 def test_serve_check_passes_real_replies_and_fails_a_reply_without_tokens(merged_run):
