@@ -51,7 +51,7 @@ lora_fused_add             bool                                true
 compile_layers             bool                                false
 offload_activations        bool                                false
 attn                       auto, sdpa, eager, flash            auto
-output                     directory                           (unset: inside the run directory)
+output                     directory                           unset; the finished model is copied there
 =========================  ==================================  =========================================
 """
 
