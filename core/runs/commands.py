@@ -183,10 +183,25 @@ def _check_disk_space(values: dict[str, Any], where: Path, existing_checkpoints:
         _err(check.message.text())
 
 
+def _record_tight_disk(run: Any) -> None:
+    """A launch that passed the space check only just: an event the dashboard lists (the wizard shows no
+    stderr), with the same figures as the warning."""
+    from core.runs.disk_space import check_space
+
+    check = check_space(run.config(), run.path, len(run.checkpoints(complete_only=True)))
+    if check is not None and check.verdict != "ok":
+        try:
+            run.append_event("disk_space_low", advice=check.message.english(), **check.to_dict())
+        except OSError:
+            pass
+
+
 def _start(run: Any, resume_from: str | None = None) -> None:
     from core.cli import CliError
     from core.i18n import t
     from core.runs.launch import start_supervisor, wait_until_started
+
+    _record_tight_disk(run)
 
     proc = start_supervisor(run, resume_from=None if resume_from is None else Path(resume_from))
     if not wait_until_started(run, proc):

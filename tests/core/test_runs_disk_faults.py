@@ -185,6 +185,8 @@ def _refuse_then_fill_mid_save(tmp_path: Path, home: Path) -> None:
         full = [e for e in events if e["event"] == "disk_full"]
         assert len(full) == 1 and full[0]["needed_bytes"] > 0 and full[0]["free_bytes"] is not None
         assert events[-1]["event"] == "failed"
+        tight = next(e for e in events if e["event"] == "disk_space_low")  # the warning, for the app too
+        assert tight["verdict"] == "close" and tight["checkpoints"] == 1
         # The weights of the stop's step are kept, whole, in a complete weights-only checkpoint.
         kept = Path(full[0]["weights_kept"])
         marker = json.loads((kept / "COMPLETE").read_text())
