@@ -333,19 +333,20 @@ class Supervisor:
             reason = disk_full_reason(self.run.path, None, free_bytes(self.run.path), self.run.id)
         elapsed = round(time.time() - started, 1)
         attempt.update({"ended": utc_now_iso(), "exit_code": code, "status": status, "elapsed_s": elapsed})
-        # The final status first: it is what every reader goes by (and a full disk has room for it only
-        # once the reserve is gone, see _durably).
-        self._durably(self.run.write_status, status, reason)
+        # Each write frees the reserve on a full disk if it must (_durably). The status goes last: a reader
+        # that sees the final status finds the attempt, the final event and the whole log already written.
+        self._durably(self.run.update_record, attempts=attempts)
         # The reason is a Message where we know its key: status.json and the event keep it as data next
         # to the English text, and each reader shows it in its own language (see RunStatus.reason_text).
         fields = stored_reason(reason)
         self._durably(self.run.append_event, status, exit_code=code, **fields)
-        self._durably(self.run.update_record, attempts=attempts)
-        if self.held:
+        if self.held:  # the trainer's last lines, kept while train.log could not grow
             release_reserve(self.run.path)
             self._flush_held(force=True)
         english = fields["reason"]
         self.log(f"trainer exited with code {code}: {status}{' — ' + english if english else ''}")
+        self._durably(self.run.write_status, status, reason)
+        self._flush_held(force=True)
         release_reserve(self.run.path)  # this attempt is over; the next one writes its own
         sys.stdout.flush()
         sys.stderr.flush()
