@@ -256,6 +256,12 @@ def _launch_config(config: Any, argv: list[str], command: str, distributed: Any 
 
     _check_disk_space(config.to_dict(), runs_dir())  # before anything is written
     precision_asked = _resolve_for_this_box(config, gpus)
+    if config.checkpoint_layers == "auto":
+        from core.estimate.checkpointing import resolve_checkpoint_layers
+
+        caps = _gpu_caps() if gpus else None
+        config.checkpoint_layers = resolve_checkpoint_layers(config, caps and caps["name"], len(gpus))
+        _err(t("runs.checkpoint_layers_chosen", value=config.checkpoint_layers))
     run = create_run(config, argv, command=command, gpus=gpus, distributed=distributed)
     if precision_asked:  # the config says fp32 now; the event keeps what was asked for
         run.append_event("precision_fallback", requested=precision_asked, used="fp32", reason="no GPU")

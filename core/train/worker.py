@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic_file import write_json_atomic
+from core.config.schema import LORA_METHODS
 from core.runs.checkpoints import COMPLETE_MARKER, verify_checkpoint
 from core.runs.run_dir import FAILED, FINISHED, STOPPED, RunDirectory
 from core.runs.supervisor import set_parent_death_signal
@@ -145,6 +146,20 @@ def _checkpointing_args(enabled: bool) -> dict[str, Any]:
     names = {f.name for f in fields(TrainingArguments)}
     prefix = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
     return {prefix: enabled, f"{prefix}_kwargs": {"use_reentrant": False}}
+
+
+def _checkpoint_layers(cfg: dict[str, Any], model: Any) -> int | None:
+    """How many decoder layers to checkpoint: None = all (the plain behaviour), else the first N.
+
+    ``auto`` is resolved before launch (``core.runs``); one that reaches the trainer unresolved (a config
+    written by hand for an older launcher) means all layers.
+    """
+    value = cfg.get("checkpoint_layers", "all")
+    if not cfg.get("gradient_checkpointing") or value in (None, "all", "auto"):
+        return None
+    from core.train.engine_switches import decoder_layers
+
+    return min(int(value), len(decoder_layers(model)))
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -300,6 +315,12 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     )
     model = load_model(cfg, model_dir, device, compute_dtype, weights_dtype, local_rank,
                        zero3=zero_stage == 3)
+    from core.train.engine_switches import decoder_layers
+
+    checkpoint_layers = _checkpoint_layers(cfg, model)
+    compile_layers = bool(cfg.get("compile_layers")) and cuda
+    if cfg.get("compile_layers") and not cuda:
+        log.warning("compile_layers applies on GPUs; this CPU run is not compiled")
     global_batch = micro * accum * world_size
     gpu_names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
     header = {
@@ -322,6 +343,11 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "packing": bool(cfg.get("packing")),
         "offload_activations": bool(cfg.get("offload_activations") and cfg.get("gradient_checkpointing")),
         "qlora_upcast": bool(cfg.get("qlora_upcast")) if cfg.get("method") == "qlora" else None,
+        "lora_input_upcast": bool(cfg.get("lora_input_upcast")) if cfg.get("method") in LORA_METHODS else None,
+        "lora_fused_add": bool(cfg.get("lora_fused_add", True)) if cfg.get("method") in LORA_METHODS else None,
+        "checkpoint_layers": (0 if not cfg.get("gradient_checkpointing") else checkpoint_layers
+                              if checkpoint_layers is not None else len(decoder_layers(model))),
+        "compile_layers": compile_layers,
         "train_rows": len(train_rows),
         "eval_rows": len(examples.eval),
         "truncated_samples": examples.truncated_samples,
@@ -338,6 +364,16 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
             callbacks.append(OffloadedCheckpointingCallback())
         else:
             log.warning("offload_activations needs gradient_checkpointing: true; ignored")
+    if checkpoint_layers is not None or compile_layers:
+        from core.train.engine_switches import EngineSwitchesCallback
+
+        callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers if cfg.get("gradient_checkpointing") else None,
+                                                   compile_layers))
+    from core.train.profiling import ProfileStepsCallback
+
+    profile_cb = ProfileStepsCallback.from_env(run.path)
+    if profile_cb is not None and rank == 0:
+        callbacks.append(profile_cb)
     oom_cb = InjectedOomCallback.from_env()
     if oom_cb is not None:
         callbacks.append(oom_cb)
