@@ -189,6 +189,8 @@ def checkpoint_size(params: int, trainable: int, method: str, optimizer: str = "
     else:
         weights = trainable * ADAPTER_BYTES_PER_PARAM
     per_param = OPTIMIZER_BYTES_PER_PARAM.get(optimizer, ADAM_BYTES_PER_PARAM)
+    if method == "full" and pure_bf16 and zero_stage == 0 and optimizer not in OPTIMIZER_BYTES_PER_PARAM:
+        per_param //= 2  # torch's AdamW keeps its moments in the parameters' dtype: bf16 (measured: 45.7 GB for 7B)
     if zero_stage > 0:
         per_param += ZERO_MASTER_BYTES_PER_PARAM
     return CheckpointSize(weights, trainable * per_param, other, params, trainable)
@@ -241,11 +243,13 @@ def estimate_checkpoint_size(cfg: dict[str, Any]) -> CheckpointSize | None:
 def checkpoints_kept(cfg: dict[str, Any]) -> int:
     """How many checkpoints stand on the disk at the peak, the final save included (module docstring)."""
     limit = int(cfg.get("save_total_limit", 2) or 0)
-    if limit > 0:
-        return limit + 1
     max_steps = int(cfg.get("max_steps") or 0)
     save_steps = max(1, int(cfg.get("save_steps") or 500))
-    return max(1, math.ceil(max_steps / save_steps)) if max_steps > 0 else 1
+    # every save the run can make: one per save_steps, the final one included (unknown without max_steps)
+    saves = max(1, math.ceil(max_steps / save_steps)) if max_steps > 0 else None
+    if limit > 0:
+        return min(limit + 1, saves) if saves is not None else limit + 1
+    return saves or 1
 
 
 @dataclass(frozen=True)
