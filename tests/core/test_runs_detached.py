@@ -65,9 +65,30 @@ class Armed:
                                      text=True)
 
     def fire(self, timeout: float = 120) -> str:
-        out, err = self.proc.communicate("go\n", timeout=timeout)
+        self.send()
+        return self.result(timeout)
+
+    def send(self) -> None:
+        """Run the command now without waiting for it (``result`` collects its output)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.close()
+        self.proc.stdin = None  # communicate() then only reads
+
+    def result(self, timeout: float = 120) -> str:
+        out, err = self.proc.communicate(timeout=timeout)
         assert self.proc.returncode == 0, f"tunedeck {' '.join(self.args)} -> {self.proc.returncode}\n{err}"
         return out
+
+
+def signal_pending(pid: int, signum: int) -> bool:
+    """Whether ``signum`` waits to be delivered to ``pid`` (a stopped process keeps it pending)."""
+    mask = 0
+    with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith(("SigPnd:", "ShdPnd:")):
+                mask |= int(line.split()[1], 16)
+    return bool(mask & (1 << (signum - 1)))
 
 
 class Cli:
@@ -166,11 +187,21 @@ def pair(tmp_path_factory):
     os.killpg(shell.pid, signal.SIGHUP)  # what closing the terminal / losing SSH does
     shell_code = shell.wait(timeout=10)
     status_after_hup = json.loads(status.fire())["status"]
-    # `tunedeck stop` started now and fired at step 4: a fresh interpreter's imports take longer than the
-    # 26 steps left on a fast box, so the stop would land after the run had already finished.
+    # `tunedeck stop` is imported ahead and fired at step 4, with the trainer held by SIGSTOP until the
+    # stop's SIGTERM waits for it: on any box, however fast, the stop meets a run that is still training.
     stop = cli.armed("stop", interrupted, "--wait", "--json")
     cli.wait_step(interrupted, 4)
-    stopped = json.loads(stop.fire())
+    trainer = int(json.loads((cli.run_dir(interrupted) / "run.json").read_text())["trainer"]["pid"])
+    os.kill(trainer, signal.SIGSTOP)
+    try:
+        stop.send()
+        deadline = time.monotonic() + 60
+        while not signal_pending(trainer, signal.SIGTERM):
+            assert time.monotonic() < deadline, "the stop never reached the trainer"
+            time.sleep(0.05)
+    finally:
+        os.kill(trainer, signal.SIGCONT)
+    stopped = json.loads(stop.result())
     return {"cli": cli, "reference": reference, "interrupted": interrupted, "shell_code": shell_code,
             "status_after_hup": status_after_hup, "stopped": stopped}
 
