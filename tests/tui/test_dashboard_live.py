@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+from core.atomic_file import write_json_atomic
 from core.paths import runs_dir
 from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run, train_record
 from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
@@ -178,10 +179,11 @@ def test_run_finishing_while_watched_is_announced():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
         async with app.run_test(size=(120, 40)) as pilot:
             screen = await dashboard(pilot, app)
-            (path / "status.json").write_text(json.dumps({"status": "finished", "reason": "", "updated": "",
-                                                          "updated_ts": 2.0}))
+            # atomically, as the supervisor writes it: a reader must never see half a status file
+            write_json_atomic(path / "status.json", {"status": "finished", "reason": "", "updated": "",
+                                                     "updated_ts": 2.0})
             stand_in.__exit__()
-            await wait_for(pilot, lambda: screen.status == "finished", timeout=10)
+            await wait_for(pilot, lambda: screen.status == "finished", timeout=30)
             assert any("20261129-2100-end finished" in m for m in messages(app))
 
     run(scenario())
