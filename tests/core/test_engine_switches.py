@@ -225,3 +225,22 @@ def test_fused_lora_add_gives_peft_loss_and_gradients(autocast):
         base = fused(input_ids=IDS).logits
     with plain.disable_adapter(), torch.no_grad():
         assert torch.equal(base, plain(input_ids=IDS).logits)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernels are what is at stake: needs a GPU")
+def test_default_lora_switches_keep_the_plain_loss_and_gradients_on_cuda():
+    """bf16 LoRA inputs and the fused add against peft's own forward, under CUDA autocast (dropout 0)."""
+
+    def on_cuda(cfg: dict):
+        model = tiny_lora(cfg, dtype=torch.bfloat16).cuda()
+        ids = IDS.cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss.item(), {n: p.grad.float().cpu() for n, p in model.named_parameters() if p.grad is not None}
+
+    loss_plain, grads_plain = on_cuda({"lora_input_upcast": True, "lora_fused_add": False})
+    loss_fast, grads_fast = on_cuda({})
+    assert loss_fast == pytest.approx(loss_plain, rel=1e-3)
+    assert_close(grads_plain, grads_fast, rel=2e-2)

@@ -56,6 +56,7 @@ def test_offloaded_checkpointing_matches_plain_checkpointing(monkeypatch):
         assert torch.allclose(grads[name], plain_grads[name], atol=1e-6), name
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU's RNG state is what is at stake: needs CUDA")
 def test_recomputation_draws_the_forward_dropout_mask_on_cuda():
     """The parked input is on the CPU; the GPU's RNG state must still be replayed in the recomputation,
