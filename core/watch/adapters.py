@@ -11,7 +11,16 @@ Normalised record keys (any may be missing): ``kind`` ("train" | "eval" | "heade
 * LLaMA-Factory writes ``trainer_log.jsonl``: ``current_steps``, ``total_steps``, ``loss``, ``lr``,
   ``epoch``, ``percentage``, ``elapsed_time`` / ``remaining_time`` (``str(timedelta)``: "0:01:02",
   "1 day, 2:03:04"), optional ``throughput`` (tokens/s since start) and ``vram_allocated``; eval lines
-  carry ``eval_loss``; evaluation-progress lines carry only the step counters (skipped).
+  carry ``eval_loss``; evaluation-progress lines carry only the step counters (skipped). LLaMA-Factory
+  ≤ 0.7 wrote every key on every line, unset ones as null (``"eval_loss": null`` on train lines,
+  ``"loss": null`` on eval lines) and the rate as ``learning_rate``.
+* Megatron-SWIFT writes the same ``logging.jsonl`` with ``iteration`` ("5/176") in place of
+  ``global_step/max_steps`` and ``train_speed(s/it)``.
+* HF Trainer keeps ``log_history`` in ``trainer_state.json``: entries with ``step``, ``epoch``, ``loss``,
+  ``learning_rate``, ``grad_norm``; eval entries with ``eval_loss``; the last one the run summary.
+
+A line that says the writer is done (ms-swift's summary and its final ``last_model_checkpoint`` line, the
+HF summary entry) becomes ``{"kind": "end"}``: nothing is charted from it, ``core.watch.activity`` reads it.
 """
 
 from __future__ import annotations
@@ -94,36 +103,46 @@ def normalize_tunedeck(raw: Record) -> Record | None:
 
 def normalize_swift(raw: Record) -> Record | None:
     """One ``logging.jsonl`` record of ms-swift, or None for the summary line and unknown lines."""
-    if "train_runtime" in raw or "train_loss" in raw:
-        return None  # the end-of-training summary: its loss is an average over the run
+    if "train_runtime" in raw or "train_loss" in raw or "last_model_checkpoint" in raw:
+        return {"kind": "end"}  # the end-of-training summary (its loss is a run average) or the final state line
     step = total = None
-    progress = raw.get("global_step/max_steps")
+    # ms-swift: "global_step/max_steps"; Megatron-SWIFT: "iteration"; both "step/total" strings
+    progress = raw.get("global_step/max_steps", raw.get("iteration"))
     if isinstance(progress, str) and "/" in progress:
         left, _, right = progress.partition("/")
         step, total = _to_int(left), _to_int(right)
+    elif progress is not None:
+        step = _to_int(progress)
     out = _loss_record(raw, "learning_rate")
     if out is None:
         return None
     if out["kind"] == "train":
         _put(out, "memory_gib", to_float(raw.get("memory(GiB)")))
         _put(out, "steps_per_s", to_float(raw.get("train_speed(iter/s)")))
+        seconds_per_step = to_float(raw.get("train_speed(s/it)"))
+        if seconds_per_step and "steps_per_s" not in out:
+            out["steps_per_s"] = 1.0 / seconds_per_step
         _put(out, "tokens_per_s", to_float(raw.get("tokens_per_s")))
     return _progress(out, raw, step, total)
+
 
 
 def _loss_record(raw: Record, lr_key: str) -> Record | None:
     """The eval or train part shared by the trainers built on transformers' logging; None otherwise."""
     out: Record = {}
-    if "eval_loss" in raw:
+    # A key that is present but null is unset (LLaMA-Factory ≤ 0.7 writes every key on every line):
+    # only a value makes a line an eval or a train line. NaN is a value (a diverged loss).
+    if raw.get("eval_loss") is not None:
         out["kind"] = "eval"
         _put(out, "eval_loss", to_float(raw.get("eval_loss")))
-    elif "loss" in raw:
+    elif raw.get("loss", raw.get("lm loss")) is not None:
         out["kind"] = "train"
-        loss = to_float(raw.get("loss"))
+        raw_loss = raw.get("loss", raw.get("lm loss"))
+        loss = to_float(raw_loss)
         out["loss"] = loss
-        if loss is None and _is_nan_text(raw.get("loss")):
+        if loss is None and _is_nan_text(raw_loss):
             out["loss_nan"] = True
-        _put(out, "learning_rate", to_float(raw.get(lr_key)))
+        _put(out, "learning_rate", to_float(raw.get(lr_key, raw.get("learning_rate"))))
         _put(out, "grad_norm", to_float(raw.get("grad_norm")))
     else:
         return None
@@ -150,10 +169,24 @@ def normalize_llamafactory(raw: Record) -> Record | None:
     return _progress(out, raw, _to_int(raw.get("current_steps")), _to_int(raw.get("total_steps")))
 
 
+def normalize_hf_trainer(raw: Record) -> Record | None:
+    """One ``log_history`` entry of HF Trainer's ``trainer_state.json`` (``total_steps`` comes from the
+    state's ``max_steps``: the caller adds it)."""
+    if "train_runtime" in raw or "train_loss" in raw:
+        return {"kind": "end"}
+    out = _loss_record(raw, "learning_rate")
+    if out is None:
+        return None
+    _put(out, "step", _to_int(raw.get("step")))
+    _put(out, "epoch", to_float(raw.get("epoch")))
+    return out
+
+
 NORMALIZERS: dict[str, Callable[[Record], Record | None]] = {
     "tunedeck": normalize_tunedeck,
     "swift": normalize_swift,
     "llamafactory": normalize_llamafactory,
+    "hf_trainer": normalize_hf_trainer,
 }
 
 

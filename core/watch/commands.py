@@ -40,6 +40,21 @@ def _find(ref: str) -> Any:
         raise CliError(str(exc), 2) from exc
 
 
+def _state(source: Any) -> dict[str, Any]:
+    """What the dashboard's header says: a tunedeck run's status, or running / idle / finished with the
+    last write of another trainer's folder (``core.watch.activity``, from the same feed)."""
+    if not source.read_only:
+        from core.runs import RunDirectory, effective_status
+
+        return {"status": effective_status(RunDirectory(source.path)).status}
+    from core.watch.activity import writer_state
+    from core.watch.feed import open_metrics_feed
+
+    feed = open_metrics_feed(source)
+    feed.read_tail()
+    return writer_state(source, feed.activity).to_json()
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     source = _find(args.dir)
     if args.json:
@@ -47,7 +62,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
         print(json.dumps({"kind": source.kind, "dir": str(source.path), "metrics": str(source.metrics_path),
                           "log": None if source.log_path is None else str(source.log_path),
-                          "read_only": source.read_only, "facts": source.facts}))
+                          "read_only": source.read_only, "facts": source.facts, "state": _state(source)}))
         return 0
     from core.settings import load_settings
     from tui.app import run_app  # the app; imported only when asked for

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.watch.activity import WriterActivity
 from core.watch.adapters import parse_lines
 from core.watch.follow import FileFollower, read_lines_between, tail_start
 from core.watch.series import RunSeries
@@ -31,6 +32,7 @@ class MetricsFeed:
         self.follower = FileFollower(self.path)
         self.header: dict[str, Any] | None = None
         self._tail_records: list[dict[str, Any]] = []
+        self.activity = WriterActivity()  # read-only sources: is the writer still there (core.watch.activity)
 
     def read_tail(self) -> list[dict[str, Any]]:
         """The newest records (and the header record, read from the first line when we skip ahead)."""
@@ -42,6 +44,8 @@ class MetricsFeed:
             header = [r for r in parse_lines(first, self.kind) if r.get("kind") == "header"]
             records = header + records
         self._tail_records = records
+        self.activity.reset()
+        self.activity.observe(records)
         return records
 
     def backfill(self) -> RunSeries | None:
@@ -68,7 +72,27 @@ class MetricsFeed:
             records.extend(parse_lines(result2.lines, self.kind))
             result.restarted = result.restarted or result2.restarted
             result.more = result2.more
+        if result.restarted:
+            self.activity.reset()
+        self.activity.observe(records)
         return records, result.restarted
+
+
+def open_metrics_feed(source: Any) -> Any:
+    """The metrics feed of a ``WatchSource``: a ``MetricsFeed`` on its JSONL file, or for an HF Trainer dir
+    or a TensorBoard log dir a feed with the same methods (``read_tail``, ``backfill``, ``poll``) and
+    ``activity``. Call it in a worker: the TensorBoard one imports tensorboard."""
+    from core.watch.source import HF_TRAINER, TENSORBOARD
+
+    if source.kind == HF_TRAINER:
+        from core.watch.trainer_state import TrainerStateFeed
+
+        return TrainerStateFeed(source.path)
+    if source.kind == TENSORBOARD:
+        from core.watch.tb_events import TensorBoardFeed
+
+        return TensorBoardFeed(source.metrics_path)
+    return MetricsFeed(source.metrics_path, source.kind)
 
 
 class LinesFeed:

@@ -2,7 +2,9 @@
 
 ``open_source(path)`` finds the metric file, the human log and the events of a directory and says which
 adapter reads its records. ms-swift nests each run in ``vN-YYYYMMDD-HHMMSS/`` under the output dir: the
-newest such run with a ``logging.jsonl`` is taken.
+newest such run with a ``logging.jsonl`` is taken. A plain HF Trainer output dir is read through its
+``trainer_state.json`` (the top-level one or the newest ``checkpoint-N/``'s, whichever is newer), a
+TensorBoard log dir through its ``events.out.tfevents.*`` files (in the dir, or under ``runs/``/``logs/``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from core.i18n import t
 TUNEDECK = "tunedeck"
 SWIFT = "swift"
 LLAMAFACTORY = "llamafactory"
+HF_TRAINER = "hf_trainer"
+TENSORBOARD = "tensorboard"
 
 _METRIC_FILES = ((TUNEDECK, "metrics.jsonl"), (SWIFT, "logging.jsonl"), (LLAMAFACTORY, "trainer_log.jsonl"))
 _LOG_NAMES = ("train.log", "running_log.txt", "log.txt", "train.txt")
@@ -50,8 +54,68 @@ def _newest_swift_run(path: Path) -> Path | None:
     return max(candidates, key=lambda p: ((p / "logging.jsonl").stat().st_mtime, p.name))
 
 
+def _checkpoint_step(path: Path) -> int:
+    try:
+        return int(path.name.rpartition("-")[2])
+    except ValueError:
+        return -1
+
+
+def trainer_state_file(path: Path) -> Path | None:
+    """The newest ``trainer_state.json`` of an HF Trainer output dir: the top-level one (written at the
+    end) or the newest ``checkpoint-N/``'s (by N), whichever was written last; None without one."""
+    candidates = []
+    top = path / "trainer_state.json"
+    if top.is_file():
+        candidates.append(top)
+    try:
+        checkpoints = [p for p in path.glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
+    except OSError:
+        checkpoints = []
+    if checkpoints:
+        candidates.append(max(checkpoints, key=_checkpoint_step) / "trainer_state.json")
+    best: tuple[float, int, Path] | None = None
+    for index, candidate in enumerate(candidates):
+        try:
+            key = (candidate.stat().st_mtime, -index, candidate)
+        except OSError:
+            continue
+        if best is None or key[:2] > best[:2]:
+            best = key
+    return None if best is None else best[2]
+
+
+EVENT_GLOB = "events.out.tfevents.*"
+
+
+def event_files(path: Path) -> list[Path]:
+    """TensorBoard event files of a log dir: in it, or in ``runs/``/``logs/`` (and one level below)."""
+    found: list[Path] = []
+    for folder in (path, path / "runs", path / "logs"):
+        if not folder.is_dir():
+            continue
+        found.extend(p for p in folder.glob(EVENT_GLOB) if p.is_file())
+        found.extend(p for p in folder.glob("*/" + EVENT_GLOB) if p.is_file())
+    return found
+
+
+def newest_event_dir(path: Path) -> Path | None:
+    """The folder of the newest event file (one writer's run: HF writes ``runs/<date>_<host>/``)."""
+    files = event_files(path)
+    if not files:
+        return None
+    return max(files, key=lambda p: (p.stat().st_mtime, p.name)).parent
+
+
+def tensorboard_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorboard") is not None
+
+
 def open_source(path: Path | str) -> WatchSource:
-    """The watch source for a directory: tunedeck run (has run.json), ms-swift or LLaMA-Factory output."""
+    """The watch source for a directory: tunedeck run (has run.json), ms-swift, LLaMA-Factory or HF
+    Trainer output, or a TensorBoard log dir."""
     path = Path(path).expanduser()
     if not path.is_dir():
         raise SourceNotFound(t("watch.not_a_dir", path=str(path)))
@@ -62,12 +126,47 @@ def open_source(path: Path | str) -> WatchSource:
     if kind is None:
         nested = _newest_swift_run(path)
         if nested is None:
-            raise SourceNotFound(t("watch.unknown_dir", path=str(path),
-                                   files=", ".join(name for _k, name in _METRIC_FILES)))
+            return _open_other(path)
         path, kind = nested, SWIFT
     metrics = path / dict(_METRIC_FILES)[kind]
     log = next((path / n for n in _LOG_NAMES if (path / n).is_file()), None)
     return WatchSource(kind, path, metrics, log, None, read_only=True, facts=_external_facts(kind, path))
+
+
+def _open_other(path: Path) -> WatchSource:
+    """An HF Trainer output dir or a TensorBoard log dir; SourceNotFound naming what was looked for."""
+    state = trainer_state_file(path)
+    log = next((path / n for n in _LOG_NAMES if (path / n).is_file()), None)
+    if state is not None:
+        return WatchSource(HF_TRAINER, path, state, log, None, read_only=True,
+                           facts=_model_facts(state.parent) or _model_facts(path))
+    events = newest_event_dir(path)
+    if events is not None:
+        if not tensorboard_available():
+            raise SourceNotFound(t("watch.tensorboard_missing", path=str(events)))
+        return WatchSource(TENSORBOARD, path, events, log, None, read_only=True, facts=_model_facts(path))
+    files = [name for _k, name in _METRIC_FILES] + ["checkpoint-*/trainer_state.json", EVENT_GLOB]
+    raise SourceNotFound(t("watch.unknown_dir", path=str(path), files=", ".join(files)))
+
+
+def _model_facts(folder: Path) -> dict[str, Any]:
+    """Model and method from what HF Trainer saves with a checkpoint (peft's adapter_config.json, else
+    the model's config.json)."""
+    for name in ("adapter_config.json", "config.json"):
+        try:
+            data = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        if name == "adapter_config.json":
+            peft = data.get("peft_type")
+            facts = {"model": data.get("base_model_name_or_path"), "method": str(peft).lower() if peft else None}
+        else:
+            facts = {"model": data.get("_name_or_path"), "method": "full",
+                     "precision": data.get("torch_dtype") or data.get("dtype")}
+        return {k: v for k, v in facts.items() if v}
+    return {}
 
 
 def _external_facts(kind: str, path: Path) -> dict[str, Any]:
@@ -80,7 +179,8 @@ def _external_facts(kind: str, path: Path) -> dict[str, Any]:
             args = {}
         if isinstance(args, dict):
             facts["model"] = args.get("model") or args.get("model_id_or_path")
-            facts["method"] = args.get("train_type") or args.get("sft_type")
+            # ms-swift 4 names it tuner_type; 2.x/3.x train_type (Megatron-SWIFT too); 1.x sft_type
+            facts["method"] = args.get("tuner_type") or args.get("train_type") or args.get("sft_type")
             facts["precision"] = args.get("torch_dtype")
             deepspeed = args.get("deepspeed")
             if isinstance(deepspeed, str) and deepspeed.startswith("zero"):

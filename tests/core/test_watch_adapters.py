@@ -42,7 +42,7 @@ def test_swift_train_eval_and_summary_lines():
                      "total_steps": 100, "epoch": 0.01, "elapsed_s": 8.0, "eta_s": 792.0}
     evals = [normalize_swift(r) for r in raw if "eval_loss" in r]
     assert [e["kind"] for e in evals] == ["eval", "eval"] and evals[0]["step"] == 50
-    assert normalize_swift(raw[-1]) is None  # the summary line's loss is a run average
+    assert normalize_swift(raw[-1]) == {"kind": "end"}  # the summary: its loss is a run average, not charted
 
 
 def test_swift_string_values_and_nan_loss():
@@ -69,7 +69,7 @@ def test_parse_lines_skips_garbage():
              b'{"kind": "eval", "step": 1, "eval_loss": 2.1}']
     records = parse_lines(lines, "tunedeck")
     assert [r["kind"] for r in records] == ["train", "eval"]
-    assert len(parse_lines(SWIFT_LOG.read_bytes().splitlines(), "swift")) == 102
+    assert len(parse_lines(SWIFT_LOG.read_bytes().splitlines(), "swift")) == 103  # 100 train, 2 eval, the end
     assert len(parse_lines(LF_LOG.read_bytes().splitlines(), "llamafactory")) == 22
 
 

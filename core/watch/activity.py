@@ -1,0 +1,196 @@
+"""Is another trainer's writer still there? ``running``, ``idle`` (since when) or ``finished``.
+
+tunedeck's own runs have a supervisor and a status file; an ms-swift, LLaMA-Factory, HF Trainer or
+TensorBoard folder has only its files. A folder is ``finished`` when its writer left a finished marker
+(ms-swift's summary line, HF's summary entry or a ``trainer_state.json`` with ``global_step`` at
+``max_steps``, the ``train_results.json``/``all_results.json`` that ``Trainer.save_metrics`` writes at the
+end, or a last step at the total), and ``idle`` when nothing was written for longer than
+``max(IDLE_FLOOR_S, IDLE_INTERVALS × the median time between its records)``: a run that logs every 5
+minutes is not idle after 2. The dashboard and ``tunedeck watch --json`` both ask ``writer_state``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+RUNNING = "running"
+IDLE = "idle"
+FINISHED = "finished"
+
+IDLE_FLOOR_S = 120.0
+IDLE_INTERVALS = 10
+_INTERVAL_WINDOW = 64
+# Written by transformers' Trainer.save_metrics("train") after the last step (LLaMA-Factory, HF scripts).
+FINISHED_FILES = ("train_results.json", "all_results.json")
+
+
+class WriterActivity:
+    """What the records of a watched file say about its writer: their spacing, the last step, an end."""
+
+    def __init__(self) -> None:
+        self.intervals: deque[float] = deque(maxlen=_INTERVAL_WINDOW)
+        self.last_elapsed: float | None = None
+        self.last_step: int | None = None
+        self.total_steps: int | None = None
+        self.ended = False
+
+    def reset(self) -> None:
+        self.__init__()
+
+    def observe(self, records: Iterable[dict[str, Any]]) -> None:
+        """Take normalised records (``core.watch.adapters``) in file order."""
+        for record in records:
+            kind = record.get("kind")
+            if kind == "end":
+                self.ended = True
+            elif kind == "train":
+                self.ended = False  # a resumed run logs again after an earlier end
+                step = record.get("step")
+                if isinstance(step, int):
+                    self.last_step = step
+                total = record.get("total_steps")
+                if isinstance(total, (int, float)) and total > 0:
+                    self.total_steps = int(total)
+                elapsed = record.get("elapsed_s")
+                if isinstance(elapsed, (int, float)):
+                    if self.last_elapsed is not None and elapsed > self.last_elapsed:
+                        self.intervals.append(float(elapsed) - self.last_elapsed)
+                    self.last_elapsed = float(elapsed)
+
+    def note_interval(self, seconds: float) -> None:
+        """A gap between writes known otherwise (HF checkpoints carry no time in their records)."""
+        if seconds > 0:
+            self.intervals.append(seconds)
+
+    @property
+    def median_interval(self) -> float | None:
+        return statistics.median(self.intervals) if self.intervals else None
+
+    @property
+    def at_total(self) -> bool:
+        return self.last_step is not None and self.total_steps is not None and self.last_step >= self.total_steps
+
+    @property
+    def finished(self) -> bool:
+        """An end marker after the last step (a marker before the total is a run that stopped early: idle),
+        or the last step at the total."""
+        return self.at_total or (self.ended and self.total_steps is None)
+
+
+@dataclass(frozen=True)
+class WriterState:
+    """``status`` (running | idle | finished), ``since``: the last write (epoch seconds) or None."""
+
+    status: str
+    since: float | None = None
+
+    def label(self, now: float | None = None) -> str:
+        """"running", "finished" or "idle since 14:02" in the interface language."""
+        from core.i18n import t
+        from core.runs.run_dir import state_label
+
+        if self.status == IDLE and self.since is not None:
+            return t("watch.state.idle_since", time=format_since(self.since, now))
+        if self.status == IDLE:
+            return t("watch.state.idle")
+        return state_label(self.status)
+
+    def to_json(self) -> dict[str, Any]:
+        since = None
+        if self.since is not None:
+            since = datetime.fromtimestamp(self.since).astimezone().isoformat(timespec="seconds")
+        return {"status": self.status, "last_write": since}
+
+
+def format_since(when: float, now: float | None = None) -> str:
+    """Local time of ``when``: "14:02" today, the date ("2026-08-01") another day (short: it goes in
+    the dashboard's header line; ``--json`` gives the full time)."""
+    moment = datetime.fromtimestamp(when)
+    today = datetime.fromtimestamp(time.time() if now is None else now).date()
+    return moment.strftime("%H:%M" if moment.date() == today else "%Y-%m-%d")
+
+
+def idle_after(activity: WriterActivity) -> float:
+    """Seconds without a write after which the writer counts as gone."""
+    interval = activity.median_interval
+    return max(IDLE_FLOOR_S, IDLE_INTERVALS * interval) if interval else IDLE_FLOOR_S
+
+
+def activity_paths(source: Any) -> list[Path]:
+    """The files whose writes show that the writer of ``source`` (a ``WatchSource``) is alive."""
+    from core.watch.source import EVENT_GLOB, HF_TRAINER, TENSORBOARD, event_files
+
+    paths = [] if source.log_path is None else [source.log_path]
+    if source.kind == HF_TRAINER:
+        paths.extend(source.path.glob("checkpoint-*/trainer_state.json"))
+        paths.append(source.path / "trainer_state.json")
+        paths.extend(event_files(source.path))  # HF's TensorBoardCallback logs every logging step
+    elif source.kind == TENSORBOARD:
+        paths.extend(source.metrics_path.glob(EVENT_GLOB))  # metrics_path is the events folder here
+    else:
+        paths.append(source.metrics_path)
+    return paths
+
+
+def last_write(paths: Iterable[Path]) -> float | None:
+    """The newest modification time among ``paths`` (missing ones skipped); None if none exists."""
+    newest = None
+    for path in paths:
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            continue
+        if newest is None or mtime > newest:
+            newest = mtime
+    return newest
+
+
+def finished_marker(folder: Path) -> bool:
+    """A file that only a finished run leaves: ``train_results.json``/``all_results.json``, or a
+    top-level ``trainer_state.json`` with ``global_step`` at ``max_steps``."""
+    if any((folder / name).is_file() for name in FINISHED_FILES):
+        return True
+    return trainer_state_finished(folder / "trainer_state.json")
+
+
+_STATE_CACHE: dict[Path, tuple[int, bool]] = {}
+
+
+def trainer_state_finished(path: Path) -> bool:
+    """``global_step`` at ``max_steps`` in an HF ``trainer_state.json`` (re-read only when it changes)."""
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return False
+    cached = _STATE_CACHE.get(path)
+    if cached is not None and cached[0] == mtime:
+        return cached[1]
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        state = None
+    finished = False
+    if isinstance(state, dict):
+        step, total = state.get("global_step"), state.get("max_steps")
+        finished = isinstance(step, int) and isinstance(total, int) and total > 0 and step >= total
+    _STATE_CACHE[path] = (mtime, finished)
+    return finished
+
+
+def writer_state(source: Any, activity: WriterActivity, now: float | None = None) -> WriterState:
+    """running / idle since … / finished for a read-only source, from its records and its files' times."""
+    now = time.time() if now is None else now
+    since = last_write(activity_paths(source))
+    if activity.finished or finished_marker(source.path):
+        return WriterState(FINISHED, since)
+    if activity.ended or since is not None and now - since > idle_after(activity):
+        return WriterState(IDLE, since)  # an end marker before the total: the run stopped early
+    return WriterState(RUNNING, since)

@@ -1,0 +1,134 @@
+"""Following a TensorBoard log dir (``events.out.tfevents.*``) through tensorboard's EventAccumulator.
+
+The reader is tensorboard's own (``tensorboard.backend.event_processing.event_accumulator``), imported
+when a feed is made, in the dashboard's file worker: never on the way to the first frame. Its ``Reload``
+reads only what was appended since the last call. Scalars written by torch's SummaryWriter (HF Trainer's
+TensorBoardCallback, LLaMA-Factory, ms-swift) are ``simple_value`` scalars; TF2 writers store them as
+tensors of the scalars plugin: both are read. Tags are mapped onto tunedeck's record keys below; a step
+becomes a train record when it has a loss and an eval record when it has an eval loss. HF's end-of-run
+summary tags (``train/train_runtime``…) mark the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from core.watch.activity import WriterActivity
+
+# record key -> tags that carry it, first found wins (HF/TRL "train/…", plain names, Megatron's spaced ones)
+TRAIN_TAGS: dict[str, tuple[str, ...]] = {
+    "loss": ("train/loss", "loss", "train_loss", "Loss/train", "loss/train", "lm loss", "train/lm loss"),
+    "learning_rate": ("train/learning_rate", "learning_rate", "train/lr", "lr", "learning-rate"),
+    "grad_norm": ("train/grad_norm", "grad_norm", "grad-norm", "train/grad-norm"),
+    "epoch": ("train/epoch", "epoch"),
+    "tokens_per_s": ("train/tokens_per_s", "tokens_per_s", "train/throughput", "throughput"),
+}
+EVAL_TAGS = ("eval/loss", "eval_loss", "eval/eval_loss", "val/loss", "val_loss", "Loss/val", "validation/loss")
+END_TAGS = ("train/train_runtime", "train/train_loss", "train_runtime")
+
+
+class TensorBoardFeed:
+    """The same interface as ``core.watch.feed.MetricsFeed``: ``read_tail``, ``backfill``, ``poll``."""
+
+    def __init__(self, folder: Path) -> None:
+        from tensorboard.backend.event_processing import event_accumulator as ea
+
+        self.folder = Path(folder)
+        self.activity = WriterActivity()
+        self._ea = ea
+        self._accumulator = self._new_accumulator()
+        self._seen: dict[str, int] = {}
+        self._pending: dict[int, dict[str, float]] = {}  # train values of steps whose loss is not in yet
+        self._emitted_step: int | None = None
+        self._start_wall: float | None = None
+        self._ended = False
+
+    def _new_accumulator(self) -> Any:
+        ea = self._ea
+        keep_all = {ea.SCALARS: 0, ea.TENSORS: 0, ea.IMAGES: 1, ea.AUDIO: 1, ea.HISTOGRAMS: 1,
+                    ea.COMPRESSED_HISTOGRAMS: 1}
+        return ea.EventAccumulator(str(self.folder), size_guidance=keep_all)
+
+    def read_tail(self) -> list[dict[str, Any]]:
+        return self._read()[0]
+
+    def backfill(self) -> None:
+        return None  # read_tail read everything: the accumulator keeps no byte offsets to split on
+
+    def poll(self) -> tuple[list[dict[str, Any]], bool]:
+        return self._read()
+
+    def _events(self) -> dict[str, list[tuple[int, float, float]]]:
+        """tag -> all (step, wall_time, value) so far, from scalars and scalar-plugin tensors."""
+        accumulator = self._accumulator
+        tags = accumulator.Tags()
+        out: dict[str, list[tuple[int, float, float]]] = {}
+        for tag in tags.get("scalars", []):
+            out[tag] = [(e.step, e.wall_time, e.value) for e in accumulator.Scalars(tag)]
+        tensor_tags = [tag for tag in tags.get("tensors", []) if tag not in out]
+        if tensor_tags:
+            from tensorboard.util import tensor_util
+
+            for tag in tensor_tags:
+                if accumulator.SummaryMetadata(tag).plugin_data.plugin_name != "scalars":
+                    continue
+                values = []
+                for e in accumulator.Tensors(tag):
+                    array = tensor_util.make_ndarray(e.tensor_proto)
+                    if array.size == 1:
+                        values.append((e.step, e.wall_time, float(array.reshape(-1)[0])))
+                out[tag] = values
+        return out
+
+    def _read(self) -> tuple[list[dict[str, Any]], bool]:
+        try:
+            self._accumulator.Reload()
+        except (OSError, RuntimeError, ValueError):
+            return [], False  # a file caught being created or removed: the next poll tries again
+        events = self._events()
+        restarted = any(len(events.get(tag, ())) < seen for tag, seen in self._seen.items())
+        if restarted:  # the accumulator purged events of a restarted run (a step went back)
+            self._seen, self._pending, self._emitted_step, self._start_wall = {}, {}, None, None
+            self._ended = False
+            self.activity.reset()
+        new = {tag: values[self._seen.get(tag, 0):] for tag, values in events.items()}
+        self._seen = {tag: len(values) for tag, values in events.items()}
+        walls = [wall for values in new.values() for _step, wall, _v in values]
+        if walls and self._start_wall is None:
+            self._start_wall = min(walls)
+        records = self._records(events, new)
+        self.activity.observe(records)
+        return records, restarted
+
+    def _records(self, events: dict[str, list], new: dict[str, list]) -> list[dict[str, Any]]:
+        start = self._start_wall or 0.0
+        walls: dict[int, float] = {}
+        for key, tags in TRAIN_TAGS.items():
+            tag = next((t for t in tags if t in events), None)
+            for step, wall, value in new.get(tag, ()) if tag else ():
+                self._pending.setdefault(step, {})[key] = value
+                if key == "loss":
+                    walls[step] = wall
+        eval_tag = next((t for t in EVAL_TAGS if t in events), None)
+        evals = {step: (wall, value) for step, wall, value in new.get(eval_tag, ())} if eval_tag else {}
+        records: list[dict[str, Any]] = []
+        for step in sorted(set(self._pending) | set(evals)):
+            values = self._pending.get(step)
+            if values is not None and "loss" in values:
+                del self._pending[step]
+                record: dict[str, Any] = {"kind": "train", "step": step, **values}
+                if step in walls:
+                    record["elapsed_s"] = walls[step] - start
+                records.append(record)
+                self._emitted_step = step if self._emitted_step is None else max(self._emitted_step, step)
+            if step in evals:
+                wall, value = evals[step]
+                records.append({"kind": "eval", "step": step, "eval_loss": value, "elapsed_s": wall - start})
+        if self._emitted_step is not None:  # values of steps that will never get a loss: drop them
+            for step in [s for s in self._pending if s < self._emitted_step]:
+                del self._pending[step]
+        if not self._ended and any(tag in events for tag in END_TAGS):
+            self._ended = True
+            records.append({"kind": "end"})
+        return records

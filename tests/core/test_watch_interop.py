@@ -1,0 +1,435 @@
+"""Other trainers' folders in their writers' exact layouts: HF Trainer checkpoints, TensorBoard event files,
+LLaMA-Factory ≤ 0.7 logs, Megatron-SWIFT logs, ms-swift 4 args; and whether their writer is still there.
+
+Every folder is written here in the shape its writer leaves it (key names and layouts read from
+transformers' TrainerState.save_to_json, LLaMA-Factory's LogCallback, ms-swift's and Megatron-SWIFT's
+logging callbacks); old writes are os.utime'd into the past, nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.watch.activity import FINISHED, IDLE, IDLE_FLOOR_S, RUNNING, WriterActivity, writer_state
+from core.watch.adapters import normalize_llamafactory, normalize_swift, parse_lines
+from core.watch.feed import MetricsFeed, open_metrics_feed
+from core.watch.series import RunSeries
+from core.watch.source import HF_TRAINER, LLAMAFACTORY, SWIFT, TENSORBOARD, SourceNotFound, open_source
+
+ROOT = Path(__file__).parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "watch"
+MONTHS_AGO = time.time() - 90 * 86400
+
+
+def age(folder: Path, when: float = MONTHS_AGO) -> None:
+    """Every file under ``folder`` last written at ``when``."""
+    for path in [folder, *folder.rglob("*")]:
+        os.utime(path, (when, when))
+
+
+# --- HF Trainer -------------------------------------------------------------------------------------
+
+def hf_history(last_step: int, max_steps: int, eval_every: int = 20) -> list[dict]:
+    history: list[dict] = []
+    for step in range(1, last_step + 1):
+        history.append({"epoch": round(step / 20, 4), "grad_norm": 1.5 - step / 100,
+                        "learning_rate": 5e-05 * (1 - step / max_steps), "loss": round(2.5 - step / 40, 4),
+                        "step": step})
+        if step % eval_every == 0:
+            history.append({"epoch": round(step / 20, 4), "eval_loss": round(2.4 - step / 40, 4),
+                            "eval_runtime": 1.23, "eval_samples_per_second": 40.6,
+                            "eval_steps_per_second": 5.07, "step": step})
+    return history
+
+
+def hf_state(global_step: int, max_steps: int, summary: bool = False) -> dict:
+    """A trainer_state.json as transformers' TrainerState.save_to_json writes it (sorted keys, indent 2)."""
+    history = hf_history(global_step, max_steps)
+    if summary:
+        history.append({"epoch": round(global_step / 20, 4), "step": global_step, "total_flos": 1.2e15,
+                        "train_loss": 1.9, "train_runtime": 321.5, "train_samples_per_second": 9.95,
+                        "train_steps_per_second": 0.124})
+    return {"best_global_step": None, "best_metric": None, "best_model_checkpoint": None,
+            "epoch": round(global_step / 20, 4), "eval_steps": 20, "global_step": global_step,
+            "is_hyper_param_search": False, "is_local_process_zero": True, "is_world_process_zero": True,
+            "log_history": history, "logging_steps": 1, "max_steps": max_steps, "num_input_tokens_seen": 0,
+            "num_train_epochs": 2, "save_steps": 10,
+            "stateful_callbacks": {"TrainerControl": {"args": {"should_epoch_stop": False,
+                                                               "should_evaluate": False, "should_log": False,
+                                                               "should_save": True,
+                                                               "should_training_stop": global_step >= max_steps},
+                                                      "attributes": {}}},
+            "total_flos": 1.2e15, "train_batch_size": 8, "trial_name": None, "trial_params": None}
+
+
+def write_checkpoint(out: Path, step: int, max_steps: int, when: float | None = None) -> Path:
+    folder = out / f"checkpoint-{step}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "trainer_state.json").write_text(json.dumps(hf_state(step, max_steps), indent=2, sort_keys=True) + "\n")
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-0.5B",
+                                                            "peft_type": "LORA", "r": 8}, indent=2))
+    for name in ("adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin"):
+        (folder / name).write_bytes(b"\0")
+    if when is not None:
+        age(folder, when)
+    return folder
+
+
+def test_hf_trainer_folder_reads_the_newest_checkpoint(tmp_path):
+    out = tmp_path / "hf_out"
+    now = time.time()
+    write_checkpoint(out, 10, 40, now - 60)
+    write_checkpoint(out, 20, 40, now - 30)
+    write_checkpoint(out, 9, 40, now - 90)  # checkpoint-9 sorts after checkpoint-20 as text: by step
+    (out / "runs" / "Nov29_21-00-00_box").mkdir(parents=True)
+    source = open_source(out)
+    assert source.kind == HF_TRAINER and source.read_only
+    assert source.metrics_path == out / "checkpoint-20" / "trainer_state.json"
+    assert source.facts == {"model": "Qwen/Qwen2.5-0.5B", "method": "lora"}
+    feed = open_metrics_feed(source)
+    records = feed.read_tail()
+    trains = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in trains] == list(range(1, 21))
+    assert trains[-1] == {"kind": "train", "loss": 2.0, "learning_rate": pytest.approx(2.5e-05),
+                          "grad_norm": pytest.approx(1.3), "step": 20, "epoch": 1.0, "total_steps": 40}
+    assert [(r["step"], r["eval_loss"]) for r in records if r["kind"] == "eval"] == [(20, 1.9)]
+    assert feed.backfill() is None and feed.poll() == ([], False)
+    series = RunSeries()
+    series.extend(records)
+    assert series.latest["step"] == 20 and series.latest["total_steps"] == 40 and series.nan_count == 0
+
+    write_checkpoint(out, 30, 40)  # the trainer saves again: only what is new is handed on
+    records, restarted = feed.poll()
+    assert not restarted and [r["step"] for r in records if r["kind"] == "train"] == list(range(21, 31))
+    assert writer_state(source, feed.activity).status == RUNNING
+
+    # train() ends: save_state() writes the top-level state with the summary entry
+    (out / "trainer_state.json").write_text(json.dumps(hf_state(40, 40, summary=True), indent=2, sort_keys=True))
+    records, restarted = feed.poll()
+    assert not restarted and records[-1] == {"kind": "end"} and records[-2]["step"] == 40
+    assert writer_state(source, feed.activity).status == FINISHED
+
+
+def test_hf_trainer_top_level_state_alone_and_a_new_run_restarts(tmp_path):
+    out = tmp_path / "hf_out"
+    out.mkdir()
+    (out / "trainer_state.json").write_text(json.dumps(hf_state(40, 40, summary=True), indent=2, sort_keys=True))
+    source = open_source(out)
+    assert source.kind == HF_TRAINER and source.metrics_path == out / "trainer_state.json"
+    feed = open_metrics_feed(source)
+    assert len([r for r in feed.read_tail() if r["kind"] == "train"]) == 40
+    assert writer_state(source, feed.activity).status == FINISHED  # global_step == max_steps
+    (out / "trainer_state.json").write_text(json.dumps(hf_state(5, 80), indent=2, sort_keys=True))
+    records, restarted = feed.poll()  # not an extension of what was read: another run
+    assert restarted and [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4, 5]
+
+
+def test_hf_trainer_folder_left_months_ago_is_idle(tmp_path):
+    out = tmp_path / "hf_out"
+    write_checkpoint(out, 10, 40, MONTHS_AGO - 600)
+    write_checkpoint(out, 20, 40, MONTHS_AGO)
+    source = open_source(out)
+    feed = open_metrics_feed(source)
+    feed.read_tail()
+    state = writer_state(source, feed.activity)
+    assert state.status == IDLE and state.since == pytest.approx(MONTHS_AGO, abs=1)
+    assert state.label().startswith("idle since ") and time.strftime("%Y-%m-%d", time.localtime(MONTHS_AGO)) in state.label()
+    # the gap between saves sets the patience: a writer that saves every 10 min is not gone after 5
+    assert feed.activity.median_interval == pytest.approx(600, abs=1)
+    assert writer_state(source, feed.activity, now=MONTHS_AGO + 300).status == RUNNING
+    assert writer_state(source, feed.activity, now=MONTHS_AGO + 10 * 600 + 1).status == IDLE
+
+
+# --- TensorBoard ------------------------------------------------------------------------------------
+
+def tb_writer(folder: Path):
+    """tensorboard's own event-file writer (torch's SummaryWriter writes through it)."""
+    event_file_writer = pytest.importorskip(
+        "tensorboard.summary.writer.event_file_writer",
+        reason="tensorboard is not installed: .venv/bin/pip install tensorboard (install.sh does)")
+    return event_file_writer.EventFileWriter(str(folder))
+
+
+def add_scalars(writer, step: int, wall: float, values: dict[str, float]) -> None:
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    summary = Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in values.items()])
+    writer.add_event(Event(wall_time=wall, step=step, summary=summary))
+
+
+def hf_tb_step(step: int) -> dict[str, float]:
+    """What HF Trainer's TensorBoardCallback logs each logging step (logs keys under "train/")."""
+    return {"train/loss": 2.5 - step / 40, "train/grad_norm": 1.2, "train/learning_rate": 5e-05 * (1 - step / 40),
+            "train/epoch": step / 20}
+
+
+def test_tensorboard_log_dir_through_event_accumulator(tmp_path):
+    out = tmp_path / "tb_out"
+    run_dir = out / "runs" / "Nov29_21-00-00_box"
+    writer = tb_writer(run_dir)
+    start = time.time() - 100
+    for step in range(1, 11):
+        add_scalars(writer, step, start + 5 * step, hf_tb_step(step))
+    add_scalars(writer, 10, start + 51, {"eval/loss": 2.3, "eval/runtime": 1.2, "train/epoch": 0.5})
+    writer.flush()
+    source = open_source(out)
+    assert source.kind == TENSORBOARD and source.metrics_path == run_dir and source.read_only
+    feed = open_metrics_feed(source)
+    records = feed.read_tail()
+    trains = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in trains] == list(range(1, 11))
+    assert trains[0]["loss"] == pytest.approx(2.475) and trains[0]["learning_rate"] == pytest.approx(4.875e-05)
+    assert trains[0]["grad_norm"] == pytest.approx(1.2) and trains[0]["epoch"] == pytest.approx(0.05)
+    assert trains[0]["elapsed_s"] == 0 and trains[-1]["elapsed_s"] == pytest.approx(45)
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert len(evals) == 1 and evals[0]["step"] == 10 and evals[0]["eval_loss"] == pytest.approx(2.3)
+    assert writer_state(source, feed.activity).status == RUNNING
+
+    for step in range(11, 14):  # the writer goes on: the next poll hands on only the new steps
+        add_scalars(writer, step, start + 5 * step, hf_tb_step(step))
+    writer.flush()
+    records, restarted = feed.poll()
+    assert not restarted and [r["step"] for r in records] == [11, 12, 13]
+
+    # the end of train(): HF logs its summary as train/train_runtime, train/train_loss …
+    add_scalars(writer, 13, start + 70, {"train/train_runtime": 70.0, "train/train_loss": 2.2})
+    writer.close()
+    records, _restarted = feed.poll()
+    assert records == [{"kind": "end"}] and writer_state(source, feed.activity).status == FINISHED
+
+
+def test_tensorboard_folder_without_new_events_is_idle(tmp_path):
+    out = tmp_path / "logs_out"
+    writer = tb_writer(out / "logs")
+    for step in range(1, 6):
+        add_scalars(writer, step, MONTHS_AGO - 50 + 10 * step, {"loss": 3.0 - step / 10, "lr": 1e-4})
+    writer.close()
+    age(out)
+    source = open_source(out)
+    assert source.kind == TENSORBOARD and source.metrics_path == out / "logs"
+    feed = open_metrics_feed(source)
+    records = feed.read_tail()
+    assert [r["loss"] for r in records] == pytest.approx([2.9, 2.8, 2.7, 2.6, 2.5])
+    assert records[0]["learning_rate"] == pytest.approx(1e-4)
+    state = writer_state(source, feed.activity)
+    assert state.status == IDLE and state.since == pytest.approx(MONTHS_AGO, abs=1)
+
+
+def test_tensorboard_written_by_torch_summary_writer(tmp_path):
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed: .venv/bin/pip install tensorboard")
+    summary_writer = pytest.importorskip("torch.utils.tensorboard", reason="torch is not installed")
+    out = tmp_path / "out"
+    writer = summary_writer.SummaryWriter(log_dir=str(out / "runs" / "Nov29_21-00-00_box"))
+    for step in range(1, 4):
+        writer.add_scalar("train/loss", 2.0 / step, step)
+        writer.add_scalar("train/learning_rate", 1e-5, step)
+    writer.close()
+    feed = open_metrics_feed(open_source(out))
+    assert [(r["step"], round(r["loss"], 3)) for r in feed.read_tail()] == [(1, 2.0), (2, 1.0), (3, 0.667)]
+
+
+def test_tensorboard_missing_says_how_to_install_it(tmp_path, monkeypatch):
+    import core.watch.source as source_module
+
+    run_dir = tmp_path / "runs" / "x"
+    run_dir.mkdir(parents=True)
+    (run_dir / "events.out.tfevents.1764450000.box.1.0").write_bytes(b"")
+    monkeypatch.setattr(source_module, "tensorboard_available", lambda: False)
+    with pytest.raises(SourceNotFound, match=r"install tensorboard to read event files: \.venv/bin/pip install tensorboard"):
+        open_source(tmp_path)
+
+
+def test_nothing_readable_names_every_layout(tmp_path):
+    with pytest.raises(SourceNotFound, match=r"trainer_state\.json.*events\.out\.tfevents"):
+        open_source(tmp_path)
+
+
+# --- LLaMA-Factory of every version -----------------------------------------------------------------
+
+def lf_old_lines(total: int = 20) -> list[dict]:
+    """LLaMA-Factory ≤ 0.7's LogCallback: every key on every line, the unset ones null."""
+    lines = []
+    for step in range(5, total + 1, 5):
+        base = {"current_steps": step, "total_steps": total, "epoch": step / 10,
+                "percentage": round(100 * step / total, 2), "elapsed_time": f"0:00:{2 * step:02d}",
+                "remaining_time": f"0:00:{2 * (total - step):02d}"}
+        lines.append({"current_steps": step, "total_steps": total, "loss": round(2.0 - step / 20, 4),
+                      "eval_loss": None, "predict_loss": None, "reward": None, "accuracy": None,
+                      "learning_rate": 5e-05 * (1 - step / total), **{k: v for k, v in base.items()
+                                                                      if k not in ("current_steps", "total_steps")}})
+        if step % 10 == 0:
+            lines.append({**base, "loss": None, "eval_loss": round(2.1 - step / 20, 4), "predict_loss": None,
+                          "reward": None, "accuracy": None, "learning_rate": None})
+    return lines
+
+
+def test_llamafactory_07_null_eval_loss_does_not_hide_the_loss(tmp_path):
+    out = tmp_path / "saves" / "llama3-8b" / "lora" / "sft"
+    out.mkdir(parents=True)
+    (out / "trainer_log.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lf_old_lines()))
+    first = normalize_llamafactory(lf_old_lines()[0])
+    assert first["kind"] == "train" and first["loss"] == 1.75 and first["learning_rate"] == pytest.approx(3.75e-05)
+    assert first["step"] == 5 and first["total_steps"] == 20 and first["elapsed_s"] == 10 and first["eta_s"] == 30
+    source = open_source(out)
+    assert source.kind == LLAMAFACTORY
+    records = MetricsFeed(source.metrics_path, source.kind).read_tail()
+    assert [r["kind"] for r in records] == ["train", "train", "eval", "train", "train", "eval"]
+    series = RunSeries()
+    series.extend(records)
+    assert series.series("loss").points == 4 and series.nan_count == 0 and series.last_loss == 1.0
+    assert series.series("eval_loss").points == 2
+    # a line with neither (a predict line of those versions) is no record; a NaN loss is still one
+    assert normalize_llamafactory({"current_steps": 5, "loss": None, "eval_loss": None}) is None
+    assert normalize_llamafactory({"current_steps": 5, "loss": float("nan"), "eval_loss": None})["kind"] == "train"
+
+
+def test_current_llamafactory_still_reads():
+    lines = (FIXTURES / "llamafactory_output" / "trainer_log.jsonl").read_bytes().splitlines()
+    records = parse_lines(lines, "llamafactory")
+    assert sum(r["kind"] == "train" for r in records) == 20 and sum(r["kind"] == "eval" for r in records) == 2
+
+
+# --- ms-swift: Megatron-SWIFT and ms-swift 4 --------------------------------------------------------
+
+def megatron_lines(last: int, total: int = 176) -> list[dict]:
+    """Megatron-SWIFT's PrintCallback: the trainer's logs plus "iteration": "N/total" and friends."""
+    lines = []
+    for step in range(5, last + 1, 5):
+        lines.append({"loss": round(2.2 - step / 200, 4), "grad_norm": 0.93, "learning_rate": 9.8e-05,
+                      "consumed_samples": step * 16, "global_batch_size": 16,
+                      "iteration": f"{step}/{total}", "elapsed_time": f"{step * 3}s",
+                      "remaining_time": f"{(total - step) * 3 // 60}m {(total - step) * 3 % 60}s",
+                      "memory(GiB)": 35.66, "train_speed(s/it)": 3.0})
+    return lines
+
+
+def test_megatron_swift_iteration_gives_the_step(tmp_path):
+    record = normalize_swift(megatron_lines(5)[0])
+    assert record["step"] == 5 and record["total_steps"] == 176 and record["loss"] == 2.175
+    assert record["steps_per_s"] == pytest.approx(1 / 3) and record["elapsed_s"] == 15 and record["eta_s"] == 513
+    out = tmp_path / "megatron_output" / "Qwen2.5-7B"
+    run = out / "v0-20261129-210000"
+    run.mkdir(parents=True)
+    (run / "args.json").write_text(json.dumps({"model": "Qwen/Qwen2.5-7B-Instruct", "train_type": "lora",
+                                               "torch_dtype": "bfloat16", "micro_batch_size": 1}, indent=2))
+    (run / "logging.jsonl").write_text("".join(json.dumps(line) + "\n" for line in megatron_lines(50)))
+    source = open_source(out)
+    assert source.kind == SWIFT and source.path == run and source.facts["method"] == "lora"
+    records = MetricsFeed(source.metrics_path, source.kind).read_tail()
+    assert records[-1]["step"] == 50 and records[-1]["total_steps"] == 176
+
+
+def test_ms_swift_4_tuner_type_names_the_method(tmp_path):
+    run = tmp_path / "output" / "v0-20261129-210000"
+    shutil.copytree(FIXTURES / "swift_output" / "v0-20261129-210000", run)
+    args = json.loads((run / "args.json").read_text())
+    args.pop("train_type")
+    args["tuner_type"] = "lora"
+    (run / "args.json").write_text(json.dumps(args, indent=2))
+    assert open_source(tmp_path / "output").facts["method"] == "lora"
+
+
+# --- writer gone: idle since, finished --------------------------------------------------------------
+
+def copy_swift(tmp_path: Path, keep_lines: int | None = None, extra: list[dict] | None = None) -> Path:
+    run = tmp_path / "output" / "v0-20261129-210000"
+    shutil.copytree(FIXTURES / "swift_output" / "v0-20261129-210000", run)
+    lines = (run / "logging.jsonl").read_text().splitlines(keepends=True)
+    if keep_lines is not None:
+        lines = lines[:keep_lines]
+    lines += [json.dumps(line) + "\n" for line in extra or []]
+    (run / "logging.jsonl").write_text("".join(lines))
+    return run
+
+
+def state_of(path: Path, now: float | None = None):
+    source = open_source(path)
+    feed = open_metrics_feed(source)
+    feed.read_tail()
+    return writer_state(source, feed.activity, now=now)
+
+
+def test_swift_summary_line_means_finished(tmp_path):
+    assert state_of(copy_swift(tmp_path)).status == FINISHED  # the summary line after step 100/100
+
+
+def test_swift_final_state_line_before_the_total_is_idle_not_finished(tmp_path):
+    # newer ms-swift writes its last_model_checkpoint line in a finally: also when train() raised
+    run = copy_swift(tmp_path, keep_lines=40, extra=[{"last_model_checkpoint": None, "best_model_checkpoint": None,
+                                                      "best_metric": None, "global_step": 39, "log_history": [],
+                                                      "memory": {}}])
+    assert state_of(run).status == IDLE
+
+
+def test_a_log_written_months_ago_is_idle_and_a_fresh_one_runs(tmp_path):
+    run = copy_swift(tmp_path, keep_lines=60)
+    assert state_of(run).status == RUNNING
+    age(run)
+    state = state_of(run)
+    assert state.status == IDLE and state.since == pytest.approx(MONTHS_AGO, abs=1)
+    assert state.to_json()["status"] == "idle" and state.to_json()["last_write"].startswith(
+        time.strftime("%Y-%m-%d", time.localtime(MONTHS_AGO)))
+
+
+def test_patience_is_ten_record_intervals_with_a_floor(tmp_path):
+    activity = WriterActivity()
+    activity.observe([{"kind": "train", "step": s, "elapsed_s": 300.0 * s} for s in range(1, 6)])
+    assert activity.median_interval == 300
+    out = tmp_path / "lf"
+    out.mkdir()
+    (out / "trainer_log.jsonl").write_text("{}\n")
+    source = open_source(out)
+    written = (out / "trainer_log.jsonl").stat().st_mtime
+    assert writer_state(source, activity, now=written + 2000).status == RUNNING  # logs every 5 min
+    assert writer_state(source, activity, now=written + 3001).status == IDLE
+    quick = WriterActivity()
+    quick.observe([{"kind": "train", "step": s, "elapsed_s": 1.0 * s} for s in range(1, 6)])
+    assert writer_state(source, quick, now=written + IDLE_FLOOR_S - 1).status == RUNNING  # the floor
+    assert writer_state(source, quick, now=written + IDLE_FLOOR_S + 1).status == IDLE
+
+
+def test_llamafactory_results_file_means_finished(tmp_path):
+    out = tmp_path / "lf"
+    lines = lf_old_lines(40)[:3]  # stopped at step 10 of 40 as far as the log goes
+    out.mkdir()
+    (out / "trainer_log.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert state_of(out).status == RUNNING
+    (out / "train_results.json").write_text(json.dumps({"epoch": 4.0, "train_loss": 1.2, "train_runtime": 80.0}))
+    assert state_of(out).status == FINISHED
+
+
+def test_watch_json_reports_the_writer_state(tmp_path):
+    out = tmp_path / "hf_out"
+    write_checkpoint(out, 10, 40, MONTHS_AGO)
+    result = subprocess.run([sys.executable, "-m", "core", "watch", str(out), "--json"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120,
+                            env={"TUNEDECK_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["kind"] == "hf_trainer" and data["facts"]["method"] == "lora"
+    assert data["state"]["status"] == "idle" and data["state"]["last_write"]
+
+
+def test_tensorboard_is_imported_only_by_a_feed(tmp_path):
+    """Opening the app or a source never loads tensorboard (nor torch): only the file worker's feed does."""
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed: .venv/bin/pip install tensorboard")
+    run_dir = tmp_path / "runs" / "x"
+    run_dir.mkdir(parents=True)
+    (run_dir / "events.out.tfevents.1764450000.box.1.0").write_bytes(b"")
+    probe = ("import sys, json\nimport core.watch.feed, core.watch.activity, core.watch.trainer_state,"
+             " core.watch.tb_events, tui.screens.dashboard\nfrom core.watch.source import open_source\n"
+             f"print(open_source({str(tmp_path)!r}).kind)\nprint(json.dumps(sorted(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    kind, modules = result.stdout.splitlines()
+    assert kind == TENSORBOARD, result.stderr
+    loaded = {name.split(".")[0] for name in json.loads(modules)}
+    assert not {"tensorboard", "torch", "tensorflow"} & loaded
