@@ -41,7 +41,7 @@ from core.watch.alerts import (
     throughput_alert,
 )
 from core.watch.downsample import BucketedSeries
-from core.watch.feed import EventsFeed, LinesFeed, MetricsFeed
+from core.watch.feed import EventsFeed, LinesFeed, open_metrics_feed
 from core.watch.figures import cost_so_far, format_count, format_duration, mfu
 from core.watch.series import RunSeries
 from core.watch.source import WatchSource
@@ -170,7 +170,7 @@ class DashboardScreen(Screen[None]):
         self.clock = clock
         self.series = RunSeries()
         self.axis = "step"
-        self.status = "running" if source.read_only else ""
+        self.status = ""  # read-only sources too: core.watch.activity says running, idle or finished
         self.reason = ""
         self.gpu_indices: list[int] = []
         self.gpu_name: str | None = None
@@ -250,7 +250,8 @@ class DashboardScreen(Screen[None]):
     def watch_files(self) -> None:
         worker = get_current_worker()
         source = self.source
-        metrics = MetricsFeed(source.metrics_path, source.kind)
+        metrics = open_metrics_feed(source)
+        self._activity = metrics.activity
         self.post_message(MetricsBatch(metrics.read_tail(), reset=True))
         log = LinesFeed(source.log_path)
         events = EventsFeed(source.events_path)
@@ -294,7 +295,10 @@ class DashboardScreen(Screen[None]):
             except OSError:
                 pass
         if self.source.read_only:
-            self.post_message(RunState("running", "", free, total))
+            from core.watch.activity import writer_state
+
+            state = writer_state(self.source, self._activity)
+            self.post_message(RunState(state.status, state.label(), free, total))
             return
         from core.runs import RunDirectory, effective_status
 
@@ -451,12 +455,13 @@ class DashboardScreen(Screen[None]):
         gpus = ",".join(str(i) for i in self.gpu_indices) or (str(self._gpu_count()) if self._gpu_count() else None)
         status = self.status or "…"
         colour = {"running": "$success", "finished": "$primary", "failed": "$error", "crashed": "$error",
-                  "stalled": "$warning", "stopping": "$warning", "stopped": "$warning"}.get(status, "$foreground-muted")
+                  "stalled": "$warning", "stopping": "$warning", "stopped": "$warning",
+                  "idle": "$warning"}.get(status, "$foreground-muted")
         line1 = " · ".join([
             f"[b]{_escape(_na(model))}[/]", _na(method), _na(precision),
             t("dashboard.zero", stage=_na(None if zero is None else str(zero))),
             t("dashboard.gpus", gpus=_na(gpus)),
-            f"[{colour}]{_escape(state_label(status))}[/]",
+            f"[{colour}]{_escape(self.reason if status == 'idle' else state_label(status))}[/]",
         ])
         if self.source.read_only:
             line1 += f"  [$foreground-muted]{t('dashboard.read_only', kind=t('dashboard.kind_' + self.source.kind))}[/]"
@@ -465,7 +470,7 @@ class DashboardScreen(Screen[None]):
         if step is not None and total:
             progress += f" {100.0 * step / total:.0f}%"
         elapsed = latest.get("elapsed_s")
-        eta = latest.get("eta_s") if status in ("running", "stopping", "") or self.source.read_only else None
+        eta = latest.get("eta_s") if status in ("running", "stopping", "") else None
         tokens = latest.get("tokens_per_s")
         gpu_count = self._gpu_count()
         mfu_value = mfu(latest, header, gpu_count, self.gpu_name)
