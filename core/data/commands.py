@@ -73,6 +73,8 @@ def render_report(report) -> str:
     lines.append(f"  {t('data.label_records'):<10}" + t(
         "data.records_line", records=report.records, rows=report.rows, conversations=report.conversations,
         turns=report.turns, text=report.text_records))
+    if report.untrained_turns:
+        lines.append(" " * 12 + t("data.untrained_turns", count=report.untrained_turns))
     stats = report.lengths
     if stats is not None:
         lines.append(f"  {t('data.label_tokens'):<10}" + t(

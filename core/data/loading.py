@@ -15,10 +15,29 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from core.data.formats import RowError, describe_keys, detect_format, format_of_row, normalise_row
+from core.data.formats import (
+    RowError,
+    describe_keys,
+    detect_format,
+    format_of_row,
+    normalise_row,
+    refusal_message,
+    refusal_of_row,
+)
 from core.data.issues import DEFAULT_MAX_ISSUES, DataError, DataIssue
 from core.data.readers import SUFFIXES, BadRow, FileProblem, RawRow, iter_rows
 from core.data.records import Record
+from core.data.registry import (
+    DatasetSource,
+    RegistryEntry,
+    map_rows,
+    resolve_sources,
+    resolve_sources_and_issues,
+    sample_records,
+)
+from core.data.registry import (
+    looks_like_hub_id as looks_like_hub_id,  # callers import it from here
+)
 from core.i18n import t
 
 DETECT_SAMPLE = 50
@@ -66,11 +85,18 @@ def _normalise_rows(
             report(None, None, t("data.unknown_format", keys=describe_keys(first.value)))
         elif not rows:
             report(None, None, t("data.empty_file"))
+    # Data that is not SFT text (preference, KTO, multimodal) is said once per kind, at its first row
+    # with the number of rows like it, instead of as hundreds of misleading row errors.
+    refused: dict[str, list[RawRow]] = {}
     for raw in rows:
         if isinstance(raw, BadRow):
             report(raw.line, raw.row, raw.message)
             continue
         if fmt is None:
+            continue
+        kind = refusal_of_row(raw.value)
+        if kind is not None:
+            refused.setdefault(kind, []).append(raw)
             continue
         try:
             record = normalise_row(raw.value, fmt)
@@ -86,12 +112,27 @@ def _normalise_rows(
             continue
         record.origin = f"{source}:{raw.line}" if raw.line is not None else f"{source} row {raw.row}"
         result.records.append(record)
+    # First in the list: they say what the data is, which matters more than any row's detail.
+    said = [DataIssue(source, found[0].line, found[0].row, refusal_message(kind, len(found)))
+            for kind, found in refused.items()]
+    result.issues[0:0] = said
+    if len(result.issues) > max_issues:
+        result.more_issues += len(result.issues) - max_issues
+        del result.issues[max_issues:]
     return result
 
 
-def read_dataset(path: str | Path, max_issues: int = DEFAULT_MAX_ISSUES, fmt: str | None = None) -> LoadedDataset:
+def read_dataset(
+    path: str | Path,
+    max_issues: int = DEFAULT_MAX_ISSUES,
+    fmt: str | None = None,
+    entry: RegistryEntry | None = None,
+    whole_text_files: bool = False,
+) -> LoadedDataset:
     """Read a local data file: detected format, normalised records and every malformed row.
 
+    ``entry``: the ``dataset_info.json`` entry the file belongs to (its columns, tags and formatting).
+    ``whole_text_files``: a ``.txt`` file is one document (else one per blank-line separated block).
     Raises ``DataError`` only when the file itself cannot be read (missing, wrong suffix, not JSON...).
     """
     path = Path(path)
@@ -100,8 +141,14 @@ def read_dataset(path: str | Path, max_issues: int = DEFAULT_MAX_ISSUES, fmt: st
         raise DataError([DataIssue(source, None, None, t("data.is_a_folder"))])
     if not path.is_file():
         raise DataError([DataIssue(source, None, None, t("data.file_missing"))])
+    if path.suffix.lower() == ".txt":
+        fmt = "text"
     try:
-        return _normalise_rows(source, iter_rows(path), max_issues, fmt)
+        rows = iter_rows(path, whole_text_files)
+        if entry is not None:
+            rows = map_rows(rows, entry)
+            fmt = fmt or entry.format
+        return _normalise_rows(source, rows, max_issues, fmt)
     except FileProblem as exc:
         raise DataError([DataIssue(source, exc.line, None, str(exc))]) from None
     except OSError as exc:
@@ -116,14 +163,13 @@ def load_records(path: str | Path, max_issues: int = DEFAULT_MAX_ISSUES) -> list
 
 
 def data_files_in(directory: Path) -> list[Path]:
-    """The data files directly inside a directory (a dataset folder), sorted by name."""
-    return sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES)
+    """The data files directly inside a directory (a dataset folder), sorted by name.
 
-
-def looks_like_hub_id(spec: str) -> bool:
-    parts = spec.split("/")
-    return len(parts) == 2 and all(parts) and not spec.startswith((".", "~")) and \
-        Path(spec).suffix.lower() not in SUFFIXES
+    ``.txt`` files count only in a folder without structured data files (a README.txt beside a
+    train.jsonl is not training text)."""
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES)
+    structured = [p for p in files if p.suffix.lower() != ".txt"]
+    return structured or files
 
 
 def _offline() -> bool:
@@ -152,82 +198,117 @@ def network_reachable(hub: str, timeout: float = NETWORK_PROBE_TIMEOUT_S) -> boo
         return False
 
 
-def _hub_rows(dataset_id: str, hub: str, split: str) -> Iterator[RawRow]:
+def _hub_rows(dataset_id: str, hub: str, split: str, subset: str | None = None) -> Iterator[RawRow]:
     if hub == "huggingface":
         from datasets import load_dataset
 
-        dataset = load_dataset(dataset_id, split=split)
+        dataset = load_dataset(dataset_id, subset, split=split) if subset else load_dataset(dataset_id, split=split)
     else:
         from modelscope.msdatasets import MsDataset
 
-        dataset = MsDataset.load(dataset_id, split=split)
+        dataset = MsDataset.load(dataset_id, subset_name=subset, split=split) if subset else \
+            MsDataset.load(dataset_id, split=split)
     for index, value in enumerate(dataset):
         yield RawRow(dict(value), None, index)
 
 
 def read_hub_dataset(
-    dataset_id: str, hub: str = "modelscope", split: str = "train", max_issues: int = DEFAULT_MAX_ISSUES
+    dataset_id: str, hub: str = "modelscope", split: str = "train", max_issues: int = DEFAULT_MAX_ISSUES,
+    entry: RegistryEntry | None = None,
 ) -> LoadedDataset:
     """A hub dataset by id (``owner/name``), normalised like a local file.
 
     Fails within a few seconds with a clear ``DataError`` when the hub cannot be reached, instead of
     letting the hub client retry for minutes. With ``HF_HUB_OFFLINE=1`` the local cache is tried.
     """
-    source = f"{hub}:{dataset_id}"
+    source = f"{hub}:{dataset_id}" + (f" ({split})" if split != "train" else "")
     if hub not in HUB_HOSTS:
         raise DataError([DataIssue(source, None, None, t("data.unknown_hub", hub=hub))])
     if not _offline() and not network_reachable(hub):
         host = hub_address(hub)[0]
         raise DataError([DataIssue(source, None, None, t("data.hub_unreachable", host=host, id=dataset_id))])
     try:
-        rows = list(_hub_rows(dataset_id, hub, split))
+        rows: list[RawRow | BadRow] = list(_hub_rows(dataset_id, hub, split, entry.subset if entry else None))
     except DataError:
         raise
     except Exception as exc:  # the hub clients raise many kinds (missing dataset, auth, offline cache)
         raise DataError([DataIssue(source, None, None, t("data.hub_failed", problem=str(exc).splitlines()[0]
                                                          if str(exc) else type(exc).__name__))]) from None
+    if entry is not None:
+        return _normalise_rows(source, map_rows(rows, entry), max_issues, entry.format)
     return _normalise_rows(source, rows, max_issues)
 
 
-def read_any(spec: str, hub: str = "modelscope", max_issues: int = DEFAULT_MAX_ISSUES) -> list[LoadedDataset]:
-    """A dataset given as a file, a folder of data files, or a hub id."""
-    path = Path(spec).expanduser()
-    if path.is_file():
-        return [read_dataset(path, max_issues)]
+def read_source(source: DatasetSource, hub: str = "modelscope", max_issues: int = DEFAULT_MAX_ISSUES
+                ) -> list[LoadedDataset]:
+    """The data of one resolved ``dataset`` entry (a file, the files of a folder, a hub split)."""
+    entry = source.entry
+    if source.kind == "hub" or (entry is not None and entry.hub_id):
+        return [read_hub_dataset(source.location, source.hub or hub, source.split or "train", max_issues, entry)]
+    path = Path(source.location)
     if path.is_dir():
         files = data_files_in(path)
         if not files:
-            raise DataError([DataIssue(spec, None, None, t("data.empty_dir", allowed=", ".join(SUFFIXES)))])
-        return [read_dataset(file, max_issues) for file in files]
-    if looks_like_hub_id(spec):
-        return [read_hub_dataset(spec, hub, max_issues=max_issues)]
-    raise DataError([DataIssue(spec, None, None, t("data.file_missing"))])
+            raise DataError([DataIssue(source.spec, None, None, t("data.empty_dir", allowed=", ".join(SUFFIXES)))])
+        return [read_dataset(file, max_issues, entry=entry, whole_text_files=True) for file in files]
+    return [read_dataset(path, max_issues, entry=entry)]
+
+
+def read_any(spec: str, hub: str = "modelscope", max_issues: int = DEFAULT_MAX_ISSUES) -> list[LoadedDataset]:
+    """A dataset given as a file, a folder of data files, or a hub id (``:split`` and ``#N`` read, the
+    sampling not applied: this is what the source holds)."""
+    loaded: list[LoadedDataset] = []
+    for source in resolve_sources([spec], hub):
+        loaded += read_source(source, hub, max_issues)
+    return loaded
 
 
 def load_training_records(
-    datasets: str | list[str], hub: str = "modelscope", max_issues: int = DEFAULT_MAX_ISSUES
+    datasets: str | list[str],
+    hub: str = "modelscope",
+    max_issues: int = DEFAULT_MAX_ISSUES,
+    *,
+    dataset_info: str | None = None,
+    dataset_dir: str | None = None,
+    base_dir: str | Path | None = None,
+    split: str | None = None,
+    seed: int = 42,
 ) -> list[Record]:
-    """All records of a run's ``dataset`` value (one spec or a list); raises ``DataError`` on any problem.
+    """All records of a run's ``dataset`` value (one spec, a comma-separated text or a list); raises
+    ``DataError`` on any problem.
 
-    Every source is read before raising, so the error lists the problems of all of them.
+    Entries are resolved by ``core.data.registry`` (files, folders, ``dataset_info.json`` names, hub
+    ids, ``:split``, ``#N`` sampled with ``seed``). Every source is read before raising, so the error
+    lists the problems of all of them.
     """
-    specs = [datasets] if isinstance(datasets, str) else list(datasets)
     records: list[Record] = []
-    issues: list[DataIssue] = []
     more = 0
-    for spec in specs:
+    sources, issues = resolve_sources_and_issues(datasets, hub, dataset_info, dataset_dir, base_dir, split)
+    for source in sources:
         try:
-            loaded_list = read_any(spec, hub, max_issues)
+            loaded_list = read_source(source, hub, max_issues)
         except DataError as exc:
             issues += exc.issues
             continue
+        found: list[Record] = []
         for loaded in loaded_list:
-            records += loaded.records
+            found += loaded.records
             issues += loaded.issues
             more += loaded.more_issues
+        records += sample_records(found, source.sample, seed) if source.sample is not None else found
     if issues:
         raise DataError(issues[:max_issues], more + max(0, len(issues) - max_issues))
     return records
+
+
+def config_records(cfg: dict[str, Any], max_issues: int = DEFAULT_MAX_ISSUES, base_dir: str | Path | None = None
+                   ) -> list[Record]:
+    """The records of a run configuration (a ``RunConfig.to_dict()`` or a run's ``config.yaml``)."""
+    return load_training_records(
+        cfg.get("dataset") or [], str(cfg.get("hub") or "modelscope"), max_issues,
+        dataset_info=cfg.get("dataset_info"), dataset_dir=cfg.get("dataset_dir"), base_dir=base_dir,
+        split=cfg.get("split"), seed=int(cfg["seed"]) if cfg.get("seed") is not None else 42,
+    )
 
 
 def first_records(path: str | Path, count: int = 5) -> list[dict[str, Any]]:

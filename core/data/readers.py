@@ -1,7 +1,8 @@
 """Reading rows out of local data files, each with the line (or row index) it came from.
 
 Supported: ``.jsonl`` (JSON lines), ``.json`` (an array, or JSON lines under a .json name), ``.csv``,
-``.parquet``. A row that cannot even be parsed (invalid JSON) is yielded as a ``BadRow`` so the caller
+``.parquet``, and ``.txt`` (plain text for pre-training: one document per blank-line separated block, or
+the whole file as one document). A row that cannot even be parsed (invalid JSON) is yielded as a ``BadRow`` so the caller
 can report it with the others.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 from core.i18n import t
 
 SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet",
-            ".pq": "parquet"}
+            ".pq": "parquet", ".txt": "txt"}
 
 
 @dataclass
@@ -214,9 +215,37 @@ def iter_parquet(path: Path) -> Iterator[RawRow | BadRow]:
             index += 1
 
 
-def iter_rows(path: Path) -> Iterator[RawRow | BadRow]:
-    """Every row of a local data file, in order."""
+def iter_txt(text: str, whole_file: bool = False) -> Iterator[RawRow]:
+    """Documents of a plain-text file as ``{"text": ...}`` rows: blocks separated by blank lines, each
+    with the line it starts on; with ``whole_file`` the file is one document."""
+    if whole_file:
+        if text.strip():
+            start = 1 + text[: len(text) - len(text.lstrip())].count("\n")
+            yield RawRow({"text": text.strip("\n")}, start, 0)
+        return
+    index = 0
+    block: list[str] = []
+    start = 0
+    for number, line in enumerate(jsonl_lines(text), start=1):
+        if line.strip():
+            if not block:
+                start = number
+            block.append(line)
+            continue
+        if block:
+            yield RawRow({"text": "\n".join(block)}, start, index)
+            index += 1
+            block = []
+    if block:
+        yield RawRow({"text": "\n".join(block)}, start, index)
+
+
+def iter_rows(path: Path, whole_text_files: bool = False) -> Iterator[RawRow | BadRow]:
+    """Every row of a local data file, in order (``whole_text_files``: a ``.txt`` is one document)."""
     kind = file_kind(path)
+    if kind == "txt":
+        yield from iter_txt(read_utf8(path), whole_text_files)
+        return
     if kind == "parquet":
         yield from iter_parquet(path)
         return

@@ -31,6 +31,13 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     name: str | None = None  # a tool's name on a tool message, when given
     tool_call_id: str | None = None
+    # Whether this assistant turn is trained on: None = the default (yes); False = the data excluded it
+    # (OpenAI ``weight: 0``, ms-swift ``loss: false``, a TRL prompt's own answers).
+    trainable: bool | None = None
+
+    @property
+    def trained(self) -> bool:
+        return self.role == "assistant" and self.trainable is not False
 
 
 @dataclass
@@ -77,13 +84,18 @@ class Conversation:
 
 @dataclass
 class TextRecord:
-    """Plain text for continued pre-training: every token is trained on."""
+    """Plain text: every token of ``text`` is trained on (continued pre-training).
+
+    ``prompt`` (TRL's plain prompt/completion rows) comes before ``text`` and is context only: its
+    tokens carry no loss, and no chat template is applied.
+    """
 
     text: str
     origin: str | None = None
+    prompt: str = ""
 
     def approx_text(self) -> str:
-        return self.text
+        return self.prompt + self.text
 
 
 Record = Conversation | TextRecord

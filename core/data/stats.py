@@ -47,6 +47,7 @@ class DataReport:
     conversations: int = 0
     text_records: int = 0
     turns: int = 0  # assistant turns over all conversations
+    untrained_turns: int = 0  # assistant turns the data excludes from the loss (weight 0, loss false)
     with_tools: int = 0
     lengths: LengthStats | None = None
 
@@ -59,7 +60,8 @@ class DataReport:
             "path": self.path, "format": self.format, "records": self.records, "rows": self.rows,
             "ok": self.ok, "issues": [issue.to_dict() for issue in self.issues], "more_issues": self.more_issues,
             "conversations": self.conversations, "text_records": self.text_records,
-            "assistant_turns": self.turns, "with_tools": self.with_tools,
+            "assistant_turns": self.turns, "assistant_turns_untrained": self.untrained_turns,
+            "with_tools": self.with_tools,
             "tokens": self.lengths.to_dict() if self.lengths else None,
         }
 
@@ -128,6 +130,7 @@ def check_data(
         if isinstance(record, Conversation):
             report.conversations += 1
             report.turns += sum(1 for m in record.messages if m.role == "assistant")
+            report.untrained_turns += sum(1 for m in record.messages if m.role == "assistant" and not m.trained)
             report.with_tools += 1 if record.tools else 0
         else:
             report.text_records += 1

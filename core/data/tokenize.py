@@ -11,7 +11,11 @@ Two ways to find them:
   characters fall in such a span are labelled. When a template rewrites earlier turns (so a prefix is
   not a prefix), the answer's text is searched for instead.
 
-Text records train on every token, with the end-of-sequence token appended. Sequences longer than
+An assistant turn the data excludes (``Message.trainable is False``: OpenAI ``weight: 0``, ms-swift
+``loss: false``, the answers inside a TRL prompt) carries no label with either method.
+
+Text records train on every token, with the end-of-sequence token appended; a text record's ``prompt``
+(TRL's plain prompt/completion) comes first and carries no label. Sequences longer than
 ``max_seq_len`` are cut at the end; how many and how many tokens were dropped is counted in
 ``Tokenized``, and a sample left with no label at all is dropped and counted too: never silent.
 """
@@ -97,12 +101,14 @@ def assistant_spans(tokenizer: Any, conversation: Conversation) -> tuple[str, li
     """The rendered conversation and the character spans of its assistant turns (prefix-diff method)."""
     messages = conversation.to_chat_messages()
     tools = conversation.tools
+    trained = iter([m.trained for m in conversation.messages if m.role == "assistant"])
     full = _render(tokenizer, messages, tools, False)
     spans: list[tuple[int, int]] = []
     cursor = 0
     for index, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
+        keep = next(trained, True)
         before = _render(tokenizer, messages[:index], tools, True)
         through = _render(tokenizer, messages[: index + 1], tools, False)
         if full.startswith(through) and through.startswith(before) and len(before) >= cursor:
@@ -116,7 +122,8 @@ def assistant_spans(tokenizer: Any, conversation: Conversation) -> tuple[str, li
             if span is None:
                 continue
             start, end = span
-        spans.append((start, end))
+        if keep:
+            spans.append((start, end))
         cursor = end
     return full, spans
 
@@ -155,23 +162,55 @@ def _encode_with_spans(tokenizer: Any, text: str, spans: list[tuple[int, int]]) 
     return ids, mask
 
 
+def _runs(mask: list[bool]) -> list[tuple[int, int]]:
+    """The ``[start, end)`` stretches of True in a mask."""
+    runs, start = [], None
+    for index, keep in enumerate([*mask, False]):
+        if keep and start is None:
+            start = index
+        elif not keep and start is not None:
+            runs.append((start, index))
+            start = None
+    return runs
+
+
 def _conversation_tokens(tokenizer: Any, conversation: Conversation, method: str) -> tuple[list[int], list[bool]]:
     if method == "generation":
         out = tokenizer.apply_chat_template(
             conversation.to_chat_messages(), tools=conversation.tools, tokenize=True, return_dict=True,
             return_assistant_tokens_mask=True,
         )
-        return list(out["input_ids"]), [bool(m) for m in out["assistant_masks"]]
+        ids, mask = list(out["input_ids"]), [bool(m) for m in out["assistant_masks"]]
+        trained = [m.trained for m in conversation.messages if m.role == "assistant"]
+        if all(trained):
+            return ids, mask
+        runs = _runs(mask)
+        if len(runs) == len(trained):  # one marked stretch per assistant turn: drop the excluded ones
+            for (start, end), keep in zip(runs, trained, strict=True):
+                if not keep:
+                    mask[start:end] = [False] * (end - start)
+            return ids, mask
+        # The template's marks do not line up with the turns: find them by rendering prefixes instead.
     text, spans = assistant_spans(tokenizer, conversation)
     return _encode_with_spans(tokenizer, text, spans)
 
 
 def _text_tokens(tokenizer: Any, record: TextRecord) -> list[int]:
-    ids = list(tokenizer(record.text, add_special_tokens=True)["input_ids"])
+    return _text_ids(tokenizer, record)[0]
+
+
+def _text_ids(tokenizer: Any, record: TextRecord) -> tuple[list[int], int]:
+    """The ids of a text record and how many of them (the prompt's) carry no label."""
     eos = getattr(tokenizer, "eos_token_id", None)
+    if record.prompt:
+        prompt = list(tokenizer(record.prompt, add_special_tokens=True)["input_ids"])
+        ids = prompt + list(tokenizer(record.text, add_special_tokens=False)["input_ids"])
+    else:
+        prompt = []
+        ids = list(tokenizer(record.text, add_special_tokens=True)["input_ids"])
     if eos is not None and (not ids or ids[-1] != eos):
         ids.append(eos)
-    return ids
+    return ids, len(prompt)
 
 
 def tokenize_record(
@@ -179,8 +218,10 @@ def tokenize_record(
 ) -> tuple[list[int], list[int]]:
     """``(input_ids, labels)`` of one record, untruncated."""
     if isinstance(record, TextRecord):
-        ids = _text_tokens(tokenizer, record)
-        return ids, list(ids)
+        ids, untrained = _text_ids(tokenizer, record)
+        if loss_on == "all":
+            return ids, list(ids)
+        return ids, [IGNORE_INDEX] * untrained + ids[untrained:]
     if method is None:
         method = "generation" if supports_generation_mask(tokenizer) else "prefix"
     ids, mask = _conversation_tokens(tokenizer, record, method)

@@ -141,8 +141,8 @@ def test_unknown_format_and_whole_file_problems(tmp_path):
     path.write_text('{"question": "a", "answer": "b"}\n', encoding="utf-8")
     (issue,) = read_dataset(path).issues
     assert "cannot tell the format" in issue.message and "'question'" in issue.message
-    with pytest.raises(DataError, match="unsupported file type '.txt'"):
-        read_dataset(_touch(tmp_path / "data.txt", "x"))
+    with pytest.raises(DataError, match="unsupported file type '.xml'"):  # .txt is read: plain text
+        read_dataset(_touch(tmp_path / "data.xml", "x"))
     with pytest.raises(DataError, match="file not found"):
         read_dataset(tmp_path / "absent.jsonl")
     with pytest.raises(DataError, match="this is a folder"):
