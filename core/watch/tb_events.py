@@ -26,6 +26,7 @@ TRAIN_TAGS: dict[str, tuple[str, ...]] = {
 }
 EVAL_TAGS = ("eval/loss", "eval_loss", "eval/eval_loss", "val/loss", "val_loss", "Loss/val", "validation/loss")
 END_TAGS = ("train/train_runtime", "train/train_loss", "train_runtime")
+_KNOWN = frozenset(tag for tags in (*TRAIN_TAGS.values(), EVAL_TAGS, END_TAGS) for tag in tags)
 
 
 class TensorBoardFeed:
@@ -43,6 +44,7 @@ class TensorBoardFeed:
         self._emitted_step: int | None = None
         self._start_wall: float | None = None
         self._ended = False
+        self._files: tuple | None = None
 
     def _new_accumulator(self) -> Any:
         ea = self._ea
@@ -59,49 +61,67 @@ class TensorBoardFeed:
     def poll(self) -> tuple[list[dict[str, Any]], bool]:
         return self._read()
 
-    def _events(self) -> dict[str, list[tuple[int, float, float]]]:
-        """tag -> all (step, wall_time, value) so far, from scalars and scalar-plugin tensors."""
+    def _events(self, since: dict[str, int]) -> tuple[dict[str, int], dict[str, list[tuple[int, float, float]]]]:
+        """(tag -> how many events so far, tag -> the (step, wall_time, value) after ``since[tag]``) of the
+        tags we chart, from scalars and scalar-plugin tensors; only the new ones are converted."""
         accumulator = self._accumulator
         tags = accumulator.Tags()
-        out: dict[str, list[tuple[int, float, float]]] = {}
+        counts: dict[str, int] = {}
+        new: dict[str, list[tuple[int, float, float]]] = {}
         for tag in tags.get("scalars", []):
-            out[tag] = [(e.step, e.wall_time, e.value) for e in accumulator.Scalars(tag)]
-        tensor_tags = [tag for tag in tags.get("tensors", []) if tag not in out]
+            if tag in _KNOWN:
+                items = accumulator.Scalars(tag)
+                counts[tag] = len(items)
+                new[tag] = [(e.step, e.wall_time, e.value) for e in items[since.get(tag, 0):]]
+        tensor_tags = [tag for tag in tags.get("tensors", []) if tag in _KNOWN and tag not in counts]
         if tensor_tags:
             from tensorboard.util import tensor_util
 
             for tag in tensor_tags:
                 if accumulator.SummaryMetadata(tag).plugin_data.plugin_name != "scalars":
                     continue
+                items = accumulator.Tensors(tag)
+                counts[tag] = len(items)
                 values = []
-                for e in accumulator.Tensors(tag):
+                for e in items[since.get(tag, 0):]:
                     array = tensor_util.make_ndarray(e.tensor_proto)
                     if array.size == 1:
                         values.append((e.step, e.wall_time, float(array.reshape(-1)[0])))
-                out[tag] = values
-        return out
+                new[tag] = values
+        return counts, new
+
+    def _signature(self) -> tuple:
+        try:
+            return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                                for p in self.folder.glob("events.out.tfevents.*")))
+        except OSError:
+            return ()
 
     def _read(self) -> tuple[list[dict[str, Any]], bool]:
+        signature = self._signature()
+        if signature == self._files:
+            return [], False  # nothing written since the last read: no Reload, no work
         try:
             self._accumulator.Reload()
         except (OSError, RuntimeError, ValueError):
             return [], False  # a file caught being created or removed: the next poll tries again
-        events = self._events()
-        restarted = any(len(events.get(tag, ())) < seen for tag, seen in self._seen.items())
+        self._files = signature
+        counts, new = self._events(self._seen)
+        restarted = any(counts.get(tag, 0) < seen for tag, seen in self._seen.items())
         if restarted:  # the accumulator purged events of a restarted run (a step went back)
             self._seen, self._pending, self._emitted_step, self._start_wall = {}, {}, None, None
             self._ended = False
             self.activity.reset()
-        new = {tag: values[self._seen.get(tag, 0):] for tag, values in events.items()}
-        self._seen = {tag: len(values) for tag, values in events.items()}
+            counts, new = self._events({})
+        self._seen = counts
         walls = [wall for values in new.values() for _step, wall, _v in values]
         if walls and self._start_wall is None:
             self._start_wall = min(walls)
-        records = self._records(events, new)
+        records = self._records(counts, new)
         self.activity.observe(records)
         return records, restarted
 
-    def _records(self, events: dict[str, list], new: dict[str, list]) -> list[dict[str, Any]]:
+    def _records(self, events: dict[str, int], new: dict[str, list]) -> list[dict[str, Any]]:
         start = self._start_wall or 0.0
         walls: dict[int, float] = {}
         for key, tags in TRAIN_TAGS.items():

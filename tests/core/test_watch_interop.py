@@ -193,6 +193,7 @@ def test_tensorboard_log_dir_through_event_accumulator(tmp_path):
     evals = [r for r in records if r["kind"] == "eval"]
     assert len(evals) == 1 and evals[0]["step"] == 10 and evals[0]["eval_loss"] == pytest.approx(2.3)
     assert writer_state(source, feed.activity).status == RUNNING
+    assert feed.poll() == ([], False)  # nothing written since: nothing read
 
     for step in range(11, 14):  # the writer goes on: the next poll hands on only the new steps
         add_scalars(writer, step, start + 5 * step, hf_tb_step(step))
