@@ -38,11 +38,24 @@ def decoder_layers(model: Any) -> list[Any]:
 
 
 def disable_lora_input_upcast(model: Any) -> int:
-    """Keep LoRA inputs in the compute dtype (see the module docstring); returns how many layers."""
+    """Keep LoRA inputs in the compute dtype under autocast (see the module docstring); returns how many
+    layers. Without autocast (fp32 training, a bf16 model on a CPU) peft's cast stays: there the adapter's
+    matmul needs its input in the adapter's dtype."""
+    import torch
+
     count = 0
     for module in model.modules():
-        if hasattr(module, "cast_input_dtype_enabled") and hasattr(module, "lora_A"):
-            module.cast_input_dtype_enabled = False
+        if hasattr(module, "_cast_input_dtype") and hasattr(module, "lora_A") \
+                and not getattr(module, "_tunedeck_bf16_inputs", False):
+            original = module._cast_input_dtype
+
+            def cast(x: Any, dtype: Any, original: Any = original) -> Any:
+                if x is not None and torch.is_autocast_enabled(x.device.type):
+                    return x  # autocast casts it back to the compute dtype for the matmul anyway
+                return original(x, dtype)
+
+            module._cast_input_dtype = cast
+            module._tunedeck_bf16_inputs = True
             count += 1
     return count
 
