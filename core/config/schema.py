@@ -38,6 +38,7 @@ seed                       int >= 0                            42
 gpus                       all, a count, or a list of indices  all
 zero_stage                 0, 1, 2, 3                          0
 offload                    none, optimizer, all                none
+deepspeed                  path to a DeepSpeed JSON            (unset: tunedeck generates one)
 save_steps                 int >= 1                            500
 save_total_limit           int >= 0 (0 = keep all)             2
 eval_split                 0 <= x < 1                          0.0
@@ -130,6 +131,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "gpus": KeySpec("gpus"),
     "zero_stage": KeySpec("choice", ZERO_STAGES),
     "offload": KeySpec("choice", OFFLOADS),
+    "deepspeed": KeySpec("text", optional=True),
     "save_steps": KeySpec("int", minimum=1),
     "save_total_limit": KeySpec("int", minimum=0),
     "eval_split": KeySpec("number", minimum=0, below=1),
@@ -187,6 +189,7 @@ class RunConfig:
     gpus: str | int | list[int] = "all"
     zero_stage: int = 0
     offload: str = "none"
+    deepspeed: str | None = None
     save_steps: int = 500
     save_total_limit: int = 2
     eval_split: float = 0.0
