@@ -21,6 +21,7 @@ COMMAND_MODULES: list[str] = [
     "core.hardware.commands",
     "core.data.commands",
     "core.runs.commands",
+    "core.config.commands",
     "core.estimate.commands",
     "core.watch.commands",
     "core.hub.commands",

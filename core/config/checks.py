@@ -208,14 +208,15 @@ def _check_dataset(value: Any) -> str | list[str]:
 def _check_targets(value: Any) -> str | list[str]:
     if isinstance(value, str):
         text = value.strip()
-        if text in ("all-linear", "all_linear"):
+        if text in ("all-linear", "all_linear", "all"):  # "all" is LLaMA-Factory's spelling
             return "all-linear"
         if text and "," in text:
             return [part.strip() for part in text.split(",") if part.strip()]
         if text:
             return [text]
         raise _Invalid(t("config.empty_string"))
-    return _check_text_list(value, "config.expect_targets")
+    items = _check_text_list(value, "config.expect_targets")
+    return "all-linear" if len(items) == 1 and items[0] in ("all-linear", "all_linear", "all") else items
 
 
 def check_value(key: str, value: Any) -> Any:
@@ -287,6 +288,11 @@ def suggest_key(key: str) -> str | None:
 
 
 def unknown_key_message(key: str) -> str:
+    from core.config.peers import peer_suggestion
+
+    peer = peer_suggestion(key)  # a LLaMA-Factory / ms-swift name: what it means here, not a look-alike
+    if peer is not None:
+        return peer.text()
     suggestion = suggest_key(key)
     if suggestion:
         return t("config.unknown_key", suggestion=suggestion)

@@ -137,6 +137,11 @@ def config_from_mapping(
         locations = {key: (source, None) for key in values}
     clean, issues = check_values(values, locations, source)
     issues = list(prior_issues) + issues
+    if clean.get("deepspeed"):  # the user's DeepSpeed JSON: its values join the run's, conflicts named
+        from core.config.deepspeed_file import reconcile_deepspeed
+
+        clean, deepspeed_issues = reconcile_deepspeed(clean, locations, source)
+        issues += deepspeed_issues
     config = RunConfig(**resolve_defaults(clean))
     issues += check_combinations(config, locations, source, gpu_caps)
     # The file's problems in line order, then the command line's.

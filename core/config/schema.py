@@ -11,6 +11,9 @@ name                       text                                ``<model>-<method
 model                      hub id or local directory           (required)
 hub                        modelscope, huggingface             modelscope
 dataset                    path / hub id, or a list of them    (required)
+dataset_info               path to a dataset_info.json         (unset: the one in dataset_dir or next to the config)
+dataset_dir                folder with dataset_info.json       (unset)
+split                      hub dataset split                   (unset: train, or the dataset_info entry's)
 method                     full, lora, dora, qlora             lora
 lora_rank                  int >= 1                            16
 lora_alpha                 number > 0                          32
@@ -104,6 +107,9 @@ KEY_SPECS: dict[str, KeySpec] = {
     "model": KeySpec("text", optional=True),
     "hub": KeySpec("choice", HUBS),
     "dataset": KeySpec("dataset", optional=True),
+    "dataset_info": KeySpec("text", optional=True),
+    "dataset_dir": KeySpec("text", optional=True),
+    "split": KeySpec("text", optional=True),
     "method": KeySpec("choice", METHODS),
     "lora_rank": KeySpec("int", minimum=1, maximum=4096),
     "lora_alpha": KeySpec("number", above=0),
@@ -160,6 +166,9 @@ class RunConfig:
 
     model: str | None = None
     dataset: str | list[str] | None = None
+    dataset_info: str | None = None  # a LLaMA-Factory dataset_info.json naming datasets (core.data.registry)
+    dataset_dir: str | None = None
+    split: str | None = None
     name: str | None = None
     hub: str = "modelscope"
     method: str = "lora"

@@ -42,7 +42,7 @@ def evaluation_examples(run: RunDirectory, tokenizer: Any) -> tuple[str, list[di
     cfg = run.config()
     datasets = cfg.get("dataset")
     datasets = [datasets] if isinstance(datasets, str) else list(datasets or [])
-    records = load_records(datasets, str(cfg.get("hub", "modelscope")))
+    records = load_records(datasets, str(cfg.get("hub", "modelscope")), cfg)
     examples = tokenize_records(records, tokenizer, int(cfg.get("max_seq_len", 2048)),
                                 str(cfg.get("loss_on", "assistant")))
     seed = int(cfg.get("seed", 42))
@@ -87,7 +87,7 @@ def _fixed_prompts(run: RunDirectory) -> list[str]:
         cfg = run.config()
         datasets = cfg.get("dataset")
         records = load_records([datasets] if isinstance(datasets, str) else list(datasets or []),
-                               str(cfg.get("hub", "modelscope")))
+                               str(cfg.get("hub", "modelscope")), cfg)
         messages = getattr(records[0], "messages", None) or []
         first_user = next((m for m in messages if getattr(m, "role", None) == "user"), None)
         if first_user is not None:

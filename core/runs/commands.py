@@ -21,6 +21,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--master-addr", default="127.0.0.1", help=t("runs.master_addr_help"))
     p.add_argument("--master-port", type=int, default=0, help=t("runs.master_port_help"))
     p.add_argument("--hostfile", default=None, help=t("runs.hostfile_help"))
+    p.add_argument("--check", action="store_true", help=t("runs.check_help"))
     p.set_defaults(handler=cmd_train)
 
     p = subparsers.add_parser("demo", help=t("runs.demo_help"), description=t("runs.demo_help"))
@@ -125,7 +126,8 @@ def _check_data(config: Any) -> None:
     if not config.dataset:
         raise CliError(t("runs.no_dataset"), 2)
     try:
-        load_training_records(config.dataset, hub=config.hub)
+        load_training_records(config.dataset, hub=config.hub, dataset_info=config.dataset_info,
+                              dataset_dir=config.dataset_dir, split=config.split, seed=config.seed)
     except DataError as exc:
         raise CliError(t("runs.dataset_invalid", problems=str(exc)), 2) from exc
 
@@ -148,10 +150,10 @@ def _absolute_local_paths(config: Any, yaml_dir: Path | None) -> None:
 
     if isinstance(config.model, str):
         config.model = fix(config.model)
-    if isinstance(config.dataset, str):
-        config.dataset = fix(config.dataset)
-    elif isinstance(config.dataset, list):
-        config.dataset = [fix(d) if isinstance(d, str) else d for d in config.dataset]
+    from core.data.registry import anchor_dataset_keys
+
+    # Dataset entries keep their #N / :split; a dataset_info.json next to the YAML is recorded.
+    anchor_dataset_keys(config, yaml_dir)
 
 
 def _check_model(config: Any) -> None:
@@ -238,11 +240,12 @@ def _resolve_for_this_box(config: Any, gpus: list[int]) -> str | None:
     return asked
 
 
-def _launch_config(config: Any, argv: list[str], command: str, distributed: Any = None) -> Any:
+def _check_box(config: Any) -> list[int]:
+    """The GPUs the run gets here, refusing what this box cannot run and checkpoints the disk cannot hold."""
     from core.cli import CliError
     from core.i18n import t
+    from core.paths import runs_dir
     from core.runs.gpus import resolve_gpus, visible_gpu_count
-    from core.runs.launch import create_run
 
     try:
         gpus = resolve_gpus(config.gpus, visible_gpu_count())
@@ -252,9 +255,15 @@ def _launch_config(config: Any, argv: list[str], command: str, distributed: Any 
         raise CliError(t("runs.qlora_needs_gpu"), 2)
     if not gpus and int(config.zero_stage or 0) > 0:
         raise CliError(t("runs.zero_needs_gpu"), 2)
-    from core.paths import runs_dir
-
     _check_disk_space(config.to_dict(), runs_dir())  # before anything is written
+    return gpus
+
+
+def _launch_config(config: Any, argv: list[str], command: str, distributed: Any = None) -> Any:
+    from core.i18n import t
+    from core.runs.launch import create_run
+
+    gpus = _check_box(config)
     precision_asked = _resolve_for_this_box(config, gpus)
     if config.checkpoint_layers == "auto":
         from core.estimate.checkpointing import resolve_checkpoint_layers
@@ -274,21 +283,12 @@ def _launch_config(config: Any, argv: list[str], command: str, distributed: Any 
 # -- handlers --------------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace) -> int:
     from core.cli import CliError
-    from core.config import ConfigError, load_run_config
     from core.i18n import t
     from core.runs.launch import DistributedSettings
 
-    try:
-        config = load_run_config(args.config, list(args.overrides), gpu_caps=_gpu_caps())
-    except ConfigError as exc:
-        raise CliError(str(exc), 2) from exc
-    except FileNotFoundError as exc:
-        raise CliError(t("runs.config_missing", path=args.config), 2) from exc
-    for warning in getattr(config, "warnings", []) or []:
-        _err(t("runs.config_warning", warning=str(warning)))
-    _absolute_local_paths(config, Path(args.config).resolve().parent)
-    _check_model(config)
-    _check_data(config)
+    if args.check:
+        return _check_only(args)
+    config = _train_config(args)
     if args.hostfile:
         from core.runs.hostfile import DEFAULT_MASTER_PORT, HostfileError, node_rank_of, read_hostfile
 
@@ -311,6 +311,75 @@ def cmd_train(args: argparse.Namespace) -> int:
     run = _launch_config(config, argv, "train", distributed)
     _start(run)
     _report_started(run, args.json)
+    return 0
+
+
+def _train_config(args: argparse.Namespace) -> Any:
+    """The checked configuration of ``tunedeck train FILE``: a tunedeck YAML, or a LLaMA-Factory /
+    ms-swift file converted (its mapping printed on stderr), then the checks against the model, the data
+    and this box that must pass before anything starts (the ones ``--check`` runs)."""
+    from core.cli import CliError
+    from core.config import ConfigError, load_run_config
+    from core.config.importers import blocking_lines, detect_peer, import_file, load_imported_config
+    from core.i18n import t
+
+    try:
+        if detect_peer(args.config):
+            imported = import_file(args.config)
+            _err(t("runs.imported", path=args.config, peer=imported.peer_name))
+            _err(imported.mapping_text())
+            blocked = blocking_lines(imported)
+            if blocked:
+                raise CliError(t("runs.import_blocked", path=args.config,
+                                 lines="\n".join(f"  {line.text()}" for line in blocked)), 2)
+            args.imported = imported
+            config = load_imported_config(imported, list(args.overrides), gpu_caps=_gpu_caps())
+        else:
+            config = load_run_config(args.config, list(args.overrides), gpu_caps=_gpu_caps())
+    except ConfigError as exc:
+        raise CliError(str(exc), 2) from exc
+    except FileNotFoundError as exc:
+        raise CliError(t("runs.config_missing", path=args.config), 2) from exc
+    for warning in getattr(config, "warnings", []) or []:
+        _err(t("runs.config_warning", warning=str(warning)))
+    _absolute_local_paths(config, Path(args.config).resolve().parent)
+    _check_model(config)
+    _check_lora_targets(config)
+    _check_data(config)
+    return config
+
+
+def _check_lora_targets(config: Any) -> None:
+    """LoRA targets that name no module of the model fail in the trainer: refuse them here."""
+    from core.cli import CliError
+    from core.config.model_checks import lora_targets_problem
+
+    problem = lora_targets_problem(config.model, config.lora_targets, config.method)
+    if problem:
+        raise CliError(problem, 2)
+
+
+def _check_only(args: argparse.Namespace) -> int:
+    """``train --check``: every check ``train`` makes before launch, the resolved config printed, nothing
+    started; exit 2 with the problems (``--json``: ``{ok, problems}`` on stdout as well)."""
+    from core.cli import CliError
+    from core.i18n import t
+
+    args.imported = None
+    try:
+        config = _train_config(args)
+        gpus = _check_box(config)
+    except CliError as exc:
+        if args.json:
+            _print_json({"ok": False, "problems": str(exc).splitlines()})
+        raise
+    if args.json:
+        _print_json({"ok": True, "config": config.to_dict(), "gpus": gpus,
+                     "warnings": [str(w) for w in getattr(config, "warnings", []) or []],
+                     "mapping": [line.to_dict() for line in args.imported.mapping] if args.imported else None})
+    else:
+        sys.stdout.write(config.to_yaml())
+        _err(t("runs.check_ok"))
     return 0
 
 

@@ -25,11 +25,20 @@ class TrainingExamples:
     skipped: int = 0  # examples with nothing to learn from (no assistant token left)
 
 
-def load_records(datasets: Sequence[str] | str, hub: str = "modelscope") -> list[Any]:
-    """Every record of the run's datasets (``core.data``; raises its ``DataError`` listing the problems)."""
+def load_records(datasets: Sequence[str] | str, hub: str = "modelscope", cfg: dict[str, Any] | None = None
+                 ) -> list[Any]:
+    """Every record of the run's datasets (``core.data``; raises its ``DataError`` listing the problems).
+
+    ``cfg``: the run's configuration, for ``dataset_info``, ``dataset_dir``, ``split`` and the ``seed``
+    that ``#N`` sampling draws with."""
     from core.data import load_training_records
 
-    return load_training_records(datasets if isinstance(datasets, str) else list(datasets), hub=hub)
+    cfg = cfg or {}
+    return load_training_records(
+        datasets if isinstance(datasets, str) else list(datasets), hub=hub,
+        dataset_info=cfg.get("dataset_info"), dataset_dir=cfg.get("dataset_dir"), split=cfg.get("split"),
+        seed=int(cfg["seed"]) if cfg.get("seed") is not None else 42,
+    )
 
 
 def tokenize_records(records: list[Any], tokenizer: Any, max_seq_len: int, loss_on: str) -> TrainingExamples:

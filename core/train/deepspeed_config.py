@@ -7,6 +7,7 @@ the model's hidden size.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +69,54 @@ def write_deepspeed_config(path: Path, config: dict[str, Any]) -> Path:
 
     write_atomic(path, json.dumps(config, indent=2) + "\n")
     return path
+
+
+# What the generated config says because the run configuration says it (the Trainer must agree): these
+# keep tunedeck's value in a merge. Everything else in the user's JSON is kept as the user wrote it.
+_OWNED = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
+          "gradient_clipping", "bf16.enabled", "fp16.enabled", "zero_optimization.stage")
+
+
+def merge_user_config(generated: dict[str, Any], user: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The user's DeepSpeed JSON over tunedeck's generated one, and one note per value tunedeck set.
+
+    The user's keys win, except the owned ones (batch sizes, clipping, precision, ZeRO stage), which come
+    from the run configuration; ``core.config.deepspeed_file`` has already brought the user's concrete
+    values into it, so they differ only where the YAML said otherwise (named when the config was checked)
+    or where the user wrote ``"auto"`` (filled in here). Offload sections follow ``offload``.
+    """
+    import copy
+
+    merged = copy.deepcopy(user)
+    notes: list[str] = []
+
+    def fill(target: dict[str, Any], source: dict[str, Any], prefix: str) -> None:
+        for key, value in source.items():
+            if key not in target:
+                target[key] = copy.deepcopy(value)
+            elif isinstance(value, dict) and isinstance(target[key], dict):
+                fill(target[key], value, f"{prefix}{key}.")
+
+    fill(merged, generated, "")
+    for dotted in _OWNED:
+        *parents, leaf = dotted.split(".")
+        ours: Any = generated
+        theirs: Any = merged
+        for part in parents:
+            ours = ours.get(part, {}) if isinstance(ours, dict) else {}
+            if not isinstance(theirs.get(part), dict):
+                theirs[part] = {}
+            theirs = theirs[part]
+        if leaf not in ours:
+            continue
+        if theirs.get(leaf) != ours[leaf]:
+            notes.append(f"{dotted}: {json.dumps(theirs.get(leaf))} -> {json.dumps(ours[leaf])}")
+            theirs[leaf] = ours[leaf]
+    zero = merged.get("zero_optimization", {})
+    for section in ("offload_optimizer", "offload_param"):
+        wanted = generated.get("zero_optimization", {}).get(section)
+        if wanted is None and isinstance(zero.get(section), dict) and \
+                str(zero[section].get("device", "none")).lower() != "none":
+            notes.append(f"zero_optimization.{section}: removed (offload)")
+            del zero[section]
+    return merged, notes

@@ -238,15 +238,25 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     if zero_stage > 0:
         if not cuda:
             raise TrainingSetupError(Message("train.zero_needs_gpu"))
-        ds_path = str(write_deepspeed_config(run.deepspeed_config_path,
-                                             deepspeed_config(cfg, world_size, use_bf16, use_fp16)))
+        ds = deepspeed_config(cfg, world_size, use_bf16, use_fp16)
+        if cfg.get("deepspeed"):  # the user's own JSON, merged over the generated one
+            from core.config.deepspeed_file import DeepSpeedFileError, read_deepspeed_json
+            from core.train.deepspeed_config import merge_user_config
+
+            try:
+                ds, notes = merge_user_config(ds, read_deepspeed_json(str(cfg["deepspeed"])))
+            except DeepSpeedFileError as exc:
+                raise TrainingSetupError(Message("train.deepspeed_file", problem=str(exc))) from exc
+            for note in notes:
+                log.info("deepspeed %s: %s", cfg["deepspeed"], note)
+        ds_path = str(write_deepspeed_config(run.deepspeed_config_path, ds))
 
     model_dir = resolve_model_path(str(cfg["model"]), str(cfg.get("hub", "modelscope")))
     tokenizer = load_tokenizer(model_dir)
     max_seq_len = int(cfg.get("max_seq_len", 2048))
     datasets = cfg.get("dataset")
     datasets = [datasets] if isinstance(datasets, str) else list(datasets or [])
-    records = load_records(datasets, str(cfg.get("hub", "modelscope")))
+    records = load_records(datasets, str(cfg.get("hub", "modelscope")), cfg)
     examples = tokenize_records(records, tokenizer, max_seq_len, str(cfg.get("loss_on", "assistant")))
     examples = split_eval(examples, float(cfg.get("eval_split", 0.0) or 0.0), seed)
     if not examples.train:

@@ -1,0 +1,52 @@
+"""``tunedeck import FILE [-o OUT.yaml] [--json]``: a peer's configuration → a tunedeck run YAML.
+
+stdout gets the YAML (or, with ``--json``, ``{config, mapping}``); stderr gets the key-by-key mapping.
+``tunedeck import -- swift sft --model ...`` converts a command line given as arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    from core.i18n import t
+
+    p = subparsers.add_parser("import", help=t("import.help"), description=t("import.help"))
+    p.add_argument("source", nargs="+", metavar="FILE", help=t("import.source_help"))
+    p.add_argument("-o", "--output", default=None, metavar="OUT.yaml", help=t("import.output_help"))
+    p.add_argument("--json", action="store_true", help=t("import.json_help"))
+    p.set_defaults(handler=cmd_import)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from core.cli import CliError
+    from core.config.importers import PeerFileError, import_command, import_file
+    from core.i18n import t
+
+    source = list(args.source)
+    try:
+        if len(source) > 1 or Path(source[0]).name == "swift" or "=" in source[0]:
+            result = import_command(source)
+        else:
+            result = import_file(source[0])
+    except PeerFileError as exc:
+        raise CliError(str(exc), 2) from None
+    print(result.mapping_text(), file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    elif args.output:
+        from core.atomic_file import write_atomic
+
+        out = Path(args.output)
+        if out.exists():
+            raise CliError(t("import.output_exists", path=str(out)), 2)
+        write_atomic(out, result.to_yaml())
+        print(t("import.written", path=str(out)), file=sys.stderr)
+    else:
+        sys.stdout.write(result.to_yaml())
+    return 0

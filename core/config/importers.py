@@ -1,0 +1,396 @@
+"""``tunedeck import``: a LLaMA-Factory YAML, an ms-swift ``args.json`` or ``swift sft ...`` line → tunedeck.
+
+Every key of the peer's file is accounted for in the mapping: taken (as which tunedeck key and value),
+dropped (why tunedeck does not need it) or needs you (what has to be decided by hand). The conversion
+goes through ``core.config.peers.PEER_KEYS``, the table the "did you mean" of unknown keys uses too.
+A command line is split with ``shlex`` (never a shell); model ids and paths stay data.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.config.peers import (
+    DROPPED,
+    LLAMAFACTORY,
+    NEEDS_YOU,
+    PEER_DEFAULTS,
+    PEER_KEYS,
+    PEER_NAMES,
+    SWIFT,
+    TAKEN,
+    Outcome,
+    _stage,
+    dropped,
+    is_unset,
+    needs_you,
+    taken,
+    truthy,
+)
+from core.i18n import Message, t
+
+# Keys that only a LLaMA-Factory file has (a tunedeck YAML never does): the file is converted, not read.
+_LLAMAFACTORY_MARKERS = ("model_name_or_path", "stage", "finetuning_type", "do_train")
+# ms-swift's method keys across versions (2: sft_type, 3: train_type, 4: tuner_type).
+_SWIFT_MARKERS = ("train_type", "tuner_type", "sft_type", "model_id_or_path")
+_SWIFT_COMMANDS = ("sft", "pt", "rlhf")
+_METHOD_MERGE = {frozenset({"lora", "qlora"}): "qlora", frozenset({"lora", "dora"}): "dora"}
+
+
+class PeerFileError(Exception):
+    """A file that cannot be imported; the message says why."""
+
+
+@dataclass
+class MappingLine:
+    """What became of one key of the peer's file (``default`` lines are peer defaults the file left out)."""
+
+    key: str
+    value: Any
+    outcome: Outcome
+    default: bool = False
+
+    @property
+    def verdict(self) -> str:
+        return self.outcome.verdict
+
+    def text(self) -> str:
+        shown = _show(self.value)
+        key = t("import.default_key", key=self.key) if self.default else self.key
+        if self.verdict == TAKEN:
+            target = ", ".join(f"{k}={_show(v)}" for k, v in self.outcome.values.items())
+            line = t("import.line_taken", key=key, value=shown, target=target)
+            if self.outcome.reason is not None:
+                line = t("import.line_with_note", line=line, note=self.outcome.reason.text())
+            return line
+        reason = self.outcome.reason.text() if self.outcome.reason is not None else ""
+        name = "import.line_dropped" if self.verdict == DROPPED else "import.line_needs_you"
+        return t(name, key=key, value=shown, reason=reason)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "value": self.value,
+            "verdict": self.verdict,
+            "tunedeck": dict(self.outcome.values) if self.verdict == TAKEN else None,
+            "reason": self.outcome.reason.text() if self.outcome.reason is not None else None,
+            "peer_default": self.default,
+        }
+
+
+@dataclass
+class ImportResult:
+    """The converted configuration (tunedeck keys in documented order) and the key-by-key mapping."""
+
+    peer: str
+    source: str
+    config: dict[str, Any]
+    mapping: list[MappingLine] = field(default_factory=list)
+
+    @property
+    def peer_name(self) -> str:
+        return PEER_NAMES[self.peer]
+
+    def counts(self) -> dict[str, int]:
+        return {verdict: sum(1 for line in self.mapping if line.verdict == verdict)
+                for verdict in (TAKEN, DROPPED, NEEDS_YOU)}
+
+    def mapping_text(self) -> str:
+        counts = self.counts()
+        head = t("import.header", source=self.source, peer=self.peer_name, taken=counts[TAKEN],
+                 dropped=counts[DROPPED], needs=counts[NEEDS_YOU])
+        return "\n".join([head] + [f"  {line.text()}" for line in self.mapping])
+
+    def to_yaml(self) -> str:
+        import yaml
+
+        lines = [t("import.yaml_header", source=self.source, peer=self.peer_name)]
+        for line in self.mapping:
+            if line.verdict == NEEDS_YOU:
+                lines.append(f"# {line.text()}")
+        body = yaml.safe_dump(self.config, sort_keys=False, allow_unicode=True, default_flow_style=None)
+        return "\n".join(f"# {text}" if not text.startswith("#") else text for text in lines) + "\n" + body
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"peer": self.peer, "source": self.source, "config": self.config,
+                "mapping": [line.to_dict() for line in self.mapping]}
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif value is None:
+        text = "null"
+    else:
+        text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# -- reading the peer's file -------------------------------------------------------------------------
+def detect_peer(path: str | Path) -> str | None:
+    """``llamafactory`` / ``swift`` when ``path`` is a peer's file, ``None`` for a tunedeck YAML (or an
+    unreadable file: the tunedeck loader reports that with its line)."""
+    try:
+        peer, _values = read_peer_file(path)
+    except (PeerFileError, OSError):
+        return None
+    return peer
+
+
+def read_peer_file(path: str | Path) -> tuple[str, dict[str, Any]]:
+    """The peer and its keys: a LLaMA-Factory or ms-swift YAML, an ``args.json``, or a ``swift`` line."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PeerFileError(t("import.file_missing", path=str(path))) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PeerFileError(t("import.file_unreadable", path=str(path), reason=str(exc))) from None
+    data: Any = None
+    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PeerFileError(t("import.json_syntax", path=str(path), line=exc.lineno, problem=exc.msg)) from None
+    else:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            data = None  # a shell script with a swift line is not YAML
+    if isinstance(data, dict):
+        keys = {str(key) for key in data}
+        if keys & set(_LLAMAFACTORY_MARKERS):
+            return LLAMAFACTORY, {str(k): v for k, v in data.items()}
+        if keys & set(_SWIFT_MARKERS):
+            return SWIFT, {str(k): v for k, v in data.items()}
+        raise PeerFileError(t("import.not_a_peer_file", path=str(path)))
+    tokens = _swift_line(text)
+    if tokens is None:
+        raise PeerFileError(t("import.not_a_peer_file", path=str(path)))
+    return SWIFT, parse_swift_command(tokens)
+
+
+def _swift_line(text: str) -> list[str] | None:
+    """The tokens of the first ``swift sft|pt|rlhf`` command in a shell text (continuations joined)."""
+    joined = text.replace("\\\r\n", " ").replace("\\\n", " ")
+    for line in joined.splitlines():
+        try:
+            tokens = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        for index, token in enumerate(tokens[:-1]):
+            if Path(token).name == "swift" and tokens[index + 1] in _SWIFT_COMMANDS:
+                prefix = [tok for tok in tokens[:index] if "=" in tok and not tok.startswith("-")]
+                return prefix + tokens[index:]
+    return None
+
+
+def parse_swift_command(tokens: list[str]) -> dict[str, Any]:
+    """``[ENV=v ...] swift sft --key v [v ...] --flag --k=v`` → {key: value}; several values make a list.
+
+    The subcommand is kept under ``swift`` and environment assignments under their names.
+    """
+    values: dict[str, Any] = {}
+    tokens = list(tokens)
+    while tokens and "=" in tokens[0] and not tokens[0].startswith("-") and Path(tokens[0]).name != "swift":
+        name, _, raw = tokens.pop(0).partition("=")
+        values[name] = raw
+    if not tokens or Path(tokens[0]).name != "swift":
+        raise PeerFileError(t("import.not_a_swift_command", command=" ".join(tokens[:3])))
+    tokens.pop(0)
+    command = tokens.pop(0) if tokens else ""
+    if command not in _SWIFT_COMMANDS:
+        raise PeerFileError(t("import.not_a_swift_command", command=f"swift {command}".strip()))
+    values["swift"] = command
+    key: str | None = None
+    items: list[Any] = []
+
+    def flush() -> None:
+        if key is not None:
+            values[key] = True if not items else items[0] if len(items) == 1 else list(items)
+
+    for token in tokens:
+        if token.startswith("--") and len(token) > 2:
+            flush()
+            name, sep, raw = token[2:].partition("=")
+            key, items = name.replace("-", "_"), []
+            if sep:
+                items.append(_scalar(raw))
+        elif key is not None:
+            items.append(_scalar(token))
+    flush()
+    return values
+
+
+def _scalar(text: str) -> Any:
+    """A command-line value read as YAML (``1e-4``, ``true``, ``'{"a": 1}'``), else kept as text."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, (str, int, float, bool, dict, list)) or value is None else text
+
+
+# -- converting ---------------------------------------------------------------------------------------
+def _environment(name: str, value: Any) -> Outcome:
+    text = str(value).strip()
+    if name == "CUDA_VISIBLE_DEVICES" and text:
+        if text.startswith("$"):
+            return needs_you("import.reason_shell_variable", value=text)
+        return taken({"gpus": [int(part) for part in text.split(",") if part.strip().isdigit()]})
+    if name == "NPROC_PER_NODE" and text.isdigit():
+        return taken({"gpus": int(text)})
+    if text.startswith("$"):
+        return needs_you("import.reason_shell_variable", value=text)
+    return dropped("import.reason_environment")
+
+
+def _unknown(value: Any) -> Outcome:
+    if is_unset(value) or truthy(value) is False:
+        return dropped("import.reason_unset")
+    return needs_you("import.reason_unknown")
+
+
+def _convert_one(peer: str, key: str, value: Any) -> Outcome:
+    if peer == SWIFT and key == "swift":
+        return _stage(value)
+    if key.isupper():  # an environment assignment before `swift sft`
+        return _environment(key, value)
+    if isinstance(value, str) and value.startswith("$"):
+        return needs_you("import.reason_shell_variable", value=value)
+    entry = PEER_KEYS.get(key)
+    if entry is None:
+        from core.config.schema import KEY_SPECS
+
+        if key in KEY_SPECS:  # a name both use with one meaning (ms-swift's model)
+            return dropped("import.reason_unset") if is_unset(value) else taken({key: value})
+        return _unknown(value)
+    return entry.convert(value)
+
+
+def _check_taken(line: MappingLine) -> None:
+    """A value tunedeck would refuse becomes "needs you" with tunedeck's own reason."""
+    from core.config.checks import check_value
+    from core.config.schema import KEY_SPECS
+
+    clean: dict[str, Any] = {}
+    for key, value in line.outcome.values.items():
+        if key not in KEY_SPECS:
+            continue
+        try:
+            clean[key] = check_value(key, value)
+        except ValueError as exc:
+            line.outcome = needs_you("import.reason_refused", target=key, problem=str(exc))
+            return
+    line.outcome.values.update(clean)
+
+
+def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
+    """The tunedeck configuration for a peer's keys, with a mapping line for every key."""
+    from core.config.schema import KEY_SPECS
+
+    mapping = [MappingLine(key, value, _convert_one(peer, key, value)) for key, value in values.items()]
+    for line in mapping:
+        if line.verdict == TAKEN:
+            _check_taken(line)
+    config: dict[str, Any] = {}
+    owner: dict[str, str] = {}
+    for line in mapping:
+        if line.verdict != TAKEN:
+            continue
+        for key, value in list(line.outcome.values.items()):
+            if key not in config or config[key] == value:
+                config[key], owner[key] = value, line.key
+            elif key == "method" and frozenset({config[key], value}) in _METHOD_MERGE:
+                config[key], owner[key] = _METHOD_MERGE[frozenset({config[key], value})], line.key
+            else:
+                line.outcome = needs_you("import.reason_conflict", target=key, other=owner[key],
+                                         value=_show(config[key]))
+                break
+    mapping += _peer_defaults(peer, values, config)
+    ordered = {key: config[key] for key in KEY_SPECS if key in config}
+    return ImportResult(peer, source, ordered, mapping)
+
+
+def _peer_defaults(peer: str, values: dict[str, Any], config: dict[str, Any]) -> list[MappingLine]:
+    """The peer's defaults for LoRA keys the file leaves out, where they differ from tunedeck's."""
+    lines: list[MappingLine] = []
+    if config.get("method", "lora") == "full" or (peer == SWIFT and "swift" not in values):
+        return lines  # an args.json lists every value itself
+    defaults = dict(PEER_DEFAULTS.get(peer, {}))
+    if peer == LLAMAFACTORY:
+        defaults["lora_alpha"] = 2 * int(config.get("lora_rank", defaults["lora_rank"]))
+    for key, value in defaults.items():
+        if key not in config:
+            config[key] = value
+            lines.append(MappingLine(key, value, taken({key: value}, Message("import.note_peer_default",
+                                                                              peer=PEER_NAMES[peer])),
+                                     default=True))
+    if peer == LLAMAFACTORY and "hub" not in config and isinstance(config.get("model"), str) \
+            and not _is_local_model(config["model"]):
+        config["hub"] = "huggingface"
+        lines.append(MappingLine("hub", "huggingface", taken({"hub": "huggingface"},
+                                                             Message("import.note_lf_hub")), default=True))
+    return lines
+
+
+def _is_local_model(model: str) -> bool:
+    from core.assets import resolve_model_name
+
+    return Path(resolve_model_name(model)).expanduser().exists()
+
+
+def import_file(path: str | Path) -> ImportResult:
+    """Convert a peer's file (see ``read_peer_file``); raises ``PeerFileError``."""
+    peer, values = read_peer_file(path)
+    result = convert(peer, values, str(path))
+    _relative_to_file(result.config, Path(path).resolve().parent)
+    return result
+
+
+def import_command(tokens: list[str]) -> ImportResult:
+    """Convert a ``swift sft ...`` command given as arguments (split already, never by a shell)."""
+    values = parse_swift_command(list(tokens))
+    return convert(SWIFT, values, " ".join(shlex.quote(token) for token in tokens[:3]) + " ...")
+
+
+def _relative_to_file(config: dict[str, Any], base: Path) -> None:
+    """A user DeepSpeed JSON named relative to the peer's file is found from there too."""
+    value = config.get("deepspeed")
+    if isinstance(value, str) and not Path(value).expanduser().is_absolute() and not Path(value).exists() \
+            and (base / value).exists():
+        config["deepspeed"] = str(base / value)
+
+
+# "Needs you" answers that change what would train (preference stages, methods tunedeck lacks, 8-bit
+# quantisation, two keys saying different things): `tunedeck train` refuses the file until they are decided.
+BLOCKING_REASONS = ("import.reason_not_sft", "import.reason_method", "import.reason_quant_bits",
+                    "import.reason_conflict")
+
+
+def blocking_lines(result: ImportResult) -> list[MappingLine]:
+    """The mapping lines that keep ``tunedeck train`` from training the converted file as it is."""
+    return [line for line in result.mapping
+            if line.verdict == NEEDS_YOU and line.outcome.reason is not None
+            and line.outcome.reason.key in BLOCKING_REASONS]
+
+
+def load_imported_config(result: ImportResult, overrides: list[str], gpu_caps: Any = None) -> Any:
+    """The checked ``RunConfig`` of a converted file with ``key=value`` overrides applied on top (raises
+    ``ConfigError`` like ``load_run_config``)."""
+    from core.config.loader import apply_overrides, config_from_mapping
+
+    values = dict(result.config)
+    locations: dict[str, tuple[str, int | None]] = {key: (result.source, None) for key in values}
+    issues = apply_overrides(values, locations, overrides)
+    return config_from_mapping(values, locations, result.source, gpu_caps=gpu_caps, prior_issues=issues)

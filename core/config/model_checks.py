@@ -1,0 +1,83 @@
+"""Checks of a run configuration against its model, before anything starts: LoRA targets that match no
+module would only fail inside the trainer (peft's ``NoMatchingPeftModuleError``) after the model loads.
+
+The module names come from a model built on PyTorch's meta device (no memory, no weights) when torch and
+transformers are installed, else from the decoder layout of ``core.estimate.architecture``. A model whose
+``config.json`` is not at hand (a hub id not downloaded yet) is not checked here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from core.i18n import t
+
+
+def _meta_module_names(config: dict[str, Any]) -> list[str] | None:
+    """Full names of the linear and embedding modules of the model built on the meta device."""
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError:
+        return None
+    values = dict(config)
+    model_type = values.pop("model_type", None)
+    if not model_type:
+        return None
+    try:
+        hf_config = AutoConfig.for_model(model_type, **values)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(hf_config)
+    except Exception:  # an architecture this transformers cannot build: fall back to the layout
+        return None
+    return [name for name, module in model.named_modules()
+            if name and isinstance(module, (torch.nn.Linear, torch.nn.Embedding))]
+
+
+def model_module_names(model: str) -> tuple[list[str], list[str]] | None:
+    """(full names of the modules LoRA can target, the linear layers' short names) of ``model``; None
+    when its config.json cannot be found offline or describes no model we can lay out."""
+    from core.assets import resolve_model_name
+    from core.estimate.architecture import LINEAR_NAMES, ArchitectureError
+    from core.estimate.model_source import ModelNotFoundError, load_model_config
+
+    try:
+        model_config = load_model_config(resolve_model_name(model))
+    except (ModelNotFoundError, OSError):
+        return None
+    names = _meta_module_names(model_config.config)
+    if names is None:
+        try:
+            model_config.architecture()
+        except (ArchitectureError, ValueError):
+            return None
+        # the Llama-style layout: attention projections under self_attn, the gated MLP under mlp
+        full = [f"model.layers.0.{'self_attn' if n[0] in 'qkvo' else 'mlp'}.{n}" for n in LINEAR_NAMES]
+        return full, list(LINEAR_NAMES)
+    short: list[str] = []
+    for name in names:
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf not in short and "embed" not in leaf:
+            short.append(leaf)
+    return names, short
+
+
+def _matches(target: str, names: Sequence[str]) -> bool:
+    """peft's rule: a module matches when its name is the target or ends with ``.target``."""
+    return any(name == target or name.endswith("." + target) for name in names)
+
+
+def lora_targets_problem(model: str | None, targets: str | list[str], method: str) -> str | None:
+    """The message for LoRA targets that name no module of the model, or None when they all match (or
+    the model cannot be looked at offline). ``all-linear`` always matches."""
+    if method not in ("lora", "dora", "qlora") or not model or isinstance(targets, str):
+        return None
+    found = model_module_names(model)
+    if found is None:
+        return None
+    names, short = found
+    missing = [target for target in targets if not _matches(target, names)]
+    if not missing:
+        return None
+    return t("config.lora_targets_unknown", missing=", ".join(missing), model=model, known=", ".join(short))

@@ -1,0 +1,447 @@
+"""Configurations from LLaMA-Factory and ms-swift: ``tunedeck import``, ``train FILE`` on a peer's file,
+``train --check``, the peers' names in "did you mean", a user's DeepSpeed JSON, and LoRA targets checked
+against the model before anything starts.
+
+The peer files here are written in each peer's documented shape (LLaMA-Factory's
+``examples/train_lora/*.yaml``, the ``args.json`` ms-swift writes into its output folder, ms-swift's
+``swift sft`` command line); none is copied from those projects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.config import ConfigError, load_run_config
+from core.config.checks import check_value, unknown_key_message
+from core.config.importers import import_command, import_file, read_peer_file
+from core.config.peers import DROPPED, NEEDS_YOU
+from core.i18n import set_language
+
+ROOT = Path(__file__).resolve().parents[2]
+
+LLAMAFACTORY_YAML = """\
+### model
+model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct
+trust_remote_code: true
+
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_rank: 8
+lora_target: all
+
+### dataset
+dataset: identity,alpaca_en_demo
+template: llama3
+cutoff_len: 2048
+max_samples: 1000
+overwrite_cache: true
+preprocessing_num_workers: 16
+
+### output
+output_dir: saves/llama3-8b/lora/sft
+logging_steps: 10
+save_steps: 500
+plot_loss: true
+overwrite_output_dir: true
+
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+num_train_epochs: 3.0
+lr_scheduler_type: cosine
+warmup_ratio: 0.1
+bf16: true
+ddp_timeout: 180000000
+"""
+
+SWIFT_ARGS = {
+    "model": "Qwen/Qwen2.5-7B-Instruct", "model_type": "qwen2_5", "model_revision": None,
+    "torch_dtype": "bfloat16", "attn_impl": "flash_attn", "template": "qwen2_5", "system": None,
+    "max_length": 4096, "dataset": ["AI-ModelScope/alpaca-gpt4-data-zh#500", "swift/self-cognition#500"],
+    "val_dataset": [], "split_dataset_ratio": 0.01, "dataset_num_proc": 1, "streaming": False,
+    "train_type": "lora", "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05,
+    "target_modules": ["all-linear"], "use_dora": False, "quant_bits": 4, "quant_method": "bnb",
+    "output_dir": "/root/output/v0-20250101-120000", "per_device_train_batch_size": 2,
+    "per_device_eval_batch_size": 1, "gradient_accumulation_steps": 16, "learning_rate": 0.0001,
+    "weight_decay": 0.1, "max_grad_norm": 1.0, "num_train_epochs": 1.0, "max_steps": -1,
+    "lr_scheduler_type": "cosine", "warmup_ratio": 0.05, "warmup_steps": 0, "logging_steps": 5,
+    "save_steps": 50.0, "save_total_limit": 2, "eval_steps": 50.0, "seed": 42, "bf16": True, "fp16": False,
+    "gradient_checkpointing": True, "deepspeed": None, "model_author": ["swift"], "model_name": ["swift-robot"],
+    "report_to": ["tensorboard"], "loss_scale": "default", "lr_warmup_frobnicate": 3,
+}
+
+SWIFT_SCRIPT = """\
+# 2 GPUs, 27 GiB each
+nproc_per_node=2
+
+CUDA_VISIBLE_DEVICES=0,1 \\
+NPROC_PER_NODE=$nproc_per_node \\
+swift sft \\
+    --model Qwen/Qwen2.5-7B-Instruct \\
+    --train_type lora \\
+    --torch_dtype bfloat16 \\
+    --dataset 'AI-ModelScope/alpaca-gpt4-data-en#500' 'swift/self-cognition#500' \\
+    --num_train_epochs 1 \\
+    --per_device_train_batch_size 1 \\
+    --learning_rate 1e-4 \\
+    --target_modules q_proj v_proj \\
+    --gradient_accumulation_steps 8 \\
+    --max_length 2048 \\
+    --deepspeed zero3_offload \\
+    --system 'You are a helpful assistant.' \\
+    --gradient_checkpointing_kwargs '{"use_reentrant": false}'
+"""
+
+
+@pytest.fixture(autouse=True)
+def _english():
+    set_language("en")
+    yield
+
+
+def _line(result, key: str):
+    return next(line for line in result.mapping if line.key == key and not line.default)
+
+
+def _tunedeck(home: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "core", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1",
+                                            "TUNEDECK_LANG": "en", "LANG": "C.UTF-8"})
+
+
+def _data(path: Path) -> Path:
+    rows = [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}
+            for q, a in (("Say yes.", "Yes."), ("A pet?", "A dog."), ("Sky colour?", "Blue."))]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+# -- import: LLaMA-Factory ---------------------------------------------------------------------------
+def test_llamafactory_yaml_converts_key_by_key(tmp_path):
+    path = tmp_path / "llama3_lora_sft.yaml"
+    path.write_text(LLAMAFACTORY_YAML, encoding="utf-8")
+    result = import_file(path)
+    assert result.peer == "llamafactory"
+    assert result.config == {
+        "model": "meta-llama/Meta-Llama-3-8B-Instruct", "hub": "huggingface",
+        "dataset": ["identity", "alpaca_en_demo"], "method": "lora", "lora_rank": 8,
+        "lora_alpha": 16,  # LLaMA-Factory's default: twice the rank (tunedeck's own would be 32)
+        "lora_dropout": 0.0, "lora_targets": "all-linear", "precision": "bf16", "max_seq_len": 2048,
+        "micro_batch_size": 1, "gradient_accumulation": 8, "epochs": 3.0, "learning_rate": 1e-4,
+        "lr_scheduler": "cosine", "warmup_ratio": 0.1, "save_steps": 500, "logging_steps": 10,
+    }
+    verdicts = {line.key: line.verdict for line in result.mapping if not line.default}
+    assert set(verdicts) == set(yaml.safe_load(LLAMAFACTORY_YAML))  # every key accounted for
+    for key in ("do_train", "stage", "template", "overwrite_cache", "preprocessing_num_workers", "plot_loss",
+                "overwrite_output_dir", "output_dir", "ddp_timeout", "trust_remote_code"):
+        assert verdicts[key] == DROPPED, key
+    assert verdicts["max_samples"] == NEEDS_YOU
+    assert _line(result, "bf16").text() == "bf16: true → taken as precision=bf16"
+    assert _line(result, "cutoff_len").text() == "cutoff_len: 2048 → taken as max_seq_len=2048"
+    assert _line(result, "do_train").text() == "do_train: true → dropped: tunedeck train always trains"
+    assert "NAME#1000" in _line(result, "max_samples").text()
+    # The YAML is a tunedeck file: it loads (with the data and model it names) and lists what needs you.
+    text = result.to_yaml()
+    assert text.startswith("# tunedeck run configuration converted by tunedeck import")
+    assert "# max_samples: 1000 → needs you" in text
+    assert yaml.safe_load(text) == result.config
+
+
+def test_llamafactory_quantization_and_dora_pick_the_method(tmp_path):
+    path = tmp_path / "qlora.yaml"
+    path.write_text("model_name_or_path: /nope/model\nstage: sft\nfinetuning_type: lora\nquantization_bit: 4\n"
+                    "quantization_method: bnb\nlora_rank: 32\nlora_alpha: 64\nflash_attn: fa2\n"
+                    "val_size: 0.1\ndeepspeed: ds_z2.json\n", encoding="utf-8")
+    (tmp_path / "ds_z2.json").write_text("{}", encoding="utf-8")
+    result = import_file(path)
+    assert result.config["method"] == "qlora" and result.config["attn"] == "flash"
+    assert result.config["lora_alpha"] == 64 and result.config["eval_split"] == 0.1
+    assert result.config["deepspeed"] == str(tmp_path / "ds_z2.json")  # found beside the peer's file
+    assert "hub" not in result.config or result.config["hub"] == "huggingface"
+    path.write_text("model_name_or_path: x/y\nstage: dpo\nfinetuning_type: freeze\nquantization_bit: 8\n",
+                    encoding="utf-8")
+    result = import_file(path)
+    assert {line.key for line in result.mapping if line.verdict == NEEDS_YOU} == \
+        {"stage", "finetuning_type", "quantization_bit"}
+    assert "tunedeck trains SFT only" in _line(result, "stage").text()
+
+
+# -- import: ms-swift --------------------------------------------------------------------------------
+def test_swift_args_json_converts_key_by_key(tmp_path):
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps(SWIFT_ARGS, indent=2), encoding="utf-8")
+    result = import_file(path)
+    assert result.peer == "swift"
+    config = result.config
+    assert config["model"] == "Qwen/Qwen2.5-7B-Instruct" and config["method"] == "qlora"
+    assert config["dataset"] == ["AI-ModelScope/alpaca-gpt4-data-zh#500", "swift/self-cognition#500"]
+    assert (config["lora_rank"], config["lora_alpha"], config["lora_targets"]) == (16, 32, "all-linear")
+    assert (config["max_seq_len"], config["micro_batch_size"], config["gradient_accumulation"]) == (4096, 2, 16)
+    assert (config["precision"], config["attn"], config["eval_split"], config["save_steps"]) == \
+        ("bf16", "flash", 0.01, 50)
+    assert "max_steps" not in config and "warmup_steps" not in config  # HF's -1 and 0 mean "not set"
+    assert "hub" not in config  # ms-swift's default hub is ModelScope, as tunedeck's
+    verdicts = {line.key: line.verdict for line in result.mapping}
+    assert set(verdicts) == set(SWIFT_ARGS)
+    assert verdicts["model_name"] == DROPPED and "self-cognition" in _line(result, "model_name").text()
+    assert verdicts["max_steps"] == DROPPED and verdicts["loss_scale"] == DROPPED
+    assert verdicts["lr_warmup_frobnicate"] == NEEDS_YOU  # a key nobody knows is not silently lost
+    assert not any(line.default for line in result.mapping)  # args.json lists every value itself
+
+
+def test_swift_command_line_in_a_script_and_as_arguments(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text(SWIFT_SCRIPT, encoding="utf-8")
+    result = import_file(script)
+    config = result.config
+    assert config["gpus"] == [0, 1] and config["zero_stage"] == 3 and config["offload"] == "all"
+    assert config["dataset"] == ["AI-ModelScope/alpaca-gpt4-data-en#500", "swift/self-cognition#500"]
+    assert config["lora_targets"] == ["q_proj", "v_proj"] and config["learning_rate"] == 1e-4
+    assert config["lora_rank"] == 8 and config["lora_alpha"] == 32  # ms-swift's defaults, named as such
+    assert _line(result, "NPROC_PER_NODE").verdict == NEEDS_YOU  # $nproc_per_node is not expanded
+    assert _line(result, "system").verdict == NEEDS_YOU
+    assert _line(result, "gradient_checkpointing_kwargs").verdict == DROPPED
+    defaults = [line.text() for line in result.mapping if line.default]
+    assert "lora_rank (peer default): 8 → taken as lora_rank=8 (ms-swift's default, left out of the file)" in defaults
+
+    tokens = ["swift", "sft", "--model", "Qwen/Qwen2.5-0.5B", "--train_type", "full", "--dataset", "d.jsonl",
+              "--use_hf", "true", "--max_length=1024", "--packing", "--lr_scheduler_type", "cosine_with_restarts"]
+    result = import_command(tokens)
+    assert result.config == {"model": "Qwen/Qwen2.5-0.5B", "hub": "huggingface", "dataset": "d.jsonl",
+                             "method": "full", "max_seq_len": 1024, "packing": True}
+    assert _line(result, "lr_scheduler_type").verdict == NEEDS_YOU
+    # Values are data: a model id with shell syntax stays one string, nothing is run.
+    result = import_command(["swift", "sft", "--model", "$(touch /tmp/x)", "--dataset", "a;b"])
+    assert _line(result, "model").verdict == NEEDS_YOU and result.config["dataset"] == "a;b"
+
+
+def test_files_that_are_not_a_peers_config(tmp_path):
+    from core.config.importers import PeerFileError, detect_peer
+
+    tunedeck = tmp_path / "run.yaml"
+    tunedeck.write_text("model: tiny\ndataset: d.jsonl\nbf16: true\n", encoding="utf-8")
+    assert detect_peer(tunedeck) is None  # a tunedeck YAML with one peer key is not converted
+    infer = tmp_path / "infer.sh"
+    infer.write_text("swift infer --model x\n", encoding="utf-8")
+    with pytest.raises(PeerFileError):
+        read_peer_file(infer)
+    broken = tmp_path / "args.json"
+    broken.write_text('{\n  "model": "x",\n  "train_type": lora\n}\n', encoding="utf-8")
+    with pytest.raises(PeerFileError, match=r"args.json:3: not valid JSON"):
+        read_peer_file(broken)
+
+
+# -- the suggestion table ----------------------------------------------------------------------------
+@pytest.mark.parametrize(("key", "says"), [
+    ("bf16", "tunedeck says 'precision: bf16'"),
+    ("stage", "not needed in tunedeck: tunedeck trains SFT"),
+    ("deepspeed_config", None),
+    ("model_name", "the model to train is 'model'"),
+    ("cutoff_len", "'max_seq_len: 2048'"),
+    ("num_train_epochs", "'epochs: 3'"),
+    ("finetuning_type", "'method: lora'"),
+    ("quantization_bit", "'method: qlora'"),
+    ("template", "the tokenizer's own chat template"),
+    ("max_samples", "'dataset: NAME#N'"),
+    ("per_device_train_batch_size", "'micro_batch_size: 1'"),
+    ("gradient_accumulation_steps", "'gradient_accumulation: 8'"),
+    ("lora_target", "'lora_targets: all-linear'"),
+    ("do_train", "not needed in tunedeck: tunedeck train always trains"),
+    ("overwrite_cache", "not needed in tunedeck"),
+])
+def test_unknown_keys_get_the_peers_meaning_before_edit_distance(key, says):
+    message = unknown_key_message(key)
+    if says is None:
+        assert "seed" not in message
+    else:
+        assert says in message, message
+    assert "pure_bf16" not in message and "zero_stage" not in message
+
+
+def test_peer_keys_in_a_tunedeck_yaml_are_reported_with_their_meaning(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("model: tiny\ndataset: d.jsonl\nbf16: true\ncutoff_len: 512\nlora_rank: 8\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_run_config(path)
+    text = str(caught.value)
+    assert "run.yaml:3: bf16: LLaMA-Factory / ms-swift name; tunedeck says 'precision: bf16'" in text
+    assert "run.yaml:4: cutoff_len: LLaMA-Factory name; tunedeck says 'max_seq_len: 2048'" in text
+    assert unknown_key_message("lora_rnak") == "unknown key; did you mean 'lora_rank'?"  # edit distance still
+
+
+# -- LoRA targets ------------------------------------------------------------------------------------
+def test_lora_targets_all_is_all_linear_and_unknown_names_are_refused_with_the_models_modules():
+    from core.config.model_checks import lora_targets_problem
+
+    assert check_value("lora_targets", "all") == "all-linear"
+    assert check_value("lora_targets", ["all"]) == "all-linear"
+    assert lora_targets_problem("tiny", ["q_proj", "self_attn.v_proj"], "lora") is None
+    problem = lora_targets_problem("tiny", ["q_proj", "query_key_value"], "lora")
+    assert problem.startswith("lora_targets: query_key_value: no module of tiny has this name")
+    assert "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj" in problem
+    assert lora_targets_problem("tiny", ["query_key_value"], "full") is None
+    assert lora_targets_problem("someone/not-downloaded-model", ["x"], "lora") is None  # cannot look: the trainer will
+
+
+# -- DeepSpeed JSON ----------------------------------------------------------------------------------
+def _ds_run(tmp_path: Path, ds: dict | str, **keys) -> Path:
+    (tmp_path / "ds.json").write_text(ds if isinstance(ds, str) else json.dumps(ds, indent=2), encoding="utf-8")
+    values = {"model": "tiny", "dataset": str(_data(tmp_path / "d.jsonl")), "deepspeed": "ds.json", **keys}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
+def test_user_deepspeed_json_values_join_the_run_config_and_conflicts_are_named(tmp_path):
+    user = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+            "zero_optimization": {"stage": 3, "overlap_comm": False, "stage3_max_live_parameters": 5e8,
+                                  "offload_optimizer": {"device": "cpu"}},
+            "communication_data_type": "fp32"}
+    config = load_run_config(_ds_run(tmp_path, user, micro_batch_size=2))
+    assert config.deepspeed == str(tmp_path / "ds.json")  # found beside the YAML, made absolute
+    assert (config.zero_stage, config.offload) == (3, "optimizer")  # the YAML left them at their defaults
+    warnings = "\n".join(map(str, config.warnings))
+    assert "zero_stage: 3 taken from ds.json (zero_optimization.stage)" in warnings
+    assert "'auto' in ds.json filled in from the run configuration: train_micro_batch_size_per_gpu ← " \
+           "micro_batch_size, gradient_accumulation_steps ← gradient_accumulation" in warnings
+
+    config = load_run_config(_ds_run(tmp_path, user, zero_stage=2, offload="optimizer"))
+    assert config.zero_stage == 2  # what the YAML says wins, and the conflict says so
+    warnings = "\n".join(map(str, config.warnings))
+    assert "ds.json says zero_optimization.stage = 3, the run configuration says zero_stage: 2; zero_stage wins" \
+        in warnings
+
+    from core.train.deepspeed_config import deepspeed_config, merge_user_config
+
+    cfg = config.to_dict()
+    merged, notes = merge_user_config(deepspeed_config(cfg, 2, True, False), user)
+    assert merged["zero_optimization"]["stage"] == 2 and merged["train_micro_batch_size_per_gpu"] == 1
+    assert merged["gradient_accumulation_steps"] == 8 and merged["train_batch_size"] == 16
+    assert merged["zero_optimization"]["overlap_comm"] is False  # the user's own choices are kept
+    assert merged["zero_optimization"]["stage3_max_live_parameters"] == 5e8
+    assert merged["communication_data_type"] == "fp32" and merged["bf16"] == {"enabled": True}
+    assert "zero_optimization.stage: 3 -> 2" in notes and 'train_micro_batch_size_per_gpu: "auto" -> 1' in notes
+
+
+def test_invalid_deepspeed_json_names_file_and_line(tmp_path):
+    path = _ds_run(tmp_path, '{\n  "zero_optimization": {\n    "stage": 2,\n  }\n}\n', zero_stage=2)
+    with pytest.raises(ConfigError) as caught:
+        load_run_config(path)
+    assert f"deepspeed: {tmp_path / 'ds.json'}:4: not valid JSON" in str(caught.value)
+    (tmp_path / "ds.json").unlink()
+    with pytest.raises(ConfigError, match="DeepSpeed JSON not found"):
+        load_run_config(path)
+
+
+# -- through the CLI -----------------------------------------------------------------------------------
+def test_import_command_prints_yaml_on_stdout_and_the_mapping_on_stderr(tmp_path):
+    home = tmp_path / "home"
+    peer = tmp_path / "llama3_lora_sft.yaml"
+    peer.write_text(LLAMAFACTORY_YAML, encoding="utf-8")
+    out = _tunedeck(home, "import", str(peer))
+    assert out.returncode == 0, out.stderr
+    assert yaml.safe_load(out.stdout)["max_seq_len"] == 2048
+    assert "  num_train_epochs: 3.0 → taken as epochs=3.0" in out.stderr
+    assert "  overwrite_cache: true → dropped: tunedeck tokenizes on every run" in out.stderr
+    assert "  max_samples: 1000 → needs you: " in out.stderr
+    assert "(LLaMA-Factory) → tunedeck: 18 taken, 10 dropped, 1 need you" in out.stderr
+
+    out = _tunedeck(home, "import", str(peer), "--json")
+    data = json.loads(out.stdout)
+    assert data["config"]["lora_targets"] == "all-linear"
+    assert {"key": "bf16", "value": True, "verdict": "taken", "tunedeck": {"precision": "bf16"}, "reason": None,
+            "peer_default": False} in data["mapping"]
+
+    target = tmp_path / "converted.yaml"
+    out = _tunedeck(home, "import", str(peer), "-o", str(target))
+    assert out.returncode == 0 and out.stdout == "" and yaml.safe_load(target.read_text())["epochs"] == 3.0
+    assert _tunedeck(home, "import", str(peer), "-o", str(target)).returncode == 2  # never overwritten
+
+    out = _tunedeck(home, "import", "--", "swift", "sft", "--model", "Qwen/Qwen2.5-7B-Instruct",
+                    "--train_type", "lora", "--dataset", "d.jsonl", "--lora_rank", "4")
+    assert out.returncode == 0, out.stderr
+    assert yaml.safe_load(out.stdout)["lora_rank"] == 4 and "swift: sft → dropped" in out.stderr
+
+    out = _tunedeck(home, "import", str(tmp_path / "missing.yaml"))
+    assert out.returncode == 2 and "file not found" in out.stderr
+
+
+def test_train_check_validates_everything_and_starts_nothing(tmp_path):
+    home = tmp_path / "home"
+    data = _data(tmp_path / "data.jsonl")
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model: tiny\ndataset: {data}\nmax_seq_len: 64\nprecision: fp32\nmax_steps: 2\n", encoding="utf-8")
+    out = _tunedeck(home, "train", str(run), "--check", "lora_rank=4")
+    assert out.returncode == 0, out.stderr
+    resolved = yaml.safe_load(out.stdout)
+    assert resolved["lora_rank"] == 4 and resolved["learning_rate"] == 1e-4 and resolved["name"] == "tiny-lora"
+    assert "all checks passed; nothing was started" in out.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+    out = _tunedeck(home, "train", str(run), "--check", "--json", "lora_targets=[q_proj,qkv]")
+    assert out.returncode == 2
+    problem = json.loads(out.stdout)["problems"][0]
+    assert problem.startswith("lora_targets: qkv: no module of tiny has this name") and "gate_proj" in problem
+    assert "lora_targets: qkv" in out.stderr
+
+    out = _tunedeck(home, "train", str(run), "--check", "bf16=true", "lora_rank=0")
+    assert out.returncode == 2
+    assert "bf16: LLaMA-Factory / ms-swift name; tunedeck says 'precision: bf16'" in out.stderr
+    assert "lora_rank: got 0; must be at least 1" in out.stderr
+
+    data.write_text("{not json\n", encoding="utf-8")
+    out = _tunedeck(home, "train", str(run), "--check")
+    assert out.returncode == 2 and "data.jsonl:1" in out.stderr  # the data is checked too
+
+
+def test_train_takes_a_peers_file_directly(tmp_path):
+    home = tmp_path / "home"
+    _data(tmp_path / "data.jsonl")
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}', encoding="utf-8")
+    peer = tmp_path / "tiny_lora_sft.yaml"
+    peer.write_text(textwrap.dedent("""\
+        model_name_or_path: tiny
+        stage: sft
+        do_train: true
+        finetuning_type: lora
+        lora_target: q_proj,v_proj
+        dataset: data.jsonl
+        template: qwen
+        cutoff_len: 64
+        per_device_train_batch_size: 2
+        gradient_accumulation_steps: 1
+        max_steps: 1
+        fp16: false
+        deepspeed: ds.json
+        """), encoding="utf-8")
+    out = _tunedeck(home, "train", str(peer), "--check", cwd=tmp_path)
+    assert out.returncode == 2  # this box has no GPU for the DeepSpeed file's ZeRO-2: the box is checked too
+    assert "zero_stage: 2 taken from ds.json" in out.stderr and "needs GPUs" in out.stderr
+
+    peer.write_text(peer.read_text().replace("deepspeed: ds.json\n", ""), encoding="utf-8")
+    out = _tunedeck(home, "train", str(peer), "--check", "--json", "precision=fp32", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["config"]["lora_targets"] == ["q_proj", "v_proj"] and data["config"]["micro_batch_size"] == 2
+    assert data["config"]["lora_alpha"] == 16 and data["config"]["max_seq_len"] == 64
+    assert data["config"]["dataset"] == str(tmp_path / "data.jsonl")
+    assert any(line["key"] == "template" and line["verdict"] == "dropped" for line in data["mapping"])
+    assert "is a LLaMA-Factory configuration: trained as converted below" in out.stderr
+    assert "  cutoff_len: 64 → taken as max_seq_len=64" in out.stderr
+
+    peer.write_text(peer.read_text().replace("stage: sft", "stage: dpo"), encoding="utf-8")
+    out = _tunedeck(home, "train", str(peer), cwd=tmp_path)
+    assert out.returncode == 2 and "cannot be trained as it is" in out.stderr
+    assert "stage: dpo → needs you: stage 'dpo': tunedeck trains SFT only" in out.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
