@@ -75,6 +75,7 @@ class TunedeckApp(App[int]):
         # active run's and announce runs that ended since the last visit (tui.screens.runs.on_app_start).
         self.open_run = open_run
         self.announce_runs = announce_runs
+        self.previous_section: str | None = None
         for theme in THEMES:
             self.register_theme(theme)
         names = {theme.name for theme in THEMES}
@@ -118,7 +119,19 @@ class TunedeckApp(App[int]):
     # --- actions ---------------------------------------------------------------------------------
     def action_section(self, section: str) -> None:
         if section in SECTIONS and self.current_mode != section:
+            # where Esc on the wizard's first step returns to
+            self.previous_section = self.current_mode if self.current_mode in SECTIONS else None
             self.switch_mode(section)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The app's letter keys never act while a text field has the focus: the field takes them as text
+        # (F1, Ctrl+P and Ctrl+Q still work). Refusing them here also keeps them out of the footer meanwhile.
+        if action in ("section", "next_theme"):
+            from textual.widgets import Input, TextArea
+
+            if isinstance(self.screen.focused, (Input, TextArea)):
+                return False
+        return True
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

@@ -21,6 +21,7 @@ from core.paths import runs_dir  # noqa: E402
 from core.text_width import cell_len  # noqa: E402
 from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run  # noqa: E402
 from tests.tui.conftest import StepClock, assert_snapshot, fake_monitor, quiet_settings, screen_text  # noqa: E402
+from tests.tui.test_80x24_keys import assert_section_footers_fit  # noqa: E402
 from tests.tui.test_dashboard_render import open_dashboard, settle  # noqa: E402
 from tests.tui.test_gpu_screen import feed_history, open_gpus  # noqa: E402
 from tests.tui.test_models_screen import hub_env, open_models  # noqa: E402,F401  (hub_env: a fixture)
@@ -188,5 +189,15 @@ def test_wizard_section(size=(80, 24)):
             text = assert_fits(app, size)
             assert has_chinese(text)
             assert_snapshot(app, f"zh_wizard_{size[0]}x{size[1]}")
+
+    run(scenario())
+
+
+def test_zh_section_footers_fit_80_columns_with_help():
+    """Two cells a character: each footer keeps ? and drops whole entries, never half a character."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await assert_section_footers_fit(pilot, app)
 
     run(scenario())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from textual.widgets import Footer
 
 from tests.tui.conftest import (
     StepClock,
@@ -18,6 +17,7 @@ from tests.tui.conftest import (
 )
 from tui.app import make_app
 from tui.screens.gpus import GpuCard, GpuScreen, SnapshotReady
+from tui.widgets.keys_footer import KeysFooter
 
 
 def run(coro):
@@ -26,9 +26,8 @@ def run(coro):
 
 async def open_gpus(pilot, app):
     await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen) and app.screen.snapshot is not None)
-    # The footer fills in its keys after its own recompose: on a loaded box a snapshot taken one pause
-    # after the first poll came back without them (CI, 'none' at 80x24).
-    await wait_for(pilot, lambda: bool(app.screen.query_one(Footer).children))
+    # The footer draws its keys once the bindings are known: wait for them before a snapshot.
+    await wait_for(pilot, lambda: bool(app.screen.query_one(KeysFooter).shown()))
     await wait_screen_stable(pilot, app)
     return app.screen
 

@@ -19,9 +19,10 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Header, Input, Static
 
 from core.i18n import t
+from tui.widgets.keys_footer import KeysFooter
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ("base", "tuned")
@@ -114,7 +115,7 @@ class ChatScreen(Screen[None]):
             yield Transcript(t("chat.tuned_title"), id="chat-tuned")
         yield Static(t("chat.loading", model=self.label), id="chat-status")
         yield Input(placeholder=t("chat.input_placeholder"), id="chat-input")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.title = t("app.title")

@@ -24,7 +24,7 @@ from textual.binding import Binding
 from textual.containers import Container, Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 from textual.worker import get_current_worker
 
 from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
@@ -46,6 +46,7 @@ from core.watch.figures import cost_so_far, format_count, format_duration, mfu
 from core.watch.series import RunSeries
 from core.watch.source import WatchSource
 from tui.widgets.chart import LineChart, SeriesSpec
+from tui.widgets.keys_footer import KeysFooter
 from tui.widgets.log_pane import LogPane
 
 FILE_POLL_S = 0.5
@@ -143,6 +144,11 @@ class DashboardScreen(Screen[None]):
     DashboardScreen #dash-events { width: 2fr; height: 1fr; border: round $panel-lighten-2;
                                    border-title-color: $primary; overflow-x: hidden;
                                    scrollbar-size-vertical: 1; }
+    /* f: the log and the events over the whole screen, one above the other, each at full width */
+    DashboardScreen.-full #dash-info, DashboardScreen.-full #dash-charts { display: none; }
+    DashboardScreen.-full #dash-bottom { layout: vertical; height: 1fr; }
+    DashboardScreen.-full #dash-log-box { width: 1fr; height: 2fr; }
+    DashboardScreen.-full #dash-events { width: 1fr; height: 1fr; min-height: 4; }
     """
 
     BINDINGS = [
@@ -156,6 +162,9 @@ class DashboardScreen(Screen[None]):
         Binding("y", "copy_command", t("dashboard.key.copy"), show=False, id="dashboard.copy"),
         Binding("j", "jump_gpus", t("dashboard.key.gpus"), show=False, id="dashboard.gpus"),
         Binding("l", "focus_log", t("dashboard.key.log"), show=False, id="dashboard.log"),
+        Binding("f", "toggle_full", t("dashboard.key.full"), id="dashboard.full"),
+        Binding("f8", "toggle_full", t("dashboard.key.full"), show=False, id="dashboard.full.f8"),
+        Binding("e", "focus_events", t("dashboard.key.events"), show=False, id="dashboard.events"),
         Binding("escape", "back", t("dashboard.key.back"), id="dashboard.back"),
         Binding("b", "back", t("dashboard.key.back"), show=False, id="dashboard.back_b"),
         Binding("M", "after_training('merge')", t("lifecycle.key.merge"), key_display="M", show=False,
@@ -211,7 +220,7 @@ class DashboardScreen(Screen[None]):
             events: DataTable = DataTable(id="dash-events", cursor_type="row", show_cursor=False)
             events.add_columns(t("dashboard.col_time"), t("dashboard.col_event"), t("dashboard.col_detail"))
             yield events
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.title = t("app.title")
@@ -232,6 +241,23 @@ class DashboardScreen(Screen[None]):
 
     def on_resize(self) -> None:
         self._layout_charts()
+        self.call_after_refresh(self._fit_detail_column)
+
+    def _fit_detail_column(self) -> None:
+        """Detail takes what Time and Event leave of the table's width (it showed one character)."""
+        table = self.query_one("#dash-events", DataTable)
+        columns = list(table.columns.values())
+        inner = table.scrollable_content_region.width
+        if len(columns) < 3 or inner <= 0:
+            return
+        others = sum(column.get_render_width(table) for column in columns[:2])
+        width = max(4, inner - others - 2 * table.cell_padding)
+        detail = columns[2]
+        if detail.auto_width or detail.width != width:
+            detail.auto_width = False
+            detail.width = width
+            table._require_update_dimensions = True
+            table.refresh()
 
     def _layout_charts(self) -> None:
         charts = self.query_one("#dash-charts", Container)
@@ -346,6 +372,26 @@ class DashboardScreen(Screen[None]):
         self.backfilled = True
         self._changed()
 
+    def footer_priority(self) -> tuple[str, ...]:
+        """Binding ids in the order the footer keeps them: what applies to the run as it stands first."""
+        keys: list[str] = []
+        if self.has_class("-full"):
+            keys.append("dashboard.back")
+        if not self.source.read_only:
+            if self.status in _ACTIVE:
+                keys.append("dashboard.stop")
+            elif self.status == "finished":
+                keys += ["dashboard.merge", "dashboard.chat", "dashboard.serve"]
+            elif self.status in ("stopped", "failed", "crashed"):
+                keys.append("dashboard.resume")
+        return (*keys, "dashboard.full", "dashboard.search", "dashboard.back", "dashboard.axis")
+
+    def footer_label(self, binding_id: str, description: str) -> str:
+        """Esc leaves the full view before it goes back to the runs: the footer says which it does now."""
+        if binding_id == "dashboard.back" and self.has_class("-full"):
+            return t("dashboard.key.leave_full")
+        return description
+
     def on_log_lines(self, message: LogLines) -> None:
         pane = self.query_one("#dash-log", LogPane)
         if message.reset_log:
@@ -357,13 +403,16 @@ class DashboardScreen(Screen[None]):
             self.events = []
         for record in message.events:
             self.events.append(record)
-            table.add_row(*(Text(cell) for cell in self._event_row(record)))
+            table.add_row(*(Text(cell, no_wrap=True, overflow="ellipsis") for cell in self._event_row(record)))
         if message.events:
             table.scroll_end(animate=False, immediate=True)
+            self.call_after_refresh(self._fit_detail_column)
 
     def on_run_state(self, message: RunState) -> None:
         previous = self.status or None
         self.status, self.reason = message.status, message.reason
+        if previous != self.status:
+            self.refresh_bindings()  # the footer offers what applies now (stop, resume, merge/chat/serve)
         if message.disk_free is not None:
             self.disk = (message.disk_free, message.disk_total)
         alerts = {"ended": ended_alert(previous, self.status, self.source.run_id),
@@ -544,11 +593,40 @@ class DashboardScreen(Screen[None]):
     def action_focus_log(self) -> None:
         self.query_one("#dash-log", LogPane).focus()
 
+    def action_focus_events(self) -> None:
+        table = self.query_one("#dash-events", DataTable)
+        table.show_cursor = True  # Enter shows the highlighted event in full
+        table.focus()
+
+    def action_toggle_full(self) -> None:
+        """The log and the events over the whole screen (again, or Esc: back to the dashboard)."""
+        self.toggle_class("-full")
+        if self.has_class("-full"):
+            self.query_one("#dash-log", LogPane).focus()
+        self.refresh_bindings()
+        self.call_after_refresh(self._fit_detail_column)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id != "dash-events" or not 0 <= event.cursor_row < len(self.events):
+            return
+        from tui.widgets.text_modal import TextModal
+
+        record = self.events[event.cursor_row]
+        clock, label, _detail = self._event_row(record)
+        fields = {k: v for k, v in record.items() if k not in ("event", "reason_message")}
+        if "reason" in fields:
+            fields["reason"] = render_stored(str(fields["reason"]), record.get("reason_message"))
+        body = "\n".join(f"{k}: {v}" for k, v in fields.items())
+        self.app.push_screen(TextModal(t("dashboard.event_title", time=clock, event=label), body))
+
     def action_back(self) -> None:
         box = self.query_one("#dash-search", Input)
         if box.display:
             box.display = False
             self.query_one("#dash-log", LogPane).focus()
+            return
+        if self.has_class("-full"):
+            self.action_toggle_full()
             return
         if len(self.app.screen_stack) > 1:
             self.app.pop_screen()

@@ -17,7 +17,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
 
 from core.hardware.snapshot import BoxSnapshot, GpuSnapshot
@@ -26,6 +26,7 @@ from core.settings import MIN_POLL_INTERVAL_S
 from core.text_width import cell_len, pad, truncate
 from tui.widgets.bar import bar, level_variable
 from tui.widgets.history import history_rows
+from tui.widgets.keys_footer import KeysFooter
 
 HISTORY_SAMPLES = 600  # ten minutes at 1 Hz
 CARD_HEIGHT = 7  # border + five lines
@@ -138,14 +139,16 @@ class GpuScreen(Screen[None]):
     """Live NVML view of every GPU, its processes and the host."""
 
     BINDINGS = [
-        # Off the footer (the app's section keys own it at 80 columns); listed by ? and the palette.
-        Binding("plus", "interval(2.0)", t("gpuscreen.key.interval_up"), key_display="+", show=False,
-                id="gpus.slower"),
-        Binding("minus", "interval(0.5)", t("gpuscreen.key.interval_down"), key_display="-", show=False,
-                id="gpus.faster"),
-        Binding("c", "toggle_compact", t("gpuscreen.key.compact"), show=False, id="gpus.compact"),
-        Binding("p", "focus_processes", t("gpuscreen.key.processes"), show=False, id="gpus.processes"),
+        # In the footer before the app's section keys (KeysFooter drops what does not fit, ? stays).
+        Binding("c", "toggle_compact", t("gpuscreen.key.compact"), id="gpus.compact"),
+        Binding("p", "focus_processes", t("gpuscreen.key.processes"), id="gpus.processes"),
+        Binding("plus", "interval(2.0)", t("gpuscreen.key.interval_up"), key_display="+", id="gpus.slower"),
+        Binding("minus", "interval(0.5)", t("gpuscreen.key.interval_down"), key_display="-", id="gpus.faster"),
     ]
+
+    def footer_priority(self) -> tuple[str, ...]:
+        """Binding ids in the order the footer keeps them when the line is short."""
+        return ("gpus.compact", "gpus.processes", "gpus.slower", "gpus.faster")
 
     def __init__(self) -> None:
         super().__init__(name="gpus")
@@ -162,7 +165,7 @@ class GpuScreen(Screen[None]):
         table.add_columns(t("gpuscreen.col_gpu"), t("gpuscreen.col_pid"), t("gpuscreen.col_user"),
                           t("gpuscreen.col_mem"), t("gpuscreen.col_command"))
         yield table
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.title = t("app.title")

@@ -20,6 +20,9 @@ class HelpScreen(ModalScreen[None]):
         Binding("q", "dismiss", t("help.key.close"), show=False),
         Binding("f1", "dismiss", t("help.key.close"), show=False),
         Binding("question_mark", "dismiss", t("help.key.close"), show=False),
+        # Priority: the keys scroll the help wherever the focus is (the border says so).
+        Binding("pagedown", "page(1)", t("help.key.page_down"), show=False, priority=True),
+        Binding("pageup", "page(-1)", t("help.key.page_up"), show=False, priority=True),
     ]
 
     def __init__(self, sections: list[tuple[str, list[tuple[str, str]]]]) -> None:
@@ -34,6 +37,15 @@ class HelpScreen(ModalScreen[None]):
                 yield Static(t(f"help.section_{name}"), classes="help-section")
                 yield Static(self._table(rows), classes="help-table", markup=False)
             yield Static(t("help.close"), classes="help-hint")
+
+    def on_mount(self) -> None:
+        body = self.query_one("#help-body", VerticalScroll)
+        body.border_subtitle = t("help.scroll_hint")
+        body.focus()  # arrows scroll too
+
+    def action_page(self, direction: int) -> None:
+        body = self.query_one("#help-body", VerticalScroll)
+        (body.scroll_page_down if direction > 0 else body.scroll_page_up)(animate=False)
 
     @staticmethod
     def _table(rows: list[tuple[str, str]]) -> str:

@@ -22,7 +22,6 @@ from textual.screen import Screen
 from textual.widgets import (
     ContentSwitcher,
     DataTable,
-    Footer,
     Header,
     Input,
     Markdown,
@@ -34,6 +33,7 @@ from core.hub.download import human_bytes
 from core.hub.records import HUBS, SIZE_CLASSES, SORTS, ModelDetails, SearchPage, SearchQuery
 from core.i18n import t
 from core.text_width import cell_len, truncate
+from tui.widgets.keys_footer import KeysFooter
 
 OWNERS = ("", "Qwen", "deepseek-ai", "LLM-Research", "meta-llama", "mistralai", "google")
 TASKS = ("text-generation", "")
@@ -169,7 +169,7 @@ class ModelsScreen(Screen[None]):
                 yield DataTable(id="local-models", cursor_type="row")
         yield Static("", id="download-line")
         yield ProgressBar(total=100, show_eta=False, id="download-bar")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.title = t("app.title")

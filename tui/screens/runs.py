@@ -22,13 +22,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 from textual.worker import get_current_worker
 
 from core.i18n import t
 from core.runs.run_dir import state_label
 from core.text_width import cell_len, truncate
 from core.watch.figures import directory_size, format_bytes, format_count, format_duration
+from tui.widgets.keys_footer import KeysFooter
 
 LIST_EVERY_S = 2.0
 ACTIVE = ("queued", "starting", "running", "stalled", "stopping")
@@ -195,7 +196,7 @@ class RunsScreen(Screen[None]):
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=False, cell_padding=CELL_PADDING)
         yield Static(t("runs_screen.empty"), id="runs-empty")
         yield Input(placeholder=t("runs_screen.filter_placeholder"), id="runs-filter")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#runs-filter", Input).display = False

@@ -17,12 +17,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import ContentSwitcher, Footer, Header, Input, OptionList, Static
+from textual.widgets import ContentSwitcher, Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from core.i18n import t
 from core.plan.request import GOALS, OVERRIDABLE
 from tui.widgets.bar import bar
+from tui.widgets.keys_footer import KeysFooter
 
 STEPS = ("model", "dataset", "goal", "hardware", "result")
 DEFAULT_GPU_MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -86,8 +87,14 @@ class WizardScreen(Screen[None]):
     """
 
     BINDINGS = [
-        Binding("pagedown", "next_step", t("wizard.key.next"), id="wizard.next"),
-        Binding("pageup", "previous_step", t("wizard.key.back"), id="wizard.back"),
+        # Priority: the step's scrolling container, the goal list and the plan have their own page keys,
+        # which would otherwise take PageUp/PageDown (and hide them from the footer and the help).
+        Binding("pagedown", "next_step", t("wizard.key.next"), key_display="PgDn", priority=True,
+                id="wizard.next"),
+        Binding("pageup", "previous_step", t("wizard.key.back"), key_display="PgUp", priority=True,
+                id="wizard.back"),
+        # Esc leaves a text field first (so the next letters are keys again), then goes back a step.
+        Binding("escape", "escape", t("wizard.key.escape"), key_display="Esc", id="wizard.escape"),
         Binding("enter", "enter", t("wizard.key.enter"), show=False, id="wizard.enter"),
         Binding("e", "edit", t("wizard.key.edit"), id="wizard.edit"),
         Binding("f7", "edit", t("wizard.key.edit"), show=False, id="wizard.edit.f7"),
@@ -166,7 +173,7 @@ class WizardScreen(Screen[None]):
                         yield Input(id=f"ov-{name}", placeholder=t("wizard.auto"))
                     yield Static(id="ov-error", classes="step-error")
         yield Static(id="wizard-status")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         model = getattr(self.app, "wizard_model", None)
@@ -206,11 +213,20 @@ class WizardScreen(Screen[None]):
         self.query_one(focus).focus()
         self.refresh_bindings()
 
+    def footer_priority(self) -> tuple[str, ...]:
+        """Binding ids in the order the footer keeps them when the line is short."""
+        if STEPS[self.step] == "result":
+            return ("wizard.back", "wizard.save", "wizard.launch", "wizard.overrides", "wizard.probe",
+                    "wizard.escape", "wizard.clear")
+        return ("wizard.next", "wizard.back", "wizard.escape", "wizard.edit", "wizard.edit.f7")
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         on_result = STEPS[self.step] == "result"
         if action in ("save", "launch", "probe", "overrides", "clear_overrides", "alternative"):
             return True if on_result else None
         if action == "edit":
+            return None if on_result else True
+        if action == "next_step":  # the last step: Enter or s saves, l launches; PgDn has nowhere to go
             return None if on_result else True
         return True
 
@@ -232,6 +248,21 @@ class WizardScreen(Screen[None]):
     def action_previous_step(self) -> None:
         if self.step > 0:
             self._show_step(self.step - 1)
+
+    def action_escape(self) -> None:
+        """Leave the text field (the step keeps the focus); without one, back a step; on the first, out."""
+        focused = self.focused
+        if isinstance(focused, Input):
+            if focused.id and focused.id.startswith("ov-"):
+                self.query_one("#result-body").focus()
+            else:
+                name = STEPS[self.step]
+                self.query_one({"goal": "#goal-list"}.get(name, f"#step-{name}")).focus()
+            return
+        if self.step > 0:
+            self._show_step(self.step - 1)
+        else:
+            self.app.action_section(getattr(self.app, "previous_section", None) or "gpus")
 
     @on(Input.Submitted)
     def _input_submitted(self, event: Input.Submitted) -> None:

@@ -1,4 +1,8 @@
-"""A followed log through the line API: appends are cheap, search highlights and jumps between matches."""
+"""A followed log through the line API: appends are cheap, search highlights and jumps between matches.
+
+Long lines wrap at the pane's width (an error at 80 columns is read in full, not cut at 44): each log
+line becomes one or more display rows, rebuilt only when the width changes.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,25 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from core.text_width import cell_len
+from core.text_width import cell_len, char_width
 
 MAX_LINES = 20_000
+
+
+def wrap_points(text: str, width: int) -> list[int]:
+    """Character offsets where the display rows of ``text`` start, each row at most ``width`` cells."""
+    if width <= 0 or len(text) <= width and (text.isascii() or cell_len(text) <= width):
+        return [0]
+    if text.isascii():
+        return list(range(0, len(text), width))
+    starts, used = [0], 0
+    for i, char in enumerate(text):
+        size = char_width(char)
+        if used + size > width and used:
+            starts.append(i)
+            used = 0
+        used += size
+    return starts
 
 
 class LogPane(ScrollView, can_focus=True):
@@ -33,10 +53,15 @@ class LogPane(ScrollView, can_focus=True):
         self.matches: list[int] = []
         self.current = -1
         self.following = True  # stuck to the newest line until the user scrolls up
+        # display rows: (index into lines, start offset, end offset), for the width in _wrap_width
+        self.rows: list[tuple[int, int, int]] = []
+        self._wrap_width = 0
+        self._rewrap_pending = False
 
     # --- content ---------------------------------------------------------------------------------
     def clear(self) -> None:
         self.lines = []
+        self.rows = []
         self.widest = 0
         self.matches = []
         self.current = -1
@@ -57,6 +82,9 @@ class LogPane(ScrollView, can_focus=True):
             self.lines = self.lines[drop:]
             self.matches = [m - drop for m in self.matches if m >= drop]
             self.current = min(self.current, len(self.matches) - 1)
+            self._rewrap()
+        else:
+            self._add_rows(base)
         self._resize()
         if at_bottom:
             # after the next layout: the new virtual size is not applied yet
@@ -70,13 +98,44 @@ class LogPane(ScrollView, can_focus=True):
             self.following = True
 
     def on_resize(self) -> None:
+        if self._content_width() != self._wrap_width:
+            self._rewrap()
+            self._resize()
         # A resize (the header gaining a line, a terminal resize) must not leave a following pane short
         # of the newest line.
         if self.following:
             self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
 
+    def _content_width(self) -> int:
+        return self.scrollable_content_region.width
+
+    def _add_rows(self, first: int) -> None:
+        width = self._wrap_width
+        for index in range(first, len(self.lines)):
+            text = self.lines[index]
+            starts = wrap_points(text, width)
+            ends = [*starts[1:], len(text)]
+            self.rows.extend((index, start, end) for start, end in zip(starts, ends, strict=True))
+
+    def _rewrap(self) -> None:
+        self._wrap_width = self._content_width()
+        self.rows = []
+        self._add_rows(0)
+
+    def _rewrap_now(self) -> None:
+        self._rewrap_pending = False
+        if self._content_width() != self._wrap_width:
+            self._rewrap()
+            self._resize()
+
+    def row_of_line(self, index: int) -> int:
+        """The first display row of log line ``index``."""
+        from bisect import bisect_left
+
+        return bisect_left(self.rows, (index, -1, -1))
+
     def _resize(self) -> None:
-        self.virtual_size = Size(self.widest, len(self.lines))
+        self.virtual_size = Size(self._wrap_width or self.widest, len(self.rows))
         self.refresh()
 
     # --- search ----------------------------------------------------------------------------------
@@ -101,17 +160,22 @@ class LogPane(ScrollView, can_focus=True):
 
     def _show_current(self) -> None:
         if 0 <= self.current < len(self.matches):
-            line = self.matches[self.current]
-            self.scroll_to(y=max(0, line - self.size.height // 2), animate=False, immediate=True)
+            row = self.row_of_line(self.matches[self.current])
+            self.scroll_to(y=max(0, row - self.size.height // 2), animate=False, immediate=True)
 
     # --- drawing ---------------------------------------------------------------------------------
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
-        index = scroll_y + y
+        row = scroll_y + y
         width = self.scrollable_content_region.width
-        if index >= len(self.lines):
+        if width != self._wrap_width and not self._rewrap_pending:
+            # the width changed without a resize (a scrollbar came or went): wrap again after this frame
+            self._rewrap_pending = True
+            self.call_after_refresh(self._rewrap_now)
+        if row >= len(self.rows):
             return Strip.blank(width, self.rich_style)
-        text = self.lines[index]
+        index, start, end = self.rows[row]
+        text = self.lines[index]  # the whole line decides the colour, its row is drawn
         style = self.rich_style
         if self.matches and self.query_text and self.query_text.lower() in text.lower():
             current = 0 <= self.current < len(self.matches) and self.matches[self.current] == index
@@ -120,5 +184,5 @@ class LogPane(ScrollView, can_focus=True):
             style = style + self.get_component_rich_style("logpane--error", partial=True)
         elif "warning" in text.lower():
             style = style + self.get_component_rich_style("logpane--warning", partial=True)
-        strip = Strip([Segment(text, style if isinstance(style, Style) else None)])
+        strip = Strip([Segment(text[start:end], style if isinstance(style, Style) else None)])
         return strip.crop(scroll_x, scroll_x + width).adjust_cell_length(width, self.rich_style)
