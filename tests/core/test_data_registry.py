@@ -243,3 +243,22 @@ def test_data_check_json_names_the_format_and_the_refusal(tmp_path):
     assert second["format"] == "kto" and second["records"] == 0 and not second["ok"]
     (issue,) = second["issues"]
     assert issue["line"] == 1 and issue["message"].startswith("KTO data (2 rows")
+
+
+def test_train_check_resolves_names_and_refuses_dpo(lf_data, tmp_path):
+    (lf_data / "run.yaml").write_text("model: tiny\ndataset: identity,alpaca_en_demo#3\n", encoding="utf-8")
+    (lf_data / "dpo.yaml").write_text("model: tiny\ndataset: dpo_en_demo\n", encoding="utf-8")
+    env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1", "LANG": "C.UTF-8"}
+    env.pop("LC_ALL", None)
+
+    def train_check(name: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "core", "--lang", "en", "train", str(lf_data / name), "--check"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    ok = train_check("run.yaml")
+    assert ok.returncode == 0, ok.stderr
+    assert "dataset: [identity, alpaca_en_demo#3]" in ok.stdout
+    assert f"dataset_info: {(lf_data / 'dataset_info.json').resolve()}" in ok.stdout
+    refused = train_check("dpo.yaml")
+    assert refused.returncode == 2
+    assert "dpo_en_demo.json:2: preference (DPO) data (1 rows" in refused.stderr + refused.stdout
