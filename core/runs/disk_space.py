@@ -14,7 +14,9 @@ the run's method; deliberately simple, and a little on the generous side:
 
 A run keeps ``save_total_limit`` checkpoints, and the next one is written before the oldest is rotated
 away, so ``save_total_limit + 1`` checkpoints stand on the disk at the peak; the last of them is the final
-save (0 = keep all: every save of ``max_steps`` when known, else just the final save).
+save (0 = keep all: every save of ``max_steps`` when known, else just the final save). A run that makes
+fewer saves than that (``max_steps`` / ``save_steps``, the final one included) has only those at its
+peak. A stop's save is not planned: ``resume`` counts the checkpoints already on the disk.
 
 Full disks: ``is_disk_full`` recognises ENOSPC in an ``OSError`` and in what torch and safetensors raise
 when a write comes up short. Every run directory holds a 1 MiB ``.reserve`` file (created by the

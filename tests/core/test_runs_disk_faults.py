@@ -155,16 +155,17 @@ def _refuse_then_fill_mid_save(tmp_path: Path, home: Path) -> None:
     if True:
         cli = Cli(home)
         # Full fine-tuning of the tiny model: ~12 MB a checkpoint, 3 of them at the peak with
-        # save_total_limit 2 — more than 28 MiB.
-        config = _tiny_config(tmp_path, method="full", save_total_limit=2)
+        # save_total_limit 2 and three saves (steps 10, 20, 30) — more than 28 MiB.
+        config = _tiny_config(tmp_path, method="full", save_total_limit=2, max_steps=30)
         refused = cli("train", str(config), check=False)
         assert refused.returncode == 2, refused.stderr
         _clean(refused)
         assert "for 2 checkpoints + the final save" in refused.stderr, refused.stderr
         assert "lower save_total_limit or free space" in refused.stderr
         assert not (home / "runs").exists() or not any((home / "runs").iterdir())
-        # One kept checkpoint fits, barely: a warning, and the run starts. It saves only when stopped.
-        config = _tiny_config(tmp_path, method="full", save_total_limit=1, max_steps=5000, save_steps=5000)
+        # One kept checkpoint (two at the peak, as the second save is written) fits, barely: a warning,
+        # and the run starts. It saves only when stopped (its first planned save is at step 2500).
+        config = _tiny_config(tmp_path, method="full", save_total_limit=1, max_steps=5000, save_steps=2500)
         started = cli("train", str(config))
         assert "disk space is tight" in started.stderr, started.stderr
         run_id = started.stdout.strip()
