@@ -89,6 +89,7 @@ def test_wizard_page_keys_work_from_every_widget_and_show_in_footer_and_help(pri
             assert w.step == 1
             await pilot.press("pagedown")
             await wait_for(pilot, lambda: w.step == 2, timeout=30)
+            assert (f"e {t('wizard.key.edit_goal')}") in footer_line(app)  # the footer says what e edits here
             await pilot.press("e")  # into Epochs; PageUp still goes back from a text field
             assert app.focused.id == "epochs-input"
             await pilot.press("pageup")

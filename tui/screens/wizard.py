@@ -220,6 +220,12 @@ class WizardScreen(Screen[None]):
                     "wizard.escape", "wizard.clear")
         return ("wizard.next", "wizard.back", "wizard.escape", "wizard.edit", "wizard.edit.f7")
 
+    def footer_label(self, binding_id: str, description: str) -> str:
+        """``e`` names the field it goes into on this step (on the goal step: Epochs, not the goal)."""
+        if binding_id in ("wizard.edit", "wizard.edit.f7") and STEPS[self.step] != "result":
+            return t(f"wizard.key.edit_{STEPS[self.step]}")
+        return description
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         on_result = STEPS[self.step] == "result"
         if action in ("save", "launch", "probe", "overrides", "clear_overrides", "alternative"):
