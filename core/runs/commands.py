@@ -369,6 +369,9 @@ def _check_only(args: argparse.Namespace) -> int:
     try:
         config = _train_config(args)
         gpus = _check_box(config)
+        if not gpus and config.precision != "fp32":  # what train would run here: said, and printed so
+            _err(t("launch.precision_cpu", precision=config.precision))
+            config.precision, config.pure_bf16 = "fp32", False
     except CliError as exc:
         if args.json:
             _print_json({"ok": False, "problems": str(exc).splitlines()})

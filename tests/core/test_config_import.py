@@ -445,3 +445,31 @@ def test_train_takes_a_peers_file_directly(tmp_path):
     assert out.returncode == 2 and "cannot be trained as it is" in out.stderr
     assert "stage: dpo → needs you: stage 'dpo': tunedeck trains SFT only" in out.stderr
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_a_swift_command_line_trains_as_converted(tmp_path):
+    """train FILE on a `swift sft` script: the run's config.yaml holds the converted values, and it trains."""
+    import time
+
+    from core.runs.liveness import effective_status
+    from core.runs.run_dir import RunDirectory
+
+    home = tmp_path / "home"
+    data = _data(tmp_path / "data.jsonl")
+    script = tmp_path / "sft.sh"
+    script.write_text(f"swift sft --model tiny --train_type lora --dataset {data} --target_modules q_proj v_proj "
+                      "--torch_dtype float32 --max_length 64 --per_device_train_batch_size 3 "
+                      "--gradient_accumulation_steps 1 --max_steps 1 --save_steps 1 --logging_steps 1 "
+                      "--model_author swift\n", encoding="utf-8")
+    out = _tunedeck(home, "train", str(script))
+    assert out.returncode == 0, out.stderr
+    assert "  target_modules: [\"q_proj\", \"v_proj\"] → taken as lora_targets=[\"q_proj\", \"v_proj\"]" in out.stderr
+    run = RunDirectory(home / "runs" / out.stdout.strip())
+    config = yaml.safe_load(run.config_path.read_text())
+    assert (config["lora_targets"], config["lora_rank"], config["lora_alpha"], config["max_steps"]) == \
+        (["q_proj", "v_proj"], 8, 32, 1)
+    deadline = time.monotonic() + 180
+    while effective_status(run).active and time.monotonic() < deadline:
+        time.sleep(0.3)  # polling the detached run's end, in-process
+    status = run.status()
+    assert status.status == "finished", (status, (run.path / "train.log").read_text()[-2000:])
