@@ -30,7 +30,12 @@ UNTRAINED_KEYS = frozenset({"name", "output"})
 def _local_files(spec: str) -> tuple[str, list[Path]] | None:
     """(kind, files) of a dataset spec that names a local file or folder; None for anything else."""
     from core.data.loading import data_files_in
+    from core.data.registry import parse_spec
 
+    try:  # a file sampled with #N (or given a :split) is still that file
+        spec = parse_spec(spec, lambda base: Path(base).expanduser().exists())[0]
+    except ValueError:
+        pass
     path = Path(spec).expanduser()
     if path.is_file():
         return "file", [path]

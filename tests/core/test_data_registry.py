@@ -262,3 +262,10 @@ def test_train_check_resolves_names_and_refuses_dpo(lf_data, tmp_path):
     refused = train_check("dpo.yaml")
     assert refused.returncode == 2
     assert "dpo_en_demo.json:2: preference (DPO) data (1 rows" in refused.stderr + refused.stdout
+
+
+def test_resume_fingerprint_follows_a_sampled_file(lf_data):
+    from core.runs.fingerprint import data_fingerprint
+
+    (entry,) = data_fingerprint([f"{lf_data / 'alpaca_en_demo.json'}#3"])
+    assert entry["kind"] == "file" and entry["files"][0]["records"] == 5
