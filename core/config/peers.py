@@ -302,9 +302,12 @@ def _dataset_dir(value: Any) -> Outcome:
 def _loss_scale(value: Any) -> Outcome:
     """ms-swift's loss_scale: ``default`` trains on the answers (tunedeck's ``loss_on: assistant``)."""
     text = str(value).strip().lower()
-    if is_unset(value) or text in ("default", "last_round"):
-        return dropped("import.reason_loss_default") if text == "default" else \
-            needs_you("import.reason_last_round") if text == "last_round" else dropped("import.reason_unset")
+    if is_unset(value):
+        return dropped("import.reason_unset")
+    if text == "default":
+        return dropped("import.reason_loss_default")
+    if text == "last_round":
+        return needs_you("import.reason_last_round")
     if text == "all":
         return taken({"loss_on": "all"})
     return needs_you("import.reason_loss_scale", value=value)

@@ -22,7 +22,7 @@ import yaml
 from core.config import ConfigError, load_run_config
 from core.config.checks import check_value, unknown_key_message
 from core.config.importers import import_command, import_file, read_peer_file
-from core.config.peers import DROPPED, NEEDS_YOU
+from core.config.peers import DROPPED, NEEDS_YOU, TAKEN
 from core.i18n import set_language
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -473,3 +473,14 @@ def test_a_swift_command_line_trains_as_converted(tmp_path):
         time.sleep(0.3)  # polling the detached run's end, in-process
     status = run.status()
     assert status.status == "finished", (status, (run.path / "train.log").read_text()[-2000:])
+
+
+def test_swift_pretraining_and_loss_scale_and_preference_commands():
+    from core.config.importers import blocking_lines
+
+    result = import_command(["swift", "pt", "--model", "tiny", "--dataset", "corpus.txt", "--loss_scale", "all"])
+    assert result.config["loss_on"] == "all" and _line(result, "swift").verdict == TAKEN
+    result = import_command(["swift", "sft", "--model", "tiny", "--dataset", "d.jsonl", "--loss_scale", "last_round"])
+    assert _line(result, "loss_scale").verdict == NEEDS_YOU and blocking_lines(result) == []
+    result = import_command(["swift", "rlhf", "--rlhf_type", "dpo", "--model", "tiny", "--dataset", "p.jsonl"])
+    assert [line.key for line in blocking_lines(result)] == ["swift"]
