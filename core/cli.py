@@ -1,8 +1,12 @@
-"""``tunedeck``: the full-screen app with no command, the headless twins of its screens with one.
+"""``tunedeck``'s headless commands: the twins of the app's screens.
 
 This module only builds the parser and dispatches; each area registers its commands from its own
 ``commands`` module (``core/<area>/commands.py``) with a ``register(subparsers)`` function. Nothing heavy
 is imported here: each handler imports what it needs when it runs.
+
+The app itself lives in ``tui``, which core never imports: a handler that wants it (no command, ``demo``,
+``watch DIR``) returns an ``OpenApp`` request, and the ``tunedeck`` entry point (``tui.main``) opens it.
+``python -m core`` is the headless half alone.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from core import __version__
 from core.i18n import set_language, t
@@ -28,6 +34,14 @@ COMMAND_MODULES: list[str] = [
     "core.lifecycle.commands",
     "core.plan.commands",
 ]
+
+
+@dataclass(frozen=True)
+class OpenApp:
+    """What a command returns to have the full-screen app opened (by ``tui.main``) once it is done."""
+
+    settings: Any = None
+    open_run: str | None = None
 
 
 class CliError(Exception):
@@ -68,6 +82,16 @@ def _requested_language(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m core``: the headless commands; where the app is asked for, say how to open it."""
+    outcome = dispatch(argv)
+    if isinstance(outcome, OpenApp):
+        print(f"tunedeck: {t('cli.app_needs_entry')}", file=sys.stderr)
+        return 2
+    return outcome
+
+
+def dispatch(argv: Sequence[str] | None = None) -> int | OpenApp:
+    """Parse ``argv`` and run its command: an exit code, or ``OpenApp`` when the app should open."""
     argv = list(sys.argv[1:] if argv is None else argv)
     from core.settings import SettingsError, load_settings
 
@@ -98,10 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = getattr(args, "handler", None)
     try:
         if handler is None:
-            from tui.app import run_app  # the app; imported only when asked for
-
-            return run_app(settings)
-        return int(handler(args) or 0)
+            return OpenApp(settings)
+        outcome = handler(args)
+        return outcome if isinstance(outcome, OpenApp) else int(outcome or 0)
     except CliError as exc:
         print(f"tunedeck: {exc}", file=sys.stderr)
         return exc.code

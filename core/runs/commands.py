@@ -396,7 +396,7 @@ def _report_started(run: Any, as_json: bool, extra: dict[str, Any] | None = None
         _err(t("runs.started", id=run.id, path=str(run.path)))
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: argparse.Namespace) -> Any:
     from core.config import default_demo_config
     from core.i18n import t
 
@@ -414,16 +414,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.detach:
         _report_started(run, args.json)
         return 0
-    import inspect
-
+    from core.cli import OpenApp
     from core.settings import load_settings
-    from tui.app import run_app  # the app; imported only when asked for
 
-    settings = load_settings()
     _err(t("runs.started", id=run.id, path=str(run.path)))
-    if "open_run" in inspect.signature(run_app).parameters:
-        return int(run_app(settings, open_run=run.id) or 0)
-    return int(run_app(settings) or 0)  # an app that does not open runs yet
+    return OpenApp(load_settings(), open_run=run.id)
 
 
 def _run_headless(run: Any, as_json: bool) -> int:

@@ -55,7 +55,7 @@ def _state(source: Any) -> dict[str, Any]:
     return writer_state(source, feed.activity).to_json()
 
 
-def cmd_watch(args: argparse.Namespace) -> int:
+def cmd_watch(args: argparse.Namespace) -> Any:
     source = _find(args.dir)
     if args.json:
         import json
@@ -64,7 +64,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                           "log": None if source.log_path is None else str(source.log_path),
                           "read_only": source.read_only, "facts": source.facts, "state": _state(source)}))
         return 0
+    from core.cli import OpenApp
     from core.settings import load_settings
-    from tui.app import run_app  # the app; imported only when asked for
 
-    return run_app(load_settings(), open_run=str(source.path))
+    return OpenApp(load_settings(), open_run=str(source.path))

@@ -1,5 +1,6 @@
 """Choosing the interface language from the palette: saved in the settings, announced for the next start,
-and honoured by ``tunedeck`` (core.cli.main sets the language before the tui modules are imported)."""
+and honoured by ``tunedeck`` (its entry point, tui.main, has core.cli set the language before tui.app is
+imported)."""
 
 from __future__ import annotations
 
@@ -44,12 +45,12 @@ def test_palette_language_entry_saves_the_setting(private_home):
 
 
 def test_saved_language_is_applied_before_the_tui_is_imported(tmp_path):
-    """What ``tunedeck`` with no command does: main() reads the settings, sets the language, then imports
-    tui.app, whose bindings come out in Chinese. Checked in a fresh interpreter, as a user would start it."""
+    """What ``tunedeck`` with no command does: tui.main runs core.cli, which reads the settings and sets the
+    language, and only then imports tui.app, whose bindings come out in Chinese. Checked in a fresh interpreter, as a user would start it."""
     home = tmp_path / "home"
     env = {**os.environ, "TUNEDECK_HOME": str(home), "LANG": "en_US.UTF-8", "LC_ALL": ""}
     probe = (
-        "import sys, types, core.cli as cli\n"
+        "import sys, types, tui.main as entry\n"
         "fake = types.ModuleType('tui.app')\n"
         "def run_app(settings, open_run=None):\n"
         "    import importlib.util, sys as s\n"
@@ -59,7 +60,7 @@ def test_saved_language_is_applied_before_the_tui_is_imported(tmp_path):
         "    return 0\n"
         "fake.run_app = run_app\n"
         "sys.modules['tui.app'] = fake\n"
-        "sys.exit(cli.main([]))\n"
+        "sys.exit(entry.main([]))\n"
     )
     env_settings = subprocess.run(
         [sys.executable, "-c", "from core.paths import settings_path; print(settings_path())"],
