@@ -68,7 +68,9 @@ def _data_parallel(plan: TrainingPlan) -> int:
 
 
 def cuda_context_bytes(gpu: GpuSpec, calibration: Calibration) -> float:
-    """The CUDA context and library workspaces every process pays before allocating a tensor."""
+    """The CUDA context and library workspaces every process pays before allocating a tensor (none on the CPU)."""
+    if gpu.family == "cpu":
+        return 0.0
     return calibration.cuda_context_gib.get(gpu.family, 0.5) * GIB
 
 

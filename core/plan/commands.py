@@ -115,10 +115,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0 if rec.feasible else 3
 
 
-def describe_plan(plan: dict[str, Any]) -> dict[str, Any]:
-    """The fields ``plan.recommended`` / ``plan.alternative`` format."""
+def describe_plan(plan: dict[str, Any], cpu_only: bool = False) -> dict[str, Any]:
+    """The fields ``plan.recommended`` / ``plan.alternative`` format (``gpus``: "2 GPUs", or "on the CPU")."""
+    from core.units import plural_key
+
+    gpus = t("plan.on_cpu") if cpu_only else t(plural_key("plan.gpus", plan["num_gpus"]), count=plan["num_gpus"])
     return {
-        "method": plan["method"], "precision": plan["precision"], "gpus": plan["num_gpus"],
+        "method": plan["method"], "precision": plan["precision"], "gpus": gpus,
         "zero": plan["zero_stage"], "offload": plan["offload"], "micro": plan["micro_batch_size"],
         "accum": plan["grad_accum_steps"], "seq": plan["seq_len"],
         "gc": t("plan.gc_on") if plan["gradient_checkpointing"] else t("plan.gc_off"),
@@ -145,7 +148,7 @@ def format_recommendation(rec: Any) -> str:
         lines += [f"  - {item['message']}" for item in data["way_out"]]
     if best is None or best["plan"] is None:
         return "\n".join(lines)
-    lines.append(t("plan.recommended" if rec.feasible else "plan.closest", **describe_plan(best["plan"])))
+    lines.append(t("plan.recommended" if rec.feasible else "plan.closest", **describe_plan(best["plan"], rec.request.hardware.cpu_only)))
     verdict = t("plan.verdict_fits") if best["feasible"] else t("plan.verdict_does_not_fit")
     lines.append(t("plan.memory", peak=best["peak_gib"], capacity=best["capacity_gib"], verdict=verdict))
     lines.append(t("plan.speed", tps=best["tokens_per_s"]))
@@ -167,5 +170,6 @@ def format_recommendation(rec: Any) -> str:
         lines.append(t("plan.alternatives"))
         for index, alt in enumerate(data["alternatives"], 1):
             lines.append("  " + t("plan.alternative", index=index, peak=alt["peak_gib"], tps=alt["tokens_per_s"],
-                                  trade="; ".join(alt["trade_off"]), **describe_plan(alt["plan"])))
+                                  trade="; ".join(alt["trade_off"]),
+                                  **describe_plan(alt["plan"], rec.request.hardware.cpu_only)))
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from core.estimate import TrainingPlan, plan_for_model
 from core.plan.candidates import Candidate, Finding, candidate_plans, estimate_plan, finding, hours_for
 from core.plan.request import PlanRequest
 from core.plan.rules import judge
+from core.units import plural_key
 
 MAX_ALTERNATIVES = 3
 
@@ -195,7 +196,7 @@ def trade_off(other: Candidate, best: Candidate, request: PlanRequest) -> list[F
     if other.plan.method != best.plan.method:
         out.append(finding(f"plan.trade.method_{other.plan.method}"))
     if other.plan.num_gpus != best.plan.num_gpus:
-        out.append(finding("plan.trade.gpus", gpus=other.plan.num_gpus))
+        out.append(finding(plural_key("plan.trade.gpus", other.plan.num_gpus), gpus=other.plan.num_gpus))
     return out
 
 
@@ -267,7 +268,8 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
         out.append(("zero", finding("plan.reason.zero", zero=p.zero_stage, offload=p.offload, ddp=ddp_peak,
                                     peak=round(best.peak_gib, 1))))
 
-    out.append(("batch", finding("plan.reason.batch", micro=p.micro_batch_size, accum=p.grad_accum_steps,
+    batch_key = "plan.reason.batch_cpu" if request.hardware.cpu_only else plural_key("plan.reason.batch", p.num_gpus)
+    out.append(("batch", finding(batch_key, micro=p.micro_batch_size, accum=p.grad_accum_steps,
                                  gpus=p.num_gpus, effective=best.effective_batch, target=request.effective_batch)))
 
     if "seq_len" in pinned:
@@ -295,7 +297,8 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
         out.append(("lora_rank", finding("plan.reason.lora_rank", rank=p.lora_rank,
                                          millions=round(trainable / 1e6, 1))))
     available = 1 if request.hardware.cpu_only else request.hardware.count
-    out.append(("gpus", finding("plan.reason.gpus", used=p.num_gpus, available=available)))
+    gpus_key = "plan.reason.gpus_cpu" if request.hardware.cpu_only else plural_key("plan.reason.gpus", available)
+    out.append(("gpus", finding(gpus_key, used=p.num_gpus, available=available)))
     return out
 
 

@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core.runs.run_dir import ACTIVE_STATES
+from core.units import UNKNOWN, format_duration, format_rate
+
 
 def register(subparsers: Any) -> None:
     from core.i18n import t
@@ -87,15 +90,6 @@ def _state(status: str) -> str:
     from core.runs.run_dir import state_label
 
     return state_label(status)
-
-
-def _fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
 def _gpu_caps() -> dict[str, Any] | None:
@@ -439,8 +433,8 @@ def _run_headless(run: Any, as_json: bool) -> int:
             for record in records[seen:]:
                 if record.get("kind") == "train":
                     _err(t("runs.progress_line", step=record.get("step"), total=record.get("total_steps"),
-                           loss=_fmt_float(record.get("loss")), tps=_fmt_float(record.get("tokens_per_s"), 0),
-                           eta=_fmt_duration(record.get("eta_s"))))
+                           loss=_fmt_float(record.get("loss")), tps=format_rate(record.get("tokens_per_s")),
+                           eta=format_duration(record.get("eta_s"))))
                 elif record.get("kind") == "eval":
                     _err(t("runs.progress_eval", step=record.get("step"), loss=_fmt_float(record.get("eval_loss"))))
             seen = len(records)
@@ -467,7 +461,7 @@ def _run_headless(run: Any, as_json: bool) -> int:
 
 def _fmt_float(value: Any, digits: int = 4) -> str:
     if value is None:
-        return "-"
+        return UNKNOWN
     return f"{float(value):.{digits}f}"
 
 
@@ -488,8 +482,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     rows = []
     for r in runs:
         step = f"{r.step}/{r.total_steps}" if r.step is not None else "-"
-        rows.append([r.id, _state(r.status), r.method, step, _fmt_float(r.loss), _fmt_float(r.tokens_per_s, 0),
-                     _fmt_duration(r.eta_s) if r.status == "running" else "-", truncate(r.model, 40)])
+        rows.append([r.id, _state(r.status), r.method, step, _fmt_float(r.loss), format_rate(r.tokens_per_s),
+                     format_duration(r.eta_s) if r.status in ACTIVE_STATES else UNKNOWN, truncate(r.model, 40)])
     from core.text_width import cell_len
 
     widths = [max(cell_len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
@@ -526,8 +520,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         (t("runs.field_step"), f"{summary.step if summary.step is not None else '-'}/{summary.total_steps or '-'}"),
         (t("runs.field_loss"), _fmt_float(summary.loss)),
         (t("runs.field_eval_loss"), _fmt_float((last_eval or {}).get("eval_loss"))),
-        (t("runs.field_speed"), _fmt_float(summary.tokens_per_s, 0)),
-        (t("runs.field_eta"), _fmt_duration(summary.eta_s)),
+        (t("runs.field_speed"), format_rate(summary.tokens_per_s)),
+        (t("runs.field_eta"), format_duration(summary.eta_s) if summary.status in ACTIVE_STATES else UNKNOWN),
         (t("runs.field_checkpoint"), str(last_ckpt.path) if last_ckpt else "-"),
         (t("runs.field_gpus"), ",".join(str(g) for g in summary.gpus) or "cpu"),
         (t("runs.field_dir"), summary.run_dir),

@@ -95,10 +95,10 @@ def free_bytes(path: Path) -> int | None:
 
 
 def format_size(value: float) -> str:
-    """Sizes in messages: decimal GB (as df -H and the clouds count), MB below 1 GB."""
-    if value >= 1e9:
-        return f"{value / 1e9:.1f} GB"
-    return f"{value / 1e6:.1f} MB"
+    """Sizes in messages: decimal (as df -H and the clouds count), ``core.units.format_disk``."""
+    from core.units import format_disk
+
+    return format_disk(value)
 
 
 class DiskFullError(OSError):

@@ -13,6 +13,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from core.runs.run_dir import METRICS_SCHEMA, RUNNING, STARTING, RunDirectory, utc_now_iso
+from core.units import format_duration, format_rate
 
 log = logging.getLogger("tunedeck.train")
 
@@ -77,15 +78,6 @@ def memory_figures_gib() -> dict[str, float] | None:
         "free_gib": round(free / gib, 3),
         "total_gib": round(total / gib, 3),
     }
-
-
-def _fmt_eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 class RunMetricsCallback(TrainerCallback):
@@ -175,7 +167,7 @@ class RunMetricsCallback(TrainerCallback):
         log.info(
             "step %d/%d | loss %s | lr %.3g | %s tok/s | eta %s",
             state.global_step, state.max_steps, f"{loss:.4f}" if loss is not None else "nan",
-            logs.get("learning_rate") or 0.0, f"{record['tokens_per_s']:.0f}", _fmt_eta(eta),
+            logs.get("learning_rate") or 0.0, format_rate(record["tokens_per_s"]), format_duration(eta),
         )
         self.last_time = now
         self.last_step = state.global_step

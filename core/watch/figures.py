@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from core import units
+
 # Dense BF16 tensor-core peak per GPU (FLOP/s), by a substring of the NVML name; first match wins.
 PEAK_BF16_FLOPS = (
     ("H200", 989e12), ("H100", 989e12), ("H800", 989e12), ("H20", 148e12), ("B200", 2250e12),
@@ -15,27 +17,15 @@ PEAK_BF16_FLOPS = (
 
 
 def format_duration(seconds: float | None) -> str | None:
-    """"0:42", "1:02:03", "2d 03h" — or None when unknown."""
-    if seconds is None or seconds != seconds or seconds < 0:
-        return None
-    seconds = int(seconds)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours:02d}h"
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+    """``core.units.format_duration``, or None when unknown (callers pick their own placeholder)."""
+    text = units.format_duration(seconds)
+    return None if text == units.UNKNOWN else text
 
 
 def format_count(value: float | None) -> str | None:
-    """1234 -> "1234", 12345 -> "12.3k", 1.2e6 -> "1.20M"."""
-    if value is None:
-        return None
-    if abs(value) >= 1e6:
-        return f"{value / 1e6:.2f}M"
-    if abs(value) >= 1e4:
-        return f"{value / 1e3:.1f}k"
-    return f"{value:.0f}"
+    """``core.units.format_compact`` (chart axes: "12.3k"), or None when unknown."""
+    text = units.format_compact(value)
+    return None if text == units.UNKNOWN else text
 
 
 def format_value(value: float | None) -> str:
@@ -105,7 +95,5 @@ def directory_size(path: Path | str) -> int:
 
 
 def format_bytes(value: int) -> str:
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value} B"
+    """A size on disk: ``core.units.format_disk``."""
+    return units.format_disk(value)

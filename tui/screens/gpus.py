@@ -24,6 +24,7 @@ from core.hardware.snapshot import BoxSnapshot, GpuSnapshot
 from core.i18n import t
 from core.settings import MIN_POLL_INTERVAL_S
 from core.text_width import cell_len, pad, truncate
+from core.units import plural_key
 from tui.widgets.bar import bar, level_variable
 from tui.widgets.history import history_rows
 from tui.widgets.keys_footer import KeysFooter
@@ -212,7 +213,7 @@ class GpuScreen(Screen[None]):
             )
             status.add_class("-error")
         else:
-            line = t("gpuscreen.summary", count=len(snapshot.gpus), driver=snapshot.driver_version or t("gpuscreen.na"),
+            line = t(plural_key("gpuscreen.summary", len(snapshot.gpus)), count=len(snapshot.gpus), driver=snapshot.driver_version or t("gpuscreen.na"),
                      cuda=snapshot.cuda_driver_version or t("gpuscreen.na"))
             if snapshot.topology is not None and len(snapshot.gpus) > 1:
                 links = snapshot.topology.matrix()

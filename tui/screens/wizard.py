@@ -707,7 +707,7 @@ def render_recommendation(rec: Any) -> str:
     if not rec.feasible:
         lines.append(f"[b $error]{_escape(t('plan.infeasible', model=request.model, hardware=request.hardware.describe()))}[/]")
         lines += [f"  [$warning]→[/] {_escape(item['message'])}" for item in data["way_out"]]
-    lines.append(f"[b]{_escape(t(title, **describe_plan(best['plan'])))}[/]")
+    lines.append(f"[b]{_escape(t(title, **describe_plan(best['plan'], request.hardware.cpu_only)))}[/]")
     lines += memory_bar(rec.best)
     speed = t("plan.speed", tps=best["tokens_per_s"])
     if best["measured"]:
@@ -732,5 +732,5 @@ def render_recommendation(rec: Any) -> str:
         for index, alt in enumerate(data["alternatives"], 1):
             lines.append("  " + _escape(t("plan.alternative", index=index, peak=alt["peak_gib"],
                                           tps=alt["tokens_per_s"], trade="; ".join(alt["trade_off"]),
-                                          **describe_plan(alt["plan"]))))
+                                          **describe_plan(alt["plan"], request.hardware.cpu_only))))
     return "\n".join(lines)

@@ -1,0 +1,82 @@
+"""One formatter of numbers for the app and the CLI: durations, counts, rates and sizes.
+
+Conventions: durations read like a clock (``0:27``, ``1:02:03``, ``2d 03h``); counts and rates carry
+thousands separators (``7,745``, ``8,452``); memory is binary (``81.3 GiB``, as NVML and torch count it) and
+disk decimal (``21.5 TB``, as ``df -H`` and the clouds count it). An unknown value is ``–`` everywhere.
+Text output only: ``--json`` keeps the numbers themselves.
+"""
+
+from __future__ import annotations
+
+import math
+
+UNKNOWN = "–"
+
+
+def _known(value: float | None) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def format_duration(seconds: float | None) -> str:
+    """``0:27``, ``59:59``, ``1:02:03``, ``2d 03h``; ``–`` when unknown or negative."""
+    if not _known(seconds) or seconds < 0 or math.isinf(seconds):  # type: ignore[operator]
+        return UNKNOWN
+    total = int(seconds)  # type: ignore[arg-type]
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours:02d}h"  # minutes are noise a day out, and the width is a column's
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def format_count(value: float | None) -> str:
+    """A whole count with thousands separators: ``7,745``; ``–`` when unknown."""
+    if not _known(value):
+        return UNKNOWN
+    return f"{round(value):,}"  # type: ignore[arg-type]
+
+
+def format_rate(value: float | None) -> str:
+    """A per-second rate: ``8,452``, one decimal below 10 (``3.5``); ``–`` when unknown."""
+    if not _known(value):
+        return UNKNOWN
+    if abs(value) < 10 and value != 0:  # type: ignore[arg-type]
+        return f"{value:.1f}"
+    return format_count(value)
+
+
+def format_compact(value: float | None) -> str:
+    """At most ~6 characters, for chart axes: ``1234``, ``12.3k``, ``1.20M``; ``–`` when unknown."""
+    if not _known(value):
+        return UNKNOWN
+    if abs(value) >= 1e6:  # type: ignore[arg-type]
+        return f"{value / 1e6:.2f}M"  # type: ignore[operator]
+    if abs(value) >= 1e4:  # type: ignore[arg-type]
+        return f"{value / 1e3:.1f}k"  # type: ignore[operator]
+    return f"{value:.0f}"
+
+
+def format_memory(num_bytes: float | None) -> str:
+    """Memory in binary units: ``81.3 GiB``, ``512.0 MiB``; ``–`` when unknown."""
+    if not _known(num_bytes):
+        return UNKNOWN
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(num_bytes) >= size:  # type: ignore[arg-type]
+            return f"{num_bytes / size:.1f} {unit}"  # type: ignore[operator]
+    return f"{num_bytes:.0f} B"
+
+
+def format_disk(num_bytes: float | None) -> str:
+    """Disk and file sizes in decimal units: ``21.5 TB``, ``3.2 GB``, ``980.0 MB``; ``–`` when unknown."""
+    if not _known(num_bytes):
+        return UNKNOWN
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(num_bytes) >= size:  # type: ignore[arg-type]
+            return f"{num_bytes / size:.1f} {unit}"  # type: ignore[operator]
+    return f"{num_bytes:.0f} B"
+
+
+def plural_key(key: str, count: int) -> str:
+    """``key_one`` for exactly one, else ``key_other``: the catalogue holds both (zh gives them the same text)."""
+    return f"{key}_one" if count == 1 else f"{key}_other"

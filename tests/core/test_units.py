@@ -1,0 +1,75 @@
+"""core.units: the one formatter of durations, counts, rates and sizes that the app and the CLI share."""
+
+from __future__ import annotations
+
+import math
+
+from core.units import (
+    UNKNOWN,
+    format_compact,
+    format_count,
+    format_disk,
+    format_duration,
+    format_memory,
+    format_rate,
+    plural_key,
+)
+
+
+def test_durations_read_like_a_clock_with_days_beyond_24_hours():
+    assert format_duration(0) == "0:00"
+    assert format_duration(27) == "0:27"
+    assert format_duration(59) == "0:59"
+    assert format_duration(59.9) == "0:59"  # whole seconds, never rounded up to a minute that has not passed
+    assert format_duration(60) == "1:00"
+    assert format_duration(3599) == "59:59"
+    assert format_duration(3600) == "1:00:00"
+    assert format_duration(3723) == "1:02:03"
+    assert format_duration(86399) == "23:59:59"
+    assert format_duration(86400) == "1d 00h"
+    assert format_duration(2 * 86400 + 3 * 3600 + 4 * 60 + 5) == "2d 03h"
+
+
+def test_unknown_values_are_a_dash_everywhere():
+    for formatter in (format_duration, format_count, format_rate, format_compact, format_memory, format_disk):
+        assert formatter(None) == UNKNOWN == "–"
+        assert formatter(math.nan) == UNKNOWN
+    assert format_duration(-1) == UNKNOWN and format_duration(math.inf) == UNKNOWN
+
+
+def test_counts_and_rates_carry_thousands_separators():
+    assert format_count(0) == "0"
+    assert format_count(999) == "999"
+    assert format_count(7745) == "7,745"
+    assert format_count(7745.6) == "7,746"
+    assert format_count(1_234_567) == "1,234,567"
+    assert format_rate(8452.4) == "8,452"
+    assert format_rate(94815) == "94,815"
+    assert format_rate(0) == "0"
+    assert format_rate(3.46) == "3.5"  # a slow rate keeps a decimal instead of reading as 3
+    assert format_rate(12.4) == "12"
+
+
+def test_compact_counts_for_chart_axes():
+    assert format_compact(1234) == "1234"
+    assert format_compact(12345) == "12.3k"
+    assert format_compact(1.2e6) == "1.20M"
+
+
+def test_memory_is_binary_and_disk_decimal():
+    assert format_memory(81.3 * 2**30) == "81.3 GiB"
+    assert format_memory(2**30 - 1) == "1024.0 MiB"  # just under a GiB stays in MiB
+    assert format_memory(1.96 * 2**30) == "2.0 GiB"  # one decimal, rounded
+    assert format_memory(140 * 2**30) == "140.0 GiB"
+    assert format_memory(512) == "512 B"
+    assert format_disk(21.5e12) == "21.5 TB"
+    assert format_disk(3.24e9) == "3.2 GB"
+    assert format_disk(12.1e6) == "12.1 MB"
+    assert format_disk(2048) == "2.0 kB"
+    assert format_disk(0) == "0 B"
+
+
+def test_plural_keys():
+    assert plural_key("runs_screen.summary", 1) == "runs_screen.summary_one"
+    assert plural_key("runs_screen.summary", 0) == "runs_screen.summary_other"
+    assert plural_key("runs_screen.summary", 2) == "runs_screen.summary_other"
