@@ -72,7 +72,7 @@ def test_list_sort_filter_and_snapshot_at_80_columns():
                 text = assert_no_horizontal_scroll(app, screen, 80)
                 assert columns_shown(screen) == ["status", "id", "method", "progress", "loss", "tokens", "eta"]
                 assert "crashed" in text and "120/600 20%" in text and "finished" in text
-                assert "20261129-2300-live" in text and "12.4k" in text and "12:00" in text
+                assert "20261129-2300-live" in text and "12,416" in text and "12:00" in text
                 assert_snapshot(app, "runs_three_80x24")
                 await pilot.press("s", "s")  # started (hidden at 80 columns) -> ETA -> status
                 await pilot.pause()
@@ -122,7 +122,7 @@ def test_columns_follow_the_width_through_resizes():
                     text = assert_no_horizontal_scroll(app, screen, size[0])
                     assert len(screen.shown) == 3
                     if size == (100, 30):
-                        assert "Qwen/Qwen2.5-7B-Instr…" in text  # the model cut with an ellipsis
+                        assert "Qwen/Qwen2.5-7B-Inst…" in text  # the model cut with an ellipsis
                     if size == (40, 20):
                         assert "live" in text and "20261129-2300-live" not in text  # the id's name part
 
@@ -196,7 +196,7 @@ def test_delete_asks_shows_size_and_refuses_active_runs():
                 await pilot.press("d")
                 await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
                 text = screen_text(app)
-                assert "Delete run 20261129-2200-done?" in text and "KiB" in text
+                assert "Delete run 20261129-2200-done?" in text and " kB" in text
                 await pilot.press("n")
                 await pilot.pause()
                 assert (runs_dir() / "20261129-2200-done").is_dir()

@@ -31,6 +31,7 @@ from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.paths import data_root
 from core.runs.run_dir import state_label
 from core.settings import MIN_POLL_INTERVAL_S
+from core.units import format_rate
 from core.watch.alerts import (
     AlertGate,
     disk_alert,
@@ -42,7 +43,7 @@ from core.watch.alerts import (
 )
 from core.watch.downsample import BucketedSeries
 from core.watch.feed import EventsFeed, LinesFeed, open_metrics_feed
-from core.watch.figures import cost_so_far, format_count, format_duration, mfu
+from core.watch.figures import cost_so_far, format_duration, mfu
 from core.watch.series import RunSeries
 from core.watch.source import WatchSource
 from tui.widgets.chart import LineChart, SeriesSpec
@@ -528,7 +529,7 @@ class DashboardScreen(Screen[None]):
             t("dashboard.epoch", epoch=_na(None if latest.get("epoch") is None else f"{latest['epoch']:.2f}")),
             t("dashboard.elapsed", value=_na(format_duration(elapsed))),
             *([t("dashboard.eta", value=_na(format_duration(eta)))] if eta is not None or status in _ACTIVE else []),
-            t("dashboard.tokens", value=_na(format_count(tokens))),
+            t("dashboard.tokens", value=_na(None if tokens is None else format_rate(tokens))),
             t("dashboard.mfu", value=_na(None if mfu_value is None else f"{100 * mfu_value:.0f}%")),
         ]
         cost = cost_so_far(elapsed, gpu_count, self.app.settings.price_per_gpu_hour)

@@ -25,10 +25,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Static
 from textual.worker import get_current_worker
 
+from core import units
 from core.i18n import t
 from core.runs.run_dir import state_label
 from core.text_width import cell_len, truncate
-from core.watch.figures import directory_size, format_bytes, format_count, format_duration
+from core.watch.figures import directory_size, format_bytes
 from tui.widgets.keys_footer import KeysFooter
 
 LIST_EVERY_S = 2.0
@@ -242,9 +243,9 @@ class RunsScreen(Screen[None]):
             "gpus": ",".join(str(g) for g in summary.gpus) or "–",
             "progress": _progress(summary),
             "loss": "–" if summary.loss is None else f"{summary.loss:.4f}",
-            "tokens": format_count(summary.tokens_per_s) or "–",
+            "tokens": units.format_rate(summary.tokens_per_s),
             "started": _started(summary.created),
-            "eta": (format_duration(summary.eta_s) or "–") if summary.status in ACTIVE else "–",
+            "eta": units.format_duration(summary.eta_s) if summary.status in ACTIVE else units.UNKNOWN,
         }
 
     def _table_width(self, table: DataTable) -> int:
@@ -297,7 +298,7 @@ class RunsScreen(Screen[None]):
     def _show_status(self, shown: int) -> None:
         """The summary line; the key hint joins it only where it fits (the footer lists the keys too)."""
         active = sum(1 for s in self.runs if s.status in ACTIVE)
-        parts = [t("runs_screen.summary", count=len(self.runs), active=active,
+        parts = [t(units.plural_key("runs_screen.summary", len(self.runs)), count=len(self.runs), active=active,
                    column=t(COLUMNS[self.sort_column].label),
                    order=t("runs_screen.desc" if self.sort_reverse else "runs_screen.asc"))]
         if self.filter_text:
