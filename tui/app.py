@@ -122,6 +122,10 @@ class TunedeckApp(App[int]):
             # where Esc on the wizard's first step returns to
             self.previous_section = self.current_mode if self.current_mode in SECTIONS else None
             self.switch_mode(section)
+        if section == "runs":
+            # r is the Runs list from everywhere, a dashboard too: not the last dashboard opened over it
+            while len(self.screen_stack) > 1:
+                self.pop_screen()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # The app's letter keys never act while a text field has the focus: the field takes them as text

@@ -46,6 +46,14 @@ class RunSummary:
         return asdict(self)
 
 
+def shown_total(step: int | None, total: int | None, status: str) -> int | None:
+    """The total a progress figure is shown against: a finished run's last step, when it ended short of
+    ``max_steps`` (the epoch ran out first), so it reads ``50/50 100%`` and not ``50/54 93%``."""
+    if status == "finished" and step is not None and (total is None or step < total):
+        return step
+    return total
+
+
 def summarize(run: RunDirectory) -> RunSummary:
     """Status (liveness applied), identity and the latest metrics of one run; reads only tails."""
     status = effective_status(run)
@@ -66,7 +74,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         model=str(config.get("model", "")),
         method=str(config.get("method", "")),
         step=metrics.get("step"),
-        total_steps=total,
+        total_steps=shown_total(metrics.get("step"), total, status.status),
         run_dir=str(run.path),
         loss=metrics.get("loss"),
         tokens_per_s=metrics.get("tokens_per_s") if moving else None,

@@ -293,6 +293,24 @@ def merge_in_background(screen: Any, run_dir: Path) -> None:
     screen.app.push_screen(MergePanel(Path(run_dir)))
 
 
+def evaluate_in_background(screen: Any, run_dir: Path) -> None:
+    """``tunedeck evaluate RUN`` in an app-level worker; a notification gives the losses and the file."""
+    if not _run_has_result(screen, run_dir):
+        return
+    from tui.widgets.lifecycle_panels import evaluate_in_worker
+
+    evaluate_in_worker(screen.app, Path(run_dir))
+
+
+def export_in_background(screen: Any, run_dir: Path) -> None:
+    """``tunedeck export RUN`` (a merged model) in an app-level worker; a notification says where it went."""
+    if not _run_has_result(screen, run_dir):
+        return
+    from tui.widgets.lifecycle_panels import export_in_worker
+
+    export_in_worker(screen.app, Path(run_dir))
+
+
 def serve_in_background(screen: Any, run_dir: Path) -> None:
     """Start (or find) the run's detached server in a panel showing URL, port, health and a test request."""
     if not _run_has_result(screen, run_dir):

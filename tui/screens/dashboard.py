@@ -245,19 +245,29 @@ class DashboardScreen(Screen[None]):
         self.call_after_refresh(self._fit_detail_column)
 
     def _fit_detail_column(self) -> None:
-        """Detail takes what Time and Event leave of the table's width (it showed one character)."""
+        """Detail takes what Time and Event leave of the table's width (it showed one character).
+
+        Every width comes from the data (the headers and the events received), none from what the table
+        has measured so far, and the scrollbar's room is always kept: the result is the same whenever
+        this runs, before or after the rows and the layout settle."""
+        from rich.cells import cell_len
+
         table = self.query_one("#dash-events", DataTable)
         columns = list(table.columns.values())
-        inner = table.scrollable_content_region.width
-        if len(columns) < 3 or inner <= 0:
+        if len(columns) < 3 or table.size.width <= 0:
             return
-        others = sum(column.get_render_width(table) for column in columns[:2])
-        width = max(4, inner - others - 2 * table.cell_padding)
-        detail = columns[2]
-        if detail.auto_width or detail.width != width:
-            detail.auto_width = False
-            detail.width = width
+        rows = [self._event_row(record) for record in self.events]
+        wanted = [max([cell_len(str(column.label))] + [cell_len(row[i]) for row in rows]) for i, column
+                  in enumerate(columns[:2])]
+        inner = table.size.width - table.styles.scrollbar_size_vertical - table.styles.gutter.width
+        fixed = sum(wanted) + 3 * 2 * table.cell_padding
+        widths = [*wanted, max(4, inner - fixed)]
+        if [c.width for c in columns] != widths or any(c.auto_width for c in columns):
+            for column, width in zip(columns, widths, strict=True):
+                column.auto_width = False
+                column.width = width
             table._require_update_dimensions = True
+            table._clear_caches()  # rows rendered at the old widths are cached
             table.refresh()
 
     def _layout_charts(self) -> None:

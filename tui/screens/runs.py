@@ -96,6 +96,15 @@ class DeleteChecked(Message):
         self.active = active
 
 
+class RunActed(Message):
+    """What came of a stop or resume started from the list (posted from its worker)."""
+
+    def __init__(self, text: str, severity: str = "information") -> None:
+        super().__init__()
+        self.text = text
+        self.severity = severity
+
+
 class RunDeleted(Message):
     def __init__(self, text: str, severity: str = "information") -> None:
         super().__init__()
@@ -178,6 +187,8 @@ class RunsScreen(Screen[None]):
         Binding("S", "reverse", t("runs_screen.key.reverse"), key_display="S", show=False, id="runs.reverse"),
         Binding("f", "filter", t("runs_screen.key.filter"), id="runs.filter"),
         Binding("d", "delete", t("runs_screen.key.delete"), id="runs.delete"),
+        Binding("k", "stop", t("dashboard.key.stop"), id="runs.stop"),
+        Binding("u", "resume", t("dashboard.key.resume"), id="runs.resume"),
         Binding("escape", "clear_filter", t("runs_screen.key.clear"), show=False, id="runs.clear"),
     ]
 
@@ -233,6 +244,7 @@ class RunsScreen(Screen[None]):
         self.runs = message.runs
         self.listed = True
         self._fill()
+        self.refresh_bindings()  # stop / resume follow the highlighted run's state
 
     def _cells(self, summary: Any) -> dict[str, str]:
         return {
@@ -315,12 +327,28 @@ class RunsScreen(Screen[None]):
             return None
         return self.shown[table.cursor_row]
 
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Stop for a live highlighted run, resume for a stopped, failed or crashed one: else not offered."""
+        if action in ("stop", "resume"):
+            from tui.widgets.run_control import RESUMABLE
+
+            summary = self.selected() if self.is_mounted else None
+            return summary is not None and summary.status in (ACTIVE if action == "stop" else RESUMABLE)
+        return True
+
+    def footer_priority(self) -> tuple[str, ...]:
+        return ("runs.open", "runs.stop", "runs.resume", "runs.sort", "runs.filter", "runs.delete")
+
     # --- actions ---------------------------------------------------------------------------------
     def action_sort(self) -> None:
-        """The next column shown (a column the width hides is skipped)."""
+        """The next column shown (a column the width hides is skipped, but Started, the default order,
+        always comes round again)."""
         for step in range(1, len(COLUMNS) + 1):
             index = (self.sort_column + step) % len(COLUMNS)
-            if COLUMNS[index].key in self.column_widths:
+            if COLUMNS[index].key in self.column_widths or COLUMNS[index].key == "started":
                 self.sort_column = index
                 break
         self._fill()
@@ -362,6 +390,31 @@ class RunsScreen(Screen[None]):
         if summary is None:
             return
         open_dashboard(self.app, summary.run_dir)
+
+    def action_stop(self) -> None:
+        from tui.widgets.run_control import ask_stop
+
+        summary = self.selected()
+        if summary is not None:
+            ask_stop(self, summary.run_dir, summary.id, summary.status, self._said, self._relist)
+
+    def action_resume(self) -> None:
+        from tui.widgets.run_control import ask_resume
+
+        summary = self.selected()
+        if summary is not None:
+            ask_resume(self, summary.run_dir, summary.id, summary.status, self._said, self._relist)
+
+    def _said(self, text: str, severity: str) -> None:
+        self.post_message(RunActed(text, severity))  # from the worker thread
+
+    def _relist(self) -> None:
+        self.post_message(RunActed("", "information"))
+
+    def on_run_acted(self, message: RunActed) -> None:
+        if message.text:
+            self.notify(message.text, severity=message.severity)
+        self.refresh_now()
 
     def action_delete(self) -> None:
         summary = self.selected()

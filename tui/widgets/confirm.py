@@ -1,4 +1,5 @@
-"""A yes/no dialog for destructive actions: y or Enter confirms, n or Esc cancels."""
+"""A yes/no dialog for destructive actions: only y confirms; n, Esc and Enter cancel (an Enter meant for
+the screen below, typed as the dialog opened, must not delete or stop anything)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ class ConfirmScreen(ModalScreen[bool]):
     """
     BINDINGS = [
         Binding("y", "answer(True)", t("dashboard.confirm_yes"), id="confirm.yes"),
-        Binding("enter", "answer(True)", t("dashboard.confirm_yes"), show=False),
+        Binding("enter", "answer(False)", t("dashboard.confirm_no"), show=False),
         Binding("n", "answer(False)", t("dashboard.confirm_no"), id="confirm.no"),
         Binding("escape", "answer(False)", t("dashboard.confirm_no"), show=False),
     ]

@@ -73,7 +73,7 @@ class MergePanel(ModalScreen[None]):
             yield ProgressBar(total=len(MERGE_STAGES) - 1, show_eta=False, id="merge-progress")
             yield Static("", id="merge-stages", classes="panel-body")
             yield Static("", id="merge-result", classes="panel-body")
-            yield Static(t("lifecycle.merge_hint"), classes="panel-hint")
+            yield Static(t("lifecycle.merge_hint"), id="merge-hint", classes="panel-hint")
 
     def on_mount(self) -> None:
         self.query_one("#merge-result", Static).display = False
@@ -136,6 +136,59 @@ class MergePanel(ModalScreen[None]):
         result = self.query_one("#merge-result", Static)
         result.update(Text(message.text, style="" if message.ok else "red"))
         result.display = True
+        self.query_one("#merge-hint", Static).update(t("lifecycle.merge_hint_done"))  # nothing goes on now
+
+
+# --- evaluate and export: no panel, a notification at each end ------------------------------------------
+def _lifecycle_job(app: Any, name: str, start_text: str, work_: Any) -> None:
+    """Run ``work_() -> str`` (the text to notify) in an app-level worker, announced by ``start_text``; a
+    second one for the same run and command while the first is going only says so."""
+    if any(w.name == name and not w.is_finished for w in app.workers):
+        app.notify(start_text, timeout=5)
+        return
+    app.notify(start_text, timeout=8)
+
+    def job() -> None:
+        try:
+            text = work_()
+        except Exception as exc:  # a LifecycleError, a missing library, CUDA OOM: said, never a crash
+            app.call_from_thread(app.notify, str(exc) or type(exc).__name__, severity="error", timeout=15)
+            return
+        app.call_from_thread(app.notify, text, timeout=20)
+
+    app.run_worker(job, name=name, thread=True, group="lifecycle", exit_on_error=False)
+
+
+def evaluate_in_worker(app: Any, run_dir: Path) -> None:
+    """The run's loss and sample answers, fine-tuned vs base (core.lifecycle.evaluate, as the CLI does)."""
+
+    def work_() -> str:
+        from core.lifecycle.evaluate import evaluate_run
+        from core.runs import RunDirectory
+
+        result = evaluate_run(RunDirectory(run_dir))
+        split = t("lifecycle.eval_split_held_out" if result["split"] == "held_out"
+                  else "lifecycle.eval_split_train_sample")
+        return t("lifecycle.evaluated", split=split, loss=result["tuned"]["loss"],
+                 ppl=result["tuned"]["perplexity"], tokens=result["tuned"]["tokens"],
+                 base_loss=result["base"]["loss"], base_ppl=result["base"]["perplexity"], path=result["path"])
+
+    _lifecycle_job(app, f"evaluate:{run_dir}", t("lifecycle.evaluating", run=run_dir.name), work_)
+
+
+def export_in_worker(app: Any, run_dir: Path) -> None:
+    """The run's merged model in its export directory (core.lifecycle.export, the CLI's default format)."""
+
+    def work_() -> str:
+        from core.lifecycle.export import export_run
+        from core.runs import RunDirectory
+        from core.watch.figures import format_bytes
+
+        result = export_run(RunDirectory(run_dir), "merged")
+        return t("lifecycle.exported", format=result["format"], out=result["out"],
+                 size=format_bytes(result["bytes"]))
+
+    _lifecycle_job(app, f"export:{run_dir}", t("lifecycle.exporting", run=run_dir.name), work_)
 
 
 # --- the server ---------------------------------------------------------------------------------------
@@ -205,7 +258,8 @@ class ServePanel(ModalScreen[None]):
             yield Static(t("lifecycle.serve_title", run=self.run_id), classes="panel-title", markup=False)
             yield Static("", id="serve-fields", classes="panel-body")
             yield Static("", id="serve-test", classes="panel-body")
-            yield Static(t("lifecycle.serve_hint", run=self.run_id), classes="panel-hint", markup=False)
+            yield Static(t("lifecycle.serve_hint", run=self.run_id), id="serve-hint", classes="panel-hint",
+                         markup=False)
 
     def on_mount(self) -> None:
         self._show()
@@ -336,6 +390,10 @@ class ServePanel(ModalScreen[None]):
         else:
             test.update("")
         test.display = bool(self.start_error or self.testing or self.test_error or self.reply is not None)
+        # The hint follows the server: "keeps running" only while there is one to keep running.
+        gone = self.phase() in ("stopped", "failed")
+        self.query_one("#serve-hint", Static).update(
+            t("lifecycle.serve_hint_stopped") if gone else t("lifecycle.serve_hint", run=self.run_id))
 
     def url(self) -> str | None:
         url = str(self.state.get("url") or "")

@@ -1,0 +1,295 @@
+"""Issue #18 items 4 and 7, keys only at 80×24: actions offered by state (stop only on a live run,
+evaluate/export only on a finished one, panel hints that follow their state, a finished run's progress at
+100%), and ``r`` always the Runs list, its sort coming back to Started, Enter never a yes in the delete
+dialog, stop and resume from the list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+from core.i18n import t
+from core.paths import runs_dir
+from core.runs import RunDirectory
+from core.runs.listing import summarize
+from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run
+from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
+from tests.tui.test_80x24_keys import footer_keys
+from tests.tui.test_dashboard_render import FIXTURES, open_dashboard
+from tests.tui.test_runs_screen import open_runs
+from tui.app import make_app
+from tui.screens.dashboard import DashboardScreen
+from tui.screens.runs import RunsScreen
+from tui.widgets.confirm import ConfirmScreen
+from tui.widgets.lifecycle_panels import MergePanel, ServePanel
+
+SIZE = (80, 24)
+ROOT = Path(__file__).parents[2]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def palette_titles(app) -> set[str]:
+    return {command.title for command in app.get_system_commands(app.screen)}
+
+
+def notes(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+# --- 4. actions that no longer apply are not offered ----------------------------------------------------
+def test_stop_is_offered_only_on_a_live_run_and_evaluate_export_only_on_a_finished_one():
+    live = build_run(runs_dir(), "20261129-2300-live", status="running", steps=120)
+    done = build_run(runs_dir(), "20261129-2100-done", status="finished", steps=600)
+
+    async def scenario():
+        with SupervisorStandIn(live):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(live))
+            async with app.run_test(size=SIZE) as pilot:
+                await open_dashboard(pilot, app, "running")
+                await wait_for(pilot, lambda: "k" in footer_keys(app))
+                assert t("dashboard.key.stop") in palette_titles(app)
+                assert not {t("lifecycle.key.evaluate"), t("lifecycle.key.export")} & palette_titles(app)
+                for key in ("E", "X"):
+                    await pilot.press(key)
+                    await pilot.pause()
+                    assert isinstance(app.screen, DashboardScreen), key
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(done))
+        async with app.run_test(size=SIZE) as pilot:
+            await open_dashboard(pilot, app, "finished")
+            await wait_for(pilot, lambda: footer_keys(app)[:4] == ["?", "M", "a", "v"])
+            assert "k" not in footer_keys(app)
+            titles = palette_titles(app)
+            assert t("dashboard.key.stop") not in titles
+            assert {t("lifecycle.key.evaluate"), t("lifecycle.key.export")} <= titles
+            await pilot.press("k")  # not offered, and does nothing
+            await pilot.pause()
+            assert isinstance(app.screen, DashboardScreen)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            help_text = screen_text(app)
+            assert t("lifecycle.key.evaluate") in help_text and t("dashboard.key.stop") not in help_text
+
+    run(scenario())
+
+
+def test_a_read_only_source_offers_no_stop():
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(FIXTURES / "swift_output"))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.series.train_records > 0 and screen.status)
+            assert "k" not in footer_keys(app) and t("dashboard.key.stop") not in palette_titles(app)
+            assert not {t("lifecycle.key.evaluate"), t("lifecycle.key.export")} & palette_titles(app)
+            await pilot.press("k")
+            await pilot.pause()
+            assert isinstance(app.screen, DashboardScreen)
+
+    run(scenario())
+
+
+def test_a_finished_run_short_of_max_steps_shows_its_last_step_as_done():
+    """The epoch ended at step 50 of max_steps 54: 50/50 100% in the dashboard, the list and the CLI."""
+    done = build_run(runs_dir(), "20261129-2100-short", status="finished", steps=50, total=54)
+    live = build_run(runs_dir(), "20261129-2200-live", status="running", steps=50, total=54)
+    with SupervisorStandIn(live):
+        assert summarize(RunDirectory(done)).total_steps == 50
+        assert summarize(RunDirectory(live)).total_steps == 54  # a live run still counts to max_steps
+    status = subprocess.run([sys.executable, "-m", "core", "status", done.name], capture_output=True, text=True,
+                            cwd=ROOT, timeout=60)
+    assert status.returncode == 0 and "50/50" in status.stdout + status.stderr, status
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(done))
+        async with app.run_test(size=SIZE) as pilot:
+            await open_dashboard(pilot, app, "finished")
+            await wait_for(pilot, lambda: "step 50/50 100%" in screen_text(app))
+            assert "step 50/54 93%" not in screen_text(app)  # (the log's own lines still say 50/54)
+            await pilot.press("r")
+            await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen) and app.screen.listed)
+            await pilot.pause()
+            assert "50/50 100%" in screen_text(app)
+
+    run(scenario())
+
+
+def test_evaluate_and_export_run_core_in_a_worker_and_notify(monkeypatch):
+    done = build_run(runs_dir(), "20261129-2100-done", status="finished", steps=600)
+    calls: list[str] = []
+
+    def evaluate_run(run, checkpoint=None):
+        calls.append("evaluate")
+        stats = {"loss": 1.25, "perplexity": 3.49, "tokens": 640}
+        return {"split": "held_out", "tuned": stats, "base": {**stats, "loss": 1.5, "perplexity": 4.48},
+                "path": str(run.path / "eval" / "latest.json")}
+
+    def export_run(run, fmt, checkpoint=None, out=None, force=False):
+        calls.append(f"export:{fmt}")
+        return {"format": fmt, "out": str(run.path / "export" / "merged-checkpoint-600"), "bytes": 2_000_000,
+                "seconds": 1.0, "step": 600}
+
+    monkeypatch.setattr("core.lifecycle.evaluate.evaluate_run", evaluate_run)
+    monkeypatch.setattr("core.lifecycle.export.export_run", export_run)
+    monkeypatch.setattr("tui.screens.chat._run_has_result", lambda screen, run_dir: True)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(done))
+        async with app.run_test(size=SIZE) as pilot:
+            await open_dashboard(pilot, app, "finished")
+            await pilot.press("E")
+            await wait_for(pilot, lambda: any("loss 1.2500" in n for n in notes(app)))
+            assert any("Evaluating 20261129-2100-done" in n for n in notes(app))
+            await pilot.press("X")
+            await wait_for(pilot, lambda: any("merged-checkpoint-600" in n for n in notes(app)))
+            assert isinstance(app.screen, DashboardScreen)
+
+    run(scenario())
+    assert calls == ["evaluate", "export:merged"]
+
+
+def test_merge_and_serve_hints_follow_their_state(monkeypatch):
+    """A merge that ended no longer says it goes on; a server that failed or stopped no longer 'keeps running'."""
+    from core.lifecycle.source import LifecycleError
+
+    done = build_run(runs_dir(), "20261129-2100-done", status="finished", steps=600)
+    monkeypatch.setattr("tui.screens.chat._run_has_result", lambda screen, run_dir: True)
+
+    def start_server(run, **kwargs):
+        raise LifecycleError("no port free")
+
+    monkeypatch.setattr("core.lifecycle.serve.start_server", start_server)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(done))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await open_dashboard(pilot, app, "finished")
+            await pilot.press("M")
+            await wait_for(pilot, lambda: isinstance(app.screen, MergePanel))
+            panel = app.screen
+            await wait_for(pilot, lambda: panel.ended, timeout=60)  # no checkpoint: the merge fails
+            await pilot.pause()
+            text = screen_text(app)
+            assert "the merge goes on" not in text and t("lifecycle.merge_hint_done") in text
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            await pilot.press("v")
+            await wait_for(pilot, lambda: isinstance(app.screen, ServePanel))
+            serve = app.screen
+            await wait_for(pilot, lambda: serve.phase() == "failed")
+            await pilot.pause()
+            text = screen_text(app)
+            assert "keeps running" not in text and "not running" in text and "no port free" in text
+
+    run(scenario())
+
+
+# --- 7. r is consistent ---------------------------------------------------------------------------------
+def test_r_goes_to_the_runs_list_from_a_dashboard_and_from_other_sections():
+    done = build_run(runs_dir(), "20261129-2100-done", status="finished", steps=600)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(done))
+        async with app.run_test(size=SIZE) as pilot:
+            await open_dashboard(pilot, app, "finished")
+            await pilot.press("r")
+            await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen))
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            await pilot.press("g")
+            await wait_for(pilot, lambda: app.current_mode == "gpus")
+            await pilot.press("r")  # the list, not the dashboard last opened over it
+            await wait_for(pilot, lambda: app.current_mode == "runs" and isinstance(app.screen, RunsScreen))
+            await pilot.press("r")
+            await pilot.pause()
+            assert isinstance(app.screen, RunsScreen) and len(app.screen_stack) == 1
+
+    run(scenario())
+
+
+def test_runs_sort_cycles_back_to_started():
+    live = build_run(runs_dir(), "20261129-2300-live", status="running", steps=120, created="2026-11-29T23:00:00Z")
+    build_run(runs_dir(), "20261129-2200-done", status="finished", steps=600, created="2026-11-29T22:00:00Z")
+
+    async def scenario():
+        with SupervisorStandIn(live):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+            async with app.run_test(size=SIZE) as pilot:
+                screen = await open_runs(pilot, app)
+                assert "started" not in screen.column_widths  # hidden at 80 columns, yet the default order
+                seen = []
+                for _ in range(len(screen.column_widths) + 1):
+                    await pilot.press("s")
+                    await pilot.pause()
+                    seen.append(screen.sort_column)
+                assert seen[-1] == 8 and len(set(seen)) == len(seen)  # each order once, then Started again
+                assert "sorted by Started" in screen_text(app)
+
+    run(scenario())
+
+
+def test_enter_in_the_delete_dialog_cancels():
+    done = build_run(runs_dir(), "20261129-2200-done", status="finished", steps=600)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=SIZE) as pilot:
+            await open_runs(pilot, app)
+            await pilot.press("d")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert "y: yes" in screen_text(app)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen))
+            await pilot.pause()
+            assert done.is_dir()
+            await pilot.press("d")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen))
+            assert done.is_dir()
+
+    run(scenario())
+
+
+def test_stop_and_resume_from_the_runs_list():
+    stopped = build_run(runs_dir(), "20261129-2100-stopped", status="stopped", steps=30,
+                        created="2026-11-29T21:00:00Z")
+    path = build_run(runs_dir(), "20261129-2300-live", status="running", steps=30, created="2026-11-29T23:00:00Z")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests/fixtures/watch/fake_supervisor.py"), str(path)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+
+        async def scenario():
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+            async with app.run_test(size=SIZE) as pilot:
+                screen = await open_runs(pilot, app)
+                assert [s.id for s in screen.shown] == [path.name, stopped.name]
+                await wait_for(pilot, lambda: "k" in footer_keys(app) and "u" not in footer_keys(app))
+                assert t("dashboard.key.stop") in palette_titles(app)
+                await pilot.press("k")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+                await pilot.press("y")
+                assert proc.wait(timeout=10) == 0  # the supervisor got the stop
+                await wait_for(pilot, lambda: any("20261129-2300-live" in n and "stop" in n for n in notes(app)))
+                await pilot.press("down")  # the stopped run: resume, not stop
+                await wait_for(pilot, lambda: "u" in footer_keys(app) and "k" not in footer_keys(app))
+                assert t("dashboard.key.resume") in palette_titles(app)
+                await pilot.press("u")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+                await pilot.press("y")
+                # through core's prepare_resume: this run has no checkpoint to resume from, and says so
+                await wait_for(pilot, lambda: any(n.severity == "error" and "checkpoint" in str(n.message)
+                                                  for n in app._notifications))
+                assert isinstance(app.screen, RunsScreen)
+
+        run(scenario())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
