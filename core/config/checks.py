@@ -22,6 +22,7 @@ from core.config.schema import (
     default_for,
 )
 from core.i18n import t
+from core.units import plural_key
 
 # key -> (file, line) where the key was given; keys not in it were left at their default.
 Locations = Mapping[str, "tuple[str, int | None]"]
@@ -409,7 +410,8 @@ def check_combinations(
         if isinstance(config.gpus, list):
             for index in config.gpus:
                 if index >= count:
-                    add(t("config.gpu_index_missing", index=index, count=count, last=max(count - 1, 0)), "gpus")
+                    add(t(plural_key("config.gpu_index_missing", count), index=index, count=count,
+                          last=max(count - 1, 0)), "gpus")
         elif isinstance(config.gpus, int) and config.gpus > count:
             add(t("config.gpu_count_too_many", wanted=config.gpus, count=count), "gpus")
     used = config.requested_gpu_count()

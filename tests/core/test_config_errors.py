@@ -172,6 +172,7 @@ def test_gpu_capabilities_as_an_object(tmp_path):
     path = write(tmp_path, "model: m\ndataset: d\ngpus: [0, 3]\n")
     error = only_error(path, gpu_caps=Caps())
     assert error.key == "gpus" and "GPU 3 does not exist" in error.message
+    assert "this box has 2 GPUs," in error.message  # not "2 GPU(s)"
 
 
 def test_flash_attention_on_an_old_gpu(tmp_path):
