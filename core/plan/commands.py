@@ -150,7 +150,7 @@ def format_recommendation(rec: Any) -> str:
         return "\n".join(lines)
     lines.append(t("plan.recommended" if rec.feasible else "plan.closest", **describe_plan(best["plan"], rec.request.hardware.cpu_only)))
     verdict = t("plan.verdict_fits") if best["feasible"] else t("plan.verdict_does_not_fit")
-    lines.append(t("plan.memory", peak=best["peak_gib"], capacity=best["capacity_gib"], verdict=verdict))
+    lines.append(t("plan.memory_cpu" if request.hardware.cpu_only else "plan.memory", peak=best["peak_gib"], capacity=best["capacity_gib"], verdict=verdict))
     lines.append(t("plan.speed", tps=best["tokens_per_s"]))
     if best["hours"] is not None:
         if best["cost"] is not None:

@@ -25,7 +25,8 @@ def test_a_cpu_plan_runs_on_the_cpu_without_a_cuda_context():
     rec = _plan("tiny", "cpu")
     text = format_recommendation(rec)
     assert "GPU(s)" not in text and "of 1 GPU" not in text, text
-    assert "fp32, on the CPU," in text and "runs on the CPU" in text, text
+    assert "fp32, on the CPU," in text and "trains on the CPU" in text, text
+    assert "per GPU" not in text and "Memory (host RAM): " in text, text
     assert rec.best.estimate.breakdown["cuda_context"] == 0.0
 
 
