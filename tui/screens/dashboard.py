@@ -29,6 +29,7 @@ from textual.worker import get_current_worker
 
 from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.paths import data_root
+from core.runs.listing import shown_total
 from core.runs.run_dir import state_label
 from core.settings import MIN_POLL_INTERVAL_S
 from core.units import format_rate
@@ -172,6 +173,10 @@ class DashboardScreen(Screen[None]):
                 id="dashboard.merge"),
         Binding("a", "after_training('chat')", t("lifecycle.key.chat"), show=False, id="dashboard.chat"),
         Binding("v", "after_training('serve')", t("lifecycle.key.serve"), show=False, id="dashboard.serve"),
+        Binding("E", "after_training('evaluate')", t("lifecycle.key.evaluate"), key_display="E", show=False,
+                id="dashboard.evaluate"),
+        Binding("X", "after_training('export')", t("lifecycle.key.export"), key_display="X", show=False,
+                id="dashboard.export"),
     ]
 
     def __init__(self, source: WatchSource, clock: Callable[[], float] = time.monotonic) -> None:
@@ -392,10 +397,20 @@ class DashboardScreen(Screen[None]):
             if self.status in _ACTIVE:
                 keys.append("dashboard.stop")
             elif self.status == "finished":
-                keys += ["dashboard.merge", "dashboard.chat", "dashboard.serve"]
+                keys += ["dashboard.merge", "dashboard.chat", "dashboard.serve", "dashboard.evaluate",
+                         "dashboard.export"]
             elif self.status in ("stopped", "failed", "crashed"):
                 keys.append("dashboard.resume")
         return (*keys, "dashboard.full", "dashboard.search", "dashboard.back", "dashboard.axis")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Stop only while the run is live, evaluate and export only once it finished, and neither on
+        another trainer's output: refused here, they leave the footer, the palette and the help."""
+        if action == "stop":
+            return not self.source.read_only and self.status in _ACTIVE
+        if action == "after_training" and parameters and parameters[0] in ("evaluate", "export"):
+            return not self.source.read_only and self.status == "finished"
+        return True
 
     def footer_label(self, binding_id: str, description: str) -> str:
         """Esc leaves the full view before it goes back to the runs: the footer says which it does now."""
@@ -526,6 +541,7 @@ class DashboardScreen(Screen[None]):
         if self.source.read_only:
             line1 += f"  [$foreground-muted]{t('dashboard.read_only', kind=t('dashboard.kind_' + self.source.kind))}[/]"
         step, total = latest.get("step"), latest.get("total_steps") or header.get("total_steps")
+        total = shown_total(step, total, status)
         progress = _na(None if step is None else f"{step}/{total}" if total else str(step))
         if step is not None and total:
             progress += f" {100.0 * step / total:.0f}%"
@@ -645,78 +661,26 @@ class DashboardScreen(Screen[None]):
     def action_jump_gpus(self) -> None:
         self.app.action_section("gpus")
 
-    def _run(self):
-        from core.runs import RunDirectory
-
-        return RunDirectory(self.source.path)
-
     def action_stop(self) -> None:
+        from tui.widgets.run_control import ask_stop
+
         if self.source.read_only:
             self.notify(t("dashboard.read_only_action"), severity="warning")
             return
-        if self.status not in _ACTIVE:
-            self.notify(t("dashboard.not_running", status=state_label(self.status)), severity="warning")
-            return
-        force = self.status == "stopping"
-        title = t("dashboard.force_title" if force else "dashboard.stop_title", id=self.source.run_id)
-        body = t("dashboard.force_body" if force else "dashboard.stop_body")
-
-        def answered(ok: bool | None) -> None:
-            if ok:
-                self._do_stop(force)
-
-        self.app.push_screen(_confirm(title, body), answered)
-
-    @work(thread=True, group="dash-action", exit_on_error=False)
-    def _do_stop(self, force: bool) -> None:
-        from core.runs.control import RunControlError, request_stop
-
-        try:
-            result = request_stop(self._run(), force=force)
-        except RunControlError as exc:
-            self.post_message(ActionDone(str(exc), "error"))
-            return
-        key = "dashboard.forced" if result.forced else "dashboard.stopping"
-        self.post_message(ActionDone(t(key, id=self.source.run_id, status=state_label(result.status.status))))
-        self._post_state(with_disk=False)
+        ask_stop(self, self.source.path, self.source.run_id, self.status, self._say,
+                 lambda: self._post_state(with_disk=False))
 
     def action_resume(self) -> None:
+        from tui.widgets.run_control import ask_resume
+
         if self.source.read_only:
             self.notify(t("dashboard.read_only_action"), severity="warning")
             return
-        if self.status not in ("stopped", "failed", "crashed"):
-            self.notify(t("dashboard.cannot_resume", status=state_label(self.status)), severity="warning")
-            return
+        ask_resume(self, self.source.path, self.source.run_id, self.status, self._say,
+                   lambda: self._post_state(with_disk=False))
 
-        def answered(ok: bool | None) -> None:
-            if ok:
-                self._do_resume()
-
-        self.app.push_screen(_confirm(t("dashboard.resume_title", id=self.source.run_id),
-                                      t("dashboard.resume_body")), answered)
-
-    @work(thread=True, group="dash-action", exit_on_error=False)
-    def _do_resume(self) -> None:
-        from pathlib import Path
-
-        from core.runs.control import RunControlError, prepare_resume
-        from core.runs.launch import start_supervisor, wait_until_started
-
-        run = self._run()
-        try:
-            plan = prepare_resume(run)
-        except RunControlError as exc:
-            self.post_message(ActionDone(str(exc), "error"))
-            return
-        checkpoint = plan.checkpoint
-        for notice in plan.notices:  # fallbacks, removals, changed data or keys: said, not buried
-            self.post_message(ActionDone(notice.text(), "warning"))
-        proc = start_supervisor(run, resume_from=Path(checkpoint))
-        if wait_until_started(run, proc):
-            self.post_message(ActionDone(t("dashboard.resumed", id=run.id, checkpoint=checkpoint)))
-        else:
-            self.post_message(ActionDone(t("dashboard.resume_failed", path=str(run.supervisor_log_path)), "error"))
-        self._post_state(with_disk=False)
+    def _say(self, text: str, severity: str) -> None:
+        self.post_message(ActionDone(text, severity))  # from the worker thread
 
     def action_config(self) -> None:
         from tui.widgets.text_modal import TextModal
@@ -747,14 +711,15 @@ class DashboardScreen(Screen[None]):
         return shlex.join(["tunedeck", "train", str(self.source.path / "config.yaml")])
 
     def action_after_training(self, what: str) -> None:
-        """Merge / chat / serve a finished run (``tui.screens.chat`` does the work)."""
+        """Merge / chat / serve / evaluate / export a finished run (``tui.screens.chat`` does the work)."""
         from tui.screens import chat
 
         if self.source.read_only:
             self.notify(t("lifecycle.tui_read_only"), severity="warning")
             return
-        {"merge": chat.merge_in_background, "chat": chat.open_chat,
-         "serve": chat.serve_in_background}[what](self, self.source.path)
+        {"merge": chat.merge_in_background, "chat": chat.open_chat, "serve": chat.serve_in_background,
+         "evaluate": chat.evaluate_in_background,
+         "export": chat.export_in_background}[what](self, self.source.path)
 
     def action_copy_command(self) -> None:
         command = self.command_line()
@@ -767,9 +732,3 @@ def _escape(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
-
-
-def _confirm(title: str, body: str):
-    from tui.widgets.confirm import ConfirmScreen
-
-    return ConfirmScreen(title, body)
