@@ -53,13 +53,10 @@ def job_dir_for(hub: str, model_id: str) -> Path:
 
 
 def human_bytes(value: float | None) -> str:
-    if value is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
+    """A download's or a model's size on disk: ``core.units.format_disk`` (decimal, as the hubs count)."""
+    from core.units import format_disk
+
+    return format_disk(value)
 
 
 # --- planning --------------------------------------------------------------------------------------------

@@ -152,7 +152,7 @@ def test_not_enough_disk_refuses_with_numbers(hub_server):
     with pytest.raises(NotEnoughDiskError) as error:
         check_disk(huge)
     assert error.value.needed_bytes == 10**18 and error.value.free_bytes > 0
-    assert "TiB" in str(error.value) and str(plan.target_dir) in str(error.value)
+    assert " TB" in str(error.value) and str(plan.target_dir) in str(error.value)
 
 
 def test_file_gone_from_the_hub_fails_with_the_reason(hub_server):
