@@ -24,7 +24,7 @@ from core.hardware.snapshot import BoxSnapshot, GpuSnapshot
 from core.i18n import t
 from core.settings import MIN_POLL_INTERVAL_S
 from core.text_width import cell_len, pad, truncate
-from core.units import plural_key
+from core.units import format_disk, plural_key
 from tui.widgets.bar import bar, level_variable
 from tui.widgets.history import history_rows
 from tui.widgets.keys_footer import KeysFooter
@@ -239,7 +239,7 @@ class GpuScreen(Screen[None]):
             f"  [$primary]{t('gpuscreen.ram')}[/] [{level_variable(ram)}]{bar(ram, 6)}[/] "
             f"{_gib(host.memory_used_bytes)}/{_gib(host.memory_total_bytes)}G"
             f"  [$primary]{t('gpuscreen.load')}[/] {load}"
-            f"  [$primary]{t('gpuscreen.disk')}[/] {_gib(host.disk_free_bytes)}G"
+            f"  [$primary]{t('gpuscreen.disk')}[/] {format_disk(host.disk_free_bytes)}"
         )
 
     def _compact_wanted(self, count: int) -> bool:
