@@ -184,6 +184,7 @@ def test_run_finishing_while_watched_is_announced():
                                                      "updated_ts": 2.0})
             stand_in.__exit__()
             await wait_for(pilot, lambda: screen.status == "finished", timeout=30)
-            assert any("20261129-2100-end finished" in m for m in messages(app))
+            # the screen's notification reaches the app as a message of its own: wait for it too
+            await wait_for(pilot, lambda: any("20261129-2100-end finished" in m for m in messages(app)))
 
     run(scenario())

@@ -37,8 +37,9 @@ def test_palette_language_entry_saves_the_setting(private_home):
             await pilot.press("enter")
             await wait_for(pilot, lambda: app.settings.language == "zh")
             await wait_for(pilot, lambda: settings_path().exists() and load_settings().language == "zh")
-            notes = [n.message for n in app._notifications]
-            assert any("next time tunedeck starts" in note for note in notes), notes
+            # a notification reaches the app as a message of its own: wait for it
+            await wait_for(pilot, lambda: any("next time tunedeck starts" in str(n.message)
+                                              for n in app._notifications))
 
     asyncio.run(scenario())
     assert load_settings().language == "zh"
