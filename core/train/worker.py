@@ -377,8 +377,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     if checkpoint_layers is not None or compile_layers:
         from core.train.engine_switches import EngineSwitchesCallback
 
-        callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers if cfg.get("gradient_checkpointing") else None,
-                                                   compile_layers))
+        callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers, compile_layers))
     from core.train.profiling import ProfileStepsCallback
 
     profile_cb = ProfileStepsCallback.from_env(run.path)
