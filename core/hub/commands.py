@@ -50,10 +50,19 @@ def register(subparsers: Any) -> None:
     listing.set_defaults(handler=run_list)
 
 
-def _fail(exc: Exception, code: int = 1) -> Any:
+def _fail(exc: BaseException, hub: str, endpoint: str = "", code: int = 3) -> Any:
+    """A failed hub call as a CLI error: what failed and what to do (as the app says it), the way on
+    offline, and the raw detail last."""
     from core.cli import CliError
+    from core.hub.problems import describe_error
 
-    return CliError(str(exc), code)
+    problem = describe_error(exc, hub, endpoint)
+    lines = problem.lines()
+    if problem.offline:
+        lines.append(t("hub.cli.offline_hint"))
+    if problem.detail:
+        lines.append(t("hub.cli.detail", detail=problem.detail))
+    return CliError("\n".join(lines), code)
 
 
 def _source(args: argparse.Namespace) -> Any:
@@ -63,7 +72,25 @@ def _source(args: argparse.Namespace) -> Any:
     try:
         return open_source(args.hub)
     except HubError as exc:
-        raise _fail(exc, 3) from exc
+        raise _fail(exc, args.hub) from exc
+
+
+def _other_hub(hub: str) -> str:
+    from core.hub.records import HUBS
+
+    return next(h for h in HUBS if h != hub)
+
+
+def _search_filters(args: argparse.Namespace) -> str:
+    """The filters of a search as the flags that set them (what to drop to widen it)."""
+    flags = []
+    if args.owner:
+        flags.append(f"--owner {args.owner}")
+    if args.task not in ("", "any"):
+        flags.append(f"--task {args.task}")
+    if args.size != "any":
+        flags.append(f"--size {args.size}")
+    return " ".join(flags)
 
 
 def _date(value: str | None) -> str:
@@ -80,7 +107,6 @@ def _count(value: int | None) -> str:
 
 
 def run_search(args: argparse.Namespace) -> int:
-    from core.hub.errors import HubError
     from core.hub.records import SearchQuery
     from core.text_width import pad, truncate
 
@@ -90,14 +116,22 @@ def run_search(args: argparse.Namespace) -> int:
                         page=max(1, args.page))
     try:
         page = source.search(query)
-    except HubError as exc:
-        raise _fail(exc, 3) from exc
+    except Exception as exc:  # an SDK surprise too: a message, not a traceback
+        raise _fail(exc, args.hub, getattr(source, "endpoint", "")) from exc
     if args.json:
         print(json.dumps({"hub": args.hub, "total": page.total, "page": page.page, "page_size": page.page_size,
                           "has_more": page.has_more, "models": [m.to_json() for m in page.items]}, indent=2))
         return 0
     if not page.items:
-        print(t("hub.cli.no_results"), file=sys.stderr)
+        from core.hub.problems import HUB_NAMES
+
+        name = HUB_NAMES[args.hub]
+        print(t("hub.search.none", query=args.query, hub=name) if args.query.strip()
+              else t("hub.search.none_filters", hub=name), file=sys.stderr)
+        filters = _search_filters(args)
+        if filters:
+            print(t("hub.cli.no_results_filters", filters=filters), file=sys.stderr)
+        print(t("hub.cli.no_results_hint", other=_other_hub(args.hub)), file=sys.stderr)
         return 0
     print(t("hub.cli.results_header", shown=len(page.items), total=page.total, hub=args.hub, page=page.page),
           file=sys.stderr)
@@ -127,7 +161,7 @@ def run_info(args: argparse.Namespace) -> int:
     try:
         details = source.details(args.model_id)
     except HubError as exc:
-        raise _fail(exc, 3) from exc
+        raise _fail(exc, args.hub, source.endpoint) from exc
     facts = fits = None
     notes = list(details.notes)
     if details.config is not None:
@@ -211,7 +245,7 @@ def run_download(args: argparse.Namespace) -> int:
         plan = plan_download(source, details, args.include)
         check_disk(plan)
     except HubError as exc:
-        raise _fail(exc, 3) from exc
+        raise _fail(exc, args.hub, source.endpoint) from exc
     if not args.json:
         print(t("hub.cli.download_plan", count=len(plan.files), size=human_bytes(plan.total_bytes),
                 model=plan.model_id, path=plan.target_dir), file=sys.stderr)
@@ -266,15 +300,17 @@ def run_download(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     from core.hub.download import human_bytes, list_downloads
     from core.hub.hf_source import hf_hub_cache
-    from core.hub.local import list_local_models, user_model_dirs
+    from core.hub.local import bundled_models, list_local_models, user_model_dirs
     from core.hub.modelscope_source import modelscope_cache_root
     from core.settings import load_settings
 
     models = list_local_models(user_model_dirs(load_settings()))
     downloads = list_downloads()
+    bundled = bundled_models()
     if args.json:
         print(json.dumps({"models": [m.to_json() for m in models],
-                          "downloads": [d.to_json() for d in downloads]}, indent=2))
+                          "downloads": [d.to_json() for d in downloads],
+                          "bundled": [b.to_json() for b in bundled]}, indent=2))
         return 0
     if not models:
         print(t("hub.cli.local_none", ms=modelscope_cache_root(), hf=hf_hub_cache()), file=sys.stderr)
@@ -283,6 +319,9 @@ def run_list(args: argparse.Namespace) -> int:
         for model in models:
             used = time.strftime("%Y-%m-%d", time.localtime(model.last_used)) if model.last_used else "-"
             print(f"{model.source:<10} {model.model_id:<48} {human_bytes(model.size_bytes):>10}  {used}  {model.path}")
+    print(t("hub.cli.bundled_header"), file=sys.stderr)
+    for item in bundled:
+        print(f"{item.name:<20} {t('hub.cli.bundled.' + item.kind)}")
     if downloads:
         print(t("hub.cli.downloads_header"), file=sys.stderr)
         for item in downloads:

@@ -1,10 +1,24 @@
-"""What can go wrong talking to a hub, as exceptions whose message says what to do."""
+"""What can go wrong talking to a hub, as exceptions whose message says what to do.
+
+An error from a hub call carries its ``HubProblem`` (``core.hub.problems``) where one is known: the
+summary, the advice and the raw detail apart, for a screen that shows them apart. ``str(exc)`` stays the
+whole message (summary and advice) for everything else.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from core.hub.problems import HubProblem
 
 
 class HubError(Exception):
     """A hub operation failed; ``str(exc)`` is the message for the user."""
+
+    def __init__(self, message: str, problem: HubProblem | None = None) -> None:
+        super().__init__(message)
+        self.problem = problem
 
 
 class HubUnavailableError(HubError):
@@ -14,8 +28,8 @@ class HubUnavailableError(HubError):
 class HubAccessError(HubError):
     """401/403: a private or gated model, and the token is missing or not granted access."""
 
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, status: int, problem: HubProblem | None = None) -> None:
+        super().__init__(message, problem)
         self.status = status
 
 

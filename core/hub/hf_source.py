@@ -6,7 +6,9 @@ gives it ours, so an unreachable hub is a message in seconds rather than a hang.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,29 @@ HUB = "hf"
 _SORT_KEYS = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
 _factory_lock = threading.Lock()
 _factory_timeout: float | None = None
+_CALL_THREAD = "hf-call"
+_SDK_HTTP_LOGGER = "huggingface_hub.utils._http"
+# The first retry warning of each call thread (by thread id): why its connection failed.
+_retry_reasons: dict[int, str] = {}
+
+
+class _RetryReasons(logging.Filter):
+    """Keeps the SDK's retry warnings of our call threads off the terminal, and the first one of each:
+    it is the only record of why the connection failed when the deadline abandons the call."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (record.threadName or "").startswith(_CALL_THREAD):
+            return True
+        message = record.getMessage()
+        if "thrown while requesting" in message:
+            _retry_reasons.setdefault(record.thread or 0, message)
+        return False
+
+
+def _install_retry_filter() -> None:
+    sdk_logger = logging.getLogger(_SDK_HTTP_LOGGER)
+    if not any(isinstance(f, _RetryReasons) for f in sdk_logger.filters):
+        sdk_logger.addFilter(_RetryReasons())
 
 
 def hf_hub_cache() -> Path:
@@ -85,11 +110,12 @@ class HfSource:
         # token=False: never fall back to a token file the user did not hand to tunedeck.
         self._api = HfApi(endpoint=self.endpoint, token=self.token or False)
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, what: str, fn: Any, *args: Any, operation: str = "model", **kwargs: Any) -> Any:
         """Run an SDK call under one overall deadline.
 
         The SDK retries timeouts and refused connections five times with back-off (tens of seconds);
-        the call runs in a daemon thread and is abandoned at the deadline, so the answer comes in seconds.
+        the call runs in a daemon thread and is abandoned at the deadline, so the answer comes in seconds,
+        with the reason of its first failed attempt when there was one (refused, unknown host).
         """
         import queue
 
@@ -102,16 +128,23 @@ class HfSource:
             except BaseException as exc:  # handed to the caller's thread
                 answers.put((False, exc))
 
-        threading.Thread(target=call, name="hf-call", daemon=True).start()
+        _install_retry_filter()
+        thread = threading.Thread(target=call, name=_CALL_THREAD, daemon=True)
+        thread.start()
         try:
             ok, value = answers.get(timeout=min(self.timeout_s, 4.0) + 0.5)
         except queue.Empty:
-            raise unreachable_error(HUB, self.endpoint, t("hub.error.deadline")) from None
+            reason = _retry_reasons.pop(thread.ident or 0, None)
+            status = re.search(r"HTTP Error (\d{3})", reason or "")
+            if status:
+                raise status_error(HUB, int(status.group(1)), what, self.endpoint, reason or "", operation) from None
+            raise unreachable_error(HUB, self.endpoint, reason or TimeoutError(t("hub.error.deadline"))) from None
+        _retry_reasons.pop(thread.ident or 0, None)
         if ok:
             return value
-        return self._reraise(what, value)
+        return self._reraise(what, value, operation)
 
-    def _reraise(self, what: str, error: BaseException) -> Any:
+    def _reraise(self, what: str, error: BaseException, operation: str = "model") -> Any:
         from huggingface_hub.errors import HfHubHTTPError
 
         try:
@@ -119,7 +152,7 @@ class HfSource:
         except HfHubHTTPError as exc:
             status = getattr(getattr(exc, "response", None), "status_code", None)
             if isinstance(status, int):
-                raise status_error(HUB, status, what, self.endpoint) from exc
+                raise status_error(HUB, status, what, self.endpoint, str(exc), operation) from exc
             raise unreachable_error(HUB, self.endpoint, exc) from exc
         except HubError:
             raise
@@ -151,8 +184,8 @@ class HfSource:
     def search(self, query: SearchQuery) -> SearchPage:
         """A page of models; the Hub pages by cursor, so earlier pages are fetched and skipped."""
         wanted = query.page * query.page_size
-        infos = self._call(query.text or "*", self._api.list_models, search=query.text or None,
-                           author=query.owner or None, pipeline_tag=query.task or None,
+        infos = self._call(query.text or "*", self._api.list_models, operation="search",
+                           search=query.text or None, author=query.owner or None, pipeline_tag=query.task or None,
                            sort=_SORT_KEYS.get(query.sort), limit=wanted + 1)
         more = len(infos) > wanted
         page = infos[(query.page - 1) * query.page_size: wanted]

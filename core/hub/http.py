@@ -5,33 +5,32 @@ from __future__ import annotations
 from typing import Any
 
 from core.hub.errors import HubAccessError, HubError, HubNotFoundError, HubUnavailableError
-from core.i18n import t
+from core.hub.problems import ENDPOINT_ENV, HUB_NAMES, TOKEN_ENV, status_problem, unreachable_problem
 
 CONNECT_TIMEOUT_S = 4.0
 READ_TIMEOUT_S = 15.0
-HUB_NAMES = {"modelscope": "ModelScope", "hf": "Hugging Face"}
-ENDPOINT_ENV = {"modelscope": "MODELSCOPE_ENDPOINT", "hf": "HF_ENDPOINT"}
-TOKEN_ENV_NAME = {"modelscope": "MODELSCOPE_API_TOKEN", "hf": "HF_TOKEN"}
+TOKEN_ENV_NAME = TOKEN_ENV
+
+__all__ = ["CONNECT_TIMEOUT_S", "ENDPOINT_ENV", "HUB_NAMES", "READ_TIMEOUT_S", "TOKEN_ENV_NAME", "auth_headers_for",
+           "requests_error", "status_error", "unreachable_error"]
 
 
-def status_error(hub: str, status: int, what: str, endpoint: str) -> HubError:
-    """The exception for an HTTP error ``status`` on ``what`` (a model id or a file)."""
-    name = HUB_NAMES[hub]
-    if status == 401:
-        return HubAccessError(t("hub.error.unauthorised", hub=name, what=what, env=TOKEN_ENV_NAME[hub]), 401)
-    if status == 403:
-        return HubAccessError(t("hub.error.forbidden", hub=name, what=what, env=TOKEN_ENV_NAME[hub]), 403)
-    if status == 404:
-        return HubNotFoundError(t("hub.error.not_found", hub=name, what=what))
-    return HubUnavailableError(t("hub.error.status", hub=name, status=status, what=what, endpoint=endpoint))
+def status_error(hub: str, status: int, what: str, endpoint: str, detail: str = "",
+                 operation: str = "model") -> HubError:
+    """The exception for an HTTP error ``status`` on ``what`` (a model id or a file; ``operation``
+    "search" when the request was a search)."""
+    problem = status_problem(hub, endpoint, status, what, detail, operation)
+    if problem.kind == "access":
+        return HubAccessError(problem.message(), status, problem)
+    if problem.kind == "not_found":
+        return HubNotFoundError(problem.message(), problem)
+    return HubUnavailableError(problem.message(), problem)
 
 
 def unreachable_error(hub: str, endpoint: str, reason: BaseException | str) -> HubUnavailableError:
-    text = str(reason).splitlines()[0] if str(reason) else type(reason).__name__
-    if len(text) > 160:
-        text = text[:157] + "..."
-    return HubUnavailableError(t("hub.error.unreachable", hub=HUB_NAMES[hub], endpoint=endpoint, reason=text,
-                                 env=ENDPOINT_ENV[hub]))
+    """No connection to the hub, or no answer in time; ``reason`` is what the HTTP stack raised."""
+    problem = unreachable_problem(hub, endpoint, reason)
+    return HubUnavailableError(problem.message(), problem)
 
 
 def requests_error(hub: str, exc: BaseException, what: str, endpoint: str) -> HubError:
@@ -39,7 +38,7 @@ def requests_error(hub: str, exc: BaseException, what: str, endpoint: str) -> Hu
     response: Any = getattr(exc, "response", None)
     status = getattr(response, "status_code", None)
     if isinstance(status, int) and status >= 400:
-        return status_error(hub, status, what, endpoint)
+        return status_error(hub, status, what, endpoint, str(exc))
     return unreachable_error(hub, endpoint, exc)
 
 

@@ -1,4 +1,5 @@
-"""Models already on disk: ModelScope's cache, Hugging Face's cache and folders the user adds.
+"""Models already on disk: ModelScope's cache, Hugging Face's cache, folders the user adds, and the
+models bundled with tunedeck (``bundled_models``), which need no download at all.
 
 The user's folders are the ``hub_model_dirs`` list in settings.json (each folder holds model folders
 with a config.json, or is one). Deleting is limited to what this listing found.
@@ -108,6 +109,39 @@ def _folder_models(folders: list[str]) -> list[LocalModel]:
         for child in sorted(p for p in path.iterdir() if p.is_dir() and (p / "config.json").exists()):
             found.append(_entry("folder", child.name, child))
     return found
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """A model name tunedeck takes with no download: the built-in tiny model (``builtin``: config and
+    tokenizer, its weights start from a fixed seed, so it trains offline) or a bundled config (``config``:
+    a published config.json, so the wizard and the estimator plan it offline; training it needs its
+    weights from a hub)."""
+
+    name: str
+    kind: str  # builtin | config
+    path: Path
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "path": str(self.path)}
+
+
+def bundled_models() -> list[BundledModel]:
+    """The names the wizard, ``plan`` and ``estimate`` resolve without a hub: ``tiny`` first, then the
+    bundled configs by name."""
+    from core.assets import TINY_MODEL_NAME, tiny_model_dir
+    from core.estimate.model_source import KNOWN_CONFIG_DIR, known_model_names
+
+    return [BundledModel(TINY_MODEL_NAME, "builtin", tiny_model_dir())] + [
+        BundledModel(name, "config", KNOWN_CONFIG_DIR / f"{name}.json") for name in known_model_names()]
+
+
+def wizard_model_name(model: LocalModel | BundledModel) -> str:
+    """What to hand the wizard for a listed model: a bundled name as it is, a hub cache's model by its
+    id (the estimator finds its config.json in the cache), a folder of the user's by its path."""
+    if isinstance(model, BundledModel):
+        return model.name
+    return str(model.path) if model.source == "folder" else model.model_id
 
 
 def user_model_dirs(settings: Any) -> list[str]:

@@ -90,7 +90,7 @@ class ModelScopeSource:
         self._api._legacy = legacy
 
     # --- errors ------------------------------------------------------------------------------------
-    def _translate(self, exc: BaseException, what: str) -> HubError:
+    def _translate(self, exc: BaseException, what: str, operation: str = "model") -> HubError:
         from modelscope_hub import errors as sdk
 
         status = getattr(exc, "status_code", None)
@@ -103,16 +103,16 @@ class ModelScopeSource:
         if isinstance(status, int) and status >= 400:
             from core.hub.http import status_error
 
-            return status_error(HUB, status, what, self.endpoint)
+            return status_error(HUB, status, what, self.endpoint, str(exc), operation)
         return unreachable_error(HUB, self.endpoint, exc)
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, what: str, fn: Any, *args: Any, operation: str = "model", **kwargs: Any) -> Any:
         from modelscope_hub.errors import HubError as SdkError
 
         try:
             return fn(*args, **kwargs)
         except (SdkError, OSError) as exc:
-            raise self._translate(exc, what) from exc
+            raise self._translate(exc, what, operation) from exc
 
     # --- reading -----------------------------------------------------------------------------------
     def _summary(self, info: Any) -> ModelSummary:
@@ -128,9 +128,9 @@ class ModelScopeSource:
         if query.page * query.page_size > MAX_LISTED:
             return SearchPage(items=(), total=MAX_LISTED, page=query.page, page_size=query.page_size)
         filters = {"task": query.task} if query.task else {}
-        page = self._call(query.text or "*", self._api.list_repos, "model", search=query.text or None,
-                          owner=query.owner or None, sort=_SORT_KEYS.get(query.sort), page_number=query.page,
-                          page_size=query.page_size, **filters)
+        page = self._call(query.text or "*", self._api.list_repos, "model", operation="search",
+                          search=query.text or None, owner=query.owner or None, sort=_SORT_KEYS.get(query.sort),
+                          page_number=query.page, page_size=query.page_size, **filters)
         items = tuple(s for s in (self._summary(info) for info in page.items) if in_size_class(s.params, query.size_class))
         total = min(int(page.total_count or 0), MAX_LISTED)
         return SearchPage(items=items, total=total, page=query.page, page_size=query.page_size)

@@ -1,0 +1,149 @@
+"""A failed hub call said for a person (what failed, what to do, the raw detail apart), through the real
+SDKs against the local fake hub or an address nobody answers on; the CLI's twin of the Models screen."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.cli import main
+from core.hub.errors import HubUnavailableError
+from core.hub.problems import PROXY_ENV, REASONS, describe_error, status_problem, unreachable_problem
+from core.hub.reachability import HubReachability
+from core.hub.records import SearchQuery
+from core.hub.source import open_source
+from core.i18n import catalogue
+from tests.hubserver import FakeHubServer, closed_port_url, standard_hub
+
+ENV = {"modelscope": "MODELSCOPE_ENDPOINT", "hf": "HF_ENDPOINT"}
+
+
+@pytest.fixture(autouse=True)
+def private_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms"))
+    monkeypatch.setenv("MODELSCOPE_HOME", str(tmp_path / "ms-home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for name in (*PROXY_ENV, "MODELSCOPE_API_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def search_problem(hub: str, **source_options):
+    with pytest.raises(HubUnavailableError) as error:
+        open_source(hub, **source_options).search(SearchQuery(text="qwen"))
+    problem = error.value.problem
+    assert problem is not None and describe_error(error.value, hub) is problem
+    return problem
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_refused_connection_is_one_sentence_with_advice_and_the_raw_text_apart(hub, monkeypatch):
+    url = closed_port_url()
+    monkeypatch.setenv(ENV[hub], url)
+    problem = search_problem(hub)
+    assert (problem.kind, problem.reason, problem.offline) == ("unreachable", "refused", True)
+    assert problem.summary.endswith(f"not reachable at {url}: the connection was refused.")
+    assert "Pool(" not in problem.summary and "Max retries" not in problem.summary
+    assert any("HTTPS_PROXY" in advice for advice in problem.advice)
+    assert any(f"{ENV[hub]} is set to {url}" in advice for advice in problem.advice)
+    assert "Connection refused" in problem.detail  # the library's own words, whole, for whoever wants them
+
+
+def test_unknown_host_says_dns(monkeypatch):
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", "http://no-such-hub.invalid")  # .invalid never resolves
+    problem = search_problem("modelscope")
+    assert problem.reason in ("dns", "timeout") and problem.offline
+    if problem.reason == "dns":
+        assert "does not resolve (DNS)" in problem.summary
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_slow_hub_did_not_answer_in_time(hub):
+    with FakeHubServer(standard_hub()) as server:
+        server.hub.slow_s = 3.0
+        problem = search_problem(hub, endpoint=server.url, timeout_s=0.5)
+    assert problem.kind == "timeout" and problem.offline
+    assert problem.summary.endswith(f"did not answer in time at {server.url}.")
+    mirror = "https://modelscope.ai" if hub == "modelscope" else "https://hf-mirror.com"
+    assert any(mirror in advice for advice in problem.advice)  # no endpoint variable set: a mirror to try
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_an_endpoint_that_is_no_hub_answers_404_to_a_search_and_is_not_a_missing_model(hub):
+    with FakeHubServer(standard_hub()) as server:
+        problem = search_problem(hub, endpoint=f"{server.url}/not-a-hub")
+    assert (problem.kind, problem.status, problem.offline) == ("status", 404, False)
+    assert "HTTP 404 to a search" in problem.summary and "does not exist" not in problem.summary
+    assert f"may not point at a {'ModelScope' if hub == 'modelscope' else 'Hugging Face'} server" in problem.advice[0]
+
+
+def test_statuses_and_proxies_give_their_own_advice(monkeypatch):
+    busy = status_problem("modelscope", "https://modelscope.cn", 503, "qwen")
+    assert busy.summary == "ModelScope answered HTTP 503 at https://modelscope.cn." and "try again in a while" in busy.advice[0]
+    assert "wait a minute" in status_problem("hf", "https://huggingface.co", 429, "x").advice[0]
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    problem = unreachable_problem("hf", "https://huggingface.co", "ProxyError('Unable to connect to proxy')")
+    assert problem.reason == "proxy" and problem.advice[0] == "Check the network and the proxy in HTTPS_PROXY."
+
+
+def test_every_reason_has_words():
+    messages = catalogue("en")
+    assert all(f"hub.reason.{reason}" in messages for reason in REASONS)
+
+
+def test_the_memory_of_an_unreachable_hub_lasts_a_while_and_an_answer_clears_it():
+    now = [100.0]
+    memory = HubReachability(hold_s=30.0, clock=lambda: now[0])
+    offline = unreachable_problem("modelscope", "https://modelscope.cn", "[Errno 111] Connection refused")
+    memory.failed(offline)
+    now[0] += 12
+    recent = memory.recent_failure("modelscope")
+    assert recent is not None and recent.problem is offline and recent.age_s == 12
+    assert memory.recent_failure("hf") is None  # per hub
+    now[0] += 18
+    assert memory.recent_failure("modelscope") is None  # forgotten after hold_s
+    memory.failed(offline)
+    memory.answered("modelscope")
+    assert memory.recent_failure("modelscope") is None
+    memory.failed(status_problem("modelscope", "https://modelscope.cn", 503, "qwen"))
+    assert memory.recent_failure("modelscope") is None  # the hub answered: not out of reach
+
+
+# --- the headless twin --------------------------------------------------------------------------------
+def test_cli_search_offline_prints_the_same_message_and_exits_non_zero(monkeypatch, capsys):
+    url = closed_port_url()
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", url)
+    for extra in ([], ["--json"]):
+        assert main(["models", "search", "qwen", *extra]) == 3
+        out, err = capsys.readouterr()
+        assert out == "" and "Traceback" not in err
+        lines = err.splitlines()
+        assert lines[0] == f"tunedeck: ModelScope is not reachable at {url}: the connection was refused."
+        assert lines[1] == "Check the network, or set HTTPS_PROXY if this box needs a proxy."
+        assert lines[2] == f"MODELSCOPE_ENDPOINT is set to {url}: check it, or unset it for https://modelscope.cn."
+        assert "tunedeck models list" in lines[3] and "tiny" in lines[3]
+        assert lines[4].startswith("detail: ") and "Connection refused" in lines[4]
+
+
+def test_cli_search_without_results_says_so_with_a_hint(monkeypatch, capsys):
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        assert main(["models", "search", "zzz", "--owner", "Qwen"]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "No models match 'zzz' on ModelScope.",
+        "Filters in force: --owner Qwen --task text-generation; drop one to widen the search.",
+        "Try other or fewer words, or --hub hf.",
+    ]
+
+
+def test_cli_list_names_the_bundled_models(capsys):
+    import json
+
+    assert main(["models", "list", "--json"]) == 0
+    bundled = json.loads(capsys.readouterr().out)["bundled"]
+    assert bundled[0] == {"name": "tiny", "kind": "builtin", "path": bundled[0]["path"]}
+    assert {"name": "Qwen2.5-7B", "kind": "config"}.items() <= next(b for b in bundled if b["name"] == "Qwen2.5-7B").items()
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny" in out and "built-in, trains offline" in out
