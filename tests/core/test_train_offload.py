@@ -27,29 +27,29 @@ def _run(install: bool, monkeypatch) -> tuple[float, dict, int]:
     model.config.use_cache = False
     model.train()
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    parked = []
-    real_to = torch.Tensor.to
+    stash = offload.HostStash()
+    fetched = []
+    real_fetch = offload.ParkedInput.fetch
 
-    def counting_to(self, *args, **kwargs):
-        if args and args[0] == "cpu":
-            parked.append(self.shape)
-        return real_to(self, *args, **kwargs)
+    def counting_fetch(self):
+        fetched.append(self.index)
+        return real_fetch(self)
 
     if install:
-        assert offload.install_offloaded_checkpointing(model, force=True) == model.config.num_hidden_layers
-        monkeypatch.setattr(torch.Tensor, "to", counting_to)
+        assert offload.install_offloaded_checkpointing(model, force=True, stash=stash) == model.config.num_hidden_layers
+        monkeypatch.setattr(offload.ParkedInput, "fetch", counting_fetch)
     ids = torch.randint(3, 900, (2, 20), generator=torch.Generator().manual_seed(1))
     loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
-    monkeypatch.setattr(torch.Tensor, "to", real_to)
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return loss.item(), grads, len(parked)
+    return loss.item(), grads, (stash.parked, fetched)
 
 
 def test_offloaded_checkpointing_matches_plain_checkpointing(monkeypatch):
     plain_loss, plain_grads, _ = _run(False, monkeypatch)
-    loss, grads, parked = _run(True, monkeypatch)
+    loss, grads, (parked, fetched) = _run(True, monkeypatch)
     assert parked == 4  # each of the 4 blocks parked its input once
+    assert fetched == [3, 2, 1, 0]  # and got it back once, for its recomputation, last block first
     assert loss == pytest.approx(plain_loss, abs=1e-6)
     assert grads.keys() == plain_grads.keys()
     for name in grads:
@@ -77,3 +77,46 @@ def test_recomputation_draws_the_forward_dropout_mask_on_cuda():
         results.append((out.detach(), x.grad.clone(), layer.weight.grad.clone()))
     for plain, offloaded in zip(*results, strict=True):
         assert torch.allclose(plain, offloaded, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory, the side stream and the prefetch need CUDA")
+def test_offloaded_checkpointing_on_cuda_prefetches_and_keeps_the_gradients():
+    """The real path: pinned host copies on a side stream, each block's input prefetched while the block
+    after it is recomputed; the loss and the gradients are those of plain checkpointing."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    results = []
+    prefetched = []
+    real_fetch = offload.ParkedInput.fetch
+
+    def watching_fetch(self):
+        prefetched.append((self.index, self.prefetched is not None))
+        return real_fetch(self)
+
+    for install in (False, True):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(TINY)), dtype=torch.float32).cuda()
+        model.config.use_cache = False
+        model.train()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        stash = offload.HostStash()
+        if install:
+            offload.install_offloaded_checkpointing(model, stash=stash)
+            offload.ParkedInput.fetch = watching_fetch
+        try:
+            ids = torch.randint(3, 900, (2, 256), generator=torch.Generator().manual_seed(1)).cuda()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+        finally:
+            offload.ParkedInput.fetch = real_fetch
+        torch.cuda.synchronize()
+        results.append((loss.item(), {n: p.grad.float().cpu() for n, p in model.named_parameters() if p.grad is not None}))
+        if install:
+            assert stash.parked == 4
+    (plain_loss, plain_grads), (loss, grads) = results
+    assert prefetched == [(3, False), (2, True), (1, True), (0, True)]
+    assert loss == pytest.approx(plain_loss, abs=1e-6)
+    for name in grads:
+        assert torch.allclose(grads[name], plain_grads[name], atol=1e-6), name
