@@ -145,7 +145,14 @@ def _check_auto_bool(value: Any, spec: KeySpec) -> str | bool:
 
 
 def _check_int_or_choice(value: Any, spec: KeySpec) -> str | int:
-    """One of the key's named choices (``checkpoint_layers: auto``) or a whole number in its bounds."""
+    """One of the key's named choices (``checkpoint_layers: auto``) or a whole number in its bounds; a key
+    whose choices name ``false`` takes YAML's booleans too (``tiled_mlp: false``, ``true`` = ``auto``)."""
+    if isinstance(value, bool) and "false" in spec.choices:
+        return "auto" if value else "false"
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on") and "false" in spec.choices:
+        return "auto"
+    if isinstance(value, str) and value.strip().lower() in ("no", "off") and "false" in spec.choices:
+        return "false"
     if isinstance(value, str) and value.strip().lower() in spec.choices:
         return value.strip().lower()
     try:

@@ -54,6 +54,7 @@ lora_input_upcast          bool                                false
 lora_fused_add             bool                                true
 compile_layers             bool                                false
 offload_activations        bool                                false
+tiled_mlp                  auto, false, or an int >= 1         auto
 attn                       auto, sdpa, eager, flash            auto
 output                     directory                           unset; the finished model is copied there
 =========================  ==================================  =========================================
@@ -150,6 +151,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "lora_fused_add": KeySpec("bool"),
     "compile_layers": KeySpec("bool"),
     "offload_activations": KeySpec("bool"),
+    "tiled_mlp": KeySpec("int_or_choice", ("auto", "false"), minimum=1),
     "attn": KeySpec("choice", ATTENTION),
     "output": KeySpec("text", optional=True),
 }
@@ -211,6 +213,7 @@ class RunConfig:
     lora_fused_add: bool = True
     compile_layers: bool = False
     offload_activations: bool = False
+    tiled_mlp: str | int = "auto"
     attn: str = "auto"
     output: str | None = None
     warnings: list = field(default_factory=list, repr=False, compare=False)

@@ -143,9 +143,20 @@ def mlp_core_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: Precisio
     return kept * layout.compute * arch.intermediate_size
 
 
+def mlp_saved_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout) -> float:
+    """Bytes per token the MLP (gate/up, the gated product, down) keeps for backward."""
+    shapes = {shape.name: shape for shape in arch.linear_shapes()}
+    norm_out = max(layout.norm_weight, layout.residual)
+    return (linear_group_saved_bytes([shapes["gate_proj"], shapes["up_proj"]], norm_out, plan, layout)
+            + mlp_core_bytes(arch, plan, layout)
+            + linear_group_saved_bytes([shapes["down_proj"]], layout.compute, plan, layout))
+
+
 def block_activations(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout,
-                      calibration: Calibration) -> BlockActivations:
-    """All activations one decoder block keeps for backward, without checkpointing."""
+                      calibration: Calibration, tiles: int = 1) -> BlockActivations:
+    """All activations one decoder block keeps for backward, without checkpointing. With the MLP over
+    ``tiles`` tiles (``tiled_mlp``) the block keeps only the MLP's input; one tile's share of the MLP's
+    tensors exists only while that tile is back-propagated (``activation_sizes`` adds it there)."""
     shapes = {shape.name: shape for shape in arch.linear_shapes()}
     full = plan.method == "full"
     norm_out = max(layout.norm_weight, layout.residual)
@@ -156,9 +167,7 @@ def block_activations(arch: ModelArchitecture, plan: TrainingPlan, layout: Preci
     per_token += linear_group_saved_bytes([shapes["o_proj"]], layout.compute, plan, layout,
                                           input_already_kept=plan.attention == "sdpa")
     per_token += rmsnorm_saved_bytes(arch.hidden_size, layout.residual, full, plan.liger_kernels)
-    per_token += linear_group_saved_bytes([shapes["gate_proj"], shapes["up_proj"]], norm_out, plan, layout)
-    per_token += mlp_core_bytes(arch, plan, layout)
-    per_token += linear_group_saved_bytes([shapes["down_proj"]], layout.compute, plan, layout)
+    per_token += mlp_saved_bytes(arch, plan, layout) if tiles <= 1 else norm_out * arch.hidden_size
     block = BlockActivations(per_token)
     if plan.method == "dora":
         extra = dora_saved_bytes(list(shapes.values()), plan, layout)
@@ -194,20 +203,29 @@ def activation_sizes(arch: ModelArchitecture, plan: TrainingPlan, layout: Precis
                      calibration: Calibration) -> ActivationSizes:
     """Saved activations at the loss, and the working set of backward under checkpointing."""
     tokens = plan.tokens_per_micro_batch
-    block = block_activations(arch, plan, layout, calibration)
+    checkpointed = plan.checkpointed_layers
+    tiles_kept, tiles_recomputed = plan.mlp_tiles(False), plan.mlp_tiles(True)
+    kept_block = block_activations(arch, plan, layout, calibration, tiles_kept)  # layers not checkpointed
     head = head_activation_bytes(arch, plan, layout) * tokens
     dora_transient = dora_transient_bytes(arch, plan) if plan.method == "dora" else 0.0
-    working = calibration.backward_working_bytes_per_intermediate[plan.method] * arch.intermediate_size * tokens
-    checkpointed = plan.checkpointed_layers
+    # The backward's gradient temporaries scale with the MLP's width, over one tile when it is tiled; so
+    # does the tile being back-propagated.
+    working_per_token = calibration.backward_working_bytes_per_intermediate[plan.method] * arch.intermediate_size
     if not checkpointed:
-        at_loss = arch.num_layers * block.total(tokens) + head + dora_transient
-        return ActivationSizes(at_loss=at_loss, in_backward=at_loss + working)
+        tile = mlp_saved_bytes(arch, plan, layout) * tokens / tiles_kept if tiles_kept > 1 else 0.0
+        at_loss = arch.num_layers * kept_block.total(tokens) + head + dora_transient
+        return ActivationSizes(at_loss=at_loss, in_backward=at_loss + tile + working_per_token * tokens / tiles_kept)
     # offload_activations parks the kept block inputs in host memory: none of them stay on the GPU.
     kept_inputs = 0.0 if plan.offload_activations else checkpointed * layout.residual * arch.hidden_size * tokens
+    block = block_activations(arch, plan, layout, calibration, tiles_recomputed)
+    if tiles_recomputed > 1:
+        block = BlockActivations(block.per_token + mlp_saved_bytes(arch, plan, layout) / tiles_recomputed,
+                                 block.per_block)
+    working = working_per_token * tokens / tiles_recomputed
     recompute = calibration.checkpoint_recompute_layers[plan.method] * block.total(tokens) + dora_transient
     # checkpoint_layers < all: the last layers keep everything and are back-propagated first (their
     # activations freed as it goes), the checkpointed first ones are recomputed after.
-    kept_whole = (arch.num_layers - checkpointed) * block.total(tokens)
+    kept_whole = (arch.num_layers - checkpointed) * kept_block.total(tokens)
     at_loss = kept_inputs + kept_whole + head
     in_backward = kept_inputs + recompute if not kept_whole else max(at_loss + working, kept_inputs + recompute)
     return ActivationSizes(at_loss=at_loss, in_backward=in_backward)

@@ -245,7 +245,8 @@ def cpu_ram_bytes(sizes: ModelSizes, plan: TrainingPlan, calibration: Calibratio
     """Host RAM for the whole box: each process's own, plus the larger of offloaded state and loading.
 
     Offloaded optimizer: fp32 master + Adam moments + fp32 gradients of every trainable parameter.
-    Offloaded parameters (ZeRO-3): their bf16 partitions too.
+    Offloaded parameters (ZeRO-3): their bf16 partitions too. Offloaded activations: every checkpointed
+    block's input, pinned (the whole time training runs, so on top of the rest).
     """
     processes = plan.num_gpus * calibration.cpu_ram_per_process_gib * GIB
     offloaded = 0.0
@@ -253,7 +254,16 @@ def cpu_ram_bytes(sizes: ModelSizes, plan: TrainingPlan, calibration: Calibratio
         offloaded += sizes.trainable * (4.0 + 8.0 + 4.0)
     if plan.offload == "all":
         offloaded += sizes.total * 2.0
-    return processes + max(offloaded, loading_ram_bytes(sizes, plan, calibration))
+    return processes + max(offloaded, loading_ram_bytes(sizes, plan, calibration)) + activation_host_bytes(plan)
+
+
+def activation_host_bytes(plan: TrainingPlan) -> float:
+    """Pinned host memory of ``offload_activations``: each checkpointed block's input, on every GPU."""
+    if not (plan.offload_activations and plan.gradient_checkpointing):
+        return 0.0
+    arch = plan.architecture
+    width = 4.0 if plan.precision == "fp32" or plan.kbit_upcast else 2.0  # the residual stream's dtype
+    return plan.num_gpus * plan.checkpointed_layers * plan.tokens_per_micro_batch * arch.hidden_size * width
 
 
 @dataclass(frozen=True)

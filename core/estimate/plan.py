@@ -67,6 +67,9 @@ class TrainingPlan:
     kbit_upcast: bool = False
     # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
     offload_activations: bool = False
+    # The MLP over sequence tiles (core.train.tiled_mlp): "auto" (checkpointed blocks, long micro-batches),
+    # "false", or a tile count (every block).
+    tiled_mlp: str | int = "auto"
     dataset_tokens: int | None = None
     price_per_gpu_hour: float | None = None
     # Set when the parameter count was checked on the meta device (then it wins over the analytic one).
@@ -83,6 +86,14 @@ class TrainingPlan:
             return 0
         layers = self.architecture.num_layers
         return layers if self.checkpoint_layers is None else max(0, min(layers, self.checkpoint_layers))
+
+    def mlp_tiles(self, checkpointed: bool) -> int:
+        """Tiles the MLP of a block runs in (1: plain); ``auto`` tiles checkpointed blocks only."""
+        from core.train.tiled_mlp import tiles_for  # light: no torch at import
+
+        if self.tiled_mlp == "auto" and not checkpointed:
+            return 1
+        return tiles_for(self.tiled_mlp, self.tokens_per_micro_batch, self.architecture.hidden_size)
 
     @property
     def recompute_fraction(self) -> float:

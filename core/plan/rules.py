@@ -68,9 +68,14 @@ def rule_memory(plan: TrainingPlan, result: Estimate | None, request: PlanReques
                     usable=round(result.capacity_gib - result.margin_gib, 1))]
 
 
+def _uses_host_ram(plan: TrainingPlan) -> bool:
+    """DeepSpeed's offload, or checkpointed block inputs parked in host memory."""
+    return plan.offload != "none" or (plan.offload_activations and plan.gradient_checkpointing)
+
+
 def rule_offload_ram(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
     ram = request.hardware.host_ram_gib
-    if result is None or plan.offload == "none" or ram is None:
+    if result is None or not _uses_host_ram(plan) or ram is None:
         return []  # unknown RAM (planned hardware): warn_offload_ram_unknown says what is needed
     if result.cpu_ram_gib > ram * HOST_RAM_USABLE_FRACTION:
         return [finding("plan.rule.offload_ram", need=round(result.cpu_ram_gib, 1), ram=round(ram, 1))]
@@ -88,7 +93,7 @@ def rule_disk(plan: TrainingPlan, result: Estimate | None, request: PlanRequest)
 
 
 def warn_offload_ram_unknown(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
-    if result is not None and plan.offload != "none" and request.hardware.host_ram_gib is None:
+    if result is not None and _uses_host_ram(plan) and request.hardware.host_ram_gib is None:
         return [finding("plan.warn.offload_ram_unknown", need=round(result.cpu_ram_gib, 1))]
     return []
 

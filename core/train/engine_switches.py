@@ -122,12 +122,14 @@ def compile_decoder_layers(model: Any) -> int:
 
 
 class EngineSwitchesCallback(TrainerCallback):
-    """Applies ``checkpoint_layers`` and ``compile_layers`` at train begin, after the Trainer has turned
-    gradient checkpointing on (and before ``offload_activations`` reads which layers are checkpointed)."""
+    """Applies ``checkpoint_layers``, ``tiled_mlp`` and ``compile_layers`` at train begin, after the Trainer
+    has turned gradient checkpointing on and applied Liger's kernels (the tiled MLP wraps Liger's forward),
+    and before ``offload_activations`` reads which layers are checkpointed."""
 
-    def __init__(self, checkpoint_layers: int | None, compile_layers: bool) -> None:
+    def __init__(self, checkpoint_layers: int | None, compile_layers: bool, tiled_mlp: Any = "false") -> None:
         self.checkpoint_layers = checkpoint_layers
         self.compile_layers = compile_layers
+        self.tiled_mlp = tiled_mlp
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if model is None:
@@ -135,6 +137,12 @@ class EngineSwitchesCallback(TrainerCallback):
         if self.checkpoint_layers is not None and args_checkpointing(args):
             kept = limit_checkpointed_layers(model, self.checkpoint_layers)
             log.info("checkpoint_layers: %d of %d decoder layers checkpointed", kept, len(decoder_layers(model)))
+        if self.tiled_mlp not in ("false", None):
+            from core.train.tiled_mlp import install_tiled_mlp
+
+            count = install_tiled_mlp(model, self.tiled_mlp)
+            log.info("tiled_mlp %s: the MLP of %d decoder layers runs over sequence tiles%s", self.tiled_mlp, count,
+                     " (micro-batches of 32,768 tokens or more)" if self.tiled_mlp == "auto" else "")
         if self.compile_layers:
             log.info("compile_layers: %d decoder layers compiled", compile_decoder_layers(model))
 

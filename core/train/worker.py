@@ -162,6 +162,18 @@ def _checkpoint_layers(cfg: dict[str, Any], model: Any) -> int | None:
     return min(int(value), len(decoder_layers(model)))
 
 
+def _tiled_mlp(cfg: dict[str, Any], world_size: int) -> str | int:
+    """The run's ``tiled_mlp`` as the engine applies it: ``false`` in a distributed run (the tiles'
+    gradients accumulate inside backward, which DDP's and ZeRO's gradient hooks count as several)."""
+    value = cfg.get("tiled_mlp", "auto")
+    value = "false" if value in (False, None, 0, 1, "false") else value
+    if value != "false" and world_size > 1:
+        if value != "auto":
+            log.warning("tiled_mlp applies to one-GPU runs; this %d-process run is not tiled", world_size)
+        return "false"
+    return value
+
+
 def _is_oom(exc: BaseException) -> bool:
     import torch
 
@@ -329,6 +341,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
 
     checkpoint_layers = _checkpoint_layers(cfg, model)
     compile_layers = bool(cfg.get("compile_layers")) and cuda
+    tiled = _tiled_mlp(cfg, world_size)
     if cfg.get("compile_layers") and not cuda:
         log.warning("compile_layers applies on GPUs; this CPU run is not compiled")
     global_batch = micro * accum * world_size
@@ -358,6 +371,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "checkpoint_layers": (0 if not cfg.get("gradient_checkpointing") else checkpoint_layers
                               if checkpoint_layers is not None else len(decoder_layers(model))),
         "compile_layers": compile_layers,
+        "tiled_mlp": tiled,
         "train_rows": len(train_rows),
         "eval_rows": len(examples.eval),
         "truncated_samples": examples.truncated_samples,
@@ -374,10 +388,10 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
             callbacks.append(OffloadedCheckpointingCallback())
         else:
             log.warning("offload_activations needs gradient_checkpointing: true; ignored")
-    if checkpoint_layers is not None or compile_layers:
+    if checkpoint_layers is not None or compile_layers or tiled != "false":
         from core.train.engine_switches import EngineSwitchesCallback
 
-        callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers, compile_layers))
+        callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers, compile_layers, tiled))
     from core.train.profiling import ProfileStepsCallback
 
     profile_cb = ProfileStepsCallback.from_env(run.path)
