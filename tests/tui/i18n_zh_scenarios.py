@@ -20,10 +20,18 @@ from core.i18n import current_language  # noqa: E402
 from core.paths import runs_dir  # noqa: E402
 from core.text_width import cell_len  # noqa: E402
 from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run  # noqa: E402
-from tests.tui.conftest import StepClock, assert_snapshot, fake_monitor, quiet_settings, screen_text  # noqa: E402
+from tests.tui.conftest import (  # noqa: E402
+    StepClock,
+    assert_snapshot,
+    fake_monitor,
+    quiet_settings,
+    screen_text,
+    wait_for,
+)
 from tests.tui.test_80x24_keys import assert_section_footers_fit  # noqa: E402
 from tests.tui.test_dashboard_render import open_dashboard, settle  # noqa: E402
 from tests.tui.test_gpu_screen import feed_history, open_gpus  # noqa: E402
+from tests.tui.test_models_offline import message_box, region_text  # noqa: E402
 from tests.tui.test_models_screen import hub_env, open_models  # noqa: E402,F401  (hub_env: a fixture)
 from tests.tui.test_runs_screen import open_runs, three_runs  # noqa: E402
 from tui.app import TunedeckApp, make_app  # noqa: E402
@@ -77,6 +85,32 @@ def test_gpus(recording, size):
     run(scenario())
 
 
+def test_gpus_process_selected_80x24(monkeypatch):
+    """A run's trainer selected: its columns, the detail under the list and the footer, in Chinese."""
+    import time
+
+    from tests.tui.test_gpu_screen import open_showcase_selected, showcase_monitor, showcase_run
+
+    monkeypatch.setenv("TZ", "UTC")  # the start time prints in local time
+    time.tzset()
+
+    async def scenario():
+        showcase_run()
+        app = make_app(quiet_settings(), monitor=showcase_monitor(), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_showcase_selected(pilot, app)
+            text = assert_fits(app, (80, 24))
+            assert "已用" in text and "内存" in text and "CPU%" in text
+            assert "任务 20261129-2100-qwen7b-lora 的训练进程" in text and "结束" in text
+            assert_snapshot(app, "zh_gpus_process_selected_80x24")
+
+    try:
+        run(scenario())
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 @pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
 def test_models(hub_env, size):  # noqa: F811
     async def scenario():
@@ -94,6 +128,50 @@ def test_models(hub_env, size):  # noqa: F811
             text = assert_fits(app, size)
             assert "在本机一块" in text and ("够用" in text or "放不下" in text)
             assert_snapshot(app, f"zh_models_details_{size[0]}x{size[1]}")
+
+    run(scenario())
+
+
+def unspaced(text: str) -> str:
+    """Text without its white space: a Chinese line wraps between characters, where no space was."""
+    return "".join(text.split())
+
+
+def test_models_offline_80x24(monkeypatch):
+    """The hub out of reach (conftest's closed port): what failed and what to do, whole, in Chinese."""
+    from core.hub.problems import PROXY_ENV
+    from core.i18n import t
+
+    for name in PROXY_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("m")
+            await wait_for(pilot, lambda: "无法连接" in region_text(app, message_box(app)), timeout=15)
+            assert_fits(app, (80, 24))
+            shown = unspaced(region_text(app, message_box(app)))
+            for line in ("无法连接ModelScope（http://127.0.0.1:9）：连接被拒绝。", t("hub.advice.network"),
+                         t("modelsscreen.problem_offline"), t("modelsscreen.problem_keys", other="Hugging Face")):
+                assert unspaced(line) in shown, line
+            assert_snapshot(app, "zh_models_offline_80x24")
+
+    run(scenario())
+
+
+def test_models_empty_result_80x24(hub_env):  # noqa: F811
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("s", *"zzz", "enter")
+            await wait_for(pilot, lambda: screen.message_kind == "empty")
+            await pilot.pause()
+            assert_fits(app, (80, 24))
+            shown = unspaced(region_text(app, message_box(app)))
+            assert "ModelScope上没有匹配“zzz”的模型。" in shown and "或按h改用HuggingFace。" in shown
+            assert_snapshot(app, "zh_models_empty_80x24")
 
     run(scenario())
 

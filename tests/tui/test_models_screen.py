@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from core.hub.local import bundled_models
 from tests.hubserver import FakeHubServer, closed_port_url, standard_hub
 from tests.tui.conftest import assert_snapshot, fake_monitor, quiet_settings, screen_text, wait_for
 from tui.app import make_app
@@ -24,6 +25,9 @@ def hub_env(tmp_path, monkeypatch):
         monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         yield server
+
+
+BUNDLED = len(bundled_models())  # the Local tab lists them after the models on disk
 
 
 def results(app):
@@ -116,7 +120,7 @@ def test_download_progress_then_local_delete_with_confirmation(hub_env):
             assert not (screen.local_models or [])  # the local tab was not opened yet
             await pilot.press("2")
             local = screen.query_one("#local-models")
-            await wait_for(pilot, lambda: local.row_count == 1, timeout=10)
+            await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED, timeout=10)
             path = screen.local_models[0].path
             assert path.is_dir()
             await pilot.press("x")
@@ -126,7 +130,7 @@ def test_download_progress_then_local_delete_with_confirmation(hub_env):
             await pilot.pause(0.2)
             assert path.is_dir()
             await pilot.press("x", "y")
-            await wait_for(pilot, lambda: not path.exists() and local.row_count == 0, timeout=10)
+            await wait_for(pilot, lambda: not path.exists() and local.row_count == BUNDLED, timeout=10)
             assert "No models on disk" in screen_text(app)
 
     asyncio.run(scenario())
@@ -148,7 +152,7 @@ def test_offline_hub_says_so_and_local_tab_works(tmp_path, monkeypatch):
             screen = app.screen
             await wait_for(pilot, lambda: "not reachable" in screen_text(app), timeout=10)
             await pilot.press("2")
-            await wait_for(pilot, lambda: screen.query_one("#local-models").row_count == 1, timeout=10)
+            await wait_for(pilot, lambda: screen.query_one("#local-models").row_count == 1 + BUNDLED, timeout=10)
             await wait_for(pilot, lambda: "Qwen/Qwen2.5-0.5B" in screen_text(app))  # columns sized on refresh
 
     asyncio.run(scenario())

@@ -4,6 +4,13 @@ whether it trains on this box, download it (detached, resumable), and manage wha
 Every hub call runs in a worker thread and comes back as a message; the download runs in its own
 process (``core.hub.download``) and this screen only reads its state file, so leaving the screen, the
 app or the SSH session does not stop it, and coming back re-attaches.
+
+A failed search shows its ``HubProblem`` (``core.hub.problems``: what failed, what to do, the raw
+detail last, scrollable) in place of the results; filter keys wait a moment before they search, and
+a hub found out of reach is not asked again for a while (``core.hub.reachability``; F5 and Enter ask
+anyway). The Local tab lists the bundled models too, so a box without a network still has a model to
+plan. Keys are offered by state (``check_action``): the hub's keys on the Hub tab, delete on a model
+on disk, download once a model is open.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from textual.widgets import (
 )
 
 from core.hub.download import human_bytes
+from core.hub.problems import HubProblem
+from core.hub.reachability import HubReachability
 from core.hub.records import HUBS, SIZE_CLASSES, SORTS, ModelDetails, SearchPage, SearchQuery
 from core.i18n import t
 from core.text_width import cell_len, truncate
@@ -38,6 +47,10 @@ from tui.widgets.keys_footer import KeysFooter
 OWNERS = ("", "Qwen", "deepseek-ai", "LLM-Research", "meta-llama", "mistralai", "google")
 TASKS = ("text-generation", "")
 HUB_LABELS = {"modelscope": "ModelScope", "hf": "Hugging Face"}
+# A filter key waits this long for the next one before it searches: a burst of keys asks the hub once.
+SEARCH_DELAY_S = 0.4
+# Actions of the Hub tab only; the Local tab does not offer them.
+HUB_TAB_ACTIONS = frozenset({"focus_search", "toggle_hub", "cycle_owner", "cycle_task", "cycle_size", "cycle_sort"})
 
 
 def _count(value: int | None) -> str:
@@ -58,30 +71,35 @@ def _cycle(values: tuple[str, ...], current: str) -> str:
     return values[(values.index(current) + 1) % len(values)] if current in values else values[0]
 
 
+def _other_hub(hub: str) -> str:
+    return _cycle(HUBS, hub)
+
+
 class SearchDone(Message):
-    def __init__(self, page: SearchPage | None, append: bool, error: str | None, token: int) -> None:
+    def __init__(self, page: SearchPage | None, append: bool, problem: HubProblem | None, token: int) -> None:
         super().__init__()
         self.page = page
         self.append = append
-        self.error = error
+        self.problem = problem
         self.token = token
 
 
 class DetailsDone(Message):
-    def __init__(self, model_id: str, details: ModelDetails | None, facts: str, error: str | None,
+    def __init__(self, model_id: str, details: ModelDetails | None, facts: str, problem: HubProblem | None,
                  params: int | None = None) -> None:
         super().__init__()
         self.params = params  # counted from config.json
         self.model_id = model_id
         self.details = details
         self.facts = facts
-        self.error = error
+        self.problem = problem
 
 
 class LocalListed(Message):
-    def __init__(self, models: list[Any]) -> None:
+    def __init__(self, models: list[Any], bundled: list[Any]) -> None:
         super().__init__()
         self.models = models
+        self.bundled = bundled
 
 
 class DownloadStarted(Message):
@@ -98,18 +116,19 @@ class ModelsScreen(Screen[None]):
 
     DEFAULT_CSS = """
     ModelsScreen #models-status { height: auto; max-height: 3; padding: 0 1; color: $foreground-muted; }
-    ModelsScreen #models-status.-error { color: $error; }
     ModelsScreen #models-tabs { height: 1fr; }
     ModelsScreen #hub-tab { height: 1fr; }
     ModelsScreen #hub-left { width: 3fr; min-width: 40; }
     ModelsScreen #models-search { height: 3; }
     ModelsScreen #models-results { height: 1fr; }
+    ModelsScreen #models-message { height: 1fr; display: none; padding: 0 1; }
+    ModelsScreen #models-message-text { height: auto; }
     ModelsScreen #models-details { width: 2fr; min-width: 30; border-left: solid $panel-lighten-2; padding: 0 1; }
     ModelsScreen #details-facts { height: auto; }
     ModelsScreen #details-download { height: auto; color: $accent; margin-bottom: 1; }
     ModelsScreen #details-card { height: auto; margin: 0; padding: 0; }
     ModelsScreen #local-tab { height: 1fr; }
-    ModelsScreen #local-summary { height: 1; padding: 0 1; color: $foreground-muted; }
+    ModelsScreen #local-summary { height: auto; max-height: 3; padding: 0 1; color: $foreground-muted; }
     ModelsScreen #local-models { height: 1fr; }
     ModelsScreen #download-line { height: 1; padding: 0 1; }
     ModelsScreen #download-bar { height: 1; padding: 0 1; }
@@ -141,10 +160,16 @@ class ModelsScreen(Screen[None]):
         self.searching = False
         self.search_token = 0
         self.details: ModelDetails | None = None
-        self.local_models: list[Any] = []
+        self.local_models: list[Any] = []  # the models on disk (LocalModel)
+        self.local_rows: list[Any] = []  # the Local tab's rows: those on disk, then the bundled ones
         self.job_dir: Path | None = None
+        self.download_active = False
         self.tab = "hub"
         self.all_files = False  # False: one weight format (safetensors first); True: every file
+        self.reachability = HubReachability()
+        self.message_kind: str | None = None  # what stands in for the results: "problem", "empty" or None
+        self.queries_sent = 0  # searches sent to a hub (not those the memory of an unreachable hub saved)
+        self._search_timer: Any = None
 
     # --- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -160,6 +185,8 @@ class ModelsScreen(Screen[None]):
                                                t("modelsscreen.col_license"))
                     self._params_column = keys[1]
                     yield results
+                    with VerticalScroll(id="models-message"):
+                        yield Static("", id="models-message-text")
                 with VerticalScroll(id="models-details"):
                     yield Static(t("modelsscreen.pick_model"), id="details-facts")
                     yield Static("", id="details-download")
@@ -181,35 +208,117 @@ class ModelsScreen(Screen[None]):
         self.run_search()
 
     # --- search ------------------------------------------------------------------------------------
-    def _show_filters(self, extra: str = "", error: bool = False) -> None:
+    def _show_filters(self, extra: str = "") -> None:
         q = self.query_state
         line = t("modelsscreen.filters", hub=HUB_LABELS[self.hub], owner=q.owner or t("modelsscreen.any"),
                  task=q.task or t("modelsscreen.any"), size=t(f"modelsscreen.size.{q.size_class}"),
                  sort=t(f"modelsscreen.sort.{q.sort}"))
-        status = self.query_one("#models-status", Static)
-        status.update(line + (f"\n{_plain(extra)}" if extra else ""))
-        status.set_class(error, "-error")
+        self.query_one("#models-status", Static).update(line + (f"\n{_plain(extra)}" if extra else ""))
 
-    def run_search(self, append: bool = False) -> None:
+    def _focus_list(self) -> None:
+        """The focus on what the Hub tab shows: the results, or the message standing in for them."""
+        if self.tab == "hub":
+            self.query_one("#models-message" if self.message_kind else "#models-results").focus()
+
+    def _show_message(self, kind: str | None, text: str = "") -> None:
+        """Put ``text`` (a problem, or an empty result) in place of the results; None brings them back."""
+        box = self.query_one("#models-message", VerticalScroll)
+        table = self.query_one("#models-results", DataTable)
+        on_list = self.focused in (box, table) or self.focused is None
+        if kind is not None:
+            self.query_one("#models-message-text", Static).update(text)
+            box.scroll_home(animate=False)
+        box.display = kind is not None
+        table.display = kind is None
+        changed = kind != self.message_kind
+        self.message_kind = kind
+        if on_list:
+            self._focus_list()
+        if changed:
+            self.refresh_bindings()
+
+    def _problem_text(self, problem: HubProblem, remembered_age: float | None = None) -> str:
+        """What failed, what to do, the ways on from here, and the raw detail last (it scrolls)."""
+        lines = []
+        if remembered_age is not None:
+            note = t("modelsscreen.problem_remembered", hub=HUB_LABELS[problem.hub], age=round(remembered_age))
+            lines.append(f"[$warning]{_plain(note)}[/]")
+        lines.append(f"[b $error]{_plain(problem.summary)}[/]")
+        lines += [f"• {_plain(advice)}" for advice in problem.advice]
+        if problem.offline:
+            lines.append(f"• {_plain(t('modelsscreen.problem_offline'))}")
+        lines.append(f"• {_plain(t('modelsscreen.problem_keys', other=HUB_LABELS[_other_hub(problem.hub)]))}")
+        if problem.detail:
+            lines += ["", f"[b]{t('modelsscreen.problem_detail')}[/]",
+                      f"[$foreground-muted]{_plain(problem.detail)}[/]"]
+        return "\n".join(lines)
+
+    def _no_results_text(self) -> str:
+        q = self.query_state
+        hub = HUB_LABELS[self.hub]
+        title = (t("hub.search.none", query=q.text, hub=hub) if q.text
+                 else t("hub.search.none_filters", hub=hub))
+        lines = [f"[b]{_plain(title)}[/]"]
+        active = [t(f"modelsscreen.active.{name}", value=value) for name, value in (
+            ("owner", q.owner), ("task", q.task),
+            ("size", t(f"modelsscreen.size.{q.size_class}") if q.size_class != "any" else "")) if value]
+        if active:
+            lines.append(f"• {_plain(t('modelsscreen.no_results_filters', filters=', '.join(active)))}")
+        lines.append(f"• {_plain(t('modelsscreen.no_results_hint', other=HUB_LABELS[_other_hub(self.hub)]))}")
+        return "\n".join(lines)
+
+    def _search_soon(self) -> None:
+        """Search after ``SEARCH_DELAY_S`` unless another filter key comes first; at once say so when the
+        hub was found out of reach a moment ago (nothing is asked then)."""
+        self.search_token += 1  # an answer still on its way is for the old filters
+        if self._search_timer is not None:
+            self._search_timer.stop()
+            self._search_timer = None
+        if self.reachability.recent_failure(self.hub) is not None:
+            self.run_search()
+            return
+        self._show_filters(t("modelsscreen.searching", hub=HUB_LABELS[self.hub]))
+        self._search_timer = self.set_timer(SEARCH_DELAY_S, self._search_now)
+
+    def _search_now(self) -> None:
+        self._search_timer = None
+        self.run_search()
+
+    def run_search(self, append: bool = False, force: bool = False) -> None:
+        """Ask the hub for the first page (or the next, ``append``); not while it is remembered out of
+        reach, unless ``force`` (F5, Enter)."""
+        if self._search_timer is not None:
+            self._search_timer.stop()
+            self._search_timer = None
         if not append:
             self.query_state = replace(self.query_state, page=1)
         self.search_token += 1
+        recent = None if force else self.reachability.recent_failure(self.hub)
+        if recent is not None:
+            self.searching = False
+            if not append:
+                self.query_one("#models-results", DataTable).clear()
+                self.page = None
+            self._show_filters()
+            self._show_message("problem", self._problem_text(recent.problem, recent.age_s))
+            return
         self.searching = True
+        self.queries_sent += 1
         self._show_filters(t("modelsscreen.searching", hub=HUB_LABELS[self.hub]))
         self._search_worker(self.hub, self.query_state, append, self.search_token)
 
     @work(thread=True, exclusive=True, group="hub-search", exit_on_error=False)
     def _search_worker(self, hub: str, query: SearchQuery, append: bool, token: int) -> None:
-        from core.hub.errors import HubError
+        from core.hub.problems import describe_error
         from core.hub.source import open_source
 
+        endpoint = ""
         try:
-            page = open_source(hub).search(query)
-        except HubError as exc:
-            self.post_message(SearchDone(None, append, str(exc), token))
-            return
-        except Exception as exc:  # an SDK surprise is a message on screen, not a dead worker
-            self.post_message(SearchDone(None, append, f"{type(exc).__name__}: {exc}", token))
+            source = open_source(hub)
+            endpoint = source.endpoint
+            page = source.search(query)
+        except Exception as exc:  # an SDK surprise too: a message on screen, not a dead worker
+            self.post_message(SearchDone(None, append, describe_error(exc, hub, endpoint), token))
             return
         self.post_message(SearchDone(page, append, None, token))
 
@@ -218,11 +327,17 @@ class ModelsScreen(Screen[None]):
             return  # an older search's answer
         self.searching = False
         table = self.query_one("#models-results", DataTable)
-        if message.error is not None:
-            if not message.append:
-                table.clear()
-            self._show_filters(message.error, error=True)
+        if message.problem is not None:
+            self.reachability.failed(message.problem)
+            self._show_filters()
+            if message.append:  # the next page failed: the rows shown stay
+                self.notify(message.problem.message(), severity="error", timeout=10)
+                return
+            table.clear()
+            self.page = None
+            self._show_message("problem", self._problem_text(message.problem))
             return
+        self.reachability.answered(self.hub)
         page = message.page
         assert page is not None
         self.page = page
@@ -237,22 +352,24 @@ class ModelsScreen(Screen[None]):
                           (model.updated or "")[:10], model.license or "", key=model.model_id)
         shown = table.row_count
         if not shown:
-            self._show_filters(t("modelsscreen.no_results"))
+            self._show_filters()
+            self._show_message("empty", self._no_results_text())
         else:
             self._show_filters(t("modelsscreen.found", shown=shown, total=page.total)
                                + (t("modelsscreen.more") if page.has_more else ""))
+            self._show_message(None)
 
     @on(Input.Submitted, "#models-search")
     def _search_submitted(self, event: Input.Submitted) -> None:
         self.query_state = replace(self.query_state, text=event.value.strip())
         event.stop()
         # After this event is done with the input: focusing now would be undone by its own handling.
-        self.call_after_refresh(self.query_one("#models-results", DataTable).focus)
-        self.run_search()
+        self.call_after_refresh(self._focus_list)
+        self.run_search(force=True)  # asked for in so many words: ask the hub even if it was out of reach
 
     def on_key(self, event: Any) -> None:
         if event.key == "escape" and isinstance(self.focused, Input):
-            self.query_one("#models-results", DataTable).focus()
+            self._focus_list()
             event.stop()
 
     @on(DataTable.RowHighlighted, "#models-results")
@@ -281,16 +398,16 @@ class ModelsScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="hub-details", exit_on_error=False)
     def _details_worker(self, hub: str, model_id: str) -> None:
-        from core.hub.errors import HubError
+        from core.hub.problems import describe_error
         from core.hub.source import open_source
 
+        endpoint = ""
         try:
-            details = open_source(hub).details(model_id)
-        except HubError as exc:
-            self.post_message(DetailsDone(model_id, None, "", str(exc)))
-            return
-        except Exception as exc:  # an SDK surprise is a message on screen, not a dead worker
-            self.post_message(DetailsDone(model_id, None, "", f"{type(exc).__name__}: {exc}"))
+            source = open_source(hub)
+            endpoint = source.endpoint
+            details = source.details(model_id)
+        except Exception as exc:  # an SDK surprise too: a message on screen, not a dead worker
+            self.post_message(DetailsDone(model_id, None, "", describe_error(exc, hub, endpoint)))
             return
         params = None
         if details.config is not None:
@@ -341,12 +458,15 @@ class ModelsScreen(Screen[None]):
 
     def on_details_done(self, message: DetailsDone) -> None:
         facts = self.query_one("#details-facts", Static)
-        if message.error is not None:
-            facts.update(f"[$error]{_plain(message.error)}[/]")
+        if message.problem is not None:
+            if message.problem.offline:
+                self.reachability.failed(message.problem)
+            facts.update(self._problem_text(message.problem))
             return
         self.details = message.details
         facts.update(message.facts)
         self._show_download_choice()
+        self.refresh_bindings()
         table = self.query_one("#models-results", DataTable)
         if message.params is not None and message.model_id in table.rows:
             # The name's guess gives way to the count from config.json.
@@ -425,6 +545,10 @@ class ModelsScreen(Screen[None]):
         line = self.query_one("#download-line", Static)
         bar = self.query_one("#download-bar", ProgressBar)
         status = read_status(self.job_dir) if self.job_dir is not None else None
+        active = status is not None and status.active
+        if active != self.download_active:
+            self.download_active = active
+            self.refresh_bindings()
         if status is None:
             line.update(f"[$foreground-muted]{t('modelsscreen.no_download')}[/]")
             bar.update(total=100, progress=0)
@@ -457,22 +581,42 @@ class ModelsScreen(Screen[None]):
             self.query_one("#local-models", DataTable).focus()
             self._list_local()
         else:
-            self.query_one("#models-results", DataTable).focus()
+            self._focus_list()
+        self.refresh_bindings()
 
     @work(thread=True, exclusive=True, group="hub-local", exit_on_error=False)
     def _list_local(self) -> None:
-        from core.hub.local import list_local_models, user_model_dirs
+        from core.hub.local import bundled_models, list_local_models, user_model_dirs
 
-        self.post_message(LocalListed(list_local_models(user_model_dirs(self.app.settings))))  # type: ignore[attr-defined]
+        models = list_local_models(user_model_dirs(self.app.settings))  # type: ignore[attr-defined]
+        self.post_message(LocalListed(models, bundled_models()))
+
+    def _selected_local(self) -> Any | None:
+        """The Local tab's highlighted row: a LocalModel on disk or a BundledModel; None if there is none."""
+        if not self.is_mounted:
+            return None
+        table = self.query_one("#local-models", DataTable)
+        if not self.local_rows or not 0 <= table.cursor_row < len(self.local_rows):
+            return None
+        return self.local_rows[table.cursor_row]
+
+    @on(DataTable.RowHighlighted, "#local-models")
+    def _local_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.refresh_bindings()  # delete is for a model on disk, not a bundled one
 
     def on_local_listed(self, message: LocalListed) -> None:
         self.local_models = message.models
+        self.local_rows = [*message.models, *message.bundled]
         table = self.query_one("#local-models", DataTable)
         rows = []
         for model in message.models:
             used = time.strftime("%Y-%m-%d", time.localtime(model.last_used)) if model.last_used else "—"
             rows.append((truncate(model.model_id, 50), model.source, human_bytes(model.size_bytes), used,
                          truncate(str(model.path), 100)))
+        for bundled in message.bundled:
+            # Where a bundled model sits inside the install says nothing; what it is good for does.
+            rows.append((truncate(bundled.name, 50), t(f"modelsscreen.source.{bundled.kind}"), "—", "—",
+                         t(f"modelsscreen.bundled_note.{bundled.kind}")))
         labels = (t("modelsscreen.col_id"), t("modelsscreen.col_source"), t("modelsscreen.col_size"),
                   t("modelsscreen.col_used"), t("modelsscreen.col_path"))
         # Widths from the content: auto-sized columns of a table filled right after its tab appears can
@@ -483,18 +627,20 @@ class ModelsScreen(Screen[None]):
         for index, row in enumerate(rows):
             table.add_row(*row, key=str(index))
         total = sum(model.size_bytes for model in message.models)
+        on_disk = (t("modelsscreen.local_count", count=len(message.models), size=human_bytes(total))
+                   if message.models else t("modelsscreen.local_none"))
+        configs = sum(1 for bundled in message.bundled if bundled.kind == "config")
         self.query_one("#local-summary", Static).update(
-            t("modelsscreen.local_count", count=len(message.models), size=human_bytes(total))
-            if message.models else t("modelsscreen.local_none"))
+            _plain(on_disk + "\n" + t("modelsscreen.local_bundled", count=configs)))
+        self.refresh_bindings()
 
     def action_delete_local(self) -> None:
-        if self.tab != "local":
-            return
-        table = self.query_one("#local-models", DataTable)
-        if not self.local_models or table.cursor_row < 0 or table.cursor_row >= len(self.local_models):
+        from core.hub.local import LocalModel
+
+        model = self._selected_local() if self.tab == "local" else None
+        if not isinstance(model, LocalModel):
             self.notify(t("modelsscreen.nothing_selected"), severity="warning")
             return
-        model = self.local_models[table.cursor_row]
         from tui.widgets.confirm import ConfirmScreen
 
         def answered(confirmed: bool | None) -> None:
@@ -519,6 +665,35 @@ class ModelsScreen(Screen[None]):
                                                  size=human_bytes(freed)))
         self._list_local()
 
+    # --- keys by state -----------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The hub's keys on the Hub tab only; download and its file choice once a model is open; plan in
+        the wizard with a model open (Hub) or highlighted (Local); delete on a model on disk; cancel while
+        a download runs. Refused here, they leave the footer, the help and the palette."""
+        if action in HUB_TAB_ACTIONS:
+            return self.tab == "hub"
+        if action in ("download", "toggle_files"):
+            return self.tab == "hub" and self.details is not None
+        if action == "wizard":
+            return self.details is not None if self.tab == "hub" else self._selected_local() is not None
+        if action == "delete_local":
+            from core.hub.local import LocalModel
+
+            return self.tab == "local" and isinstance(self._selected_local(), LocalModel)
+        if action == "cancel_download":
+            return self.download_active
+        if action == "tab":
+            return not parameters or parameters[0] != self.tab
+        return True
+
+    def footer_priority(self) -> tuple[str, ...]:
+        """Offline, the ways on first (the Local tab, asking again, the other hub); else the search."""
+        if self.tab == "local":
+            return ("models.wizard", "models.delete", "models.tab_hub", "models.refresh", "models.cancel")
+        if self.message_kind == "problem":
+            return ("models.tab_local", "models.refresh", "models.hub", "models.search", "models.cancel")
+        return ("models.search", "models.hub", "models.download", "models.wizard", "models.cancel")
+
     # --- filters and the rest ----------------------------------------------------------------------
     def action_focus_search(self) -> None:
         self.action_tab("hub")
@@ -527,7 +702,8 @@ class ModelsScreen(Screen[None]):
     def action_toggle_hub(self) -> None:
         self.hub = _cycle(HUBS, self.hub)
         self.details = None
-        self.run_search()
+        self.refresh_bindings()
+        self._search_soon()
 
     def action_cycle_owner(self) -> None:
         self._set(owner=_cycle(OWNERS, self.query_state.owner))
@@ -543,19 +719,28 @@ class ModelsScreen(Screen[None]):
 
     def _set(self, **changes: Any) -> None:
         self.query_state = replace(self.query_state, **changes)
-        self.run_search()
+        self._search_soon()
 
     def action_refresh(self) -> None:
         if self.tab == "local":
             self._list_local()
         else:
-            self.run_search()
+            self.run_search(force=True)
 
     def action_wizard(self) -> None:
-        if self.details is None:
+        if self.tab == "local":
+            from core.hub.local import wizard_model_name
+
+            row = self._selected_local()
+            if row is None:
+                self.notify(t("modelsscreen.nothing_selected"), severity="warning")
+                return
+            model_id = wizard_model_name(row)
+        elif self.details is None:
             self.notify(t("modelsscreen.no_model"), severity="warning")
             return
-        model_id = self.details.summary.model_id
+        else:
+            model_id = self.details.summary.model_id
         self.app.wizard_model = model_id  # type: ignore[attr-defined]
         self.notify(t("modelsscreen.wizard_set", model=model_id))
         self.app.action_section("wizard")  # type: ignore[attr-defined]
