@@ -120,9 +120,10 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         measured = ", ".join(f"{b} GiB: {fits.get(b, 0):,}" if fits.get(b) else f"{b} GiB: none measured"
                              for b in BUDGETS_GIB)
         lines.append(f"- {MODELS[model]} {method} ({engine}), measured: {measured}")
-    for (model, method), longest in (meta.get("estimated_longest") or {}).items():
+    for key, longest in (meta.get("estimated_longest") or {}).items():
+        model, _, method = key.partition("|")
         text = ", ".join(f"{b} GiB: {v:,}" for b, v in longest.items())
-        lines.append(f"- {MODELS[model.split('|')[0]]} {method}, by the estimator (steps of 8,192): {text}")
+        lines.append(f"- {MODELS[model]} {method}, by the estimator (steps of 8,192): {text}")
     errors = [abs(r["peak_error"]) for r in results if r.get("peak_error") is not None]
     if errors:
         lines.append(f"- estimator peak error over the {len(errors)} measured rows: worst {max(errors):.1%}, "

@@ -169,6 +169,7 @@ def test_on_cuda_the_tiles_replay_the_gpu_dropout_masks_and_keep_the_gradients()
         runs.append((out.detach(), x.grad.clone(), {n: p.grad.clone() for n, p in mlp.named_parameters()
                                                      if p.grad is not None}))
     (ref_out, ref_x, ref_w), (out, gx, gw) = runs
-    assert torch.equal(out, ref_out)
-    assert torch.allclose(gx, ref_x, atol=1e-5)
-    _assert_close(gw, ref_w, 1e-5)
+    assert torch.equal(out, ref_out)  # the same masks: the outputs are bit-identical
+    # The gradients are summed in another order under bf16 autocast: equal within its rounding.
+    assert (gx - ref_x).abs().max().item() <= 1e-2 * ref_x.abs().max().item()
+    _assert_close(gw, ref_w, 1e-2 * max(v.abs().max().item() for v in ref_w.values()))
