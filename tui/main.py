@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
 def live_runs_note() -> str | None:
     """"1 run still training (ID) — re-attach with `tunedeck`", or None when no run is live."""
     from core.i18n import t
+    from core.runs import ACTIVE_STATES
     from core.runs.listing import list_runs
-    from core.runs.run_dir import ACTIVE_STATES
     from core.units import plural_key
 
     try:

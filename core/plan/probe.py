@@ -104,7 +104,7 @@ def probe_one(candidate: Candidate, request: PlanRequest, steps: int = PROBE_STE
     from core.config import RunConfig
     from core.paths import data_root
     from core.plan.launch import launch_config_file
-    from core.runs import TERMINAL_STATES
+    from core.runs import TERMINAL_STATES, RunState
     from core.runs.control import request_stop
     from core.runs.liveness import effective_status
 
@@ -134,7 +134,7 @@ def probe_one(candidate: Candidate, request: PlanRequest, steps: int = PROBE_STE
                 seen = step or 0
                 progress(t("plan.probe.progress", name=config.name, step=seen, steps=steps))
         time.sleep(0.5)
-    if status.status != "finished":
+    if status.status != RunState.FINISHED:
         raise ProbeError(t("plan.probe.failed", status=status.status, reason=status.reason_text, path=str(run.path)))
     context = candidate.estimate.breakdown.get("cuda_context", 0.0) if candidate.estimate else 0.0
     result = measurements_from_metrics(run.metrics_path, context if not request.hardware.cpu_only else 0.0)

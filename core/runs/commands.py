@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.runs.run_dir import ACTIVE_STATES
+from core.runs.states import ACTIVE_STATES, RunState
 from core.units import UNKNOWN, format_duration, format_rate
 
 
@@ -87,7 +87,7 @@ def _resolve(ref: str) -> Any:
 
 def _state(status: str) -> str:
     """A run status for human output, translated (--json keeps the status value itself)."""
-    from core.runs.run_dir import state_label
+    from core.runs.states import state_label
 
     return state_label(status)
 
@@ -207,8 +207,8 @@ def _start(run: Any, resume_from: str | None = None) -> None:
         except OSError:
             pass
         message = t("runs.supervisor_failed", path=str(run.supervisor_log_path), tail=tail.strip())
-        if run.status().status == "queued":  # the supervisor never got as far as recording anything
-            run.write_status("failed", message.splitlines()[0])
+        if run.status().status == RunState.QUEUED:  # the supervisor never got as far as recording anything
+            run.write_status(RunState.FAILED, message.splitlines()[0])
         raise CliError(message, 1)
 
 

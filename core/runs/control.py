@@ -19,11 +19,11 @@ from core.runs.run_dir import (
     QUEUED,
     STOPPED,
     STOPPING,
-    TERMINAL_STATES,
     RunDirectory,
     RunStatus,
     utc_now_iso,
 )
+from core.runs.states import TERMINAL_STATES
 from core.watch.figures import directory_size, format_bytes
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from core.i18n import render_stored
 from core.paths import runs_dir
 from core.runs.liveness import effective_status
-from core.runs.run_dir import STALLED, RunDirectory
+from core.runs.run_dir import FINISHED, STALLED, RunDirectory
 
 
 class RunNotFound(LookupError):
@@ -49,7 +49,7 @@ class RunSummary:
 def shown_total(step: int | None, total: int | None, status: str) -> int | None:
     """The total a progress figure is shown against: a finished run's last step, when it ended short of
     ``max_steps`` (the epoch ran out first), so it reads ``50/50 100%`` and not ``50/54 93%``."""
-    if status == "finished" and step is not None and (total is None or step < total):
+    if status == FINISHED and step is not None and (total is None or step < total):
         return step
     return total
 

@@ -34,31 +34,21 @@ from core.atomic_file import write_json_atomic
 from core.i18n import Message, render_stored, stored_reason
 from core.runs.checkpoints import Checkpoint, list_checkpoints
 from core.runs.jsonl import append_jsonl, last_record
+from core.runs.states import ACTIVE_STATES, ALL_STATES, RunState
 
-QUEUED = "queued"
-STARTING = "starting"
-RUNNING = "running"
-STOPPING = "stopping"
-STOPPED = "stopped"
-FINISHED = "finished"
-FAILED = "failed"
-CRASHED = "crashed"
-# Computed by readers, never written: running, supervisor alive, trainer silent (core.runs.heartbeat).
-STALLED = "stalled"
-
-ALL_STATES = (QUEUED, STARTING, RUNNING, STALLED, STOPPING, STOPPED, FINISHED, FAILED, CRASHED)
-# A supervisor should be alive in these states; if it is not, the run crashed.
-ACTIVE_STATES = frozenset({QUEUED, STARTING, RUNNING, STALLED, STOPPING})
-TERMINAL_STATES = frozenset({STOPPED, FINISHED, FAILED, CRASHED})
+# The states are ``core.runs.states.RunState``; these names are its members, for the modules that
+# import them from here (the supervisor, liveness, the trainer).
+QUEUED = RunState.QUEUED
+STARTING = RunState.STARTING
+RUNNING = RunState.RUNNING
+STOPPING = RunState.STOPPING
+STOPPED = RunState.STOPPED
+FINISHED = RunState.FINISHED
+FAILED = RunState.FAILED
+CRASHED = RunState.CRASHED
+STALLED = RunState.STALLED
 
 METRICS_SCHEMA = 1
-
-
-def state_label(status: str) -> str:
-    """A run status in the interface language (an unknown one, from another tool, as it is)."""
-    from core.i18n import t
-
-    return t(f"runs.state.{status}") if status in ALL_STATES else status
 
 
 def utc_now_iso() -> str:

@@ -21,9 +21,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-RUNNING = "running"
+from core.runs.states import RunState, state_label
+
+# A watched writer is running or finished as a run is (the dashboard reads both alike), or idle.
+RUNNING = RunState.RUNNING
 IDLE = "idle"
-FINISHED = "finished"
+FINISHED = RunState.FINISHED
 
 IDLE_FLOOR_S = 120.0
 IDLE_INTERVALS = 10
@@ -95,7 +98,6 @@ class WriterState:
     def label(self, now: float | None = None) -> str:
         """"running", "finished" or "idle since 14:02" in the interface language."""
         from core.i18n import t
-        from core.runs.run_dir import state_label
 
         if self.status == IDLE and self.since is not None:
             return t("watch.state.idle_since", time=format_since(self.since, now))

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from core.i18n import t
+from core.runs.states import RunState
 
 SPIKE_FACTOR = 3.0
 SPIKE_MIN_POINTS = 10
@@ -22,7 +23,8 @@ GPU_IDLE_PCT = 5.0
 GPU_IDLE_S = 60.0
 DISK_MIN_FRACTION = 0.05
 DISK_MIN_BYTES = 10 * 1024**3
-ENDED = {"finished": "information", "stopped": "information", "failed": "error", "crashed": "error"}
+ENDED = {RunState.FINISHED: "information", RunState.STOPPED: "information", RunState.FAILED: "error",
+         RunState.CRASHED: "error"}
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def throughput_alert(recent: Sequence[float]) -> Alert | None:
 def gpu_idle_alert(samples: Iterable[tuple[float, float | None]], status: str, now: float) -> Alert | None:
     """Every reading of the run's GPUs in the last ``GPU_IDLE_S`` seconds under ``GPU_IDLE_PCT`` while the
     run says it is running. ``samples`` are (monotonic time, mean utilisation %) oldest first."""
-    if status != "running":
+    if status != RunState.RUNNING:
         return None
     window = [(ts, util) for ts, util in samples if now - ts <= GPU_IDLE_S + 1e-9]
     if not window or now - window[0][0] < GPU_IDLE_S - 1.0:
@@ -90,7 +92,7 @@ def ended_alert(previous: str | None, current: str, run_id: str) -> Alert | None
 def stalled_alert(status: str, run_id: str, reason: str = "") -> Alert | None:
     """The run is ``stalled``: its supervisor lives but the trainer made no step and no heartbeat for
     longer than its step time allows (``core.runs.heartbeat``); ``reason`` says for how long."""
-    if status != "stalled":
+    if status != RunState.STALLED:
         return None
     return Alert("stalled", "warning", t("watch.alert_stalled", id=run_id, reason=reason))
 

@@ -13,8 +13,7 @@ from typing import Any
 
 from core.atomic_file import write_json_atomic
 from core.paths import data_root, ensure_private_dir
-
-FINAL = frozenset({"finished", "failed", "crashed", "stopped"})
+from core.runs.states import TERMINAL_STATES
 
 
 def last_seen_path() -> Path:
@@ -42,7 +41,8 @@ def runs_ended_since(summaries: Iterable[Any], path: Path | None = None) -> list
     if previous is not None:
         for summary in summaries:
             before = previous.get(summary.id)
-            if summary.status in FINAL and before != summary.status and (before is None or before not in FINAL):
+            ended_now = summary.status in TERMINAL_STATES and before != summary.status
+            if ended_now and (before is None or before not in TERMINAL_STATES):
                 ended.append(summary)
     ensure_private_dir(path.parent)
     write_json_atomic(path, {"runs": {s.id: s.status for s in summaries}})

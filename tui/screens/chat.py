@@ -264,11 +264,11 @@ class ChatScreen(Screen[None]):
 
 # --- after-training actions the dashboard offers on a finished run ---------------------------------------
 def _run_has_result(screen: Any, run_dir: Path) -> bool:
-    from core.runs import RunDirectory, effective_status
+    from core.runs import ACTIVE_STATES, RunDirectory, effective_status
 
     run = RunDirectory(run_dir)
     status = effective_status(run).status
-    if status in ("queued", "starting", "running", "stopping"):
+    if status in ACTIVE_STATES:  # a stalled run too: its supervisor is alive and may step again
         screen.notify(t("lifecycle.tui_still_running", status=status), severity="warning")
         return False
     if run.last_complete_checkpoint() is None:

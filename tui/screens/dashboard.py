@@ -29,10 +29,11 @@ from textual.worker import get_current_worker
 
 from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.paths import data_root
+from core.runs import ACTIVE_STATES, TERMINAL_STATES, RunState, can_resume, can_stop, state_label
 from core.runs.listing import shown_total
-from core.runs.run_dir import state_label
 from core.settings import MIN_POLL_INTERVAL_S
 from core.units import format_rate
+from core.watch.activity import IDLE
 from core.watch.alerts import (
     AlertGate,
     disk_alert,
@@ -98,7 +99,7 @@ class LogLines(Message):
         self.reset_events = reset_events
 
 
-class RunState(Message):
+class RunStatusRead(Message):
     """Latest status and disk figures (latest only)."""
 
     def __init__(self, status: str, reason: str, disk_free: int | None, disk_total: int | None) -> None:
@@ -109,7 +110,7 @@ class RunState(Message):
         self.disk_total = disk_total
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, RunState)
+        return isinstance(message, RunStatusRead)
 
 
 class GpuReading(Message):
@@ -340,12 +341,12 @@ class DashboardScreen(Screen[None]):
             from core.watch.activity import writer_state
 
             state = writer_state(self.source, self._activity)
-            self.post_message(RunState(state.status, state.label(), free, total))
+            self.post_message(RunStatusRead(state.status, state.label(), free, total))
             return
         from core.runs import RunDirectory, effective_status
 
         status = effective_status(RunDirectory(self.source.path))
-        self.post_message(RunState(status.status, status.reason_text, free, total))
+        self.post_message(RunStatusRead(status.status, status.reason_text, free, total))
 
     @work(thread=True, exclusive=True, group="dash-gpus", exit_on_error=False)
     def poll_gpus(self) -> None:
@@ -394,12 +395,12 @@ class DashboardScreen(Screen[None]):
         if self.has_class("-full"):
             keys.append("dashboard.back")
         if not self.source.read_only:
-            if self.status in _ACTIVE:
+            if can_stop(self.status):
                 keys.append("dashboard.stop")
-            elif self.status == "finished":
+            elif self.status == RunState.FINISHED:
                 keys += ["dashboard.merge", "dashboard.chat", "dashboard.serve", "dashboard.evaluate",
                          "dashboard.export"]
-            elif self.status in ("stopped", "failed", "crashed"):
+            elif can_resume(self.status):
                 keys.append("dashboard.resume")
         return (*keys, "dashboard.full", "dashboard.search", "dashboard.back", "dashboard.axis")
 
@@ -407,9 +408,9 @@ class DashboardScreen(Screen[None]):
         """Stop only while the run is live, evaluate and export only once it finished, and neither on
         another trainer's output: refused here, they leave the footer, the palette and the help."""
         if action == "stop":
-            return not self.source.read_only and self.status in _ACTIVE
+            return not self.source.read_only and can_stop(self.status)
         if action == "after_training" and parameters and parameters[0] in ("evaluate", "export"):
-            return not self.source.read_only and self.status == "finished"
+            return not self.source.read_only and self.status == RunState.FINISHED
         return True
 
     def footer_label(self, binding_id: str, description: str) -> str:
@@ -434,7 +435,7 @@ class DashboardScreen(Screen[None]):
             table.scroll_end(animate=False, immediate=True)
             self.call_after_refresh(self._fit_detail_column)
 
-    def on_run_state(self, message: RunState) -> None:
+    def on_run_status_read(self, message: RunStatusRead) -> None:
         previous = self.status or None
         self.status, self.reason = message.status, message.reason
         if previous != self.status:
@@ -529,14 +530,14 @@ class DashboardScreen(Screen[None]):
         zero = header.get("zero_stage", facts.get("zero_stage"))
         gpus = ",".join(str(i) for i in self.gpu_indices) or (str(self._gpu_count()) if self._gpu_count() else None)
         status = self.status or "…"
-        colour = {"running": "$success", "finished": "$primary", "failed": "$error", "crashed": "$error",
-                  "stalled": "$warning", "stopping": "$warning", "stopped": "$warning",
-                  "idle": "$warning"}.get(status, "$foreground-muted")
+        colour = {RunState.RUNNING: "$success", RunState.FINISHED: "$primary", RunState.FAILED: "$error",
+                  RunState.CRASHED: "$error", RunState.STALLED: "$warning", RunState.STOPPING: "$warning",
+                  RunState.STOPPED: "$warning", IDLE: "$warning"}.get(status, "$foreground-muted")
         line1 = " · ".join([
             f"[b]{_escape(_na(model))}[/]", _na(method), _na(precision),
             t("dashboard.zero", stage=_na(None if zero is None else str(zero))),
             t("dashboard.gpus", gpus=_na(gpus)),
-            f"[{colour}]{_escape(self.reason if status == 'idle' else state_label(status))}[/]",
+            f"[{colour}]{_escape(self.reason if status == IDLE else state_label(status))}[/]",
         ])
         if self.source.read_only:
             line1 += f"  [$foreground-muted]{t('dashboard.read_only', kind=t('dashboard.kind_' + self.source.kind))}[/]"
@@ -546,7 +547,7 @@ class DashboardScreen(Screen[None]):
         if step is not None and total:
             progress += f" {100.0 * step / total:.0f}%"
         elapsed = latest.get("elapsed_s")
-        eta = latest.get("eta_s") if status in ("running", "stopping", "") else None
+        eta = latest.get("eta_s") if status in (RunState.RUNNING, RunState.STOPPING, "") else None
         tokens = latest.get("tokens_per_s")
         gpu_count = self._gpu_count()
         mfu_value = mfu(latest, header, gpu_count, self.gpu_name)
@@ -554,7 +555,7 @@ class DashboardScreen(Screen[None]):
             t("dashboard.step", progress=progress),
             t("dashboard.epoch", epoch=_na(None if latest.get("epoch") is None else f"{latest['epoch']:.2f}")),
             t("dashboard.elapsed", value=_na(format_duration(elapsed))),
-            *([t("dashboard.eta", value=_na(format_duration(eta)))] if eta is not None or status in _ACTIVE else []),
+            *([t("dashboard.eta", value=_na(format_duration(eta)))] if eta is not None or status in ACTIVE_STATES else []),
             t("dashboard.tokens", value=_na(None if tokens is None else format_rate(tokens))),
             t("dashboard.mfu", value=_na(None if mfu_value is None else f"{100 * mfu_value:.0f}%")),
         ]
@@ -562,7 +563,7 @@ class DashboardScreen(Screen[None]):
         if cost is not None:
             parts.append(t("dashboard.cost", value=f"{cost:.2f}"))
         line2 = " · ".join(parts)
-        if self.reason and status in ("failed", "crashed", "stopped"):
+        if self.reason and status in TERMINAL_STATES and status != RunState.FINISHED:
             line2 += f"\n[$error]{_escape(self.reason)}[/]"
         self.query_one("#dash-info", Static).update(line1 + "\n" + line2)
 
@@ -701,7 +702,7 @@ class DashboardScreen(Screen[None]):
         """The command that reproduces (or continues) this run."""
         if self.source.read_only:
             return shlex.join(["tunedeck", "watch", str(self.source.path)])
-        if self.status in ("stopped", "failed", "crashed"):
+        if can_resume(self.status):
             return shlex.join(["tunedeck", "resume", self.source.run_id])
         argv = [str(a) for a in self._record.get("argv") or []]
         if argv:
@@ -727,7 +728,6 @@ class DashboardScreen(Screen[None]):
         self.notify(t("dashboard.copied", command=command), timeout=8)
 
 
-_ACTIVE = ("queued", "starting", "running", "stalled", "stopping")
 def _escape(text: str) -> str:
     from rich.markup import escape
 

@@ -27,13 +27,12 @@ from textual.worker import get_current_worker
 
 from core import units
 from core.i18n import t
-from core.runs.run_dir import state_label
+from core.runs import ACTIVE_STATES, RunState, can_resume, can_stop, state_label
 from core.text_width import cell_len, truncate
 from core.watch.figures import directory_size, format_bytes
 from tui.widgets.keys_footer import KeysFooter
 
 LIST_EVERY_S = 2.0
-ACTIVE = ("queued", "starting", "running", "stalled", "stopping")
 CELL_PADDING = 1  # the DataTable's, on each side of a cell
 FLEX_FLOOR = 8  # the narrowest a flex column (run id, model) is still worth showing
 
@@ -68,10 +67,12 @@ COLUMNS: tuple[RunColumn, ...] = (
     RunColumn("started", "runs_screen.col_started", lambda s: s.created, 8),
     RunColumn("eta", "runs_screen.col_eta", lambda s: s.eta_s if s.eta_s is not None else float("inf"), 5),
 )
-STATUS_COLOURS = {"running": "$success", "starting": "$success", "queued": "$foreground-muted",
-                  "stalled": "$warning", "stopping": "$warning", "stopped": "$warning", "finished": "$primary",
-                  "failed": "$error",
-                  "crashed": "$error"}
+STATUS_COLOURS = {RunState.RUNNING: "$success", RunState.STARTING: "$success",
+                  RunState.QUEUED: "$foreground-muted", RunState.STALLED: "$warning",
+                  RunState.STOPPING: "$warning", RunState.STOPPED: "$warning", RunState.FINISHED: "$primary",
+                  RunState.FAILED: "$error", RunState.CRASHED: "$error"}
+# At start the app opens the dashboard of a run that is under way (not one still queued or stalled).
+OPEN_AT_START = frozenset({RunState.RUNNING, RunState.STARTING, RunState.STOPPING})
 
 
 
@@ -257,7 +258,7 @@ class RunsScreen(Screen[None]):
             "loss": "–" if summary.loss is None else f"{summary.loss:.4f}",
             "tokens": units.format_rate(summary.tokens_per_s),
             "started": _started(summary.created),
-            "eta": units.format_duration(summary.eta_s) if summary.status in ACTIVE else units.UNKNOWN,
+            "eta": units.format_duration(summary.eta_s) if summary.status in ACTIVE_STATES else units.UNKNOWN,
         }
 
     def _table_width(self, table: DataTable) -> int:
@@ -309,7 +310,7 @@ class RunsScreen(Screen[None]):
 
     def _show_status(self, shown: int) -> None:
         """The summary line; the key hint joins it only where it fits (the footer lists the keys too)."""
-        active = sum(1 for s in self.runs if s.status in ACTIVE)
+        active = sum(1 for s in self.runs if s.status in ACTIVE_STATES)
         parts = [t(units.plural_key("runs_screen.summary", len(self.runs)), count=len(self.runs), active=active,
                    column=t(COLUMNS[self.sort_column].label),
                    order=t("runs_screen.desc" if self.sort_reverse else "runs_screen.asc"))]
@@ -333,10 +334,8 @@ class RunsScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Stop for a live highlighted run, resume for a stopped, failed or crashed one: else not offered."""
         if action in ("stop", "resume"):
-            from tui.widgets.run_control import RESUMABLE
-
             summary = self.selected() if self.is_mounted else None
-            return summary is not None and summary.status in (ACTIVE if action == "stop" else RESUMABLE)
+            return summary is not None and (can_stop if action == "stop" else can_resume)(summary.status)
         return True
 
     def footer_priority(self) -> tuple[str, ...]:
@@ -420,7 +419,7 @@ class RunsScreen(Screen[None]):
         summary = self.selected()
         if summary is None:
             return
-        if summary.status in ACTIVE:
+        if summary.status in ACTIVE_STATES:
             self.notify(t("runs_screen.delete_active", id=summary.id, status=state_label(summary.status)), severity="warning")
             return
         self._measure(summary.id, summary.run_dir)
@@ -501,7 +500,7 @@ def on_app_start(app: Any, open_run: str | None, announce: bool) -> None:
                 except RunNotFound as exc:
                     error = str(exc)
         elif announce:
-            active = [s for s in runs if s.status in ("running", "starting", "stopping")]
+            active = [s for s in runs if s.status in OPEN_AT_START]
             if active:
                 target = active[0].run_dir
         ended = runs_ended_since(runs) if announce else []
@@ -514,7 +513,7 @@ def _after_start(app: Any, target: str | None, error: str | None, ended: list[An
     if error:
         app.notify(error, severity="error")
     for summary in ended:
-        severity = "error" if summary.status in ("failed", "crashed") else "information"
+        severity = "error" if summary.status in (RunState.FAILED, RunState.CRASHED) else "information"
         app.notify(t("runs_screen.ended_since", id=summary.id, status=state_label(summary.status)), severity=severity, timeout=10)
     if target is not None:
         open_dashboard(app, target)

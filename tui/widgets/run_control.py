@@ -13,10 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core.i18n import t
-from core.runs.run_dir import state_label
-
-ACTIVE = ("queued", "starting", "running", "stalled", "stopping")
-RESUMABLE = ("stopped", "failed", "crashed")
+from core.runs import RunState, can_resume, can_stop, state_label
 
 Say = Callable[[str, str], None]
 
@@ -24,10 +21,10 @@ Say = Callable[[str, str], None]
 def ask_stop(screen: Any, run_dir: str | Path, run_id: str, status: str, say: Say,
              after: Callable[[], None] = lambda: None) -> None:
     """Stop a live run (a second stop while it is stopping forces it), once the user says y."""
-    if status not in ACTIVE:
+    if not can_stop(status):
         screen.notify(t("dashboard.not_running", status=state_label(status)), severity="warning")
         return
-    force = status == "stopping"
+    force = status == RunState.STOPPING
     title = t("dashboard.force_title" if force else "dashboard.stop_title", id=run_id)
     body = t("dashboard.force_body" if force else "dashboard.stop_body")
 
@@ -50,7 +47,7 @@ def ask_stop(screen: Any, run_dir: str | Path, run_id: str, status: str, say: Sa
 def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: Say,
                after: Callable[[], None] = lambda: None) -> None:
     """Resume a stopped, failed or crashed run from its newest sound checkpoint, once the user says y."""
-    if status not in RESUMABLE:
+    if not can_resume(status):
         screen.notify(t("dashboard.cannot_resume", status=state_label(status)), severity="warning")
         return
 
