@@ -52,11 +52,6 @@ class CliError(Exception):
         self.code = code
 
 
-def cannot_write_message(exc: OSError) -> str:
-    """``cannot write FILE: No space left on device; free space there ...`` for an unwritable disk."""
-    return t("cli.cannot_write", path=exc.filename or "?", error=exc.strerror or str(exc))
-
-
 def build_parser() -> argparse.ArgumentParser:
     # argparse's own words (usage:, options:, its errors) come from the catalogue too: see argparse_words.
     parser = CatalogueArgumentParser(prog="tunedeck", description=t("cli.description"))
@@ -131,7 +126,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int | OpenApp:
     except OSError as exc:
         # A full or read-only disk under a command that writes: say which file and what to do, not a
         # traceback (readers never get here: they do not need to write).
-        from core.runs.disk_space import is_unwritable
+        from core.runs.disk_space import cannot_write_message, is_unwritable
 
         if not is_unwritable(exc):
             raise

@@ -100,21 +100,17 @@ def probe_config_values(candidate: Candidate, request: PlanRequest, steps: int) 
 def probe_one(candidate: Candidate, request: PlanRequest, steps: int = PROBE_STEPS,
               timeout_s: float = PROBE_TIMEOUT_S, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run ``steps`` real steps of ``candidate`` as a detached run and measure it."""
-    from core.cli import CliError
     from core.config import RunConfig
     from core.paths import data_root
-    from core.plan.launch import launch_config_file
-    from core.runs import TERMINAL_STATES, RunState
-    from core.runs.control import request_stop
-    from core.runs.liveness import effective_status
+    from core.runs import TERMINAL_STATES, RunError, RunState, effective_status, start_run, stop_run
 
     config = RunConfig.from_dict(probe_config_values(candidate, request, steps), source="<probe>")
     folder = data_root() / "probes"
     folder.mkdir(parents=True, exist_ok=True)
     yaml_path = config.save(folder / f"{config.name}-{int(time.time() * 1000)}.yaml")
     try:
-        run = launch_config_file(yaml_path)
-    except CliError as exc:
+        run = start_run(yaml_path)
+    except RunError as exc:
         raise ProbeError(str(exc)) from exc
     deadline = time.monotonic() + timeout_s
     seen = -1
@@ -123,7 +119,7 @@ def probe_one(candidate: Candidate, request: PlanRequest, steps: int = PROBE_STE
         if status.status in TERMINAL_STATES:
             break
         if time.monotonic() > deadline:
-            request_stop(run, force=True)
+            stop_run(run, force=True)
             raise ProbeError(t("plan.probe.timeout", seconds=int(timeout_s), path=str(run.path)))
         if progress is not None:
             from core.runs.jsonl import last_record

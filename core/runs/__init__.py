@@ -7,14 +7,30 @@ Read API (cheap; used by the CLI and the dashboard)::
     effective_status(run) -> RunStatus            # liveness applied: dead active runs become crashed
     list_runs() -> list[RunSummary]               # newest first
     resolve_run("20261129-2301-qwen") -> RunDirectory   # id, unique prefix or path
-    RunState, ACTIVE_STATES, TERMINAL_STATES      # the one set of run states (core.runs.states)
-    can_stop(status) / can_resume(status)         # what a state allows
+
+A run's life (``core.runs.lifecycle``; every caller, the CLI and the app alike, goes through these)::
+
+    start_run(path_or_config, overrides, distributed) -> RunDirectory
+    resume_run(run, checkpoint=None, weights_only=False, overrides=()) -> ResumePlan
+    stop_run(run, force=False) / stop_run_and_wait(run, force, timeout_s) -> StopResult
+    can_stop(status) / can_resume(status)         # over RunState, the one set of run states
+    RunError                                      # what they raise: a message to act on, an exit code
 
 Nothing here imports torch; ``core.train`` is the code that runs inside the trainer process.
 """
 
 from __future__ import annotations
 
+from core.runs.errors import RunError, SupervisorDidNotStart
+from core.runs.lifecycle import (
+    check_run_file,
+    load_run_file,
+    prepare_run,
+    resume_run,
+    start_run,
+    stop_run,
+    stop_run_and_wait,
+)
 from core.runs.listing import RunNotFound, RunSummary, list_runs, resolve_run
 from core.runs.liveness import effective_status
 from core.runs.run_dir import RunDirectory, RunStatus
@@ -35,14 +51,23 @@ __all__ = [
     "RESUMABLE_STATES",
     "TERMINAL_STATES",
     "RunDirectory",
+    "RunError",
     "RunNotFound",
     "RunState",
     "RunStatus",
     "RunSummary",
+    "SupervisorDidNotStart",
     "can_resume",
     "can_stop",
+    "check_run_file",
     "effective_status",
     "list_runs",
+    "load_run_file",
+    "prepare_run",
     "resolve_run",
+    "resume_run",
+    "start_run",
     "state_label",
+    "stop_run",
+    "stop_run_and_wait",
 ]

@@ -1,14 +1,20 @@
-"""``tunedeck train / demo / runs / status / logs / stop / resume``: detached runs from the shell."""
+"""``tunedeck train / demo / runs / status / logs / stop / resume``: detached runs from the shell.
+
+The CLI layer only: parse the arguments, call ``core.runs`` (the life of a run is ``core.runs.lifecycle``,
+which the app calls too), print what came of it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from core.runs.states import ACTIVE_STATES, RunState
+from core.runs.states import ACTIVE_STATES
 from core.units import UNKNOWN, format_duration, format_rate
 
 
@@ -92,186 +98,16 @@ def _state(status: str) -> str:
     return state_label(status)
 
 
-def _gpu_caps() -> dict[str, Any] | None:
-    """bf16 capability of the first visible GPU for config validation; None without NVML."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            if pynvml.nvmlDeviceGetCount() == 0:
-                return None
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            major, _minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            name = pynvml.nvmlDeviceGetName(handle)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return None
-    return {"bf16": major >= 8, "name": name if isinstance(name, str) else name.decode()}
-
-
-def _check_data(config: Any) -> None:
-    """Refuse to start on data that does not load cleanly (before any GPU is touched)."""
+@contextmanager
+def _as_cli_error() -> Iterator[None]:
+    """What core.runs refuses (``RunError``, with its exit code) is printed as the CLI's one message."""
     from core.cli import CliError
-    from core.data import DataError, load_training_records
-    from core.i18n import t
-
-    if not config.dataset:
-        raise CliError(t("runs.no_dataset"), 2)
-    try:
-        load_training_records(config.dataset, hub=config.hub, dataset_info=config.dataset_info,
-                              dataset_dir=config.dataset_dir, split=config.split, seed=config.seed)
-    except DataError as exc:
-        raise CliError(t("runs.dataset_invalid", problems=str(exc)), 2) from exc
-
-
-def _absolute_local_paths(config: Any, yaml_dir: Path | None) -> None:
-    """Make relative model/dataset paths absolute: the trainer runs in the run directory, not here.
-
-    A relative path is taken from the current directory, else from the YAML file's directory; anything
-    that exists in neither (a hub id such as ``Qwen/Qwen2.5-7B``) is left as it is.
-    """
-
-    def fix(value: str) -> str:
-        path = Path(value).expanduser()
-        if path.is_absolute():
-            return str(path)
-        for base in (Path.cwd(), yaml_dir):
-            if base is not None and (base / path).exists():
-                return str((base / path).resolve())
-        return value
-
-    if isinstance(config.model, str):
-        config.model = fix(config.model)
-    from core.data.registry import anchor_dataset_keys
-
-    # Dataset entries keep their #N / :split; a dataset_info.json next to the YAML is recorded.
-    anchor_dataset_keys(config, yaml_dir)
-
-
-def _check_model(config: Any) -> None:
-    """A model that names a local directory must be one with a config.json (hub ids pass)."""
-    from core.assets import resolve_model_name
-    from core.cli import CliError
-    from core.i18n import t
-
-    if not config.model:
-        raise CliError(t("runs.no_model"), 2)
-    value = resolve_model_name(str(config.model))
-    looks_local = value.startswith(("/", "./", "../", "~")) or Path(value).expanduser().exists()
-    if looks_local and not (Path(value).expanduser() / "config.json").is_file():
-        raise CliError(t("runs.model_missing", path=value), 2)
-
-
-def _check_disk_space(values: dict[str, Any], where: Path, existing_checkpoints: int = 0) -> None:
-    """Refuse a run whose checkpoints (``save_total_limit`` of them + the final save) will not fit on the
-    disk of ``where``, with the figures; warn when they barely do (``core.runs.disk_space``)."""
-    from core.cli import CliError
-    from core.runs.disk_space import check_space
-
-    check = check_space(values, where, existing_checkpoints)
-    if check is None:  # a model the estimator cannot size: nothing to say
-        return
-    if check.verdict == "short":
-        raise CliError(check.message.text(), 2)
-    if check.verdict == "close":
-        _err(check.message.text())
-
-
-def _record_tight_disk(run: Any) -> None:
-    """A launch that passed the space check only just: an event the dashboard lists (the wizard shows no
-    stderr), with the same figures as the warning."""
-    from core.runs.disk_space import check_space
-
-    check = check_space(run.config(), run.path, len(run.checkpoints(complete_only=True)))
-    if check is not None and check.verdict != "ok":
-        try:
-            run.append_event("disk_space_low", advice=check.message.english(), **check.to_dict())
-        except OSError:
-            pass
-
-
-def _start(run: Any, resume_from: str | None = None) -> None:
-    from core.cli import CliError
-    from core.i18n import t
-    from core.runs.launch import start_supervisor, wait_until_started
-
-    _record_tight_disk(run)
-
-    proc = start_supervisor(run, resume_from=None if resume_from is None else Path(resume_from))
-    if not wait_until_started(run, proc):
-        tail = ""
-        try:
-            tail = run.supervisor_log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
-        except OSError:
-            pass
-        message = t("runs.supervisor_failed", path=str(run.supervisor_log_path), tail=tail.strip())
-        if run.status().status == RunState.QUEUED:  # the supervisor never got as far as recording anything
-            run.write_status(RunState.FAILED, message.splitlines()[0])
-        raise CliError(message, 1)
-
-
-def _resolve_for_this_box(config: Any, gpus: list[int]) -> str | None:
-    """What really runs, written into the run's config before it exists: returns the precision asked
-    for when it cannot run here (bf16/fp16 without a GPU become fp32, with a warning), else None; makes
-    ``output`` absolute and checks it (``core.runs.output``: absent or empty, writable; created empty)."""
-    from core.cli import CliError
-    from core.i18n import t
-
-    asked = None
-    if not gpus and config.precision != "fp32":
-        asked = config.precision
-        _err(t("launch.precision_cpu", precision=asked))
-        config.precision, config.pure_bf16 = "fp32", False
-    if config.output:
-        from core.runs.output import OutputError, prepare_output, resolve_output
-
-        try:
-            config.output = str(prepare_output(resolve_output(str(config.output))))
-        except OutputError as exc:
-            raise CliError(str(exc), 2) from None
-    return asked
-
-
-def _check_box(config: Any) -> list[int]:
-    """The GPUs the run gets here, refusing what this box cannot run and checkpoints the disk cannot hold."""
-    from core.cli import CliError
-    from core.i18n import t
-    from core.paths import runs_dir
-    from core.runs.gpus import resolve_gpus, visible_gpu_count
+    from core.runs.errors import RunError
 
     try:
-        gpus = resolve_gpus(config.gpus, visible_gpu_count())
-    except ValueError as exc:
-        raise CliError(str(exc), 2) from exc
-    if not gpus and config.method == "qlora":
-        raise CliError(t("runs.qlora_needs_gpu"), 2)
-    if not gpus and int(config.zero_stage or 0) > 0:
-        raise CliError(t("runs.zero_needs_gpu"), 2)
-    _check_disk_space(config.to_dict(), runs_dir())  # before anything is written
-    return gpus
-
-
-def _launch_config(config: Any, argv: list[str], command: str, distributed: Any = None) -> Any:
-    from core.i18n import t
-    from core.runs.launch import create_run
-
-    gpus = _check_box(config)
-    precision_asked = _resolve_for_this_box(config, gpus)
-    if config.checkpoint_layers == "auto":
-        from core.estimate.checkpointing import resolve_checkpoint_layers
-
-        caps = _gpu_caps() if gpus else None
-        config.checkpoint_layers = resolve_checkpoint_layers(config, caps and caps["name"], len(gpus))
-        _err(t("runs.checkpoint_layers_chosen", value=config.checkpoint_layers))
-    run = create_run(config, argv, command=command, gpus=gpus, distributed=distributed)
-    if precision_asked:  # the config says fp32 now; the event keeps what was asked for
-        run.append_event("precision_fallback", requested=precision_asked, used="fp32", reason="no GPU")
-    from core.runs.fingerprint import record_fingerprint
-
-    record_fingerprint(run.path, run.config())  # what resume compares the data and keys with
-    return run
+        yield
+    except RunError as exc:
+        raise CliError(str(exc), exc.code) from exc
 
 
 # -- handlers --------------------------------------------------------------------------------------
@@ -279,10 +115,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from core.cli import CliError
     from core.i18n import t
     from core.runs.launch import DistributedSettings
+    from core.runs.lifecycle import start_run
 
     if args.check:
         return _check_only(args)
-    config = _train_config(args)
     if args.hostfile:
         from core.runs.hostfile import DEFAULT_MASTER_PORT, HostfileError, node_rank_of, read_hostfile
 
@@ -298,59 +134,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.nnodes > 1 and not args.master_port:
         raise CliError(t("runs.master_port_needed"), 2)
     distributed = DistributedSettings(args.nnodes, args.node_rank, args.master_addr, args.master_port)
-    argv = ["tunedeck", "train", args.config, *args.overrides]
-    if args.nnodes > 1:
-        argv += [f"--nnodes={args.nnodes}", f"--node-rank={args.node_rank}",
-                 f"--master-addr={args.master_addr}", f"--master-port={args.master_port}"]
-    run = _launch_config(config, argv, "train", distributed)
-    _start(run)
+    with _as_cli_error():
+        run = start_run(args.config, list(args.overrides), distributed, warn=_err)
     _report_started(run, args.json)
     return 0
-
-
-def _train_config(args: argparse.Namespace) -> Any:
-    """The checked configuration of ``tunedeck train FILE``: a tunedeck YAML, or a LLaMA-Factory /
-    ms-swift file converted (its mapping printed on stderr), then the checks against the model, the data
-    and this box that must pass before anything starts (the ones ``--check`` runs)."""
-    from core.cli import CliError
-    from core.config import ConfigError, load_run_config
-    from core.config.importers import blocking_lines, detect_peer, import_file, load_imported_config
-    from core.i18n import t
-
-    try:
-        if detect_peer(args.config):
-            imported = import_file(args.config)
-            _err(t("runs.imported", path=args.config, peer=imported.peer_name))
-            _err(imported.mapping_text())
-            blocked = blocking_lines(imported)
-            if blocked:
-                raise CliError(t("runs.import_blocked", path=args.config,
-                                 lines="\n".join(f"  {line.text()}" for line in blocked)), 2)
-            args.imported = imported
-            config = load_imported_config(imported, list(args.overrides), gpu_caps=_gpu_caps())
-        else:
-            config = load_run_config(args.config, list(args.overrides), gpu_caps=_gpu_caps())
-    except ConfigError as exc:
-        raise CliError(str(exc), 2) from exc
-    except FileNotFoundError as exc:
-        raise CliError(t("runs.config_missing", path=args.config), 2) from exc
-    for warning in getattr(config, "warnings", []) or []:
-        _err(t("runs.config_warning", warning=str(warning)))
-    _absolute_local_paths(config, Path(args.config).resolve().parent)
-    _check_model(config)
-    _check_lora_targets(config)
-    _check_data(config)
-    return config
-
-
-def _check_lora_targets(config: Any) -> None:
-    """LoRA targets that name no module of the model fail in the trainer: refuse them here."""
-    from core.cli import CliError
-    from core.config.model_checks import lora_targets_problem
-
-    problem = lora_targets_problem(config.model, config.lora_targets, config.method)
-    if problem:
-        raise CliError(problem, 2)
 
 
 def _check_only(args: argparse.Namespace) -> int:
@@ -358,22 +145,20 @@ def _check_only(args: argparse.Namespace) -> int:
     started; exit 2 with the problems (``--json``: ``{ok, problems}`` on stdout as well)."""
     from core.cli import CliError
     from core.i18n import t
+    from core.runs.errors import RunError
+    from core.runs.lifecycle import check_run_file
 
-    args.imported = None
     try:
-        config = _train_config(args)
-        gpus = _check_box(config)
-        if not gpus and config.precision != "fp32":  # what train would run here: said, and printed so
-            _err(t("launch.precision_cpu", precision=config.precision))
-            config.precision, config.pure_bf16 = "fp32", False
-    except CliError as exc:
+        check = check_run_file(args.config, list(args.overrides), warn=_err)
+    except RunError as exc:
         if args.json:
             _print_json({"ok": False, "problems": str(exc).splitlines()})
-        raise
+        raise CliError(str(exc), exc.code) from exc
+    config = check.config
     if args.json:
-        _print_json({"ok": True, "config": config.to_dict(), "gpus": gpus,
+        _print_json({"ok": True, "config": config.to_dict(), "gpus": check.gpus,
                      "warnings": [str(w) for w in getattr(config, "warnings", []) or []],
-                     "mapping": [line.to_dict() for line in args.imported.mapping] if args.imported else None})
+                     "mapping": [line.to_dict() for line in check.imported.mapping] if check.imported else None})
     else:
         sys.stdout.write(config.to_yaml())
         _err(t("runs.check_ok"))
@@ -393,6 +178,7 @@ def _report_started(run: Any, as_json: bool, extra: dict[str, Any] | None = None
 def cmd_demo(args: argparse.Namespace) -> Any:
     from core.config import default_demo_config
     from core.i18n import t
+    from core.runs.lifecycle import prepare_run, start_run
 
     config = default_demo_config()
     if config.gpus == "all":
@@ -400,11 +186,11 @@ def cmd_demo(args: argparse.Namespace) -> Any:
 
         # A tiny model gains nothing from eight GPUs: one, or the CPU.
         config.gpus = 1 if visible_gpu_count() > 0 else "all"
-    run = _launch_config(config, ["tunedeck", "demo"] + (["--headless"] if args.headless else [])
-                         + (["--detach"] if args.detach else []), "demo")
-    if args.headless:
-        return _run_headless(run, args.json)
-    _start(run)
+    argv = ["tunedeck", "demo"] + (["--headless"] if args.headless else []) + (["--detach"] if args.detach else [])
+    with _as_cli_error():
+        if args.headless:  # supervised in this process, not detached
+            return _run_headless(prepare_run(config, argv, "demo", warn=_err), args.json)
+        run = start_run(config, argv=argv, command="demo", warn=_err)
     if args.detach:
         _report_started(run, args.json)
         return 0
@@ -558,20 +344,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from core.cli import CliError
     from core.i18n import t
-    from core.runs.control import RunControlError, request_stop, wait_for_end
+    from core.runs.lifecycle import stop_run, stop_run_and_wait
 
     run = _resolve(args.run)
-    try:
-        result = request_stop(run, force=args.force)
-    except RunControlError as exc:
-        raise CliError(str(exc), 1) from exc
-    status = result.status
-    if args.wait and not result.forced:
-        _err(t("runs.stop_waiting", id=run.id))
-        status = wait_for_end(run, args.timeout)
-    timed_out = args.wait and not result.forced and status.active  # --wait ran out of --timeout
+    with _as_cli_error():
+        if args.wait:
+            result = stop_run_and_wait(run, force=args.force, timeout_s=args.timeout,
+                                       waiting=lambda: _err(t("runs.stop_waiting", id=run.id)))
+        else:
+            result = stop_run(run, force=args.force)
+    status, timed_out = result.status, result.timed_out  # timed out: --wait ran out of --timeout
     if args.json:
         _print_json({"id": run.id, "forced": result.forced, "status": status.status, "reason": status.reason,
                      "timed_out": timed_out})
@@ -590,40 +373,13 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from core.cli import CliError
-    from core.i18n import t
-    from core.runs.control import RunControlError, prepare_resume
+    from core.runs.lifecycle import resume_run
 
     run = _resolve(args.run)
-    config = _resume_config(run, list(args.overrides)) if args.overrides else None
-    _check_disk_space(config.to_dict() if config is not None else run.config(), run.path,
-                      len(run.checkpoints(complete_only=True)))
-    try:
-        plan = prepare_resume(run, step=args.checkpoint, weights_only=args.weights_only, config=config)
-    except RunControlError as exc:
-        raise CliError(str(exc), 1) from exc
-    for notice in plan.notices:
-        _err(t("resume.notice", text=notice.text()))
-    _start(run, resume_from=plan.checkpoint)
+    with _as_cli_error():
+        plan = resume_run(run, checkpoint=args.checkpoint, weights_only=args.weights_only,
+                          overrides=list(args.overrides), warn=_err)
     _report_started(run, args.json, {"checkpoint": plan.checkpoint, "step": plan.step,
                                      "weights_only": plan.weights_only,
                                      "notices": [notice.text() for notice in plan.notices]})
     return 0
-
-
-def _resume_config(run: Any, overrides: list[str]) -> Any:
-    """The run's config.yaml with ``key=value`` overrides applied and checked (a dataset that moved)."""
-    from core.cli import CliError
-    from core.config import ConfigError, load_run_config
-    from core.i18n import t
-
-    try:
-        config = load_run_config(run.config_path, overrides, gpu_caps=_gpu_caps())
-    except ConfigError as exc:
-        raise CliError(str(exc), 2) from exc
-    except FileNotFoundError as exc:
-        raise CliError(t("runs.config_missing", path=str(run.config_path)), 2) from exc
-    for warning in getattr(config, "warnings", []) or []:
-        _err(t("runs.config_warning", warning=str(warning)))
-    _absolute_local_paths(config, None)
-    return config

@@ -1,4 +1,6 @@
-"""Stopping and resuming runs (``tunedeck stop`` / ``tunedeck resume``)."""
+"""The steps of stopping and resuming a run: signals and kills, the choice of checkpoint, the checks
+before a resume. Callers use ``core.runs.lifecycle`` (``stop_run``, ``resume_run``), which adds the rest
+(disk space, overrides, starting the supervisor)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 from core.i18n import Message, t
 from core.runs.checkpoints import CheckpointCheck, resume_candidates
+from core.runs.errors import RunError
 from core.runs.fingerprint import compare_fingerprint, record_fingerprint
 from core.runs.liveness import effective_status, same_process_alive, try_lock
 from core.runs.run_dir import (
@@ -27,14 +30,18 @@ from core.runs.states import TERMINAL_STATES
 from core.watch.figures import directory_size, format_bytes
 
 
-class RunControlError(Exception):
+class RunControlError(RunError):
     """A stop/resume that cannot be done; the message says why and what to do."""
 
 
 @dataclass
 class StopResult:
+    """What a stop did: ``forced`` (killed, now final), the status after it, and for a stop that waited
+    (``core.runs.lifecycle.stop_run_and_wait``) whether the wait ran out with the run still live."""
+
     forced: bool
     status: RunStatus
+    timed_out: bool = False
 
 
 def _kill_tree(pid: int) -> None:

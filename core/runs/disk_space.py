@@ -77,6 +77,13 @@ def is_unwritable(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in UNWRITABLE_ERRNOS
 
 
+def cannot_write_message(exc: OSError) -> str:
+    """``cannot write FILE: No space left on device; free space there ...`` for an unwritable disk."""
+    from core.i18n import t
+
+    return t("cli.cannot_write", path=exc.filename or "?", error=exc.strerror or str(exc))
+
+
 def existing_parent(path: Path) -> Path:
     """``path`` or its nearest existing ancestor (the filesystem a new directory would land on)."""
     path = Path(path).expanduser().absolute()

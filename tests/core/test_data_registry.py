@@ -181,16 +181,13 @@ def test_resolve_sources_keeps_local_paths_with_suffixes(lf_data):
 
 # -- the whole path a run takes: the YAML, train's data check, the trainer's reading ----------------
 def test_a_config_naming_datasets_resolves_through_train_checks(lf_data, tmp_path, monkeypatch):
-    from core.config import load_run_config
-    from core.runs import commands
+    from core.runs import load_run_file
 
     config_path = lf_data / "run.yaml"  # LLaMA-Factory keeps its dataset_info.json beside the data
     config_path.write_text("model: tiny\ndataset: identity,alpaca_en_demo#3\nseed: 5\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path)  # elsewhere: the names must resolve from the config's folder
-    config = load_run_config(str(config_path), [])
-    commands._absolute_local_paths(config, config_path.parent)
+    config = load_run_file(config_path).config  # train's checks, the data's included: RunError on a problem
     assert config.dataset_info == str((lf_data / "dataset_info.json").resolve())
-    commands._check_data(config)  # raises CliError on any problem
     from core.train.data_adapter import load_records
 
     records = load_records(config.datasets, config.hub, config.to_dict())  # what the trainer reads
@@ -198,29 +195,22 @@ def test_a_config_naming_datasets_resolves_through_train_checks(lf_data, tmp_pat
 
 
 def test_dataset_dir_key_in_a_config(lf_data, tmp_path, monkeypatch):
-    from core.config import load_run_config
-    from core.runs import commands
+    from core.runs import load_run_file
 
     config_path = tmp_path / "run.yaml"
     config_path.write_text("model: tiny\ndataset: [custom_chat]\ndataset_dir: data\nsplit: train\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path / "..")
-    config = load_run_config(str(config_path), [])
-    commands._absolute_local_paths(config, config_path.parent)
+    config = load_run_file(config_path).config
     assert config.dataset_dir == str(lf_data.resolve())
-    commands._check_data(config)
 
 
 def test_train_check_data_refuses_a_dpo_name(lf_data):
-    from core.cli import CliError
-    from core.config import load_run_config
-    from core.runs import commands
+    from core.runs import RunError, load_run_file
 
     config_path = lf_data / "run.yaml"
     config_path.write_text("model: tiny\ndataset: dpo_en_demo\n", encoding="utf-8")
-    config = load_run_config(str(config_path), [])
-    commands._absolute_local_paths(config, config_path.parent)
-    with pytest.raises(CliError, match=r"dpo_en_demo.json:2: preference \(DPO\) data"):
-        commands._check_data(config)
+    with pytest.raises(RunError, match=r"dpo_en_demo.json:2: preference \(DPO\) data"):
+        load_run_file(config_path)
 
 
 def test_data_check_json_names_the_format_and_the_refusal(tmp_path):

@@ -602,13 +602,12 @@ class WizardScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="wizard-launch", exit_on_error=False)
     def launch(self, path: str) -> None:
-        from core.cli import CliError
-        from core.plan.launch import launch_config_file
+        from core.runs import RunError, start_run
 
         try:
-            run = launch_config_file(path)
+            run = start_run(path)
             self.post_message(LaunchDone(str(run.path), None))
-        except CliError as exc:
+        except RunError as exc:
             self.post_message(LaunchDone(None, str(exc)))
 
     def on_launch_done(self, message: LaunchDone) -> None:

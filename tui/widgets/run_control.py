@@ -1,8 +1,8 @@
 """Stop and resume a run, asked first: one flow for the dashboard and the Runs list.
 
-Each asks in a ``ConfirmScreen``, then calls core (``request_stop``; ``prepare_resume`` and
-``start_supervisor``, as ``tunedeck resume`` does) in a thread worker of the asking screen. What comes of
-it goes to ``say(text, severity)``, which must be safe to call from that thread (post a message), and
+Each asks in a ``ConfirmScreen``, then calls ``core.runs`` (``stop_run``, ``resume_run``: the functions
+``tunedeck stop`` and ``tunedeck resume`` call) in a thread worker of the asking screen. What comes of it
+goes to ``say(text, severity)``, which must be safe to call from that thread (post a message), and
 ``after()`` runs there too once the run's state has changed (look at it again).
 """
 
@@ -29,12 +29,11 @@ def ask_stop(screen: Any, run_dir: str | Path, run_id: str, status: str, say: Sa
     body = t("dashboard.force_body" if force else "dashboard.stop_body")
 
     def job() -> None:
-        from core.runs import RunDirectory
-        from core.runs.control import RunControlError, request_stop
+        from core.runs import RunDirectory, RunError, stop_run
 
         try:
-            result = request_stop(RunDirectory(Path(run_dir)), force=force)
-        except RunControlError as exc:
+            result = stop_run(RunDirectory(Path(run_dir)), force=force)
+        except RunError as exc:
             say(str(exc), "error")
             return
         key = "dashboard.forced" if result.forced else "dashboard.stopping"
@@ -52,23 +51,21 @@ def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: 
         return
 
     def job() -> None:
-        from core.runs import RunDirectory
-        from core.runs.control import RunControlError, prepare_resume
-        from core.runs.launch import start_supervisor, wait_until_started
+        from core.runs import RunDirectory, RunError, SupervisorDidNotStart, resume_run
 
         run = RunDirectory(Path(run_dir))
         try:
-            plan = prepare_resume(run)
-        except RunControlError as exc:
+            # Fallbacks, removals, changed data or keys, a disk that barely holds the checkpoints: said,
+            # not buried.
+            plan = resume_run(run, warn=lambda text: say(text, "warning"),
+                              notice=lambda notice: say(notice.text(), "warning"))
+        except SupervisorDidNotStart as exc:  # the run is marked failed; its supervisor.log says why
+            say(t("dashboard.resume_failed", path=str(exc.log_path)), "error")
+        except RunError as exc:
             say(str(exc), "error")
             return
-        for notice in plan.notices:  # fallbacks, removals, changed data or keys: said, not buried
-            say(notice.text(), "warning")
-        proc = start_supervisor(run, resume_from=Path(plan.checkpoint))
-        if wait_until_started(run, proc):
-            say(t("dashboard.resumed", id=run.id, checkpoint=plan.checkpoint), "information")
         else:
-            say(t("dashboard.resume_failed", path=str(run.supervisor_log_path)), "error")
+            say(t("dashboard.resumed", id=run.id, checkpoint=plan.checkpoint), "information")
         after()
 
     _confirm_then(screen, t("dashboard.resume_title", id=run_id), t("dashboard.resume_body"), job)

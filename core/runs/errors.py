@@ -1,0 +1,26 @@
+"""What starting, resuming or stopping a run raises when it cannot be done (``core.runs.lifecycle``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class RunError(Exception):
+    """A run that cannot be started, resumed or stopped; the message says why and what to do.
+
+    ``code`` is the exit status the CLI gives it: 2 when the request itself is wrong (the config, the
+    model, the data, a box or disk that cannot hold the run), 1 when doing it failed.
+    """
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SupervisorDidNotStart(RunError):
+    """The run's supervisor exited at once (the run is marked failed if it got no further than queued);
+    ``log_path`` is its supervisor.log, which says why."""
+
+    def __init__(self, message: str, log_path: Path) -> None:
+        super().__init__(message, 1)
+        self.log_path = log_path

@@ -1,0 +1,404 @@
+"""The life of a run: start it, resume it, stop it. One implementation for every caller.
+
+``tunedeck train / demo / resume / stop`` (``core.runs.commands``), the wizard's launch, the planner's
+probe, the dashboard and the Runs list all come here, so a run started or resumed from any of them gets
+the same checks (config, model, LoRA targets, data, GPUs, disk space), the same run directory and the same
+handling of a supervisor that dies at once (the run is marked failed, not left queued)::
+
+    start_run("run.yaml", ["lr=1e-4"]) -> RunDirectory        # checked, created, supervisor started
+    resume_run(run, checkpoint=None, weights_only=False, overrides=()) -> ResumePlan
+    stop_run(run, force=False) -> StopResult                   # SIGTERM: checkpoint, then exit
+    stop_run_and_wait(run, force=False, timeout_s=None) -> StopResult   # ... and wait for a final state
+    can_stop(status) / can_resume(status)                      # what a state allows (core.runs.states)
+
+Each raises ``RunError`` (``core.runs.errors``) with a message a user can act on and the exit code the
+CLI uses. Warnings that do not stop anything (precision fallback, a disk that barely holds the
+checkpoints, an imported config's mapping) go to ``warn``, standard error unless the caller says
+otherwise. Nothing here prints on standard output: the CLI does.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.i18n import Message, t
+from core.runs.errors import RunError, SupervisorDidNotStart
+from core.runs.run_dir import RunDirectory
+from core.runs.states import RunState, can_resume, can_stop
+
+Warn = Callable[[str], None]
+
+
+def warn_on_stderr(text: str) -> None:
+    """The default ``warn``: one line on standard error, as the CLI has always printed warnings."""
+    print(text, file=sys.stderr)
+
+
+@dataclass
+class RunFile:
+    """A run file loaded and checked (``load_run_file``): the config, and the peer import it came from
+    (a LLaMA-Factory / ms-swift file: ``core.config.importers.ImportedConfig``), else None."""
+
+    config: Any
+    imported: Any = None
+
+
+@dataclass
+class RunCheck:
+    """What ``tunedeck train --check`` reports: the config as it would run here, and its GPUs."""
+
+    config: Any
+    gpus: list[int]
+    imported: Any = None
+
+
+# -- start ---------------------------------------------------------------------------------------
+def load_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = warn_on_stderr) -> RunFile:
+    """The checked configuration of the run file at ``path`` with ``key=value`` ``overrides``.
+
+    A tunedeck YAML, or a LLaMA-Factory / ms-swift file converted (its mapping said through ``warn``);
+    relative model and dataset paths made absolute (the trainer runs in the run directory); then the
+    checks against the model, its LoRA targets and the data that must pass before anything starts.
+    Nothing is written. Raises ``RunError`` (code 2) with every problem found.
+    """
+    from core.config import ConfigError, load_run_config
+    from core.config.importers import blocking_lines, detect_peer, import_file, load_imported_config
+
+    path = str(path)
+    imported = None
+    try:
+        if detect_peer(path):
+            imported = import_file(path)
+            warn(t("runs.imported", path=path, peer=imported.peer_name))
+            warn(imported.mapping_text())
+            blocked = blocking_lines(imported)
+            if blocked:
+                raise RunError(t("runs.import_blocked", path=path,
+                                 lines="\n".join(f"  {line.text()}" for line in blocked)), 2)
+            config = load_imported_config(imported, list(overrides), gpu_caps=_gpu_caps())
+        else:
+            config = load_run_config(path, list(overrides), gpu_caps=_gpu_caps())
+    except ConfigError as exc:
+        raise RunError(str(exc), 2) from exc
+    except FileNotFoundError as exc:
+        raise RunError(t("runs.config_missing", path=path), 2) from exc
+    for warning in getattr(config, "warnings", []) or []:
+        warn(t("runs.config_warning", warning=str(warning)))
+    _absolute_local_paths(config, Path(path).resolve().parent)
+    _check_model(config)
+    _check_lora_targets(config)
+    _check_data(config)
+    return RunFile(config, imported)
+
+
+def check_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = warn_on_stderr) -> RunCheck:
+    """Every check ``start_run`` makes before it writes anything, nothing started: the config as it would
+    run on this box (bf16/fp16 without a GPU become fp32, said through ``warn``) and the GPUs it gets."""
+    loaded = load_run_file(path, overrides, warn)
+    config = loaded.config
+    gpus = _check_box(config, warn)
+    if not gpus and config.precision != "fp32":
+        warn(t("launch.precision_cpu", precision=config.precision))
+        config.precision, config.pure_bf16 = "fp32", False
+    return RunCheck(config, gpus, loaded.imported)
+
+
+def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distributed: Any = None,
+                warn: Warn = warn_on_stderr) -> RunDirectory:
+    """Create the run directory of a checked ``RunConfig`` (queued, nothing started) for this box.
+
+    Refuses what this box cannot run (GPUs asked for, QLoRA or ZeRO without a GPU) and checkpoints its
+    disk cannot hold; resolves what really runs here into the run's config.yaml (precision, an absolute
+    ``output``, ``checkpoint_layers: auto``) and records the data fingerprint resume compares with.
+    ``argv`` is the command line recorded in run.json; ``command`` is ``train`` or ``demo``.
+    """
+    from core.runs.fingerprint import record_fingerprint
+    from core.runs.launch import create_run
+
+    gpus = _check_box(config, warn)
+    precision_asked = _resolve_for_this_box(config, gpus, warn)
+    if config.checkpoint_layers == "auto":
+        from core.estimate.checkpointing import resolve_checkpoint_layers
+
+        caps = _gpu_caps() if gpus else None
+        config.checkpoint_layers = resolve_checkpoint_layers(config, caps and caps["name"], len(gpus))
+        warn(t("runs.checkpoint_layers_chosen", value=config.checkpoint_layers))
+    run = create_run(config, list(argv), command=command, gpus=gpus, distributed=distributed)
+    if precision_asked:  # the config says fp32 now; the event keeps what was asked for
+        run.append_event("precision_fallback", requested=precision_asked, used="fp32", reason="no GPU")
+    record_fingerprint(run.path, run.config())  # what resume compares the data and keys with
+    return run
+
+
+def start_run(config: str | Path | Any, overrides: Sequence[str] = (), distributed: Any = None, *,
+              argv: Sequence[str] | None = None, command: str = "train",
+              warn: Warn = warn_on_stderr) -> RunDirectory:
+    """Start a detached run and return its ``RunDirectory`` once its supervisor holds the run's lock.
+
+    ``config`` is the path of a run file (loaded and checked by ``load_run_file`` with ``overrides``) or
+    a ``RunConfig`` the caller built and checked (the demo's), taken as it is. ``distributed`` is a
+    ``core.runs.launch.DistributedSettings`` for a multi-node run. ``argv`` is what run.json records as
+    the command line (by default the ``tunedeck train`` that does the same). Raises ``RunError``: a check
+    that failed (code 2), a disk that cannot be written, or ``SupervisorDidNotStart`` (code 1).
+    """
+    from core.runs.disk_space import cannot_write_message, is_unwritable
+
+    if isinstance(config, (str, Path)):
+        if argv is None:
+            argv = ["tunedeck", "train", str(config), *overrides]
+            if distributed is not None and distributed.nnodes > 1:
+                argv += [f"--nnodes={distributed.nnodes}", f"--node-rank={distributed.node_rank}",
+                         f"--master-addr={distributed.master_addr}", f"--master-port={distributed.master_port}"]
+        config = load_run_file(config, overrides, warn).config
+    elif overrides:
+        raise ValueError("overrides apply to a run file; apply them to a RunConfig before start_run")
+    try:
+        run = prepare_run(config, argv or ["tunedeck", command], command, distributed, warn)
+        _start(run)
+    except OSError as exc:
+        if not is_unwritable(exc):
+            raise
+        raise RunError(cannot_write_message(exc), 1) from exc
+    return run
+
+
+# -- resume --------------------------------------------------------------------------------------
+def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: bool = False,
+               overrides: Sequence[str] = (), warn: Warn = warn_on_stderr,
+               notice: Callable[[Message], None] | None = None) -> Any:
+    """Resume a stopped, failed or crashed run from its newest sound checkpoint; returns the
+    ``core.runs.control.ResumePlan`` (checkpoint, step, notices) once the new supervisor has started.
+
+    ``checkpoint`` picks checkpoint N instead; ``weights_only`` accepts one without optimizer state (the
+    optimizer and LR schedule restart); ``overrides`` (``key=value``) change the run's config.yaml, checked
+    first. The disk must hold the checkpoints still to come. Each notice of the plan (fallbacks, removals,
+    changed data or keys) goes to ``notice`` before the run starts, by default to ``warn`` as the CLI says
+    it. Raises ``RunError``; if the supervisor exits at once, ``SupervisorDidNotStart`` and the run is
+    marked failed.
+    """
+    from core.runs.control import prepare_resume
+
+    config = _resume_config(run, list(overrides), warn) if overrides else None
+    _check_disk_space(config.to_dict() if config is not None else run.config(), run.path,
+                      len(run.checkpoints(complete_only=True)), warn)
+    plan = prepare_resume(run, step=checkpoint, weights_only=weights_only, config=config)
+    for each in plan.notices:
+        if notice is not None:
+            notice(each)
+        else:
+            warn(t("resume.notice", text=each.text()))
+    _start(run, resume_from=plan.checkpoint)
+    return plan
+
+
+# -- stop ----------------------------------------------------------------------------------------
+def stop_run(run: RunDirectory, force: bool = False) -> Any:
+    """Ask a live run to stop: SIGTERM, so it saves a checkpoint and exits; ``force`` (or a second stop
+    while it is stopping) kills its processes. Returns a ``core.runs.control.StopResult`` at once; raises
+    ``RunError`` when the run is not live."""
+    from core.runs.control import request_stop
+
+    return request_stop(run, force=force)
+
+
+def stop_run_and_wait(run: RunDirectory, force: bool = False, timeout_s: float | None = None,
+                      waiting: Callable[[], None] | None = None) -> Any:
+    """``stop_run``, then wait until the run reaches a final state or ``timeout_s`` passes (``tunedeck
+    stop --wait``). ``waiting`` is called once before the wait begins (not when the stop was forced: a
+    forced run is already final). The result's ``timed_out`` says the run was still live at the end."""
+    from core.runs.control import StopResult, wait_for_end
+
+    result = stop_run(run, force)
+    if result.forced:
+        return result
+    if waiting is not None:
+        waiting()
+    status = wait_for_end(run, timeout_s)
+    return StopResult(False, status, timed_out=status.active)
+
+
+# -- the steps -------------------------------------------------------------------------------------
+def _gpu_caps() -> dict[str, Any] | None:
+    """bf16 capability of the first visible GPU for config validation; None without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            if pynvml.nvmlDeviceGetCount() == 0:
+                return None
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            major, _minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            name = pynvml.nvmlDeviceGetName(handle)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+    return {"bf16": major >= 8, "name": name if isinstance(name, str) else name.decode()}
+
+
+def _check_data(config: Any) -> None:
+    """Refuse to start on data that does not load cleanly (before any GPU is touched)."""
+    from core.data import DataError, load_training_records
+
+    if not config.dataset:
+        raise RunError(t("runs.no_dataset"), 2)
+    try:
+        load_training_records(config.dataset, hub=config.hub, dataset_info=config.dataset_info,
+                              dataset_dir=config.dataset_dir, split=config.split, seed=config.seed)
+    except DataError as exc:
+        raise RunError(t("runs.dataset_invalid", problems=str(exc)), 2) from exc
+
+
+def _absolute_local_paths(config: Any, yaml_dir: Path | None) -> None:
+    """Make relative model/dataset paths absolute: the trainer runs in the run directory, not here.
+
+    A relative path is taken from the current directory, else from the YAML file's directory; anything
+    that exists in neither (a hub id such as ``Qwen/Qwen2.5-7B``) is left as it is.
+    """
+
+    def fix(value: str) -> str:
+        path = Path(value).expanduser()
+        if path.is_absolute():
+            return str(path)
+        for base in (Path.cwd(), yaml_dir):
+            if base is not None and (base / path).exists():
+                return str((base / path).resolve())
+        return value
+
+    if isinstance(config.model, str):
+        config.model = fix(config.model)
+    from core.data.registry import anchor_dataset_keys
+
+    # Dataset entries keep their #N / :split; a dataset_info.json next to the YAML is recorded.
+    anchor_dataset_keys(config, yaml_dir)
+
+
+def _check_model(config: Any) -> None:
+    """A model that names a local directory must be one with a config.json (hub ids pass)."""
+    from core.assets import resolve_model_name
+
+    if not config.model:
+        raise RunError(t("runs.no_model"), 2)
+    value = resolve_model_name(str(config.model))
+    looks_local = value.startswith(("/", "./", "../", "~")) or Path(value).expanduser().exists()
+    if looks_local and not (Path(value).expanduser() / "config.json").is_file():
+        raise RunError(t("runs.model_missing", path=value), 2)
+
+
+def _check_lora_targets(config: Any) -> None:
+    """LoRA targets that name no module of the model fail in the trainer: refuse them here."""
+    from core.config.model_checks import lora_targets_problem
+
+    problem = lora_targets_problem(config.model, config.lora_targets, config.method)
+    if problem:
+        raise RunError(problem, 2)
+
+
+def _check_disk_space(values: dict[str, Any], where: Path, existing_checkpoints: int = 0,
+                      warn: Warn = warn_on_stderr) -> None:
+    """Refuse a run whose checkpoints (``save_total_limit`` of them + the final save) will not fit on the
+    disk of ``where``, with the figures; warn when they barely do (``core.runs.disk_space``)."""
+    from core.runs.disk_space import check_space
+
+    check = check_space(values, where, existing_checkpoints)
+    if check is None:  # a model the estimator cannot size: nothing to say
+        return
+    if check.verdict == "short":
+        raise RunError(check.message.text(), 2)
+    if check.verdict == "close":
+        warn(check.message.text())
+
+
+def _record_tight_disk(run: RunDirectory) -> None:
+    """A launch that passed the space check only just: an event the dashboard lists (the wizard shows no
+    stderr), with the same figures as the warning."""
+    from core.runs.disk_space import check_space
+
+    check = check_space(run.config(), run.path, len(run.checkpoints(complete_only=True)))
+    if check is not None and check.verdict != "ok":
+        try:
+            run.append_event("disk_space_low", advice=check.message.english(), **check.to_dict())
+        except OSError:
+            pass
+
+
+def _start(run: RunDirectory, resume_from: str | None = None) -> None:
+    """Start the run's supervisor and wait until it holds the lock. One that exits at once leaves the run
+    failed (if it never got past queued) and raises ``SupervisorDidNotStart`` with its log's tail."""
+    from core.runs.launch import start_supervisor, wait_until_started
+
+    _record_tight_disk(run)
+
+    proc = start_supervisor(run, resume_from=None if resume_from is None else Path(resume_from))
+    if not wait_until_started(run, proc):
+        tail = ""
+        try:
+            tail = run.supervisor_log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
+        except OSError:
+            pass
+        message = t("runs.supervisor_failed", path=str(run.supervisor_log_path), tail=tail.strip())
+        if run.status().status == RunState.QUEUED:  # the supervisor never got as far as recording anything
+            run.write_status(RunState.FAILED, message.splitlines()[0])
+        raise SupervisorDidNotStart(message, run.supervisor_log_path)
+
+
+def _resolve_for_this_box(config: Any, gpus: list[int], warn: Warn) -> str | None:
+    """What really runs, written into the run's config before it exists: returns the precision asked
+    for when it cannot run here (bf16/fp16 without a GPU become fp32, with a warning), else None; makes
+    ``output`` absolute and checks it (``core.runs.output``: absent or empty, writable; created empty)."""
+    asked = None
+    if not gpus and config.precision != "fp32":
+        asked = config.precision
+        warn(t("launch.precision_cpu", precision=asked))
+        config.precision, config.pure_bf16 = "fp32", False
+    if config.output:
+        from core.runs.output import OutputError, prepare_output, resolve_output
+
+        try:
+            config.output = str(prepare_output(resolve_output(str(config.output))))
+        except OutputError as exc:
+            raise RunError(str(exc), 2) from None
+    return asked
+
+
+def _check_box(config: Any, warn: Warn = warn_on_stderr) -> list[int]:
+    """The GPUs the run gets here, refusing what this box cannot run and checkpoints the disk cannot hold."""
+    from core.paths import runs_dir
+    from core.runs.gpus import resolve_gpus, visible_gpu_count
+
+    try:
+        gpus = resolve_gpus(config.gpus, visible_gpu_count())
+    except ValueError as exc:
+        raise RunError(str(exc), 2) from exc
+    if not gpus and config.method == "qlora":
+        raise RunError(t("runs.qlora_needs_gpu"), 2)
+    if not gpus and int(config.zero_stage or 0) > 0:
+        raise RunError(t("runs.zero_needs_gpu"), 2)
+    _check_disk_space(config.to_dict(), runs_dir(), warn=warn)  # before anything is written
+    return gpus
+
+
+def _resume_config(run: RunDirectory, overrides: list[str], warn: Warn) -> Any:
+    """The run's config.yaml with ``key=value`` overrides applied and checked (a dataset that moved)."""
+    from core.config import ConfigError, load_run_config
+
+    try:
+        config = load_run_config(run.config_path, overrides, gpu_caps=_gpu_caps())
+    except ConfigError as exc:
+        raise RunError(str(exc), 2) from exc
+    except FileNotFoundError as exc:
+        raise RunError(t("runs.config_missing", path=str(run.config_path)), 2) from exc
+    for warning in getattr(config, "warnings", []) or []:
+        warn(t("runs.config_warning", warning=str(warning)))
+    _absolute_local_paths(config, None)
+    return config
+
+
+__all__ = ["RunCheck", "RunError", "RunFile", "SupervisorDidNotStart", "can_resume", "can_stop",
+           "check_run_file", "load_run_file", "prepare_run", "resume_run", "start_run", "stop_run",
+           "stop_run_and_wait", "warn_on_stderr"]
