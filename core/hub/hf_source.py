@@ -6,6 +6,7 @@ gives it ours, so an unreachable hub is a message in seconds rather than a hang.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -32,8 +33,10 @@ _factory_lock = threading.Lock()
 _factory_timeout: float | None = None
 _CALL_THREAD = "hf-call"
 _SDK_HTTP_LOGGER = "huggingface_hub.utils._http"
-# The first retry warning of each call thread (by thread id): why its connection failed.
-_retry_reasons: dict[int, str] = {}
+# The first retry warning of each call still awaited, by its thread's name: why its connection failed.
+# A call abandoned at its deadline leaves the table, so what its thread logs afterwards is dropped.
+_retry_reasons: dict[str, str | None] = {}
+_call_numbers = itertools.count(1)
 
 
 class _RetryReasons(logging.Filter):
@@ -41,11 +44,12 @@ class _RetryReasons(logging.Filter):
     it is the only record of why the connection failed when the deadline abandons the call."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not (record.threadName or "").startswith(_CALL_THREAD):
+        name = record.threadName or ""
+        if not name.startswith(_CALL_THREAD):
             return True
         message = record.getMessage()
-        if "thrown while requesting" in message:
-            _retry_reasons.setdefault(record.thread or 0, message)
+        if "thrown while requesting" in message and _retry_reasons.get(name, "") is None:
+            _retry_reasons[name] = message
         return False
 
 
@@ -129,17 +133,19 @@ class HfSource:
                 answers.put((False, exc))
 
         _install_retry_filter()
-        thread = threading.Thread(target=call, name=_CALL_THREAD, daemon=True)
+        name = f"{_CALL_THREAD}-{next(_call_numbers)}"
+        _retry_reasons[name] = None
+        thread = threading.Thread(target=call, name=name, daemon=True)
         thread.start()
         try:
             ok, value = answers.get(timeout=min(self.timeout_s, 4.0) + 0.5)
         except queue.Empty:
-            reason = _retry_reasons.pop(thread.ident or 0, None)
+            reason = _retry_reasons.pop(name, None)
             status = re.search(r"HTTP Error (\d{3})", reason or "")
             if status:
                 raise status_error(HUB, int(status.group(1)), what, self.endpoint, reason or "", operation) from None
             raise unreachable_error(HUB, self.endpoint, reason or TimeoutError(t("hub.error.deadline"))) from None
-        _retry_reasons.pop(thread.ident or 0, None)
+        _retry_reasons.pop(name, None)
         if ok:
             return value
         return self._reraise(what, value, operation)
