@@ -33,8 +33,11 @@ class GpuProcess:
     """A compute process NVML reports on a GPU.
 
     ``visible`` is False when the pid NVML gives (a pid of the host's namespace, inside a container) is
-    absent from this pid namespace or belongs to a process here that does not use a GPU; ``user`` and
-    ``command`` are then ``None`` rather than another process's. ``hidden_reason`` says which case.
+    absent from this pid namespace or belongs to a process here that does not use a GPU; ``user``,
+    ``command`` and the host-side readings are then ``None`` rather than another process's.
+    ``hidden_reason`` says which case. ``started_at`` (the process's start, Unix time) tells this
+    process from a later one that reuses its pid; ``cpu_percent`` is its CPU use since the previous
+    poll (100 = one core; None on the first poll), ``host_memory_bytes`` its resident memory (RSS).
     """
 
     pid: int
@@ -43,6 +46,9 @@ class GpuProcess:
     user: str | None = None
     command: str | None = None
     hidden_reason: str | None = None  # "not_in_namespace" | "not_a_gpu_process"
+    started_at: float | None = None
+    cpu_percent: float | None = None
+    host_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)

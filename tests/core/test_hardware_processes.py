@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
+import os
 import subprocess
 import sys
 import time
@@ -143,3 +144,74 @@ def test_resolver_cache_follows_the_process_not_the_pid(plain_child):
     assert resolver.resolve(plain_child.pid, 2).hidden_reason == first.hidden_reason
     resolver.forget_except(set())
     assert resolver._cache == {}
+
+
+@pytest.fixture
+def busy_gpu_like_child(tmp_path):
+    """A GPU-like process (maps libcuda.so.1) that keeps one core busy."""
+    lib = tmp_path / "libcuda.so.1"
+    lib.write_bytes(b"\0" * 4096)
+    ready = tmp_path / "ready"
+    code = (
+        "import mmap, time\n"
+        f"f = open({str(lib)!r}, 'rb')\n"
+        "m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n"
+        "block = bytearray(32 * 1024 * 1024)\n"  # resident memory the reader must see
+        f"open({str(ready)!r}, 'w').close()\n"
+        "end = time.time() + 60\n"
+        "while time.time() < end:\n"
+        "    pass\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        wait_for(ready)
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_live_readings_start_time_rss_and_cpu_from_proc(busy_gpu_like_child):
+    """The start time is the process's own, RSS is what it holds, CPU % comes from the second poll on."""
+    import psutil
+
+    resolver = LiveProcessResolver()
+    first = resolver.resolve(busy_gpu_like_child.pid, 1)
+    assert first.started_at == psutil.Process(busy_gpu_like_child.pid).create_time()
+    assert first.host_memory_bytes is not None and first.host_memory_bytes >= 32 * 1024 * 1024
+    assert first.cpu_percent is None  # no interval to measure over yet
+    deadline = time.monotonic() + 30
+    while True:  # a state to reach (a busy core shows), not a speed: the box may be loaded
+        again = resolver.resolve(busy_gpu_like_child.pid, 1)
+        if again.cpu_percent is not None and again.cpu_percent > 20:
+            break
+        assert time.monotonic() < deadline, f"CPU % never showed the busy core: {again.cpu_percent}"
+        time.sleep(0.1)
+    assert again.started_at == first.started_at and again.user == first.user
+
+
+def test_cpu_percent_is_the_share_of_a_core_between_two_polls(gpu_like_child):
+    """An idle process: its CPU seconds barely move between two polls, whatever the wall time between."""
+    now = [100.0]
+    resolver = LiveProcessResolver(clock=lambda: now[0])
+    assert resolver.resolve(gpu_like_child.pid, 1).cpu_percent is None
+    now[0] += 10.0
+    idle = resolver.resolve(gpu_like_child.pid, 1).cpu_percent
+    assert idle is not None and 0.0 <= idle < 5.0
+    resolver.forget_except(set())
+    assert resolver._cpu_seen == {} and resolver._cache == {}
+
+
+def test_hidden_processes_carry_no_readings_of_the_process_that_holds_the_pid(plain_child):
+    proc = LiveProcessResolver().resolve(plain_child.pid, 1024)
+    assert proc.visible is False
+    assert proc.started_at is None and proc.cpu_percent is None and proc.host_memory_bytes is None
+
+
+def test_a_recording_replays_its_readings_and_never_looks_the_pid_up_here():
+    recorded = GpuProcess(os.getpid(), 5, visible=True, user="root", command="python -m x",
+                          started_at=1795980000.0, cpu_percent=99.5, host_memory_bytes=7 * 2**30)
+    from core.hardware.processes import RecordedProcessResolver
+
+    shown = RecordedProcessResolver({recorded.pid: recorded}).resolve(recorded.pid, 2**30)
+    assert shown == dataclasses.replace(recorded, used_memory_bytes=2**30)
