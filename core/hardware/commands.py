@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from core.i18n import t
+from core.units import format_disk
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -105,8 +106,8 @@ def host_line(host: Any) -> str:
         ram_used=_gib(host.memory_used_bytes),
         ram_total=_gib(host.memory_total_bytes),
         load=_na(load),
-        disk_free=_gib(host.disk_free_bytes),
-        disk_total=_gib(host.disk_total_bytes),
+        disk_free=format_disk(host.disk_free_bytes),
+        disk_total=format_disk(host.disk_total_bytes),
         disk_path=_na(host.disk_path),
     )
 
