@@ -85,6 +85,32 @@ def test_gpus(recording, size):
     run(scenario())
 
 
+def test_gpus_process_selected_80x24(monkeypatch):
+    """A run's trainer selected: its columns, the detail under the list and the footer, in Chinese."""
+    import time
+
+    from tests.tui.test_gpu_screen import open_showcase_selected, showcase_monitor, showcase_run
+
+    monkeypatch.setenv("TZ", "UTC")  # the start time prints in local time
+    time.tzset()
+
+    async def scenario():
+        showcase_run()
+        app = make_app(quiet_settings(), monitor=showcase_monitor(), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_showcase_selected(pilot, app)
+            text = assert_fits(app, (80, 24))
+            assert "已用" in text and "内存" in text and "CPU%" in text
+            assert "任务 20261129-2100-qwen7b-lora 的训练进程" in text and "结束" in text
+            assert_snapshot(app, "zh_gpus_process_selected_80x24")
+
+    try:
+        run(scenario())
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 @pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
 def test_models(hub_env, size):  # noqa: F811
     async def scenario():

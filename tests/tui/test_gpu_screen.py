@@ -1,12 +1,28 @@
-"""The GPU screen over fake NVML replaying recordings: cards, processes, host, no-GPU states, layout."""
+"""The GPU screen over fake NVML replaying recordings: cards, processes (select, kill, command line, run
+link), host, no-GPU states, layout."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import getpass
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 
+from core.hardware.fake_nvml import fake_monitor_from_recording
+from core.hardware.snapshot import GpuProcess, load_snapshot
+from core.i18n import t
+from core.paths import runs_dir
+from core.text_width import cell_len
+from tests.fixtures.watch.run_builder import build_run
 from tests.tui.conftest import (
+    GPU_FIXTURES,
     StepClock,
     assert_snapshot,
     fake_monitor,
@@ -16,8 +32,11 @@ from tests.tui.conftest import (
     wait_screen_stable,
 )
 from tui.app import make_app
-from tui.screens.gpus import GpuCard, GpuScreen, SnapshotReady
+from tui.screens.gpus import PROC_COLUMNS, GpuCard, GpuScreen, SnapshotReady, fit_process_columns
+from tui.screens.help import HelpScreen
+from tui.widgets.confirm import ConfirmScreen
 from tui.widgets.keys_footer import KeysFooter
+from tui.widgets.text_modal import TextModal
 
 
 def run(coro):
@@ -192,5 +211,334 @@ def test_gpu_screen_snapshots(recording, size):
             if recording != "none":
                 await feed_history(pilot, screen, monitor, clock, 40)
             assert_snapshot(app, f"gpus_{recording}_{size[0]}x{size[1]}")
+
+    run(scenario())
+
+
+# --- GPU processes: select, kill, command line, run link, columns (issue #18 item 5) -------------------
+SNAPSHOT_TAKEN_AT = 1795993337.0
+SHOWCASE_RUN = "20261129-2100-qwen7b-lora"
+SHOWCASE_TRAINER_PID = 62000
+SHOWCASE_TRAINER_START = SNAPSHOT_TAKEN_AT - 3723.0
+TRAINER_COMMAND = (f"/root/tunedeck/.venv/bin/python -m core.train.worker /root/.local/share/tunedeck/runs/"
+                   f"{SHOWCASE_RUN} --config /root/.local/share/tunedeck/runs/{SHOWCASE_RUN}/config.yaml "
+                   "--hub-token *** --attempt 1")
+
+
+def monitor_with(processes: dict[int, tuple[GpuProcess, ...]], base: str = "h200x1",
+                 taken_at: float | None = None):
+    """Fake GPUs replaying ``base`` with these processes on these GPUs (as a recording of a box where they
+    run): the recorded resolver shows them as recorded, and the kill reaches the real pid here. Each
+    GPU's used memory is what its processes hold, plus half a GiB of context."""
+    recording = load_snapshot(GPU_FIXTURES / f"{base}.json")
+    gpus = tuple(dataclasses.replace(
+        g, processes=processes.get(g.index, ()),
+        memory_used_bytes=2**29 + sum(p.used_memory_bytes or 0 for p in processes.get(g.index, ())),
+    ) for g in recording.gpus)
+    recording = dataclasses.replace(recording, gpus=gpus)
+    options = {} if taken_at is None else {"wall_clock": lambda: taken_at}
+    return fake_monitor_from_recording(recording, clock=StepClock(), **options)
+
+
+def live_process(proc: subprocess.Popen, command: str = "sleep 60", **fields) -> GpuProcess:
+    """A real child of the test as a GPU process: its own pid, user and start time, as a poll reads them."""
+    info = psutil.Process(proc.pid)
+    fields.setdefault("started_at", info.create_time())
+    return GpuProcess(proc.pid, 2 * 1024**3, visible=True, user=getpass.getuser(), command=command,
+                      cpu_percent=0.0, host_memory_bytes=info.memory_info().rss, **fields)
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    """Start times print in local time: pinned to UTC where a snapshot shows one."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def footer_keys(app) -> list[str]:
+    return [key for key, _ in app.screen.query_one(KeysFooter).shown()]
+
+
+def notes(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def select_process(pilot, app, key: str = "p"):
+    screen = app.screen
+    await pilot.press(key)
+    await wait_for(pilot, lambda: screen.selected() is not None)
+    await wait_for(pilot, lambda: "k" in footer_keys(app))
+    return screen.selected()
+
+
+def showcase_monitor():
+    """Two H200s: a tunedeck run's trainer, another user's notebook, and a pid of another container."""
+    trainer = GpuProcess(SHOWCASE_TRAINER_PID, 61 * 1024**3 + 2**29, visible=True, user="root",
+                         command=TRAINER_COMMAND, started_at=SHOWCASE_TRAINER_START, cpu_percent=101.3,
+                         host_memory_bytes=int(9.1 * 1024**3))
+    notebook = GpuProcess(48211, 17 * 1024**3, visible=True, user="alice",
+                          command="/usr/bin/python3 /home/alice/notebooks/eval_llama.py --model "
+                                  "meta-llama/Llama-3.1-8B-Instruct --batch-size 16",
+                          started_at=SNAPSHOT_TAKEN_AT - 2 * 86400 - 3 * 3600, cpu_percent=12.4,
+                          host_memory_bytes=int(3.2 * 1024**3))
+    hidden = GpuProcess(7301, 8 * 1024**3, visible=False, hidden_reason="not_in_namespace")
+    return monitor_with({0: (trainer,), 1: (notebook, hidden)}, base="h200x2", taken_at=SNAPSHOT_TAKEN_AT)
+
+
+def showcase_run() -> Path:
+    """The run whose supervisor recorded the showcase's trainer (pid and start time) in run.json."""
+    path = build_run(runs_dir(), SHOWCASE_RUN, status="running", gpus=(0,))
+    record = json.loads((path / "run.json").read_text(encoding="utf-8"))
+    record["trainer"] = {"pid": SHOWCASE_TRAINER_PID, "start_time": SHOWCASE_TRAINER_START}
+    (path / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    return path
+
+
+async def open_showcase_selected(pilot, app):
+    """The showcase on screen with its trainer selected (linked to its run)."""
+    screen = await open_gpus(pilot, app)
+    await wait_for(pilot, lambda: SHOWCASE_TRAINER_PID in screen.links)
+    await select_process(pilot, app)
+    await wait_for(pilot, lambda: "o" in footer_keys(app))
+    await wait_screen_stable(pilot, app)
+    return screen
+
+
+def test_k_then_y_sends_sigterm_and_the_real_process_ends(sleeper):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=monitor_with({0: (live_process(sleeper),)}))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_gpus(pilot, app)
+            assert "k" not in footer_keys(app)  # nothing selected: nothing to kill
+            row = await select_process(pilot, app)
+            assert row.process.pid == sleeper.pid
+            await pilot.press("k")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            text = screen_text(app)
+            assert f"Send SIGTERM to PID {sleeper.pid}?" in text and "sleep 60" in text
+            await pilot.press("y")
+            await wait_for(pilot, lambda: sleeper.poll() is not None)
+            assert sleeper.returncode == -signal.SIGTERM
+            await wait_for(pilot, lambda: f"SIGTERM sent to PID {sleeper.pid}." in notes(app))
+            await wait_for(pilot, lambda: f"PID {sleeper.pid} has exited." in notes(app))
+
+    run(scenario())
+
+
+def test_enter_n_and_esc_in_the_dialog_do_not_kill_and_shift_k_sends_sigkill(sleeper):
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=monitor_with({0: (live_process(sleeper),)}))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_gpus(pilot, app)
+            await select_process(pilot, app)
+            for no in ("enter", "n", "escape"):
+                await pilot.press("k")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+                await pilot.press(no)
+                await wait_for(pilot, lambda: app.screen is screen)
+                assert not [w for w in app.workers if w.group == "gpu-signal" and w.name == "_send_signal"]
+                assert sleeper.poll() is None, no
+            assert not any("sent to PID" in note for note in notes(app))
+            await pilot.press("K")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert f"Send SIGKILL to PID {sleeper.pid}?" in screen_text(app)
+            await pilot.press("y")
+            await wait_for(pilot, lambda: sleeper.poll() is not None)
+            assert sleeper.returncode == -signal.SIGKILL
+
+    run(scenario())
+
+
+def test_processes_that_cannot_be_signalled_are_refused_with_why(sleeper):
+    """This app, a host pid of another container, a reused pid, a recording without start times."""
+    me = psutil.Process()
+    own = GpuProcess(me.pid, 2**30, visible=True, user="root", command="tunedeck", started_at=me.create_time())
+    hidden = GpuProcess(7301, 2**30, visible=False, hidden_reason="not_in_namespace")
+    reused = live_process(sleeper, started_at=psutil.Process(sleeper.pid).create_time() - 3600)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=monitor_with({0: (own, hidden), 1: (reused,)}, base="h200x2"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_gpus(pilot, app)
+            await select_process(pilot, app)
+            expected = {me.pid: "is tunedeck itself", 7301: "not visible in this container",
+                        sleeper.pid: "now names another process"}
+            for index in range(3):
+                pid = screen.selected().process.pid
+                await pilot.press("k")
+                await wait_for(pilot, lambda pid=pid: any(f"PID {pid}" in n and expected[pid] in n for n in notes(app)))
+                assert app.screen is screen  # no dialog for what cannot be sent
+                if index < 2:
+                    await pilot.press("down")
+            assert sleeper.poll() is None
+
+    run(scenario())
+
+    async def recorded():  # a recording made before start times were recorded: never signalled
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_gpus(pilot, app)
+            await select_process(pilot, app)
+            await pilot.press("k")
+            await wait_for(pilot, lambda: any("no known start time" in n for n in notes(app)))
+            assert app.screen is screen
+
+    run(recorded())
+
+
+def test_the_selected_processs_full_command_line_is_shown(sleeper):
+    command = "python -m trainer " + " ".join(f"--option-{i} value-{i}" for i in range(40)) + " --last END"
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=monitor_with({0: (live_process(sleeper, command=command),)}))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_gpus(pilot, app)
+            await select_process(pilot, app, key="down")  # an arrow key selects too
+            detail = screen.query_one("#gpu-proc-detail")
+            assert detail.display and detail.region.height >= 3
+            text = screen_text(app)
+            assert f"PID {sleeper.pid}" in text and "python -m trainer --option-0 value-0" in text
+            assert "Enter shows all" in text  # too long for the lines under the list
+            assert "Enter" in footer_keys(app)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, TextModal))
+            await wait_screen_stable(pilot, app)
+            shown = "".join(line.strip("│ ") for line in screen_text(app).splitlines())
+            assert command.replace(" ", "") in shown.replace(" ", "")  # every character, wrapped at 80
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is screen)
+            await pilot.press("escape")  # leaves the list: nothing selected, the usual footer again
+            await wait_for(pilot, lambda: screen.selected() is None)
+            assert not detail.display
+            assert footer_keys(app)[:5] == ["?", "c", "p", "+", "-"]
+
+    run(scenario())
+
+
+def test_a_runs_trainer_shows_its_run_and_o_opens_the_dashboard(sleeper):
+    from tui.screens.dashboard import DashboardScreen
+
+    path = build_run(runs_dir(), "20261129-2100-live", status="running", gpus=(0,))
+    record = json.loads((path / "run.json").read_text(encoding="utf-8"))
+    record["trainer"] = {"pid": sleeper.pid, "start_time": psutil.Process(sleeper.pid).create_time()}
+    (path / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    stranger = subprocess.Popen(["sleep", "60"])
+
+    async def scenario():
+        processes = {0: (live_process(sleeper, command="python -m core.train.worker"),),
+                     1: (live_process(stranger),)}
+        app = make_app(quiet_settings(), monitor=monitor_with(processes, base="h200x2"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_gpus(pilot, app)
+            await wait_for(pilot, lambda: sleeper.pid in screen.links)
+            assert stranger.pid not in screen.links
+            command = str(screen.query_one("#gpu-procs").get_cell(f"0:{sleeper.pid}", "command"))
+            assert command.startswith("live python -m core")  # the run's name before its command
+            assert "live python -m core" in screen_text(app)
+            await select_process(pilot, app)
+            assert "trainer of run 20261129-2100-live (o)" in screen_text(app)
+            assert "o" in footer_keys(app)
+            await pilot.press("down")  # not a run's process: o is not offered
+            await wait_for(pilot, lambda: "o" not in footer_keys(app))
+            await pilot.press("up")
+            await wait_for(pilot, lambda: "o" in footer_keys(app))
+            await pilot.press("o")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            assert app.current_mode == "runs" and "20261129-2100-live" in screen_text(app)
+
+    try:
+        run(scenario())
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_process_columns_fit_80x24_dropping_the_least_needed_first(private_home):
+    async def scenario():
+        showcase_run()
+        app = make_app(quiet_settings(), monitor=showcase_monitor())
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_showcase_selected(pilot, app)
+            rows = screen_text(app).splitlines()
+            assert all(cell_len(row) <= 80 for row in rows)
+            header = next(row for row in rows if "PID" in row and "Command" in row)
+            for label in ("GPU", "PID", "User", "GPU mem", "CPU%", "RAM", "Elapsed", "Command"):
+                assert label in header, label
+            text = screen_text(app)
+            assert "101" in text and "9.1 GiB" in text and "1:02:03" in text and "2d 03h" in text
+            assert screen.column_widths["command"] >= 20
+
+    run(scenario())
+    natural = {"gpu": 3, "pid": 7, "user": 10, "gpu_mem": 10, "cpu": 4, "host_mem": 9, "elapsed": 7, "command": 90}
+    assert list(fit_process_columns(200, natural)) == [c.key for c in PROC_COLUMNS]
+    narrow = fit_process_columns(78, natural)
+    assert "user" not in narrow and {"cpu", "host_mem", "elapsed"} <= set(narrow)
+    assert narrow["command"] >= 20
+    assert sum(w + 2 for w in narrow.values()) <= 78
+    assert list(fit_process_columns(40, natural)) == ["gpu", "pid", "command"]
+
+
+def test_process_keys_in_help_and_palette_while_a_process_is_selected(private_home):
+    """What applies is listed (check_action): nothing to kill before a process is selected."""
+    async def scenario():
+        showcase_run()
+        app = make_app(quiet_settings(), monitor=showcase_monitor())
+        async with app.run_test(size=(100, 50)) as pilot:
+            screen = await open_gpus(pilot, app)
+            keys = ("kill", "force_kill", "details", "open_run", "back")
+            titles = {command.title for command in app.get_system_commands(screen)}
+            assert not {t(f"gpuscreen.key.{key}") for key in keys} & titles
+            assert t("gpuscreen.key.processes") in titles
+            await open_showcase_selected(pilot, app)
+            titles = {command.title for command in app.get_system_commands(screen)}
+            for key in keys:
+                assert t(f"gpuscreen.key.{key}") in titles, key
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+            text = screen_text(app)
+            for key in keys:
+                assert t(f"gpuscreen.key.{key}") in text, key
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is screen)
+            await pilot.press("ctrl+p")  # the palette runs them by name: the details of the process
+            await pilot.press(*"the selected process in full")
+            await wait_for(pilot, lambda: t("gpuscreen.key.details") in screen_text(app))
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, TextModal) and "--attempt" in screen_text(app))
+
+    run(scenario())
+
+
+def test_host_disk_free_in_decimal_units():
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x8"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_gpus(pilot, app)
+            assert "disk free 23.1 TB" in screen_text(app)  # 23,085,449,216,000 bytes, as df -H says
+
+    run(scenario())
+
+
+def test_gpu_screen_process_selected_snapshot(utc):
+    async def scenario():
+        showcase_run()
+        app = make_app(quiet_settings(), monitor=showcase_monitor())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_showcase_selected(pilot, app)
+            assert_snapshot(app, "gpus_process_selected_80x24")
 
     run(scenario())

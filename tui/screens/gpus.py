@@ -1,38 +1,59 @@
 """The GPU screen: a card per GPU with bars and a rolling history, processes, the host.
 
-A worker thread polls the hardware monitor (1 Hz by default, never faster than every 0.25 s) and posts
-each snapshot; only the message handler touches widgets, so input never waits on NVML.
+A worker thread polls the hardware monitor (1 Hz by default, never faster than every 0.25 s), links GPU
+processes to tunedeck runs (``core.hardware.run_links``) and posts each snapshot; only the message
+handler touches widgets, so input never waits on NVML or /proc.
+
+The process list works like nvitop's: nothing is selected until ``p`` (or an arrow key) selects a
+process; then its full command line, start and run show below the list, ``Enter`` shows everything in
+a window, ``k`` / ``K`` send SIGTERM / SIGKILL after a ``y`` in a dialog (``core.hardware.process_control``
+checks first that the pid still names the same process, and refuses with the reason where it cannot
+send), ``o`` opens the run's dashboard, ``Esc`` leaves the list.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import threading
 import time
 from collections import Counter, deque
+from dataclasses import dataclass
+from datetime import datetime
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.markup import escape
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
 
-from core.hardware.snapshot import BoxSnapshot, GpuSnapshot
+from core.hardware.run_links import TRAINER, RunLink, RunLinker
+from core.hardware.snapshot import BoxSnapshot, GpuProcess, GpuSnapshot
 from core.i18n import t
 from core.settings import MIN_POLL_INTERVAL_S
 from core.text_width import cell_len, pad, truncate
-from core.units import format_disk, plural_key
+from core.units import UNKNOWN, format_disk, format_duration, format_memory, plural_key
 from tui.widgets.bar import bar, level_variable
 from tui.widgets.history import history_rows
 from tui.widgets.keys_footer import KeysFooter
+from tui.widgets.log_pane import wrap_points
 
 HISTORY_SAMPLES = 600  # ten minutes at 1 Hz
 CARD_HEIGHT = 7  # border + five lines
 CARD_MIN_WIDTH = 60
 GIB = 1024**3
+CELL_PADDING = 1  # the process table's, on each side of a cell
+COMMAND_MIN_WIDTH = 20  # columns drop before the command gets narrower than this
+USER_MAX_WIDTH = 10
+DETAIL_MAX_LINES = 6  # the selected process under the list: a head line and up to five of command
+DETAIL_RESERVE_LINES = 4  # what a selection needs at least: cards fold (compact) to leave it
+SIGNAL_WAIT_S = 10.0  # how long after a signal the screen waits to say whether the process exited
 
 
 def _gib(value: int | None) -> str:
@@ -46,16 +67,129 @@ def _num(value: float | int | None, fmt: str = "{:.0f}", suffix: str = "") -> st
     return t("gpuscreen.na") if value is None else fmt.format(value) + suffix
 
 
-class SnapshotReady(Message):
-    """A new poll of the box."""
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
-    def __init__(self, snapshot: BoxSnapshot) -> None:
+
+_RUN_STAMP = re.compile(r"^\d{8}-\d{4}-(.+)$")
+
+
+def _run_label(run_id: str, width: int) -> str:
+    """A run's name before its process's command: the id without its date-time stamp where the id
+    would take more than half the column (the detail line below has the whole id)."""
+    match = _RUN_STAMP.match(run_id)
+    if match and cell_len(run_id) > width // 2:
+        run_id = match.group(1)
+    return truncate(run_id, max(1, width // 2))
+
+
+@dataclass(frozen=True)
+class ProcColumn:
+    """One column of the process table. ``priority``: lower stays longer as the screen narrows (0 never
+    drops); the command column takes what the others leave."""
+
+    key: str
+    label: str  # i18n key
+    priority: int
+    right: bool = False
+
+
+PROC_COLUMNS: tuple[ProcColumn, ...] = (
+    ProcColumn("gpu", "gpuscreen.col_gpu", 0),
+    ProcColumn("pid", "gpuscreen.col_pid", 0, right=True),
+    ProcColumn("user", "gpuscreen.col_user", 5),
+    ProcColumn("gpu_mem", "gpuscreen.col_mem", 1, right=True),
+    ProcColumn("cpu", "gpuscreen.col_cpu", 2, right=True),
+    ProcColumn("host_mem", "gpuscreen.col_host_mem", 3, right=True),
+    ProcColumn("elapsed", "gpuscreen.col_elapsed", 4, right=True),
+    ProcColumn("command", "gpuscreen.col_command", 0),
+)
+
+
+def fit_process_columns(width: int, natural: dict[str, int]) -> dict[str, int]:
+    """{column key: content width} of the columns that fit in ``width`` cells, in table order.
+
+    Each column is as wide as its widest cell or label; while the command would get fewer than
+    ``COMMAND_MIN_WIDTH`` cells the column of the highest priority number drops (user, then elapsed,
+    RAM, CPU, GPU memory); GPU, PID and command always stay. The command takes the rest."""
+    kept = list(PROC_COLUMNS)
+
+    def fixed(columns: list[ProcColumn]) -> int:
+        return sum(natural.get(c.key, 1) + 2 * CELL_PADDING for c in columns if c.key != "command")
+
+    for column in sorted(PROC_COLUMNS, key=lambda c: -c.priority):
+        if column.priority == 0 or fixed(kept) + COMMAND_MIN_WIDTH + 2 * CELL_PADDING <= width:
+            break
+        kept.remove(column)
+    widths = {c.key: natural.get(c.key, 1) for c in kept if c.key != "command"}
+    widths["command"] = max(COMMAND_MIN_WIDTH, width - fixed(kept) - 2 * CELL_PADDING)
+    return {c.key: widths[c.key] for c in kept}
+
+
+@dataclass(frozen=True)
+class ProcRow:
+    """One line of the process table: a process on one GPU, with its run if it is a tunedeck run's."""
+
+    key: str
+    gpu: int
+    process: GpuProcess
+    run: RunLink | None
+    elapsed_s: float | None
+
+
+class SnapshotReady(Message):
+    """A new poll of the box; ``links`` (pid -> run) is None when the poster did not look (keep the last)."""
+
+    def __init__(self, snapshot: BoxSnapshot, links: dict[int, RunLink] | None = None) -> None:
         super().__init__()
         self.snapshot = snapshot
+        self.links = links
 
     def can_replace(self, message: Message) -> bool:
         # Only the latest reading matters: a queued older one is dropped.
         return isinstance(message, SnapshotReady)
+
+
+class SignalChecked(Message):
+    """The outcome of ``check_signal`` for the process the user asked to kill (from a worker)."""
+
+    def __init__(self, row: ProcRow, force: bool, target: object | None, refusal: str | None) -> None:
+        super().__init__()
+        self.row = row
+        self.force = force
+        self.target = target
+        self.refusal = refusal
+
+
+class SignalOutcome(Message):
+    """What came of a signal: sent, refused, exited or still running (from a worker)."""
+
+    def __init__(self, text: str, severity: str = "information") -> None:
+        super().__init__()
+        self.text = text
+        self.severity = severity
+
+
+class ProcessTable(DataTable, inherit_bindings=False):
+    """The process list: the first arrow key selects a process rather than moving a hidden cursor, as in
+    nvitop. Enter is left to the screen (the selected process in full), not the table's row selection."""
+
+    BINDINGS = [b for b in DataTable.BINDINGS if isinstance(b, Binding) and b.key != "enter"]
+
+    def _selecting(self) -> bool:
+        return bool(getattr(self.screen, "selecting", False))
+
+    def action_cursor_down(self) -> None:
+        if self._selecting():
+            super().action_cursor_down()
+        else:
+            self.screen.start_selecting()  # type: ignore[attr-defined]
+
+    def action_cursor_up(self) -> None:
+        if self._selecting():
+            super().action_cursor_up()
+        else:
+            self.screen.start_selecting()  # type: ignore[attr-defined]
 
 
 class GpuCard(Widget):
@@ -139,39 +273,74 @@ class GpuCard(Widget):
 class GpuScreen(Screen[None]):
     """Live NVML view of every GPU, its processes and the host."""
 
+    DEFAULT_CSS = """
+    GpuScreen #gpu-procs { scrollbar-gutter: stable; }
+    GpuScreen #gpu-proc-detail { height: auto; padding: 0 1; display: none; }
+    GpuScreen #gpu-proc-detail.-shown { display: block; }
+    """
     BINDINGS = [
         # In the footer before the app's section keys (KeysFooter drops what does not fit, ? stays).
         Binding("c", "toggle_compact", t("gpuscreen.key.compact"), id="gpus.compact"),
         Binding("p", "focus_processes", t("gpuscreen.key.processes"), id="gpus.processes"),
         Binding("plus", "interval(2.0)", t("gpuscreen.key.interval_up"), key_display="+", id="gpus.slower"),
         Binding("minus", "interval(0.5)", t("gpuscreen.key.interval_down"), key_display="-", id="gpus.faster"),
+        # While a process is selected (check_action): signal it, see it whole, open its run, leave.
+        Binding("k", "kill(False)", t("gpuscreen.key.kill"), id="gpus.kill"),
+        Binding("K", "kill(True)", t("gpuscreen.key.force_kill"), key_display="K", id="gpus.force_kill"),
+        Binding("enter", "details", t("gpuscreen.key.details"), id="gpus.details"),
+        Binding("o", "open_run", t("gpuscreen.key.open_run"), id="gpus.open_run"),
+        Binding("escape", "unselect", t("gpuscreen.key.back"), id="gpus.back"),
     ]
+    # Footer labels of the keys whose help and palette descriptions are long.
+    FOOTER_LABELS = {
+        "gpus.kill": "gpuscreen.key.kill_short",
+        "gpus.force_kill": "gpuscreen.key.force_kill_short",
+        "gpus.details": "gpuscreen.key.details_short",
+        "gpus.open_run": "gpuscreen.key.open_run_short",
+        "gpus.back": "gpuscreen.key.back_short",
+    }
+    PROCESS_ACTIONS = ("kill", "details", "unselect")
 
     def footer_priority(self) -> tuple[str, ...]:
         """Binding ids in the order the footer keeps them when the line is short."""
+        if self.selecting:
+            return ("gpus.kill", "gpus.open_run", "gpus.details", "gpus.force_kill", "gpus.back",
+                    "gpus.compact", "gpus.slower", "gpus.faster")
         return ("gpus.compact", "gpus.processes", "gpus.slower", "gpus.faster")
+
+    def footer_label(self, binding_id: str, description: str) -> str:
+        label = self.FOOTER_LABELS.get(binding_id)
+        return t(label) if label else description
 
     def __init__(self) -> None:
         super().__init__(name="gpus")
         self.snapshot: BoxSnapshot | None = None
         self.forced_compact: bool | None = None
         self.interval_s = 1.0
+        self.links: dict[int, RunLink] = {}
+        self.rows: dict[str, ProcRow] = {}  # the process table's rows, in order, by row key
+        self.column_widths: dict[str, int] = {}
+        self.selecting = False  # a process is selected (nvitop's selection mode)
+        self.selected_key: str | None = None
+        self._linker = RunLinker()
+        self._poll_soon = threading.Event()
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(t("gpuscreen.waiting"), id="gpu-status")
         yield Static("", id="host-strip")
         yield Vertical(id="gpu-cards")
-        table: DataTable = DataTable(id="gpu-procs", cursor_type="row", zebra_stripes=False)
-        table.add_columns(t("gpuscreen.col_gpu"), t("gpuscreen.col_pid"), t("gpuscreen.col_user"),
-                          t("gpuscreen.col_mem"), t("gpuscreen.col_command"))
+        table = ProcessTable(id="gpu-procs", cursor_type="row", zebra_stripes=False, cell_padding=CELL_PADDING,
+                             show_cursor=False)
         yield table
+        yield Static("", id="gpu-proc-detail")
         yield KeysFooter()
 
     def on_mount(self) -> None:
         self.title = t("app.title")
         self.sub_title = t("app.mode.gpus")
         self.interval_s = max(MIN_POLL_INTERVAL_S, self.app.settings.gpu_poll_interval_s)
+        self._fill_processes()
         self.poll_hardware()
 
     # --- polling in a worker thread ----------------------------------------------------------------
@@ -182,25 +351,37 @@ class GpuScreen(Screen[None]):
         while not worker.is_cancelled:
             started = time.monotonic()
             snapshot = monitor.poll()
-            self.post_message(SnapshotReady(snapshot))
+            try:
+                links: dict[int, RunLink] | None = self._linker.link(p for g in snapshot.gpus for p in g.processes)
+            except OSError:
+                links = None  # an unreadable runs directory: the processes still show, unlinked
+            self.post_message(SnapshotReady(snapshot, links))
             # Reschedule after the poll finished: polls never overlap, whatever NVML's latency.
             delay = max(MIN_POLL_INTERVAL_S, self.interval_s) - (time.monotonic() - started)
             end = time.monotonic() + max(0.0, delay)
-            while not worker.is_cancelled and time.monotonic() < end:
+            while not worker.is_cancelled and time.monotonic() < end and not self._poll_soon.is_set():
                 time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+            self._poll_soon.clear()
 
     def on_worker_state_changed(self, event) -> None:
         from textual.worker import WorkerState
 
-        if event.worker.group == "gpu-poll" and event.state == WorkerState.ERROR:
-            error = event.worker.error
+        if event.state != WorkerState.ERROR:
+            return
+        error = event.worker.error
+        if event.worker.group == "gpu-poll":
             self.query_one("#gpu-status", Static).update(
-                f"[b $error]{t('gpuscreen.poll_failed')}[/] {type(error).__name__}: {error}\n"
+                f"[b $error]{t('gpuscreen.poll_failed')}[/] {escape(type(error).__name__)}: {escape(str(error))}\n"
                 f"[$foreground-muted]{t('gpuscreen.unavailable_hint')}[/]"
             )
+        elif event.worker.group == "gpu-signal":
+            self.notify(f"{t('gpuscreen.signal_failed')} {type(error).__name__}: {error}", severity="error",
+                        markup=False)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         self.snapshot = message.snapshot
+        if message.links is not None:
+            self.links = message.links
         self._show(message.snapshot)
 
     # --- presentation --------------------------------------------------------------------------------
@@ -247,8 +428,9 @@ class GpuScreen(Screen[None]):
             return self.forced_compact
         columns = self._columns(count)
         rows = math.ceil(count / columns) if count else 0
-        # Keep at least five lines for processes under header, status, host strip and footer.
-        return rows * CARD_HEIGHT + 10 > self.size.height
+        # Keep at least five lines for processes under header, status, host strip and footer; while a
+        # process is selected, its detail lines too.
+        return rows * CARD_HEIGHT + 10 + (DETAIL_RESERVE_LINES if self.selecting else 0) > self.size.height
 
     def _columns(self, count: int) -> int:
         return max(1, min(count, self.size.width // CARD_MIN_WIDTH, 4)) if count else 1
@@ -272,25 +454,214 @@ class GpuScreen(Screen[None]):
             if record:
                 card.record(gpu)
 
+    # --- the process table -----------------------------------------------------------------------------
     def _update_processes(self, snapshot: BoxSnapshot) -> None:
-        table = self.query_one("#gpu-procs", DataTable)
-        table.clear()
+        rows: dict[str, ProcRow] = {}
         for gpu in snapshot.gpus:
             for proc in gpu.processes:
-                if proc.visible:
-                    user = proc.user or t("gpuscreen.na")
-                    command = " ".join((proc.command or t("gpuscreen.na")).split())
+                key = f"{gpu.index}:{proc.pid}"
+                elapsed = None if proc.started_at is None else max(0.0, snapshot.taken_at - proc.started_at)
+                rows[key] = ProcRow(key, gpu.index, proc, self.links.get(proc.pid) if proc.visible else None,
+                                    elapsed)
+        self.rows = rows
+        self._fill_processes()
+
+    def _cells(self, row: ProcRow) -> dict[str, str]:
+        proc = row.process
+        if proc.visible:
+            user = truncate(proc.user or t("gpuscreen.na"), USER_MAX_WIDTH)
+            command = _one_line(proc.command or t("gpuscreen.na"))
+        else:
+            user = UNKNOWN
+            command = t(f"gpuscreen.hidden_{proc.hidden_reason or 'not_in_namespace'}")
+        return {
+            "gpu": str(row.gpu),
+            "pid": str(proc.pid),
+            "user": user,
+            "gpu_mem": format_memory(proc.used_memory_bytes),
+            "cpu": UNKNOWN if proc.cpu_percent is None else f"{proc.cpu_percent:.0f}",
+            "host_mem": format_memory(proc.host_memory_bytes),
+            "elapsed": format_duration(row.elapsed_s),
+            "command": command,
+        }
+
+    def _table_width(self, table: DataTable) -> int:
+        """Cells a row may use: the table's width less the vertical scrollbar's gutter (always kept)."""
+        width = table.size.width or self.size.width or self.app.size.width
+        return max(1, width - table.styles.scrollbar_size_vertical)
+
+    def _fill_processes(self) -> None:
+        """Show ``self.rows``: columns from the data and the width, the selection kept on its process."""
+        table = self.query_one("#gpu-procs", DataTable)
+        cells = {key: self._cells(row) for key, row in self.rows.items()}
+        natural = {c.key: max([cell_len(t(c.label)), *(cell_len(row[c.key]) for row in cells.values())])
+                   for c in PROC_COLUMNS}
+        layout = fit_process_columns(self._table_width(table), natural)
+        old_index = table.cursor_row
+        keys = list(self.rows)
+        same_rows = [str(k.value) for k in table.rows] == keys
+        if layout != self.column_widths or not table.columns:
+            table.clear(columns=True)
+            for column in PROC_COLUMNS:
+                if column.key in layout:
+                    table.add_column(truncate(t(column.label), layout[column.key]), key=column.key,
+                                     width=layout[column.key])
+            self.column_widths = layout
+            same_rows = False
+        variables = self.app.theme_variables
+        accent = variables.get("accent") or ""
+
+        def texts(key: str) -> list[Text]:
+            row, values = self.rows[key], cells[key]
+            out = []
+            for column in PROC_COLUMNS:
+                if column.key not in layout:
+                    continue
+                width = layout[column.key]
+                if column.key == "command" and row.run is not None:
+                    # Text, not str: a DataTable parses str cells as markup, and commands hold brackets.
+                    text = Text(_run_label(row.run.run_id, width), style=f"bold {accent}".strip())
+                    text.append(" " + values["command"])
+                    text.truncate(width, overflow="ellipsis")
                 else:
-                    user = "—"
-                    command = t(f"gpuscreen.hidden_{proc.hidden_reason or 'not_in_namespace'}")
-                mem = "—" if proc.used_memory_bytes is None else f"{proc.used_memory_bytes / GIB:.1f} GiB"
-                table.add_row(str(gpu.index), str(proc.pid), user, mem, command, key=f"{gpu.index}:{proc.pid}")
+                    # A pid of another namespace reads as a note, not a command (dim: no theme colour
+                    # with an alpha is a Rich colour).
+                    style = "dim" if column.key == "command" and not row.process.visible else ""
+                    text = Text(truncate(values[column.key], width), style=style,
+                                justify="right" if column.right else "left")
+                out.append(text)
+            return out
+
+        if same_rows:
+            for key in keys:
+                for column_key, text in zip(layout, texts(key), strict=True):
+                    table.update_cell(key, column_key, text)
+        else:
+            table.clear()
+            for key in keys:
+                table.add_row(*texts(key), key=key)
+        if not keys:
+            self._set_selecting(False)
+            return
+        if self.selected_key in self.rows:
+            index = keys.index(self.selected_key)
+        else:  # the selected process went away: the row now at its place is selected
+            index = min(max(old_index, 0), len(keys) - 1)
+            if self.selecting:
+                self.selected_key = keys[index]
+        if table.cursor_row != index:
+            table.move_cursor(row=index, animate=False)
+        self._show_detail()
+
+    def selected(self) -> ProcRow | None:
+        """The selected process, or None when none is (the list is not in selection mode)."""
+        if not self.selecting or self.selected_key is None:
+            return None
+        return self.rows.get(self.selected_key)
+
+    def start_selecting(self) -> None:
+        """Select a process (the one under the cursor) and offer what can be done with it."""
+        table = self.query_one("#gpu-procs", DataTable)
+        if not self.rows:
+            self.notify(t("gpuscreen.no_procs"), timeout=3)
+            return
+        table.focus()
+        keys = list(self.rows)
+        self.selected_key = keys[min(max(table.cursor_row, 0), len(keys) - 1)]
+        self._set_selecting(True)
+
+    def _set_selecting(self, on: bool) -> None:
+        table = self.query_one("#gpu-procs", DataTable)
+        if not on:
+            self.selected_key = None
+        changed = on != self.selecting
+        self.selecting = on
+        table.show_cursor = on
+        self._show_detail()
+        if changed:
+            self.refresh_bindings()
+            if self.snapshot is not None:  # the cards may fold to make room for the detail
+                self._update_cards(self.snapshot, record=False)
+            self.call_after_refresh(self._show_detail)  # sized again from the new layout
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        key = event.row_key.value if event.row_key is not None else None
+        if self.selecting and key in self.rows and key != self.selected_key:
+            self.selected_key = key
+            self._show_detail()
+            self.refresh_bindings()  # o follows the process: offered for a run's process only
+
+    def _detail_room(self) -> int:
+        """Lines the detail may take: what the cards, the status and a table of every process leave."""
+        used = 2 + 1  # header and footer, the host strip
+        for selector in ("#gpu-status", "#gpu-cards"):
+            used += self.query_one(selector).outer_size.height
+        used += max(3, min(1 + len(self.rows), 6))  # the table: its header and a few rows, or all
+        return max(2, min(DETAIL_MAX_LINES, (self.size.height or self.app.size.height) - used))
+
+    def _show_detail(self) -> None:
+        """The selected process under the list: PID, start and run, then its command line, wrapped."""
+        detail = self.query_one("#gpu-proc-detail", Static)
+        row = self.selected()
+        detail.set_class(row is not None, "-shown")
+        if row is None:
+            detail.update("")
+            return
+        proc = row.process
+        width = max(20, (self.size.width or self.app.size.width) - 2)
+        # The head line by importance (it is cut at the width): which process, its run, more, its start.
+        head = [f"PID {proc.pid}"]
+        if proc.visible:
+            if row.run is not None:
+                role = "gpuscreen.detail.run_trainer" if row.run.role == TRAINER else "gpuscreen.detail.run_worker"
+                # with the key that opens its dashboard
+                head.append(t(role, run=row.run.run_id) + t("gpuscreen.detail.open_key"))
+            body = _one_line(proc.command or t("gpuscreen.na"))
+        else:
+            body = t(f"gpuscreen.hidden_{proc.hidden_reason or 'not_in_namespace'}")
+        # Wrapped here, by cells, so that the lines shown are exactly the lines counted.
+        starts = wrap_points(body, width)
+        lines = [body[a:b] for a, b in zip(starts, [*starts[1:], len(body)], strict=True)]
+        room = self._detail_room() - 1
+        if len(lines) > room:
+            lines = [*lines[: room - 1], truncate(lines[room - 1] + " …", width)]
+            head.append(t("gpuscreen.detail.more_hint"))
+        if proc.visible and proc.started_at is not None:
+            head.append(t("gpuscreen.detail.started", time=self._short_time(proc.started_at)))
+        detail.styles.height = 1 + len(lines)
+        text = Text(truncate(" · ".join(head), width), style=f"bold {self.app.theme_variables.get('primary', '')}".strip())
+        for line in lines:
+            text.append("\n" + line)
+        detail.update(text)
+
+    @staticmethod
+    def _clock_time(when: float) -> str:
+        return datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M:%S")
+
+    def _short_time(self, when: float) -> str:
+        """``14:03:27`` on the day of the snapshot, ``11-29 14:03`` before it (local time)."""
+        day = datetime.fromtimestamp(self.snapshot.taken_at if self.snapshot else time.time()).date()
+        moment = datetime.fromtimestamp(when)
+        return moment.strftime("%H:%M:%S" if moment.date() == day else "%m-%d %H:%M")
 
     def on_resize(self) -> None:
         if self.snapshot is not None:
             self._update_cards(self.snapshot, record=False)
+        # Columns drop or come back with the width; the table's new size is known after this refresh.
+        self.call_after_refresh(self._fill_processes)
 
     # --- actions -------------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Process actions only while a process is selected; o only for a run's process; p outside."""
+        if action in self.PROCESS_ACTIONS:
+            return self.selected() is not None
+        if action == "open_run":
+            row = self.selected()
+            return row is not None and row.run is not None
+        if action == "focus_processes":
+            return not self.selecting
+        return True
+
     def action_interval(self, factor: float) -> None:
         self.interval_s = min(10.0, max(MIN_POLL_INTERVAL_S, self.interval_s * factor))
         self.notify(t("gpuscreen.interval", seconds=self.interval_s), timeout=2)
@@ -302,4 +673,99 @@ class GpuScreen(Screen[None]):
             self._update_cards(self.snapshot, record=False)
 
     def action_focus_processes(self) -> None:
-        self.query_one("#gpu-procs", DataTable).focus()
+        self.start_selecting()
+
+    def action_unselect(self) -> None:
+        self._set_selecting(False)
+
+    def action_details(self) -> None:
+        from tui.widgets.text_modal import TextModal
+
+        row = self.selected()
+        if row is None:
+            return
+        proc = row.process
+        lines = [t("gpuscreen.details.where", gpu=row.gpu, user=proc.user or t("gpuscreen.na"),
+                   memory=format_memory(proc.used_memory_bytes))]
+        if proc.visible:
+            started = UNKNOWN if proc.started_at is None else self._clock_time(proc.started_at)
+            lines.append(t("gpuscreen.details.usage",
+                           cpu=UNKNOWN if proc.cpu_percent is None else f"{proc.cpu_percent:.0f}%",
+                           ram=format_memory(proc.host_memory_bytes), started=started,
+                           elapsed=format_duration(row.elapsed_s)))
+            if row.run is not None:
+                role = "gpuscreen.detail.run_trainer" if row.run.role == TRAINER else "gpuscreen.detail.run_worker"
+                lines += [t(role, run=row.run.run_id), row.run.run_dir]
+            lines += ["", t("gpuscreen.details.command"), proc.command or t("gpuscreen.na")]
+        else:
+            lines += ["", t(f"gpuscreen.hidden_{proc.hidden_reason or 'not_in_namespace'}")]
+        lines += ["", t("gpuscreen.details.keys")]
+        self.app.push_screen(TextModal(t("gpuscreen.details_title", pid=proc.pid), "\n".join(lines)))
+
+    def action_open_run(self) -> None:
+        from tui.screens.runs import open_dashboard
+
+        row = self.selected()
+        if row is not None and row.run is not None:
+            open_dashboard(self.app, row.run.run_dir)
+
+    # --- signalling ----------------------------------------------------------------------------------
+    def action_kill(self, force: bool) -> None:
+        row = self.selected()
+        if row is not None:
+            self._check_signal(row, force)
+
+    @work(thread=True, group="gpu-signal", exit_on_error=False)
+    def _check_signal(self, row: ProcRow, force: bool) -> None:
+        from core.hardware.process_control import SignalRefused, check_signal
+
+        try:
+            target = check_signal(row.process)
+        except SignalRefused as refused:
+            self.post_message(SignalChecked(row, force, None, str(refused)))
+            return
+        self.post_message(SignalChecked(row, force, target, None))
+
+    def on_signal_checked(self, message: SignalChecked) -> None:
+        from core.hardware.process_control import signal_name
+        from tui.widgets.confirm import ConfirmScreen
+
+        if message.refusal is not None:
+            self.notify(message.refusal, severity="warning", markup=False)
+            return
+        row, force, target = message.row, message.force, message.target
+        proc = row.process
+        signal = signal_name(force)
+        parts = [t("gpuscreen.kill_where", pid=proc.pid, user=proc.user or t("gpuscreen.na"), gpu=row.gpu),
+                 truncate(_one_line(proc.command or t("gpuscreen.na")), 240), "",
+                 t("gpuscreen.kill_explain_kill" if force else "gpuscreen.kill_explain_term")]
+        if row.run is not None:
+            parts.append(t("gpuscreen.kill_run_note", run=row.run.run_id))
+
+        def answered(ok: bool | None) -> None:
+            if ok:
+                self._send_signal(target, force)
+
+        self.app.push_screen(ConfirmScreen(t("gpuscreen.kill_title", signal=signal, pid=proc.pid),
+                                           "\n".join(parts)), answered)
+
+    @work(thread=True, group="gpu-signal", exit_on_error=False)
+    def _send_signal(self, target, force: bool) -> None:
+        from core.hardware.process_control import SignalRefused, send_signal, wait_until_ended
+
+        try:
+            signal = send_signal(target, force=force)
+        except SignalRefused as refused:
+            self.post_message(SignalOutcome(str(refused), "warning"))
+            return
+        self.post_message(SignalOutcome(t("gpuscreen.signal_sent", signal=signal, pid=target.pid)))
+        ended = wait_until_ended(target, SIGNAL_WAIT_S)
+        self._poll_soon.set()  # the list drops the process at the next poll, not a second later
+        if ended:
+            self.post_message(SignalOutcome(t("gpuscreen.signal_ended", pid=target.pid)))
+        else:
+            self.post_message(SignalOutcome(t("gpuscreen.signal_still_running", pid=target.pid, signal=signal,
+                                              seconds=f"{SIGNAL_WAIT_S:.0f}"), "warning"))
+
+    def on_signal_outcome(self, message: SignalOutcome) -> None:
+        self.notify(message.text, severity=message.severity, markup=False)
