@@ -11,7 +11,9 @@
     process's CPU time over ``--seconds``.
 (2) Open: a run directory with ``--lines`` metric records; the clock runs from building the app to the
     first dashboard frame that shows data; the backfill of the whole history is timed too.
-(3) ``--gpu``: the same training config twice, detached (``tunedeck train``), once alone and once with a
+(3) Frame: one chart frame (``BucketedSeries.columns``, 150 columns) over a million points, median of
+    50 (tests/core/test_watch_series.py asserts it reads buckets, not points; the seconds are here).
+(4) ``--gpu``: the same training config twice, detached (``tunedeck train``), once alone and once with a
     headless dashboard following it; median tokens/s of each from metrics.jsonl.
 Results go to ``--out`` (JSON) and a markdown table beside it.
 """
@@ -141,6 +143,24 @@ async def measure_open(run_dir: Path) -> dict:
             "records_after_backfill": records}
 
 
+def measure_frame(points: int = 1_000_000, width: int = 150, repeats: int = 50) -> dict:
+    """Seconds of one chart frame over ``points`` points: the cost is the buckets', not the points'."""
+    import random
+
+    from core.watch.downsample import BucketedSeries
+
+    rng = random.Random(7)
+    series = BucketedSeries(max_buckets=512)
+    series.add_many([float(x) for x in range(points)], [1.0 + rng.random() * 0.01 for _ in range(points)])
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        series.columns(width, 0.0, float(points - 1))
+        times.append(time.perf_counter() - started)
+    return {"points": points, "buckets": len(series.counts), "columns": width,
+            "frame_ms_median": round(1000 * statistics.median(times), 3)}
+
+
 def gpu_throughput(config: str | None, watch_seconds_max: float) -> dict:
     """Train ``config`` (default: the bundled demo) twice, alone then with a dashboard attached; median
     tokens/s of each (the first fifth of the records, warm-up, left out)."""
@@ -205,6 +225,11 @@ def write_results(out: Path, results: dict) -> None:
                   f"| first frame with data, from app start | {op['first_frame_with_data_s']} s |",
                   f"| first frame with data, from dashboard open | {op['from_dashboard_open_s']} s |",
                   f"| whole history backfilled | {op['backfill_done_s']} s |", ""]
+    if "frame" in results:
+        fr = results["frame"]
+        lines += ["| one chart frame | value |", "|---|---|",
+                  f"| points / buckets / columns | {fr['points']} / {fr['buckets']} / {fr['columns']} |",
+                  f"| median | {fr['frame_ms_median']} ms |", ""]
     if "gpu" in results:
         lines += ["```", json.dumps(results["gpu"], indent=2), "```", ""]
     out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
@@ -218,6 +243,7 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "dashboard.json"))
     parser.add_argument("--skip-cpu", action="store_true")
     parser.add_argument("--skip-open", action="store_true")
+    parser.add_argument("--skip-frame", action="store_true")
     parser.add_argument("--gpu", action="store_true", help="tokens/s with and without a dashboard (needs a GPU)")
     parser.add_argument("--config", default=None,
                         help="with --gpu: a run configuration for 'tunedeck train' (default: 'tunedeck demo')")
@@ -249,6 +275,9 @@ def main() -> int:
                 results["open_lines"] = args.lines
                 results["open"] = asyncio.run(measure_open(big))
                 print(json.dumps(results["open"]), file=sys.stderr)
+            if not args.skip_frame:
+                results["frame"] = measure_frame()
+                print(json.dumps(results["frame"]), file=sys.stderr)
     # Other work on the box skews every figure: say how busy it was.
     results["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     write_results(Path(args.out), results)

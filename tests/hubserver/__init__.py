@@ -11,7 +11,8 @@ ModelScope
 Hugging Face
   ``GET /api/models``, ``GET /api/models/{id}[/revision/{rev}]``, ``GET|HEAD /{id}/resolve/{rev}/{path}``
 
-Knobs a test turns: ``slow_s`` (every answer waits that long), ``drop_once`` (file paths whose first
+Knobs a test turns: ``slow_s`` (every answer waits that long), ``hold`` (an event: every answer waits
+until it is set, so a test knows no answer came before, whatever the box's speed), ``drop_once`` (file paths whose first
 transfer is cut mid-body), a private repo (401 without the token) and a gated one (403 without it).
 """
 
@@ -66,6 +67,7 @@ class FakeHub:
 
     repos: dict[str, FakeRepo] = field(default_factory=dict)
     slow_s: float = 0.0
+    hold: threading.Event | None = None  # answers wait until it is set (a ceiling of a minute)
     chunk_delay_s: float = 0.0  # pause between 64 KiB chunks of a file body (a slow link)
     drop_once: set[str] = field(default_factory=set)
     requests: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, range header)
@@ -204,6 +206,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.hub.requests.append((self.command, url.path, self.headers.get("Range", "")))
         if self.hub.slow_s:
             time.sleep(self.hub.slow_s)
+        if self.hub.hold is not None:
+            self.hub.hold.wait(60)
         parts = [unquote(part) for part in url.path.strip("/").split("/")]
         repos = self.hub.repos
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
+import threading
 
 import pytest
 
@@ -34,6 +34,11 @@ def finished(shared, private_home, monkeypatch):
     home, run_id = finished_run(shared)
     monkeypatch.setenv("TUNEDECK_HOME", str(home))
     return home, run_id
+
+
+# How long the app may take to exit while the server it started is held stopped: a ceiling for the exit
+# to come at all (see wait_for), far above any box's exit, not a speed target.
+EXIT_CEILING_S = 120.0
 
 
 async def open_finished_dashboard(pilot, app) -> DashboardScreen:
@@ -67,27 +72,43 @@ def kill_server(run_id: str, pids: list[int]) -> None:
                 pass
 
 
-def test_v_serves_the_run_with_url_port_health_and_a_test_reply_then_stops(finished):
-    from core.lifecycle.serve import probe_request, server_state
+def test_v_serves_the_run_with_url_port_health_and_a_test_reply_then_stops(finished, monkeypatch):
+    import core.lifecycle.serve as lifecycle_serve
+    from core.lifecycle.serve import probe_request, read_server_record, server_state
 
     home, run_id = finished
     pids: list[int] = []
+    stopped: list[int] = []  # servers this test holds with SIGSTOP (let go whatever happens)
+    watchdog: list[threading.Timer] = []
+    let_go_before_exit = threading.Event()
+    wait_ends: list[str] = []  # how the app's wait for the server (start_server in its worker) ended
     seen: list[tuple[str, bool | None]] = []
 
-    async def quit_while_loading() -> float:
+    async def quit_while_loading() -> None:
         """v, then quit the app as soon as the server has a pid: the app does not wait for the model to
-        load, and the detached server lives on."""
+        load, and the detached server lives on. The server is stopped (SIGSTOP) before the quit, so that
+        it cannot finish loading while the app exits, whatever the box's speed."""
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
             await open_finished_dashboard(pilot, app)
             await pilot.press("v")
             await wait_for(pilot, lambda: isinstance(app.screen, ServePanel))
             panel = app.screen
-            await wait_for(pilot, lambda: panel.alive and bool(panel.state.get("pid")), timeout=60)
-            pids.append(int(panel.state["pid"]))
+            await wait_for(pilot, lambda: read_server_record(run_id).get("pid"), timeout=60)
+            pids.append(int(read_server_record(run_id)["pid"]))
+            os.killpg(pids[0], signal.SIGSTOP)
+            stopped.append(pids[0])
+            assert read_server_record(run_id).get("status") == "loading"  # stopped before its model loaded
+            await wait_for(pilot, lambda: panel.alive and panel.state.get("pid") == pids[0], timeout=60)
             assert f"PID      {pids[0]}" in screen_text(app)
-            quit_at = time.monotonic()
-        return quit_at
+            # A ceiling for a state that must come (the app gone), not a speed: should the exit wait for
+            # the server, the watchdog lets the server go on after it, and the test fails below.
+            watchdog.append(threading.Timer(EXIT_CEILING_S, let_go))
+            watchdog[0].start()
+
+    def let_go() -> None:
+        let_go_before_exit.set()
+        os.killpg(pids[0], signal.SIGCONT)
 
     async def serve_and_stop() -> None:
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
@@ -146,9 +167,31 @@ def test_v_serves_the_run_with_url_port_health_and_a_test_reply_then_stops(finis
             await pilot.press("escape")
             await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
 
+    real_start_server = lifecycle_serve.start_server
+
+    def start_server(*args, **kwargs):
+        try:
+            state = real_start_server(*args, **kwargs)
+        except lifecycle_serve.ServeWaitCancelled:
+            wait_ends.append("cancelled")
+            raise
+        except BaseException:
+            wait_ends.append("failed")
+            raise
+        wait_ends.append("ready")
+        return state
+
+    monkeypatch.setattr(lifecycle_serve, "start_server", start_server)
     try:
-        quit_at = asyncio.run(quit_while_loading())
-        assert time.monotonic() - quit_at < 5  # the app's exit did not wait for the server
+        asyncio.run(quit_while_loading())  # returns once the app and its worker threads are gone
+        watchdog[0].cancel()
+        # the app's exit did not wait for the server: it came while the server was still stopped, not
+        # ready, and the app's wait for it ended because the quit cancelled it
+        assert not let_go_before_exit.is_set(), "the app's exit waited for the server to load"
+        assert wait_ends == ["cancelled"]
+        assert read_server_record(run_id).get("status") == "loading"
+        os.killpg(pids[0], signal.SIGCONT)
+        stopped.clear()
         assert pid_alive(pids[0]) and server_state(run_id) is not None  # detached: it outlives the app
         asyncio.run(serve_and_stop())
         assert server_state(run_id) is None
@@ -156,6 +199,10 @@ def test_v_serves_the_run_with_url_port_health_and_a_test_reply_then_stops(finis
         assert again.returncode == 1 and "no server is running" in again.stderr  # nothing left running
         assert not any(pid_alive(pid) for pid in pids)
     finally:
+        for timer in watchdog:
+            timer.cancel()
+        for pid in stopped:
+            os.killpg(pid, signal.SIGCONT)
         kill_server(run_id, pids)
 
 
