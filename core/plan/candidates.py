@@ -11,7 +11,7 @@ from core.plan.request import PlanRequest
 
 GIB = 1024**3
 MAX_MICRO_BATCH = 64
-MAX_CONTEXT = 131072
+MAX_CONTEXT = 524288  # the longest-context goal doubles the sequence up to this (past the model's positions: warned)
 
 
 @dataclass(frozen=True)
@@ -131,11 +131,11 @@ def parallelism(request: PlanRequest, method: str, num_gpus: int) -> list[tuple[
     return options
 
 
-def seq_lens(request: PlanRequest, max_positions: int | None) -> list[int]:
+def seq_lens(request: PlanRequest) -> list[int]:
     base = request.seq_len
     if request.goal != "longest_context" or "seq_len" in request.overrides:
         return [base]
-    limit = min(max_positions or MAX_CONTEXT, MAX_CONTEXT)
+    limit = MAX_CONTEXT
     values = [base]
     while values[-1] * 2 <= limit:
         values.append(values[-1] * 2)
@@ -155,25 +155,34 @@ def checkpointing(request: PlanRequest) -> list[bool]:
     return [bool(pinned)] if pinned is not None else [True, False]
 
 
+def activation_offloads(request: PlanRequest, checkpointed: bool) -> list[bool]:
+    """Whether to weigh ``offload_activations`` too: for the longest-context goal on a GPU, with
+    checkpointing (the kept block inputs are what it moves to host memory)."""
+    if request.goal != "longest_context" or not checkpointed or request.hardware.cpu_only:
+        return [False]
+    return [False, True]
+
+
 def candidate_plans(request: PlanRequest, base: TrainingPlan) -> Iterator[TrainingPlan]:
     """Every plan the planner weighs for ``request`` (``base`` carries the model's architecture)."""
     precision = precision_for(request)
     lora_rank = int(request.overrides.get("lora_rank") or base.lora_rank)
-    max_positions = getattr(base.architecture, "max_position_embeddings", None)
     for num_gpus in gpu_counts(request):
         for method in methods(request):
             for zero, offload in parallelism(request, method, num_gpus):
-                for seq_len in seq_lens(request, max_positions):
+                for seq_len in seq_lens(request):
                     for micro in micro_batches(request, num_gpus):
                         accum = request.overrides.get("grad_accum_steps")
                         accum = int(accum) if accum else max(1, request.effective_batch // (micro * num_gpus))
                         for gc in checkpointing(request):
-                            yield replace(
-                                base, method=method, precision=precision, num_gpus=num_gpus,
-                                zero_stage=zero, offload=offload, seq_len=seq_len, micro_batch_size=micro,
-                                grad_accum_steps=accum, gradient_checkpointing=gc, lora_rank=lora_rank,
-                                price_per_gpu_hour=request.hardware.price_per_gpu_hour,
-                            )
+                            for parked in activation_offloads(request, gc):
+                                yield replace(
+                                    base, method=method, precision=precision, num_gpus=num_gpus,
+                                    zero_stage=zero, offload=offload, seq_len=seq_len, micro_batch_size=micro,
+                                    grad_accum_steps=accum, gradient_checkpointing=gc, lora_rank=lora_rank,
+                                    offload_activations=parked,
+                                    price_per_gpu_hour=request.hardware.price_per_gpu_hour,
+                                )
 
 
 def estimate_plan(plan: TrainingPlan, request: PlanRequest) -> tuple[Estimate | None, Finding | None]:

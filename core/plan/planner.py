@@ -291,6 +291,9 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
         out.append(("checkpointing", finding("plan.reason.gc_on_chosen")))
     else:
         out.append(("checkpointing", finding("plan.reason.gc_off")))
+    if p.offload_activations and p.gradient_checkpointing:
+        out.append(("offload_activations", finding("plan.reason.offload_activations",
+                                                   ram=round(est.cpu_ram_gib if est else 0, 1), seq=p.seq_len)))
 
     if p.uses_lora:
         trainable = est.trainable_params if est else 0

@@ -125,9 +125,19 @@ def warn_truncation(plan: TrainingPlan, result: Estimate | None, request: PlanRe
     return []
 
 
+def warn_past_positions(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    """A sequence longer than the model was trained on: training extends its context (RoPE positions past
+    the trained ones), which the longest-context goal may choose; say so."""
+    positions = getattr(plan.architecture, "max_position_embeddings", None)
+    if positions and plan.seq_len > positions:
+        return [finding("plan.warn.past_positions", seq=plan.seq_len, positions=positions)]
+    return []
+
+
 PROBLEM_RULES = (rule_qlora_zero3, rule_precision, rule_cpu_methods, rule_gpu_count, rule_memory,
                  rule_offload_ram)
-WARNING_RULES = (rule_disk, warn_offload_ram_unknown, warn_launcher, warn_ddp_replicas, warn_fp16, warn_truncation)
+WARNING_RULES = (rule_disk, warn_offload_ram_unknown, warn_launcher, warn_ddp_replicas, warn_fp16, warn_truncation,
+                 warn_past_positions)
 
 
 def judge(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> tuple[list[Finding], list[Finding]]:

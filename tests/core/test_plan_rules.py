@@ -190,3 +190,39 @@ def test_evaluate_uses_measured_numbers_when_given():
     measured = evaluate(plan, req, {"peak_gib": 12.5, "tokens_per_s": 1000.0})
     assert measured.peak_gib == 12.5 and measured.tokens_per_s == 1000.0
     assert measured.hours == pytest.approx(10**6 * 3 / 1000.0 / 3600.0)
+
+
+def test_longest_context_parks_block_inputs_in_host_memory_when_that_is_what_makes_it_fit():
+    """Issue #16: on a 24 GiB card the longest-context goal finds QLoRA with ``offload_activations`` (the
+    kept block inputs in host RAM) and the tiled MLP (the engine's default), and writes both into the run
+    config; the measured H200 rows (bench/results/engine-longctx-*.md) put 7B QLoRA at 96k in 21.4 GiB."""
+    asked = request("Qwen2.5-7B", "1xRTX 4090", goal="longest_context", host_ram_gib=256.0,
+                    overrides={"method": "qlora"})
+    rec = recommend(asked)
+    best = rec.best.plan
+    assert best.method == "qlora" and best.gradient_checkpointing and best.offload_activations
+    assert best.seq_len >= 65536 and best.mlp_tiles(True) > 1
+    without = [c for c in [rec.best] + [c for c, _ in rec.alternatives] if not c.plan.offload_activations]
+    assert all(c.plan.seq_len < best.seq_len for c in without)
+    assert "offload_activations" in dict(rec.reasons)
+    values = run_config_values(rec.best, asked)
+    assert values["offload_activations"] is True and values["max_seq_len"] == best.seq_len
+
+
+def test_longest_context_is_held_back_by_the_host_ram_the_parked_inputs_need():
+    roomy = recommend(request("Qwen2.5-7B", "1xH200", goal="longest_context", host_ram_gib=512.0,
+                              overrides={"method": "qlora"})).best
+    small = recommend(request("Qwen2.5-7B", "1xH200", goal="longest_context", host_ram_gib=32.0,
+                              overrides={"method": "qlora"})).best
+    assert roomy.plan.offload_activations and roomy.estimate.cpu_ram_gib > 32
+    assert small.plan.seq_len < roomy.plan.seq_len
+    assert small.estimate.cpu_ram_gib <= 32
+
+
+def test_a_sequence_past_the_models_positions_is_warned():
+    rec = recommend(request("Qwen2.5-7B", "1xH200", goal="longest_context", host_ram_gib=512.0))
+    positions = rec.best.plan.architecture.max_position_embeddings
+    assert rec.best.plan.seq_len > positions
+    assert any(w.key == "plan.warn.past_positions" for w in rec.best.warnings)
+    short = recommend(request("Qwen2.5-7B", "1xH200"))
+    assert not any(w.key == "plan.warn.past_positions" for w in short.best.warnings)
