@@ -106,8 +106,8 @@ MULTI_GPU_PLANS = {"ddp": {"zero_stage": 0}, "zero2": {"zero_stage": 2}, "zero3"
 def _engine_rows() -> list[Row]:
     rows = []
     for path in sorted(RESULTS.glob("engine-*.json")):
-        if path.name.startswith("engine-speed-"):
-            continue  # bench/engine_speed.py's rows: the newer engine, another format (refit: issue #19)
+        if path.name.startswith(("engine-speed-", "engine-longctx-")):
+            continue  # engine_speed.py's and engine_longctx.py's rows: the newer engine, another format (refit: #19)
         data = json.loads(path.read_text())
         seq = int(data["meta"]["seq_len"])
         for run in data["runs"]:
