@@ -183,8 +183,12 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     from core.runs.control import prepare_resume
 
     config = _resume_config(run, list(overrides), warn) if overrides else None
-    _check_disk_space(config.to_dict() if config is not None else run.config(), run.path,
-                      len(run.checkpoints(complete_only=True)), warn)
+    values = config.to_dict() if config is not None else run.config()
+    _check_disk_space(values, run.path, len(run.checkpoints(complete_only=True)), warn)
+    from core.runs.gpus import visible_gpu_count
+
+    if visible_gpu_count():
+        _check_host_memory(values, warn)
     plan = prepare_resume(run, step=checkpoint, weights_only=weights_only, config=config)
     for each in plan.notices:
         if notice is not None:
@@ -380,7 +384,22 @@ def _check_box(config: Any, warn: Warn = warn_on_stderr) -> list[int]:
     if not gpus and int(config.zero_stage or 0) > 0:
         raise RunError(t("runs.zero_needs_gpu"), 2)
     _check_disk_space(config.to_dict(), runs_dir(), warn=warn)  # before anything is written
+    if gpus:  # on a CPU nothing is parked: the activations are in host memory either way
+        _check_host_memory(config.to_dict(), warn)
     return gpus
+
+
+def _check_host_memory(values: dict[str, Any], warn: Warn = warn_on_stderr, available: int | None = None) -> None:
+    """Refuse a run whose parked activations (``offload_activations``) the box's memory cannot pin; warn
+    when they take most of it (``core.runs.host_memory``)."""
+    from core.runs.host_memory import check_offload_ram
+
+    check = check_offload_ram(values, available)
+    if check is None or check.message is None:
+        return
+    if check.verdict == "short":
+        raise RunError(check.message.text(), 2)
+    warn(check.message.text())
 
 
 def _resume_config(run: RunDirectory, overrides: list[str], warn: Warn) -> Any:

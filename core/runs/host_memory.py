@@ -1,0 +1,82 @@
+"""Host memory a run needs before it starts: ``offload_activations`` keeps every checkpointed block's input
+in pinned host memory for the whole step (28 layers x 96k tokens x 3584 x 2 bytes = 19.7 GB for a 7B), on
+top of what the process itself takes. Pinned memory cannot be swapped: a box that has too little does not
+slow down, it kills the trainer (or the machine's other work) hours in. So ``train`` and ``resume`` check it
+against what the box has available, the way ``core.runs.disk_space`` checks checkpoints against the disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from core.i18n import Message
+
+GIB = 1024**3
+SHORT_FRACTION = 0.9  # more than this of the available memory: refused
+CLOSE_FRACTION = 0.6  # more than this: a warning
+
+
+@dataclass(frozen=True)
+class OffloadNeed:
+    layers: int
+    tokens: int
+    hidden: int
+    width: int  # bytes per value
+
+    @property
+    def bytes(self) -> int:
+        return self.layers * self.tokens * self.hidden * self.width
+
+
+def offload_need(cfg: dict[str, Any]) -> OffloadNeed | None:
+    """What ``offload_activations`` parks per micro-batch for the run ``cfg`` (None: off, or a model the
+    estimator cannot read)."""
+    if not (cfg.get("offload_activations") and cfg.get("gradient_checkpointing", True)):
+        return None
+    from core.assets import resolve_model_name
+    from core.estimate import ArchitectureError, ModelNotFoundError, load_model_config
+
+    try:
+        arch = load_model_config(resolve_model_name(str(cfg.get("model") or ""))).architecture()
+    except (ArchitectureError, ModelNotFoundError, OSError, ValueError, TypeError):
+        return None
+    layers = cfg.get("checkpoint_layers", "all")
+    checkpointed = arch.num_layers if layers in (None, "all", "auto") else min(int(layers), arch.num_layers)
+    tokens = int(cfg.get("micro_batch_size") or 1) * int(cfg.get("max_seq_len") or 2048)
+    fp32 = str(cfg.get("precision", "bf16")) == "fp32" or (cfg.get("method") == "qlora" and cfg.get("qlora_upcast"))
+    return OffloadNeed(checkpointed, tokens, arch.hidden_size, 4 if fp32 else 2)
+
+
+def available_bytes() -> int | None:
+    """Memory the box can give a new process now (``MemAvailable``), None where it cannot be read."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # no psutil, no /proc: say nothing rather than guess
+        return None
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    verdict: str  # "ok", "close" or "short"
+    message: Message | None
+
+
+def check_offload_ram(cfg: dict[str, Any], available: int | None = None) -> HostCheck | None:
+    """The verdict on ``cfg``'s parked activations against the box's available memory (None: nothing to
+    judge)."""
+    need = offload_need(cfg)
+    if need is None:
+        return None
+    have = available_bytes() if available is None else available
+    if not have:
+        return None
+    params = {"need": round(need.bytes / GIB, 1), "have": round(have / GIB, 1), "layers": need.layers,
+              "tokens": f"{need.tokens:,}", "hidden": need.hidden, "width": need.width}
+    if need.bytes > SHORT_FRACTION * have:
+        return HostCheck("short", Message("runs.offload_ram_short", **params))
+    if need.bytes > CLOSE_FRACTION * have:
+        return HostCheck("close", Message("runs.offload_ram_close", **params))
+    return HostCheck("ok", None)
