@@ -167,14 +167,14 @@ def _checkpoint_layers(cfg: dict[str, Any], model: Any) -> int | None:
     return min(int(value), len(decoder_layers(model)))
 
 
-def _tiled_mlp(cfg: dict[str, Any], world_size: int) -> str | int:
-    """The run's ``tiled_mlp`` as the engine applies it: ``false`` in a distributed run (the tiles'
-    gradients accumulate inside backward, which DDP's and ZeRO's gradient hooks count as several)."""
+def _tiled_mlp(cfg: dict[str, Any], world_size: int, zero_stage: int = 0) -> str | int:
+    """The run's ``tiled_mlp`` as the engine applies it: ``false`` in a distributed or DeepSpeed run (the
+    tiles' gradients accumulate inside backward, which DDP's and ZeRO's gradient hooks count as several)."""
     value = cfg.get("tiled_mlp", "auto")
     value = "false" if value in (False, None, 0, 1, "false") else value
-    if value != "false" and world_size > 1:
+    if value != "false" and (world_size > 1 or zero_stage > 0):
         if value != "auto":
-            log.warning("tiled_mlp applies to one-GPU runs; this %d-process run is not tiled", world_size)
+            log.warning("tiled_mlp applies to one-GPU runs without ZeRO; this run is not tiled")
         return "false"
     return value
 
@@ -346,7 +346,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
 
     checkpoint_layers = _checkpoint_layers(cfg, model)
     compile_layers = bool(cfg.get("compile_layers")) and cuda
-    tiled = _tiled_mlp(cfg, world_size)
+    tiled = _tiled_mlp(cfg, world_size, zero_stage)
     if cfg.get("compile_layers") and not cuda:
         log.warning("compile_layers applies on GPUs; this CPU run is not compiled")
     global_batch = micro * accum * world_size
