@@ -91,8 +91,8 @@ class TrainingPlan:
         """Tiles the MLP of a block runs in (1: plain); ``auto`` tiles checkpointed blocks only."""
         from core.train.tiled_mlp import tiles_for  # light: no torch at import
 
-        if self.tiled_mlp == "auto" and not checkpointed:
-            return 1
+        if (self.tiled_mlp == "auto" and not checkpointed) or self.num_gpus > 1 or self.zero_stage > 0:
+            return 1  # the engine tiles one-GPU runs without ZeRO only
         return tiles_for(self.tiled_mlp, self.tokens_per_micro_batch, self.architecture.hidden_size)
 
     @property
