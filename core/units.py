@@ -9,6 +9,7 @@ Text output only: ``--json`` keeps the numbers themselves.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 UNKNOWN = "–"
 
@@ -55,6 +56,35 @@ def format_compact(value: float | None) -> str:
     if abs(value) >= 1e4:  # type: ignore[arg-type]
         return f"{value / 1e3:.1f}k"  # type: ignore[operator]
     return f"{value:.0f}"
+
+
+def format_axis(values: Sequence[float | None]) -> list[str]:
+    """Labels of one chart axis in one unit and one precision: ``12.6k 6.3k 0``, never ``10.4k`` beside
+    ``5201``. The unit (k, M) and the decimals come from the largest magnitude; very small or very large
+    axes use one exponent format (``2.0e-04``); zero is ``0``; at most ~7 characters a label."""
+    known = [float(v) for v in values if _known(v)]
+    if not known:
+        return [UNKNOWN] * len(values)
+    top = max(abs(v) for v in known)
+    if top == 0:
+        return [UNKNOWN if not _known(v) else "0" for v in values]
+    if top < 1e-2 or top >= 1e9:
+        return [UNKNOWN if not _known(v) else "0" if v == 0 else f"{v:.1e}" for v in values]  # type: ignore[str-format]
+    divisor, suffix = (1e6, "M") if top >= 1e6 else (1e3, "k") if top >= 1e4 else (1.0, "")
+    scaled_top = top / divisor
+    if suffix:
+        decimals = 0 if scaled_top >= 100 else 1 if scaled_top >= 10 or suffix == "k" else 2
+    else:
+        decimals = 0 if top >= 100 else min(4, max(0, 3 - math.floor(math.log10(top))))
+    out = []
+    for value in values:
+        if not _known(value):
+            out.append(UNKNOWN)
+        elif value == 0:
+            out.append("0")
+        else:
+            out.append(f"{value / divisor:.{decimals}f}{suffix}")  # type: ignore[operator]
+    return out
 
 
 def format_memory(num_bytes: float | None) -> str:
