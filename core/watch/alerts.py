@@ -1,19 +1,23 @@
 """Alert rules over a run's series and GPU readings: pure functions, plus a gate that fires each once.
 
 Each rule returns an ``Alert`` (translated message, severity) or None. ``AlertGate`` turns a stream of
-evaluations into notifications: an alert fires when its condition appears and again only after the
-condition went away and came back, so a run stuck at NaN does not notify twice a second.
+evaluations into notifications, one per episode: an alert fires when its condition appears and again only
+after the condition stayed away for ``REARM_S`` and came back. So a run stuck at NaN does not notify twice
+a second, and a throughput hovering at the threshold (low, normal, low again from one poll to the next)
+is one collapse, not a toast every few seconds.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from core.i18n import t
 from core.runs.states import RunState
+from core.units import format_rate
 
 SPIKE_FACTOR = 3.0
 SPIKE_MIN_POINTS = 10
@@ -23,6 +27,8 @@ GPU_IDLE_PCT = 5.0
 GPU_IDLE_S = 60.0
 DISK_MIN_FRACTION = 0.05
 DISK_MIN_BYTES = 10 * 1024**3
+REARM_S = 60.0  # a condition must stay clear this long before its next appearance is a new episode
+EVENT_ALERTS = frozenset({"ended"})  # transitions, not conditions: each one is its own episode
 ENDED = {RunState.FINISHED: "information", RunState.STOPPED: "information", RunState.FAILED: "error",
          RunState.CRASHED: "error"}
 
@@ -54,7 +60,8 @@ def throughput_alert(recent: Sequence[float]) -> Alert | None:
     median = statistics.median(recent)
     latest = recent[-1]
     if median > 0 and latest < THROUGHPUT_COLLAPSE * median:
-        return Alert("throughput", "warning", t("watch.alert_throughput", now=f"{latest:.0f}", median=f"{median:.0f}"))
+        return Alert("throughput", "warning", t("watch.alert_throughput", now=format_rate(latest),
+                                                 median=format_rate(median)))
     return None
 
 
@@ -102,17 +109,30 @@ def is_finite(value: object) -> bool:
 
 
 class AlertGate:
-    """Lets an alert kind through when it appears; silent while it persists; re-armed once it clears."""
+    """Lets an alert kind through when it appears; silent while it persists, and while it flickers: it is
+    re-armed only once its condition has stayed clear for ``rearm_s`` (``clock``: monotonic seconds).
+    The kinds in ``EVENT_ALERTS`` re-arm at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, rearm_s: float = REARM_S) -> None:
+        self.clock = clock
+        self.rearm_s = rearm_s
         self.active: set[str] = set()
+        self.cleared_at: dict[str, float] = {}  # kinds that cleared during an episode, and when
 
     def filter(self, evaluated: dict[str, Alert | None]) -> list[Alert]:
         fired: list[Alert] = []
+        now = self.clock()
         for kind, alert in evaluated.items():
             if alert is None:
-                self.active.discard(kind)
-            elif kind not in self.active:
-                self.active.add(kind)
-                fired.append(alert)
+                if kind in self.active:
+                    self.active.discard(kind)
+                    self.cleared_at[kind] = now
+                continue
+            if kind in self.active:
+                continue
+            self.active.add(kind)
+            cleared = self.cleared_at.pop(kind, None)
+            if cleared is not None and kind not in EVENT_ALERTS and now - cleared < self.rearm_s:
+                continue  # back before it settled: the same episode
+            fired.append(alert)
         return fired

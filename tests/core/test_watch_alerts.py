@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.watch.alerts import (
+    REARM_S,
     AlertGate,
     disk_alert,
     ended_alert,
@@ -68,10 +69,48 @@ def test_run_end_is_announced_once_on_the_transition():
     assert ended_alert("starting", "running", "r1") is None
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_gate_fires_on_appearance_only():
-    gate = AlertGate()
+    clock = Clock()
+    gate = AlertGate(clock)
     alert = throughput_alert([10_000.0] * 20 + [100.0])
     assert gate.filter({"throughput": alert}) == [alert]
     assert gate.filter({"throughput": alert}) == []
     assert gate.filter({"throughput": None}) == []
-    assert gate.filter({"throughput": alert}) == [alert]
+    clock.now += REARM_S + 1
+    assert gate.filter({"throughput": None}) == []
+    assert gate.filter({"throughput": alert}) == [alert]  # cleared for long enough: a new episode
+
+
+def test_gate_fires_once_per_episode_while_the_condition_flickers():
+    """Throughput at the threshold: low, normal, low … from one poll to the next, for 15 s: one toast."""
+    clock = Clock()
+    gate = AlertGate(clock)
+    low = throughput_alert([10_000.0] * 20 + [100.0])
+    fired = []
+    for poll in range(30):
+        clock.now += 0.5
+        fired += gate.filter({"throughput": low if poll % 3 != 1 else None})
+    assert fired == [low]
+    # it clears, stays clear, and comes back: the next episode toasts again
+    for _ in range(int(REARM_S) + 1):
+        clock.now += 1.0
+        assert gate.filter({"throughput": None}) == []
+    assert gate.filter({"throughput": low}) == [low]
+
+
+def test_a_run_ending_twice_is_announced_twice():
+    clock = Clock()
+    gate = AlertGate(clock)
+    ended = ended_alert("running", "failed", "r1")
+    assert gate.filter({"ended": ended}) == [ended]
+    assert gate.filter({"ended": None}) == []  # resumed
+    clock.now += 5
+    assert gate.filter({"ended": ended}) == [ended]  # a transition each time, not a flickering condition
