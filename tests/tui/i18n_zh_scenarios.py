@@ -13,6 +13,7 @@ from core.i18n import set_language
 set_language("zh")
 
 import asyncio  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -29,12 +30,14 @@ from tests.tui.conftest import (  # noqa: E402
     wait_for,
 )
 from tests.tui.test_80x24_keys import assert_section_footers_fit  # noqa: E402
+from tests.tui.test_dashboard_noise import few_points_scenario, spike_scenario  # noqa: E402
 from tests.tui.test_dashboard_render import open_dashboard, settle  # noqa: E402
 from tests.tui.test_gpu_screen import feed_history, open_gpus  # noqa: E402
 from tests.tui.test_models_offline import message_box, region_text  # noqa: E402
 from tests.tui.test_models_screen import hub_env, open_models  # noqa: E402,F401  (hub_env: a fixture)
 from tests.tui.test_runs_screen import open_runs, three_runs  # noqa: E402
 from tui.app import TunedeckApp, make_app  # noqa: E402
+from tui.screens.dashboard import DashboardScreen  # noqa: E402
 from tui.screens.help import HelpScreen  # noqa: E402
 
 
@@ -232,6 +235,32 @@ def test_dashboard_failed_reason_written_by_the_trainer(size):
             if size[1] >= 50:
                 assert "失败" in text
             assert_snapshot(app, f"zh_dashboard_failed_{size[0]}x{size[1]}")
+
+    run(scenario())
+
+
+def test_dashboard_few_points_80x24():
+    run(few_points_scenario((80, 24), "zh_dashboard_few_points_80x24"))
+
+
+def test_dashboard_spike_80x24():
+    run(spike_scenario((80, 24), "zh_dashboard_spike_80x24"))
+
+
+def test_dashboard_metric_not_in_a_watched_source_80x24():
+    source = Path(__file__).parents[1] / "fixtures" / "watch" / "swift_output"
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(source), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.backfilled and screen.series.train_records > 0)
+            screen._redraw()
+            await pilot.pause()
+            text = assert_fits(app, (80, 24))
+            assert "此来源中没有该指标（ms-swift）" in text and "正在等待" not in text
+            assert "Esc 退出" in text
 
     run(scenario())
 

@@ -83,9 +83,10 @@ def event_label(name: str) -> str:
     return t(key) if key in catalogue(DEFAULT_LANGUAGE) else name
 
 class SeriesBackfilled(Message):
-    """The whole history, built in the worker; replaces the tail-only series."""
+    """The whole history, built in the worker; replaces the tail-only series. None: the tail was the
+    whole history (the series already holds everything the source has)."""
 
-    def __init__(self, series: RunSeries) -> None:
+    def __init__(self, series: RunSeries | None) -> None:
         super().__init__()
         self.series = series
 
@@ -180,9 +181,13 @@ class DashboardScreen(Screen[None]):
                 id="dashboard.export"),
     ]
 
-    def __init__(self, source: WatchSource, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, source: WatchSource, clock: Callable[[], float] = time.monotonic,
+                 standalone: bool = False) -> None:
         super().__init__(name="dashboard")
         self.source = source
+        # Opened by ``tunedeck watch DIR`` on a folder outside tunedeck's runs: Esc quits (back to the shell
+        # the user came from), it does not lead to a Runs list this folder is not in.
+        self.standalone = standalone
         self.clock = clock
         self.series = RunSeries()
         self.axis = "step"
@@ -194,8 +199,9 @@ class DashboardScreen(Screen[None]):
         self.gpu_mem: dict[int, BucketedSeries] = {}
         self.gpu_version = 0
         self.gpu_started: float | None = None
+        self.gpu_charts = True  # False on a CPU run, or where no GPU reading names one of the run's
         self.util_samples: deque[tuple[float, float | None]] = deque(maxlen=600)
-        self.gate = AlertGate()
+        self.gate = AlertGate(clock)
         self.disk: tuple[int | None, int | None] = (None, None)
         self.backfilled = False
         self.first_data_at: float | None = None
@@ -215,7 +221,8 @@ class DashboardScreen(Screen[None]):
             yield LineChart(t("dashboard.chart_loss"), t("dashboard.waiting"), id="chart-loss")
             yield LineChart(t("dashboard.chart_lr"), t("dashboard.waiting"), id="chart-lr", y_floor=0.0)
             yield LineChart(t("dashboard.chart_grad"), t("dashboard.waiting"), id="chart-grad", y_floor=0.0)
-            yield LineChart(t("dashboard.chart_tokens"), t("dashboard.waiting"), id="chart-tokens", y_floor=0.0)
+            yield LineChart(t("dashboard.chart_tokens"), t("dashboard.waiting"), id="chart-tokens", y_floor=0.0,
+                            clip_outliers=True)
             yield LineChart(t("dashboard.chart_gpu_util"), t("dashboard.no_gpus"), id="chart-gpu-util",
                             y_floor=0.0, y_ceiling=100.0)
             yield LineChart(t("dashboard.chart_gpu_mem"), t("dashboard.no_gpus"), id="chart-gpu-mem",
@@ -281,7 +288,7 @@ class DashboardScreen(Screen[None]):
         width = self.size.width or self.app.size.width
         height = self.size.height or self.app.size.height
         columns = 3 if width >= 150 else 2
-        gpu_shown = height >= 30 or width >= 150
+        gpu_shown = (height >= 30 or width >= 150) and self.gpu_charts
         for chart_id in ("#chart-gpu-util", "#chart-gpu-mem"):
             self.query_one(chart_id, LineChart).display = gpu_shown
         count = 6 if gpu_shown else 4
@@ -302,9 +309,7 @@ class DashboardScreen(Screen[None]):
         self._post_state()
         # The backfill competes with the UI thread for the GIL: it waits until the tail is on screen.
         self.first_frame_drawn.wait(timeout=2.0)
-        full = metrics.backfill()
-        if full is not None:
-            self.post_message(SeriesBackfilled(full))
+        self.post_message(SeriesBackfilled(metrics.backfill()))
         last_status = time.monotonic()
         last_disk = 0.0
         while not worker.is_cancelled:
@@ -378,6 +383,10 @@ class DashboardScreen(Screen[None]):
         self.first_frame_drawn.set()
 
     def on_series_backfilled(self, message: SeriesBackfilled) -> None:
+        if message.series is None:
+            self.backfilled = True
+            self._changed()  # a metric without a point now is one this source does not have
+            return
         # Records that arrived after the backfill began follow it in this screen's series: keep them.
         full = message.series
         header = self.series.header
@@ -417,6 +426,8 @@ class DashboardScreen(Screen[None]):
         """Esc leaves the full view before it goes back to the runs: the footer says which it does now."""
         if binding_id == "dashboard.back" and self.has_class("-full"):
             return t("dashboard.key.leave_full")
+        if binding_id == "dashboard.back" and self._leaves_app():
+            return t("dashboard.key.quit_watch")
         return description
 
     def on_log_lines(self, message: LogLines) -> None:
@@ -449,12 +460,20 @@ class DashboardScreen(Screen[None]):
         self._show_info()
 
     def on_gpu_reading(self, message: GpuReading) -> None:
+        if self._cpu_run():
+            return  # the box's GPUs are not this run's: no chart of them, no idle alert
         snapshot = message.snapshot
         gpus = list(getattr(snapshot, "gpus", []) or [])
         wanted = set(self.gpu_indices)
         mine = [g for g in gpus if not wanted or g.index in wanted]
         if not mine:
+            if not self.gpu_util and self.gpu_charts:
+                self.gpu_charts = False  # two charts saying "no GPU readings" are noise: the others get the room
+                self._layout_charts()
             return
+        if not self.gpu_charts:
+            self.gpu_charts = True
+            self._layout_charts()
         if self.gpu_started is None:
             self.gpu_started = message.at
         x = message.at - self.gpu_started
@@ -500,19 +519,40 @@ class DashboardScreen(Screen[None]):
         version = series.version
         self._drawn_version = (version, axis, self.gpu_version)
         note = t("dashboard.axis_time") if axis == "time" else t("dashboard.axis_step")
+        if self._cpu_run() and self.gpu_charts:
+            self.gpu_charts = False
+            self._layout_charts()
         self.query_one("#chart-loss", LineChart).set_series([
             SeriesSpec(t("dashboard.series_raw"), series.series("loss", axis), 0, "band"),
             SeriesSpec(t("dashboard.series_ema"), series.series("loss_ema", axis), 1, "line"),
             SeriesSpec(t("dashboard.series_eval"), series.series("eval_loss", axis), 2, "points"),
-        ], axis, version, note)
+        ], axis, version, note, self._empty_text("loss"))
         for chart_id, name, colour in (("#chart-lr", "learning_rate", 3), ("#chart-grad", "grad_norm", 5),
                                        ("#chart-tokens", "tokens_per_s", 2)):
             self.query_one(chart_id, LineChart).set_series(
-                [SeriesSpec("", series.series(name, axis), colour, "band")], axis, version)
+                [SeriesSpec("", series.series(name, axis), colour, "band")], axis, version, "",
+                self._empty_text(name))
         for chart_id, data in (("#chart-gpu-util", self.gpu_util), ("#chart-gpu-mem", self.gpu_mem)):
             specs = [SeriesSpec(str(index), data[index], n, "line") for n, index in enumerate(sorted(data))]
             self.query_one(chart_id, LineChart).set_series(specs, "time", self.gpu_version)
         self._show_info()
+
+    def _empty_text(self, metric: str) -> str:
+        """What a chart without a point says: waiting while the run has logged no step yet (or its history
+        is still being read), else that this run (another tool's folder: this source) does not log it."""
+        if not self.series.train_records or not self.backfilled:
+            return t("dashboard.waiting")
+        if self.source.read_only:
+            return t("dashboard.not_in_source", kind=t("dashboard.kind_" + self.source.kind))
+        return t("dashboard.not_logged")
+
+    def _cpu_run(self) -> bool:
+        """The run trains on the CPU (its metrics header says so): the box's GPUs are none of its business."""
+        return self.series.header.get("device") == "cpu"
+
+    def _leaves_app(self) -> bool:
+        """Esc here quits: this dashboard is what ``tunedeck watch DIR`` opened, over nothing of its own."""
+        return self.standalone and not self.has_class("-full")
 
     def _gpu_count(self) -> int:
         if self.gpu_indices:
@@ -536,7 +576,7 @@ class DashboardScreen(Screen[None]):
         line1 = " · ".join([
             f"[b]{_escape(_na(model))}[/]", _na(method), _na(precision),
             t("dashboard.zero", stage=_na(None if zero is None else str(zero))),
-            t("dashboard.gpus", gpus=_na(gpus)),
+            t("dashboard.cpu_run") if self._cpu_run() else t("dashboard.gpus", gpus=_na(gpus)),
             f"[{colour}]{_escape(self.reason if status == IDLE else state_label(status))}[/]",
         ])
         if self.source.read_only:
@@ -655,6 +695,9 @@ class DashboardScreen(Screen[None]):
             return
         if self.has_class("-full"):
             self.action_toggle_full()
+            return
+        if self._leaves_app():
+            self.app.exit()
             return
         if len(self.app.screen_stack) > 1:
             self.app.pop_screen()

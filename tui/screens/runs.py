@@ -464,8 +464,10 @@ class RunsScreen(Screen[None]):
         self.refresh_now()
 
 
-def open_dashboard(app: Any, path: str | Path) -> bool:
-    """Push the dashboard of a run directory (tunedeck's or another trainer's) on the Runs section."""
+def open_dashboard(app: Any, path: str | Path, standalone: bool = False) -> bool:
+    """Push the dashboard of a run directory (tunedeck's or another trainer's) on the Runs section.
+    ``standalone``: the app was opened for this folder alone (``tunedeck watch DIR`` outside tunedeck's
+    runs), so Esc quits rather than show a Runs list the folder is not in."""
     from core.watch.source import SourceNotFound, open_source
     from tui.screens.dashboard import DashboardScreen
 
@@ -476,7 +478,7 @@ def open_dashboard(app: Any, path: str | Path) -> bool:
         return False
     if app.current_mode != "runs":
         app.switch_mode("runs")
-    app.push_screen(DashboardScreen(source))
+    app.push_screen(DashboardScreen(source, standalone=standalone))
     return True
 
 
@@ -504,16 +506,28 @@ def on_app_start(app: Any, open_run: str | None, announce: bool) -> None:
             if active:
                 target = active[0].run_dir
         ended = runs_ended_since(runs) if announce else []
-        app.call_from_thread(_after_start, app, target, error, ended)
+        standalone = open_run is not None and target is not None and not _under_runs(Path(target))
+        app.call_from_thread(_after_start, app, target, error, ended, standalone)
 
     app.run_worker(work_, thread=True, group="app-start", exit_on_error=False)
 
 
-def _after_start(app: Any, target: str | None, error: str | None, ended: list[Any]) -> None:
+def _under_runs(path: Path) -> bool:
+    """The folder is one of tunedeck's runs (the Runs list shows it)."""
+    from core.paths import runs_dir
+
+    try:
+        return path.resolve().is_relative_to(runs_dir().resolve())
+    except OSError:
+        return False
+
+
+def _after_start(app: Any, target: str | None, error: str | None, ended: list[Any],
+                 standalone: bool = False) -> None:
     if error:
         app.notify(error, severity="error")
     for summary in ended:
         severity = "error" if summary.status in (RunState.FAILED, RunState.CRASHED) else "information"
         app.notify(t("runs_screen.ended_since", id=summary.id, status=state_label(summary.status)), severity=severity, timeout=10)
     if target is not None:
-        open_dashboard(app, target)
+        open_dashboard(app, target, standalone=standalone)
