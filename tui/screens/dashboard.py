@@ -519,9 +519,14 @@ class DashboardScreen(Screen[None]):
         version = series.version
         self._drawn_version = (version, axis, self.gpu_version)
         note = t("dashboard.axis_time") if axis == "time" else t("dashboard.axis_step")
-        if self._cpu_run() and self.gpu_charts:
-            self.gpu_charts = False
-            self._layout_charts()
+        if self._cpu_run() and (self.gpu_charts or self.gpu_util or self.gpu_mem):
+            # Readings of the box's GPUs may have come before the metrics header said this run is on the CPU.
+            self.gpu_util, self.gpu_mem = {}, {}
+            self.util_samples.clear()
+            self.gpu_version += 1
+            if self.gpu_charts:
+                self.gpu_charts = False
+                self._layout_charts()
         self.query_one("#chart-loss", LineChart).set_series([
             SeriesSpec(t("dashboard.series_raw"), series.series("loss", axis), 0, "band"),
             SeriesSpec(t("dashboard.series_ema"), series.series("loss_ema", axis), 1, "line"),
