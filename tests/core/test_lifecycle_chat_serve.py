@@ -37,15 +37,31 @@ def test_stream_chat_yields_pieces_as_they_are_generated(lora_run):
     assert messages[0] == {"role": "system", "content": "Be brief."}
     greedy = GenerationSettings(temperature=0.0, max_tokens=12)
     assert "".join(stream_chat(loaded, messages, greedy)).strip() == "Blue."  # learned answer
-    # The random base babbles word after word: each word must arrive before the reply is complete.
-    arrivals = []
-    started = time.monotonic()
-    for piece in stream_chat(loaded, messages, GenerationSettings(temperature=0.0, max_tokens=60), "base"):
-        arrivals.append((time.monotonic() - started, piece))
-    done = time.monotonic() - started
+    # The random base babbles word after word: the first word must reach us while tokens are still being
+    # generated. The model's 8th forward pass waits until a piece has arrived (a state, not a speed): a
+    # stream that only gives its pieces at the end would keep it waiting until the ceiling.
+    import threading
+
+    first_piece, waited = threading.Event(), []
+    forwards = []
+
+    def hold(_module, _args, _output):
+        forwards.append(len(forwards))
+        if len(forwards) == 8:
+            waited.append(first_piece.wait(timeout=120))
+
+    handle = loaded.model.get_input_embeddings().register_forward_hook(hold)  # once per forward pass
+    try:
+        arrivals = []
+        for piece in stream_chat(loaded, messages, GenerationSettings(temperature=0.0, max_tokens=60), "base"):
+            arrivals.append((len(forwards), piece))
+            first_piece.set()
+    finally:
+        handle.remove()
     assert len(arrivals) >= 5, arrivals
-    assert arrivals[0][0] < done * 0.6, (arrivals[0][0], done)
-    assert "".join(p for _t, p in arrivals) != "Blue."
+    assert waited == [True]  # the 8th forward pass saw a piece already delivered
+    assert arrivals[0][0] <= 8 < len(forwards), (arrivals[0][0], len(forwards))
+    assert "".join(p for _n, p in arrivals) != "Blue."
 
 
 def test_chat_cli_reads_stdin_lines_and_streams_replies(lora_run):
