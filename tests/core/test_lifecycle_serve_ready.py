@@ -66,13 +66,14 @@ def test_a_recorded_server_whose_process_is_gone_is_not_waited_for(tmp_path, mon
 class _NotAChatServer(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        # Recorded before the reply: the client may read it and the test look at the list at once.
+        self.server.answered.append(self.path)  # type: ignore[attr-defined]
         body = json.dumps({"object": "error"}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        self.server.answered.append(self.path)  # type: ignore[attr-defined]
 
     def log_message(self, *args: object) -> None:
         pass
