@@ -166,11 +166,6 @@ def install_offloaded_checkpointing(model: Any, **kwargs: Any) -> int:
     return count
 
 
-def host_bytes_needed(layers: int, tokens: int, hidden_size: int, dtype_bytes: int = 2) -> int:
-    """Pinned host memory the parked inputs of one micro-batch take (every checkpointed block's input)."""
-    return int(layers) * int(tokens) * int(hidden_size) * int(dtype_bytes)
-
-
 class OffloadedCheckpointingCallback(TrainerCallback):
     """Installs the offloaded checkpoint once the Trainer has turned gradient checkpointing on."""
 

@@ -24,6 +24,7 @@ backward's recomputation), which is why ``auto`` leaves those alone.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from typing import Any
@@ -56,19 +57,9 @@ def _autocast_state(device_type: str) -> tuple[bool, Any]:
     return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
 
 
-class _TiledMLPFunction:
-    """Built lazily (torch is imported only by the engine)."""
-
-    function: Any = None
-
-    @classmethod
-    def get(cls) -> Any:
-        if cls.function is None:
-            cls.function = _build()
-        return cls.function
-
-
-def _build() -> Any:
+@functools.cache
+def _function() -> Any:
+    """The autograd function, built on first use (torch is imported only by the engine)."""
     import torch
 
     class TiledMLP(torch.autograd.Function):
@@ -120,7 +111,7 @@ def tiled_forward(mlp_forward: Any, x: Any, tiles: int, skip_in_recompute: bool)
 
     if tiles <= 1 or not torch.is_grad_enabled():
         return mlp_forward(x)
-    return _TiledMLPFunction.get().apply(mlp_forward, tiles, skip_in_recompute, x)
+    return _function().apply(mlp_forward, tiles, skip_in_recompute, x)
 
 
 def install_tiled_mlp(model: Any, setting: Any, skip_in_recompute: bool = True) -> int:
