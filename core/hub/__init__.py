@@ -1,6 +1,6 @@
 """ModelScope and Hugging Face: search, model facts, file lists, downloads, local caches, tokens.
 
-``open_source(hub)`` gives a client with ``search``, ``details``, ``file_url``; ``plan_download`` /
+``open_hub(hub)`` gives a client with ``search``, ``details``, ``file_url``; ``plan_download`` /
 ``check_disk`` / ``start_download`` run a detached, resumable download whose progress
 ``read_status`` reads; ``list_local_models`` / ``delete_local_model`` manage what is on disk. Nothing
 here imports an SDK until a client is opened.

@@ -67,10 +67,10 @@ def _fail(exc: BaseException, hub: str, endpoint: str = "", code: int = 3) -> An
 
 def _source(args: argparse.Namespace) -> Any:
     from core.hub.errors import HubError
-    from core.hub.source import open_source
+    from core.hub.source import open_hub
 
     try:
-        return open_source(args.hub)
+        return open_hub(args.hub)
     except HubError as exc:
         raise _fail(exc, args.hub) from exc
 

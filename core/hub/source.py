@@ -1,4 +1,4 @@
-"""Pick a hub: ``open_source("modelscope" | "hf")`` gives an object with the same methods for both."""
+"""Pick a hub: ``open_hub("modelscope" | "hf")`` gives an object with the same methods for both."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class HubSource(Protocol):
     def model_dir(self, model_id: str, revision: str = ...) -> Path: ...
 
 
-def open_source(hub: str = "modelscope", endpoint: str | None = None, token: str | None = None,
+def open_hub(hub: str = "modelscope", endpoint: str | None = None, token: str | None = None,
                 timeout_s: float = READ_TIMEOUT_S) -> HubSource:
     """A client for ``hub``; the token defaults to the environment or tunedeck's token file.
 

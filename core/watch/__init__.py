@@ -3,7 +3,7 @@
 Pure logic for the Runs screen and the dashboard (and ``tunedeck watch``); nothing here imports Textual.
 
     FileFollower(path).read_new() -> FollowResult      # complete new lines by byte offset
-    open_source(path) -> WatchSource                    # tunedeck run dir, ms-swift, LLaMA-Factory, HF Trainer
+    open_watch_source(path) -> WatchSource              # tunedeck run dir, ms-swift, LLaMA-Factory, HF Trainer
                                                         # output dir or TensorBoard log dir
     open_metrics_feed(source).read_tail() / .poll()     # its normalised records, whatever the writer
     writer_state(source, feed.activity) -> WriterState  # running, idle since …, finished (read-only ones)

@@ -20,7 +20,7 @@ def _find(ref: str) -> Any:
     from pathlib import Path
 
     from core.cli import CliError
-    from core.watch.source import SourceNotFound, open_source
+    from core.watch.source import SourceNotFound, open_watch_source
 
     path = Path(ref).expanduser()
     if not path.is_dir():
@@ -35,7 +35,7 @@ def _find(ref: str) -> Any:
         except RunNotFound as exc:
             raise CliError(str(exc), 2) from exc
     try:
-        return open_source(path)
+        return open_watch_source(path)
     except SourceNotFound as exc:
         raise CliError(str(exc), 2) from exc
 

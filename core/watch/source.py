@@ -1,6 +1,6 @@
 """What a dashboard watches: a tunedeck run directory or another trainer's output directory.
 
-``open_source(path)`` finds the metric file, the human log and the events of a directory and says which
+``open_watch_source(path)`` finds the metric file, the human log and the events of a directory and says which
 adapter reads its records. ms-swift nests each run in ``vN-YYYYMMDD-HHMMSS/`` under the output dir: the
 newest such run with a ``logging.jsonl`` is taken. A plain HF Trainer output dir is read through its
 ``trainer_state.json`` (the top-level one or the newest ``checkpoint-N/``'s, whichever is newer), a
@@ -113,7 +113,7 @@ def tensorboard_available() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
 
 
-def open_source(path: Path | str) -> WatchSource:
+def open_watch_source(path: Path | str) -> WatchSource:
     """The watch source for a directory: tunedeck run (has run.json), ms-swift, LLaMA-Factory or HF
     Trainer output, or a TensorBoard log dir."""
     path = Path(path).expanduser()

@@ -9,7 +9,7 @@ import pytest
 
 from core.hub.errors import HubAccessError, HubNotFoundError, HubUnavailableError
 from core.hub.records import SearchQuery
-from core.hub.source import open_source
+from core.hub.source import open_hub
 from tests.hubserver import TOKEN, FakeHubServer, closed_port_url, standard_hub
 
 
@@ -29,7 +29,7 @@ def hub_server(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("hub", ["modelscope", "hf"])
 def test_search_sorts_and_filters(hub_server, hub):
-    source = open_source(hub)
+    source = open_hub(hub)
     page = source.search(SearchQuery(text="qwen", sort="downloads"))
     assert [m.model_id for m in page.items] == [
         "Qwen/Qwen2.5-7B-Instruct", "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "Qwen/Qwen2.5-Tiny-Instruct"]
@@ -48,7 +48,7 @@ def test_search_sorts_and_filters(hub_server, hub):
 
 
 def test_modelscope_pagination(hub_server):
-    source = open_source("modelscope")
+    source = open_hub("modelscope")
     first = source.search(SearchQuery(page=1, page_size=2))
     second = source.search(SearchQuery(page=2, page_size=2))
     assert first.total == 4 and first.has_more and not second.has_more  # the private one is hidden
@@ -58,7 +58,7 @@ def test_modelscope_pagination(hub_server):
 
 @pytest.mark.parametrize("hub", ["modelscope", "hf"])
 def test_details_read_card_config_and_hashes(hub_server, hub):
-    details = open_source(hub).details("Qwen/Qwen2.5-Tiny-Instruct")
+    details = open_hub(hub).details("Qwen/Qwen2.5-Tiny-Instruct")
     assert details.readme.startswith("# Qwen2.5 Tiny")
     assert details.config["model_type"] == "qwen2" and details.config["hidden_size"] == 64
     sizes = {f.path: f.size for f in details.files}
@@ -71,7 +71,7 @@ def test_details_read_card_config_and_hashes(hub_server, hub):
 
 @pytest.mark.parametrize("hub", ["modelscope", "hf"])
 def test_missing_private_and_gated_models_say_so(hub_server, hub):
-    source = open_source(hub)
+    source = open_hub(hub)
     with pytest.raises(HubNotFoundError, match="does not exist"):
         source.details("nobody/nothing")
     with pytest.raises(HubAccessError) as private:
@@ -85,7 +85,7 @@ def test_missing_private_and_gated_models_say_so(hub_server, hub):
 @pytest.mark.parametrize("hub", ["modelscope", "hf"])
 def test_token_from_environment_opens_private_model(hub_server, hub, monkeypatch):
     monkeypatch.setenv("MODELSCOPE_API_TOKEN" if hub == "modelscope" else "HF_TOKEN", TOKEN)
-    details = open_source(hub).details("acme/private-model")
+    details = open_hub(hub).details("acme/private-model")
     assert details.summary.model_id == "acme/private-model"
 
 
@@ -93,7 +93,7 @@ def test_token_from_environment_opens_private_model(hub_server, hub, monkeypatch
 def test_slow_hub_times_out_with_a_clear_message(hub_server, hub):
     # The hub holds every answer until the test lets it go: the error can only be the client giving up.
     hub_server.hub.hold = threading.Event()
-    source = open_source(hub, timeout_s=0.5)
+    source = open_hub(hub, timeout_s=0.5)
     try:
         with pytest.raises(HubUnavailableError, match="did not answer in time"):
             source.search(SearchQuery(text="qwen"))
@@ -126,7 +126,7 @@ def test_no_server_is_a_clear_message_in_seconds(tmp_path, monkeypatch, hub):
 
     before = sdk_calls()
     with pytest.raises(HubUnavailableError) as error:
-        open_source(hub).search(SearchQuery(text="qwen"))
+        open_hub(hub).search(SearchQuery(text="qwen"))
     if hub == "modelscope":  # its clients are built with one attempt
         assert len(attempts) == 1, attempts
     else:  # the SDK retries with back-off for tens of seconds: the answer did not wait for it to give up
@@ -141,4 +141,4 @@ def test_missing_sdk_says_install_the_training_stack(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "modelscope_hub", None)  # what an app-only install looks like
     with pytest.raises(HubSdkMissingError, match="install the training stack"):
-        open_source("modelscope")
+        open_hub("modelscope")

@@ -20,7 +20,7 @@ from core.hub.download import (
     wait_for_download,
 )
 from core.hub.errors import NotEnoughDiskError
-from core.hub.source import open_source
+from core.hub.source import open_hub
 from tests.hubserver import TOKEN, FakeHubServer, standard_hub
 
 WEIGHTS = bytes(range(256)) * 1024
@@ -41,7 +41,7 @@ def hub_server(tmp_path, monkeypatch):
 
 
 def _plan(hub="modelscope", model="Qwen/Qwen2.5-Tiny-Instruct", include=None):
-    source = open_source(hub)
+    source = open_hub(hub)
     return plan_download(source, source.details(model), include)
 
 

@@ -10,7 +10,7 @@ from core.hub.errors import HubUnavailableError
 from core.hub.problems import PROXY_ENV, REASONS, describe_error, status_problem, unreachable_problem
 from core.hub.reachability import HubReachability
 from core.hub.records import SearchQuery
-from core.hub.source import open_source
+from core.hub.source import open_hub
 from core.i18n import catalogue
 from tests.hubserver import FakeHubServer, closed_port_url, standard_hub
 
@@ -29,7 +29,7 @@ def private_env(tmp_path, monkeypatch):
 
 def search_problem(hub: str, **source_options):
     with pytest.raises(HubUnavailableError) as error:
-        open_source(hub, **source_options).search(SearchQuery(text="qwen"))
+        open_hub(hub, **source_options).search(SearchQuery(text="qwen"))
     problem = error.value.problem
     assert problem is not None and describe_error(error.value, hub) is problem
     return problem

@@ -22,7 +22,7 @@ from core.watch.activity import FINISHED, IDLE, IDLE_FLOOR_S, RUNNING, WriterAct
 from core.watch.adapters import normalize_llamafactory, normalize_swift, parse_lines
 from core.watch.feed import MetricsFeed, open_metrics_feed
 from core.watch.series import RunSeries
-from core.watch.source import HF_TRAINER, LLAMAFACTORY, SWIFT, TENSORBOARD, SourceNotFound, open_source
+from core.watch.source import HF_TRAINER, LLAMAFACTORY, SWIFT, TENSORBOARD, SourceNotFound, open_watch_source
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "watch"
@@ -90,7 +90,7 @@ def test_hf_trainer_folder_reads_the_newest_checkpoint(tmp_path):
     write_checkpoint(out, 20, 40, now - 30)
     write_checkpoint(out, 9, 40, now - 90)  # checkpoint-9 sorts after checkpoint-20 as text: by step
     (out / "runs" / "Nov29_21-00-00_box").mkdir(parents=True)
-    source = open_source(out)
+    source = open_watch_source(out)
     assert source.kind == HF_TRAINER and source.read_only
     assert source.metrics_path == out / "checkpoint-20" / "trainer_state.json"
     assert source.facts == {"model": "Qwen/Qwen2.5-0.5B", "method": "lora"}
@@ -122,7 +122,7 @@ def test_hf_trainer_top_level_state_alone_and_a_new_run_restarts(tmp_path):
     out = tmp_path / "hf_out"
     out.mkdir()
     (out / "trainer_state.json").write_text(json.dumps(hf_state(40, 40, summary=True), indent=2, sort_keys=True))
-    source = open_source(out)
+    source = open_watch_source(out)
     assert source.kind == HF_TRAINER and source.metrics_path == out / "trainer_state.json"
     feed = open_metrics_feed(source)
     assert len([r for r in feed.read_tail() if r["kind"] == "train"]) == 40
@@ -136,7 +136,7 @@ def test_hf_trainer_folder_left_months_ago_is_idle(tmp_path):
     out = tmp_path / "hf_out"
     write_checkpoint(out, 10, 40, MONTHS_AGO - 600)
     write_checkpoint(out, 20, 40, MONTHS_AGO)
-    source = open_source(out)
+    source = open_watch_source(out)
     feed = open_metrics_feed(source)
     feed.read_tail()
     state = writer_state(source, feed.activity)
@@ -181,7 +181,7 @@ def test_tensorboard_log_dir_through_event_accumulator(tmp_path):
         add_scalars(writer, step, start + 5 * step, hf_tb_step(step))
     add_scalars(writer, 10, start + 51, {"eval/loss": 2.3, "eval/runtime": 1.2, "train/epoch": 0.5})
     writer.flush()
-    source = open_source(out)
+    source = open_watch_source(out)
     assert source.kind == TENSORBOARD and source.metrics_path == run_dir and source.read_only
     feed = open_metrics_feed(source)
     records = feed.read_tail()
@@ -215,7 +215,7 @@ def test_tensorboard_folder_without_new_events_is_idle(tmp_path):
         add_scalars(writer, step, MONTHS_AGO - 50 + 10 * step, {"loss": 3.0 - step / 10, "lr": 1e-4})
     writer.close()
     age(out)
-    source = open_source(out)
+    source = open_watch_source(out)
     assert source.kind == TENSORBOARD and source.metrics_path == out / "logs"
     feed = open_metrics_feed(source)
     records = feed.read_tail()
@@ -234,7 +234,7 @@ def test_tensorboard_written_by_torch_summary_writer(tmp_path):
         writer.add_scalar("train/loss", 2.0 / step, step)
         writer.add_scalar("train/learning_rate", 1e-5, step)
     writer.close()
-    feed = open_metrics_feed(open_source(out))
+    feed = open_metrics_feed(open_watch_source(out))
     assert [(r["step"], round(r["loss"], 3)) for r in feed.read_tail()] == [(1, 2.0), (2, 1.0), (3, 0.667)]
 
 
@@ -246,12 +246,12 @@ def test_tensorboard_missing_says_how_to_install_it(tmp_path, monkeypatch):
     (run_dir / "events.out.tfevents.1764450000.box.1.0").write_bytes(b"")
     monkeypatch.setattr(source_module, "tensorboard_available", lambda: False)
     with pytest.raises(SourceNotFound, match=r"install tensorboard to read event files: \.venv/bin/pip install tensorboard"):
-        open_source(tmp_path)
+        open_watch_source(tmp_path)
 
 
 def test_nothing_readable_names_every_layout(tmp_path):
     with pytest.raises(SourceNotFound, match=r"trainer_state\.json.*events\.out\.tfevents"):
-        open_source(tmp_path)
+        open_watch_source(tmp_path)
 
 
 # --- LLaMA-Factory of every version -----------------------------------------------------------------
@@ -280,7 +280,7 @@ def test_llamafactory_07_null_eval_loss_does_not_hide_the_loss(tmp_path):
     first = normalize_llamafactory(lf_old_lines()[0])
     assert first["kind"] == "train" and first["loss"] == 1.75 and first["learning_rate"] == pytest.approx(3.75e-05)
     assert first["step"] == 5 and first["total_steps"] == 20 and first["elapsed_s"] == 10 and first["eta_s"] == 30
-    source = open_source(out)
+    source = open_watch_source(out)
     assert source.kind == LLAMAFACTORY
     records = MetricsFeed(source.metrics_path, source.kind).read_tail()
     assert [r["kind"] for r in records] == ["train", "train", "eval", "train", "train", "eval"]
@@ -323,7 +323,7 @@ def test_megatron_swift_iteration_gives_the_step(tmp_path):
     (run / "args.json").write_text(json.dumps({"model": "Qwen/Qwen2.5-7B-Instruct", "train_type": "lora",
                                                "torch_dtype": "bfloat16", "micro_batch_size": 1}, indent=2))
     (run / "logging.jsonl").write_text("".join(json.dumps(line) + "\n" for line in megatron_lines(50)))
-    source = open_source(out)
+    source = open_watch_source(out)
     assert source.kind == SWIFT and source.path == run and source.facts["method"] == "lora"
     records = MetricsFeed(source.metrics_path, source.kind).read_tail()
     assert records[-1]["step"] == 50 and records[-1]["total_steps"] == 176
@@ -336,7 +336,7 @@ def test_ms_swift_4_tuner_type_names_the_method(tmp_path):
     args.pop("train_type")
     args["tuner_type"] = "lora"
     (run / "args.json").write_text(json.dumps(args, indent=2))
-    assert open_source(tmp_path / "output").facts["method"] == "lora"
+    assert open_watch_source(tmp_path / "output").facts["method"] == "lora"
 
 
 # --- writer gone: idle since, finished --------------------------------------------------------------
@@ -353,7 +353,7 @@ def copy_swift(tmp_path: Path, keep_lines: int | None = None, extra: list[dict] 
 
 
 def state_of(path: Path, now: float | None = None):
-    source = open_source(path)
+    source = open_watch_source(path)
     feed = open_metrics_feed(source)
     feed.read_tail()
     return writer_state(source, feed.activity, now=now)
@@ -388,7 +388,7 @@ def test_patience_is_ten_record_intervals_with_a_floor(tmp_path):
     out = tmp_path / "lf"
     out.mkdir()
     (out / "trainer_log.jsonl").write_text("{}\n")
-    source = open_source(out)
+    source = open_watch_source(out)
     written = (out / "trainer_log.jsonl").stat().st_mtime
     assert writer_state(source, activity, now=written + 2000).status == RUNNING  # logs every 5 min
     assert writer_state(source, activity, now=written + 3001).status == IDLE
@@ -427,8 +427,8 @@ def test_tensorboard_is_imported_only_by_a_feed(tmp_path):
     run_dir.mkdir(parents=True)
     (run_dir / "events.out.tfevents.1764450000.box.1.0").write_bytes(b"")
     probe = ("import sys, json\nimport core.watch.feed, core.watch.activity, core.watch.trainer_state,"
-             " core.watch.tb_events, tui.screens.dashboard\nfrom core.watch.source import open_source\n"
-             f"print(open_source({str(tmp_path)!r}).kind)\nprint(json.dumps(sorted(sys.modules)))")
+             " core.watch.tb_events, tui.screens.dashboard\nfrom core.watch.source import open_watch_source\n"
+             f"print(open_watch_source({str(tmp_path)!r}).kind)\nprint(json.dumps(sorted(sys.modules)))")
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     kind, modules = result.stdout.splitlines()
     assert kind == TENSORBOARD, result.stderr

@@ -13,7 +13,7 @@ import pytest
 
 from core.watch.figures import cost_so_far, directory_size, format_duration, mfu, model_parameters
 from core.watch.last_seen import runs_ended_since
-from core.watch.source import LLAMAFACTORY, SWIFT, TUNEDECK, SourceNotFound, open_source
+from core.watch.source import LLAMAFACTORY, SWIFT, TUNEDECK, SourceNotFound, open_watch_source
 from tests.fixtures.watch.run_builder import build_run, header_record
 
 ROOT = Path(__file__).parents[2]
@@ -22,7 +22,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "watch"
 
 def test_tunedeck_run_dir(tmp_path):
     path = build_run(tmp_path, "20261129-2100-a", status="finished", steps=10, total=10)
-    source = open_source(path)
+    source = open_watch_source(path)
     assert source.kind == TUNEDECK and not source.read_only
     assert source.metrics_path == path / "metrics.jsonl" and source.events_path == path / "events.jsonl"
 
@@ -37,23 +37,23 @@ def test_swift_output_dir_picks_the_newest_version(tmp_path):
     import os
 
     os.utime(older / "logging.jsonl", (1, 1))
-    source = open_source(out)
+    source = open_watch_source(out)
     assert source.kind == SWIFT and source.path == newer and source.read_only
     assert source.facts == {"model": "Qwen/Qwen2.5-0.5B-Instruct", "method": "lora", "precision": "bfloat16"}
-    assert open_source(older).path == older
+    assert open_watch_source(older).path == older
 
 
 def test_llamafactory_output_dir():
-    source = open_source(FIXTURES / "llamafactory_output")
+    source = open_watch_source(FIXTURES / "llamafactory_output")
     assert source.kind == LLAMAFACTORY and source.log_path.name == "running_log.txt"
     assert source.facts == {"model": "meta-llama/Llama-3.2-1B-Instruct", "method": "lora", "precision": "bf16"}
 
 
 def test_unknown_and_missing_dirs_say_what_was_expected(tmp_path):
     with pytest.raises(SourceNotFound, match="logging.jsonl"):
-        open_source(tmp_path)
+        open_watch_source(tmp_path)
     with pytest.raises(SourceNotFound, match="no such directory"):
-        open_source(tmp_path / "nope")
+        open_watch_source(tmp_path / "nope")
 
 
 def test_figures():

@@ -193,10 +193,10 @@ def test_reopening_reattaches_to_a_running_download(hub_env):
     """A download started elsewhere (the CLI, an earlier session) shows up with its progress."""
     async def scenario():
         from core.hub.download import plan_download, start_download
-        from core.hub.source import open_source
+        from core.hub.source import open_hub
 
         hub_env.hub.chunk_delay_s = 1.0
-        source = open_source("modelscope")
+        source = open_hub("modelscope")
         plan = plan_download(source, source.details("Qwen/Qwen2.5-Tiny-Instruct"), ["model.safetensors"])
         start_download(plan)
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)

@@ -310,11 +310,11 @@ class ModelsScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="hub-search", exit_on_error=False)
     def _search_worker(self, hub: str, query: SearchQuery, append: bool, token: int) -> None:
         from core.hub.problems import describe_error
-        from core.hub.source import open_source
+        from core.hub.source import open_hub
 
         endpoint = ""
         try:
-            source = open_source(hub)
+            source = open_hub(hub)
             endpoint = source.endpoint
             page = source.search(query)
         except Exception as exc:  # an SDK surprise too: a message on screen, not a dead worker
@@ -399,11 +399,11 @@ class ModelsScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="hub-details", exit_on_error=False)
     def _details_worker(self, hub: str, model_id: str) -> None:
         from core.hub.problems import describe_error
-        from core.hub.source import open_source
+        from core.hub.source import open_hub
 
         endpoint = ""
         try:
-            source = open_source(hub)
+            source = open_hub(hub)
             endpoint = source.endpoint
             details = source.details(model_id)
         except Exception as exc:  # an SDK surprise too: a message on screen, not a dead worker
@@ -517,11 +517,11 @@ class ModelsScreen(Screen[None]):
     def _download_worker(self, hub: str, details: ModelDetails, include: list[str] | None) -> None:
         from core.hub.download import check_disk, plan_download, start_download
         from core.hub.errors import HubError
-        from core.hub.source import open_source
+        from core.hub.source import open_hub
         from core.hub.tokens import hub_token
 
         try:
-            source = open_source(hub)
+            source = open_hub(hub)
             plan = plan_download(source, details, include)
             check_disk(plan)
             job_dir = start_download(plan, hub_token(hub))

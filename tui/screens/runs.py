@@ -468,11 +468,11 @@ def open_dashboard(app: Any, path: str | Path, standalone: bool = False) -> bool
     """Push the dashboard of a run directory (tunedeck's or another trainer's) on the Runs section.
     ``standalone``: the app was opened for this folder alone (``tunedeck watch DIR`` outside tunedeck's
     runs), so Esc quits rather than show a Runs list the folder is not in."""
-    from core.watch.source import SourceNotFound, open_source
+    from core.watch.source import SourceNotFound, open_watch_source
     from tui.screens.dashboard import DashboardScreen
 
     try:
-        source = open_source(path)
+        source = open_watch_source(path)
     except SourceNotFound as exc:
         app.notify(str(exc), severity="error")
         return False
