@@ -103,7 +103,8 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             MODELS[r["model"]], r["method"], r["engine"], f"{r['seq']:,}", r.get("status") or "-",
             max(r["peak_gib"]) if r.get("peak_gib") else None,
             f"{es._fmt(r.get('torch_peak_allocated_gib'))} / {es._fmt(r.get('torch_peak_reserved_gib'))}",
-            r.get("tokens_per_s"), r.get("mfu"), est.get("peak_gib"),
+            f"{es._fmt(r.get('tokens_per_s'))}{' (1 step)' if r.get('rate_from') == 'one step' else ''}",
+            r.get("mfu"), est.get("peak_gib"),
             f"{r['peak_error']:+.1%}" if r.get("peak_error") is not None else "-", est.get("tokens_per_s"),
             f"{r['speed_error']:+.1%}" if r.get("speed_error") is not None else "-", est.get("cpu_ram_gib"),
             est.get("tiles"))) + " |")
@@ -142,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", default=None)
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--cpu", action="store_true")
+    parser.add_argument("--memory-profile", type=int, default=0, metavar="STEP",
+                        help="record the CUDA allocations of this step of every row: what is live at its peak "
+                             "(written next to --out as NAME-memory-MODEL-METHOD-LENGTH.txt)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     import torch
@@ -173,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = {"home": home, "cpu": not cuda, "steps": args.steps, "warmup": 1, "dataset": dataset,
            "model_dirs": {m: es.make_model_dir(home, m) for m in {s[0] for s in series}},
            "peak_flops": es.gpu_peak_flops() if cuda else None, "profile": "", "drop_checkpoints": True,
-           "lora_dropout": args.lora_dropout}
+           "lora_dropout": args.lora_dropout, "memory_profile": args.memory_profile}
     meta = {"device": f"{gpu_name} x 1" if cuda else "CPU", "torch": torch.__version__,
             "transformers": transformers.__version__, "steps": args.steps, "lora_dropout": args.lora_dropout,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -207,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 log(f"{model}-{method} {engine} {seq} tokens ({left:.0f} s left)")
                 result = {**base, **es.run_engine(ctx, engine, spec, seq, left - 10)}
+                if result.get("memory_profile"):
+                    Path(f"{out_md.with_suffix('')}-memory-{model}-{method}-{seq}.txt").write_text(
+                        result["memory_profile"], encoding="utf-8")
                 peak = max(result["peak_gib"]) if result.get("peak_gib") else None
                 if cuda:
                     result["peak_error"] = _error(base["estimate"].get("peak_gib"), peak)

@@ -339,10 +339,13 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
         profile_window = parse_profile_env(ctx["profile"])
     if profile_window:
         os.environ["TUNEDECK_PROFILE"] = ctx["profile"]
+    if ctx.get("memory_profile"):  # the allocations live at the peak of that step -> memory.txt
+        os.environ["TUNEDECK_MEMORY_PROFILE"] = str(ctx["memory_profile"])
     try:
         row = one_run(ctx["home"], f"{spec['name']}-{seq}{'-' + tag if tag else ''}", values, False, timeout_s, False)
     finally:
         os.environ.pop("TUNEDECK_PROFILE", None)
+        os.environ.pop("TUNEDECK_MEMORY_PROFILE", None)
     from core.runs.jsonl import iter_records
 
     records = list(iter_records(Path(row["run_dir"]) / "metrics.jsonl")) if row.get("run_dir") else []
@@ -351,6 +354,10 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
         train = [r for r in train if int(r.get("step") or 0) < profile_window[0]] or train
     header = records[0] if records else {}
     profile = Path(row["run_dir"]) / "profile.txt" if row.get("run_dir") else None
+    memory = Path(row["run_dir"]) / "memory.txt" if row.get("run_dir") else None
+    rate = steady_tokens_per_s([(r["elapsed_s"], r.get("tokens_seen") or 0) for r in train], ctx["warmup"])
+    if rate is None and len(train) == 1:  # one step only (the longest lengths): that step's own rate
+        rate = train[0].get("tokens_per_s")
     saved = [e for e in iter_records(Path(row["run_dir"]) / "events.jsonl") if e.get("event") == "checkpoint_saved"] \
         if row.get("run_dir") else []
     if ctx.get("drop_checkpoints") and row.get("run_dir"):  # the disk is small: keep only what was measured
@@ -368,8 +375,9 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
         "micro": values.get("micro_batch_size"),
         "status": row.get("status"),
         "reason": row.get("reason"),
-        "tokens_per_s": steady_tokens_per_s([(r["elapsed_s"], r.get("tokens_seen") or 0) for r in train],
-                                            ctx["warmup"]),
+        "tokens_per_s": rate,
+        "rate_from": "one step" if rate is not None and len(train) == 1 else "steady",
+        "memory_profile": memory.read_text(encoding="utf-8") if memory and memory.exists() else None,
         "torch_peak_allocated_gib": row.get("peak_allocated_gib"),
         "torch_peak_reserved_gib": row.get("peak_reserved_gib"),
         "loss": loss_after([r.get("loss") for r in train]),

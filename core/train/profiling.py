@@ -108,3 +108,113 @@ def summarise(profiler: Any, steps: int) -> str:
         lines.append(f"{self_time(event) / 1e3 / steps:9.2f} ms/step {100 * self_time(event) / total:5.1f}% "
                      f"x{event.count // max(1, steps):<6d} {event.key[:110]}")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Where the peak's memory goes: ``TUNEDECK_MEMORY_PROFILE=STEP`` records CUDA allocations during step STEP
+# and writes ``memory.txt``: the peak of that step and the blocks live at it, grouped by the code that
+# allocated them. For checking the estimator against the engine; a run without the variable pays nothing.
+
+_TORCH_INTERNAL = ("/torch/", "\\torch\\", "<frozen", "/contextlib.py", "/functools.py")
+
+
+def parse_memory_profile_env(value: str | None) -> int | None:
+    """``"2"`` -> 2; anything else -> None."""
+    try:
+        step = int(value or "")
+    except ValueError:
+        return None
+    return step if step >= 1 else None
+
+
+def _site(frames: list[dict[str, Any]], depth: int = 2) -> str:
+    """The innermost ``depth`` frames outside torch itself: which code asked for the memory."""
+    picked = [f for f in frames if not any(s in str(f.get("filename", "")) for s in _TORCH_INTERNAL)][:depth]
+    if not picked:
+        picked = frames[:1]
+    return " < ".join(f"{Path(str(f.get('filename', '?'))).parent.name}/{Path(str(f.get('filename', '?'))).name}"
+                      f":{f.get('line', '?')} {f.get('name', '?')}" for f in picked) or "(no stack)"
+
+
+def peak_breakdown(trace: list[dict[str, Any]], before_bytes: int, top: int = 25) -> str:
+    """Replays a CUDA allocator trace (``torch.cuda.memory._snapshot()["device_traces"][d]``): the highest
+    total of live blocks, and those live at that moment grouped by allocation site."""
+    frees = {"free_completed"} if any(e.get("action") == "free_completed" for e in trace) else {"free_requested"}
+    live: dict[int, dict[str, Any]] = {}
+    current = peak = before_bytes
+    peak_index = -1
+    for index, event in enumerate(trace):
+        action = event.get("action")
+        if action == "alloc":
+            live[event["addr"]] = event
+            current += int(event["size"])
+        elif action in frees and event.get("addr") in live:
+            current -= int(live.pop(event["addr"])["size"])
+        if current > peak:
+            peak, peak_index = current, index
+    live.clear()
+    for event in trace[:peak_index + 1]:
+        if event.get("action") == "alloc":
+            live[event["addr"]] = event
+        elif event.get("action") in frees:
+            live.pop(event.get("addr"), None)
+    sites: dict[str, list[int]] = {}
+    for event in live.values():
+        sites.setdefault(_site(event.get("frames") or []), []).append(int(event["size"]))
+    gib = 1024 ** 3
+    lines = [f"peak of the step {peak / gib:.2f} GiB = {before_bytes / gib:.2f} GiB allocated before the step "
+             f"(weights, adapters, optimizer state) + {(peak - before_bytes) / gib:.2f} GiB live at event "
+             f"{peak_index + 1} of {len(trace)}", "", "## live at the peak, by allocation site", ""]
+    for site, sizes in sorted(sites.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        lines.append(f"{sum(sizes) / gib:8.3f} GiB  x{len(sizes):<5d} largest {max(sizes) / 2 ** 20:9.1f} MiB  {site}")
+    lines += ["", "## largest blocks live at the peak", ""]
+    for event in sorted(live.values(), key=lambda e: -int(e["size"]))[:top]:
+        lines.append(f"{int(event['size']) / 2 ** 20:9.1f} MiB  {_site(event.get('frames') or [], 4)}")
+    return "\n".join(lines) + "\n"
+
+
+class MemoryPeakCallback(TrainerCallback):
+    """Records the CUDA allocations of the step ``TUNEDECK_MEMORY_PROFILE`` names; writes ``memory.txt``."""
+
+    def __init__(self, run_dir: Path, step: int) -> None:
+        self.path = Path(run_dir) / "memory.txt"
+        self.step = step
+        self.before = 0
+        self.recording = False
+
+    @classmethod
+    def from_env(cls, run_dir: Path) -> MemoryPeakCallback | None:
+        step = parse_memory_profile_env(os.environ.get("TUNEDECK_MEMORY_PROFILE"))
+        if step is None:
+            return None
+        import torch
+
+        if not torch.cuda.is_available():
+            log.warning("TUNEDECK_MEMORY_PROFILE records CUDA allocations; there is no GPU here: ignored")
+            return None
+        return cls(run_dir, step)
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self.recording and state.global_step + 1 == self.step:
+            import torch
+
+            torch.cuda.synchronize()
+            self.before = torch.cuda.memory_allocated()
+            torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+            self.recording = True
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.recording:
+            import torch
+
+            torch.cuda.synchronize()
+            snapshot = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
+            self.recording = False
+            self.step = 1 << 60  # once
+            device = torch.cuda.current_device()
+            trace = snapshot["device_traces"][device] if device < len(snapshot["device_traces"]) else []
+            text = peak_breakdown(trace, self.before)
+            text += f"\ntorch max_memory_allocated {torch.cuda.max_memory_allocated() / 1024 ** 3:.2f} GiB\n"
+            self.path.write_text(text, encoding="utf-8")
+            log.info("memory at the peak of step %d written to %s", state.global_step, self.path)

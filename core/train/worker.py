@@ -397,11 +397,11 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         from core.train.engine_switches import EngineSwitchesCallback
 
         callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers, compile_layers, tiled))
-    from core.train.profiling import ProfileStepsCallback
+    from core.train.profiling import MemoryPeakCallback, ProfileStepsCallback
 
-    profile_cb = ProfileStepsCallback.from_env(run.path)
-    if profile_cb is not None and rank == 0:
-        callbacks.append(profile_cb)
+    for profile_cb in (ProfileStepsCallback.from_env(run.path), MemoryPeakCallback.from_env(run.path)):
+        if profile_cb is not None and rank == 0:
+            callbacks.append(profile_cb)
     oom_cb = InjectedOomCallback.from_env()
     if oom_cb is not None:
         callbacks.append(oom_cb)

@@ -1,0 +1,48 @@
+"""``TUNEDECK_MEMORY_PROFILE``: the replay of a CUDA allocator trace that names what is live at the peak.
+The trace is the shape ``torch.cuda.memory._snapshot()`` gives (no GPU needed to check the arithmetic);
+on the GPU it ran through bench/engine_longctx.py --memory-profile (bench/results/engine-longctx-*)."""
+
+from __future__ import annotations
+
+from core.train.profiling import parse_memory_profile_env, peak_breakdown
+
+MIB = 2 ** 20
+
+
+def _frames(*sites: str) -> list[dict]:
+    torch_frame = {"filename": "/usr/lib/python3/site-packages/torch/nn/functional.py", "line": 1, "name": "linear"}
+    return [torch_frame] + [{"filename": f"/x/{s.split(':')[0]}", "line": int(s.split(':')[1]), "name": "f"}
+                            for s in sites]
+
+
+def test_peak_is_the_highest_live_total_and_lists_what_was_live_then():
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 100 * MIB, "frames": _frames("train/loss.py:10", "train/worker.py:5")},
+        {"action": "alloc", "addr": 2, "size": 300 * MIB, "frames": _frames("models/attn.py:7")},
+        {"action": "free_requested", "addr": 2, "size": 300 * MIB},
+        {"action": "free_completed", "addr": 2, "size": 300 * MIB},
+        {"action": "alloc", "addr": 3, "size": 50 * MIB, "frames": _frames("train/loss.py:10", "train/worker.py:5")},
+        {"action": "alloc", "addr": 4, "size": 50 * MIB, "frames": _frames("train/loss.py:10", "train/worker.py:5")},
+    ]
+    text = peak_breakdown(trace, before_bytes=1024 * MIB)
+    # peak = 1 GiB before + 100 + 300 MiB live after event 2 (later, 100 + 50 + 50 = 200 MiB is less)
+    assert text.startswith("peak of the step 1.39 GiB = 1.00 GiB allocated before the step")
+    assert "+ 0.39 GiB live at event 2 of 6" in text
+    by_site = text.split("## live at the peak, by allocation site")[1].split("##")[0]
+    assert "attn.py:7" in by_site and "loss.py:10" in by_site
+    assert by_site.index("attn.py:7") < by_site.index("loss.py:10")  # the larger first
+    assert "torch/nn" not in by_site  # torch's own frames are skipped: the caller is named
+
+
+def test_a_free_without_its_alloc_in_the_trace_does_not_go_below_the_start():
+    trace = [{"action": "free_completed", "addr": 9, "size": 10 * MIB},
+             {"action": "alloc", "addr": 1, "size": 10 * MIB, "frames": []}]
+    text = peak_breakdown(trace, before_bytes=0)
+    assert "0.01 GiB live at event 2 of 2" in text and "(no stack)" in text
+
+
+def test_env_value_names_one_step():
+    assert parse_memory_profile_env("2") == 2
+    assert parse_memory_profile_env("0") is None
+    assert parse_memory_profile_env("x") is None
+    assert parse_memory_profile_env(None) is None
