@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from core.data.readers import SUFFIXES as DATA_SUFFIXES
 from core.i18n import t
 from core.plan.request import GOALS, OVERRIDABLE
 from tui.widgets.bar import bar
@@ -652,7 +653,6 @@ class WizardScreen(Screen[None]):
                 self.recompute()
 
 
-DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 MAX_LISTED_FILES = 20
 
 
