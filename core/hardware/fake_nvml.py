@@ -80,6 +80,7 @@ class FakeNvml:
         animate: bool = False,
         fail: str | None = None,
         unsupported: Iterable[str] = (),
+        compute_capability: tuple[int, int] | None = None,
     ) -> None:
         # The binding's constants and exception classes, so `except nvml.NVMLError` and the codes match.
         for name in dir(_real):
@@ -93,6 +94,7 @@ class FakeNvml:
         if self.fail is not None and self.fail not in FAILURES:
             raise ValueError(f"unknown simulated failure '{fail}'; one of: {', '.join(FAILURES)}")
         self.unsupported = set(unsupported)
+        self.compute_capability = compute_capability  # of every GPU; recordings do not hold it
         self.calls: Counter[str] = Counter()
         self.initialized = False
         self._t0: float | None = None
@@ -201,6 +203,11 @@ class FakeNvml:
     @_nvml_function
     def nvmlDeviceGetName(self, handle: Any) -> str:
         return self._value(self._gpu(handle).name)
+
+    @_nvml_function
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
+        self._gpu(handle)
+        return self._value(self.compute_capability)
 
     @_nvml_function
     def nvmlDeviceGetUUID(self, handle: Any) -> str:

@@ -65,6 +65,23 @@ class GpuReading:
     error: NvmlUnavailable | None = None
 
 
+@dataclass(frozen=True)
+class GpuIdentity:
+    """Who one GPU is, without a reading: what starting a run asks (how many, bf16 or not)."""
+
+    index: int
+    name: str | None = None
+    compute_capability: tuple[int, int] | None = None  # (major, minor); None where NVML cannot say
+
+
+@dataclass(frozen=True)
+class GpuIdentities:
+    """The GPUs NVML sees, or (``error``) why it sees none."""
+
+    gpus: tuple[GpuIdentity, ...] = ()
+    error: NvmlUnavailable | None = None
+
+
 @dataclass
 class _StaticGpu:
     index: int
@@ -126,6 +143,7 @@ class NvmlBackend:
         self._nvml = nvml
         self._processes = processes
         self._started = False
+        self._initialized = False  # nvmlInit succeeded: close() shuts it down, GPUs or not
         self._error: NvmlUnavailable | None = None
         self._gpus: list[_StaticGpu] = []
         self._driver_version: str | None = None
@@ -211,13 +229,12 @@ class NvmlBackend:
                 self._error = unavailable("binding_missing")
                 return
             self._nvml = pynvml
-        if self._processes is None:
-            self._processes = LiveProcessResolver()
         try:
             self._raw("nvmlInit")  # unguarded: its errors are the reasons NVML is unavailable
         except self._nvml.NVMLError as exc:
             self._error = self._error_for(exc)
             return
+        self._initialized = True
         try:
             self._driver_version = _text(self._call("nvmlSystemGetDriverVersion"))
             self._cuda_driver_version = format_cuda_version(
@@ -234,12 +251,13 @@ class NvmlBackend:
 
     def close(self) -> None:
         """Shut NVML down if this backend started it; a later read starts it again."""
-        if self._started and self._error is None and self._nvml is not None:
+        if self._initialized and self._nvml is not None:
             try:
                 self._raw("nvmlShutdown")
             except self._nvml.NVMLError:
                 pass
         self._started = False
+        self._initialized = False
         self._error = None
         self._gpus = []
         self._topology = None
@@ -380,10 +398,31 @@ class NvmlBackend:
             nvswitch_links=tuple(switch_links),
         )
 
+    def identities(self) -> GpuIdentities:
+        """Each GPU's name and compute capability, from the static facts (no poll, no process lookup)."""
+        if not self._started:
+            self._start()
+        if self._error is not None:
+            return GpuIdentities(error=self._error)
+        found = []
+        try:
+            for gpu in self._gpus:
+                capability = None
+                if gpu.handle is not None:
+                    capability = self._call("nvmlDeviceGetCudaComputeCapability", gpu.handle)
+                found.append(GpuIdentity(gpu.index, gpu.name,
+                                         None if capability is None else (int(capability[0]), int(capability[1]))))
+        except _NvmlGone as gone:
+            self._error = gone.error
+            return GpuIdentities(error=self._error)
+        return GpuIdentities(tuple(found))
+
     def read(self) -> GpuReading:
         """One poll of every GPU; NVML being unavailable is a normal result, not an exception."""
         if not self._started:
             self._start()
+        if self._processes is None:
+            self._processes = LiveProcessResolver()
         if self._error is not None:
             return GpuReading(
                 driver_version=self._driver_version,
@@ -410,3 +449,16 @@ class NvmlBackend:
             driver_version=self._driver_version,
             cuda_driver_version=self._cuda_driver_version,
         )
+
+
+def read_gpu_identities(nvml: Any = None) -> GpuIdentities:
+    """The GPUs' names and compute capabilities, NVML started and shut down again around the read.
+
+    For code that asks once (starting a run), not for monitoring. Without the binding the error's
+    reason is "binding_missing"; without a driver or GPUs it is the reason NVML gave.
+    """
+    backend = NvmlBackend(nvml)
+    try:
+        return backend.identities()
+    finally:
+        backend.close()

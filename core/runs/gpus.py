@@ -3,29 +3,28 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from core.i18n import t
 
 
-def visible_gpu_count() -> int:
-    """GPUs this process may use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES; 0 without a driver."""
+def visible_gpu_count(nvml: Any = None) -> int:
+    """GPUs this process may use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES; 0 without a driver.
+
+    NVML is asked through the hardware backend (``nvml`` stands in for ``pynvml`` in tests)."""
+    from core.hardware.nvml_backend import read_gpu_identities
+
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         entries = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
         if not entries:
             return 0
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            count = int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except ImportError:
-        return _torch_gpu_count()  # no nvidia-ml-py: ask CUDA itself (slower: imports torch)
-    except Exception:  # no driver, no permission: a CPU box as far as we are concerned
-        return 0
+    found = read_gpu_identities(nvml)
+    if found.error is not None:
+        if found.error.reason == "binding_missing":
+            return _torch_gpu_count()  # no nvidia-ml-py: ask CUDA itself (slower: imports torch)
+        return 0  # no driver, no permission, no GPUs: a CPU box as far as we are concerned
+    count = len(found.gpus)
     if visible is not None:
         return min(count, len(entries))
     return count

@@ -226,23 +226,16 @@ def stop_run_and_wait(run: RunDirectory, force: bool = False, timeout_s: float |
 
 
 # -- the steps -------------------------------------------------------------------------------------
-def _gpu_caps() -> dict[str, Any] | None:
-    """bf16 capability of the first visible GPU for config validation; None without NVML."""
-    try:
-        import pynvml
+def _gpu_caps(nvml: Any = None) -> dict[str, Any] | None:
+    """bf16 capability of the first visible GPU for config validation; None without NVML or when NVML
+    cannot say (read through the hardware backend; ``nvml`` stands in for ``pynvml`` in tests)."""
+    from core.hardware.nvml_backend import read_gpu_identities
 
-        pynvml.nvmlInit()
-        try:
-            if pynvml.nvmlDeviceGetCount() == 0:
-                return None
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            major, _minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            name = pynvml.nvmlDeviceGetName(handle)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
+    found = read_gpu_identities(nvml)
+    if not found.gpus or found.gpus[0].compute_capability is None:
         return None
-    return {"bf16": major >= 8, "name": name if isinstance(name, str) else name.decode()}
+    first = found.gpus[0]
+    return {"bf16": first.compute_capability[0] >= 8, "name": first.name}
 
 
 def _check_data(config: Any) -> None:
