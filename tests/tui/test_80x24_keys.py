@@ -7,12 +7,13 @@ the dashboard; runs are built on disk by ``tests.fixtures.watch.run_builder``.
 from __future__ import annotations
 
 import asyncio
+import json
 
 from core.i18n import t
 from core.paths import runs_dir
 from core.text_width import cell_len
 from tests.fixtures.watch.run_builder import build_run
-from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
+from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for, wait_screen_stable
 from tests.tui.test_dashboard_render import open_dashboard, settle
 from tests.tui.test_gpu_screen import open_gpus
 from tests.tui.test_wizard_flow import to_result, wizard
@@ -161,14 +162,45 @@ def test_dashboard_error_line_is_read_in_full_and_f_shows_log_and_events_full_sc
             assert detail.width >= 40  # Detail takes the width Time and Event leave
             assert "step=250" in text
             assert footer_keys(app)[:2] == ["?", "Esc"]
-            await pilot.press("e")  # the events, then Enter: the highlighted event in full
+            await pilot.press("e")  # the events, from the newest, then Enter: the highlighted event in full
             await pilot.press("enter")
-            await wait_for(pilot, lambda: "step: 50" in screen_text(app))
+            await wait_for(pilot, lambda: "step: 310" in screen_text(app))
             await pilot.press("escape")  # closes the event
             await wait_for(pilot, lambda: app.screen is screen)
             await pilot.press("escape")  # leaves the full view, stays on the dashboard
             await wait_for(pilot, lambda: not screen.has_class("-full"))
             assert app.screen is screen
+
+    run(scenario())
+
+
+def test_dashboard_event_detail_is_read_at_80x24_without_enlarging(private_home):
+    """The events table at 80 columns has no room for Detail: the line under it shows the newest event's
+    detail in full (wrapped), and the highlighted one's once e gave the table its cursor."""
+    reason = "CUDA out of memory at step 311 (micro batch 4); try a smaller micro batch"
+    path = build_run(runs_dir(), "20261129-2100-oomev", status="failed", steps=310, reason=reason)
+    with open(path / "events.jsonl", "a", encoding="utf-8") as events:
+        events.write(json.dumps({"time": "2026-11-29T21:30:01Z", "ts": 3.0, "event": "supervisor_exit",
+                                 "reason": reason}) + "\n")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_dashboard(pilot, app, "failed", events=len(list(open(path / "events.jsonl"))))
+            line = screen.query_one("#dash-event-detail")
+            await wait_for(pilot, lambda: line.display and line.region.height >= 2)
+            await wait_screen_stable(pilot, app)
+
+            def under_table() -> str:
+                region = line.content_region
+                rows = screen_text(app).splitlines()[region.y:region.bottom]
+                return " ".join(row.ljust(80)[region.x:region.right].strip() for row in rows)
+
+            assert not screen.has_class("-full")
+            assert "".join(f"reason={reason}".split()) in "".join(under_table().split())
+            await pilot.press("e")
+            await pilot.press("up")  # the failed event before it
+            await wait_for(pilot, lambda: "step=310" in under_table())
 
     run(scenario())
 

@@ -57,6 +57,7 @@ STATUS_EVERY_S = 2.0
 DISK_EVERY_S = 15.0
 REDRAW_EVERY_S = 0.5
 GPU_BUCKETS = 1024
+DETAIL_MIN_WIDTH = 24  # cells: a Detail column narrower than this gives way to the line under the table
 
 
 # --- messages from the workers --------------------------------------------------------------------
@@ -145,14 +146,18 @@ class DashboardScreen(Screen[None]):
     DashboardScreen #dash-log-box { width: 3fr; }
     DashboardScreen #dash-log { height: 1fr; border: round $panel-lighten-2; border-title-color: $primary; }
     DashboardScreen #dash-search { dock: bottom; }
-    DashboardScreen #dash-events { width: 2fr; height: 1fr; border: round $panel-lighten-2;
-                                   border-title-color: $primary; overflow-x: hidden;
-                                   scrollbar-size-vertical: 1; }
+    DashboardScreen #dash-events-box { width: 2fr; height: 1fr; border: round $panel-lighten-2;
+                                       border-title-color: $primary; }
+    DashboardScreen #dash-events { height: 1fr; min-height: 1; overflow-x: hidden; scrollbar-size-vertical: 1; }
+    /* under a table too narrow for its Detail column (80 columns): the described event's detail, wrapped;
+       the table keeps one row, the described event's (scrolled to it) */
+    DashboardScreen #dash-event-detail { height: auto; max-height: 4; padding: 0 1; display: none; }
+    DashboardScreen #dash-events-box.-narrow #dash-event-detail { display: block; }
     /* f: the log and the events over the whole screen, one above the other, each at full width */
     DashboardScreen.-full #dash-info, DashboardScreen.-full #dash-charts { display: none; }
     DashboardScreen.-full #dash-bottom { layout: vertical; height: 1fr; }
     DashboardScreen.-full #dash-log-box { width: 1fr; height: 2fr; }
-    DashboardScreen.-full #dash-events { width: 1fr; height: 1fr; min-height: 4; }
+    DashboardScreen.-full #dash-events-box { width: 1fr; height: 1fr; min-height: 4; }
     """
 
     BINDINGS = [
@@ -231,9 +236,11 @@ class DashboardScreen(Screen[None]):
             with Vertical(id="dash-log-box"):
                 yield LogPane(id="dash-log")
                 yield Input(placeholder=t("dashboard.search_placeholder"), id="dash-search")
-            events: DataTable = DataTable(id="dash-events", cursor_type="row", show_cursor=False)
-            events.add_columns(t("dashboard.col_time"), t("dashboard.col_event"), t("dashboard.col_detail"))
-            yield events
+            with Vertical(id="dash-events-box"):
+                events: DataTable = DataTable(id="dash-events", cursor_type="row", show_cursor=False)
+                events.add_columns(t("dashboard.col_time"), t("dashboard.col_event"), t("dashboard.col_detail"))
+                yield events
+                yield Static("", id="dash-event-detail", markup=False)
         yield KeysFooter()
 
     def on_mount(self) -> None:
@@ -241,7 +248,10 @@ class DashboardScreen(Screen[None]):
         self.sub_title = t("dashboard.subtitle", id=self.source.run_id)
         self.query_one("#dash-search", Input).display = False
         self.query_one("#dash-log", LogPane).border_title = t("dashboard.log_title")
-        self.query_one("#dash-events", DataTable).border_title = t("dashboard.events_title")
+        self.query_one("#dash-events-box").border_title = t("dashboard.events_title")
+        # newest at the bottom, kept in view as rows come and the detail line under the table grows,
+        # until e gives the table a cursor to move
+        self.query_one("#dash-events", DataTable).anchor()
         if not self.source.read_only:
             from core.runs import RunDirectory
 
@@ -275,6 +285,17 @@ class DashboardScreen(Screen[None]):
         inner = table.size.width - table.styles.scrollbar_size_vertical - table.styles.gutter.width
         fixed = sum(wanted) + 3 * 2 * table.cell_padding
         widths = [*wanted, max(4, inner - fixed)]
+        # Too narrow to read a detail in its column (80 columns: not even one cell is left): the line
+        # under the table shows it in full instead, the header row's room goes to one more event, and
+        # Event takes the width (a cut label is whole in that line), Detail none of it.
+        narrow = inner - fixed < DETAIL_MIN_WIDTH
+        if narrow:
+            widths = [wanted[0], max(1, inner - wanted[0] - 2 * 2 * table.cell_padding), 0]
+        box = self.query_one("#dash-events-box")
+        if narrow != box.has_class("-narrow"):
+            box.set_class(narrow, "-narrow")
+            table.show_header = not narrow
+            self._show_event_detail()
         if [c.width for c in columns] != widths or any(c.auto_width for c in columns):
             for column, width in zip(columns, widths, strict=True):
                 column.auto_width = False
@@ -442,9 +463,32 @@ class DashboardScreen(Screen[None]):
         for record in message.events:
             self.events.append(record)
             table.add_row(*(Text(cell, no_wrap=True, overflow="ellipsis") for cell in self._event_row(record)))
-        if message.events:
+        if message.events or message.reset_events:
             table.scroll_end(animate=False, immediate=True)
             self.call_after_refresh(self._fit_detail_column)
+            self._show_event_detail()
+
+    def _described_event(self) -> dict[str, Any] | None:
+        """The event the line under the table shows: the highlighted one once the table has its cursor
+        (e), else the newest (a failure's reason is the last thing written)."""
+        table = self.query_one("#dash-events", DataTable)
+        if table.show_cursor and 0 <= table.cursor_row < len(self.events):
+            return self.events[table.cursor_row]
+        return self.events[-1] if self.events else None
+
+    def _show_event_detail(self) -> None:
+        record = self._described_event()
+        line = Text()
+        if record is not None:
+            _clock, label, detail = self._event_row(record)
+            line.append(label, "bold")
+            if detail:
+                line.append(" " + detail)
+        self.query_one("#dash-event-detail", Static).update(line)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "dash-events":
+            self._show_event_detail()
 
     def on_run_status_read(self, message: RunStatusRead) -> None:
         previous = self.status or None
@@ -668,8 +712,13 @@ class DashboardScreen(Screen[None]):
 
     def action_focus_events(self) -> None:
         table = self.query_one("#dash-events", DataTable)
-        table.show_cursor = True  # Enter shows the highlighted event in full
+        if not table.show_cursor:
+            table.anchor(False)
+            table.show_cursor = True  # Enter shows the highlighted event in full
+            if self.events:  # from the newest, where the table is scrolled to
+                table.move_cursor(row=len(self.events) - 1, animate=False)
         table.focus()
+        self._show_event_detail()
 
     def action_toggle_full(self) -> None:
         """The log and the events over the whole screen (again, or Esc: back to the dashboard)."""
