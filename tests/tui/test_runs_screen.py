@@ -17,6 +17,7 @@ from tui.app import make_app
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.runs import RunsScreen, fit_columns, fit_id
 from tui.widgets.confirm import ConfirmScreen
+from tui.widgets.keys_footer import KeysFooter
 
 
 def run(coro):
@@ -36,6 +37,10 @@ async def open_runs(pilot, app) -> RunsScreen:
     await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen) and app.screen.listed)
     await pilot.pause()
     return app.screen
+
+
+def footer_keys(app) -> list[str]:
+    return [key for key, _ in app.screen.query_one(KeysFooter).shown()]
 
 
 def ids(screen: RunsScreen) -> list[str]:
@@ -73,6 +78,9 @@ def test_list_sort_filter_and_snapshot_at_80_columns():
                 assert columns_shown(screen) == ["status", "id", "method", "progress", "loss", "tokens", "eta"]
                 assert "crashed" in text and "120/600 20%" in text and "finished" in text
                 assert "20261129-2300-live" in text and "12,416" in text and "12:00" in text
+                # the footer at 80 columns: ? first, then Enter (the table's own hidden Enter took the key)
+                await wait_for(pilot, lambda: footer_keys(app)[:2] == ["?", "Enter"])
+                assert text.splitlines()[-1].lstrip().startswith("? Help  Enter Open")
                 assert_snapshot(app, "runs_three_80x24")
                 await pilot.press("s", "s")  # started (hidden at 80 columns) -> ETA -> status
                 await pilot.pause()

@@ -173,6 +173,13 @@ def fit_columns(width: int, natural: dict[str, int], columns: Sequence[RunColumn
     return {c.key: chosen[c.key] for c in columns if c.key in chosen}
 
 
+class RunsTable(DataTable, inherit_bindings=False):
+    """The runs list. Enter is left to the screen's binding (open the run), not the table's row selection
+    (a hidden binding that took the key), so the footer offers it."""
+
+    BINDINGS = [b for b in DataTable.BINDINGS if isinstance(b, Binding) and b.key != "enter"]
+
+
 class RunsScreen(Screen[None]):
     """Every run on this box, newest first by default."""
 
@@ -206,7 +213,7 @@ class RunsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(t("runs_screen.loading"), id="runs-status")
-        yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=False, cell_padding=CELL_PADDING)
+        yield RunsTable(id="runs-table", cursor_type="row", zebra_stripes=False, cell_padding=CELL_PADDING)
         yield Static(t("runs_screen.empty"), id="runs-empty")
         yield Input(placeholder=t("runs_screen.filter_placeholder"), id="runs-filter")
         yield KeysFooter()
