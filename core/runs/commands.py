@@ -206,24 +206,28 @@ def _run_headless(run: Any, as_json: bool) -> int:
     import threading
 
     from core.i18n import t
-    from core.runs.jsonl import iter_records
+    from core.runs.logs import FOLLOW_MAX_LINES, FOLLOW_MAX_READ
     from core.runs.supervisor import supervise
+    from core.watch.adapters import parse_lines
+    from core.watch.follow import FileFollower
 
     stop = threading.Event()
+    # Only what was appended since the last look is read (the one follower, bounded batches).
+    metrics = FileFollower(run.metrics_path, max_read=FOLLOW_MAX_READ, max_lines=FOLLOW_MAX_LINES)
 
     def progress() -> None:
-        seen = 0
         while True:
             done = stop.is_set()
-            records = list(iter_records(run.metrics_path))
-            for record in records[seen:]:
+            result = metrics.read_new()
+            for record in parse_lines(result.lines, "tunedeck"):
                 if record.get("kind") == "train":
                     _err(t("runs.progress_line", step=record.get("step"), total=record.get("total_steps"),
                            loss=_fmt_float(record.get("loss")), tps=format_rate(record.get("tokens_per_s")),
                            eta=format_duration(record.get("eta_s"))))
                 elif record.get("kind") == "eval":
                     _err(t("runs.progress_eval", step=record.get("step"), loss=_fmt_float(record.get("eval_loss"))))
-            seen = len(records)
+            if result.more:
+                continue
             if done:
                 return
             stop.wait(0.5)

@@ -4,6 +4,11 @@ A writer appends whole lines (tunedeck's own files use one ``os.write`` per line
 a read can end in the middle of a line: that unfinished tail is kept and completed by the next read. A
 file that becomes shorter than what we already read was truncated (or replaced by a new one: a new inode)
 and is read again from its start; the result says so, so that a caller can drop what it built.
+
+Back-pressure: one read returns at most ``max_read`` bytes and, with ``max_lines``, at most that many
+lines; what is left stays in the file (the offset points after the last line handed back) and ``more``
+says to read again. A caller that reads only when it has dealt with the last batch (a generator printing
+to a slow pipe, a poller at 2 Hz) therefore never holds more than one batch, however fast the file grows.
 """
 
 from __future__ import annotations
@@ -29,10 +34,14 @@ class FollowResult:
 class FileFollower:
     """Reads what was appended to ``path`` since the last call; a missing file is simply empty."""
 
-    def __init__(self, path: Path | str, offset: int = 0, max_read: int = DEFAULT_MAX_READ) -> None:
+    def __init__(self, path: Path | str, offset: int = 0, max_read: int = DEFAULT_MAX_READ,
+                 max_lines: int | None = None) -> None:
         self.path = Path(path)
         self.offset = offset
         self.max_read = max_read
+        if max_lines is not None and max_lines < 1:
+            raise ValueError("max_lines must be at least 1")
+        self.max_lines = max_lines
         self._partial = b""
         self._inode: int | None = None
 
@@ -61,8 +70,17 @@ class FileFollower:
         if cut < 0:
             self._partial = data
             return result
-        self._partial = data[cut + 1:]
-        result.lines = data[:cut].split(b"\n")
+        lines = data[:cut].split(b"\n")
+        if self.max_lines is not None and len(lines) > self.max_lines:
+            # Hand back the first max_lines; the rest is read again from the file next time.
+            lines = lines[:self.max_lines]
+            data_start = self.offset - len(data)  # the file offset of data[0] (the partial line's start)
+            self.offset = data_start + sum(len(line) + 1 for line in lines)
+            self._partial = b""
+            result.more = True
+        else:
+            self._partial = data[cut + 1:]
+        result.lines = lines
         return result
 
     def _restart(self, result: FollowResult) -> None:

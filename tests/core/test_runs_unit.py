@@ -18,7 +18,7 @@ from core.runs.jsonl import append_jsonl, iter_records, last_record
 from core.runs.launch import create_run, new_run_id
 from core.runs.listing import RunNotFound, list_runs, resolve_run
 from core.runs.liveness import effective_status
-from core.runs.logs import LogFollower, last_lines
+from core.runs.logs import last_lines
 from core.runs.run_dir import CRASHED, RUNNING, STOPPED, RunDirectory
 from core.secrets import REDACTED, scrub_argv, scrub_env
 
@@ -205,18 +205,9 @@ def test_stop_and_resume_refusals(home):
         prepare_resume(run)
 
 
-def test_log_follower_complete_lines_and_truncation(tmp_path):
+def test_log_tail_gives_the_last_complete_lines_and_where_following_goes_on(tmp_path):
+    # Following itself (complete lines, truncation) is in test_runs_logs_follow.py and test_watch_follow.py.
     path = tmp_path / "train.log"
-    follower = LogFollower(path)
-    assert follower.poll() == []
-    with open(path, "ab") as handle:
-        handle.write(b"[rank0] one\n[rank0] tw")
-    assert follower.poll() == ["[rank0] one"]
-    with open(path, "ab") as handle:
-        handle.write(b"o\n")
-    assert follower.poll() == ["[rank0] two"]
-    path.write_bytes(b"new\n")  # truncated and rewritten (shorter than our offset)
-    assert follower.poll() == ["new"]
     path.write_bytes(b"".join(f"line {i}\n".encode() for i in range(100)) + b"partial")
     lines, offset = last_lines(path, 3)
     assert lines == ["line 97", "line 98", "line 99"]
