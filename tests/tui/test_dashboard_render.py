@@ -125,3 +125,30 @@ def test_external_output_dirs_render(directory, kind, model, last_step):
                                   ((k, a.binding.action) for k, a in app.screen.active_bindings.items())}
 
     run(scenario())
+
+
+@pytest.mark.parametrize("recording, gpus", [("h200x2", (0, 1)), ("h200x8", tuple(range(8)))])
+def test_gpu_charts_are_by_time_and_say_so(recording, gpus):
+    """The GPU charts plot the monitor's readings (taken while the dashboard is open, not logged at a
+    step): always by time, and their titles say it, while the run's charts follow x (steps, then time)."""
+    path = build_run(runs_dir(), f"20261129-2100-{recording}", status="running", steps=240, gpus=gpus)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor(recording), open_run=str(path))
+        async with app.run_test(size=(160, 50)) as pilot:
+            screen = await open_dashboard(pilot, app, "running")
+            await settle(pilot, app, screen)
+            util, mem, loss = (screen.query_one(f"#chart-{name}") for name in ("gpu-util", "gpu-mem", "loss"))
+            assert util.display and mem.display
+            assert [spec.label for spec in util.series] == [str(i) for i in gpus]
+            assert (util.axis, mem.axis, loss.axis) == ("time", "time", "step")
+            text = screen_text(app)
+            assert "GPU util % · x: time" in text and "GPU memory % · x: time" in text
+            if recording == "h200x8":
+                assert_snapshot(app, "dashboard_h200x8_160x50")
+            await pilot.press("x")  # the run's charts by time too; the GPU charts were already
+            await wait_for(pilot, lambda: loss.axis == "time")
+            assert (util.axis, mem.axis) == ("time", "time")
+
+    with SupervisorStandIn(path):
+        run(scenario())

@@ -581,9 +581,13 @@ class DashboardScreen(Screen[None]):
             self.query_one(chart_id, LineChart).set_series(
                 [SeriesSpec("", series.series(name, axis), colour, "band")], axis, version, "",
                 self._empty_text(name))
+        # The GPU charts are always by time, and their titles say so whatever x chose for the others: their
+        # points are the monitor's readings, taken while this screen is open, not values the run logged
+        # at a step; x runs from the first reading.
         for chart_id, data in (("#chart-gpu-util", self.gpu_util), ("#chart-gpu-mem", self.gpu_mem)):
             specs = [SeriesSpec(str(index), data[index], n, "line") for n, index in enumerate(sorted(data))]
-            self.query_one(chart_id, LineChart).set_series(specs, "time", self.gpu_version)
+            self.query_one(chart_id, LineChart).set_series(specs, "time", self.gpu_version,
+                                                           t("dashboard.axis_time"))
         self._show_info()
 
     def _empty_text(self, metric: str) -> str:

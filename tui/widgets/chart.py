@@ -233,6 +233,8 @@ class LineChart(Widget):
 
     def _title_strip(self, width: int, visible: list[SeriesSpec], title_style: Style, axis_style: Style) -> Strip:
         segments = [Segment(" " + self.title, title_style)]
+        if self.note:  # the axis (x: steps / x: time) next to the name, where a long legend cannot cut it
+            segments.append(Segment(f" · {self.note}", axis_style))
         for spec in self.series:
             if not spec.data.points:
                 continue
@@ -242,8 +244,6 @@ class LineChart(Widget):
             segments.append(Segment(f" {spec.label} {value}", axis_style))
         if self.clipped_peak is not None:
             segments.append(Segment(f"  {CLIPPED_MARK}{format_value(self.clipped_peak)}", self._style("s4")))
-        if self.note:
-            segments.append(Segment(f"  {self.note}", axis_style))
         strip = Strip(segments)
         if strip.cell_length > width > 1:
             # Cut legends end in an ellipsis (a wide character never half-shown), not mid-word.
