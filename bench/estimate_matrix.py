@@ -4,7 +4,7 @@ For each configuration (model config, method, precision, batch, sequence length,
 cross-entropy) a worker process builds the model from its config with random weights on the GPU,
 runs a few real training steps (transformers + peft forward/backward, AdamW step, bf16 autocast) on
 random tokens (fused cross-entropy rows use Liger's kernels, as the engine does, or a chunked loss
-when liger-kernel is missing), and reports: NVML process memory (what decides an OOM), torch's max reserved and max
+when liger-kernel is missing: the engine's own, ``core.train.fused_loss``), and reports: NVML process memory (what decides an OOM), torch's max reserved and max
 allocated, the CUDA context, and tokens/s from the median step after the first. OOM is recorded as such.
 The rows of one model share a worker process (imports and CUDA start paid once per model; each row
 frees everything and resets the peak counters before the next; plain-loss rows run before fused ones
@@ -252,27 +252,6 @@ def _apply_liger(model) -> bool:
     return True
 
 
-def _chunked_cross_entropy(hidden, lm_head_weight, labels, chunk_tokens: int):
-    """Fallback without Liger: mean next-token loss chunk by chunk, each chunk's logits recomputed in backward."""
-    import torch
-    import torch.nn.functional as F
-    from torch.utils.checkpoint import checkpoint
-
-    width = hidden.shape[-1]
-    flat_hidden = hidden[:, :-1].reshape(-1, width)
-    flat_labels = labels[:, 1:].reshape(-1)
-
-    def chunk_loss(h, y, w):
-        return F.cross_entropy(F.linear(h, w).float(), y, reduction="sum")
-
-    total = torch.zeros((), device=hidden.device, dtype=torch.float32)
-    for start in range(0, flat_hidden.shape[0], chunk_tokens):
-        end = start + chunk_tokens
-        total = total + checkpoint(chunk_loss, flat_hidden[start:end], flat_labels[start:end], lm_head_weight,
-                                   use_reentrant=False)
-    return total / flat_labels.numel()
-
-
 def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Build, train ``steps`` steps, measure. Returns the result record (never raises for OOM)."""
     config = BenchConfig(**spec["config"])
@@ -314,6 +293,7 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
         if chunked:
             from core.estimate.architecture import architecture_from_config
             from core.estimate.memory import fused_ce_chunk_tokens
+            from core.train.fused_loss import forward_chunked_loss
 
             chunk_tokens = fused_ce_chunk_tokens(architecture_from_config(model_config),
                                                  config.micro_batch_size * config.seq_len)
@@ -335,7 +315,6 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
         vocab = model_config["vocab_size"]
         generator = torch.Generator(device=device).manual_seed(0)
         input_ids = torch.randint(0, vocab, (config.micro_batch_size, config.seq_len), device=device, generator=generator)
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
         autocast = config.precision != "fp32"
         step_times = []
         nvml_peak = 0
@@ -345,17 +324,15 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=compute_dtype, enabled=autocast):
-                if chunked:
-                    hidden = base.model(input_ids=input_ids).last_hidden_state
-                    loss = _chunked_cross_entropy(hidden, base.lm_head.weight, input_ids, chunk_tokens)
+                if chunked:  # the engine's own chunked loss, through the model's forward as the trainer calls it
+                    loss = forward_chunked_loss(model, model, {"input_ids": input_ids, "labels": input_ids},
+                                                chunk_tokens=chunk_tokens)
                 else:
                     loss = model(input_ids=input_ids, labels=input_ids).loss
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             del loss
-            if chunked:
-                del hidden
             if cuda:
                 torch.cuda.synchronize()
             step_times.append(time.perf_counter() - t0)

@@ -130,3 +130,26 @@ def test_report_only_merges_parts_in_matrix_order(tmp_path):
     assert [row["measured"]["status"] for row in data["rows"]] == ["ok", "skipped", "ok"]
     assert data["meta"]["wall_s"] == 200.0
     assert all(row["estimate"]["tokens_per_s"] > 0 for row in data["rows"])  # re-estimated
+
+
+def test_a_chunked_row_trains_with_the_engines_own_loss(monkeypatch):
+    """Without Liger (here: on the CPU) a fused-CE row measures core.train.fused_loss, not a copy of it."""
+    pytest.importorskip("peft")
+    from core.train import fused_loss
+
+    bench = load_bench()
+    calls = []
+    engine_loss = fused_loss.forward_chunked_loss
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("chunk_tokens"))
+        return engine_loss(*args, **kwargs)
+
+    monkeypatch.setattr(fused_loss, "forward_chunked_loss", counted)
+    config = bench.BenchConfig("smoke", "lora", micro_batch_size=2, seq_len=32, fused_ce=True)
+    result = bench.run_worker({"config": bench.asdict(config), "steps": 2, "device": "cpu",
+                               "model_config": bench.SMOKE_CONFIG})
+    assert result["status"] == "ok", result
+    assert result["fused_ce_impl"] == "chunked"
+    assert len(calls) == 2 and all(isinstance(c, int) and c > 0 for c in calls)
+    assert not hasattr(bench, "_chunked_cross_entropy")
