@@ -13,7 +13,7 @@ from typing import Any
 
 from core.watch.activity import WriterActivity
 from core.watch.adapters import parse_lines
-from core.watch.follow import FileFollower, read_lines_between, tail_start
+from core.watch.follow import DEFAULT_MAX_READ, FileFollower, read_lines_between, tail_start
 from core.watch.series import RunSeries
 
 METRICS_TAIL_BYTES = 256 * 1024
@@ -24,12 +24,14 @@ BACKFILL_BLOCK = 1024 * 1024
 class MetricsFeed:
     """Normalised metric records of one file: the tail, the backfill, then appended records."""
 
-    def __init__(self, path: Path, kind: str, tail_bytes: int = METRICS_TAIL_BYTES) -> None:
+    def __init__(self, path: Path, kind: str, tail_bytes: int = METRICS_TAIL_BYTES,
+                 max_read: int = DEFAULT_MAX_READ) -> None:
         self.path = Path(path)
         self.kind = kind
         self.tail_bytes = tail_bytes
+        self.max_read = max_read
         self.start = 0
-        self.follower = FileFollower(self.path)
+        self.follower = FileFollower(self.path, max_read=max_read)
         self.header: dict[str, Any] | None = None
         self._tail_records: list[dict[str, Any]] = []
         self.activity = WriterActivity()  # read-only sources: is the writer still there (core.watch.activity)
@@ -37,7 +39,7 @@ class MetricsFeed:
     def read_tail(self) -> list[dict[str, Any]]:
         """The newest records (and the header record, read from the first line when we skip ahead)."""
         self.start = tail_start(self.path, self.tail_bytes)
-        self.follower = FileFollower(self.path, offset=self.start)
+        self.follower = FileFollower(self.path, offset=self.start, max_read=self.max_read)
         records = parse_lines(self.follower.read_new().lines, self.kind)
         if self.start > 0:
             first = next(iter(read_lines_between(self.path, 0, self.start, block=64 * 1024)), [])[:1]
@@ -64,14 +66,12 @@ class MetricsFeed:
         return series
 
     def poll(self) -> tuple[list[dict[str, Any]], bool]:
-        """(new records, restarted): ``restarted`` means the file was truncated or replaced."""
+        """(new records, restarted): ``restarted`` means the file was truncated or replaced.
+
+        One bounded read (``max_read`` bytes): a file that grew by more, or was replaced by a long one, is
+        caught up over the next polls instead of being parsed into memory in one go."""
         result = self.follower.read_new()
         records = parse_lines(result.lines, self.kind)
-        while result.more:
-            result2 = self.follower.read_new()
-            records.extend(parse_lines(result2.lines, self.kind))
-            result.restarted = result.restarted or result2.restarted
-            result.more = result2.more
         if result.restarted:
             self.activity.reset()
         self.activity.observe(records)

@@ -123,3 +123,23 @@ def test_lines_feed_starts_at_the_tail(tmp_path):
         handle.write("caf\u00e9 \xff\n")
     assert feed.poll()[0] == ["caf\u00e9 \xff"]
     assert LinesFeed(None).poll() == ([], False)
+
+
+def test_metrics_poll_reads_a_bounded_batch_and_the_rest_at_the_next_polls(tmp_path):
+    """Back-pressure for the dashboard's poller: a file that grew a lot is caught up poll by poll."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b"")
+    feed = MetricsFeed(path, "tunedeck", max_read=1000)
+    assert feed.read_tail() == []
+    with open(path, "ab") as handle:
+        for step in range(200):
+            handle.write(b'{"kind": "train", "step": %d, "loss": 1.0}\n' % step)
+    batches = []
+    while True:
+        records, restarted = feed.poll()
+        assert not restarted
+        if not records:
+            break
+        batches.append([r["step"] for r in records])
+    assert len(batches) > 5 and max(len(b) for b in batches) <= 1000 // 40
+    assert [step for batch in batches for step in batch] == list(range(200))
