@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import __version__
+from core.errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError, TunedeckError
 from core.i18n import set_language, t
 from core.i18n.argparse_words import CatalogueArgumentParser
 
@@ -44,12 +45,7 @@ class OpenApp:
     open_run: str | None = None
 
 
-class CliError(Exception):
-    """A user-facing failure: printed as one message on stderr, exit code ``code``."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
+__all__ = ["CliError", "OpenApp", "TunedeckError", "build_parser", "dispatch", "main", "report_error"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcome = dispatch(argv)
     if isinstance(outcome, OpenApp):
         print(f"tunedeck: {t('cli.app_needs_entry')}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     return outcome
 
 
@@ -93,9 +89,8 @@ def dispatch(argv: Sequence[str] | None = None) -> int | OpenApp:
     set_language("")  # the locale's language until the settings and --lang are read: a settings error uses it
     try:
         settings = load_settings()
-    except SettingsError as exc:
-        print(f"tunedeck: {exc}", file=sys.stderr)
-        return 2
+    except SettingsError as exc:  # a TunedeckError: never None
+        return report_error(exc) or EXIT_USAGE
     try:  # before the parser is built: its help texts come out in the chosen language
         set_language(_requested_language(argv) or settings.language)
     except ValueError:
@@ -120,20 +115,30 @@ def dispatch(argv: Sequence[str] | None = None) -> int | OpenApp:
             return OpenApp(settings)
         outcome = handler(args)
         return outcome if isinstance(outcome, OpenApp) else int(outcome or 0)
-    except CliError as exc:
-        print(f"tunedeck: {exc}", file=sys.stderr)
-        return exc.code
-    except OSError as exc:
+    except (TunedeckError, OSError) as exc:
+        code = report_error(exc)
+        if code is None:
+            raise
+        return code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def report_error(exc: BaseException) -> int | None:
+    """The one place a failure becomes ``tunedeck: <message>`` on stderr: returns the exit code, or None
+    for an exception that is not the user's to act on (the caller re-raises it: a traceback)."""
+    if isinstance(exc, OSError):
         # A full or read-only disk under a command that writes: say which file and what to do, not a
         # traceback (readers never get here: they do not need to write).
         from core.runs.disk_space import cannot_write_message, is_unwritable
 
-        if not is_unwritable(exc):
-            raise
-        print(f"tunedeck: {cannot_write_message(exc)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+        if is_unwritable(exc):
+            print(f"tunedeck: {cannot_write_message(exc)}", file=sys.stderr)
+            return 1
+    if isinstance(exc, TunedeckError):
+        print(f"tunedeck: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    return None
 
 
 if __name__ == "__main__":

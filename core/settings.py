@@ -11,14 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic_file import write_json_atomic
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import t
 from core.paths import ensure_private_dir, settings_path
 
 MIN_POLL_INTERVAL_S = 0.25
 
 
-class SettingsError(Exception):
-    pass
+class SettingsError(TunedeckError):
+    """A settings file that cannot be read or holds a value out of range (exit 2)."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass

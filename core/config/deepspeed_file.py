@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config.issues import ERROR, WARNING, ConfigIssue
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import t
 
 
@@ -41,8 +42,10 @@ def _offload(zero: Mapping[str, Any]) -> str | None:
     return None
 
 
-class DeepSpeedFileError(ValueError):
+class DeepSpeedFileError(TunedeckError, ValueError):
     """A DeepSpeed JSON that cannot be read; the message names ``file:line``."""
+
+    exit_code = EXIT_USAGE
 
 
 def resolve_path(value: str, source: str) -> Path:

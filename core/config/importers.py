@@ -31,6 +31,7 @@ from core.config.peers import (
     taken,
     truthy,
 )
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import Message, t
 
 # Keys that only a LLaMA-Factory file has (a tunedeck YAML never does): the file is converted, not read.
@@ -41,8 +42,10 @@ _SWIFT_COMMANDS = ("sft", "pt", "rlhf")
 _METHOD_MERGE = {frozenset({"lora", "qlora"}): "qlora", frozenset({"lora", "dora"}): "dora"}
 
 
-class PeerFileError(Exception):
+class PeerFileError(TunedeckError):
     """A file that cannot be imported; the message says why."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import t
 
 ERROR = "error"
@@ -42,8 +43,10 @@ class ConfigIssue:
                 "severity": self.severity}
 
 
-class ConfigError(Exception):
+class ConfigError(TunedeckError):
     """A run configuration that cannot be used; ``errors`` lists every problem found, not just the first."""
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, errors: list[ConfigIssue]) -> None:
         self.errors = list(errors)

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from core.data.records import Conversation, Message, Record, TextRecord, ToolCall
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import t
 
 FORMATS = ("alpaca", "sharegpt", "messages", "conversation", "query_response", "prompt_completion", "text")
@@ -53,8 +54,10 @@ MEDIA_PART_TYPES = {"image": "images", "image_url": "images", "input_image": "im
 CONVERSATION_KEYS = ("messages", "conversations", "conversation", "completion", "output", "response", "prompt")
 
 
-class RowError(ValueError):
+class RowError(TunedeckError, ValueError):
     """A row that does not fit its format; the message is for the user."""
+
+    exit_code = EXIT_USAGE
 
 
 def format_of_row(row: Any) -> str | None:

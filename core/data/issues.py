@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.errors import EXIT_FAILED, TunedeckError
 from core.i18n import t
 
 DEFAULT_MAX_ISSUES = 50
@@ -36,8 +37,10 @@ class DataIssue:
         return {"file": self.file, "line": self.line, "row": self.row, "message": self.message}
 
 
-class DataError(Exception):
+class DataError(TunedeckError):
     """Data that cannot be trained on; ``issues`` lists the problems found (up to a limit)."""
+
+    exit_code = EXIT_FAILED
 
     def __init__(self, issues: list[DataIssue], more: int = 0) -> None:
         self.issues = list(issues)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import t
 
 SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet",
@@ -38,9 +39,11 @@ class BadRow:
     row: int
 
 
-class FileProblem(ValueError):
+class FileProblem(TunedeckError, ValueError):
     """The file as a whole cannot be read (wrong kind, unreadable, not an array...); ``line`` is where,
     when one line is to blame (the first byte that is not UTF-8)."""
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, message: str, line: int | None = None) -> None:
         super().__init__(message)

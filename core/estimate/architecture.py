@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import t
 
 # Families whose layer layout we know exactly: model_type -> (q/k/v bias, o bias, q/k norm).
@@ -28,8 +29,10 @@ _FAMILY_LAYOUT: dict[str, tuple[bool | None, bool, bool]] = {
 LINEAR_NAMES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-class ArchitectureError(ValueError):
+class ArchitectureError(TunedeckError, ValueError):
     """A config.json that does not describe a decoder model we can size."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import t
 
 MIB = 1024**2
 GIB = 1024**3
 
 
-class UnknownGpuError(ValueError):
+class UnknownGpuError(TunedeckError, ValueError):
     """A GPU name that is not in the table."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

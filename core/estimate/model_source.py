@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.estimate.architecture import ModelArchitecture, architecture_from_config
 from core.i18n import t
 
@@ -28,8 +29,10 @@ _ALIASES = {
 }
 
 
-class ModelNotFoundError(ValueError):
+class ModelNotFoundError(TunedeckError, ValueError):
     """No config.json could be found for what the user named."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.estimate.architecture import LINEAR_NAMES, ModelArchitecture
 from core.i18n import t
 
@@ -31,8 +32,10 @@ OFFLOADS = ("none", "optimizer", "all")
 ATTENTIONS = ("sdpa", "eager")
 
 
-class PlanError(ValueError):
+class PlanError(TunedeckError, ValueError):
     """A plan that cannot run as stated (the message says which option to change)."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core.errors import TunedeckError
 from core.hardware.processes import NOT_A_GPU_PROCESS, NOT_IN_NAMESPACE
 from core.hardware.snapshot import GpuProcess
 from core.i18n import t
@@ -37,7 +38,7 @@ REASONS = (OWN_PROCESS, NOT_IN_NAMESPACE, NOT_A_GPU_PROCESS, START_UNKNOWN, GONE
            NOT_PERMITTED)
 
 
-class SignalRefused(Exception):
+class SignalRefused(TunedeckError):
     """Nothing was sent; ``reason`` is one of ``REASONS``, the message says why and what to do."""
 
     def __init__(self, reason: str, pid: int, **details: object) -> None:

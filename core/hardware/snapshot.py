@@ -18,14 +18,18 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Union
 
+from core.errors import EXIT_USAGE, TunedeckError
+
 SCHEMA_VERSION = 1
 
 # PCIe-path levels between two GPUs, as `nvidia-smi topo -m` names them.
 TOPOLOGY_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 
 
-class SnapshotFormatError(ValueError):
+class SnapshotFormatError(TunedeckError, ValueError):
     """A snapshot/recording JSON that does not follow SCHEMA.md; the message says where."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic_file import write_json_atomic
+from core.errors import EXIT_HUB, TunedeckError
 from core.hub.download import (
     CHUNK_BYTES,
     MAX_STALLED_ATTEMPTS,
@@ -33,8 +34,10 @@ class Cancelled(Exception):
     pass
 
 
-class FatalDownloadError(Exception):
-    pass
+class FatalDownloadError(TunedeckError):
+    """A file the downloader gives up on (retries spent, a hash mismatch, a refusal): the job fails."""
+
+    exit_code = EXIT_HUB
 
 
 class Downloader:

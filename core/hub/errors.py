@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from core.errors import EXIT_HUB, TunedeckError
+
 if TYPE_CHECKING:
     from core.hub.problems import HubProblem
 
 
-class HubError(Exception):
+class HubError(TunedeckError):
     """A hub operation failed; ``str(exc)`` is the message for the user."""
+
+    exit_code = EXIT_HUB
 
     def __init__(self, message: str, problem: HubProblem | None = None) -> None:
         super().__init__(message)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.hub.hf_source import hf_hub_cache
 from core.hub.modelscope_source import modelscope_cache_root
 from core.i18n import t
@@ -156,8 +157,10 @@ def list_local_models(extra_dirs: list[str] | None = None) -> list[LocalModel]:
     return sorted(models, key=lambda m: m.last_used, reverse=True)
 
 
-class DeleteRefusedError(ValueError):
-    pass
+class DeleteRefusedError(TunedeckError, ValueError):
+    """A folder the local listing does not know: nothing is deleted (exit 2)."""
+
+    exit_code = EXIT_USAGE
 
 
 def delete_local_model(model: LocalModel, extra_dirs: list[str] | None = None) -> int:

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.errors import TunedeckError
 from core.runs.run_dir import RunDirectory
 
 log = logging.getLogger("tunedeck.lifecycle")
 
 
-class LifecycleError(Exception):
+class LifecycleError(TunedeckError):
     """A run that cannot be merged / chatted with / served as asked; the message says what to do."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.estimate import GpuSpec, UnknownGpuError, find_gpu, parse_hardware
 from core.i18n import t
 
@@ -14,8 +15,10 @@ GIB = 1024**3
 CPU_FP32_TFLOPS = 0.2
 
 
-class HardwareError(ValueError):
+class HardwareError(TunedeckError, ValueError):
     """A hardware description that cannot be read (the message says what is accepted)."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import t
 from core.plan.request import OVERRIDABLE
 
@@ -17,8 +18,10 @@ TRUE_WORDS = ("1", "true", "yes", "on", "y")
 FALSE_WORDS = ("0", "false", "no", "off", "n")
 
 
-class OverrideError(ValueError):
+class OverrideError(TunedeckError, ValueError):
     """An override the planner cannot read (the message names the field and what is allowed)."""
+
+    exit_code = EXIT_USAGE
 
 
 def parse_override_value(name: str, text: str) -> Any:

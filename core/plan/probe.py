@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.errors import TunedeckError
 from core.i18n import t
 from core.plan.candidates import Candidate
 from core.plan.planner import Recommendation, plan_key
@@ -27,7 +28,7 @@ PROBE_TIMEOUT_S = 600.0
 CACHE_NAME = "probe-cache.json"
 
 
-class ProbeError(RuntimeError):
+class ProbeError(TunedeckError, RuntimeError):
     """A probe run that could not start or did not finish (the message says which and where its log is)."""
 
 

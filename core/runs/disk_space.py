@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.errors import TunedeckError
 from core.i18n import Message
 
 RESERVE_NAME = ".reserve"
@@ -108,7 +109,7 @@ def format_size(value: float) -> str:
     return format_disk(value)
 
 
-class DiskFullError(OSError):
+class DiskFullError(OSError, TunedeckError):
     """The disk filled up while the trainer wrote ``path``; carries the figures for the final status."""
 
     def __init__(self, path: Path, needed_bytes: int | None, free: int | None, step: int | None = None,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.errors import TunedeckError
 
-class RunError(Exception):
+
+class RunError(TunedeckError):
     """A run that cannot be started, resumed or stopped; the message says why and what to do.
 
     ``code`` is the exit status the CLI gives it: 2 when the request itself is wrong (the config, the
@@ -13,8 +15,7 @@ class RunError(Exception):
     """
 
     def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(message, code)
 
 
 class SupervisorDidNotStart(RunError):

@@ -9,13 +9,16 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import t
 
 DEFAULT_MASTER_PORT = 29500
 
 
-class HostfileError(ValueError):
+class HostfileError(TunedeckError, ValueError):
     """A hostfile that cannot be used; the message names the file and line."""
+
+    exit_code = EXIT_USAGE
 
 
 def read_hostfile(path: Path) -> list[str]:

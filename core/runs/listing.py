@@ -6,14 +6,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import render_stored
 from core.paths import runs_dir
 from core.runs.liveness import effective_status
 from core.runs.run_dir import FINISHED, STALLED, RunDirectory
 
 
-class RunNotFound(LookupError):
+class RunNotFound(TunedeckError, LookupError):
     """No run matches (or several do); the message says which and what to type instead."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass

@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import Message
 
 OUTPUT_INFO = "tunedeck_output.json"
@@ -30,12 +31,15 @@ NOT_COPIED = frozenset({"optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_st
 NOT_COPIED_PREFIXES = ("rng_state", "global_step")
 
 
-class OutputError(ValueError):
-    """The ``output`` folder cannot be used; the message (a ``Message``) names it and says what to do."""
+class OutputError(TunedeckError, ValueError):
+    """The ``output`` folder cannot be used; the message names it and says what to do (``problem``: the
+    same as a ``Message``)."""
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, message: Message) -> None:
-        self.message = message
         super().__init__(message.text())
+        self.problem = message
 
 
 def resolve_output(value: str, base: Path | None = None) -> Path:

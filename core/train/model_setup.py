@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import Message
 
 log = logging.getLogger("tunedeck.train")
@@ -22,8 +23,10 @@ log = logging.getLogger("tunedeck.train")
 _WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.safetensors.index.json", "*.bin.index.json")
 
 
-class ModelSetupError(Exception):
+class ModelSetupError(TunedeckError):
     """A model that cannot be loaded as configured; its one argument, a ``Message``, says what to change."""
+
+    exit_code = EXIT_USAGE
 
 
 def has_weights(model_dir: Path) -> bool:

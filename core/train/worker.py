@@ -35,6 +35,7 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 from core.atomic_file import write_json_atomic  # noqa: E402
 from core.config.schema import LORA_METHODS  # noqa: E402
+from core.errors import EXIT_USAGE, TunedeckError
 from core.runs.checkpoints import COMPLETE_MARKER, verify_checkpoint  # noqa: E402
 from core.runs.run_dir import FAILED, FINISHED, STOPPED, RunDirectory  # noqa: E402
 from core.runs.supervisor import set_parent_death_signal  # noqa: E402
@@ -53,8 +54,10 @@ OPTIMIZER_NAMES = {
 }
 
 
-class TrainingSetupError(Exception):
+class TrainingSetupError(TunedeckError):
     """Something in the configuration cannot run on this machine; the message says what to change."""
+
+    exit_code = EXIT_USAGE
 
 
 class _ListDataset:

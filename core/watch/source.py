@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import t
 
 TUNEDECK = "tunedeck"
@@ -26,8 +27,10 @@ _METRIC_FILES = ((TUNEDECK, "metrics.jsonl"), (SWIFT, "logging.jsonl"), (LLAMAFA
 _LOG_NAMES = ("train.log", "running_log.txt", "log.txt", "train.txt")
 
 
-class SourceNotFound(LookupError):
+class SourceNotFound(TunedeckError, LookupError):
     """The directory is none of the layouts we can read; the message says what we looked for."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass
