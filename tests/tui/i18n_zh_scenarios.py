@@ -308,3 +308,12 @@ def test_zh_section_footers_fit_80_columns_with_help():
             await assert_section_footers_fit(pilot, app)
 
     run(scenario())
+
+
+# --- the Chinese cells of the #18 snapshot matrix that the scenarios above do not draw -----------------
+from tests.tui.snapshot_matrix import ZH, draw  # noqa: E402
+
+
+@pytest.mark.parametrize(("stem", "size"), ZH, ids=[f"{stem}-{w}x{h}" for stem, (w, h) in ZH])
+def test_matrix_cell(stem, size, request):
+    draw(stem, size, "zh", request)
