@@ -159,8 +159,10 @@ def peak_breakdown(trace: list[dict[str, Any]], before_bytes: int, top: int = 25
         elif event.get("action") in frees:
             live.pop(event.get("addr"), None)
     sites: dict[str, list[int]] = {}
-    for event in live.values():
-        sites.setdefault(_site(event.get("frames") or []), []).append(int(event["size"]))
+    for event in live.values():  # without stacks the sizes tell the tensors apart (tokens x hidden, ...)
+        frames = event.get("frames") or []
+        site = _site(frames) if frames else f"(no stack) blocks of {int(event['size']) / 2 ** 20:.1f} MiB"
+        sites.setdefault(site, []).append(int(event["size"]))
     gib = 1024 ** 3
     lines = [f"peak of the step {peak / gib:.2f} GiB = {before_bytes / gib:.2f} GiB allocated before the step "
              f"(weights, adapters, optimizer state) + {(peak - before_bytes) / gib:.2f} GiB live at event "
@@ -200,7 +202,9 @@ class MemoryPeakCallback(TrainerCallback):
 
             torch.cuda.synchronize()
             self.before = torch.cuda.memory_allocated()
-            torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+            # No tracebacks: capturing Python stacks at every allocation made autograd's custom functions
+            # (the offload's and the tiled MLP's) fail with a SystemError on the H200 (torch 2.11).
+            torch.cuda.memory._record_memory_history(max_entries=2_000_000, context=None)
             self.recording = True
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -38,7 +38,7 @@ def test_a_free_without_its_alloc_in_the_trace_does_not_go_below_the_start():
     trace = [{"action": "free_completed", "addr": 9, "size": 10 * MIB},
              {"action": "alloc", "addr": 1, "size": 10 * MIB, "frames": []}]
     text = peak_breakdown(trace, before_bytes=0)
-    assert "0.01 GiB live at event 2 of 2" in text and "(no stack)" in text
+    assert "0.01 GiB live at event 2 of 2" in text and "(no stack) blocks of 10.0 MiB" in text
 
 
 def test_env_value_names_one_step():
