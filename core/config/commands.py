@@ -24,18 +24,15 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from core.cli import CliError
-    from core.config.importers import PeerFileError, import_command, import_file
+    from core.config.importers import import_command, import_file
+    from core.errors import CliError
     from core.i18n import t
 
-    source = list(args.source)
-    try:
-        if len(source) > 1 or Path(source[0]).name == "swift" or "=" in source[0]:
-            result = import_command(source)
-        else:
-            result = import_file(source[0])
-    except PeerFileError as exc:
-        raise CliError(str(exc), 2) from None
+    source = list(args.source)  # a file that cannot be imported (PeerFileError): exit 2, in core.cli
+    if len(source) > 1 or Path(source[0]).name == "swift" or "=" in source[0]:
+        result = import_command(source)
+    else:
+        result = import_file(source[0])
     print(result.mapping_text(), file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))

@@ -29,9 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from core.cli import CliError
     from core.data.issues import DataError
     from core.data.stats import check_data
+    from core.errors import CliError
 
     if args.max_seq_len is not None and args.max_seq_len < 1:
         raise CliError(t("data.bad_max_seq_len", value=args.max_seq_len), EXIT_USAGE)

@@ -49,49 +49,41 @@ def register(subparsers: Any) -> None:
 
 def run_estimate(args: argparse.Namespace) -> int:
     """Handler of ``tunedeck estimate``."""
-    from core.cli import CliError
     from core.estimate import (
-        ArchitectureError,
-        ModelNotFoundError,
-        PlanError,
-        UnknownGpuError,
         estimate,
         normalise_lora_targets,
         parse_hardware,
         plan_for_model,
     )
 
-    try:
-        count, gpu = parse_hardware(args.gpu)  # "H200" or "8xH200"
-        num_gpus = args.gpus if args.gpus is not None else count
-        plan = plan_for_model(
-            args.model,
-            exact_count=args.exact,
-            method=args.method,
-            precision=args.precision,
-            micro_batch_size=args.batch_size,
-            seq_len=args.seq_len,
-            gradient_checkpointing=not args.no_gradient_checkpointing,
-            checkpoint_layers=args.checkpoint_layers,
-            lora_rank=args.lora_rank,
-            lora_targets=normalise_lora_targets(args.lora_targets),
-            lora_dropout=args.lora_dropout,
-            fused_ce=not args.no_fused_ce,
-            fused_ce_impl="chunked" if args.chunked_ce else "liger",
-            kbit_upcast=args.qlora_upcast,
-            offload_activations=args.offload_activations,
-            optimizer=args.optimizer,
-            num_gpus=num_gpus,
-            zero_stage=args.zero,
-            offload=args.offload,
-            grad_accum_steps=args.grad_accum,
-            attention=args.attention,
-            dataset_tokens=args.dataset_tokens,
-            price_per_gpu_hour=args.price_per_gpu_hour,
-        )
-        result = estimate(plan, gpu)
-    except (UnknownGpuError, ModelNotFoundError, ArchitectureError, PlanError) as exc:
-        raise CliError(str(exc), 2) from exc
+    count, gpu = parse_hardware(args.gpu)  # "H200" or "8xH200"
+    num_gpus = args.gpus if args.gpus is not None else count
+    plan = plan_for_model(
+        args.model,
+        exact_count=args.exact,
+        method=args.method,
+        precision=args.precision,
+        micro_batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        gradient_checkpointing=not args.no_gradient_checkpointing,
+        checkpoint_layers=args.checkpoint_layers,
+        lora_rank=args.lora_rank,
+        lora_targets=normalise_lora_targets(args.lora_targets),
+        lora_dropout=args.lora_dropout,
+        fused_ce=not args.no_fused_ce,
+        fused_ce_impl="chunked" if args.chunked_ce else "liger",
+        kbit_upcast=args.qlora_upcast,
+        offload_activations=args.offload_activations,
+        optimizer=args.optimizer,
+        num_gpus=num_gpus,
+        zero_stage=args.zero,
+        offload=args.offload,
+        grad_accum_steps=args.grad_accum,
+        attention=args.attention,
+        dataset_tokens=args.dataset_tokens,
+        price_per_gpu_hour=args.price_per_gpu_hour,
+    )
+    result = estimate(plan, gpu)
     if args.json:
         print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
         return 0

@@ -114,7 +114,7 @@ def host_line(host: Any) -> str:
 
 def run_gpus(args: argparse.Namespace) -> int:
     """Take one snapshot; exit 2 (with the reason on stderr) when NVML is unavailable."""
-    from core.cli import CliError
+    from core.errors import CliError
     from core.hardware.monitor import FAKE_GPUS_ENV, open_monitor
     from core.hardware.snapshot import SnapshotFormatError
 

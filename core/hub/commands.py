@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
 def _fail(exc: BaseException, hub: str, endpoint: str = "", code: int = 3) -> Any:
     """A failed hub call as a CLI error: what failed and what to do (as the app says it), the way on
     offline, and the raw detail last."""
-    from core.cli import CliError
+    from core.errors import CliError
     from core.hub.problems import describe_error
 
     problem = describe_error(exc, hub, endpoint)
@@ -292,7 +292,7 @@ def run_download(args: argparse.Namespace) -> int:
         if not args.json:
             print(t("hub.cli.download_cancelled", model=plan.model_id), file=sys.stderr)
         return 4
-    from core.cli import CliError
+    from core.errors import CliError
 
     raise CliError(t("hub.cli.download_failed", model=plan.model_id, error=status.error or status.status), 3)
 

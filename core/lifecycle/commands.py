@@ -77,13 +77,9 @@ def _print_json(value: Any) -> None:
 
 
 def _resolve(ref: str) -> Any:
-    from core.cli import CliError
-    from core.runs.listing import RunNotFound, resolve_run
+    from core.runs.listing import resolve_run
 
-    try:
-        return resolve_run(ref)
-    except RunNotFound as exc:
-        raise CliError(str(exc), 2) from exc
+    return resolve_run(ref)  # RunNotFound: exit 2
 
 
 def _quiet_libraries() -> None:
@@ -113,22 +109,16 @@ def _size(n: int) -> str:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from core.cli import CliError
     from core.i18n import t
     from core.lifecycle.merge import merge_run
-    from core.lifecycle.source import LifecycleError
+    from core.lifecycle.source import resolve_model_source
 
     run = _resolve(args.run)
     _quiet_libraries()
-    try:
-        from core.lifecycle.source import resolve_model_source
-
-        source = resolve_model_source(run, args.checkpoint)
-        _err(t("lifecycle.merging", run=run.id, step=source.step, out=args.out or "RUN_DIR/merged"))
-        with _library_output_to_stderr():
-            result = merge_run(run, args.checkpoint, Path(args.out) if args.out else None, force=args.force)
-    except LifecycleError as exc:
-        raise CliError(str(exc), 1) from exc
+    source = resolve_model_source(run, args.checkpoint)
+    _err(t("lifecycle.merging", run=run.id, step=source.step, out=args.out or "RUN_DIR/merged"))
+    with _library_output_to_stderr():
+        result = merge_run(run, args.checkpoint, Path(args.out) if args.out else None, force=args.force)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -138,27 +128,24 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from core.cli import CliError
+    from core.errors import CliError
     from core.i18n import t
     from core.lifecycle.chat import GenerationSettings, build_messages, stream_chat
-    from core.lifecycle.source import LifecycleError, load_finetuned, load_model_dir, resolve_model_source
+    from core.lifecycle.source import load_finetuned, load_model_dir, resolve_model_source
 
     if not args.run and not args.model_dir:
         raise CliError(t("lifecycle.chat_needs_model"), 2)
     _quiet_libraries()
     out = sys.stdout  # replies only; everything the libraries print goes to stderr
-    try:
-        with _library_output_to_stderr():
-            if args.model_dir:
-                _err(t("lifecycle.loading", what=args.model_dir))
-                loaded = load_model_dir(Path(args.model_dir))
-            else:
-                run = _resolve(args.run)
-                source = resolve_model_source(run, args.checkpoint)
-                _err(t("lifecycle.loading", what=f"{run.id} checkpoint-{source.step}"))
-                loaded = load_finetuned(source)
-    except LifecycleError as exc:
-        raise CliError(str(exc), 1) from exc
+    with _library_output_to_stderr():
+        if args.model_dir:
+            _err(t("lifecycle.loading", what=args.model_dir))
+            loaded = load_model_dir(Path(args.model_dir))
+        else:
+            run = _resolve(args.run)
+            source = resolve_model_source(run, args.checkpoint)
+            _err(t("lifecycle.loading", what=f"{run.id} checkpoint-{source.step}"))
+            loaded = load_finetuned(source)
     settings = GenerationSettings(temperature=args.temperature, max_tokens=args.max_tokens)
     variant = "base" if args.base else "tuned"
     history: list[dict[str, str]] = []
@@ -180,10 +167,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from core.cli import CliError
+    from core.errors import CliError
     from core.i18n import t
     from core.lifecycle.evaluate import evaluate_run, start_benchmarks
-    from core.lifecycle.source import LifecycleError
 
     run = _resolve(args.run)
     if args.benchmarks:
@@ -192,15 +178,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if benchmark_tool() is None:  # say so before spending minutes on the loss
             raise CliError(t("lifecycle.no_benchmark_tool"), 1)
     _quiet_libraries()
-    try:
-        with _library_output_to_stderr():
-            result = evaluate_run(run, args.checkpoint)
-            bench = None
-            if args.benchmarks:
-                bench = start_benchmarks(run, [b.strip() for b in args.benchmarks.split(",") if b.strip()],
-                                         args.checkpoint)
-    except LifecycleError as exc:
-        raise CliError(str(exc), 1) from exc
+    with _library_output_to_stderr():
+        result = evaluate_run(run, args.checkpoint)
+        bench = None
+        if args.benchmarks:
+            bench = start_benchmarks(run, [b.strip() for b in args.benchmarks.split(",") if b.strip()],
+                                     args.checkpoint)
     if args.json:
         _print_json({**result, "benchmarks": bench})
     else:
@@ -217,19 +200,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from core.cli import CliError
     from core.i18n import t
     from core.lifecycle.export import export_run
-    from core.lifecycle.source import LifecycleError
 
     run = _resolve(args.run)
     _quiet_libraries()
-    try:
-        with _library_output_to_stderr():
-            result = export_run(run, args.format, args.checkpoint, Path(args.out) if args.out else None,
-                                args.force)
-    except LifecycleError as exc:
-        raise CliError(str(exc), 1) from exc
+    with _library_output_to_stderr():
+        result = export_run(run, args.format, args.checkpoint, Path(args.out) if args.out else None,
+                            args.force)
     if args.json:
         _print_json(result)
     else:
@@ -239,10 +217,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from core.cli import CliError
+    from core.errors import CliError
     from core.i18n import t
     from core.lifecycle.serve import health, server_state, start_server, stop_server
-    from core.lifecycle.source import LifecycleError
 
     run = _resolve(args.run)
     if args.stop:
@@ -276,12 +253,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     warning = warn_if_public(args.host, api_key or None)
     if warning:
         _err(t("lifecycle.warning", text=warning))
-    try:
-        state = start_server(run, args.host, args.port, args.backend, args.checkpoint,
-                             Path(args.model_dir) if args.model_dir else None, api_key=api_key,
-                             max_body_bytes=args.max_body_bytes)
-    except LifecycleError as exc:
-        raise CliError(str(exc), 1) from exc
+    state = start_server(run, args.host, args.port, args.backend, args.checkpoint,
+                         Path(args.model_dir) if args.model_dir else None, api_key=api_key,
+                         max_body_bytes=args.max_body_bytes)
     if args.json:
         _print_json({**state.to_dict(), "running": True, "healthy": True})
     else:

@@ -49,21 +49,19 @@ def build_request(args: argparse.Namespace) -> Any:
     """The PlanRequest the options describe (reads the dataset; raises CliError with what to fix)."""
     from dataclasses import replace
 
-    from core.cli import CliError
     from core.data import DataError
-    from core.plan import HardwareError, PlanRequest, parse_target, summarise_dataset
-    from core.plan.overrides import OverrideError, parse_overrides
+    from core.errors import CliError
+    from core.plan import PlanRequest, parse_target, summarise_dataset
+    from core.plan.overrides import parse_overrides
 
-    try:
-        overrides = parse_overrides(args.set)
-        if args.hardware:
-            target = parse_target(args.hardware, args.price_per_gpu_hour, args.host_ram_gib)
-        else:
-            target = detect_target(args.gpus, args.price_per_gpu_hour)
-            if args.host_ram_gib is not None:
-                target = replace(target, host_ram_gib=args.host_ram_gib)
-    except (OverrideError, HardwareError) as exc:
-        raise CliError(str(exc), 2) from exc
+    # An OverrideError or a HardwareError: exit 2 with its message (core.cli).
+    overrides = parse_overrides(args.set)
+    if args.hardware:
+        target = parse_target(args.hardware, args.price_per_gpu_hour, args.host_ram_gib)
+    else:
+        target = detect_target(args.gpus, args.price_per_gpu_hour)
+        if args.host_ram_gib is not None:
+            target = replace(target, host_ram_gib=args.host_ram_gib)
     summary = None
     if args.dataset:
         try:
@@ -82,21 +80,17 @@ def build_request(args: argparse.Namespace) -> Any:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Handler of ``tunedeck plan``: exit 0 with a plan that fits, 3 when nothing fits."""
-    from core.cli import CliError
     from core.config import ConfigError
-    from core.estimate import ArchitectureError, ModelNotFoundError
+    from core.errors import CliError
     from core.plan import equivalent_command, recommend, save_run_config
 
     request, summary = build_request(args)
-    try:
-        measured = None
-        if request.hardware.detected:  # what earlier probes on this box measured
-            from core.plan.probe import cached_measurements
+    measured = None
+    if request.hardware.detected:  # what earlier probes on this box measured
+        from core.plan.probe import cached_measurements
 
-            measured = cached_measurements(request)
-        rec = recommend(request, measured=measured)
-    except (ModelNotFoundError, ArchitectureError) as exc:
-        raise CliError(str(exc), 2) from exc
+        measured = cached_measurements(request)
+    rec = recommend(request, measured=measured)  # ModelNotFoundError, ArchitectureError: exit 2
     saved = None
     if args.save and rec.best is not None and rec.feasible:
         try:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,13 +80,9 @@ def _print_json(value: Any) -> None:
 
 
 def _resolve(ref: str) -> Any:
-    from core.cli import CliError
-    from core.runs.listing import RunNotFound, resolve_run
+    from core.runs.listing import resolve_run
 
-    try:
-        return resolve_run(ref)
-    except RunNotFound as exc:
-        raise CliError(str(exc), 2) from exc
+    return resolve_run(ref)  # RunNotFound: exit 2
 
 
 def _state(status: str) -> str:
@@ -98,21 +92,9 @@ def _state(status: str) -> str:
     return state_label(status)
 
 
-@contextmanager
-def _as_cli_error() -> Iterator[None]:
-    """What core.runs refuses (``RunError``, with its exit code) is printed as the CLI's one message."""
-    from core.cli import CliError
-    from core.runs.errors import RunError
-
-    try:
-        yield
-    except RunError as exc:
-        raise CliError(str(exc), exc.code) from exc
-
-
 # -- handlers --------------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace) -> int:
-    from core.cli import CliError
+    from core.errors import CliError
     from core.i18n import t
     from core.runs.launch import DistributedSettings
     from core.runs.lifecycle import start_run
@@ -120,12 +102,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.check:
         return _check_only(args)
     if args.hostfile:
-        from core.runs.hostfile import DEFAULT_MASTER_PORT, HostfileError, node_rank_of, read_hostfile
+        from core.runs.hostfile import DEFAULT_MASTER_PORT, node_rank_of, read_hostfile
 
-        try:
-            hosts = read_hostfile(Path(args.hostfile))
-        except HostfileError as exc:
-            raise CliError(str(exc), 2) from exc
+        hosts = read_hostfile(Path(args.hostfile))  # HostfileError: exit 2
         rank = node_rank_of(hosts) if args.node_rank == 0 else args.node_rank
         if rank is None:
             raise CliError(t("runs.hostfile_not_listed", path=args.hostfile), 2)
@@ -134,8 +113,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.nnodes > 1 and not args.master_port:
         raise CliError(t("runs.master_port_needed"), 2)
     distributed = DistributedSettings(args.nnodes, args.node_rank, args.master_addr, args.master_port)
-    with _as_cli_error():
-        run = start_run(args.config, list(args.overrides), distributed, warn=_err)
+    run = start_run(args.config, list(args.overrides), distributed, warn=_err)
     _report_started(run, args.json)
     return 0
 
@@ -143,7 +121,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _check_only(args: argparse.Namespace) -> int:
     """``train --check``: every check ``train`` makes before launch, the resolved config printed, nothing
     started; exit 2 with the problems (``--json``: ``{ok, problems}`` on stdout as well)."""
-    from core.cli import CliError
     from core.i18n import t
     from core.runs.errors import RunError
     from core.runs.lifecycle import check_run_file
@@ -153,7 +130,7 @@ def _check_only(args: argparse.Namespace) -> int:
     except RunError as exc:
         if args.json:
             _print_json({"ok": False, "problems": str(exc).splitlines()})
-        raise CliError(str(exc), exc.code) from exc
+        raise  # core.cli prints it, with its exit code
     config = check.config
     if args.json:
         _print_json({"ok": True, "config": config.to_dict(), "gpus": check.gpus,
@@ -187,10 +164,9 @@ def cmd_demo(args: argparse.Namespace) -> Any:
         # A tiny model gains nothing from eight GPUs: one, or the CPU.
         config.gpus = 1 if visible_gpu_count() > 0 else "all"
     argv = ["tunedeck", "demo"] + (["--headless"] if args.headless else []) + (["--detach"] if args.detach else [])
-    with _as_cli_error():
-        if args.headless:  # supervised in this process, not detached
-            return _run_headless(prepare_run(config, argv, "demo", warn=_err), args.json)
-        run = start_run(config, argv=argv, command="demo", warn=_err)
+    if args.headless:  # supervised in this process, not detached
+        return _run_headless(prepare_run(config, argv, "demo", warn=_err), args.json)
+    run = start_run(config, argv=argv, command="demo", warn=_err)
     if args.detach:
         _report_started(run, args.json)
         return 0
@@ -352,12 +328,11 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from core.runs.lifecycle import stop_run, stop_run_and_wait
 
     run = _resolve(args.run)
-    with _as_cli_error():
-        if args.wait:
-            result = stop_run_and_wait(run, force=args.force, timeout_s=args.timeout,
-                                       waiting=lambda: _err(t("runs.stop_waiting", id=run.id)))
-        else:
-            result = stop_run(run, force=args.force)
+    if args.wait:
+        result = stop_run_and_wait(run, force=args.force, timeout_s=args.timeout,
+                                   waiting=lambda: _err(t("runs.stop_waiting", id=run.id)))
+    else:
+        result = stop_run(run, force=args.force)
     status, timed_out = result.status, result.timed_out  # timed out: --wait ran out of --timeout
     if args.json:
         _print_json({"id": run.id, "forced": result.forced, "status": status.status, "reason": status.reason,
@@ -380,9 +355,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from core.runs.lifecycle import resume_run
 
     run = _resolve(args.run)
-    with _as_cli_error():
-        plan = resume_run(run, checkpoint=args.checkpoint, weights_only=args.weights_only,
-                          overrides=list(args.overrides), warn=_err)
+    plan = resume_run(run, checkpoint=args.checkpoint, weights_only=args.weights_only,
+                      overrides=list(args.overrides), warn=_err)
     _report_started(run, args.json, {"checkpoint": plan.checkpoint, "step": plan.step,
                                      "weights_only": plan.weights_only,
                                      "notices": [notice.text() for notice in plan.notices]})

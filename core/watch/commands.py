@@ -19,8 +19,8 @@ def _find(ref: str) -> Any:
     """A watch source from a directory, or from a tunedeck run id / prefix."""
     from pathlib import Path
 
-    from core.cli import CliError
-    from core.watch.source import SourceNotFound, open_watch_source
+    from core.errors import CliError
+    from core.watch.source import open_watch_source
 
     path = Path(ref).expanduser()
     if not path.is_dir():
@@ -28,16 +28,10 @@ def _find(ref: str) -> Any:
             from core.i18n import t
 
             raise CliError(t("watch.not_a_dir", path=ref), 2)
-        from core.runs import RunNotFound, resolve_run
+        from core.runs import resolve_run
 
-        try:
-            path = resolve_run(ref).path
-        except RunNotFound as exc:
-            raise CliError(str(exc), 2) from exc
-    try:
-        return open_watch_source(path)
-    except SourceNotFound as exc:
-        raise CliError(str(exc), 2) from exc
+        path = resolve_run(ref).path  # RunNotFound: exit 2
+    return open_watch_source(path)  # SourceNotFound: exit 2
 
 
 def _state(source: Any) -> dict[str, Any]:
