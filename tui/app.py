@@ -116,6 +116,20 @@ class TunedeckApp(App[int]):
 
         on_app_start(self, self.open_run, self.announce_runs)
 
+    # --- the unexpected --------------------------------------------------------------------------
+    def on_unexpected_error(self, message) -> None:
+        """``tui.screens.error_modal.report_unexpected`` posted this: the error modal opens."""
+        from tui.screens.error_modal import show_error
+
+        show_error(self, message)
+
+    def on_worker_state_changed(self, event) -> None:
+        """A worker of the app's own (lifecycle jobs, the settings save) that ended in an exception
+        nothing caught: the error modal, the traceback in the log (screens report theirs alike)."""
+        from tui.screens.error_modal import report_failed_worker
+
+        report_failed_worker(self, event)
+
     # --- actions ---------------------------------------------------------------------------------
     def action_section(self, section: str) -> None:
         if section in SECTIONS and self.current_mode != section:

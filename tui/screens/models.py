@@ -36,12 +36,14 @@ from textual.widgets import (
     Static,
 )
 
+from core.errors import TunedeckError
 from core.hub.download import human_bytes
 from core.hub.problems import HubProblem
 from core.hub.reachability import HubReachability
 from core.hub.records import HUBS, SIZE_CLASSES, SORTS, ModelDetails, SearchPage, SearchQuery
 from core.i18n import t
 from core.text_width import cell_len, truncate
+from tui.screens.error_modal import report_failed_worker, report_unexpected
 from tui.widgets.keys_footer import KeysFooter
 
 OWNERS = ("", "Qwen", "deepseek-ai", "LLM-Research", "meta-llama", "mistralai", "google")
@@ -317,10 +319,20 @@ class ModelsScreen(Screen[None]):
             source = open_hub(hub)
             endpoint = source.endpoint
             page = source.search(query)
-        except Exception as exc:  # an SDK surprise too: a message on screen, not a dead worker
+        except (TunedeckError, OSError) as exc:  # a HubError, a network or disk error: said on screen
+            self.post_message(SearchDone(None, append, describe_error(exc, hub, endpoint), token))
+            return
+        except Exception as exc:  # an SDK surprise: said on screen too, and the error modal and log
+            report_unexpected(self.app, exc, "models.search")
             self.post_message(SearchDone(None, append, describe_error(exc, hub, endpoint), token))
             return
         self.post_message(SearchDone(page, append, None, token))
+
+    def on_worker_state_changed(self, event: Any) -> None:
+        # A worker that ended in an exception nothing caught: reported, and a search no longer "searching".
+        if report_failed_worker(self.app, event) and event.worker.group == "hub-search":
+            self.searching = False
+            self._show_filters()
 
     def on_search_done(self, message: SearchDone) -> None:
         if message.token != self.search_token:
@@ -389,10 +401,13 @@ class ModelsScreen(Screen[None]):
         self._details_worker(self.hub, model_id)
 
     def _box_gpus(self) -> list[tuple[str | None, int | None]]:
-        try:
+        try:  # no NVML is said in the snapshot itself (no GPUs): estimates fall back to a reference GPU
             monitor = self.app.monitor  # type: ignore[attr-defined]
             snapshot = monitor.snapshot()
-        except Exception:  # no NVML: estimates fall back to a reference GPU
+        except TunedeckError:  # a fake-GPU recording that cannot be read: the GPUs screen says so
+            return []
+        except Exception as exc:  # unexpected: the error modal and the log, and the reference GPU
+            report_unexpected(self.app, exc, "models.box_gpus")
             return []
         return [(gpu.name, gpu.memory_total_bytes) for gpu in snapshot.gpus]
 
@@ -406,7 +421,11 @@ class ModelsScreen(Screen[None]):
             source = open_hub(hub)
             endpoint = source.endpoint
             details = source.details(model_id)
-        except Exception as exc:  # an SDK surprise too: a message on screen, not a dead worker
+        except (TunedeckError, OSError) as exc:  # a HubError, a network or disk error: said on screen
+            self.post_message(DetailsDone(model_id, None, "", describe_error(exc, hub, endpoint)))
+            return
+        except Exception as exc:  # an SDK surprise: said on screen too, and the error modal and log
+            report_unexpected(self.app, exc, "models.details")
             self.post_message(DetailsDone(model_id, None, "", describe_error(exc, hub, endpoint)))
             return
         params = None

@@ -417,6 +417,12 @@ class RunsScreen(Screen[None]):
     def _relist(self) -> None:
         self.post_message(RunActed("", "information"))
 
+    def on_worker_state_changed(self, event: Any) -> None:
+        # A worker that ended in an exception nothing caught (an unreadable runs folder …): reported.
+        from tui.screens.error_modal import report_failed_worker
+
+        report_failed_worker(self.app, event)
+
     def on_run_acted(self, message: RunActed) -> None:
         if message.text:
             self.notify(message.text, severity=message.severity)

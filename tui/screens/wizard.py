@@ -21,8 +21,10 @@ from textual.widgets import ContentSwitcher, Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from core.data.readers import SUFFIXES as DATA_SUFFIXES
+from core.errors import TunedeckError
 from core.i18n import t
 from core.plan.request import GOALS, OVERRIDABLE
+from tui.screens.error_modal import describe, report_failed_worker, report_unexpected
 from tui.widgets.bar import bar
 from tui.widgets.keys_footer import KeysFooter
 
@@ -357,9 +359,14 @@ class WizardScreen(Screen[None]):
 
         try:
             summary = summarise_dataset(path, model)
-            self.post_message(DatasetSummarised(path, summary, None))
-        except Exception as exc:  # DataError, OSError, a tokenizer's own: shown, never fatal
+        except (TunedeckError, OSError) as exc:  # a DataError, an unreadable file: shown, never fatal
             self.post_message(DatasetSummarised(path, None, str(exc)))
+            return
+        except Exception as exc:  # a bug: the error modal and the log, and the step says it failed too
+            report_unexpected(self.app, exc, "wizard.summarise")
+            self.post_message(DatasetSummarised(path, None, describe(exc)))
+            return
+        self.post_message(DatasetSummarised(path, summary, None))
 
     def on_dataset_summarised(self, message: DatasetSummarised) -> None:
         if message.path != self.query_one("#dataset-input", Input).value.strip():
@@ -403,11 +410,18 @@ class WizardScreen(Screen[None]):
     # --- hardware ------------------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="wizard-box", exit_on_error=False)
     def read_box(self) -> None:
+        self.post_message(BoxRead(self._snapshot_or_none()))
+
+    def _snapshot_or_none(self) -> Any:
+        """This box's snapshot; None when it cannot be read (then the plan is for hardware typed by hand).
+        The monitor reports NVML's absence in the snapshot itself: an exception here is unexpected."""
         try:
-            snapshot = self.app.monitor.snapshot()  # type: ignore[attr-defined]
-        except Exception:  # no monitor at all: plan for hardware typed by hand
-            snapshot = None
-        self.post_message(BoxRead(snapshot))
+            return self.app.monitor.snapshot()  # type: ignore[attr-defined]
+        except TunedeckError:  # a fake-GPU recording that cannot be read: the GPUs screen says so
+            return None
+        except Exception as exc:
+            report_unexpected(self.app, exc, "wizard.read_box")
+            return None
 
     def on_box_read(self, message: BoxRead) -> None:
         self.snapshot = message.snapshot
@@ -423,10 +437,7 @@ class WizardScreen(Screen[None]):
     def _fill_hardware_defaults(self) -> bool:
         """Show what the box has and put it in the inputs (once); True when the step can go on."""
         if self.snapshot is None:
-            try:
-                self.snapshot = self.app.monitor.snapshot()  # type: ignore[attr-defined]
-            except Exception:
-                self.snapshot = None
+            self.snapshot = self._snapshot_or_none()
         detected = self._detected()
         hw_input = self.query_one("#hardware-input", Input)
         if detected is not None:
@@ -611,6 +622,13 @@ class WizardScreen(Screen[None]):
         except RunError as exc:
             self.post_message(LaunchDone(None, str(exc)))
 
+    def on_worker_state_changed(self, event: Any) -> None:
+        # A worker that ended in an exception nothing caught: reported, and a launch or probe no longer
+        # holds the screen busy.
+        if report_failed_worker(self.app, event) and event.worker.group in ("wizard-launch", "wizard-probe"):
+            self.busy = False
+            self._status(f"[$error]{_escape(describe(event.worker.error))}[/]")
+
     def on_launch_done(self, message: LaunchDone) -> None:
         self.busy = False
         if message.error is not None:
@@ -641,8 +659,11 @@ class WizardScreen(Screen[None]):
             results = probe_candidates(rec, request,
                                        progress=lambda text: self.post_message(ProbeProgress(text)))
             self.post_message(ProbeProgress(t("wizard.probe_done", n=len(results)), results, done=True))
-        except Exception as exc:  # a failed probe run: say why, keep the estimates
+        except TunedeckError as exc:  # a ProbeError: a failed probe run; say why, keep the estimates
             self.post_message(ProbeProgress(f"[$error]{_escape(str(exc))}[/]", None, done=True))
+        except Exception as exc:  # a bug: the error modal and the log; the estimates stay
+            report_unexpected(self.app, exc, "wizard.probe")
+            self.post_message(ProbeProgress(f"[$error]{_escape(describe(exc))}[/]", None, done=True))
 
     def on_probe_progress(self, message: ProbeProgress) -> None:
         self._status(message.text)

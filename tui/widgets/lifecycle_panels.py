@@ -21,8 +21,10 @@ from textual.screen import ModalScreen
 from textual.widgets import ProgressBar, Static
 from textual.worker import get_current_worker
 
+from core.errors import TunedeckError
 from core.i18n import t
 from core.text_width import cell_len, pad
+from tui.screens.error_modal import describe, report_unexpected
 
 HEALTH_EVERY_S = 1.0
 
@@ -92,10 +94,14 @@ class MergePanel(ModalScreen[None]):
                                    cancelled=lambda: worker.is_cancelled)
             except MergeCancelled:
                 return
-            except Exception as exc:  # CUDA OOM, a missing library …: say so rather than hang on "…"
+            except TunedeckError as exc:  # a LifecycleError: no adapter, a folder in the way …
                 text = str(exc) or type(exc).__name__
                 panel.post_message(MergeEnded(None, text, False))
                 app.call_from_thread(app.notify, text, severity="error", timeout=15)
+                return
+            except Exception as exc:  # CUDA OOM, a missing library …: the panel says so, the modal and log too
+                panel.post_message(MergeEnded(None, describe(exc), False))
+                report_unexpected(app, exc, "lifecycle.merge")
                 return
             text = t("lifecycle.merged", out=str(result.out), size=f"{result.bytes / 1e6:.1f} MB",
                      seconds=result.seconds)
@@ -151,8 +157,11 @@ def _lifecycle_job(app: Any, name: str, start_text: str, work_: Any) -> None:
     def job() -> None:
         try:
             text = work_()
-        except Exception as exc:  # a LifecycleError, a missing library, CUDA OOM: said, never a crash
+        except TunedeckError as exc:  # a LifecycleError: said in a notification
             app.call_from_thread(app.notify, str(exc) or type(exc).__name__, severity="error", timeout=15)
+            return
+        except Exception as exc:  # a missing library, CUDA OOM, a bug: the error modal, the traceback logged
+            report_unexpected(app, exc, f"lifecycle.{name}")
             return
         app.call_from_thread(app.notify, text, timeout=20)
 
@@ -283,10 +292,14 @@ class ServePanel(ModalScreen[None]):
                     state = start_server(RunDirectory(run_dir), cancelled=cancelled)
             except ServeWaitCancelled:
                 return
-            except Exception as exc:  # not only LifecycleError: a failed merge, a missing library …
+            except TunedeckError as exc:  # a LifecycleError, a failed merge: said in the panel and a note
                 text = str(exc) or type(exc).__name__
                 panel.post_message(ServerStarted(None, text))
                 app.call_from_thread(app.notify, text, severity="error", timeout=15)
+                return
+            except Exception as exc:  # a missing library, a bug: the panel says so, the modal and log too
+                panel.post_message(ServerStarted(None, describe(exc)))
+                report_unexpected(app, exc, "lifecycle.serve")
                 return
             panel.post_message(ServerStarted(state.url))
             panel._probe(state.url)
@@ -317,8 +330,12 @@ class ServePanel(ModalScreen[None]):
         started = time.monotonic()
         try:
             reply, seconds = probe_request(url, self.run_id)
-        except Exception as exc:  # whatever goes wrong, the panel must leave "sending …"
+        except TunedeckError as exc:  # a LifecycleError: no answer, a bad reply; said in the panel
             self.post_message(TestAnswered(None, time.monotonic() - started, str(exc) or type(exc).__name__))
+            return
+        except Exception as exc:  # a bug: the panel still leaves "sending …"; the modal and log say what
+            self.post_message(TestAnswered(None, time.monotonic() - started, describe(exc)))
+            report_unexpected(self.app, exc, "lifecycle.serve_test")
             return
         self.post_message(TestAnswered(reply, seconds))
 

@@ -74,8 +74,16 @@ def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: 
 def _confirm_then(screen: Any, title: str, body: str, job: Callable[[], None]) -> None:
     from tui.widgets.confirm import ConfirmScreen
 
+    def guarded() -> None:
+        try:
+            job()
+        except Exception as exc:  # not a RunError (those are said): the error modal, the traceback logged
+            from tui.screens.error_modal import report_unexpected
+
+            report_unexpected(screen.app, exc, "run-control")
+
     def answered(ok: bool | None) -> None:
         if ok:
-            screen.run_worker(job, thread=True, group="run-control", exit_on_error=False)
+            screen.run_worker(guarded, thread=True, group="run-control", exit_on_error=False)
 
     screen.app.push_screen(ConfirmScreen(title, body), answered)
