@@ -132,6 +132,25 @@ class ActionDone(Message):
         self.severity = severity
 
 
+class EventsTable(DataTable):
+    """The events, newest at the bottom, kept in view: rows arrive (the table measures them when idle)
+    and its height changes with the detail line under it, until ``e`` gives it a cursor to move.
+    (Textual's ``anchor()`` follows a container's children, not the rows of a DataTable.)"""
+
+    following = True
+
+    def on_resize(self) -> None:
+        self._follow()
+
+    def watch_virtual_size(self) -> None:
+        self._follow()
+
+    def _follow(self) -> None:
+        if self.following:
+            self.scroll_end(animate=False, immediate=True)
+            self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
+
+
 def _na(value: str | None) -> str:
     return value if value else t("dashboard.na")
 
@@ -237,7 +256,7 @@ class DashboardScreen(Screen[None]):
                 yield LogPane(id="dash-log")
                 yield Input(placeholder=t("dashboard.search_placeholder"), id="dash-search")
             with Vertical(id="dash-events-box"):
-                events: DataTable = DataTable(id="dash-events", cursor_type="row", show_cursor=False)
+                events = EventsTable(id="dash-events", cursor_type="row", show_cursor=False)
                 events.add_columns(t("dashboard.col_time"), t("dashboard.col_event"), t("dashboard.col_detail"))
                 yield events
                 yield Static("", id="dash-event-detail", markup=False)
@@ -249,9 +268,6 @@ class DashboardScreen(Screen[None]):
         self.query_one("#dash-search", Input).display = False
         self.query_one("#dash-log", LogPane).border_title = t("dashboard.log_title")
         self.query_one("#dash-events-box").border_title = t("dashboard.events_title")
-        # newest at the bottom, kept in view as rows come and the detail line under the table grows,
-        # until e gives the table a cursor to move
-        self.query_one("#dash-events", DataTable).anchor()
         if not self.source.read_only:
             from core.runs import RunDirectory
 
@@ -715,9 +731,9 @@ class DashboardScreen(Screen[None]):
         self.query_one("#dash-log", LogPane).focus()
 
     def action_focus_events(self) -> None:
-        table = self.query_one("#dash-events", DataTable)
+        table = self.query_one("#dash-events", EventsTable)
         if not table.show_cursor:
-            table.anchor(False)
+            table.following = False
             table.show_cursor = True  # Enter shows the highlighted event in full
             if self.events:  # from the newest, where the table is scrolled to
                 table.move_cursor(row=len(self.events) - 1, animate=False)
