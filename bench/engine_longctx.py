@@ -143,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", default=None)
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--memory-profile", type=int, default=0, metavar="STEP",
-                        help="record the CUDA allocations of this step of every row: what is live at its peak "
+    parser.add_argument("--memory-profile", default="", metavar="START[:COUNT]",
+                        help="record the CUDA allocations of these steps of every row: what is live at its peak "
                              "(written next to --out as NAME-memory-MODEL-METHOD-LENGTH.txt)")
     args = parser.parse_args(argv)
     started = time.monotonic()

@@ -111,20 +111,23 @@ def summarise(profiler: Any, steps: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Where the peak's memory goes: ``TUNEDECK_MEMORY_PROFILE=STEP`` records CUDA allocations during step STEP
-# and writes ``memory.txt``: the peak of that step and the blocks live at it, grouped by the code that
-# allocated them. For checking the estimator against the engine; a run without the variable pays nothing.
+# Where the peak's memory goes: ``TUNEDECK_MEMORY_PROFILE=START[:COUNT]`` records CUDA allocations during
+# steps START .. START+COUNT-1 and writes ``memory.txt``: the peak of those steps and the blocks live at it,
+# grouped by the code that allocated them (or their sizes). Nothing is synchronised: the allocator's view
+# is the CPU's, and a sync at the step boundary would hide a peak that comes from the next step starting
+# while the last one still runs. For checking the estimator against the engine; free when unset.
 
 _TORCH_INTERNAL = ("/torch/", "\\torch\\", "<frozen", "/contextlib.py", "/functools.py")
 
 
-def parse_memory_profile_env(value: str | None) -> int | None:
-    """``"2"`` -> 2; anything else -> None."""
+def parse_memory_profile_env(value: str | None) -> tuple[int, int] | None:
+    """``"2"`` -> (2, 1), ``"2:2"`` -> (2, 2); anything else -> None."""
+    start, _, count = (value or "").partition(":")
     try:
-        step = int(value or "")
+        window = (int(start), int(count or 1))
     except ValueError:
         return None
-    return step if step >= 1 else None
+    return window if window[0] >= 1 and window[1] >= 1 else None
 
 
 def _site(frames: list[dict[str, Any]], depth: int = 2) -> str:
@@ -164,7 +167,7 @@ def peak_breakdown(trace: list[dict[str, Any]], before_bytes: int, top: int = 25
         site = _site(frames) if frames else f"(no stack) blocks of {int(event['size']) / 2 ** 20:.1f} MiB"
         sites.setdefault(site, []).append(int(event["size"]))
     gib = 1024 ** 3
-    lines = [f"peak of the step {peak / gib:.2f} GiB = {before_bytes / gib:.2f} GiB allocated before the step "
+    lines = [f"peak of the steps {peak / gib:.2f} GiB = {before_bytes / gib:.2f} GiB allocated before them "
              f"(weights, adapters, optimizer state) + {(peak - before_bytes) / gib:.2f} GiB live at event "
              f"{peak_index + 1} of {len(trace)}", "", "## live at the peak, by allocation site", ""]
     for site, sizes in sorted(sites.items(), key=lambda kv: -sum(kv[1]))[:top]:
@@ -176,31 +179,30 @@ def peak_breakdown(trace: list[dict[str, Any]], before_bytes: int, top: int = 25
 
 
 class MemoryPeakCallback(TrainerCallback):
-    """Records the CUDA allocations of the step ``TUNEDECK_MEMORY_PROFILE`` names; writes ``memory.txt``."""
+    """Records the CUDA allocations of the steps ``TUNEDECK_MEMORY_PROFILE`` names; writes ``memory.txt``."""
 
-    def __init__(self, run_dir: Path, step: int) -> None:
+    def __init__(self, run_dir: Path, start: int, count: int = 1) -> None:
         self.path = Path(run_dir) / "memory.txt"
-        self.step = step
+        self.start, self.count = start, count
         self.before = 0
         self.recording = False
 
     @classmethod
     def from_env(cls, run_dir: Path) -> MemoryPeakCallback | None:
-        step = parse_memory_profile_env(os.environ.get("TUNEDECK_MEMORY_PROFILE"))
-        if step is None:
+        window = parse_memory_profile_env(os.environ.get("TUNEDECK_MEMORY_PROFILE"))
+        if window is None:
             return None
         import torch
 
         if not torch.cuda.is_available():
             log.warning("TUNEDECK_MEMORY_PROFILE records CUDA allocations; there is no GPU here: ignored")
             return None
-        return cls(run_dir, step)
+        return cls(run_dir, *window)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not self.recording and state.global_step + 1 == self.step:
+        if not self.recording and state.global_step + 1 == self.start:
             import torch
 
-            torch.cuda.synchronize()
             self.before = torch.cuda.memory_allocated()
             # No tracebacks: capturing Python stacks at every allocation made autograd's custom functions
             # (the offload's and the tiled MLP's) fail with a SystemError on the H200 (torch 2.11).
@@ -208,17 +210,17 @@ class MemoryPeakCallback(TrainerCallback):
             self.recording = True
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.recording:
+        if self.recording and state.global_step >= self.start + self.count - 1:
             import torch
 
-            torch.cuda.synchronize()
             snapshot = torch.cuda.memory._snapshot()
             torch.cuda.memory._record_memory_history(enabled=None)
             self.recording = False
-            self.step = 1 << 60  # once
+            self.start = 1 << 60  # once
             device = torch.cuda.current_device()
             trace = snapshot["device_traces"][device] if device < len(snapshot["device_traces"]) else []
             text = peak_breakdown(trace, self.before)
             text += f"\ntorch max_memory_allocated {torch.cuda.max_memory_allocated() / 1024 ** 3:.2f} GiB\n"
             self.path.write_text(text, encoding="utf-8")
-            log.info("memory at the peak of step %d written to %s", state.global_step, self.path)
+            log.info("memory at the peak of steps %d-%d written to %s", state.global_step - self.count + 1,
+                     state.global_step, self.path)

@@ -26,7 +26,7 @@ def test_peak_is_the_highest_live_total_and_lists_what_was_live_then():
     ]
     text = peak_breakdown(trace, before_bytes=1024 * MIB)
     # peak = 1 GiB before + 100 + 300 MiB live after event 2 (later, 100 + 50 + 50 = 200 MiB is less)
-    assert text.startswith("peak of the step 1.39 GiB = 1.00 GiB allocated before the step")
+    assert text.startswith("peak of the steps 1.39 GiB = 1.00 GiB allocated before them")
     assert "+ 0.39 GiB live at event 2 of 6" in text
     by_site = text.split("## live at the peak, by allocation site")[1].split("##")[0]
     assert "attn.py:7" in by_site and "loss.py:10" in by_site
@@ -41,8 +41,9 @@ def test_a_free_without_its_alloc_in_the_trace_does_not_go_below_the_start():
     assert "0.01 GiB live at event 2 of 2" in text and "(no stack) blocks of 10.0 MiB" in text
 
 
-def test_env_value_names_one_step():
-    assert parse_memory_profile_env("2") == 2
+def test_env_value_names_the_steps():
+    assert parse_memory_profile_env("2") == (2, 1)
+    assert parse_memory_profile_env("2:3") == (2, 3)
     assert parse_memory_profile_env("0") is None
     assert parse_memory_profile_env("x") is None
     assert parse_memory_profile_env(None) is None
