@@ -1,8 +1,9 @@
 """Metric records of other trainers, normalised to tunedeck's ``metrics.jsonl`` keys.
 
 Normalised record keys (any may be missing): ``kind`` ("train" | "eval" | "header" | "resumed"), ``step``,
-``total_steps``, ``epoch``, ``loss``, ``learning_rate``, ``grad_norm``, ``tokens_per_s``, ``elapsed_s``,
-``eta_s``, ``eval_loss``, ``memory_gib``, ``mfu``.
+``total_steps``, ``epoch``, ``elapsed_s``, ``eta_s``, and the metrics of ``core.watch.metrics.METRICS``
+(``loss``, ``eval_loss``, ``learning_rate``, ``grad_norm``, ``tokens_per_s``, ``memory_gib``…), read by
+the keys that table gives each trainer.
 
 * ms-swift writes ``logging.jsonl`` in its output dir (``output/vN-YYYYMMDD-HHMMSS/``): the trainer's log
   dict plus ``global_step/max_steps`` ("10/100"), ``percentage`` ("10.00%"), ``elapsed_time`` /
@@ -30,6 +31,8 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from core.watch.metrics import BY_NAME, EVAL, INT_KEYS, METRICS, TRAIN, TUNEDECK_FAST_KEYS, Metric
 
 Record = dict[str, Any]
 
@@ -113,40 +116,56 @@ def normalize_swift(raw: Record) -> Record | None:
         step, total = _to_int(left), _to_int(right)
     elif progress is not None:
         step = _to_int(progress)
-    out = _loss_record(raw, "learning_rate")
+    out = _metrics_record(raw, "swift")
     if out is None:
         return None
-    if out["kind"] == "train":
-        _put(out, "memory_gib", to_float(raw.get("memory(GiB)")))
-        _put(out, "steps_per_s", to_float(raw.get("train_speed(iter/s)")))
-        seconds_per_step = to_float(raw.get("train_speed(s/it)"))
-        if seconds_per_step and "steps_per_s" not in out:
+    if out["kind"] == "train" and "steps_per_s" not in out:
+        seconds_per_step = to_float(raw.get("train_speed(s/it)"))  # Megatron-SWIFT
+        if seconds_per_step:
             out["steps_per_s"] = 1.0 / seconds_per_step
-        _put(out, "tokens_per_s", to_float(raw.get("tokens_per_s")))
     return _progress(out, raw, step, total)
 
 
+def _first(raw: Record, keys: tuple[str, ...]) -> Any:
+    """The value of the first of ``keys`` that ``raw`` has a value (not null) for; None if none."""
+    for key in keys:
+        value = raw.get(key)
+        if value is not None:
+            return value
+    return None
 
-def _loss_record(raw: Record, lr_key: str) -> Record | None:
-    """The eval or train part shared by the trainers built on transformers' logging; None otherwise."""
-    out: Record = {}
+
+_LOSS, _EVAL_LOSS = BY_NAME["loss"], BY_NAME["eval_loss"]
+
+
+def _metrics_record(raw: Record, adapter: str) -> Record | None:
+    """The eval or train record of a line of a trainer built on transformers' logging, its metrics read
+    through ``core.watch.metrics.METRICS`` by ``adapter``'s keys; None for a line with neither loss."""
     # A key that is present but null is unset (LLaMA-Factory ≤ 0.7 writes every key on every line):
     # only a value makes a line an eval or a train line. NaN is a value (a diverged loss).
-    if raw.get("eval_loss") is not None:
-        out["kind"] = "eval"
-        _put(out, "eval_loss", to_float(raw.get("eval_loss")))
-    elif raw.get("loss", raw.get("lm loss")) is not None:
-        out["kind"] = "train"
-        raw_loss = raw.get("loss", raw.get("lm loss"))
+    out: Record = {}
+    if _first(raw, _EVAL_LOSS.keys(adapter)) is not None:
+        out["kind"] = EVAL
+    else:
+        raw_loss = _first(raw, _LOSS.keys(adapter))
+        if raw_loss is None:
+            return None
+        out["kind"] = TRAIN
         loss = to_float(raw_loss)
         out["loss"] = loss
         if loss is None and _is_nan_text(raw_loss):
             out["loss_nan"] = True
-        _put(out, "learning_rate", to_float(raw.get(lr_key, raw.get("learning_rate"))))
-        _put(out, "grad_norm", to_float(raw.get("grad_norm")))
-    else:
-        return None
+    for metric in _READ[adapter][out["kind"]]:
+        _put(out, metric.name, to_float(_first(raw, metric.keys(adapter))))
     return out
+
+
+# adapter -> kind -> the metrics read from its records (the loss is read above: it decides the kind)
+_READ: dict[str, dict[str, tuple[Metric, ...]]] = {
+    adapter: {kind: tuple(m for m in METRICS if m.kind == kind and m.keys(adapter) and m is not _LOSS)
+              for kind in (TRAIN, EVAL)}
+    for adapter in ("swift", "llamafactory", "hf_trainer")
+}
 
 
 def _progress(out: Record, raw: Record, step: int | None, total: int | None) -> Record:
@@ -160,12 +179,9 @@ def _progress(out: Record, raw: Record, step: int | None, total: int | None) -> 
 
 def normalize_llamafactory(raw: Record) -> Record | None:
     """One ``trainer_log.jsonl`` record of LLaMA-Factory, or None for evaluation-progress lines."""
-    out = _loss_record(raw, "lr")
+    out = _metrics_record(raw, "llamafactory")
     if out is None:
         return None
-    if out["kind"] == "train":
-        _put(out, "tokens_per_s", to_float(raw.get("throughput")))
-        _put(out, "memory_gib", to_float(raw.get("vram_allocated")))
     return _progress(out, raw, _to_int(raw.get("current_steps")), _to_int(raw.get("total_steps")))
 
 
@@ -174,7 +190,7 @@ def normalize_hf_trainer(raw: Record) -> Record | None:
     state's ``max_steps``: the caller adds it)."""
     if "train_runtime" in raw or "train_loss" in raw:
         return {"kind": "end"}
-    out = _loss_record(raw, "learning_rate")
+    out = _metrics_record(raw, "hf_trainer")
     if out is None:
         return None
     _put(out, "step", _to_int(raw.get("step")))
@@ -191,31 +207,34 @@ NORMALIZERS: dict[str, Callable[[Record], Record | None]] = {
 
 
 _NUMBER = rb"(-?[0-9][0-9.eE+-]*|null)"
-# tunedeck's train records always begin with these keys in this order (core.train.callbacks writes them
-# so): a regex match of that prefix is several times cheaper than json.loads of the whole line, which
-# matters when a dashboard backfills a million lines. Any line that does not match goes through json.
+# tunedeck's train records always begin with the same keys in the same order (core.train.callbacks writes
+# them so: ``TUNEDECK_TRAIN_LAYOUT``): a regex match of that prefix, through every key a series, an x axis
+# or the header reads (``TUNEDECK_FAST_KEYS``, derived from ``METRICS``), is several times cheaper than
+# json.loads of the whole line, which matters when a dashboard backfills a million lines. Any line that
+# does not match goes through json.
 TUNEDECK_TRAIN = re.compile(
-    rb'\{"kind": "train", "step": (-?[0-9]+), "total_steps": ' + _NUMBER + rb', "epoch": ' + _NUMBER
-    + rb', "loss": ' + _NUMBER + rb', "learning_rate": ' + _NUMBER + rb', "grad_norm": ' + _NUMBER
-    + rb', "tokens_per_s": ' + _NUMBER + rb', "samples_per_s": ' + _NUMBER + rb', "elapsed_s": ' + _NUMBER
-    + rb', "eta_s": ' + _NUMBER + rb'[,}]'
+    rb'\{"kind": "train"'
+    + b"".join(b', "' + key.encode() + b'": ' + (rb"(-?[0-9]+)" if key == "step" else _NUMBER)
+               for key in TUNEDECK_FAST_KEYS)
+    + rb"[,}]"
 )
+FAST_INDEX = {key: i for i, key in enumerate(TUNEDECK_FAST_KEYS)}  # record key -> its group in a match
+
+
+def _fast_value(key: str, raw: bytes) -> int | float | None:
+    if raw == b"null":
+        return None
+    if key in INT_KEYS and raw.lstrip(b"-").isdigit():
+        return int(raw)
+    return float(raw)
 
 
 def fast_train_record(groups: tuple[bytes, ...]) -> Record:
-    """The charted keys of a train record from a ``TUNEDECK_TRAIN`` match's groups."""
-    step, total, epoch, loss, lr, grad, tokens, _samples, elapsed, eta = groups
-    return {
-        "kind": "train", "step": int(step),
-        "total_steps": None if total == b"null" else int(total) if total.isdigit() else float(total),
-        "epoch": None if epoch == b"null" else float(epoch),
-        "loss": None if loss == b"null" else float(loss),
-        "learning_rate": None if lr == b"null" else float(lr),
-        "grad_norm": None if grad == b"null" else float(grad),
-        "tokens_per_s": None if tokens == b"null" else float(tokens),
-        "elapsed_s": None if elapsed == b"null" else float(elapsed),
-        "eta_s": None if eta == b"null" else float(eta),
-    }
+    """The keys ``TUNEDECK_FAST_KEYS`` of a train record from a ``TUNEDECK_TRAIN`` match's groups."""
+    record: Record = {"kind": "train"}
+    for key, raw in zip(TUNEDECK_FAST_KEYS, groups, strict=True):
+        record[key] = _fast_value(key, raw)
+    return record
 
 
 def parse_lines(lines: Iterable[bytes], kind: str = "tunedeck", fast: bool = False) -> list[Record]:

@@ -1,5 +1,9 @@
 """A run's metric series, built incrementally from normalised records (see ``core.watch.adapters``).
 
+The series are those of ``core.watch.metrics.METRICS``, read by the same table on both paths: ``extend``
+(normalised records) and ``extend_tunedeck_lines`` (the backfill's regex over tunedeck's own lines), so
+that a metric in the table reaches the series whichever path its record takes.
+
 Every chartable metric is kept twice in bucketed form (x = step, x = elapsed seconds), so switching the
 x-axis costs nothing and a million records stay a few thousand buckets. The latest record, the loss EMA
 and a window of recent throughput feed the header and the alert rules.
@@ -9,11 +13,31 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 from core.watch.downsample import DEFAULT_MAX_BUCKETS, BucketedSeries
+from core.watch.metrics import EVAL, METRICS, SERIES, TRAIN, X_KEYS
 
-CHART_METRICS = ("loss", "loss_ema", "eval_loss", "learning_rate", "grad_norm", "tokens_per_s")
+CHART_METRICS = SERIES
+# Series read straight from a train record's value (the loss and its EMA are handled apart: the EMA is
+# derived, and a missing or NaN loss is counted), and from an eval record's.
+_DERIVED = {m.name: m.derived for m in METRICS if m.series and m.derived}
+if _DERIVED != {"loss_ema": "loss"}:
+    raise ValueError(f"RunSeries derives only the loss EMA, not {_DERIVED}")
+TRAIN_VALUES = tuple(m.name for m in METRICS if m.series and m.kind == TRAIN and not m.derived and m.name != "loss")
+EVAL_VALUES = tuple(m.name for m in METRICS if m.series and m.kind == EVAL)
+
+
+def _picker(indices: list[int]) -> Callable[[tuple[bytes, ...]], tuple[bytes, ...]]:
+    """groups -> a tuple of the groups at ``indices`` (itemgetter gives a bare item for one index)."""
+    if len(indices) == 1:
+        only = indices[0]
+        return lambda groups: (groups[only],)
+    return itemgetter(*indices) if indices else lambda groups: ()
+
+
 EMA_ALPHA = 0.1  # weight of the newest loss in the smoothed curve
 THROUGHPUT_WINDOW = 256
 
@@ -80,7 +104,7 @@ class RunSeries:
                     self.last_loss = None
                     self.last_loss_nan = True
                     self.nan_count += 1
-                for name in ("learning_rate", "grad_norm", "tokens_per_s"):
+                for name in TRAIN_VALUES:
                     value = record.get(name)
                     if (type(value) is float or type(value) is int) and finite(value):
                         column = columns[name]
@@ -94,17 +118,18 @@ class RunSeries:
                     tokens_window.append(float(tokens))
             elif kind == "eval":
                 self.latest_eval = record
-                value = record.get("eval_loss")
-                if (type(value) is float or type(value) is int) and finite(value):
-                    step = record.get("step")
-                    elapsed = record.get("elapsed_s")
-                    column = columns["eval_loss"]
-                    if step is not None:
-                        column[0].append(float(step))
-                        column[1].append(float(value))
-                    if elapsed is not None:
-                        column[2].append(float(elapsed))
-                        column[3].append(float(value))
+                step = record.get("step")
+                elapsed = record.get("elapsed_s")
+                for name in EVAL_VALUES:
+                    value = record.get(name)
+                    if (type(value) is float or type(value) is int) and finite(value):
+                        column = columns[name]
+                        if step is not None:
+                            column[0].append(float(step))
+                            column[1].append(float(value))
+                        if elapsed is not None:
+                            column[2].append(float(elapsed))
+                            column[3].append(float(value))
             elif kind == "header":
                 self.header = record
         for name, (step_xs, step_ys, time_xs, time_ys) in columns.items():
@@ -115,7 +140,7 @@ class RunSeries:
     def extend_tunedeck_lines(self, lines: list[bytes]) -> None:
         """Backfill from raw lines of a tunedeck ``metrics.jsonl``: train records go straight from a regex
         match into the columns (no dict per record); any other line goes through ``extend``."""
-        from core.watch.adapters import TUNEDECK_TRAIN, parse_lines
+        from core.watch.adapters import FAST_INDEX, TUNEDECK_TRAIN, parse_lines
 
         match = TUNEDECK_TRAIN.match
         finite = math.isfinite
@@ -123,7 +148,13 @@ class RunSeries:
         pending: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {
             name: ([], [], [], []) for name in CHART_METRICS}
         loss_col, ema_col = pending["loss"], pending["loss_ema"]
-        other_cols = (pending["learning_rate"], pending["grad_norm"], pending["tokens_per_s"])
+        # (column, group of the match) of every train value: the regex reads all of them (TUNEDECK_FAST_KEYS)
+        fast_values = [m for m in METRICS if m.name in TRAIN_VALUES and m.tunedeck]
+        other_cols = tuple(pending[m.name] for m in fast_values)
+        pick = _picker([FAST_INDEX[m.tunedeck] for m in fast_values])
+        i_step, i_time = FAST_INDEX[X_KEYS["step"]], FAST_INDEX[X_KEYS["time"]]
+        i_loss = FAST_INDEX["loss"]
+        i_tokens = FAST_INDEX["tokens_per_s"]
         tokens_window = self.recent_tokens_per_s
         ema = self.ema
         last_groups = None
@@ -152,9 +183,9 @@ class RunSeries:
             groups = matched.groups()
             last_groups = groups
             trains += 1
-            x_step = float(groups[0])
-            x_time = None if groups[8] == null else float(groups[8])
-            raw_loss = groups[3]
+            x_step = float(groups[i_step])
+            x_time = None if groups[i_time] == null else float(groups[i_time])
+            raw_loss = groups[i_loss]
             if raw_loss != null and finite(loss := float(raw_loss)):
                 self.ema_before_last = ema
                 ema = loss if ema is None else ema + EMA_ALPHA * (loss - ema)
@@ -174,7 +205,7 @@ class RunSeries:
                 self.last_loss = None
                 self.last_loss_nan = True
                 self.nan_count += 1
-            for column, raw in zip(other_cols, (groups[4], groups[5], groups[6]), strict=True):
+            for column, raw in zip(other_cols, pick(groups), strict=True):
                 if raw != null:
                     value = float(raw)
                     if finite(value):
@@ -183,8 +214,8 @@ class RunSeries:
                         if x_time is not None:
                             column[2].append(x_time)
                             column[3].append(value)
-            if groups[6] != null:
-                tokens_window.append(float(groups[6]))
+            if groups[i_tokens] != null:
+                tokens_window.append(float(groups[i_tokens]))
         flush()
         self.ema = ema
         self.records += trains

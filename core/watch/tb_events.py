@@ -15,16 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from core.watch.activity import WriterActivity
+from core.watch.metrics import BY_NAME, METRICS, TRAIN
 
-# record key -> tags that carry it, first found wins (HF/TRL "train/…", plain names, Megatron's spaced ones)
+# record key -> tags that carry it, first found wins (HF/TRL "train/…", plain names, Megatron's spaced ones):
+# the train metrics' ``tensorboard`` tags of core.watch.metrics.METRICS, and the epoch
 TRAIN_TAGS: dict[str, tuple[str, ...]] = {
-    "loss": ("train/loss", "loss", "train_loss", "Loss/train", "loss/train", "lm loss", "train/lm loss"),
-    "learning_rate": ("train/learning_rate", "learning_rate", "train/lr", "lr", "learning-rate"),
-    "grad_norm": ("train/grad_norm", "grad_norm", "grad-norm", "train/grad-norm"),
+    **{m.name: m.tensorboard for m in METRICS if m.kind == TRAIN and m.tensorboard},
     "epoch": ("train/epoch", "epoch"),
-    "tokens_per_s": ("train/tokens_per_s", "tokens_per_s", "train/throughput", "throughput"),
 }
-EVAL_TAGS = ("eval/loss", "eval_loss", "eval/eval_loss", "val/loss", "val_loss", "Loss/val", "validation/loss")
+EVAL_TAGS = BY_NAME["eval_loss"].tensorboard
 END_TAGS = ("train/train_runtime", "train/train_loss", "train_runtime")
 _KNOWN = frozenset(tag for tags in (*TRAIN_TAGS.values(), EVAL_TAGS, END_TAGS) for tag in tags)
 
