@@ -404,6 +404,7 @@ def run_swift(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: fl
     from core.train.model_setup import materialize_random_weights
 
     os.environ["TUNEDECK_HOME"] = str(ctx["home"])
+    # made by ensure_random_weights in a child before the sampler started (on a CPU: here)
     weights = materialize_random_weights(ctx["model_dirs"][spec["model"]], 1, torch.bfloat16)
     out_dir = ctx["home"] / "swift" / f"{spec['name']}-{seq}{'-liger' if liger else ''}"
     # ms-swift's own entry point re-runs swift/cli/sft.py in a child python: one process with swift.cli.sft
@@ -466,8 +467,25 @@ def _pythonpath() -> str:
     return str(ROOT) + (os.pathsep + path if path else "")
 
 
+def ensure_random_weights(ctx: dict[str, Any], model: str) -> None:
+    """The random bf16 weights a bare config's 4-bit loaders read, made once in a child process before
+    anything is measured: made inside the measured process they put their own peak (about 14 GiB for a
+    7B) into its memory figures, above what a QLoRA step at 32k needs."""
+    done = ctx.setdefault("weights_made", set())
+    if ctx["cpu"] or model in done:
+        return
+    code = ("import sys, torch; from pathlib import Path; from core.train.model_setup import materialize_random_weights;"
+            " print(materialize_random_weights(Path(sys.argv[1]), 1, torch.bfloat16))")
+    env = {**os.environ, "TUNEDECK_HOME": str(ctx["home"]), "PYTHONPATH": _pythonpath()}
+    subprocess.run([sys.executable, "-c", code, str(ctx["model_dirs"][model])], cwd=ROOT, env=env, check=True,
+                   capture_output=True, text=True)
+    done.add(model)
+
+
 def run_engine(ctx: dict[str, Any], engine: str, spec: dict[str, Any], seq: int, timeout_s: float) -> dict[str, Any]:
     base, overrides = parse_engine(engine)
+    if spec["method"] == "qlora" or base.startswith("swift"):
+        ensure_random_weights(ctx, spec["model"])  # the same seed (1) and dtype the runs ask the cache for
     with PeakMemorySampler(ctx["cpu"], str(ctx["home"])) as sampler:
         if base == "plain":
             result = run_plain(ctx, spec, seq, timeout_s)
