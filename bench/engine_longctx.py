@@ -75,13 +75,14 @@ def estimate_row(model: str, method: str, seq: int, overrides: dict[str, Any], l
 
 def longest_by_estimate(model: str, method: str, budget: float, lora_dropout: float, gpu_name: str | None,
                         step: int = 8192, limit: int = 1 << 20) -> int:
-    """The longest multiple of ``step`` tokens the estimator puts within ``budget`` GiB (batch 1)."""
-    best, seq = 0, step
-    while seq <= limit:
+    """The longest multiple of ``step`` tokens the estimator puts within ``budget`` GiB (batch 1). Every
+    length is tried: the peak is not monotonic where ``tiled_mlp: auto`` starts tiling (a shorter
+    untiled sequence can need more than a longer tiled one)."""
+    best = 0
+    for seq in range(step, limit + 1, step):
         est = estimate_row(model, method, seq, {}, lora_dropout, gpu_name)
-        if "peak_gib" not in est or est["peak_gib"] > budget:
-            break
-        best, seq = seq, seq + step
+        if "peak_gib" in est and est["peak_gib"] <= budget:
+            best = seq
     return best
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 log = logging.getLogger("tunedeck.train")
 
-AUTO_MIN_TOKENS = 32_768  # below this the MLP's intermediates are small next to the weights
+AUTO_MIN_TOKENS = 16_384  # below this the MLP's intermediates are small next to the weights
 
 
 def tiles_for(setting: Any, tokens: int, hidden_size: int) -> int:

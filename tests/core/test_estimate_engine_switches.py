@@ -107,7 +107,7 @@ def test_tiled_mlp_leaves_one_tile_of_the_mlp_in_the_recomputed_block():
     plain = replace(base, tiled_mlp="false")
     arch = base.architecture
     assert base.mlp_tiles(True) == 28 and base.mlp_tiles(False) == 1
-    assert replace(base, seq_len=16384).mlp_tiles(True) == 1
+    assert replace(base, seq_len=16383).mlp_tiles(True) == 1 and replace(base, seq_len=16384).mlp_tiles(True) == 5
     tiled_sizes = activation_sizes(arch, base, _layout(base), CAL)
     plain_sizes = activation_sizes(arch, plain, _layout(plain), CAL)
     mlp = mlp_saved_bytes(arch, base, _layout(base)) * 98304

@@ -127,7 +127,7 @@ def test_tiled_mlp_with_offloaded_checkpointing():
 
 
 @pytest.mark.parametrize(("setting", "tokens", "hidden", "tiles"), [
-    (False, 100_000, 3584, 1), ("false", 100_000, 3584, 1), ("auto", 8192, 3584, 1), ("auto", 16_384, 3584, 1),
+    (False, 100_000, 3584, 1), ("false", 100_000, 3584, 1), ("auto", 8192, 3584, 1), ("auto", 16_383, 3584, 1), ("auto", 16_384, 3584, 5),
     ("auto", 32_768, 3584, 10), ("auto", 98_304, 3584, 28), ("auto", 98_304, 4096, 24), (8, 1000, 3584, 8),
     (5000, 1000, 3584, 1000),
 ])
