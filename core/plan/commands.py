@@ -103,67 +103,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         data["saved"] = None if saved is None else str(saved)
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
+        from core.plan.view import format_recommendation
+
         print(format_recommendation(rec))
         if saved is not None:
             print(t("plan.saved", path=str(saved), command=equivalent_command(saved)), file=sys.stderr)
     return 0 if rec.feasible else 3
-
-
-def describe_plan(plan: dict[str, Any], cpu_only: bool = False) -> dict[str, Any]:
-    """The fields ``plan.recommended`` / ``plan.alternative`` format (``gpus``: "2 GPUs", or "on the CPU")."""
-    from core.units import plural_key
-
-    gpus = t("plan.on_cpu") if cpu_only else t(plural_key("plan.gpus", plan["num_gpus"]), count=plan["num_gpus"])
-    return {
-        "method": plan["method"], "precision": plan["precision"], "gpus": gpus,
-        "zero": plan["zero_stage"], "offload": plan["offload"], "micro": plan["micro_batch_size"],
-        "accum": plan["grad_accum_steps"], "seq": plan["seq_len"],
-        "gc": t("plan.gc_on") if plan["gradient_checkpointing"] else t("plan.gc_off"),
-        "rank": t("plan.rank_part", rank=plan["lora_rank"]) if plan.get("lora_rank") else "",
-    }
-
-
-def format_hours(hours: float) -> str:
-    """``12 min`` under an hour, ``3.4 h`` above."""
-    if hours < 1.0:
-        return t("plan.duration_minutes", minutes=max(hours * 60.0, 1.0))
-    return t("plan.duration_hours", hours=hours)
-
-
-def format_recommendation(rec: Any) -> str:
-    """The human form: headline, memory, speed and time, reasons, warnings, alternatives, way out."""
-    request = rec.request
-    data = rec.to_json()
-    lines = [t("plan.title", model=request.model, hardware=request.hardware.describe(), goal=request.goal,
-               considered=rec.considered)]
-    best = data["recommendation"]
-    if not rec.feasible:
-        lines.append(t("plan.infeasible", model=request.model, hardware=request.hardware.describe()))
-        lines += [f"  - {item['message']}" for item in data["way_out"]]
-    if best is None or best["plan"] is None:
-        return "\n".join(lines)
-    lines.append(t("plan.recommended" if rec.feasible else "plan.closest", **describe_plan(best["plan"], rec.request.hardware.cpu_only)))
-    verdict = t("plan.verdict_fits") if best["feasible"] else t("plan.verdict_does_not_fit")
-    lines.append(t("plan.memory_cpu" if request.hardware.cpu_only else "plan.memory", peak=best["peak_gib"], capacity=best["capacity_gib"], verdict=verdict))
-    lines.append(t("plan.speed", tps=best["tokens_per_s"]))
-    if best["hours"] is not None:
-        if best["cost"] is not None:
-            lines.append(t("plan.eta_cost", duration=format_hours(best["hours"]), epochs=request.epochs,
-                           cost=best["cost"]))
-        else:
-            lines.append(t("plan.eta", duration=format_hours(best["hours"]), epochs=request.epochs))
-    lines.append(t("plan.reasons"))
-    lines += [f"  - {item['message']}" for item in data["reasons"]]
-    if best["problems"]:
-        lines.append(t("plan.problems"))
-        lines += [f"  - {item['message']}" for item in best["problems"]]
-    if best["warnings"]:
-        lines.append(t("plan.warnings"))
-        lines += [f"  - {item['message']}" for item in best["warnings"]]
-    if data["alternatives"]:
-        lines.append(t("plan.alternatives"))
-        for index, alt in enumerate(data["alternatives"], 1):
-            lines.append("  " + t("plan.alternative", index=index, peak=alt["peak_gib"], tps=alt["tokens_per_s"],
-                                  trade="; ".join(alt["trade_off"]),
-                                  **describe_plan(alt["plan"], rec.request.hardware.cpu_only)))
-    return "\n".join(lines)

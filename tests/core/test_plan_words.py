@@ -6,7 +6,7 @@ import pytest
 
 from core.i18n import set_language
 from core.plan import PlanRequest, parse_target, recommend
-from core.plan.commands import format_recommendation
+from core.plan.view import format_recommendation
 
 
 @pytest.fixture(autouse=True)

@@ -714,43 +714,33 @@ def memory_bar(best: Any, width: int = BAR_WIDTH) -> list[str]:
 
 
 def render_recommendation(rec: Any) -> str:
-    """The recommendation as markup: headline, memory bar, speed/time/cost, reasons, alternatives."""
-    from core.plan.commands import describe_plan, format_hours
+    """The recommendation as markup, from the lines ``tunedeck plan`` prints (core.plan.view): the memory
+    line drawn as the bar, speed and time on one line, sections coloured by their tone."""
+    from core.plan.view import recommendation_view
 
-    request = rec.request
-    data = rec.to_json()
-    best = data["recommendation"]
-    lines: list[str] = []
-    if best is None or best["plan"] is None:
+    view = recommendation_view(rec)
+    if not any(line.kind == "headline" for line in view):
         return t("wizard.nothing")
-    title = "plan.recommended" if rec.feasible else "plan.closest"
-    if not rec.feasible:
-        lines.append(f"[b $error]{_escape(t('plan.infeasible', model=request.model, hardware=request.hardware.describe()))}[/]")
-        lines += [f"  [$warning]→[/] {_escape(item['message'])}" for item in data["way_out"]]
-    lines.append(f"[b]{_escape(t(title, **describe_plan(best['plan'], request.hardware.cpu_only)))}[/]")
-    lines += memory_bar(rec.best)
-    speed = t("plan.speed", tps=best["tokens_per_s"])
-    if best["measured"]:
-        speed += " " + t("wizard.measured")
-    if best["hours"] is not None:
-        if best["cost"] is not None:
-            speed += " · " + t("plan.eta_cost", duration=format_hours(best["hours"]), epochs=request.epochs,
-                               cost=best["cost"])
-        else:
-            speed += " · " + t("plan.eta", duration=format_hours(best["hours"]), epochs=request.epochs)
-    lines.append(speed)
-    lines.append(f"[b $accent]{t('plan.reasons')}[/]")
-    lines += [f"  {_escape(item['message'])}" for item in data["reasons"]]
-    if best["problems"]:
-        lines.append(f"[b $error]{t('plan.problems')}[/]")
-        lines += [f"  {_escape(item['message'])}" for item in best["problems"]]
-    if best["warnings"]:
-        lines.append(f"[b $warning]{t('plan.warnings')}[/]")
-        lines += [f"  {_escape(item['message'])}" for item in best["warnings"]]
-    if data["alternatives"]:
-        lines.append(f"[b $accent]{t('plan.alternatives')}[/] {t('wizard.alternatives_hint')}")
-        for index, alt in enumerate(data["alternatives"], 1):
-            lines.append("  " + _escape(t("plan.alternative", index=index, peak=alt["peak_gib"],
-                                          tps=alt["tokens_per_s"], trade="; ".join(alt["trade_off"]),
-                                          **describe_plan(alt["plan"], request.hardware.cpu_only))))
+    lines: list[str] = []
+    for line in view:
+        text = _escape(line.text)
+        if line.kind == "title":
+            continue  # the wizard's steps already say the model, the box and the goal
+        if line.kind == "infeasible":
+            lines.append(f"[b $error]{text}[/]")
+        elif line.kind == "way_out":
+            lines.append(f"  [$warning]→[/] {text}")
+        elif line.kind == "headline":
+            lines.append(f"[b]{text}[/]")
+        elif line.kind == "memory":
+            lines += memory_bar(rec.best)
+        elif line.kind == "speed":
+            lines.append(text + (" " + t("wizard.measured") if line.tone == "measured" else ""))
+        elif line.kind == "eta":
+            lines[-1] += " · " + text
+        elif line.kind == "section":
+            hint = " " + t("wizard.alternatives_hint") if line.section == "alternatives" else ""
+            lines.append(f"[b ${line.tone}]{line.text}[/]{hint}")
+        else:  # item, alternative
+            lines.append(f"  {text}")
     return "\n".join(lines)

@@ -1,0 +1,96 @@
+"""What a recommendation says, in order: one list of lines that ``tunedeck plan`` prints as text and the
+wizard draws with markup, so the two cannot tell a user different things.
+
+Each line has a ``kind`` (what it is) and a ``tone`` (how a screen may colour it); the words come from
+the catalogue. Renderers decide only the form: the CLI indents items with ``-``, the wizard draws the
+memory line as its bar and joins speed and time on one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from core.i18n import t
+
+
+@dataclass(frozen=True)
+class ViewLine:
+    kind: str  # title | infeasible | way_out | headline | memory | speed | eta | section | item | alternative
+    text: str
+    tone: str = ""  # "" | accent | warning | error
+    section: str = ""  # for a section heading: reasons | problems | warnings | alternatives
+
+
+def describe_plan(plan: dict[str, Any], cpu_only: bool = False) -> dict[str, Any]:
+    """The fields ``plan.recommended`` / ``plan.alternative`` format (``gpus``: "2 GPUs", or "on the CPU")."""
+    from core.units import plural_key
+
+    gpus = t("plan.on_cpu") if cpu_only else t(plural_key("plan.gpus", plan["num_gpus"]), count=plan["num_gpus"])
+    return {
+        "method": plan["method"], "precision": plan["precision"], "gpus": gpus,
+        "zero": plan["zero_stage"], "offload": plan["offload"], "micro": plan["micro_batch_size"],
+        "accum": plan["grad_accum_steps"], "seq": plan["seq_len"],
+        "gc": t("plan.gc_on") if plan["gradient_checkpointing"] else t("plan.gc_off"),
+        "rank": t("plan.rank_part", rank=plan["lora_rank"]) if plan.get("lora_rank") else "",
+    }
+
+
+def format_hours(hours: float) -> str:
+    """``12 min`` under an hour, ``3.4 h`` above."""
+    if hours < 1.0:
+        return t("plan.duration_minutes", minutes=max(hours * 60.0, 1.0))
+    return t("plan.duration_hours", hours=hours)
+
+
+def recommendation_view(rec: Any) -> list[ViewLine]:
+    """The recommendation as lines: headline, memory, speed and time, reasons, problems, warnings,
+    alternatives; an infeasible one leads with why and the ways out."""
+    request = rec.request
+    hardware = request.hardware
+    data = rec.to_json()
+    best = data["recommendation"]
+    lines = [ViewLine("title", t("plan.title", model=request.model, hardware=hardware.describe(), goal=request.goal,
+                                 considered=rec.considered))]
+    if not rec.feasible:
+        lines.append(ViewLine("infeasible", t("plan.infeasible", model=request.model, hardware=hardware.describe()),
+                              "error"))
+        lines += [ViewLine("way_out", item["message"], "warning") for item in data["way_out"]]
+    if best is None or best["plan"] is None:
+        return lines
+    lines.append(ViewLine("headline", t("plan.recommended" if rec.feasible else "plan.closest",
+                                        **describe_plan(best["plan"], hardware.cpu_only))))
+    verdict = t("plan.verdict_fits") if best["feasible"] else t("plan.verdict_does_not_fit")
+    lines.append(ViewLine("memory", t("plan.memory_cpu" if hardware.cpu_only else "plan.memory", peak=best["peak_gib"],
+                                      capacity=best["capacity_gib"], verdict=verdict)))
+    lines.append(ViewLine("speed", t("plan.speed", tps=best["tokens_per_s"]), "measured" if best["measured"] else ""))
+    if best["hours"] is not None:
+        duration = format_hours(best["hours"])
+        lines.append(ViewLine("eta", t("plan.eta_cost", duration=duration, epochs=request.epochs, cost=best["cost"])
+                              if best["cost"] is not None else t("plan.eta", duration=duration, epochs=request.epochs)))
+    sections = (("reasons", "accent", data["reasons"]), ("problems", "error", best["problems"]),
+                ("warnings", "warning", best["warnings"]))
+    for name, tone, items in sections:
+        if items or name == "reasons":
+            lines.append(ViewLine("section", t(f"plan.{name}"), tone, name))
+            lines += [ViewLine("item", item["message"]) for item in items]
+    if data["alternatives"]:
+        lines.append(ViewLine("section", t("plan.alternatives"), "accent", "alternatives"))
+        for index, alt in enumerate(data["alternatives"], 1):
+            lines.append(ViewLine("alternative", t("plan.alternative", index=index, peak=alt["peak_gib"],
+                                                   tps=alt["tokens_per_s"], trade="; ".join(alt["trade_off"]),
+                                                   **describe_plan(alt["plan"], hardware.cpu_only))))
+    return lines
+
+
+def format_recommendation(rec: Any) -> str:
+    """The text ``tunedeck plan`` prints."""
+    out = []
+    for line in recommendation_view(rec):
+        if line.kind in ("way_out", "item"):
+            out.append(f"  - {line.text}")
+        elif line.kind == "alternative":
+            out.append(f"  {line.text}")
+        else:
+            out.append(line.text)
+    return "\n".join(out)
