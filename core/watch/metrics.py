@@ -117,7 +117,8 @@ class Chart:
     id: str
     title: str  # i18n key
     y_floor: float | None = None
-    clip_outliers: bool = False
+    clip_outliers: bool = False  # a rate: an isolated spike is left out of the y range
+    axis_note: bool = False  # its title says which x axis the charts show (one chart says it for all)
 
     @property
     def metrics(self) -> tuple[Metric, ...]:
@@ -125,7 +126,7 @@ class Chart:
 
 
 CHARTS: tuple[Chart, ...] = (
-    Chart("chart-loss", "dashboard.chart_loss"),
+    Chart("chart-loss", "dashboard.chart_loss", axis_note=True),
     Chart("chart-lr", "dashboard.chart_lr", y_floor=0.0),
     Chart("chart-grad", "dashboard.chart_grad", y_floor=0.0),
     Chart("chart-tokens", "dashboard.chart_tokens", y_floor=0.0, clip_outliers=True),

@@ -46,6 +46,7 @@ from core.watch.alerts import (
 from core.watch.downsample import BucketedSeries
 from core.watch.feed import EventsFeed, LinesFeed, open_metrics_feed
 from core.watch.figures import cost_so_far, format_duration, mfu
+from core.watch.metrics import CHARTS
 from core.watch.series import RunSeries
 from core.watch.source import WatchSource
 from tui.widgets.chart import LineChart, SeriesSpec
@@ -242,11 +243,9 @@ class DashboardScreen(Screen[None]):
         yield Header()
         yield Static("", id="dash-info")
         with Container(id="dash-charts"):
-            yield LineChart(t("dashboard.chart_loss"), t("dashboard.waiting"), id="chart-loss")
-            yield LineChart(t("dashboard.chart_lr"), t("dashboard.waiting"), id="chart-lr", y_floor=0.0)
-            yield LineChart(t("dashboard.chart_grad"), t("dashboard.waiting"), id="chart-grad", y_floor=0.0)
-            yield LineChart(t("dashboard.chart_tokens"), t("dashboard.waiting"), id="chart-tokens", y_floor=0.0,
-                            clip_outliers=True)
+            for chart in CHARTS:  # the metrics' charts (core.watch.metrics), then the GPU monitor's
+                yield LineChart(t(chart.title), t("dashboard.waiting"), id=chart.id, y_floor=chart.y_floor,
+                                clip_outliers=chart.clip_outliers)
             yield LineChart(t("dashboard.chart_gpu_util"), t("dashboard.no_gpus"), id="chart-gpu-util",
                             y_floor=0.0, y_ceiling=100.0)
             yield LineChart(t("dashboard.chart_gpu_mem"), t("dashboard.no_gpus"), id="chart-gpu-mem",
@@ -587,16 +586,11 @@ class DashboardScreen(Screen[None]):
             if self.gpu_charts:
                 self.gpu_charts = False
                 self._layout_charts()
-        self.query_one("#chart-loss", LineChart).set_series([
-            SeriesSpec(t("dashboard.series_raw"), series.series("loss", axis), 0, "band"),
-            SeriesSpec(t("dashboard.series_ema"), series.series("loss_ema", axis), 1, "line"),
-            SeriesSpec(t("dashboard.series_eval"), series.series("eval_loss", axis), 2, "points"),
-        ], axis, version, note, self._empty_text("loss"))
-        for chart_id, name, colour in (("#chart-lr", "learning_rate", 3), ("#chart-grad", "grad_norm", 5),
-                                       ("#chart-tokens", "tokens_per_s", 2)):
-            self.query_one(chart_id, LineChart).set_series(
-                [SeriesSpec("", series.series(name, axis), colour, "band")], axis, version, "",
-                self._empty_text(name))
+        for chart in CHARTS:  # the lines of each metrics chart come from core.watch.metrics
+            specs = [SeriesSpec(t(m.legend) if m.legend else "", series.series(m.name, axis), m.colour, m.mode)
+                     for m in chart.metrics]
+            self.query_one("#" + chart.id, LineChart).set_series(
+                specs, axis, version, note if chart.axis_note else "", self._empty_text(chart.metrics[0].name))
         # The GPU charts are always by time, and their titles say so whatever x chose for the others: their
         # points are the monitor's readings, taken while this screen is open, not values the run logged
         # at a step; x runs from the first reading.
