@@ -77,28 +77,38 @@ def test_gpu_box_defaults_to_qwen_7b_and_overrides_update_as_typed(private_home)
             other = "lora" if first.method == "full" else "full"
             await pilot.press("o")  # overrides panel, focus on the method field
             assert app.focused.id == "ov-method"
+
+            async def planned() -> None:  # the plan is computed off the UI thread: wait for it, not for time
+                await wait_for(pilot, lambda: not w.planning)
+
             for key in other:
                 await pilot.press(key)
+            await planned()
             assert w.overrides == {"method": other}
             assert w.recommendation.best.plan.method == other
             assert "set by you" in " ".join(screen_text(app).split())
             w.query_one("#ov-zero_stage").focus()
             await pilot.press("3")
+            await planned()
             assert w.recommendation.best.plan.zero_stage == 3
             w.query_one("#ov-seq_len").focus()
             for key in "4096":
                 await pilot.press(key)
+            await planned()
             assert w.recommendation.best.plan.seq_len == 4096
             w.query_one("#ov-micro_batch_size").focus()
             await pilot.press("x")  # not a number: the error shows, the plan stays
             assert "whole number" in screen_text(app)
-            assert w.recommendation.best.plan.seq_len == 4096
+            assert not w.planning and w.recommendation.best.plan.seq_len == 4096
             await pilot.press("backspace")
+            await planned()
             w.query_one("#result-body").focus()
             await pilot.press("x")  # clear overrides
+            await planned()
             assert w.overrides == {}
             assert w.recommendation.best.plan.method == first.method
             await pilot.press("1")  # take the first alternative
+            await planned()
             alt_plan = w.recommendation.best.plan
             assert w.overrides["method"] == alt_plan.method
             await pilot.press("s")

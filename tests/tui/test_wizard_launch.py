@@ -54,7 +54,7 @@ def test_probe_uses_cached_measurements_and_shows_them(private_home):
                 cache_key(w.request, plan_key(c.plan)): {"tokens_per_s": 1234.5 - i, "peak_gib": None, "steps": 3}
                 for i, c in enumerate(top)}))
             await pilot.press("p")
-            await wait_for(pilot, lambda: not w.busy and "Probe done" in screen_text(app), timeout=30)
+            await wait_for(pilot, lambda: not w.busy and not w.planning and "Probe done" in screen_text(app), timeout=30)
             assert w.recommendation.best.measured is not None
             text = " ".join(screen_text(app).split())
             assert "measured by probe" in text

@@ -62,6 +62,14 @@ class LaunchDone(Message):
         self.run_path, self.error = run_path, error
 
 
+class PlanReady(Message):
+    """A recommendation computed off the UI thread (or why it could not be), for inputs of ``generation``."""
+
+    def __init__(self, generation: int, rec: Any, error: str | None, advance: bool) -> None:
+        super().__init__()
+        self.generation, self.rec, self.error, self.advance = generation, rec, error, advance
+
+
 class ProbeProgress(Message):
     def __init__(self, text: str, measured: dict | None = None, done: bool = False) -> None:
         super().__init__()
@@ -132,6 +140,8 @@ class WizardScreen(Screen[None]):
         self.measured: dict[tuple, dict] = {}
         self.saved_path: Path | None = None
         self.busy = False
+        self.plan_generation = 0  # bumped by each recompute: a result for older inputs is dropped
+        self.planning = False  # a recommendation is being computed for the current inputs
 
     # --- layout --------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -318,8 +328,8 @@ class WizardScreen(Screen[None]):
             if self._read_epochs() is not None:
                 self._show_step(3)
         elif name == "hardware":
-            if self._fill_hardware_defaults() and self.recompute():
-                self._show_step(4)
+            if self._fill_hardware_defaults():
+                self.recompute(advance=True)  # the result step shows once the plan is there
         elif name == "result":
             self.action_save()
 
@@ -491,27 +501,49 @@ class WizardScreen(Screen[None]):
             overrides=dict(self.overrides),
         )
 
-    def recompute(self) -> bool:
-        """Plan again from the inputs; False (with the reason shown) when they cannot be read."""
+    def recompute(self, advance: bool = False) -> None:
+        """Plan again from the inputs, off the UI thread (weighing hundreds of plans takes a while on a
+        small box); the result, or why the inputs cannot be read, arrives as ``PlanReady``."""
+        from core.estimate import ArchitectureError, ModelNotFoundError
+        from core.plan import HardwareError
+
+        try:
+            if self.base is None and not self._check_model():
+                return
+            self.request = self._build_request()
+        except (HardwareError, ModelNotFoundError, ArchitectureError, ValueError) as exc:
+            self.query_one("#hardware-info", Static).update(_escape(str(exc)))
+            return
+        self.plan_generation += 1
+        self.planning = True
+        self.plan_in_background(self.plan_generation, self.request, self.base, dict(self.measured), advance)
+
+    @work(thread=True, exclusive=True, group="wizard-plan", exit_on_error=False)
+    def plan_in_background(self, generation: int, request: Any, base: Any, measured: dict, advance: bool) -> None:
         from core.estimate import ArchitectureError, ModelNotFoundError
         from core.plan import HardwareError, recommend
 
         try:
-            if self.base is None and not self._check_model():
-                return False
-            self.request = self._build_request()
-            measured = dict(self.measured)
-            if self.request.hardware.detected:
+            if request.hardware.detected:
                 from core.plan.probe import cached_measurements
 
-                measured = {**cached_measurements(self.request), **measured}
-            self.recommendation = recommend(self.request, self.base, measured)
+                measured = {**cached_measurements(request), **measured}
+            self.post_message(PlanReady(generation, recommend(request, base, measured), None, advance))
         except (HardwareError, ModelNotFoundError, ArchitectureError, ValueError) as exc:
-            self.query_one("#hardware-info", Static).update(_escape(str(exc)))
-            return False
+            self.post_message(PlanReady(generation, None, str(exc), advance))
+
+    def on_plan_ready(self, message: PlanReady) -> None:
+        if message.generation != self.plan_generation:
+            return  # the inputs changed since: a newer plan is on its way
+        self.planning = False
+        if message.error is not None:
+            self.query_one("#hardware-info", Static).update(_escape(message.error))
+            return
+        self.recommendation = message.rec
         self.query_one("#hardware-info", Static).update("")
         self._render_result()
-        return True
+        if message.advance and STEPS[self.step] == "hardware":
+            self._show_step(4)
 
     def _render_result(self) -> None:
         rec = self.recommendation
@@ -624,10 +656,14 @@ class WizardScreen(Screen[None]):
 
     def on_worker_state_changed(self, event: Any) -> None:
         # A worker that ended in an exception nothing caught: reported, and a launch or probe no longer
-        # holds the screen busy.
-        if report_failed_worker(self.app, event) and event.worker.group in ("wizard-launch", "wizard-probe"):
+        # holds the screen busy, nor a plan the screen as planning.
+        if not report_failed_worker(self.app, event):
+            return
+        if event.worker.group in ("wizard-launch", "wizard-probe"):
             self.busy = False
             self._status(f"[$error]{_escape(describe(event.worker.error))}[/]")
+        elif event.worker.group == "wizard-plan":
+            self.planning = False
 
     def on_launch_done(self, message: LaunchDone) -> None:
         self.busy = False
