@@ -7,6 +7,8 @@ benchmarks build it the same way. Nothing heavy is imported on the way to the fi
 from __future__ import annotations
 
 import importlib
+import threading
+import time
 from collections.abc import Iterable
 from functools import partial
 
@@ -15,9 +17,12 @@ from textual.binding import Binding
 from textual.command import CommandPalette
 from textual.screen import Screen
 
+from core.hardware.history import GpuHistory
+from core.hardware.snapshot import BoxSnapshot
 from core.i18n import available_languages, t
-from core.settings import Settings, save_settings
+from core.settings import MIN_POLL_INTERVAL_S, Settings, save_settings
 from themes import DEFAULT_THEME, THEMES
+from tui.gpu_poll import HISTORY_SAMPLES, IDLE_POLL_S, GpuPolled, GpuPollFailed, SnapshotReady
 from tui.screens.help import HelpScreen
 
 SECTIONS = ("gpus", "models", "wizard", "runs")
@@ -76,6 +81,14 @@ class TunedeckApp(App[int]):
         self.open_run = open_run
         self.announce_runs = announce_runs
         self.previous_section: str | None = None
+        # The one GPU poll (see tui.gpu_poll): its history, latest snapshot, interval and watching screens.
+        self.gpu_history = GpuHistory(HISTORY_SAMPLES)
+        self.gpu_snapshot: BoxSnapshot | None = None
+        self._gpu_interval_s = max(MIN_POLL_INTERVAL_S, self.settings.gpu_poll_interval_s)
+        self._gpu_watchers: list[Screen] = []
+        self._gpu_shown = False  # a watching screen is in the current screen stack
+        self._gpu_wake = threading.Event()
+        self._gpu_worker = None
         for theme in THEMES:
             self.register_theme(theme)
         names = {theme.name for theme in THEMES}
@@ -90,6 +103,90 @@ class TunedeckApp(App[int]):
 
             self._monitor = open_monitor()
         return self._monitor
+
+    # --- the one GPU poll -------------------------------------------------------------------------
+    @property
+    def gpu_interval_s(self) -> float:
+        """Seconds between polls while a watching screen is shown; never below MIN_POLL_INTERVAL_S."""
+        return self._gpu_interval_s
+
+    def set_gpu_interval(self, seconds: float) -> float:
+        """A new interval, taking effect now (the poll waiting for the old one is woken); the one set."""
+        self._gpu_interval_s = max(MIN_POLL_INTERVAL_S, float(seconds))
+        self._gpu_wake.set()
+        return self._gpu_interval_s
+
+    def poll_gpus_now(self) -> None:
+        """Poll at once rather than at the end of the interval (after a signal); from any thread."""
+        self._gpu_wake.set()
+
+    def watch_gpus(self, screen: Screen) -> None:
+        """``screen`` gets ``SnapshotReady`` for every new snapshot (the latest at once, if there is one)
+        until ``unwatch_gpus``; the poll runs while any screen watches."""
+        if screen not in self._gpu_watchers:
+            self._gpu_watchers.append(screen)
+        if self.gpu_snapshot is not None:
+            screen.post_message(SnapshotReady(self.gpu_snapshot))
+        self.gpu_screens_changed()
+        if self._gpu_worker is None or self._gpu_worker.is_finished:
+            self._gpu_worker = self.run_worker(self._poll_gpus, thread=True, group="gpu-poll", exclusive=True,
+                                               exit_on_error=False)
+
+    def unwatch_gpus(self, screen: Screen) -> None:
+        if screen in self._gpu_watchers:
+            self._gpu_watchers.remove(screen)
+        if not self._gpu_watchers and self._gpu_worker is not None:
+            self._gpu_worker.cancel()  # nothing needs readings: the poll stops
+            self._gpu_worker = None
+            self._gpu_wake.set()
+        self.gpu_screens_changed()
+
+    def gpu_screens_changed(self) -> None:
+        """A watching screen was shown or hidden (its ScreenResume / ScreenSuspend): the interval follows,
+        and a screen shown again after the idle interval gets a reading at once."""
+        shown = any(screen in self.screen_stack for screen in self._gpu_watchers)
+        if shown and not self._gpu_shown:
+            self._gpu_wake.set()
+        self._gpu_shown = shown
+
+    def _poll_gpus(self) -> None:
+        """The poll worker: never two polls at once, rescheduled after each one whatever NVML's latency."""
+        from textual.worker import get_current_worker
+
+        from tui.gpu_poll import expected_errors
+        from tui.screens.error_modal import report_unexpected
+
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            started = time.monotonic()
+            self._gpu_wake.clear()
+            try:
+                snapshot = self.monitor.poll()  # opened here on first use: NVML init in this thread
+            except expected_errors() as exc:
+                self.post_message(GpuPollFailed(exc, expected=True))  # tried again at the next interval
+            except Exception as exc:
+                report_unexpected(self, exc, "app.gpu_poll")
+                self.post_message(GpuPollFailed(exc, expected=False))
+                return  # a bug would say so every interval: once is enough
+            else:
+                self.post_message(GpuPolled(snapshot))
+            while not worker.is_cancelled and not self._gpu_wake.is_set():
+                interval = self._gpu_interval_s if self._gpu_shown else max(self._gpu_interval_s, IDLE_POLL_S)
+                left = started + interval - time.monotonic()
+                if left <= 0:
+                    break
+                self._gpu_wake.wait(min(0.05, left))
+
+    def on_gpu_polled(self, message: GpuPolled) -> None:
+        if not self.gpu_history.add(message.snapshot):
+            return  # a snapshot already seen (the monitor's floor): no screen needs it twice
+        self.gpu_snapshot = message.snapshot
+        for screen in list(self._gpu_watchers):
+            screen.post_message(SnapshotReady(message.snapshot))
+
+    def on_gpu_poll_failed(self, message: GpuPollFailed) -> None:
+        for screen in list(self._gpu_watchers):
+            screen.post_message(GpuPollFailed(message.error, message.expected))
 
     def on_mount(self) -> None:
         from tui.screens.gpus import GpuScreen

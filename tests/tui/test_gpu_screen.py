@@ -32,7 +32,8 @@ from tests.tui.conftest import (
     wait_screen_stable,
 )
 from tui.app import make_app
-from tui.screens.gpus import PROC_COLUMNS, GpuCard, GpuScreen, SnapshotReady, fit_process_columns
+from tui.gpu_poll import GpuPolled
+from tui.screens.gpus import PROC_COLUMNS, GpuCard, GpuScreen, fit_process_columns
 from tui.screens.help import HelpScreen
 from tui.widgets.confirm import ConfirmScreen
 from tui.widgets.keys_footer import KeysFooter
@@ -52,10 +53,11 @@ async def open_gpus(pilot, app):
 
 
 async def feed_history(pilot, screen, monitor, clock: StepClock, samples: int) -> None:
-    """Post ``samples`` more polls, one second apart on the fake clock, as the worker would."""
+    """Post ``samples`` more polls, one second apart on the fake clock, to the app as its poll worker would
+    (the app keeps the history and hands each new snapshot to the watching screens)."""
     for _ in range(samples):
         clock.advance(1.0)
-        screen.post_message(SnapshotReady(monitor.poll()))
+        screen.app.post_message(GpuPolled(monitor.poll()))
         await pilot.pause()
     await pilot.pause()
 
@@ -172,6 +174,9 @@ def test_poll_worker_keeps_input_responsive():
             self.release = threading.Event()
             self.entered = threading.Event()
             self.polls = 0
+
+        def __getattr__(self, name):  # snapshot(), close() (the wizard reads the latest snapshot)
+            return getattr(self.inner, name)
 
         def poll(self):
             self.polls += 1

@@ -1,10 +1,11 @@
 """A run's live dashboard: header figures, charts, GPUs of the run, the followed log and the events.
 
-Two worker threads feed it. One follows the run's files by byte offset (metrics tail first, then the
-whole history as a backfill, then appends; the log; the events; the status every two seconds) and posts
-one message per poll with everything new. The other polls the hardware monitor. Only message handlers
-touch widgets, and the charts redraw at most twice a second whatever the write rate. Leaving the screen
-only stops the watching: the run goes on.
+A worker thread follows the run's files by byte offset (metrics tail first, then the whole history as
+a backfill, then appends; the log; the events; the status every two seconds) and posts one message per
+poll with everything new. The GPU charts come from the app's one GPU poll (``tui.gpu_poll``): the app's
+history when the screen opens, then each new snapshot. Only message handlers touch widgets, and the
+charts redraw at most twice a second whatever the write rate. Leaving the screen only stops the
+watching: the run goes on.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.paths import data_root
 from core.runs import ACTIVE_STATES, TERMINAL_STATES, RunState, can_resume, can_stop, state_label
 from core.runs.listing import shown_total
-from core.settings import MIN_POLL_INTERVAL_S
 from core.units import format_rate
 from core.watch.activity import IDLE
 from core.watch.alerts import (
@@ -49,6 +49,7 @@ from core.watch.figures import cost_so_far, format_duration, mfu
 from core.watch.metrics import CHARTS
 from core.watch.series import RunSeries
 from core.watch.source import WatchSource
+from tui.gpu_poll import GpuPollFailed, SnapshotReady, expected_errors
 from tui.widgets.chart import LineChart, SeriesSpec
 from tui.widgets.keys_footer import KeysFooter
 from tui.widgets.log_pane import LogPane
@@ -114,16 +115,6 @@ class RunStatusRead(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, RunStatusRead)
-
-
-class GpuReading(Message):
-    def __init__(self, snapshot: Any, at: float) -> None:
-        super().__init__()
-        self.snapshot = snapshot
-        self.at = at
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, GpuReading)
 
 
 class ActionDone(Message):
@@ -226,6 +217,7 @@ class DashboardScreen(Screen[None]):
         self.gpu_started: float | None = None
         self.gpu_charts = True  # False on a CPU run, or where no GPU reading names one of the run's
         self.util_samples: deque[tuple[float, float | None]] = deque(maxlen=600)
+        self._gpu_failed = False
         self.gate = AlertGate(clock)
         self.disk: tuple[int | None, int | None] = (None, None)
         self.backfilled = False
@@ -275,7 +267,8 @@ class DashboardScreen(Screen[None]):
         self._layout_charts()
         self._show_info()
         self.watch_files()
-        self.poll_gpus()
+        self._gpu_backfill()
+        self.app.watch_gpus(self)  # type: ignore[attr-defined]
         self.set_interval(REDRAW_EVERY_S, self._redraw_if_dirty)
 
     def on_resize(self) -> None:
@@ -389,17 +382,48 @@ class DashboardScreen(Screen[None]):
         status = effective_status(RunDirectory(self.source.path))
         self.post_message(RunStatusRead(status.status, status.reason_text, free, total))
 
-    @work(thread=True, exclusive=True, group="dash-gpus", exit_on_error=False)
-    def poll_gpus(self) -> None:
-        worker = get_current_worker()
-        monitor = self.app.monitor
-        interval = max(MIN_POLL_INTERVAL_S, self.app.settings.gpu_poll_interval_s)
-        while not worker.is_cancelled:
-            started = time.monotonic()
-            self.post_message(GpuReading(monitor.poll(), self.clock()))
-            end = started + interval
-            while not worker.is_cancelled and time.monotonic() < end:
-                time.sleep(0.05)
+    # --- the app's GPU poll -----------------------------------------------------------------------
+    def on_unmount(self) -> None:
+        self.app.unwatch_gpus(self)  # type: ignore[attr-defined]
+
+    def on_screen_resume(self) -> None:
+        self.app.gpu_screens_changed()  # type: ignore[attr-defined]
+
+    def on_screen_suspend(self) -> None:
+        self.app.gpu_screens_changed()  # type: ignore[attr-defined]
+
+    def _gpu_backfill(self) -> None:
+        """The readings the app's history holds from before this screen opened (the GPU screen's, say),
+        all but the latest, which comes as a SnapshotReady like every later one."""
+        history, latest = self.app.gpu_history, self.app.gpu_snapshot  # type: ignore[attr-defined]
+        if latest is None or self._cpu_run():
+            return
+        wanted = set(self.gpu_indices)
+        indices = [g.index for g in latest.gpus if not wanted or g.index in wanted]
+        times = history.times()[:-1]
+        if not indices or not times:
+            return
+        util = {i: history.series(i, "utilization_gpu_pct") for i in indices}
+        frac = {i: history.series(i, "memory_used_fraction") for i in indices}
+        for n, at in enumerate(times):
+            self._add_gpu_points(at, [(i, util[i][n], frac[i][n]) for i in indices])
+
+    def _add_gpu_points(self, at: float, readings: list[tuple[int, float | None, float | None]]) -> None:
+        """One reading of the run's GPUs at ``at`` (the snapshot's time): (index, util %, memory fraction)."""
+        if self.gpu_started is None:
+            self.gpu_started = at
+        x = at - self.gpu_started
+        utils = []
+        for index, util, frac in readings:
+            if util is not None:
+                self.gpu_util.setdefault(index, BucketedSeries(GPU_BUCKETS)).add(x, float(util))
+                utils.append(float(util))
+            if frac is not None:
+                self.gpu_mem.setdefault(index, BucketedSeries(GPU_BUCKETS)).add(x, frac * 100.0)
+        mean = sum(utils) / len(utils) if utils else None
+        self.util_samples.append((at, mean))
+        self.gpu_version += 1
+        self._dirty = True
 
     # --- message handlers ------------------------------------------------------------------------
     def on_metrics_batch(self, message: MetricsBatch) -> None:
@@ -518,7 +542,8 @@ class DashboardScreen(Screen[None]):
         self._notify(self.gate.filter(alerts))
         self._show_info()
 
-    def on_gpu_reading(self, message: GpuReading) -> None:
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self._gpu_failed = False
         if self._cpu_run():
             return  # the box's GPUs are not this run's: no chart of them, no idle alert
         snapshot = message.snapshot
@@ -533,34 +558,35 @@ class DashboardScreen(Screen[None]):
         if not self.gpu_charts:
             self.gpu_charts = True
             self._layout_charts()
-        if self.gpu_started is None:
-            self.gpu_started = message.at
-        x = message.at - self.gpu_started
         self.gpu_name = mine[0].name
-        utils = []
-        for gpu in mine:
-            util = gpu.utilization_gpu_pct
-            frac = gpu.memory_used_fraction
-            if util is not None:
-                self.gpu_util.setdefault(gpu.index, BucketedSeries(GPU_BUCKETS)).add(x, float(util))
-                utils.append(float(util))
-            if frac is not None:
-                self.gpu_mem.setdefault(gpu.index, BucketedSeries(GPU_BUCKETS)).add(x, frac * 100.0)
-        mean = sum(utils) / len(utils) if utils else None
-        self.util_samples.append((message.at, mean))
-        self.gpu_version += 1
-        self._dirty = True
-        self._notify(self.gate.filter({"gpu_idle": gpu_idle_alert(self.util_samples, self.status, message.at)}))
+        at = snapshot.taken_at
+        self._add_gpu_points(at, [(g.index, g.utilization_gpu_pct, g.memory_used_fraction) for g in mine])
+        self._notify(self.gate.filter({"gpu_idle": gpu_idle_alert(self.util_samples, self.status, at)}))
+
+    def on_gpu_poll_failed(self, message: GpuPollFailed) -> None:
+        """The app's poll failed: said once until a reading comes again (a bug opened the error modal)."""
+        if message.expected and not self._gpu_failed:
+            error = message.error
+            self.notify(f"{t('gpuscreen.poll_failed')} {type(error).__name__}: {error}", severity="error",
+                        markup=False)
+        self._gpu_failed = True
 
     def on_action_done(self, message: ActionDone) -> None:
         self.notify(message.text, severity=message.severity)
 
     def on_worker_state_changed(self, event) -> None:
+        """The file watcher failed: a notification for what may fail (files), the error modal for a bug."""
         from textual.worker import WorkerState
 
-        if event.worker.group in ("dash-files", "dash-gpus") and event.state == WorkerState.ERROR:
-            error = event.worker.error
+        from tui.screens.error_modal import report_unexpected
+
+        error = event.worker.error
+        if event.worker.group != "dash-files" or event.state != WorkerState.ERROR or error is None:
+            return
+        if isinstance(error, expected_errors()):
             self.notify(t("dashboard.worker_failed", error=f"{type(error).__name__}: {error}"), severity="error")
+        else:
+            report_unexpected(self.app, error, "dashboard.watch_files")
 
     # --- presentation ----------------------------------------------------------------------------
     def _changed(self) -> None:

@@ -1,8 +1,9 @@
 """The GPU screen: a card per GPU with bars and a rolling history, processes, the host.
 
-A worker thread polls the hardware monitor (1 Hz by default, never faster than every 0.25 s), links GPU
-processes to tunedeck runs (``core.hardware.run_links``) and posts each snapshot; only the message
-handler touches widgets, so input never waits on NVML or /proc.
+The app's one GPU poll (``tui.gpu_poll``: 1 Hz by default, never faster than every 0.25 s) posts each
+snapshot here, and each card draws its history from the app's one ``GpuHistory``; a worker thread of
+this screen links the GPU processes to tunedeck runs (``core.hardware.run_links``: file reads). Only
+message handlers touch widgets, so input never waits on NVML or /proc.
 
 The process list works like nvitop's: nothing is selected until ``p`` (or an arrow key) selects a
 process; then its full command line, start and run show below the list, ``Enter`` shows everything in
@@ -17,7 +18,7 @@ import math
 import re
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -31,20 +32,20 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Header, Static
-from textual.worker import get_current_worker
 
+from core.hardware.history import GpuHistory
 from core.hardware.run_links import TRAINER, RunLink, RunLinker
 from core.hardware.snapshot import BoxSnapshot, GpuProcess, GpuSnapshot
 from core.i18n import t
 from core.settings import MIN_POLL_INTERVAL_S
 from core.text_width import cell_len, pad, truncate
 from core.units import UNKNOWN, format_disk, format_duration, format_memory, plural_key
+from tui.gpu_poll import GpuPollFailed, SnapshotReady, expected_errors
 from tui.widgets.bar import bar, level_variable
 from tui.widgets.history import history_rows
 from tui.widgets.keys_footer import KeysFooter
 from tui.widgets.log_pane import wrap_points
 
-HISTORY_SAMPLES = 600  # ten minutes at 1 Hz
 CARD_HEIGHT = 7  # border + five lines
 CARD_MIN_WIDTH = 60
 GIB = 1024**3
@@ -137,17 +138,15 @@ class ProcRow:
     elapsed_s: float | None
 
 
-class SnapshotReady(Message):
-    """A new poll of the box; ``links`` (pid -> run) is None when the poster did not look (keep the last)."""
+class RunsLinked(Message):
+    """pid -> run of a snapshot's processes, looked up in a worker (the runs' files)."""
 
-    def __init__(self, snapshot: BoxSnapshot, links: dict[int, RunLink] | None = None) -> None:
+    def __init__(self, links: dict[int, RunLink]) -> None:
         super().__init__()
-        self.snapshot = snapshot
         self.links = links
 
     def can_replace(self, message: Message) -> bool:
-        # Only the latest reading matters: a queued older one is dropped.
-        return isinstance(message, SnapshotReady)
+        return isinstance(message, RunsLinked)
 
 
 class SignalChecked(Message):
@@ -200,18 +199,22 @@ class GpuCard(Widget):
     GpuCard.-compact { height: 1; border: none; padding: 0; }
     """
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, history: GpuHistory) -> None:
         super().__init__(id=f"gpu-{index}")
         self.index = index
+        self.history = history  # the app's one history: readings taken before this card was made too
         self.gpu: GpuSnapshot | None = None
-        self.util_history: deque[float | None] = deque(maxlen=HISTORY_SAMPLES)
-        self.mem_history: deque[float | None] = deque(maxlen=HISTORY_SAMPLES)
+
+    @property
+    def util_history(self) -> list[float | None]:
+        return self.history.series(self.index, "utilization_gpu_pct")
+
+    @property
+    def mem_history(self) -> list[float | None]:
+        return [None if frac is None else frac * 100 for frac in self.history.series(self.index, "memory_used_fraction")]
 
     def record(self, gpu: GpuSnapshot) -> None:
         self.gpu = gpu
-        self.util_history.append(gpu.utilization_gpu_pct)
-        frac = gpu.memory_used_fraction
-        self.mem_history.append(None if frac is None else frac * 100)
         self.border_title = f"{gpu.index} · {gpu.name or t('gpuscreen.na')}"
         self.border_subtitle = (
             f"{_num(gpu.temperature_c, suffix='°C')} · "
@@ -316,14 +319,13 @@ class GpuScreen(Screen[None]):
         super().__init__(name="gpus")
         self.snapshot: BoxSnapshot | None = None
         self.forced_compact: bool | None = None
-        self.interval_s = 1.0
         self.links: dict[int, RunLink] = {}
         self.rows: dict[str, ProcRow] = {}  # the process table's rows, in order, by row key
         self.column_widths: dict[str, int] = {}
         self.selecting = False  # a process is selected (nvitop's selection mode)
         self.selected_key: str | None = None
         self._linker = RunLinker()
-        self._poll_soon = threading.Event()
+        self._linker_lock = threading.Lock()  # link workers may overlap; the linker caches run records
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -339,50 +341,74 @@ class GpuScreen(Screen[None]):
     def on_mount(self) -> None:
         self.title = t("app.title")
         self.sub_title = t("app.mode.gpus")
-        self.interval_s = max(MIN_POLL_INTERVAL_S, self.app.settings.gpu_poll_interval_s)
         self._fill_processes()
-        self.poll_hardware()
+        self.app.watch_gpus(self)  # type: ignore[attr-defined]
 
-    # --- polling in a worker thread ----------------------------------------------------------------
-    @work(thread=True, exclusive=True, group="gpu-poll", exit_on_error=False)
-    def poll_hardware(self) -> None:
-        worker = get_current_worker()
-        monitor = self.app.monitor
-        while not worker.is_cancelled:
-            started = time.monotonic()
-            snapshot = monitor.poll()
-            try:
-                links: dict[int, RunLink] | None = self._linker.link(p for g in snapshot.gpus for p in g.processes)
-            except OSError:
-                links = None  # an unreadable runs directory: the processes still show, unlinked
-            self.post_message(SnapshotReady(snapshot, links))
-            # Reschedule after the poll finished: polls never overlap, whatever NVML's latency.
-            delay = max(MIN_POLL_INTERVAL_S, self.interval_s) - (time.monotonic() - started)
-            end = time.monotonic() + max(0.0, delay)
-            while not worker.is_cancelled and time.monotonic() < end and not self._poll_soon.is_set():
-                time.sleep(min(0.05, max(0.0, end - time.monotonic())))
-            self._poll_soon.clear()
+    def on_unmount(self) -> None:
+        self.app.unwatch_gpus(self)  # type: ignore[attr-defined]
+
+    def on_screen_resume(self) -> None:
+        self.app.gpu_screens_changed()  # type: ignore[attr-defined]
+
+    def on_screen_suspend(self) -> None:
+        self.app.gpu_screens_changed()  # type: ignore[attr-defined]
+
+    @property
+    def interval_s(self) -> float:
+        """The app's poll interval (+ and - change it for every screen: there is one poll)."""
+        return self.app.gpu_interval_s  # type: ignore[attr-defined]
+
+    @interval_s.setter
+    def interval_s(self, seconds: float) -> None:
+        self.app.set_gpu_interval(seconds)  # type: ignore[attr-defined]
+
+    # --- the app's snapshots; run links in a worker thread -------------------------------------------
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self.snapshot = message.snapshot
+        self._show(message.snapshot)
+        self._link_runs(message.snapshot)
+
+    @work(thread=True, exclusive=True, group="gpu-links", exit_on_error=False)
+    def _link_runs(self, snapshot: BoxSnapshot) -> None:
+        try:
+            with self._linker_lock:
+                links = self._linker.link(p for g in snapshot.gpus for p in g.processes)
+        except OSError:
+            return  # an unreadable runs directory: the processes still show, with the last links
+        self.post_message(RunsLinked(links))
+
+    def on_runs_linked(self, message: RunsLinked) -> None:
+        if message.links == self.links:
+            return
+        self.links = message.links
+        if self.snapshot is not None:
+            self._update_processes(self.snapshot)
+
+    def on_gpu_poll_failed(self, message: GpuPollFailed) -> None:
+        error = message.error
+        self.query_one("#gpu-status", Static).update(
+            f"[b $error]{t('gpuscreen.poll_failed')}[/] {escape(type(error).__name__)}: {escape(str(error))}\n"
+            f"[$foreground-muted]{t('gpuscreen.unavailable_hint')}[/]"
+        )
 
     def on_worker_state_changed(self, event) -> None:
+        """This screen's workers (run links, signals) that failed: a notification for what may fail,
+        the error modal for anything else."""
         from textual.worker import WorkerState
 
-        if event.state != WorkerState.ERROR:
-            return
+        from tui.screens.error_modal import report_unexpected
+
         error = event.worker.error
-        if event.worker.group == "gpu-poll":
-            self.query_one("#gpu-status", Static).update(
-                f"[b $error]{t('gpuscreen.poll_failed')}[/] {escape(type(error).__name__)}: {escape(str(error))}\n"
-                f"[$foreground-muted]{t('gpuscreen.unavailable_hint')}[/]"
-            )
+        if event.state != WorkerState.ERROR or error is None or event.worker.group not in ("gpu-links", "gpu-signal"):
+            return
+        if not isinstance(error, expected_errors()):
+            report_unexpected(self.app, error, f"gpus.{event.worker.name}")
         elif event.worker.group == "gpu-signal":
             self.notify(f"{t('gpuscreen.signal_failed')} {type(error).__name__}: {error}", severity="error",
                         markup=False)
-
-    def on_snapshot_ready(self, message: SnapshotReady) -> None:
-        self.snapshot = message.snapshot
-        if message.links is not None:
-            self.links = message.links
-        self._show(message.snapshot)
+        else:
+            self.notify(f"{t('gpuscreen.poll_failed')} {type(error).__name__}: {error}", severity="error",
+                        markup=False)
 
     # --- presentation --------------------------------------------------------------------------------
     def _show(self, snapshot: BoxSnapshot) -> None:
@@ -442,7 +468,7 @@ class GpuScreen(Screen[None]):
         wanted = [gpu.index for gpu in snapshot.gpus]
         if sorted(cards) != sorted(wanted):
             container.remove_children()
-            cards = {index: GpuCard(index) for index in wanted}
+            cards = {index: GpuCard(index, self.app.gpu_history) for index in wanted}  # type: ignore[attr-defined]
             container.mount_all(cards.values())
         compact = self._compact_wanted(len(wanted))
         columns = 1 if compact else self._columns(len(wanted))
@@ -663,7 +689,7 @@ class GpuScreen(Screen[None]):
         return True
 
     def action_interval(self, factor: float) -> None:
-        self.interval_s = min(10.0, max(MIN_POLL_INTERVAL_S, self.interval_s * factor))
+        self.interval_s = min(10.0, max(MIN_POLL_INTERVAL_S, self.interval_s * factor))  # the app's poll
         self.notify(t("gpuscreen.interval", seconds=self.interval_s), timeout=2)
 
     def action_toggle_compact(self) -> None:
@@ -760,7 +786,7 @@ class GpuScreen(Screen[None]):
             return
         self.post_message(SignalOutcome(t("gpuscreen.signal_sent", signal=signal, pid=target.pid)))
         ended = wait_until_ended(target, SIGNAL_WAIT_S)
-        self._poll_soon.set()  # the list drops the process at the next poll, not a second later
+        self.app.poll_gpus_now()  # type: ignore[attr-defined]  # the list drops the process now, not a second later
         if ended:
             self.post_message(SignalOutcome(t("gpuscreen.signal_ended", pid=target.pid)))
         else:
