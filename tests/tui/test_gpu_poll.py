@@ -104,6 +104,31 @@ def test_an_interval_change_takes_effect_at_once_for_every_screen():
     run(scenario())
 
 
+def test_poll_now_reads_at_once_and_a_hidden_gpu_screen_polls_at_the_idle_interval():
+    async def scenario():
+        monitor, backend = counted_monitor()
+        app = make_app(quiet_settings(), monitor=monitor)  # an hour between polls
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_gpus(pilot, app)
+            assert backend.reads == 1
+            await pilot.pause(0.3)  # past the monitor's floor, which would answer with the last snapshot
+            app.poll_gpus_now()  # as after a signal: the process list is read again now, not in an hour
+            await wait_for(pilot, lambda: backend.reads == 2 and len(app.gpu_history.times()) == 2)
+            await wait_for(pilot, lambda: screen.snapshot is app.gpu_snapshot)
+            app.set_gpu_interval(0.25)
+            await wait_for(pilot, lambda: backend.reads >= 4)
+            await pilot.press("m")  # the GPU screen is hidden: the poll slows to the idle interval
+            await wait_for(pilot, lambda: app.current_mode == "models" and not app._gpu_shown)
+            await pilot.pause(0.3)  # a poll under way when it was hidden ends
+            reads = backend.reads
+            await pilot.pause(1.0)
+            assert backend.reads <= reads + 1 and len(gpu_poll_workers(app)) == 1
+            await pilot.press("g")  # shown again: a reading at once, then every 0.25 s
+            await wait_for(pilot, lambda: backend.reads >= reads + 3)
+
+    run(scenario())
+
+
 def test_the_history_is_shared_a_gpu_screen_reading_is_in_the_dashboards_chart():
     path = build_run(runs_dir(), "20261129-2100-shared", status="running", steps=20, gpus=(0, 1))
 
