@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,6 +152,21 @@ def load_tokenizer_for(source: ModelSource) -> Any:
     return tokenizer
 
 
+@contextmanager
+def _checkpoint_read(checkpoint: Path) -> Iterator[None]:
+    """A checkpoint whose files cannot be read (truncated, overwritten, half-copied) is the user's data, not
+    a bug: it becomes a LifecycleError that names the checkpoint and says what to do."""
+    from safetensors import SafetensorError
+
+    from core.i18n import t
+
+    try:
+        yield
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise LifecycleError(t("lifecycle.checkpoint_unreadable", checkpoint=str(checkpoint), problem=problem)) from exc
+
+
 def load_finetuned(source: ModelSource, device: str | None = None) -> LoadedModel:
     """Base + adapter (a ``PeftModel``, so the base stays reachable) or the full fine-tuned checkpoint."""
 
@@ -159,13 +176,15 @@ def load_finetuned(source: ModelSource, device: str | None = None) -> LoadedMode
         from peft import PeftModel
 
         base = load_base_model(source, device)
-        model = PeftModel.from_pretrained(base, str(source.checkpoint))
+        with _checkpoint_read(source.checkpoint):
+            model = PeftModel.from_pretrained(base, str(source.checkpoint))
         model.to(device)
         has_adapter = True
     else:
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(str(source.checkpoint), dtype=torch_dtype(source.precision))
+        with _checkpoint_read(source.checkpoint):
+            model = AutoModelForCausalLM.from_pretrained(str(source.checkpoint), dtype=torch_dtype(source.precision))
         model.to(device)
         has_adapter = False
     model.eval()
