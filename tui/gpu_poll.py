@@ -21,13 +21,9 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     """Failures a screen reports with a notification: a domain error, the file system, NVML itself.
     Anything else is a bug (``tui.screens.error_modal.report_unexpected``)."""
     from core.errors import TunedeckError
+    from core.hardware.nvml_backend import nvml_error_types
 
-    errors: tuple[type[BaseException], ...] = (TunedeckError, OSError)
-    try:
-        from pynvml import NVMLError
-    except ImportError:  # pragma: no cover - the binding is a dependency; NVML itself may be missing
-        return errors
-    return (*errors, NVMLError)
+    return (TunedeckError, OSError, *nvml_error_types())
 
 
 class GpuPolled(Message):

@@ -451,6 +451,16 @@ class NvmlBackend:
         )
 
 
+def nvml_error_types() -> tuple[type[BaseException], ...]:
+    """NVML's own exception types (none when the binding is missing), for callers that tell an expected
+    NVML failure from a bug without importing the binding themselves."""
+    try:
+        from pynvml import NVMLError
+    except ImportError:  # pragma: no cover - the binding is a dependency; NVML itself may be missing
+        return ()
+    return (NVMLError,)
+
+
 def read_gpu_identities(nvml: Any = None) -> GpuIdentities:
     """The GPUs' names and compute capabilities, NVML started and shut down again around the read.
 
