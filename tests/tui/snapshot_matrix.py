@@ -1,5 +1,5 @@
 """The snapshot matrix of issue #18: every screen in each state that applies to it, at 80×24 in English
-and Chinese, and every screen at 160×50 in English.
+and Chinese, and every screen at 160×50 in English and Chinese.
 
 Most cells are the snapshots of each screen's own tests (``COVERED``: the dashboard's, the GPU screen's,
 the models', the runs', the wizard's, and the Chinese ones in ``i18n_zh_scenarios.py``). The cells none
@@ -47,12 +47,17 @@ MATRIX: dict[str, dict[str, str]] = {
 LARGE_EN = {"gpus": "gpus_h200x2", "models": "models_details", "wizard": "wizard", "runs": "runs_three",
             "dashboard": "dashboard_healthy", "help": "help_gpus"}
 
+# every screen at 160x50 in Chinese (the dashboard's and the GPU screen's are drawn by i18n_zh_scenarios.py)
+LARGE_ZH = {"gpus": "gpus_h200x2", "models": "models_details", "wizard": "wizard", "runs": "runs_empty",
+            "dashboard": "dashboard_healthy", "help": "help_gpus"}
+
 # the cells drawn here (stem, size); the others are the screens' own tests' (COVERED)
 EN = [("dashboard_fresh", SMALL), ("dashboard_fresh", LARGE), ("dashboard_readonly", SMALL),
       ("dashboard_readonly", LARGE), ("runs_empty", SMALL), ("wizard", SMALL), ("wizard", LARGE),
       ("help_gpus", SMALL), ("help_gpus", LARGE), ("models_details", LARGE)]
 ZH = [("dashboard_fresh", SMALL), ("dashboard_readonly", SMALL), ("dashboard_finished", SMALL),
-      ("runs_empty", SMALL), ("wizard_result", SMALL)]
+      ("runs_empty", SMALL), ("wizard_result", SMALL), ("runs_empty", LARGE), ("wizard", LARGE),
+      ("help_gpus", LARGE), ("models_details", LARGE)]
 COVERED = ("test_dashboard_render.py", "test_gpu_screen.py", "test_models_screen.py", "test_models_offline.py",
            "test_runs_screen.py", "test_wizard_snapshots.py", "i18n_zh_scenarios.py")
 NEEDS_HUB = {"models_details"}  # scenarios that search the local hub stub (the hub_env fixture)
@@ -67,6 +72,7 @@ def missing_cells() -> list[str]:
     wanted = [snapshot_name(stem, SMALL, language) for states in MATRIX.values() for stem in states.values()
               for language in ("en", "zh")]
     wanted += [snapshot_name(stem, LARGE, "en") for stem in LARGE_EN.values()]
+    wanted += [snapshot_name(stem, LARGE, "zh") for stem in LARGE_ZH.values()]
     return [name for name in wanted if not (SNAPSHOTS / f"{name}.svg").exists()]
 
 
