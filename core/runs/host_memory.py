@@ -23,15 +23,16 @@ class OffloadNeed:
     tokens: int
     hidden: int
     width: int  # bytes per value
+    processes: int = 1  # training processes on this box: each parks its own micro-batch's inputs
 
     @property
     def bytes(self) -> int:
-        return self.layers * self.tokens * self.hidden * self.width
+        return self.processes * self.layers * self.tokens * self.hidden * self.width
 
 
-def offload_need(cfg: dict[str, Any]) -> OffloadNeed | None:
-    """What ``offload_activations`` parks per micro-batch for the run ``cfg`` (None: off, or a model the
-    estimator cannot read)."""
+def offload_need(cfg: dict[str, Any], processes: int = 1) -> OffloadNeed | None:
+    """What ``offload_activations`` parks per micro-batch for the run ``cfg`` on a box where ``processes``
+    ranks train (None: off, or a model the estimator cannot read)."""
     if not (cfg.get("offload_activations") and cfg.get("gradient_checkpointing", True)):
         return None
     from core.assets import resolve_model_name
@@ -45,7 +46,7 @@ def offload_need(cfg: dict[str, Any]) -> OffloadNeed | None:
     checkpointed = arch.num_layers if layers in (None, "all", "auto") else min(int(layers), arch.num_layers)
     tokens = int(cfg.get("micro_batch_size") or 1) * int(cfg.get("max_seq_len") or 2048)
     fp32 = str(cfg.get("precision", "bf16")) == "fp32" or (cfg.get("method") == "qlora" and cfg.get("qlora_upcast"))
-    return OffloadNeed(checkpointed, tokens, arch.hidden_size, 4 if fp32 else 2)
+    return OffloadNeed(checkpointed, tokens, arch.hidden_size, 4 if fp32 else 2, max(1, processes))
 
 
 def available_bytes() -> int | None:
@@ -64,19 +65,21 @@ class HostCheck:
     message: Message | None
 
 
-def check_offload_ram(cfg: dict[str, Any], available: int | None = None) -> HostCheck | None:
-    """The verdict on ``cfg``'s parked activations against the box's available memory (None: nothing to
-    judge)."""
-    need = offload_need(cfg)
+def check_offload_ram(cfg: dict[str, Any], available: int | None = None, processes: int = 1) -> HostCheck | None:
+    """The verdict on ``cfg``'s parked activations, ``processes`` ranks of it on this box, against the box's
+    available memory (None: nothing to judge)."""
+    need = offload_need(cfg, processes)
     if need is None:
         return None
     have = available_bytes() if available is None else available
     if not have:
         return None
-    params = {"need": round(need.bytes / GIB, 1), "have": round(have / GIB, 1), "layers": need.layers,
+    params = {"need": round(need.bytes / GIB, 1), "have": round(have / GIB, 1), "processes": need.processes,
+              "layers": need.layers,
               "tokens": f"{need.tokens:,}", "hidden": need.hidden, "width": need.width}
+    many = "_many" if need.processes > 1 else ""  # the formula names the processes when there are several
     if need.bytes > SHORT_FRACTION * have:
-        return HostCheck("short", Message("runs.offload_ram_short", **params))
+        return HostCheck("short", Message(f"runs.offload_ram_short{many}", **params))
     if need.bytes > CLOSE_FRACTION * have:
-        return HostCheck("close", Message("runs.offload_ram_close", **params))
+        return HostCheck("close", Message(f"runs.offload_ram_close{many}", **params))
     return HostCheck("ok", None)

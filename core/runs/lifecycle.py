@@ -185,10 +185,15 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     config = _resume_config(run, list(overrides), warn) if overrides else None
     values = config.to_dict() if config is not None else run.config()
     _check_disk_space(values, run.path, len(run.checkpoints(complete_only=True)), warn)
-    from core.runs.gpus import visible_gpu_count
+    from core.runs.gpus import resolve_gpus, visible_gpu_count
 
-    if visible_gpu_count():
-        _check_host_memory(values, warn)
+    visible = visible_gpu_count()
+    if visible:
+        try:
+            processes = len(resolve_gpus(values.get("gpus", "all"), visible)) or 1
+        except ValueError:  # the run's GPUs are not all here: the launch says so; count one meanwhile
+            processes = 1
+        _check_host_memory(values, warn, processes=processes)
     plan = prepare_resume(run, step=checkpoint, weights_only=weights_only, config=config)
     for each in plan.notices:
         if notice is not None:
@@ -378,16 +383,17 @@ def _check_box(config: Any, warn: Warn = warn_on_stderr) -> list[int]:
         raise RunError(t("runs.zero_needs_gpu"), 2)
     _check_disk_space(config.to_dict(), runs_dir(), warn=warn)  # before anything is written
     if gpus:  # on a CPU nothing is parked: the activations are in host memory either way
-        _check_host_memory(config.to_dict(), warn)
+        _check_host_memory(config.to_dict(), warn, processes=len(gpus))
     return gpus
 
 
-def _check_host_memory(values: dict[str, Any], warn: Warn = warn_on_stderr, available: int | None = None) -> None:
-    """Refuse a run whose parked activations (``offload_activations``) the box's memory cannot pin; warn
-    when they take most of it (``core.runs.host_memory``)."""
+def _check_host_memory(values: dict[str, Any], warn: Warn = warn_on_stderr, available: int | None = None,
+                       processes: int = 1) -> None:
+    """Refuse a run whose parked activations (``offload_activations``, one micro-batch per training process
+    on this box) the box's memory cannot pin; warn when they take most of it (``core.runs.host_memory``)."""
     from core.runs.host_memory import check_offload_ram
 
-    check = check_offload_ram(values, available)
+    check = check_offload_ram(values, available, processes)
     if check is None or check.message is None:
         return
     if check.verdict == "short":

@@ -26,7 +26,7 @@ def test_short_close_and_ok_with_the_figures_in_the_message():
     short = check_offload_ram(RUN, available=16 * GIB)
     assert short.verdict == "short"
     text = short.message.text()
-    assert "18.4 GiB" in text and "16.0 GiB available" in text and "28 layers x 98,304 tokens" in text
+    assert "18.4 GiB" in text and "16.0 GiB available" in text and "(28 layers x 98,304 tokens" in text
     assert "max_seq_len" in text and "offload_activations: false" in text
     assert check_offload_ram(RUN, available=25 * GIB).verdict == "close"
     assert check_offload_ram(RUN, available=256 * GIB).verdict == "ok"
@@ -55,3 +55,12 @@ def test_available_memory_is_read_from_this_box():
 
     have = available_bytes()
     assert have and 0 < have <= psutil.virtual_memory().total
+
+
+def test_every_training_process_on_the_box_parks_its_own_micro_batch():
+    """Eight ranks on one box pin eight micro-batches' inputs: the check counts them all (it counted one)."""
+    assert offload_need(RUN, processes=8).bytes == 8 * offload_need(RUN).bytes
+    assert check_offload_ram(RUN, available=100 * GIB).verdict == "ok"  # one process: 18.4 of 100 GiB
+    short = check_offload_ram(RUN, available=100 * GIB, processes=8)  # eight: 147 GiB
+    assert short.verdict == "short" and "147.0 GiB" in short.message.text()
+    assert "8 training processes x 28 layers" in short.message.text()
