@@ -1,0 +1,208 @@
+"""The dashboard's keys: their actions, and what the footer offers for the run as it stands."""
+
+from __future__ import annotations
+
+import shlex
+
+from textual.message import Message
+from textual.widgets import DataTable, Input
+
+from core.i18n import render_stored, t
+from core.runs import RunState, can_resume, can_stop
+from tui.screens.dashboard.header import EventsTable
+from tui.widgets.log_pane import LogPane
+
+
+class ActionDone(Message):
+    def __init__(self, text: str, severity: str = "information") -> None:
+        super().__init__()
+        self.text = text
+        self.severity = severity
+
+
+class DashboardActions:
+    """Stop, resume, config, the command line, after training, search, focus, full view, back; and
+    which of them the footer shows (mixed into DashboardScreen, whose BINDINGS name them)."""
+
+    # --- the footer ------------------------------------------------------------------------------
+    def footer_priority(self) -> tuple[str, ...]:
+        """Binding ids in the order the footer keeps them: what applies to the run as it stands first."""
+        keys: list[str] = []
+        if self.has_class("-full"):
+            keys.append("dashboard.back")
+        if not self.source.read_only:
+            if can_stop(self.status):
+                keys.append("dashboard.stop")
+            elif self.status == RunState.FINISHED:
+                keys += ["dashboard.merge", "dashboard.chat", "dashboard.serve", "dashboard.evaluate",
+                         "dashboard.export"]
+            elif can_resume(self.status):
+                keys.append("dashboard.resume")
+        return (*keys, "dashboard.full", "dashboard.search", "dashboard.back", "dashboard.axis")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Stop only while the run is live, evaluate and export only once it finished, and neither on
+        another trainer's output: refused here, they leave the footer, the palette and the help."""
+        if action == "stop":
+            return not self.source.read_only and can_stop(self.status)
+        if action == "after_training" and parameters and parameters[0] in ("evaluate", "export"):
+            return not self.source.read_only and self.status == RunState.FINISHED
+        return True
+
+    def footer_label(self, binding_id: str, description: str) -> str:
+        """Esc leaves the full view before it goes back to the runs: the footer says which it does now."""
+        if binding_id == "dashboard.back" and self.has_class("-full"):
+            return t("dashboard.key.leave_full")
+        if binding_id == "dashboard.back" and self._leaves_app():
+            return t("dashboard.key.quit_watch")
+        return description
+
+    def _leaves_app(self) -> bool:
+        """Esc here quits: this dashboard is what ``tunedeck watch DIR`` opened, over nothing of its own."""
+        return self.standalone and not self.has_class("-full")
+
+    def on_action_done(self, message: ActionDone) -> None:
+        self.notify(message.text, severity=message.severity)
+
+    # --- actions ---------------------------------------------------------------------------------
+    def action_toggle_axis(self) -> None:
+        self.axis = "time" if self.axis == "step" else "step"
+        self._redraw()
+
+    def action_search(self) -> None:
+        box = self.query_one("#dash-search", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "dash-search":
+            return
+        pane = self.query_one("#dash-log", LogPane)
+        count = pane.search(event.value.strip())
+        event.input.display = False
+        pane.focus()
+        if event.value.strip():
+            self.notify(t("dashboard.search_found", count=count, text=event.value.strip()),
+                        severity="information" if count else "warning", timeout=3)
+
+    def action_next_match(self, step: int) -> None:
+        pane = self.query_one("#dash-log", LogPane)
+        if pane.next_match(step) is None:
+            self.notify(t("dashboard.search_none"), severity="warning", timeout=3)
+
+    def action_focus_log(self) -> None:
+        self.query_one("#dash-log", LogPane).focus()
+
+    def action_focus_events(self) -> None:
+        table = self.query_one("#dash-events", EventsTable)
+        if not table.show_cursor:
+            table.following = False
+            table.show_cursor = True  # Enter shows the highlighted event in full
+            if self.events:  # from the newest, where the table is scrolled to
+                table.move_cursor(row=len(self.events) - 1, animate=False)
+        table.focus()
+        self._show_event_detail()
+
+    def action_toggle_full(self) -> None:
+        """The log and the events over the whole screen (again, or Esc: back to the dashboard)."""
+        self.toggle_class("-full")
+        if self.has_class("-full"):
+            self.query_one("#dash-log", LogPane).focus()
+        self.refresh_bindings()
+        self.call_after_refresh(self._fit_detail_column)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id != "dash-events" or not 0 <= event.cursor_row < len(self.events):
+            return
+        from tui.widgets.text_modal import TextModal
+
+        record = self.events[event.cursor_row]
+        clock, label, _detail = self._event_row(record)
+        fields = {k: v for k, v in record.items() if k not in ("event", "reason_message")}
+        if "reason" in fields:
+            fields["reason"] = render_stored(str(fields["reason"]), record.get("reason_message"))
+        body = "\n".join(f"{k}: {v}" for k, v in fields.items())
+        self.app.push_screen(TextModal(t("dashboard.event_title", time=clock, event=label), body))
+
+    def action_back(self) -> None:
+        box = self.query_one("#dash-search", Input)
+        if box.display:
+            box.display = False
+            self.query_one("#dash-log", LogPane).focus()
+            return
+        if self.has_class("-full"):
+            self.action_toggle_full()
+            return
+        if self._leaves_app():
+            self.app.exit()
+            return
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+
+    def action_jump_gpus(self) -> None:
+        self.app.action_section("gpus")
+
+    def action_stop(self) -> None:
+        from tui.widgets.run_control import ask_stop
+
+        if self.source.read_only:
+            self.notify(t("dashboard.read_only_action"), severity="warning")
+            return
+        ask_stop(self, self.source.path, self.source.run_id, self.status, self._say,
+                 lambda: self._post_state(with_disk=False))
+
+    def action_resume(self) -> None:
+        from tui.widgets.run_control import ask_resume
+
+        if self.source.read_only:
+            self.notify(t("dashboard.read_only_action"), severity="warning")
+            return
+        ask_resume(self, self.source.path, self.source.run_id, self.status, self._say,
+                   lambda: self._post_state(with_disk=False))
+
+    def _say(self, text: str, severity: str) -> None:
+        self.post_message(ActionDone(text, severity))  # from the worker thread
+
+    def action_config(self) -> None:
+        from tui.widgets.text_modal import TextModal
+
+        candidates = ["config.yaml"] if not self.source.read_only else ["args.json", "training_args.yaml",
+                                                                       "llamaboard_config.yaml"]
+        for name in candidates:
+            path = self.source.path / name
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            self.app.push_screen(TextModal(str(path), text))
+            return
+        self.notify(t("dashboard.no_config", path=str(self.source.path)), severity="warning")
+
+    def command_line(self) -> str:
+        """The command that reproduces (or continues) this run."""
+        if self.source.read_only:
+            return shlex.join(["tunedeck", "watch", str(self.source.path)])
+        if can_resume(self.status):
+            return shlex.join(["tunedeck", "resume", self.source.run_id])
+        argv = [str(a) for a in self._record.get("argv") or []]
+        if argv:
+            if argv[0] != "tunedeck":
+                argv = ["tunedeck", *argv[1:]] if argv[0].endswith("tunedeck") else argv
+            return shlex.join(argv)
+        return shlex.join(["tunedeck", "train", str(self.source.path / "config.yaml")])
+
+    def action_after_training(self, what: str) -> None:
+        """Merge / chat / serve / evaluate / export a finished run (``tui.screens.chat`` does the work)."""
+        from tui.screens import chat
+
+        if self.source.read_only:
+            self.notify(t("lifecycle.tui_read_only"), severity="warning")
+            return
+        {"merge": chat.merge_in_background, "chat": chat.open_chat, "serve": chat.serve_in_background,
+         "evaluate": chat.evaluate_in_background,
+         "export": chat.export_in_background}[what](self, self.source.path)
+
+    def action_copy_command(self) -> None:
+        command = self.command_line()
+        self.app.copy_to_clipboard(command)
+        self.notify(t("dashboard.copied", command=command), timeout=8)

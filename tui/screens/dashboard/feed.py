@@ -1,0 +1,308 @@
+"""The dashboard's feed: what comes in, and what the screen does with it.
+
+A worker thread follows the run's files by byte offset (metrics tail first, then the whole history as
+a backfill, then appends; the log; the events; the status every two seconds) and posts one message per
+poll with everything new. The GPU charts come from the app's one GPU poll (``tui.gpu_poll``): the app's
+history when the screen opens, then each new snapshot. Only message handlers touch widgets.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.message import Message
+from textual.widgets import DataTable
+from textual.worker import get_current_worker
+
+from core.i18n import t
+from core.paths import data_root
+from core.watch.alerts import (
+    disk_alert,
+    ended_alert,
+    gpu_idle_alert,
+    loss_alert,
+    stalled_alert,
+    throughput_alert,
+)
+from core.watch.downsample import BucketedSeries
+from core.watch.feed import EventsFeed, LinesFeed, open_metrics_feed
+from core.watch.series import RunSeries
+from tui.gpu_poll import GpuPollFailed, SnapshotReady, expected_errors
+from tui.widgets.log_pane import LogPane
+
+FILE_POLL_S = 0.5
+STATUS_EVERY_S = 2.0
+DISK_EVERY_S = 15.0
+GPU_BUCKETS = 1024
+
+
+# --- messages from the workers --------------------------------------------------------------------
+class MetricsBatch(Message):
+    """Records appended since the last poll; ``reset``: start a new series with them (tail or truncation)."""
+
+    def __init__(self, records: list[dict[str, Any]], reset: bool = False) -> None:
+        super().__init__()
+        self.records = records
+        self.reset = reset
+
+
+class SeriesBackfilled(Message):
+    """The whole history, built in the worker; replaces the tail-only series. None: the tail was the
+    whole history (the series already holds everything the source has)."""
+
+    def __init__(self, series: RunSeries | None) -> None:
+        super().__init__()
+        self.series = series
+
+
+class LogLines(Message):
+    def __init__(self, lines: list[str], events: list[dict[str, Any]], reset_log: bool, reset_events: bool) -> None:
+        super().__init__()
+        self.lines = lines
+        self.events = events
+        self.reset_log = reset_log
+        self.reset_events = reset_events
+
+
+class RunStatusRead(Message):
+    """Latest status and disk figures (latest only)."""
+
+    def __init__(self, status: str, reason: str, disk_free: int | None, disk_total: int | None) -> None:
+        super().__init__()
+        self.status = status
+        self.reason = reason
+        self.disk_free = disk_free
+        self.disk_total = disk_total
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RunStatusRead)
+
+
+class DashboardFeed:
+    """The file watcher, the app's GPU poll and their messages' handlers (mixed into DashboardScreen)."""
+
+    # --- workers ---------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="dash-files", exit_on_error=False)
+    def watch_files(self) -> None:
+        worker = get_current_worker()
+        source = self.source
+        metrics = open_metrics_feed(source)
+        self._activity = metrics.activity
+        self.post_message(MetricsBatch(metrics.read_tail(), reset=True))
+        log = LinesFeed(source.log_path)
+        events = EventsFeed(source.events_path)
+        self._post_logs(log, events)
+        self._post_state()
+        # The backfill competes with the UI thread for the GIL: it waits until the tail is on screen.
+        self.first_frame_drawn.wait(timeout=2.0)
+        self.post_message(SeriesBackfilled(metrics.backfill()))
+        last_status = time.monotonic()
+        last_disk = 0.0
+        while not worker.is_cancelled:
+            records, restarted = metrics.poll()
+            if records or restarted:
+                self.post_message(MetricsBatch(records, reset=restarted))
+            self._post_logs(log, events)
+            now = time.monotonic()
+            if now - last_status >= STATUS_EVERY_S:
+                last_status = now
+                with_disk = now - last_disk >= DISK_EVERY_S
+                if with_disk:
+                    last_disk = now
+                self._post_state(with_disk)
+            end = time.monotonic() + FILE_POLL_S
+            while not worker.is_cancelled and time.monotonic() < end:
+                time.sleep(0.05)
+
+    def _post_logs(self, log: LinesFeed, events: EventsFeed) -> None:
+        lines, reset_log = log.poll()
+        records, reset_events = events.poll()
+        if lines or records or reset_log or reset_events:
+            self.post_message(LogLines(lines, records, reset_log, reset_events))
+
+    def _post_state(self, with_disk: bool = True) -> None:
+        free = total = None
+        if with_disk:
+            try:
+                usage = shutil.disk_usage(self.source.path)
+                free, total = usage.free, usage.total
+            except OSError:
+                pass
+        if self.source.read_only:
+            from core.watch.activity import writer_state
+
+            state = writer_state(self.source, self._activity)
+            self.post_message(RunStatusRead(state.status, state.label(), free, total))
+            return
+        from core.runs import RunDirectory, effective_status
+
+        status = effective_status(RunDirectory(self.source.path))
+        self.post_message(RunStatusRead(status.status, status.reason_text, free, total))
+
+    # --- the app's GPU poll -----------------------------------------------------------------------
+    def on_unmount(self) -> None:
+        self.app.unwatch_gpus(self)  # type: ignore[attr-defined]
+
+    def on_screen_resume(self) -> None:
+        self.app.gpu_screens_changed()  # type: ignore[attr-defined]
+
+    def on_screen_suspend(self) -> None:
+        self.app.gpu_screens_changed()  # type: ignore[attr-defined]
+
+    def _gpu_backfill(self) -> None:
+        """The readings the app's history holds from before this screen opened (the GPU screen's, say),
+        all but the latest, which comes as a SnapshotReady like every later one."""
+        history, latest = self.app.gpu_history, self.app.gpu_snapshot  # type: ignore[attr-defined]
+        if latest is None or self._cpu_run():
+            return
+        wanted = set(self.gpu_indices)
+        indices = [g.index for g in latest.gpus if not wanted or g.index in wanted]
+        times = history.times()[:-1]
+        if not indices or not times:
+            return
+        util = {i: history.series(i, "utilization_gpu_pct") for i in indices}
+        frac = {i: history.series(i, "memory_used_fraction") for i in indices}
+        for n, at in enumerate(times):
+            self._add_gpu_points(at, [(i, util[i][n], frac[i][n]) for i in indices])
+
+    def _add_gpu_points(self, at: float, readings: list[tuple[int, float | None, float | None]]) -> None:
+        """One reading of the run's GPUs at ``at`` (the snapshot's time): (index, util %, memory fraction)."""
+        if self.gpu_started is None:
+            self.gpu_started = at
+        x = at - self.gpu_started
+        utils = []
+        for index, util, frac in readings:
+            if util is not None:
+                self.gpu_util.setdefault(index, BucketedSeries(GPU_BUCKETS)).add(x, float(util))
+                utils.append(float(util))
+            if frac is not None:
+                self.gpu_mem.setdefault(index, BucketedSeries(GPU_BUCKETS)).add(x, frac * 100.0)
+        mean = sum(utils) / len(utils) if utils else None
+        self.util_samples.append((at, mean))
+        self.gpu_version += 1
+        self._dirty = True
+
+    # --- message handlers ------------------------------------------------------------------------
+    def on_metrics_batch(self, message: MetricsBatch) -> None:
+        if message.reset:
+            self.series = RunSeries()
+        self.series.extend(message.records)
+        if self.first_data_at is None and self.series.train_records:
+            self.first_data_at = time.perf_counter()
+        if not self.first_frame_drawn.is_set() and self.series.train_records:
+            self.call_after_refresh(self._first_frame_done)
+        self._changed()
+        self._check_alerts()
+
+    def _first_frame_done(self) -> None:
+        if self.first_frame_at is None:
+            self.first_frame_at = time.perf_counter()
+        self.first_frame_drawn.set()
+
+    def on_series_backfilled(self, message: SeriesBackfilled) -> None:
+        if message.series is None:
+            self.backfilled = True
+            self._changed()  # a metric without a point now is one this source does not have
+            return
+        # Records that arrived after the backfill began follow it in this screen's series: keep them.
+        full = message.series
+        header = self.series.header
+        tail_latest = self.series.latest
+        full.header = full.header or header
+        if tail_latest and full.latest.get("step", -1) < tail_latest.get("step", -1):
+            full.latest = tail_latest
+        self.series = full
+        self.backfilled = True
+        self._changed()
+
+    def on_log_lines(self, message: LogLines) -> None:
+        pane = self.query_one("#dash-log", LogPane)
+        if message.reset_log:
+            pane.clear()
+        pane.append(message.lines)
+        table = self.query_one("#dash-events", DataTable)
+        if message.reset_events:
+            table.clear()
+            self.events = []
+        for record in message.events:
+            self.events.append(record)
+            table.add_row(*(Text(cell, no_wrap=True, overflow="ellipsis") for cell in self._event_row(record)))
+        if message.events or message.reset_events:
+            table.scroll_end(animate=False, immediate=True)
+            self.call_after_refresh(self._fit_detail_column)
+            self._show_event_detail()
+
+    def on_run_status_read(self, message: RunStatusRead) -> None:
+        previous = self.status or None
+        self.status, self.reason = message.status, message.reason
+        if previous != self.status:
+            self.refresh_bindings()  # the footer offers what applies now (stop, resume, merge/chat/serve)
+        if message.disk_free is not None:
+            self.disk = (message.disk_free, message.disk_total)
+        alerts = {"ended": ended_alert(previous, self.status, self.source.run_id),
+                  "disk": disk_alert(self.disk[0], self.disk[1], str(data_root())),
+                  "stalled": stalled_alert(self.status, self.source.run_id, self.reason)}
+        self._notify(self.gate.filter(alerts))
+        self._show_info()
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self._gpu_failed = False
+        if self._cpu_run():
+            return  # the box's GPUs are not this run's: no chart of them, no idle alert
+        snapshot = message.snapshot
+        gpus = list(getattr(snapshot, "gpus", []) or [])
+        wanted = set(self.gpu_indices)
+        mine = [g for g in gpus if not wanted or g.index in wanted]
+        if not mine:
+            if not self.gpu_util and self.gpu_charts:
+                self.gpu_charts = False  # two charts saying "no GPU readings" are noise: the others get the room
+                self._layout_charts()
+            return
+        if not self.gpu_charts:
+            self.gpu_charts = True
+            self._layout_charts()
+        self.gpu_name = mine[0].name
+        at = snapshot.taken_at
+        self._add_gpu_points(at, [(g.index, g.utilization_gpu_pct, g.memory_used_fraction) for g in mine])
+        self._notify(self.gate.filter({"gpu_idle": gpu_idle_alert(self.util_samples, self.status, at)}))
+
+    def on_gpu_poll_failed(self, message: GpuPollFailed) -> None:
+        """The app's poll failed: said once until a reading comes again (a bug opened the error modal)."""
+        if message.expected and not self._gpu_failed:
+            error = message.error
+            self.notify(f"{t('gpuscreen.poll_failed')} {type(error).__name__}: {error}", severity="error",
+                        markup=False)
+        self._gpu_failed = True
+
+    def on_worker_state_changed(self, event) -> None:
+        """The file watcher failed: a notification for what may fail (files), the error modal for a bug."""
+        from textual.worker import WorkerState
+
+        from tui.screens.error_modal import report_unexpected
+
+        error = event.worker.error
+        if event.worker.group != "dash-files" or event.state != WorkerState.ERROR or error is None:
+            return
+        if isinstance(error, expected_errors()):
+            self.notify(t("dashboard.worker_failed", error=f"{type(error).__name__}: {error}"), severity="error")
+        else:
+            report_unexpected(self.app, error, "dashboard.watch_files")
+
+    def _check_alerts(self) -> None:
+        series = self.series
+        step = series.latest.get("step")
+        alerts = {
+            "loss": loss_alert(series.last_loss, series.last_loss_nan, series.ema_before_last, series.ema_points, step),
+            "throughput": throughput_alert(list(series.recent_tokens_per_s)),
+        }
+        self._notify(self.gate.filter(alerts))
+
+    def _notify(self, alerts: list) -> None:
+        for alert in alerts:
+            self.notify(alert.message, severity=alert.severity, timeout=10)
+            if self.app.settings.bell:
+                self.app.bell()

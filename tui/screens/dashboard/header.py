@@ -1,0 +1,196 @@
+"""The dashboard's header and events table: what they say about the run.
+
+The two info lines over the charts (model, method, state; progress, rates, cost), and the events: their
+rows, their labels (translated where tunedeck wrote them), the table that follows the newest and the
+line under it that shows one in full when the Detail column has no room.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable, Static
+
+from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
+from core.runs import ACTIVE_STATES, TERMINAL_STATES, RunState, state_label
+from core.runs.listing import shown_total
+from core.units import format_rate
+from core.watch.activity import IDLE
+from core.watch.figures import cost_so_far, format_duration, mfu
+
+DETAIL_MIN_WIDTH = 24  # cells: a Detail column narrower than this gives way to the line under the table
+
+EVENT_KEY_PREFIX = "dashboard.event."
+# Events tunedeck itself writes to events.jsonl (trainer, supervisor, lifecycle commands) are those with a
+# label in the catalogue (one place to add one). Another tool's event (a watched directory) or a newer
+# version's has none and is shown under its own name.
+KNOWN_EVENTS = frozenset(key[len(EVENT_KEY_PREFIX):] for key in catalogue(DEFAULT_LANGUAGE)
+                         if key.startswith(EVENT_KEY_PREFIX))
+
+
+def event_label(name: str) -> str:
+    """An event's name as shown in the events table: translated when known, else as recorded."""
+    key = EVENT_KEY_PREFIX + name
+    return t(key) if key in catalogue(DEFAULT_LANGUAGE) else name
+
+
+class EventsTable(DataTable):
+    """The events, newest at the bottom, kept in view: rows arrive (the table measures them when idle)
+    and its height changes with the detail line under it, until ``e`` gives it a cursor to move.
+    (Textual's ``anchor()`` follows a container's children, not the rows of a DataTable.)"""
+
+    following = True
+
+    def on_resize(self) -> None:
+        self._follow()
+
+    def watch_virtual_size(self) -> None:
+        self._follow()
+
+    def _follow(self) -> None:
+        if self.following:
+            self.scroll_end(animate=False, immediate=True)
+            self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
+
+
+def _na(value: str | None) -> str:
+    return value if value else t("dashboard.na")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+class DashboardHeader:
+    """The info lines and the events table's rows and detail (mixed into DashboardScreen)."""
+
+    # --- the events table ------------------------------------------------------------------------
+    def _fit_detail_column(self) -> None:
+        """Detail takes what Time and Event leave of the table's width (it showed one character).
+
+        Every width comes from the data (the headers and the events received), none from what the table
+        has measured so far, and the scrollbar's room is always kept: the result is the same whenever
+        this runs, before or after the rows and the layout settle."""
+        from rich.cells import cell_len
+
+        table = self.query_one("#dash-events", DataTable)
+        columns = list(table.columns.values())
+        if len(columns) < 3 or table.size.width <= 0:
+            return
+        rows = [self._event_row(record) for record in self.events]
+        wanted = [max([cell_len(str(column.label))] + [cell_len(row[i]) for row in rows]) for i, column
+                  in enumerate(columns[:2])]
+        inner = table.size.width - table.styles.scrollbar_size_vertical - table.styles.gutter.width
+        fixed = sum(wanted) + 3 * 2 * table.cell_padding
+        widths = [*wanted, max(4, inner - fixed)]
+        # Too narrow to read a detail in its column (80 columns: not even one cell is left): the line
+        # under the table shows it in full instead, the header row's room goes to one more event, and
+        # Event takes the width (a cut label is whole in that line), Detail none of it.
+        narrow = inner - fixed < DETAIL_MIN_WIDTH
+        if narrow:
+            widths = [wanted[0], max(1, inner - wanted[0] - 2 * 2 * table.cell_padding), 0]
+        box = self.query_one("#dash-events-box")
+        if narrow != box.has_class("-narrow"):
+            box.set_class(narrow, "-narrow")
+            table.show_header = not narrow
+            self._show_event_detail()
+        if [c.width for c in columns] != widths or any(c.auto_width for c in columns):
+            for column, width in zip(columns, widths, strict=True):
+                column.auto_width = False
+                column.width = width
+            table._require_update_dimensions = True
+            table._clear_caches()  # rows rendered at the old widths are cached
+            table.refresh()
+
+    def _described_event(self) -> dict[str, Any] | None:
+        """The event the line under the table shows: the highlighted one once the table has its cursor
+        (e), else the newest (a failure's reason is the last thing written)."""
+        table = self.query_one("#dash-events", DataTable)
+        if table.show_cursor and 0 <= table.cursor_row < len(self.events):
+            return self.events[table.cursor_row]
+        return self.events[-1] if self.events else None
+
+    def _show_event_detail(self) -> None:
+        record = self._described_event()
+        line = Text()
+        if record is not None:
+            _clock, label, detail = self._event_row(record)
+            line.append(label, "bold")
+            if detail:
+                line.append(" " + detail)
+        self.query_one("#dash-event-detail", Static).update(line)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "dash-events":
+            self._show_event_detail()
+
+    # --- the info lines --------------------------------------------------------------------------
+    def _cpu_run(self) -> bool:
+        """The run trains on the CPU (its metrics header says so): the box's GPUs are none of its business."""
+        return self.series.header.get("device") == "cpu"
+
+    def _gpu_count(self) -> int:
+        if self.gpu_indices:
+            return len(self.gpu_indices)
+        header = self.series.header
+        return int(header.get("world_size") or 0) if header.get("device", "cuda") != "cpu" else 0
+
+    def _show_info(self) -> None:
+        header = self.series.header
+        facts = self._record if self.source.read_only else (self._record.get("config_summary") or {})
+        latest = self.series.latest
+        model = header.get("model") or facts.get("model")
+        method = header.get("method") or facts.get("method")
+        precision = header.get("precision") or facts.get("precision")
+        zero = header.get("zero_stage", facts.get("zero_stage"))
+        gpus = ",".join(str(i) for i in self.gpu_indices) or (str(self._gpu_count()) if self._gpu_count() else None)
+        status = self.status or "…"
+        colour = {RunState.RUNNING: "$success", RunState.FINISHED: "$primary", RunState.FAILED: "$error",
+                  RunState.CRASHED: "$error", RunState.STALLED: "$warning", RunState.STOPPING: "$warning",
+                  RunState.STOPPED: "$warning", IDLE: "$warning"}.get(status, "$foreground-muted")
+        line1 = " · ".join([
+            f"[b]{_escape(_na(model))}[/]", _na(method), _na(precision),
+            t("dashboard.zero", stage=_na(None if zero is None else str(zero))),
+            t("dashboard.cpu_run") if self._cpu_run() else t("dashboard.gpus", gpus=_na(gpus)),
+            f"[{colour}]{_escape(self.reason if status == IDLE else state_label(status))}[/]",
+        ])
+        if self.source.read_only:
+            line1 += f"  [$foreground-muted]{t('dashboard.read_only', kind=t('dashboard.kind_' + self.source.kind))}[/]"
+        step, total = latest.get("step"), latest.get("total_steps") or header.get("total_steps")
+        total = shown_total(step, total, status)
+        progress = _na(None if step is None else f"{step}/{total}" if total else str(step))
+        if step is not None and total:
+            progress += f" {100.0 * step / total:.0f}%"
+        elapsed = latest.get("elapsed_s")
+        eta = latest.get("eta_s") if status in (RunState.RUNNING, RunState.STOPPING, "") else None
+        tokens = latest.get("tokens_per_s")
+        gpu_count = self._gpu_count()
+        mfu_value = mfu(latest, header, gpu_count, self.gpu_name)
+        parts = [
+            t("dashboard.step", progress=progress),
+            t("dashboard.epoch", epoch=_na(None if latest.get("epoch") is None else f"{latest['epoch']:.2f}")),
+            t("dashboard.elapsed", value=_na(format_duration(elapsed))),
+            *([t("dashboard.eta", value=_na(format_duration(eta)))] if eta is not None or status in ACTIVE_STATES else []),
+            t("dashboard.tokens", value=_na(None if tokens is None else format_rate(tokens))),
+            t("dashboard.mfu", value=_na(None if mfu_value is None else f"{100 * mfu_value:.0f}%")),
+        ]
+        cost = cost_so_far(elapsed, gpu_count, self.app.settings.price_per_gpu_hour)
+        if cost is not None:
+            parts.append(t("dashboard.cost", value=f"{cost:.2f}"))
+        line2 = " · ".join(parts)
+        if self.reason and status in TERMINAL_STATES and status != RunState.FINISHED:
+            line2 += f"\n[$error]{_escape(self.reason)}[/]"
+        self.query_one("#dash-info", Static).update(line1 + "\n" + line2)
+
+    @staticmethod
+    def _event_row(record: dict[str, Any]) -> tuple[str, str, str]:
+        when = str(record.get("time", ""))
+        clock = when[11:19] if len(when) >= 19 else when
+        fields = {k: v for k, v in record.items() if k not in ("time", "ts", "event", "reason_message")}
+        if "reason" in fields:  # written by the supervisor with its message record: show the reader's language
+            fields["reason"] = render_stored(str(fields["reason"]), record.get("reason_message"))
+        detail = " ".join(f"{k}={v}" for k, v in fields.items())
+        return clock, event_label(str(record.get("event", ""))), detail
