@@ -1,0 +1,796 @@
+"""The estimator's calibration matrix (issue #19): the real engine (``tunedeck train``) on one H200 over a
+declared list of rows, each measured and set against ``core.estimate`` for the same settings.
+
+How the next session runs it
+----------------------------
+``python bench/calibration_matrix.py --list`` prints the rows, the parts they fall into and each part's
+expected seconds (the time model below: process start + data + model build + steps + final save, from
+``bench/results/engine-*.json`` / ``engine-longctx-*``). Every part is planned at <= 540 s so that one
+device call (10 minutes at most) runs one part with room for the wheel install. On the one-GPU machine,
+with ``.whl`` (bitsandbytes, liger-kernel: ``../shared/device/wheels.sh``) carried::
+
+    bash bench/device/calibration_call.sh 1     # -> $OUT/calibration-part1.json/.md, box.txt, log
+    bash bench/device/calibration_call.sh 2
+    ...                                           # every part that --list prints, one call each
+
+Commit each part's ``calibration-partK.json`` + ``.md`` under ``bench/results/estimate_matrix/`` as it
+comes back (the files are rewritten after every row: a call that is killed keeps what it measured). A
+part cut short is re-run for the rows it lacks with ``bash bench/device/calibration_call.sh K --only
+REGEX`` and committed as ``calibration-partK-b.json``: the report merges by row name (a finished or
+out-of-memory record stands; a failed one is replaced by a later file's). Then::
+
+    python bench/calibration_matrix.py --report-only bench/results/estimate_matrix/calibration-part*.json
+
+writes ``bench/results/estimate_matrix/engine-matrix.md``: every row measured vs estimated, medians and
+worst errors, the fit-verdict check, and the issue's targets as pass/fail lines. ``--list`` gives the
+number of parts and the expected device minutes: at this writing 77 rows (72 to run, 5 skipped), 8
+parts of 412-536 s, 66 device minutes in all — more than one session's 30 device minutes, so plan on
+three sessions (parts 1-3, 4-6, 7-8; a warm machine between calls saves its start). The part numbers
+stay as they are while the rows and the time constants below are unchanged: compare the first part's
+``wall_s`` with its ``expected_s`` before changing the constants, and never between parts of one matrix.
+
+Per row: the engine's status (``finished``, ``oom`` — the engine's own out-of-memory event — or
+``failed`` with its reason, ``skipped`` with why), the NVML peak (all compute processes, every 0.1 s:
+what the estimator's peak is compared with), torch's max allocated / reserved, tokens/s in steady state
+(the engine's metrics: non-padding tokens over wall time after the warm-up steps; packed rows, so every
+token is real), the settings the engine reports it ran (fused loss, checkpointed layers, tiles), the
+wall seconds against the time model, and the estimator's peak, tokens/s and fit verdict for the same
+settings (re-estimated with the fused loss and checkpointed layers the engine reported) with the errors.
+
+What ``bench/estimate_calibrate.py`` must change to fit on these rows (not done here)
+-------------------------------------------------------------------------------------
+- Read the ``calibration-part*.json`` rows instead of ``estimate_matrix.json`` (its own loop, not the
+  engine) and the old ``engine-*.json``: each row's estimator options are ``plan_options(row)`` here
+  (with the engine's reported fused loss and checkpointed layers), its measured tokens/s is already
+  non-padding = all tokens (packed), so no ``samples_per_s x seq`` correction.
+- Fit memory too, not only speed: the peak terms (activation bytes per token per layer with and without
+  checkpointing, offload, tiled MLP, the logits of the plain loss, allocator slack, CUDA context) against
+  the NVML peaks, with the one-sided target (never more than 5 % under) as a constraint rather than a
+  symmetric least squares; then the fit verdict of every row, OOM rows included, as a check.
+- Speed: the engine's switches that ``TrainingPlan`` cannot express (``lora_input_upcast``,
+  ``lora_fused_add``, ``compile_layers``) — either new plan fields (a ``core/`` change, its own commit)
+  or those rows left out of the fit and reported. The dispatch/hidden terms need refitting on 0.5B-72B.
+- Leave-one-out over these rows, as now.
+
+Skipped by design (the 64 GB disk of the one-GPU machine): QLoRA of 32B/72B (the bare config's bf16
+random weights are written to disk first: 66 / 145 GB), full fine-tuning whose final checkpoint (the
+engine always saves at the end, and refuses up front when it cannot) does not fit the disk: 7B mixed,
+14B and larger. Those rows are declared with the reason so that the report shows the hole.
+
+``--estimate-only``: no GPU, every row's estimator call (the test). ``--tiny --cpu``: one tiny-model
+row through the same runner on a CPU (the test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import engine_speed as es  # noqa: E402  (bench/ is not a package)
+
+CONFIG_DIR = ROOT / "bench" / "configs"
+MODELS = {  # key -> (label, published config.json)
+    "0.5b": ("Qwen2.5-0.5B", CONFIG_DIR / "qwen2.5-0.5b.json"),
+    "1.5b": ("Qwen2.5-1.5B", CONFIG_DIR / "qwen2.5-1.5b.json"),
+    "3b": ("Qwen2.5-3B", CONFIG_DIR / "qwen2.5-3b.json"),
+    "7b": ("Qwen2.5-7B", CONFIG_DIR / "qwen2.5-7b.json"),
+    "8b": ("Llama-3-8B", CONFIG_DIR / "llama-3-8b.json"),
+    "14b": ("Qwen2.5-14B", CONFIG_DIR / "qwen2.5-14b.json"),
+    "32b": ("Qwen2.5-32B", CONFIG_DIR / "qwen2.5-32b.json"),
+    "72b": ("Qwen2.5-72B", CONFIG_DIR / "qwen2.5-72b.json"),
+    "tiny": ("tiny", ROOT / "core" / "assets" / "tiny" / "config.json"),
+}
+for _key, (_label, _path) in MODELS.items():  # engine_speed's runner finds configs by key
+    es.CONFIGS.setdefault(_key, _path)
+
+PART_LIMIT_S = 540.0
+LORA_DROPOUT = 0.05  # the engine's default
+GIB = 2**30
+DISK_FREE_GB = 46.0  # what the one-GPU machine's 64 GB disk had free for a run (the 7B full save of 45.7 GB fit)
+
+# ---- the time model (seconds) ------------------------------------------------------------------------
+PART_OVERHEAD_S = 30.0  # wheel install + this script's start (imports, model folders)
+START_S = 16.0  # `tunedeck train` -> supervisor -> worker imports, Trainer build (engine-0.5b: 2 starts in 46 s)
+END_S = 2.0  # the worker's exit, the sampler, the run's files
+FIRST_STEP_S = 3.0  # kernel autotuning, allocator warm-up
+OOM_STEP_S = 10.0  # at most this much of the first step before an out-of-memory error
+COMPILE_S = 60.0  # compile_layers: torch.compile of the decoder layer
+BUILD_S_PER_B = 0.4  # random init straight on the GPU, per billion parameters
+QLORA_LOAD_S_PER_B = 3.0  # 4-bit load from the random bf16 weights (7B: 20 s in engine-longctx-f)
+MATERIALIZE_S_PER_B = 2.5  # those weights made once per model and part (init + 2 GB/B written)
+SAVE_GB_PER_S = 0.9  # the final checkpoint (7B pure bf16 full: 45.7 GB in 51 s)
+TOKENIZE_PER_S = 150_000.0
+STEP_FLOOR_S = 0.15
+
+
+@dataclass(frozen=True)
+class Row:
+    """One configuration of the engine. ``ckpt``: True (every layer), False (off), an int N (the first N
+    layers: ``checkpoint_layers: N``) or "auto" (the engine's own choice). ``switches``: other run keys
+    (fused_ce, lora_input_upcast, lora_fused_add, compile_layers, qlora_upcast, optimizer, attn)."""
+
+    model: str
+    method: str  # full, lora, dora, qlora
+    micro: int
+    seq: int
+    ckpt: bool | int | str = True
+    pure_bf16: bool = True  # full only: False = mixed precision (fp32 master weights and moments)
+    offload: bool = False  # offload_activations
+    tiled_mlp: str | int = "auto"
+    switches: tuple[tuple[str, Any], ...] = ()
+    axis: str = ""  # what the row covers (report grouping)
+    expect: str = "fit"  # "fit" or "oom": what the row is there for (the measurement decides)
+    skip: str = ""  # why this row cannot run on the one-GPU machine
+    steps: int | None = None  # default: by the row's step time
+
+    @property
+    def name(self) -> str:
+        parts = [self.model, self.method + ("" if self.method != "full" else "-bf16" if self.pure_bf16 else "-mixed"),
+                 f"b{self.micro}", f"s{self.seq}",
+                 {True: "ckpt", False: "nockpt", "auto": "ckpt-auto"}.get(self.ckpt, f"ckpt{self.ckpt}")]
+        if self.offload:
+            parts.append("offload")
+        if self.tiled_mlp != "auto":
+            parts.append(f"tiles-{self.tiled_mlp}")
+        parts += [f"{k}-{v}".replace("_", "") for k, v in self.switches]
+        return "-".join(str(p) for p in parts)
+
+    @property
+    def switch(self) -> dict[str, Any]:
+        return dict(self.switches)
+
+    def overrides(self) -> dict[str, Any]:
+        """Run keys beyond engine_speed.run_tunedeck's (which sets method, micro, seq, LoRA r16/32,
+        gradient_checkpointing from the spec, pure_bf16 for full)."""
+        out: dict[str, Any] = {}
+        if self.method == "full" and not self.pure_bf16:
+            out["pure_bf16"] = False
+        if self.ckpt is not True and self.ckpt is not False:
+            out["checkpoint_layers"] = self.ckpt
+        if self.offload:
+            out["offload_activations"] = True
+        if self.tiled_mlp != "auto":
+            out["tiled_mlp"] = self.tiled_mlp
+        out.update(self.switch)
+        return out
+
+    def engine(self) -> str:
+        """engine_speed's engine string: ``tunedeck+key=value...`` (values read back as YAML)."""
+        text = "tunedeck"
+        for key, value in self.overrides().items():
+            text += f"+{key}={json.dumps(value) if isinstance(value, bool) else value}"
+        return text
+
+
+def time_speed_factor(row: Row, billions: float) -> float:
+    """The engine's tokens/s over the (uncalibrated) estimator's, a little under what the committed runs
+    showed: 7B at 2k tokens 1.6-2.0x (engine-speed-*), 7B at 32k-98k 2.6-3.2x (engine-longctx-*), DoRA
+    0.74x, 0.5B 0.68-0.86x without checkpointing and down to ~0.55x with it (estimate_calibration.md)."""
+    if billions < 2:
+        return 0.55
+    if row.method == "dora":
+        return 0.7
+    return 2.5 if row.micro * row.seq >= 32768 else 1.6
+
+
+def _r(model: str, method: str, micro: int, seq: int, axis: str, **kw: Any) -> Row:
+    return Row(model, method, micro, seq, axis=axis, **kw)
+
+
+# Execution order: grouped by model (a model's QLoRA rows together: its random weights are made once per
+# part and deleted before the next model, for the disk), OOM rows last within a model.
+ROWS: tuple[Row, ...] = (
+    # ---- Qwen2.5-0.5B
+    _r("0.5b", "lora", 4, 2048, "size"),
+    _r("0.5b", "lora", 1, 1024, "micro", ckpt=False),
+    _r("0.5b", "lora", 4, 1024, "micro", ckpt=False),
+    _r("0.5b", "lora", 16, 1024, "micro", ckpt=False),
+    _r("0.5b", "lora", 8, 4096, "ckpt", ckpt=False),
+    _r("0.5b", "lora", 8, 4096, "ckpt"),
+    _r("0.5b", "lora", 2, 512, "seq"),
+    _r("0.5b", "lora", 1, 32768, "seq"),
+    _r("0.5b", "lora", 4, 8192, "switch", switches=(("fused_ce", False),)),
+    _r("0.5b", "lora", 4, 2048, "switch", ckpt=False, switches=(("attn", "eager"),)),
+    _r("0.5b", "dora", 4, 2048, "method"),
+    _r("0.5b", "full", 8, 2048, "method", ckpt=False),
+    _r("0.5b", "full", 8, 2048, "method", ckpt=False, pure_bf16=False),
+    _r("0.5b", "full", 1, 32768, "seq"),
+    _r("0.5b", "qlora", 4, 2048, "method"),
+    _r("0.5b", "lora", 4, 16384, "oom", ckpt=False, switches=(("fused_ce", False),), expect="oom"),
+    # ---- Qwen2.5-1.5B
+    _r("1.5b", "lora", 4, 2048, "size"),
+    _r("1.5b", "dora", 4, 2048, "method"),
+    _r("1.5b", "full", 8, 2048, "ckpt", ckpt=False),
+    _r("1.5b", "full", 8, 2048, "ckpt", ckpt=14),
+    _r("1.5b", "full", 8, 2048, "ckpt"),
+    _r("1.5b", "full", 4, 2048, "method", pure_bf16=False),
+    _r("1.5b", "full", 4, 2048, "switch", pure_bf16=False, switches=(("optimizer", "adamw_torch"),)),
+    _r("1.5b", "full", 4, 2048, "switch", pure_bf16=False, switches=(("optimizer", "adamw_8bit"),)),
+    _r("1.5b", "qlora", 4, 2048, "method"),
+    # ---- Qwen2.5-3B
+    _r("3b", "lora", 4, 2048, "size"),
+    _r("3b", "full", 4, 2048, "method"),
+    _r("3b", "full", 2, 2048, "method", pure_bf16=False),
+    _r("3b", "qlora", 4, 2048, "method"),
+    _r("3b", "qlora", 16, 1024, "micro"),
+    _r("3b", "full", 8, 4096, "oom", ckpt=False, pure_bf16=False, expect="oom"),
+    # ---- Qwen2.5-7B
+    _r("7b", "qlora", 4, 2048, "method"),
+    _r("7b", "qlora", 4, 2048, "switch", switches=(("qlora_upcast", True),)),
+    _r("7b", "qlora", 1, 32768, "seq", offload=True),
+    _r("7b", "qlora", 1, 131072, "seq", offload=True),
+    _r("7b", "lora", 4, 2048, "size"),
+    _r("7b", "lora", 4, 2048, "ckpt", ckpt=False),
+    _r("7b", "lora", 4, 2048, "ckpt", ckpt=14),
+    _r("7b", "lora", 4, 2048, "ckpt", ckpt="auto"),
+    _r("7b", "lora", 1, 1024, "micro"),
+    _r("7b", "lora", 8, 1024, "micro"),
+    _r("7b", "lora", 16, 1024, "micro"),
+    _r("7b", "lora", 1, 8192, "seq"),
+    _r("7b", "lora", 1, 32768, "seq"),
+    _r("7b", "lora", 1, 65536, "seq"),
+    _r("7b", "lora", 1, 65536, "seq", offload=True),
+    _r("7b", "lora", 1, 65536, "switch", offload=True, tiled_mlp="false"),
+    _r("7b", "lora", 2, 8192, "switch", tiled_mlp=4),
+    _r("7b", "lora", 4, 2048, "switch", switches=(("fused_ce", False),)),
+    _r("7b", "lora", 4, 2048, "switch", switches=(("fused_ce", "chunked"),)),
+    _r("7b", "lora", 4, 2048, "switch", switches=(("lora_input_upcast", True),)),
+    _r("7b", "lora", 4, 2048, "switch", switches=(("lora_fused_add", False),)),
+    _r("7b", "lora", 4, 2048, "switch", switches=(("compile_layers", True),)),
+    _r("7b", "dora", 4, 2048, "method"),
+    _r("7b", "dora", 2, 2048, "ckpt", ckpt=False),
+    _r("7b", "full", 4, 2048, "method"),
+    _r("7b", "full", 4, 2048, "ckpt", ckpt="auto"),
+    _r("7b", "full", 2, 2048, "method", pure_bf16=False,
+       skip="final checkpoint ~91 GB (fp32 weights + moments) > the 64 GB disk: the engine refuses it up front"),
+    _r("7b", "lora", 8, 2048, "edge", ckpt=False),  # near the edge: fits (115.7 GiB in engine-speed-lora-a)
+    _r("7b", "lora", 10, 2048, "oom", ckpt=False, expect="oom"),
+    _r("7b", "lora", 1, 24576, "oom", ckpt=False, expect="oom"),
+    _r("7b", "full", 8, 4096, "oom", ckpt=False, expect="oom"),
+    # ---- Llama-3-8B
+    _r("8b", "qlora", 4, 2048, "size"),
+    _r("8b", "qlora", 1, 131072, "seq", offload=True),
+    _r("8b", "qlora", 1, 32768, "oom", ckpt=False, expect="oom"),
+    _r("8b", "lora", 4, 2048, "size"),
+    _r("8b", "lora", 1, 32768, "seq", offload=True),
+    # ---- Qwen2.5-14B
+    _r("14b", "qlora", 4, 2048, "size"),
+    _r("14b", "lora", 4, 2048, "size"),
+    _r("14b", "lora", 1, 32768, "seq", offload=True),
+    _r("14b", "full", 1, 2048, "method",
+       skip="final checkpoint ~89 GB (bf16 weights + moments) > the 64 GB disk: the engine refuses it up front"),
+    # ---- Qwen2.5-32B
+    _r("32b", "lora", 2, 2048, "size"),
+    _r("32b", "lora", 2, 2048, "oom", ckpt=False, expect="oom"),
+    _r("32b", "qlora", 4, 2048, "size", skip="QLoRA of a bare config writes its bf16 random weights first: 66 GB > disk"),
+    _r("32b", "full", 1, 2048, "oom", expect="oom",
+       skip="final checkpoint ~197 GB > the 64 GB disk: the engine refuses it before it could run out of memory"),
+    # ---- Qwen2.5-72B
+    _r("72b", "lora", 1, 2048, "oom", expect="oom"),  # near the edge: 135 GiB of weights
+    _r("72b", "qlora", 1, 2048, "size", skip="QLoRA of a bare config writes its bf16 random weights first: 145 GB > disk"),
+)
+TINY_ROWS: tuple[Row, ...] = (_r("tiny", "lora", 2, 128, "tiny", ckpt=False, steps=4),)
+
+
+def log(text: str) -> None:
+    print(f"[calibration_matrix {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+# ---- the estimator for a row -----------------------------------------------------------------------------
+def _layers_for_auto(row: Row, gpu_name: str) -> int | None:
+    """``checkpoint_layers: auto`` as the engine's launcher resolves it (None: every layer)."""
+    from core.estimate.checkpointing import resolve_checkpoint_layers
+
+    fused = row.switch.get("fused_ce", "auto")
+    config = SimpleNamespace(
+        checkpoint_layers="auto", gradient_checkpointing=True, model=str(MODELS[row.model][1]), fused_ce=fused,
+        method=row.method, pure_bf16=row.pure_bf16 and row.method == "full", precision="bf16",
+        micro_batch_size=row.micro, max_seq_len=row.seq, gradient_accumulation=1,
+        qlora_upcast=bool(row.switch.get("qlora_upcast", False)), offload_activations=row.offload, zero_stage=0,
+        offload="none", lora_rank=16, lora_dropout=LORA_DROPOUT)
+    value = resolve_checkpoint_layers(config, gpu_name)
+    return None if value == "all" else int(value)
+
+
+def plan_options(row: Row, gpu_name: str = "H200", fused_run: str | None = None,
+                 layers_run: int | None = None) -> dict[str, Any]:
+    """``core.estimate.TrainingPlan`` options for the row's run keys. ``fused_run`` / ``layers_run``: the
+    loss ("liger", "chunked", "none") and the checkpointed layer count the engine reported it ran."""
+    from core.estimate import normalise_optimizer
+
+    sw = row.switch
+    fused = sw.get("fused_ce", "auto")
+    if fused_run is None:  # what the engine resolves on a GPU with liger-kernel installed (the device has it)
+        fused_run = "none" if fused is False else "chunked" if fused == "chunked" else "liger"
+    options: dict[str, Any] = {
+        "method": row.method,
+        "precision": "pure-bf16" if row.method == "full" and row.pure_bf16 else "bf16",
+        "micro_batch_size": row.micro, "seq_len": row.seq,
+        "gradient_checkpointing": row.ckpt is not False,
+        "fused_ce": fused_run != "none", "fused_ce_impl": "chunked" if fused_run == "chunked" else "liger",
+        "optimizer": normalise_optimizer(str(sw.get("optimizer", "auto"))),
+        "offload_activations": row.offload,
+        "tiled_mlp": "false" if row.tiled_mlp in (False, "false") else row.tiled_mlp,
+        "attention": "eager" if sw.get("attn") == "eager" else "sdpa",
+    }
+    if row.method != "full":
+        options.update(lora_rank=16, lora_dropout=LORA_DROPOUT, kbit_upcast=bool(sw.get("qlora_upcast", False)))
+    if layers_run is not None and row.ckpt is not False:
+        options["checkpoint_layers"] = int(layers_run)
+    elif isinstance(row.ckpt, int) and not isinstance(row.ckpt, bool):
+        options["checkpoint_layers"] = row.ckpt
+    elif row.ckpt == "auto":
+        options["checkpoint_layers"] = _layers_for_auto(row, gpu_name)
+    return options
+
+
+def estimate_row(row: Row, gpu_name: str | None = None, fused_run: str | None = None,
+                 layers_run: int | None = None) -> dict[str, Any]:
+    """The estimator's peak, tokens/s and fit verdict for the row on ``gpu_name`` (default H200)."""
+    from core.estimate import estimate, find_gpu, plan_for_model
+
+    gpu = gpu_name or "H200"
+    try:
+        options = plan_options(row, gpu, fused_run, layers_run)
+        plan = plan_for_model(str(MODELS[row.model][1]), exact_count=False, **options)
+        result = estimate(plan, find_gpu(gpu))
+    except Exception as exc:  # reported in the row, not fatal
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    static = sum(v for k, v in result.breakdown.items() if k in ("weights", "cuda_context"))
+    return {"peak_gib": round(result.peak_gib, 2), "tokens_per_s": round(result.tokens_per_s, 1),
+            "verdict": result.verdict, "fits": result.fits, "capacity_gib": round(result.capacity_gib, 2),
+            "margin_gib": round(result.margin_gib, 2), "peak_phase": result.peak_phase,
+            "weights_gib": round(static, 2), "seconds_per_step": round(result.seconds_per_step, 3),
+            "total_params": result.total_params, "checkpointed_layers": plan.checkpointed_layers,
+            "mlp_tiles": plan.mlp_tiles(plan.checkpointed_layers > 0),
+            "fused_ce": "none" if not plan.fused_ce else plan.fused_ce_impl,
+            "breakdown_gib": {k: round(v, 2) for k, v in result.breakdown.items()}}
+
+
+# ---- the time model --------------------------------------------------------------------------------------
+def row_steps(row: Row, est: dict[str, Any] | None = None) -> tuple[int, int]:
+    """(steps, warm-up steps left out of the rate): enough steps for a steady rate, few where one is long."""
+    if row.steps:
+        return row.steps, max(1, row.steps // 3)
+    if row.expect == "oom":
+        return 3, 1
+    tokens = row.micro * row.seq
+    if tokens >= 65536:
+        return 2, 1
+    if tokens >= 32768:
+        return 3, 1
+    step_s = (est or {}).get("seconds_per_step") or 1.0
+    return (12, 4) if step_s < 0.4 else (6, 2)
+
+
+def checkpoint_gb(row: Row) -> float:
+    """The final checkpoint the engine writes (``core.runs.disk_space``'s own size)."""
+    from core.runs.disk_space import estimate_checkpoint_size
+
+    cfg = {"model": str(MODELS[row.model][1]), "method": row.method, "lora_rank": 16,
+           "optimizer": row.switch.get("optimizer", "auto"), "pure_bf16": row.method == "full" and row.pure_bf16,
+           "precision": "bf16", "zero_stage": 0}
+    size = estimate_checkpoint_size(cfg)
+    return size.total / 1e9 if size else 0.0
+
+
+def disk_gb(row: Row) -> float:
+    """What the row holds on the disk at once: its final checkpoint, and for QLoRA of a bare config the
+    bf16 random weights it is quantised from (2 bytes a parameter). Rows above ``DISK_FREE_GB`` are
+    declared skipped (the test checks both ways)."""
+    total = estimate_row(row).get("total_params") or 0
+    return checkpoint_gb(row) + (2 * total / 1e9 if row.method == "qlora" else 0.0)
+
+
+def expected_seconds(row: Row, est: dict[str, Any], materialize: bool) -> float:
+    """What the row should take on the H200 (the sum of the module's time constants)."""
+    if row.skip:
+        return 0.0
+    billions = (est.get("total_params") or 0) / 1e9
+    steps, _ = row_steps(row, est)
+    build = 3.0 + (QLORA_LOAD_S_PER_B if row.method == "qlora" else BUILD_S_PER_B) * billions
+    made = (5.0 + MATERIALIZE_S_PER_B * billions) if materialize and row.method == "qlora" else 0.0
+    records = row.micro * steps + 2
+    data = 2.0 + records * row.seq / TOKENIZE_PER_S
+    speed = (est.get("tokens_per_s") or 1000.0) * time_speed_factor(row, billions)
+    step = max(STEP_FLOOR_S, row.micro * row.seq / speed)
+    compile_s = COMPILE_S if row.switch.get("compile_layers") else 0.0
+    if row.expect == "oom":
+        at_build = (est.get("weights_gib") or 0) > (est.get("capacity_gib") or 1e9)
+        return START_S + data + made + build + (0.0 if at_build else FIRST_STEP_S + min(step, OOM_STEP_S)) + END_S
+    save = checkpoint_gb(row) / SAVE_GB_PER_S + 1.0
+    return START_S + data + made + build + compile_s + FIRST_STEP_S + steps * step + save + END_S
+
+
+def plan_parts(rows: tuple[Row, ...], limit_s: float = PART_LIMIT_S) -> list[list[tuple[Row, float]]]:
+    """Rows in order into parts of at most ``limit_s`` (part overhead included); a part pays the random
+    weights of each QLoRA model it runs once."""
+    parts: list[list[tuple[Row, float]]] = []
+    current: list[tuple[Row, float]] = []
+    used = PART_OVERHEAD_S
+    made: set[str] = set()
+    for row in rows:
+        est = estimate_row(row)
+        if row.skip:
+            current.append((row, 0.0))
+            continue
+        cost = expected_seconds(row, est, materialize=row.model not in made)
+        if current and used + cost > limit_s and any(s > 0 for _, s in current):
+            parts.append(current)
+            current, used, made = [], PART_OVERHEAD_S, set()
+            cost = expected_seconds(row, est, materialize=True)
+        current.append((row, cost))
+        used += cost
+        if row.method == "qlora":
+            made.add(row.model)
+    if current:
+        parts.append(current)
+    return parts
+
+
+def part_seconds(part: list[tuple[Row, float]]) -> float:
+    return PART_OVERHEAD_S + sum(s for _, s in part)
+
+
+# ---- measurement -----------------------------------------------------------------------------------------
+def _classify(result: dict[str, Any]) -> tuple[str, str | None]:
+    status = result.get("status")
+    if status == "finished":
+        return "finished", None
+    if result.get("oom"):
+        return "oom", str(result.get("reason") or "out of memory")[:300]
+    return "failed", f"{status}: {result.get('reason') or 'no reason given'}"[:400]
+
+
+def _error(estimated: float | None, measured: float | None) -> float | None:
+    return round((estimated - measured) / measured, 4) if estimated and measured else None
+
+
+def measure_row(ctx: dict[str, Any], row: Row, timeout_s: float, gpu_name: str | None) -> dict[str, Any]:
+    """The row through engine_speed.run_engine (``tunedeck train``), then the estimate for what ran."""
+    steps, warmup = row_steps(row, estimate_row(row, gpu_name))
+    spec = {"model": row.model, "method": row.method, "micro": row.micro, "seq": row.seq, "gpus": 1,
+            "ckpt": row.ckpt is not False, "name": f"cal-{row.model}-{row.method}"}
+    ctx["dataset"] = lambda seq, n=row.micro * steps + 2: ctx["datasets"](seq, n)
+    row_ctx = {**ctx, "steps": steps, "warmup": warmup}
+    began = time.monotonic()
+    result = es.run_engine(row_ctx, row.engine(), spec, row.seq, timeout_s)
+    wall = round(time.monotonic() - began, 1)
+    status, reason = _classify(result)
+    fused_run = result.get("fused_ce") if result.get("fused_ce") in ("liger", "chunked", "none") else None
+    layers_run = result.get("checkpoint_layers_run")
+    estimate = estimate_row(row, gpu_name, fused_run, layers_run if isinstance(layers_run, int) else None)
+    peak = max(result["peak_gib"]) if result.get("peak_gib") else None
+    out = {
+        "status": status, "reason": reason, "engine": row.engine(), "steps": result.get("steps"),
+        "steps_asked": steps, "warmup": warmup, "wall_s": wall,
+        "peak_gib": peak, "peak_source": result.get("peak_source"),
+        "torch_peak_allocated_gib": result.get("torch_peak_allocated_gib"),
+        "torch_peak_reserved_gib": result.get("torch_peak_reserved_gib"),
+        "tokens_per_s": result.get("tokens_per_s"), "rate_from": result.get("rate_from"), "mfu": result.get("mfu"),
+        "loss": result.get("loss"), "optimizer_run": result.get("optimizer"), "fused_ce_run": result.get("fused_ce"),
+        "checkpoint_layers_run": layers_run, "tiled_mlp_run": result.get("tiled_mlp_run"),
+        "config_run": result.get("config"), "estimate": estimate,
+    }
+    if result.get("peak_source") == "nvml":  # the errors mean something against the GPU's memory only
+        out["peak_error"] = _error(estimate.get("peak_gib"), peak) if status == "finished" else None
+        out["speed_error"] = _error(estimate.get("tokens_per_s"), result.get("tokens_per_s")) \
+            if status == "finished" else None
+    return out
+
+
+def drop_random_weights(ctx: dict[str, Any], keep: str | None) -> None:
+    """Free the disk of the bare configs' random bf16 weights unless the next row needs ``keep``'s."""
+    made = ctx.setdefault("weights_made", set())
+    if made and made != ({keep} if keep else set()):
+        shutil.rmtree(ctx["home"] / "cache" / "random-init", ignore_errors=True)
+        made.clear()
+
+
+# ---- report ----------------------------------------------------------------------------------------------
+def _pct(value: float | None) -> str:
+    return f"{value:+.1%}" if value is not None else "-"
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "/".join(f"{v:.{digits}f}" for v in value) or "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def verdict_right(record: dict[str, Any]) -> bool | None:
+    """Finished: the estimate must put the peak within the GPU (fits or tight); out of memory: it must say
+    does_not_fit. None where the row says nothing about fitting (failed otherwise, skipped, no estimate)."""
+    verdict = (record.get("estimate") or {}).get("verdict")
+    if verdict is None:
+        return None
+    if record.get("status") == "finished":
+        return verdict in ("fits", "tight")
+    if record.get("status") == "oom":
+        return verdict == "does_not_fit"
+    return None
+
+
+def table(records: list[dict[str, Any]]) -> list[str]:
+    lines = ["| # | row | axis | status | steps | peak GiB (NVML) | torch alloc / reserved | est. GiB | err | "
+             "tok/s | est. tok/s | err | est. verdict | verdict ok | wall s (model) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(records, 1):
+        est = r.get("estimate") or {}
+        status = r.get("status") or "-"
+        if r.get("reason") and status != "finished":
+            status += f" ({str(r['reason'])[:70]})"
+        ok = verdict_right(r)
+        lines.append("| " + " | ".join([
+            str(i), r["row"], r.get("axis", ""), status.replace("|", "/"), _num(r.get("steps")),
+            _num(r.get("peak_gib"), 2),
+            f"{_num(r.get('torch_peak_allocated_gib'))} / {_num(r.get('torch_peak_reserved_gib'))}",
+            _num(est.get("peak_gib"), 2) if "error" not in est else f"error: {est['error'][:60]}",
+            _pct(r.get("peak_error")), _num(r.get("tokens_per_s")), _num(est.get("tokens_per_s")),
+            _pct(r.get("speed_error")), est.get("verdict") or "-", {True: "yes", False: "**NO**", None: "-"}[ok],
+            f"{_num(r.get('wall_s'))} ({_num(r.get('expected_s'), 0)})"]) + " |")
+    return lines
+
+
+def render_part(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = [f"# Calibration matrix, {meta.get('part_label', 'rows')}: the engine vs the estimator (issue #19)", "",
+             f"{meta['device']}, torch {meta['torch']}, transformers {meta['transformers']}, {meta['date']}. "
+             f"Command: `{meta['command']}`. Errors: (estimate - measured) / measured, peak against "
+             f"{'NVML (all compute processes)' if meta.get('peak_source') == 'nvml' else 'the RSS of the run (CPU: no error computed)'}.",
+             ""]
+    return "\n".join(lines + table(records)) + "\n"
+
+
+TARGETS = {"peak_median": 0.04, "peak_worst": 0.12, "peak_under": -0.05, "speed_median": 0.10,
+           "speed_worst": 0.25, "rows": 60}
+
+
+def target_lines(records: list[dict[str, Any]]) -> tuple[list[str], bool]:
+    """The issue's targets as pass/fail lines, each computed from the rows it names; and whether all pass."""
+    measured = [r for r in records if r.get("status") in ("finished", "oom")]
+    peaks = [r["peak_error"] for r in records if r.get("status") == "finished" and r.get("peak_error") is not None]
+    speeds = [r["speed_error"] for r in records if r.get("status") == "finished" and r.get("speed_error") is not None]
+    finished = [r for r in records if r.get("status") == "finished"]
+    verdicts = [(r, verdict_right(r)) for r in measured]
+    lines, all_ok = [], True
+
+    def check(ok: bool, text: str) -> None:
+        nonlocal all_ok
+        all_ok = all_ok and ok
+        lines.append(f"- {'PASS' if ok else 'FAIL'}: {text}")
+
+    check(len(measured) >= TARGETS["rows"],
+          f"{len(measured)} rows measured by the engine (finished or out of memory; target >= {TARGETS['rows']})")
+    check(bool(peaks) and len(peaks) == len(finished),
+          f"peak error known for {len(peaks)} of {len(finished)} finished rows (every one needs its NVML peak)")
+    if peaks:
+        med, worst, under = statistics.median(abs(e) for e in peaks), max(abs(e) for e in peaks), min(peaks)
+        check(med <= TARGETS["peak_median"], f"peak memory median |error| {med:.1%} (target <= 4%)")
+        check(worst <= TARGETS["peak_worst"], f"peak memory worst |error| {worst:.1%} (target <= 12%)")
+        low = [r["row"] for r in finished if (r.get("peak_error") or 0) < TARGETS["peak_under"]]
+        check(under >= TARGETS["peak_under"], f"peak memory most under the measurement {under:+.1%} "
+              f"(target: never more than 5% under){'; under: ' + ', '.join(low) if low else ''}")
+    check(bool(speeds) and len(speeds) == len(finished),
+          f"tokens/s error known for {len(speeds)} of {len(finished)} finished rows")
+    if speeds:
+        med, worst = statistics.median(abs(e) for e in speeds), max(abs(e) for e in speeds)
+        check(med <= TARGETS["speed_median"], f"tokens/s median |error| {med:.1%} (target <= 10%)")
+        check(worst <= TARGETS["speed_worst"], f"tokens/s worst |error| {worst:.1%} (target <= 25%)")
+    wrong = [r["row"] for r, ok in verdicts if ok is False]
+    unknown = [r["row"] for r, ok in verdicts if ok is None]
+    ooms = sum(1 for r in measured if r["status"] == "oom")
+    check(bool(verdicts) and not wrong and not unknown,
+          f"fit verdict right for {sum(1 for _, ok in verdicts if ok)} of {len(verdicts)} measured rows "
+          f"({ooms} out of memory){'; wrong: ' + ', '.join(wrong) if wrong else ''}"
+          f"{'; no estimate: ' + ', '.join(unknown) if unknown else ''}")
+    return lines, all_ok
+
+
+def render_report(records: list[dict[str, Any]], sources: list[str]) -> str:
+    lines_targets, all_ok = target_lines(records)
+    failed = [r for r in records if r.get("status") == "failed"]
+    skipped = [r for r in records if r.get("status") == "skipped"]
+    tight = [r["row"] for r in records if r.get("status") == "finished" and (r.get("estimate") or {}).get("verdict") == "tight"]
+    lines = ["# Estimator calibration matrix: the engine (`tunedeck train`) vs `core.estimate` (issue #19)", "",
+             f"Merged by `bench/calibration_matrix.py --report-only` from {', '.join(sources)}. "
+             "Peak: NVML, all compute processes, sampled every 0.1 s; tokens/s: the engine's steady rate "
+             "(non-padding tokens of packed rows after the warm-up steps). Error = (estimate - measured) / measured.",
+             "", "## Targets", ""] + lines_targets + [
+             "", f"Overall: {'all targets met' if all_ok else 'targets NOT met'}.", ""]
+    if tight:
+        lines.append(f"Finished rows the estimator called tight (under capacity, inside its margin): {', '.join(tight)}.")
+        lines.append("")
+    if failed:
+        lines += ["Failed for other reasons than memory (not counted): "
+                  + "; ".join(f"{r['row']} ({str(r.get('reason'))[:80]})" for r in failed), ""]
+    if skipped:
+        lines += ["Skipped: " + "; ".join(f"{r['row']} ({r.get('reason')})" for r in skipped), ""]
+    names = {r["row"] for r in records}
+    missing = [row.name for row in ROWS if row.name not in names]
+    if missing and names & {row.name for row in ROWS}:
+        lines += [f"Declared but in none of these files ({len(missing)}: parts not run yet): {', '.join(missing)}", ""]
+    by_axis: dict[str, list[float]] = {}
+    for r in records:
+        if r.get("peak_error") is not None:
+            by_axis.setdefault(r.get("axis", ""), []).append(abs(r["peak_error"]))
+    if by_axis:
+        lines += ["Median |peak error| by axis: " + ", ".join(
+            f"{axis} {statistics.median(v):.1%} ({len(v)})" for axis, v in sorted(by_axis.items())), ""]
+    lines += ["## Rows", ""] + table(records)
+    return "\n".join(lines) + "\n"
+
+
+def report(files: list[str], out: Path) -> int:
+    records: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for name in files:
+        data = json.loads(Path(name).read_text(encoding="utf-8"))
+        for r in data["results"]:
+            if r["row"] in seen and records[seen[r["row"]]].get("status") in ("finished", "oom"):
+                continue  # a row re-run in a later call: the first measurement stands
+            if r["row"] in seen:
+                records[seen[r["row"]]] = r
+            else:
+                seen[r["row"]] = len(records)
+                records.append(r)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_report(records, [Path(f).name for f in files]), encoding="utf-8")
+    print(out.read_text(encoding="utf-8"))
+    return 0 if target_lines(records)[1] else 1
+
+
+# ---- main ------------------------------------------------------------------------------------------------
+def _parse_part(text: str, count: int) -> int:
+    match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not match:
+        raise ValueError(f"--part {text!r}: write K/N")
+    k, n = int(match.group(1)), int(match.group(2))
+    if n != count or not 1 <= k <= n:
+        raise ValueError(f"--part {text}: the rows fall into {count} parts (see --list); write K/{count}")
+    return k
+
+
+def list_parts(parts: list[list[tuple[Row, float]]]) -> str:
+    lines = []
+    total = 0.0
+    for k, part in enumerate(parts, 1):
+        seconds = part_seconds(part)
+        total += seconds
+        lines.append(f"part {k}/{len(parts)}: {seconds:.0f} s expected, {sum(1 for r, _ in part if not r.skip)} rows")
+        for row, s in part:
+            lines.append(f"  {row.name:<58} {row.axis:<7} {'skipped: ' + row.skip if row.skip else f'{s:5.0f} s'}")
+    rows = [r for p in parts for r, _ in p]
+    lines.append(f"{len(rows)} rows ({sum(1 for r in rows if not r.skip)} to run, "
+                 f"{sum(1 for r in rows if r.skip)} skipped, {sum(1 for r in rows if r.expect == 'oom' and not r.skip)} "
+                 f"meant to run out of memory), {len(parts)} parts, {total / 60:.1f} device minutes expected")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--list", action="store_true", help="print the rows, the parts and their expected seconds")
+    parser.add_argument("--part", default="", metavar="K/N", help="run part K of the N that --list prints")
+    parser.add_argument("--only", default="", metavar="REGEX", help="only the rows whose name matches")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "estimate_matrix"), help="results folder")
+    parser.add_argument("--estimate-only", action="store_true", help="no GPU: every row's estimate")
+    parser.add_argument("--report-only", nargs="+", metavar="FILE", help="merge part JSONs into the report")
+    parser.add_argument("--report", default=str(ROOT / "bench" / "results" / "estimate_matrix" / "engine-matrix.md"))
+    parser.add_argument("--budget-s", type=float, default=570.0, help="wall-clock budget of this call")
+    parser.add_argument("--home", default=None, help="TUNEDECK_HOME for runs and caches (default: a temp dir)")
+    parser.add_argument("--tiny", action="store_true", help="the bundled tiny model's row (pipeline test)")
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU (with --tiny)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    if args.report_only:
+        return report(args.report_only, Path(args.report))
+
+    all_rows = TINY_ROWS if args.tiny else ROWS
+    parts = plan_parts(all_rows)
+    if args.list:
+        print(list_parts(parts))
+        return 0
+    label = "all rows"
+    rows = list(all_rows)
+    if args.part:
+        try:
+            k = _parse_part(args.part, len(parts))
+        except ValueError as exc:
+            parser.error(str(exc))
+        rows, label = [r for r, _ in parts[k - 1]], f"part {k}/{len(parts)}"
+    if args.only:
+        rows = [r for r in rows if re.search(args.only, r.name)]
+        label += f" matching {args.only!r}"
+    if not rows:
+        parser.error("no row selected")
+    expected = {r.name: s for part in parts for r, s in part}
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = ("calibration-estimates" if args.estimate_only else
+            f"calibration-part{args.part.split('/')[0]}" if args.part else "calibration-rows")
+    out_json, out_md = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+
+    import torch
+    import transformers
+
+    if args.cpu:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the engine's processes too
+    cuda = torch.cuda.is_available() and not args.cpu and not args.estimate_only
+    gpu_name = torch.cuda.get_device_name(0) if cuda else None
+    meta = {"device": f"{gpu_name} x 1" if cuda else "CPU" if not args.estimate_only else "no device (estimates)",
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "part_label": label,
+            "peak_source": "nvml" if cuda else "rss", "gpu_name": gpu_name,
+            "command": "python bench/calibration_matrix.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    records: list[dict[str, Any]] = []
+
+    def record(r: Row, result: dict[str, Any]) -> None:
+        records.append({"row": r.name, "axis": r.axis, "expect": r.expect, "settings": asdict(r),
+                        "expected_s": round(expected.get(r.name, 0.0), 1), **result})
+        out_json.write_text(json.dumps({"meta": meta, "results": records}, indent=2, default=str) + "\n")
+        out_md.write_text(render_part(records, meta), encoding="utf-8")
+
+    if args.estimate_only:
+        for r in rows:
+            record(r, {"status": "skipped" if r.skip else "estimate only", "reason": r.skip or None,
+                       "estimate": estimate_row(r, "H200")})
+        bad = [rec["row"] for rec in records if "error" in rec["estimate"]]
+        log(f"{len(records)} estimates -> {out_json}{'; errors: ' + ', '.join(bad) if bad else ''}")
+        return 1 if bad else 0
+
+    if not cuda and not args.tiny:
+        parser.error("the matrix measures the engine on a GPU (--tiny --cpu for the pipeline, --estimate-only)")
+    home = Path(args.home or tempfile.mkdtemp(prefix="tunedeck-calibration-"))
+    home.mkdir(parents=True, exist_ok=True)
+    datasets: dict[tuple[int, int], Path] = {}
+
+    def dataset(seq: int, records_n: int) -> Path:
+        if (seq, records_n) not in datasets:
+            datasets[(seq, records_n)] = es.make_long_dataset(home, seq, records_n)
+        return datasets[(seq, records_n)]
+
+    ctx: dict[str, Any] = {
+        "home": home, "cpu": not cuda, "datasets": dataset, "profile": "", "drop_checkpoints": True,
+        "weights_made": set(),  # shared with each row's copy of the context (engine_speed.ensure_random_weights)
+        "lora_dropout": LORA_DROPOUT, "peak_flops": es.gpu_peak_flops() if cuda else None,
+        "model_dirs": {m: es.make_model_dir(home, m) for m in {r.model for r in rows}},
+    }
+    for index, r in enumerate(rows):
+        if r.skip:
+            record(r, {"status": "skipped", "reason": r.skip, "estimate": estimate_row(r, gpu_name)})
+            continue
+        drop_random_weights(ctx, r.model if r.method == "qlora" else None)
+        left = args.budget_s - (time.monotonic() - started)
+        if left < min(90.0, 0.5 * expected.get(r.name, 60.0) + 10) and cuda:
+            record(r, {"status": "skipped", "reason": f"budget: {left:.0f} s left", "estimate": estimate_row(r, gpu_name)})
+            continue
+        log(f"{index + 1}/{len(rows)} {r.name} ({left:.0f} s left, ~{expected.get(r.name, 0):.0f} s expected)")
+        result = measure_row(ctx, r, max(30.0, left - 10), gpu_name)
+        record(r, result)
+        log(f"  -> {result['status']} {result.get('tokens_per_s')} tok/s, peak {result.get('peak_gib')} GiB "
+            f"(est. {result['estimate'].get('peak_gib')} GiB {result['estimate'].get('verdict')}), {result['wall_s']} s")
+    drop_random_weights(ctx, None)
+    print(out_md.read_text(encoding="utf-8"))
+    return 0 if all(rec["status"] in ("finished", "oom", "skipped") for rec in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

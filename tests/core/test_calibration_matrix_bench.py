@@ -1,0 +1,124 @@
+"""bench/calibration_matrix.py without a GPU (issue #19): the declared rows and their parts by the time model,
+every row's estimator call, the report's pass/fail lines, and one tiny-model row end to end through the
+engine runner on a CPU (the measured rows come from the H200, bench/results/estimate_matrix/calibration-part*)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import calibration_matrix as cm  # noqa: E402
+
+
+def _run(*args: str, tmp_path: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TUNEDECK_HOME": str(tmp_path / "unused")}
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "calibration_matrix.py"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_list_declares_enough_rows_in_parts_that_each_fit_one_call(tmp_path):
+    done = _run("--list", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [r for r in cm.ROWS if not r.skip]
+    assert len(rows) >= 64 and len({r.name for r in cm.ROWS}) == len(cm.ROWS)  # names are unique
+    parts = cm.plan_parts(cm.ROWS)
+    assert [r for p in parts for r, _ in p] == list(cm.ROWS)  # every row in one part, in order
+    for part in parts:
+        assert cm.part_seconds(part) <= cm.PART_LIMIT_S, [(r.name, s) for r, s in part]
+    assert f"{len(parts)} parts" in done.stdout.splitlines()[-1]
+    # the issue's axes are all there
+    methods = {(r.method, r.pure_bf16 if r.method == "full" else None) for r in rows}
+    assert {("full", True), ("full", False), ("lora", None), ("dora", None), ("qlora", None)} <= methods
+    assert {True, False} <= {r.ckpt for r in rows} and any(isinstance(r.ckpt, int) and r.ckpt is not True
+                                                           and r.ckpt is not False for r in rows)
+    assert {1, 16} <= {r.micro for r in rows} and min(r.seq for r in rows) == 512
+    assert max(r.seq for r in rows if r.offload) == 131072 and any(r.seq >= 65536 and not r.offload for r in rows)
+    assert {"Qwen2.5-0.5B", "Qwen2.5-72B", "Llama-3-8B"} <= {cm.MODELS[r.model][0] for r in rows}
+    assert sum(r.expect == "oom" for r in rows) >= 5
+    switched = {k for r in rows for k in r.overrides()}
+    assert {"fused_ce", "lora_input_upcast", "lora_fused_add", "compile_layers", "qlora_upcast", "tiled_mlp",
+            "offload_activations", "checkpoint_layers", "optimizer"} <= switched
+    # QLoRA of 32B/72B (their bf16 random weights do not fit the disk) is declared and skipped
+    assert {r.model for r in cm.ROWS if r.method == "qlora" and r.skip} == {"32b", "72b"}
+
+
+def test_part_argument_must_match_the_plan():
+    count = len(cm.plan_parts(cm.ROWS))
+    assert cm._parse_part(f"2/{count}", count) == 2
+    for bad in ("0/3", f"1/{count + 1}", "2", "a/b"):
+        with pytest.raises(ValueError):
+            cm._parse_part(bad, count)
+
+
+def test_every_row_is_estimated_on_a_cpu(tmp_path):
+    done = _run("--estimate-only", "--out", str(tmp_path), tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "calibration-estimates.json").read_text())["results"]
+    assert [r["row"] for r in results] == [r.name for r in cm.ROWS]
+    for r in results:
+        est = r["estimate"]
+        assert "error" not in est and est["peak_gib"] > 0 and est["tokens_per_s"] > 0, r
+        assert est["verdict"] in ("fits", "tight", "does_not_fit"), r
+        if r["expect"] == "oom":
+            assert est["verdict"] == "does_not_fit", r
+    by = {r["row"]: r["estimate"] for r in results}
+    assert by["7b-lora-b4-s2048-ckpt14"]["checkpointed_layers"] == 14
+    assert by["7b-lora-b4-s2048-ckpt-fusedce-False"]["fused_ce"] == "none"
+
+
+def _record(name: str, status: str, peak_err: float | None, speed_err: float | None, verdict: str) -> dict:
+    return {"row": name, "axis": "x", "status": status, "peak_error": peak_err, "speed_error": speed_err,
+            "estimate": {"verdict": verdict, "peak_gib": 10.0, "tokens_per_s": 1000.0}}
+
+
+def test_report_passes_only_what_it_checked():
+    good = [_record(f"r{i}", "finished", 0.01, 0.05, "fits") for i in range(59)]
+    good.append(_record("oom", "oom", None, None, "does_not_fit"))
+    lines, ok = cm.target_lines(good)
+    assert ok and all(line.startswith("- PASS") for line in lines), lines
+    # too few rows, a peak more than 5 % under, a slow speed estimate, a wrong verdict: each fails its line
+    for bad, words in ((good[:-2] + good[-1:], "rows measured"),
+                       (good[:-1] + [_record("under", "finished", -0.06, 0.05, "fits"), good[-1]], "under: under"),
+                       (good[:-1] + [_record("slow", "finished", 0.01, 0.4, "fits"), good[-1]], "tokens/s worst"),
+                       (good[:-1] + [_record("oom2", "oom", None, None, "fits")], "wrong: oom2")):
+        lines, ok = cm.target_lines(bad)
+        assert not ok and any(line.startswith("- FAIL") and words in line for line in lines), (words, lines)
+
+
+def test_report_merges_parts(tmp_path):
+    a = {"meta": {}, "results": [_record("r1", "failed", None, None, "fits"), _record("r2", "finished", 0.02, 0.1, "fits")]}
+    b = {"meta": {}, "results": [_record("r1", "finished", -0.01, 0.02, "fits")]}
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    out = tmp_path / "engine-matrix.md"
+    assert cm.main(["--report-only", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--report", str(out)]) == 1
+    text = out.read_text()
+    assert "FAIL: 2 rows measured" in text and "| r1 |" in text and text.count("| r1 |") == 1
+    assert "targets NOT met" in text
+
+
+def test_tiny_cpu_row_runs_through_the_engine(tmp_path):
+    done = _run("--tiny", "--cpu", "--home", str(tmp_path / "home"), "--out", str(tmp_path), tmp_path=tmp_path,
+                timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "calibration-rows.json").read_text())["results"]
+    assert row["status"] == "finished" and row["tokens_per_s"] > 0 and row["peak_gib"] > 0.05, row
+    assert row["steps"] == 4 and row["wall_s"] > 0 and row["estimate"]["peak_gib"] > 0, row
+    assert row["engine"] == "tunedeck" and row["config_run"]["micro_batch_size"] == 2
+    assert "| tiny-lora-b2-s128-nockpt |" in (tmp_path / "calibration-rows.md").read_text()
+
+
+def test_rows_that_run_fit_the_disk_and_the_disk_skips_do_not():
+    for row in cm.ROWS:
+        if row.skip and "disk" in row.skip:
+            assert cm.disk_gb(row) > cm.DISK_FREE_GB, row.name
+        elif not row.skip:
+            assert cm.disk_gb(row) <= cm.DISK_FREE_GB, (row.name, cm.disk_gb(row))
