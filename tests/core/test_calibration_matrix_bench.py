@@ -122,3 +122,31 @@ def test_rows_that_run_fit_the_disk_and_the_disk_skips_do_not():
             assert cm.disk_gb(row) > cm.DISK_FREE_GB, row.name
         elif not row.skip:
             assert cm.disk_gb(row) <= cm.DISK_FREE_GB, (row.name, cm.disk_gb(row))
+
+
+def test_gpu_rows_are_classified_and_compared_with_what_the_engine_ran(monkeypatch):
+    """measure_row's GPU path with the engine runner stubbed: a finished row gets its errors from the
+    NVML peak and the estimate for the loss and layers the engine reported; an OOM row its verdict only."""
+    calls = []
+
+    def fake_run_engine(ctx, engine, spec, seq, timeout_s):
+        calls.append((engine, spec, ctx["steps"], ctx["dataset"](seq)))
+        if spec["micro"] == 10:
+            return {"status": "failed", "reason": "out of GPU memory", "oom": True, "peak_gib": [139.9],
+                    "peak_source": "nvml", "steps": 0}
+        return {"status": "finished", "tokens_per_s": 10000.0, "peak_gib": [21.0], "peak_source": "nvml",
+                "torch_peak_allocated_gib": [19.0], "torch_peak_reserved_gib": [20.0], "steps": 6,
+                "fused_ce": "chunked", "checkpoint_layers_run": 28, "config": {}}
+
+    monkeypatch.setattr(cm.es, "run_engine", fake_run_engine)
+    ctx = {"datasets": lambda seq, n: f"data-{seq}-{n}"}
+    by = {r.name: r for r in cm.ROWS}
+    done = cm.measure_row(ctx, by["7b-lora-b4-s2048-ckpt-lorainputupcast-True"], 100, "NVIDIA H200")
+    assert calls[0][0] == "tunedeck+lora_input_upcast=true" and calls[0][1]["ckpt"] is True
+    assert calls[0][3] == f"data-2048-{4 * calls[0][2] + 2}"
+    assert done["status"] == "finished" and done["estimate"]["fused_ce"] == "chunked"
+    assert done["peak_error"] == round((done["estimate"]["peak_gib"] - 21.0) / 21.0, 4)
+    assert done["speed_error"] == round((done["estimate"]["tokens_per_s"] - 10000.0) / 10000.0, 4)
+    oom = cm.measure_row(ctx, by["7b-lora-b10-s2048-nockpt"], 100, "NVIDIA H200")
+    assert oom["status"] == "oom" and oom["peak_error"] is None and cm.verdict_right(oom) is True
+    assert calls[1][1]["ckpt"] is False
