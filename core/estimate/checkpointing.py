@@ -48,34 +48,15 @@ def resolve_checkpoint_layers(config: Any, gpu_name: str | None, num_gpus: int =
         return value
     if not config.gradient_checkpointing or not gpu_name:
         return "all"
-    from core.assets import resolve_model_name
     from core.estimate.architecture import ArchitectureError
-    from core.estimate.estimator import plan_for_model
     from core.estimate.gpus import UnknownGpuError, find_gpu
     from core.estimate.model_source import ModelNotFoundError
     from core.estimate.plan import PlanError
+    from core.estimate.run_plan import plan_for_run
 
-    fused = config.fused_ce
-    options: dict[str, Any] = {
-        "method": config.method,
-        "precision": "pure-bf16" if config.pure_bf16 and config.method == "full" else config.precision,
-        "micro_batch_size": int(config.micro_batch_size),
-        "seq_len": int(config.max_seq_len),
-        "grad_accum_steps": int(config.gradient_accumulation),
-        "fused_ce": fused is not False,
-        "fused_ce_impl": "chunked" if fused == "chunked" else "liger",
-        "kbit_upcast": bool(config.qlora_upcast),
-        "offload_activations": bool(config.offload_activations),
-        "zero_stage": int(config.zero_stage or 0),
-        "offload": config.offload,
-        "num_gpus": max(1, num_gpus),
-    }
-    if config.method != "full":
-        options["lora_rank"] = int(config.lora_rank)
-        options["lora_dropout"] = float(config.lora_dropout)
     try:
         gpu = find_gpu(gpu_name)
-        plan = plan_for_model(resolve_model_name(str(config.model)), exact_count=False, **options)
+        plan = plan_for_run(config, num_gpus)  # the optimizer, loss, targets, tiles the engine will run
     except (UnknownGpuError, ModelNotFoundError, ArchitectureError, PlanError, OSError, ValueError):
         return "all"
     count = fewest_checkpointed_layers(plan, gpu)

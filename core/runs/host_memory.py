@@ -23,30 +23,28 @@ class OffloadNeed:
     tokens: int
     hidden: int
     width: int  # bytes per value
-    processes: int = 1  # training processes on this box: each parks its own micro-batch's inputs
-
-    @property
-    def bytes(self) -> int:
-        return self.processes * self.layers * self.tokens * self.hidden * self.width
+    processes: int  # training processes on this box: each parks its own micro-batch's inputs
+    bytes: int  # the estimator's figure (``core.estimate.memory.activation_host_bytes``): the product above
 
 
 def offload_need(cfg: dict[str, Any], processes: int = 1) -> OffloadNeed | None:
     """What ``offload_activations`` parks per micro-batch for the run ``cfg`` on a box where ``processes``
-    ranks train (None: off, or a model the estimator cannot read)."""
+    ranks train (None: off, or a model the estimator cannot read). The figure is the estimator's, so the
+    wizard's host RAM and this check cannot disagree."""
     if not (cfg.get("offload_activations") and cfg.get("gradient_checkpointing", True)):
         return None
-    from core.assets import resolve_model_name
-    from core.estimate import ArchitectureError, ModelNotFoundError, load_model_config
+    from core.estimate import ArchitectureError, ModelNotFoundError
+    from core.estimate.memory import activation_host_bytes
+    from core.estimate.plan import PlanError
+    from core.estimate.run_plan import plan_for_run
 
     try:
-        arch = load_model_config(resolve_model_name(str(cfg.get("model") or ""))).architecture()
-    except (ArchitectureError, ModelNotFoundError, OSError, ValueError, TypeError):
+        plan = plan_for_run(cfg, max(1, processes))
+    except (ArchitectureError, ModelNotFoundError, PlanError, OSError, ValueError, TypeError):
         return None
-    layers = cfg.get("checkpoint_layers", "all")
-    checkpointed = arch.num_layers if layers in (None, "all", "auto") else min(int(layers), arch.num_layers)
-    tokens = int(cfg.get("micro_batch_size") or 1) * int(cfg.get("max_seq_len") or 2048)
-    fp32 = str(cfg.get("precision", "bf16")) == "fp32" or (cfg.get("method") == "qlora" and cfg.get("qlora_upcast"))
-    return OffloadNeed(checkpointed, tokens, arch.hidden_size, 4 if fp32 else 2, max(1, processes))
+    width = 4 if plan.precision == "fp32" or plan.kbit_upcast else 2
+    return OffloadNeed(plan.checkpointed_layers, plan.tokens_per_micro_batch, plan.architecture.hidden_size, width,
+                       plan.num_gpus, int(activation_host_bytes(plan)))
 
 
 def available_bytes() -> int | None:
