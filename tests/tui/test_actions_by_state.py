@@ -24,6 +24,7 @@ from tui.app import make_app
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.runs import RunsScreen
 from tui.widgets.confirm import ConfirmScreen
+from tui.widgets.keys_footer import KeysFooter
 from tui.widgets.lifecycle_panels import MergePanel, ServePanel
 
 SIZE = (80, 24)
@@ -90,6 +91,32 @@ def test_a_read_only_source_offers_no_stop():
             await pilot.press("k")
             await pilot.pause()
             assert isinstance(app.screen, DashboardScreen)
+
+    run(scenario())
+
+
+def test_an_outside_folder_says_quit_once_and_esc_still_quits():
+    """``tunedeck watch DIR`` on another trainer's folder: Esc quits like q, and the footer says so once
+    (q Quit), not as "Esc Quit" beside it; in the full view Esc is shown again, as what leaves it."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(FIXTURES / "swift_output"))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.series.train_records > 0 and screen.status)
+            assert screen.standalone
+            shown = app.screen.query_one(KeysFooter).shown()
+            assert ("q", t("app.key.quit")) in shown and "Esc" not in footer_keys(app)
+            await pilot.press("f")
+            await pilot.pause()
+            assert ("Esc", t("dashboard.key.leave_full")) in app.screen.query_one(KeysFooter).shown()
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not screen.has_class("-full") and "Esc" not in footer_keys(app)
+            await pilot.press("escape")
+            await pilot.pause()
+        assert app.return_code == 0
+        assert not app.is_running
 
     run(scenario())
 

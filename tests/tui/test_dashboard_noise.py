@@ -226,7 +226,8 @@ def test_a_watched_folder_says_which_metric_it_does_not_log_and_esc_quits():
             assert "waiting" not in text
             assert f"not in this source ({kind})" in screen.query_one(missing, LineChart)._strips[3].text
             assert screen.query_one(present, LineChart).clipped_peak is None
-            assert "Esc Quit" in text and "Back to runs" not in text
+            # Esc quits, as q does: the footer says it once (q Quit), Esc is not offered as Back to runs
+            assert "q Quit" in text and "Esc Quit" not in text and "Back to runs" not in text
             await pilot.press("escape")  # back to the shell it came from, not to tunedeck's Runs list
             await wait_for(pilot, lambda: app.return_code is not None)
             assert app.current_mode == "runs" and isinstance(app.screen, DashboardScreen)

@@ -7,8 +7,10 @@ measures each entry in cells and drops the lowest-priority entries first, as laz
 Order: help first (``?``, or ``F1`` while a text field has the focus); then the screen's own priority
 list (``footer_priority()``, binding ids, so it can follow the state: stop while running, merge/chat/serve
 when finished); then the screen's other shown keys; the focused widget's; the app's (quit, sections); the
-palette last. An action refused by ``check_action`` (hidden or disabled) is not offered. While a text
-field has the focus, letter keys would be typed into it, so only the entries with another key remain.
+palette last. The screen's ``footer_label()`` names an entry for the state it is in, or leaves it out
+(None) where another entry says the same. An action refused by ``check_action`` (hidden or disabled) is
+not offered. While a text field has the focus, letter keys would be typed into it, so only the entries
+with another key remain.
 """
 
 from __future__ import annotations
@@ -100,6 +102,8 @@ def footer_entries(screen) -> list[tuple[str, str]]:
             description = t("app.key.palette_footer")
         elif hasattr(screen, "footer_label") and entry["label_id"]:
             description = screen.footer_label(entry["label_id"], description)
+            if description is None:
+                continue  # another entry already says what this key does here
         rows.append((entry["keys"][0], description))
     return rows
 

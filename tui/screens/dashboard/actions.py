@@ -49,12 +49,14 @@ class DashboardActions:
             return not self.source.read_only and self.status == RunState.FINISHED
         return True
 
-    def footer_label(self, binding_id: str, description: str) -> str:
-        """Esc leaves the full view before it goes back to the runs: the footer says which it does now."""
+    def footer_label(self, binding_id: str, description: str) -> str | None:
+        """Esc leaves the full view before it goes back to the runs: the footer says which it does now.
+        Where Esc quits (``tunedeck watch DIR`` on an outside folder) the footer leaves it out: the app's
+        ``q Quit`` already says so, and Esc still quits."""
         if binding_id == "dashboard.back" and self.has_class("-full"):
             return t("dashboard.key.leave_full")
         if binding_id == "dashboard.back" and self._leaves_app():
-            return t("dashboard.key.quit_watch")
+            return None
         return description
 
     def _leaves_app(self) -> bool:
