@@ -97,7 +97,8 @@ def test_a_read_only_source_offers_no_stop():
 
 def test_an_outside_folder_says_quit_once_and_esc_still_quits():
     """``tunedeck watch DIR`` on another trainer's folder: Esc quits like q, and the footer says so once
-    (q Quit), not as "Esc Quit" beside it; in the full view Esc is shown again, as what leaves it."""
+    (q Quit), not as "Esc Quit" beside it; in the full view and the log search Esc is shown again, as what
+    leaves them."""
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(FIXTURES / "swift_output"))
         async with app.run_test(size=SIZE) as pilot:
@@ -113,6 +114,11 @@ def test_an_outside_folder_says_quit_once_and_esc_still_quits():
             await pilot.press("escape")
             await pilot.pause()
             assert not screen.has_class("-full") and "Esc" not in footer_keys(app)
+            await pilot.press("s")  # the log search: Esc closes it first, and the footer says so
+            await wait_for(pilot, lambda: "Esc" in footer_keys(app))
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: "Esc" not in footer_keys(app))
+            assert app.is_running  # that Esc closed the search, not the app
             await pilot.press("escape")
             await pilot.pause()
         assert app.return_code == 0

@@ -60,8 +60,9 @@ class DashboardActions:
         return description
 
     def _leaves_app(self) -> bool:
-        """Esc here quits: this dashboard is what ``tunedeck watch DIR`` opened, over nothing of its own."""
-        return self.standalone and not self.has_class("-full")
+        """Esc here quits: this dashboard is what ``tunedeck watch DIR`` opened, over nothing of its own (and
+        neither the full view nor the log search is open, which Esc closes first)."""
+        return self.standalone and not self.has_class("-full") and not self.query_one("#dash-search", Input).display
 
     def on_action_done(self, message: ActionDone) -> None:
         self.notify(message.text, severity=message.severity)
@@ -75,6 +76,7 @@ class DashboardActions:
         box = self.query_one("#dash-search", Input)
         box.display = True
         box.focus()
+        self.refresh_bindings()  # Esc now closes the search: the footer says Back
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id != "dash-search":
@@ -131,6 +133,7 @@ class DashboardActions:
         if box.display:
             box.display = False
             self.query_one("#dash-log", LogPane).focus()
+            self.refresh_bindings()  # Esc quits again: the footer says so
             return
         if self.has_class("-full"):
             self.action_toggle_full()
