@@ -292,48 +292,44 @@ def log(text: str) -> None:
 
 
 # ---- the estimator for a row -----------------------------------------------------------------------------
+def run_values(row: Row) -> dict[str, Any]:
+    """The row's run keys as ``tunedeck train`` reads them (the estimator maps them with
+    ``core.estimate.run_plan``, as the engine's launcher does)."""
+    values: dict[str, Any] = {
+        "model": str(MODELS[row.model][1]), "method": row.method, "precision": "bf16",
+        "pure_bf16": row.pure_bf16 and row.method == "full", "micro_batch_size": row.micro, "max_seq_len": row.seq,
+        "gradient_accumulation": 1, "gradient_checkpointing": row.ckpt is not False,
+        "checkpoint_layers": row.ckpt if isinstance(row.ckpt, int) and not isinstance(row.ckpt, bool)
+        else "auto" if row.ckpt == "auto" else "all",
+        "offload_activations": row.offload, "tiled_mlp": row.tiled_mlp, "lora_rank": 16, "lora_dropout": LORA_DROPOUT,
+    }
+    values.update(row.switch)  # fused_ce, optimizer, attn, qlora_upcast, ... as the row sets them
+    return values
+
+
 def _layers_for_auto(row: Row, gpu_name: str) -> int | None:
     """``checkpoint_layers: auto`` as the engine's launcher resolves it (None: every layer)."""
     from core.estimate.checkpointing import resolve_checkpoint_layers
 
-    fused = row.switch.get("fused_ce", "auto")
-    config = SimpleNamespace(
-        checkpoint_layers="auto", gradient_checkpointing=True, model=str(MODELS[row.model][1]), fused_ce=fused,
-        method=row.method, pure_bf16=row.pure_bf16 and row.method == "full", precision="bf16",
-        micro_batch_size=row.micro, max_seq_len=row.seq, gradient_accumulation=1,
-        qlora_upcast=bool(row.switch.get("qlora_upcast", False)), offload_activations=row.offload, zero_stage=0,
-        offload="none", lora_rank=16, lora_dropout=LORA_DROPOUT)
-    value = resolve_checkpoint_layers(config, gpu_name)
+    value = resolve_checkpoint_layers(SimpleNamespace(**run_values(row)), gpu_name)
     return None if value == "all" else int(value)
 
 
 def plan_options(row: Row, gpu_name: str = "H200", fused_run: str | None = None,
                  layers_run: int | None = None) -> dict[str, Any]:
-    """``core.estimate.TrainingPlan`` options for the row's run keys. ``fused_run`` / ``layers_run``: the
-    loss ("liger", "chunked", "none") and the checkpointed layer count the engine reported it ran."""
-    from core.estimate import normalise_optimizer
+    """``core.estimate.TrainingPlan`` options for the row's run keys (``core.estimate.run_plan``, on a GPU
+    with liger-kernel installed, as the device has). ``fused_run`` / ``layers_run``: the loss ("liger",
+    "chunked", "none") and the checkpointed layer count the engine reported it ran."""
+    from core.estimate.run_plan import plan_options_for_run
 
-    sw = row.switch
-    fused = sw.get("fused_ce", "auto")
+    values = run_values(row)
+    options = plan_options_for_run(values)
+    fused = values.get("fused_ce", "auto")
     if fused_run is None:  # what the engine resolves on a GPU with liger-kernel installed (the device has it)
         fused_run = "none" if fused is False else "chunked" if fused == "chunked" else "liger"
-    options: dict[str, Any] = {
-        "method": row.method,
-        "precision": "pure-bf16" if row.method == "full" and row.pure_bf16 else "bf16",
-        "micro_batch_size": row.micro, "seq_len": row.seq,
-        "gradient_checkpointing": row.ckpt is not False,
-        "fused_ce": fused_run != "none", "fused_ce_impl": "chunked" if fused_run == "chunked" else "liger",
-        "optimizer": normalise_optimizer(str(sw.get("optimizer", "auto"))),
-        "offload_activations": row.offload,
-        "tiled_mlp": "false" if row.tiled_mlp in (False, "false") else row.tiled_mlp,
-        "attention": "eager" if sw.get("attn") == "eager" else "sdpa",
-    }
-    if row.method != "full":
-        options.update(lora_rank=16, lora_dropout=LORA_DROPOUT, kbit_upcast=bool(sw.get("qlora_upcast", False)))
+    options.update(fused_ce=fused_run != "none", fused_ce_impl="chunked" if fused_run == "chunked" else "liger")
     if layers_run is not None and row.ckpt is not False:
         options["checkpoint_layers"] = int(layers_run)
-    elif isinstance(row.ckpt, int) and not isinstance(row.ckpt, bool):
-        options["checkpoint_layers"] = row.ckpt
     elif row.ckpt == "auto":
         options["checkpoint_layers"] = _layers_for_auto(row, gpu_name)
     return options
