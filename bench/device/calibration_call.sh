@@ -8,15 +8,7 @@
 # calibration-partK.json/.md (rewritten after every row), calibration-partK.log, box.txt.
 set -uo pipefail
 part=$1; shift
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-here=$(pwd)
-if [ -f devtree.tar ]; then rm -rf /tmp/tree && mkdir -p /tmp/tree && tar -xf devtree.tar -C /tmp/tree && cd /tmp/tree; fi
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$here"/.whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; df -h /tmp | tail -1; nproc; free -g | head -2
-  python3 -c 'import torch, transformers, peft; print(torch.__version__, transformers.__version__, peft.__version__)'
-  python3 -c 'import liger_kernel, bitsandbytes; print("liger-kernel and bitsandbytes importable")'; } \
-  > "$out/box.txt" 2>&1
+. bench/device/setup.sh
 parts=$(python3 bench/calibration_matrix.py --list | tail -n 1 | sed -n 's/.* \([0-9][0-9]*\) parts,.*/\1/p')
 [ -n "$parts" ] || { echo "could not read the part count from --list" >&2; exit 1; }
 rm -rf /tmp/cal-home

@@ -6,14 +6,7 @@
 # the offload and tiled-MLP paths (GPU_TESTS=0 skips them), then the bench. Results land in $OUT.
 set -uo pipefail
 name=$1; shift
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-here=$(pwd)
-if [ -f devtree.tar ]; then rm -rf /tmp/tree && mkdir -p /tmp/tree && tar -xf devtree.tar -C /tmp/tree && cd /tmp/tree; fi
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$here"/.whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; df -h /tmp | tail -1; nproc; free -g | head -2
-  python3 -c 'import torch, transformers, peft; print(torch.__version__, transformers.__version__, peft.__version__)'; } \
-  > "$out/box.txt" 2>&1
+. bench/device/setup.sh
 [ "${GPU_TESTS:-1}" = 0 ] || TUNEDECK_TEST_GPU=1 timeout 180 python3 -m pytest -q -p no:cacheprovider -m gpu tests/core/test_train_offload.py \
   tests/core/test_train_tiled_mlp.py tests/core/test_engine_switches.py > "$out/$name-gpu-tests.txt" 2>&1
 [ "${GPU_TESTS:-1}" = 0 ] || tail -n 5 "$out/$name-gpu-tests.txt"
