@@ -58,6 +58,16 @@ def format_compact(value: float | None) -> str:
     return f"{value:.0f}"
 
 
+def format_magnitude(value: float | None, unknown: str = UNKNOWN) -> str:
+    """Parameter and download counts in a column: ``7.6B``, ``1.2M``, ``3.4K``, ``950``."""
+    if not _known(value):
+        return unknown
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if value >= scale:  # type: ignore[operator]
+            return f"{value / scale:.1f}{unit}"  # type: ignore[operator]
+    return str(value)
+
+
 def format_axis(values: Sequence[float | None]) -> list[str]:
     """Labels of one chart axis in one unit and one precision: ``12.6k 6.3k 0``, never ``10.4k`` beside
     ``5201``. The unit (k, M) and the decimals come from the largest magnitude; very small or very large

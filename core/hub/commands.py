@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from core.i18n import t
+from core.units import format_magnitude
 
 
 def register(subparsers: Any) -> None:
@@ -98,12 +99,7 @@ def _date(value: str | None) -> str:
 
 
 def _count(value: int | None) -> str:
-    if value is None:
-        return "?"
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.1f}{unit}"
-    return str(value)
+    return format_magnitude(value, unknown="?")  # the hub's tables mark an unknown count "?"
 
 
 def run_search(args: argparse.Namespace) -> int:

@@ -73,3 +73,10 @@ def test_plural_keys():
     assert plural_key("runs_screen.summary", 1) == "runs_screen.summary_one"
     assert plural_key("runs_screen.summary", 0) == "runs_screen.summary_other"
     assert plural_key("runs_screen.summary", 2) == "runs_screen.summary_other"
+
+
+def test_magnitudes_of_parameter_and_download_counts():
+    from core.units import format_magnitude
+
+    assert [format_magnitude(v) for v in (7_615_616_512, 1_234_567, 3_400, 950)] == ["7.6B", "1.2M", "3.4K", "950"]
+    assert format_magnitude(None) == "–" and format_magnitude(None, unknown="?") == "?"

@@ -43,6 +43,7 @@ from core.hub.reachability import HubReachability
 from core.hub.records import HUBS, SIZE_CLASSES, SORTS, ModelDetails, SearchPage, SearchQuery
 from core.i18n import t
 from core.text_width import cell_len, truncate
+from core.units import format_magnitude
 from tui.screens.error_modal import report_failed_worker, report_unexpected
 from tui.widgets.keys_footer import KeysFooter
 
@@ -56,12 +57,7 @@ HUB_TAB_ACTIONS = frozenset({"focus_search", "toggle_hub", "cycle_owner", "cycle
 
 
 def _count(value: int | None) -> str:
-    if value is None:
-        return "?"
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.1f}{unit}"
-    return str(value)
+    return format_magnitude(value, unknown="?")  # the hub's tables mark an unknown count "?"
 
 
 def _plain(text: str) -> str:
