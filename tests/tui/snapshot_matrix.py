@@ -9,8 +9,9 @@ names (``zh_`` in front). ``test_snapshot_matrix.py`` also checks that every cel
 file. Runs are built on disk by ``run_builder``; the hub is the local stub server (``hub_env``) or the
 closed port of ``conftest`` (offline): no scenario reaches the network.
 
-Not in the matrix: the chat screen, which needs a real finished run and model (``test_chat_screen.py``
-drives it without a snapshot).
+The chat screen is drawn on a folder of the bundled tiny model with its random weights (a model folder,
+as ``tunedeck chat --model-dir`` opens it), loaded in its worker process: a run's chat shows the run's id, which changes with every
+training (``test_chat_screen.py`` drives that one without a snapshot).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.tui.conftest import (
 )
 
 SWIFT_OUTPUT = Path(__file__).parents[1] / "fixtures" / "watch" / "swift_output"
+TINY = Path(__file__).parents[2] / "core" / "assets" / "tiny"
 SMALL, LARGE = (80, 24), (160, 50)
 
 # screen -> the states that apply to it, each the stem of its snapshots (<stem>_80x24.svg, zh_<stem>_80x24.svg)
@@ -42,22 +44,24 @@ MATRIX: dict[str, dict[str, str]] = {
     "dashboard": {"fresh": "dashboard_fresh", "running": "dashboard_healthy", "finished": "dashboard_finished",
                   "failed": "dashboard_failed", "read-only source": "dashboard_readonly"},
     "help": {"fresh": "help_gpus"},
+    "chat": {"ready": "chat_ready"},
 }
 # every screen at 160x50 in English: one stem per screen at least
 LARGE_EN = {"gpus": "gpus_h200x2", "models": "models_details", "wizard": "wizard", "runs": "runs_three",
-            "dashboard": "dashboard_healthy", "help": "help_gpus"}
+            "dashboard": "dashboard_healthy", "help": "help_gpus", "chat": "chat_ready"}
 
 # every screen at 160x50 in Chinese (the dashboard's and the GPU screen's are drawn by i18n_zh_scenarios.py)
 LARGE_ZH = {"gpus": "gpus_h200x2", "models": "models_details", "wizard": "wizard", "runs": "runs_empty",
-            "dashboard": "dashboard_healthy", "help": "help_gpus"}
+            "dashboard": "dashboard_healthy", "help": "help_gpus", "chat": "chat_ready"}
 
 # the cells drawn here (stem, size); the others are the screens' own tests' (COVERED)
 EN = [("dashboard_fresh", SMALL), ("dashboard_fresh", LARGE), ("dashboard_readonly", SMALL),
       ("dashboard_readonly", LARGE), ("runs_empty", SMALL), ("wizard", SMALL), ("wizard", LARGE),
-      ("help_gpus", SMALL), ("help_gpus", LARGE), ("models_details", LARGE)]
+      ("help_gpus", SMALL), ("help_gpus", LARGE), ("models_details", LARGE), ("chat_ready", SMALL),
+      ("chat_ready", LARGE)]
 ZH = [("dashboard_fresh", SMALL), ("dashboard_readonly", SMALL), ("dashboard_finished", SMALL),
       ("runs_empty", SMALL), ("wizard_result", SMALL), ("runs_empty", LARGE), ("wizard", LARGE),
-      ("help_gpus", LARGE), ("models_details", LARGE)]
+      ("help_gpus", LARGE), ("models_details", LARGE), ("chat_ready", SMALL), ("chat_ready", LARGE)]
 COVERED = ("test_dashboard_render.py", "test_gpu_screen.py", "test_models_screen.py", "test_models_offline.py",
            "test_runs_screen.py", "test_wizard_snapshots.py", "i18n_zh_scenarios.py")
 NEEDS_HUB = {"models_details"}  # scenarios that search the local hub stub (the hub_env fixture)
@@ -183,10 +187,36 @@ async def models_details(size, name) -> None:
         assert_snapshot(app, name)
 
 
+async def chat_ready(size, name) -> None:
+    """The chat on a folder of the bundled tiny model with weights, once its worker process has loaded it."""
+    import shutil
+
+    import torch
+    from textual.widgets import Input
+
+    from core.train.model_setup import materialize_random_weights
+    from tui.screens.chat import ChatScreen
+
+    model_dir = runs_dir().parent / "models" / "tiny"  # a fixed name: the screen shows the folder's
+    if not model_dir.exists():
+        shutil.copytree(materialize_random_weights(TINY, 1, torch.float32), model_dir)
+    app = _app("none")
+    async with app.run_test(size=size) as pilot:
+        screen = ChatScreen(model_dir=model_dir)
+        app.push_screen(screen)
+        await wait_for(pilot, lambda: screen.ready, timeout=120)
+        for field in screen.query(Input):  # a blinking cursor would draw on some frames and not others
+            field.cursor_blink = False
+        await wait_screen_stable(pilot, app)
+        assert "tiny" in screen_text(app)
+        assert_snapshot(app, name)
+
+
 SCENARIOS: dict[str, Callable[[tuple[int, int], str], Awaitable[None]]] = {
     "dashboard_fresh": dashboard_fresh, "dashboard_finished": dashboard_finished,
     "dashboard_readonly": dashboard_readonly, "runs_empty": runs_empty, "wizard": wizard,
     "wizard_result": wizard_result, "help_gpus": help_gpus, "models_details": models_details,
+    "chat_ready": chat_ready,
 }
 
 

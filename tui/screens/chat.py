@@ -77,8 +77,8 @@ class ChatScreen(Screen[None]):
 
     DEFAULT_CSS = """
     ChatScreen #chat-settings { height: 3; }
-    ChatScreen #chat-system { width: 3fr; }
-    ChatScreen #chat-temperature, ChatScreen #chat-max-tokens { width: 1fr; }
+    ChatScreen #chat-system { width: 1fr; }
+    ChatScreen #chat-temperature, ChatScreen #chat-max-tokens { width: 20; }
     ChatScreen #chat-panes { height: 1fr; }
     ChatScreen Transcript { width: 1fr; border: round $panel-lighten-2; border-title-color: $primary; }
     ChatScreen #chat-status { height: 1; padding: 0 1; color: $text-muted; }
@@ -121,6 +121,7 @@ class ChatScreen(Screen[None]):
         self.title = t("app.title")
         self.sub_title = t("chat.subtitle", model=self.label)
         self.query_one("#chat-temperature", Input).border_title = t("chat.temperature")
+        self.query_one("#chat-max-tokens", Input).border_title = t("chat.max_tokens")  # its value hides the placeholder
         self.query_one("#chat-base", Transcript).display = self.compare
         self.query_one("#chat-input", Input).focus()
         self._start_worker()
