@@ -195,9 +195,15 @@ def pair(tmp_path_factory):
     os.kill(trainer, signal.SIGSTOP)
     try:
         stop.send()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 240  # a guard against a hang, not a speed: the signal comes in ms
         while not signal_pending(trainer, signal.SIGTERM):
-            assert time.monotonic() < deadline, "the stop never reached the trainer"
+            if time.monotonic() > deadline:
+                done = stop.proc.poll() is not None
+                raise AssertionError(
+                    "the stop never reached the trainer; the stop command "
+                    + (f"exited {stop.proc.returncode}: {stop.proc.stderr.read()[-2000:]}" if done else "still runs")
+                    + f"; status {(cli.run_dir(interrupted) / 'status.json').read_text()}"
+                    + f"; events {(cli.run_dir(interrupted) / 'events.jsonl').read_text()[-1500:]}")
             time.sleep(0.05)
     finally:
         os.kill(trainer, signal.SIGCONT)
