@@ -18,7 +18,7 @@ from tests.tui.conftest import (
     wait_screen_stable,
 )
 from tui.app import make_app
-from tui.screens.dashboard import DashboardScreen
+from tui.screens.dashboard import DashboardScreen, EventsTable
 from tui.widgets.log_pane import LogPane
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "watch"
@@ -41,6 +41,7 @@ async def open_dashboard(pilot, app, status: str, events: int | None = None) -> 
 async def settle(pilot, app, screen: DashboardScreen, gpus: bool = True) -> None:
     if gpus:
         await wait_for(pilot, lambda: screen.gpu_version > 0)
+    await wait_for(pilot, lambda: screen.query_one("#dash-events", EventsTable).at_newest)  # the newest in view
     screen._redraw()
     app.clear_notifications()
     await wait_screen_stable(pilot, app)
@@ -152,3 +153,21 @@ def test_gpu_charts_are_by_time_and_say_so(recording, gpus):
 
     with SupervisorStandIn(path):
         run(scenario())
+
+
+def test_events_scrolled_short_of_the_newest_come_back_on_the_next_tick():
+    """A scroll made against a layout that changed after it (a busy box measures rows late) left the
+    events short of the newest; the dashboard's tick puts a following table right, a moved cursor not."""
+    path = build_run(runs_dir(), "20261129-2100-follow", status="finished", steps=600)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_dashboard(pilot, app, "finished", events=len(list(open(path / "events.jsonl"))))
+            table = screen.query_one("#dash-events", EventsTable)
+            await wait_for(pilot, lambda: table.at_newest and table.max_scroll_y > 0)
+            table.scroll_home(animate=False, immediate=True)  # what a stale scroll leaves
+            assert not table.at_newest
+            await wait_for(pilot, lambda: table.at_newest)  # the next tick
+
+    run(scenario())

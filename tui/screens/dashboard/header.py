@@ -53,6 +53,17 @@ class EventsTable(DataTable):
             self.scroll_end(animate=False, immediate=True)
             self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
 
+    @property
+    def at_newest(self) -> bool:
+        """The newest event is in view (what following means; tests wait for it)."""
+        return self.scroll_y >= self.max_scroll_y
+
+    def keep_up(self) -> None:
+        """The dashboard's tick: a scroll made against a layout that changed after it (a busy box measures
+        rows late) is put right by the next tick, so following never stays short of the newest."""
+        if self.following and not self.at_newest:
+            self.scroll_end(animate=False, immediate=True)
+
 
 def _na(value: str | None) -> str:
     return value if value else t("dashboard.na")

@@ -183,6 +183,7 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
     def _redraw_if_dirty(self) -> None:
         if self._dirty:
             self._redraw()
+        self.query_one("#dash-events", EventsTable).keep_up()
 
     def _redraw(self) -> None:
         self._dirty = False
