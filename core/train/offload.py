@@ -14,7 +14,7 @@ memory as the block starts, and copied back only for the block's recomputation i
 
 The host copy is a list of pinned chunks of at most ``PIN_CHUNK_BYTES``: torch's pinned-memory allocator
 rounds every request up to a power of two, so one 2.8 GB block input (393k tokens on a 7B) would pin
-4 GiB, and 28 of them more than a 128 GiB box has; in chunks the rounding wastes at most one chunk.
+4 GiB, and 28 of them nearly all of a 125 GiB box; in chunks the rounding wastes at most one chunk.
 
 The first version copied synchronously from pageable memory, back again for the forward, and sent the
 gradient through the host (five blocking copies per block): at 32k tokens that, not the compute, set the
