@@ -141,8 +141,10 @@ def _site(frames: list[dict[str, Any]], depth: int = 2) -> str:
 
 def peak_breakdown(trace: list[dict[str, Any]], before_bytes: int, top: int = 25) -> str:
     """Replays a CUDA allocator trace (``torch.cuda.memory._snapshot()["device_traces"][d]``): the highest
-    total of live blocks, and those live at that moment grouped by allocation site."""
-    frees = {"free_completed"} if any(e.get("action") == "free_completed" for e in trace) else {"free_requested"}
+    total of live blocks, and those live at that moment grouped by allocation site. A block counts until
+    its free is requested, as torch's ``memory_allocated`` counts it (a block used on another stream is
+    reusable only later, at ``free_completed``, but it is no longer allocated)."""
+    frees = {"free_requested"} if any(e.get("action") == "free_requested" for e in trace) else {"free_completed"}
     live: dict[int, dict[str, Any]] = {}
     current = peak = before_bytes
     peak_index = -1

@@ -47,3 +47,12 @@ def test_env_value_names_the_steps():
     assert parse_memory_profile_env("0") is None
     assert parse_memory_profile_env("x") is None
     assert parse_memory_profile_env(None) is None
+
+
+def test_a_block_stops_counting_when_its_free_is_requested_as_torch_counts_allocated():
+    """Freed while another stream still used it: reusable later (free_completed), but no longer allocated."""
+    trace = [{"action": "alloc", "addr": 1, "size": 100 * MIB, "frames": []},
+             {"action": "free_requested", "addr": 1, "size": 100 * MIB},
+             {"action": "alloc", "addr": 2, "size": 100 * MIB, "frames": []},
+             {"action": "free_completed", "addr": 1, "size": 100 * MIB}]
+    assert "+ 0.10 GiB live at event 1 of 4" in peak_breakdown(trace, before_bytes=0)
