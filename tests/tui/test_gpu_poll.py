@@ -79,8 +79,10 @@ def test_one_poll_feeds_the_gpu_screen_and_a_dashboard():
             assert len(gpu_poll_workers(app)) == 1
             await wait_for(pilot, lambda: gpus.snapshot is app.gpu_snapshot
                            and dashboard.util_samples[-1][0] == app.gpu_snapshot.taken_at)
-            # every read is one point of the one history
-            assert len(app.gpu_history.times()) == backend.reads
+            # every read is one point of the one history: a read made in the worker reaches the history
+            # when the app handles its message, so wait for the two to meet (a double count or a lost read
+            # never would) instead of comparing them at an instant a read may be in flight
+            await wait_for(pilot, lambda: len(app.gpu_history.times()) == backend.reads)
 
     with SupervisorStandIn(path):
         run(scenario())
