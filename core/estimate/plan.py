@@ -68,6 +68,10 @@ class TrainingPlan:
     # parameter (embedding, LM head, norms) to fp32; the engine's default (qlora_upcast: false) keeps
     # them, and so the activations, in bf16.
     kbit_upcast: bool = False
+    # peft's cast of every LoRA layer's input to the adapter's dtype (fp32) before its dropout and lora_A
+    # (run key ``lora_input_upcast``, core.train.engine_switches); the engine's default keeps it in bf16.
+    # The plain peft recipe upcasts. Speed only: a full-size fp32 copy per LoRA input and pass.
+    lora_input_upcast: bool = False
     # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
     offload_activations: bool = False
     # The MLP over sequence tiles (core.train.tiled_mlp): "auto" (checkpointed blocks, long micro-batches),

@@ -58,6 +58,7 @@ def plan_options_for_run(config: Any, num_gpus: int = 1, cuda: bool = True) -> d
         options["lora_rank"] = int(_value(config, "lora_rank", 16) or 16)
         options["lora_dropout"] = float(_value(config, "lora_dropout", 0.05) or 0.0)
         options["lora_targets"] = normalise_lora_targets(_value(config, "lora_targets", "all-linear") or "all-linear")
+        options["lora_input_upcast"] = bool(_value(config, "lora_input_upcast", False))
     return options
 
 

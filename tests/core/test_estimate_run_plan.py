@@ -9,7 +9,7 @@ from core.estimate.run_plan import plan_for_run, plan_options_for_run
 RUN = {"model": "Qwen2.5-7B", "dataset": "sample", "method": "lora", "max_seq_len": 8192, "micro_batch_size": 2,
        "gradient_accumulation": 4, "lora_rank": 32, "lora_dropout": 0.0, "lora_targets": ["q_proj", "v_proj"],
        "optimizer": "adamw_bnb_8bit", "tiled_mlp": 4, "attn": "eager", "fused_ce": "chunked",
-       "checkpoint_layers": 10, "offload_activations": True}
+       "checkpoint_layers": 10, "offload_activations": True, "lora_input_upcast": True}
 
 
 def test_every_key_the_engine_reads_reaches_the_plan():
@@ -20,6 +20,7 @@ def test_every_key_the_engine_reads_reaches_the_plan():
     assert (plan.optimizer, plan.tiled_mlp, plan.attention) == ("adamw_8bit", 4, "eager")
     assert (plan.fused_ce, plan.fused_ce_impl) == (True, "chunked")
     assert (plan.checkpoint_layers, plan.offload_activations, plan.num_gpus) == (10, True, 2)
+    assert plan.lora_input_upcast is True and plan_for_run({**RUN, "lora_input_upcast": False}).lora_input_upcast is False
     assert plan_for_run(RUN).num_gpus == 1  # the config's dict works as well as the RunConfig
 
 
