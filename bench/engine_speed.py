@@ -236,13 +236,17 @@ def steady_tokens_per_s(points: list[tuple[float, float]], warmup: int) -> float
 
 
 def model_flops_per_token(model: str, method: str, seq: int) -> float:
-    """Forward + backward training FLOPs per token (no recomputation), the estimator's formula."""
+    """Forward + backward training FLOPs per token (no recomputation), the estimator's formula with every
+    attention score counted (the PaLM convention; the estimator itself counts a causal kernel's half)."""
+    from dataclasses import replace
+
     from core.estimate import count_parameters, plan_for_model
     from core.estimate.calibration import DEFAULT_CALIBRATION
     from core.estimate.speed import flops_per_token
 
     plan = plan_for_model(str(CONFIGS[model]), method=method, seq_len=seq, exact_count=False)
-    flops = flops_per_token(plan.architecture, count_parameters(plan.architecture), plan, DEFAULT_CALIBRATION)
+    palm = replace(DEFAULT_CALIBRATION, attention_flops_factor=1.0)
+    flops = flops_per_token(plan.architecture, count_parameters(plan.architecture), plan, palm)
     return flops.forward + flops.backward
 
 
