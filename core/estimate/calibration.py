@@ -10,12 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# Fitted by bench/estimate_calibrate.py on H200 runs (see bench/results/estimate_calibration.md).
-# Full's big-GEMM efficiency is pinned (what large bf16 cuBLAS GEMMs reach on Hopper), not fitted:
-# with two model widths it trades off against HIDDEN_HALF_EFFICIENCY.
+# Fitted by bench/estimate_calibrate.py on H200 runs of the current engine (see
+# bench/results/estimate_calibration.md). Full's big-GEMM efficiency is pinned (what large bf16 cuBLAS
+# GEMMs reach on Hopper), not fitted: with two model widths (3584, 4096) it trades off against
+# HIDDEN_HALF_EFFICIENCY, which the full rows fix under it.
 HOPPER_FULL_EFFICIENCY = 0.72
-HOPPER_LORA_EFFICIENCY = 0.497
-HIDDEN_HALF_EFFICIENCY = 3530.0
+HOPPER_LORA_EFFICIENCY = 0.606
+HIDDEN_HALF_EFFICIENCY = 706.0
+# The causal flash/cuDNN attention kernels behind SDPA, as a fraction of the dense peak for the FLOPs they
+# compute (half the s x s scores): fitted on the long-context rows, where attention is most of the step.
+HOPPER_ATTENTION_EFFICIENCY = 0.481
+# Other GPU families: not measured; they keep the ratio to Hopper of the first-principles table this
+# started from (the Qwen README's A100 runs suggest Ampere's real ratio is higher:
+# bench/results/estimate_published.md).
+RELATIVE_TO_HOPPER = {"hopper": 1.0, "ampere": 1.09, "ampere_ga10x": 0.91, "ada": 0.91, "volta": 0.82}
 
 
 def _default_context_gib() -> dict[str, float]:
@@ -29,17 +37,19 @@ def _default_efficiency() -> dict[str, dict[str, float]]:
     # stretches it for narrow ones), per GPU family and method. LoRA's rank-r
     # matmuls and adapter bookkeeping make it lower than full fine-tuning's; QLoRA and DoRA share LoRA's
     # value: their extra work is modelled as memory traffic (``qlora_dequant_bytes_per_weight``,
-    # ``dora_norm_bytes_per_weight``) and extra FLOPs. Hopper: fitted by bench/estimate_calibrate.py on
-    # H200 measurements (bench/results/estimate_calibration.md). Other families: not measured; they keep
-    # the ratio to Hopper of the first-principles table this started from (the Qwen README's A100 runs
-    # suggest Ampere's real ratio is higher: bench/results/estimate_published.md).
+    # ``dora_norm_bytes_per_weight``, ``lora_dropout_bytes_per_element``) and extra FLOPs. Hopper: fitted
+    # by bench/estimate_calibrate.py on H200 measurements (bench/results/estimate_calibration.md). Other
+    # families: RELATIVE_TO_HOPPER.
     hopper = {"full": HOPPER_FULL_EFFICIENCY, "lora": HOPPER_LORA_EFFICIENCY}
-    relative = {"hopper": 1.0, "ampere": 1.09, "ampere_ga10x": 0.91, "ada": 0.91, "volta": 0.82}
     return {
         family: {"full": hopper["full"] * scale, "lora": hopper["lora"] * scale,
                  "dora": hopper["lora"] * scale, "qlora": hopper["lora"] * scale}
-        for family, scale in relative.items()
+        for family, scale in RELATIVE_TO_HOPPER.items()
     }
+
+
+def _default_attention_efficiency() -> dict[str, float]:
+    return {family: HOPPER_ATTENTION_EFFICIENCY * scale for family, scale in RELATIVE_TO_HOPPER.items()}
 
 
 def _default_dispatch() -> dict[str, float]:
@@ -131,9 +141,12 @@ class Calibration:
     # Elementwise work per token grows like hidden, matmul work like hidden^2: the matmul time is
     # stretched by (hidden + this) / hidden. Fitted.
     hidden_half_efficiency: float = HIDDEN_HALF_EFFICIENCY
-    # Attention FLOPs per token = 12 x layers x q_dim x seq x this factor (1.0: count the full s^2,
-    # as the usual MFU accounting does; flash kernels skip the masked half, ~0.5).
-    attention_flops_factor: float = 1.0
+    # Attention FLOPs per token = 12 x layers x q_dim x seq x this factor under SDPA: the share of the
+    # s x s scores a causal flash/cuDNN kernel computes (it skips the masked half: 0.5). 1.0 counts every
+    # score, the PaLM MFU convention (bench/engine_speed.py's MFU column); eager attention always does.
+    attention_flops_factor: float = 0.5
+    # What the attention kernels reach of the dense peak for those FLOPs, per GPU family (fitted, Hopper).
+    attention_efficiency: dict[str, float] = field(default_factory=_default_attention_efficiency)
     # Memory-bound kernels reach this fraction of the HBM bandwidth in the GPU table.
     memory_bandwidth_efficiency: float = 0.75
     # For a GPU spec without a bandwidth figure: GB/s per dense TFLOP (H100 SXM: 3350/989).
@@ -143,6 +156,15 @@ class Calibration:
     # peft DoRA per targeted weight and forward pass: B@A (2 B), W + sBA (read 4, write 2), row norms
     # in fp32 (read 2, write 4); the norm is detached, so the backward pass does not repeat it.
     dora_norm_bytes_per_weight: float = 14.0
+    # peft's LoRA dropout per input element of an adapted linear and pass: forward reads the input and
+    # writes the dropped copy and a 1-byte mask, backward reads the gradient and the mask and writes the
+    # input's gradient; on bf16 inputs 2+2+1, on peft's fp32 upcast 4+4+1. Counted from the ops, not
+    # fitted (the dropout-0 call measures 40 ms a step for it at b4 x 2048 on 7B; this gives 39).
+    lora_dropout_bytes_per_element: dict[str, float] = field(default_factory=lambda: {"bf16": 5.0, "fp32": 9.0})
+    # lora_input_upcast: the cast of the input to fp32 (read 2, write 4) and autocast's back to bf16 for
+    # lora_A (read 4, write 2), the same in backward. From the ops, not fitted (the dropout-0 call measures
+    # +107 ms a step at b4 x 2048 on 7B; this gives 93).
+    lora_upcast_bytes_per_element: float = 12.0
     # Plain transformers loss: fp32 upcast of the logits (read 2, write 4), log-softmax (read 4,
     # write 4), its gradient (read 4, write 4) and the bf16 gradient of the logits (write 2).
     plain_ce_traffic_bytes_per_logit: float = 24.0

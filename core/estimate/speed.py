@@ -5,16 +5,26 @@ FLOPs per token (a matmul of an n-parameter weight costs 2n per token forward):
 - LoRA/QLoRA/DoRA: the frozen base needs input gradients only -> 2N + 2N = 4N, plus 6x the adapters;
 - DoRA with dropout: peft runs the targeted base linears a second time on the dropped-out input
   (forward 2n, backward 2n more for the n targeted weights);
-- attention scores and weighted sum: 12 x layers x q_dim x seq per token (forward 4, backward 8);
-- gradient checkpointing runs the forward pass again (x4/3 for full, x3/2 for LoRA).
+- attention scores and weighted sum, causal: a token attends to the ones before it, and the flash /
+  cuDNN kernels behind SDPA skip the masked upper triangle, so they compute half of the s x s scores:
+  4 x layers x q_dim x seq x 0.5 per token forward, twice that backward (``attention_flops_factor``, 0.5;
+  eager attention computes every score and masks after: factor 1, the PaLM convention);
+- gradient checkpointing runs the checkpointed decoder layers' forward again (about x4/3 for full, x3/2
+  for LoRA; the LM head and the loss are outside the blocks and are not recomputed). The tiled MLP
+  (``tiled_mlp``) skips its compute in the block's recomputation and redoes it tile by tile in its own
+  backward, so the MLP still runs forward twice: no FLOPs beyond plain checkpointing.
 N here is the parameters that take part in matmuls: the blocks' linears and the LM head (the embedding
 lookup is not a matmul).
 
-Time of one micro-step on one GPU (see ``step_time``): the GPU's work is the matmul FLOPs at a big-GEMM
-efficiency, stretched by the elementwise work that grows as hidden/(hidden + h_half) shrinks (norms,
-rotary, activations, casts are memory-bound and scale with tokens x hidden, not hidden^2), plus pure
-memory traffic at the GPU's bandwidth (QLoRA's NF4 dequantisation and DoRA's weight norm per pass over
-the base weights, the plain loss's fp32 logits, the optimizer step over the trainable parameters).
+Time of one micro-step on one GPU (see ``step_time``): the GPU's work is the linear layers' FLOPs at a
+big-GEMM efficiency, stretched by the elementwise work that grows as hidden/(hidden + h_half) shrinks
+(norms, rotary, activations, casts are memory-bound and scale with tokens x hidden, not hidden^2), the
+attention FLOPs at the attention kernels' own efficiency (flash/cuDNN through SDPA: one fused kernel, not
+the method's GEMMs), plus pure memory traffic at the GPU's bandwidth (QLoRA's NF4 dequantisation and
+DoRA's weight norm per pass over the base weights, LoRA's dropout and peft's fp32 upcast of every LoRA
+input, the plain loss's fp32 logits, the optimizer step over the trainable parameters).
+``offload_activations`` adds no time: its copies to and from pinned host memory run on a side stream
+behind the compute (the rows that measure it cannot tell an overlapped copy from slower kernels).
 The CPU's work is eager PyTorch launching every kernel of every layer (fixed per layer and pass, by
 method: peft's adapters and bitsandbytes add many small ops). The two run concurrently, so the step takes about the longer
 of them (a soft maximum). Data parallelism adds per-layer hook/bucket overhead and the traffic not
@@ -34,11 +44,13 @@ from core.estimate.precision import precision_layout
 
 @dataclass(frozen=True)
 class FlopsPerToken:
-    """Training FLOPs per token, split into the forward pass and the rest."""
+    """Training FLOPs per token, split into the forward pass and the rest; ``attention`` is the part of the
+    total (forward, backward and recompute) that the attention kernels compute."""
 
     forward: float
     backward: float
     recompute: float
+    attention: float = 0.0
 
     @property
     def total(self) -> float:
@@ -56,16 +68,20 @@ def targeted_weight_parameters(arch: ModelArchitecture, plan: TrainingPlan) -> i
     return per_layer * arch.num_layers
 
 
-def attention_flops_per_token(arch: ModelArchitecture, seq_len: int, calibration: Calibration) -> float:
-    """Forward attention FLOPs per token: QK^T and the weighted sum of V, 2 x 2 x q_dim x seq per layer."""
-    return 4.0 * arch.num_layers * arch.q_dim * seq_len * calibration.attention_flops_factor
+def attention_flops_per_token(arch: ModelArchitecture, seq_len: int, calibration: Calibration,
+                              kernel: str = "sdpa") -> float:
+    """Forward attention FLOPs per token: QK^T and the weighted sum of V, 2 x 2 x q_dim x seq per layer for
+    every score, times the share of the s x s scores the kernel computes: a causal flash kernel (SDPA)
+    skips the masked half (``attention_flops_factor``, 0.5); eager attention computes them all (1)."""
+    share = 1.0 if kernel == "eager" else calibration.attention_flops_factor
+    return 4.0 * arch.num_layers * arch.q_dim * seq_len * share
 
 
 def flops_per_token(arch: ModelArchitecture, counts: ParameterCounts, plan: TrainingPlan,
                     calibration: Calibration) -> FlopsPerToken:
     """Training FLOPs per token for ``plan`` (see the module docstring)."""
     n = matmul_parameters(counts)
-    attention = attention_flops_per_token(arch, plan.seq_len, calibration)
+    attention = attention_flops_per_token(arch, plan.seq_len, calibration, plan.attention)
     if plan.method == "full":
         forward = 2.0 * n + attention
         backward = 4.0 * n + 2.0 * attention
@@ -77,8 +93,11 @@ def flops_per_token(arch: ModelArchitecture, counts: ParameterCounts, plan: Trai
             targeted = targeted_weight_parameters(arch, plan)
             forward += 2.0 * targeted
             backward += 2.0 * targeted
-    recompute = forward * plan.recompute_fraction
-    return FlopsPerToken(forward=forward, backward=backward, recompute=recompute)
+    # The recomputation re-runs the checkpointed decoder layers only: not the LM head (2 x its weights).
+    fraction = plan.recompute_fraction
+    recompute = (forward - 2.0 * counts.embedding) * fraction
+    return FlopsPerToken(forward=forward, backward=backward, recompute=recompute,
+                         attention=attention * (3.0 + fraction))
 
 
 def gemm_efficiency(arch: ModelArchitecture, plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration) -> float:
@@ -94,6 +113,18 @@ def gemm_efficiency(arch: ModelArchitecture, plan: TrainingPlan, gpu: GpuSpec, c
         family = calibration.efficiency.get(gpu.family) or calibration.efficiency["ampere"]
         base = family[plan.method]
     return base * arch.hidden_size / (arch.hidden_size + calibration.hidden_half_efficiency)
+
+
+def attention_efficiency(arch: ModelArchitecture, plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration) -> float:
+    """Fraction of the dense peak the attention FLOPs get: the flash/cuDNN kernels' own efficiency under
+    SDPA (one fused kernel per layer and pass, whatever the method); eager attention is batched matmuls
+    and a softmax between them, at the method's GEMM efficiency."""
+    if plan.precision == "fp32":
+        return calibration.fp32_efficiency
+    if plan.attention == "eager":
+        return gemm_efficiency(arch, plan, gpu, calibration)
+    table = calibration.attention_efficiency
+    return table.get(gpu.family) or table["ampere"]
 
 
 def memory_bandwidth_bytes_per_s(gpu: GpuSpec, calibration: Calibration) -> float:
@@ -117,6 +148,28 @@ def weight_pass_bytes(counts: ParameterCounts, arch: ModelArchitecture, plan: Tr
         passes = 1 + plan.recompute_fraction
         return passes * targeted_weight_parameters(arch, plan) * calibration.dora_norm_bytes_per_weight
     return 0.0
+
+
+def lora_input_elements(arch: ModelArchitecture, plan: TrainingPlan) -> int:
+    """Input elements per token of the linears that carry an adapter (each has its own dropout and cast)."""
+    per_layer = sum(shape.in_features for shape in arch.linear_shapes() if shape.name in plan.lora_targets)
+    return per_layer * arch.num_layers
+
+
+def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
+    """Bytes moved per micro-step over the LoRA layers' inputs outside the matmuls (forward, backward and
+    recompute alike): peft's dropout (a copy and a mask, the same back) and, with ``lora_input_upcast``,
+    its cast of the input to fp32 and autocast's cast back to bf16 for ``lora_A`` (the dropout then runs
+    on the fp32 copy). Every adapted linear does its own, seven per block for all-linear targets."""
+    if not plan.uses_lora:
+        return 0.0
+    per_element = 0.0
+    if plan.lora_dropout > 0:
+        per_element += calibration.lora_dropout_bytes_per_element["fp32" if plan.lora_input_upcast else "bf16"]
+    if plan.lora_input_upcast:
+        per_element += calibration.lora_upcast_bytes_per_element
+    passes = 2.0 + plan.recompute_fraction
+    return passes * per_element * lora_input_elements(arch, plan) * plan.tokens_per_micro_batch
 
 
 def loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
@@ -179,11 +232,13 @@ def offload_factor(plan: TrainingPlan, calibration: Calibration) -> float:
 class StepTime:
     """Seconds of one micro-step on one GPU, by part."""
 
-    matmul_s: float
+    matmul_s: float  # the linear layers' FLOPs (attention's are in attention_s)
+    attention_s: float
     weight_pass_s: float  # memory traffic over the base weights: QLoRA dequantisation, DoRA norms
+    lora_input_s: float  # memory traffic over the LoRA inputs: dropout, fp32 upcast
     loss_s: float
     optimizer_s: float
-    gpu_s: float  # the sum of the four above
+    gpu_s: float  # the sum of the six above
     dispatch_s: float  # CPU-side kernel launches, concurrent with the GPU's work
     data_parallel_s: float
     total_s: float
@@ -193,23 +248,28 @@ def step_time(arch: ModelArchitecture, counts: ParameterCounts, trainable: int, 
               calibration: Calibration) -> StepTime:
     """Time of one micro-step (see the module docstring); the optimizer step is spread over accumulation."""
     tokens = plan.tokens_per_micro_batch
-    flops = flops_per_token(arch, counts, plan, calibration).total * tokens
+    per_token = flops_per_token(arch, counts, plan, calibration)
     peak = gpu.peak_tflops(plan.precision) * 1e12
-    matmul = flops / (peak * gemm_efficiency(arch, plan, gpu, calibration)) if peak > 0 else float("inf")
+    if peak > 0:
+        matmul = (per_token.total - per_token.attention) * tokens / (peak * gemm_efficiency(arch, plan, gpu, calibration))
+        attention = per_token.attention * tokens / (peak * attention_efficiency(arch, plan, gpu, calibration))
+    else:
+        matmul = attention = float("inf")
     bandwidth = memory_bandwidth_bytes_per_s(gpu, calibration)
     weights = weight_pass_bytes(counts, arch, plan, calibration) / bandwidth
+    inputs = lora_input_bytes(arch, plan, calibration) / bandwidth
     loss = loss_bytes(arch, plan, calibration) / bandwidth
     # ZeRO shards the optimizer step across the GPUs; accumulation runs it once per several micro-steps.
     shards = plan.num_gpus if plan.zero_stage >= 1 else 1
     optimizer = optimizer_bytes(trainable, plan, calibration) / bandwidth / plan.grad_accum_steps / shards
-    gpu_s = matmul + weights + loss + optimizer
+    gpu_s = matmul + attention + weights + inputs + loss + optimizer
     dispatch = dispatch_seconds(arch, plan, calibration)
     power = calibration.dispatch_overlap_power
     overlapped = (gpu_s**power + dispatch**power) ** (1.0 / power)
     parallel = data_parallel_seconds(arch, counts, trainable, plan, calibration)
     total = (overlapped + parallel) / offload_factor(plan, calibration)
-    return StepTime(matmul_s=matmul, weight_pass_s=weights, loss_s=loss, optimizer_s=optimizer, gpu_s=gpu_s,
-                    dispatch_s=dispatch, data_parallel_s=parallel, total_s=total)
+    return StepTime(matmul_s=matmul, attention_s=attention, weight_pass_s=weights, lora_input_s=inputs, loss_s=loss,
+                    optimizer_s=optimizer, gpu_s=gpu_s, dispatch_s=dispatch, data_parallel_s=parallel, total_s=total)
 
 
 @dataclass(frozen=True)
@@ -217,7 +277,9 @@ class SpeedEstimate:
     """Throughput of the whole job and what follows from it."""
 
     flops_per_token: float
-    efficiency: float  # model FLOPs utilisation of one GPU, every overhead included
+    # FLOPs utilisation of one GPU: the FLOPs the step time counts (causal attention under SDPA, the
+    # recomputation included) per second over the dense peak, every overhead included.
+    efficiency: float
     tokens_per_s_per_gpu: float
     tokens_per_s: float  # all GPUs together
     seconds_per_step: float  # one optimizer step: micro-batch x accumulation x GPUs tokens

@@ -64,21 +64,54 @@ def load_calibrate():
     return module
 
 
+def _report_rows(text: str) -> dict[tuple[str, str], tuple[float, float]]:
+    """(source, configuration) -> (measured, estimate after) from the committed calibration report."""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 11 and cells[0].isdigit():
+            out[cells[1], cells[2]] = (float(cells[3].replace(",", "")), float(cells[6].replace(",", "")))
+    return out
+
+
 def test_calibration_constants_are_the_fit_of_the_committed_measurements():
+    """calibration.py holds what bench/estimate_calibrate.py fits on the committed current-engine rows, and
+    the committed report shows what those constants estimate: a constant, a row or a report that drifts
+    from the others fails here (the fit itself takes about a second)."""
     calibrate = load_calibrate()
     rows = calibrate.load_rows()
-    single = [row for row in rows if row.plan.num_gpus == 1]
-    assert len(single) >= 15 and {row.plan.method for row in single} == {"full", "lora", "dora", "qlora"}
+    fitted = [row for row in rows if row.fitted]
+    assert {row.kind for row in fitted} == {"short", "long"} and len(fitted) >= 20
+    assert {row.plan.method for row in fitted} == {"full", "lora", "qlora"}
+    assert all(row.plan.num_gpus == 1 for row in fitted)
     current = calibrate.current_values()
-    refit = calibrate.fit(single, {**current, **calibrate.PINNED})
+    refit = calibrate.fit(fitted, {**current, **calibrate.PINNED})
     for key in calibrate.FREE:  # calibration.py holds what the script fits (rounded)
-        assert refit[key] == pytest.approx(current[key], rel=0.05), key
+        assert refit[key] == pytest.approx(current[key], rel=0.01), key
     from core.estimate import DEFAULT_CALIBRATION
 
-    for row in rows:  # the 7B engine runs (medians of ~20 steps) within 15 %; 2-GPU rows exact
-        if "7B" in row.name or row.plan.num_gpus > 1:
-            predicted = calibrate.predict(row, DEFAULT_CALIBRATION)
-            assert predicted == pytest.approx(row.measured_tps, rel=0.15), row.name
+    report = (ROOT / "bench" / "results" / "estimate_calibration.md").read_text()
+    committed = _report_rows(report)
+    assert len(committed) == len(rows) == len({(row.source, row.name) for row in rows})
+    for row in rows:  # every row of the report is what the committed constants estimate for it
+        measured, after = committed[row.source, row.name]
+        assert measured == pytest.approx(row.measured_tps, abs=0.5), row.key
+        assert calibrate.predict(row, DEFAULT_CALIBRATION) == pytest.approx(after, rel=0.01, abs=1), row.key
+    for row in fitted:  # the current engine's rows within 10 % (the fit's worst is -9 %, 7B QLoRA b4 x 2048)
+        assert calibrate.predict(row, DEFAULT_CALIBRATION) == pytest.approx(row.measured_tps, rel=0.10), row.key
+    for key in ("eff_full", *calibrate.FREE):  # the report's constants table is calibration.py's
+        cells = next(line for line in report.splitlines() if line.startswith(f"| {key} |")).split("|")
+        assert float(cells[3]) == pytest.approx(current[key], rel=0.002), key
+
+
+def test_long_context_speed_counts_causal_attention():
+    """The issue's case (#19): 7B QLoRA at 96k with offloaded activations ran 3,978 tok/s; the estimator
+    said 1,235 when it counted the whole s x s matrix at the LoRA GEMM efficiency."""
+    from core.estimate import estimate, find_gpu, plan_for_model
+
+    plan = plan_for_model("Qwen2.5-7B", method="qlora", micro_batch_size=1, seq_len=98304, offload_activations=True)
+    result = estimate(plan, find_gpu("H200"))
+    assert result.tokens_per_s == pytest.approx(3978, rel=0.10)
 
 
 def test_batches_keep_plain_loss_rows_before_fused_ones_and_parts_cover_every_row():
