@@ -52,7 +52,8 @@ def test_this_box_detected_through_the_monitor(tmp_path):
 
 
 def test_cpu_box_and_human_output(tmp_path):
-    proc = tunedeck(tmp_path, "--model", "tiny", "--dataset", str(SAMPLE))
+    # A box without GPUs, stated (fake NVML with none): on a GPU box the real NVML would be detected.
+    proc = tunedeck(tmp_path, "--model", "tiny", "--dataset", str(SAMPLE), fake_gpus="none")
     assert proc.returncode == 0, proc.stderr
     assert "Recommended: " in proc.stdout and "fp32" in proc.stdout
     assert "Why:" in proc.stdout
