@@ -42,6 +42,8 @@ STATE_INTERVAL_S = 0.25
 MAX_STALLED_ATTEMPTS = 6  # consecutive failures without a byte of progress before giving up
 DISK_SLACK_BYTES = 64 * 1024**2  # keep this much free after the download
 STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
+DOWNLOADER_MODULE = "core.hub.downloader"
+SPAWNED_FILE = "spawned"  # the pid of the downloader start_download started: alive and not yet locked = queued
 
 
 def downloads_dir() -> Path:
@@ -190,6 +192,24 @@ def downloader_alive(job_dir: Path) -> bool:
     return False
 
 
+def _spawned_downloader(job_dir: Path) -> bool | None:
+    """Whether the downloader ``start_download`` spawned for ``job_dir`` still lives (a zombie does not);
+    ``None`` when no spawn was recorded."""
+    try:
+        pid = int((job_dir / SPAWNED_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        # the pid is ours only while it runs this job's downloader (pids are reused)
+        return (process.status() != psutil.STATUS_ZOMBIE
+                and DOWNLOADER_MODULE in process.cmdline() and str(job_dir) in process.cmdline())
+    except psutil.Error:
+        return False
+
+
 def read_status(job_dir: Path) -> DownloadStatus | None:
     """The status of the download in ``job_dir``; ``None`` if there is none."""
     job = _read_json(job_dir / "job.json")
@@ -198,10 +218,17 @@ def read_status(job_dir: Path) -> DownloadStatus | None:
     state = _read_json(job_dir / "state.json") or {}
     status = str(state.get("status") or "queued")
     if status in ("queued", "running") and not downloader_alive(job_dir):
-        # Queued and never started is only a moment after spawning; long after it, the process is gone.
-        started = float(state.get("updated") or (job_dir / "job.json").stat().st_mtime)
-        if status == "running" or time.time() - started > 10:
+        spawned = _spawned_downloader(job_dir)
+        if status == "running" or spawned is False:
             status = "interrupted"
+        elif spawned is None:
+            # No record of the process (a job written before the record existed): queued and never
+            # started is only a moment after spawning; long after it, the process is gone.
+            started = float(state.get("updated") or (job_dir / "job.json").stat().st_mtime)
+            if time.time() - started > 10:
+                status = "interrupted"
+        # else: the downloader is alive and has not taken the lock yet (its interpreter is starting,
+        # which takes seconds on a loaded box): still queued, however long that takes
     return DownloadStatus(
         job_dir=job_dir, hub=job.get("hub", "?"), model_id=job.get("model_id", "?"),
         target_dir=job.get("target_dir", ""), status=status, bytes_done=int(state.get("bytes_done") or 0),
@@ -246,12 +273,14 @@ def start_download(plan: DownloadPlan, token: str | None = None) -> Path:
     # The child imports ``core`` from where this process found it (a source checkout or site-packages).
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    (job_dir / SPAWNED_FILE).unlink(missing_ok=True)
     with open(job_dir / "downloader.log", "ab") as log:
-        subprocess.Popen(
-            [sys.executable, "-m", "core.hub.downloader", str(job_dir)],
+        process = subprocess.Popen(
+            [sys.executable, "-m", DOWNLOADER_MODULE, str(job_dir)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=str(job_dir),
             start_new_session=True, close_fds=True,
         )
+    (job_dir / SPAWNED_FILE).write_text(str(process.pid))
     return job_dir
 
 

@@ -6,11 +6,16 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
+from core.atomic_file import write_json_atomic
 from core.hub.download import (
+    DOWNLOADER_MODULE,
+    SPAWNED_FILE,
     check_disk,
     downloader_alive,
     job_dir_for,
@@ -108,6 +113,36 @@ def test_killed_downloader_resumes_from_its_partial_file(hub_server):
     assert status.status == "done"
     assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
     assert any(r == f"bytes={partial}-" for _, _, r in hub_server.hub.requests)
+
+
+def test_a_downloader_still_starting_is_queued_however_long_it_takes(hub_server):
+    """On a loaded box the spawned interpreter can take many seconds to import and take the job's lock:
+    while that process lives the job is queued, not interrupted; once it is gone (a zombie counts as
+    gone) without having locked, it is interrupted at once."""
+    import psutil
+
+    plan = _plan(include=["model.safetensors"])
+    job = job_dir_for(plan.hub, plan.model_id)
+    job.mkdir(parents=True)
+    write_json_atomic(job / "job.json", plan.to_json())
+    write_json_atomic(job / "state.json", {"status": "queued", "updated": time.time() - 600})
+    # A stand-in with the downloader's command line that never gets as far as the lock.
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", DOWNLOADER_MODULE, str(job)])
+    try:
+        (job / SPAWNED_FILE).write_text(str(stand_in.pid))
+        assert read_status(job).status == "queued"  # ten minutes after it was queued, and still starting
+        stand_in.kill()
+        deadline = time.monotonic() + 60  # a hang guard for the kill to land, not a speed
+        while psutil.Process(stand_in.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert read_status(job).status == "interrupted"  # dead, not yet reaped
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+    assert read_status(job).status == "interrupted"
+    # a pid that another program now holds is not the downloader
+    (job / SPAWNED_FILE).write_text(str(os.getpid()))
+    assert read_status(job).status == "interrupted"
 
 
 def test_cancel_stops_and_keeps_the_partial_file(hub_server):
