@@ -299,10 +299,30 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
         trainable = est.trainable_params if est else 0
         out.append(("lora_rank", finding("plan.reason.lora_rank", rank=p.lora_rank,
                                          millions=round(trainable / 1e6, 1))))
+        dropout = _dropout_cost(best, request)
+        if dropout is not None:
+            out.append(("lora_dropout", dropout))
     available = 1 if request.hardware.cpu_only else request.hardware.count
     gpus_key = "plan.reason.gpus_cpu" if request.hardware.cpu_only else plural_key("plan.reason.gpus", available)
     out.append(("gpus", finding(gpus_key, used=p.num_gpus, available=available)))
     return out
+
+
+def _dropout_cost(best: Candidate, request: PlanRequest) -> Finding | None:
+    """What LoRA dropout costs in speed on a GPU: peft draws a mask and copies every adapted linear's input
+    (forward, backward and recompute), which the estimator counts as memory traffic; the same plan without
+    dropout, estimated, gives the share. Nothing when the plan has none, on a CPU, or when it is under 1%."""
+    p = best.plan
+    if best.estimate is None or request.hardware.gpu is None or p.lora_dropout <= 0:
+        return None
+    without, _ = estimate_plan(replace(p, lora_dropout=0.0), request)
+    if without is None or without.tokens_per_s <= 0:
+        return None
+    share = 1.0 - best.estimate.tokens_per_s / without.tokens_per_s
+    if share < 0.01:
+        return None
+    return finding("plan.reason.lora_dropout", dropout=p.lora_dropout, pct=round(100 * share),
+                   tps=without.tokens_per_s)
 
 
 # --- a way out when nothing fits ---------------------------------------------------------------------
