@@ -236,18 +236,12 @@ def steady_tokens_per_s(points: list[tuple[float, float]], warmup: int) -> float
 
 
 def model_flops_per_token(model: str, method: str, seq: int) -> float:
-    """Forward + backward training FLOPs per token (no recomputation), the estimator's formula with every
-    attention score counted (the PaLM convention; the estimator itself counts a causal kernel's half)."""
-    from dataclasses import replace
+    """Forward + backward training FLOPs per token of a row (``core.estimate.speed.model_flops_per_token``:
+    no recomputation, every attention score counted, the PaLM convention)."""
+    from core.estimate import plan_for_model
+    from core.estimate.speed import model_flops_per_token as flops_of
 
-    from core.estimate import count_parameters, plan_for_model
-    from core.estimate.calibration import DEFAULT_CALIBRATION
-    from core.estimate.speed import flops_per_token
-
-    plan = plan_for_model(str(CONFIGS[model]), method=method, seq_len=seq, exact_count=False)
-    palm = replace(DEFAULT_CALIBRATION, attention_flops_factor=1.0)
-    flops = flops_per_token(plan.architecture, count_parameters(plan.architecture), plan, palm)
-    return flops.forward + flops.backward
+    return flops_of(plan_for_model(str(CONFIGS[model]), method=method, seq_len=seq, exact_count=False))
 
 
 def gpu_peak_flops() -> float | None:

@@ -100,6 +100,20 @@ def flops_per_token(arch: ModelArchitecture, counts: ParameterCounts, plan: Trai
                          attention=attention * (3.0 + fraction))
 
 
+def model_flops_per_token(plan: TrainingPlan) -> float:
+    """Forward + backward FLOPs per trained token, recomputation not counted and every attention score
+    counted (the PaLM convention): the numerator of the MFU the dashboards and the speed bench report, the
+    same for every engine. The estimator's own step time counts a causal kernel's half instead."""
+    from dataclasses import replace
+
+    from core.estimate.architecture import count_parameters
+    from core.estimate.calibration import DEFAULT_CALIBRATION
+
+    palm = replace(DEFAULT_CALIBRATION, attention_flops_factor=1.0)
+    flops = flops_per_token(plan.architecture, count_parameters(plan.architecture), plan, palm)
+    return flops.forward + flops.backward
+
+
 def gemm_efficiency(arch: ModelArchitecture, plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration) -> float:
     """Fraction of the dense peak the matmul FLOPs get, the blocks' elementwise work included.
 

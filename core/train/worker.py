@@ -170,6 +170,20 @@ def _checkpoint_layers(cfg: dict[str, Any], model: Any) -> int | None:
     return min(int(value), len(decoder_layers(model)))
 
 
+def _model_flops_per_token(cfg: dict[str, Any], model_dir: Path, world_size: int) -> float | None:
+    """The run's forward + backward FLOPs per token (``core.estimate.speed.model_flops_per_token``), for the
+    dashboard's MFU; None when the estimator cannot describe the model (the dashboard then falls back)."""
+    from core.errors import TunedeckError
+    from core.estimate.run_plan import plan_for_run
+    from core.estimate.speed import model_flops_per_token
+
+    try:
+        return float(round(model_flops_per_token(plan_for_run({**cfg, "model": str(model_dir)}, world_size))))
+    except TunedeckError as exc:
+        log.info("no FLOPs figure for the MFU: %s", exc)
+        return None
+
+
 def _tiled_mlp(cfg: dict[str, Any], world_size: int, zero_stage: int = 0) -> str | int:
     """The run's ``tiled_mlp`` as the engine applies it: ``false`` in a distributed or DeepSpeed run (the
     tiles' gradients accumulate inside backward, which DDP's and ZeRO's gradient hooks count as several)."""
@@ -383,6 +397,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "train_rows": len(train_rows),
         "eval_rows": len(examples.eval),
         "truncated_samples": examples.truncated_samples,
+        "model_flops_per_token": _model_flops_per_token(cfg, model_dir, world_size),
         **describe_model_dir(model_dir),
     }
     metrics_cb = RunMetricsCallback(run, header, str(checkpoint) if checkpoint else None, prior_elapsed,

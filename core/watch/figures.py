@@ -64,16 +64,23 @@ def model_parameters(header: dict[str, Any]) -> float | None:
 
 
 def mfu(latest: dict[str, Any], header: dict[str, Any], gpu_count: int, gpu_name: str | None) -> float | None:
-    """Model FLOPs utilisation: as recorded, else 6·params·tokens/s over the GPUs' dense BF16 peak."""
+    """Model FLOPs utilisation: as recorded, else FLOPs per token x tokens/s over the GPUs' dense BF16 peak.
+
+    FLOPs per token: what a tunedeck run's header records (``model_flops_per_token``: forward + backward of
+    its method, every attention score, no recomputation: the convention of ``bench/engine_speed.py``), else
+    6·params (full fine-tuning's count, for runs of other tools whose method is not known)."""
     recorded = latest.get("mfu")
     if isinstance(recorded, (int, float)):
         return float(recorded)
     tokens = latest.get("tokens_per_s")
-    params = model_parameters(header)
+    per_token = header.get("model_flops_per_token")
+    if not isinstance(per_token, (int, float)) or per_token <= 0:
+        params = model_parameters(header)
+        per_token = 6.0 * params if params is not None else None
     peak = peak_flops(gpu_name or next(iter(header.get("gpu_names") or []), None))
-    if not isinstance(tokens, (int, float)) or params is None or peak is None or gpu_count <= 0:
+    if not isinstance(tokens, (int, float)) or per_token is None or peak is None or gpu_count <= 0:
         return None
-    return 6.0 * params * tokens / (peak * gpu_count)
+    return per_token * tokens / (peak * gpu_count)
 
 
 def cost_so_far(elapsed_s: float | None, gpu_count: int, price_per_gpu_hour: float) -> float | None:

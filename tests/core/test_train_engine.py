@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from core.train.data_adapter import IGNORE_INDEX, PaddingCollator, pack_examples
 from core.train.deepspeed_config import deepspeed_config
@@ -79,6 +80,15 @@ def test_lora_run_learns_and_saves_only_the_adapter(tmp_path):
     header = _records(run_dir, "metrics.jsonl")[0]
     assert header["method"] == method and header["random_init"] is True
     assert f"dataset: {tmp_path / 'data.jsonl'}" in (run_dir / "config.yaml").read_text()
+    # the MFU's numerator: LoRA's forward + backward FLOPs of this run's plan, not 6x params
+    from core.estimate.run_plan import plan_for_run
+    from core.estimate.speed import model_flops_per_token
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    plan = plan_for_run({**config, "model": header["model_dir"]}, 1)
+    assert header["model_flops_per_token"] == round(model_flops_per_token(plan)) > 0
+    full = model_flops_per_token(plan_for_run({**config, "model": header["model_dir"], "method": "full"}, 1))
+    assert header["model_flops_per_token"] < full  # the frozen base computes no weight gradients
     last = status["last_checkpoint"]
     assert last and (Path(last) / "COMPLETE").is_file()
     adapter_config = json.loads((Path(last) / "adapter_config.json").read_text())

@@ -64,6 +64,9 @@ def test_figures():
     assert 4e9 < params < 6e9  # 28 layers of 3584 plus embeddings: a 7B-class shape, roughly
     value = mfu({"tokens_per_s": 12000.0}, header, 2, "NVIDIA H200")
     assert value == pytest.approx(6 * params * 12000 / (989e12 * 2))
+    # a tunedeck run records its method's FLOPs per token (LoRA: about 4·params, not 6)
+    recorded = {**header, "model_flops_per_token": 3.5e10}
+    assert mfu({"tokens_per_s": 12000.0}, recorded, 2, "NVIDIA H200") == pytest.approx(3.5e10 * 12000 / (989e12 * 2))
     assert mfu({"tokens_per_s": 1.0, "mfu": 0.42}, {}, 1, None) == 0.42
     assert mfu({"tokens_per_s": 1.0}, {}, 1, "Some GPU") is None
     assert cost_so_far(7200, 4, 2.5) == pytest.approx(20.0) and cost_so_far(7200, 4, 0.0) is None
