@@ -186,9 +186,10 @@ def trade_off(other: Candidate, best: Candidate, request: PlanRequest) -> list[F
         ratio = other.tokens_per_s / best.tokens_per_s
         key = "plan.trade.faster" if ratio >= 1 else "plan.trade.slower"
         out.append(finding(key, ratio=round(ratio if ratio >= 1 else 1 / ratio, 2)))
-    delta = other.peak_gib - best.peak_gib
-    memory_key = "plan.trade.memory_more" if delta >= 0 else "plan.trade.memory_less"
-    out.append(finding(memory_key + ("_cpu" if request.hardware.cpu_only else ""), gib=round(abs(delta), 1)))
+    delta = round(other.peak_gib - best.peak_gib, 1)
+    memory_key = ("plan.trade.memory_same" if delta == 0 else
+                  "plan.trade.memory_more" if delta > 0 else "plan.trade.memory_less")
+    out.append(finding(memory_key + ("_cpu" if request.hardware.cpu_only else ""), gib=abs(delta)))
     price = request.hardware.price_per_gpu_hour
     cost_other, cost_best = other.cost(price), best.cost(price)
     if cost_other is not None and cost_best is not None:

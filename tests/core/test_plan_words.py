@@ -41,3 +41,20 @@ def test_zh_keeps_its_measure_word():
     set_language("zh")
     text = format_recommendation(_plan("Qwen2.5-7B", "2xA100-80GB"))
     assert "张 GPU" in text and "GPU(s)" not in text
+
+
+def test_a_memory_difference_that_rounds_to_nothing_is_said_as_the_same():
+    """The tiny model at 128 tokens on a CPU box: its LoRA alternative needs within 0.05 GiB of the full
+    plan, which read "0.0 GiB more memory"."""
+    from core.plan.planner import trade_off
+
+    request = PlanRequest(model="tiny", hardware=parse_target("cpu", None, 512.0, 1000.0), overrides={"seq_len": 128})
+    rec = recommend(request)
+    same = 0
+    for other, _ in rec.alternatives:
+        words = [f.text() for f in trade_off(other, rec.best, request)]
+        assert not any(w.startswith("0.0 GiB") for w in words), words
+        if round(other.peak_gib - rec.best.peak_gib, 1) == 0:
+            assert "about the same memory" in words, words
+            same += 1
+    assert same  # the case is there to be said
