@@ -26,6 +26,41 @@ HOPPER_ATTENTION_EFFICIENCY = 0.481
 RELATIVE_TO_HOPPER = {"hopper": 1.0, "ampere": 1.09, "ampere_ga10x": 0.91, "ada": 0.91, "volta": 0.82}
 
 
+# --- what the fit above was measured on, and how well it matches (#19: the plan shows this band) ------
+@dataclass(frozen=True)
+class MeasuredError:
+    """|estimate - measured| / measured over the rows the constants were fitted or checked on, in %."""
+
+    median_pct: float
+    worst_pct: float
+    rows: int
+
+
+# Speed: the "Fit quality" lines of bench/results/estimate_calibration.md (bench/estimate_calibrate.py
+# --write), after the refit; tests/core/test_estimate_domain.py parses the report and fails when these
+# disagree with it. Short context: b4/b8 x 2048; long context: batch 1, 32k-192k tokens.
+SPEED_ERROR_SHORT_CONTEXT = MeasuredError(median_pct=3.0, worst_pct=9.0, rows=10)
+SPEED_ERROR_LONG_CONTEXT = MeasuredError(median_pct=1.0, worst_pct=6.0, rows=14)
+SPEED_ERROR = MeasuredError(  # all 24 fitted rows: the worst of either group; median the larger one
+    median_pct=max(SPEED_ERROR_SHORT_CONTEXT.median_pct, SPEED_ERROR_LONG_CONTEXT.median_pct),
+    worst_pct=max(SPEED_ERROR_SHORT_CONTEXT.worst_pct, SPEED_ERROR_LONG_CONTEXT.worst_pct),
+    rows=SPEED_ERROR_SHORT_CONTEXT.rows + SPEED_ERROR_LONG_CONTEXT.rows)
+# Peak memory (estimate against the NVML peak), the same engine on the same H200: the 10 training rows
+# of bench/results/engine-longctx-summary.md ("The rows": +2.9 .. -5.9%, the first-run rows marked with
+# a dagger left out: they measure the random weights' creation, not training) and the 4 rows of
+# bench/results/engine-speed-summary.md ("The estimator on these rows": 7B full -2% and -1%, LoRA 20.2
+# vs 19.5, QLoRA 11.2 vs 10.6 GiB). Median of the 14 |errors| 4.1%, worst 5.9%.
+MEMORY_ERROR = MeasuredError(median_pct=4.0, worst_pct=6.0, rows=14)
+# The domain of those rows: one H200 (Hopper), Qwen2.5-7B and Llama-3-8B shapes, LoRA/QLoRA in bf16
+# mixed precision and full fine-tuning in pure bf16, 2k to 192k tokens a sequence, no ZeRO offload.
+MEASURED_GPU = "H200"
+MEASURED_GPU_FAMILY = "hopper"
+MEASURED_NUM_GPUS = 1
+MEASURED_HIDDEN_SIZES = (3584, 4096)
+MEASURED_PRECISION = {"lora": "bf16", "qlora": "bf16", "full": "pure-bf16"}
+MEASURED_SEQ_LEN = (2048, 196608)
+
+
 def _default_context_gib() -> dict[str, float]:
     # CUDA context + cuBLAS/cuDNN workspaces with lazy module loading, as NVML shows it for a process
     # that has run a bf16 matmul: ~0.5-0.6 GiB on Hopper, a little less on older parts.

@@ -31,6 +31,7 @@ class Recommendation:
 
     def to_json(self) -> dict[str, Any]:
         price = self.request.hardware.price_per_gpu_hour
+        gpu = self.request.hardware.gpu
         return {
             "model": self.request.model,
             "dataset": self.request.dataset,
@@ -39,16 +40,20 @@ class Recommendation:
             "hardware": self.request.hardware.to_json(),
             "feasible": self.feasible,
             "considered": self.considered,
-            "recommendation": None if self.best is None else candidate_json(self.best, price),
+            "recommendation": None if self.best is None else candidate_json(self.best, price, gpu),
             "reasons": [{"field": name, "message": f.text()} for name, f in self.reasons],
-            "alternatives": [{**candidate_json(c, price), "trade_off": [f.text() for f in trade]}
+            "alternatives": [{**candidate_json(c, price, gpu), "trade_off": [f.text() for f in trade]}
                              for c, trade in self.alternatives],
             "way_out": [f.to_json() for f in self.way_out],
             "overrides": dict(self.request.overrides),
         }
 
 
-def candidate_json(candidate: Candidate, price: float | None) -> dict[str, Any]:
+def candidate_json(candidate: Candidate, price: float | None, gpu: Any = None) -> dict[str, Any]:
+    """One plan's figures; ``domain`` says whether the estimate is inside what was measured (and the error
+    there), for ``gpu`` (None: the CPU)."""
+    from core.estimate.domain import domain_json
+
     est = candidate.estimate
     cost = candidate.cost(price)
     return {
@@ -65,6 +70,7 @@ def candidate_json(candidate: Candidate, price: float | None) -> dict[str, Any]:
         "measured": candidate.measured,
         "problems": [f.to_json() for f in candidate.problems],
         "warnings": [f.to_json() for f in candidate.warnings],
+        "domain": domain_json(candidate.plan, gpu),
     }
 
 

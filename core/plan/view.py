@@ -20,6 +20,7 @@ class ViewLine:
     text: str
     tone: str = ""  # "" | accent | warning | error
     section: str = ""  # for a section heading: reasons | problems | warnings | alternatives
+    note: str = ""  # memory/speed: the error band or the not-measured note already in ``text``, on its own
 
 
 def describe_plan(plan: dict[str, Any], cpu_only: bool = False) -> dict[str, Any]:
@@ -43,6 +44,27 @@ def format_hours(hours: float) -> str:
     return t("plan.duration_hours", hours=hours)
 
 
+def figure_notes(best: dict[str, Any]) -> tuple[str, str]:
+    """What the memory and speed lines say of their footing: ``(memory note, speed note)``.
+
+    Inside the measured domain (``core.estimate.domain``) both carry their error band: the *worst*
+    |error| over the measured rows, not the median, because a user sizing a run needs what it can be off
+    by, and with 14 and 24 rows the worst is the honest bound (the median, 4% and 2-3%, would read as a
+    promise the long tail breaks); the JSON has both. Outside it the speed line says once, briefly, why it
+    is not measured (it stands for both figures: the memory line is an estimate of the same plan), and the
+    memory line says nothing more. A speed the probe measured on this box carries no band."""
+    from core.estimate.calibration import MEASURED_GPU
+
+    domain = best["domain"]
+    if not domain["inside"]:
+        why = t("plan.domain.note_sep").join(gap["short"] for gap in domain["outside"])
+        return "", t("plan.domain.note", why=why)
+    bands = domain["error_band"]
+    memory, speed = (t("plan.band", worst=bands[k]["worst_pct"], rows=bands[k]["rows"], gpu=MEASURED_GPU)
+                     for k in ("peak_memory", "tokens_per_s"))
+    return memory, "" if best["measured"] else t("plan.band_note", band=speed)
+
+
 def recommendation_view(rec: Any) -> list[ViewLine]:
     """The recommendation as lines: headline, memory, speed and time, reasons, problems, warnings,
     alternatives; an infeasible one leads with why and the ways out."""
@@ -61,9 +83,14 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
     lines.append(ViewLine("headline", t("plan.recommended" if rec.feasible else "plan.closest",
                                         **describe_plan(best["plan"], hardware.cpu_only))))
     verdict = t("plan.verdict_fits") if best["feasible"] else t("plan.verdict_does_not_fit")
+    memory_note, speed_note = figure_notes(best)
     lines.append(ViewLine("memory", t("plan.memory_cpu" if hardware.cpu_only else "plan.memory", peak=best["peak_gib"],
-                                      capacity=best["capacity_gib"], verdict=verdict)))
-    lines.append(ViewLine("speed", t("plan.speed", tps=best["tokens_per_s"]), "measured" if best["measured"] else ""))
+                                      capacity=best["capacity_gib"],
+                                      verdict=t("plan.verdict_band", verdict=verdict, band=memory_note)
+                                      if memory_note else verdict), note=memory_note))
+    speed = t("plan.speed", tps=best["tokens_per_s"])
+    lines.append(ViewLine("speed", t("plan.with_note", text=speed, note=speed_note) if speed_note else speed,
+                          "measured" if best["measured"] else "", note=speed_note))
     if best["hours"] is not None:
         duration = format_hours(best["hours"])
         lines.append(ViewLine("eta", t("plan.eta_cost", duration=duration, epochs=request.epochs, cost=best["cost"])

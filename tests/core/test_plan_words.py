@@ -58,3 +58,48 @@ def test_a_memory_difference_that_rounds_to_nothing_is_said_as_the_same():
             assert "about the same memory" in words, words
             same += 1
     assert same  # the case is there to be said
+
+
+def _figure_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(("Per-GPU memory", "Memory (host", "Speed",
+                                                                   "每张 GPU 显存", "内存（主机", "速度"))]
+
+
+def test_the_figures_carry_the_measured_band_inside_the_domain():
+    """7B LoRA on one H200 is what the estimator was fitted on: both figures say their worst error there."""
+    rec = _plan("Qwen2.5-7B", "1xH200")
+    memory, speed = _figure_lines(format_recommendation(rec))
+    assert memory.endswith("(fits; ±6%, 14 H200 runs)"), memory
+    assert speed.endswith(" tokens/s (±9%, 24 H200 runs)"), speed
+    domain = rec.to_json()["recommendation"]["domain"]
+    assert domain["inside"] and domain["outside"] == []
+    assert domain["error_band"]["tokens_per_s"]["worst_pct"] == 9.0
+    assert domain["error_band"]["peak_memory"] == {"median_pct": 4.0, "worst_pct": 6.0, "rows": 14}
+    set_language("zh")
+    memory, speed = _figure_lines(format_recommendation(rec))
+    assert memory.endswith("（够用；±6%，14 次 H200 实测）"), memory
+    assert speed.endswith("（±9%，24 次 H200 实测）"), speed
+
+
+def test_another_gpu_family_says_it_was_not_measured():
+    rec = _plan("Qwen2.5-7B", "1xA100-80GB")
+    memory, speed = _figure_lines(format_recommendation(rec))
+    assert memory.endswith("GiB (fits)") and "±" not in memory, memory
+    assert speed.endswith(" tokens/s (not measured: Ampere GPUs)"), speed
+    domain = rec.to_json()["recommendation"]["domain"]
+    assert not domain["inside"]
+    assert [(g["field"], g["message"]) for g in domain["outside"]] == [
+        ("gpu_family", "another GPU family (Ampere): not measured")]
+    set_language("zh")
+    assert _figure_lines(format_recommendation(rec))[1].endswith("（未实测：Ampere 架构）")
+
+
+def test_a_cpu_plan_says_so_on_its_speed_line_only():
+    rec = _plan("tiny", "cpu")
+    text = format_recommendation(rec)
+    memory, speed = _figure_lines(text)
+    assert "±" not in text and memory.endswith("GiB (fits)"), memory
+    assert speed.endswith(" tokens/s (not measured: CPU)"), speed
+    assert [g["field"] for g in rec.to_json()["recommendation"]["domain"]["outside"]] == ["cpu"]
+    set_language("zh")
+    assert _figure_lines(format_recommendation(rec))[1].endswith("（未实测：CPU）")
