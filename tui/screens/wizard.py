@@ -726,8 +726,9 @@ def data_files_nearby(sample: Path) -> list[Path]:
 
 
 # --- rendering ----------------------------------------------------------------------------------------
-def memory_bar(best: Any, width: int = BAR_WIDTH) -> list[str]:
-    """The per-GPU memory as one stacked bar against capacity, and a legend of the parts."""
+def memory_bar(best: Any, width: int = BAR_WIDTH, note: str = "") -> list[str]:
+    """The per-GPU memory as one stacked bar against capacity (with ``note``, the error band, after it),
+    and a legend of the parts."""
     est = best.estimate
     capacity = max(est.capacity_gib, 1e-9)
     cells: list[str] = []
@@ -746,6 +747,8 @@ def memory_bar(best: Any, width: int = BAR_WIDTH) -> list[str]:
     cells.append("[$foreground-muted]" + "·" * max(0, width - used) + "[/]")
     verdict_colour = "$success" if est.fits else ("$warning" if est.verdict == "tight" else "$error")
     head = f"{''.join(cells)} [{verdict_colour}]{best.peak_gib:.1f}[/] / {est.capacity_gib:.1f} GiB"
+    if note:
+        head += f" [$foreground-muted]{_escape(note)}[/]"
     return [head, "  ".join(legend)]
 
 
@@ -769,7 +772,7 @@ def render_recommendation(rec: Any) -> str:
         elif line.kind == "headline":
             lines.append(f"[b]{text}[/]")
         elif line.kind == "memory":
-            lines += memory_bar(rec.best)
+            lines += memory_bar(rec.best, note=line.note)
         elif line.kind == "speed":
             lines.append(text + (" " + t("wizard.measured") if line.tone == "measured" else ""))
         elif line.kind == "eta":
