@@ -1,11 +1,12 @@
 """Trainer callbacks: metrics.jsonl records, events, graceful stop on SIGTERM, the heartbeat's steps,
-injected OOM for tests."""
+injected OOM and a hold at a step for tests."""
 
 from __future__ import annotations
 
 import logging
 import math
 import os
+import signal
 import threading
 import time
 from typing import Any
@@ -18,6 +19,7 @@ from core.units import format_duration, format_rate
 log = logging.getLogger("tunedeck.train")
 
 INJECT_OOM_ENV = "TUNEDECK_INJECT_OOM_AT_STEP"
+HOLD_ENV = "TUNEDECK_HOLD_AT_STEP"
 
 
 class StopFlag:
@@ -232,6 +234,31 @@ class InjectedOomCallback(TrainerCallback):
             raise torch.cuda.OutOfMemoryError(
                 f"CUDA out of memory (injected by {INJECT_OOM_ENV}={self.at_step} for testing)"
             )
+
+
+class HoldAtStepCallback(TrainerCallback):
+    """Stops this process (SIGSTOP) once step ``TUNEDECK_HOLD_AT_STEP`` is recorded, until a SIGCONT
+    (tests): a signal sent while it is held meets a run that is surely mid-way, however fast the box
+    trains and however slowly the test gets to send it. Added after the metrics callback, so the step's
+    record is on disk first."""
+
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+        self.held = False
+
+    @classmethod
+    def from_env(cls) -> HoldAtStepCallback | None:
+        value = os.environ.get(HOLD_ENV, "").strip()
+        return cls(int(value)) if value.isdigit() else None
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if self.held or state.global_step < self.at_step or "loss" not in (logs or {}):
+            return
+        self.held = True
+        log.info("held at step %d by %s=%d: continues on SIGCONT", state.global_step, HOLD_ENV, self.at_step)
+        for handler in logging.getLogger().handlers + log.handlers:
+            handler.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def _num(value: Any) -> float | None:

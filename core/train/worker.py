@@ -217,6 +217,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     from core.train.callbacks import (
         GracefulStopCallback,
         HeartbeatCallback,
+        HoldAtStepCallback,
         InjectedOomCallback,
         RunMetricsCallback,
     )
@@ -420,9 +421,9 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     for profile_cb in (ProfileStepsCallback.from_env(run.path), MemoryPeakCallback.from_env(run.path)):
         if profile_cb is not None and rank == 0:
             callbacks.append(profile_cb)
-    oom_cb = InjectedOomCallback.from_env()
-    if oom_cb is not None:
-        callbacks.append(oom_cb)
+    for fault_cb in (InjectedOomCallback.from_env(), HoldAtStepCallback.from_env()):
+        if fault_cb is not None:
+            callbacks.append(fault_cb)
     trainer = AtomicCheckpointTrainer(
         model=model,
         args=args,

@@ -140,6 +140,16 @@ class Cli:
         raise AssertionError(f"run {run_id} never reached step {step}")
 
 
+def wait_held(pid: int, timeout: float = 240) -> None:
+    """Until ``pid`` is stopped (SIGSTOP: state T); the timeout guards a hang, it is not a speed."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while psutil.Process(pid).status() != psutil.STATUS_STOPPED:
+        assert time.monotonic() < deadline, f"the trainer {pid} never held itself"
+        time.sleep(0.05)
+
+
 def _gone_or_zombie(pid: int, timeout: float) -> bool:
     """True once ``pid`` has exited (a zombie counts: some container inits never reap orphans)."""
     deadline = time.monotonic() + timeout
@@ -175,7 +185,8 @@ def pair(tmp_path_factory):
         ["bash", "-c", f'"{sys.executable}" -m core train "{config}" > "{id_file}"; sleep 300'],
         cwd=ROOT, env=cli.env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    interrupted = cli("train", str(config)).stdout.strip()
+    # The one to interrupt holds itself (SIGSTOP) once step 4 is recorded, until the test sends SIGCONT.
+    interrupted = cli("train", str(config), TUNEDECK_HOLD_AT_STEP="4").stdout.strip()
     deadline = time.monotonic() + 60
     while not id_file.read_text().strip() if id_file.exists() else True:
         assert time.monotonic() < deadline, "tunedeck train in the shell printed no run id"
@@ -187,13 +198,14 @@ def pair(tmp_path_factory):
     os.killpg(shell.pid, signal.SIGHUP)  # what closing the terminal / losing SSH does
     shell_code = shell.wait(timeout=10)
     status_after_hup = json.loads(status.fire())["status"]
-    # `tunedeck stop` is imported ahead and fired at step 4, with the trainer held by SIGSTOP until the
-    # stop's SIGTERM waits for it: on any box, however fast, the stop meets a run that is still training.
+    # `tunedeck stop` is imported ahead and fired while the trainer holds itself at step 4 (SIGSTOP, from
+    # TUNEDECK_HOLD_AT_STEP) until the stop's SIGTERM waits for it: on any box, however fast it trains and
+    # however late this test gets there, the stop meets a run that is still training.
     stop = cli.armed("stop", interrupted, "--wait", "--json")
     cli.wait_step(interrupted, 4)
     trainer = int(json.loads((cli.run_dir(interrupted) / "run.json").read_text())["trainer"]["pid"])
-    os.kill(trainer, signal.SIGSTOP)
     try:
+        wait_held(trainer)
         stop.send()
         deadline = time.monotonic() + 240  # a guard against a hang, not a speed: the signal comes in ms
         while not signal_pending(trainer, signal.SIGTERM):
