@@ -28,6 +28,7 @@ from tests.tui.conftest import (  # noqa: E402
     quiet_settings,
     screen_text,
     wait_for,
+    wait_screen_stable,
 )
 from tests.tui.test_80x24_keys import assert_section_footers_fit  # noqa: E402
 from tests.tui.test_dashboard_noise import few_points_scenario, spike_scenario  # noqa: E402
@@ -158,6 +159,7 @@ def test_models_offline_80x24(monkeypatch):
             for line in ("无法连接ModelScope（http://127.0.0.1:9）：连接被拒绝。", t("hub.advice.network"),
                          t("modelsscreen.problem_offline"), t("modelsscreen.problem_keys", other="Hugging Face")):
                 assert unspaced(line) in shown, line
+            await wait_screen_stable(pilot, app)  # the message box re-wraps once its scrollbar is in
             assert_snapshot(app, "zh_models_offline_80x24")
 
     run(scenario())

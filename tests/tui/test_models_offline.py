@@ -16,7 +16,14 @@ import pytest
 from core.hub.local import bundled_models
 from core.hub.problems import PROXY_ENV
 from core.i18n import t
-from tests.tui.conftest import assert_snapshot, fake_monitor, quiet_settings, screen_text, wait_for
+from tests.tui.conftest import (
+    assert_snapshot,
+    fake_monitor,
+    quiet_settings,
+    screen_text,
+    wait_for,
+    wait_screen_stable,
+)
 from tests.tui.test_models_screen import BUNDLED, hub_env, open_models, results  # noqa: F401  (hub_env: a fixture)
 from tui.app import make_app
 from tui.screens.models import ModelsScreen
@@ -90,6 +97,9 @@ def test_offline_error_is_a_short_message_with_its_advice_in_view_and_the_detail
             assert "Pool" not in status_line(app) and "Max retries" not in shown.split("Detail")[0]
             assert footer_keys(app)[:3] == ["?", "2", "F5"]  # the ways on, first
             assert screen.focused is message_box(app)
+            # the message box lays out again once it knows its text overflows (a scrollbar takes a column,
+            # the text re-wraps): a fresh-clone CI took the snapshot in between
+            await wait_screen_stable(pilot, app)
             assert_snapshot(app, "models_offline_80x24")
             # The raw text is there for whoever wants it: the message scrolls to it.
             await pilot.press("end")
