@@ -42,8 +42,7 @@ STATE_INTERVAL_S = 0.25
 MAX_STALLED_ATTEMPTS = 6  # consecutive failures without a byte of progress before giving up
 DISK_SLACK_BYTES = 64 * 1024**2  # keep this much free after the download
 STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
-DOWNLOADER_MODULE = "core.hub.downloader"
-SPAWNED_FILE = "spawned"  # the pid of the downloader start_download started: alive and not yet locked = queued
+SPAWNED_FILE = "spawned.json"  # the downloader start_download started: alive and not yet locked = queued
 
 
 def downloads_dir() -> Path:
@@ -193,21 +192,14 @@ def downloader_alive(job_dir: Path) -> bool:
 
 
 def _spawned_downloader(job_dir: Path) -> bool | None:
-    """Whether the downloader ``start_download`` spawned for ``job_dir`` still lives (a zombie does not);
-    ``None`` when no spawn was recorded."""
-    try:
-        pid = int((job_dir / SPAWNED_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    import psutil
+    """Whether the downloader ``start_download`` spawned for ``job_dir`` still lives (a zombie or a reused
+    pid does not: ``core.runs.liveness.same_process_alive``); ``None`` when no spawn was recorded."""
+    from core.runs.liveness import same_process_alive
 
-    try:
-        process = psutil.Process(pid)
-        # the pid is ours only while it runs this job's downloader (pids are reused)
-        return (process.status() != psutil.STATUS_ZOMBIE
-                and DOWNLOADER_MODULE in process.cmdline() and str(job_dir) in process.cmdline())
-    except psutil.Error:
-        return False
+    spawned = _read_json(job_dir / SPAWNED_FILE)
+    if not spawned or not isinstance(spawned.get("pid"), int):
+        return None
+    return same_process_alive(spawned["pid"], spawned.get("started_at"))
 
 
 def read_status(job_dir: Path) -> DownloadStatus | None:
@@ -276,11 +268,13 @@ def start_download(plan: DownloadPlan, token: str | None = None) -> Path:
     (job_dir / SPAWNED_FILE).unlink(missing_ok=True)
     with open(job_dir / "downloader.log", "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", DOWNLOADER_MODULE, str(job_dir)],
+            [sys.executable, "-m", "core.hub.downloader", str(job_dir)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=str(job_dir),
             start_new_session=True, close_fds=True,
         )
-    (job_dir / SPAWNED_FILE).write_text(str(process.pid))
+    from core.runs.liveness import process_start_time
+
+    write_json_atomic(job_dir / SPAWNED_FILE, {"pid": process.pid, "started_at": process_start_time(process.pid)})
     return job_dir
 
 

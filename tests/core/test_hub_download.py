@@ -14,7 +14,6 @@ import pytest
 
 from core.atomic_file import write_json_atomic
 from core.hub.download import (
-    DOWNLOADER_MODULE,
     SPAWNED_FILE,
     check_disk,
     downloader_alive,
@@ -26,6 +25,7 @@ from core.hub.download import (
 )
 from core.hub.errors import NotEnoughDiskError
 from core.hub.source import open_hub
+from core.runs.liveness import process_start_time
 from tests.hubserver import TOKEN, FakeHubServer, standard_hub
 
 WEIGHTS = bytes(range(256)) * 1024
@@ -126,10 +126,10 @@ def test_a_downloader_still_starting_is_queued_however_long_it_takes(hub_server)
     job.mkdir(parents=True)
     write_json_atomic(job / "job.json", plan.to_json())
     write_json_atomic(job / "state.json", {"status": "queued", "updated": time.time() - 600})
-    # A stand-in with the downloader's command line that never gets as far as the lock.
-    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", DOWNLOADER_MODULE, str(job)])
+    # A stand-in for the spawned downloader that never gets as far as the lock.
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        (job / SPAWNED_FILE).write_text(str(stand_in.pid))
+        write_json_atomic(job / SPAWNED_FILE, {"pid": stand_in.pid, "started_at": process_start_time(stand_in.pid)})
         assert read_status(job).status == "queued"  # ten minutes after it was queued, and still starting
         stand_in.kill()
         deadline = time.monotonic() + 60  # a hang guard for the kill to land, not a speed
@@ -140,8 +140,8 @@ def test_a_downloader_still_starting_is_queued_however_long_it_takes(hub_server)
         stand_in.kill()
         stand_in.wait()
     assert read_status(job).status == "interrupted"
-    # a pid that another program now holds is not the downloader
-    (job / SPAWNED_FILE).write_text(str(os.getpid()))
+    # a pid that another program now holds (another start time) is not the downloader
+    write_json_atomic(job / SPAWNED_FILE, {"pid": os.getpid(), "started_at": 1.0})
     assert read_status(job).status == "interrupted"
 
 
