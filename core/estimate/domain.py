@@ -2,7 +2,8 @@
 
 The constants of ``core.estimate.calibration`` were fitted on one H200 (see ``MEASURED_*`` and
 ``SPEED_ERROR`` / ``MEMORY_ERROR`` there). ``measured_domain`` says, for a plan and a GPU, every way it
-is outside those rows; an empty list means inside, where ``error_band`` is the error to expect.
+is outside those rows; an empty list means inside, where ``MEMORY_ERROR`` and ``SPEED_ERROR`` are the
+errors to expect.
 """
 
 from __future__ import annotations
@@ -74,11 +75,6 @@ def measured_domain(plan: Any, gpu: Any) -> list[DomainGap]:
     if plan.offload != "none":
         gaps.append(DomainGap("offload", "offload", {"offload": plan.offload}))
     return gaps
-
-
-def error_band(figure: str) -> MeasuredError:
-    """The measured error of ``figure`` ("peak_memory" or "tokens_per_s") inside the domain."""
-    return MEMORY_ERROR if figure == "peak_memory" else SPEED_ERROR
 
 
 def _error_json(error: MeasuredError) -> dict[str, Any]:
