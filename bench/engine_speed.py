@@ -301,8 +301,10 @@ def planned_values(ctx: dict[str, Any], spec: dict[str, Any], seq: int) -> dict[
     from engine_gpu import tunedeck
 
     path = ctx["home"] / f"plan-{spec['name']}.yaml"
+    # --cpu on a box with a GPU: plan for the CPU the run gets, not for the GPU that NVML sees
+    hardware = ["--hardware", "cpu"] if ctx["cpu"] else []
     tunedeck(ctx["home"], "plan", "--model", str(ctx["model_dirs"][spec["model"]]), "--dataset", str(ctx["dataset"](seq)),
-             "--set", f"method={spec['method']}", "--set", f"seq_len={seq}", "--save", str(path))
+             "--set", f"method={spec['method']}", "--set", f"seq_len={seq}", *hardware, "--save", str(path))
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 

@@ -37,9 +37,13 @@ def test_tiny_cpu_matrix_has_both_engines_with_speed_and_loss(tmp_path):
 
 def test_tunedeck_variants_and_the_wizard_plan_row_run_side_by_side(tmp_path):
     """One call measures each switch as its own engine (``tunedeck+key=value``), profiles the default one,
-    and runs the wizard's own plan for the box (``tunedeck plan --save`` then ``tunedeck train``)."""
+    and runs the wizard's own plan for the box (``tunedeck plan --save`` then ``tunedeck train``).
+
+    Hardware: NVML shows one H200 (a recording) while the bench runs ``--cpu``, as on the GPU machine; the
+    plan must be made for the CPU the runs get, or its run cannot start."""
     out = tmp_path / "variants.md"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TUNEDECK_HOME": str(tmp_path / "unused")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TUNEDECK_HOME": str(tmp_path / "unused"),
+           "TUNEDECK_FAKE_GPUS": str(ROOT / "tests" / "fixtures" / "gpus" / "h200x1.json")}
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "engine_speed.py"), "--tiny", "--cpu", "--rows",
                            "tiny-lora,plan-tiny-lora", "--engines",
                            "plain,tunedeck,tunedeck+lora_input_upcast=true+gradient_checkpointing=true",
