@@ -118,7 +118,7 @@ EOF
 
 { echo "tree: $tree"; echo "wheels: $mode ($(ls "$wheels"/*.whl | wc -l) wheels)"
   echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n 1)"
-  echo "cores: $(nproc); memory: $(free -g | awk '/^Mem:/ {print $2 " GiB"}'); /tmp: $(df -h /tmp | awk 'END {print $4 " free"}')"
+  echo "cores: $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc); memory: $(free -g | awk '/^Mem:/ {print $2 " GiB"}'); /tmp: $(df -h /tmp | awk 'END {print $4 " free"}')"
   echo "python3: $(command -v python3) -> $(python3 -c 'import sys; print(sys.executable, sys.version.split()[0])')"
   python3 -c 'import ctypes; ctypes.CDLL("libnvidia-ml.so.1"); print("libnvidia-ml.so.1 loads: NVML is real here")' 2>&1 | tail -1
   python3 -c 'import bitsandbytes, liger_kernel, deepspeed, textual, transformers; print("bitsandbytes, liger-kernel, deepspeed, textual, transformers import")' 2>&1 | tail -3
