@@ -86,13 +86,29 @@ def screen_text(app) -> str:
     return "\n".join(strip.text.rstrip() for strip in strips)
 
 
-def assert_snapshot(app, name: str) -> None:
-    """Compare the screen's SVG with ``tests/tui/snapshots/<name>.svg``.
+async def assert_snapshot(pilot, app, name: str, quiet_frames: int = 3, timeout: float = 15.0) -> None:
+    """Compare the screen's SVG with ``tests/tui/snapshots/<name>.svg`` once the screen holds still.
 
+    A loaded box lands layout passes, scrollbars and late messages over several frames, so the rendering
+    is taken when it is the same for ``quiet_frames`` pauses in a row (colours and styles included, not
+    only the text); text cursors stop blinking first, drawn, so that a frame never catches one half-way.
     ``TUNEDECK_UPDATE_SNAPSHOTS=1`` rewrites the file after an intended change of the look; a mismatch
     leaves the new rendering beside the old one as ``<name>.new.svg`` for a look in a browser.
     """
-    svg = app.export_screenshot(title=name)
+    from textual.widgets import Input, TextArea
+
+    for field in [*app.screen.query(Input), *app.screen.query(TextArea)]:
+        field.cursor_blink = False
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    svg, same = None, 0
+    while same < quiet_frames:
+        if loop.time() > end:
+            raise AssertionError(f"snapshot {name}: the screen kept changing for {timeout:.1f}s")
+        await pilot.pause(0.05)
+        frame = app.export_screenshot(title=name)
+        same = same + 1 if frame == svg else 0
+        svg = frame
     path = SNAPSHOTS / f"{name}.svg"
     new = SNAPSHOTS / f"{name}.new.svg"
     if os.environ.get("TUNEDECK_UPDATE_SNAPSHOTS") == "1" or not path.exists():

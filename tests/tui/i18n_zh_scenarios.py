@@ -28,7 +28,6 @@ from tests.tui.conftest import (  # noqa: E402
     quiet_settings,
     screen_text,
     wait_for,
-    wait_screen_stable,
 )
 from tests.tui.test_80x24_keys import assert_section_footers_fit  # noqa: E402
 from tests.tui.test_dashboard_noise import few_points_scenario, spike_scenario  # noqa: E402
@@ -84,7 +83,7 @@ def test_gpus(recording, size):
                 assert "没有 GPU 读数" in text and "m 模型，w 向导，r 训练任务" in text
             else:
                 assert "驱动" in text and "退出" in text
-            assert_snapshot(app, f"zh_gpus_{recording}_{size[0]}x{size[1]}")
+            await assert_snapshot(pilot, app, f"zh_gpus_{recording}_{size[0]}x{size[1]}")
 
     run(scenario())
 
@@ -106,7 +105,7 @@ def test_gpus_process_selected_80x24(monkeypatch):
             text = assert_fits(app, (80, 24))
             assert "已用" in text and "内存" in text and "CPU%" in text
             assert "任务 20261129-2100-qwen7b-lora 的训练进程" in text and "结束" in text
-            assert_snapshot(app, "zh_gpus_process_selected_80x24")
+            await assert_snapshot(pilot, app, "zh_gpus_process_selected_80x24")
 
     try:
         run(scenario())
@@ -131,7 +130,7 @@ def test_models(hub_env, size):  # noqa: F811
             await pilot.pause(0.3)
             text = assert_fits(app, size)
             assert "在本机一块" in text and ("够用" in text or "放不下" in text)
-            assert_snapshot(app, f"zh_models_details_{size[0]}x{size[1]}")
+            await assert_snapshot(pilot, app, f"zh_models_details_{size[0]}x{size[1]}")
 
     run(scenario())
 
@@ -159,8 +158,7 @@ def test_models_offline_80x24(monkeypatch):
             for line in ("无法连接ModelScope（http://127.0.0.1:9）：连接被拒绝。", t("hub.advice.network"),
                          t("modelsscreen.problem_offline"), t("modelsscreen.problem_keys", other="Hugging Face")):
                 assert unspaced(line) in shown, line
-            await wait_screen_stable(pilot, app)  # the message box re-wraps once its scrollbar is in
-            assert_snapshot(app, "zh_models_offline_80x24")
+            await assert_snapshot(pilot, app, "zh_models_offline_80x24")
 
     run(scenario())
 
@@ -176,7 +174,7 @@ def test_models_empty_result_80x24(hub_env):  # noqa: F811
             assert_fits(app, (80, 24))
             shown = unspaced(region_text(app, message_box(app)))
             assert "ModelScope上没有匹配“zzz”的模型。" in shown and "或按h改用HuggingFace。" in shown
-            assert_snapshot(app, "zh_models_empty_80x24")
+            await assert_snapshot(pilot, app, "zh_models_empty_80x24")
 
     run(scenario())
 
@@ -192,7 +190,7 @@ def test_runs(size):
                 await open_runs(pilot, app)
                 text = assert_fits(app, size)
                 assert "已崩溃" in text and "已完成" in text and "运行中" in text
-                assert_snapshot(app, f"zh_runs_three_{size[0]}x{size[1]}")
+                await assert_snapshot(pilot, app, f"zh_runs_three_{size[0]}x{size[1]}")
 
     run(scenario())
 
@@ -211,7 +209,7 @@ def test_dashboard(size):
             assert "损失" in text
             if size[1] >= 50:  # the events table has room for its rows: event names are translated
                 assert "检查点已保存" in text and "checkpoint_saved" not in text
-            assert_snapshot(app, f"zh_dashboard_healthy_{size[0]}x{size[1]}")
+            await assert_snapshot(pilot, app, f"zh_dashboard_healthy_{size[0]}x{size[1]}")
 
     with SupervisorStandIn(path):
         run(scenario())
@@ -236,7 +234,7 @@ def test_dashboard_failed_reason_written_by_the_trainer(size):
             assert "显存不足（OOM）" in text and "out of GPU memory" not in text
             if size[1] >= 50:
                 assert "失败" in text
-            assert_snapshot(app, f"zh_dashboard_failed_{size[0]}x{size[1]}")
+            await assert_snapshot(pilot, app, f"zh_dashboard_failed_{size[0]}x{size[1]}")
 
     run(scenario())
 
@@ -281,7 +279,7 @@ def test_help(size):
             if size[1] >= 50:
                 for expected in ("紧凑", "进程", "变慢", "模型", "向导", "退出", "主题", "命令"):
                     assert expected in text, expected
-            assert_snapshot(app, f"zh_help_gpus_{size[0]}x{size[1]}")
+            await assert_snapshot(pilot, app, f"zh_help_gpus_{size[0]}x{size[1]}")
 
     run(scenario())
 
@@ -297,7 +295,7 @@ def test_wizard_section(size=(80, 24)):
             assert app.current_mode == "wizard"
             text = assert_fits(app, size)
             assert has_chinese(text)
-            assert_snapshot(app, f"zh_wizard_{size[0]}x{size[1]}")
+            await assert_snapshot(pilot, app, f"zh_wizard_{size[0]}x{size[1]}")
 
     run(scenario())
 

@@ -109,7 +109,7 @@ async def dashboard_fresh(size, name) -> None:
         async with app.run_test(size=size) as pilot:
             await _settled_dashboard(pilot, app, "running", with_steps=False)
             assert "Qwen/Qwen2.5-7B-Instruct" in screen_text(app)
-            assert_snapshot(app, name)
+            await assert_snapshot(pilot, app, name)
 
 
 async def dashboard_finished(size, name) -> None:
@@ -118,7 +118,7 @@ async def dashboard_finished(size, name) -> None:
     async with app.run_test(size=size) as pilot:
         await _settled_dashboard(pilot, app, "finished", with_steps=True)
         assert "600/600" in screen_text(app)
-        assert_snapshot(app, name)
+        await assert_snapshot(pilot, app, name)
 
 
 async def dashboard_readonly(size, name) -> None:
@@ -127,7 +127,7 @@ async def dashboard_readonly(size, name) -> None:
     async with app.run_test(size=size) as pilot:
         await _settled_dashboard(pilot, app, "finished", with_steps=True)
         assert "ms-swift" in screen_text(app)
-        assert_snapshot(app, name)
+        await assert_snapshot(pilot, app, name)
 
 
 async def runs_empty(size, name) -> None:
@@ -136,8 +136,7 @@ async def runs_empty(size, name) -> None:
     app = _app()
     async with app.run_test(size=size) as pilot:
         await open_runs(pilot, app)
-        await wait_screen_stable(pilot, app)
-        assert_snapshot(app, name)
+        await assert_snapshot(pilot, app, name)
 
 
 async def wizard(size, name) -> None:
@@ -148,8 +147,7 @@ async def wizard(size, name) -> None:
     async with app.run_test(size=size) as pilot:
         await pilot.press("w")
         await wait_for(pilot, lambda: app.current_mode == "wizard" and wizard_screen(app).step == 0)
-        await wait_screen_stable(pilot, app)
-        assert_snapshot(app, name)
+        await assert_snapshot(pilot, app, name)
 
 
 async def wizard_result(size, name) -> None:
@@ -158,8 +156,7 @@ async def wizard_result(size, name) -> None:
     app = _app("none")
     async with app.run_test(size=size) as pilot:
         await to_result(pilot, app)
-        await wait_screen_stable(pilot, app)
-        assert_snapshot(app, name)
+        await assert_snapshot(pilot, app, name)
 
 
 async def help_gpus(size, name) -> None:
@@ -171,8 +168,7 @@ async def help_gpus(size, name) -> None:
         await open_gpus(pilot, app)
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
-        await wait_screen_stable(pilot, app)
-        assert_snapshot(app, name)
+        await assert_snapshot(pilot, app, name)
 
 
 async def models_details(size, name) -> None:
@@ -184,8 +180,7 @@ async def models_details(size, name) -> None:
         screen = await open_models(pilot, app)
         await pilot.press("down", "down", "enter")
         await wait_for(pilot, lambda: screen.details is not None)
-        await wait_screen_stable(pilot, app)
-        assert_snapshot(app, name)
+        await assert_snapshot(pilot, app, name)
 
 
 async def chat_ready(size, name) -> None:
@@ -193,7 +188,6 @@ async def chat_ready(size, name) -> None:
     import shutil
 
     import torch
-    from textual.widgets import Input
 
     from core.train.model_setup import materialize_random_weights
     from tui.screens.chat import ChatScreen
@@ -206,11 +200,9 @@ async def chat_ready(size, name) -> None:
         screen = ChatScreen(model_dir=model_dir)
         app.push_screen(screen)
         await wait_for(pilot, lambda: screen.ready, timeout=120)
-        for field in screen.query(Input):  # a blinking cursor would draw on some frames and not others
-            field.cursor_blink = False
         await wait_screen_stable(pilot, app)
         assert "tiny" in screen_text(app)
-        assert_snapshot(app, name)
+        await assert_snapshot(pilot, app, name)
 
 
 SCENARIOS: dict[str, Callable[[tuple[int, int], str], Awaitable[None]]] = {

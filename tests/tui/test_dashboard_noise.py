@@ -73,7 +73,7 @@ async def few_points_scenario(size, snapshot: str | None) -> None:
                 # three points at the left edge, the middle and the right edge, and the line between them
                 assert all(columns), f"{chart_id}: gaps in the line of 3 points {columns}"
             if snapshot:
-                assert_snapshot(app, snapshot)
+                await assert_snapshot(pilot, app, snapshot)
             await pilot.press("x")  # the time axis joins the same three points
             await wait_for(pilot, lambda: screen.axis == "time")
             await wait_screen_stable(pilot, app)
@@ -101,7 +101,7 @@ async def spike_scenario(size, snapshot: str | None) -> None:
             # the steady rate fills the chart: it is drawn in the top row, not squeezed under a 52k top
             assert sum(0x2801 <= ord(ch) <= 0x28FF for ch in rows[0]) > len(rows[0]) // 2
             if snapshot:
-                assert_snapshot(app, snapshot)
+                await assert_snapshot(pilot, app, snapshot)
             await pilot.press("x")
             await wait_for(pilot, lambda: screen.axis == "time")
             await wait_screen_stable(pilot, app)

@@ -71,7 +71,7 @@ def test_dashboard_snapshots(case, size):
             text = screen_text(app)
             assert "Qwen/Qwen2.5-7B-Instruct" in text and shown in text
             assert f"step {steps}/600" in text
-            assert_snapshot(app, f"dashboard_{case}_{size[0]}x{size[1]}")
+            await assert_snapshot(pilot, app, f"dashboard_{case}_{size[0]}x{size[1]}")
 
     if locked:
         with SupervisorStandIn(path):
@@ -146,7 +146,7 @@ def test_gpu_charts_are_by_time_and_say_so(recording, gpus):
             text = screen_text(app)
             assert "GPU util % · x: time" in text and "GPU memory % · x: time" in text
             if recording == "h200x8":
-                assert_snapshot(app, "dashboard_h200x8_160x50")
+                await assert_snapshot(pilot, app, "dashboard_h200x8_160x50")
             await pilot.press("x")  # the run's charts by time too; the GPU charts were already
             await wait_for(pilot, lambda: loss.axis == "time")
             assert (util.axis, mem.axis) == ("time", "time")

@@ -215,7 +215,7 @@ def test_gpu_screen_snapshots(recording, size):
             screen = await open_gpus(pilot, app)
             if recording != "none":
                 await feed_history(pilot, screen, monitor, clock, 40)
-            assert_snapshot(app, f"gpus_{recording}_{size[0]}x{size[1]}")
+            await assert_snapshot(pilot, app, f"gpus_{recording}_{size[0]}x{size[1]}")
 
     run(scenario())
 
@@ -544,6 +544,6 @@ def test_gpu_screen_process_selected_snapshot(utc):
         app = make_app(quiet_settings(), monitor=showcase_monitor())
         async with app.run_test(size=(80, 24)) as pilot:
             await open_showcase_selected(pilot, app)
-            assert_snapshot(app, "gpus_process_selected_80x24")
+            await assert_snapshot(pilot, app, "gpus_process_selected_80x24")
 
     run(scenario())

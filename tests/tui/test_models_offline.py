@@ -22,7 +22,6 @@ from tests.tui.conftest import (
     quiet_settings,
     screen_text,
     wait_for,
-    wait_screen_stable,
 )
 from tests.tui.test_models_screen import BUNDLED, hub_env, open_models, results  # noqa: F401  (hub_env: a fixture)
 from tui.app import make_app
@@ -99,8 +98,7 @@ def test_offline_error_is_a_short_message_with_its_advice_in_view_and_the_detail
             assert screen.focused is message_box(app)
             # the message box lays out again once it knows its text overflows (a scrollbar takes a column,
             # the text re-wraps): a fresh-clone CI took the snapshot in between
-            await wait_screen_stable(pilot, app)
-            assert_snapshot(app, "models_offline_80x24")
+            await assert_snapshot(pilot, app, "models_offline_80x24")
             # The raw text is there for whoever wants it: the message scrolls to it.
             await pilot.press("end")
             await wait_for(pilot, lambda: "Connection refused" in flat(region_text(app, message_box(app))))
@@ -121,8 +119,7 @@ def test_an_empty_result_says_no_models_match_with_a_hint(hub_env):  # noqa: F81
             assert "• Filters in force: task text-generation; o, k and z change them." in shown
             assert "• Try other or fewer words (s), or h for Hugging Face." in shown
             assert not results(app).display and "d" not in offered(app)
-            await pilot.pause()
-            assert_snapshot(app, "models_empty_80x24")
+            await assert_snapshot(pilot, app, "models_empty_80x24")
             await pilot.press("s", *["backspace"] * 3, "enter")  # the text cleared: the models come back
             await wait_for(pilot, lambda: results(app).display and results(app).row_count == 4)
             assert screen.message_kind is None

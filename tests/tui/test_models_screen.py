@@ -61,7 +61,7 @@ def test_search_details_fit_and_snapshot(hub_env):
             assert "full" in text and "qlora" in text and "fits" in text
             assert "model.safetensors" in text
             assert "138.3K" in str(results(app).get_row("Qwen/Qwen2.5-Tiny-Instruct"))  # counted, not guessed
-            assert_snapshot(app, "models_details_120x36")
+            await assert_snapshot(pilot, app, "models_details_120x36")
 
     asyncio.run(scenario())
 
@@ -76,7 +76,7 @@ def test_narrow_terminal_snapshot(hub_env):
             await wait_for(pilot, lambda: screen.details is not None, timeout=10)
             await pilot.pause(0.3)
             assert "does not fit" in screen_text(app) or "fits" in screen_text(app)
-            assert_snapshot(app, "models_details_80x24")
+            await assert_snapshot(pilot, app, "models_details_80x24")
 
     asyncio.run(scenario())
 

@@ -81,7 +81,7 @@ def test_list_sort_filter_and_snapshot_at_80_columns():
                 # the footer at 80 columns: ? first, then Enter (the table's own hidden Enter took the key)
                 await wait_for(pilot, lambda: footer_keys(app)[:2] == ["?", "Enter"])
                 assert text.splitlines()[-1].lstrip().startswith("? Help  Enter Open")
-                assert_snapshot(app, "runs_three_80x24")
+                await assert_snapshot(pilot, app, "runs_three_80x24")
                 await pilot.press("s", "s")  # started (hidden at 80 columns) -> ETA -> status
                 await pilot.pause()
                 assert "sorted by Status" in screen_text(app)
@@ -118,7 +118,7 @@ def test_columns_follow_the_width_through_resizes():
                 text = assert_no_horizontal_scroll(app, screen, 160)
                 assert "Qwen/Qwen2.5-7B-Instruct" in text and "11-29 23:00" in text
                 assert "s sort, f filter, Enter open" in text  # the key hint fits the status line here
-                assert_snapshot(app, "runs_three_160x50")
+                await assert_snapshot(pilot, app, "runs_three_160x50")
                 for size, shown in (((80, 24), ["status", "id", "method", "progress", "loss", "tokens", "eta"]),
                                     ((100, 30), ["status", "id", "model", "method", "progress", "loss", "tokens",
                                                  "eta"]),

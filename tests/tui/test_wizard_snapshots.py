@@ -14,8 +14,7 @@ def test_recommendation_80x24_cpu_box():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(80, 24)) as pilot:
             await to_result(pilot, app)
-            await pilot.pause()
-            assert_snapshot(app, "wizard_result_80x24")
+            await assert_snapshot(pilot, app, "wizard_result_80x24")
 
     asyncio.run(scenario())
 
@@ -26,7 +25,6 @@ def test_recommendation_160x50_two_h200_with_overrides():
         async with app.run_test(size=(160, 50)) as pilot:
             await to_result(pilot, app)
             await pilot.press("o")
-            await pilot.pause()
-            assert_snapshot(app, "wizard_result_160x50")
+            await assert_snapshot(pilot, app, "wizard_result_160x50")
 
     asyncio.run(scenario())
