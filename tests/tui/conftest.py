@@ -80,6 +80,26 @@ async def wait_screen_stable(pilot, app, quiet_frames: int = 3, timeout: float =
         last = text
 
 
+async def palette_search(pilot, app, query: str, title: str) -> None:
+    """Open the command palette, type ``query`` and wait until the command ``title`` is highlighted.
+
+    The palette searches in a worker: an Enter pressed before its results are in does nothing."""
+    from textual.command import CommandList, CommandPalette
+
+    await pilot.press("ctrl+p")
+    await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+    await pilot.press(*query)
+
+    def highlighted() -> bool:
+        if not isinstance(app.screen, CommandPalette):
+            return False
+        commands = app.screen.query_one(CommandList)
+        index = commands.highlighted
+        return index is not None and title in str(commands.get_option_at_index(index).prompt)
+
+    await wait_for(pilot, highlighted)
+
+
 def screen_text(app) -> str:
     """The visible characters of the current screen, row by row."""
     strips = app.screen._compositor.render_strips()

@@ -121,13 +121,8 @@ def test_models(hub_env, size):  # noqa: F811
         async with app.run_test(size=size) as pilot:
             screen = await open_models(pilot, app)
             await pilot.press("down", "down", "enter")
-            await pilot.pause()
-            for _ in range(250):
-                if screen.details is not None:
-                    break
-                await pilot.pause(0.02)
-            assert screen.details is not None
-            await pilot.pause(0.3)
+            await wait_for(pilot, lambda: screen.details is not None)
+            await wait_for(pilot, lambda: "在本机一块" in screen_text(app))  # the details drawn
             text = assert_fits(app, size)
             assert "在本机一块" in text and ("够用" in text or "放不下" in text)
             await assert_snapshot(pilot, app, f"zh_models_details_{size[0]}x{size[1]}")

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from textual.command import CommandPalette
-
 from core.settings import load_settings
-from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
+from tests.tui.conftest import fake_monitor, palette_search, quiet_settings, screen_text, wait_for
 from tui.app import make_app
 from tui.screens.gpus import GpuScreen
 from tui.screens.help import HelpScreen
@@ -72,11 +70,7 @@ def test_palette_lists_every_action():
             # every screen binding is reachable by name too
             assert {"Compact", "Processes", "Slower", "Faster"} <= titles
             assert descriptions - {"GPUs", "Models", "Wizard", "Runs", "Help", "Theme", "Quit"} <= titles
-            await pilot.press("ctrl+p")
-            await pilot.pause()
-            assert isinstance(app.screen, CommandPalette)
-            await pilot.press(*"go to runs")
-            await pilot.pause(0.3)
+            await palette_search(pilot, app, "go to runs", "Go to Runs")
             await pilot.press("enter")
             await wait_for(pilot, lambda: app.current_mode == "runs")
 

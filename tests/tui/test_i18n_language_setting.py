@@ -11,11 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from textual.command import CommandPalette
-
 from core.paths import settings_path
 from core.settings import load_settings
-from tests.tui.conftest import fake_monitor, quiet_settings, wait_for
+from tests.tui.conftest import fake_monitor, palette_search, quiet_settings, wait_for
 from tui.app import make_app
 from tui.screens.gpus import GpuScreen
 
@@ -29,11 +27,7 @@ def test_palette_language_entry_saves_the_setting(private_home):
             await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
             titles = {command.title for command in app.get_system_commands(app.screen)}
             assert {"Language: English", "Language: 中文"} <= titles
-            await pilot.press("ctrl+p")
-            await pilot.pause()
-            assert isinstance(app.screen, CommandPalette)
-            await pilot.press(*"language: 中文")
-            await pilot.pause(0.3)
+            await palette_search(pilot, app, "language: 中文", "Language: 中文")
             await pilot.press("enter")
             await wait_for(pilot, lambda: app.settings.language == "zh")
             await wait_for(pilot, lambda: settings_path().exists() and load_settings().language == "zh")

@@ -55,7 +55,7 @@ def test_search_details_fit_and_snapshot(hub_env):
             assert screen.query_state.text == "tiny"
             await pilot.press("enter")  # the focus is back on the results: open the one found
             await wait_for(pilot, lambda: screen.details is not None, timeout=10)
-            await pilot.pause(0.3)
+            await wait_for(pilot, lambda: "model.safetensors" in screen_text(app))  # the details drawn
             text = screen_text(app)
             assert "Qwen2ForCausalLM" in text and "On this box" in text
             assert "full" in text and "qlora" in text and "fits" in text
@@ -124,10 +124,9 @@ def test_download_progress_then_local_delete_with_confirmation(hub_env):
             path = screen.local_models[0].path
             assert path.is_dir()
             await pilot.press("x")
-            await pilot.pause(0.2)
-            assert "Delete Qwen/Qwen2.5-Tiny-Instruct?" in screen_text(app)
+            await wait_for(pilot, lambda: "Delete Qwen/Qwen2.5-Tiny-Instruct?" in screen_text(app))
             await pilot.press("n")  # declined: nothing happens
-            await pilot.pause(0.2)
+            await wait_for(pilot, lambda: "Delete Qwen/Qwen2.5-Tiny-Instruct?" not in screen_text(app))
             assert path.is_dir()
             await pilot.press("x", "y")
             await wait_for(pilot, lambda: not path.exists() and local.row_count == BUNDLED, timeout=10)
