@@ -147,7 +147,7 @@ def test_models_offline_80x24(monkeypatch):
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.press("m")
-            await wait_for(pilot, lambda: "无法连接" in region_text(app, message_box(app)), timeout=15)
+            await wait_for(pilot, lambda: "无法连接" in region_text(app, message_box(app)))
             assert_fits(app, (80, 24))
             shown = unspaced(region_text(app, message_box(app)))
             for line in ("无法连接ModelScope（http://127.0.0.1:9）：连接被拒绝。", t("hub.advice.network"),

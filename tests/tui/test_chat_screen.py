@@ -28,7 +28,7 @@ def test_dashboard_chat_key_streams_base_and_tuned_replies(shared, private_home,
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
-            await wait_for(pilot, lambda: app.screen.status == "finished", timeout=10)
+            await wait_for(pilot, lambda: app.screen.status == "finished")
             await pilot.press("a")
             await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
             screen = app.screen

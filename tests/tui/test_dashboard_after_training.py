@@ -43,7 +43,7 @@ EXIT_CEILING_S = 120.0
 
 async def open_finished_dashboard(pilot, app) -> DashboardScreen:
     await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
-    await wait_for(pilot, lambda: app.screen.status == "finished", timeout=10)
+    await wait_for(pilot, lambda: app.screen.status == "finished")
     return app.screen
 
 

@@ -64,7 +64,7 @@ def test_follows_a_writer_with_torn_lines_then_a_truncation():
                 screen = await dashboard(pilot, app)
                 thread = threading.Thread(target=writer)
                 thread.start()
-                await wait_for(pilot, lambda: screen.series.latest.get("step") == 120, timeout=15)
+                await wait_for(pilot, lambda: screen.series.latest.get("step") == 120)
                 thread.join()
                 assert screen.series.train_records == 120  # each record once, none torn
                 assert screen.series.series("loss").points == 120
@@ -76,7 +76,7 @@ def test_follows_a_writer_with_torn_lines_then_a_truncation():
                 # The file is truncated and rewritten (a restarted run): the dashboard starts over.
                 with open(path / "metrics.jsonl", "w") as handle:
                     handle.write(json.dumps(train_record(1, 50)) + "\n" + json.dumps(train_record(2, 50)) + "\n")
-                await wait_for(pilot, lambda: screen.series.train_records == 2, timeout=10)
+                await wait_for(pilot, lambda: screen.series.train_records == 2)
                 assert screen.series.latest["total_steps"] == 50
 
     run(scenario())
@@ -142,7 +142,7 @@ def test_stop_asks_then_signals_the_supervisor():
                 await pilot.press("k")
                 await pilot.pause()
                 await pilot.press("y")
-                await wait_for(pilot, lambda: screen.status == "stopped", timeout=10)
+                await wait_for(pilot, lambda: screen.status == "stopped")
                 assert proc.wait(timeout=5) == 0
                 await wait_for(pilot, lambda: any("stopped" in m for m in messages(app)))
                 await pilot.press("y")  # a stopped run copies its resume command

@@ -39,10 +39,10 @@ def test_dashboard_shows_a_silent_trainer_as_stalled_with_an_alert():
             async with app.run_test(size=(120, 40)) as pilot:
                 await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
                 screen = app.screen
-                await wait_for(pilot, lambda: screen.status == "stalled", timeout=15)
+                await wait_for(pilot, lambda: screen.status == "stalled")
                 await wait_for(pilot, lambda: any("has stalled" in str(n.message) for n in app._notifications))
                 assert "stalled" in screen_text(app)
                 writer.beat()  # the trainer moves again
-                await wait_for(pilot, lambda: screen.status == "running", timeout=15)
+                await wait_for(pilot, lambda: screen.status == "running")
 
     asyncio.run(scenario())

@@ -74,7 +74,7 @@ def offered(app) -> set[str]:
 async def open_offline(pilot, app) -> ModelsScreen:
     await pilot.press("m")
     await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
-    await wait_for(pilot, lambda: "not reachable" in region_text(app, message_box(app)), timeout=15)
+    await wait_for(pilot, lambda: "not reachable" in region_text(app, message_box(app)))
     return app.screen
 
 

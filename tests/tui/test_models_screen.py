@@ -37,7 +37,7 @@ def results(app):
 async def open_models(pilot, app) -> ModelsScreen:
     await pilot.press("m")
     await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
-    await wait_for(pilot, lambda: results(app).row_count > 0, timeout=10)
+    await wait_for(pilot, lambda: results(app).row_count > 0)
     return app.screen
 
 
@@ -51,10 +51,10 @@ def test_search_details_fit_and_snapshot(hub_env):
                 "meta/gated-model"]
             assert "meta/gated-model (gated)" in screen_text(app)
             await pilot.press("s", *"tiny", "enter")
-            await wait_for(pilot, lambda: results(app).row_count == 1, timeout=10)
+            await wait_for(pilot, lambda: results(app).row_count == 1)
             assert screen.query_state.text == "tiny"
             await pilot.press("enter")  # the focus is back on the results: open the one found
-            await wait_for(pilot, lambda: screen.details is not None, timeout=10)
+            await wait_for(pilot, lambda: screen.details is not None)
             await wait_for(pilot, lambda: "model.safetensors" in screen_text(app))  # the details drawn
             text = screen_text(app)
             assert "Qwen2ForCausalLM" in text and "On this box" in text
@@ -73,7 +73,7 @@ def test_narrow_terminal_snapshot(hub_env):
             screen = await open_models(pilot, app)
             # The tiny model: its estimate is mostly fixed overhead, so estimator tuning rarely moves it.
             await pilot.press("down", "down", "enter")
-            await wait_for(pilot, lambda: screen.details is not None, timeout=10)
+            await wait_for(pilot, lambda: screen.details is not None)
             await pilot.pause(0.3)
             assert "does not fit" in screen_text(app) or "fits" in screen_text(app)
             await assert_snapshot(pilot, app, "models_details_80x24")
@@ -87,12 +87,12 @@ def test_filters_and_hub_toggle(hub_env):
         async with app.run_test(size=(120, 36)) as pilot:
             screen = await open_models(pilot, app)
             await pilot.press("b")  # downloads -> likes
-            await wait_for(pilot, lambda: str(next(iter(results(app).rows)).value).startswith("deepseek"), timeout=10)
+            await wait_for(pilot, lambda: str(next(iter(results(app).rows)).value).startswith("deepseek"))
             assert screen.query_state.sort == "likes"
             await pilot.press("z")  # size: any -> small
-            await wait_for(pilot, lambda: results(app).row_count == 1, timeout=10)
+            await wait_for(pilot, lambda: results(app).row_count == 1)
             await pilot.press("h")
-            await wait_for(pilot, lambda: screen.hub == "hf" and not screen.searching, timeout=10)
+            await wait_for(pilot, lambda: screen.hub == "hf" and not screen.searching)
             assert "Hugging Face" in screen_text(app)
             assert [str(k.value) for k in results(app).rows] == ["deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"]
 
@@ -106,21 +106,21 @@ def test_download_progress_then_local_delete_with_confirmation(hub_env):
         async with app.run_test(size=(120, 36)) as pilot:
             screen = await open_models(pilot, app)
             await pilot.press("down", "down", "enter")  # the tiny model
-            await wait_for(pilot, lambda: screen.details is not None, timeout=10)
+            await wait_for(pilot, lambda: screen.details is not None)
             assert screen.details.summary.model_id == "Qwen/Qwen2.5-Tiny-Instruct"
             assert "d downloads 4 files" in screen_text(app) and "pytorch_model.bin" in screen_text(app)
             await pilot.press("f")  # all files, then back to one weight format
             assert "d downloads 5 files" in screen_text(app)
             await pilot.press("f")
             await pilot.press("d")
-            await wait_for(pilot, lambda: screen.job_dir is not None, timeout=10)
+            await wait_for(pilot, lambda: screen.job_dir is not None)
             bar = screen.query_one("#download-bar")
             await wait_for(pilot, lambda: "downloaded to" in screen_text(app), timeout=30)
             assert bar.progress == bar.total > 256 * 1024
             assert not (screen.local_models or [])  # the local tab was not opened yet
             await pilot.press("2")
             local = screen.query_one("#local-models")
-            await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED, timeout=10)
+            await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED)
             path = screen.local_models[0].path
             assert path.is_dir()
             await pilot.press("x")
@@ -129,7 +129,7 @@ def test_download_progress_then_local_delete_with_confirmation(hub_env):
             await wait_for(pilot, lambda: "Delete Qwen/Qwen2.5-Tiny-Instruct?" not in screen_text(app))
             assert path.is_dir()
             await pilot.press("x", "y")
-            await wait_for(pilot, lambda: not path.exists() and local.row_count == BUNDLED, timeout=10)
+            await wait_for(pilot, lambda: not path.exists() and local.row_count == BUNDLED)
             assert "No models on disk" in screen_text(app)
 
     asyncio.run(scenario())
@@ -149,9 +149,9 @@ def test_offline_hub_says_so_and_local_tab_works(tmp_path, monkeypatch):
             await pilot.press("m")
             await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
             screen = app.screen
-            await wait_for(pilot, lambda: "not reachable" in screen_text(app), timeout=10)
+            await wait_for(pilot, lambda: "not reachable" in screen_text(app))
             await pilot.press("2")
-            await wait_for(pilot, lambda: screen.query_one("#local-models").row_count == 1 + BUNDLED, timeout=10)
+            await wait_for(pilot, lambda: screen.query_one("#local-models").row_count == 1 + BUNDLED)
             await wait_for(pilot, lambda: "Qwen/Qwen2.5-0.5B" in screen_text(app))  # columns sized on refresh
 
     asyncio.run(scenario())
@@ -163,7 +163,7 @@ def test_wizard_key_hands_the_model_over(hub_env):
         async with app.run_test(size=(120, 36)) as pilot:
             screen = await open_models(pilot, app)
             await pilot.press("enter")
-            await wait_for(pilot, lambda: screen.details is not None, timeout=10)
+            await wait_for(pilot, lambda: screen.details is not None)
             await pilot.press("p")
             await wait_for(pilot, lambda: app.current_mode == "wizard")
             assert app.wizard_model == "Qwen/Qwen2.5-7B-Instruct"
@@ -180,9 +180,9 @@ def test_scrolling_to_the_end_loads_the_next_page(hub_env):
 
             screen.query_state = SearchQuery(page_size=2)
             screen.run_search()
-            await wait_for(pilot, lambda: results(app).row_count == 2 and not screen.searching, timeout=10)
+            await wait_for(pilot, lambda: results(app).row_count == 2 and not screen.searching)
             await pilot.press("down")  # onto the last row: the next page comes
-            await wait_for(pilot, lambda: results(app).row_count == 4, timeout=10)
+            await wait_for(pilot, lambda: results(app).row_count == 4)
             assert screen.page.page == 2 and not screen.page.has_more
 
     asyncio.run(scenario())
@@ -201,9 +201,9 @@ def test_reopening_reattaches_to_a_running_download(hub_env):
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
         async with app.run_test(size=(120, 36)) as pilot:
             screen = await open_models(pilot, app)
-            await wait_for(pilot, lambda: "Qwen/Qwen2.5-Tiny-Instruct:" in screen_text(app), timeout=10)
-            await wait_for(pilot, lambda: 0 < screen.query_one("#download-bar").progress, timeout=10)
+            await wait_for(pilot, lambda: "Qwen/Qwen2.5-Tiny-Instruct:" in screen_text(app))
+            await wait_for(pilot, lambda: 0 < screen.query_one("#download-bar").progress)
             await pilot.press("c")  # cancel it from here
-            await wait_for(pilot, lambda: "stopped; d resumes it" in screen_text(app), timeout=15)
+            await wait_for(pilot, lambda: "stopped; d resumes it" in screen_text(app))
 
     asyncio.run(scenario())

@@ -174,7 +174,7 @@ def test_enter_opens_dashboard_and_new_runs_appear():
             assert screen.runs == [] and "No runs yet" in screen_text(app)
             # a run started from another terminal shows up on the next listing
             build_run(runs_dir(), "20261129-2200-later", status="finished", steps=60, total=60)
-            await wait_for(pilot, lambda: len(screen.runs) == 1, timeout=6)
+            await wait_for(pilot, lambda: len(screen.runs) == 1)
             await pilot.pause()
             await pilot.press("enter")
             await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
