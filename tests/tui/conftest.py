@@ -106,7 +106,7 @@ def screen_text(app) -> str:
     return "\n".join(strip.text.rstrip() for strip in strips)
 
 
-async def assert_snapshot(pilot, app, name: str, quiet_frames: int = 3, timeout: float = 15.0) -> None:
+async def assert_snapshot(pilot, app, name: str, quiet_frames: int = 3, timeout: float = 30.0) -> None:
     """Compare the screen's SVG with ``tests/tui/snapshots/<name>.svg`` once the screen holds still.
 
     A loaded box lands layout passes, scrollbars and late messages over several frames, so the rendering
