@@ -66,18 +66,24 @@ async def wait_for(pilot, predicate, timeout: float = 30.0) -> None:
         await pilot.pause(0.02)
 
 
-async def wait_screen_stable(pilot, app, quiet_frames: int = 3, timeout: float = 15.0) -> None:
-    """Let pending layout, scrolling and late messages land: the screen unchanged for a few pauses."""
+async def _still(pilot, frame, quiet_frames: int, timeout: float, what: str) -> str:
+    """``frame()`` once it has returned the same for ``quiet_frames`` pauses in a row."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     last, same = None, 0
     while same < quiet_frames:
         if loop.time() > end:
-            raise AssertionError(f"screen kept changing for {timeout:.1f}s")
+            raise AssertionError(f"{what} kept changing for {timeout:.1f}s")
         await pilot.pause(0.05)
-        text = screen_text(app)
-        same = same + 1 if text == last else 0
-        last = text
+        current = frame()
+        same = same + 1 if current == last else 0
+        last = current
+    return last
+
+
+async def wait_screen_stable(pilot, app, quiet_frames: int = 3, timeout: float = 15.0) -> None:
+    """Let pending layout, scrolling and late messages land: the screen unchanged for a few pauses."""
+    await _still(pilot, lambda: screen_text(app), quiet_frames, timeout, "screen")
 
 
 async def palette_search(pilot, app, query: str, title: str) -> None:
@@ -119,16 +125,8 @@ async def assert_snapshot(pilot, app, name: str, quiet_frames: int = 3, timeout:
 
     for field in [*app.screen.query(Input), *app.screen.query(TextArea)]:
         field.cursor_blink = False
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    svg, same = None, 0
-    while same < quiet_frames:
-        if loop.time() > end:
-            raise AssertionError(f"snapshot {name}: the screen kept changing for {timeout:.1f}s")
-        await pilot.pause(0.05)
-        frame = app.export_screenshot(title=name)
-        same = same + 1 if frame == svg else 0
-        svg = frame
+    svg = await _still(pilot, lambda: app.export_screenshot(title=name), quiet_frames, timeout,
+                       f"snapshot {name}: the screen")
     path = SNAPSHOTS / f"{name}.svg"
     new = SNAPSHOTS / f"{name}.new.svg"
     if os.environ.get("TUNEDECK_UPDATE_SNAPSHOTS") == "1" or not path.exists():

@@ -16,13 +16,7 @@ import pytest
 from core.hub.local import bundled_models
 from core.hub.problems import PROXY_ENV
 from core.i18n import t
-from tests.tui.conftest import (
-    assert_snapshot,
-    fake_monitor,
-    quiet_settings,
-    screen_text,
-    wait_for,
-)
+from tests.tui.conftest import assert_snapshot, fake_monitor, quiet_settings, screen_text, wait_for
 from tests.tui.test_models_screen import BUNDLED, hub_env, open_models, results  # noqa: F401  (hub_env: a fixture)
 from tui.app import make_app
 from tui.screens.models import ModelsScreen
