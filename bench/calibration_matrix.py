@@ -51,6 +51,10 @@ What ``bench/estimate_calibrate.py`` must change to fit on these rows (not done 
   ``lora_fused_add``, ``compile_layers``) — either new plan fields (a ``core/`` change, its own commit)
   or those rows left out of the fit and reported. The dispatch/hidden terms need refitting on 0.5B-72B.
 - Leave-one-out over these rows, as now.
+- The rows measured before the launcher resolved ``tiled_mlp: auto`` by fit (parts 1-3 and the first three
+  rows of part 4, 2026-12-02) ran the engine's rule (tiles from 16k tokens in checkpointed blocks): their
+  estimates carry no ``tiles_by_fit``; re-estimate them with ``estimate(..., tiles_by_fit=False)``
+  (``bench/mlp_tile_fit.py`` does, for the tile cost it fits on them).
 
 Skipped by design (the 64 GB disk of the one-GPU machine): QLoRA of 32B/72B (the bare config's bf16
 random weights are written to disk first: 66 / 145 GB), full fine-tuning whose final checkpoint (the
@@ -353,7 +357,7 @@ def estimate_row(row: Row, gpu_name: str | None = None, fused_run: str | None = 
             "margin_gib": round(result.margin_gib, 2), "peak_phase": result.peak_phase,
             "weights_gib": round(static, 2), "seconds_per_step": round(result.seconds_per_step, 3),
             "total_params": result.total_params, "checkpointed_layers": plan.checkpointed_layers,
-            "mlp_tiles": plan.mlp_tiles(plan.checkpointed_layers > 0),
+            "mlp_tiles": result.plan["mlp_tiles"], "tiles_by_fit": True,
             "fused_ce": "none" if not plan.fused_ce else plan.fused_ce_impl,
             "breakdown_gib": {k: round(v, 2) for k, v in result.breakdown.items()}}
 

@@ -94,6 +94,14 @@ def _default_dispatch() -> dict[str, float]:
     return {"full": 0.00180, "lora": 0.00322, "dora": 0.00498, "qlora": 0.00591}
 
 
+def _default_mlp_tile() -> dict[str, float]:
+    # Seconds one MLP tile of one tiled layer adds per micro-step (forward, recomputation and backward, each
+    # tile's backward its own autograd call; peft's adapters on gate/up/down add their small ops per tile).
+    # Fitted by bench/mlp_tile_fit.py on the tiled rows of the H200 calibration matrix (mlp-tile-fit.json;
+    # DoRA has no tiled row: LoRA's, scaled by the per-layer launch times).
+    return {"full": 0.000822, "lora": 0.002703, "dora": 0.00418, "qlora": 0.002544}
+
+
 def _default_data_parallel() -> dict[int, float]:
     # Seconds per decoder layer per micro-step that data parallelism adds on top of the traffic
     # (DDP's bucket hooks; DeepSpeed's per-parameter hooks, ZeRO-3's gathers and releases), by ZeRO
@@ -208,6 +216,8 @@ class Calibration:
     # optimizer and scheduler calls, logging). Fitted.
     dispatch_s_per_layer_pass: dict[str, float] = field(default_factory=_default_dispatch)
     dispatch_s_per_step: float = 0.0
+    # The tiled MLP's CPU time per tile and tiled layer, by method (see _default_mlp_tile).
+    mlp_tile_s: dict[str, float] = field(default_factory=_default_mlp_tile)
     # CPU launches and GPU work overlap: step = (gpu^p + cpu^p)^(1/p); large p = perfect overlap.
     dispatch_overlap_power: float = 4.0
     data_parallel_s_per_layer: dict[int, float] = field(default_factory=_default_data_parallel)

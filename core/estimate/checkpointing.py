@@ -1,9 +1,14 @@
-"""How many decoder layers need gradient checkpointing on a GPU (``checkpoint_layers: auto``).
+"""The memory-driven ``auto`` run keys made concrete for a GPU: how many decoder layers need gradient
+checkpointing (``checkpoint_layers: auto``) and whether the MLP needs tiles (``tiled_mlp: auto``).
 
 Checkpointing every layer is the safe default and the slowest: each checkpointed layer is computed twice.
 On a card with room to spare only some layers need it. The estimator is monotone in the number of
 checkpointed layers (each one trades its kept activations for its kept input), so the fewest that still
 fit, with the estimator's own safety margin, are found by bisection.
+
+The tiled MLP saves memory at long micro-batches and costs launch time per tile and layer (about 2.7 ms per
+tile and layer for LoRA on the H200 box: 2.3 s of a 0.5B LoRA step of 32k tokens in 37 tiles, 24 layers).
+``auto`` keeps it only where the plan does not fit untiled.
 """
 
 from __future__ import annotations
@@ -61,3 +66,28 @@ def resolve_checkpoint_layers(config: Any, gpu_name: str | None, num_gpus: int =
         return "all"
     count = fewest_checkpointed_layers(plan, gpu)
     return "all" if count >= plan.architecture.num_layers else count
+
+
+def resolve_tiled_mlp(config: Any, gpu_name: str | None, num_gpus: int = 1) -> str | int:
+    """A run config's ``tiled_mlp``, ``auto`` made ``false`` where the run fits ``gpu_name`` untiled.
+
+    ``auto`` stays where the choice cannot be made (no GPU, a GPU or model the estimator does not know):
+    the engine then tiles long checkpointed micro-batches, the safe side for memory.
+    """
+    value = getattr(config, "tiled_mlp", "auto")
+    if value != "auto" or not gpu_name:
+        return value
+    from core.estimate.architecture import ArchitectureError
+    from core.estimate.gpus import UnknownGpuError, find_gpu
+    from core.estimate.model_source import ModelNotFoundError
+    from core.estimate.plan import PlanError
+    from core.estimate.run_plan import plan_for_run
+
+    try:
+        plan = plan_for_run(config, num_gpus)
+        if max(plan.mlp_tiles(True), plan.mlp_tiles(False)) <= 1:
+            return "auto"  # the engine would not tile it either
+        untiled = estimate(replace(plan, tiled_mlp="false"), find_gpu(gpu_name))
+    except (UnknownGpuError, ModelNotFoundError, ArchitectureError, PlanError, OSError, ValueError):
+        return "auto"
+    return "false" if untiled.fits else "auto"

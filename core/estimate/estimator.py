@@ -110,6 +110,7 @@ def _plan_summary(plan: TrainingPlan) -> dict[str, Any]:
         "fused_ce_impl": plan.fused_ce_impl if plan.fused_ce else None,
         "kbit_upcast": plan.kbit_upcast if plan.method == "qlora" else None,
         "offload_activations": plan.offload_activations and plan.gradient_checkpointing,
+        "mlp_tiles": plan.mlp_tiles(plan.checkpointed_layers > 0),
         "optimizer": plan.optimizer,
         "num_gpus": plan.num_gpus,
         "zero_stage": plan.zero_stage,
@@ -136,8 +137,23 @@ def _notes(plan: TrainingPlan) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def estimate(plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration = DEFAULT_CALIBRATION) -> Estimate:
-    """Estimate per-GPU memory, fit and speed of ``plan`` on ``gpu`` (raises ``PlanError`` if impossible)."""
+def estimate(plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration = DEFAULT_CALIBRATION, *,
+             tiles_by_fit: bool = True) -> Estimate:
+    """Estimate per-GPU memory, fit and speed of ``plan`` on ``gpu`` (raises ``PlanError`` if impossible).
+
+    ``tiled_mlp: auto`` tiles the MLP only where the plan does not fit ``gpu`` untiled: tiles save memory
+    and cost launch time (``mlp_tile_s``), several times the step of a small model. The launcher resolves
+    a run's ``auto`` the same way (``core.estimate.checkpointing.resolve_tiled_mlp``). ``tiles_by_fit=False``:
+    ``auto`` is the engine's rule alone (what runs where the launcher could not resolve it: no GPU known).
+    """
+    if tiles_by_fit and plan.tiled_mlp == "auto" and max(plan.mlp_tiles(True), plan.mlp_tiles(False)) > 1:
+        untiled = _estimate(replace(plan, tiled_mlp="false"), gpu, calibration)
+        if untiled.fits:
+            return untiled
+    return _estimate(plan, gpu, calibration)
+
+
+def _estimate(plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration) -> Estimate:
     plan.validate(gpu_bf16=gpu.bf16)
     arch = plan.architecture
     counts = count_parameters(arch)

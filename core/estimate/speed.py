@@ -202,10 +202,21 @@ def optimizer_bytes(trainable: int, plan: TrainingPlan, calibration: Calibration
 
 
 def dispatch_seconds(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
-    """CPU time to launch one micro-step's kernels: per layer and pass unit (forward 1, backward 2, recompute 1)."""
+    """CPU time to launch one micro-step's kernels: per layer and pass unit (forward 1, backward 2, recompute 1),
+    plus the tiled MLP's per tile and tiled layer (its forward, recomputation and backward tile by tile, each
+    tile's backward its own autograd call)."""
     passes = 3 + plan.recompute_fraction
     per_layer = calibration.dispatch_s_per_layer_pass[plan.method]
-    return arch.num_layers * passes * per_layer + calibration.dispatch_s_per_step
+    return arch.num_layers * passes * per_layer + calibration.dispatch_s_per_step + mlp_tile_seconds(plan, calibration)
+
+
+def mlp_tile_seconds(plan: TrainingPlan, calibration: Calibration) -> float:
+    """CPU time the tiled MLP adds to a micro-step: tiles x tiled layers x a per-tile cost by method."""
+    checkpointed = plan.checkpointed_layers
+    kept = plan.architecture.num_layers - checkpointed
+    tile_layers = sum(layers * tiles for layers, tiles in ((checkpointed, plan.mlp_tiles(True)), (kept, plan.mlp_tiles(False)))
+                      if tiles > 1)
+    return tile_layers * calibration.mlp_tile_s[plan.method]
 
 
 def data_parallel_seconds(arch: ModelArchitecture, counts: ParameterCounts, trainable: int, plan: TrainingPlan,

@@ -113,7 +113,7 @@ def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distri
 
     Refuses what this box cannot run (GPUs asked for, QLoRA or ZeRO without a GPU) and checkpoints its
     disk cannot hold; resolves what really runs here into the run's config.yaml (precision, an absolute
-    ``output``, ``checkpoint_layers: auto``) and records the data fingerprint resume compares with.
+    ``output``, ``checkpoint_layers: auto``, ``tiled_mlp: auto``) and records the data fingerprint resume compares with.
     ``argv`` is the command line recorded in run.json; ``command`` is ``train`` or ``demo``.
     """
     from core.runs.fingerprint import record_fingerprint
@@ -127,6 +127,13 @@ def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distri
         caps = _gpu_caps() if gpus else None
         config.checkpoint_layers = resolve_checkpoint_layers(config, caps and caps["name"], len(gpus))
         warn(t("runs.checkpoint_layers_chosen", value=config.checkpoint_layers))
+    if config.tiled_mlp == "auto" and gpus:
+        from core.estimate.checkpointing import resolve_tiled_mlp
+
+        caps = _gpu_caps()
+        config.tiled_mlp = resolve_tiled_mlp(config, caps and caps["name"], len(gpus))
+        if config.tiled_mlp == "false":
+            warn(t("runs.tiled_mlp_untiled"))
     run = create_run(config, list(argv), command=command, gpus=gpus, distributed=distributed)
     if precision_asked:  # the config says fp32 now; the event keeps what was asked for
         run.append_event("precision_fallback", requested=precision_asked, used="fp32", reason="no GPU")

@@ -138,11 +138,11 @@ class EngineSwitchesCallback(TrainerCallback):
             kept = limit_checkpointed_layers(model, self.checkpoint_layers)
             log.info("checkpoint_layers: %d of %d decoder layers checkpointed", kept, len(decoder_layers(model)))
         if self.tiled_mlp not in ("false", None):
-            from core.train.tiled_mlp import install_tiled_mlp
+            from core.train.tiled_mlp import AUTO_MIN_TOKENS, install_tiled_mlp
 
             count = install_tiled_mlp(model, self.tiled_mlp)
             log.info("tiled_mlp %s: the MLP of %d decoder layers runs over sequence tiles%s", self.tiled_mlp, count,
-                     " (micro-batches of 32,768 tokens or more)" if self.tiled_mlp == "auto" else "")
+                     f" (micro-batches of {AUTO_MIN_TOKENS:,} tokens or more)" if self.tiled_mlp == "auto" else "")
         if self.compile_layers:
             log.info("compile_layers: %d decoder layers compiled", compile_decoder_layers(model))
 

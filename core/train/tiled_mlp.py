@@ -17,7 +17,8 @@ compute (``skip_in_recompute``, set for non-reentrant checkpointing only) and th
 more MLP forwards than plain checkpointing: one forward, one recomputation.
 
 Run key ``tiled_mlp``: ``false`` (plain), ``auto`` (the default: in checkpointed blocks, tiles of about
-``hidden_size`` tokens once a micro-batch holds ``AUTO_MIN_TOKENS`` tokens or more, else plain) or a tile
+``hidden_size`` tokens once a micro-batch holds ``AUTO_MIN_TOKENS`` tokens or more, else plain; the
+launcher makes it ``false`` where the run fits its GPU untiled, ``core.estimate.checkpointing``) or a tile
 count (every block). A block that is not checkpointed pays one more MLP forward for its tiles (the
 backward's recomputation), which is why ``auto`` leaves those alone.
 """

@@ -18,7 +18,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from core.estimate import find_gpu, plan_for_model  # noqa: E402
-from core.estimate.checkpointing import fewest_checkpointed_layers, resolve_checkpoint_layers  # noqa: E402
+from core.estimate.checkpointing import (  # noqa: E402
+    fewest_checkpointed_layers,
+    resolve_checkpoint_layers,
+    resolve_tiled_mlp,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "core" / "assets" / "tiny"
@@ -176,6 +180,27 @@ def test_checkpoint_layers_key_and_its_auto_resolution():
     assert resolve_checkpoint_layers(config, "a GPU nobody knows") == "all"
     off = RunConfig.from_dict({**base, "checkpoint_layers": "auto", "gradient_checkpointing": False})
     assert resolve_checkpoint_layers(off, "NVIDIA H200") == "all"
+
+
+def test_tiled_mlp_auto_is_resolved_by_fit_before_launch():
+    """The launcher makes ``tiled_mlp: auto`` ``false`` where the run fits its GPU untiled (tiles cost launch
+    time), keeps ``auto`` where it does not or where it cannot tell, and leaves a chosen value alone."""
+    from core.config import RunConfig
+
+    small = RunConfig.from_dict({"model": "Qwen/Qwen2.5-0.5B", "dataset": "data.jsonl", "method": "lora",
+                                 "micro_batch_size": 8, "max_seq_len": 4096, "gradient_checkpointing": True})
+    assert small.tiled_mlp == "auto"
+    assert resolve_tiled_mlp(small, "NVIDIA H200") == "false"
+    assert resolve_tiled_mlp(small, None) == "auto"  # no GPU known: the engine's rule (tiles, the safe side)
+    assert resolve_tiled_mlp(small, "a GPU nobody knows") == "auto"
+    short = RunConfig.from_dict({**small.to_dict(), "max_seq_len": 1024})
+    assert resolve_tiled_mlp(short, "NVIDIA H200") == "auto"  # 8k tokens: the engine does not tile it anyway
+    chosen = RunConfig.from_dict({**small.to_dict(), "tiled_mlp": 4})
+    assert resolve_tiled_mlp(chosen, "NVIDIA H200") == 4
+    long = RunConfig.from_dict({"model": "Qwen/Qwen2.5-7B", "dataset": "data.jsonl", "method": "qlora",
+                                "micro_batch_size": 1, "max_seq_len": 98304, "gradient_checkpointing": True,
+                                "offload_activations": True})
+    assert resolve_tiled_mlp(long, "NVIDIA GeForce RTX 4090") == "auto"  # 24 GiB: untiled it does not fit
 
 
 def test_a_tiny_run_records_the_switches_it_ran_with(tmp_path):

@@ -94,8 +94,8 @@ def test_offloaded_activations_leave_only_the_recomputed_block_on_the_gpu():
     plain_sizes = activation_sizes(arch, base, _layout(base), CAL)
     off_sizes = activation_sizes(arch, offloaded, _layout(offloaded), CAL)
     assert plain_sizes.in_backward - off_sizes.in_backward == pytest.approx(kept)
-    gpu = find_gpu("RTX 4090")  # 24 GiB
-    assert estimate(offloaded, gpu).peak_gib < estimate(base, gpu).peak_gib - 6
+    gpu = find_gpu("RTX 4090")  # 24 GiB; both tiled as the engine's rule says (by fit, only one would be)
+    assert estimate(offloaded, gpu, tiles_by_fit=False).peak_gib < estimate(base, gpu, tiles_by_fit=False).peak_gib - 6
 
 
 def test_tiled_mlp_leaves_one_tile_of_the_mlp_in_the_recomputed_block():
@@ -116,3 +116,54 @@ def test_tiled_mlp_leaves_one_tile_of_the_mlp_in_the_recomputed_block():
     assert 0.9 * mlp < saved <= factor * mlp  # all of the MLP's tensors but one tile's
     gpu = find_gpu("RTX 4090")  # 24 GiB
     assert estimate(base, gpu).peak_gib < estimate(plain, gpu).peak_gib - 10
+
+
+def test_auto_tiles_only_where_the_untiled_plan_does_not_fit():
+    """``tiled_mlp: auto`` on a card with room (an H200, 141 GB) leaves a 0.5B LoRA at 32k tokens untiled, and
+    the same plan is faster untiled; on a 24 GiB card a 7B QLoRA at 96k tokens keeps its tiles (untiled it
+    does not fit). ``tiles_by_fit=False`` is the engine's rule alone (tiled)."""
+    small = plan_for_model("Qwen2.5-0.5B", method="lora", micro_batch_size=8, seq_len=4096)
+    h200 = find_gpu("H200")
+    assert small.mlp_tiles(True) == 37
+    chosen, ruled = estimate(small, h200), estimate(small, h200, tiles_by_fit=False)
+    assert chosen.plan["mlp_tiles"] == 1 and ruled.plan["mlp_tiles"] == 37
+    assert chosen.fits and chosen.peak_gib > ruled.peak_gib
+    assert chosen.tokens_per_s > 3 * ruled.tokens_per_s  # measured on the H200: 11.9k tok/s tiled
+    assert chosen.tokens_per_s == estimate(replace(small, tiled_mlp="false"), h200).tokens_per_s
+
+    long = plan_for_model("Qwen2.5-7B", method="qlora", micro_batch_size=1, seq_len=98304, offload_activations=True)
+    rtx = find_gpu("RTX 4090")
+    assert not estimate(replace(long, tiled_mlp="false"), rtx).fits
+    kept = estimate(long, rtx)
+    assert kept.plan["mlp_tiles"] == 28 and kept.fits
+
+
+def test_the_tiled_mlp_costs_launch_time_per_tile_and_layer():
+    """The tile term: tiles x tiled layers x the per-method constant, on top of the untiled step."""
+    from core.estimate.architecture import count_parameters
+    from core.estimate.speed import mlp_tile_seconds, step_time
+
+    plan = plan_for_model("Qwen2.5-0.5B", method="lora", micro_batch_size=1, seq_len=32768, tiled_mlp=37)
+    assert mlp_tile_seconds(plan, CAL) == pytest.approx(37 * 24 * CAL.mlp_tile_s["lora"])
+    partial = replace(plan, checkpoint_layers=10, tiled_mlp="auto")  # auto: the 10 checkpointed blocks only
+    assert mlp_tile_seconds(partial, CAL) == pytest.approx(37 * 10 * CAL.mlp_tile_s["lora"])
+    assert mlp_tile_seconds(replace(plan, tiled_mlp="false"), CAL) == 0.0
+    counts = count_parameters(plan.architecture)
+    trainable = 1_000_000
+    tiled = step_time(plan.architecture, counts, trainable, plan, find_gpu("H200"), CAL)
+    plain = step_time(plan.architecture, counts, trainable, replace(plan, tiled_mlp="false"), find_gpu("H200"), CAL)
+    assert tiled.dispatch_s - plain.dispatch_s == pytest.approx(37 * 24 * CAL.mlp_tile_s["lora"])
+    assert tiled.total_s > 2 * plain.total_s  # measured: 2.22 s a step tiled (14.8k tok/s)
+
+
+def test_mlp_tile_constants_are_the_committed_fit():
+    """``Calibration.mlp_tile_s`` is what ``bench/mlp_tile_fit.py`` fitted on the H200 rows (its JSON):
+    change one only by re-running the fit and committing its output."""
+    import json
+    from pathlib import Path
+
+    fitted = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" / "estimate_matrix"
+                         / "mlp-tile-fit.json").read_text(encoding="utf-8"))
+    assert CAL.mlp_tile_s == pytest.approx(fitted["mlp_tile_s"])
+    used = [row for row in fitted["rows"] if row["used"]]
+    assert {row["method"] for row in used} == {"full", "lora", "qlora"} and len(used) >= 5
