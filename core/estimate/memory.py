@@ -145,6 +145,10 @@ def optimizer_bytes(sizes: ModelSizes, plan: TrainingPlan, layout: PrecisionLayo
     if plan.offload != "none":
         return 0.0
     state = sizes.trainable * (layout.optimizer_state + layout.master_weight)
+    if plan.method == "full" and plan.optimizer in ("adamw_8bit", "paged_adamw_8bit") and not plan.uses_deepspeed:
+        # transformers' Trainer overrides bitsandbytes' 8-bit optimizers to 32-bit states (two fp32 moments)
+        # for every nn.Embedding weight (the tied LM head with it): 233M parameters of Qwen2.5-1.5B.
+        state += sizes.counts.embedding * (8.0 - layout.optimizer_state)
     return state / _data_parallel(plan) if plan.zero_stage >= 1 else state
 
 
