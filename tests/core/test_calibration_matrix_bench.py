@@ -105,6 +105,30 @@ def test_report_merges_parts(tmp_path):
     assert "targets NOT met" in text
 
 
+def test_reestimate_makes_each_measured_row_s_estimate_again(tmp_path):
+    """``--reestimate``: the recorded estimate (here a wrong one) is replaced by the estimator's for the settings
+    the row ran, and the errors with it; a row measured before the launcher tiled by fit is estimated tiled."""
+    measured = {"status": "finished", "peak_source": "nvml", "peak_gib": 4.0, "tokens_per_s": 12000.0,
+                "fused_ce_run": "liger", "checkpoint_layers_run": 24, "peak_error": 9.0, "speed_error": 9.0,
+                "estimate": {"verdict": "does_not_fit", "peak_gib": 40.0, "tokens_per_s": 1.0}}
+    old = {"row": "0.5b-lora-b8-s4096-ckpt", "axis": "ckpt", **measured}
+    new = {**old, "estimate": {**measured["estimate"], "tiles_by_fit": True}}
+    (tmp_path / "a.json").write_text(json.dumps({"meta": {"gpu_name": "NVIDIA H200"}, "results": [old]}))
+    (tmp_path / "b.json").write_text(json.dumps({"meta": {"gpu_name": "NVIDIA H200"}, "results": [new]}))
+    ran_tiled, by_fit = cm.reestimate(old, "NVIDIA H200"), cm.reestimate(new, "NVIDIA H200")
+    assert ran_tiled["estimate"]["mlp_tiles"] == 37 and by_fit["estimate"]["mlp_tiles"] == 1
+    for record in (ran_tiled, by_fit):
+        est = record["estimate"]
+        assert est["verdict"] == "fits" and 2 < est["peak_gib"] < 8  # measured 3.98 GiB tiled
+        assert record["peak_error"] == pytest.approx((est["peak_gib"] - 4.0) / 4.0, abs=1e-4)
+        assert record["speed_error"] == pytest.approx((est["tokens_per_s"] - 12000.0) / 12000.0, abs=1e-4)
+    assert by_fit["estimate"]["tokens_per_s"] > 3 * ran_tiled["estimate"]["tokens_per_s"]
+    out = tmp_path / "now.md"
+    cm.main(["--report-only", str(tmp_path / "a.json"), "--reestimate", "--report", str(out)])
+    text = out.read_text()
+    assert "made again by the estimator" in text and "does_not_fit" not in text
+
+
 def test_tiny_cpu_row_runs_through_the_engine(tmp_path):
     done = _run("--tiny", "--cpu", "--home", str(tmp_path / "home"), "--out", str(tmp_path), tmp_path=tmp_path,
                 timeout=240)
