@@ -31,6 +31,14 @@ method's GEMM efficiency, constants of the older engine), recorded in ``BEFORE``
 
     python bench/estimate_calibrate.py            # prints the table and the constants
     python bench/estimate_calibrate.py --write    # also writes bench/results/estimate_calibration.md
+    python bench/estimate_calibrate.py --matrix   # a preview: the fit with the #19 matrix's rows too
+
+``--matrix`` adds the finished rows of ``bench/results/estimate_matrix/calibration-part*.json`` (0.5B-7B,
+``tunedeck train`` on the H200) to the fit and frees the CPU launch constants (their 0.5B rows identify
+them); tiled rows (``bench/mlp_tile_fit.py`` fits their cost) and mixed-precision full rows (a per-step
+cost the model lacks) are reported, not fitted. It is never written: the committed fit stays the one
+above until the matrix is complete; ``estimate_matrix/refit-preview.md`` is its output on the parts
+measured so far.
 """
 
 from __future__ import annotations
@@ -68,9 +76,11 @@ ENGINE_PLAIN_CE_FILES = {"engine-0.5b.json", "engine-7b-a.json", "engine-multi.j
 # hidden sizes (3584, 4096) it trades off against hidden_half, which the full rows then fix; LoRA's is
 # fitted under the same hidden term, the attention kernels' on their own.
 FREE = ("eff_lora", "hidden_half", "attn")
+# With --matrix (the #19 calibration matrix's rows, 0.5B to 7B) the CPU launch constants are identified too.
+DISPATCH = ("disp_full", "disp_lora", "disp_dora", "disp_qlora")
 PINNED = {"eff_full": 0.72}
 # Kept as they are (see the module docstring): not identified by the current-engine rows.
-KEPT = ("disp_full", "disp_lora", "disp_dora", "disp_qlora", "dp0", "dp1", "dp2", "dp3")
+KEPT = (*DISPATCH, "dp0", "dp1", "dp2", "dp3")
 # The constants before this refit (d674802), for the report.
 BEFORE_VALUES = {"eff_full": 0.72, "eff_lora": 0.497, "hidden_half": 3530.0, "attn": None}
 
@@ -93,7 +103,7 @@ class Row:
 
     @property
     def fitted(self) -> bool:
-        return self.kind in ("short", "long")
+        return self.kind in ("short", "long", "cal")
 
 
 def _engine_plan(model: str, method: str, config: dict[str, Any], result: dict[str, Any], seq: int) -> TrainingPlan:
@@ -180,6 +190,36 @@ def _longctx_rows() -> list[Row]:
     return rows
 
 
+def _calibration_rows() -> list[Row]:
+    """The #19 calibration matrix's finished rows (``bench/calibration_matrix.py``, ``tunedeck train`` on the
+    H200, packed rows: every token counts), each with the plan of what it ran: the loss and checkpointed layers
+    the engine reported, the tiled MLP as it ran (the engine's rule before the launcher tiled by fit)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import calibration_matrix as cm
+
+    declared = {r.name: r for r in cm.ROWS}
+    rows = []
+    for path in sorted((RESULTS / "estimate_matrix").glob("calibration-part*.json")):
+        for result in json.loads(path.read_text())["results"]:
+            row = declared.get(result["row"])
+            if row is None or result.get("status") != "finished" or not result.get("tokens_per_s"):
+                continue
+            layers = result.get("checkpoint_layers_run")
+            fused = result.get("fused_ce_run") if result.get("fused_ce_run") in ("liger", "chunked", "none") else None
+            options = cm.plan_options(row, "H200", fused, layers if isinstance(layers, int) else None)
+            estimate = result.get("estimate") or {}
+            if options.get("tiled_mlp", "auto") == "auto" and estimate.get("tiles_by_fit") and estimate.get("mlp_tiles") == 1:
+                options["tiled_mlp"] = "false"  # the launcher resolved auto to untiled for this run
+            plan = plan_for_model(str(cm.MODELS[row.model][1]), exact_count=False, **options)
+            kind, note = "cal", f"{result['steps']} steps"
+            if plan.tiles_mlp:
+                kind, note = "excluded", note + f"; tiled MLP ({plan.mlp_tiles(True)} tiles): bench/mlp_tile_fit.py fits its cost"
+            elif row.method == "full" and not row.pure_bf16:
+                kind, note = "excluded", note + "; mixed-precision full: a per-step cost the model lacks (see below)"
+            rows.append(Row(path.name, row.name, plan, float(result["tokens_per_s"]), note, kind))
+    return rows
+
+
 def _matrix_rows() -> list[Row]:
     data = json.loads(MATRIX_JSON.read_text())
     rows = []
@@ -251,9 +291,10 @@ def _plan_key(plan: TrainingPlan) -> str:
     return repr(replace(plan, architecture=None, exact_total_params=None))
 
 
-def load_rows() -> list[Row]:
-    """Every measurement: the current engine's (fitted, then the excluded ones), then the other engines'."""
-    current = _speed_rows() + _longctx_rows()
+def load_rows(matrix: bool = False) -> list[Row]:
+    """Every measurement: the current engine's (fitted, then the excluded ones), then the other engines';
+    ``matrix``: with the #19 calibration matrix's rows (``--matrix``)."""
+    current = _speed_rows() + _longctx_rows() + (_calibration_rows() if matrix else [])
     for row in current:
         row.group = _plan_key(row.plan) + row.plan.architecture.name
     return current + _matrix_rows() + _old_engine_rows()
@@ -353,26 +394,26 @@ def nelder_mead(func, start: list[float], step: float = 0.3, iterations: int = 1
     return simplex[min(range(n + 1), key=scores.__getitem__)]
 
 
-def fit(rows: list[Row], start: dict[str, float]) -> dict[str, float]:
-    """Weighted least squares in log space over the FREE constants (the others stay as in ``start``)."""
+def fit(rows: list[Row], start: dict[str, float], free: tuple[str, ...] = FREE) -> dict[str, float]:
+    """Weighted least squares in log space over the ``free`` constants (the others stay as in ``start``)."""
     weights = _weights(rows)
 
     def objective(x: list[float]) -> float:
-        return _loss(rows, weights, {**start, **{k: math.exp(v) for k, v in zip(FREE, x, strict=True)}})
+        return _loss(rows, weights, {**start, **{k: math.exp(v) for k, v in zip(free, x, strict=True)}})
 
-    x = [math.log(start[k]) for k in FREE]
+    x = [math.log(start[k]) for k in free]
     for _ in range(3):  # restarts: the simplex collapses early on ridges
         x = nelder_mead(objective, x)
-    return {**start, **{k: math.exp(v) for k, v in zip(FREE, x, strict=True)}}
+    return {**start, **{k: math.exp(v) for k, v in zip(free, x, strict=True)}}
 
 
-def leave_one_out(rows: list[Row], fitted: dict[str, float]) -> dict[str, float]:
+def leave_one_out(rows: list[Row], fitted: dict[str, float], free: tuple[str, ...] = FREE) -> dict[str, float]:
     """Each fitted row predicted by a fit without its configuration (its repeats left out with it)."""
     out: dict[str, float] = {}
     fitted_rows = [r for r in rows if r.fitted]
     for group in dict.fromkeys(r.group for r in fitted_rows):
         others = [r for r in fitted_rows if r.group != group]
-        calibration = calibration_from(fit(others, fitted))
+        calibration = calibration_from(fit(others, fitted, free))
         for row in fitted_rows:
             if row.group == group:
                 out[row.key] = predict(row, calibration)
@@ -405,12 +446,13 @@ def _errfmt(value: float | None, measured: float) -> str:
 TITLES = {
     "short": "Current engine, short context (fitted)",
     "long": "Current engine, long context (fitted)",
+    "cal": "Current engine, the #19 calibration matrix (fitted)",
     "excluded": "Current engine, not fitted",
     "other": "Other engines (reported, not fitted)",
 }
 
 
-def build_report(rows: list[Row], fitted: dict[str, float], loo: dict[str, float]) -> str:
+def build_report(rows: list[Row], fitted: dict[str, float], loo: dict[str, float], free: tuple[str, ...] = FREE) -> str:
     new_cal = calibration_from(fitted)
     lines = [
         "# Speed calibration of the estimator (H200)",
@@ -427,7 +469,7 @@ def build_report(rows: list[Row], fitted: dict[str, float], loo: dict[str, float
     ]
     errors: dict[str, dict[str, list[float]]] = {}
     number = 0
-    for kind in ("short", "long", "excluded", "other"):
+    for kind in ("short", "long", "cal", "excluded", "other"):
         chosen = [r for r in rows if r.kind == kind]
         if not chosen:
             continue
@@ -457,7 +499,7 @@ def build_report(rows: list[Row], fitted: dict[str, float], loo: dict[str, float
               f"Fitted rows: {len(fitted_rows)} ({groups} configurations), "
               f"{sum(r.kind == 'short' for r in fitted_rows)} short-context and "
               f"{sum(r.kind == 'long' for r in fitted_rows)} long-context.", ""]
-    for kind in ("short", "long", "excluded", "other"):
+    for kind in ("short", "long", "cal", "excluded", "other"):
         if kind not in errors:
             continue
         bucket = errors[kind]
@@ -466,8 +508,8 @@ def build_report(rows: list[Row], fitted: dict[str, float], loo: dict[str, float
     lines += ["", "## Constants (Hopper)", "", "| constant | before | after | |", "|---|---|---|---|"]
     roles = {"eff_full": "pinned", "eff_lora": "fitted", "hidden_half": "fitted", "attn": "fitted (new term)"}
     for key in ("eff_full", *FREE, *KEPT):
-        before = BEFORE_VALUES.get(key, fitted[key])
-        role = roles.get(key, "kept (not identified by these rows)")
+        before = BEFORE_VALUES.get(key, current_values().get(key) if key in free else fitted[key])
+        role = roles.get(key, "fitted" if key in free else "kept (not identified by these rows)")
         lines.append(f"| {key} | {'– (no such term)' if before is None else f'{before:.4g}'} | {fitted[key]:.4g} | {role} |")
     lines += [
         "",
@@ -511,15 +553,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"write {REPORT.relative_to(ROOT)}")
     parser.add_argument("--no-loo", action="store_true", help="skip the leave-one-out fits (faster)")
+    parser.add_argument("--matrix", action="store_true",
+                        help="a preview (never written): fit the #19 calibration matrix's rows too, and the CPU "
+                             "launch constants with them")
     args = parser.parse_args(argv)
+    if args.matrix and args.write:
+        parser.error("--matrix is a preview of the refit on a part of the matrix: it is not written")
 
-    rows = load_rows()
-    fitted = fit([r for r in rows if r.fitted], {**current_values(), **PINNED})
-    loo = {} if args.no_loo else leave_one_out(rows, fitted)
-    report = build_report(rows, fitted, loo)
+    free = (*FREE, *DISPATCH) if args.matrix else FREE
+    rows = load_rows(args.matrix)
+    fitted = fit([r for r in rows if r.fitted], {**current_values(), **PINNED}, free)
+    loo = {} if args.no_loo else leave_one_out(rows, fitted, free)
+    report = build_report(rows, fitted, loo, free)
     print(report)
     print("# calibration.py values:")
-    for key in ("eff_full", *FREE):
+    for key in ("eff_full", *free):
         print(f"{key} = {fitted[key]:.4g}")
     if args.write:
         REPORT.write_text(report)

@@ -85,7 +85,7 @@ def resolve_tiled_mlp(config: Any, gpu_name: str | None, num_gpus: int = 1) -> s
 
     try:
         plan = plan_for_run(config, num_gpus)
-        if max(plan.mlp_tiles(True), plan.mlp_tiles(False)) <= 1:
+        if not plan.tiles_mlp:
             return "auto"  # the engine would not tile it either
         untiled = estimate(replace(plan, tiled_mlp="false"), find_gpu(gpu_name))
     except (UnknownGpuError, ModelNotFoundError, ArchitectureError, PlanError, OSError, ValueError):

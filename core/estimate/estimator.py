@@ -146,7 +146,7 @@ def estimate(plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration = DEFAUL
     a run's ``auto`` the same way (``core.estimate.checkpointing.resolve_tiled_mlp``). ``tiles_by_fit=False``:
     ``auto`` is the engine's rule alone (what runs where the launcher could not resolve it: no GPU known).
     """
-    if tiles_by_fit and plan.tiled_mlp == "auto" and max(plan.mlp_tiles(True), plan.mlp_tiles(False)) > 1:
+    if tiles_by_fit and plan.tiled_mlp == "auto" and plan.tiles_mlp:
         untiled = _estimate(replace(plan, tiled_mlp="false"), gpu, calibration)
         if untiled.fits:
             return untiled

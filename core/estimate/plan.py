@@ -103,6 +103,13 @@ class TrainingPlan:
         return tiles_for(self.tiled_mlp, self.tokens_per_micro_batch, self.architecture.hidden_size)
 
     @property
+    def tiles_mlp(self) -> bool:
+        """Whether any decoder block runs its MLP in tiles (checkpointed ones and the others, as above)."""
+        checkpointed = self.checkpointed_layers
+        return (checkpointed > 0 and self.mlp_tiles(True) > 1) or \
+            (checkpointed < self.architecture.num_layers and self.mlp_tiles(False) > 1)
+
+    @property
     def recompute_fraction(self) -> float:
         """Share of the decoder layers recomputed in backward: 1 with full checkpointing, 0 without."""
         return self.checkpointed_layers / max(1, self.architecture.num_layers)

@@ -195,6 +195,8 @@ def test_tiled_mlp_auto_is_resolved_by_fit_before_launch():
     assert resolve_tiled_mlp(small, "a GPU nobody knows") == "auto"
     short = RunConfig.from_dict({**small.to_dict(), "max_seq_len": 1024})
     assert resolve_tiled_mlp(short, "NVIDIA H200") == "auto"  # 8k tokens: the engine does not tile it anyway
+    untouched = RunConfig.from_dict({**small.to_dict(), "gradient_checkpointing": False})
+    assert resolve_tiled_mlp(untouched, "NVIDIA H200") == "auto"  # auto tiles checkpointed blocks only: none
     chosen = RunConfig.from_dict({**small.to_dict(), "tiled_mlp": 4})
     assert resolve_tiled_mlp(chosen, "NVIDIA H200") == 4
     long = RunConfig.from_dict({"model": "Qwen/Qwen2.5-7B", "dataset": "data.jsonl", "method": "qlora",

@@ -104,6 +104,22 @@ def test_calibration_constants_are_the_fit_of_the_committed_measurements():
         assert float(cells[3]) == pytest.approx(current[key], rel=0.002), key
 
 
+def test_matrix_preview_reads_the_calibration_rows_as_they_ran():
+    """``--matrix``: the #19 matrix's finished rows join the fit, except the tiled ones and mixed-precision full
+    fine-tuning (reported); a row the launcher ran untiled by fit is planned untiled. Never written."""
+    calibrate = load_calibrate()
+    assert not [row for row in calibrate.load_rows() if row.kind == "cal"]  # the committed fit: without them
+    rows = [row for row in calibrate.load_rows(matrix=True) if row.source.startswith("calibration-part")]
+    fitted = [row for row in rows if row.kind == "cal"]
+    assert len(fitted) >= 15 and {row.plan.method for row in fitted} == {"full", "lora", "dora", "qlora"}
+    assert not any(row.plan.tiles_mlp for row in fitted)
+    assert all(row.plan.precision == "pure-bf16" for row in fitted if row.plan.method == "full")
+    excluded = {row.name for row in rows if row.kind == "excluded"}
+    assert {"0.5b-lora-b8-s4096-ckpt", "1.5b-full-mixed-b4-s2048-ckpt"} <= excluded
+    with pytest.raises(SystemExit):
+        calibrate.main(["--matrix", "--write"])
+
+
 def test_long_context_speed_counts_causal_attention():
     """The issue's case (#19): 7B QLoRA at 96k with offloaded activations ran 3,978 tok/s; the estimator
     said 1,235 when it counted the whole s x s matrix at the LoRA GEMM efficiency."""
