@@ -655,8 +655,34 @@ def render_report(records: list[dict[str, Any]], sources: list[str], again: bool
     if by_axis:
         lines += ["Median |peak error| by axis: " + ", ".join(
             f"{axis} {statistics.median(v):.1%} ({len(v)})" for axis, v in sorted(by_axis.items())), ""]
+    lines += memory_terms(records)
     lines += ["## Rows", ""] + table(records)
     return "\n".join(lines) + "\n"
+
+
+def memory_terms(records: list[dict[str, Any]]) -> list[str]:
+    """Two terms of the peak that the rows measure directly, against the estimator's: what NVML sees above
+    torch's reserved memory (the CUDA context and the libraries' workspaces), and torch's reserved above
+    its allocated memory (the caching allocator's slack)."""
+    rows = [r for r in records if r.get("status") == "finished" and r.get("peak_source") == "nvml"
+            and r.get("torch_peak_reserved_gib") and r.get("torch_peak_allocated_gib")]
+    if not rows:
+        return []
+    context = [r["peak_gib"] - max(r["torch_peak_reserved_gib"]) for r in rows]
+    modelled = [(r.get("estimate") or {}).get("breakdown_gib", {}).get("cuda_context") for r in rows]
+    lines = ["## Two memory terms measured directly", "",
+             f"- NVML above torch's reserved memory (CUDA context, cuBLAS/cuDNN workspaces): median "
+             f"{statistics.median(context):.2f} GiB, {min(context):.2f}-{max(context):.2f} over {len(rows)} rows; "
+             f"the estimate's cuda_context: {', '.join(sorted({f'{m:.2f}' for m in modelled if m is not None}))} GiB.",
+             "- torch's reserved above its allocated memory at the peak (the caching allocator's slack) against "
+             "the estimate's allocator_slack, GiB:", "",
+             "| row | reserved - allocated | estimate's slack | peak phase (estimate) |", "|---|---|---|---|"]
+    for r in rows:
+        slack = max(r["torch_peak_reserved_gib"]) - max(r["torch_peak_allocated_gib"])
+        est = r.get("estimate") or {}
+        lines.append(f"| {r['row']} | {slack:.2f} | {est.get('breakdown_gib', {}).get('allocator_slack', '-')} | "
+                     f"{est.get('peak_phase', '-')} |")
+    return lines + [""]
 
 
 def reestimate(record: dict[str, Any], gpu_name: str = "H200") -> dict[str, Any]:

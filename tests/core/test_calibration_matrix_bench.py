@@ -174,3 +174,14 @@ def test_gpu_rows_are_classified_and_compared_with_what_the_engine_ran(monkeypat
     oom = cm.measure_row(ctx, by["7b-lora-b10-s2048-nockpt"], 100, "NVIDIA H200")
     assert oom["status"] == "oom" and oom["peak_error"] is None and cm.verdict_right(oom) is True
     assert calls[1][1]["ckpt"] is False
+
+
+def test_report_shows_the_context_and_the_allocator_slack_the_rows_measure():
+    rows = [{"row": f"r{i}", "status": "finished", "peak_source": "nvml", "peak_gib": 4.0 + 0.74 + i,
+             "torch_peak_reserved_gib": [4.0 + i], "torch_peak_allocated_gib": [3.5 + i],
+             "estimate": {"peak_phase": "backward", "breakdown_gib": {"cuda_context": 0.6, "allocator_slack": 0.3}}}
+            for i in range(3)]
+    text = "\n".join(cm.memory_terms(rows))
+    assert "median 0.74 GiB, 0.74-0.74 over 3 rows" in text and "cuda_context: 0.60 GiB" in text
+    assert "| r1 | 0.50 | 0.3 | backward |" in text
+    assert cm.memory_terms([_record("x", "finished", 0.0, 0.0, "fits")]) == []  # no torch figures: no section
