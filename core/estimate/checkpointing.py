@@ -87,7 +87,7 @@ def resolve_tiled_mlp(config: Any, gpu_name: str | None, num_gpus: int = 1) -> s
         plan = plan_for_run(config, num_gpus)
         if not plan.tiles_mlp:
             return "auto"  # the engine would not tile it either
-        untiled = estimate(replace(plan, tiled_mlp="false"), find_gpu(gpu_name))
+        chosen = estimate(plan, find_gpu(gpu_name))  # auto: tiled only where untiled does not fit
     except (UnknownGpuError, ModelNotFoundError, ArchitectureError, PlanError, OSError, ValueError):
         return "auto"
-    return "false" if untiled.fits else "auto"
+    return "false" if chosen.plan["mlp_tiles"] == 1 else "auto"

@@ -121,17 +121,16 @@ def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distri
 
     gpus = _check_box(config, warn)
     precision_asked = _resolve_for_this_box(config, gpus, warn)
+    caps = _gpu_caps() if gpus and "auto" in (config.checkpoint_layers, config.tiled_mlp) else None
     if config.checkpoint_layers == "auto":
         from core.estimate.checkpointing import resolve_checkpoint_layers
 
-        caps = _gpu_caps() if gpus else None
         config.checkpoint_layers = resolve_checkpoint_layers(config, caps and caps["name"], len(gpus))
         warn(t("runs.checkpoint_layers_chosen", value=config.checkpoint_layers))
-    if config.tiled_mlp == "auto" and gpus:
+    if config.tiled_mlp == "auto" and caps:
         from core.estimate.checkpointing import resolve_tiled_mlp
 
-        caps = _gpu_caps()
-        config.tiled_mlp = resolve_tiled_mlp(config, caps and caps["name"], len(gpus))
+        config.tiled_mlp = resolve_tiled_mlp(config, caps["name"], len(gpus))
         if config.tiled_mlp == "false":
             warn(t("runs.tiled_mlp_untiled"))
     run = create_run(config, list(argv), command=command, gpus=gpus, distributed=distributed)
