@@ -301,6 +301,9 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     if p.offload_activations and p.gradient_checkpointing:
         out.append(("offload_activations", finding("plan.reason.offload_activations",
                                                    ram=round(est.cpu_ram_gib if est else 0, 1), seq=p.seq_len)))
+    tiled = _tiled_mlp_reason(best, request, usable)
+    if tiled is not None:
+        out.append(("tiled_mlp", tiled))
 
     if p.uses_lora:
         trainable = est.trainable_params if est else 0
@@ -313,6 +316,20 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     gpus_key = "plan.reason.gpus_cpu" if request.hardware.cpu_only else plural_key("plan.reason.gpus", available)
     out.append(("gpus", finding(gpus_key, used=p.num_gpus, available=available)))
     return out
+
+
+def _tiled_mlp_reason(best: Candidate, request: PlanRequest, usable: float) -> Finding | None:
+    """Why the MLP runs in tiles, when it does (``tiled_mlp: auto`` tiles only where untiled does not fit):
+    the untiled peak against the usable memory, and the speed the tiles cost by the estimate."""
+    est = best.estimate
+    if est is None or est.plan.get("mlp_tiles", 1) <= 1:
+        return None
+    untiled, _ = estimate_plan(replace(best.plan, tiled_mlp="false"), request)
+    if untiled is None or untiled.tokens_per_s <= 0:
+        return None
+    cost = round(100 * max(0.0, 1.0 - est.tokens_per_s / untiled.tokens_per_s))
+    return finding("plan.reason.tiled_mlp" if cost >= 1 else "plan.reason.tiled_mlp_free", tiles=est.plan["mlp_tiles"],
+                   need=round(untiled.peak_gib, 1), usable=round(usable, 1), cost=cost)
 
 
 def _dropout_cost(best: Candidate, request: PlanRequest) -> Finding | None:
