@@ -63,7 +63,7 @@ What ``bench/estimate_calibrate.py`` must change to fit on these rows (not done 
 - The rows measured before the launcher resolved ``tiled_mlp: auto`` by fit (parts 1-3 and the first three
   rows of part 4, 2026-12-02) ran the engine's rule (tiles from 16k tokens in checkpointed blocks): their
   estimates carry no ``tiles_by_fit``; re-estimate them with ``estimate(..., tiles_by_fit=False)``
-  (``bench/mlp_tile_fit.py`` does, for the tile cost it fits on them).
+  (``bench/matrix_terms_fit.py`` does, for the tile cost it fits on them).
 
 Skipped by design (the 64 GB disk of the one-GPU machine): QLoRA of 32B/72B (the bare config's bf16
 random weights are written to disk first: 66 / 145 GB), full fine-tuning whose final checkpoint (the

@@ -35,8 +35,8 @@ method's GEMM efficiency, constants of the older engine), recorded in ``BEFORE``
 
 ``--matrix`` adds the finished rows of ``bench/results/estimate_matrix/calibration-part*.json`` (0.5B-7B,
 ``tunedeck train`` on the H200) to the fit and frees the CPU launch constants (their 0.5B rows identify
-them); tiled rows (``bench/mlp_tile_fit.py`` fits their cost) and mixed-precision full rows (a per-step
-cost the model lacks) are reported, not fitted. It is never written: the committed fit stays the one
+them); tiled rows and mixed-precision full rows (``bench/matrix_terms_fit.py`` fits the tiles' cost and the
+fp32 model's on them) are reported, not fitted. It is never written: the committed fit stays the one
 above until the matrix is complete; ``estimate_matrix/refit-preview.md`` is its output on the parts
 measured so far.
 """
@@ -213,9 +213,9 @@ def _calibration_rows() -> list[Row]:
             plan = plan_for_model(str(cm.MODELS[row.model][1]), exact_count=False, **options)
             kind, note = "cal", f"{result['steps']} steps"
             if plan.tiles_mlp:
-                kind, note = "excluded", note + f"; tiled MLP ({plan.mlp_tiles(True)} tiles): bench/mlp_tile_fit.py fits its cost"
+                kind, note = "excluded", note + f"; tiled MLP ({plan.mlp_tiles(True)} tiles): bench/matrix_terms_fit.py fits its cost"
             elif row.method == "full" and not row.pure_bf16:
-                kind, note = "excluded", note + "; mixed-precision full: a per-step cost the model lacks (see below)"
+                kind, note = "excluded", note + "; mixed-precision full: bench/matrix_terms_fit.py fits its fp32 cost"
             rows.append(Row(path.name, row.name, plan, float(result["tokens_per_s"]), note, kind))
     return rows
 
@@ -535,7 +535,7 @@ def build_report(rows: list[Row], fitted: dict[str, float], loo: dict[str, float
         "- The worst fitted row is 7B QLoRA at b4 × 2048 (−9 %): its CPU launch term (disp_qlora, kept from "
         "the older engine, whose bitsandbytes path launched more) is what holds it back; the rows cannot "
         "separate it from the GEMM efficiency.",
-        "- The other engines' rows read faster than they ran (median 22 %): the older engine upcast every "
+        "- The other engines' rows read faster than they ran (median 19 %): the older engine upcast every "
         "LoRA input to fp32 (counted now), had no fused LoRA add, and the plain loop no Liger kernels. Its "
         "7B DoRA row is +79 %: DoRA shares the LoRA efficiency and has no current-engine row, so a DoRA "
         "estimate is the least trustworthy of the four methods until the matrix measures it.",

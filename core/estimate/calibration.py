@@ -97,9 +97,9 @@ def _default_dispatch() -> dict[str, float]:
 def _default_mlp_tile() -> dict[str, float]:
     # Seconds one MLP tile of one tiled layer adds per micro-step (forward, recomputation and backward, each
     # tile's backward its own autograd call; peft's adapters on gate/up/down add their small ops per tile).
-    # Fitted by bench/mlp_tile_fit.py on the tiled rows of the H200 calibration matrix (mlp-tile-fit.json;
-    # DoRA has no tiled row: LoRA's, scaled by the per-layer launch times).
-    return {"full": 0.000822, "lora": 0.002703, "dora": 0.00418, "qlora": 0.002544}
+    # Fitted by bench/matrix_terms_fit.py on the tiled rows of the H200 calibration matrix
+    # (matrix-terms-fit.json; DoRA has no tiled row: LoRA's, scaled by the per-layer launch times).
+    return {"full": 0.000823, "lora": 0.002703, "dora": 0.00418, "qlora": 0.002544}
 
 
 def _default_data_parallel() -> dict[int, float]:
@@ -218,6 +218,10 @@ class Calibration:
     dispatch_s_per_step: float = 0.0
     # The tiled MLP's CPU time per tile and tiled layer, by method (see _default_mlp_tile).
     mlp_tile_s: dict[str, float] = field(default_factory=_default_mlp_tile)
+    # Mixed-precision full fine-tuning (fp32 weights under autocast): GPU seconds per token x hidden x layer
+    # over pure bf16 (speed.fp32_model_seconds). Fitted by bench/matrix_terms_fit.py on the 5 mixed-precision
+    # full rows of the H200 matrix (0.5B-3B; 234-409 ps a row).
+    fp32_model_s_per_element: float = 3.31e-10
     # CPU launches and GPU work overlap: step = (gpu^p + cpu^p)^(1/p); large p = perfect overlap.
     dispatch_overlap_power: float = 4.0
     data_parallel_s_per_layer: dict[int, float] = field(default_factory=_default_data_parallel)

@@ -1,0 +1,144 @@
+"""Two speed terms the committed fit lacked, solved on the calibration matrix's H200 rows (issue #19).
+
+- ``Calibration.mlp_tile_s``: the tiled MLP's launch cost per tile and tiled layer. The engine's tiled MLP
+  (``tiled_mlp``) runs its forward, recomputation and backward tile by tile, each tile's backward its own
+  autograd call, so its cost grows with tiles x tiled layers, not with FLOPs: a 0.5B LoRA at 32k tokens
+  per micro-batch in 37 tiles ran at 12k tokens/s where the estimate without that cost said 83k.
+- ``Calibration.fp32_model_s_per_element``: full fine-tuning in mixed precision (fp32 weights under
+  autocast) against pure bf16, a cost per token x hidden x layer: 80-100 ms a step on the 0.5B, 1.5B and
+  3B rows, whose token x hidden x layer counts are all 300-350M.
+
+For each finished row of ``bench/results/estimate_matrix/calibration-part*.json`` that the term concerns
+(tiled; mixed-precision full), this solves (bisection) for the constant that makes the estimator's step
+equal the measured one, the rest of the calibration as it is. Tiled rows whose estimate without the tile
+cost is already within 10 % of the measurement are listed and not used: there the GPU's work hides the
+launches and the solution only fits the rest of the model's error. Each constant is the median of the rows
+used; DoRA has no tiled row and takes LoRA's tile cost, scaled as its per-layer launch time is. Writes
+``bench/results/estimate_matrix/matrix-terms-fit.md`` and ``.json``; ``tests/core/test_estimate_engine_switches.py``
+fails when ``core/estimate/calibration.py`` drifts from the JSON.
+
+    python bench/matrix_terms_fit.py
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+import calibration_matrix as cm  # noqa: E402
+
+from core.estimate import estimate, find_gpu, plan_for_model  # noqa: E402
+from core.estimate.calibration import DEFAULT_CALIBRATION, Calibration  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "estimate_matrix"
+VISIBLE = 0.10  # tiled rows whose estimate without the tile cost is this much under the measurement are used
+
+
+def _tile(value: float) -> Calibration:
+    return replace(DEFAULT_CALIBRATION, mlp_tile_s={m: value for m in DEFAULT_CALIBRATION.mlp_tile_s})
+
+
+def _fp32(value: float) -> Calibration:
+    return replace(DEFAULT_CALIBRATION, fp32_model_s_per_element=value)
+
+
+TERMS = {"mlp_tile_s": (_tile, 0.05), "fp32_model_s_per_element": (_fp32, 1e-8)}
+
+
+def _step_s(plan: Any, calibration: Calibration) -> float:
+    result = estimate(plan, find_gpu("H200"), calibration, tiles_by_fit=False)  # the tiles as the row ran them
+    return plan.tokens_per_micro_batch / result.tokens_per_s
+
+
+def solve(plan: Any, term: str, measured_step_s: float) -> float | None:
+    """The term's value with which the estimated step equals ``measured_step_s`` (None: not reachable)."""
+    make, high = TERMS[term]
+    low = 0.0
+    if _step_s(plan, make(high)) < measured_step_s or _step_s(plan, make(0.0)) > measured_step_s:
+        return None
+    for _ in range(50):
+        middle = (low + high) / 2
+        low, high = (middle, high) if _step_s(plan, make(middle)) < measured_step_s else (low, middle)
+    return high
+
+
+def term_rows() -> list[dict[str, Any]]:
+    rows = {r.name: r for r in cm.ROWS}
+    out = []
+    for name in sorted(glob.glob(str(RESULTS / "calibration-part*.json"))):
+        for rec in json.loads(Path(name).read_text(encoding="utf-8"))["results"]:
+            if rec.get("status") != "finished" or rec["row"] not in rows:
+                continue
+            row = rows[rec["row"]]
+            layers = rec.get("checkpoint_layers_run")
+            options = cm.plan_options(row, "H200", rec.get("fused_ce_run"), layers if isinstance(layers, int) else None)
+            plan = plan_for_model(str(cm.MODELS[row.model][1]), exact_count=False, **options)
+            tiled = (rec.get("estimate") or {}).get("mlp_tiles", 1) > 1
+            fp32 = row.method == "full" and not row.pure_bf16
+            if not (tiled or fp32):
+                continue
+            term = "fp32_model_s_per_element" if fp32 else "mlp_tile_s"
+            measured = plan.tokens_per_micro_batch / rec["tokens_per_s"]
+            without = _step_s(plan, TERMS[term][0](0.0))
+            value = solve(plan, term, measured)
+            out.append({"row": rec["row"], "file": Path(name).name, "method": row.method, "term": term,
+                        "tiles": plan.mlp_tiles(True) if tiled else 1, "tiled_layers": plan.checkpointed_layers,
+                        "elements": plan.tokens_per_micro_batch * plan.architecture.hidden_size * plan.architecture.num_layers,
+                        "measured_step_s": round(measured, 4), "estimated_step_s_without": round(without, 4),
+                        "value": None if value is None else float(f"{value:.4g}"),
+                        "used": value is not None and (fp32 or without < (1 - VISIBLE) * measured)})
+    return out
+
+
+def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    tiles: dict[str, float] = {}
+    for method in ("full", "lora", "qlora"):
+        values = [r["value"] for r in rows if r["used"] and r["term"] == "mlp_tile_s" and r["method"] == method]
+        if values:
+            tiles[method] = round(statistics.median(values), 6)
+    if "lora" in tiles:
+        dispatch = DEFAULT_CALIBRATION.dispatch_s_per_layer_pass
+        tiles["dora"] = round(tiles["lora"] * dispatch["dora"] / dispatch["lora"], 6)
+    fp32 = [r["value"] for r in rows if r["used"] and r["term"] == "fp32_model_s_per_element"]
+    return {"mlp_tile_s": tiles, "fp32_model_s_per_element": float(f"{statistics.median(fp32):.3g}") if fp32 else 0.0}
+
+
+def main() -> int:
+    rows = term_rows()
+    constants = fit(rows)
+    (RESULTS / "matrix-terms-fit.json").write_text(json.dumps({**constants, "rows": rows}, indent=1) + "\n",
+                                                   encoding="utf-8")
+    lines = ["# Two speed terms solved on the calibration matrix (`Calibration.mlp_tile_s`, "
+             "`fp32_model_s_per_element`)", "",
+             "`python bench/matrix_terms_fit.py` over the finished rows of `calibration-part*.json` (NVIDIA H200) "
+             "that each term concerns: the tiled rows (the engine's `tiled_mlp: auto` of then: every "
+             "checkpointed block of a micro-batch of 16,384 tokens or more, tiles of about `hidden_size` "
+             "tokens) and the mixed-precision full rows. Per row: the value with which the estimated step "
+             f"equals the measured one. Tiled rows are used where the estimate without the tile cost is more "
+             f"than {VISIBLE:.0%} under the measurement.", "",
+             "| row | term | method | tiles x tiled layers | tokens x hidden x layers | measured step s | "
+             "estimated without s | value | used |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        value = "-" if r["value"] is None else (f"{r['value'] * 1e3:.3f} ms" if r["term"] == "mlp_tile_s"
+                                                 else f"{r['value'] * 1e12:.0f} ps")
+        lines.append(f"| {r['row']} | {r['term']} | {r['method']} | {r['tiles']} x {r['tiled_layers']} | "
+                     f"{r['elements'] / 1e6:,.0f}M | {r['measured_step_s']} | {r['estimated_step_s_without']} | "
+                     f"{value} | {'yes' if r['used'] else 'no'} |")
+    lines += ["", "Fit (medians of the rows used; DoRA's tile cost: LoRA's, scaled by the per-layer launch times): "
+              + ", ".join(f"tile {m} {v * 1e3:.3f} ms" for m, v in constants["mlp_tile_s"].items())
+              + f"; fp32 model {constants['fp32_model_s_per_element'] * 1e12:.0f} ps per token x hidden x layer", ""]
+    (RESULTS / "matrix-terms-fit.md").write_text("\n".join(lines), encoding="utf-8")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
