@@ -90,7 +90,7 @@ def term_rows() -> list[dict[str, Any]]:
             without = _step_s(plan, TERMS[term][0](0.0))
             value = solve(plan, term, measured)
             out.append({"row": rec["row"], "file": Path(name).name, "method": row.method, "term": term,
-                        "tiles": plan.mlp_tiles(True) if tiled else 1, "tiled_layers": plan.checkpointed_layers,
+                        "tiles": plan.mlp_tiles(True) if tiled else 1, "tiled_layers": plan.checkpointed_layers if tiled else 0,
                         "elements": plan.tokens_per_micro_batch * plan.architecture.hidden_size * plan.architecture.num_layers,
                         "measured_step_s": round(measured, 4), "estimated_step_s_without": round(without, 4),
                         "value": None if value is None else float(f"{value:.4g}"),
