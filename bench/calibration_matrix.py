@@ -62,8 +62,9 @@ What ``bench/estimate_calibrate.py`` must change to fit on these rows (not done 
 - Leave-one-out over these rows, as now.
 - The rows measured before the launcher resolved ``tiled_mlp: auto`` by fit (parts 1-3 and the first three
   rows of part 4, 2026-12-02) ran the engine's rule (tiles from 16k tokens in checkpointed blocks): their
-  estimates carry no ``tiles_by_fit``; re-estimate them with ``estimate(..., tiles_by_fit=False)``
-  (``bench/matrix_terms_fit.py`` does, for the tile cost it fits on them).
+  ``tiled_mlp_run`` says ``auto``, a later untiled row's ``false``. ``plan_as_run`` builds the plan of what
+  a record ran, to estimate with ``tiles_by_fit=False`` (``--reestimate``, ``bench/matrix_terms_fit.py``
+  and ``estimate_calibrate.py --matrix`` do).
 
 Skipped by design (the 64 GB disk of the one-GPU machine): QLoRA of 32B/72B (the bare config's bf16
 random weights are written to disk first: 66 / 145 GB), full fine-tuning whose final checkpoint (the
@@ -357,16 +358,45 @@ def plan_options(row: Row, gpu_name: str = "H200", fused_run: str | None = None,
 
 
 def estimate_row(row: Row, gpu_name: str | None = None, fused_run: str | None = None,
-                 layers_run: int | None = None, tiles_by_fit: bool = True) -> dict[str, Any]:
-    """The estimator's peak, tokens/s and fit verdict for the row on ``gpu_name`` (default H200);
-    ``tiles_by_fit=False`` for rows that ran before the launcher resolved ``tiled_mlp: auto`` by fit."""
-    from core.estimate import estimate, find_gpu, plan_for_model
+                 layers_run: int | None = None) -> dict[str, Any]:
+    """The estimator's peak, tokens/s and fit verdict for the row on ``gpu_name`` (default H200), ``tiled_mlp:
+    auto`` chosen by fit as the launcher chooses it."""
+    from core.estimate import plan_for_model
 
     gpu = gpu_name or "H200"
     try:
-        options = plan_options(row, gpu, fused_run, layers_run)
-        plan = plan_for_model(str(MODELS[row.model][1]), exact_count=False, **options)
-        result = estimate(plan, find_gpu(gpu), tiles_by_fit=tiles_by_fit)
+        plan = plan_for_model(str(MODELS[row.model][1]), exact_count=False, **plan_options(row, gpu, fused_run, layers_run))
+    except Exception as exc:  # reported in the row, not fatal
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return estimate_plan(plan, gpu)
+
+
+ROWS_BY_NAME: dict[str, Row] = {r.name: r for r in ROWS}
+
+
+def plan_as_run(record: dict[str, Any]) -> tuple[Row, Any] | None:
+    """The declared row of a measured record and the ``TrainingPlan`` of what the engine reported it ran: the
+    loss, the checkpointed layers and ``tiled_mlp`` (``false`` where the launcher resolved ``auto`` untiled;
+    ``auto`` otherwise, the engine's own rule: estimate it with ``tiles_by_fit=False``). None: not declared."""
+    from core.estimate import plan_for_model
+
+    row = ROWS_BY_NAME.get(record["row"])
+    if row is None:
+        return None
+    layers = record.get("checkpoint_layers_run")
+    fused = record.get("fused_ce_run") if record.get("fused_ce_run") in ("liger", "chunked", "none") else None
+    options = plan_options(row, "H200", fused, layers if isinstance(layers, int) else None)
+    if record.get("tiled_mlp_run") is not None:
+        options["tiled_mlp"] = record["tiled_mlp_run"]
+    return row, plan_for_model(str(MODELS[row.model][1]), exact_count=False, **options)
+
+
+def estimate_plan(plan: Any, gpu_name: str, tiles_by_fit: bool = True) -> dict[str, Any]:
+    """The estimate of ``plan`` on ``gpu_name`` as a record's ``estimate`` (see ``core.estimate.estimate``)."""
+    from core.estimate import estimate, find_gpu
+
+    try:
+        result = estimate(plan, find_gpu(gpu_name), tiles_by_fit=tiles_by_fit)
     except Exception as exc:  # reported in the row, not fatal
         return {"error": f"{type(exc).__name__}: {exc}"}
     static = sum(v for k, v in result.breakdown.items() if k in ("weights", "cuda_context"))
@@ -375,7 +405,7 @@ def estimate_row(row: Row, gpu_name: str | None = None, fused_run: str | None = 
             "margin_gib": round(result.margin_gib, 2), "peak_phase": result.peak_phase,
             "weights_gib": round(static, 2), "seconds_per_step": round(result.seconds_per_step, 3),
             "total_params": result.total_params, "checkpointed_layers": plan.checkpointed_layers,
-            "mlp_tiles": result.plan["mlp_tiles"], "tiles_by_fit": tiles_by_fit,
+            "mlp_tiles": result.plan["mlp_tiles"],
             "fused_ce": "none" if not plan.fused_ce else plan.fused_ce_impl,
             "breakdown_gib": {k: round(v, 2) for k, v in result.breakdown.items()}}
 
@@ -688,14 +718,10 @@ def memory_terms(records: list[dict[str, Any]]) -> list[str]:
 def reestimate(record: dict[str, Any], gpu_name: str = "H200") -> dict[str, Any]:
     """``record`` with its estimate made again by the estimator as it is now (for the same settings: the loss
     and the checkpointed layers the engine reported, the tiled MLP as it ran) and its errors with it."""
-    row = {r.name: r for r in ROWS}.get(record["row"])
-    if row is None or record.get("status") not in ("finished", "oom"):
+    ran = plan_as_run(record)
+    if ran is None or record.get("status") not in ("finished", "oom"):
         return record
-    layers = record.get("checkpoint_layers_run")
-    fused = record.get("fused_ce_run") if record.get("fused_ce_run") in ("liger", "chunked", "none") else None
-    by_fit = bool((record.get("estimate") or {}).get("tiles_by_fit"))
-    estimate = estimate_row(row, gpu_name, fused,
-                            layers if isinstance(layers, int) else None, tiles_by_fit=by_fit)
+    estimate = estimate_plan(ran[1], gpu_name, tiles_by_fit=False)
     out = {**record, "estimate": estimate}
     if record.get("status") == "finished" and record.get("peak_source") == "nvml":
         out["peak_error"] = _error(estimate.get("peak_gib"), record.get("peak_gib"))

@@ -192,25 +192,17 @@ def _longctx_rows() -> list[Row]:
 
 def _calibration_rows() -> list[Row]:
     """The #19 calibration matrix's finished rows (``bench/calibration_matrix.py``, ``tunedeck train`` on the
-    H200, packed rows: every token counts), each with the plan of what it ran: the loss and checkpointed layers
-    the engine reported, the tiled MLP as it ran (the engine's rule before the launcher tiled by fit)."""
+    H200, packed rows: every token counts), each with the plan of what it ran (``plan_as_run``)."""
     sys.path.insert(0, str(ROOT / "bench"))
     import calibration_matrix as cm
 
-    declared = {r.name: r for r in cm.ROWS}
     rows = []
     for path in sorted((RESULTS / "estimate_matrix").glob("calibration-part*.json")):
         for result in json.loads(path.read_text())["results"]:
-            row = declared.get(result["row"])
-            if row is None or result.get("status") != "finished" or not result.get("tokens_per_s"):
+            ran = cm.plan_as_run(result)
+            if ran is None or result.get("status") != "finished" or not result.get("tokens_per_s"):
                 continue
-            layers = result.get("checkpoint_layers_run")
-            fused = result.get("fused_ce_run") if result.get("fused_ce_run") in ("liger", "chunked", "none") else None
-            options = cm.plan_options(row, "H200", fused, layers if isinstance(layers, int) else None)
-            estimate = result.get("estimate") or {}
-            if options.get("tiled_mlp", "auto") == "auto" and estimate.get("tiles_by_fit") and estimate.get("mlp_tiles") == 1:
-                options["tiled_mlp"] = "false"  # the launcher resolved auto to untiled for this run
-            plan = plan_for_model(str(cm.MODELS[row.model][1]), exact_count=False, **options)
+            row, plan = ran
             kind, note = "cal", f"{result['steps']} steps"
             if plan.tiles_mlp:
                 kind, note = "excluded", note + f"; tiled MLP ({plan.mlp_tiles(True)} tiles): bench/matrix_terms_fit.py fits its cost"
@@ -507,8 +499,9 @@ def build_report(rows: list[Row], fitted: dict[str, float], loo: dict[str, float
                      + (f"; leave-one-out {_summary(bucket['loo'])}" if bucket["loo"] else ""))
     lines += ["", "## Constants (Hopper)", "", "| constant | before | after | |", "|---|---|---|---|"]
     roles = {"eff_full": "pinned", "eff_lora": "fitted", "hidden_half": "fitted", "attn": "fitted (new term)"}
+    committed = current_values()
     for key in ("eff_full", *FREE, *KEPT):
-        before = BEFORE_VALUES.get(key, current_values().get(key) if key in free else fitted[key])
+        before = BEFORE_VALUES.get(key, committed[key] if key in free else fitted[key])
         role = roles.get(key, "fitted" if key in free else "kept (not identified by these rows)")
         lines.append(f"| {key} | {'– (no such term)' if before is None else f'{before:.4g}'} | {fitted[key]:.4g} | {role} |")
     lines += [

@@ -35,7 +35,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import calibration_matrix as cm  # noqa: E402
 
-from core.estimate import estimate, find_gpu, plan_for_model  # noqa: E402
+from core.estimate import estimate, find_gpu  # noqa: E402
 from core.estimate.calibration import DEFAULT_CALIBRATION, Calibration  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "estimate_matrix"
@@ -71,17 +71,14 @@ def solve(plan: Any, term: str, measured_step_s: float) -> float | None:
 
 
 def term_rows() -> list[dict[str, Any]]:
-    rows = {r.name: r for r in cm.ROWS}
     out = []
     for name in sorted(glob.glob(str(RESULTS / "calibration-part*.json"))):
         for rec in json.loads(Path(name).read_text(encoding="utf-8"))["results"]:
-            if rec.get("status") != "finished" or rec["row"] not in rows:
+            ran = cm.plan_as_run(rec)
+            if rec.get("status") != "finished" or ran is None:
                 continue
-            row = rows[rec["row"]]
-            layers = rec.get("checkpoint_layers_run")
-            options = cm.plan_options(row, "H200", rec.get("fused_ce_run"), layers if isinstance(layers, int) else None)
-            plan = plan_for_model(str(cm.MODELS[row.model][1]), exact_count=False, **options)
-            tiled = (rec.get("estimate") or {}).get("mlp_tiles", 1) > 1
+            row, plan = ran
+            tiled = plan.tiles_mlp
             fp32 = row.method == "full" and not row.pure_bf16
             if not (tiled or fp32):
                 continue

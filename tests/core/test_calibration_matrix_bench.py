@@ -111,8 +111,8 @@ def test_reestimate_makes_each_measured_row_s_estimate_again(tmp_path):
     measured = {"status": "finished", "peak_source": "nvml", "peak_gib": 4.0, "tokens_per_s": 12000.0,
                 "fused_ce_run": "liger", "checkpoint_layers_run": 24, "peak_error": 9.0, "speed_error": 9.0,
                 "estimate": {"verdict": "does_not_fit", "peak_gib": 40.0, "tokens_per_s": 1.0}}
-    old = {"row": "0.5b-lora-b8-s4096-ckpt", "axis": "ckpt", **measured}
-    new = {**old, "estimate": {**measured["estimate"], "tiles_by_fit": True}}
+    old = {"row": "0.5b-lora-b8-s4096-ckpt", "axis": "ckpt", "tiled_mlp_run": "auto", **measured}  # the engine's rule
+    new = {**old, "tiled_mlp_run": "false"}  # the launcher resolved auto untiled by fit
     (tmp_path / "a.json").write_text(json.dumps({"meta": {"gpu_name": "NVIDIA H200"}, "results": [old]}))
     (tmp_path / "b.json").write_text(json.dumps({"meta": {"gpu_name": "NVIDIA H200"}, "results": [new]}))
     ran_tiled, by_fit = cm.reestimate(old, "NVIDIA H200"), cm.reestimate(new, "NVIDIA H200")
