@@ -19,7 +19,7 @@ from typing import Any
 from core.estimate.calibration import DEFAULT_CALIBRATION, Calibration
 from core.estimate.estimator import estimate
 from core.estimate.gpus import GpuSpec
-from core.estimate.plan import TrainingPlan
+from core.estimate.plan import PlanError, TrainingPlan
 
 
 def fewest_checkpointed_layers(plan: TrainingPlan, gpu: GpuSpec,
@@ -42,6 +42,20 @@ def fewest_checkpointed_layers(plan: TrainingPlan, gpu: GpuSpec,
     return high
 
 
+def _run_plan_on(config: Any, gpu_name: str, num_gpus: int) -> tuple[TrainingPlan, GpuSpec] | None:
+    """The plan the engine will run for ``config`` (its optimizer, loss, targets, tiles) and ``gpu_name``'s
+    spec; None where the estimator cannot describe the GPU or the model."""
+    from core.estimate.architecture import ArchitectureError
+    from core.estimate.gpus import UnknownGpuError, find_gpu
+    from core.estimate.model_source import ModelNotFoundError
+    from core.estimate.run_plan import plan_for_run
+
+    try:
+        return plan_for_run(config, num_gpus), find_gpu(gpu_name)
+    except (UnknownGpuError, ModelNotFoundError, ArchitectureError, PlanError, OSError, ValueError):
+        return None
+
+
 def resolve_checkpoint_layers(config: Any, gpu_name: str | None, num_gpus: int = 1) -> str | int:
     """A run config's ``checkpoint_layers`` with ``auto`` made concrete for ``num_gpus`` of ``gpu_name``.
 
@@ -53,17 +67,10 @@ def resolve_checkpoint_layers(config: Any, gpu_name: str | None, num_gpus: int =
         return value
     if not config.gradient_checkpointing or not gpu_name:
         return "all"
-    from core.estimate.architecture import ArchitectureError
-    from core.estimate.gpus import UnknownGpuError, find_gpu
-    from core.estimate.model_source import ModelNotFoundError
-    from core.estimate.plan import PlanError
-    from core.estimate.run_plan import plan_for_run
-
-    try:
-        gpu = find_gpu(gpu_name)
-        plan = plan_for_run(config, num_gpus)  # the optimizer, loss, targets, tiles the engine will run
-    except (UnknownGpuError, ModelNotFoundError, ArchitectureError, PlanError, OSError, ValueError):
+    found = _run_plan_on(config, gpu_name, num_gpus)
+    if found is None:
         return "all"
+    plan, gpu = found
     count = fewest_checkpointed_layers(plan, gpu)
     return "all" if count >= plan.architecture.num_layers else count
 
@@ -77,17 +84,11 @@ def resolve_tiled_mlp(config: Any, gpu_name: str | None, num_gpus: int = 1) -> s
     value = getattr(config, "tiled_mlp", "auto")
     if value != "auto" or not gpu_name:
         return value
-    from core.estimate.architecture import ArchitectureError
-    from core.estimate.gpus import UnknownGpuError, find_gpu
-    from core.estimate.model_source import ModelNotFoundError
-    from core.estimate.plan import PlanError
-    from core.estimate.run_plan import plan_for_run
-
+    found = _run_plan_on(config, gpu_name, num_gpus)
+    if found is None or not found[0].tiles_mlp:
+        return "auto"  # unknown, or the engine would not tile it either
     try:
-        plan = plan_for_run(config, num_gpus)
-        if not plan.tiles_mlp:
-            return "auto"  # the engine would not tile it either
-        chosen = estimate(plan, find_gpu(gpu_name))  # auto: tiled only where untiled does not fit
-    except (UnknownGpuError, ModelNotFoundError, ArchitectureError, PlanError, OSError, ValueError):
+        chosen = estimate(*found)  # auto: tiled only where untiled does not fit
+    except PlanError:
         return "auto"
     return "false" if chosen.plan["mlp_tiles"] == 1 else "auto"
