@@ -155,7 +155,7 @@ def test_gpu_rows_are_classified_and_compared_with_what_the_engine_ran(monkeypat
 
     def fake_run_engine(ctx, engine, spec, seq, timeout_s):
         calls.append((engine, spec, ctx["steps"], ctx["dataset"](seq)))
-        if spec["micro"] == 10:
+        if spec["seq"] == 24576:
             return {"status": "failed", "reason": "out of GPU memory", "oom": True, "peak_gib": [139.9],
                     "peak_source": "nvml", "steps": 0}
         return {"status": "finished", "tokens_per_s": 10000.0, "peak_gib": [21.0], "peak_source": "nvml",
@@ -171,7 +171,7 @@ def test_gpu_rows_are_classified_and_compared_with_what_the_engine_ran(monkeypat
     assert done["status"] == "finished" and done["estimate"]["fused_ce"] == "chunked"
     assert done["peak_error"] == round((done["estimate"]["peak_gib"] - 21.0) / 21.0, 4)
     assert done["speed_error"] == round((done["estimate"]["tokens_per_s"] - 10000.0) / 10000.0, 4)
-    oom = cm.measure_row(ctx, by["7b-lora-b10-s2048-nockpt"], 100, "NVIDIA H200")
+    oom = cm.measure_row(ctx, by["7b-lora-b1-s24576-nockpt"], 100, "NVIDIA H200")
     assert oom["status"] == "oom" and oom["peak_error"] is None and cm.verdict_right(oom) is True
     assert calls[1][1]["ckpt"] is False
 
