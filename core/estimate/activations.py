@@ -107,19 +107,31 @@ def dora_saved_bytes(shapes: list[LinearShape], plan: TrainingPlan, layout: Prec
         if shape.name not in plan.lora_targets:
             continue
         per_token += 2 * layout.compute * shape.out_features
-        if plan.lora_dropout > 0:
-            # F.linear(dropout(x), W) for the base output keeps an autocast copy of W (per block);
-            # its input copy is the one lora_A keeps already.
+        if plan.lora_dropout > 0 and plan.lora_input_upcast and plan.precision != "fp32":
+            # F.linear(dropout(x), W.to(x.dtype)) for the base output: on peft's fp32 input W becomes an fp32
+            # copy that autocast casts back and keeps for backward (per block). On the engine's bf16 input
+            # W is kept as it is: nothing more (measured: 12 GiB less on a 7B without checkpointing).
             per_block += layout.compute * shape.weight_params
     return BlockActivations(per_token, per_block)
 
 
 def dora_transient_bytes(arch: ModelArchitecture, plan: TrainingPlan) -> float:
-    """DoRA's weight-norm computation, one layer at a time: fp32 copies of the targeted weight (x3), and
-    the in x in identity (fp32 + its bf16 cast) peft pushes through lora_A/lora_B to get B @ A."""
+    """DoRA's weight-norm computation, one linear at a time: copies of the targeted weight, and the in x in
+    identity (in the adapters' fp32, + autocast's bf16 cast) peft pushes through lora_A/lora_B to get B @ A."""
     sizes = [12.0 * shape.weight_params + 6.0 * shape.in_features**2
              for shape in arch.linear_shapes() if shape.name in plan.lora_targets]
     return max(sizes) if sizes else 0.0
+
+
+def upcast_gradient_bytes(arch: ModelArchitecture, plan: TrainingPlan, recomputed: bool) -> float:
+    """Bytes per token ``lora_input_upcast`` adds to a block's backward, per element of the widest adapted
+    input: its fp32 gradient (4 B), and in a recomputed block the fp32 copy made again (4 B more). Measured:
+    +1.15 GiB at 8k tokens on a checkpointed 7B (widest: the down projection's 18,944) on the H200, and
+    4 B per element without checkpointing on the CPU's tiny blocks (MemTracker)."""
+    if not (plan.uses_lora and plan.lora_input_upcast and plan.precision != "fp32"):
+        return 0.0
+    widths = [shape.in_features for shape in arch.linear_shapes() if shape.name in plan.lora_targets]
+    return (8.0 if recomputed else 4.0) * max(widths) if widths else 0.0
 
 
 def attention_core_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout,
@@ -214,15 +226,25 @@ def activation_sizes(arch: ModelArchitecture, plan: TrainingPlan, layout: Precis
     if not checkpointed:
         tile = mlp_saved_bytes(arch, plan, layout) * tokens / tiles_kept if tiles_kept > 1 else 0.0
         at_loss = arch.num_layers * kept_block.total(tokens) + head + dora_transient
-        return ActivationSizes(at_loss=at_loss, in_backward=at_loss + tile + working_per_token * tokens / tiles_kept)
-    # offload_activations parks the kept block inputs in host memory: none of them stay on the GPU.
-    kept_inputs = 0.0 if plan.offload_activations else checkpointed * layout.residual * arch.hidden_size * tokens
+        working = (working_per_token / tiles_kept + upcast_gradient_bytes(arch, plan, False)) * tokens
+        if plan.attention == "eager":
+            # the last block's softmax backward: the scores' fp32 gradient and its bf16 cast, as many bytes per
+            # score as the forward keeps (checkpointing counts them in the recomputed block's factor)
+            working += calibration.eager_attention_bytes_per_score * arch.num_heads * plan.seq_len * tokens
+        return ActivationSizes(at_loss=at_loss, in_backward=at_loss + tile + working)
+    # offload_activations parks the kept block inputs in host memory: two stay on the GPU, the input of the
+    # block being recomputed and the next one's, prefetched (core.train.offload).
+    kept_inputs = min(checkpointed, 2 if plan.offload_activations else checkpointed) * layout.residual \
+        * arch.hidden_size * tokens
     block = block_activations(arch, plan, layout, calibration, tiles_recomputed)
     if tiles_recomputed > 1:
         block = BlockActivations(block.per_token + mlp_saved_bytes(arch, plan, layout) / tiles_recomputed,
                                  block.per_block)
     working = working_per_token * tokens / tiles_recomputed
-    recompute = calibration.checkpoint_recompute_layers[plan.method] * block.total(tokens) + dora_transient
+    # DoRA's weight norms run during the block's recomputation, before its backward: they overlap the part of
+    # the block recomputed by then, not the backward's gradients.
+    recompute = max(calibration.checkpoint_recompute_layers[plan.method] * block.total(tokens),
+                    block.total(tokens) + dora_transient) + upcast_gradient_bytes(arch, plan, True) * tokens
     # checkpoint_layers < all: the last layers keep everything and are back-propagated first (their
     # activations freed as it goes), the checkpointed first ones are recomputed after.
     kept_whole = (arch.num_layers - checkpointed) * kept_block.total(tokens)

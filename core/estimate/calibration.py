@@ -26,6 +26,21 @@ HOPPER_ATTENTION_EFFICIENCY = 0.481
 RELATIVE_TO_HOPPER = {"hopper": 1.0, "ampere": 1.09, "ampere_ga10x": 0.91, "ada": 0.91, "volta": 0.82}
 
 
+# Memory constants fitted by bench/memory_fit.py on the H200 calibration matrix (issue #19:
+# bench/results/estimate_matrix/memory-fit.md); tests/core/test_estimate_memory.py fails when these drift
+# from its JSON. The CUDA context: NVML's peak above torch's reserved memory (torch 2.11, CUDA 13).
+HOPPER_CUDA_CONTEXT_GIB = 0.74
+# Blocks' worth of activations while a checkpointed block is recomputed and back-propagated (its
+# activations and their gradients), by method: solved per row on torch's allocated peak, the median.
+# Full: one row (0.5B at 32k tokens); DoRA: no row identifies it (its weight-norm transient sets the
+# recomputation's peak), it keeps the CPU MemTracker value.
+RECOMPUTE_LAYERS = {"full": 1.76, "lora": 1.27, "dora": 1.6, "qlora": 1.3}
+# The caching allocator's slack: a floor and fractions of the churn at the peak, by kind (memory.py).
+SLACK_FLOOR_GIB = 0.16
+SLACK_FRACTION = {"activations": 0.0024, "offloaded_activations": 0.1711, "plain_ce_logits": 0.1756,
+                  "gradients": 0.1824}
+
+
 # --- what the fit above was measured on, and how well it matches (#19: the plan shows this band) ------
 @dataclass(frozen=True)
 class MeasuredError:
@@ -45,12 +60,11 @@ SPEED_ERROR = MeasuredError(  # all 24 fitted rows: the worst of either group; m
     median_pct=max(SPEED_ERROR_SHORT_CONTEXT.median_pct, SPEED_ERROR_LONG_CONTEXT.median_pct),
     worst_pct=max(SPEED_ERROR_SHORT_CONTEXT.worst_pct, SPEED_ERROR_LONG_CONTEXT.worst_pct),
     rows=SPEED_ERROR_SHORT_CONTEXT.rows + SPEED_ERROR_LONG_CONTEXT.rows)
-# Peak memory (estimate against the NVML peak), the same engine on the same H200: the 10 training rows
-# of bench/results/engine-longctx-summary.md ("The rows": +2.9 .. -5.9%, the first-run rows marked with
-# a dagger left out: they measure the random weights' creation, not training) and the 4 rows of
-# bench/results/engine-speed-summary.md ("The estimator on these rows": 7B full -2% and -1%, LoRA 20.2
-# vs 19.5, QLoRA 11.2 vs 10.6 GiB). Median of the 14 |errors| 4.1%, worst 5.9%.
-MEMORY_ERROR = MeasuredError(median_pct=4.0, worst_pct=6.0, rows=14)
+# Peak memory (estimate against the NVML peak), the same engine on the same H200: the 62 finished rows of
+# the calibration matrix (0.5B-8B), each estimated with the memory constants fitted without its model's
+# rows (bench/memory_fit.py, "Leave one model out", all): a band for shapes the fit did not see. The fit
+# itself is closer on its own rows (median 0.8%, worst 3.7%).
+MEMORY_ERROR = MeasuredError(median_pct=1.1, worst_pct=7.5, rows=62)
 # The domain of those rows: one H200 (Hopper), Qwen2.5-7B and Llama-3-8B shapes, LoRA/QLoRA in bf16
 # mixed precision and full fine-tuning in pure bf16, 2k to 192k tokens a sequence, no ZeRO offload.
 MEASURED_GPU = "H200"
@@ -63,8 +77,17 @@ MEASURED_SEQ_LEN = (2048, 196608)
 
 def _default_context_gib() -> dict[str, float]:
     # CUDA context + cuBLAS/cuDNN workspaces with lazy module loading, as NVML shows it for a process
-    # that has run a bf16 matmul: ~0.5-0.6 GiB on Hopper, a little less on older parts.
-    return {"hopper": 0.60, "ampere": 0.50, "ampere_ga10x": 0.45, "ada": 0.45, "volta": 0.40}
+    # that has run a bf16 matmul: a little less on older parts than on Hopper.
+    # Measured on the H200 (HOPPER_CUDA_CONTEXT_GIB); the other families are not measured and keep their
+    # first-principles values, moved by Hopper's measured offset over its own (0.60): the workspaces that
+    # offset stands for belong to the CUDA and torch versions, not to the GPU.
+    first_principles = {"hopper": 0.60, "ampere": 0.50, "ampere_ga10x": 0.45, "ada": 0.45, "volta": 0.40}
+    offset = HOPPER_CUDA_CONTEXT_GIB - first_principles["hopper"]
+    return {family: round(value + offset, 3) for family, value in first_principles.items()}
+
+
+def _default_slack_fraction() -> dict[str, float]:
+    return dict(SLACK_FRACTION)
 
 
 def _default_efficiency() -> dict[str, dict[str, float]]:
@@ -127,10 +150,9 @@ class Calibration:
 
     # --- activations -------------------------------------------------------------------------------
     # How many blocks' worth of activations exist while a checkpointed block is recomputed and
-    # back-propagated (its activations plus their gradients), by method. Measured on CPU with
-    # torch's MemTracker on small Qwen2 blocks: ~1.6 for LoRA (fp32 adapter-input grads), ~1.25 full.
-    checkpoint_recompute_layers: dict[str, float] = field(default_factory=lambda: {
-        "full": 1.25, "lora": 1.6, "dora": 1.6, "qlora": 1.6})
+    # back-propagated (its activations plus their gradients), by method: RECOMPUTE_LAYERS (the H200 fit;
+    # first measured on CPU with torch's MemTracker on small Qwen2 blocks: 1.6 LoRA, 1.25 full).
+    checkpoint_recompute_layers: dict[str, float] = field(default_factory=lambda: dict(RECOMPUTE_LAYERS))
     # Without checkpointing, backward of the last block starts while every activation is still kept:
     # its gradient temporaries, in bytes per token per intermediate (MLP) unit (same measurements).
     backward_working_bytes_per_intermediate: dict[str, float] = field(default_factory=lambda: {
@@ -152,9 +174,10 @@ class Calibration:
 
     # --- allocator ---------------------------------------------------------------------------------
     # PyTorch's caching allocator reserves more than it hands out: blocks freed during backward are
-    # split/reused imperfectly. Modelled as a fraction of the transient memory plus a floor.
-    allocator_slack_fraction: float = 0.10
-    allocator_slack_floor_gib: float = 0.25
+    # split/reused imperfectly. A floor plus a fraction of each kind of churn at the peak (memory.py),
+    # fitted by bench/memory_fit.py on torch's reserved - allocated of the H200 matrix rows.
+    allocator_slack_fraction: dict[str, float] = field(default_factory=_default_slack_fraction)
+    allocator_slack_floor_gib: float = SLACK_FLOOR_GIB
 
     # --- quantisation ------------------------------------------------------------------------------
     # NF4: 0.5 B per weight + absmax per 64-weight block; with double quantisation the absmax is 8-bit

@@ -7,7 +7,8 @@ moments of a step, each a sum of terms (all bytes, per GPU):
   all saved activations and the logits/loss tensors;
 - ``backward``: the last block back-propagates (recomputed first with gradient checkpointing) while
   the other blocks' activations (or inputs) are still kept and the first gradients exist;
-- ``optimizer_step``: all gradients exist and the optimizer updates (activations are gone).
+- ``optimizer_step``: all gradients exist (activations are gone): the end of backward, where a tied
+  embedding's gradient is added into the LM head's, and the update with its temporaries.
 
 Gradients are freed after each step (``zero_grad(set_to_none=True)``), so with one micro-batch per step
 they do not overlap the forward pass; with gradient accumulation they do.
@@ -171,6 +172,16 @@ def optimizer_step_temporary_bytes(sizes: ModelSizes, plan: TrainingPlan, layout
     return temporary
 
 
+def tied_embedding_gradient_bytes(sizes: ModelSizes, plan: TrainingPlan, layout: PrecisionLayout) -> float:
+    """The last op of backward when full fine-tuning trains a tied embedding: the lookup's dense vocab x hidden
+    gradient, made while every other gradient exists, before it is added into the LM head's (measured: the
+    optimizer-step rows of the tied 1.5B/3B models ran one embedding gradient above the step's tensors; the
+    untied 7B did not)."""
+    if plan.method != "full" or sizes.counts.lm_head:
+        return 0.0
+    return sizes.counts.embedding * layout.gradient
+
+
 def fused_ce_chunk_tokens(arch: ModelArchitecture, tokens: int) -> int:
     """Liger's chunk: next power of two of tokens / ceil(vocab / hidden), so a chunk's logits ~ the hidden states."""
     per_chunk = math.ceil(arch.vocab_size / arch.hidden_size)
@@ -224,9 +235,11 @@ def communication_buffer_bytes(arch: ModelArchitecture, sizes: ModelSizes, plan:
     return total
 
 
-def allocator_slack_bytes(transient: float, calibration: Calibration) -> float:
-    """Memory the caching allocator reserves beyond live tensors: a fraction of the churn, and a floor."""
-    return calibration.allocator_slack_floor_gib * GIB + calibration.allocator_slack_fraction * transient
+def allocator_slack_bytes(transient: dict[str, float], calibration: Calibration) -> float:
+    """Memory the caching allocator reserves beyond live tensors: a floor, and a fraction of each kind of
+    churn (``transient``: bytes by the keys of ``Calibration.allocator_slack_fraction``)."""
+    fractions = calibration.allocator_slack_fraction
+    return calibration.allocator_slack_floor_gib * GIB + sum(fractions[kind] * size for kind, size in transient.items())
 
 
 def loading_ram_bytes(sizes: ModelSizes, plan: TrainingPlan, calibration: Calibration) -> float:
@@ -277,6 +290,7 @@ class MemoryPhases:
     phases: dict[str, dict[str, float]]
     cpu_ram: float
     sizes: ModelSizes
+    churn: dict[str, dict[str, float]]  # per phase: what its allocator slack is a fraction of, by kind
 
     @property
     def peak_phase(self) -> str:
@@ -301,7 +315,7 @@ def memory_phases(arch: ModelArchitecture, counts: ParameterCounts, plan: Traini
     accumulated = grads if plan.grad_accum_steps > 1 else 0.0
 
     def phase(weights_now: float, grads_now: float, optimizer_now: float, acts: float, logits: float,
-              transient: float) -> dict[str, float]:
+              transient: dict[str, float]) -> dict[str, float]:
         return {
             "cuda_context": context,
             "weights": weights_now,
@@ -315,12 +329,26 @@ def memory_phases(arch: ModelArchitecture, counts: ParameterCounts, plan: Traini
 
     cache = autocast_cache_bytes(sizes, plan, layout)
     logits = logits_and_loss_bytes(arch, plan, layout, calibration)
-    phases = {
-        "loss": phase(weights + cache, accumulated, optimizer, activations.at_loss, logits,
-                      activations.at_loss + logits + cache),
-        "optimizer_step": phase(weights, grads, optimizer + optimizer_step_temporary_bytes(sizes, plan, layout), 0.0, 0.0,
-                                grads),
+    # All gradients exist: the end of backward (a tied embedding's gradient) or the update (its temporaries).
+    step_temporary = optimizer_step_temporary_bytes(sizes, plan, layout)
+    embedding_gradient = tied_embedding_gradient_bytes(sizes, plan, layout)
+    if step_temporary >= embedding_gradient:
+        grads_end, optimizer_end = grads, optimizer + step_temporary
+    else:
+        grads_end, optimizer_end = grads + embedding_gradient, optimizer
+    # The churn behind the allocator's slack: activations (their blocks split and reused in backward; more
+    # when offloaded ones come back from the host), the plain loss's logits, the gradients of full fine-tuning.
+    acts_kind = "offloaded_activations" if plan.offload_activations and plan.gradient_checkpointing else "activations"
+    churn = {
+        "loss": {acts_kind: activations.at_loss + cache, "plain_ce_logits": logits} if not plan.fused_ce
+        else {acts_kind: activations.at_loss + cache + logits},
+        "optimizer_step": {"gradients": grads},
+        "backward": {acts_kind: activations.in_backward},
     }
     first = max(accumulated, first_gradients_bytes(arch, sizes, plan, layout))
-    phases["backward"] = phase(weights, first, optimizer, activations.in_backward, 0.0, activations.in_backward)
-    return MemoryPhases(phases=phases, cpu_ram=cpu_ram_bytes(sizes, plan, calibration), sizes=sizes)
+    phases = {
+        "loss": phase(weights + cache, accumulated, optimizer, activations.at_loss, logits, churn["loss"]),
+        "optimizer_step": phase(weights, grads_end, optimizer_end, 0.0, 0.0, churn["optimizer_step"]),
+        "backward": phase(weights, first, optimizer, activations.in_backward, 0.0, churn["backward"]),
+    }
+    return MemoryPhases(phases=phases, cpu_ram=cpu_ram_bytes(sizes, plan, calibration), sizes=sizes, churn=churn)

@@ -15,6 +15,7 @@ here), and Liger's kernels need a GPU (bench/estimate_matrix.py measures those).
 from __future__ import annotations
 
 import weakref
+from dataclasses import replace
 
 import pytest
 
@@ -146,10 +147,15 @@ def test_whole_step_peak_matches_memtracker(vocab, method, precision, checkpoint
     arch = architecture_from_config(config)
     plan = TrainingPlan(architecture=arch, method=method, precision=precision, lora_rank=8, lora_dropout=0.0,
                         fused_ce=False, gradient_checkpointing=checkpointing, micro_batch_size=batch, seq_len=seq,
-                        optimizer="adamw")  # the foreach AdamW measured below
-    # Tensors only: no CUDA context, no allocator slack on the CPU tracker.
-    calibration = Calibration(cuda_context_gib={"hopper": 0.0}, allocator_slack_floor_gib=0.0,
-                              allocator_slack_fraction=0.0)
+                        optimizer="adamw",  # the foreach AdamW measured below
+                        lora_input_upcast=True)  # plain peft casts the adapters' inputs to their fp32
+    # Tensors only: no CUDA context, no allocator slack on the CPU tracker. Full fine-tuning's recompute factor:
+    # the H200 fit's (1.76) comes from its one identifying row, a 0.5B in 37 MLP tiles at 32k tokens; on these
+    # tiny untiled blocks MemTracker measures 1.25. The factor is not free of the shape (an open point of #19).
+    base = Calibration()
+    calibration = replace(base, cuda_context_gib={"hopper": 0.0}, allocator_slack_floor_gib=0.0,
+                          allocator_slack_fraction=dict.fromkeys(base.allocator_slack_fraction, 0.0),
+                          checkpoint_recompute_layers={**base.checkpoint_recompute_layers, "full": 1.25})
     phases = memory_phases(arch, count_parameters(arch), plan, find_gpu("H200"), calibration)
     estimated = sum(phases.peak.values())
     measured = step_peak_bytes(config, method, precision, checkpointing, batch, seq)

@@ -84,18 +84,21 @@ def test_estimate_cli_flags_for_the_switches(tmp_path, monkeypatch, capsys):
     assert peaks["ours"] < peaks["chunked"] < peaks["upcast"]
 
 
-def test_offloaded_activations_leave_only_the_recomputed_block_on_the_gpu():
+def test_offloaded_activations_leave_two_block_inputs_on_the_gpu():
+    """The input of the block being recomputed and the next one's, prefetched (core.train.offload); measured
+    on the H200's offloaded rows, whose recompute factor then matches the other rows' (memory-fit.md)."""
     from core.estimate.activations import activation_sizes
 
     base = plan_for_model("Qwen2.5-7B", method="qlora", micro_batch_size=1, seq_len=32768)
     offloaded = replace(base, offload_activations=True)
     arch = base.architecture
-    kept = arch.num_layers * 2 * arch.hidden_size * 32768  # bf16 block inputs
+    kept = (arch.num_layers - 2) * 2 * arch.hidden_size * 32768  # bf16 block inputs
     plain_sizes = activation_sizes(arch, base, _layout(base), CAL)
     off_sizes = activation_sizes(arch, offloaded, _layout(offloaded), CAL)
     assert plain_sizes.in_backward - off_sizes.in_backward == pytest.approx(kept)
     gpu = find_gpu("RTX 4090")  # 24 GiB; both tiled as the engine's rule says (by fit, only one would be)
-    assert estimate(offloaded, gpu, tiles_by_fit=False).peak_gib < estimate(base, gpu, tiles_by_fit=False).peak_gib - 6
+    # 26 inputs of 0.22 GiB less, minus the larger allocator slack offloading was measured to bring
+    assert estimate(offloaded, gpu, tiles_by_fit=False).peak_gib < estimate(base, gpu, tiles_by_fit=False).peak_gib - 4.5
 
 
 def test_tiled_mlp_leaves_one_tile_of_the_mlp_in_the_recomputed_block():

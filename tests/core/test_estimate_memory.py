@@ -352,3 +352,38 @@ def test_engine_optimizer_spellings_are_understood():
     assert normalise_optimizer("adamw_torch_fused") == "adamw_fused"
     assert normalise_optimizer("ADAMW_BNB_8BIT") == "adamw_8bit"
     assert normalise_optimizer("auto") == "adamw_fused"  # the engine's default on a GPU
+
+
+def test_memory_constants_are_the_committed_fit():
+    """The CUDA context, the recompute factors, the allocator slack and the band are what bench/memory_fit.py
+    fitted on the H200 calibration matrix (its JSON): change one only by re-running the fit and committing it."""
+    import json
+    from pathlib import Path
+
+    from core.estimate.calibration import MEMORY_ERROR
+
+    fitted = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" / "estimate_matrix"
+                         / "memory-fit.json").read_text(encoding="utf-8"))
+    assert CAL.cuda_context_gib["hopper"] == pytest.approx(fitted["cuda_context_gib_hopper"])
+    assert CAL.checkpoint_recompute_layers == pytest.approx(fitted["checkpoint_recompute_layers"])
+    assert CAL.allocator_slack_floor_gib == pytest.approx(fitted["allocator_slack_floor_gib"])
+    assert CAL.allocator_slack_fraction == pytest.approx(fitted["allocator_slack_fraction"])
+    held_out = fitted["leave_one_model_out"]["all"]
+    assert (MEMORY_ERROR.median_pct, MEMORY_ERROR.worst_pct, MEMORY_ERROR.rows) == (
+        held_out["median_pct"], held_out["worst_pct"], held_out["rows"])
+    assert fitted["quality"]["met"] and fitted["quality"]["rows"] >= 60
+
+
+def test_a_tied_embedding_adds_its_gradient_at_the_end_of_backward():
+    """Measured: the tied 1.5B/3B full rows ran one embedding gradient above weights + gradients + states at the
+    optimizer step (the untied 7B did not); with the foreach AdamW the update's temporary is larger and sets it."""
+    tied = plan_for_model("Qwen2.5-1.5B", method="full", precision="pure-bf16", micro_batch_size=8, seq_len=2048)
+    assert tied.architecture.tie_word_embeddings
+    step = estimate(tied, H200)
+    assert step.peak_phase == "optimizer_step"
+    sizes = memory_phases(tied.architecture, count_parameters(tied.architecture), tied, H200, CAL).sizes
+    assert step.breakdown["gradients"] * GIB == pytest.approx(2 * (sizes.total + sizes.counts.embedding))
+    untied = plan_for_model("Qwen2.5-7B", method="full", precision="pure-bf16", micro_batch_size=4, seq_len=2048)
+    assert not untied.architecture.tie_word_embeddings
+    assert estimate(untied, H200).breakdown["gradients"] * GIB == pytest.approx(
+        2 * memory_phases(untied.architecture, count_parameters(untied.architecture), untied, H200, CAL).sizes.total)
