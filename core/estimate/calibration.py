@@ -65,14 +65,31 @@ SPEED_ERROR = MeasuredError(  # all 24 fitted rows: the worst of either group; m
 # rows (bench/memory_fit.py, "Leave one model out", all): a band for shapes the fit did not see. The fit
 # itself is closer on its own rows (median 0.8%, worst 3.7%).
 MEMORY_ERROR = MeasuredError(median_pct=1.1, worst_pct=7.5, rows=62)
-# The domain of those rows: one H200 (Hopper), Qwen2.5-7B and Llama-3-8B shapes, LoRA/QLoRA in bf16
-# mixed precision and full fine-tuning in pure bf16, 2k to 192k tokens a sequence, no ZeRO offload.
+# Where each band holds: one H200 (Hopper), one GPU, no ZeRO offload, and per figure the shapes and settings
+# its rows cover.
 MEASURED_GPU = "H200"
 MEASURED_GPU_FAMILY = "hopper"
 MEASURED_NUM_GPUS = 1
-MEASURED_HIDDEN_SIZES = (3584, 4096)
-MEASURED_PRECISION = {"lora": "bf16", "qlora": "bf16", "full": "pure-bf16"}
-MEASURED_SEQ_LEN = (2048, 196608)
+
+
+@dataclass(frozen=True)
+class MeasuredDomain:
+    """The model widths, methods with their precisions and sequence lengths one figure's rows cover."""
+
+    hidden_sizes: tuple[int, int]
+    precision: dict[str, tuple[str, ...]]  # method -> the precisions measured
+    seq_len: tuple[int, int]
+
+
+# Speed: the committed fit's rows, Qwen2.5-7B and Llama-3-8B shapes, LoRA/QLoRA in bf16 mixed precision and
+# full fine-tuning in pure bf16, 2k to 192k tokens a sequence.
+SPEED_DOMAIN = MeasuredDomain(hidden_sizes=(3584, 4096), seq_len=(2048, 196608),
+                              precision={"lora": ("bf16",), "qlora": ("bf16",), "full": ("pure-bf16",)})
+# Peak memory: the calibration matrix's rows, Qwen2.5-0.5B to Llama-3-8B, LoRA/QLoRA/DoRA in bf16 mixed
+# precision, full fine-tuning mixed and pure bf16, 512 to 128k tokens a sequence.
+MEMORY_DOMAIN = MeasuredDomain(hidden_sizes=(896, 4096), seq_len=(512, 131072),
+                               precision={"lora": ("bf16",), "qlora": ("bf16",), "dora": ("bf16",),
+                                          "full": ("bf16", "pure-bf16")})
 
 
 def _default_context_gib() -> dict[str, float]:

@@ -1,9 +1,10 @@
 """Is a plan inside what the estimator was measured on, and how well did it match there?
 
-The constants of ``core.estimate.calibration`` were fitted on one H200 (see ``MEASURED_*`` and
-``SPEED_ERROR`` / ``MEMORY_ERROR`` there). ``measured_domain`` says, for a plan and a GPU, every way it
-is outside those rows; an empty list means inside, where ``MEMORY_ERROR`` and ``SPEED_ERROR`` are the
-errors to expect.
+The constants of ``core.estimate.calibration`` were fitted on one H200: the speed constants on the rows of
+``SPEED_DOMAIN``, the memory constants on the wider calibration matrix of ``MEMORY_DOMAIN`` (with
+``SPEED_ERROR`` / ``MEMORY_ERROR`` the errors there). ``measured_domain`` says, for a plan, a GPU and one of
+those domains, every way the plan is outside it; an empty list means inside, where that figure's error is
+the one to expect.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from typing import Any
 from core.estimate.calibration import (
     MEASURED_GPU,
     MEASURED_GPU_FAMILY,
-    MEASURED_HIDDEN_SIZES,
     MEASURED_NUM_GPUS,
-    MEASURED_PRECISION,
-    MEASURED_SEQ_LEN,
+    MEMORY_DOMAIN,
     MEMORY_ERROR,
+    SPEED_DOMAIN,
     SPEED_ERROR,
     SPEED_ERROR_LONG_CONTEXT,
     SPEED_ERROR_SHORT_CONTEXT,
+    MeasuredDomain,
     MeasuredError,
 )
 from core.i18n import t
@@ -48,9 +49,9 @@ class DomainGap:
         return {"field": self.field, "message": self.message(), "short": self.short()}
 
 
-def measured_domain(plan: Any, gpu: Any) -> list[DomainGap]:
+def measured_domain(plan: Any, gpu: Any, domain: MeasuredDomain = SPEED_DOMAIN) -> list[DomainGap]:
     """Every way ``plan`` (a ``TrainingPlan``) on ``gpu`` (a ``GpuSpec``, None for the CPU) is outside
-    the measured rows; empty when inside. On the CPU that is the only gap said: nothing else carries over."""
+    ``domain``'s rows; empty when inside. On the CPU that is the only gap said: nothing else carries over."""
     if gpu is None:
         return [DomainGap("cpu", "cpu", {"gpu": MEASURED_GPU})]
     gaps = []
@@ -60,16 +61,16 @@ def measured_domain(plan: Any, gpu: Any) -> list[DomainGap]:
     if plan.num_gpus != MEASURED_NUM_GPUS:
         gaps.append(DomainGap("num_gpus", "num_gpus", {"count": plan.num_gpus}))
     hidden = plan.architecture.hidden_size
-    low, high = MEASURED_HIDDEN_SIZES
+    low, high = domain.hidden_sizes
     if not low <= hidden <= high:
         gaps.append(DomainGap("hidden_size", "hidden_size", {"hidden": hidden, "low": low, "high": high}))
-    if plan.method not in MEASURED_PRECISION:
+    if plan.method not in domain.precision:
         gaps.append(DomainGap("method", "method", {"method": METHOD_NAMES.get(plan.method, plan.method)}))
-    elif plan.precision != MEASURED_PRECISION[plan.method]:
+    elif plan.precision not in domain.precision[plan.method]:
         gaps.append(DomainGap("precision", "precision", {
             "method": METHOD_NAMES.get(plan.method, plan.method), "precision": plan.precision,
-            "measured": MEASURED_PRECISION[plan.method]}))
-    low, high = MEASURED_SEQ_LEN
+            "measured": " / ".join(domain.precision[plan.method])}))
+    low, high = domain.seq_len
     if not low <= plan.seq_len <= high:
         gaps.append(DomainGap("seq_len", "seq_len", {"seq": plan.seq_len, "low": low // 1024, "high": high // 1024}))
     if plan.offload != "none":
@@ -81,17 +82,26 @@ def _error_json(error: MeasuredError) -> dict[str, Any]:
     return {"median_pct": error.median_pct, "worst_pct": error.worst_pct, "rows": error.rows}
 
 
+def _measured_on(domain: MeasuredDomain) -> dict[str, Any]:
+    return {"gpu": MEASURED_GPU, "gpu_family": MEASURED_GPU_FAMILY, "num_gpus": MEASURED_NUM_GPUS,
+            "hidden_sizes": list(domain.hidden_sizes),
+            "precision": {method: list(values) for method, values in domain.precision.items()},
+            "seq_len": list(domain.seq_len), "offload": "none"}
+
+
 def domain_json(plan: Any, gpu: Any) -> dict[str, Any]:
-    """What ``tunedeck plan --json`` says of the estimate's footing: inside or not, why, and the band."""
+    """What ``tunedeck plan --json`` says of the estimate's footing: inside or not, why, and the band. The
+    top level is the speed figure's domain (the narrower); ``memory`` the peak memory figure's."""
     gaps = measured_domain(plan, gpu)
+    memory_gaps = measured_domain(plan, gpu, MEMORY_DOMAIN)
     speed = _error_json(SPEED_ERROR)
     speed["short_context"] = _error_json(SPEED_ERROR_SHORT_CONTEXT)
     speed["long_context"] = _error_json(SPEED_ERROR_LONG_CONTEXT)
     return {
         "inside": not gaps,
         "outside": [gap.to_json() for gap in gaps],
-        "measured_on": {"gpu": MEASURED_GPU, "gpu_family": MEASURED_GPU_FAMILY, "num_gpus": MEASURED_NUM_GPUS,
-                        "hidden_sizes": list(MEASURED_HIDDEN_SIZES), "precision": dict(MEASURED_PRECISION),
-                        "seq_len": list(MEASURED_SEQ_LEN), "offload": "none"},
+        "measured_on": _measured_on(SPEED_DOMAIN),
+        "memory": {"inside": not memory_gaps, "outside": [gap.to_json() for gap in memory_gaps],
+                   "measured_on": _measured_on(MEMORY_DOMAIN)},
         "error_band": {"peak_memory": _error_json(MEMORY_ERROR), "tokens_per_s": speed},
     }

@@ -47,22 +47,32 @@ def format_hours(hours: float) -> str:
 def figure_notes(best: dict[str, Any]) -> tuple[str, str]:
     """What the memory and speed lines say of their footing: ``(memory note, speed note)``.
 
-    Inside the measured domain (``core.estimate.domain``) both carry their error band: the *worst*
-    |error| over the measured rows, not the median, because a user sizing a run needs what it can be off
-    by, and with 14 and 24 rows the worst is the honest bound (the median, 4% and 2-3%, would read as a
-    promise the long tail breaks); the JSON has both. Outside it the speed line says once, briefly, why it
-    is not measured (it stands for both figures: the memory line is an estimate of the same plan), and the
-    memory line says nothing more. A speed the probe measured on this box carries no band."""
+    Each figure has its own measured domain (``core.estimate.domain``: memory the calibration matrix's, speed
+    the narrower one of the speed fit). Inside it the figure carries its error band: the *worst* |error|
+    over the measured rows, not the median, because a user sizing a run needs what it can be off by (the
+    JSON has both). Outside it the speed line says once, briefly, why it is not measured; the memory line
+    says so only where the speed line does not (the speed domain holds the plan, the memory one not), and
+    says nothing where both are outside (the speed line's reasons stand for both). A speed the probe
+    measured on this box carries no band."""
     from core.estimate.calibration import MEASURED_GPU
 
     domain = best["domain"]
-    if not domain["inside"]:
-        why = t("plan.domain.note_sep").join(gap["short"] for gap in domain["outside"])
-        return "", t("plan.domain.note", why=why)
+    memory_domain = domain.get("memory", {"inside": domain["inside"], "outside": domain["outside"]})
     bands = domain["error_band"]
-    memory, speed = (t("plan.band", worst=bands[k]["worst_pct"], rows=bands[k]["rows"], gpu=MEASURED_GPU)
-                     for k in ("peak_memory", "tokens_per_s"))
-    return memory, "" if best["measured"] else t("plan.band_note", band=speed)
+
+    def band(key: str) -> str:
+        return t("plan.band", worst=bands[key]["worst_pct"], rows=bands[key]["rows"], gpu=MEASURED_GPU)
+
+    def not_measured(key: str, gaps: list[dict[str, Any]]) -> str:
+        return t(key, why=t("plan.domain.note_sep").join(gap["short"] for gap in gaps))
+
+    if memory_domain["inside"]:
+        memory = band("peak_memory")
+    else:
+        memory = not_measured("plan.domain.memory_note", memory_domain["outside"]) if domain["inside"] else ""
+    if not domain["inside"]:
+        return memory, not_measured("plan.domain.note", domain["outside"])
+    return memory, "" if best["measured"] else t("plan.band_note", band=band("tokens_per_s"))
 
 
 def recommendation_view(rec: Any) -> list[ViewLine]:

@@ -103,3 +103,26 @@ def test_a_cpu_plan_says_so_on_its_speed_line_only():
     assert [g["field"] for g in rec.to_json()["recommendation"]["domain"]["outside"]] == ["cpu"]
     set_language("zh")
     assert _figure_lines(format_recommendation(rec))[1].endswith("（未实测：CPU）")
+
+
+def test_memory_has_its_own_wider_domain_than_speed():
+    """Peak memory was measured on the calibration matrix (0.5B-8B, 512-128k tokens, DoRA, mixed-precision full),
+    speed only on the 7B/8B rows of its fit: a 0.5B plan on one H200 shows the memory band and says speed is not
+    measured; a 192k-token one shows the speed band and says memory is not measured."""
+    small = _plan("Qwen2.5-0.5B", "1xH200")
+    memory, speed = _figure_lines(format_recommendation(small))
+    assert "±8%, 62 H200 runs)" in memory, memory
+    assert speed.endswith(" tokens/s (not measured: hidden 896)"), speed
+    domain = small.to_json()["recommendation"]["domain"]
+    assert not domain["inside"] and domain["memory"]["inside"] and domain["memory"]["outside"] == []
+    assert domain["memory"]["measured_on"]["hidden_sizes"] == [896, 4096]
+
+    long = recommend(PlanRequest(model="Qwen2.5-7B", hardware=parse_target("1xH200", None, 512.0, 1000.0),
+                                 overrides={"seq_len": 196608, "method": "qlora"}))
+    memory, speed = _figure_lines(format_recommendation(long))
+    domain = long.to_json()["recommendation"]["domain"]
+    assert domain["inside"] and not domain["memory"]["inside"], domain
+    assert "not measured: sequence 196608)" in memory and "±" not in memory, memory
+    assert "±" in speed, speed
+    set_language("zh")
+    assert "未实测：" in _figure_lines(format_recommendation(long))[0]
