@@ -14,7 +14,8 @@ Counted tensor by tensor from what PyTorch's autograd formulas keep for transfor
   copies nothing: o_proj's input costs nothing more unless a cast (LoRA under autocast) copies it.
 - Gated MLP: SiLU keeps the gate output, the product keeps silu(gate) and up: 3 x f values.
 - DoRA keeps the base and LoRA outputs for its magnitude scaling (2 x out per target); with dropout
-  it recomputes the base output from a dropped-out input and keeps a compute-dtype weight copy.
+  it recomputes the base output from a dropped-out input, and on peft's fp32 inputs (``lora_input_upcast``)
+  keeps a compute-dtype weight copy for it.
 
 With ``fused_ce`` the engine turns on Liger's kernels together (it passes ``use_liger_kernel`` to the
 Trainer): its RMSNorm keeps only the input and one fp32 scale per row, its SwiGLU keeps gate and up and

@@ -130,7 +130,7 @@ def _notes(plan: TrainingPlan) -> tuple[str, ...]:
         notes.append("kbit_upcast")
     if plan.optimizer == "paged_adamw_8bit":
         notes.append("paged_optimizer")
-    if plan.method == "dora" and plan.lora_dropout > 0:
+    if plan.method == "dora" and plan.lora_dropout > 0 and plan.lora_input_upcast:
         notes.append("dora_dropout")
     if not plan.fused_ce:
         notes.append("plain_ce")
