@@ -235,7 +235,7 @@ def activation_sizes(arch: ModelArchitecture, plan: TrainingPlan, layout: Precis
         return ActivationSizes(at_loss=at_loss, in_backward=at_loss + tile + working)
     # offload_activations parks the kept block inputs in host memory: two stay on the GPU, the input of the
     # block being recomputed and the next one's, prefetched (core.train.offload).
-    kept_inputs = min(checkpointed, 2 if plan.offload_activations else checkpointed) * layout.residual \
+    kept_inputs = min(checkpointed, 2 if plan.offloads_activations else checkpointed) * layout.residual \
         * arch.hidden_size * tokens
     block = block_activations(arch, plan, layout, calibration, tiles_recomputed)
     if tiles_recomputed > 1:

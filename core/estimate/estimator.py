@@ -109,7 +109,7 @@ def _plan_summary(plan: TrainingPlan) -> dict[str, Any]:
         "fused_ce": plan.fused_ce,
         "fused_ce_impl": plan.fused_ce_impl if plan.fused_ce else None,
         "kbit_upcast": plan.kbit_upcast if plan.method == "qlora" else None,
-        "offload_activations": plan.offload_activations and plan.gradient_checkpointing,
+        "offload_activations": plan.offloads_activations,
         "mlp_tiles": plan.mlp_tiles(plan.checkpointed_layers > 0),
         "optimizer": plan.optimizer,
         "num_gpus": plan.num_gpus,

@@ -276,7 +276,7 @@ def cpu_ram_bytes(sizes: ModelSizes, plan: TrainingPlan, calibration: Calibratio
 
 def activation_host_bytes(plan: TrainingPlan) -> float:
     """Pinned host memory of ``offload_activations``: each checkpointed block's input, on every GPU."""
-    if not (plan.offload_activations and plan.gradient_checkpointing):
+    if not plan.offloads_activations:
         return 0.0
     arch = plan.architecture
     width = 4.0 if plan.precision == "fp32" or plan.kbit_upcast else 2.0  # the residual stream's dtype
@@ -338,7 +338,7 @@ def memory_phases(arch: ModelArchitecture, counts: ParameterCounts, plan: Traini
         grads_end, optimizer_end = grads + embedding_gradient, optimizer
     # The churn behind the allocator's slack: activations (their blocks split and reused in backward; more
     # when offloaded ones come back from the host), the plain loss's logits, the gradients of full fine-tuning.
-    acts_kind = "offloaded_activations" if plan.offload_activations and plan.gradient_checkpointing else "activations"
+    acts_kind = "offloaded_activations" if plan.offloads_activations else "activations"
     churn = {
         "loss": {acts_kind: activations.at_loss + cache, "plain_ce_logits": logits} if not plan.fused_ce
         else {acts_kind: activations.at_loss + cache + logits},

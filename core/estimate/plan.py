@@ -115,6 +115,11 @@ class TrainingPlan:
         return self.checkpointed_layers / max(1, self.architecture.num_layers)
 
     @property
+    def offloads_activations(self) -> bool:
+        """Kept block inputs parked in host memory: ``offload_activations`` does so only with checkpointing."""
+        return self.offload_activations and self.gradient_checkpointing
+
+    @property
     def liger_kernels(self) -> bool:
         """Liger's fused RMSNorm/SwiGLU come with its fused CE; the chunked CE changes only the loss."""
         return self.fused_ce and self.fused_ce_impl != "chunked"

@@ -298,7 +298,7 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
         out.append(("checkpointing", finding("plan.reason.gc_on_chosen")))
     else:
         out.append(("checkpointing", finding("plan.reason.gc_off")))
-    if p.offload_activations and p.gradient_checkpointing:
+    if p.offloads_activations:
         out.append(("offload_activations", finding("plan.reason.offload_activations",
                                                    ram=round(est.cpu_ram_gib if est else 0, 1), seq=p.seq_len)))
     tiled = _tiled_mlp_reason(best, request, usable)

@@ -70,7 +70,7 @@ def rule_memory(plan: TrainingPlan, result: Estimate | None, request: PlanReques
 
 def _uses_host_ram(plan: TrainingPlan) -> bool:
     """DeepSpeed's offload, or checkpointed block inputs parked in host memory."""
-    return plan.offload != "none" or (plan.offload_activations and plan.gradient_checkpointing)
+    return plan.offload != "none" or plan.offloads_activations
 
 
 def rule_offload_ram(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:

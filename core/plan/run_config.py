@@ -35,7 +35,7 @@ def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, A
     }
     if p.precision == "pure-bf16":
         values["pure_bf16"] = True
-    if p.offload_activations and p.gradient_checkpointing:
+    if p.offloads_activations:
         values["offload_activations"] = True
     if p.uses_lora:
         values["lora_rank"] = p.lora_rank
