@@ -730,21 +730,29 @@ def reestimate(record: dict[str, Any], gpu_name: str = "H200") -> dict[str, Any]
     return out
 
 
-def report(files: list[str], out: Path, again: bool = False) -> int:
+def merged_records(files: list[str], again: bool = False) -> list[dict[str, Any]]:
+    """The records of the part files, one per row: a row re-run in a later call keeps its first measurement
+    (finished or out of memory), a skipped one is replaced; each says its ``file``. ``again``: each estimated
+    again (``reestimate``)."""
     records: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     for name in files:
         data = json.loads(Path(name).read_text(encoding="utf-8"))
         gpu = (data.get("meta") or {}).get("gpu_name") or "H200"
         for r in data["results"]:
-            r = reestimate(r, gpu) if again else r
+            r = {**(reestimate(r, gpu) if again else r), "file": Path(name).name}
             if r["row"] in seen and records[seen[r["row"]]].get("status") in ("finished", "oom"):
-                continue  # a row re-run in a later call: the first measurement stands
+                continue
             if r["row"] in seen:
                 records[seen[r["row"]]] = r
             else:
                 seen[r["row"]] = len(records)
                 records.append(r)
+    return records
+
+
+def report(files: list[str], out: Path, again: bool = False) -> int:
+    records = merged_records(files, again)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_report(records, [Path(f).name for f in files], again), encoding="utf-8")
     print(out.read_text(encoding="utf-8"))

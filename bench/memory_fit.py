@@ -59,17 +59,15 @@ BEFORE = {"cuda_context_gib_hopper": 0.60, "checkpoint_recompute_layers": {"full
 
 def measured_rows() -> list[dict[str, Any]]:
     """The finished rows with all three peaks, each with the plan it ran (the first measurement of a row)."""
-    rows, seen = [], set()
-    for name in sorted(glob.glob(str(RESULTS / "calibration-part*.json"))):
-        for rec in json.loads(Path(name).read_text(encoding="utf-8"))["results"]:
-            ran = cm.plan_as_run(rec)
-            if (rec.get("status") != "finished" or ran is None or rec["row"] in seen
-                    or rec.get("peak_source") != "nvml" or not rec.get("torch_peak_allocated_gib")):
-                continue
-            seen.add(rec["row"])
-            rows.append({"row": rec["row"], "file": Path(name).name, "plan": ran[1], "nvml_gib": rec["peak_gib"],
-                         "allocated_gib": max(rec["torch_peak_allocated_gib"]),
-                         "reserved_gib": max(rec["torch_peak_reserved_gib"])})
+    rows = []
+    for rec in cm.merged_records(sorted(glob.glob(str(RESULTS / "calibration-part*.json")))):
+        ran = cm.plan_as_run(rec)
+        if (rec.get("status") != "finished" or ran is None
+                or rec.get("peak_source") != "nvml" or not rec.get("torch_peak_allocated_gib")):
+            continue
+        rows.append({"row": rec["row"], "file": rec["file"], "plan": ran[1], "nvml_gib": rec["peak_gib"],
+                     "allocated_gib": max(rec["torch_peak_allocated_gib"]),
+                     "reserved_gib": max(rec["torch_peak_reserved_gib"])})
     return rows
 
 
