@@ -103,10 +103,6 @@ def _default_context_gib() -> dict[str, float]:
     return {family: round(value + offset, 3) for family, value in first_principles.items()}
 
 
-def _default_slack_fraction() -> dict[str, float]:
-    return dict(SLACK_FRACTION)
-
-
 def _default_efficiency() -> dict[str, dict[str, float]]:
     # Fraction of the dense peak the matmul FLOPs of a wide model reach (the hidden-size term below
     # stretches it for narrow ones), per GPU family and method. LoRA's rank-r
@@ -193,7 +189,7 @@ class Calibration:
     # PyTorch's caching allocator reserves more than it hands out: blocks freed during backward are
     # split/reused imperfectly. A floor plus a fraction of each kind of churn at the peak (memory.py),
     # fitted by bench/memory_fit.py on torch's reserved - allocated of the H200 matrix rows.
-    allocator_slack_fraction: dict[str, float] = field(default_factory=_default_slack_fraction)
+    allocator_slack_fraction: dict[str, float] = field(default_factory=lambda: dict(SLACK_FRACTION))
     allocator_slack_floor_gib: float = SLACK_FLOOR_GIB
 
     # --- quantisation ------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def figure_notes(best: dict[str, Any]) -> tuple[str, str]:
     from core.estimate.calibration import MEASURED_GPU
 
     domain = best["domain"]
-    memory_domain = domain.get("memory", {"inside": domain["inside"], "outside": domain["outside"]})
+    memory_domain = domain["memory"]
     bands = domain["error_band"]
 
     def band(key: str) -> str:
