@@ -89,16 +89,28 @@ def test_dropped_connection_resumes_with_a_range_request(hub_server):
     assert '"retry"' in events
 
 
-def test_killed_downloader_resumes_from_its_partial_file(hub_server):
-    hub_server.hub.chunk_delay_s = 0.15
-    plan = _plan(include=["model.safetensors"])
-    job = start_download(plan)
-    deadline = time.monotonic() + 20
+def _partial_size(plan) -> int:
+    part = plan.target_dir / "model.safetensors.part"
+    return part.stat().st_size if part.is_file() else 0
+
+
+def _wait_until_stalled(job, plan) -> None:
+    """The downloader has written the bytes before the fake hub's stall and now waits for the rest."""
+    deadline = time.monotonic() + 60  # a hang guard for a slow interpreter start, not a speed
     while time.monotonic() < deadline:
         status = read_status(job)
-        if status and status.bytes_done >= 64 * 1024 and status.pid:
-            break
+        if status and status.pid and _partial_size(plan) >= 64 * 1024:
+            return
         time.sleep(0.05)
+    raise AssertionError(f"the download never reached the stall: {read_status(job)}")
+
+
+def test_killed_downloader_resumes_from_its_partial_file(hub_server):
+    hub_server.hub.stall_at = 128 * 1024  # the file body holds its second half until the kill has landed
+    plan = _plan(include=["model.safetensors"])
+    job = start_download(plan)
+    _wait_until_stalled(job, plan)
+    status = read_status(job)
     # Its own session: a hang-up of this terminal (a dropped SSH) does not reach it.
     assert os.getsid(status.pid) == status.pid != os.getsid(0)
     os.kill(status.pid, signal.SIGKILL)  # what a reboot or OOM kill does; a closed SSH does less
@@ -106,9 +118,10 @@ def test_killed_downloader_resumes_from_its_partial_file(hub_server):
     while downloader_alive(job) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert read_status(job).status == "interrupted"
-    partial = (plan.target_dir / "model.safetensors.part").stat().st_size
-    assert 0 < partial < len(WEIGHTS)
-    hub_server.hub.chunk_delay_s = 0.0
+    partial = _partial_size(plan)
+    assert 0 < partial <= 128 * 1024 < len(WEIGHTS)
+    hub_server.hub.stall_at = None
+    hub_server.hub.stall_release.set()  # the killed download's handler ends on a closed socket
     status = wait_for_download(start_download(plan), 30)
     assert status.status == "done"
     assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
@@ -146,18 +159,17 @@ def test_a_downloader_still_starting_is_queued_however_long_it_takes(hub_server)
 
 
 def test_cancel_stops_and_keeps_the_partial_file(hub_server):
-    hub_server.hub.chunk_delay_s = 0.2
+    hub_server.hub.stall_at = 128 * 1024
     plan = _plan(include=["model.safetensors"])
     job = start_download(plan)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and (read_status(job).bytes_done == 0):
-        time.sleep(0.05)
+    _wait_until_stalled(job, plan)
     from core.hub.download import cancel_download
 
     assert cancel_download(job)
-    status = wait_for_download(job, 20)
+    hub_server.hub.stall_release.set()  # the next chunk arrives after the cancel file: it stops there
+    status = wait_for_download(job, 30)
     assert status.status == "cancelled"
-    assert (plan.target_dir / "model.safetensors.part").exists()
+    assert 0 < _partial_size(plan) < len(WEIGHTS)
 
 
 def test_private_download_needs_the_token_and_never_writes_it(hub_server, monkeypatch):

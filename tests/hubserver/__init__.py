@@ -69,6 +69,10 @@ class FakeHub:
     slow_s: float = 0.0
     hold: threading.Event | None = None  # answers wait until it is set (a ceiling of a minute)
     chunk_delay_s: float = 0.0  # pause between 64 KiB chunks of a file body (a slow link)
+    # A file body stops at this byte of the file until ``stall_release`` is set (a ceiling of a minute):
+    # a test can then act on a download that is certainly under way, however fast the box.
+    stall_at: int | None = None
+    stall_release: threading.Event = field(default_factory=threading.Event)
     drop_once: set[str] = field(default_factory=set)
     requests: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, range header)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -190,6 +194,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(2)
             return
         for offset in range(0, len(body), 64 * 1024):
+            stall_at = self.hub.stall_at
+            if stall_at is not None and start + offset >= stall_at:
+                self.wfile.flush()
+                self.hub.stall_release.wait(60)
             self.wfile.write(body[offset:offset + 64 * 1024])
             if self.hub.chunk_delay_s:
                 self.wfile.flush()

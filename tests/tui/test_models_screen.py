@@ -194,16 +194,21 @@ def test_reopening_reattaches_to_a_running_download(hub_env):
         from core.hub.download import plan_download, start_download
         from core.hub.source import open_hub
 
-        hub_env.hub.chunk_delay_s = 1.0
+        # Chunks at least 0.3 s apart (more than the downloader's 0.25 s between state writes, so each shows),
+        # and the body holds its last quarter until the cancel is on disk.
+        hub_env.hub.chunk_delay_s = 0.3
+        hub_env.hub.stall_at = 192 * 1024
         source = open_hub("modelscope")
         plan = plan_download(source, source.details("Qwen/Qwen2.5-Tiny-Instruct"), ["model.safetensors"])
-        start_download(plan)
+        job = start_download(plan)
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
         async with app.run_test(size=(120, 36)) as pilot:
             screen = await open_models(pilot, app)
             await wait_for(pilot, lambda: "Qwen/Qwen2.5-Tiny-Instruct:" in screen_text(app))
             await wait_for(pilot, lambda: 0 < screen.query_one("#download-bar").progress)
             await pilot.press("c")  # cancel it from here
+            await wait_for(pilot, lambda: (job / "cancel").exists())
+            hub_env.hub.stall_release.set()  # the next chunk meets the cancel
             await wait_for(pilot, lambda: "stopped; d resumes it" in screen_text(app))
 
     asyncio.run(scenario())
