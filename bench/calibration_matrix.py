@@ -515,8 +515,10 @@ def measure_row(ctx: dict[str, Any], row: Row, timeout_s: float, gpu_name: str |
     steps, warmup = row_steps(row, estimate_row(row, gpu_name))
     spec = {"model": row.model, "method": row.method, "micro": row.micro, "seq": row.seq, "gpus": 1,
             "ckpt": row.ckpt is not False, "name": f"cal-{row.model}-{row.method}"}
-    ctx["dataset"] = lambda seq, n=row.micro * steps + 2: ctx["datasets"](seq, n)
-    row_ctx = {**ctx, "steps": steps, "warmup": warmup}
+    # --profile N: N more steps, torch-profiled after the row's own (its rate is taken before them)
+    extra = ctx.get("profile_steps", 0)
+    ctx["dataset"] = lambda seq, n=row.micro * (steps + extra) + 2: ctx["datasets"](seq, n)
+    row_ctx = {**ctx, "steps": steps + extra, "warmup": warmup, "profile": f"{steps + 1}:{extra}" if extra else ""}
     began = time.monotonic()
     result = es.run_engine(row_ctx, row.engine(), spec, row.seq, timeout_s)
     wall = round(time.monotonic() - began, 1)
@@ -536,6 +538,8 @@ def measure_row(ctx: dict[str, Any], row: Row, timeout_s: float, gpu_name: str |
         "checkpoint_layers_run": layers_run, "tiled_mlp_run": result.get("tiled_mlp_run"),
         "config_run": result.get("config"), "estimate": estimate,
     }
+    if result.get("profile"):
+        out["profile"] = result["profile"]
     if result.get("peak_source") == "nvml":  # the errors mean something against the GPU's memory only
         out["peak_error"] = _error(estimate.get("peak_gib"), peak) if status == "finished" else None
         out["speed_error"] = _error(estimate.get("tokens_per_s"), result.get("tokens_per_s")) \
@@ -799,6 +803,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --report-only: estimate every measured row again with the estimator as it is now")
     parser.add_argument("--budget-s", type=float, default=570.0, help="wall-clock budget of this call")
     parser.add_argument("--home", default=None, help="TUNEDECK_HOME for runs and caches (default: a temp dir)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="run N more steps per row under torch.profiler (core/train/profiling.py); its summary "
+                             "goes into the row's record and STEM-profiles.md (the rate is the row's own steps')")
     parser.add_argument("--tiny", action="store_true", help="the bundled tiny model's row (pipeline test)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (with --tiny)")
     args = parser.parse_args(argv)
@@ -850,6 +857,10 @@ def main(argv: list[str] | None = None) -> int:
                         "expected_s": round(expected.get(r.name, 0.0), 1), **result})
         out_json.write_text(json.dumps({"meta": meta, "results": records}, indent=2, default=str) + "\n")
         out_md.write_text(render_part(records, meta), encoding="utf-8")
+        profiles = [f"## {rec['row']}\n\n{rec.get('tokens_per_s')} tok/s unprofiled\n\n```\n{rec['profile']}```\n"
+                    for rec in records if rec.get("profile")]
+        if profiles:
+            (out_dir / f"{stem}-profiles.md").write_text("\n".join(profiles), encoding="utf-8")
 
     if args.estimate_only:
         for r in rows:
@@ -871,7 +882,7 @@ def main(argv: list[str] | None = None) -> int:
         return datasets[(seq, records_n)]
 
     ctx: dict[str, Any] = {
-        "home": home, "cpu": not cuda, "datasets": dataset, "profile": "", "drop_checkpoints": True,
+        "home": home, "cpu": not cuda, "datasets": dataset, "profile_steps": args.profile, "drop_checkpoints": True,
         "weights_made": set(),  # shared with each row's copy of the context (engine_speed.ensure_random_weights)
         "lora_dropout": LORA_DROPOUT, "peak_flops": es.gpu_peak_flops() if cuda else None,
         "model_dirs": {m: es.make_model_dir(home, m) for m in {r.model for r in rows}},

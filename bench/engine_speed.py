@@ -333,7 +333,7 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
     values.update(overrides or {})
     tag = "-".join(f"{k}-{v}" for k, v in (overrides or {}).items())
     profile_window = None
-    if ctx.get("profile") and not overrides and not spec.get("maxseq"):
+    if ctx.get("profile") and not spec.get("maxseq"):
         from core.train.profiling import parse_profile_env
 
         profile_window = parse_profile_env(ctx["profile"])
@@ -621,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="the bundled tiny model (pipeline test)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (with --tiny)")
     parser.add_argument("--profile", default="", metavar="START:COUNT",
-                        help="torch-profile these steps of the plain 'tunedeck' engine (its rate is taken before them)")
+                        help="torch-profile these steps of every 'tunedeck' row (its rate is taken before them)")
     parser.add_argument("--lora-dropout", type=float, default=0.05,
                         help="every engine's LoRA dropout (0: no random masks, so the losses can be compared exactly)")
     parser.add_argument("--drop-checkpoints", action="store_true",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ class ProfileStepsCallback(TrainerCallback):
         self.path = Path(run_dir) / "profile.txt"
         self.start, self.count = start, count
         self.profiler: Any = None
+        self.began = 0.0
 
     @classmethod
     def from_env(cls, run_dir: Path) -> ProfileStepsCallback | None:
@@ -68,6 +70,9 @@ class ProfileStepsCallback(TrainerCallback):
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
             self.profiler = profile(activities=activities)
             self.profiler.__enter__()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.began = time.perf_counter()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.profiler is not None and state.global_step >= self.start + self.count - 1:
@@ -75,15 +80,19 @@ class ProfileStepsCallback(TrainerCallback):
 
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
+            wall = time.perf_counter() - self.began
             self.profiler.__exit__(None, None, None)
-            self.path.write_text(summarise(self.profiler, self.count), encoding="utf-8")
+            self.path.write_text(summarise(self.profiler, self.count, wall), encoding="utf-8")
             log.info("profile of %d steps written to %s", self.count, self.path)
             self.profiler = None
             self.start = 1 << 60  # once
 
 
-def summarise(profiler: Any, steps: int) -> str:
-    """Top operators by self device time, and the families' shares."""
+def summarise(profiler: Any, steps: int, wall_s: float | None = None) -> str:
+    """Top operators by self device time, and the families' shares; with ``wall_s`` (the recorded steps'
+    wall-clock time) also how busy the device was: kernel time far below the wall time means the step
+    waits on the CPU (launches, Python), not on the GPU. The profiler's own overhead slows the CPU side,
+    so the busy share is a lower bound for the same steps unprofiled."""
     events = list(profiler.key_averages())
     # On a GPU the kernels alone: an operator's self device time is that of the kernels it launched, so
     # counting both would count each kernel twice.
@@ -99,8 +108,13 @@ def summarise(profiler: Any, steps: int) -> str:
     families: dict[str, float] = {}
     for event in events:
         families[family_of(event.key)] = families.get(family_of(event.key), 0.0) + self_time(event)
-    lines = [f"# {steps} steps, self {'device' if device else 'CPU'} time {total / 1e3 / steps:.1f} ms per step", "",
-             "## by family", ""]
+    lines = [f"# {steps} steps, self {'device' if device else 'CPU'} time {total / 1e3 / steps:.1f} ms per step"]
+    if wall_s:
+        launched = sum(e.count for e in events) / steps
+        lines.append(f"wall {wall_s * 1e3 / steps:.1f} ms per step; {'kernels' if device else 'operators'} "
+                     f"{100 * total / 1e6 / wall_s:.0f}% of it; {launched:.0f} {'kernels' if device else 'operators'} "
+                     f"per step")
+    lines += ["", "## by family", ""]
     for family, value in sorted(families.items(), key=lambda kv: -kv[1]):
         lines.append(f"{family:20s} {value / 1e3 / steps:9.1f} ms/step {100 * value / total:5.1f}%")
     lines += ["", "## top operators", ""]

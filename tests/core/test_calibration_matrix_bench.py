@@ -129,15 +129,20 @@ def test_reestimate_makes_each_measured_row_s_estimate_again(tmp_path):
     assert "made again by the estimator" in text and "does_not_fit" not in text
 
 
-def test_tiny_cpu_row_runs_through_the_engine(tmp_path):
-    done = _run("--tiny", "--cpu", "--home", str(tmp_path / "home"), "--out", str(tmp_path), tmp_path=tmp_path,
-                timeout=240)
+def test_tiny_cpu_row_runs_through_the_engine_and_profiles_its_extra_step(tmp_path):
+    done = _run("--tiny", "--cpu", "--profile", "1", "--home", str(tmp_path / "home"), "--out", str(tmp_path),
+                tmp_path=tmp_path, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = json.loads((tmp_path / "calibration-rows.json").read_text())["results"]
     assert row["status"] == "finished" and row["tokens_per_s"] > 0 and row["peak_gib"] > 0.05, row
+    # the row's own 4 steps give the rate; the fifth ran under the profiler and is left out of it
     assert row["steps"] == 4 and row["wall_s"] > 0 and row["estimate"]["peak_gib"] > 0, row
     assert row["engine"] == "tunedeck" and row["config_run"]["micro_batch_size"] == 2
     assert "| tiny-lora-b2-s128-nockpt |" in (tmp_path / "calibration-rows.md").read_text()
+    header = row["profile"].splitlines()[:2]  # the CPU's operators: what a GPU profile says of its kernels
+    assert header[0].startswith("# 1 steps, self CPU time") and header[1].startswith("wall "), header
+    assert "operators per step" in header[1] and "## by family" in row["profile"]
+    assert "## tiny-lora-b2-s128-nockpt" in (tmp_path / "calibration-rows-profiles.md").read_text()
 
 
 def test_rows_that_run_fit_the_disk_and_the_disk_skips_do_not():
