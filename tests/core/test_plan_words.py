@@ -69,15 +69,15 @@ def test_the_figures_carry_the_measured_band_inside_the_domain():
     """7B LoRA on one H200 is what the estimator was fitted on: both figures say their worst error there."""
     rec = _plan("Qwen2.5-7B", "1xH200")
     memory, speed = _figure_lines(format_recommendation(rec))
-    assert memory.endswith("(fits; ±8%, 62 H200 runs)"), memory
+    assert memory.endswith("(fits; ±8%, 70 H200 runs)"), memory
     assert speed.endswith(" tokens/s (±9%, 24 H200 runs)"), speed
     domain = rec.to_json()["recommendation"]["domain"]
     assert domain["inside"] and domain["outside"] == []
     assert domain["error_band"]["tokens_per_s"]["worst_pct"] == 9.0
-    assert domain["error_band"]["peak_memory"] == {"median_pct": 1.1, "worst_pct": 7.5, "rows": 62}
+    assert domain["error_band"]["peak_memory"] == {"median_pct": 1.1, "worst_pct": 7.5, "rows": 70}
     set_language("zh")
     memory, speed = _figure_lines(format_recommendation(rec))
-    assert memory.endswith("（够用；±8%，62 次 H200 实测）"), memory
+    assert memory.endswith("（够用；±8%，70 次 H200 实测）"), memory
     assert speed.endswith("（±9%，24 次 H200 实测）"), speed
 
 
@@ -106,16 +106,16 @@ def test_a_cpu_plan_says_so_on_its_speed_line_only():
 
 
 def test_memory_has_its_own_wider_domain_than_speed():
-    """Peak memory was measured on the calibration matrix (0.5B-8B, 512-128k tokens, DoRA, mixed-precision full),
+    """Peak memory was measured on the calibration matrix (0.5B-32B, 512-128k tokens, DoRA, mixed-precision full),
     speed only on the 7B/8B rows of its fit: a 0.5B plan on one H200 shows the memory band and says speed is not
     measured; a 192k-token one shows the speed band and says memory is not measured."""
     small = _plan("Qwen2.5-0.5B", "1xH200")
     memory, speed = _figure_lines(format_recommendation(small))
-    assert "±8%, 62 H200 runs)" in memory, memory
+    assert "±8%, 70 H200 runs)" in memory, memory
     assert speed.endswith(" tokens/s (not measured: hidden 896)"), speed
     domain = small.to_json()["recommendation"]["domain"]
     assert not domain["inside"] and domain["memory"]["inside"] and domain["memory"]["outside"] == []
-    assert domain["memory"]["measured_on"]["hidden_sizes"] == [896, 4096]
+    assert domain["memory"]["measured_on"]["hidden_sizes"] == [896, 5120]
 
     long = recommend(PlanRequest(model="Qwen2.5-7B", hardware=parse_target("1xH200", None, 512.0, 1000.0),
                                  overrides={"seq_len": 196608, "method": "qlora"}))
