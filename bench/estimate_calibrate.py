@@ -530,11 +530,12 @@ def build_report(rows: list[Row], fitted: dict[str, float], loo: dict[str, float
         "separate it from the GEMM efficiency.",
         "- The other engines' rows read faster than they ran (median 19 %): the older engine upcast every "
         "LoRA input to fp32 (counted now), had no fused LoRA add, and the plain loop no Liger kernels. Its "
-        "7B DoRA row is +79 %: DoRA shares the LoRA efficiency and has no current-engine row, so a DoRA "
-        "estimate is the least trustworthy of the four methods until the matrix measures it.",
+        "7B DoRA row is +36 % (+79 % before `dora_output_bytes_per_element`, peft DoRA's fp32 rescaling of "
+        "every adapted output, which `bench/matrix_terms_fit.py` solves on the matrix's four current-engine "
+        "DoRA rows, 0.5B-7B: those are within 5 % of it, `estimate_matrix/engine-matrix-now.md`).",
         "- What these rows cannot know: other model widths and depths (only h = 3584 and 4096; hidden_half "
-        "rests on the two full-fine-tuning rows of one model), DoRA (no current-engine row: its terms are "
-        "the older engine's), other GPUs (RELATIVE_TO_HOPPER ratios), multi-GPU (dp* from the older engine), "
+        "rests on the two full-fine-tuning rows of one model), DoRA (its output term is fitted on the matrix's "
+        "rows, not here), other GPUs (RELATIVE_TO_HOPPER ratios), multi-GPU (dp* from the older engine), "
         "small launch-bound models (disp_* from the older engine), `tiled_mlp` between 16k and 32k, "
         "`offload_activations` at short sequences, `lora_fused_add: false`, `compile_layers`.",
         "",

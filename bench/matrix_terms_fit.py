@@ -1,4 +1,4 @@
-"""Two speed terms the committed fit lacked, solved on the calibration matrix's H200 rows (issue #19).
+"""Three speed terms the committed fit lacked, solved on the calibration matrix's H200 rows (issue #19).
 
 - ``Calibration.mlp_tile_s``: the tiled MLP's launch cost per tile and tiled layer. The engine's tiled MLP
   (``tiled_mlp``) runs its forward, recomputation and backward tile by tile, each tile's backward its own
@@ -7,9 +7,12 @@
 - ``Calibration.fp32_model_s_per_element``: full fine-tuning in mixed precision (fp32 weights under
   autocast) against pure bf16, a cost per token x hidden x layer: 80-100 ms a step on the 0.5B, 1.5B and
   3B rows, whose token x hidden x layer counts are all 300-350M.
+- ``Calibration.dora_output_bytes_per_element``: peft DoRA's fp32 rescaling of every adapted output
+  (``speed.dora_output_bytes``), bytes per token x out_feature of the adapted linears and micro-step: the
+  profiles showed element-wise and copy kernels, not the weight norm, taking DoRA's extra time.
 
 For each finished row of ``bench/results/estimate_matrix/calibration-part*.json`` that the term concerns
-(tiled; mixed-precision full), this solves (bisection) for the constant that makes the estimator's step
+(tiled; mixed-precision full; DoRA), this solves (bisection) for the constant that makes the estimator's step
 equal the measured one, the rest of the calibration as it is. Tiled rows whose estimate without the tile
 cost is already within 10 % of the measurement are listed and not used: there the GPU's work hides the
 launches and the solution only fits the rest of the model's error. Each constant is the median of the rows
@@ -37,6 +40,7 @@ import calibration_matrix as cm  # noqa: E402
 
 from core.estimate import estimate, find_gpu  # noqa: E402
 from core.estimate.calibration import DEFAULT_CALIBRATION, Calibration  # noqa: E402
+from core.estimate.speed import dora_output_elements  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "estimate_matrix"
 VISIBLE = 0.10  # tiled rows whose estimate without the tile cost is this much under the measurement are used
@@ -50,7 +54,12 @@ def _fp32(value: float) -> Calibration:
     return replace(DEFAULT_CALIBRATION, fp32_model_s_per_element=value)
 
 
-TERMS = {"mlp_tile_s": (_tile, 0.05), "fp32_model_s_per_element": (_fp32, 1e-8)}
+def _dora(value: float) -> Calibration:
+    return replace(DEFAULT_CALIBRATION, dora_output_bytes_per_element=value)
+
+
+TERMS = {"mlp_tile_s": (_tile, 0.05), "fp32_model_s_per_element": (_fp32, 1e-8),
+         "dora_output_bytes_per_element": (_dora, 5000.0)}
 
 
 def _step_s(plan: Any, calibration: Calibration) -> float:
@@ -80,18 +89,22 @@ def term_rows() -> list[dict[str, Any]]:
             row, plan = ran
             tiled = plan.tiles_mlp
             fp32 = row.method == "full" and not row.pure_bf16
-            if not (tiled or fp32):
+            dora = row.method == "dora"
+            if not (tiled or fp32 or dora):
                 continue
-            term = "fp32_model_s_per_element" if fp32 else "mlp_tile_s"
+            term = "fp32_model_s_per_element" if fp32 else "dora_output_bytes_per_element" if dora else "mlp_tile_s"
             measured = plan.tokens_per_micro_batch / rec["tokens_per_s"]
             without = _step_s(plan, TERMS[term][0](0.0))
             value = solve(plan, term, measured)
             out.append({"row": rec["row"], "file": Path(name).name, "method": row.method, "term": term,
                         "tiles": plan.mlp_tiles(True) if tiled else 1, "tiled_layers": plan.checkpointed_layers if tiled else 0,
-                        "elements": plan.tokens_per_micro_batch * plan.architecture.hidden_size * plan.architecture.num_layers,
+                        # what the term is per: token x hidden x layer; DoRA: token x adapted out_feature
+                        "elements": plan.tokens_per_micro_batch * (
+                            dora_output_elements(plan.architecture, plan) if dora
+                            else plan.architecture.hidden_size * plan.architecture.num_layers),
                         "measured_step_s": round(measured, 4), "estimated_step_s_without": round(without, 4),
                         "value": None if value is None else float(f"{value:.4g}"),
-                        "used": value is not None and (fp32 or without < (1 - VISIBLE) * measured)})
+                        "used": value is not None and (fp32 or dora or without < (1 - VISIBLE) * measured)})
     return out
 
 
@@ -105,7 +118,9 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
         dispatch = DEFAULT_CALIBRATION.dispatch_s_per_layer_pass
         tiles["dora"] = round(tiles["lora"] * dispatch["dora"] / dispatch["lora"], 6)
     fp32 = [r["value"] for r in rows if r["used"] and r["term"] == "fp32_model_s_per_element"]
-    return {"mlp_tile_s": tiles, "fp32_model_s_per_element": float(f"{statistics.median(fp32):.3g}") if fp32 else 0.0}
+    dora = [r["value"] for r in rows if r["used"] and r["term"] == "dora_output_bytes_per_element"]
+    return {"mlp_tile_s": tiles, "fp32_model_s_per_element": float(f"{statistics.median(fp32):.3g}") if fp32 else 0.0,
+            "dora_output_bytes_per_element": round(statistics.median(dora), 1) if dora else 0.0}
 
 
 def main() -> int:
@@ -113,25 +128,29 @@ def main() -> int:
     constants = fit(rows)
     (RESULTS / "matrix-terms-fit.json").write_text(json.dumps({**constants, "rows": rows}, indent=1) + "\n",
                                                    encoding="utf-8")
-    lines = ["# Two speed terms solved on the calibration matrix (`Calibration.mlp_tile_s`, "
-             "`fp32_model_s_per_element`)", "",
+    lines = ["# Three speed terms solved on the calibration matrix (`Calibration.mlp_tile_s`, "
+             "`fp32_model_s_per_element`, `dora_output_bytes_per_element`)", "",
              "`python bench/matrix_terms_fit.py` over the finished rows of `calibration-part*.json` (NVIDIA H200) "
              "that each term concerns: the tiled rows (the engine's `tiled_mlp: auto` of then: every "
              "checkpointed block of a micro-batch of 16,384 tokens or more, tiles of about `hidden_size` "
-             "tokens) and the mixed-precision full rows. Per row: the value with which the estimated step "
+             "tokens), the mixed-precision full rows and the DoRA rows. Per row: the value with which the estimated step "
              f"equals the measured one. Tiled rows are used where the estimate without the tile cost is more "
              f"than {VISIBLE:.0%} under the measurement.", "",
-             "| row | term | method | tiles x tiled layers | tokens x hidden x layers | measured step s | "
+             "| row | term | method | tiles x tiled layers | elements (tokens x hidden x layers; DoRA: tokens x "
+             "adapted out_features) | measured step s | "
              "estimated without s | value | used |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        value = "-" if r["value"] is None else (f"{r['value'] * 1e3:.3f} ms" if r["term"] == "mlp_tile_s"
-                                                 else f"{r['value'] * 1e12:.0f} ps")
+        units = {"mlp_tile_s": lambda v: f"{v * 1e3:.3f} ms", "fp32_model_s_per_element": lambda v: f"{v * 1e12:.0f} ps",
+                 "dora_output_bytes_per_element": lambda v: f"{v:.0f} B"}
+        value = "-" if r["value"] is None else units[r["term"]](r["value"])
         lines.append(f"| {r['row']} | {r['term']} | {r['method']} | {r['tiles']} x {r['tiled_layers']} | "
                      f"{r['elements'] / 1e6:,.0f}M | {r['measured_step_s']} | {r['estimated_step_s_without']} | "
                      f"{value} | {'yes' if r['used'] else 'no'} |")
     lines += ["", "Fit (medians of the rows used; DoRA's tile cost: LoRA's, scaled by the per-layer launch times): "
               + ", ".join(f"tile {m} {v * 1e3:.3f} ms" for m, v in constants["mlp_tile_s"].items())
-              + f"; fp32 model {constants['fp32_model_s_per_element'] * 1e12:.0f} ps per token x hidden x layer", ""]
+              + f"; fp32 model {constants['fp32_model_s_per_element'] * 1e12:.0f} ps per token x hidden x layer"
+              + f"; DoRA outputs {constants['dora_output_bytes_per_element']:.0f} B per token x adapted out_feature "
+              "and micro-step", ""]
     (RESULTS / "matrix-terms-fit.md").write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
     return 0

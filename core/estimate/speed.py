@@ -21,8 +21,8 @@ big-GEMM efficiency, stretched by the elementwise work that grows as hidden/(hid
 (norms, rotary, activations, casts are memory-bound and scale with tokens x hidden, not hidden^2), the
 attention FLOPs at the attention kernels' own efficiency (flash/cuDNN through SDPA: one fused kernel, not
 the method's GEMMs), plus pure memory traffic at the GPU's bandwidth (QLoRA's NF4 dequantisation and
-DoRA's weight norm per pass over the base weights, LoRA's dropout and peft's fp32 upcast of every LoRA
-input, the plain loss's fp32 logits, the optimizer step over the trainable parameters).
+DoRA's weight norm per pass over the base weights and its fp32 rescaling of every adapted output, LoRA's
+dropout and peft's fp32 upcast of every LoRA input, the plain loss's fp32 logits, the optimizer step over the trainable parameters).
 ``offload_activations`` adds no time: its copies to and from pinned host memory run on a side stream
 behind the compute (the rows that measure it cannot tell an overlapped copy from slower kernels).
 The CPU's work is eager PyTorch launching every kernel of every layer (fixed per layer and pass, by
@@ -186,6 +186,26 @@ def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: C
     return passes * per_element * lora_input_elements(arch, plan) * plan.tokens_per_micro_batch
 
 
+def dora_output_elements(arch: ModelArchitecture, plan: TrainingPlan) -> int:
+    """Output elements per token of the linears that carry a DoRA adapter (where its rescaling runs)."""
+    per_layer = sum(shape.out_features for shape in arch.linear_shapes() if shape.name in plan.lora_targets)
+    return per_layer * arch.num_layers
+
+
+def dora_output_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
+    """Bytes moved per micro-step over the DoRA layers' outputs outside the matmuls: peft rescales every
+    adapted linear's output by magnitude / weight norm, an fp32 vector, so ``(m/n - 1) * base + m/n * lora
+    * scaling`` and its gradient run as a chain of fp32 element-wise kernels and casts over tokens x
+    out_features. The H200 profiles (``bench/results/estimate_matrix/profile-2-profiles.md``) put 850 ms a
+    step in element-wise and copy kernels at 7B b4 x 2048 against LoRA's 91, 2.4x the 1.5B's: it follows
+    tokens x out_features (2.2x), not the weights (5x). One figure per micro-step, forward and backward:
+    the 7B rows with and without checkpointing solve to the same bytes per element (172 and 180), so the
+    recomputation is not counted again."""
+    if plan.method != "dora":
+        return 0.0
+    return calibration.dora_output_bytes_per_element * dora_output_elements(arch, plan) * plan.tokens_per_micro_batch
+
+
 def loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
     """Memory traffic of the plain loss: fp32 logits upcast, log-softmax and its gradient (fused CE: none)."""
     if plan.fused_ce:
@@ -271,10 +291,11 @@ class StepTime:
     attention_s: float
     weight_pass_s: float  # memory traffic over the base weights: QLoRA dequantisation, DoRA norms
     lora_input_s: float  # memory traffic over the LoRA inputs: dropout, fp32 upcast
+    dora_output_s: float  # memory traffic over the DoRA outputs: the magnitude rescaling in fp32
     fp32_model_s: float  # full fine-tuning of an fp32 model under autocast: per activation element, measured
     loss_s: float
     optimizer_s: float
-    gpu_s: float  # the sum of the six above
+    gpu_s: float  # the sum of the seven above
     dispatch_s: float  # CPU-side kernel launches, concurrent with the GPU's work
     data_parallel_s: float
     total_s: float
@@ -294,19 +315,20 @@ def step_time(arch: ModelArchitecture, counts: ParameterCounts, trainable: int, 
     bandwidth = memory_bandwidth_bytes_per_s(gpu, calibration)
     weights = weight_pass_bytes(counts, arch, plan, calibration) / bandwidth
     inputs = lora_input_bytes(arch, plan, calibration) / bandwidth
+    outputs = dora_output_bytes(arch, plan, calibration) / bandwidth
     loss = loss_bytes(arch, plan, calibration) / bandwidth
     # ZeRO shards the optimizer step across the GPUs; accumulation runs it once per several micro-steps.
     shards = plan.num_gpus if plan.zero_stage >= 1 else 1
     optimizer = optimizer_bytes(trainable, plan, calibration) / bandwidth / plan.grad_accum_steps / shards
     fp32_model = fp32_model_seconds(arch, plan, calibration)
-    gpu_s = matmul + attention + weights + inputs + loss + optimizer + fp32_model
+    gpu_s = matmul + attention + weights + inputs + outputs + loss + optimizer + fp32_model
     dispatch = dispatch_seconds(arch, plan, calibration)
     power = calibration.dispatch_overlap_power
     overlapped = (gpu_s**power + dispatch**power) ** (1.0 / power)
     parallel = data_parallel_seconds(arch, counts, trainable, plan, calibration)
     total = (overlapped + parallel) / offload_factor(plan, calibration)
     return StepTime(matmul_s=matmul, attention_s=attention, weight_pass_s=weights, lora_input_s=inputs,
-                    fp32_model_s=fp32_model, loss_s=loss,
+                    dora_output_s=outputs, fp32_model_s=fp32_model, loss_s=loss,
                     optimizer_s=optimizer, gpu_s=gpu_s, dispatch_s=dispatch, data_parallel_s=parallel, total_s=total)
 
 

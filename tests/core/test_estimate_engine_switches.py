@@ -160,8 +160,9 @@ def test_the_tiled_mlp_costs_launch_time_per_tile_and_layer():
 
 
 def test_matrix_term_constants_are_the_committed_fit():
-    """``Calibration.mlp_tile_s`` and ``fp32_model_s_per_element`` are what ``bench/matrix_terms_fit.py``
-    fitted on the H200 rows (its JSON): change one only by re-running the fit and committing its output."""
+    """``Calibration.mlp_tile_s``, ``fp32_model_s_per_element`` and ``dora_output_bytes_per_element`` are what
+    ``bench/matrix_terms_fit.py`` fitted on the H200 rows (its JSON): change one only by re-running the fit
+    and committing its output."""
     import json
     from pathlib import Path
 
@@ -169,9 +170,11 @@ def test_matrix_term_constants_are_the_committed_fit():
                          / "matrix-terms-fit.json").read_text(encoding="utf-8"))
     assert CAL.mlp_tile_s == pytest.approx(fitted["mlp_tile_s"])
     assert CAL.fp32_model_s_per_element == pytest.approx(fitted["fp32_model_s_per_element"])
+    assert CAL.dora_output_bytes_per_element == pytest.approx(fitted["dora_output_bytes_per_element"])
     used = [row for row in fitted["rows"] if row["used"]]
     assert {row["method"] for row in used if row["term"] == "mlp_tile_s"} == {"full", "lora", "qlora"}
     assert sum(row["term"] == "fp32_model_s_per_element" for row in used) >= 5
+    assert sum(row["term"] == "dora_output_bytes_per_element" for row in used) >= 4
 
 
 def test_mixed_precision_full_fine_tuning_pays_its_measured_cost_over_pure_bf16():
