@@ -139,9 +139,9 @@ def main() -> int:
              "| row | term | method | tiles x tiled layers | elements (tokens x hidden x layers; DoRA: tokens x "
              "adapted out_features) | measured step s | "
              "estimated without s | value | used |", "|---|---|---|---|---|---|---|---|---|"]
+    units = {"mlp_tile_s": lambda v: f"{v * 1e3:.3f} ms", "fp32_model_s_per_element": lambda v: f"{v * 1e12:.0f} ps",
+             "dora_output_bytes_per_element": lambda v: f"{v:.0f} B"}
     for r in rows:
-        units = {"mlp_tile_s": lambda v: f"{v * 1e3:.3f} ms", "fp32_model_s_per_element": lambda v: f"{v * 1e12:.0f} ps",
-                 "dora_output_bytes_per_element": lambda v: f"{v:.0f} B"}
         value = "-" if r["value"] is None else units[r["term"]](r["value"])
         lines.append(f"| {r['row']} | {r['term']} | {r['method']} | {r['tiles']} x {r['tiled_layers']} | "
                      f"{r['elements'] / 1e6:,.0f}M | {r['measured_step_s']} | {r['estimated_step_s_without']} | "

@@ -235,9 +235,10 @@ class Calibration:
     # peft DoRA per targeted weight and forward pass: B@A (2 B), W + sBA (read 4, write 2), row norms
     # in fp32 (read 2, write 4); the norm is detached, so the backward pass does not repeat it.
     dora_norm_bytes_per_weight: float = 14.0
-    # peft DoRA per token, output element of an adapted linear and pass (speed.dora_output_bytes): the
-    # rescaling by magnitude / norm in fp32 and its gradient. Fitted by bench/matrix_terms_fit.py on the
-    # 4 DoRA rows of the H200 matrix (0.5B-7B, with and without checkpointing; 171-325 B a row, the median).
+    # peft DoRA per token, output element of an adapted linear and micro-step (speed.dora_output_bytes):
+    # the rescaling by magnitude / norm in fp32 and its gradient. Fitted by bench/matrix_terms_fit.py on
+    # the 4 DoRA rows of the H200 matrix (0.5B-7B, with and without checkpointing; 171-325 B a row, the
+    # median).
     dora_output_bytes_per_element: float = 181.8
     # peft's LoRA dropout per input element of an adapted linear and pass: forward reads the input and
     # writes the dropped copy and a 1-byte mask, backward reads the gradient and the mask and writes the

@@ -22,7 +22,8 @@ big-GEMM efficiency, stretched by the elementwise work that grows as hidden/(hid
 attention FLOPs at the attention kernels' own efficiency (flash/cuDNN through SDPA: one fused kernel, not
 the method's GEMMs), plus pure memory traffic at the GPU's bandwidth (QLoRA's NF4 dequantisation and
 DoRA's weight norm per pass over the base weights and its fp32 rescaling of every adapted output, LoRA's
-dropout and peft's fp32 upcast of every LoRA input, the plain loss's fp32 logits, the optimizer step over the trainable parameters).
+dropout and peft's fp32 upcast of every LoRA input, the plain loss's fp32 logits, the optimizer step over
+the trainable parameters).
 ``offload_activations`` adds no time: its copies to and from pinned host memory run on a side stream
 behind the compute (the rows that measure it cannot tell an overlapped copy from slower kernels).
 The CPU's work is eager PyTorch launching every kernel of every layer (fixed per layer and pass, by
@@ -199,7 +200,7 @@ def dora_output_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: 
     out_features. The H200 profiles (``bench/results/estimate_matrix/profile-2-profiles.md``) put 850 ms a
     step in element-wise and copy kernels at 7B b4 x 2048 against LoRA's 91, 2.4x the 1.5B's: it follows
     tokens x out_features (2.2x), not the weights (5x). One figure per micro-step, forward and backward:
-    the 7B rows with and without checkpointing solve to the same bytes per element (172 and 180), so the
+    the 7B rows with and without checkpointing solve to the same bytes per element (171 and 180), so the
     recomputation is not counted again."""
     if plan.method != "dora":
         return 0.0
