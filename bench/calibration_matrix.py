@@ -25,7 +25,10 @@ writes ``bench/results/estimate_matrix/engine-matrix.md``: every row measured vs
 worst errors, the fit-verdict check, and the issue's targets as pass/fail lines. The estimates there are
 those recorded at measurement; ``--reestimate --report .../engine-matrix-now.md`` makes every measured
 row's estimate again with the estimator as it is (for the settings the row ran), to see what a change to
-``core/estimate`` does to the errors. ``--list`` gives the
+``core/estimate`` does to the errors. Files of later calls that measured rows again (``--profile N`` calls,
+``profile-K.json``) may be given after the parts: the first measurement counts, and the report lists each
+row measured more than once with its rates and their spread (the device's run-to-run noise on it).
+``--list`` gives the
 number of parts and the expected device minutes: at this writing 82 rows (77 to run, 5 skipped), 8
 parts, 61 device minutes in all — more than one session's 30 device minutes. The part numbers stay as
 they are while the rows and the time constants below are unchanged: compare the first part's ``wall_s``
@@ -755,10 +758,34 @@ def merged_records(files: list[str], again: bool = False) -> list[dict[str, Any]
     return records
 
 
+def repeat_lines(files: list[str]) -> list[str]:
+    """The rows that finished in more than one call, with each call's tokens/s: the spread is the device's
+    run-to-run noise on that row, which no fit can read tighter (the report above counts the first)."""
+    measured: dict[str, list[tuple[str, float]]] = {}
+    for name in files:
+        for r in json.loads(Path(name).read_text(encoding="utf-8"))["results"]:
+            if r.get("status") == "finished" and r.get("tokens_per_s"):
+                measured.setdefault(r["row"], []).append((Path(name).name, float(r["tokens_per_s"])))
+    repeated = {row: runs for row, runs in measured.items() if len(runs) > 1}
+    if not repeated:
+        return []
+    lines = ["## Rows measured more than once", "",
+             "The same row finished in more than one call (the tables above count the first). The spread, "
+             "largest over smallest tokens/s, is the device's run-to-run noise on that row: a speed error "
+             "smaller than it cannot be told from noise.", "",
+             "| row | tokens/s by call | spread |", "|---|---|---|"]
+    for row, runs in repeated.items():
+        rates = [rate for _, rate in runs]
+        lines.append(f"| {row} | " + ", ".join(f"{rate:,.0f} ({name})" for name, rate in runs)
+                     + f" | {max(rates) / min(rates) - 1:+.0%} |")
+    return [*lines, ""]
+
+
 def report(files: list[str], out: Path, again: bool = False) -> int:
     records = merged_records(files, again)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_report(records, [Path(f).name for f in files], again), encoding="utf-8")
+    text = render_report(records, [Path(f).name for f in files], again)
+    out.write_text("\n".join([text.rstrip("\n"), "", *repeat_lines(files)]).rstrip("\n") + "\n", encoding="utf-8")
     print(out.read_text(encoding="utf-8"))
     return 0 if target_lines(records)[1] else 1
 

@@ -105,6 +105,23 @@ def test_report_merges_parts(tmp_path):
     assert "targets NOT met" in text
 
 
+def test_report_lists_the_rows_measured_more_than_once_with_their_spread(tmp_path):
+    """A row that finished in two calls (a part and a later profile call) counts once in the tables, and its
+    own section shows both rates and how far apart they are: the device's noise on that row."""
+    a = {"meta": {}, "results": [{**_record("r1", "finished", 0.0, 0.1, "fits"), "tokens_per_s": 2000.0},
+                                 {**_record("r2", "finished", 0.0, 0.1, "fits"), "tokens_per_s": 500.0}]}
+    b = {"meta": {}, "results": [{**_record("r1", "finished", 0.0, 0.1, "fits"), "tokens_per_s": 2300.0},
+                                 {**_record("r2", "failed", None, None, "fits"), "tokens_per_s": None}]}
+    (tmp_path / "part.json").write_text(json.dumps(a))
+    (tmp_path / "profile.json").write_text(json.dumps(b))
+    out = tmp_path / "engine-matrix.md"
+    cm.main(["--report-only", str(tmp_path / "part.json"), str(tmp_path / "profile.json"), "--report", str(out)])
+    text = out.read_text()
+    repeats = text.split("## Rows measured more than once")[1]
+    assert "| r1 | 2,000 (part.json), 2,300 (profile.json) | +15% |" in repeats
+    assert "| r2 |" not in repeats  # its second call did not finish
+
+
 def test_reestimate_makes_each_measured_row_s_estimate_again(tmp_path):
     """``--reestimate``: the recorded estimate (here a wrong one) is replaced by the estimator's for the settings
     the row ran, and the errors with it; a row measured before the launcher tiled by fit is estimated tiled."""
