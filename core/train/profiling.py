@@ -3,7 +3,8 @@
 ``TUNEDECK_PROFILE=START:COUNT`` (e.g. ``5:2``) records steps START .. START+COUNT-1 and writes
 ``profile.txt`` into the run directory: the operators by self device time (CPU time on a CPU), and the
 same grouped into families (matmuls, attention, element-wise, copies and casts, optimizer, …) as shares
-of the recorded time. For benchmarks and bug reports; a run without the variable pays nothing.
+of the recorded time, and on a GPU the host side too (operators and CUDA runtime calls by self CPU time:
+what a launch-bound step waits on). For benchmarks and bug reports; a run without the variable pays nothing.
 """
 
 from __future__ import annotations
@@ -93,13 +94,13 @@ def summarise(profiler: Any, steps: int, wall_s: float | None = None) -> str:
     wall-clock time) also how busy the device was: kernel time far below the wall time means the step
     waits on the CPU (launches, Python), not on the GPU. The profiler's own overhead slows the CPU side,
     so the busy share is a lower bound for the same steps unprofiled."""
-    events = list(profiler.key_averages())
+    everything = list(profiler.key_averages())
     # On a GPU the kernels alone: an operator's self device time is that of the kernels it launched, so
     # counting both would count each kernel twice.
-    kernels = [e for e in events if str(getattr(e, "device_type", "")).upper().endswith(("CUDA", "PRIVATEUSE1"))
+    kernels = [e for e in everything if str(getattr(e, "device_type", "")).upper().endswith(("CUDA", "PRIVATEUSE1"))
                and getattr(e, "self_device_time_total", 0)]
     device = bool(kernels)
-    events = kernels or events
+    events = kernels or everything
 
     def self_time(event: Any) -> float:
         return float(getattr(event, "self_device_time_total", 0) if device else event.self_cpu_time_total)
@@ -121,7 +122,27 @@ def summarise(profiler: Any, steps: int, wall_s: float | None = None) -> str:
     for event in sorted(events, key=self_time, reverse=True)[:40]:
         lines.append(f"{self_time(event) / 1e3 / steps:9.2f} ms/step {100 * self_time(event) / total:5.1f}% "
                      f"x{event.count // max(1, steps):<6d} {event.key[:110]}")
+    if device:
+        lines += _cpu_side(everything, kernels, steps)
     return "\n".join(lines) + "\n"
+
+
+def _cpu_side(events: list[Any], kernels: list[Any], steps: int) -> list[str]:
+    """On a GPU, where the host's time goes: the operators and CUDA runtime calls by self CPU time. A step
+    whose kernels fill little of its wall time waits on these; a long ``cudaStreamSynchronize`` or
+    ``cudaMemcpyAsync`` is the CPU waiting for the GPU (an ``.item()``, a device-to-host copy), which
+    serialises the two instead of overlapping them."""
+    kernel_keys = {id(e) for e in kernels}
+    host = [e for e in events if id(e) not in kernel_keys and getattr(e, "self_cpu_time_total", 0) > 0]
+    if not host:
+        return []
+    total = sum(e.self_cpu_time_total for e in host)
+    lines = ["", f"## host side: self CPU time {total / 1e3 / steps:.1f} ms per step", ""]
+    for event in sorted(host, key=lambda e: e.self_cpu_time_total, reverse=True)[:20]:
+        lines.append(f"{event.self_cpu_time_total / 1e3 / steps:9.2f} ms/step "
+                     f"{100 * event.self_cpu_time_total / total:5.1f}% x{event.count // max(1, steps):<6d} "
+                     f"{event.key[:110]}")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------------------
