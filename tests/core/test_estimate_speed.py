@@ -19,6 +19,7 @@ from core.estimate import (
 from core.estimate.speed import (
     attention_efficiency,
     data_parallel_seconds,
+    dora_output_bytes,
     flops_per_token,
     gemm_efficiency,
     lora_input_bytes,
@@ -96,6 +97,22 @@ def test_lora_dropout_and_input_upcast_are_traffic_over_the_lora_inputs():
     assert lora_input_bytes(TINY, replace(p, method="full"), CAL) == 0.0
     only_q = replace(p, lora_targets=("q_proj",))
     assert lora_input_bytes(TINY, only_q, CAL) == pytest.approx(passes * 5.0 * 64 * 2 * 512)
+
+
+def test_dora_rescales_every_adapted_output_a_cost_per_token_and_out_feature():
+    """peft DoRA's fp32 rescaling runs over tokens x out_features of the adapted linears, once a micro-step
+    (the H200 rows with and without checkpointing solved to the same bytes): not for LoRA, not per weight."""
+    p = TrainingPlan(architecture=TINY, method="dora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
+    outputs = (64 + 32 + 32 + 64 + 160 + 160 + 64) * 2  # q, k, v (kv_dim 32), o, gate, up, down; x layers
+    per_element = CAL.dora_output_bytes_per_element
+    assert dora_output_bytes(TINY, p, CAL) == pytest.approx(per_element * outputs * 512)
+    assert dora_output_bytes(TINY, replace(p, gradient_checkpointing=False), CAL) == dora_output_bytes(TINY, p, CAL)
+    assert dora_output_bytes(TINY, replace(p, micro_batch_size=4), CAL) == pytest.approx(2 * dora_output_bytes(TINY, p, CAL))
+    assert dora_output_bytes(TINY, replace(p, lora_targets=("k_proj",)), CAL) == pytest.approx(per_element * 32 * 2 * 512)
+    assert dora_output_bytes(TINY, replace(p, method="lora"), CAL) == 0.0
+    h200 = find_gpu("H200")
+    dora = step_time(TINY, COUNTS, 1000, p, h200, CAL)
+    assert dora.dora_output_s == pytest.approx(dora_output_bytes(TINY, p, CAL) / (4800e9 * CAL.memory_bandwidth_efficiency))
 
 
 def test_tokens_per_second_from_the_step_time():
