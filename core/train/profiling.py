@@ -97,8 +97,7 @@ def summarise(profiler: Any, steps: int, wall_s: float | None = None) -> str:
     everything = list(profiler.key_averages())
     # On a GPU the kernels alone: an operator's self device time is that of the kernels it launched, so
     # counting both would count each kernel twice.
-    kernels = [e for e in everything if str(getattr(e, "device_type", "")).upper().endswith(("CUDA", "PRIVATEUSE1"))
-               and getattr(e, "self_device_time_total", 0)]
+    kernels = [e for e in everything if _is_kernel(e) and getattr(e, "self_device_time_total", 0)]
     device = bool(kernels)
     events = kernels or everything
 
@@ -119,30 +118,34 @@ def summarise(profiler: Any, steps: int, wall_s: float | None = None) -> str:
     for family, value in sorted(families.items(), key=lambda kv: -kv[1]):
         lines.append(f"{family:20s} {value / 1e3 / steps:9.1f} ms/step {100 * value / total:5.1f}%")
     lines += ["", "## top operators", ""]
-    for event in sorted(events, key=self_time, reverse=True)[:40]:
-        lines.append(f"{self_time(event) / 1e3 / steps:9.2f} ms/step {100 * self_time(event) / total:5.1f}% "
-                     f"x{event.count // max(1, steps):<6d} {event.key[:110]}")
+    lines += _top(events, self_time, total, steps, 40)
     if device:
-        lines += _cpu_side(everything, kernels, steps)
+        lines += _host_side(everything, steps)
     return "\n".join(lines) + "\n"
 
 
-def _cpu_side(events: list[Any], kernels: list[Any], steps: int) -> list[str]:
+def _is_kernel(event: Any) -> bool:
+    return str(getattr(event, "device_type", "")).upper().endswith(("CUDA", "PRIVATEUSE1"))
+
+
+def _top(events: list[Any], time_of: Any, total: float, steps: int, count: int) -> list[str]:
+    """The ``count`` events with the most ``time_of`` (µs), a line each: per step, share of ``total``, calls."""
+    return [f"{time_of(event) / 1e3 / steps:9.2f} ms/step {100 * time_of(event) / total:5.1f}% "
+            f"x{event.count // max(1, steps):<6d} {event.key[:110]}"
+            for event in sorted(events, key=time_of, reverse=True)[:count]]
+
+
+def _host_side(events: list[Any], steps: int) -> list[str]:
     """On a GPU, where the host's time goes: the operators and CUDA runtime calls by self CPU time. A step
     whose kernels fill little of its wall time waits on these; a long ``cudaStreamSynchronize`` or
     ``cudaMemcpyAsync`` is the CPU waiting for the GPU (an ``.item()``, a device-to-host copy), which
     serialises the two instead of overlapping them."""
-    kernel_keys = {id(e) for e in kernels}
-    host = [e for e in events if id(e) not in kernel_keys and getattr(e, "self_cpu_time_total", 0) > 0]
+    host = [e for e in events if not _is_kernel(e) and getattr(e, "self_cpu_time_total", 0) > 0]
     if not host:
         return []
     total = sum(e.self_cpu_time_total for e in host)
-    lines = ["", f"## host side: self CPU time {total / 1e3 / steps:.1f} ms per step", ""]
-    for event in sorted(host, key=lambda e: e.self_cpu_time_total, reverse=True)[:20]:
-        lines.append(f"{event.self_cpu_time_total / 1e3 / steps:9.2f} ms/step "
-                     f"{100 * event.self_cpu_time_total / total:5.1f}% x{event.count // max(1, steps):<6d} "
-                     f"{event.key[:110]}")
-    return lines
+    return ["", f"## host side: self CPU time {total / 1e3 / steps:.1f} ms per step", "",
+            *_top(host, lambda e: e.self_cpu_time_total, total, steps, 20)]
 
 
 # ---------------------------------------------------------------------------------------------------------
