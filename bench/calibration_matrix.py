@@ -415,8 +415,11 @@ def estimate_plan(plan: Any, gpu_name: str, tiles_by_fit: bool = True) -> dict[s
 
 
 # ---- the time model --------------------------------------------------------------------------------------
-def row_steps(row: Row, est: dict[str, Any] | None = None) -> tuple[int, int]:
-    """(steps, warm-up steps left out of the rate): enough steps for a steady rate, few where one is long."""
+def row_steps(row: Row, est: dict[str, Any] | None = None, steps: int | None = None) -> tuple[int, int]:
+    """(steps, warm-up steps left out of the rate): enough steps for a steady rate, few where one is long.
+    ``steps`` (``--steps``) overrides the row's count, for a longer window on rows whose steps are short."""
+    if steps:
+        return steps, max(4, steps // 5)
     if row.steps:
         return row.steps, max(1, row.steps // 3)
     if row.expect == "oom":
@@ -515,7 +518,7 @@ def _error(estimated: float | None, measured: float | None) -> float | None:
 
 def measure_row(ctx: dict[str, Any], row: Row, timeout_s: float, gpu_name: str | None) -> dict[str, Any]:
     """The row through engine_speed.run_engine (``tunedeck train``), then the estimate for what ran."""
-    steps, warmup = row_steps(row, estimate_row(row, gpu_name))
+    steps, warmup = row_steps(row, estimate_row(row, gpu_name), ctx.get("steps_override"))
     spec = {"model": row.model, "method": row.method, "micro": row.micro, "seq": row.seq, "gpus": 1,
             "ckpt": row.ckpt is not False, "name": f"cal-{row.model}-{row.method}"}
     # --profile N: N more steps, torch-profiled after the row's own (its rate is taken before them)
@@ -537,6 +540,7 @@ def measure_row(ctx: dict[str, Any], row: Row, timeout_s: float, gpu_name: str |
         "torch_peak_allocated_gib": result.get("torch_peak_allocated_gib"),
         "torch_peak_reserved_gib": result.get("torch_peak_reserved_gib"),
         "tokens_per_s": result.get("tokens_per_s"), "rate_from": result.get("rate_from"), "mfu": result.get("mfu"),
+        "step_s": result.get("step_s"),
         "loss": result.get("loss"), "optimizer_run": result.get("optimizer"), "fused_ce_run": result.get("fused_ce"),
         "checkpoint_layers_run": layers_run, "tiled_mlp_run": result.get("tiled_mlp_run"),
         "config_run": result.get("config"), "estimate": estimate,
@@ -833,6 +837,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="run N more steps per row under torch.profiler (core/train/profiling.py); its summary "
                              "goes into the row's record and STEM-profiles.md (the rate is the row's own steps')")
+    parser.add_argument("--steps", type=int, default=0, metavar="N",
+                        help="N steps for every row instead of its own count (warm-up N/5, at least 4): a longer "
+                             "window for rows whose steps are short")
     parser.add_argument("--tiny", action="store_true", help="the bundled tiny model's row (pipeline test)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (with --tiny)")
     args = parser.parse_args(argv)
@@ -910,6 +917,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ctx: dict[str, Any] = {
         "home": home, "cpu": not cuda, "datasets": dataset, "profile_steps": args.profile, "drop_checkpoints": True,
+        "steps_override": args.steps or None,
         "weights_made": set(),  # shared with each row's copy of the context (engine_speed.ensure_random_weights)
         "lora_dropout": LORA_DROPOUT, "peak_flops": es.gpu_peak_flops() if cuda else None,
         "model_dirs": {m: es.make_model_dir(home, m) for m in {r.model for r in rows}},

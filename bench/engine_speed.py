@@ -382,6 +382,9 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
         "torch_peak_reserved_gib": row.get("peak_reserved_gib"),
         "loss": loss_after([r.get("loss") for r in train]),
         "steps": len(train),
+        # Each step's wall seconds (from the metrics' elapsed_s): a mean rate hides whether every step is slow
+        # or a few stall (a collection, a recompilation), which the next measurement must tell apart.
+        "step_s": [round(b["elapsed_s"] - a["elapsed_s"], 3) for a, b in zip(train, train[1:], strict=False)],
         "optimizer": header.get("optimizer"),
         "fused_ce": header.get("fused_ce"),
         "oom": row.get("oom"),
