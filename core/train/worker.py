@@ -215,6 +215,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
 
     from core.i18n import Message
     from core.train.callbacks import (
+        FreezeSetupObjectsCallback,
         GracefulStopCallback,
         HeartbeatCallback,
         HoldAtStepCallback,
@@ -404,7 +405,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     metrics_cb = RunMetricsCallback(run, header, str(checkpoint) if checkpoint else None, prior_elapsed,
                                     global_batch, is_main=rank == 0)
     stop_cb = GracefulStopCallback(flag)
-    callbacks = [metrics_cb, stop_cb, HeartbeatCallback()]
+    callbacks = [metrics_cb, stop_cb, HeartbeatCallback(), FreezeSetupObjectsCallback()]
     if cfg.get("offload_activations"):
         if cfg.get("gradient_checkpointing"):
             from core.train.offload import OffloadedCheckpointingCallback
