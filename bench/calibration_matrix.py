@@ -309,6 +309,12 @@ ROWS: tuple[Row, ...] = (
     _r("7b", "lora", 1, 16384, "tiles", tiled_mlp="false"),
     _r("7b", "lora", 1, 24576, "tiles", tiled_mlp=7),
     _r("7b", "lora", 1, 24576, "tiles", tiled_mlp="false"),
+    # ---- Steps that wait on the CPU, at other layer counts than the 0.5B's 24 and the 1.5B/7B's 28 (added with
+    # the garbage-collector fix, for the per-layer launch cost): 36 layers untiled, 48 checkpointed, QLoRA's
+    # dequantisation calls at a token count where the GPU has little to do.
+    _r("3b", "lora", 1, 1024, "host", ckpt=False),
+    _r("14b", "lora", 1, 1024, "host"),
+    _r("1.5b", "qlora", 1, 1024, "host"),
 )
 TINY_ROWS: tuple[Row, ...] = (_r("tiny", "lora", 2, 128, "tiny", ckpt=False, steps=4),)
 
