@@ -115,21 +115,28 @@ def probe_one(candidate: Candidate, request: PlanRequest, steps: int = PROBE_STE
         raise ProbeError(str(exc)) from exc
     deadline = time.monotonic() + timeout_s
     seen = -1
+
+    def report_step() -> None:
+        nonlocal seen
+        if progress is None:
+            return
+        from core.runs.jsonl import last_record
+
+        record = last_record(run.metrics_path, lambda r: r.get("kind") == "train")
+        step = (record.get("step") if record else 0) or 0
+        if step != seen:
+            seen = step
+            progress(t("plan.probe.progress", name=config.name, step=seen, steps=steps))
+
     while True:
         status = effective_status(run)
         if status.status in TERMINAL_STATES:
+            report_step()  # the last steps may have come since the last look: say them before the result
             break
         if time.monotonic() > deadline:
             stop_run(run, force=True)
             raise ProbeError(t("plan.probe.timeout", seconds=int(timeout_s), path=str(run.path)))
-        if progress is not None:
-            from core.runs.jsonl import last_record
-
-            record = last_record(run.metrics_path, lambda r: r.get("kind") == "train")
-            step = record.get("step") if record else 0
-            if step != seen:
-                seen = step or 0
-                progress(t("plan.probe.progress", name=config.name, step=seen, steps=steps))
+        report_step()
         time.sleep(0.5)
     if status.status != RunState.FINISHED:
         raise ProbeError(t("plan.probe.failed", status=status.status, reason=status.reason_text, path=str(run.path)))
