@@ -19,7 +19,8 @@ part cut short is re-run for the rows it lacks with ``bash bench/device/calibrat
 REGEX`` and committed as ``calibration-partK-b.json``: the report merges by row name (a finished or
 out-of-memory record stands; a failed one is replaced by a later file's). Then::
 
-    python bench/calibration_matrix.py --report-only bench/results/estimate_matrix/calibration-part*.json
+    python bench/calibration_matrix.py --report-only bench/results/estimate_matrix/calibration-*.json \
+        bench/results/estimate_matrix/profile-2.json
 
 writes ``bench/results/estimate_matrix/engine-matrix.md``: every row measured vs estimated, medians and
 worst errors, the fit-verdict check, and the issue's targets as pass/fail lines. The estimates there are
@@ -27,7 +28,11 @@ those recorded at measurement; ``--reestimate --report .../engine-matrix-now.md`
 row's estimate again with the estimator as it is (for the settings the row ran), to see what a change to
 ``core/estimate`` does to the errors. Files of later calls that measured rows again (``--profile N`` calls,
 ``profile-K.json``) may be given after the parts: the first measurement counts, and the report lists each
-row measured more than once with its rates and their spread (the device's run-to-run noise on it).
+row measured more than once with its rates and their spread (the device's run-to-run noise on it). Files of
+a later engine (``ENGINE_GENERATIONS``: ``calibration-gcfreeze-*.json``, measured after the engine's
+garbage-collector fix) count before every earlier one, the mean of their calls where several measured a row.
+``profile-3*.json`` are not calibration rows: the host probe (``bench/hostprobe``) sampled those runs and
+slowed their Python-bound steps.
 ``--list`` gives the
 number of parts and the expected device minutes: at this writing 82 rows (77 to run, 5 skipped), 8
 parts, 61 device minutes in all — more than one session's 30 device minutes. The part numbers stay as
@@ -49,25 +54,18 @@ token is real), the settings the engine reports it ran (fused loss, checkpointed
 wall seconds against the time model, and the estimator's peak, tokens/s and fit verdict for the same
 settings (re-estimated with the fused loss and checkpointed layers the engine reported) with the errors.
 
-What ``bench/estimate_calibrate.py`` must change to fit on these rows (not done here)
--------------------------------------------------------------------------------------
-- Read the ``calibration-part*.json`` rows instead of ``estimate_matrix.json`` (its own loop, not the
-  engine) and the old ``engine-*.json``: each row's estimator options are ``plan_options(row)`` here
-  (with the engine's reported fused loss and checkpointed layers), its measured tokens/s is already
-  non-padding = all tokens (packed), so no ``samples_per_s x seq`` correction.
-- Fit memory too, not only speed: the peak terms (activation bytes per token per layer with and without
-  checkpointing, offload, tiled MLP, the logits of the plain loss, allocator slack, CUDA context) against
-  the NVML peaks, with the one-sided target (never more than 5 % under) as a constraint rather than a
-  symmetric least squares; then the fit verdict of every row, OOM rows included, as a check.
-- Speed: the engine's switches that ``TrainingPlan`` cannot express (``lora_input_upcast``,
-  ``lora_fused_add``, ``compile_layers``) — either new plan fields (a ``core/`` change, its own commit)
-  or those rows left out of the fit and reported. The dispatch/hidden terms need refitting on 0.5B-72B.
-- Leave-one-out over these rows, as now.
+How the fits use these rows
+---------------------------
+- ``bench/memory_fit.py``: the memory constants, on the parts' NVML, reserved and allocated peaks.
+- ``bench/estimate_calibrate.py``: the speed constants (GEMM and attention efficiencies, the hidden-size
+  term, the CPU launch time per layer and pass) on every finished untiled row (``merged_records``), with the
+  7B/8B ``engine-speed``/``engine-longctx`` rows; leave one model out is its validation.
+- ``bench/matrix_terms_fit.py``: the terms of their own rows (the tiled MLP's launch cost, mixed-precision
+  full fine-tuning's fp32 cost, DoRA's output rescaling), on the parts.
 - The rows measured before the launcher resolved ``tiled_mlp: auto`` by fit (parts 1-3 and the first three
   rows of part 4, 2026-12-02) ran the engine's rule (tiles from 16k tokens in checkpointed blocks): their
   ``tiled_mlp_run`` says ``auto``, a later untiled row's ``false``. ``plan_as_run`` builds the plan of what
-  a record ran, to estimate with ``tiles_by_fit=False`` (``--reestimate``, ``bench/matrix_terms_fit.py``
-  and ``estimate_calibrate.py --matrix`` do).
+  a record ran, estimated with ``tiles_by_fit=False`` (``--reestimate`` and the fits do).
 
 Skipped by design (the 64 GB disk of the one-GPU machine): QLoRA of 32B/72B (the bare config's bf16
 random weights are written to disk first: 66 / 145 GB), full fine-tuning whose final checkpoint (the
@@ -747,47 +745,72 @@ def reestimate(record: dict[str, Any], gpu_name: str = "H200") -> dict[str, Any]
     return out
 
 
+# Files measured after the engine began freezing its setup's objects out of the garbage collector (81a334d):
+# from there the steps that wait on the CPU ran 15-60% faster (every full collection had walked over a million
+# objects), so such a file's row stands for the engine as it is, whatever an earlier file says of it.
+ENGINE_GENERATIONS: tuple[tuple[str, int], ...] = (("calibration-gcfreeze-", 1),)
+
+
+def engine_generation(name: str) -> int:
+    """Which engine a result file measured: 0 before the garbage-collector fix, 1 after (ENGINE_GENERATIONS)."""
+    return max((g for prefix, g in ENGINE_GENERATIONS if Path(name).name.startswith(prefix)), default=0)
+
+
 def merged_records(files: list[str], again: bool = False) -> list[dict[str, Any]]:
-    """The records of the part files, one per row: a row re-run in a later call keeps its first measurement
-    (finished or out of memory), a skipped one is replaced; each says its ``file``. ``again``: each estimated
-    again (``reestimate``)."""
+    """The records of the result files, one per row, each saying its ``file``. A row measured by a later
+    engine (``engine_generation``) stands for it; within one engine the first finished or out-of-memory
+    record stands (a skipped or failed one is replaced), and when several calls finished the row its
+    tokens/s is their mean (``rates`` lists each call's: on the rows that wait on the CPU the box's calls
+    differ by up to a third). ``again``: each estimated again (``reestimate``)."""
     records: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
-    for name in files:
+    for name in sorted(files, key=lambda f: -engine_generation(f)):  # stable: the given order within one
         data = json.loads(Path(name).read_text(encoding="utf-8"))
         gpu = (data.get("meta") or {}).get("gpu_name") or "H200"
         for r in data["results"]:
             r = {**(reestimate(r, gpu) if again else r), "file": Path(name).name}
-            if r["row"] in seen and records[seen[r["row"]]].get("status") in ("finished", "oom"):
-                continue
-            if r["row"] in seen:
-                records[seen[r["row"]]] = r
-            else:
+            if r.get("status") == "finished" and r.get("tokens_per_s"):
+                r["rates"] = [[r["file"], r["tokens_per_s"]]]
+            if r["row"] not in seen:
                 seen[r["row"]] = len(records)
                 records.append(r)
+                continue
+            kept = records[seen[r["row"]]]
+            if kept.get("status") not in ("finished", "oom"):
+                records[seen[r["row"]]] = r
+            elif (r.get("rates") and kept.get("rates")
+                  and engine_generation(kept["file"]) == engine_generation(r["file"])):
+                kept["rates"] += r["rates"]
+                kept["tokens_per_s"] = round(statistics.mean(rate for _, rate in kept["rates"]), 1)
+                kept["speed_error"] = _error((kept.get("estimate") or {}).get("tokens_per_s"), kept["tokens_per_s"])
     return records
 
 
 def repeat_lines(files: list[str]) -> list[str]:
     """The rows that finished in more than one call, with each call's tokens/s: the spread is the device's
-    run-to-run noise on that row, which no fit can read tighter (the report above counts the first)."""
-    measured: dict[str, list[tuple[str, float]]] = {}
-    for name in files:
+    run-to-run noise on that row, which no fit can read tighter. Calls that ran the row differently (the
+    launcher's ``tiled_mlp: auto`` resolved by fit since 504ff0a, by the engine's rule before) say how."""
+    measured: dict[str, list[tuple[str, float, Any]]] = {}
+    for name in sorted(files, key=lambda f: -engine_generation(f)):
         for r in json.loads(Path(name).read_text(encoding="utf-8"))["results"]:
             if r.get("status") == "finished" and r.get("tokens_per_s"):
-                measured.setdefault(r["row"], []).append((Path(name).name, float(r["tokens_per_s"])))
+                measured.setdefault(r["row"], []).append((Path(name).name, float(r["tokens_per_s"]),
+                                                          r.get("tiled_mlp_run")))
     repeated = {row: runs for row, runs in measured.items() if len(runs) > 1}
     if not repeated:
         return []
     lines = ["## Rows measured more than once", "",
-             "The same row finished in more than one call (the tables above count the first). The spread, "
-             "largest over smallest tokens/s, is the device's run-to-run noise on that row: a speed error "
-             "smaller than it cannot be told from noise.", "",
+             "The same row finished in more than one call. The tables above count the latest engine's calls "
+             "(`engine_generation`: the files after the garbage-collector fix first), their mean where it has "
+             "several. The spread, largest over smallest tokens/s, is the device's run-to-run noise on that row "
+             "(across the fix: the fix too): a speed error smaller than it cannot be told from noise.", "",
              "| row | tokens/s by call | spread |", "|---|---|---|"]
     for row, runs in repeated.items():
-        rates = [rate for _, rate in runs]
-        lines.append(f"| {row} | " + ", ".join(f"{rate:,.0f} ({name})" for name, rate in runs)
-                     + f" | {max(rates) / min(rates) - 1:+.0%} |")
+        rates = [rate for _, rate, _ in runs]
+        differ = len({tiles for _, _, tiles in runs}) > 1
+        lines.append(f"| {row} | " + ", ".join(
+            f"{rate:,.0f} ({name}{f', tiled_mlp {tiles}' if differ else ''})" for name, rate, tiles in runs)
+            + f" | {'- (run differently)' if differ else f'{max(rates) / min(rates) - 1:+.0%}'} |")
     return [*lines, ""]
 
 

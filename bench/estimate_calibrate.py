@@ -1,44 +1,45 @@
 """Fit the estimator's speed constants to the committed H200 measurements; report the fit (no GPU needed).
 
 Fitted data: the current engine (``tunedeck train`` with its defaults of December 2026: Liger's fused
-loss, bf16 LoRA inputs, fused AdamW, packing, the tiled MLP), one H200, read from the committed files:
+loss, bf16 LoRA inputs, fused AdamW, packing, the tiled MLP where a run does not fit untiled, the setup's
+objects frozen out of the garbage collector), one H200, read from the committed files:
+- ``bench/results/estimate_matrix/calibration-*.json`` (``bench/calibration_matrix.py``, issue #19): the
+  calibration matrix's finished rows, Qwen2.5 0.5B-32B and Llama-3-8B, LoRA/DoRA/QLoRA/full, batch 1-16,
+  512 to 128k tokens, checkpointing off/partial/on, the engine's switches; each row's plan is what the
+  engine reported it ran (``calibration_matrix.plan_as_run``). A row measured again after the
+  garbage-collector fix counts as then measured, the mean of its calls there (``merged_records``: the
+  steps that wait on the CPU ran 15-60% faster from the fix, and differ by up to a third between calls
+  of the rented box). Tiled rows and mixed-precision full fine-tuning are reported, not fitted:
+  ``bench/matrix_terms_fit.py`` solves the tiles' launch cost and the fp32 model's cost on them;
 - ``bench/results/engine-speed-{lora-a,lora-b,qlora,dropout0,full,full-b}.json`` (``bench/engine_speed.py``):
   the finished ``tunedeck`` rows, b4 x 2048 with checkpointing, the ``checkpoint_layers=auto`` and
   ``lora_input_upcast=true`` switch rows, dropout 0, and the wizard's plans (b8 x 2048, accumulation 2,
   no checkpointing); tokens/s = non-padding tokens over wall time from step 4 (every row is full length:
-  the bench's conversations are longer than the sequence). Each row's plan is built from the config the
-  JSON records (batch, accumulation, checkpointing and the layers the run checkpointed, dropout, upcast,
-  pure bf16, optimizer, fused loss). ``compile_layers=true`` (one row, off by default, slower than eager)
-  is a code path the estimator does not model: reported, not fitted;
+  the bench's conversations are longer than the sequence). ``compile_layers=true`` (one row, off by
+  default, slower than eager) is a code path the estimator does not model: reported, not fitted;
 - ``bench/results/engine-longctx-*.json`` (``bench/engine_longctx.py``): the finished rows, batch 1 from
-  32k to 192k tokens, checkpointing with ``offload_activations`` and the tiled MLP (the † rows of the
-  summary have a memory artefact only; their speed counts). The 393k row is one step with the warm-up in
-  it, a lower bound: reported, not fitted. Failed and stopped rows are left out.
-Repeated runs of one configuration (six of 7B QLoRA at 32k) share one configuration's weight in the fit,
-and leave-one-out leaves the whole configuration out.
+  32k to 192k tokens, checkpointing with ``offload_activations`` and the tiled MLP. The 393k row is one
+  step with the warm-up in it, a lower bound: reported, not fitted. Failed and stopped rows are left out.
+Repeated runs of one configuration share one configuration's weight in the fit.
 
-Other engine, reported only: the plain transformers + peft loop of ``estimate_matrix/estimate_matrix.json``
+Free constants: the LoRA GEMM efficiency, the hidden-size term, the attention kernels' efficiency and the
+CPU launch time per layer and pass of each method (``dispatch_s_per_layer_pass``: the matrix's rows that
+wait on the CPU identify them, at 24 to 48 layers). Full fine-tuning's big-GEMM efficiency is pinned. The
+data-parallel constants (dp0-dp3) are still those solved on the older engine's 2-GPU rows.
+
+Other engines, reported only: the plain transformers + peft loop of ``estimate_matrix/estimate_matrix.json``
 and the older engine's ``engine-*.json`` (1024-token rows, peft's fp32 LoRA inputs, no Liger RMSNorm/
-SwiGLU, the first runs without Liger at all). They measured other code, so they no longer fit the
-constants; their rows show how far the current constants are from that code. The data-parallel constants
-(dp0-dp3) are still those solved on the older engine's 2-GPU rows (no current-engine multi-GPU row); the
-dispatch constants (CPU launch time per layer) those fitted on its launch-bound 0.5B rows (every
-current-engine row is a GPU-bound 7B/8B one and cannot tell them).
+SwiGLU, the first runs without Liger at all): they measured other code.
 
 Fit: least squares on log(estimate / measured) over the free constants (Nelder-Mead in log space, pure
-Python). "Before" is the estimator as committed before this refit (d674802: full s^2 attention at the
-method's GEMM efficiency, constants of the older engine), recorded in ``BEFORE``.
+Python). Validation, not the fit: every row predicted by a fit made without its model's rows (leave one
+model out: the 14B's 48 layers, the 8B's, the 0.5B's narrow hidden size each predicted from the others).
+The error band the wizard shows (``calibration.SPEED_ERROR_*``) is that validation's, split by what the
+row's step waits on: the GPU (its kernels take longer than the CPU takes to launch them) or the CPU.
+"Before" is the estimator with the constants committed before this refit (``BEFORE_VALUES``).
 
     python bench/estimate_calibrate.py            # prints the table and the constants
     python bench/estimate_calibrate.py --write    # also writes bench/results/estimate_calibration.md
-    python bench/estimate_calibrate.py --matrix   # a preview: the fit with the #19 matrix's rows too
-
-``--matrix`` adds the finished rows of ``bench/results/estimate_matrix/calibration-part*.json`` (0.5B-7B,
-``tunedeck train`` on the H200) to the fit and frees the CPU launch constants (their 0.5B rows identify
-them); tiled rows and mixed-precision full rows (``bench/matrix_terms_fit.py`` fits the tiles' cost and the
-fp32 model's on them) are reported, not fitted. It is never written: the committed fit stays the one
-above until the matrix is complete; ``estimate_matrix/refit-preview.md`` is its output on the parts
-measured so far.
 """
 
 from __future__ import annotations
@@ -75,14 +76,14 @@ ENGINE_PLAIN_CE_FILES = {"engine-0.5b.json", "engine-7b-a.json", "engine-multi.j
 # fine-tuning is pinned (what large bf16 cuBLAS GEMMs reach on Hopper, ~700-750 of 989 TFLOPs): with two
 # hidden sizes (3584, 4096) it trades off against hidden_half, which the full rows then fix; LoRA's is
 # fitted under the same hidden term, the attention kernels' on their own.
-FREE = ("eff_lora", "hidden_half", "attn")
-# With --matrix (the #19 calibration matrix's rows, 0.5B to 7B) the CPU launch constants are identified too.
-DISPATCH = ("disp_full", "disp_lora", "disp_dora", "disp_qlora")
+FREE = ("eff_lora", "hidden_half", "attn", "disp_full", "disp_lora", "disp_dora", "disp_qlora")
 PINNED = {"eff_full": 0.72}
 # Kept as they are (see the module docstring): not identified by the current-engine rows.
-KEPT = (*DISPATCH, "dp0", "dp1", "dp2", "dp3")
-# The constants before this refit (d674802), for the report.
-BEFORE_VALUES = {"eff_full": 0.72, "eff_lora": 0.497, "hidden_half": 3530.0, "attn": None}
+KEPT = ("dp0", "dp1", "dp2", "dp3")
+# The constants committed before this refit (2c502b4: fitted on the 24 7B/8B rows, the launch constants on
+# the older engine's 0.5B rows), for the report's "before".
+BEFORE_VALUES = {"eff_full": 0.72, "eff_lora": 0.606, "hidden_half": 706.0, "attn": 0.481, "disp_full": 0.0018,
+                 "disp_lora": 0.00322, "disp_dora": 0.00498, "disp_qlora": 0.00591}
 
 
 @dataclass
@@ -197,18 +198,18 @@ def _calibration_rows() -> list[Row]:
     import calibration_matrix as cm
 
     rows = []
-    for path in sorted((RESULTS / "estimate_matrix").glob("calibration-part*.json")):
-        for result in json.loads(path.read_text())["results"]:
-            ran = cm.plan_as_run(result)
-            if ran is None or result.get("status") != "finished" or not result.get("tokens_per_s"):
-                continue
-            row, plan = ran
-            kind, note = "cal", f"{result['steps']} steps"
-            if plan.tiles_mlp:
-                kind, note = "excluded", note + f"; tiled MLP ({plan.mlp_tiles(True)} tiles): bench/matrix_terms_fit.py fits its cost"
-            elif row.method == "full" and not row.pure_bf16:
-                kind, note = "excluded", note + "; mixed-precision full: bench/matrix_terms_fit.py fits its fp32 cost"
-            rows.append(Row(path.name, row.name, plan, float(result["tokens_per_s"]), note, kind))
+    for result in cm.merged_records([str(p) for p in sorted((RESULTS / "estimate_matrix").glob("calibration-*.json"))]):
+        ran = cm.plan_as_run(result)
+        if ran is None or result.get("status") != "finished" or not result.get("tokens_per_s"):
+            continue
+        row, plan = ran
+        kind, note = "cal", f"{result['steps']} steps" + (
+            f", mean of {len(result['rates'])} calls" if len(result.get("rates") or []) > 1 else "")
+        if plan.tiles_mlp:
+            kind, note = "excluded", note + f"; tiled MLP ({plan.mlp_tiles(True)} tiles): bench/matrix_terms_fit.py fits its cost"
+        elif row.method == "full" and not row.pure_bf16:
+            kind, note = "excluded", note + "; mixed-precision full: bench/matrix_terms_fit.py fits its fp32 cost"
+        rows.append(Row(result["file"], row.name, plan, float(result["tokens_per_s"]), note, kind))
     return rows
 
 
@@ -283,10 +284,9 @@ def _plan_key(plan: TrainingPlan) -> str:
     return repr(replace(plan, architecture=None, exact_total_params=None))
 
 
-def load_rows(matrix: bool = False) -> list[Row]:
-    """Every measurement: the current engine's (fitted, then the excluded ones), then the other engines';
-    ``matrix``: with the #19 calibration matrix's rows (``--matrix``)."""
-    current = _speed_rows() + _longctx_rows() + (_calibration_rows() if matrix else [])
+def load_rows() -> list[Row]:
+    """Every measurement: the current engine's (fitted, then the excluded ones), then the other engines'."""
+    current = _speed_rows() + _longctx_rows() + _calibration_rows()
     for row in current:
         row.group = _plan_key(row.plan) + row.plan.architecture.name
     return current + _matrix_rows() + _old_engine_rows()
@@ -399,17 +399,31 @@ def fit(rows: list[Row], start: dict[str, float], free: tuple[str, ...] = FREE) 
     return {**start, **{k: math.exp(v) for k, v in zip(free, x, strict=True)}}
 
 
-def leave_one_out(rows: list[Row], fitted: dict[str, float], free: tuple[str, ...] = FREE) -> dict[str, float]:
-    """Each fitted row predicted by a fit without its configuration (its repeats left out with it)."""
+def model_of(row: Row) -> str:
+    """The model shape a row ran (its hidden size and depth: Qwen2.5-7B and a bare 7B config are one)."""
+    arch = row.plan.architecture
+    return f"h{arch.hidden_size} x {arch.num_layers} layers"
+
+
+def leave_one_model_out(rows: list[Row], fitted: dict[str, float], free: tuple[str, ...] = FREE) -> dict[str, float]:
+    """Each fitted row predicted by a fit made without every row of its model: what the constants say of a
+    shape they have not seen."""
     out: dict[str, float] = {}
     fitted_rows = [r for r in rows if r.fitted]
-    for group in dict.fromkeys(r.group for r in fitted_rows):
-        others = [r for r in fitted_rows if r.group != group]
-        calibration = calibration_from(fit(others, fitted, free))
+    for model in dict.fromkeys(model_of(r) for r in fitted_rows):
+        calibration = calibration_from(fit([r for r in fitted_rows if model_of(r) != model], fitted, free))
         for row in fitted_rows:
-            if row.group == group:
+            if model_of(row) == model:
                 out[row.key] = predict(row, calibration)
     return out
+
+
+def waits_on_cpu(row: Row, calibration: Calibration) -> bool:
+    """Whether the row's step waits on the CPU: launching its kernels takes longer than running them."""
+    arch = row.plan.architecture
+    step = estimate_speed(arch, count_parameters(arch), row.plan, find_gpu("H200"), calibration,
+                          trainable=_trainable(row.plan)).step
+    return step is not None and step.dispatch_s > step.gpu_s
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -442,24 +456,30 @@ TITLES = {
     "excluded": "Current engine, not fitted",
     "other": "Other engines (reported, not fitted)",
 }
+BOUND_TITLES = {"gpu": "Steps that wait on the GPU (fitted)", "cpu": "Steps that wait on the CPU (fitted)"}
 
 
-def build_report(rows: list[Row], fitted: dict[str, float], loo: dict[str, float], free: tuple[str, ...] = FREE) -> str:
+def build_report(rows: list[Row], fitted: dict[str, float], lomo: dict[str, float]) -> str:
     new_cal = calibration_from(fitted)
+    old_cal = calibration_from(BEFORE_VALUES)
     lines = [
         "# Speed calibration of the estimator (H200)",
         "",
         "Written by `bench/estimate_calibrate.py --write` from the committed measurements (nothing re-measured). "
-        "Fitted: the current engine's rows, `engine-speed-*.json` (`tunedeck` rows, b4/b8 × 2048) and "
-        "`engine-longctx-*.json` (batch 1, 32k–192k tokens, `offload_activations`, tiled MLP), all Qwen2.5-7B "
-        "and Llama-3-8B on one H200. An interim fit on few rows of two models of one shape family, pending "
-        "the #19 matrix (`bench/calibration_matrix.py`, not yet run on the GPU). Error = (estimate − measured) "
-        "/ measured. Before: the estimator as committed before this refit (d674802: attention as the full "
-        "s × s matrix at the method's GEMM efficiency, constants fitted on the older engine and the plain "
-        "loop). LOO: predicted by a fit without the row's configuration (its repeats left out too).",
+        "Fitted: the current engine's rows on one H200: the #19 calibration matrix (`estimate_matrix/"
+        "calibration-*.json`, Qwen2.5 0.5B-32B and Llama-3-8B shapes, 512 to 128k tokens; a row measured again "
+        "after the engine's garbage-collector fix counts as then measured, the mean of its calls), "
+        "`engine-speed-*.json` (7B b4/b8 × 2048) and `engine-longctx-*.json` (batch 1, 32k–192k tokens). "
+        "Error = (estimate − measured) / measured. Before: the constants committed before this refit (fitted "
+        "on the 24 7B/8B rows; the CPU launch constants on the older engine's 0.5B rows). LOMO: predicted by a "
+        "fit made without every row of the row's model (leave one model out), the validation the wizard's "
+        "band is taken from. A row whose step waits on the CPU (launching its kernels takes longer than "
+        "running them, by the fitted constants) says so in its notes.",
         "",
     ]
     errors: dict[str, dict[str, list[float]]] = {}
+    bound_errors: dict[str, dict[str, list[float]]] = {"gpu": {"after": [], "lomo": []},
+                                                       "cpu": {"after": [], "lomo": []}}
     number = 0
     for kind in ("short", "long", "cal", "excluded", "other"):
         chosen = [r for r in rows if r.kind == kind]
@@ -467,28 +487,35 @@ def build_report(rows: list[Row], fitted: dict[str, float], loo: dict[str, float
             continue
         lines += [f"## {TITLES[kind]}", "",
                   "| # | source | configuration | measured tok/s | before | before err % | after | after err % "
-                  "| LOO | LOO err % | notes |",
+                  "| LOMO | LOMO err % | notes |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
-        bucket = errors.setdefault(kind, {"before": [], "after": [], "loo": []})
+        bucket = errors.setdefault(kind, {"before": [], "after": [], "lomo": []})
         for row in chosen:
             number += 1
-            before = BEFORE.get(row.key)
+            before = predict(row, old_cal)
             after = predict(row, new_cal)
-            held = loo.get(row.key)
-            if before is not None:
-                bucket["before"].append(_err(before, row.measured_tps))
+            held = lomo.get(row.key)
+            on_cpu = waits_on_cpu(row, new_cal)
+            bucket["before"].append(_err(before, row.measured_tps))
             bucket["after"].append(_err(after, row.measured_tps))
             if held is not None:
-                bucket["loo"].append(_err(held, row.measured_tps))
+                bucket["lomo"].append(_err(held, row.measured_tps))
+            if row.fitted:
+                bound = bound_errors["cpu" if on_cpu else "gpu"]
+                bound["after"].append(_err(after, row.measured_tps))
+                if held is not None:
+                    bound["lomo"].append(_err(held, row.measured_tps))
+            note = "; ".join(n for n in (row.note, "waits on the CPU" if on_cpu and kind != "other" else "") if n)
             lines.append(
                 f"| {number} | {row.source} | {row.name} | {row.measured_tps:,.0f} | {_fmt(before)} | "
                 f"{_errfmt(before, row.measured_tps)} | {after:,.0f} | {_errfmt(after, row.measured_tps)} | "
-                f"{_fmt(held)} | {_errfmt(held, row.measured_tps)} | {row.note} |")
+                f"{_fmt(held)} | {_errfmt(held, row.measured_tps)} | {note} |")
         lines.append("")
     fitted_rows = [r for r in rows if r.fitted]
     groups = len({r.group for r in fitted_rows})
     lines += ["## Fit quality", "",
-              f"Fitted rows: {len(fitted_rows)} ({groups} configurations), "
+              f"Fitted rows: {len(fitted_rows)} ({groups} configurations, {len({model_of(r) for r in fitted_rows})} "
+              f"model shapes): {sum(r.kind == 'cal' for r in fitted_rows)} of the calibration matrix, "
               f"{sum(r.kind == 'short' for r in fitted_rows)} short-context and "
               f"{sum(r.kind == 'long' for r in fitted_rows)} long-context.", ""]
     for kind in ("short", "long", "cal", "excluded", "other"):
@@ -496,48 +523,53 @@ def build_report(rows: list[Row], fitted: dict[str, float], loo: dict[str, float
             continue
         bucket = errors[kind]
         lines.append(f"- {TITLES[kind]}: before {_summary(bucket['before'])}; after {_summary(bucket['after'])}"
-                     + (f"; leave-one-out {_summary(bucket['loo'])}" if bucket["loo"] else ""))
+                     + (f"; leave one model out {_summary(bucket['lomo'])}" if bucket["lomo"] else ""))
+    lines += ["", "By what the step waits on (the wizard's speed band: leave one model out):", ""]
+    for bound, title in BOUND_TITLES.items():
+        bucket = bound_errors[bound]
+        lines.append(f"- {title}: {len(bucket['after'])} rows; after {_summary(bucket['after'])}; "
+                     f"leave one model out {_summary(bucket['lomo'])}")
     lines += ["", "## Constants (Hopper)", "", "| constant | before | after | |", "|---|---|---|---|"]
-    roles = {"eff_full": "pinned", "eff_lora": "fitted", "hidden_half": "fitted", "attn": "fitted (new term)"}
-    committed = current_values()
+    roles = {"eff_full": "pinned", "attn": "fitted (causal flash/cuDNN attention)"}
     for key in ("eff_full", *FREE, *KEPT):
-        before = BEFORE_VALUES.get(key, committed[key] if key in free else fitted[key])
-        role = roles.get(key, "fitted" if key in free else "kept (not identified by these rows)")
-        lines.append(f"| {key} | {'– (no such term)' if before is None else f'{before:.4g}'} | {fitted[key]:.4g} | {role} |")
+        before = BEFORE_VALUES.get(key, fitted[key])
+        role = roles.get(key, "fitted" if key in FREE else "kept (not identified by these rows)")
+        lines.append(f"| {key} | {before:.4g} | {fitted[key]:.4g} | {role} |")
     lines += [
         "",
         "eff_full / eff_lora: big-GEMM efficiency of the linear layers (full pinned); hidden_half stretches "
         "their time by (h + hidden_half)/h; attn: the causal flash/cuDNN attention kernels' efficiency for "
-        "the FLOPs they compute (half the s² scores); disp_*: CPU seconds per layer and pass unit; dp*: "
-        "seconds per layer per micro-step of data parallelism. Counted from the ops, not fitted: LoRA dropout "
-        "(5 B per input element and pass on bf16, 9 on fp32), peft's fp32 upcast (12 B), NF4 dequantisation, "
-        "the optimizer's traffic.",
+        "the FLOPs they compute (half the s² scores); disp_*: CPU seconds per layer and pass unit (forward 1, "
+        "backward 2, recompute 1); dp*: seconds per layer per micro-step of data parallelism. Counted from the "
+        "ops, not fitted: LoRA dropout (5 B per input element and pass on bf16, 9 on fp32), fp32 LoRA inputs "
+        "(`lora_input_upcast`, and QLoRA's `qlora_upcast`: 12 B), NF4 dequantisation, the optimizer's traffic. "
+        "Solved on their own rows by `bench/matrix_terms_fit.py`: the tiled MLP's launch cost per tile, "
+        "mixed-precision full fine-tuning's fp32 cost, DoRA's output rescaling.",
         "",
         "## Reading the fit",
         "",
-        "- Attention is now causal: the kernels compute half of the s² scores, at their own efficiency. At "
-        "96k tokens attention is over half of the step's FLOPs; counting the full matrix at the LoRA GEMM "
-        "efficiency is what made the long-context estimates ~3× slow.",
-        "- The recomputation of checkpointing re-runs the decoder layers only, not the LM head; the tiled "
-        "MLP adds no FLOPs (its forward is skipped in the block's recomputation and redone in its own "
-        "backward). `offload_activations` is timed as free: its copies overlap the compute, and every "
-        "long-context row has it on, so a cost could not be told from the attention efficiency.",
-        "- LoRA dropout and `lora_input_upcast` are memory traffic counted from the ops; against the "
-        "dropout-0 and upcast rows of the same calls they come within ~10 ms a step of the measured "
-        "differences.",
-        "- The worst fitted row is 7B QLoRA at b4 × 2048 (−9 %): its CPU launch term (disp_qlora, kept from "
-        "the older engine, whose bitsandbytes path launched more) is what holds it back; the rows cannot "
-        "separate it from the GEMM efficiency.",
-        "- The other engines' rows read faster than they ran (median 19 %): the older engine upcast every "
-        "LoRA input to fp32 (counted now), had no fused LoRA add, and the plain loop no Liger kernels. Its "
-        "7B DoRA row is +36 % (+79 % before `dora_output_bytes_per_element`, peft DoRA's fp32 rescaling of "
-        "every adapted output, which `bench/matrix_terms_fit.py` solves on the matrix's four current-engine "
-        "DoRA rows, 0.5B-7B: those are within 5 % of it, `estimate_matrix/engine-matrix-now.md`).",
-        "- What these rows cannot know: other model widths and depths (only h = 3584 and 4096; hidden_half "
-        "rests on the two full-fine-tuning rows of one model), DoRA (its output term is fitted on the matrix's "
-        "rows, not here), other GPUs (RELATIVE_TO_HOPPER ratios), multi-GPU (dp* from the older engine), "
-        "small launch-bound models (disp_* from the older engine), `tiled_mlp` between 16k and 32k, "
-        "`offload_activations` at short sequences, `lora_fused_add: false`, `compile_layers`.",
+        "- A step takes about the longer of two times that overlap: the GPU's kernels (FLOPs at the GEMM and "
+        "attention efficiencies, plus memory traffic) and the CPU's launches of them (per decoder layer and "
+        "pass, by method). Small models and few tokens a micro-step wait on the CPU: 0.5B at b1 × 1024 "
+        "launches for ~0.2 s and computes for ~0.01 s. Predicted by fits without their models, the 14B at "
+        "b1 × 1024 (48 layers, checkpointed) comes within 3 % and the 3B's 36 untiled layers within 18 % "
+        "(LOMO): the launch cost goes by the layer.",
+        "- The rows that wait on the CPU are the noisy ones: the GPU box is rented, its 16 CPUs shared, and "
+        "the same row ran up to a third faster or slower from one call to the next (`engine-matrix-now.md`, "
+        "rows measured more than once; a single run's steps drift as much). Their band is wider, and the "
+        "wizard says which band a plan is in.",
+        "- The engine's garbage collector was part of that time: each full collection walked the 1.2-1.7M "
+        "objects of the setup (0.3-0.6 s, every 15-20 steps; `estimate_matrix/profile-3-probes.txt`). The "
+        "engine freezes them out since 81a334d; the rows that wait on the CPU were measured again after it "
+        "(`calibration-gcfreeze-*.json`), the others moved by less than their calls' spread (7B LoRA "
+        "b4 × 2048: 10,874 tok/s after, 10,593 and 11,021 before).",
+        "- QLoRA's launch constant fell from 5.9 to 4.4 ms a layer and pass: the older engine's bitsandbytes "
+        "path launched more. `qlora_upcast: true` (peft's `prepare_model_for_kbit_training`) is now timed as "
+        "fp32 LoRA inputs: its norms and residual stream are fp32.",
+        "- What these rows cannot know: other GPUs (RELATIVE_TO_HOPPER ratios), multi-GPU (dp* from the older "
+        "engine), `compile_layers`, `offload_activations` at short sequences. The worst fitted rows are "
+        "switches the plan times roughly (`fused_ce: chunked` and `false`, +13-18 %: their loss kernels) and "
+        "the 0.5B rows that wait on the CPU (+23 % / −20 %, within their calls' spread).",
         "",
     ]
     return "\n".join(lines)
@@ -546,80 +578,20 @@ def build_report(rows: list[Row], fitted: dict[str, float], loo: dict[str, float
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"write {REPORT.relative_to(ROOT)}")
-    parser.add_argument("--no-loo", action="store_true", help="skip the leave-one-out fits (faster)")
-    parser.add_argument("--matrix", action="store_true",
-                        help="a preview (never written): fit the #19 calibration matrix's rows too, and the CPU "
-                             "launch constants with them")
+    parser.add_argument("--no-lomo", action="store_true", help="skip the leave-one-model-out fits (faster)")
     args = parser.parse_args(argv)
-    if args.matrix and args.write:
-        parser.error("--matrix is a preview of the refit on a part of the matrix: it is not written")
-
-    free = (*FREE, *DISPATCH) if args.matrix else FREE
-    rows = load_rows(args.matrix)
-    fitted = fit([r for r in rows if r.fitted], {**current_values(), **PINNED}, free)
-    loo = {} if args.no_loo else leave_one_out(rows, fitted, free)
-    report = build_report(rows, fitted, loo, free)
+    rows = load_rows()
+    fitted = fit([r for r in rows if r.fitted], {**current_values(), **PINNED})
+    lomo = {} if args.no_lomo else leave_one_model_out(rows, fitted)
+    report = build_report(rows, fitted, lomo)
     print(report)
     print("# calibration.py values:")
-    for key in ("eff_full", *free):
+    for key in ("eff_full", *FREE):
         print(f"{key} = {fitted[key]:.4g}")
     if args.write:
         REPORT.write_text(report)
         print(f"wrote {REPORT}", file=sys.stderr)
     return 0
-
-
-# The estimator as committed before this refit (d674802), tokens/s per row key: bench/estimate_calibrate.py
-# of that commit's formula and constants on these plans (lora_input_upcast did not exist: no effect).
-BEFORE: dict[str, float] = {
-    "engine-speed-lora-a.json | Qwen2.5-7B lora b4xs2048 ckpt": 5376.3,
-    "engine-speed-lora-a.json | Qwen2.5-7B lora b4xs2048 ckpt upcast": 5376.3,
-    "engine-speed-lora-a.json | Qwen2.5-7B lora b4xs2048 ckpt compile_layers": 5376.3,
-    "engine-speed-lora-a.json | Qwen2.5-7B lora b8xs2048 ga2 nockpt (wizard plan)": 7992.7,
-    "engine-speed-lora-b.json | Qwen2.5-7B lora b4xs2048 ckpt": 5376.3,
-    "engine-speed-qlora.json | Qwen2.5-7B qlora b4xs2048 ckpt": 5286.1,
-    "engine-speed-dropout0.json | Qwen2.5-7B lora b4xs2048 ckpt dropout0": 5376.3,
-    "engine-speed-dropout0.json | Qwen2.5-7B lora b4xs2048 ckpt dropout0 upcast": 5376.3,
-    "engine-speed-full-b.json | Qwen2.5-7B full b4xs2048 nockpt pure-bf16": 7788.4,
-    "engine-speed-full-b.json | Qwen2.5-7B full b4xs2048 ckpt pure-bf16": 5879.1,
-    "engine-speed-full-b.json | Qwen2.5-7B qlora b8xs2048 ga2 nockpt (wizard plan)": 7950.1,
-    "engine-longctx-a.json | Qwen2.5-7B qlora b1xs32768 ckpt offload": 2594.9,
-    "engine-longctx-b.json | Qwen2.5-7B qlora b1xs98304 ckpt offload": 1234.8,
-    "engine-longctx-b.json | Llama-3-8B qlora b1xs98304 ckpt offload": 1049.9,
-    "engine-longctx-b.json | Qwen2.5-7B qlora b1xs196608 ckpt offload": 691.1,
-    "engine-longctx-c.json | Llama-3-8B qlora b1xs98304 ckpt offload": 1049.9,
-    "engine-longctx-c.json | Llama-3-8B qlora b1xs196608 ckpt offload": 577.0,
-    "engine-longctx-d.json | Qwen2.5-7B qlora b1xs32768 ckpt offload": 2594.9,
-    "engine-longctx-d.json | Qwen2.5-7B lora b1xs65536 ckpt offload": 1674.2,
-    "engine-longctx-f.json | Qwen2.5-7B qlora b1xs393216 ckpt offload": 367.5,
-    "engine-longctx-h.json | Qwen2.5-7B lora b1xs98304 ckpt offload": 1235.0,
-    "engine-longctx-h.json | Llama-3-8B lora b1xs65536 ckpt offload": 1444.8,
-    "engine-longctx-i.json | Qwen2.5-7B qlora b1xs32768 ckpt offload": 2594.9,
-    "engine-longctx-j.json | Qwen2.5-7B qlora b1xs32768 ckpt offload": 2594.9,
-    "engine-longctx-k.json | Qwen2.5-7B qlora b1xs32768 ckpt offload": 2594.9,
-    "engine-longctx-l.json | Qwen2.5-7B qlora b1xs32768 ckpt offload": 2594.9,
-    "matrix | Qwen2.5-0.5B lora b4xs1024 ckpt fusedCE": 13116.7,
-    "matrix | Qwen2.5-0.5B lora b4xs1024 ckpt plainCE": 13100.5,
-    "matrix | Qwen2.5-0.5B lora b4xs1024 nockpt plainCE": 17525.7,
-    "matrix | Qwen2.5-0.5B lora b4xs1024 nockpt fusedCE": 17547.7,
-    "matrix | Qwen2.5-0.5B lora b4xs1024 nockpt fusedCE dropout0": 17547.7,
-    "matrix | Qwen2.5-0.5B full b4xs1024 ckpt fusedCE": 22160.4,
-    "matrix | Qwen2.5-0.5B full b4xs1024 nockpt plainCE": 29106.6,
-    "matrix | Qwen2.5-0.5B full pure-bf16 b4xs1024 nockpt plainCE": 29362.4,
-    "matrix | Qwen2.5-0.5B qlora b4xs1024 ckpt fusedCE": 7212.7,
-    "matrix | Qwen2.5-0.5B qlora b4xs1024 nockpt plainCE": 9618.8,
-    "engine-0.5b-qlora.json | Qwen2.5-0.5B qlora b8xs1024 ckpt fusedCE": 14233.4,
-    "engine-0.5b.json | Qwen2.5-0.5B lora b8xs1024 nockpt plainCE": 31809.8,
-    "engine-0.5b.json | Qwen2.5-0.5B dora b8xs1024 nockpt plainCE": 20296.7,
-    "engine-0.5b.json | Qwen2.5-0.5B full b8xs1024 nockpt plainCE": 39622.5,
-    "engine-7b-a.json | Qwen2.5-7B lora b4xs1024 ckpt plainCE": 5469.3,
-    "engine-7b-b.json | Qwen2.5-7B dora b4xs1024 ckpt fusedCE": 2843.0,
-    "engine-7b-b.json | Qwen2.5-7B qlora b4xs1024 ckpt fusedCE": 4856.4,
-    "engine-7b-b.json | Qwen2.5-7B full b2xs1024 ckpt fusedCE pure-bf16": 5250.1,
-    "engine-multi-zero.json | Qwen2.5-0.5B full b8xs1024 nockpt fusedCE 2GPU ZeRO-2": 40229.2,
-    "engine-multi-zero.json | Qwen2.5-0.5B full b8xs1024 nockpt fusedCE 2GPU ZeRO-3": 19315.0,
-    "engine-multi.json | Qwen2.5-0.5B full b8xs1024 nockpt plainCE 2GPU ZeRO-0": 53485.6,
-}
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ from core.estimate.calibration import (
     MEMORY_ERROR,
     SPEED_DOMAIN,
     SPEED_ERROR,
-    SPEED_ERROR_LONG_CONTEXT,
-    SPEED_ERROR_SHORT_CONTEXT,
+    SPEED_ERROR_CPU_BOUND,
+    SPEED_ERROR_GPU_BOUND,
     MeasuredDomain,
     MeasuredError,
 )
@@ -72,10 +72,15 @@ def measured_domain(plan: Any, gpu: Any, domain: MeasuredDomain = SPEED_DOMAIN) 
             "measured": " / ".join(domain.precision[plan.method])}))
     low, high = domain.seq_len
     if not low <= plan.seq_len <= high:
-        gaps.append(DomainGap("seq_len", "seq_len", {"seq": plan.seq_len, "low": low // 1024, "high": high // 1024}))
+        gaps.append(DomainGap("seq_len", "seq_len", {"seq": plan.seq_len, "low": _tokens(low), "high": _tokens(high)}))
     if plan.offload != "none":
         gaps.append(DomainGap("offload", "offload", {"offload": plan.offload}))
     return gaps
+
+
+def _tokens(count: int) -> str:
+    """A sequence length as the bounds are said: 512, 2k, 192k."""
+    return f"{count // 1024}k" if count >= 1024 else str(count)
 
 
 def _error_json(error: MeasuredError) -> dict[str, Any]:
@@ -89,14 +94,16 @@ def _measured_on(domain: MeasuredDomain) -> dict[str, Any]:
             "seq_len": list(domain.seq_len), "offload": "none"}
 
 
-def domain_json(plan: Any, gpu: Any) -> dict[str, Any]:
-    """What ``tunedeck plan --json`` says of the estimate's footing: inside or not, why, and the band. The
-    top level is the speed figure's domain (the narrower); ``memory`` the peak memory figure's."""
+def domain_json(plan: Any, gpu: Any, waits_on_cpu: bool = False) -> dict[str, Any]:
+    """What ``tunedeck plan --json`` says of the estimate's footing: inside or not, why, and the bands. The
+    top level is the speed figure's domain (the narrower); ``memory`` the peak memory figure's. The speed
+    band is the one of the plan's kind of step (``waits_on``: its estimate says whether launching the
+    kernels takes longer than running them), both kinds' under ``gpu_bound`` / ``cpu_bound``."""
     gaps = measured_domain(plan, gpu)
     memory_gaps = measured_domain(plan, gpu, MEMORY_DOMAIN)
-    speed = _error_json(SPEED_ERROR)
-    speed["short_context"] = _error_json(SPEED_ERROR_SHORT_CONTEXT)
-    speed["long_context"] = _error_json(SPEED_ERROR_LONG_CONTEXT)
+    speed = {**_error_json(SPEED_ERROR_CPU_BOUND if waits_on_cpu else SPEED_ERROR_GPU_BOUND),
+             "waits_on": "cpu" if waits_on_cpu else "gpu", "all": _error_json(SPEED_ERROR),
+             "gpu_bound": _error_json(SPEED_ERROR_GPU_BOUND), "cpu_bound": _error_json(SPEED_ERROR_CPU_BOUND)}
     return {
         "inside": not gaps,
         "outside": [gap.to_json() for gap in gaps],

@@ -37,6 +37,8 @@ class Estimate:
     epoch_hours: float | None
     epoch_cost: float | None
     plan: dict[str, Any] = field(default_factory=dict)
+    # The step waits on the CPU: launching its kernels takes longer than running them (speed.StepTime).
+    waits_on_cpu: bool = False
     notes: tuple[str, ...] = ()
 
     @property
@@ -85,6 +87,7 @@ class Estimate:
             "seconds_per_step": round(self.seconds_per_step, 4),
             "epoch_hours": None if self.epoch_hours is None else round(self.epoch_hours, 4),
             "epoch_cost": None if self.epoch_cost is None else round(self.epoch_cost, 2),
+            "waits_on_cpu": self.waits_on_cpu,
             "plan": self.plan,
             "notes": list(self.notes),
         }
@@ -182,6 +185,7 @@ def _estimate(plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration) -> Est
         epoch_cost=speed.epoch_cost,
         plan=_plan_summary(plan),
         notes=_notes(plan),
+        waits_on_cpu=speed.step is not None and speed.step.dispatch_s > speed.step.gpu_s,
     )
 
 

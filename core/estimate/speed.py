@@ -175,13 +175,17 @@ def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: C
     """Bytes moved per micro-step over the LoRA layers' inputs outside the matmuls (forward, backward and
     recompute alike): peft's dropout (a copy and a mask, the same back) and, with ``lora_input_upcast``,
     its cast of the input to fp32 and autocast's cast back to bf16 for ``lora_A`` (the dropout then runs
-    on the fp32 copy). Every adapted linear does its own, seven per block for all-linear targets."""
+    on the fp32 copy). Every adapted linear does its own, seven per block for all-linear targets.
+    QLoRA with ``kbit_upcast`` (``qlora_upcast``: peft's ``prepare_model_for_kbit_training``) pays the same:
+    its norms and residual stream are fp32, so the adapted linears get fp32 inputs that bitsandbytes and
+    autocast cast to bf16 again (the 7B row at b4 x 2048: 7,979 tok/s against 10,197 without)."""
     if not plan.uses_lora:
         return 0.0
+    fp32_inputs = plan.lora_input_upcast or (plan.method == "qlora" and plan.kbit_upcast)
     per_element = 0.0
     if plan.lora_dropout > 0:
-        per_element += calibration.lora_dropout_bytes_per_element["fp32" if plan.lora_input_upcast else "bf16"]
-    if plan.lora_input_upcast:
+        per_element += calibration.lora_dropout_bytes_per_element["fp32" if fp32_inputs else "bf16"]
+    if fp32_inputs:
         per_element += calibration.lora_upcast_bytes_per_element
     passes = 2.0 + plan.recompute_fraction
     return passes * per_element * lora_input_elements(arch, plan) * plan.tokens_per_micro_batch
@@ -200,7 +204,7 @@ def dora_output_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: 
     out_features. The H200 profiles (``bench/results/estimate_matrix/profile-2-profiles.md``) put 850 ms a
     step in element-wise and copy kernels at 7B b4 x 2048 against LoRA's 91, 2.4x the 1.5B's: it follows
     tokens x out_features (2.2x), not the weights (5x). One figure per micro-step, forward and backward:
-    the 7B rows with and without checkpointing solve to the same bytes per element (171 and 180), so the
+    the 7B rows with and without checkpointing solve to the same bytes per element (169 and 161), so the
     recomputation is not counted again."""
     if plan.method != "dora":
         return 0.0

@@ -70,7 +70,7 @@ def candidate_json(candidate: Candidate, price: float | None, gpu: Any = None) -
         "measured": candidate.measured,
         "problems": [f.to_json() for f in candidate.problems],
         "warnings": [f.to_json() for f in candidate.warnings],
-        "domain": domain_json(candidate.plan, gpu),
+        "domain": domain_json(candidate.plan, gpu, bool(est and est.waits_on_cpu)),
     }
 
 

@@ -53,7 +53,8 @@ def figure_notes(best: dict[str, Any]) -> tuple[str, str]:
     JSON has both). Outside it the speed line says once, briefly, why it is not measured; the memory line
     says so only where the speed line does not (the speed domain holds the plan, the memory one not), and
     says nothing where both are outside (the speed line's reasons stand for both). A speed the probe
-    measured on this box carries no band."""
+    measured on this box carries no band. A plan whose step waits on the CPU (a small model, few tokens a
+    micro-step) carries that kind's wider band and says so: its speed is the box's CPU's more than its GPU's."""
     from core.estimate.calibration import MEASURED_GPU
 
     domain = best["domain"]
@@ -61,7 +62,9 @@ def figure_notes(best: dict[str, Any]) -> tuple[str, str]:
     bands = domain["error_band"]
 
     def band(key: str) -> str:
-        return t("plan.band", worst=bands[key]["worst_pct"], rows=bands[key]["rows"], gpu=MEASURED_GPU)
+        on_cpu = bands[key].get("waits_on") == "cpu"
+        return t("plan.band_cpu" if on_cpu else "plan.band", worst=bands[key]["worst_pct"], rows=bands[key]["rows"],
+                 gpu=MEASURED_GPU)
 
     def not_measured(key: str, gaps: list[dict[str, Any]]) -> str:
         return t(key, why=t("plan.domain.note_sep").join(gap["short"] for gap in gaps))

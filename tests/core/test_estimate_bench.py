@@ -77,12 +77,13 @@ def _report_rows(text: str) -> dict[tuple[str, str], tuple[float, float]]:
 def test_calibration_constants_are_the_fit_of_the_committed_measurements():
     """calibration.py holds what bench/estimate_calibrate.py fits on the committed current-engine rows, and
     the committed report shows what those constants estimate: a constant, a row or a report that drifts
-    from the others fails here (the fit itself takes about a second)."""
+    from the others fails here (the fit itself takes a few seconds)."""
     calibrate = load_calibrate()
     rows = calibrate.load_rows()
     fitted = [row for row in rows if row.fitted]
-    assert {row.kind for row in fitted} == {"short", "long"} and len(fitted) >= 20
-    assert {row.plan.method for row in fitted} == {"full", "lora", "qlora"}
+    assert {row.kind for row in fitted} == {"short", "long", "cal"} and len(fitted) >= 80
+    assert {row.plan.method for row in fitted} == {"full", "lora", "dora", "qlora"}
+    assert len({calibrate.model_of(row) for row in fitted}) >= 7  # 0.5B ... 32B and the 8B
     assert all(row.plan.num_gpus == 1 for row in fitted)
     current = calibrate.current_values()
     refit = calibrate.fit(fitted, {**current, **calibrate.PINNED})
@@ -97,27 +98,35 @@ def test_calibration_constants_are_the_fit_of_the_committed_measurements():
         measured, after = committed[row.source, row.name]
         assert measured == pytest.approx(row.measured_tps, abs=0.5), row.key
         assert calibrate.predict(row, DEFAULT_CALIBRATION) == pytest.approx(after, rel=0.01, abs=1), row.key
-    for row in fitted:  # the current engine's rows within 10 % (the fit's worst is -9 %, 7B QLoRA b4 x 2048)
-        assert calibrate.predict(row, DEFAULT_CALIBRATION) == pytest.approx(row.measured_tps, rel=0.10), row.key
+    for row in fitted:  # the issue's bound on every fitted row (#19: worst <= 25 %); the worst is +23 %
+        assert calibrate.predict(row, DEFAULT_CALIBRATION) == pytest.approx(row.measured_tps, rel=0.25), row.key
     for key in ("eff_full", *calibrate.FREE):  # the report's constants table is calibration.py's
         cells = next(line for line in report.splitlines() if line.startswith(f"| {key} |")).split("|")
         assert float(cells[3]) == pytest.approx(current[key], rel=0.002), key
 
 
-def test_matrix_preview_reads_the_calibration_rows_as_they_ran():
-    """``--matrix``: the #19 matrix's finished rows join the fit, except the tiled ones and mixed-precision full
-    fine-tuning (reported); a row the launcher ran untiled by fit is planned untiled. Never written."""
+def test_the_fit_reads_the_calibration_rows_as_they_ran():
+    """The #19 matrix's finished rows are fitted as the engine reported it ran them, except the tiled ones and
+    mixed-precision full fine-tuning (solved by matrix_terms_fit, reported here); a row measured again after
+    the engine's garbage-collector fix counts as then measured, the mean of those calls."""
+    import statistics
+
     calibrate = load_calibrate()
-    assert not [row for row in calibrate.load_rows() if row.kind == "cal"]  # the committed fit: without them
-    rows = [row for row in calibrate.load_rows(matrix=True) if row.source.startswith("calibration-part")]
+    rows = [row for row in calibrate.load_rows() if row.source.startswith("calibration-")]
     fitted = [row for row in rows if row.kind == "cal"]
-    assert len(fitted) >= 15 and {row.plan.method for row in fitted} == {"full", "lora", "dora", "qlora"}
+    assert len(fitted) >= 50 and {row.plan.method for row in fitted} == {"full", "lora", "dora", "qlora"}
     assert not any(row.plan.tiles_mlp for row in fitted)
     assert all(row.plan.precision == "pure-bf16" for row in fitted if row.plan.method == "full")
     excluded = {row.name for row in rows if row.kind == "excluded"}
-    assert {"0.5b-lora-b8-s4096-ckpt", "1.5b-full-mixed-b4-s2048-ckpt"} <= excluded
-    with pytest.raises(SystemExit):
-        calibrate.main(["--matrix", "--write"])
+    assert "1.5b-full-mixed-b4-s2048-ckpt" in excluded
+    small = next(row for row in rows if row.name == "0.5b-lora-b1-s1024-nockpt")
+    after_fix = []
+    for name in ("calibration-gcfreeze-a.json", "calibration-gcfreeze-c.json"):
+        results = json.loads((ROOT / "bench" / "results" / "estimate_matrix" / name).read_text())["results"]
+        after_fix += [r["tokens_per_s"] for r in results if r["row"] == small.name]
+    assert len(after_fix) == 2 and small.source == "calibration-gcfreeze-a.json"
+    assert small.measured_tps == pytest.approx(statistics.mean(after_fix), abs=0.1)  # not part 1's 3,463
+    assert small.plan.checkpointed_layers == 0 and small.plan.micro_batch_size == 1
 
 
 def test_long_context_speed_counts_causal_attention():

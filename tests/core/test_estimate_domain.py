@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.estimate import find_gpu, plan_for_model
-from core.estimate.calibration import SPEED_ERROR, SPEED_ERROR_LONG_CONTEXT, SPEED_ERROR_SHORT_CONTEXT
+from core.estimate.calibration import SPEED_ERROR, SPEED_ERROR_CPU_BOUND, SPEED_ERROR_GPU_BOUND
 from core.estimate.domain import measured_domain
 from core.i18n import set_language
 
@@ -23,24 +23,24 @@ def english():
     set_language("en")
 
 
-def _report_line(group: str) -> tuple[float, float]:
+def _band_line(kind: str) -> tuple[int, float, float]:
+    """(rows, median, worst) of the report's leave-one-model-out line for steps that wait on ``kind``."""
     text = REPORT.read_text(encoding="utf-8")
-    line = re.search(rf"^- Current engine, {group} \(fitted\):(.*)$", text, re.M)
-    assert line, f"no fit-quality line for {group} in {REPORT}"
-    after = re.search(r"after median \|err\| (\d+(?:\.\d+)?) %, worst ([+-]?\d+(?:\.\d+)?) %", line.group(1))
-    assert after, line.group(0)
-    return float(after.group(1)), abs(float(after.group(2)))
+    line = re.search(rf"^- Steps that wait on the {kind} \(fitted\): (\d+) rows; .*; leave one model out "
+                     r"median \|err\| (\d+(?:\.\d+)?) %, worst ([+-]?\d+(?:\.\d+)?) %$", text, re.M)
+    assert line, f"no band line for the {kind} in {REPORT}"
+    return int(line.group(1)), float(line.group(2)), abs(float(line.group(3)))
 
 
-def test_the_speed_band_is_what_the_calibration_report_says():
-    for group, error in (("short context", SPEED_ERROR_SHORT_CONTEXT), ("long context", SPEED_ERROR_LONG_CONTEXT)):
-        assert _report_line(group) == (error.median_pct, error.worst_pct), group
-    rows = re.search(r"^Fitted rows: (\d+) .*?, (\d+) short-context and (\d+) long-context", REPORT.read_text(), re.M)
-    assert rows, "no 'Fitted rows' line in the report"
-    total, short, long = map(int, rows.groups())
-    assert (short, long) == (SPEED_ERROR_SHORT_CONTEXT.rows, SPEED_ERROR_LONG_CONTEXT.rows)
-    assert total == SPEED_ERROR.rows
-    assert SPEED_ERROR.worst_pct == max(_report_line("short context")[1], _report_line("long context")[1])
+def test_the_speed_bands_are_what_the_calibration_report_says():
+    """The band a plan shows is the leave-one-model-out error of the rows of its kind in the committed report;
+    every fitted row is in one of the two kinds."""
+    for kind, error in (("GPU", SPEED_ERROR_GPU_BOUND), ("CPU", SPEED_ERROR_CPU_BOUND)):
+        assert _band_line(kind) == (error.rows, error.median_pct, error.worst_pct), kind
+    fitted = re.search(r"^Fitted rows: (\d+) ", REPORT.read_text(), re.M)
+    assert fitted and int(fitted.group(1)) == SPEED_ERROR.rows == SPEED_ERROR_GPU_BOUND.rows + SPEED_ERROR_CPU_BOUND.rows
+    assert SPEED_ERROR.worst_pct == max(SPEED_ERROR_GPU_BOUND.worst_pct, SPEED_ERROR_CPU_BOUND.worst_pct)
+    assert SPEED_ERROR_CPU_BOUND.worst_pct > SPEED_ERROR_GPU_BOUND.worst_pct  # why a plan shows its own kind's
 
 
 def _plan(model: str, **changes):
@@ -54,6 +54,8 @@ def test_the_measured_shapes_on_one_h200_are_inside():
     assert measured_domain(_plan("Qwen2.5-7B"), h200) == []
     assert measured_domain(_plan("Qwen2.5-7B", method="qlora", seq_len=98304), h200) == []
     assert measured_domain(_plan("Qwen2.5-7B", method="full", precision="pure-bf16"), h200) == []
+    assert measured_domain(_plan("Qwen2.5-0.5B", seq_len=512), h200) == []  # the calibration matrix's smallest
+    assert measured_domain(_plan("Qwen2.5-14B", method="dora"), h200) == []
 
 
 def test_outside_says_why():
@@ -62,9 +64,7 @@ def test_outside_says_why():
 
     assert why(_plan("Qwen2.5-7B"), find_gpu("A100-80GB")) == ["another GPU family (Ampere): not measured"]
     assert why(_plan("Qwen2.5-7B", num_gpus=8), find_gpu("H200")) == ["8 GPUs: multi-GPU not measured"]
-    assert why(_plan("Qwen2.5-0.5B"), find_gpu("H200")) == ["hidden size 896: outside the 3584–4096 measured"]
-    assert why(_plan("Qwen2.5-7B", method="dora"), find_gpu("H200")) == ["DoRA: not measured"]
-    assert why(_plan("Qwen2.5-7B", method="full", precision="bf16"), find_gpu("H200")) == [
-        "full in bf16: not measured (only pure-bf16)"]
-    assert why(_plan("Qwen2.5-7B", seq_len=512), find_gpu("H200")) == ["sequence 512: outside the 2k–192k measured"]
+    assert why(_plan("Qwen2.5-72B"), find_gpu("H200")) == ["hidden size 8192: outside the 896–5120 measured"]
+    assert why(_plan("Qwen2.5-7B", precision="fp16"), find_gpu("H200")) == ["LoRA in fp16: not measured (only bf16)"]
+    assert why(_plan("Qwen2.5-7B", seq_len=256), find_gpu("H200")) == ["sequence 256: outside the 512–192k measured"]
     assert [g.field for g in measured_domain(_plan("Qwen2.5-0.5B"), None)] == ["cpu"]

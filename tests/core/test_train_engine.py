@@ -241,10 +241,9 @@ def test_setup_objects_leave_the_garbage_collectors_sweeps_when_training_begins(
     """A full collection walks every tracked object: the trainer's setup (modules, model, data) is over a
     million of them, 0.3-0.6 s a sweep on the H200 box. Once training begins they are frozen out of it."""
     import gc
+    import weakref
 
     from core.train.callbacks import FreezeSetupObjectsCallback
-
-    import weakref
 
     setup = [[i] for i in range(50_000)]  # containers the collector tracks, alive for the whole "run"
 
