@@ -142,11 +142,14 @@ WHY = {
         "it does not fit where they ran it (70-81 GB per GPU): ZeRO-3 shards the fp32 master weights "
         "and Adam states over the 2 GPUs as we model, so the gap is in what we keep unsharded (bf16 "
         "gradients and the prefetch/bucket buffers at DeepSpeed's auto sizes) — worth a measurement.",
-        "Overall our speed is about half theirs. The constants were fitted on our H200 box "
-        "(transformers 5, peft 0.21, eager): there a 7B LoRA step reaches ~25 % of the bf16 peak and "
-        "every decoder layer costs ~3 ms of kernel launches per pass, against ~1.2 ms implied by their "
-        "short-sequence rows. The estimator is therefore conservative for leaner stacks; calibrating "
-        "per software stack (or the wizard's probe: a few real steps on the target box) closes it.",
+        "Overall our speed is 0.94 of theirs at the median, since the constants were fitted on the H200 "
+        "calibration matrix (0.5B-32B, transformers 5, peft 0.21, eager): slower where their rows are short "
+        "(0.36-0.58 at 256-1024 tokens: every decoder layer costs us ~3.3 ms of kernel launches per pass "
+        "on the H200 box's shared CPU, against ~1.2 ms implied by their short-sequence rows), faster where "
+        "their stack is slower than ours: ZeRO-3 full-parameter on one GPU (1.8B, 1.5-1.6x: its gathers "
+        "and releases, which we model from one 2-GPU 0.5B run) and the 72B's GPTQ Q-LoRA (1.3-2.3x, "
+        "above). Calibrating per software stack (or the wizard's probe: a few real steps on the target "
+        "box) closes the rest.",
     ],
     "torchtune README": [
         "Full fine-tuning on one GPU: torchtune runs the optimizer step inside backward "
