@@ -12,7 +12,10 @@ then loads it (``sitecustomize``), and in the engine's trainer (``python -m core
   the setup — model, data, tokenizer — then no longer take part in collections), for an A/B run.
 
 At exit it writes ``DIR/probe-PID.txt``. Other processes (the CLI, the supervisor) are left alone. A
-bench tool for the GPU machine: nothing in the product imports it.
+bench tool for the GPU machine: nothing in the product imports it. The sampling takes the interpreter's
+lock from the trainer's threads: on the H200 box it slowed Python-bound steps by a fifth to a third
+(``bench/results/estimate_matrix/profile-3*``), so a probed run's shares say where the time goes, and its
+rate is not a measurement of the engine.
 """
 
 from __future__ import annotations
@@ -40,9 +43,14 @@ if _DIR and "core.train.worker" in getattr(sys, "orig_argv", []):
     _gc_began = [0.0]
     _t0 = time.perf_counter()
 
+    _names: dict = {}
+
     def _name(code) -> str:
-        path = Path(code.co_filename)
-        return f"{path.parent.name}/{path.name}:{code.co_name}"
+        name = _names.get(code)
+        if name is None:
+            path = Path(code.co_filename)
+            name = _names[code] = f"{path.parent.name}/{path.name}:{code.co_name}"
+        return name
 
     def _stack(frame) -> list[str]:
         names = []

@@ -18,8 +18,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import calibration_matrix as cm  # noqa: E402
 
 
-def _run(*args: str, tmp_path: Path, timeout: int = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TUNEDECK_HOME": str(tmp_path / "unused")}
+def _run(*args: str, tmp_path: Path, timeout: int = 120, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TUNEDECK_HOME": str(tmp_path / "unused"), **(env_extra or {})}
     return subprocess.run([sys.executable, str(ROOT / "bench" / "calibration_matrix.py"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -122,6 +122,27 @@ def test_report_lists_the_rows_measured_more_than_once_with_their_spread(tmp_pat
     assert "| r2 |" not in repeats  # its second call did not finish
 
 
+def test_a_later_engines_calls_stand_for_the_row_and_are_averaged(tmp_path):
+    """A row measured again after the engine changed (the garbage-collector fix: ``calibration-gcfreeze-*``) counts
+    as then measured, whatever the earlier part says, and several such calls count as their mean; a call that ran
+    the row differently (tiled against untiled) says so instead of a spread."""
+    part = {"meta": {}, "results": [{**_record("r1", "finished", 0.0, 0.1, "fits"), "tokens_per_s": 1000.0,
+                                     "tiled_mlp_run": "auto"}]}
+    later = [{"meta": {}, "results": [{**_record("r1", "finished", 0.0, 0.1, "fits"), "tokens_per_s": rate,
+                                       "tiled_mlp_run": "false"}]} for rate in (1500.0, 1700.0)]
+    files = [tmp_path / "calibration-part1.json", tmp_path / "calibration-gcfreeze-a.json",
+             tmp_path / "calibration-gcfreeze-b.json"]
+    for path, data in zip(files, [part, *later], strict=True):
+        path.write_text(json.dumps(data))
+    (merged,) = cm.merged_records([str(f) for f in files])
+    assert merged["tokens_per_s"] == 1600.0 and merged["file"] == "calibration-gcfreeze-a.json"
+    assert [rate for _, rate in merged["rates"]] == [1500.0, 1700.0]
+    out = tmp_path / "engine-matrix.md"
+    cm.main(["--report-only", *map(str, files), "--report", str(out)])
+    repeats = out.read_text().split("## Rows measured more than once")[1]
+    assert "1,000 (calibration-part1.json, tiled_mlp auto)" in repeats and "| - (run differently) |" in repeats
+
+
 def test_reestimate_makes_each_measured_row_s_estimate_again(tmp_path):
     """``--reestimate``: the recorded estimate (here a wrong one) is replaced by the estimator's for the settings
     the row ran, and the errors with it; a row measured before the launcher tiled by fit is estimated tiled."""
@@ -147,13 +168,23 @@ def test_reestimate_makes_each_measured_row_s_estimate_again(tmp_path):
 
 
 def test_tiny_cpu_row_runs_through_the_engine_and_profiles_its_extra_step(tmp_path):
+    """The tiny row end to end, with the host probe in its trainer (bench/hostprobe): besides the profile of the
+    extra step, the probe's report of the worker says that the engine froze the setup's objects out of the
+    garbage collector (unfrozen the trainer tracks over half a million of them, ~550k on the tiny model)."""
+    probe = tmp_path / "probe"
+    path = os.pathsep.join(p for p in (str(ROOT / "bench" / "hostprobe"), os.environ.get("PYTHONPATH", "")) if p)
     done = _run("--tiny", "--cpu", "--profile", "1", "--home", str(tmp_path / "home"), "--out", str(tmp_path),
-                tmp_path=tmp_path, timeout=240)
+                tmp_path=tmp_path, timeout=240, env_extra={"PYTHONPATH": path, "TUNEDECK_HOSTPROBE": str(probe)})
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = json.loads((tmp_path / "calibration-rows.json").read_text())["results"]
     assert row["status"] == "finished" and row["tokens_per_s"] > 0 and row["peak_gib"] > 0.05, row
     # the row's own 4 steps give the rate; the fifth ran under the profiler and is left out of it
     assert row["steps"] == 4 and row["wall_s"] > 0 and row["estimate"]["peak_gib"] > 0, row
+    assert len(row["step_s"]) == 3 and all(s >= 0 for s in row["step_s"]), row["step_s"]
+    (report,) = [f.read_text() for f in probe.glob("probe-*.txt")]  # the worker's; the other processes make none
+    assert "core.train.worker" in report.splitlines()[0] and "## garbage collections" in report
+    tracked = int(next(line for line in report.splitlines() if line.startswith("tracked objects at exit:")).split(":")[1])
+    assert tracked < 100_000, report[:400]
     assert row["engine"] == "tunedeck" and row["config_run"]["micro_batch_size"] == 2
     assert "| tiny-lora-b2-s128-nockpt |" in (tmp_path / "calibration-rows.md").read_text()
     header = row["profile"].splitlines()[:2]  # the CPU's operators: what a GPU profile says of its kernels
