@@ -329,11 +329,16 @@ def _trainable(plan: TrainingPlan) -> int:
     return lora_parameter_count(plan.architecture, plan.lora_rank, plan.lora_targets, dora=plan.method == "dora")
 
 
+def speed_of(row: Row, calibration: Calibration) -> Any:
+    """The estimator's speed (``SpeedEstimate``: tokens/s of all GPUs, the step's parts) for one row."""
+    arch = row.plan.architecture
+    return estimate_speed(arch, count_parameters(arch), row.plan, find_gpu("H200"), calibration,
+                          trainable=_trainable(row.plan))
+
+
 def predict(row: Row, calibration: Calibration) -> float:
     """The estimator's tokens/s (all GPUs) for one row."""
-    arch = row.plan.architecture
-    counts = count_parameters(arch)
-    return estimate_speed(arch, counts, row.plan, find_gpu("H200"), calibration, trainable=_trainable(row.plan)).tokens_per_s
+    return speed_of(row, calibration).tokens_per_s
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -418,14 +423,6 @@ def leave_one_model_out(rows: list[Row], fitted: dict[str, float], free: tuple[s
     return out
 
 
-def waits_on_cpu(row: Row, calibration: Calibration) -> bool:
-    """Whether the row's step waits on the CPU: launching its kernels takes longer than running them."""
-    arch = row.plan.architecture
-    step = estimate_speed(arch, count_parameters(arch), row.plan, find_gpu("H200"), calibration,
-                          trainable=_trainable(row.plan)).step
-    return step is not None and step.dispatch_s > step.gpu_s
-
-
 # ----------------------------------------------------------------------------------------------------
 # Report
 # ----------------------------------------------------------------------------------------------------
@@ -493,9 +490,9 @@ def build_report(rows: list[Row], fitted: dict[str, float], lomo: dict[str, floa
         for row in chosen:
             number += 1
             before = predict(row, old_cal)
-            after = predict(row, new_cal)
+            speed = speed_of(row, new_cal)
+            after, on_cpu = speed.tokens_per_s, speed.step.waits_on_cpu
             held = lomo.get(row.key)
-            on_cpu = waits_on_cpu(row, new_cal)
             bucket["before"].append(_err(before, row.measured_tps))
             bucket["after"].append(_err(after, row.measured_tps))
             if held is not None:

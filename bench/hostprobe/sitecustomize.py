@@ -41,7 +41,6 @@ if _DIR and "core.train.worker" in getattr(sys, "orig_argv", []):
     _gc = {g: [0, 0.0, 0.0] for g in range(3)}  # generation -> [count, total s, longest s]
     _gc_long: list[tuple[float, int, float]] = []  # (s since the loop began, generation, pause s)
     _gc_began = [0.0]
-    _t0 = time.perf_counter()
 
     _names: dict = {}
 

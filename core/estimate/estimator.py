@@ -185,7 +185,7 @@ def _estimate(plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration) -> Est
         epoch_cost=speed.epoch_cost,
         plan=_plan_summary(plan),
         notes=_notes(plan),
-        waits_on_cpu=speed.step is not None and speed.step.dispatch_s > speed.step.gpu_s,
+        waits_on_cpu=speed.step is not None and speed.step.waits_on_cpu,
     )
 
 

@@ -305,6 +305,11 @@ class StepTime:
     data_parallel_s: float
     total_s: float
 
+    @property
+    def waits_on_cpu(self) -> bool:
+        """Launching the step's kernels takes longer than running them: the step waits on the CPU."""
+        return self.dispatch_s > self.gpu_s
+
 
 def step_time(arch: ModelArchitecture, counts: ParameterCounts, trainable: int, plan: TrainingPlan, gpu: GpuSpec,
               calibration: Calibration) -> StepTime:
