@@ -52,6 +52,7 @@ fused_ce                   auto, true, false, liger, chunked   auto
 qlora_upcast               bool                                false
 lora_input_upcast          bool                                false
 lora_fused_add             bool                                true
+lora_grouped               bool                                true
 compile_layers             bool                                false
 offload_activations        bool                                false
 tiled_mlp                  auto, false, or an int >= 1         auto
@@ -149,6 +150,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "qlora_upcast": KeySpec("bool"),
     "lora_input_upcast": KeySpec("bool"),
     "lora_fused_add": KeySpec("bool"),
+    "lora_grouped": KeySpec("bool"),
     "compile_layers": KeySpec("bool"),
     "offload_activations": KeySpec("bool"),
     "tiled_mlp": KeySpec("int_or_choice", ("auto", "false"), minimum=1),
@@ -211,6 +213,7 @@ class RunConfig:
     qlora_upcast: bool = False
     lora_input_upcast: bool = False
     lora_fused_add: bool = True
+    lora_grouped: bool = True
     compile_layers: bool = False
     offload_activations: bool = False
     tiled_mlp: str | int = "auto"

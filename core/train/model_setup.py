@@ -231,10 +231,21 @@ def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any
         from core.train.engine_switches import fuse_lora_add
 
         fuse_lora_add(model)  # scale and add inside the lora_B matmul
+    if lora_grouping(cfg):
+        from core.train.lora_group import group_lora_layers
+
+        log.info("lora_grouped: %d groups of LoRA linears that share an input", group_lora_layers(model))
     trainable, total = model.get_nb_trainable_parameters()
     log.info("%s: %s trainable parameters of %s (%.3f%%)", method, f"{trainable:,}", f"{total:,}",
              100.0 * trainable / max(1, total))
     return model
+
+
+def lora_grouping(cfg: dict[str, Any]) -> bool:
+    """Whether a run's LoRA linears run grouped (``core.train.lora_group``): on by default for LoRA and
+    QLoRA, off for DoRA, under peft's input upcast and for compiled layers."""
+    return (str(cfg.get("method")) in ("lora", "qlora") and bool(cfg.get("lora_grouped", True))
+            and not cfg.get("lora_input_upcast") and not cfg.get("compile_layers"))
 
 
 def describe_model_dir(model_dir: Path) -> dict[str, Any]:

@@ -230,7 +230,13 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         tokenize_records,
     )
     from core.train.deepspeed_config import deepspeed_config, write_deepspeed_config
-    from core.train.model_setup import describe_model_dir, load_model, load_tokenizer, resolve_model_path
+    from core.train.model_setup import (
+        describe_model_dir,
+        load_model,
+        load_tokenizer,
+        lora_grouping,
+        resolve_model_path,
+    )
     from core.train.trainer import AtomicCheckpointTrainer, read_tunedeck_state
 
     hf_logging.set_verbosity_warning()
@@ -392,6 +398,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "qlora_upcast": bool(cfg.get("qlora_upcast")) if cfg.get("method") == "qlora" else None,
         "lora_input_upcast": bool(cfg.get("lora_input_upcast")) if cfg.get("method") in LORA_METHODS else None,
         "lora_fused_add": bool(cfg.get("lora_fused_add", True)) if cfg.get("method") in LORA_METHODS else None,
+        "lora_grouped": lora_grouping(cfg) if cfg.get("method") in LORA_METHODS else None,
         "checkpoint_layers": (0 if not cfg.get("gradient_checkpointing") else checkpoint_layers
                               if checkpoint_layers is not None else len(decoder_layers(model))),
         "compile_layers": compile_layers,

@@ -67,7 +67,7 @@ IDS = torch.randint(3, 1000, (2, 48), generator=torch.Generator().manual_seed(7)
 
 def test_lora_inputs_stay_bf16_with_the_same_loss_and_gradients_as_peft_upcast():
     plain = tiny_lora({"lora_input_upcast": True}, dtype=torch.bfloat16)
-    fast = tiny_lora({}, dtype=torch.bfloat16)  # the default
+    fast = tiny_lora({"lora_grouped": False}, dtype=torch.bfloat16)  # the default per layer (grouping aside)
     assert sum(getattr(m, "_tunedeck_bf16_inputs", False) for m in fast.modules()) == 28
     assert not any(getattr(m, "_tunedeck_bf16_inputs", False) for m in plain.modules())
     # the trained weights (and so the optimizer's state) stay fp32: only the input cast is skipped
@@ -229,7 +229,7 @@ def test_fused_lora_add_gives_peft_loss_and_gradients(autocast):
 
     dtype = torch.bfloat16 if autocast else torch.float32
     plain = tiny_lora({"lora_fused_add": False}, dtype=dtype)
-    fused = tiny_lora({}, dtype=dtype)  # the default
+    fused = tiny_lora({"lora_grouped": False}, dtype=dtype)  # the default per layer (grouping aside)
     layers = [m for m in fused.modules() if getattr(m, "_tunedeck_fused_add", False)]
     assert len(layers) == 4 * 7  # every targeted linear of the 4 blocks
     assert not any(getattr(m, "_tunedeck_fused_add", False) for m in plain.modules())

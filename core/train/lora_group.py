@@ -1,0 +1,244 @@
+"""``lora_grouped: true`` (default): the LoRA linears that read the same input run as one autograd node.
+
+peft runs every adapted linear on its own: the frozen base matmul, a dropout copy of the input, ``lora_A``,
+``lora_B``, a scale and an add, each a separate autograd node. In backward, autograd then sums the input's
+gradient over the base matmul and the adapter of every linear that read it: for q/k/v six full-size
+gradients and five element-wise adds a block, for gate/up four and three, one more each for o and down.
+
+Here one ``torch.autograd.Function`` computes a whole group: the linears that read one tensor (q/k/v,
+gate/up; o and down alone). Forward: each base output, then its LoRA update added inside the ``lora_B``
+matmul's epilogue, in place (``addmm_``: no copy of the output, no separate scale or add). Backward: the
+input's gradient is accumulated in the epilogues of the matmuls that make it (``addmm_`` into one buffer)
+instead of in separate adds; without dropout the group's ``lora_A`` matmuls are one matmul over the
+concatenated adapters, reading the input once. The maths is peft's: the same products and sums, the same
+dropout (``native_dropout``, one independent mask per linear, kept as peft keeps it), the adapters kept
+in their own dtype (fp32) and cast for the matmuls as autocast does; only the order of the roundings in
+the sums differs. Saved for backward: what peft saves (the dropped-out inputs and their masks, or the
+input once without dropout, and each ``lora_A`` output), so the memory is peft's.
+
+The model calls q, k and v one after the other with the same tensor: the first call computes the group
+and hands the others their outputs when they are called with that tensor. Anything else (DoRA, several
+active adapters, merged or disabled adapters, an fp32 input under autocast, an 8-bit base, ZeRO-3's
+partitioned weights) runs the layer's own forward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # siblings that read one input
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
+
+
+def _base_weight(base: Any, dtype: torch.dtype) -> torch.Tensor:
+    """The frozen base weight (out x in) in ``dtype``: dequantised for a 4-bit base."""
+    weight = base.weight
+    state = getattr(weight, "quant_state", None)
+    if state is not None:
+        import bitsandbytes.functional as bnbf
+
+        weight = bnbf.dequantize_4bit(weight.data, state)
+    return weight if weight.dtype == dtype else weight.to(dtype)
+
+
+def _dropout_p(layer: Any, adapter: str) -> float | None:
+    module = layer.lora_dropout[adapter]
+    if isinstance(module, torch.nn.Identity):
+        return 0.0
+    if isinstance(module, torch.nn.Dropout):
+        return float(module.p) if module.training else 0.0
+    return None  # some other module: not ours to reproduce
+
+
+def _plain_adapter(layer: Any, x: torch.Tensor, dtype: torch.dtype) -> str | None:
+    """The one active plain LoRA adapter of ``layer`` when the grouped path can run it, else None."""
+    if layer.disable_adapters or layer.merged:
+        return None
+    adapters = [a for a in layer.active_adapters if a in layer.lora_A]
+    if len(adapters) != 1 or adapters[0] in getattr(layer, "lora_variant", {}):
+        return None
+    adapter = adapters[0]
+    base = layer.get_base_layer()
+    weight = getattr(base, "weight", None)
+    if weight is None or weight.requires_grad or hasattr(weight, "ds_id"):  # trained, or ZeRO-3 partitioned
+        return None
+    if not (type(base) is torch.nn.Linear or getattr(weight, "quant_state", None) is not None):
+        return None
+    if getattr(base, "bias", None) is not None and base.bias.requires_grad:
+        return None
+    if layer.lora_B[adapter].bias is not None or _dropout_p(layer, adapter) is None:
+        return None
+    if not torch.is_autocast_enabled(x.device.type) and layer.lora_A[adapter].weight.dtype != dtype:
+        return None
+    return adapter
+
+
+class _GroupedLoRA(torch.autograd.Function):
+    """Outputs of ``group.layers`` on one input; the adapters' weights are the inputs after ``x``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: LoRAGroup, *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        dtype = _compute_dtype(x)
+        flat = x.reshape(-1, x.shape[-1])
+        specs = group.specs
+        a_weights = [w.to(dtype) for w in weights[0::2]]
+        b_weights = [w.to(dtype) for w in weights[1::2]]
+        dropped = any(p > 0 for _, _, p in specs)
+        if dropped:  # one independent mask per linear, as peft draws them
+            pairs = [torch.native_dropout(flat, p, True) if p > 0 else (flat, None) for _, _, p in specs]
+            hidden = [torch.mm(inputs, a.t()) for (inputs, _), a in zip(pairs, a_weights, strict=True)]
+        else:  # one matmul over the concatenated adapters: the input is read once
+            joined = torch.mm(flat, torch.cat(a_weights).t()) if len(specs) > 1 else torch.mm(flat, a_weights[0].t())
+            hidden = list(joined.split([a.shape[0] for a in a_weights], dim=1))
+            pairs = []
+        outputs = []
+        for (layer, scaling, _), h, b in zip(specs, hidden, b_weights, strict=True):
+            out = layer.get_base_layer()(flat)
+            out.addmm_(h.to(out.dtype), b.t().to(out.dtype), alpha=scaling)
+            outputs.append(out.view(*x.shape[:-1], out.shape[-1]))
+        kept_inputs = [t for pair in pairs for t in pair if t is not None] if dropped else [flat]
+        kept_hidden = hidden if dropped else [joined]
+        ctx.group = group
+        ctx.dtype = dtype
+        ctx.dropped = dropped
+        ctx.x_shape = x.shape
+        ctx.save_for_backward(*kept_inputs, *kept_hidden, *a_weights, *b_weights)
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        specs = ctx.group.specs
+        n = len(specs)
+        saved = list(ctx.saved_tensors)
+        a_weights, b_weights = saved[-2 * n:-n], saved[-n:]
+        if ctx.dropped:
+            count = sum(2 if p > 0 else 1 for _, _, p in specs)
+            kept, hidden = saved[:count], saved[count:count + n]
+            inputs, masks, at = [], [], 0
+            for _, _, p in specs:
+                inputs.append(kept[at])
+                masks.append(kept[at + 1] if p > 0 else None)
+                at += 2 if p > 0 else 1
+        else:
+            inputs = [saved[0]] * n
+            masks = [None] * n
+            hidden = list(saved[1].split([a.shape[0] for a in a_weights], dim=1))
+        need_x = ctx.needs_input_grad[0]
+        grad_x = None
+        grad_hidden: list[torch.Tensor | None] = []
+        weight_grads: list[torch.Tensor | None] = []
+        for i, ((layer, scaling, _), grad) in enumerate(zip(specs, grads, strict=True)):
+            if grad is None:
+                grad_hidden.append(None)
+                weight_grads += [None, None]
+                continue
+            g = grad.reshape(-1, grad.shape[-1]).to(ctx.dtype)
+            if need_x:
+                base = _base_weight(layer.get_base_layer(), ctx.dtype)
+                grad_x = torch.mm(g, base) if grad_x is None else grad_x.addmm_(g, base)
+            dh = torch.mm(g, b_weights[i] * scaling)  # (tokens, r): scaling folded into the small factor
+            grad_hidden.append(dh)
+            weight_grads.append(torch.mm(dh.t(), inputs[i]) if ctx.needs_input_grad[2 + 2 * i] else None)
+            weight_grads.append(torch.mm(g.t(), hidden[i] * scaling) if ctx.needs_input_grad[3 + 2 * i] else None)
+        if need_x:
+            if grad_x is None:
+                grad_x = torch.zeros(inputs[0].shape, dtype=ctx.dtype, device=inputs[0].device)
+            live = [i for i, dh in enumerate(grad_hidden) if dh is not None]
+            if ctx.dropped:
+                for i in live:
+                    part = torch.mm(grad_hidden[i], a_weights[i])
+                    p = specs[i][2]
+                    grad_x.add_(torch.ops.aten.native_dropout_backward(part, masks[i], 1.0 / (1.0 - p))
+                                if p > 0 else part)
+            elif live:
+                grad_x.addmm_(torch.cat([grad_hidden[i] for i in live], dim=1),
+                              torch.cat([a_weights[i] for i in live]))
+            grad_x = grad_x.view(ctx.x_shape)
+        weights = ctx.group.weights()
+        weight_grads = [g if g is None else g.to(w.dtype) for g, w in zip(weight_grads, weights, strict=True)]
+        return (grad_x, None, *weight_grads)  # the input's dtype is the compute dtype (LoRAGroup._ready)
+
+
+class LoRAGroup:
+    """Peft LoRA linears that read the same input, run together (see the module docstring)."""
+
+    def __init__(self, layers: list[Any]) -> None:
+        self.layers = layers
+        self.specs: list[tuple[Any, float, float]] = []
+        self.adapters: list[str] = []
+        self._handed: tuple[torch.Tensor, dict[int, torch.Tensor]] | None = None
+
+    def weights(self) -> list[torch.Tensor]:
+        out = []
+        for layer, adapter in zip(self.layers, self.adapters, strict=True):
+            out += [layer.lora_A[adapter].weight, layer.lora_B[adapter].weight]
+        return out
+
+    def _ready(self, x: torch.Tensor) -> bool:
+        dtype = _compute_dtype(x)
+        if x.dtype != dtype:  # an fp32 input under autocast (qlora_upcast): peft's casts decide
+            return False
+        adapters = [_plain_adapter(layer, x, dtype) for layer in self.layers]
+        if any(a is None for a in adapters):
+            return False
+        self.adapters = adapters  # type: ignore[assignment]
+        self.specs = [(layer, float(layer.scaling[a]), float(_dropout_p(layer, a)))  # type: ignore[arg-type]
+                      for layer, a in zip(self.layers, adapters, strict=True)]
+        return True
+
+    def forward(self, layer: Any, original: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        handed = self._handed
+        if handed is not None and handed[0] is x and id(layer) in handed[1] and not args and not kwargs:
+            out = handed[1].pop(id(layer))
+            if not handed[1]:
+                self._handed = None
+            return out
+        self._handed = None
+        if args or kwargs or not self._ready(x):
+            return original(x, *args, **kwargs)
+        outputs = _GroupedLoRA.apply(x, self, *self.weights())
+        others = {id(other): out for other, out in zip(self.layers, outputs, strict=True) if other is not layer}
+        self._handed = (x, others) if others else None
+        return outputs[self.layers.index(layer)]
+
+
+GROUPABLE = ("Linear", "Linear4bit")  # peft's LoRA layers over a bf16/fp32 or 4-bit linear
+
+
+def group_lora_layers(model: Any) -> int:
+    """Give every peft LoRA linear the grouped forward (siblings in ``GROUPS`` together, the rest alone);
+    returns how many groups. Idempotent."""
+    by_parent: dict[str, dict[str, Any]] = {}
+    for name, module in model.named_modules():
+        if type(module).__name__ in GROUPABLE and hasattr(module, "lora_A") and hasattr(module, "lora_variant") \
+                and getattr(module, "_tunedeck_group", None) is None:
+            parent, _, leaf = name.rpartition(".")
+            by_parent.setdefault(parent, {})[leaf] = module
+    groups = 0
+    for children in by_parent.values():
+        remaining = dict(children)
+        sets = [[remaining.pop(n) for n in names if n in remaining] for names in GROUPS]
+        sets += [[module] for module in remaining.values()]
+        for layers in sets:
+            if not layers:
+                continue
+            group = LoRAGroup(layers)
+            for layer in layers:
+                layer.forward = _grouped_forward(group, layer, layer.forward)
+                layer._tunedeck_group = group
+            groups += 1
+    return groups
+
+
+def _grouped_forward(group: LoRAGroup, layer: Any, original: Any) -> Any:
+    def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
+        return group.forward(layer, original, x, *args, **kwargs)
+
+    return forward

@@ -1,0 +1,183 @@
+"""``lora_grouped`` (default on for LoRA and QLoRA) on CPU: the grouped LoRA node keeps peft's maths.
+
+- dropout 0, bf16 autocast and fp32, with and without checkpointing: the tiny model's loss and every
+  adapter's gradient equal peft's own forward (``lora_grouped: false, lora_fused_add: false``);
+- dropout > 0: one group's outputs and gradients (input and adapters, float64) equal a reference built by
+  hand from the same masks, and ``gradcheck`` passes on the input;
+- what is not plain LoRA (disabled adapters, DoRA, peft's fp32 upcast) runs peft's own forward.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.core.test_engine_switches import IDS, assert_close, loss_and_grads, tiny_lora  # noqa: E402
+
+
+def _group(module):
+    return getattr(module, "_tunedeck_group", None)
+
+
+def _count_group_calls(monkeypatch) -> dict:
+    from core.train import lora_group
+
+    calls = {"n": 0}
+    original = lora_group._GroupedLoRA.apply
+
+    def counting(*args):
+        calls["n"] += 1
+        return original(*args)
+
+    monkeypatch.setattr(lora_group._GroupedLoRA, "apply", counting)
+    return calls
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["eager", "checkpointed"])
+@pytest.mark.parametrize("autocast", [True, False], ids=["bf16-autocast", "fp32"])
+def test_grouped_lora_gives_peft_loss_and_gradients(autocast, checkpointing, monkeypatch):
+    dtype = torch.bfloat16 if autocast else torch.float32
+    plain = tiny_lora({"lora_grouped": False, "lora_fused_add": False}, dtype=dtype, checkpointing=checkpointing)
+    grouped = tiny_lora({}, dtype=dtype, checkpointing=checkpointing)  # the default
+    assert sum(_group(m) is not None for m in grouped.modules()) == 4 * 7
+    assert not any(_group(m) is not None for m in plain.modules())
+    from core.train.lora_group import group_lora_layers
+
+    assert group_lora_layers(grouped) == 0  # idempotent
+    loss_plain, grads_plain = loss_and_grads(plain, IDS, autocast=autocast)
+    calls = _count_group_calls(monkeypatch)
+    loss_grouped, grads_grouped = loss_and_grads(grouped, IDS, autocast=autocast)
+    # 4 groups a block (q/k/v, gate/up, o, down), 4 blocks, recomputed once more when checkpointed
+    assert calls["n"] == 16 * (2 if checkpointing else 1)
+    assert loss_grouped == pytest.approx(loss_plain, rel=1e-3 if autocast else 1e-6)
+    assert_close(grads_plain, grads_grouped, rel=2e-2 if autocast else 1e-5)
+    # every hand-off was taken: nothing of this step stays referenced
+    groups = {id(g): g for g in (_group(m) for m in grouped.modules()) if g is not None}
+    assert len(groups) == 16 and all(g._handed is None for g in groups.values())
+
+
+def _qkv(dropout: float):
+    from peft import LoraConfig, get_peft_model
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q_proj = torch.nn.Linear(8, 6, bias=True)
+            self.k_proj = torch.nn.Linear(8, 4, bias=True)
+            self.v_proj = torch.nn.Linear(8, 4, bias=False)
+
+        def forward(self, x):
+            return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+
+    torch.manual_seed(0)
+    model = get_peft_model(Attention().double(), LoraConfig(r=3, lora_alpha=6, lora_dropout=dropout,
+                                                            target_modules=["q_proj", "k_proj", "v_proj"]))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            param.data.normal_(0, 0.5)
+    model.train()
+    return model
+
+
+def test_grouped_dropout_is_peft_dropout_with_exact_gradients():
+    from core.train.lora_group import group_lora_layers
+
+    model = _qkv(0.3)
+    assert group_lora_layers(model) == 1
+    inner = model.base_model.model
+    layers = [inner.q_proj, inner.k_proj, inner.v_proj]
+    x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+
+    torch.manual_seed(123)
+    out = model(x)
+    out.square().sum().backward()
+    grads = [x.grad.clone()] + [p.grad.clone() for layer in layers
+                               for p in (layer.lora_A["default"].weight, layer.lora_B["default"].weight)]
+
+    # by hand: the same native_dropout draws, in the layers' order, then base + scale * B(A(dropped x))
+    x_ref = x.detach().clone().requires_grad_(True)
+    params = [p.detach().clone().requires_grad_(True) for layer in layers
+              for p in (layer.lora_A["default"].weight, layer.lora_B["default"].weight)]
+    torch.manual_seed(123)
+    dropped = [torch.native_dropout(x_ref, 0.3, True)[0] for _ in layers]
+    parts = []
+    for i, layer in enumerate(layers):
+        base = layer.base_layer
+        parts.append(torch.nn.functional.linear(x_ref, base.weight, base.bias)
+                     + 2.0 * (dropped[i] @ params[2 * i].t()) @ params[2 * i + 1].t())
+    ref = torch.cat(parts, dim=-1)
+    ref.square().sum().backward()
+    assert torch.allclose(out, ref, atol=1e-12)
+    assert (dropped[0] == 0).any() and not torch.equal(dropped[0], dropped[1])  # masks drawn, one per layer
+    for got, want in zip(grads, [x_ref.grad] + [p.grad for p in params], strict=True):
+        assert torch.allclose(got, want, atol=1e-10)
+
+    def seeded(inputs):
+        torch.manual_seed(7)
+        return model(inputs)
+
+    assert torch.autograd.gradcheck(seeded, (torch.randn(1, 3, 8, dtype=torch.float64, requires_grad=True),))
+
+
+def test_what_is_not_plain_lora_runs_peft_forward(monkeypatch):
+    calls = _count_group_calls(monkeypatch)
+    plain = tiny_lora({"lora_grouped": False, "lora_fused_add": False})
+    grouped = tiny_lora({})
+    with grouped.disable_adapter(), torch.no_grad():
+        base = grouped(input_ids=IDS).logits
+    assert calls["n"] == 0
+    with plain.disable_adapter(), torch.no_grad():
+        assert torch.equal(base, plain(input_ids=IDS).logits)
+    upcast = tiny_lora({"lora_input_upcast": True}, dtype=torch.bfloat16)
+    assert not any(_group(m) is not None for m in upcast.modules())
+    dora = tiny_lora({"method": "dora"})
+    assert not any(_group(m) is not None for m in dora.modules())
+    with torch.no_grad():
+        grouped.eval()
+        grouped(input_ids=IDS)  # eval: dropout off, still grouped
+    assert calls["n"] == 16
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernels and bitsandbytes' 4-bit base: needs a GPU")
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_grouped_lora_keeps_peft_loss_and_gradients_on_cuda(method, tmp_path):
+    """Under CUDA bf16 autocast, with checkpointing, dropout 0: LoRA over a bf16 base and QLoRA over
+    bitsandbytes' NF4 base (dequantised for the input's gradient) against peft's own forward."""
+    from transformers import AutoConfig, AutoModelForCausalLM, BitsAndBytesConfig
+
+    from core.train.model_setup import wrap_lora
+    from tests.core.test_engine_switches import TINY
+
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(TINY)), dtype=torch.bfloat16) \
+        .save_pretrained(tmp_path / "m")
+
+    def run(cfg: dict):
+        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                   bnb_4bit_compute_dtype=torch.bfloat16) if method == "qlora" else None
+        model = AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.bfloat16, device_map={"": 0},
+                                                     quantization_config=quant)
+        model.config.use_cache = False
+        model = wrap_lora(model, {"method": method, "lora_rank": 8, "lora_alpha": 16, "lora_dropout": 0.0,
+                                  "gradient_checkpointing": True, **cfg})
+        torch.manual_seed(1)
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.data.normal_(0, 0.05)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+        model.train()
+        ids = IDS.cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        grouped = sum(_group(m) is not None for m in model.modules())
+        return loss.item(), {n: p.grad.float().cpu() for n, p in model.named_parameters() if p.grad is not None}, grouped
+
+    loss_plain, grads_plain, none = run({"lora_grouped": False, "lora_fused_add": False})
+    loss_grouped, grads_grouped, grouped = run({})
+    assert none == 0 and grouped == 4 * 7
+    assert loss_grouped == pytest.approx(loss_plain, rel=1e-3)
+    assert_close(grads_plain, grads_grouped, rel=2e-2)
