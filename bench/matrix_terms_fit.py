@@ -40,7 +40,7 @@ import calibration_matrix as cm  # noqa: E402
 
 from core.estimate import estimate, find_gpu  # noqa: E402
 from core.estimate.calibration import DEFAULT_CALIBRATION, Calibration  # noqa: E402
-from core.estimate.speed import dora_output_elements  # noqa: E402
+from core.estimate.speed import lora_output_elements  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "estimate_matrix"
 VISIBLE = 0.10  # tiled rows whose estimate without the tile cost is this much under the measurement are used
@@ -100,7 +100,7 @@ def term_rows() -> list[dict[str, Any]]:
                         "tiles": plan.mlp_tiles(True) if tiled else 1, "tiled_layers": plan.checkpointed_layers if tiled else 0,
                         # what the term is per: token x hidden x layer; DoRA: token x adapted out_feature
                         "elements": plan.tokens_per_micro_batch * (
-                            dora_output_elements(plan.architecture, plan) if dora
+                            lora_output_elements(plan.architecture, plan) if dora
                             else plan.architecture.hidden_size * plan.architecture.num_layers),
                         "measured_step_s": round(measured, 4), "estimated_step_s_without": round(without, 4),
                         "value": None if value is None else float(f"{value:.4g}"),

@@ -256,6 +256,12 @@ class Calibration:
     # lora_A (read 4, write 2), the same in backward. From the ops, not fitted (the dropout-0 call measures
     # +107 ms a step at b4 x 2048 on 7B; this gives 93).
     lora_upcast_bytes_per_element: float = 12.0
+    # lora_grouped: false with the fused add (``torch.addmm`` out of place copies the base output before the
+    # GEMM adds to it): read 2, write 2 per output element of an adapted linear and forward pass. From the
+    # ops, not fitted: the H200 profile of the 7B at b4 x 2048 checkpointed shows 20.6 ms of device-to-device
+    # copies a step without grouping and none with it (engine-speed-lora-c); this gives 19-24 ms. The fit's
+    # rows ran before grouping and are read as grouped: for the default engine that errs 1-3% slow.
+    lora_output_copy_bytes_per_element: float = 4.0
     # Plain transformers loss: fp32 upcast of the logits (read 2, write 4), log-softmax (read 4,
     # write 4), its gradient (read 4, write 4) and the bf16 gradient of the logits (write 2).
     plain_ce_traffic_bytes_per_logit: float = 24.0

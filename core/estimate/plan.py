@@ -72,6 +72,10 @@ class TrainingPlan:
     # (run key ``lora_input_upcast``, core.train.engine_switches); the engine's default keeps it in bf16.
     # The plain peft recipe upcasts. Speed only: a full-size fp32 copy per LoRA input and pass.
     lora_input_upcast: bool = False
+    # The LoRA linears that share an input run as one autograd node (run key ``lora_grouped``,
+    # core.train.lora_group; the engine's default for LoRA and QLoRA). Speed only: with ``false`` the fused
+    # add copies every adapted linear's output (core.estimate.speed.lora_input_bytes).
+    lora_grouped: bool = True
     # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
     offload_activations: bool = False
     # The MLP over sequence tiles (core.train.tiled_mlp): "auto" (checkpointed blocks, long micro-batches),

@@ -59,6 +59,9 @@ def plan_options_for_run(config: Any, num_gpus: int = 1, cuda: bool = True) -> d
         options["lora_dropout"] = float(_value(config, "lora_dropout", 0.05) or 0.0)
         options["lora_targets"] = normalise_lora_targets(_value(config, "lora_targets", "all-linear") or "all-linear")
         options["lora_input_upcast"] = bool(_value(config, "lora_input_upcast", False))
+        # Only the key: the engine also runs ungrouped under lora_input_upcast and compile_layers, but the
+        # speed fit's rows all ran ungrouped and are read as grouped (calibration.py), those switches' included.
+        options["lora_grouped"] = bool(_value(config, "lora_grouped", True))
     return options
 
 

@@ -188,11 +188,15 @@ def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: C
     if fp32_inputs:
         per_element += calibration.lora_upcast_bytes_per_element
     passes = 2.0 + plan.recompute_fraction
-    return passes * per_element * lora_input_elements(arch, plan) * plan.tokens_per_micro_batch
+    moved = passes * per_element * lora_input_elements(arch, plan)
+    if not plan.lora_grouped and plan.method != "dora":  # the fused add's copy of each output, forward passes
+        moved += (1.0 + plan.recompute_fraction) * calibration.lora_output_copy_bytes_per_element \
+            * lora_output_elements(arch, plan)
+    return moved * plan.tokens_per_micro_batch
 
 
-def dora_output_elements(arch: ModelArchitecture, plan: TrainingPlan) -> int:
-    """Output elements per token of the linears that carry a DoRA adapter (where its rescaling runs)."""
+def lora_output_elements(arch: ModelArchitecture, plan: TrainingPlan) -> int:
+    """Output elements per token of the linears that carry an adapter (LoRA's or DoRA's)."""
     per_layer = sum(shape.out_features for shape in arch.linear_shapes() if shape.name in plan.lora_targets)
     return per_layer * arch.num_layers
 
@@ -208,7 +212,7 @@ def dora_output_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: 
     recomputation is not counted again."""
     if plan.method != "dora":
         return 0.0
-    return calibration.dora_output_bytes_per_element * dora_output_elements(arch, plan) * plan.tokens_per_micro_batch
+    return calibration.dora_output_bytes_per_element * lora_output_elements(arch, plan) * plan.tokens_per_micro_batch
 
 
 def loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
