@@ -63,18 +63,29 @@ def disable_lora_input_upcast(model: Any) -> int:
 FUSABLE = ("Linear", "Linear4bit", "Linear8bitLt")  # peft's LoRA layers over a linear base layer
 
 
+def plain_lora_adapters(layer: Any, x: Any) -> list[str]:
+    """The active adapters of a peft LoRA layer when all are plain LoRA that a faster path may run on ``x``
+    (no DoRA or other variant, no ``lora_B`` bias, adapters not disabled or merged, and either autocast on or
+    the adapters in ``x``'s dtype); else an empty list: peft's own forward must run."""
+    import torch
+
+    if layer.disable_adapters or layer.merged:
+        return []
+    adapters = [a for a in layer.active_adapters if a in layer.lora_A]
+    if any(a in layer.lora_variant or layer.lora_B[a].bias is not None for a in adapters):
+        return []
+    if not torch.is_autocast_enabled(x.device.type) and any(layer.lora_A[a].weight.dtype != x.dtype for a in adapters):
+        return []
+    return adapters
+
+
 def _fused_lora_forward(layer: Any, original: Any) -> Any:
     """``layer.forward`` with the LoRA update added by ``addmm`` (plain LoRA only; else ``original``)."""
     import torch
 
     def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
-        adapters = [a for a in layer.active_adapters if a in layer.lora_A]
-        plain = (not layer.disable_adapters and not layer.merged and kwargs.get("adapter_names") is None
-                 and adapters and not any(a in layer.lora_variant for a in adapters)
-                 and all(layer.lora_B[a].bias is None for a in adapters)
-                 and (torch.is_autocast_enabled(x.device.type)
-                      or all(layer.lora_A[a].weight.dtype == x.dtype for a in adapters)))
-        if not plain:
+        adapters = plain_lora_adapters(layer, x) if kwargs.get("adapter_names") is None else []
+        if not adapters:
             return original(x, *args, **kwargs)
         result = layer.base_layer(x, *args, **kwargs)
         shape = result.shape

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from core.train.engine_switches import plain_lora_adapters
+
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # siblings that read one input
 
 
@@ -57,12 +59,11 @@ def _dropout_p(layer: Any, adapter: str) -> float | None:
     return None  # some other module: not ours to reproduce
 
 
-def _plain_adapter(layer: Any, x: torch.Tensor, dtype: torch.dtype) -> str | None:
-    """The one active plain LoRA adapter of ``layer`` when the grouped path can run it, else None."""
-    if layer.disable_adapters or layer.merged:
-        return None
-    adapters = [a for a in layer.active_adapters if a in layer.lora_A]
-    if len(adapters) != 1 or adapters[0] in getattr(layer, "lora_variant", {}):
+def _spec(layer: Any, x: torch.Tensor) -> tuple[Any, str, float, float] | None:
+    """(layer, adapter, scaling, dropout p) when the grouped path can run ``layer`` on ``x``: one plain
+    adapter (``plain_lora_adapters``) over a frozen bf16/fp32 or 4-bit base with a frozen bias; else None."""
+    adapters = plain_lora_adapters(layer, x)
+    if len(adapters) != 1:
         return None
     adapter = adapters[0]
     base = layer.get_base_layer()
@@ -73,39 +74,38 @@ def _plain_adapter(layer: Any, x: torch.Tensor, dtype: torch.dtype) -> str | Non
         return None
     if getattr(base, "bias", None) is not None and base.bias.requires_grad:
         return None
-    if layer.lora_B[adapter].bias is not None or _dropout_p(layer, adapter) is None:
-        return None
-    if not torch.is_autocast_enabled(x.device.type) and layer.lora_A[adapter].weight.dtype != dtype:
-        return None
-    return adapter
+    p = _dropout_p(layer, adapter)
+    return None if p is None else (layer, adapter, float(layer.scaling[adapter]), p)
 
 
 class _GroupedLoRA(torch.autograd.Function):
-    """Outputs of ``group.layers`` on one input; the adapters' weights are the inputs after ``x``."""
+    """Outputs of the ``specs``' layers on one input (``_spec`` of each, as the forward found them: the
+    backward uses the same); the adapters' weights are the inputs after ``specs``, A and B of each."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: LoRAGroup, *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(ctx: Any, x: torch.Tensor, specs: list[tuple[Any, str, float, float]],
+                *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
         dtype = _compute_dtype(x)
         flat = x.reshape(-1, x.shape[-1])
-        specs = group.specs
         a_weights = [w.to(dtype) for w in weights[0::2]]
         b_weights = [w.to(dtype) for w in weights[1::2]]
-        dropped = any(p > 0 for _, _, p in specs)
+        dropped = any(p > 0 for *_, p in specs)
         if dropped:  # one independent mask per linear, as peft draws them
-            pairs = [torch.native_dropout(flat, p, True) if p > 0 else (flat, None) for _, _, p in specs]
+            pairs = [torch.native_dropout(flat, p, True) if p > 0 else (flat, None) for *_, p in specs]
             hidden = [torch.mm(inputs, a.t()) for (inputs, _), a in zip(pairs, a_weights, strict=True)]
         else:  # one matmul over the concatenated adapters: the input is read once
             joined = torch.mm(flat, torch.cat(a_weights).t()) if len(specs) > 1 else torch.mm(flat, a_weights[0].t())
             hidden = list(joined.split([a.shape[0] for a in a_weights], dim=1))
             pairs = []
         outputs = []
-        for (layer, scaling, _), h, b in zip(specs, hidden, b_weights, strict=True):
+        for (layer, _, scaling, _), h, b in zip(specs, hidden, b_weights, strict=True):
             out = layer.get_base_layer()(flat)
             out.addmm_(h.to(out.dtype), b.t().to(out.dtype), alpha=scaling)
             outputs.append(out.view(*x.shape[:-1], out.shape[-1]))
         kept_inputs = [t for pair in pairs for t in pair if t is not None] if dropped else [flat]
         kept_hidden = hidden if dropped else [joined]
-        ctx.group = group
+        ctx.specs = specs
+        ctx.weight_dtypes = [w.dtype for w in weights]
         ctx.dtype = dtype
         ctx.dropped = dropped
         ctx.x_shape = x.shape
@@ -114,15 +114,15 @@ class _GroupedLoRA(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-        specs = ctx.group.specs
+        specs = ctx.specs
         n = len(specs)
         saved = list(ctx.saved_tensors)
         a_weights, b_weights = saved[-2 * n:-n], saved[-n:]
         if ctx.dropped:
-            count = sum(2 if p > 0 else 1 for _, _, p in specs)
+            count = sum(2 if p > 0 else 1 for *_, p in specs)
             kept, hidden = saved[:count], saved[count:count + n]
             inputs, masks, at = [], [], 0
-            for _, _, p in specs:
+            for *_, p in specs:
                 inputs.append(kept[at])
                 masks.append(kept[at + 1] if p > 0 else None)
                 at += 2 if p > 0 else 1
@@ -134,7 +134,7 @@ class _GroupedLoRA(torch.autograd.Function):
         grad_x = None
         grad_hidden: list[torch.Tensor | None] = []
         weight_grads: list[torch.Tensor | None] = []
-        for i, ((layer, scaling, _), grad) in enumerate(zip(specs, grads, strict=True)):
+        for i, ((layer, _, scaling, _), grad) in enumerate(zip(specs, grads, strict=True)):
             if grad is None:
                 grad_hidden.append(None)
                 weight_grads += [None, None]
@@ -154,7 +154,7 @@ class _GroupedLoRA(torch.autograd.Function):
             if ctx.dropped:
                 for i in live:
                     part = torch.mm(grad_hidden[i], a_weights[i])
-                    p = specs[i][2]
+                    p = specs[i][3]
                     # dropout's own backward, then the sum: one fused ``addcmul_`` over the bool mask ran the
                     # slow type-promoting kernel on the H200 (47 ms a 7B step against 22 for these two)
                     grad_x.add_(torch.ops.aten.native_dropout_backward(part, masks[i], 1.0 / (1.0 - p))
@@ -163,9 +163,8 @@ class _GroupedLoRA(torch.autograd.Function):
                 grad_x.addmm_(torch.cat([grad_hidden[i] for i in live], dim=1),
                               torch.cat([a_weights[i] for i in live]))
             grad_x = grad_x.view(ctx.x_shape)
-        weights = ctx.group.weights()
-        weight_grads = [g if g is None else g.to(w.dtype) for g, w in zip(weight_grads, weights, strict=True)]
-        return (grad_x, None, *weight_grads)  # the input's dtype is the compute dtype (LoRAGroup._ready)
+        weight_grads = [g if g is None else g.to(d) for g, d in zip(weight_grads, ctx.weight_dtypes, strict=True)]
+        return (grad_x, None, *weight_grads)  # the input's dtype is the compute dtype (LoRAGroup.forward)
 
 
 class LoRAGroup:
@@ -173,27 +172,7 @@ class LoRAGroup:
 
     def __init__(self, layers: list[Any]) -> None:
         self.layers = layers
-        self.specs: list[tuple[Any, float, float]] = []
-        self.adapters: list[str] = []
         self._handed: tuple[torch.Tensor, dict[int, torch.Tensor]] | None = None
-
-    def weights(self) -> list[torch.Tensor]:
-        out = []
-        for layer, adapter in zip(self.layers, self.adapters, strict=True):
-            out += [layer.lora_A[adapter].weight, layer.lora_B[adapter].weight]
-        return out
-
-    def _ready(self, x: torch.Tensor) -> bool:
-        dtype = _compute_dtype(x)
-        if x.dtype != dtype:  # an fp32 input under autocast (qlora_upcast): peft's casts decide
-            return False
-        adapters = [_plain_adapter(layer, x, dtype) for layer in self.layers]
-        if any(a is None for a in adapters):
-            return False
-        self.adapters = adapters  # type: ignore[assignment]
-        self.specs = [(layer, float(layer.scaling[a]), float(_dropout_p(layer, a)))  # type: ignore[arg-type]
-                      for layer, a in zip(self.layers, adapters, strict=True)]
-        return True
 
     def forward(self, layer: Any, original: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         handed = self._handed
@@ -203,9 +182,14 @@ class LoRAGroup:
                 self._handed = None
             return out
         self._handed = None
-        if args or kwargs or not self._ready(x):
+        # an fp32 input under autocast (qlora_upcast): peft's casts decide
+        plain = not args and not kwargs and x.dtype == _compute_dtype(x)
+        specs = [_spec(other, x) for other in self.layers] if plain else []
+        if not specs or any(spec is None for spec in specs):
             return original(x, *args, **kwargs)
-        outputs = _GroupedLoRA.apply(x, self, *self.weights())
+        weights = [w for other, adapter, *_ in specs
+                   for w in (other.lora_A[adapter].weight, other.lora_B[adapter].weight)]
+        outputs = _GroupedLoRA.apply(x, specs, *weights)
         others = {id(other): out for other, out in zip(self.layers, outputs, strict=True) if other is not layer}
         self._handed = (x, others) if others else None
         return outputs[self.layers.index(layer)]
