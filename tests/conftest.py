@@ -5,6 +5,9 @@ on a GPU box torch would otherwise pick CUDA and the engine its GPU defaults (fu
 and tests written for the CPU path would see another engine. CUDA is hidden before torch is imported,
 for the tests and for every trainer, server and CLI process they start.
 
+Triton's interpreter is switched on for the session (not for a GPU session), so that the tests that ask for
+it (``TUNEDECK_TRITON_INTERPRET=1``) run the engine's Triton kernels on the CPU.
+
 ``TUNEDECK_TEST_GPU=1`` keeps the GPUs visible: then the tests marked ``gpu`` run (on the GPU machine:
 ``TUNEDECK_TEST_GPU=1 python -m pytest -m gpu``), and the others still take their own hardware.
 """
@@ -18,6 +21,9 @@ import pytest
 GPU_TESTS = os.environ.get("TUNEDECK_TEST_GPU") == "1"
 if not GPU_TESTS:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    # Triton kernels (core.train.lora_dropout_kernel) run in Triton's CPU interpreter where a test asks for
+    # it (TUNEDECK_TRITON_INTERPRET=1); Triton reads this switch once, when it is first imported
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 def pytest_configure(config: pytest.Config) -> None:

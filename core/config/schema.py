@@ -53,6 +53,7 @@ qlora_upcast               bool                                false
 lora_input_upcast          bool                                false
 lora_fused_add             bool                                true
 lora_grouped               bool                                true
+lora_dropout_fused         bool                                true
 compile_layers             bool                                false
 offload_activations        bool                                false
 tiled_mlp                  auto, false, or an int >= 1         auto
@@ -151,6 +152,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "lora_input_upcast": KeySpec("bool"),
     "lora_fused_add": KeySpec("bool"),
     "lora_grouped": KeySpec("bool"),
+    "lora_dropout_fused": KeySpec("bool"),
     "compile_layers": KeySpec("bool"),
     "offload_activations": KeySpec("bool"),
     "tiled_mlp": KeySpec("int_or_choice", ("auto", "false"), minimum=1),
@@ -214,6 +216,7 @@ class RunConfig:
     lora_input_upcast: bool = False
     lora_fused_add: bool = True
     lora_grouped: bool = True
+    lora_dropout_fused: bool = True
     compile_layers: bool = False
     offload_activations: bool = False
     tiled_mlp: str | int = "auto"

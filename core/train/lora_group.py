@@ -16,6 +16,10 @@ in their own dtype (fp32) and cast for the matmuls as autocast does; only the or
 the sums differs. Saved for backward: what peft saves (the dropped-out inputs and their masks, or the
 input once without dropout, and each ``lora_A`` output), so the memory is peft's.
 
+With dropout on a GPU, ``lora_dropout_fused`` (default) hands the group's dropout and ``lora_A`` work to
+``core.train.lora_dropout_kernel``'s Triton kernels instead: masks drawn from a hash and drawn again in
+backward, so only the input is kept (no copies, no masks).
+
 The model calls q, k and v one after the other with the same tensor: the first call computes the group
 and hands the others their outputs when they are called with that tensor. Anything else (DoRA, several
 active adapters, merged or disabled adapters, an fp32 input under autocast, an 8-bit base, ZeRO-3's
@@ -24,6 +28,7 @@ partitioned weights) runs the layer's own forward.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -78,58 +83,89 @@ def _spec(layer: Any, x: torch.Tensor) -> tuple[Any, str, float, float] | None:
     return None if p is None else (layer, adapter, float(layer.scaling[adapter]), p)
 
 
+def _dropout_kernels(x: torch.Tensor) -> Any:
+    """``core.train.lora_dropout_kernel`` where its Triton kernels can run on ``x``'s device, else None."""
+    if not (x.is_cuda or os.environ.get("TUNEDECK_TRITON_INTERPRET") == "1"):
+        return None  # (the kernels' own check, ``usable``, tells the interpreter case apart)
+    try:
+        from core.train import lora_dropout_kernel
+    except ImportError:  # no Triton
+        return None
+    return lora_dropout_kernel
+
+
 class _GroupedLoRA(torch.autograd.Function):
     """Outputs of the ``specs``' layers on one input (``_spec`` of each, as the forward found them: the
-    backward uses the same); the adapters' weights are the inputs after ``specs``, A and B of each."""
+    backward uses the same); the adapters' weights are the inputs after ``specs`` and ``fused`` (whether
+    dropout may run in ``lora_dropout_kernel``'s kernels), A and B of each."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, specs: list[tuple[Any, str, float, float]],
+    def forward(ctx: Any, x: torch.Tensor, specs: list[tuple[Any, str, float, float]], fused: bool,
                 *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
         dtype = _compute_dtype(x)
         flat = x.reshape(-1, x.shape[-1])
         a_weights = [w.to(dtype) for w in weights[0::2]]
         b_weights = [w.to(dtype) for w in weights[1::2]]
-        dropped = any(p > 0 for *_, p in specs)
-        if dropped:  # one independent mask per linear, as peft draws them
-            pairs = [torch.native_dropout(flat, p, True) if p > 0 else (flat, None) for *_, p in specs]
+        ps = [p for *_, p in specs]
+        ranks = [a.shape[0] for a in a_weights]
+        dropped = any(p > 0 for p in ps)
+        kernels = _dropout_kernels(x) if dropped and fused else None
+        ctx.seed = None
+        if kernels is not None and kernels.usable(flat, ranks, ps, *flat.shape):
+            # dropout inside lora_A, the masks drawn again in backward from this seed: only the input is kept
+            flat = flat.contiguous()
+            a_cat = torch.cat(a_weights) if len(a_weights) > 1 else a_weights[0].contiguous()
+            ctx.seed = int(torch.randint(0, 2**31 - 1, (1,)).item())  # the CPU generator: no device sync
+            joined = kernels.dropout_lora_a(flat, a_cat, len(specs), ctx.seed, ps[0])
+            hidden = list(joined.split(ranks, dim=1))
+            kept = [flat, joined, a_cat]
+        elif dropped:  # one independent mask per linear, as peft draws them
+            pairs = [torch.native_dropout(flat, p, True) if p > 0 else (flat, None) for p in ps]
             hidden = [torch.mm(inputs, a.t()) for (inputs, _), a in zip(pairs, a_weights, strict=True)]
+            kept = [t for pair in pairs for t in pair if t is not None] + hidden + a_weights
         else:  # one matmul over the concatenated adapters: the input is read once
             joined = torch.mm(flat, torch.cat(a_weights).t()) if len(specs) > 1 else torch.mm(flat, a_weights[0].t())
-            hidden = list(joined.split([a.shape[0] for a in a_weights], dim=1))
-            pairs = []
+            hidden = list(joined.split(ranks, dim=1))
+            kept = [flat, joined, *a_weights]
         outputs = []
         for (layer, _, scaling, _), h, b in zip(specs, hidden, b_weights, strict=True):
             out = layer.get_base_layer()(flat)
             out.addmm_(h.to(out.dtype), b.t().to(out.dtype), alpha=scaling)
             outputs.append(out.view(*x.shape[:-1], out.shape[-1]))
-        kept_inputs = [t for pair in pairs for t in pair if t is not None] if dropped else [flat]
-        kept_hidden = hidden if dropped else [joined]
         ctx.specs = specs
+        ctx.ranks = ranks
         ctx.weight_dtypes = [w.dtype for w in weights]
         ctx.dtype = dtype
         ctx.dropped = dropped
         ctx.x_shape = x.shape
-        ctx.save_for_backward(*kept_inputs, *kept_hidden, *a_weights, *b_weights)
+        ctx.save_for_backward(*kept, *b_weights)
         return tuple(outputs)
+
+    @staticmethod
+    def _unpack(ctx: Any) -> tuple[list[Any], list[Any], list[Any], list[Any], list[Any]]:
+        """(inputs, masks, hidden, a_weights, b_weights) as forward kept them; in the fused case the one
+        input and the stacked A (``a_weights`` = [a_cat]) and no masks."""
+        specs, n = ctx.specs, len(ctx.specs)
+        saved = list(ctx.saved_tensors)
+        b_weights = saved[-n:]
+        if ctx.seed is not None:
+            flat, joined, a_cat = saved[:3]
+            return [flat] * n, [None] * n, list(joined.split(ctx.ranks, dim=1)), [a_cat], b_weights
+        if not ctx.dropped:
+            flat, joined = saved[:2]
+            return [flat] * n, [None] * n, list(joined.split(ctx.ranks, dim=1)), saved[2:2 + n], b_weights
+        inputs, masks, at = [], [], 0
+        for *_, p in specs:
+            inputs.append(saved[at])
+            masks.append(saved[at + 1] if p > 0 else None)
+            at += 2 if p > 0 else 1
+        return inputs, masks, saved[at:at + n], saved[at + n:at + 2 * n], b_weights
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         specs = ctx.specs
-        n = len(specs)
-        saved = list(ctx.saved_tensors)
-        a_weights, b_weights = saved[-2 * n:-n], saved[-n:]
-        if ctx.dropped:
-            count = sum(2 if p > 0 else 1 for *_, p in specs)
-            kept, hidden = saved[:count], saved[count:count + n]
-            inputs, masks, at = [], [], 0
-            for *_, p in specs:
-                inputs.append(kept[at])
-                masks.append(kept[at + 1] if p > 0 else None)
-                at += 2 if p > 0 else 1
-        else:
-            inputs = [saved[0]] * n
-            masks = [None] * n
-            hidden = list(saved[1].split([a.shape[0] for a in a_weights], dim=1))
+        inputs, masks, hidden, a_weights, b_weights = _GroupedLoRA._unpack(ctx)
+        fused = ctx.seed is not None
         need_x = ctx.needs_input_grad[0]
         grad_x = None
         grad_hidden: list[torch.Tensor | None] = []
@@ -145,33 +181,47 @@ class _GroupedLoRA(torch.autograd.Function):
                 grad_x = torch.mm(g, base) if grad_x is None else grad_x.addmm_(g, base)
             dh = torch.mm(g, b_weights[i] * scaling)  # (tokens, r): scaling folded into the small factor
             grad_hidden.append(dh)
-            weight_grads.append(torch.mm(dh.t(), inputs[i]) if ctx.needs_input_grad[2 + 2 * i] else None)
-            weight_grads.append(torch.mm(g.t(), hidden[i] * scaling) if ctx.needs_input_grad[3 + 2 * i] else None)
-        if need_x:
-            if grad_x is None:
-                grad_x = torch.zeros(inputs[0].shape, dtype=ctx.dtype, device=inputs[0].device)
-            live = [i for i, dh in enumerate(grad_hidden) if dh is not None]
-            if ctx.dropped:
+            weight_grads.append(torch.mm(dh.t(), inputs[i]) if ctx.needs_input_grad[3 + 2 * i] and not fused
+                                else None)
+            weight_grads.append(torch.mm(g.t(), hidden[i] * scaling) if ctx.needs_input_grad[4 + 2 * i] else None)
+        live = [i for i, dh in enumerate(grad_hidden) if dh is not None]
+        if need_x and grad_x is None:
+            grad_x = torch.zeros(inputs[0].shape, dtype=ctx.dtype, device=inputs[0].device)
+        if fused and live:
+            kernels = _dropout_kernels(inputs[0])
+            p, groups, rank = specs[0][3], len(specs), ctx.ranks[0]
+            dh_all = torch.cat([dh if dh is not None else hidden[i].new_zeros(hidden[i].shape)
+                                for i, dh in enumerate(grad_hidden)], dim=1) if groups > 1 else grad_hidden[0]
+            if need_x:
+                kernels.add_input_grad(grad_x, dh_all, a_weights[0], groups, ctx.seed, p)
+            if any(ctx.needs_input_grad[3 + 2 * i] for i in live):
+                a_grads = kernels.adapter_grads(inputs[0], dh_all, groups, rank, ctx.seed, p).split(rank)
                 for i in live:
-                    part = torch.mm(grad_hidden[i], a_weights[i])
-                    p = specs[i][3]
-                    # dropout's own backward, then the sum: one fused ``addcmul_`` over the bool mask ran the
-                    # slow type-promoting kernel on the H200 (47 ms a 7B step against 22 for these two)
-                    grad_x.add_(torch.ops.aten.native_dropout_backward(part, masks[i], 1.0 / (1.0 - p))
-                                if p > 0 else part)
-            elif live:
-                grad_x.addmm_(torch.cat([grad_hidden[i] for i in live], dim=1),
-                              torch.cat([a_weights[i] for i in live]))
+                    if ctx.needs_input_grad[3 + 2 * i]:
+                        weight_grads[2 * i] = a_grads[i]
+        elif need_x and ctx.dropped:
+            for i in live:
+                part = torch.mm(grad_hidden[i], a_weights[i])
+                p = specs[i][3]
+                # dropout's own backward, then the sum: one fused ``addcmul_`` over the bool mask ran the
+                # slow type-promoting kernel on the H200 (47 ms a 7B step against 22 for these two)
+                grad_x.add_(torch.ops.aten.native_dropout_backward(part, masks[i], 1.0 / (1.0 - p))
+                            if p > 0 else part)
+        elif need_x and live:
+            grad_x.addmm_(torch.cat([grad_hidden[i] for i in live], dim=1),
+                          torch.cat([a_weights[i] for i in live]))
+        if need_x:
             grad_x = grad_x.view(ctx.x_shape)
         weight_grads = [g if g is None else g.to(d) for g, d in zip(weight_grads, ctx.weight_dtypes, strict=True)]
-        return (grad_x, None, *weight_grads)  # the input's dtype is the compute dtype (LoRAGroup.forward)
+        return (grad_x, None, None, *weight_grads)  # the input's dtype is the compute dtype (LoRAGroup.forward)
 
 
 class LoRAGroup:
     """Peft LoRA linears that read the same input, run together (see the module docstring)."""
 
-    def __init__(self, layers: list[Any]) -> None:
+    def __init__(self, layers: list[Any], fused_dropout: bool = True) -> None:
         self.layers = layers
+        self.fused_dropout = fused_dropout
         self._handed: tuple[torch.Tensor, dict[int, torch.Tensor]] | None = None
 
     def forward(self, layer: Any, original: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -189,7 +239,7 @@ class LoRAGroup:
             return original(x, *args, **kwargs)
         weights = [w for other, adapter, *_ in specs
                    for w in (other.lora_A[adapter].weight, other.lora_B[adapter].weight)]
-        outputs = _GroupedLoRA.apply(x, specs, *weights)
+        outputs = _GroupedLoRA.apply(x, specs, self.fused_dropout, *weights)
         others = {id(other): out for other, out in zip(self.layers, outputs, strict=True) if other is not layer}
         self._handed = (x, others) if others else None
         return outputs[self.layers.index(layer)]
@@ -198,9 +248,10 @@ class LoRAGroup:
 GROUPABLE = ("Linear", "Linear4bit")  # peft's LoRA layers over a bf16/fp32 or 4-bit linear
 
 
-def group_lora_layers(model: Any) -> int:
-    """Give every peft LoRA linear the grouped forward (siblings in ``GROUPS`` together, the rest alone);
-    returns how many groups. Idempotent."""
+def group_lora_layers(model: Any, fused_dropout: bool = True) -> int:
+    """Give every peft LoRA linear the grouped forward (siblings in ``GROUPS`` together, the rest alone),
+    its dropout in ``lora_dropout_kernel``'s kernels where they run if ``fused_dropout``; returns how many
+    groups. Idempotent."""
     by_parent: dict[str, dict[str, Any]] = {}
     for name, module in model.named_modules():
         if type(module).__name__ in GROUPABLE and hasattr(module, "lora_A") and hasattr(module, "lora_variant") \
@@ -215,7 +266,7 @@ def group_lora_layers(model: Any) -> int:
         for layers in sets:
             if not layers:
                 continue
-            group = LoRAGroup(layers)
+            group = LoRAGroup(layers, fused_dropout)
             for layer in layers:
                 layer.forward = _grouped_forward(group, layer, layer.forward)
                 layer._tunedeck_group = group

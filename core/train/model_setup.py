@@ -234,7 +234,9 @@ def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any
     if lora_grouping(cfg):
         from core.train.lora_group import group_lora_layers
 
-        log.info("lora_grouped: %d groups of LoRA linears that share an input", group_lora_layers(model))
+        fused = bool(cfg.get("lora_dropout_fused", True))
+        log.info("lora_grouped: %d groups of LoRA linears that share an input (dropout in Triton kernels: %s)",
+                 group_lora_layers(model, fused_dropout=fused), fused)
     trainable, total = model.get_nb_trainable_parameters()
     log.info("%s: %s trainable parameters of %s (%.3f%%)", method, f"{trainable:,}", f"{total:,}",
              100.0 * trainable / max(1, total))

@@ -1,0 +1,168 @@
+"""LoRA dropout's own cost per group, torch's (``lora_dropout_fused: false``) against the Triton kernels.
+
+For the LoRA groups of one decoder block (q/k/v, gate/up, o, down of a Qwen2.5-7B by default) at
+``--tokens`` rows, times on one CUDA GPU (CUDA events, median of ``--reps`` after warm-up) what each way does
+besides the base matmuls:
+
+- ``torch``: per linear ``native_dropout`` (copy + mask) and ``lora_A`` over the copy; backward the
+  ``lora_A`` input gradient, dropout's backward, the add into the input's gradient, ``lora_A``'s weight
+  gradient over the kept copy (the grouped node's dropout path);
+- ``fused``: ``lora_dropout_kernel``'s forward, input-gradient and adapter-gradient kernels;
+- ``no dropout``: the concatenated ``lora_A`` matmul and its two gradients, the floor.
+
+Also checks that the fused results equal torch's maths on the kernels' own masks (bf16 tolerance), and the
+bytes each way keeps for backward. Writes Markdown (``--out``) and JSON beside it.
+
+    python bench/lora_dropout_kernel.py --out bench/results/lora-dropout-kernel.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# (name, linears in the group, input width) of a Qwen2.5-7B block
+GROUPS_7B = (("q/k/v", 3, 3584), ("gate/up", 2, 3584), ("o", 1, 3584), ("down", 1, 18944))
+
+
+def _time(fn, reps: int) -> float:
+    import torch
+
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def measure(tokens: int, rank: int, p: float, reps: int) -> list[dict]:
+    return [_group(name, groups, width, tokens, rank, p, reps) for name, groups, width in GROUPS_7B]
+
+
+def _group(name: str, groups: int, width: int, tokens: int, rank: int, p: float, reps: int) -> dict:
+    import torch
+
+    from core.train import lora_dropout_kernel as kernels
+
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    x = torch.randn(tokens, width, device=device, dtype=torch.bfloat16)
+    a = (torch.randn(groups * rank, width, device=device) * width**-0.5).to(torch.bfloat16)
+    a_list = list(a.split(rank))
+    dh = torch.randn(tokens, groups * rank, device=device, dtype=torch.bfloat16)
+    dh_list = list(dh.split(rank, dim=1))
+    dx = torch.zeros(tokens, width, device=device, dtype=torch.bfloat16)
+    scale = 1.0 / (1.0 - p)
+    seed = 1234
+
+    saved: dict[str, list] = {}
+
+    def torch_forward():
+        pairs = [torch.native_dropout(x, p, True) for _ in range(groups)]
+        saved["pairs"] = pairs
+        return [torch.mm(xd, ag.t()) for (xd, _), ag in zip(pairs, a_list, strict=True)]
+
+    torch_forward()
+
+    def torch_backward():
+        for (xd, mask), ag, dhg in zip(saved["pairs"], a_list, dh_list, strict=True):
+            part = torch.mm(dhg, ag)
+            dx.add_(torch.ops.aten.native_dropout_backward(part, mask, scale))
+            torch.mm(dhg.t(), xd)
+
+    def fused_forward():
+        return kernels.dropout_lora_a(x, a, groups, seed, p)
+
+    def fused_backward():
+        kernels.add_input_grad(dx, dh, a, groups, seed, p)
+        kernels.adapter_grads(x, dh, groups, rank, seed, p)
+
+    def plain_forward():
+        return torch.mm(x, a.t())
+
+    def plain_backward():
+        dx.addmm_(dh, a)
+        torch.mm(dh.t(), x)
+
+    row = {"group": name, "linears": groups, "width": width, "tokens": tokens}
+    for label, forward, backward in (("torch", torch_forward, torch_backward),
+                                     ("fused", fused_forward, fused_backward),
+                                     ("no_dropout", plain_forward, plain_backward)):
+        row[f"{label}_forward_ms"] = round(_time(forward, reps), 4)
+        row[f"{label}_backward_ms"] = round(_time(backward, reps), 4)
+    # kept for backward beyond lora_A's outputs: torch a copy + a mask per linear, fused the input once
+    row["torch_kept_mb"] = round(groups * tokens * width * 3 / 1e6, 1)
+    row["fused_kept_mb"] = round(tokens * width * 2 / 1e6, 1)
+
+    # the fused results against torch's maths on the kernels' masks
+    masks = kernels.masks(tokens, width, groups, seed, p, device=device)
+    want = torch.cat([(x.float() * masks[g] * scale).to(torch.bfloat16).float() @ a_list[g].float().t()
+                      for g in range(groups)], dim=1)
+    got = fused_forward().float()
+    row["forward_max_rel_err"] = round(((got - want).abs().max() / want.abs().max()).item(), 5)
+    row["keep_rate"] = round(masks.float().mean().item(), 5)
+    return row
+
+
+def render(rows: list[dict], meta: dict) -> str:
+    lines = [f"# LoRA dropout per group: torch's against the fused kernels ({meta['gpu']})", "",
+             f"Qwen2.5-7B block, {meta['tokens']} tokens, rank {meta['rank']}, p {meta['p']}, median of "
+             f"{meta['reps']} (ms). `python bench/lora_dropout_kernel.py {meta['args']}`", "",
+             "| group | torch fwd | torch bwd | fused fwd | fused bwd | no-dropout fwd | no-dropout bwd | "
+             "torch / fused | kept MB torch / fused | fwd max rel err | keep rate |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    total = {"torch": 0.0, "fused": 0.0, "no_dropout": 0.0}
+    for r in rows:
+        t = r["torch_forward_ms"] + r["torch_backward_ms"]
+        f = r["fused_forward_ms"] + r["fused_backward_ms"]
+        total["torch"] += t
+        total["fused"] += f
+        total["no_dropout"] += r["no_dropout_forward_ms"] + r["no_dropout_backward_ms"]
+        lines.append(f"| {r['group']} | {r['torch_forward_ms']} | {r['torch_backward_ms']} | {r['fused_forward_ms']} | "
+                     f"{r['fused_backward_ms']} | {r['no_dropout_forward_ms']} | {r['no_dropout_backward_ms']} | "
+                     f"{t / f:.2f}x | {r['torch_kept_mb']} / {r['fused_kept_mb']} | {r['forward_max_rel_err']} | "
+                     f"{r['keep_rate']} |")
+    lines += ["", f"A block, forward + backward: torch {total['torch']:.3f} ms, fused {total['fused']:.3f} ms, "
+              f"no dropout {total['no_dropout']:.3f} ms (with checkpointing the forward runs twice)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--p", type=float, default=0.05)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("lora_dropout_kernel: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    rows = measure(args.tokens, args.rank, args.p, args.reps)
+    meta = {"gpu": torch.cuda.get_device_name(0), "tokens": args.tokens, "rank": args.rank, "p": args.p,
+            "reps": args.reps, "args": " ".join(sys.argv[1:]), "torch": torch.__version__}
+    bad = [r["group"] for r in rows if r["forward_max_rel_err"] > 2e-2 or abs(r["keep_rate"] - (1 - args.p)) > 1e-3]
+    args.out.write_text(render(rows, meta), encoding="utf-8")
+    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1), encoding="utf-8")
+    print(args.out.read_text(encoding="utf-8"))
+    if bad:
+        print(f"lora_dropout_kernel: the fused results differ from torch's maths for {bad}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""``lora_dropout_fused: true`` (default): LoRA dropout inside the ``lora_A`` matmul, its mask never stored.
+
+peft's LoRA dropout makes, for every adapted linear, a dropped-out copy of the input and a 1-byte mask, keeps
+both for backward, runs ``lora_A`` over the copy, and in backward multiplies the gradient by the mask again:
+7 bytes moved and 3 kept per input element and linear, q, k and v each their own. On the 7B at b4 x 2048
+that was 46 ms of dropout kernels a step on the H200 (engine-speed-lora-c), the copies' reads in the
+skinny ``lora_A`` matmuls on top, and 121 KB a token and block of saved tensors, more than the block's own
+activations.
+
+Here three Triton kernels do a group's dropout and ``lora_A`` work (the linears that read one input:
+q/k/v, gate/up, o, down; ``core.train.lora_group``) from the input alone, which backward keeps once:
+
+- forward: ``h_g = dropout_g(x) @ A_g^T`` for every linear g of the group, reading x once;
+- backward, input: ``dx += sum_g (dh_g @ A_g) * mask_g * scale``, added in place to the base's gradient;
+- backward, adapters: ``dA_g = dh_g^T @ dropout_g(x)``, in fp32 partial sums over row blocks.
+
+Each mask is drawn again wherever it is needed from a counter-based hash of (the element's index, the
+linear's seed): murmur3's 32-bit finaliser, which mixes every input bit into every output bit, so masks of
+neighbouring elements and of the group's linears are independent. An element is kept when its hash is at
+least ``round(p * 2**32)``: the keep rate is 1 - p to 2**-32. The seed is drawn per call from the CPU
+generator (no device synchronisation); gradient checkpointing restores that generator before it recomputes
+a block, so the recomputed forward draws the same masks. The masks are not ``torch.native_dropout``'s
+(another generator), so with dropout a run's loss differs from peft's as two seeds do; at dropout 0 this
+path never runs.
+
+The arithmetic is peft's under autocast: the dropped-out input is ``x * scale`` rounded to the compute dtype
+before the matmul (fp32 accumulation), the adapter gradients accumulate in fp32; the input gradient's
+adapter terms are summed in fp32 and rounded once, where peft rounds each.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_GROUP = 3  # q/k/v
+MAX_RANK = 128
+MAX_P = 0.5  # the keep threshold must fit a signed 32-bit kernel argument
+_SEED_STEP = 0x9E3779B9  # the seeds of a group's linears, golden-ratio apart
+
+
+def interpreted() -> bool:
+    """The kernels may run on CPU tensors in Triton's interpreter: ``TUNEDECK_TRITON_INTERPRET=1``, with
+    ``TRITON_INTERPRET=1`` set before Triton was first imported (the CPU tests; slow, for checking)."""
+    return os.environ.get("TUNEDECK_TRITON_INTERPRET") == "1" and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def usable(x: torch.Tensor, ranks: list[int], ps: list[float], rows: int, width: int) -> bool:
+    """Can the kernels run this group: on CUDA (or Triton's CPU interpreter), one dropout p in (0, MAX_P), one rank, small
+    enough indices for 32-bit counters."""
+    if not (x.is_cuda or (interpreted() and x.device.type == "cpu")):
+        return False
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        return False
+    if not ranks or len(ranks) > MAX_GROUP or len(set(ranks)) != 1 or ranks[0] > MAX_RANK:
+        return False
+    if len(set(ps)) != 1 or not 0.0 < ps[0] < MAX_P:
+        return False
+    return rows * width < 2**31
+
+
+def seeds_for(seed: int, count: int) -> list[int]:
+    """The per-linear seeds of a group, as the kernels take them (below 2**31)."""
+    return [(seed + i * _SEED_STEP) % 2**31 for i in range(count)] + [0] * (MAX_GROUP - count)
+
+
+def threshold(p: float) -> int:
+    return min(int(round(p * 2**32)), 2**31 - 1)
+
+
+def _padded_rank(rank: int) -> int:
+    return max(16, 1 << (rank - 1).bit_length())
+
+
+@triton.jit
+def _keep(idx, seed, thr):
+    h = idx.to(tl.uint32) ^ seed.to(tl.uint32)
+    h = h ^ (h >> 16)
+    h = h * 0x85EBCA6B
+    h = h ^ (h >> 13)
+    h = h * 0xC2B2AE35
+    h = h ^ (h >> 16)
+    return h >= thr.to(tl.uint32)
+
+@triton.jit
+def _forward(x_ptr, a_ptr, h_ptr, n_rows, width, s0, s1, s2, thr, scale,
+            G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+            PREC: tl.constexpr):
+    rows = tl.program_id(0) * BN + tl.arange(0, BN)
+    rr = tl.arange(0, RP)
+    row_ok = rows < n_rows
+    acc0 = tl.zeros((BN, RP), dtype=tl.float32)
+    acc1 = tl.zeros((BN, RP), dtype=tl.float32)
+    acc2 = tl.zeros((BN, RP), dtype=tl.float32)
+    for k0 in range(0, width, BK):
+        cols = k0 + tl.arange(0, BK)
+        col_ok = cols < width
+        idx = rows[:, None] * width + cols[None, :]
+        x = tl.load(x_ptr + idx, mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+        scaled = x.to(tl.float32) * scale
+        a_at = a_ptr + rr[None, :] * width + cols[:, None]  # A^T tile (BK x RP) of the first linear
+        a_ok = (rr[None, :] < R) & col_ok[:, None]
+        a0 = tl.load(a_at, mask=a_ok, other=0.0)
+        acc0 += tl.dot(tl.where(_keep(idx, s0, thr), scaled, 0.0).to(x.dtype), a0, input_precision=PREC)
+        if G > 1:
+            a1 = tl.load(a_at + R * width, mask=a_ok, other=0.0)
+            acc1 += tl.dot(tl.where(_keep(idx, s1, thr), scaled, 0.0).to(x.dtype), a1, input_precision=PREC)
+        if G > 2:
+            a2 = tl.load(a_at + 2 * R * width, mask=a_ok, other=0.0)
+            acc2 += tl.dot(tl.where(_keep(idx, s2, thr), scaled, 0.0).to(x.dtype), a2, input_precision=PREC)
+    out = h_ptr + rows[:, None] * (G * R) + rr[None, :]
+    out_ok = row_ok[:, None] & (rr[None, :] < R)
+    tl.store(out, acc0.to(h_ptr.dtype.element_ty), mask=out_ok)
+    if G > 1:
+        tl.store(out + R, acc1.to(h_ptr.dtype.element_ty), mask=out_ok)
+    if G > 2:
+        tl.store(out + 2 * R, acc2.to(h_ptr.dtype.element_ty), mask=out_ok)
+
+@triton.jit
+def _input_grad(dh_ptr, a_ptr, dx_ptr, n_rows, width, s0, s1, s2, thr, scale,
+               G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+               PREC: tl.constexpr):
+    rows = tl.program_id(0) * BN + tl.arange(0, BN)
+    cols = tl.program_id(1) * BK + tl.arange(0, BK)
+    rr = tl.arange(0, RP)
+    row_ok = rows < n_rows
+    col_ok = cols < width
+    idx = rows[:, None] * width + cols[None, :]
+    dh_at = dh_ptr + rows[:, None] * (G * R) + rr[None, :]
+    dh_ok = row_ok[:, None] & (rr[None, :] < R)
+    a_at = a_ptr + rr[:, None] * width + cols[None, :]
+    a_ok = (rr[:, None] < R) & col_ok[None, :]
+    dh = tl.load(dh_at, mask=dh_ok, other=0.0)
+    a = tl.load(a_at, mask=a_ok, other=0.0)
+    acc = tl.where(_keep(idx, s0, thr), tl.dot(dh, a, input_precision=PREC), 0.0)
+    if G > 1:
+        dh = tl.load(dh_at + R, mask=dh_ok, other=0.0)
+        a = tl.load(a_at + R * width, mask=a_ok, other=0.0)
+        acc += tl.where(_keep(idx, s1, thr), tl.dot(dh, a, input_precision=PREC), 0.0)
+    if G > 2:
+        dh = tl.load(dh_at + 2 * R, mask=dh_ok, other=0.0)
+        a = tl.load(a_at + 2 * R * width, mask=a_ok, other=0.0)
+        acc += tl.where(_keep(idx, s2, thr), tl.dot(dh, a, input_precision=PREC), 0.0)
+    ok = row_ok[:, None] & col_ok[None, :]
+    dx = tl.load(dx_ptr + idx, mask=ok, other=0.0)
+    tl.store(dx_ptr + idx, (dx.to(tl.float32) + acc * scale).to(dx_ptr.dtype.element_ty), mask=ok)
+
+@triton.jit
+def _adapter_grad(x_ptr, dh_ptr, part_ptr, n_rows, width, rows_per_split, s0, s1, s2, thr, scale,
+                 G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                 PREC: tl.constexpr):
+    cols = tl.program_id(0) * BK + tl.arange(0, BK)
+    split = tl.program_id(1)
+    rr = tl.arange(0, RP)
+    col_ok = cols < width
+    acc0 = tl.zeros((RP, BK), dtype=tl.float32)
+    acc1 = tl.zeros((RP, BK), dtype=tl.float32)
+    acc2 = tl.zeros((RP, BK), dtype=tl.float32)
+    start = split * rows_per_split
+    for n0 in range(0, rows_per_split, BN):
+        rows = start + n0 + tl.arange(0, BN)
+        row_ok = rows < n_rows
+        idx = rows[:, None] * width + cols[None, :]
+        x = tl.load(x_ptr + idx, mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+        scaled = x.to(tl.float32) * scale
+        dh_at = dh_ptr + rows[:, None] * (G * R) + rr[None, :]
+        dh_ok = row_ok[:, None] & (rr[None, :] < R)
+        dh = tl.load(dh_at, mask=dh_ok, other=0.0)
+        acc0 += tl.dot(tl.trans(dh), tl.where(_keep(idx, s0, thr), scaled, 0.0).to(x.dtype), input_precision=PREC)
+        if G > 1:
+            dh = tl.load(dh_at + R, mask=dh_ok, other=0.0)
+            acc1 += tl.dot(tl.trans(dh), tl.where(_keep(idx, s1, thr), scaled, 0.0).to(x.dtype),
+                           input_precision=PREC)
+        if G > 2:
+            dh = tl.load(dh_at + 2 * R, mask=dh_ok, other=0.0)
+            acc2 += tl.dot(tl.trans(dh), tl.where(_keep(idx, s2, thr), scaled, 0.0).to(x.dtype),
+                           input_precision=PREC)
+    out = part_ptr + split * (G * R * width) + rr[:, None] * width + cols[None, :]
+    out_ok = (rr[:, None] < R) & col_ok[None, :]
+    tl.store(out, acc0, mask=out_ok)
+    if G > 1:
+        tl.store(out + R * width, acc1, mask=out_ok)
+    if G > 2:
+        tl.store(out + 2 * R * width, acc2, mask=out_ok)
+
+
+def _precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"  # tf32 is ignored for 16-bit inputs
+
+
+def _row_block(rows: int) -> int:
+    return 16 if rows <= 16 or interpreted() else 32
+
+
+def dropout_lora_a(x: torch.Tensor, a: torch.Tensor, groups: int, seed: int, p: float) -> torch.Tensor:
+    """``[dropout_g(x) @ A_g^T for g]`` side by side: x (rows x width, contiguous), a (groups*rank x width,
+    the group's ``lora_A`` weights stacked, x's dtype); returns rows x groups*rank in x's dtype."""
+    rows, width = x.shape
+    rank = a.shape[0] // groups
+    out = torch.empty(rows, groups * rank, dtype=x.dtype, device=x.device)
+    block = _row_block(rows)
+    _forward[(triton.cdiv(rows, block),)](
+        x, a, out, rows, width, *seeds_for(seed, groups), threshold(p), 1.0 / (1.0 - p),
+        G=groups, R=rank, RP=_padded_rank(rank), BN=block, BK=64, PREC=_precision(x.dtype))
+    return out
+
+
+def add_input_grad(grad_x: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, groups: int, seed: int,
+                   p: float) -> None:
+    """``grad_x += sum_g (dh_g @ A_g) * mask_g / (1 - p)``, in place (grad_x rows x width, contiguous)."""
+    rows, width = grad_x.shape
+    rank = a.shape[0] // groups
+    block = _row_block(rows)
+    grid = (triton.cdiv(rows, block), triton.cdiv(width, 64))
+    _input_grad[grid](
+        dh, a, grad_x, rows, width, *seeds_for(seed, groups), threshold(p), 1.0 / (1.0 - p),
+        G=groups, R=rank, RP=_padded_rank(rank), BN=block, BK=64, PREC=_precision(a.dtype))
+
+
+def adapter_grads(x: torch.Tensor, dh: torch.Tensor, groups: int, rank: int, seed: int, p: float) -> torch.Tensor:
+    """``[dh_g^T @ dropout_g(x) for g]`` stacked (groups*rank x width), fp32."""
+    rows, width = x.shape
+    block = _row_block(rows)
+    col_blocks = triton.cdiv(width, 64)
+    # enough programs to fill the GPU: split the rows so that (column blocks x splits) reaches ~512
+    splits = max(1, min(triton.cdiv(rows, block), triton.cdiv(512, col_blocks)))
+    rows_per_split = triton.cdiv(triton.cdiv(rows, splits), block) * block
+    splits = triton.cdiv(rows, rows_per_split)
+    parts = torch.empty(splits, groups * rank, width, dtype=torch.float32, device=x.device)
+    _adapter_grad[(col_blocks, splits)](
+        x, dh, parts, rows, width, rows_per_split, *seeds_for(seed, groups), threshold(p), 1.0 / (1.0 - p),
+        G=groups, R=rank, RP=_padded_rank(rank), BN=block, BK=64, PREC=_precision(x.dtype))
+    return parts.sum(0) if splits > 1 else parts[0]
+
+
+def masks(rows: int, width: int, groups: int, seed: int, p: float, device: Any = "cpu") -> torch.Tensor:
+    """The keep masks the kernels draw (groups x rows x width, bool), computed with torch's integer ops from
+    the same hash: the tests' reference, and a check of the kernels' keep rate."""
+    idx = torch.arange(rows * width, dtype=torch.int64, device=device).view(rows, width)
+    out = []
+    for s in seeds_for(seed, groups)[:groups]:
+        h = (idx ^ s) & 0xFFFFFFFF
+        h = h ^ (h >> 16)
+        h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+        h = h ^ (h >> 13)
+        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+        h = h ^ (h >> 16)
+        out.append(h >= threshold(p))
+    return torch.stack(out)

@@ -1,0 +1,231 @@
+"""``lora_dropout_fused`` (default on GPUs): a LoRA group's dropout inside its ``lora_A`` kernels.
+
+On CPU the Triton kernels run in Triton's interpreter (the kernels' code, not a copy; ``tests/conftest.py``
+switches it on for the session, these tests ask for it with ``TUNEDECK_TRITON_INTERPRET=1``), in fp32:
+
+- each kernel (forward, input gradient, adapter gradients) equals a reference built with torch from the
+  masks ``lora_dropout_kernel.masks`` draws, for groups of 1-3 linears, ranks padded or not, ragged sizes;
+- the masks keep 1 - p of the elements and are independent across neighbours, linears and seeds;
+- through the grouped node, a q/k/v group's outputs and gradients equal that reference built by hand;
+- a checkpointed model recomputes the same masks (its gradients equal the eager model's, and differ from the
+  same model without dropout);
+- what the kernels do not take (p >= 0.5, mixed ranks, float64, ``lora_dropout_fused: false``) runs
+  torch's dropout.
+
+The GPU test (``-m gpu``) runs the compiled kernels in bf16 on CUDA against the same reference.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from tests.core.test_engine_switches import IDS, assert_close, loss_and_grads, tiny_lora  # noqa: E402
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    """The kernel module, its kernels run on CPU tensors in Triton's interpreter."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.fail("Triton's interpreter must be on before Triton is imported (tests/conftest.py does it)")
+    monkeypatch.setenv("TUNEDECK_TRITON_INTERPRET", "1")
+    import core.train.lora_dropout_kernel as module
+
+    return module
+
+
+def _reference(x, a, dh, dx, masks, p, groups):
+    rank = a.shape[0] // groups
+    scale = 1.0 / (1.0 - p)
+    dropped = [x.double() * masks[g] * scale for g in range(groups)]
+    blocks = [slice(g * rank, (g + 1) * rank) for g in range(groups)]
+    hidden = torch.cat([dropped[g] @ a[blocks[g]].double().t() for g in range(groups)], dim=1)
+    dx_out = dx.double() + sum((dh[:, blocks[g]].double() @ a[blocks[g]].double()) * masks[g] * scale
+                               for g in range(groups))
+    da = torch.cat([dh[:, blocks[g]].double().t() @ dropped[g] for g in range(groups)])
+    return hidden, dx_out, da
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3])
+@pytest.mark.parametrize("rank", [4, 16])
+def test_each_kernel_equals_torch_on_the_same_masks(kernels, groups, rank):
+    torch.manual_seed(groups * 10 + rank)
+    rows, width, p, seed = 37, 70, 0.25, 987_654_321
+    x = torch.randn(rows, width)
+    a = torch.randn(groups * rank, width)
+    dh = torch.randn(rows, groups * rank)
+    dx = torch.randn(rows, width)
+    masks = kernels.masks(rows, width, groups, seed, p)
+    hidden, dx_want, da_want = _reference(x, a, dh, dx, masks, p, groups)
+
+    got = kernels.dropout_lora_a(x, a, groups, seed, p)
+    assert got.shape == (rows, groups * rank) and got.dtype == x.dtype
+    assert torch.allclose(got.double(), hidden, rtol=1e-5, atol=1e-4)
+    dx_got = dx.clone()
+    kernels.add_input_grad(dx_got, dh, a, groups, seed, p)
+    assert torch.allclose(dx_got.double(), dx_want, rtol=1e-5, atol=1e-4)
+    da_got = kernels.adapter_grads(x, dh, groups, rank, seed, p)
+    assert da_got.dtype == torch.float32 and torch.allclose(da_got.double(), da_want, rtol=1e-5, atol=1e-4)
+    # another seed: other masks, other results
+    assert not torch.allclose(kernels.dropout_lora_a(x, a, groups, seed + 1, p), got, atol=1e-3)
+
+
+def test_masks_keep_one_minus_p_independently(kernels):
+    rows, width, p = 256, 1024, 0.1
+    masks = kernels.masks(rows, width, 3, 2024, p)
+    n = rows * width
+    sigma = (p * (1 - p) / n) ** 0.5
+    for mask in masks:
+        assert abs(1.0 - mask.double().mean().item() - p) < 5 * sigma
+    dropped = ~masks
+    both = (p * p * (1 - p * p) / n) ** 0.5
+    pairs = [(dropped[0], dropped[1]), (dropped[0], dropped[2]), (dropped[1], dropped[2]),
+             (dropped[0][:, 1:], dropped[0][:, :-1]),  # neighbours in a row
+             (dropped[0][1:], dropped[0][:-1])]  # the same column in neighbouring rows
+    for left, right in pairs:
+        assert abs((left & right).double().mean().item() - p * p) < 6 * both
+    other = kernels.masks(rows, width, 1, 2025, p)[0]
+    assert abs((dropped[0] & ~other).double().mean().item() - p * p) < 6 * both
+    assert kernels.threshold(0.5) < 2**31  # the largest p the kernels take fits their 32-bit argument
+
+
+def _qkv(dropout: float):
+    from peft import LoraConfig, get_peft_model
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q_proj = torch.nn.Linear(24, 20, bias=True)
+            self.k_proj = torch.nn.Linear(24, 12, bias=True)
+            self.v_proj = torch.nn.Linear(24, 12, bias=False)
+
+        def forward(self, x):
+            return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+
+    torch.manual_seed(0)
+    model = get_peft_model(Attention(), LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout,
+                                                   target_modules=["q_proj", "k_proj", "v_proj"]))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            param.data.normal_(0, 0.5)
+    model.train()
+    return model
+
+
+def test_the_grouped_node_runs_the_kernels_with_exact_gradients(kernels, monkeypatch):
+    from core.train.lora_group import group_lora_layers
+
+    calls = {"forward": 0, "input": 0, "adapters": 0}
+    for name, key in (("dropout_lora_a", "forward"), ("add_input_grad", "input"), ("adapter_grads", "adapters")):
+        original = getattr(kernels, name)
+
+        def counted(*args, _original=original, _key=key):
+            calls[_key] += 1
+            return _original(*args)
+
+        monkeypatch.setattr(kernels, name, counted)
+    model = _qkv(0.3)
+    assert group_lora_layers(model) == 1
+    inner = model.base_model.model
+    layers = [inner.q_proj, inner.k_proj, inner.v_proj]
+    x = torch.randn(3, 7, 24, requires_grad=True)
+    torch.manual_seed(123)
+    out = model(x)
+    out.square().sum().backward()
+    assert calls == {"forward": 1, "input": 1, "adapters": 1}
+    grads = [x.grad] + [p.grad for layer in layers
+                        for p in (layer.lora_A["default"].weight, layer.lora_B["default"].weight)]
+
+    # by hand, in float64: the seed the node draws from the CPU generator, the kernels' masks
+    torch.manual_seed(123)
+    seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
+    masks = kernels.masks(21, 24, 3, seed, 0.3).view(3, 3, 7, 24)
+    x_ref = x.detach().double().requires_grad_(True)
+    params = [p.detach().double().requires_grad_(True) for layer in layers
+              for p in (layer.lora_A["default"].weight, layer.lora_B["default"].weight)]
+    parts = []
+    for i, layer in enumerate(layers):
+        base = layer.base_layer
+        bias = None if base.bias is None else base.bias.double()
+        dropped = x_ref * masks[i] / 0.7
+        parts.append(torch.nn.functional.linear(x_ref, base.weight.double(), bias)
+                     + 2.0 * (dropped @ params[2 * i].t()) @ params[2 * i + 1].t())
+    ref = torch.cat(parts, dim=-1)
+    ref.square().sum().backward()
+    assert (~masks).any() and masks.any()
+    assert torch.allclose(out.double(), ref, rtol=1e-5, atol=1e-4)
+    for got, want in zip(grads, [x_ref.grad] + [p.grad for p in params], strict=True):
+        assert torch.allclose(got.double(), want, rtol=1e-4, atol=1e-3 * want.abs().max().item())
+
+
+def test_a_checkpointed_model_recomputes_the_same_masks(kernels):
+    eager = tiny_lora({"lora_dropout": 0.1})
+    checkpointed = tiny_lora({"lora_dropout": 0.1}, checkpointing=True)
+    undropped = tiny_lora({})
+    torch.manual_seed(5)
+    loss_eager, grads_eager = loss_and_grads(eager, IDS, autocast=False)
+    torch.manual_seed(5)
+    loss_ckpt, grads_ckpt = loss_and_grads(checkpointed, IDS, autocast=False)
+    torch.manual_seed(5)
+    loss_plain, _ = loss_and_grads(undropped, IDS, autocast=False)
+    assert loss_ckpt == pytest.approx(loss_eager, rel=1e-6)
+    assert_close(grads_eager, grads_ckpt, rel=1e-5)
+    assert abs(loss_eager - loss_plain) > 1e-4  # the dropout acted
+
+
+def test_what_the_kernels_do_not_take_runs_torch_dropout(kernels, monkeypatch):
+    x = torch.zeros(4, 8)
+    assert kernels.usable(x, [8, 8, 8], [0.1] * 3, 4, 8)
+    assert not kernels.usable(x, [8, 8, 8], [0.5] * 3, 4, 8)
+    assert not kernels.usable(x, [8, 4], [0.1] * 2, 4, 8)
+    assert not kernels.usable(x, [8], [0.1], 2**16, 2**15)  # 32-bit element counters
+    assert not kernels.usable(x.double(), [8], [0.1], 4, 8)
+    monkeypatch.delenv("TUNEDECK_TRITON_INTERPRET")
+    assert not kernels.usable(x, [8], [0.1], 4, 8)  # a CPU tensor, not asked for
+    monkeypatch.setenv("TUNEDECK_TRITON_INTERPRET", "1")
+
+    used = {"n": 0}
+    original = kernels.dropout_lora_a
+
+    def counted(*args):
+        used["n"] += 1
+        return original(*args)
+
+    monkeypatch.setattr(kernels, "dropout_lora_a", counted)
+    torch.manual_seed(5)
+    loss_and_grads(tiny_lora({"lora_dropout": 0.1, "lora_dropout_fused": False}), IDS, autocast=False)
+    assert used["n"] == 0
+    torch.manual_seed(5)
+    loss_and_grads(tiny_lora({"lora_dropout": 0.1}), IDS, autocast=False)
+    assert used["n"] == 16  # 4 groups a block, 4 blocks
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="the compiled kernels: needs a GPU")
+@pytest.mark.parametrize("groups,width", [(3, 3584), (2, 3584), (1, 18944)])
+def test_compiled_kernels_in_bf16_equal_torch_on_the_same_masks(groups, width):
+    import core.train.lora_dropout_kernel as module
+
+    torch.manual_seed(0)
+    rows, rank, p, seed = 4096 + 37, 16, 0.05, 123_456_789
+    device = torch.device("cuda")
+    x = torch.randn(rows, width, device=device, dtype=torch.bfloat16)
+    a = (torch.randn(groups * rank, width, device=device) * width**-0.5).to(torch.bfloat16)
+    dh = torch.randn(rows, groups * rank, device=device, dtype=torch.bfloat16)
+    dx = torch.randn(rows, width, device=device, dtype=torch.bfloat16)
+    masks = module.masks(rows, width, groups, seed, p, device=device)
+    hidden, dx_want, da_want = _reference(x, a, dh, dx, masks, p, groups)
+    got = module.dropout_lora_a(x, a, groups, seed, p)
+    assert (got.double() - hidden).abs().max().item() <= 2e-2 * hidden.abs().max().item()
+    dx_got = dx.clone()
+    module.add_input_grad(dx_got, dh, a, groups, seed, p)
+    assert (dx_got.double() - dx_want).abs().max().item() <= 2e-2 * dx_want.abs().max().item()
+    da_got = module.adapter_grads(x, dh, groups, rank, seed, p)
+    assert (da_got.double() - da_want).abs().max().item() <= 1e-2 * da_want.abs().max().item()
+    keep = masks.double().mean().item()
+    assert abs(keep - (1 - p)) < 1e-3
