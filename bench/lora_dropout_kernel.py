@@ -13,7 +13,10 @@ besides the base matmuls:
 Also checks that the fused results equal torch's maths on the kernels' own masks (bf16 tolerance), and the
 bytes each way keeps for backward. Writes Markdown (``--out``) and JSON beside it.
 
-    python bench/lora_dropout_kernel.py --out bench/results/lora-dropout-kernel.md
+``--sweep`` instead times each kernel over a grid of tiles (rows and columns a program, warps, pipeline
+stages) for every group and reports the fastest, which ``lora_dropout_kernel.TILES`` takes.
+
+    python bench/lora_dropout_kernel.py --out bench/results/lora-dropout-kernel.md [--sweep]
 """
 
 from __future__ import annotations
@@ -115,6 +118,59 @@ def _group(name: str, groups: int, width: int, tokens: int, rank: int, p: float,
     return row
 
 
+SWEEP = [{"BN": bn, "BK": bk, "num_warps": w, "num_stages": 3}
+         for bn in (32, 64, 128) for bk in (64, 128) for w in (4, 8)]
+
+
+def sweep(tokens: int, rank: int, p: float, reps: int) -> dict:
+    """Median ms of each kernel, group and tile of ``SWEEP`` (None where a tile does not compile or run)."""
+    import torch
+
+    from core.train import lora_dropout_kernel as kernels
+
+    device = torch.device("cuda")
+    out: dict = {"timings": [], "best": {}}
+    for name, groups, width in GROUPS_7B:
+        torch.manual_seed(0)
+        x = torch.randn(tokens, width, device=device, dtype=torch.bfloat16)
+        a = (torch.randn(groups * rank, width, device=device) * width**-0.5).to(torch.bfloat16)
+        dh = torch.randn(tokens, groups * rank, device=device, dtype=torch.bfloat16)
+        dx = torch.zeros(tokens, width, device=device, dtype=torch.bfloat16)
+        calls = {"forward": lambda t, x=x, a=a, g=groups: kernels.dropout_lora_a(x, a, g, 1, p, tiles=t),
+                 "input_grad": lambda t, dx=dx, dh=dh, a=a, g=groups: kernels.add_input_grad(dx, dh, a, g, 1, p,
+                                                                                            tiles=t),
+                 "adapter_grad": lambda t, x=x, dh=dh, g=groups: kernels.adapter_grads(x, dh, g, rank, 1, p, tiles=t)}
+        for kernel, call in calls.items():
+            best = None
+            for tiles in SWEEP:
+                try:
+                    ms = round(_time(lambda call=call, tiles=tiles: call(tiles), reps), 4)
+                except Exception as exc:  # a tile too large for the registers or shared memory
+                    ms, why = None, type(exc).__name__
+                else:
+                    why = ""
+                out["timings"].append({"group": name, "kernel": kernel, **tiles, "ms": ms, "error": why})
+                if ms is not None and (best is None or ms < best["ms"]):
+                    best = {**tiles, "ms": ms}
+            out["best"][f"{kernel} {name}"] = best
+            print(kernel, name, best, flush=True)
+    # one tile per kernel: the least total over the groups (forward twice: checkpointing recomputes it)
+    totals: dict = {}
+    for t in out["timings"]:
+        if t["ms"] is None:
+            continue
+        key = (t["kernel"], t["BN"], t["BK"], t["num_warps"], t["num_stages"])
+        totals.setdefault(key, []).append(t["ms"])
+    out["overall"] = {}
+    for kernel in ("forward", "input_grad", "adapter_grad"):
+        complete = {k: sum(v) for k, v in totals.items() if k[0] == kernel and len(v) == len(GROUPS_7B)}
+        if complete:
+            k = min(complete, key=complete.get)
+            out["overall"][kernel] = {"BN": k[1], "BK": k[2], "num_warps": k[3], "num_stages": k[4],
+                                      "block_ms": round(complete[k], 4)}
+    return out
+
+
 def render(rows: list[dict], meta: dict) -> str:
     lines = [f"# LoRA dropout per group: torch's against the fused kernels ({meta['gpu']})", "",
              f"Qwen2.5-7B block, {meta['tokens']} tokens, rank {meta['rank']}, p {meta['p']}, median of "
@@ -145,12 +201,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--p", type=float, default=0.05)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--sweep", action="store_true", help="time each kernel over a grid of tiles")
     args = parser.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
         print("lora_dropout_kernel: needs a CUDA GPU", file=sys.stderr)
         return 2
+    if args.sweep:
+        result = sweep(args.tokens, args.rank, args.p, args.reps)
+        result["meta"] = {"gpu": torch.cuda.get_device_name(0), "tokens": args.tokens, "rank": args.rank,
+                          "p": args.p, "reps": args.reps, "args": " ".join(sys.argv[1:])}
+        lines = [f"# LoRA dropout kernels: tile sweep ({result['meta']['gpu']}, {args.tokens} tokens, rank {args.rank})",
+                 "", f"`python bench/lora_dropout_kernel.py {result['meta']['args']}`", "",
+                 "| kernel / group | fastest tile | ms |", "|---|---|---|"]
+        for key, best in result["best"].items():
+            tile = "-" if best is None else {k: v for k, v in best.items() if k != "ms"}
+            lines.append(f"| {key} | {tile} | {best and best['ms']} |")
+        lines += ["", "One tile per kernel, least total over a block's groups:", ""]
+        lines += [f"- {kernel}: {tile}" for kernel, tile in result["overall"].items()]
+        args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        args.out.with_suffix(".json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+        print(args.out.read_text(encoding="utf-8"))
+        return 0
     rows = measure(args.tokens, args.rank, args.p, args.reps)
     meta = {"gpu": torch.cuda.get_device_name(0), "tokens": args.tokens, "rank": args.rank, "p": args.p,
             "reps": args.reps, "args": " ".join(sys.argv[1:]), "torch": torch.__version__}

@@ -30,7 +30,9 @@ adapter terms are summed in fp32 and rounded once, where peft rounds each.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -192,40 +194,71 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"  # tf32 is ignored for 16-bit inputs
 
 
-def _row_block(rows: int) -> int:
-    return 16 if rows <= 16 or interpreted() else 32
+# Tiles by kernel (rows x columns a program, warps, pipeline stages), from the H200 sweep of
+# ``bench/lora_dropout_kernel.py --sweep``; the interpreter takes the smallest.
+TILES: dict[str, dict[str, int]] = {
+    "forward": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 3},
+    "input_grad": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 1},
+    "adapter_grad": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 3},
+}
 
 
-def dropout_lora_a(x: torch.Tensor, a: torch.Tensor, groups: int, seed: int, p: float) -> torch.Tensor:
+TILES_ENV = "TUNEDECK_LORA_DROPOUT_TILES"  # a sweep's JSON: its "overall" tiles replace these
+
+
+def _load_tiles() -> None:
+    path = os.environ.get(TILES_ENV)
+    if path:
+        overall = json.loads(Path(path).read_text(encoding="utf-8"))["overall"]
+        for kernel, tiles in overall.items():
+            TILES[kernel] = {k: int(tiles[k]) for k in ("BN", "BK", "num_warps", "num_stages")}
+
+
+_load_tiles()
+
+
+def _tiles(kernel: str, override: dict[str, int] | None) -> dict[str, int]:
+    tiles = dict(TILES[kernel], **(override or {}))
+    if interpreted():
+        tiles.update(BN=16, BK=64)
+        tiles.pop("num_warps", None)
+        tiles.pop("num_stages", None)
+    return tiles
+
+
+def dropout_lora_a(x: torch.Tensor, a: torch.Tensor, groups: int, seed: int, p: float,
+                   tiles: dict[str, int] | None = None) -> torch.Tensor:
     """``[dropout_g(x) @ A_g^T for g]`` side by side: x (rows x width, contiguous), a (groups*rank x width,
     the group's ``lora_A`` weights stacked, x's dtype); returns rows x groups*rank in x's dtype."""
     rows, width = x.shape
     rank = a.shape[0] // groups
     out = torch.empty(rows, groups * rank, dtype=x.dtype, device=x.device)
-    block = _row_block(rows)
-    _forward[(triton.cdiv(rows, block),)](
+    tiles = _tiles("forward", tiles)
+    _forward[(triton.cdiv(rows, tiles["BN"]),)](
         x, a, out, rows, width, *seeds_for(seed, groups), threshold(p), 1.0 / (1.0 - p),
-        G=groups, R=rank, RP=_padded_rank(rank), BN=block, BK=64, PREC=_precision(x.dtype))
+        G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(x.dtype), **tiles)
     return out
 
 
 def add_input_grad(grad_x: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, groups: int, seed: int,
-                   p: float) -> None:
+                   p: float, tiles: dict[str, int] | None = None) -> None:
     """``grad_x += sum_g (dh_g @ A_g) * mask_g / (1 - p)``, in place (grad_x rows x width, contiguous)."""
     rows, width = grad_x.shape
     rank = a.shape[0] // groups
-    block = _row_block(rows)
-    grid = (triton.cdiv(rows, block), triton.cdiv(width, 64))
+    tiles = _tiles("input_grad", tiles)
+    grid = (triton.cdiv(rows, tiles["BN"]), triton.cdiv(width, tiles["BK"]))
     _input_grad[grid](
         dh, a, grad_x, rows, width, *seeds_for(seed, groups), threshold(p), 1.0 / (1.0 - p),
-        G=groups, R=rank, RP=_padded_rank(rank), BN=block, BK=64, PREC=_precision(a.dtype))
+        G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(a.dtype), **tiles)
 
 
-def adapter_grads(x: torch.Tensor, dh: torch.Tensor, groups: int, rank: int, seed: int, p: float) -> torch.Tensor:
+def adapter_grads(x: torch.Tensor, dh: torch.Tensor, groups: int, rank: int, seed: int, p: float,
+                  tiles: dict[str, int] | None = None) -> torch.Tensor:
     """``[dh_g^T @ dropout_g(x) for g]`` stacked (groups*rank x width), fp32."""
     rows, width = x.shape
-    block = _row_block(rows)
-    col_blocks = triton.cdiv(width, 64)
+    tiles = _tiles("adapter_grad", tiles)
+    block = tiles["BN"]
+    col_blocks = triton.cdiv(width, tiles["BK"])
     # enough programs to fill the GPU: split the rows so that (column blocks x splits) reaches ~512
     splits = max(1, min(triton.cdiv(rows, block), triton.cdiv(512, col_blocks)))
     rows_per_split = triton.cdiv(triton.cdiv(rows, splits), block) * block
@@ -233,7 +266,7 @@ def adapter_grads(x: torch.Tensor, dh: torch.Tensor, groups: int, rank: int, see
     parts = torch.empty(splits, groups * rank, width, dtype=torch.float32, device=x.device)
     _adapter_grad[(col_blocks, splits)](
         x, dh, parts, rows, width, rows_per_split, *seeds_for(seed, groups), threshold(p), 1.0 / (1.0 - p),
-        G=groups, R=rank, RP=_padded_rank(rank), BN=block, BK=64, PREC=_precision(x.dtype))
+        G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(x.dtype), **tiles)
     return parts.sum(0) if splits > 1 else parts[0]
 
 
