@@ -78,6 +78,11 @@ def _padded_rank(rank: int) -> int:
     return max(16, 1 << (rank - 1).bit_length())
 
 
+# Triton compiles an integer argument equal to 1 as a constant (and 16-divisible ones apart): a seed or a
+# threshold is any number, so none of them may pick another compilation (a seed of 1 would not compile)
+_RANDOM_ARGS = ["s0", "s1", "s2", "thr"]
+
+
 @triton.jit
 def _keep(idx, seed, thr):
     h = idx.to(tl.uint32) ^ seed.to(tl.uint32)
@@ -88,7 +93,7 @@ def _keep(idx, seed, thr):
     h = h ^ (h >> 16)
     return h >= thr.to(tl.uint32)
 
-@triton.jit
+@triton.jit(do_not_specialize=_RANDOM_ARGS)
 def _forward(x_ptr, a_ptr, h_ptr, n_rows, width, s0, s1, s2, thr, scale,
             G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
             PREC: tl.constexpr):
@@ -122,7 +127,7 @@ def _forward(x_ptr, a_ptr, h_ptr, n_rows, width, s0, s1, s2, thr, scale,
     if G > 2:
         tl.store(out + 2 * R, acc2.to(h_ptr.dtype.element_ty), mask=out_ok)
 
-@triton.jit
+@triton.jit(do_not_specialize=_RANDOM_ARGS)
 def _input_grad(dh_ptr, a_ptr, dx_ptr, n_rows, width, s0, s1, s2, thr, scale,
                G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                PREC: tl.constexpr):
@@ -151,7 +156,7 @@ def _input_grad(dh_ptr, a_ptr, dx_ptr, n_rows, width, s0, s1, s2, thr, scale,
     dx = tl.load(dx_ptr + idx, mask=ok, other=0.0)
     tl.store(dx_ptr + idx, (dx.to(tl.float32) + acc * scale).to(dx_ptr.dtype.element_ty), mask=ok)
 
-@triton.jit
+@triton.jit(do_not_specialize=_RANDOM_ARGS)
 def _adapter_grad(x_ptr, dh_ptr, part_ptr, n_rows, width, rows_per_split, s0, s1, s2, thr, scale,
                  G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                  PREC: tl.constexpr):
