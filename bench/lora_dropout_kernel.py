@@ -119,7 +119,7 @@ def _group(name: str, groups: int, width: int, tokens: int, rank: int, p: float,
 
 
 SWEEP = [{"BN": bn, "BK": bk, "num_warps": w, "num_stages": 3}
-         for bn in (32, 64, 128) for bk in (64, 128) for w in (4, 8)]
+         for bn in (32, 64) for bk in (64, 128) for w in (4, 8)] + [{"BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3}]
 
 
 def sweep(tokens: int, rank: int, p: float, reps: int) -> dict:
