@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from tests.core.test_engine_switches import IDS, assert_close, loss_and_grads, tiny_lora  # noqa: E402
+from tests.core.test_lora_group import _qkv  # noqa: E402
 
 
 @pytest.fixture
@@ -93,29 +94,6 @@ def test_masks_keep_one_minus_p_independently(kernels):
     assert kernels.threshold(0.5) < 2**31  # the largest p the kernels take fits their 32-bit argument
 
 
-def _qkv(dropout: float):
-    from peft import LoraConfig, get_peft_model
-
-    class Attention(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.q_proj = torch.nn.Linear(24, 20, bias=True)
-            self.k_proj = torch.nn.Linear(24, 12, bias=True)
-            self.v_proj = torch.nn.Linear(24, 12, bias=False)
-
-        def forward(self, x):
-            return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
-
-    torch.manual_seed(0)
-    model = get_peft_model(Attention(), LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout,
-                                                   target_modules=["q_proj", "k_proj", "v_proj"]))
-    for name, param in model.named_parameters():
-        if "lora_B" in name:
-            param.data.normal_(0, 0.5)
-    model.train()
-    return model
-
-
 def test_the_grouped_node_runs_the_kernels_with_exact_gradients(kernels, monkeypatch):
     from core.train.lora_group import group_lora_layers
 
@@ -128,7 +106,7 @@ def test_the_grouped_node_runs_the_kernels_with_exact_gradients(kernels, monkeyp
             return _original(*args)
 
         monkeypatch.setattr(kernels, name, counted)
-    model = _qkv(0.3)
+    model = _qkv(0.3, width=24, outs=(20, 12, 12), rank=4, dtype=torch.float32)
     assert group_lora_layers(model) == 1
     inner = model.base_model.model
     layers = [inner.q_proj, inner.k_proj, inner.v_proj]

@@ -57,22 +57,24 @@ def test_grouped_lora_gives_peft_loss_and_gradients(autocast, checkpointing, mon
     assert len(groups) == 16 and all(g._handed is None for g in groups.values())
 
 
-def _qkv(dropout: float):
+def _qkv(dropout: float, width: int = 8, outs: tuple[int, int, int] = (6, 4, 4), rank: int = 3,
+         dtype=torch.float64):
+    """A q/k/v attention input (q and k with bias) under peft LoRA (scaling 2), lora_B drawn."""
     from peft import LoraConfig, get_peft_model
 
     class Attention(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.q_proj = torch.nn.Linear(8, 6, bias=True)
-            self.k_proj = torch.nn.Linear(8, 4, bias=True)
-            self.v_proj = torch.nn.Linear(8, 4, bias=False)
+            self.q_proj = torch.nn.Linear(width, outs[0], bias=True)
+            self.k_proj = torch.nn.Linear(width, outs[1], bias=True)
+            self.v_proj = torch.nn.Linear(width, outs[2], bias=False)
 
         def forward(self, x):
             return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
 
     torch.manual_seed(0)
-    model = get_peft_model(Attention().double(), LoraConfig(r=3, lora_alpha=6, lora_dropout=dropout,
-                                                            target_modules=["q_proj", "k_proj", "v_proj"]))
+    model = get_peft_model(Attention().to(dtype), LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=dropout,
+                                                             target_modules=["q_proj", "k_proj", "v_proj"]))
     for name, param in model.named_parameters():
         if "lora_B" in name:
             param.data.normal_(0, 0.5)
