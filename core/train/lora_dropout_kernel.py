@@ -39,9 +39,10 @@ import torch
 import triton
 import triton.language as tl
 
+from core.train.lora_group import FUSED_DROPOUT_MAX_P as MAX_P
+
 MAX_GROUP = 3  # q/k/v
 MAX_RANK = 128
-MAX_P = 0.5  # the keep threshold must fit a signed 32-bit kernel argument
 _SEED_STEP = 0x9E3779B9  # the seeds of a group's linears, golden-ratio apart
 
 
@@ -52,8 +53,8 @@ def interpreted() -> bool:
 
 
 def usable(x: torch.Tensor, ranks: list[int], ps: list[float], rows: int, width: int) -> bool:
-    """Can the kernels run this group: on CUDA (or Triton's CPU interpreter), one dropout p in (0, MAX_P), one rank, small
-    enough indices for 32-bit counters."""
+    """Can the kernels run this group: on CUDA (or Triton's CPU interpreter), one dropout p in (0, MAX_P),
+    one rank, small enough indices for 32-bit counters."""
     if not (x.is_cuda or (interpreted() and x.device.type == "cpu")):
         return False
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
@@ -93,6 +94,7 @@ def _keep(idx, seed, thr):
     h = h ^ (h >> 16)
     return h >= thr.to(tl.uint32)
 
+
 @triton.jit(do_not_specialize=_RANDOM_ARGS)
 def _forward(x_ptr, a_ptr, h_ptr, n_rows, width, s0, s1, s2, thr, scale,
             G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
@@ -127,6 +129,7 @@ def _forward(x_ptr, a_ptr, h_ptr, n_rows, width, s0, s1, s2, thr, scale,
     if G > 2:
         tl.store(out + 2 * R, acc2.to(h_ptr.dtype.element_ty), mask=out_ok)
 
+
 @triton.jit(do_not_specialize=_RANDOM_ARGS)
 def _input_grad(dh_ptr, a_ptr, dx_ptr, n_rows, width, s0, s1, s2, thr, scale,
                G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
@@ -155,6 +158,7 @@ def _input_grad(dh_ptr, a_ptr, dx_ptr, n_rows, width, s0, s1, s2, thr, scale,
     ok = row_ok[:, None] & col_ok[None, :]
     dx = tl.load(dx_ptr + idx, mask=ok, other=0.0)
     tl.store(dx_ptr + idx, (dx.to(tl.float32) + acc * scale).to(dx_ptr.dtype.element_ty), mask=ok)
+
 
 @triton.jit(do_not_specialize=_RANDOM_ARGS)
 def _adapter_grad(x_ptr, dh_ptr, part_ptr, n_rows, width, rows_per_split, s0, s1, s2, thr, scale,
@@ -206,8 +210,6 @@ TILES: dict[str, dict[str, int]] = {
     "input_grad": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 1},
     "adapter_grad": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 3},
 }
-
-
 TILES_ENV = "TUNEDECK_LORA_DROPOUT_TILES"  # a sweep's JSON: its "overall" tiles replace these
 
 
@@ -220,6 +222,11 @@ def _load_tiles() -> None:
 
 
 _load_tiles()
+
+
+def _random_args(seed: int, groups: int, p: float) -> tuple[Any, ...]:
+    """The kernels' (s0, s1, s2, thr, scale)."""
+    return (*seeds_for(seed, groups), threshold(p), 1.0 / (1.0 - p))
 
 
 def _tiles(kernel: str, override: dict[str, int] | None) -> dict[str, int]:
@@ -240,7 +247,7 @@ def dropout_lora_a(x: torch.Tensor, a: torch.Tensor, groups: int, seed: int, p: 
     out = torch.empty(rows, groups * rank, dtype=x.dtype, device=x.device)
     tiles = _tiles("forward", tiles)
     _forward[(triton.cdiv(rows, tiles["BN"]),)](
-        x, a, out, rows, width, *seeds_for(seed, groups), threshold(p), 1.0 / (1.0 - p),
+        x, a, out, rows, width, *_random_args(seed, groups, p),
         G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(x.dtype), **tiles)
     return out
 
@@ -253,7 +260,7 @@ def add_input_grad(grad_x: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, grou
     tiles = _tiles("input_grad", tiles)
     grid = (triton.cdiv(rows, tiles["BN"]), triton.cdiv(width, tiles["BK"]))
     _input_grad[grid](
-        dh, a, grad_x, rows, width, *seeds_for(seed, groups), threshold(p), 1.0 / (1.0 - p),
+        dh, a, grad_x, rows, width, *_random_args(seed, groups, p),
         G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(a.dtype), **tiles)
 
 
@@ -270,7 +277,7 @@ def adapter_grads(x: torch.Tensor, dh: torch.Tensor, groups: int, rank: int, see
     splits = triton.cdiv(rows, rows_per_split)
     parts = torch.empty(splits, groups * rank, width, dtype=torch.float32, device=x.device)
     _adapter_grad[(col_blocks, splits)](
-        x, dh, parts, rows, width, rows_per_split, *seeds_for(seed, groups), threshold(p), 1.0 / (1.0 - p),
+        x, dh, parts, rows, width, rows_per_split, *_random_args(seed, groups, p),
         G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(x.dtype), **tiles)
     return parts.sum(0) if splits > 1 else parts[0]
 

@@ -28,6 +28,7 @@ partitioned weights) runs the layer's own forward.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -36,6 +37,7 @@ import torch
 from core.train.engine_switches import plain_lora_adapters
 
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # siblings that read one input
+FUSED_DROPOUT_MAX_P = 0.5  # lora_dropout_fused takes 0 < p < this (its keep threshold is a signed 32-bit argument)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -83,15 +85,21 @@ def _spec(layer: Any, x: torch.Tensor) -> tuple[Any, str, float, float] | None:
     return None if p is None else (layer, adapter, float(layer.scaling[adapter]), p)
 
 
+@functools.cache
+def _kernel_module() -> Any:
+    """``core.train.lora_dropout_kernel``, or None without Triton (looked up once, not at every forward)."""
+    try:
+        from core.train import lora_dropout_kernel
+    except ImportError:
+        return None
+    return lora_dropout_kernel
+
+
 def _dropout_kernels(x: torch.Tensor) -> Any:
     """``core.train.lora_dropout_kernel`` where its Triton kernels can run on ``x``'s device, else None."""
     if not (x.is_cuda or os.environ.get("TUNEDECK_TRITON_INTERPRET") == "1"):
         return None  # (the kernels' own check, ``usable``, tells the interpreter case apart)
-    try:
-        from core.train import lora_dropout_kernel
-    except ImportError:  # no Triton
-        return None
-    return lora_dropout_kernel
+    return _kernel_module()
 
 
 class _GroupedLoRA(torch.autograd.Function):

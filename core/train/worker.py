@@ -234,6 +234,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         describe_model_dir,
         load_model,
         load_tokenizer,
+        lora_dropout_fusing,
         lora_grouping,
         resolve_model_path,
     )
@@ -399,9 +400,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "lora_input_upcast": bool(cfg.get("lora_input_upcast")) if cfg.get("method") in LORA_METHODS else None,
         "lora_fused_add": bool(cfg.get("lora_fused_add", True)) if cfg.get("method") in LORA_METHODS else None,
         "lora_grouped": lora_grouping(cfg) if cfg.get("method") in LORA_METHODS else None,
-        "lora_dropout_fused": (cuda and lora_grouping(cfg) and bool(cfg.get("lora_dropout_fused", True))
-                               and 0 < float(cfg.get("lora_dropout", 0.05) or 0) < 0.5)
-                              if cfg.get("method") in LORA_METHODS else None,
+        "lora_dropout_fused": lora_dropout_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
         "checkpoint_layers": (0 if not cfg.get("gradient_checkpointing") else checkpoint_layers
                               if checkpoint_layers is not None else len(decoder_layers(model))),
         "compile_layers": compile_layers,
