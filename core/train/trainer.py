@@ -50,6 +50,32 @@ class AtomicCheckpointTrainer(Trainer):
         self.elapsed_fn = elapsed_fn
         self.chunked_loss = chunked_loss
         self.weights_only = weights_only  # resume: load the weights and the step, restart optimizer + schedule
+        self._tokens_pending: Any = None  # non-padding tokens counted on the device since the last flush
+
+    def _track_num_input_tokens(self, inputs: dict[str, Any]) -> None:
+        """Counts the batch's non-padding tokens on the device; ``_flush_tokens`` reads the sum.
+
+        The Trainer's own count calls ``.item()`` at every micro-step: a host synchronisation that empties the
+        GPU's queue, so the next kernels wait for Python to launch them. Here the count stays on the device
+        until a step logs or saves, where the Trainer synchronises anyway.
+        """
+        mask = inputs.get("attention_mask")
+        if mask is None or self.args.include_num_input_tokens_seen == "no":
+            return super()._track_num_input_tokens(inputs)
+        count = mask.sum()
+        self._tokens_pending = count if self._tokens_pending is None else self._tokens_pending + count
+
+    def _flush_tokens(self) -> None:
+        """Adds the tokens counted since the last flush to ``state.num_input_tokens_seen`` (every rank calls
+        this at the same steps: the sum is gathered over ranks)."""
+        if self._tokens_pending is None:
+            return
+        pending, self._tokens_pending = self._tokens_pending, None
+        self.state.num_input_tokens_seen += int(self.accelerator.gather(pending.reshape(1)).sum().item())
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        self._flush_tokens()
+        super().log(logs, *args, **kwargs)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         if self.weights_only:
@@ -103,6 +129,7 @@ class AtomicCheckpointTrainer(Trainer):
         return loss
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        self._flush_tokens()  # the saved trainer state counts every token trained so far
         step = self.state.global_step
         root = Path(self.args.output_dir)
         tmp = tmp_path_for(root, step)

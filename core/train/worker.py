@@ -364,6 +364,9 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         ddp_find_unused_parameters=False,
         use_liger_kernel=use_liger,
         dataloader_pin_memory=cuda,
+        # batches go up from pinned memory without a host synchronisation: a blocking copy waits for the
+        # GPU's queue to drain (the optimizer step) before the next step's first kernel can be launched
+        accelerator_config={"non_blocking": cuda},
         log_level="warning",
     )
     model = load_model(cfg, model_dir, device, compute_dtype, weights_dtype, local_rank,

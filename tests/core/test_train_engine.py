@@ -98,6 +98,25 @@ def test_lora_run_learns_and_saves_only_the_adapter(tmp_path):
     assert sum(losses[-4:]) / 4 < 0.8 * sum(losses[:3]) / 3, losses  # memorising 6 answers (random base: slow)
 
 
+def test_tokens_seen_counted_on_the_device_reach_the_metrics_and_the_checkpoints(tmp_path):
+    """The token count stays on the device between logs (no host sync a micro-step): every log and every
+    checkpoint, also one at a step that does not log, still counts every token trained so far."""
+    home = tmp_path / "home"
+    out = _tunedeck(home, "train", str(_config(tmp_path)), "max_steps=8", "logging_steps=3", "save_steps=4")
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.strip()
+    status = _wait_final(home, run_id)
+    run_dir = home / "runs" / run_id
+    assert status["status"] == "finished", (run_dir / "train.log").read_text()[-2000:]
+    seen = {r["step"]: r["tokens_seen"] for r in _records(run_dir, "metrics.jsonl") if r.get("kind") == "train"}
+    assert sorted(seen)[:2] == [3, 6]
+    per_step = seen[3] // 3  # every step trains the same 6 examples (micro-batch 6)
+    assert 0 < per_step <= 6 * 64 and seen[3] == 3 * per_step and seen[6] == 6 * per_step, seen
+    for step in (4, 8):  # saved between logs: the pending count is added before the state is written
+        state = json.loads((run_dir / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").read_text())
+        assert state["num_input_tokens_seen"] == step * per_step, (step, state["num_input_tokens_seen"], seen)
+
+
 def test_two_process_dora_run_stops_at_one_step_on_every_rank(tmp_path):
     """The multi-process path (torchrun, DDP over gloo on CPU) the GPU runs use, with DoRA."""
     from core.runs.liveness import effective_status
