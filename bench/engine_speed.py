@@ -670,6 +670,10 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"device": (f"{torch.cuda.get_device_name(0)} x {gpus}" if cuda else "CPU"), "torch": torch.__version__,
             "transformers": transformers.__version__, "steps": args.steps, "lora_dropout": args.lora_dropout, "warmup": args.warmup, "cpu": not cuda,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "home": str(home)}
+    if cuda:
+        from core.train.lora_dropout_kernel import TILES
+
+        meta["lora_dropout_tiles"] = TILES  # the kernels' tiles (a sweep's, where TUNEDECK_LORA_DROPOUT_TILES names one)
     results: list[dict[str, Any]] = []
     min_needed = 20.0 if not cuda else 90.0
 

@@ -25,6 +25,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -33,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 GROUPS_7B = (("q/k/v", 3, 3584), ("gate/up", 2, 3584), ("o", 1, 3584), ("down", 1, 18944))
 
 
-def _time(fn, reps: int) -> float:
+def _time(fn, reps: int, calls: int = 5) -> float:
+    """Median ms a call, each sample ``calls`` calls back to back (a lone call would time its launch too)."""
     import torch
 
     for _ in range(3):
@@ -42,10 +44,11 @@ def _time(fn, reps: int) -> float:
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(calls):
+            fn()
         end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / calls)
     return statistics.median(times)
 
 
@@ -118,31 +121,46 @@ def _group(name: str, groups: int, width: int, tokens: int, rank: int, p: float,
     return row
 
 
-SWEEP = [{"BN": bn, "BK": bk, "num_warps": w, "num_stages": 3}
-         for bn in (32, 64) for bk in (64, 128) for w in (4, 8)] + [{"BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3}]
+SWEEP = {  # the tiles tried, by kernel (the forward's SPLIT shares a row block's width among programs)
+    "forward": [{"BN": bn, "BK": bk, "num_warps": 4, "num_stages": 3, "SPLIT": split}
+                for bn in (16, 32, 64) for bk in (64, 128) for split in (1, 2, 4)]
+    + [{"BN": 64, "BK": 128, "num_warps": 8, "num_stages": 3, "SPLIT": split} for split in (2, 4)],
+    "input_grad": [{"BN": bn, "BK": bk, "num_warps": w, "num_stages": 1}
+                   for bn in (32, 64, 128) for bk in (64, 128) for w in (4, 8)],
+    "adapter_grad": [{"BN": bn, "BK": bk, "num_warps": w, "num_stages": 3}
+                     for bn in (32, 64) for bk in (64, 128) for w in (4, 8)]
+    + [{"BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3}],
+}
 
 
-def sweep(tokens: int, rank: int, p: float, reps: int) -> dict:
-    """Median ms of each kernel, group and tile of ``SWEEP`` (None where a tile does not compile or run)."""
+def sweep(tokens: int, rank: int, p: float, reps: int, budget_s: float) -> dict:
+    """Median ms of each kernel, tile of ``SWEEP`` and group (None where a tile does not compile or run); no
+    new tile after ``budget_s`` seconds (every timed tile has all its groups)."""
     import torch
 
     from core.train import lora_dropout_kernel as kernels
 
     device = torch.device("cuda")
+    began = time.monotonic()
     out: dict = {"timings": [], "best": {}}
+    calls: dict = {"forward": [], "input_grad": [], "adapter_grad": []}
     for name, groups, width in GROUPS_7B:
         torch.manual_seed(0)
         x = torch.randn(tokens, width, device=device, dtype=torch.bfloat16)
         a = (torch.randn(groups * rank, width, device=device) * width**-0.5).to(torch.bfloat16)
         dh = torch.randn(tokens, groups * rank, device=device, dtype=torch.bfloat16)
         dx = torch.zeros(tokens, width, device=device, dtype=torch.bfloat16)
-        calls = {"forward": lambda t, x=x, a=a, g=groups: kernels.dropout_lora_a(x, a, g, 1, p, tiles=t),
-                 "input_grad": lambda t, dx=dx, dh=dh, a=a, g=groups: kernels.add_input_grad(dx, dh, a, g, 1, p,
-                                                                                            tiles=t),
-                 "adapter_grad": lambda t, x=x, dh=dh, g=groups: kernels.adapter_grads(x, dh, g, rank, 1, p, tiles=t)}
-        for kernel, call in calls.items():
-            best = None
-            for tiles in SWEEP:
+        calls["forward"].append((name, lambda t, x=x, a=a, g=groups: kernels.dropout_lora_a(x, a, g, 1, p, tiles=t)))
+        calls["input_grad"].append((name, lambda t, dx=dx, dh=dh, a=a, g=groups:
+                                    kernels.add_input_grad(dx, dh, a, g, 1, p, tiles=t)))
+        calls["adapter_grad"].append((name, lambda t, x=x, dh=dh, g=groups:
+                                      kernels.adapter_grads(x, dh, g, rank, 1, p, tiles=t)))
+    for kernel, group_calls in calls.items():
+        for tiles in SWEEP[kernel]:
+            if time.monotonic() - began > budget_s:
+                print(f"sweep: budget of {budget_s:.0f} s spent, {kernel} {tiles} and later tiles not timed")
+                break
+            for name, call in group_calls:
                 try:
                     ms = round(_time(lambda call=call, tiles=tiles: call(tiles), reps), 4)
                 except Exception as exc:  # a tile too large for the registers or shared memory
@@ -150,24 +168,23 @@ def sweep(tokens: int, rank: int, p: float, reps: int) -> dict:
                 else:
                     why = ""
                 out["timings"].append({"group": name, "kernel": kernel, **tiles, "ms": ms, "error": why})
+                best = out["best"].get(f"{kernel} {name}")
                 if ms is not None and (best is None or ms < best["ms"]):
-                    best = {**tiles, "ms": ms}
-            out["best"][f"{kernel} {name}"] = best
-            print(kernel, name, best, flush=True)
+                    out["best"][f"{kernel} {name}"] = {**tiles, "ms": ms}
+        print(kernel, {k: v for k, v in out["best"].items() if k.startswith(kernel)}, flush=True)
     # one tile per kernel: the least total over the groups (forward twice: checkpointing recomputes it)
     totals: dict = {}
     for t in out["timings"]:
         if t["ms"] is None:
             continue
-        key = (t["kernel"], t["BN"], t["BK"], t["num_warps"], t["num_stages"])
-        totals.setdefault(key, []).append(t["ms"])
+        tiles = tuple((k, v) for k, v in t.items() if k not in ("group", "kernel", "ms", "error"))
+        totals.setdefault((t["kernel"], tiles), []).append(t["ms"])
     out["overall"] = {}
-    for kernel in ("forward", "input_grad", "adapter_grad"):
+    for kernel in SWEEP:
         complete = {k: sum(v) for k, v in totals.items() if k[0] == kernel and len(v) == len(GROUPS_7B)}
         if complete:
             k = min(complete, key=complete.get)
-            out["overall"][kernel] = {"BN": k[1], "BK": k[2], "num_warps": k[3], "num_stages": k[4],
-                                      "block_ms": round(complete[k], 4)}
+            out["overall"][kernel] = {**dict(k[1]), "block_ms": round(complete[k], 4)}
     return out
 
 
@@ -202,14 +219,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sweep", action="store_true", help="time each kernel over a grid of tiles")
+    parser.add_argument("--budget-s", type=float, default=300.0, help="the sweep times no new tile after this")
+    parser.add_argument("--unpaired", action="store_true",
+                        help="masks from one 32-bit hash an element (lora_dropout_kernel.PAIRED = False)")
     args = parser.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
         print("lora_dropout_kernel: needs a CUDA GPU", file=sys.stderr)
         return 2
+    from core.train import lora_dropout_kernel as kernels
+
+    kernels.PAIRED = not args.unpaired
     if args.sweep:
-        result = sweep(args.tokens, args.rank, args.p, args.reps)
+        result = sweep(args.tokens, args.rank, args.p, args.reps, args.budget_s)
         result["meta"] = {"gpu": torch.cuda.get_device_name(0), "tokens": args.tokens, "rank": args.rank,
                           "p": args.p, "reps": args.reps, "args": " ".join(sys.argv[1:])}
         lines = [f"# LoRA dropout kernels: tile sweep ({result['meta']['gpu']}, {args.tokens} tokens, rank {args.rank})",
@@ -226,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = measure(args.tokens, args.rank, args.p, args.reps)
     meta = {"gpu": torch.cuda.get_device_name(0), "tokens": args.tokens, "rank": args.rank, "p": args.p,
-            "reps": args.reps, "args": " ".join(sys.argv[1:]), "torch": torch.__version__}
+            "reps": args.reps, "args": " ".join(sys.argv[1:]), "torch": torch.__version__,
+            "paired": kernels.PAIRED, "tiles": kernels.TILES}
     bad = [r["group"] for r in rows if r["forward_max_rel_err"] > 2e-2 or abs(r["keep_rate"] - (1 - args.p)) > 1e-3]
     args.out.write_text(render(rows, meta), encoding="utf-8")
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1), encoding="utf-8")

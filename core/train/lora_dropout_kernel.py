@@ -16,16 +16,19 @@ q/k/v, gate/up, o, down; ``core.train.lora_group``) from the input alone, which 
 
 Each mask is drawn again wherever it is needed from a counter-based hash of (the element's index, the
 linear's seed): murmur3's 32-bit finaliser, which mixes every input bit into every output bit, so masks of
-neighbouring elements and of the group's linears are independent. An element is kept when its hash is at
-least ``round(p * 2**32)``: the keep rate is 1 - p to 2**-32. The seed is drawn per call from the CPU
-generator (no device synchronisation); gradient checkpointing restores that generator before it recomputes
-a block, so the recomputed forward draws the same masks. The masks are not ``torch.native_dropout``'s
-(another generator), so with dropout a run's loss differs from peft's as two seeds do; at dropout 0 this
-path never runs.
+neighbouring elements and of the group's linears are independent. One hash serves a pair of neighbouring
+elements (``PAIRED``): its low 16 bits decide the even element, its high 16 bits the odd one, so each is kept
+when its half is at least ``round(p * 2**16)``: p is rounded to 1/65536 and the scale is 1 / the keep rate
+this gives, so dropout keeps the mean exactly. Hashing is what bounds these kernels (integer work, not memory),
+so the pairs halve it. The seed is drawn per call from the CPU generator (no device synchronisation);
+gradient checkpointing restores that generator before it recomputes a block, so the recomputed forward draws
+the same masks. The masks are not ``torch.native_dropout``'s (another generator), so with dropout a run's loss
+differs from peft's as two seeds do; at dropout 0 this path never runs.
 
-The arithmetic is peft's under autocast: the dropped-out input is ``x * scale`` rounded to the compute dtype
-before the matmul (fp32 accumulation), the adapter gradients accumulate in fp32; the input gradient's
-adapter terms are summed in fp32 and rounded once, where peft rounds each.
+The arithmetic differs from peft's under autocast only in rounding: the kept inputs enter the matmul
+unscaled and the 1 / keep-rate scale multiplies the fp32 product (peft rounds ``x * scale`` to the compute
+dtype first); the adapter gradients accumulate in fp32; the input gradient's adapter terms are summed in
+fp32 and rounded once, where peft rounds each.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def usable(x: torch.Tensor, ranks: list[int], ps: list[float], rows: int, width:
         return False
     if len(set(ps)) != 1 or not 0.0 < ps[0] < MAX_P:
         return False
-    return rows * width < 2**31
+    return rows * width < 2**31 and (width % 2 == 0 or not PAIRED)
 
 
 def seeds_for(seed: int, count: int) -> list[int]:
@@ -71,8 +74,21 @@ def seeds_for(seed: int, count: int) -> list[int]:
     return [(seed + i * _SEED_STEP) % 2**31 for i in range(count)] + [0] * (MAX_GROUP - count)
 
 
+# Masks from one hash per pair of neighbouring elements (its low 16 bits for the even one, its high 16 bits for
+# the odd one): half the hashing, which bounds the kernels (integer work), for p rounded to 1/65536. False: one
+# 32-bit hash per element (bench/lora_dropout_kernel.py --unpaired times it).
+PAIRED = True
+
+
 def threshold(p: float) -> int:
-    return min(int(round(p * 2**32)), 2**31 - 1)
+    """An element is kept when its hash (16 bits paired, else 32) is at least this."""
+    bits = 16 if PAIRED else 32
+    return min(int(round(p * 2**bits)), 2**(bits - 1) - 1)
+
+
+def keep_scale(p: float) -> float:
+    """1 / the keep rate the threshold gives (p rounded to 1 / 2**bits), so that dropout keeps the mean."""
+    return 1.0 / (1.0 - threshold(p) / 2**(16 if PAIRED else 32))
 
 
 def _padded_rank(rank: int) -> int:
@@ -85,86 +101,103 @@ _RANDOM_ARGS = ["s0", "s1", "s2", "thr"]
 
 
 @triton.jit
-def _keep(idx, seed, thr):
-    h = idx.to(tl.uint32) ^ seed.to(tl.uint32)
+def _fmix32(h):
     h = h ^ (h >> 16)
     h = h * 0x85EBCA6B
     h = h ^ (h >> 13)
     h = h * 0xC2B2AE35
-    h = h ^ (h >> 16)
-    return h >= thr.to(tl.uint32)
+    return h ^ (h >> 16)
+
+
+@triton.jit
+def _keep(rows, first, width, seed, thr, BK: tl.constexpr, PAIRED: tl.constexpr):
+    """The keep mask of ``rows`` x columns ``first`` .. ``first + BK - 1`` (``first`` and ``width`` even when
+    paired)."""
+    if PAIRED:
+        pairs = rows[:, None] * (width // 2) + (first // 2 + tl.arange(0, BK // 2))[None, :]
+        h = _fmix32(pairs.to(tl.uint32) ^ seed.to(tl.uint32))
+        return tl.interleave(h & 0xFFFF, h >> 16) >= thr.to(tl.uint32)
+    else:
+        idx = rows[:, None] * width + (first + tl.arange(0, BK))[None, :]
+        return _fmix32(idx.to(tl.uint32) ^ seed.to(tl.uint32)) >= thr.to(tl.uint32)
 
 
 @triton.jit(do_not_specialize=_RANDOM_ARGS)
-def _forward(x_ptr, a_ptr, h_ptr, n_rows, width, s0, s1, s2, thr, scale,
-            G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-            PREC: tl.constexpr):
+def _forward(x_ptr, a_ptr, h_ptr, n_rows, width, cols_per_split, s0, s1, s2, thr, scale,
+             G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+             PREC: tl.constexpr, SPLIT: tl.constexpr, PAIRED: tl.constexpr):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
+    first_col = tl.program_id(1) * cols_per_split  # SPLIT > 1: this program's share of the width
     rr = tl.arange(0, RP)
     row_ok = rows < n_rows
     acc0 = tl.zeros((BN, RP), dtype=tl.float32)
     acc1 = tl.zeros((BN, RP), dtype=tl.float32)
     acc2 = tl.zeros((BN, RP), dtype=tl.float32)
-    for k0 in range(0, width, BK):
-        cols = k0 + tl.arange(0, BK)
+    for k0 in range(0, cols_per_split, BK):
+        first = first_col + k0
+        cols = first + tl.arange(0, BK)
         col_ok = cols < width
-        idx = rows[:, None] * width + cols[None, :]
-        x = tl.load(x_ptr + idx, mask=row_ok[:, None] & col_ok[None, :], other=0.0)
-        scaled = x.to(tl.float32) * scale
+        x = tl.load(x_ptr + rows[:, None] * width + cols[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0)
         a_at = a_ptr + rr[None, :] * width + cols[:, None]  # A^T tile (BK x RP) of the first linear
         a_ok = (rr[None, :] < R) & col_ok[:, None]
         a0 = tl.load(a_at, mask=a_ok, other=0.0)
-        acc0 += tl.dot(tl.where(_keep(idx, s0, thr), scaled, 0.0).to(x.dtype), a0, input_precision=PREC)
+        acc0 += tl.dot(tl.where(_keep(rows, first, width, s0, thr, BK, PAIRED), x, 0.0).to(x.dtype), a0,
+                       input_precision=PREC)
         if G > 1:
             a1 = tl.load(a_at + R * width, mask=a_ok, other=0.0)
-            acc1 += tl.dot(tl.where(_keep(idx, s1, thr), scaled, 0.0).to(x.dtype), a1, input_precision=PREC)
+            acc1 += tl.dot(tl.where(_keep(rows, first, width, s1, thr, BK, PAIRED), x, 0.0).to(x.dtype), a1,
+                           input_precision=PREC)
         if G > 2:
             a2 = tl.load(a_at + 2 * R * width, mask=a_ok, other=0.0)
-            acc2 += tl.dot(tl.where(_keep(idx, s2, thr), scaled, 0.0).to(x.dtype), a2, input_precision=PREC)
-    out = h_ptr + rows[:, None] * (G * R) + rr[None, :]
+            acc2 += tl.dot(tl.where(_keep(rows, first, width, s2, thr, BK, PAIRED), x, 0.0).to(x.dtype), a2,
+                           input_precision=PREC)
+    # SPLIT > 1: fp32 partial sums, one rows x G*R slice per share of the width (the host adds them)
+    out = h_ptr + tl.program_id(1) * n_rows * (G * R) + rows[:, None] * (G * R) + rr[None, :]
     out_ok = row_ok[:, None] & (rr[None, :] < R)
-    tl.store(out, acc0.to(h_ptr.dtype.element_ty), mask=out_ok)
+    tl.store(out, (acc0 * scale).to(h_ptr.dtype.element_ty), mask=out_ok)
     if G > 1:
-        tl.store(out + R, acc1.to(h_ptr.dtype.element_ty), mask=out_ok)
+        tl.store(out + R, (acc1 * scale).to(h_ptr.dtype.element_ty), mask=out_ok)
     if G > 2:
-        tl.store(out + 2 * R, acc2.to(h_ptr.dtype.element_ty), mask=out_ok)
+        tl.store(out + 2 * R, (acc2 * scale).to(h_ptr.dtype.element_ty), mask=out_ok)
 
 
 @triton.jit(do_not_specialize=_RANDOM_ARGS)
 def _input_grad(dh_ptr, a_ptr, dx_ptr, n_rows, width, s0, s1, s2, thr, scale,
-               G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-               PREC: tl.constexpr):
+                G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                PREC: tl.constexpr, PAIRED: tl.constexpr):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
-    cols = tl.program_id(1) * BK + tl.arange(0, BK)
+    first = tl.program_id(1) * BK
+    cols = first + tl.arange(0, BK)
     rr = tl.arange(0, RP)
     row_ok = rows < n_rows
     col_ok = cols < width
-    idx = rows[:, None] * width + cols[None, :]
     dh_at = dh_ptr + rows[:, None] * (G * R) + rr[None, :]
     dh_ok = row_ok[:, None] & (rr[None, :] < R)
     a_at = a_ptr + rr[:, None] * width + cols[None, :]
     a_ok = (rr[:, None] < R) & col_ok[None, :]
     dh = tl.load(dh_at, mask=dh_ok, other=0.0)
     a = tl.load(a_at, mask=a_ok, other=0.0)
-    acc = tl.where(_keep(idx, s0, thr), tl.dot(dh, a, input_precision=PREC), 0.0)
+    acc = tl.where(_keep(rows, first, width, s0, thr, BK, PAIRED), tl.dot(dh, a, input_precision=PREC), 0.0)
     if G > 1:
         dh = tl.load(dh_at + R, mask=dh_ok, other=0.0)
         a = tl.load(a_at + R * width, mask=a_ok, other=0.0)
-        acc += tl.where(_keep(idx, s1, thr), tl.dot(dh, a, input_precision=PREC), 0.0)
+        acc += tl.where(_keep(rows, first, width, s1, thr, BK, PAIRED), tl.dot(dh, a, input_precision=PREC), 0.0)
     if G > 2:
         dh = tl.load(dh_at + 2 * R, mask=dh_ok, other=0.0)
         a = tl.load(a_at + 2 * R * width, mask=a_ok, other=0.0)
-        acc += tl.where(_keep(idx, s2, thr), tl.dot(dh, a, input_precision=PREC), 0.0)
+        acc += tl.where(_keep(rows, first, width, s2, thr, BK, PAIRED), tl.dot(dh, a, input_precision=PREC), 0.0)
     ok = row_ok[:, None] & col_ok[None, :]
-    dx = tl.load(dx_ptr + idx, mask=ok, other=0.0)
-    tl.store(dx_ptr + idx, (dx.to(tl.float32) + acc * scale).to(dx_ptr.dtype.element_ty), mask=ok)
+    at = dx_ptr + rows[:, None] * width + cols[None, :]
+    dx = tl.load(at, mask=ok, other=0.0)
+    tl.store(at, (dx.to(tl.float32) + acc * scale).to(dx_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit(do_not_specialize=_RANDOM_ARGS)
 def _adapter_grad(x_ptr, dh_ptr, part_ptr, n_rows, width, rows_per_split, s0, s1, s2, thr, scale,
-                 G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                 PREC: tl.constexpr):
-    cols = tl.program_id(0) * BK + tl.arange(0, BK)
+                  G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  PREC: tl.constexpr, PAIRED: tl.constexpr):
+    first = tl.program_id(0) * BK
+    cols = first + tl.arange(0, BK)
     split = tl.program_id(1)
     rr = tl.arange(0, RP)
     col_ok = cols < width
@@ -175,38 +208,38 @@ def _adapter_grad(x_ptr, dh_ptr, part_ptr, n_rows, width, rows_per_split, s0, s1
     for n0 in range(0, rows_per_split, BN):
         rows = start + n0 + tl.arange(0, BN)
         row_ok = rows < n_rows
-        idx = rows[:, None] * width + cols[None, :]
-        x = tl.load(x_ptr + idx, mask=row_ok[:, None] & col_ok[None, :], other=0.0)
-        scaled = x.to(tl.float32) * scale
+        x = tl.load(x_ptr + rows[:, None] * width + cols[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0)
         dh_at = dh_ptr + rows[:, None] * (G * R) + rr[None, :]
         dh_ok = row_ok[:, None] & (rr[None, :] < R)
         dh = tl.load(dh_at, mask=dh_ok, other=0.0)
-        acc0 += tl.dot(tl.trans(dh), tl.where(_keep(idx, s0, thr), scaled, 0.0).to(x.dtype), input_precision=PREC)
+        acc0 += tl.dot(tl.trans(dh), tl.where(_keep(rows, first, width, s0, thr, BK, PAIRED), x, 0.0).to(x.dtype),
+                       input_precision=PREC)
         if G > 1:
             dh = tl.load(dh_at + R, mask=dh_ok, other=0.0)
-            acc1 += tl.dot(tl.trans(dh), tl.where(_keep(idx, s1, thr), scaled, 0.0).to(x.dtype),
-                           input_precision=PREC)
+            acc1 += tl.dot(tl.trans(dh), tl.where(_keep(rows, first, width, s1, thr, BK, PAIRED), x,
+                                                  0.0).to(x.dtype), input_precision=PREC)
         if G > 2:
             dh = tl.load(dh_at + 2 * R, mask=dh_ok, other=0.0)
-            acc2 += tl.dot(tl.trans(dh), tl.where(_keep(idx, s2, thr), scaled, 0.0).to(x.dtype),
-                           input_precision=PREC)
+            acc2 += tl.dot(tl.trans(dh), tl.where(_keep(rows, first, width, s2, thr, BK, PAIRED), x,
+                                                  0.0).to(x.dtype), input_precision=PREC)
     out = part_ptr + split * (G * R * width) + rr[:, None] * width + cols[None, :]
     out_ok = (rr[:, None] < R) & col_ok[None, :]
-    tl.store(out, acc0, mask=out_ok)
+    tl.store(out, acc0 * scale, mask=out_ok)
     if G > 1:
-        tl.store(out + R * width, acc1, mask=out_ok)
+        tl.store(out + R * width, acc1 * scale, mask=out_ok)
     if G > 2:
-        tl.store(out + 2 * R * width, acc2, mask=out_ok)
+        tl.store(out + 2 * R * width, acc2 * scale, mask=out_ok)
 
 
 def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"  # tf32 is ignored for 16-bit inputs
 
 
-# Tiles by kernel (rows x columns a program, warps, pipeline stages), from the H200 sweep of
+# Tiles by kernel (rows x columns a program, warps, pipeline stages; the forward's SPLIT shares the width
+# among that many programs a row block, for more programs than SMs), from the H200 sweep of
 # ``bench/lora_dropout_kernel.py --sweep``; the interpreter takes the smallest.
 TILES: dict[str, dict[str, int]] = {
-    "forward": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 3},
+    "forward": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 3, "SPLIT": 1},
     "input_grad": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 1},
     "adapter_grad": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 3},
 }
@@ -218,7 +251,7 @@ def _load_tiles() -> None:
     if path:
         overall = json.loads(Path(path).read_text(encoding="utf-8"))["overall"]
         for kernel, tiles in overall.items():
-            TILES[kernel] = {k: int(tiles[k]) for k in ("BN", "BK", "num_warps", "num_stages")}
+            TILES[kernel] = {k: int(tiles[k]) for k in TILES[kernel]}
 
 
 _load_tiles()
@@ -226,7 +259,7 @@ _load_tiles()
 
 def _random_args(seed: int, groups: int, p: float) -> tuple[Any, ...]:
     """The kernels' (s0, s1, s2, thr, scale)."""
-    return (*seeds_for(seed, groups), threshold(p), 1.0 / (1.0 - p))
+    return (*seeds_for(seed, groups), threshold(p), keep_scale(p))
 
 
 def _tiles(kernel: str, override: dict[str, int] | None) -> dict[str, int]:
@@ -244,12 +277,18 @@ def dropout_lora_a(x: torch.Tensor, a: torch.Tensor, groups: int, seed: int, p: 
     the group's ``lora_A`` weights stacked, x's dtype); returns rows x groups*rank in x's dtype."""
     rows, width = x.shape
     rank = a.shape[0] // groups
-    out = torch.empty(rows, groups * rank, dtype=x.dtype, device=x.device)
     tiles = _tiles("forward", tiles)
-    _forward[(triton.cdiv(rows, tiles["BN"]),)](
-        x, a, out, rows, width, *_random_args(seed, groups, p),
-        G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(x.dtype), **tiles)
-    return out
+    split = tiles["SPLIT"]
+    cols_per_split = triton.cdiv(triton.cdiv(width, split), tiles["BK"]) * tiles["BK"]
+    split = tiles["SPLIT"] = triton.cdiv(width, cols_per_split)
+    if split == 1:
+        out = torch.empty(rows, groups * rank, dtype=x.dtype, device=x.device)
+    else:
+        out = torch.empty(split, rows, groups * rank, dtype=torch.float32, device=x.device)
+    _forward[(triton.cdiv(rows, tiles["BN"]), split)](
+        x, a, out, rows, width, cols_per_split, *_random_args(seed, groups, p),
+        G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(x.dtype), PAIRED=PAIRED, **tiles)
+    return out if split == 1 else out.sum(0).to(x.dtype)
 
 
 def add_input_grad(grad_x: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, groups: int, seed: int,
@@ -261,7 +300,7 @@ def add_input_grad(grad_x: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, grou
     grid = (triton.cdiv(rows, tiles["BN"]), triton.cdiv(width, tiles["BK"]))
     _input_grad[grid](
         dh, a, grad_x, rows, width, *_random_args(seed, groups, p),
-        G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(a.dtype), **tiles)
+        G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(a.dtype), PAIRED=PAIRED, **tiles)
 
 
 def adapter_grads(x: torch.Tensor, dh: torch.Tensor, groups: int, rank: int, seed: int, p: float,
@@ -278,7 +317,7 @@ def adapter_grads(x: torch.Tensor, dh: torch.Tensor, groups: int, rank: int, see
     parts = torch.empty(splits, groups * rank, width, dtype=torch.float32, device=x.device)
     _adapter_grad[(col_blocks, splits)](
         x, dh, parts, rows, width, rows_per_split, *_random_args(seed, groups, p),
-        G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(x.dtype), **tiles)
+        G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(x.dtype), PAIRED=PAIRED, **tiles)
     return parts.sum(0) if splits > 1 else parts[0]
 
 
@@ -288,11 +327,13 @@ def masks(rows: int, width: int, groups: int, seed: int, p: float, device: Any =
     idx = torch.arange(rows * width, dtype=torch.int64, device=device).view(rows, width)
     out = []
     for s in seeds_for(seed, groups)[:groups]:
-        h = (idx ^ s) & 0xFFFFFFFF
+        h = ((idx >> 1 if PAIRED else idx) ^ s) & 0xFFFFFFFF
         h = h ^ (h >> 16)
         h = (h * 0x85EBCA6B) & 0xFFFFFFFF
         h = h ^ (h >> 13)
         h = (h * 0xC2B2AE35) & 0xFFFFFFFF
         h = h ^ (h >> 16)
+        if PAIRED:
+            h = torch.where(idx % 2 == 1, h >> 16, h & 0xFFFF)
         out.append(h >= threshold(p))
     return torch.stack(out)

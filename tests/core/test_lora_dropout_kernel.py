@@ -40,8 +40,11 @@ def kernels(monkeypatch):
 
 
 def _reference(x, a, dh, dx, masks, p, groups):
+    import core.train.lora_dropout_kernel as module
+
     rank = a.shape[0] // groups
-    scale = 1.0 / (1.0 - p)
+    scale = module.keep_scale(p)  # 1 / (1 - p), p rounded as the kernels' threshold rounds it
+    assert abs(scale * (1.0 - p) - 1.0) < 2e-5
     dropped = [x.double() * masks[g] * scale for g in range(groups)]
     blocks = [slice(g * rank, (g + 1) * rank) for g in range(groups)]
     hidden = torch.cat([dropped[g] @ a[blocks[g]].double().t() for g in range(groups)], dim=1)
@@ -73,6 +76,18 @@ def test_each_kernel_equals_torch_on_the_same_masks(kernels, groups, rank):
     assert da_got.dtype == torch.float32 and torch.allclose(da_got.double(), da_want, rtol=1e-5, atol=1e-4)
     # another seed: other masks, other results
     assert not torch.allclose(kernels.dropout_lora_a(x, a, groups, seed + 1, p), got, atol=1e-3)
+
+
+@pytest.mark.parametrize("split", [2, 4])
+def test_the_forward_split_over_the_width_adds_up_to_the_whole(kernels, split):
+    torch.manual_seed(split)
+    rows, width, groups, rank, p, seed = 21, 200, 3, 8, 0.2, 4242
+    x, a = torch.randn(rows, width), torch.randn(groups * rank, width)
+    masks = kernels.masks(rows, width, groups, seed, p)
+    hidden = _reference(x, a, torch.zeros(rows, groups * rank), torch.zeros(rows, width), masks, p, groups)[0]
+    got = kernels.dropout_lora_a(x, a, groups, seed, p, tiles={"SPLIT": split})
+    assert got.shape == (rows, groups * rank) and got.dtype == x.dtype
+    assert torch.allclose(got.double(), hidden, rtol=1e-5, atol=1e-4)
 
 
 def test_masks_keep_one_minus_p_independently(kernels):
@@ -129,7 +144,7 @@ def test_the_grouped_node_runs_the_kernels_with_exact_gradients(kernels, monkeyp
     for i, layer in enumerate(layers):
         base = layer.base_layer
         bias = None if base.bias is None else base.bias.double()
-        dropped = x_ref * masks[i] / 0.7
+        dropped = x_ref * masks[i] * kernels.keep_scale(0.3)
         parts.append(torch.nn.functional.linear(x_ref, base.weight.double(), bias)
                      + 2.0 * (dropped @ params[2 * i].t()) @ params[2 * i + 1].t())
     ref = torch.cat(parts, dim=-1)
@@ -212,3 +227,6 @@ def test_compiled_kernels_in_bf16_equal_torch_on_the_same_masks(groups, width):
     want_1 = _reference(x, a, dh, dx, masks_1, p, groups)[0]
     got_1 = module.dropout_lora_a(x, a, groups, 1, p)
     assert (got_1.double() - want_1).abs().max().item() <= 2e-2 * want_1.abs().max().item()
+    # the forward's width shared among 4 programs a row block: fp32 partial sums, the same result
+    got_split = module.dropout_lora_a(x, a, groups, seed, p, tiles={"SPLIT": 4})
+    assert (got_split.double() - hidden).abs().max().item() <= 2e-2 * hidden.abs().max().item()
