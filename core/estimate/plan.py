@@ -8,6 +8,9 @@ from core.errors import EXIT_USAGE, TunedeckError
 from core.estimate.architecture import LINEAR_NAMES, ModelArchitecture
 from core.i18n import t
 
+# lora_dropout_fused takes 0 < p < this (core.train.lora_dropout_kernel: its keep threshold is a signed argument)
+FUSED_DROPOUT_MAX_P = 0.5
+
 METHODS = ("full", "lora", "dora", "qlora")
 # bf16: mixed precision (fp32 trainable weights, bf16 autocast); pure-bf16: everything in bf16;
 # fp16: mixed precision with fp16 autocast (GPUs without bf16); fp32: no autocast.
@@ -76,6 +79,11 @@ class TrainingPlan:
     # core.train.lora_group; the engine's default for LoRA and QLoRA). Speed only: with ``false`` the fused
     # add copies every adapted linear's output (core.estimate.speed.lora_input_bytes).
     lora_grouped: bool = True
+    # A group's LoRA dropout inside its lora_A kernels, the masks hashed again in backward (run key
+    # ``lora_dropout_fused``, core.train.lora_dropout_kernel; the engine's default on GPUs): no dropped-out
+    # copy or mask is kept, and the kernels' work replaces peft's dropout traffic. ``dropout_fused`` says
+    # when it applies.
+    lora_dropout_fused: bool = True
     # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
     offload_activations: bool = False
     # The MLP over sequence tiles (core.train.tiled_mlp): "auto" (checkpointed blocks, long micro-batches),
@@ -131,6 +139,13 @@ class TrainingPlan:
     @property
     def uses_lora(self) -> bool:
         return self.method in ("lora", "dora", "qlora")
+
+    @property
+    def dropout_fused(self) -> bool:
+        """Whether this plan's LoRA dropout runs in the fused kernels, as ``core.train.model_setup``'s
+        ``lora_dropout_fusing`` decides (grouped LoRA/QLoRA, no input upcast, 0 < p < 0.5)."""
+        return (self.method in ("lora", "qlora") and self.lora_grouped and self.lora_dropout_fused
+                and not self.lora_input_upcast and 0.0 < self.lora_dropout < FUSED_DROPOUT_MAX_P)
 
     @property
     def uses_deepspeed(self) -> bool:

@@ -62,6 +62,8 @@ def plan_options_for_run(config: Any, num_gpus: int = 1, cuda: bool = True) -> d
         # Only the key: the engine also runs ungrouped under lora_input_upcast and compile_layers, but the
         # speed fit's rows all ran ungrouped and are read as grouped (calibration.py), those switches' included.
         options["lora_grouped"] = bool(_value(config, "lora_grouped", True))
+        # the fused dropout kernels run on GPUs (a CPU run takes torch's dropout)
+        options["lora_dropout_fused"] = bool(_value(config, "lora_dropout_fused", True)) and cuda
     return options
 
 

@@ -173,7 +173,8 @@ def lora_input_elements(arch: ModelArchitecture, plan: TrainingPlan) -> int:
 
 def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
     """Bytes moved per micro-step over the LoRA layers' inputs outside the matmuls (forward, backward and
-    recompute alike): peft's dropout (a copy and a mask, the same back) and, with ``lora_input_upcast``,
+    recompute alike): peft's dropout (a copy and a mask, the same back; with ``dropout_fused`` the fused
+    kernels' time beyond plain ``lora_A`` matmuls instead) and, with ``lora_input_upcast``,
     its cast of the input to fp32 and autocast's cast back to bf16 for ``lora_A`` (the dropout then runs
     on the fp32 copy). Every adapted linear does its own, seven per block for all-linear targets.
     QLoRA with ``kbit_upcast`` (``qlora_upcast``: peft's ``prepare_model_for_kbit_training``) pays the same:
@@ -183,11 +184,14 @@ def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: C
         return 0.0
     fp32_inputs = plan.lora_input_upcast or (plan.method == "qlora" and plan.kbit_upcast)
     per_element = 0.0
-    if plan.lora_dropout > 0:
+    if plan.lora_dropout > 0 and not plan.dropout_fused:
         per_element += calibration.lora_dropout_bytes_per_element["fp32" if fp32_inputs else "bf16"]
     if fp32_inputs:
         per_element += calibration.lora_upcast_bytes_per_element
     passes = 2.0 + plan.recompute_fraction
+    if plan.dropout_fused:  # the kernels' hashing, as bytes at the memory-bound rate (forward, backward)
+        fused = calibration.lora_fused_dropout_bytes_per_element
+        per_element += ((1.0 + plan.recompute_fraction) * fused["forward"] + fused["backward"]) / passes
     moved = passes * per_element * lora_input_elements(arch, plan)
     if not plan.lora_grouped and plan.method != "dora":  # the fused add's copy of each output, forward passes
         moved += (1.0 + plan.recompute_fraction) * calibration.lora_output_copy_bytes_per_element \

@@ -37,7 +37,6 @@ import torch
 from core.train.engine_switches import plain_lora_adapters
 
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # siblings that read one input
-FUSED_DROPOUT_MAX_P = 0.5  # lora_dropout_fused takes 0 < p < this (its keep threshold is a signed 32-bit argument)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:

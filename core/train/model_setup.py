@@ -253,7 +253,7 @@ def lora_grouping(cfg: dict[str, Any]) -> bool:
 def lora_dropout_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
     """Whether a run's LoRA dropout runs in ``core.train.lora_dropout_kernel``'s kernels (the group checks
     the rest, such as one rank, at its first forward): grouped, on a GPU, with a dropout the kernels take."""
-    from core.train.lora_group import FUSED_DROPOUT_MAX_P
+    from core.estimate.plan import FUSED_DROPOUT_MAX_P
 
     return (cuda and lora_grouping(cfg) and bool(cfg.get("lora_dropout_fused", True))
             and 0 < float(cfg.get("lora_dropout", 0.05) or 0) < FUSED_DROPOUT_MAX_P)

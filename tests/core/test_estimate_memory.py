@@ -159,8 +159,12 @@ def test_lora_block_activations_by_hand():
     mlp = 3 * 2 * F + 2 * F + 2 * r  # gate, silu(gate), up; down's input copy and lora_A output
     expected = norms + qkv + attention + o_proj + gate_up + mlp
     assert block_activations(TINY, p, layout, CAL).per_token == expected
-    with_dropout = block_activations(TINY, replace(p, lora_dropout=0.1), layout, CAL).per_token
-    assert with_dropout == expected + (3 * H + Q + 2 * H + F)  # one 1-byte mask per target's input
+    with_dropout = block_activations(TINY, replace(p, lora_dropout=0.1, lora_dropout_fused=False), layout, CAL)
+    assert with_dropout.per_token == expected + (3 * H + Q + 2 * H + F)  # one 1-byte mask per target's input
+    # the fused kernels: no copy and no mask a target; a group keeps its bf16 input once (o_proj's is SDPA's
+    # output, kept already)
+    fused = block_activations(TINY, replace(p, lora_dropout=0.1), layout, CAL).per_token
+    assert fused == expected - 2 * (3 * H + Q + 2 * H + F) + 2 * H + 2 * H + 2 * F
 
 
 def test_full_mixed_precision_block_activations_by_hand():

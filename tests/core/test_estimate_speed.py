@@ -85,10 +85,17 @@ def test_attention_runs_at_the_kernels_own_efficiency():
 
 
 def test_lora_dropout_and_input_upcast_are_traffic_over_the_lora_inputs():
-    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
+    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True,
+                     lora_dropout_fused=False)
     elements = (6 * 64 + 160) * 2 * 512  # q, k, v, o (q_dim 64), gate, up read h; down reads f; x layers x tokens
     passes = 3  # forward, recompute, backward
     assert lora_input_bytes(TINY, p, CAL) == pytest.approx(passes * 5.0 * elements)  # bf16 dropout: 2 + 2 + 1
+    # the fused kernels: their measured time beyond plain lora_A matmuls, each forward pass and the backward
+    fused = CAL.lora_fused_dropout_bytes_per_element
+    assert lora_input_bytes(TINY, replace(p, lora_dropout_fused=True), CAL) == pytest.approx(
+        (2 * fused["forward"] + fused["backward"]) * elements)
+    assert lora_input_bytes(TINY, replace(p, lora_dropout_fused=True, lora_dropout=0.5), CAL) == pytest.approx(
+        passes * 5.0 * elements)  # p >= 0.5: torch's dropout, as the engine falls back
     assert lora_input_bytes(TINY, replace(p, lora_dropout=0.0), CAL) == 0.0
     upcast = replace(p, lora_input_upcast=True)
     assert lora_input_bytes(TINY, upcast, CAL) == pytest.approx(passes * (9.0 + 12.0) * elements)
@@ -107,7 +114,8 @@ def test_ungrouped_lora_pays_the_fused_adds_copy_of_every_adapted_output():
     from core.estimate import estimate, find_gpu, plan_for_model
     from core.estimate.run_plan import plan_options_for_run
 
-    p = TrainingPlan(architecture=TINY, method="qlora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
+    p = TrainingPlan(architecture=TINY, method="qlora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True,
+                     lora_dropout_fused=False)  # (ungrouped, the dropout is never fused)
     outputs = (64 + 32 + 32 + 64 + 160 + 160 + 64) * 2  # q, k, v (kv_dim 32), o, gate, up, down; x layers
     ungrouped = replace(p, lora_grouped=False)
     extra = lora_input_bytes(TINY, ungrouped, CAL) - lora_input_bytes(TINY, p, CAL)
@@ -119,7 +127,7 @@ def test_ungrouped_lora_pays_the_fused_adds_copy_of_every_adapted_output():
         == lora_input_bytes(TINY, replace(p, method="dora"), CAL)  # DoRA never groups; its outputs are timed apart
     gpu = find_gpu("H200")
     row = plan_for_model("Qwen/Qwen2.5-7B", exact_count=False, method="lora", micro_batch_size=4, seq_len=2048,
-                         gradient_checkpointing=True)
+                         gradient_checkpointing=True, lora_dropout_fused=False)
     gain = estimate(row, gpu).tokens_per_s / estimate(replace(row, lora_grouped=False), gpu).tokens_per_s
     assert 1.005 < gain < 1.04
     assert plan_options_for_run({"method": "lora", "lora_grouped": False, "max_seq_len": 2048})["lora_grouped"] is False
