@@ -42,7 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
-from core.train.lora_group import FUSED_DROPOUT_MAX_P as MAX_P
+from core.estimate.plan import FUSED_DROPOUT_MAX_P as MAX_P
 
 MAX_GROUP = 3  # q/k/v
 MAX_RANK = 128
@@ -236,12 +236,14 @@ def _precision(dtype: torch.dtype) -> str:
 
 
 # Tiles by kernel (rows x columns a program, warps, pipeline stages; the forward's SPLIT shares the width
-# among that many programs a row block, for more programs than SMs), from the H200 sweep of
-# ``bench/lora_dropout_kernel.py --sweep``; the interpreter takes the smallest.
+# among that many programs a row block, for more programs than SMs): the fastest over a 7B block's groups in
+# the H200 sweep of ``bench/lora_dropout_kernel.py --sweep`` (bench/results/engine-speed-summary.md, session
+# 14: 0.333 + 0.354 + 0.393 ms a block, forward + backward 1.07 ms against 1.68 in session 13's kernels and
+# tiles); the interpreter takes the smallest.
 TILES: dict[str, dict[str, int]] = {
-    "forward": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 3, "SPLIT": 1},
-    "input_grad": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 1},
-    "adapter_grad": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 3},
+    "forward": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 3, "SPLIT": 4},
+    "input_grad": {"BN": 32, "BK": 128, "num_warps": 8, "num_stages": 1},
+    "adapter_grad": {"BN": 64, "BK": 64, "num_warps": 4, "num_stages": 3},
 }
 TILES_ENV = "TUNEDECK_LORA_DROPOUT_TILES"  # a sweep's JSON: its "overall" tiles replace these
 
