@@ -341,20 +341,23 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
         os.environ["TUNEDECK_PROFILE"] = ctx["profile"]
     if ctx.get("memory_profile"):  # the allocations live at the peak of that step -> memory.txt
         os.environ["TUNEDECK_MEMORY_PROFILE"] = str(ctx["memory_profile"])
+    if ctx.get("sync_trace"):  # where those steps make the host wait for the GPU -> syncs.txt
+        os.environ["TUNEDECK_SYNC_TRACE"] = str(ctx["sync_trace"])
     try:
         row = one_run(ctx["home"], f"{spec['name']}-{seq}{'-' + tag if tag else ''}", values, False, timeout_s, False)
     finally:
-        os.environ.pop("TUNEDECK_PROFILE", None)
-        os.environ.pop("TUNEDECK_MEMORY_PROFILE", None)
+        for name in ("TUNEDECK_PROFILE", "TUNEDECK_MEMORY_PROFILE", "TUNEDECK_SYNC_TRACE"):
+            os.environ.pop(name, None)
     from core.runs.jsonl import iter_records
 
     records = list(iter_records(Path(row["run_dir"]) / "metrics.jsonl")) if row.get("run_dir") else []
-    train = [r for r in records if r.get("kind") == "train"]
-    if profile_window:  # the profiled steps are slower: the rate is the one before them
+    every_step = train = [r for r in records if r.get("kind") == "train"]
+    if profile_window:  # the profiled steps are slower: the rate is the one before them (the loss is not)
         train = [r for r in train if int(r.get("step") or 0) < profile_window[0]] or train
     header = records[0] if records else {}
     profile = Path(row["run_dir"]) / "profile.txt" if row.get("run_dir") else None
     memory = Path(row["run_dir"]) / "memory.txt" if row.get("run_dir") else None
+    syncs = Path(row["run_dir"]) / "syncs.txt" if row.get("run_dir") else None
     rate = steady_tokens_per_s([(r["elapsed_s"], r.get("tokens_seen") or 0) for r in train], ctx["warmup"])
     if rate is None and len(train) == 1:  # one step only (the longest lengths): that step's own rate
         rate = train[0].get("tokens_per_s")
@@ -380,10 +383,13 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
         "tokens_per_s": rate,
         "rate_from": "one step" if rate is not None and len(train) == 1 else "steady",
         "memory_profile": memory.read_text(encoding="utf-8") if memory and memory.exists() else None,
+        "syncs": syncs.read_text(encoding="utf-8") if syncs and syncs.exists() else None,
         "torch_peak_allocated_gib": row.get("peak_allocated_gib"),
         "torch_peak_reserved_gib": row.get("peak_reserved_gib"),
-        "loss": loss_after([r.get("loss") for r in train]),
-        "steps": len(train),
+        # after every step run: earlier summaries read profiled rows' loss before the profiled steps only (the
+        # rate's window), a higher loss that looked like another engine's maths
+        "loss": loss_after([r.get("loss") for r in every_step]),
+        "steps": len(every_step),
         # Each step's wall seconds (from the metrics' elapsed_s): a mean rate hides whether every step is slow
         # or a few stall (a collection, a recompilation), which the next measurement must tell apart.
         "step_s": [round(b["elapsed_s"] - a["elapsed_s"], 3) for a, b in zip(train, train[1:], strict=False)],
@@ -627,6 +633,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (with --tiny)")
     parser.add_argument("--profile", default="", metavar="START:COUNT",
                         help="torch-profile these steps of every 'tunedeck' row (its rate is taken before them)")
+    parser.add_argument("--sync-trace", default="", metavar="START:COUNT",
+                        help="record where these steps of every 'tunedeck' row synchronise with the GPU (GPU only)")
     parser.add_argument("--lora-dropout", type=float, default=0.05,
                         help="every engine's LoRA dropout (0: no random masks, so the losses can be compared exactly)")
     parser.add_argument("--drop-checkpoints", action="store_true",
@@ -664,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = {
         "home": home, "cpu": not cuda, "steps": args.steps, "warmup": args.warmup, "dataset": dataset,
         "model_dirs": {m: make_model_dir(home, m) for m in {specs[r]["model"] for r in wanted}},
-        "peak_flops": gpu_peak_flops() if cuda else None, "profile": args.profile,
+        "peak_flops": gpu_peak_flops() if cuda else None, "profile": args.profile, "sync_trace": args.sync_trace,
         "drop_checkpoints": args.drop_checkpoints, "lora_dropout": args.lora_dropout,
     }
     meta = {"device": (f"{torch.cuda.get_device_name(0)} x {gpus}" if cuda else "CPU"), "torch": torch.__version__,

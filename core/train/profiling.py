@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +218,79 @@ def peak_breakdown(trace: list[dict[str, Any]], before_bytes: int, top: int = 25
     for event in sorted(live.values(), key=lambda e: -int(e["size"]))[:top]:
         lines.append(f"{int(event['size']) / 2 ** 20:9.1f} MiB  {_site(event.get('frames') or [], 4)}")
     return "\n".join(lines) + "\n"
+
+
+class SyncTraceCallback(TrainerCallback):
+    """``TUNEDECK_SYNC_TRACE=START:COUNT``: where steps START .. START+COUNT-1 make the host wait for the GPU.
+
+    A synchronisation (an ``.item()``, a blocking copy, a ``nonzero``) empties the GPU's queue: the kernels
+    after it wait for Python to launch them. torch's sync debug mode warns at each; this records the Python
+    stack of every one and writes ``syncs.txt`` into the run directory: the sites by count, innermost frame
+    last. The window opens at the end of the step before START, so a step's batch upload counts too. For
+    benchmarks on a GPU; a run without the variable pays nothing."""
+
+    MESSAGE = "synchronizing CUDA operation"
+
+    def __init__(self, run_dir: Path, start: int, count: int) -> None:
+        self.path = Path(run_dir) / "syncs.txt"
+        self.start, self.count = start, count
+        self.sites: dict[tuple[str, ...], int] = {}
+        self.tracing = False
+        self._saved: Any = None
+
+    @classmethod
+    def from_env(cls, run_dir: Path) -> SyncTraceCallback | None:
+        window = parse_profile_env(os.environ.get("TUNEDECK_SYNC_TRACE"))
+        if window is None:
+            return None
+        import torch
+
+        if not torch.cuda.is_available():
+            log.warning("TUNEDECK_SYNC_TRACE traces CUDA synchronisations; there is no GPU here: ignored")
+            return None
+        return cls(run_dir, *window)
+
+    def _show(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+              line: Any = None) -> None:
+        if self.MESSAGE not in str(message):
+            return self._saved[0](message, category, filename, lineno, file, line)
+        frames = [f for f in traceback.extract_stack()[:-1] if "/warnings.py" not in f.filename]
+        site = tuple(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-8:])
+        self.sites[site] = self.sites.get(site, 0) + 1
+        return None
+
+    def _begin(self) -> None:
+        import torch
+
+        self._saved = (warnings.showwarning, warnings.filters[:])
+        warnings.filterwarnings("always", message=f".*{self.MESSAGE}.*")
+        warnings.showwarning = self._show
+        torch.cuda.set_sync_debug_mode("warn")
+        self.tracing = True
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step + 1 == self.start:
+            self._begin()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self.tracing:
+            if state.global_step + 1 == self.start:
+                self._begin()
+            return
+        if state.global_step < self.start + self.count - 1:
+            return
+        import torch
+
+        torch.cuda.set_sync_debug_mode(0)
+        warnings.showwarning, warnings.filters[:] = self._saved
+        self.tracing = False
+        self.start = 1 << 60  # once
+        total = sum(self.sites.values())
+        lines = [f"# {total} host synchronisations in {self.count} steps ({total / self.count:.1f} a step)", ""]
+        for site, n in sorted(self.sites.items(), key=lambda kv: -kv[1]):
+            lines += [f"{n / self.count:6.1f} a step", *(f"    {frame}" for frame in site), ""]
+        self.path.write_text("\n".join(lines), encoding="utf-8")
+        log.info("host synchronisations of %d steps written to %s", self.count, self.path)
 
 
 class MemoryPeakCallback(TrainerCallback):

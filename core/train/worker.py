@@ -429,9 +429,10 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         from core.train.engine_switches import EngineSwitchesCallback
 
         callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers, compile_layers, tiled))
-    from core.train.profiling import MemoryPeakCallback, ProfileStepsCallback
+    from core.train.profiling import MemoryPeakCallback, ProfileStepsCallback, SyncTraceCallback
 
-    for profile_cb in (ProfileStepsCallback.from_env(run.path), MemoryPeakCallback.from_env(run.path)):
+    for profile_cb in (ProfileStepsCallback.from_env(run.path), MemoryPeakCallback.from_env(run.path),
+                       SyncTraceCallback.from_env(run.path)):
         if profile_cb is not None and rank == 0:
             callbacks.append(profile_cb)
     for fault_cb in (InjectedOomCallback.from_env(), HoldAtStepCallback.from_env()):

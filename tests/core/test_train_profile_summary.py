@@ -29,3 +29,50 @@ def test_a_gpu_profile_says_where_the_host_time_goes():
     assert "nvjet" not in host  # kernels are not host time
     # a CPU run has no kernels: its operators are the table, and there is no second host table
     assert "## host side" not in summarise(SimpleNamespace(key_averages=lambda: averages[2:]), steps=2, wall_s=1.0)
+
+
+def test_the_sync_trace_records_each_synchronising_site_for_its_steps_only(tmp_path, monkeypatch):
+    """``TUNEDECK_SYNC_TRACE=2:2``: the sites of steps 2-3 by count a step, with their Python stacks; other
+    warnings are not counted, and the window closes. Hardware: none; torch's sync debug mode (CUDA only) is
+    replaced by a recorder and its warning raised as torch raises it, from the synchronising call's frame."""
+    import warnings
+    from types import SimpleNamespace
+
+    import torch
+
+    from core.train.profiling import SyncTraceCallback
+
+    modes = []
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+
+    def item_of_the_loss():
+        warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+
+    def blocking_upload():
+        warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+
+    trace = SyncTraceCallback(tmp_path, 2, 2)
+    state = SimpleNamespace(global_step=0)
+    trace.on_train_begin(None, state, None)
+    item_of_the_loss()  # step 1: outside the window
+    state.global_step = 1
+    trace.on_step_end(None, state, None)
+    assert modes == ["warn"]
+    for step in (2, 3):
+        blocking_upload()
+        for _ in range(2):  # one site (the same stack) twice
+            item_of_the_loss()
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("something else", UserWarning, stacklevel=1)
+        state.global_step = step
+        trace.on_step_end(None, state, None)
+    assert modes == ["warn", 0]
+    text = (tmp_path / "syncs.txt").read_text()
+    assert text.startswith("# 6 host synchronisations in 2 steps (3.0 a step)")
+    blocks = text.split("\n\n")[1:]
+    assert "2.0 a step" in blocks[0] and blocks[0].splitlines()[-1].endswith("item_of_the_loss")
+    assert "1.0 a step" in blocks[1] and blocks[1].splitlines()[-1].endswith("blocking_upload")
+    assert "test_the_sync_trace_records" in blocks[0]  # the callers' frames too
+    item_of_the_loss()  # after the window: nothing more recorded
+    assert (tmp_path / "syncs.txt").read_text() == text
