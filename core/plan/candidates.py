@@ -181,6 +181,8 @@ def candidate_plans(request: PlanRequest, base: TrainingPlan) -> Iterator[Traini
                                     zero_stage=zero, offload=offload, seq_len=seq_len, micro_batch_size=micro,
                                     grad_accum_steps=accum, gradient_checkpointing=gc, lora_rank=lora_rank,
                                     offload_activations=parked,
+                                    # the fused dropout kernels run on GPUs; a CPU run takes torch's
+                                    lora_dropout_fused=base.lora_dropout_fused and not request.hardware.cpu_only,
                                     price_per_gpu_hour=request.hardware.price_per_gpu_hour,
                                 )
 

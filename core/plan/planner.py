@@ -334,8 +334,9 @@ def _tiled_mlp_reason(best: Candidate, request: PlanRequest, usable: float) -> F
 
 def _dropout_cost(best: Candidate, request: PlanRequest) -> Finding | None:
     """What LoRA dropout costs in speed on a GPU: peft draws a mask and copies every adapted linear's input
-    (forward, backward and recompute), which the estimator counts as memory traffic; the same plan without
-    dropout, estimated, gives the share. Nothing when the plan has none, on a CPU, or when it is under 1%."""
+    (forward, backward and recompute), which the estimator counts as memory traffic; the fused kernels
+    (``dropout_fused``) hash the masks inside lora_A's work instead; the same plan without dropout,
+    estimated, gives the share. Nothing when the plan has none, on a CPU, or when it is under 1%."""
     p = best.plan
     if best.estimate is None or request.hardware.gpu is None or p.lora_dropout <= 0:
         return None
@@ -345,7 +346,8 @@ def _dropout_cost(best: Candidate, request: PlanRequest) -> Finding | None:
     share = 1.0 - best.estimate.tokens_per_s / without.tokens_per_s
     if share < 0.01:
         return None
-    return finding("plan.reason.lora_dropout", dropout=p.lora_dropout, pct=round(100 * share),
+    return finding("plan.reason.lora_dropout_fused" if p.dropout_fused else "plan.reason.lora_dropout",
+                   dropout=p.lora_dropout, pct=round(100 * share),
                    tps=without.tokens_per_s)
 
 
