@@ -13,8 +13,10 @@
     first dashboard frame that shows data; the backfill of the whole history is timed too.
 (3) Frame: one chart frame (``BucketedSeries.columns``, 150 columns) over a million points, median of
     50 (tests/core/test_watch_series.py asserts it reads buckets, not points; the seconds are here).
-(4) ``--gpu``: the same training config twice, detached (``tunedeck train``), once alone and once with a
-    headless dashboard following it; median tokens/s of each from metrics.jsonl.
+(4) ``--gpu``: one detached run (``tunedeck train``), a headless dashboard following it in every other
+    window of ``--window-s`` seconds; tokens/s in the windows with it against those without, from the
+    steps' own times in metrics.jsonl (``attached_throughput``). Two separate runs differ by more than the
+    1% this must resolve.
 Results go to ``--out`` (JSON) and a markdown table beside it.
 """
 
@@ -161,43 +163,105 @@ def measure_frame(points: int = 1_000_000, width: int = 150, repeats: int = 50) 
             "frame_ms_median": round(1000 * statistics.median(times), 3)}
 
 
-def gpu_throughput(config: str | None, watch_seconds_max: float) -> dict:
-    """Train ``config`` (default: the bundled demo) twice, alone then with a dashboard attached; median
-    tokens/s of each (the first fifth of the records, warm-up, left out)."""
+def engine_row_config(home: Path, row: str, steps: int) -> Path:
+    """A run config of ``bench/engine_speed.py``'s ``row`` (e.g. ``7b-lora``: 7B LoRA, micro-batch 4 x 2048,
+    checkpointed, a GPU-bound step), random weights and its long-conversation data, ``steps`` steps."""
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from engine_speed import make_long_dataset, make_model_dir, row_specs
+
+    spec = row_specs(row.startswith("tiny"), 1)[row]
+    values = {"name": f"dashboard-{row}", "model": str(make_model_dir(home, spec["model"])),
+              "dataset": str(make_long_dataset(home, spec["seq"], 4 * spec["micro"] * steps)),
+              "method": spec["method"], "precision": "bf16", "max_seq_len": spec["seq"],
+              "micro_batch_size": spec["micro"], "gradient_accumulation": 1,
+              "gradient_checkpointing": spec["ckpt"], "max_steps": steps, "learning_rate": 1e-4,
+              "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05, "save_steps": 100000, "logging_steps": 1,
+              "seed": 1, "packing": True}
+    path = home / f"dashboard-{row}.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
+def attached_throughput(config: str | None, windows: int, window_s: float, settle_s: float = 1.5) -> dict:
+    """One run of ``config`` (default: the bundled demo), a headless dashboard (real NVML, 160x50) following it
+    in every other window of ``window_s`` seconds, ``windows`` windows from the first steps on; the run is
+    stopped after the last. Each step is put in the window it reached metrics.jsonl in (not in the first
+    ``settle_s`` seconds after a switch: the app's start and exit are not what "attached" costs); a window's
+    rate is its steps' tokens over their summed step times (``elapsed_s``), so two separate runs' noise (a
+    third, on the demo) does not enter the ratio."""
     from core.runs import RunDirectory, resolve_run
     from core.runs.control import wait_for_end
 
-    results = {}
-    for attached in (False, True):
-        command = ["train", config] if config else ["demo", "--detach"]
-        out = subprocess.run([sys.executable, "-m", "core", *command, "--json"], cwd=ROOT,
-                             capture_output=True, text=True, check=True)
-        run_id = json.loads(out.stdout)["id"]
-        run = resolve_run(run_id)
-        if attached:
-            asyncio.run(_watch_until_end(run, watch_seconds_max))
-        wait_for_end(run)
-        speeds = [r["tokens_per_s"] for r in _records(RunDirectory(run.path)) if r.get("tokens_per_s")]
-        results["attached" if attached else "alone"] = {
-            "run": run_id, "status": run.status().status,
-            "median_tokens_per_s": statistics.median(speeds[len(speeds) // 5:]) if speeds else None}
-    alone, attached = results["alone"]["median_tokens_per_s"], results["attached"]["median_tokens_per_s"]
-    if alone and attached:
-        results["attached_over_alone"] = round(attached / alone, 4)
-    return results
+    command = ["train", config] if config else ["demo", "--detach"]
+    out = subprocess.run([sys.executable, "-m", "core", *command, "--json"], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    run = resolve_run(json.loads(out.stdout)["id"])
+    arrivals: dict[int, float] = {}  # step -> when its record was seen
+    spans = asyncio.run(_alternate(run, windows, window_s, arrivals))
+    subprocess.run([sys.executable, "-m", "core", "stop", run.id], cwd=ROOT, capture_output=True, text=True)
+    wait_for_end(run)
+    records = {r["step"]: r for r in _records(RunDirectory(run.path))}
+    per_window = []
+    for attached, began, ended in spans:
+        steps = [s for s, seen in arrivals.items() if began + settle_s <= seen < ended and s - 1 in records
+                 and s in records]
+        seconds = sum(records[s]["elapsed_s"] - records[s - 1]["elapsed_s"] for s in steps)
+        tokens = sum(records[s]["tokens_seen"] - records[s - 1]["tokens_seen"] for s in steps)
+        per_window.append({"attached": attached, "steps": len(steps), "seconds": round(seconds, 3),
+                           "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None})
+
+    def rate(attached: bool) -> float | None:
+        chosen = [w for w in per_window if w["attached"] is attached and w["tokens_per_s"]]
+        seconds = sum(w["seconds"] for w in chosen)
+        return sum(w["tokens_per_s"] * w["seconds"] for w in chosen) / seconds if seconds else None
+
+    alone, attached = rate(False), rate(True)
+    return {"run": run.id, "config": config or "tunedeck demo", "window_s": window_s, "windows": per_window,
+            "alone_tokens_per_s": alone and round(alone, 1), "attached_tokens_per_s": attached and round(attached, 1),
+            "attached_over_alone": round(attached / alone, 4) if alone and attached else None}
 
 
-async def _watch_until_end(run, seconds_max: float) -> None:
-    """A headless dashboard on ``run`` (real NVML) until the run ends."""
+async def _alternate(run, windows: int, window_s: float, arrivals: dict[int, float]) -> list[tuple[bool, float, float]]:
+    """Detached, attached, detached, ... (``windows`` spans of ``window_s`` s) once the run has logged a few
+    steps; ``arrivals`` gets each step's first sight in metrics.jsonl (polled every 0.1 s)."""
     from tui.app import make_app
 
-    app = make_app(open_run=str(run.path), persist_settings=False)
-    async with app.run_test(size=(160, 50)):
-        started = time.monotonic()
-        while time.monotonic() - started < seconds_max:
-            if run.status().status in ("finished", "failed", "crashed", "stopped"):
-                break
-            await asyncio.sleep(1.0)
+    async def follow() -> None:
+        offset = 0
+        while True:
+            if run.metrics_path.exists():
+                with open(run.metrics_path, encoding="utf-8") as handle:
+                    handle.seek(offset)
+                    chunk = handle.read()
+                complete = chunk[:chunk.rfind("\n") + 1]
+                offset += len(complete.encode("utf-8"))
+                now = time.monotonic()
+                for line in complete.splitlines():
+                    record = json.loads(line)
+                    if record.get("kind") == "train":
+                        arrivals.setdefault(int(record["step"]), now)
+            await asyncio.sleep(0.1)
+
+    follower = asyncio.create_task(follow())
+    while len(arrivals) < 3:  # the model loaded, the first steps (compilation, warm-up) past
+        if run.status().status in ("finished", "failed", "crashed", "stopped"):
+            raise RuntimeError(f"run {run.id} ended before the windows: {run.status().status}")
+        await asyncio.sleep(0.5)
+    spans = []
+    for index in range(windows):
+        attached = index % 2 == 1
+        began = time.monotonic()
+        if attached:
+            app = make_app(open_run=str(run.path), persist_settings=False)
+            async with app.run_test(size=(160, 50)):
+                await asyncio.sleep(window_s)
+        else:
+            await asyncio.sleep(window_s)
+        spans.append((attached, began, time.monotonic()))
+    follower.cancel()
+    return spans
 
 
 def _records(run) -> list[dict]:
@@ -244,9 +308,16 @@ def main() -> int:
     parser.add_argument("--skip-cpu", action="store_true")
     parser.add_argument("--skip-open", action="store_true")
     parser.add_argument("--skip-frame", action="store_true")
-    parser.add_argument("--gpu", action="store_true", help="tokens/s with and without a dashboard (needs a GPU)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="tokens/s of one run in windows with and without a dashboard following it")
     parser.add_argument("--config", default=None,
                         help="with --gpu: a run configuration for 'tunedeck train' (default: 'tunedeck demo')")
+    parser.add_argument("--row", default=None, help="with --gpu: run bench/engine_speed.py's row (e.g. 7b-lora) "
+                        "instead of --config, for --steps steps")
+    parser.add_argument("--steps", type=int, default=400, help="with --row: the run's steps (it is stopped after "
+                        "the windows)")
+    parser.add_argument("--windows", type=int, default=8, help="with --gpu: alternating windows, detached first")
+    parser.add_argument("--window-s", type=float, default=10.0, help="with --gpu: seconds a window")
     parser.add_argument("--writer", help=argparse.SUPPRESS)
     parser.add_argument("--start-step", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--total", type=int, default=1_000_000, help=argparse.SUPPRESS)
@@ -259,7 +330,8 @@ def main() -> int:
     if args.gpu:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ.setdefault("TUNEDECK_HOME", tmp)  # runs of the benchmark stay out of the user's list
-            results["gpu"] = gpu_throughput(args.config, watch_seconds_max=3600)
+            config = str(engine_row_config(Path(tmp), args.row, args.steps)) if args.row else args.config
+            results["gpu"] = attached_throughput(config, args.windows, args.window_s)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["TUNEDECK_HOME"] = tmp
