@@ -389,7 +389,7 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
         # after every step run: earlier summaries read profiled rows' loss before the profiled steps only (the
         # rate's window), a higher loss that looked like another engine's maths
         "loss": loss_after([r.get("loss") for r in every_step]),
-        "steps": len(every_step),
+        "steps": len(train),  # the rate's
         # Each step's wall seconds (from the metrics' elapsed_s): a mean rate hides whether every step is slow
         # or a few stall (a collection, a recompilation), which the next measurement must tell apart.
         "step_s": [round(b["elapsed_s"] - a["elapsed_s"], 3) for a, b in zip(train, train[1:], strict=False)],

@@ -8,8 +8,9 @@ Counted tensor by tensor from what PyTorch's autograd formulas keep for transfor
 - A linear keeps its input only when its weight trains (full fine-tuning). Under autocast an fp32
   input is cast separately for each linear, so each keeps its own copy; a same-dtype input is shared.
 - A LoRA-targeted linear: peft casts the input to the adapter dtype (fp32), dropout keeps a 1-byte
-  mask, lora_A keeps its (autocast) input copy and lora_B keeps lora_A's output (r values). With the
-  fused dropout kernels (``dropout_fused``) a group of linears keeps its input once and lora_A's outputs.
+  mask, lora_A keeps its (autocast) input copy and lora_B keeps lora_A's output (r values). The engine's
+  grouped linears (``lora_input_kept_once``: no dropout, or the fused dropout kernels) keep a group's input
+  once and lora_A's outputs.
 - Attention: the roped q, k, v and the output are kept by SDPA. Flash and memory-efficient kernels
   write the output in (batch, seq, heads, dim) order, so making its transpose contiguous for o_proj
   copies nothing: o_proj's input costs nothing more unless a cast (LoRA under autocast) copies it.
@@ -88,8 +89,8 @@ def linear_group_saved_bytes(
                 shared_input_kept = True
         elif shape.name in plan.lora_targets:
             saved += (layout.compute if autocast else 4.0) * plan.lora_rank  # lora_A's output, kept by lora_B
-            if plan.dropout_fused:
-                shared_input_kept = True  # the kernels draw the masks again from the input, kept once
+            if plan.lora_input_kept_once:  # grouped: no dropout, or the fused kernels' masks drawn again
+                shared_input_kept = True
                 continue
             if plan.lora_dropout > 0:
                 saved += 1.0 * width  # dropout mask

@@ -255,10 +255,10 @@ class Calibration:
     # lora_dropout_fused: the fused kernels' time beyond plain lora_A matmuls on the same input, per input
     # element of an adapted linear, forward pass (recomputed ones too) and backward, as bytes at the
     # memory-bound rate (the kernels are bound by hashing, not traffic). From bench/lora_dropout_kernel.py on
-    # the H200 (lora-dropout-kernel-b, 7B block at 8,192 tokens: 0.41 ms forward, 0.44 ms backward more than
-    # no dropout over 331 M elements).
+    # the H200 (lora-dropout-kernel-c, a 7B block at 8,192 tokens: 0.234 ms forward, 0.132 ms backward more
+    # than no dropout over 331 M elements).
     lora_fused_dropout_bytes_per_element: dict[str, float] = field(
-        default_factory=lambda: {"forward": 4.5, "backward": 4.8})
+        default_factory=lambda: {"forward": 2.5, "backward": 1.4})
     # lora_input_upcast: the cast of the input to fp32 (read 2, write 4) and autocast's back to bf16 for
     # lora_A (read 4, write 2), the same in backward. From the ops, not fitted (the dropout-0 call measures
     # +107 ms a step at b4 x 2048 on 7B; this gives 93).

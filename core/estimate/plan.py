@@ -148,6 +148,13 @@ class TrainingPlan:
                 and not self.lora_input_upcast and 0.0 < self.lora_dropout < FUSED_DROPOUT_MAX_P)
 
     @property
+    def lora_input_kept_once(self) -> bool:
+        """Whether a group of adapted linears keeps its input once for backward (``core.train.lora_group``'s
+        node without dropout, or with the fused dropout kernels) instead of a copy (and a mask) each."""
+        return (self.method in ("lora", "qlora") and self.lora_grouped and not self.lora_input_upcast
+                and (self.lora_dropout == 0 or self.dropout_fused))
+
+    @property
     def uses_deepspeed(self) -> bool:
         return self.zero_stage >= 1
 

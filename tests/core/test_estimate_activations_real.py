@@ -33,9 +33,12 @@ BASE = {"hidden_size": 64, "intermediate_size": 160, "num_attention_heads": 4, "
 
 
 def kept_bytes(config: dict, method: str, precision: str, tokens: int, rank: int = 8) -> int:
-    """Bytes of non-parameter storage autograd keeps at the end of the forward pass (loss included)."""
+    """Bytes of non-parameter storage autograd keeps at the end of the forward pass (loss included);
+    ``lora-grouped``: LoRA with the engine's grouped linears (``core.train.lora_group``)."""
     torch.manual_seed(0)
     hf_config = transformers.AutoConfig.for_model(**config)
+    grouped = method == "lora-grouped"
+    method = "lora" if grouped else method
     full = method == "full"
     fp32_weights = precision == "fp32" or (full and precision == "bf16")
     dtype = torch.float32 if fp32_weights else torch.bfloat16
@@ -44,6 +47,10 @@ def kept_bytes(config: dict, method: str, precision: str, tokens: int, rank: int
         lora = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules="all-linear",
                                use_dora=method == "dora", task_type="CAUSAL_LM")
         model = peft.get_peft_model(model, lora)
+        if grouped:
+            from core.train.lora_group import group_lora_layers
+
+            assert group_lora_layers(model) > 0
     model.train()
     parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
     packed: list[tuple[weakref.ref, int, int]] = []
@@ -73,6 +80,7 @@ def measured_block_bytes_per_token(config: dict, method: str, precision: str) ->
 @pytest.mark.parametrize("model_type", ["qwen2", "qwen3"])
 @pytest.mark.parametrize(("method", "precision"), [
     ("lora", "bf16"),
+    ("lora-grouped", "bf16"),
     ("full", "bf16"),
     ("full", "pure-bf16"),
     ("full", "fp32"),
@@ -82,7 +90,8 @@ def measured_block_bytes_per_token(config: dict, method: str, precision: str) ->
 def test_block_activations_match_what_autograd_keeps(model_type, method, precision):
     config = dict(BASE, model_type=model_type)
     arch = architecture_from_config(dict(config, num_hidden_layers=3))
-    plan = TrainingPlan(architecture=arch, method=method, precision=precision, lora_rank=8, lora_dropout=0.0,
+    plan = TrainingPlan(architecture=arch, method=method.removesuffix("-grouped"), precision=precision, lora_rank=8,
+                        lora_dropout=0.0, lora_grouped=method == "lora-grouped",  # else plain peft
                         fused_ce=False, gradient_checkpointing=False)
     layout = precision_layout(plan, DEFAULT_CALIBRATION.adam8bit_bytes_per_param)
     predicted = block_activations(arch, plan, layout, DEFAULT_CALIBRATION)
@@ -146,6 +155,7 @@ def test_whole_step_peak_matches_memtracker(vocab, method, precision, checkpoint
                   num_hidden_layers=4, vocab_size=vocab)
     arch = architecture_from_config(config)
     plan = TrainingPlan(architecture=arch, method=method, precision=precision, lora_rank=8, lora_dropout=0.0,
+                        lora_grouped=False,  # plain peft, as these models run
                         fused_ce=False, gradient_checkpointing=checkpointing, micro_batch_size=batch, seq_len=seq,
                         optimizer="adamw",  # the foreach AdamW measured below
                         lora_input_upcast=True)  # plain peft casts the adapters' inputs to their fp32

@@ -148,7 +148,7 @@ def test_logits_plain_versus_fused():
 
 
 def test_lora_block_activations_by_hand():
-    p = plan(method="lora", lora_dropout=0.0, fused_ce=False)
+    p = plan(method="lora", lora_dropout=0.0, fused_ce=False, lora_grouped=False)  # peft's own linears
     _, layout = sizes_and_layout(p)
     r = 16
     norms = 2 * (4 * H + 4)  # fp32 inputs kept by pow(2) + fp32 rsqrt; frozen weights keep nothing else
@@ -161,10 +161,14 @@ def test_lora_block_activations_by_hand():
     assert block_activations(TINY, p, layout, CAL).per_token == expected
     with_dropout = block_activations(TINY, replace(p, lora_dropout=0.1, lora_dropout_fused=False), layout, CAL)
     assert with_dropout.per_token == expected + (3 * H + Q + 2 * H + F)  # one 1-byte mask per target's input
-    # the fused kernels: no copy and no mask a target; a group keeps its bf16 input once (o_proj's is SDPA's
-    # output, kept already)
-    fused = block_activations(TINY, replace(p, lora_dropout=0.1), layout, CAL).per_token
-    assert fused == expected - 2 * (3 * H + Q + 2 * H + F) + 2 * H + 2 * H + 2 * F
+    # the engine's grouped linears, without dropout or with the fused kernels: no copy and no mask a target;
+    # a group keeps its bf16 input once (o_proj's is SDPA's output, kept already)
+    once = expected - 2 * (3 * H + Q + 2 * H + F) + 2 * H + 2 * H + 2 * F
+    grouped = replace(p, lora_grouped=True)
+    assert block_activations(TINY, grouped, layout, CAL).per_token == once
+    assert block_activations(TINY, replace(grouped, lora_dropout=0.1), layout, CAL).per_token == once
+    unfused = replace(grouped, lora_dropout=0.1, lora_dropout_fused=False)  # torch's dropout in the group
+    assert block_activations(TINY, unfused, layout, CAL).per_token == with_dropout.per_token
 
 
 def test_full_mixed_precision_block_activations_by_hand():
