@@ -59,10 +59,16 @@ class AtomicCheckpointTrainer(Trainer):
         GPU's queue, so the next kernels wait for Python to launch them. Here the count stays on the device
         until a step logs or saves, where the Trainer synchronises anyway.
         """
-        mask = inputs.get("attention_mask")
-        if mask is None or self.args.include_num_input_tokens_seen == "no":
+        if self.args.include_num_input_tokens_seen == "no" or "input_ids" not in inputs:
             return super()._track_num_input_tokens(inputs)
-        count = mask.sum()
+        mask = inputs.get("attention_mask")
+        pad = getattr(self.processing_class, "pad_token_id", None)
+        if mask is not None:
+            count = mask.sum()
+        elif pad is not None:  # packed batches carry position_ids, no attention mask
+            count = (inputs["input_ids"] != pad).sum()
+        else:
+            count = inputs["input_ids"].numel()
         self._tokens_pending = count if self._tokens_pending is None else self._tokens_pending + count
 
     def _flush_tokens(self) -> None:

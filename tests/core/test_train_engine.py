@@ -117,6 +117,22 @@ def test_tokens_seen_counted_on_the_device_reach_the_metrics_and_the_checkpoints
         assert state["num_input_tokens_seen"] == step * per_step, (step, state["num_input_tokens_seen"], seen)
 
 
+def test_packed_batches_count_their_tokens_on_the_device_too(tmp_path):
+    """Packed batches carry position_ids and no attention mask: their tokens are counted (non-padding
+    ids) without the Trainer's sync as well, and reach the metrics and the checkpoints."""
+    home = tmp_path / "home"
+    out = _tunedeck(home, "train", str(_config(tmp_path)), "max_steps=8", "logging_steps=3", "save_steps=4",
+                    "packing=true", "micro_batch_size=2")
+    assert out.returncode == 0, out.stderr
+    run_dir = home / "runs" / out.stdout.strip()
+    assert _wait_final(home, out.stdout.strip())["status"] == "finished", (run_dir / "train.log").read_text()[-2000:]
+    seen = {r["step"]: r["tokens_seen"] for r in _records(run_dir, "metrics.jsonl") if r.get("kind") == "train"}
+    assert 0 < seen[3] < seen[6] <= 6 * 2 * 64, seen
+    saved = {step: json.loads((run_dir / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").read_text())
+             ["num_input_tokens_seen"] for step in (4, 8)}
+    assert seen[3] < saved[4] < seen[6] < saved[8], (seen, saved)
+
+
 def test_two_process_dora_run_stops_at_one_step_on_every_rank(tmp_path):
     """The multi-process path (torchrun, DDP over gloo on CPU) the GPU runs use, with DoRA."""
     from core.runs.liveness import effective_status
