@@ -146,12 +146,8 @@ class PaddingCollator:
             input_ids.append(row["input_ids"] + [self.pad_token_id] * pad)
             labels.append(row["labels"] + [IGNORE_INDEX] * pad)
             positions.append(row["position_ids"] + list(range(pad)))
-        batch_out = {"input_ids": torch.tensor(input_ids, dtype=torch.long),
-                     "labels": torch.tensor(labels, dtype=torch.long)}
-        whole = list(range(width))
-        if self.flatten or any(row != whole for row in positions):
-            batch_out["position_ids"] = torch.tensor(positions, dtype=torch.long)
-        # else every row is one sequence (long examples cut to the length): the model's own positions are
-        # the same, and without position_ids transformers does not look for packed sequences, a check that
-        # waits for the GPU at every step
-        return batch_out
+        return {
+            "input_ids": torch.tensor(input_ids, dtype=torch.long),
+            "labels": torch.tensor(labels, dtype=torch.long),
+            "position_ids": torch.tensor(positions, dtype=torch.long),
+        }
