@@ -27,6 +27,7 @@ def test_one_run_is_measured_in_alternating_windows_with_and_without_the_dashboa
     assert all(w["steps"] >= 2 and w["seconds"] > 0 and w["tokens_per_s"] > 0 for w in windows), windows
     assert gpu["alone_tokens_per_s"] == windows[0]["tokens_per_s"]
     assert gpu["attached_over_alone"] == round(windows[1]["tokens_per_s"] / windows[0]["tokens_per_s"], 4)
+    assert gpu["median_attached_over_alone"] == gpu["attached_over_alone"]  # one window each: the same
     # the run was stopped after the windows, not trained to its 2,000 steps
     status = subprocess.run([sys.executable, "-m", "core", "status", gpu["run"], "--json"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=60)
