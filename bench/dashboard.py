@@ -212,17 +212,16 @@ def attached_throughput(config: str | None, windows: int, window_s: float, settl
         per_window.append({"attached": attached, "steps": len(steps), "seconds": round(seconds, 3),
                            "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None})
 
-    def rate(attached: bool) -> float | None:
+    def rate(attached: bool) -> tuple[float | None, float | None]:
+        """(tokens over seconds of the kind's windows, the windows' median rate)."""
         chosen = [w for w in per_window if w["attached"] is attached and w["tokens_per_s"]]
         seconds = sum(w["seconds"] for w in chosen)
-        return sum(w["tokens_per_s"] * w["seconds"] for w in chosen) / seconds if seconds else None
+        if not seconds:
+            return None, None
+        return (sum(w["tokens_per_s"] * w["seconds"] for w in chosen) / seconds,
+                statistics.median(w["tokens_per_s"] for w in chosen))
 
-    def median(attached: bool) -> float | None:
-        rates = [w["tokens_per_s"] for w in per_window if w["attached"] is attached and w["tokens_per_s"]]
-        return statistics.median(rates) if rates else None
-
-    alone, attached = rate(False), rate(True)
-    typical_alone, typical_attached = median(False), median(True)
+    (alone, typical_alone), (attached, typical_attached) = rate(False), rate(True)
     return {"run": run.id, "config": config or "tunedeck demo", "window_s": window_s, "windows": per_window,
             "alone_tokens_per_s": alone and round(alone, 1), "attached_tokens_per_s": attached and round(attached, 1),
             "attached_over_alone": round(attached / alone, 4) if alone and attached else None,

@@ -80,15 +80,20 @@ def seeds_for(seed: int, count: int) -> list[int]:
 PAIRED = True
 
 
+def _hash_bits() -> int:
+    """The bits of hash that decide an element: 16 paired, else 32."""
+    return 16 if PAIRED else 32
+
+
 def threshold(p: float) -> int:
-    """An element is kept when its hash (16 bits paired, else 32) is at least this."""
-    bits = 16 if PAIRED else 32
+    """An element is kept when its hash is at least this."""
+    bits = _hash_bits()
     return min(int(round(p * 2**bits)), 2**(bits - 1) - 1)
 
 
 def keep_scale(p: float) -> float:
     """1 / the keep rate the threshold gives (p rounded to 1 / 2**bits), so that dropout keeps the mean."""
-    return 1.0 / (1.0 - threshold(p) / 2**(16 if PAIRED else 32))
+    return 1.0 / (1.0 - threshold(p) / 2**_hash_bits())
 
 
 def _padded_rank(rank: int) -> int:
@@ -280,9 +285,8 @@ def dropout_lora_a(x: torch.Tensor, a: torch.Tensor, groups: int, seed: int, p: 
     rows, width = x.shape
     rank = a.shape[0] // groups
     tiles = _tiles("forward", tiles)
-    split = tiles["SPLIT"]
-    cols_per_split = triton.cdiv(triton.cdiv(width, split), tiles["BK"]) * tiles["BK"]
-    split = tiles["SPLIT"] = triton.cdiv(width, cols_per_split)
+    cols_per_split = triton.cdiv(triton.cdiv(width, tiles["SPLIT"]), tiles["BK"]) * tiles["BK"]
+    split = tiles["SPLIT"] = triton.cdiv(width, cols_per_split)  # whole BK blocks a share: maybe fewer shares
     if split == 1:
         out = torch.empty(rows, groups * rank, dtype=x.dtype, device=x.device)
     else:
