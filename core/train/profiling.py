@@ -9,6 +9,7 @@ what a launch-bound step waits on). For benchmarks and bug reports; a run withou
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import time
@@ -85,7 +86,10 @@ class ProfileStepsCallback(TrainerCallback):
                 torch.cuda.synchronize()
             wall = time.perf_counter() - self.began
             self.profiler.__exit__(None, None, None)
-            self.path.write_text(summarise(self.profiler, self.count, wall), encoding="utf-8")
+            text = summarise(self.profiler, self.count, wall)
+            if torch.cuda.is_available():
+                text += device_idle(self.profiler.events(), self.count)
+            self.path.write_text(text, encoding="utf-8")
             log.info("profile of %d steps written to %s", self.count, self.path)
             self.profiler = None
             self.start = 1 << 60  # once
@@ -148,6 +152,51 @@ def _host_side(events: list[Any], steps: int) -> list[str]:
     total = sum(e.self_cpu_time_total for e in host)
     return ["", f"## host side: self CPU time {total / 1e3 / steps:.1f} ms per step", "",
             *_top(host, lambda e: e.self_cpu_time_total, total, steps, 20)]
+
+
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+
+
+def device_idle(events: Any, steps: int, top: int = 12) -> str:
+    """Where the GPU waited between its kernels: the gaps of the recorded steps' timeline (``events``: the
+    profiler's events, kernels and host calls on one clock), their total by size, the share that followed
+    a host synchronisation (a gap during which a ``cudaStreamSynchronize`` or a blocking copy returned: the
+    queue ran dry while the host waited, then the host had to launch again), and the largest gaps with the
+    kernels either side. What a step with its kernels far below its wall time waits on."""
+    kernels = sorted((float(e.time_range.start), float(e.time_range.end), e.name) for e in events if _is_kernel(e))
+    syncs = sorted(float(e.time_range.end) for e in events
+                   if not _is_kernel(e) and any(e.name.startswith(name) for name in SYNC_CALLS))
+    gaps = []  # (start, end, kernel before, kernel after)
+    busy_until, last = None, ""
+    for start, end, name in kernels:
+        if busy_until is not None and start > busy_until:
+            gaps.append((busy_until, start, last, name))
+        if busy_until is None or end > busy_until:
+            busy_until, last = end, name
+    if not gaps:
+        return ""
+    first = kernels[0][0]
+    total = sum(end - start for start, end, *_ in gaps)
+
+    def after_sync(gap: tuple[float, float, str, str]) -> bool:
+        at = bisect.bisect_left(syncs, gap[0])
+        return at < len(syncs) and syncs[at] <= gap[1]
+
+    synced = [gap for gap in gaps if after_sync(gap)]
+    lines = ["", f"## device idle: {total / 1e3 / steps:.1f} ms per step between kernels, in {len(gaps) / steps:.0f} "
+                 f"gaps a step", ""]
+    for low, high in ((1000.0, float("inf")), (100.0, 1000.0), (10.0, 100.0), (0.0, 10.0)):
+        picked = [end - start for start, end, *_ in gaps if low <= end - start < high]
+        label = f">= {low / 1e3:g} ms" if high == float("inf") else f"{low / 1e3:g}-{high / 1e3:g} ms"
+        lines.append(f"{label:14s} {len(picked) / steps:7.1f} gaps a step {sum(picked) / 1e3 / steps:8.1f} ms/step")
+    lines += [f"after a host synchronisation: {len(synced) / steps:.1f} gaps a step, "
+              f"{sum(end - start for start, end, *_ in synced) / 1e3 / steps:.1f} ms/step", "",
+              "largest gaps (ms; at: ms from the first kernel):", ""]
+    for gap in sorted(gaps, key=lambda g: g[0] - g[1])[:top]:
+        start, end, before, after = gap
+        lines.append(f"{(end - start) / 1e3:7.2f} at {(start - first) / 1e3:8.1f}{' sync' if after_sync(gap) else '     '}"
+                     f"  after {before[:45]}  before {after[:45]}")
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -76,3 +76,32 @@ def test_the_sync_trace_records_each_synchronising_site_for_its_steps_only(tmp_p
     assert "test_the_sync_trace_records" in blocks[0]  # the callers' frames too
     item_of_the_loss()  # after the window: nothing more recorded
     assert (tmp_path / "syncs.txt").read_text() == text
+
+
+def test_device_idle_finds_the_gaps_between_kernels_and_those_after_a_sync():
+    """The timeline of two steps: kernels on two streams (overlapping ones are one busy span), a 2 ms gap in
+    which a ``cudaStreamSynchronize`` returned, a 0.5 ms gap without one and small launch gaps. Hardware:
+    none; the events are given as the profiler's, kernels as CUDA events on the host's clock (µs)."""
+    from types import SimpleNamespace
+
+    from core.train.profiling import device_idle
+
+    def event(name, kind, start, end):
+        return SimpleNamespace(name=name, device_type=f"DeviceType.{kind}", time_range=SimpleNamespace(start=start, end=end))
+
+    events = [event("gemm_a", "CUDA", 0, 1000), event("copy_b", "CUDA", 500, 1200),  # overlap: busy to 1200
+              event("norm_c", "CUDA", 1205, 1300),  # 5 µs launch gap
+              event("cudaStreamSynchronize", "CPU", 1250, 1310),  # returns within the next gap
+              event("loss_d", "CUDA", 3300, 4000),  # 2 ms after the sync
+              event("add_e", "CUDA", 4500, 4600),  # 0.5 ms, no sync
+              event("cudaLaunchKernel", "CPU", 4100, 4110),
+              event("adam_f", "CUDA", 4650, 5000)]  # 50 µs
+    text = device_idle(events, steps=2)
+    assert "## device idle: 1.3 ms per step between kernels, in 2 gaps a step" in text  # 2555 µs over 2 steps
+    assert "after a host synchronisation: 0.5 gaps a step, 1.0 ms/step" in text
+    largest = text.split("largest gaps")[1].splitlines()[2:]
+    assert largest[0].split()[:2] == ["2.00", "at"] and " sync " in largest[0]
+    assert "after norm_c" in largest[0] and "before loss_d" in largest[0]
+    assert largest[1].startswith("   0.50") and " sync " not in largest[1] and "after loss_d" in largest[1]
+    assert ">= 1 ms" in text and "0.5 gaps a step      1.0 ms/step" in text.split(">= 1 ms")[1].splitlines()[0]
+    assert device_idle(events[:1], steps=1) == ""  # one kernel: no gap
