@@ -48,7 +48,7 @@ eval_split                 0 <= x < 1                          0.0
 eval_steps                 int >= 1                            (unset: at each save)
 logging_steps              int >= 1                            10
 loss_on                    assistant, all                      assistant
-fused_ce                   auto, true, false, liger, chunked   auto
+fused_ce                   auto, bool, liger, triton, chunked  auto
 qlora_upcast               bool                                false
 lora_input_upcast          bool                                false
 lora_fused_add             bool                                true
@@ -147,7 +147,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "eval_steps": KeySpec("int", minimum=1, optional=True),
     "logging_steps": KeySpec("int", minimum=1),
     "loss_on": KeySpec("choice", LOSS_ON),
-    "fused_ce": KeySpec("auto_bool", ("liger", "chunked")),
+    "fused_ce": KeySpec("auto_bool", ("liger", "triton", "chunked")),
     "qlora_upcast": KeySpec("bool"),
     "lora_input_upcast": KeySpec("bool"),
     "lora_fused_add": KeySpec("bool"),

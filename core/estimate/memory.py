@@ -16,7 +16,6 @@ they do not overlap the forward pass; with gradient accumulation they do.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from core.estimate.activations import ActivationSizes, activation_sizes
@@ -25,7 +24,10 @@ from core.estimate.calibration import Calibration
 from core.estimate.gpus import GIB, GpuSpec
 from core.estimate.plan import TrainingPlan
 from core.estimate.precision import PrecisionLayout, precision_layout
-from core.train.fused_loss import chunk_tokens_for  # light: fused_loss loads torch only inside its functions
+from core.train.fused_loss import (  # light: fused_loss loads torch only inside its functions
+    chunk_tokens_for,
+    fused_chunk_tokens,
+)
 
 BREAKDOWN_KEYS = (
     "cuda_context",
@@ -183,9 +185,8 @@ def tied_embedding_gradient_bytes(sizes: ModelSizes, plan: TrainingPlan, layout:
 
 
 def fused_ce_chunk_tokens(arch: ModelArchitecture, tokens: int) -> int:
-    """Liger's chunk: next power of two of tokens / ceil(vocab / hidden), so a chunk's logits ~ the hidden states."""
-    per_chunk = math.ceil(arch.vocab_size / arch.hidden_size)
-    return min(tokens, 1 << max(0, math.ceil(math.log2(max(1, math.ceil(tokens / per_chunk))))))
+    """The fused linear cross-entropy's chunk (Liger's and ``fused_ce: triton``'s)."""
+    return fused_chunk_tokens(tokens, arch.vocab_size, arch.hidden_size)
 
 
 def logits_and_loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout,

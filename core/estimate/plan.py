@@ -57,8 +57,10 @@ class TrainingPlan:
     lora_targets: tuple[str, ...] = LINEAR_NAMES
     lora_dropout: float = 0.05
     fused_ce: bool = True
-    # Which fused cross-entropy: "liger" (Liger's kernels: fused linear CE + RMSNorm + SwiGLU, CUDA) or
-    # "chunked" (tunedeck's own, core.train.fused_loss: checkpointed chunks of logits, no other kernels).
+    # Which fused cross-entropy: "liger" (Liger's kernels: fused linear CE + RMSNorm + SwiGLU, CUDA),
+    # "triton" (core.train.linear_ce_kernel: the same chunks and memory as Liger's fused CE, with Liger's other
+    # kernels) or "chunked" (tunedeck's own, core.train.fused_loss: checkpointed chunks of logits, no other
+    # kernels).
     fused_ce_impl: str = "liger"
     # The engine's default ("auto") on a GPU is the fused AdamW: plans are for GPUs, so that is the default.
     optimizer: str = "adamw_fused"

@@ -44,7 +44,7 @@ def plan_options_for_run(config: Any, num_gpus: int = 1, cuda: bool = True) -> d
         "gradient_checkpointing": bool(_value(config, "gradient_checkpointing", True)),
         "checkpoint_layers": None if layers in (None, "all", "auto") else int(layers),
         "fused_ce": fused != "none",
-        "fused_ce_impl": "chunked" if fused == "chunked" else "liger",
+        "fused_ce_impl": fused if fused in ("chunked", "triton") else "liger",
         "optimizer": normalise_optimizer(optimizer),
         "attention": "eager" if _value(config, "attn", "auto") == "eager" else "sdpa",
         "kbit_upcast": bool(_value(config, "qlora_upcast", False)),

@@ -14,7 +14,9 @@ summed loss is divided by ``num_items_in_batch`` when the Trainer passes it (gra
 by the number of valid tokens of this batch; logits are upcast to fp32 before the softmax.
 
 ``fused_ce`` values (run config): ``auto``/``true`` = Liger's fused kernels on CUDA when installed, else
-chunked; ``liger``; ``chunked``; ``false`` = the model's own loss over materialised logits.
+chunked; ``liger``; ``triton`` = ``core.train.linear_ce_kernel`` (the LM head and the loss fused like Liger's,
+without its host synchronisations; Liger's other kernels still run where installed) for a frozen LM head,
+else the model's own (Liger's) loss; ``chunked``; ``false`` = the model's own loss over materialised logits.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ IGNORE_INDEX = -100
 # A chunk holds about this many fp32 logits (512 MiB); its tokens are a power of two in [256, 4096]:
 # 512 tokens for a 152k vocabulary (Qwen), 4096 for 32k (Llama-2, Mistral).
 CHUNK_LOGITS = 2**27
-FUSED_CE_CHOICES = ("auto", "liger", "chunked", "false")
+FUSED_CE_CHOICES = ("auto", "liger", "triton", "chunked", "false")
 
 
 def chunk_tokens_for(vocab_size: int) -> int:
@@ -41,6 +43,15 @@ def chunk_tokens_for(vocab_size: int) -> int:
     return tokens
 
 
+def fused_chunk_tokens(tokens: int, vocab: int, hidden: int) -> int:
+    """Tokens a chunk of the fused linear cross-entropy (Liger's rule, ``core.train.linear_ce_kernel``'s too, and
+    the estimator's): the next power of two of tokens / ceil(vocab / hidden), so that a chunk's logits are about
+    the size of the hidden states."""
+    per_chunk = -(-vocab // max(1, hidden))
+    wanted = max(1, -(-tokens // per_chunk))
+    return min(tokens, 1 << (wanted - 1).bit_length())
+
+
 def liger_available() -> bool:
     try:
         import liger_kernel  # noqa: F401
@@ -50,12 +61,17 @@ def liger_available() -> bool:
 
 
 def resolve_fused_ce(wanted: Any, cuda: bool, liger_installed: bool | None = None) -> str:
-    """Which loss a run uses: ``"liger"``, ``"chunked"`` or ``"none"`` (the model's own loss)."""
+    """Which loss a run uses: ``"liger"``, ``"triton"``, ``"chunked"`` or ``"none"`` (the model's own loss)."""
     installed = liger_available() if liger_installed is None else liger_installed
     value = str(wanted).strip().lower() if not isinstance(wanted, bool) else ("true" if wanted else "false")
     if value == "false":
         return "none"
     if value == "chunked":
+        return "chunked"
+    if value == "triton":
+        if cuda:
+            return "triton"
+        log.warning("fused_ce: triton needs a GPU; using the chunked loss (same maths)")
         return "chunked"
     if value == "liger":
         if installed and cuda:
@@ -141,12 +157,13 @@ def supports_chunked_loss(causal_lm: Any) -> bool:
 
 
 def forward_chunked_loss(model: Any, unwrapped: Any, inputs: dict[str, Any], num_items_in_batch: Any = None,
-                         chunk_tokens: int | None = None) -> Any:
+                         chunk_tokens: int | None = None, kernel: bool = False) -> Any:
     """Run ``model`` (possibly DDP/DeepSpeed/peft-wrapped) and return the chunked loss.
 
     The wrapper's own forward runs (so DDP and DeepSpeed see a normal step) with ``logits_to_keep=1``:
     the LM head makes one position of logits. The decoder's output is caught by a forward hook and the
-    loss is computed from it chunk by chunk.
+    loss is computed from it chunk by chunk: by ``core.train.linear_ce_kernel`` with ``kernel`` (the head
+    must be ``usable`` by it), else by ``chunked_causal_lm_loss``.
     """
     causal_lm = causal_lm_of(unwrapped)
     decoder = causal_lm.get_decoder()
@@ -162,5 +179,10 @@ def forward_chunked_loss(model: Any, unwrapped: Any, inputs: dict[str, Any], num
         model(**inputs, logits_to_keep=1, use_cache=False)
     finally:
         handle.remove()
+    if kernel:
+        from core.train.linear_ce_kernel import linear_cross_entropy
+
+        return linear_cross_entropy(caught["hidden"], labels, causal_lm.get_output_embeddings(),
+                                    num_items_in_batch=num_items_in_batch, chunk=chunk_tokens)
     return chunked_causal_lm_loss(caught["hidden"], labels, causal_lm.get_output_embeddings(),
                                   num_items_in_batch=num_items_in_batch, chunk_tokens=chunk_tokens)

@@ -43,12 +43,12 @@ class AtomicCheckpointTrainer(Trainer):
     """A Trainer whose checkpoints appear atomically (see the module docstring)."""
 
     def __init__(self, *args: Any, run: RunDirectory, keep_checkpoints: int, elapsed_fn: Any,
-                 chunked_loss: bool = False, weights_only: bool = False, **kwargs: Any) -> None:
+                 own_loss: str | None = None, weights_only: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.run = run
         self.keep_checkpoints = keep_checkpoints
         self.elapsed_fn = elapsed_fn
-        self.chunked_loss = chunked_loss
+        self.own_loss = own_loss  # "chunked" or "triton" (core.train.fused_loss); None: the model's own
         self.weights_only = weights_only  # resume: load the weights and the step, restart optimizer + schedule
         self._tokens_pending: Any = None  # non-padding tokens counted on the device since the last flush
 
@@ -109,18 +109,27 @@ class AtomicCheckpointTrainer(Trainer):
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:
-        """The chunked cross-entropy (``fused_ce: chunked``) for training steps; else the Trainer's loss.
+        """The chunked cross-entropy (``fused_ce: chunked``) or the fused kernel's (``fused_ce: triton``) for
+        training steps; else the Trainer's loss (the model's own: Liger's where its kernels are applied).
 
         Evaluation (``return_outputs``) keeps the standard path: it runs without gradients, so its
         logits are freed as soon as the loss is taken.
         """
         from core.train.fused_loss import causal_lm_of, forward_chunked_loss, supports_chunked_loss
 
-        if self.chunked_loss and not supports_chunked_loss(causal_lm_of(self.accelerator.unwrap_model(model))):
-            log.warning("fused_ce: chunked does not fit this model's head (logit soft-capping or scaling); "
-                        "using the model's own loss")
-            self.chunked_loss = False
-        if not self.chunked_loss or return_outputs or "labels" not in inputs:
+        causal_lm = causal_lm_of(self.accelerator.unwrap_model(model)) if self.own_loss else None
+        if self.own_loss and not supports_chunked_loss(causal_lm):
+            log.warning("fused_ce: %s does not fit this model's head (logit soft-capping or scaling); "
+                        "using the model's own loss", self.own_loss)
+            self.own_loss = None
+        if self.own_loss == "triton":
+            from core.train.linear_ce_kernel import usable
+
+            if not usable(causal_lm.get_output_embeddings(), causal_lm.config.hidden_size):
+                log.info("fused_ce: triton takes a frozen, plain LM head; this run's is trained or wrapped: "
+                         "using the model's own loss (Liger's where installed)")
+                self.own_loss = None
+        if not self.own_loss or return_outputs or "labels" not in inputs:
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                         num_items_in_batch=num_items_in_batch)
         if not self.model_accepts_loss_kwargs:
@@ -128,7 +137,8 @@ class AtomicCheckpointTrainer(Trainer):
         # The LM head runs outside the model's forward, where accelerate's autocast does not reach: enter it
         # here too, so that mixed-precision runs make their logits in bf16/fp16 as the model's own head does.
         with self.accelerator.autocast():
-            loss = forward_chunked_loss(model, self.accelerator.unwrap_model(model), inputs, num_items_in_batch)
+            loss = forward_chunked_loss(model, self.accelerator.unwrap_model(model), inputs, num_items_in_batch,
+                                        kernel=self.own_loss == "triton")
         if self.args.average_tokens_across_devices and self.model_accepts_loss_kwargs and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts every rank's tokens, DDP averages gradients.
             loss = loss * (self.accelerator.num_processes // self.get_tp_size())

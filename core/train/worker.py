@@ -105,7 +105,7 @@ def _dtype_choices(cfg: dict[str, Any], cuda: bool, bf16_supported: bool) -> tup
 
 
 def _fused_ce(cfg: dict[str, Any], cuda: bool) -> str:
-    """The loss implementation: ``liger``, ``chunked`` or ``none`` (see ``core.train.fused_loss``)."""
+    """The loss implementation: ``liger``, ``triton``, ``chunked`` or ``none`` (see ``core.train.fused_loss``)."""
     from core.train.fused_loss import resolve_fused_ce
 
     return resolve_fused_ce(cfg.get("fused_ce", "auto"), cuda)
@@ -324,10 +324,13 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     warmup = float(warmup_steps) if warmup_steps is not None else float(cfg.get("warmup_ratio") or 0.0)
     save_steps = int(cfg.get("save_steps", 500))
     has_eval = bool(examples.eval)
+    from core.train.fused_loss import liger_available
+
     fused_ce = _fused_ce(cfg, cuda)
     optim = optimizer_name(cfg, cuda)
     ds_offload = zero_stage > 0 and str(cfg.get("offload", "none")) != "none"
-    use_liger = fused_ce == "liger"
+    # fused_ce: triton replaces Liger's loss only: its RMSNorm, SwiGLU and RoPE kernels run where installed
+    use_liger = fused_ce == "liger" or (fused_ce == "triton" and liger_available())
     lr = cfg.get("learning_rate")
     args = TrainingArguments(
         output_dir=str(run.checkpoints_dir),
@@ -450,7 +453,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         run=run,
         keep_checkpoints=int(cfg.get("save_total_limit", 2) or 0),
         elapsed_fn=metrics_cb.elapsed_s,
-        chunked_loss=fused_ce == "chunked",
+        own_loss=fused_ce if fused_ce in ("chunked", "triton") else None,
         weights_only=weights_only,
     )
     trainer.remove_callback(PrinterCallback)  # our metrics callback logs a line per step already
