@@ -701,8 +701,8 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"unknown engine {engine}; use {', '.join(ENGINES)} (tunedeck+key=value for a switch)")
             if spec.get("scaling_of") and parse_engine(engine)[0] != "tunedeck":
                 continue  # the scaling row measures tunedeck across GPU counts
-            if spec.get("plan") and engine != "tunedeck":
-                continue  # the plan row measures the wizard's plan as planned
+            if spec.get("plan") and parse_engine(engine)[0] != "tunedeck":
+                continue  # the plan row measures the wizard's plan as planned (and with a switch changed)
             lengths = MAXSEQ_LENGTHS if spec.get("maxseq") else (spec["seq"],)
             for seq in lengths:
                 base = {"row": name, "engine": engine, "method": spec["method"], "micro": spec["micro"], "seq": seq,

@@ -63,8 +63,12 @@ def test_tunedeck_variants_and_the_wizard_plan_row_run_side_by_side(tmp_path):
     assert rows[("tiny-lora", "tunedeck")]["steps"] == 3
     assert abs(rows[("tiny-lora", "tunedeck")]["loss"] - rows[("tiny-lora", "plain")]["loss"]) < 0.05
     assert variant["profile"] and "## by family" in variant["profile"]  # each switch row is profiled too
-    # the plan row: tunedeck only, with the micro-batch the wizard chose (not the bench's)
-    assert {engine for row, engine in rows if row == "plan-tiny-lora"} == {"tunedeck"}
+    # the plan row: tunedeck only (as planned, and with a switch changed), with the micro-batch the wizard
+    # chose (not the bench's)
+    assert {engine for row, engine in rows if row == "plan-tiny-lora"} == {
+        "tunedeck", "tunedeck+lora_input_upcast=true+gradient_checkpointing=true"}
+    assert rows[("plan-tiny-lora", "tunedeck+lora_input_upcast=true+gradient_checkpointing=true")]["config"][
+        "lora_input_upcast"] is True
     plan = rows[("plan-tiny-lora", "tunedeck")]
     assert plan["status"] == "finished" and plan["micro"] >= 1 and plan["tokens_per_s"] > 0
     assert "plan-tiny-lora (tunedeck, the wizard's plan" in out.read_text()
