@@ -8,6 +8,7 @@ ignores. ``tunedeck_state.json`` in each checkpoint carries what the Trainer doe
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from transformers import Trainer
 from transformers.trainer_callback import ExportableState
@@ -30,6 +31,22 @@ TUNEDECK_STATE = "tunedeck_state.json"
 # What a checkpoint holds beyond the weights: optimizer, schedule, scaler and RNG state (DeepSpeed's
 # global_stepN/ folder too). Dropped when the disk fills up while they are written.
 _STATE_FILE = re.compile(r"^(optimizer\.(pt|bin)|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth|global_step\d+)$")
+
+
+class _LoggedStep(NamedTuple):
+    """A step's log values on their way from the device: copied without blocking into pinned ``host``
+    (loss sum, grad norm, tokens), ``ready`` recorded after the copy (None on a CPU: already there)."""
+    host: Any
+    ready: Any
+    step: int
+    epoch: float | None
+    steps: int  # optimizer steps the loss sum covers
+    learning_rate: float
+    grad_norm: bool  # whether there is one
+    start_time: float | None
+
+
+_LOG_SIGNATURE = inspect.signature(Trainer._maybe_log_save_evaluate)
 
 
 def _barrier() -> None:
@@ -51,6 +68,11 @@ class AtomicCheckpointTrainer(Trainer):
         self.own_loss = own_loss  # "chunked" or "triton" (core.train.fused_loss); None: the model's own
         self.weights_only = weights_only  # resume: load the weights and the step, restart optimizer + schedule
         self._tokens_pending: Any = None  # non-padding tokens counted on the device since the last flush
+        # A step's log is read from the device one step later (see _maybe_log_save_evaluate): on a GPU, or as
+        # TUNEDECK_DEFER_LOGS=1/0 says (the tests defer on a CPU, where nothing runs ahead)
+        wanted = os.environ.get("TUNEDECK_DEFER_LOGS")
+        self.defer_logs = wanted == "1" if wanted in ("0", "1") else self.args.device.type == "cuda"
+        self._logged: _LoggedStep | None = None
 
     def _track_num_input_tokens(self, inputs: dict[str, Any]) -> None:
         """Counts the batch's non-padding tokens on the device; ``_flush_tokens`` reads the sum.
@@ -80,8 +102,86 @@ class AtomicCheckpointTrainer(Trainer):
         self.state.num_input_tokens_seen += int(self.accelerator.gather(pending.reshape(1)).sum().item())
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        self._emit_logged()  # a step's log before anything logged after it (evaluation, the summary)
         self._flush_tokens()
         super().log(logs, *args, **kwargs)
+
+    def _maybe_log_save_evaluate(self, tr_loss: Any, grad_norm: Any, *args: Any, **kwargs: Any) -> None:
+        """The Trainer's log reads the loss and the grad norm with ``.item()``: the host waits for the GPU to
+        finish the step, the GPU's queue runs dry, and the next step's first kernels wait for Python to launch
+        them. Here the step's values are gathered on the device and copied to pinned memory without blocking;
+        on a GPU (``defer_logs``) they are logged at the end of the next step, when the GPU is long past them,
+        with the step, epoch and learning rate they belong to (before a checkpoint, an evaluation or the
+        summary if one comes first). Nothing is lost: the record is the one the Trainer would write."""
+        self._emit_logged()  # the previous step's: the GPU finished it while this step was launched
+        if self.control.should_log and self.state.global_step > self._globalstep_last_logged:
+            called = _LOG_SIGNATURE.bind_partial(self, tr_loss, grad_norm, *args, **kwargs).arguments
+            self._log_without_waiting(tr_loss, grad_norm, called.get("learning_rate"), called.get("start_time"))
+            self.control.should_log = False  # the Trainer's own log is done
+            if not self.defer_logs:
+                self._emit_logged()
+        super()._maybe_log_save_evaluate(tr_loss, grad_norm, *args, **kwargs)
+
+    def _log_without_waiting(self, tr_loss: Any, grad_norm: Any, learning_rate: float | None,
+                             start_time: float | None) -> None:
+        import torch
+
+        device = tr_loss.device
+        loss = self.accelerator.gather(tr_loss.detach().reshape(1)).mean()  # every rank's mean, as the Trainer
+        if self._tokens_pending is not None:
+            tokens, self._tokens_pending = self.accelerator.gather(self._tokens_pending.reshape(1)).sum(), None
+        else:
+            tokens = torch.zeros((), device=device)
+        if grad_norm is None:
+            norm = torch.zeros((), device=device)
+        else:
+            norm = grad_norm.detach().reshape(()) if torch.is_tensor(grad_norm) else \
+                torch.full((), float(grad_norm), device=device)  # filled there: no copy from the host
+        values = torch.stack([loss.double(), norm.to(device, torch.float64), tokens.to(torch.float64)])
+        tr_loss -= tr_loss  # after the gather in stream order
+        cuda = device.type == "cuda"
+        host = torch.empty(3, dtype=torch.float64, pin_memory=cuda)
+        host.copy_(values, non_blocking=cuda)
+        ready = None
+        if cuda:
+            ready = torch.cuda.Event()
+            ready.record()
+        self._logged = _LoggedStep(host, ready, self.state.global_step, self.state.epoch,
+                                   self.state.global_step - self._globalstep_last_logged,
+                                   learning_rate if learning_rate is not None else self._get_learning_rate(),
+                                   grad_norm is not None, start_time)
+        self._globalstep_last_logged = self.state.global_step
+        self.store_flos()
+
+    def _emit_logged(self) -> None:
+        """Logs the step ``_log_without_waiting`` kept (waits for its copy if the GPU is not past it yet)."""
+        logged, self._logged = self._logged, None
+        if logged is None:
+            return
+        if logged.ready is not None:
+            logged.ready.synchronize()
+        loss_sum, norm, tokens = logged.host.tolist()
+        self.state.num_input_tokens_seen += int(tokens)
+        self._total_loss_scalar += loss_sum
+        logs = {"loss": loss_sum / logged.steps}
+        if logged.grad_norm:
+            logs["grad_norm"] = norm
+        logs["learning_rate"] = logged.learning_rate
+        now = self.state.global_step, self.state.epoch
+        self.state.global_step, self.state.epoch = logged.step, logged.epoch
+        try:
+            super().log(logs, logged.start_time)
+        finally:
+            self.state.global_step, self.state.epoch = now
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            try:
+                self._emit_logged()  # the last step's log, also when training failed after it
+            except Exception as exc:  # a failed GPU cannot give it back: the failure is the news
+                log.warning("the last step's log could not be read from the GPU: %s", exc)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         if self.weights_only:
@@ -145,6 +245,7 @@ class AtomicCheckpointTrainer(Trainer):
         return loss
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        self._emit_logged()  # the saved trainer state holds the step's log
         self._flush_tokens()  # the saved trainer state counts every token trained so far
         step = self.state.global_step
         root = Path(self.args.output_dir)

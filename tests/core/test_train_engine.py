@@ -299,3 +299,32 @@ def test_setup_objects_leave_the_garbage_collectors_sweeps_when_training_begins(
         assert any(o is fresh[0] for o in gc.get_objects())  # what the steps make is still collected
     finally:
         gc.unfreeze()
+
+
+def test_a_log_read_one_step_later_is_the_log_the_trainer_writes(tmp_path):
+    """On a GPU a step's loss, grad norm and tokens go to the host without blocking and are logged at the end
+    of the next step (no host synchronisation). ``TUNEDECK_DEFER_LOGS=1`` does the same on this CPU: the
+    metrics (every value, in the same order with the evaluations) and the checkpoints' log history equal a
+    run that logs at once, the last step's log included. Hardware: CPU."""
+    home = tmp_path / "home"
+    runs = {}
+    for defer in ("0", "1"):
+        work = tmp_path / defer
+        work.mkdir()
+        out = _tunedeck(home, "train", str(_config(work)), "max_steps=9", "logging_steps=3", "save_steps=4",
+                        "eval_split=0.34", "eval_steps=4", "micro_batch_size=1", TUNEDECK_DEFER_LOGS=defer)
+        assert out.returncode == 0, out.stderr
+        runs[defer] = home / "runs" / out.stdout.strip()
+    kept = ("kind", "step", "epoch", "loss", "learning_rate", "grad_norm", "tokens_seen", "eval_loss")
+    seen, history = {}, {}
+    for defer, run_dir in runs.items():
+        assert _wait_final(home, run_dir.name)["status"] == "finished", (run_dir / "train.log").read_text()[-2000:]
+        seen[defer] = [{k: r.get(k) for k in kept} for r in _records(run_dir, "metrics.jsonl")[1:]]
+        state = json.loads((run_dir / "checkpoints" / "checkpoint-9" / "trainer_state.json").read_text())
+        history[defer] = [{k: v for k, v in entry.items() if "runtime" not in k and "per_second" not in k}
+                          for entry in state["log_history"]]
+    assert [(r["kind"], r["step"]) for r in seen["0"]] == [("train", 3), ("eval", 4), ("train", 6), ("eval", 8),
+                                                          ("train", 9), ("eval", 9)], seen["0"]
+    assert seen["1"] == seen["0"]  # the last step's log too: it comes before its checkpoint
+    assert all(r["grad_norm"] is not None and r["tokens_seen"] > 0 for r in seen["1"] if r["kind"] == "train")
+    assert history["1"] == history["0"] and history["1"]
