@@ -90,9 +90,12 @@ def _group(name: str, groups: int, width: int, tokens: int, rank: int, p: float,
     def fused_forward():
         return kernels.dropout_lora_a(x, a, groups, seed, p)
 
-    def fused_backward():
+    def separate_backward():  # the two backward kernels, each drawing the masks
         kernels.add_input_grad(dx, dh, a, groups, seed, p)
         kernels.adapter_grads(x, dh, groups, rank, seed, p)
+
+    def fused_backward():  # what the grouped node runs: one kernel for both
+        kernels.backward(x, dh, a, dx, groups, seed, p)
 
     def plain_forward():
         return torch.mm(x, a.t())
@@ -107,6 +110,7 @@ def _group(name: str, groups: int, width: int, tokens: int, rank: int, p: float,
                                      ("no_dropout", plain_forward, plain_backward)):
         row[f"{label}_forward_ms"] = round(_time(forward, reps), 4)
         row[f"{label}_backward_ms"] = round(_time(backward, reps), 4)
+    row["separate_backward_ms"] = round(_time(separate_backward, reps), 4)
     # kept for backward beyond lora_A's outputs: torch a copy + a mask per linear, fused the input once
     row["torch_kept_mb"] = round(groups * tokens * width * 3 / 1e6, 1)
     row["fused_kept_mb"] = round(tokens * width * 2 / 1e6, 1)
@@ -131,10 +135,12 @@ SWEEP = {  # the tiles tried, by kernel (the forward's SPLIT shares a row block'
     "adapter_grad": [{"BN": bn, "BK": bk, "num_warps": w, "num_stages": 3}
                      for bn in (32, 64) for bk in (64, 128) for w in (4, 8)]
     + [{"BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3}],
+    "backward": [{"BN": bn, "BK": bk, "num_warps": w, "num_stages": st}
+                 for bn in (32, 64) for bk in (64, 128) for w in (4, 8) for st in (2, 3)],
 }
 
 
-def sweep(tokens: int, rank: int, p: float, reps: int, budget_s: float) -> dict:
+def sweep(tokens: int, rank: int, p: float, reps: int, budget_s: float, kernels_wanted: tuple[str, ...] = tuple(SWEEP)) -> dict:
     """Median ms of each kernel, tile of ``SWEEP`` and group (None where a tile does not compile or run); no
     new tile after ``budget_s`` seconds (every timed tile has all its groups)."""
     import torch
@@ -144,18 +150,19 @@ def sweep(tokens: int, rank: int, p: float, reps: int, budget_s: float) -> dict:
     device = torch.device("cuda")
     began = time.monotonic()
     out: dict = {"timings": [], "best": {}}
-    calls: dict = {"forward": [], "input_grad": [], "adapter_grad": []}
+    calls: dict = {kernel: [] for kernel in kernels_wanted}
     for name, groups, width in GROUPS_7B:
         torch.manual_seed(0)
         x = torch.randn(tokens, width, device=device, dtype=torch.bfloat16)
         a = (torch.randn(groups * rank, width, device=device) * width**-0.5).to(torch.bfloat16)
         dh = torch.randn(tokens, groups * rank, device=device, dtype=torch.bfloat16)
         dx = torch.zeros(tokens, width, device=device, dtype=torch.bfloat16)
-        calls["forward"].append((name, lambda t, x=x, a=a, g=groups: kernels.dropout_lora_a(x, a, g, 1, p, tiles=t)))
-        calls["input_grad"].append((name, lambda t, dx=dx, dh=dh, a=a, g=groups:
-                                    kernels.add_input_grad(dx, dh, a, g, 1, p, tiles=t)))
-        calls["adapter_grad"].append((name, lambda t, x=x, dh=dh, g=groups:
-                                      kernels.adapter_grads(x, dh, g, rank, 1, p, tiles=t)))
+        every = {"forward": lambda t, x=x, a=a, g=groups: kernels.dropout_lora_a(x, a, g, 1, p, tiles=t),
+                 "input_grad": lambda t, dx=dx, dh=dh, a=a, g=groups: kernels.add_input_grad(dx, dh, a, g, 1, p, tiles=t),
+                 "adapter_grad": lambda t, x=x, dh=dh, g=groups: kernels.adapter_grads(x, dh, g, rank, 1, p, tiles=t),
+                 "backward": lambda t, x=x, dh=dh, a=a, dx=dx, g=groups: kernels.backward(x, dh, a, dx, g, 1, p, tiles=t)}
+        for kernel in calls:
+            calls[kernel].append((name, every[kernel]))
     for kernel, group_calls in calls.items():
         for tiles in SWEEP[kernel]:
             if time.monotonic() - began > budget_s:
@@ -181,7 +188,7 @@ def sweep(tokens: int, rank: int, p: float, reps: int, budget_s: float) -> dict:
         tiles = tuple((k, v) for k, v in t.items() if k not in ("group", "kernel", "ms", "error"))
         totals.setdefault((t["kernel"], tiles), []).append(t["ms"])
     out["overall"] = {}
-    for kernel in SWEEP:
+    for kernel in calls:
         complete = {k: sum(v) for k, v in totals.items() if k[0] == kernel and len(v) == len(GROUPS_7B)}
         if complete:
             k = min(complete, key=complete.get)
@@ -193,8 +200,8 @@ def render(rows: list[dict], meta: dict) -> str:
     lines = [f"# LoRA dropout per group: torch's against the fused kernels ({meta['gpu']})", "",
              f"Qwen2.5-7B block, {meta['tokens']} tokens, rank {meta['rank']}, p {meta['p']}, median of "
              f"{meta['reps']} (ms). `python bench/lora_dropout_kernel.py {meta['args']}`", "",
-             "| group | torch fwd | torch bwd | fused fwd | fused bwd | no-dropout fwd | no-dropout bwd | "
-             "torch / fused | kept MB torch / fused | fwd max rel err | keep rate |",
+             "| group | torch fwd | torch bwd | fused fwd | fused bwd (one kernel; two) | no-dropout fwd | "
+             "no-dropout bwd | torch / fused | kept MB torch / fused | fwd max rel err | keep rate |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     total = {"torch": 0.0, "fused": 0.0, "no_dropout": 0.0}
     for r in rows:
@@ -204,7 +211,7 @@ def render(rows: list[dict], meta: dict) -> str:
         total["fused"] += f
         total["no_dropout"] += r["no_dropout_forward_ms"] + r["no_dropout_backward_ms"]
         lines.append(f"| {r['group']} | {r['torch_forward_ms']} | {r['torch_backward_ms']} | {r['fused_forward_ms']} | "
-                     f"{r['fused_backward_ms']} | {r['no_dropout_forward_ms']} | {r['no_dropout_backward_ms']} | "
+                     f"{r['fused_backward_ms']}; {r.get('separate_backward_ms')} | {r['no_dropout_forward_ms']} | {r['no_dropout_backward_ms']} | "
                      f"{t / f:.2f}x | {r['torch_kept_mb']} / {r['fused_kept_mb']} | {r['forward_max_rel_err']} | "
                      f"{r['keep_rate']} |")
     lines += ["", f"A block, forward + backward: torch {total['torch']:.3f} ms, fused {total['fused']:.3f} ms, "
@@ -221,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sweep", action="store_true", help="time each kernel over a grid of tiles")
     parser.add_argument("--budget-s", type=float, default=300.0, help="the sweep times no new tile after this")
+    parser.add_argument("--kernels", default=",".join(SWEEP), help="the kernels the sweep times (comma-separated)")
     parser.add_argument("--unpaired", action="store_true",
                         help="masks from one 32-bit hash an element (lora_dropout_kernel.PAIRED = False)")
     args = parser.parse_args(argv)
@@ -233,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
 
     kernels.PAIRED = not args.unpaired
     if args.sweep:
-        result = sweep(args.tokens, args.rank, args.p, args.reps, args.budget_s)
+        result = sweep(args.tokens, args.rank, args.p, args.reps, args.budget_s, tuple(args.kernels.split(",")))
         result["meta"] = {"gpu": torch.cuda.get_device_name(0), "tokens": args.tokens, "rank": args.rank,
                           "p": args.p, "reps": args.reps, "args": " ".join(sys.argv[1:])}
         lines = [f"# LoRA dropout kernels: tile sweep ({result['meta']['gpu']}, {args.tokens} tokens, rank {args.rank})",

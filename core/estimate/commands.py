@@ -71,7 +71,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         lora_targets=normalise_lora_targets(args.lora_targets),
         lora_dropout=args.lora_dropout,
         fused_ce=not args.no_fused_ce,
-        fused_ce_impl="chunked" if args.chunked_ce else "liger",
+        fused_ce_impl="chunked" if args.chunked_ce else "triton",
         kbit_upcast=args.qlora_upcast,
         offload_activations=args.offload_activations,
         optimizer=args.optimizer,

@@ -61,7 +61,7 @@ class TrainingPlan:
     # "triton" (core.train.linear_ce_kernel: the same chunks and memory as Liger's fused CE, with Liger's other
     # kernels) or "chunked" (tunedeck's own, core.train.fused_loss: checkpointed chunks of logits, no other
     # kernels).
-    fused_ce_impl: str = "liger"
+    fused_ce_impl: str = "triton"  # the engine's auto on a GPU with Liger installed
     # The engine's default ("auto") on a GPU is the fused AdamW: plans are for GPUs, so that is the default.
     optimizer: str = "adamw_fused"
     num_gpus: int = 1

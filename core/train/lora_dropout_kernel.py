@@ -236,6 +236,60 @@ def _adapter_grad(x_ptr, dh_ptr, part_ptr, n_rows, width, rows_per_split, s0, s1
         tl.store(out + 2 * R * width, acc2 * scale, mask=out_ok)
 
 
+@triton.jit(do_not_specialize=_RANDOM_ARGS)
+def _backward(x_ptr, dh_ptr, a_ptr, dx_ptr, part_ptr, n_rows, width, rows_per_split, s0, s1, s2, thr, scale,
+              G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+              PREC: tl.constexpr, PAIRED: tl.constexpr):
+    """``_input_grad`` and ``_adapter_grad`` in one pass: each mask is drawn once for both (the hash bounds
+    these kernels). A program owns a column block of a share of the rows: it adds the input gradient of each
+    row block in place and sums the adapters' gradient over its rows (fp32 partial sums, as _adapter_grad)."""
+    first = tl.program_id(0) * BK
+    cols = first + tl.arange(0, BK)
+    split = tl.program_id(1)
+    rr = tl.arange(0, RP)
+    col_ok = cols < width
+    a_at = a_ptr + rr[:, None] * width + cols[None, :]
+    a_ok = (rr[:, None] < R) & col_ok[None, :]
+    a0 = tl.load(a_at, mask=a_ok, other=0.0)
+    a1 = tl.load(a_at + R * width, mask=a_ok & (G > 1), other=0.0)
+    a2 = tl.load(a_at + 2 * R * width, mask=a_ok & (G > 2), other=0.0)
+    acc0 = tl.zeros((RP, BK), dtype=tl.float32)
+    acc1 = tl.zeros((RP, BK), dtype=tl.float32)
+    acc2 = tl.zeros((RP, BK), dtype=tl.float32)
+    start = split * rows_per_split
+    for n0 in range(0, rows_per_split, BN):
+        rows = start + n0 + tl.arange(0, BN)
+        row_ok = rows < n_rows
+        ok = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(x_ptr + rows[:, None] * width + cols[None, :], mask=ok, other=0.0)
+        dh_at = dh_ptr + rows[:, None] * (G * R) + rr[None, :]
+        dh_ok = row_ok[:, None] & (rr[None, :] < R)
+        dh = tl.load(dh_at, mask=dh_ok, other=0.0)
+        keep = _keep(rows, first, width, s0, thr, BK, PAIRED)
+        grad = tl.where(keep, tl.dot(dh, a0, input_precision=PREC), 0.0)
+        acc0 += tl.dot(tl.trans(dh), tl.where(keep, x, 0.0).to(x.dtype), input_precision=PREC)
+        if G > 1:
+            dh = tl.load(dh_at + R, mask=dh_ok, other=0.0)
+            keep = _keep(rows, first, width, s1, thr, BK, PAIRED)
+            grad += tl.where(keep, tl.dot(dh, a1, input_precision=PREC), 0.0)
+            acc1 += tl.dot(tl.trans(dh), tl.where(keep, x, 0.0).to(x.dtype), input_precision=PREC)
+        if G > 2:
+            dh = tl.load(dh_at + 2 * R, mask=dh_ok, other=0.0)
+            keep = _keep(rows, first, width, s2, thr, BK, PAIRED)
+            grad += tl.where(keep, tl.dot(dh, a2, input_precision=PREC), 0.0)
+            acc2 += tl.dot(tl.trans(dh), tl.where(keep, x, 0.0).to(x.dtype), input_precision=PREC)
+        at = dx_ptr + rows[:, None] * width + cols[None, :]
+        dx = tl.load(at, mask=ok, other=0.0)
+        tl.store(at, (dx.to(tl.float32) + grad * scale).to(dx_ptr.dtype.element_ty), mask=ok)
+    out = part_ptr + split * (G * R * width) + rr[:, None] * width + cols[None, :]
+    out_ok = (rr[:, None] < R) & col_ok[None, :]
+    tl.store(out, acc0 * scale, mask=out_ok)
+    if G > 1:
+        tl.store(out + R * width, acc1 * scale, mask=out_ok)
+    if G > 2:
+        tl.store(out + 2 * R * width, acc2 * scale, mask=out_ok)
+
+
 def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"  # tf32 is ignored for 16-bit inputs
 
@@ -249,6 +303,7 @@ TILES: dict[str, dict[str, int]] = {
     "forward": {"BN": 32, "BK": 64, "num_warps": 4, "num_stages": 3, "SPLIT": 4},
     "input_grad": {"BN": 32, "BK": 128, "num_warps": 8, "num_stages": 1},
     "adapter_grad": {"BN": 64, "BK": 64, "num_warps": 4, "num_stages": 3},
+    "backward": {"BN": 64, "BK": 64, "num_warps": 4, "num_stages": 3},  # adapter_grad's: not swept yet
 }
 TILES_ENV = "TUNEDECK_LORA_DROPOUT_TILES"  # a sweep's JSON: its "overall" tiles replace these
 
@@ -314,15 +369,35 @@ def adapter_grads(x: torch.Tensor, dh: torch.Tensor, groups: int, rank: int, see
     """``[dh_g^T @ dropout_g(x) for g]`` stacked (groups*rank x width), fp32."""
     rows, width = x.shape
     tiles = _tiles("adapter_grad", tiles)
-    block = tiles["BN"]
-    col_blocks = triton.cdiv(width, tiles["BK"])
-    # enough programs to fill the GPU: split the rows so that (column blocks x splits) reaches ~512
-    splits = max(1, min(triton.cdiv(rows, block), triton.cdiv(512, col_blocks)))
-    rows_per_split = triton.cdiv(triton.cdiv(rows, splits), block) * block
-    splits = triton.cdiv(rows, rows_per_split)
+    col_blocks, splits, rows_per_split = _row_splits(rows, width, tiles)
     parts = torch.empty(splits, groups * rank, width, dtype=torch.float32, device=x.device)
     _adapter_grad[(col_blocks, splits)](
         x, dh, parts, rows, width, rows_per_split, *_random_args(seed, groups, p),
+        G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(x.dtype), PAIRED=PAIRED, **tiles)
+    return parts.sum(0) if splits > 1 else parts[0]
+
+
+def _row_splits(rows: int, width: int, tiles: dict[str, int]) -> tuple[int, int, int]:
+    """(column blocks, row shares, rows a share): enough programs to fill the GPU (column blocks x shares
+    ~512), each share whole row blocks."""
+    block = tiles["BN"]
+    col_blocks = triton.cdiv(width, tiles["BK"])
+    splits = max(1, min(triton.cdiv(rows, block), triton.cdiv(512, col_blocks)))
+    rows_per_split = triton.cdiv(triton.cdiv(rows, splits), block) * block
+    return col_blocks, triton.cdiv(rows, rows_per_split), rows_per_split
+
+
+def backward(x: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, grad_x: torch.Tensor, groups: int, seed: int,
+             p: float, tiles: dict[str, int] | None = None) -> torch.Tensor:
+    """``add_input_grad`` and ``adapter_grads`` in one kernel (each mask drawn once): adds the input gradient
+    to grad_x in place and returns the adapters' gradients (groups*rank x width, fp32)."""
+    rows, width = x.shape
+    rank = a.shape[0] // groups
+    tiles = _tiles("backward", tiles)
+    col_blocks, splits, rows_per_split = _row_splits(rows, width, tiles)
+    parts = torch.empty(splits, groups * rank, width, dtype=torch.float32, device=x.device)
+    _backward[(col_blocks, splits)](
+        x, dh, a, grad_x, parts, rows, width, rows_per_split, *_random_args(seed, groups, p),
         G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(x.dtype), PAIRED=PAIRED, **tiles)
     return parts.sum(0) if splits > 1 else parts[0]
 

@@ -167,12 +167,13 @@ class AtomicCheckpointTrainer(Trainer):
         if logged.grad_norm:
             logs["grad_norm"] = norm
         logs["learning_rate"] = logged.learning_rate
-        now = self.state.global_step, self.state.epoch
+        # the step, epoch and log flag of now: the callbacks' on_log clears should_log, which this step may need
+        now = self.state.global_step, self.state.epoch, self.control.should_log
         self.state.global_step, self.state.epoch = logged.step, logged.epoch
         try:
             super().log(logs, logged.start_time)
         finally:
-            self.state.global_step, self.state.epoch = now
+            self.state.global_step, self.state.epoch, self.control.should_log = now
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         try:

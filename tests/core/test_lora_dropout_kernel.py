@@ -74,6 +74,11 @@ def test_each_kernel_equals_torch_on_the_same_masks(kernels, groups, rank):
     assert torch.allclose(dx_got.double(), dx_want, rtol=1e-5, atol=1e-4)
     da_got = kernels.adapter_grads(x, dh, groups, rank, seed, p)
     assert da_got.dtype == torch.float32 and torch.allclose(da_got.double(), da_want, rtol=1e-5, atol=1e-4)
+    # both gradients in one kernel (each mask drawn once), over several row shares of a few row blocks
+    dx_both = dx.clone()
+    da_both = kernels.backward(x, dh, a, dx_both, groups, seed, p, tiles={"BN": 16, "BK": 64})
+    assert torch.allclose(dx_both.double(), dx_want, rtol=1e-5, atol=1e-4)
+    assert da_both.dtype == torch.float32 and torch.allclose(da_both.double(), da_want, rtol=1e-5, atol=1e-4)
     # another seed: other masks, other results
     assert not torch.allclose(kernels.dropout_lora_a(x, a, groups, seed + 1, p), got, atol=1e-3)
 
@@ -112,8 +117,9 @@ def test_masks_keep_one_minus_p_independently(kernels):
 def test_the_grouped_node_runs_the_kernels_with_exact_gradients(kernels, monkeypatch):
     from core.train.lora_group import group_lora_layers
 
-    calls = {"forward": 0, "input": 0, "adapters": 0}
-    for name, key in (("dropout_lora_a", "forward"), ("add_input_grad", "input"), ("adapter_grads", "adapters")):
+    calls = {"forward": 0, "backward": 0, "input": 0, "adapters": 0}
+    for name, key in (("dropout_lora_a", "forward"), ("backward", "backward"), ("add_input_grad", "input"),
+                      ("adapter_grads", "adapters")):
         original = getattr(kernels, name)
 
         def counted(*args, _original=original, _key=key):
@@ -129,7 +135,7 @@ def test_the_grouped_node_runs_the_kernels_with_exact_gradients(kernels, monkeyp
     torch.manual_seed(123)
     out = model(x)
     out.square().sum().backward()
-    assert calls == {"forward": 1, "input": 1, "adapters": 1}
+    assert calls == {"forward": 1, "backward": 1, "input": 0, "adapters": 0}  # both gradients in one kernel
     grads = [x.grad] + [p.grad for layer in layers
                         for p in (layer.lora_A["default"].weight, layer.lora_B["default"].weight)]
 
@@ -220,6 +226,10 @@ def test_compiled_kernels_in_bf16_equal_torch_on_the_same_masks(groups, width):
     assert (dx_got.double() - dx_want).abs().max().item() <= 2e-2 * dx_want.abs().max().item()
     da_got = module.adapter_grads(x, dh, groups, rank, seed, p)
     assert (da_got.double() - da_want).abs().max().item() <= 1e-2 * da_want.abs().max().item()
+    dx_both = dx.clone()  # both in one kernel
+    da_both = module.backward(x, dh, a, dx_both, groups, seed, p)
+    assert (dx_both.double() - dx_want).abs().max().item() <= 2e-2 * dx_want.abs().max().item()
+    assert (da_both.double() - da_want).abs().max().item() <= 1e-2 * da_want.abs().max().item()
     keep = masks.double().mean().item()
     assert abs(keep - (1 - p)) < 1e-3
     # a seed of 1 (Triton would compile such an argument as a constant) runs and draws its own masks

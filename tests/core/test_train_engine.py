@@ -311,7 +311,7 @@ def test_a_log_read_one_step_later_is_the_log_the_trainer_writes(tmp_path):
     for defer in ("0", "1"):
         work = tmp_path / defer
         work.mkdir()
-        out = _tunedeck(home, "train", str(_config(work)), "max_steps=9", "logging_steps=3", "save_steps=4",
+        out = _tunedeck(home, "train", str(_config(work)), "max_steps=9", "logging_steps=1", "save_steps=4",
                         "eval_split=0.34", "eval_steps=4", "micro_batch_size=1", TUNEDECK_DEFER_LOGS=defer)
         assert out.returncode == 0, out.stderr
         runs[defer] = home / "runs" / out.stdout.strip()
@@ -323,8 +323,8 @@ def test_a_log_read_one_step_later_is_the_log_the_trainer_writes(tmp_path):
         state = json.loads((run_dir / "checkpoints" / "checkpoint-9" / "trainer_state.json").read_text())
         history[defer] = [{k: v for k, v in entry.items() if "runtime" not in k and "per_second" not in k}
                           for entry in state["log_history"]]
-    assert [(r["kind"], r["step"]) for r in seen["0"]] == [("train", 3), ("eval", 4), ("train", 6), ("eval", 8),
-                                                          ("train", 9), ("eval", 9)], seen["0"]
+    expected = [(kind, step) for step in range(1, 10) for kind in ("train", "eval") if kind == "train" or step in (4, 8, 9)]
+    assert [(r["kind"], r["step"]) for r in seen["0"]] == expected, seen["0"]
     assert seen["1"] == seen["0"]  # the last step's log too: it comes before its checkpoint
     assert all(r["grad_norm"] is not None and r["tokens_seen"] > 0 for r in seen["1"] if r["kind"] == "train")
     assert history["1"] == history["0"] and history["1"]
