@@ -200,12 +200,13 @@ class _GroupedLoRA(torch.autograd.Function):
             dh_all = torch.cat([dh if dh is not None else hidden[i].new_zeros(hidden[i].shape)
                                 for i, dh in enumerate(grad_hidden)], dim=1) if groups > 1 else grad_hidden[0]
             want_a = any(ctx.needs_input_grad[3 + 2 * i] for i in live)
-            if need_x and want_a:  # one kernel: each mask drawn once for both
+            if need_x and want_a and inputs[0].shape[-1] <= kernels.BACKWARD_MAX_WIDTH:  # each mask drawn once
                 a_grads = kernels.backward(inputs[0], dh_all, a_weights[0], grad_x, groups, ctx.seed, p).split(rank)
-            elif need_x:
-                kernels.add_input_grad(grad_x, dh_all, a_weights[0], groups, ctx.seed, p)
-            elif want_a:
-                a_grads = kernels.adapter_grads(inputs[0], dh_all, groups, rank, ctx.seed, p).split(rank)
+            else:
+                if need_x:
+                    kernels.add_input_grad(grad_x, dh_all, a_weights[0], groups, ctx.seed, p)
+                if want_a:
+                    a_grads = kernels.adapter_grads(inputs[0], dh_all, groups, rank, ctx.seed, p).split(rank)
             if want_a:
                 for i in live:
                     if ctx.needs_input_grad[3 + 2 * i]:

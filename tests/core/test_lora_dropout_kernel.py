@@ -114,8 +114,14 @@ def test_masks_keep_one_minus_p_independently(kernels):
     assert kernels.threshold(0.5) < 2**31  # the largest p the kernels take fits their 32-bit argument
 
 
-def test_the_grouped_node_runs_the_kernels_with_exact_gradients(kernels, monkeypatch):
+@pytest.mark.parametrize("wide", [False, True])
+def test_the_grouped_node_runs_the_kernels_with_exact_gradients(kernels, monkeypatch, wide):
+    """A q/k/v group; ``wide``: its input is wider than ``BACKWARD_MAX_WIDTH``, where the two backward
+    kernels run instead of the one."""
     from core.train.lora_group import group_lora_layers
+
+    if wide:
+        monkeypatch.setattr(kernels, "BACKWARD_MAX_WIDTH", 16)
 
     calls = {"forward": 0, "backward": 0, "input": 0, "adapters": 0}
     for name, key in (("dropout_lora_a", "forward"), ("backward", "backward"), ("add_input_grad", "input"),
@@ -135,7 +141,10 @@ def test_the_grouped_node_runs_the_kernels_with_exact_gradients(kernels, monkeyp
     torch.manual_seed(123)
     out = model(x)
     out.square().sum().backward()
-    assert calls == {"forward": 1, "backward": 1, "input": 0, "adapters": 0}  # both gradients in one kernel
+    if wide:
+        assert calls == {"forward": 1, "backward": 0, "input": 1, "adapters": 1}
+    else:
+        assert calls == {"forward": 1, "backward": 1, "input": 0, "adapters": 0}  # both gradients in one kernel
     grads = [x.grad] + [p.grad for layer in layers
                         for p in (layer.lora_A["default"].weight, layer.lora_B["default"].weight)]
 
