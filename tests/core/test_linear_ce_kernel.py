@@ -10,25 +10,18 @@ compiled kernel in bf16 on CUDA against the same reference and checks that it ne
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
+from tests.core.test_lora_dropout_kernel import interpreted  # noqa: E402
 from tests.core.test_train_fused_loss import _batch, _grads, _standard, _tiny_model  # noqa: E402
 
 
 @pytest.fixture
 def kernel(monkeypatch):
-    """The kernel module, its kernel run on CPU tensors in Triton's interpreter."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.fail("Triton's interpreter must be on before Triton is imported (tests/conftest.py does it)")
-    monkeypatch.setenv("TUNEDECK_TRITON_INTERPRET", "1")
-    import core.train.linear_ce_kernel as module
-
-    return module
+    return interpreted(monkeypatch, "core.train.linear_ce_kernel")
 
 
 def _reference(hidden, labels, weight, num_items=None):

@@ -28,15 +28,19 @@ from tests.core.test_engine_switches import IDS, assert_close, loss_and_grads, t
 from tests.core.test_lora_group import _qkv  # noqa: E402
 
 
-@pytest.fixture
-def kernels(monkeypatch):
-    """The kernel module, its kernels run on CPU tensors in Triton's interpreter."""
+def interpreted(monkeypatch, name: str):
+    """The Triton kernel module ``name``, its kernels run on CPU tensors in Triton's interpreter."""
+    import importlib
+
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.fail("Triton's interpreter must be on before Triton is imported (tests/conftest.py does it)")
     monkeypatch.setenv("TUNEDECK_TRITON_INTERPRET", "1")
-    import core.train.lora_dropout_kernel as module
+    return importlib.import_module(name)
 
-    return module
+
+@pytest.fixture
+def kernels(monkeypatch):
+    return interpreted(monkeypatch, "core.train.lora_dropout_kernel")
 
 
 def _reference(x, a, dh, dx, masks, p, groups):
