@@ -49,6 +49,14 @@ class _LoggedStep(NamedTuple):
 _LOG_SIGNATURE = inspect.signature(Trainer._maybe_log_save_evaluate)
 
 
+def defers_logs(cuda: bool) -> bool:
+    """Whether a step's log is written at the end of the next step (``_maybe_log_save_evaluate``): on a GPU, or as
+    TUNEDECK_DEFER_LOGS=1/0 says (the tests defer on a CPU, where nothing runs ahead). Benchmarks read it from
+    the metrics header (``logs_deferred``): a record then carries the next step's time too."""
+    wanted = os.environ.get("TUNEDECK_DEFER_LOGS")
+    return wanted == "1" if wanted in ("0", "1") else cuda
+
+
 def _barrier() -> None:
     import torch.distributed as dist
 
@@ -68,10 +76,7 @@ class AtomicCheckpointTrainer(Trainer):
         self.own_loss = own_loss  # "chunked" or "triton" (core.train.fused_loss); None: the model's own
         self.weights_only = weights_only  # resume: load the weights and the step, restart optimizer + schedule
         self._tokens_pending: Any = None  # non-padding tokens counted on the device since the last flush
-        # A step's log is read from the device one step later (see _maybe_log_save_evaluate): on a GPU, or as
-        # TUNEDECK_DEFER_LOGS=1/0 says (the tests defer on a CPU, where nothing runs ahead)
-        wanted = os.environ.get("TUNEDECK_DEFER_LOGS")
-        self.defer_logs = wanted == "1" if wanted in ("0", "1") else self.args.device.type == "cuda"
+        self.defer_logs = defers_logs(self.args.device.type == "cuda")
         self._logged: _LoggedStep | None = None
 
     def _track_num_input_tokens(self, inputs: dict[str, Any]) -> None:

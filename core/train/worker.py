@@ -238,7 +238,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         lora_grouping,
         resolve_model_path,
     )
-    from core.train.trainer import AtomicCheckpointTrainer, read_tunedeck_state
+    from core.train.trainer import AtomicCheckpointTrainer, defers_logs, read_tunedeck_state
 
     hf_logging.set_verbosity_warning()
     hf_logging.disable_progress_bar()
@@ -399,6 +399,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "attn": getattr(model.config, "_attn_implementation", None),
         "liger": use_liger,
         "fused_ce": fused_ce,
+        "logs_deferred": defers_logs(cuda),
         "optimizer": "deepspeed_cpu_adam" if ds_offload else optim,
         "packing": bool(cfg.get("packing")),
         "offload_activations": bool(cfg.get("offload_activations") and cfg.get("gradient_checkpointing")),

@@ -319,6 +319,7 @@ def test_a_log_read_one_step_later_is_the_log_the_trainer_writes(tmp_path):
     seen, history = {}, {}
     for defer, run_dir in runs.items():
         assert _wait_final(home, run_dir.name)["status"] == "finished", (run_dir / "train.log").read_text()[-2000:]
+        assert _records(run_dir, "metrics.jsonl")[0]["logs_deferred"] is (defer == "1")  # what benches read
         seen[defer] = [{k: r.get(k) for k in kept} for r in _records(run_dir, "metrics.jsonl")[1:]]
         state = json.loads((run_dir / "checkpoints" / "checkpoint-9" / "trainer_state.json").read_text())
         history[defer] = [{k: v for k, v in entry.items() if "runtime" not in k and "per_second" not in k}
