@@ -101,10 +101,14 @@ class AtomicCheckpointTrainer(Trainer):
     def _flush_tokens(self) -> None:
         """Adds the tokens counted since the last flush to ``state.num_input_tokens_seen`` (every rank calls
         this at the same steps: the sum is gathered over ranks)."""
-        if self._tokens_pending is None:
-            return
+        tokens = self._take_tokens()
+        if tokens is not None:
+            self.state.num_input_tokens_seen += int(tokens.item())
+
+    def _take_tokens(self) -> Any:
+        """The tokens counted since the last take, summed over ranks on the device (None if none counted)."""
         pending, self._tokens_pending = self._tokens_pending, None
-        self.state.num_input_tokens_seen += int(self.accelerator.gather(pending.reshape(1)).sum().item())
+        return None if pending is None else self.accelerator.gather(pending.reshape(1)).sum()
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
         self._emit_logged()  # a step's log before anything logged after it (evaluation, the summary)
@@ -133,9 +137,8 @@ class AtomicCheckpointTrainer(Trainer):
 
         device = tr_loss.device
         loss = self.accelerator.gather(tr_loss.detach().reshape(1)).mean()  # every rank's mean, as the Trainer
-        if self._tokens_pending is not None:
-            tokens, self._tokens_pending = self.accelerator.gather(self._tokens_pending.reshape(1)).sum(), None
-        else:
+        tokens = self._take_tokens()
+        if tokens is None:
             tokens = torch.zeros((), device=device)
         if grad_norm is None:
             norm = torch.zeros((), device=device)
