@@ -354,10 +354,8 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
     every_step = train = [r for r in records if r.get("kind") == "train"]
     header = records[0] if records else {}
     if profile_window:  # the profiled steps are slower: the rate is the one before them (the loss is not).
-        # With the log deferred (a GPU) a step's record is written at the end of the next step, so the record of
-        # the step before the profile carries the profiled step's time: it is left out too.
-        last = profile_window[0] - (1 if header.get("logs_deferred") else 0)
-        train = [r for r in train if int(r.get("step") or 0) < last] or train
+        # (A deferred record, written a step later, carries its own step's end: core.train.trainer.)
+        train = [r for r in train if int(r.get("step") or 0) < profile_window[0]] or train
     profile = Path(row["run_dir"]) / "profile.txt" if row.get("run_dir") else None
     memory = Path(row["run_dir"]) / "memory.txt" if row.get("run_dir") else None
     syncs = Path(row["run_dir"]) / "syncs.txt" if row.get("run_dir") else None

@@ -99,6 +99,12 @@ class RunMetricsCallback(TrainerCallback):
         self.last_time = self.session_start
         self.last_step = 0
         self.last_tokens = 0
+        self.ended_at: float | None = None  # the wall time the step of the next train log ended, if told
+
+    def step_ended(self, at: float) -> None:
+        """The step the next train log reports ended at ``at`` (wall time), not when the log is written: the
+        trainer writes a step's log at the end of the next step on a GPU (``AtomicCheckpointTrainer``)."""
+        self.ended_at = at
 
     def elapsed_s(self) -> float:
         return self.prior_elapsed_s + (time.time() - self.session_start)
@@ -137,7 +143,7 @@ class RunMetricsCallback(TrainerCallback):
             return
         if "loss" not in logs:
             return  # the end-of-training summary
-        now = time.time()
+        now, self.ended_at = self.ended_at or time.time(), None
         tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
         dt = max(1e-9, now - self.last_time)
         steps_done = state.global_step - self.last_step
@@ -156,7 +162,7 @@ class RunMetricsCallback(TrainerCallback):
             "grad_norm": _num(logs.get("grad_norm")),
             "tokens_per_s": round((tokens - self.last_tokens) / dt, 1),
             "samples_per_s": round(steps_done * self.global_batch / dt, 3),
-            "elapsed_s": round(self.elapsed_s(), 2),
+            "elapsed_s": round(self.prior_elapsed_s + (now - self.session_start), 3),
             "eta_s": round(eta, 1) if eta is not None else None,
             "tokens_seen": tokens,
             "peak_allocated_gib": [r[0] for r in per_rank] if per_rank else None,

@@ -35,9 +35,11 @@ _STATE_FILE = re.compile(r"^(optimizer\.(pt|bin)|scheduler\.pt|scaler\.pt|rng_st
 
 class _LoggedStep(NamedTuple):
     """A step's log values on their way from the device: copied without blocking into pinned ``host``
-    (loss sum, grad norm, tokens), ``ready`` recorded after the copy (None on a CPU: already there)."""
+    (loss sum, grad norm, tokens), ``ready`` recorded after the copy (a timing CUDA event; None on a CPU:
+    already there), ``ended`` the wall time the step ended where the host knows it (a CPU), else None."""
     host: Any
     ready: Any
+    ended: float | None
     step: int
     epoch: float | None
     steps: int  # optimizer steps the loss sum covers
@@ -51,8 +53,8 @@ _LOG_SIGNATURE = inspect.signature(Trainer._maybe_log_save_evaluate)
 
 def defers_logs(cuda: bool) -> bool:
     """Whether a step's log is written at the end of the next step (``_maybe_log_save_evaluate``): on a GPU, or as
-    TUNEDECK_DEFER_LOGS=1/0 says (the tests defer on a CPU, where nothing runs ahead). Benchmarks read it from
-    the metrics header (``logs_deferred``): a record then carries the next step's time too."""
+    TUNEDECK_DEFER_LOGS=1/0 says (the tests defer on a CPU, where nothing runs ahead). The metrics header says
+    which (``logs_deferred``); a record carries its own step's end either way (``step_ended``)."""
     wanted = os.environ.get("TUNEDECK_DEFER_LOGS")
     return wanted == "1" if wanted in ("0", "1") else cuda
 
@@ -68,11 +70,16 @@ class AtomicCheckpointTrainer(Trainer):
     """A Trainer whose checkpoints appear atomically (see the module docstring)."""
 
     def __init__(self, *args: Any, run: RunDirectory, keep_checkpoints: int, elapsed_fn: Any,
-                 own_loss: str | None = None, weights_only: bool = False, **kwargs: Any) -> None:
+                 own_loss: str | None = None, weights_only: bool = False, step_ended: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.run = run
         self.keep_checkpoints = keep_checkpoints
         self.elapsed_fn = elapsed_fn
+        # told the wall time a logged step ended before its log (RunMetricsCallback.step_ended): a deferred
+        # record is written a step later, and its times (elapsed, tokens/s, ETA) are the step's, not the writing's
+        self.step_ended = step_ended
+        self._gpu_clock: tuple[Any, float] | None = None  # (a CUDA event, the wall time it ran at)
         self.own_loss = own_loss  # "chunked" or "triton" (core.train.fused_loss); None: the model's own
         self.weights_only = weights_only  # resume: load the weights and the step, restart optimizer + schedule
         self._tokens_pending: Any = None  # non-padding tokens counted on the device since the last flush
@@ -152,9 +159,9 @@ class AtomicCheckpointTrainer(Trainer):
         host.copy_(values, non_blocking=cuda)
         ready = None
         if cuda:
-            ready = torch.cuda.Event()
+            ready = torch.cuda.Event(enable_timing=True)
             ready.record()
-        self._logged = _LoggedStep(host, ready, self.state.global_step, self.state.epoch,
+        self._logged = _LoggedStep(host, ready, None if cuda else time.time(), self.state.global_step, self.state.epoch,
                                    self.state.global_step - self._globalstep_last_logged,
                                    learning_rate if learning_rate is not None else self._get_learning_rate(),
                                    grad_norm is not None, start_time)
@@ -168,6 +175,9 @@ class AtomicCheckpointTrainer(Trainer):
             return
         if logged.ready is not None:
             logged.ready.synchronize()
+        ended = logged.ended if logged.ready is None else self._gpu_wall_time(logged.ready)
+        if self.step_ended is not None and ended is not None:
+            self.step_ended(ended)
         loss_sum, norm, tokens = logged.host.tolist()
         self.state.num_input_tokens_seen += int(tokens)
         self._total_loss_scalar += loss_sum
@@ -183,7 +193,31 @@ class AtomicCheckpointTrainer(Trainer):
         finally:
             self.state.global_step, self.state.epoch, self.control.should_log = now
 
+    def _start_gpu_clock(self) -> None:
+        """Pairs a CUDA event with the wall time it ran at (the GPU idle, so they coincide): a step's end on
+        the GPU in wall time is then this time plus the GPU's time from this event to the step's."""
+        import torch
+
+        if self.args.device.type != "cuda":
+            return
+        torch.cuda.synchronize()
+        mark = torch.cuda.Event(enable_timing=True)
+        mark.record()
+        mark.synchronize()
+        self._gpu_clock = (mark, time.time())
+
+    def _gpu_wall_time(self, event: Any) -> float | None:
+        """The wall time ``event`` (a completed timing event) ran at, from the GPU's clock; None without one."""
+        if self._gpu_clock is None:
+            return None
+        mark, wall = self._gpu_clock
+        try:
+            return wall + mark.elapsed_time(event) / 1000.0
+        except RuntimeError:  # not comparable (another device): the record takes the time it is written
+            return None
+
     def train(self, *args: Any, **kwargs: Any) -> Any:
+        self._start_gpu_clock()
         try:
             return super().train(*args, **kwargs)
         finally:

@@ -454,6 +454,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         run=run,
         keep_checkpoints=int(cfg.get("save_total_limit", 2) or 0),
         elapsed_fn=metrics_cb.elapsed_s,
+        step_ended=metrics_cb.step_ended,
         own_loss=fused_ce if fused_ce in ("chunked", "triton") else None,
         weights_only=weights_only,
     )
