@@ -129,7 +129,8 @@ def _engine_plan(model: str, method: str, config: dict[str, Any], result: dict[s
         # a row recorded before lora_dropout_fused existed (its config lacks the key) ran peft's dropout
         options.update(lora_rank=16, lora_dropout=float(config.get("lora_dropout") or 0.0),
                        lora_input_upcast=bool(config.get("lora_input_upcast")),
-                       lora_dropout_fused=bool(config.get("lora_dropout_fused", False)))
+                       lora_dropout_fused=bool(config.get("lora_dropout_fused", False)),
+                       lora_swiglu_fused=bool(config.get("lora_swiglu_fused", False)))
     return plan_for_model(str(CONFIGS[model]), exact_count=False, **options)
 
 

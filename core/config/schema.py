@@ -54,6 +54,7 @@ lora_input_upcast          bool                                false
 lora_fused_add             bool                                true
 lora_grouped               bool                                true
 lora_dropout_fused         bool                                true
+lora_swiglu_fused          bool                                true
 compile_layers             bool                                false
 offload_activations        bool                                false
 tiled_mlp                  auto, false, or an int >= 1         auto
@@ -153,6 +154,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "lora_fused_add": KeySpec("bool"),
     "lora_grouped": KeySpec("bool"),
     "lora_dropout_fused": KeySpec("bool"),
+    "lora_swiglu_fused": KeySpec("bool"),
     "compile_layers": KeySpec("bool"),
     "offload_activations": KeySpec("bool"),
     "tiled_mlp": KeySpec("int_or_choice", ("auto", "false"), minimum=1),
@@ -217,6 +219,7 @@ class RunConfig:
     lora_fused_add: bool = True
     lora_grouped: bool = True
     lora_dropout_fused: bool = True
+    lora_swiglu_fused: bool = True
     compile_layers: bool = False
     offload_activations: bool = False
     tiled_mlp: str | int = "auto"

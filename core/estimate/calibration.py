@@ -269,6 +269,12 @@ class Calibration:
     # copies a step without grouping and none with it (engine-speed-lora-c); this gives 19-24 ms. The fit's
     # rows ran before grouping and are read as grouped: for the default engine that errs 1-3% slow.
     lora_output_copy_bytes_per_element: float = 4.0
+    # The grouped node's add of each LoRA update inside its lora_B matmul: the matmul reads and writes the
+    # base output, 2 + 2 bytes per output element and forward pass. The fit's rows all made it, so the fitted
+    # constants hold it; ``lora_swiglu_fused`` takes the gate/up ones away (speed.lora_input_bytes). From the
+    # ops: the H200 profile of the 7B at b4 x 2048 checkpointed shows 34.8 ms of these adds a step
+    # (engine-speed-ce-b), this gives 25 ms (19 of them gate/up).
+    lora_output_add_bytes_per_element: float = 4.0
     # Plain transformers loss: fp32 upcast of the logits (read 2, write 4), log-softmax (read 4,
     # write 4), its gradient (read 4, write 4) and the bf16 gradient of the logits (write 2).
     plain_ce_traffic_bytes_per_logit: float = 24.0

@@ -86,6 +86,10 @@ class TrainingPlan:
     # copy or mask is kept, and the kernels' work replaces peft's dropout traffic. ``dropout_fused`` says
     # when it applies.
     lora_dropout_fused: bool = True
+    # The gate/up LoRA updates added inside the SwiGLU kernel instead of the lora_B matmuls (run key
+    # ``lora_swiglu_fused``, core.train.lora_swiglu_kernel; the engine's default on GPUs). Speed only: the
+    # adds' read and write of the gate and up outputs go (``swiglu_fused`` says when it applies).
+    lora_swiglu_fused: bool = True
     # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
     offload_activations: bool = False
     # The MLP over sequence tiles (core.train.tiled_mlp): "auto" (checkpointed blocks, long micro-batches),
@@ -148,6 +152,13 @@ class TrainingPlan:
         ``lora_dropout_fusing`` decides (grouped LoRA/QLoRA, no input upcast, 0 < p < 0.5)."""
         return (self.method in ("lora", "qlora") and self.lora_grouped and self.lora_dropout_fused
                 and not self.lora_input_upcast and 0.0 < self.lora_dropout < FUSED_DROPOUT_MAX_P)
+
+    @property
+    def swiglu_fused(self) -> bool:
+        """Whether this plan's gate/up LoRA updates are added in the SwiGLU kernel, as ``core.train.model_setup``'s
+        ``lora_swiglu_fusing`` decides (grouped LoRA/QLoRA without the input upcast, both projections adapted)."""
+        return (self.method in ("lora", "qlora") and self.lora_grouped and self.lora_swiglu_fused
+                and not self.lora_input_upcast and {"gate_proj", "up_proj"} <= set(self.lora_targets))
 
     @property
     def lora_input_kept_once(self) -> bool:

@@ -196,12 +196,17 @@ def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: C
     if not plan.lora_grouped and plan.method != "dora":  # the fused add's copy of each output, forward passes
         moved += (1.0 + plan.recompute_fraction) * calibration.lora_output_copy_bytes_per_element \
             * lora_output_elements(arch, plan)
+    if plan.swiglu_fused:  # the gate/up adds the fit's rows made, gone into the SwiGLU kernel
+        moved -= (1.0 + plan.recompute_fraction) * calibration.lora_output_add_bytes_per_element \
+            * lora_output_elements(arch, plan, ("gate_proj", "up_proj"))
     return moved * plan.tokens_per_micro_batch
 
 
-def lora_output_elements(arch: ModelArchitecture, plan: TrainingPlan) -> int:
-    """Output elements per token of the linears that carry an adapter (LoRA's or DoRA's)."""
-    per_layer = sum(shape.out_features for shape in arch.linear_shapes() if shape.name in plan.lora_targets)
+def lora_output_elements(arch: ModelArchitecture, plan: TrainingPlan, names: tuple[str, ...] | None = None) -> int:
+    """Output elements per token of the linears that carry an adapter (LoRA's or DoRA's), of ``names`` only
+    if given."""
+    per_layer = sum(shape.out_features for shape in arch.linear_shapes()
+                    if shape.name in plan.lora_targets and (names is None or shape.name in names))
     return per_layer * arch.num_layers
 
 

@@ -107,7 +107,7 @@ class _GroupedLoRA(torch.autograd.Function):
     dropout may run in ``lora_dropout_kernel``'s kernels), A and B of each."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, specs: list[tuple[Any, str, float, float]], fused: bool,
+    def forward(ctx: Any, x: torch.Tensor, specs: list[tuple[Any, str, float, float]], fused: bool, defer: bool,
                 *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
         dtype = _compute_dtype(x)
         flat = x.reshape(-1, x.shape[-1])
@@ -118,6 +118,7 @@ class _GroupedLoRA(torch.autograd.Function):
         dropped = any(p > 0 for p in ps)
         kernels = _dropout_kernels(x) if dropped and fused else None
         ctx.seed = None
+        joined = None  # the h's side by side, where a path makes them so
         if kernels is not None and kernels.usable(flat, ranks, ps, *flat.shape):
             # dropout inside lora_A, the masks drawn again in backward from this seed: only the input is kept
             flat = flat.contiguous()
@@ -137,8 +138,13 @@ class _GroupedLoRA(torch.autograd.Function):
         outputs = []
         for (layer, _, scaling, _), h, b in zip(specs, hidden, b_weights, strict=True):
             out = layer.get_base_layer()(flat)
-            out.addmm_(h.to(out.dtype), b.t().to(out.dtype), alpha=scaling)
+            if not defer:
+                out.addmm_(h.to(out.dtype), b.t().to(out.dtype), alpha=scaling)
             outputs.append(out.view(*x.shape[:-1], out.shape[-1]))
+        if defer:  # the consumer adds the updates (lora_swiglu_kernel): the h's, side by side, go with them
+            joined = torch.cat(hidden, dim=1) if joined is None else joined
+            ctx.mark_non_differentiable(joined)
+            outputs.append(joined)
         ctx.specs = specs
         ctx.ranks = ranks
         ctx.weight_dtypes = [w.dtype for w in weights]
@@ -171,6 +177,7 @@ class _GroupedLoRA(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         specs = ctx.specs
+        grads = grads[:len(specs)]  # deferred: the h's (no gradient) came last
         inputs, masks, hidden, a_weights, b_weights = _GroupedLoRA._unpack(ctx)
         fused = ctx.seed is not None
         need_x = ctx.needs_input_grad[0]
@@ -188,9 +195,9 @@ class _GroupedLoRA(torch.autograd.Function):
                 grad_x = torch.mm(g, base) if grad_x is None else grad_x.addmm_(g, base)
             dh = torch.mm(g, b_weights[i] * scaling)  # (tokens, r): scaling folded into the small factor
             grad_hidden.append(dh)
-            weight_grads.append(torch.mm(dh.t(), inputs[i]) if ctx.needs_input_grad[3 + 2 * i] and not fused
+            weight_grads.append(torch.mm(dh.t(), inputs[i]) if ctx.needs_input_grad[4 + 2 * i] and not fused
                                 else None)
-            weight_grads.append(torch.mm(g.t(), hidden[i] * scaling) if ctx.needs_input_grad[4 + 2 * i] else None)
+            weight_grads.append(torch.mm(g.t(), hidden[i] * scaling) if ctx.needs_input_grad[5 + 2 * i] else None)
         live = [i for i, dh in enumerate(grad_hidden) if dh is not None]
         if need_x and grad_x is None:
             grad_x = torch.zeros(inputs[0].shape, dtype=ctx.dtype, device=inputs[0].device)
@@ -199,7 +206,7 @@ class _GroupedLoRA(torch.autograd.Function):
             p, groups, rank = specs[0][3], len(specs), ctx.ranks[0]
             dh_all = torch.cat([dh if dh is not None else hidden[i].new_zeros(hidden[i].shape)
                                 for i, dh in enumerate(grad_hidden)], dim=1) if groups > 1 else grad_hidden[0]
-            want_a = any(ctx.needs_input_grad[3 + 2 * i] for i in live)
+            want_a = any(ctx.needs_input_grad[4 + 2 * i] for i in live)
             if need_x and want_a and inputs[0].shape[-1] <= kernels.BACKWARD_MAX_WIDTH:  # each mask drawn once
                 a_grads = kernels.backward(inputs[0], dh_all, a_weights[0], grad_x, groups, ctx.seed, p).split(rank)
             else:
@@ -209,7 +216,7 @@ class _GroupedLoRA(torch.autograd.Function):
                     a_grads = kernels.adapter_grads(inputs[0], dh_all, groups, rank, ctx.seed, p).split(rank)
             if want_a:
                 for i in live:
-                    if ctx.needs_input_grad[3 + 2 * i]:
+                    if ctx.needs_input_grad[4 + 2 * i]:
                         weight_grads[2 * i] = a_grads[i]
         elif need_x and ctx.dropped:
             for i in live:
@@ -225,7 +232,7 @@ class _GroupedLoRA(torch.autograd.Function):
         if need_x:
             grad_x = grad_x.view(ctx.x_shape)
         weight_grads = [g if g is None else g.to(d) for g, d in zip(weight_grads, ctx.weight_dtypes, strict=True)]
-        return (grad_x, None, None, *weight_grads)  # the input's dtype is the compute dtype (LoRAGroup.forward)
+        return (grad_x, None, None, None, *weight_grads)  # the input's dtype is the compute dtype (LoRAGroup.forward)
 
 
 class LoRAGroup:
@@ -236,6 +243,18 @@ class LoRAGroup:
         self.fused_dropout = fused_dropout
         self._handed: tuple[torch.Tensor, dict[int, torch.Tensor]] | None = None
 
+    def _specs(self, x: torch.Tensor) -> list[tuple[Any, str, float, float]] | None:
+        """Every layer's ``_spec`` on ``x``, or None if one cannot run grouped; an fp32 input under autocast
+        (qlora_upcast) is left to peft's casts."""
+        if x.dtype != _compute_dtype(x):
+            return None
+        specs = [_spec(other, x) for other in self.layers]
+        return None if any(spec is None for spec in specs) else specs  # type: ignore[return-value]
+
+    @staticmethod
+    def _weights(specs: list[tuple[Any, str, float, float]]) -> list[torch.Tensor]:
+        return [w for other, adapter, *_ in specs for w in (other.lora_A[adapter].weight, other.lora_B[adapter].weight)]
+
     def forward(self, layer: Any, original: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         handed = self._handed
         if handed is not None and handed[0] is x and id(layer) in handed[1] and not args and not kwargs:
@@ -244,26 +263,51 @@ class LoRAGroup:
                 self._handed = None
             return out
         self._handed = None
-        # an fp32 input under autocast (qlora_upcast): peft's casts decide
-        plain = not args and not kwargs and x.dtype == _compute_dtype(x)
-        specs = [_spec(other, x) for other in self.layers] if plain else []
-        if not specs or any(spec is None for spec in specs):
+        specs = self._specs(x) if not args and not kwargs else None
+        if specs is None:
             return original(x, *args, **kwargs)
-        weights = [w for other, adapter, *_ in specs
-                   for w in (other.lora_A[adapter].weight, other.lora_B[adapter].weight)]
-        outputs = _GroupedLoRA.apply(x, specs, self.fused_dropout, *weights)
+        outputs = _GroupedLoRA.apply(x, specs, self.fused_dropout, False, *self._weights(specs))
         others = {id(other): out for other, out in zip(self.layers, outputs, strict=True) if other is not layer}
         self._handed = (x, others) if others else None
         return outputs[self.layers.index(layer)]
 
 
+    def swiglu(self, x: torch.Tensor) -> torch.Tensor | None:
+        """``silu(gate(x)) * up(x)`` for a gate/up group (layers in that order), the LoRA updates added inside
+        the SwiGLU kernel (``core.train.lora_swiglu_kernel``); None where that cannot run (the caller runs
+        the module's own forward)."""
+        self._handed = None
+        specs = self._specs(x)
+        kernels = _swiglu_kernels()
+        if specs is None or kernels is None or len({a.shape[0] for a in self._weights(specs)[0::2]}) != 1:
+            return None  # (one rank for both: the kernel's h is [hg | hu])
+        weights = self._weights(specs)
+        if not kernels.usable(x, x.numel() // x.shape[-1] * weights[1].shape[0], weights[0].shape[0]):
+            return None
+        gate, up, hidden = _GroupedLoRA.apply(x, specs, self.fused_dropout, True, *weights)
+        dtype = gate.dtype
+        b = torch.cat([weights[1].to(dtype), weights[3].to(dtype)], dim=1)  # [Bg | Bu], n x 2r
+        return kernels.LoRASwiGLU.apply(gate, up, hidden.to(dtype), b, specs[0][2], specs[1][2])
+
+
+@functools.cache
+def _swiglu_kernels() -> Any:
+    """``core.train.lora_swiglu_kernel``, or None without Triton."""
+    try:
+        from core.train import lora_swiglu_kernel
+    except ImportError:
+        return None
+    return lora_swiglu_kernel
+
+
 GROUPABLE = ("Linear", "Linear4bit")  # peft's LoRA layers over a bf16/fp32 or 4-bit linear
 
 
-def group_lora_layers(model: Any, fused_dropout: bool = True) -> int:
+def group_lora_layers(model: Any, fused_dropout: bool = True, fused_swiglu: bool = True) -> int:
     """Give every peft LoRA linear the grouped forward (siblings in ``GROUPS`` together, the rest alone),
-    its dropout in ``lora_dropout_kernel``'s kernels where they run if ``fused_dropout``; returns how many
-    groups. Idempotent."""
+    its dropout in ``lora_dropout_kernel``'s kernels where they run if ``fused_dropout``, and a SiLU MLP
+    over a gate/up group its SwiGLU with the LoRA updates inside (``lora_swiglu_kernel``) if
+    ``fused_swiglu``; returns how many groups. Idempotent."""
     by_parent: dict[str, dict[str, Any]] = {}
     for name, module in model.named_modules():
         if type(module).__name__ in GROUPABLE and hasattr(module, "lora_A") and hasattr(module, "lora_variant") \
@@ -271,7 +315,7 @@ def group_lora_layers(model: Any, fused_dropout: bool = True) -> int:
             parent, _, leaf = name.rpartition(".")
             by_parent.setdefault(parent, {})[leaf] = module
     groups = 0
-    for children in by_parent.values():
+    for parent, children in by_parent.items():
         remaining = dict(children)
         sets = [[remaining.pop(n) for n in names if n in remaining] for names in GROUPS]
         sets += [[module] for module in remaining.values()]
@@ -283,7 +327,25 @@ def group_lora_layers(model: Any, fused_dropout: bool = True) -> int:
                 layer.forward = _grouped_forward(group, layer, layer.forward)
                 layer._tunedeck_group = group
             groups += 1
+            if fused_swiglu and [children.get("gate_proj"), children.get("up_proj")] == layers:
+                _fuse_swiglu(model.get_submodule(parent), group)
     return groups
+
+
+def _fuse_swiglu(mlp: Any, group: LoRAGroup) -> None:
+    """``mlp.forward`` = ``down(silu(gate(x)) * up(x))`` through ``group.swiglu`` where ``mlp`` is such an MLP
+    (a ``down_proj``, ``config.hidden_act`` SiLU); falls back to its own forward per call."""
+    act = getattr(getattr(mlp, "config", None), "hidden_act", None)
+    if act not in ("silu", "swish") or not hasattr(mlp, "down_proj") or hasattr(mlp, "_tunedeck_swiglu"):
+        return
+    original = mlp.forward
+
+    def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
+        product = None if args or kwargs else group.swiglu(x)
+        return original(x, *args, **kwargs) if product is None else mlp.down_proj(product)
+
+    mlp.forward = forward
+    mlp._tunedeck_swiglu = group
 
 
 def _grouped_forward(group: LoRAGroup, layer: Any, original: Any) -> Any:

@@ -235,8 +235,10 @@ def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any
         from core.train.lora_group import group_lora_layers
 
         fused = bool(cfg.get("lora_dropout_fused", True))
-        log.info("lora_grouped: %d groups of LoRA linears that share an input (dropout in Triton kernels: %s)",
-                 group_lora_layers(model, fused_dropout=fused), fused)
+        swiglu = bool(cfg.get("lora_swiglu_fused", True))
+        log.info("lora_grouped: %d groups of LoRA linears that share an input (dropout in Triton kernels: %s; "
+                 "gate/up updates in the SwiGLU kernel: %s)",
+                 group_lora_layers(model, fused_dropout=fused, fused_swiglu=swiglu), fused, swiglu)
     trainable, total = model.get_nb_trainable_parameters()
     log.info("%s: %s trainable parameters of %s (%.3f%%)", method, f"{trainable:,}", f"{total:,}",
              100.0 * trainable / max(1, total))
@@ -257,6 +259,12 @@ def lora_dropout_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
 
     return (cuda and lora_grouping(cfg) and bool(cfg.get("lora_dropout_fused", True))
             and 0 < float(cfg.get("lora_dropout", 0.05) or 0) < FUSED_DROPOUT_MAX_P)
+
+
+def lora_swiglu_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
+    """Whether a run's gate/up LoRA updates are added in ``core.train.lora_swiglu_kernel``'s SwiGLU kernel
+    (each MLP checks its activation and ranks at its first forward): grouped, on a GPU."""
+    return cuda and lora_grouping(cfg) and bool(cfg.get("lora_swiglu_fused", True))
 
 
 def describe_model_dir(model_dir: Path) -> dict[str, Any]:

@@ -236,6 +236,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         load_tokenizer,
         lora_dropout_fusing,
         lora_grouping,
+        lora_swiglu_fusing,
         resolve_model_path,
     )
     from core.train.trainer import AtomicCheckpointTrainer, defers_logs, read_tunedeck_state
@@ -408,6 +409,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "lora_fused_add": bool(cfg.get("lora_fused_add", True)) if cfg.get("method") in LORA_METHODS else None,
         "lora_grouped": lora_grouping(cfg) if cfg.get("method") in LORA_METHODS else None,
         "lora_dropout_fused": lora_dropout_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
+        "lora_swiglu_fused": lora_swiglu_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
         "checkpoint_layers": (0 if not cfg.get("gradient_checkpointing") else checkpoint_layers
                               if checkpoint_layers is not None else len(decoder_layers(model))),
         "compile_layers": compile_layers,

@@ -1,0 +1,123 @@
+"""``lora_swiglu_fused`` (default on GPUs): the gate/up LoRA updates added inside the SwiGLU kernel.
+
+On CPU the Triton kernels run in Triton's interpreter (``tests/conftest.py``), in fp32:
+
+- the forward and the in-place backward equal torch's ``silu(gate + sg hg Bg^T) * (up + su hu Bu^T)`` and its
+  autograd gradients, ranks padded or not, ragged sizes;
+- on the tiny model (4 SiLU MLPs, LoRA on every linear) the fused path runs in every MLP, with and without
+  checkpointing, and the loss and every adapter's gradient equal peft's own forward; with dropout the masks
+  are the fused kernels' in both, so the same comparison holds against the grouped node's adds;
+- ``lora_swiglu_fused: false`` leaves the MLPs alone.
+
+The GPU test (``-m gpu``) runs the compiled kernels in bf16 on CUDA at a 7B's MLP width.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from tests.core.test_engine_switches import IDS, assert_close, loss_and_grads, tiny_lora  # noqa: E402
+from tests.core.test_lora_dropout_kernel import interpreted  # noqa: E402
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    interpreted(monkeypatch, "core.train.lora_dropout_kernel")
+    return interpreted(monkeypatch, "core.train.lora_swiglu_kernel")
+
+
+def _reference(gate, up, hidden, b, sg, su, grad):
+    """The product and the gradients of gate and up (the full pre-activations) by torch's autograd."""
+    rank = hidden.shape[1] // 2
+    g = gate.double().requires_grad_(True)
+    u = up.double().requires_grad_(True)
+    pre_g = g + sg * hidden[:, :rank].double() @ b[:, :rank].double().t()
+    pre_u = u + su * hidden[:, rank:].double() @ b[:, rank:].double().t()
+    out = torch.nn.functional.silu(pre_g) * pre_u
+    out.backward(grad.double())
+    return out.detach(), g.grad, u.grad
+
+
+@pytest.mark.parametrize("rank", [4, 16])
+def test_forward_and_backward_equal_torch(kernels, rank):
+    torch.manual_seed(rank)
+    rows, n, sg, su = 37, 70, 2.0, 0.5
+    gate, up = torch.randn(rows, n), torch.randn(rows, n)
+    hidden, b = torch.randn(rows, 2 * rank), torch.randn(n, 2 * rank) / rank
+    grad = torch.randn(rows, n)
+    want, want_dg, want_du = _reference(gate, up, hidden, b, sg, su, grad)
+
+    got = kernels.forward(gate, up, hidden, b, sg, su)
+    assert got.dtype == gate.dtype and torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5)
+    dg, du = gate.clone(), up.clone()
+    kernels.backward(grad, dg, du, hidden, b, sg, su)  # in place over the base outputs
+    assert torch.allclose(dg.double(), want_dg, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(du.double(), want_du, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(dg, gate)  # (it did write)
+
+
+def _count(monkeypatch, kernels) -> dict:
+    calls = {"forward": 0, "backward": 0}
+    for name in calls:
+        original = getattr(kernels, name)
+
+        def counting(*args, _name=name, _original=original):
+            calls[_name] += 1
+            return _original(*args)
+
+        monkeypatch.setattr(kernels, name, counting)
+    return calls
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["eager", "checkpointed"])
+def test_the_tiny_model_keeps_peft_loss_and_gradients(kernels, monkeypatch, checkpointing):
+    plain = tiny_lora({"lora_grouped": False, "lora_fused_add": False}, checkpointing=checkpointing)
+    fused = tiny_lora({}, checkpointing=checkpointing)
+    mlps = [m for m in fused.modules() if getattr(m, "_tunedeck_swiglu", None) is not None]
+    assert len(mlps) == 4
+    loss_plain, grads_plain = loss_and_grads(plain, IDS, autocast=False)
+    calls = _count(monkeypatch, kernels)
+    loss_fused, grads_fused = loss_and_grads(fused, IDS, autocast=False)
+    assert calls == {"forward": 4 * (2 if checkpointing else 1), "backward": 4}
+    assert loss_fused == pytest.approx(loss_plain, rel=1e-6)
+    assert_close(grads_plain, grads_fused, rel=1e-5)
+
+
+def test_with_dropout_the_fused_product_equals_the_grouped_adds(kernels, monkeypatch):
+    """Dropout through the fused dropout kernels (the same hash masks either way): the SwiGLU switch alone."""
+    adds = tiny_lora({"lora_dropout": 0.1, "lora_swiglu_fused": False})
+    fused = tiny_lora({"lora_dropout": 0.1})
+    assert not any(hasattr(m, "_tunedeck_swiglu") for m in adds.modules())
+    results = []
+    for model in (adds, fused):
+        torch.manual_seed(5)  # the kernels' seeds come from the CPU generator
+        results.append(loss_and_grads(model, IDS, autocast=False))
+    (loss_adds, grads_adds), (loss_fused, grads_fused) = results
+    assert loss_fused == pytest.approx(loss_adds, rel=1e-6)
+    assert_close(grads_adds, grads_fused, rel=1e-5)
+    plain = tiny_lora({"lora_dropout": 0.1, "lora_grouped": False})  # torch's masks: another loss
+    torch.manual_seed(5)
+    assert loss_and_grads(plain, IDS, autocast=False)[0] != pytest.approx(loss_fused, rel=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rank", [16, 64])
+def test_compiled_kernels_in_bf16_equal_torch(rank):
+    import core.train.lora_swiglu_kernel as kernels
+
+    torch.manual_seed(0)
+    rows, n, sg, su = 8192, 18944, 2.0, 2.0
+    dev = {"device": "cuda", "dtype": torch.bfloat16}
+    gate, up = torch.randn(rows, n, **dev), torch.randn(rows, n, **dev)
+    hidden, b = torch.randn(rows, 2 * rank, **dev), torch.randn(n, 2 * rank, **dev) / rank
+    grad = torch.randn(rows, n, **dev)
+    want, want_dg, want_du = _reference(gate, up, hidden, b, sg, su, grad)
+    got = kernels.forward(gate, up, hidden, b, sg, su)
+    dg, du = gate.clone(), up.clone()
+    kernels.backward(grad, dg, du, hidden, b, sg, su)
+    for x, ref in ((got, want), (dg, want_dg), (du, want_du)):
+        err = ((x.double() - ref).abs() / (ref.abs() + 1.0)).max().item()
+        assert err < 2e-2, err  # bf16 rounding of the result, relative to its size
