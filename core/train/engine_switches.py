@@ -133,14 +133,17 @@ def compile_decoder_layers(model: Any) -> int:
 
 
 class EngineSwitchesCallback(TrainerCallback):
-    """Applies ``checkpoint_layers``, ``tiled_mlp`` and ``compile_layers`` at train begin, after the Trainer
-    has turned gradient checkpointing on and applied Liger's kernels (the tiled MLP wraps Liger's forward),
-    and before ``offload_activations`` reads which layers are checkpointed."""
+    """Applies ``checkpoint_layers``, ``lora_swiglu_fused``, ``tiled_mlp`` and ``compile_layers`` at train begin,
+    after the Trainer has turned gradient checkpointing on and applied Liger's kernels (the fused SwiGLU goes
+    back over Liger's MLP forward, the tiled MLP wraps whichever), and before ``offload_activations`` reads
+    which layers are checkpointed."""
 
-    def __init__(self, checkpoint_layers: int | None, compile_layers: bool, tiled_mlp: Any = "false") -> None:
+    def __init__(self, checkpoint_layers: int | None, compile_layers: bool, tiled_mlp: Any = "false",
+                 lora_swiglu: bool = False) -> None:
         self.checkpoint_layers = checkpoint_layers
         self.compile_layers = compile_layers
         self.tiled_mlp = tiled_mlp
+        self.lora_swiglu = lora_swiglu
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if model is None:
@@ -148,6 +151,11 @@ class EngineSwitchesCallback(TrainerCallback):
         if self.checkpoint_layers is not None and args_checkpointing(args):
             kept = limit_checkpointed_layers(model, self.checkpoint_layers)
             log.info("checkpoint_layers: %d of %d decoder layers checkpointed", kept, len(decoder_layers(model)))
+        if self.lora_swiglu:  # over Liger's MLP forward, under the tiled MLP's
+            from core.train.lora_group import fuse_lora_swiglu
+
+            log.info("lora_swiglu_fused: the gate/up LoRA updates of %d MLPs inside the SwiGLU kernel",
+                     fuse_lora_swiglu(model))
         if self.tiled_mlp not in ("false", None):
             from core.train.tiled_mlp import AUTO_MIN_TOKENS, install_tiled_mlp
 

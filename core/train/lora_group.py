@@ -332,20 +332,31 @@ def group_lora_layers(model: Any, fused_dropout: bool = True, fused_swiglu: bool
     return groups
 
 
-def _fuse_swiglu(mlp: Any, group: LoRAGroup) -> None:
+def _fuse_swiglu(mlp: Any, group: LoRAGroup) -> bool:
     """``mlp.forward`` = ``down(silu(gate(x)) * up(x))`` through ``group.swiglu`` where ``mlp`` is such an MLP
-    (a ``down_proj``, ``config.hidden_act`` SiLU); falls back to its own forward per call."""
+    (a ``down_proj``, ``config.hidden_act`` SiLU), falling back to the forward it had per call; whether it is.
+    Idempotent, and again over a forward put there since (Liger's, which the Trainer applies in ``train``)."""
     act = getattr(getattr(mlp, "config", None), "hidden_act", None)
-    if act not in ("silu", "swish") or not hasattr(mlp, "down_proj") or hasattr(mlp, "_tunedeck_swiglu"):
-        return
+    if act not in ("silu", "swish") or not hasattr(mlp, "down_proj"):
+        return False
+    if mlp.forward is getattr(mlp, "_tunedeck_swiglu_forward", None):
+        return True
     original = mlp.forward
 
     def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
         product = None if args or kwargs else group.swiglu(x)
         return original(x, *args, **kwargs) if product is None else mlp.down_proj(product)
 
-    mlp.forward = forward
+    mlp.forward = mlp._tunedeck_swiglu_forward = forward
     mlp._tunedeck_swiglu = group
+    return True
+
+
+def fuse_lora_swiglu(model: Any) -> int:
+    """Puts the fused SwiGLU (``_fuse_swiglu``) back on every MLP ``group_lora_layers`` gave it whose forward
+    was replaced since (the Trainer applies Liger's kernels in ``train``); returns how many MLPs have it."""
+    return sum(_fuse_swiglu(module, module._tunedeck_swiglu) for module in model.modules()
+               if getattr(module, "_tunedeck_swiglu", None) is not None)
 
 
 def _grouped_forward(group: LoRAGroup, layer: Any, original: Any) -> Any:

@@ -62,7 +62,7 @@ def _pre_activations(g_ptr, u_ptr, h_ptr, b_ptr, rows, cols, n_rows, n, sg, su,
 
 
 @triton.jit
-def _forward(g_ptr, u_ptr, h_ptr, b_ptr, c_ptr, n_rows, n, sg, su,
+def _lora_swiglu_forward(g_ptr, u_ptr, h_ptr, b_ptr, c_ptr, n_rows, n, sg, su,
              R: tl.constexpr, RP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr):
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     cols = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -72,7 +72,7 @@ def _forward(g_ptr, u_ptr, h_ptr, b_ptr, c_ptr, n_rows, n, sg, su,
 
 
 @triton.jit
-def _backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, n_rows, n, sg, su,
+def _lora_swiglu_backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, n_rows, n, sg, su,
               R: tl.constexpr, RP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr):
     """d gate and d up written over the base outputs (their last use)."""
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
@@ -102,7 +102,7 @@ def forward(gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: torch
     """``silu(gate + sg hg Bg^T) * (up + su hu Bu^T)``: gate, up (rows x n), hidden = [hg | hu] (rows x 2r),
     b = [Bg | Bu] (n x 2r), all contiguous in one dtype; returns rows x n in that dtype."""
     out = torch.empty_like(gate)
-    _launch(_forward, (gate, up, hidden, b, out), gate, hidden.shape[1] // 2, sg, su)
+    _launch(_lora_swiglu_forward, (gate, up, hidden, b, out), gate, hidden.shape[1] // 2, sg, su)
     return out
 
 
@@ -110,7 +110,7 @@ def backward(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidden: t
              sg: float, su: float) -> None:
     """The gradients of the full gate and up pre-activations for ``grad`` of the product, written in place
     over ``gate`` and ``up``."""
-    _launch(_backward, (grad, gate, up, hidden, b), gate, hidden.shape[1] // 2, sg, su)
+    _launch(_lora_swiglu_backward, (grad, gate, up, hidden, b), gate, hidden.shape[1] // 2, sg, su)
 
 
 class LoRASwiGLU(torch.autograd.Function):

@@ -431,10 +431,11 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
             callbacks.append(OffloadedCheckpointingCallback())
         else:
             log.warning("offload_activations needs gradient_checkpointing: true; ignored")
-    if checkpoint_layers is not None or compile_layers or tiled != "false":
+    swiglu = header["lora_swiglu_fused"]
+    if checkpoint_layers is not None or compile_layers or tiled != "false" or swiglu:
         from core.train.engine_switches import EngineSwitchesCallback
 
-        callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers, compile_layers, tiled))
+        callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers, compile_layers, tiled, bool(swiglu)))
     from core.train.profiling import MemoryPeakCallback, ProfileStepsCallback, SyncTraceCallback
 
     for profile_cb in (ProfileStepsCallback.from_env(run.path), MemoryPeakCallback.from_env(run.path),

@@ -103,6 +103,29 @@ def test_with_dropout_the_fused_product_equals_the_grouped_adds(kernels, monkeyp
     assert loss_and_grads(plain, IDS, autocast=False)[0] != pytest.approx(loss_fused, rel=1e-6)
 
 
+def test_the_fused_swiglu_goes_back_over_a_forward_put_there_at_train_begin(kernels, monkeypatch):
+    """The Trainer applies Liger's kernels in ``train()``, after ``wrap_lora``: Liger's instance patch replaces
+    each MLP's forward (the first H200 run of this switch ran Liger's SwiGLU and the adds, engine-speed-swiglu-a).
+    The engine's train-begin callback puts the fused SwiGLU back over it, once."""
+    import types
+
+    from core.train.engine_switches import EngineSwitchesCallback
+
+    model = tiny_lora({})
+    mlps = [m for m in model.modules() if getattr(m, "_tunedeck_swiglu", None) is not None]
+    for mlp in mlps:  # what an instance patch does
+        mlp.forward = types.MethodType(type(mlp).forward, mlp)
+    calls = _count(monkeypatch, kernels)
+    loss_and_grads(model, IDS, autocast=False)
+    assert calls["forward"] == 0
+    callback = EngineSwitchesCallback(None, False, "false", lora_swiglu=True)
+    callback.on_train_begin(None, None, None, model=model)
+    callback.on_train_begin(None, None, None, model=model)  # idempotent: one layer of wrapping
+    model.zero_grad()
+    loss_and_grads(model, IDS, autocast=False)
+    assert calls == {"forward": 4, "backward": 4}
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rank", [16, 64])
 def test_compiled_kernels_in_bf16_equal_torch(rank):
