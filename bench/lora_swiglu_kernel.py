@@ -1,0 +1,118 @@
+"""The fused LoRA SwiGLU kernels (``lora_swiglu_fused``) against what they replace, per tile shape.
+
+At a Qwen2.5-7B MLP (``--tokens`` rows x 18,944, rank 16) times on one CUDA GPU (CUDA events, median of
+``--reps``): the replaced path (two ``addmm_`` of the rank-r updates into the bf16 gate and up, Liger's SwiGLU
+forward; Liger's SwiGLU backward) and ``core.train.lora_swiglu_kernel``'s forward and backward for each tile
+shape in ``TILE_GRID``, checking each result against the replaced path's (the kernels' GPU test's bound).
+Writes Markdown (``--out``) and JSON beside it.
+
+    python bench/lora_swiglu_kernel.py --out bench/results/lora-swiglu-kernel.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+TILE_GRID = ((64, 128, 8), (64, 128, 4), (32, 128, 4), (32, 256, 8), (64, 64, 4), (128, 64, 8), (16, 256, 4),
+             (128, 128, 8))
+
+
+def _time(fn, reps: int) -> float:
+    import torch
+
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _close(x, ref) -> bool:
+    ulp = ref.float().abs().clamp_min(1e-30) * 2.0 ** -7
+    return bool(((x.float() - ref.float()).abs() <= 2 * ulp + 1e-6).all()) and (x != ref).float().mean().item() < 1e-2
+
+
+def measure(tokens: int, rank: int, reps: int) -> dict:
+    import torch
+    from liger_kernel.ops import LigerSiLUMulFunction
+    from liger_kernel.ops.swiglu import swiglu_backward, swiglu_forward
+
+    import core.train.lora_swiglu_kernel as kernels
+
+    torch.manual_seed(0)
+    n, s = 18944, 2.0
+    dev = {"device": "cuda", "dtype": torch.bfloat16}
+    gate, up = torch.randn(tokens, n, **dev), torch.randn(tokens, n, **dev)
+    hidden, b = torch.randn(tokens, 2 * rank, **dev), torch.randn(n, 2 * rank, **dev) * 0.01
+    grad = torch.randn(tokens, n, **dev)
+    bg, bu = b[:, :rank].t(), b[:, rank:].t()
+
+    def replaced_forward():
+        g = gate.clone().addmm_(hidden[:, :rank], bg, alpha=s)
+        u = up.clone().addmm_(hidden[:, rank:], bu, alpha=s)
+        return swiglu_forward(g, u)[2]
+
+    clone_ms = _time(lambda: (gate.clone(), up.clone()), reps)  # the replaced path's clones, taken off
+    g_ref = gate.clone().addmm_(hidden[:, :rank], bg, alpha=s).requires_grad_(True)
+    u_ref = up.clone().addmm_(hidden[:, rank:], bu, alpha=s).requires_grad_(True)
+    out_ref = LigerSiLUMulFunction.apply(g_ref, u_ref)
+    out_ref.backward(grad)
+    row = {"tokens": tokens, "rank": rank,
+           "replaced_forward_ms": _time(replaced_forward, reps) - clone_ms,
+           "replaced_backward_ms": _time(lambda: swiglu_backward(gate.clone(), up.clone(), grad), reps) - clone_ms,
+           "tiles": []}
+    for bm, bn, warps in TILE_GRID:
+        tiles = {"BM": bm, "BN": bn, "num_warps": warps}
+        got = kernels.forward(gate, up, hidden, b, s, s, tiles)
+        dg, du = gate.clone(), up.clone()
+        kernels.backward(grad, dg, du, hidden, b, s, s, tiles)
+        ok = _close(got, out_ref.detach()) and _close(dg, g_ref.grad) and _close(du, u_ref.grad)
+        fwd = _time(lambda t=tiles: kernels.forward(gate, up, hidden, b, s, s, t), reps)
+        bwd = _time(lambda t=tiles: kernels.backward(grad, gate.clone(), up.clone(), hidden, b, s, s, t), reps) - clone_ms
+        row["tiles"].append({**tiles, "forward_ms": fwd, "backward_ms": bwd, "ok": ok})
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tokens", default="8192")
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("lora_swiglu_kernel: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    rows = [measure(int(t), args.rank, args.reps) for t in args.tokens.split(",")]
+    lines = [f"# Fused LoRA SwiGLU against the adds + Liger's SwiGLU, {torch.cuda.get_device_name()}", ""]
+    for r in rows:
+        lines += [f"{r['tokens']} tokens x 18,944, rank {r['rank']}: replaced forward {r['replaced_forward_ms']:.3f} ms "
+                  f"(two adds + Liger), backward {r['replaced_backward_ms']:.3f} ms (Liger)", "",
+                  "| BM | BN | warps | forward ms | backward ms | equals the replaced path |", "|---|---|---|---|---|---|"]
+        lines += [f"| {t['BM']} | {t['BN']} | {t['num_warps']} | {t['forward_ms']:.3f} | {t['backward_ms']:.3f} | "
+                  f"{'ok' if t['ok'] else 'NO'} |" for t in r["tiles"]]
+        lines.append("")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines), encoding="utf-8")
+    args.out.with_suffix(".json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows},
+                                                        indent=1), encoding="utf-8")
+    print("\n".join(lines))
+    return 0 if all(t["ok"] for r in rows for t in r["tiles"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
