@@ -3,7 +3,10 @@
 At a Qwen2.5-7B MLP (``--tokens`` rows x 18,944, rank 16) times on one CUDA GPU (CUDA events, median of
 ``--reps``): the replaced path (two ``addmm_`` of the rank-r updates into the bf16 gate and up, Liger's SwiGLU
 forward; Liger's SwiGLU backward) and ``core.train.lora_swiglu_kernel``'s forward and backward for each tile
-shape in ``TILE_GRID``, checking each result against the replaced path's (the kernels' GPU test's bound).
+shape in ``TILE_GRID``. Each result is checked against float64 torch: its largest error relative to
+(|value| + 1) must be within bf16 rounding (2e-2, the kernels' GPU test) and no more than 1.5x the replaced
+path's own (reported beside it). (Bit for bit the two differ: session 16's run of this bench, which asked for
+that, found 13% of one result's elements rounded the other way.)
 Writes Markdown (``--out``) and JSON beside it.
 
     python bench/lora_swiglu_kernel.py --out bench/results/lora-swiglu-kernel.md
@@ -39,9 +42,21 @@ def _time(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def _close(x, ref) -> bool:
-    ulp = ref.float().abs().clamp_min(1e-30) * 2.0 ** -7
-    return bool(((x.float() - ref.float()).abs() <= 2 * ulp + 1e-6).all()) and (x != ref).float().mean().item() < 1e-2
+def _error(x, ref) -> float:
+    """The largest error of ``x`` against float64 ``ref``, relative to (|ref| + 1)."""
+    return ((x.double() - ref).abs() / (ref.abs() + 1.0)).max().item()
+
+
+def _exact(gate, up, hidden, b, s, grad):
+    """Product and gradients of gate and up in float64 (no rounding between)."""
+    import torch
+
+    rank = hidden.shape[1] // 2
+    g = (gate.double() + s * hidden[:, :rank].double() @ b[:, :rank].double().t()).requires_grad_(True)
+    u = (up.double() + s * hidden[:, rank:].double() @ b[:, rank:].double().t()).requires_grad_(True)
+    out = torch.nn.functional.silu(g) * u
+    out.backward(grad.double())
+    return out.detach(), g.grad, u.grad
 
 
 def measure(tokens: int, rank: int, reps: int) -> dict:
@@ -69,7 +84,9 @@ def measure(tokens: int, rank: int, reps: int) -> dict:
     u_ref = up.clone().addmm_(hidden[:, rank:], bu, alpha=s).requires_grad_(True)
     out_ref = LigerSiLUMulFunction.apply(g_ref, u_ref)
     out_ref.backward(grad)
-    row = {"tokens": tokens, "rank": rank,
+    exact = _exact(gate, up, hidden, b, s, grad)
+    replaced_err = max(_error(x, e) for x, e in zip((out_ref.detach(), g_ref.grad, u_ref.grad), exact, strict=True))
+    row = {"tokens": tokens, "rank": rank, "replaced_max_error": replaced_err,
            "replaced_forward_ms": _time(replaced_forward, reps) - clone_ms,
            "replaced_backward_ms": _time(lambda: swiglu_backward(gate.clone(), up.clone(), grad), reps) - clone_ms,
            "tiles": []}
@@ -78,10 +95,11 @@ def measure(tokens: int, rank: int, reps: int) -> dict:
         got = kernels.forward(gate, up, hidden, b, s, s, tiles)
         dg, du = gate.clone(), up.clone()
         kernels.backward(grad, dg, du, hidden, b, s, s, tiles)
-        ok = _close(got, out_ref.detach()) and _close(dg, g_ref.grad) and _close(du, u_ref.grad)
+        err = max(_error(x, e) for x, e in zip((got, dg, du), exact, strict=True))
+        ok = err < 2e-2 and err <= 1.5 * replaced_err
         fwd = _time(lambda t=tiles: kernels.forward(gate, up, hidden, b, s, s, t), reps)
         bwd = _time(lambda t=tiles: kernels.backward(grad, gate.clone(), up.clone(), hidden, b, s, s, t), reps) - clone_ms
-        row["tiles"].append({**tiles, "forward_ms": fwd, "backward_ms": bwd, "ok": ok})
+        row["tiles"].append({**tiles, "forward_ms": fwd, "backward_ms": bwd, "max_error": err, "ok": ok})
     return row
 
 
@@ -101,10 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# Fused LoRA SwiGLU against the adds + Liger's SwiGLU, {torch.cuda.get_device_name()}", ""]
     for r in rows:
         lines += [f"{r['tokens']} tokens x 18,944, rank {r['rank']}: replaced forward {r['replaced_forward_ms']:.3f} ms "
-                  f"(two adds + Liger), backward {r['replaced_backward_ms']:.3f} ms (Liger)", "",
-                  "| BM | BN | warps | forward ms | backward ms | equals the replaced path |", "|---|---|---|---|---|---|"]
+                  f"(two adds + Liger), backward {r['replaced_backward_ms']:.3f} ms (Liger); its largest error against "
+                  f"float64 {r['replaced_max_error']:.1e}", "",
+                  "| BM | BN | warps | forward ms | backward ms | largest error vs float64 | ok |", "|---|---|---|---|---|---|---|"]
         lines += [f"| {t['BM']} | {t['BN']} | {t['num_warps']} | {t['forward_ms']:.3f} | {t['backward_ms']:.3f} | "
-                  f"{'ok' if t['ok'] else 'NO'} |" for t in r["tiles"]]
+                  f"{t['max_error']:.1e} | {'ok' if t['ok'] else 'NO'} |" for t in r["tiles"]]
         lines.append("")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines), encoding="utf-8")

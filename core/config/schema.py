@@ -54,7 +54,7 @@ lora_input_upcast          bool                                false
 lora_fused_add             bool                                true
 lora_grouped               bool                                true
 lora_dropout_fused         bool                                true
-lora_swiglu_fused          bool                                true
+lora_swiglu_fused          bool                                false
 compile_layers             bool                                false
 offload_activations        bool                                false
 tiled_mlp                  auto, false, or an int >= 1         auto
@@ -219,7 +219,7 @@ class RunConfig:
     lora_fused_add: bool = True
     lora_grouped: bool = True
     lora_dropout_fused: bool = True
-    lora_swiglu_fused: bool = True
+    lora_swiglu_fused: bool = False
     compile_layers: bool = False
     offload_activations: bool = False
     tiled_mlp: str | int = "auto"

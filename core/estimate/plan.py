@@ -87,9 +87,9 @@ class TrainingPlan:
     # when it applies.
     lora_dropout_fused: bool = True
     # The gate/up LoRA updates added inside the SwiGLU kernel instead of the lora_B matmuls (run key
-    # ``lora_swiglu_fused``, core.train.lora_swiglu_kernel; the engine's default on GPUs). Speed only: the
+    # ``lora_swiglu_fused``, core.train.lora_swiglu_kernel; off by default, GPUs only). Speed only: the
     # adds' read and write of the gate and up outputs go (``swiglu_fused`` says when it applies).
-    lora_swiglu_fused: bool = True
+    lora_swiglu_fused: bool = False
     # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
     offload_activations: bool = False
     # The MLP over sequence tiles (core.train.tiled_mlp): "auto" (checkpointed blocks, long micro-batches),

@@ -303,7 +303,7 @@ def _swiglu_kernels() -> Any:
 GROUPABLE = ("Linear", "Linear4bit")  # peft's LoRA layers over a bf16/fp32 or 4-bit linear
 
 
-def group_lora_layers(model: Any, fused_dropout: bool = True, fused_swiglu: bool = True) -> int:
+def group_lora_layers(model: Any, fused_dropout: bool = True, fused_swiglu: bool = False) -> int:
     """Give every peft LoRA linear the grouped forward (siblings in ``GROUPS`` together, the rest alone),
     its dropout in ``lora_dropout_kernel``'s kernels where they run if ``fused_dropout``, and a SiLU MLP
     over a gate/up group its SwiGLU with the LoRA updates inside (``lora_swiglu_kernel``) if

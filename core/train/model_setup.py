@@ -235,7 +235,7 @@ def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any
         from core.train.lora_group import group_lora_layers
 
         fused = bool(cfg.get("lora_dropout_fused", True))
-        swiglu = bool(cfg.get("lora_swiglu_fused", True))
+        swiglu = bool(cfg.get("lora_swiglu_fused", False))
         log.info("lora_grouped: %d groups of LoRA linears that share an input (dropout in Triton kernels: %s; "
                  "gate/up updates in the SwiGLU kernel: %s)",
                  group_lora_layers(model, fused_dropout=fused, fused_swiglu=swiglu), fused, swiglu)
@@ -264,7 +264,7 @@ def lora_dropout_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
 def lora_swiglu_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
     """Whether a run's gate/up LoRA updates are added in ``core.train.lora_swiglu_kernel``'s SwiGLU kernel
     (each MLP checks its activation and ranks at its first forward): grouped, on a GPU."""
-    return cuda and lora_grouping(cfg) and bool(cfg.get("lora_swiglu_fused", True))
+    return cuda and lora_grouping(cfg) and bool(cfg.get("lora_swiglu_fused", False))
 
 
 def describe_model_dir(model_dir: Path) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""``lora_swiglu_fused`` (default on GPUs): the gate/up LoRA updates added inside the SwiGLU kernel.
+"""``lora_swiglu_fused`` (off by default until its GPU loss is measured): the gate/up LoRA updates added inside the
+SwiGLU kernel.
 
 On CPU the Triton kernels run in Triton's interpreter (``tests/conftest.py``), in fp32:
 
@@ -7,11 +8,11 @@ On CPU the Triton kernels run in Triton's interpreter (``tests/conftest.py``), i
 - on the tiny model (4 SiLU MLPs, LoRA on every linear) the fused path runs in every MLP, with and without
   checkpointing, and the loss and every adapter's gradient equal peft's own forward; with dropout the masks
   are the fused kernels' in both, so the same comparison holds against the grouped node's adds;
-- ``lora_swiglu_fused: false`` leaves the MLPs alone.
+- ``lora_swiglu_fused: false`` (the default) leaves the MLPs alone.
 
-The GPU tests (``-m gpu``) run the compiled kernels in bf16 on CUDA at a 7B's MLP width, against torch in
-float64 and against what they replace (the ``lora_B`` adds, then Liger's SwiGLU), which they equal up to the
-order of the rank-r sums.
+The GPU test (``-m gpu``) runs the compiled kernels in bf16 on CUDA at a 7B's MLP width against torch in
+float64. (Against what they replace, the ``lora_B`` adds and Liger's SwiGLU, bit for bit, they are not: on the
+H200 13% of one result's elements rounded the other way, engine-speed-summary.md, session 16.)
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ pytest.importorskip("triton")
 
 from tests.core.test_engine_switches import IDS, assert_close, loss_and_grads, tiny_lora  # noqa: E402
 from tests.core.test_lora_dropout_kernel import interpreted  # noqa: E402
+
+ON = {"lora_swiglu_fused": True}
 
 
 @pytest.fixture
@@ -77,7 +80,7 @@ def _count(monkeypatch, kernels) -> dict:
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["eager", "checkpointed"])
 def test_the_tiny_model_keeps_peft_loss_and_gradients(kernels, monkeypatch, checkpointing):
     plain = tiny_lora({"lora_grouped": False, "lora_fused_add": False}, checkpointing=checkpointing)
-    fused = tiny_lora({}, checkpointing=checkpointing)
+    fused = tiny_lora(ON, checkpointing=checkpointing)
     mlps = [m for m in fused.modules() if getattr(m, "_tunedeck_swiglu", None) is not None]
     assert len(mlps) == 4
     loss_plain, grads_plain = loss_and_grads(plain, IDS, autocast=False)
@@ -90,8 +93,8 @@ def test_the_tiny_model_keeps_peft_loss_and_gradients(kernels, monkeypatch, chec
 
 def test_with_dropout_the_fused_product_equals_the_grouped_adds(kernels, monkeypatch):
     """Dropout through the fused dropout kernels (the same hash masks either way): the SwiGLU switch alone."""
-    adds = tiny_lora({"lora_dropout": 0.1, "lora_swiglu_fused": False})
-    fused = tiny_lora({"lora_dropout": 0.1})
+    adds = tiny_lora({"lora_dropout": 0.1})  # the default
+    fused = tiny_lora({"lora_dropout": 0.1, **ON})
     assert not any(hasattr(m, "_tunedeck_swiglu") for m in adds.modules())
     results = []
     for model in (adds, fused):
@@ -113,7 +116,7 @@ def test_the_fused_swiglu_goes_back_over_a_forward_put_there_at_train_begin(kern
 
     from core.train.engine_switches import EngineSwitchesCallback
 
-    model = tiny_lora({})
+    model = tiny_lora(ON)
     mlps = [m for m in model.modules() if getattr(m, "_tunedeck_swiglu", None) is not None]
     for mlp in mlps:  # what an instance patch does
         mlp.forward = types.MethodType(type(mlp).forward, mlp)
@@ -147,30 +150,3 @@ def test_compiled_kernels_in_bf16_equal_torch(rank):
         err = ((x.double() - ref).abs() / (ref.abs() + 1.0)).max().item()
         assert err < 2e-2, err  # bf16 rounding of the result, relative to its size
 
-
-@pytest.mark.gpu
-def test_compiled_kernels_round_as_the_adds_and_liger_do():
-    """The same roundings as the path they replace: ``addmm_`` of the update into each bf16 base output, then
-    Liger's SwiGLU (its forward and its backward); a fp32 sum of 16 products in another order may round one
-    unit in the last place the other way, rarely."""
-    liger = pytest.importorskip("liger_kernel.ops")
-    import core.train.lora_swiglu_kernel as kernels
-
-    torch.manual_seed(0)
-    rows, n, rank, sg, su = 8192, 18944, 16, 2.0, 2.0
-    dev = {"device": "cuda", "dtype": torch.bfloat16}
-    gate, up = torch.randn(rows, n, **dev), torch.randn(rows, n, **dev)
-    hidden, b = torch.randn(rows, 2 * rank, **dev), torch.randn(n, 2 * rank, **dev) * 0.01
-    grad = torch.randn(rows, n, **dev)
-    g = gate.clone().addmm_(hidden[:, :rank], b[:, :rank].t(), alpha=sg).requires_grad_(True)
-    u = up.clone().addmm_(hidden[:, rank:], b[:, rank:].t(), alpha=su).requires_grad_(True)
-    want = liger.LigerSiLUMulFunction.apply(g, u)
-    want.backward(grad)
-    got = kernels.forward(gate, up, hidden, b, sg, su)
-    dg, du = gate.clone(), up.clone()
-    kernels.backward(grad, dg, du, hidden, b, sg, su)
-    for x, ref in ((got, want.detach()), (dg, g.grad), (du, u.grad)):
-        off = x != ref
-        assert off.float().mean().item() < 1e-2, off.float().mean().item()
-        ulp = ref.float().abs().clamp_min(1e-30) * 2.0 ** -7
-        assert ((x.float() - ref.float()).abs() <= 2 * ulp + 1e-6).all()
