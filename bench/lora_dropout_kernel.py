@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 GROUPS_7B = (("q/k/v", 3, 3584), ("gate/up", 2, 3584), ("o", 1, 3584), ("down", 1, 18944))
 
 
-def _time(fn, reps: int, calls: int = 5) -> float:
+def median_ms(fn, reps: int, calls: int = 5) -> float:
     """Median ms a call, each sample ``calls`` calls back to back (a lone call would time its launch too)."""
     import torch
 
@@ -48,7 +48,7 @@ def _time(fn, reps: int, calls: int = 5) -> float:
             fn()
         end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / calls)
+        times.append(start.elapsedmedian_ms(end) / calls)
     return statistics.median(times)
 
 
@@ -108,9 +108,9 @@ def _group(name: str, groups: int, width: int, tokens: int, rank: int, p: float,
     for label, forward, backward in (("torch", torch_forward, torch_backward),
                                      ("fused", fused_forward, fused_backward),
                                      ("no_dropout", plain_forward, plain_backward)):
-        row[f"{label}_forward_ms"] = round(_time(forward, reps), 4)
-        row[f"{label}_backward_ms"] = round(_time(backward, reps), 4)
-    row["separate_backward_ms"] = round(_time(separate_backward, reps), 4)
+        row[f"{label}_forward_ms"] = round(median_ms(forward, reps), 4)
+        row[f"{label}_backward_ms"] = round(median_ms(backward, reps), 4)
+    row["separate_backward_ms"] = round(median_ms(separate_backward, reps), 4)
     # kept for backward beyond lora_A's outputs: torch a copy + a mask per linear, fused the input once
     row["torch_kept_mb"] = round(groups * tokens * width * 3 / 1e6, 1)
     row["fused_kept_mb"] = round(tokens * width * 2 / 1e6, 1)
@@ -170,7 +170,7 @@ def sweep(tokens: int, rank: int, p: float, reps: int, budget_s: float, kernels_
                 break
             for name, call in group_calls:
                 try:
-                    ms = round(_time(lambda call=call, tiles=tiles: call(tiles), reps), 4)
+                    ms = round(median_ms(lambda call=call, tiles=tiles: call(tiles), reps), 4)
                 except Exception as exc:  # a tile too large for the registers or shared memory
                     ms, why = None, type(exc).__name__
                 else:

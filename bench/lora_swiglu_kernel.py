@@ -16,30 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lora_dropout_kernel import median_ms  # noqa: E402  (bench/ is not a package: run as a script)
+
 TILE_GRID = ((64, 128, 8), (64, 128, 4), (32, 128, 4), (32, 256, 8), (64, 64, 4), (128, 64, 8), (16, 256, 4),
              (128, 128, 8))
-
-
-def _time(fn, reps: int) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def _error(x, ref) -> float:
@@ -79,7 +64,7 @@ def measure(tokens: int, rank: int, reps: int) -> dict:
         u = up.clone().addmm_(hidden[:, rank:], bu, alpha=s)
         return swiglu_forward(g, u)[2]
 
-    clone_ms = _time(lambda: (gate.clone(), up.clone()), reps)  # the replaced path's clones, taken off
+    clone_ms = median_ms(lambda: (gate.clone(), up.clone()), reps, 1)  # the replaced path's clones, taken off
     g_ref = gate.clone().addmm_(hidden[:, :rank], bg, alpha=s).requires_grad_(True)
     u_ref = up.clone().addmm_(hidden[:, rank:], bu, alpha=s).requires_grad_(True)
     out_ref = LigerSiLUMulFunction.apply(g_ref, u_ref)
@@ -87,8 +72,9 @@ def measure(tokens: int, rank: int, reps: int) -> dict:
     exact = _exact(gate, up, hidden, b, s, grad)
     replaced_err = max(_error(x, e) for x, e in zip((out_ref.detach(), g_ref.grad, u_ref.grad), exact, strict=True))
     row = {"tokens": tokens, "rank": rank, "replaced_max_error": replaced_err,
-           "replaced_forward_ms": _time(replaced_forward, reps) - clone_ms,
-           "replaced_backward_ms": _time(lambda: swiglu_backward(gate.clone(), up.clone(), grad), reps) - clone_ms,
+           "replaced_forward_ms": median_ms(replaced_forward, reps, 1) - clone_ms,
+           "replaced_backward_ms": median_ms(lambda: swiglu_backward(gate.clone(), up.clone(), grad), reps, 1)
+           - clone_ms,
            "tiles": []}
     for bm, bn, warps in TILE_GRID:
         tiles = {"BM": bm, "BN": bn, "num_warps": warps}
@@ -97,8 +83,9 @@ def measure(tokens: int, rank: int, reps: int) -> dict:
         kernels.backward(grad, dg, du, hidden, b, s, s, tiles)
         err = max(_error(x, e) for x, e in zip((got, dg, du), exact, strict=True))
         ok = err < 2e-2 and err <= 1.5 * replaced_err
-        fwd = _time(lambda t=tiles: kernels.forward(gate, up, hidden, b, s, s, t), reps)
-        bwd = _time(lambda t=tiles: kernels.backward(grad, gate.clone(), up.clone(), hidden, b, s, s, t), reps) - clone_ms
+        fwd = median_ms(lambda t=tiles: kernels.forward(gate, up, hidden, b, s, s, t), reps, 1)
+        bwd = median_ms(lambda t=tiles: kernels.backward(grad, gate.clone(), up.clone(), hidden, b, s, s, t),
+                        reps, 1) - clone_ms
         row["tiles"].append({**tiles, "forward_ms": fwd, "backward_ms": bwd, "max_error": err, "ok": ok})
     return row
 

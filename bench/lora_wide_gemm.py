@@ -20,28 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
+from lora_dropout_kernel import median_ms  # (bench/ is not a package: run as a script)
+
 # (name, output widths, bias, input width) of a Qwen2.5-7B block's groups that share an input
 GROUPS_7B = (("q/k/v", (3584, 512, 512), True, 3584), ("gate/up", (18944, 18944), False, 3584))
-
-
-def _time(fn, reps: int) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def _group(name: str, outs: tuple[int, ...], bias: bool, width: int, tokens: int, rank: int, reps: int) -> dict:
@@ -101,9 +86,9 @@ def _group(name: str, outs: tuple[int, ...], bias: bool, width: int, tokens: int
     (dx0, dh0), (dx1, dh1) = bwd_now(), bwd_wide()
     bwd_err = max(((dx0 - dx1).abs().max() / dx0.abs().max()).item(), ((dh0 - dh1).abs().max() / dh0.abs().max()).item())
     row = {"group": name, "tokens": tokens, "rank": rank,
-           "forward_now_ms": _time(fwd_now, reps), "forward_wide_ms": _time(fwd_wide, reps),
-           "backward_now_ms": _time(bwd_now, reps), "backward_wide_ms": _time(bwd_wide, reps),
-           "backward_wide_contiguous_ms": _time(bwd_wide_contiguous, reps),
+           "forward_now_ms": median_ms(fwd_now, reps, 1), "forward_wide_ms": median_ms(fwd_wide, reps, 1),
+           "backward_now_ms": median_ms(bwd_now, reps, 1), "backward_wide_ms": median_ms(bwd_wide, reps, 1),
+           "backward_wide_contiguous_ms": median_ms(bwd_wide_contiguous, reps, 1),
            "forward_rel_err": fwd_err, "backward_rel_err": bwd_err}
     row["ok"] = fwd_err < 2e-2 and bwd_err < 2e-2
     return row
