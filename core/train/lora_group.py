@@ -271,7 +271,6 @@ class LoRAGroup:
         self._handed = (x, others) if others else None
         return outputs[self.layers.index(layer)]
 
-
     def swiglu(self, x: torch.Tensor) -> torch.Tensor | None:
         """``silu(gate(x)) * up(x)`` for a gate/up group (layers in that order), the LoRA updates added inside
         the SwiGLU kernel (``core.train.lora_swiglu_kernel``); None where that cannot run (the caller runs
@@ -279,10 +278,11 @@ class LoRAGroup:
         self._handed = None
         specs = self._specs(x)
         kernels = _swiglu_kernels()
-        if specs is None or kernels is None or len({a.shape[0] for a in self._weights(specs)[0::2]}) != 1:
-            return None  # (one rank for both: the kernel's h is [hg | hu])
-        weights = self._weights(specs)
-        if not kernels.usable(x, x.numel() // x.shape[-1] * weights[1].shape[0], weights[0].shape[0]):
+        if specs is None or kernels is None:
+            return None
+        weights = self._weights(specs)  # A, B of gate, A, B of up: one rank for both (the kernel's h is [hg | hu])
+        if weights[0].shape[0] != weights[2].shape[0] or \
+                not kernels.usable(x, x.numel() // x.shape[-1] * weights[1].shape[0], weights[0].shape[0]):
             return None
         gate, up, hidden = _GroupedLoRA.apply(x, specs, self.fused_dropout, True, *weights)
         dtype = gate.dtype

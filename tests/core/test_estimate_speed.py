@@ -271,3 +271,22 @@ def test_epoch_time_and_cost():
     assert result.epoch_hours == pytest.approx(hours)
     assert result.epoch_cost == pytest.approx(hours * 2 * 2.5)
     assert estimate(replace(p, price_per_gpu_hour=None), find_gpu("H100")).epoch_cost is None
+
+
+def test_the_fused_swiglu_takes_the_gate_up_adds_away():
+    """``lora_swiglu_fused``: the gate/up LoRA updates added in the SwiGLU kernel, so the ``lora_B`` adds'
+    read and write of those outputs go (2 + 2 bytes per element, each forward pass); only with both adapted,
+    grouped, and not under peft's input upcast. The run key reaches the plan on a GPU only."""
+    from core.estimate.run_plan import plan_options_for_run
+
+    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
+    assert not p.swiglu_fused  # off by default
+    fused = replace(p, lora_swiglu_fused=True)
+    assert lora_input_bytes(TINY, p, CAL) - lora_input_bytes(TINY, fused, CAL) == pytest.approx(
+        2 * 4.0 * (160 + 160) * 2 * 512)  # forward and recompute, gate + up outputs, layers x tokens
+    for off in (replace(fused, lora_targets=("gate_proj", "q_proj")), replace(fused, lora_grouped=False),
+                replace(fused, lora_input_upcast=True), replace(fused, method="dora")):
+        assert not off.swiglu_fused
+    config = {"method": "lora", "lora_swiglu_fused": True}
+    assert plan_options_for_run(config, cuda=True)["lora_swiglu_fused"]
+    assert not plan_options_for_run(config, cuda=False)["lora_swiglu_fused"]
