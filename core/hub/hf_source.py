@@ -9,8 +9,10 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import queue
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,23 +35,29 @@ _factory_lock = threading.Lock()
 _factory_timeout: float | None = None
 _CALL_THREAD = "hf-call"
 _SDK_HTTP_LOGGER = "huggingface_hub.utils._http"
-# The first retry warning of each call still awaited, by its thread's name: why its connection failed.
-# A call abandoned at its deadline leaves the table, so what its thread logs afterwards is dropped.
-_retry_reasons: dict[str, str | None] = {}
+# Once an attempt has failed, the SDK's retries get this long from the call's start before it is abandoned.
+RETRY_GRACE_S = 4.5
+# The queue of each call still awaited, by its thread's name. Its first retry warning goes there as
+# (None, message): why its connection failed. A call abandoned at its deadline leaves the table, so what
+# its thread logs afterwards is dropped.
+_awaited: dict[str, queue.Queue[tuple[bool | None, Any]]] = {}
+_retry_reasons: dict[str, str] = {}
 _call_numbers = itertools.count(1)
 
 
 class _RetryReasons(logging.Filter):
-    """Keeps the SDK's retry warnings of our call threads off the terminal, and the first one of each:
-    it is the only record of why the connection failed when the deadline abandons the call."""
+    """Keeps the SDK's retry warnings of our call threads off the terminal, and hands the first one of each
+    to its caller: it is the only record of why the connection failed when the deadline abandons the call."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         name = record.threadName or ""
         if not name.startswith(_CALL_THREAD):
             return True
         message = record.getMessage()
-        if "thrown while requesting" in message and _retry_reasons.get(name, "") is None:
+        answers = _awaited.get(name)
+        if "thrown while requesting" in message and answers is not None and name not in _retry_reasons:
             _retry_reasons[name] = message
+            answers.put((None, message))
         return False
 
 
@@ -115,15 +123,15 @@ class HfSource:
         self._api = HfApi(endpoint=self.endpoint, token=self.token or False)
 
     def _call(self, what: str, fn: Any, *args: Any, operation: str = "model", **kwargs: Any) -> Any:
-        """Run an SDK call under one overall deadline.
+        """Run an SDK call under a deadline: ``timeout_s`` while it waits on an answer, and
+        ``RETRY_GRACE_S`` from its start once an attempt has failed.
 
-        The SDK retries timeouts and refused connections five times with back-off (tens of seconds);
-        the call runs in a daemon thread and is abandoned at the deadline, so the answer comes in seconds,
-        with the reason of its first failed attempt when there was one (refused, unknown host).
+        The SDK retries timeouts, refused connections and 5xx answers five times with back-off (tens of
+        seconds); the call runs in a daemon thread and is abandoned at the deadline, so a failure is
+        said in seconds, with the reason of its first failed attempt (refused, unknown host, HTTP 503),
+        while a slow hub that does answer gets the whole read timeout.
         """
-        import queue
-
-        answers: queue.Queue[tuple[bool, Any]] = queue.Queue()
+        answers: queue.Queue[tuple[bool | None, Any]] = queue.Queue()
 
         def call() -> None:
             try:
@@ -134,21 +142,29 @@ class HfSource:
 
         _install_retry_filter()
         name = f"{_CALL_THREAD}-{next(_call_numbers)}"
-        _retry_reasons[name] = None
-        thread = threading.Thread(target=call, name=name, daemon=True)
-        thread.start()
+        _awaited[name] = answers
+        start = time.monotonic()
+        threading.Thread(target=call, name=name, daemon=True).start()
         try:
-            ok, value = answers.get(timeout=min(self.timeout_s, 4.0) + 0.5)
-        except queue.Empty:
+            while True:
+                failed = name in _retry_reasons
+                deadline = start + (min(self.timeout_s + 0.5, RETRY_GRACE_S) if failed else self.timeout_s + 0.5)
+                try:
+                    ok, value = answers.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if ok is None:
+                    continue  # an attempt failed: the shorter deadline holds from now on
+                if ok:
+                    return value
+                return self._reraise(what, value, operation)
+        finally:
+            _awaited.pop(name, None)
             reason = _retry_reasons.pop(name, None)
-            status = re.search(r"HTTP Error (\d{3})", reason or "")
-            if status:
-                raise status_error(HUB, int(status.group(1)), what, self.endpoint, reason or "", operation) from None
-            raise unreachable_error(HUB, self.endpoint, reason or TimeoutError(t("hub.error.deadline"))) from None
-        _retry_reasons.pop(name, None)
-        if ok:
-            return value
-        return self._reraise(what, value, operation)
+        status = re.search(r"HTTP Error (\d{3})", reason or "")
+        if status:
+            raise status_error(HUB, int(status.group(1)), what, self.endpoint, reason or "", operation)
+        raise unreachable_error(HUB, self.endpoint, reason or TimeoutError(t("hub.error.deadline")))
 
     def _reraise(self, what: str, error: BaseException, operation: str = "model") -> Any:
         from huggingface_hub.errors import HfHubHTTPError

@@ -3,9 +3,12 @@ SDKs against the local fake hub or an address nobody answers on; the CLI's twin 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from core.cli import main
+from core.hub import hf_source
 from core.hub.errors import HubUnavailableError
 from core.hub.problems import PROXY_ENV, REASONS, describe_error, status_problem, unreachable_problem
 from core.hub.reachability import HubReachability
@@ -70,10 +73,25 @@ def test_slow_hub_did_not_answer_in_time(hub):
 @pytest.mark.parametrize("hub", ["modelscope", "hf"])
 def test_an_endpoint_that_is_no_hub_answers_404_to_a_search_and_is_not_a_missing_model(hub):
     with FakeHubServer(standard_hub()) as server:
-        problem = search_problem(hub, endpoint=f"{server.url}/not-a-hub")
+        problem = search_problem(hub, endpoint=f"{server.url}/not-a-hub", timeout_s=120.0)  # it answers: no race
     assert (problem.kind, problem.status, problem.offline) == ("status", 404, False)
     assert "HTTP 404 to a search" in problem.summary and "does not exist" not in problem.summary
     assert f"may not point at a {'ModelScope' if hub == 'modelscope' else 'Hugging Face'} server" in problem.advice[0]
+
+
+def test_a_slow_hf_hub_that_answers_gets_the_read_timeout_and_only_failed_attempts_the_retry_grace(monkeypatch):
+    from huggingface_hub.utils import close_session
+
+    monkeypatch.setattr(hf_source, "RETRY_GRACE_S", 0.05)
+    close_session()  # a kept-alive connection to an earlier test's server, whose port this one may reuse, is reset
+    with FakeHubServer(standard_hub()) as server:
+        server.hub.slow_s = 0.5  # ten times the grace: no attempt failed, so the call waits on
+        page = open_hub("hf", endpoint=server.url, timeout_s=120.0).search(SearchQuery(text="qwen"))
+    assert page.items
+    started = time.monotonic()
+    problem = search_problem("hf", endpoint=closed_port_url(), timeout_s=120.0)
+    assert problem.reason == "refused"
+    assert time.monotonic() - started < 60  # the SDK's retries (1 s + 2 s + ...) were abandoned, not awaited
 
 
 def test_statuses_and_proxies_give_their_own_advice(monkeypatch):
