@@ -682,8 +682,10 @@ def main(argv: list[str] | None = None) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "home": str(home)}
     if cuda:
         from core.train.lora_dropout_kernel import TILES
+        from core.train.lora_swiglu_kernel import TILES as SWIGLU_TILES
 
         meta["lora_dropout_tiles"] = TILES  # the kernels' tiles (a sweep's, where TUNEDECK_LORA_DROPOUT_TILES names one)
+        meta["lora_swiglu_tiles"] = SWIGLU_TILES  # (the tile bench's, where TUNEDECK_LORA_SWIGLU_TILES names one)
     results: list[dict[str, Any]] = []
     min_needed = 20.0 if not cuda else 90.0
 

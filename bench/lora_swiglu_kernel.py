@@ -7,9 +7,10 @@ shape in ``TILE_GRID``. Each result is checked against float64 torch: its larges
 (|value| + 1) must be within bf16 rounding (2e-2, the kernels' GPU test) and no more than 1.5x the replaced
 path's own (reported beside it). (Bit for bit the two differ: session 16's run of this bench, which asked for
 that, found 13% of one result's elements rounded the other way.)
-Writes Markdown (``--out``) and JSON beside it.
+Writes Markdown (``--out``) and JSON beside it; the JSON's "overall" (the fastest tiles over every ``--tokens``
+among those within the error bound) is what the engine takes where TUNEDECK_LORA_SWIGLU_TILES names the file.
 
-    python bench/lora_swiglu_kernel.py --out bench/results/lora-swiglu-kernel.md
+    python bench/lora_swiglu_kernel.py --tokens 8192,16384 --out bench/results/lora-swiglu-kernel.md
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lora_dropout_kernel import median_ms  # noqa: E402  (bench/ is not a package: run as a script)
 
 TILE_GRID = ((64, 128, 8), (64, 128, 4), (32, 128, 4), (32, 256, 8), (64, 64, 4), (128, 64, 8), (16, 256, 4),
-             (128, 128, 8))
+             (128, 128, 8), (16, 128, 4), (32, 64, 4), (32, 128, 8), (16, 256, 8), (16, 512, 8), (32, 256, 4),
+             (64, 64, 8), (16, 128, 2))
 
 
 def _error(x, ref) -> float:
@@ -90,6 +92,21 @@ def measure(tokens: int, rank: int, reps: int) -> dict:
     return row
 
 
+def overall(rows: list[dict]) -> dict[str, dict[str, int]]:
+    """Per kernel, the tiles whose time summed over ``rows`` (token counts) is least among those ok in every
+    row: what ``core.train.lora_swiglu_kernel`` takes from this JSON where TUNEDECK_LORA_SWIGLU_TILES names it."""
+    keys = ("BM", "BN", "num_warps")
+    by_tile: dict[tuple[int, ...], list[dict]] = {}
+    for row in rows:
+        for t in row["tiles"]:
+            by_tile.setdefault(tuple(t[k] for k in keys), []).append(t)
+    ok = {tile: runs for tile, runs in by_tile.items() if len(runs) == len(rows) and all(t["ok"] for t in runs)}
+    if not ok:
+        return {}
+    return {kernel: dict(zip(keys, min(ok, key=lambda tile: sum(t[f"{kernel}_ms"] for t in ok[tile])), strict=True))
+            for kernel in ("forward", "backward")}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -113,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{t['max_error']:.1e} | {'ok' if t['ok'] else 'NO'} |" for t in r["tiles"]]
         lines.append("")
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    chosen = overall(rows)
+    lines.append(f"Fastest over all token counts (the JSON's \"overall\"): {chosen}")
     args.out.write_text("\n".join(lines), encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows},
-                                                        indent=1), encoding="utf-8")
+    args.out.with_suffix(".json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows,
+                                                         "overall": chosen}, indent=1), encoding="utf-8")
     print("\n".join(lines))
     return 0 if all(t["ok"] for r in rows for t in r["tiles"]) else 1
 

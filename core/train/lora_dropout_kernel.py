@@ -312,15 +312,16 @@ BACKWARD_MAX_WIDTH = 8192
 TILES_ENV = "TUNEDECK_LORA_DROPOUT_TILES"  # a sweep's JSON: its "overall" tiles replace these
 
 
-def _load_tiles() -> None:
-    path = os.environ.get(TILES_ENV)
+def load_tiles(tiles: dict[str, dict[str, int]], env: str) -> None:
+    """Replace ``tiles`` (by kernel) with the "overall" tiles of the bench JSON that ``env`` names, if set."""
+    path = os.environ.get(env)
     if path:
         overall = json.loads(Path(path).read_text(encoding="utf-8"))["overall"]
-        for kernel, tiles in overall.items():
-            TILES[kernel] = {k: int(tiles[k]) for k in TILES[kernel]}
+        for kernel, chosen in overall.items():
+            tiles[kernel] = {k: int(chosen[k]) for k in tiles[kernel]}
 
 
-_load_tiles()
+load_tiles(TILES, TILES_ENV)
 
 
 def _random_args(seed: int, groups: int, p: float) -> tuple[Any, ...]:

@@ -30,13 +30,16 @@ import torch
 import triton
 import triton.language as tl
 
-from core.train.lora_dropout_kernel import interpreted
+from core.train.lora_dropout_kernel import interpreted, load_tiles
 
 MAX_RANK = 128
 # Rows x columns a program and warps, by kernel: the fastest of bench/lora_swiglu_kernel.py's grid on the H200
 # at 8,192 x 18,944, rank 16 (lora-swiglu-kernel): forward 0.366 ms against 0.791 for the two adds and Liger's
 # forward; backward 0.613 against Liger's 0.420 (it recomputes the two rank-r products)
 TILES = {"forward": {"BM": 16, "BN": 256, "num_warps": 4}, "backward": {"BM": 32, "BN": 128, "num_warps": 4}}
+TILES_ENV = "TUNEDECK_LORA_SWIGLU_TILES"  # that bench's JSON: its "overall" tiles replace these
+
+load_tiles(TILES, TILES_ENV)
 
 
 def usable(x: torch.Tensor, elements: int, rank: int) -> bool:

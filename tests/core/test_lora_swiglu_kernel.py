@@ -131,6 +131,35 @@ def test_the_fused_swiglu_goes_back_over_a_forward_put_there_at_train_begin(kern
     assert calls == {"forward": 4, "backward": 4}
 
 
+def test_the_tile_bench_picks_the_fastest_tiles_within_the_error_bound_and_the_engine_takes_them(tmp_path,
+                                                                                                 monkeypatch):
+    import json
+    import sys
+    from pathlib import Path
+
+    from core.train.lora_dropout_kernel import load_tiles
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import lora_swiglu_kernel as bench  # the bench script, for its choice
+
+    def tile(bm, fwd, bwd, ok=True):
+        return {"BM": bm, "BN": 128, "num_warps": 4, "forward_ms": fwd, "backward_ms": bwd, "ok": ok}
+
+    rows = [{"tiles": [tile(16, 0.30, 0.90), tile(32, 0.40, 0.50), tile(64, 0.10, 0.10, ok=False)]},
+            {"tiles": [tile(16, 0.60, 1.80), tile(32, 0.80, 0.70), tile(64, 0.20, 0.20)]}]
+    chosen = bench.overall(rows)  # 64 is fastest but over the error bound at one token count
+    assert chosen == {"forward": {"BM": 16, "BN": 128, "num_warps": 4}, "backward": {"BM": 32, "BN": 128, "num_warps": 4}}
+    assert bench.overall([{"tiles": [tile(16, 0.3, 0.3, ok=False)]}]) == {}
+    path = tmp_path / "tiles.json"
+    path.write_text(json.dumps({"overall": chosen}))
+    tiles = {"forward": {"BM": 1, "BN": 1, "num_warps": 1}, "backward": {"BM": 2, "BN": 2, "num_warps": 2}}
+    load_tiles(tiles, "TUNEDECK_LORA_SWIGLU_TILES")
+    assert tiles["forward"]["BM"] == 1  # unset: the module's own
+    monkeypatch.setenv("TUNEDECK_LORA_SWIGLU_TILES", str(path))
+    load_tiles(tiles, "TUNEDECK_LORA_SWIGLU_TILES")
+    assert tiles == chosen
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rank", [16, 64])
 def test_compiled_kernels_in_bf16_equal_torch(rank):
