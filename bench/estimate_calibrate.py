@@ -130,7 +130,8 @@ def _engine_plan(model: str, method: str, config: dict[str, Any], result: dict[s
         options.update(lora_rank=16, lora_dropout=float(config.get("lora_dropout") or 0.0),
                        lora_input_upcast=bool(config.get("lora_input_upcast")),
                        lora_dropout_fused=bool(config.get("lora_dropout_fused", False)),
-                       lora_swiglu_fused=bool(config.get("lora_swiglu_fused", False)))
+                       lora_swiglu_fused=bool(config.get("lora_swiglu_fused", False)),
+                       qlora_reuse_dequantised=bool(config.get("qlora_reuse_dequantised", False)))
     return plan_for_model(str(CONFIGS[model]), exact_count=False, **options)
 
 

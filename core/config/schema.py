@@ -55,6 +55,7 @@ lora_fused_add             bool                                true
 lora_grouped               bool                                true
 lora_dropout_fused         bool                                true
 lora_swiglu_fused          bool                                false
+qlora_reuse_dequantised    bool                                false
 compile_layers             bool                                false
 offload_activations        bool                                false
 tiled_mlp                  auto, false, or an int >= 1         auto
@@ -155,6 +156,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "lora_grouped": KeySpec("bool"),
     "lora_dropout_fused": KeySpec("bool"),
     "lora_swiglu_fused": KeySpec("bool"),
+    "qlora_reuse_dequantised": KeySpec("bool"),
     "compile_layers": KeySpec("bool"),
     "offload_activations": KeySpec("bool"),
     "tiled_mlp": KeySpec("int_or_choice", ("auto", "false"), minimum=1),
@@ -220,6 +222,7 @@ class RunConfig:
     lora_grouped: bool = True
     lora_dropout_fused: bool = True
     lora_swiglu_fused: bool = False
+    qlora_reuse_dequantised: bool = False
     compile_layers: bool = False
     offload_activations: bool = False
     tiled_mlp: str | int = "auto"

@@ -251,6 +251,9 @@ def activation_sizes(arch: ModelArchitecture, plan: TrainingPlan, layout: Precis
     # the block recomputed by then, not the backward's gradients.
     recompute = max(calibration.checkpoint_recompute_layers[plan.method] * block.total(tokens),
                     block.total(tokens) + dora_transient) + upcast_gradient_bytes(arch, plan, True) * tokens
+    if plan.reuses_dequantised:  # the recomputed block's adapted weights, dequantised, kept for its backward
+        recompute += layout.compute * sum(shape.weight_params for shape in arch.linear_shapes()
+                                          if shape.name in plan.lora_targets)
     # checkpoint_layers < all: the last layers keep everything and are back-propagated first (their
     # activations freed as it goes), the checkpointed first ones are recomputed after.
     kept_whole = (arch.num_layers - checkpointed) * kept_block.total(tokens)

@@ -90,6 +90,10 @@ class TrainingPlan:
     # ``lora_swiglu_fused``, core.train.lora_swiglu_kernel; off by default, GPUs only). Speed only: the
     # adds' read and write of the gate and up outputs go (``swiglu_fused`` says when it applies).
     lora_swiglu_fused: bool = False
+    # QLoRA: checkpointed blocks keep the weights their recompute dequantises for backward (run key
+    # ``qlora_reuse_dequantised``, core.train.lora_group; off by default): one dequantisation pass less, one
+    # block's weights in the compute dtype more at the peak (``reuses_dequantised`` says when it applies).
+    qlora_reuse_dequantised: bool = False
     # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
     offload_activations: bool = False
     # The MLP over sequence tiles (core.train.tiled_mlp): "auto" (checkpointed blocks, long micro-batches),
@@ -159,6 +163,13 @@ class TrainingPlan:
         ``lora_swiglu_fusing`` decides (grouped LoRA/QLoRA without the input upcast, both projections adapted)."""
         return (self.method in ("lora", "qlora") and self.lora_grouped and self.lora_swiglu_fused
                 and not self.lora_input_upcast and {"gate_proj", "up_proj"} <= set(self.lora_targets))
+
+    @property
+    def reuses_dequantised(self) -> bool:
+        """Whether this plan's checkpointed blocks keep their dequantised weights for backward, as
+        ``core.train.model_setup``'s ``dequantised_reusing`` decides (grouped QLoRA, checkpointing)."""
+        return (self.method == "qlora" and self.qlora_reuse_dequantised and self.lora_grouped
+                and not self.lora_input_upcast and self.checkpointed_layers > 0)
 
     @property
     def lora_input_kept_once(self) -> bool:

@@ -154,11 +154,14 @@ def weight_pass_bytes(counts: ParameterCounts, arch: ModelArchitecture, plan: Tr
     """Bytes moved per micro-step over the base weights outside the matmuls.
 
     QLoRA dequantises every NF4 weight to bf16 in the forward pass, again in backward (the input
-    gradient needs W) and in the recompute; DoRA forms W + BA and its row norms in every forward pass.
+    gradient needs W) and in the recompute, which ``qlora_reuse_dequantised`` keeps for the backward;
+    DoRA forms W + BA and its row norms in every forward pass.
     """
     if plan.method == "qlora":
-        passes = 2 + plan.recompute_fraction
-        return passes * counts.linear_in_layers * calibration.qlora_dequant_bytes_per_weight
+        weights = (2 + plan.recompute_fraction) * counts.linear_in_layers
+        if plan.reuses_dequantised:  # the adapted (grouped) linears of checkpointed blocks
+            weights -= plan.recompute_fraction * targeted_weight_parameters(arch, plan)
+        return weights * calibration.qlora_dequant_bytes_per_weight
     if plan.method == "dora":
         passes = 1 + plan.recompute_fraction
         return passes * targeted_weight_parameters(arch, plan) * calibration.dora_norm_bytes_per_weight

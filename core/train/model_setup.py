@@ -236,9 +236,11 @@ def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any
 
         fused = bool(cfg.get("lora_dropout_fused", True))
         swiglu = bool(cfg.get("lora_swiglu_fused", False))
+        reuse = dequantised_reusing(cfg)
         log.info("lora_grouped: %d groups of LoRA linears that share an input (dropout in Triton kernels: %s; "
-                 "gate/up updates in the SwiGLU kernel: %s)",
-                 group_lora_layers(model, fused_dropout=fused, fused_swiglu=swiglu), fused, swiglu)
+                 "gate/up updates in the SwiGLU kernel: %s; dequantised weights kept for backward: %s)",
+                 group_lora_layers(model, fused_dropout=fused, fused_swiglu=swiglu, reuse_dequantised=reuse),
+                 fused, swiglu, reuse)
     trainable, total = model.get_nb_trainable_parameters()
     log.info("%s: %s trainable parameters of %s (%.3f%%)", method, f"{trainable:,}", f"{total:,}",
              100.0 * trainable / max(1, total))
@@ -265,6 +267,13 @@ def lora_swiglu_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
     """Whether a run's gate/up LoRA updates are added in ``core.train.lora_swiglu_kernel``'s SwiGLU kernel
     (each MLP checks its activation and ranks at its first forward): grouped, on a GPU."""
     return cuda and lora_grouping(cfg) and bool(cfg.get("lora_swiglu_fused", False))
+
+
+def dequantised_reusing(cfg: dict[str, Any]) -> bool:
+    """Whether a QLoRA run's checkpointed blocks keep the weights they dequantise for backward
+    (``qlora_reuse_dequantised``, ``core.train.lora_group``): grouped, with gradient checkpointing."""
+    return (cfg.get("method") == "qlora" and lora_grouping(cfg) and bool(cfg.get("gradient_checkpointing"))
+            and bool(cfg.get("qlora_reuse_dequantised", False)))
 
 
 def describe_model_dir(model_dir: Path) -> dict[str, Any]:

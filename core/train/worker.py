@@ -231,6 +231,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     )
     from core.train.deepspeed_config import deepspeed_config, write_deepspeed_config
     from core.train.model_setup import (
+        dequantised_reusing,
         describe_model_dir,
         load_model,
         load_tokenizer,
@@ -410,6 +411,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "lora_grouped": lora_grouping(cfg) if cfg.get("method") in LORA_METHODS else None,
         "lora_dropout_fused": lora_dropout_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
         "lora_swiglu_fused": lora_swiglu_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
+        "qlora_reuse_dequantised": dequantised_reusing(cfg) if cfg.get("method") == "qlora" else None,
         "checkpoint_layers": (0 if not cfg.get("gradient_checkpointing") else checkpoint_layers
                               if checkpoint_layers is not None else len(decoder_layers(model))),
         "compile_layers": compile_layers,
@@ -562,7 +564,7 @@ def _on_oom(run: RunDirectory, cfg: dict[str, Any], exc: BaseException, rank: in
     reason = Message("train.reason_oom", advice=oom_tips(cfg, world_size))
     keys = ("model", "method", "precision", "micro_batch_size", "gradient_accumulation", "max_seq_len",
             "gradient_checkpointing", "zero_stage", "offload", "packing", "optimizer",
-            "fused_ce", "offload_activations", "qlora_upcast")  # the engine switches that decide memory too
+            "fused_ce", "offload_activations", "qlora_upcast", "qlora_reuse_dequantised")  # engine switches that decide memory too
     run.append_event(
         "oom",
         rank=rank,

@@ -290,3 +290,33 @@ def test_the_fused_swiglu_takes_the_gate_up_adds_away():
     config = {"method": "lora", "lora_swiglu_fused": True}
     assert plan_options_for_run(config, cuda=True)["lora_swiglu_fused"]
     assert not plan_options_for_run(config, cuda=False)["lora_swiglu_fused"]
+
+
+def test_reusing_the_dequantised_weights_drops_the_backwards_pass_and_keeps_one_blocks_weights():
+    """``qlora_reuse_dequantised``: checkpointed blocks' backward takes the weights their recompute dequantised,
+    so the adapted linears' NF4 weights are dequantised twice a step, not three times; the recomputed block
+    keeps them in bf16 until its backward. Only for grouped QLoRA with checkpointing."""
+    from core.estimate.activations import activation_sizes
+    from core.estimate.precision import precision_layout
+    from core.estimate.run_plan import plan_options_for_run
+
+    p = TrainingPlan(architecture=TINY, method="qlora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
+    assert not p.reuses_dequantised  # off by default
+    reused = replace(p, qlora_reuse_dequantised=True)
+    assert reused.reuses_dequantised
+    per_block = sum(shape.weight_params for shape in TINY.linear_shapes())  # all-linear: every weight adapted
+    assert weight_pass_bytes(COUNTS, TINY, p, CAL) == pytest.approx(3 * COUNTS.linear_in_layers * CAL.qlora_dequant_bytes_per_weight)
+    assert weight_pass_bytes(COUNTS, TINY, reused, CAL) == pytest.approx(
+        2 * COUNTS.linear_in_layers * CAL.qlora_dequant_bytes_per_weight)
+    layout = precision_layout(p, CAL.adam8bit_bytes_per_param)
+    kept = activation_sizes(TINY, reused, layout, CAL).in_backward - activation_sizes(TINY, p, layout, CAL).in_backward
+    assert kept == pytest.approx(2.0 * per_block)  # one block's weights in bf16
+    half = replace(p, checkpoint_layers=1)  # one of two blocks recomputed: half a pass saved
+    assert weight_pass_bytes(COUNTS, TINY, half, CAL) == pytest.approx(
+        2.5 * COUNTS.linear_in_layers * CAL.qlora_dequant_bytes_per_weight)
+    assert weight_pass_bytes(COUNTS, TINY, replace(half, qlora_reuse_dequantised=True), CAL) == pytest.approx(
+        2 * COUNTS.linear_in_layers * CAL.qlora_dequant_bytes_per_weight)
+    for off in (replace(reused, gradient_checkpointing=False), replace(reused, lora_grouped=False),
+                replace(reused, lora_input_upcast=True), replace(reused, method="lora")):
+        assert not off.reuses_dequantised
+    assert plan_options_for_run({"method": "qlora", "qlora_reuse_dequantised": True}, cuda=False)["qlora_reuse_dequantised"]

@@ -184,3 +184,7 @@ def test_grouped_lora_keeps_peft_loss_and_gradients_on_cuda(method, tmp_path):
     assert none == 0 and grouped == 4 * 7
     assert loss_grouped == pytest.approx(loss_plain, rel=1e-3)
     assert_close(grads_plain, grads_grouped, rel=2e-2)
+    if method == "qlora":  # the recompute's dequantised weights kept for backward: bitsandbytes' forward maths
+        loss_reused, grads_reused, _ = run({"qlora_reuse_dequantised": True})
+        assert loss_reused == pytest.approx(loss_plain, rel=1e-3)
+        assert_close(grads_plain, grads_reused, rel=2e-2)

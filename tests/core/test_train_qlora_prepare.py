@@ -31,11 +31,12 @@ def _quantised_tiny(home: Path):
     return model
 
 
-def _qlora(home: Path, upcast: bool, checkpointing: bool = True):
-    torch.manual_seed(11)  # the same adapter initialisation for both recipes
+def _qlora(home: Path, upcast: bool, checkpointing: bool = True, **keys):
     cfg = {"method": "qlora", "lora_rank": 8, "lora_alpha": 16, "lora_dropout": 0.0, "qlora_upcast": upcast,
-           "gradient_checkpointing": checkpointing}
-    model = wrap_lora(_quantised_tiny(home), cfg, torch.bfloat16)
+           "gradient_checkpointing": checkpointing, **keys}
+    base = _quantised_tiny(home)  # (the first call makes the random weights, from their own seed)
+    torch.manual_seed(11)  # the same adapter initialisation for both recipes
+    model = wrap_lora(base, cfg, torch.bfloat16)
     if checkpointing:  # as the Trainer does it: non-reentrant
         model.base_model.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -106,3 +107,84 @@ def test_losses_match_the_upcast_recipe_over_a_few_steps(tmp_path, monkeypatch):
     assert ours[-1] < ours[0] - 0.05  # it learns
     for a, b in zip(upcast_losses, ours, strict=True):
         assert abs(a - b) / a < 0.02, (upcast_losses, ours)  # bf16 noise, not a different training
+
+
+def _dequantisations(monkeypatch) -> list[int]:
+    """Counts the NF4 weights dequantised from now on: by bitsandbytes' own 4-bit matmul (the base layer's
+    forward: on a GPU at training sizes it dequantises and calls F.linear) and by the grouped node's
+    ``_base_weight``."""
+    import bitsandbytes
+
+    from core.train import lora_group
+
+    calls = [0]
+
+    def counted(real):
+        def call(*args, **kwargs):
+            calls[0] += 1
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(bitsandbytes, "matmul_4bit", counted(bitsandbytes.matmul_4bit))
+    monkeypatch.setattr(lora_group, "_base_weight", counted(lora_group._base_weight))
+    return calls
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_reusing_the_recomputes_dequantised_weights_drops_a_pass_and_changes_no_number(tmp_path, monkeypatch,
+                                                                                      dropout):
+    """qlora_reuse_dequantised: in checkpointed blocks the backward takes the weights the recompute
+    dequantised (a third fewer dequantisations); the loss and every adapter's gradient are the same."""
+    from core.train.model_setup import dequantised_reusing
+
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path))
+    batch = _batch()
+    runs = {}
+    for reuse in (False, True):
+        model = _qlora(tmp_path, upcast=False, lora_dropout=dropout, qlora_reuse_dequantised=reuse)
+        # equal weights in both models (one seed), so the masks must be too: seed the dropout as well
+        torch.manual_seed(3)
+        calls = _dequantisations(monkeypatch)
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # as the Trainer runs (the grouped node needs it here)
+            loss = forward_chunked_loss(model, model, batch)
+        forward_calls = calls[0]
+        loss.backward()
+        runs[reuse] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+                       forward_calls, calls[0])
+    linears = 7 * len(_blocks(model))
+    assert runs[False][2] == runs[True][2] == linears  # the forward dequantises each weight once either way
+    assert runs[False][3] == 3 * linears  # forward, recompute, backward
+    assert runs[True][3] == 2 * linears  # the backward took the recompute's
+    assert runs[True][0] == runs[False][0]
+    assert runs[True][1].keys() == runs[False][1].keys() and runs[True][1]
+    for name, grad in runs[False][1].items():
+        assert torch.equal(runs[True][1][name], grad), name
+    assert dequantised_reusing({"method": "qlora", "gradient_checkpointing": True, "qlora_reuse_dequantised": True})
+    assert not dequantised_reusing({"method": "qlora", "gradient_checkpointing": False,
+                                    "qlora_reuse_dequantised": True})
+
+
+def test_without_checkpointing_nothing_is_kept_for_backward_whatever_the_key(tmp_path, monkeypatch):
+    """Outside checkpointed blocks the key changes nothing: kept there, every block's weights would stay in
+    bf16 until its backward (as much memory as plain LoRA's frozen model)."""
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path))
+    counts = []
+    for forced in (False, True):
+        model = _qlora(tmp_path, upcast=False, checkpointing=False, qlora_reuse_dequantised=True)
+        groups = {id(m._tunedeck_group): m._tunedeck_group for m in model.modules() if hasattr(m, "_tunedeck_group")}
+        assert groups and not any(g.reuse_dequantised for g in groups.values())  # the run has no checkpointing
+        for group in groups.values():
+            group.reuse_dequantised = forced  # asked for anyway: the block, not checkpointed, says no
+            assert group.block is not None and not group._reuse()
+        calls = _dequantisations(monkeypatch)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = forward_chunked_loss(model, model, _batch())
+        loss.backward()
+        counts.append(calls[0])
+    assert counts[0] == counts[1] > 7 * len(_blocks(model))  # the backward dequantised again: nothing was kept
+
+
+def _blocks(model):
+    from core.train.engine_switches import decoder_layers
+
+    return decoder_layers(model)
