@@ -143,7 +143,7 @@ def test_stop_asks_then_signals_the_supervisor():
                 await pilot.pause()
                 await pilot.press("y")
                 await wait_for(pilot, lambda: screen.status == "stopped")
-                assert proc.wait(timeout=5) == 0
+                assert proc.wait(timeout=60) == 0
                 await wait_for(pilot, lambda: any("stopped" in m for m in messages(app)))
                 await pilot.press("y")  # a stopped run copies its resume command
                 assert app.clipboard == "tunedeck resume 20261129-2100-stop"
