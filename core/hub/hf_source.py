@@ -80,6 +80,18 @@ def hf_repo_dir(model_id: str) -> Path:
     return hf_hub_cache() / f"models--{owner}--{name}"
 
 
+class _Abandoned(Exception):
+    """Raised in a call thread whose caller gave up on it, at its next request: not an error the SDK
+    retries, so the thread ends instead of retrying for half a minute (and closing the SDK's shared client,
+    which it does after a failed connection, under the calls made since)."""
+
+
+def _stop_if_abandoned() -> None:
+    name = threading.current_thread().name
+    if name.startswith(_CALL_THREAD) and name not in _awaited:
+        raise _Abandoned(name)
+
+
 def _install_timeouts(timeout_s: float) -> None:
     global _factory_timeout
     with _factory_lock:
@@ -91,6 +103,7 @@ def _install_timeouts(timeout_s: float) -> None:
         limits = httpx2.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
 
         def cap_timeout(request: Any) -> None:
+            _stop_if_abandoned()
             # The SDK passes its own per-request timeout (10 s and more); ours wins.
             request.extensions["timeout"] = limits.as_dict()
 

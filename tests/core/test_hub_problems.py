@@ -79,10 +79,22 @@ def test_an_endpoint_that_is_no_hub_answers_404_to_a_search_and_is_not_a_missing
     assert f"may not point at a {'ModelScope' if hub == 'modelscope' else 'Hugging Face'} server" in problem.advice[0]
 
 
+def _no_hf_calls_left() -> None:
+    """Wait until no HF call thread is alive (abandoned ones end at their next request: the SDK's
+    back-off is at most 8 s), so that none closes the SDK's shared client under this test's call."""
+    import threading
+
+    deadline = time.monotonic() + 60
+    while any(t.name.startswith("hf-call") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "an HF call thread outlived its caller"
+        time.sleep(0.05)
+
+
 def test_a_slow_hf_hub_that_answers_gets_the_read_timeout_and_only_failed_attempts_the_retry_grace(monkeypatch):
     from huggingface_hub.utils import close_session
 
     monkeypatch.setattr(hf_source, "RETRY_GRACE_S", 0.05)
+    _no_hf_calls_left()
     close_session()  # a kept-alive connection to an earlier test's server, whose port this one may reuse, is reset
     with FakeHubServer(standard_hub()) as server:
         server.hub.slow_s = 0.5  # ten times the grace: no attempt failed, so the call waits on
@@ -92,6 +104,20 @@ def test_a_slow_hf_hub_that_answers_gets_the_read_timeout_and_only_failed_attemp
     problem = search_problem("hf", endpoint=closed_port_url(), timeout_s=120.0)
     assert problem.reason == "refused"
     assert time.monotonic() - started < 60  # the SDK's retries (1 s + 2 s + ...) were abandoned, not awaited
+
+
+def test_an_abandoned_hf_call_stops_retrying(monkeypatch):
+    """The SDK retries a 503 five times over ~23 s; once the caller has given up, the call's thread ends at
+    its next request instead of going on (and closing the SDK's shared client under later calls)."""
+    monkeypatch.setattr(hf_source, "RETRY_GRACE_S", 0.05)
+    _no_hf_calls_left()
+    with FakeHubServer(standard_hub()) as server:
+        server.hub.status = 503
+        problem = search_problem("hf", endpoint=server.url, timeout_s=120.0)
+        _no_hf_calls_left()
+        requests = len(server.hub.requests)
+    assert (problem.kind, problem.status) == ("status", 503)
+    assert requests == 1  # the first attempt only: the retry a second later found its caller gone
 
 
 def test_statuses_and_proxies_give_their_own_advice(monkeypatch):

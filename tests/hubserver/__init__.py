@@ -11,7 +11,7 @@ ModelScope
 Hugging Face
   ``GET /api/models``, ``GET /api/models/{id}[/revision/{rev}]``, ``GET|HEAD /{id}/resolve/{rev}/{path}``
 
-Knobs a test turns: ``slow_s`` (every answer waits that long), ``hold`` (an event: every answer waits
+Knobs a test turns: ``slow_s`` (every answer waits that long), ``status`` (every answer is that HTTP status), ``hold`` (an event: every answer waits
 until it is set, so a test knows no answer came before, whatever the box's speed), ``drop_once`` (file paths whose first
 transfer is cut mid-body), a private repo (401 without the token) and a gated one (403 without it).
 """
@@ -67,6 +67,7 @@ class FakeHub:
 
     repos: dict[str, FakeRepo] = field(default_factory=dict)
     slow_s: float = 0.0
+    status: int | None = None  # every answer is this HTTP status (a hub that is down: 503)
     hold: threading.Event | None = None  # answers wait until it is set (a ceiling of a minute)
     chunk_delay_s: float = 0.0  # pause between 64 KiB chunks of a file body (a slow link)
     # A file body stops at this byte of the file until ``stall_release`` is set (a ceiling of a minute):
@@ -216,6 +217,8 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(self.hub.slow_s)
         if self.hub.hold is not None:
             self.hub.hold.wait(60)
+        if self.hub.status:
+            return self._json(self.hub.status, {"error": "the fake hub is down"})
         parts = [unquote(part) for part in url.path.strip("/").split("/")]
         repos = self.hub.repos
         try:
