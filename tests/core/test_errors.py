@@ -25,6 +25,7 @@ CONTROL_FLOW = {
     "core.config.checks._Invalid": "one value's refusal, collected into a ConfigError's issues",
     "core.hardware.nvml_backend._NvmlGone": "NVML went away mid-poll: the snapshot says so instead",
     "core.hub.downloader.Cancelled": "the download job's cancel signal, inside the downloader process",
+    "core.hub.hf_source._Abandoned": "ends an HF call thread whose caller gave up on it; nobody reads it",
 }
 
 
