@@ -37,17 +37,16 @@ _CALL_THREAD = "hf-call"
 _SDK_HTTP_LOGGER = "huggingface_hub.utils._http"
 # Once an attempt has failed, the SDK's retries get this long from the call's start before it is abandoned.
 RETRY_GRACE_S = 4.5
-# The queue of each call still awaited, by its thread's name. Its first retry warning goes there as
-# (None, message): why its connection failed. A call abandoned at its deadline leaves the table, so what
-# its thread logs afterwards is dropped.
+# The queue of each call still awaited, by its thread's name. Its retry warnings go there as (None, message):
+# the first says why its connection failed. A call abandoned at its deadline leaves the table, so what its
+# thread logs afterwards is dropped.
 _awaited: dict[str, queue.Queue[tuple[bool | None, Any]]] = {}
-_retry_reasons: dict[str, str] = {}
 _call_numbers = itertools.count(1)
 
 
 class _RetryReasons(logging.Filter):
-    """Keeps the SDK's retry warnings of our call threads off the terminal, and hands the first one of each
-    to its caller: it is the only record of why the connection failed when the deadline abandons the call."""
+    """Keeps the SDK's retry warnings of our call threads off the terminal, and hands them to the caller: the
+    first is the only record of why the connection failed when the deadline abandons the call."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         name = record.threadName or ""
@@ -55,8 +54,7 @@ class _RetryReasons(logging.Filter):
             return True
         message = record.getMessage()
         answers = _awaited.get(name)
-        if "thrown while requesting" in message and answers is not None and name not in _retry_reasons:
-            _retry_reasons[name] = message
+        if "thrown while requesting" in message and answers is not None:
             answers.put((None, message))
         return False
 
@@ -157,23 +155,23 @@ class HfSource:
         name = f"{_CALL_THREAD}-{next(_call_numbers)}"
         _awaited[name] = answers
         start = time.monotonic()
+        reason: str | None = None  # the first failed attempt's warning
         threading.Thread(target=call, name=name, daemon=True).start()
         try:
             while True:
-                failed = name in _retry_reasons
-                deadline = start + (min(self.timeout_s + 0.5, RETRY_GRACE_S) if failed else self.timeout_s + 0.5)
+                wait = min(self.timeout_s + 0.5, RETRY_GRACE_S) if reason else self.timeout_s + 0.5
                 try:
-                    ok, value = answers.get(timeout=max(0.0, deadline - time.monotonic()))
+                    ok, value = answers.get(timeout=max(0.0, start + wait - time.monotonic()))
                 except queue.Empty:
                     break
-                if ok is None:
-                    continue  # an attempt failed: the shorter deadline holds from now on
+                if ok is None:  # an attempt failed: the shorter deadline holds from now on
+                    reason = reason or value
+                    continue
                 if ok:
                     return value
                 return self._reraise(what, value, operation)
         finally:
             _awaited.pop(name, None)
-            reason = _retry_reasons.pop(name, None)
         status = re.search(r"HTTP Error (\d{3})", reason or "")
         if status:
             raise status_error(HUB, int(status.group(1)), what, self.endpoint, reason or "", operation)

@@ -85,7 +85,7 @@ def _no_hf_calls_left() -> None:
     import threading
 
     deadline = time.monotonic() + 60
-    while any(t.name.startswith("hf-call") for t in threading.enumerate()):
+    while any(t.name.startswith(hf_source._CALL_THREAD) for t in threading.enumerate()):
         assert time.monotonic() < deadline, "an HF call thread outlived its caller"
         time.sleep(0.05)
 
@@ -100,10 +100,8 @@ def test_a_slow_hf_hub_that_answers_gets_the_read_timeout_and_only_failed_attemp
         server.hub.slow_s = 0.5  # ten times the grace: no attempt failed, so the call waits on
         page = open_hub("hf", endpoint=server.url, timeout_s=120.0).search(SearchQuery(text="qwen"))
     assert page.items
-    started = time.monotonic()
     problem = search_problem("hf", endpoint=closed_port_url(), timeout_s=120.0)
-    assert problem.reason == "refused"
-    assert time.monotonic() - started < 60  # the SDK's retries (1 s + 2 s + ...) were abandoned, not awaited
+    assert problem.reason == "refused"  # the first failed attempt's reason, when the grace ended the wait
 
 
 def test_an_abandoned_hf_call_stops_retrying(monkeypatch):
