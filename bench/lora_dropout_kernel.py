@@ -48,7 +48,7 @@ def median_ms(fn, reps: int, calls: int = 5) -> float:
             fn()
         end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsedmedian_ms(end) / calls)
+        times.append(start.elapsed_time(end) / calls)
     return statistics.median(times)
 
 
