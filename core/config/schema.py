@@ -54,8 +54,9 @@ lora_input_upcast          bool                                false
 lora_fused_add             bool                                true
 lora_grouped               bool                                true
 lora_dropout_fused         bool                                true
-lora_swiglu_fused          bool                                false
-qlora_reuse_dequantised    bool                                false
+lora_swiglu_fused          bool                                true
+qlora_reuse_dequantised    bool                                true
+recompute_skip_down        bool                                false
 compile_layers             bool                                false
 offload_activations        bool                                false
 tiled_mlp                  auto, false, or an int >= 1         auto
@@ -157,6 +158,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "lora_dropout_fused": KeySpec("bool"),
     "lora_swiglu_fused": KeySpec("bool"),
     "qlora_reuse_dequantised": KeySpec("bool"),
+    "recompute_skip_down": KeySpec("bool"),
     "compile_layers": KeySpec("bool"),
     "offload_activations": KeySpec("bool"),
     "tiled_mlp": KeySpec("int_or_choice", ("auto", "false"), minimum=1),
@@ -221,8 +223,9 @@ class RunConfig:
     lora_fused_add: bool = True
     lora_grouped: bool = True
     lora_dropout_fused: bool = True
-    lora_swiglu_fused: bool = False
-    qlora_reuse_dequantised: bool = False
+    lora_swiglu_fused: bool = True
+    qlora_reuse_dequantised: bool = True
+    recompute_skip_down: bool = False
     compile_layers: bool = False
     offload_activations: bool = False
     tiled_mlp: str | int = "auto"

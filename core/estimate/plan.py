@@ -10,6 +10,10 @@ from core.i18n import t
 
 # lora_dropout_fused takes 0 < p < this (core.train.lora_dropout_kernel: its keep threshold is a signed argument)
 FUSED_DROPOUT_MAX_P = 0.5
+# Decoder blocks (model_type) that end ``residual + mlp(norm(h))``: nothing after the MLP's down projection
+# reads its output but the block's, so a checkpointed block's recompute need not compute it
+# (``recompute_skip_down``, core.train.lora_group).
+MLP_ENDS_BLOCK = ("llama", "mistral", "qwen2", "qwen3")
 
 METHODS = ("full", "lora", "dora", "qlora")
 # bf16: mixed precision (fp32 trainable weights, bf16 autocast); pure-bf16: everything in bf16;
@@ -87,13 +91,17 @@ class TrainingPlan:
     # when it applies.
     lora_dropout_fused: bool = True
     # The gate/up LoRA updates added inside the SwiGLU kernel instead of the lora_B matmuls (run key
-    # ``lora_swiglu_fused``, core.train.lora_swiglu_kernel; off by default, GPUs only). Speed only: the
+    # ``lora_swiglu_fused``, core.train.lora_swiglu_kernel; GPUs only). Speed only: the
     # adds' read and write of the gate and up outputs go (``swiglu_fused`` says when it applies).
-    lora_swiglu_fused: bool = False
+    lora_swiglu_fused: bool = True
     # QLoRA: checkpointed blocks keep the weights their recompute dequantises for backward (run key
-    # ``qlora_reuse_dequantised``, core.train.lora_group; off by default): one dequantisation pass less, one
+    # ``qlora_reuse_dequantised``, core.train.lora_group): one dequantisation pass less, one
     # block's weights in the compute dtype more at the peak (``reuses_dequantised`` says when it applies).
-    qlora_reuse_dequantised: bool = False
+    qlora_reuse_dequantised: bool = True
+    # LoRA/QLoRA: a checkpointed block's recompute skips the frozen down-projection matmul, whose output only
+    # the discarded block output reads (run key ``recompute_skip_down``, core.train.lora_group;
+    # ``skips_down_recompute`` says when it applies).
+    recompute_skip_down: bool = False
     # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
     offload_activations: bool = False
     # The MLP over sequence tiles (core.train.tiled_mlp): "auto" (checkpointed blocks, long micro-batches),
@@ -170,6 +178,15 @@ class TrainingPlan:
         ``core.train.model_setup``'s ``dequantised_reusing`` decides (grouped QLoRA, checkpointing)."""
         return (self.method == "qlora" and self.qlora_reuse_dequantised and self.lora_grouped
                 and not self.lora_input_upcast and self.checkpointed_layers > 0)
+
+    @property
+    def skips_down_recompute(self) -> bool:
+        """Whether this plan's checkpointed blocks recompute without the down projection's frozen matmul, as
+        ``core.train.model_setup``'s ``down_skipping`` decides (grouped LoRA/QLoRA, an adapted ``down_proj``,
+        checkpointing, a block that ends with its MLP)."""
+        return (self.method in ("lora", "qlora") and self.recompute_skip_down and self.lora_grouped
+                and not self.lora_input_upcast and "down_proj" in self.lora_targets and self.checkpointed_layers > 0
+                and self.architecture.model_type in MLP_ENDS_BLOCK)
 
     @property
     def lora_input_kept_once(self) -> bool:

@@ -97,6 +97,9 @@ def flops_per_token(arch: ModelArchitecture, counts: ParameterCounts, plan: Trai
     # The recomputation re-runs the checkpointed decoder layers only: not the LM head (2 x its weights).
     fraction = plan.recompute_fraction
     recompute = (forward - 2.0 * counts.embedding) * fraction
+    if plan.skips_down_recompute:  # recompute_skip_down: the frozen down projection is not recomputed
+        down = next(shape for shape in arch.linear_shapes() if shape.name == "down_proj")
+        recompute -= 2.0 * down.weight_params * arch.num_layers * fraction
     return FlopsPerToken(forward=forward, backward=backward, recompute=recompute,
                          attention=attention * (3.0 + fraction))
 

@@ -27,6 +27,15 @@ recompute's, until the block's backward uses it: one dequantisation of every NF4
 block's weights in bf16 more at the peak (0.47 GB on a 7B). Outside checkpointed blocks nothing changes (kept
 there, every block's weights would stay until its backward).
 
+With ``recompute_skip_down`` the ``down_proj`` group of a block whose MLP output only feeds the block's
+output (``core.estimate.plan.MLP_ENDS_BLOCK``: Llama, Mistral, Qwen2, Qwen3) skips its frozen matmul when it
+runs inside a backward pass: a checkpointed block's recomputation there only refills the tensors the block
+saved, and the recomputed block output is thrown away (torch stops the recomputation at the down node's
+saves, the last of such a block), as is a tiled MLP's recomputed output (``core.train.tiled_mlp``). The
+node saves what it always saves, so its backward is unchanged; its output there is uninitialised memory that
+nothing reads. On a 7B that is one of the seven frozen matmuls of each recomputed block (1.1 TFLOP a block
+at 8,192 tokens).
+
 The model calls q, k and v one after the other with the same tensor: the first call computes the group
 and hands the others their outputs when they are called with that tensor. Anything else (DoRA, several
 active adapters, merged or disabled adapters, an fp32 input under autocast, an 8-bit base, ZeRO-3's
@@ -113,17 +122,19 @@ def _dropout_kernels(x: torch.Tensor) -> Any:
 
 
 _FIRST_WEIGHT = 5  # where the adapters' weights start among _GroupedLoRA.forward's inputs
+RUN, REUSE, SKIP = "run", "reuse", "skip"  # the base matmuls: run, run and keep 4-bit weights dequantised, skip
 
 
 class _GroupedLoRA(torch.autograd.Function):
     """Outputs of the ``specs``' layers on one input (``_spec`` of each, as the forward found them: the
     backward uses the same); the adapters' weights are the inputs after ``specs``, ``fused`` (whether
     dropout may run in ``lora_dropout_kernel``'s kernels), ``defer`` (the LoRA adds left to the consumer)
-    and ``reuse`` (4-bit bases: the dequantised weights kept for backward), A and B of each."""
+    and ``base`` (``RUN``; ``REUSE``: 4-bit bases' dequantised weights kept for backward; ``SKIP``: no base
+    matmuls, the outputs left uninitialised for a caller that reads none), A and B of each."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, specs: list[tuple[Any, str, float, float]], fused: bool, defer: bool,
-                reuse: bool, *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                base_mode: str, *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
         dtype = _compute_dtype(x)
         flat = x.reshape(-1, x.shape[-1])
         a_weights = [w.to(dtype) for w in weights[0::2]]
@@ -151,10 +162,14 @@ class _GroupedLoRA(torch.autograd.Function):
             hidden = list(joined.split(ranks, dim=1))
             kept = [flat, joined, *a_weights]
         outputs = []
-        reuse = reuse and all(_is_4bit(layer.get_base_layer()) for layer, *_ in specs)
+        reuse = base_mode == REUSE and all(_is_4bit(layer.get_base_layer()) for layer, *_ in specs)
+        skip = base_mode == SKIP and not defer
         dequantised = []
         for (layer, _, scaling, _), h, b in zip(specs, hidden, b_weights, strict=True):
             base = layer.get_base_layer()
+            if skip:  # nothing reads it (LoRAGroup._base_mode)
+                outputs.append(flat.new_empty(*x.shape[:-1], base.out_features))
+                continue
             if reuse:  # bitsandbytes' own forward: F.linear over the dequantised weight, the bias in the dtype
                 dequantised.append(_base_weight(base, dtype))
                 bias = None if base.bias is None else base.bias.to(dtype)
@@ -274,6 +289,7 @@ class LoRAGroup:
         self.fused_dropout = fused_dropout
         self.block = block  # the decoder block the group is in: whether it is checkpointed, at each forward
         self.reuse_dequantised = reuse_dequantised
+        self.skip_in_backward = False  # (group_lora_layers: a down_proj whose output ends its block)
         self._handed: tuple[torch.Tensor, dict[int, torch.Tensor]] | None = None
 
     def _reuse(self) -> bool:
@@ -282,6 +298,15 @@ class LoRAGroup:
         block = self.block
         return (self.reuse_dequantised and block is not None and block.training
                 and bool(getattr(block, "gradient_checkpointing", False)))
+
+    def _base_mode(self) -> str:
+        """``SKIP`` for a group whose outputs nothing reads when it runs inside a backward pass (``skip_in_backward``,
+        see the module docstring) and does so now, else ``REUSE`` or ``RUN``. Such a group never keeps dequantised
+        weights: its first forward must save what its recompute saves (the checkpoint counts them), and its
+        backward dequantises the one weight itself."""
+        if self.skip_in_backward:
+            return SKIP if torch.is_grad_enabled() and torch._C._current_graph_task_id() != -1 else RUN
+        return REUSE if self._reuse() else RUN
 
     def _specs(self, x: torch.Tensor) -> list[tuple[Any, str, float, float]] | None:
         """Every layer's ``_spec`` on ``x``, or None if one cannot run grouped; an fp32 input under autocast
@@ -306,7 +331,7 @@ class LoRAGroup:
         specs = self._specs(x) if not args and not kwargs else None
         if specs is None:
             return original(x, *args, **kwargs)
-        outputs = _GroupedLoRA.apply(x, specs, self.fused_dropout, False, self._reuse(), *self._weights(specs))
+        outputs = _GroupedLoRA.apply(x, specs, self.fused_dropout, False, self._base_mode(), *self._weights(specs))
         others = {id(other): out for other, out in zip(self.layers, outputs, strict=True) if other is not layer}
         self._handed = (x, others) if others else None
         return outputs[self.layers.index(layer)]
@@ -324,7 +349,7 @@ class LoRAGroup:
         if weights[0].shape[0] != weights[2].shape[0] or \
                 not kernels.usable(x, x.numel() // x.shape[-1] * weights[1].shape[0], weights[0].shape[0]):
             return None
-        gate, up, hidden = _GroupedLoRA.apply(x, specs, self.fused_dropout, True, self._reuse(), *weights)
+        gate, up, hidden = _GroupedLoRA.apply(x, specs, self.fused_dropout, True, self._base_mode(), *weights)
         dtype = gate.dtype
         b = torch.cat([weights[1].to(dtype), weights[3].to(dtype)], dim=1)  # [Bg | Bu], n x 2r
         return kernels.LoRASwiGLU.apply(gate, up, hidden.to(dtype), b, specs[0][2], specs[1][2])
@@ -343,14 +368,21 @@ def _swiglu_kernels() -> Any:
 GROUPABLE = ("Linear", "Linear4bit")  # peft's LoRA layers over a bf16/fp32 or 4-bit linear
 
 
-def group_lora_layers(model: Any, fused_dropout: bool = True, fused_swiglu: bool = False,
-                      reuse_dequantised: bool = False) -> int:
+def group_lora_layers(model: Any, fused_dropout: bool = True, fused_swiglu: bool = True,
+                      reuse_dequantised: bool = False, skip_down: bool = False) -> int:
     """Give every peft LoRA linear the grouped forward (siblings in ``GROUPS`` together, the rest alone),
     its dropout in ``lora_dropout_kernel``'s kernels where they run if ``fused_dropout``, a SiLU MLP
     over a gate/up group its SwiGLU with the LoRA updates inside (``lora_swiglu_kernel``) if
     ``fused_swiglu``, and 4-bit bases in checkpointed blocks their dequantised weights kept for backward if
-    ``reuse_dequantised``; returns how many groups. Idempotent."""
-    block_of = {id(module): block for block in decoder_layers(model) for module in block.modules()}
+    ``reuse_dequantised``, and the ``down_proj`` of a block whose MLP ends it no matmul inside a backward pass if
+    ``skip_down`` (see the module docstring); returns how many groups. Idempotent."""
+    from core.estimate.plan import MLP_ENDS_BLOCK
+
+    blocks = decoder_layers(model)
+    block_of = {id(module): block for block in blocks for module in block.modules()}
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    ending_mlps = {id(block.mlp) for block in blocks if hasattr(block, "mlp")} \
+        if skip_down and model_type in MLP_ENDS_BLOCK else set()
     by_parent: dict[str, dict[str, Any]] = {}
     for name, module in model.named_modules():
         if type(module).__name__ in GROUPABLE and hasattr(module, "lora_A") and hasattr(module, "lora_variant") \
@@ -370,6 +402,8 @@ def group_lora_layers(model: Any, fused_dropout: bool = True, fused_swiglu: bool
                 layer.forward = _grouped_forward(group, layer, layer.forward)
                 layer._tunedeck_group = group
             groups += 1
+            group.skip_in_backward = (layers == [children.get("down_proj")]
+                                      and id(model.get_submodule(parent)) in ending_mlps)
             if fused_swiglu and [children.get("gate_proj"), children.get("up_proj")] == layers:
                 _fuse_swiglu(model.get_submodule(parent), group)
     return groups

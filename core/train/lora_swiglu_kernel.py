@@ -1,4 +1,4 @@
-"""``lora_swiglu_fused: true`` (off by default for now): the gate/up LoRA updates added inside the SwiGLU kernel.
+"""``lora_swiglu_fused: true`` (the default on GPUs): the gate/up LoRA updates added inside the SwiGLU kernel.
 
 A LoRA decoder MLP computes ``down(silu(gate) * up)`` with ``gate = x Wg^T + sg hg Bg^T`` and likewise ``up``
 (``h = dropout(x) A^T``, rank r). The grouped engine (``core.train.lora_group``) adds each rank-r update in

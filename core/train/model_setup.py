@@ -235,12 +235,14 @@ def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any
         from core.train.lora_group import group_lora_layers
 
         fused = bool(cfg.get("lora_dropout_fused", True))
-        swiglu = bool(cfg.get("lora_swiglu_fused", False))
+        swiglu = bool(cfg.get("lora_swiglu_fused", True))
         reuse = dequantised_reusing(cfg)
+        skip = down_skipping(cfg)
         log.info("lora_grouped: %d groups of LoRA linears that share an input (dropout in Triton kernels: %s; "
-                 "gate/up updates in the SwiGLU kernel: %s; dequantised weights kept for backward: %s)",
-                 group_lora_layers(model, fused_dropout=fused, fused_swiglu=swiglu, reuse_dequantised=reuse),
-                 fused, swiglu, reuse)
+                 "gate/up updates in the SwiGLU kernel: %s; dequantised weights kept for backward: %s; "
+                 "down projection skipped in the recompute: %s)",
+                 group_lora_layers(model, fused_dropout=fused, fused_swiglu=swiglu, reuse_dequantised=reuse,
+                                   skip_down=skip), fused, swiglu, reuse, skip)
     trainable, total = model.get_nb_trainable_parameters()
     log.info("%s: %s trainable parameters of %s (%.3f%%)", method, f"{trainable:,}", f"{total:,}",
              100.0 * trainable / max(1, total))
@@ -266,14 +268,22 @@ def lora_dropout_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
 def lora_swiglu_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
     """Whether a run's gate/up LoRA updates are added in ``core.train.lora_swiglu_kernel``'s SwiGLU kernel
     (each MLP checks its activation and ranks at its first forward): grouped, on a GPU."""
-    return cuda and lora_grouping(cfg) and bool(cfg.get("lora_swiglu_fused", False))
+    return cuda and lora_grouping(cfg) and bool(cfg.get("lora_swiglu_fused", True))
 
 
 def dequantised_reusing(cfg: dict[str, Any]) -> bool:
     """Whether a QLoRA run's checkpointed blocks keep the weights they dequantise for backward
     (``qlora_reuse_dequantised``, ``core.train.lora_group``): grouped, with gradient checkpointing."""
     return (cfg.get("method") == "qlora" and lora_grouping(cfg) and bool(cfg.get("gradient_checkpointing"))
-            and bool(cfg.get("qlora_reuse_dequantised", False)))
+            and bool(cfg.get("qlora_reuse_dequantised", True)))
+
+
+def down_skipping(cfg: dict[str, Any]) -> bool:
+    """Whether a run's checkpointed blocks recompute without the frozen down-projection matmul
+    (``recompute_skip_down``, ``core.train.lora_group``; the group checks the block's kind): grouped, with
+    gradient checkpointing."""
+    return (lora_grouping(cfg) and bool(cfg.get("gradient_checkpointing"))
+            and bool(cfg.get("recompute_skip_down", False)))
 
 
 def describe_model_dir(model_dir: Path) -> dict[str, Any]:

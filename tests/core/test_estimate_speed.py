@@ -86,7 +86,7 @@ def test_attention_runs_at_the_kernels_own_efficiency():
 
 def test_lora_dropout_and_input_upcast_are_traffic_over_the_lora_inputs():
     p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True,
-                     lora_dropout_fused=False)
+                     lora_dropout_fused=False, lora_swiglu_fused=False)  # (the SwiGLU's own test takes its adds)
     elements = (6 * 64 + 160) * 2 * 512  # q, k, v, o (q_dim 64), gate, up read h; down reads f; x layers x tokens
     passes = 3  # forward, recompute, backward
     assert lora_input_bytes(TINY, p, CAL) == pytest.approx(passes * 5.0 * elements)  # bf16 dropout: 2 + 2 + 1
@@ -115,7 +115,7 @@ def test_ungrouped_lora_pays_the_fused_adds_copy_of_every_adapted_output():
     from core.estimate.run_plan import plan_options_for_run
 
     p = TrainingPlan(architecture=TINY, method="qlora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True,
-                     lora_dropout_fused=False)  # (ungrouped, the dropout is never fused)
+                     lora_dropout_fused=False, lora_swiglu_fused=False)  # (ungrouped, neither is fused)
     outputs = (64 + 32 + 32 + 64 + 160 + 160 + 64) * 2  # q, k, v (kv_dim 32), o, gate, up, down; x layers
     ungrouped = replace(p, lora_grouped=False)
     extra = lora_input_bytes(TINY, ungrouped, CAL) - lora_input_bytes(TINY, p, CAL)
@@ -127,7 +127,7 @@ def test_ungrouped_lora_pays_the_fused_adds_copy_of_every_adapted_output():
         == lora_input_bytes(TINY, replace(p, method="dora"), CAL)  # DoRA never groups; its outputs are timed apart
     gpu = find_gpu("H200")
     row = plan_for_model("Qwen/Qwen2.5-7B", exact_count=False, method="lora", micro_batch_size=4, seq_len=2048,
-                         gradient_checkpointing=True, lora_dropout_fused=False)
+                         gradient_checkpointing=True, lora_dropout_fused=False, lora_swiglu_fused=False)
     gain = estimate(row, gpu).tokens_per_s / estimate(replace(row, lora_grouped=False), gpu).tokens_per_s
     assert 1.005 < gain < 1.04
     assert plan_options_for_run({"method": "lora", "lora_grouped": False, "max_seq_len": 2048})["lora_grouped"] is False
@@ -163,13 +163,16 @@ def test_tokens_per_second_from_the_step_time():
     flops = per_token.total
     assert step.matmul_s == pytest.approx((flops - per_token.attention) * 8192 / (989.4e12 * gemm))
     assert step.attention_s == pytest.approx(per_token.attention * 8192 / (989.4e12 * CAL.attention_efficiency["hopper"]))
-    assert step.lora_input_s > 0  # dropout 0.05 by default
+    # dropout 0.05 by default costs time; the fused SwiGLU's adds taken away are the fit's, so that term
+    # alone can go below zero
+    unfused = step_time(arch, counts, result.trainable_params, replace(p, lora_swiglu_fused=False), h100, CAL)
+    assert unfused.lora_input_s > 0 and step.lora_input_s < unfused.lora_input_s
     assert step.dora_output_s == 0.0  # LoRA: no rescaling
     assert step.gpu_s == pytest.approx(step.matmul_s + step.attention_s + step.weight_pass_s + step.lora_input_s
                                        + step.dora_output_s + step.fp32_model_s + step.loss_s + step.optimizer_s)
     # A 7B model at 8k tokens per step is GPU-bound: the CPU's launches hide behind the GPU's work (the
     # current engine's profile: ~50 ms of launch gaps in a 780 ms QLoRA step).
-    assert step.dispatch_s < step.gpu_s / 2
+    assert step.dispatch_s < step.gpu_s * 0.6
     assert step.gpu_s < step.total_s < step.gpu_s * 1.02
     assert result.tokens_per_s == pytest.approx(8192 / step.total_s)
     assert result.efficiency == pytest.approx(result.tokens_per_s * flops / 989.4e12)
@@ -199,7 +202,8 @@ def test_dora_with_dropout_runs_the_targeted_linears_twice():
 
 
 def test_qlora_dequantises_every_pass_and_dora_norms_every_forward():
-    p = TrainingPlan(architecture=TINY, method="qlora", gradient_checkpointing=True)
+    p = TrainingPlan(architecture=TINY, method="qlora", gradient_checkpointing=True,
+                     qlora_reuse_dequantised=False)  # (its own test below)
     per_weight = CAL.qlora_dequant_bytes_per_weight
     assert weight_pass_bytes(COUNTS, TINY, p, CAL) == pytest.approx(3 * COUNTS.linear_in_layers * per_weight)
     no_ckpt = replace(p, gradient_checkpointing=False)
@@ -280,8 +284,8 @@ def test_the_fused_swiglu_takes_the_gate_up_adds_away():
     from core.estimate.run_plan import plan_options_for_run
 
     p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
-    assert not p.swiglu_fused  # off by default
-    fused = replace(p, lora_swiglu_fused=True)
+    assert p.swiglu_fused  # on by default
+    fused, p = p, replace(p, lora_swiglu_fused=False)
     assert lora_input_bytes(TINY, p, CAL) - lora_input_bytes(TINY, fused, CAL) == pytest.approx(
         2 * 4.0 * (160 + 160) * 2 * 512)  # forward and recompute, gate + up outputs, layers x tokens
     for off in (replace(fused, lora_targets=("gate_proj", "q_proj")), replace(fused, lora_grouped=False),
@@ -300,10 +304,10 @@ def test_reusing_the_dequantised_weights_drops_the_backwards_pass_and_keeps_one_
     from core.estimate.precision import precision_layout
     from core.estimate.run_plan import plan_options_for_run
 
-    p = TrainingPlan(architecture=TINY, method="qlora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
-    assert not p.reuses_dequantised  # off by default
-    reused = replace(p, qlora_reuse_dequantised=True)
-    assert reused.reuses_dequantised
+    reused = TrainingPlan(architecture=TINY, method="qlora", micro_batch_size=2, seq_len=256,
+                          gradient_checkpointing=True)
+    assert reused.reuses_dequantised  # on by default
+    p = replace(reused, qlora_reuse_dequantised=False)
     per_block = sum(shape.weight_params for shape in TINY.linear_shapes())  # all-linear: every weight adapted
     assert weight_pass_bytes(COUNTS, TINY, p, CAL) == pytest.approx(3 * COUNTS.linear_in_layers * CAL.qlora_dequant_bytes_per_weight)
     assert weight_pass_bytes(COUNTS, TINY, reused, CAL) == pytest.approx(
@@ -320,3 +324,28 @@ def test_reusing_the_dequantised_weights_drops_the_backwards_pass_and_keeps_one_
                 replace(reused, lora_input_upcast=True), replace(reused, method="lora")):
         assert not off.reuses_dequantised
     assert plan_options_for_run({"method": "qlora", "qlora_reuse_dequantised": True}, cuda=False)["qlora_reuse_dequantised"]
+
+
+def test_skipping_the_down_projection_in_the_recompute_takes_its_flops_away():
+    """``recompute_skip_down``: a checkpointed block's recompute runs no frozen down-projection matmul (2 x its
+    weights a token); only for grouped LoRA/QLoRA with an adapted down_proj, checkpointing, and a block that
+    ends with its MLP (Llama here; not Gemma 2). The run key reaches the plan."""
+    from core.estimate.run_plan import plan_options_for_run
+
+    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
+    assert not p.skips_down_recompute  # off by default
+    skip = replace(p, recompute_skip_down=True)
+    assert skip.skips_down_recompute
+    down = 160 * 64 * 2  # weights x layers
+    assert flops_per_token(TINY, COUNTS, p, CAL).recompute - flops_per_token(TINY, COUNTS, skip, CAL).recompute \
+        == pytest.approx(2.0 * down)
+    half = replace(skip, checkpoint_layers=1)
+    assert flops_per_token(TINY, COUNTS, replace(half, recompute_skip_down=False), CAL).recompute \
+        - flops_per_token(TINY, COUNTS, half, CAL).recompute == pytest.approx(down)  # one of two blocks
+    assert flops_per_token(TINY, COUNTS, skip, CAL).forward == flops_per_token(TINY, COUNTS, p, CAL).forward
+    gemma = replace(skip, architecture=replace(TINY, model_type="gemma2"))
+    for off in (replace(skip, gradient_checkpointing=False), replace(skip, lora_grouped=False),
+                replace(skip, lora_targets=("q_proj", "v_proj")), replace(skip, method="full"), gemma):
+        assert not off.skips_down_recompute
+    assert estimate(skip, find_gpu("H200")).tokens_per_s > estimate(p, find_gpu("H200")).tokens_per_s
+    assert plan_options_for_run({"method": "lora", "recompute_skip_down": True})["recompute_skip_down"]

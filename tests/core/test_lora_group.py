@@ -188,3 +188,48 @@ def test_grouped_lora_keeps_peft_loss_and_gradients_on_cuda(method, tmp_path):
         loss_reused, grads_reused, _ = run({"qlora_reuse_dequantised": True})
         assert loss_reused == pytest.approx(loss_plain, rel=1e-3)
         assert_close(grads_plain, grads_reused, rel=2e-2)
+    # the recompute without the down projection's matmul: the grouped run's numbers (bit for bit on CPU; here
+    # within the run-to-run spread of the GPU's attention backward)
+    loss_skipped, grads_skipped, _ = run({"recompute_skip_down": True})
+    assert loss_skipped == pytest.approx(loss_grouped, rel=1e-6)
+    assert_close(grads_grouped, grads_skipped, rel=1e-3)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1], ids=["no-dropout", "dropout"])
+def test_the_recompute_skips_the_down_projection_and_the_gradients_are_the_same_bits(dropout):
+    """``recompute_skip_down``: in a checkpointed Qwen2 block the recompute (in backward) runs no down-projection
+    matmul (its output only feeds the block's output, which the recompute throws away); the loss and every
+    adapter's gradient are bit for bit those of the full recompute."""
+    runs = {}
+    for skip in (False, True):
+        model = tiny_lora({"lora_dropout": dropout, "gradient_checkpointing": True, "recompute_skip_down": skip},
+                          checkpointing=True)
+        downs = [m for name, m in model.named_modules() if name.endswith("mlp.down_proj") and _group(m)]
+        assert len(downs) == 4 and all(_group(m).skip_in_backward is skip for m in downs)
+        assert not any(_group(m).skip_in_backward for m in model.modules()
+                       if _group(m) is not None and m not in downs)
+        calls = []
+        for down in downs:
+            down.get_base_layer().register_forward_hook(lambda *_, seen=calls: seen.append(1))
+        torch.manual_seed(5)  # the dropout masks (replayed by the recompute)
+        loss, grads = loss_and_grads(model, IDS, autocast=False)
+        runs[skip] = (loss, grads, len(calls))
+    assert runs[False][2] == 2 * 4  # forward and recompute of every block
+    assert runs[True][2] == 4  # the forward only
+    assert runs[True][0] == runs[False][0]
+    assert runs[True][1].keys() == runs[False][1].keys() and runs[True][1]
+    for name, grad in runs[False][1].items():
+        assert torch.equal(runs[True][1][name], grad), name
+
+
+def test_a_block_that_does_not_end_with_its_mlp_recomputes_the_down_projection():
+    """A model type outside ``MLP_ENDS_BLOCK`` (Gemma 2 normalises the MLP's output before the residual add,
+    so the recompute's down output is read) keeps the whole recompute, whatever the key says."""
+    from core.estimate.plan import MLP_ENDS_BLOCK
+    from core.train.lora_group import group_lora_layers
+
+    model = tiny_lora({"lora_grouped": False})
+    assert model.config.model_type in MLP_ENDS_BLOCK
+    model.config.model_type = "gemma2"
+    assert group_lora_layers(model, skip_down=True) == 16
+    assert not any(_group(m).skip_in_backward for m in model.modules() if _group(m) is not None)

@@ -164,6 +164,29 @@ def test_reusing_the_recomputes_dequantised_weights_drops_a_pass_and_changes_no_
                                     "qlora_reuse_dequantised": True})
 
 
+
+def test_skipping_the_recomputed_down_projection_with_reused_weights_changes_no_number(tmp_path, monkeypatch):
+    """recompute_skip_down on QLoRA: the recompute neither dequantises nor multiplies the down projection's
+    weight, so its backward dequantises it itself; still two dequantisations of every weight a step, and
+    the loss and every adapter's gradient are reuse's alone."""
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path))
+    batch = _batch()
+    runs = {}
+    for skip in (False, True):
+        model = _qlora(tmp_path, upcast=False, lora_dropout=0.1, qlora_reuse_dequantised=True,
+                       recompute_skip_down=skip)
+        torch.manual_seed(3)
+        calls = _dequantisations(monkeypatch)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = forward_chunked_loss(model, model, batch)
+        loss.backward()
+        runs[skip] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+                      calls[0])
+    assert runs[True][2] == runs[False][2] == 2 * 7 * len(_blocks(model))
+    assert runs[True][0] == runs[False][0] and runs[True][1]
+    for name, grad in runs[False][1].items():
+        assert torch.equal(runs[True][1][name], grad), name
+
 def test_without_checkpointing_nothing_is_kept_for_backward_whatever_the_key(tmp_path, monkeypatch):
     """Outside checkpointed blocks the key changes nothing: kept there, every block's weights would stay in
     bf16 until its backward (as much memory as plain LoRA's frozen model)."""
