@@ -59,6 +59,7 @@ def build_model(args: argparse.Namespace, cuda: bool) -> Any:
     if args.method in ("lora", "qlora"):
         from peft import LoraConfig, get_peft_model
 
+        torch.manual_seed(args.seed)  # the adapters' draws from the seed alone, as tunedeck's load_model makes them
         model = get_peft_model(model, LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, lora_dropout=args.lora_dropout,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     return model

@@ -56,7 +56,7 @@ lora_grouped               bool                                true
 lora_dropout_fused         bool                                true
 lora_swiglu_fused          bool                                true
 qlora_reuse_dequantised    bool                                true
-recompute_skip_down        bool                                false
+recompute_skip_down        bool                                true
 compile_layers             bool                                false
 offload_activations        bool                                false
 tiled_mlp                  auto, false, or an int >= 1         auto
@@ -225,7 +225,7 @@ class RunConfig:
     lora_dropout_fused: bool = True
     lora_swiglu_fused: bool = True
     qlora_reuse_dequantised: bool = True
-    recompute_skip_down: bool = False
+    recompute_skip_down: bool = True
     compile_layers: bool = False
     offload_activations: bool = False
     tiled_mlp: str | int = "auto"

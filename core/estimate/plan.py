@@ -101,7 +101,7 @@ class TrainingPlan:
     # LoRA/QLoRA: a checkpointed block's recompute skips the frozen down-projection matmul, whose output only
     # the discarded block output reads (run key ``recompute_skip_down``, core.train.lora_group;
     # ``skips_down_recompute`` says when it applies).
-    recompute_skip_down: bool = False
+    recompute_skip_down: bool = True
     # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
     offload_activations: bool = False
     # The MLP over sequence tiles (core.train.tiled_mlp): "auto" (checkpointed blocks, long micro-batches),

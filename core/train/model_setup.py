@@ -169,6 +169,9 @@ def load_model(
 
     model.config.use_cache = False  # the KV cache is useless in training and costs memory
     if method in ("lora", "dora", "qlora"):
+        # The adapters' initial draws from the run's seed alone, not from what making the base model used up
+        # (a 4-bit model from the random-weights cache uses nothing; a bare config on the CPU uses the generator)
+        torch.manual_seed(seed)
         model = wrap_lora(model, cfg, compute_dtype)
     return model
 
@@ -283,7 +286,7 @@ def down_skipping(cfg: dict[str, Any]) -> bool:
     (``recompute_skip_down``, ``core.train.lora_group``; the group checks the block's kind): grouped, with
     gradient checkpointing."""
     return (lora_grouping(cfg) and bool(cfg.get("gradient_checkpointing"))
-            and bool(cfg.get("recompute_skip_down", False)))
+            and bool(cfg.get("recompute_skip_down", True)))
 
 
 def describe_model_dir(model_dir: Path) -> dict[str, Any]:

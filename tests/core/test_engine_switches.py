@@ -274,3 +274,24 @@ def test_default_lora_switches_keep_the_plain_loss_and_gradients_on_cuda():
     loss_fast, grads_fast = on_cuda({})
     assert loss_fast == pytest.approx(loss_plain, rel=1e-3)
     assert_close(grads_plain, grads_fast, rel=2e-2)
+
+
+def test_the_adapters_start_from_the_seed_whatever_the_generator_went_through(tmp_path):
+    """The LoRA adapters' first draws come from the run's seed alone: a model loaded from files (a 4-bit
+    model from the random-weights cache, say) draws nothing, so they used to depend on what had used the
+    generator before (the 7B QLoRA rows started tunedeck and the plain recipe from other adapters)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from core.train.model_setup import load_model
+
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(TINY))).save_pretrained(tmp_path / "m")
+    cfg = {"method": "lora", "lora_rank": 8, "lora_alpha": 16, "lora_dropout": 0.0, "seed": 7}
+    adapters = []
+    for before in (1, 2):
+        torch.manual_seed(before)  # what came before: another seed, other draws
+        torch.rand(before * 100)
+        model = load_model(cfg, tmp_path / "m", "cpu", torch.float32, torch.float32, 0, zero3=False)
+        adapters.append({n: p.detach().clone() for n, p in model.named_parameters() if "lora_A" in n})
+    assert adapters[0].keys() == adapters[1].keys() and adapters[0]
+    for name, weight in adapters[0].items():
+        assert torch.equal(adapters[1][name], weight), name

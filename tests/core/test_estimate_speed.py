@@ -332,10 +332,10 @@ def test_skipping_the_down_projection_in_the_recompute_takes_its_flops_away():
     ends with its MLP (Llama here; not Gemma 2). The run key reaches the plan."""
     from core.estimate.run_plan import plan_options_for_run
 
-    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
-    assert not p.skips_down_recompute  # off by default
-    skip = replace(p, recompute_skip_down=True)
-    assert skip.skips_down_recompute
+    skip = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256,
+                        gradient_checkpointing=True)
+    assert skip.skips_down_recompute  # on by default
+    p = replace(skip, recompute_skip_down=False)
     down = 160 * 64 * 2  # weights x layers
     assert flops_per_token(TINY, COUNTS, p, CAL).recompute - flops_per_token(TINY, COUNTS, skip, CAL).recompute \
         == pytest.approx(2.0 * down)
