@@ -57,6 +57,7 @@ lora_dropout_fused         bool                                true
 lora_swiglu_fused          bool                                true
 qlora_reuse_dequantised    bool                                true
 recompute_skip_down        bool                                true
+recompute_keep_lora_a      bool                                false
 compile_layers             bool                                false
 offload_activations        bool                                false
 tiled_mlp                  auto, false, or an int >= 1         auto
@@ -159,6 +160,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "lora_swiglu_fused": KeySpec("bool"),
     "qlora_reuse_dequantised": KeySpec("bool"),
     "recompute_skip_down": KeySpec("bool"),
+    "recompute_keep_lora_a": KeySpec("bool"),
     "compile_layers": KeySpec("bool"),
     "offload_activations": KeySpec("bool"),
     "tiled_mlp": KeySpec("int_or_choice", ("auto", "false"), minimum=1),
@@ -226,6 +228,7 @@ class RunConfig:
     lora_swiglu_fused: bool = True
     qlora_reuse_dequantised: bool = True
     recompute_skip_down: bool = True
+    recompute_keep_lora_a: bool = False
     compile_layers: bool = False
     offload_activations: bool = False
     tiled_mlp: str | int = "auto"

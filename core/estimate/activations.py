@@ -242,6 +242,8 @@ def activation_sizes(arch: ModelArchitecture, plan: TrainingPlan, layout: Precis
     # block being recomputed and the next one's, prefetched (core.train.offload).
     kept_inputs = min(checkpointed, 2 if plan.offloads_activations else checkpointed) * layout.residual \
         * arch.hidden_size * tokens
+    if plan.keeps_lora_a:  # each checkpointed block's lora_A products, kept from its forward to its recompute
+        kept_inputs += checkpointed * plan.lora_rank * len(plan.lora_targets) * layout.compute * tokens
     block = block_activations(arch, plan, layout, calibration, tiles_recomputed)
     if tiles_recomputed > 1:
         block = BlockActivations(block.per_token + mlp_saved_bytes(arch, plan, layout) / tiles_recomputed,

@@ -102,6 +102,10 @@ class TrainingPlan:
     # the discarded block output reads (run key ``recompute_skip_down``, core.train.lora_group;
     # ``skips_down_recompute`` says when it applies).
     recompute_skip_down: bool = True
+    # LoRA/QLoRA with the fused dropout kernels: checkpointed blocks keep the kernels' lora_A products of the
+    # first forward for the recompute (run key ``recompute_keep_lora_a``, core.train.lora_group): the forward
+    # kernels run once, for tokens x ranks kept a block (``keeps_lora_a`` says when it applies).
+    recompute_keep_lora_a: bool = False
     # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
     offload_activations: bool = False
     # The MLP over sequence tiles (core.train.tiled_mlp): "auto" (checkpointed blocks, long micro-batches),
@@ -187,6 +191,12 @@ class TrainingPlan:
         return (self.method in ("lora", "qlora") and self.recompute_skip_down and self.lora_grouped
                 and not self.lora_input_upcast and "down_proj" in self.lora_targets and self.checkpointed_layers > 0
                 and self.architecture.model_type in MLP_ENDS_BLOCK)
+
+    @property
+    def keeps_lora_a(self) -> bool:
+        """Whether this plan's checkpointed blocks keep the fused dropout kernels' lora_A products for their
+        recompute, as ``core.train.model_setup``'s ``lora_a_keeping`` decides (the fused kernels, checkpointing)."""
+        return self.recompute_keep_lora_a and self.dropout_fused and self.checkpointed_layers > 0
 
     @property
     def lora_input_kept_once(self) -> bool:

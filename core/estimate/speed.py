@@ -197,7 +197,8 @@ def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: C
     passes = 2.0 + plan.recompute_fraction
     if plan.dropout_fused:  # the kernels' hashing, as bytes at the memory-bound rate (forward, backward)
         fused = calibration.lora_fused_dropout_bytes_per_element
-        per_element += ((1.0 + plan.recompute_fraction) * fused["forward"] + fused["backward"]) / passes
+        forwards = 1.0 if plan.keeps_lora_a else 1.0 + plan.recompute_fraction  # (the recompute takes them kept)
+        per_element += (forwards * fused["forward"] + fused["backward"]) / passes
     moved = passes * per_element * lora_input_elements(arch, plan)
     if not plan.lora_grouped and plan.method != "dora":  # the fused add's copy of each output, forward passes
         moved += (1.0 + plan.recompute_fraction) * calibration.lora_output_copy_bytes_per_element \

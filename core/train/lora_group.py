@@ -36,6 +36,11 @@ node saves what it always saves, so its backward is unchanged; its output there 
 nothing reads. On a 7B that is one of the seven frozen matmuls of each recomputed block (1.1 TFLOP a block
 at 8,192 tokens; +7.3% tokens/s on the H200's 7B rows, engine-speed-g).
 
+With ``recompute_keep_lora_a`` a group in a checkpointed block keeps what the fused dropout kernels made in its
+first forward (the ``lora_A`` products of the dropped-out input: tokens x the group's ranks, 1.8 MB a 7B block
+at 8,192 tokens) until the block's recompute, which takes them instead of running the kernel again: the
+recompute replays the generator, so it draws the same seed, and the kept products are the ones it would make.
+
 The model calls q, k and v one after the other with the same tensor: the first call computes the group
 and hands the others their outputs when they are called with that tensor. Anything else (DoRA, several
 active adapters, merged or disabled adapters, an fp32 input under autocast, an 8-bit base, ZeRO-3's
@@ -129,12 +134,15 @@ class _GroupedLoRA(torch.autograd.Function):
     """Outputs of the ``specs``' layers on one input (``_spec`` of each, as the forward found them: the
     backward uses the same); the adapters' weights are the inputs after ``specs``, ``fused`` (whether
     dropout may run in ``lora_dropout_kernel``'s kernels), ``defer`` (the LoRA adds left to the consumer)
-    and ``base`` (``RUN``; ``REUSE``: 4-bit bases' dequantised weights kept for backward; ``SKIP``: no base
-    matmuls, the outputs left uninitialised for a caller that reads none), A and B of each."""
+    and ``mode`` (``LoRAGroup._mode``: the base matmuls' ``RUN``, ``REUSE`` (4-bit bases' dequantised weights
+    kept for backward) or ``SKIP`` (none, the outputs left uninitialised for a caller that reads none); the group
+    that keeps the fused kernels' ``lora_A`` products for the recompute, or None; whether this is the recompute),
+    A and B of each."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, specs: list[tuple[Any, str, float, float]], fused: bool, defer: bool,
-                base_mode: str, *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                mode: tuple[str, Any, bool], *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        base_mode, keeper, recomputing = mode
         dtype = _compute_dtype(x)
         flat = x.reshape(-1, x.shape[-1])
         a_weights = [w.to(dtype) for w in weights[0::2]]
@@ -150,7 +158,11 @@ class _GroupedLoRA(torch.autograd.Function):
             flat = flat.contiguous()
             a_cat = torch.cat(a_weights) if len(a_weights) > 1 else a_weights[0].contiguous()
             ctx.seed = int(torch.randint(0, 2**31 - 1, (1,)).item())  # the CPU generator: no device sync
-            joined = kernels.dropout_lora_a(flat, a_cat, len(specs), ctx.seed, ps[0])
+            joined = keeper.take_lora_a(ctx.seed, flat.shape[0]) if keeper is not None and recomputing else None
+            if joined is None:
+                joined = kernels.dropout_lora_a(flat, a_cat, len(specs), ctx.seed, ps[0])
+                if keeper is not None and not recomputing:
+                    keeper.keep_lora_a(ctx.seed, joined)
             hidden = list(joined.split(ranks, dim=1))
             kept = [flat, joined, a_cat]
         elif dropped:  # one independent mask per linear, as peft draws them
@@ -167,7 +179,7 @@ class _GroupedLoRA(torch.autograd.Function):
         dequantised = []
         for (layer, _, scaling, _), h, b in zip(specs, hidden, b_weights, strict=True):
             base = layer.get_base_layer()
-            if skip:  # nothing reads it (LoRAGroup._base_mode)
+            if skip:  # nothing reads it (LoRAGroup._mode)
                 outputs.append(flat.new_empty(*x.shape[:-1], base.out_features))
                 continue
             if reuse:  # bitsandbytes' own forward: F.linear over the dequantised weight, the bias in the dtype
@@ -290,23 +302,41 @@ class LoRAGroup:
         self.block = block  # the decoder block the group is in: whether it is checkpointed, at each forward
         self.reuse_dequantised = reuse_dequantised
         self.skip_in_backward = False  # (group_lora_layers: a down_proj whose output ends its block)
+        self.keeps_lora_a = False  # (group_lora_layers: recompute_keep_lora_a)
+        self._kept_a: tuple[int, torch.Tensor] | None = None  # (seed, lora_A products) of the first forward
         self._handed: tuple[torch.Tensor, dict[int, torch.Tensor]] | None = None
+
+    def _checkpointed(self) -> bool:
+        """Whether the group's block is checkpointed now (training, its recompute to come in backward)."""
+        block = self.block
+        return block is not None and block.training and bool(getattr(block, "gradient_checkpointing", False))
 
     def _reuse(self) -> bool:
         """Whether this forward keeps 4-bit bases' dequantised weights for backward: asked for, and the group's
         block is checkpointed now (what the checkpoint's first forward saves is dropped as it goes)."""
-        block = self.block
-        return (self.reuse_dequantised and block is not None and block.training
-                and bool(getattr(block, "gradient_checkpointing", False)))
+        return self.reuse_dequantised and self._checkpointed()
 
-    def _base_mode(self) -> str:
-        """``SKIP`` for a group whose outputs nothing reads when it runs inside a backward pass (``skip_in_backward``,
-        see the module docstring) and does so now, else ``REUSE`` or ``RUN``. Such a group never keeps dequantised
-        weights: its first forward must save what its recompute saves (the checkpoint counts them), and its
-        backward dequantises the one weight itself."""
+    def _mode(self) -> tuple[str, LoRAGroup | None, bool]:
+        """``_GroupedLoRA``'s ``mode`` for this call. The base matmuls: ``SKIP`` for a group whose outputs nothing
+        reads inside a backward pass (``skip_in_backward``, see the module docstring) when it runs in one, else
+        ``REUSE`` or ``RUN``; such a group never keeps dequantised weights (its first forward must save what its
+        recompute saves: the checkpoint counts them; its backward dequantises the one weight itself)."""
+        recomputing = torch.is_grad_enabled() and torch._C._current_graph_task_id() != -1
         if self.skip_in_backward:
-            return SKIP if torch.is_grad_enabled() and torch._C._current_graph_task_id() != -1 else RUN
-        return REUSE if self._reuse() else RUN
+            base = SKIP if recomputing else RUN
+        else:
+            base = REUSE if self._reuse() else RUN
+        keeper = self if self.keeps_lora_a and torch.is_grad_enabled() and self._checkpointed() else None
+        return base, keeper, recomputing
+
+    def keep_lora_a(self, seed: int, products: torch.Tensor) -> None:
+        self._kept_a = (seed, products)
+
+    def take_lora_a(self, seed: int, rows: int) -> torch.Tensor | None:
+        """The first forward's ``lora_A`` products if they were drawn with ``seed`` for ``rows`` rows (what the
+        recompute would make), else None; nothing stays kept either way."""
+        kept, self._kept_a = self._kept_a, None
+        return kept[1] if kept is not None and kept[0] == seed and kept[1].shape[0] == rows else None
 
     def _specs(self, x: torch.Tensor) -> list[tuple[Any, str, float, float]] | None:
         """Every layer's ``_spec`` on ``x``, or None if one cannot run grouped; an fp32 input under autocast
@@ -331,7 +361,7 @@ class LoRAGroup:
         specs = self._specs(x) if not args and not kwargs else None
         if specs is None:
             return original(x, *args, **kwargs)
-        outputs = _GroupedLoRA.apply(x, specs, self.fused_dropout, False, self._base_mode(), *self._weights(specs))
+        outputs = _GroupedLoRA.apply(x, specs, self.fused_dropout, False, self._mode(), *self._weights(specs))
         others = {id(other): out for other, out in zip(self.layers, outputs, strict=True) if other is not layer}
         self._handed = (x, others) if others else None
         return outputs[self.layers.index(layer)]
@@ -349,7 +379,7 @@ class LoRAGroup:
         if weights[0].shape[0] != weights[2].shape[0] or \
                 not kernels.usable(x, x.numel() // x.shape[-1] * weights[1].shape[0], weights[0].shape[0]):
             return None
-        gate, up, hidden = _GroupedLoRA.apply(x, specs, self.fused_dropout, True, self._base_mode(), *weights)
+        gate, up, hidden = _GroupedLoRA.apply(x, specs, self.fused_dropout, True, self._mode(), *weights)
         dtype = gate.dtype
         b = torch.cat([weights[1].to(dtype), weights[3].to(dtype)], dim=1)  # [Bg | Bu], n x 2r
         return kernels.LoRASwiGLU.apply(gate, up, hidden.to(dtype), b, specs[0][2], specs[1][2])
@@ -369,13 +399,14 @@ GROUPABLE = ("Linear", "Linear4bit")  # peft's LoRA layers over a bf16/fp32 or 4
 
 
 def group_lora_layers(model: Any, fused_dropout: bool = True, fused_swiglu: bool = True,
-                      reuse_dequantised: bool = False, skip_down: bool = False) -> int:
+                      reuse_dequantised: bool = False, skip_down: bool = False, keep_lora_a: bool = False) -> int:
     """Give every peft LoRA linear the grouped forward (siblings in ``GROUPS`` together, the rest alone),
     its dropout in ``lora_dropout_kernel``'s kernels where they run if ``fused_dropout``, a SiLU MLP
     over a gate/up group its SwiGLU with the LoRA updates inside (``lora_swiglu_kernel``) if
     ``fused_swiglu``, and 4-bit bases in checkpointed blocks their dequantised weights kept for backward if
     ``reuse_dequantised``, and the ``down_proj`` of a block whose MLP ends it no matmul inside a backward pass if
-    ``skip_down`` (see the module docstring); returns how many groups. Idempotent."""
+    ``skip_down``, and in checkpointed blocks the fused kernels' ``lora_A`` products kept for the recompute if
+    ``keep_lora_a`` (see the module docstring); returns how many groups. Idempotent."""
     from core.estimate.plan import MLP_ENDS_BLOCK
 
     blocks = decoder_layers(model)
@@ -404,6 +435,7 @@ def group_lora_layers(model: Any, fused_dropout: bool = True, fused_swiglu: bool
             groups += 1
             group.skip_in_backward = (layers == [children.get("down_proj")]
                                       and id(model.get_submodule(parent)) in ending_mlps)
+            group.keeps_lora_a = keep_lora_a
             if fused_swiglu and [children.get("gate_proj"), children.get("up_proj")] == layers:
                 _fuse_swiglu(model.get_submodule(parent), group)
     return groups

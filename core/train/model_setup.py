@@ -241,11 +241,12 @@ def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any
         swiglu = bool(cfg.get("lora_swiglu_fused", True))
         reuse = dequantised_reusing(cfg)
         skip = down_skipping(cfg)
+        keep = lora_a_keeping(cfg)
         log.info("lora_grouped: %d groups of LoRA linears that share an input (dropout in Triton kernels: %s; "
                  "gate/up updates in the SwiGLU kernel: %s; dequantised weights kept for backward: %s; "
-                 "down projection skipped in the recompute: %s)",
+                 "down projection skipped in the recompute: %s; lora_A products kept for the recompute: %s)",
                  group_lora_layers(model, fused_dropout=fused, fused_swiglu=swiglu, reuse_dequantised=reuse,
-                                   skip_down=skip), fused, swiglu, reuse, skip)
+                                   skip_down=skip, keep_lora_a=keep), fused, swiglu, reuse, skip, keep)
     trainable, total = model.get_nb_trainable_parameters()
     log.info("%s: %s trainable parameters of %s (%.3f%%)", method, f"{trainable:,}", f"{total:,}",
              100.0 * trainable / max(1, total))
@@ -287,6 +288,14 @@ def down_skipping(cfg: dict[str, Any]) -> bool:
     gradient checkpointing."""
     return (lora_grouping(cfg) and bool(cfg.get("gradient_checkpointing"))
             and bool(cfg.get("recompute_skip_down", True)))
+
+
+def lora_a_keeping(cfg: dict[str, Any]) -> bool:
+    """Whether a run's checkpointed blocks keep the fused dropout kernels' ``lora_A`` products for their
+    recompute (``recompute_keep_lora_a``, ``core.train.lora_group``; only where those kernels run): grouped,
+    with gradient checkpointing and dropout in the fused kernels."""
+    return (lora_grouping(cfg) and bool(cfg.get("gradient_checkpointing")) and bool(cfg.get("lora_dropout_fused", True))
+            and bool(cfg.get("recompute_keep_lora_a", False)))
 
 
 def describe_model_dir(model_dir: Path) -> dict[str, Any]:

@@ -189,6 +189,36 @@ def test_a_checkpointed_model_recomputes_the_same_masks(kernels):
     assert abs(loss_eager - loss_plain) > 1e-4  # the dropout acted
 
 
+
+def test_the_recompute_takes_the_kept_lora_a_products_and_changes_no_number(kernels, monkeypatch):
+    """``recompute_keep_lora_a``: a checkpointed block's recompute takes the lora_A products its first forward
+    made instead of running the kernel again (the replayed generator gives it the same seed); the loss and every
+    gradient are the same bits, and nothing stays kept after the step."""
+    used = {"n": 0}
+    original = kernels.dropout_lora_a
+
+    def counted(*args):
+        used["n"] += 1
+        return original(*args)
+
+    monkeypatch.setattr(kernels, "dropout_lora_a", counted)
+    runs = {}
+    for keep in (False, True):
+        model = tiny_lora({"lora_dropout": 0.1, "gradient_checkpointing": True, "recompute_keep_lora_a": keep},
+                          checkpointing=True)
+        groups = {id(m._tunedeck_group): m._tunedeck_group for m in model.modules() if hasattr(m, "_tunedeck_group")}
+        assert len(groups) == 16 and all(g.keeps_lora_a is keep for g in groups.values())
+        used["n"] = 0
+        torch.manual_seed(5)
+        loss, grads = loss_and_grads(model, IDS, autocast=False)
+        runs[keep] = (loss, grads, used["n"])
+        assert all(g._kept_a is None for g in groups.values())
+    assert runs[False][2] == 2 * 16  # forward and recompute, 4 groups a block, 4 blocks
+    assert runs[True][2] == 16  # the forward only
+    assert runs[True][0] == runs[False][0]
+    for name, grad in runs[False][1].items():
+        assert torch.equal(runs[True][1][name], grad), name
+
 def test_what_the_kernels_do_not_take_runs_torch_dropout(kernels, monkeypatch):
     x = torch.zeros(4, 8)
     assert kernels.usable(x, [8, 8, 8], [0.1] * 3, 4, 8)
