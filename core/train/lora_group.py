@@ -441,6 +441,12 @@ def group_lora_layers(model: Any, fused_dropout: bool = True, fused_swiglu: bool
     return groups
 
 
+def skips_down(model: Any) -> bool:
+    """Whether a down projection of ``model`` skips its matmul in the recompute (``group_lora_layers``' ``skip_down``
+    took, its block ending with its MLP)."""
+    return any(getattr(getattr(m, "_tunedeck_group", None), "skip_in_backward", False) for m in model.modules())
+
+
 def _fuse_swiglu(mlp: Any, group: LoRAGroup) -> bool:
     """``mlp.forward`` = ``down(silu(gate(x)) * up(x))`` through ``group.swiglu`` where ``mlp`` is such an MLP
     (a ``down_proj``, ``config.hidden_act`` SiLU), falling back to the forward it had per call; whether it is.

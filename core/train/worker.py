@@ -233,7 +233,6 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     from core.train.model_setup import (
         dequantised_reusing,
         describe_model_dir,
-        down_skipping,
         load_model,
         load_tokenizer,
         lora_a_keeping,
@@ -379,6 +378,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     model = load_model(cfg, model_dir, device, compute_dtype, weights_dtype, local_rank,
                        zero3=zero_stage == 3)
     from core.train.engine_switches import decoder_layers
+    from core.train.lora_group import skips_down
 
     checkpoint_layers = _checkpoint_layers(cfg, model)
     compile_layers = bool(cfg.get("compile_layers")) and cuda
@@ -414,7 +414,8 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "lora_dropout_fused": lora_dropout_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
         "lora_swiglu_fused": lora_swiglu_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
         "qlora_reuse_dequantised": dequantised_reusing(cfg) if cfg.get("method") == "qlora" else None,
-        "recompute_skip_down": down_skipping(cfg) if cfg.get("method") in LORA_METHODS else None,
+        # (the groups decide by the block's kind: the key alone would say so for a Gemma too)
+        "recompute_skip_down": skips_down(model) if cfg.get("method") in LORA_METHODS else None,
         "recompute_keep_lora_a": (lora_a_keeping(cfg) and lora_dropout_fusing(cfg, cuda)
                                   if cfg.get("method") in LORA_METHODS else None),
         "checkpoint_layers": (0 if not cfg.get("gradient_checkpointing") else checkpoint_layers

@@ -200,12 +200,15 @@ def test_the_recompute_skips_the_down_projection_and_the_gradients_are_the_same_
     """``recompute_skip_down``: in a checkpointed Qwen2 block the recompute (in backward) runs no down-projection
     matmul (its output only feeds the block's output, which the recompute throws away); the loss and every
     adapter's gradient are bit for bit those of the full recompute."""
+    from core.train.lora_group import skips_down
+
     runs = {}
     for skip in (False, True):
         model = tiny_lora({"lora_dropout": dropout, "gradient_checkpointing": True, "recompute_skip_down": skip},
                           checkpointing=True)
         downs = [m for name, m in model.named_modules() if name.endswith("mlp.down_proj") and _group(m)]
         assert len(downs) == 4 and all(_group(m).skip_in_backward is skip for m in downs)
+        assert skips_down(model) is skip  # what the run's header says
         assert not any(_group(m).skip_in_backward for m in model.modules()
                        if _group(m) is not None and m not in downs)
         calls = []
@@ -226,10 +229,10 @@ def test_a_block_that_does_not_end_with_its_mlp_recomputes_the_down_projection()
     """A model type outside ``MLP_ENDS_BLOCK`` (Gemma 2 normalises the MLP's output before the residual add,
     so the recompute's down output is read) keeps the whole recompute, whatever the key says."""
     from core.estimate.plan import MLP_ENDS_BLOCK
-    from core.train.lora_group import group_lora_layers
+    from core.train.lora_group import group_lora_layers, skips_down
 
     model = tiny_lora({"lora_grouped": False})
     assert model.config.model_type in MLP_ENDS_BLOCK
     model.config.model_type = "gemma2"
     assert group_lora_layers(model, skip_down=True) == 16
-    assert not any(_group(m).skip_in_backward for m in model.modules() if _group(m) is not None)
+    assert not skips_down(model)
