@@ -13,8 +13,10 @@ so LoRA dropout draws the same masks.
 
 Inside a checkpointed decoder block the block's forward is run a second time in backward only to refill
 the tensors it saved; the tiled MLP saves only its input, so in that recomputation it skips its own
-compute (``skip_in_recompute``, set for non-reentrant checkpointing only) and the tiled MLP costs no
-more MLP forwards than plain checkpointing: one forward, one recomputation.
+compute (``skip_in_recompute``, set for non-reentrant checkpointing only, in blocks whose MLP output only
+ends the block) and the tiled MLP costs no more MLP forwards than plain checkpointing: one forward, one
+recomputation. Where something after the MLP saves what it reads (Gemma 2's post-MLP norm) the recomputation
+computes the MLP's output: left uninitialised, it made the gradients NaN (a CPU test).
 
 Run key ``tiled_mlp``: ``false`` (plain), ``auto`` (the default: in checkpointed blocks, tiles of about
 ``hidden_size`` tokens once a micro-batch holds ``AUTO_MIN_TOKENS`` tokens or more, else plain; the
@@ -115,11 +117,16 @@ def tiled_forward(mlp_forward: Any, x: Any, tiles: int, skip_in_recompute: bool)
     return _function().apply(mlp_forward, tiles, skip_in_recompute, x)
 
 
-def install_tiled_mlp(model: Any, setting: Any, skip_in_recompute: bool = True) -> int:
+def install_tiled_mlp(model: Any, setting: Any, skip_in_recompute: bool | None = None) -> int:
     """Tile the MLP of the decoder blocks (``auto``: the checkpointed ones; each call picks its tile count
     from its own token count, see ``tiles_for``); returns how many blocks. ``skip_in_recompute`` needs non-reentrant checkpointing
-    (the engine's)."""
+    (the engine's) and a block that reads the MLP's output only to end (default: whether the model's type is one
+    of ``core.estimate.plan.MLP_ENDS_BLOCK``; Gemma 2's post-MLP norm saves what it reads)."""
+    from core.estimate.plan import MLP_ENDS_BLOCK
     from core.train.engine_switches import decoder_layers
+
+    if skip_in_recompute is None:
+        skip_in_recompute = getattr(getattr(model, "config", None), "model_type", None) in MLP_ENDS_BLOCK
 
     layers = [layer for layer in decoder_layers(model) if hasattr(layer, "mlp")
               and (setting != "auto" or getattr(layer, "gradient_checkpointing", False))]

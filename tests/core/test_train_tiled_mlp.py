@@ -173,3 +173,27 @@ def test_on_cuda_the_tiles_replay_the_gpu_dropout_masks_and_keep_the_gradients()
     # The gradients are summed in another order under bf16 autocast: equal within its rounding.
     assert (gx - ref_x).abs().max().item() <= 1e-2 * ref_x.abs().max().item()
     _assert_close(gw, ref_w, 1e-2 * max(v.abs().max().item() for v in ref_w.values()))
+
+
+def test_a_block_that_reads_its_mlp_output_again_recomputes_the_tiled_mlp():
+    """Gemma 2 normalises the MLP's output before the residual add, and that norm saves its input: in a
+    checkpointed block's recomputation the tiled MLP must compute its output, not leave it uninitialised
+    (only blocks that end with their MLP, ``core.estimate.plan.MLP_ENDS_BLOCK``, may skip it)."""
+    from transformers import AutoModelForCausalLM, Gemma2Config
+
+    def gemma():
+        torch.manual_seed(0)
+        config = Gemma2Config(vocab_size=1000, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, attn_implementation="eager")
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.config.use_cache = False
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        return model
+
+    plain_loss, plain_grads = _loss_and_grads(gemma())
+    model = gemma()
+    assert tiled_mlp.install_tiled_mlp(model, 4) == 2
+    loss, grads = _loss_and_grads(model)
+    assert loss == pytest.approx(plain_loss, abs=1e-6)
+    _assert_close(grads, plain_grads, 1e-5)
