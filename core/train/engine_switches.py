@@ -37,6 +37,22 @@ def decoder_layers(model: Any) -> list[Any]:
     return [m for m in model.modules() if isinstance(m, block_type)]
 
 
+def mlp_ends_block(model: Any) -> bool:
+    """Whether ``model``'s decoder blocks end ``residual + mlp(...)`` (``core.estimate.plan.MLP_ENDS_BLOCK``): then
+    a checkpointed block's recomputation, which only refills what the block saved, need not compute the MLP's
+    output (Gemma 2's post-MLP norm, for one, saves what it reads)."""
+    from core.estimate.plan import MLP_ENDS_BLOCK
+
+    return getattr(getattr(model, "config", None), "model_type", None) in MLP_ENDS_BLOCK
+
+
+def in_backward() -> bool:
+    """Whether this runs inside a backward pass (a checkpointed block's recomputation, a tiled MLP's tiles)."""
+    import torch
+
+    return torch._C._current_graph_task_id() != -1
+
+
 def disable_lora_input_upcast(model: Any) -> int:
     """Keep LoRA inputs in the compute dtype under autocast (see the module docstring); returns how many
     layers. Without autocast (fp32 training, a bf16 model on a CPU) peft's cast stays: there the adapter's

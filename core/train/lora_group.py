@@ -55,7 +55,7 @@ from typing import Any
 
 import torch
 
-from core.train.engine_switches import decoder_layers, plain_lora_adapters
+from core.train.engine_switches import decoder_layers, in_backward, mlp_ends_block, plain_lora_adapters
 
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # siblings that read one input
 
@@ -321,7 +321,7 @@ class LoRAGroup:
         reads inside a backward pass (``skip_in_backward``, see the module docstring) when it runs in one, else
         ``REUSE`` or ``RUN``; such a group never keeps dequantised weights (its first forward must save what its
         recompute saves: the checkpoint counts them; its backward dequantises the one weight itself)."""
-        recomputing = torch.is_grad_enabled() and torch._C._current_graph_task_id() != -1
+        recomputing = torch.is_grad_enabled() and in_backward()
         if self.skip_in_backward:
             base = SKIP if recomputing else RUN
         else:
@@ -407,13 +407,10 @@ def group_lora_layers(model: Any, fused_dropout: bool = True, fused_swiglu: bool
     ``reuse_dequantised``, and the ``down_proj`` of a block whose MLP ends it no matmul inside a backward pass if
     ``skip_down``, and in checkpointed blocks the fused kernels' ``lora_A`` products kept for the recompute if
     ``keep_lora_a`` (see the module docstring); returns how many groups. Idempotent."""
-    from core.estimate.plan import MLP_ENDS_BLOCK
-
     blocks = decoder_layers(model)
     block_of = {id(module): block for block in blocks for module in block.modules()}
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
     ending_mlps = {id(block.mlp) for block in blocks if hasattr(block, "mlp")} \
-        if skip_down and model_type in MLP_ENDS_BLOCK else set()
+        if skip_down and mlp_ends_block(model) else set()
     by_parent: dict[str, dict[str, Any]] = {}
     for name, module in model.named_modules():
         if type(module).__name__ in GROUPABLE and hasattr(module, "lora_A") and hasattr(module, "lora_variant") \

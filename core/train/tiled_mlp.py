@@ -48,12 +48,6 @@ def tiles_for(setting: Any, tokens: int, hidden_size: int) -> int:
     return max(1, min(int(setting), tokens))
 
 
-def _in_backward() -> bool:
-    import torch
-
-    return torch._C._current_graph_task_id() != -1
-
-
 def _autocast_state(device_type: str) -> tuple[bool, Any]:
     import torch
 
@@ -65,6 +59,8 @@ def _function() -> Any:
     """The autograd function, built on first use (torch is imported only by the engine)."""
     import torch
 
+    from core.train.engine_switches import in_backward
+
     class TiledMLP(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, mlp: Any, tiles: int, skip_in_recompute: bool, x: Any) -> Any:
@@ -75,7 +71,7 @@ def _function() -> Any:
             ctx.cpu_rng = torch.get_rng_state()
             ctx.device_rng = [torch.cuda.get_rng_state(d) for d in ctx.devices]
             ctx.save_for_backward(x)
-            if skip_in_recompute and _in_backward():
+            if skip_in_recompute and in_backward():
                 # A checkpointed block's recomputation: only the saved input matters, the output is dropped.
                 return torch.empty_like(x)
             flat = x.reshape(-1, x.shape[-1])
@@ -122,11 +118,10 @@ def install_tiled_mlp(model: Any, setting: Any, skip_in_recompute: bool | None =
     from its own token count, see ``tiles_for``); returns how many blocks. ``skip_in_recompute`` needs non-reentrant checkpointing
     (the engine's) and a block that reads the MLP's output only to end (default: whether the model's type is one
     of ``core.estimate.plan.MLP_ENDS_BLOCK``; Gemma 2's post-MLP norm saves what it reads)."""
-    from core.estimate.plan import MLP_ENDS_BLOCK
-    from core.train.engine_switches import decoder_layers
+    from core.train.engine_switches import decoder_layers, mlp_ends_block
 
     if skip_in_recompute is None:
-        skip_in_recompute = getattr(getattr(model, "config", None), "model_type", None) in MLP_ENDS_BLOCK
+        skip_in_recompute = mlp_ends_block(model)
 
     layers = [layer for layer in decoder_layers(model) if hasattr(layer, "mlp")
               and (setting != "auto" or getattr(layer, "gradient_checkpointing", False))]

@@ -189,11 +189,8 @@ def test_a_checkpointed_model_recomputes_the_same_masks(kernels):
     assert abs(loss_eager - loss_plain) > 1e-4  # the dropout acted
 
 
-
-def test_the_recompute_takes_the_kept_lora_a_products_and_changes_no_number(kernels, monkeypatch):
-    """``recompute_keep_lora_a``: a checkpointed block's recompute takes the lora_A products its first forward
-    made instead of running the kernel again (the replayed generator gives it the same seed); the loss and every
-    gradient are the same bits, and nothing stays kept after the step."""
+def _count_dropout_lora_a(kernels, monkeypatch) -> dict:
+    """Counts the kernels' ``dropout_lora_a`` calls from now on (``used["n"]``)."""
     used = {"n": 0}
     original = kernels.dropout_lora_a
 
@@ -202,6 +199,14 @@ def test_the_recompute_takes_the_kept_lora_a_products_and_changes_no_number(kern
         return original(*args)
 
     monkeypatch.setattr(kernels, "dropout_lora_a", counted)
+    return used
+
+
+def test_the_recompute_takes_the_kept_lora_a_products_and_changes_no_number(kernels, monkeypatch):
+    """``recompute_keep_lora_a``: a checkpointed block's recompute takes the lora_A products its first forward
+    made instead of running the kernel again (the replayed generator gives it the same seed); the loss and every
+    gradient are the same bits, and nothing stays kept after the step."""
+    used = _count_dropout_lora_a(kernels, monkeypatch)
     runs = {}
     for keep in (False, True):
         model = tiny_lora({"lora_dropout": 0.1, "gradient_checkpointing": True, "recompute_keep_lora_a": keep},
@@ -219,6 +224,7 @@ def test_the_recompute_takes_the_kept_lora_a_products_and_changes_no_number(kern
     for name, grad in runs[False][1].items():
         assert torch.equal(runs[True][1][name], grad), name
 
+
 def test_what_the_kernels_do_not_take_runs_torch_dropout(kernels, monkeypatch):
     x = torch.zeros(4, 8)
     assert kernels.usable(x, [8, 8, 8], [0.1] * 3, 4, 8)
@@ -230,14 +236,7 @@ def test_what_the_kernels_do_not_take_runs_torch_dropout(kernels, monkeypatch):
     assert not kernels.usable(x, [8], [0.1], 4, 8)  # a CPU tensor, not asked for
     monkeypatch.setenv("TUNEDECK_TRITON_INTERPRET", "1")
 
-    used = {"n": 0}
-    original = kernels.dropout_lora_a
-
-    def counted(*args):
-        used["n"] += 1
-        return original(*args)
-
-    monkeypatch.setattr(kernels, "dropout_lora_a", counted)
+    used = _count_dropout_lora_a(kernels, monkeypatch)
     torch.manual_seed(5)
     loss_and_grads(tiny_lora({"lora_dropout": 0.1, "lora_dropout_fused": False}), IDS, autocast=False)
     assert used["n"] == 0
