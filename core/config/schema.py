@@ -55,6 +55,7 @@ lora_fused_add             bool                                true
 lora_grouped               bool                                true
 lora_dropout_fused         bool                                true
 lora_swiglu_fused          bool                                true
+lora_swiglu_down           bool                                true
 qlora_reuse_dequantised    bool                                true
 recompute_skip_down        bool                                true
 recompute_keep_lora_a      bool                                false
@@ -158,6 +159,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "lora_grouped": KeySpec("bool"),
     "lora_dropout_fused": KeySpec("bool"),
     "lora_swiglu_fused": KeySpec("bool"),
+    "lora_swiglu_down": KeySpec("bool"),
     "qlora_reuse_dequantised": KeySpec("bool"),
     "recompute_skip_down": KeySpec("bool"),
     "recompute_keep_lora_a": KeySpec("bool"),
@@ -226,6 +228,7 @@ class RunConfig:
     lora_grouped: bool = True
     lora_dropout_fused: bool = True
     lora_swiglu_fused: bool = True
+    lora_swiglu_down: bool = True
     qlora_reuse_dequantised: bool = True
     recompute_skip_down: bool = True
     recompute_keep_lora_a: bool = False

@@ -14,6 +14,12 @@ gate and up) and writes their gradient in place over them. The gradients of the 
 those of the full pre-activations, so the adapters' and the input's gradients are computed as before
 (``lora_group``).
 
+With ``lora_swiglu_down`` the same kernels also do the down projection's LoRA input work (``forward_down``,
+``backward_down``, ``LoRASwiGLUDown``): forward, each program sums ``dropout(c) Ad^T`` over the product's columns
+it makes (``core.train.lora_dropout_kernel``'s masks and roundings); backward, each program owns a column block
+of a share of the rows, adds ``(dhd Ad) * mask * scale`` to the product's gradient before the SwiGLU's, and sums
+``dAd`` over its rows from the product it recomputes (fp32 partial sums, one per share).
+
 The roundings are the plain path's: each sum is rounded to the compute dtype as the ``lora_B`` matmul's
 epilogue rounds it, and silu's result before the product as Liger's SwiGLU does. This matters more than it
 looks: early in training a LoRA update is a few units in the last place of a bf16 base output, and the first
@@ -30,13 +36,26 @@ import torch
 import triton
 import triton.language as tl
 
-from core.train.lora_dropout_kernel import interpreted, load_tiles
+from core.train.lora_dropout_kernel import (
+    PAIRED,
+    _keep,
+    interpreted,
+    keep_scale,
+    load_tiles,
+    seeds_for,
+    threshold,
+)
 
 MAX_RANK = 128
 # Rows x columns a program and warps, by kernel: the fastest of bench/lora_swiglu_kernel.py's grid on the H200
 # at 8,192 x 18,944, rank 16 (lora-swiglu-kernel): forward 0.366 ms against 0.791 for the two adds and Liger's
 # forward; backward 0.613 against Liger's 0.420 (it recomputes the two rank-r products)
-TILES = {"forward": {"BM": 16, "BN": 256, "num_warps": 4}, "backward": {"BM": 32, "BN": 128, "num_warps": 4}}
+TILES = {"forward": {"BM": 16, "BN": 256, "num_warps": 4}, "backward": {"BM": 32, "BN": 128, "num_warps": 4},
+         # lora_swiglu_down's, the fastest of bench/lora_swiglu_kernel.py --down's grid at 8,192 + 16,384 rows on the
+         # H200 (lora-swiglu-down-kernel): forward 0.865 ms against 0.982 for the SwiGLU and dropout kernels it
+         # replaces, backward 1.325 against 1.782 at 16,384 rows (the first picks ran 3.4 and 1.8)
+         "down_forward": {"BM": 64, "BN": 64, "num_warps": 4, "SPLIT": 4},
+         "down_backward": {"BM": 16, "BN": 128, "num_warps": 4, "RS": 256}}
 TILES_ENV = "TUNEDECK_LORA_SWIGLU_TILES"  # that bench's JSON: its "overall" tiles replace these
 
 load_tiles(TILES, TILES_ENV)
@@ -99,6 +118,78 @@ def _lora_swiglu_backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, n_rows, n, sg, su,
     tl.store(u_ptr + at, (dc * silu).to(u_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit(do_not_specialize=["seed", "thr"])
+def _lora_swiglu_down_forward(g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, c_ptr, hd_ptr, n_rows, n, cols_per_split, sg, su,
+                              seed, thr, scale,
+                              R: tl.constexpr, RP: tl.constexpr, RD: tl.constexpr, RDP: tl.constexpr,
+                              BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr, DROP: tl.constexpr,
+                              PAIRED: tl.constexpr, STORE: tl.constexpr, SPLIT: tl.constexpr):
+    """The product of a row block over a share of the columns, column block by column block, and the down
+    projection's ``lora_A`` product of its dropped-out part (``hd = dropout(c) @ Ad^T``, summed in fp32 over
+    the share; ``SPLIT`` > 1: fp32 partial sums, one per share, which the host adds). ``STORE`` false: the
+    product is not written (nothing reads it)."""
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    start = tl.program_id(1) * cols_per_split
+    rd = tl.arange(0, RDP)
+    dtype = c_ptr.dtype.element_ty
+    acc = tl.zeros((BM, RDP), dtype=tl.float32)
+    for k0 in range(0, cols_per_split, BN):
+        first = start + k0
+        cols = first + tl.arange(0, BN)
+        gate, up, at, ok = _pre_activations(g_ptr, u_ptr, h_ptr, b_ptr, rows, cols, n_rows, n, sg, su, R, RP, PREC)
+        silu = (gate * tl.sigmoid(gate)).to(dtype).to(tl.float32)
+        c = (silu * up).to(dtype)
+        if STORE:
+            tl.store(c_ptr + at, c, mask=ok)
+        if DROP:
+            c = tl.where(_keep(rows, first, n, seed, thr, BN, PAIRED), c, 0.0).to(dtype)
+        a = tl.load(a_ptr + rd[None, :] * n + cols[:, None], mask=(rd[None, :] < RD) & (cols[:, None] < n), other=0.0)
+        acc += tl.dot(c, a, input_precision=PREC)
+    out_ok = (rows[:, None] < n_rows) & (rd[None, :] < RD)
+    out = hd_ptr + tl.program_id(1) * n_rows * RD + rows[:, None] * RD + rd[None, :]
+    tl.store(out, (acc * scale).to(hd_ptr.dtype.element_ty), mask=out_ok)
+
+
+@triton.jit(do_not_specialize=["seed", "thr"])
+def _lora_swiglu_down_backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, dhd_ptr, part_ptr, n_rows, n,
+                               rows_per_split, sg, su, seed, thr, scale,
+                               R: tl.constexpr, RP: tl.constexpr, RD: tl.constexpr, RDP: tl.constexpr,
+                               BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr, DROP: tl.constexpr,
+                               PAIRED: tl.constexpr):
+    """A column block of a share of the rows: the product's gradient gets the down adapter's input term
+    (``(dhd @ Ad) * mask * scale``, rounded into it as the unfused kernel adds it), then d gate and d up are
+    written over the base outputs; ``dAd`` is summed over the rows in fp32 from the recomputed product (partial
+    sums, one per share)."""
+    first = tl.program_id(0) * BN
+    cols = first + tl.arange(0, BN)
+    split = tl.program_id(1)
+    rd = tl.arange(0, RDP)
+    col_ok = cols < n
+    dtype = g_ptr.dtype.element_ty
+    a = tl.load(a_ptr + rd[:, None] * n + cols[None, :], mask=(rd[:, None] < RD) & col_ok[None, :], other=0.0)
+    acc = tl.zeros((RDP, BN), dtype=tl.float32)
+    start = split * rows_per_split
+    for m0 in range(0, rows_per_split, BM):
+        rows = start + m0 + tl.arange(0, BM)
+        gate, up, at, ok = _pre_activations(g_ptr, u_ptr, h_ptr, b_ptr, rows, cols, n_rows, n, sg, su, R, RP, PREC)
+        dhd = tl.load(dhd_ptr + rows[:, None] * RD + rd[None, :], mask=(rows[:, None] < n_rows) & (rd[None, :] < RD),
+                      other=0.0)
+        lora = tl.dot(dhd, a, input_precision=PREC)
+        sig = tl.sigmoid(gate)
+        silu = gate * sig
+        c = (silu.to(dtype).to(tl.float32) * up).to(dtype)
+        if DROP:
+            keep = _keep(rows, first, n, seed, thr, BN, PAIRED)
+            lora = tl.where(keep, lora, 0.0)
+            c = tl.where(keep, c, 0.0).to(dtype)
+        acc += tl.dot(tl.trans(dhd), c, input_precision=PREC)
+        dc = (tl.load(dc_ptr + at, mask=ok, other=0.0).to(tl.float32) + lora * scale).to(dtype).to(tl.float32)
+        tl.store(g_ptr + at, (dc * (silu * (1.0 - sig) + sig) * up).to(dtype), mask=ok)
+        tl.store(u_ptr + at, (dc * silu).to(dtype), mask=ok)
+    tl.store(part_ptr + split * (RD * n) + rd[:, None] * n + cols[None, :], acc * scale,
+             mask=(rd[:, None] < RD) & col_ok[None, :])
+
+
 def _launch(kernel: Any, tensors: tuple[torch.Tensor, ...], gate: torch.Tensor, rank: int, sg: float,
             su: float, tiles: dict[str, int]) -> None:
     rows, n = gate.shape
@@ -128,6 +219,67 @@ def backward(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidden: t
             tiles or TILES["backward"])
 
 
+def _down_args(seed: int, p: float) -> tuple[int, int, float, bool]:
+    """(seed, threshold, scale, dropout on) of the down projection's dropout: the fused dropout kernels' own
+    (``core.train.lora_dropout_kernel``: the same hash, so the same masks as its kernels draw for this seed)."""
+    if p <= 0:
+        return 0, 0, 1.0, False
+    return seeds_for(seed, 1)[0], threshold(p), keep_scale(p), True
+
+
+def forward_down(gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
+                 sg: float, su: float, seed: int, p: float, store: bool = True,
+                 tiles: dict[str, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``forward``'s product c and the down projection's ``lora_A`` product of its dropped-out input,
+    ``dropout(c) @ a^T`` (a: rank x n, c's dtype; dropout p with the fused dropout kernels' masks of ``seed``,
+    none for p = 0): (c, hd), hd rows x rank in c's dtype. ``store`` false leaves c unwritten."""
+    rows, n = gate.shape
+    rank = a.shape[0]
+    tiles = dict(tiles or TILES["down_forward"])
+    if interpreted():
+        tiles = {"BM": 16, "BN": 32, "SPLIT": 2}
+    cols_per_split = triton.cdiv(triton.cdiv(n, tiles["SPLIT"]), tiles["BN"]) * tiles["BN"]
+    split = tiles["SPLIT"] = triton.cdiv(n, cols_per_split)  # whole column blocks a share: maybe fewer shares
+    s, thr, scale, drop = _down_args(seed, p)
+    c = torch.empty_like(gate)
+    hd = torch.empty(split, rows, rank, dtype=gate.dtype if split == 1 else torch.float32, device=gate.device)
+    _lora_swiglu_down_forward[(triton.cdiv(rows, tiles["BM"]), split)](
+        gate, up, hidden, b, a, c, hd, rows, n, cols_per_split, sg, su, s, thr, scale,
+        R=hidden.shape[1] // 2, RP=_padded(hidden.shape[1] // 2), RD=rank, RDP=_padded(rank),
+        PREC=_prec(gate), DROP=drop, PAIRED=PAIRED, STORE=store, **tiles)
+    return c, hd[0] if split == 1 else hd.sum(0).to(gate.dtype)
+
+
+def backward_down(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: torch.Tensor,
+                  a: torch.Tensor, dhd: torch.Tensor, sg: float, su: float, seed: int, p: float,
+                  tiles: dict[str, int] | None = None) -> torch.Tensor:
+    """``backward`` with the down adapter's input term added to ``grad`` first (``dhd`` the gradient of hd):
+    d gate and d up written over ``gate`` and ``up``; returns the gradient of ``a`` (rank x n, fp32)."""
+    rows, n = gate.shape
+    rank = a.shape[0]
+    tiles = dict(tiles or TILES["down_backward"])
+    if interpreted():
+        tiles = {"BM": 16, "BN": 32, "RS": 32}
+    col_blocks = triton.cdiv(n, tiles["BN"])
+    rows_per_split = triton.cdiv(min(tiles.pop("RS"), rows), tiles["BM"]) * tiles["BM"]  # whole row blocks a share
+    splits = triton.cdiv(rows, rows_per_split)
+    parts = torch.empty(splits, rank, n, dtype=torch.float32, device=gate.device)
+    s, thr, scale, drop = _down_args(seed, p)
+    _lora_swiglu_down_backward[(col_blocks, splits)](
+        grad, gate, up, hidden, b, a, dhd, parts, rows, n, rows_per_split, sg, su, s, thr, scale,
+        R=hidden.shape[1] // 2, RP=_padded(hidden.shape[1] // 2), RD=rank, RDP=_padded(rank),
+        PREC=_prec(gate), DROP=drop, PAIRED=PAIRED, **tiles)
+    return parts.sum(0) if splits > 1 else parts[0]
+
+
+def _padded(rank: int) -> int:
+    return max(16, 1 << (rank - 1).bit_length())
+
+
+def _prec(x: torch.Tensor) -> str:
+    return "ieee" if x.dtype == torch.float32 else "tf32"
+
+
 class LoRASwiGLU(torch.autograd.Function):
     """``silu(gate + lora_g) * (up + lora_u)`` where ``gate`` and ``up`` are the grouped node's outputs
     without their LoRA updates (``lora_group``'s ``defer``): the gradients returned are those of the full
@@ -149,3 +301,36 @@ class LoRASwiGLU(torch.autograd.Function):
         shape = grad.shape
         backward(grad.reshape(-1, shape[-1]).contiguous(), gate, up, hidden, b, *ctx.scales)
         return gate.view(shape), up.view(shape), None, None, None, None
+
+
+class LoRASwiGLUDown(torch.autograd.Function):
+    """``LoRASwiGLU`` with the down projection's LoRA input work inside (``lora_swiglu_down``): returns the
+    product c and ``hd = dropout(c) @ Ad^T``, which the down projection's node (``lora_group._GivenLoRA``) takes
+    instead of keeping c and running the dropout kernels over it. Only gate and up are kept (as ``LoRASwiGLU``
+    keeps them): backward recomputes c from them, adds the down adapter's input term to c's gradient, and returns
+    the gradient of ``a_weight`` (the down's ``lora_A`` weight, cast to the compute dtype here as the grouped node
+    casts it). The dropout seed is drawn from the CPU generator where the down projection's node would draw it,
+    so the masks (and a checkpoint's recompute) are the same as without this switch."""
+
+    @staticmethod
+    def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: torch.Tensor,
+                a_weight: torch.Tensor, sg: float, su: float, p: float, store: bool) -> tuple[torch.Tensor, ...]:
+        shape = gate.shape
+        gate2, up2 = gate.reshape(-1, shape[-1]), up.reshape(-1, shape[-1])
+        a = a_weight.to(gate.dtype).contiguous()
+        ctx.seed = int(torch.randint(0, 2**31 - 1, (1,)).item()) if p > 0 else 0  # the CPU generator: no sync
+        c, hd = forward_down(gate2, up2, hidden, b, a, sg, su, ctx.seed, p, store)
+        ctx.save_for_backward(gate2, up2, hidden, b, a)
+        ctx.args = (sg, su, p, a_weight.dtype)
+        return c.view(shape), hd
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor | None, grad_hd: torch.Tensor | None) -> tuple[Any, ...]:
+        gate, up, hidden, b, a = ctx.saved_tensors
+        sg, su, p, a_dtype = ctx.args
+        shape = (*gate.shape[:-1], gate.shape[-1]) if grad is None else grad.shape
+        grad2 = torch.zeros_like(gate) if grad is None else grad.reshape(-1, gate.shape[-1]).contiguous()
+        dhd = torch.zeros(gate.shape[0], a.shape[0], dtype=gate.dtype, device=gate.device) if grad_hd is None \
+            else grad_hd.to(gate.dtype).contiguous()
+        grad_a = backward_down(grad2, gate, up, hidden, b, a, dhd, sg, su, ctx.seed, p)
+        return gate.view(shape), up.view(shape), None, None, grad_a.to(a_dtype), None, None, None, None

@@ -242,11 +242,14 @@ def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any
         reuse = dequantised_reusing(cfg)
         skip = down_skipping(cfg)
         keep = lora_a_keeping(cfg)
+        down = swiglu and bool(cfg.get("lora_swiglu_down", True))
         log.info("lora_grouped: %d groups of LoRA linears that share an input (dropout in Triton kernels: %s; "
-                 "gate/up updates in the SwiGLU kernel: %s; dequantised weights kept for backward: %s; "
-                 "down projection skipped in the recompute: %s; lora_A products kept for the recompute: %s)",
+                 "gate/up updates in the SwiGLU kernel: %s; down projection's LoRA input work in it too: %s; "
+                 "dequantised weights kept for backward: %s; down projection skipped in the recompute: %s; "
+                 "lora_A products kept for the recompute: %s)",
                  group_lora_layers(model, fused_dropout=fused, fused_swiglu=swiglu, reuse_dequantised=reuse,
-                                   skip_down=skip, keep_lora_a=keep), fused, swiglu, reuse, skip, keep)
+                                   skip_down=skip, keep_lora_a=keep, swiglu_down=down),
+                 fused, swiglu, down, reuse, skip, keep)
     trainable, total = model.get_nb_trainable_parameters()
     log.info("%s: %s trainable parameters of %s (%.3f%%)", method, f"{trainable:,}", f"{total:,}",
              100.0 * trainable / max(1, total))

@@ -209,8 +209,8 @@ def test_the_recompute_takes_the_kept_lora_a_products_and_changes_no_number(kern
     used = _count_dropout_lora_a(kernels, monkeypatch)
     runs = {}
     for keep in (False, True):
-        model = tiny_lora({"lora_dropout": 0.1, "gradient_checkpointing": True, "recompute_keep_lora_a": keep},
-                          checkpointing=True)
+        model = tiny_lora({"lora_dropout": 0.1, "gradient_checkpointing": True, "recompute_keep_lora_a": keep,
+                           "lora_swiglu_down": False}, checkpointing=True)  # (the down's: the SwiGLU kernels')
         groups = {id(m._tunedeck_group): m._tunedeck_group for m in model.modules() if hasattr(m, "_tunedeck_group")}
         assert len(groups) == 16 and all(g.keeps_lora_a is keep for g in groups.values())
         used["n"] = 0
@@ -241,8 +241,11 @@ def test_what_the_kernels_do_not_take_runs_torch_dropout(kernels, monkeypatch):
     loss_and_grads(tiny_lora({"lora_dropout": 0.1, "lora_dropout_fused": False}), IDS, autocast=False)
     assert used["n"] == 0
     torch.manual_seed(5)
-    loss_and_grads(tiny_lora({"lora_dropout": 0.1}), IDS, autocast=False)
+    loss_and_grads(tiny_lora({"lora_dropout": 0.1, "lora_swiglu_down": False}), IDS, autocast=False)
     assert used["n"] == 16  # 4 groups a block, 4 blocks
+    torch.manual_seed(5)
+    loss_and_grads(tiny_lora({"lora_dropout": 0.1}), IDS, autocast=False)
+    assert used["n"] == 16 + 12  # lora_swiglu_down (default): the down projection's in the SwiGLU kernels
 
 
 @pytest.mark.gpu

@@ -25,7 +25,7 @@ pytest.importorskip("triton")
 from tests.core.test_engine_switches import IDS, assert_close, loss_and_grads, tiny_lora  # noqa: E402
 from tests.core.test_lora_dropout_kernel import interpreted  # noqa: E402
 
-ON = {"lora_swiglu_fused": True}
+ON = {"lora_swiglu_fused": True, "lora_swiglu_down": False}  # the SwiGLU switch alone (down: DOWN)
 
 
 @pytest.fixture
@@ -179,3 +179,116 @@ def test_compiled_kernels_in_bf16_equal_torch(rank):
         err = ((x.double() - ref).abs() / (ref.abs() + 1.0)).max().item()
         assert err < 2e-2, err  # bf16 rounding of the result, relative to its size
 
+
+
+DOWN = {**ON, "lora_swiglu_down": True}  # the default
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1], ids=["no-dropout", "dropout"])
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["eager", "checkpointed"])
+def test_the_down_projection_inside_the_swiglu_keeps_the_loss_and_gradients(kernels, monkeypatch, dropout,
+                                                                           checkpointing):
+    """``lora_swiglu_down``: the down projection's dropout and ``lora_A`` (forward and both gradients) inside the
+    SwiGLU kernels. Against the same engine without it (the dropout kernels' masks either way, drawn from the same
+    seeds): the same loss and gradients, the dropout kernels never run over the down's input, and the down
+    node keeps no copy of its input."""
+    import core.train.lora_dropout_kernel as dropout_kernels
+
+    cfg = {"lora_dropout": dropout}
+    apart = tiny_lora({**cfg, **ON}, checkpointing=checkpointing)
+    inside = tiny_lora({**cfg, **DOWN}, checkpointing=checkpointing)
+    assert sum(getattr(m, "fuse_in_swiglu", False) for m in
+               {id(g): g for g in (getattr(m, "_tunedeck_group", None) for m in inside.modules()) if g}.values()) == 4
+    results, widths = [], []
+    original = dropout_kernels.dropout_lora_a
+
+    def watching(x, *args, **kwargs):
+        widths.append(x.shape[-1])
+        return original(x, *args, **kwargs)
+
+    monkeypatch.setattr(dropout_kernels, "dropout_lora_a", watching)
+    fused = {"forward": 0}
+    forward_down = kernels.forward_down
+
+    def counting(*args, **kwargs):
+        fused["forward"] += 1
+        return forward_down(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "forward_down", counting)
+    for model in (apart, inside):
+        torch.manual_seed(5)  # the kernels' seeds come from the CPU generator
+        widths.clear()
+        results.append(loss_and_grads(model, IDS, autocast=False))
+        results[-1] += (sorted(set(widths)),)
+        assert fused["forward"] == (0 if model is apart else 4 * (2 if checkpointing else 1))
+    (loss_apart, grads_apart, widths_apart), (loss_inside, grads_inside, widths_inside) = results
+    intermediate = apart.config.intermediate_size
+    if dropout:
+        assert intermediate in widths_apart and intermediate not in widths_inside
+    assert loss_inside == pytest.approx(loss_apart, rel=1e-6)
+    assert_close(grads_apart, grads_inside, rel=1e-5)
+    down_a = [k for k in grads_inside if "down_proj.lora_A" in k]
+    assert len(down_a) == 4 and all(grads_inside[k].abs().max() > 0 for k in down_a)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_the_down_kernels_equal_torch(kernels, dropout):
+    """The kernels alone against torch in float64: the product, ``hd = dropout(c) @ Ad^T`` with the dropout
+    kernels' masks (``lora_dropout_kernel.masks``), and backward's d gate, d up and dAd, with the down adapter's
+    input term added to the product's gradient first."""
+    import core.train.lora_dropout_kernel as dk
+
+    torch.manual_seed(3)
+    rows, n, rank, rd, sg, su, seed = 37, 70, 4, 8, 2.0, 0.5, 1234
+    gate, up = torch.randn(rows, n), torch.randn(rows, n)
+    hidden, b = torch.randn(rows, 2 * rank), torch.randn(n, 2 * rank) / rank
+    a = torch.randn(rd, n) / n**0.5
+    grad, dhd = torch.randn(rows, n), torch.randn(rows, rd)
+    scale = dk.keep_scale(dropout) if dropout else 1.0
+    keep = dk.masks(rows, n, 1, seed, dropout)[0] if dropout else torch.ones(rows, n, dtype=torch.bool)
+
+    g = gate.double().requires_grad_(True)
+    u = up.double().requires_grad_(True)
+    aa = a.double().requires_grad_(True)
+    c = torch.nn.functional.silu(g + sg * hidden[:, :rank].double() @ b[:, :rank].double().t()) \
+        * (u + su * hidden[:, rank:].double() @ b[:, rank:].double().t())
+    hd = (c * keep * scale) @ aa.t()
+    torch.autograd.backward([c, hd], [grad.double(), dhd.double()])
+
+    got_c, got_hd = kernels.forward_down(gate, up, hidden, b, a, sg, su, seed, dropout)
+    assert torch.allclose(got_c.double(), c.detach(), rtol=1e-5, atol=1e-5)
+    assert torch.allclose(got_hd.double(), hd.detach(), rtol=1e-5, atol=1e-5)
+    dg, du = gate.clone(), up.clone()
+    got_da = kernels.backward_down(grad, dg, du, hidden, b, a, dhd, sg, su, seed, dropout)
+    assert torch.allclose(dg.double(), g.grad, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(du.double(), u.grad, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(got_da.double(), aa.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dropout", [0.0, 0.05])
+def test_compiled_down_kernels_in_bf16_equal_torch(dropout):
+    import core.train.lora_dropout_kernel as dk
+    import core.train.lora_swiglu_kernel as kernels
+
+    torch.manual_seed(0)
+    rows, n, rank, sg, su, seed = 8192, 18944, 16, 2.0, 2.0, 99
+    dev = {"device": "cuda", "dtype": torch.bfloat16}
+    gate, up = torch.randn(rows, n, **dev), torch.randn(rows, n, **dev)
+    hidden, b = torch.randn(rows, 2 * rank, **dev), torch.randn(n, 2 * rank, **dev) / rank
+    a = torch.randn(rank, n, **dev) / n**0.5
+    grad, dhd = torch.randn(rows, n, **dev), torch.randn(rows, rank, **dev)
+    scale = dk.keep_scale(dropout) if dropout else 1.0
+    keep = dk.masks(rows, n, 1, seed, dropout, "cuda")[0] if dropout else torch.ones(rows, n, dtype=torch.bool,
+                                                                                      device="cuda")
+    want_c, want_dg, want_du = _reference(gate, up, hidden, b, sg, su, grad)  # float64
+    c, hd = kernels.forward_down(gate, up, hidden, b, a, sg, su, seed, dropout)
+    want_hd = (c.double() * keep * scale) @ a.double().t()  # from the kernel's own rounded product
+    dc = (grad.double() + (dhd.double() @ a.double()) * keep * scale)
+    _, want_dg, want_du = _reference(gate, up, hidden, b, sg, su, dc.to(torch.bfloat16))
+    want_da = dhd.double().t() @ (c.double() * keep * scale)
+    dg, du = gate.clone(), up.clone()
+    da = kernels.backward_down(grad, dg, du, hidden, b, a, dhd, sg, su, seed, dropout)
+    for x, ref in ((c, want_c), (hd, want_hd), (dg, want_dg), (du, want_du), (da, want_da)):
+        err = ((x.double() - ref).abs() / (ref.abs() + 1.0)).max().item()
+        assert err < 2e-2, err
