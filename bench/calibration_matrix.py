@@ -402,6 +402,7 @@ def plan_as_run(record: dict[str, Any]) -> tuple[Row, Any] | None:
     # the fused SwiGLU and the trimmed recompute as the engine reported them (a record from before those
     # switches ran without them)
     options["lora_swiglu_fused"] = bool(record.get("lora_swiglu_fused_run"))
+    options["lora_swiglu_down"] = bool(record.get("lora_swiglu_down_run"))
     options["recompute_skip_down"] = bool(record.get("recompute_skip_down_run"))
     return row, plan_for_model(str(MODELS[row.model][1]), exact_count=False, **options)
 
@@ -555,6 +556,7 @@ def measure_row(ctx: dict[str, Any], row: Row, timeout_s: float, gpu_name: str |
         "loss": result.get("loss"), "optimizer_run": result.get("optimizer"), "fused_ce_run": result.get("fused_ce"),
         "checkpoint_layers_run": layers_run, "tiled_mlp_run": result.get("tiled_mlp_run"),
         "lora_swiglu_fused_run": result.get("lora_swiglu_fused_run"),
+        "lora_swiglu_down_run": result.get("lora_swiglu_down_run"),
         "recompute_skip_down_run": result.get("recompute_skip_down_run"), "config_run": result.get("config"), "estimate": estimate,
     }
     if result.get("profile"):

@@ -131,6 +131,7 @@ def _engine_plan(model: str, method: str, config: dict[str, Any], result: dict[s
                        lora_input_upcast=bool(config.get("lora_input_upcast")),
                        lora_dropout_fused=bool(config.get("lora_dropout_fused", False)),
                        lora_swiglu_fused=bool(config.get("lora_swiglu_fused", False)),
+                       lora_swiglu_down=bool(config.get("lora_swiglu_down", False)),
                        qlora_reuse_dequantised=bool(config.get("qlora_reuse_dequantised", False)),
                        recompute_skip_down=bool(config.get("recompute_skip_down", False)),
                        recompute_keep_lora_a=bool(config.get("recompute_keep_lora_a", False)))

@@ -165,9 +165,11 @@ def mlp_saved_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: Precisi
     """Bytes per token the MLP (gate/up, the gated product, down) keeps for backward."""
     shapes = {shape.name: shape for shape in arch.linear_shapes()}
     norm_out = max(layout.norm_weight, layout.residual)
+    down = linear_group_saved_bytes([shapes["down_proj"]], layout.compute, plan, layout)
+    if plan.swiglu_down:  # lora_swiglu_down: lora_A's output only; backward recomputes the product from gate and up
+        down = layout.compute * plan.lora_rank
     return (linear_group_saved_bytes([shapes["gate_proj"], shapes["up_proj"]], norm_out, plan, layout)
-            + mlp_core_bytes(arch, plan, layout)
-            + linear_group_saved_bytes([shapes["down_proj"]], layout.compute, plan, layout))
+            + mlp_core_bytes(arch, plan, layout) + down)
 
 
 def block_activations(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout,
@@ -243,7 +245,8 @@ def activation_sizes(arch: ModelArchitecture, plan: TrainingPlan, layout: Precis
     kept_inputs = min(checkpointed, 2 if plan.offloads_activations else checkpointed) * layout.residual \
         * arch.hidden_size * tokens
     if plan.keeps_lora_a:  # each checkpointed block's lora_A products, kept from its forward to its recompute
-        kept_inputs += checkpointed * plan.lora_rank * len(plan.lora_targets) * layout.compute * tokens
+        keepers = len(plan.lora_targets) - (1 if plan.swiglu_down else 0)  # (the down's are made in the SwiGLU)
+        kept_inputs += checkpointed * plan.lora_rank * keepers * layout.compute * tokens
     block = block_activations(arch, plan, layout, calibration, tiles_recomputed)
     if tiles_recomputed > 1:
         block = BlockActivations(block.per_token + mlp_saved_bytes(arch, plan, layout) / tiles_recomputed,

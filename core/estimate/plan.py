@@ -94,6 +94,10 @@ class TrainingPlan:
     # ``lora_swiglu_fused``, core.train.lora_swiglu_kernel; GPUs only). Speed only: the
     # adds' read and write of the gate and up outputs go (``swiglu_fused`` says when it applies).
     lora_swiglu_fused: bool = True
+    # The down projection's LoRA input work (dropout, lora_A, their gradients) inside those SwiGLU kernels (run key
+    # ``lora_swiglu_down``, core.train.lora_group): the down projection keeps no input, and the fused dropout
+    # kernels never run over it (``swiglu_down`` says when it applies).
+    lora_swiglu_down: bool = True
     # QLoRA: checkpointed blocks keep the weights their recompute dequantises for backward (run key
     # ``qlora_reuse_dequantised``, core.train.lora_group): one dequantisation pass less, one
     # block's weights in the compute dtype more at the peak (``reuses_dequantised`` says when it applies).
@@ -175,6 +179,14 @@ class TrainingPlan:
         ``lora_swiglu_fusing`` decides (grouped LoRA/QLoRA without the input upcast, both projections adapted)."""
         return (self.method in ("lora", "qlora") and self.lora_grouped and self.lora_swiglu_fused
                 and not self.lora_input_upcast and {"gate_proj", "up_proj"} <= set(self.lora_targets))
+
+    @property
+    def swiglu_down(self) -> bool:
+        """Whether this plan's down projection takes its ``lora_A`` product from the fused SwiGLU kernels, as
+        ``core.train.lora_group``'s ``given_spec`` decides (the SwiGLU fused, ``down_proj`` adapted, its dropout
+        none or the fused kernels')."""
+        return (self.swiglu_fused and self.lora_swiglu_down and "down_proj" in self.lora_targets
+                and (self.lora_dropout == 0 or self.dropout_fused))
 
     @property
     def reuses_dequantised(self) -> bool:

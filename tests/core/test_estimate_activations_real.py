@@ -92,7 +92,8 @@ def test_block_activations_match_what_autograd_keeps(model_type, method, precisi
     arch = architecture_from_config(dict(config, num_hidden_layers=3))
     plan = TrainingPlan(architecture=arch, method=method.removesuffix("-grouped"), precision=precision, lora_rank=8,
                         lora_dropout=0.0, lora_grouped=method == "lora-grouped",  # else plain peft
-                        fused_ce=False, gradient_checkpointing=False)
+                        fused_ce=False, gradient_checkpointing=False,
+                        lora_swiglu_fused=False)  # the SwiGLU kernels run on GPUs (run_plan: a CPU run's plan)
     layout = precision_layout(plan, DEFAULT_CALIBRATION.adam8bit_bytes_per_param)
     predicted = block_activations(arch, plan, layout, DEFAULT_CALIBRATION)
     assert predicted.per_block == 0

@@ -164,11 +164,17 @@ def test_lora_block_activations_by_hand():
     # the engine's grouped linears, without dropout or with the fused kernels: no copy and no mask a target;
     # a group keeps its bf16 input once (o_proj's is SDPA's output, kept already)
     once = expected - 2 * (3 * H + Q + 2 * H + F) + 2 * H + 2 * H + 2 * F
-    grouped = replace(p, lora_grouped=True)
+    grouped = replace(p, lora_grouped=True, lora_swiglu_down=False)
     assert block_activations(TINY, grouped, layout, CAL).per_token == once
     assert block_activations(TINY, replace(grouped, lora_dropout=0.1), layout, CAL).per_token == once
     unfused = replace(grouped, lora_dropout=0.1, lora_dropout_fused=False)  # torch's dropout in the group
     assert block_activations(TINY, unfused, layout, CAL).per_token == with_dropout.per_token
+    # lora_swiglu_down (the default): the down projection keeps lora_A's output only, no input
+    for inside in (replace(grouped, lora_swiglu_down=True), replace(grouped, lora_swiglu_down=True, lora_dropout=0.1)):
+        assert inside.swiglu_down
+        assert block_activations(TINY, inside, layout, CAL).per_token == once - 2 * F
+    assert block_activations(TINY, replace(unfused, lora_swiglu_down=True), layout, CAL).per_token \
+        == with_dropout.per_token  # torch's dropout: the down projection's own work, its input kept
 
 
 def test_full_mixed_precision_block_activations_by_hand():

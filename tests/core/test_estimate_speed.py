@@ -284,7 +284,8 @@ def test_the_fused_swiglu_takes_the_gate_up_adds_away():
     grouped, and not under peft's input upcast. The run key reaches the plan on a GPU only."""
     from core.estimate.run_plan import plan_options_for_run
 
-    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
+    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True,
+                     lora_swiglu_down=False)  # (the down projection's work in the SwiGLU: its own test)
     assert p.swiglu_fused  # on by default
     fused, p = p, replace(p, lora_swiglu_fused=False)
     assert lora_input_bytes(TINY, p, CAL) - lora_input_bytes(TINY, fused, CAL) == pytest.approx(
@@ -295,6 +296,28 @@ def test_the_fused_swiglu_takes_the_gate_up_adds_away():
     config = {"method": "lora", "lora_swiglu_fused": True}
     assert plan_options_for_run(config, cuda=True)["lora_swiglu_fused"]
     assert not plan_options_for_run(config, cuda=False)["lora_swiglu_fused"]
+
+
+def test_the_down_projection_inside_the_swiglu_drops_its_dropout_kernel_work():
+    """``lora_swiglu_down``: the down projection's dropout and ``lora_A`` work runs inside the SwiGLU kernels,
+    whose memory traffic hides it (H200, 16,384 rows: 2.2 ms against 2.8), so the fused dropout kernels' cost
+    over its input goes, in every forward pass (recompute included) and in backward. Only where the SwiGLU is
+    fused, ``down_proj`` adapted and its dropout none or the fused kernels'; the run key reaches the plan."""
+    from core.estimate.run_plan import plan_options_for_run
+
+    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
+    assert p.swiglu_down and p.dropout_fused  # on by default
+    off = replace(p, lora_swiglu_down=False)
+    fused = CAL.lora_fused_dropout_bytes_per_element
+    down_inputs = 160 * 2 * 512  # the intermediate width, layers x tokens
+    assert lora_input_bytes(TINY, off, CAL) - lora_input_bytes(TINY, p, CAL) == pytest.approx(
+        (2 * fused["forward"] + fused["backward"]) * down_inputs)  # forward and recompute, backward
+    for other in (replace(p, lora_swiglu_fused=False), replace(p, lora_targets=("q_proj", "gate_proj", "up_proj")),
+                  replace(p, lora_dropout_fused=False), replace(p, lora_input_upcast=True), off):
+        assert not other.swiglu_down
+    assert replace(p, lora_dropout=0.0).swiglu_down  # no dropout: the kernels' lora_A alone
+    assert plan_options_for_run({"method": "lora"}, cuda=True)["lora_swiglu_down"]
+    assert not plan_options_for_run({"method": "lora", "lora_swiglu_down": False}, cuda=True)["lora_swiglu_down"]
 
 
 def test_reusing_the_dequantised_weights_drops_the_backwards_pass_and_keeps_one_blocks_weights():
@@ -361,6 +384,7 @@ def test_keeping_the_lora_a_products_takes_the_recomputes_dropout_kernels_away_f
 
     p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
     assert p.dropout_fused and not p.keeps_lora_a  # off by default
+    p = replace(p, lora_swiglu_down=False)  # (with it the down projection keeps nothing: below)
     kept = replace(p, recompute_keep_lora_a=True)
     assert kept.keeps_lora_a
     elements = (6 * 64 + 160) * 2 * 512  # the adapted linears' inputs (see the dropout test above) x tokens
@@ -369,6 +393,10 @@ def test_keeping_the_lora_a_products_takes_the_recomputes_dropout_kernels_away_f
     layout = precision_layout(p, CAL.adam8bit_bytes_per_param)
     more = activation_sizes(TINY, kept, layout, CAL).in_backward - activation_sizes(TINY, p, layout, CAL).in_backward
     assert more == pytest.approx(2 * 16 * 7 * 2.0 * 512)  # blocks x rank x linears x bf16 x tokens
+    inside = replace(p, lora_swiglu_down=True)
+    more = activation_sizes(TINY, replace(inside, recompute_keep_lora_a=True), layout, CAL).in_backward \
+        - activation_sizes(TINY, inside, layout, CAL).in_backward
+    assert more == pytest.approx(2 * 16 * 6 * 2.0 * 512)  # the down projection's are the SwiGLU kernels'
     for off in (replace(kept, gradient_checkpointing=False), replace(kept, lora_dropout=0.0),
                 replace(kept, lora_dropout_fused=False)):
         assert not off.keeps_lora_a
