@@ -290,6 +290,7 @@ def run_plain(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: fl
         "torch_peak_allocated_gib": data.get("peak_allocated_gib"),
         "torch_peak_reserved_gib": data.get("peak_reserved_gib"),
         "loss": loss_after([s.get("loss") for s in steps]),
+        "losses": [s.get("loss") for s in steps],  # each step's: the first tells whether two engines' bases agree
         "steps": len(steps),
         "optimizer": data.get("optimizer"),
     }
@@ -373,11 +374,12 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
                                                "checkpoint_layers", "lora_dropout", "compile_layers",
                                                "lora_input_upcast", "pure_bf16", "packing",
                                                "offload_activations", "tiled_mlp", "lora_grouped",
-                                               "lora_dropout_fused", "lora_swiglu_fused",
+                                               "lora_dropout_fused", "lora_swiglu_fused", "lora_swiglu_down",
                                                "qlora_reuse_dequantised", "recompute_skip_down",
                                                "recompute_keep_lora_a")},
         "lora_dropout_fused_run": header.get("lora_dropout_fused"),
         "lora_swiglu_fused_run": header.get("lora_swiglu_fused"),
+        "lora_swiglu_down_run": header.get("lora_swiglu_down"),
         "qlora_reuse_dequantised_run": header.get("qlora_reuse_dequantised"),
         "recompute_skip_down_run": header.get("recompute_skip_down"),
         "recompute_keep_lora_a_run": header.get("recompute_keep_lora_a"),
@@ -396,6 +398,7 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
         # after every step run: earlier summaries read profiled rows' loss before the profiled steps only (the
         # rate's window), a higher loss that looked like another engine's maths
         "loss": loss_after([r.get("loss") for r in every_step]),
+        "losses": [r.get("loss") for r in every_step],
         "steps": len(train),  # the rate's
         # Each step's wall seconds (from the metrics' elapsed_s): a mean rate hides whether every step is slow
         # or a few stall (a collection, a recompilation), which the next measurement must tell apart.
@@ -477,7 +480,7 @@ def run_swift(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: fl
     status = "finished" if proc.returncode == 0 else ("timeout" if time.monotonic() >= deadline else "failed")
     return {"status": status, "reason": None if status == "finished" else " | ".join(tail[-3:])[-400:],
             "tokens_per_s": steady_tokens_per_s(points, ctx["warmup"]), "loss": loss_after(losses),
-            "steps": len(points), "optimizer": "swift default"}
+            "losses": losses, "steps": len(points), "optimizer": "swift default"}
 
 
 def _pythonpath() -> str:

@@ -92,6 +92,115 @@ def measure(tokens: int, rank: int, reps: int) -> dict:
     return row
 
 
+DOWN_FORWARD_GRID = ((16, 256, 4, 1), (16, 256, 4, 4), (32, 128, 4, 4), (32, 256, 8, 4), (64, 128, 8, 4),
+                     (16, 128, 4, 8), (32, 128, 4, 1), (64, 64, 4, 4))  # BM, BN, warps, SPLIT
+DOWN_BACKWARD_GRID = ((32, 128, 8, 1024), (32, 128, 4, 512), (16, 128, 4, 256), (32, 64, 4, 512),
+                      (64, 128, 8, 1024), (32, 256, 8, 1024), (16, 256, 4, 512), (64, 64, 4, 2048))  # BM, BN, warps, RS
+
+
+def measure_down(tokens: int, rank: int, reps: int, p: float = 0.05, n: int = 18944, device: str = "cuda",
+                 timer=median_ms) -> dict:
+    """``lora_swiglu_down``'s kernels against what they replace at a 7B's down projection: forward, the SwiGLU
+    kernel then the dropout kernel's ``lora_A`` over its product; backward, the dropout kernels' input gradient
+    into the product's gradient, their adapter gradient, then the SwiGLU backward (the engine's order, the
+    18,944-wide input taking the two-kernel backward). Each tile's results against the replaced path's (the
+    same masks): largest error relative to (|value| + 1) within 2e-2."""
+    import torch
+
+    import core.train.lora_dropout_kernel as dk
+    import core.train.lora_swiglu_kernel as kernels
+
+    torch.manual_seed(0)
+    s, seed = 2.0, 1234
+    dev = {"device": device, "dtype": torch.bfloat16 if device == "cuda" else torch.float32}
+    gate, up = torch.randn(tokens, n, **dev), torch.randn(tokens, n, **dev)
+    hidden, b = torch.randn(tokens, 2 * rank, **dev), torch.randn(n, 2 * rank, **dev) * 0.01
+    a = torch.randn(rank, n, **dev) / n**0.5
+    grad, dhd = torch.randn(tokens, n, **dev), torch.randn(tokens, rank, **dev)
+
+    def replaced_forward():
+        c = kernels.forward(gate, up, hidden, b, s, s)
+        return c, dk.dropout_lora_a(c, a, 1, seed, p)
+
+    def replaced_backward(dg, du, dc):
+        c = kernels.forward(gate, up, hidden, b, s, s)  # (kept by the down node: not timed below)
+        dk.add_input_grad(dc, dhd, a, 1, seed, p)
+        grad_a = dk.adapter_grads(c, dhd, 1, rank, seed, p)
+        kernels.backward(dc, dg, du, hidden, b, s, s)
+        return grad_a
+
+    c_kept = kernels.forward(gate, up, hidden, b, s, s)
+    clone3_ms = timer(lambda: (gate.clone(), up.clone(), grad.clone()), reps, 1)
+    ref_dg, ref_du = gate.clone(), up.clone()
+    ref = (*replaced_forward(), replaced_backward(ref_dg, ref_du, grad.clone()), ref_dg, ref_du)
+
+    def timed_replaced_backward():
+        dg, du, dc = gate.clone(), up.clone(), grad.clone()
+        dk.add_input_grad(dc, dhd, a, 1, seed, p)
+        dk.adapter_grads(c_kept, dhd, 1, rank, seed, p)
+        kernels.backward(dc, dg, du, hidden, b, s, s)
+
+    row = {"tokens": tokens, "rank": rank, "dropout": p,
+           "replaced_forward_ms": timer(replaced_forward, reps, 1),
+           "replaced_backward_ms": timer(timed_replaced_backward, reps, 1) - clone3_ms, "tiles": []}
+    clone2_ms = timer(lambda: (gate.clone(), up.clone()), reps, 1)
+    for (bm, bn, warps, split), (bbm, bbn, bwarps, rs) in zip(DOWN_FORWARD_GRID, DOWN_BACKWARD_GRID, strict=True):
+        fwd_tiles = {"BM": bm, "BN": bn, "num_warps": warps, "SPLIT": split}
+        bwd_tiles = {"BM": bbm, "BN": bbn, "num_warps": bwarps, "RS": rs}
+        c, hd = kernels.forward_down(gate, up, hidden, b, a, s, s, seed, p, tiles=fwd_tiles)
+        dg, du = gate.clone(), up.clone()
+        grad_a = kernels.backward_down(grad, dg, du, hidden, b, a, dhd, s, s, seed, p, tiles=bwd_tiles)
+        err = max(_error(x, r.double()) for x, r in zip((c, hd, grad_a, dg, du), ref, strict=True))
+        fwd = timer(lambda t=fwd_tiles: kernels.forward_down(gate, up, hidden, b, a, s, s, seed, p, tiles=t), reps, 1)
+        bwd = timer(lambda t=bwd_tiles: kernels.backward_down(grad, gate.clone(), up.clone(), hidden, b, a, dhd, s,
+                                                                  s, seed, p, tiles=t), reps, 1) - clone2_ms
+        row["tiles"].append({"forward": fwd_tiles, "backward": bwd_tiles, "forward_ms": fwd, "backward_ms": bwd,
+                             "max_error": err, "ok": err < 2e-2})
+    return row
+
+
+def overall_down(rows: list[dict]) -> dict[str, dict[str, int]]:
+    """Per kernel, the fastest tiles summed over ``rows`` among those ok in every row (``down_forward``,
+    ``down_backward``: the keys ``core.train.lora_swiglu_kernel.TILES`` takes)."""
+    chosen = {}
+    for kernel, key in (("forward", "down_forward"), ("backward", "down_backward")):
+        totals: dict[str, list] = {}
+        for row in rows:
+            for t in row["tiles"]:
+                entry = totals.setdefault(json.dumps(t[kernel], sort_keys=True), [0.0, 0, True])
+                entry[0] += t[f"{kernel}_ms"]
+                entry[1] += 1
+                entry[2] = entry[2] and t["ok"]
+        ok = {k: v[0] for k, v in totals.items() if v[1] == len(rows) and v[2]}
+        if ok:
+            chosen[key] = json.loads(min(ok, key=ok.get))
+    return chosen
+
+
+def main_down(args) -> int:
+    import torch
+
+    rows = [measure_down(int(t), args.rank, args.reps) for t in args.tokens.split(",")]
+    lines = [f"# lora_swiglu_down's kernels against what they replace, {torch.cuda.get_device_name()}", ""]
+    for r in rows:
+        lines += [f"{r['tokens']} tokens x 18,944, rank {r['rank']}, dropout {r['dropout']}: replaced forward "
+                  f"{r['replaced_forward_ms']:.3f} ms (SwiGLU + dropout lora_A), backward {r['replaced_backward_ms']:.3f} "
+                  "ms (input and adapter gradients + SwiGLU backward)", "",
+                  "| forward tiles | forward ms | backward tiles | backward ms | largest error vs replaced | ok |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {t['forward']} | {t['forward_ms']:.3f} | {t['backward']} | {t['backward_ms']:.3f} | "
+                  f"{t['max_error']:.1e} | {'ok' if t['ok'] else 'NO'} |" for t in r["tiles"]]
+        lines.append("")
+    chosen = overall_down(rows)
+    lines.append(f"Fastest over all token counts (the JSON's \"overall\"): {chosen}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines), encoding="utf-8")
+    args.out.with_suffix(".json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows,
+                                                         "overall": chosen}, indent=1), encoding="utf-8")
+    print("\n".join(lines))
+    return 0 if chosen else 1
+
+
 def overall(rows: list[dict]) -> dict[str, dict[str, int]]:
     """Per kernel, the tiles whose time summed over ``rows`` (token counts) is least among those ok in every
     row: what ``core.train.lora_swiglu_kernel`` takes from this JSON where TUNEDECK_LORA_SWIGLU_TILES names it."""
@@ -113,12 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", default="8192")
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--down", action="store_true", help="time lora_swiglu_down's kernels instead")
     args = ap.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
         print("lora_swiglu_kernel: needs a CUDA GPU", file=sys.stderr)
         return 2
+    if args.down:
+        return main_down(args)
     rows = [measure(int(t), args.rank, args.reps) for t in args.tokens.split(",")]
     lines = [f"# Fused LoRA SwiGLU against the adds + Liger's SwiGLU, {torch.cuda.get_device_name()}", ""]
     for r in rows:
