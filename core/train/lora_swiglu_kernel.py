@@ -39,6 +39,8 @@ import triton.language as tl
 from core.train.lora_dropout_kernel import (
     PAIRED,
     _keep,
+    _padded_rank,
+    _precision,
     interpreted,
     keep_scale,
     load_tiles,
@@ -197,8 +199,7 @@ def _launch(kernel: Any, tensors: tuple[torch.Tensor, ...], gate: torch.Tensor, 
     if interpreted():
         tiles = {"BM": 16, "BN": 32}
     grid = (triton.cdiv(rows, tiles["BM"]), triton.cdiv(n, tiles["BN"]))
-    kernel[grid](*tensors, rows, n, sg, su, R=rank, RP=max(16, 1 << (rank - 1).bit_length()),
-                 PREC="ieee" if gate.dtype == torch.float32 else "tf32", **tiles)
+    kernel[grid](*tensors, rows, n, sg, su, R=rank, RP=_padded_rank(rank), PREC=_precision(gate.dtype), **tiles)
 
 
 def forward(gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: torch.Tensor, sg: float,
@@ -245,8 +246,8 @@ def forward_down(gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: 
     hd = torch.empty(split, rows, rank, dtype=gate.dtype if split == 1 else torch.float32, device=gate.device)
     _lora_swiglu_down_forward[(triton.cdiv(rows, tiles["BM"]), split)](
         gate, up, hidden, b, a, c, hd, rows, n, cols_per_split, sg, su, s, thr, scale,
-        R=hidden.shape[1] // 2, RP=_padded(hidden.shape[1] // 2), RD=rank, RDP=_padded(rank),
-        PREC=_prec(gate), DROP=drop, PAIRED=PAIRED, STORE=store, **tiles)
+        R=hidden.shape[1] // 2, RP=_padded_rank(hidden.shape[1] // 2), RD=rank, RDP=_padded_rank(rank),
+        PREC=_precision(gate.dtype), DROP=drop, PAIRED=PAIRED, STORE=store, **tiles)
     return c, hd[0] if split == 1 else hd.sum(0).to(gate.dtype)
 
 
@@ -267,17 +268,9 @@ def backward_down(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidd
     s, thr, scale, drop = _down_args(seed, p)
     _lora_swiglu_down_backward[(col_blocks, splits)](
         grad, gate, up, hidden, b, a, dhd, parts, rows, n, rows_per_split, sg, su, s, thr, scale,
-        R=hidden.shape[1] // 2, RP=_padded(hidden.shape[1] // 2), RD=rank, RDP=_padded(rank),
-        PREC=_prec(gate), DROP=drop, PAIRED=PAIRED, **tiles)
+        R=hidden.shape[1] // 2, RP=_padded_rank(hidden.shape[1] // 2), RD=rank, RDP=_padded_rank(rank),
+        PREC=_precision(gate.dtype), DROP=drop, PAIRED=PAIRED, **tiles)
     return parts.sum(0) if splits > 1 else parts[0]
-
-
-def _padded(rank: int) -> int:
-    return max(16, 1 << (rank - 1).bit_length())
-
-
-def _prec(x: torch.Tensor) -> str:
-    return "ieee" if x.dtype == torch.float32 else "tf32"
 
 
 class LoRASwiGLU(torch.autograd.Function):
