@@ -198,6 +198,8 @@ def test_dashboard(size):
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path), persist_settings=False)
         async with app.run_test(size=size) as pilot:
             screen = await open_dashboard(pilot, app, "running", events=len(list(open(path / "events.jsonl"))))
+            if size[1] >= 50:  # the log pane shows the log's tail once its worker has read all of it (a state)
+                await wait_for(pilot, lambda: "step 240/600 |" in screen_text(app))
             await settle(pilot, app, screen)
             text = assert_fits(app, size)
             assert "Qwen/Qwen2.5-7B-Instruct" in text and "步 240/600" in text
