@@ -122,23 +122,20 @@ def measure_down(tokens: int, rank: int, reps: int, p: float = 0.05, n: int = 18
         c = kernels.forward(gate, up, hidden, b, s, s)
         return c, dk.dropout_lora_a(c, a, 1, seed, p)
 
+    c_kept = kernels.forward(gate, up, hidden, b, s, s)  # the product the down node kept
+
     def replaced_backward(dg, du, dc):
-        c = kernels.forward(gate, up, hidden, b, s, s)  # (kept by the down node: not timed below)
         dk.add_input_grad(dc, dhd, a, 1, seed, p)
-        grad_a = dk.adapter_grads(c, dhd, 1, rank, seed, p)
+        grad_a = dk.adapter_grads(c_kept, dhd, 1, rank, seed, p)
         kernels.backward(dc, dg, du, hidden, b, s, s)
         return grad_a
 
-    c_kept = kernels.forward(gate, up, hidden, b, s, s)
     clone3_ms = timer(lambda: (gate.clone(), up.clone(), grad.clone()), reps, 1)
     ref_dg, ref_du = gate.clone(), up.clone()
     ref = (*replaced_forward(), replaced_backward(ref_dg, ref_du, grad.clone()), ref_dg, ref_du)
 
     def timed_replaced_backward():
-        dg, du, dc = gate.clone(), up.clone(), grad.clone()
-        dk.add_input_grad(dc, dhd, a, 1, seed, p)
-        dk.adapter_grads(c_kept, dhd, 1, rank, seed, p)
-        kernels.backward(dc, dg, du, hidden, b, s, s)
+        replaced_backward(gate.clone(), up.clone(), grad.clone())
 
     row = {"tokens": tokens, "rank": rank, "dropout": p,
            "replaced_forward_ms": timer(replaced_forward, reps, 1),

@@ -165,9 +165,9 @@ def mlp_saved_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: Precisi
     """Bytes per token the MLP (gate/up, the gated product, down) keeps for backward."""
     shapes = {shape.name: shape for shape in arch.linear_shapes()}
     norm_out = max(layout.norm_weight, layout.residual)
-    down = linear_group_saved_bytes([shapes["down_proj"]], layout.compute, plan, layout)
-    if plan.swiglu_down:  # lora_swiglu_down: lora_A's output only; backward recomputes the product from gate and up
-        down = layout.compute * plan.lora_rank
+    # lora_swiglu_down: lora_A's output only; backward recomputes the product from gate and up
+    down = layout.compute * plan.lora_rank if plan.swiglu_down else \
+        linear_group_saved_bytes([shapes["down_proj"]], layout.compute, plan, layout)
     return (linear_group_saved_bytes([shapes["gate_proj"], shapes["up_proj"]], norm_out, plan, layout)
             + mlp_core_bytes(arch, plan, layout) + down)
 

@@ -314,14 +314,13 @@ class LoRASwiGLUDown(torch.autograd.Function):
         ctx.seed = int(torch.randint(0, 2**31 - 1, (1,)).item()) if p > 0 else 0  # the CPU generator: no sync
         c, hd = forward_down(gate2, up2, hidden, b, a, sg, su, ctx.seed, p, store)
         ctx.save_for_backward(gate2, up2, hidden, b, a)
-        ctx.args = (sg, su, p, a_weight.dtype)
+        ctx.args = (sg, su, p, a_weight.dtype, shape)
         return c.view(shape), hd
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor | None, grad_hd: torch.Tensor | None) -> tuple[Any, ...]:
         gate, up, hidden, b, a = ctx.saved_tensors
-        sg, su, p, a_dtype = ctx.args
-        shape = (*gate.shape[:-1], gate.shape[-1]) if grad is None else grad.shape
+        sg, su, p, a_dtype, shape = ctx.args
         grad2 = torch.zeros_like(gate) if grad is None else grad.reshape(-1, gate.shape[-1]).contiguous()
         dhd = torch.zeros(gate.shape[0], a.shape[0], dtype=gate.dtype, device=gate.device) if grad_hd is None \
             else grad_hd.to(gate.dtype).contiguous()
