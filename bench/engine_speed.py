@@ -77,9 +77,13 @@ ENGINES = ("plain", "tunedeck", "swift", "swift-liger")
 SWIFT_SITE_ENV = "TUNEDECK_BENCH_SWIFT_SITE"
 
 
+PLAIN_KEYS = ("qlora_upcast",)  # the plain recipe's one switch: peft's fp32 upcast of a 4-bit model, or not
+
+
 def parse_engine(text: str) -> tuple[str, dict[str, Any]]:
     """``tunedeck+key=value+key=value`` -> ("tunedeck", {key: value}): a tunedeck run with run keys
-    changed (values read as YAML), so that one call measures each switch against the defaults."""
+    changed (values read as YAML), so that one call measures each switch against the defaults.
+    ``plain+qlora_upcast=false``: the plain recipe without ``prepare_model_for_kbit_training``'s upcast."""
     import yaml
 
     base, *pairs = text.strip().split("+")
@@ -89,8 +93,8 @@ def parse_engine(text: str) -> tuple[str, dict[str, Any]]:
         if not sep or not key:
             raise ValueError(f"engine {text!r}: write tunedeck+key=value")
         overrides[key.strip()] = yaml.safe_load(value)
-    if overrides and base != "tunedeck":
-        raise ValueError(f"engine {text!r}: only tunedeck takes run keys")
+    if overrides and base != "tunedeck" and not (base == "plain" and set(overrides) <= set(PLAIN_KEYS)):
+        raise ValueError(f"engine {text!r}: only tunedeck takes run keys (plain: {', '.join(PLAIN_KEYS)})")
     return base, overrides
 
 
@@ -263,8 +267,10 @@ def loss_after(losses: list[float]) -> float | None:
 
 
 # ---- engines ---------------------------------------------------------------------------------------------
-def run_plain(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: float) -> dict[str, Any]:
-    out_json = ctx["home"] / "plain" / f"{spec['name']}-{seq}.json"
+def run_plain(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: float,
+              overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    upcast = bool((overrides or {}).get("qlora_upcast", True))
+    out_json = ctx["home"] / "plain" / f"{spec['name']}-{seq}{'' if upcast else '-no-upcast'}.json"
     out_json.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(ROOT / "bench" / "plain_recipe.py"), "--model-dir", str(ctx["model_dirs"][spec["model"]]),
            "--dataset", str(ctx["dataset"](seq)), "--method", spec["method"], "--micro-batch", str(spec["micro"]),
@@ -272,6 +278,8 @@ def run_plain(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s: fl
            "--out", str(out_json)]
     if spec["ckpt"]:
         cmd.append("--gradient-checkpointing")
+    if not upcast:
+        cmd.append("--no-qlora-upcast")
     if ctx["cpu"]:
         cmd.append("--cpu")
     env = {**os.environ, "TUNEDECK_HOME": str(ctx["home"]), "PYTHONPATH": _pythonpath()}
@@ -509,7 +517,7 @@ def run_engine(ctx: dict[str, Any], engine: str, spec: dict[str, Any], seq: int,
         ensure_random_weights(ctx, spec["model"])  # the same seed (1) and dtype the runs ask the cache for
     with PeakMemorySampler(ctx["cpu"], str(ctx["home"])) as sampler:
         if base == "plain":
-            result = run_plain(ctx, spec, seq, timeout_s)
+            result = run_plain(ctx, spec, seq, timeout_s, overrides)
         elif base == "tunedeck":
             result = run_tunedeck(ctx, spec, seq, timeout_s, overrides)
         else:

@@ -43,7 +43,11 @@ def build_model(args: argparse.Namespace, cuda: bool) -> Any:
         model = AutoModelForCausalLM.from_pretrained(str(source), quantization_config=quant, dtype=dtype,
                                                      device_map={"": 0 if cuda else "cpu"},
                                                      attn_implementation="sdpa")
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=args.gradient_checkpointing)
+        if args.qlora_upcast:
+            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=args.gradient_checkpointing)
+        else:  # every base weight frozen, none cast: the residual stream stays bf16 (tunedeck's default)
+            for param in model.parameters():
+                param.requires_grad = False
     elif has_weights(model_dir):
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, attn_implementation="sdpa")
     else:
@@ -78,6 +82,8 @@ def main() -> int:
     parser.add_argument("--lora-dropout", type=float, default=0.05)
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-qlora-upcast", dest="qlora_upcast", action="store_false",
+                        help="QLoRA without prepare_model_for_kbit_training's fp32 upcast of the non-4-bit weights")
     parser.add_argument("--cpu", action="store_true")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()

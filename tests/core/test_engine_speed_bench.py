@@ -81,6 +81,7 @@ def test_engine_specs_are_checked():
     assert parse_engine("tunedeck+checkpoint_layers=4+compile_layers=true") == (
         "tunedeck", {"checkpoint_layers": 4, "compile_layers": True})
     assert parse_engine("swift-liger") == ("swift-liger", {})
+    assert parse_engine("plain+qlora_upcast=false") == ("plain", {"qlora_upcast": False})
     for bad in ("plain+fused_ce=false", "tunedeck+nokey"):
         try:
             parse_engine(bad)
