@@ -104,16 +104,23 @@ def _fused_lora_forward(layer: Any, original: Any) -> Any:
         if not adapters:
             return original(x, *args, **kwargs)
         result = layer.base_layer(x, *args, **kwargs)
+        autocast = torch.is_autocast_enabled(x.device.type)
+        # An fp32 base output under autocast (qlora_upcast: a 4-bit base returns its fp32 input's dtype): autocast
+        # would round it to bf16 for addmm; peft adds the bf16 update to it in fp32, and so does this
+        widened = autocast and result.dtype != torch.get_autocast_dtype(x.device.type)
         shape = result.shape
         flat = result.reshape(-1, shape[-1])
         for adapter in adapters:
             inputs = layer._cast_input_dtype(x, layer.lora_A[adapter].weight.dtype)  # lora_input_upcast
             hidden = layer.lora_A[adapter](layer.lora_dropout[adapter](inputs))
+            if widened:
+                result = result + layer.lora_B[adapter](hidden) * layer.scaling[adapter]
+                continue
             weight = layer.lora_B[adapter].weight
-            if not torch.is_autocast_enabled(x.device.type):
+            if not autocast:
                 weight = weight.to(hidden.dtype)
             flat = torch.addmm(flat, hidden.reshape(-1, hidden.shape[-1]), weight.t(), alpha=layer.scaling[adapter])
-        return flat.view(shape)
+        return result if widened else flat.view(shape)
 
     return forward
 

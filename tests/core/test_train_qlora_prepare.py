@@ -109,6 +109,40 @@ def test_losses_match_the_upcast_recipe_over_a_few_steps(tmp_path, monkeypatch):
         assert abs(a - b) / a < 0.02, (upcast_losses, ours)  # bf16 noise, not a different training
 
 
+def test_the_upcast_recipe_keeps_peft_fp32_sums_under_autocast(tmp_path, monkeypatch):
+    """qlora_upcast: true is the plain recipe: a 4-bit base returns its fp32 input's dtype, and peft adds the
+    bf16 LoRA update to that in fp32. The engine's fused add (an addmm, which autocast rounds to bf16) made
+    those sums bf16, losing the small early updates: on the 7B the upcast run's loss stayed at the bf16 run's
+    (11.516 against the plain recipe's 11.353, engine-speed-m-qlora). Each adapted linear's output now has
+    peft's dtype, the first block's q/k/v the very same numbers, and the loss is peft's."""
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path))
+    batch = _batch()
+    runs = {}
+    for name, keys in (("peft", {"lora_fused_add": False, "lora_grouped": False, "lora_input_upcast": True}),
+                       ("engine", {})):
+        model = _qlora(tmp_path, upcast=True, checkpointing=False, **keys)
+        for param_name, param in model.named_parameters():
+            if "lora_B" in param_name:  # B starts at zero: give the updates something to add
+                param.data.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(param_name)))
+        outputs = {}
+        for module_name, module in model.named_modules():
+            if type(module).__name__ == "Linear4bit" and hasattr(module, "lora_A"):
+                module.register_forward_hook(lambda _m, _a, out, key=module_name, seen=outputs:
+                                             seen.setdefault(key, out.detach()))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = forward_chunked_loss(model, model, batch)
+        runs[name] = (loss.item(), outputs)
+    (peft_loss, peft_out), (loss, out) = runs["peft"], runs["engine"]
+    assert out.keys() == peft_out.keys() and len(out) == 7 * len(_blocks(model))
+    for key, value in out.items():
+        assert value.dtype == peft_out[key].dtype, key
+        widened = key.rsplit(".", 1)[-1] in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj")
+        assert value.dtype == (torch.float32 if widened else torch.bfloat16), (key, value.dtype)
+    for key in [k for k in out if ".layers.0.self_attn." in k and k.rsplit(".", 1)[-1] != "o_proj"]:
+        assert torch.equal(out[key], peft_out[key]), key
+    assert loss == pytest.approx(peft_loss, rel=1e-3)
+
+
 def _dequantisations(monkeypatch) -> list[int]:
     """Counts the NF4 weights dequantised from now on: by bitsandbytes' own 4-bit matmul (the base layer's
     forward: on a GPU at training sizes it dequantises and calls F.linear) and by the grouped node's
