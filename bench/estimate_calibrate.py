@@ -126,15 +126,18 @@ def _engine_plan(model: str, method: str, config: dict[str, Any], result: dict[s
         "tiled_mlp": config.get("tiled_mlp") or result.get("tiled_mlp_run") or "auto",
     }
     if method != "full":
-        # a row recorded before lora_dropout_fused existed (its config lacks the key) ran peft's dropout
+        def switch(key: str) -> bool:
+            # what the engine reported it ran (``<key>_run``), else the row's config value: a row recorded
+            # before a switch existed (its config lacks the key) ran without it; a default left unset is None
+            ran = result.get(f"{key}_run")
+            return bool(ran if ran is not None else config.get(key, False))
+
         options.update(lora_rank=16, lora_dropout=float(config.get("lora_dropout") or 0.0),
                        lora_input_upcast=bool(config.get("lora_input_upcast")),
-                       lora_dropout_fused=bool(config.get("lora_dropout_fused", False)),
-                       lora_swiglu_fused=bool(config.get("lora_swiglu_fused", False)),
-                       lora_swiglu_down=bool(config.get("lora_swiglu_down", False)),
-                       qlora_reuse_dequantised=bool(config.get("qlora_reuse_dequantised", False)),
-                       recompute_skip_down=bool(config.get("recompute_skip_down", False)),
-                       recompute_keep_lora_a=bool(config.get("recompute_keep_lora_a", False)))
+                       kbit_upcast=method == "qlora" and bool(config.get("qlora_upcast")),
+                       **{key: switch(key) for key in ("lora_dropout_fused", "lora_swiglu_fused", "lora_swiglu_down",
+                                                       "qlora_reuse_dequantised", "recompute_skip_down",
+                                                       "recompute_keep_lora_a")})
     return plan_for_model(str(CONFIGS[model]), exact_count=False, **options)
 
 

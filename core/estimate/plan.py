@@ -167,18 +167,25 @@ class TrainingPlan:
         return self.method in ("lora", "dora", "qlora")
 
     @property
+    def fp32_lora_inputs(self) -> bool:
+        """Whether the adapted linears get fp32 inputs under autocast: peft's cast (``lora_input_upcast``), or
+        QLoRA's fp32 residual stream (``qlora_upcast``). The engine's grouped node, its kernels and its fused
+        add leave such a linear to peft (``core.train.lora_group``, ``engine_switches``)."""
+        return self.lora_input_upcast or (self.method == "qlora" and bool(self.kbit_upcast))
+
+    @property
     def dropout_fused(self) -> bool:
         """Whether this plan's LoRA dropout runs in the fused kernels, as ``core.train.model_setup``'s
         ``lora_dropout_fusing`` decides (grouped LoRA/QLoRA, no input upcast, 0 < p < 0.5)."""
         return (self.method in ("lora", "qlora") and self.lora_grouped and self.lora_dropout_fused
-                and not self.lora_input_upcast and 0.0 < self.lora_dropout < FUSED_DROPOUT_MAX_P)
+                and not self.fp32_lora_inputs and 0.0 < self.lora_dropout < FUSED_DROPOUT_MAX_P)
 
     @property
     def swiglu_fused(self) -> bool:
         """Whether this plan's gate/up LoRA updates are added in the SwiGLU kernel, as ``core.train.model_setup``'s
         ``lora_swiglu_fusing`` decides (grouped LoRA/QLoRA without the input upcast, both projections adapted)."""
         return (self.method in ("lora", "qlora") and self.lora_grouped and self.lora_swiglu_fused
-                and not self.lora_input_upcast and {"gate_proj", "up_proj"} <= set(self.lora_targets))
+                and not self.fp32_lora_inputs and {"gate_proj", "up_proj"} <= set(self.lora_targets))
 
     @property
     def swiglu_down(self) -> bool:
@@ -193,7 +200,7 @@ class TrainingPlan:
         """Whether this plan's checkpointed blocks keep their dequantised weights for backward, as
         ``core.train.model_setup``'s ``dequantised_reusing`` decides (grouped QLoRA, checkpointing)."""
         return (self.method == "qlora" and self.qlora_reuse_dequantised and self.lora_grouped
-                and not self.lora_input_upcast and self.checkpointed_layers > 0)
+                and not self.fp32_lora_inputs and self.checkpointed_layers > 0)
 
     @property
     def skips_down_recompute(self) -> bool:
@@ -201,7 +208,7 @@ class TrainingPlan:
         ``core.train.model_setup``'s ``down_skipping`` decides (grouped LoRA/QLoRA, an adapted ``down_proj``,
         checkpointing, a block that ends with its MLP)."""
         return (self.method in ("lora", "qlora") and self.recompute_skip_down and self.lora_grouped
-                and not self.lora_input_upcast and "down_proj" in self.lora_targets and self.checkpointed_layers > 0
+                and not self.fp32_lora_inputs and "down_proj" in self.lora_targets and self.checkpointed_layers > 0
                 and self.architecture.model_type in MLP_ENDS_BLOCK)
 
     @property
@@ -214,7 +221,7 @@ class TrainingPlan:
     def lora_input_kept_once(self) -> bool:
         """Whether a group of adapted linears keeps its input once for backward (``core.train.lora_group``'s
         node without dropout, or with the fused dropout kernels) instead of a copy (and a mask) each."""
-        return (self.method in ("lora", "qlora") and self.lora_grouped and not self.lora_input_upcast
+        return (self.method in ("lora", "qlora") and self.lora_grouped and not self.fp32_lora_inputs
                 and (self.lora_dropout == 0 or self.dropout_fused))
 
     @property
