@@ -4,6 +4,7 @@ Engines, on the same random-initialised model, the same tokenised data and the s
 
 - ``plain``: ``bench/plain_recipe.py`` — transformers Trainer + peft (+ ``prepare_model_for_kbit_training``
   for QLoRA) + bitsandbytes, the model's own loss, padding to the longest, ``adamw_torch``;
+  ``plain+qlora_upcast=false``: the same without the upcast (every base weight frozen, none cast to fp32);
 - ``tunedeck``: the real ``tunedeck train`` (detached run, ``bench/engine_gpu.py``'s helpers) with its
   defaults: chunked/Liger fused cross-entropy, QLoRA without the fp32 upcast, fused AdamW, packing;
 - ``swift`` / ``swift-liger``: ms-swift's ``swift sft`` (defaults, and ``--use_liger_kernel true``) when

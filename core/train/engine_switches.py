@@ -9,7 +9,8 @@
 - ``lora_fused_add: true`` (default): each LoRA layer adds its scaled update inside the ``lora_B`` matmul
   (``addmm``: result + scaling x (h @ B^T) in the GEMM's epilogue) instead of a matmul, a multiply by the
   scale and an add, three full-size passes over the layer's output, forward and backward. The same sum,
-  rounded once instead of three times.
+  rounded once instead of three times. A base output wider than the autocast dtype (a 4-bit base on
+  ``qlora_upcast``'s fp32 input returns fp32) takes peft's add in that dtype: autocast would round addmm's.
 - ``checkpoint_layers: N``: gradient checkpointing on the first N decoder layers only (``all``: every
   layer, the plain behaviour). A layer that is not checkpointed keeps its activations and is not
   recomputed: each one costs its activation memory and saves its share of the recompute, so a card with
