@@ -190,7 +190,7 @@ def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: C
     autocast cast to bf16 again (the 7B row at b4 x 2048: 7,979 tok/s against 10,197 without)."""
     if not plan.uses_lora:
         return 0.0
-    fp32_inputs = plan.lora_input_upcast or (plan.method == "qlora" and plan.kbit_upcast)
+    fp32_inputs = plan.fp32_lora_inputs
     per_element = 0.0
     if plan.lora_dropout > 0 and not plan.dropout_fused:
         per_element += calibration.lora_dropout_bytes_per_element["fp32" if fp32_inputs else "bf16"]

@@ -278,6 +278,12 @@ def lora_swiglu_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
     return cuda and lora_grouping(cfg) and bool(cfg.get("lora_swiglu_fused", True))
 
 
+def lora_swiglu_down_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
+    """Whether a run's down projections do their LoRA input work in the fused SwiGLU kernels
+    (``lora_swiglu_down``, ``core.train.lora_group``): where the SwiGLU is fused."""
+    return lora_swiglu_fusing(cfg, cuda) and bool(cfg.get("lora_swiglu_down", True))
+
+
 def dequantised_reusing(cfg: dict[str, Any]) -> bool:
     """Whether a QLoRA run's checkpointed blocks keep the weights they dequantise for backward
     (``qlora_reuse_dequantised``, ``core.train.lora_group``): grouped, with gradient checkpointing."""

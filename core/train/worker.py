@@ -238,6 +238,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         lora_a_keeping,
         lora_dropout_fusing,
         lora_grouping,
+        lora_swiglu_down_fusing,
         lora_swiglu_fusing,
         resolve_model_path,
     )
@@ -413,8 +414,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "lora_grouped": lora_grouping(cfg) if cfg.get("method") in LORA_METHODS else None,
         "lora_dropout_fused": lora_dropout_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
         "lora_swiglu_fused": lora_swiglu_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
-        "lora_swiglu_down": (lora_swiglu_fusing(cfg, cuda) and bool(cfg.get("lora_swiglu_down", True))
-                             if cfg.get("method") in LORA_METHODS else None),
+        "lora_swiglu_down": lora_swiglu_down_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
         "qlora_reuse_dequantised": dequantised_reusing(cfg) if cfg.get("method") == "qlora" else None,
         # (the groups decide by the block's kind: the key alone would say so for a Gemma too)
         "recompute_skip_down": skips_down(model) if cfg.get("method") in LORA_METHODS else None,
