@@ -140,9 +140,11 @@ SWEEP = {  # the tiles tried, by kernel (the forward's SPLIT shares a row block'
 }
 
 
-def sweep(tokens: int, rank: int, p: float, reps: int, budget_s: float, kernels_wanted: tuple[str, ...] = tuple(SWEEP)) -> dict:
+def sweep(tokens: int, rank: int, p: float, reps: int, budget_s: float, kernels_wanted: tuple[str, ...] = tuple(SWEEP),
+          groups_wanted: tuple[str, ...] | None = None) -> dict:
     """Median ms of each kernel, tile of ``SWEEP`` and group (None where a tile does not compile or run); no
-    new tile after ``budget_s`` seconds (every timed tile has all its groups)."""
+    new tile after ``budget_s`` seconds (every timed tile has all its groups). ``groups_wanted``: only these of
+    ``GROUPS_7B`` (with ``lora_swiglu_down`` the down projection's work runs in the SwiGLU kernels instead)."""
     import torch
 
     from core.train import lora_dropout_kernel as kernels
@@ -151,7 +153,8 @@ def sweep(tokens: int, rank: int, p: float, reps: int, budget_s: float, kernels_
     began = time.monotonic()
     out: dict = {"timings": [], "best": {}}
     calls: dict = {kernel: [] for kernel in kernels_wanted}
-    for name, groups, width in GROUPS_7B:
+    block = [g for g in GROUPS_7B if groups_wanted is None or g[0] in groups_wanted]
+    for name, groups, width in block:
         torch.manual_seed(0)
         x = torch.randn(tokens, width, device=device, dtype=torch.bfloat16)
         a = (torch.randn(groups * rank, width, device=device) * width**-0.5).to(torch.bfloat16)
@@ -189,7 +192,7 @@ def sweep(tokens: int, rank: int, p: float, reps: int, budget_s: float, kernels_
         totals.setdefault((t["kernel"], tiles), []).append(t["ms"])
     out["overall"] = {}
     for kernel in calls:
-        complete = {k: sum(v) for k, v in totals.items() if k[0] == kernel and len(v) == len(GROUPS_7B)}
+        complete = {k: sum(v) for k, v in totals.items() if k[0] == kernel and len(v) == len(block)}
         if complete:
             k = min(complete, key=complete.get)
             out["overall"][kernel] = {**dict(k[1]), "block_ms": round(complete[k], 4)}
@@ -229,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="time each kernel over a grid of tiles")
     parser.add_argument("--budget-s", type=float, default=300.0, help="the sweep times no new tile after this")
     parser.add_argument("--kernels", default=",".join(SWEEP), help="the kernels the sweep times (comma-separated)")
+    parser.add_argument("--groups", help="the sweep's groups of a 7B block (comma-separated; default all: "
+                        + ", ".join(g[0] for g in GROUPS_7B) + ")")
     parser.add_argument("--unpaired", action="store_true",
                         help="masks from one 32-bit hash an element (lora_dropout_kernel.PAIRED = False)")
     args = parser.parse_args(argv)
@@ -241,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
 
     kernels.PAIRED = not args.unpaired
     if args.sweep:
-        result = sweep(args.tokens, args.rank, args.p, args.reps, args.budget_s, tuple(args.kernels.split(",")))
+        result = sweep(args.tokens, args.rank, args.p, args.reps, args.budget_s, tuple(args.kernels.split(",")),
+                       tuple(args.groups.split(",")) if args.groups else None)
         result["meta"] = {"gpu": torch.cuda.get_device_name(0), "tokens": args.tokens, "rank": args.rank,
                           "p": args.p, "reps": args.reps, "args": " ".join(sys.argv[1:])}
         lines = [f"# LoRA dropout kernels: tile sweep ({result['meta']['gpu']}, {args.tokens} tokens, rank {args.rank})",

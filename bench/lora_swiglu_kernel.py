@@ -92,10 +92,17 @@ def measure(tokens: int, rank: int, reps: int) -> dict:
     return row
 
 
-DOWN_FORWARD_GRID = ((16, 256, 4, 1), (16, 256, 4, 4), (32, 128, 4, 4), (32, 256, 8, 4), (64, 128, 8, 4),
-                     (16, 128, 4, 8), (32, 128, 4, 1), (64, 64, 4, 4))  # BM, BN, warps, SPLIT
-DOWN_BACKWARD_GRID = ((32, 128, 8, 1024), (32, 128, 4, 512), (16, 128, 4, 256), (32, 64, 4, 512),
-                      (64, 128, 8, 1024), (32, 256, 8, 1024), (16, 256, 4, 512), (64, 64, 4, 2048))  # BM, BN, warps, RS
+# BM, BN, warps, SPLIT, pipeline stages (session 21 added the last six and the stages, for the 32,768 rows of the
+# wizard's 7B plan; 3 is Triton's default)
+DOWN_FORWARD_GRID = ((16, 256, 4, 1, 3), (16, 256, 4, 4, 3), (32, 128, 4, 4, 3), (32, 256, 8, 4, 3), (64, 128, 8, 4, 3),
+                     (16, 128, 4, 8, 3), (32, 128, 4, 1, 3), (64, 64, 4, 4, 3),
+                     (64, 64, 4, 4, 2), (64, 64, 4, 4, 4), (64, 64, 4, 2, 3), (128, 64, 8, 4, 3), (64, 64, 8, 4, 3),
+                     (32, 64, 4, 4, 3))
+# BM, BN, warps, RS (rows a share), pipeline stages
+DOWN_BACKWARD_GRID = ((32, 128, 8, 1024, 3), (32, 128, 4, 512, 3), (16, 128, 4, 256, 3), (32, 64, 4, 512, 3),
+                      (64, 128, 8, 1024, 3), (32, 256, 8, 1024, 3), (16, 256, 4, 512, 3), (64, 64, 4, 2048, 3),
+                      (16, 128, 4, 256, 2), (16, 128, 4, 256, 4), (16, 128, 4, 512, 3), (16, 128, 4, 128, 3),
+                      (16, 64, 4, 256, 3), (16, 128, 8, 256, 3))
 
 
 def measure_down(tokens: int, rank: int, reps: int, p: float = 0.05, n: int = 18944, device: str = "cuda",
@@ -141,9 +148,10 @@ def measure_down(tokens: int, rank: int, reps: int, p: float = 0.05, n: int = 18
            "replaced_forward_ms": timer(replaced_forward, reps, 1),
            "replaced_backward_ms": timer(timed_replaced_backward, reps, 1) - clone3_ms, "tiles": []}
     clone2_ms = timer(lambda: (gate.clone(), up.clone()), reps, 1)
-    for (bm, bn, warps, split), (bbm, bbn, bwarps, rs) in zip(DOWN_FORWARD_GRID, DOWN_BACKWARD_GRID, strict=True):
-        fwd_tiles = {"BM": bm, "BN": bn, "num_warps": warps, "SPLIT": split}
-        bwd_tiles = {"BM": bbm, "BN": bbn, "num_warps": bwarps, "RS": rs}
+    for (bm, bn, warps, split, stages), (bbm, bbn, bwarps, rs, bstages) in zip(DOWN_FORWARD_GRID, DOWN_BACKWARD_GRID,
+                                                                              strict=True):
+        fwd_tiles = {"BM": bm, "BN": bn, "num_warps": warps, "SPLIT": split, "num_stages": stages}
+        bwd_tiles = {"BM": bbm, "BN": bbn, "num_warps": bwarps, "RS": rs, "num_stages": bstages}
         c, hd = kernels.forward_down(gate, up, hidden, b, a, s, s, seed, p, tiles=fwd_tiles)
         dg, du = gate.clone(), up.clone()
         grad_a = kernels.backward_down(grad, dg, du, hidden, b, a, dhd, s, s, seed, p, tiles=bwd_tiles)

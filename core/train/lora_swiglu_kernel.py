@@ -53,11 +53,12 @@ MAX_RANK = 128
 # at 8,192 x 18,944, rank 16 (lora-swiglu-kernel): forward 0.366 ms against 0.791 for the two adds and Liger's
 # forward; backward 0.613 against Liger's 0.420 (it recomputes the two rank-r products)
 TILES = {"forward": {"BM": 16, "BN": 256, "num_warps": 4}, "backward": {"BM": 32, "BN": 128, "num_warps": 4},
-         # lora_swiglu_down's, the fastest of bench/lora_swiglu_kernel.py --down's grid at 8,192 + 16,384 rows on the
-         # H200 (lora-swiglu-down-kernel): forward 0.865 ms against 0.982 for the SwiGLU and dropout kernels it
-         # replaces, backward 1.325 against 1.782 at 16,384 rows (the first picks ran 3.4 and 1.8)
-         "down_forward": {"BM": 64, "BN": 64, "num_warps": 4, "SPLIT": 4},
-         "down_backward": {"BM": 16, "BN": 128, "num_warps": 4, "RS": 256}}
+         # lora_swiglu_down's, the fastest of bench/lora_swiglu_kernel.py --down's grid summed over 8,192 and 32,768
+         # rows (the b4 rows and the wizard's b16 plan) on the H200 (lora-swiglu-down-kernel-b): forward 1.253 ms
+         # at 32,768 rows against 1.808 for the SwiGLU and dropout kernels it replaces, backward 2.277 against 3.472
+         # (session 20's tiles, SPLIT 4 and RS 256, took 1.286 and 2.304 there; the same at 8,192)
+         "down_forward": {"BM": 64, "BN": 64, "num_warps": 4, "SPLIT": 2, "num_stages": 3},
+         "down_backward": {"BM": 16, "BN": 128, "num_warps": 4, "RS": 512, "num_stages": 3}}
 TILES_ENV = "TUNEDECK_LORA_SWIGLU_TILES"  # that bench's JSON: its "overall" tiles replace these
 
 load_tiles(TILES, TILES_ENV)
@@ -72,22 +73,32 @@ def usable(x: torch.Tensor, elements: int, rank: int) -> bool:
 
 
 @triton.jit
-def _pre_activations(g_ptr, u_ptr, h_ptr, b_ptr, rows, cols, n_rows, n, sg, su,
-                     R: tl.constexpr, RP: tl.constexpr, PREC: tl.constexpr):
-    """The gate and up of a tile: base outputs plus ``s h B^T`` of each (h: rows x 2R = [hg | hu],
-    b: n x 2R = [Bg | Bu]), summed in fp32 and rounded to the outputs' dtype, as the ``lora_B`` matmul's
-    epilogue rounds them (returned in fp32)."""
+def _h_tiles(h_ptr, rows, n_rows, R: tl.constexpr, RP: tl.constexpr):
+    """The rows' ``hg`` and ``hu`` (h: rows x 2R = [hg | hu]), each rows x RP."""
     rr = tl.arange(0, RP)
-    row_ok = rows < n_rows
-    col_ok = cols < n
-    ok = row_ok[:, None] & col_ok[None, :]
     h_at = h_ptr + rows[:, None] * (2 * R) + rr[None, :]
-    h_ok = row_ok[:, None] & (rr[None, :] < R)
-    b_at = b_ptr + cols[None, :] * (2 * R) + rr[:, None]  # B^T tile (RP x BN)
-    b_ok = (rr[:, None] < R) & col_ok[None, :]
-    lora_g = tl.dot(tl.load(h_at, mask=h_ok, other=0.0), tl.load(b_at, mask=b_ok, other=0.0), input_precision=PREC)
-    lora_u = tl.dot(tl.load(h_at + R, mask=h_ok, other=0.0), tl.load(b_at + R, mask=b_ok, other=0.0),
-                    input_precision=PREC)
+    h_ok = (rows < n_rows)[:, None] & (rr[None, :] < R)
+    return tl.load(h_at, mask=h_ok, other=0.0), tl.load(h_at + R, mask=h_ok, other=0.0)
+
+
+@triton.jit
+def _b_tiles(b_ptr, cols, n, R: tl.constexpr, RP: tl.constexpr):
+    """The columns' ``Bg^T`` and ``Bu^T`` (b: n x 2R = [Bg | Bu]), each RP x columns."""
+    rr = tl.arange(0, RP)
+    b_at = b_ptr + cols[None, :] * (2 * R) + rr[:, None]
+    b_ok = (rr[:, None] < R) & (cols < n)[None, :]
+    return tl.load(b_at, mask=b_ok, other=0.0), tl.load(b_at + R, mask=b_ok, other=0.0)
+
+
+@triton.jit
+def _pre_activations(g_ptr, u_ptr, hg, hu, bg, bu, rows, cols, n_rows, n, sg, su, PREC: tl.constexpr):
+    """The gate and up of a tile: base outputs plus ``s h B^T`` of each (``_h_tiles`` of the rows,
+    ``_b_tiles`` of the columns, loaded by the caller: once a program where its loop keeps them), summed in
+    fp32 and rounded to the outputs' dtype, as the ``lora_B`` matmul's epilogue rounds them (returned in
+    fp32)."""
+    ok = (rows < n_rows)[:, None] & (cols < n)[None, :]
+    lora_g = tl.dot(hg, bg, input_precision=PREC)
+    lora_u = tl.dot(hu, bu, input_precision=PREC)
     at = rows[:, None] * n + cols[None, :]
     dtype = g_ptr.dtype.element_ty
     gate = (tl.load(g_ptr + at, mask=ok, other=0.0).to(tl.float32) + lora_g * sg).to(dtype).to(tl.float32)
@@ -100,7 +111,9 @@ def _lora_swiglu_forward(g_ptr, u_ptr, h_ptr, b_ptr, c_ptr, n_rows, n, sg, su,
              R: tl.constexpr, RP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr):
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     cols = tl.program_id(1) * BN + tl.arange(0, BN)
-    gate, up, at, ok = _pre_activations(g_ptr, u_ptr, h_ptr, b_ptr, rows, cols, n_rows, n, sg, su, R, RP, PREC)
+    hg, hu = _h_tiles(h_ptr, rows, n_rows, R, RP)
+    bg, bu = _b_tiles(b_ptr, cols, n, R, RP)
+    gate, up, at, ok = _pre_activations(g_ptr, u_ptr, hg, hu, bg, bu, rows, cols, n_rows, n, sg, su, PREC)
     silu = (gate * tl.sigmoid(gate)).to(c_ptr.dtype.element_ty).to(tl.float32)  # rounded as Liger's SwiGLU
     tl.store(c_ptr + at, (silu * up).to(c_ptr.dtype.element_ty), mask=ok)
 
@@ -111,7 +124,9 @@ def _lora_swiglu_backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, n_rows, n, sg, su,
     """d gate and d up written over the base outputs (their last use)."""
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     cols = tl.program_id(1) * BN + tl.arange(0, BN)
-    gate, up, at, ok = _pre_activations(g_ptr, u_ptr, h_ptr, b_ptr, rows, cols, n_rows, n, sg, su, R, RP, PREC)
+    hg, hu = _h_tiles(h_ptr, rows, n_rows, R, RP)
+    bg, bu = _b_tiles(b_ptr, cols, n, R, RP)
+    gate, up, at, ok = _pre_activations(g_ptr, u_ptr, hg, hu, bg, bu, rows, cols, n_rows, n, sg, su, PREC)
     dc = tl.load(dc_ptr + at, mask=ok, other=0.0).to(tl.float32)
     sig = tl.sigmoid(gate)
     silu = gate * sig
@@ -135,10 +150,12 @@ def _lora_swiglu_down_forward(g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, c_ptr, hd_ptr, 
     rd = tl.arange(0, RDP)
     dtype = c_ptr.dtype.element_ty
     acc = tl.zeros((BM, RDP), dtype=tl.float32)
+    hg, hu = _h_tiles(h_ptr, rows, n_rows, R, RP)  # the program's rows: loaded once
     for k0 in range(0, cols_per_split, BN):
         first = start + k0
         cols = first + tl.arange(0, BN)
-        gate, up, at, ok = _pre_activations(g_ptr, u_ptr, h_ptr, b_ptr, rows, cols, n_rows, n, sg, su, R, RP, PREC)
+        bg, bu = _b_tiles(b_ptr, cols, n, R, RP)
+        gate, up, at, ok = _pre_activations(g_ptr, u_ptr, hg, hu, bg, bu, rows, cols, n_rows, n, sg, su, PREC)
         silu = (gate * tl.sigmoid(gate)).to(dtype).to(tl.float32)
         c = (silu * up).to(dtype)
         if STORE:
@@ -169,11 +186,13 @@ def _lora_swiglu_down_backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, dhd_pt
     col_ok = cols < n
     dtype = g_ptr.dtype.element_ty
     a = tl.load(a_ptr + rd[:, None] * n + cols[None, :], mask=(rd[:, None] < RD) & col_ok[None, :], other=0.0)
+    bg, bu = _b_tiles(b_ptr, cols, n, R, RP)  # the program's columns: loaded once
     acc = tl.zeros((RDP, BN), dtype=tl.float32)
     start = split * rows_per_split
     for m0 in range(0, rows_per_split, BM):
         rows = start + m0 + tl.arange(0, BM)
-        gate, up, at, ok = _pre_activations(g_ptr, u_ptr, h_ptr, b_ptr, rows, cols, n_rows, n, sg, su, R, RP, PREC)
+        hg, hu = _h_tiles(h_ptr, rows, n_rows, R, RP)
+        gate, up, at, ok = _pre_activations(g_ptr, u_ptr, hg, hu, bg, bu, rows, cols, n_rows, n, sg, su, PREC)
         dhd = tl.load(dhd_ptr + rows[:, None] * RD + rd[None, :], mask=(rows[:, None] < n_rows) & (rd[None, :] < RD),
                       other=0.0)
         lora = tl.dot(dhd, a, input_precision=PREC)
