@@ -137,7 +137,7 @@ def _engine_plan(model: str, method: str, config: dict[str, Any], result: dict[s
                        kbit_upcast=method == "qlora" and bool(config.get("qlora_upcast")),
                        **{key: switch(key) for key in ("lora_dropout_fused", "lora_swiglu_fused", "lora_swiglu_down",
                                                        "qlora_reuse_dequantised", "recompute_skip_down",
-                                                       "recompute_keep_lora_a")})
+                                                       "recompute_keep_lora_a", "rms_norm_rows")})
     return plan_for_model(str(CONFIGS[model]), exact_count=False, **options)
 
 
@@ -294,12 +294,20 @@ def _plan_key(plan: TrainingPlan) -> str:
     return repr(replace(plan, architecture=None, exact_total_params=None))
 
 
+def _liger_norms(rows: list[Row]) -> list[Row]:
+    """Rows whose records do not say which norms ran (the calibration matrix's, the older matrix's and engine's)
+    ran before ``rms_norm_rows``: Liger's norms."""
+    for row in rows:
+        row.plan = replace(row.plan, rms_norm_rows=False)
+    return rows
+
+
 def load_rows() -> list[Row]:
     """Every measurement: the current engine's (fitted, then the excluded ones), then the other engines'."""
-    current = _speed_rows() + _longctx_rows() + _calibration_rows()
+    current = _speed_rows() + _longctx_rows() + _liger_norms(_calibration_rows())
     for row in current:
         row.group = _plan_key(row.plan) + row.plan.architecture.name
-    return current + _matrix_rows() + _old_engine_rows()
+    return current + _liger_norms(_matrix_rows() + _old_engine_rows())
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ lora_swiglu_down           bool                                true
 qlora_reuse_dequantised    bool                                true
 recompute_skip_down        bool                                true
 recompute_keep_lora_a      bool                                false
+rms_norm_rows              bool                                true
 compile_layers             bool                                false
 offload_activations        bool                                false
 tiled_mlp                  auto, false, or an int >= 1         auto
@@ -163,6 +164,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "qlora_reuse_dequantised": KeySpec("bool"),
     "recompute_skip_down": KeySpec("bool"),
     "recompute_keep_lora_a": KeySpec("bool"),
+    "rms_norm_rows": KeySpec("bool"),
     "compile_layers": KeySpec("bool"),
     "offload_activations": KeySpec("bool"),
     "tiled_mlp": KeySpec("int_or_choice", ("auto", "false"), minimum=1),
@@ -232,6 +234,7 @@ class RunConfig:
     qlora_reuse_dequantised: bool = True
     recompute_skip_down: bool = True
     recompute_keep_lora_a: bool = False
+    rms_norm_rows: bool = True
     compile_layers: bool = False
     offload_activations: bool = False
     tiled_mlp: str | int = "auto"

@@ -275,6 +275,12 @@ class Calibration:
     # ops: the H200 profile of the 7B at b4 x 2048 checkpointed shows 34.8 ms of these adds a step
     # (engine-speed-ce-b), this gives 25 ms (19 of them gate/up).
     lora_output_add_bytes_per_element: float = 4.0
+    # rms_norm_rows: Liger's RMSNorm backward walks each SM's share of the rows one after another; the row
+    # kernels (core.train.rms_norm_kernel) take that walk's time off, per input element of a norm and
+    # micro-step, as bytes at the memory-bound rate. The fit's rows all ran Liger's norms, so this is a saving
+    # from them. From bench/step_parts.py on the H200 (step-parts-b, 32,768 x 3,584: forward + backward 0.668
+    # ms with Liger's, 0.467 with the rows'): 0.201 ms over 117 M elements at 4,800 GB/s x 0.75 = 6.2 bytes.
+    liger_norm_walk_bytes_per_element: float = 6.2
     # Plain transformers loss: fp32 upcast of the logits (read 2, write 4), log-softmax (read 4,
     # write 4), its gradient (read 4, write 4) and the bf16 gradient of the logits (write 2).
     plain_ce_traffic_bytes_per_logit: float = 24.0

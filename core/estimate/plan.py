@@ -110,6 +110,9 @@ class TrainingPlan:
     # first forward for the recompute (run key ``recompute_keep_lora_a``, core.train.lora_group): the forward
     # kernels run once, for tokens x ranks kept a block (``keeps_lora_a`` says when it applies).
     recompute_keep_lora_a: bool = False
+    # LoRA/QLoRA with Liger's norms (the fused loss on a GPU): the frozen RMSNorms' backward one program a row
+    # (run key ``rms_norm_rows``, core.train.rms_norm_kernel; ``norm_rows`` says when it applies).
+    rms_norm_rows: bool = True
     # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
     offload_activations: bool = False
     # The MLP over sequence tiles (core.train.tiled_mlp): "auto" (checkpointed blocks, long micro-batches),
@@ -216,6 +219,14 @@ class TrainingPlan:
         """Whether this plan's checkpointed blocks keep the fused dropout kernels' lora_A products for their
         recompute, as ``core.train.model_setup``'s ``lora_a_keeping`` decides (the fused kernels, checkpointing)."""
         return self.recompute_keep_lora_a and self.dropout_fused and self.checkpointed_layers > 0
+
+    @property
+    def norm_rows(self) -> bool:
+        """Whether this plan's RMSNorms run ``core.train.rms_norm_kernel``'s row kernels, as ``core.train.model_setup``'s
+        ``rms_norm_rows_using`` decides (LoRA/QLoRA with Liger's norms: the fused loss, on a GPU) for the blocks
+        Liger gives its Llama casting (Llama, Mistral, Qwen2, Qwen3)."""
+        return (self.method in ("lora", "qlora") and self.rms_norm_rows and self.liger_kernels
+                and self.architecture.model_type in MLP_ENDS_BLOCK)
 
     @property
     def lora_input_kept_once(self) -> bool:

@@ -69,6 +69,7 @@ def plan_options_for_run(config: Any, num_gpus: int = 1, cuda: bool = True) -> d
         options["qlora_reuse_dequantised"] = bool(_value(config, "qlora_reuse_dequantised", True))
         options["recompute_skip_down"] = bool(_value(config, "recompute_skip_down", True))
         options["recompute_keep_lora_a"] = bool(_value(config, "recompute_keep_lora_a", False))
+        options["rms_norm_rows"] = bool(_value(config, "rms_norm_rows", True)) and cuda
     return options
 
 

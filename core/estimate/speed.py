@@ -236,6 +236,16 @@ def dora_output_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: 
     return calibration.dora_output_bytes_per_element * lora_output_elements(arch, plan) * plan.tokens_per_micro_batch
 
 
+def norm_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
+    """Memory-bound time of the RMSNorms against the fit's rows, as bytes per micro-step: those ran Liger's norms,
+    so this is zero, or below zero with ``rms_norm_rows`` (the backward's walk taken off: each block's two norms
+    and the final one, once a micro-step; the recompute runs the forward only)."""
+    if not plan.norm_rows:
+        return 0.0
+    return -calibration.liger_norm_walk_bytes_per_element * (2 * arch.num_layers + 1) * arch.hidden_size \
+        * plan.tokens_per_micro_batch
+
+
 def loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
     """Memory traffic of the plain loss: fp32 logits upcast, log-softmax and its gradient (fused CE: none)."""
     if plan.fused_ce:
@@ -325,10 +335,11 @@ class StepTime:
     fp32_model_s: float  # full fine-tuning of an fp32 model under autocast: per activation element, measured
     loss_s: float
     optimizer_s: float
-    gpu_s: float  # the sum of the seven above
+    gpu_s: float  # the sum of the seven above and norm_s
     dispatch_s: float  # CPU-side kernel launches, concurrent with the GPU's work
     data_parallel_s: float
     total_s: float
+    norm_s: float = 0.0  # the RMSNorms against the fit's rows (Liger's): below zero with rms_norm_rows
 
     @property
     def waits_on_cpu(self) -> bool:
@@ -352,11 +363,12 @@ def step_time(arch: ModelArchitecture, counts: ParameterCounts, trainable: int, 
     inputs = lora_input_bytes(arch, plan, calibration) / bandwidth
     outputs = dora_output_bytes(arch, plan, calibration) / bandwidth
     loss = loss_bytes(arch, plan, calibration) / bandwidth
+    norms = norm_bytes(arch, plan, calibration) / bandwidth
     # ZeRO shards the optimizer step across the GPUs; accumulation runs it once per several micro-steps.
     shards = plan.num_gpus if plan.zero_stage >= 1 else 1
     optimizer = optimizer_bytes(trainable, plan, calibration) / bandwidth / plan.grad_accum_steps / shards
     fp32_model = fp32_model_seconds(arch, plan, calibration)
-    gpu_s = matmul + attention + weights + inputs + outputs + loss + optimizer + fp32_model
+    gpu_s = matmul + attention + weights + inputs + outputs + loss + optimizer + fp32_model + norms
     dispatch = dispatch_seconds(arch, plan, calibration)
     power = calibration.dispatch_overlap_power
     overlapped = (gpu_s**power + dispatch**power) ** (1.0 / power)
@@ -364,7 +376,8 @@ def step_time(arch: ModelArchitecture, counts: ParameterCounts, trainable: int, 
     total = (overlapped + parallel) / offload_factor(plan, calibration)
     return StepTime(matmul_s=matmul, attention_s=attention, weight_pass_s=weights, lora_input_s=inputs,
                     dora_output_s=outputs, fp32_model_s=fp32_model, loss_s=loss,
-                    optimizer_s=optimizer, gpu_s=gpu_s, dispatch_s=dispatch, data_parallel_s=parallel, total_s=total)
+                    optimizer_s=optimizer, gpu_s=gpu_s, dispatch_s=dispatch, data_parallel_s=parallel, total_s=total,
+                    norm_s=norms)
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,7 @@ def candidate_plans(request: PlanRequest, base: TrainingPlan) -> Iterator[Traini
                                     # the fused dropout kernels run on GPUs; a CPU run takes torch's
                                     lora_dropout_fused=base.lora_dropout_fused and not request.hardware.cpu_only,
                                     lora_swiglu_fused=base.lora_swiglu_fused and not request.hardware.cpu_only,
+                                    rms_norm_rows=base.rms_norm_rows and not request.hardware.cpu_only,
                                     price_per_gpu_hour=request.hardware.price_per_gpu_hour,
                                 )
 

@@ -157,17 +157,19 @@ def compile_decoder_layers(model: Any) -> int:
 
 
 class EngineSwitchesCallback(TrainerCallback):
-    """Applies ``checkpoint_layers``, ``lora_swiglu_fused``, ``tiled_mlp`` and ``compile_layers`` at train begin,
-    after the Trainer has turned gradient checkpointing on and applied Liger's kernels (the fused SwiGLU goes
-    back over Liger's MLP forward, the tiled MLP wraps whichever), and before ``offload_activations`` reads
+    """Applies ``checkpoint_layers``, ``lora_swiglu_fused``, ``rms_norm_rows``, ``tiled_mlp`` and
+    ``compile_layers`` at train begin, after the Trainer has turned gradient checkpointing on and applied Liger's
+    kernels (the fused SwiGLU goes back over Liger's MLP forward, the row kernels over Liger's norms, the tiled
+    MLP wraps whichever), and before ``offload_activations`` reads
     which layers are checkpointed."""
 
     def __init__(self, checkpoint_layers: int | None, compile_layers: bool, tiled_mlp: Any = "false",
-                 lora_swiglu: bool = False) -> None:
+                 lora_swiglu: bool = False, rms_norm_rows: bool = False) -> None:
         self.checkpoint_layers = checkpoint_layers
         self.compile_layers = compile_layers
         self.tiled_mlp = tiled_mlp
         self.lora_swiglu = lora_swiglu
+        self.rms_norm_rows = rms_norm_rows
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if model is None:
@@ -180,6 +182,10 @@ class EngineSwitchesCallback(TrainerCallback):
 
             log.info("lora_swiglu_fused: the gate/up LoRA updates of %d MLPs inside the SwiGLU kernel",
                      fuse_lora_swiglu(model))
+        if self.rms_norm_rows:  # over Liger's norm forwards
+            from core.train.rms_norm_kernel import use_row_kernels
+
+            log.info("rms_norm_rows: %d RMSNorms run their backward a row a program", use_row_kernels(model))
         if self.tiled_mlp not in ("false", None):
             from core.train.tiled_mlp import AUTO_MIN_TOKENS, install_tiled_mlp
 

@@ -278,6 +278,12 @@ def lora_swiglu_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
     return cuda and lora_grouping(cfg) and bool(cfg.get("lora_swiglu_fused", True))
 
 
+def rms_norm_rows_using(cfg: dict[str, Any], cuda: bool, liger: bool) -> bool:
+    """Whether a run's frozen RMSNorms run ``core.train.rms_norm_kernel``'s row kernels (``rms_norm_rows``): LoRA
+    or QLoRA (the norms frozen) with Liger's norms, on a GPU; each norm checks at each call that it applies."""
+    return cuda and liger and cfg.get("method") in ("lora", "qlora") and bool(cfg.get("rms_norm_rows", True))
+
+
 def lora_swiglu_down_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
     """Whether a run's down projections do their LoRA input work in the fused SwiGLU kernels
     (``lora_swiglu_down``, ``core.train.lora_group``): where the SwiGLU is fused."""

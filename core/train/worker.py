@@ -241,6 +241,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         lora_swiglu_down_fusing,
         lora_swiglu_fusing,
         resolve_model_path,
+        rms_norm_rows_using,
     )
     from core.train.trainer import AtomicCheckpointTrainer, defers_logs, read_tunedeck_state
 
@@ -420,6 +421,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "recompute_skip_down": skips_down(model) if cfg.get("method") in LORA_METHODS else None,
         "recompute_keep_lora_a": (lora_a_keeping(cfg) and lora_dropout_fusing(cfg, cuda)
                                   if cfg.get("method") in LORA_METHODS else None),
+        "rms_norm_rows": rms_norm_rows_using(cfg, cuda, use_liger) if cfg.get("method") in LORA_METHODS else None,
         "checkpoint_layers": (0 if not cfg.get("gradient_checkpointing") else checkpoint_layers
                               if checkpoint_layers is not None else len(decoder_layers(model))),
         "compile_layers": compile_layers,
@@ -441,11 +443,12 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
             callbacks.append(OffloadedCheckpointingCallback())
         else:
             log.warning("offload_activations needs gradient_checkpointing: true; ignored")
-    swiglu = header["lora_swiglu_fused"]
-    if checkpoint_layers is not None or compile_layers or tiled != "false" or swiglu:
+    swiglu, norm_rows = header["lora_swiglu_fused"], header["rms_norm_rows"]
+    if checkpoint_layers is not None or compile_layers or tiled != "false" or swiglu or norm_rows:
         from core.train.engine_switches import EngineSwitchesCallback
 
-        callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers, compile_layers, tiled, bool(swiglu)))
+        callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers, compile_layers, tiled, bool(swiglu),
+                                                   bool(norm_rows)))
     from core.train.profiling import MemoryPeakCallback, ProfileStepsCallback, SyncTraceCallback
 
     for profile_cb in (ProfileStepsCallback.from_env(run.path), MemoryPeakCallback.from_env(run.path),

@@ -170,7 +170,8 @@ def test_tokens_per_second_from_the_step_time():
     assert unfused.lora_input_s > 0 and step.lora_input_s < unfused.lora_input_s
     assert step.dora_output_s == 0.0  # LoRA: no rescaling
     assert step.gpu_s == pytest.approx(step.matmul_s + step.attention_s + step.weight_pass_s + step.lora_input_s
-                                       + step.dora_output_s + step.fp32_model_s + step.loss_s + step.optimizer_s)
+                                       + step.dora_output_s + step.fp32_model_s + step.loss_s + step.optimizer_s
+                                       + step.norm_s)
     # A 7B model at 8k tokens per step is GPU-bound: the CPU's launches hide behind the GPU's work (the
     # current engine's profile: ~50 ms of launch gaps in a 780 ms QLoRA step).
     assert step.dispatch_s < step.gpu_s * 0.6
@@ -400,3 +401,20 @@ def test_keeping_the_lora_a_products_takes_the_recomputes_dropout_kernels_away_f
     for off in (replace(kept, gradient_checkpointing=False), replace(kept, lora_dropout=0.0),
                 replace(kept, lora_dropout_fused=False)):
         assert not off.keeps_lora_a
+
+
+def test_the_row_norm_kernels_take_the_measured_walk_off_the_step():
+    """``rms_norm_rows``: the fit's rows ran Liger's norms; the row kernels take the backward's walk off, as
+    measured on the H200 (step-parts-b: 0.201 ms a norm at 32,768 x 3,584), for Llama-casting blocks only, and
+    not where Liger's norms do not run (the chunked loss) or for full fine-tuning (trained norms)."""
+    p = plan_for_model("Qwen/Qwen2.5-7B", method="lora", micro_batch_size=16, seq_len=2048)
+    h200 = find_gpu("H200")
+    arch, counts = p.architecture, count_parameters(p.architecture)
+    on = step_time(arch, counts, 1, p, h200, CAL)
+    off = step_time(arch, counts, 1, replace(p, rms_norm_rows=False), h200, CAL)
+    assert off.norm_s == 0.0 and on.norm_s < 0
+    per_norm_ms = -on.norm_s / (2 * 28 + 1) * 1e3
+    assert per_norm_ms == pytest.approx(0.201, rel=0.05)  # the measured walk a norm at 32,768 rows
+    assert on.total_s < off.total_s
+    for plain in (replace(p, fused_ce_impl="chunked"), replace(p, method="full")):
+        assert step_time(arch, counts, 1, plain, h200, CAL).norm_s == 0.0
