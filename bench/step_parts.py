@@ -9,8 +9,7 @@
 - ``gemm`` (``--gemm``): the frozen matmuls of a Qwen2.5-7B block at these rows, each timed alone (forward
   ``x W^T``, backward ``dy W``), in TFLOP/s: what cuBLAS gives these shapes outside a training step;
 - ``swiglu`` (``--old-swiglu FILE``): ``lora_swiglu_down``'s kernels, forward and backward at their tiles, from
-  ``core.train.lora_swiglu_kernel`` against the same module as FILE has it (another version of the kernels); and
-  the backward that also sums the gate/up ``lora_B`` gradients against the two matmuls it saves.
+  ``core.train.lora_swiglu_kernel`` against the same module as FILE has it (another version of the kernels).
 
 Each line is a median over repeated calls (CUDA events); the per-step figure multiplies by the calls a step of
 the wizard's 7B plan makes (2 micro-steps; 56 norms a micro-step). Each variant's result is checked against
@@ -155,7 +154,6 @@ def measure_gemm(rows: int, reps: int) -> list[dict]:
 def measure_swiglu(rows: int, reps: int, old_file: str) -> list[dict]:
     """``forward_down`` and ``backward_down`` at their tiles, this tree's kernels against FILE's."""
     import importlib.util
-    import inspect
 
     import torch
 
@@ -186,16 +184,6 @@ def measure_swiglu(rows: int, reps: int, old_file: str) -> list[dict]:
             err = max(_max_err(x, r) for x, r in zip(results[kernel], ref[kernel], strict=True))
             out.append({"part": "swiglu", "variant": f"{kernel}_down, {name} kernels {module.TILES['down_' + kernel]}",
                         "ms": round(ms, 3), "per_step_ms": round(ms * LAYERS * MICRO_STEPS, 1), "max_err": err})
-    if "grad_b" in inspect.signature(new.backward_down).parameters:
-        # the gate/up lora_B gradients summed in the backward kernel, against the two matmuls that read d gate and
-        # d up back for them (the grouped node's, without it)
-        with_b = median_ms(lambda: new.backward_down(grad, gate.clone(), up.clone(), hidden, b, a, dhd, s, s, seed, p,
-                                                     grad_b=True), reps, 1) - copies_ms
-        matmuls = median_ms(lambda: (torch.mm(gate.t(), hidden[:, :rank]), torch.mm(up.t(), hidden[:, rank:])), reps, 1)
-        for variant, ms in (("backward_down, new kernels + the gate/up lora_B gradients", with_b),
-                            ("the two lora_B gradient matmuls it replaces", matmuls)):
-            out.append({"part": "swiglu", "variant": variant, "ms": round(ms, 3),
-                        "per_step_ms": round(ms * LAYERS * MICRO_STEPS, 1), "max_err": 0.0})
     return out
 
 

@@ -45,9 +45,7 @@ With ``lora_swiglu_down`` (default) the ``down_proj`` group of an MLP whose SwiG
 product from the SwiGLU kernels (``lora_swiglu_kernel.LoRASwiGLUDown``), which make its input tile by tile and
 run its dropout (the same hash masks, from a seed drawn where this group would draw it) and ``lora_A`` on it;
 their backward adds the adapter's input term to the product's gradient and sums ``lora_A``'s gradient from the
-product it recomputes; they also sum the gate/up ``lora_B`` gradients from the d gate and d up they write (the
-gate/up node, called with ``defer`` ``"grad_b"``, makes none: two matmuls that read those back, 1.2 GB each a 7B
-block at 32,768 tokens). The down node (``_GivenLoRA``) then keeps lora_A's output and B only: the product, the
+product it recomputes. The down node (``_GivenLoRA``) then keeps lora_A's output and B only: the product, the
 widest tensor of a block (tokens x 18,944 on a 7B), is kept by nobody, and the dropout kernels never read it
 (H200: 7B LoRA +2.4%, QLoRA +3.5%; the wizard's 7B plan at 8 x 2048 without checkpointing 68 GiB instead of 84).
 
@@ -143,15 +141,14 @@ RUN, REUSE, SKIP = "run", "reuse", "skip"  # the base matmuls: run, run and keep
 class _GroupedLoRA(torch.autograd.Function):
     """Outputs of the ``specs``' layers on one input (``_spec`` of each, as the forward found them: the
     backward uses the same); the adapters' weights are the inputs after ``specs``, ``fused`` (whether
-    dropout may run in ``lora_dropout_kernel``'s kernels), ``defer`` (the LoRA adds left to the consumer;
-    ``"grad_b"``: the ``lora_B`` weights' gradients too, ``LoRASwiGLUDown``'s)
+    dropout may run in ``lora_dropout_kernel``'s kernels), ``defer`` (the LoRA adds left to the consumer)
     and ``mode`` (``LoRAGroup._mode``: the base matmuls' ``RUN``, ``REUSE`` (4-bit bases' dequantised weights
     kept for backward) or ``SKIP`` (none, the outputs left uninitialised for a caller that reads none); the group
     that keeps the fused kernels' ``lora_A`` products for the recompute, or None; whether this is the recompute),
     A and B of each."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, specs: list[tuple[Any, str, float, float]], fused: bool, defer: bool | str,
+    def forward(ctx: Any, x: torch.Tensor, specs: list[tuple[Any, str, float, float]], fused: bool, defer: bool,
                 mode: tuple[str, Any, bool], *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
         base_mode, keeper, recomputing = mode
         dtype = _compute_dtype(x)
@@ -207,7 +204,6 @@ class _GroupedLoRA(torch.autograd.Function):
             ctx.mark_non_differentiable(joined)
             outputs.append(joined)
         ctx.specs = specs
-        ctx.b_grads_elsewhere = defer == "grad_b"
         ctx.ranks = ranks
         ctx.weight_dtypes = [w.dtype for w in weights]
         ctx.dtype = dtype
@@ -266,8 +262,7 @@ class _GroupedLoRA(torch.autograd.Function):
             grad_hidden.append(dh)
             weight_grads.append(torch.mm(dh.t(), inputs[i]) if ctx.needs_input_grad[first + 2 * i] and not fused
                                 else None)
-            weight_grads.append(torch.mm(g.t(), hidden[i] * scaling)
-                                if ctx.needs_input_grad[first + 1 + 2 * i] and not ctx.b_grads_elsewhere else None)
+            weight_grads.append(torch.mm(g.t(), hidden[i] * scaling) if ctx.needs_input_grad[first + 1 + 2 * i] else None)
         live = [i for i, dh in enumerate(grad_hidden) if dh is not None]
         if need_x and grad_x is None:
             grad_x = torch.zeros(inputs[0].shape, dtype=ctx.dtype, device=inputs[0].device)
@@ -429,13 +424,11 @@ class LoRAGroup:
         elements = x.numel() // x.shape[-1] * weights[1].shape[0]
         if weights[0].shape[0] != weights[2].shape[0] or not kernels.usable(x, elements, weights[0].shape[0]):
             return None
-        down = getattr(down_proj, "_tunedeck_group", None)
-        spec = down.given_spec(x, elements) if down is not None else None
-        # with the down projection's work inside, the SwiGLU backward also sums the gate/up lora_B gradients
-        gate, up, hidden = _GroupedLoRA.apply(x, specs, self.fused_dropout, True if spec is None else "grad_b",
-                                              self._mode(), *weights)
+        gate, up, hidden = _GroupedLoRA.apply(x, specs, self.fused_dropout, True, self._mode(), *weights)
         dtype = gate.dtype
         b = torch.cat([weights[1].to(dtype), weights[3].to(dtype)], dim=1)  # [Bg | Bu], n x 2r
+        down = getattr(down_proj, "_tunedeck_group", None)
+        spec = down.given_spec(x, elements) if down is not None else None
         if spec is None:
             return down_proj(kernels.LoRASwiGLU.apply(gate, up, hidden.to(dtype), b, specs[0][2], specs[1][2]))
         layer, adapter, _, p = spec

@@ -18,9 +18,7 @@ With ``lora_swiglu_down`` the same kernels also do the down projection's LoRA in
 ``backward_down``, ``LoRASwiGLUDown``): forward, each program sums ``dropout(c) Ad^T`` over the product's columns
 it makes (``core.train.lora_dropout_kernel``'s masks and roundings); backward, each program owns a column block
 of a share of the rows, adds ``(dhd Ad) * mask * scale`` to the product's gradient before the SwiGLU's, and sums
-``dAd`` over its rows from the product it recomputes (fp32 partial sums, one per share), and the gate/up
-``lora_B`` gradients ``s h^T d`` from the d gate and d up it writes (rounded as it writes them, and the sum to the
-weights' dtype as the ``lora_B`` matmul's gradient is), which the grouped node would otherwise read back.
+``dAd`` over its rows from the product it recomputes (fp32 partial sums, one per share).
 
 The roundings are the plain path's: each sum is rounded to the compute dtype as the ``lora_B`` matmul's
 epilogue rounds it, and silu's result before the product as Liger's SwiGLU does. This matters more than it
@@ -172,16 +170,15 @@ def _lora_swiglu_down_forward(g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, c_ptr, hd_ptr, 
 
 
 @triton.jit(do_not_specialize=["seed", "thr"])
-def _lora_swiglu_down_backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, dhd_ptr, part_ptr, db_ptr, n_rows, n,
+def _lora_swiglu_down_backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, dhd_ptr, part_ptr, n_rows, n,
                                rows_per_split, sg, su, seed, thr, scale,
                                R: tl.constexpr, RP: tl.constexpr, RD: tl.constexpr, RDP: tl.constexpr,
                                BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr, DROP: tl.constexpr,
-                               PAIRED: tl.constexpr, GRAD_B: tl.constexpr):
+                               PAIRED: tl.constexpr):
     """A column block of a share of the rows: the product's gradient gets the down adapter's input term
     (``(dhd @ Ad) * mask * scale``, rounded into it as the unfused kernel adds it), then d gate and d up are
     written over the base outputs; ``dAd`` is summed over the rows in fp32 from the recomputed product (partial
-    sums, one per share); with ``GRAD_B`` so are the gate/up ``lora_B`` gradients, ``s h^T d`` of the written
-    (rounded) d gate and d up (partials n x 2R a share, [Bg | Bu]'s layout)."""
+    sums, one per share)."""
     first = tl.program_id(0) * BN
     cols = first + tl.arange(0, BN)
     split = tl.program_id(1)
@@ -191,8 +188,6 @@ def _lora_swiglu_down_backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, dhd_pt
     a = tl.load(a_ptr + rd[:, None] * n + cols[None, :], mask=(rd[:, None] < RD) & col_ok[None, :], other=0.0)
     bg, bu = _b_tiles(b_ptr, cols, n, R, RP)  # the program's columns: loaded once
     acc = tl.zeros((RDP, BN), dtype=tl.float32)
-    acc_bg = tl.zeros((RP, BN), dtype=tl.float32)
-    acc_bu = tl.zeros((RP, BN), dtype=tl.float32)
     start = split * rows_per_split
     for m0 in range(0, rows_per_split, BM):
         rows = start + m0 + tl.arange(0, BM)
@@ -210,21 +205,10 @@ def _lora_swiglu_down_backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, dhd_pt
             c = tl.where(keep, c, 0.0).to(dtype)
         acc += tl.dot(tl.trans(dhd), c, input_precision=PREC)
         dc = (tl.load(dc_ptr + at, mask=ok, other=0.0).to(tl.float32) + lora * scale).to(dtype).to(tl.float32)
-        d_gate = (dc * (silu * (1.0 - sig) + sig) * up).to(dtype)
-        d_up = (dc * silu).to(dtype)
-        tl.store(g_ptr + at, d_gate, mask=ok)
-        tl.store(u_ptr + at, d_up, mask=ok)
-        if GRAD_B:  # (rows past the end: their h and d are zero)
-            acc_bg += tl.dot(tl.trans(hg), d_gate, input_precision=PREC)
-            acc_bu += tl.dot(tl.trans(hu), d_up, input_precision=PREC)
+        tl.store(g_ptr + at, (dc * (silu * (1.0 - sig) + sig) * up).to(dtype), mask=ok)
+        tl.store(u_ptr + at, (dc * silu).to(dtype), mask=ok)
     tl.store(part_ptr + split * (RD * n) + rd[:, None] * n + cols[None, :], acc * scale,
              mask=(rd[:, None] < RD) & col_ok[None, :])
-    if GRAD_B:
-        rr = tl.arange(0, RP)
-        at_b = db_ptr + split * (n * 2 * R) + cols[None, :] * (2 * R) + rr[:, None]
-        ok_b = (rr[:, None] < R) & col_ok[None, :]
-        tl.store(at_b, acc_bg * sg, mask=ok_b)
-        tl.store(at_b + R, acc_bu * su, mask=ok_b)
 
 
 def _launch(kernel: Any, tensors: tuple[torch.Tensor, ...], gate: torch.Tensor, rank: int, sg: float,
@@ -288,11 +272,9 @@ def forward_down(gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: 
 
 def backward_down(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: torch.Tensor,
                   a: torch.Tensor, dhd: torch.Tensor, sg: float, su: float, seed: int, p: float,
-                  tiles: dict[str, int] | None = None, grad_b: bool = False) -> Any:
+                  tiles: dict[str, int] | None = None) -> torch.Tensor:
     """``backward`` with the down adapter's input term added to ``grad`` first (``dhd`` the gradient of hd):
-    d gate and d up written over ``gate`` and ``up``; returns the gradient of ``a`` (rank x n, fp32), and with
-    ``grad_b`` (gradient of a, gradient of b) (b's: n x 2r, [Bg | Bu], rounded to b's dtype as the ``lora_B``
-    matmul's gradient is)."""
+    d gate and d up written over ``gate`` and ``up``; returns the gradient of ``a`` (rank x n, fp32)."""
     rows, n = gate.shape
     rank = a.shape[0]
     tiles = dict(tiles or TILES["down_backward"])
@@ -302,16 +284,12 @@ def backward_down(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidd
     rows_per_split = triton.cdiv(min(tiles.pop("RS"), rows), tiles["BM"]) * tiles["BM"]  # whole row blocks a share
     splits = triton.cdiv(rows, rows_per_split)
     parts = torch.empty(splits, rank, n, dtype=torch.float32, device=gate.device)
-    b_parts = torch.empty(splits, *b.shape, dtype=torch.float32, device=gate.device) if grad_b else parts
     s, thr, scale, drop = _down_args(seed, p)
     _lora_swiglu_down_backward[(col_blocks, splits)](
-        grad, gate, up, hidden, b, a, dhd, parts, b_parts, rows, n, rows_per_split, sg, su, s, thr, scale,
+        grad, gate, up, hidden, b, a, dhd, parts, rows, n, rows_per_split, sg, su, s, thr, scale,
         R=hidden.shape[1] // 2, RP=_padded_rank(hidden.shape[1] // 2), RD=rank, RDP=_padded_rank(rank),
-        PREC=_precision(gate.dtype), DROP=drop, PAIRED=PAIRED, GRAD_B=grad_b, **tiles)
-    grad_a = parts.sum(0) if splits > 1 else parts[0]
-    if not grad_b:
-        return grad_a
-    return grad_a, (b_parts.sum(0) if splits > 1 else b_parts[0]).to(b.dtype)
+        PREC=_precision(gate.dtype), DROP=drop, PAIRED=PAIRED, **tiles)
+    return parts.sum(0) if splits > 1 else parts[0]
 
 
 class LoRASwiGLU(torch.autograd.Function):
@@ -343,8 +321,7 @@ class LoRASwiGLUDown(torch.autograd.Function):
     instead of keeping c and running the dropout kernels over it. Only gate and up are kept (as ``LoRASwiGLU``
     keeps them): backward recomputes c from them, adds the down adapter's input term to c's gradient, and returns
     the gradient of ``a_weight`` (the down's ``lora_A`` weight, cast to the compute dtype here as the grouped node
-    casts it) and, where ``b`` wants one (the grouped node then makes none: its ``defer`` ``"grad_b"``), that of
-    the gate/up ``lora_B`` weights, summed from d gate and d up as the kernel writes them instead of read back. The dropout seed is drawn from the CPU generator where the down projection's node would draw it,
+    casts it). The dropout seed is drawn from the CPU generator where the down projection's node would draw it,
     so the masks (and a checkpoint's recompute) are the same as without this switch."""
 
     @staticmethod
@@ -366,9 +343,5 @@ class LoRASwiGLUDown(torch.autograd.Function):
         grad2 = torch.zeros_like(gate) if grad is None else grad.reshape(-1, gate.shape[-1]).contiguous()
         dhd = torch.zeros(gate.shape[0], a.shape[0], dtype=gate.dtype, device=gate.device) if grad_hd is None \
             else grad_hd.to(gate.dtype).contiguous()
-        grad_b = None
-        if ctx.needs_input_grad[3]:
-            grad_a, grad_b = backward_down(grad2, gate, up, hidden, b, a, dhd, sg, su, ctx.seed, p, grad_b=True)
-        else:
-            grad_a = backward_down(grad2, gate, up, hidden, b, a, dhd, sg, su, ctx.seed, p)
-        return gate.view(shape), up.view(shape), None, grad_b, grad_a.to(a_dtype), None, None, None, None
+        grad_a = backward_down(grad2, gate, up, hidden, b, a, dhd, sg, su, ctx.seed, p)
+        return gate.view(shape), up.view(shape), None, None, grad_a.to(a_dtype), None, None, None, None
