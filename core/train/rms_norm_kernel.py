@@ -31,7 +31,7 @@ MIN_WIDTH = 257  # narrower rows: Liger's block kernel (several rows a program)
 
 
 @triton.jit
-def _forward(x_ptr, w_ptr, y_ptr, rstd_ptr, n, eps, BLOCK: tl.constexpr):
+def _rms_norm_rows_forward(x_ptr, w_ptr, y_ptr, rstd_ptr, n, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     ok = cols < n
@@ -45,7 +45,7 @@ def _forward(x_ptr, w_ptr, y_ptr, rstd_ptr, n, eps, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _backward(dy_ptr, x_ptr, w_ptr, rstd_ptr, n, BLOCK: tl.constexpr):
+def _rms_norm_rows_backward(dy_ptr, x_ptr, w_ptr, rstd_ptr, n, BLOCK: tl.constexpr):
     """dx written over dy."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
@@ -77,7 +77,7 @@ class FrozenRMSNorm(torch.autograd.Function):
         y = torch.empty_like(x2)
         rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
         block, options = _launch_options(width)
-        _forward[(rows,)](x2, weight, y, rstd, width, eps, BLOCK=block, **options)
+        _rms_norm_rows_forward[(rows,)](x2, weight, y, rstd, width, eps, BLOCK=block, **options)
         ctx.save_for_backward(x2, weight, rstd)
         return y.view(shape)
 
@@ -87,7 +87,7 @@ class FrozenRMSNorm(torch.autograd.Function):
         shape = grad.shape
         dy = grad.reshape(-1, shape[-1]).contiguous()
         block, options = _launch_options(x2.shape[1])
-        _backward[(x2.shape[0],)](dy, x2, weight, rstd, x2.shape[1], BLOCK=block, **options)
+        _rms_norm_rows_backward[(x2.shape[0],)](dy, x2, weight, rstd, x2.shape[1], BLOCK=block, **options)
         return dy.view(shape), None, None
 
 
