@@ -88,6 +88,7 @@ def _app(monitor: str = "h200x2", **options):
 
 async def _settled_dashboard(pilot, app, status: str, with_steps: bool) -> None:
     from tui.screens.dashboard import DashboardScreen, EventsTable
+    from tui.widgets.log_pane import LogPane
 
     await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
     screen = app.screen
@@ -96,6 +97,7 @@ async def _settled_dashboard(pilot, app, status: str, with_steps: bool) -> None:
     if not screen.source.read_only:  # the run's GPUs: their first reading drawn
         await wait_for(pilot, lambda: screen.gpu_version > 0)
     await wait_for(pilot, lambda: screen.query_one("#dash-events", EventsTable).at_newest)  # the newest in view
+    await wait_for(pilot, lambda: screen.query_one("#dash-log", LogPane).at_newest)  # (the tick puts it right)
     screen._redraw()
     app.clear_notifications()
     await wait_screen_stable(pilot, app)

@@ -42,6 +42,7 @@ async def settle(pilot, app, screen: DashboardScreen, gpus: bool = True) -> None
     if gpus:
         await wait_for(pilot, lambda: screen.gpu_version > 0)
     await wait_for(pilot, lambda: screen.query_one("#dash-events", EventsTable).at_newest)  # the newest in view
+    await wait_for(pilot, lambda: screen.query_one("#dash-log", LogPane).at_newest)  # (the tick puts it right)
     screen._redraw()
     app.clear_notifications()
     await wait_screen_stable(pilot, app)

@@ -97,6 +97,18 @@ class LogPane(ScrollView, can_focus=True):
         elif new >= self.max_scroll_y - 1:
             self.following = True
 
+    @property
+    def at_newest(self) -> bool:
+        """The newest line's last row is in view (what following means; tests wait for it)."""
+        return self.scroll_y >= self.max_scroll_y
+
+    def keep_up(self) -> None:
+        """The dashboard's tick (as ``EventsTable.keep_up``): a scroll made against rows or a layout that changed
+        after it (a busy box lays out late) is put right by the next tick, so following never stays short of the
+        newest line."""
+        if self.following and not self.at_newest:
+            self.scroll_end(animate=False, immediate=True)
+
     def on_resize(self) -> None:
         if self._content_width() != self._wrap_width:
             self._rewrap()

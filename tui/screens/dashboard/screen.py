@@ -184,6 +184,7 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         if self._dirty:
             self._redraw()
         self.query_one("#dash-events", EventsTable).keep_up()
+        self.query_one("#dash-log", LogPane).keep_up()
 
     def _redraw(self) -> None:
         self._dirty = False
