@@ -30,7 +30,9 @@ row's estimate again with the estimator as it is (for the settings the row ran),
 ``profile-K.json``) may be given after the parts: the first measurement counts, and the report lists each
 row measured more than once with its rates and their spread (the device's run-to-run noise on it). Files of
 a later engine (``ENGINE_GENERATIONS``: ``calibration-gcfreeze-*.json``, measured after the engine's
-garbage-collector fix) count before every earlier one, the mean of their calls where several measured a row.
+garbage-collector fix; ``calibration-kernels-*.json``, 40 LoRA and QLoRA rows measured again on 2026-12-04 with
+the fused LoRA kernels, three ``--only`` calls of ``python3 bench/calibration_matrix.py`` after
+``bench/device/setup.sh``) count before every earlier one, the mean of their calls where several measured a row.
 ``profile-3*.json`` are not calibration rows: the host probe (``bench/hostprobe``) sampled those runs and
 slowed their Python-bound steps.
 ``--list`` gives the
@@ -115,6 +117,9 @@ for _key, (_label, _path) in MODELS.items():  # engine_speed's runner finds conf
 
 PART_LIMIT_S = 540.0
 LORA_DROPOUT = 0.05  # the engine's default
+# The engine's LoRA switches that a record says it ran (``<key>_run``, from the run's log header)
+SWITCH_KEYS = ("lora_dropout_fused", "lora_swiglu_fused", "lora_swiglu_down", "qlora_reuse_dequantised",
+               "recompute_skip_down", "recompute_keep_lora_a", "rms_norm_rows")
 GIB = 2**30
 DISK_FREE_GB = 46.0  # what the one-GPU machine's 64 GB disk had free for a run (the 7B full save of 45.7 GB fit)
 
@@ -276,12 +281,16 @@ ROWS: tuple[Row, ...] = (
     _r("7b", "lora", 8, 2048, "edge", ckpt=False),  # near the edge: fits (115.7 GiB in engine-speed-lora-a)
     # declared to run out of memory; it ran (3 steps, 138.9 of 140.4 GiB, part 6): the edge from the other side
     _r("7b", "lora", 10, 2048, "edge", ckpt=False, steps=3),
-    _r("7b", "lora", 1, 24576, "oom", ckpt=False, expect="oom"),
+    # ran out of memory on the engine before the fused LoRA kernels (part 6, 139.1 GiB); estimated to fit on the engine
+    # with them (96 GiB: no dropped-out copies or masks kept): to measure again
+    _r("7b", "lora", 1, 24576, "edge", ckpt=False, steps=3),
     _r("7b", "full", 8, 4096, "oom", ckpt=False, expect="oom"),
     # ---- Llama-3-8B
     _r("8b", "qlora", 4, 2048, "size"),
     _r("8b", "qlora", 1, 131072, "seq", offload=True),
-    _r("8b", "qlora", 1, 32768, "oom", ckpt=False, expect="oom"),
+    # ran out of memory on the engine before the fused LoRA kernels (part 6, 139.7 GiB); estimated to fit on the engine
+    # with them (118 GiB: no dropped-out copies or masks kept): to measure again
+    _r("8b", "qlora", 1, 32768, "edge", ckpt=False, steps=3),
     _r("8b", "lora", 4, 2048, "size"),
     _r("8b", "lora", 1, 32768, "seq", offload=True),
     # ---- Qwen2.5-14B
@@ -292,7 +301,9 @@ ROWS: tuple[Row, ...] = (
        skip="final checkpoint ~89 GB (bf16 weights + moments) > the 64 GB disk: the engine refuses it up front"),
     # ---- Qwen2.5-32B
     _r("32b", "lora", 2, 2048, "size"),
-    _r("32b", "lora", 2, 2048, "oom", ckpt=False, expect="oom"),
+    # ran out of memory on the engine before the fused LoRA kernels (part 7, 139.8 GiB); estimated to fit on the engine
+    # with them (107 GiB: no dropped-out copies or masks kept): to measure again
+    _r("32b", "lora", 2, 2048, "edge", ckpt=False, steps=3),
     _r("32b", "qlora", 4, 2048, "size", skip="QLoRA of a bare config writes its bf16 random weights first: 66 GB > disk"),
     _r("32b", "full", 1, 2048, "oom", expect="oom",
        skip="final checkpoint ~197 GB > the 64 GB disk: the engine refuses it before it could run out of memory"),
@@ -313,6 +324,10 @@ ROWS: tuple[Row, ...] = (
     _r("3b", "lora", 1, 1024, "host", ckpt=False),
     _r("14b", "lora", 1, 1024, "host"),
     _r("1.5b", "qlora", 1, 1024, "host"),
+    # ---- The out-of-memory side of the edges the fused LoRA kernels moved (the three rows above that ran out of
+    # memory before them are estimated to fit now): twice their tokens
+    _r("7b", "lora", 1, 49152, "oom", ckpt=False, expect="oom"),
+    _r("32b", "lora", 4, 2048, "oom", ckpt=False, expect="oom"),
 )
 TINY_ROWS: tuple[Row, ...] = (_r("tiny", "lora", 2, 128, "tiny", ckpt=False, steps=4),)
 
@@ -332,9 +347,6 @@ def run_values(row: Row) -> dict[str, Any]:
         "checkpoint_layers": row.ckpt if isinstance(row.ckpt, int) and not isinstance(row.ckpt, bool)
         else "auto" if row.ckpt == "auto" else "all",
         "offload_activations": row.offload, "tiled_mlp": row.tiled_mlp, "lora_rank": 16, "lora_dropout": LORA_DROPOUT,
-        # the matrix was measured before the fused dropout kernels (session 13): its rows run, and are
-        # estimated, with peft's dropout, so that the recorded measurements stay comparable
-        "lora_dropout_fused": False,
     }
     values.update(row.switch)  # fused_ce, optimizer, attn, qlora_upcast, ... as the row sets them
     return values
@@ -399,11 +411,14 @@ def plan_as_run(record: dict[str, Any]) -> tuple[Row, Any] | None:
     options = plan_options(row, "H200", fused, layers if isinstance(layers, int) else None)
     if record.get("tiled_mlp_run") is not None:
         options["tiled_mlp"] = record["tiled_mlp_run"]
-    # the fused SwiGLU and the trimmed recompute as the engine reported them (a record from before those
-    # switches ran without them)
-    options["lora_swiglu_fused"] = bool(record.get("lora_swiglu_fused_run"))
-    options["lora_swiglu_down"] = bool(record.get("lora_swiglu_down_run"))
-    options["recompute_skip_down"] = bool(record.get("recompute_skip_down_run"))
+    # the engine's switches as it reported them; one it did not report ran as its default did then: off in the
+    # files from before the fused LoRA kernels (none of them existed yet), on where the plan turns it on in the
+    # later ones (whose records kept three of the switches: measure_row's list was short)
+    later = engine_generation(record.get("file", "")) >= KERNELS_GENERATION
+    for key in SWITCH_KEYS:
+        ran = record.get(f"{key}_run")
+        if ran is not None or not later:
+            options[key] = bool(ran)
     return row, plan_for_model(str(MODELS[row.model][1]), exact_count=False, **options)
 
 
@@ -555,9 +570,8 @@ def measure_row(ctx: dict[str, Any], row: Row, timeout_s: float, gpu_name: str |
         "step_s": result.get("step_s"),
         "loss": result.get("loss"), "optimizer_run": result.get("optimizer"), "fused_ce_run": result.get("fused_ce"),
         "checkpoint_layers_run": layers_run, "tiled_mlp_run": result.get("tiled_mlp_run"),
-        "lora_swiglu_fused_run": result.get("lora_swiglu_fused_run"),
-        "lora_swiglu_down_run": result.get("lora_swiglu_down_run"),
-        "recompute_skip_down_run": result.get("recompute_skip_down_run"), "config_run": result.get("config"), "estimate": estimate,
+        **{f"{key}_run": result.get(f"{key}_run") for key in SWITCH_KEYS},
+        "config_run": result.get("config"), "estimate": estimate,
     }
     if result.get("profile"):
         out["profile"] = result["profile"]
@@ -758,11 +772,17 @@ def reestimate(record: dict[str, Any], gpu_name: str = "H200") -> dict[str, Any]
 # Files measured after the engine began freezing its setup's objects out of the garbage collector (81a334d):
 # from there the steps that wait on the CPU ran 15-60% faster (every full collection had walked over a million
 # objects), so such a file's row stands for the engine as it is, whatever an earlier file says of it.
-ENGINE_GENERATIONS: tuple[tuple[str, int], ...] = (("calibration-gcfreeze-", 1),)
+# Files measured on the engine with the fused LoRA kernels (sessions 13-21: the grouped LoRA node, the dropout,
+# SwiGLU and norm kernels, no host synchronisation in a step; measured at f1e5be5): its LoRA and QLoRA rows ran
+# 8-47% faster than the same rows before it, more than the switches the estimator models account for.
+KERNELS_GENERATION = 2
+ENGINE_GENERATIONS: tuple[tuple[str, int], ...] = (("calibration-gcfreeze-", 1),
+                                                   ("calibration-kernels-", KERNELS_GENERATION))
 
 
 def engine_generation(name: str) -> int:
-    """Which engine a result file measured: 0 before the garbage-collector fix, 1 after (ENGINE_GENERATIONS)."""
+    """Which engine a result file measured: 0 before the garbage-collector fix, 1 after it, 2 with the fused
+    LoRA kernels (ENGINE_GENERATIONS)."""
     return max((g for prefix, g in ENGINE_GENERATIONS if Path(name).name.startswith(prefix)), default=0)
 
 
@@ -778,7 +798,9 @@ def merged_records(files: list[str], again: bool = False) -> list[dict[str, Any]
         data = json.loads(Path(name).read_text(encoding="utf-8"))
         gpu = (data.get("meta") or {}).get("gpu_name") or "H200"
         for r in data["results"]:
-            r = {**(reestimate(r, gpu) if again else r), "file": Path(name).name}
+            r = {**r, "file": Path(name).name}  # before reestimate: plan_as_run reads the switches by file
+            if again:
+                r = reestimate(r, gpu)
             if r.get("status") == "finished" and r.get("tokens_per_s"):
                 r["rates"] = [[r["file"], r["tokens_per_s"]]]
             if r["row"] not in seen:

@@ -262,10 +262,11 @@ def optimizer_bytes(trainable: int, plan: TrainingPlan, calibration: Calibration
 
 
 def dispatch_seconds(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
-    """CPU time to launch one micro-step's kernels: per layer and pass unit (forward 1, backward 2, recompute 1),
+    """CPU time to launch one micro-step's kernels: per layer and pass unit (forward 1, backward 2, a checkpointed
+    layer's recompute ``dispatch_recompute_passes``),
     plus the tiled MLP's per tile and tiled layer (its forward, recomputation and backward tile by tile, each
     tile's backward its own autograd call)."""
-    passes = 3 + plan.recompute_fraction
+    passes = 3 + plan.recompute_fraction * calibration.dispatch_recompute_passes
     per_layer = calibration.dispatch_s_per_layer_pass[plan.method]
     return arch.num_layers * passes * per_layer + calibration.dispatch_s_per_step + mlp_tile_seconds(plan, calibration)
 

@@ -208,12 +208,13 @@ def test_gpu_rows_are_classified_and_compared_with_what_the_engine_ran(monkeypat
 
     def fake_run_engine(ctx, engine, spec, seq, timeout_s):
         calls.append((engine, spec, ctx["steps"], ctx["dataset"](seq)))
-        if spec["seq"] == 24576:
+        if spec["method"] == "full":
             return {"status": "failed", "reason": "out of GPU memory", "oom": True, "peak_gib": [139.9],
                     "peak_source": "nvml", "steps": 0}
         return {"status": "finished", "tokens_per_s": 10000.0, "peak_gib": [21.0], "peak_source": "nvml",
                 "torch_peak_allocated_gib": [19.0], "torch_peak_reserved_gib": [20.0], "steps": 6,
-                "fused_ce": "chunked", "checkpoint_layers_run": 28, "config": {}}
+                "fused_ce": "chunked", "checkpoint_layers_run": 28, "config": {}, "rms_norm_rows_run": True,
+                "lora_dropout_fused_run": False}
 
     monkeypatch.setattr(cm.es, "run_engine", fake_run_engine)
     ctx = {"datasets": lambda seq, n: f"data-{seq}-{n}"}
@@ -224,9 +225,25 @@ def test_gpu_rows_are_classified_and_compared_with_what_the_engine_ran(monkeypat
     assert done["status"] == "finished" and done["estimate"]["fused_ce"] == "chunked"
     assert done["peak_error"] == round((done["estimate"]["peak_gib"] - 21.0) / 21.0, 4)
     assert done["speed_error"] == round((done["estimate"]["tokens_per_s"] - 10000.0) / 10000.0, 4)
-    oom = cm.measure_row(ctx, by["7b-lora-b1-s24576-nockpt"], 100, "NVIDIA H200")
+    # every switch the engine reported is kept (plan_as_run reads them); one it did not report is None
+    assert done["rms_norm_rows_run"] is True and done["lora_dropout_fused_run"] is False
+    assert done["recompute_keep_lora_a_run"] is None
+    oom = cm.measure_row(ctx, by["7b-full-bf16-b8-s4096-nockpt"], 100, "NVIDIA H200")
     assert oom["status"] == "oom" and oom["peak_error"] is None and cm.verdict_right(oom) is True
     assert calls[1][1]["ckpt"] is False
+
+
+def test_a_switch_a_record_does_not_report_ran_as_the_engine_of_its_file_ran_it():
+    """Files from before the fused LoRA kernels ran none of the switches; the later ones (``calibration-kernels-*``,
+    whose records kept three) ran the engine's defaults, and a reported value stands in either."""
+    record = {"row": "7b-lora-b4-s2048-ckpt", "status": "finished", "lora_swiglu_down_run": True}
+    _, old = cm.plan_as_run({**record, "file": "calibration-part4.json"})
+    _, new = cm.plan_as_run({**record, "file": "calibration-kernels-a.json"})
+    _, off = cm.plan_as_run({**record, "file": "calibration-kernels-a.json", "rms_norm_rows_run": False})
+    assert not old.lora_dropout_fused and not old.rms_norm_rows and old.lora_swiglu_down
+    assert new.lora_dropout_fused and new.rms_norm_rows and new.lora_swiglu_down
+    assert off.lora_dropout_fused and not off.rms_norm_rows
+    assert cm.engine_generation("calibration-kernels-a.json") > cm.engine_generation("calibration-gcfreeze-a.json")
 
 
 def test_report_shows_the_context_and_the_allocator_slack_the_rows_measure():

@@ -70,16 +70,16 @@ def test_the_figures_carry_the_measured_band_inside_the_domain():
     rec = _plan("Qwen2.5-7B", "1xH200")
     memory, speed = _figure_lines(format_recommendation(rec))
     assert memory.endswith("(fits; ±8%, 70 H200 runs)"), memory
-    assert speed.endswith(" tokens/s (±24%, 66 H200 runs)"), speed
+    assert speed.endswith(" tokens/s (±25%, 42 H200 runs)"), speed
     domain = rec.to_json()["recommendation"]["domain"]
     assert domain["inside"] and domain["outside"] == []
     speed_band = domain["error_band"]["tokens_per_s"]
-    assert speed_band["waits_on"] == "gpu" and speed_band["worst_pct"] == 24.0 == speed_band["gpu_bound"]["worst_pct"]
+    assert speed_band["waits_on"] == "gpu" and speed_band["worst_pct"] == 25.0 == speed_band["gpu_bound"]["worst_pct"]
     assert domain["error_band"]["peak_memory"] == {"median_pct": 1.1, "worst_pct": 7.5, "rows": 70}
     set_language("zh")
     memory, speed = _figure_lines(format_recommendation(rec))
     assert memory.endswith("（够用；±8%，70 次 H200 实测）"), memory
-    assert speed.endswith("（±24%，66 次 H200 实测）"), speed
+    assert speed.endswith("（±25%，42 次 H200 实测）"), speed
 
 
 def test_a_step_that_waits_on_the_cpu_carries_that_kinds_wider_band():
@@ -91,13 +91,13 @@ def test_a_step_that_waits_on_the_cpu_carries_that_kinds_wider_band():
     best = rec.to_json()["recommendation"]
     assert best["plan"]["micro_batch_size"] == 1
     speed = _figure_lines(format_recommendation(rec))[1]
-    assert speed.endswith(" tokens/s (±30%, CPU-bound, 15 H200 runs)"), speed
+    assert speed.endswith(" tokens/s (±50%, CPU-bound, 15 H200 runs)"), speed
     band = best["domain"]["error_band"]["tokens_per_s"]
-    assert band["waits_on"] == "cpu" and band["worst_pct"] == band["cpu_bound"]["worst_pct"] == 30.0
+    assert band["waits_on"] == "cpu" and band["worst_pct"] == band["cpu_bound"]["worst_pct"] == 50.0
     big = _plan("Qwen2.5-7B", "1xH200").to_json()["recommendation"]["domain"]["error_band"]["tokens_per_s"]
     assert big["waits_on"] == "gpu"
     set_language("zh")
-    assert _figure_lines(format_recommendation(rec))[1].endswith("（±30%，受 CPU 限制，15 次 H200 实测）")
+    assert _figure_lines(format_recommendation(rec))[1].endswith("（±50%，受 CPU 限制，15 次 H200 实测）")
 
 
 def test_another_gpu_family_says_it_was_not_measured():
