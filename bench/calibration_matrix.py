@@ -117,9 +117,6 @@ for _key, (_label, _path) in MODELS.items():  # engine_speed's runner finds conf
 
 PART_LIMIT_S = 540.0
 LORA_DROPOUT = 0.05  # the engine's default
-# The engine's LoRA switches that a record says it ran (``<key>_run``, from the run's log header)
-SWITCH_KEYS = ("lora_dropout_fused", "lora_swiglu_fused", "lora_swiglu_down", "qlora_reuse_dequantised",
-               "recompute_skip_down", "recompute_keep_lora_a", "rms_norm_rows")
 GIB = 2**30
 DISK_FREE_GB = 46.0  # what the one-GPU machine's 64 GB disk had free for a run (the 7B full save of 45.7 GB fit)
 
@@ -415,7 +412,7 @@ def plan_as_run(record: dict[str, Any]) -> tuple[Row, Any] | None:
     # files from before the fused LoRA kernels (none of them existed yet), on where the plan turns it on in the
     # later ones (whose records kept three of the switches: measure_row's list was short)
     later = engine_generation(record.get("file", "")) >= KERNELS_GENERATION
-    for key in SWITCH_KEYS:
+    for key in es.LORA_SWITCHES:
         ran = record.get(f"{key}_run")
         if ran is not None or not later:
             options[key] = bool(ran)
@@ -570,7 +567,7 @@ def measure_row(ctx: dict[str, Any], row: Row, timeout_s: float, gpu_name: str |
         "step_s": result.get("step_s"),
         "loss": result.get("loss"), "optimizer_run": result.get("optimizer"), "fused_ce_run": result.get("fused_ce"),
         "checkpoint_layers_run": layers_run, "tiled_mlp_run": result.get("tiled_mlp_run"),
-        **{f"{key}_run": result.get(f"{key}_run") for key in SWITCH_KEYS},
+        **{f"{key}_run": result.get(f"{key}_run") for key in es.LORA_SWITCHES},
         "config_run": result.get("config"), "estimate": estimate,
     }
     if result.get("profile"):

@@ -64,6 +64,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from engine_gpu import TOKENIZER_FILES, WORDS, one_run  # noqa: E402  (bench/ is not a package)
 
+# The engine's LoRA run keys whose value as run the log header reports (a result's ``<key>_run``)
+LORA_SWITCHES = ("lora_dropout_fused", "lora_swiglu_fused", "lora_swiglu_down", "qlora_reuse_dequantised",
+                 "recompute_skip_down", "recompute_keep_lora_a", "rms_norm_rows")
+
 CONFIGS = {
     "7b": ROOT / "bench" / "configs" / "qwen2.5-7b.json",
     "8b": ROOT / "bench" / "configs" / "llama-3-8b.json",
@@ -383,16 +387,8 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
                                                "checkpoint_layers", "lora_dropout", "compile_layers",
                                                "lora_input_upcast", "pure_bf16", "packing",
                                                "offload_activations", "tiled_mlp", "lora_grouped",
-                                               "lora_dropout_fused", "lora_swiglu_fused", "lora_swiglu_down",
-                                               "qlora_reuse_dequantised", "recompute_skip_down",
-                                               "recompute_keep_lora_a", "rms_norm_rows")},
-        "lora_dropout_fused_run": header.get("lora_dropout_fused"),
-        "lora_swiglu_fused_run": header.get("lora_swiglu_fused"),
-        "lora_swiglu_down_run": header.get("lora_swiglu_down"),
-        "qlora_reuse_dequantised_run": header.get("qlora_reuse_dequantised"),
-        "recompute_skip_down_run": header.get("recompute_skip_down"),
-        "recompute_keep_lora_a_run": header.get("recompute_keep_lora_a"),
-        "rms_norm_rows_run": header.get("rms_norm_rows"),
+                                               *LORA_SWITCHES)},
+        **{f"{key}_run": header.get(key) for key in LORA_SWITCHES},
         "tiled_mlp_run": header.get("tiled_mlp"),
         "profile": profile.read_text(encoding="utf-8") if profile and profile.exists() else None,
         "checkpoint_layers_run": header.get("checkpoint_layers"),

@@ -57,8 +57,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "bench"):  # bench/ is not a package
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import engine_speed as es  # noqa: E402
 
 from core.estimate import DEFAULT_CALIBRATION, Calibration, count_parameters, find_gpu, plan_for_model  # noqa: E402
 from core.estimate.architecture import lora_parameter_count  # noqa: E402
@@ -144,9 +147,7 @@ def _engine_plan(model: str, method: str, config: dict[str, Any], result: dict[s
         options.update(lora_rank=16, lora_dropout=float(config.get("lora_dropout") or 0.0),
                        lora_input_upcast=bool(config.get("lora_input_upcast")),
                        kbit_upcast=method == "qlora" and bool(config.get("qlora_upcast")),
-                       **{key: switch(key) for key in ("lora_dropout_fused", "lora_swiglu_fused", "lora_swiglu_down",
-                                                       "qlora_reuse_dequantised", "recompute_skip_down",
-                                                       "recompute_keep_lora_a", "rms_norm_rows")})
+                       **{key: switch(key) for key in es.LORA_SWITCHES})
     return plan_for_model(str(CONFIGS[model]), exact_count=False, **options)
 
 
@@ -217,7 +218,6 @@ def _longctx_rows() -> list[Row]:
 def _calibration_rows() -> list[Row]:
     """The #19 calibration matrix's finished rows (``bench/calibration_matrix.py``, ``tunedeck train`` on the
     H200, packed rows: every token counts), each with the plan of what it ran (``plan_as_run``)."""
-    sys.path.insert(0, str(ROOT / "bench"))
     import calibration_matrix as cm
 
     rows = []
