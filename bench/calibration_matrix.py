@@ -414,7 +414,7 @@ def plan_as_run(record: dict[str, Any]) -> tuple[Row, Any] | None:
     later = engine_generation(record.get("file", "")) >= KERNELS_GENERATION
     for key in es.LORA_SWITCHES:
         ran = record.get(f"{key}_run")
-        if ran is not None or not later:
+        if ran is not None or not later or key in SWITCHES_AFTER_KERNELS:
             options[key] = bool(ran)
     return row, plan_for_model(str(MODELS[row.model][1]), exact_count=False, **options)
 
@@ -773,6 +773,8 @@ def reestimate(record: dict[str, Any], gpu_name: str = "H200") -> dict[str, Any]
 # SwiGLU and norm kernels, no host synchronisation in a step; measured at f1e5be5): its LoRA and QLoRA rows ran
 # 8-47% faster than the same rows before it, more than the switches the estimator models account for.
 KERNELS_GENERATION = 2
+# Switches younger than the kernels generation's files: a record without one ran without it
+SWITCHES_AFTER_KERNELS = ("lora_fold_dh",)
 ENGINE_GENERATIONS: tuple[tuple[str, int], ...] = (("calibration-gcfreeze-", 1),
                                                    ("calibration-kernels-", KERNELS_GENERATION))
 

@@ -276,6 +276,12 @@ class Calibration:
     # ops: the H200 profile of the 7B at b4 x 2048 checkpointed shows 34.8 ms of these adds a step
     # (engine-speed-ce-b), this gives 25 ms (19 of them gate/up).
     lora_output_add_bytes_per_element: float = 4.0
+    # lora_fold_dh: the skinny ``dh = g (s B)`` matmuls read each adapted linear's output gradient once more in
+    # backward, 2 bytes an element; the fit's rows all ran them, so the fitted constants hold them and the fold
+    # takes them away (speed.lora_input_bytes). From the ops: the H200 profile of the wizard's 7B plan puts 22 ms a
+    # step in them (engine-speed-r: 196 calls of 32x256 NNN matmuls, o's among them); this gives 23 ms for six of
+    # the seven linears at 4,800 GB/s x 0.75.
+    lora_dh_read_bytes_per_element: float = 2.0
     # rms_norm_rows: Liger's RMSNorm backward walks each SM's share of the rows one after another; the row
     # kernels (core.train.rms_norm_kernel) take that walk's time off, per input element of a norm and
     # micro-step, as bytes at the memory-bound rate. The fit's rows all ran Liger's norms, so this is a saving

@@ -98,6 +98,10 @@ class TrainingPlan:
     # ``lora_swiglu_down``, core.train.lora_group): the down projection keeps no input, and the fused dropout
     # kernels never run over it (``swiglu_down`` says when it applies).
     lora_swiglu_down: bool = True
+    # LoRA: the adapters' dh of q/k/v, gate/up and a down projection in the SwiGLU kernels made by the base's
+    # input-gradient matmul, each base weight in a buffer with a slot for its group's s B (run key ``lora_fold_dh``,
+    # core.train.lora_group): the separate skinny matmuls' read of each output gradient goes (``folded_dh``).
+    lora_fold_dh: bool = True
     # QLoRA: checkpointed blocks keep the weights their recompute dequantises for backward (run key
     # ``qlora_reuse_dequantised``, core.train.lora_group): one dequantisation pass less, one
     # block's weights in the compute dtype more at the peak (``reuses_dequantised`` says when it applies).
@@ -197,6 +201,18 @@ class TrainingPlan:
         none or the fused kernels')."""
         return (self.swiglu_fused and self.lora_swiglu_down and "down_proj" in self.lora_targets
                 and (self.lora_dropout == 0 or self.dropout_fused))
+
+    @property
+    def folded_dh(self) -> tuple[str, ...]:
+        """The adapted linears whose adapters' dh the base matmul makes, as ``core.train.lora_group``'s
+        ``home_lora_bases`` decides (grouped LoRA on a GPU's engine: q/k/v and gate/up where two or more of a group
+        are adapted, down where ``swiglu_down``); () where it does not run."""
+        if not (self.method == "lora" and self.lora_fold_dh and self.lora_grouped and not self.fp32_lora_inputs):
+            return ()
+        targets = set(self.lora_targets)
+        names = [name for group in (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+                 if len(targets & set(group)) > 1 for name in group if name in targets]
+        return tuple(names + (["down_proj"] if self.swiglu_down else []))
 
     @property
     def reuses_dequantised(self) -> bool:

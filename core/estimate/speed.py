@@ -211,6 +211,8 @@ def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: C
     if plan.swiglu_fused:  # the gate/up adds the fit's rows made, gone into the SwiGLU kernel
         moved -= (1.0 + plan.recompute_fraction) * calibration.lora_output_add_bytes_per_element \
             * lora_output_elements(arch, plan, ("gate_proj", "up_proj"))
+    if plan.folded_dh:  # lora_fold_dh: the dh matmuls' read of the output gradients, made by the base matmuls
+        moved -= calibration.lora_dh_read_bytes_per_element * lora_output_elements(arch, plan, plan.folded_dh)
     return moved * plan.tokens_per_micro_batch
 
 

@@ -185,6 +185,7 @@ def candidate_plans(request: PlanRequest, base: TrainingPlan) -> Iterator[Traini
                                     lora_dropout_fused=base.lora_dropout_fused and not request.hardware.cpu_only,
                                     lora_swiglu_fused=base.lora_swiglu_fused and not request.hardware.cpu_only,
                                     rms_norm_rows=base.rms_norm_rows and not request.hardware.cpu_only,
+                                    lora_fold_dh=base.lora_fold_dh and not request.hardware.cpu_only,
                                     price_per_gpu_hour=request.hardware.price_per_gpu_hour,
                                 )
 

@@ -167,7 +167,7 @@ def _forward(x_ptr, a_ptr, h_ptr, n_rows, width, cols_per_split, s0, s1, s2, thr
 
 
 @triton.jit(do_not_specialize=_RANDOM_ARGS)
-def _input_grad(dh_ptr, a_ptr, dx_ptr, n_rows, width, s0, s1, s2, thr, scale,
+def _input_grad(dh_ptr, a_ptr, dx_ptr, dx_stride, n_rows, width, s0, s1, s2, thr, scale,
                 G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                 PREC: tl.constexpr, PAIRED: tl.constexpr):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
@@ -192,7 +192,7 @@ def _input_grad(dh_ptr, a_ptr, dx_ptr, n_rows, width, s0, s1, s2, thr, scale,
         a = tl.load(a_at + 2 * R * width, mask=a_ok, other=0.0)
         acc += tl.where(_keep(rows, first, width, s2, thr, BK, PAIRED), tl.dot(dh, a, input_precision=PREC), 0.0)
     ok = row_ok[:, None] & col_ok[None, :]
-    at = dx_ptr + rows[:, None] * width + cols[None, :]
+    at = dx_ptr + rows[:, None] * dx_stride + cols[None, :]
     dx = tl.load(at, mask=ok, other=0.0)
     tl.store(at, (dx.to(tl.float32) + acc * scale).to(dx_ptr.dtype.element_ty), mask=ok)
 
@@ -237,7 +237,8 @@ def _adapter_grad(x_ptr, dh_ptr, part_ptr, n_rows, width, rows_per_split, s0, s1
 
 
 @triton.jit(do_not_specialize=_RANDOM_ARGS)
-def _backward(x_ptr, dh_ptr, a_ptr, dx_ptr, part_ptr, n_rows, width, rows_per_split, s0, s1, s2, thr, scale,
+def _backward(x_ptr, dh_ptr, a_ptr, dx_ptr, dx_stride, part_ptr, n_rows, width, rows_per_split, s0, s1, s2, thr,
+              scale,
               G: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
               PREC: tl.constexpr, PAIRED: tl.constexpr):
     """``_input_grad`` and ``_adapter_grad`` in one pass: each mask is drawn once for both (the hash bounds
@@ -278,7 +279,7 @@ def _backward(x_ptr, dh_ptr, a_ptr, dx_ptr, part_ptr, n_rows, width, rows_per_sp
             keep = _keep(rows, first, width, s2, thr, BK, PAIRED)
             grad += tl.where(keep, tl.dot(dh, a2, input_precision=PREC), 0.0)
             acc2 += tl.dot(tl.trans(dh), tl.where(keep, x, 0.0).to(x.dtype), input_precision=PREC)
-        at = dx_ptr + rows[:, None] * width + cols[None, :]
+        at = dx_ptr + rows[:, None] * dx_stride + cols[None, :]
         dx = tl.load(at, mask=ok, other=0.0)
         tl.store(at, (dx.to(tl.float32) + grad * scale).to(dx_ptr.dtype.element_ty), mask=ok)
     out = part_ptr + split * (G * R * width) + rr[:, None] * width + cols[None, :]
@@ -359,13 +360,14 @@ def dropout_lora_a(x: torch.Tensor, a: torch.Tensor, groups: int, seed: int, p: 
 
 def add_input_grad(grad_x: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, groups: int, seed: int,
                    p: float, tiles: dict[str, int] | None = None) -> None:
-    """``grad_x += sum_g (dh_g @ A_g) * mask_g / (1 - p)``, in place (grad_x rows x width, contiguous)."""
+    """``grad_x += sum_g (dh_g @ A_g) * mask_g / (1 - p)``, in place (grad_x rows x width, its rows maybe strided:
+    ``lora_fold_dh``)."""
     rows, width = grad_x.shape
     rank = a.shape[0] // groups
     tiles = _tiles("input_grad", tiles)
     grid = (triton.cdiv(rows, tiles["BN"]), triton.cdiv(width, tiles["BK"]))
     _input_grad[grid](
-        dh, a, grad_x, rows, width, *_random_args(seed, groups, p),
+        dh, a, grad_x, grad_x.stride(0), rows, width, *_random_args(seed, groups, p),
         G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(a.dtype), PAIRED=PAIRED, **tiles)
 
 
@@ -395,14 +397,14 @@ def _row_splits(rows: int, width: int, tiles: dict[str, int]) -> tuple[int, int,
 def backward(x: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, grad_x: torch.Tensor, groups: int, seed: int,
              p: float, tiles: dict[str, int] | None = None) -> torch.Tensor:
     """``add_input_grad`` and ``adapter_grads`` in one kernel (each mask drawn once): adds the input gradient
-    to grad_x in place and returns the adapters' gradients (groups*rank x width, fp32)."""
+    to grad_x (its rows maybe strided) in place and returns the adapters' gradients (groups*rank x width, fp32)."""
     rows, width = x.shape
     rank = a.shape[0] // groups
     tiles = _tiles("backward", tiles)
     col_blocks, splits, rows_per_split = _row_splits(rows, width, tiles)
     parts = torch.empty(splits, groups * rank, width, dtype=torch.float32, device=x.device)
     _backward[(col_blocks, splits)](
-        x, dh, a, grad_x, parts, rows, width, rows_per_split, *_random_args(seed, groups, p),
+        x, dh, a, grad_x, grad_x.stride(0), parts, rows, width, rows_per_split, *_random_args(seed, groups, p),
         G=groups, R=rank, RP=_padded_rank(rank), PREC=_precision(x.dtype), PAIRED=PAIRED, **tiles)
     return parts.sum(0) if splits > 1 else parts[0]
 

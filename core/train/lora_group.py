@@ -49,6 +49,16 @@ product it recomputes. The down node (``_GivenLoRA``) then keeps lora_A's output
 widest tensor of a block (tokens x 18,944 on a 7B), is kept by nobody, and the dropout kernels never read it
 (H200: 7B LoRA +2.4%, QLoRA +3.5%; the wizard's 7B plan at 8 x 2048 without checkpointing 68 GiB instead of 84).
 
+With ``lora_fold_dh`` (default on GPUs) the adapters' ``dh = g (s B)`` of q/k/v, gate/up and a down projection
+inside the SwiGLU kernels are made by the base's input-gradient matmul: each base weight (out x in) lives in the
+first ``in`` columns of a buffer ``[W | slots]`` (``home_lora_bases``, at train begin), one rank-wide slot per
+linear of its group; backward writes ``s B`` into the linear's own slot (zeros in its siblings') and
+``g @ [W | slots]`` gives ``[dx | dh_1 | dh_2 ...]`` in one matmul (the group's accumulated in its epilogue as
+before). The separate skinny matmuls each read the output gradient once more, the widest tensors of a block for
+gate/up: 22 ms of the wizard's 7B plan step on the H200 (engine-speed-r's profile). The products and the
+roundings are the same; the input gradient is then rows of a wider tensor, which the norms' row kernels and the
+SwiGLU kernels read in place (o's, whose gradient goes to attention, is not folded). The forward reads only ``W``.
+
 The model calls q, k and v one after the other with the same tensor: the first call computes the group
 and hands the others their outputs when they are called with that tensor. Anything else (DoRA, several
 active adapters, merged or disabled adapters, an fp32 input under autocast, an 8-bit base, ZeRO-3's
@@ -132,6 +142,71 @@ def _dropout_kernels(x: torch.Tensor) -> Any:
     if not (x.is_cuda or os.environ.get("TUNEDECK_TRITON_INTERPRET") == "1"):
         return None  # (the kernels' own check, ``usable``, tells the interpreter case apart)
     return _kernel_module()
+
+
+def _fold(specs: list[tuple[Any, str, float, float]], grads: list[torch.Tensor], b_weights: list[torch.Tensor],
+          dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``lora_fold_dh``: (dx, [dh_1 | dh_2 ...]) of a group from its base matmuls, both views of one
+    tokens x (in + G r) tensor, where every layer's base weight lives in its ``home_lora_bases`` buffer (slot i for
+    the group's i-th layer, this group's width) in ``dtype``; else None (the caller runs the separate matmuls)."""
+    homes = [getattr(layer, "_tunedeck_fold", None) for layer, *_ in specs]
+    if any(home is None for home in homes):
+        return None
+    width = homes[0][0].shape[1]
+    for i, ((layer, _, _, _), (home, col, rank)) in enumerate(zip(specs, homes, strict=True)):
+        weight = layer.get_base_layer().weight
+        if home.dtype != dtype or home.shape[1] != width or col != weight.shape[1] + i * rank \
+                or weight.data_ptr() != home.data_ptr() or weight.stride() != home.stride():
+            return None  # not this group's layout any more (a weight moved since, another grouping)
+    out = None
+    for (_, _, scaling, _), grad, b, (home, col, rank) in zip(specs, grads, b_weights, homes, strict=True):
+        g = grad.reshape(-1, grad.shape[-1]).to(dtype)
+        home[:, col:col + rank].copy_(b * scaling)  # (the siblings' slots stay zero)
+        out = torch.mm(g, home) if out is None else out.addmm_(g, home)
+    inputs = homes[0][1]
+    return out[:, :inputs], out[:, inputs:]
+
+
+def home_lora_bases(model: Any) -> int:
+    """``lora_fold_dh``: move the frozen base weight of every grouped q/k/v and gate/up linear, and of a down
+    projection whose LoRA input work runs in the SwiGLU kernels, into the first columns of a buffer with a
+    rank-wide slot per linear of its group (zeros), the weight a view of it (see the module docstring): where
+    the group's layers share one rank and have plain frozen 16/32-bit weights. Run it with the model on its
+    device (a ``.to()`` after makes a copy the backward no longer recognises: it then runs the separate
+    matmuls). Returns how many weights live in such buffers; idempotent."""
+    groups = {id(g): g for g in (getattr(m, "_tunedeck_group", None) for m in model.modules()) if g is not None}
+    count = 0
+    for group in groups.values():
+        layers = group.layers
+        if len(layers) == 1 and not group.fuse_in_swiglu:
+            continue  # o_proj (its gradient goes to attention, which would copy the rows) and the rest alone
+        adapters = [list(layer.lora_A.keys()) for layer in layers]
+        if any(len(names) != 1 for names in adapters):
+            continue
+        ranks = {layer.lora_A[names[0]].weight.shape[0] for layer, names in zip(layers, adapters, strict=True)}
+        bases = [layer.get_base_layer() for layer in layers]
+        weights = [getattr(base, "weight", None) for base in bases]
+        if len(ranks) != 1 or any(type(base) is not torch.nn.Linear or weight is None or weight.requires_grad
+                                  or hasattr(weight, "ds_id") or weight.dim() != 2
+                                  or weight.dtype not in (torch.bfloat16, torch.float16, torch.float32)
+                                  for base, weight in zip(bases, weights, strict=True)):
+            continue
+        if len({weight.shape[1] for weight in weights}) != 1:
+            continue
+        rank = ranks.pop()
+        inputs = weights[0].shape[1]
+        width = inputs + len(layers) * rank
+        for slot, (layer, weight) in enumerate(zip(layers, weights, strict=True)):
+            fold = getattr(layer, "_tunedeck_fold", None)
+            if fold is not None and weight.data_ptr() == fold[0].data_ptr() and fold[0].shape[1] == width:
+                count += 1
+                continue
+            home = weight.new_zeros(weight.shape[0], width)
+            home[:, :inputs].copy_(weight.detach())
+            weight.data = home[:, :inputs]
+            layer._tunedeck_fold = (home, inputs + slot * rank, rank)
+            count += 1
+    return count
 
 
 _FIRST_WEIGHT = 5  # where the adapters' weights start among _GroupedLoRA.forward's inputs
@@ -249,16 +324,25 @@ class _GroupedLoRA(torch.autograd.Function):
         grad_x = None
         grad_hidden: list[torch.Tensor | None] = []
         weight_grads: list[torch.Tensor | None] = []
+        folded = None
+        if need_x and not ctx.reused and all(grad is not None for grad in grads):
+            folded = _fold(specs, grads, b_weights, ctx.dtype)  # lora_fold_dh (the module docstring)
+        if folded is not None:
+            grad_x, joined_dh = folded
+            folded_dh = list(joined_dh.split(ctx.ranks, dim=1))
         for i, ((layer, _, scaling, _), grad) in enumerate(zip(specs, grads, strict=True)):
             if grad is None:
                 grad_hidden.append(None)
                 weight_grads += [None, None]
                 continue
             g = grad.reshape(-1, grad.shape[-1]).to(ctx.dtype)
-            if need_x:
-                base = dequantised[i] if dequantised else _base_weight(layer.get_base_layer(), ctx.dtype)
-                grad_x = torch.mm(g, base) if grad_x is None else grad_x.addmm_(g, base)
-            dh = torch.mm(g, b_weights[i] * scaling)  # (tokens, r): scaling folded into the small factor
+            if folded is not None:
+                dh = folded_dh[i]
+            else:
+                if need_x:
+                    base = dequantised[i] if dequantised else _base_weight(layer.get_base_layer(), ctx.dtype)
+                    grad_x = torch.mm(g, base) if grad_x is None else grad_x.addmm_(g, base)
+                dh = torch.mm(g, b_weights[i] * scaling)  # (tokens, r): scaling folded into the small factor
             grad_hidden.append(dh)
             weight_grads.append(torch.mm(dh.t(), inputs[i]) if ctx.needs_input_grad[first + 2 * i] and not fused
                                 else None)
@@ -269,8 +353,11 @@ class _GroupedLoRA(torch.autograd.Function):
         if fused and live:
             kernels = _dropout_kernels(inputs[0])
             p, groups, rank = specs[0][3], len(specs), ctx.ranks[0]
-            dh_all = torch.cat([dh if dh is not None else hidden[i].new_zeros(hidden[i].shape)
-                                for i, dh in enumerate(grad_hidden)], dim=1) if groups > 1 else grad_hidden[0]
+            if folded is not None:  # side by side already, rows of the wider gradient: the kernels read them dense
+                dh_all = joined_dh.contiguous()
+            else:
+                dh_all = torch.cat([dh if dh is not None else hidden[i].new_zeros(hidden[i].shape)
+                                    for i, dh in enumerate(grad_hidden)], dim=1) if groups > 1 else grad_hidden[0]
             want_a = any(ctx.needs_input_grad[first + 2 * i] for i in live)
             if need_x and want_a and inputs[0].shape[-1] <= kernels.BACKWARD_MAX_WIDTH:  # each mask drawn once
                 a_grads = kernels.backward(inputs[0], dh_all, a_weights[0], grad_x, groups, ctx.seed, p).split(rank)
@@ -328,9 +415,14 @@ class _GivenLoRA(torch.autograd.Function):
         h, b = ctx.saved_tensors
         layer, _, scaling, _ = ctx.spec
         g = grad.reshape(-1, grad.shape[-1]).to(ctx.dtype)
-        grad_x = torch.mm(g, _base_weight(layer.get_base_layer(), ctx.dtype)).view(ctx.x_shape) \
-            if ctx.needs_input_grad[0] else None
-        grad_h = torch.mm(g, b * scaling) if ctx.needs_input_grad[1] else None
+        folded = _fold([ctx.spec], [grad], [b], ctx.dtype) if ctx.needs_input_grad[0] and ctx.needs_input_grad[1] \
+            else None
+        if folded is not None:  # lora_fold_dh: [dx | dh] from one matmul
+            grad_x, grad_h = folded[0].view(ctx.x_shape), folded[1]
+        else:
+            grad_x = torch.mm(g, _base_weight(layer.get_base_layer(), ctx.dtype)).view(ctx.x_shape) \
+                if ctx.needs_input_grad[0] else None
+            grad_h = torch.mm(g, b * scaling) if ctx.needs_input_grad[1] else None
         grad_b = torch.mm(g.t(), h * scaling).to(ctx.b_dtype) if ctx.needs_input_grad[4] else None
         return grad_x, grad_h, None, None, grad_b
 

@@ -170,7 +170,7 @@ def _lora_swiglu_down_forward(g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, c_ptr, hd_ptr, 
 
 
 @triton.jit(do_not_specialize=["seed", "thr"])
-def _lora_swiglu_down_backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, dhd_ptr, part_ptr, n_rows, n,
+def _lora_swiglu_down_backward(dc_ptr, dc_stride, g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, dhd_ptr, part_ptr, n_rows, n,
                                rows_per_split, sg, su, seed, thr, scale,
                                R: tl.constexpr, RP: tl.constexpr, RD: tl.constexpr, RDP: tl.constexpr,
                                BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr, DROP: tl.constexpr,
@@ -204,7 +204,8 @@ def _lora_swiglu_down_backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, dhd_pt
             lora = tl.where(keep, lora, 0.0)
             c = tl.where(keep, c, 0.0).to(dtype)
         acc += tl.dot(tl.trans(dhd), c, input_precision=PREC)
-        dc = (tl.load(dc_ptr + at, mask=ok, other=0.0).to(tl.float32) + lora * scale).to(dtype).to(tl.float32)
+        dc = tl.load(dc_ptr + rows[:, None] * dc_stride + cols[None, :], mask=ok, other=0.0)
+        dc = (dc.to(tl.float32) + lora * scale).to(dtype).to(tl.float32)
         tl.store(g_ptr + at, (dc * (silu * (1.0 - sig) + sig) * up).to(dtype), mask=ok)
         tl.store(u_ptr + at, (dc * silu).to(dtype), mask=ok)
     tl.store(part_ptr + split * (RD * n) + rd[:, None] * n + cols[None, :], acc * scale,
@@ -274,7 +275,8 @@ def backward_down(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidd
                   a: torch.Tensor, dhd: torch.Tensor, sg: float, su: float, seed: int, p: float,
                   tiles: dict[str, int] | None = None) -> torch.Tensor:
     """``backward`` with the down adapter's input term added to ``grad`` first (``dhd`` the gradient of hd):
-    d gate and d up written over ``gate`` and ``up``; returns the gradient of ``a`` (rank x n, fp32)."""
+    d gate and d up written over ``gate`` and ``up``; returns the gradient of ``a`` (rank x n, fp32). ``grad``'s
+    rows may be strided (``lora_fold_dh``: the first n columns of the down node's wider gradient)."""
     rows, n = gate.shape
     rank = a.shape[0]
     tiles = dict(tiles or TILES["down_backward"])
@@ -286,10 +288,15 @@ def backward_down(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidd
     parts = torch.empty(splits, rank, n, dtype=torch.float32, device=gate.device)
     s, thr, scale, drop = _down_args(seed, p)
     _lora_swiglu_down_backward[(col_blocks, splits)](
-        grad, gate, up, hidden, b, a, dhd, parts, rows, n, rows_per_split, sg, su, s, thr, scale,
+        grad, grad.stride(0), gate, up, hidden, b, a, dhd, parts, rows, n, rows_per_split, sg, su, s, thr, scale,
         R=hidden.shape[1] // 2, RP=_padded_rank(hidden.shape[1] // 2), RD=rank, RDP=_padded_rank(rank),
         PREC=_precision(gate.dtype), DROP=drop, PAIRED=PAIRED, **tiles)
     return parts.sum(0) if splits > 1 else parts[0]
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (rows x n) itself where only its rows are strided (the kernels take a row stride), else a copy."""
+    return t if t.stride(-1) == 1 and t.stride(0) >= t.shape[1] else t.contiguous()
 
 
 class LoRASwiGLU(torch.autograd.Function):
@@ -340,7 +347,7 @@ class LoRASwiGLUDown(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor | None, grad_hd: torch.Tensor | None) -> tuple[Any, ...]:
         gate, up, hidden, b, a = ctx.saved_tensors
         sg, su, p, a_dtype, shape = ctx.args
-        grad2 = torch.zeros_like(gate) if grad is None else grad.reshape(-1, gate.shape[-1]).contiguous()
+        grad2 = torch.zeros_like(gate) if grad is None else _rows(grad.reshape(-1, gate.shape[-1]))
         dhd = torch.zeros(gate.shape[0], a.shape[0], dtype=gate.dtype, device=gate.device) if grad_hd is None \
             else grad_hd.to(gate.dtype).contiguous()
         grad_a = backward_down(grad2, gate, up, hidden, b, a, dhd, sg, su, ctx.seed, p)

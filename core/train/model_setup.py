@@ -278,6 +278,13 @@ def lora_swiglu_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
     return cuda and lora_grouping(cfg) and bool(cfg.get("lora_swiglu_fused", True))
 
 
+def lora_dh_folding(cfg: dict[str, Any], cuda: bool) -> bool:
+    """Whether a run's grouped LoRA linears make their adapters' ``dh`` in the base's input-gradient matmul
+    (``lora_fold_dh``, ``core.train.lora_group.home_lora_bases``, at train begin): LoRA (16/32-bit bases), grouped,
+    on a GPU."""
+    return cuda and lora_grouping(cfg) and cfg.get("method") == "lora" and bool(cfg.get("lora_fold_dh", True))
+
+
 def rms_norm_rows_using(cfg: dict[str, Any], cuda: bool, liger: bool) -> bool:
     """Whether a run's frozen RMSNorms run ``core.train.rms_norm_kernel``'s row kernels (``rms_norm_rows``): LoRA
     or QLoRA (the norms frozen) with Liger's norms, on a GPU; each norm checks at each call that it applies."""

@@ -45,18 +45,18 @@ def _rms_norm_rows_forward(x_ptr, w_ptr, y_ptr, rstd_ptr, n, eps, BLOCK: tl.cons
 
 
 @triton.jit
-def _rms_norm_rows_backward(dy_ptr, x_ptr, w_ptr, rstd_ptr, n, BLOCK: tl.constexpr):
-    """dx written over dy."""
+def _rms_norm_rows_backward(dy_ptr, dy_stride, dx_ptr, x_ptr, w_ptr, rstd_ptr, n, BLOCK: tl.constexpr):
+    """dx (contiguous rows; dy's own memory where dy is contiguous) from dy (rows dy_stride apart)."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     ok = cols < n
-    dy = tl.load(dy_ptr + row * n + cols, mask=ok, other=0.0)
+    dy = tl.load(dy_ptr + row * dy_stride + cols, mask=ok, other=0.0)
     x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
     rstd = tl.load(rstd_ptr + row)
     m = dy.to(tl.float32) * w
     dx = rstd * m + rstd * (-(1.0 / n) * rstd * rstd * tl.sum(m * x, axis=0) * x)
-    tl.store(dy_ptr + row * n + cols, dx.to(dy.dtype), mask=ok)
+    tl.store(dx_ptr + row * n + cols, dx.to(dy.dtype), mask=ok)
 
 
 def _launch_options(width: int) -> tuple[int, dict[str, int]]:
@@ -85,10 +85,15 @@ class FrozenRMSNorm(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         x2, weight, rstd = ctx.saved_tensors
         shape = grad.shape
-        dy = grad.reshape(-1, shape[-1]).contiguous()
+        dy = grad.reshape(-1, shape[-1])
+        if dy.stride(-1) != 1:
+            dy = dy.contiguous()
+        # over dy where it is contiguous (Liger's in_place); rows of a wider gradient (lora_fold_dh) into a new one
+        dx = dy if dy.is_contiguous() else torch.empty(x2.shape, dtype=dy.dtype, device=dy.device)
         block, options = _launch_options(x2.shape[1])
-        _rms_norm_rows_backward[(x2.shape[0],)](dy, x2, weight, rstd, x2.shape[1], BLOCK=block, **options)
-        return dy.view(shape), None, None
+        _rms_norm_rows_backward[(x2.shape[0],)](dy, dy.stride(0), dx, x2, weight, rstd, x2.shape[1], BLOCK=block,
+                                                **options)
+        return dx.view(shape), None, None
 
 
 def usable(module: Any, x: torch.Tensor) -> bool:

@@ -236,6 +236,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         load_model,
         load_tokenizer,
         lora_a_keeping,
+        lora_dh_folding,
         lora_dropout_fusing,
         lora_grouping,
         lora_swiglu_down_fusing,
@@ -416,6 +417,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "lora_dropout_fused": lora_dropout_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
         "lora_swiglu_fused": lora_swiglu_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
         "lora_swiglu_down": lora_swiglu_down_fusing(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
+        "lora_fold_dh": lora_dh_folding(cfg, cuda) if cfg.get("method") in LORA_METHODS else None,
         "qlora_reuse_dequantised": dequantised_reusing(cfg) if cfg.get("method") == "qlora" else None,
         # (the groups decide by the block's kind: the key alone would say so for a Gemma too)
         "recompute_skip_down": skips_down(model) if cfg.get("method") in LORA_METHODS else None,
@@ -443,12 +445,12 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
             callbacks.append(OffloadedCheckpointingCallback())
         else:
             log.warning("offload_activations needs gradient_checkpointing: true; ignored")
-    swiglu, norm_rows = header["lora_swiglu_fused"], header["rms_norm_rows"]
-    if checkpoint_layers is not None or compile_layers or tiled != "false" or swiglu or norm_rows:
+    swiglu, norm_rows, fold = header["lora_swiglu_fused"], header["rms_norm_rows"], header["lora_fold_dh"]
+    if checkpoint_layers is not None or compile_layers or tiled != "false" or swiglu or norm_rows or fold:
         from core.train.engine_switches import EngineSwitchesCallback
 
         callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers, compile_layers, tiled, bool(swiglu),
-                                                   bool(norm_rows)))
+                                                   bool(norm_rows), bool(fold)))
     from core.train.profiling import MemoryPeakCallback, ProfileStepsCallback, SyncTraceCallback
 
     for profile_cb in (ProfileStepsCallback.from_env(run.path), MemoryPeakCallback.from_env(run.path),

@@ -86,7 +86,8 @@ def test_attention_runs_at_the_kernels_own_efficiency():
 
 def test_lora_dropout_and_input_upcast_are_traffic_over_the_lora_inputs():
     p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True,
-                     lora_dropout_fused=False, lora_swiglu_fused=False)  # (the SwiGLU's own test takes its adds)
+                     lora_dropout_fused=False, lora_swiglu_fused=False,  # (the SwiGLU's own test takes its adds)
+                     lora_fold_dh=False)  # (and the fold's own its reads)
     elements = (6 * 64 + 160) * 2 * 512  # q, k, v, o (q_dim 64), gate, up read h; down reads f; x layers x tokens
     passes = 3  # forward, recompute, backward
     assert lora_input_bytes(TINY, p, CAL) == pytest.approx(passes * 5.0 * elements)  # bf16 dropout: 2 + 2 + 1
@@ -104,6 +105,26 @@ def test_lora_dropout_and_input_upcast_are_traffic_over_the_lora_inputs():
     assert lora_input_bytes(TINY, replace(p, method="full"), CAL) == 0.0
     only_q = replace(p, lora_targets=("q_proj",))
     assert lora_input_bytes(TINY, only_q, CAL) == pytest.approx(passes * 5.0 * 64 * 2 * 512)
+
+
+def test_dh_from_the_base_matmul_takes_one_read_of_each_folded_output_gradient():
+    """``lora_fold_dh``: LoRA's q/k/v and gate/up groups (two or more of a group adapted) and a down projection inside
+    the SwiGLU kernels stop reading their output gradient for ``dh``: 2 bytes an output element, once a micro-step
+    (backward only, checkpointed or not); o, QLoRA (4-bit bases), a lone q and a CPU plan keep the matmuls."""
+    from core.estimate.speed import lora_output_elements
+
+    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
+    assert p.folded_dh == ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj")
+    off = replace(p, lora_fold_dh=False)
+    assert off.folded_dh == ()
+    outputs = (64 + 32 + 32 + 160 + 160 + 64) * 2  # q, k, v (kv_dim 32), gate, up, down; x layers
+    assert lora_output_elements(TINY, p, p.folded_dh) == outputs
+    for plan in (p, replace(p, gradient_checkpointing=False)):
+        saved = lora_input_bytes(TINY, replace(plan, lora_fold_dh=False), CAL) - lora_input_bytes(TINY, plan, CAL)
+        assert saved == pytest.approx(CAL.lora_dh_read_bytes_per_element * outputs * 512)
+    assert replace(p, method="qlora").folded_dh == ()
+    assert replace(p, lora_swiglu_fused=False).folded_dh == ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+    assert replace(p, lora_targets=("q_proj", "o_proj", "gate_proj", "up_proj")).folded_dh == ("gate_proj", "up_proj")
 
 
 def test_ungrouped_lora_pays_the_fused_adds_copy_of_every_adapted_output():
@@ -128,7 +149,7 @@ def test_ungrouped_lora_pays_the_fused_adds_copy_of_every_adapted_output():
     gpu = find_gpu("H200")
     row = plan_for_model("Qwen/Qwen2.5-7B", exact_count=False, method="lora", micro_batch_size=4, seq_len=2048,
                          gradient_checkpointing=True, lora_dropout_fused=False, lora_swiglu_fused=False,
-                         recompute_skip_down=False)  # (as the rows that measured grouping ran)
+                         recompute_skip_down=False, lora_fold_dh=False)  # (as the rows that measured grouping ran)
     gain = estimate(row, gpu).tokens_per_s / estimate(replace(row, lora_grouped=False), gpu).tokens_per_s
     assert 1.005 < gain < 1.04
     assert plan_options_for_run({"method": "lora", "lora_grouped": False, "max_seq_len": 2048})["lora_grouped"] is False
@@ -306,7 +327,8 @@ def test_the_down_projection_inside_the_swiglu_drops_its_dropout_kernel_work():
     fused, ``down_proj`` adapted and its dropout none or the fused kernels'; the run key reaches the plan."""
     from core.estimate.run_plan import plan_options_for_run
 
-    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
+    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True,
+                     lora_fold_dh=False)  # (the fold's own test takes the down's dh read)
     assert p.swiglu_down and p.dropout_fused  # on by default
     off = replace(p, lora_swiglu_down=False)
     fused = CAL.lora_fused_dropout_bytes_per_element

@@ -231,6 +231,54 @@ def test_the_down_projection_inside_the_swiglu_keeps_the_loss_and_gradients(kern
     assert len(down_a) == 4 and all(grads_inside[k].abs().max() > 0 for k in down_a)
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.1], ids=["no-dropout", "dropout"])
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["eager", "checkpointed"])
+def test_dh_from_the_base_matmul_keeps_the_loss_and_gradients(kernels, monkeypatch, dropout, checkpointing):
+    """``lora_fold_dh``: q/k/v, gate/up and the down projection inside the SwiGLU kernels make their adapters' dh
+    in the base's input-gradient matmul (``home_lora_bases``: each base weight the first columns of a buffer with
+    its group's slots). Against the same engine without it (the same masks): the same loss and gradients to the
+    roundings of one matmul against two, the separate dh matmuls never run for those linears (o's still does),
+    the forward reads the same weights, and the buffers' slots hold s B after a step."""
+    from core.train import lora_group
+
+    cfg = {"lora_dropout": dropout, **DOWN}
+    results = []
+    for fold in (False, True):
+        model = tiny_lora(cfg, checkpointing=checkpointing)
+        weights = {n: p.detach().clone() for n, p in model.named_parameters() if "base_layer.weight" in n}
+        if fold:
+            assert lora_group.home_lora_bases(model) == 4 * 6  # q, k, v, gate, up, down a block; o alone is not
+            assert lora_group.home_lora_bases(model) == 4 * 6  # idempotent
+            for name, param in model.named_parameters():
+                if "base_layer.weight" in name:
+                    assert torch.equal(param, weights[name])  # the forward's weights, now views
+                    assert param.is_contiguous() == ("o_proj" in name), name
+        calls = []
+        original = torch.mm
+
+        def watching(a, b, *args, seen=calls, mm=original, **kwargs):
+            seen.append((tuple(a.shape), tuple(b.shape)))
+            return mm(a, b, *args, **kwargs)
+
+        monkeypatch.setattr(lora_group.torch, "mm", watching)
+        torch.manual_seed(5)
+        results.append(loss_and_grads(model, IDS, autocast=False) + (list(calls),))
+        monkeypatch.setattr(lora_group.torch, "mm", original)
+        if fold:
+            layer = model.base_model.model.model.layers[1].self_attn.k_proj  # (block 0's input wants no gradient)
+            home, col, rank = layer._tunedeck_fold
+            b = layer.lora_B["default"].weight
+            assert torch.equal(home[:, col:col + rank], b * layer.scaling["default"])  # its slot
+            assert home[:, col - rank:col].count_nonzero() == home[:, col + rank:].count_nonzero() == 0  # q's, v's
+    (loss_apart, grads_apart, mm_apart), (loss_folded, grads_folded, mm_folded) = results
+    assert loss_folded == pytest.approx(loss_apart, rel=1e-6)
+    assert_close(grads_apart, grads_folded, rel=1e-5)
+    # one dh matmul less for q, k, v, gate, up and down a block (the first of a group's base matmuls is still an
+    # mm, the others addmm_), but block 0's q/k/v where its input (the embeddings') wants no gradient: no dx to fold
+    # into (checkpointing's input hook gives it one)
+    assert len(mm_apart) - len(mm_folded) == 4 * 6 - (0 if checkpointing else 3)
+
+
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_the_down_kernels_equal_torch(kernels, dropout):
     """The kernels alone against torch in float64: the product, ``hd = dropout(c) @ Ad^T`` with the dropout

@@ -70,6 +70,26 @@ def test_forward_and_backward_equal_transformers_norm(kernels, dtype, tol):
     assert not torch.equal(got_x.grad, torch.zeros_like(got_x.grad))
 
 
+def test_a_gradient_whose_rows_are_strided_is_read_in_place_and_gives_the_same_result(kernels):
+    """``lora_fold_dh`` hands the norm the first columns of a wider gradient: read in place (no copy made first),
+    the result a new dense tensor equal to the dense gradient's, and the wider tensor left as it was."""
+    torch.manual_seed(1)
+    width = 300
+    x = torch.randn(4, 5, width) * 2
+    weight = torch.rand(width) + 0.5
+    wide = torch.randn(4, 5, width + 24)
+    strided = wide[..., :width]
+    dense = strided.contiguous()
+    before = wide.clone()
+    got = []
+    for grad in (dense, strided):
+        leaf = x.clone().requires_grad_(True)
+        kernels.FrozenRMSNorm.apply(leaf, weight, 1e-6).backward(grad)
+        got.append(leaf.grad)
+    assert got[1].is_contiguous() and torch.equal(got[0], got[1])
+    assert torch.equal(wide, before)
+
+
 def test_the_kernels_go_over_the_norms_liger_patched_and_only_where_they_apply(kernels):
     width = 300
     model = torch.nn.ModuleDict({
