@@ -605,10 +605,12 @@ def build_report(rows: list[Row], fitted: dict[str, float], lomo: dict[str, floa
         "checkpointed layer's recompute launches as much as 2.5 forwards (`disp_recompute`, fitted: the "
         "checkpoint's hooks and generator states on top of the forward): with 1 the checkpointed 0.5B rows "
         "and the ones without checkpointing could not both fit (-28% and +10%).",
-        "- Not explained (`UNEXPLAINED`, fitted but left out of the test's 25% bound): the 3B (Qwen2.5-3B shape, "
-        "36 layers) LoRA and QLoRA rows run far under the fit (+29% to +38%): at b4 × 2048 they run at the 7B's "
-        "tokens/s, their steps uneven (0.51-0.64 s; the 1.5B's 0.28-0.30), as in the calls before the kernels "
-        "(14,954 tok/s after the garbage-collector fix, 18,618 before it). A profiled step of that row is next.",
+        "- Left out of the test's 25% bound (`UNEXPLAINED`, fitted): the 3B (Qwen2.5-3B shape, 36 layers) LoRA and "
+        "QLoRA rows of `calibration-kernels-b` run far under the fit (+29% to +38%): at b4 × 2048 at the 7B's "
+        "tokens/s, their steps uneven (0.51-0.64 s; the 1.5B's 0.28-0.30). Measured again with a profiled step "
+        "(`profile-4`, session 23) the same row ran 19,536 tok/s, this fit 19,358 (-0.9%): its step waits on "
+        "the host (287 ms of kernels in a 420 ms step, 7,250 launches), so its rate is the rented box's CPU, "
+        "which moves by a third from one call to the next, as the 0.5B rows' does.",
         "- What these rows cannot know: other GPUs (RELATIVE_TO_HOPPER ratios), multi-GPU (dp* from the older "
         "engine), `compile_layers`, `offload_activations` at short sequences. The worst fitted rows are "
         "switches the plan times roughly (`fused_ce: false`, `qlora_upcast: true`: +15 %, +22 %), the 3B rows "
