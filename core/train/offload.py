@@ -59,14 +59,24 @@ class ParkedInput:
         self.arrived: Any = None  # CUDA event: the prefetched copy is on the GPU
 
     def prefetch(self, stream: Any) -> None:
-        """Start the copy back on ``stream`` (the side stream), if not started."""
+        """Start the copy back on ``stream`` (the side stream), if not started.
+
+        The tensor comes from the current stream's memory pool, not the side stream's: the caching allocator keeps
+        a pool per stream, and a block freed into the side stream's (each prefetched input, freed after its
+        recompute) served only later prefetches there, while the main stream's pool grew on its own; on the H200
+        the side stream held 4.4 GiB of the 7B LoRA 64k row's reserved memory (~10 block inputs of 448 MiB) and
+        2.0 of the QLoRA 32k row's (engine-longctx-m's memory profiles). The side stream waits for the work
+        queued on the current stream first: a block the pool just gave back may still be read by it."""
         import torch
 
         if self.prefetched is not None or self.host is None or stream is None:
             return
+        current = torch.cuda.current_stream(self.device)
+        tensor = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        stream.wait_stream(current)
         with torch.cuda.stream(stream):
             stream.wait_event(self.copied)
-            self.prefetched = self._to_device()
+            self.prefetched = self._to_device(tensor)
             self.arrived = torch.cuda.Event()
             self.arrived.record(stream)
 
@@ -75,10 +85,8 @@ class ParkedInput:
         import torch
 
         if self.prefetched is not None:
-            current = torch.cuda.current_stream(self.device)
-            current.wait_event(self.arrived)
-            tensor = self.prefetched
-            tensor.record_stream(current)  # allocated on the side stream, used and freed on this one
+            torch.cuda.current_stream(self.device).wait_event(self.arrived)
+            tensor = self.prefetched  # (the current stream's own memory: prefetch)
         elif self.copied is not None:
             torch.cuda.current_stream(self.device).wait_event(self.copied)
             tensor = self._to_device()
@@ -87,11 +95,13 @@ class ParkedInput:
         self.host = self.prefetched = None  # the host copy is done with once back
         return tensor.detach().requires_grad_(self.requires_grad)
 
-    def _to_device(self) -> Any:
-        """The chunks copied (asynchronously, on the current stream) into one tensor on the device."""
+    def _to_device(self, tensor: Any = None) -> Any:
+        """The chunks copied (asynchronously, on the current stream) into one tensor on the device (``tensor``,
+        or a new one)."""
         import torch
 
-        tensor = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        if tensor is None:
+            tensor = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         flat = tensor.view(-1)
         start = 0
         for chunk in self.host:

@@ -228,6 +228,30 @@ def _site(frames: list[dict[str, Any]], depth: int = 2) -> str:
                       f":{f.get('line', '?')} {f.get('name', '?')}" for f in picked) or "(no stack)"
 
 
+def reserved_breakdown(segments: list[dict[str, Any]], device: int, peak_reserved_gib: float) -> str:
+    """What the caching allocator holds at the snapshot, by CUDA stream: its segments' size, what is allocated in
+    them and the free blocks (how many, the largest): where reserved memory stands above allocated memory (a
+    side stream's own pool, or free blocks too small for what is asked)."""
+    gib = 1024 ** 3
+    by_stream: dict[Any, dict[str, Any]] = {}
+    for segment in segments:
+        if segment.get("device", device) != device:
+            continue
+        entry = by_stream.setdefault(segment.get("stream", 0), {"segments": 0, "total": 0, "allocated": 0, "free": []})
+        entry["segments"] += 1
+        entry["total"] += int(segment.get("total_size", 0))
+        entry["allocated"] += int(segment.get("allocated_size", 0))
+        entry["free"] += [int(b.get("size", 0)) for b in segment.get("blocks", []) if b.get("state") == "inactive"]
+    lines = [f"\n## reserved at the snapshot, by stream (torch max_memory_reserved {peak_reserved_gib:.2f} GiB; "
+             f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')!r})\n"]
+    for stream, entry in sorted(by_stream.items(), key=lambda item: -item[1]["total"]):
+        free = sorted(entry["free"], reverse=True)
+        lines.append(f"stream {stream}: {entry['total'] / gib:.2f} GiB in {entry['segments']} segments, "
+                     f"{entry['allocated'] / gib:.2f} allocated, {sum(free) / gib:.2f} free in {len(free)} blocks "
+                     f"(largest {', '.join(f'{b / 1024 ** 2:.0f}' for b in free[:6])} MiB)")
+    return "\n".join(lines) + "\n"
+
+
 def peak_breakdown(trace: list[dict[str, Any]], before_bytes: int, top: int = 25) -> str:
     """Replays a CUDA allocator trace (``torch.cuda.memory._snapshot()["device_traces"][d]``): the highest
     total of live blocks, and those live at that moment grouped by allocation site. A block counts until
@@ -385,6 +409,8 @@ class MemoryPeakCallback(TrainerCallback):
             trace = snapshot["device_traces"][device] if device < len(snapshot["device_traces"]) else []
             text = peak_breakdown(trace, self.before)
             text += f"\ntorch max_memory_allocated {torch.cuda.max_memory_allocated() / 1024 ** 3:.2f} GiB\n"
+            text += reserved_breakdown(snapshot.get("segments", []), device,
+                                       torch.cuda.max_memory_reserved() / 1024 ** 3)
             self.path.write_text(text, encoding="utf-8")
             log.info("memory at the peak of steps %d-%d written to %s", state.global_step - self.count + 1,
                      state.global_step, self.path)

@@ -56,3 +56,23 @@ def test_a_block_stops_counting_when_its_free_is_requested_as_torch_counts_alloc
              {"action": "alloc", "addr": 2, "size": 100 * MIB, "frames": []},
              {"action": "free_completed", "addr": 1, "size": 100 * MIB}]
     assert "+ 0.10 GiB live at event 1 of 4" in peak_breakdown(trace, before_bytes=0)
+
+
+def test_reserved_breakdown_says_which_stream_holds_the_free_memory():
+    """torch's snapshot segments (the fields torch.cuda.memory._snapshot() gives): reserved, allocated and free
+    blocks summed by stream, the largest stream first; another device's segments left out."""
+    from core.train.profiling import reserved_breakdown
+
+    def segment(stream, blocks, device=0):
+        return {"device": device, "stream": stream, "total_size": sum(size for size, _ in blocks),
+                "allocated_size": sum(size for size, state in blocks if state == "active_allocated"),
+                "blocks": [{"size": size, "state": state} for size, state in blocks]}
+
+    segments = [segment(0, [(512 * MIB, "active_allocated"), (256 * MIB, "inactive")]),
+                segment(7, [(1024 * MIB, "inactive"), (1024 * MIB, "inactive"), (2048 * MIB, "active_allocated")]),
+                segment(0, [(4096 * MIB, "active_allocated")], device=1)]
+    text = reserved_breakdown(segments, device=0, peak_reserved_gib=4.75)
+    lines = [line for line in text.splitlines() if line.startswith("stream")]
+    assert lines == ["stream 7: 4.00 GiB in 1 segments, 2.00 allocated, 2.00 free in 2 blocks (largest 1024, 1024 MiB)",
+                     "stream 0: 0.75 GiB in 1 segments, 0.50 allocated, 0.25 free in 1 blocks (largest 256 MiB)"]
+    assert "max_memory_reserved 4.75 GiB" in text

@@ -116,6 +116,9 @@ def test_offloaded_checkpointing_on_cuda_prefetches_and_keeps_the_gradients():
         results.append((loss.item(), {n: p.grad.float().cpu() for n, p in model.named_parameters() if p.grad is not None}))
         if install:
             assert stash.parked == 4
+            # every block the caching allocator holds is the current stream's: no pool of the side stream's
+            current = torch.cuda.current_stream().cuda_stream
+            assert {segment["stream"] for segment in torch.cuda.memory_snapshot()} == {current}
     (plain_loss, plain_grads), (loss, grads) = results
     assert prefetched == [(3, False), (2, True), (1, True), (0, True)]
     assert loss == pytest.approx(plain_loss, abs=1e-6)
