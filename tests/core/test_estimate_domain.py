@@ -68,3 +68,20 @@ def test_outside_says_why():
     assert why(_plan("Qwen2.5-7B", precision="fp16"), find_gpu("H200")) == ["LoRA in fp16: not measured (only bf16)"]
     assert why(_plan("Qwen2.5-7B", seq_len=256), find_gpu("H200")) == ["sequence 256: outside the 512–192k measured"]
     assert [g.field for g in measured_domain(_plan("Qwen2.5-0.5B"), None)] == ["cpu"]
+
+
+def test_an_offloaded_activations_plan_says_its_memory_was_measured_above_the_estimate():
+    """``offload_activations``: the memory fit predates the engine whose offloaded rows the H200 measured 11-19%
+    above the estimate (engine-longctx-n): the memory domain says so; the speed domain (-2% to -3% there) not."""
+    from dataclasses import replace
+
+    from core.estimate.calibration import MEMORY_DOMAIN
+
+    h200 = find_gpu("H200")
+    plan = replace(_plan("Qwen2.5-7B", method="qlora", seq_len=32768), gradient_checkpointing=True,
+                   offload_activations=True)
+    assert plan.offloads_activations
+    gaps = measured_domain(plan, h200, MEMORY_DOMAIN)
+    assert [gap.message() for gap in gaps] == ["activations in host memory: measured up to 19% above this estimate"]
+    assert measured_domain(plan, h200) == []
+    assert measured_domain(replace(plan, offload_activations=False), h200, MEMORY_DOMAIN) == []
