@@ -158,10 +158,10 @@ def compile_decoder_layers(model: Any) -> int:
 
 class EngineSwitchesCallback(TrainerCallback):
     """Applies ``checkpoint_layers``, ``lora_swiglu_fused``, ``rms_norm_rows``, ``lora_fold_dh``, ``tiled_mlp`` and
-    ``compile_layers`` at train begin (the model on its device), after the Trainer has turned gradient checkpointing on and applied Liger's
-    kernels (the fused SwiGLU goes back over Liger's MLP forward, the row kernels over Liger's norms, the tiled
-    MLP wraps whichever), and before ``offload_activations`` reads
-    which layers are checkpointed."""
+    ``compile_layers`` at train begin (the model on its device), after the Trainer has turned gradient
+    checkpointing on and applied Liger's kernels (the fused SwiGLU goes back over Liger's MLP forward, the row
+    kernels over Liger's norms, the tiled MLP wraps whichever), and before ``offload_activations`` reads which
+    layers are checkpointed."""
 
     def __init__(self, checkpoint_layers: int | None, compile_layers: bool, tiled_mlp: Any = "false",
                  lora_swiglu: bool = False, rms_norm_rows: bool = False, lora_fold_dh: bool = False) -> None:

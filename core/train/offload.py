@@ -79,6 +79,7 @@ class ParkedInput:
             self.prefetched = self._to_device(tensor)
             self.arrived = torch.cuda.Event()
             self.arrived.record(stream)
+        tensor.record_stream(stream)  # freed unfetched (a pass given up), not reused before the copy is done
 
     def fetch(self) -> Any:
         """The input on its device for the recomputation (a leaf, requiring grad as the original did)."""
