@@ -14,6 +14,8 @@ FUSED_DROPOUT_MAX_P = 0.5
 # reads its output but the block's, so a checkpointed block's recompute need not compute it
 # (``recompute_skip_down``, core.train.lora_group).
 MLP_ENDS_BLOCK = ("llama", "mistral", "qwen2", "qwen3")
+# Adapted linears that read one input and run as one grouped node (core.train.lora_group), the rest alone
+LORA_SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 METHODS = ("full", "lora", "dora", "qlora")
 # bf16: mixed precision (fp32 trainable weights, bf16 autocast); pure-bf16: everything in bf16;
@@ -210,8 +212,7 @@ class TrainingPlan:
         if not (self.method == "lora" and self.lora_fold_dh and self.lora_grouped and not self.fp32_lora_inputs):
             return ()
         targets = set(self.lora_targets)
-        names = [name for group in (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
-                 if len(targets & set(group)) > 1 for name in group if name in targets]
+        names = [name for group in LORA_SIBLINGS if len(targets & set(group)) > 1 for name in group if name in targets]
         return tuple(names + (["down_proj"] if self.swiglu_down else []))
 
     @property

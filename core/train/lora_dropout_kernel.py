@@ -55,6 +55,12 @@ def interpreted() -> bool:
     return os.environ.get("TUNEDECK_TRITON_INTERPRET") == "1" and os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def row_strided(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (rows x n) itself where only its rows are strided (the kernels that take a row stride read it in
+    place: ``lora_fold_dh``'s gradients are the first columns of a wider tensor), else a dense copy."""
+    return t if t.stride(-1) == 1 and t.stride(0) >= t.shape[1] else t.contiguous()
+
+
 def usable(x: torch.Tensor, ranks: list[int], ps: list[float], rows: int, width: int) -> bool:
     """Can the kernels run this group: on CUDA (or Triton's CPU interpreter), one dropout p in (0, MAX_P),
     one rank, small enough indices for 32-bit counters."""

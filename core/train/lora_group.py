@@ -73,9 +73,10 @@ from typing import Any
 
 import torch
 
+from core.estimate.plan import LORA_SIBLINGS
 from core.train.engine_switches import decoder_layers, in_backward, mlp_ends_block, plain_lora_adapters
 
-GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # siblings that read one input
+GROUPS = LORA_SIBLINGS  # siblings that read one input (the estimator's plan counts the same groups)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:

@@ -44,6 +44,7 @@ from core.train.lora_dropout_kernel import (
     interpreted,
     keep_scale,
     load_tiles,
+    row_strided,
     seeds_for,
     threshold,
 )
@@ -294,11 +295,6 @@ def backward_down(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidd
     return parts.sum(0) if splits > 1 else parts[0]
 
 
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    """``t`` (rows x n) itself where only its rows are strided (the kernels take a row stride), else a copy."""
-    return t if t.stride(-1) == 1 and t.stride(0) >= t.shape[1] else t.contiguous()
-
-
 class LoRASwiGLU(torch.autograd.Function):
     """``silu(gate + lora_g) * (up + lora_u)`` where ``gate`` and ``up`` are the grouped node's outputs
     without their LoRA updates (``lora_group``'s ``defer``): the gradients returned are those of the full
@@ -347,7 +343,7 @@ class LoRASwiGLUDown(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor | None, grad_hd: torch.Tensor | None) -> tuple[Any, ...]:
         gate, up, hidden, b, a = ctx.saved_tensors
         sg, su, p, a_dtype, shape = ctx.args
-        grad2 = torch.zeros_like(gate) if grad is None else _rows(grad.reshape(-1, gate.shape[-1]))
+        grad2 = torch.zeros_like(gate) if grad is None else row_strided(grad.reshape(-1, gate.shape[-1]))
         dhd = torch.zeros(gate.shape[0], a.shape[0], dtype=gate.dtype, device=gate.device) if grad_hd is None \
             else grad_hd.to(gate.dtype).contiguous()
         grad_a = backward_down(grad2, gate, up, hidden, b, a, dhd, sg, su, ctx.seed, p)

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from core.train.lora_dropout_kernel import interpreted
+from core.train.lora_dropout_kernel import interpreted, row_strided
 
 MIN_WIDTH = 257  # narrower rows: Liger's block kernel (several rows a program)
 
@@ -85,9 +85,7 @@ class FrozenRMSNorm(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         x2, weight, rstd = ctx.saved_tensors
         shape = grad.shape
-        dy = grad.reshape(-1, shape[-1])
-        if dy.stride(-1) != 1:
-            dy = dy.contiguous()
+        dy = row_strided(grad.reshape(-1, shape[-1]))
         # over dy where it is contiguous (Liger's in_place); rows of a wider gradient (lora_fold_dh) into a new one
         dx = dy if dy.is_contiguous() else torch.empty(x2.shape, dtype=dy.dtype, device=dy.device)
         block, options = _launch_options(x2.shape[1])
