@@ -105,18 +105,32 @@ class PaddingCollator:
     separates the examples by their restarting positions; the padding at a row's end gets positions
     0, 1, ... of its own (a separate, loss-free segment). With ``flatten`` (flash-attention, whose varlen
     path needs one row) the whole micro-batch becomes a single row without any padding.
+
+    With ``target_rows`` the batch also carries ``target_rows``: the flat indices (row x width + position) of
+    the positions that predict a labelled token, counted here on the host. The run's own loss
+    (``core.train.fused_loss``, ``fused_ce: chunked | triton``) takes the LM head over those rows only: the
+    prompt, the padding and each row's last position cost no LM-head work, and no device synchronisation
+    finds them (the tensor's length is known to the host). The trainer removes the key before the model runs.
     """
 
-    def __init__(self, pad_token_id: int, multiple_of: int = 1, flatten: bool = False) -> None:
+    def __init__(self, pad_token_id: int, multiple_of: int = 1, flatten: bool = False,
+                 target_rows: bool = False) -> None:
         self.pad_token_id = pad_token_id
         self.multiple_of = max(1, multiple_of)
         self.flatten = flatten
+        self.target_rows = target_rows
 
     def __call__(self, batch: list[dict[str, list[int]]]) -> dict[str, Any]:
+        out = self._packed(batch) if all("position_ids" in row for row in batch) else self._plain(batch)
+        if self.target_rows:
+            from core.train.fused_loss import TARGET_ROWS, target_rows
+
+            out[TARGET_ROWS] = target_rows(out["labels"])
+        return out
+
+    def _plain(self, batch: list[dict[str, list[int]]]) -> dict[str, Any]:
         import torch
 
-        if all("position_ids" in row for row in batch):
-            return self._packed(batch)
         longest = max(len(row["input_ids"]) for row in batch)
         width = -(-longest // self.multiple_of) * self.multiple_of
         input_ids, labels, attention = [], [], []

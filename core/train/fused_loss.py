@@ -84,6 +84,24 @@ def resolve_fused_ce(wanted: Any, cuda: bool, liger_installed: bool | None = Non
     return "triton" if installed and cuda else "chunked"
 
 
+TARGET_ROWS = "target_rows"  # the batch key of ``target_rows`` (``core.train.data_adapter.PaddingCollator``)
+
+
+def target_rows(labels: Any) -> Any:
+    """The flat indices (row x width + position) of ``labels``' positions whose next label is counted: the rows
+    of the decoder's output that the loss reads (int64; for a batch on the host, before it moves)."""
+    import torch
+
+    return torch.nonzero(shifted_targets(labels) != IGNORE_INDEX).squeeze(1)
+
+
+def shifted_targets(labels: Any) -> Any:
+    """Each position's target, flat: the next label, ``IGNORE_INDEX`` after a row's last position."""
+    import torch
+
+    return torch.nn.functional.pad(labels[..., 1:], (0, 1), value=IGNORE_INDEX).reshape(-1)
+
+
 def _chunk_loss_sum(head: Any, hidden: Any, targets: Any) -> Any:
     import torch.nn.functional as F
 
@@ -98,20 +116,27 @@ def chunked_causal_lm_loss(
     num_items_in_batch: Any = None,
     chunk_tokens: int | None = None,
     ignore_index: int = IGNORE_INDEX,
+    rows: Any = None,
 ) -> Any:
     """Mean next-token cross-entropy of ``head(hidden_states)`` against ``labels`` (see module docstring).
 
     ``hidden_states``: [batch, seq, hidden] (the decoder's output after its final norm); ``labels``:
     [batch, seq] with ``ignore_index`` where no loss is wanted; ``head``: the LM head module;
-    ``chunk_tokens``: default ``chunk_tokens_for(vocabulary)``.
+    ``chunk_tokens``: default ``chunk_tokens_for(vocabulary)``; ``rows``: ``target_rows(labels)`` where the
+    collator counted them (else found here, a device synchronisation).
     """
     import torch
     from torch.utils.checkpoint import checkpoint
 
-    shift_labels = labels[..., 1:].to(hidden_states.device)
-    valid = shift_labels != ignore_index
-    hidden = hidden_states[..., :-1, :][valid]  # [n_valid, hidden]: only positions with a target
-    targets = shift_labels[valid]
+    if rows is not None:  # only positions with a target, their number known to the host
+        rows = rows.to(hidden_states.device)
+        hidden = hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows)
+        targets = shifted_targets(labels.to(hidden_states.device)).index_select(0, rows)
+    else:
+        shift_labels = labels[..., 1:].to(hidden_states.device)
+        valid = shift_labels != ignore_index
+        hidden = hidden_states[..., :-1, :][valid]  # [n_valid, hidden]: only positions with a target
+        targets = shift_labels[valid]
     n_valid = targets.numel()
     if n_valid == 0:
         total = hidden_states.sum() * 0.0  # keeps the graph (and DDP) whole; transformers would give NaN
@@ -159,14 +184,15 @@ def supports_chunked_loss(causal_lm: Any) -> bool:
 
 
 def forward_chunked_loss(model: Any, unwrapped: Any, inputs: dict[str, Any], num_items_in_batch: Any = None,
-                         chunk_tokens: int | None = None, kernel: bool = False) -> Any:
+                         chunk_tokens: int | None = None, kernel: bool = False, rows: Any = None) -> Any:
     """Run ``model`` (possibly DDP/DeepSpeed/peft-wrapped) and return the chunked loss.
 
     The wrapper's own forward runs (so DDP and DeepSpeed see a normal step) with an empty ``logits_to_keep``
     (no position): the LM head makes no logits (with ``logits_to_keep=1`` it read its whole weight for one
     position a row: 1 ms a step of a 7B on the H200, engine-speed-ce-a's profile). The decoder's output is caught by a forward hook and the
     loss is computed from it chunk by chunk: by ``core.train.linear_ce_kernel`` with ``kernel`` (the head
-    must be ``usable`` by it), else by ``chunked_causal_lm_loss``.
+    must be ``usable`` by it), else by ``chunked_causal_lm_loss``; over ``rows`` only where given
+    (``target_rows``).
     """
     causal_lm = causal_lm_of(unwrapped)
     decoder = causal_lm.get_decoder()
@@ -189,6 +215,6 @@ def forward_chunked_loss(model: Any, unwrapped: Any, inputs: dict[str, Any], num
         from core.train.linear_ce_kernel import linear_cross_entropy
 
         return linear_cross_entropy(caught["hidden"], labels, causal_lm.get_output_embeddings(),
-                                    num_items_in_batch=num_items_in_batch, chunk=chunk_tokens)
+                                    num_items_in_batch=num_items_in_batch, chunk=chunk_tokens, rows=rows)
     return chunked_causal_lm_loss(caught["hidden"], labels, causal_lm.get_output_embeddings(),
-                                  num_items_in_batch=num_items_in_batch, chunk_tokens=chunk_tokens)
+                                  num_items_in_batch=num_items_in_batch, chunk_tokens=chunk_tokens, rows=rows)

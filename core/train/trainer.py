@@ -258,8 +258,15 @@ class AtomicCheckpointTrainer(Trainer):
         Evaluation (``return_outputs``) keeps the standard path: it runs without gradients, so its
         logits are freed as soon as the loss is taken.
         """
-        from core.train.fused_loss import causal_lm_of, forward_chunked_loss, supports_chunked_loss
+        from core.train.fused_loss import (
+            TARGET_ROWS,
+            causal_lm_of,
+            forward_chunked_loss,
+            supports_chunked_loss,
+        )
 
+        rows = inputs.get(TARGET_ROWS)  # the collator's; the model does not take them
+        inputs = {key: value for key, value in inputs.items() if key != TARGET_ROWS}
         causal_lm = causal_lm_of(self.accelerator.unwrap_model(model)) if self.own_loss else None
         if self.own_loss and not supports_chunked_loss(causal_lm):
             log.warning("fused_ce: %s does not fit this model's head (logit soft-capping or scaling); "
@@ -281,7 +288,7 @@ class AtomicCheckpointTrainer(Trainer):
         # here too, so that mixed-precision runs make their logits in bf16/fp16 as the model's own head does.
         with self.accelerator.autocast():
             loss = forward_chunked_loss(model, self.accelerator.unwrap_model(model), inputs, num_items_in_batch,
-                                        kernel=self.own_loss == "triton")
+                                        kernel=self.own_loss == "triton", rows=rows)
         if self.args.average_tokens_across_devices and self.model_accepts_loss_kwargs and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts every rank's tokens, DDP averages gradients.
             loss = loss * (self.accelerator.num_processes // self.get_tp_size())

@@ -33,9 +33,11 @@ def _reference(hidden, labels, weight, num_items=None):
 
 @pytest.mark.parametrize("chunk", [None, 5, 64])
 @pytest.mark.parametrize("num_items", [None, 57])
-def test_loss_and_gradient_equal_the_materialised_logits(kernel, monkeypatch, chunk, num_items):
+@pytest.mark.parametrize("given_rows", [False, True])
+def test_loss_and_gradient_equal_the_materialised_logits(kernel, monkeypatch, chunk, num_items, given_rows):
     """Vocabulary 150 read 64 logits at a time (three blocks, the last ragged); rows without a target (the
-    prompt, a masked span, each row's last position) count nothing."""
+    prompt, a masked span, each row's last position) count nothing, whether the kernel reads them or only the
+    collator's ``target_rows`` go through the head (their gradient scattered back, the others' 0)."""
     monkeypatch.setattr(kernel, "BLOCK", 64)
     g = torch.Generator().manual_seed(3)
     hidden = torch.randn(2, 13, 24, generator=g)
@@ -49,7 +51,13 @@ def test_loss_and_gradient_equal_the_materialised_logits(kernel, monkeypatch, ch
     items = torch.tensor(num_items) if num_items is not None else None
 
     ours_in = hidden.clone().requires_grad_(True)
-    ours = kernel.linear_cross_entropy(ours_in, labels, head, num_items_in_batch=items, chunk=chunk)
+    rows = None
+    if given_rows:
+        from core.train.fused_loss import target_rows
+
+        rows = target_rows(labels)
+        assert rows.shape == (int((labels[:, 1:] != -100).sum()),)
+    ours = kernel.linear_cross_entropy(ours_in, labels, head, num_items_in_batch=items, chunk=chunk, rows=rows)
     (ours * 3.0).backward()  # an incoming gradient other than 1 scales the kept one
     ref_in = hidden.clone().requires_grad_(True)
     expected = _reference(ref_in, labels, weight, items)
@@ -128,7 +136,9 @@ def test_a_cpu_box_is_not_given_the_kernel(monkeypatch):
 @pytest.mark.gpu
 def test_gpu_bf16_kernel_matches_and_never_synchronises():
     """On CUDA, bf16 at a Qwen-sized vocabulary: loss and gradient within bf16 rounding of the materialised
-    logits' (fp32 softmax), and the whole forward and backward pass torch's sync debug mode set to error."""
+    logits' (fp32 softmax), and the whole forward and backward pass torch's sync debug mode set to error,
+    over every row and over the collator's ``target_rows``."""
+    from core.train.fused_loss import target_rows
     from core.train.linear_ce_kernel import linear_cross_entropy
 
     torch.manual_seed(0)
@@ -136,17 +146,20 @@ def test_gpu_bf16_kernel_matches_and_never_synchronises():
     head = torch.nn.Linear(512, 151_936, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
     labels = torch.randint(0, 151_936, (2, 1024), device="cuda")
     labels[:, :100] = -100
-    ours_in = hidden.clone().requires_grad_(True)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        loss = linear_cross_entropy(ours_in, labels, head)
-        loss.backward()
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
+    rows = target_rows(labels.cpu()).cuda()  # the collator's, moved with the batch
     ref_in = hidden.clone().requires_grad_(True)
     expected = _reference(ref_in, labels, head.weight)
     expected.backward()
-    assert torch.allclose(loss.float(), expected, rtol=2e-3), (loss, expected)
-    diff = (ours_in.grad.float() - ref_in.grad.float()).abs().max()
-    assert diff <= 2e-2 * ref_in.grad.float().abs().max(), diff
+    for given in (None, rows):
+        ours_in = hidden.clone().requires_grad_(True)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            loss = linear_cross_entropy(ours_in, labels, head, rows=given)
+            loss.backward()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert torch.allclose(loss.float(), expected, rtol=2e-3), (loss, expected)
+        diff = (ours_in.grad.float() - ref_in.grad.float()).abs().max()
+        assert diff <= 2e-2 * ref_in.grad.float().abs().max(), diff
+        assert ours_in.grad[:, :99].abs().max() == 0

@@ -157,6 +157,29 @@ def test_direct_function_matches_cross_entropy_on_random_tensors():
     assert torch.allclose(g1, g2, atol=1e-7)
 
 
+def test_the_collators_target_rows_are_the_positions_with_a_target_and_give_the_same_loss():
+    """``PaddingCollator(target_rows=True)``: the flat positions whose next label counts, found on the host; the
+    chunked loss over them alone equals the loss that finds them itself (and the model's own)."""
+    from core.train.data_adapter import PaddingCollator
+    from core.train.fused_loss import TARGET_ROWS
+
+    examples = [{"input_ids": [5, 6, 7, 8], "labels": [-100, -100, 7, 8]}, {"input_ids": [9, 10], "labels": [9, 10]}]
+    batch = PaddingCollator(pad_token_id=0, multiple_of=8, target_rows=True)(examples)
+    assert batch[TARGET_ROWS].tolist() == [1, 2, 8]  # row 0 predicts 7 and 8; row 1 (from 8 on) predicts 10
+    assert TARGET_ROWS not in PaddingCollator(pad_token_id=0)(examples)
+
+    model = _tiny_model()
+    batch = _batch(model.config.vocab_size)
+    from core.train.fused_loss import target_rows
+
+    rows = target_rows(batch["labels"])
+    model.zero_grad(set_to_none=True)
+    loss = forward_chunked_loss(model, model, batch, chunk_tokens=7, rows=rows)
+    loss.backward()
+    _assert_same((loss.detach(), _grads(model)), _chunked(model, batch))
+    _assert_same((loss.detach(), _grads(model)), _standard(model, batch))
+
+
 def test_chunk_size_follows_the_vocabulary():
     assert chunk_tokens_for(152064) == 512 and chunk_tokens_for(32000) == 4096 and chunk_tokens_for(400000) == 256
 
