@@ -52,7 +52,7 @@ widest tensor of a block (tokens x 18,944 on a 7B), is kept by nobody, and the d
 With ``lora_fold_dh`` (default on GPUs) the adapters' ``dh = g (s B)`` of q/k/v, gate/up and a down projection
 inside the SwiGLU kernels are made by the base's input-gradient matmul: each base weight (out x in) lives in the
 first ``in`` columns of a buffer ``[W | slots]`` (``home_lora_bases``, at train begin), one rank-wide slot per
-linear of its group; backward writes ``s B`` into the linear's own slot (zeros in its siblings') and
+linear of its group, zero columns after them to a whole 128 bytes a row; backward writes ``s B`` into the linear's own slot (zeros in its siblings') and
 ``g @ [W | slots]`` gives ``[dx | dh_1 | dh_2 ...]`` in one matmul (the group's accumulated in its epilogue as
 before). The separate skinny matmuls each read the output gradient once more, the widest tensors of a block for
 gate/up: 22 ms of the wizard's 7B plan step on the H200 (engine-speed-r's profile). The products and the
@@ -148,7 +148,7 @@ def _dropout_kernels(x: torch.Tensor) -> Any:
 def _fold(specs: list[tuple[Any, str, float, float]], grads: list[torch.Tensor], b_weights: list[torch.Tensor],
           dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``lora_fold_dh``: (dx, [dh_1 | dh_2 ...]) of a group from its base matmuls, both views of one
-    tokens x (in + G r) tensor, where every layer's base weight lives in its ``home_lora_bases`` buffer (slot i for
+    tokens x (in + G r + padding) tensor, where every layer's base weight lives in its ``home_lora_bases`` buffer (slot i for
     the group's i-th layer, this group's width) in ``dtype``; else None (the caller runs the separate matmuls)."""
     homes = [getattr(layer, "_tunedeck_fold", None) for layer, *_ in specs]
     if any(home is None for home in homes):
@@ -165,7 +165,19 @@ def _fold(specs: list[tuple[Any, str, float, float]], grads: list[torch.Tensor],
         home[:, col:col + rank].copy_(b * scaling)  # (the siblings' slots stay zero)
         out = torch.mm(g, home) if out is None else out.addmm_(g, home)
     inputs = homes[0][1]
-    return out[:, :inputs], out[:, inputs:]
+    return out[:, :inputs], out[:, inputs:inputs + sum(rank for *_, rank in homes)]
+
+
+FOLD_ROW_BYTES = 128  # a fold buffer's rows (and its matmul's [dx | dh] rows) start this many bytes apart
+
+
+def _aligned(columns: int, element_size: int) -> int:
+    """``columns`` rounded up so that a row of them is a whole number of ``FOLD_ROW_BYTES``: the kernels that
+    read ``dx`` and ``dh`` in place read whole 128-byte lines a row (7B's down projection: 18,944 + 16 columns
+    left each row 32 bytes off, the SwiGLU backward 2 ms a step slower than on a dense gradient,
+    engine-speed-t); the padding columns stay zero and fit the matmul's last column tile."""
+    per_line = max(1, FOLD_ROW_BYTES // element_size)
+    return -(-columns // per_line) * per_line
 
 
 def home_lora_bases(model: Any) -> int:
@@ -196,7 +208,7 @@ def home_lora_bases(model: Any) -> int:
             continue
         rank = ranks.pop()
         inputs = weights[0].shape[1]
-        width = inputs + len(layers) * rank
+        width = _aligned(inputs + len(layers) * rank, weights[0].element_size())
         for slot, (layer, weight) in enumerate(zip(layers, weights, strict=True)):
             fold = getattr(layer, "_tunedeck_fold", None)
             if fold is not None and weight.data_ptr() == fold[0].data_ptr() and fold[0].shape[1] == width:

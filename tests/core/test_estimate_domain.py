@@ -71,8 +71,8 @@ def test_outside_says_why():
 
 
 def test_an_offloaded_activations_plan_says_its_memory_was_measured_above_the_estimate():
-    """``offload_activations``: the memory fit predates the engine whose offloaded rows the H200 measured 11-19%
-    above the estimate (engine-longctx-n): the memory domain says so; the speed domain (-2% to -3% there) not."""
+    """``offload_activations``: the memory fit predates the engine whose offloaded rows the H200 measured 9-20%
+    above the estimate (estimate_matrix/calibration-offload-d): the memory domain says so; the speed domain (-2% to +0.4% there) not."""
     from dataclasses import replace
 
     from core.estimate.calibration import MEMORY_DOMAIN
@@ -82,6 +82,6 @@ def test_an_offloaded_activations_plan_says_its_memory_was_measured_above_the_es
                    offload_activations=True)
     assert plan.offloads_activations
     gaps = measured_domain(plan, h200, MEMORY_DOMAIN)
-    assert [gap.message() for gap in gaps] == ["activations in host memory: measured up to 19% above this estimate"]
+    assert [gap.message() for gap in gaps] == ["activations in host memory: measured up to 20% above this estimate"]
     assert measured_domain(plan, h200) == []
     assert measured_domain(replace(plan, offload_activations=False), h200, MEMORY_DOMAIN) == []

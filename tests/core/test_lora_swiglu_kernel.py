@@ -270,6 +270,7 @@ def test_dh_from_the_base_matmul_keeps_the_loss_and_gradients(kernels, monkeypat
             b = layer.lora_B["default"].weight
             assert torch.equal(home[:, col:col + rank], b * layer.scaling["default"])  # its slot
             assert home[:, col - rank:col].count_nonzero() == home[:, col + rank:].count_nonzero() == 0  # q's, v's
+            assert home.stride(0) * home.element_size() % lora_group.FOLD_ROW_BYTES == 0  # (+ zero padding)
     (loss_apart, grads_apart, mm_apart), (loss_folded, grads_folded, mm_folded) = results
     assert loss_folded == pytest.approx(loss_apart, rel=1e-6)
     assert_close(grads_apart, grads_folded, rel=1e-5)
