@@ -12,7 +12,8 @@ saves much is where a faster kernel must save.
 Variants: ``as-is``; ``p0`` (dropout 0: no mask at all); ``no-mix`` (the mask's hash without its mixing, murmur's
 finaliser gone); ``no-mix-unpaired`` (and one hash an element, no interleave); ``tanh-sigmoid`` (the SwiGLU's
 sigmoid from one ``tanh.approx`` instead of an exponential and a division); ``no-lora-dots`` (the gate/up
-adapters' rank-16 products left out); ``no-da`` (the down adapter's ``dA`` sum left out); and a ``traffic
+adapters' rank-16 products left out); ``no-da`` (the down adapter's ``dA`` sum left out); ``aligned-rows``
+(the gradients' rows 128-byte aligned, as ``lora_group`` pads the fold buffers now); and a ``traffic
 floor``: torch's element-wise adds over about each kernel's reads and writes (the SwiGLU backward's: 4 reads and
 2 writes, one read more than the kernel's).
 
@@ -62,6 +63,7 @@ VARIANTS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]], float]] 
     "no-lora-dots": ([], [("lora_g = tl.dot(hg, bg, input_precision=PREC)", "lora_g = 0.0"),
                           ("lora_u = tl.dot(hu, bu, input_precision=PREC)", "lora_u = 0.0")], 0.05),
     "no-da": ([], [("acc += tl.dot(tl.trans(dhd), c, input_precision=PREC)", "acc += 0.0")], 0.05),
+    "aligned-rows": ([], [], 0.05),  # the gradients' rows 128-byte aligned (lora_group.FOLD_ROW_BYTES)
 }
 
 
@@ -122,23 +124,26 @@ def measure(tokens: int, reps: int, names: list[str]) -> list[dict[str, Any]]:
     hidden, b = torch.randn(tokens, 2 * rank, **dev), torch.randn(n, 2 * rank, **dev) * 0.01
     a_down = torch.randn(rank, n, **dev) * 0.01
     dhd = torch.randn(tokens, rank, **dev)
-    grad_wide = torch.randn(tokens, n + rank, **dev)  # lora_fold_dh: [dc | dhd] side by side
     x = torch.randn(tokens, width, **dev)
     a_qkv = torch.randn(3 * rank, width, **dev) * 0.01
     dh_qkv = torch.randn(tokens, 3 * rank, **dev)
-    dx_wide = torch.randn(tokens, width + 3 * rank, **dev)
+    wide = {  # lora_fold_dh's [dc | dhd] and [dx | dh_q | dh_k | dh_v]: rows as the buffers had them, and aligned
+        False: (torch.randn(tokens, n + rank, **dev), torch.randn(tokens, width + 3 * rank, **dev)),
+        True: (torch.randn(tokens, n + 64, **dev), torch.randn(tokens, width + 64, **dev)),
+    }
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         sys.path.insert(0, tmp)
         for name in names:
             dropout, swiglu = load_variant(name, Path(tmp))
+            grad_wide, dx_wide = wide[name == "aligned-rows"]
             parts = _parts(dropout, swiglu, VARIANTS[name][2], gate, up, hidden, b, a_down, dhd, grad_wide, x, a_qkv,
                            dh_qkv, dx_wide)
             for part, fn in parts.items():
                 ms = median_ms(fn, reps)
                 out.append({"variant": name, "kernel": part, "ms": round(ms, 4)})
                 print(json.dumps(out[-1]), flush=True)
-        floor = _floor_parts(gate, up, grad_wide, x, dx_wide)
+        floor = _floor_parts(gate, up, *wide[False][:1], x, wide[False][1])
         for part, fn in floor.items():
             out.append({"variant": "traffic floor", "kernel": part, "ms": round(median_ms(fn, reps), 4)})
             print(json.dumps(out[-1]), flush=True)
