@@ -14,7 +14,7 @@ finaliser gone); ``no-mix-unpaired`` (and one hash an element, no interleave); `
 sigmoid from one ``tanh.approx`` instead of an exponential and a division); ``no-lora-dots`` (the gate/up
 adapters' rank-16 products left out); ``no-da`` (the down adapter's ``dA`` sum left out); ``aligned-rows``
 (the gradients' rows 128-byte aligned, as ``lora_group`` pads the fold buffers now); ``programs-N`` (the dropout
-backward over ~N programs instead of ~512); and a ``traffic
+backward over ~N programs instead of ~512, on aligned rows); and a ``traffic
 floor``: torch's element-wise adds over about each kernel's reads and writes (the SwiGLU backward's: 4 reads and
 2 writes, one read more than the kernel's).
 
@@ -140,7 +140,7 @@ def measure(tokens: int, reps: int, names: list[str]) -> list[dict[str, Any]]:
         sys.path.insert(0, tmp)
         for name in names:
             dropout, swiglu = load_variant(name, Path(tmp))
-            grad_wide, dx_wide = wide[name != "as-is"]
+            grad_wide, dx_wide = wide[name == "aligned-rows" or name.startswith("programs-")]
             parts = _parts(dropout, swiglu, VARIANTS[name][2], gate, up, hidden, b, a_down, dhd, grad_wide, x, a_qkv,
                            dh_qkv, dx_wide)
             for part, fn in parts.items():
