@@ -13,8 +13,9 @@ Variants: ``as-is``; ``p0`` (dropout 0: no mask at all); ``no-mix`` (the mask's 
 finaliser gone); ``no-mix-unpaired`` (and one hash an element, no interleave); ``tanh-sigmoid`` (the SwiGLU's
 sigmoid from one ``tanh.approx`` instead of an exponential and a division); ``no-lora-dots`` (the gate/up
 adapters' rank-16 products left out); ``no-da`` (the down adapter's ``dA`` sum left out); ``aligned-rows``
-(the gradients' rows 128-byte aligned, as ``lora_group`` pads the fold buffers now); ``programs-N`` (the dropout
-backward over ~N programs instead of ~512, on aligned rows); and a ``traffic
+(the gradients' rows 128-byte aligned, as ``lora_group`` pads the fold buffers now); ``per-sm-K`` (the dropout
+backward's programs K a multiprocessor instead of ``PROGRAMS_PER_SM``, on aligned rows; kernel-parts-c's
+``programs-N``, N programs in all, ran before that constant, when ~512 in all was the rule); and a ``traffic
 floor``: torch's element-wise adds over about each kernel's reads and writes (the SwiGLU backward's: 4 reads and
 2 writes, one read more than the kernel's).
 
@@ -65,9 +66,8 @@ VARIANTS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]], float]] 
                           ("lora_u = tl.dot(hu, bu, input_precision=PREC)", "lora_u = 0.0")], 0.05),
     "no-da": ([], [("acc += tl.dot(tl.trans(dhd), c, input_precision=PREC)", "acc += 0.0")], 0.05),
     "aligned-rows": ([], [], 0.05),  # the gradients' rows 128-byte aligned (lora_group.FOLD_ROW_BYTES)
-    # the dropout backward's programs (column blocks x row shares, ~512 as is: 532 at 3,584 columns)
-    **{f"programs-{n}": ([("triton.cdiv(512, col_blocks)", f"triton.cdiv({n}, col_blocks)")], [], 0.05)
-       for n in (264, 1056, 2112, 4224, 8448)},
+    # the dropout backward's programs a multiprocessor (lora_dropout_kernel.PROGRAMS_PER_SM)
+    **{f"per-sm-{k}": ([("\nPROGRAMS_PER_SM = 16\n", f"\nPROGRAMS_PER_SM = {k}\n")], [], 0.05) for k in (4, 8, 32)},
 }
 
 
@@ -140,7 +140,7 @@ def measure(tokens: int, reps: int, names: list[str]) -> list[dict[str, Any]]:
         sys.path.insert(0, tmp)
         for name in names:
             dropout, swiglu = load_variant(name, Path(tmp))
-            grad_wide, dx_wide = wide[name == "aligned-rows" or name.startswith("programs-")]
+            grad_wide, dx_wide = wide[name == "aligned-rows" or name.startswith("per-sm-")]
             parts = _parts(dropout, swiglu, VARIANTS[name][2], gate, up, hidden, b, a_down, dhd, grad_wide, x, a_qkv,
                            dh_qkv, dx_wide)
             for part, fn in parts.items():

@@ -33,6 +33,7 @@ fp32 and rounded once, where peft rounds each.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -382,7 +383,7 @@ def adapter_grads(x: torch.Tensor, dh: torch.Tensor, groups: int, rank: int, see
     """``[dh_g^T @ dropout_g(x) for g]`` stacked (groups*rank x width), fp32."""
     rows, width = x.shape
     tiles = _tiles("adapter_grad", tiles)
-    col_blocks, splits, rows_per_split = _row_splits(rows, width, tiles)
+    col_blocks, splits, rows_per_split = _row_splits(rows, width, tiles, x.device)
     parts = torch.empty(splits, groups * rank, width, dtype=torch.float32, device=x.device)
     _adapter_grad[(col_blocks, splits)](
         x, dh, parts, rows, width, rows_per_split, *_random_args(seed, groups, p),
@@ -390,12 +391,25 @@ def adapter_grads(x: torch.Tensor, dh: torch.Tensor, groups: int, rank: int, see
     return parts.sum(0) if splits > 1 else parts[0]
 
 
-def _row_splits(rows: int, width: int, tiles: dict[str, int]) -> tuple[int, int, int]:
-    """(column blocks, row shares, rows a share): enough programs to fill the GPU (column blocks x shares
-    ~512), each share whole row blocks."""
+# The backward kernels' programs (column blocks x row shares) a streaming multiprocessor: enough that the last
+# wave is a small part of the work. ~512 programs in all (532 over a 7B's 3,584 columns) left the H200's 132 SMs
+# a tail: the q/k/v backward at 32,768 rows took 0.630 ms, 0.558 at ~8 an SM, 0.525 at ~16, 0.544 at ~32
+# (bench/results/kernel-parts-c.md); the fp32 partial sums of dA this makes (52 MB there) are read once.
+PROGRAMS_PER_SM = 16
+
+
+@functools.cache
+def _sm_count(device: Any) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _row_splits(rows: int, width: int, tiles: dict[str, int], device: Any = None) -> tuple[int, int, int]:
+    """(column blocks, row shares, rows a share): enough programs to fill the GPU (column blocks x shares ~
+    ``PROGRAMS_PER_SM`` a multiprocessor; 512 off CUDA, the interpreter), each share whole row blocks."""
     block = tiles["BN"]
     col_blocks = triton.cdiv(width, tiles["BK"])
-    splits = max(1, min(triton.cdiv(rows, block), triton.cdiv(512, col_blocks)))
+    programs = PROGRAMS_PER_SM * _sm_count(device) if device is not None and device.type == "cuda" else 512
+    splits = max(1, min(triton.cdiv(rows, block), triton.cdiv(programs, col_blocks)))
     rows_per_split = triton.cdiv(triton.cdiv(rows, splits), block) * block
     return col_blocks, triton.cdiv(rows, rows_per_split), rows_per_split
 
@@ -407,7 +421,7 @@ def backward(x: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, grad_x: torch.T
     rows, width = x.shape
     rank = a.shape[0] // groups
     tiles = _tiles("backward", tiles)
-    col_blocks, splits, rows_per_split = _row_splits(rows, width, tiles)
+    col_blocks, splits, rows_per_split = _row_splits(rows, width, tiles, x.device)
     parts = torch.empty(splits, groups * rank, width, dtype=torch.float32, device=x.device)
     _backward[(col_blocks, splits)](
         x, dh, a, grad_x, grad_x.stride(0), parts, rows, width, rows_per_split, *_random_args(seed, groups, p),
