@@ -171,15 +171,17 @@ def _lora_swiglu_down_forward(g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, c_ptr, hd_ptr, 
 
 
 @triton.jit(do_not_specialize=["seed", "thr"])
-def _lora_swiglu_down_backward(dc_ptr, dc_stride, g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, dhd_ptr, part_ptr, n_rows, n,
-                               rows_per_split, sg, su, seed, thr, scale,
+def _lora_swiglu_down_backward(dc_ptr, dc_stride, g_ptr, u_ptr, h_ptr, b_ptr, a_ptr, dhd_ptr, part_ptr, db_ptr, n_rows,
+                               n, rows_per_split, sg, su, seed, thr, scale,
                                R: tl.constexpr, RP: tl.constexpr, RD: tl.constexpr, RDP: tl.constexpr,
                                BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr, DROP: tl.constexpr,
-                               PAIRED: tl.constexpr):
+                               PAIRED: tl.constexpr, DB: tl.constexpr):
     """A column block of a share of the rows: the product's gradient gets the down adapter's input term
     (``(dhd @ Ad) * mask * scale``, rounded into it as the unfused kernel adds it), then d gate and d up are
     written over the base outputs; ``dAd`` is summed over the rows in fp32 from the recomputed product (partial
-    sums, one per share)."""
+    sums, one per share). ``DB``: the gate/up adapters' ``dB = d gate^T (s hg)`` (and up's) too, from the rounded
+    gradients just written and ``s h`` rounded as the grouped node's matmul takes it (partial sums, one per
+    share): nothing reads d gate and d up again for them."""
     first = tl.program_id(0) * BN
     cols = first + tl.arange(0, BN)
     split = tl.program_id(1)
@@ -189,6 +191,8 @@ def _lora_swiglu_down_backward(dc_ptr, dc_stride, g_ptr, u_ptr, h_ptr, b_ptr, a_
     a = tl.load(a_ptr + rd[:, None] * n + cols[None, :], mask=(rd[:, None] < RD) & col_ok[None, :], other=0.0)
     bg, bu = _b_tiles(b_ptr, cols, n, R, RP)  # the program's columns: loaded once
     acc = tl.zeros((RDP, BN), dtype=tl.float32)
+    acc_bg = tl.zeros((BN, RP), dtype=tl.float32)
+    acc_bu = tl.zeros((BN, RP), dtype=tl.float32)
     start = split * rows_per_split
     for m0 in range(0, rows_per_split, BM):
         rows = start + m0 + tl.arange(0, BM)
@@ -207,10 +211,21 @@ def _lora_swiglu_down_backward(dc_ptr, dc_stride, g_ptr, u_ptr, h_ptr, b_ptr, a_
         acc += tl.dot(tl.trans(dhd), c, input_precision=PREC)
         dc = tl.load(dc_ptr + rows[:, None] * dc_stride + cols[None, :], mask=ok, other=0.0)
         dc = (dc.to(tl.float32) + lora * scale).to(dtype).to(tl.float32)
-        tl.store(g_ptr + at, (dc * (silu * (1.0 - sig) + sig) * up).to(dtype), mask=ok)
-        tl.store(u_ptr + at, (dc * silu).to(dtype), mask=ok)
+        d_gate = (dc * (silu * (1.0 - sig) + sig) * up).to(dtype)
+        d_up = (dc * silu).to(dtype)
+        tl.store(g_ptr + at, d_gate, mask=ok)
+        tl.store(u_ptr + at, d_up, mask=ok)
+        if DB:
+            acc_bg += tl.dot(tl.trans(d_gate), (hg.to(tl.float32) * sg).to(dtype), input_precision=PREC)
+            acc_bu += tl.dot(tl.trans(d_up), (hu.to(tl.float32) * su).to(dtype), input_precision=PREC)
     tl.store(part_ptr + split * (RD * n) + rd[:, None] * n + cols[None, :], acc * scale,
              mask=(rd[:, None] < RD) & col_ok[None, :])
+    if DB:
+        rr = tl.arange(0, RP)
+        db_at = db_ptr + split * (n * 2 * R) + cols[:, None] * (2 * R) + rr[None, :]
+        db_ok = col_ok[:, None] & (rr[None, :] < R)
+        tl.store(db_at, acc_bg, mask=db_ok)
+        tl.store(db_at + R, acc_bu, mask=db_ok)
 
 
 def _launch(kernel: Any, tensors: tuple[torch.Tensor, ...], gate: torch.Tensor, rank: int, sg: float,
@@ -274,10 +289,11 @@ def forward_down(gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: 
 
 def backward_down(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: torch.Tensor,
                   a: torch.Tensor, dhd: torch.Tensor, sg: float, su: float, seed: int, p: float,
-                  tiles: dict[str, int] | None = None) -> torch.Tensor:
+                  tiles: dict[str, int] | None = None, b_grad: torch.Tensor | None = None) -> torch.Tensor:
     """``backward`` with the down adapter's input term added to ``grad`` first (``dhd`` the gradient of hd):
     d gate and d up written over ``gate`` and ``up``; returns the gradient of ``a`` (rank x n, fp32). ``grad``'s
-    rows may be strided (``lora_fold_dh``: the first n columns of the down node's wider gradient)."""
+    rows may be strided (``lora_fold_dh``: the first n columns of the down node's wider gradient). ``b_grad``
+    (n x 2r, fp32): filled with the gradient of ``b`` = [Bg | Bu] (the adapters' ``d gate^T (sg hg)``, up's)."""
     rows, n = gate.shape
     rank = a.shape[0]
     tiles = dict(tiles or TILES["down_backward"])
@@ -287,11 +303,15 @@ def backward_down(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidd
     rows_per_split = triton.cdiv(min(tiles.pop("RS"), rows), tiles["BM"]) * tiles["BM"]  # whole row blocks a share
     splits = triton.cdiv(rows, rows_per_split)
     parts = torch.empty(splits, rank, n, dtype=torch.float32, device=gate.device)
+    b_parts = parts if b_grad is None else torch.empty(splits, n, hidden.shape[1], dtype=torch.float32,
+                                                         device=gate.device)
     s, thr, scale, drop = _down_args(seed, p)
     _lora_swiglu_down_backward[(col_blocks, splits)](
-        grad, grad.stride(0), gate, up, hidden, b, a, dhd, parts, rows, n, rows_per_split, sg, su, s, thr, scale,
-        R=hidden.shape[1] // 2, RP=_padded_rank(hidden.shape[1] // 2), RD=rank, RDP=_padded_rank(rank),
-        PREC=_precision(gate.dtype), DROP=drop, PAIRED=PAIRED, **tiles)
+        grad, grad.stride(0), gate, up, hidden, b, a, dhd, parts, b_parts, rows, n, rows_per_split, sg, su, s, thr,
+        scale, R=hidden.shape[1] // 2, RP=_padded_rank(hidden.shape[1] // 2), RD=rank, RDP=_padded_rank(rank),
+        PREC=_precision(gate.dtype), DROP=drop, PAIRED=PAIRED, DB=b_grad is not None, **tiles)
+    if b_grad is not None:
+        torch.sum(b_parts, 0, out=b_grad)
     return parts.sum(0) if splits > 1 else parts[0]
 
 
@@ -324,7 +344,9 @@ class LoRASwiGLUDown(torch.autograd.Function):
     instead of keeping c and running the dropout kernels over it. Only gate and up are kept (as ``LoRASwiGLU``
     keeps them): backward recomputes c from them, adds the down adapter's input term to c's gradient, and returns
     the gradient of ``a_weight`` (the down's ``lora_A`` weight, cast to the compute dtype here as the grouped node
-    casts it). The dropout seed is drawn from the CPU generator where the down projection's node would draw it,
+    casts it) and, where ``b`` (= [Bg | Bu]) wants one, of ``b``, summed in the same kernel from the gate and up
+    gradients it writes (the grouped node, given B detached, then makes none: reading those two gradients again
+    for it took 16 ms of the wizard's 7B plan step on the H200, engine-speed-w). The dropout seed is drawn from the CPU generator where the down projection's node would draw it,
     so the masks (and a checkpoint's recompute) are the same as without this switch."""
 
     @staticmethod
@@ -346,5 +368,7 @@ class LoRASwiGLUDown(torch.autograd.Function):
         grad2 = torch.zeros_like(gate) if grad is None else row_strided(grad.reshape(-1, gate.shape[-1]))
         dhd = torch.zeros(gate.shape[0], a.shape[0], dtype=gate.dtype, device=gate.device) if grad_hd is None \
             else grad_hd.to(gate.dtype).contiguous()
-        grad_a = backward_down(grad2, gate, up, hidden, b, a, dhd, sg, su, ctx.seed, p)
-        return gate.view(shape), up.view(shape), None, None, grad_a.to(a_dtype), None, None, None, None
+        b_grad = torch.empty(b.shape, dtype=torch.float32, device=b.device) if ctx.needs_input_grad[3] else None
+        grad_a = backward_down(grad2, gate, up, hidden, b, a, dhd, sg, su, ctx.seed, p, b_grad=b_grad)
+        return (gate.view(shape), up.view(shape), None, None if b_grad is None else b_grad.to(b.dtype),
+                grad_a.to(a_dtype), None, None, None, None)

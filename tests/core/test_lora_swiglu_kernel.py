@@ -299,8 +299,9 @@ def test_the_down_kernels_equal_torch(kernels, dropout):
     g = gate.double().requires_grad_(True)
     u = up.double().requires_grad_(True)
     aa = a.double().requires_grad_(True)
-    c = torch.nn.functional.silu(g + sg * hidden[:, :rank].double() @ b[:, :rank].double().t()) \
-        * (u + su * hidden[:, rank:].double() @ b[:, rank:].double().t())
+    bb = b.double().requires_grad_(True)
+    c = torch.nn.functional.silu(g + sg * hidden[:, :rank].double() @ bb[:, :rank].t()) \
+        * (u + su * hidden[:, rank:].double() @ bb[:, rank:].t())
     hd = (c * keep * scale) @ aa.t()
     torch.autograd.backward([c, hd], [grad.double(), dhd.double()])
 
@@ -312,6 +313,10 @@ def test_the_down_kernels_equal_torch(kernels, dropout):
     assert torch.allclose(dg.double(), g.grad, rtol=1e-5, atol=1e-5)
     assert torch.allclose(du.double(), u.grad, rtol=1e-5, atol=1e-5)
     assert torch.allclose(got_da.double(), aa.grad, rtol=1e-5, atol=1e-5)
+    dg, du, got_db = gate.clone(), up.clone(), torch.full(b.shape, float("nan"))  # [Bg | Bu]'s, summed in the kernel
+    again = kernels.backward_down(grad, dg, du, hidden, b, a, dhd, sg, su, seed, dropout, b_grad=got_db)
+    assert torch.equal(again, got_da) and torch.allclose(dg.double(), g.grad, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(got_db.double(), bb.grad, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.gpu
@@ -337,7 +342,11 @@ def test_compiled_down_kernels_in_bf16_equal_torch(dropout):
     _, want_dg, want_du = _reference(gate, up, hidden, b, sg, su, dc.to(torch.bfloat16))
     want_da = dhd.double().t() @ (c.double() * keep * scale)
     dg, du = gate.clone(), up.clone()
-    da = kernels.backward_down(grad, dg, du, hidden, b, a, dhd, sg, su, seed, dropout)
-    for x, ref in ((c, want_c), (hd, want_hd), (dg, want_dg), (du, want_du), (da, want_da)):
+    db = torch.empty(b.shape, dtype=torch.float32, device="cuda")
+    da = kernels.backward_down(grad, dg, du, hidden, b, a, dhd, sg, su, seed, dropout, b_grad=db)
+    # dB from the kernel's own rounded gradients and s h rounded, as the grouped node's matmul takes them
+    want_db = torch.cat([dg.double().t() @ (hidden[:, :rank].float() * sg).to(torch.bfloat16).double(),
+                         du.double().t() @ (hidden[:, rank:].float() * su).to(torch.bfloat16).double()], dim=1)
+    for x, ref in ((c, want_c), (hd, want_hd), (dg, want_dg), (du, want_du), (da, want_da), (db, want_db)):
         err = ((x.double() - ref).abs() / (ref.abs() + 1.0)).max().item()
         assert err < 2e-2, err
