@@ -91,6 +91,8 @@ def load_variant(name: str, folder: Path) -> tuple[Any, Any]:
 def _parts(dropout: Any, swiglu: Any, p: float, gate: Any, up: Any, hidden: Any, b: Any, a_down: Any, dhd: Any,
            grad_wide: Any, x: Any, a_qkv: Any, dh_qkv: Any, dx_wide: Any, seed: int = 1234) -> dict[str, Any]:
     """The calls to time, by kernel."""
+    import torch
+
     n, width = gate.shape[1], x.shape[1]
     g2, u2 = gate.clone(), up.clone()  # backward writes over them
     parts = {
@@ -98,6 +100,13 @@ def _parts(dropout: Any, swiglu: Any, p: float, gate: Any, up: Any, hidden: Any,
         "swiglu_down backward": lambda: swiglu.backward_down(grad_wide[:, :n], g2, u2, hidden, b, a_down, dhd, 2.0,
                                                              2.0, seed, p),
     }
+    if p > 0:  # the B gradients of gate and up: inside the backward (lora_swiglu_down), or torch's two matmuls
+        b_grad = torch.empty(b.shape, dtype=torch.float32, device=b.device)
+        rank = hidden.shape[1] // 2
+        hs = [(hidden[:, :rank].float() * 2.0).to(hidden.dtype), (hidden[:, rank:].float() * 2.0).to(hidden.dtype)]
+        parts["swiglu_down backward + dB"] = lambda: swiglu.backward_down(grad_wide[:, :n], g2, u2, hidden, b, a_down,
+                                                                          dhd, 2.0, 2.0, seed, p, b_grad=b_grad)
+        parts["dB matmuls"] = lambda: (torch.mm(g2.t(), hs[0]), torch.mm(u2.t(), hs[1]))
     if p > 0:  # the dropout kernels run only with dropout
         parts["dropout forward q/k/v"] = lambda: dropout.dropout_lora_a(x, a_qkv, 3, seed, p)
         parts["dropout backward q/k/v"] = lambda: dropout.backward(x, dh_qkv, a_qkv, dx_wide[:, :width], 3, seed, p)

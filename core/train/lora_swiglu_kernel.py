@@ -191,8 +191,8 @@ def _lora_swiglu_down_backward(dc_ptr, dc_stride, g_ptr, u_ptr, h_ptr, b_ptr, a_
     a = tl.load(a_ptr + rd[:, None] * n + cols[None, :], mask=(rd[:, None] < RD) & col_ok[None, :], other=0.0)
     bg, bu = _b_tiles(b_ptr, cols, n, R, RP)  # the program's columns: loaded once
     acc = tl.zeros((RDP, BN), dtype=tl.float32)
-    acc_bg = tl.zeros((BN, RP), dtype=tl.float32)
-    acc_bu = tl.zeros((BN, RP), dtype=tl.float32)
+    acc_bg = tl.zeros((RP, BN), dtype=tl.float32)  # dB^T of the program's columns: (s h)^T d gate, as dAd's dot
+    acc_bu = tl.zeros((RP, BN), dtype=tl.float32)
     start = split * rows_per_split
     for m0 in range(0, rows_per_split, BM):
         rows = start + m0 + tl.arange(0, BM)
@@ -216,14 +216,14 @@ def _lora_swiglu_down_backward(dc_ptr, dc_stride, g_ptr, u_ptr, h_ptr, b_ptr, a_
         tl.store(g_ptr + at, d_gate, mask=ok)
         tl.store(u_ptr + at, d_up, mask=ok)
         if DB:
-            acc_bg += tl.dot(tl.trans(d_gate), (hg.to(tl.float32) * sg).to(dtype), input_precision=PREC)
-            acc_bu += tl.dot(tl.trans(d_up), (hu.to(tl.float32) * su).to(dtype), input_precision=PREC)
+            acc_bg += tl.dot(tl.trans((hg.to(tl.float32) * sg).to(dtype)), d_gate, input_precision=PREC)
+            acc_bu += tl.dot(tl.trans((hu.to(tl.float32) * su).to(dtype)), d_up, input_precision=PREC)
     tl.store(part_ptr + split * (RD * n) + rd[:, None] * n + cols[None, :], acc * scale,
              mask=(rd[:, None] < RD) & col_ok[None, :])
     if DB:
         rr = tl.arange(0, RP)
-        db_at = db_ptr + split * (n * 2 * R) + cols[:, None] * (2 * R) + rr[None, :]
-        db_ok = col_ok[:, None] & (rr[None, :] < R)
+        db_at = db_ptr + split * (n * 2 * R) + cols[None, :] * (2 * R) + rr[:, None]
+        db_ok = col_ok[None, :] & (rr[:, None] < R)
         tl.store(db_at, acc_bg, mask=db_ok)
         tl.store(db_at + R, acc_bu, mask=db_ok)
 
