@@ -529,13 +529,11 @@ class LoRAGroup:
         elements = x.numel() // x.shape[-1] * weights[1].shape[0]
         if weights[0].shape[0] != weights[2].shape[0] or not kernels.usable(x, elements, weights[0].shape[0]):
             return None
-        down = getattr(down_proj, "_tunedeck_group", None)
-        spec = down.given_spec(x, elements) if down is not None else None
-        # with the down projection inside, the SwiGLU kernel sums the B gradients: the grouped node gets B detached
-        grouped = weights if spec is None else [w.detach() if i % 2 else w for i, w in enumerate(weights)]
-        gate, up, hidden = _GroupedLoRA.apply(x, specs, self.fused_dropout, True, self._mode(), *grouped)
+        gate, up, hidden = _GroupedLoRA.apply(x, specs, self.fused_dropout, True, self._mode(), *weights)
         dtype = gate.dtype
         b = torch.cat([weights[1].to(dtype), weights[3].to(dtype)], dim=1)  # [Bg | Bu], n x 2r
+        down = getattr(down_proj, "_tunedeck_group", None)
+        spec = down.given_spec(x, elements) if down is not None else None
         if spec is None:
             return down_proj(kernels.LoRASwiGLU.apply(gate, up, hidden.to(dtype), b, specs[0][2], specs[1][2]))
         layer, adapter, _, p = spec
