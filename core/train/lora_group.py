@@ -52,9 +52,9 @@ widest tensor of a block (tokens x 18,944 on a 7B), is kept by nobody, and the d
 With ``lora_fold_dh`` (default on GPUs) the adapters' ``dh = g (s B)`` of q/k/v, gate/up and a down projection
 inside the SwiGLU kernels are made by the base's input-gradient matmul: each base weight (out x in) lives in the
 first ``in`` columns of a buffer ``[W | slots]`` (``home_lora_bases``, at train begin), one rank-wide slot per
-linear of its group, zero columns after them to a whole 128 bytes a row; backward writes ``s B`` into the linear's own slot (zeros in its siblings') and
-``g @ [W | slots]`` gives ``[dx | dh_1 | dh_2 ...]`` in one matmul (the group's accumulated in its epilogue as
-before). The separate skinny matmuls each read the output gradient once more, the widest tensors of a block for
+linear of its group, zero columns after them to a whole 128 bytes a row; backward writes ``s B`` into the
+linear's own slot (zeros in its siblings') and ``g @ [W | slots]`` gives ``[dx | dh_1 | dh_2 ...]`` in one
+matmul (the group's accumulated in its epilogue as before). The separate skinny matmuls each read the output gradient once more, the widest tensors of a block for
 gate/up: 22 ms of the wizard's 7B plan step on the H200 (engine-speed-r's profile). The products and the
 roundings are the same; the input gradient is then rows of a wider tensor, which the norms' row kernels and the
 SwiGLU kernels read in place (o's, whose gradient goes to attention, is not folded). The forward reads only ``W``.
@@ -148,8 +148,9 @@ def _dropout_kernels(x: torch.Tensor) -> Any:
 def _fold(specs: list[tuple[Any, str, float, float]], grads: list[torch.Tensor], b_weights: list[torch.Tensor],
           dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``lora_fold_dh``: (dx, [dh_1 | dh_2 ...]) of a group from its base matmuls, both views of one
-    tokens x (in + G r + padding) tensor, where every layer's base weight lives in its ``home_lora_bases`` buffer (slot i for
-    the group's i-th layer, this group's width) in ``dtype``; else None (the caller runs the separate matmuls)."""
+    tokens x (in + G r + padding) tensor, where every layer's base weight lives in its ``home_lora_bases`` buffer
+    (slot i for the group's i-th layer, this group's width) in ``dtype``; else None (the caller runs the separate
+    matmuls)."""
     homes = [getattr(layer, "_tunedeck_fold", None) for layer, *_ in specs]
     if any(home is None for home in homes):
         return None
