@@ -279,14 +279,14 @@ ROWS: tuple[Row, ...] = (
     # declared to run out of memory; it ran (3 steps, 138.9 of 140.4 GiB, part 6): the edge from the other side
     _r("7b", "lora", 10, 2048, "edge", ckpt=False, steps=3),
     # ran out of memory on the engine before the fused LoRA kernels (part 6, 139.1 GiB); estimated to fit on the engine
-    # with them (96 GiB: no dropped-out copies or masks kept): to measure again
+    # with them (96 GiB: no dropped-out copies or masks kept); it ran in 94.6 (calibration-edges-e)
     _r("7b", "lora", 1, 24576, "edge", ckpt=False, steps=3),
     _r("7b", "full", 8, 4096, "oom", ckpt=False, expect="oom"),
     # ---- Llama-3-8B
     _r("8b", "qlora", 4, 2048, "size"),
     _r("8b", "qlora", 1, 131072, "seq", offload=True),
     # ran out of memory on the engine before the fused LoRA kernels (part 6, 139.7 GiB); estimated to fit on the engine
-    # with them (118 GiB: no dropped-out copies or masks kept): to measure again
+    # with them (118 GiB: no dropped-out copies or masks kept); it ran in 117.8 (calibration-edges-e)
     _r("8b", "qlora", 1, 32768, "edge", ckpt=False, steps=3),
     _r("8b", "lora", 4, 2048, "size"),
     _r("8b", "lora", 1, 32768, "seq", offload=True),
@@ -299,7 +299,7 @@ ROWS: tuple[Row, ...] = (
     # ---- Qwen2.5-32B
     _r("32b", "lora", 2, 2048, "size"),
     # ran out of memory on the engine before the fused LoRA kernels (part 7, 139.8 GiB); estimated to fit on the engine
-    # with them (107 GiB: no dropped-out copies or masks kept): to measure again
+    # with them (107 GiB: no dropped-out copies or masks kept); it ran in 107.6 (calibration-edges-e)
     _r("32b", "lora", 2, 2048, "edge", ckpt=False, steps=3),
     _r("32b", "qlora", 4, 2048, "size", skip="QLoRA of a bare config writes its bf16 random weights first: 66 GB > disk"),
     _r("32b", "full", 1, 2048, "oom", expect="oom",
@@ -322,7 +322,7 @@ ROWS: tuple[Row, ...] = (
     _r("14b", "lora", 1, 1024, "host"),
     _r("1.5b", "qlora", 1, 1024, "host"),
     # ---- The out-of-memory side of the edges the fused LoRA kernels moved (the three rows above that ran out of
-    # memory before them are estimated to fit now): twice their tokens
+    # memory before them are estimated to fit now): twice their tokens; both ran out of memory (calibration-edges-e)
     _r("7b", "lora", 1, 49152, "oom", ckpt=False, expect="oom"),
     _r("32b", "lora", 4, 2048, "oom", ckpt=False, expect="oom"),
 )
@@ -776,7 +776,8 @@ KERNELS_GENERATION = 2
 # Switches younger than the kernels generation's files: a record without one ran without it
 SWITCHES_AFTER_KERNELS = ("lora_fold_dh",)
 ENGINE_GENERATIONS: tuple[tuple[str, int], ...] = (("calibration-gcfreeze-", 1),
-                                                   ("calibration-kernels-", KERNELS_GENERATION))
+                                                   ("calibration-kernels-", KERNELS_GENERATION),
+                                                   ("calibration-edges-", KERNELS_GENERATION))
 
 
 def engine_generation(name: str) -> int:

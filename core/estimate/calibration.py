@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 # GEMMs reach on Hopper), not fitted: with two model widths (3584, 4096) it trades off against
 # HIDDEN_HALF_EFFICIENCY, which the full rows fix under it.
 HOPPER_FULL_EFFICIENCY = 0.72
-HOPPER_LORA_EFFICIENCY = 0.6704
-HIDDEN_HALF_EFFICIENCY = 877.3
+HOPPER_LORA_EFFICIENCY = 0.6689
+HIDDEN_HALF_EFFICIENCY = 871.7
 # The causal flash/cuDNN attention kernels behind SDPA, as a fraction of the dense peak for the FLOPs they
 # compute (half the s x s scores): fitted on the long-context rows, where attention is most of the step.
-HOPPER_ATTENTION_EFFICIENCY = 0.489
+HOPPER_ATTENTION_EFFICIENCY = 0.4878
 # Other GPU families: not measured; they keep the ratio to Hopper of the first-principles table this
 # started from (the Qwen README's A100 runs suggest Ampere's real ratio is higher:
 # bench/results/estimate_published.md).
@@ -57,9 +57,9 @@ class MeasuredError:
 # step waits on the CPU where launching its kernels takes longer than running them (small models, few
 # tokens a micro-step): those rows are the noisy ones (the rented box's shared CPUs ran the same row up to a
 # third faster or slower from call to call), so a plan shows the band of its own kind.
-SPEED_ERROR_GPU_BOUND = MeasuredError(median_pct=3.0, worst_pct=25.0, rows=42)
+SPEED_ERROR_GPU_BOUND = MeasuredError(median_pct=3.0, worst_pct=25.0, rows=45)
 SPEED_ERROR_CPU_BOUND = MeasuredError(median_pct=15.0, worst_pct=50.0, rows=15)
-SPEED_ERROR = MeasuredError(  # all 57 fitted rows: the worst of either kind; median the larger one
+SPEED_ERROR = MeasuredError(  # all 60 fitted rows: the worst of either kind; median the larger one
     median_pct=max(SPEED_ERROR_GPU_BOUND.median_pct, SPEED_ERROR_CPU_BOUND.median_pct),
     worst_pct=max(SPEED_ERROR_GPU_BOUND.worst_pct, SPEED_ERROR_CPU_BOUND.worst_pct),
     rows=SPEED_ERROR_GPU_BOUND.rows + SPEED_ERROR_CPU_BOUND.rows)
@@ -142,7 +142,7 @@ def _default_dispatch() -> dict[str, float]:
     # its weight norms. Fitted by bench/estimate_calibrate.py on the H200 calibration matrix's rows whose
     # steps wait on the CPU (24-48 layers; LoRA and QLoRA on the engine with the fused kernels): the box's
     # CPU is a shared server core, and these rows vary by up to a third a call.
-    return {"full": 0.0009795, "lora": 0.001986, "dora": 0.003825, "qlora": 0.00272}
+    return {"full": 0.001025, "lora": 0.001987, "dora": 0.003828, "qlora": 0.002722}
 
 
 def _default_mlp_tile() -> dict[str, float]:
@@ -306,7 +306,7 @@ class Calibration:
     # A checkpointed layer's recompute, in those pass units (a forward is 1): the checkpoint's own work (its
     # saved-tensor hooks, the generator states it saves and restores) on top of the forward it runs again.
     # Fitted with them.
-    dispatch_recompute_passes: float = 2.519
+    dispatch_recompute_passes: float = 2.515
     # The tiled MLP's CPU time per tile and tiled layer, by method (see _default_mlp_tile).
     mlp_tile_s: dict[str, float] = field(default_factory=_default_mlp_tile)
     # Mixed-precision full fine-tuning (fp32 weights under autocast): GPU seconds per token x hidden x layer
