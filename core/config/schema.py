@@ -56,6 +56,7 @@ lora_grouped               bool                                true
 lora_dropout_fused         bool                                true
 lora_swiglu_fused          bool                                true
 lora_swiglu_down           bool                                true
+lora_swiglu_db             bool                                true
 lora_fold_dh               bool                                true
 qlora_reuse_dequantised    bool                                true
 recompute_skip_down        bool                                true
@@ -162,6 +163,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "lora_dropout_fused": KeySpec("bool"),
     "lora_swiglu_fused": KeySpec("bool"),
     "lora_swiglu_down": KeySpec("bool"),
+    "lora_swiglu_db": KeySpec("bool"),
     "lora_fold_dh": KeySpec("bool"),
     "qlora_reuse_dequantised": KeySpec("bool"),
     "recompute_skip_down": KeySpec("bool"),
@@ -233,6 +235,7 @@ class RunConfig:
     lora_dropout_fused: bool = True
     lora_swiglu_fused: bool = True
     lora_swiglu_down: bool = True
+    lora_swiglu_db: bool = True
     lora_fold_dh: bool = True
     qlora_reuse_dequantised: bool = True
     recompute_skip_down: bool = True

@@ -289,6 +289,13 @@ class Calibration:
     # step in them (engine-speed-r: 196 calls of 32x256 NNN matmuls, o's among them); this gives 23 ms for six of
     # the seven linears at 4,800 GB/s x 0.75.
     lora_dh_read_bytes_per_element: float = 2.0
+    # lora_swiglu_db: the gate/up adapters' ``dB`` summed in the SwiGLU backward kernel from the gradients it
+    # writes, where two skinny matmuls read d gate and d up again (2 bytes an element each, held by the fitted
+    # constants as above). The kernel's dots cost most of that back: alone at the wizard's 7B plan shape the
+    # kernel takes 0.18 ms a block more where the matmuls took 0.59 (bench/results/kernel-parts-d.md), but inside
+    # the power-capped step 0.55 more (engine-speed-y's profile: 88.9 ms a step against 72-74 without), and the
+    # plan's step is 4 ms shorter (1.770 against 1.774 s, engine-speed-y and -y-ab): 0.4 bytes an element.
+    lora_swiglu_db_bytes_per_element: float = 0.4
     # rms_norm_rows: Liger's RMSNorm backward walks each SM's share of the rows one after another; the row
     # kernels (core.train.rms_norm_kernel) take that walk's time off, per input element of a norm and
     # micro-step, as bytes at the memory-bound rate. The fit's rows all ran Liger's norms, so this is a saving

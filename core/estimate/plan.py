@@ -100,6 +100,9 @@ class TrainingPlan:
     # ``lora_swiglu_down``, core.train.lora_group): the down projection keeps no input, and the fused dropout
     # kernels never run over it (``swiglu_down`` says when it applies).
     lora_swiglu_down: bool = True
+    # With it, the gate/up adapters' B gradients summed in the SwiGLU backward kernel instead of two skinny matmuls
+    # that read d gate and d up again (run key ``lora_swiglu_db``; ``swiglu_db`` says when it applies).
+    lora_swiglu_db: bool = True
     # LoRA: the adapters' dh of q/k/v, gate/up and a down projection in the SwiGLU kernels made by the base's
     # input-gradient matmul, each base weight in a buffer with a slot for its group's s B (run key ``lora_fold_dh``,
     # core.train.lora_group): the separate skinny matmuls' read of each output gradient goes (``folded_dh``).
@@ -203,6 +206,12 @@ class TrainingPlan:
         none or the fused kernels')."""
         return (self.swiglu_fused and self.lora_swiglu_down and "down_proj" in self.lora_targets
                 and (self.lora_dropout == 0 or self.dropout_fused))
+
+    @property
+    def swiglu_db(self) -> bool:
+        """Whether the SwiGLU backward kernel sums the gate/up adapters' B gradients (``lora_swiglu_db``): where the
+        down projection's LoRA input work is inside it (``core.train.lora_group``'s ``swiglu``)."""
+        return self.swiglu_down and self.lora_swiglu_db
 
     @property
     def folded_dh(self) -> tuple[str, ...]:

@@ -66,6 +66,7 @@ def plan_options_for_run(config: Any, num_gpus: int = 1, cuda: bool = True) -> d
         options["lora_dropout_fused"] = bool(_value(config, "lora_dropout_fused", True)) and cuda
         options["lora_swiglu_fused"] = bool(_value(config, "lora_swiglu_fused", True)) and cuda
         options["lora_swiglu_down"] = bool(_value(config, "lora_swiglu_down", True))
+        options["lora_swiglu_db"] = bool(_value(config, "lora_swiglu_db", True))
         options["lora_fold_dh"] = bool(_value(config, "lora_fold_dh", True)) and cuda
         options["qlora_reuse_dequantised"] = bool(_value(config, "qlora_reuse_dequantised", True))
         options["recompute_skip_down"] = bool(_value(config, "recompute_skip_down", True))

@@ -213,6 +213,9 @@ def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: C
             * lora_output_elements(arch, plan, ("gate_proj", "up_proj"))
     if plan.folded_dh:  # lora_fold_dh: the dh matmuls' read of the output gradients, made by the base matmuls
         moved -= calibration.lora_dh_read_bytes_per_element * lora_output_elements(arch, plan, plan.folded_dh)
+    if plan.swiglu_db:  # the gate/up dB matmuls' read of their output gradients, summed in the SwiGLU kernel
+        moved -= calibration.lora_swiglu_db_bytes_per_element * lora_output_elements(arch, plan,
+                                                                                   ("gate_proj", "up_proj"))
     return moved * plan.tokens_per_micro_batch
 
 

@@ -294,9 +294,11 @@ def backward_down(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidd
     d gate and d up written over ``gate`` and ``up``; returns the gradient of ``a`` (rank x n, fp32). ``grad``'s
     rows may be strided (``lora_fold_dh``: the first n columns of the down node's wider gradient). ``b_grad``
     (n x 2r, fp32): filled with the gradient of ``b`` = [Bg | Bu] (the adapters' ``d gate^T (sg hg)``, up's),
-    summed from the gradients the kernel writes. Not the engine's (the grouped node runs the two dB matmuls, which
-    read d gate and d up again: 16 ms of the wizard's 7B plan step on the H200): with the dots the other way round
-    the kernel took those 16 ms longer (engine-speed-x); ``bench/kernel_parts.py`` times this order against them."""
+    summed from the gradients the kernel writes (``LoRASwiGLUDown`` asks for it, ``lora_swiglu_db``): the grouped
+    node's two dB matmuls would read d gate and d up again. At the wizard's 7B plan shape on the H200 the kernel
+    alone takes 2.583 ms with them against 2.400 + 0.590 for the kernel and the matmuls (kernel-parts-d), but in
+    the power-capped step 3.17 against ~2.6 + 0.59 (engine-speed-y): the plan's step 0.2% shorter. Its dots take
+    the gradient tile as the second operand, as dAd's (the other way round they cost more, engine-speed-x)."""
     rows, n = gate.shape
     rank = a.shape[0]
     tiles = dict(tiles or TILES["down_backward"])
@@ -347,8 +349,11 @@ class LoRASwiGLUDown(torch.autograd.Function):
     instead of keeping c and running the dropout kernels over it. Only gate and up are kept (as ``LoRASwiGLU``
     keeps them): backward recomputes c from them, adds the down adapter's input term to c's gradient, and returns
     the gradient of ``a_weight`` (the down's ``lora_A`` weight, cast to the compute dtype here as the grouped node
-    casts it). The dropout seed is drawn from the CPU generator where the down projection's node would draw it,
-    so the masks (and a checkpoint's recompute) are the same as without this switch."""
+    casts it) and, where ``b`` (= [Bg | Bu]) wants one, of ``b``, summed in the same kernel from the gate and up
+    gradients it writes (the grouped node, given B detached, then makes none; ``backward_down`` says what it
+    saves). The dropout seed is drawn from the CPU generator where the down
+    projection's node would draw it, so the masks (and a checkpoint's recompute) are the same as without this
+    switch."""
 
     @staticmethod
     def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: torch.Tensor,
@@ -369,5 +374,7 @@ class LoRASwiGLUDown(torch.autograd.Function):
         grad2 = torch.zeros_like(gate) if grad is None else row_strided(grad.reshape(-1, gate.shape[-1]))
         dhd = torch.zeros(gate.shape[0], a.shape[0], dtype=gate.dtype, device=gate.device) if grad_hd is None \
             else grad_hd.to(gate.dtype).contiguous()
-        grad_a = backward_down(grad2, gate, up, hidden, b, a, dhd, sg, su, ctx.seed, p)
-        return gate.view(shape), up.view(shape), None, None, grad_a.to(a_dtype), None, None, None, None
+        b_grad = torch.empty(b.shape, dtype=torch.float32, device=b.device) if ctx.needs_input_grad[3] else None
+        grad_a = backward_down(grad2, gate, up, hidden, b, a, dhd, sg, su, ctx.seed, p, b_grad=b_grad)
+        return (gate.view(shape), up.view(shape), None, None if b_grad is None else b_grad.to(b.dtype),
+                grad_a.to(a_dtype), None, None, None, None)

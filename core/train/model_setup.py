@@ -243,13 +243,14 @@ def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any
         skip = down_skipping(cfg)
         keep = lora_a_keeping(cfg)
         down = swiglu and bool(cfg.get("lora_swiglu_down", True))
+        db = down and bool(cfg.get("lora_swiglu_db", True))
         log.info("lora_grouped: %d groups of LoRA linears that share an input (dropout in Triton kernels: %s; "
                  "gate/up updates in the SwiGLU kernel: %s; down projection's LoRA input work in it too: %s; "
                  "dequantised weights kept for backward: %s; down projection skipped in the recompute: %s; "
-                 "lora_A products kept for the recompute: %s)",
+                 "gate/up B gradients in it: %s; lora_A products kept for the recompute: %s)",
                  group_lora_layers(model, fused_dropout=fused, fused_swiglu=swiglu, reuse_dequantised=reuse,
-                                   skip_down=skip, keep_lora_a=keep, swiglu_down=down),
-                 fused, swiglu, down, reuse, skip, keep)
+                                   skip_down=skip, keep_lora_a=keep, swiglu_down=down, swiglu_db=db),
+                 fused, swiglu, down, reuse, skip, db, keep)
     trainable, total = model.get_nb_trainable_parameters()
     log.info("%s: %s trainable parameters of %s (%.3f%%)", method, f"{trainable:,}", f"{total:,}",
              100.0 * trainable / max(1, total))
@@ -295,6 +296,12 @@ def lora_swiglu_down_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
     """Whether a run's down projections do their LoRA input work in the fused SwiGLU kernels
     (``lora_swiglu_down``, ``core.train.lora_group``): where the SwiGLU is fused."""
     return lora_swiglu_fusing(cfg, cuda) and bool(cfg.get("lora_swiglu_down", True))
+
+
+def lora_swiglu_db_summing(cfg: dict[str, Any], cuda: bool) -> bool:
+    """Whether a run's SwiGLU backward kernels sum the gate/up adapters' B gradients (``lora_swiglu_db``,
+    ``core.train.lora_group``): where the down projection's LoRA input work is in them."""
+    return lora_swiglu_down_fusing(cfg, cuda) and bool(cfg.get("lora_swiglu_db", True))
 
 
 def dequantised_reusing(cfg: dict[str, Any]) -> bool:

@@ -328,7 +328,7 @@ def test_the_down_projection_inside_the_swiglu_drops_its_dropout_kernel_work():
     from core.estimate.run_plan import plan_options_for_run
 
     p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True,
-                     lora_fold_dh=False)  # (the fold's own test takes the down's dh read)
+                     lora_fold_dh=False, lora_swiglu_db=False)  # (the fold's and the B gradients' own tests)
     assert p.swiglu_down and p.dropout_fused  # on by default
     off = replace(p, lora_swiglu_down=False)
     fused = CAL.lora_fused_dropout_bytes_per_element
@@ -342,6 +342,24 @@ def test_the_down_projection_inside_the_swiglu_drops_its_dropout_kernel_work():
     assert plan_options_for_run({"method": "lora"}, cuda=True)["lora_swiglu_down"]
     assert not plan_options_for_run({"method": "lora", "lora_swiglu_down": False}, cuda=True)["lora_swiglu_down"]
 
+
+def test_the_b_gradients_in_the_swiglu_kernel_drop_the_db_matmuls_read():
+    """``lora_swiglu_db``: with the down projection's LoRA work in the SwiGLU kernels, the backward kernel also sums
+    the gate/up adapters' B gradients, so two skinny matmuls no longer read d gate and d up again: the plan moves
+    ``lora_swiglu_db_bytes_per_element`` less over each gate/up output element, once a micro-step (backward
+    only, recompute or not). Only where ``swiglu_down`` applies; the run key reaches the plan."""
+    from core.estimate.run_plan import plan_options_for_run
+
+    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
+    assert p.swiglu_db  # on by default
+    off = replace(p, lora_swiglu_db=False)
+    gate_up_outputs = 2 * 160 * 2 * 512  # gate and up, the intermediate width, layers x tokens
+    assert lora_input_bytes(TINY, off, CAL) - lora_input_bytes(TINY, p, CAL) == pytest.approx(
+        CAL.lora_swiglu_db_bytes_per_element * gate_up_outputs)
+    for other in (replace(p, lora_swiglu_down=False), replace(p, lora_swiglu_fused=False), off):
+        assert not other.swiglu_db
+    assert plan_options_for_run({"method": "lora"}, cuda=True)["lora_swiglu_db"]
+    assert not plan_options_for_run({"method": "lora", "lora_swiglu_db": False}, cuda=True)["lora_swiglu_db"]
 
 def test_reusing_the_dequantised_weights_drops_the_backwards_pass_and_keeps_one_blocks_weights():
     """``qlora_reuse_dequantised``: checkpointed blocks' backward takes the weights their recompute dequantised,

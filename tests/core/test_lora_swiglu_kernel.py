@@ -232,6 +232,36 @@ def test_the_down_projection_inside_the_swiglu_keeps_the_loss_and_gradients(kern
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.1], ids=["no-dropout", "dropout"])
+def test_the_b_gradients_summed_in_the_swiglu_kernel_are_the_matmuls(kernels, monkeypatch, dropout):
+    """``lora_swiglu_db`` (the default, with the down projection inside): the SwiGLU backward kernel sums the gate/up
+    adapters' B gradients from the gradients it writes, and the gate/up node, given B detached, makes none. Against
+    the same engine with the two matmuls (the same masks): the same loss and gradients, every B's non-zero; the
+    kernel is asked for them once a block."""
+    cfg = {"lora_dropout": dropout, **DOWN}
+    matmuls = tiny_lora({**cfg, "lora_swiglu_db": False})
+    inside = tiny_lora(cfg)
+    asked = []
+    backward_down = kernels.backward_down
+
+    def watching(*args, **kwargs):
+        asked.append(kwargs.get("b_grad") is not None)
+        return backward_down(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "backward_down", watching)
+    results = []
+    for model in (matmuls, inside):
+        torch.manual_seed(5)
+        asked.clear()
+        results.append(loss_and_grads(model, IDS, autocast=False))
+        assert asked == [model is inside] * 4
+    (loss_matmuls, grads_matmuls), (loss_inside, grads_inside) = results
+    assert loss_inside == pytest.approx(loss_matmuls, rel=1e-6)
+    assert_close(grads_matmuls, grads_inside, rel=1e-5)
+    b = [k for k in grads_inside if ("gate_proj.lora_B" in k or "up_proj.lora_B" in k)]
+    assert len(b) == 8 and all(grads_inside[k].abs().max() > 0 for k in b)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1], ids=["no-dropout", "dropout"])
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["eager", "checkpointed"])
 def test_dh_from_the_base_matmul_keeps_the_loss_and_gradients(kernels, monkeypatch, dropout, checkpointing):
     """``lora_fold_dh``: q/k/v, gate/up and the down projection inside the SwiGLU kernels make their adapters' dh
