@@ -774,7 +774,7 @@ def reestimate(record: dict[str, Any], gpu_name: str = "H200") -> dict[str, Any]
 # 8-47% faster than the same rows before it, more than the switches the estimator models account for.
 KERNELS_GENERATION = 2
 # Switches younger than the kernels generation's files: a record without one ran without it
-SWITCHES_AFTER_KERNELS = ("lora_fold_dh", "lora_swiglu_db", "rms_norm_residual")
+SWITCHES_AFTER_KERNELS = ("lora_fold_dh", "lora_swiglu_db")
 ENGINE_GENERATIONS: tuple[tuple[str, int], ...] = (("calibration-gcfreeze-", 1),
                                                    ("calibration-kernels-", KERNELS_GENERATION),
                                                    ("calibration-edges-", KERNELS_GENERATION))

@@ -67,7 +67,7 @@ from engine_gpu import TOKENIZER_FILES, WORDS, one_run  # noqa: E402  (bench/ is
 # The engine's LoRA run keys whose value as run the log header reports (a result's ``<key>_run``)
 LORA_SWITCHES = ("lora_dropout_fused", "lora_swiglu_fused", "lora_swiglu_down", "lora_swiglu_db",
                  "qlora_reuse_dequantised", "recompute_skip_down", "recompute_keep_lora_a", "rms_norm_rows",
-                 "rms_norm_residual", "lora_fold_dh")
+                 "lora_fold_dh")
 
 CONFIGS = {
     "7b": ROOT / "bench" / "configs" / "qwen2.5-7b.json",

@@ -62,7 +62,6 @@ qlora_reuse_dequantised    bool                                true
 recompute_skip_down        bool                                true
 recompute_keep_lora_a      bool                                false
 rms_norm_rows              bool                                true
-rms_norm_residual          bool                                true
 compile_layers             bool                                false
 offload_activations        bool                                false
 tiled_mlp                  auto, false, or an int >= 1         auto
@@ -170,7 +169,6 @@ KEY_SPECS: dict[str, KeySpec] = {
     "recompute_skip_down": KeySpec("bool"),
     "recompute_keep_lora_a": KeySpec("bool"),
     "rms_norm_rows": KeySpec("bool"),
-    "rms_norm_residual": KeySpec("bool"),
     "compile_layers": KeySpec("bool"),
     "offload_activations": KeySpec("bool"),
     "tiled_mlp": KeySpec("int_or_choice", ("auto", "false"), minimum=1),
@@ -243,7 +241,6 @@ class RunConfig:
     recompute_skip_down: bool = True
     recompute_keep_lora_a: bool = False
     rms_norm_rows: bool = True
-    rms_norm_residual: bool = True
     compile_layers: bool = False
     offload_activations: bool = False
     tiled_mlp: str | int = "auto"

@@ -296,9 +296,6 @@ class Calibration:
     # the power-capped step 0.55 more (engine-speed-y's profile: 88.9 ms a step against 72-74 without), and the
     # plan's step is 4 ms shorter (1.770 against 1.774 s, engine-speed-y and -y-ab): 0.4 bytes an element.
     lora_swiglu_db_bytes_per_element: float = 0.4
-    # rms_norm_residual: one pass over the residual stream (tokens x hidden, bf16) that a residual add inside its
-    # norm saves, as bytes at the memory-bound rate (2 bytes an element a pass)
-    residual_norm_bytes_per_element: float = 2.0
     # rms_norm_rows: Liger's RMSNorm backward walks each SM's share of the rows one after another; the row
     # kernels (core.train.rms_norm_kernel) take that walk's time off, per input element of a norm and
     # micro-step, as bytes at the memory-bound rate. The fit's rows all ran Liger's norms, so this is a saving

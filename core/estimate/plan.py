@@ -122,9 +122,6 @@ class TrainingPlan:
     # LoRA/QLoRA with Liger's norms (the fused loss on a GPU): the frozen RMSNorms' backward one program a row
     # (run key ``rms_norm_rows``, core.train.rms_norm_kernel; ``norm_rows`` says when it applies).
     rms_norm_rows: bool = True
-    # With them, each residual add inside the norm after it (run key ``rms_norm_residual``,
-    # core.train.rms_norm_kernel.fuse_residual_norms; ``residual_norms`` says how many a block).
-    rms_norm_residual: bool = True
     # Gradient checkpointing with the kept block inputs in host memory (core.train.offload).
     offload_activations: bool = False
     # The MLP over sequence tiles (core.train.tiled_mlp): "auto" (checkpointed blocks, long micro-batches),
@@ -256,13 +253,6 @@ class TrainingPlan:
         Liger gives its Llama casting (Llama, Mistral, Qwen2, Qwen3)."""
         return (self.method in ("lora", "qlora") and self.rms_norm_rows and self.liger_kernels
                 and self.architecture.model_type in MLP_ENDS_BLOCK)
-
-    @property
-    def residual_norms(self) -> bool:
-        """Whether the blocks' residual adds run inside the norms after them (``rms_norm_residual``,
-        ``core.train.rms_norm_kernel.fuse_residual_norms``): where the row kernels run, in the blocks that are not
-        checkpointed."""
-        return self.norm_rows and self.rms_norm_residual
 
     @property
     def lora_input_kept_once(self) -> bool:

@@ -72,7 +72,6 @@ def plan_options_for_run(config: Any, num_gpus: int = 1, cuda: bool = True) -> d
         options["recompute_skip_down"] = bool(_value(config, "recompute_skip_down", True))
         options["recompute_keep_lora_a"] = bool(_value(config, "recompute_keep_lora_a", False))
         options["rms_norm_rows"] = bool(_value(config, "rms_norm_rows", True)) and cuda
-        options["rms_norm_residual"] = bool(_value(config, "rms_norm_residual", True))
     return options
 
 

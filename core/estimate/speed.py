@@ -247,13 +247,8 @@ def norm_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibra
     and the final one, once a micro-step; the recompute runs the forward only)."""
     if not plan.norm_rows:
         return 0.0
-    walk = calibration.liger_norm_walk_bytes_per_element * (2 * arch.num_layers + 1)
-    # rms_norm_residual: a residual add inside its norm moves the residual stream three times less (once in the
-    # forward, twice in backward, where autograd summed h's two gradients in its own kernel), both adds of each
-    # block that is not checkpointed
-    fused = 2 * 3.0 * (1.0 - plan.recompute_fraction) * arch.num_layers * calibration.residual_norm_bytes_per_element \
-        if plan.residual_norms else 0.0
-    return -(walk + fused) * arch.hidden_size * plan.tokens_per_micro_batch
+    return -calibration.liger_norm_walk_bytes_per_element * (2 * arch.num_layers + 1) * arch.hidden_size \
+        * plan.tokens_per_micro_batch
 
 
 def loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:

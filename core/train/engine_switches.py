@@ -157,22 +157,20 @@ def compile_decoder_layers(model: Any) -> int:
 
 
 class EngineSwitchesCallback(TrainerCallback):
-    """Applies ``checkpoint_layers``, ``lora_swiglu_fused``, ``rms_norm_rows`` (and ``rms_norm_residual``),
-    ``lora_fold_dh``, ``tiled_mlp`` and ``compile_layers`` at train begin (the model on its device), after the
-    Trainer has turned gradient checkpointing on and applied Liger's kernels (the fused SwiGLU goes back over
-    Liger's MLP forward, the row kernels over Liger's norms, the tiled MLP wraps whichever), and before
-    ``offload_activations`` reads which layers are checkpointed."""
+    """Applies ``checkpoint_layers``, ``lora_swiglu_fused``, ``rms_norm_rows``, ``lora_fold_dh``, ``tiled_mlp`` and
+    ``compile_layers`` at train begin (the model on its device), after the Trainer has turned gradient
+    checkpointing on and applied Liger's kernels (the fused SwiGLU goes back over Liger's MLP forward, the row
+    kernels over Liger's norms, the tiled MLP wraps whichever), and before ``offload_activations`` reads which
+    layers are checkpointed."""
 
     def __init__(self, checkpoint_layers: int | None, compile_layers: bool, tiled_mlp: Any = "false",
-                 lora_swiglu: bool = False, rms_norm_rows: bool = False, lora_fold_dh: bool = False,
-                 rms_norm_residual: bool = False) -> None:
+                 lora_swiglu: bool = False, rms_norm_rows: bool = False, lora_fold_dh: bool = False) -> None:
         self.checkpoint_layers = checkpoint_layers
         self.compile_layers = compile_layers
         self.tiled_mlp = tiled_mlp
         self.lora_swiglu = lora_swiglu
         self.rms_norm_rows = rms_norm_rows
         self.lora_fold_dh = lora_fold_dh
-        self.rms_norm_residual = rms_norm_residual
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if model is None:
@@ -189,11 +187,6 @@ class EngineSwitchesCallback(TrainerCallback):
             from core.train.rms_norm_kernel import use_row_kernels
 
             log.info("rms_norm_rows: %d RMSNorms run their backward a row a program", use_row_kernels(model))
-            if self.rms_norm_residual:
-                from core.train.rms_norm_kernel import fuse_residual_norms
-
-                log.info("rms_norm_residual: the residual adds of %d decoder blocks inside their norms",
-                         fuse_residual_norms(model))
         if self.lora_fold_dh:
             from core.train.lora_group import home_lora_bases
 

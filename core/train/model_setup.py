@@ -292,13 +292,6 @@ def rms_norm_rows_using(cfg: dict[str, Any], cuda: bool, liger: bool) -> bool:
     return cuda and liger and cfg.get("method") in ("lora", "qlora") and bool(cfg.get("rms_norm_rows", True))
 
 
-def rms_norm_residual_using(cfg: dict[str, Any], cuda: bool, liger: bool) -> bool:
-    """Whether a run's residual adds run inside the norms after them (``rms_norm_residual``,
-    ``core.train.rms_norm_kernel.fuse_residual_norms``): over the row kernels, in blocks that are not compiled."""
-    return rms_norm_rows_using(cfg, cuda, liger) and bool(cfg.get("rms_norm_residual", True)) \
-        and not cfg.get("compile_layers")
-
-
 def lora_swiglu_down_fusing(cfg: dict[str, Any], cuda: bool) -> bool:
     """Whether a run's down projections do their LoRA input work in the fused SwiGLU kernels
     (``lora_swiglu_down``, ``core.train.lora_group``): where the SwiGLU is fused."""

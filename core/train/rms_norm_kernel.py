@@ -59,43 +59,6 @@ def _rms_norm_rows_backward(dy_ptr, dy_stride, dx_ptr, x_ptr, w_ptr, rstd_ptr, n
     tl.store(dx_ptr + row * n + cols, dx.to(dy.dtype), mask=ok)
 
 
-@triton.jit
-def _add_rms_norm_rows_forward(a_ptr, b_ptr, h_ptr, w_ptr, y_ptr, rstd_ptr, n, eps, BLOCK: tl.constexpr):
-    """``h = a + b`` rounded as torch's add rounds it, then ``_rms_norm_rows_forward`` of h."""
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    ok = cols < n
-    a = tl.load(a_ptr + row * n + cols, mask=ok, other=0.0)
-    b = tl.load(b_ptr + row * n + cols, mask=ok, other=0.0)
-    h = (a.to(tl.float32) + b.to(tl.float32)).to(a.dtype)
-    tl.store(h_ptr + row * n + cols, h, mask=ok)
-    w = tl.load(w_ptr + cols, mask=ok, other=0.0)
-    hf = h.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(hf * hf, axis=0) / n + eps)
-    tl.store(rstd_ptr + row, rstd)
-    y = (hf * rstd).to(a.dtype).to(tl.float32) * w.to(tl.float32)
-    tl.store(y_ptr + row * n + cols, y.to(a.dtype), mask=ok)
-
-
-@triton.jit
-def _add_rms_norm_rows_backward(dy_ptr, dy_stride, dh_ptr, dx_ptr, h_ptr, w_ptr, rstd_ptr, n, BLOCK: tl.constexpr,
-                                HAS_DH: tl.constexpr):
-    """The gradient of h: the norm's (``_rms_norm_rows_backward``, rounded to the dtype as that kernel returns it)
-    plus h's own, ``dh``, rounded once, as autograd sums the two; it is the gradient of both a and b."""
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    ok = cols < n
-    dy = tl.load(dy_ptr + row * dy_stride + cols, mask=ok, other=0.0)
-    h = tl.load(h_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-    rstd = tl.load(rstd_ptr + row)
-    m = dy.to(tl.float32) * w
-    dx = (rstd * m + rstd * (-(1.0 / n) * rstd * rstd * tl.sum(m * h, axis=0) * h)).to(dy.dtype)
-    if HAS_DH:
-        dx = (dx.to(tl.float32) + tl.load(dh_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)).to(dy.dtype)
-    tl.store(dx_ptr + row * n + cols, dx, mask=ok)
-
-
 def _launch_options(width: int) -> tuple[int, dict[str, int]]:
     block = triton.next_power_of_2(width)
     if interpreted():
@@ -131,44 +94,6 @@ class FrozenRMSNorm(torch.autograd.Function):
         return dx.view(shape), None, None
 
 
-class AddFrozenRMSNorm(torch.autograd.Function):
-    """``h = a + b`` and the RMSNorm of h with a frozen ``weight`` in one pass each way (``rms_norm_residual``):
-    returns (h, norm(h)). The same numbers as the add and ``FrozenRMSNorm`` apart, two reads and a write of the
-    residual stream fewer (one forward, two in backward, where autograd summed h's two gradients in a kernel of
-    its own)."""
-
-    @staticmethod
-    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor,
-                eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-        shape = a.shape
-        a2, b2 = a.reshape(-1, shape[-1]).contiguous(), b.reshape(-1, shape[-1]).contiguous()
-        rows, width = a2.shape
-        h, y = torch.empty_like(a2), torch.empty_like(a2)
-        rstd = torch.empty(rows, dtype=torch.float32, device=a.device)
-        block, options = _launch_options(width)
-        _add_rms_norm_rows_forward[(rows,)](a2, b2, h, weight, y, rstd, width, eps, BLOCK=block, **options)
-        ctx.save_for_backward(h, weight, rstd)
-        return h.view(shape), y.view(shape)
-
-    @staticmethod
-    def backward(ctx: Any, grad_h: torch.Tensor | None, grad_y: torch.Tensor | None) -> tuple[Any, ...]:
-        h, weight, rstd = ctx.saved_tensors
-        shape = (grad_y if grad_y is not None else grad_h).shape
-        if grad_y is None:
-            dx = grad_h
-        else:
-            dy = row_strided(grad_y.reshape(-1, shape[-1]))
-            dh = None if grad_h is None else grad_h.reshape(-1, shape[-1]).contiguous()
-            # over dy where it is contiguous (only this node reads it), else a new tensor
-            dx = dy if dy.is_contiguous() else torch.empty(h.shape, dtype=dy.dtype, device=dy.device)
-            block, options = _launch_options(h.shape[1])
-            _add_rms_norm_rows_backward[(h.shape[0],)](dy, dy.stride(0), dy if dh is None else dh, dx, h, weight, rstd,
-                                                       h.shape[1], BLOCK=block, HAS_DH=dh is not None, **options)
-            dx = dx.view(shape)
-        # the gradient of both summands, as autograd's add passes one tensor to both (their nodes only read it)
-        return (dx if ctx.needs_input_grad[0] else None), (dx if ctx.needs_input_grad[1] else None), None, None
-
-
 def usable(module: Any, x: torch.Tensor) -> bool:
     """Whether ``module`` (a norm Liger patched) runs here on ``x``: Liger's llama casting, no offset, a frozen
     weight in x's dtype, rows wider than 256, on CUDA (or Triton's CPU interpreter)."""
@@ -184,11 +109,6 @@ def usable(module: Any, x: torch.Tensor) -> bool:
 
 def _row_forward(module: Any, original: Any) -> Any:
     def forward(x: torch.Tensor) -> torch.Tensor:
-        handed = getattr(module, "_tunedeck_handed", None)
-        if handed is not None:  # the block before made this norm's output with its residual add (rms_norm_residual)
-            module._tunedeck_handed = None
-            if handed[0] is x:
-                return handed[1]
         if usable(module, x):
             return FrozenRMSNorm.apply(x, module.weight, float(module.variance_epsilon))
         return original(x)
@@ -208,73 +128,3 @@ def use_row_kernels(model: Any) -> int:
             module.forward = _row_forward(module, module.forward)
         count += 1
     return count
-
-
-def _checkpointed(block: Any) -> bool:
-    return bool(getattr(block, "gradient_checkpointing", False))
-
-
-def _residual_forward(block: Any, following: Any, original: Any) -> Any:
-    """``block``'s forward with its residual adds inside the norms after them (``rms_norm_residual``): the
-    attention's add with ``post_attention_layernorm``, the MLP's with ``following`` (the next block's
-    ``input_layernorm`` or the model's last norm), whose output is handed to it (not where the next block is
-    checkpointed: its recompute would make that output a second time). A checkpointed block runs its own forward,
-    which is where transformers checkpoints it (``original``), as does anything the row kernels do not take."""
-
-    def forward(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        post = block.post_attention_layernorm
-        if args or _checkpointed(block) or not (block.training and torch.is_grad_enabled()
-                                                 and usable(post, hidden_states)):
-            return original(hidden_states, *args, **kwargs)
-        normed = block.input_layernorm(hidden_states)
-        attention, _ = block.self_attn(hidden_states=normed, **kwargs)
-        if attention.dtype != hidden_states.dtype:  # a promoting add: torch's, and the rest as the block does it
-            hidden_states = hidden_states + attention
-            return hidden_states + block.mlp(post(hidden_states))
-        hidden_states, normed = AddFrozenRMSNorm.apply(hidden_states, attention, post.weight,
-                                                       float(post.variance_epsilon))
-        mlp = block.mlp(normed)
-        if following is None or _checkpointed(following[1]) or mlp.dtype != hidden_states.dtype \
-                or not usable(following[0], hidden_states):
-            return hidden_states + mlp
-        norm = following[0]
-        out, normed = AddFrozenRMSNorm.apply(hidden_states, mlp, norm.weight, float(norm.variance_epsilon))
-        norm._tunedeck_handed = (out, normed)
-        return out
-
-    forward.tunedeck_residual = True  # type: ignore[attr-defined]
-    return forward
-
-
-def _final_norm(model: Any, first: Any) -> Any:
-    """The norm after the decoder blocks: the ``norm`` of the module whose ``layers`` hold ``first``."""
-    for module in model.modules():
-        layers = getattr(module, "layers", None)
-        if isinstance(layers, torch.nn.ModuleList) and len(layers) and layers[0] is first:
-            return getattr(module, "norm", None)
-    return None
-
-
-def fuse_residual_norms(model: Any) -> int:
-    """``rms_norm_residual``: give each decoder block of a model whose blocks are ``x + attn(norm(x))`` then
-    ``h + mlp(norm(h))`` (``core.estimate.plan.MLP_ENDS_BLOCK``: Llama, Mistral, Qwen2, Qwen3) the forward of
-    ``_residual_forward``, over norms that have the row kernels (``use_row_kernels`` first). Returns how many
-    blocks; idempotent. Each call still checks that the row kernels apply, else the block's own forward runs."""
-    from core.train.engine_switches import decoder_layers, mlp_ends_block
-
-    if not mlp_ends_block(model):
-        return 0
-    blocks = [b for b in decoder_layers(model)
-              if all(hasattr(b, name) for name in ("input_layernorm", "post_attention_layernorm", "self_attn", "mlp"))]
-    if not blocks:
-        return 0
-    last = _final_norm(model, blocks[0])
-    norms = [n for b in blocks for n in (b.input_layernorm, b.post_attention_layernorm)] + [last] * (last is not None)
-    if not all(getattr(n.forward, "tunedeck_rms_rows", False) for n in norms):
-        return 0  # the row kernels are not over this model's norms
-    for i, block in enumerate(blocks):
-        if not getattr(block.forward, "tunedeck_residual", False):
-            following = (blocks[i + 1].input_layernorm, blocks[i + 1]) if i + 1 < len(blocks) else \
-                None if last is None else (last, last)
-            block.forward = _residual_forward(block, following, block.forward)
-    return len(blocks)

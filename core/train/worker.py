@@ -243,7 +243,6 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         lora_swiglu_down_fusing,
         lora_swiglu_fusing,
         resolve_model_path,
-        rms_norm_residual_using,
         rms_norm_rows_using,
     )
     from core.train.trainer import AtomicCheckpointTrainer, defers_logs, read_tunedeck_state
@@ -427,8 +426,6 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "recompute_keep_lora_a": (lora_a_keeping(cfg) and lora_dropout_fusing(cfg, cuda)
                                   if cfg.get("method") in LORA_METHODS else None),
         "rms_norm_rows": rms_norm_rows_using(cfg, cuda, use_liger) if cfg.get("method") in LORA_METHODS else None,
-        "rms_norm_residual": (rms_norm_residual_using(cfg, cuda, use_liger) if cfg.get("method") in LORA_METHODS
-                              else None),
         "checkpoint_layers": (0 if not cfg.get("gradient_checkpointing") else checkpoint_layers
                               if checkpoint_layers is not None else len(decoder_layers(model))),
         "compile_layers": compile_layers,
@@ -455,7 +452,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         from core.train.engine_switches import EngineSwitchesCallback
 
         callbacks.insert(0, EngineSwitchesCallback(checkpoint_layers, compile_layers, tiled, bool(swiglu),
-                                                   bool(norm_rows), bool(fold), bool(header["rms_norm_residual"])))
+                                                   bool(norm_rows), bool(fold)))
     from core.train.profiling import MemoryPeakCallback, ProfileStepsCallback, SyncTraceCallback
 
     for profile_cb in (ProfileStepsCallback.from_env(run.path), MemoryPeakCallback.from_env(run.path),
