@@ -351,9 +351,8 @@ class LoRASwiGLUDown(torch.autograd.Function):
     the gradient of ``a_weight`` (the down's ``lora_A`` weight, cast to the compute dtype here as the grouped node
     casts it) and, where ``b`` (= [Bg | Bu]) wants one, of ``b``, summed in the same kernel from the gate and up
     gradients it writes (the grouped node, given B detached, then makes none; ``backward_down`` says what it
-    saves). The dropout seed is drawn from the CPU generator where the down
-    projection's node would draw it, so the masks (and a checkpoint's recompute) are the same as without this
-    switch."""
+    saves). The dropout seed is drawn from the CPU generator where the down projection's node would draw it, so
+    the masks (and a checkpoint's recompute) are the same as without this switch."""
 
     @staticmethod
     def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: torch.Tensor,
