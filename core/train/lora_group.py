@@ -58,10 +58,11 @@ inside the SwiGLU kernels are made by the base's input-gradient matmul: each bas
 first ``in`` columns of a buffer ``[W | slots]`` (``home_lora_bases``, at train begin), one rank-wide slot per
 linear of its group, zero columns after them to a whole 128 bytes a row; backward writes ``s B`` into the
 linear's own slot (zeros in its siblings') and ``g @ [W | slots]`` gives ``[dx | dh_1 | dh_2 ...]`` in one
-matmul (the group's accumulated in its epilogue as before). The separate skinny matmuls each read the output gradient once more, the widest tensors of a block for
-gate/up: 22 ms of the wizard's 7B plan step on the H200 (engine-speed-r's profile). The products and the
-roundings are the same; the input gradient is then rows of a wider tensor, which the norms' row kernels and the
-SwiGLU kernels read in place (o's, whose gradient goes to attention, is not folded). The forward reads only ``W``.
+matmul (the group's accumulated in its epilogue as before). The separate skinny matmuls each read the output
+gradient once more, the widest tensors of a block for gate/up: 22 ms of the wizard's 7B plan step on the H200
+(engine-speed-r's profile). The products and the roundings are the same; the input gradient is then rows of a
+wider tensor, which the norms' row kernels and the SwiGLU kernels read in place (o's, whose gradient goes to
+attention, is not folded). The forward reads only ``W``.
 
 The model calls q, k and v one after the other with the same tensor: the first call computes the group
 and hands the others their outputs when they are called with that tensor. Anything else (DoRA, several
