@@ -133,6 +133,7 @@ MATERIALIZE_S_PER_B = 2.5  # those weights made once per model and part (init + 
 SAVE_GB_PER_S = 0.9  # the final checkpoint (7B pure bf16 full: 45.7 GB in 51 s)
 TOKENIZE_PER_S = 150_000.0
 STEP_FLOOR_S = 0.15
+FUSED_RUNS = ("liger", "triton", "chunked", "none")  # the losses an engine reports it ran (core.train.fused_loss)
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,7 @@ class Row:
     expect: str = "fit"  # "fit" or "oom": what the row is there for (the measurement decides)
     skip: str = ""  # why this row cannot run on the one-GPU machine
     steps: int | None = None  # default: by the row's step time
+    prompt: float = 0.0  # the share of each row that is the question (no target): what the LM head skips
 
     @property
     def name(self) -> str:
@@ -165,6 +167,8 @@ class Row:
         if self.tiled_mlp != "auto":
             parts.append(f"tiles-{self.tiled_mlp}")
         parts += [f"{k}-{v}".replace("_", "") for k, v in self.switches]
+        if self.prompt:
+            parts.append(f"prompt{round(100 * self.prompt)}")
         return "-".join(str(p) for p in parts)
 
     @property
@@ -325,6 +329,13 @@ ROWS: tuple[Row, ...] = (
     # memory before them are estimated to fit now): twice their tokens; both ran out of memory (calibration-edges-e)
     _r("7b", "lora", 1, 49152, "oom", ckpt=False, expect="oom"),
     _r("32b", "lora", 4, 2048, "oom", ckpt=False, expect="oom"),
+    # ---- Half of every row a prompt without a target, which tunedeck's loss keeps out of the LM head
+    # (``TrainingPlan.target_share``): against the same rows without one (0.5b-lora-b8-s4096-nockpt,
+    # 7b-lora-b4-s2048-ckpt, and the wizard's 7B plan's shape), in one call
+    _r("0.5b", "lora", 8, 4096, "prompt", ckpt=False, prompt=0.5),
+    _r("7b", "lora", 4, 2048, "prompt", prompt=0.5),
+    _r("7b", "lora", 16, 2048, "prompt", ckpt=False),
+    _r("7b", "lora", 16, 2048, "prompt", ckpt=False, prompt=0.5),
 )
 TINY_ROWS: tuple[Row, ...] = (_r("tiny", "lora", 2, 128, "tiny", ckpt=False, steps=4),)
 
@@ -358,7 +369,7 @@ def _layers_for_auto(row: Row, gpu_name: str) -> int | None:
 
 
 def plan_options(row: Row, gpu_name: str = "H200", fused_run: str | None = None,
-                 layers_run: int | None = None) -> dict[str, Any]:
+                 layers_run: int | None = None, target_share: float | None = None) -> dict[str, Any]:
     """``core.estimate.TrainingPlan`` options for the row's run keys (``core.estimate.run_plan``, on a GPU
     with liger-kernel installed, as the device has). ``fused_run`` / ``layers_run``: the loss ("liger",
     "chunked", "none") and the checkpointed layer count the engine reported it ran."""
@@ -368,8 +379,9 @@ def plan_options(row: Row, gpu_name: str = "H200", fused_run: str | None = None,
     options = plan_options_for_run(values)
     fused = values.get("fused_ce", "auto")
     if fused_run is None:  # what the engine resolves on a GPU with liger-kernel installed (the device has it)
-        fused_run = "none" if fused is False else "chunked" if fused == "chunked" else "liger"
-    options.update(fused_ce=fused_run != "none", fused_ce_impl="chunked" if fused_run == "chunked" else "liger")
+        fused_run = "none" if fused is False else fused if fused in ("chunked", "liger") else "triton"
+    options.update(fused_ce=fused_run != "none", fused_ce_impl=fused_run if fused_run != "none" else "triton",
+                   target_share=1.0 - row.prompt if target_share is None else target_share)
     if layers_run is not None and row.ckpt is not False:
         options["checkpoint_layers"] = int(layers_run)
     elif row.ckpt == "auto":
@@ -378,14 +390,15 @@ def plan_options(row: Row, gpu_name: str = "H200", fused_run: str | None = None,
 
 
 def estimate_row(row: Row, gpu_name: str | None = None, fused_run: str | None = None,
-                 layers_run: int | None = None) -> dict[str, Any]:
+                 layers_run: int | None = None, target_share: float | None = None) -> dict[str, Any]:
     """The estimator's peak, tokens/s and fit verdict for the row on ``gpu_name`` (default H200), ``tiled_mlp:
     auto`` chosen by fit as the launcher chooses it."""
     from core.estimate import plan_for_model
 
     gpu = gpu_name or "H200"
     try:
-        plan = plan_for_model(str(MODELS[row.model][1]), exact_count=False, **plan_options(row, gpu, fused_run, layers_run))
+        plan = plan_for_model(str(MODELS[row.model][1]), exact_count=False,
+                              **plan_options(row, gpu, fused_run, layers_run, target_share))
     except Exception as exc:  # reported in the row, not fatal
         return {"error": f"{type(exc).__name__}: {exc}"}
     return estimate_plan(plan, gpu)
@@ -404,8 +417,8 @@ def plan_as_run(record: dict[str, Any]) -> tuple[Row, Any] | None:
     if row is None:
         return None
     layers = record.get("checkpoint_layers_run")
-    fused = record.get("fused_ce_run") if record.get("fused_ce_run") in ("liger", "chunked", "none") else None
-    options = plan_options(row, "H200", fused, layers if isinstance(layers, int) else None)
+    fused = record.get("fused_ce_run") if record.get("fused_ce_run") in FUSED_RUNS else None
+    options = plan_options(row, "H200", fused, layers if isinstance(layers, int) else None, record.get("target_share"))
     if record.get("tiled_mlp_run") is not None:
         options["tiled_mlp"] = record["tiled_mlp_run"]
     # the engine's switches as it reported them; one it did not report ran as its default did then: off in the
@@ -540,6 +553,16 @@ def _error(estimated: float | None, measured: float | None) -> float | None:
     return round((estimated - measured) / measured, 4) if estimated and measured else None
 
 
+def target_share(path: Path, seq: int) -> float | None:
+    """The share of the data's tokens that have a target at ``seq`` tokens a row, as the planner counts it
+    (``core.plan.summarise_dataset`` with the bench models' tokenizer): what the estimate's LM head reads."""
+    from core.assets import tiny_model_dir
+    from core.plan import summarise_dataset
+
+    share = summarise_dataset(path, str(tiny_model_dir())).target_share(seq)
+    return None if share is None else round(share, 4)
+
+
 def measure_row(ctx: dict[str, Any], row: Row, timeout_s: float, gpu_name: str | None) -> dict[str, Any]:
     """The row through engine_speed.run_engine (``tunedeck train``), then the estimate for what ran."""
     steps, warmup = row_steps(row, estimate_row(row, gpu_name), ctx.get("steps_override"))
@@ -547,15 +570,16 @@ def measure_row(ctx: dict[str, Any], row: Row, timeout_s: float, gpu_name: str |
             "ckpt": row.ckpt is not False, "name": f"cal-{row.model}-{row.method}"}
     # --profile N: N more steps, torch-profiled after the row's own (its rate is taken before them)
     extra = ctx.get("profile_steps", 0)
-    ctx["dataset"] = lambda seq, n=row.micro * (steps + extra) + 2: ctx["datasets"](seq, n)
+    ctx["dataset"] = lambda seq, n=row.micro * (steps + extra) + 2: ctx["datasets"](seq, n, round(row.prompt * seq))
     row_ctx = {**ctx, "steps": steps + extra, "warmup": warmup, "profile": f"{steps + 1}:{extra}" if extra else ""}
     began = time.monotonic()
     result = es.run_engine(row_ctx, row.engine(), spec, row.seq, timeout_s)
     wall = round(time.monotonic() - began, 1)
     status, reason = _classify(result)
-    fused_run = result.get("fused_ce") if result.get("fused_ce") in ("liger", "chunked", "none") else None
+    fused_run = result.get("fused_ce") if result.get("fused_ce") in FUSED_RUNS else None
     layers_run = result.get("checkpoint_layers_run")
-    estimate = estimate_row(row, gpu_name, fused_run, layers_run if isinstance(layers_run, int) else None)
+    share = target_share(ctx["dataset"](row.seq), row.seq)
+    estimate = estimate_row(row, gpu_name, fused_run, layers_run if isinstance(layers_run, int) else None, share)
     peak = max(result["peak_gib"]) if result.get("peak_gib") else None
     out = {
         "status": status, "reason": reason, "engine": row.engine(), "steps": result.get("steps"),
@@ -568,7 +592,7 @@ def measure_row(ctx: dict[str, Any], row: Row, timeout_s: float, gpu_name: str |
         "loss": result.get("loss"), "optimizer_run": result.get("optimizer"), "fused_ce_run": result.get("fused_ce"),
         "checkpoint_layers_run": layers_run, "tiled_mlp_run": result.get("tiled_mlp_run"),
         **{f"{key}_run": result.get(f"{key}_run") for key in es.LORA_SWITCHES},
-        "config_run": result.get("config"), "estimate": estimate,
+        "config_run": result.get("config"), "target_share": share, "estimate": estimate,
     }
     if result.get("profile"):
         out["profile"] = result["profile"]
@@ -969,12 +993,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the matrix measures the engine on a GPU (--tiny --cpu for the pipeline, --estimate-only)")
     home = Path(args.home or tempfile.mkdtemp(prefix="tunedeck-calibration-"))
     home.mkdir(parents=True, exist_ok=True)
-    datasets: dict[tuple[int, int], Path] = {}
+    datasets: dict[tuple[int, int, int], Path] = {}
 
-    def dataset(seq: int, records_n: int) -> Path:
-        if (seq, records_n) not in datasets:
-            datasets[(seq, records_n)] = es.make_long_dataset(home, seq, records_n)
-        return datasets[(seq, records_n)]
+    def dataset(seq: int, records_n: int, prompt_tokens: int) -> Path:
+        key = (seq, records_n, prompt_tokens)
+        if key not in datasets:
+            datasets[key] = es.make_long_dataset(home, seq, records_n, prompt_tokens)
+        return datasets[key]
 
     ctx: dict[str, Any] = {
         "home": home, "cpu": not cuda, "datasets": dataset, "profile_steps": args.profile, "drop_checkpoints": True,

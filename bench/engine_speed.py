@@ -151,15 +151,16 @@ def make_model_dir(home: Path, model: str) -> Path:
     return target
 
 
-def make_long_dataset(home: Path, min_tokens: int, records: int) -> Path:
+def make_long_dataset(home: Path, min_tokens: int, records: int, prompt_tokens: int = 0) -> Path:
     """Conversations whose assistant part alone is longer than ``min_tokens``: every row is full length
-    in every engine (truncated to the sequence length), so no engine gains by padding less."""
+    in every engine (truncated to the sequence length), so no engine gains by padding less. The question is 30
+    words, or about ``prompt_tokens`` tokens: the share of each row without a target (the loss's prompt)."""
     import random
 
     from core.assets import tiny_model_dir
     from core.train.model_setup import load_tokenizer
 
-    path = home / "data" / f"long-{min_tokens}-{records}.jsonl"
+    path = home / "data" / f"long-{min_tokens}-{records}{f'-prompt{prompt_tokens}' if prompt_tokens else ''}.jsonl"
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,9 +169,10 @@ def make_long_dataset(home: Path, min_tokens: int, records: int) -> Path:
     probe = " ".join(rng.choice(WORDS) for _ in range(400))
     per_word = max(0.5, len(tokenizer(probe)["input_ids"]) / 400)
     words = int(min_tokens / per_word * 1.2) + 50
+    asked = int(prompt_tokens / per_word) if prompt_tokens else 30
     with open(path, "w", encoding="utf-8") as handle:
         for _ in range(records):
-            question = " ".join(rng.choice(WORDS) for _ in range(30))
+            question = " ".join(rng.choice(WORDS) for _ in range(asked))
             answer = " ".join(rng.choice(WORDS) for _ in range(words))
             handle.write(json.dumps({"messages": [{"role": "user", "content": question},
                                                   {"role": "assistant", "content": answer}]}) + "\n")

@@ -39,8 +39,7 @@ def main() -> int:
     indices = [int(i) for i in args.gpus.split(",")] if args.gpus else None
     target = target_from_snapshot(monitor.snapshot(), indices)
     summary = summarise_dataset(args.dataset, args.model)
-    request = PlanRequest(args.model, target, dataset=args.dataset, dataset_records=summary.records,
-                          dataset_tokens=summary.total_tokens, dataset_p95_tokens=summary.p95)
+    request = PlanRequest(args.model, target, dataset=args.dataset).with_dataset(summary)
     rec = recommend(request)
     measured = probe_candidates(rec, request, top=args.top, steps=args.steps,
                                 progress=lambda text: print(text, file=sys.stderr))

@@ -266,6 +266,20 @@ def tokenize_dataset(
     return result
 
 
+def token_counts(records: Sequence[Record], tokenizer: Any, loss_on: str = "assistant") -> list[tuple[int, int]]:
+    """Each record's untruncated token length and its target count: the positions whose next token carries a
+    label (``tokenize_record``'s labels, shifted as the loss reads them), the rows that the engine's fused
+    losses send through the LM head (``core.train.fused_loss.target_rows``)."""
+    if any(isinstance(record, Conversation) for record in records):
+        ensure_chat_template(tokenizer)
+    method = "generation" if supports_generation_mask(tokenizer) else "prefix"
+    counts = []
+    for record in records:
+        ids, labels = tokenize_record(record, tokenizer, loss_on, method)
+        counts.append((len(ids), sum(1 for label in labels[1:] if label != IGNORE_INDEX)))
+    return counts
+
+
 def token_lengths(records: Sequence[Record], tokenizer: Any) -> list[int]:
     """The untruncated token length of every record, as the model will see it."""
     if any(isinstance(record, Conversation) for record in records):

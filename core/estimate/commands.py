@@ -41,10 +41,22 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--attention", choices=ATTENTIONS, default="sdpa", help=t("estimate.help.attention"))
     parser.add_argument("--gpu", default="H200", help=t("estimate.help.gpu"))
     parser.add_argument("--dataset-tokens", type=int, default=None, help=t("estimate.help.dataset_tokens"))
+    parser.add_argument("--target-share", type=_share, default=1.0, help=t("estimate.help.target_share"))
     parser.add_argument("--price-per-gpu-hour", type=float, default=None, help=t("estimate.help.price"))
     parser.add_argument("--exact", action="store_true", default=None, help=t("estimate.help.exact"))
     parser.add_argument("--json", action="store_true", help=t("estimate.help.json"))
     parser.set_defaults(handler=run_estimate)
+
+
+def _share(text: str) -> float:
+    """A fraction in (0, 1] (``--target-share``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(t("estimate.error.share", value=text))
+    return value
 
 
 def run_estimate(args: argparse.Namespace) -> int:
@@ -81,6 +93,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         grad_accum_steps=args.grad_accum,
         attention=args.attention,
         dataset_tokens=args.dataset_tokens,
+        target_share=args.target_share,
         price_per_gpu_hour=args.price_per_gpu_hour,
     )
     result = estimate(plan, gpu)

@@ -121,6 +121,7 @@ def _plan_summary(plan: TrainingPlan) -> dict[str, Any]:
         "grad_accum_steps": plan.grad_accum_steps,
         "attention": plan.attention,
         "dataset_tokens": plan.dataset_tokens,
+        "lm_head_share": round(plan.lm_head_share, 4),
         "price_per_gpu_hour": plan.price_per_gpu_hour,
     }
 

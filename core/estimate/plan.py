@@ -128,6 +128,10 @@ class TrainingPlan:
     # "false", or a tile count (every block).
     tiled_mlp: str | int = "auto"
     dataset_tokens: int | None = None
+    # The share of the data's tokens that have a target (core.plan.dataset.DatasetSummary.target_share): the
+    # engine's own fused losses ("triton", "chunked") send only those rows through the LM head
+    # (core.train.fused_loss.target_rows); ``lm_head_share`` says what the LM head reads.
+    target_share: float = 1.0
     price_per_gpu_hour: float | None = None
     # Set when the parameter count was checked on the meta device (then it wins over the analytic one).
     exact_total_params: int | None = field(default=None, compare=False)
@@ -173,6 +177,14 @@ class TrainingPlan:
     def liger_kernels(self) -> bool:
         """Liger's fused RMSNorm/SwiGLU come with its fused CE; the chunked CE changes only the loss."""
         return self.fused_ce and self.fused_ce_impl != "chunked"
+
+    @property
+    def lm_head_share(self) -> float:
+        """The share of the tokens the LM head reads: those with a target under tunedeck's fused losses, every
+        one under Liger's loss and the model's own."""
+        if self.fused_ce and self.fused_ce_impl in ("triton", "chunked"):
+            return min(1.0, max(0.0, self.target_share))
+        return 1.0
 
     @property
     def uses_lora(self) -> bool:

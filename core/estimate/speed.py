@@ -14,7 +14,9 @@ FLOPs per token (a matmul of an n-parameter weight costs 2n per token forward):
   (``tiled_mlp``) skips its compute in the block's recomputation and redoes it tile by tile in its own
   backward, so the MLP still runs forward twice: no FLOPs beyond plain checkpointing.
 N here is the parameters that take part in matmuls: the blocks' linears and the LM head (the embedding
-lookup is not a matmul).
+lookup is not a matmul), the LM head only for the share of tokens that have a target where the engine's
+loss reads only those rows (``TrainingPlan.lm_head_share``: a chat set whose prompts are half its tokens
+halves the LM head's work).
 
 Time of one micro-step on one GPU (see ``step_time``): the GPU's work is the linear layers' FLOPs at a
 big-GEMM efficiency, stretched by the elementwise work that grows as hidden/(hidden + h_half) shrinks
@@ -58,11 +60,6 @@ class FlopsPerToken:
         return self.forward + self.backward + self.recompute
 
 
-def matmul_parameters(counts: ParameterCounts) -> int:
-    """Parameters used in matmuls: the blocks' linear weights and the LM head."""
-    return counts.linear_in_layers + counts.embedding
-
-
 def targeted_weight_parameters(arch: ModelArchitecture, plan: TrainingPlan) -> int:
     """Weights of the base linears that carry an adapter (what DoRA re-runs and normalises)."""
     per_layer = sum(shape.weight_params for shape in arch.linear_shapes() if shape.name in plan.lora_targets)
@@ -80,8 +77,10 @@ def attention_flops_per_token(arch: ModelArchitecture, seq_len: int, calibration
 
 def flops_per_token(arch: ModelArchitecture, counts: ParameterCounts, plan: TrainingPlan,
                     calibration: Calibration) -> FlopsPerToken:
-    """Training FLOPs per token for ``plan`` (see the module docstring)."""
-    n = matmul_parameters(counts)
+    """Training FLOPs per token for ``plan`` (see the module docstring). The LM head's count only for the share of
+    tokens it reads (``plan.lm_head_share``): tunedeck's losses skip the rows without a target."""
+    head = counts.embedding * plan.lm_head_share
+    n = counts.linear_in_layers + head
     attention = attention_flops_per_token(arch, plan.seq_len, calibration, plan.attention)
     if plan.method == "full":
         forward = 2.0 * n + attention
@@ -96,7 +95,7 @@ def flops_per_token(arch: ModelArchitecture, counts: ParameterCounts, plan: Trai
             backward += 2.0 * targeted
     # The recomputation re-runs the checkpointed decoder layers only: not the LM head (2 x its weights).
     fraction = plan.recompute_fraction
-    recompute = (forward - 2.0 * counts.embedding) * fraction
+    recompute = (forward - 2.0 * head) * fraction
     if plan.skips_down_recompute:  # recompute_skip_down: the frozen down projection is not recomputed
         down = next(shape for shape in arch.linear_shapes() if shape.name == "down_proj")
         recompute -= 2.0 * down.weight_params * arch.num_layers * fraction
@@ -114,7 +113,8 @@ def model_flops_per_token(plan: TrainingPlan) -> float:
     from core.estimate.calibration import DEFAULT_CALIBRATION
 
     palm = replace(DEFAULT_CALIBRATION, attention_flops_factor=1.0)
-    flops = flops_per_token(plan.architecture, count_parameters(plan.architecture), plan, palm)
+    every_row = replace(plan, target_share=1.0)  # every token's LM head row, whatever an engine skips
+    flops = flops_per_token(plan.architecture, count_parameters(plan.architecture), every_row, palm)
     return flops.forward + flops.backward
 
 

@@ -167,6 +167,7 @@ def candidate_plans(request: PlanRequest, base: TrainingPlan) -> Iterator[Traini
     """Every plan the planner weighs for ``request`` (``base`` carries the model's architecture)."""
     precision = precision_for(request)
     lora_rank = int(request.overrides.get("lora_rank") or base.lora_rank)
+    share = base.target_share if request.dataset_target_share is None else request.dataset_target_share
     for num_gpus in gpu_counts(request):
         for method in methods(request):
             for zero, offload in parallelism(request, method, num_gpus):
@@ -187,6 +188,7 @@ def candidate_plans(request: PlanRequest, base: TrainingPlan) -> Iterator[Traini
                                     rms_norm_rows=base.rms_norm_rows and not request.hardware.cpu_only,
                                     lora_fold_dh=base.lora_fold_dh and not request.hardware.cpu_only,
                                     price_per_gpu_hour=request.hardware.price_per_gpu_hour,
+                                    target_share=share,
                                 )
 
 

@@ -70,12 +70,8 @@ def build_request(args: argparse.Namespace) -> Any:
             raise CliError(t("plan.error.dataset", path=args.dataset, problem=str(exc)), 2) from exc
     return PlanRequest(
         model=args.model, hardware=target, goal=args.goal, epochs=args.epochs,
-        effective_batch=max(1, args.effective_batch), dataset=args.dataset,
-        dataset_records=summary.records if summary else None,
-        dataset_tokens=summary.total_tokens if summary else None,
-        dataset_p95_tokens=summary.p95 if summary else None,
-        overrides=overrides,
-    ), summary
+        effective_batch=max(1, args.effective_batch), dataset=args.dataset, overrides=overrides,
+    ).with_dataset(summary), summary
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

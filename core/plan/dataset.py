@@ -12,7 +12,8 @@ HISTOGRAM_BINS = 8
 
 @dataclass(frozen=True)
 class DatasetSummary:
-    """Records and token lengths of a local data file (``exact`` False: characters / 4)."""
+    """Records and token lengths of a local data file (``exact`` False: characters / 4), and each record's
+    target count: the tokens the loss is computed for (its labelled answer; ``targets`` empty: not counted)."""
 
     path: str
     format: str | None
@@ -20,6 +21,7 @@ class DatasetSummary:
     issues: int
     lengths: tuple[int, ...] = field(default=(), repr=False)
     exact: bool = False
+    targets: tuple[int, ...] = field(default=(), repr=False)
 
     @property
     def total_tokens(self) -> int:
@@ -31,6 +33,22 @@ class DatasetSummary:
             return 0
         ordered = sorted(self.lengths)
         return ordered[min(len(ordered), max(1, math.ceil(0.95 * len(ordered)))) - 1]
+
+    def target_share(self, seq_len: int | None = None) -> float | None:
+        """The share of the tokens a step reads that have a target (the rows the engine's LM head reads), each
+        record cut to ``seq_len`` as the engine cuts it: at its end, where a record's answer is, so a cut takes
+        targets first (exact for one-answer chats and text; multi-turn chats lose earlier answers less). Records
+        left without a target are dropped by the engine and left out here too. None: not counted."""
+        if not self.targets or len(self.targets) != len(self.lengths):
+            return None
+        tokens = kept = 0
+        for length, targets in zip(self.lengths, self.targets, strict=True):
+            cut = max(0, length - seq_len) if seq_len else 0
+            left = max(0, targets - cut)
+            if left:
+                tokens += length - cut
+                kept += left
+        return kept / tokens if tokens else None
 
     @property
     def max_length(self) -> int:
@@ -50,7 +68,7 @@ class DatasetSummary:
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "records": self.records, "issues": self.issues,
                 "total_tokens": self.total_tokens, "p95_tokens": self.p95, "max_tokens": self.max_length,
-                "exact": self.exact,
+                "exact": self.exact, "target_tokens": sum(self.targets) if self.targets else None,
                 "histogram": [{"low": lo, "high": hi, "count": c} for lo, hi, c in self.histogram()]}
 
 
@@ -58,29 +76,48 @@ def summarise_dataset(path: str | Path, model: str | None = None) -> DatasetSumm
     """Read ``path`` and measure its samples; tokens are exact when ``model`` is a local folder
     with a tokenizer, else approximate. Raises ``DataError`` when the file cannot be read at all."""
     from core.data import read_dataset
-    from core.data.stats import approximate_lengths
 
     loaded = read_dataset(path)
     records = loaded.records
-    lengths: list[int] | None = None
+    counts: list[tuple[int, int]] | None = None
     exact = False
     if model and records:
-        lengths = _exact_lengths(records, model)
-        exact = lengths is not None
-    if lengths is None:
-        lengths = approximate_lengths(records)
-    return DatasetSummary(str(path), loaded.format, len(records), loaded.issue_count, tuple(lengths), exact)
+        counts = _exact_counts(records, model)
+        exact = counts is not None
+    if counts is None:
+        counts = approximate_counts(records)
+    return DatasetSummary(str(path), loaded.format, len(records), loaded.issue_count,
+                          tuple(n for n, _ in counts), exact, tuple(k for _, k in counts))
 
 
-def _exact_lengths(records: list[Any], model: str) -> list[int] | None:
-    """Token lengths with the model's own tokenizer, or None when it is not on this machine."""
+def approximate_counts(records: list[Any]) -> list[tuple[int, int]]:
+    """Lengths as characters / 4 (``core.data.stats.approximate_lengths``), and targets as the share of those
+    characters in what is trained on: a conversation's answers the data does not exclude, a text's text
+    after its prompt."""
+    from core.data.records import TextRecord
+    from core.data.stats import approximate_lengths
+
+    counts = []
+    for record, length in zip(records, approximate_lengths(records), strict=True):
+        chars = max(1, len(record.approx_text()))
+        if isinstance(record, TextRecord):
+            trained = len(record.text)
+        else:
+            trained = sum(len(m.content) for m in record.messages if m.trained)
+        targets = min(length, max(1, round(length * trained / chars))) if trained else 0
+        counts.append((length, targets))
+    return counts
+
+
+def _exact_counts(records: list[Any], model: str) -> list[tuple[int, int]] | None:
+    """Token lengths and targets with the model's own tokenizer, or None when it is not on this machine."""
     from core.data.stats import load_tokenizer
-    from core.data.tokenize import token_lengths
+    from core.data.tokenize import token_counts
 
     # Two tries: transformers' lazy module can fail an import made while another thread is importing it.
     for attempt in range(2):
         try:
-            return list(token_lengths(records, load_tokenizer(model)))
+            return token_counts(records, load_tokenizer(model))
         except ImportError:
             if attempt:
                 return None

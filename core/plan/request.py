@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from core.plan.hardware import HardwareTarget
+
+if TYPE_CHECKING:
+    from core.plan.dataset import DatasetSummary
 
 GOALS = ("fastest", "largest_batch", "longest_context", "lowest_cost")
 # Fields a user may pin (the wizard's overrides, the CLI's options); everything else the planner picks.
@@ -29,7 +32,18 @@ class PlanRequest:
     dataset_records: int | None = None
     dataset_tokens: int | None = None
     dataset_p95_tokens: int | None = None
+    # The share of the data's tokens that have a target at the request's sequence length (DatasetSummary.
+    # target_share): the rows the engine's LM head reads. None: not known (every row counted).
+    dataset_target_share: float | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
+
+    def with_dataset(self, summary: DatasetSummary | None) -> PlanRequest:
+        """This request with what ``summary`` measured of the data (unchanged without one)."""
+        if summary is None:
+            return self
+        measured = replace(self, dataset_records=summary.records, dataset_tokens=summary.total_tokens,
+                           dataset_p95_tokens=summary.p95)
+        return replace(measured, dataset_target_share=summary.target_share(measured.seq_len))
 
     def default_seq_len(self) -> int:
         """The next power of two covering 95% of the samples (at least 128), else 2048."""

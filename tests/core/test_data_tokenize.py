@@ -10,7 +10,7 @@ import pytest
 from core.assets import tiny_model_dir
 from core.data import IGNORE_INDEX, load_records, tokenize_dataset
 from core.data.records import Conversation, Message, TextRecord
-from core.data.tokenize import supports_generation_mask, token_lengths
+from core.data.tokenize import supports_generation_mask, token_counts, token_lengths
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 
@@ -164,6 +164,21 @@ def test_a_sample_left_without_labels_is_dropped_and_counted(tokenizer):
 def test_token_lengths_match_untruncated_tokenization(tokenizer):
     records = load_records(FIXTURES / "sharegpt.jsonl") + load_records(FIXTURES / "text.jsonl")
     assert token_lengths(records, tokenizer) == tokenize_dataset(records, tokenizer, None).lengths
+
+
+def test_token_counts_are_the_lengths_and_the_targets_the_loss_reads(tokenizer):
+    """A record's targets: its positions whose next token has a label (the loss's shifted rows)."""
+    records = load_records(FIXTURES / "sharegpt.jsonl") + load_records(FIXTURES / "text.jsonl")
+    counts = token_counts(records, tokenizer)
+    tokenized = tokenize_dataset(records, tokenizer, None)
+    assert len(tokenized) == len(records)
+    assert [n for n, _ in counts] == token_lengths(records, tokenizer)
+    assert [k for _, k in counts] == [sum(1 for label in labels[1:] if label != IGNORE_INDEX)
+                                      for labels in tokenized.labels]
+    chats = sum(isinstance(r, Conversation) for r in records)
+    assert all(0 < k < n / 2 for n, k in counts[:chats])  # prompts and the template's tokens carry none
+    assert all(k == n - 1 for n, k in counts[chats:])  # a text trains on every next token
+    assert token_counts(records[:1], tokenizer, loss_on="all")[0] == (counts[0][0], counts[0][0] - 1)
 
 
 def test_tokenizer_without_a_chat_template_gets_the_bundled_one(tokenizer):

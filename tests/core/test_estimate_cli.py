@@ -55,6 +55,19 @@ def test_json_flags_change_the_plan(tmp_path):
     assert data["epoch_cost"] is not None and data["epoch_hours"] > 0
 
 
+def test_target_share_is_a_fraction_and_speeds_the_lm_head_up(tmp_path):
+    base = ("--model", "Qwen2.5-0.5B", "--batch-size", "8", "--seq-len", "4096", "--no-gradient-checkpointing",
+            "--json")
+    every = json.loads(run_estimate(tmp_path, *base).stdout)
+    half = json.loads(run_estimate(tmp_path, *base, "--target-share", "0.5").stdout)
+    assert half["plan"]["lm_head_share"] == 0.5 and every["plan"]["lm_head_share"] == 1.0
+    assert half["tokens_per_s"] > every["tokens_per_s"] and half["peak_gib"] == every["peak_gib"]
+    for bad in ("0", "1.5", "half"):
+        result = run_estimate(tmp_path, *base, "--target-share", bad)
+        assert result.returncode == 2 and f"--target-share takes a fraction above 0 and at most 1, like 0.4, not {bad}" \
+            in result.stderr
+
+
 def test_does_not_fit_is_still_a_successful_estimate(tmp_path):
     result = run_estimate(tmp_path, "--model", "Qwen2.5-72B", "--method", "full", "--gpu", "RTX-4090", "--json")
     assert result.returncode == 0, result.stderr

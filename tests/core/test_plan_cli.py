@@ -79,7 +79,8 @@ def test_lora_dropout_says_what_it_costs_on_a_gpu(tmp_path):
     same = subprocess.run(
         [sys.executable, "-m", "core", "estimate", "--model", "Qwen2.5-7B", "--method", "lora", "--batch-size",
          str(plan["micro_batch_size"]), "--seq-len", "2048", "--grad-accum", str(plan["grad_accum_steps"]),
-         "--optimizer", "adamw_fused", "--gpu", "H200", "--lora-dropout", "0", "--json"],
+         "--optimizer", "adamw_fused", "--gpu", "H200", "--lora-dropout", "0",
+         "--target-share", str(plan["lm_head_share"]), "--json"],
         capture_output=True, text=True, env={**os.environ, "TUNEDECK_HOME": str(tmp_path / "home")}, cwd=ROOT,
         timeout=120)
     assert same.returncode == 0, same.stderr

@@ -28,9 +28,7 @@ def cpu_request(tmp_path, monkeypatch):
     monkeypatch.delenv("TUNEDECK_FAKE_GPUS", raising=False)
     monitor = fake_monitor_from_recording(GPU_FIXTURES / "none.json")
     summary = summarise_dataset(SAMPLE, "tiny")
-    return PlanRequest("tiny", target_from_snapshot(monitor.snapshot()), dataset=SAMPLE,
-                       dataset_records=summary.records, dataset_tokens=summary.total_tokens,
-                       dataset_p95_tokens=summary.p95)
+    return PlanRequest("tiny", target_from_snapshot(monitor.snapshot()), dataset=SAMPLE).with_dataset(summary)
 
 
 def test_probe_runs_real_steps_caches_them_and_reranks(cpu_request):

@@ -397,6 +397,9 @@ class WizardScreen(Screen[None]):
         lines = [t("wizard.dataset.info", format=summary.format or "?", records=summary.records,
                    issues=summary.issues, tokens=summary.total_tokens, p95=summary.p95,
                    kind=t("wizard.dataset.exact") if summary.exact else t("wizard.dataset.approx"))]
+        share = summary.target_share()
+        if share is not None:
+            lines.append(t("wizard.dataset.targets", share=f"{100 * share:.0f}"))
         histogram = summary.histogram()
         peak = max((c for _, _, c in histogram), default=1) or 1
         for low, high, count in histogram:
@@ -491,15 +494,10 @@ class WizardScreen(Screen[None]):
         from core.plan import PlanRequest
 
         model = self.base_model or self.query_one("#model-input", Input).value.strip()
-        summary = self.summary
         return PlanRequest(
             model=model, hardware=self._target(), goal=self.goal, epochs=self._read_epochs() or 3.0,
-            dataset=self.summary_path or None,
-            dataset_records=summary.records if summary else None,
-            dataset_tokens=summary.total_tokens if summary else None,
-            dataset_p95_tokens=summary.p95 if summary else None,
-            overrides=dict(self.overrides),
-        )
+            dataset=self.summary_path or None, overrides=dict(self.overrides),
+        ).with_dataset(self.summary)
 
     def recompute(self, advance: bool = False) -> None:
         """Plan again from the inputs, off the UI thread (weighing hundreds of plans takes a while on a

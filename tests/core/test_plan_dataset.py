@@ -1,0 +1,52 @@
+"""What the planner reads of the data: the share of its tokens that have a target, cut as the engine cuts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.data import load_records
+from core.data.records import Conversation, Message, TextRecord
+from core.plan import PlanRequest, summarise_dataset
+from core.plan.dataset import DatasetSummary, approximate_counts
+from core.plan.hardware import parse_target
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "core" / "data" / "samples" / "tiny_skills.jsonl"
+
+
+def summary(lengths, targets):
+    return DatasetSummary("d.jsonl", "messages", len(lengths), 0, tuple(lengths), True, tuple(targets))
+
+
+def test_the_share_counts_the_targets_a_cut_leaves():
+    data = summary((100, 300), (40, 200))
+    assert data.target_share() == 240 / 400
+    # at 200 tokens the second record loses its last 100, all of them targets (an answer ends a record)
+    assert data.target_share(200) == (40 + 100) / (100 + 200)
+    # at 60 the first keeps 0 of its 40 and is dropped by the engine, as the second (200 - 240 < 0)
+    assert data.target_share(60) is None
+    assert summary((10,), ()).target_share() is None  # not counted
+
+
+def test_approximate_targets_are_the_trained_texts_share_of_the_characters():
+    chat = Conversation([Message("user", "q" * 300), Message("assistant", "a" * 100),
+                         Message("user", "r" * 50), Message("assistant", "b" * 50, trainable=False)])
+    text = TextRecord("t" * 400, prompt="p" * 400)
+    (n_chat, k_chat), (n_text, k_text) = approximate_counts([chat, text])
+    assert abs(k_chat / n_chat - 100 / len(chat.approx_text())) < 0.01  # the answer the data does not exclude
+    assert k_text / n_text == 0.5
+    assert approximate_counts([Conversation([Message("user", "q"), Message("assistant", "")])])[0][1] == 0
+
+
+def test_the_sample_is_counted_with_the_models_tokenizer_and_the_request_takes_its_share():
+    exact = summarise_dataset(SAMPLE, "tiny")
+    approx = summarise_dataset(SAMPLE)
+    assert exact.exact and not approx.exact
+    assert len(exact.targets) == exact.records == len(load_records(SAMPLE))
+    for data in (exact, approx):
+        assert 0.1 < data.target_share() < 0.6  # short questions and answers, the template's tokens
+    request = PlanRequest("tiny", parse_target("cpu"), overrides={"seq_len": 64}).with_dataset(exact)
+    assert request.dataset_tokens == exact.total_tokens and request.dataset_p95_tokens == exact.p95
+    assert request.dataset_target_share == exact.target_share(64)
+    assert PlanRequest("tiny", parse_target("cpu")).with_dataset(None).dataset_target_share is None
+    assert exact.to_json()["target_tokens"] == sum(exact.targets)
