@@ -229,7 +229,9 @@ def _calibration_rows() -> list[Row]:
         row, plan = ran
         kind, note = "cal", f"{result['steps']} steps" + (
             f", mean of {len(result['rates'])} calls" if len(result.get("rates") or []) > 1 else "")
-        if plan.tiles_mlp:
+        if row.axis == "prompt":
+            kind, note = "excluded", note + "; checks the LM head's target share (TrainingPlan.target_share), not fitted"
+        elif plan.tiles_mlp:
             kind, note = "excluded", note + f"; tiled MLP ({plan.mlp_tiles(True)} tiles): bench/matrix_terms_fit.py fits its cost"
         elif row.method == "full" and not row.pure_bf16:
             kind, note = "excluded", note + "; mixed-precision full: bench/matrix_terms_fit.py fits its fp32 cost"

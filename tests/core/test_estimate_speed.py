@@ -87,12 +87,13 @@ def test_the_lm_head_reads_only_the_rows_with_a_target():
     assert flops_per_token(TINY, COUNTS, full, CAL).total - flops_per_token(
         TINY, COUNTS, replace(full, target_share=0.25), CAL).total == pytest.approx(6 * HEAD * 0.75)
     assert model_flops_per_token(half) == model_flops_per_token(p)
-    # a small model with a large vocabulary: half the rows a prompt is 11% faster on an H200 (measured:
-    # bench/results/estimate_matrix/calibration-prompt-a.md)
-    small = plan_for_model("Qwen2.5-0.5B", method="lora", micro_batch_size=8, seq_len=4096,
-                           gradient_checkpointing=False)
+    # the wizard's 7B plan on one H200 with half of every row a prompt (0.49 of the tokens with a target, against
+    # 0.95): measured 2.6% faster (19,240 against 18,749 tok/s, bench/results/estimate_matrix/calibration-prompt-b.md)
+    plan = plan_for_model("Qwen2.5-7B", method="lora", micro_batch_size=16, seq_len=2048, gradient_checkpointing=False)
     gpu = find_gpu("H200")
-    assert estimate(replace(small, target_share=0.5), gpu).tokens_per_s > 1.05 * estimate(small, gpu).tokens_per_s
+    ratio = estimate(replace(plan, target_share=0.49), gpu).tokens_per_s / estimate(
+        replace(plan, target_share=0.95), gpu).tokens_per_s
+    assert 1.01 < ratio < 1.045
 
 
 def test_attention_runs_at_the_kernels_own_efficiency():
