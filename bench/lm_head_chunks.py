@@ -65,7 +65,7 @@ def measure(rows: int, prompt: float, chunks: list[int], iters: int) -> list[dic
             key = f"{chunk}"
             if mode == "every row":
                 reference[key] = float(loss)
-            used = chunk or fused_chunk_tokens(rows if given is None else taken.numel(), VOCAB, HIDDEN)
+            used = chunk or fused_chunk_tokens(rows, VOCAB, HIDDEN)  # the batch's positions (linear_ce_kernel)
             out.append({"chunk": used, "rule": chunk is None, "mode": mode, "rows": rows if given is None else taken.numel(),
                         "ms": round(ms, 3), "loss": float(loss), "loss_vs_every_row": float(loss) - reference[key],
                         "grad_norm": grad_norm,

@@ -100,7 +100,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
             hidden = hidden.to(dtype)
             weight = weight.to(dtype)
             taken, vocab = hidden.shape[0] if rows is None else rows.shape[0], weight.shape[0]
-            step = chunk or fused_chunk_tokens(taken, vocab, hidden.shape[1])
+            # Liger's rule over the batch's positions, not the rows taken: the chunks of a batch whose rows are half
+            # prompt hold as many rows as without the prompt, half as many chunks (and launches: a 0.5B's step waits
+            # on them), no more memory at the peak than the batch without a prompt has
+            step = chunk or fused_chunk_tokens(hidden.shape[0], vocab, hidden.shape[1])
             scale = (1.0 / count.to(device=hidden.device, dtype=torch.float32).clamp(min=1.0)).reshape(1)
             losses = torch.empty(taken, dtype=torch.float32, device=hidden.device)
             grad_hidden = None

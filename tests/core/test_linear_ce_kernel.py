@@ -67,6 +67,29 @@ def test_loss_and_gradient_equal_the_materialised_logits(kernel, monkeypatch, ch
     assert ours_in.grad[:, -1].abs().max() == 0  # the last position predicts nothing
 
 
+def test_the_rows_taken_fill_chunks_sized_by_the_batchs_positions(kernel, monkeypatch):
+    """With the collator's rows, a chunk holds as many of them as the rule gives the whole batch (Liger's rule over
+    every position), not the rule over the rows taken: half the rows a prompt is half the chunks, not half-full
+    ones (a 0.5B's 128-row chunks, 126 a step, were as many as without the prompt: calibration-prompt-c)."""
+    from core.train.fused_loss import target_rows
+
+    asked, products = [], []
+    rule = kernel.fused_chunk_tokens
+    monkeypatch.setattr(kernel, "fused_chunk_tokens", lambda n, v, h: asked.append(n) or rule(n, v, h))
+    mm = torch.mm
+    monkeypatch.setattr(kernel.torch, "mm", lambda a, b, **kw: products.append(a.shape[0]) or mm(a, b, **kw))
+    g = torch.Generator().manual_seed(4)
+    hidden = torch.randn(4, 64, 8, generator=g, requires_grad=True)  # vocabulary 64 / hidden 8: 8 rows a chunk's share
+    labels = torch.randint(0, 64, (4, 64), generator=g)
+    labels[:, :40] = -100  # a prompt: 24 of 64 positions a row have a target, 96 in all
+    head = torch.nn.Linear(8, 64, bias=False).requires_grad_(False)
+    rows = target_rows(labels)
+    kernel.linear_cross_entropy(hidden, labels, head, rows=rows).backward()
+    assert asked == [256] and rows.numel() == 96
+    step = rule(256, 64, 8)  # 32 rows a chunk (the rule over the 96 taken: 16)
+    assert products == [size for start in range(0, 96, step) for size in [min(step, 96 - start)] * 2]
+
+
 def test_no_counted_target_gives_zero_and_a_plain_number_divides_too(kernel):
     head = torch.nn.Linear(8, 20, bias=False).requires_grad_(False)
     hidden = torch.randn(1, 6, 8, requires_grad=True)
