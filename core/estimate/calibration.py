@@ -142,7 +142,7 @@ def _default_dispatch() -> dict[str, float]:
     # its weight norms. Fitted by bench/estimate_calibrate.py on the H200 calibration matrix's rows whose
     # steps wait on the CPU (24-48 layers; LoRA and QLoRA on the engine with the fused kernels): the box's
     # CPU is a shared server core, and these rows vary by up to a third a call.
-    return {"full": 0.001021, "lora": 0.001987, "dora": 0.003827, "qlora": 0.002707}
+    return {"full": 0.001022, "lora": 0.001987, "dora": 0.003827, "qlora": 0.002707}
 
 
 def _default_mlp_tile() -> dict[str, float]:
