@@ -371,8 +371,9 @@ def _layers_for_auto(row: Row, gpu_name: str) -> int | None:
 def plan_options(row: Row, gpu_name: str = "H200", fused_run: str | None = None,
                  layers_run: int | None = None, target_share: float | None = None) -> dict[str, Any]:
     """``core.estimate.TrainingPlan`` options for the row's run keys (``core.estimate.run_plan``, on a GPU
-    with liger-kernel installed, as the device has). ``fused_run`` / ``layers_run``: the loss ("liger",
-    "chunked", "none") and the checkpointed layer count the engine reported it ran."""
+    with liger-kernel installed, as the device has). ``fused_run`` / ``layers_run``: the loss (FUSED_RUNS) and the
+    checkpointed layer count the engine reported it ran; ``target_share``: the share of the data's tokens with a
+    target (``target_share()``; default: what the row's prompt leaves)."""
     from core.estimate.run_plan import plan_options_for_run
 
     values = run_values(row)
