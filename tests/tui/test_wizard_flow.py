@@ -211,6 +211,9 @@ def test_dataset_file_picker_previews_the_picked_file(private_home, tmp_path, mo
             assert w.summary.records == 12 and w.summary.format == "alpaca"
             text = " ".join(screen_text(app).split())
             assert "format alpaca, 12 records" in text
+            share = round(100 * w.summary.target_share())
+            assert 30 < share < 100  # the outputs, against their instructions and the template's tokens
+            assert f"{share}% of the tokens carry the loss: the LM head reads only those" in text
             assert w.step == 1
             await pilot.press("enter")
             await wait_for(pilot, lambda: w.step == 2)
