@@ -201,9 +201,10 @@ def test_rows_that_run_fit_the_disk_and_the_disk_skips_do_not():
             assert cm.disk_gb(row) <= cm.DISK_FREE_GB, (row.name, cm.disk_gb(row))
 
 
-def test_gpu_rows_are_classified_and_compared_with_what_the_engine_ran(monkeypatch):
+def test_gpu_rows_are_classified_and_compared_with_what_the_engine_ran(monkeypatch, tmp_path):
     """measure_row's GPU path with the engine runner stubbed: a finished row gets its errors from the
-    NVML peak and the estimate for the loss and layers the engine reported; an OOM row its verdict only."""
+    NVML peak and the estimate for the loss and layers the engine reported; an OOM row its verdict only. Each
+    row records the share of its data's tokens with a target (half for a row half prompt)."""
     calls = []
 
     def fake_run_engine(ctx, engine, spec, seq, timeout_s):
@@ -217,11 +218,18 @@ def test_gpu_rows_are_classified_and_compared_with_what_the_engine_ran(monkeypat
                 "lora_dropout_fused_run": False}
 
     monkeypatch.setattr(cm.es, "run_engine", fake_run_engine)
-    ctx = {"datasets": lambda seq, n: f"data-{seq}-{n}"}
+    made = []
+
+    def datasets(seq, n, prompt_tokens):
+        made.append((seq, n, prompt_tokens))
+        return cm.es.make_long_dataset(tmp_path, seq, n, prompt_tokens)
+
+    ctx = {"datasets": datasets}
     by = {r.name: r for r in cm.ROWS}
     done = cm.measure_row(ctx, by["7b-lora-b4-s2048-ckpt-lorainputupcast-True"], 100, "NVIDIA H200")
     assert calls[0][0] == "tunedeck+lora_input_upcast=true" and calls[0][1]["ckpt"] is True
-    assert calls[0][3] == f"data-2048-{4 * calls[0][2] + 2}"
+    assert made[0] == (2048, 4 * calls[0][2] + 2, 0) and calls[0][3].name == f"long-2048-{made[0][1]}.jsonl"
+    assert 0.9 < done["target_share"] < 1.0  # a 30-word question, the template's tokens
     assert done["status"] == "finished" and done["estimate"]["fused_ce"] == "chunked"
     assert done["peak_error"] == round((done["estimate"]["peak_gib"] - 21.0) / 21.0, 4)
     assert done["speed_error"] == round((done["estimate"]["tokens_per_s"] - 10000.0) / 10000.0, 4)
@@ -231,6 +239,10 @@ def test_gpu_rows_are_classified_and_compared_with_what_the_engine_ran(monkeypat
     oom = cm.measure_row(ctx, by["7b-full-bf16-b8-s4096-nockpt"], 100, "NVIDIA H200")
     assert oom["status"] == "oom" and oom["peak_error"] is None and cm.verdict_right(oom) is True
     assert calls[1][1]["ckpt"] is False
+    half = cm.measure_row(ctx, by["7b-lora-b4-s2048-ckpt-prompt50"], 100, "NVIDIA H200")
+    assert made[-1][2] == 1024 and 0.4 < half["target_share"] < 0.6
+    assert half["estimate"]["tokens_per_s"] > cm.estimate_row(by["7b-lora-b4-s2048-ckpt"], "H200", "chunked", 28,
+                                                               done["target_share"])["tokens_per_s"]
 
 
 def test_a_switch_a_record_does_not_report_ran_as_the_engine_of_its_file_ran_it():
