@@ -133,7 +133,7 @@ def _engine_plan(model: str, method: str, config: dict[str, Any], result: dict[s
         "checkpoint_layers": None if layers in (None, 0) else int(layers),
         "optimizer": normalise_optimizer(result.get("optimizer") or "auto"),
         "fused_ce": result.get("fused_ce") not in (None, "none"),
-        "fused_ce_impl": "chunked" if result.get("fused_ce") == "chunked" else "liger",
+        "fused_ce_impl": result.get("fused_ce") if result.get("fused_ce") in ("chunked", "triton") else "liger",
         "offload_activations": bool(config.get("offload_activations")),
         "tiled_mlp": config.get("tiled_mlp") or result.get("tiled_mlp_run") or "auto",
     }
