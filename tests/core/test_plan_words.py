@@ -32,7 +32,7 @@ def test_a_cpu_plan_runs_on_the_cpu_without_a_cuda_context():
 
 def test_gpu_counts_are_pluralised():
     one = format_recommendation(_plan("Qwen2.5-7B", "1xA100-80GB"))
-    assert "GPU(s)" not in one and ", 1 GPU," in one and "uses the one GPU this box has" in one, one
+    assert "GPU(s)" not in one and ", 1 GPU," in one and "uses the one GPU there is" in one, one
     two = format_recommendation(_plan("Qwen2.5-7B", "2xA100-80GB"))
     assert "GPU(s)" not in two and "GPUs" in two, two
 
