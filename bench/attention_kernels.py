@@ -25,11 +25,16 @@ PYTHONPATH (the wheel's .pth file is not read outside site-packages).
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # core, for results_files
+
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
 HEADS, KV_HEADS, HEAD_DIM, LAYERS = 28, 4, 128, 28  # Qwen2.5-7B
 
@@ -169,7 +174,6 @@ def main() -> int:
         meta["flash_attn_4"] = version("flash-attn-4")
     except Exception:  # noqa: BLE001
         meta["flash_attn_4"] = None
-    (out_dir / "attention-kernels.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = [f"# Causal attention, forward + backward ({meta['device']}, torch {meta['torch']}, "
              f"flash-attn-4 {meta['flash_attn_4']})", "",
              "| backend | b x s | fwd ms | fwd+bwd ms | fwd TF/s | bwd TF/s | x28 layers ms | first call s | "
@@ -182,7 +186,7 @@ def main() -> int:
                      f"{r['forward_tflops']} | {r['backward_tflops']} | {r['plan_step_ms']} | {r['first_call_s']} | "
                      f"{r.get('max_abs_out_vs_cudnn', '-')} | {r.get('max_abs_grad_vs_cudnn', '-')} "
                      f"({r.get('max_abs_grad', '-')}) | {r['max_abs_vs_fp32_row0']} |")
-    (out_dir / "attention-kernels.md").write_text("\n".join(lines) + "\n")
+    write_results(out_dir / "attention-kernels.md", {"meta": meta, "rows": rows}, "\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -99,6 +99,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import engine_speed as es  # noqa: E402  (bench/ is not a package)
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
 CONFIG_DIR = ROOT / "bench" / "configs"
 MODELS = {  # key -> (label, published config.json)
@@ -975,8 +976,7 @@ def main(argv: list[str] | None = None) -> int:
     def record(r: Row, result: dict[str, Any]) -> None:
         records.append({"row": r.name, "axis": r.axis, "expect": r.expect, "settings": asdict(r),
                         "expected_s": round(expected.get(r.name, 0.0), 1), **result})
-        out_json.write_text(json.dumps({"meta": meta, "results": records}, indent=2, default=str) + "\n")
-        out_md.write_text(render_part(records, meta), encoding="utf-8")
+        write_results(out_md, {"meta": meta, "results": records}, render_part(records, meta))
         profiles = [f"## {rec['row']}\n\n{rec.get('tokens_per_s')} tok/s unprofiled\n\n```\n{rec['profile']}```\n"
                     for rec in records if rec.get("profile")]
         if profiles:

@@ -36,6 +36,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
 TRAIN_LINE = (
     '{{"kind": "train", "step": {step}, "total_steps": {total}, "epoch": {epoch:.4f}, "loss": {loss:.4f}, '
@@ -167,8 +170,6 @@ def engine_row_config(home: Path, row: str, steps: int) -> Path:
     """A run config of ``bench/engine_speed.py``'s ``row`` (e.g. ``7b-lora``: 7B LoRA, micro-batch 4 x 2048,
     checkpointed, a GPU-bound step), random weights and its long-conversation data, ``steps`` steps."""
     import yaml
-
-    sys.path.insert(0, str(ROOT / "bench"))
     from engine_speed import make_long_dataset, make_model_dir, row_specs
 
     spec = row_specs(row.startswith("tiny"), 1)[row]
@@ -277,9 +278,7 @@ def _records(run) -> list[dict]:
     return [r for r in iter_records(run.metrics_path) if r.get("kind") == "train"]
 
 
-def write_results(out: Path, results: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+def write_report(out: Path, results: dict) -> None:
     lines = ["# Dashboard benchmark", "", f"Machine: {results['machine']}; load average after the run: "
              f"{results.get('load_average_after')}", ""]
     if "cpu" in results:
@@ -303,7 +302,7 @@ def write_results(out: Path, results: dict) -> None:
                   f"| median | {fr['frame_ms_median']} ms |", ""]
     if "gpu" in results:
         lines += ["```", json.dumps(results["gpu"], indent=2), "```", ""]
-    out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
+    write_results(out, results, "\n".join(lines))
 
 
 def main() -> int:
@@ -359,7 +358,7 @@ def main() -> int:
                 print(json.dumps(results["frame"]), file=sys.stderr)
     # Other work on the box skews every figure: say how busy it was.
     results["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    write_results(Path(args.out), results)
+    write_report(Path(args.out), results)
     print(json.dumps(results, indent=2))
     return 0
 

@@ -39,6 +39,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
 CONFIGS = {"0.5b": ROOT / "bench" / "configs" / "qwen2.5-0.5b.json",
            "7b": ROOT / "bench" / "configs" / "qwen2.5-7b.json",
@@ -281,8 +284,7 @@ def main() -> int:
 
     def record(row: dict[str, Any]) -> None:
         rows.append(row)
-        out_json.write_text(json.dumps({"meta": meta, "runs": rows}, indent=2) + "\n")
-        out_md.write_text(render_markdown(rows, meta))
+        write_results(out_md, {"meta": meta, "runs": rows}, render_markdown(rows, meta))
 
     if args.multi:
         if torch.cuda.device_count() < 2:

@@ -24,7 +24,6 @@ the bundled tiny model (the test).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import engine_speed as es  # noqa: E402  (bench/ is not a package)
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
 BUDGETS_GIB = (24, 48, 80)
 MODELS = {"7b": "Qwen2.5-7B", "8b": "Llama-3-8B", "tiny": "tiny"}
@@ -185,14 +185,12 @@ def main(argv: list[str] | None = None) -> int:
             "command": "python bench/engine_longctx.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "estimated_longest": {}}
     out_md = Path(args.out)
-    out_json = out_md.with_suffix(".json")
     out_md.parent.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
 
     def record(result: dict[str, Any]) -> None:
         results.append(result)
-        out_json.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
-        out_md.write_text(render(results, meta))
+        write_results(out_md, {"meta": meta, "results": results}, render(results, meta))
 
     if cuda:
         for model, method, _ in series:

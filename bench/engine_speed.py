@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from engine_gpu import TOKENIZER_FILES, WORDS, one_run  # noqa: E402  (bench/ is not a package)
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
 # The engine's LoRA run keys whose value as run the log header reports (a result's ``<key>_run``)
 LORA_SWITCHES = ("lora_dropout_fused", "lora_swiglu_fused", "lora_swiglu_down", "lora_swiglu_db",
@@ -708,8 +709,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def record(result: dict[str, Any]) -> None:
         results.append(result)
-        out_json.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
-        out_md.write_text(render(results, meta))
+        write_results(out_md, {"meta": meta, "results": results}, render(results, meta))
 
     for name in wanted:
         spec = {**specs[name], "name": name}

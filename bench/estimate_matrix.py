@@ -44,6 +44,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "bench") not in sys.path:
+    sys.path.insert(0, str(ROOT / "bench"))
+
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
 GIB = 1024**3
 RESULT_PREFIX = "ESTIMATE_MATRIX_RESULT "
@@ -546,8 +550,6 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 def write_report(rows: list[dict[str, Any]], out_dir: Path, meta: dict[str, Any]) -> None:
     """estimate_matrix.json (everything) and estimate_matrix.md (the comparison table + summary)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "estimate_matrix.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     lines = [
         "# Estimator vs measurement",
         "",
@@ -603,7 +605,7 @@ def write_report(rows: list[dict[str, Any]], out_dir: Path, meta: dict[str, Any]
     errors = [row for row in rows if row.get("measured", {}).get("status") in ("error", "timeout")]
     if errors:
         lines += ["", "## Errors", ""] + [f"- {row['name']}: {row['measured'].get('error')}" for row in errors]
-    (out_dir / "estimate_matrix.md").write_text("\n".join(lines) + "\n")
+    write_results(out_dir / "estimate_matrix.md", {"meta": meta, "rows": rows}, "\n".join(lines))
 
 
 def report_only(results_json: list[Path], out_dir: Path | None = None) -> int:

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from lora_dropout_kernel import median_ms  # noqa: E402  (bench/ is not a package: run as a script)
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
 HASH = "h = _fmix32(pairs.to(tl.uint32) ^ seed.to(tl.uint32))"
 HASH_UNPAIRED = "return _fmix32(idx.to(tl.uint32) ^ seed.to(tl.uint32)) >= thr.to(tl.uint32)"
@@ -196,9 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"gpu": torch.cuda.get_device_name(), "tokens": args.tokens, "reps": args.reps,
             "command": "python3 bench/kernel_parts.py " + " ".join(sys.argv[1:] if argv is None else argv),
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "kernel-parts.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1), encoding="utf-8")
-    (args.out / "kernel-parts.md").write_text(render(rows, meta), encoding="utf-8")
+    write_results(args.out / "kernel-parts.md", {"meta": meta, "rows": rows}, render(rows, meta))
     return 0
 
 

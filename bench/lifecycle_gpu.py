@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import engine_gpu  # noqa: E402  (the same model/data helpers as the engine benchmark)
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
 
 def log(text: str) -> None:
@@ -302,7 +303,6 @@ def main() -> int:
     parser.add_argument("--home", default=None)
     args = parser.parse_args()
     out_md = Path(args.out)
-    out_json = out_md.with_suffix(".json")
     home = Path(args.home or tempfile.mkdtemp(prefix="tunedeck-lifecycle-"))
     results: dict[str, Any] = {"model": args.model, "home": str(home), "steps": {}}
     try:
@@ -313,8 +313,7 @@ def main() -> int:
         results["gpu"] = None
 
     def save() -> None:
-        out_json.write_text(json.dumps(results, indent=2) + "\n")
-        out_md.write_text(render(results))
+        write_results(out_md, results, render(results))
 
     try:
         model_dir = engine_gpu.make_model_dir(home, args.model)

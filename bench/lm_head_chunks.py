@@ -23,6 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # core, for results_files
+
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
+
 HIDDEN, VOCAB, SEQ = 3584, 152_064, 2048  # Qwen2.5-7B
 
 
@@ -102,9 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"gpu": torch.cuda.get_device_name(), "rows": args.rows, "prompt": args.prompt, "iters": args.iters,
             "command": "python3 bench/lm_head_chunks.py " + " ".join(sys.argv[1:] if argv is None else argv), "torch": torch.__version__,
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "lm-head-chunks.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1), encoding="utf-8")
-    (args.out / "lm-head-chunks.md").write_text(render(rows, meta), encoding="utf-8")
+    write_results(args.out / "lm-head-chunks.md", {"meta": meta, "rows": rows}, render(rows, meta))
     return 0
 
 
