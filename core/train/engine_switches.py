@@ -196,8 +196,9 @@ class EngineSwitchesCallback(TrainerCallback):
             from core.train.tiled_mlp import AUTO_MIN_TOKENS, install_tiled_mlp
 
             count = install_tiled_mlp(model, self.tiled_mlp)
-            log.info("tiled_mlp %s: the MLP of %d decoder layers runs over sequence tiles%s", self.tiled_mlp, count,
-                     f" (micro-batches of {AUTO_MIN_TOKENS:,} tokens or more)" if self.tiled_mlp == "auto" else "")
+            if count:  # auto installs none where no block is checkpointed: nothing to say then
+                log.info("tiled_mlp %s: the MLP of %d decoder layers runs over sequence tiles%s", self.tiled_mlp,
+                         count, f" (micro-batches of {AUTO_MIN_TOKENS:,} tokens or more)" if self.tiled_mlp == "auto" else "")
         if self.compile_layers:
             log.info("compile_layers: %d decoder layers compiled", compile_decoder_layers(model))
 

@@ -79,6 +79,9 @@ def _configure_logging(rank: int) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO if rank == 0 else logging.WARNING)
     root.propagate = False
+    # Liger tries its optional backends for an op (the CuTe DSL's, Ascend's) and warns of each one missing, in
+    # every run, before it takes its Triton kernel: two lines in every GPU train.log that read like a failure.
+    logging.getLogger("liger_kernel.backends.registry").setLevel(logging.ERROR)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
