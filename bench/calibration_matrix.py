@@ -801,14 +801,18 @@ def reestimate(record: dict[str, Any], gpu_name: str = "H200") -> dict[str, Any]
 KERNELS_GENERATION = 2
 # Switches younger than the kernels generation's files: a record without one ran without it
 SWITCHES_AFTER_KERNELS = ("lora_fold_dh", "lora_swiglu_db")
+# Files measured after offload_activations' prefetch took its buffers from the compute stream's pool (session 23):
+# the offloaded rows' reserved memory fell by up to 4 GiB (the side stream's pool had held ~10 block inputs).
+PREFETCH_GENERATION = 3
 ENGINE_GENERATIONS: tuple[tuple[str, int], ...] = (("calibration-gcfreeze-", 1),
                                                    ("calibration-kernels-", KERNELS_GENERATION),
-                                                   ("calibration-edges-", KERNELS_GENERATION))
+                                                   ("calibration-edges-", KERNELS_GENERATION),
+                                                   ("calibration-offload-", PREFETCH_GENERATION))
 
 
 def engine_generation(name: str) -> int:
     """Which engine a result file measured: 0 before the garbage-collector fix, 1 after it, 2 with the fused
-    LoRA kernels (ENGINE_GENERATIONS)."""
+    LoRA kernels, 3 with the offload prefetch's fix (ENGINE_GENERATIONS)."""
     return max((g for prefix, g in ENGINE_GENERATIONS if Path(name).name.startswith(prefix)), default=0)
 
 

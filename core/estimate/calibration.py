@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 # GEMMs reach on Hopper), not fitted: with two model widths (3584, 4096) it trades off against
 # HIDDEN_HALF_EFFICIENCY, which the full rows fix under it.
 HOPPER_FULL_EFFICIENCY = 0.72
-HOPPER_LORA_EFFICIENCY = 0.6689
-HIDDEN_HALF_EFFICIENCY = 871.7
+HOPPER_LORA_EFFICIENCY = 0.6681
+HIDDEN_HALF_EFFICIENCY = 862.6
 # The causal flash/cuDNN attention kernels behind SDPA, as a fraction of the dense peak for the FLOPs they
 # compute (half the s x s scores): fitted on the long-context rows, where attention is most of the step.
-HOPPER_ATTENTION_EFFICIENCY = 0.4879
+HOPPER_ATTENTION_EFFICIENCY = 0.4791
 # Other GPU families: not measured; they keep the ratio to Hopper of the first-principles table this
 # started from (the Qwen README's A100 runs suggest Ampere's real ratio is higher:
 # bench/results/estimate_published.md).
@@ -142,7 +142,7 @@ def _default_dispatch() -> dict[str, float]:
     # its weight norms. Fitted by bench/estimate_calibrate.py on the H200 calibration matrix's rows whose
     # steps wait on the CPU (24-48 layers; LoRA and QLoRA on the engine with the fused kernels): the box's
     # CPU is a shared server core, and these rows vary by up to a third a call.
-    return {"full": 0.001025, "lora": 0.001987, "dora": 0.003828, "qlora": 0.002722}
+    return {"full": 0.001074, "lora": 0.001988, "dora": 0.003831, "qlora": 0.002723}
 
 
 def _default_mlp_tile() -> dict[str, float]:
@@ -313,7 +313,7 @@ class Calibration:
     # A checkpointed layer's recompute, in those pass units (a forward is 1): the checkpoint's own work (its
     # saved-tensor hooks, the generator states it saves and restores) on top of the forward it runs again.
     # Fitted with them.
-    dispatch_recompute_passes: float = 2.515
+    dispatch_recompute_passes: float = 2.512
     # The tiled MLP's CPU time per tile and tiled layer, by method (see _default_mlp_tile).
     mlp_tile_s: dict[str, float] = field(default_factory=_default_mlp_tile)
     # Mixed-precision full fine-tuning (fp32 weights under autocast): GPU seconds per token x hidden x layer
