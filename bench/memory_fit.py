@@ -1,12 +1,12 @@
 """The estimator's memory constants fitted on the calibration matrix's H200 rows (issue #19).
 
-Each finished row of ``bench/results/estimate_matrix/calibration-part*.json`` (``tunedeck train`` on one H200)
-measured three numbers at its peak: NVML's (the whole process), torch's reserved and torch's allocated
+Each finished row of ``bench/results/estimate_matrix/calibration-*.json`` (``tunedeck train`` on one H200), as
+the newest engine measured it, measured three numbers at its peak: NVML's (the whole process), torch's reserved and torch's allocated
 memory. Each measures one part of the estimate on its own, so each constant is fitted on its own part,
 in this order (a later step uses the earlier ones):
 
 1. ``cuda_context_gib["hopper"]``: NVML above torch's reserved memory, the median over the rows;
-2. ``checkpoint_recompute_layers`` (by method): how many blocks' worth of activations a checkpointed
+2. ``checkpoint_recompute_layers`` (by method, LoRA and QLoRA by path too: ``activations.recompute_key``): how many blocks' worth of activations a checkpointed
    block's recomputation and backward hold. Per row (full checkpointing, the peak in backward) the
    value that makes the estimated tensors (the estimate less context and slack) equal torch's allocated
    peak, found by bisection; the median of each method's rows. A row where the value does not move the
@@ -30,7 +30,6 @@ fails when ``core/estimate/calibration.py`` drifts from the JSON.
 from __future__ import annotations
 
 import glob
-import json
 import statistics
 import sys
 from dataclasses import replace
@@ -41,8 +40,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import calibration_matrix as cm  # noqa: E402
+from results_files import write_results  # noqa: E402
 
 from core.estimate import find_gpu  # noqa: E402
+from core.estimate.activations import recompute_key  # noqa: E402
 from core.estimate.architecture import count_parameters  # noqa: E402
 from core.estimate.calibration import DEFAULT_CALIBRATION, Calibration  # noqa: E402
 from core.estimate.gpus import GIB  # noqa: E402
@@ -52,22 +53,38 @@ RESULTS = ROOT / "bench" / "results" / "estimate_matrix"
 SMALL_CHURN_GIB = 5.0  # rows whose peak churn is under this set the slack's floor
 TARGETS = {"median_pct": 4.0, "worst_pct": 12.0, "under_pct": -5.0}
 # The constants before the first fit (first principles and CPU measurements), for the report's "before".
-BEFORE = {"cuda_context_gib_hopper": 0.60, "checkpoint_recompute_layers": {"full": 1.25, "lora": 1.6, "dora": 1.6, "qlora": 1.6},
+BEFORE = {"cuda_context_gib_hopper": 0.60, "checkpoint_recompute_layers": {
+              "full": 1.25, "lora": 1.6, "lora_fused": 1.6, "dora": 1.6, "qlora": 1.6, "qlora_fused": 1.6},
           "allocator_slack_floor_gib": 0.25, "allocator_slack_fraction": {
-              "activations": 0.10, "offloaded_activations": 0.10, "plain_ce_logits": 0.10, "gradients": 0.10}}
+              "activations": 0.10, "offloaded_activations": 0.10, "offloaded_activations_qlora": 0.10,
+              "plain_ce_logits": 0.10, "gradients": 0.10}}
+
+
+def unmodelled(plan: Any) -> str | None:
+    """Why the estimate does not model what this row ran on the engine of its file (None: it does). Such a row is
+    reported and left out of the fit; the plan's memory domain says how far off it was (``domain.py``)."""
+    if plan.method == "qlora" and plan.kbit_upcast:
+        return ("qlora_upcast: its recompute held 2.1 blocks' worth of activations on the fused-kernels engine; peft's "
+                "own QLoRA linears 1.25 on the engine before it (QLORA_UPCAST_UNDER_PCT)")
+    return None
 
 
 def measured_rows() -> list[dict[str, Any]]:
-    """The finished rows with all three peaks, each with the plan it ran (the first measurement of a row)."""
+    """The finished rows with all three peaks, each with the plan it ran: of every calibration file, each row as
+    the newest engine measured it (``calibration_matrix.merged_records``). Offloaded rows measured before the
+    prefetch's fix are left out: their reserve came from a stream pool the engine no longer keeps (the engine
+    with the fused kernels measured four of them again, ``calibration-offload-d``)."""
     rows = []
-    for rec in cm.merged_records(sorted(glob.glob(str(RESULTS / "calibration-part*.json")))):
+    for rec in cm.merged_records(sorted(glob.glob(str(RESULTS / "calibration-*.json")))):
         ran = cm.plan_as_run(rec)
         if (rec.get("status") != "finished" or ran is None
                 or rec.get("peak_source") != "nvml" or not rec.get("torch_peak_allocated_gib")):
             continue
+        if ran[1].offloads_activations and cm.engine_generation(rec["file"]) < cm.PREFETCH_GENERATION:
+            continue
         rows.append({"row": rec["row"], "file": rec["file"], "plan": ran[1], "nvml_gib": rec["peak_gib"],
                      "allocated_gib": max(rec["torch_peak_allocated_gib"]),
-                     "reserved_gib": max(rec["torch_peak_reserved_gib"])})
+                     "reserved_gib": max(rec["torch_peak_reserved_gib"]), "unmodelled": unmodelled(ran[1])})
     return rows
 
 
@@ -81,8 +98,8 @@ def tensors_gib(memory: MemoryPhases) -> float:
     return (sum(peak.values()) - peak["cuda_context"] - peak["allocator_slack"]) / GIB
 
 
-def _recompute(calibration: Calibration, method: str, value: float) -> Calibration:
-    return replace(calibration, checkpoint_recompute_layers={**calibration.checkpoint_recompute_layers, method: value})
+def _recompute(calibration: Calibration, key: str, value: float) -> Calibration:
+    return replace(calibration, checkpoint_recompute_layers={**calibration.checkpoint_recompute_layers, key: value})
 
 
 def solve_recompute(row: dict[str, Any], calibration: Calibration, low: float = 1.0, high: float = 3.0) -> float | None:
@@ -91,10 +108,10 @@ def solve_recompute(row: dict[str, Any], calibration: Calibration, low: float = 
     plan = row["plan"]
     if plan.checkpointed_layers != plan.architecture.num_layers:
         return None
-    method = plan.method
+    key = recompute_key(plan)
 
     def tensors(value: float) -> float:
-        return tensors_gib(phases(plan, _recompute(calibration, method, value)))
+        return tensors_gib(phases(plan, _recompute(calibration, key, value)))
 
     target = row["allocated_gib"]
     if not tensors(low) < target < tensors(high) or tensors(low + 0.05) == tensors(low):
@@ -113,20 +130,20 @@ def churn_gib(row: dict[str, Any], calibration: Calibration) -> dict[str, float]
 def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
     base = DEFAULT_CALIBRATION
     context = round(statistics.median(r["nvml_gib"] - r["reserved_gib"] for r in rows), 2)
-    recompute = dict(BEFORE["checkpoint_recompute_layers"])  # a method without a usable row keeps its first value
+    recompute = dict(BEFORE["checkpoint_recompute_layers"])  # a key without a usable row keeps its first value
     for r in rows:
         r["recompute_solved"] = solve_recompute(r, base)
-    for method in recompute:
-        values = [r["recompute_solved"] for r in rows if r["plan"].method == method and r["recompute_solved"]]
+    for key in recompute:
+        values = [r["recompute_solved"] for r in rows if recompute_key(r["plan"]) == key and r["recompute_solved"]]
         if values:
-            recompute[method] = round(statistics.median(values), 2)
+            recompute[key] = round(statistics.median(values), 2)
     calibration = replace(base, checkpoint_recompute_layers=recompute)
     for r in rows:
         r["slack_gib"] = r["reserved_gib"] - r["allocated_gib"]
         r["churn_gib"] = churn_gib(r, calibration)
     floor = round(statistics.median(r["slack_gib"] for r in rows if sum(r["churn_gib"].values()) < SMALL_CHURN_GIB), 2)
     fractions: dict[str, float] = dict(BEFORE["allocator_slack_fraction"])
-    for kind in ("activations", "offloaded_activations", "gradients", "plain_ce_logits"):
+    for kind in ("activations", "offloaded_activations", "offloaded_activations_qlora", "gradients", "plain_ce_logits"):
         # Rows whose churn is this kind alone; the logits come with activations, whose part is taken off.
         alone = {kind, "activations"} if kind == "plain_ce_logits" else {kind}
         values = [(r["slack_gib"] - floor - sum(fractions[k] * v for k, v in r["churn_gib"].items() if k != kind))
@@ -180,9 +197,10 @@ def leave_one_model_out(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
 
 
 def render(rows: list[dict[str, Any]], constants: dict[str, Any], quality: dict[str, Any], before: dict[str, Any],
-           loo: dict[str, dict[str, Any]]) -> str:
+           loo: dict[str, dict[str, Any]], aside: list[dict[str, Any]]) -> str:
     lines = ["# Memory constants fitted on the calibration matrix (`bench/memory_fit.py`, issue #19)", "",
-             f"{len(rows)} finished rows of `calibration-part*.json` (`tunedeck train`, NVIDIA H200), each with NVML's, "
+             f"{len(rows)} finished rows of `calibration-*.json` (`tunedeck train`, NVIDIA H200; each row as the newest engine "
+             "measured it, offloaded rows from the prefetch's fix on), each with NVML's, "
              "torch's reserved and torch's allocated peak. The method is in the script's docstring: the context from "
              "NVML - reserved, the recompute factors from the allocated peak, the slack from reserved - allocated.", "",
              "## Constants", "",
@@ -200,6 +218,11 @@ def render(rows: list[dict[str, Any]], constants: dict[str, Any], quality: dict[
              "Each model's rows estimated with the constants fitted on the other models' rows (validation, not the fit):", "",
              "| model | rows | median abs error | worst | most under |", "|---|---|---|---|---|"]
     lines += [f"| {m} | {q['rows']} | {q['median_pct']}% | {q['worst_pct']}% | {q['most_under_pct']}% |" for m, q in loo.items()]
+    if aside:
+        lines += ["", "## Rows the estimate does not model (reported, not fitted)", "",
+                  "| row | NVML GiB | allocated | recompute solved | estimate GiB | error | why |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['row']} | {r['nvml_gib']:.2f} | {r['allocated_gib']:.2f} | {r['recompute_solved'] or '-'} | "
+                  f"{r['estimate_gib']:.2f} | {r['error_pct']:+.1f}% | {r['unmodelled']} |" for r in aside]
     lines += ["", "## Rows", "",
              "| row | NVML GiB | reserved | allocated | recompute solved | slack measured | churn GiB by kind | "
              "estimate GiB | phase | error |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -211,18 +234,33 @@ def render(rows: list[dict[str, Any]], constants: dict[str, Any], quality: dict[
     return "\n".join(lines) + "\n"
 
 
+def domain_of(rows: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """The fitted rows' model widths and sequence lengths (``calibration.MEMORY_DOMAIN``)."""
+    widths = [r["plan"].architecture.hidden_size for r in rows]
+    seqs = [r["plan"].seq_len for r in rows]
+    return {"hidden_sizes": [min(widths), max(widths)], "seq_len": [min(seqs), max(seqs)]}
+
+
 def main() -> int:
-    rows = measured_rows()
+    every = measured_rows()
+    rows = [r for r in every if not r["unmodelled"]]
+    aside = [dict(r) for r in every if r["unmodelled"]]
     before = check([dict(r) for r in rows], calibration_of(BEFORE))
     constants = fit(rows)
     loo = leave_one_model_out(rows)
     quality = check(rows, calibration_of(constants))
+    if aside:
+        check(aside, calibration_of(constants))
+        for r in aside:
+            r["churn_gib"] = churn_gib(r, calibration_of(constants))
+            r["slack_gib"], r["recompute_solved"] = r["reserved_gib"] - r["allocated_gib"], solve_recompute(
+                r, calibration_of(constants), high=4.0)
     public = [{k: v for k, v in r.items() if k != "plan"} for r in rows]
-    (RESULTS / "memory-fit.json").write_text(json.dumps({**constants, "quality": quality, "before": before,
-                                                         "leave_one_model_out": loo, "rows": public}, indent=1) + "\n",
-                                             encoding="utf-8")
-    text = render(rows, constants, quality, before, loo)
-    (RESULTS / "memory-fit.md").write_text(text, encoding="utf-8")
+    unmodelled = [{k: v for k, v in r.items() if k != "plan"} for r in aside]
+    text = render(rows, constants, quality, before, loo, aside)
+    write_results(RESULTS / "memory-fit.md", {**constants, "quality": quality, "before": before,
+                                              "leave_one_model_out": loo, "domain": domain_of(rows), "rows": public,
+                                              "unmodelled": unmodelled}, text)
     print(text)
     return 0
 

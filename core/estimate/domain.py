@@ -18,7 +18,7 @@ from core.estimate.calibration import (
     MEASURED_NUM_GPUS,
     MEMORY_DOMAIN,
     MEMORY_ERROR,
-    OFFLOADED_ACTIVATIONS_UNDER_PCT,
+    QLORA_UPCAST_UNDER_PCT,
     SPEED_DOMAIN,
     SPEED_ERROR,
     SPEED_ERROR_CPU_BOUND,
@@ -36,7 +36,7 @@ METHOD_NAMES = {"lora": "LoRA", "qlora": "QLoRA", "dora": "DoRA", "full": "full"
 class DomainGap:
     """One way a plan is outside the measured rows: ``field`` names it, ``short`` fits on a line."""
 
-    field: str  # cpu | gpu_family | num_gpus | hidden_size | method | precision | seq_len | offload | offload_activations
+    field: str  # cpu | gpu_family | num_gpus | hidden_size | method | precision | seq_len | offload | qlora_upcast
     key: str
     params: dict[str, Any]
 
@@ -76,8 +76,8 @@ def measured_domain(plan: Any, gpu: Any, domain: MeasuredDomain = SPEED_DOMAIN) 
         gaps.append(DomainGap("seq_len", "seq_len", {"seq": plan.seq_len, "low": _tokens(low), "high": _tokens(high)}))
     if plan.offload != "none":
         gaps.append(DomainGap("offload", "offload", {"offload": plan.offload}))
-    if domain is MEMORY_DOMAIN and getattr(plan, "offloads_activations", False):
-        gaps.append(DomainGap("offload_activations", "offload_activations", {"under": OFFLOADED_ACTIVATIONS_UNDER_PCT}))
+    if domain is MEMORY_DOMAIN and plan.method == "qlora" and plan.kbit_upcast:
+        gaps.append(DomainGap("qlora_upcast", "qlora_upcast", {"under": QLORA_UPCAST_UNDER_PCT}))
     return gaps
 
 

@@ -339,7 +339,9 @@ def memory_phases(arch: ModelArchitecture, counts: ParameterCounts, plan: Traini
         grads_end, optimizer_end = grads + embedding_gradient, optimizer
     # The churn behind the allocator's slack: activations (their blocks split and reused in backward; more
     # when offloaded ones come back from the host), the plain loss's logits, the gradients of full fine-tuning.
-    acts_kind = "offloaded_activations" if plan.offloads_activations else "activations"
+    # Offloaded: QLoRA's reserve is its own kind (a quarter of the churn on the H200, LoRA's three rows 0.53-0.75).
+    acts_kind = ("activations" if not plan.offloads_activations
+                 else "offloaded_activations_qlora" if plan.method == "qlora" else "offloaded_activations")
     churn = {
         "loss": {acts_kind: activations.at_loss + cache, "plain_ce_logits": logits} if not plan.fused_ce
         else {acts_kind: activations.at_loss + cache + logits},

@@ -70,18 +70,24 @@ def test_outside_says_why():
     assert [g.field for g in measured_domain(_plan("Qwen2.5-0.5B"), None)] == ["cpu"]
 
 
-def test_an_offloaded_activations_plan_says_its_memory_was_measured_above_the_estimate():
-    """``offload_activations``: the memory fit predates the engine whose offloaded rows the H200 measured 9-20%
-    above the estimate (estimate_matrix/calibration-offload-d): the memory domain says so; the speed domain (-2% to +0.4% there) not."""
+def test_a_qlora_upcast_plan_says_its_memory_was_measured_above_the_estimate():
+    """``qlora_upcast: true``: the memory fit leaves out the one such row on the fused-kernels engine, whose peak the
+    H200 measured 13.7% above the estimate (memory-fit.md): the memory domain says so, within the bound it states;
+    an offloaded plan, now in the fit, says nothing."""
+    import json
     from dataclasses import replace
 
-    from core.estimate.calibration import MEMORY_DOMAIN
+    from core.estimate.calibration import MEMORY_DOMAIN, QLORA_UPCAST_UNDER_PCT
 
     h200 = find_gpu("H200")
-    plan = replace(_plan("Qwen2.5-7B", method="qlora", seq_len=32768), gradient_checkpointing=True,
-                   offload_activations=True)
-    assert plan.offloads_activations
+    plan = _plan("Qwen2.5-7B", method="qlora", kbit_upcast=True)
     gaps = measured_domain(plan, h200, MEMORY_DOMAIN)
-    assert [gap.message() for gap in gaps] == ["activations in host memory: measured up to 20% above this estimate"]
-    assert measured_domain(plan, h200) == []
-    assert measured_domain(replace(plan, offload_activations=False), h200, MEMORY_DOMAIN) == []
+    assert [gap.message() for gap in gaps] == ["qlora_upcast: true: measured up to 14% above this estimate"]
+    assert measured_domain(plan, h200) == []  # the speed domain
+    assert measured_domain(replace(plan, kbit_upcast=False), h200, MEMORY_DOMAIN) == []
+    offloaded = replace(_plan("Qwen2.5-7B", method="qlora", seq_len=32768), gradient_checkpointing=True,
+                        offload_activations=True)
+    assert offloaded.offloads_activations and measured_domain(offloaded, h200, MEMORY_DOMAIN) == []
+    fit = json.loads((REPORT.parent / "estimate_matrix" / "memory-fit.json").read_text(encoding="utf-8"))
+    aside = [r for r in fit["unmodelled"] if r["row"].startswith("7b-qlora") and "qloraupcast-True" in r["row"]]
+    assert aside and all(0 < r["nvml_gib"] / r["estimate_gib"] - 1 <= QLORA_UPCAST_UNDER_PCT / 100 for r in aside), aside

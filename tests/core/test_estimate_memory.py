@@ -18,7 +18,12 @@ from core.estimate import (
     lora_parameter_count,
     plan_for_model,
 )
-from core.estimate.activations import activation_sizes, block_activations, head_activation_bytes
+from core.estimate.activations import (
+    activation_sizes,
+    block_activations,
+    head_activation_bytes,
+    recompute_layers,
+)
 from core.estimate.calibration import DEFAULT_CALIBRATION
 from core.estimate.estimator import Estimate
 from core.estimate.gpus import GIB, GpuSpec
@@ -206,7 +211,7 @@ def test_checkpointing_keeps_block_inputs_plus_the_recomputed_block():
     kept = LAYERS * 2 * H * tokens  # each block's bf16 input
     sizes = activation_sizes(TINY, p, layout, CAL)
     assert sizes.at_loss == kept + head
-    assert sizes.in_backward == kept + CAL.checkpoint_recompute_layers["lora"] * block
+    assert sizes.in_backward == kept + recompute_layers(p, CAL) * block
     no_ckpt = activation_sizes(TINY, replace(p, gradient_checkpointing=False), layout, CAL)
     assert no_ckpt.at_loss == LAYERS * block + head
     working = CAL.backward_working_bytes_per_intermediate["lora"] * F * tokens
@@ -386,6 +391,10 @@ def test_memory_constants_are_the_committed_fit():
     assert (MEMORY_ERROR.median_pct, MEMORY_ERROR.worst_pct, MEMORY_ERROR.rows) == (
         held_out["median_pct"], held_out["worst_pct"], held_out["rows"])
     assert fitted["quality"]["met"] and fitted["quality"]["rows"] >= 60
+    from core.estimate.calibration import MEMORY_DOMAIN
+
+    assert list(MEMORY_DOMAIN.hidden_sizes) == fitted["domain"]["hidden_sizes"]
+    assert list(MEMORY_DOMAIN.seq_len) == fitted["domain"]["seq_len"]
 
 
 def test_a_tied_embedding_adds_its_gradient_at_the_end_of_backward():
