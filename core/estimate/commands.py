@@ -96,11 +96,15 @@ def run_estimate(args: argparse.Namespace) -> int:
         target_share=args.target_share,
         price_per_gpu_hour=args.price_per_gpu_hour,
     )
+    from core.estimate.domain import domain_json
+
     result = estimate(plan, gpu)
+    # What the wizard says of each figure's footing: its measured band, or why it was not measured.
+    domain = domain_json(plan, gpu, result.waits_on_cpu)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+        print(json.dumps({**result.to_json(), "domain": domain}, indent=2, ensure_ascii=False))
         return 0
-    print(format_estimate(result))
+    print(format_estimate(result, domain))
     for note in result.notes:
         print(t(f"estimate.note.{note}"), file=sys.stderr)
     return 0
@@ -111,9 +115,13 @@ def _bar(fraction: float) -> str:
     return "█" * filled + "·" * (BAR_WIDTH - filled)
 
 
-def format_estimate(result: Any) -> str:
-    """The human form: title, breakdown table with bars, peak, verdict, params, RAM and speed."""
+def format_estimate(result: Any, domain: dict[str, Any] | None = None) -> str:
+    """The human form: title, breakdown table with bars, peak, verdict, params, RAM and speed; with ``domain``
+    (``core.estimate.domain.domain_json``) the peak and the speed carry their band, as the wizard's do."""
+    from core.plan.view import figure_notes
     from core.text_width import pad
+
+    memory_note, speed_note = figure_notes({"domain": domain, "measured": False}) if domain else ("", "")
 
     plan = result.plan
     lines = [
@@ -126,8 +134,10 @@ def format_estimate(result: Any) -> str:
         label = pad(t(f"estimate.breakdown.{key}"), LABEL_WIDTH)
         lines.append(f"  {label} {gib:8.2f} GiB  {_bar(gib / peak)}")
     lines.append("")
-    lines.append(t("estimate.peak", peak=result.peak_gib, capacity=result.capacity_gib,
-                   phase=t(f"estimate.phase.{result.peak_phase}")))
+    peak_line = t("estimate.peak", peak=result.peak_gib, capacity=result.capacity_gib,
+                  phase=t(f"estimate.phase.{result.peak_phase}"))
+    lines.append(t("plan.with_note", text=peak_line, note=t("plan.band_note", band=memory_note))
+                 if memory_note else peak_line)
     lines.append(t(f"estimate.verdict.{result.verdict}", headroom=result.headroom_gib, margin=result.margin_gib,
                    short=-result.headroom_gib))
     if not result.fits:
@@ -135,8 +145,9 @@ def format_estimate(result: Any) -> str:
     lines.append(t("estimate.params", total=f"{result.total_params:,}", trainable=f"{result.trainable_params:,}",
                    source=result.param_count))
     lines.append(t("estimate.cpu_ram", cpu=result.cpu_ram_gib))
-    lines.append(t("estimate.speed", tps=result.tokens_per_s, per_gpu=result.tokens_per_s_per_gpu,
-                   mfu=result.efficiency, step=result.seconds_per_step))
+    speed_line = t("estimate.speed", tps=result.tokens_per_s, per_gpu=result.tokens_per_s_per_gpu,
+                   mfu=result.efficiency, step=result.seconds_per_step)
+    lines.append(t("plan.with_note", text=speed_line, note=speed_note) if speed_note else speed_line)
     if result.epoch_hours is not None:
         tokens = plan["dataset_tokens"]
         if result.epoch_cost is not None:

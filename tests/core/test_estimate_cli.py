@@ -152,3 +152,27 @@ def test_human_output_for_a_plan_that_does_not_fit_gives_a_hint(tmp_path):
     result = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--method", "full", "--gpu", "A100-80GB")
     assert result.returncode == 0, result.stderr
     assert "does not fit" in result.stdout and "--optimizer" in result.stdout  # the optimizer step peaks
+
+
+def test_each_figure_says_its_band_or_why_it_was_not_measured(tmp_path):
+    """As the wizard does: inside the measured rows the peak and the speed carry their error band (the JSON has the
+    domain the plan's has), outside them why not; a qlora_upcast plan's memory says how far it was measured off."""
+    from core.estimate.calibration import MEMORY_ERROR, QLORA_UPCAST_UNDER_PCT
+
+    inside = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--batch-size", "4", "--gpu", "H200")
+    assert inside.returncode == 0, inside.stderr
+    peak = next(line for line in inside.stdout.splitlines() if line.startswith("peak per GPU"))
+    assert peak.endswith(f"(±{MEMORY_ERROR.worst_pct:.0f}%, {MEMORY_ERROR.rows} H200 runs)"), peak
+    speed = next(line for line in inside.stdout.splitlines() if line.startswith("speed:"))
+    assert speed.endswith("H200 runs)"), speed
+
+    ampere = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--gpu", "A100-80GB")
+    speed = next(line for line in ampere.stdout.splitlines() if line.startswith("speed:"))
+    assert speed.endswith("(not measured: Ampere GPUs)"), speed
+
+    upcast = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--method", "qlora", "--qlora-upcast", "--gpu", "H200",
+                          "--json")
+    domain = json.loads(upcast.stdout)["domain"]
+    assert domain["inside"] is True and domain["memory"]["inside"] is False
+    assert [gap["field"] for gap in domain["memory"]["outside"]] == ["qlora_upcast"]
+    assert f"{QLORA_UPCAST_UNDER_PCT}%" in domain["memory"]["outside"][0]["message"]
