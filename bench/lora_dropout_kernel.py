@@ -22,13 +22,13 @@ stages) for every group and reports the fastest, which ``lora_dropout_kernel.TIL
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
 # (name, linears in the group, input width) of a Qwen2.5-7B block
 GROUPS_7B = (("q/k/v", 3, 3584), ("gate/up", 2, 3584), ("o", 1, 3584), ("down", 1, 18944))
@@ -258,8 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"| {key} | {tile} | {best and best['ms']} |")
         lines += ["", "One tile per kernel, least total over a block's groups:", ""]
         lines += [f"- {kernel}: {tile}" for kernel, tile in result["overall"].items()]
-        args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        args.out.with_suffix(".json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+        write_results(args.out, result, "\n".join(lines))
         print(args.out.read_text(encoding="utf-8"))
         return 0
     rows = measure(args.tokens, args.rank, args.p, args.reps)
@@ -267,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             "reps": args.reps, "args": " ".join(sys.argv[1:]), "torch": torch.__version__,
             "paired": kernels.PAIRED, "tiles": kernels.TILES}
     bad = [r["group"] for r in rows if r["forward_max_rel_err"] > 2e-2 or abs(r["keep_rate"] - (1 - args.p)) > 1e-3]
-    args.out.write_text(render(rows, meta), encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1), encoding="utf-8")
+    write_results(args.out, {"meta": meta, "rows": rows}, render(rows, meta))
     print(args.out.read_text(encoding="utf-8"))
     if bad:
         print(f"lora_dropout_kernel: the fused results differ from torch's maths for {bad}", file=sys.stderr)

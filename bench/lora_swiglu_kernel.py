@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from lora_dropout_kernel import median_ms  # noqa: E402  (bench/ is not a package: run as a script)
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
 TILE_GRID = ((64, 128, 8), (64, 128, 4), (32, 128, 4), (32, 256, 8), (64, 64, 4), (128, 64, 8), (16, 256, 4),
              (128, 128, 8), (16, 128, 4), (32, 64, 4), (32, 128, 8), (16, 256, 8), (16, 512, 8), (32, 256, 4),
@@ -198,10 +198,7 @@ def main_down(args) -> int:
         lines.append("")
     chosen = overall_down(rows)
     lines.append(f"Fastest over all token counts (the JSON's \"overall\"): {chosen}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines), encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows,
-                                                         "overall": chosen}, indent=1), encoding="utf-8")
+    write_results(args.out, {"device": torch.cuda.get_device_name(), "rows": rows, "overall": chosen}, "\n".join(lines))
     print("\n".join(lines))
     return 0 if chosen else 1
 
@@ -246,12 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         lines += [f"| {t['BM']} | {t['BN']} | {t['num_warps']} | {t['forward_ms']:.3f} | {t['backward_ms']:.3f} | "
                   f"{t['max_error']:.1e} | {'ok' if t['ok'] else 'NO'} |" for t in r["tiles"]]
         lines.append("")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     chosen = overall(rows)
     lines.append(f"Fastest over all token counts (the JSON's \"overall\"): {chosen}")
-    args.out.write_text("\n".join(lines), encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows,
-                                                         "overall": chosen}, indent=1), encoding="utf-8")
+    write_results(args.out, {"device": torch.cuda.get_device_name(), "rows": rows, "overall": chosen}, "\n".join(lines))
     print("\n".join(lines))
     return 0 if all(t["ok"] for r in rows for t in r["tiles"]) else 1
 

@@ -19,11 +19,11 @@ results against the current ones (bf16 tolerance). Writes Markdown (``--out``) a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from lora_dropout_kernel import median_ms  # (bench/ is not a package: run as a script)
+from results_files import write_results  # noqa: E402  (after lora_dropout_kernel, which puts the repository on the path)
 
 # (name, output widths, bias, input width) of a Qwen2.5-7B block's groups that share an input
 GROUPS_7B = (("q/k/v", (3584, 512, 512), True, 3584), ("gate/up", (18944, 18944), False, 3584))
@@ -115,10 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {r['group']} | {r['tokens']} | {r['forward_now_ms']:.3f} | {r['forward_wide_ms']:.3f} | "
                      f"{r['backward_now_ms']:.3f} | {r['backward_wide_ms']:.3f} | {r['backward_wide_contiguous_ms']:.3f} | "
                      f"{r['forward_rel_err']:.1e} / {r['backward_rel_err']:.1e} | {'ok' if r['ok'] else 'MISMATCH'} |")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows},
-                                                        indent=1), encoding="utf-8")
+    write_results(args.out, {"device": torch.cuda.get_device_name(), "rows": rows}, "\n".join(lines))
     print("\n".join(lines))
     return 0 if all(r["ok"] for r in rows) else 1
 

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import calibration_matrix as cm  # noqa: E402
+from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
 from core.estimate import estimate, find_gpu  # noqa: E402
 from core.estimate.calibration import DEFAULT_CALIBRATION, Calibration  # noqa: E402
@@ -126,8 +127,6 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> int:
     rows = term_rows()
     constants = fit(rows)
-    (RESULTS / "matrix-terms-fit.json").write_text(json.dumps({**constants, "rows": rows}, indent=1) + "\n",
-                                                   encoding="utf-8")
     lines = ["# Three speed terms solved on the calibration matrix (`Calibration.mlp_tile_s`, "
              "`fp32_model_s_per_element`, `dora_output_bytes_per_element`)", "",
              "`python bench/matrix_terms_fit.py` over the finished rows of `calibration-part*.json` (NVIDIA H200) "
@@ -151,7 +150,7 @@ def main() -> int:
               + f"; fp32 model {constants['fp32_model_s_per_element'] * 1e12:.0f} ps per token x hidden x layer"
               + f"; DoRA outputs {constants['dora_output_bytes_per_element']:.0f} B per token x adapted out_feature "
               "and micro-step", ""]
-    (RESULTS / "matrix-terms-fit.md").write_text("\n".join(lines), encoding="utf-8")
+    write_results(RESULTS / "matrix-terms-fit.md", {**constants, "rows": rows}, "\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -17,8 +17,9 @@ RESULTS_MODE = 0o644  # committed with the repository
 
 
 def write_results(path: Path, payload: Any, markdown: str) -> None:
-    """``payload`` as JSON and ``markdown`` into ``path``'s ``.json`` and ``.md`` (either suffix given)."""
+    """``markdown`` into ``path`` (its ``.md`` where ``path`` names the JSON) and ``payload`` as JSON beside it."""
     path = Path(path)
+    text = path.with_suffix(".md") if path.suffix == ".json" else path
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path.with_suffix(".json"), json.dumps(payload, indent=2, default=str) + "\n", RESULTS_MODE)
-    write_atomic(path.with_suffix(".md"), markdown if markdown.endswith("\n") else markdown + "\n", RESULTS_MODE)
+    write_atomic(text, markdown if markdown.endswith("\n") else markdown + "\n", RESULTS_MODE)
