@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 # GEMMs reach on Hopper), not fitted: with two model widths (3584, 4096) it trades off against
 # HIDDEN_HALF_EFFICIENCY, which the full rows fix under it.
 HOPPER_FULL_EFFICIENCY = 0.72
-HOPPER_LORA_EFFICIENCY = 0.6681
-HIDDEN_HALF_EFFICIENCY = 862.6
+HOPPER_LORA_EFFICIENCY = 0.6702
+HIDDEN_HALF_EFFICIENCY = 859.4
 # The causal flash/cuDNN attention kernels behind SDPA, as a fraction of the dense peak for the FLOPs they
 # compute (half the s x s scores): fitted on the long-context rows, where attention is most of the step.
-HOPPER_ATTENTION_EFFICIENCY = 0.4791
+HOPPER_ATTENTION_EFFICIENCY = 0.4769
 # Other GPU families: not measured; they keep the ratio to Hopper of the first-principles table this
 # started from (the Qwen README's A100 runs suggest Ampere's real ratio is higher:
 # bench/results/estimate_published.md).
@@ -145,7 +145,7 @@ def _default_dispatch() -> dict[str, float]:
     # its weight norms. Fitted by bench/estimate_calibrate.py on the H200 calibration matrix's rows whose
     # steps wait on the CPU (24-48 layers; LoRA and QLoRA on the engine with the fused kernels): the box's
     # CPU is a shared server core, and these rows vary by up to a third a call.
-    return {"full": 0.001074, "lora": 0.001988, "dora": 0.003831, "qlora": 0.002723}
+    return {"full": 0.001085, "lora": 0.001987, "dora": 0.003752, "qlora": 0.00272}
 
 
 def _default_mlp_tile() -> dict[str, float]:
@@ -153,7 +153,7 @@ def _default_mlp_tile() -> dict[str, float]:
     # tile's backward its own autograd call; peft's adapters on gate/up/down add their small ops per tile).
     # Fitted by bench/matrix_terms_fit.py on the tiled rows of the H200 calibration matrix
     # (matrix-terms-fit.json; DoRA has no tiled row: LoRA's, scaled by the per-layer launch times).
-    return {"full": 0.000811, "lora": 0.002695, "dora": 0.004275, "qlora": 0.003275}
+    return {"full": 0.000846, "lora": 0.002755, "dora": 0.005202, "qlora": 0.003632}
 
 
 def _default_data_parallel() -> dict[int, float]:
@@ -255,9 +255,9 @@ class Calibration:
     dora_norm_bytes_per_weight: float = 14.0
     # peft DoRA per token, output element of an adapted linear and micro-step (speed.dora_output_bytes):
     # the rescaling by magnitude / norm in fp32 and its gradient. Fitted by bench/matrix_terms_fit.py on
-    # the 4 DoRA rows of the H200 matrix (0.5B-7B, with and without checkpointing; 159-194 B a row, the
+    # the 4 DoRA rows of the H200 matrix (0.5B-7B, with and without checkpointing; 180-239 B a row, the
     # median).
-    dora_output_bytes_per_element: float = 164.9
+    dora_output_bytes_per_element: float = 201.4
     # peft's LoRA dropout per input element of an adapted linear and pass: forward reads the input and
     # writes the dropped copy and a 1-byte mask, backward reads the gradient and the mask and writes the
     # input's gradient; on bf16 inputs 2+2+1, on peft's fp32 upcast 4+4+1. Counted from the ops, not
@@ -316,13 +316,13 @@ class Calibration:
     # A checkpointed layer's recompute, in those pass units (a forward is 1): the checkpoint's own work (its
     # saved-tensor hooks, the generator states it saves and restores) on top of the forward it runs again.
     # Fitted with them.
-    dispatch_recompute_passes: float = 2.512
+    dispatch_recompute_passes: float = 2.523
     # The tiled MLP's CPU time per tile and tiled layer, by method (see _default_mlp_tile).
     mlp_tile_s: dict[str, float] = field(default_factory=_default_mlp_tile)
     # Mixed-precision full fine-tuning (fp32 weights under autocast): GPU seconds per token x hidden x layer
     # over pure bf16 (speed.fp32_model_seconds). Fitted by bench/matrix_terms_fit.py on the 5 mixed-precision
-    # full rows of the H200 matrix (0.5B-3B; 215-397 ps a row).
-    fp32_model_s_per_element: float = 3.12e-10
+    # full rows of the H200 matrix (0.5B-3B; 214-420 ps a row).
+    fp32_model_s_per_element: float = 3.08e-10
     # CPU launches and GPU work overlap: step = (gpu^p + cpu^p)^(1/p); large p = perfect overlap.
     dispatch_overlap_power: float = 4.0
     data_parallel_s_per_layer: dict[int, float] = field(default_factory=_default_data_parallel)
