@@ -63,7 +63,7 @@ BEFORE = {"cuda_context_gib_hopper": 0.60, "checkpoint_recompute_layers": {
 def unmodelled(plan: Any) -> str | None:
     """Why the estimate does not model what this row ran on the engine of its file (None: it does). Such a row is
     reported and left out of the fit; the plan's memory domain says how far off it was (``domain.py``)."""
-    if plan.method == "qlora" and plan.kbit_upcast:
+    if plan.qlora_upcast:
         return ("qlora_upcast: its recompute held 2.1 blocks' worth of activations on the fused-kernels engine; peft's "
                 "own QLoRA linears 1.25 on the engine before it (QLORA_UPCAST_UNDER_PCT)")
     return None
@@ -247,14 +247,15 @@ def main() -> int:
     aside = [dict(r) for r in every if r["unmodelled"]]
     before = check([dict(r) for r in rows], calibration_of(BEFORE))
     constants = fit(rows)
+    fitted = calibration_of(constants)
     loo = leave_one_model_out(rows)
-    quality = check(rows, calibration_of(constants))
+    quality = check(rows, fitted)
     if aside:
-        check(aside, calibration_of(constants))
+        check(aside, fitted)
         for r in aside:
-            r["churn_gib"] = churn_gib(r, calibration_of(constants))
+            r["churn_gib"] = churn_gib(r, fitted)
             r["slack_gib"], r["recompute_solved"] = r["reserved_gib"] - r["allocated_gib"], solve_recompute(
-                r, calibration_of(constants), high=4.0)
+                r, fitted, high=4.0)
     public = [{k: v for k, v in r.items() if k != "plan"} for r in rows]
     unmodelled = [{k: v for k, v in r.items() if k != "plan"} for r in aside]
     text = render(rows, constants, quality, before, loo, aside)

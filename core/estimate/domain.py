@@ -76,7 +76,7 @@ def measured_domain(plan: Any, gpu: Any, domain: MeasuredDomain = SPEED_DOMAIN) 
         gaps.append(DomainGap("seq_len", "seq_len", {"seq": plan.seq_len, "low": _tokens(low), "high": _tokens(high)}))
     if plan.offload != "none":
         gaps.append(DomainGap("offload", "offload", {"offload": plan.offload}))
-    if domain is MEMORY_DOMAIN and plan.method == "qlora" and plan.kbit_upcast:
+    if domain is MEMORY_DOMAIN and plan.qlora_upcast:
         gaps.append(DomainGap("qlora_upcast", "qlora_upcast", {"under": QLORA_UPCAST_UNDER_PCT}))
     return gaps
 

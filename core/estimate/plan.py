@@ -195,7 +195,12 @@ class TrainingPlan:
         """Whether the adapted linears get fp32 inputs under autocast: peft's cast (``lora_input_upcast``), or
         QLoRA's fp32 residual stream (``qlora_upcast``). The engine's grouped node, its kernels and its fused
         add leave such a linear to peft (``core.train.lora_group``, ``engine_switches``)."""
-        return self.lora_input_upcast or (self.method == "qlora" and bool(self.kbit_upcast))
+        return self.lora_input_upcast or self.qlora_upcast
+
+    @property
+    def qlora_upcast(self) -> bool:
+        """QLoRA with peft's fp32 upcast of the non-quantised weights (run key ``qlora_upcast``)."""
+        return self.method == "qlora" and bool(self.kbit_upcast)
 
     @property
     def dropout_fused(self) -> bool:
