@@ -376,3 +376,36 @@ def test_a_log_read_one_step_later_is_the_log_the_trainer_writes(tmp_path):
     assert seen["1"] == seen["0"]  # the last step's log too: it comes before its checkpoint
     assert all(r["grad_norm"] is not None and r["tokens_seen"] > 0 for r in seen["1"] if r["kind"] == "train")
     assert history["1"] == history["0"] and history["1"]
+
+
+def test_the_last_step_is_logged_whatever_logging_steps_says(tmp_path):
+    """A run of 5 steps logging every 2 ends with a record of step 5 (epoch and all): ``status`` reads
+    5/5, not 4/4 (the QA run of 54 steps logged every 10 read "step 50/50 · epoch 2.78"). Hardware: CPU."""
+    home = tmp_path / "home"
+    out = _tunedeck(home, "train", str(_config(tmp_path)), "max_steps=5", "logging_steps=2", "save_steps=100")
+    assert out.returncode == 0, out.stderr
+    status = _wait_final(home, out.stdout.strip())
+    run_dir = home / "runs" / out.stdout.strip()
+    assert status["status"] == "finished", (run_dir / "train.log").read_text()[-2000:]
+    train = [r for r in _records(run_dir, "metrics.jsonl") if r.get("kind") == "train"]
+    assert [r["step"] for r in train] == [2, 4, 5]
+    assert train[-1]["epoch"] == 5.0  # one step an epoch: 6 examples, batches of 6
+    assert (status["step"], status["total_steps"]) == (5, 5)
+    assert status["last_checkpoint_step"] == 5
+
+
+def test_a_stop_logs_the_step_it_stops_at():
+    """A stop between logging steps still leaves a record of the step it stopped at (and a checkpoint)."""
+    from types import SimpleNamespace
+
+    from core.train.callbacks import GracefulStopCallback, StopFlag
+
+    flag = StopFlag()
+    callback = GracefulStopCallback(flag)
+    control = SimpleNamespace(should_save=False, should_log=False, should_training_stop=False)
+    callback.on_step_end(None, SimpleNamespace(global_step=7, max_steps=100), control)
+    assert not (control.should_log or control.should_save or control.should_training_stop)
+    flag.set()
+    callback.on_step_end(None, SimpleNamespace(global_step=8, max_steps=100), control)
+    assert control.should_log and control.should_save and control.should_training_stop
+    assert callback.stopped_at == 8
