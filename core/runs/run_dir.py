@@ -182,8 +182,22 @@ class RunDirectory:
         return value if isinstance(value, dict) else {}
 
     def latest_metrics(self) -> dict[str, Any] | None:
-        """The last training record of ``metrics.jsonl`` (reads the tail only)."""
-        return last_record(self.metrics_path, lambda r: r.get("kind") == "train")
+        """The run's figures now: the last training record of ``metrics.jsonl`` written since the newest
+        resume (reads the tail only). A resume goes back to its checkpoint: the step, loss and ETA an
+        attempt reached after it are lost. So when the newest record is the trainer's ``resumed`` record,
+        or a resume was asked for (run.json ``resumes``) after the last record, the figures are only
+        ``{"kind": "resumed", "step", "total_steps"}``: the resume's step, no loss, speed or ETA until the
+        new attempt logs. The charts read the whole history (``core.watch``), not this."""
+        last = last_record(self.metrics_path, lambda r: r.get("kind") in ("train", "resumed"))
+        resumes = self.record().get("resumes")
+        resume = resumes[-1] if isinstance(resumes, list) and resumes else None
+        if isinstance(resume, dict) and isinstance(resume.get("step"), int) and resume.get("time") and (
+                last is None or (last.get("kind") == "train" and str(last.get("time") or "~") <= str(resume["time"]))):
+            # asked for, not started yet: whatever was logged before belongs to the attempt given up
+            return {"kind": "resumed", "step": resume["step"], "total_steps": (last or {}).get("total_steps")}
+        if last is not None and last.get("kind") == "resumed":
+            return {"kind": "resumed", "step": last.get("step"), "total_steps": last.get("total_steps")}
+        return last
 
     def latest_eval(self) -> dict[str, Any] | None:
         return last_record(self.metrics_path, lambda r: r.get("kind") == "eval")

@@ -205,6 +205,47 @@ def test_stop_and_resume_refusals(home):
         prepare_resume(run)
 
 
+def _sound_checkpoint(run: RunDirectory, step: int) -> Path:
+    """A checkpoint that passes ``verify_checkpoint`` (tiny files of the right shapes)."""
+    tmp = run.checkpoints_dir / f"checkpoint-{step}.tmp"
+    tmp.mkdir(parents=True)
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (tmp / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    (tmp / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (tmp / "optimizer.pt").write_bytes(b"o")
+    (tmp / "scheduler.pt").write_bytes(b"s")
+    return finalize_checkpoint(tmp, step)
+
+
+def test_after_a_resume_the_lost_attempts_step_loss_and_eta_are_not_shown(home):
+    """Killed at step 875, resumed from checkpoint-800: until the new attempt logs, status and runs show
+    step 800 with no loss, speed or ETA (they showed 875, its loss and "ETA 22:14"); then its own figures.
+    The whole history stays in metrics.jsonl for the charts."""
+    from core.runs.listing import summarize
+
+    run = _run(home)
+    old = "2026-01-01T00:00:00Z"  # long before the resume
+    append_jsonl(run.metrics_path, {"schema": 1, "kind": "header", "total_steps": 3000})
+    for step in (800, 875):
+        append_jsonl(run.metrics_path, {"kind": "train", "step": step, "total_steps": 3000, "loss": 0.9265,
+                                        "tokens_per_s": 100.0, "eta_s": 80000.0, "time": old})
+    _sound_checkpoint(run, 800)
+    run.write_status(RUNNING)
+    assert summarize(run).step == 875 and summarize(run).status == CRASHED  # the supervisor is gone
+    prepare_resume(run)
+    summary = summarize(run)  # queued: the new supervisor has not started the trainer yet
+    assert (summary.step, summary.total_steps, summary.loss, summary.eta_s, summary.tokens_per_s) == \
+        (800, 3000, None, None, None)
+    later = "2999-01-01T00:00:00Z"
+    append_jsonl(run.metrics_path, {"kind": "resumed", "step": 800, "total_steps": 3000, "time": later})
+    assert (summarize(run).step, summarize(run).loss, summarize(run).eta_s) == (800, None, None)
+    append_jsonl(run.metrics_path, {"kind": "train", "step": 804, "total_steps": 3000, "loss": 0.5,
+                                    "tokens_per_s": 90.0, "eta_s": 9000.0, "time": later})
+    summary = summarize(run)
+    assert (summary.step, summary.loss, summary.eta_s) == (804, 0.5, 9000.0)
+    assert [r["step"] for r in iter_records(run.metrics_path) if r.get("kind") == "train"] == [800, 875, 804]
+
+
 def test_log_tail_gives_the_last_complete_lines_and_where_following_goes_on(tmp_path):
     # Following itself (complete lines, truncation) is in test_runs_logs_follow.py and test_watch_follow.py.
     path = tmp_path / "train.log"
