@@ -58,6 +58,10 @@ def build_request(args: argparse.Namespace) -> Any:
     overrides = parse_overrides(args.set)
     if args.hardware:
         target = parse_target(args.hardware, args.price_per_gpu_hour, args.host_ram_gib)
+        if target.cpu_only:  # ``cpu`` is this box's CPU: sized against its RAM, not an assumed 16 GiB
+            from core.plan.hardware import on_this_host
+
+            target = on_this_host(target, detect_target(None, args.price_per_gpu_hour))
     else:
         target = detect_target(args.gpus, args.price_per_gpu_hour)
         if args.host_ram_gib is not None:

@@ -74,6 +74,20 @@ def parse_target(text: str, price_per_gpu_hour: float | None = None,
     return HardwareTarget(gpu, count, host_ram_gib, disk_free_gib, price_per_gpu_hour)
 
 
+def on_this_host(target: HardwareTarget, detected: HardwareTarget | None) -> HardwareTarget:
+    """A CPU target typed by hand (``cpu``) is this box's CPU: its RAM and free disk are this box's (what
+    the hardware step and ``tunedeck hardware`` show), not a guess. What the target already says wins;
+    a GPU target is hardware you may not have, and is returned as it is."""
+    from dataclasses import replace
+
+    if not target.cpu_only or detected is None:
+        return target
+    return replace(target,
+                   host_ram_gib=target.host_ram_gib if target.host_ram_gib is not None else detected.host_ram_gib,
+                   disk_free_gib=target.disk_free_gib if target.disk_free_gib is not None
+                   else detected.disk_free_gib)
+
+
 def spec_for_gpu_name(name: str | None, memory_bytes: int | None) -> GpuSpec:
     """The table entry for an NVML name; an unknown GPU gets its real memory and Ampere-like speed."""
     try:

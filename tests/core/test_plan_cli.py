@@ -106,3 +106,18 @@ def test_user_errors_exit_2_with_a_message(tmp_path):
     assert bad_set.returncode == 2 and "qlora" in bad_set.stderr
     bad_model = tunedeck(tmp_path, "--model", "no/such-model", "--hardware", "cpu")
     assert bad_model.returncode == 2 and "config.json" in bad_model.stderr
+
+
+def test_hardware_cpu_is_sized_against_this_box_ram(tmp_path):
+    """``--hardware cpu`` is this box's CPU: its RAM (the recording's host: 251.8 GiB on the fake 2xH200
+    box) is the capacity, not an assumed 16 GiB; --host-ram-gib still wins."""
+    fake = json.loads((ROOT / "tests" / "fixtures" / "gpus" / "h200x2.json").read_text())
+    ram_gib = round(fake["host"]["memory_total_bytes"] / 1024**3, 1)
+    proc = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--json", fake_gpus="h200x2")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["hardware"]["gpu"] is None and data["hardware"]["host_ram_gib"] == ram_gib
+    assert abs(data["recommendation"]["capacity_gib"] - ram_gib) < 0.5
+    stated = json.loads(tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--host-ram-gib", "64",
+                                 "--json", fake_gpus="h200x2").stdout)
+    assert stated["hardware"]["host_ram_gib"] == 64.0

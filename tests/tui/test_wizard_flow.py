@@ -219,3 +219,30 @@ def test_dataset_file_picker_previews_the_picked_file(private_home, tmp_path, mo
             await wait_for(pilot, lambda: w.step == 2)
 
     run(scenario())
+
+
+def test_a_new_plan_clears_the_old_status_and_cpu_uses_this_box_ram(private_home):
+    """Fake 2xH200 box (its recorded host: 251.8 GiB of RAM). A status about the GPU plan (a refused
+    launch) goes when the plan is recomputed for ``cpu``; the CPU plan is sized against the box's RAM."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            assert not w.request.hardware.cpu_only
+            w._status("[$error]gpus: index 0 asked for, 0 GPUs visible on this machine[/]")
+            assert "0 GPUs visible" in screen_text(app)
+            await pilot.press("pageup")
+            await wait_for(pilot, lambda: w.step == 3)
+            await pilot.press("e")
+            w.query_one("#hardware-input").value = "cpu"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 4 and not w.planning and w.request.hardware.cpu_only,
+                           timeout=30)
+            await pilot.pause()
+            assert "0 GPUs visible" not in screen_text(app)
+            ram = w.snapshot.host.memory_total_bytes / 1024**3
+            assert w.request.hardware.host_ram_gib == ram
+            assert abs(w.recommendation.best.estimate.capacity_gib - ram) < 0.5
+            assert f"/ {ram:.1f} GiB" in screen_text(app)
+
+    run(scenario())

@@ -487,7 +487,9 @@ class WizardScreen(Screen[None]):
         if detected is not None and (not text or text == detected.describe()):
             indices = parse_gpu_indices(gpus) if gpus and gpus != "all" else None
             return target_from_snapshot(self.snapshot, indices, price)
-        return parse_target(text, price)
+        from core.plan.hardware import on_this_host
+
+        return on_this_host(parse_target(text, price), detected)
 
     # --- recommendation ------------------------------------------------------------------------------
     def _build_request(self) -> Any:
@@ -499,12 +501,17 @@ class WizardScreen(Screen[None]):
             dataset=self.summary_path or None, overrides=dict(self.overrides),
         ).with_dataset(self.summary)
 
-    def recompute(self, advance: bool = False) -> None:
+    def recompute(self, advance: bool = False, keep_status: bool = False) -> None:
         """Plan again from the inputs, off the UI thread (weighing hundreds of plans takes a while on a
-        small box); the result, or why the inputs cannot be read, arrives as ``PlanReady``."""
+        small box); the result, or why the inputs cannot be read, arrives as ``PlanReady``.
+
+        The status line spoke of the plan before (a refused launch, a saved file): it is cleared, unless
+        ``keep_status`` (a probe's outcome, whose measurements are what the plan is recomputed with)."""
         from core.estimate import ArchitectureError, ModelNotFoundError
         from core.plan import HardwareError
 
+        if not keep_status:
+            self._status("")
         try:
             if self.base is None and not self._check_model():
                 return
@@ -705,7 +712,7 @@ class WizardScreen(Screen[None]):
             self.busy = False
             if message.measured:
                 self.measured.update(message.measured)
-                self.recompute()
+                self.recompute(keep_status=True)
 
 
 MAX_LISTED_FILES = 20
