@@ -115,7 +115,10 @@ async def dashboard_fresh(size, name) -> None:
 
 
 async def dashboard_finished(size, name) -> None:
+    from tests.tui.test_dashboard_render import add_checkpoint
+
     path = build_run(runs_dir(), "20261129-2100-finished", status="finished", steps=600)
+    add_checkpoint(path, 600)  # a finished run ends with one: its footer offers merge, chat, serve …
     app = _app(open_run=str(path))
     async with app.run_test(size=size) as pilot:
         await _settled_dashboard(pilot, app, "finished", with_steps=True)

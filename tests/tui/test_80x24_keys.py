@@ -15,7 +15,7 @@ from core.paths import runs_dir
 from core.text_width import cell_len
 from tests.fixtures.watch.run_builder import build_run
 from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for, wait_screen_stable
-from tests.tui.test_dashboard_render import open_dashboard, settle
+from tests.tui.test_dashboard_render import add_checkpoint, open_dashboard, settle
 from tests.tui.test_gpu_screen import open_gpus
 from tests.tui.test_wizard_flow import to_result, wizard
 from tui.app import make_app
@@ -255,6 +255,7 @@ def test_gpu_footer_lists_its_own_keys(private_home):
 
 def test_dashboard_offers_merge_chat_serve_when_finished_in_footer_and_palette(private_home):
     path = build_run(runs_dir(), "20261129-2100-done", status="finished", steps=600)
+    add_checkpoint(path, 600)
 
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))

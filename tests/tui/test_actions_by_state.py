@@ -18,13 +18,13 @@ from core.runs.listing import summarize
 from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run
 from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
 from tests.tui.test_80x24_keys import footer_keys
-from tests.tui.test_dashboard_render import FIXTURES, open_dashboard
+from tests.tui.test_dashboard_render import FIXTURES, add_checkpoint, open_dashboard
 from tests.tui.test_runs_screen import open_runs
 from tui.app import make_app
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.runs import RunsScreen
 from tui.widgets.confirm import ConfirmScreen
-from tui.widgets.keys_footer import KeysFooter
+from tui.widgets.keys_footer import KeysFooter, footer_entries
 from tui.widgets.lifecycle_panels import MergePanel, ServePanel
 
 SIZE = (80, 24)
@@ -47,6 +47,7 @@ def notes(app) -> list[str]:
 def test_stop_is_offered_only_on_a_live_run_and_evaluate_export_only_on_a_finished_one():
     live = build_run(runs_dir(), "20261129-2300-live", status="running", steps=120)
     done = build_run(runs_dir(), "20261129-2100-done", status="finished", steps=600)
+    add_checkpoint(done, 600)
 
     async def scenario():
         with SupervisorStandIn(live):
@@ -77,6 +78,55 @@ def test_stop_is_offered_only_on_a_live_run_and_evaluate_export_only_on_a_finish
             assert t("lifecycle.key.evaluate") in help_text and t("dashboard.key.stop") not in help_text
 
     run(scenario())
+
+
+RUN_KEYS = {"k": "dashboard.key.stop", "u": "dashboard.key.resume", "M": "lifecycle.key.merge",
+            "a": "lifecycle.key.chat", "v": "lifecycle.key.serve", "E": "lifecycle.key.evaluate",
+            "X": "lifecycle.key.export"}
+
+
+def offered(app) -> dict[str, set[str]]:
+    """The run's keys that the footer (every entry, not only those that fit 80 columns), the help (the
+    rows ? shows) and the palette offer now, each found on its own."""
+    footer = {key for key, _ in footer_entries(app.screen) if key in RUN_KEYS}
+    rows = {row for _section, section_rows in app.key_table(app.screen) for row in section_rows}
+    help_keys = {key for key, name in RUN_KEYS.items() if (key, t(name)) in rows}
+    palette = {key for key, name in RUN_KEYS.items() if t(name) in palette_titles(app)}
+    return {"footer": footer, "help": help_keys, "palette": palette}
+
+
+def test_footer_help_and_palette_offer_the_same_run_keys_by_state():
+    """One rule (the dashboard's check_action) for every key that acts on the run, and the footer, the
+    help and the palette all follow it: on a running run stop only (Ctrl+P "merge" had found Merge while
+    "eval" found nothing, and ? listed Resume); resume, merge, chat, serve, evaluate and export once the
+    run ended with a checkpoint; nothing but stop-less browsing on one that ended with none. (Two H200s
+    recorded; the runs are built on disk.)"""
+    live = build_run(runs_dir(), "20261129-2300-live", status="running", steps=120)
+    bare = build_run(runs_dir(), "20261129-2100-bare", status="stopped", steps=30)
+    kept = build_run(runs_dir(), "20261129-2200-kept", status="stopped", steps=120)
+    add_checkpoint(kept, 100)
+    ended = {"u", "M", "a", "v", "E", "X"}
+
+    async def look(path, status: str, pressed: str | None = None) -> dict[str, set[str]]:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=SIZE) as pilot:
+            await open_dashboard(pilot, app, status)
+            seen = offered(app)
+            if pressed:  # a key not offered does nothing: no panel, no toast
+                app.clear_notifications()
+                for key in pressed:
+                    await pilot.press(key)
+                    await pilot.pause()
+                    assert isinstance(app.screen, DashboardScreen) and not notes(app), key
+            return seen
+
+    with SupervisorStandIn(live):
+        running = run(look(live, "running", pressed="uMavEX"))
+    assert running == {"footer": {"k"}, "help": {"k"}, "palette": {"k"}}, running
+    nothing = run(look(bare, "stopped", pressed="kuMavEX"))
+    assert nothing == {"footer": set(), "help": set(), "palette": set()}, nothing
+    resumable = run(look(kept, "stopped"))
+    assert resumable == {"footer": ended, "help": ended, "palette": ended}, resumable
 
 
 def test_a_read_only_source_offers_no_stop():
@@ -154,6 +204,7 @@ def test_a_finished_run_short_of_max_steps_shows_its_last_step_as_done():
 
 def test_evaluate_and_export_run_core_in_a_worker_and_notify(monkeypatch):
     done = build_run(runs_dir(), "20261129-2100-done", status="finished", steps=600)
+    add_checkpoint(done, 600)
     calls: list[str] = []
 
     def evaluate_run(run, checkpoint=None):
@@ -191,11 +242,16 @@ def test_merge_and_serve_hints_follow_their_state(monkeypatch):
     from core.lifecycle.source import LifecycleError
 
     done = build_run(runs_dir(), "20261129-2100-done", status="finished", steps=600)
+    add_checkpoint(done, 600)  # (no weights in it)
     monkeypatch.setattr("tui.screens.chat._run_has_result", lambda screen, run_dir: True)
+
+    def merge_run(run, **kwargs):
+        raise LifecycleError("the checkpoint holds no adapter")
 
     def start_server(run, **kwargs):
         raise LifecycleError("no port free")
 
+    monkeypatch.setattr("core.lifecycle.merge.merge_run", merge_run)
     monkeypatch.setattr("core.lifecycle.serve.start_server", start_server)
 
     async def scenario():
@@ -205,7 +261,7 @@ def test_merge_and_serve_hints_follow_their_state(monkeypatch):
             await pilot.press("M")
             await wait_for(pilot, lambda: isinstance(app.screen, MergePanel))
             panel = app.screen
-            await wait_for(pilot, lambda: panel.ended, timeout=60)  # no checkpoint: the merge fails
+            await wait_for(pilot, lambda: panel.ended, timeout=60)  # the merge fails
             await pilot.pause()
             text = screen_text(app)
             assert "the merge goes on" not in text and t("lifecycle.merge_hint_done") in text

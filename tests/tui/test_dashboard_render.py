@@ -28,6 +28,18 @@ def run(coro):
     return asyncio.run(coro)
 
 
+def add_checkpoint(path: Path, step: int) -> Path:
+    """A complete checkpoint of the run at ``path`` (its directory and COMPLETE marker; no weights): what
+    resume and the after-training keys look for, as a finished run always ends with one."""
+    from core.runs import RunDirectory
+    from core.runs.checkpoints import COMPLETE_MARKER, final_path_for
+
+    checkpoint = final_path_for(RunDirectory(path).checkpoints_dir, step)
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    (checkpoint / COMPLETE_MARKER).write_text("{}", encoding="utf-8")
+    return checkpoint
+
+
 async def open_dashboard(pilot, app, status: str, events: int | None = None) -> DashboardScreen:
     await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
     screen = app.screen
@@ -63,6 +75,8 @@ def test_dashboard_snapshots(case, size):
     written, shown, steps, reason, locked = CASES[case]
 
     path = build_run(runs_dir(), f"20261129-2100-{case}", status=written, steps=steps, reason=reason)
+    if shown != "running":  # what it left to resume from or to merge, chat with …: its footer offers them
+        add_checkpoint(path, steps // 50 * 50)
 
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))

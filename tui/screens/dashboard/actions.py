@@ -8,9 +8,12 @@ from textual.message import Message
 from textual.widgets import DataTable, Input
 
 from core.i18n import render_stored, t
-from core.runs import RunState, can_resume, can_stop
+from core.runs import TERMINAL_STATES, can_resume, can_stop
 from tui.screens.dashboard.header import EventsTable
 from tui.widgets.log_pane import LogPane
+
+# The actions that act on the run itself, offered by its state (``check_action``).
+RUN_ACTIONS = frozenset({"stop", "resume", "after_training"})
 
 
 class ActionDone(Message):
@@ -24,30 +27,33 @@ class DashboardActions:
     """Stop, resume, config, the command line, after training, search, focus, full view, back; and
     which of them the footer shows (mixed into DashboardScreen, whose BINDINGS name them)."""
 
-    # --- the footer ------------------------------------------------------------------------------
+    # --- the footer, the help and the palette: one rule -------------------------------------------
     def footer_priority(self) -> tuple[str, ...]:
-        """Binding ids in the order the footer keeps them: what applies to the run as it stands first."""
+        """Binding ids in the order the footer keeps them. The run's own actions come first, the one
+        that matters most for its state first (stop while live, resume, then what its checkpoint is good
+        for); those ``check_action`` refuses are left out by the footer like by the help and the palette."""
         keys: list[str] = []
         if self.has_class("-full"):
             keys.append("dashboard.back")
-        if not self.source.read_only:
-            if can_stop(self.status):
-                keys.append("dashboard.stop")
-            elif self.status == RunState.FINISHED:
-                keys += ["dashboard.merge", "dashboard.chat", "dashboard.serve", "dashboard.evaluate",
-                         "dashboard.export"]
-            elif can_resume(self.status):
-                keys.append("dashboard.resume")
+        keys += ["dashboard.stop", "dashboard.resume", "dashboard.merge", "dashboard.chat", "dashboard.serve",
+                 "dashboard.evaluate", "dashboard.export"]
         return (*keys, "dashboard.full", "dashboard.search", "dashboard.back", "dashboard.axis")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Stop only while the run is live, evaluate and export only once it finished, and neither on
-        another trainer's output: refused here, they leave the footer, the palette and the help."""
+        """What the run as it stands allows, and nothing on another trainer's output: stop while it is
+        live; resume once it ended short (stopped, failed, crashed) with a checkpoint to go on from;
+        merge, chat, serve, evaluate and export once it ended with a checkpoint (``core.lifecycle``
+        loads its last complete one). Refused here, a key leaves the footer, the help and the palette."""
+        if action not in RUN_ACTIONS:
+            return True
+        if self.source.read_only:
+            return False
         if action == "stop":
-            return not self.source.read_only and can_stop(self.status)
-        if action == "after_training" and parameters and parameters[0] in ("evaluate", "export"):
-            return not self.source.read_only and self.status == RunState.FINISHED
-        return True
+            return can_stop(self.status)
+        ended = self.status in TERMINAL_STATES and self.has_checkpoint
+        if action == "resume":
+            return ended and can_resume(self.status)
+        return ended
 
     def footer_label(self, binding_id: str, description: str) -> str | None:
         """Esc leaves the full view before it goes back to the runs: the footer says which it does now.

@@ -69,12 +69,15 @@ class LogLines(Message):
 
 
 class RunStatusRead(Message):
-    """Latest status and disk figures (latest only)."""
+    """Latest status and disk figures (latest only); ``has_checkpoint``: the run has ended and has a
+    complete checkpoint (what resume and the after-training actions need)."""
 
-    def __init__(self, status: str, reason: str, disk_free: int | None, disk_total: int | None) -> None:
+    def __init__(self, status: str, reason: str, disk_free: int | None, disk_total: int | None,
+                 has_checkpoint: bool = False) -> None:
         super().__init__()
         self.status = status
         self.reason = reason
+        self.has_checkpoint = has_checkpoint
         self.disk_free = disk_free
         self.disk_total = disk_total
 
@@ -138,10 +141,14 @@ class DashboardFeed:
             state = writer_state(self.source, self._activity)
             self.post_message(RunStatusRead(state.status, state.label(), free, total))
             return
-        from core.runs import RunDirectory, effective_status
+        from core.runs import TERMINAL_STATES, RunDirectory, effective_status
 
-        status = effective_status(RunDirectory(self.source.path))
-        self.post_message(RunStatusRead(status.status, status.reason_text, free, total))
+        run = RunDirectory(self.source.path)
+        status = effective_status(run)
+        # Looked for once the run has ended only: a live run's checkpoints change every few minutes, and
+        # nothing that needs one is offered before it ends.
+        has_checkpoint = status.status in TERMINAL_STATES and run.last_complete_checkpoint() is not None
+        self.post_message(RunStatusRead(status.status, status.reason_text, free, total, has_checkpoint))
 
     # --- the app's GPU poll -----------------------------------------------------------------------
     def on_unmount(self) -> None:
@@ -238,9 +245,11 @@ class DashboardFeed:
 
     def on_run_status_read(self, message: RunStatusRead) -> None:
         previous = self.status or None
+        offered = (self.status, self.has_checkpoint)
         self.status, self.reason = message.status, message.reason
-        if previous != self.status:
-            self.refresh_bindings()  # the footer offers what applies now (stop, resume, merge/chat/serve)
+        self.has_checkpoint = message.has_checkpoint
+        if offered != (self.status, self.has_checkpoint):
+            self.refresh_bindings()  # footer, help and palette offer what applies now (check_action)
         if message.disk_free is not None:
             self.disk = (message.disk_free, message.disk_total)
         alerts = {"ended": ended_alert(previous, self.status, self.source.run_id),

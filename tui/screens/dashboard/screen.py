@@ -96,6 +96,7 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         self.axis = "step"
         self.status = ""  # read-only sources too: core.watch.activity says running, idle or finished
         self.reason = ""
+        self.has_checkpoint = False  # ended with a complete checkpoint: resume, merge, chat … (check_action)
         self.gpu_indices: list[int] = []
         self.gpu_name: str | None = None
         self.gpu_util: dict[int, BucketedSeries] = {}
