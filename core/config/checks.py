@@ -102,7 +102,7 @@ def _check_bounds(number: float, spec: KeySpec, given: Any) -> None:
     if spec.minimum is not None and number < spec.minimum:
         raise _Invalid(t("config.too_small", given=_show(given), minimum=_fmt(spec.minimum)))
     if spec.above is not None and number <= spec.above:
-        raise _Invalid(t("config.too_small", given=_show(given), minimum=t("config.more_than", value=_fmt(spec.above))))
+        raise _Invalid(t("config.too_small_above", given=_show(given), minimum=_fmt(spec.above)))
     if spec.maximum is not None and number > spec.maximum:
         raise _Invalid(t("config.too_large", given=_show(given), maximum=_fmt(spec.maximum)))
     if spec.below is not None and number >= spec.below:
@@ -426,6 +426,53 @@ def check_combinations(
         used = count
     if config.zero_stage > 0 and used == 1:
         add(t("config.zero_one_gpu", stage=config.zero_stage), "zero_stage", severity=WARNING)
+    return issues
+
+
+def check_for_training(config: RunConfig, locations: Locations, default_file: str,
+                       probe: bool = True) -> list[ConfigIssue]:
+    """What ``train`` (and ``train --check``, the same checks) needs of the box beyond the file itself,
+    each naming the key's file and line: a model that can be had (``model_checks.model_problem``; the hub
+    is probed unless ``probe`` is False), ``dataset`` entries that name something (a missing file; the
+    data itself is read later) and an ``output`` folder that is absent or empty (a finished model is never
+    overwritten). Nothing is written."""
+    from core.config.model_checks import model_problem
+    from core.i18n import Message
+
+    issues: list[ConfigIssue] = []
+
+    def add(message: str, key: str, severity: str = ERROR, named: bool = True) -> None:
+        file, line = locations.get(key, (default_file, None))
+        issues.append(ConfigIssue(file, line, key if named else None, message, severity))
+
+    if config.model:
+        found = model_problem(str(config.model), config.hub, probe=probe)
+        if found is not None:
+            add(found[1], "model", found[0])
+    if config.dataset:  # entries that name nothing (a missing file): said at the dataset key's line
+        from core.data.registry import resolve_sources_and_issues
+
+        source_file = Path(default_file)
+        _, missing = resolve_sources_and_issues(
+            config.dataset, config.hub, config.dataset_info, config.dataset_dir,
+            base_dir=source_file.resolve().parent if source_file.is_file() else None, split=config.split)
+        for problem in missing:
+            add(f"{problem.file}: {problem.message}", "dataset")
+    if config.output:
+        output = Path(str(config.output)).expanduser()
+        output = output if output.is_absolute() else Path.cwd() / output
+        if output.exists() and not output.is_dir():
+            add(Message("output.not_a_folder", path=str(output)).text(), "output", named=False)
+        elif output.is_dir():
+            try:
+                entries = sorted(p.name for p in output.iterdir())
+            except OSError as exc:
+                add(Message("output.unusable", path=str(output), reason=str(exc)).text(), "output", named=False)
+            else:
+                if entries:
+                    add(Message("output.not_empty", path=str(output), count=len(entries),
+                                first=", ".join(entries[:3])).text(), "output",
+                        named=False)  # the message starts with "output:" itself
     return issues
 
 

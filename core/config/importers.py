@@ -388,7 +388,8 @@ def blocking_lines(result: ImportResult) -> list[MappingLine]:
             and line.outcome.reason.key in BLOCKING_REASONS]
 
 
-def load_imported_config(result: ImportResult, overrides: list[str], gpu_caps: Any = None) -> Any:
+def load_imported_config(result: ImportResult, overrides: list[str], gpu_caps: Any = None,
+                         for_training: bool = False) -> Any:
     """The checked ``RunConfig`` of a converted file with ``key=value`` overrides applied on top (raises
     ``ConfigError`` like ``load_run_config``)."""
     from core.config.loader import apply_overrides, config_from_mapping
@@ -396,4 +397,5 @@ def load_imported_config(result: ImportResult, overrides: list[str], gpu_caps: A
     values = dict(result.config)
     locations: dict[str, tuple[str, int | None]] = {key: (result.source, None) for key in values}
     issues = apply_overrides(values, locations, overrides)
-    return config_from_mapping(values, locations, result.source, gpu_caps=gpu_caps, prior_issues=issues)
+    return config_from_mapping(values, locations, result.source, gpu_caps=gpu_caps, prior_issues=issues,
+                               for_training=for_training)

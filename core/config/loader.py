@@ -131,8 +131,12 @@ def config_from_mapping(
     source: str,
     gpu_caps: Any = None,
     prior_issues: Iterable[ConfigIssue] = (),
+    for_training: bool = False,
 ) -> RunConfig:
-    """Check ``values`` key by key and across keys, resolve defaults; raise ``ConfigError`` on any error."""
+    """Check ``values`` key by key and across keys, resolve defaults; raise ``ConfigError`` on any error.
+
+    ``for_training`` adds what a run about to start needs (``checks.check_for_training``: a model that
+    can be had, an empty ``output``), with the file and line of the key."""
     if not locations:
         locations = {key: (source, None) for key in values}
     clean, issues = check_values(values, locations, source)
@@ -144,6 +148,10 @@ def config_from_mapping(
         issues += deepspeed_issues
     config = RunConfig(**resolve_defaults(clean))
     issues += check_combinations(config, locations, source, gpu_caps)
+    if for_training and not any(issue.is_error and issue.key in ("model", "output") for issue in issues):
+        from core.config.checks import check_for_training
+
+        issues += check_for_training(config, locations, source)
     # The file's problems in line order, then the command line's.
     issues.sort(key=lambda issue: (issue.file != source, issue.line or 0))
     errors = [issue for issue in issues if issue.is_error]
@@ -153,16 +161,19 @@ def config_from_mapping(
     return config
 
 
-def load_run_config(path: str | Path, overrides: Iterable[str] = (), gpu_caps: Any = None) -> RunConfig:
+def load_run_config(path: str | Path, overrides: Iterable[str] = (), gpu_caps: Any = None,
+                    for_training: bool = False) -> RunConfig:
     """Read and check a run YAML file with ``key=value`` overrides applied on top.
 
     Raises ``ConfigError`` listing every problem (file, line, key, what is allowed). Non-fatal remarks
     (e.g. ZeRO on one GPU) are in the returned config's ``warnings``. ``gpu_caps`` optionally describes
-    the GPUs (see ``core.config.checks.check_combinations``).
+    the GPUs (see ``core.config.checks.check_combinations``); ``for_training`` adds the checks of a run
+    about to start (``config_from_mapping``).
     """
     path = Path(path)
     values, locations, issues = _read_yaml_mapping(path)
     if any(issue.key is None for issue in issues) and not values:
         raise ConfigError(issues)  # the file itself is unusable: nothing else can be said
     issues += apply_overrides(values, locations, overrides)
-    return config_from_mapping(values, locations, str(path), gpu_caps=gpu_caps, prior_issues=issues)
+    return config_from_mapping(values, locations, str(path), gpu_caps=gpu_caps, prior_issues=issues,
+                               for_training=for_training)

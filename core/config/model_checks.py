@@ -4,11 +4,18 @@ module would only fail inside the trainer (peft's ``NoMatchingPeftModuleError``)
 The module names come from a model built on PyTorch's meta device (no memory, no weights) when torch and
 transformers are installed, else from the decoder layout of ``core.estimate.architecture``. A model whose
 ``config.json`` is not at hand (a hub id not downloaded yet) is not checked here.
+
+``model_problem`` says, before a run starts, whether its ``model`` can be had at all: a local folder with a
+config.json, the bundled ``tiny``, or a hub id ``owner/name`` (in the local cache, or downloadable: the hub
+must answer). A bare name such as ``tinny`` would only fail in the trainer, after a hub round trip.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from core.i18n import t
@@ -81,3 +88,43 @@ def lora_targets_problem(model: str | None, targets: str | list[str], method: st
     if not missing:
         return None
     return t("config.lora_targets_unknown", missing=", ".join(missing), model=model, known=", ".join(short))
+
+
+# A hub id as ModelScope and Hugging Face spell it: owner/name, letters, digits, '.', '-', '_'.
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def model_problem(model: str, hub: str, probe: bool = True) -> tuple[str, str] | None:
+    """``(severity, message)`` when ``model`` cannot be trained as it is named, else None.
+
+    An error for a folder without config.json and for a name that is neither a folder, the bundled
+    ``tiny`` nor a hub id (with the closest known name); for a hub id not in the local cache, an error
+    when the hub cannot be reached (or ``HF_HUB_OFFLINE`` is set), else a warning that the run will
+    download it. ``probe=False`` skips the network look (a test, or a caller that must not wait).
+    """
+    from core.assets import TINY_MODEL_NAME, resolve_model_name
+    from core.config.checks import looks_like_local_path
+    from core.config.issues import ERROR, WARNING
+
+    value = resolve_model_name(model)
+    path = Path(value).expanduser()
+    if looks_like_local_path(value) or path.exists():
+        if not (path / "config.json").is_file():
+            return ERROR, t("runs.model_missing", path=value)
+        return None
+    if HUB_ID.match(value):
+        from core.estimate.model_source import _cached_config
+
+        if _cached_config(value) is not None:
+            return None
+        from core.data.loading import HUB_HOSTS, _offline, hub_address, network_reachable
+
+        host = hub_address(hub)[0] if hub in HUB_HOSTS else hub
+        if _offline():
+            return ERROR, t("config.model_offline_not_cached", model=value)
+        if probe and hub in HUB_HOSTS and not network_reachable(hub):
+            return ERROR, t("config.model_hub_unreachable", model=value, host=host)
+        return WARNING, t("config.model_will_download", model=value, host=host)
+    close = difflib.get_close_matches(value, [TINY_MODEL_NAME], n=1, cutoff=0.6)
+    hint = t("config.did_you_mean", suggestion=close[0]) if close else ""
+    return ERROR, t("config.model_unknown", model=value) + hint

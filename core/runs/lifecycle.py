@@ -79,9 +79,9 @@ def load_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = 
             if blocked:
                 raise RunError(t("runs.import_blocked", path=path,
                                  lines="\n".join(f"  {line.text()}" for line in blocked)), 2)
-            config = load_imported_config(imported, list(overrides), gpu_caps=_gpu_caps())
+            config = load_imported_config(imported, list(overrides), gpu_caps=_gpu_caps(), for_training=True)
         else:
-            config = load_run_config(path, list(overrides), gpu_caps=_gpu_caps())
+            config = load_run_config(path, list(overrides), gpu_caps=_gpu_caps(), for_training=True)
     except ConfigError as exc:
         raise RunError(str(exc), 2) from exc
     except FileNotFoundError as exc:

@@ -105,7 +105,11 @@ def test_readers_work_on_a_full_disk_and_train_refuses_leaving_nothing(tmp_path)
         assert resume.returncode == 2 and "not enough disk space" in resume.stderr, resume.stderr
         _clean(resume)
         # A model the estimator cannot size skips that check; the run directory it starts is removed again.
-        unsized = cli("train", str(_tiny_config(tmp_path, model="no-such-org/unsized-model")), check=False)
+        # (A local folder: a hub id that is not downloaded is refused offline before the space check.)
+        unsized_model = tmp_path / "unsized-model"
+        unsized_model.mkdir()
+        (unsized_model / "config.json").write_text('{"model_type": "no-such-architecture"}')
+        unsized = cli("train", str(_tiny_config(tmp_path, model=str(unsized_model))), check=False)
         assert unsized.returncode == 1, unsized.stderr
         _clean(unsized)
         assert "cannot write" in unsized.stderr and "No space left on device" in unsized.stderr, unsized.stderr

@@ -1,0 +1,145 @@
+"""What ``train`` and ``train --check`` check beyond the file itself (``for_training``): a model that can be
+had, dataset entries that name something, an empty ``output`` folder, each at its key's file:line.
+
+No GPU and no network assumed: the hub probe is replaced where a test needs an answer from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from core.config import ConfigError, load_run_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty hub cache
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms"))
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
+    (tmp_path / "data.jsonl").write_text(json.dumps({"messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}) + "\n")
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_run_config(path, for_training=True)
+    return [str(issue) for issue in caught.value.errors]
+
+
+def test_a_misspelt_model_is_refused_with_the_closest_name(tmp_path):
+    path = write(tmp_path, "dataset: data.jsonl\nmodel: tinny\n")
+    found = problems(path)
+    assert len(found) == 1
+    assert found[0].startswith(f"{path}:2: model: model 'tinny' is neither a local folder")
+    assert "did you mean 'tiny'?" in found[0]
+    # The same file without for_training (the wizard, plan, an edited config) is not checked against the box.
+    assert load_run_config(path).model == "tinny"
+
+
+def test_a_hub_id_not_downloaded_is_refused_when_the_hub_cannot_be_reached(tmp_path, monkeypatch):
+    monkeypatch.setattr("core.data.loading.network_reachable", lambda hub, timeout=3.0: False)
+    path = write(tmp_path, "model: Qwen/Qwen2.5-0.5B-Instruct\ndataset: data.jsonl\n")
+    found = problems(path)
+    assert len(found) == 1 and f"{path}:1: model:" in found[0]
+    assert "not in the local hub cache" in found[0] and "www.modelscope.cn cannot be reached" in found[0]
+
+
+def test_a_hub_id_not_downloaded_is_refused_offline_and_a_warning_when_the_hub_answers(tmp_path, monkeypatch):
+    path = write(tmp_path, "model: Qwen/Qwen2.5-0.5B-Instruct\ndataset: data.jsonl\n")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "HF_HUB_OFFLINE is set" in problems(path)[0]
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr("core.data.loading.network_reachable", lambda hub, timeout=3.0: True)
+    config = load_run_config(path, for_training=True)
+    assert [w.key for w in config.warnings] == ["model"]
+    assert "downloads it from www.modelscope.cn" in config.warnings[0].message
+
+
+def test_a_hub_id_in_the_local_cache_passes_without_a_probe(tmp_path, monkeypatch):
+    def no_probe(hub, timeout=3.0):
+        raise AssertionError("a cached model needs no network")
+
+    monkeypatch.setattr("core.data.loading.network_reachable", no_probe)
+    snapshot = tmp_path / "hf" / "hub" / "models--Org--Model" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    config = load_run_config(write(tmp_path, "model: Org/Model\ndataset: data.jsonl\n"), for_training=True)
+    assert config.warnings == []
+
+
+def test_a_local_folder_without_config_json_is_refused_and_tiny_passes(tmp_path):
+    (tmp_path / "empty-model").mkdir()
+    found = problems(write(tmp_path, f"model: {tmp_path / 'empty-model'}\ndataset: data.jsonl\n"))
+    assert len(found) == 1 and "has no config.json" in found[0]
+    assert load_run_config(write(tmp_path, "model: tiny\ndataset: data.jsonl\n"), for_training=True).model == "tiny"
+
+
+def test_a_missing_dataset_file_names_the_config_line(tmp_path):
+    path = write(tmp_path, "model: tiny\ndataset: missing.jsonl\n")
+    found = problems(path)
+    assert len(found) == 1
+    assert found[0].startswith(f"{path}:2: dataset: missing.jsonl: file not found")
+
+
+def test_a_dataset_next_to_the_yaml_is_found_from_another_directory(tmp_path, monkeypatch):
+    path = write(tmp_path, "model: tiny\ndataset: data.jsonl\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_run_config(path, for_training=True).dataset == "data.jsonl"
+
+
+def test_an_output_folder_that_holds_files_is_refused_before_training(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "adapter_model.safetensors").write_bytes(b"")
+    path = write(tmp_path, "model: tiny\ndataset: data.jsonl\noutput: out\n")
+    found = problems(path)
+    assert found == [f"{path}:3: output: {tmp_path / 'out'} already holds 1 entries (adapter_model.safetensors…); "
+                     "tunedeck never overwrites a model there: give a new or empty folder, or empty this one"]
+    (tmp_path / "out" / "adapter_model.safetensors").unlink()
+    assert load_run_config(path, for_training=True).output == "out"  # an empty one is fine
+
+
+def test_a_bound_above_a_value_reads_more_than(tmp_path):
+    found = problems(write(tmp_path, "model: tiny\ndataset: data.jsonl\nepochs: -1\n"))
+    assert found == [f"{tmp_path / 'run.yaml'}:3: epochs: got -1; must be more than 0"]
+
+
+def _tunedeck(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf"),
+           "MODELSCOPE_CACHE": str(tmp_path / "ms"), "TUNEDECK_FAKE_GPUS": str(ROOT / "tests" / "fixtures" / "gpus" / "none.json")}
+    return subprocess.run([sys.executable, "-m", "core", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_train_check_makes_the_checks_train_makes(tmp_path):
+    """``train --check`` refuses what ``train`` would: a misspelt model, a full output folder."""
+    write(tmp_path, "model: tinny\ndataset: data.jsonl\n", "tinny.yaml")
+    proc = _tunedeck(tmp_path, "train", "tinny.yaml", "--check", "--json")
+    assert proc.returncode == 2, proc.stderr
+    assert json.loads(proc.stdout)["ok"] is False and "did you mean 'tiny'?" in proc.stderr
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "x").write_text("")
+    write(tmp_path, "model: tiny\ndataset: data.jsonl\noutput: out\n", "full.yaml")
+    for extra in (["--check"], []):
+        proc = _tunedeck(tmp_path, "train", "full.yaml", *extra)
+        assert proc.returncode == 2 and "full.yaml:3: output:" in proc.stderr and "already holds 1" in proc.stderr
+    assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
