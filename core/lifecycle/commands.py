@@ -169,7 +169,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from core.errors import CliError
     from core.i18n import t
-    from core.lifecycle.evaluate import evaluate_run, start_benchmarks
+    from core.lifecycle.evaluate import evaluate_run, evaluation_summary, start_benchmarks
 
     run = _resolve(args.run)
     if args.benchmarks:
@@ -187,13 +187,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({**result, "benchmarks": bench})
     else:
-        split = t("lifecycle.eval_split_held_out" if result["split"] == "held_out"
-                  else "lifecycle.eval_split_train_sample")
-        _err(t("lifecycle.evaluated", split=split, loss=result["tuned"]["loss"], ppl=result["tuned"]["perplexity"],
-               tokens=result["tuned"]["tokens"], base_loss=result["base"]["loss"],
-               base_ppl=result["base"]["perplexity"], path=result["path"]))
+        _err(evaluation_summary(result))
         for prompt in result["prompts"]:
-            _err(f"> {prompt['prompt']}\n  base:  {prompt['base']}\n  tuned: {prompt['tuned']}")
+            if prompt["base"] is None:  # a full fine-tune: no base to answer
+                _err(f"> {prompt['prompt']}\n  tuned: {prompt['tuned']}")
+            else:
+                _err(f"> {prompt['prompt']}\n  base:  {prompt['base']}\n  tuned: {prompt['tuned']}")
         if bench:
             _err(t("lifecycle.benchmark_started", pid=bench["pid"], log=bench["log"]))
     return 0
@@ -211,7 +210,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result)
     else:
-        _err(t("lifecycle.exported", format=args.format, out=result["out"], size=_size(result["bytes"])))
+        if result.get("reused"):
+            _err(t("lifecycle.export_reused", out=result["out"], size=_size(result["bytes"]), step=result["step"]))
+        else:
+            _err(t("lifecycle.exported", format=args.format, out=result["out"], size=_size(result["bytes"])))
         print(result["out"])
     return 0
 

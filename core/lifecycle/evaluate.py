@@ -97,9 +97,27 @@ def _fixed_prompts(run: RunDirectory) -> list[str]:
     return prompts
 
 
+def evaluation_summary(result: dict[str, Any]) -> str:
+    """The one line the CLI and the TUI say about an evaluation: the tuned figures, and the base's when
+    there is one (a full fine-tune has no adapter to switch off, so ``result["base"]`` is None)."""
+    from core.i18n import t
+
+    split = t("lifecycle.eval_split_held_out" if result["split"] == "held_out"
+              else "lifecycle.eval_split_train_sample")
+    tuned, base = result["tuned"], result.get("base")
+    if not base:
+        return t("lifecycle.evaluated_no_base", split=split, loss=tuned["loss"], ppl=tuned["perplexity"],
+                 tokens=tuned["tokens"], path=result["path"])
+    return t("lifecycle.evaluated", split=split, loss=tuned["loss"], ppl=tuned["perplexity"],
+             tokens=tuned["tokens"], base_loss=base["loss"], base_ppl=base["perplexity"], path=result["path"])
+
+
 def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list[str] | None = None,
                  device: str | None = None) -> dict[str, Any]:
-    """Measure the run's result (fine-tuned vs base) and save it; returns what was saved (+ ``path``)."""
+    """Measure the run's result (fine-tuned vs base) and save it; returns what was saved (+ ``path``).
+
+    ``base`` (the loss with the adapter switched off, and each prompt's base answer) is None when the
+    model has no adapter: a full fine-tune's base is not at hand, and its own figures are no base."""
     from core.atomic_file import write_json_atomic
     from core.lifecycle.chat import GenerationSettings, complete_chat
     from core.lifecycle.source import load_finetuned, resolve_model_source
@@ -124,7 +142,7 @@ def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list
     result = {
         "schema": 1, "time": utc_now_iso(), "run_id": run.id, "checkpoint": str(source.checkpoint),
         "step": source.step, "split": split, "examples": len(examples), "tuned": tuned,
-        "base": base or tuned, "prompts": answers, "seconds": round(time.monotonic() - started, 3),
+        "base": base, "prompts": answers, "seconds": round(time.monotonic() - started, 3),
     }
     directory = eval_dir(run)
     path = directory / f"eval-{source.step}-{time.strftime('%Y%m%d-%H%M%S')}.json"

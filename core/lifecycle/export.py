@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.lifecycle.source import LifecycleError
+from core.lifecycle.source import LifecycleError, OutputExists
 from core.runs.run_dir import RunDirectory, utc_now_iso
 
 FORMATS = ("merged", "bnb-4bit", "bnb-8bit")
@@ -23,9 +23,18 @@ def default_export_dir(run: RunDirectory, fmt: str, step: int) -> Path:
 
 def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: Path | None = None,
                force: bool = False) -> dict[str, Any]:
-    """Write the export; returns ``{"format", "out", "bytes", "seconds", "step"}``."""
+    """Write the export; returns ``{"format", "out", "bytes", "seconds", "step", "reused"}``.
+
+    The merged format's default folder is the one ``merge`` writes: one that already holds a whole merge of
+    the same checkpoint is the export (``"reused": True``), not an error; ``force`` merges it again."""
     from core.i18n import t
-    from core.lifecycle.merge import merge_run, merged_model, save_model_dir_atomically
+    from core.lifecycle.merge import (
+        complete_merge,
+        folder_bytes,
+        merge_run,
+        merged_model,
+        save_model_dir_atomically,
+    )
     from core.lifecycle.source import resolve_model_source
 
     if fmt not in FORMATS:
@@ -33,9 +42,15 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     started = time.monotonic()
     source = resolve_model_source(run, checkpoint)
     if fmt == "merged":
+        done = complete_merge(run, source) if out is None and not force else None
+        if done is not None:
+            size = folder_bytes(done)
+            run.append_event("exported", format=fmt, out=str(done), bytes=size, reused=True)
+            return {"format": fmt, "out": str(done), "bytes": size, "seconds": time.monotonic() - started,
+                    "step": source.step, "reused": True}
         result = merge_run(run, checkpoint, out, force=force)
         return {"format": fmt, "out": str(result.out), "bytes": result.bytes, "seconds": result.seconds,
-                "step": result.step}
+                "step": result.step, "reused": False}
     if importlib.util.find_spec("bitsandbytes") is None:
         raise LifecycleError(t("lifecycle.export_needs_bnb", format=fmt))
     import torch
@@ -44,7 +59,7 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
         raise LifecycleError(t("lifecycle.export_needs_cuda", format=fmt))
     out = Path(out) if out is not None else default_export_dir(run, fmt, source.step)
     if out.exists() and not force:
-        raise LifecycleError(t("lifecycle.out_exists", path=str(out)))
+        raise OutputExists(t("lifecycle.out_exists", path=str(out)), out)
     # Merge in full precision first, then quantize the merged weights while loading them.
     staging = default_export_dir(run, "staging", source.step)
     model, tokenizer = merged_model(source, "cuda")
@@ -69,4 +84,4 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
         shutil.rmtree(staging, ignore_errors=True)
     run.append_event("exported", format=fmt, out=str(out), bytes=size)
     return {"format": fmt, "out": str(out), "bytes": size, "seconds": time.monotonic() - started,
-            "step": source.step}
+            "step": source.step, "reused": False}

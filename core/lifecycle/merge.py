@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic_file import fsync_tree
-from core.lifecycle.source import LifecycleError, ModelSource, resolve_model_source
+from core.lifecycle.source import LifecycleError, ModelSource, OutputExists, resolve_model_source
 from core.runs.run_dir import RunDirectory, utc_now_iso
 
 # Room left over after the merged weights: tokenizer files, the filesystem's own needs.
@@ -51,6 +51,33 @@ class MergeResult:
 
 def default_merge_dir(run: RunDirectory, step: int) -> Path:
     return run.path / "merged" / f"checkpoint-{step}"
+
+
+def complete_merge(run: RunDirectory, source: ModelSource) -> Path | None:
+    """The run's default merged folder when it holds a whole merge of ``source``'s checkpoint, else None.
+
+    Whole: renamed into place (a merge writes ``OUT.tmp`` first), its weights, config and provenance there,
+    the provenance naming this very checkpoint, and written after the checkpoint's last file changed (a
+    checkpoint rewritten since, e.g. by a resumed run saving that step again, is merged anew)."""
+    out = default_merge_dir(run, source.step)
+    provenance_path = out / "tunedeck_merge.json"
+    try:
+        provenance = json.loads(provenance_path.read_text(encoding="utf-8"))
+        written = provenance_path.stat().st_mtime
+        newest = max((p.stat().st_mtime for p in source.checkpoint.rglob("*") if p.is_file()), default=0.0)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(provenance, dict) or provenance.get("staging"):
+        return None
+    same = provenance.get("checkpoint") == str(source.checkpoint) and provenance.get("step") == source.step
+    weights = (out / "model.safetensors").is_file() or (out / "model.safetensors.index.json").is_file()
+    if not (same and weights and (out / "config.json").is_file()) or written < newest:
+        return None
+    return out
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def check_disk_space(directory: Path, needed_bytes: int) -> None:
@@ -92,7 +119,7 @@ def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance:
     from core.i18n import t
 
     if out.exists() and not force:
-        raise LifecycleError(t("lifecycle.out_exists", path=str(out)))
+        raise OutputExists(t("lifecycle.out_exists", path=str(out)), out)
     tmp = out.with_name(out.name + TMP_SUFFIX)
     needed = model_bytes(model) + headroom_bytes
     check_disk_space(out.parent, needed)
@@ -170,7 +197,7 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
     device = device or default_device()
     out = Path(out) if out is not None else default_merge_dir(run, source.step)
     if out.exists() and not force:
-        raise LifecycleError(t("lifecycle.out_exists", path=str(out)))
+        raise OutputExists(t("lifecycle.out_exists", path=str(out)), out)
     with merge_lock(out):
         return _merge_locked(run, source, out, headroom_bytes, force, device, progress, cancelled, started)
 

@@ -26,6 +26,15 @@ class LifecycleError(TunedeckError):
     """A run that cannot be merged / chatted with / served as asked; the message says what to do."""
 
 
+class OutputExists(LifecycleError):
+    """The output folder is there already (and is not a result this call may reuse); ``path`` names it, so
+    that a caller without ``--out`` / ``--force`` (the TUI) can ask whether to replace it."""
+
+    def __init__(self, message: object, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """The pieces of a run's result: base model, adapter checkpoint (None for full fine-tunes) …"""

@@ -81,3 +81,51 @@ def test_export_quantized_on_cpu_is_refused_clearly_and_merged_works(lora_run, t
     assert (tmp_path / "exported" / "model.safetensors").is_file()
     with pytest.raises(LifecycleError, match="unknown export format"):
         export_run(run, "gguf")
+
+
+def test_export_after_merge_reuses_the_whole_merge_and_refuses_a_foreign_folder_by_name(lora_run):
+    """M then X in the TUI: the merged folder both write is the export, not "exists already" (the TUI has
+    no --out / --force). A folder there that is no whole merge of this checkpoint is refused with its path
+    (OutputExists), so that the TUI can ask to replace it; --force replaces it."""
+    from core.lifecycle.export import export_run
+    from core.lifecycle.merge import merge_run
+    from core.lifecycle.source import OutputExists
+
+    home, run = lora_run
+    merged = merge_run(run)
+    files = {p.name: p.stat().st_mtime_ns for p in merged.out.iterdir()}
+    result = export_run(run, "merged")
+    assert result["reused"] and result["out"] == str(merged.out) and result["step"] == 30
+    assert result["bytes"] > 1_000_000
+    assert {p.name: p.stat().st_mtime_ns for p in merged.out.iterdir()} == files  # untouched, not rewritten
+    proc = tunedeck(home, "export", run.id)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == str(merged.out) and "already holds the whole merge of checkpoint 30" in proc.stderr
+    # an earlier checkpoint's merge is not this one's
+    (merged.out / "tunedeck_merge.json").write_text(json.dumps({"checkpoint": "elsewhere", "step": 30}))
+    with pytest.raises(OutputExists) as caught:
+        export_run(run, "merged")
+    assert caught.value.path == merged.out and "exists already" in str(caught.value)
+    again = export_run(run, "merged", force=True)
+    assert not again["reused"] and json.loads((merged.out / "tunedeck_merge.json").read_text())["step"] == 30
+    assert export_run(run, "merged")["reused"]
+
+
+def test_evaluate_a_full_fine_tune_gives_no_base_figure(shared, monkeypatch):
+    """A full fine-tune has no adapter to switch off: its base is not at hand. The tuned loss used to be
+    reported again as the "base" loss; now base is null in the JSON and the text says why there is none."""
+    from core.lifecycle.evaluate import evaluate_run, evaluation_summary
+    from core.runs.run_dir import RunDirectory
+
+    home, run_id = finished_run(shared, method="full")
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    run = RunDirectory(home / "runs" / run_id)
+    result = evaluate_run(run, prompts=["Say yes."])
+    saved = json.loads((run.path / "eval" / "latest.json").read_text())
+    assert saved["base"] is None and result["base"] is None
+    assert saved["tuned"]["tokens"] > 0 and saved["prompts"][0]["base"] is None and saved["prompts"][0]["tuned"]
+    text = evaluation_summary(result)
+    assert "no base figure" in text and "base: loss" not in text and f"loss {saved['tuned']['loss']:.4f}" in text
+    proc = tunedeck(home, "evaluate", run.id)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "no base figure" in proc.stderr and "base:" not in proc.stderr and "tuned:" in proc.stderr

@@ -316,3 +316,52 @@ def test_an_event_is_labelled_when_the_catalogue_has_its_key(monkeypatch):
         assert event_label("other_tools_event") == "other_tools_event"
     finally:
         i18n.set_language("en")
+
+
+def test_X_after_M_exports_the_merge_and_a_folder_in_the_way_is_replaced_only_after_y(finished):
+    """The TUI cannot pass --out or --force: X after M reuses the merged folder (it is the export), and a
+    folder in the way that is not a whole merge opens a dialog (n keeps it, y replaces it), never a dead end."""
+    home, run_id = finished
+    merged = home / "runs" / run_id / "merged" / "checkpoint-30"
+    merged.mkdir(parents=True)
+    (merged / "notes.txt").write_text("the user's own file")
+
+    def notes(app) -> list[str]:
+        return [str(n.message) for n in app._notifications]
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            await pilot.press("X")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=90)
+            await pilot.pause()
+            assert "Replace checkpoint-30?" in screen_text(app)
+            await pilot.press("n")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            assert (merged / "notes.txt").is_file()  # n kept it
+            await wait_for(pilot, lambda: not any(str(w.name).startswith("export:") and not w.is_finished
+                                                  for w in app.workers))
+            await pilot.press("X")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=90)
+            await pilot.press("y")
+            await wait_for(pilot, lambda: any("exported merged model to" in n for n in notes(app)), timeout=120)
+            assert not any(n.severity == "error" for n in app._notifications), notes(app)
+            assert (merged / "model.safetensors").is_file() and not (merged / "notes.txt").exists()
+            # M then X: the merge is the export as it is
+            await pilot.press("M")
+            await wait_for(pilot, lambda: isinstance(app.screen, MergePanel))
+            panel = app.screen
+            await wait_for(pilot, lambda: panel.ended, timeout=90)
+            assert panel.ok
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            await wait_for(pilot, lambda: not any(str(w.name).startswith("export:") and not w.is_finished
+                                                  for w in app.workers))
+            await pilot.press("X")
+            await wait_for(pilot, lambda: any("already holds the whole merge" in n for n in notes(app)),
+                           timeout=120)
+            assert not any(n.severity == "error" for n in app._notifications), notes(app)
+            assert isinstance(app.screen, DashboardScreen)
+
+    asyncio.run(scenario())

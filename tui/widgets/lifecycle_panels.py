@@ -147,8 +147,9 @@ class MergePanel(ModalScreen[None]):
 
 # --- evaluate and export: no panel, a notification at each end ------------------------------------------
 def _lifecycle_job(app: Any, name: str, start_text: str, work_: Any) -> None:
-    """Run ``work_() -> str`` (the text to notify) in an app-level worker, announced by ``start_text``; a
-    second one for the same run and command while the first is going only says so."""
+    """Run ``work_() -> str | None`` (the text to notify; None: nothing to say) in an app-level worker,
+    announced by ``start_text``; a second one for the same run and command while the first is going only
+    says so."""
     if any(w.name == name and not w.is_finished for w in app.workers):
         app.notify(start_text, timeout=5)
         return
@@ -163,7 +164,8 @@ def _lifecycle_job(app: Any, name: str, start_text: str, work_: Any) -> None:
         except Exception as exc:  # a missing library, CUDA OOM, a bug: the error modal, the traceback logged
             report_unexpected(app, exc, f"lifecycle.{name}")
             return
-        app.call_from_thread(app.notify, text, timeout=20)
+        if text is not None:
+            app.call_from_thread(app.notify, text, timeout=20)
 
     app.run_worker(job, name=name, thread=True, group="lifecycle", exit_on_error=False)
 
@@ -172,32 +174,51 @@ def evaluate_in_worker(app: Any, run_dir: Path) -> None:
     """The run's loss and sample answers, fine-tuned vs base (core.lifecycle.evaluate, as the CLI does)."""
 
     def work_() -> str:
-        from core.lifecycle.evaluate import evaluate_run
+        from core.lifecycle.evaluate import evaluate_run, evaluation_summary
         from core.runs import RunDirectory
 
-        result = evaluate_run(RunDirectory(run_dir))
-        split = t("lifecycle.eval_split_held_out" if result["split"] == "held_out"
-                  else "lifecycle.eval_split_train_sample")
-        return t("lifecycle.evaluated", split=split, loss=result["tuned"]["loss"],
-                 ppl=result["tuned"]["perplexity"], tokens=result["tuned"]["tokens"],
-                 base_loss=result["base"]["loss"], base_ppl=result["base"]["perplexity"], path=result["path"])
+        return evaluation_summary(evaluate_run(RunDirectory(run_dir)))
 
     _lifecycle_job(app, f"evaluate:{run_dir}", t("lifecycle.evaluating", run=run_dir.name), work_)
 
 
-def export_in_worker(app: Any, run_dir: Path) -> None:
-    """The run's merged model in its export directory (core.lifecycle.export, the CLI's default format)."""
+def export_in_worker(app: Any, run_dir: Path, force: bool = False) -> None:
+    """The run's merged model in its export directory (core.lifecycle.export, the CLI's default format).
 
-    def work_() -> str:
+    A whole merge of the same checkpoint (M before X) is the export as it is. A folder in the way that is
+    not one is not a dead end (the TUI has no --out / --force): a dialog asks whether to replace it, and
+    only y exports again with ``force``."""
+
+    def work_() -> str | None:
         from core.lifecycle.export import export_run
+        from core.lifecycle.source import OutputExists
         from core.runs import RunDirectory
         from core.watch.figures import format_bytes
 
-        result = export_run(RunDirectory(run_dir), "merged")
-        return t("lifecycle.exported", format=result["format"], out=result["out"],
-                 size=format_bytes(result["bytes"]))
+        try:
+            result = export_run(RunDirectory(run_dir), "merged", force=force)
+        except OutputExists as exc:
+            if force:
+                raise
+            app.call_from_thread(_ask_to_replace_export, app, run_dir, exc.path)
+            return None
+        size = format_bytes(result["bytes"])
+        if result.get("reused"):
+            return t("lifecycle.export_reused", out=result["out"], size=size, step=result["step"])
+        return t("lifecycle.exported", format=result["format"], out=result["out"], size=size)
 
     _lifecycle_job(app, f"export:{run_dir}", t("lifecycle.exporting", run=run_dir.name), work_)
+
+
+def _ask_to_replace_export(app: Any, run_dir: Path, path: Path) -> None:
+    from tui.widgets.confirm import ConfirmScreen
+
+    def answered(ok: bool | None) -> None:
+        if ok:
+            export_in_worker(app, run_dir, force=True)
+
+    app.push_screen(ConfirmScreen(t("lifecycle.export_replace_title", path=path.name),
+                                  t("lifecycle.export_replace_body", path=str(path))), answered)
 
 
 # --- the server ---------------------------------------------------------------------------------------
