@@ -147,12 +147,81 @@ def _fact_value(value: object) -> str:
     return str(value)
 
 
+def _check_id(model_id: str) -> None:
+    """Refuse, before any request, what cannot name a model on a hub (exit 2): a bundled name says it
+    needs no hub, anything else what an id looks like."""
+    from core.errors import CliError
+    from core.hub.local import find_bundled
+    from core.hub.records import is_hub_id
+
+    if is_hub_id(model_id):
+        return
+    bundled = find_bundled(model_id)
+    if bundled is not None:
+        raise CliError(t("hub.cli.bundled_no_download", name=bundled.name), 2)
+    raise CliError(t("hub.cli.not_an_id", id=model_id), 2)
+
+
+def _print_facts(facts: Any, fits: Any) -> None:
+    from core.hub.facts import DEFAULT_BATCH, DEFAULT_SEQ_LEN, REFERENCE_GPU
+
+    if facts is not None:
+        print(t("hub.cli.facts_header"))
+        from core.text_width import cell_len, pad
+
+        # Labels from the catalogue (the JSON keys stay the data names); padded in cells for CJK labels.
+        rows = [(t(f"hub.cli.fact.{key}"), _fact_value(value)) for key, value in facts.to_json().items()]
+        width = max(cell_len(label) for label, _ in rows) + 1
+        for label, value in rows:
+            print(f"  {pad(label, width)} {value}")
+    if fits:
+        header = ("hub.cli.fit_header_reference" if fits[0].reference else "hub.cli.fit_header")
+        gpu = REFERENCE_GPU if fits[0].reference else fits[0].gpu
+        print(t(header, gpu=gpu, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ_LEN))
+        for row in fits:
+            print(f"  {row.method:<6} {row.peak_gib:7.1f} / {row.capacity_gib:.0f} GiB  "
+                  f"{t('hub.cli.verdict.' + row.verdict)}")
+
+
+def _bundled_info(args: argparse.Namespace, bundled: Any) -> int:
+    """``models info tiny``: a bundled model's facts from its own config.json, no hub asked."""
+    from core.estimate import ArchitectureError
+    from core.hub.facts import fit_on_box, model_facts
+    from core.hub.local import bundled_config
+
+    config = bundled_config(bundled)
+    facts = fits = None
+    notes: list[str] = []
+    try:
+        facts = model_facts(config, name=bundled.name)
+        fits = fit_on_box(config, _box_gpus(), name=bundled.name)
+    except ArchitectureError as exc:
+        notes.append(str(exc))
+    if args.json:
+        print(json.dumps({
+            "model": {"id": bundled.name, "bundled": bundled.kind, "path": str(bundled.path)},
+            "config": config, "facts": facts.to_json() if facts else None,
+            "fit": [row.to_json() for row in fits] if fits else None, "notes": notes,
+        }, indent=2))
+        return 0
+    print(f"{bundled.name}  ({t('hub.cli.bundled_label')}: {t('hub.cli.bundled.' + bundled.kind)})")
+    _print_facts(facts, fits)
+    for note in notes:
+        print(note, file=sys.stderr)
+    return 0
+
+
 def run_info(args: argparse.Namespace) -> int:
     from core.estimate import ArchitectureError
     from core.hub.download import human_bytes
     from core.hub.errors import HubError
-    from core.hub.facts import DEFAULT_BATCH, DEFAULT_SEQ_LEN, REFERENCE_GPU, fit_on_box, model_facts
+    from core.hub.facts import fit_on_box, model_facts
+    from core.hub.local import find_bundled
 
+    bundled = find_bundled(args.model_id)
+    if bundled is not None:
+        return _bundled_info(args, bundled)
+    _check_id(args.model_id)
     source = _source(args)
     try:
         details = source.details(args.model_id)
@@ -178,22 +247,7 @@ def run_info(args: argparse.Namespace) -> int:
     print(f"{summary.model_id}  ({args.hub})")
     print(t("hub.cli.info_stats", downloads=summary.downloads, likes=summary.likes,
             updated=_date(summary.updated), license=summary.license or t("hub.cli.na")))
-    if facts is not None:
-        print(t("hub.cli.facts_header"))
-        from core.text_width import cell_len, pad
-
-        # Labels from the catalogue (the JSON keys stay the data names); padded in cells for CJK labels.
-        rows = [(t(f"hub.cli.fact.{key}"), _fact_value(value)) for key, value in facts.to_json().items()]
-        width = max(cell_len(label) for label, _ in rows) + 1
-        for label, value in rows:
-            print(f"  {pad(label, width)} {value}")
-    if fits:
-        header = ("hub.cli.fit_header_reference" if fits[0].reference else "hub.cli.fit_header")
-        gpu = REFERENCE_GPU if fits[0].reference else fits[0].gpu
-        print(t(header, gpu=gpu, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ_LEN))
-        for row in fits:
-            print(f"  {row.method:<6} {row.peak_gib:7.1f} / {row.capacity_gib:.0f} GiB  "
-                  f"{t('hub.cli.verdict.' + row.verdict)}")
+    _print_facts(facts, fits)
     print(t("hub.cli.files_header", count=len(details.files), size=human_bytes(details.total_size)))
     for item in details.files:
         print(f"  {human_bytes(item.size):>10}  {item.path}")
@@ -227,6 +281,7 @@ def run_download(args: argparse.Namespace) -> int:
     from core.hub.errors import HubError
     from core.hub.tokens import hub_token
 
+    _check_id(args.model_id)
     if args.cancel:
         job_dir = job_dir_for(args.hub, args.model_id)
         sent = cancel_download(job_dir)
@@ -308,13 +363,19 @@ def run_list(args: argparse.Namespace) -> int:
                           "downloads": [d.to_json() for d in downloads],
                           "bundled": [b.to_json() for b in bundled]}, indent=2))
         return 0
-    if not models:
+    complete = [m for m in models if m.has_config]
+    incomplete = [m for m in models if not m.has_config]  # a download that failed or was stopped early
+    if not complete:
         print(t("hub.cli.local_none", ms=modelscope_cache_root(), hf=hf_hub_cache()), file=sys.stderr)
     else:
         print(t("hub.cli.local_header"), file=sys.stderr)
-        for model in models:
+        for model in complete:
             used = time.strftime("%Y-%m-%d", time.localtime(model.last_used)) if model.last_used else "-"
             print(f"{model.source:<10} {model.model_id:<48} {human_bytes(model.size_bytes):>10}  {used}  {model.path}")
+    if incomplete:
+        print(t("hub.cli.incomplete_header"), file=sys.stderr)
+        for model in incomplete:
+            print(f"{model.source:<10} {human_bytes(model.size_bytes):>10}  {model.path}")
     print(t("hub.cli.bundled_header"), file=sys.stderr)
     for item in bundled:
         print(f"{item.name:<20} {t('hub.cli.bundled.' + item.kind)}")

@@ -137,6 +137,20 @@ def bundled_models() -> list[BundledModel]:
         BundledModel(name, "config", KNOWN_CONFIG_DIR / f"{name}.json") for name in known_model_names()]
 
 
+def find_bundled(name: str) -> BundledModel | None:
+    """The bundled model called ``name`` (as ``models list`` spells it, case aside), if there is one."""
+    wanted = name.strip().lower()
+    return next((b for b in bundled_models() if b.name.lower() == wanted), None)
+
+
+def bundled_config(model: BundledModel) -> dict[str, Any]:
+    """The config.json of a bundled model (the tiny model's folder holds one; a bundled config is one)."""
+    import json
+
+    path = model.path / "config.json" if model.path.is_dir() else model.path
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def wizard_model_name(model: LocalModel | BundledModel) -> str:
     """What to hand the wizard for a listed model: a bundled name as it is, a hub cache's model by its
     id (the estimator finds its config.json in the cache), a folder of the user's by its path."""

@@ -15,6 +15,16 @@ _SIZE_BOUNDS = {"small": (0.0, 3.0), "medium": (3.0, 15.0), "large": (15.0, 80.0
 _PARAMS_IN_NAME = re.compile(r"(?<![A-Za-z0-9.])(?:(\d+)x)?(\d+(?:\.\d+)?)([BbMm])(?![A-Za-z0-9])")
 
 
+# A hub id: owner/name, each part starting with a letter or digit, then letters, digits, ".", "_", "-".
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def is_hub_id(text: str) -> bool:
+    """Whether ``text`` can name a model on a hub (``Qwen/Qwen2.5-7B``): checked here, before any request,
+    so that a typo or a path (``tiny``, ``../../etc``) is said to be one and never reaches a hub's URL."""
+    return bool(_HUB_ID.fullmatch(text)) and ".." not in text
+
+
 def parameters_from_name(model_id: str) -> int | None:
     """The parameter count a model's name states (``Qwen2.5-7B`` -> 7e9, ``8x7B`` -> 56e9), if any."""
     name = model_id.rsplit("/", 1)[-1].replace("_", "-")

@@ -111,3 +111,45 @@ def test_cli_offline_message(home, monkeypatch, capsys):
     assert main(["models", "search", "qwen"]) == 3
     err = capsys.readouterr().err
     assert "not reachable" in err and "MODELSCOPE_ENDPOINT" in err
+
+
+@pytest.mark.parametrize("command", [["info", "nosuch"], ["download", "not-an-id"], ["download", "../../etc"],
+                                     ["download", "/Qwen/x"], ["info", "Qwen/.."], ["download", "a/b/c"],
+                                     ["download", "../etc", "--cancel"]])
+def test_cli_refuses_what_is_not_a_hub_id_before_asking_a_hub(home, monkeypatch, capsys, command):
+    """A typo or a path is the user's input to fix (exit 2), not an unreachable hub (exit 3): the hub, here
+    a closed port, is never asked."""
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())
+    assert main(["models", *command]) == 2
+    err = capsys.readouterr().err
+    assert "not a hub id" in err and "owner/name" in err and "not reachable" not in err
+
+
+def test_cli_info_of_a_bundled_model_needs_no_hub(home, monkeypatch, capsys):
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())
+    assert main(["models", "info", "tiny", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["model"] == {"id": "tiny", "bundled": "builtin", "path": info["model"]["path"]}
+    assert info["facts"]["layers"] == 4 and info["facts"]["params"] < 2_000_000 and info["fit"]
+    assert main(["models", "info", "qwen2.5-7b"]) == 0  # a bundled config, by its listed name
+    out = capsys.readouterr().out
+    assert out.startswith("Qwen2.5-7B  (bundled with tunedeck") and "28" in out
+    assert main(["models", "download", "tiny"]) == 2
+    assert "nothing to download" in capsys.readouterr().err
+
+
+def test_cli_list_sets_apart_a_folder_without_config(home, capsys):
+    """A failed download leaves an empty folder: it is not listed as a model, but apart, with what to do."""
+    (home / "ms" / "models" / "tinny" / "snapshots").mkdir(parents=True)
+    _write(home / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B" / "config.json", 10)
+    assert main(["models", "list"]) == 0
+    out, err = capsys.readouterr()
+    models_part, _, incomplete_part = err.partition("Incomplete (no config.json")
+    assert "Qwen/Qwen2.5-0.5B" in out and "tinny" in out
+    lines = out.splitlines()
+    qwen = next(i for i, line in enumerate(lines) if "Qwen/Qwen2.5-0.5B" in line)
+    tinny = next(i for i, line in enumerate(lines) if "tinny" in line)
+    assert "models download" in incomplete_part and "delete the folder" in incomplete_part
+    assert qwen < tinny  # after the models, under the header of the incomplete ones
+    assert " tinny/snapshots " not in lines[tinny]  # not named as if it were a model: its folder only
+    assert lines[tinny].split()[-1] == str(home / "ms" / "models" / "tinny" / "snapshots")
