@@ -99,23 +99,36 @@ def finalize_checkpoint(tmp_dir: Path, step: int, info: dict | None = None,
 
 def rotate_checkpoints(directory: Path, keep: int | None,
                        on_remove: Callable[[Path, str], None] | None = None) -> list[Path]:
-    """Keep the newest ``keep`` complete checkpoints; remove older ones and stale incomplete ones.
+    """Keep the newest ``keep`` sound checkpoints; remove older ones and stale incomplete ones.
 
-    Incomplete directories newer than the newest complete checkpoint are left alone (one may be being
-    written right now by another rank); older incomplete ones are leftovers of a crash. Before each
-    removal ``on_remove(path, why)`` is told (why: ``"rotated"`` or ``"incomplete"``), so that nothing
-    disappears without a record.
+    Sound: complete, and its weights pass ``verify_checkpoint`` (what resume, merge and export check). A
+    damaged checkpoint does not count toward ``keep``: with a limit, one older than the newest sound
+    checkpoint is removed (superseded: nothing loads from it), a newer one is left alone. So rotation
+    never removes a sound checkpoint and keeps a damaged one in its place. Incomplete directories newer
+    than the newest complete checkpoint are left alone (one may be being written right now by another
+    rank); older incomplete ones are leftovers of a crash. Before each removal ``on_remove(path, why)`` is
+    told (why: ``"rotated"``, ``"damaged"`` or ``"incomplete"``), so that nothing disappears without a record.
     """
     found = list_checkpoints(directory)
     complete = [c for c in found if c.complete]
     removed: list[Path] = []
     newest_complete = complete[-1].step if complete else -1
     doomed = [c for c in found if not c.complete and c.step < newest_complete]
-    if keep is not None and keep > 0 and len(complete) > keep:
-        doomed += complete[: len(complete) - keep]
-    for ckpt in doomed:
+    why = {c.path: "incomplete" for c in doomed}
+    if keep is not None and keep > 0:
+        usable = {c.path: verify_checkpoint(c).weights_usable for c in complete}
+        sound = [c for c in complete if usable[c.path]]
+        newest_sound = sound[-1].step if sound else -1
+        for c in complete:
+            if not usable[c.path] and c.step < newest_sound:
+                doomed.append(c)
+                why[c.path] = "damaged"
+        for c in sound[: max(0, len(sound) - keep)]:
+            doomed.append(c)
+            why[c.path] = "rotated"
+    for ckpt in sorted(doomed, key=lambda c: c.step):
         if on_remove is not None:
-            on_remove(ckpt.path, "incomplete" if not ckpt.complete else "rotated")
+            on_remove(ckpt.path, why[ckpt.path])
         # Remove the marker first so that a half-deleted directory never looks complete.
         try:
             (ckpt.path / COMPLETE_MARKER).unlink()

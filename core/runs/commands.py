@@ -265,7 +265,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     run = _resolve(args.run)
     summary = summarize(run)
     record = run.record()
-    last_ckpt = run.last_complete_checkpoint()
+    last_ckpt = run.last_sound_checkpoint()  # a damaged newer one is not what a resume or export takes
     last_eval = run.latest_eval()
     if args.json:
         data = summary.to_dict()

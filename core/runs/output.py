@@ -114,7 +114,7 @@ def publish_run_output(run: Any, cfg: dict[str, Any]) -> Path | None:
     if not value:
         return None
     path = resolve_output(str(value), run.path)
-    last = run.last_complete_checkpoint()
+    last = run.last_sound_checkpoint()
     if last is None:
         _event(run, "output_failed", path=str(path), reason="no complete checkpoint")
         log.error("output %s: no complete checkpoint to copy", path)

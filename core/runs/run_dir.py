@@ -224,8 +224,23 @@ class RunDirectory:
         return [c for c in found if c.complete] if complete_only else found
 
     def last_complete_checkpoint(self) -> Checkpoint | None:
+        """The newest checkpoint with a COMPLETE marker, the marker trusted (a directory scan, nothing
+        read). What a checkpoint is loaded from is ``last_sound_checkpoint``."""
         complete = self.checkpoints(complete_only=True)
         return complete[-1] if complete else None
+
+    def last_sound_checkpoint(self, resumable: bool = False) -> Checkpoint | None:
+        """The newest complete checkpoint that passes the checks resume makes (``verify_checkpoint``: the
+        marker's file sizes, the safetensors headers, trainer_state.json; stat calls and a few KB read):
+        its weights load as far as that can tell. ``resumable``: its optimizer and scheduler state too.
+        Status, the run's output, merge, export and chat take this one: a damaged newer one is passed over."""
+        from core.runs.checkpoints import verify_checkpoint
+
+        for checkpoint in reversed(self.checkpoints(complete_only=True)):
+            check = verify_checkpoint(checkpoint)
+            if check.resumable or (not resumable and check.weights_usable):
+                return checkpoint
+        return None
 
     # -- writes ------------------------------------------------------------------------------------
     @contextmanager

@@ -71,11 +71,8 @@ def test_checkpoint_finalize_rotate_and_incomplete_ones_ignored(tmp_path):
     root = tmp_path / "checkpoints"
     root.mkdir()
     for step in (10, 20, 30):
-        tmp = root / f"checkpoint-{step}.tmp"
-        tmp.mkdir()
-        (tmp / "model.safetensors").write_bytes(b"x" * step)
-        final = finalize_checkpoint(tmp, step)
-        assert (final / COMPLETE_MARKER).is_file() and not tmp.exists()
+        final = _sound_checkpoint(root, step)
+        assert (final / COMPLETE_MARKER).is_file() and not (root / f"checkpoint-{step}.tmp").exists()
     (root / "checkpoint-40.tmp").mkdir()  # being written when the machine died
     (root / "checkpoint-50").mkdir()  # renamed but no marker
     (root / "checkpoint-5").mkdir()  # an old leftover without marker
@@ -86,6 +83,35 @@ def test_checkpoint_finalize_rotate_and_incomplete_ones_ignored(tmp_path):
     assert sorted(p.name for p in removed) == ["checkpoint-10", "checkpoint-5"]
     complete = [c.step for c in list_checkpoints(root) if c.complete]
     assert complete == [20, 30]
+
+
+def test_rotation_never_keeps_a_damaged_checkpoint_in_place_of_a_sound_one(home):
+    """checkpoint-804 truncated, the resume fell back to 800 and saved 810: with a limit of 2 rotation
+    removed the sound 800 and kept the damaged 804 (one usable checkpoint left). Now the damaged one
+    does not count, is removed as superseded (with its reason), and status names the newest sound one."""
+    run = _run(home)
+    for step in (800, 804):
+        _sound_checkpoint(run, step)
+    damaged = run.checkpoints_dir / "checkpoint-804" / "model.safetensors"
+    os.truncate(damaged, 10)
+    assert run.last_complete_checkpoint().step == 804  # the marker alone vouches for it
+    assert run.last_sound_checkpoint().step == 800
+    told = []
+    assert rotate_checkpoints(run.checkpoints_dir, keep=2, on_remove=lambda p, why: told.append(why)) == []
+    assert [c.step for c in run.checkpoints()] == [800, 804]  # newer than every sound one: left alone
+    _sound_checkpoint(run, 810)
+    removed = rotate_checkpoints(run.checkpoints_dir, keep=2, on_remove=lambda p, why: told.append((p.name, why)))
+    assert [p.name for p in removed] == ["checkpoint-804"] and told == [("checkpoint-804", "damaged")]
+    assert [c.step for c in run.checkpoints()] == [800, 810]
+    _sound_checkpoint(run, 820)
+    rotate_checkpoints(run.checkpoints_dir, keep=2)
+    assert [c.step for c in run.checkpoints()] == [810, 820]
+    os.truncate(run.checkpoints_dir / "checkpoint-820" / "model.safetensors", 10)
+    assert run.last_sound_checkpoint().step == 810
+    env = {**os.environ, "TUNEDECK_HOME": str(home)}
+    out = subprocess.run([sys.executable, "-m", "core", "status", run.id, "--json"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert json.loads(out.stdout)["last_checkpoint_step"] == 810, out.stderr
 
 
 def test_create_run_is_private_and_scrubs_secrets(home, monkeypatch):
@@ -205,9 +231,10 @@ def test_stop_and_resume_refusals(home):
         prepare_resume(run)
 
 
-def _sound_checkpoint(run: RunDirectory, step: int) -> Path:
+def _sound_checkpoint(run: RunDirectory | Path, step: int) -> Path:
     """A checkpoint that passes ``verify_checkpoint`` (tiny files of the right shapes)."""
-    tmp = run.checkpoints_dir / f"checkpoint-{step}.tmp"
+    root = run.checkpoints_dir if isinstance(run, RunDirectory) else run
+    tmp = root / f"checkpoint-{step}.tmp"
     tmp.mkdir(parents=True)
     header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
     (tmp / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
