@@ -140,6 +140,26 @@ def warn_if_public(host: str, api_key: str | None) -> str | None:
              auth=t("lifecycle.serve_auth_on" if api_key else "lifecycle.serve_auth_off"))
 
 
+def check_listen_address(host: str, port: int) -> None:
+    """Refuse, before any process starts, a port outside 0-65535 (0: any free one) or an address and port
+    that cannot be listened on now (in use, not an address of this machine); ``LifecycleError`` says which.
+
+    The server binds only once its model is loaded; without this a bad --port ended in its log's
+    traceback. The bind here is a look, closed at once (as the server will, it reuses TIME_WAIT ports)."""
+    from core.i18n import t
+
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise LifecycleError(t("lifecycle.serve_bad_port", port=port), exit_code=2)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+    except OSError as exc:  # gaierror (an unknown host name) included
+        error = exc.strerror or str(exc) or type(exc).__name__
+        raise LifecycleError(t("lifecycle.serve_port_unusable", host=host, port=port, error=error)) from None
+
+
 def _free_port(host: str) -> int:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
@@ -208,6 +228,12 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
     existing = server_state(run.id)
     if existing is not None:
         raise LifecycleError(t("lifecycle.serve_already", run=run.id, url=existing.url, pid=existing.pid))
+    # Every mistake that can be seen from here is said here, in one line, not in the server's log.
+    check_listen_address(host, port)
+    if model_dir is None:
+        from core.lifecycle.source import resolve_model_source
+
+        resolve_model_source(run, checkpoint)  # no run, no complete checkpoint (N)
     chosen = choose_backend(backend)
     if chosen != "transformers" and model_dir is None:
         from core.lifecycle.merge import MergeCancelled, default_merge_dir, merge_run

@@ -178,3 +178,33 @@ def test_usage_and_finish_reason_come_from_the_generated_ids_streaming_and_not(l
         assert len(expected[run.id + "-base"][1]) == 7
     finally:
         _stop(home, run)
+
+
+def test_serve_refuses_a_bad_port_checkpoint_or_run_in_one_line_before_starting_anything(lora_run):
+    """These used to spawn the server and print its log's Python traceback ("the server did not come
+    up …"); now, like merge, one line says what is wrong and no server process or state file is made."""
+    import shutil
+    import socket
+
+    from core.lifecycle.serve import serve_dir
+
+    home, run = lora_run
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        busy = taken.getsockname()[1]
+        cases = [(["--port", "99999"], "--port must be a port number from 1 to 65535", 2),
+                 (["--port", "-1"], "not -1", 2),
+                 (["--port", str(busy)], f"cannot listen on 127.0.0.1 port {busy}", 1),
+                 (["--checkpoint", "999"], "has no complete checkpoint 999; complete checkpoints: 15, 30", 1)]
+        for extra, says, code in cases:
+            proc = tunedeck(home, "serve", run.id, *extra)
+            assert proc.returncode == code, (extra, proc.returncode, proc.stderr)
+            assert says in proc.stderr, (extra, proc.stderr)
+            assert "Traceback" not in proc.stderr and "did not come up" not in proc.stderr, proc.stderr
+            assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    shutil.rmtree(run.checkpoints_dir)
+    proc = tunedeck(home, "serve", run.id)
+    assert proc.returncode == 1 and "has no complete checkpoint yet" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (serve_dir(run.id) / "state.json").exists()  # nothing was started
