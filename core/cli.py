@@ -112,6 +112,10 @@ def dispatch(argv: Sequence[str] | None = None) -> int | OpenApp:
     handler = getattr(args, "handler", None)
     try:
         if handler is None:
+            if not _on_a_terminal():  # piped, cron, CI: the app would paint escape codes and wait forever
+                parser.print_usage(sys.stderr)
+                print(f"tunedeck: {t('cli.no_terminal')}", file=sys.stderr)
+                return EXIT_USAGE
             return OpenApp(settings)
         outcome = handler(args)
         return outcome if isinstance(outcome, OpenApp) else int(outcome or 0)
@@ -122,6 +126,14 @@ def dispatch(argv: Sequence[str] | None = None) -> int | OpenApp:
         return code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+def _on_a_terminal() -> bool:
+    """Whether standard input and output are both a terminal: what the full-screen app needs."""
+    try:
+        return sys.stdin is not None and sys.stdout is not None and sys.stdin.isatty() and sys.stdout.isatty()
+    except (ValueError, OSError):  # a closed stream
+        return False
 
 
 def report_error(exc: BaseException) -> int | None:

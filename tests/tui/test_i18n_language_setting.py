@@ -55,6 +55,8 @@ def test_saved_language_is_applied_before_the_tui_is_imported(tmp_path):
         "    return 0\n"
         "fake.run_app = run_app\n"
         "sys.modules['tui.app'] = fake\n"
+        "import core.cli\n"
+        "core.cli._on_a_terminal = lambda: True\n"  # as from a terminal: the probe's output is piped
         "sys.exit(entry.main([]))\n"
     )
     env_settings = subprocess.run(

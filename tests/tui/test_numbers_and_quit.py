@@ -61,6 +61,7 @@ def _quit_at_once(monkeypatch):
 
     opened = []
     monkeypatch.setattr(tui.app, "run_app", lambda settings=None, open_run=None: opened.append(open_run) or 0)
+    monkeypatch.setattr("core.cli._on_a_terminal", lambda: True)  # as from a terminal (pytest pipes stdout)
     return opened
 
 
