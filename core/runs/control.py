@@ -83,7 +83,9 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
                     break
             time.sleep(0.1)
         run.append_event("stopped", reason="force", forced=True)
-        return StopResult(True, run.write_status(STOPPED, Message("runs.reason_forced")))
+        written = run.write_status(STOPPED, Message("runs.reason_forced"))
+        run.close_open_attempt("killed")  # its supervisor, killed, cannot record its end
+        return StopResult(True, written)
     if not alive:
         if status.status == QUEUED:
             raise RunControlError(t("runs.stop_not_started", id=run.id))
@@ -167,6 +169,7 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
         raise RunControlError(t("runs.resume_running", id=run.id, status=status.status))
     if status.status == FINISHED:
         raise RunControlError(t("runs.resume_finished", id=run.id))
+    run.close_open_attempt(status.status)  # one whose end was recorded without closing it (older versions)
     notices: list[Message] = []
     check = _choose_checkpoint(run, step, weights_only, notices)
     checkpoint = check.checkpoint

@@ -105,7 +105,9 @@ def effective_status(run: RunDirectory, persist: bool = True) -> RunStatus:
             reason = Message("runs.reason_crashed", id=run.id)
             if persist:
                 try:
-                    return run.write_status(CRASHED, reason)
+                    written = run.write_status(CRASHED, reason)
+                    run.close_open_attempt(CRASHED)
+                    return written
                 except OSError:
                     pass  # a full or read-only disk: say what we found; a later reader records it
             return RunStatus(CRASHED, reason.english(), current.updated, current.updated_ts, reason.to_record())
@@ -117,6 +119,7 @@ def effective_status(run: RunDirectory, persist: bool = True) -> RunStatus:
         reason = Message("runs.reason_crashed", id=run.id)
         try:
             if persist and run.transition(CRASHED, reason, only_from=ACTIVE_STATES):
+                run.close_open_attempt(CRASHED)
                 return run.status()
         except OSError:
             pass  # as above: computed, not recorded

@@ -279,6 +279,21 @@ class RunDirectory:
             write_json_atomic(self.record_path, record)
         return record
 
+    def close_open_attempt(self, status: str, **fields: Any) -> bool:
+        """Record the end of the run's open attempt (the last in run.json without ``ended``), atomically:
+        ``ended``, ``status`` and ``exit_code`` (None: nobody saw the process exit), plus ``fields``. For the
+        ends the supervisor cannot record itself: killed by ``stop --force`` (status ``"killed"``), found
+        dead by a liveness check (``"crashed"``). False when no attempt is open (the supervisor closed it)."""
+        with self._status_lock():
+            record = self.record()
+            attempts = record.get("attempts")
+            if not isinstance(attempts, list) or not attempts or not isinstance(attempts[-1], dict) \
+                    or attempts[-1].get("ended"):
+                return False
+            attempts[-1].update({"ended": utc_now_iso(), "exit_code": None, "status": status, **fields})
+            write_json_atomic(self.record_path, record)
+        return True
+
     def append_event(self, event: str, **data: Any) -> None:
         """One line in events.jsonl: ``{"time", "ts", "event", ...data}``."""
         append_jsonl(self.events_path, {"time": utc_now_iso(), "ts": round(time.time(), 3), "event": event, **data})

@@ -146,10 +146,14 @@ def test_run_id_shape():
 
 def test_active_run_without_supervisor_is_crashed_and_persisted(home):
     run = _run(home)
+    run.update_record(attempts=[{"number": 1, "started": "2026-01-01T00:00:00Z", "resume_from": None}])
     run.write_status(RUNNING)
     status = effective_status(run)
     assert status.status == CRASHED and "tunedeck resume" in status.reason
     assert json.loads(run.status_path.read_text())["status"] == CRASHED  # persisted
+    attempt = run.record()["attempts"][0]  # the attempt kill -9 left open is closed with it
+    assert attempt["status"] == CRASHED and attempt["ended"] and attempt["number"] == 1
+    assert not run.close_open_attempt("killed")  # closed once: a later end does not rewrite it
     assert list_runs()[0].status == CRASHED
 
 
@@ -345,6 +349,8 @@ def test_demo_detach_then_forced_stop_kills_every_process(home):
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
                    for pid in pids)
     assert effective_status(run).status == STOPPED  # not relabelled crashed afterwards
+    attempt = run.record()["attempts"][-1]  # closed, though its supervisor was killed before it could
+    assert attempt["status"] == "killed" and attempt["ended"] and attempt["exit_code"] is None
 
 
 def test_trainer_gpu_selection_respects_inherited_cuda_visible_devices():
