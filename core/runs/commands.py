@@ -221,8 +221,27 @@ def _run_headless(run: Any, as_json: bool) -> int:
         _print_json({"id": run.id, "run_dir": str(run.path), "status": status.status, "reason": status.reason})
     else:
         print(run.id)
-        _err(t("runs.headless_done", status=_state(status.status), reason=status.reason_text or "-"))
-    return code
+        if status.reason_text:
+            _err(t("runs.headless_done", status=_state(status.status), reason=status.reason_text))
+        else:
+            _err(t("runs.headless_done_plain", status=_state(status.status)))
+    return headless_exit_code(run, status.status, code)
+
+
+def headless_exit_code(run: Any, status: str, supervisor_code: int) -> int:
+    """``demo --headless``'s exit code: 0 only for a run that finished. Stopped: 128 + the signal that
+    asked for the stop (130 for Ctrl-C's SIGINT, 143 for SIGTERM); otherwise the supervisor's code, 1 at least."""
+    from core.runs.states import RunState
+
+    if status == RunState.FINISHED:
+        return 0
+    if status == RunState.STOPPED:
+        import signal
+
+        name = str((run.last_event("stop_requested") or {}).get("signal") or "SIGINT")
+        number = getattr(signal, name, signal.SIGINT)
+        return 128 + int(number)
+    return supervisor_code or 1
 
 
 def _fmt_float(value: Any, digits: int = 4) -> str:

@@ -202,3 +202,35 @@ def test_headless_progress_prints_each_record_once(tmp_path, monkeypatch):
     steps = printed_steps()
     assert [s.split()[1] for s in steps] == ["1/6", "2/6", "3/6", "3", "4/6", "5/6", "6/6"]
     assert "eval loss 0.5000" in steps[3]
+
+
+def test_headless_demo_exits_non_zero_unless_the_run_finished(tmp_path, monkeypatch):
+    """Ctrl-C stopped the demo (checkpoint saved) and it exited 0; now 130 (SIGINT's convention), 143 for a
+    SIGTERM stop, 1 for a failure; 0 only when it finished, and that line has no empty "(-)"."""
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+
+    class Config:
+        def to_dict(self):
+            return {"name": "demo", "model": "tiny", "method": "lora"}
+
+        def save(self, path):
+            Path(path).write_text("name: demo\n")
+
+    printed: list[str] = []
+    monkeypatch.setattr(commands, "_err", printed.append)
+    for signal_name, status, reason, expected in (("SIGINT", "stopped", "stopped at step 1", 130),
+                                                  ("SIGTERM", "stopped", "stopped at step 1", 143),
+                                                  (None, "failed", "exit code 1", 1),
+                                                  (None, "finished", "", 0)):
+        run = create_run(Config(), ["tunedeck", "demo", "--headless"], gpus=[])
+
+        def supervise(path, run=run, signal_name=signal_name, status=status, reason=reason) -> int:
+            if signal_name:
+                run.append_event("stop_requested", signal=signal_name)
+            run.write_status(status, reason)
+            return 0 if status != "failed" else 1
+
+        monkeypatch.setattr("core.runs.supervisor.supervise", supervise)
+        printed.clear()
+        assert commands._run_headless(run, as_json=False) == expected, status
+        assert printed[-1] == (f"demo run ended: {status} ({reason})" if reason else f"demo run ended: {status}")
