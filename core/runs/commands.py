@@ -321,6 +321,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from core.runs.liveness import effective_status
     from core.runs.logs import follow, last_lines
 
+    if args.lines is not None and args.lines < 0:
+        from core.errors import CliError
+        from core.i18n import t
+
+        raise CliError(t("runs.lines_negative", lines=args.lines), 2)
     run = _resolve(args.run)
     offset = 0
     if args.lines is not None:

@@ -20,6 +20,7 @@ from core.runs.run_dir import (
     ACTIVE_STATES,
     FINISHED,
     QUEUED,
+    STARTING,
     STOPPED,
     STOPPING,
     RunDirectory,
@@ -153,6 +154,18 @@ def _choose_checkpoint(run: RunDirectory, step: int | None, weights_only: bool,
                                   hint=hint).text())
 
 
+def _being_resumed(run: RunDirectory, status: RunStatus) -> bool:
+    """True while a resume is starting the run: queued by ``prepare_resume``, or the supervisor of an
+    attempt that resumes from a checkpoint starting (two resumes that race: the second is told this)."""
+    if status.status == QUEUED:
+        return (status.reason_message or {}).get("key") == "runs.reason_resuming"
+    if status.status == STARTING:
+        attempts = run.record().get("attempts")
+        return isinstance(attempts, list) and bool(attempts) and isinstance(attempts[-1], dict) \
+            and bool(attempts[-1].get("resume_from"))
+    return False
+
+
 def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: bool = False,
                    config: Any = None) -> ResumePlan:
     """Check that ``run`` can resume and mark it queued; returns the plan (checkpoint, notices).
@@ -166,7 +179,8 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     """
     status = effective_status(run)
     if status.status in ACTIVE_STATES:
-        raise RunControlError(t("runs.resume_running", id=run.id, status=status.status))
+        key = "runs.resume_in_progress" if _being_resumed(run, status) else "runs.resume_running"
+        raise RunControlError(t(key, id=run.id, status=status.status))
     if status.status == FINISHED:
         raise RunControlError(t("runs.resume_finished", id=run.id))
     run.close_open_attempt(status.status)  # one whose end was recorded without closing it (older versions)

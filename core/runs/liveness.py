@@ -90,6 +90,14 @@ def supervisor_alive(run: RunDirectory) -> bool:
         return not got
 
 
+def crashed_reason(run: RunDirectory) -> Message:
+    """Why a run is crashed, and what to do: resume it when it has a checkpoint to resume from, else
+    start it again (offering a resume that can only fail with "no complete checkpoint" misleads)."""
+    if run.last_sound_checkpoint() is not None:
+        return Message("runs.reason_crashed", id=run.id)
+    return Message("runs.reason_crashed_no_checkpoint", config=str(run.config_path))
+
+
 def effective_status(run: RunDirectory, persist: bool = True) -> RunStatus:
     """The run's status with liveness applied; a dead active run becomes (and is saved as) crashed."""
     status = run.status()
@@ -102,7 +110,7 @@ def effective_status(run: RunDirectory, persist: bool = True) -> RunStatus:
                 return current
             if current.status == QUEUED and time.time() - current.updated_ts < QUEUED_GRACE_S:
                 return current  # the supervisor is still on its way to the lock
-            reason = Message("runs.reason_crashed", id=run.id)
+            reason = crashed_reason(run)
             if persist:
                 try:
                     written = run.write_status(CRASHED, reason)
@@ -116,7 +124,7 @@ def effective_status(run: RunDirectory, persist: bool = True) -> RunStatus:
     sup = run.record().get("supervisor") or {}
     pid = sup.get("pid")
     if pid and not same_process_alive(pid, sup.get("start_time")):
-        reason = Message("runs.reason_crashed", id=run.id)
+        reason = crashed_reason(run)
         try:
             if persist and run.transition(CRASHED, reason, only_from=ACTIVE_STATES):
                 run.close_open_attempt(CRASHED)

@@ -147,6 +147,7 @@ def test_run_id_shape():
 def test_active_run_without_supervisor_is_crashed_and_persisted(home):
     run = _run(home)
     run.update_record(attempts=[{"number": 1, "started": "2026-01-01T00:00:00Z", "resume_from": None}])
+    _sound_checkpoint(run, 5)
     run.write_status(RUNNING)
     status = effective_status(run)
     assert status.status == CRASHED and "tunedeck resume" in status.reason
@@ -188,6 +189,53 @@ def test_lock_holder_keeps_run_alive_and_its_death_makes_it_crashed(home):
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     assert effective_status(run).status == CRASHED
+
+
+def test_a_crashed_run_without_a_checkpoint_is_not_offered_a_resume(home):
+    """A run dir with a corrupt status.json read "crashed — … continue with 'tunedeck resume ID'", and that
+    resume failed with "no complete checkpoint": without one the reason says to start it again."""
+    run = _run(home)
+    run.status_path.write_text("{not json")
+    status = effective_status(run)
+    assert status.status == CRASHED
+    assert "tunedeck resume" not in status.reason and f"tunedeck train {run.config_path}" in status.reason
+    with pytest.raises(RunControlError, match="no complete checkpoint"):
+        prepare_resume(run)
+
+
+def test_a_second_resume_is_told_another_resume_is_starting_the_run(home):
+    from core.i18n import Message
+    from core.runs.run_dir import QUEUED, STARTING
+
+    run = _run(home)
+    run.write_status(QUEUED, Message("runs.reason_resuming", step=5))  # what the first resume wrote
+    with pytest.raises(RunControlError, match="already being resumed by another command"):
+        prepare_resume(run)
+    holder = _hold_lock(run)  # the first resume's supervisor, starting its attempt
+    try:
+        import psutil
+
+        run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()},
+                          attempts=[{"number": 2, "started": "x", "resume_from": "/ckpt/checkpoint-5"}])
+        run.write_status(STARTING)
+        with pytest.raises(RunControlError, match="already being resumed"):
+            prepare_resume(run)
+        run.write_status(RUNNING)
+        with pytest.raises(RunControlError, match="still active"):  # running: the usual refusal
+            prepare_resume(run)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
+def test_logs_refuses_a_negative_line_count(home):
+    run = _run(home)
+    run.log_path.write_text("[rank0] one\n")
+    env = {**os.environ, "TUNEDECK_HOME": str(home)}
+    out = subprocess.run([sys.executable, "-m", "core", "logs", run.id, "-n", "-5"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "-n/--lines must be 0 or more, not -5" in out.stderr
 
 
 def test_finished_run_is_never_relabelled(home):
