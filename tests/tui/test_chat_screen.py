@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from tests.fixtures.lifecycle.finished_run import finished_run
-from tests.tui.conftest import fake_monitor, quiet_settings, wait_for
+from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
 from tui.app import make_app
 from tui.screens.chat import ChatScreen, Transcript
 from tui.screens.dashboard import DashboardScreen
@@ -57,5 +57,39 @@ def test_dashboard_chat_key_streams_base_and_tuned_replies(shared, private_home,
             await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
             await asyncio.sleep(0)
             assert proc is not None and proc.poll() is not None  # the model process is gone
+
+    asyncio.run(scenario())
+
+
+def test_chat_on_a_full_fine_tune_is_one_full_width_pane_without_F2(shared, private_home, monkeypatch):
+    """A full fine-tune has no adapter to switch off: the "base model (adapter off)" pane used to stay
+    empty on the left and F2 stayed in the footer (pressing it only said there was no base). Now the
+    fine-tuned pane takes the width, F2 is not offered and does nothing. Runs on the CPU."""
+    home, run_id = finished_run(shared, method="full")
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            await wait_for(pilot, lambda: app.screen.status == "finished")
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+            screen = app.screen
+            base = screen.query_one("#chat-base", Transcript)
+            tuned = screen.query_one("#chat-tuned", Transcript)
+            assert not screen.compare and not base.display  # known from the run before the model loads
+            await wait_for(pilot, lambda: screen.ready, timeout=90)
+            await pilot.pause()
+            assert not screen.has_adapter and not base.display
+            assert tuned.region.width >= 78, tuned.region  # the whole width of the 80-column screen
+            footer = screen_text(app).splitlines()[-1]
+            assert "F2" not in footer and "Esc" in footer, footer
+            await pilot.press("f2")
+            await pilot.pause()
+            assert not screen.compare and not base.display
+            assert not any("no adapter" in str(n.message) for n in app._notifications)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
 
     asyncio.run(scenario())

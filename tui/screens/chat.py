@@ -1,7 +1,9 @@
 """Chat with a run's result: the model runs in a worker process and streams tokens into the transcript.
 
 Side by side (F2) sends each message to the base (adapter off) and the fine-tuned model, one after the
-other, in the same worker. The system prompt, temperature and max tokens sit above the transcript.
+other, in the same worker. A model without an adapter (a full fine-tune, a merged folder) has no base to
+switch to: its one pane takes the width and F2 is not offered. The system prompt, temperature and max
+tokens sit above the transcript.
 """
 
 from __future__ import annotations
@@ -91,12 +93,15 @@ class ChatScreen(Screen[None]):
     ]
 
     def __init__(self, run_dir: Path | None = None, model_dir: Path | None = None,
-                 checkpoint: int | None = None, compare: bool = False) -> None:
+                 checkpoint: int | None = None, compare: bool = False, adapter: bool | None = None) -> None:
+        """``adapter``: whether the model has one, when the caller knows before it loads (None: the worker
+        says once the model is ready; a model folder never has one)."""
         super().__init__(name="chat")
         self.run_dir = run_dir
         self.model_dir = model_dir
         self.checkpoint = checkpoint
-        self.compare = compare
+        self.adapter_known: bool | None = False if model_dir is not None else adapter
+        self.compare = compare and self.adapter_known is not False
         self.ready = False
         self.has_adapter = False
         self.busy: set[str] = set()
@@ -177,7 +182,11 @@ class ChatScreen(Screen[None]):
         status = self.query_one("#chat-status", Static)
         if event == "ready":
             self.ready = True
-            self.has_adapter = bool(record.get("has_adapter"))
+            self.has_adapter = self.adapter_known = bool(record.get("has_adapter"))
+            if not self.has_adapter:  # nothing to compare with: one full-width pane, no F2
+                self.compare = False
+                self.query_one("#chat-base", Transcript).display = False
+            self.refresh_bindings()
             status.update(t("chat.ready", model=str(record.get("label", self.label)),
                             device=str(record.get("device", ""))))
         elif event == "token":
@@ -242,6 +251,11 @@ class ChatScreen(Screen[None]):
         self.query_one("#chat-status", Static).update(t("chat.generating"))
 
     # --- actions ---------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "toggle_compare" and self.adapter_known is False:
+            return False  # no adapter: no base model to show beside it
+        return True
+
     def action_toggle_compare(self) -> None:
         if self.ready and not self.has_adapter:
             self.notify(t("chat.no_base"), severity="warning")
@@ -278,10 +292,20 @@ def _run_has_result(screen: Any, run_dir: Path) -> bool:
     return True
 
 
+def run_has_adapter(run_dir: Path) -> bool:
+    """Whether the run's checkpoints are adapters (LoRA, DoRA, QLoRA) rather than a full model."""
+    from core.runs import RunDirectory
+
+    checkpoint = RunDirectory(run_dir).last_complete_checkpoint()
+    return checkpoint is not None and (checkpoint.path / "adapter_config.json").is_file()
+
+
 def open_chat(screen: Any, run_dir: Path) -> None:
-    """Push the chat screen for ``run_dir`` (a finished run with a checkpoint)."""
+    """Push the chat screen for ``run_dir`` (a finished run with a checkpoint): base and fine-tuned side by
+    side for an adapter, the fine-tuned model alone for a full fine-tune."""
     if _run_has_result(screen, run_dir):
-        screen.app.push_screen(ChatScreen(run_dir=run_dir, compare=True))
+        adapter = run_has_adapter(run_dir)
+        screen.app.push_screen(ChatScreen(run_dir=run_dir, compare=adapter, adapter=adapter))
 
 
 def merge_in_background(screen: Any, run_dir: Path) -> None:
