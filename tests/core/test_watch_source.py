@@ -118,3 +118,25 @@ def test_core_watch_leaves_textual_and_rich_out():
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     loaded = {name.split(".")[0] for name in json.loads(result.stdout)}
     assert "core" in loaded and not {"textual", "rich", "torch", "pynvml"} & loaded
+
+
+def test_a_run_the_app_showed_finishing_is_not_announced_at_the_next_start(tmp_path):
+    """The app announced "since your last visit, run X ended: finished" for a run the user watched finish
+    in it: the runs list now records a run it shows going from live to final."""
+    from core.watch.last_seen import EndsSeen
+
+    path = tmp_path / "seen.json"
+    runs_ended_since([Summary("a", "running"), Summary("b", "running"), Summary("old", "finished")], path)  # start
+    seen = EndsSeen(path)
+    assert seen.shown([Summary("a", "running"), Summary("b", "running")]) == []
+    ended = seen.shown([Summary("a", "finished"), Summary("b", "running")])  # watched it finish
+    assert [s.id for s in ended] == ["a"]
+    assert seen.shown([Summary("a", "finished"), Summary("b", "running")]) == []  # once
+    assert json.loads(path.read_text())["runs"] == {"a": "finished", "b": "running", "old": "finished"}
+    # next start: b ended while the app was closed (news), a was watched (not news)
+    later = runs_ended_since([Summary("a", "finished"), Summary("b", "crashed"), Summary("old", "finished")], path)
+    assert [s.id for s in later] == ["b"]
+    fresh = EndsSeen(tmp_path / "never.json")  # before any first visit nothing is written
+    fresh.shown([Summary("z", "running")])
+    fresh.shown([Summary("z", "finished")])
+    assert not (tmp_path / "never.json").exists()

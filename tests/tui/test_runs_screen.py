@@ -236,3 +236,29 @@ def test_app_start_opens_the_active_run_and_announces_ended_runs():
 
     run(scenario())
     assert '"20261129-2100-dead": "crashed"' in last_seen_path().read_text()
+
+
+def test_a_run_the_runs_list_shows_finishing_is_not_announced_at_the_next_start():
+    """The user watched a run finish in the app; the next start said "since your last visit, run X
+    ended: finished". The runs list records a run it shows going from live to final as seen."""
+    from core.runs import RunDirectory
+
+    live = three_runs()
+    last_seen_path().parent.mkdir(parents=True, exist_ok=True)
+    last_seen_path().write_text('{"runs": {}}')
+
+    async def scenario():
+        with SupervisorStandIn(live):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+            async with app.run_test(size=(120, 30)) as pilot:
+                screen = await open_runs(pilot, app)
+                await wait_for(pilot, lambda: any(s.id == live.name and s.status == "running" for s in screen.runs))
+                RunDirectory(live).write_status("finished")
+                await wait_for(pilot, lambda: f'"{live.name}": "finished"' in last_seen_path().read_text(),
+                               timeout=30)
+
+    run(scenario())
+    from core.watch.last_seen import load_last_seen
+
+    assert load_last_seen()[live.name] == "finished"
+    assert "20261129-2200-done" not in load_last_seen()  # shown final all along: not "seen ending"

@@ -209,6 +209,9 @@ class RunsScreen(Screen[None]):
         self.filter_text = ""
         self.listed = False
         self.column_widths: dict[str, int] = {}  # the columns shown now: {key: content width}
+        from core.watch.last_seen import EndsSeen
+
+        self.ends_seen = EndsSeen()  # lives across the list worker's restarts (refresh_now after a stop)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -240,7 +243,9 @@ class RunsScreen(Screen[None]):
 
         worker = get_current_worker()
         while not worker.is_cancelled:
-            self.post_message(RunsListed(list_runs()))
+            runs = list_runs()
+            self.ends_seen.shown(runs)  # a run the app shows finishing is no news at the next start
+            self.post_message(RunsListed(runs))
             end = time.monotonic() + LIST_EVERY_S
             while not worker.is_cancelled and time.monotonic() < end:
                 time.sleep(0.05)
