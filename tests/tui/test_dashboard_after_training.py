@@ -365,3 +365,41 @@ def test_X_after_M_exports_the_merge_and_a_folder_in_the_way_is_replaced_only_af
             assert isinstance(app.screen, DashboardScreen)
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("reply", ["\n" * 16, "line\n" * 40 + "x" * 400], ids=["blank", "long"])
+def test_the_serve_panel_keeps_its_keys_on_80x24_whatever_the_test_reply(reply, tmp_path, monkeypatch):
+    """A test reply of 16 newlines printed ~12 blank lines and pushed the panel's key hint off an 80x24
+    screen. The reply is shown on one line (⏎ for line breaks, a blank one described), capped, and the hint
+    stays. No server: start_server is held back, the reply is handed to the panel as the probe would."""
+    import core.lifecycle.serve as lifecycle_serve
+    from tui.widgets.lifecycle_panels import TestAnswered
+
+    def no_server(*_args, **_kwargs):
+        raise lifecycle_serve.ServeWaitCancelled("held back by the test")
+
+    monkeypatch.setattr(lifecycle_serve, "start_server", no_server)
+    run_dir = tmp_path / "20261205-0100-tiny"
+    run_dir.mkdir()
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            panel = ServePanel(run_dir)
+            await app.push_screen(panel)
+            await pilot.pause()
+            panel.post_message(TestAnswered(reply, 0.25))
+            await wait_for(pilot, lambda: panel.reply == reply)
+            await pilot.pause()
+            text = screen_text(app)
+            # the panel's text with its border taken off and its wrapped lines joined
+            flat = " ".join(" ".join(line.strip(" │") for line in text.splitlines()).split())
+            assert "t test request · y copy URL · k stop the server · Esc close" in flat, text
+            assert "test request answered in 0.25 s" in flat, text
+            if not reply.strip():
+                assert "(a blank reply: 16 whitespace characters, 16 line breaks)" in flat, text
+            else:
+                assert "line⏎line⏎" in flat and "x" * 50 not in flat, text
+            assert panel.query_one("#serve-test").region.height <= 5
+
+    asyncio.run(scenario())

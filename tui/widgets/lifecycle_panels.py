@@ -27,6 +27,7 @@ from core.text_width import cell_len, pad
 from tui.screens.error_modal import describe, report_unexpected
 
 HEALTH_EVERY_S = 1.0
+REPLY_PREVIEW_CHARS = 200  # of the test reply shown in the serve panel (it is a sign of life, not a chat)
 
 PANEL_CSS = """
 {name} {{ align: center middle; background: $background 60%; }}
@@ -256,11 +257,23 @@ class ServerStopped(Message):
         self.stopped = stopped
 
 
+def reply_preview(reply: str) -> str:
+    """The test reply on one line: line breaks shown as ⏎, a whitespace-only reply described (it would
+    otherwise be blank lines pushing the panel's keys off an 80x24 screen), at most REPLY_PREVIEW_CHARS."""
+    if not reply.strip():
+        return t("lifecycle.serve_reply_blank", count=len(reply), lines=reply.count("\n"))
+    shown = reply.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "⏎").replace("\t", " ")
+    return shown if len(shown) <= REPLY_PREVIEW_CHARS else shown[:REPLY_PREVIEW_CHARS] + "…"
+
+
 class ServePanel(ModalScreen[None]):
     """Starts (or finds) the run's detached server; shows URL, port, pid, status and health as they
-    change; sends a test request once it is up."""
+    change; sends a test request once it is up. The test line is capped in height (a long error, a long
+    reply), so that the keys' hint below it stays on an 80x24 screen."""
 
-    DEFAULT_CSS = PANEL_CSS.format(name="ServePanel")
+    DEFAULT_CSS = PANEL_CSS.format(name="ServePanel") + """
+    ServePanel #serve-test { max-height: 5; overflow: hidden hidden; }
+    """
     BINDINGS = [
         Binding("t", "test", t("lifecycle.key.test"), id="serve.test"),
         Binding("y", "copy_url", t("lifecycle.key.copy_url"), id="serve.copy"),
@@ -424,7 +437,7 @@ class ServePanel(ModalScreen[None]):
         elif self.test_error:
             test.update(Text(t("lifecycle.test_failed", error=self.test_error), style="red"))
         elif self.reply is not None:
-            test.update(Text(t("lifecycle.serve_test", seconds=self.test_seconds, reply=self.reply[:200])))
+            test.update(Text(t("lifecycle.serve_test", seconds=self.test_seconds, reply=reply_preview(self.reply))))
         else:
             test.update("")
         test.display = bool(self.start_error or self.testing or self.test_error or self.reply is not None)
