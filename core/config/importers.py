@@ -109,13 +109,13 @@ class ImportResult:
         return "\n".join([head] + [f"  {line.text()}" for line in self.mapping])
 
     def to_yaml(self) -> str:
-        import yaml
+        from core.config.schema import dump_yaml
 
         lines = [t("import.yaml_header", source=self.source, peer=self.peer_name)]
         for line in self.mapping:
             if line.verdict == NEEDS_YOU:
                 lines.append(f"# {line.text()}")
-        body = yaml.safe_dump(self.config, sort_keys=False, allow_unicode=True, default_flow_style=None)
+        body = dump_yaml(self.config)
         return "\n".join(f"# {text}" if not text.startswith("#") else text for text in lines) + "\n" + body
 
     def to_dict(self) -> dict[str, Any]:

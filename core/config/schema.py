@@ -272,10 +272,7 @@ class RunConfig:
     def to_yaml(self, header: str = "# tunedeck run configuration (resolved: every key with the value in force)\n"
                 ) -> str:
         """The configuration as YAML text, keys in documented order."""
-        import yaml
-
-        body = yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True, default_flow_style=None)
-        return header + body
+        return header + dump_yaml(self.to_dict())
 
     def save(self, path: str | Path) -> Path:
         """Write the resolved configuration as YAML, atomically; returns the path."""
@@ -310,6 +307,25 @@ class RunConfig:
         if self.gpus == "all":
             return None
         return self.gpus if isinstance(self.gpus, int) else len(self.gpus)
+
+
+def dump_yaml(values: dict[str, Any]) -> str:
+    """A run configuration as YAML a person edits: one ``key: value`` per line (block style), a short
+    list of plain values on its key's line (``gpus: [0, 1]``), anything longer one item a line."""
+    import yaml
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    def represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+        short = all(isinstance(item, (str, int, float, bool)) or item is None for item in data) and \
+            len(", ".join(str(item) for item in data)) <= 60
+        return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=short)
+
+    _Dumper.add_representer(list, represent_list)
+    _Dumper.add_representer(tuple, represent_list)
+    return yaml.dump(values, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False,
+                     width=100)
 
 
 def default_for(key: str) -> Any:

@@ -156,6 +156,7 @@ def test_llamafactory_yaml_converts_key_by_key(tmp_path):
     assert text.startswith("# tunedeck run configuration converted by tunedeck import")
     assert "# max_samples: 1000 → needs you" in text
     assert yaml.safe_load(text) == result.config
+    assert "{" not in text and f"model: {result.config['model']}" in text.splitlines()  # block style
 
 
 def test_llamafactory_quantization_and_dora_pick_the_method(tmp_path):

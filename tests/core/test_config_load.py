@@ -156,3 +156,20 @@ def test_demo_config_points_at_bundled_assets():
     assert config.max_steps and config.epochs is None
     assert config.warnings == []
     assert RunConfig.from_dict(config.to_dict()) == config
+
+
+def test_saved_yaml_is_block_style_one_key_a_line_with_short_lists_inline(tmp_path):
+    """Run and plan files are edited by hand: `key: value` lines, not one `{model: .., dataset: ..}` flow
+    mapping that a viewer wraps mid-key; a short list stays on its key's line and the text reads back."""
+    config = RunConfig.from_dict({"model": "tiny", "dataset": ["a.jsonl", "b.jsonl"], "gpus": [0, 1],
+                                  "lora_targets": ["q_proj", "v_proj"]})
+    text = config.to_yaml()
+    lines = text.splitlines()
+    assert lines[1] == "model: tiny" and "dataset_info: null" in lines and "{" not in text
+    assert "gpus: [0, 1]" in lines and "lora_targets: [q_proj, v_proj]" in lines
+    assert "dataset: [a.jsonl, b.jsonl]" in lines
+    assert len([line for line in lines if not line.startswith("#")]) == len(config.to_dict())
+    assert RunConfig.from_dict(yaml.safe_load(text)).to_dict() == config.to_dict()
+    long = RunConfig.from_dict({"model": "tiny", "dataset": [f"/data/a-rather-long-folder/part-{i}.jsonl"
+                                                             for i in range(4)]}).to_yaml()
+    assert "dataset:\n- /data/a-rather-long-folder/part-0.jsonl\n" in long
