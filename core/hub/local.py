@@ -134,7 +134,17 @@ def bundled_models() -> list[BundledModel]:
     from core.estimate.model_source import KNOWN_CONFIG_DIR, known_model_names
 
     return [BundledModel(TINY_MODEL_NAME, "builtin", tiny_model_dir())] + [
-        BundledModel(name, "config", KNOWN_CONFIG_DIR / f"{name}.json") for name in known_model_names()]
+        BundledModel(name, "config", KNOWN_CONFIG_DIR / f"{name}.json")
+        for name in sorted(known_model_names(), key=natural_key)]
+
+
+def natural_key(name: str) -> tuple[tuple[int, float, str], ...]:
+    """``name`` sorted as a person reads it: numbers by value, so Qwen2.5-3B comes before Qwen2.5-14B
+    (sorted as text, 14B came first), and a family's sizes come smallest first."""
+    import re
+
+    return tuple((0, float(part), "") if index % 2 else (1, 0.0, part.lower())
+                 for index, part in enumerate(re.split(r"(\d+(?:\.\d+)?)", name)) if part)
 
 
 def find_bundled(name: str) -> BundledModel | None:

@@ -153,3 +153,13 @@ def test_cli_list_sets_apart_a_folder_without_config(home, capsys):
     assert qwen < tinny  # after the models, under the header of the incomplete ones
     assert " tinny/snapshots " not in lines[tinny]  # not named as if it were a model: its folder only
     assert lines[tinny].split()[-1] == str(home / "ms" / "models" / "tinny" / "snapshots")
+
+
+def test_bundled_models_sort_by_size_not_as_text():
+    from core.hub.local import bundled_models
+
+    names = [model.name for model in bundled_models()]
+    qwen = [name for name in names if name.startswith("Qwen2.5-")]
+    assert names[0] == "tiny"
+    assert qwen == ["Qwen2.5-0.5B", "Qwen2.5-1.5B", "Qwen2.5-3B", "Qwen2.5-7B", "Qwen2.5-14B", "Qwen2.5-32B",
+                    "Qwen2.5-72B"]

@@ -249,3 +249,44 @@ def test_a_slow_hub_never_blocks_the_screen(hub_env):  # noqa: F811
             await wait_for(pilot, lambda: results(app).row_count == 4)
 
     run(scenario())
+
+
+def test_the_local_tab_at_80_columns_fits_its_notes_says_what_it_lists_and_enter_shows_facts(private_home):
+    """Offline, 80×24, no model on disk: the bundled rows only."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_offline(pilot, app)
+            search = screen.query_one("#models-search")
+            assert t("modelsscreen.search_placeholder") in region_text(app, search)  # not cut at 80 columns
+            assert "ModelScope" in status_line(app)
+            await pilot.press("2")
+            local = screen.query_one("#local-models")
+            await wait_for(pilot, lambda: local.row_count == BUNDLED)
+            await pilot.pause()
+            # The status line says what the Local tab lists, not the hub's filters.
+            assert "Local" in status_line(app) and "ModelScope" not in status_line(app)
+            assert "org" not in status_line(app)
+            # The last column fits the screen: a cut note ends with an ellipsis, never mid-word.
+            assert local.virtual_size.width <= local.size.width
+            notes = {t("modelsscreen.bundled_note.builtin"), t("modelsscreen.bundled_note.config")}
+            shown = [str(local.get_row_at(i)[-1]) for i in range(local.row_count)]
+            assert all(cell in notes or (cell.endswith("…") and any(n.startswith(cell[:-1]) for n in notes))
+                       for cell in shown)
+            assert "Path or use" in region_text(app, local)
+            # Sizes by value (as text, 14B came before 3B).
+            names = [str(local.get_row_at(i)[0]) for i in range(local.row_count)]
+            assert names.index("Qwen2.5-0.5B") < names.index("Qwen2.5-3B") < names.index("Qwen2.5-7B") \
+                < names.index("Qwen2.5-14B") < names.index("Qwen2.5-72B")
+            # Enter (listed as Select) shows the highlighted model's facts, read from its config.json.
+            details = screen.query_one("#local-details")
+            assert not details.display
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: "4 layers" in flat(region_text(app, details)), timeout=30)
+            assert "tiny" in region_text(app, details)
+            await pilot.press(*["down"] * names.index("Qwen2.5-7B"), "enter")
+            await wait_for(pilot, lambda: "28 layers" in flat(region_text(app, details)), timeout=30)
+            await pilot.press("1")
+            assert "ModelScope" in status_line(app) and "Local" not in status_line(app)
+
+    run(scenario())

@@ -100,6 +100,14 @@ class LocalListed(Message):
         self.bundled = bundled
 
 
+class LocalFacts(Message):
+    """The facts and fit of a Local tab model, read from its config.json on disk (``text``)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
 class DownloadStarted(Message):
     def __init__(self, job_dir: Path | None, error: str | None) -> None:
         super().__init__()
@@ -128,6 +136,8 @@ class ModelsScreen(Screen[None]):
     ModelsScreen #local-tab { height: 1fr; }
     ModelsScreen #local-summary { height: auto; max-height: 3; padding: 0 1; color: $foreground-muted; }
     ModelsScreen #local-models { height: 1fr; }
+    ModelsScreen #local-details { height: auto; max-height: 10; padding: 0 1; display: none;
+                                  border-top: solid $panel-lighten-2; }
     ModelsScreen #download-line { height: 1; padding: 0 1; }
     ModelsScreen #download-bar { height: 1; padding: 0 1; }
     ModelsScreen #download-bar Bar { width: 1fr; }
@@ -168,6 +178,8 @@ class ModelsScreen(Screen[None]):
         self.message_kind: str | None = None  # what stands in for the results: "problem", "empty" or None
         self.queries_sent = 0  # searches sent to a hub (not those the memory of an unreachable hub saved)
         self._search_timer: Any = None
+        self._filters_extra = ""  # the Hub tab's status under its filters (found, searching), kept for its return
+        self._local_table_rows: list[tuple[str, ...]] = []  # the Local tab's cells, before fitting the width
 
     # --- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -192,6 +204,7 @@ class ModelsScreen(Screen[None]):
             with Vertical(id="local-tab"):
                 yield Static("", id="local-summary")
                 yield DataTable(id="local-models", cursor_type="row")
+                yield Static("", id="local-details")
         yield Static("", id="download-line")
         yield ProgressBar(total=100, show_eta=False, id="download-bar")
         yield KeysFooter()
@@ -207,6 +220,12 @@ class ModelsScreen(Screen[None]):
 
     # --- search ------------------------------------------------------------------------------------
     def _show_filters(self, extra: str = "") -> None:
+        """The Hub tab's filters (and ``extra``: found, searching) on the status line; on the Local tab
+        what it lists instead (no hub, no filter applies there)."""
+        self._filters_extra = extra
+        if self.tab == "local":
+            self.query_one("#models-status", Static).update(t("modelsscreen.local_status"))
+            return
         q = self.query_state
         line = t("modelsscreen.filters", hub=HUB_LABELS[self.hub], owner=q.owner or t("modelsscreen.any"),
                  task=q.task or t("modelsscreen.any"), size=t(f"modelsscreen.size.{q.size_class}"),
@@ -435,34 +454,40 @@ class ModelsScreen(Screen[None]):
                 pass
         self.post_message(DetailsDone(model_id, details, self._facts_text(details), None, params))
 
-    def _facts_text(self, details: ModelDetails) -> str:
-        """The facts, fit and files block (built in the worker: the estimate is pure but not free)."""
+    def _config_lines(self, config: dict[str, Any], name: str) -> list[str]:
+        """The facts of a config.json and how its training fits this box (in a worker: the estimate is pure
+        but not free); what cannot be read is said in their place."""
         from core.estimate import ArchitectureError
         from core.hub.facts import DEFAULT_BATCH, DEFAULT_SEQ_LEN, REFERENCE_GPU, fit_on_box, model_facts
 
+        lines: list[str] = []
+        try:
+            facts = model_facts(config, name=name)
+            rows = fit_on_box(config, self._box_gpus(), name=name)
+        except ArchitectureError as exc:
+            return [f"[$warning]{_plain(str(exc))}[/]"]
+        except (TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:  # a config.json with odd values
+            return [f"[$warning]{type(exc).__name__}: {_plain(str(exc))}[/]"]
+        lines += ["", f"[b]{t('modelsscreen.facts_title')}[/]", t(
+            "modelsscreen.fact_line", architecture=facts.architecture, params=_count(facts.params),
+            layers=facts.layers, hidden=facts.hidden_size, heads=facts.heads, kv=facts.kv_heads,
+            vocab=facts.vocab_size, context=facts.context_length or "?", dtype=facts.dtype or "?")]
+        title = "modelsscreen.fit_title_reference" if rows and rows[0].reference else "modelsscreen.fit_title"
+        gpu = REFERENCE_GPU if not rows or rows[0].reference else rows[0].gpu
+        lines += ["", f"[b]{t(title, gpu=gpu, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ_LEN)}[/]"]
+        for row in rows:
+            lines.append(t("modelsscreen.fit_row", method=row.method, peak=row.peak_gib,
+                           capacity=row.capacity_gib, verdict=t(f"modelsscreen.verdict.{row.verdict}")))
+        return lines
+
+    def _facts_text(self, details: ModelDetails) -> str:
+        """The facts, fit and files block (built in the worker: the estimate is pure but not free)."""
         summary = details.summary
         lines = [f"[b $primary]{_plain(summary.model_id)}[/]",
                  f"{HUB_LABELS[summary.hub]} · {_count(summary.downloads)} ↓ · {summary.likes} ♥ · "
                  f"{(summary.updated or '')[:10]} · {summary.license or '—'}"]
         if details.config is not None:
-            try:
-                facts = model_facts(details.config, name=summary.model_id)
-                rows = fit_on_box(details.config, self._box_gpus(), name=summary.model_id)
-            except ArchitectureError as exc:
-                lines.append(f"[$warning]{_plain(str(exc))}[/]")
-            except (TypeError, ValueError, ZeroDivisionError) as exc:  # a config.json with odd values
-                lines.append(f"[$warning]{type(exc).__name__}: {_plain(str(exc))}[/]")
-            else:
-                lines += ["", f"[b]{t('modelsscreen.facts_title')}[/]", t(
-                    "modelsscreen.fact_line", architecture=facts.architecture, params=_count(facts.params),
-                    layers=facts.layers, hidden=facts.hidden_size, heads=facts.heads, kv=facts.kv_heads,
-                    vocab=facts.vocab_size, context=facts.context_length or "?", dtype=facts.dtype or "?")]
-                title = "modelsscreen.fit_title_reference" if rows and rows[0].reference else "modelsscreen.fit_title"
-                gpu = REFERENCE_GPU if not rows or rows[0].reference else rows[0].gpu
-                lines += ["", f"[b]{t(title, gpu=gpu, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ_LEN)}[/]"]
-                for row in rows:
-                    lines.append(t("modelsscreen.fit_row", method=row.method, peak=row.peak_gib,
-                                   capacity=row.capacity_gib, verdict=t(f"modelsscreen.verdict.{row.verdict}")))
+            lines += self._config_lines(details.config, summary.model_id)
         for note in details.notes:
             lines.append(f"[$warning]{_plain(note)}[/]")
         lines += ["", f"[b]{t('modelsscreen.files_title', count=len(details.files), size=human_bytes(details.total_size))}[/]"]
@@ -592,6 +617,7 @@ class ModelsScreen(Screen[None]):
     def action_tab(self, tab: str) -> None:
         self.tab = tab
         self.query_one("#models-tabs", ContentSwitcher).current = f"{tab}-tab"
+        self._show_filters(self._filters_extra)
         if tab == "local":
             self.query_one("#local-models", DataTable).focus()
             self._list_local()
@@ -622,25 +648,18 @@ class ModelsScreen(Screen[None]):
     def on_local_listed(self, message: LocalListed) -> None:
         self.local_models = message.models
         self.local_rows = [*message.models, *message.bundled]
-        table = self.query_one("#local-models", DataTable)
         rows = []
         for model in message.models:
             used = time.strftime("%Y-%m-%d", time.localtime(model.last_used)) if model.last_used else "—"
-            rows.append((truncate(model.model_id, 50), model.source, human_bytes(model.size_bytes), used,
-                         truncate(str(model.path), 100)))
+            # A folder without config.json (a download that failed or stopped) is no model yet: said so.
+            name = model.model_id if model.has_config else model.model_id + t("modelsscreen.incomplete")
+            rows.append((name, model.source, human_bytes(model.size_bytes), used, str(model.path)))
         for bundled in message.bundled:
             # Where a bundled model sits inside the install says nothing; what it is good for does.
-            rows.append((truncate(bundled.name, 50), t(f"modelsscreen.source.{bundled.kind}"), "—", "—",
+            rows.append((bundled.name, t(f"modelsscreen.source.{bundled.kind}"), "—", "—",
                          t(f"modelsscreen.bundled_note.{bundled.kind}")))
-        labels = (t("modelsscreen.col_id"), t("modelsscreen.col_source"), t("modelsscreen.col_size"),
-                  t("modelsscreen.col_used"), t("modelsscreen.col_path"))
-        # Widths from the content: auto-sized columns of a table filled right after its tab appears can
-        # stay at their header width.
-        table.clear(columns=True)
-        for index, label in enumerate(labels):
-            table.add_column(label, width=max([cell_len(label)] + [cell_len(row[index]) for row in rows]))
-        for index, row in enumerate(rows):
-            table.add_row(*row, key=str(index))
+        self._local_table_rows = rows
+        self._fill_local_table()
         total = sum(model.size_bytes for model in message.models)
         on_disk = (t("modelsscreen.local_count", count=len(message.models), size=human_bytes(total))
                    if message.models else t("modelsscreen.local_none"))
@@ -648,6 +667,80 @@ class ModelsScreen(Screen[None]):
         self.query_one("#local-summary", Static).update(
             _plain(on_disk + "\n" + t("modelsscreen.local_bundled", count=configs)))
         self.refresh_bindings()
+
+    def _fill_local_table(self) -> None:
+        """The Local tab's rows, each column as wide as its content, the last one (a path, or what a bundled
+        model is good for) cut with an ellipsis to what the screen leaves it, not clipped mid-word."""
+        table = self.query_one("#local-models", DataTable)
+        rows = [(truncate(row[0], 50), *row[1:]) for row in self._local_table_rows]
+        labels = (t("modelsscreen.col_id"), t("modelsscreen.col_source"), t("modelsscreen.col_size"),
+                  t("modelsscreen.col_used"), t("modelsscreen.col_path"))
+        widths = [max([cell_len(label)] + [cell_len(row[index]) for row in rows]) for index, label in enumerate(labels)]
+        # Each column takes two cells of padding; two more for the vertical scrollbar.
+        room = self.size.width - sum(widths[:-1]) - 2 * len(labels) - 2
+        last = max(6, min(widths[-1], room))
+        if last < widths[-1]:
+            rows = [(*row[:-1], truncate(row[-1], last)) for row in rows]
+            labels = (*labels[:-1], truncate(labels[-1], last))
+            widths[-1] = last
+        cursor = table.cursor_row
+        # Widths from the content: auto-sized columns of a table filled right after its tab appears can
+        # stay at their header width.
+        table.clear(columns=True)
+        for label, width in zip(labels, widths, strict=True):
+            table.add_column(label, width=width)
+        for index, row in enumerate(rows):
+            table.add_row(*row, key=str(index))
+        if rows:
+            table.move_cursor(row=min(max(cursor, 0), len(rows) - 1))
+
+    def on_resize(self, event: Any) -> None:
+        if self._local_table_rows:
+            self._fill_local_table()
+
+    @on(DataTable.RowSelected, "#local-models")
+    def _local_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a Local row: its facts and fit on this box, from its config.json (no hub asked)."""
+        model = self._selected_local()
+        if model is None:
+            return
+        details = self.query_one("#local-details", Static)
+        details.display = True
+        name = getattr(model, "model_id", None) or model.name
+        details.update(t("modelsscreen.loading_details", model=_plain(name)))
+        self._local_facts_worker(model)
+
+    @work(thread=True, exclusive=True, group="hub-local-facts", exit_on_error=False)
+    def _local_facts_worker(self, model: Any) -> None:
+        import json
+
+        from core.hub.local import BundledModel, bundled_config
+
+        name = model.name if isinstance(model, BundledModel) else model.model_id
+        lines = [f"[b $primary]{_plain(name)}[/]"]
+        try:
+            if isinstance(model, BundledModel):
+                config = bundled_config(model)
+            else:
+                found = [model.path / "config.json", *sorted(model.path.glob("snapshots/*/config.json")),
+                         *sorted(model.path.glob("*/config.json"))]
+                path = next((p for p in found if p.is_file()), None)
+                if path is None:
+                    lines.append(f"[$warning]{_plain(t('modelsscreen.local_no_config', path=str(model.path)))}[/]")
+                    self.post_message(LocalFacts("\n".join(lines)))
+                    return
+                config = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:  # unreadable or not JSON: said, with the file
+            lines.append(f"[$warning]{_plain(str(exc))}[/]")
+            self.post_message(LocalFacts("\n".join(lines)))
+            return
+        lines += self._config_lines(config, name)
+        self.post_message(LocalFacts("\n".join(lines)))
+
+    def on_local_facts(self, message: LocalFacts) -> None:
+        details = self.query_one("#local-details", Static)
+        details.display = True
+        details.update(message.text)
 
     def action_delete_local(self) -> None:
         from core.hub.local import LocalModel
