@@ -403,3 +403,27 @@ def test_the_serve_panel_keeps_its_keys_on_80x24_whatever_the_test_reply(reply, 
             assert panel.query_one("#serve-test").region.height <= 5
 
     asyncio.run(scenario())
+
+
+def test_M_on_a_full_fine_tune_says_it_loads_the_fine_tuned_model_not_an_adapter(shared, private_home,
+                                                                                   monkeypatch):
+    """The merge panel of a method: full run said "✓ load the base model and the adapter" although there
+    is none: the load step now says what it loads, and the adapter's fold is shown skipped."""
+    home, run_id = finished_run(shared, method="full")
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            await pilot.press("M")
+            await wait_for(pilot, lambda: isinstance(app.screen, MergePanel))
+            panel = app.screen
+            await wait_for(pilot, lambda: panel.ended, timeout=90)
+            assert panel.ok and panel.stages == ["load", "write", "done"]
+            await pilot.pause()
+            text = screen_text(app)
+            assert "✓ load the fine-tuned model (a full fine-tune: no adapter)" in text, text
+            assert "base model and the adapter" not in text and "– fold the adapter" in text, text
+
+    asyncio.run(scenario())

@@ -315,7 +315,7 @@ def merge_in_background(screen: Any, run_dir: Path) -> None:
         return
     from tui.widgets.lifecycle_panels import MergePanel
 
-    screen.app.push_screen(MergePanel(Path(run_dir)))
+    screen.app.push_screen(MergePanel(Path(run_dir), adapter=run_has_adapter(Path(run_dir))))
 
 
 def evaluate_in_background(screen: Any, run_dir: Path) -> None:

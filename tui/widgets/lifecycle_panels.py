@@ -59,9 +59,12 @@ class MergePanel(ModalScreen[None]):
     DEFAULT_CSS = PANEL_CSS.format(name="MergePanel")
     BINDINGS = [Binding("escape", "dismiss", t("lifecycle.key.close"), id="merge.close")]
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, adapter: bool = True) -> None:
+        """``adapter``: whether the run's checkpoint is an adapter; a full fine-tune's load step loads the
+        fine-tuned model alone, and says so."""
         super().__init__()
         self.run_dir = Path(run_dir)
+        self.adapter = adapter
         self.stage: str | None = None
         self.stages: list[str] = []  # every stage reported, in order
         self.out: str | None = None
@@ -128,7 +131,8 @@ class MergePanel(ModalScreen[None]):
                 mark, style = "✗", "red"
             else:
                 mark, style = " ", "dim"
-            lines.append(Text(f" {mark} " + t("lifecycle.stage." + stage), style=style))
+            key = "lifecycle.stage.load_full" if stage == "load" and not self.adapter else "lifecycle.stage." + stage
+            lines.append(Text(f" {mark} " + t(key), style=style))
         self.query_one("#merge-stages", Static).update(Text("\n").join(lines))
         self.query_one("#merge-progress", ProgressBar).update(progress=max(0, current))
 
