@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from core.i18n import t
@@ -27,6 +28,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--host-ram-gib", type=float, default=None, help=t("plan.help.host_ram"))
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=t("plan.help.set"))
     p.add_argument("--save", default=None, metavar="RUN.yaml", help=t("plan.help.save"))
+    p.add_argument("--force", action="store_true", help=t("plan.help.force"))
     p.add_argument("--json", action="store_true", help=t("plan.help.json"))
     p.set_defaults(handler=cmd_plan)
 
@@ -84,6 +86,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from core.errors import CliError
     from core.plan import equivalent_command, recommend, save_run_config
 
+    if args.save and Path(args.save).exists() and not args.force:  # before the planning: said at once
+        raise CliError(t("plan.error.save_exists", path=args.save), 2)
     request, summary = build_request(args)
     measured = None
     if request.hardware.detected:  # what earlier probes on this box measured
@@ -94,9 +98,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     saved = None
     if args.save and rec.best is not None and rec.feasible:
         try:
-            saved = save_run_config(rec.best, request, args.save)
+            saved = save_run_config(rec.best, request, args.save, overwrite=args.force)
         except ConfigError as exc:
             raise CliError(t("plan.error.config", problem=str(exc)), 2) from exc
+        except FileExistsError:
+            raise CliError(t("plan.error.save_exists", path=args.save), 2) from None
     if args.json:
         data = rec.to_json()
         data["dataset_summary"] = summary.to_json() if summary else None

@@ -20,8 +20,8 @@ def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, A
     else:
         gpus = p.num_gpus
     values: dict[str, Any] = {
-        "model": request.model,
-        "dataset": request.dataset,
+        "model": _absolute_if_local(request.model),
+        "dataset": _absolute_if_local(request.dataset),
         "method": p.method,
         "precision": "bf16" if p.precision == "pure-bf16" else p.precision,
         "max_seq_len": max(16, p.seq_len),
@@ -43,6 +43,16 @@ def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, A
     return values
 
 
+def _absolute_if_local(value: str | None) -> str | None:
+    """A model or dataset that names a file or folder here, as an absolute path: the saved YAML is then
+    the same run from any directory (``train`` reads a relative path from where it is started). A hub id,
+    a dataset_info name or the bundled ``tiny`` stays as it is."""
+    if not value:
+        return value
+    path = Path(value).expanduser()
+    return str(path.resolve()) if path.exists() else value
+
+
 def build_run_config(candidate: Candidate, request: PlanRequest) -> Any:
     """A checked ``RunConfig`` (raises ``ConfigError`` listing every problem)."""
     from core.config import RunConfig
@@ -50,9 +60,13 @@ def build_run_config(candidate: Candidate, request: PlanRequest) -> Any:
     return RunConfig.from_dict(run_config_values(candidate, request), source="<plan>")
 
 
-def save_run_config(candidate: Candidate, request: PlanRequest, path: str | Path) -> Path:
-    """Write the recommendation as a run YAML (creating its folder); returns the path."""
+def save_run_config(candidate: Candidate, request: PlanRequest, path: str | Path, overwrite: bool = True) -> Path:
+    """Write the recommendation as a run YAML (creating its folder); returns the path. With ``overwrite``
+    False an existing file is left alone (``FileExistsError``): ``plan --save`` without ``--force``; the
+    wizard rewrites its own plans file."""
     config = build_run_config(candidate, request)
+    if not overwrite and Path(path).exists():
+        raise FileExistsError(str(path))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return config.save(path)
 

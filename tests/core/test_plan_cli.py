@@ -121,3 +121,30 @@ def test_hardware_cpu_is_sized_against_this_box_ram(tmp_path):
     stated = json.loads(tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--host-ram-gib", "64",
                                  "--json", fake_gpus="h200x2").stdout)
     assert stated["hardware"]["host_ram_gib"] == 64.0
+
+
+def test_save_refuses_to_overwrite_without_force_and_writes_absolute_paths(tmp_path):
+    """A hand-edited file is never replaced silently; the saved YAML names the data by its absolute path,
+    so `train` finds it from any directory; it is block YAML, one key a line."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "data.jsonl").write_text(SAMPLE.read_text())
+    mine = work / "mine.yaml"
+    mine.write_text("# my hand-edited\n")
+    env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home")}
+    env.pop("TUNEDECK_FAKE_GPUS", None)
+
+    def plan(*extra):
+        return subprocess.run([sys.executable, "-m", "core", "plan", "--model", "tiny", "--hardware", "cpu",
+                               "--dataset", "data.jsonl", "--save", "mine.yaml", *extra],
+                              capture_output=True, text=True, env=env, cwd=work, timeout=120)
+
+    refused = plan()
+    assert refused.returncode == 2 and "mine.yaml exists already" in refused.stderr and "--force" in refused.stderr
+    assert mine.read_text() == "# my hand-edited\n"
+    forced = plan("--force")
+    assert forced.returncode == 0, forced.stderr
+    text = mine.read_text()
+    saved = yaml.safe_load(text)
+    assert saved["dataset"] == str((work / "data.jsonl").resolve()) and saved["model"] == "tiny"
+    assert "\nmodel: tiny\n" in text and "{" not in text  # block style, not one flow mapping
