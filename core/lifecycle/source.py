@@ -71,7 +71,11 @@ class LoadedModel:
 
 
 def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> ModelSource:
-    """The run's base model and its last complete checkpoint (or checkpoint ``checkpoint``)."""
+    """The run's base model and its newest sound checkpoint (or checkpoint ``checkpoint``).
+
+    Sound: what resume checks (``RunDirectory.last_sound_checkpoint``), so a damaged newer checkpoint is
+    passed over as resume passes it over. With none sound the newest complete one is taken, and loading
+    it says what is wrong with it."""
     from core.i18n import t
 
     if not run.exists():
@@ -80,7 +84,10 @@ def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> Mo
     if not complete:
         raise LifecycleError(t("lifecycle.no_checkpoint", run=run.id))
     if checkpoint is None:
-        chosen = complete[-1]
+        chosen = run.last_sound_checkpoint() or complete[-1]
+        if chosen.step != complete[-1].step:
+            log.warning("%s is damaged; using %s, the newest sound checkpoint", complete[-1].path.name,
+                        chosen.path.name)
     else:
         matches = [c for c in complete if c.step == checkpoint]
         if not matches:
@@ -173,7 +180,22 @@ def _checkpoint_read(checkpoint: Path) -> Iterator[None]:
         yield
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise LifecycleError(t("lifecycle.checkpoint_unreadable", checkpoint=str(checkpoint), problem=problem)) from exc
+        raise LifecycleError(t("lifecycle.checkpoint_unreadable", checkpoint=str(checkpoint), problem=problem,
+                               steps=_other_sound_steps(checkpoint))) from exc
+
+
+def _other_sound_steps(checkpoint: Path) -> str:
+    """The steps of the run's other checkpoints that pass resume's checks ("none" in the language), for
+    the message about a damaged one: no command lists a run's checkpoints, so the message does."""
+    from core.i18n import t
+    from core.runs.checkpoints import list_checkpoints, verify_checkpoint
+
+    try:
+        steps = [c.step for c in list_checkpoints(checkpoint.parent)
+                 if c.complete and c.path != checkpoint and verify_checkpoint(c).weights_usable]
+    except OSError:
+        steps = []
+    return ", ".join(str(step) for step in steps) or t("lifecycle.checkpoint_none_sound")
 
 
 def load_finetuned(source: ModelSource, device: str | None = None) -> LoadedModel:

@@ -26,3 +26,34 @@ def test_a_damaged_safetensors_file_becomes_a_lifecycle_error_naming_the_checkpo
 def test_a_bug_inside_is_not_turned_into_a_user_error(tmp_path):
     with pytest.raises(KeyError), _checkpoint_read(tmp_path):
         raise KeyError("a bug, not a damaged file")
+
+
+def test_a_damaged_newest_checkpoint_is_passed_over_as_resume_passes_it_over(tmp_path_factory, monkeypatch):
+    """checkpoint-30 truncated: merge, export and chat used to take it anyway and fail with "cannot be
+    loaded … (tunedeck runs shows them)", a command that lists no checkpoints. They now take the newest
+    sound one (15); asked for 30 by name, the message itself lists the sound ones."""
+    import os
+
+    from core.lifecycle.merge import merge_run
+    from core.lifecycle.source import resolve_model_source
+    from core.runs.run_dir import RunDirectory
+    from tests.fixtures.lifecycle.finished_run import finished_run
+
+    home, run_id = finished_run(tmp_path_factory.mktemp("lifecycle-damaged"))
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    run = RunDirectory(home / "runs" / run_id)
+    newest = run.checkpoints_dir / "checkpoint-30" / "adapter_model.safetensors"
+    os.truncate(newest, 1000)
+    assert run.last_complete_checkpoint().step == 30  # still complete by its marker: damaged, not missing
+    assert resolve_model_source(run).step == 15
+    result = merge_run(run)
+    assert result.step == 15 and result.out.name == "checkpoint-15"
+    with pytest.raises(LifecycleError) as caught:
+        merge_run(run, checkpoint=30)
+    message = str(caught.value)
+    assert "checkpoint-30 cannot be loaded" in message and "--checkpoint N (sound ones: 15)" in message
+    assert "tunedeck runs" not in message
+    os.truncate(run.checkpoints_dir / "checkpoint-15" / "adapter_model.safetensors", 1000)
+    with pytest.raises(LifecycleError) as caught:
+        merge_run(run, force=True)  # none sound: the newest is tried, and the message says so
+    assert "checkpoint-30 cannot be loaded" in str(caught.value) and "(sound ones: none)" in str(caught.value)
