@@ -102,7 +102,13 @@ def check_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn =
     config = loaded.config
     gpus = _check_box(config, warn)
     if not gpus and config.precision != "fp32":
-        warn(t("launch.precision_cpu", precision=config.precision))
+        from core.config.issues import WARNING, ConfigIssue
+
+        message = t("launch.precision_cpu", precision=config.precision)
+        warn(message)
+        # in the config's warnings too: `train --check --json` lists them
+        config.warnings = [*(getattr(config, "warnings", None) or []),
+                           ConfigIssue(str(path), None, "precision", message, WARNING)]
         config.precision, config.pure_bf16 = "fp32", False
     return RunCheck(config, gpus, loaded.imported)
 

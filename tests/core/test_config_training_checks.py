@@ -143,3 +143,14 @@ def test_train_check_makes_the_checks_train_makes(tmp_path):
         proc = _tunedeck(tmp_path, "train", "full.yaml", *extra)
         assert proc.returncode == 2 and "full.yaml:3: output:" in proc.stderr and "already holds 1" in proc.stderr
     assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
+
+
+def test_train_check_json_lists_the_precision_fallback_it_warns_about(tmp_path):
+    """No GPU (the fake box has none): bf16 falls back to fp32; the warning printed on stderr is in the
+    JSON's warnings as well, not an empty list beside it."""
+    write(tmp_path, "model: tiny\ndataset: data.jsonl\n")
+    proc = _tunedeck(tmp_path, "train", "run.yaml", "--check", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["config"]["precision"] == "fp32"
+    assert [w for w in data["warnings"] if "precision bf16 needs a GPU" in w] and "needs a GPU" in proc.stderr
