@@ -118,6 +118,29 @@ def test_zero_gpus_is_a_normal_state():
     run(scenario())
 
 
+@pytest.mark.parametrize("recording, options", [("none", {}), ("zero", {}), ("h200x1", {"fail": "library_not_found"})])
+def test_without_gpus_the_gpu_keys_are_not_offered(recording, options):
+    """No GPU (the none and zero recordings, or no NVML): compact, processes and the poll speed act on
+    nothing, so neither the footer, nor the help, nor the palette offers them; the keys do nothing."""
+    gpu_keys = ("compact", "processes", "interval_up", "interval_down")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor(recording, **options))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_gpus(pilot, app)
+            await wait_for(pilot, lambda: screen.snapshot is not None)
+            await pilot.pause()
+            assert not screen.snapshot.gpus
+            assert not {"c", "p", "+", "-"} & set(footer_keys(app))
+            titles = {command.title for command in app.get_system_commands(screen)}
+            assert not {t(f"gpuscreen.key.{key}") for key in gpu_keys} & titles
+            before = app.gpu_interval_s
+            await pilot.press("minus", "p")
+            assert app.gpu_interval_s == before and not screen.selecting
+
+    run(scenario())
+
+
 def test_eight_gpus_compact_at_80x24_and_grid_when_large():
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x8"))
@@ -459,6 +482,9 @@ def test_a_runs_trainer_shows_its_run_and_o_opens_the_dashboard(sleeper):
             assert "o" in footer_keys(app)
             await pilot.press("down")  # not a run's process: o is not offered
             await wait_for(pilot, lambda: "o" not in footer_keys(app))
+            await pilot.press("o")  # pressed all the same: it says why nothing opens
+            await wait_for(pilot, lambda: any(f"PID {stranger.pid} is not a run" in n for n in notes(app)))
+            assert isinstance(app.screen, type(screen)) and app.current_mode == "gpus"
             await pilot.press("up")
             await wait_for(pilot, lambda: "o" in footer_keys(app))
             await pilot.press("o")

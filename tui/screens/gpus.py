@@ -311,7 +311,11 @@ class GpuScreen(Screen[None]):
                     "gpus.compact", "gpus.slower", "gpus.faster")
         return ("gpus.compact", "gpus.processes", "gpus.slower", "gpus.faster")
 
-    def footer_label(self, binding_id: str, description: str) -> str:
+    def footer_label(self, binding_id: str, description: str) -> str | None:
+        if binding_id == "gpus.open_run":  # o is offered on the footer for a run's process only
+            row = self.selected()
+            if row is None or row.run is None:
+                return None
         label = self.FOOTER_LABELS.get(binding_id)
         return t(label) if label else description
 
@@ -364,7 +368,10 @@ class GpuScreen(Screen[None]):
 
     # --- the app's snapshots; run links in a worker thread -------------------------------------------
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        had_gpus = self._has_gpus()
         self.snapshot = message.snapshot
+        if self._has_gpus() != had_gpus:  # the GPU keys come (or go) with the GPUs
+            self.refresh_bindings()
         self._show(message.snapshot)
         self._link_runs(message.snapshot)
 
@@ -677,13 +684,19 @@ class GpuScreen(Screen[None]):
         self.call_after_refresh(self._fill_processes)
 
     # --- actions -------------------------------------------------------------------------------------
+    GPU_ACTIONS = ("toggle_compact", "focus_processes", "interval")
+
+    def _has_gpus(self) -> bool:
+        return self.snapshot is not None and bool(self.snapshot.gpus)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Process actions only while a process is selected; o only for a run's process; p outside."""
-        if action in self.PROCESS_ACTIONS:
+        """Process actions only while a process is selected (o too: on a process that is no run of this
+        box it says why; the footer offers it for a run's process only); p outside. Without GPUs, the
+        keys of the cards, the processes and the poll speed are not offered: there is nothing to act on."""
+        if action in self.GPU_ACTIONS and not self._has_gpus():
+            return False
+        if action in self.PROCESS_ACTIONS or action == "open_run":
             return self.selected() is not None
-        if action == "open_run":
-            row = self.selected()
-            return row is not None and row.run is not None
         if action == "focus_processes":
             return not self.selecting
         return True
@@ -732,8 +745,15 @@ class GpuScreen(Screen[None]):
         from tui.screens.runs import open_dashboard
 
         row = self.selected()
-        if row is not None and row.run is not None:
-            open_dashboard(self.app, row.run.run_dir)
+        if row is None:
+            return
+        if row.run is None:  # say why nothing opens: only runs of this box's tunedeck have a dashboard
+            from core.paths import runs_dir
+
+            self.notify(t("gpuscreen.no_run", pid=row.process.pid, runs=str(runs_dir())), severity="warning",
+                        markup=False)
+            return
+        open_dashboard(self.app, row.run.run_dir)
 
     # --- signalling ----------------------------------------------------------------------------------
     def action_kill(self, force: bool) -> None:
