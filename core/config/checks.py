@@ -285,6 +285,51 @@ def _expected(spec: KeySpec) -> str:
     return names[spec.kind]()
 
 
+def cli_value(key: str, kind: Callable[[str], Any] = int) -> Callable[[str], Any]:
+    """An argparse ``type`` for an option that stands for the run-config key ``key`` (``--seq-len`` for
+    ``max_seq_len``): the text read as ``kind``, then held to the key's own limits, so that a command
+    refuses what a run config would (``got -1; must be at least 0``)."""
+    import argparse
+
+    def convert(text: str) -> Any:
+        try:
+            number = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(t("config.wrong_type", given=_show(text), expected=t(
+                "config.expect_int" if kind is int else "config.expect_number"))) from None
+        try:
+            return check_value(key, number)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = key  # argparse names the type in its own "invalid ... value" message
+    return convert
+
+
+def cli_number(kind: Callable[[str], Any] = int, minimum: float | None = None, above: float | None = None,
+               maximum: float | None = None) -> Callable[[str], Any]:
+    """An argparse ``type`` for a number that is no run-config key (a price, a token count) in bounds."""
+    import argparse
+
+    spec = KeySpec("int" if kind is int else "number", minimum=minimum, above=above, maximum=maximum)
+
+    def convert(text: str) -> Any:
+        try:
+            number = kind(text)
+            if isinstance(number, float) and not math.isfinite(number):
+                raise ValueError(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(t("config.wrong_type", given=_show(text), expected=t(
+                "config.expect_int" if kind is int else "config.expect_number"))) from None
+        try:
+            _check_bounds(number, spec, number)
+        except _Invalid as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return number
+
+    return convert
+
+
 def suggest_key(key: str) -> str | None:
     """The known key closest to a misspelt one, if any is close enough."""
     candidates = list(KEY_SPECS)

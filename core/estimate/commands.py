@@ -15,18 +15,20 @@ LABEL_WIDTH = 28
 
 def register(subparsers: Any) -> None:
     """Add the ``estimate`` command."""
+    from core.config.checks import cli_number, cli_value
+    from core.estimate.gpus import MAX_GPU_COUNT
     from core.estimate.plan import ATTENTIONS, METHODS, OFFLOADS, OPTIMIZERS, PRECISIONS, normalise_optimizer
 
     parser = subparsers.add_parser("estimate", help=t("estimate.help"), description=t("estimate.help"))
     parser.add_argument("--model", required=True, help=t("estimate.help.model"))
     parser.add_argument("--method", choices=METHODS, default="lora", help=t("estimate.help.method"))
-    parser.add_argument("--batch-size", type=int, default=1, help=t("estimate.help.batch_size"))
-    parser.add_argument("--seq-len", type=int, default=2048, help=t("estimate.help.seq_len"))
+    parser.add_argument("--batch-size", type=cli_value("micro_batch_size"), default=1, help=t("estimate.help.batch_size"))
+    parser.add_argument("--seq-len", type=cli_value("max_seq_len"), default=2048, help=t("estimate.help.seq_len"))
     parser.add_argument("--no-gradient-checkpointing", action="store_true", help=t("estimate.help.no_gc"))
-    parser.add_argument("--checkpoint-layers", type=int, default=None, help=t("estimate.help.checkpoint_layers"))
-    parser.add_argument("--lora-rank", type=int, default=16, help=t("estimate.help.lora_rank"))
+    parser.add_argument("--checkpoint-layers", type=cli_value("checkpoint_layers"), default=None, help=t("estimate.help.checkpoint_layers"))
+    parser.add_argument("--lora-rank", type=cli_value("lora_rank"), default=16, help=t("estimate.help.lora_rank"))
     parser.add_argument("--lora-targets", default="all-linear", help=t("estimate.help.lora_targets"))
-    parser.add_argument("--lora-dropout", type=float, default=0.05, help=t("estimate.help.lora_dropout"))
+    parser.add_argument("--lora-dropout", type=cli_value("lora_dropout", float), default=0.05, help=t("estimate.help.lora_dropout"))
     parser.add_argument("--precision", choices=PRECISIONS, default="bf16", help=t("estimate.help.precision"))
     parser.add_argument("--no-fused-ce", action="store_true", help=t("estimate.help.no_fused_ce"))
     parser.add_argument("--chunked-ce", action="store_true", help=t("estimate.help.chunked_ce"))
@@ -34,15 +36,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--offload-activations", action="store_true", help=t("estimate.help.offload_activations"))
     parser.add_argument("--optimizer", type=normalise_optimizer, choices=OPTIMIZERS, default="adamw_fused",
                         help=t("estimate.help.optimizer"))
-    parser.add_argument("--gpus", type=int, default=None, help=t("estimate.help.gpus"))
+    parser.add_argument("--gpus", type=cli_number(int, minimum=1, maximum=MAX_GPU_COUNT), default=None, help=t("estimate.help.gpus"))
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help=t("estimate.help.zero"))
     parser.add_argument("--offload", choices=OFFLOADS, default="none", help=t("estimate.help.offload"))
-    parser.add_argument("--grad-accum", type=int, default=1, help=t("estimate.help.grad_accum"))
+    parser.add_argument("--grad-accum", type=cli_value("gradient_accumulation"), default=1, help=t("estimate.help.grad_accum"))
     parser.add_argument("--attention", choices=ATTENTIONS, default="sdpa", help=t("estimate.help.attention"))
     parser.add_argument("--gpu", default="H200", help=t("estimate.help.gpu"))
-    parser.add_argument("--dataset-tokens", type=int, default=None, help=t("estimate.help.dataset_tokens"))
+    parser.add_argument("--dataset-tokens", type=cli_number(int, minimum=1), default=None, help=t("estimate.help.dataset_tokens"))
     parser.add_argument("--target-share", type=_share, default=1.0, help=t("estimate.help.target_share"))
-    parser.add_argument("--price-per-gpu-hour", type=float, default=None, help=t("estimate.help.price"))
+    parser.add_argument("--price-per-gpu-hour", type=cli_number(float, minimum=0), default=None, help=t("estimate.help.price"))
     parser.add_argument("--exact", action="store_true", default=None, help=t("estimate.help.exact"))
     parser.add_argument("--json", action="store_true", help=t("estimate.help.json"))
     parser.set_defaults(handler=run_estimate)

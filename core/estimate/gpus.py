@@ -85,6 +85,10 @@ def _normalise(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name)
 
 
+# The most GPUs a plan or an estimate is made for: 128 nodes of 8 (a run's ``gpus`` key counts one node's).
+MAX_GPU_COUNT = 1024
+
+
 def known_gpu_names() -> list[str]:
     return [gpu.name for gpu in GPUS]
 
@@ -99,11 +103,12 @@ def find_gpu(name: str) -> GpuSpec:
 
 
 def parse_hardware(text: str) -> tuple[int, GpuSpec]:
-    """``"2xA100-80GB"`` / ``"8 x H200"`` / ``"H200"`` -> (count, GpuSpec)."""
-    match = re.fullmatch(r"\s*(?:(\d+)\s*[x×*]\s*)?(.+?)\s*", text)
-    if match is None:
+    """``"2xA100-80GB"`` / ``"8 X H200"`` / ``"H200"`` -> (count, GpuSpec); the count is 1 to
+    ``MAX_GPU_COUNT`` (nodes x GPUs of a multi-node run)."""
+    match = re.fullmatch(r"\s*(?:(\d+)\s*[xX×*]\s*)?(.+?)\s*", text)
+    if match is None or not text.strip():
         raise UnknownGpuError(t("estimate.error.unknown_gpu", gpu=text, known=", ".join(known_gpu_names())))
     count = int(match.group(1) or 1)
-    if count < 1:
-        raise UnknownGpuError(t("estimate.error.gpu_count", count=count))
+    if not 1 <= count <= MAX_GPU_COUNT:
+        raise UnknownGpuError(t("estimate.error.gpu_count_range", count=count, maximum=MAX_GPU_COUNT))
     return count, find_gpu(match.group(2))

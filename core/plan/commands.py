@@ -13,24 +13,32 @@ from core.i18n import t
 
 def register(subparsers: Any) -> None:
     """Add the ``plan`` command."""
+    from core.config.checks import cli_number, cli_value
     from core.plan.request import GOALS
 
     p = subparsers.add_parser("plan", help=t("plan.help"), description=t("plan.help"))
     p.add_argument("--model", required=True, help=t("plan.help.model"))
     p.add_argument("--dataset", default=None, help=t("plan.help.dataset"))
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--gpus", default=None, help=t("plan.help.gpus"))
-    where.add_argument("--hardware", default=None, help=t("plan.help.hardware"))
+    where.add_argument("--gpus", type=_non_empty, default=None, help=t("plan.help.gpus"))
+    where.add_argument("--hardware", type=_non_empty, default=None, help=t("plan.help.hardware"))
     p.add_argument("--goal", choices=GOALS, default="fastest", help=t("plan.help.goal"))
-    p.add_argument("--epochs", type=float, default=3.0, help=t("plan.help.epochs"))
-    p.add_argument("--effective-batch", type=int, default=16, help=t("plan.help.effective_batch"))
-    p.add_argument("--price-per-gpu-hour", type=float, default=None, help=t("plan.help.price"))
-    p.add_argument("--host-ram-gib", type=float, default=None, help=t("plan.help.host_ram"))
+    p.add_argument("--epochs", type=cli_value("epochs", float), default=3.0, help=t("plan.help.epochs"))
+    p.add_argument("--effective-batch", type=cli_number(int, minimum=1), default=16, help=t("plan.help.effective_batch"))
+    p.add_argument("--price-per-gpu-hour", type=cli_number(float, minimum=0), default=None, help=t("plan.help.price"))
+    p.add_argument("--host-ram-gib", type=cli_number(float, above=0), default=None, help=t("plan.help.host_ram"))
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=t("plan.help.set"))
     p.add_argument("--save", default=None, metavar="RUN.yaml", help=t("plan.help.save"))
     p.add_argument("--force", action="store_true", help=t("plan.help.force"))
     p.add_argument("--json", action="store_true", help=t("plan.help.json"))
     p.set_defaults(handler=cmd_plan)
+
+
+def _non_empty(text: str) -> str:
+    """An option's text that must say something: ``--hardware ""`` is a mistake, not "this box"."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(t("config.empty_string"))
+    return text
 
 
 def detect_target(gpus: str | None, price: float | None) -> Any:
@@ -74,6 +82,14 @@ def build_request(args: argparse.Namespace) -> Any:
             summary = summarise_dataset(args.dataset, args.model)
         except (DataError, OSError) as exc:
             raise CliError(t("plan.error.dataset", path=args.dataset, problem=str(exc)), 2) from exc
+        listed = "\n".join(f"  {problem}" for problem in summary.problems)
+        if summary.issues > len(summary.problems):
+            listed += "\n  " + t("data.more_issues", count=summary.issues - len(summary.problems))
+        if summary.records == 0:  # nothing to plan for: as `data check` says it
+            raise CliError(t("plan.error.dataset_empty", path=args.dataset, problems=listed), 2)
+        if summary.issues:  # planned on the rows that load; the others are said, as `data check` does
+            print(t("plan.dataset_problems", path=args.dataset, count=summary.issues, records=summary.records,
+                    problems=listed), file=sys.stderr)
     return PlanRequest(
         model=args.model, hardware=target, goal=args.goal, epochs=args.epochs,
         effective_batch=max(1, args.effective_batch), dataset=args.dataset, overrides=overrides,

@@ -22,6 +22,8 @@ class DatasetSummary:
     lengths: tuple[int, ...] = field(default=(), repr=False)
     exact: bool = False
     targets: tuple[int, ...] = field(default=(), repr=False)
+    # the rows that could not be read, as ``data check`` lists them (file:line: what is wrong), first ones
+    problems: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def total_tokens(self) -> int:
@@ -69,6 +71,7 @@ class DatasetSummary:
         return {"path": self.path, "format": self.format, "records": self.records, "issues": self.issues,
                 "total_tokens": self.total_tokens, "p95_tokens": self.p95, "max_tokens": self.max_length,
                 "exact": self.exact, "target_tokens": sum(self.targets) if self.targets else None,
+                "problems": list(self.problems),
                 "histogram": [{"low": lo, "high": hi, "count": c} for lo, hi, c in self.histogram()]}
 
 
@@ -87,7 +90,8 @@ def summarise_dataset(path: str | Path, model: str | None = None) -> DatasetSumm
     if counts is None:
         counts = approximate_counts(records)
     return DatasetSummary(str(path), loaded.format, len(records), loaded.issue_count,
-                          tuple(n for n, _ in counts), exact, tuple(k for _, k in counts))
+                          tuple(n for n, _ in counts), exact, tuple(k for _, k in counts),
+                          tuple(str(issue) for issue in loaded.issues))
 
 
 def approximate_counts(records: list[Any]) -> list[tuple[int, int]]:

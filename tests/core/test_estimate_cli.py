@@ -176,3 +176,53 @@ def test_each_figure_says_its_band_or_why_it_was_not_measured(tmp_path):
     assert domain["inside"] is True and domain["memory"]["inside"] is False
     assert [gap["field"] for gap in domain["memory"]["outside"]] == ["qlora_upcast"]
     assert f"{QLORA_UPCAST_UNDER_PCT}%" in domain["memory"]["outside"][0]["message"]
+
+
+def _parse_error(capsys, *argv: str) -> str:
+    """What the parser says (exit 2) about ``argv``, in English."""
+    import pytest
+
+    from core.cli import build_parser
+    from core.i18n import set_language
+
+    set_language("en")
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(list(argv))
+    assert exited.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_out_of_range_numbers_are_refused_with_the_run_config_limits(capsys):
+    """Nonsense was estimated with exit 0 (a cost of -0.04, one epoch of -5 tokens, a 24-million-GiB peak);
+    the options now hold to the run config's own limits (max_seq_len 16..1048576, checkpoint_layers >= 0)."""
+    from core.config.schema import KEY_SPECS
+
+    cases = {
+        ("--checkpoint-layers", "-1"): "argument --checkpoint-layers: got -1; must be at least 0",
+        ("--dataset-tokens", "-5"): "argument --dataset-tokens: got -5; must be at least 1",
+        ("--price-per-gpu-hour", "-1"): "argument --price-per-gpu-hour: got -1.0; must be at least 0",
+        ("--seq-len", "99999999999"):
+            f"argument --seq-len: got 99999999999; must be at most {int(KEY_SPECS['max_seq_len'].maximum)}",
+        ("--gpus", "0"): "argument --gpus: got 0; must be at least 1",
+        ("--lora-dropout", "1"): "argument --lora-dropout: got 1.0; must be less than 1",
+        ("--batch-size", "x"): "argument --batch-size: got 'x'; expected an integer",
+    }
+    for (option, value), said in cases.items():
+        assert _parse_error(capsys, "estimate", "--model", "tiny", option, value).endswith(said), option
+    from core.cli import build_parser
+
+    fine = build_parser().parse_args(["estimate", "--model", "tiny", "--seq-len", "1048576", "--checkpoint-layers",
+                                      "0", "--price-per-gpu-hour", "0"])
+    assert fine.seq_len == 1048576 and fine.checkpoint_layers == 0 and fine.price_per_gpu_hour == 0
+
+
+def test_gpu_counts_are_case_insensitive_and_bounded():
+    import pytest
+
+    from core.estimate.gpus import MAX_GPU_COUNT, UnknownGpuError, parse_hardware
+
+    assert parse_hardware("2XH200")[0] == 2 and parse_hardware("2 x h200")[0] == 2
+    assert parse_hardware(f"{MAX_GPU_COUNT}xH200")[0] == MAX_GPU_COUNT
+    for text in (f"{MAX_GPU_COUNT + 1}xH200", "0xH200", "", "  "):
+        with pytest.raises(UnknownGpuError):
+            parse_hardware(text)

@@ -148,3 +148,47 @@ def test_save_refuses_to_overwrite_without_force_and_writes_absolute_paths(tmp_p
     saved = yaml.safe_load(text)
     assert saved["dataset"] == str((work / "data.jsonl").resolve()) and saved["model"] == "tiny"
     assert "\nmodel: tiny\n" in text and "{" not in text  # block style, not one flow mapping
+
+
+def test_options_out_of_range_are_refused_by_the_parser(capsys):
+    """--epochs -1 was planned and failed at --save; --effective-batch -3 was planned as 1; --hardware ""
+    meant this box. Each is refused at once (exit 2) with the run config's own words."""
+    import pytest
+
+    from core.cli import build_parser
+    from core.i18n import set_language
+
+    set_language("en")
+    cases = {("--epochs", "-1"): "argument --epochs: got -1.0; must be more than 0",
+             ("--epochs", "0"): "argument --epochs: got 0.0; must be more than 0",
+             ("--effective-batch", "-3"): "argument --effective-batch: got -3; must be at least 1",
+             ("--hardware", ""): "argument --hardware: must not be empty",
+             ("--price-per-gpu-hour", "-1"): "argument --price-per-gpu-hour: got -1.0; must be at least 0"}
+    for (option, value), said in cases.items():
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args(["plan", "--model", "tiny", option, value])
+        assert exited.value.code == 2
+        assert capsys.readouterr().err.strip().endswith(said), option
+
+
+def test_hardware_count_limit_and_capital_x(tmp_path):
+    too_many = tunedeck(tmp_path, "--model", "tiny", "--hardware", "1000000xH200")
+    assert too_many.returncode == 2 and "GPU count must be 1 to 1024 (got 1000000)" in too_many.stderr
+    capital = tunedeck(tmp_path, "--model", "tiny", "--hardware", "2XH200", "--json")
+    assert capital.returncode == 0, capital.stderr
+    assert json.loads(capital.stdout)["hardware"]["count"] == 2
+
+
+def test_broken_rows_are_listed_and_an_empty_file_is_refused(tmp_path):
+    """The plan is made on the rows that load, and the others are listed as `data check` lists them."""
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(SAMPLE.read_text().splitlines()[0] + '\n{"messages": [\n{"foo": 1}\n')
+    proc = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--dataset", str(broken), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{broken}:2: invalid JSON" in proc.stderr and f"{broken}:3: missing key 'messages'" in proc.stderr
+    assert "2 row(s)" in proc.stderr
+    assert len(json.loads(proc.stdout)["dataset_summary"]["problems"]) == 2
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    proc = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--dataset", str(empty))
+    assert proc.returncode == 2 and "has no usable record" in proc.stderr and "holds no records" in proc.stderr
