@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import yaml
 
@@ -244,5 +245,35 @@ def test_a_new_plan_clears_the_old_status_and_cpu_uses_this_box_ram(private_home
             assert w.request.hardware.host_ram_gib == ram
             assert abs(w.recommendation.best.estimate.capacity_gib - ram) < 0.5
             assert f"/ {ram:.1f} GiB" in screen_text(app)
+
+    run(scenario())
+
+
+def test_dataset_step_lists_and_names_the_formats_the_loader_reads(private_home, tmp_path, monkeypatch):
+    """The hint and the file list both come from the data loader's table of suffixes: a file it reads is
+    listed (plain .txt too: pre-training text), one it cannot read (.log, .md, .yaml) is not."""
+    from core.data.readers import SUFFIXES
+
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("a.jsonl", "notes.txt", "run.log", "README.md", "config.yaml", "b.parquet"):
+        (work / name).write_text("{}\n")
+    monkeypatch.chdir(work)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard")
+            w = wizard(app)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 1)
+            text = " ".join(screen_text(app).split())
+            assert "/".join(SUFFIXES) in text and ".txt" in text
+            files = w.query_one("#dataset-files")
+            listed = [Path(str(files.get_option_at_index(i).id)).name for i in range(files.option_count)]
+            assert listed[:3] == ["a.jsonl", "b.parquet", "notes.txt"]
+            assert not {"run.log", "README.md", "config.yaml"} & set(listed)
+            assert all(Path(name).suffix in SUFFIXES for name in listed)
 
     run(scenario())

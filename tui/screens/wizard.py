@@ -155,7 +155,8 @@ class WizardScreen(Screen[None]):
                 yield Static(id="model-info")
             with VerticalScroll(id="step-dataset", classes="step"):
                 yield Static(t("wizard.dataset.title"), classes="step-title")
-                yield Static(t("wizard.dataset.hint"), classes="step-hint")
+                # The formats the data loader reads, from its own table (not a list of the wizard's).
+                yield Static(t("wizard.dataset.hint", formats="/".join(DATA_SUFFIXES)), classes="step-hint")
                 yield Input(id="dataset-input")
                 yield Static(t("wizard.dataset.files"), classes="step-hint")
                 yield OptionList(id="dataset-files")
@@ -719,7 +720,8 @@ MAX_LISTED_FILES = 20
 
 
 def data_files_nearby(sample: Path) -> list[Path]:
-    """Data files in the current directory and its ``data/`` folder, then the bundled sample."""
+    """Data files in the current directory and its ``data/`` folder, then the bundled sample: the files
+    the data loader reads (``core.data.readers.SUFFIXES``, the list the step's hint shows), nothing else."""
     found: list[Path] = []
     for folder in (Path.cwd(), Path.cwd() / "data"):
         try:
