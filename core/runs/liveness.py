@@ -91,9 +91,10 @@ def supervisor_alive(run: RunDirectory) -> bool:
 
 
 def crashed_reason(run: RunDirectory) -> Message:
-    """Why a run is crashed, and what to do: resume it when it has a checkpoint to resume from, else
-    start it again (offering a resume that can only fail with "no complete checkpoint" misleads)."""
-    if run.last_sound_checkpoint() is not None:
+    """Why a run is crashed, and what to do: resume it when it has a complete checkpoint, else start it
+    again (offering a resume that can only fail with "no complete checkpoint" misleads). A directory scan
+    only: whether that checkpoint is sound, the resume checks and says (falling back, or what to do)."""
+    if run.last_complete_checkpoint() is not None:
         return Message("runs.reason_crashed", id=run.id)
     return Message("runs.reason_crashed_no_checkpoint", config=str(run.config_path))
 
