@@ -30,6 +30,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     source = list(args.source)  # a file that cannot be imported (PeerFileError): exit 2, in core.cli
     if len(source) > 1 or Path(source[0]).name == "swift" or "=" in source[0]:
+        for token in source:  # `import -- swift sft ... -o x.yaml`: argparse gave import's -o to swift
+            if token in ("-o", "--output", "--json") or token.startswith("--output="):
+                raise CliError(t("import.option_in_command", option=token.split("=")[0]), 2)
         result = import_command(source)
     else:
         result = import_file(source[0])

@@ -158,17 +158,19 @@ def read_peer_file(path: str | Path) -> tuple[str, dict[str, Any]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise PeerFileError(t("import.file_unreadable", path=str(path), reason=str(exc))) from None
     data: Any = None
+    yaml_error: yaml.YAMLError | None = None
     if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_pairs_once(path))
         except json.JSONDecodeError as exc:
             raise PeerFileError(t("import.json_syntax", path=str(path), line=exc.lineno, problem=exc.msg)) from None
     else:
         try:
             data = yaml.safe_load(text)
-        except yaml.YAMLError:
-            data = None  # a shell script with a swift line is not YAML
+        except yaml.YAMLError as exc:
+            data, yaml_error = None, exc  # a shell script with a swift line is not YAML
     if isinstance(data, dict):
+        _refuse_duplicate_keys(path, text)
         keys = {str(key) for key in data}
         if keys & set(_LLAMAFACTORY_MARKERS):
             return LLAMAFACTORY, {str(k): v for k, v in data.items()}
@@ -177,8 +179,42 @@ def read_peer_file(path: str | Path) -> tuple[str, dict[str, Any]]:
         raise PeerFileError(t("import.not_a_peer_file", path=str(path)))
     tokens = _swift_line(text)
     if tokens is None:
+        if yaml_error is not None and path.suffix.lower() in (".yaml", ".yml"):
+            # a YAML file that does not parse: its error, not "not a peer file"
+            mark = getattr(yaml_error, "problem_mark", None)
+            problem = getattr(yaml_error, "problem", None) or str(yaml_error).splitlines()[0]
+            if mark is not None:
+                problem = f"{problem} (column {mark.column + 1})"
+            raise PeerFileError(t("import.yaml_syntax", path=str(path),
+                                  line=mark.line + 1 if mark is not None else "?", problem=problem))
         raise PeerFileError(t("import.not_a_peer_file", path=str(path)))
     return SWIFT, parse_swift_command(tokens)
+
+
+def _refuse_duplicate_keys(path: Path, text: str) -> None:
+    """A key given twice in a peer's YAML is refused as in a tunedeck file (the last one would win
+    silently): the loader's own check, on the file's top-level mapping."""
+    import yaml
+
+    from core.config.loader import duplicate_keys
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    for key, line, first in duplicate_keys(root):
+        raise PeerFileError(f"{path}:{line}: {key}: {t('config.duplicate_key', first=first)}")
+
+
+def _pairs_once(path: Path) -> Any:
+    """``object_pairs_hook`` for an args.json: a key given twice is refused, not the last one taken."""
+
+    def build(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise PeerFileError(f"{path}: {key}: {t('import.json_duplicate_key')}")
+            out[key] = value
+        return out
+
+    return build
 
 
 def _swift_line(text: str) -> list[str] | None:
@@ -306,6 +342,10 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
     for line in mapping:
         if line.verdict == TAKEN:
             _check_taken(line)
+        if peer == SWIFT and "swift" in values and line.value is True and line.verdict == NEEDS_YOU \
+                and line.outcome.reason is not None and line.outcome.reason.key == "import.reason_refused":
+            # a bare `--lora_rank` on a command line reads as true: the flag's value is missing
+            line.outcome = needs_you("import.reason_no_value", flag=f"--{line.key}")
     config: dict[str, Any] = {}
     owner: dict[str, str] = {}
     for line in mapping:
@@ -334,7 +374,7 @@ def _peer_defaults(peer: str, values: dict[str, Any], config: dict[str, Any]) ->
     if peer == LLAMAFACTORY:
         defaults["lora_alpha"] = 2 * int(config.get("lora_rank", defaults["lora_rank"]))
     for key, value in defaults.items():
-        if key not in config:
+        if key not in config and key not in values:  # a key the file gives (even one that needs you) wins
             config[key] = value
             lines.append(MappingLine(key, value, taken({key: value}, Message("import.note_peer_default",
                                                                               peer=PEER_NAMES[peer])),

@@ -82,6 +82,26 @@ def _read_yaml_mapping(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str,
     return values, locations, issues
 
 
+def duplicate_keys(root: Any) -> list[tuple[str, int, int]]:
+    """(key, line, first line) of each top-level key given again in a composed YAML mapping: a peer's file
+    is refused for them as a run file is (``_read_yaml_mapping``), never read with the last one winning."""
+    import yaml
+
+    seen: dict[str, int] = {}
+    found: list[tuple[str, int, int]] = []
+    if not isinstance(root, yaml.MappingNode):
+        return found
+    for key_node, _value in root.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            continue
+        line = key_node.start_mark.line + 1
+        if key_node.value in seen:
+            found.append((str(key_node.value), line, seen[key_node.value]))
+        else:
+            seen[key_node.value] = line
+    return found
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """``"lora.rank=16"`` → ``("lora_rank", 16)``; the value is read as a YAML scalar or flow list.
 

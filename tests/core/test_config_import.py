@@ -243,6 +243,43 @@ def test_files_that_are_not_a_peers_config(tmp_path):
         read_peer_file(broken)
 
 
+def test_a_yaml_error_and_a_duplicate_key_are_said_with_file_and_line(tmp_path):
+    """A tab-indented LLaMA-Factory file was 'not a LLaMA-Factory YAML' without a word about line 3; a key
+    given twice was read with the last one winning. Both are refused as a tunedeck YAML refuses them."""
+    from core.config.importers import PeerFileError
+
+    tab = tmp_path / "tab.yaml"
+    tab.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\n\tfinetuning_type: lora\n", encoding="utf-8")
+    with pytest.raises(PeerFileError, match=r"tab.yaml:3: not valid YAML: found character '\\t'.*never tabs"):
+        read_peer_file(tab)
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("model_name_or_path: Qwen/A\nstage: sft\nmodel_name_or_path: Qwen/B\n", encoding="utf-8")
+    with pytest.raises(PeerFileError, match=r"dup.yaml:3: model_name_or_path: given twice \(first on line 1\)"):
+        read_peer_file(dup)
+    args = tmp_path / "args.json"
+    args.write_text('{"model": "a/b", "train_type": "lora", "train_type": "full"}', encoding="utf-8")
+    with pytest.raises(PeerFileError, match=r"args.json: train_type: given twice"):
+        read_peer_file(args)
+
+
+def test_a_swift_flag_without_its_value_is_one_clear_problem(tmp_path):
+    result = import_command(["swift", "sft", "--model", "Qwen/A", "--lora_rank"])
+    lines = [line for line in result.mapping if line.key == "lora_rank"]
+    assert len(lines) == 1 and lines[0].verdict == NEEDS_YOU  # no "peer default: 8 → taken" beside it
+    assert lines[0].text().endswith("--lora_rank is given without a value; write the value after it")
+    assert "lora_rank" not in result.config
+    switch = import_command(["swift", "sft", "--model", "Qwen/A", "--gradient_checkpointing"])
+    assert _line(switch, "gradient_checkpointing").verdict == TAKEN  # a bare switch still means true
+
+
+def test_import_options_after_the_dashes_are_refused(tmp_path):
+    """`-o x.yaml` after `--` was swallowed as values of the last swift flag and the YAML went to stdout."""
+    done = _tunedeck(tmp_path / "home", "import", "--", "swift", "sft", "--model", "Qwen/A", "--bogus_flag", "1",
+                     "-o", str(tmp_path / "x.yaml"), cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "-o comes after '--'" in done.stderr and not (tmp_path / "x.yaml").exists()
+
+
 # -- the suggestion table ----------------------------------------------------------------------------
 @pytest.mark.parametrize(("key", "says"), [
     ("bf16", "tunedeck says 'precision: bf16'"),
