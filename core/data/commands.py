@@ -85,6 +85,8 @@ def render_report(report) -> str:
             lines.append(" " * 12 + t(key, count=stats.over_max, total=stats.count, limit=stats.max_seq_len))
         if not stats.exact:
             lines.append(" " * 12 + t("data.approx_hint"))
+    for where, chars, counted in report.capped:
+        lines.append(" " * 12 + t("data.record_capped", where=where, size=f"{chars / 1e6:.1f}", tokens=counted))
     if report.issues:
         total = len(report.issues) + report.more_issues
         lines.append(f"  {t('data.label_problems'):<10}{total}")

@@ -13,6 +13,12 @@ from core.data.records import Conversation, Record
 from core.i18n import t
 
 APPROX_CHARS_PER_TOKEN = 4
+# ``check_data`` with a tokenizer reads at most this many characters of one record: memory and time grow
+# with the text a tokenizer is given (a 50 MB message took 10 GB and 90 s), and no run uses more than its
+# max_seq_len tokens of a record. A token is seldom more than 16 characters, hence the margin; the floor
+# keeps every ordinary record exact whatever --max-seq-len says.
+CAP_CHARS_PER_TOKEN = 16
+CAP_CHARS_FLOOR = 1_000_000
 
 
 @dataclass
@@ -50,6 +56,8 @@ class DataReport:
     untrained_turns: int = 0  # assistant turns the data excludes from the loss (weight 0, loss false)
     with_tools: int = 0
     lengths: LengthStats | None = None
+    # records cut before tokenising (``capped_token_lengths``): (where, characters, tokens counted)
+    capped: list[tuple[str, int, int]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -63,6 +71,8 @@ class DataReport:
             "assistant_turns": self.turns, "assistant_turns_untrained": self.untrained_turns,
             "with_tools": self.with_tools,
             "tokens": self.lengths.to_dict() if self.lengths else None,
+            "capped": [{"origin": where, "chars": chars, "tokens_counted": tokens}
+                       for where, chars, tokens in self.capped],
         }
 
 
@@ -138,11 +148,59 @@ def check_data(
     if isinstance(tokenizer, (str, Path)):
         tokenizer = load_tokenizer(str(tokenizer))
     if tokenizer is not None:
-        from core.data.tokenize import token_lengths
-
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-        report.lengths = length_stats(token_lengths(records, tokenizer), True, t("data.method_tokenizer", name=name), max_seq_len)
+        limit = max_seq_len or _default_max_seq_len()
+        lengths, report.capped = capped_token_lengths(records, tokenizer,
+                                                      max(CAP_CHARS_FLOOR, limit * CAP_CHARS_PER_TOKEN))
+        report.lengths = length_stats(lengths, True, t("data.method_tokenizer", name=name), max_seq_len)
     else:
         report.lengths = length_stats(approximate_lengths(records), False,
                                       t("data.method_approx"), max_seq_len)
     return report
+
+
+def _default_max_seq_len() -> int:
+    from core.config.schema import default_for
+
+    return int(default_for("max_seq_len"))
+
+
+def capped_token_lengths(records: list[Record], tokenizer: Any, max_chars: int
+                         ) -> tuple[list[int], list[tuple[str, int, int]]]:
+    """Each record's token length as the model sees it, the text of a record longer than ``max_chars``
+    characters cut there first (its length is then a lower bound); and for each record cut, (where it
+    came from, its characters, the tokens counted). The tokenizer's "sequence length is longer than the
+    specified maximum" warning is silenced: the lengths are what this check reports."""
+    import logging
+
+    from core.data.records import TextRecord
+    from core.data.tokenize import _render, _text_tokens, ensure_chat_template
+
+    if any(isinstance(record, Conversation) for record in records):
+        ensure_chat_template(tokenizer)
+    quiet = logging.getLogger("transformers")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    lengths: list[int] = []
+    capped: list[tuple[str, int, int]] = []
+    try:
+        for index, record in enumerate(records):
+            if isinstance(record, TextRecord):
+                chars = len(record.prompt or "") + len(record.text)
+                if chars <= max_chars:
+                    lengths.append(len(_text_tokens(tokenizer, record)))
+                    continue
+                text = ((record.prompt or "") + record.text)[:max_chars]
+            else:
+                text = _render(tokenizer, record.to_chat_messages(), record.tools, False)
+                chars = len(text)
+                if chars <= max_chars:
+                    lengths.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+                    continue
+                text = text[:max_chars]
+            counted = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            lengths.append(counted)
+            capped.append((record.origin or f"record {index + 1}", chars, counted))
+    finally:
+        quiet.setLevel(level)
+    return lengths, capped

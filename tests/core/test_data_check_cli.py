@@ -84,3 +84,21 @@ def test_importing_config_and_data_loads_nothing_heavy():
     assert "core" in loaded
     assert not {"torch", "transformers", "tokenizers", "pyarrow", "datasets", "modelscope", "textual",
                 "rich"} & loaded
+
+
+def test_a_huge_record_is_cut_before_tokenising_and_said_so(run, tmp_path):
+    """A 50 MB message took 90 s and 10 GB to tokenise whole, with a raw transformers warning. Records
+    beyond the cap (1 M characters with the default max_seq_len) are cut first, and the report names them
+    at file:line; ordinary records keep exact counts. A 1.2 M-character message stands for the huge one."""
+    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
+            {"messages": [{"role": "user", "content": "word " * 240_000}, {"role": "assistant", "content": "ok"}]}]
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    result = run(str(path), "--model", "tiny")
+    assert result.returncode == 0, result.stderr
+    assert f"{path}:2: record is 1.2 M characters; only its first" in result.stdout
+    assert "Token indices sequence length" not in result.stderr + result.stdout
+    data = json.loads(run(str(path), "--model", "tiny", "--json").stdout)
+    assert [c["origin"] for c in data["capped"]] == [f"{path}:2"]
+    assert data["capped"][0]["chars"] > 1_000_000 and data["tokens"]["max"] == data["capped"][0]["tokens_counted"]
+    assert data["tokens"]["min"] < 50  # the short record is counted whole
