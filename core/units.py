@@ -71,7 +71,8 @@ def format_magnitude(value: float | None, unknown: str = UNKNOWN) -> str:
 def format_axis(values: Sequence[float | None]) -> list[str]:
     """Labels of one chart axis in one unit and one precision: ``12.6k 6.3k 0``, never ``10.4k`` beside
     ``5201``. The unit (k, M) and the decimals come from the largest magnitude; very small or very large
-    axes use one exponent format (``2.0e-04``); zero is ``0``; at most ~7 characters a label."""
+    axes use one exponent format (``2.0e-04``); zero is ``0``; thousands carry their separator (``9,351``,
+    as the header's ``9,351 tok/s``); at most ~7 characters a label."""
     known = [float(v) for v in values if _known(v)]
     if not known:
         return [UNKNOWN] * len(values)
@@ -93,7 +94,7 @@ def format_axis(values: Sequence[float | None]) -> list[str]:
         elif value == 0:
             out.append("0")
         else:
-            out.append(f"{value / divisor:.{decimals}f}{suffix}")  # type: ignore[operator]
+            out.append(f"{value / divisor:,.{decimals}f}{suffix}")  # type: ignore[operator]
     return out
 
 

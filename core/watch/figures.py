@@ -38,7 +38,7 @@ def format_value(value: float | None) -> str:
     if magnitude >= 1e4:
         return f"{value / 1e3:.1f}k"
     if magnitude >= 100:
-        return f"{value:.0f}"
+        return f"{value:,.0f}"  # 9,309: the thousands separator of every other count
     return f"{value:.4g}"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -29,15 +30,22 @@ def run(coro):
 
 
 def add_checkpoint(path: Path, step: int) -> Path:
-    """A complete checkpoint of the run at ``path`` (its directory and COMPLETE marker; no weights): what
-    resume and the after-training keys look for, as a finished run always ends with one."""
-    from core.runs import RunDirectory
-    from core.runs.checkpoints import COMPLETE_MARKER, final_path_for
+    """A sound checkpoint of the run at ``path`` (tiny files of the right shapes, which pass
+    ``verify_checkpoint``): what resume and the after-training keys look for, as a finished run always
+    ends with one."""
+    import json
 
-    checkpoint = final_path_for(RunDirectory(path).checkpoints_dir, step)
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    (checkpoint / COMPLETE_MARKER).write_text("{}", encoding="utf-8")
-    return checkpoint
+    from core.runs import RunDirectory
+    from core.runs.checkpoints import finalize_checkpoint, tmp_path_for
+
+    tmp = tmp_path_for(RunDirectory(path).checkpoints_dir, step)
+    tmp.mkdir(parents=True)
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (tmp / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    (tmp / "trainer_state.json").write_text(json.dumps({"global_step": step}), encoding="utf-8")
+    (tmp / "optimizer.pt").write_bytes(b"o")
+    (tmp / "scheduler.pt").write_bytes(b"s")
+    return finalize_checkpoint(tmp, step)
 
 
 async def open_dashboard(pilot, app, status: str, events: int | None = None) -> DashboardScreen:
@@ -186,3 +194,73 @@ def test_events_scrolled_short_of_the_newest_come_back_on_the_next_tick():
             await wait_for(pilot, lambda: table.at_newest)  # the next tick
 
     run(scenario())
+
+
+def _stats_line(screen: DashboardScreen) -> str:
+    from textual.widgets import Static
+
+    return str(screen.query_one("#dash-info", Static).render()).splitlines()[1]
+
+
+def test_the_stats_line_fits_80_columns_dropping_the_least_important_figures_first():
+    """At 80x24 the stats line wrapped ("… 4,681 tok/s · MFU" then " N/A" below), pushing every chart
+    down a line: it keeps to one line now, the epoch going first. (Two H200s recorded.)"""
+    from core.text_width import cell_len
+
+    path = build_run(runs_dir(), "20261129-2100-narrow", status="running", steps=240)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_dashboard(pilot, app, "running")
+            await settle(pilot, app, screen)
+            line = _stats_line(screen)
+            assert cell_len(line) <= 78 and screen.query_one("#dash-info").size.height == 2, line
+            assert line == "step 240/600 40% · elapsed 6:00 · ETA 9:00 · 12,600 tok/s · MFU 19%", line
+            await pilot.resize_terminal(160, 50)  # room again: the epoch comes back
+            await wait_for(pilot, lambda: "epoch 1.20" in _stats_line(screen))
+
+    with SupervisorStandIn(path):
+        run(scenario())
+
+
+def test_fit_stats_drops_by_rank_and_keeps_the_step():
+    from tui.screens.dashboard.header import STAT_KEPT, fit_stats
+
+    parts = [("step 1/9", STAT_KEPT), ("epoch 0.10", 0), ("elapsed 0:01", 3), ("MFU 9%", 1)]
+    assert fit_stats(parts, 80) == "step 1/9 · epoch 0.10 · elapsed 0:01 · MFU 9%"
+    assert fit_stats(parts, 30) == "step 1/9 · elapsed 0:01"  # the epoch, then MFU, went first
+    assert fit_stats(parts, 6) == "step …"  # the step alone, cut
+
+
+def test_a_cpu_run_at_80x24_omits_mfu_and_its_numbers_read_alike_in_header_and_charts():
+    """A CPU run (the bundled tiny model's kind) near 9,300 tok/s: no "MFU N/A"; the loss legend's EMA
+    value whole, not "EMA 6.…"; the tokens chart's labels and legend with the header's thousands
+    separator ("9,351", not "9351"). (No GPU used by the run; the box's two H200s recorded.)"""
+    from tests.fixtures.watch.run_builder import header_record, train_record, write_jsonl
+    from tui.widgets.chart import LineChart
+
+    path = build_run(runs_dir(), "20261129-2100-cpu", status="running", steps=40, gpus=())
+    header = {**header_record(5400), "device": "cpu", "gpu_names": [], "world_size": 1, "precision": "fp32"}
+    write_jsonl(path / "metrics.jsonl", [header] + [train_record(step, 5400, tokens_per_s=9300.0 + step)
+                                                    for step in range(1, 41)])
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_dashboard(pilot, app, "running")
+            await settle(pilot, app, screen, gpus=False)
+            text = screen_text(app)
+            assert "MFU" not in text and "N/A" not in text
+            assert "9,340 tok/s" in _stats_line(screen)
+            loss = screen.query_one("#chart-loss", LineChart)
+            title = loss.render_line(0).text
+            assert "…" not in title and "EMA " in title, title
+            tokens = screen.query_one("#chart-tokens", LineChart)
+            rows = [tokens.render_line(y).text for y in range(tokens.size.height)]
+            assert "9,340" in rows[0], rows[0]  # the legend's last value
+            assert any("9,3" in row and "┤" in row for row in rows[1:]), rows  # a y label
+            assert not re.search(r"\b9\d{3}\b", "\n".join(rows)), rows  # never "9351" beside "9,340"
+
+    with SupervisorStandIn(path):
+        run(scenario())

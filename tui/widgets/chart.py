@@ -74,8 +74,12 @@ class LineChart(Widget):
     """
 
     def __init__(self, title: str, empty_text: str = "", *, id: str | None = None, classes: str | None = None,
-                 y_floor: float | None = None, y_ceiling: float | None = None, clip_outliers: bool = False) -> None:
+                 y_floor: float | None = None, y_ceiling: float | None = None, clip_outliers: bool = False,
+                 keep_note: bool = False) -> None:
         super().__init__(id=id, classes=classes)
+        # The axis note stays however narrow the chart (the legends are cut instead): a chart whose axis
+        # is not the one x chose for the others (the GPU charts, always by time) must say so.
+        self.keep_note = keep_note
         self.title = title
         self.empty_text = empty_text
         self.series: list[SeriesSpec] = []
@@ -232,19 +236,37 @@ class LineChart(Widget):
         return y_min, y_max
 
     def _title_strip(self, width: int, visible: list[SeriesSpec], title_style: Style, axis_style: Style) -> Strip:
-        segments = [Segment(" " + self.title, title_style)]
-        if self.note:  # the axis (x: steps / x: time) next to the name, where a long legend cannot cut it
-            segments.append(Segment(f" · {self.note}", axis_style))
-        for spec in self.series:
-            if not spec.data.points:
-                continue
-            value = format_value(spec.data.y_last)
-            segments.append(Segment("  ", axis_style))
-            segments.append(Segment("━" if spec.mode != "points" else "•", self._style(f"s{spec.colour % PALETTE_SIZE}")))
-            segments.append(Segment(f" {spec.label} {value}", axis_style))
-        if self.clipped_peak is not None:
-            segments.append(Segment(f"  {CLIPPED_MARK}{format_value(self.clipped_peak)}", self._style("s4")))
-        strip = Strip(segments)
+        """The title, the axis note and each line's legend with its last value. Too wide for the chart
+        (80 columns): the note goes first (the x labels under the plot say steps or time too; not where
+        ``keep_note``), then the legends' spacing, then the legends' names from the first (the main line's,
+        the title's own) while their values and colours stay; only then is the end cut, with an ellipsis."""
+        shown = [spec for spec in self.series if spec.data.points]
+
+        def legends(gap: str, unnamed: int) -> list[Segment]:
+            segments: list[Segment] = []
+            for n, spec in enumerate(shown):
+                value = format_value(spec.data.y_last)
+                label = spec.label if n >= unnamed else ""
+                segments.append(Segment(gap, axis_style))
+                segments.append(Segment("━" if spec.mode != "points" else "•",
+                                        self._style(f"s{spec.colour % PALETTE_SIZE}")))
+                segments.append(Segment(f" {label} {value}" if label else f" {value}", axis_style))
+            if self.clipped_peak is not None:
+                segments.append(Segment(f"{gap}{CLIPPED_MARK}{format_value(self.clipped_peak)}", self._style("s4")))
+            return segments
+
+        title = [Segment(" " + self.title, title_style)]
+        note = [Segment(f" · {self.note}", axis_style)] if self.note else []
+        if self.keep_note:
+            tries = [[*title, *note, *legends("  ", 0)], [*title, *note, *legends(" ", 0)]]
+        else:
+            tries = [[*title, *note, *legends("  ", 0)], [*title, *legends("  ", 0)]]
+            tries += [[*title, *legends(" ", unnamed)] for unnamed in range(len(shown) + 1)]
+        strip = Strip([])
+        for segments in tries:
+            strip = Strip(segments)
+            if strip.cell_length <= width:
+                break
         if strip.cell_length > width > 1:
             # Cut legends end in an ellipsis (a wide character never half-shown), not mid-word.
             strip = Strip.join([strip.crop(0, width - 1), Strip([Segment("…", axis_style)])])

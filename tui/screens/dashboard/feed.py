@@ -145,10 +145,23 @@ class DashboardFeed:
 
         run = RunDirectory(self.source.path)
         status = effective_status(run)
-        # Looked for once the run has ended only: a live run's checkpoints change every few minutes, and
-        # nothing that needs one is offered before it ends.
-        has_checkpoint = status.status in TERMINAL_STATES and run.last_complete_checkpoint() is not None
+        # Looked for once the run has ended only (nothing that needs one is offered before), and again only
+        # when the checkpoints folder changes: a sound one, as merge, chat … and the crash reason take it.
+        has_checkpoint = status.status in TERMINAL_STATES and self._sound_checkpoint(run)
         self.post_message(RunStatusRead(status.status, status.reason_text, free, total, has_checkpoint))
+
+    def _sound_checkpoint(self, run: Any) -> bool:
+        """Whether ``run`` has a checkpoint that ``core`` would load (``last_sound_checkpoint``: a few stat
+        calls and KB read), looked at again only when its checkpoints folder changed (worker thread)."""
+        try:
+            key: object = run.checkpoints_dir.stat().st_mtime_ns
+        except OSError:
+            return False
+        cached = getattr(self, "_checkpoint_seen", None)
+        if cached is None or cached[0] != key:
+            cached = (key, run.last_sound_checkpoint() is not None)
+            self._checkpoint_seen = cached
+        return cached[1]
 
     # --- the app's GPU poll -----------------------------------------------------------------------
     def on_unmount(self) -> None:

@@ -65,6 +65,25 @@ class EventsTable(DataTable):
             self.scroll_end(animate=False, immediate=True)
 
 
+STAT_KEPT = 1 << 30  # the rank of a figure the stats line never drops (the step)
+SEPARATOR = " · "
+
+
+def fit_stats(parts: list[tuple[str, int]], width: int) -> str:
+    """The stats line in ``width`` cells: ``parts`` (text, rank) joined in their order, the lowest-ranked
+    dropped first until the rest fits (80 columns: one line, not a figure wrapped onto the next, pushing
+    every chart down); what still does not fit is cut with an ellipsis."""
+    from core.text_width import cell_len, truncate
+
+    kept = list(parts)
+    while len(kept) > 1 and cell_len(SEPARATOR.join(text for text, _ in kept)) > width:
+        lowest = min(range(len(kept)), key=lambda i: kept[i][1])
+        if kept[lowest][1] >= STAT_KEPT:
+            break
+        del kept[lowest]
+    return truncate(SEPARATOR.join(text for text, _ in kept), max(1, width))
+
+
 def _na(value: str | None) -> str:
     return value if value else t("dashboard.na")
 
@@ -180,21 +199,28 @@ class DashboardHeader:
         tokens = latest.get("tokens_per_s")
         gpu_count = self._gpu_count()
         mfu_value = mfu(latest, header, gpu_count, self.gpu_name)
-        parts = [
-            t("dashboard.step", progress=progress),
-            t("dashboard.epoch", epoch=_na(None if latest.get("epoch") is None else f"{latest['epoch']:.2f}")),
-            t("dashboard.elapsed", value=_na(format_duration(elapsed))),
-            *([t("dashboard.eta", value=_na(format_duration(eta)))] if eta is not None or status in ACTIVE_STATES else []),
-            t("dashboard.tokens", value=_na(None if tokens is None else format_rate(tokens))),
-            t("dashboard.mfu", value=_na(None if mfu_value is None else f"{100 * mfu_value:.0f}%")),
-        ]
         cost = cost_so_far(elapsed, gpu_count, self.app.settings.price_per_gpu_hour)
-        if cost is not None:
-            parts.append(t("dashboard.cost", value=f"{cost:.2f}"))
-        line2 = " · ".join(parts)
+        # (text, rank): what goes first when the line is too wide, lowest rank first; the step stays.
+        # An MFU that cannot be known (a CPU run, an unknown GPU) is left out: "MFU N/A" was noise.
+        parts: list[tuple[str, int]] = [
+            (t("dashboard.step", progress=progress), STAT_KEPT),
+            (t("dashboard.epoch", epoch=_na(None if latest.get("epoch") is None else f"{latest['epoch']:.2f}")), 0),
+            (t("dashboard.elapsed", value=_na(format_duration(elapsed))), 3),
+            *([(t("dashboard.eta", value=_na(format_duration(eta))), 5)]
+              if eta is not None or status in ACTIVE_STATES else []),
+            (t("dashboard.tokens", value=_na(None if tokens is None else format_rate(tokens))), 4),
+            *([(t("dashboard.mfu", value=f"{100 * mfu_value:.0f}%"), 1)] if mfu_value is not None else []),
+            *([(t("dashboard.cost", value=f"{cost:.2f}"), 2)] if cost is not None else []),
+        ]
+        line2 = _escape(fit_stats(parts, self._info_width()))
         if self.reason and status in TERMINAL_STATES and status != RunState.FINISHED:
             line2 += f"\n[$error]{_escape(self.reason)}[/]"
         self.query_one("#dash-info", Static).update(line1 + "\n" + line2)
+
+    def _info_width(self) -> int:
+        """The cells one line of the info block holds (the screen's width less its padding)."""
+        info = self.query_one("#dash-info", Static)
+        return info.content_region.width or max(1, (self.size.width or self.app.size.width) - 2)
 
     @staticmethod
     def _event_row(record: dict[str, Any]) -> tuple[str, str, str]:

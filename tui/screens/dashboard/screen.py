@@ -127,9 +127,9 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
                 yield LineChart(t(chart.title), t("dashboard.waiting"), id=chart.id, y_floor=chart.y_floor,
                                 clip_outliers=chart.clip_outliers)
             yield LineChart(t("dashboard.chart_gpu_util"), t("dashboard.no_gpus"), id="chart-gpu-util",
-                            y_floor=0.0, y_ceiling=100.0)
+                            y_floor=0.0, y_ceiling=100.0, keep_note=True)
             yield LineChart(t("dashboard.chart_gpu_mem"), t("dashboard.no_gpus"), id="chart-gpu-mem",
-                            y_floor=0.0, y_ceiling=100.0)
+                            y_floor=0.0, y_ceiling=100.0, keep_note=True)
         with Horizontal(id="dash-bottom"):
             with Vertical(id="dash-log-box"):
                 yield LogPane(id="dash-log")
@@ -162,6 +162,7 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
     def on_resize(self) -> None:
         self._layout_charts()
         self.call_after_refresh(self._fit_detail_column)
+        self.call_after_refresh(self._show_info)  # the stats line keeps what fits the new width
 
     def _layout_charts(self) -> None:
         charts = self.query_one("#dash-charts", Container)
