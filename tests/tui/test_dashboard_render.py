@@ -264,3 +264,28 @@ def test_a_cpu_run_at_80x24_omits_mfu_and_its_numbers_read_alike_in_header_and_c
 
     with SupervisorStandIn(path):
         run(scenario())
+
+
+def test_y_copies_train_on_the_runs_own_config_by_its_absolute_path(monkeypatch, tmp_path):
+    """y copied the launch's own command ("tunedeck train home/plans/tiny.yaml method=lora …": a path
+    relative to where the app was started, of a plan file later wizard launches overwrite). It copies
+    ``tunedeck train <run dir>/config.yaml`` now, absolute, whatever the run's state and the app's
+    directory. (Two H200s recorded; runs built on disk.)"""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)  # the app started somewhere else than the runs
+    done = build_run(runs_dir(), "20261129-2100-copy", status="stopped", steps=120)
+    add_checkpoint(done, 100)  # resumable: still the command that reproduces it, u resumes
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=done.name)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_dashboard(pilot, app, "stopped")
+            await pilot.press("y")
+            await wait_for(pilot, lambda: app.clipboard != "")
+            argv = shlex.split(app.clipboard)
+            assert argv == ["tunedeck", "train", str((done / "config.yaml").resolve())], argv
+            assert Path(argv[2]).is_absolute() and Path(argv[2]).is_file()
+            assert screen.source.run_id in argv[2] and "configs/qwen7b-lora.yaml" not in app.clipboard
+
+    run(scenario())

@@ -190,17 +190,15 @@ class DashboardActions:
         self.notify(t("dashboard.no_config", path=str(self.source.path)), severity="warning")
 
     def command_line(self) -> str:
-        """The command that reproduces (or continues) this run."""
+        """The command that reproduces this run: ``tunedeck train`` on the run's own saved config, by its
+        absolute path. (The command it was launched with named a plan file relative to wherever the app
+        was started, which later wizard launches overwrite; the run's config.yaml is its resolved config,
+        the one core's own advice names too.) On another trainer's output: watching it again."""
         if self.source.read_only:
-            return shlex.join(["tunedeck", "watch", str(self.source.path)])
-        if can_resume(self.status):
-            return shlex.join(["tunedeck", "resume", self.source.run_id])
-        argv = [str(a) for a in self._record.get("argv") or []]
-        if argv:
-            if argv[0] != "tunedeck":
-                argv = ["tunedeck", *argv[1:]] if argv[0].endswith("tunedeck") else argv
-            return shlex.join(argv)
-        return shlex.join(["tunedeck", "train", str(self.source.path / "config.yaml")])
+            return shlex.join(["tunedeck", "watch", str(self.source.path.resolve())])
+        from core.runs import RunDirectory
+
+        return shlex.join(["tunedeck", "train", str(RunDirectory(self.source.path).config_path.resolve())])
 
     def action_after_training(self, what: str) -> None:
         """Merge / chat / serve / evaluate / export a finished run (``tui.screens.chat`` does the work)."""
