@@ -27,6 +27,14 @@ def is_tiny_model(name_or_path: str) -> bool:
         return False
 
 
+def model_label(name_or_path: str) -> str:
+    """A model as the runs list, ``tunedeck runs`` and the dashboard show it: the bundled tiny model by its
+    short name ``tiny`` (a demo run records its folder, a wizard run the name), anything else as given."""
+    if name_or_path == TINY_MODEL_NAME or Path(name_or_path).name != _TINY_DIR.name:
+        return name_or_path  # (no file system call for every other model)
+    return TINY_MODEL_NAME if is_tiny_model(name_or_path) else name_or_path
+
+
 def resolve_model_name(name_or_path: str) -> str:
     """``tiny`` becomes the bundled directory; anything else is returned as it is."""
     return str(_TINY_DIR) if name_or_path == TINY_MODEL_NAME else name_or_path

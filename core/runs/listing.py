@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.assets import model_label
 from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import render_stored
 from core.paths import runs_dir
@@ -74,7 +75,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         reason=status.reason,
         reason_message=status.reason_message,
         created=str(record.get("created", "")),
-        model=str(config.get("model", "")),
+        model=model_label(str(config.get("model", ""))),  # the bundled tiny model as "tiny", demo or wizard
         method=str(config.get("method", "")),
         step=metrics.get("step"),
         total_steps=shown_total(metrics.get("step"), total, status.status),

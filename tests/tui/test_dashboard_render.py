@@ -289,3 +289,41 @@ def test_y_copies_train_on_the_runs_own_config_by_its_absolute_path(monkeypatch,
             assert screen.source.run_id in argv[2] and "configs/qwen7b-lora.yaml" not in app.clipboard
 
     run(scenario())
+
+
+def test_a_demo_run_shows_the_bundled_model_as_tiny_in_the_dashboard_and_the_runs_list():
+    """A demo run records the bundled model's folder ("/…/core/assets/tiny"), a wizard run its name: both
+    are shown as "tiny" (core.assets.model_label), in the dashboard's header, the Runs list and
+    ``tunedeck runs``' summary alike. (Two H200s recorded; runs built on disk.)"""
+    import json
+
+    from core.assets import model_label, tiny_model_dir
+    from core.runs import RunDirectory
+    from core.runs.listing import summarize
+    from tests.fixtures.watch.run_builder import header_record, train_record, write_jsonl
+    from tui.screens.runs import RunsScreen
+
+    folder = str(tiny_model_dir())
+    assert model_label(folder) == "tiny" and model_label("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"
+    path = build_run(runs_dir(), "20261129-2100-demo", status="finished", steps=40)
+    record = json.loads((path / "run.json").read_text(encoding="utf-8"))
+    record["config_summary"]["model"] = folder
+    (path / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    write_jsonl(path / "metrics.jsonl", [{**header_record(40), "model": folder}]
+                + [train_record(step, 40) for step in range(1, 41)])
+    assert summarize(RunDirectory(path)).model == "tiny"
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_dashboard(pilot, app, "finished")
+            text = screen_text(app)
+            assert text.splitlines()[1].strip().startswith("tiny · lora"), text.splitlines()[1]
+            assert "assets" not in text
+            await pilot.press("r")
+            await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen) and app.screen.listed)
+            await pilot.pause()
+            text = screen_text(app)
+            assert "tiny" in text and "assets" not in text
+
+    run(scenario())

@@ -12,6 +12,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
+from core.assets import model_label
 from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.runs import ACTIVE_STATES, TERMINAL_STATES, RunState, state_label
 from core.runs.listing import shown_total
@@ -173,6 +174,7 @@ class DashboardHeader:
         facts = self._record if self.source.read_only else (self._record.get("config_summary") or {})
         latest = self.series.latest
         model = header.get("model") or facts.get("model")
+        model = model_label(str(model)) if model else None  # the bundled tiny model as "tiny", demo or wizard
         method = header.get("method") or facts.get("method")
         precision = header.get("precision") or facts.get("precision")
         zero = header.get("zero_stage", facts.get("zero_stage"))
