@@ -495,12 +495,17 @@ def check_for_training(config: RunConfig, locations: Locations, default_file: st
         if found is not None:
             add(found[1], "model", found[0])
     if config.dataset:  # entries that name nothing (a missing file): said at the dataset key's line
-        from core.data.registry import resolve_sources_and_issues
+        import copy
+
+        from core.data.registry import anchor_dataset_keys, resolve_sources_and_issues
 
         source_file = Path(default_file)
+        yaml_dir = source_file.resolve().parent if source_file.is_file() else None
+        anchored = copy.copy(config)  # the keys as train will have them: from here, else the file's folder
+        anchor_dataset_keys(anchored, yaml_dir)
         _, missing = resolve_sources_and_issues(
-            config.dataset, config.hub, config.dataset_info, config.dataset_dir,
-            base_dir=source_file.resolve().parent if source_file.is_file() else None, split=config.split)
+            anchored.dataset, anchored.hub, anchored.dataset_info, anchored.dataset_dir, base_dir=yaml_dir,
+            split=anchored.split)
         for problem in missing:
             add(f"{problem.file}: {problem.message}", "dataset")
     if config.output:
