@@ -113,8 +113,10 @@ def test_search_toggle_axis_config_and_copy():
             await pilot.pause()
             await pilot.press("y")
             await pilot.pause()
-            assert app.clipboard == "tunedeck train configs/qwen7b-lora.yaml"
-            assert any("tunedeck train configs/qwen7b-lora.yaml" in m for m in messages(app))
+            # the run's own config by its absolute path, not the launch's relative plan file
+            command = f"tunedeck train {(path / 'config.yaml').resolve()}"
+            assert app.clipboard == command
+            assert any(command in m for m in messages(app))
             await pilot.press("escape")
             await pilot.pause()
             assert app.current_mode == "runs" and not isinstance(app.screen, DashboardScreen)
@@ -145,8 +147,8 @@ def test_stop_asks_then_signals_the_supervisor():
                 await wait_for(pilot, lambda: screen.status == "stopped")
                 assert proc.wait(timeout=60) == 0
                 await wait_for(pilot, lambda: any("stopped" in m for m in messages(app)))
-                await pilot.press("y")  # a stopped run copies its resume command
-                assert app.clipboard == "tunedeck resume 20261129-2100-stop"
+                await pilot.press("y")  # a stopped run too copies the command that reproduces it (u resumes)
+                assert app.clipboard == f"tunedeck train {(path / 'config.yaml').resolve()}"
 
         run(scenario())
     finally:
