@@ -482,7 +482,6 @@ def check_for_training(config: RunConfig, locations: Locations, default_file: st
     data itself is read later) and an ``output`` folder that is absent or empty (a finished model is never
     overwritten). Nothing is written."""
     from core.config.model_checks import model_problem
-    from core.i18n import Message
 
     issues: list[ConfigIssue] = []
 
@@ -509,20 +508,11 @@ def check_for_training(config: RunConfig, locations: Locations, default_file: st
         for problem in missing:
             add(f"{problem.file}: {problem.message}", "dataset")
     if config.output:
-        output = Path(str(config.output)).expanduser()
-        output = output if output.is_absolute() else Path.cwd() / output
-        if output.exists() and not output.is_dir():
-            add(Message("output.not_a_folder", path=str(output)).text(), "output", named=False)
-        elif output.is_dir():
-            try:
-                entries = sorted(p.name for p in output.iterdir())
-            except OSError as exc:
-                add(Message("output.unusable", path=str(output), reason=str(exc)).text(), "output", named=False)
-            else:
-                if entries:
-                    add(Message("output.not_empty", path=str(output), count=len(entries),
-                                first=", ".join(entries[:3])).text(), "output",
-                        named=False)  # the message starts with "output:" itself
+        from core.runs.output import output_problem, resolve_output
+
+        problem = output_problem(resolve_output(str(config.output)))  # as the launch resolves it
+        if problem is not None:  # its message starts with "output:" itself
+            add(problem.text(), "output", named=False)
     return issues
 
 

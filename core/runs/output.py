@@ -48,18 +48,26 @@ def resolve_output(value: str, base: Path | None = None) -> Path:
     return path if path.is_absolute() else (base or Path.cwd()) / path
 
 
-def prepare_output(path: Path) -> Path:
-    """Check ``path`` before a run starts and create it (empty); raises ``OutputError``."""
+def output_problem(path: Path) -> Message | None:
+    """Why ``path`` cannot take a run's finished model (a file, unreadable, not empty: a finished model is
+    never overwritten), or None. Reads only: ``train --check`` asks it too."""
     if path.exists() and not path.is_dir():
-        raise OutputError(Message("output.not_a_folder", path=str(path)))
+        return Message("output.not_a_folder", path=str(path))
     if path.is_dir():
         try:
             entries = sorted(p.name for p in path.iterdir())
         except OSError as exc:
-            raise OutputError(Message("output.unusable", path=str(path), reason=str(exc))) from None
+            return Message("output.unusable", path=str(path), reason=str(exc))
         if entries:
-            raise OutputError(Message("output.not_empty", path=str(path), count=len(entries),
-                                      first=", ".join(entries[:3])))
+            return Message("output.not_empty", path=str(path), count=len(entries), first=", ".join(entries[:3]))
+    return None
+
+
+def prepare_output(path: Path) -> Path:
+    """Check ``path`` before a run starts and create it (empty); raises ``OutputError``."""
+    problem = output_problem(path)
+    if problem is not None:
+        raise OutputError(problem)
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".tunedeck-write-test"
