@@ -125,6 +125,11 @@ def model_problem(model: str, hub: str, probe: bool = True) -> tuple[str, str] |
         if probe and hub in HUB_HOSTS and not network_reachable(hub):
             return ERROR, t("config.model_hub_unreachable", model=value, host=host)
         return WARNING, t("config.model_will_download", model=value, host=host)
+    from core.estimate.model_source import bundled_hub_id
+
+    hub_id = bundled_hub_id(value, hub)
+    if hub_id is not None:  # a bundled config: plans offline, but has no weights to train
+        return ERROR, t("config.model_bundled_config", model=value, hub_id=hub_id)
     close = difflib.get_close_matches(value, [TINY_MODEL_NAME], n=1, cutoff=0.6)
     hint = t("config.did_you_mean", suggestion=close[0]) if close else ""
     return ERROR, t("config.model_unknown", model=value) + hint

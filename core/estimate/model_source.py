@@ -18,6 +18,9 @@ from core.estimate.architecture import ModelArchitecture, architecture_from_conf
 from core.i18n import t
 
 KNOWN_CONFIG_DIR = Path(__file__).parent / "known_configs"
+# The hub ids each bundled config was published under, per hub (data beside the configs; a file whose name
+# starts with "_" is no config).
+HUB_IDS_FILE = KNOWN_CONFIG_DIR / "_hub_ids.json"
 
 # Suffixes of fine-tuned variants whose shapes are those of the base model.
 _VARIANT_SUFFIXES = ("-instruct", "-chat", "-base", "-hf")
@@ -49,7 +52,11 @@ class ModelConfig:
 
 def known_model_names() -> list[str]:
     """Names of the bundled configs (file stems), sorted."""
-    return sorted(path.stem for path in KNOWN_CONFIG_DIR.glob("*.json"))
+    return sorted(path.stem for path in _config_files())
+
+
+def _config_files() -> list[Path]:
+    return [path for path in KNOWN_CONFIG_DIR.glob("*.json") if not path.name.startswith("_")]
 
 
 def _bundled_key(name: str) -> str:
@@ -66,10 +73,32 @@ def _bundled_key(name: str) -> str:
 
 def _bundled_config(name: str) -> Path | None:
     key = _bundled_key(name)
-    for path in KNOWN_CONFIG_DIR.glob("*.json"):
+    for path in _config_files():
         if path.stem.lower() == key:
             return path
     return None
+
+
+def bundled_hub_id(name: str, hub: str) -> str | None:
+    """The hub id under which the bundled config ``name`` was published on ``hub`` (``modelscope`` or
+    ``huggingface``); None when ``name`` is no bundled config's name (a path, a hub id ``owner/name``,
+    anything else). A variant (``Qwen2.5-7B-Instruct``) keeps its own name under its base model's owner."""
+    value = name.strip()
+    if not value or "/" in value or "\\" in value:
+        return None
+    bundled = _bundled_config(value)
+    if bundled is None:
+        return None
+    try:
+        ids = json.loads(HUB_IDS_FILE.read_text(encoding="utf-8")).get(bundled.stem) or {}
+    except (OSError, ValueError):
+        return None
+    hub_id = ids.get(hub) or ids.get("modelscope")
+    if not isinstance(hub_id, str):
+        return None
+    if value.lower().endswith(("-instruct", "-chat")):  # a tuned variant, published under its own name
+        return f"{hub_id.split('/')[0]}/{value}"
+    return hub_id
 
 
 def _cached_config(model_id: str) -> Path | None:

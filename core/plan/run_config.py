@@ -20,7 +20,7 @@ def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, A
     else:
         gpus = p.num_gpus
     values: dict[str, Any] = {
-        "model": _absolute_if_local(request.model),
+        "model": _trainable_model(request.model),
         "dataset": _absolute_if_local(request.dataset),
         "method": p.method,
         "precision": "bf16" if p.precision == "pure-bf16" else p.precision,
@@ -41,6 +41,21 @@ def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, A
         values["lora_rank"] = p.lora_rank
         values["lora_alpha"] = 2 * p.lora_rank
     return values
+
+
+def _trainable_model(value: str) -> str:
+    """The model as a run names it: a bundled config's name (which plans offline, but has no weights)
+    becomes the hub id it was published under on the run's hub; a local file or folder, its absolute
+    path; anything else as it is."""
+    from core.config import RunConfig
+    from core.estimate.model_source import bundled_hub_id
+
+    path = Path(value).expanduser()
+    if not path.exists():
+        hub_id = bundled_hub_id(value, RunConfig.hub)
+        if hub_id is not None:
+            return hub_id
+    return _absolute_if_local(value) or value
 
 
 def _absolute_if_local(value: str | None) -> str | None:

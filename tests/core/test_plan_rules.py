@@ -176,6 +176,35 @@ def test_run_config_values_make_a_valid_config_and_keep_the_plan():
     assert config.gpus == p.num_gpus and config.epochs == 2.0
 
 
+def test_a_bundled_config_is_saved_under_the_hub_id_it_was_published_under(monkeypatch):
+    """A bundled config name (plans offline, has no weights) was saved as it is, and `train --check`
+    refused it; the run config names the hub id for the run's hub (ModelScope by default), from the data
+    beside the configs; a hub id or a local folder is kept."""
+    from core.config import RunConfig
+    from core.config.model_checks import model_problem
+    from core.estimate.model_source import bundled_hub_id
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for model, hub_id in (("Qwen2.5-72B", "Qwen/Qwen2.5-72B"), ("Meta-Llama-3-8B", "LLM-Research/Meta-Llama-3-8B")):
+        req = replace(request(model, "2xH200"), dataset="data.jsonl")
+        values = run_config_values(recommend(req).best, req)
+        assert values["model"] == hub_id
+        config = RunConfig.from_dict(values)
+        assert config.hub == "modelscope"
+        # train --check then says what it says of any hub id (here: offline and not cached)
+        severity, message = model_problem(config.model, config.hub, probe=False)
+        assert "is neither" not in message and hub_id in message
+    assert bundled_hub_id("Meta-Llama-3-8B", "huggingface") == "meta-llama/Meta-Llama-3-8B"
+    assert bundled_hub_id("Mistral-7B-v0.1", "modelscope") == "AI-ModelScope/Mistral-7B-v0.1"
+    assert bundled_hub_id("Mistral-7B-v0.1", "huggingface") == "mistralai/Mistral-7B-v0.1"
+    assert bundled_hub_id("Qwen/Qwen2.5-7B", "modelscope") is None and bundled_hub_id("tiny", "modelscope") is None
+    req = request("Qwen/Qwen2.5-7B-Instruct", "1xH200")
+    assert run_config_values(recommend(req).best, req)["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    # the bundled name itself in a run config: refused, naming the id to use
+    severity, message = model_problem("Qwen2.5-72B", "modelscope", probe=False)
+    assert severity == "error" and "bundled config" in message and "Qwen/Qwen2.5-72B" in message
+
+
 def test_overrides_are_parsed_and_bad_ones_say_what_is_allowed():
     assert parse_overrides(["method=qlora", "seq-len=4096", "gradient_checkpointing=off", "zero_stage=auto"]) == {
         "method": "qlora", "seq_len": 4096, "gradient_checkpointing": False}
