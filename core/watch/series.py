@@ -11,6 +11,7 @@ and a window of recent throughput feed the header and the alert rules.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable
@@ -38,6 +39,10 @@ def _picker(indices: list[int]) -> Callable[[tuple[bytes, ...]], tuple[bytes, ..
     return itemgetter(*indices) if indices else lambda groups: ()
 
 
+# Versions are drawn from one counter for every series: a widget that drew version N of one series must
+# not take a new series (a restarted or replaced history) that has also reached N for the one it drew.
+_VERSIONS = itertools.count(1)
+
 EMA_ALPHA = 0.1  # weight of the newest loss in the smoothed curve
 THROUGHPUT_WINDOW = 256
 
@@ -60,7 +65,8 @@ class RunSeries:
         self.last_loss_nan = False
         self.nan_count = 0
         self.recent_tokens_per_s: deque[float] = deque(maxlen=THROUGHPUT_WINDOW)
-        self.version = 0  # bumped on every change; widgets redraw when it moves
+        # Moves on every change, and is never the same for two series (_VERSIONS): widgets redraw on a new one.
+        self.version = next(_VERSIONS)
 
     def series(self, name: str, x_axis: str = "step") -> BucketedSeries:
         return (self.by_time if x_axis == "time" else self.by_step)[name]
@@ -135,7 +141,7 @@ class RunSeries:
         for name, (step_xs, step_ys, time_xs, time_ys) in columns.items():
             self.by_step[name].add_many(step_xs, step_ys)
             self.by_time[name].add_many(time_xs, time_ys)
-        self.version += 1
+        self.version = next(_VERSIONS)
 
     def extend_tunedeck_lines(self, lines: list[bytes]) -> None:
         """Backfill from raw lines of a tunedeck ``metrics.jsonl``: train records go straight from a regex
@@ -224,5 +230,5 @@ class RunSeries:
             from core.watch.adapters import fast_train_record
 
             self.latest = fast_train_record(last_groups)
-        self.version += 1
+        self.version = next(_VERSIONS)
 

@@ -1,0 +1,74 @@
+"""``tunedeck watch`` of an HF Trainer output dir whose files change under it: a real watch (the dashboard's
+file worker) of a temp dir that the test rewrites, checked through what the charts draw.
+
+Hardware assumed: none (no GPU: the fake monitor has none); the waits are for states, with generous
+ceilings for a loaded 2-core box."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+from tests.tui.conftest import fake_monitor, quiet_settings, wait_for
+from tui.app import make_app
+from tui.screens.dashboard import DashboardScreen
+from tui.widgets.chart import LineChart
+
+
+def write_checkpoint(folder: Path, steps: int, slope: float, max_steps: int = 40) -> None:
+    """checkpoint-<steps>/trainer_state.json with log_history steps 1..steps, loss = 2.0 - slope * step."""
+    history = [{"step": i, "loss": round(2.0 - slope * i, 4), "learning_rate": 5e-5, "epoch": i / max_steps}
+               for i in range(1, steps + 1)]
+    state = {"global_step": steps, "max_steps": max_steps, "log_history": history}
+    checkpoint = folder / f"checkpoint-{steps}"
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    path = checkpoint / "trainer_state.json"
+    path.write_text(json.dumps(state), encoding="utf-8")
+    now = time.time()
+    os.utime(path, (now, now))
+
+
+def chart_text(screen: DashboardScreen, chart_id: str) -> list[str]:
+    """The rows the chart last drew (title first, x range last)."""
+    return [strip.text for strip in screen.query_one(chart_id, LineChart)._strips]
+
+
+def x_axis_ends_at(screen: DashboardScreen, last: str) -> bool:
+    rows = chart_text(screen, "#chart-loss")
+    return len(rows) > 2 and rows[-1].rstrip().endswith(" " + last)
+
+
+def settled(screen: DashboardScreen) -> bool:
+    """The whole history read (the backfill done), and the loss chart has drawn what it was last given."""
+    chart = screen.query_one("#chart-loss", LineChart)
+    given = (chart.data_version, chart.axis, chart.note, chart.empty_text)
+    return screen.backfilled and not screen._dirty and chart._key is not None and chart._key[0] == given
+
+
+def test_a_checkpoint_with_a_different_history_redraws_the_charts_from_it(tmp_path):
+    folder = tmp_path / "hf"
+    write_checkpoint(folder, 10, 0.05)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(folder))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: x_axis_ends_at(screen, "10") and settled(screen))
+            assert "1.5" in chart_text(screen, "#chart-loss")[0]  # raw loss at step 10: 2.0 - 0.05 * 10
+            # A new checkpoint whose history is not the old one continued (another run in the same dir):
+            # the feed starts over, and the charts must draw the new history, not keep the old drawing.
+            write_checkpoint(folder, 20, 0.03)
+            await wait_for(pilot, lambda: x_axis_ends_at(screen, "20"))
+            title = chart_text(screen, "#chart-loss")[0]
+            assert "1.4" in title and "1.5" not in title  # raw loss at step 20: 2.0 - 0.03 * 20
+            assert screen.series.train_records == 20  # the new history only, not both
+            # and a consistent extension of the new history is followed as before
+            write_checkpoint(folder, 30, 0.03)
+            await wait_for(pilot, lambda: x_axis_ends_at(screen, "30"))
+            assert "1.1" in chart_text(screen, "#chart-loss")[0]
+
+    asyncio.run(scenario())
