@@ -235,8 +235,7 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
         for other in lighter.get(p.method, ()):
             low = _lowest_peak(candidates, method=other, num_gpus=p.num_gpus)
             if low is not None and not low.feasible and low.estimate is not None:
-                missed.append(finding("plan.reason.method_missed", method=other, peak=round(low.peak_gib, 1),
-                                      capacity=round(capacity, 1), usable=round(usable, 1)))
+                missed.append(_missed("plan.reason.method_missed", low, usable, method=other))
         if p.method == "qlora" and missed:
             out.append(("method", finding("plan.reason.method_qlora", detail=missed[0].text())))
         elif p.method == "lora":
@@ -292,8 +291,7 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
                         offload=p.offload, micro_batch_size=p.micro_batch_size, seq_len=p.seq_len,
                         gradient_checkpointing=not p.gradient_checkpointing)
     if p.gradient_checkpointing and twin is not None and not twin.feasible:
-        out.append(("checkpointing", finding("plan.reason.gc_on", need=round(twin.peak_gib, 1),
-                                             usable=round(usable, 1))))
+        out.append(("checkpointing", _missed("plan.reason.gc_on", twin, usable)))
     elif p.gradient_checkpointing:
         out.append(("checkpointing", finding("plan.reason.gc_on_chosen")))
     else:
@@ -316,6 +314,26 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     gpus_key = "plan.reason.gpus_cpu" if request.hardware.cpu_only else plural_key("plan.reason.gpus", available)
     out.append(("gpus", finding(gpus_key, used=p.num_gpus, available=available)))
     return out
+
+
+def _missed(key: str, other: Candidate, usable: float, **params: Any) -> Finding:
+    """Why ``other`` (an infeasible candidate) was passed over, naming the limit it missed: the GPU's
+    usable memory (``key``), else the host RAM its offload needs (``key + "_ram"``), else its first
+    problem (``key + "_other"``)."""
+    from core.plan.rules import HOST_RAM_USABLE_FRACTION
+
+    est = other.estimate
+    capacity = est.capacity_gib if est else 0.0
+    if other.peak_gib > usable:
+        return finding(key, **params, peak=round(other.peak_gib, 1), need=round(other.peak_gib, 1),
+                       capacity=round(capacity, 1), usable=round(usable, 1))
+    ram_problem = next((f for f in other.problems if f.key == "plan.rule.offload_ram"), None)
+    if ram_problem is not None and est is not None:
+        ram = dict(ram_problem.params)["ram"]
+        return finding(key + "_ram", **params, need=round(est.cpu_ram_gib, 1),
+                       usable=round(ram * HOST_RAM_USABLE_FRACTION, 1), ram=ram)
+    problem = other.problems[0].text() if other.problems else "?"
+    return finding(key + "_other", **params, problem=problem)
 
 
 def _tiled_mlp_reason(best: Candidate, request: PlanRequest, usable: float) -> Finding | None:

@@ -205,6 +205,25 @@ def test_a_bundled_config_is_saved_under_the_hub_id_it_was_published_under(monke
     assert severity == "error" and "bundled config" in message and "Qwen/Qwen2.5-72B" in message
 
 
+def test_a_reason_names_host_ram_when_that_is_the_limit_missed():
+    """2xH200 with 256 GiB of host RAM: full fine-tuning fits the GPUs only offloaded, and the offload needs
+    over 1 TiB of host RAM. The method and checkpointing reasons said "needs 6.6 GiB per GPU, above the 133.4
+    GiB usable", which is no reason; they name the host RAM, with what is needed and what there is."""
+    rec = recommend(request("Qwen2.5-72B", "2xH200", host_ram_gib=256.0, dataset_p95_tokens=40))
+    method = dict(rec.reasons)["method"]
+    assert rec.best.plan.method == "qlora" and method.key == "plan.reason.method_qlora"
+    text = method.text()
+    assert "host RAM" in text and "256.0 GiB" in text and "230.4 GiB usable" in text
+    assert "per GPU" not in text
+    full = recommend(request("Qwen2.5-72B", "1xH200", host_ram_gib=256.0, dataset_p95_tokens=40,
+                             overrides={"method": "full"}))
+    gc = dict(full.reasons)["checkpointing"]
+    assert gc.key == "plan.reason.gc_on_ram" and "host RAM" in gc.text() and "256.0 GiB" in gc.text()
+    # a GPU-memory miss keeps the GPU wording
+    gpu_miss = dict(recommend(request("Qwen2.5-72B", "1xA100-80GB", dataset_p95_tokens=900)).reasons)["method"]
+    assert "per GPU" in gpu_miss.text()
+
+
 def test_overrides_are_parsed_and_bad_ones_say_what_is_allowed():
     assert parse_overrides(["method=qlora", "seq-len=4096", "gradient_checkpointing=off", "zero_stage=auto"]) == {
         "method": "qlora", "seq_len": 4096, "gradient_checkpointing": False}
