@@ -114,7 +114,8 @@ def warn_ddp_replicas(plan: TrainingPlan, result: Estimate | None, request: Plan
 def warn_fp16(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
     gpu = request.hardware.gpu
     if gpu is not None and plan.precision == "fp16":
-        return [finding("plan.warn.fp16", gpu=gpu.name)]
+        # pinned by the user on a GPU that has bf16, or forced by a GPU without it
+        return [finding("plan.warn.fp16_pinned" if gpu.bf16 else "plan.warn.fp16", gpu=gpu.name)]
     return []
 
 

@@ -60,6 +60,15 @@ def test_precision_follows_the_gpu_generation():
     forced = recommend(request(hardware="1xV100", overrides={"precision": "bf16"}))
     assert not forced.feasible
     assert any("no bf16" in f.text() for f in forced.best.problems)
+    assert any("no bf16" in f.text() for f in v100.best.warnings)
+
+
+def test_fp16_pinned_on_a_gpu_with_bf16_is_not_said_to_lack_bf16():
+    """fp16 pinned on an H200 was warned "fp16 on H200 (no bf16)"; the H200 has bf16."""
+    pinned = recommend(request(hardware="1xH200", overrides={"precision": "fp16"}))
+    fp16 = [f for f in pinned.best.warnings if f.key.startswith("plan.warn.fp16")]
+    assert len(fp16) == 1 and fp16[0].key == "plan.warn.fp16_pinned"
+    assert "no bf16" not in fp16[0].text() and "H200 has bf16" in fp16[0].text()
     assert recommend(request(hardware="cpu", host_ram_gib=64)).best.plan.precision == "fp32"
 
 
