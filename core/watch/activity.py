@@ -44,6 +44,8 @@ class WriterActivity:
         self.last_step: int | None = None
         self.total_steps: int | None = None
         self.ended = False
+        # (file, error): the writer's file has not parsed for a while (core.watch.trainer_state), else None
+        self.unreadable: tuple[str, str] | None = None
 
     def reset(self) -> None:
         self.__init__()
@@ -94,6 +96,7 @@ class WriterState:
 
     status: str
     since: float | None = None
+    unreadable: tuple[str, str] | None = None  # (file, error): see WriterActivity.unreadable
 
     def label(self, now: float | None = None) -> str:
         """"running", "finished" or "idle since 14:02" in the interface language."""
@@ -105,11 +108,23 @@ class WriterState:
             return t("watch.state.idle")
         return state_label(self.status)
 
+    def problem(self) -> str:
+        """"trainer_state.json cannot be read (…): waiting for a whole write", or "" when all reads."""
+        from core.i18n import t
+
+        if self.unreadable is None:
+            return ""
+        file, error = self.unreadable
+        return t("watch.unreadable", file=file, error=error)
+
     def to_json(self) -> dict[str, Any]:
         since = None
         if self.since is not None:
             since = datetime.fromtimestamp(self.since).astimezone().isoformat(timespec="seconds")
-        return {"status": self.status, "last_write": since}
+        unreadable = None
+        if self.unreadable is not None:
+            unreadable = {"file": self.unreadable[0], "error": self.unreadable[1], "message": self.problem()}
+        return {"status": self.status, "last_write": since, "unreadable": unreadable}
 
 
 def format_since(when: float, now: float | None = None) -> str:
@@ -191,8 +206,9 @@ def writer_state(source: Any, activity: WriterActivity, now: float | None = None
     """running / idle since … / finished for a read-only source, from its records and its files' times."""
     now = time.time() if now is None else now
     since = last_write(activity_paths(source))
+    unreadable = activity.unreadable
     if activity.finished or finished_marker(source.path):
-        return WriterState(FINISHED, since)
+        return WriterState(FINISHED, since, unreadable)
     if activity.ended or since is not None and now - since > idle_after(activity):
-        return WriterState(IDLE, since)  # an end marker before the total: the run stopped early
-    return WriterState(RUNNING, since)
+        return WriterState(IDLE, since, unreadable)  # an end marker before the total: the run stopped early
+    return WriterState(RUNNING, since, unreadable)

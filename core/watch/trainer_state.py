@@ -5,11 +5,18 @@ HF Trainer writes no metric log of its own: each checkpoint (``checkpoint-N/``) 
 top when training ends. The file is rewritten whole (not appended, not atomically), so this feed re-reads
 the newest one when it changes, hands on the entries it has not handed on yet, and starts over when the
 history is no longer an extension of what it read (a different run in the same dir).
+
+Because the write is not atomic, a read can catch half a file: that is normal for a moment and not said.
+The same bytes still unreadable ``UNREADABLE_AFTER_S`` later (or a file last written longer ago than that)
+are a file that will not parse: ``activity.unreadable`` says which and why, for the dashboard's header and
+``watch --json``, until a read succeeds.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +24,22 @@ from core.watch.activity import WriterActivity
 from core.watch.adapters import normalize_hf_trainer
 from core.watch.source import trainer_state_file
 
+# Seconds a trainer_state.json may stay unparseable before it is said: HF rewrites it in place, so a read
+# can land in the middle of a write (the next poll, half a second later, reads it whole).
+UNREADABLE_AFTER_S = 5.0
+
 
 class TrainerStateFeed:
     """The same interface as ``core.watch.feed.MetricsFeed``: ``read_tail``, ``backfill``, ``poll``."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, clock: Callable[[], float] = time.monotonic) -> None:
         self.folder = Path(folder)
         self.activity = WriterActivity()
+        self.clock = clock
         self._key: tuple[Path, int, int] | None = None
         self._count = 0
         self._last_entry: Any = None
+        self._failing: tuple[tuple[Path, int | None, int | None], float] | None = None  # (its key, first seen)
 
     def read_tail(self) -> list[dict[str, Any]]:
         return self._read()[0]
@@ -41,17 +54,22 @@ class TrainerStateFeed:
         path = trainer_state_file(self.folder)
         if path is None:
             return [], False
+        key: tuple[Path, int | None, int | None] = (path, None, None)
         try:
             stat = path.stat()
             key = (path, stat.st_mtime_ns, stat.st_size)
             if key == self._key:
                 return [], False
             state = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return [], False  # caught mid-write: the next poll reads it whole
+        except (OSError, ValueError) as error:
+            self._unreadable(path, key, error)  # caught mid-write, most often: the next poll reads it whole
+            return [], False
         if not isinstance(state, dict):
+            self._unreadable(path, key, ValueError(f"a JSON {type(state).__name__}, not an object"))
             return [], False
         self._key = key
+        self._failing = None
+        self.activity.unreadable = None
         history = [entry for entry in state.get("log_history") or [] if isinstance(entry, dict)]
         restarted = False
         start = self._count
@@ -77,6 +95,23 @@ class TrainerStateFeed:
         self.activity.total_steps = total
         self._note_save_intervals()
         return records, restarted
+
+    def _unreadable(self, path: Path, key: tuple[Path, int | None, int | None], error: Exception) -> None:
+        """A read that failed: said (``activity.unreadable``) once the same file has failed for
+        ``UNREADABLE_AFTER_S``, or at once when it was last written longer ago than that."""
+        now = self.clock()
+        if self._failing is None or self._failing[0] != key:
+            self._failing = (key, now)
+        written = key[1]
+        settled = now - self._failing[1] >= UNREADABLE_AFTER_S or (
+            written is not None and time.time() - written / 1e9 >= UNREADABLE_AFTER_S)
+        if settled:
+            try:
+                shown = str(path.relative_to(self.folder))
+            except ValueError:
+                shown = str(path)
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            self.activity.unreadable = (shown, reason or type(error).__name__)
 
     def _note_save_intervals(self) -> None:
         """The records carry no time: the gaps between checkpoint saves say how often the writer writes."""

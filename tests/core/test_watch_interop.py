@@ -420,6 +420,65 @@ def test_watch_json_reports_the_writer_state(tmp_path):
     assert data["state"]["status"] == "idle" and data["state"]["last_write"]
 
 
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def tear(path: Path, keep: int = 200, when: float | None = None) -> None:
+    """``path`` cut to its first ``keep`` bytes, as a read in the middle of HF's in-place rewrite sees it."""
+    path.write_bytes(path.read_bytes()[:keep])
+    if when is not None:
+        os.utime(path, (when, when))
+
+
+def test_a_torn_trainer_state_is_said_only_once_it_stays_unreadable(tmp_path):
+    from core.watch.trainer_state import UNREADABLE_AFTER_S, TrainerStateFeed
+
+    out = tmp_path / "hf_out"
+    state_file = write_checkpoint(out, 10, 40) / "trainer_state.json"
+    whole = state_file.read_text()
+    tear(state_file, when=time.time() + 3600)  # written "just now" however slow this box: the grace applies
+    clock = FakeClock()
+    feed = TrainerStateFeed(out, clock=clock)
+    assert feed.read_tail() == [] and feed.activity.unreadable is None  # a torn read is normal for a moment
+    clock.now += UNREADABLE_AFTER_S / 2
+    assert feed.poll() == ([], False) and feed.activity.unreadable is None
+    clock.now += UNREADABLE_AFTER_S  # the same bytes, still unreadable: no longer a write in progress
+    assert feed.poll() == ([], False)
+    file, error = feed.activity.unreadable
+    assert file == "checkpoint-10/trainer_state.json" and "column" in error  # json's own position (line, column)
+    state = writer_state(open_watch_source(out), feed.activity)
+    assert state.problem() == f"checkpoint-10/trainer_state.json cannot be read ({error}): waiting for a whole write"
+    assert state.to_json()["unreadable"] == {"file": file, "error": error, "message": state.problem()}
+    state_file.write_text(whole)  # the writer finishes its write: the history is read, the problem gone
+    records, restarted = feed.poll()
+    assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 11)) and not restarted
+    assert feed.activity.unreadable is None
+    assert writer_state(open_watch_source(out), feed.activity).to_json()["unreadable"] is None
+
+
+def test_a_trainer_state_torn_long_ago_is_said_at_once_and_in_watch_json(tmp_path):
+    from core.watch.trainer_state import TrainerStateFeed
+
+    out = tmp_path / "hf_out"
+    state_file = write_checkpoint(out, 10, 40, MONTHS_AGO) / "trainer_state.json"
+    tear(state_file, when=MONTHS_AGO)
+    feed = TrainerStateFeed(out)
+    assert feed.read_tail() == []
+    assert feed.activity.unreadable[0] == "checkpoint-10/trainer_state.json"
+    result = subprocess.run([sys.executable, "-m", "core", "watch", str(out), "--json"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120,
+                            env={"TUNEDECK_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    unreadable = json.loads(result.stdout)["state"]["unreadable"]
+    assert unreadable["file"] == "checkpoint-10/trainer_state.json" and "column" in unreadable["error"]
+    assert "cannot be read" in unreadable["message"]
+
+
 def test_tensorboard_is_imported_only_by_a_feed(tmp_path):
     """Opening the app or a source never loads tensorboard (nor torch): only the file worker's feed does."""
     pytest.importorskip("tensorboard", reason="tensorboard is not installed: .venv/bin/pip install tensorboard")

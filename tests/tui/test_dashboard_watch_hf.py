@@ -72,3 +72,23 @@ def test_a_checkpoint_with_a_different_history_redraws_the_charts_from_it(tmp_pa
             assert "1.1" in chart_text(screen, "#chart-loss")[0]
 
     asyncio.run(scenario())
+
+
+def test_a_trainer_state_that_does_not_parse_is_said_in_the_header(tmp_path):
+    folder = tmp_path / "hf"
+    write_checkpoint(folder, 10, 0.05)
+    path = folder / "checkpoint-10" / "trainer_state.json"
+    path.write_bytes(path.read_bytes()[:200])  # a torn write that stays torn
+    long_ago = time.time() - 3600
+    os.utime(path, (long_ago, long_ago))
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(folder))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: "cannot be read" in str(screen.query_one("#dash-info").render()))
+            assert screen.source_problem.startswith("checkpoint-10/trainer_state.json cannot be read (")
+            assert screen.source_problem.endswith("): waiting for a whole write")
+
+    asyncio.run(scenario())

@@ -73,10 +73,11 @@ class RunStatusRead(Message):
     complete checkpoint (what resume and the after-training actions need)."""
 
     def __init__(self, status: str, reason: str, disk_free: int | None, disk_total: int | None,
-                 has_checkpoint: bool = False) -> None:
+                 has_checkpoint: bool = False, problem: str = "") -> None:
         super().__init__()
         self.status = status
         self.reason = reason
+        self.problem = problem  # a read-only source's file that has not parsed for a while, said in the header
         self.has_checkpoint = has_checkpoint
         self.disk_free = disk_free
         self.disk_total = disk_total
@@ -87,6 +88,8 @@ class RunStatusRead(Message):
 
 class DashboardFeed:
     """The file watcher, the app's GPU poll and their messages' handlers (mixed into DashboardScreen)."""
+
+    source_problem = ""  # "trainer_state.json cannot be read (…): …" while the watched file does not parse
 
     # --- workers ---------------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="dash-files", exit_on_error=False)
@@ -139,7 +142,7 @@ class DashboardFeed:
             from core.watch.activity import writer_state
 
             state = writer_state(self.source, self._activity)
-            self.post_message(RunStatusRead(state.status, state.label(), free, total))
+            self.post_message(RunStatusRead(state.status, state.label(), free, total, problem=state.problem()))
             return
         from core.runs import TERMINAL_STATES, RunDirectory, effective_status
 
@@ -260,6 +263,7 @@ class DashboardFeed:
         previous = self.status or None
         offered = (self.status, self.has_checkpoint)
         self.status, self.reason = message.status, message.reason
+        self.source_problem = message.problem
         self.has_checkpoint = message.has_checkpoint
         if offered != (self.status, self.has_checkpoint):
             self.refresh_bindings()  # footer, help and palette offer what applies now (check_action)

@@ -217,6 +217,8 @@ class DashboardHeader:
         line2 = _escape(fit_stats(parts, self._info_width()))
         if self.reason and status in TERMINAL_STATES and status != RunState.FINISHED:
             line2 += f"\n[$error]{_escape(self.reason)}[/]"
+        if self.source_problem:  # the watched file does not parse: say so, not just "waiting for metrics"
+            line2 += f"\n[$warning]{_escape(self.source_problem)}[/]"
         self.query_one("#dash-info", Static).update(line1 + "\n" + line2)
 
     def _info_width(self) -> int:
