@@ -192,6 +192,13 @@ def trade_off(other: Candidate, best: Candidate, request: PlanRequest) -> list[F
         ratio = other.tokens_per_s / best.tokens_per_s
         key = "plan.trade.faster" if ratio >= 1 else "plan.trade.slower"
         out.append(finding(key, ratio=round(ratio if ratio >= 1 else 1 / ratio, 2)))
+    if other.plan.seq_len != best.plan.seq_len:
+        out.append(finding("plan.trade.seq_len", seq=other.plan.seq_len, best=best.plan.seq_len))
+    if other.estimate is not None and (other.plan.offload != "none" or other.plan.offloads_activations):
+        ram = request.hardware.host_ram_gib
+        need = round(other.estimate.cpu_ram_gib, 1)
+        out.append(finding("plan.trade.host_ram_unknown", need=need) if ram is None else
+                   finding("plan.trade.host_ram", need=need, ram=round(ram, 1)))
     delta = round(other.peak_gib - best.peak_gib, 1)
     memory_key = ("plan.trade.memory_same" if delta == 0 else
                   "plan.trade.memory_more" if delta > 0 else "plan.trade.memory_less")

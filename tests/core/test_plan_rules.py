@@ -233,6 +233,27 @@ def test_a_reason_names_host_ram_when_that_is_the_limit_missed():
     assert "per GPU" in gpu_miss.text()
 
 
+def test_an_alternative_says_its_context_length_and_the_host_ram_its_offload_needs():
+    """The one-line trade-off left out what mattered: an alternative at half the recommended context
+    length, or one that offloads to over 1 TiB of host RAM, read as plainly faster or lighter."""
+    longest = recommend(request("Qwen2.5-7B", "8xA100-80GB", goal="longest_context", host_ram_gib=None))
+    best_seq = longest.best.plan.seq_len
+    shorter = [(c, trade) for c, trade in longest.alternatives if c.plan.seq_len != best_seq]
+    assert shorter
+    for candidate, trade in shorter:
+        words = "; ".join(f.text() for f in trade)
+        assert f"sequence {candidate.plan.seq_len} instead of {best_seq}" in words
+    offloaded = recommend(request("Qwen2.5-72B", "1xH200", host_ram_gib=None, dataset_p95_tokens=40))
+    alt = [(c, trade) for c, trade in offloaded.alternatives if c.plan.offload != "none"]
+    assert alt
+    candidate, trade = alt[0]
+    words = "; ".join(f.text() for f in trade)
+    assert f"needs {round(candidate.estimate.cpu_ram_gib, 1)} GiB of host RAM" in words and "not known" in words
+    known = recommend(request("Qwen2.5-72B", "1xH200", host_ram_gib=2048.0, dataset_p95_tokens=40))
+    words = ["; ".join(f.text() for f in trade) for c, trade in known.alternatives if c.plan.offload != "none"]
+    assert words and all("fits the 2048.0 GiB there is" in w for w in words)
+
+
 def test_overrides_are_parsed_and_bad_ones_say_what_is_allowed():
     assert parse_overrides(["method=qlora", "seq-len=4096", "gradient_checkpointing=off", "zero_stage=auto"]) == {
         "method": "qlora", "seq_len": 4096, "gradient_checkpointing": False}
