@@ -6,8 +6,10 @@ transformers are installed, else from the decoder layout of ``core.estimate.arch
 ``config.json`` is not at hand (a hub id not downloaded yet) is not checked here.
 
 ``model_problem`` says, before a run starts, whether its ``model`` can be had at all: a local folder with a
-config.json, the bundled ``tiny``, or a hub id ``owner/name`` (in the local cache, or downloadable: the hub
-must answer). A bare name such as ``tinny`` would only fail in the trainer, after a hub round trip.
+config.json and whole weights (``weights_problem``: a stopped download is refused, as the trainer would
+start it from random weights), the bundled ``tiny``, or a hub id ``owner/name`` (in the local cache, or
+downloadable: the hub must answer). A bare name such as ``tinny`` would only fail in the trainer, after a
+hub round trip.
 """
 
 from __future__ import annotations
@@ -90,6 +92,37 @@ def lora_targets_problem(model: str | None, targets: str | list[str], method: st
     return t("config.lora_targets_unknown", missing=", ".join(missing), model=model, known=", ".join(short))
 
 
+def _resume_hint(model_id: str, hub: str) -> str:
+    """The command that resumes a download of ``model_id`` (``hub`` as ``tunedeck models`` spells it)."""
+    return f"tunedeck models download {model_id}" + (" --hub hf" if hub == "hf" else "")
+
+
+def weights_problem(folder: Path, value: str) -> tuple[str, str] | None:
+    """``(severity, message)`` for a model folder (it has a config.json) whose weights are not whole,
+    else None. A download that is not finished (``.part`` files) is an error: its safetensors are
+    missing or cut, and the trainer would start from random weights. A folder with no weights at all
+    is an error when it is a download (a hub cache's or a tunedeck download's target: the weights never
+    came), and a warning elsewhere: a bare config.json is the trainer's random-init path (the bundled
+    ``tiny``, which passes, and the benchmarks' config-only folders), said so that it is never silent."""
+    from core.assets import is_tiny_model
+    from core.config.issues import ERROR, WARNING
+    from core.hub.local import hub_model_of, partial_files, weights_state
+
+    if is_tiny_model(str(folder)):
+        return None
+    state = weights_state(folder)
+    if state == "complete":
+        return None
+    owner = hub_model_of(folder)
+    resume = _resume_hint(owner[1], owner[0]) if owner else t("config.model_resume_unknown")
+    if state == "partial":
+        return ERROR, t("config.model_download_unfinished", path=value, count=len(partial_files(folder)),
+                        resume=resume)
+    if owner is not None:
+        return ERROR, t("config.model_no_weights_download", path=value, resume=resume)
+    return WARNING, t("config.model_no_weights", path=value)
+
+
 # A hub id as ModelScope and Hugging Face spell it: owner/name, letters, digits, '.', '-', '_'.
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -111,11 +144,18 @@ def model_problem(model: str, hub: str, probe: bool = True) -> tuple[str, str] |
     if looks_like_local_path(value) or path.exists():
         if not (path / "config.json").is_file():
             return ERROR, t("runs.model_missing", path=value)
-        return None
+        return weights_problem(path, value)
     if HUB_ID.match(value):
         from core.estimate.model_source import _cached_config
 
-        if _cached_config(value) is not None:
+        cached = _cached_config(value)
+        if cached is not None:
+            from core.hub.local import partial_files
+
+            if partial_files(cached.parent):  # a download of it was stopped: the cache holds a part
+                return ERROR, t("config.model_download_unfinished", path=str(cached.parent),
+                                count=len(partial_files(cached.parent)),
+                                resume=_resume_hint(value, "hf" if hub == "huggingface" else "modelscope"))
             return None
         from core.data.loading import HUB_HOSTS, _offline, hub_address, network_reachable
 

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from core.i18n import t
-from core.units import format_magnitude
+from core.units import format_magnitude, plural_key
 
 
 def register(subparsers: Any) -> None:
@@ -47,7 +47,8 @@ def register(subparsers: Any) -> None:
     download.set_defaults(handler=run_download)
 
     listing = sub.add_parser("list", help=t("hub.help.list"), description=t("hub.help.list"))
-    common(listing)
+    listing.add_argument("--hub", choices=HUBS, default=None, help=t("hub.help.list_hub"))
+    listing.add_argument("--json", action="store_true", help=t("hub.help.json"))
     listing.set_defaults(handler=run_list)
 
 
@@ -348,6 +349,30 @@ def run_download(args: argparse.Namespace) -> int:
     raise CliError(t("hub.cli.download_failed", model=plan.model_id, error=status.error or status.status), 3)
 
 
+def _incomplete_reason(model: Any, download: Any) -> str:
+    """Why a model on disk cannot be trained as it is, and what to do: the command that resumes its
+    download (a hub's model), or what the folder lacks (one of the user's)."""
+    from core.hub.local import partial_files
+
+    hub = "" if model.source == "folder" else model.source
+    # without a config.json the folder's name may be no model's id (a stray folder): no id is made up
+    model_id = model.model_id if model.has_config else t("hub.cli.owner_name")
+    resume = (f"tunedeck models download {model_id}" + (" --hub hf" if hub == "hf" else "")) if hub else ""
+    stopped = download.status if download is not None and download.status != "done" else ""
+    if model.weights == "partial":
+        count = len(partial_files(model.path))
+        key = plural_key("hub.cli.incomplete.partial", count)
+    elif not model.has_config:
+        key, count = "hub.cli.incomplete.no_config", 0
+    else:
+        key, count = "hub.cli.incomplete.no_weights", 0
+    text = t(key, count=count)
+    if stopped:
+        text = t("hub.cli.incomplete.download", status=stopped) + " " + text
+    return text + " " + (t("hub.cli.incomplete.resume", command=resume) if resume
+                         else t("hub.cli.incomplete.folder"))
+
+
 def run_list(args: argparse.Namespace) -> int:
     from core.hub.download import human_bytes, list_downloads
     from core.hub.hf_source import hf_hub_cache
@@ -357,14 +382,20 @@ def run_list(args: argparse.Namespace) -> int:
 
     models = list_local_models(user_model_dirs(load_settings()))
     downloads = list_downloads()
+    if args.hub:  # one hub's models and downloads; the user's own folders belong to none
+        models = [m for m in models if m.source == args.hub]
+        downloads = [d for d in downloads if d.hub == args.hub]
+    records = {(d.hub, d.model_id): d for d in downloads}
     bundled = bundled_models()
     if args.json:
-        print(json.dumps({"models": [m.to_json() for m in models],
+        print(json.dumps({"models": [{**m.to_json(), "download": getattr(records.get((m.source, m.model_id)),
+                                                                         "status", None)} for m in models],
                           "downloads": [d.to_json() for d in downloads],
                           "bundled": [b.to_json() for b in bundled]}, indent=2))
         return 0
-    complete = [m for m in models if m.has_config]
-    incomplete = [m for m in models if not m.has_config]  # a download that failed or was stopped early
+    complete = [m for m in models if m.complete]
+    # a download that failed, was stopped or is still going: not a model to train yet
+    incomplete = [m for m in models if not m.complete]
     if not complete:
         print(t("hub.cli.local_none", ms=modelscope_cache_root(), hf=hf_hub_cache()), file=sys.stderr)
     else:
@@ -375,7 +406,9 @@ def run_list(args: argparse.Namespace) -> int:
     if incomplete:
         print(t("hub.cli.incomplete_header"), file=sys.stderr)
         for model in incomplete:
-            print(f"{model.source:<10} {human_bytes(model.size_bytes):>10}  {model.path}")
+            name = model.model_id if model.has_config else ""  # a stray folder is named by its path only
+            print(f"{model.source:<10} {name:<48} {human_bytes(model.size_bytes):>10}  {model.path}")
+            print(f"{'':<10} {_incomplete_reason(model, records.get((model.source, model.model_id)))}")
     print(t("hub.cli.bundled_header"), file=sys.stderr)
     for item in bundled:
         print(f"{item.name:<20} {t('hub.cli.bundled.' + item.kind)}")

@@ -30,10 +30,39 @@ class LocalModel:
     size_bytes: int
     last_used: float  # newest access or change time of its files (epoch seconds)
     has_config: bool
+    weights: str = "complete"  # one of WEIGHT_STATES: complete | partial | none
+
+    @property
+    def complete(self) -> bool:
+        """A model that can be trained as it is: its config.json and whole weights are there."""
+        return self.has_config and self.weights == "complete"
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "id": self.model_id, "path": str(self.path), "size_bytes": self.size_bytes,
-                "last_used": self.last_used, "has_config": self.has_config}
+                "last_used": self.last_used, "has_config": self.has_config, "weights": self.weights,
+                "complete": self.complete, "partial": self.weights == "partial"}
+
+
+# Files a download leaves while it is not finished: tunedeck's downloader (``<name>.part``) and the
+# Hugging Face cache (``blobs/<hash>.incomplete``).
+PARTIAL_PATTERNS = ("*.part", "*.incomplete")
+WEIGHT_STATES = ("complete", "partial", "none")
+
+
+def partial_files(path: Path) -> list[Path]:
+    """The unfinished download files anywhere under ``path``."""
+    return sorted(item for pattern in PARTIAL_PATTERNS for item in path.rglob(pattern) if item.is_file())
+
+
+def weights_state(path: Path, model_dir: Path | None = None) -> str:
+    """``partial`` when a download under ``path`` is not finished (a ``.part`` file), ``none`` when
+    ``model_dir`` (the folder with config.json; ``path`` by default) holds no weights at all (the
+    trainer's own test, ``core.train.model_setup.has_weights``), else ``complete``."""
+    from core.train.model_setup import has_weights
+
+    if partial_files(path):
+        return "partial"
+    return "complete" if has_weights(model_dir or path) else "none"
 
 
 def _measure(path: Path) -> tuple[int, float]:
@@ -60,8 +89,10 @@ def _measure(path: Path) -> tuple[int, float]:
 def _entry(source: str, model_id: str, path: Path, config_search: Path | None = None) -> LocalModel:
     size, newest = _measure(path)
     search = config_search or path
-    has_config = (search / "config.json").exists() or any(search.glob("*/config.json"))
-    return LocalModel(source, model_id, path, size, newest, has_config)
+    configs = [search / "config.json"] if (search / "config.json").exists() else sorted(search.glob("*/config.json"))
+    has_config = bool(configs)
+    weights = weights_state(path, configs[0].parent if configs else search)
+    return LocalModel(source, model_id, path, size, newest, has_config, weights)
 
 
 def _modelscope_models() -> list[LocalModel]:
@@ -179,6 +210,32 @@ def list_local_models(extra_dirs: list[str] | None = None) -> list[LocalModel]:
     """Every model folder in the hub caches and in ``extra_dirs``, most recently used first."""
     models = _modelscope_models() + _hf_models() + _folder_models(extra_dirs or [])
     return sorted(models, key=lambda m: m.last_used, reverse=True)
+
+
+def hub_model_of(folder: Path) -> tuple[str, str] | None:
+    """``(hub, model id)`` of the download ``folder`` belongs to: a tunedeck download's target, else a
+    model of the ModelScope or Hugging Face cache; None for a folder of the user's own."""
+    from core.hub.download import list_downloads
+
+    try:
+        target = folder.resolve()
+    except OSError:
+        return None
+
+    def inside(root: Path | str) -> bool:
+        try:
+            root = Path(root).resolve()
+        except OSError:
+            return False
+        return target == root or root in target.parents
+
+    for job in list_downloads():
+        if job.target_dir and inside(job.target_dir):
+            return job.hub, job.model_id
+    for model in _modelscope_models() + _hf_models():
+        if inside(model.path):
+            return model.source, model.model_id
+    return None
 
 
 class DeleteRefusedError(TunedeckError, ValueError):

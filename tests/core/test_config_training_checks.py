@@ -154,3 +154,43 @@ def test_train_check_json_lists_the_precision_fallback_it_warns_about(tmp_path):
     data = json.loads(proc.stdout)
     assert data["config"]["precision"] == "fp32"
     assert [w for w in data["warnings"] if "precision bf16 needs a GPU" in w] and "needs a GPU" in proc.stderr
+
+
+def _model_folder(folder: Path, *weights: str) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "tokenizer.json").write_text("{}")
+    for name in weights:
+        (folder / name).write_bytes(b"x" * 16)
+    return folder
+
+
+def test_a_model_folder_without_complete_weights_is_refused_at_the_model_line(tmp_path):
+    """A stopped download (config, tokenizer and a ``.part``) would train from random weights: refused at
+    the model key's file:line with the way on; a folder of the hub cache with no weights at all too."""
+    partial = _model_folder(tmp_path / "partial", "model.safetensors.part")
+    path = write(tmp_path, f"dataset: data.jsonl\nmodel: {partial}\n")
+    [found] = problems(path)
+    assert found.startswith(f"{path}:2: model: model folder {partial} holds a download that is not finished")
+    assert "random weights" in found and "tunedeck models download OWNER/NAME resumes it" in found
+    cached = _model_folder(tmp_path / "ms" / "models" / "Org" / "Model")
+    [found] = problems(write(tmp_path, f"dataset: data.jsonl\nmodel: {cached}\n"))
+    assert "has a config.json but no weights" in found and "tunedeck models download Org/Model resumes it" in found
+    whole = _model_folder(tmp_path / "whole", "model.safetensors")
+    assert load_run_config(write(tmp_path, f"model: {whole}\ndataset: data.jsonl\n"), for_training=True).warnings == []
+
+
+def test_a_config_only_folder_of_the_user_trains_from_random_weights_with_a_warning(tmp_path):
+    """A bare config.json is the random-init path (the benchmarks' folders): allowed, never silent."""
+    bare = _model_folder(tmp_path / "bench-7b")
+    config = load_run_config(write(tmp_path, f"model: {bare}\ndataset: data.jsonl\n"), for_training=True)
+    assert [w.key for w in config.warnings] == ["model"]
+    assert "starts from random weights" in config.warnings[0].message
+
+
+def test_train_check_refuses_a_partial_model_folder_given_as_an_override(tmp_path):
+    partial = _model_folder(tmp_path / "partial", "model.safetensors.part")
+    write(tmp_path, "model: tiny\ndataset: data.jsonl\n")
+    proc = _tunedeck(tmp_path, "train", "run.yaml", "--check", f"model={partial}")
+    assert proc.returncode == 2, proc.stderr
+    assert "not finished" in proc.stderr and "all checks passed" not in proc.stderr + proc.stdout

@@ -207,3 +207,36 @@ def test_file_gone_from_the_hub_fails_with_the_reason(hub_server):
     del hub_server.hub.repos["Qwen/Qwen2.5-Tiny-Instruct"].files["tokenizer.json"]
     status = wait_for_download(start_download(plan), 30)
     assert status.status == "failed" and "404" in status.error and "tokenizer.json" in status.error
+
+
+def test_a_cancelled_download_is_listed_incomplete_and_refused_for_training(hub_server, capsys):
+    """A stopped download leaves config.json and a ``model.safetensors.part``: ``models list`` sets it
+    apart with the command that resumes it, and ``model_problem`` (train, train --check) refuses its
+    folder and its id, instead of a run that would start from random weights."""
+    from core.cli import main
+    from core.config.model_checks import model_problem
+    from core.hub.download import cancel_download
+
+    hub_server.hub.stall_at = 128 * 1024
+    plan = _plan()
+    job = start_download(plan)
+    _wait_until_stalled(job, plan)
+    assert cancel_download(job)
+    hub_server.hub.stall_release.set()
+    assert wait_for_download(job, 30).status == "cancelled"
+    assert (plan.target_dir / "config.json").is_file()
+
+    assert main(["models", "list", "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)["models"]
+    assert listed["id"] == "Qwen/Qwen2.5-Tiny-Instruct" and listed["has_config"]
+    assert listed["complete"] is False and listed["partial"] is True and listed["download"] == "cancelled"
+    assert main(["models", "list"]) == 0
+    out, err = capsys.readouterr()
+    assert "Models on disk" not in err and "Incomplete" in err
+    assert "download cancelled; download not finished (1 .part file): " \
+           "tunedeck models download Qwen/Qwen2.5-Tiny-Instruct resumes it" in out
+
+    for name in (str(plan.target_dir), "Qwen/Qwen2.5-Tiny-Instruct"):
+        severity, message = model_problem(name, "modelscope", probe=False)
+        assert severity == "error" and "not finished" in message and "random weights" in message
+        assert "tunedeck models download Qwen/Qwen2.5-Tiny-Instruct resumes it" in message

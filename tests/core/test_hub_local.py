@@ -142,9 +142,10 @@ def test_cli_list_sets_apart_a_folder_without_config(home, capsys):
     """A failed download leaves an empty folder: it is not listed as a model, but apart, with what to do."""
     (home / "ms" / "models" / "tinny" / "snapshots").mkdir(parents=True)
     _write(home / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B" / "config.json", 10)
+    _write(home / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B" / "model.safetensors", 10)
     assert main(["models", "list"]) == 0
     out, err = capsys.readouterr()
-    models_part, _, incomplete_part = err.partition("Incomplete (no config.json")
+    models_part, _, incomplete_part = (err + out).partition("Incomplete (")
     assert "Qwen/Qwen2.5-0.5B" in out and "tinny" in out
     lines = out.splitlines()
     qwen = next(i for i, line in enumerate(lines) if "Qwen/Qwen2.5-0.5B" in line)
