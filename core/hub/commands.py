@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from core.i18n import t
-from core.units import format_magnitude, plural_key
+from core.units import format_duration, format_magnitude, plural_key
 
 
 def register(subparsers: Any) -> None:
@@ -269,6 +269,73 @@ def _box_gpus() -> list[tuple[str | None, int | None]]:
     return [(gpu.name, gpu.memory_total_bytes) for gpu in snapshot.gpus]
 
 
+class ProgressPrinter:
+    """The download's progress on ``stream``. On a terminal: one line rewritten in place, cut to the
+    terminal's width (a longer one wraps, and ``\\r`` rewinds only its last row) and cleared to its end.
+    Elsewhere (a log, a pipe): a plain line at every tenth of the download and at least every
+    ``PLAIN_EVERY_S`` seconds, so that a log never looks hung."""
+
+    PLAIN_EVERY_S = 30.0
+    PLAIN_STEP = 10  # percent
+
+    def __init__(self, stream: Any, clock: Any = time.monotonic) -> None:
+        self.stream = stream
+        self.clock = clock
+        try:
+            self.tty = bool(stream.isatty())
+        except (AttributeError, ValueError):
+            self.tty = False
+        self.last_line = ""
+        self.last_plain = clock()
+        self.next_step = self.PLAIN_STEP
+        self.rewritten = False
+
+    def width(self) -> int:
+        """Columns of the terminal ``stream`` is on (the environment's COLUMNS, else 80, when unknown)."""
+        import os
+        import shutil
+
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            return shutil.get_terminal_size().columns
+
+    def line(self, status: Any) -> str:
+        from core.hub.download import human_bytes
+
+        return t("hub.cli.download_progress", done=human_bytes(status.bytes_done),
+                 total=human_bytes(status.bytes_total), rate=human_bytes(status.rate_bps),
+                 eta=format_duration(status.eta_s), file=status.current_file or "").rstrip()
+
+    def show(self, status: Any) -> None:
+        line = self.line(status)
+        if self.tty:
+            if line != self.last_line:
+                from core.text_width import truncate
+
+                # one cell short of the width: a line that fills the last column wraps on some terminals
+                self.stream.write("\r" + truncate(line, max(10, self.width() - 1)) + "\x1b[K")
+                self.stream.flush()
+                self.rewritten = True
+            self.last_line = line
+            return
+        now = self.clock()
+        percent = int(status.bytes_done * 100 // status.bytes_total) if status.bytes_total else 0
+        if percent >= self.next_step or now - self.last_plain >= self.PLAIN_EVERY_S:
+            self.stream.write(t("hub.cli.download_progress_plain", percent=percent, line=line) + "\n")
+            self.stream.flush()
+            self.last_plain = now
+            while self.next_step <= percent:
+                self.next_step += self.PLAIN_STEP
+
+    def end(self) -> None:
+        """Leave the rewritten line behind (the next message starts on a line of its own)."""
+        if self.rewritten:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.rewritten = False
+
+
 def run_download(args: argparse.Namespace) -> int:
     from core.hub.download import (
         cancel_download,
@@ -302,7 +369,7 @@ def run_download(args: argparse.Namespace) -> int:
         print(t("hub.cli.download_plan", count=len(plan.files), size=human_bytes(plan.total_bytes),
                 model=plan.model_id, path=plan.target_dir), file=sys.stderr)
         if plan.skipped:
-            print(t("hub.cli.download_skipped", count=len(plan.skipped),
+            print(t(plural_key("hub.cli.download_skipped", len(plan.skipped)), count=len(plan.skipped),
                     size=human_bytes(sum(f.size for f in plan.skipped)),
                     names=", ".join(f.path for f in plan.skipped[:5])), file=sys.stderr)
     job_dir = start_download(plan, hub_token(args.hub))
@@ -313,26 +380,20 @@ def run_download(args: argparse.Namespace) -> int:
             print(t("hub.cli.download_started", path=job_dir), file=sys.stderr)
         return 0
     status = None
-    last_line = ""
+    progress = ProgressPrinter(sys.stderr)
     try:
         while True:
             status = read_status(job_dir)
             if status is not None and not status.active:
                 break
             if status is not None and not args.json:
-                eta = "?" if status.eta_s is None else f"{int(status.eta_s // 60)}:{int(status.eta_s % 60):02d}"
-                line = t("hub.cli.download_progress", done=human_bytes(status.bytes_done),
-                         total=human_bytes(status.bytes_total), rate=human_bytes(status.rate_bps), eta=eta,
-                         file=status.current_file or "")
-                if line != last_line and sys.stderr.isatty():
-                    print("\r" + line[:120].ljust(120), end="", file=sys.stderr, flush=True)
-                last_line = line
+                progress.show(status)
             time.sleep(0.2)
     except KeyboardInterrupt:
-        print("\n" + t("hub.cli.download_detached"), file=sys.stderr)
+        progress.end()
+        print(t("hub.cli.download_detached"), file=sys.stderr)
         return 130
-    if sys.stderr.isatty() and last_line:
-        print(file=sys.stderr)
+    progress.end()
     assert status is not None
     if args.json:
         print(json.dumps(status.to_json(), indent=2))

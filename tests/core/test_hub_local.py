@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -164,3 +165,68 @@ def test_bundled_models_sort_by_size_not_as_text():
     assert names[0] == "tiny"
     assert qwen == ["Qwen2.5-0.5B", "Qwen2.5-1.5B", "Qwen2.5-3B", "Qwen2.5-7B", "Qwen2.5-14B", "Qwen2.5-32B",
                     "Qwen2.5-72B"]
+
+
+def _status(done, total, eta=3.0, current="model-00001-of-00004.safetensors"):
+    from pathlib import Path
+
+    from core.hub.download import DownloadStatus
+
+    return DownloadStatus(job_dir=Path("."), hub="modelscope", model_id="qa/Big-Slow-7B", target_dir="",
+                          status="running", bytes_done=done, bytes_total=total, current_file="x" * 100 + current,
+                          rate_bps=1.5e6, eta_s=eta, files_done=0, files_total=4, error=None, pid=1, updated=0.0)
+
+
+class _Terminal(io.StringIO):
+    """stderr on an 80-column terminal."""
+
+    def isatty(self):
+        return True
+
+
+def test_download_progress_fits_an_80_column_terminal(monkeypatch):
+    from core.hub.commands import ProgressPrinter
+
+    stream = _Terminal()
+    printer = ProgressPrinter(stream)
+    monkeypatch.setattr(printer, "width", lambda: 80)
+    printer.show(_status(1_000_000, 10_000_000))
+    printer.show(_status(2_000_000, 10_000_000, eta=65.0))
+    printer.end()
+    rows = stream.getvalue().split("\r")[1:]
+    assert len(rows) == 2
+    for row in rows:
+        text = row.rstrip("\n").removesuffix("\x1b[K")
+        assert len(text) < 80 and row.rstrip("\n").endswith("\x1b[K")  # cut to fit, the rest cleared
+    assert "ETA 0:03" in rows[0] and "ETA 1:05" in rows[1]  # core.units.format_duration, as elsewhere
+    assert stream.getvalue().endswith("\n")
+
+
+def test_download_progress_in_a_log_is_a_line_every_tenth_or_half_minute():
+    from core.hub.commands import ProgressPrinter
+
+    now = [0.0]
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream, clock=lambda: now[0])
+    for done in range(0, 101, 2):  # 2 % at a time, a second apart
+        now[0] += 1.0
+        printer.show(_status(done * 100_000, 10_000_000))
+    lines = stream.getvalue().splitlines()
+    assert "\r" not in stream.getvalue() and "\x1b" not in stream.getvalue()
+    assert [line.split("%")[0].strip() for line in lines] == [str(p) for p in range(10, 101, 10)]
+    stream.truncate(0)
+    stream.seek(0)
+    stalled = ProgressPrinter(stream, clock=lambda: now[0])
+    for _ in range(61):  # no progress for a minute: a line at 30 s and at 60 s
+        now[0] += 1.0
+        stalled.show(_status(0, 10_000_000))
+    assert len(stream.getvalue().splitlines()) == 2
+
+
+def test_cli_download_says_one_skipped_file_in_the_singular(home, monkeypatch, capsys):
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        assert main(["models", "download", "Qwen/Qwen2.5-7B-Instruct"]) == 0
+    err = capsys.readouterr().err
+    assert "Skipping 1 file (1.0 kB) in another weight format: model.gguf" in err and "1 files" not in err
+    assert "Done: Qwen/Qwen2.5-7B-Instruct" in err
