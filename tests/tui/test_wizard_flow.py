@@ -191,6 +191,32 @@ def test_model_from_the_browser_is_the_default_and_app_keys_still_work(private_h
     run(scenario())
 
 
+def test_a_model_handed_over_again_replaces_the_model_line(private_home):
+    """Plan Qwen2.5-72B, go to another screen, hand over Qwen2.5-7B (as Models' p does): the field said
+    Qwen2.5-7B but the line under it still described the 72B (80 layers, hidden 8192). CPU box (fake)."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.wizard_model = "Qwen2.5-72B"
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard")
+            w = wizard(app)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 1)
+            info = w.query_one("#model-info")
+            assert "80 layers" in str(info.render())
+            await pilot.press("r")
+            await wait_for(pilot, lambda: app.current_mode == "runs")
+            app.wizard_model = "Qwen2.5-7B"
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard" and w.step == 0)
+            assert w.query_one("#model-input").value == "Qwen2.5-7B"
+            await wait_for(pilot, lambda: "28 layers" in str(info.render()))
+            assert "80 layers" not in str(info.render()) and "8192" not in str(info.render())
+
+    run(scenario())
+
+
 def test_dataset_file_picker_previews_the_picked_file(private_home, tmp_path, monkeypatch):
     data = tmp_path / "work" / "mine.jsonl"
     data.parent.mkdir()

@@ -209,6 +209,9 @@ class WizardScreen(Screen[None]):
         model = getattr(self.app, "wizard_model", None)
         if model and model != self.query_one("#model-input", Input).value:
             self.query_one("#model-input", Input).value = model
+            # the line under the field describes this model, not the one planned before (a bundled config
+            # or the local cache: read from disk, as Enter does)
+            self._check_model()
             self._show_step(0)
 
     # --- steps ---------------------------------------------------------------------------------------
