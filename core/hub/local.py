@@ -244,12 +244,41 @@ class DeleteRefusedError(TunedeckError, ValueError):
     exit_code = EXIT_USAGE
 
 
+def _download_records_of(model: LocalModel, target: Path) -> list[Any]:
+    """The download records (``core.hub.download``) of ``model``: its hub and id, or a target folder
+    inside ``target``."""
+    from core.hub.download import list_downloads
+
+    found = []
+    for job in list_downloads():
+        try:
+            inside = bool(job.target_dir) and (Path(job.target_dir).resolve() == target
+                                               or target in Path(job.target_dir).resolve().parents)
+        except OSError:
+            inside = False
+        if inside or (job.hub == model.source and job.model_id == model.model_id):
+            found.append(job)
+    return found
+
+
 def delete_local_model(model: LocalModel, extra_dirs: list[str] | None = None) -> int:
-    """Delete ``model``'s folder; returns the bytes freed. Only a folder the listing finds is deleted."""
+    """Delete ``model``'s folder and the record of its download (``models list`` would still show it
+    done); returns the bytes freed. Only a folder the listing finds is deleted, and none while a
+    download into it runs: that is refused, nothing deleted (cancel the download first)."""
+    from core.hub.download import downloader_alive
+
     known = {m.path.resolve() for m in list_local_models(extra_dirs)}
     target = model.path.resolve()
     if target not in known:
         raise DeleteRefusedError(t("hub.local.delete_refused", path=str(model.path)))
+    records = _download_records_of(model, target)
+    running = next((job for job in records if job.active and downloader_alive(job.job_dir)), None)
+    if running is not None:
+        cancel = f"tunedeck models download {running.model_id}" + (" --hub hf" if running.hub == "hf" else "")
+        raise DeleteRefusedError(t("hub.local.delete_downloading", model=running.model_id, path=str(model.path),
+                                   cancel=cancel + " --cancel"))
     size, _ = _measure(target)
     shutil.rmtree(target)
+    for job in records:
+        shutil.rmtree(job.job_dir, ignore_errors=True)
     return size

@@ -240,3 +240,31 @@ def test_a_cancelled_download_is_listed_incomplete_and_refused_for_training(hub_
         severity, message = model_problem(name, "modelscope", probe=False)
         assert severity == "error" and "not finished" in message and "random weights" in message
         assert "tunedeck models download Qwen/Qwen2.5-Tiny-Instruct resumes it" in message
+
+
+def test_deleting_a_model_removes_its_download_record_and_is_refused_while_it_downloads(hub_server):
+    """After a delete, ``models list`` showed the download 'done' still, its record left behind; a model
+    still downloading is not deleted under its downloader (refused with the way to stop it)."""
+    from core.hub.download import cancel_download, list_downloads
+    from core.hub.local import DeleteRefusedError, delete_local_model, list_local_models
+
+    plan = _plan()
+    job = start_download(plan)
+    assert wait_for_download(job, 60).status == "done"
+    [model] = list_local_models()
+    assert [d.status for d in list_downloads()] == ["done"]
+    assert delete_local_model(model) > 0
+    assert list_downloads() == [] and not job.exists() and not plan.target_dir.exists()
+
+    hub_server.hub.stall_at = 128 * 1024
+    job = start_download(plan)
+    _wait_until_stalled(job, plan)
+    [model] = list_local_models()
+    with pytest.raises(DeleteRefusedError, match=r"still downloading .*Qwen2.5-Tiny-Instruct --cancel"):
+        delete_local_model(model)
+    assert plan.target_dir.exists() and read_status(job).active
+    assert cancel_download(job)
+    hub_server.hub.stall_release.set()
+    assert wait_for_download(job, 30).status == "cancelled"
+    delete_local_model(list_local_models()[0])  # a stopped partial goes with its record too
+    assert list_downloads() == [] and not plan.target_dir.exists()
