@@ -2,6 +2,8 @@
 
 Stylesheets use only theme variables ($primary, $panel, $error …), so every screen follows the theme.
 The high-contrast theme keeps to plain, saturated colours that map cleanly onto 256-colour terminals.
+Text that carries information stays at 4.5:1 or more against what it is drawn on, and borders at 3:1, as
+defined and once a 256-colour terminal rounds the colours (tests/tui/test_theme_contrast.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ LIGHT = Theme(
     name="tunedeck-light",
     primary="#0A6C94",
     secondary="#5B4DB3",
-    accent="#B35900",
+    # Darker than a "light theme orange": it is the footer's key colour on $panel, and #B35900 became
+    # 130 on 188 in 256 colours (3.3:1). This one stays >= 4.5:1 on background, surface and panel there too.
+    accent="#704A00",
     warning="#9A5B00",
     error="#B3261E",
     success="#2E7D32",
@@ -38,6 +42,8 @@ LIGHT = Theme(
     surface="#ECEFF3",
     panel="#DDE3EA",
     dark=False,
+    # Textual's muted text (foreground at 60%) is 4.2:1 here; placeholders and card borders use it.
+    variables={"foreground-muted": "#565D67"},
 )
 
 HIGH_CONTRAST = Theme(

@@ -195,7 +195,8 @@ class GpuCard(Widget):
     """One GPU: full card (bars, two history rows, details) or one compact line."""
 
     DEFAULT_CSS = """
-    GpuCard { height: 7; border: round $panel-lighten-2; padding: 0 1; border-title-color: $primary; }
+    GpuCard { height: 7; border: round $foreground-muted; padding: 0 1;
+              border-title-color: $primary; border-subtitle-color: $foreground; }
     GpuCard.-compact { height: 1; border: none; padding: 0; }
     """
 
