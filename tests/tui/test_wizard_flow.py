@@ -217,6 +217,36 @@ def test_a_model_handed_over_again_replaces_the_model_line(private_home):
     run(scenario())
 
 
+def test_the_plan_keys_are_offered_only_on_the_plan_step(private_home):
+    """Help and Ctrl+P offered Save YAML, Launch, Probe, Overrides, Clear overrides and Take alternative
+    1-3 on steps 1-4, where they do nothing; a key that does not apply is not offered. CPU box (fake)."""
+    from core.i18n import t
+    from tui.screens.help import HelpScreen
+
+    plan_keys = {t("wizard.key.save"), t("wizard.key.launch"), t("wizard.key.probe"), t("wizard.key.overrides"),
+                 t("wizard.key.clear"), *(t("wizard.key.alternative", n=n) for n in (1, 2, 3))}
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard")
+            w = wizard(app)
+            assert not plan_keys & {c.title for c in app.get_system_commands(w)}
+            await pilot.press("f1")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+            text = " ".join(screen_text(app).split())
+            assert t("wizard.key.next") in text
+            assert not [key for key in plan_keys if key in text]
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is w)
+            w = await to_result(pilot, app)
+            titles = {c.title for c in app.get_system_commands(w)}
+            assert {t("wizard.key.save"), t("wizard.key.launch"), t("wizard.key.overrides")} <= titles
+
+    run(scenario())
+
+
 def test_dataset_file_picker_previews_the_picked_file(private_home, tmp_path, monkeypatch):
     data = tmp_path / "work" / "mine.jsonl"
     data.parent.mkdir()

@@ -246,7 +246,7 @@ class WizardScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         on_result = STEPS[self.step] == "result"
         if action in ("save", "launch", "probe", "overrides", "clear_overrides", "alternative"):
-            return True if on_result else None
+            return on_result  # the plan's keys: not offered at all before there is a plan (footer, ?, Ctrl+P)
         if action == "edit":
             return None if on_result else True
         if action == "next_step":  # the last step: Enter or s saves, l launches; PgDn has nowhere to go
