@@ -138,6 +138,13 @@ def status_problem(hub: str, endpoint: str, status: int, what: str, detail: str 
     a search, where a 404 means the endpoint is not a hub rather than a missing model)."""
     name, env, token_env = HUB_NAMES[hub], ENDPOINT_ENV[hub], TOKEN_ENV[hub]
     if status == 401 and operation != "search":
+        from core.hub.tokens import token_source
+
+        source = token_source(hub)
+        if source is not None:  # a token was sent and refused: setting one is not the advice
+            return HubProblem("access", hub, endpoint,
+                              t("hub.error.token_rejected", hub=name, what=what, source=source), (), detail,
+                              status=status)
         return HubProblem("access", hub, endpoint, t("hub.error.unauthorised", hub=name, what=what, env=token_env),
                           (), detail, status=status)
     if status == 403 and operation != "search":

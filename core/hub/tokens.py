@@ -56,6 +56,15 @@ def hub_token(hub: str) -> str | None:
     return _file_tokens().get(hub) or None
 
 
+def token_source(hub: str) -> str | None:
+    """Where the token ``hub_token`` hands out comes from: the environment variable's name, else the
+    token file's path; None when there is no token (what a 401 tells the user to do depends on it)."""
+    for name in TOKEN_ENV.get(hub, ()):
+        if os.environ.get(name, "").strip():
+            return name
+    return str(token_file()) if _file_tokens().get(hub) else None
+
+
 def save_hub_token(hub: str, token: str) -> Path:
     """Store ``token`` for ``hub`` in the token file (mode 0600)."""
     if hub not in TOKEN_ENV:

@@ -189,3 +189,18 @@ def test_cli_list_names_the_bundled_models(capsys):
     assert main(["models", "list"]) == 0
     out = capsys.readouterr().out
     assert "tiny" in out and "built-in, trains offline" in out
+
+
+@pytest.mark.parametrize(("hub", "env"), [("modelscope", "MODELSCOPE_API_TOKEN"), ("hf", "HF_TOKEN")])
+def test_a_rejected_token_is_said_so_not_advised_to_be_set(hub, env, monkeypatch, capsys):
+    """With a wrong token set, the 401 said 'set {env} to a token with access' though it was set."""
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv(ENV[hub], server.url)
+        assert main(["models", "info", "acme/private-model", "--hub", hub]) == 3
+        err = capsys.readouterr().err
+        assert "needs a login" in err and f"Set {env} to a token" in err  # no token: log in
+        monkeypatch.setenv(env, "bad-token")
+        assert main(["models", "info", "acme/private-model", "--hub", hub]) == 3
+        err = capsys.readouterr().err
+        assert f"the token in {env} was rejected (401)" in err and "wrong or expired" in err
+        assert "needs a login" not in err and "bad-token" not in err
