@@ -26,6 +26,7 @@ from core.hub.records import (
     SearchQuery,
     in_size_class,
     parameters_from_name,
+    usable_id,
 )
 from core.i18n import t
 
@@ -222,7 +223,8 @@ class HfSource:
                            sort=_SORT_KEYS.get(query.sort), limit=wanted + 1)
         more = len(infos) > wanted
         page = infos[(query.page - 1) * query.page_size: wanted]
-        items = tuple(s for s in (self._summary(info) for info in page) if in_size_class(s.params, query.size_class))
+        items = tuple(s for s in (self._summary(info) for info in page)
+                      if in_size_class(s.params, query.size_class) and usable_id(s.model_id))
         total = (query.page - 1) * query.page_size + len(page) + (1 if more else 0)
         return SearchPage(items=items, total=total, page=query.page, page_size=query.page_size)
 

@@ -22,6 +22,7 @@ from core.hub.records import (
     SearchQuery,
     in_size_class,
     parameters_from_name,
+    usable_id,
 )
 from core.i18n import t
 
@@ -131,7 +132,8 @@ class ModelScopeSource:
         page = self._call(query.text or "*", self._api.list_repos, "model", operation="search",
                           search=query.text or None, owner=query.owner or None, sort=_SORT_KEYS.get(query.sort),
                           page_number=query.page, page_size=query.page_size, **filters)
-        items = tuple(s for s in (self._summary(info) for info in page.items) if in_size_class(s.params, query.size_class))
+        items = tuple(s for s in (self._summary(info) for info in page.items)
+                      if in_size_class(s.params, query.size_class) and usable_id(s.model_id))
         total = min(int(page.total_count or 0), MAX_LISTED)
         return SearchPage(items=items, total=total, page=query.page, page_size=query.page_size)
 

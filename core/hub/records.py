@@ -25,6 +25,13 @@ def is_hub_id(text: str) -> bool:
     return bool(_HUB_ID.fullmatch(text)) and ".." not in text
 
 
+def usable_id(model_id: str) -> bool:
+    """Whether a search result can be opened, downloaded and trained by its id: one ``is_hub_id``
+    accepts. The hubs' ids are ASCII; a result whose id is not (a mirror's, a test server's) would be a
+    dead end in the list (info and download refuse it), so the searches leave it out."""
+    return is_hub_id(model_id)
+
+
 def parameters_from_name(model_id: str) -> int | None:
     """The parameter count a model's name states (``Qwen2.5-7B`` -> 7e9, ``8x7B`` -> 56e9), if any."""
     name = model_id.rsplit("/", 1)[-1].replace("_", "-")

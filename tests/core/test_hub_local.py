@@ -230,3 +230,19 @@ def test_cli_download_says_one_skipped_file_in_the_singular(home, monkeypatch, c
     err = capsys.readouterr().err
     assert "Skipping 1 file (1.0 kB) in another weight format: model.gguf" in err and "1 files" not in err
     assert "Done: Qwen/Qwen2.5-7B-Instruct" in err
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_search_leaves_out_a_result_whose_id_info_and_download_would_refuse(home, monkeypatch, capsys, hub):
+    """``models search 中文`` listed 'qa/模型-中文', which ``models info`` then refused as no hub id: a dead end."""
+    from tests.hubserver import FakeRepo
+
+    fake = standard_hub()
+    fake.add(FakeRepo("qa/模型-中文", files={"config.json": b"{}"}))
+    fake.add(FakeRepo("qa/Model-zh", files={"config.json": b"{}"}))
+    with FakeHubServer(fake) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        assert main(["models", "search", "qa", "--task", "any", "--hub", hub, "--json"]) == 0
+        ids = [m["id"] for m in json.loads(capsys.readouterr().out)["models"]]
+    assert "qa/Model-zh" in ids and "qa/模型-中文" not in ids
