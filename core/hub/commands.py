@@ -29,7 +29,7 @@ def register(subparsers: Any) -> None:
     search.add_argument("--task", default="text-generation", help=t("hub.help.task"))
     search.add_argument("--size", choices=SIZE_CLASSES, default="any", help=t("hub.help.size"))
     search.add_argument("--sort", choices=SORTS, default="downloads", help=t("hub.help.sort"))
-    search.add_argument("--page", type=int, default=1, help=t("hub.help.page"))
+    search.add_argument("--page", type=_page_number, default=1, help=t("hub.help.page"))
     common(search)
     search.set_defaults(handler=run_search)
 
@@ -50,6 +50,20 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--hub", choices=HUBS, default=None, help=t("hub.help.list_hub"))
     listing.add_argument("--json", action="store_true", help=t("hub.help.json"))
     listing.set_defaults(handler=run_list)
+
+
+def _page_number(text: str) -> int:
+    """``--page``: a whole number from 1 (0 or -1 used to give page 1 without a word): a usage error."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(t("hub.cli.page_invalid", value=text))
+    return value
+
+
+QUERY_ECHO_CELLS = 60  # a query said back in a message is cut to this many cells
 
 
 def _fail(exc: BaseException, hub: str, endpoint: str = "", code: int = 3) -> Any:
@@ -110,7 +124,7 @@ def run_search(args: argparse.Namespace) -> int:
     source = _source(args)
     task = "" if args.task in ("", "any") else args.task
     query = SearchQuery(text=args.query, owner=args.owner, task=task, size_class=args.size, sort=args.sort,
-                        page=max(1, args.page))
+                        page=args.page)
     try:
         page = source.search(query)
     except Exception as exc:  # an SDK surprise too: a message, not a traceback
@@ -123,7 +137,8 @@ def run_search(args: argparse.Namespace) -> int:
         from core.hub.problems import HUB_NAMES
 
         name = HUB_NAMES[args.hub]
-        print(t("hub.search.none", query=args.query, hub=name) if args.query.strip()
+        print(t("hub.search.none", query=truncate(args.query.strip(), QUERY_ECHO_CELLS), hub=name)
+              if args.query.strip()
               else t("hub.search.none_filters", hub=name), file=sys.stderr)
         filters = _search_filters(args)
         if filters:
@@ -171,7 +186,8 @@ def _print_facts(facts: Any, fits: Any) -> None:
         from core.text_width import cell_len, pad
 
         # Labels from the catalogue (the JSON keys stay the data names); padded in cells for CJK labels.
-        rows = [(t(f"hub.cli.fact.{key}"), _fact_value(value)) for key, value in facts.to_json().items()]
+        rows = [(t(f"hub.cli.fact.{key}"), _count(value) if key == "params" else _fact_value(value))
+                for key, value in facts.to_json().items()]  # a count as search shows it: 7.6B
         width = max(cell_len(label) for label, _ in rows) + 1
         for label, value in rows:
             print(f"  {pad(label, width)} {value}")
@@ -246,7 +262,7 @@ def run_info(args: argparse.Namespace) -> int:
         return 0
     summary = details.summary
     print(f"{summary.model_id}  ({args.hub})")
-    print(t("hub.cli.info_stats", downloads=summary.downloads, likes=summary.likes,
+    print(t("hub.cli.info_stats", downloads=_count(summary.downloads), likes=_count(summary.likes),
             updated=_date(summary.updated), license=summary.license or t("hub.cli.na")))
     _print_facts(facts, fits)
     print(t("hub.cli.files_header", count=len(details.files), size=human_bytes(details.total_size)))

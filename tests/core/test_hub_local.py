@@ -246,3 +246,42 @@ def test_search_leaves_out_a_result_whose_id_info_and_download_would_refuse(home
         assert main(["models", "search", "qa", "--task", "any", "--hub", hub, "--json"]) == 0
         ids = [m["id"] for m in json.loads(capsys.readouterr().out)["models"]]
     assert "qa/Model-zh" in ids and "qa/模型-中文" not in ids
+
+
+@pytest.mark.parametrize("page", ["0", "-1"])
+def test_cli_search_refuses_a_page_below_one(home, monkeypatch, capsys, page):
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())  # never asked
+    try:
+        code = main(["models", "search", "qwen", "--page", page])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"invalid page '{page}': pages count from 1" in err and "not reachable" not in err
+
+
+def test_cli_search_cuts_a_long_query_and_info_formats_counts_as_search_does(home, monkeypatch, capsys):
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        assert main(["models", "search", "q" * 5000]) == 0
+        err = capsys.readouterr().err
+        assert "No models match 'qqq" in err and "q" * 200 not in err and "…'" in err
+        assert main(["models", "info", "Qwen/Qwen2.5-7B-Instruct"]) == 0
+        out = capsys.readouterr().out
+        assert "downloads 900.0K" in out and "900000" not in out
+        assert "parameters" in out and "7.6B" in out and "7615616512" not in out
+
+
+def test_cli_list_hub_shows_that_hubs_models_only(home, capsys):
+    _write(home / "ms" / "models" / "Qwen" / "Ms-Model" / "config.json", 10)
+    _write(home / "ms" / "models" / "Qwen" / "Ms-Model" / "model.safetensors", 10)
+    _write(home / "hf" / "hub" / "models--meta--Hf-Model" / "snapshots" / "abc" / "config.json", 10)
+    _write(home / "hf" / "hub" / "models--meta--Hf-Model" / "snapshots" / "abc" / "model.safetensors", 10)
+    assert main(["models", "list", "--hub", "hf", "--json"]) == 0
+    assert [m["id"] for m in json.loads(capsys.readouterr().out)["models"]] == ["meta/Hf-Model"]
+    assert main(["models", "list"]) == 0  # no --hub: both
+    out = capsys.readouterr().out
+    assert "Qwen/Ms-Model" in out and "meta/Hf-Model" in out
+    assert main(["models", "list", "--hub", "modelscope"]) == 0
+    out = capsys.readouterr().out
+    assert "Qwen/Ms-Model" in out and "meta/Hf-Model" not in out
