@@ -63,6 +63,7 @@ def _page_number(text: str) -> int:
     return value
 
 
+CLEAR_TO_LINE_END = "\x1b[K"  # ANSI: erase from the cursor to the end of the line (no text of its own)
 QUERY_ECHO_CELLS = 60  # a query said back in a message is cut to this many cells
 
 
@@ -330,7 +331,7 @@ class ProgressPrinter:
                 from core.text_width import truncate
 
                 # one cell short of the width: a line that fills the last column wraps on some terminals
-                self.stream.write("\r" + truncate(line, max(10, self.width() - 1)) + "\x1b[K")
+                self.stream.write("\r" + truncate(line, max(10, self.width() - 1)) + CLEAR_TO_LINE_END)
                 self.stream.flush()
                 self.rewritten = True
             self.last_line = line
