@@ -247,6 +247,49 @@ def test_the_plan_keys_are_offered_only_on_the_plan_step(private_home):
     run(scenario())
 
 
+def test_down_and_up_move_where_only_tab_did_and_a_bad_override_shows_at_80x24(private_home):
+    """The dataset step's file list was reachable only with Tab, and the overrides panel moved between
+    fields only with Tab; Down/Up move there too. An invalid override value (``2`` for method) was written
+    at the end of the panel, out of view at 80x24: the status line says it. CPU box (fake)."""
+    from core.plan.overrides import OverrideError, parse_override_value
+
+    try:
+        parse_override_value("method", "2")
+    except OverrideError as exc:
+        expected = str(exc)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard")
+            w = wizard(app)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 1)
+            await pilot.press("e")
+            assert app.focused.id == "dataset-input"
+            await pilot.press("down")
+            assert app.focused.id == "dataset-files"
+            assert w.query_one("#dataset-files").highlighted == 0
+            await pilot.press("up")  # from the list's top, back to the field
+            assert app.focused.id == "dataset-input"
+            await pilot.press("escape", "pageup")
+            await wait_for(pilot, lambda: w.step == 0)
+            w = await to_result(pilot, app)
+            await pilot.press("o")
+            assert app.focused.id == "ov-method"
+            await pilot.press("down")
+            assert app.focused.id == "ov-precision"
+            await pilot.press("down", "up", "up")
+            assert app.focused.id == "ov-method"
+            await pilot.press("2")
+            await wait_for(pilot, lambda: expected[:40] in " ".join(screen_text(app).split()))
+            await pilot.press("backspace")
+            await wait_for(pilot, lambda: expected[:40] not in " ".join(screen_text(app).split()))
+
+    run(scenario())
+
+
 def test_dataset_file_picker_previews_the_picked_file(private_home, tmp_path, monkeypatch):
     data = tmp_path / "work" / "mine.jsonl"
     data.parent.mkdir()

@@ -142,6 +142,7 @@ class WizardScreen(Screen[None]):
         self.busy = False
         self.plan_generation = 0  # bumped by each recompute: a result for older inputs is dropped
         self.planning = False  # a recommendation is being computed for the current inputs
+        self.override_error = False  # the status line shows an override value's error
 
     # --- layout --------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -286,6 +287,30 @@ class WizardScreen(Screen[None]):
             self._show_step(self.step - 1)
         else:
             self.app.action_section(getattr(self.app, "previous_section", None) or "gpus")
+
+    def on_key(self, event: Any) -> None:
+        """Down and Up move as Tab does where Tab was the only way: from the data file field into the list of
+        files found (Up from the list's top comes back), and between the override fields."""
+        if event.key not in ("down", "up"):
+            return
+        focused = self.focused
+        focused_id = (focused.id or "") if focused is not None else ""
+        target: Any = None
+        if focused_id == "dataset-input" and event.key == "down":
+            files = self.query_one("#dataset-files", OptionList)
+            if files.option_count:
+                target = files
+        elif focused_id == "dataset-files" and event.key == "up" and not self.query_one(
+                "#dataset-files", OptionList).highlighted:
+            target = self.query_one("#dataset-input", Input)
+        elif focused_id.startswith("ov-") and isinstance(focused, Input):
+            index = OVERRIDABLE.index(focused_id[3:]) + (1 if event.key == "down" else -1)
+            if 0 <= index < len(OVERRIDABLE):
+                target = self.query_one(f"#ov-{OVERRIDABLE[index]}", Input)
+        if target is not None:
+            event.stop()
+            event.prevent_default()
+            target.focus()
 
     @on(Input.Submitted)
     def _input_submitted(self, event: Input.Submitted) -> None:
@@ -582,9 +607,15 @@ class WizardScreen(Screen[None]):
         try:
             value = parse_override_value(name, event.value)
         except OverrideError as exc:
+            # under the fields, and on the status line: at 80x24 the end of the panel is out of view
             error.update(_escape(str(exc)))
+            self._status(f"[$error]{_escape(str(exc))}[/]")
+            self.override_error = True
             return
         error.update("")
+        if self.override_error:
+            self.override_error = False
+            self._status("")
         if value is None:
             self.overrides.pop(name, None)
         else:
