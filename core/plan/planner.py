@@ -12,6 +12,8 @@ from core.plan.rules import judge
 from core.units import plural_key
 
 MAX_ALTERNATIVES = 3
+# Speeds within 2% of each other are "about as fast" (inside any estimate's error).
+SAME_SPEED = 0.02
 
 
 @dataclass
@@ -190,8 +192,11 @@ def trade_off(other: Candidate, best: Candidate, request: PlanRequest) -> list[F
     out: list[Finding] = []
     if best.tokens_per_s > 0 and other.tokens_per_s > 0:
         ratio = other.tokens_per_s / best.tokens_per_s
-        key = "plan.trade.faster" if ratio >= 1 else "plan.trade.slower"
-        out.append(finding(key, ratio=round(ratio if ratio >= 1 else 1 / ratio, 2)))
+        if abs(ratio - 1.0) < SAME_SPEED:  # "1.0x slower" said nothing
+            out.append(finding("plan.trade.same_speed"))
+        else:
+            key = "plan.trade.faster" if ratio >= 1 else "plan.trade.slower"
+            out.append(finding(key, ratio=round(ratio if ratio >= 1 else 1 / ratio, 2)))
     if other.plan.seq_len != best.plan.seq_len:
         out.append(finding("plan.trade.seq_len", seq=other.plan.seq_len, best=best.plan.seq_len))
     if other.estimate is not None and (other.plan.offload != "none" or other.plan.offloads_activations):

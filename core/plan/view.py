@@ -97,8 +97,10 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
                                         **describe_plan(best["plan"], hardware.cpu_only))))
     verdict = t("plan.verdict_fits") if best["feasible"] else t("plan.verdict_does_not_fit")
     memory_note, speed_note = figure_notes(best)
-    lines.append(ViewLine("memory", t("plan.memory_cpu" if hardware.cpu_only else "plan.memory", peak=best["peak_gib"],
-                                      capacity=best["capacity_gib"],
+    # The figures themselves, not the JSON's (rounded to 2 places): 79.648 is 79.6 here as in the reasons,
+    # where 79.65 would read 79.7.
+    lines.append(ViewLine("memory", t("plan.memory_cpu" if hardware.cpu_only else "plan.memory",
+                                      peak=rec.best.peak_gib, capacity=rec.best.estimate.capacity_gib,
                                       verdict=t("plan.verdict_band", verdict=verdict, band=memory_note)
                                       if memory_note else verdict), note=memory_note))
     speed = t("plan.speed", tps=best["tokens_per_s"])
@@ -116,8 +118,9 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
             lines += [ViewLine("item", item["message"]) for item in items]
     if data["alternatives"]:
         lines.append(ViewLine("section", t("plan.alternatives"), "accent", "alternatives"))
-        for index, alt in enumerate(data["alternatives"], 1):
-            lines.append(ViewLine("alternative", t("plan.alternative", index=index, peak=alt["peak_gib"],
+        pairs = zip(data["alternatives"], rec.alternatives, strict=True)
+        for index, (alt, (candidate, _)) in enumerate(pairs, 1):
+            lines.append(ViewLine("alternative", t("plan.alternative", index=index, peak=candidate.peak_gib,
                                                    tps=alt["tokens_per_s"], trade="; ".join(alt["trade_off"]),
                                                    **describe_plan(alt["plan"], hardware.cpu_only))))
     return lines

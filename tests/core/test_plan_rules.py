@@ -254,6 +254,26 @@ def test_an_alternative_says_its_context_length_and_the_host_ram_its_offload_nee
     assert words and all("fits the 2048.0 GiB there is" in w for w in words)
 
 
+def test_the_memory_line_rounds_as_the_reasons_do_and_a_near_equal_speed_is_about_as_fast():
+    """1xH100 has 79.648 GiB: the memory line printed 79.7 (the JSON's 79.65 rounded again) while the reason
+    said 79.6; and an alternative within 2% was "1.0x slower"."""
+    from core.plan.planner import trade_off
+    from core.plan.view import format_recommendation
+
+    req = request("Qwen2.5-7B", "1xH100")
+    rec = recommend(req)
+    capacity = rec.best.estimate.capacity_gib
+    assert f"{round(capacity, 2):.1f}" != f"{capacity:.1f}"  # the trap: 79.65 -> 79.7, 79.648 -> 79.6
+    text = format_recommendation(rec)
+    memory = next(line for line in text.splitlines() if line.startswith("Per-GPU memory"))
+    assert f"of {capacity:.1f} GiB" in memory
+    twin = replace(rec.best, measured={"tokens_per_s": rec.best.tokens_per_s * 0.99})
+    words = [f.text() for f in trade_off(twin, rec.best, req)]
+    assert words[0] == "about as fast" and not any("1.01×" in w or "1.0×" in w for w in words)
+    slower = replace(rec.best, measured={"tokens_per_s": rec.best.tokens_per_s / 1.5})
+    assert trade_off(slower, rec.best, req)[0].text() == "1.5× slower"
+
+
 def test_overrides_are_parsed_and_bad_ones_say_what_is_allowed():
     assert parse_overrides(["method=qlora", "seq-len=4096", "gradient_checkpointing=off", "zero_stage=auto"]) == {
         "method": "qlora", "seq_len": 4096, "gradient_checkpointing": False}
