@@ -322,7 +322,7 @@ def planned_values(ctx: dict[str, Any], spec: dict[str, Any], seq: int) -> dict[
     # --cpu on a box with a GPU: plan for the CPU the run gets, not for the GPU that NVML sees
     hardware = ["--hardware", "cpu"] if ctx["cpu"] else []
     tunedeck(ctx["home"], "plan", "--model", str(ctx["model_dirs"][spec["model"]]), "--dataset", str(ctx["dataset"](seq)),
-             "--set", f"method={spec['method']}", "--set", f"seq_len={seq}", *hardware, "--save", str(path))
+             "--set", f"method={spec['method']}", "--set", f"seq_len={seq}", *hardware, "--save", str(path), "--force")
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 

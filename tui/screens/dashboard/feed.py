@@ -148,23 +148,11 @@ class DashboardFeed:
 
         run = RunDirectory(self.source.path)
         status = effective_status(run)
-        # Looked for once the run has ended only (nothing that needs one is offered before), and again only
-        # when the checkpoints folder changes: a sound one, as merge, chat … and the crash reason take it.
-        has_checkpoint = status.status in TERMINAL_STATES and self._sound_checkpoint(run)
+        # Once the run has ended: a complete checkpoint (a directory scan) offers resume and what comes after
+        # training. One that turns out damaged is for those to say (merge: "cannot be loaded; sound ones:
+        # …"), not a reason to hide the keys and leave the user guessing.
+        has_checkpoint = status.status in TERMINAL_STATES and run.last_complete_checkpoint() is not None
         self.post_message(RunStatusRead(status.status, status.reason_text, free, total, has_checkpoint))
-
-    def _sound_checkpoint(self, run: Any) -> bool:
-        """Whether ``run`` has a checkpoint that ``core`` would load (``last_sound_checkpoint``: a few stat
-        calls and KB read), looked at again only when its checkpoints folder changed (worker thread)."""
-        try:
-            key: object = run.checkpoints_dir.stat().st_mtime_ns
-        except OSError:
-            return False
-        cached = getattr(self, "_checkpoint_seen", None)
-        if cached is None or cached[0] != key:
-            cached = (key, run.last_sound_checkpoint() is not None)
-            self._checkpoint_seen = cached
-        return cached[1]
 
     # --- the app's GPU poll -----------------------------------------------------------------------
     def on_unmount(self) -> None:
