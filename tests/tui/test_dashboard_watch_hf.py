@@ -92,3 +92,55 @@ def test_a_trainer_state_that_does_not_parse_is_said_in_the_header(tmp_path):
             assert screen.source_problem.endswith("): waiting for a whole write")
 
     asyncio.run(scenario())
+
+
+def test_at_80x24_the_first_info_line_and_each_chart_title_keep_to_their_room(tmp_path):
+    """The first info line wrapped ("… running  read-only (HF" / "Trainer)") under a long model name, and
+    the Loss and Learning-rate titles ran together ("━ EMA 1.776 Learning rate"). Now the line drops the
+    unknown figures and shortens the model, and each title leaves blank cells at its chart's right edge."""
+    from core.text_width import cell_len
+    from tui.widgets.chart import TITLE_GAP
+
+    folder = tmp_path / "hf"
+    write_checkpoint(folder, 10, 0.05)
+    model = "meta-llama/Meta-Llama-3.1-70B-Instruct-abliterated-long-name"
+    (folder / "checkpoint-10" / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": model, "peft_type": "LORA", "r": 8}), encoding="utf-8")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(folder))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: x_axis_ends_at(screen, "10") and settled(screen) and screen.status)
+            screen._show_info()
+            await pilot.pause()
+            info = screen.query_one("#dash-info")
+            lines = [strip.text.rstrip() for strip in info.render_lines(info.region.reset_offset)]
+            first = lines[0].strip()
+            assert info.size.height == 2, lines  # the first line and the stats line, nothing wrapped
+            assert cell_len(first) <= 78 and first.endswith("running  read-only (HF Trainer)"), first
+            assert first.startswith("meta-llama/Meta-Llama-3.1") and "…" in first  # shortened, not dropped
+            assert "ZeRO N/A" not in first  # an unknown figure went first
+            loss, lr = chart_text(screen, "#chart-loss")[0], chart_text(screen, "#chart-lr")[0]
+            assert loss.endswith(" " * TITLE_GAP) and lr.endswith(" " * TITLE_GAP), (loss, lr)
+            assert "EMA 1.776" in loss  # the legends still whole: the axis note went instead
+
+    asyncio.run(scenario())
+
+
+def test_fit_first_line_drops_unknown_figures_then_shortens_the_model_and_keeps_the_state():
+    from tui.screens.dashboard.header import MODEL_RANK, SEPARATOR, STAT_KEPT, fit_first_line
+
+    parts = [("org/a-very-long-model-name", MODEL_RANK, "", "b"), ("lora", 4, SEPARATOR, ""),
+             ("ZeRO N/A", -9, SEPARATOR, ""), ("running", STAT_KEPT, SEPARATOR, "$success"),
+             ("read-only (HF Trainer)", 5, "  ", "$foreground-muted")]
+    assert fit_first_line(parts, 200) == ("[b]org/a-very-long-model-name[/] · lora · ZeRO N/A · [$success]running[/]"
+                                          "  [$foreground-muted]read-only (HF Trainer)[/]")
+    assert fit_first_line(parts, 70) == ("[b]org/a-very-long-model-name[/] · lora · [$success]running[/]"
+                                         "  [$foreground-muted]read-only (HF Trainer)[/]")  # ZeRO N/A went
+    assert fit_first_line(parts, 60) == ("[b]org/a-very-long-mo…[/] · lora · [$success]running[/]"
+                                         "  [$foreground-muted]read-only (HF Trainer)[/]")
+    assert fit_first_line(parts, 50) == ("[b]org/a-very-…[/] · [$success]running[/]"
+                                         "  [$foreground-muted]read-only (HF Trainer)[/]")
+    assert fit_first_line(parts, 20) == "[$success]running[/]"  # the state stays, alone at the least

@@ -33,6 +33,9 @@ _DOT_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
 GUTTER = 9
 PALETTE_SIZE = 8
 CLIPPED_MARK = "↑"
+# Blank cells a title leaves at its chart's right edge: two charts side by side (80 columns) have their
+# titles separated ("… EMA 2.572   Learning rate"), not run together ("… EMA 2.572 Learning rate").
+TITLE_GAP = 2
 
 
 @dataclass
@@ -238,15 +241,22 @@ class LineChart(Widget):
     def _title_strip(self, width: int, visible: list[SeriesSpec], title_style: Style, axis_style: Style) -> Strip:
         """The title, the axis note and each line's legend with its last value. Too wide for the chart
         (80 columns): the note goes first (the x labels under the plot say steps or time too; not where
-        ``keep_note``), then the legends' spacing, then the legends' names from the first (the main line's,
-        the title's own) while their values and colours stay; only then is the end cut, with an ellipsis."""
+        ``keep_note``), then the legends' spacing, then the legends' names, the main line's first (the
+        title's own), then a dotted line's, while their values and colours stay; only then is the end cut, with an ellipsis.
+        The title keeps ``TITLE_GAP`` cells clear at the right edge, where the next chart's title begins."""
+        room = width - TITLE_GAP if width > 2 * TITLE_GAP else width
         shown = [spec for spec in self.series if spec.data.points]
+
+        # Whose names go first: the main line's (the title names it), then dotted ones' (• reads apart
+        # from the lines), then the others' in their order.
+        unname_order = sorted(range(len(shown)), key=lambda n: (n != 0, shown[n].mode != "points", n))
 
         def legends(gap: str, unnamed: int) -> list[Segment]:
             segments: list[Segment] = []
+            nameless = set(unname_order[:unnamed])
             for n, spec in enumerate(shown):
                 value = format_value(spec.data.y_last)
-                label = spec.label if n >= unnamed else ""
+                label = "" if n in nameless else spec.label
                 segments.append(Segment(gap, axis_style))
                 segments.append(Segment("━" if spec.mode != "points" else "•",
                                         self._style(f"s{spec.colour % PALETTE_SIZE}")))
@@ -265,9 +275,9 @@ class LineChart(Widget):
         strip = Strip([])
         for segments in tries:
             strip = Strip(segments)
-            if strip.cell_length <= width:
+            if strip.cell_length <= room:
                 break
-        if strip.cell_length > width > 1:
+        if strip.cell_length > room > 1:
             # Cut legends end in an ellipsis (a wide character never half-shown), not mid-word.
-            strip = Strip.join([strip.crop(0, width - 1), Strip([Segment("…", axis_style)])])
-        return strip.crop(0, width).adjust_cell_length(width)
+            strip = Strip.join([strip.crop(0, room - 1), Strip([Segment("…", axis_style)])])
+        return strip.crop(0, room).adjust_cell_length(width)

@@ -85,6 +85,44 @@ def fit_stats(parts: list[tuple[str, int]], width: int) -> str:
     return truncate(SEPARATOR.join(text for text, _ in kept), max(1, width))
 
 
+MODEL_RANK = 6  # the model name's rank in the first info line: shortened before it goes
+MODEL_MIN_CELLS = 12  # a model name shortened to fewer cells than this says nothing: it goes instead
+
+
+def fit_first_line(parts: list[tuple[str, int, str, str]], width: int) -> str:
+    """The first info line in ``width`` cells, as markup: ``parts`` are (plain text, rank, the separator
+    before it, a style or ""), in their order. Too wide (80 columns, a long model name, "read-only (HF
+    Trainer)"): unknown figures (a negative rank: "ZeRO N/A") go first, lowest first; then the model name
+    (the part ranked ``MODEL_RANK``) is shortened with an ellipsis, to ``MODEL_MIN_CELLS`` at the least;
+    then the other parts go by rank, the model last; a ``STAT_KEPT`` part (the state) stays."""
+    from core.text_width import cell_len, truncate
+
+    kept = [list(part) for part in parts]
+
+    def excess() -> int:
+        return sum(cell_len(sep + text) for text, _rank, sep, _style in kept) - width
+
+    shortened = False
+    while excess() > 0 and len(kept) > 1:
+        lowest = min(range(len(kept)), key=lambda i: kept[i][1])
+        if kept[lowest][1] >= STAT_KEPT:
+            break
+        model = next((part for part in kept if part[1] == MODEL_RANK), None)
+        if kept[lowest][1] >= 0 and model is not None and not shortened:
+            shortened = True
+            room = max(MODEL_MIN_CELLS, cell_len(model[0]) - excess())
+            model[0] = truncate(model[0], room)
+            continue
+        del kept[lowest]
+    if kept:
+        kept[0][2] = ""  # the first shown part has no separator before it
+    line = ""
+    for text, _rank, sep, style in kept:
+        shown = _escape(truncate(text, max(1, width)) if len(kept) == 1 else text)
+        line += sep + (f"[{style}]{shown}[/]" if style else shown)
+    return line
+
+
 def _na(value: str | None) -> str:
     return value if value else t("dashboard.na")
 
@@ -183,14 +221,26 @@ class DashboardHeader:
         colour = {RunState.RUNNING: "$success", RunState.FINISHED: "$primary", RunState.FAILED: "$error",
                   RunState.CRASHED: "$error", RunState.STALLED: "$warning", RunState.STOPPING: "$warning",
                   RunState.STOPPED: "$warning", IDLE: "$warning"}.get(status, "$foreground-muted")
-        line1 = " · ".join([
-            f"[b]{_escape(_na(model))}[/]", _na(method), _na(precision),
-            t("dashboard.zero", stage=_na(None if zero is None else str(zero))),
-            t("dashboard.cpu_run") if self._cpu_run() else t("dashboard.gpus", gpus=_na(gpus)),
-            f"[{colour}]{_escape(self.reason if status == IDLE else state_label(status))}[/]",
-        ])
+        # (text, rank, separator before it, style): at 80 columns the line keeps to one line (it wrapped
+        # "read-only (HF" / "Trainer)" under a long model name), an unknown figure (N/A) going first.
+        unknown = -10
+
+        def ranked(value: str | None, rank: int) -> int:
+            return rank + unknown if value is None else rank
+
+        gpu_part = t("dashboard.cpu_run") if self._cpu_run() else t("dashboard.gpus", gpus=_na(gpus))
+        first: list[tuple[str, int, str, str]] = [
+            (_na(model), ranked(model, MODEL_RANK), "", "b"),
+            (_na(method), ranked(method, 4), SEPARATOR, ""),
+            (_na(precision), ranked(precision, 2), SEPARATOR, ""),
+            (t("dashboard.zero", stage=_na(None if zero is None else str(zero))), ranked(zero, 1), SEPARATOR, ""),
+            (gpu_part, ranked(gpus if not self._cpu_run() else "cpu", 3), SEPARATOR, ""),
+            (self.reason if status == IDLE else state_label(status), STAT_KEPT, SEPARATOR, colour),
+        ]
         if self.source.read_only:
-            line1 += f"  [$foreground-muted]{t('dashboard.read_only', kind=t('dashboard.kind_' + self.source.kind))}[/]"
+            first.append((t("dashboard.read_only", kind=t("dashboard.kind_" + self.source.kind)), 5, "  ",
+                          "$foreground-muted"))
+        line1 = fit_first_line(first, self._info_width())
         step, total = latest.get("step"), latest.get("total_steps") or header.get("total_steps")
         total = shown_total(step, total, status)
         progress = _na(None if step is None else f"{step}/{total}" if total else str(step))
