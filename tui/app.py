@@ -24,6 +24,7 @@ from core.settings import MIN_POLL_INTERVAL_S, Settings, save_settings
 from themes import DEFAULT_THEME, THEMES
 from tui.gpu_poll import HISTORY_SAMPLES, IDLE_POLL_S, GpuPolled, GpuPollFailed, SnapshotReady
 from tui.screens.help import HelpScreen
+from tui.widgets.keys_footer import key_name, survives_ssh
 
 SECTIONS = ("gpus", "models", "wizard", "runs")
 
@@ -248,6 +249,10 @@ class TunedeckApp(App[int]):
                 return False
         return True
 
+    def get_key_display(self, binding: Binding) -> str:
+        # Help, footer and palette name keys in one style: Esc, Tab, F1, Ctrl+P (keys_footer.key_name).
+        return binding.key_display or key_name(binding.key) or super().get_key_display(binding)
+
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
@@ -298,6 +303,8 @@ class TunedeckApp(App[int]):
         for key, active in screen.active_bindings.items():
             binding = active.binding
             action = binding.action
+            if not survives_ssh(key):
+                continue  # Textual's super+c (Cmd+C) twin of Ctrl+C: no terminal over SSH sends it
             if action in ("command_palette", "app.command_palette"):
                 section, action = "app", "command_palette"
                 descriptions[action] = t("app.key.palette")

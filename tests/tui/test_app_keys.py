@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 from core.settings import load_settings
 from tests.tui.conftest import fake_monitor, palette_search, quiet_settings, screen_text, wait_for
@@ -12,6 +13,7 @@ from tui.screens.gpus import GpuScreen
 from tui.screens.help import HelpScreen
 from tui.screens.models import ModelsScreen
 from tui.screens.runs import RunsScreen
+from tui.widgets.keys_footer import KeysFooter
 
 
 def run(coro):
@@ -48,7 +50,7 @@ def test_help_lists_screen_and_app_keys_and_closes():
                 text = screen_text(app)
                 # generated from the bindings: the GPU screen's own keys and the app's
                 for expected in ("Compact", "Processes", "Slower", "GPUs", "Models", "Wizard", "Runs", "Quit",
-                                 "Theme", "Commands", "^p"):
+                                 "Theme", "Commands", "Ctrl+P"):
                     assert expected in text, expected
                 await pilot.press("escape")
                 await pilot.pause()
@@ -73,6 +75,38 @@ def test_palette_lists_every_action():
             await palette_search(pilot, app, "go to runs", "Go to Runs")
             await pilot.press("enter")
             await wait_for(pilot, lambda: app.current_mode == "runs")
+
+    run(scenario())
+
+
+def test_help_and_footer_name_keys_in_one_style_and_only_keys_that_survive_ssh():
+    """Help rows and footer keys on every section: Esc, Tab, Shift+Tab, F1, Ctrl+P, PgUp, Enter, never
+    Textual's lower-case 'esc', 'tab', 'f1', '^p', '⏎', nor 'super+c' (the Cmd key: SSH never sends it)."""
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(160, 50)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            seen: set[str] = set()
+            for section_key, mode in (("m", "models"), ("w", "wizard"), ("r", "runs"), ("g", "gpus")):
+                await pilot.press(section_key)
+                await wait_for(pilot, lambda mode=mode: app.current_mode == mode)
+                await wait_for(pilot, lambda: bool(app.screen.query_one(KeysFooter).shown()))
+                footer = app.screen.query_one(KeysFooter)
+                rows = [key for _, section in app.key_table(app.screen) for key, _ in section]
+                keys = [name for row in rows for name in row.split(" / ")]
+                keys += [key for key, _ in footer.shown()]
+                seen.update(keys)
+                for name in keys:
+                    assert "super" not in name.lower() and "^" not in name and "⏎" not in name, name
+                    # a named key is capitalised (Esc, Tab, PgUp, F7, Ctrl+Home); a typed one is as typed
+                    if len(name) > 1 and name not in ("↑", "↓", "←", "→"):
+                        assert re.fullmatch(r"((Ctrl|Shift|Alt)\+)*([A-Z][A-Za-z0-9]*|F\d+|[a-zA-Z0-9])", name), name
+            # the copy entry stays, with its SSH-safe key only; the other keys named as keyboards print them
+            assert {"Ctrl+C", "Ctrl+P", "Ctrl+Q", "Esc", "Tab", "Shift+Tab", "F1", "PgUp", "PgDn", "Enter"} <= seen
+            copy_rows = [key for _, section in app.key_table(app.screen) for key, text in section
+                         if "copy" in text.lower()]
+            assert copy_rows == ["Ctrl+C"]
 
     run(scenario())
 

@@ -16,6 +16,7 @@ with another key remain.
 from __future__ import annotations
 
 from rich.text import Text
+from textual.keys import format_key
 from textual.widget import Widget
 from textual.widgets import Input, TextArea
 
@@ -24,15 +25,35 @@ from core.text_width import cell_len
 # The app's entries after the screen's, most useful first.
 APP_ORDER = ("quit", "mode.gpus", "mode.models", "mode.wizard", "mode.runs")
 SEPARATOR = "  "
-# Textual shows these keys in lower case ("esc", "pageup"); the footer names them as keyboards do.
-KEY_NAMES = {"escape": "Esc", "enter": "Enter", "pageup": "PgUp", "pagedown": "PgDn", "tab": "Tab"}
+# Textual names keys in lower case ("esc", "pageup", "^p", "⏎"); help, footer and palette name them as
+# keyboards print them, in one style: Esc, Tab, F1, PgUp, Ctrl+P, Shift+Tab. Arrows stay arrows.
+KEY_NAMES = {"escape": "Esc", "enter": "Enter", "pageup": "PgUp", "pagedown": "PgDn", "tab": "Tab",
+             "home": "Home", "end": "End", "space": "Space", "backspace": "Backspace", "delete": "Del",
+             "insert": "Ins"}
+MODIFIER_NAMES = {"ctrl": "Ctrl", "shift": "Shift", "alt": "Alt"}
+# Modifiers a terminal over SSH never sends (super+c is the macOS Cmd key): such keys are not offered.
+NOT_OVER_SSH = {"super", "meta", "hyper"}
+
+
+def survives_ssh(key: str) -> bool:
+    """Whether a terminal over SSH can send ``key`` (not super+c and the like)."""
+    return not NOT_OVER_SSH.intersection(key.split("+")[:-1])
 
 
 def key_name(key: str) -> str | None:
-    """The name a keyboard prints for ``key`` (F7, Esc, PgUp), or None to let Textual name it."""
-    if key[:1] == "f" and key[1:].isdigit():
-        return key.upper()
-    return KEY_NAMES.get(key)
+    """The name a keyboard prints for ``key`` (F7, Esc, PgUp, Ctrl+P, Shift+Tab), or None to let Textual
+    name it (letters and symbols as typed: q, S, ?, +; arrows)."""
+    *modifiers, base = key.split("+")
+    if base[:1] == "f" and base[1:].isdigit():
+        name = base.upper()
+    elif base in KEY_NAMES:
+        name = KEY_NAMES[base]
+    elif modifiers:
+        name = format_key(base)
+        name = name.upper() if len(name) == 1 else name.capitalize()
+    else:
+        return None
+    return "+".join([*(MODIFIER_NAMES.get(modifier, modifier.capitalize()) for modifier in modifiers), name])
 
 
 def is_typed_key(key: str) -> bool:
@@ -64,7 +85,7 @@ def footer_entries(screen) -> list[tuple[str, str]]:
                                           "description": binding.description, "label_id": binding.id})
         if binding.id:
             entry["ids"].append(binding.id)
-        if typed and is_typed_key(key):
+        if typed and is_typed_key(key) or not survives_ssh(key):
             continue
         display = binding.key_display or key_name(key) or app.get_key_display(binding) or key
         if binding.show:
