@@ -212,6 +212,10 @@ def test_reopening_reattaches_to_a_running_download(hub_env):
             # box's test ever sees it (how this failed in CI).
             await wait_for(pilot, lambda: (job / "cancel").exists() or read_status(job).status == "cancelled")
             hub_env.hub.stall_release.set()  # a stalled body's next chunk meets the cancel
-            await wait_for(pilot, lambda: "stopped; d resumes it" in screen_text(app))
+            # No model open: d would not resume it, so the line says where it is instead.
+            await wait_for(pilot, lambda: "Qwen/Qwen2.5-Tiny-Instruct on ModelScope: stopped at" in screen_text(app))
+            assert "stopped; d resumes it" not in str(screen.query_one("#download-line").render())
+            await pilot.press("down", "down", "enter")  # the stopped model open: now d resumes it
+            await wait_for(pilot, lambda: "Qwen/Qwen2.5-Tiny-Instruct: stopped; d resumes it" in screen_text(app))
 
     asyncio.run(scenario())

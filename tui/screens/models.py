@@ -53,6 +53,10 @@ HUB_LABELS = {"modelscope": "ModelScope", "hf": "Hugging Face"}
 # A filter key waits this long for the next one before it searches: a burst of keys asks the hub once.
 SEARCH_DELAY_S = 0.4
 # Actions of the Hub tab only; the Local tab does not offer them.
+# The Hub tab's model column: as wide as its longest name up to HUB_ID_MAX, cut to no less than HUB_ID_MIN.
+HUB_ID_MIN = 12
+HUB_ID_MAX = 44
+HUB_COLUMNS = ("id", "params", "downloads", "updated", "license")
 HUB_TAB_ACTIONS = frozenset({"focus_search", "toggle_hub", "cycle_owner", "cycle_task", "cycle_size", "cycle_sort"})
 
 
@@ -73,6 +77,37 @@ def _other_hub(hub: str) -> str:
     return _cycle(HUBS, hub)
 
 
+PART_SEP = " · "  # how the download line's catalogue messages join their parts
+
+
+def _fit_parts(text: str, width: int) -> str:
+    """``text`` on one line of ``width`` cells: its `` · `` parts dropped whole from the end (an empty one
+    always), never a number cut in half or a dangling separator; the first part alone is cut with an ellipsis."""
+    parts = [part for part in text.split(PART_SEP) if part.strip()]
+    while len(parts) > 1 and cell_len(PART_SEP.join(parts)) > width:
+        parts.pop()
+    return truncate(PART_SEP.join(parts), max(1, width))
+
+
+def _ellipsize_middle(text: str, width: int) -> str:
+    """``text`` in ``width`` cells with its middle replaced by an ellipsis: a path keeps its root and, with two
+    thirds of the room, its end (the model's own folder)."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:max(0, width)]
+    tail_room = width - 1 - (width - 1) // 3
+    head = truncate(text, width - tail_room)[:-1] if width - tail_room > 0 else ""
+    tail: list[str] = []
+    used = 0
+    for char in reversed(text):
+        if used + cell_len(char) > tail_room:
+            break
+        tail.append(char)
+        used += cell_len(char)
+    return head + "…" + "".join(reversed(tail))
+
+
 class SearchDone(Message):
     def __init__(self, page: SearchPage | None, append: bool, problem: HubProblem | None, token: int) -> None:
         super().__init__()
@@ -84,8 +119,9 @@ class SearchDone(Message):
 
 class DetailsDone(Message):
     def __init__(self, model_id: str, details: ModelDetails | None, facts: str, problem: HubProblem | None,
-                 params: int | None = None) -> None:
+                 params: int | None = None, hub: str = "") -> None:
         super().__init__()
+        self.hub = hub  # the hub asked: an answer for the other one, after h, is dropped
         self.params = params  # counted from config.json
         self.model_id = model_id
         self.details = details
@@ -180,6 +216,7 @@ class ModelsScreen(Screen[None]):
         self._search_timer: Any = None
         self._filters_extra = ""  # the Hub tab's status under its filters (found, searching), kept for its return
         self._local_table_rows: list[tuple[str, ...]] = []  # the Local tab's cells, before fitting the width
+        self._hub_rows: dict[str, list[str]] = {}  # the Hub tab's cells by model id, before fitting the width
 
     # --- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -189,12 +226,7 @@ class ModelsScreen(Screen[None]):
             with Horizontal(id="hub-tab"):
                 with Vertical(id="hub-left"):
                     yield Input(placeholder=t("modelsscreen.search_placeholder"), id="models-search")
-                    results: DataTable = DataTable(id="models-results", cursor_type="row")
-                    keys = results.add_columns(t("modelsscreen.col_id"), t("modelsscreen.col_params"),
-                                               t("modelsscreen.col_downloads"), t("modelsscreen.col_updated"),
-                                               t("modelsscreen.col_license"))
-                    self._params_column = keys[1]
-                    yield results
+                    yield DataTable(id="models-results", cursor_type="row")
                     with VerticalScroll(id="models-message"):
                         yield Static("", id="models-message-text")
                 with VerticalScroll(id="models-details"):
@@ -213,6 +245,7 @@ class ModelsScreen(Screen[None]):
         self.title = t("app.title")
         self.sub_title = t("app.mode.models")
         self._show_filters()
+        self._fill_hub_table()
         self._reattach()
         self.set_interval(0.5, self._refresh_download)
         self.query_one("#models-results", DataTable).focus()
@@ -314,7 +347,7 @@ class ModelsScreen(Screen[None]):
         if recent is not None:
             self.searching = False
             if not append:
-                self.query_one("#models-results", DataTable).clear()
+                self._set_hub_rows({})
                 self.page = None
             self._show_filters()
             self._show_message("problem", self._problem_text(recent.problem, recent.age_s))
@@ -360,7 +393,7 @@ class ModelsScreen(Screen[None]):
             if message.append:  # the next page failed: the rows shown stay
                 self.notify(message.problem.message(), severity="error", timeout=10)
                 return
-            table.clear()
+            self._set_hub_rows({})
             self.page = None
             self._show_message("problem", self._problem_text(message.problem))
             return
@@ -368,15 +401,15 @@ class ModelsScreen(Screen[None]):
         page = message.page
         assert page is not None
         self.page = page
-        if not message.append:
-            table.clear()
+        rows = dict(self._hub_rows) if message.append else {}
         for model in page.items:
-            if model.model_id in table.rows:
+            if model.model_id in rows:
                 continue
             label = model.model_id + (t("modelsscreen.gated") if model.gated else t("modelsscreen.private")
                                       if model.private else "")
-            table.add_row(truncate(label, 44), _count(model.params), _count(model.downloads),
-                          (model.updated or "")[:10], model.license or "", key=model.model_id)
+            rows[model.model_id] = [label, _count(model.params), _count(model.downloads),
+                                    (model.updated or "")[:10], model.license or ""]
+        self._set_hub_rows(rows)
         shown = table.row_count
         if not shown:
             self._show_filters()
@@ -385,6 +418,61 @@ class ModelsScreen(Screen[None]):
             self._show_filters(t("modelsscreen.found", shown=shown, total=page.total)
                                + (t("modelsscreen.more") if page.has_more else ""))
             self._show_message(None)
+
+    def _set_hub_rows(self, rows: dict[str, list[str]]) -> None:
+        """The Hub tab lists ``rows`` now; the card of a model no longer listed goes with it."""
+        self._hub_rows = rows
+        self._fill_hub_table()
+        if self.details is not None and self.details.summary.model_id not in rows:
+            self._clear_card()
+
+    def _fill_hub_table(self) -> None:
+        """The results in the width the Hub tab has, the scrollbar's two cells kept free: the model, its
+        parameters and downloads always, the model cut with an ellipsis where they need its room; the date and
+        the licence only where they fit whole beside the full model name (the card has them). No number or
+        date is ever cut."""
+        table = self.query_one("#models-results", DataTable)
+        labels = [t("modelsscreen.col_id"), t("modelsscreen.col_params"), t("modelsscreen.col_downloads"),
+                  t("modelsscreen.col_updated"), t("modelsscreen.col_license")]
+        rows = list(self._hub_rows.values())
+        widths = [max([cell_len(label)] + [cell_len(row[index]) for row in rows]) for index, label in enumerate(labels)]
+        width = self.query_one("#hub-left").size.width or max(40, self.size.width * 3 // 5)
+        room = width - 2  # the vertical scrollbar
+        id_full = min(widths[0], HUB_ID_MAX)
+        shown = [0, 1, 2]
+        used = id_full + 2 + widths[1] + 2 + widths[2] + 2
+        for index in (3, 4):
+            if used + widths[index] + 2 > room:
+                break
+            shown.append(index)
+            used += widths[index] + 2
+        id_width = max(HUB_ID_MIN, min(id_full, room - (used - id_full)))
+        widths[0] = id_width
+        cursor_key = self._highlighted_hub_key()
+        table.clear(columns=True)
+        for index in shown:
+            table.add_column(truncate(labels[index], widths[index]), width=widths[index], key=HUB_COLUMNS[index])
+        for model_id, row in self._hub_rows.items():
+            cells = [truncate(row[0], id_width), *(row[index] for index in shown[1:])]
+            table.add_row(*cells, key=model_id)
+        if cursor_key in self._hub_rows:
+            table.move_cursor(row=list(self._hub_rows).index(cursor_key))
+
+    def _highlighted_hub_key(self) -> str | None:
+        """The model id of the Hub tab's highlighted row; None when it lists none."""
+        table = self.query_one("#models-results", DataTable)
+        if not table.row_count or not 0 <= table.cursor_row < table.row_count:
+            return None
+        return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+
+    def _clear_card(self) -> None:
+        """No model open: the card says how to open one, and the keys that need one (d, f, p) go."""
+        self.details = None
+        self.query_one("#details-facts", Static).update(t("modelsscreen.pick_model"))
+        self.query_one("#details-download", Static).update("")
+        self.query_one("#details-card", Markdown).update("")
+        self.refresh_bindings()
+        self._refresh_download()
 
     @on(Input.Submitted, "#models-search")
     def _search_submitted(self, event: Input.Submitted) -> None:
@@ -402,6 +490,9 @@ class ModelsScreen(Screen[None]):
     @on(DataTable.RowHighlighted, "#models-results")
     def _maybe_next_page(self, event: DataTable.RowHighlighted) -> None:
         table = event.data_table
+        # The card is the highlighted row's: another row highlighted, it goes (Enter opens that one).
+        if self.details is not None and self._highlighted_hub_key() != self.details.summary.model_id:
+            self._clear_card()
         if (self.page is not None and self.page.has_more and not self.searching
                 and event.cursor_row >= table.row_count - 1):
             self.query_state = replace(self.query_state, page=self.page.page + 1)
@@ -437,11 +528,11 @@ class ModelsScreen(Screen[None]):
             endpoint = source.endpoint
             details = source.details(model_id)
         except (TunedeckError, OSError) as exc:  # a HubError, a network or disk error: said on screen
-            self.post_message(DetailsDone(model_id, None, "", describe_error(exc, hub, endpoint)))
+            self.post_message(DetailsDone(model_id, None, "", describe_error(exc, hub, endpoint), hub=hub))
             return
         except Exception as exc:  # an SDK surprise: said on screen too, and the error modal and log
             report_unexpected(self.app, exc, "models.details")
-            self.post_message(DetailsDone(model_id, None, "", describe_error(exc, hub, endpoint)))
+            self.post_message(DetailsDone(model_id, None, "", describe_error(exc, hub, endpoint), hub=hub))
             return
         params = None
         if details.config is not None:
@@ -452,7 +543,7 @@ class ModelsScreen(Screen[None]):
                 params = model_facts(details.config).params
             except (ArchitectureError, TypeError, ValueError):
                 pass
-        self.post_message(DetailsDone(model_id, details, self._facts_text(details), None, params))
+        self.post_message(DetailsDone(model_id, details, self._facts_text(details), None, params, hub))
 
     def _config_lines(self, config: dict[str, Any], name: str) -> list[str]:
         """The facts of a config.json and how its training fits this box (in a worker: the estimate is pure
@@ -497,6 +588,8 @@ class ModelsScreen(Screen[None]):
         return "\n".join(lines)
 
     def on_details_done(self, message: DetailsDone) -> None:
+        if message.hub != self.hub or self._highlighted_hub_key() != message.model_id:
+            return  # the cursor, the list or the hub moved on while it was read: not the row's card
         facts = self.query_one("#details-facts", Static)
         if message.problem is not None:
             if message.problem.offline:
@@ -507,10 +600,11 @@ class ModelsScreen(Screen[None]):
         facts.update(message.facts)
         self._show_download_choice()
         self.refresh_bindings()
-        table = self.query_one("#models-results", DataTable)
-        if message.params is not None and message.model_id in table.rows:
-            # The name's guess gives way to the count from config.json.
-            table.update_cell(message.model_id, self._params_column, _count(message.params))
+        self._refresh_download()  # "d resumes it" when this is the stopped download's model
+        if message.params is not None and message.model_id in self._hub_rows:
+            # The name's guess gives way to the count from config.json (the columns fitted to it again).
+            self._hub_rows[message.model_id][1] = _count(message.params)
+            self._fill_hub_table()
         assert message.details is not None
         self.query_one("#details-card", Markdown).update(message.details.readme)
 
@@ -594,15 +688,31 @@ class ModelsScreen(Screen[None]):
             bar.update(total=100, progress=0)
             return
         bar.update(total=max(1, status.bytes_total), progress=status.bytes_done)
+        line.update(_plain(self._download_text(status, line.content_size.width or self.size.width - 2)))
+
+    def _resumes_here(self, status: Any) -> bool:
+        """Whether ``d`` now resumes ``status``'s download: its model is the one open, on its hub."""
+        return (self.tab == "hub" and self.details is not None and status.hub == self.hub
+                and status.model_id == self.details.summary.model_id)
+
+    def _download_text(self, status: Any, width: int) -> str:
+        """The download line in ``width`` cells: whole parts dropped from the end, a path cut in its middle.
+        "d resumes it" only while ``d`` would: the stopped model open on its hub; else which hub it is on."""
+        done, total = human_bytes(status.bytes_done), human_bytes(status.bytes_total)
         if status.active:
             eta = "?" if status.eta_s is None else time.strftime("%M:%S", time.gmtime(status.eta_s))
-            line.update(_plain(t("modelsscreen.download_line", model=status.model_id,
-                                 done=human_bytes(status.bytes_done), total=human_bytes(status.bytes_total),
-                                 rate=human_bytes(status.rate_bps), eta=eta, file=status.current_file or "")))
-        else:
-            line.update(_plain(t(f"modelsscreen.download_status.{status.status}", model=status.model_id,
-                                 path=status.target_dir, error=status.error or "",
-                                 done=human_bytes(status.bytes_done), total=human_bytes(status.bytes_total))))
+            return _fit_parts(t("modelsscreen.download_line", model=status.model_id, done=done, total=total,
+                                rate=human_bytes(status.rate_bps), eta=eta, file=status.current_file or ""), width)
+        if status.status == "done":
+            path = str(status.target_dir)
+            room = width - cell_len(t("modelsscreen.download_status.done", model=status.model_id, path=""))
+            return truncate(t("modelsscreen.download_status.done", model=status.model_id,
+                              path=_ellipsize_middle(path, max(room, 12))), width)
+        if status.status in ("cancelled", "interrupted") and not self._resumes_here(status):
+            return _fit_parts(t("modelsscreen.download_stopped_elsewhere", model=status.model_id,
+                                hub=HUB_LABELS.get(status.hub, status.hub), done=done, total=total), width)
+        return _fit_parts(t(f"modelsscreen.download_status.{status.status}", model=status.model_id,
+                            path=status.target_dir, error=status.error or "", done=done, total=total), width)
 
     def action_cancel_download(self) -> None:
         from core.hub.download import cancel_download, read_status
@@ -697,6 +807,7 @@ class ModelsScreen(Screen[None]):
     def on_resize(self, event: Any) -> None:
         if self._local_table_rows:
             self._fill_local_table()
+        self.call_after_refresh(self._fill_hub_table)  # once the Hub tab has its new width
 
     @on(DataTable.RowSelected, "#local-models")
     def _local_selected(self, event: DataTable.RowSelected) -> None:
@@ -809,8 +920,7 @@ class ModelsScreen(Screen[None]):
 
     def action_toggle_hub(self) -> None:
         self.hub = _cycle(HUBS, self.hub)
-        self.details = None
-        self.refresh_bindings()
+        self._clear_card()  # the card was the other hub's
         self._search_soon()
 
     def action_cycle_owner(self) -> None:

@@ -1,0 +1,165 @@
+"""The Models screen at 80×24 after a QA pass (fake GPUs: two H200 recorded, no GPU needed): the download line
+speaks of what ``d`` would do, forgets a deleted model, fits its line; the card follows the list; the tables
+cut no number or date; an unfinished download in the Local tab says how to resume it.
+
+Hubs: the local fake hub (``tests.hubserver``) through the real SDKs; downloads are written as the downloader
+leaves them (``job.json`` and ``state.json``), no process runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from core.hub.download import DownloadStatus, job_dir_for
+from core.i18n import t
+from core.text_width import cell_len
+from tests.tui.conftest import fake_monitor, quiet_settings, wait_for
+from tests.tui.test_models_offline import offered, region_text
+from tests.tui.test_models_screen import BUNDLED, hub_env, open_models, results  # noqa: F401  (hub_env: a fixture)
+from tui.app import make_app
+
+SIZE = (80, 24)
+TINY = "Qwen/Qwen2.5-Tiny-Instruct"
+DEEPSEEK = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+
+
+def stopped_download(hub: str, model_id: str, target: Path, done: int = 16_000_000,
+                     total: int = 100_000_000) -> Path:
+    """A download stopped part way (c, or the process gone), as its job folder holds it."""
+    job = job_dir_for(hub, model_id)
+    job.mkdir(parents=True)
+    (job / "job.json").write_text(json.dumps({
+        "hub": hub, "model_id": model_id, "revision": "master", "target_dir": str(target),
+        "files": [{"path": "model.safetensors", "size": total}]}))
+    (job / "state.json").write_text(json.dumps({
+        "status": "cancelled", "bytes_done": done, "bytes_total": total, "updated": time.time()}))
+    return job
+
+
+def modelscope_folder(root: Path, model_id: str, files: dict[str, bytes]) -> Path:
+    owner, name = model_id.split("/")
+    folder = root / "ms" / "models" / owner / name.replace(".", "___")
+    folder.mkdir(parents=True)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    return folder
+
+
+def line(app) -> str:
+    return region_text(app, app.screen.query_one("#download-line")).strip()
+
+
+def card(app) -> str:
+    return str(app.screen.query_one("#details-facts").render())
+
+
+def app_80():
+    return make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+
+
+async def highlight(pilot, app, model_id: str) -> None:
+    keys = [str(key.value) for key in results(app).rows]
+    results(app).move_cursor(row=keys.index(model_id))
+    await pilot.pause()
+
+
+def test_d_resumes_it_only_while_d_would(hub_env, tmp_path):  # noqa: F811
+    """The QA saw "Tiny: stopped; d resumes it" (a Hugging Face download) while browsing ModelScope with
+    another row open: d downloaded that row. The hint now names the hub until that very model is open."""
+    async def scenario():
+        stopped_download("hf", TINY, tmp_path / "hf-target")
+        (tmp_path / "hf-target").mkdir()
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await wait_for(pilot, lambda: "on Hugging Face: stopped at 16.0 MB / 100.0 MB" in line(app))
+            assert "d resumes" not in line(app)
+            await highlight(pilot, app, DEEPSEEK)
+            await pilot.press("enter")  # another model open: d is for it, the hint does not claim d
+            await wait_for(pilot, lambda: screen.details is not None)
+            assert "d" in offered(app) and "d resumes" not in line(app)
+            await highlight(pilot, app, TINY)  # the same model on the other hub is not the stopped one
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: screen.details is not None and screen.details.summary.model_id == TINY)
+            assert "d resumes" not in line(app)
+            await pilot.press("h")
+            await wait_for(pilot, lambda: screen.hub == "hf" and not screen.searching and results(app).row_count)
+            await highlight(pilot, app, TINY)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: screen.details is not None)
+            await wait_for(pilot, lambda: line(app) == f"{TINY}: stopped; d resumes it")
+            await pilot.press("up")  # the cursor leaves it: so do the card and the claim
+            await wait_for(pilot, lambda: screen.details is None)
+            assert "d resumes" not in line(app) and "d" not in offered(app)
+
+    asyncio.run(scenario())
+
+
+def test_the_card_follows_the_list(hub_env):  # noqa: F811
+    """The QA's card kept DeepSeek's facts once a search no longer listed it, and read "ModelScope" after h."""
+    async def scenario():
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await highlight(pilot, app, DEEPSEEK)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: screen.details is not None and "ModelScope ·" in card(app))
+            await pilot.press("s", *"tiny", "enter")
+            await wait_for(pilot, lambda: results(app).row_count == 1)
+            assert screen.details is None and card(app) == t("modelsscreen.pick_model")
+            assert "d" not in offered(app)
+            await pilot.press("enter")  # the one listed
+            await wait_for(pilot, lambda: screen.details is not None and "ModelScope ·" in card(app))
+            await pilot.press("h")  # at once, before Hugging Face answers
+            assert screen.details is None and "ModelScope" not in card(app)
+            await wait_for(pilot, lambda: screen.hub == "hf" and not screen.searching)
+            assert card(app) == t("modelsscreen.pick_model")
+
+    asyncio.run(scenario())
+
+
+def test_hub_columns_fit_80_columns_without_cutting_numbers(hub_env):  # noqa: F811
+    """The QA saw "Pa" for Params and "7." for 7.0B: the model name is cut instead, the columns whole."""
+    async def scenario():
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            await open_models(pilot, app)
+            shown = [text.strip() for text in region_text(app, results(app)).splitlines()]
+            assert shown[0].split()[:3] == ["Model", "Params", "Downloads"], shown[0]
+            for model_id, params, downloads in ((DEEPSEEK, "1.5B", "300.0K"), ("Qwen/Qwen2.5-7B-Instruct", "7.0B",
+                                                                                "900.0K")):
+                row = next(text for text in shown if text.startswith(model_id[:12]))
+                assert row.split()[-2:] == [params, downloads], row  # whole, the name cut instead
+                assert row.split()[0].endswith("…") or row.split()[0] == model_id
+
+    asyncio.run(scenario())
+
+
+def status(**changes) -> DownloadStatus:
+    values = dict(job_dir=Path("/nowhere"), hub="modelscope", model_id="qa/Big-Slow-7B", target_dir="",
+                  status="running", bytes_done=25_600_000, bytes_total=31_500_000, current_file=None,
+                  rate_bps=1_600_000.0, eta_s=3.0, files_done=1, files_total=3, error=None, pid=None,
+                  updated=0.0)
+    values.update(changes)
+    return DownloadStatus(**values)
+
+
+def test_the_download_line_drops_whole_parts_and_cuts_a_path_in_its_middle(hub_env):  # noqa: F811
+    async def scenario():
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            width = SIZE[0] - 2  # the line's padding
+            text = screen._download_text(status(), width)
+            assert text == "qa/Big-Slow-7B: 25.6 MB / 31.5 MB · 1.6 MB/s · ETA 00:03", text  # no dangling "·"
+            text = screen._download_text(status(current_file="model-00001-of-00004.safetensors"), width)
+            assert text.endswith("ETA 00:03") and "·" not in text[-3:], text  # the file name left out whole
+            target = "/home/qa/.cache/modelscope/hub/models/deepseek-ai/DeepSeek-R1-Distill-Qwen-1___5B"
+            text = screen._download_text(status(status="done", model_id=DEEPSEEK, target_dir=target), width)
+            assert text.startswith(f"{DEEPSEEK}: downloaded to /home") and text.endswith("-Qwen-1___5B"), text
+            assert "…" in text and cell_len(text) <= width
+
+    asyncio.run(scenario())
