@@ -16,7 +16,7 @@ from pathlib import Path
 from core.hub.download import DownloadStatus, job_dir_for
 from core.i18n import t
 from core.text_width import cell_len
-from tests.tui.conftest import fake_monitor, quiet_settings, wait_for
+from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
 from tests.tui.test_models_offline import offered, region_text
 from tests.tui.test_models_screen import BUNDLED, hub_env, open_models, results  # noqa: F401  (hub_env: a fixture)
 from tui.app import make_app
@@ -117,6 +117,33 @@ def test_the_card_follows_the_list(hub_env):  # noqa: F811
             assert screen.details is None and "ModelScope" not in card(app)
             await wait_for(pilot, lambda: screen.hub == "hf" and not screen.searching)
             assert card(app) == t("modelsscreen.pick_model")
+
+    asyncio.run(scenario())
+
+
+def test_a_deleted_models_download_leaves_the_line(hub_env, tmp_path):  # noqa: F811
+    """After x, y on a model the bar kept "stopped; d resumes it … 16%" for it. Its record goes with it (core);
+    the line then shows the newest other download, not "no download" while one is there to resume."""
+    async def scenario():
+        older = stopped_download("hf", TINY, tmp_path / "hf-target")
+        (tmp_path / "hf-target").mkdir()
+        state = json.loads((older / "state.json").read_text())
+        (older / "state.json").write_text(json.dumps({**state, "updated": time.time() - 3600}))
+        folder = modelscope_folder(tmp_path, "qa/Big-Slow-7B", {"config.json": b"{}", "model.safetensors.part": b"x"})
+        stopped_download("modelscope", "qa/Big-Slow-7B", folder)
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await wait_for(pilot, lambda: "qa/Big-Slow-7B on ModelScope: stopped at" in line(app))
+            await pilot.press("2")
+            local = screen.query_one("#local-models")
+            await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED)
+            await pilot.press("x")
+            await wait_for(pilot, lambda: "Delete qa/Big-Slow-7B?" in screen_text(app))
+            await pilot.press("y")
+            await wait_for(pilot, lambda: not folder.exists() and local.row_count == BUNDLED)
+            await wait_for(pilot, lambda: f"{TINY} on Hugging Face: stopped at" in line(app))
+            assert screen.job_dir == older
 
     asyncio.run(scenario())
 

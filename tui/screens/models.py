@@ -108,6 +108,17 @@ def _ellipsize_middle(text: str, width: int) -> str:
     return head + "…" + "".join(reversed(tail))
 
 
+def _download_of(status: Any, model: Any) -> bool:
+    """Whether the download ``status`` filled ``model``'s folder (a LocalModel): the same folder, or the same
+    model from the same hub."""
+    try:
+        if status.target_dir and Path(status.target_dir).resolve() == Path(model.path).resolve():
+            return True
+    except OSError:
+        pass
+    return bool(status.model_id == model.model_id and status.hub == model.source)
+
+
 class SearchDone(Message):
     def __init__(self, page: SearchPage | None, append: bool, problem: HubProblem | None, token: int) -> None:
         super().__init__()
@@ -882,7 +893,19 @@ class ModelsScreen(Screen[None]):
             return
         self.app.call_from_thread(self.notify, t("modelsscreen.deleted", model=model.model_id,
                                                  size=human_bytes(freed)))
+        self.app.call_from_thread(self._forget_download, model)
         self._list_local()
+
+    def _forget_download(self, model: Any) -> None:
+        """After ``model`` was deleted, the download line no longer speaks of its download (stopped at 16%,
+        d resumes it: there is nothing left to resume; core removes its record too); the newest other
+        download, if any, takes its place."""
+        from core.hub.download import read_status
+
+        status = read_status(self.job_dir) if self.job_dir is not None else None
+        if self.job_dir is not None and (status is None or (not status.active and _download_of(status, model))):
+            self.job_dir = None
+            self._reattach()
 
     # --- keys by state -----------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
