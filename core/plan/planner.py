@@ -9,6 +9,7 @@ from core.estimate import TrainingPlan, plan_for_model
 from core.plan.candidates import Candidate, Finding, candidate_plans, estimate_plan, finding, hours_for
 from core.plan.request import PlanRequest
 from core.plan.rules import judge
+from core.plan.view import offload_words
 from core.units import plural_key
 
 MAX_ALTERNATIVES = 3
@@ -275,7 +276,7 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
         if p.zero_stage == 0:
             out.append(("zero", finding("plan.reason.single_gpu")))
         else:
-            out.append(("zero", finding("plan.reason.single_offload", zero=p.zero_stage, offload=p.offload,
+            out.append(("zero", finding("plan.reason.single_offload", zero=p.zero_stage, offload=offload_words(p.offload),
                                         ram=round(est.cpu_ram_gib if est else 0, 1))))
     elif p.zero_stage == 0:
         out.append(("zero", finding("plan.reason.ddp", gpus=p.num_gpus,
@@ -283,7 +284,7 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     else:
         ddp = _lowest_peak(candidates, method=p.method, num_gpus=p.num_gpus, zero_stage=0)
         ddp_peak = round(ddp.peak_gib, 1) if ddp else "?"
-        out.append(("zero", finding("plan.reason.zero", zero=p.zero_stage, offload=p.offload, ddp=ddp_peak,
+        out.append(("zero", finding("plan.reason.zero", zero=p.zero_stage, offload=offload_words(p.offload), ddp=ddp_peak,
                                     peak=round(best.peak_gib, 1))))
 
     batch_key = "plan.reason.batch_cpu" if request.hardware.cpu_only else plural_key("plan.reason.batch", p.num_gpus)

@@ -30,11 +30,16 @@ def describe_plan(plan: dict[str, Any], cpu_only: bool = False) -> dict[str, Any
     gpus = t("plan.on_cpu") if cpu_only else t(plural_key("plan.gpus", plan["num_gpus"]), count=plan["num_gpus"])
     return {
         "method": plan["method"], "precision": plan["precision"], "gpus": gpus,
-        "zero": plan["zero_stage"], "offload": plan["offload"], "micro": plan["micro_batch_size"],
+        "zero": plan["zero_stage"], "offload": offload_words(plan["offload"]), "micro": plan["micro_batch_size"],
         "accum": plan["grad_accum_steps"], "seq": plan["seq_len"],
         "gc": t("plan.gc_on") if plan["gradient_checkpointing"] else t("plan.gc_off"),
         "rank": t("plan.rank_part", rank=plan["lora_rank"]) if plan.get("lora_rank") else "",
     }
+
+
+def offload_words(offload: str) -> str:
+    """An offload setting (none, optimizer, all) in the user's language."""
+    return t(f"plan.offload_value.{offload}") if offload in ("none", "optimizer", "all") else offload
 
 
 def format_hours(hours: float) -> str:
@@ -121,7 +126,7 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
         pairs = zip(data["alternatives"], rec.alternatives, strict=True)
         for index, (alt, (candidate, _)) in enumerate(pairs, 1):
             lines.append(ViewLine("alternative", t("plan.alternative", index=index, peak=candidate.peak_gib,
-                                                   tps=alt["tokens_per_s"], trade="; ".join(alt["trade_off"]),
+                                                   tps=alt["tokens_per_s"], trade=t("plan.trade_sep").join(alt["trade_off"]),
                                                    **describe_plan(alt["plan"], hardware.cpu_only))))
     return lines
 

@@ -43,6 +43,22 @@ def test_zh_keeps_its_measure_word():
     assert "张 GPU" in text and "GPU(s)" not in text
 
 
+def test_zh_says_the_offload_in_chinese_and_the_precision_field_lists_pure_bf16():
+    """zh read "ZeRO-0 卸载 none" (the value untranslated); the precision override label left out pure-bf16,
+    which it takes."""
+    from core.i18n import t
+    from core.plan.overrides import parse_override_value
+
+    set_language("zh")
+    text = format_recommendation(_plan("Qwen2.5-72B", "2xH200"))
+    assert "卸载 none" not in text and "卸载 optimizer" not in text and "卸载 all" not in text, text
+    assert "卸载 无" in text and "倍；" in text and "; " not in text, text  # the trade-offs joined in Chinese too
+    for lang in ("zh", "en"):
+        set_language(lang)
+        assert "pure-bf16" in t("wizard.field.precision")
+    assert parse_override_value("precision", "pure-bf16") == "pure-bf16"
+
+
 def test_a_memory_difference_that_rounds_to_nothing_is_said_as_the_same():
     """The tiny model at 128 tokens on a CPU box: its LoRA alternative needs within 0.05 GiB of the full
     plan, which read "0.0 GiB more memory"."""
