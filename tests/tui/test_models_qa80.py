@@ -165,6 +165,26 @@ def test_hub_columns_fit_80_columns_without_cutting_numbers(hub_env):  # noqa: F
     asyncio.run(scenario())
 
 
+def test_local_columns_fit_80_columns_with_the_whole_date(hub_env, tmp_path):  # noqa: F811
+    """The QA saw "2026-12-" under Last used: the name and the path give way, the date is whole."""
+    async def scenario():
+        folder = modelscope_folder(tmp_path, DEEPSEEK, {"config.json": b"{}", "model.safetensors": b"w" * 1000})
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("2")
+            local = screen.query_one("#local-models")
+            await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED)
+            await pilot.pause()
+            date = time.strftime("%Y-%m-%d", time.localtime(screen.local_models[0].last_used))
+            table = region_text(app, local)
+            assert "Last used" in table.splitlines()[0] and date in table, table
+            assert all(cell_len(text) <= SIZE[0] for text in table.splitlines())
+            assert folder.exists()
+
+    asyncio.run(scenario())
+
+
 def status(**changes) -> DownloadStatus:
     values = dict(job_dir=Path("/nowhere"), hub="modelscope", model_id="qa/Big-Slow-7B", target_dir="",
                   status="running", bytes_done=25_600_000, bytes_total=31_500_000, current_file=None,
@@ -188,5 +208,30 @@ def test_the_download_line_drops_whole_parts_and_cuts_a_path_in_its_middle(hub_e
             text = screen._download_text(status(status="done", model_id=DEEPSEEK, target_dir=target), width)
             assert text.startswith(f"{DEEPSEEK}: downloaded to /home") and text.endswith("-Qwen-1___5B"), text
             assert "…" in text and cell_len(text) <= width
+
+    asyncio.run(scenario())
+
+
+def test_an_unfinished_download_in_the_local_tab_says_how_to_resume(hub_env, tmp_path):  # noqa: F811
+    """Needs core's weights flag (core.hub.local.LocalModel.weights): .part files make a model incomplete."""
+    async def scenario():
+        modelscope_folder(tmp_path, TINY, {"config.json": b"{}", "model.safetensors.part": b"x" * 100})
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("2")
+            local = screen.query_one("#local-models")
+            await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED)
+            await wait_for(pilot, lambda: "(incomplete)" in region_text(app, local))
+            assert "d" in offered(app)
+            await pilot.press("enter")
+            details = screen.query_one("#local-details")
+            await wait_for(pilot, lambda: "To resume" in str(details.render()))
+            assert "Download not finished" in str(details.render())
+            await pilot.press("d")
+            await wait_for(pilot, lambda: any("on ModelScope (h switches)" in str(n.message)
+                                              for n in app._notifications))
+            await pilot.press("down")  # a bundled model: nothing to resume, d is not offered
+            assert "d" not in offered(app)
 
     asyncio.run(scenario())

@@ -56,6 +56,11 @@ SEARCH_DELAY_S = 0.4
 # The Hub tab's model column: as wide as its longest name up to HUB_ID_MAX, cut to no less than HUB_ID_MIN.
 HUB_ID_MIN = 12
 HUB_ID_MAX = 44
+# The Local tab's model column: up to LOCAL_ID_MAX cells, cut to no less than LOCAL_ID_MIN; the path beside
+# it keeps LOCAL_LAST_MIN cells where the name can give them.
+LOCAL_ID_MAX = 50
+LOCAL_ID_MIN = 16
+LOCAL_LAST_MIN = 16
 HUB_COLUMNS = ("id", "params", "downloads", "updated", "license")
 HUB_TAB_ACTIONS = frozenset({"focus_search", "toggle_hub", "cycle_owner", "cycle_task", "cycle_size", "cycle_sort"})
 
@@ -108,6 +113,12 @@ def _ellipsize_middle(text: str, width: int) -> str:
     return head + "…" + "".join(reversed(tail))
 
 
+def _local_complete(model: Any) -> bool:
+    """A model on disk that trains as it is (``core.hub.local.LocalModel.complete``; a config.json where the
+    listing does not tell about weights)."""
+    return bool(getattr(model, "complete", model.has_config))
+
+
 def _download_of(status: Any, model: Any) -> bool:
     """Whether the download ``status`` filled ``model``'s folder (a LocalModel): the same folder, or the same
     model from the same hub."""
@@ -117,6 +128,13 @@ def _download_of(status: Any, model: Any) -> bool:
     except OSError:
         pass
     return bool(status.model_id == model.model_id and status.hub == model.source)
+
+
+def _is_incomplete(model: Any) -> bool:
+    """A Local tab row that is a download not finished (not a bundled model, not a complete one)."""
+    from core.hub.local import LocalModel
+
+    return isinstance(model, LocalModel) and not _local_complete(model)
 
 
 class SearchDone(Message):
@@ -653,6 +671,11 @@ class ModelsScreen(Screen[None]):
         self._show_download_choice()
 
     def action_download(self) -> None:
+        if self.tab == "local":
+            model = self._selected_local()
+            if model is not None and _is_incomplete(model):
+                self.notify(self._resume_how(model), severity="warning", timeout=15)
+            return
         if self.details is None:
             self.notify(t("modelsscreen.no_model"), severity="warning")
             return
@@ -772,12 +795,13 @@ class ModelsScreen(Screen[None]):
         rows = []
         for model in message.models:
             used = time.strftime("%Y-%m-%d", time.localtime(model.last_used)) if model.last_used else "—"
-            # A folder without config.json (a download that failed or stopped) is no model yet: said so.
-            name = model.model_id if model.has_config else model.model_id + t("modelsscreen.incomplete")
-            rows.append((name, model.source, human_bytes(model.size_bytes), used, str(model.path)))
+            # A download that failed or stopped (no config.json, .part files, no weights) is no model yet:
+            # marked, the marker kept when the name is cut.
+            mark = "" if _local_complete(model) else t("modelsscreen.incomplete")
+            rows.append((model.model_id, mark, model.source, human_bytes(model.size_bytes), used, str(model.path)))
         for bundled in message.bundled:
             # Where a bundled model sits inside the install says nothing; what it is good for does.
-            rows.append((bundled.name, t(f"modelsscreen.source.{bundled.kind}"), "—", "—",
+            rows.append((bundled.name, "", t(f"modelsscreen.source.{bundled.kind}"), "—", "—",
                          t(f"modelsscreen.bundled_note.{bundled.kind}")))
         self._local_table_rows = rows
         self._fill_local_table()
@@ -790,20 +814,25 @@ class ModelsScreen(Screen[None]):
         self.refresh_bindings()
 
     def _fill_local_table(self) -> None:
-        """The Local tab's rows, each column as wide as its content, the last one (a path, or what a bundled
-        model is good for) cut with an ellipsis to what the screen leaves it, not clipped mid-word."""
+        """The Local tab's rows in the screen's width, the scrollbar's two cells kept free: source, size and
+        date whole, as wide as their content; the model name and the last column (a path, or what a bundled
+        model is good for) share what is left, each cut with an ellipsis, never a date or a size."""
         table = self.query_one("#local-models", DataTable)
-        rows = [(truncate(row[0], 50), *row[1:]) for row in self._local_table_rows]
+        marks = [row[1] for row in self._local_table_rows]
+        rows = [(row[0] + row[1], *row[2:]) for row in self._local_table_rows]
         labels = (t("modelsscreen.col_id"), t("modelsscreen.col_source"), t("modelsscreen.col_size"),
                   t("modelsscreen.col_used"), t("modelsscreen.col_path"))
         widths = [max([cell_len(label)] + [cell_len(row[index]) for row in rows]) for index, label in enumerate(labels)]
+        widths[0] = min(widths[0], LOCAL_ID_MAX)
         # Each column takes two cells of padding; two more for the vertical scrollbar.
-        room = self.size.width - sum(widths[:-1]) - 2 * len(labels) - 2
-        last = max(6, min(widths[-1], room))
-        if last < widths[-1]:
-            rows = [(*row[:-1], truncate(row[-1], last)) for row in rows]
-            labels = (*labels[:-1], truncate(labels[-1], last))
-            widths[-1] = last
+        room = self.size.width - sum(widths[1:4]) - 2 * len(labels) - 2
+        if widths[0] + widths[-1] > room:
+            last_min = min(widths[-1], LOCAL_LAST_MIN)
+            widths[0] = max(min(widths[0], LOCAL_ID_MIN), min(widths[0], room - last_min))
+            widths[-1] = max(6, min(widths[-1], room - widths[0]))
+        rows = [(truncate(row[0][:len(row[0]) - len(mark)], max(1, widths[0] - cell_len(mark))) + mark,
+                 *row[1:-1], truncate(row[-1], widths[-1])) for row, mark in zip(rows, marks, strict=True)]
+        labels = (truncate(labels[0], widths[0]), *labels[1:-1], truncate(labels[-1], widths[-1]))
         cursor = table.cursor_row
         # Widths from the content: auto-sized columns of a table filled right after its tab appears can
         # stay at their header width.
@@ -840,6 +869,8 @@ class ModelsScreen(Screen[None]):
 
         name = model.name if isinstance(model, BundledModel) else model.model_id
         lines = [f"[b $primary]{_plain(name)}[/]"]
+        if not isinstance(model, BundledModel) and not _local_complete(model):
+            lines.append(f"[$warning]{_plain(self._resume_how(model))}[/]")
         try:
             if isinstance(model, BundledModel):
                 config = bundled_config(model)
@@ -848,7 +879,6 @@ class ModelsScreen(Screen[None]):
                          *sorted(model.path.glob("*/config.json"))]
                 path = next((p for p in found if p.is_file()), None)
                 if path is None:
-                    lines.append(f"[$warning]{_plain(t('modelsscreen.local_no_config', path=str(model.path)))}[/]")
                     self.post_message(LocalFacts("\n".join(lines)))
                     return
                 config = json.loads(path.read_text(encoding="utf-8"))
@@ -858,6 +888,16 @@ class ModelsScreen(Screen[None]):
             return
         lines += self._config_lines(config, name)
         self.post_message(LocalFacts("\n".join(lines)))
+
+    def _resume_how(self, model: Any) -> str:
+        """What is missing from ``model`` (a LocalModel not complete) and how to finish or remove it."""
+        weights = getattr(model, "weights", "complete")
+        why = ("no_config" if not model.has_config else "partial" if weights == "partial"
+               else "no_weights" if weights == "none" else "no_config")
+        what = t(f"modelsscreen.incomplete_why.{why}", path=str(model.path))
+        if model.source in HUB_LABELS:
+            return what + " " + t("modelsscreen.resume_how", model=model.model_id, hub=HUB_LABELS[model.source])
+        return what + " " + t("modelsscreen.resume_how_folder")
 
     def on_local_facts(self, message: LocalFacts) -> None:
         details = self.query_one("#local-details", Static)
@@ -914,6 +954,8 @@ class ModelsScreen(Screen[None]):
         a download runs. Refused here, they leave the footer, the help and the palette."""
         if action in HUB_TAB_ACTIONS:
             return self.tab == "hub"
+        if action == "download" and self.tab == "local":
+            return _is_incomplete(self._selected_local())  # d says how to resume it
         if action in ("download", "toggle_files"):
             return self.tab == "hub" and self.details is not None
         if action == "wizard":
@@ -931,7 +973,8 @@ class ModelsScreen(Screen[None]):
     def footer_priority(self) -> tuple[str, ...]:
         """Offline, the ways on first (the Local tab, asking again, the other hub); else the search."""
         if self.tab == "local":
-            return ("models.wizard", "models.delete", "models.tab_hub", "models.refresh", "models.cancel")
+            return ("models.wizard", "models.download", "models.delete", "models.tab_hub", "models.refresh",
+                    "models.cancel")
         if self.message_kind == "problem":
             return ("models.tab_local", "models.refresh", "models.hub", "models.search", "models.cancel")
         return ("models.search", "models.hub", "models.download", "models.wizard", "models.cancel")
