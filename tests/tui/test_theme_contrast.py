@@ -81,6 +81,8 @@ PAIRS = [
     ("card border", "foreground-muted", "background", BORDER),
     ("errors", "error", "background", TEXT),
     ("warnings", "warning", "background", TEXT),
+    ("run states, fit verdict", "success", "background", TEXT),
+    ("memory history, gradients", "secondary", "background", TEXT),
 ]
 
 
