@@ -82,7 +82,7 @@ class ChatScreen(Screen[None]):
     ChatScreen #chat-system { width: 1fr; }
     ChatScreen #chat-temperature, ChatScreen #chat-max-tokens { width: 20; }
     ChatScreen #chat-panes { height: 1fr; }
-    ChatScreen Transcript { width: 1fr; border: round $panel-lighten-2; border-title-color: $primary; }
+    ChatScreen Transcript { width: 1fr; border: round $foreground-muted; border-title-color: $primary; }
     ChatScreen #chat-status { height: 1; padding: 0 1; color: $text-muted; }
     """
 

@@ -194,7 +194,7 @@ class ModelsScreen(Screen[None]):
     ModelsScreen #models-results { height: 1fr; }
     ModelsScreen #models-message { height: 1fr; display: none; padding: 0 1; }
     ModelsScreen #models-message-text { height: auto; }
-    ModelsScreen #models-details { width: 2fr; min-width: 30; border-left: solid $panel-lighten-2; padding: 0 1; }
+    ModelsScreen #models-details { width: 2fr; min-width: 30; border-left: solid $foreground-muted; padding: 0 1; }
     ModelsScreen #details-facts { height: auto; }
     ModelsScreen #details-download { height: auto; color: $accent; margin-bottom: 1; }
     ModelsScreen #details-card { height: auto; margin: 0; padding: 0; }
@@ -202,7 +202,7 @@ class ModelsScreen(Screen[None]):
     ModelsScreen #local-summary { height: auto; max-height: 3; padding: 0 1; color: $foreground-muted; }
     ModelsScreen #local-models { height: 1fr; }
     ModelsScreen #local-details { height: auto; max-height: 10; padding: 0 1; display: none;
-                                  border-top: solid $panel-lighten-2; }
+                                  border-top: solid $foreground-muted; }
     ModelsScreen #download-line { height: 1; padding: 0 1; }
     ModelsScreen #download-bar { height: 1; padding: 0 1; }
     ModelsScreen #download-bar Bar { width: 1fr; }

@@ -42,9 +42,9 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
     DashboardScreen #dash-charts { layout: grid; grid-size: 2 2; height: 2fr; min-height: 8; }
     DashboardScreen #dash-bottom { height: 1fr; min-height: 5; }
     DashboardScreen #dash-log-box { width: 3fr; }
-    DashboardScreen #dash-log { height: 1fr; border: round $panel-lighten-2; border-title-color: $primary; }
+    DashboardScreen #dash-log { height: 1fr; border: round $foreground-muted; border-title-color: $primary; }
     DashboardScreen #dash-search { dock: bottom; }
-    DashboardScreen #dash-events-box { width: 2fr; height: 1fr; border: round $panel-lighten-2;
+    DashboardScreen #dash-events-box { width: 2fr; height: 1fr; border: round $foreground-muted;
                                        border-title-color: $primary; }
     DashboardScreen #dash-events { height: 1fr; min-height: 1; overflow-x: hidden; scrollbar-size-vertical: 1; }
     /* under a table too narrow for its Detail column (80 columns): the described event's detail, wrapped;
