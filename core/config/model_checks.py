@@ -92,11 +92,6 @@ def lora_targets_problem(model: str | None, targets: str | list[str], method: st
     return t("config.lora_targets_unknown", missing=", ".join(missing), model=model, known=", ".join(short))
 
 
-def _resume_hint(model_id: str, hub: str) -> str:
-    """The command that resumes a download of ``model_id`` (``hub`` as ``tunedeck models`` spells it)."""
-    return f"tunedeck models download {model_id}" + (" --hub hf" if hub == "hf" else "")
-
-
 def weights_problem(folder: Path, value: str) -> tuple[str, str] | None:
     """``(severity, message)`` for a model folder (it has a config.json) whose weights are not whole,
     else None. A download that is not finished (``.part`` files) is an error: its safetensors are
@@ -106,7 +101,7 @@ def weights_problem(folder: Path, value: str) -> tuple[str, str] | None:
     ``tiny``, which passes, and the benchmarks' config-only folders), said so that it is never silent."""
     from core.assets import is_tiny_model
     from core.config.issues import ERROR, WARNING
-    from core.hub.local import hub_model_of, partial_files, weights_state
+    from core.hub.local import download_command, hub_model_of, partial_files, weights_state
 
     if is_tiny_model(str(folder)):
         return None
@@ -114,7 +109,7 @@ def weights_problem(folder: Path, value: str) -> tuple[str, str] | None:
     if state == "complete":
         return None
     owner = hub_model_of(folder)
-    resume = _resume_hint(owner[1], owner[0]) if owner else t("config.model_resume_unknown")
+    resume = download_command(owner[1], owner[0]) if owner else t("config.model_resume_unknown")
     if state == "partial":
         return ERROR, t("config.model_download_unfinished", path=value, count=len(partial_files(folder)),
                         resume=resume)
@@ -150,12 +145,12 @@ def model_problem(model: str, hub: str, probe: bool = True) -> tuple[str, str] |
 
         cached = _cached_config(value)
         if cached is not None:
-            from core.hub.local import partial_files
+            from core.hub.local import download_command, partial_files
 
-            if partial_files(cached.parent):  # a download of it was stopped: the cache holds a part
-                return ERROR, t("config.model_download_unfinished", path=str(cached.parent),
-                                count=len(partial_files(cached.parent)),
-                                resume=_resume_hint(value, "hf" if hub == "huggingface" else "modelscope"))
+            parts = partial_files(cached.parent)
+            if parts:  # a download of it was stopped: the cache holds a part
+                return ERROR, t("config.model_download_unfinished", path=str(cached.parent), count=len(parts),
+                                resume=download_command(value, "hf" if hub == "huggingface" else "modelscope"))
             return None
         from core.data.loading import HUB_HOSTS, _offline, hub_address, network_reachable
 

@@ -430,12 +430,12 @@ def run_download(args: argparse.Namespace) -> int:
 def _incomplete_reason(model: Any, download: Any) -> str:
     """Why a model on disk cannot be trained as it is, and what to do: the command that resumes its
     download (a hub's model), or what the folder lacks (one of the user's)."""
-    from core.hub.local import partial_files
+    from core.hub.local import download_command, partial_files
 
     hub = "" if model.source == "folder" else model.source
     # without a config.json the folder's name may be no model's id (a stray folder): no id is made up
     model_id = model.model_id if model.has_config else t("hub.cli.owner_name")
-    resume = (f"tunedeck models download {model_id}" + (" --hub hf" if hub == "hf" else "")) if hub else ""
+    resume = download_command(model_id, hub) if hub else ""
     stopped = download.status if download is not None and download.status != "done" else ""
     if model.weights == "partial":
         count = len(partial_files(model.path))

@@ -212,28 +212,31 @@ def list_local_models(extra_dirs: list[str] | None = None) -> list[LocalModel]:
     return sorted(models, key=lambda m: m.last_used, reverse=True)
 
 
+def download_command(model_id: str, hub: str) -> str:
+    """The command that downloads (or resumes a download of) ``model_id``; ``hub`` as ``tunedeck models``
+    spells it (``modelscope``, ``hf``)."""
+    return f"tunedeck models download {model_id}" + (" --hub hf" if hub == "hf" else "")
+
+
+def _within(path: Path | str, root: Path | str) -> bool:
+    """Whether ``path`` is ``root`` or lies under it, both resolved (False when either cannot be)."""
+    try:
+        path, root = Path(path).resolve(), Path(root).resolve()
+    except OSError:
+        return False
+    return path == root or root in path.parents
+
+
 def hub_model_of(folder: Path) -> tuple[str, str] | None:
     """``(hub, model id)`` of the download ``folder`` belongs to: a tunedeck download's target, else a
     model of the ModelScope or Hugging Face cache; None for a folder of the user's own."""
     from core.hub.download import list_downloads
 
-    try:
-        target = folder.resolve()
-    except OSError:
-        return None
-
-    def inside(root: Path | str) -> bool:
-        try:
-            root = Path(root).resolve()
-        except OSError:
-            return False
-        return target == root or root in target.parents
-
     for job in list_downloads():
-        if job.target_dir and inside(job.target_dir):
+        if job.target_dir and _within(folder, job.target_dir):
             return job.hub, job.model_id
     for model in _modelscope_models() + _hf_models():
-        if inside(model.path):
+        if _within(folder, model.path):
             return model.source, model.model_id
     return None
 
@@ -249,16 +252,9 @@ def _download_records_of(model: LocalModel, target: Path) -> list[Any]:
     inside ``target``."""
     from core.hub.download import list_downloads
 
-    found = []
-    for job in list_downloads():
-        try:
-            inside = bool(job.target_dir) and (Path(job.target_dir).resolve() == target
-                                               or target in Path(job.target_dir).resolve().parents)
-        except OSError:
-            inside = False
-        if inside or (job.hub == model.source and job.model_id == model.model_id):
-            found.append(job)
-    return found
+    return [job for job in list_downloads()
+            if (job.target_dir and _within(job.target_dir, target))
+            or (job.hub == model.source and job.model_id == model.model_id)]
 
 
 def delete_local_model(model: LocalModel, extra_dirs: list[str] | None = None) -> int:
@@ -274,9 +270,8 @@ def delete_local_model(model: LocalModel, extra_dirs: list[str] | None = None) -
     records = _download_records_of(model, target)
     running = next((job for job in records if job.active and downloader_alive(job.job_dir)), None)
     if running is not None:
-        cancel = f"tunedeck models download {running.model_id}" + (" --hub hf" if running.hub == "hf" else "")
         raise DeleteRefusedError(t("hub.local.delete_downloading", model=running.model_id, path=str(model.path),
-                                   cancel=cancel + " --cancel"))
+                                   cancel=download_command(running.model_id, running.hub) + " --cancel"))
     size, _ = _measure(target)
     shutil.rmtree(target)
     for job in records:
