@@ -90,6 +90,7 @@ PLAIN_KEYS = ("qlora_upcast",)  # the plain recipe's one switch: peft's fp32 upc
 def parse_engine(text: str) -> tuple[str, dict[str, Any]]:
     """``tunedeck+key=value+key=value`` -> ("tunedeck", {key: value}): a tunedeck run with run keys
     changed (values read as YAML), so that one call measures each switch against the defaults.
+    ``tunedeck+env.NAME=value``: the run's processes get that environment variable (``env.NAME`` in the dict).
     ``plain+qlora_upcast=false``: the plain recipe without ``prepare_model_for_kbit_training``'s upcast."""
     import yaml
 
@@ -348,8 +349,10 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
         values = {**planned, **{k: values[k] for k in keep}}
         for key in ("epochs", "warmup_ratio"):  # the bench's steps and warm-up replace these
             values.pop(key, None)
-    values.update(overrides or {})
-    tag = "-".join(f"{k}-{v}" for k, v in (overrides or {}).items())
+    overrides = dict(overrides or {})
+    environment = {key[len("env."):]: str(overrides.pop(key)) for key in list(overrides) if key.startswith("env.")}
+    values.update(overrides)
+    tag = "-".join(f"{k}-{v}" for k, v in {**overrides, **environment}.items())
     profile_window = None
     if ctx.get("profile") and not spec.get("maxseq"):
         from core.train.profiling import parse_profile_env
@@ -361,11 +364,18 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
         os.environ["TUNEDECK_MEMORY_PROFILE"] = str(ctx["memory_profile"])
     if ctx.get("sync_trace"):  # where those steps make the host wait for the GPU -> syncs.txt
         os.environ["TUNEDECK_SYNC_TRACE"] = str(ctx["sync_trace"])
+    saved_env = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)  # the detached trainer inherits them
     try:
         row = one_run(ctx["home"], f"{spec['name']}-{seq}{'-' + tag if tag else ''}", values, False, timeout_s, False)
     finally:
         for name in ("TUNEDECK_PROFILE", "TUNEDECK_MEMORY_PROFILE", "TUNEDECK_SYNC_TRACE"):
             os.environ.pop(name, None)
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     from core.runs.jsonl import iter_records
 
     records = list(iter_records(Path(row["run_dir"]) / "metrics.jsonl")) if row.get("run_dir") else []
