@@ -6,6 +6,7 @@ Read API (cheap; used by the CLI and the dashboard)::
         / .metrics_header() / .checkpoints() / .last_complete_checkpoint() / .last_event(kind)
     effective_status(run) -> RunStatus            # liveness applied: dead active runs become crashed
     list_runs() -> list[RunSummary]               # newest first
+    ended_with_checkpoint(run, status) -> bool    # what resume and merge/chat/export need (the TUI's keys)
     resolve_run("20261129-2301-qwen") -> RunDirectory   # id, unique prefix or path
 
 A run's life (``core.runs.lifecycle``; every caller, the CLI and the app alike, goes through these)::
@@ -31,7 +32,7 @@ from core.runs.lifecycle import (
     stop_run,
     stop_run_and_wait,
 )
-from core.runs.listing import RunNotFound, RunSummary, list_runs, resolve_run
+from core.runs.listing import RunNotFound, RunSummary, ended_with_checkpoint, list_runs, resolve_run
 from core.runs.liveness import effective_status
 from core.runs.run_dir import RunDirectory, RunStatus
 from core.runs.states import (
@@ -61,6 +62,7 @@ __all__ = [
     "can_stop",
     "check_run_file",
     "effective_status",
+    "ended_with_checkpoint",
     "list_runs",
     "load_run_file",
     "prepare_run",

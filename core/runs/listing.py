@@ -12,6 +12,7 @@ from core.i18n import render_stored
 from core.paths import runs_dir
 from core.runs.liveness import effective_status
 from core.runs.run_dir import FINISHED, STALLED, RunDirectory
+from core.runs.states import TERMINAL_STATES
 
 
 class RunNotFound(TunedeckError, LookupError):
@@ -40,6 +41,7 @@ class RunSummary:
     name: str = ""
     updated: str = ""
     reason_message: dict[str, Any] | None = None  # the reason as a message record (see RunStatus)
+    has_checkpoint: bool = False  # ended with a complete checkpoint (``ended_with_checkpoint``)
 
     @property
     def reason_text(self) -> str:
@@ -56,6 +58,14 @@ def shown_total(step: int | None, total: int | None, status: str) -> int | None:
     if status == FINISHED and step is not None and (total is None or step < total):
         return step
     return total
+
+
+def ended_with_checkpoint(run: RunDirectory, status: str) -> bool:
+    """The run has ended (``status``, liveness applied) and holds a complete checkpoint (a directory scan,
+    the marker trusted): what resume and the after-training actions need, one rule for the dashboard and
+    the Runs list. A checkpoint that turns out damaged is for those actions to say ("cannot be loaded;
+    sound ones: …"), not a reason to hide their keys and leave the user guessing."""
+    return status in TERMINAL_STATES and run.last_complete_checkpoint() is not None
 
 
 def summarize(run: RunDirectory) -> RunSummary:
@@ -86,6 +96,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         gpus=list(record.get("gpus") or []),
         name=str(config.get("name", "") or ""),
         updated=status.updated,
+        has_checkpoint=ended_with_checkpoint(run, status.status),
     )
 
 

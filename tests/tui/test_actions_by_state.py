@@ -10,6 +10,7 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from core.i18n import t
 from core.paths import runs_dir
@@ -345,10 +346,21 @@ def test_enter_in_the_delete_dialog_cancels():
     run(scenario())
 
 
-def test_stop_and_resume_from_the_runs_list():
+def test_stop_and_resume_from_the_runs_list(monkeypatch):
+    """Stop on the live run; resume only on a stopped run with a checkpoint to go on from, the dashboard's
+    rule (the list offered ``u`` on one with none, where resume could only fail)."""
+    bare = build_run(runs_dir(), "20261129-2000-bare", status="stopped", steps=30, created="2026-11-29T20:00:00Z")
     stopped = build_run(runs_dir(), "20261129-2100-stopped", status="stopped", steps=30,
                         created="2026-11-29T21:00:00Z")
+    add_checkpoint(stopped, 30)
     path = build_run(runs_dir(), "20261129-2300-live", status="running", steps=30, created="2026-11-29T23:00:00Z")
+    resumed: list[str] = []
+
+    def resume_run(run, **_kwargs):  # core's resume would start a real supervisor for this made-up run
+        resumed.append(run.id)
+        return SimpleNamespace(checkpoint=str(run.last_complete_checkpoint().path))
+
+    monkeypatch.setattr("core.runs.resume_run", resume_run)
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests/fixtures/watch/fake_supervisor.py"), str(path)],
                             stdout=subprocess.PIPE, text=True)
     try:
@@ -358,7 +370,7 @@ def test_stop_and_resume_from_the_runs_list():
             app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
             async with app.run_test(size=SIZE) as pilot:
                 screen = await open_runs(pilot, app)
-                assert [s.id for s in screen.shown] == [path.name, stopped.name]
+                assert [s.id for s in screen.shown] == [path.name, stopped.name, bare.name]
                 await wait_for(pilot, lambda: "k" in footer_keys(app) and "u" not in footer_keys(app))
                 assert t("dashboard.key.stop") in palette_titles(app)
                 await pilot.press("k")
@@ -366,15 +378,22 @@ def test_stop_and_resume_from_the_runs_list():
                 await pilot.press("y")
                 assert proc.wait(timeout=10) == 0  # the supervisor got the stop
                 await wait_for(pilot, lambda: any("20261129-2300-live" in n and "stop" in n for n in notes(app)))
-                await pilot.press("down")  # the stopped run: resume, not stop
+                await pilot.press("down", "down")  # stopped with no checkpoint: neither stop nor resume
+                await wait_for(pilot, lambda: screen.selected().id == bare.name)
+                await pilot.pause()
+                assert "u" not in footer_keys(app) and "k" not in footer_keys(app)
+                assert t("dashboard.key.resume") not in palette_titles(app)
+                app.clear_notifications()
+                await pilot.press("u")  # not offered, and does nothing
+                await pilot.pause()
+                assert isinstance(app.screen, RunsScreen) and not notes(app)
+                await pilot.press("up")  # stopped with a checkpoint: resume, not stop
                 await wait_for(pilot, lambda: "u" in footer_keys(app) and "k" not in footer_keys(app))
                 assert t("dashboard.key.resume") in palette_titles(app)
                 await pilot.press("u")
                 await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
                 await pilot.press("y")
-                # through core's prepare_resume: this run has no checkpoint to resume from, and says so
-                await wait_for(pilot, lambda: any(n.severity == "error" and "checkpoint" in str(n.message)
-                                                  for n in app._notifications))
+                await wait_for(pilot, lambda: any(n.startswith(f"Run {stopped.name} resumed from") for n in notes(app)))
                 assert isinstance(app.screen, RunsScreen)
 
         run(scenario())
@@ -382,3 +401,4 @@ def test_stop_and_resume_from_the_runs_list():
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+    assert resumed == [stopped.name]

@@ -344,10 +344,15 @@ class RunsScreen(Screen[None]):
         self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Stop for a live highlighted run, resume for a stopped, failed or crashed one: else not offered."""
+        """Stop for a live highlighted run, resume for a stopped, failed or crashed one with a checkpoint to
+        go on from (the dashboard's rule; the list worker found it, nothing is read here): else not offered."""
         if action in ("stop", "resume"):
             summary = self.selected() if self.is_mounted else None
-            return summary is not None and (can_stop if action == "stop" else can_resume)(summary.status)
+            if summary is None:
+                return False
+            if action == "stop":
+                return can_stop(summary.status)
+            return can_resume(summary.status) and summary.has_checkpoint
         return True
 
     def footer_priority(self) -> tuple[str, ...]:

@@ -144,14 +144,13 @@ class DashboardFeed:
             state = writer_state(self.source, self._activity)
             self.post_message(RunStatusRead(state.status, state.label(), free, total, problem=state.problem()))
             return
-        from core.runs import TERMINAL_STATES, RunDirectory, effective_status
+        from core.runs import RunDirectory, effective_status, ended_with_checkpoint
 
         run = RunDirectory(self.source.path)
         status = effective_status(run)
-        # Once the run has ended: a complete checkpoint (a directory scan) offers resume and what comes after
-        # training. One that turns out damaged is for those to say (merge: "cannot be loaded; sound ones:
-        # …"), not a reason to hide the keys and leave the user guessing.
-        has_checkpoint = status.status in TERMINAL_STATES and run.last_complete_checkpoint() is not None
+        # Once the run has ended: a complete checkpoint offers resume and what comes after training (the
+        # Runs list's resume follows the same rule).
+        has_checkpoint = ended_with_checkpoint(run, status.status)
         self.post_message(RunStatusRead(status.status, status.reason_text, free, total, has_checkpoint))
 
     # --- the app's GPU poll -----------------------------------------------------------------------
