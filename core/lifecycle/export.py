@@ -28,29 +28,19 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     The merged format's default folder is the one ``merge`` writes: one that already holds a whole merge of
     the same checkpoint is the export (``"reused": True``), not an error; ``force`` merges it again."""
     from core.i18n import t
-    from core.lifecycle.merge import (
-        complete_merge,
-        folder_bytes,
-        merge_run,
-        merged_model,
-        save_model_dir_atomically,
-    )
+    from core.lifecycle.merge import merge_run, merged_model, save_model_dir_atomically
     from core.lifecycle.source import resolve_model_source
 
     if fmt not in FORMATS:
         raise LifecycleError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if fmt == "merged":
+        result = merge_run(run, checkpoint, out, force=force, reuse=True)
+        if result.reused:
+            run.append_event("exported", format=fmt, out=str(result.out), bytes=result.bytes, reused=True)
+        return {"format": fmt, "out": str(result.out), "bytes": result.bytes, "seconds": result.seconds,
+                "step": result.step, "reused": result.reused}
     started = time.monotonic()
     source = resolve_model_source(run, checkpoint)
-    if fmt == "merged":
-        done = complete_merge(run, source) if out is None and not force else None
-        if done is not None:
-            size = folder_bytes(done)
-            run.append_event("exported", format=fmt, out=str(done), bytes=size, reused=True)
-            return {"format": fmt, "out": str(done), "bytes": size, "seconds": time.monotonic() - started,
-                    "step": source.step, "reused": True}
-        result = merge_run(run, checkpoint, out, force=force)
-        return {"format": fmt, "out": str(result.out), "bytes": result.bytes, "seconds": result.seconds,
-                "step": result.step, "reused": False}
     if importlib.util.find_spec("bitsandbytes") is None:
         raise LifecycleError(t("lifecycle.export_needs_bnb", format=fmt))
     import torch

@@ -43,10 +43,11 @@ class MergeResult:
     seconds: float
     dtype: str
     adapter: bool
+    reused: bool = False  # a whole merge of the checkpoint was already there (``merge_run(reuse=True)``)
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "step": self.step, "bytes": self.bytes, "seconds": round(self.seconds, 3),
-                "dtype": self.dtype, "adapter": self.adapter}
+                "dtype": self.dtype, "adapter": self.adapter, "reused": self.reused}
 
 
 def default_merge_dir(run: RunDirectory, step: int) -> Path:
@@ -74,6 +75,16 @@ def complete_merge(run: RunDirectory, source: ModelSource) -> Path | None:
     if not (same and weights and (out / "config.json").is_file()) or written < newest:
         return None
     return out
+
+
+def saved_dtype(out: Path) -> str:
+    """The dtype a saved model's config.json names ("bfloat16" …), "" when it names none."""
+    try:
+        config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    value = config.get("torch_dtype") or config.get("dtype") if isinstance(config, dict) else None
+    return str(value) if value else ""
 
 
 def folder_bytes(path: Path) -> int:
@@ -183,17 +194,25 @@ def merge_lock(out: Path) -> Iterator[None]:
 def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None = None,
               headroom_bytes: int = DEFAULT_HEADROOM_BYTES, force: bool = False,
               device: str | None = None, progress: Callable[[str], None] | None = None,
-              cancelled: Callable[[], bool] | None = None) -> MergeResult:
+              cancelled: Callable[[], bool] | None = None, reuse: bool = False) -> MergeResult:
     """Merge the run's adapter (last complete checkpoint unless ``checkpoint``) into ``out``.
 
     ``progress`` (called from this thread) hears each stage of ``MERGE_STAGES`` as it begins.
     ``cancelled`` is asked before each stage: when it turns true the merge ends with ``MergeCancelled``
-    and leaves nothing behind (a stage under way, e.g. loading, runs to its end first)."""
+    and leaves nothing behind (a stage under way, e.g. loading, runs to its end first). ``reuse`` (with
+    the default ``out``, without ``force``): a whole merge of this checkpoint already there
+    (``complete_merge``) is the result as it is (``reused``), nothing loaded or written; any other folder
+    in the way is still ``OutputExists``."""
     from core.i18n import t
     from core.lifecycle.source import default_device
 
     started = time.monotonic()
     source = resolve_model_source(run, checkpoint)
+    if reuse and out is None and not force:
+        done = complete_merge(run, source)
+        if done is not None:
+            return MergeResult(done, source.step, folder_bytes(done), time.monotonic() - started,
+                               saved_dtype(done), source.is_adapter, reused=True)
     device = device or default_device()
     out = Path(out) if out is not None else default_merge_dir(run, source.step)
     if out.exists() and not force:

@@ -69,6 +69,15 @@ def test_earlier_checkpoint_and_existing_output(lora_run):
     again = merge_run(run, checkpoint=15, force=True)
     assert again.out == first.out and (again.out / "model.safetensors").is_file()
     assert not (again.out.parent / "checkpoint-15.old").exists()
+    # reuse (the TUI's M, export): the whole merge of checkpoint 15 is the result, not rewritten
+    files = {p.name: p.stat().st_mtime_ns for p in again.out.iterdir()}
+    reused = merge_run(run, checkpoint=15, reuse=True)
+    assert reused.reused and reused.out == again.out and reused.step == 15 and reused.bytes == again.bytes
+    assert reused.dtype == again.dtype and {p.name: p.stat().st_mtime_ns for p in again.out.iterdir()} == files
+    assert not merge_run(run, checkpoint=15, reuse=True, force=True).reused  # force merges again
+    (again.out / "tunedeck_merge.json").write_text(json.dumps({"checkpoint": "elsewhere", "step": 15}))
+    with pytest.raises(LifecycleError, match="--force"):  # not a whole merge of this checkpoint
+        merge_run(run, checkpoint=15, reuse=True)
 
 
 def test_merge_refuses_when_the_disk_is_too_small(lora_run, tmp_path):

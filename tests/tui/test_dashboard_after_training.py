@@ -236,6 +236,71 @@ def test_M_merges_in_a_worker_stage_by_stage_and_shows_the_merged_directory(fini
     assert not merged.with_name("checkpoint-30.tmp").exists()
 
 
+def test_M_again_reuses_the_whole_merge_and_asks_before_replacing_another_folder(finished):
+    """M always merged again (force), rewriting a whole merge of the same checkpoint and replacing any
+    folder in the way unasked. Now, as X does: a whole merge is kept and said so; another folder there
+    opens a dialog, n keeps it (and says how to merge later), y merges into it."""
+    import json
+
+    home, run_id = finished
+    merged = home / "runs" / run_id / "merged" / "checkpoint-30"
+
+    def files() -> dict[str, int]:
+        return {p.name: p.stat().st_mtime_ns for p in merged.iterdir()}
+
+    async def merge(pilot, app) -> MergePanel:
+        await pilot.press("M")
+        await wait_for(pilot, lambda: isinstance(app.screen, (MergePanel, ConfirmScreen)))
+        panel = next(s for s in app.screen_stack if isinstance(s, MergePanel))
+        await wait_for(pilot, lambda: panel.ended or isinstance(app.screen, ConfirmScreen), timeout=90)
+        return panel
+
+    async def close(pilot, app) -> None:
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await wait_for(pilot, lambda: not any(w.group == "lifecycle" and not w.is_finished for w in app.workers))
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            panel = await merge(pilot, app)
+            assert panel.ok and panel.stages == ["load", "merge", "write", "done"]
+            written = files()
+            await close(pilot, app)
+
+            panel = await merge(pilot, app)  # the same checkpoint, merged whole: kept, said so
+            assert panel.ended and panel.ok and panel.out == str(merged) and panel.stages == []
+            await pilot.pause()
+            flat = " ".join(" ".join(line.strip(" │") for line in screen_text(app).splitlines()).split())
+            assert "already holds the whole merge of checkpoint 30" in flat and "✓" not in flat, flat
+            assert files() == written  # untouched, not rewritten
+            await close(pilot, app)
+
+            (merged / "tunedeck_merge.json").write_text(json.dumps({"checkpoint": "elsewhere", "step": 30}))
+            kept = files()
+            panel = await merge(pilot, app)  # not a whole merge of this checkpoint: asked first
+            assert isinstance(app.screen, ConfirmScreen) and not panel.ended
+            assert "Replace checkpoint-30?" in screen_text(app)
+            await pilot.press("n")
+            await wait_for(pilot, lambda: panel.ended and app.screen is panel)
+            assert panel.ok and panel.out is None and panel.stages == []
+            assert any("kept as it is; nothing was merged" in str(n.message) for n in app._notifications)
+            assert files() == kept
+            await close(pilot, app)
+
+            panel = await merge(pilot, app)
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("y")
+            await wait_for(pilot, lambda: panel.ended, timeout=90)
+            assert panel.ok and panel.out == str(merged) and panel.stages == ["load", "merge", "write", "done"]
+            assert not any(n.severity == "error" for n in app._notifications)
+
+    asyncio.run(scenario())
+    assert json.loads((merged / "tunedeck_merge.json").read_text())["step"] == 30
+    assert json.loads((merged / "tunedeck_merge.json").read_text())["checkpoint"] != "elsewhere"
+
+
 def test_M_on_a_broken_checkpoint_ends_with_the_error_instead_of_hanging(finished):
     """A damaged adapter file (here garbage: safetensors' own error underneath) is the user's data, not a
     bug: the panel ends with the error naming the checkpoint and what to do, and notifies; no error modal."""

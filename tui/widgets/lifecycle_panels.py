@@ -46,15 +46,23 @@ class MergeStage(Message):
 
 
 class MergeEnded(Message):
-    def __init__(self, out: str | None, text: str, ok: bool) -> None:
+    """``reused``: a whole merge of the checkpoint was there already, nothing was done; ``ok`` with no
+    stage reached: the user kept the folder in the way (nothing was merged, nothing failed)."""
+
+    def __init__(self, out: str | None, text: str, ok: bool, reused: bool = False) -> None:
         super().__init__()
         self.out = out
         self.text = text
         self.ok = ok
+        self.reused = reused
 
 
 class MergePanel(ModalScreen[None]):
-    """A run's merge, stage by stage; ends with the merged directory (or the reason it failed)."""
+    """A run's merge, stage by stage; ends with the merged directory (or the reason it failed).
+
+    As ``tunedeck export`` does, a whole merge of the same checkpoint already in the run's merged folder is
+    the result as it is (said, not written again); any other folder in the way is replaced only once the
+    user answers y in a dialog (the TUI has no --force)."""
 
     DEFAULT_CSS = PANEL_CSS.format(name="MergePanel")
     BINDINGS = [Binding("escape", "dismiss", t("lifecycle.key.close"), id="merge.close")]
@@ -84,21 +92,32 @@ class MergePanel(ModalScreen[None]):
     def on_mount(self) -> None:
         self.query_one("#merge-result", Static).display = False
         self._show_stages()
+        self._merge(force=False)
+
+    def _merge(self, force: bool) -> None:
+        """Merge in an app-level worker; ``force``: replace the folder in the way (the user said y)."""
         panel, app, run_dir = self, self.app, self.run_dir
 
         def job() -> None:
             from core.lifecycle.merge import MergeCancelled, merge_run
+            from core.lifecycle.source import OutputExists
             from core.runs import RunDirectory
+            from core.watch.figures import format_bytes
 
             # The app quitting cancels this worker: the merge stops at its next stage, leaving nothing.
             worker = get_current_worker()
             try:
-                result = merge_run(RunDirectory(run_dir), force=True,
+                result = merge_run(RunDirectory(run_dir), force=force, reuse=True,
                                    progress=lambda stage: panel.post_message(MergeStage(stage)),
                                    cancelled=lambda: worker.is_cancelled)
             except MergeCancelled:
                 return
-            except TunedeckError as exc:  # a LifecycleError: no adapter, a folder in the way …
+            except OutputExists as exc:  # a folder that is no whole merge of this checkpoint: asked first
+                if force:
+                    raise
+                app.call_from_thread(panel.ask_to_replace, exc.path)
+                return
+            except TunedeckError as exc:  # a LifecycleError: no adapter, a merge already running …
                 text = str(exc) or type(exc).__name__
                 panel.post_message(MergeEnded(None, text, False))
                 app.call_from_thread(app.notify, text, severity="error", timeout=15)
@@ -107,13 +126,33 @@ class MergePanel(ModalScreen[None]):
                 panel.post_message(MergeEnded(None, describe(exc), False))
                 report_unexpected(app, exc, "lifecycle.merge")
                 return
-            text = t("lifecycle.merged", out=str(result.out), size=f"{result.bytes / 1e6:.1f} MB",
-                     seconds=result.seconds)
-            panel.post_message(MergeEnded(str(result.out), text, True))
+            if result.reused:
+                text = t("lifecycle.merge_reused", out=str(result.out), size=format_bytes(result.bytes),
+                         step=result.step)
+            else:
+                text = t("lifecycle.merged", out=str(result.out), size=f"{result.bytes / 1e6:.1f} MB",
+                         seconds=result.seconds)
+            panel.post_message(MergeEnded(str(result.out), text, True, reused=result.reused))
             app.call_from_thread(app.notify, text, timeout=15)
 
         # Owned by the app, not this panel: closing the panel does not orphan the merge's messages.
-        app.run_worker(job, thread=True, group="lifecycle", exit_on_error=False)
+        self.app.run_worker(job, thread=True, group="lifecycle", exit_on_error=False)
+
+    def ask_to_replace(self, path: Path) -> None:
+        """``path`` is in the way: y merges again into it (the old folder goes once the new one is whole);
+        n or Esc keeps it, and the panel says how to merge later."""
+        from tui.widgets.confirm import ConfirmScreen
+
+        def answered(ok: bool | None) -> None:
+            if ok:
+                self._merge(force=True)
+                return
+            text = t("lifecycle.merge_kept", path=str(path), run=self.run_dir.name)
+            self.post_message(MergeEnded(None, text, True))
+            self.app.notify(text, timeout=15)
+
+        self.app.push_screen(ConfirmScreen(t("lifecycle.replace_title", path=path.name),
+                                           t("lifecycle.replace_body", path=str(path))), answered)
 
     def _show_stages(self) -> None:
         from core.lifecycle.merge import MERGE_STAGES
@@ -143,6 +182,8 @@ class MergePanel(ModalScreen[None]):
 
     def on_merge_ended(self, message: MergeEnded) -> None:
         self.ended, self.ok, self.out = True, message.ok, message.out
+        if message.reused:
+            self.stage = "done"  # every stage shown as not needed: the merge was already there
         self._show_stages()
         result = self.query_one("#merge-result", Static)
         result.update(Text(message.text, style="" if message.ok else "red"))
@@ -222,8 +263,8 @@ def _ask_to_replace_export(app: Any, run_dir: Path, path: Path) -> None:
         if ok:
             export_in_worker(app, run_dir, force=True)
 
-    app.push_screen(ConfirmScreen(t("lifecycle.export_replace_title", path=path.name),
-                                  t("lifecycle.export_replace_body", path=str(path))), answered)
+    app.push_screen(ConfirmScreen(t("lifecycle.replace_title", path=path.name),
+                                  t("lifecycle.replace_body", path=str(path))), answered)
 
 
 # --- the server ---------------------------------------------------------------------------------------
