@@ -209,6 +209,31 @@ def _backend_command(backend: str, run: RunDirectory, state: Path, host: str, po
             "--server-name", host, "--server-port", str(port)] + (["--api-keys", api_key] if api_key else [])
 
 
+def _merged_for_serving(run: RunDirectory, source: Any, checkpoint: int | None, backend: str,
+                        cancelled: Callable[[], bool] | None) -> Path:
+    """The merged folder a vLLM or LMDeploy server loads: the run's whole merge of the checkpoint (the
+    test ``merge`` and ``export`` reuse it by, ``complete_merge``), merged now when the folder is not there.
+    A folder there that is no whole merge (cut short, another checkpoint's, older than the checkpoint) is
+    refused with the command that merges it again: served, it ends in the backend's own puzzling error."""
+    from core.i18n import t
+    from core.lifecycle.merge import MergeCancelled, complete_merge, default_merge_dir, merge_run
+
+    done = complete_merge(run, source)
+    if done is not None:
+        return done
+    out = default_merge_dir(run, source.step)
+    if out.exists():
+        raise LifecycleError(t("lifecycle.serve_merge_incomplete", path=str(out), step=source.step,
+                               backend=backend, run=run.id))
+    if cancelled is not None and cancelled():
+        raise ServeWaitCancelled(t("lifecycle.serve_wait_cancelled", run=run.id))
+    try:
+        merge_run(run, checkpoint, cancelled=cancelled)
+    except MergeCancelled as exc:
+        raise ServeWaitCancelled(str(exc)) from exc
+    return out
+
+
 def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, backend: str = "auto",
                  checkpoint: int | None = None, model_dir: Path | None = None,
                  timeout: float = 600.0, cancelled: Callable[[], bool] | None = None,
@@ -230,24 +255,14 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
         raise LifecycleError(t("lifecycle.serve_already", run=run.id, url=existing.url, pid=existing.pid))
     # Every mistake that can be seen from here is said here, in one line, not in the server's log.
     check_listen_address(host, port)
+    source = None
     if model_dir is None:
         from core.lifecycle.source import resolve_model_source
 
-        resolve_model_source(run, checkpoint)  # no run, no complete checkpoint (N)
+        source = resolve_model_source(run, checkpoint)  # no run, no complete checkpoint (N)
     chosen = choose_backend(backend)
-    if chosen != "transformers" and model_dir is None:
-        from core.lifecycle.merge import MergeCancelled, default_merge_dir, merge_run
-        from core.lifecycle.source import resolve_model_source
-
-        source = resolve_model_source(run, checkpoint)
-        model_dir = default_merge_dir(run, source.step)
-        if not model_dir.is_dir():
-            if cancelled is not None and cancelled():
-                raise ServeWaitCancelled(t("lifecycle.serve_wait_cancelled", run=run.id))
-            try:
-                merge_run(run, checkpoint, cancelled=cancelled)
-            except MergeCancelled as exc:
-                raise ServeWaitCancelled(str(exc)) from exc
+    if chosen != "transformers" and source is not None:
+        model_dir = _merged_for_serving(run, source, checkpoint, chosen, cancelled)
     directory = serve_dir(run.id)
     if chosen != "transformers" and port == 0:
         port = _free_port(host)

@@ -208,3 +208,33 @@ def test_serve_refuses_a_bad_port_checkpoint_or_run_in_one_line_before_starting_
     assert proc.returncode == 1 and "has no complete checkpoint yet" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (serve_dir(run.id) / "state.json").exists()  # nothing was started
+
+
+def test_vllm_refuses_a_merged_folder_that_is_no_whole_merge_and_says_how_to_merge(lora_run, monkeypatch):
+    """vLLM serves the run's merged folder. One left half-written (config.json, no weights, no provenance)
+    was handed to vLLM as it was, and vLLM's own error said nothing of the merge. Now the folder must pass
+    the test merge and export reuse it by (complete_merge); else one line says what is wrong and the
+    command that merges it again, before any server process or state file. A whole merge goes through to
+    the backend (here, vLLM not being installed, the server fails to come up: past the check)."""
+    import core.lifecycle.serve as serve
+    from core.lifecycle.merge import default_merge_dir, merge_run
+    from core.lifecycle.source import LifecycleError
+
+    _home, run = lora_run
+    monkeypatch.setattr(serve, "choose_backend", lambda requested: "vllm")
+    merged = default_merge_dir(run, 30)
+    merged.mkdir(parents=True)
+    (merged / "config.json").write_text("{}")
+    with pytest.raises(LifecycleError) as caught:
+        serve.start_server(run, backend="vllm", timeout=30)
+    said = str(caught.value)
+    assert f"{merged} is not a whole merge of checkpoint 30" in said and "vllm cannot serve it" in said
+    assert f"tunedeck merge {run.id} --checkpoint 30 --force" in said
+    assert not (serve.serve_dir(run.id) / "state.json").exists()  # nothing started
+    assert {p.name for p in merged.iterdir()} == {"config.json"}  # the folder left as it was
+
+    merge_run(run, force=True)
+    with pytest.raises(LifecycleError) as caught:
+        serve.start_server(run, backend="vllm", timeout=30)
+    assert "the server did not come up" in str(caught.value) and "vllm" in str(caught.value)
+    assert "not a whole merge" not in str(caught.value)
