@@ -51,12 +51,25 @@ class ModelSource:
 
     @property
     def is_adapter(self) -> bool:
-        return (self.checkpoint / "adapter_config.json").is_file()
+        return is_adapter_checkpoint(self.checkpoint)
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "base_model": self.base_model, "method": self.method, "seed": self.seed,
                 "precision": self.precision, "trained_on": self.trained_on, "checkpoint": str(self.checkpoint),
                 "step": self.step, "adapter": self.is_adapter}
+
+
+def is_adapter_checkpoint(checkpoint: Path) -> bool:
+    """The checkpoint holds an adapter (LoRA, DoRA, QLoRA: peft's adapter_config.json), not a full model."""
+    return (checkpoint / "adapter_config.json").is_file()
+
+
+def run_has_adapter(run: RunDirectory) -> bool:
+    """Whether the run's checkpoints are adapters rather than full models (``ModelSource.is_adapter``), from
+    its newest complete checkpoint: a directory scan and a stat, nothing verified, so a screen may ask it
+    before it opens (a run's checkpoints are all of one kind)."""
+    checkpoint = run.last_complete_checkpoint()
+    return checkpoint is not None and is_adapter_checkpoint(checkpoint.path)
 
 
 @dataclass
@@ -188,11 +201,10 @@ def _other_sound_steps(checkpoint: Path) -> str:
     """The steps of the run's other checkpoints that pass resume's checks ("none" in the language), for
     the message about a damaged one: no command lists a run's checkpoints, so the message does."""
     from core.i18n import t
-    from core.runs.checkpoints import list_checkpoints, verify_checkpoint
 
+    run = RunDirectory(checkpoint.parent.parent)  # RUN/checkpoints/checkpoint-N
     try:
-        steps = [c.step for c in list_checkpoints(checkpoint.parent)
-                 if c.complete and c.path != checkpoint and verify_checkpoint(c).weights_usable]
+        steps = sorted(c.step for c in run.sound_checkpoints() if c.path != checkpoint)
     except OSError:
         steps = []
     return ", ".join(str(step) for step in steps) or t("lifecycle.checkpoint_none_sound")

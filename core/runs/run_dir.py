@@ -229,18 +229,22 @@ class RunDirectory:
         complete = self.checkpoints(complete_only=True)
         return complete[-1] if complete else None
 
-    def last_sound_checkpoint(self, resumable: bool = False) -> Checkpoint | None:
-        """The newest complete checkpoint that passes the checks resume makes (``verify_checkpoint``: the
-        marker's file sizes, the safetensors headers, trainer_state.json; stat calls and a few KB read):
-        its weights load as far as that can tell. ``resumable``: its optimizer and scheduler state too.
-        Status, the run's output, merge, export and chat take this one: a damaged newer one is passed over."""
+    def sound_checkpoints(self, resumable: bool = False) -> Iterator[Checkpoint]:
+        """The complete checkpoints that pass the checks resume makes (``verify_checkpoint``: the marker's
+        file sizes, the safetensors headers, trainer_state.json; stat calls and a few KB read each), newest
+        first, each checked only when it is asked for: their weights load as far as that can tell.
+        ``resumable``: their optimizer and scheduler state too."""
         from core.runs.checkpoints import verify_checkpoint
 
         for checkpoint in reversed(self.checkpoints(complete_only=True)):
             check = verify_checkpoint(checkpoint)
             if check.resumable or (not resumable and check.weights_usable):
-                return checkpoint
-        return None
+                yield checkpoint
+
+    def last_sound_checkpoint(self, resumable: bool = False) -> Checkpoint | None:
+        """The newest of ``sound_checkpoints``. Status, the run's output, merge, export and chat take this
+        one: a damaged newer one is passed over."""
+        return next(self.sound_checkpoints(resumable), None)
 
     # -- writes ------------------------------------------------------------------------------------
     @contextmanager

@@ -177,7 +177,11 @@ def test_a_full_fine_tune_reports_no_merge_stage(lora_run, tmp_path):
     merged = merge_run(run, out=tmp_path / "full", progress=stages.append)
     assert stages == ["load", "merge", "write", "done"]  # the LoRA run folds its adapter in
     full = dataclasses.replace(resolve_model_source(run), checkpoint=merged.out)
-    assert not full.is_adapter
+    assert not full.is_adapter and resolve_model_source(run).is_adapter
+    from core.lifecycle.source import run_has_adapter
+    from core.runs.run_dir import RunDirectory
+
+    assert run_has_adapter(run) and not run_has_adapter(RunDirectory(tmp_path / "no-such-run"))
     stages.clear()
     model, _tokenizer = merged_model(full, "cpu", stages.append)
     assert stages == [] and model is not None

@@ -96,6 +96,7 @@ def test_rotation_never_keeps_a_damaged_checkpoint_in_place_of_a_sound_one(home)
     os.truncate(damaged, 10)
     assert run.last_complete_checkpoint().step == 804  # the marker alone vouches for it
     assert run.last_sound_checkpoint().step == 800
+    assert [c.step for c in run.sound_checkpoints()] == [800]  # newest first, the damaged one left out
     told = []
     assert rotate_checkpoints(run.checkpoints_dir, keep=2, on_remove=lambda p, why: told.append(why)) == []
     assert [c.step for c in run.checkpoints()] == [800, 804]  # newer than every sound one: left alone

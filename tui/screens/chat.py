@@ -292,19 +292,14 @@ def _run_has_result(screen: Any, run_dir: Path) -> bool:
     return True
 
 
-def run_has_adapter(run_dir: Path) -> bool:
-    """Whether the run's checkpoints are adapters (LoRA, DoRA, QLoRA) rather than a full model."""
-    from core.runs import RunDirectory
-
-    checkpoint = RunDirectory(run_dir).last_complete_checkpoint()
-    return checkpoint is not None and (checkpoint.path / "adapter_config.json").is_file()
-
-
 def open_chat(screen: Any, run_dir: Path) -> None:
     """Push the chat screen for ``run_dir`` (a finished run with a checkpoint): base and fine-tuned side by
     side for an adapter, the fine-tuned model alone for a full fine-tune."""
     if _run_has_result(screen, run_dir):
-        adapter = run_has_adapter(run_dir)
+        from core.lifecycle.source import run_has_adapter
+        from core.runs import RunDirectory
+
+        adapter = run_has_adapter(RunDirectory(run_dir))
         screen.app.push_screen(ChatScreen(run_dir=run_dir, compare=adapter, adapter=adapter))
 
 
@@ -313,9 +308,11 @@ def merge_in_background(screen: Any, run_dir: Path) -> None:
     directory (closing the panel leaves the merge going; a notification says where the model went)."""
     if not _run_has_result(screen, run_dir):
         return
+    from core.lifecycle.source import run_has_adapter
+    from core.runs import RunDirectory
     from tui.widgets.lifecycle_panels import MergePanel
 
-    screen.app.push_screen(MergePanel(Path(run_dir), adapter=run_has_adapter(Path(run_dir))))
+    screen.app.push_screen(MergePanel(Path(run_dir), adapter=run_has_adapter(RunDirectory(run_dir))))
 
 
 def evaluate_in_background(screen: Any, run_dir: Path) -> None:
