@@ -45,7 +45,8 @@ class OpenApp:
     open_run: str | None = None
 
 
-__all__ = ["CliError", "OpenApp", "TunedeckError", "build_parser", "dispatch", "main", "report_error"]
+__all__ = ["CliError", "OpenApp", "TunedeckError", "build_parser", "dispatch", "main", "report_error",
+           "require_terminal"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,6 +135,14 @@ def _on_a_terminal() -> bool:
         return sys.stdin is not None and sys.stdout is not None and sys.stdin.isatty() and sys.stdout.isatty()
     except (ValueError, OSError):  # a closed stream
         return False
+
+
+def require_terminal(alternative: str) -> None:
+    """Refuse to open the full-screen app where there is no terminal (a pipe, cron, CI: it would paint escape
+    codes into the pipe and wait forever): a usage error (exit 2) whose message is ``alternative``, the
+    command's headless way. Called by the commands that return ``OpenApp``, before they do anything."""
+    if not _on_a_terminal():
+        raise CliError(alternative, EXIT_USAGE)
 
 
 def report_error(exc: BaseException) -> int | None:

@@ -157,6 +157,10 @@ def cmd_demo(args: argparse.Namespace) -> Any:
     from core.i18n import t
     from core.runs.lifecycle import prepare_run, start_run
 
+    if not (args.headless or args.detach):  # the demo's dashboard: before a run is started for it
+        from core.cli import require_terminal
+
+        require_terminal(t("runs.demo_no_terminal"))
     config = default_demo_config()
     if config.gpus == "all":
         from core.runs.gpus import visible_gpu_count

@@ -58,7 +58,9 @@ def cmd_watch(args: argparse.Namespace) -> Any:
                           "log": None if source.log_path is None else str(source.log_path),
                           "read_only": source.read_only, "facts": source.facts, "state": _state(source)}))
         return 0
-    from core.cli import OpenApp
+    from core.cli import OpenApp, require_terminal
+    from core.i18n import t
     from core.settings import load_settings
 
+    require_terminal(t("watch.no_terminal", dir=args.dir))
     return OpenApp(load_settings(), open_run=str(source.path))
