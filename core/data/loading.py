@@ -7,8 +7,10 @@ when anything is wrong, which is what a training run wants before it starts.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +44,11 @@ from core.i18n import t
 
 DETECT_SAMPLE = 50
 HUB_HOSTS = {"huggingface": ("huggingface.co", 443), "modelscope": ("www.modelscope.cn", 443)}
-NETWORK_PROBE_TIMEOUT_S = 3.0
+# The hub probe's two bounds, each generous for a box that is online (a lost SYN is resent after 1 s):
+# looking the host up (a resolver that does not answer would hold getaddrinfo 10 s and more), then
+# connecting (to every address at once, so a dead IPv6 route does not delay a live IPv4 one).
+DNS_PROBE_TIMEOUT_S = 1.5
+NETWORK_PROBE_TIMEOUT_S = 1.5
 
 
 @dataclass
@@ -178,9 +184,13 @@ def _offline() -> bool:
 
 
 def hub_address(hub: str) -> tuple[str, int]:
-    """Host and port of a hub, following ``HF_ENDPOINT`` / ``MODELSCOPE_DOMAIN`` when set."""
+    """Host and port of a hub, following ``HF_ENDPOINT`` / ``MODELSCOPE_ENDPOINT`` (or the older
+    ``MODELSCOPE_DOMAIN``) when set, as the hubs' SDKs do."""
     host, port = HUB_HOSTS[hub]
-    endpoint = os.environ.get("HF_ENDPOINT") if hub == "huggingface" else os.environ.get("MODELSCOPE_DOMAIN")
+    if hub == "huggingface":
+        endpoint = os.environ.get("HF_ENDPOINT")
+    else:
+        endpoint = os.environ.get("MODELSCOPE_ENDPOINT") or os.environ.get("MODELSCOPE_DOMAIN")
     if endpoint:
         parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
         host = parts.hostname or host
@@ -188,14 +198,64 @@ def hub_address(hub: str) -> tuple[str, int]:
     return host, port
 
 
-def network_reachable(hub: str, timeout: float = NETWORK_PROBE_TIMEOUT_S) -> bool:
-    """Whether the hub's host answers a TCP connection within ``timeout`` seconds (no HTTP request)."""
+def _resolve(host: str, port: int, timeout: float) -> list[tuple[Any, ...]]:
+    """The TCP addresses of ``host``, or [] when it does not resolve, or not within ``timeout`` seconds:
+    getaddrinfo has no timeout of its own, so it runs in a daemon thread that is left to finish alone."""
+    found: list[list[tuple[Any, ...]]] = []
+
+    def look_up() -> None:
+        try:
+            found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except (OSError, UnicodeError):  # gaierror: no such host, or no resolver answering
+            found.append([])
+
+    thread = threading.Thread(target=look_up, name="hub-probe-dns", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return found[0] if found else []
+
+
+def network_reachable(hub: str, timeout: float = NETWORK_PROBE_TIMEOUT_S,
+                      dns_timeout: float = DNS_PROBE_TIMEOUT_S) -> bool:
+    """Whether the hub's host answers a TCP connection (no HTTP request). False at once when its name does
+    not resolve, and within ``dns_timeout`` + ``timeout`` seconds at worst: the lookup is bounded, then
+    every address is tried at the same time, the first to accept answering yes."""
+    import selectors
+    import time
+
     host, port = hub_address(hub)
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
+    addresses = _resolve(host, port, dns_timeout)
+    if not addresses:
         return False
+    attempts: list[socket.socket] = []
+    try:
+        with selectors.DefaultSelector() as selector:
+            for family, kind, proto, _, address in addresses:
+                try:
+                    sock = socket.socket(family, kind, proto)
+                except OSError:  # a family this box has no stack for
+                    continue
+                attempts.append(sock)
+                sock.setblocking(False)
+                error = sock.connect_ex(address)
+                if error == 0:
+                    return True
+                if error in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+                    selector.register(sock, selectors.EVENT_WRITE)
+            deadline = time.monotonic() + timeout
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                for key, _ in selector.select(left):
+                    sock = key.fileobj  # type: ignore[assignment]
+                    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                        return True
+                    selector.unregister(sock)  # refused or unreachable: the other addresses may answer
+            return False
+    finally:
+        for sock in attempts:
+            sock.close()
 
 
 def _hub_rows(dataset_id: str, hub: str, split: str, subset: str | None = None) -> Iterator[RawRow]:

@@ -181,30 +181,31 @@ def test_training_records_collect_problems_from_every_source(tmp_path):
 
 
 def test_hub_dataset_fails_fast_without_network(monkeypatch):
-    # Point the hub at a closed local port. "Fast" is a property, not a speed: one TCP probe with a bounded
-    # timeout, and no hub client started at all (its retries are what take minutes).
+    # Point the hub at a closed local port. "Fast" is a property, not a speed: one TCP probe with bounded
+    # waits (tests/core/test_hub_probe.py tries it on every way a network fails), and no hub client started
+    # at all (its retries are what take minutes).
     import core.data.loading as loading
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
-    probes: list[tuple[tuple[str, int], float | None]] = []
-    connect = loading.socket.create_connection
+    probes: list[tuple[str, bool]] = []
+    reachable = loading.network_reachable
 
-    def probe(address, timeout=None, *args, **kwargs):
-        probes.append((address, timeout))
-        return connect(address, timeout, *args, **kwargs)
+    def probe(hub, *args, **kwargs):
+        probes.append((hub, reachable(hub, *args, **kwargs)))
+        return probes[-1][1]
 
     def hub_client(*args, **kwargs):
         raise AssertionError("the hub client was started although the hub cannot be reached")
 
-    monkeypatch.setattr(loading.socket, "create_connection", probe)
+    monkeypatch.setattr(loading, "network_reachable", probe)
     monkeypatch.setattr(loading, "_hub_rows", hub_client)
     with pytest.raises(DataError) as info:
         read_hub_dataset("someone/some-dataset", hub="huggingface")
-    assert probes == [(("127.0.0.1", 9), loading.NETWORK_PROBE_TIMEOUT_S)]
-    assert loading.NETWORK_PROBE_TIMEOUT_S <= 10  # the one wait there can be is bounded
+    assert probes == [("huggingface", False)]
+    assert loading.DNS_PROBE_TIMEOUT_S + loading.NETWORK_PROBE_TIMEOUT_S <= 10  # the waits there can be are bounded
     assert "cannot reach 127.0.0.1" in str(info.value) and "someone/some-dataset" in str(info.value)
 
 
