@@ -289,29 +289,21 @@ def cli_value(key: str, kind: Callable[[str], Any] = int) -> Callable[[str], Any
     """An argparse ``type`` for an option that stands for the run-config key ``key`` (``--seq-len`` for
     ``max_seq_len``): the text read as ``kind``, then held to the key's own limits, so that a command
     refuses what a run config would (``got -1; must be at least 0``)."""
-    import argparse
-
-    def convert(text: str) -> Any:
-        try:
-            number = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(t("config.wrong_type", given=_show(text), expected=t(
-                "config.expect_int" if kind is int else "config.expect_number"))) from None
-        try:
-            return check_value(key, number)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = key  # argparse names the type in its own "invalid ... value" message
-    return convert
+    return _cli_type(key, KEY_SPECS[key], kind)
 
 
 def cli_number(kind: Callable[[str], Any] = int, minimum: float | None = None, above: float | None = None,
                maximum: float | None = None) -> Callable[[str], Any]:
-    """An argparse ``type`` for a number that is no run-config key (a price, a token count) in bounds."""
-    import argparse
-
+    """An argparse ``type`` for a number that is no run-config key (a price, a token count) in bounds:
+    ``cli_value`` with limits of its own rather than a key's."""
     spec = KeySpec("int" if kind is int else "number", minimum=minimum, above=above, maximum=maximum)
+    return _cli_type("number", spec, kind)
+
+
+def _cli_type(name: str, spec: KeySpec, kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """The one argparse ``type`` behind ``cli_value`` and ``cli_number``: the text read as ``kind`` (an
+    int, or a finite float), then checked as a run config's value of ``spec`` is."""
+    import argparse
 
     def convert(text: str) -> Any:
         try:
@@ -322,11 +314,11 @@ def cli_number(kind: Callable[[str], Any] = int, minimum: float | None = None, a
             raise argparse.ArgumentTypeError(t("config.wrong_type", given=_show(text), expected=t(
                 "config.expect_int" if kind is int else "config.expect_number"))) from None
         try:
-            _check_bounds(number, spec, number)
+            return _check(name, number, spec)
         except _Invalid as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-        return number
 
+    convert.__name__ = name  # argparse names the type in its own "invalid ... value" message
     return convert
 
 

@@ -212,3 +212,36 @@ def test_model_written_as_a_missing_local_path(tmp_path):
     assert load_run_config(write(tmp_path, f"model: {tmp_path / 'my-model'}\ndataset: d\n")).name == "my-model-lora"
     # a hub id is not checked against the disk
     assert load_run_config(write(tmp_path, "model: Qwen/Qwen2.5-7B\ndataset: d\n")).model == "Qwen/Qwen2.5-7B"
+
+
+@pytest.mark.parametrize(("factory", "text", "message"), [
+    # cli_value: a run-config key's own limits, as a config file's value gets them
+    (("lora_rank",), "0", "got 0; must be at least 1"),
+    (("lora_rank",), "5000", "got 5000; must be at most 4096"),
+    (("max_seq_len",), "2.5", "got '2.5'; expected an integer"),
+    (("lora_dropout", float), "1", "got 1.0; must be less than 1"),
+    (("epochs", float), "0", "got 0.0; must be more than 0"),
+    (("epochs", float), "nan", "got 'nan'; expected a number"),
+    # cli_number: limits of its own, the same words
+    ((int, 1, None, 8), "0", "got 0; must be at least 1"),
+    ((int, 1, None, 8), "9", "got 9; must be at most 8"),
+    ((int, 1, None, 8), "many", "got 'many'; expected an integer"),
+    ((float, None, 0, None), "0", "got 0.0; must be more than 0"),
+    ((float, 0, None, None), "inf", "got 'inf'; expected a number"),
+])
+def test_command_line_numbers_are_checked_as_config_values(factory, text, message):
+    import argparse
+
+    from core.config.checks import cli_number, cli_value
+
+    convert = cli_value(*factory) if isinstance(factory[0], str) else cli_number(*factory)
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        convert(text)
+    assert str(info.value) == message
+
+
+def test_command_line_numbers_in_bounds_come_back_as_their_kind():
+    from core.config.checks import cli_number, cli_value
+
+    assert cli_value("max_seq_len")("4096") == 4096 and cli_value("lora_dropout", float)("0.1") == 0.1
+    assert cli_number(int, minimum=1)("3") == 3 and isinstance(cli_number(float, minimum=0)("2"), float)
