@@ -88,8 +88,9 @@ def load_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = 
         raise RunError(t("runs.config_missing", path=path), 2) from exc
     for warning in getattr(config, "warnings", []) or []:
         warn(t("runs.config_warning", warning=str(warning)))
+    as_loaded = config.model
     _absolute_local_paths(config, Path(path).resolve().parent)
-    _check_model(config)
+    _check_model(config, as_loaded, warn)
     _check_lora_targets(config)
     _check_data(config)
     return RunFile(config, imported)
@@ -292,16 +293,36 @@ def _absolute_local_paths(config: Any, yaml_dir: Path | None) -> None:
     anchor_dataset_keys(config, yaml_dir)
 
 
-def _check_model(config: Any) -> None:
-    """A model that names a local directory must be one with a config.json (hub ids pass)."""
-    from core.assets import resolve_model_name
-
+def _check_model(config: Any, as_loaded: Any, warn: Warn = warn_on_stderr) -> None:
+    """The model as the run will have it. Loading checked it as written (``model_problem``, from the
+    current directory); a relative folder that ``_absolute_local_paths`` found from the YAML's directory
+    instead is another folder: the same check on it (a config.json, whole weights)."""
     if not config.model:
         raise RunError(t("runs.no_model"), 2)
-    value = resolve_model_name(str(config.model))
-    looks_local = value.startswith(("/", "./", "../", "~")) or Path(value).expanduser().exists()
-    if looks_local and not (Path(value).expanduser() / "config.json").is_file():
-        raise RunError(t("runs.model_missing", path=value), 2)
+    if _same_folder(config.model, as_loaded):
+        return
+    from core.config.issues import ERROR
+    from core.config.model_checks import model_problem
+
+    found = model_problem(str(config.model), config.hub, probe=False)
+    if found is not None:
+        severity, message = found
+        if severity == ERROR:
+            raise RunError(message, 2)
+        warn(t("runs.config_warning", warning=message))
+
+
+def _same_folder(model: Any, as_loaded: Any) -> bool:
+    """Whether ``model`` names what ``as_loaded`` named from the current directory (or is the same id)."""
+    if model == as_loaded:
+        return True
+    from core.assets import resolve_model_name
+
+    try:
+        return Path(resolve_model_name(str(model))).expanduser().resolve() == \
+            Path(resolve_model_name(str(as_loaded))).expanduser().resolve()
+    except (OSError, RuntimeError):  # an unresolvable path (a loop): check it again
+        return False
 
 
 def _check_lora_targets(config: Any) -> None:

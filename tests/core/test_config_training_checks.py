@@ -194,3 +194,47 @@ def test_train_check_refuses_a_partial_model_folder_given_as_an_override(tmp_pat
     proc = _tunedeck(tmp_path, "train", "run.yaml", "--check", f"model={partial}")
     assert proc.returncode == 2, proc.stderr
     assert "not finished" in proc.stderr and "all checks passed" not in proc.stderr + proc.stdout
+
+
+def _model_beside_the_yaml(tmp_path, monkeypatch, files):
+    """A run YAML naming ``sub/model`` (a hub id's shape) that is a folder next to the YAML, not under the
+    current directory: loading checks it as a hub id (the probe answers yes); the run gets the folder."""
+    monkeypatch.setattr("core.data.loading.network_reachable", lambda hub, timeout=3.0: True)
+    folder = tmp_path / "project" / "sub" / "model"
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    path = write(tmp_path / "project", "model: sub/model\ndataset: data.jsonl\n")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    return path, folder
+
+
+def test_a_model_folder_found_beside_the_yaml_is_checked_as_a_folder(tmp_path, monkeypatch):
+    from core.runs import RunError
+    from core.runs.lifecycle import load_run_file
+
+    path, folder = _model_beside_the_yaml(tmp_path, monkeypatch, {"config.json": "{}", "model.safetensors.part": "x"})
+    with pytest.raises(RunError) as caught:
+        load_run_file(path, warn=lambda text: None)
+    assert str(caught.value).startswith(f"model folder {folder} holds a download that is not finished (1 .part")
+
+
+def test_a_model_folder_beside_the_yaml_without_config_json_is_refused(tmp_path, monkeypatch):
+    from core.runs import RunError
+    from core.runs.lifecycle import load_run_file
+
+    path, folder = _model_beside_the_yaml(tmp_path, monkeypatch, {"README.md": "no config"})
+    with pytest.raises(RunError) as caught:
+        load_run_file(path, warn=lambda text: None)
+    assert str(caught.value) == f"model directory {folder} has no config.json: check the 'model' key " \
+        "(a local directory, or a hub id such as Qwen/Qwen2.5-7B-Instruct)"
+
+
+def test_a_model_folder_beside_the_yaml_with_weights_passes_without_a_second_warning(tmp_path, monkeypatch):
+    from core.runs.lifecycle import load_run_file
+
+    path, folder = _model_beside_the_yaml(tmp_path, monkeypatch, {"config.json": "{}", "model.safetensors": "w"})
+    said: list[str] = []
+    assert load_run_file(path, warn=said.append).config.model == str(folder)
+    assert [line for line in said if str(folder) in line] == []  # whole: nothing to say about the folder
