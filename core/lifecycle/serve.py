@@ -150,20 +150,26 @@ def check_listen_address(host: str, port: int) -> None:
 
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise LifecycleError(t("lifecycle.serve_bad_port", port=port), exit_code=2)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    from core.lifecycle.server import listen_address, prepare_listen_socket
+
     try:
+        family, address = listen_address(host, port)  # the server's own choice of family and address
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
+            prepare_listen_socket(sock, address)
+            sock.bind(address)
     except OSError as exc:  # gaierror (an unknown host name) included
         error = exc.strerror or str(exc) or type(exc).__name__
         raise LifecycleError(t("lifecycle.serve_port_unusable", host=host, port=port, error=error)) from None
 
 
 def _free_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    from core.lifecycle.server import listen_address, prepare_listen_socket
+
+    family, address = listen_address(host, 0)
     with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
+        prepare_listen_socket(sock, address)
+        sock.bind(address)
         return int(sock.getsockname()[1])
 
 
@@ -250,6 +256,9 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
 
     api_key = os.environ.get("TUNEDECK_API_KEY") if api_key is None else api_key  # "" = no key
     api_key = api_key or None
+    from core.lifecycle.server import bare_host
+
+    host = bare_host(host)  # "[::1]" as a URL writes it: the address alone for the servers' --host
     existing = server_state(run.id)
     if existing is not None:
         raise LifecycleError(t("lifecycle.serve_already", run=run.id, url=existing.url, pid=existing.pid))

@@ -238,3 +238,30 @@ def test_vllm_refuses_a_merged_folder_that_is_no_whole_merge_and_says_how_to_mer
         serve.start_server(run, backend="vllm", timeout=30)
     assert "the server did not come up" in str(caught.value) and "vllm" in str(caught.value)
     assert "not a whole merge" not in str(caught.value)
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this box has no IPv6 loopback (::1 cannot be bound)")
+def test_serve_on_an_ipv6_address_listens_there(lora_run):
+    """`--host ::1` used to pass the look before spawning and then fail in the server (an IPv4 socket asked
+    to bind an IPv6 address: 'the server did not come up'). Now the server listens on IPv6 and answers."""
+    home, run = lora_run
+    proc = tunedeck(home, "serve", run.id, "--host", "::1", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    state = json.loads(proc.stdout)
+    try:
+        assert state["url"] == f"http://[::1]:{state['port']}/v1" and state["healthy"] is True
+        assert _request(f"http://[::1]:{state['port']}/health") == (200, {"status": "ok", "model": run.id})
+        assert "other machines can reach" not in proc.stderr  # ::1 is a loopback address
+    finally:
+        _stop(home, run)
