@@ -221,7 +221,7 @@ def test_evaluate_and_export_run_core_in_a_worker_and_notify(monkeypatch):
 
     monkeypatch.setattr("core.lifecycle.evaluate.evaluate_run", evaluate_run)
     monkeypatch.setattr("core.lifecycle.export.export_run", export_run)
-    monkeypatch.setattr("tui.screens.chat._run_has_result", lambda screen, run_dir: True)
+    monkeypatch.setattr("tui.screens.chat._check_result", lambda run_dir: ("", True))
 
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(done))
@@ -244,7 +244,7 @@ def test_merge_and_serve_hints_follow_their_state(monkeypatch):
 
     done = build_run(runs_dir(), "20261129-2100-done", status="finished", steps=600)
     add_checkpoint(done, 600)  # (no weights in it)
-    monkeypatch.setattr("tui.screens.chat._run_has_result", lambda screen, run_dir: True)
+    monkeypatch.setattr("tui.screens.chat._check_result", lambda run_dir: ("", True))
 
     def merge_run(run, **kwargs):
         raise LifecycleError("the checkpoint holds no adapter")
@@ -275,6 +275,68 @@ def test_merge_and_serve_hints_follow_their_state(monkeypatch):
             await pilot.pause()
             text = screen_text(app)
             assert "keeps running" not in text and "not running" in text and "no port free" in text
+
+    run(scenario())
+
+
+def test_chat_and_merge_check_the_run_in_a_worker_then_open_or_say_why_not(monkeypatch):
+    """The after-training keys read the run's status and checkpoints again before they open anything; that
+    read ran on the UI thread (a slow disk froze the app). Now a worker reads it: on a finished run with a
+    checkpoint a opens the chat (a full fine-tune here: one pane) and M the merge panel; on one whose
+    checkpoint is gone (deleted since the dashboard looked) they say so and open nothing."""
+    import threading
+
+    import tui.screens.chat as chat
+    from tui.screens.chat import ChatScreen
+
+    done = build_run(runs_dir(), "20261129-2100-done", status="finished", steps=600)
+    add_checkpoint(done, 600)  # a full model's weights: no adapter
+    bare = build_run(runs_dir(), "20261129-2200-bare", status="finished", steps=600)
+    checks: list[tuple[Path, bool]] = []  # (run, on the UI thread)
+    real_check = chat._check_result
+
+    def check_result(run_dir):
+        checks.append((Path(run_dir), threading.current_thread() is threading.main_thread()))
+        return real_check(run_dir)
+
+    monkeypatch.setattr(chat, "_check_result", check_result)
+    monkeypatch.setattr(ChatScreen, "_start_worker", lambda self: None)  # no model process: what opens is the point
+
+    def merge_run(run, **kwargs):
+        from core.lifecycle.source import LifecycleError
+
+        raise LifecycleError("held back by the test")
+
+    monkeypatch.setattr("core.lifecycle.merge.merge_run", merge_run)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(done))
+        async with app.run_test(size=SIZE) as pilot:
+            dashboard = await open_dashboard(pilot, app, "finished")
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+            assert app.screen.run_dir == done and app.screen.adapter_known is False and not app.screen.compare
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is dashboard)
+            await pilot.press("M")
+            await wait_for(pilot, lambda: isinstance(app.screen, MergePanel))
+            panel = app.screen
+            assert panel.run_dir == done and panel.adapter is False
+            await wait_for(pilot, lambda: panel.ended)
+        assert checks == [(done, False), (done, False)]
+
+        checks.clear()
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(bare))
+        async with app.run_test(size=SIZE) as pilot:
+            dashboard = await open_dashboard(pilot, app, "finished")
+            assert not dashboard.has_checkpoint  # not offered: called as if offered before it went
+            warning = t("lifecycle.no_checkpoint", run=bare.name)
+            for count, what in enumerate(("chat", "merge"), start=1):
+                dashboard.action_after_training(what)
+                await wait_for(pilot, lambda n=count: notes(app).count(warning) == n)
+                await pilot.pause()
+                assert app.screen is dashboard, what
+        assert checks == [(bare, False), (bare, False)]
 
     run(scenario())
 

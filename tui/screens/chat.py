@@ -278,65 +278,98 @@ class ChatScreen(Screen[None]):
 
 
 # --- after-training actions the dashboard offers on a finished run ---------------------------------------
-def _run_has_result(screen: Any, run_dir: Path) -> bool:
+class RunResultChecked(Message):
+    """From the check worker to the screen that asked for ``what``: why it cannot be done now
+    (``problem``, a warning to show) or, with ``problem`` empty, go ahead; ``adapter``: the run's
+    checkpoints are adapters (chat and merge say what they load)."""
+
+    def __init__(self, what: str, run_dir: Path, problem: str, adapter: bool) -> None:
+        super().__init__()
+        self.what = what
+        self.run_dir = run_dir
+        self.problem = problem
+        self.adapter = adapter
+
+
+def _check_result(run_dir: Path) -> tuple[str, bool]:
+    """(problem, adapter) of a run about to be merged, chatted with …: its status (liveness applied) and a
+    directory scan of its checkpoints. File I/O: a worker's, never the UI thread's."""
+    from core.lifecycle.source import run_has_adapter
     from core.runs import ACTIVE_STATES, RunDirectory, effective_status
 
     run = RunDirectory(run_dir)
     status = effective_status(run).status
     if status in ACTIVE_STATES:  # a stalled run too: its supervisor is alive and may step again
-        screen.notify(t("lifecycle.tui_still_running", status=status), severity="warning")
-        return False
+        return t("lifecycle.tui_still_running", status=status), False
     if run.last_complete_checkpoint() is None:
-        screen.notify(t("lifecycle.no_checkpoint", run=run.id), severity="warning")
-        return False
-    return True
+        return t("lifecycle.no_checkpoint", run=run.id), False
+    return "", run_has_adapter(run)
 
 
-def open_chat(screen: Any, run_dir: Path) -> None:
+def after_training(screen: Any, what: str, run_dir: Path) -> None:
+    """Merge / chat / serve / evaluate / export ``run_dir``: its status and checkpoint are read again in a
+    worker (the run may have been resumed, or its checkpoints deleted, since the screen last looked), which
+    posts ``RunResultChecked`` to ``screen``; its handler calls ``take_after_training``."""
+    from textual.worker import get_current_worker
+
+    from tui.gpu_poll import expected_errors
+    from tui.screens.error_modal import report_unexpected
+
+    def check() -> None:
+        try:
+            problem, adapter = _check_result(Path(run_dir))
+        except expected_errors() as exc:
+            problem, adapter = t("lifecycle.tui_check_failed", run=Path(run_dir).name,
+                                 error=f"{type(exc).__name__}: {exc}"), False
+        except Exception as exc:  # a bug: the error modal, not a dead key
+            report_unexpected(screen.app, exc, "after_training.check")
+            return
+        if not get_current_worker().is_cancelled:  # not a key pressed again, nor the screen gone
+            screen.post_message(RunResultChecked(what, Path(run_dir), problem, adapter))
+
+    screen.run_worker(check, thread=True, exclusive=True, group="after-training", exit_on_error=False)
+
+
+def take_after_training(screen: Any, message: RunResultChecked) -> None:
+    """On the UI thread, with the worker's answer: the warning, or the panel / screen / app worker."""
+    if message.problem:
+        screen.notify(message.problem, severity="warning")
+        return
+    actions = {"merge": merge_in_background, "chat": open_chat, "serve": serve_in_background,
+               "evaluate": evaluate_in_background, "export": export_in_background}
+    actions[message.what](screen, message.run_dir, message.adapter)
+
+
+def open_chat(screen: Any, run_dir: Path, adapter: bool) -> None:
     """Push the chat screen for ``run_dir`` (a finished run with a checkpoint): base and fine-tuned side by
     side for an adapter, the fine-tuned model alone for a full fine-tune."""
-    if _run_has_result(screen, run_dir):
-        from core.lifecycle.source import run_has_adapter
-        from core.runs import RunDirectory
-
-        adapter = run_has_adapter(RunDirectory(run_dir))
-        screen.app.push_screen(ChatScreen(run_dir=run_dir, compare=adapter, adapter=adapter))
+    screen.app.push_screen(ChatScreen(run_dir=run_dir, compare=adapter, adapter=adapter))
 
 
-def merge_in_background(screen: Any, run_dir: Path) -> None:
+def merge_in_background(screen: Any, run_dir: Path, adapter: bool) -> None:
     """Merge the run's adapter in a worker, shown stage by stage in a panel that ends with the merged
     directory (closing the panel leaves the merge going; a notification says where the model went)."""
-    if not _run_has_result(screen, run_dir):
-        return
-    from core.lifecycle.source import run_has_adapter
-    from core.runs import RunDirectory
     from tui.widgets.lifecycle_panels import MergePanel
 
-    screen.app.push_screen(MergePanel(Path(run_dir), adapter=run_has_adapter(RunDirectory(run_dir))))
+    screen.app.push_screen(MergePanel(Path(run_dir), adapter=adapter))
 
 
-def evaluate_in_background(screen: Any, run_dir: Path) -> None:
+def evaluate_in_background(screen: Any, run_dir: Path, adapter: bool) -> None:
     """``tunedeck evaluate RUN`` in an app-level worker; a notification gives the losses and the file."""
-    if not _run_has_result(screen, run_dir):
-        return
     from tui.widgets.lifecycle_panels import evaluate_in_worker
 
     evaluate_in_worker(screen.app, Path(run_dir))
 
 
-def export_in_background(screen: Any, run_dir: Path) -> None:
+def export_in_background(screen: Any, run_dir: Path, adapter: bool) -> None:
     """``tunedeck export RUN`` (a merged model) in an app-level worker; a notification says where it went."""
-    if not _run_has_result(screen, run_dir):
-        return
     from tui.widgets.lifecycle_panels import export_in_worker
 
     export_in_worker(screen.app, Path(run_dir))
 
 
-def serve_in_background(screen: Any, run_dir: Path) -> None:
+def serve_in_background(screen: Any, run_dir: Path, adapter: bool) -> None:
     """Start (or find) the run's detached server in a panel showing URL, port, health and a test request."""
-    if not _run_has_result(screen, run_dir):
-        return
     from tui.widgets.lifecycle_panels import ServePanel
 
     screen.app.push_screen(ServePanel(Path(run_dir)))

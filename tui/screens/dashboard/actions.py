@@ -201,15 +201,19 @@ class DashboardActions:
         return shlex.join(["tunedeck", "train", str(RunDirectory(self.source.path).config_path.resolve())])
 
     def action_after_training(self, what: str) -> None:
-        """Merge / chat / serve / evaluate / export a finished run (``tui.screens.chat`` does the work)."""
+        """Merge / chat / serve / evaluate / export a finished run (``tui.screens.chat`` does the work: the
+        run is checked in a worker, whose answer comes back as ``RunResultChecked``)."""
         from tui.screens import chat
 
         if self.source.read_only:
             self.notify(t("lifecycle.tui_read_only"), severity="warning")
             return
-        {"merge": chat.merge_in_background, "chat": chat.open_chat, "serve": chat.serve_in_background,
-         "evaluate": chat.evaluate_in_background,
-         "export": chat.export_in_background}[what](self, self.source.path)
+        chat.after_training(self, what, self.source.path)
+
+    def on_run_result_checked(self, message) -> None:
+        from tui.screens import chat
+
+        chat.take_after_training(self, message)
 
     def action_copy_command(self) -> None:
         command = self.command_line()
