@@ -365,6 +365,35 @@ def looks_like_local_path(value: str) -> bool:
     return value.startswith(("/", "./", "../", "~", "\\")) or (len(value) > 2 and value[1] == ":")
 
 
+def run_file_dir(source: str) -> Path | None:
+    """The directory of the run file ``source``, where relative paths in it are also looked for; None for
+    a config that is no file (the app's own, an override)."""
+    path = Path(source)
+    return path.resolve().parent if path.is_file() else None
+
+
+def model_places(model: str, yaml_dir: Path | None) -> list[Path]:
+    """Where a model written as a path is looked for, in order: itself when absolute (or ``~``), else under
+    the current directory, then under the run file's directory (``yaml_dir``), as the launch takes it
+    (``core.runs.lifecycle._absolute_local_paths``)."""
+    path = Path(model).expanduser()
+    if path.is_absolute():
+        return [path]
+    return list(dict.fromkeys((base / path).resolve() for base in (Path.cwd(), yaml_dir) if base is not None))
+
+
+def model_as_launched(model: Any, yaml_dir: Path | None) -> Any:
+    """A model written as a path (``./m``, ``../m``, ``~/m``), as the launch will have it: the absolute
+    path of the first of ``model_places`` that exists; anything else (a hub id, ``tiny``, a path found in
+    neither place) as written."""
+    if not isinstance(model, str) or not looks_like_local_path(model):
+        return model
+    from core.data.registry import find_local
+
+    found = find_local(model, [yaml_dir] if yaml_dir is not None else [])
+    return str(found) if found is not None else model
+
+
 def _capability(gpu_caps: Any, name: str, default: Any = None) -> Any:
     if gpu_caps is None:
         return default
@@ -400,8 +429,11 @@ def check_combinations(
 
     if config.model is None:
         add(t("config.required", hint=t("config.required_model")), "model")
-    elif looks_like_local_path(config.model) and not Path(config.model).expanduser().is_dir():
-        add(t("config.model_dir_missing", path=config.model), "model")
+    elif looks_like_local_path(config.model):
+        yaml_dir = run_file_dir(default_file)  # a run file next to its model folder, started from elsewhere
+        if not Path(model_as_launched(config.model, yaml_dir)).expanduser().is_dir():
+            looked = ", ".join(str(place) for place in model_places(config.model, yaml_dir))
+            add(t("config.model_dir_missing", path=config.model, looked=looked), "model")
     if config.dataset is None:
         add(t("config.required", hint=t("config.required_dataset")), "dataset")
 
@@ -481,8 +513,9 @@ def check_for_training(config: RunConfig, locations: Locations, default_file: st
         file, line = locations.get(key, (default_file, None))
         issues.append(ConfigIssue(file, line, key if named else None, message, severity))
 
-    if config.model:
-        found = model_problem(str(config.model), config.hub, probe=probe)
+    yaml_dir = run_file_dir(default_file)
+    if config.model:  # a local path as the launch will find it: from here, else from the file's folder
+        found = model_problem(str(model_as_launched(config.model, yaml_dir)), config.hub, probe=probe)
         if found is not None:
             add(found[1], "model", found[0])
     if config.dataset:  # entries that name nothing (a missing file): said at the dataset key's line
@@ -490,8 +523,6 @@ def check_for_training(config: RunConfig, locations: Locations, default_file: st
 
         from core.data.registry import anchor_dataset_keys, resolve_sources_and_issues
 
-        source_file = Path(default_file)
-        yaml_dir = source_file.resolve().parent if source_file.is_file() else None
         anchored = copy.copy(config)  # the keys as train will have them: from here, else the file's folder
         anchor_dataset_keys(anchored, yaml_dir)
         _, missing = resolve_sources_and_issues(

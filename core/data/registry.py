@@ -118,7 +118,10 @@ def looks_like_hub_id(spec: str) -> bool:
         Path(spec).suffix.lower() not in SUFFIXES
 
 
-def _local(base: str, base_dirs: list[Path]) -> Path | None:
+def find_local(base: str, base_dirs: list[Path]) -> Path | None:
+    """``base`` as a run's relative paths are taken (its dataset entries, its model folder): an absolute
+    or ``~`` path as it is, else from the current directory, else from each of ``base_dirs`` (the run
+    file's directory); resolved, or ``None`` where it exists in none of them."""
     path = Path(base).expanduser()
     if path.is_absolute():
         return path if path.exists() else None
@@ -260,11 +263,11 @@ def resolve_sources_and_issues(
         info_error = exc
     for spec in dataset_entries(datasets):
         try:
-            base, spec_split, sample = parse_spec(spec, lambda b: _local(b, base_dirs) is not None)
+            base, spec_split, sample = parse_spec(spec, lambda b: find_local(b, base_dirs) is not None)
         except ValueError as exc:
             issues.append(DataIssue(spec, None, None, str(exc)))
             continue
-        local = _local(base, base_dirs)
+        local = find_local(base, base_dirs)
         if local is not None:
             sources.append(DatasetSource(spec, "dir" if local.is_dir() else "file", str(local), spec_split, sample))
             continue
@@ -384,7 +387,7 @@ def anchor_dataset_keys(config: Any, yaml_dir: Path | None) -> None:
     def absolute(value: str | None) -> str | None:
         if not value:
             return value
-        found = _local(value, bases)
+        found = find_local(value, bases)
         return str(found) if found is not None else value
 
     for key in ("dataset_dir", "dataset_info"):
@@ -393,10 +396,10 @@ def anchor_dataset_keys(config: Any, yaml_dir: Path | None) -> None:
 
     def fix(spec: str) -> str:
         try:
-            base, split, sample = parse_spec(spec, lambda b: _local(b, bases) is not None)
+            base, split, sample = parse_spec(spec, lambda b: find_local(b, bases) is not None)
         except ValueError:
             return spec
-        found = _local(base, bases)
+        found = find_local(base, bases)
         if found is None:
             return spec
         return str(found) + (f":{split}" if split else "") + (f"#{sample}" if sample is not None else "")
@@ -408,7 +411,7 @@ def anchor_dataset_keys(config: Any, yaml_dir: Path | None) -> None:
         config.dataset = fixed[0] if len(fixed) == 1 else fixed
     elif isinstance(value, list):
         config.dataset = fixed
-    named = any(_local(parse_spec(s)[0], []) is None and not looks_like_hub_id(parse_spec(s)[0]) for s in fixed
+    named = any(find_local(parse_spec(s)[0], []) is None and not looks_like_hub_id(parse_spec(s)[0]) for s in fixed
                 if _safe(s))
     if named and yaml_dir is not None and hasattr(config, "dataset_info") and not config.dataset_info \
             and not getattr(config, "dataset_dir", None) and (yaml_dir / INFO_FILE).is_file():

@@ -88,7 +88,9 @@ def load_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = 
         raise RunError(t("runs.config_missing", path=path), 2) from exc
     for warning in getattr(config, "warnings", []) or []:
         warn(t("runs.config_warning", warning=str(warning)))
-    as_loaded = config.model
+    from core.config.checks import model_as_launched, run_file_dir
+
+    as_loaded = model_as_launched(config.model, run_file_dir(path))  # the folder the load's checks looked at
     _absolute_local_paths(config, Path(path).resolve().parent)
     _check_model(config, as_loaded, warn)
     _check_lora_targets(config)
@@ -272,18 +274,18 @@ def _check_data(config: Any) -> None:
 def _absolute_local_paths(config: Any, yaml_dir: Path | None) -> None:
     """Make relative model/dataset paths absolute: the trainer runs in the run directory, not here.
 
-    A relative path is taken from the current directory, else from the YAML file's directory; anything
-    that exists in neither (a hub id such as ``Qwen/Qwen2.5-7B``) is left as it is.
+    A relative path is taken from the current directory, else from the YAML file's directory (the rule
+    of ``core.data.registry.find_local``, which the config checks follow too); anything that exists in
+    neither (a hub id such as ``Qwen/Qwen2.5-7B``) is left as it is.
     """
+    from core.data.registry import find_local
 
     def fix(value: str) -> str:
         path = Path(value).expanduser()
         if path.is_absolute():
             return str(path)
-        for base in (Path.cwd(), yaml_dir):
-            if base is not None and (base / path).exists():
-                return str((base / path).resolve())
-        return value
+        found = find_local(value, [yaml_dir] if yaml_dir is not None else [])
+        return str(found) if found is not None else value
 
     if isinstance(config.model, str):
         config.model = fix(config.model)
@@ -294,9 +296,10 @@ def _absolute_local_paths(config: Any, yaml_dir: Path | None) -> None:
 
 
 def _check_model(config: Any, as_loaded: Any, warn: Warn = warn_on_stderr) -> None:
-    """The model as the run will have it. Loading checked it as written (``model_problem``, from the
-    current directory); a relative folder that ``_absolute_local_paths`` found from the YAML's directory
-    instead is another folder: the same check on it (a config.json, whole weights)."""
+    """The model as the run will have it. Loading checked ``as_loaded`` (``model_problem``: a path such as
+    ``./m`` where the launch finds it, anything else as written); a relative name that
+    ``_absolute_local_paths`` found to be a folder (``sub/model``, checked as a hub id) is another thing:
+    the same check on the folder (a config.json, whole weights)."""
     if not config.model:
         raise RunError(t("runs.no_model"), 2)
     if _same_folder(config.model, as_loaded):

@@ -123,10 +123,12 @@ def test_a_bound_above_a_value_reads_more_than(tmp_path):
     assert found == [f"{tmp_path / 'run.yaml'}:3: epochs: got -1; must be more than 0"]
 
 
-def _tunedeck(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def _tunedeck(tmp_path: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    # PYTHONPATH: this checkout's core, whatever the current directory (not another install's)
     env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf"),
-           "MODELSCOPE_CACHE": str(tmp_path / "ms"), "TUNEDECK_FAKE_GPUS": str(ROOT / "tests" / "fixtures" / "gpus" / "none.json")}
-    return subprocess.run([sys.executable, "-m", "core", *args], cwd=tmp_path, env=env, capture_output=True,
+           "MODELSCOPE_CACHE": str(tmp_path / "ms"), "TUNEDECK_FAKE_GPUS": str(ROOT / "tests" / "fixtures" / "gpus" / "none.json"),
+           "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "core", *args], cwd=cwd or tmp_path, env=env, capture_output=True,
                           text=True, timeout=300)
 
 
@@ -238,3 +240,52 @@ def test_a_model_folder_beside_the_yaml_with_weights_passes_without_a_second_war
     said: list[str] = []
     assert load_run_file(path, warn=said.append).config.model == str(folder)
     assert [line for line in said if str(folder) in line] == []  # whole: nothing to say about the folder
+
+
+def _tiny_model_beside_the_yaml(tmp_path, model: str = "./m") -> tuple[Path, Path, Path]:
+    """project/run.yaml naming ``model`` and ./data.jsonl, with a copy of the bundled tiny model in
+    project/m; the current directory is another folder: (run file, model folder, that folder)."""
+    import shutil
+
+    from core.assets import tiny_model_dir
+
+    project = tmp_path / "project"
+    project.mkdir()
+    folder = project / "m"
+    shutil.copytree(tiny_model_dir(), folder)
+    path = write(project, f"model: {model}\ndataset: ./data.jsonl\nmax_steps: 2\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    return path, folder, elsewhere
+
+
+def test_a_model_folder_beside_the_yaml_started_from_elsewhere_is_taken_as_the_launch_takes_it(tmp_path,
+                                                                                                 monkeypatch):
+    """``model: ./m`` was refused ("is not a directory") when ./m was not under the current directory, before
+    the launch's own fallback to the YAML's directory could find it: the check now looks where the launch
+    looks. The folder is checked once (its one warning: a copy of tiny has no weights, said once)."""
+    from core.runs.lifecycle import load_run_file
+
+    path, folder, elsewhere = _tiny_model_beside_the_yaml(tmp_path)
+    monkeypatch.chdir(elsewhere)
+    said: list[str] = []
+    config = load_run_file(path, warn=said.append).config
+    assert config.model == str(folder.resolve()) and config.dataset == str((path.parent / "data.jsonl").resolve())
+    assert len([line for line in said if str(folder) in line]) == 1, said
+    # the CLI, from that other directory and with the file named relative to it
+    proc = _tunedeck(tmp_path, "train", "../project/run.yaml", "--check", "--json", cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["config"]["model"] == str(folder.resolve())
+    assert "not a directory" not in proc.stderr
+
+
+def test_a_model_path_in_neither_place_is_refused_saying_where_it_looked(tmp_path, monkeypatch):
+    path, folder, elsewhere = _tiny_model_beside_the_yaml(tmp_path, model="./nope")
+    monkeypatch.chdir(elsewhere)
+    [found] = problems(path)
+    assert found.startswith(f"{path}:1: model: './nope' looks like a local path but is not a directory")
+    assert f"(looked in {elsewhere.resolve() / 'nope'}, {path.parent.resolve() / 'nope'})" in found, found
+    # from the project folder itself, both places are one
+    monkeypatch.chdir(path.parent)
+    [found] = problems(path)
+    assert f"(looked in {path.parent.resolve() / 'nope'});" in found, found
