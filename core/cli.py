@@ -6,7 +6,8 @@ is imported here: each handler imports what it needs when it runs.
 
 The app itself lives in ``tui``, which core never imports: a handler that wants it (no command, ``demo``,
 ``watch DIR``) returns an ``OpenApp`` request, and the ``tunedeck`` entry point (``tui.main``) opens it.
-``python -m core`` is the headless half alone.
+``python -m core`` is the headless half alone: such a command refuses there (``require_app``) before it
+starts anything.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class OpenApp:
 
 
 __all__ = ["CliError", "OpenApp", "TunedeckError", "build_parser", "dispatch", "main", "report_error",
-           "require_terminal"]
+           "require_app"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,16 +75,18 @@ def _requested_language(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m core``: the headless commands; where the app is asked for, say how to open it."""
-    outcome = dispatch(argv)
+    """``python -m core``: the headless commands; where the app is asked for, say how to open it (the
+    commands that want it have said so already, before doing anything: ``require_app``)."""
+    outcome = dispatch(argv, opens_app=False)
     if isinstance(outcome, OpenApp):
         print(f"tunedeck: {t('cli.app_needs_entry')}", file=sys.stderr)
         return EXIT_USAGE
     return outcome
 
 
-def dispatch(argv: Sequence[str] | None = None) -> int | OpenApp:
-    """Parse ``argv`` and run its command: an exit code, or ``OpenApp`` when the app should open."""
+def dispatch(argv: Sequence[str] | None = None, opens_app: bool = True) -> int | OpenApp:
+    """Parse ``argv`` and run its command: an exit code, or ``OpenApp`` when the app should open.
+    ``opens_app``: the caller can open the app (``tui.main``; not ``python -m core``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     from core.settings import SettingsError, load_settings
 
@@ -111,6 +114,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int | OpenApp:
     except ValueError as exc:
         parser.error(str(exc))
     handler = getattr(args, "handler", None)
+    args.opens_app = opens_app  # for require_app
     try:
         if handler is None:
             if not _on_a_terminal():  # piped, cron, CI: the app would paint escape codes and wait forever
@@ -137,12 +141,16 @@ def _on_a_terminal() -> bool:
         return False
 
 
-def require_terminal(alternative: str) -> None:
-    """Refuse to open the full-screen app where there is no terminal (a pipe, cron, CI: it would paint escape
-    codes into the pipe and wait forever): a usage error (exit 2) whose message is ``alternative``, the
-    command's headless way. Called by the commands that return ``OpenApp``, before they do anything."""
+def require_app(args: argparse.Namespace, no_terminal: str, no_app: str) -> None:
+    """Refuse to ask for the full-screen app where it cannot be shown, as a usage error (exit 2). Called by
+    the commands that return ``OpenApp``, before they do anything (the demo starts a run for the app):
+    under ``python -m core``, which has no app (``args.opens_app`` False, set by ``dispatch``), the message
+    says so and then ``no_app``, the command's way there; where there is no terminal (a pipe, cron, CI: the
+    app would paint escape codes into the pipe and wait forever) it is ``no_terminal``, the headless way."""
+    if not getattr(args, "opens_app", True):
+        raise CliError(t("cli.app_needs_entry_instead", instead=no_app), EXIT_USAGE)
     if not _on_a_terminal():
-        raise CliError(alternative, EXIT_USAGE)
+        raise CliError(no_terminal, EXIT_USAGE)
 
 
 def report_error(exc: BaseException) -> int | None:

@@ -158,9 +158,9 @@ def cmd_demo(args: argparse.Namespace) -> Any:
     from core.runs.lifecycle import prepare_run, start_run
 
     if not (args.headless or args.detach):  # the demo's dashboard: before a run is started for it
-        from core.cli import require_terminal
+        from core.cli import require_app
 
-        require_terminal(t("runs.demo_no_terminal"))
+        require_app(args, t("runs.demo_no_terminal"), t("runs.demo_needs_app"))
     config = default_demo_config()
     if config.gpus == "all":
         from core.runs.gpus import visible_gpu_count

@@ -58,9 +58,9 @@ def cmd_watch(args: argparse.Namespace) -> Any:
                           "log": None if source.log_path is None else str(source.log_path),
                           "read_only": source.read_only, "facts": source.facts, "state": _state(source)}))
         return 0
-    from core.cli import OpenApp, require_terminal
+    from core.cli import OpenApp, require_app
     from core.i18n import t
     from core.settings import load_settings
 
-    require_terminal(t("watch.no_terminal", dir=args.dir))
+    require_app(args, t("watch.no_terminal", dir=args.dir), t("watch.needs_app", dir=args.dir))
     return OpenApp(load_settings(), open_run=str(source.path))
