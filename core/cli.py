@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from core import __version__
-from core.errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError, TunedeckError
+from core.errors import EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, EXIT_USAGE, CliError, TunedeckError
 from core.i18n import set_language, t
 from core.i18n.argparse_words import CatalogueArgumentParser
 
@@ -86,7 +87,41 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def dispatch(argv: Sequence[str] | None = None, opens_app: bool = True) -> int | OpenApp:
     """Parse ``argv`` and run its command: an exit code, or ``OpenApp`` when the app should open.
-    ``opens_app``: the caller can open the app (``tui.main``; not ``python -m core``)."""
+    ``opens_app``: the caller can open the app (``tui.main``; not ``python -m core``).
+
+    Output cut short by its reader (``tunedeck runs | head``: the pipe closed) ends quietly here, for every
+    command: no traceback, exit ``EXIT_PIPE_CLOSED``."""
+    try:
+        try:
+            return _dispatch(argv, opens_app)
+        except SystemExit:  # argparse's --help, --version and usage errors: their text may still be buffered
+            _flush_stdout()
+            raise
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _flush_stdout() -> None:
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
+def _stdout_closed() -> int:
+    """The reader of standard output went away. Point stdout at /dev/null so that what is still buffered
+    does not fail again at interpreter exit ("Exception ignored ... BrokenPipeError"), and exit as a
+    program stopped by SIGPIPE does (Python docs, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no stdout, or one without a file descriptor
+        pass
+    return EXIT_PIPE_CLOSED
+
+
+def _dispatch(argv: Sequence[str] | None, opens_app: bool) -> int | OpenApp:
     argv = list(sys.argv[1:] if argv is None else argv)
     from core.settings import SettingsError, load_settings
 
@@ -123,6 +158,7 @@ def dispatch(argv: Sequence[str] | None = None, opens_app: bool = True) -> int |
                 return EXIT_USAGE
             return OpenApp(settings)
         outcome = handler(args)
+        _flush_stdout()  # what is still buffered meets a closed pipe or a full disk here, not at interpreter exit
         return outcome if isinstance(outcome, OpenApp) else int(outcome or 0)
     except (TunedeckError, OSError) as exc:
         code = report_error(exc)

@@ -19,6 +19,8 @@ Exit codes (kept as the commands always gave them):
   when no plan fits: a verdict, not an error).
 * ``4``   ``EXIT_CANCELLED``: a download that was cancelled (a return value, not an error).
 * ``130`` ``EXIT_INTERRUPTED``: Ctrl+C.
+* ``141`` ``EXIT_PIPE_CLOSED``: the reader of the output went away (``tunedeck runs | head``), as a program
+  stopped by SIGPIPE exits (128 + 13); quietly, without a message.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ EXIT_USAGE = 2
 EXIT_HUB = 3
 EXIT_CANCELLED = 4
 EXIT_INTERRUPTED = 130
+EXIT_PIPE_CLOSED = 141
 
 
 class TunedeckError(Exception):

@@ -343,11 +343,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
         for line in follow(run.log_path, lambda: True, offset):
             print(line)
         return 0
-    try:
-        for line in follow(run.log_path, lambda: not effective_status(run).active, offset):
-            print(line, flush=True)
-    except BrokenPipeError:
-        return 0
+    # `logs -f | head`: the closed pipe ends it in core.cli.dispatch, as for every command
+    for line in follow(run.log_path, lambda: not effective_status(run).active, offset):
+        print(line, flush=True)
     return 0
 
 

@@ -1,0 +1,76 @@
+"""``tunedeck runs | head``: output cut short by a reader that closes the pipe ends quietly, for every
+command (``core.cli.dispatch``), with exit 141 as a program stopped by SIGPIPE, never a Python traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.errors import EXIT_PIPE_CLOSED
+
+ROOT = Path(__file__).resolve().parents[2]
+MORE_THAN_A_PIPE_HOLDS = 4 * 1024 * 1024  # Linux pipes hold 64 KiB by default, 1 MiB at most unprivileged
+
+
+@pytest.fixture
+def home(tmp_path):
+    """A tunedeck home with one run whose log, and a run list whose JSON, are each over 4 MiB."""
+    runs = tmp_path / "home" / "runs"
+    for index in range(100):
+        run_id = f"run-{index:03d}"
+        path = runs / run_id
+        path.mkdir(parents=True)
+        record = {"id": run_id, "created": f"2024-01-01T00:{index // 60:02d}:{index % 60:02d}",
+                  "config_summary": {"model": f"org/model-{index}-" + "x" * 45_000, "method": "lora"}}
+        (path / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    line = "step 1 loss 2.0 " + "." * 100 + "\n"
+    (runs / "run-000" / "train.log").write_text(line * (MORE_THAN_A_PIPE_HOLDS // len(line) + 1), encoding="utf-8")
+    return tmp_path / "home"
+
+
+def _cut_short(command: list[str], home: Path, read: int) -> tuple[int, str]:
+    """Run ``command`` with stdout a pipe whose reader takes ``read`` bytes and closes it (``| head -c``).
+    Returns (exit code, stderr)."""
+    env = {**os.environ, "TUNEDECK_HOME": str(home), "LANG": "C", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        if read:
+            assert len(proc.stdout.read(read)) == read  # it was writing when the reader left
+        proc.stdout.close()  # the reader goes away: the writer's next write gets EPIPE
+        stderr = proc.stderr.read().decode("utf-8", "replace")
+        return proc.wait(timeout=120), stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("args", [["runs", "--json"], ["runs"], ["logs", "run-000"]],
+                         ids=["runs-json", "runs", "logs"])
+def test_output_over_a_pipe_cut_by_its_reader_ends_quietly(home, args):
+    # Over 4 MiB to write and the reader stops after one line's worth: the writer is blocked on a full pipe
+    # when the reader closes it, so the failed write is certain, not a race.
+    code, stderr = _cut_short([sys.executable, "-m", "core", *args], home, read=100)
+    assert "Traceback" not in stderr
+    assert stderr == ""  # not "Exception ignored ... BrokenPipeError" at exit either
+    assert code == EXIT_PIPE_CLOSED
+
+
+def test_short_output_to_a_pipe_closed_before_it_is_written_ends_quietly(home):
+    # `status` writes a few lines, held in stdout's buffer until the end: the closed pipe shows at the flush.
+    code, stderr = _cut_short([sys.executable, "-m", "core", "status", "run-000", "--json"], home, read=0)
+    assert "Traceback" not in stderr and stderr == ""
+    assert code == EXIT_PIPE_CLOSED
+
+
+def test_the_tunedeck_entry_point_ends_quietly_too(home):
+    entry = [sys.executable, "-c", "import sys, tui.main; sys.exit(tui.main.main(sys.argv[1:]))"]
+    code, stderr = _cut_short([*entry, "runs", "--json"], home, read=100)
+    assert "Traceback" not in stderr and stderr == ""
+    assert code == EXIT_PIPE_CLOSED
