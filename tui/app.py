@@ -214,6 +214,12 @@ class TunedeckApp(App[int]):
 
         on_app_start(self, self.open_run, self.announce_runs)
 
+    def on_watch_source_opened(self, message) -> None:
+        """``tui.screens.runs.open_dashboard``'s worker read the directory: the dashboard, or why not."""
+        from tui.screens.runs import show_dashboard
+
+        show_dashboard(self, message)
+
     # --- the unexpected --------------------------------------------------------------------------
     def on_unexpected_error(self, message) -> None:
         """``tui.screens.error_modal.report_unexpected`` posted this: the error modal opens."""

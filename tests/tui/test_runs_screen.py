@@ -186,6 +186,92 @@ def test_enter_opens_dashboard_and_new_runs_appear():
     run(scenario())
 
 
+def test_enter_reads_the_run_in_a_worker_then_opens_its_dashboard_or_says_why_not(monkeypatch):
+    """open_dashboard read the run's directory (open_watch_source) on the UI thread: a slow disk froze the
+    app on Enter. A worker reads it now; the dashboard opens as before, a directory that is none of the
+    layouts says so as before, an unreadable one says which and what to do, and of two quick requests
+    only the last one opens."""
+    import threading
+    from pathlib import Path
+
+    import core.watch.source as watch_source
+    import tui.screens.runs as runs_screen
+    from core.i18n import t
+    from tui.screens.runs import open_dashboard
+
+    done = build_run(runs_dir(), "20261129-2200-done", status="finished", steps=60, total=60)
+    other = build_run(runs_dir(), "20261129-2100-other", status="finished", steps=60, total=60)
+    missing = runs_dir() / "20261129-2000-gone"
+    locked = runs_dir() / "20261129-1900-locked"
+    reads: list[tuple[Path, bool]] = []  # (directory, on the UI thread)
+    reading: dict[threading.Thread, Path] = {}
+    answers: list[tuple[Path, bool]] = []  # (directory, its worker cancelled): the last look before posting
+    held = threading.Event()  # holds the read of `other` until the test lets it go
+    real_open, real_current_worker = watch_source.open_watch_source, runs_screen.get_current_worker
+
+    def open_watch_source(path):
+        reads.append((Path(path), threading.current_thread() is threading.main_thread()))
+        reading[threading.current_thread()] = Path(path)
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(locked / "run.json"))
+        if Path(path) == other:
+            held.wait(60)
+        return real_open(path)
+
+    def get_current_worker():
+        worker = real_current_worker()
+        if worker.group == "open-dashboard":  # (the runs list's worker asks too)
+            answers.append((reading[threading.current_thread()], worker.is_cancelled))
+        return worker
+
+    monkeypatch.setattr(watch_source, "open_watch_source", open_watch_source)
+    monkeypatch.setattr(runs_screen, "get_current_worker", get_current_worker)
+
+    def notes(app) -> list[str]:
+        return [str(n.message) for n in app._notifications]
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_runs(pilot, app)
+            await wait_for(pilot, lambda: len(screen.runs) == 2)
+            screen.query_one("#runs-table", DataTable).move_cursor(row=ids(screen).index(done.name))
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            assert app.screen.source.run_id == done.name
+            assert reads == [(done, False)]
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is screen)
+
+            reads.clear()
+            open_dashboard(app, missing)
+            await wait_for(pilot, lambda: t("watch.not_a_dir", path=str(missing)) in notes(app))
+            open_dashboard(app, locked)
+            await wait_for(pilot, lambda: any(n.startswith(f"Cannot read {locked} to open its dashboard: "
+                                                           "PermissionError") for n in notes(app)))
+            await pilot.pause()
+            assert app.screen is screen
+            assert reads == [(missing, False), (locked, False)]
+
+            answers.clear()
+            open_dashboard(app, other)  # held in its read ...
+            await wait_for(pilot, lambda: len(reads) == 3)
+            open_dashboard(app, done)  # ... when a second request comes: the last one asked for opens
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            held.set()
+            await wait_for(pilot, lambda: len(answers) == 2)
+            assert answers == [(done, False), (other, True)]  # the first one, cancelled, posts nothing
+            await pilot.pause()
+            assert app.screen.source.run_id == done.name
+            assert sum(isinstance(s, DashboardScreen) for s in app.screen_stack) == 1
+            assert reads[2:] == [(other, False), (done, False)]
+
+    try:
+        run(scenario())
+    finally:
+        held.set()
+
+
 def test_delete_asks_shows_size_and_refuses_active_runs():
     live = three_runs()
 

@@ -106,6 +106,17 @@ class RunActed(Message):
         self.severity = severity
 
 
+class WatchSourceOpened(Message):
+    """From ``open_dashboard``'s worker to the app: the directory's watch source, or why there is none
+    (``error``, shown as an error); its handler calls ``show_dashboard``."""
+
+    def __init__(self, source: Any, error: str, standalone: bool) -> None:
+        super().__init__()
+        self.source = source
+        self.error = error
+        self.standalone = standalone
+
+
 class RunDeleted(Message):
     def __init__(self, text: str, severity: str = "information") -> None:
         super().__init__()
@@ -487,22 +498,45 @@ class RunsScreen(Screen[None]):
         self.refresh_now()
 
 
-def open_dashboard(app: Any, path: str | Path, standalone: bool = False) -> bool:
+def open_dashboard(app: Any, path: str | Path, standalone: bool = False) -> None:
     """Push the dashboard of a run directory (tunedeck's or another trainer's) on the Runs section.
     ``standalone``: the app was opened for this folder alone (``tunedeck watch DIR`` outside tunedeck's
-    runs), so Esc quits rather than show a Runs list the folder is not in."""
-    from core.watch.source import SourceNotFound, open_watch_source
+    runs), so Esc quits rather than show a Runs list the folder is not in.
+
+    The directory is read (``open_watch_source``: file I/O) in a worker, never on the UI thread: it posts
+    ``WatchSourceOpened`` to the app, whose handler calls ``show_dashboard``. A second request before the
+    answer cancels the first (exclusive group): one dashboard opens, the last one asked for."""
+    from tui.gpu_poll import expected_errors
+    from tui.screens.error_modal import report_unexpected
+
+    def read() -> None:
+        from core.watch.source import SourceNotFound, open_watch_source
+
+        try:
+            source, error = open_watch_source(path), ""
+        except SourceNotFound as exc:  # none of the layouts it reads: its message says what it looked for
+            source, error = None, str(exc)
+        except expected_errors() as exc:  # an unreadable folder
+            source, error = None, t("runs_screen.open_failed", path=str(path), error=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a bug: the error modal, not a dead key
+            report_unexpected(app, exc, "open_dashboard")
+            return
+        if not get_current_worker().is_cancelled:
+            app.post_message(WatchSourceOpened(source, error, standalone))
+
+    app.run_worker(read, thread=True, exclusive=True, group="open-dashboard", exit_on_error=False)
+
+
+def show_dashboard(app: Any, message: WatchSourceOpened) -> None:
+    """On the UI thread, with ``open_dashboard``'s worker's answer: the error, or the dashboard pushed."""
     from tui.screens.dashboard import DashboardScreen
 
-    try:
-        source = open_watch_source(path)
-    except SourceNotFound as exc:
-        app.notify(str(exc), severity="error")
-        return False
+    if message.error:
+        app.notify(message.error, severity="error")
+        return
     if app.current_mode != "runs":
         app.switch_mode("runs")
-    app.push_screen(DashboardScreen(source, standalone=standalone))
-    return True
+    app.push_screen(DashboardScreen(message.source, standalone=message.standalone))
 
 
 def on_app_start(app: Any, open_run: str | None, announce: bool) -> None:
