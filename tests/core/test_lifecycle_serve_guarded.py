@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 
 from tests.fixtures.lifecycle.finished_run import finished_run, tunedeck
+from tests.network import ipv6_loopback
 
 KEY = "td-test-key-8f2c"
 
@@ -240,18 +241,7 @@ def test_vllm_refuses_a_merged_folder_that_is_no_whole_merge_and_says_how_to_mer
     assert "not a whole merge" not in str(caught.value)
 
 
-def _ipv6_loopback() -> bool:
-    import socket
-
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
-            sock.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _ipv6_loopback(), reason="this box has no IPv6 loopback (::1 cannot be bound)")
+@pytest.mark.skipif(not ipv6_loopback(), reason="this box has no IPv6 loopback (::1 cannot be bound)")
 def test_serve_on_an_ipv6_address_listens_there(lora_run):
     """`--host ::1` used to pass the look before spawning and then fail in the server (an IPv4 socket asked
     to bind an IPv6 address: 'the server did not come up'). Now the server listens on IPv6 and answers."""

@@ -18,20 +18,9 @@ import pytest
 from core.lifecycle.serve import check_listen_address
 from core.lifecycle.server import ChatBackend, ChatServer, listen_address, make_handler
 from core.lifecycle.source import LifecycleError
+from tests.network import ipv6_loopback
 
-
-def _ipv6_loopback() -> bool:
-    if not socket.has_ipv6:
-        return False
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
-            sock.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _ipv6_loopback(),
+pytestmark = pytest.mark.skipif(not ipv6_loopback(),
                                 reason="this box has no IPv6 loopback (::1 cannot be bound): nothing to listen on")
 
 

@@ -66,6 +66,14 @@ async def highlight(pilot, app, model_id: str) -> None:
     await pilot.pause()
 
 
+async def local_tab(pilot, screen):
+    """The Local tab (2), once it lists the one model each test made beside the bundled ones."""
+    await pilot.press("2")
+    local = screen.query_one("#local-models")
+    await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED)
+    return local
+
+
 def test_d_resumes_it_only_while_d_would(hub_env, tmp_path):  # noqa: F811
     """The QA saw "Tiny: stopped; d resumes it" (a Hugging Face download) while browsing ModelScope with
     another row open: d downloaded that row. The hint now names the hub until that very model is open."""
@@ -135,9 +143,7 @@ def test_a_deleted_models_download_leaves_the_line(hub_env, tmp_path):  # noqa: 
         async with app.run_test(size=SIZE) as pilot:
             screen = await open_models(pilot, app)
             await wait_for(pilot, lambda: "qa/Big-Slow-7B on ModelScope: stopped at" in line(app))
-            await pilot.press("2")
-            local = screen.query_one("#local-models")
-            await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED)
+            local = await local_tab(pilot, screen)
             await pilot.press("x")
             await wait_for(pilot, lambda: "Delete qa/Big-Slow-7B?" in screen_text(app))
             await pilot.press("y")
@@ -172,9 +178,7 @@ def test_local_columns_fit_80_columns_with_the_whole_date(hub_env, tmp_path):  #
         app = app_80()
         async with app.run_test(size=SIZE) as pilot:
             screen = await open_models(pilot, app)
-            await pilot.press("2")
-            local = screen.query_one("#local-models")
-            await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED)
+            local = await local_tab(pilot, screen)
             await pilot.pause()
             date = time.strftime("%Y-%m-%d", time.localtime(screen.local_models[0].last_used))
             table = region_text(app, local)
@@ -219,9 +223,7 @@ def test_an_unfinished_download_in_the_local_tab_says_how_to_resume(hub_env, tmp
         app = app_80()
         async with app.run_test(size=SIZE) as pilot:
             screen = await open_models(pilot, app)
-            await pilot.press("2")
-            local = screen.query_one("#local-models")
-            await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED)
+            local = await local_tab(pilot, screen)
             await wait_for(pilot, lambda: "(incomplete)" in region_text(app, local))
             assert "d" in offered(app)
             await pilot.press("enter")

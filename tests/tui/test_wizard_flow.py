@@ -24,10 +24,15 @@ def wizard(app):
     return screen
 
 
-async def to_result(pilot, app, keys_before_hardware=()):
+async def open_wizard(pilot, app):
+    """The wizard (w), at its first step."""
     await pilot.press("w")
     await wait_for(pilot, lambda: app.current_mode == "wizard")
-    w = wizard(app)
+    return wizard(app)
+
+
+async def to_result(pilot, app, keys_before_hardware=()):
+    w = await open_wizard(pilot, app)
     await pilot.press("enter")  # model: the default
     await wait_for(pilot, lambda: w.step == 1)
     await pilot.press("enter")  # dataset: the bundled sample (read in a worker)
@@ -127,9 +132,7 @@ def test_infeasible_case_says_so_and_offers_a_way_out(private_home):
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.press("w")
-            await wait_for(pilot, lambda: app.current_mode == "wizard")
-            w = wizard(app)
+            w = await open_wizard(pilot, app)
             await pilot.press("e")  # into the model field
             assert app.focused.id == "model-input"
             model = w.query_one("#model-input")
@@ -161,9 +164,7 @@ def test_a_bad_model_id_stays_on_the_first_step_with_the_reason(private_home):
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.press("w")
-            await wait_for(pilot, lambda: app.current_mode == "wizard")
-            w = wizard(app)
+            w = await open_wizard(pilot, app)
             w.query_one("#model-input").value = "no/such-model-here"
             await pilot.press("enter")
             await pilot.pause()
@@ -178,9 +179,7 @@ def test_model_from_the_browser_is_the_default_and_app_keys_still_work(private_h
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
             app.wizard_model = "Qwen2.5-0.5B"
-            await pilot.press("w")
-            await wait_for(pilot, lambda: app.current_mode == "wizard")
-            w = wizard(app)
+            w = await open_wizard(pilot, app)
             assert w.query_one("#model-input").value == "Qwen2.5-0.5B"
             await pilot.press("enter")
             await wait_for(pilot, lambda: w.step == 1)
@@ -198,9 +197,7 @@ def test_a_model_handed_over_again_replaces_the_model_line(private_home):
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
             app.wizard_model = "Qwen2.5-72B"
-            await pilot.press("w")
-            await wait_for(pilot, lambda: app.current_mode == "wizard")
-            w = wizard(app)
+            w = await open_wizard(pilot, app)
             await pilot.press("enter")
             await wait_for(pilot, lambda: w.step == 1)
             info = w.query_one("#model-info")
@@ -229,9 +226,7 @@ def test_the_plan_keys_are_offered_only_on_the_plan_step(private_home):
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.press("w")
-            await wait_for(pilot, lambda: app.current_mode == "wizard")
-            w = wizard(app)
+            w = await open_wizard(pilot, app)
             assert not plan_keys & {c.title for c in app.get_system_commands(w)}
             await pilot.press("f1")
             await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
@@ -261,9 +256,7 @@ def test_down_and_up_move_where_only_tab_did_and_a_bad_override_shows_at_80x24(p
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.press("w")
-            await wait_for(pilot, lambda: app.current_mode == "wizard")
-            w = wizard(app)
+            w = await open_wizard(pilot, app)
             await pilot.press("enter")
             await wait_for(pilot, lambda: w.step == 1)
             await pilot.press("e")
@@ -300,9 +293,7 @@ def test_dataset_file_picker_previews_the_picked_file(private_home, tmp_path, mo
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.press("w")
-            await wait_for(pilot, lambda: app.current_mode == "wizard")
-            w = wizard(app)
+            w = await open_wizard(pilot, app)
             await pilot.press("enter")
             await wait_for(pilot, lambda: w.step == 1)
             w.query_one("#dataset-files").focus()
@@ -362,9 +353,7 @@ def test_dataset_step_lists_and_names_the_formats_the_loader_reads(private_home,
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.press("w")
-            await wait_for(pilot, lambda: app.current_mode == "wizard")
-            w = wizard(app)
+            w = await open_wizard(pilot, app)
             await pilot.press("enter")
             await wait_for(pilot, lambda: w.step == 1)
             text = " ".join(screen_text(app).split())
