@@ -365,3 +365,31 @@ def test_dataset_step_lists_and_names_the_formats_the_loader_reads(private_home,
             assert all(Path(name).suffix in SUFFIXES for name in listed)
 
     run(scenario())
+
+
+def test_another_model_counts_the_dataset_again_with_its_own_tokenizer(private_home):
+    """No GPU (fake monitor "none"). The bundled tiny model counts the sample with its tokenizer (exact); back on
+    the model step, Qwen2.5-7B has no tokenizer on this box, so its counts are characters / 4 (approximate).
+    The summary, and the plan's sequence length that follows it, must not keep the tiny tokenizer's counts."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await open_wizard(pilot, app)
+            await pilot.press("enter")  # model: tiny
+            await wait_for(pilot, lambda: w.step == 1)
+            await pilot.press("enter")  # dataset: the bundled sample, counted by tiny's tokenizer
+            await wait_for(pilot, lambda: w.step == 2, timeout=30)
+            assert w.summary.exact and w.summary_model == "tiny"
+            tiny_tokens = w.summary.total_tokens
+            await pilot.press("pageup", "pageup")
+            await wait_for(pilot, lambda: w.step == 0)
+            w.query_one("#model-input").value = "Qwen2.5-7B"
+            w.query_one("#model-input").focus()
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 1)
+            await pilot.press("enter")  # the same file: counted again for the new model before going on
+            await wait_for(pilot, lambda: w.step == 2, timeout=30)
+            assert w.summary_model == "Qwen2.5-7B"
+            assert not w.summary.exact and w.summary.total_tokens != tiny_tokens
+
+    run(scenario())

@@ -45,9 +45,9 @@ def _escape(text: str) -> str:
 
 
 class DatasetSummarised(Message):
-    def __init__(self, path: str, summary: Any, error: str | None) -> None:
+    def __init__(self, path: str, model: str | None, summary: Any, error: str | None) -> None:
         super().__init__()
-        self.path, self.summary, self.error = path, summary, error
+        self.path, self.model, self.summary, self.error = path, model, summary, error
 
 
 class BoxRead(Message):
@@ -130,6 +130,7 @@ class WizardScreen(Screen[None]):
         self.snapshot: Any = None
         self.summary: Any = None
         self.summary_path: str | None = None
+        self.summary_model: str | None = None  # whose tokenizer counted the summary's tokens
         self.advance_after_summary = False
         self.base: Any = None
         self.base_model: str | None = None
@@ -345,7 +346,7 @@ class WizardScreen(Screen[None]):
             if not path:
                 self.summary, self.summary_path = None, ""
                 self._show_step(2)
-            elif self.summary_path == path and self.summary is not None:
+            elif self._summary_is_current(path):
                 self._show_step(2)
             else:
                 self.advance_after_summary = True
@@ -385,9 +386,14 @@ class WizardScreen(Screen[None]):
         return True
 
     # --- dataset -------------------------------------------------------------------------------------
+    def _summary_is_current(self, path: str) -> bool:
+        """The summary is of this file, its tokens counted for the model chosen now (another model's
+        tokenizer counts other lengths: the plan's sequence length and speed follow them)."""
+        return self.summary is not None and self.summary_path == path and self.summary_model == self.base_model
+
     def _summarise_if_needed(self, force: bool = False) -> None:
         path = self.query_one("#dataset-input", Input).value.strip()
-        if not path or (not force and self.summary_path == path):
+        if not path or (not force and self._summary_is_current(path)):
             return
         self.query_one("#dataset-info", Static).update(t("wizard.dataset.reading", path=_escape(path)))
         self.summarise(path, self.base_model)
@@ -399,24 +405,24 @@ class WizardScreen(Screen[None]):
         try:
             summary = summarise_dataset(path, model)
         except (TunedeckError, OSError) as exc:  # a DataError, an unreadable file: shown, never fatal
-            self.post_message(DatasetSummarised(path, None, str(exc)))
+            self.post_message(DatasetSummarised(path, model, None, str(exc)))
             return
         except Exception as exc:  # a bug: the error modal and the log, and the step says it failed too
             report_unexpected(self.app, exc, "wizard.summarise")
-            self.post_message(DatasetSummarised(path, None, describe(exc)))
+            self.post_message(DatasetSummarised(path, model, None, describe(exc)))
             return
-        self.post_message(DatasetSummarised(path, summary, None))
+        self.post_message(DatasetSummarised(path, model, summary, None))
 
     def on_dataset_summarised(self, message: DatasetSummarised) -> None:
-        if message.path != self.query_one("#dataset-input", Input).value.strip():
-            return
+        if message.path != self.query_one("#dataset-input", Input).value.strip() or message.model != self.base_model:
+            return  # an answer for another file or another model's tokenizer: a newer one is coming
         info = self.query_one("#dataset-info", Static)
         if message.error is not None:
             self.summary, self.summary_path = None, None
             self.advance_after_summary = False
             info.update(f"[$error]{_escape(message.error)}[/]")
             return
-        self.summary, self.summary_path = message.summary, message.path
+        self.summary, self.summary_path, self.summary_model = message.summary, message.path, message.model
         info.update(self._dataset_text(message.summary))
         if self.advance_after_summary and STEPS[self.step] == "dataset":
             self.advance_after_summary = False
