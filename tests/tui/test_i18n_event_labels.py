@@ -32,3 +32,9 @@ def test_labels_follow_the_language_and_unknown_events_stay_raw():
         assert row == ("x", "failed", "reason=older text")
     finally:
         i18n.set_language("en")
+
+
+def test_an_empty_field_is_left_out_of_the_detail():
+    """A run that finished records ``"reason": ""``: the detail said ``exit_code=0 reason=``."""
+    row = DashboardScreen._event_row({"time": "x", "event": "finished", "exit_code": 0, "reason": ""})
+    assert row[2] == "exit_code=0"

@@ -381,6 +381,7 @@ def test_another_model_counts_the_dataset_again_with_its_own_tokenizer(private_h
             await wait_for(pilot, lambda: w.step == 2, timeout=30)
             assert w.summary.exact and w.summary_model == "tiny"
             tiny_tokens = w.summary.total_tokens
+            assert tiny_tokens > 1000 and f"{tiny_tokens:,} tokens (tokenizer)" in str(w.query_one("#dataset-info").content)
             await pilot.press("pageup", "pageup")
             await wait_for(pilot, lambda: w.step == 0)
             w.query_one("#model-input").value = "Qwen2.5-7B"

@@ -24,6 +24,7 @@ from core.data.readers import SUFFIXES as DATA_SUFFIXES
 from core.errors import TunedeckError
 from core.i18n import t
 from core.plan.request import GOALS, OVERRIDABLE
+from core.units import format_count
 from tui.screens.error_modal import describe, report_failed_worker, report_unexpected
 from tui.widgets.bar import bar
 from tui.widgets.keys_footer import KeysFooter
@@ -429,8 +430,9 @@ class WizardScreen(Screen[None]):
             self._show_step(2)
 
     def _dataset_text(self, summary: Any) -> str:
-        lines = [t("wizard.dataset.info", format=summary.format or "?", records=summary.records,
-                   issues=summary.issues, tokens=summary.total_tokens, p95=summary.p95,
+        lines = [t("wizard.dataset.info", format=summary.format or "?", records=format_count(summary.records),
+                   issues=format_count(summary.issues), tokens=format_count(summary.total_tokens),
+                   p95=format_count(summary.p95),
                    kind=t("wizard.dataset.exact") if summary.exact else t("wizard.dataset.approx"))]
         share = summary.target_share()
         if share is not None:

@@ -280,7 +280,8 @@ class DashboardHeader:
     def _event_row(record: dict[str, Any]) -> tuple[str, str, str]:
         when = str(record.get("time", ""))
         clock = when[11:19] if len(when) >= 19 else when
-        fields = {k: v for k, v in record.items() if k not in ("time", "ts", "event", "reason_message")}
+        fields = {k: v for k, v in record.items()
+                  if k not in ("time", "ts", "event", "reason_message") and v not in ("", None)}  # "reason=" says nothing
         if "reason" in fields:  # written by the supervisor with its message record: show the reader's language
             fields["reason"] = render_stored(str(fields["reason"]), record.get("reason_message"))
         detail = " ".join(f"{k}={v}" for k, v in fields.items())
