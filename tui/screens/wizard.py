@@ -14,7 +14,7 @@ from typing import Any
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Header, Input, OptionList, Static
@@ -91,6 +91,8 @@ class WizardScreen(Screen[None]):
     WizardScreen #goal-list { height: auto; max-height: 6; max-width: 60; }
     WizardScreen #dataset-files { height: auto; max-height: 6; max-width: 90; }
     WizardScreen #result-body { width: 1fr; padding: 0 1; }
+    WizardScreen #result-text { height: auto; }
+    WizardScreen #result-text .item { padding-left: 2; }
     WizardScreen #overrides { width: 34; padding: 0 1; border-left: solid $primary; display: none; }
     WizardScreen #overrides.shown { display: block; }
     WizardScreen #overrides Input { width: 100%; height: 1; border: none; padding: 0; }
@@ -182,7 +184,7 @@ class WizardScreen(Screen[None]):
                 yield Static(id="hardware-info", classes="step-error")
             with Horizontal(id="step-result"):
                 with VerticalScroll(id="result-body"):
-                    yield Static(id="result-text")
+                    yield Vertical(id="result-text")
                 with VerticalScroll(id="overrides"):
                     yield Static(t("wizard.overrides.title"), classes="step-title")
                     for name in OVERRIDABLE:
@@ -591,7 +593,10 @@ class WizardScreen(Screen[None]):
         rec = self.recommendation
         if rec is None:
             return
-        self.query_one("#result-text", Static).update(render_recommendation(rec))
+        body = self.query_one("#result-text", Vertical)
+        with self.app.batch_update():
+            body.remove_children()
+            body.mount_all(Static(text, classes="item" if item else "") for text, item in render_recommendation(rec))
         best = rec.best
         if best is not None and best.estimate is not None:
             plan = best.estimate.plan
@@ -801,15 +806,18 @@ def memory_bar(best: Any, width: int = BAR_WIDTH, note: str = "") -> list[str]:
     return [head, "  ".join(legend)]
 
 
-def render_recommendation(rec: Any) -> str:
-    """The recommendation as markup, from the lines ``tunedeck plan`` prints (core.plan.view): the memory
-    line drawn as the bar, speed and time on one line, sections coloured by their tone."""
+def render_recommendation(rec: Any) -> list[tuple[str, bool]]:
+    """The recommendation as lines of markup, from the lines ``tunedeck plan`` prints (core.plan.view): the
+    memory line drawn as the bar, speed and time on one line, sections coloured by their tone. Each comes with
+    whether it is an item under a section: drawn indented, its wrapped lines too (at 80 columns most reasons
+    wrap, and a continuation at the left edge reads as the next heading)."""
     from core.plan.view import recommendation_view
 
     view = recommendation_view(rec)
     if not any(line.kind == "headline" for line in view):
-        return t("wizard.nothing")
+        return [(t("wizard.nothing"), False)]
     lines: list[str] = []
+    items: set[int] = set()
     for line in view:
         text = _escape(line.text)
         if line.kind == "title":
@@ -817,7 +825,8 @@ def render_recommendation(rec: Any) -> str:
         if line.kind == "infeasible":
             lines.append(f"[b $error]{text}[/]")
         elif line.kind == "way_out":
-            lines.append(f"  [$warning]→[/] {text}")
+            items.add(len(lines))
+            lines.append(f"[$warning]→[/] {text}")
         elif line.kind == "headline":
             lines.append(f"[b]{text}[/]")
         elif line.kind == "memory":
@@ -830,5 +839,6 @@ def render_recommendation(rec: Any) -> str:
             hint = " " + t("wizard.alternatives_hint") if line.section == "alternatives" else ""
             lines.append(f"[b ${line.tone}]{line.text}[/]{hint}")
         else:  # item, alternative
-            lines.append(f"  {text}")
-    return "\n".join(lines)
+            items.add(len(lines))
+            lines.append(text)
+    return [(line, index in items) for index, line in enumerate(lines)]
