@@ -467,7 +467,7 @@ def test_a_runs_trainer_shows_its_run_and_o_opens_the_dashboard(sleeper):
     stranger = subprocess.Popen(["sleep", "60"])
 
     async def scenario():
-        processes = {0: (live_process(sleeper, command="python -m core.train.worker"),),
+        processes = {0: (live_process(sleeper, command="/root/tunedeck/.venv/bin/python -m core.train.worker"),),
                      1: (live_process(stranger),)}
         app = make_app(quiet_settings(), monitor=monitor_with(processes, base="h200x2"))
         async with app.run_test(size=(80, 24)) as pilot:
@@ -475,10 +475,12 @@ def test_a_runs_trainer_shows_its_run_and_o_opens_the_dashboard(sleeper):
             await wait_for(pilot, lambda: sleeper.pid in screen.links)
             assert stranger.pid not in screen.links
             command = str(screen.query_one("#gpu-procs").get_cell(f"0:{sleeper.pid}", "command"))
-            assert command.startswith("live python -m core")  # the run's name before its command
+            # the run's name before its command, the program by its name: the venv's path filled the cell at 80 columns
+            assert command.startswith("live python -m core")
             assert "live python -m core" in screen_text(app)
             await select_process(pilot, app)
             assert "trainer of run 20261129-2100-live (o)" in screen_text(app)
+            assert "/root/tunedeck/.venv/bin/python -m core.train.worker" in screen_text(app)  # in full under the list
             assert "o" in footer_keys(app)
             await pilot.press("down")  # not a run's process: o is not offered
             await wait_for(pilot, lambda: "o" not in footer_keys(app))

@@ -72,6 +72,15 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _list_command(text: str) -> str:
+    """The list's command cell: the program by its name, not its path (``/root/tunedeck/.venv/bin/python -m
+    core.train.worker ...`` is ``python -m core.train.worker ...``): at 80 columns a virtual environment's path
+    filled the cell, and the arguments are what tell processes apart. The selected process's full command line
+    shows under the list."""
+    program, space, rest = _one_line(text).partition(" ")
+    return program.rstrip("/").rsplit("/", 1)[-1] + space + rest if "/" in program.rstrip("/") else program + space + rest
+
+
 _RUN_STAMP = re.compile(r"^\d{8}-\d{4}-(.+)$")
 
 
@@ -504,7 +513,7 @@ class GpuScreen(Screen[None]):
         proc = row.process
         if proc.visible:
             user = truncate(proc.user or t("gpuscreen.na"), USER_MAX_WIDTH)
-            command = _one_line(proc.command or t("gpuscreen.na"))
+            command = _list_command(proc.command or t("gpuscreen.na"))
         else:
             user = UNKNOWN
             command = t(f"gpuscreen.hidden_{proc.hidden_reason or 'not_in_namespace'}")
