@@ -92,18 +92,22 @@ def lora_targets_problem(model: str | None, targets: str | list[str], method: st
     return t("config.lora_targets_unknown", missing=", ".join(missing), model=model, known=", ".join(short))
 
 
-def weights_problem(folder: Path, value: str) -> tuple[str, str] | None:
+def weights_problem(folder: Path, value: str, loaded: bool = False) -> tuple[str, str] | None:
     """``(severity, message)`` for a model folder (it has a config.json) whose weights are not whole,
     else None. A download that is not finished (``.part`` files) is an error: its safetensors are
     missing or cut, and the trainer would start from random weights. A folder with no weights at all
     is an error when it is a download (a hub cache's or a tunedeck download's target: the weights never
     came), and a warning elsewhere: a bare config.json is the trainer's random-init path (the bundled
-    ``tiny``, which passes, and the benchmarks' config-only folders), said so that it is never silent."""
+    ``tiny``, which passes, and the benchmarks' config-only folders), said so that it is never silent.
+
+    ``loaded``: the folder is loaded as it is (``serve`` / ``chat --model-dir``), where there is no
+    random-init path: no weights is always an error (the bundled ``tiny`` too), and the messages say
+    what to give ``--model-dir``."""
     from core.assets import is_tiny_model
     from core.config.issues import ERROR, WARNING
     from core.hub.local import download_command, hub_model_of, partial_files, weights_state
 
-    if is_tiny_model(str(folder)):
+    if not loaded and is_tiny_model(str(folder)):
         return None
     state = weights_state(folder)
     if state == "complete":
@@ -111,11 +115,29 @@ def weights_problem(folder: Path, value: str) -> tuple[str, str] | None:
     owner = hub_model_of(folder)
     resume = download_command(owner[1], owner[0]) if owner else t("config.model_resume_unknown")
     if state == "partial":
-        return ERROR, t("config.model_download_unfinished", path=value, count=len(partial_files(folder)),
-                        resume=resume)
+        return ERROR, t("lifecycle.model_dir_download_unfinished" if loaded else "config.model_download_unfinished",
+                        path=value, count=len(partial_files(folder)), resume=resume)
     if owner is not None:
-        return ERROR, t("config.model_no_weights_download", path=value, resume=resume)
+        return ERROR, t("lifecycle.model_dir_no_weights_download" if loaded else "config.model_no_weights_download",
+                        path=value, resume=resume)
+    if loaded:
+        return ERROR, t("lifecycle.model_dir_no_weights", path=value)
     return WARNING, t("config.model_no_weights", path=value)
+
+
+def folder_problem(folder: Path, value: str, loaded: bool = False) -> tuple[str, str] | None:
+    """``(severity, message)`` for a local model folder that has no config.json or whose weights are not
+    whole (``weights_problem``), else None: the local-folder part of ``model_problem`` (a run's ``model``)
+    and, with ``loaded``, the check of a folder loaded as it is (``serve`` / ``chat --model-dir``), made
+    before anything starts: served unchecked, such a folder ended in the backend's own error."""
+    from core.config.issues import ERROR
+
+    if not (folder / "config.json").is_file():
+        if loaded:
+            return ERROR, t("lifecycle.model_dir_no_config" if folder.is_dir() else "lifecycle.model_dir_missing",
+                            path=value)
+        return ERROR, t("runs.model_missing", path=value)
+    return weights_problem(folder, value, loaded)
 
 
 # A hub id as ModelScope and Hugging Face spell it: owner/name, letters, digits, '.', '-', '_'.
@@ -137,9 +159,7 @@ def model_problem(model: str, hub: str, probe: bool = True) -> tuple[str, str] |
     value = resolve_model_name(model)
     path = Path(value).expanduser()
     if looks_like_local_path(value) or path.exists():
-        if not (path / "config.json").is_file():
-            return ERROR, t("runs.model_missing", path=value)
-        return weights_problem(path, value)
+        return folder_problem(path, value)
     if HUB_ID.match(value):
         from core.estimate.model_source import _cached_config
 

@@ -131,10 +131,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from core.errors import CliError
     from core.i18n import t
     from core.lifecycle.chat import GenerationSettings, build_messages, stream_chat
-    from core.lifecycle.source import load_finetuned, load_model_dir, resolve_model_source
+    from core.lifecycle.source import check_model_dir, load_finetuned, load_model_dir, resolve_model_source
 
     if not args.run and not args.model_dir:
         raise CliError(t("lifecycle.chat_needs_model"), 2)
+    if args.model_dir:
+        check_model_dir(Path(args.model_dir))  # before "loading …": a folder that is no model says so alone
     _quiet_libraries()
     out = sys.stdout  # replies only; everything the libraries print goes to stderr
     with _library_output_to_stderr():

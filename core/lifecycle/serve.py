@@ -269,6 +269,10 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
         from core.lifecycle.source import resolve_model_source
 
         source = resolve_model_source(run, checkpoint)  # no run, no complete checkpoint (N)
+    else:
+        from core.lifecycle.source import check_model_dir
+
+        check_model_dir(model_dir)  # no config.json, a download not finished, no weights
     chosen = choose_backend(backend)
     if chosen != "transformers" and source is not None:
         model_dir = _merged_for_serving(run, source, checkpoint, chosen, cancelled)

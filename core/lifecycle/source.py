@@ -234,8 +234,23 @@ def load_finetuned(source: ModelSource, device: str | None = None) -> LoadedMode
     return LoadedModel(model, tokenizer, source, has_adapter, device)
 
 
+def check_model_dir(path: Path) -> None:
+    """Refuse (``LifecycleError``, exit 2) a ``--model-dir`` that is no whole model folder: not there, no
+    config.json, a download not finished, no weights (``core.config.model_checks.folder_problem``, the
+    launch checks' own look at a model folder). Loaded or served unchecked, such a folder ended in
+    transformers', vLLM's or LMDeploy's own error, after the server had started."""
+    from core.config.model_checks import folder_problem
+    from core.errors import EXIT_USAGE
+
+    found = folder_problem(path, str(path), loaded=True)
+    if found is not None:
+        raise LifecycleError(found[1], exit_code=EXIT_USAGE)
+
+
 def load_model_dir(path: Path, device: str | None = None) -> LoadedModel:
-    """A plain model directory (e.g. a merged one): config, weights and tokenizer."""
+    """A plain model directory (e.g. a merged one): config, weights and tokenizer (``check_model_dir``
+    first: a folder that is none says so, not in transformers' words)."""
+    check_model_dir(path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = device or default_device()

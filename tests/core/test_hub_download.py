@@ -216,6 +216,7 @@ def test_a_cancelled_download_is_listed_incomplete_and_refused_for_training(hub_
     from core.cli import main
     from core.config.model_checks import model_problem
     from core.hub.download import cancel_download
+    from core.lifecycle.source import LifecycleError, check_model_dir
 
     hub_server.hub.stall_at = 128 * 1024
     plan = _plan()
@@ -240,6 +241,12 @@ def test_a_cancelled_download_is_listed_incomplete_and_refused_for_training(hub_
         severity, message = model_problem(name, "modelscope", probe=False)
         assert severity == "error" and "not finished" in message and "random weights" in message
         assert "tunedeck models download Qwen/Qwen2.5-Tiny-Instruct resumes it" in message
+    # serve / chat --model-dir on the folder: refused by the same look, in words of loading, not training
+    with pytest.raises(LifecycleError) as caught:
+        check_model_dir(plan.target_dir)
+    said = str(caught.value)
+    assert said.startswith(f"--model-dir {plan.target_dir} holds a download that is not finished") and \
+        "tunedeck models download Qwen/Qwen2.5-Tiny-Instruct resumes it" in said and "random weights" not in said
 
 
 def test_deleting_a_model_removes_its_download_record_and_is_refused_while_it_downloads(hub_server):

@@ -76,6 +76,35 @@ def test_chat_cli_reads_stdin_lines_and_streams_replies(lora_run):
     assert "ready" in err
 
 
+def test_chat_refuses_a_model_dir_that_is_no_model_in_one_line(tmp_path):
+    """`chat --model-dir DIR` (and the chat screen's worker) loaded DIR unchecked: a bare config.json or a
+    folder that is no model ended in transformers' own error, or a traceback. Now the folder check of
+    `serve --model-dir` refuses it first, naming the folder and what to do."""
+    import shutil
+
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    bare, notes = tmp_path / "bare", tmp_path / "notes"
+    shutil.copytree(TINY, bare)  # config.json and tokenizer, no weights
+    notes.mkdir()
+    cases = [(bare, "has a config.json but no weights (*.safetensors, *.bin), so there is nothing to load"),
+             (notes, "has no config.json, so it is not a model folder")]
+    for folder, says in cases:
+        proc = subprocess.run([sys.executable, "-m", "core", "chat", "--model-dir", str(folder)], cwd=ROOT,
+                              input="Hi\n\n", capture_output=True, text=True, timeout=180,
+                              env={**os.environ, "TUNEDECK_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"})
+        assert proc.returncode == 2, (folder, proc.returncode, proc.stderr[-2000:])
+        assert proc.stderr.startswith(f"tunedeck: --model-dir {folder} {says}"), proc.stderr[-2000:]
+        assert len(proc.stderr.strip().splitlines()) == 1 and "tunedeck merge RUN" in proc.stderr
+        assert "Traceback" not in proc.stderr and "loading" not in proc.stderr and proc.stdout == ""
+        worker = subprocess.run([sys.executable, "-m", "core.lifecycle.chat_worker", "--model-dir", str(folder)],
+                                cwd=ROOT, input="", capture_output=True, text=True, timeout=180,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        [event] = [json.loads(line) for line in worker.stdout.splitlines()]
+        assert worker.returncode == 1 and event["event"] == "error" and event["id"] is None
+        assert f"--model-dir {folder} {says}" in event["message"], event
+
+
 def test_serve_answers_openai_client_streaming_and_not_then_stops(lora_run):
     from openai import OpenAI
 

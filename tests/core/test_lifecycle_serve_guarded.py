@@ -241,6 +241,51 @@ def test_vllm_refuses_a_merged_folder_that_is_no_whole_merge_and_says_how_to_mer
     assert "not a whole merge" not in str(caught.value)
 
 
+def _not_models(base):
+    """Four --model-dir folders that are no model to load, each with what the refusal must say."""
+    import shutil
+
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    notes = base / "notes"
+    notes.mkdir()
+    (notes / "README.md").write_text("not a model")
+    stopped, bare = base / "stopped", base / "bare"
+    for folder in (stopped, bare):
+        shutil.copytree(TINY, folder)  # config.json and tokenizer, no weights
+    (stopped / "model.safetensors.part").write_bytes(b"\0" * 1024)
+    return [(base / "nowhere", "is not a folder (it does not exist)"),
+            (notes, "has no config.json, so it is not a model folder"),
+            (stopped, "holds a download that is not finished (1 .part/.incomplete file(s))"),
+            (bare, "has a config.json but no weights (*.safetensors, *.bin), so there is nothing to load")]
+
+
+def test_serve_refuses_a_model_dir_that_is_no_model_before_starting_anything(lora_run, tmp_path, monkeypatch):
+    """`serve --model-dir DIR` handed DIR to the server as it was: a folder with no config.json, a stopped
+    download or no weights started a server that died in its log ("the server did not come up" and
+    transformers' traceback), or vLLM's own error. Now, for every backend, one line names the folder and
+    what is wrong (exit 2), before any server process or state file."""
+    import core.lifecycle.serve as serve
+    from core.lifecycle.source import LifecycleError
+
+    home, run = lora_run
+    folders = _not_models(tmp_path)
+    for folder, says in folders:
+        proc = tunedeck(home, "serve", run.id, "--model-dir", str(folder))
+        assert proc.returncode == 2, (folder, proc.returncode, proc.stderr[-2000:])
+        assert f"--model-dir {folder} {says}" in proc.stderr, proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr and "did not come up" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert not (serve.serve_dir(run.id) / "state.json").exists()  # nothing was started
+    monkeypatch.setattr(serve, "choose_backend", lambda requested: requested)  # vLLM is not installed here
+    for backend in ("vllm", "lmdeploy"):
+        for folder, says in folders:
+            with pytest.raises(LifecycleError) as caught:
+                serve.start_server(run, backend=backend, model_dir=folder, timeout=30)
+            assert f"--model-dir {folder} {says}" in str(caught.value) and caught.value.exit_code == 2
+            assert not (serve.serve_dir(run.id) / "state.json").exists()
+
+
 @pytest.mark.skipif(not ipv6_loopback(), reason="this box has no IPv6 loopback (::1 cannot be bound)")
 def test_serve_on_an_ipv6_address_listens_there(lora_run):
     """`--host ::1` used to pass the look before spawning and then fail in the server (an IPv4 socket asked
