@@ -272,6 +272,8 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
     else:
         from core.lifecycle.source import check_model_dir
 
+        # The server runs in the repository's folder: a relative --model-dir is the caller's, made whole.
+        model_dir = Path(os.path.abspath(model_dir))
         check_model_dir(model_dir)  # no config.json, a download not finished, no weights
     chosen = choose_backend(backend)
     if chosen != "transformers" and source is not None:

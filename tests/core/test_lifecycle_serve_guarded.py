@@ -286,6 +286,32 @@ def test_serve_refuses_a_model_dir_that_is_no_model_before_starting_anything(lor
             assert not (serve.serve_dir(run.id) / "state.json").exists()
 
 
+def test_serve_model_dir_relative_to_where_it_is_typed(lora_run):
+    """The server runs in tunedeck's own folder, so a relative --model-dir was looked for there: the check
+    passed where the user typed it and the server failed to find it. Now it is made absolute first."""
+    import os
+    import subprocess
+    import sys
+
+    from core.lifecycle.merge import merge_run
+    from tests.fixtures.lifecycle.finished_run import ROOT
+
+    home, run = lora_run
+    merged = merge_run(run).out
+    proc = subprocess.run([sys.executable, "-m", "core", "serve", run.id, "--model-dir", merged.name, "--json"],
+                          cwd=merged.parent, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1",
+                               "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    state = json.loads(proc.stdout)
+    try:
+        assert state["healthy"] is True
+        status, models = _request(state["url"] + "/models")
+        assert status == 200 and [m["id"] for m in models["data"]] == [merged.name]
+    finally:
+        _stop(home, run)
+
+
 @pytest.mark.skipif(not ipv6_loopback(), reason="this box has no IPv6 loopback (::1 cannot be bound)")
 def test_serve_on_an_ipv6_address_listens_there(lora_run):
     """`--host ::1` used to pass the look before spawning and then fail in the server (an IPv4 socket asked
