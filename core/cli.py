@@ -90,7 +90,10 @@ def dispatch(argv: Sequence[str] | None = None, opens_app: bool = True) -> int |
     ``opens_app``: the caller can open the app (``tui.main``; not ``python -m core``).
 
     Output cut short by its reader (``tunedeck runs | head``: the pipe closed) ends quietly here, for every
-    command: no traceback, exit ``EXIT_PIPE_CLOSED``."""
+    command: no traceback, exit ``EXIT_PIPE_CLOSED``. Output that cannot be written otherwise (``> /dev/full``,
+    a full disk, a terminal gone: ENOSPC, EIO) is said as such: ``_NamedOutput`` marks its error."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _NamedOutput.around(sys.stdout, "stdout"), _NamedOutput.around(sys.stderr, "stderr")
     try:
         try:
             return _dispatch(argv, opens_app)
@@ -99,6 +102,43 @@ def dispatch(argv: Sequence[str] | None = None, opens_app: bool = True) -> int |
             raise
     except BrokenPipeError:
         return _stdout_closed()
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+class _NamedOutput:
+    """``sys.stdout`` / ``sys.stderr`` while a command runs: everything goes through to the stream, and an
+    ``OSError`` of a write or flush leaves marked with the stream's name (``disk_space.OUTPUT_STREAM``).
+    A failed write of the output has no file name: the message said "cannot write ?" without it."""
+
+    def __init__(self, stream: Any, name: str) -> None:
+        self._stream = stream
+        self._name = name
+
+    @classmethod
+    def around(cls, stream: Any, name: str) -> Any:
+        return stream if stream is None or isinstance(stream, cls) else cls(stream, name)
+
+    def __getattr__(self, attr: str) -> Any:  # fileno, isatty, encoding, buffer …: the stream's own
+        return getattr(self._stream, attr)
+
+    def _marked(self, method: str, *args: Any) -> Any:
+        from core.runs.disk_space import OUTPUT_STREAM
+
+        try:
+            return getattr(self._stream, method)(*args)
+        except OSError as exc:  # under redirect_stdout(sys.stderr) the stream written is stderr: so named
+            setattr(exc, OUTPUT_STREAM, self._name)
+            raise
+
+    def write(self, text: str) -> int:
+        return int(self._marked("write", text))
+
+    def writelines(self, lines: Any) -> None:
+        self._marked("writelines", lines)
+
+    def flush(self) -> None:
+        self._marked("flush")
 
 
 def _flush_stdout() -> None:
@@ -110,6 +150,12 @@ def _stdout_closed() -> int:
     """The reader of standard output went away. Point stdout at /dev/null so that what is still buffered
     does not fail again at interpreter exit ("Exception ignored ... BrokenPipeError"), and exit as a
     program stopped by SIGPIPE does (Python docs, "Note on SIGPIPE")."""
+    _drop_stdout()
+    return EXIT_PIPE_CLOSED
+
+
+def _drop_stdout() -> None:
+    """Point standard output at /dev/null: what its buffer still holds goes nowhere at interpreter exit."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:
@@ -118,7 +164,6 @@ def _stdout_closed() -> int:
             os.close(devnull)
     except (AttributeError, OSError, ValueError):  # no stdout, or one without a file descriptor
         pass
-    return EXIT_PIPE_CLOSED
 
 
 def _dispatch(argv: Sequence[str] | None, opens_app: bool) -> int | OpenApp:
@@ -192,18 +237,30 @@ def require_app(args: argparse.Namespace, no_terminal: str, no_app: str) -> None
 def report_error(exc: BaseException) -> int | None:
     """The one place a failure becomes ``tunedeck: <message>`` on stderr: returns the exit code, or None
     for an exception that is not the user's to act on (the caller re-raises it: a traceback)."""
-    if isinstance(exc, OSError):
-        # A full or read-only disk under a command that writes: say which file and what to do, not a
-        # traceback (readers never get here: they do not need to write).
-        from core.runs.disk_space import cannot_write_message, is_unwritable
+    if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):  # EPIPE: quietly, in dispatch
+        # A full or read-only disk under a command that writes, or output that cannot be written (stdout
+        # to /dev/full, a terminal gone): say which file or stream and what to do, not a traceback.
+        from core.runs.disk_space import cannot_write_message, is_unwritable, output_stream
 
-        if is_unwritable(exc):
-            print(f"tunedeck: {cannot_write_message(exc)}", file=sys.stderr)
+        stream = output_stream(exc)
+        if is_unwritable(exc) or stream is not None:
+            _say(f"tunedeck: {cannot_write_message(exc)}")
+            if stream == "stdout":
+                _drop_stdout()  # its buffer would fail again at interpreter exit
             return 1
     if isinstance(exc, TunedeckError):
-        print(f"tunedeck: {exc.message}", file=sys.stderr)
+        _say(f"tunedeck: {exc.message}")
         return exc.exit_code
     return None
+
+
+def _say(text: str) -> None:
+    """A line on standard error; where that cannot be written (``2> /dev/full``) there is no one to tell,
+    and the exit code still says what happened."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -78,11 +78,28 @@ def is_unwritable(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in UNWRITABLE_ERRNOS
 
 
+# The attribute ``core.cli`` sets on an OSError of a write to standard output or error: "stdout" or "stderr".
+OUTPUT_STREAM = "tunedeck_output_stream"
+
+
+def output_stream(exc: BaseException) -> str | None:
+    """``stdout`` or ``stderr`` when ``exc`` is a failed write of the command's own output (marked by
+    ``core.cli`` while a command runs), else None. Such an error has no file name to say."""
+    stream = getattr(exc, OUTPUT_STREAM, None)
+    return stream if stream in ("stdout", "stderr") else None
+
+
 def cannot_write_message(exc: OSError) -> str:
-    """``cannot write FILE: No space left on device; free space there ...`` for an unwritable disk."""
+    """``cannot write FILE: No space left on device; free space there ...`` for an unwritable disk, and
+    ``cannot write standard output: ...`` for the command's output (``tunedeck runs > /dev/full``)."""
     from core.i18n import t
 
-    return t("cli.cannot_write", path=exc.filename or "?", error=exc.strerror or str(exc))
+    error = exc.strerror or str(exc)
+    stream = output_stream(exc)
+    if stream is not None:
+        name = t("cli.standard_output") if stream == "stdout" else t("cli.standard_error")
+        return t("cli.cannot_write_output", stream=name, error=error)
+    return t("cli.cannot_write", path=exc.filename or "?", error=error)
 
 
 def existing_parent(path: Path) -> Path:

@@ -1,5 +1,6 @@
 """``tunedeck runs | head``: output cut short by a reader that closes the pipe ends quietly, for every
-command (``core.cli.dispatch``), with exit 141 as a program stopped by SIGPIPE, never a Python traceback."""
+command (``core.cli.dispatch``), with exit 141 as a program stopped by SIGPIPE, never a Python traceback.
+Output that cannot be written otherwise (``> /dev/full``) is one line naming standard output, exit 1."""
 
 from __future__ import annotations
 
@@ -84,3 +85,41 @@ def test_the_tunedeck_entry_point_ends_quietly_too(home):
     code, stderr = _cut_short([*entry, "runs", "--json"], home, read=100)
     assert "Traceback" not in stderr and stderr == ""
     assert code == EXIT_PIPE_CLOSED
+
+
+def _to_dev_full(command: list[str], home: Path, stderr_too: bool = False) -> tuple[int, str]:
+    """Run ``command`` with stdout (and with ``stderr_too`` stderr) /dev/full, where every write fails with
+    ENOSPC; (exit code, stderr)."""
+    env = {**os.environ, "TUNEDECK_HOME": str(home), "LANG": "C", "PYTHONPATH": str(ROOT)}
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=full,
+                              stderr=full if stderr_too else subprocess.PIPE, timeout=120)
+    return done.returncode, (done.stderr or b"").decode("utf-8", "replace")
+
+
+FULL = "tunedeck: cannot write standard output: No space left on device; where it goes (a file, a device, " \
+       "a terminal) does not take it: send it elsewhere (or free space there) and try again\n"
+
+
+@pytest.mark.parametrize("args", [["runs"], ["runs", "--json"], ["logs", "run-000"]],
+                         ids=["runs", "runs-json", "logs"])
+def test_output_to_a_full_device_names_standard_output(home, args):
+    # `runs`: a few KB, failing at the flush after the command; the others MiBs, failing inside a print.
+    # A failed write to stdout has no file name: the message said "cannot write ?: No space left ...".
+    code, stderr = _to_dev_full([sys.executable, "-m", "core", *args], home)
+    assert stderr == FULL  # one line, not "Exception ignored ..." at exit nor a traceback
+    assert code == 1
+
+
+def test_output_to_a_full_device_through_the_entry_point_and_in_chinese(home):
+    entry = [sys.executable, "-c", "import sys, tui.main; sys.exit(tui.main.main(sys.argv[1:]))"]
+    assert _to_dev_full([*entry, "runs", "--json"], home) == (1, FULL)
+    code, stderr = _to_dev_full([sys.executable, "-m", "core", "--lang", "zh", "runs"], home)
+    assert code == 1 and stderr.startswith("tunedeck: 无法写入标准输出：") and len(stderr.splitlines()) == 1
+
+
+def test_standard_error_that_cannot_be_written_keeps_the_exit_code(home):
+    # The message of a refusal (no such run: exit 2) cannot be written either: its print raised inside the
+    # error handling and the command ended in a traceback (that no one saw) with exit 1.
+    assert _to_dev_full([sys.executable, "-m", "core", "status", "no-such-run"], home, stderr_too=True)[0] == 2
+    assert _to_dev_full([sys.executable, "-m", "core", "runs", "--json"], home, stderr_too=True)[0] == 1

@@ -154,6 +154,25 @@ def test_a_full_disk_keeps_its_own_message(monkeypatch, capsys, tmp_path):
     assert capsys.readouterr().err == f"tunedeck: {cannot_write_message(error)}\n"
 
 
+def test_output_that_fails_for_any_reason_names_its_stream(monkeypatch, capsys, tmp_path):
+    """A terminal gone (EIO on the write of stdout) is not a full disk, and ended in a traceback; the
+    output's own failures name the stream (it has no file name), whatever the errno, EPIPE aside."""
+    import io
+
+    class Gone(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path))
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdout", Gone())
+    assert cli.main(["runs", "--json"]) == 1
+    assert capsys.readouterr().err.startswith(f"tunedeck: cannot write standard output: {os.strerror(errno.EIO)};")
+    _command_raising(monkeypatch, OSError(errno.EIO, os.strerror(errno.EIO)))  # not the output: a bug's traceback
+    with pytest.raises(OSError):
+        cli.main(["runs"])
+
+
 def test_anything_else_is_not_swallowed(monkeypatch, tmp_path):
     monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path))
     _command_raising(monkeypatch, KeyError("a bug"))
