@@ -82,6 +82,9 @@ class TunedeckApp(App[int]):
         self.open_run = open_run
         self.announce_runs = announce_runs
         self.previous_section: str | None = None
+        # The latest dashboard asked for (tui.screens.runs.open_dashboard); a section key moves it on, so an
+        # answer still on its way opens nothing (cancel_dashboard_open).
+        self.dashboard_request = 0
         # The one GPU poll (see tui.gpu_poll): its history, latest snapshot, interval and watching screens.
         self.gpu_history = GpuHistory(HISTORY_SAMPLES)
         self.gpu_snapshot: BoxSnapshot | None = None
@@ -200,19 +203,28 @@ class TunedeckApp(App[int]):
 
         self.add_mode("wizard", WizardScreen)
         self.add_mode("runs", _lazy_screen("tui.screens.runs", "RunsScreen"))
+        # The start's dashboard opens unless the user goes to a section first (a key pressed before the
+        # first refresh too): the request it answers is the one current now.
+        request = self.dashboard_request
         if self.open_run is not None:
             # A run asked for on the command line opens over the Runs section: no GPU screen first.
             self.switch_mode("runs")
-            self._on_start()
+            self._on_start(request)
         else:
             self.switch_mode("gpus")
             if self.announce_runs:
-                self.call_after_refresh(self._on_start)
+                self.call_after_refresh(self._on_start, request)
 
-    def _on_start(self) -> None:
+    def _on_start(self, request: int) -> None:
         from tui.screens.runs import on_app_start
 
-        on_app_start(self, self.open_run, self.announce_runs)
+        on_app_start(self, self.open_run, self.announce_runs, request)
+
+    def cancel_dashboard_open(self) -> None:
+        """The user went somewhere themselves (a section key, its palette entry): a dashboard asked for
+        before (its folder still being read, or the start's run listing) opens nothing and says nothing."""
+        self.dashboard_request += 1
+        self.workers.cancel_group(self, "open-dashboard")
 
     def on_watch_source_opened(self, message) -> None:
         """``tui.screens.runs.open_dashboard``'s worker read the directory: the dashboard, or why not."""
@@ -236,6 +248,8 @@ class TunedeckApp(App[int]):
 
     # --- actions ---------------------------------------------------------------------------------
     def action_section(self, section: str) -> None:
+        # The user goes somewhere: a dashboard asked for before and still being read must not pull them away.
+        self.cancel_dashboard_open()
         if section in SECTIONS and self.current_mode != section:
             # where Esc on the wizard's first step returns to
             self.previous_section = self.current_mode if self.current_mode in SECTIONS else None

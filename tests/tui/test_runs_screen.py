@@ -5,6 +5,7 @@ what the app does at start (the active run's dashboard, runs that ended since th
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 from textual.widgets import DataTable
 
@@ -270,6 +271,156 @@ def test_enter_reads_the_run_in_a_worker_then_opens_its_dashboard_or_says_why_no
         run(scenario())
     finally:
         held.set()
+
+
+def dashboard_reads_handled(app, monkeypatch) -> list[str]:
+    """One entry per open_dashboard read, added once the read ended and whatever it posted was handled:
+    its worker's last act queues a callback behind its answer on the app's queue (handled in order)."""
+    handled: list[str] = []
+    real_run_worker = app.run_worker
+
+    def run_worker(work, *args, **kwargs):
+        if kwargs.get("group") != "open-dashboard":
+            return real_run_worker(work, *args, **kwargs)
+
+        def read():
+            try:
+                work()
+            finally:
+                app.call_later(handled.append, "read")
+
+        return real_run_worker(read, *args, **kwargs)
+
+    monkeypatch.setattr(app, "run_worker", run_worker)
+    return handled
+
+
+def test_a_section_key_while_a_dashboard_is_read_cancels_it(monkeypatch):
+    """Enter on a run, then m before its folder was read: the dashboard's answer came and pulled the user
+    from the Models section back to Runs. A section key now cancels a pending open, whether its worker is
+    still reading or has just looked whether it was cancelled and is posting its answer."""
+    import threading
+
+    import core.watch.source as watch_source
+    import tui.screens.runs as runs_screen
+    from tui.screens.gpus import GpuScreen
+    from tui.screens.models import ModelsScreen
+
+    done = build_run(runs_dir(), "20261129-2200-done", status="finished", steps=60, total=60)
+    reading = threading.Event()  # a read started ...
+    release = threading.Event()  # ... and waits for this
+    hold = {"read": False, "check": False}
+    checked = threading.Event()
+    real_open, real_current_worker = watch_source.open_watch_source, runs_screen.get_current_worker
+
+    def open_watch_source(path):
+        reading.set()
+        if hold["read"]:
+            release.wait(60)
+        return real_open(path)
+
+    def get_current_worker():
+        worker = real_current_worker()
+        if worker.group != "open-dashboard" or not hold["check"]:
+            return worker
+        looked = SimpleNamespace(is_cancelled=worker.is_cancelled)  # not cancelled yet: it will post ...
+        checked.set()
+        release.wait(60)  # ... after the user went elsewhere
+        return looked
+
+    monkeypatch.setattr(watch_source, "open_watch_source", open_watch_source)
+    monkeypatch.setattr(runs_screen, "get_current_worker", get_current_worker)
+
+    async def enter_held(pilot, app, screen, held: str) -> list[str]:
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.screen is screen)
+        hold.update(read=held == "read", check=held == "check")
+        for event in (reading, release, checked):
+            event.clear()
+        handled = dashboard_reads_handled(app, monkeypatch)
+        await pilot.press("enter")
+        await wait_for(pilot, (checked if held == "check" else reading).is_set)
+        return handled
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_runs(pilot, app)
+            await wait_for(pilot, lambda: ids(screen) == [done.name])
+
+            handled = await enter_held(pilot, app, screen, held="")  # nothing held: the dashboard opens
+            await wait_for(pilot, lambda: handled == ["read"])
+            assert isinstance(app.screen, DashboardScreen) and app.screen.source.run_id == done.name
+
+            handled = await enter_held(pilot, app, screen, held="read")  # m while the folder is read
+            await pilot.press("m")
+            await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+            release.set()
+            await wait_for(pilot, lambda: handled == ["read"])
+            await pilot.pause()
+            assert app.current_mode == "models" and isinstance(app.screen, ModelsScreen)
+
+            handled = await enter_held(pilot, app, screen, held="check")  # g while its answer is posted
+            await pilot.press("g")
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            release.set()
+            await wait_for(pilot, lambda: handled == ["read"])
+            await pilot.pause()
+            assert app.current_mode == "gpus" and isinstance(app.screen, GpuScreen)
+            assert not any(isinstance(s, DashboardScreen) for s in app.screen_stack)
+
+            await pilot.press("r")  # and the Runs list is the list, no dashboard pushed over it meanwhile
+            await wait_for(pilot, lambda: app.screen is screen)
+
+    try:
+        run(scenario())
+    finally:
+        release.set()
+
+
+def test_a_section_key_before_the_start_found_the_active_run_keeps_the_user_there(monkeypatch):
+    """At start the app opens the active run's dashboard from the GPU screen (see the test above); a user
+    who pressed m while the runs were still being listed stays on Models; the announcements still show."""
+    import threading
+
+    import core.runs
+    import tui.screens.runs as runs_screen
+    from tui.screens.models import ModelsScreen
+
+    live = three_runs()
+    last_seen_path().parent.mkdir(parents=True, exist_ok=True)
+    last_seen_path().write_text('{"runs": {"20261129-2100-dead": "running"}}')
+    listing, release = threading.Event(), threading.Event()
+    real_list_runs = core.runs.list_runs
+
+    def list_runs(*args, **kwargs):
+        listing.set()
+        release.wait(60)
+        return real_list_runs(*args, **kwargs)
+
+    monkeypatch.setattr(core.runs, "list_runs", list_runs)
+
+    async def scenario():
+        with SupervisorStandIn(live):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), announce_runs=True)
+            async with app.run_test(size=(80, 24)) as pilot:
+                starts: list[str] = []
+                real_open_dashboard = runs_screen.open_dashboard
+                monkeypatch.setattr(runs_screen, "open_dashboard",
+                                    lambda *a, **k: (starts.append("open"), real_open_dashboard(*a, **k)))
+                await wait_for(pilot, listing.is_set)
+                await pilot.press("m")
+                await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+                release.set()
+                await wait_for(pilot, lambda: any("20261129-2100-dead ended: crashed" in str(n.message)
+                                                  for n in app._notifications))
+                await pilot.pause()  # (the announcements and the dashboard's request come in one callback)
+                assert starts == [] and app.current_mode == "models" and isinstance(app.screen, ModelsScreen)
+
+    try:
+        run(scenario())
+    finally:
+        release.set()
 
 
 def test_delete_asks_shows_size_and_refuses_active_runs():

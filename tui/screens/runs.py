@@ -108,13 +108,15 @@ class RunActed(Message):
 
 class WatchSourceOpened(Message):
     """From ``open_dashboard``'s worker to the app: the directory's watch source, or why there is none
-    (``error``, shown as an error); its handler calls ``show_dashboard``."""
+    (``error``, shown as an error); its handler calls ``show_dashboard``. ``request``: which request it
+    answers (``app.dashboard_request`` when it was asked); an answer to an older one is dropped."""
 
-    def __init__(self, source: Any, error: str, standalone: bool) -> None:
+    def __init__(self, source: Any, error: str, standalone: bool, request: int) -> None:
         super().__init__()
         self.source = source
         self.error = error
         self.standalone = standalone
+        self.request = request
 
 
 class RunDeleted(Message):
@@ -505,9 +507,14 @@ def open_dashboard(app: Any, path: str | Path, standalone: bool = False) -> None
 
     The directory is read (``open_watch_source``: file I/O) in a worker, never on the UI thread: it posts
     ``WatchSourceOpened`` to the app, whose handler calls ``show_dashboard``. A second request before the
-    answer cancels the first (exclusive group): one dashboard opens, the last one asked for."""
+    answer cancels the first (exclusive group; an answer already posted is dropped by its request number):
+    one dashboard opens, the last one asked for. The user going to a section meanwhile cancels it too
+    (``app.cancel_dashboard_open``): they stay where they went."""
     from tui.gpu_poll import expected_errors
     from tui.screens.error_modal import report_unexpected
+
+    app.dashboard_request += 1
+    request = app.dashboard_request
 
     def read() -> None:
         from core.watch.source import SourceNotFound, open_watch_source
@@ -522,15 +529,19 @@ def open_dashboard(app: Any, path: str | Path, standalone: bool = False) -> None
             report_unexpected(app, exc, "open_dashboard")
             return
         if not get_current_worker().is_cancelled:
-            app.post_message(WatchSourceOpened(source, error, standalone))
+            app.post_message(WatchSourceOpened(source, error, standalone, request))
 
     app.run_worker(read, thread=True, exclusive=True, group="open-dashboard", exit_on_error=False)
 
 
 def show_dashboard(app: Any, message: WatchSourceOpened) -> None:
-    """On the UI thread, with ``open_dashboard``'s worker's answer: the error, or the dashboard pushed."""
+    """On the UI thread, with ``open_dashboard``'s worker's answer: the error, or the dashboard pushed.
+    An answer to a request since superseded (another open, or the user going elsewhere) is dropped: its
+    worker may have posted it just before it was cancelled."""
     from tui.screens.dashboard import DashboardScreen
 
+    if message.request != app.dashboard_request:
+        return
     if message.error:
         app.notify(message.error, severity="error")
         return
@@ -539,9 +550,11 @@ def show_dashboard(app: Any, message: WatchSourceOpened) -> None:
     app.push_screen(DashboardScreen(message.source, standalone=message.standalone))
 
 
-def on_app_start(app: Any, open_run: str | None, announce: bool) -> None:
+def on_app_start(app: Any, open_run: str | None, announce: bool, request: int) -> None:
     """Open the asked-for run (an id, prefix or any watchable directory), else the active run; announce
-    runs that ended since the last visit. Listing happens in a worker; the screens open from its result."""
+    runs that ended since the last visit. Listing happens in a worker; the screens open from its result,
+    unless the user went to a section since ``request`` (``app.dashboard_request`` at the start) was
+    current (``app.cancel_dashboard_open``): they stay there; the announcements still show."""
 
     def work_() -> None:
         from core.runs import RunNotFound, list_runs, resolve_run
@@ -564,7 +577,7 @@ def on_app_start(app: Any, open_run: str | None, announce: bool) -> None:
                 target = active[0].run_dir
         ended = runs_ended_since(runs) if announce else []
         standalone = open_run is not None and target is not None and not _under_runs(Path(target))
-        app.call_from_thread(_after_start, app, target, error, ended, standalone)
+        app.call_from_thread(_after_start, app, target, error, ended, standalone, request)
 
     app.run_worker(work_, thread=True, group="app-start", exit_on_error=False)
 
@@ -580,11 +593,12 @@ def _under_runs(path: Path) -> bool:
 
 
 def _after_start(app: Any, target: str | None, error: str | None, ended: list[Any],
-                 standalone: bool = False) -> None:
+                 standalone: bool, request: int) -> None:
     if error:
         app.notify(error, severity="error")
     for summary in ended:
         severity = "error" if summary.status in (RunState.FAILED, RunState.CRASHED) else "information"
         app.notify(t("runs_screen.ended_since", id=summary.id, status=state_label(summary.status)), severity=severity, timeout=10)
-    if target is not None:
+    if target is not None and request == app.dashboard_request:
+        # (not when the user went to a section while the runs were listed: they stay there)
         open_dashboard(app, target, standalone=standalone)
