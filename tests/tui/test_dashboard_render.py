@@ -178,6 +178,46 @@ def test_gpu_charts_are_by_time_and_say_so(recording, gpus):
         run(scenario())
 
 
+def test_the_dashboard_reads_run_json_in_its_worker_and_charts_only_the_runs_gpus(monkeypatch):
+    """Opening a run's dashboard read its run.json (RunDirectory.record) in on_mount, on the UI thread: a
+    slow disk froze the app. The file watcher reads it first now; the header still names the run's model
+    and GPUs, and the GPU charts, which start once the run's GPUs are known, show GPU 1 alone though the
+    GPU screen had readings of both before the dashboard opened."""
+    import threading
+
+    from core.runs import RunDirectory
+    from tui.screens.runs import open_dashboard as open_run_dashboard
+
+    path = build_run(runs_dir(), "20261129-2100-gpu1", status="running", steps=240, gpus=(1,))
+    reads: list[bool] = []  # on the UI thread?
+    real_record = RunDirectory.record
+
+    def record(self):
+        if Path(self.path) == path:
+            reads.append(threading.current_thread() is threading.main_thread())
+        return real_record(self)
+
+    monkeypatch.setattr(RunDirectory, "record", record)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.gpu_snapshot is not None)  # the GPU screen's readings, of 0 and 1
+            open_run_dashboard(app, path)
+            screen = await open_dashboard(pilot, app, "running")
+            await wait_for(pilot, lambda: screen.gpu_version > 0)
+            assert reads and not any(reads), reads
+            assert screen.gpu_indices == [1]
+            assert sorted(screen.gpu_util) == [1] and sorted(screen.gpu_mem) == [1]
+            screen._redraw()
+            await pilot.pause()
+            text = screen_text(app)
+            assert "Qwen/Qwen2.5-7B-Instruct" in text and "GPUs 1" in text
+
+    with SupervisorStandIn(path):
+        run(scenario())
+
+
 def test_events_scrolled_short_of_the_newest_come_back_on_the_next_tick():
     """A scroll made against a layout that changed after it (a busy box measures rows late) left the
     events short of the newest; the dashboard's tick puts a following table right, a moved cursor not."""

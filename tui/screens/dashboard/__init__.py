@@ -1,9 +1,10 @@
 """A run's live dashboard: header figures, charts, GPUs of the run, the followed log and the events.
 
-A worker thread follows the run's files by byte offset (metrics tail first, then the whole history as
-a backfill, then appends; the log; the events; the status every two seconds) and posts one message per
-poll with everything new. The GPU charts come from the app's one GPU poll (``tui.gpu_poll``): the app's
-history when the screen opens, then each new snapshot. Only message handlers touch widgets, and the
+A worker thread reads a tunedeck run's ``run.json`` (its GPUs), then follows the run's files by byte offset
+(metrics tail first, then the whole history as a backfill, then appends; the log; the events; the status
+every two seconds) and posts one message per poll with everything new: no file is read on the UI thread.
+The GPU charts come from the app's one GPU poll (``tui.gpu_poll``) once the run's GPUs are known: the
+app's history, then each new snapshot. Only message handlers touch widgets, and the
 charts redraw at most twice a second whatever the write rate. Leaving the screen only stops the
 watching: the run goes on.
 
@@ -23,6 +24,7 @@ from tui.screens.dashboard.feed import (
     STATUS_EVERY_S,
     LogLines,
     MetricsBatch,
+    RunRecordRead,
     RunStatusRead,
     SeriesBackfilled,
 )
@@ -49,6 +51,7 @@ __all__ = [
     "EventsTable",
     "LogLines",
     "MetricsBatch",
+    "RunRecordRead",
     "RunStatusRead",
     "SeriesBackfilled",
     "event_label",

@@ -1,9 +1,10 @@
 """The dashboard's feed: what comes in, and what the screen does with it.
 
-A worker thread follows the run's files by byte offset (metrics tail first, then the whole history as
-a backfill, then appends; the log; the events; the status every two seconds) and posts one message per
-poll with everything new. The GPU charts come from the app's one GPU poll (``tui.gpu_poll``): the app's
-history when the screen opens, then each new snapshot. Only message handlers touch widgets.
+A worker thread reads a tunedeck run's ``run.json`` (its GPUs), then follows the run's files by byte offset
+(metrics tail first, then the whole history as a backfill, then appends; the log; the events; the status
+every two seconds) and posts one message per poll with everything new. The GPU charts come from the app's
+one GPU poll (``tui.gpu_poll``), once the run's GPUs are known: the app's history, then each new snapshot.
+Only message handlers touch widgets; nothing reads a file on the UI thread.
 """
 
 from __future__ import annotations
@@ -68,6 +69,14 @@ class LogLines(Message):
         self.reset_events = reset_events
 
 
+class RunRecordRead(Message):
+    """A tunedeck run's ``run.json`` (its GPUs, its configuration's summary), read before anything else."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        super().__init__()
+        self.record = record
+
+
 class RunStatusRead(Message):
     """Latest status and disk figures (latest only); ``has_checkpoint``: the run has ended and has a
     complete checkpoint (what resume and the after-training actions need)."""
@@ -96,6 +105,10 @@ class DashboardFeed:
     def watch_files(self) -> None:
         worker = get_current_worker()
         source = self.source
+        if not source.read_only:  # which GPUs are the run's, before their charts start
+            from core.runs import RunDirectory
+
+            self.post_message(RunRecordRead(RunDirectory(source.path).record()))
         metrics = open_metrics_feed(source)
         self._activity = metrics.activity
         self.post_message(MetricsBatch(metrics.read_tail(), reset=True))
@@ -163,6 +176,12 @@ class DashboardFeed:
     def on_screen_suspend(self) -> None:
         self.app.gpu_screens_changed()  # type: ignore[attr-defined]
 
+    def _follow_gpus(self) -> None:
+        """The app's GPU readings from now on, and those it holds from before; once the run's GPUs are
+        known (a tunedeck run's ``run.json``, read by the file watcher: ``on_run_record_read``)."""
+        self._gpu_backfill()
+        self.app.watch_gpus(self)  # type: ignore[attr-defined]
+
     def _gpu_backfill(self) -> None:
         """The readings the app's history holds from before this screen opened (the GPU screen's, say),
         all but the latest, which comes as a SnapshotReady like every later one."""
@@ -197,6 +216,12 @@ class DashboardFeed:
         self._dirty = True
 
     # --- message handlers ------------------------------------------------------------------------
+    def on_run_record_read(self, message: RunRecordRead) -> None:
+        self._record = message.record
+        self.gpu_indices = [int(i) for i in self._record.get("gpus") or []]
+        self._show_info()
+        self._follow_gpus()
+
     def on_metrics_batch(self, message: MetricsBatch) -> None:
         if message.reset:
             self.series = RunSeries()

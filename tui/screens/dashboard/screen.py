@@ -147,16 +147,13 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         self.query_one("#dash-search", Input).display = False
         self.query_one("#dash-log", LogPane).border_title = t("dashboard.log_title")
         self.query_one("#dash-events-box").border_title = t("dashboard.events_title")
-        if not self.source.read_only:
-            from core.runs import RunDirectory
-
-            self._record = RunDirectory(self.source.path).record()
-            self.gpu_indices = [int(i) for i in self._record.get("gpus") or []]
         self._layout_charts()
         self._show_info()
+        # A tunedeck run's run.json (its GPUs) is read by the file watcher, first: the GPU charts follow
+        # once it has come (on_run_record_read). Another tool's folder has none: every GPU is the run's.
         self.watch_files()
-        self._gpu_backfill()
-        self.app.watch_gpus(self)  # type: ignore[attr-defined]
+        if self.source.read_only:
+            self._follow_gpus()
         self.set_interval(REDRAW_EVERY_S, self._redraw_if_dirty)
 
     def on_resize(self) -> None:
