@@ -58,9 +58,17 @@ async def wait_for(pilot, predicate, timeout: float = 30.0) -> None:
 
     The timeout is a ceiling for a state that must come, not a speed: generous, so that a loaded 2-core
     box (CI, other tests' trainers beside it) passes too; a passing wait returns as soon as it holds."""
+    from textual.css.query import NoMatches
+
+    def holds() -> bool:
+        try:
+            return bool(predicate())
+        except NoMatches:  # a screen pushed but not composed yet (a loaded box): a state still to come
+            return False
+
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
-    while not predicate():
+    while not holds():
         if loop.time() > end:
             raise AssertionError(f"condition not reached within {timeout:.1f}s")
         await pilot.pause(0.02)
