@@ -82,7 +82,7 @@ def test_follows_a_writer_with_torn_lines_then_a_truncation():
     run(scenario())
 
 
-def test_search_toggle_axis_config_and_copy():
+def test_search_toggle_axis_config_and_copy(monkeypatch):
     path = build_run(runs_dir(), "20261129-2100-keys", status="finished", steps=600, log_lines=300)
 
     async def scenario():
@@ -106,9 +106,20 @@ def test_search_toggle_axis_config_and_copy():
             await pilot.pause()
             assert screen.axis == "time" and "x: time" in screen_text(app)
             assert "15:00" in screen_text(app)  # the time axis ends at the elapsed time
-            await pilot.press("c")
+            readers = []
+            real_read_text = Path.read_text
+
+            def read_text(self, *args, **kwargs):
+                if self.name == "config.yaml":
+                    readers.append(threading.current_thread() is threading.main_thread())
+                return real_read_text(self, *args, **kwargs)
+
+            monkeypatch.setattr(Path, "read_text", read_text)
+            await pilot.press("c")  # the file is read in a worker: the modal comes once it is read
+            await wait_for(pilot, lambda: isinstance(app.screen, TextModal))
             await pilot.pause()
-            assert isinstance(app.screen, TextModal) and "learning_rate: 0.0002" in screen_text(app)
+            assert "learning_rate: 0.0002" in screen_text(app)
+            assert readers == [False]  # read once, not on the UI thread
             await pilot.press("escape")
             await pilot.pause()
             await pilot.press("y")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from textual import work
 from textual.message import Message
 from textual.widgets import DataTable, Input
 
@@ -175,8 +176,12 @@ class DashboardActions:
         self.post_message(ActionDone(text, severity))  # from the worker thread
 
     def action_config(self) -> None:
-        from tui.widgets.text_modal import TextModal
+        self._read_config()
 
+    @work(thread=True, exclusive=True, group="dash-config", exit_on_error=False)
+    def _read_config(self) -> None:
+        """The run's configuration file, read in a worker (a slow or network disk must not stall the
+        keys), then shown full screen; another trainer's folder: its own arguments file."""
         candidates = ["config.yaml"] if not self.source.read_only else ["args.json", "training_args.yaml",
                                                                        "llamaboard_config.yaml"]
         for name in candidates:
@@ -185,9 +190,15 @@ class DashboardActions:
                 text = path.read_text(encoding="utf-8", errors="replace")
             except OSError:
                 continue
-            self.app.push_screen(TextModal(str(path), text))
+            self.app.call_from_thread(self._show_config, str(path), text)
             return
-        self.notify(t("dashboard.no_config", path=str(self.source.path)), severity="warning")
+        self.app.call_from_thread(self.notify, t("dashboard.no_config", path=str(self.source.path)),
+                                  severity="warning")
+
+    def _show_config(self, path: str, text: str) -> None:
+        from tui.widgets.text_modal import TextModal
+
+        self.app.push_screen(TextModal(path, text))
 
     def command_line(self) -> str:
         """The command that reproduces this run: ``tunedeck train`` on the run's own saved config, by its
