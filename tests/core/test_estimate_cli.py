@@ -135,6 +135,11 @@ def test_gpu_count_in_the_gpu_name(tmp_path):
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["plan"]["num_gpus"] == 8 and data["gpu"] == "A100-80GB" and data["fits"] is True
+    # plan's name for it: a user who ran plan --hardware 8xA100-80GB got "unrecognized arguments" here
+    hardware = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--method", "full", "--hardware", "8xA100-80GB",
+                            "--zero", "3", "--json")
+    assert hardware.returncode == 0, hardware.stderr
+    assert json.loads(hardware.stdout) == data
 
 
 def test_every_dynamic_message_key_exists():
