@@ -105,7 +105,13 @@ def weights_problem(folder: Path, value: str, loaded: bool = False) -> tuple[str
     what to give ``--model-dir``."""
     from core.assets import is_tiny_model
     from core.config.issues import ERROR, WARNING
-    from core.hub.local import download_command, hub_model_of, partial_files, weights_state
+    from core.hub.local import (
+        download_command,
+        hub_model_of,
+        partial_files,
+        partial_files_words,
+        weights_state,
+    )
 
     if not loaded and is_tiny_model(str(folder)):
         return None
@@ -116,7 +122,7 @@ def weights_problem(folder: Path, value: str, loaded: bool = False) -> tuple[str
     resume = download_command(owner[1], owner[0]) if owner else t("config.model_resume_unknown")
     if state == "partial":
         return ERROR, t("lifecycle.model_dir_download_unfinished" if loaded else "config.model_download_unfinished",
-                        path=value, count=len(partial_files(folder)), resume=resume)
+                        path=value, files=partial_files_words(len(partial_files(folder))), resume=resume)
     if owner is not None:
         return ERROR, t("lifecycle.model_dir_no_weights_download" if loaded else "config.model_no_weights_download",
                         path=value, resume=resume)
@@ -165,11 +171,11 @@ def model_problem(model: str, hub: str, probe: bool = True) -> tuple[str, str] |
 
         cached = _cached_config(value)
         if cached is not None:
-            from core.hub.local import download_command, partial_files
+            from core.hub.local import download_command, partial_files, partial_files_words
 
             parts = partial_files(cached.parent)
             if parts:  # a download of it was stopped: the cache holds a part
-                return ERROR, t("config.model_download_unfinished", path=str(cached.parent), count=len(parts),
+                return ERROR, t("config.model_download_unfinished", path=str(cached.parent), files=partial_files_words(len(parts)),
                                 resume=download_command(value, "hf" if hub == "huggingface" else "modelscope"))
             return None
         from core.data.loading import HUB_HOSTS, _offline, hub_address, network_reachable

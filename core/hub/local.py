@@ -54,6 +54,13 @@ def partial_files(path: Path) -> list[Path]:
     return sorted(item for pattern in PARTIAL_PATTERNS for item in path.rglob(pattern) if item.is_file())
 
 
+def partial_files_words(count: int) -> str:
+    """``1 .part/.incomplete file``, ``3 .part/.incomplete files``: how a refusal counts them."""
+    from core.units import plural_key
+
+    return t(plural_key("hub.part_files", count), count=count)
+
+
 def weights_state(path: Path, model_dir: Path | None = None) -> str:
     """``partial`` when a download under ``path`` is not finished (a ``.part`` file), ``none`` when
     ``model_dir`` (the folder with config.json; ``path`` by default) holds no weights at all (the

@@ -239,7 +239,7 @@ def test_a_cancelled_download_is_listed_incomplete_and_refused_for_training(hub_
 
     for name in (str(plan.target_dir), "Qwen/Qwen2.5-Tiny-Instruct"):
         severity, message = model_problem(name, "modelscope", probe=False)
-        assert severity == "error" and "not finished" in message and "random weights" in message
+        assert severity == "error" and "not finished (1 .part/.incomplete file)" in message and "random weights" in message
         assert "tunedeck models download Qwen/Qwen2.5-Tiny-Instruct resumes it" in message
     # serve / chat --model-dir on the folder: refused by the same look, in words of loading, not training
     with pytest.raises(LifecycleError) as caught:

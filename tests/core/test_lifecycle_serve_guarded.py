@@ -256,7 +256,7 @@ def _not_models(base):
     (stopped / "model.safetensors.part").write_bytes(b"\0" * 1024)
     return [(base / "nowhere", "is not a folder (it does not exist)"),
             (notes, "has no config.json, so it is not a model folder"),
-            (stopped, "holds a download that is not finished (1 .part/.incomplete file(s))"),
+            (stopped, "holds a download that is not finished (1 .part/.incomplete file)"),
             (bare, "has a config.json but no weights (*.safetensors, *.bin), so there is nothing to load")]
 
 
