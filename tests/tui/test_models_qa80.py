@@ -226,6 +226,10 @@ def test_an_unfinished_download_in_the_local_tab_says_how_to_resume(hub_env, tmp
             local = await local_tab(pilot, screen)
             await wait_for(pilot, lambda: "(incomplete)" in region_text(app, local))
             assert "d" in offered(app)
+            assert "p" not in offered(app)  # the wizard would plan on weights that are not there
+            row = next(line for line in region_text(app, local).splitlines() if "(incomplete)" in line)
+            assert len(str(tmp_path)) > 30 and "…" in row  # the path's middle gives way, its end stays:
+            assert row.rstrip(" │▁▂▃▄▅▆▇█").endswith("-Instruct")  # the model's own folder (was "/tmp/pytest-…")
             await pilot.press("enter")
             details = screen.query_one("#local-details")
             await wait_for(pilot, lambda: "To resume" in str(details.render()))
@@ -234,6 +238,6 @@ def test_an_unfinished_download_in_the_local_tab_says_how_to_resume(hub_env, tmp
             await wait_for(pilot, lambda: any("on ModelScope (h switches)" in str(n.message)
                                               for n in app._notifications))
             await pilot.press("down")  # a bundled model: nothing to resume, d is not offered
-            assert "d" not in offered(app)
+            assert "d" not in offered(app) and "p" in offered(app)
 
     asyncio.run(scenario())

@@ -816,7 +816,8 @@ class ModelsScreen(Screen[None]):
     def _fill_local_table(self) -> None:
         """The Local tab's rows in the screen's width, the scrollbar's two cells kept free: source, size and
         date whole, as wide as their content; the model name and the last column (a path, or what a bundled
-        model is good for) share what is left, each cut with an ellipsis, never a date or a size."""
+        model is good for) share what is left, each cut with an ellipsis (a path's in its middle: its end names the
+        model's folder), never a date or a size."""
         table = self.query_one("#local-models", DataTable)
         marks = [row[1] for row in self._local_table_rows]
         rows = [(row[0] + row[1], *row[2:]) for row in self._local_table_rows]
@@ -830,8 +831,10 @@ class ModelsScreen(Screen[None]):
             last_min = min(widths[-1], LOCAL_LAST_MIN)
             widths[0] = max(min(widths[0], LOCAL_ID_MIN), min(widths[0], room - last_min))
             widths[-1] = max(6, min(widths[-1], room - widths[0]))
-        rows = [(truncate(row[0][:len(row[0]) - len(mark)], max(1, widths[0] - cell_len(mark))) + mark,
-                 *row[1:-1], truncate(row[-1], widths[-1])) for row, mark in zip(rows, marks, strict=True)]
+        paths = len(self.local_models)  # the rows on disk come first, their last cell a path: its middle gives way
+        rows = [(truncate(row[0][:len(row[0]) - len(mark)], max(1, widths[0] - cell_len(mark))) + mark, *row[1:-1],
+                 _ellipsize_middle(row[-1], widths[-1]) if index < paths else truncate(row[-1], widths[-1]))
+                for index, (row, mark) in enumerate(zip(rows, marks, strict=True))]
         labels = (truncate(labels[0], widths[0]), *labels[1:-1], truncate(labels[-1], widths[-1]))
         cursor = table.cursor_row
         # Widths from the content: auto-sized columns of a table filled right after its tab appears can
@@ -958,8 +961,10 @@ class ModelsScreen(Screen[None]):
             return _is_incomplete(self._selected_local())  # d says how to resume it
         if action in ("download", "toggle_files"):
             return self.tab == "hub" and self.details is not None
-        if action == "wizard":
-            return self.details is not None if self.tab == "hub" else self._selected_local() is not None
+        if action == "wizard":  # not a download not finished: the wizard would plan on weights that are not there
+            if self.tab == "hub":
+                return self.details is not None
+            return self._selected_local() is not None and not _is_incomplete(self._selected_local())
         if action == "delete_local":
             from core.hub.local import LocalModel
 
