@@ -137,8 +137,10 @@ def format_estimate(result: Any, domain: dict[str, Any] | None = None) -> str:
         label = pad(t(f"estimate.breakdown.{key}"), LABEL_WIDTH)
         lines.append(f"  {label} {gib:8.2f} GiB  {_bar(gib / peak)}")
     lines.append("")
-    peak_line = t("estimate.peak", peak=result.peak_gib, capacity=result.capacity_gib,
-                  phase=t(f"estimate.phase.{result.peak_phase}"))
+    phase = result.peak_phase
+    if phase == "backward" and not plan["gradient_checkpointing"]:
+        phase = "backward_plain"  # nothing recomputed: "checkpointed backward" was said of every plan
+    peak_line = t("estimate.peak", peak=result.peak_gib, capacity=result.capacity_gib, phase=t(f"estimate.phase.{phase}"))
     lines.append(t("plan.with_note", text=peak_line, note=t("plan.band_note", band=memory_note))
                  if memory_note else peak_line)
     lines.append(t(f"estimate.verdict.{result.verdict}", headroom=result.headroom_gib, margin=result.margin_gib,

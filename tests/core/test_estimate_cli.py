@@ -87,6 +87,16 @@ def test_human_output_has_the_breakdown_and_verdict(tmp_path):
     assert "cross-entropy" in result.stderr  # the plain-CE note goes to stderr
 
 
+def test_the_peak_phase_says_checkpointed_only_with_checkpointing(tmp_path):
+    """Without checkpointing the peak was still placed "at the checkpointed backward"."""
+    args = ("--model", "Qwen2.5-7B", "--method", "lora", "--batch-size", "16", "--seq-len", "2048")
+    plain = run_estimate(tmp_path, *args, "--no-gradient-checkpointing")
+    checkpointed = run_estimate(tmp_path, *args)
+    assert plain.returncode == 0 and checkpointed.returncode == 0, plain.stderr + checkpointed.stderr
+    assert "(at the backward pass)" in plain.stdout and "checkpointed" not in plain.stdout
+    assert "(at the checkpointed backward)" in checkpointed.stdout
+
+
 def test_unknown_gpu_lists_the_known_ones(tmp_path):
     result = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--gpu", "TPUv9", "--json")
     assert result.returncode == 2
