@@ -37,6 +37,14 @@ def describe_plan(plan: dict[str, Any], cpu_only: bool = False) -> dict[str, Any
     }
 
 
+def epochs_words(epochs: float) -> str:
+    """``3 epochs``, ``1 epoch``, ``1.5 epochs`` (a whole count without its ``.0``)."""
+    from core.units import plural_key
+
+    count = f"{epochs:g}"
+    return t(plural_key("plan.epochs", 1 if count == "1" else 2), count=count)
+
+
 def offload_words(offload: str) -> str:
     """An offload setting (none, optimizer, all) in the user's language."""
     return t(f"plan.offload_value.{offload}") if offload in ("none", "optimizer", "all") else offload
@@ -113,8 +121,9 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
                           "measured" if best["measured"] else "", note=speed_note))
     if best["hours"] is not None:
         duration = format_hours(best["hours"])
-        lines.append(ViewLine("eta", t("plan.eta_cost", duration=duration, epochs=request.epochs, cost=best["cost"])
-                              if best["cost"] is not None else t("plan.eta", duration=duration, epochs=request.epochs)))
+        epochs = epochs_words(request.epochs)
+        lines.append(ViewLine("eta", t("plan.eta_cost", duration=duration, epochs=epochs, cost=best["cost"])
+                              if best["cost"] is not None else t("plan.eta", duration=duration, epochs=epochs)))
     sections = (("reasons", "accent", data["reasons"]), ("problems", "error", best["problems"]),
                 ("warnings", "warning", best["warnings"]))
     for name, tone, items in sections:

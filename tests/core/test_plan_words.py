@@ -160,3 +160,11 @@ def test_each_figure_has_its_own_domain():
     assert "±" in speed, speed
     set_language("zh")
     assert "未实测：" in _figure_lines(format_recommendation(long))[0]
+
+
+def test_epochs_are_counted_in_words():
+    """The plan's time line read "for 3.0 epoch(s)"."""
+    from core.plan.view import epochs_words
+
+    assert (epochs_words(3.0), epochs_words(1.0), epochs_words(1.5)) == ("3 epochs", "1 epoch", "1.5 epochs")
+
