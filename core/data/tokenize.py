@@ -22,6 +22,7 @@ Text records train on every token, with the end-of-sequence token appended; a te
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,12 +175,20 @@ def _runs(mask: list[bool]) -> list[tuple[int, int]]:
     return runs
 
 
+# transformers compiles each chat template once per process (an lru_cache) and its ``{% generation %}`` tracker
+# keeps the marks of the rendering under way on the compiled template: two threads rendering with the mask at once
+# (the wizard's dataset summaries, a check beside them) mixed their marks (a few targets more or less) or failed
+# ("AssistantTracker should not be reused before closed"). One rendering with the mask at a time.
+_GENERATION_MASK = threading.Lock()
+
+
 def _conversation_tokens(tokenizer: Any, conversation: Conversation, method: str) -> tuple[list[int], list[bool]]:
     if method == "generation":
-        out = tokenizer.apply_chat_template(
-            conversation.to_chat_messages(), tools=conversation.tools, tokenize=True, return_dict=True,
-            return_assistant_tokens_mask=True,
-        )
+        with _GENERATION_MASK:
+            out = tokenizer.apply_chat_template(
+                conversation.to_chat_messages(), tools=conversation.tools, tokenize=True, return_dict=True,
+                return_assistant_tokens_mask=True,
+            )
         ids, mask = list(out["input_ids"]), [bool(m) for m in out["assistant_masks"]]
         trained = [m.trained for m in conversation.messages if m.role == "assistant"]
         if all(trained):

@@ -191,3 +191,39 @@ def test_tokenizer_without_a_chat_template_gets_the_bundled_one(tokenizer):
     plain = with_template(tokenizer, None)
     assert tokenize_dataset([TextRecord("x")], plain, None).chat_template_added is False
     assert not plain.chat_template
+
+
+def test_counts_made_in_several_threads_at_once_are_the_counts():
+    """The wizard counts a dataset in a worker, and a second one starts when Enter comes before the first is done.
+    transformers keeps the ``{% generation %}`` marks of a rendering on the compiled template, shared by the
+    process: renderings at once mixed their marks (a few targets more or less: the plan's speed moved in its last
+    digit) or failed. Six threads, each with its own tokenizer as the workers load them, switching as often as
+    the interpreter can (without the lock every one of them went wrong)."""
+    import sys
+    import threading
+
+    from core.data.samples import sample_dataset_path
+    from core.data.stats import load_tokenizer
+
+    records = load_records(sample_dataset_path())
+    expected = token_counts(records, load_tokenizer("tiny"))
+    tokenizers = [load_tokenizer("tiny") for _ in range(6)]
+    results: list[object] = []
+
+    def count(tokenizer) -> None:
+        try:
+            results.append(token_counts(records, tokenizer))
+        except Exception as exc:  # "AssistantTracker should not be reused before closed"
+            results.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=count, args=(tokenizer,)) for tokenizer in tokenizers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert [result == expected for result in results] == [True] * 6, [r for r in results if r != expected][:1]
