@@ -394,3 +394,39 @@ def test_another_model_counts_the_dataset_again_with_its_own_tokenizer(private_h
             assert not w.summary.exact and w.summary.total_tokens != tiny_tokens
 
     run(scenario())
+
+
+def test_enter_while_the_dataset_is_counted_waits_for_that_count(private_home, monkeypatch):
+    """No GPU (fake monitor "none"). The model step starts counting the bundled sample; Enter on the dataset step
+    before that count was done started a second count of the same file (a large file was tokenized twice). Now
+    it waits for the first, and the step advances when it comes."""
+    import threading
+
+    import core.plan
+
+    calls, release = [], threading.Event()
+    real = core.plan.summarise_dataset
+
+    def summarise_dataset(path, model=None):
+        calls.append((path, model))
+        release.wait(60)
+        return real(path, model)
+
+    monkeypatch.setattr(core.plan, "summarise_dataset", summarise_dataset)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await open_wizard(pilot, app)
+            await pilot.press("enter")  # model: tiny; its count of the sample starts
+            await wait_for(pilot, lambda: w.step == 1 and len(calls) == 1)
+            await pilot.press("enter")  # the dataset step's Enter while that count is under way
+            await pilot.pause()
+            release.set()
+            await wait_for(pilot, lambda: w.step == 2, timeout=30)
+            assert len(calls) == 1 and w.summary is not None and w.summary_model == "tiny"
+
+    try:
+        run(scenario())
+    finally:
+        release.set()

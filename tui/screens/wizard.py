@@ -134,6 +134,7 @@ class WizardScreen(Screen[None]):
         self.summary: Any = None
         self.summary_path: str | None = None
         self.summary_model: str | None = None  # whose tokenizer counted the summary's tokens
+        self.summarising: tuple[str, str | None] | None = None  # the (file, model) a worker is counting now
         self.advance_after_summary = False
         self.base: Any = None
         self.base_model: str | None = None
@@ -395,10 +396,14 @@ class WizardScreen(Screen[None]):
         return self.summary is not None and self.summary_path == path and self.summary_model == self.base_model
 
     def _summarise_if_needed(self, force: bool = False) -> None:
+        """Count the dataset's tokens in a worker, unless the summary is current (``force``: read it again) or
+        a worker is counting this file for this model already (its answer comes: a large file is not counted
+        twice because Enter came before the first count was done)."""
         path = self.query_one("#dataset-input", Input).value.strip()
-        if not path or (not force and self._summary_is_current(path)):
+        if not path or (not force and self._summary_is_current(path)) or self.summarising == (path, self.base_model):
             return
         self.query_one("#dataset-info", Static).update(t("wizard.dataset.reading", path=_escape(path)))
+        self.summarising = (path, self.base_model)
         self.summarise(path, self.base_model)
 
     @work(thread=True, exclusive=True, group="wizard-data", exit_on_error=False)
@@ -417,6 +422,8 @@ class WizardScreen(Screen[None]):
         self.post_message(DatasetSummarised(path, model, summary, None))
 
     def on_dataset_summarised(self, message: DatasetSummarised) -> None:
+        if self.summarising == (message.path, message.model):
+            self.summarising = None
         if message.path != self.query_one("#dataset-input", Input).value.strip() or message.model != self.base_model:
             return  # an answer for another file or another model's tokenizer: a newer one is coming
         info = self.query_one("#dataset-info", Static)
