@@ -372,19 +372,10 @@ def run_file_dir(source: str) -> Path | None:
     return path.resolve().parent if path.is_file() else None
 
 
-def model_places(model: str, yaml_dir: Path | None) -> list[Path]:
-    """Where a model written as a path is looked for, in order: itself when absolute (or ``~``), else under
-    the current directory, then under the run file's directory (``yaml_dir``), as the launch takes it
-    (``core.runs.lifecycle._absolute_local_paths``)."""
-    path = Path(model).expanduser()
-    if path.is_absolute():
-        return [path]
-    return list(dict.fromkeys((base / path).resolve() for base in (Path.cwd(), yaml_dir) if base is not None))
-
-
 def model_as_launched(model: Any, yaml_dir: Path | None) -> Any:
-    """A model written as a path (``./m``, ``../m``, ``~/m``), as the launch will have it: the absolute
-    path of the first of ``model_places`` that exists; anything else (a hub id, ``tiny``, a path found in
+    """A model written as a path (``./m``, ``../m``, ``~/m``), as the launch will have it
+    (``core.runs.lifecycle._absolute_local_paths``): the absolute path of the first of
+    ``core.data.registry.local_places`` that exists; anything else (a hub id, ``tiny``, a path found in
     neither place) as written."""
     if not isinstance(model, str) or not looks_like_local_path(model):
         return model
@@ -432,7 +423,9 @@ def check_combinations(
     elif looks_like_local_path(config.model):
         yaml_dir = run_file_dir(default_file)  # a run file next to its model folder, started from elsewhere
         if not Path(model_as_launched(config.model, yaml_dir)).expanduser().is_dir():
-            looked = ", ".join(str(place) for place in model_places(config.model, yaml_dir))
+            from core.data.registry import local_places
+
+            looked = ", ".join(str(place) for place in local_places(config.model, [yaml_dir] if yaml_dir else []))
             add(t("config.model_dir_missing", path=config.model, looked=looked), "model")
     if config.dataset is None:
         add(t("config.required", hint=t("config.required_dataset")), "dataset")

@@ -118,17 +118,19 @@ def looks_like_hub_id(spec: str) -> bool:
         Path(spec).suffix.lower() not in SUFFIXES
 
 
-def find_local(base: str, base_dirs: list[Path]) -> Path | None:
-    """``base`` as a run's relative paths are taken (its dataset entries, its model folder): an absolute
-    or ``~`` path as it is, else from the current directory, else from each of ``base_dirs`` (the run
-    file's directory); resolved, or ``None`` where it exists in none of them."""
+def local_places(base: str, base_dirs: list[Path]) -> list[Path]:
+    """Where a run's relative path (a dataset entry, its model folder) is looked for, in order: an absolute
+    or ``~`` path as it is, else under the current directory, then under each of ``base_dirs`` (the run
+    file's directory), resolved."""
     path = Path(base).expanduser()
     if path.is_absolute():
-        return path if path.exists() else None
-    for directory in [Path.cwd(), *base_dirs]:
-        if (directory / path).exists():
-            return (directory / path).resolve()
-    return None
+        return [path]
+    return list(dict.fromkeys((directory / path).resolve() for directory in [Path.cwd(), *base_dirs]))
+
+
+def find_local(base: str, base_dirs: list[Path]) -> Path | None:
+    """The first of ``local_places`` that exists, or ``None`` where ``base`` is in none of them."""
+    return next((place for place in local_places(base, base_dirs) if place.exists()), None)
 
 
 def find_dataset_info(dataset_info: str | None = None, dataset_dir: str | None = None,
