@@ -78,7 +78,8 @@ def _list_command(text: str) -> str:
     filled the cell, and the arguments are what tell processes apart. The selected process's full command line
     shows under the list."""
     program, space, rest = _one_line(text).partition(" ")
-    return program.rstrip("/").rsplit("/", 1)[-1] + space + rest if "/" in program.rstrip("/") else program + space + rest
+    name = program.rstrip("/").rsplit("/", 1)[-1] if "/" in program.rstrip("/") else program
+    return name + space + rest
 
 
 _RUN_STAMP = re.compile(r"^\d{8}-\d{4}-(.+)$")
