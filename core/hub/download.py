@@ -202,6 +202,24 @@ def _spawned_downloader(job_dir: Path) -> bool | None:
     return same_process_alive(spawned["pid"], spawned.get("started_at"))
 
 
+def _gone_downloader_status(job_dir: Path, state: dict[str, Any]) -> str:
+    """The status of a job whose downloader holds no lock, from its state read after that was known."""
+    status = str(state.get("status") or "queued")
+    if status not in ("queued", "running"):
+        return status
+    spawned = _spawned_downloader(job_dir)
+    if status == "running" or spawned is False:
+        return "interrupted"
+    if spawned is None:
+        # No record of the process (a job written before the record existed): queued and never
+        # started is only a moment after spawning; long after it, the process is gone.
+        started = float(state.get("updated") or (job_dir / "job.json").stat().st_mtime)
+        return "interrupted" if time.time() - started > 10 else status
+    # The downloader is alive and has not taken the lock yet (its interpreter is starting, which takes
+    # seconds on a loaded box): still queued, however long that takes.
+    return status
+
+
 def read_status(job_dir: Path) -> DownloadStatus | None:
     """The status of the download in ``job_dir``; ``None`` if there is none."""
     job = _read_json(job_dir / "job.json")
@@ -210,17 +228,10 @@ def read_status(job_dir: Path) -> DownloadStatus | None:
     state = _read_json(job_dir / "state.json") or {}
     status = str(state.get("status") or "queued")
     if status in ("queued", "running") and not downloader_alive(job_dir):
-        spawned = _spawned_downloader(job_dir)
-        if status == "running" or spawned is False:
-            status = "interrupted"
-        elif spawned is None:
-            # No record of the process (a job written before the record existed): queued and never
-            # started is only a moment after spawning; long after it, the process is gone.
-            started = float(state.get("updated") or (job_dir / "job.json").stat().st_mtime)
-            if time.time() - started > 10:
-                status = "interrupted"
-        # else: the downloader is alive and has not taken the lock yet (its interpreter is starting,
-        # which takes seconds on a loaded box): still queued, however long that takes
+        # The downloader may have written its last state and exited between the read and the check:
+        # read again now that it is known gone, or a finished download reads "interrupted".
+        state = _read_json(job_dir / "state.json") or state
+        status = _gone_downloader_status(job_dir, state)
     return DownloadStatus(
         job_dir=job_dir, hub=job.get("hub", "?"), model_id=job.get("model_id", "?"),
         target_dir=job.get("target_dir", ""), status=status, bytes_done=int(state.get("bytes_done") or 0),

@@ -158,6 +158,48 @@ def test_a_downloader_still_starting_is_queued_however_long_it_takes(hub_server)
     assert read_status(job).status == "interrupted"
 
 
+def test_a_downloader_that_ends_while_its_status_is_read_reads_as_its_last_state(hub_server, monkeypatch):
+    """``read_status`` reads the state, then asks whether the downloader lives. A downloader that writes
+    its last state and exits between the two read "interrupted" (CI saw a cancelled download so): the
+    state is read again once the downloader is known gone. The interleaving is forced with a real
+    process that holds the job's lock, finishes when told, and exits."""
+    import core.hub.download as download
+
+    plan = _plan(include=["model.safetensors"])
+    job = job_dir_for(plan.hub, plan.model_id)
+    job.mkdir(parents=True)
+    write_json_atomic(job / "job.json", plan.to_json())
+    write_json_atomic(job / "state.json", {"status": "running", "updated": time.time()})
+    finisher = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import fcntl, sys, time\n"
+            "from core.atomic_file import write_json_atomic\n"
+            "lock = open(sys.argv[1] + '/lock', 'a+'); fcntl.flock(lock, fcntl.LOCK_EX)\n"
+            "print('locked', flush=True); sys.stdin.readline()\n"
+            "write_json_atomic(sys.argv[1] + '/state.json', {'status': 'cancelled', 'updated': time.time()})\n"
+        ), str(job)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert finisher.stdout.readline().strip() == "locked"
+        real_alive = download.downloader_alive
+        calls = []
+
+        def alive_after_the_downloader_ends(job_dir):
+            if not calls:  # the first check: the downloader writes its last state and exits just now
+                finisher.stdin.write("go\n")
+                finisher.stdin.flush()
+                finisher.wait(60)
+            calls.append(job_dir)
+            return real_alive(job_dir)
+
+        monkeypatch.setattr(download, "downloader_alive", alive_after_the_downloader_ends)
+        assert read_status(job).status == "cancelled"
+        assert finisher.returncode == 0
+    finally:
+        finisher.kill()
+        finisher.wait()
+
+
 def test_cancel_stops_and_keeps_the_partial_file(hub_server):
     hub_server.hub.stall_at = 128 * 1024
     plan = _plan(include=["model.safetensors"])
