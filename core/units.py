@@ -1,4 +1,4 @@
-"""One formatter of numbers for the app and the CLI: durations, counts, rates and sizes.
+"""One formatter of numbers for the app and the CLI: durations, counts, rates, costs and sizes.
 
 Conventions: durations read like a clock (``0:27``, ``1:02:03``, ``2d 03h``); counts and rates carry
 thousands separators (``7,745``, ``8,452``); memory is binary (``81.3 GiB``, as NVML and torch count it) and
@@ -45,6 +45,17 @@ def format_rate(value: float | None) -> str:
     if abs(value) < 10 and value != 0:  # type: ignore[arg-type]
         return f"{value:.1f}"
     return format_count(value)
+
+
+def format_cost(value: float | None, currency: str = "") -> str:
+    """A cost to the cent with thousands separators (``1,234.50``); a cost above zero but under a cent is
+    ``< 0.01``, never ``0.00`` (which reads as free); ``currency`` goes before the number (``< $0.01``,
+    ``$0.60``); ``–`` when unknown."""
+    if not _known(value):
+        return UNKNOWN
+    if 0 < value < 0.01:  # type: ignore[operator]
+        return f"< {currency}0.01"
+    return f"{currency}{value:,.2f}"
 
 
 def format_compact(value: float | None) -> str:

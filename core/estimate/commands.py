@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from core.i18n import t
+from core.units import format_cost
 
 BAR_WIDTH = 30
 LABEL_WIDTH = 28
@@ -156,7 +157,8 @@ def format_estimate(result: Any, domain: dict[str, Any] | None = None) -> str:
     if result.epoch_hours is not None:
         tokens = plan["dataset_tokens"]
         if result.epoch_cost is not None:
-            lines.append(t("estimate.epoch_cost", tokens=tokens, hours=result.epoch_hours, cost=result.epoch_cost))
+            lines.append(t("estimate.epoch_cost", tokens=tokens, hours=result.epoch_hours,
+                           cost=format_cost(result.epoch_cost)))
         else:
             lines.append(t("estimate.epoch", tokens=tokens, hours=result.epoch_hours))
     lines.append(t("estimate.speed_note"))

@@ -10,7 +10,7 @@ from core.plan.candidates import Candidate, Finding, candidate_plans, estimate_p
 from core.plan.request import PlanRequest
 from core.plan.rules import judge
 from core.plan.view import offload_words
-from core.units import plural_key
+from core.units import format_cost, plural_key
 
 MAX_ALTERNATIVES = 3
 # Speeds within 2% of each other are "about as fast" (inside any estimate's error).
@@ -212,7 +212,7 @@ def trade_off(other: Candidate, best: Candidate, request: PlanRequest) -> list[F
     price = request.hardware.price_per_gpu_hour
     cost_other, cost_best = other.cost(price), best.cost(price)
     if cost_other is not None and cost_best is not None:
-        out.append(finding("plan.trade.cost", cost=round(cost_other, 2), best=round(cost_best, 2)))
+        out.append(finding("plan.trade.cost", cost=format_cost(cost_other), best=format_cost(cost_best)))
     if other.plan.method != best.plan.method:
         out.append(finding(f"plan.trade.method_{other.plan.method}"))
     if other.plan.num_gpus != best.plan.num_gpus:

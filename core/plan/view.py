@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.i18n import t
+from core.units import format_cost
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,10 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
     if best["hours"] is not None:
         duration = format_hours(best["hours"])
         epochs = epochs_words(request.epochs)
-        lines.append(ViewLine("eta", t("plan.eta_cost", duration=duration, epochs=epochs, cost=best["cost"])
-                              if best["cost"] is not None else t("plan.eta", duration=duration, epochs=epochs)))
+        # The cost itself, not the JSON's (rounded to the cent): a plan under a cent reads "< 0.01", not "0.00".
+        cost = rec.best.cost(hardware.price_per_gpu_hour)
+        lines.append(ViewLine("eta", t("plan.eta_cost", duration=duration, epochs=epochs, cost=format_cost(cost))
+                              if cost is not None else t("plan.eta", duration=duration, epochs=epochs)))
     sections = (("reasons", "accent", data["reasons"]), ("problems", "error", best["problems"]),
                 ("warnings", "warning", best["warnings"]))
     for name, tone, items in sections:

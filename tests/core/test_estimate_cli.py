@@ -87,6 +87,14 @@ def test_human_output_has_the_breakdown_and_verdict(tmp_path):
     assert "cross-entropy" in result.stderr  # the plain-CE note goes to stderr
 
 
+def test_an_epoch_under_a_cent_says_so_not_zero(tmp_path):
+    """A thousand tokens at 1 a GPU-hour printed "cost 0.00", as if free."""
+    result = run_estimate(tmp_path, "--model", "Qwen2.5-0.5B", "--gpu", "H100", "--dataset-tokens", "1000",
+                          "--price-per-gpu-hour", "1")
+    assert result.returncode == 0, result.stderr
+    assert "one epoch of 1,000 tokens: " in result.stdout and ", cost < 0.01\n" in result.stdout
+
+
 def test_the_peak_phase_says_checkpointed_only_with_checkpointing(tmp_path):
     """Without checkpointing the peak was still placed "at the checkpointed backward"."""
     args = ("--model", "Qwen2.5-7B", "--method", "lora", "--batch-size", "16", "--seq-len", "2048")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,21 @@ def test_cpu_box_and_human_output(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Recommended: " in proc.stdout and "fp32" in proc.stdout
     assert "Why:" in proc.stdout
+
+
+def test_a_plan_under_a_cent_says_so_not_zero(tmp_path):
+    # The sample trains in about a minute: at 2.5 a GPU-hour that is under a cent, which printed "cost 0.00"
+    # (and "costs 0.0 instead of 0.0" for the alternatives).
+    proc = tunedeck(tmp_path, "--model", "Qwen2.5-7B", "--dataset", str(SAMPLE), "--hardware", "2xA100-80GB",
+                    "--goal", "lowest_cost", "--price-per-gpu-hour", "2.5")
+    assert proc.returncode == 0, proc.stderr
+    assert ", cost < 0.01\n" in proc.stdout
+    assert "costs < 0.01 instead of < 0.01" in proc.stdout
+    assert "cost 0.0" not in proc.stdout and "costs 0.0" not in proc.stdout
+    priced = tunedeck(tmp_path, "--model", "Qwen2.5-7B", "--dataset", str(SAMPLE), "--hardware", "2xA100-80GB",
+                      "--goal", "lowest_cost", "--price-per-gpu-hour", "250")
+    assert priced.returncode == 0, priced.stderr
+    assert re.search(r", cost \d+\.\d\d\n", priced.stdout)  # at 100 times the price: cents, the same format
 
 
 def test_lora_dropout_says_what_it_costs_on_a_gpu(tmp_path):

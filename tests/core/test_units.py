@@ -7,6 +7,7 @@ import math
 from core.units import (
     UNKNOWN,
     format_compact,
+    format_cost,
     format_count,
     format_disk,
     format_duration,
@@ -31,7 +32,8 @@ def test_durations_read_like_a_clock_with_days_beyond_24_hours():
 
 
 def test_unknown_values_are_a_dash_everywhere():
-    for formatter in (format_duration, format_count, format_rate, format_compact, format_memory, format_disk):
+    for formatter in (format_duration, format_count, format_rate, format_compact, format_cost, format_memory,
+                      format_disk):
         assert formatter(None) == UNKNOWN == "–"
         assert formatter(math.nan) == UNKNOWN
     assert format_duration(-1) == UNKNOWN and format_duration(math.inf) == UNKNOWN
@@ -48,6 +50,15 @@ def test_counts_and_rates_carry_thousands_separators():
     assert format_rate(0) == "0"
     assert format_rate(3.46) == "3.5"  # a slow rate keeps a decimal instead of reading as 3
     assert format_rate(12.4) == "12"
+
+
+def test_costs_to_the_cent_and_under_a_cent_never_free():
+    assert format_cost(0) == "0.00"  # nothing spent yet
+    assert format_cost(0.004) == "< 0.01"  # was "0.00": a plan that costs something read as free
+    assert format_cost(0.009) == "< 0.01"  # not "0.01", which would be more than it costs
+    assert format_cost(0.01) == "0.01"
+    assert format_cost(1234.5) == "1,234.50"
+    assert format_cost(0.6, "$") == "$0.60" and format_cost(0.004, "$") == "< $0.01"
 
 
 def test_compact_counts_for_chart_axes():

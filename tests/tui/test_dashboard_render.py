@@ -125,6 +125,22 @@ def test_header_figures_of_a_healthy_run():
     run(scenario())
 
 
+def test_header_cost_under_a_cent_is_not_zero():
+    """Six minutes on two GPUs at 0.001 a GPU-hour is 0.0002: the header said "cost $0.00", as if free."""
+    async def scenario():
+        path = build_run(runs_dir(), "20261129-2100-cheap", status="running", steps=240)
+        with SupervisorStandIn(path):
+            app = make_app(quiet_settings(price_per_gpu_hour=0.001), monitor=fake_monitor("h200x2"),
+                           open_run=str(path))
+            async with app.run_test(size=(160, 50)) as pilot:
+                screen = await open_dashboard(pilot, app, "running")
+                await settle(pilot, app, screen)
+                text = screen_text(app)
+                assert "elapsed 6:00" in text and "cost < $0.01" in text and "$0.00" not in text
+
+    run(scenario())
+
+
 @pytest.mark.parametrize("directory, kind, model, last_step", [
     ("swift_output", "ms-swift", "Qwen/Qwen2.5-0.5B-Instruct", "100/100"),
     ("llamafactory_output", "LLaMA-Factory", "meta-llama/Llama-3.2-1B-Instruct", "100/100"),

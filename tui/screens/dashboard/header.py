@@ -16,7 +16,7 @@ from core.assets import model_label
 from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.runs import ACTIVE_STATES, TERMINAL_STATES, RunState, state_label
 from core.runs.listing import shown_total
-from core.units import format_rate
+from core.units import format_cost, format_rate
 from core.watch.activity import IDLE
 from core.watch.figures import cost_so_far, format_duration, mfu
 
@@ -262,7 +262,7 @@ class DashboardHeader:
               if eta is not None or status in ACTIVE_STATES else []),
             (t("dashboard.tokens", value=_na(None if tokens is None else format_rate(tokens))), 4),
             *([(t("dashboard.mfu", value=f"{100 * mfu_value:.0f}%"), 1)] if mfu_value is not None else []),
-            *([(t("dashboard.cost", value=f"{cost:.2f}"), 2)] if cost is not None else []),
+            *([(t("dashboard.cost", value=format_cost(cost, t("dashboard.currency"))), 2)] if cost is not None else []),
         ]
         line2 = _escape(fit_stats(parts, self._info_width()))
         if self.reason and status in TERMINAL_STATES and status != RunState.FINISHED:
