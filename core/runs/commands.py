@@ -271,7 +271,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     rows = []
     for r in runs:
         step = f"{r.step}/{r.total_steps}" if r.step is not None else "-"
-        rows.append([r.id, _state(r.status), r.method, step, _fmt_float(r.loss), format_rate(r.tokens_per_s),
+        rows.append([r.id, _state(r.status), r.method, step, _fmt_float(r.loss), format_rate(r.steady_tokens_per_s),
                      format_duration(r.eta_s) if r.status in ACTIVE_STATES else UNKNOWN, truncate(r.model, 40)])
     from core.text_width import cell_len
 
@@ -309,7 +309,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         (t("runs.field_step"), f"{summary.step if summary.step is not None else '-'}/{summary.total_steps or '-'}"),
         (t("runs.field_loss"), _fmt_float(summary.loss)),
         (t("runs.field_eval_loss"), _fmt_float((last_eval or {}).get("eval_loss"))),
-        (t("runs.field_speed"), format_rate(summary.tokens_per_s)),
+        (t("runs.field_speed"), format_rate(summary.steady_tokens_per_s)),
         (t("runs.field_eta"), format_duration(summary.eta_s) if summary.status in ACTIVE_STATES else UNKNOWN),
         (t("runs.field_checkpoint"), str(last_ckpt.path) if last_ckpt else "-"),
         (t("runs.field_gpus"), ",".join(str(g) for g in summary.gpus) or "cpu"),

@@ -64,6 +64,30 @@ def iter_records(path: Path) -> Iterator[dict[str, Any]]:
                 yield record
 
 
+def first_record(
+    path: Path, match: Callable[[dict[str, Any]], bool] = lambda r: True
+) -> dict[str, Any] | None:
+    """The first complete record for which ``match`` is true, reading at most the file's first 4 MiB
+    (``last_record``'s bound): what is sought is near the start, and a long file must stay cheap to list."""
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    read = 0
+    with handle:
+        for raw in handle:
+            read += len(raw)
+            if read > _TAIL_MAX or not raw.endswith(b"\n"):
+                return None
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and match(record):
+                return record
+    return None
+
+
 def last_record(
     path: Path, match: Callable[[dict[str, Any]], bool] = lambda r: True
 ) -> dict[str, Any] | None:

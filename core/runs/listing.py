@@ -13,6 +13,7 @@ from core.paths import runs_dir
 from core.runs.liveness import effective_status
 from core.runs.run_dir import FINISHED, STALLED, RunDirectory
 from core.runs.states import TERMINAL_STATES
+from core.watch.figures import steady_tokens_per_s
 
 
 class RunNotFound(TunedeckError, LookupError):
@@ -35,7 +36,7 @@ class RunSummary:
     total_steps: int | None
     run_dir: str
     loss: float | None = None
-    tokens_per_s: float | None = None
+    steady_tokens_per_s: float | None = None  # over the steady steps so far, not the last interval's
     eta_s: float | None = None
     gpus: list[int] = field(default_factory=list)
     name: str = ""
@@ -68,6 +69,15 @@ def ended_with_checkpoint(run: RunDirectory, status: str) -> bool:
     return status in TERMINAL_STATES and run.last_complete_checkpoint() is not None
 
 
+def steady_rate(run: RunDirectory, metrics: dict[str, Any]) -> float | None:
+    """The run's tokens/s over its steady steps so far (``steady_tokens_per_s``): the figure the runs list,
+    ``tunedeck status`` and the Runs screen show; None before its first train record (or after a resume,
+    until the new attempt logs)."""
+    if metrics.get("kind") != "train":
+        return None
+    return steady_tokens_per_s(run.first_train_metrics(), metrics)
+
+
 def summarize(run: RunDirectory) -> RunSummary:
     """Status (liveness applied), identity and the latest metrics of one run; reads only tails."""
     status = effective_status(run)
@@ -91,7 +101,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         total_steps=shown_total(metrics.get("step"), total, status.status),
         run_dir=str(run.path),
         loss=metrics.get("loss"),
-        tokens_per_s=metrics.get("tokens_per_s") if moving else None,
+        steady_tokens_per_s=steady_rate(run, metrics) if moving else None,
         eta_s=metrics.get("eta_s") if moving else None,
         gpus=list(record.get("gpus") or []),
         name=str(config.get("name", "") or ""),

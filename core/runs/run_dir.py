@@ -33,7 +33,7 @@ from typing import Any
 from core.atomic_file import write_json_atomic
 from core.i18n import Message, render_stored, stored_reason
 from core.runs.checkpoints import Checkpoint, list_checkpoints
-from core.runs.jsonl import append_jsonl, last_record
+from core.runs.jsonl import append_jsonl, first_record, last_record
 from core.runs.states import ACTIVE_STATES, ALL_STATES, RunState
 
 # The states are ``core.runs.states.RunState``; these names are its members, for the modules that
@@ -214,6 +214,11 @@ class RunDirectory:
         except ValueError:
             return None
         return value if isinstance(value, dict) and value.get("kind") == "header" else None
+
+    def first_train_metrics(self) -> dict[str, Any] | None:
+        """The first train record of ``metrics.jsonl`` (reads the head only): where the steady rate starts
+        (``core.watch.figures.steady_tokens_per_s``)."""
+        return first_record(self.metrics_path, lambda r: r.get("kind") == "train")
 
     def last_event(self, kind: str | None = None) -> dict[str, Any] | None:
         return last_record(self.events_path, lambda r: kind is None or r.get("event") == kind)

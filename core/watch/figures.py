@@ -83,6 +83,25 @@ def mfu(latest: dict[str, Any], header: dict[str, Any], gpu_count: int, gpu_name
     return per_token * tokens / (peak * gpu_count)
 
 
+def steady_tokens_per_s(first: dict[str, Any] | None, latest: dict[str, Any]) -> float | None:
+    """Tokens/s over the run's steady steps so far: the tokens trained since the first logged train record
+    over the time they took, from the running totals every tunedeck train record carries (``tokens_seen``,
+    ``elapsed_s``). The first interval holds the warm-up (compilation, the allocator growing), and one
+    interval's rate swings with a busy CPU or a checkpoint save: this is the figure a run list, ``tunedeck
+    status`` and the dashboard's header show; the chart keeps every interval's ``tokens_per_s``.
+
+    Until a second interval is logged, and for records without those totals (another trainer's, or a
+    resume that went back before ``first``), the latest interval's ``tokens_per_s``."""
+    tokens, elapsed = latest.get("tokens_seen"), latest.get("elapsed_s")
+    tokens0, elapsed0 = (first or {}).get("tokens_seen"), (first or {}).get("elapsed_s")
+    numbers = (tokens, elapsed, tokens0, elapsed0)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers) \
+            and elapsed > elapsed0 and tokens >= tokens0:  # type: ignore[operator]
+        return (tokens - tokens0) / (elapsed - elapsed0)  # type: ignore[operator]
+    rate = latest.get("tokens_per_s")
+    return float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
+
+
 def cost_so_far(elapsed_s: float | None, gpu_count: int, price_per_gpu_hour: float) -> float | None:
     if not price_per_gpu_hour or elapsed_s is None or gpu_count <= 0:
         return None

@@ -156,9 +156,10 @@ NOT_CHARTED: dict[str, str] = {
     "time": "wall clock of the record",
 }
 
-# Header keys of the latest train record that the dashboard shows besides the charted ones.
-LATEST_KEYS: tuple[str, ...] = ("total_steps", "epoch", "eta_s")
-INT_KEYS = frozenset({"step", "total_steps"})
+# Header keys of the latest train record that the dashboard shows besides the charted ones (the running
+# total of tokens is what its steady tokens/s is taken from: core.watch.figures.steady_tokens_per_s).
+LATEST_KEYS: tuple[str, ...] = ("total_steps", "epoch", "eta_s", "tokens_seen")
+INT_KEYS = frozenset({"step", "total_steps", "tokens_seen"})
 
 
 def _fast_keys() -> tuple[str, ...]:

@@ -5,8 +5,8 @@ The series are those of ``core.watch.metrics.METRICS``, read by the same table o
 that a metric in the table reaches the series whichever path its record takes.
 
 Every chartable metric is kept twice in bucketed form (x = step, x = elapsed seconds), so switching the
-x-axis costs nothing and a million records stay a few thousand buckets. The latest record, the loss EMA
-and a window of recent throughput feed the header and the alert rules.
+x-axis costs nothing and a million records stay a few thousand buckets. The latest record (with the first,
+for the steady tokens/s), the loss EMA and a window of recent throughput feed the header and the alerts.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class RunSeries:
         self.by_time = {name: BucketedSeries(max_buckets) for name in CHART_METRICS}
         self.header: dict[str, Any] = {}
         self.latest: dict[str, Any] = {}
+        self.first: dict[str, Any] = {}  # the first train record: where the steady tokens/s starts
         self.latest_eval: dict[str, Any] = {}
         self.records = 0
         self.train_records = 0
@@ -83,6 +84,8 @@ class RunSeries:
             if kind == "train":
                 self.train_records += 1
                 self.latest = record
+                if not self.first:
+                    self.first = record
                 step = record.get("step")
                 x_step = float(step) if step is not None else float(self.train_records)
                 elapsed = record.get("elapsed_s")
@@ -146,7 +149,7 @@ class RunSeries:
     def extend_tunedeck_lines(self, lines: list[bytes]) -> None:
         """Backfill from raw lines of a tunedeck ``metrics.jsonl``: train records go straight from a regex
         match into the columns (no dict per record); any other line goes through ``extend``."""
-        from core.watch.adapters import FAST_INDEX, TUNEDECK_TRAIN, parse_lines
+        from core.watch.adapters import FAST_INDEX, TUNEDECK_TRAIN, fast_train_record, parse_lines
 
         match = TUNEDECK_TRAIN.match
         finite = math.isfinite
@@ -188,6 +191,8 @@ class RunSeries:
                 continue
             groups = matched.groups()
             last_groups = groups
+            if not self.first:
+                self.first = fast_train_record(groups)
             trains += 1
             x_step = float(groups[i_step])
             x_time = None if groups[i_time] == null else float(groups[i_time])
@@ -227,8 +232,6 @@ class RunSeries:
         self.records += trains
         self.train_records += trains
         if last_groups is not None:
-            from core.watch.adapters import fast_train_record
-
             self.latest = fast_train_record(last_groups)
         self.version = next(_VERSIONS)
 

@@ -314,7 +314,7 @@ def test_after_a_resume_the_lost_attempts_step_loss_and_eta_are_not_shown(home):
     assert summarize(run).step == 875 and summarize(run).status == CRASHED  # the supervisor is gone
     prepare_resume(run)
     summary = summarize(run)  # queued: the new supervisor has not started the trainer yet
-    assert (summary.step, summary.total_steps, summary.loss, summary.eta_s, summary.tokens_per_s) == \
+    assert (summary.step, summary.total_steps, summary.loss, summary.eta_s, summary.steady_tokens_per_s) == \
         (800, 3000, None, None, None)
     later = "2999-01-01T00:00:00Z"
     append_jsonl(run.metrics_path, {"kind": "resumed", "step": 800, "total_steps": 3000, "time": later})
@@ -335,6 +335,38 @@ def test_log_tail_gives_the_last_complete_lines_and_where_following_goes_on(tmp_
     assert offset == os.path.getsize(path) - len(b"partial")
 
 
+def test_runs_and_status_show_the_steady_tokens_per_s_not_the_last_intervals(home, capsys):
+    """The list and ``tunedeck status`` showed the last logged interval's tokens/s: 3,100 for a run at
+    10,000 whose last interval held a checkpoint save (and whose first, its warm-up, read 800). They show
+    the rate since the first interval now (the save's time counts: it is the run's), and --json names it
+    ``steady_tokens_per_s``."""
+    from core.cli import dispatch
+    from core.runs.listing import summarize
+
+    run = _run(home)
+    run.write_status(STOPPED, "stopped at step 6")
+    append_jsonl(run.metrics_path, {"schema": 1, "kind": "header", "total_steps": 9})
+    append_jsonl(run.metrics_path, {"kind": "train", "step": 1, "total_steps": 9, "loss": 2.5,
+                                    "tokens_per_s": 800.0, "elapsed_s": 5.0, "tokens_seen": 4000})
+    for step in range(2, 6):
+        append_jsonl(run.metrics_path, {"kind": "train", "step": step, "total_steps": 9, "loss": 2.5,
+                                        "tokens_per_s": 10000.0, "elapsed_s": 5.0 + (step - 1),
+                                        "tokens_seen": 4000 + 10000 * (step - 1)})
+    # the interval of the save: 2 s for 6,200 tokens; since step 1, 46,200 tokens in 6 s
+    append_jsonl(run.metrics_path, {"kind": "train", "step": 6, "total_steps": 9, "loss": 2.5,
+                                    "tokens_per_s": 3100.0, "elapsed_s": 11.0, "tokens_seen": 50200})
+    assert summarize(run).steady_tokens_per_s == pytest.approx(7700.0)
+    assert dispatch(["runs", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["steady_tokens_per_s"] == pytest.approx(7700.0) and "tokens_per_s" not in row
+    assert dispatch(["runs"]) == 0
+    listing = capsys.readouterr().out
+    assert dispatch(["status", run.id]) == 0
+    status = capsys.readouterr().out
+    for text in (listing, status):
+        assert "7,700" in text and "3,100" not in text, text
+
+
 def test_runs_cli_json_lists_and_status_reports(home):
     run = _run(home)
     run.write_status(STOPPED, "stopped at step 3")
@@ -348,7 +380,7 @@ def test_runs_cli_json_lists_and_status_reports(home):
     rows = json.loads(out.stdout)
     assert rows[0]["id"] == run.id and rows[0]["step"] == 3 and rows[0]["loss"] == 2.5
     for key in ("id", "status", "created", "model", "method", "step", "total_steps", "run_dir", "loss",
-                "tokens_per_s", "eta_s", "gpus", "reason"):
+                "steady_tokens_per_s", "eta_s", "gpus", "reason"):
         assert key in rows[0]
     out = subprocess.run([sys.executable, "-m", "core", "status", run.id[:-2], "--json"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)

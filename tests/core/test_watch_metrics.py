@@ -116,6 +116,16 @@ def test_a_metric_reaches_the_latest_record_by_both_paths(metric):
     assert by_records.latest[metric.name] == by_lines.latest[metric.name] == VALUE
 
 
+def test_the_first_train_record_and_its_running_totals_are_kept_by_both_paths():
+    """The header's steady tokens/s starts at the first train record: the backfill's regex path must keep
+    it, with ``tokens_seen``, as the json path does."""
+    lines = [_line(TUNEDECK_TRAIN_LAYOUT, SAMPLE, step=s, elapsed_s=s * 1.5, tokens_seen=s * 18000)
+             for s in range(1, 6)]
+    for series in _series_by_both_paths(lines):
+        assert (series.first["step"], series.first["tokens_seen"], series.first["elapsed_s"]) == (1, 18000, 1.5)
+        assert (series.latest["step"], series.latest["tokens_seen"]) == (5, 90000)
+
+
 def test_every_series_is_kept_on_both_paths_after_mixed_lines():
     lines = [_line(TUNEDECK_TRAIN_LAYOUT, SAMPLE, step=s, elapsed_s=s * 1.5, loss=2.0 - s / 10) for s in range(1, 6)]
     lines.insert(3, _line(TUNEDECK_EVAL_LAYOUT, EVAL_SAMPLE, step=3))

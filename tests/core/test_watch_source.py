@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from core.watch.figures import cost_so_far, directory_size, format_duration, mfu, model_parameters
+from core.watch.figures import (
+    cost_so_far,
+    directory_size,
+    format_duration,
+    mfu,
+    model_parameters,
+    steady_tokens_per_s,
+)
 from core.watch.last_seen import runs_ended_since
 from core.watch.source import LLAMAFACTORY, SWIFT, TUNEDECK, SourceNotFound, open_watch_source
 from tests.fixtures.watch.run_builder import build_run, header_record
@@ -70,6 +77,23 @@ def test_figures():
     assert mfu({"tokens_per_s": 1.0, "mfu": 0.42}, {}, 1, None) == 0.42
     assert mfu({"tokens_per_s": 1.0}, {}, 1, "Some GPU") is None
     assert cost_so_far(7200, 4, 2.5) == pytest.approx(20.0) and cost_so_far(7200, 4, 0.0) is None
+
+
+def test_steady_tokens_per_s_leaves_the_warm_up_and_one_noisy_interval_out():
+    """The runs list, status and the dashboard's header showed the last interval's tokens/s: 3,100 after a
+    save, 14,000 the interval after. The rate over the steady steps: tokens since the first interval over
+    their time."""
+    first = {"kind": "train", "step": 10, "tokens_per_s": 2500.0, "tokens_seen": 100_000, "elapsed_s": 40.0}
+    at_save = {"kind": "train", "step": 500, "tokens_per_s": 3100.0, "tokens_seen": 5_000_000, "elapsed_s": 530.0}
+    assert steady_tokens_per_s(first, at_save) == pytest.approx(4_900_000 / 490.0)  # 10,000, not 3,100
+    # until a second interval is logged: the only one there is
+    assert steady_tokens_per_s(first, first) == 2500.0 and steady_tokens_per_s(None, first) == 2500.0
+    # another trainer's records carry no running totals: the interval's rate
+    assert steady_tokens_per_s({"tokens_per_s": 5.0}, {"tokens_per_s": 7.0}) == 7.0
+    # a resume that went back before the first record: its totals are behind it
+    rewound = {"kind": "train", "step": 5, "tokens_per_s": 900.0, "tokens_seen": 50_000, "elapsed_s": 20.0}
+    assert steady_tokens_per_s(first, rewound) == 900.0
+    assert steady_tokens_per_s(first, {"kind": "resumed", "step": 800}) is None
 
 
 def test_directory_size(tmp_path):

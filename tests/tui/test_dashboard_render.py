@@ -118,7 +118,10 @@ def test_header_figures_of_a_healthy_run():
                 text = screen_text(app)
                 assert "ZeRO 2" in text and "GPUs 0,1" in text and "bf16" in text and "lora" in text
                 assert "elapsed 6:00" in text and "ETA 9:00" in text and "epoch 1.20" in text
-                assert "MFU 19%" in text  # 6·params·tokens/s over two H200s' dense BF16 peak
+                # the steady 12,000 tok/s (18,000 tokens a 1.5 s step), not the last interval's 12,600: that
+                # one is the tokens chart's
+                assert "12,000 tok/s" in _stats_line(screen) and "12,600" not in _stats_line(screen)
+                assert "MFU 18%" in text  # 6·params·tokens/s over two H200s' dense BF16 peak
                 assert "cost $0.60" in text  # 360 s × 2 GPUs × $3/GPU-hour
                 assert "GPU util %" in text and "checkpoint_saved" in text
 
@@ -272,7 +275,7 @@ def test_the_stats_line_fits_80_columns_dropping_the_least_important_figures_fir
             await settle(pilot, app, screen)
             line = _stats_line(screen)
             assert cell_len(line) <= 78 and screen.query_one("#dash-info").size.height == 2, line
-            assert line == "step 240/600 40% · elapsed 6:00 · ETA 9:00 · 12,600 tok/s · MFU 19%", line
+            assert line == "step 240/600 40% · elapsed 6:00 · ETA 9:00 · 12,000 tok/s · MFU 18%", line
             await pilot.resize_terminal(160, 50)  # room again: the epoch comes back
             await wait_for(pilot, lambda: "epoch 1.20" in _stats_line(screen))
 
@@ -298,7 +301,9 @@ def test_a_cpu_run_at_80x24_omits_mfu_and_its_numbers_read_alike_in_header_and_c
 
     path = build_run(runs_dir(), "20261129-2100-cpu", status="running", steps=40, gpus=())
     header = {**header_record(5400), "device": "cpu", "gpu_names": [], "world_size": 1, "precision": "fp32"}
-    write_jsonl(path / "metrics.jsonl", [header] + [train_record(step, 5400, tokens_per_s=9300.0 + step)
+    # 9,340 tok/s over the steady steps (the header's figure), the last interval's too (the chart's legend)
+    write_jsonl(path / "metrics.jsonl", [header] + [train_record(step, 5400, tokens_per_s=9300.0 + step,
+                                                                 tokens_seen=round(step * 1.5 * 9340))
                                                     for step in range(1, 41)])
 
     async def scenario():

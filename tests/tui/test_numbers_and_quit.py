@@ -32,7 +32,7 @@ def test_cli_runs_status_and_the_app_show_the_same_numbers(capsys):
     path = build_run(runs_dir(), LIVE, status="running", steps=120, created="2026-11-29T23:00:00Z")
     with SupervisorStandIn(path):
         summary = summarize(RunDirectory(path))
-        tps, eta = format_rate(summary.tokens_per_s), format_duration(summary.eta_s)
+        tps, eta = format_rate(summary.steady_tokens_per_s), format_duration(summary.eta_s)
         assert "," in tps and eta == "12:00"  # 12,4xx tok/s; 480 steps × 1.5 s left
 
         assert dispatch(["runs"]) == 0

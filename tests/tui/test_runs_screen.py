@@ -78,7 +78,8 @@ def test_list_sort_filter_and_snapshot_at_80_columns():
                 text = assert_no_horizontal_scroll(app, screen, 80)
                 assert columns_shown(screen) == ["status", "id", "method", "progress", "loss", "tokens", "eta"]
                 assert "crashed" in text and "120/600 20%" in text and "finished" in text
-                assert "20261129-2300-live" in text and "12,416" in text and "12:00" in text
+                # the steady rate (18,000 tokens a 1.5 s step), not the last interval's 12,416
+                assert "20261129-2300-live" in text and "12,000" in text and "12:00" in text
                 # the footer at 80 columns: ? first, then Enter (the table's own hidden Enter took the key)
                 await wait_for(pilot, lambda: footer_keys(app)[:2] == ["?", "Enter"])
                 assert text.splitlines()[-1].lstrip().startswith("? Help  Enter Open")

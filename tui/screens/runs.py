@@ -63,7 +63,7 @@ COLUMNS: tuple[RunColumn, ...] = (
     RunColumn("progress", "runs_screen.col_progress",
               lambda s: (s.step or 0) / s.total_steps if s.total_steps else -1.0, 2, max_width=18),
     RunColumn("loss", "runs_screen.col_loss", lambda s: s.loss if s.loss is not None else float("inf"), 3),
-    RunColumn("tokens", "runs_screen.col_tokens", lambda s: s.tokens_per_s or 0.0, 4),
+    RunColumn("tokens", "runs_screen.col_tokens", lambda s: s.steady_tokens_per_s or 0.0, 4),
     RunColumn("started", "runs_screen.col_started", lambda s: s.created, 8),
     RunColumn("eta", "runs_screen.col_eta", lambda s: s.eta_s if s.eta_s is not None else float("inf"), 5),
 )
@@ -281,7 +281,7 @@ class RunsScreen(Screen[None]):
             "gpus": ",".join(str(g) for g in summary.gpus) or "–",
             "progress": _progress(summary),
             "loss": "–" if summary.loss is None else f"{summary.loss:.4f}",
-            "tokens": units.format_rate(summary.tokens_per_s),
+            "tokens": units.format_rate(summary.steady_tokens_per_s),
             "started": _started(summary.created),
             "eta": units.format_duration(summary.eta_s) if summary.status in ACTIVE_STATES else units.UNKNOWN,
         }

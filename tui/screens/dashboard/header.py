@@ -18,7 +18,7 @@ from core.runs import ACTIVE_STATES, TERMINAL_STATES, RunState, state_label
 from core.runs.listing import shown_total
 from core.units import format_cost, format_rate
 from core.watch.activity import IDLE
-from core.watch.figures import cost_so_far, format_duration, mfu
+from core.watch.figures import cost_so_far, format_duration, mfu, steady_tokens_per_s
 
 DETAIL_MIN_WIDTH = 24  # cells: a Detail column narrower than this gives way to the line under the table
 
@@ -248,9 +248,11 @@ class DashboardHeader:
             progress += f" {100.0 * step / total:.0f}%"
         elapsed = latest.get("elapsed_s")
         eta = latest.get("eta_s") if status in (RunState.RUNNING, RunState.STOPPING, "") else None
-        tokens = latest.get("tokens_per_s")
+        # Over the steady steps so far, as the Runs list and `tunedeck status` say: one interval's rate swings
+        # with a busy CPU or a save (the tokens/s chart keeps every interval's). MFU is taken from the same.
+        tokens = steady_tokens_per_s(self.series.first, latest)
         gpu_count = self._gpu_count()
-        mfu_value = mfu(latest, header, gpu_count, self.gpu_name)
+        mfu_value = mfu({**latest, "tokens_per_s": tokens}, header, gpu_count, self.gpu_name)
         cost = cost_so_far(elapsed, gpu_count, self.app.settings.price_per_gpu_hour)
         # (text, rank): what goes first when the line is too wide, lowest rank first; the step stays.
         # An MFU that cannot be known (a CPU run, an unknown GPU) is left out: "MFU N/A" was noise.
