@@ -142,7 +142,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     with _library_output_to_stderr():
         if args.model_dir:
             _err(t("lifecycle.loading", what=args.model_dir))
-            loaded = load_model_dir(Path(args.model_dir))
+            loaded = load_model_dir(Path(args.model_dir), checked=True)  # checked above, once
         else:
             run = _resolve(args.run)
             source = resolve_model_source(run, args.checkpoint)

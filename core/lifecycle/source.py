@@ -247,10 +247,12 @@ def check_model_dir(path: Path) -> None:
         raise LifecycleError(found[1], exit_code=EXIT_USAGE)
 
 
-def load_model_dir(path: Path, device: str | None = None) -> LoadedModel:
+def load_model_dir(path: Path, device: str | None = None, checked: bool = False) -> LoadedModel:
     """A plain model directory (e.g. a merged one): config, weights and tokenizer (``check_model_dir``
-    first: a folder that is none says so, not in transformers' words)."""
-    check_model_dir(path)
+    first: a folder that is none says so, not in transformers' words). ``checked``: the caller has just
+    made that check itself (``tunedeck chat`` makes it before saying "loading …"), so it is not made twice."""
+    if not checked:
+        check_model_dir(path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = device or default_device()

@@ -105,6 +105,36 @@ def test_chat_refuses_a_model_dir_that_is_no_model_in_one_line(tmp_path):
         assert f"--model-dir {folder} {says}" in event["message"], event
 
 
+def test_chat_checks_a_model_dir_once(tmp_path, monkeypatch, capsys):
+    """`chat --model-dir DIR` looked at DIR twice: its own check before "loading …", then load_model_dir's
+    again. Once now, and the folder is still loaded and chatted with (a whole tiny model, random weights)."""
+    import io
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    import core.config.model_checks as model_checks
+    from core.cli import dispatch
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    folder = tmp_path / "whole"
+    shutil.copytree(TINY, folder)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(TINY)).save_pretrained(folder)
+    looks = []
+    real = model_checks.folder_problem
+
+    def counted(*args, **kwargs):
+        looks.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_checks, "folder_problem", counted)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))  # no question: load, say ready, end
+    assert dispatch(["chat", "--model-dir", str(folder)]) == 0
+    err = capsys.readouterr().err
+    assert f"loading {folder}" in err.lower() and "ready" in err, err
+    assert looks == [folder]
+
+
 def test_serve_answers_openai_client_streaming_and_not_then_stops(lora_run):
     from openai import OpenAI
 
