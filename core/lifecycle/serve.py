@@ -145,29 +145,38 @@ def check_listen_address(host: str, port: int) -> None:
     that cannot be listened on now (in use, not an address of this machine); ``LifecycleError`` says which.
 
     The server binds only once its model is loaded; without this a bad --port ended in its log's
-    traceback. The bind here is a look, closed at once (as the server will, it reuses TIME_WAIT ports)."""
+    traceback. The bind here is a look, closed at once, with SO_REUSEADDR as the servers bind (http.server's
+    ``allow_reuse_address``, uvicorn's own): a port left in TIME_WAIT by a server just stopped is one they
+    can listen on again, so the look must not refuse it."""
     from core.i18n import t
 
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise LifecycleError(t("lifecycle.serve_bad_port", port=port), exit_code=2)
-    from core.lifecycle.server import listen_address, prepare_listen_socket
-
     try:
-        family, address = listen_address(host, port)  # the server's own choice of family and address
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            prepare_listen_socket(sock, address)
-            sock.bind(address)
+        bind_and_close(host, port, reuse_address=True)
     except OSError as exc:  # gaierror (an unknown host name) included
         error = exc.strerror or str(exc) or type(exc).__name__
         raise LifecycleError(t("lifecycle.serve_port_unusable", host=host, port=port, error=error)) from None
 
 
 def _free_port(host: str) -> int:
+    """A port nobody holds on ``host``, for a backend that must be told one (vLLM, LMDeploy): the kernel's
+    pick for port 0, without SO_REUSEADDR, so that it is a port no other socket is bound to (with it, a
+    system may hand out a port other reusing sockets hold, or one still in TIME_WAIT)."""
+    return bind_and_close(host, 0, reuse_address=False)
+
+
+def bind_and_close(host: str, port: int, reuse_address: bool) -> int:
+    """Bind a TCP socket on ``host``:``port`` as the server will (``listen_address``'s family and address,
+    ``prepare_listen_socket``), close it and give the port it got (the kernel's pick for port 0). The one
+    bind of ``check_listen_address`` (a look) and ``_free_port`` (a pick); ``reuse_address``: SO_REUSEADDR,
+    which each sets as its docstring says. Raises ``OSError`` when the bind fails."""
     from core.lifecycle.server import listen_address, prepare_listen_socket
 
-    family, address = listen_address(host, 0)
+    family, address = listen_address(host, port)  # the server's own choice of family and address
     with socket.socket(family, socket.SOCK_STREAM) as sock:
+        if reuse_address:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         prepare_listen_socket(sock, address)
         sock.bind(address)
         return int(sock.getsockname()[1])

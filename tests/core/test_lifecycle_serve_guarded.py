@@ -326,3 +326,51 @@ def test_serve_on_an_ipv6_address_listens_there(lora_run):
         assert "other machines can reach" not in proc.stderr  # ::1 is a loopback address
     finally:
         _stop(home, run)
+
+
+def _port_left_in_time_wait() -> int:
+    """A loopback port whose server (SO_REUSEADDR, as ours and uvicorn bind) closed a connection first and
+    stopped: the port's end of that connection is still bound (TIME_WAIT), as after `serve --stop`."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+            accepted, _ = listener.accept()
+            accepted.close()  # the server's side closes first: its end waits in TIME_WAIT
+            assert client.recv(1) == b""  # the close has arrived
+    return port
+
+
+def test_the_look_before_serving_and_the_free_port_pick_bind_one_way_each_with_its_own_reuse(monkeypatch):
+    """check_listen_address and _free_port each bound a socket their own way (only the first with
+    SO_REUSEADDR): one helper now, bind_and_close, each still with the option right for it. The look binds
+    as the server will, reusing a port left in TIME_WAIT (the server can listen there, so the look must not
+    refuse it); the pick asks for a port no socket holds, so it does not reuse."""
+    import socket
+    from http.server import BaseHTTPRequestHandler
+
+    from core.lifecycle import serve
+    from core.lifecycle.server import ChatServer
+
+    port = _port_left_in_time_wait()
+    with pytest.raises(OSError):
+        serve.bind_and_close("127.0.0.1", port, reuse_address=False)  # the port is still held
+    assert serve.bind_and_close("127.0.0.1", port, reuse_address=True) == port
+    serve.check_listen_address("127.0.0.1", port)  # accepted: and the server does bind it
+    server = ChatServer("127.0.0.1", port, BaseHTTPRequestHandler)
+    server.server_close()
+
+    free = serve._free_port("127.0.0.1")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", free))  # a port nobody holds: bound without reuse
+
+    calls = []
+    real = serve.bind_and_close
+    monkeypatch.setattr(serve, "bind_and_close", lambda *a, **k: calls.append((a, k)) or real(*a, **k))
+    serve.check_listen_address("127.0.0.1", 0)
+    serve._free_port("127.0.0.1")
+    assert calls == [(("127.0.0.1", 0), {"reuse_address": True}), (("127.0.0.1", 0), {"reuse_address": False})]
