@@ -36,7 +36,9 @@ class RunSummary:
     total_steps: int | None
     run_dir: str
     loss: float | None = None
-    steady_tokens_per_s: float | None = None  # over the steady steps so far, not the last interval's
+    # The last logged interval's rate: the key --json has always had (users' scripts read it), kept as it was.
+    tokens_per_s: float | None = None
+    steady_tokens_per_s: float | None = None  # over the steady steps so far: the figure the tables show
     eta_s: float | None = None
     gpus: list[int] = field(default_factory=list)
     name: str = ""
@@ -101,6 +103,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         total_steps=shown_total(metrics.get("step"), total, status.status),
         run_dir=str(run.path),
         loss=metrics.get("loss"),
+        tokens_per_s=metrics.get("tokens_per_s") if moving else None,
         steady_tokens_per_s=steady_rate(run, metrics) if moving else None,
         eta_s=metrics.get("eta_s") if moving else None,
         gpus=list(record.get("gpus") or []),

@@ -338,8 +338,9 @@ def test_log_tail_gives_the_last_complete_lines_and_where_following_goes_on(tmp_
 def test_runs_and_status_show_the_steady_tokens_per_s_not_the_last_intervals(home, capsys):
     """The list and ``tunedeck status`` showed the last logged interval's tokens/s: 3,100 for a run at
     10,000 whose last interval held a checkpoint save (and whose first, its warm-up, read 800). They show
-    the rate since the first interval now (the save's time counts: it is the run's), and --json names it
-    ``steady_tokens_per_s``."""
+    the rate since the first interval now (the save's time counts: it is the run's). --json gives it as
+    ``steady_tokens_per_s`` beside ``tokens_per_s``, which keeps the last interval's rate as it always had
+    (renaming that key broke users' scripts)."""
     from core.cli import dispatch
     from core.runs.listing import summarize
 
@@ -358,7 +359,10 @@ def test_runs_and_status_show_the_steady_tokens_per_s_not_the_last_intervals(hom
     assert summarize(run).steady_tokens_per_s == pytest.approx(7700.0)
     assert dispatch(["runs", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert row["steady_tokens_per_s"] == pytest.approx(7700.0) and "tokens_per_s" not in row
+    assert row["steady_tokens_per_s"] == pytest.approx(7700.0) and row["tokens_per_s"] == 3100.0
+    assert dispatch(["status", run.id, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["steady_tokens_per_s"] == pytest.approx(7700.0) and data["tokens_per_s"] == 3100.0
     assert dispatch(["runs"]) == 0
     listing = capsys.readouterr().out
     assert dispatch(["status", run.id]) == 0
@@ -380,7 +384,7 @@ def test_runs_cli_json_lists_and_status_reports(home):
     rows = json.loads(out.stdout)
     assert rows[0]["id"] == run.id and rows[0]["step"] == 3 and rows[0]["loss"] == 2.5
     for key in ("id", "status", "created", "model", "method", "step", "total_steps", "run_dir", "loss",
-                "steady_tokens_per_s", "eta_s", "gpus", "reason"):
+                "tokens_per_s", "steady_tokens_per_s", "eta_s", "gpus", "reason"):
         assert key in rows[0]
     out = subprocess.run([sys.executable, "-m", "core", "status", run.id[:-2], "--json"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
