@@ -3,7 +3,7 @@
 Conventions: durations read like a clock (``0:27``, ``1:02:03``, ``2d 03h``); counts and rates carry
 thousands separators (``7,745``, ``8,452``); memory is binary (``81.3 GiB``, as NVML and torch count it) and
 disk decimal (``21.5 TB``, as ``df -H`` and the clouds count it). An unknown value is ``–`` everywhere.
-Text output only: ``--json`` keeps the numbers themselves.
+Text output only: ``--json`` keeps the numbers themselves (a cost through ``json_cost``).
 """
 
 from __future__ import annotations
@@ -56,6 +56,15 @@ def format_cost(value: float | None, currency: str = "") -> str:
     if 0 < value < 0.01:  # type: ignore[operator]
         return f"< {currency}0.01"
     return f"{currency}{value:,.2f}"
+
+
+def json_cost(value: float | None) -> float | None:
+    """A cost for ``--json``: four significant digits and never fewer than the cent (``1234.57``, ``0.08333``,
+    ``3.572e-05``), so that a cost under a cent is not ``0.0`` (which reads as free) and float noise goes;
+    None stays None. The text formats with ``format_cost``."""
+    if value is None or not math.isfinite(value) or value == 0:
+        return value
+    return round(value, max(2, 3 - math.floor(math.log10(abs(value)))))
 
 
 def format_compact(value: float | None) -> str:

@@ -93,6 +93,11 @@ def test_an_epoch_under_a_cent_says_so_not_zero(tmp_path):
                           "--price-per-gpu-hour", "1")
     assert result.returncode == 0, result.stderr
     assert "one epoch of 1,000 tokens: " in result.stdout and ", cost < 0.01\n" in result.stdout
+    result = run_estimate(tmp_path, "--model", "Qwen2.5-0.5B", "--gpu", "H100", "--dataset-tokens", "1000",
+                          "--price-per-gpu-hour", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)  # --json said "epoch_cost": 0.0 (rounded to the cent)
+    assert 0 < data["epoch_cost"] < 0.01
 
 
 def test_the_peak_phase_says_checkpointed_only_with_checkpointing(tmp_path):

@@ -75,6 +75,16 @@ def test_a_plan_under_a_cent_says_so_not_zero(tmp_path):
     assert re.search(r", cost \d+\.\d\d\n", priced.stdout)  # at 100 times the price: cents, the same format
 
 
+def test_a_plan_under_a_cent_costs_more_than_zero_in_json(tmp_path):
+    # --json rounded every cost to the cent: this plan (about 0.0015 at 2.5 a GPU-hour) said "cost": 0.0.
+    proc = tunedeck(tmp_path, "--model", "Qwen2.5-7B", "--dataset", str(SAMPLE), "--hardware", "2xA100-80GB",
+                    "--goal", "lowest_cost", "--price-per-gpu-hour", "2.5", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    costs = [data["recommendation"]["cost"]] + [alt["cost"] for alt in data["alternatives"]]
+    assert all(0 < cost < 0.01 for cost in costs), costs
+
+
 def test_lora_dropout_says_what_it_costs_on_a_gpu(tmp_path):
     """LoRA with dropout on one H200 (``--hardware``) says how much faster the plan would be without it,
     and that figure is the estimate of the same plan at dropout 0; without dropout, or on a CPU, no line."""

@@ -13,6 +13,7 @@ from core.units import (
     format_duration,
     format_memory,
     format_rate,
+    json_cost,
     plural_key,
 )
 
@@ -59,6 +60,14 @@ def test_costs_to_the_cent_and_under_a_cent_never_free():
     assert format_cost(0.01) == "0.01"
     assert format_cost(1234.5) == "1,234.50"
     assert format_cost(0.6, "$") == "$0.60" and format_cost(0.004, "$") == "< $0.01"
+
+
+def test_json_costs_keep_four_significant_digits_and_at_least_the_cent():
+    assert json_cost(0.0014634) == 0.001463  # was 0.0 (rounded to the cent): read as free
+    assert json_cost(0.00003572) == 3.572e-05
+    assert json_cost(1234.5678) == 1234.57  # never fewer decimals than the cent
+    assert json_cost(0.1 + 0.2) == 0.3  # no float noise
+    assert json_cost(0) == 0 and json_cost(None) is None
 
 
 def test_compact_counts_for_chart_axes():
