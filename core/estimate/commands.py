@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from core.i18n import t
-from core.units import format_cost
+from core.units import format_cost, format_duration
 
 BAR_WIDTH = 30
 LABEL_WIDTH = 28
@@ -156,10 +156,13 @@ def format_estimate(result: Any, domain: dict[str, Any] | None = None) -> str:
     lines.append(t("plan.with_note", text=speed_line, note=speed_note) if speed_note else speed_line)
     if result.epoch_hours is not None:
         tokens = plan["dataset_tokens"]
+        # Like every duration in the app (a clock: "0:12", "2:08:36"): "{hours:.2f} h" said "0.00 h" for an
+        # epoch of seconds.
+        duration = format_duration(result.epoch_hours * 3600.0)
         if result.epoch_cost is not None:
-            lines.append(t("estimate.epoch_cost", tokens=tokens, hours=result.epoch_hours,
+            lines.append(t("estimate.epoch_cost", tokens=tokens, duration=duration,
                            cost=format_cost(result.epoch_cost)))
         else:
-            lines.append(t("estimate.epoch", tokens=tokens, hours=result.epoch_hours))
+            lines.append(t("estimate.epoch", tokens=tokens, duration=duration))
     lines.append(t("estimate.speed_note"))
     return "\n".join(lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,19 @@ def test_an_epoch_under_a_cent_says_so_not_zero(tmp_path):
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)  # --json said "epoch_cost": 0.0 (rounded to the cent)
     assert 0 < data["epoch_cost"] < 0.01
+
+
+def test_the_epoch_reads_like_every_duration_in_the_app_not_zero_hours(tmp_path):
+    """An epoch of a few seconds printed "0.00 h" ({hours:.2f} h); it reads like a clock now, as ETAs do."""
+    result = run_estimate(tmp_path, "--model", "Qwen2.5-0.5B", "--gpu", "H100", "--dataset-tokens", "100000")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^one epoch of 100,000 tokens: 0:[0-5]\d$", result.stdout, re.M), result.stdout
+    assert "0.00 h" not in result.stdout
+    result = run_estimate(tmp_path, "--model", "Qwen2.5-0.5B", "--gpu", "H100", "--dataset-tokens", "10000000000",
+                          "--price-per-gpu-hour", "1")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^one epoch of 10,000,000,000 tokens: \d+d \d\dh, cost [\d,]+\.\d\d$", result.stdout,
+                     re.M), result.stdout
 
 
 def test_the_peak_phase_says_checkpointed_only_with_checkpointing(tmp_path):
