@@ -13,7 +13,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from core.lifecycle.source import LifecycleError
+from core.listen import bare_host, bind_and_close, free_port
 from core.runs.run_dir import RunDirectory
 
 BACKENDS = ("auto", "transformers", "vllm", "lmdeploy")
@@ -159,29 +159,6 @@ def check_listen_address(host: str, port: int) -> None:
         raise LifecycleError(t("lifecycle.serve_port_unusable", host=host, port=port, error=error)) from None
 
 
-def _free_port(host: str) -> int:
-    """A port nobody holds on ``host``, for a backend that must be told one (vLLM, LMDeploy): the kernel's
-    pick for port 0, without SO_REUSEADDR, so that it is a port no other socket is bound to (with it, a
-    system may hand out a port other reusing sockets hold, or one still in TIME_WAIT)."""
-    return bind_and_close(host, 0, reuse_address=False)
-
-
-def bind_and_close(host: str, port: int, reuse_address: bool) -> int:
-    """Bind a TCP socket on ``host``:``port`` as the server will (``listen_address``'s family and address,
-    ``prepare_listen_socket``), close it and give the port it got (the kernel's pick for port 0). The one
-    bind of ``check_listen_address`` (a look) and ``_free_port`` (a pick); ``reuse_address``: SO_REUSEADDR,
-    which each sets as its docstring says. Raises ``OSError`` when the bind fails."""
-    from core.lifecycle.server import listen_address, prepare_listen_socket
-
-    family, address = listen_address(host, port)  # the server's own choice of family and address
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        if reuse_address:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        prepare_listen_socket(sock, address)
-        sock.bind(address)
-        return int(sock.getsockname()[1])
-
-
 def choose_backend(requested: str) -> str:
     """``auto``: vLLM, then LMDeploy when installed with a GPU; else our own transformers server."""
     from core.i18n import t
@@ -265,8 +242,6 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
 
     api_key = os.environ.get("TUNEDECK_API_KEY") if api_key is None else api_key  # "" = no key
     api_key = api_key or None
-    from core.lifecycle.server import bare_host
-
     host = bare_host(host)  # "[::1]" as a URL writes it: the address alone for the servers' --host
     existing = server_state(run.id)
     if existing is not None:
@@ -289,7 +264,7 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
         model_dir = _merged_for_serving(run, source, checkpoint, chosen, cancelled)
     directory = serve_dir(run.id)
     if chosen != "transformers" and port == 0:
-        port = _free_port(host)
+        port = free_port(host)
     write_json_atomic(directory / "state.json", {"status": "starting", "backend": chosen, "host": host,
                                                  "port": port, "run": str(run.path), "started": time.time()})
     log_path = directory / "server.log"

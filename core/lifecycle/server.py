@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -32,6 +31,9 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+# Where the server listens (IPv4 or IPv6, dual-stack ``::``): one module for it and for the looks before it.
+from core.listen import bare_host, listen_address, prepare_listen_socket
 
 log = logging.getLogger("tunedeck.serve")
 API_KEY_ENV = "TUNEDECK_API_KEY"
@@ -48,38 +50,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # a name or an interface address: reachable from elsewhere, as far as we know
-
-
-def bare_host(host: str) -> str:
-    """``host`` without the brackets a URL puts around an IPv6 address (``[::1]`` is ``::1``)."""
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
-
-
-def listen_address(host: str, port: int) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
-    """The address family and socket address to listen on ``host`` with: IPv6 for an IPv6 address (``::``,
-    ``::1``, ``fe80::1%eth0``, bracketed or not), IPv4 for an IPv4 one and for ``""`` (every IPv4 address, as
-    http.server does); a name is looked up and listened on at its IPv4 address if it has one (``localhost``
-    stays 127.0.0.1), else its IPv6 one. Raises ``OSError`` (``gaierror``) for a name that does not resolve.
-    The one answer for the server's bind and for ``serve.check_listen_address``'s look before it."""
-    name = bare_host(host)
-    if not name:
-        return socket.AF_INET, ("", port)
-    found = socket.getaddrinfo(name, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
-    for family in (socket.AF_INET, socket.AF_INET6):
-        for candidate, _, _, _, address in found:
-            if candidate == family:
-                return family, address
-    raise socket.gaierror(socket.EAI_FAMILY, f"{name}: no IPv4 or IPv6 address")
-
-
-def prepare_listen_socket(sock: socket.socket, address: tuple[Any, ...]) -> None:
-    """Before ``bind``: an IPv6 wildcard (``::``) takes IPv4 clients too where the system allows it
-    (dual-stack; Linux's default, but not every system's or container's)."""
-    if sock.family == socket.AF_INET6 and address[0] == "::" and hasattr(socket, "IPV6_V6ONLY"):
-        try:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        except OSError:  # an IPv6-only stack: the IPv6 addresses alone
-            pass
 
 
 class ChatServer(ThreadingHTTPServer):

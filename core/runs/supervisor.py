@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from core.i18n import Message, stored_reason
+from core.listen import free_port
 from core.runs.disk_space import create_reserve, disk_full_reason, free_bytes, is_disk_full, release_reserve
 from core.runs.heartbeat import clear_heartbeats
 from core.runs.jsonl import append_line
@@ -85,12 +86,6 @@ def visible_devices(gpus: list[int], inherited: str | None) -> str:
     return ",".join(given[g] if g < len(given) else str(g) for g in gpus)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def trainer_command(run: RunDirectory, resume_from: str | None) -> tuple[list[str], int, int]:
     """The trainer command line, the number of processes on this node and the global rank offset."""
     record = run.record()
@@ -109,7 +104,9 @@ def trainer_command(run: RunDirectory, resume_from: str | None) -> tuple[list[st
     # DeepSpeed needs the distributed environment torchrun sets up, even for a single GPU.
     if nproc == 1 and nnodes == 1 and zero_stage == 0:
         return [sys.executable, *worker], 1, 0
-    port = int(dist.get("master_port") or 0) or _free_port()
+    # Single node only (several nodes must be told one port): a free loopback port, picked as the model
+    # server's are (core.listen.free_port).
+    port = int(dist.get("master_port") or 0) or free_port("127.0.0.1")
     cmd = [
         sys.executable, "-m", "torch.distributed.run",
         f"--nproc_per_node={nproc}", f"--nnodes={nnodes}", f"--node_rank={node_rank}",

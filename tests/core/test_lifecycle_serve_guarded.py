@@ -346,31 +346,38 @@ def _port_left_in_time_wait() -> int:
 
 
 def test_the_look_before_serving_and_the_free_port_pick_bind_one_way_each_with_its_own_reuse(monkeypatch):
-    """check_listen_address and _free_port each bound a socket their own way (only the first with
-    SO_REUSEADDR): one helper now, bind_and_close, each still with the option right for it. The look binds
-    as the server will, reusing a port left in TIME_WAIT (the server can listen there, so the look must not
-    refuse it); the pick asks for a port no socket holds, so it does not reuse."""
+    """check_listen_address and the free-port pick each bound a socket their own way (only the first with
+    SO_REUSEADDR): one helper now, core.listen.bind_and_close, each still with the option right for it. The
+    look binds as the server will, reusing a port left in TIME_WAIT (the server can listen there, so the look
+    must not refuse it); the pick asks for a port no socket holds, so it does not reuse."""
     import socket
     from http.server import BaseHTTPRequestHandler
 
+    from core import listen
     from core.lifecycle import serve
     from core.lifecycle.server import ChatServer
 
     port = _port_left_in_time_wait()
     with pytest.raises(OSError):
-        serve.bind_and_close("127.0.0.1", port, reuse_address=False)  # the port is still held
-    assert serve.bind_and_close("127.0.0.1", port, reuse_address=True) == port
+        listen.bind_and_close("127.0.0.1", port, reuse_address=False)  # the port is still held
+    assert listen.bind_and_close("127.0.0.1", port, reuse_address=True) == port
     serve.check_listen_address("127.0.0.1", port)  # accepted: and the server does bind it
     server = ChatServer("127.0.0.1", port, BaseHTTPRequestHandler)
     server.server_close()
 
-    free = serve._free_port("127.0.0.1")
+    free = listen.free_port("127.0.0.1")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", free))  # a port nobody holds: bound without reuse
 
     calls = []
-    real = serve.bind_and_close
-    monkeypatch.setattr(serve, "bind_and_close", lambda *a, **k: calls.append((a, k)) or real(*a, **k))
+    real = listen.bind_and_close
+
+    def recorded(*args, **kwargs):
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(serve, "bind_and_close", recorded)
+    monkeypatch.setattr(listen, "bind_and_close", recorded)
     serve.check_listen_address("127.0.0.1", 0)
-    serve._free_port("127.0.0.1")
+    serve.free_port("127.0.0.1")  # the pick start_server hands vLLM/LMDeploy
     assert calls == [(("127.0.0.1", 0), {"reuse_address": True}), (("127.0.0.1", 0), {"reuse_address": False})]

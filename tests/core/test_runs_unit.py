@@ -371,6 +371,34 @@ def test_runs_and_status_show_the_steady_tokens_per_s_not_the_last_intervals(hom
         assert "7,700" in text and "3,100" not in text, text
 
 
+def test_the_rendezvous_port_is_picked_as_the_model_servers_are(home, monkeypatch):
+    """The supervisor picked torchrun's master port with its own IPv4 socket, a third copy of the free-port
+    pick: it goes through core.listen.free_port now (no SO_REUSEADDR, the bind the servers' looks use); a
+    port given with --master-port is passed on as it is."""
+    from core import listen
+    from core.runs.launch import DistributedSettings
+    from core.runs.supervisor import CPU_PROCESSES_ENV, trainer_command
+
+    monkeypatch.setenv(CPU_PROCESSES_ENV, "2")  # two CPU processes: torchrun, and a port to give it
+    calls, ports = [], []
+    real = listen.bind_and_close
+
+    def recorded(*args, **kwargs):
+        calls.append((args, kwargs))
+        ports.append(real(*args, **kwargs))
+        return ports[-1]
+
+    monkeypatch.setattr(listen, "bind_and_close", recorded)
+    cmd, nproc, offset = trainer_command(_run(home), None)
+    assert calls == [(("127.0.0.1", 0), {"reuse_address": False})]
+    assert (nproc, offset) == (2, 0) and "--master_addr=127.0.0.1" in cmd and f"--master_port={ports[0]}" in cmd
+    calls.clear()
+    given = create_run(_Config(), ["tunedeck", "train", "x.yaml"], gpus=[],
+                       distributed=DistributedSettings(master_port=29611))
+    cmd, _, _ = trainer_command(given, None)
+    assert "--master_port=29611" in cmd and calls == []
+
+
 def test_runs_cli_json_lists_and_status_reports(home):
     run = _run(home)
     run.write_status(STOPPED, "stopped at step 3")
