@@ -82,8 +82,9 @@ class TunedeckApp(App[int]):
         self.open_run = open_run
         self.announce_runs = announce_runs
         self.previous_section: str | None = None
-        # The latest dashboard asked for (tui.screens.runs.open_dashboard); a section key moves it on, so an
-        # answer still on its way opens nothing (cancel_dashboard_open).
+        # The latest dashboard asked for (tui.screens.runs.open_dashboard); a section key or any change of
+        # the screen stack (help, the palette, a modal: _screen_changed) moves it on, so an answer still on
+        # its way opens nothing (cancel_dashboard_open).
         self.dashboard_request = 0
         # The one GPU poll (see tui.gpu_poll): its history, latest snapshot, interval and watching screens.
         self.gpu_history = GpuHistory(HISTORY_SAMPLES)
@@ -203,17 +204,18 @@ class TunedeckApp(App[int]):
 
         self.add_mode("wizard", WizardScreen)
         self.add_mode("runs", _lazy_screen("tui.screens.runs", "RunsScreen"))
-        # The start's dashboard opens unless the user goes to a section first (a key pressed before the
-        # first refresh too): the request it answers is the one current now.
-        request = self.dashboard_request
+        self.screen_change_signal.subscribe(self, self._screen_changed, immediate=True)
+        # The start's dashboard opens unless the user goes to a section or opens a screen first (a key
+        # pressed before the first refresh too): the request it answers is the one current once the first
+        # section is shown.
         if self.open_run is not None:
             # A run asked for on the command line opens over the Runs section: no GPU screen first.
             self.switch_mode("runs")
-            self._on_start(request)
+            self._on_start(self.dashboard_request)
         else:
             self.switch_mode("gpus")
             if self.announce_runs:
-                self.call_after_refresh(self._on_start, request)
+                self.call_after_refresh(self._on_start, self.dashboard_request)
 
     def _on_start(self, request: int) -> None:
         from tui.screens.runs import on_app_start
@@ -225,6 +227,12 @@ class TunedeckApp(App[int]):
         before (its folder still being read, or the start's run listing) opens nothing and says nothing."""
         self.dashboard_request += 1
         self.workers.cancel_group(self, "open-dashboard")
+
+    def _screen_changed(self, _screen: Screen) -> None:
+        """The screen stack changed (a screen pushed or popped, a section shown): a dashboard asked for
+        before opens nothing, so help, the palette or a modal the user opened meanwhile stays on top. The
+        dashboard's own push lands here too, after its request was answered."""
+        self.cancel_dashboard_open()
 
     def on_watch_source_opened(self, message) -> None:
         """``tui.screens.runs.open_dashboard``'s worker read the directory: the dashboard, or why not."""

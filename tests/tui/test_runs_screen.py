@@ -379,6 +379,105 @@ def test_a_section_key_while_a_dashboard_is_read_cancels_it(monkeypatch):
         release.set()
 
 
+def test_a_screen_opened_while_a_dashboard_is_read_stays_on_top(monkeypatch):
+    """Enter on a run, then ? (or Ctrl+P) before its folder was read: the dashboard's answer came and was
+    pushed over the help screen (or the palette). Any change of the screen stack since the request now drops
+    it, like a section key: the screen the user opened stays on top, and closing it shows the Runs list."""
+    import threading
+
+    from textual.command import CommandPalette
+
+    import core.watch.source as watch_source
+    from tui.screens.help import HelpScreen
+
+    done = build_run(runs_dir(), "20261129-2200-done", status="finished", steps=60, total=60)
+    reading, release = threading.Event(), threading.Event()
+    real_open = watch_source.open_watch_source
+
+    def open_watch_source(path):
+        reading.set()
+        release.wait(60)
+        return real_open(path)
+
+    monkeypatch.setattr(watch_source, "open_watch_source", open_watch_source)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_runs(pilot, app)
+            await wait_for(pilot, lambda: ids(screen) == [done.name])
+            for key, opened in (("question_mark", HelpScreen), ("ctrl+p", CommandPalette)):
+                reading.clear()
+                release.clear()
+                handled = dashboard_reads_handled(app, monkeypatch)
+                await pilot.press("enter")
+                await wait_for(pilot, reading.is_set)
+                await pilot.press(key)
+                await wait_for(pilot, lambda opened=opened: isinstance(app.screen, opened))
+                release.set()
+                await wait_for(pilot, lambda handled=handled: handled == ["read"])
+                await pilot.pause()
+                assert isinstance(app.screen, opened), (key, app.screen_stack)
+                assert not any(isinstance(s, DashboardScreen) for s in app.screen_stack)
+                await pilot.press("escape")
+                await wait_for(pilot, lambda: app.screen is screen)
+
+            handled = dashboard_reads_handled(app, monkeypatch)  # and with nothing opened, it opens
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: handled == ["read"])
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+
+    try:
+        run(scenario())
+    finally:
+        release.set()
+
+
+def test_help_opened_before_the_start_found_the_active_run_stays_on_top(monkeypatch):
+    """At start the app re-attaches to the active run (its dashboard over the Runs list); ? pressed while
+    the runs were still being listed got the dashboard pushed over the help screen. Help stays now."""
+    import threading
+
+    import core.runs
+    import tui.screens.runs as runs_screen
+    from tui.screens.help import HelpScreen
+
+    live = three_runs()
+    listing, release = threading.Event(), threading.Event()
+    real_list_runs = core.runs.list_runs
+
+    def list_runs(*args, **kwargs):
+        listing.set()
+        release.wait(60)
+        return real_list_runs(*args, **kwargs)
+
+    monkeypatch.setattr(core.runs, "list_runs", list_runs)
+
+    async def scenario():
+        with SupervisorStandIn(live):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), announce_runs=True)
+            async with app.run_test(size=(80, 24)) as pilot:
+                starts: list[str] = []
+                real_open_dashboard, real_after_start = runs_screen.open_dashboard, runs_screen._after_start
+                monkeypatch.setattr(runs_screen, "open_dashboard",
+                                    lambda *a, **k: (starts.append("open"), real_open_dashboard(*a, **k)))
+                monkeypatch.setattr(runs_screen, "_after_start",
+                                    lambda *a: (real_after_start(*a), starts.append("after start")))
+                await wait_for(pilot, listing.is_set)
+                await pilot.press("question_mark")
+                await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+                release.set()
+                await wait_for(pilot, lambda: "after start" in starts)
+                await pilot.pause()
+                assert starts == ["after start"] and isinstance(app.screen, HelpScreen), app.screen_stack
+                assert not any(isinstance(s, DashboardScreen) for s in app.screen_stack)
+
+    try:
+        run(scenario())
+    finally:
+        release.set()
+
+
 def test_a_section_key_before_the_start_found_the_active_run_keeps_the_user_there(monkeypatch):
     """At start the app opens the active run's dashboard from the GPU screen (see the test above); a user
     who pressed m while the runs were still being listed stays on Models; the announcements still show."""

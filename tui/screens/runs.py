@@ -508,7 +508,8 @@ def open_dashboard(app: Any, path: str | Path, standalone: bool = False) -> None
     The directory is read (``open_watch_source``: file I/O) in a worker, never on the UI thread: it posts
     ``WatchSourceOpened`` to the app, whose handler calls ``show_dashboard``. A second request before the
     answer cancels the first (exclusive group; an answer already posted is dropped by its request number):
-    one dashboard opens, the last one asked for. The user going to a section meanwhile cancels it too
+    one dashboard opens, the last one asked for. The user going to a section or opening a screen (help,
+    the palette, a modal: any change of the screen stack) meanwhile cancels it too
     (``app.cancel_dashboard_open``): they stay where they went."""
     from tui.gpu_poll import expected_errors
     from tui.screens.error_modal import report_unexpected
@@ -553,8 +554,8 @@ def show_dashboard(app: Any, message: WatchSourceOpened) -> None:
 def on_app_start(app: Any, open_run: str | None, announce: bool, request: int) -> None:
     """Open the asked-for run (an id, prefix or any watchable directory), else the active run; announce
     runs that ended since the last visit. Listing happens in a worker; the screens open from its result,
-    unless the user went to a section since ``request`` (``app.dashboard_request`` at the start) was
-    current (``app.cancel_dashboard_open``): they stay there; the announcements still show."""
+    unless the user went to a section or opened a screen since ``request`` (``app.dashboard_request`` at
+    the start) was current (``app.cancel_dashboard_open``): they stay there; the announcements still show."""
 
     def work_() -> None:
         from core.runs import RunNotFound, list_runs, resolve_run
@@ -600,5 +601,5 @@ def _after_start(app: Any, target: str | None, error: str | None, ended: list[An
         severity = "error" if summary.status in (RunState.FAILED, RunState.CRASHED) else "information"
         app.notify(t("runs_screen.ended_since", id=summary.id, status=state_label(summary.status)), severity=severity, timeout=10)
     if target is not None and request == app.dashboard_request:
-        # (not when the user went to a section while the runs were listed: they stay there)
+        # (not when the user went to a section or opened a screen while the runs were listed: they stay there)
         open_dashboard(app, target, standalone=standalone)
