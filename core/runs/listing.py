@@ -83,7 +83,7 @@ def steady_rate(run: RunDirectory, metrics: dict[str, Any]) -> float | None:
 def summarize(run: RunDirectory) -> RunSummary:
     """Status (liveness applied), identity and the latest metrics of one run; reads only tails."""
     status = effective_status(run)
-    record = run.record()
+    record = run.read_record()[0]  # one that does not read (permissions, bad JSON) lists without its facts
     config = record.get("config_summary") or {}
     metrics = run.latest_metrics() or {}
     total = metrics.get("total_steps")

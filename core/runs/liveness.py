@@ -122,7 +122,7 @@ def effective_status(run: RunDirectory, persist: bool = True) -> RunStatus:
             return RunStatus(CRASHED, reason.english(), current.updated, current.updated_ts, reason.to_record())
     # Someone holds the lock. Cross-check the recorded supervisor: a pid that no longer names the
     # process that recorded it means the holder is not our supervisor (e.g. a stray inherited fd).
-    sup = run.record().get("supervisor") or {}
+    sup = run.read_record()[0].get("supervisor") or {}  # one that does not read names no supervisor
     pid = sup.get("pid")
     if pid and not same_process_alive(pid, sup.get("start_time")):
         reason = crashed_reason(run)

@@ -171,6 +171,25 @@ class RunDirectory:
             return {}
         return value if isinstance(value, dict) else {}
 
+    def read_record(self) -> tuple[dict[str, Any], str]:
+        """``run.json`` as a dict, and why it cannot be read: "" when it was read or is missing (a run not
+        recorded yet, as ``record`` takes it); else the reason (permission denied, not JSON, not a JSON
+        object). For a reader that shows what it can and says what it could not (the dashboard), where
+        ``record`` gives ``{}`` for bad JSON and raises an OSError."""
+        try:
+            value = json.loads(self.record_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}, ""
+        except OSError as exc:
+            return {}, exc.strerror or type(exc).__name__
+        except ValueError as exc:  # not JSON, or not UTF-8
+            return {}, str(exc) or type(exc).__name__
+        if not isinstance(value, dict):
+            from core.i18n import t
+
+            return {}, t("runs.record_not_object")
+        return value, ""
+
     def config(self) -> dict[str, Any]:
         """The resolved configuration (``config.yaml``) as a plain dict."""
         import yaml
@@ -189,7 +208,7 @@ class RunDirectory:
         ``{"kind": "resumed", "step", "total_steps"}``: the resume's step, no loss, speed or ETA until the
         new attempt logs. The charts read the whole history (``core.watch``), not this."""
         last = last_record(self.metrics_path, lambda r: r.get("kind") in ("train", "resumed"))
-        resumes = self.record().get("resumes")
+        resumes = self.read_record()[0].get("resumes")  # (one that does not read: no resume known)
         resume = resumes[-1] if isinstance(resumes, list) and resumes else None
         if isinstance(resume, dict) and isinstance(resume.get("step"), int) and resume.get("time") and (
                 last is None or (last.get("kind") == "train" and str(last.get("time") or "~") <= str(resume["time"]))):

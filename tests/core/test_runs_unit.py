@@ -192,6 +192,30 @@ def test_lock_holder_keeps_run_alive_and_its_death_makes_it_crashed(home):
     assert effective_status(run).status == CRASHED
 
 
+def test_read_record_says_why_run_json_cannot_be_read_and_the_list_still_lists_the_run(home, monkeypatch):
+    """record() gave {} for bad JSON and raised PermissionError, which stopped the Runs list and the
+    dashboard's watcher. read_record() says why (the dashboard shows it); the list's readers use it."""
+    run = _run(home)
+    assert run.read_record() == (run.record(), "") and run.record()["id"] == run.id
+    run.record_path.write_text("[1, 2]", encoding="utf-8")
+    assert run.read_record() == ({}, "not a JSON object")
+    run.record_path.write_text("{not json", encoding="utf-8")
+    assert run.read_record() == ({}, "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)")
+    real_read_text, denied = Path.read_text, [True]
+
+    def read_text(self, *args, **kwargs):
+        if denied and self == run.record_path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert run.read_record() == ({}, "Permission denied")
+    assert [summary.id for summary in list_runs()] == [run.id]  # listed, without its record's facts
+    denied.clear()
+    run.record_path.unlink()
+    assert run.read_record() == ({}, "")  # not recorded yet: no problem to say
+
+
 def test_a_crashed_run_without_a_checkpoint_is_not_offered_a_resume(home):
     """A run dir with a corrupt status.json read "crashed — … continue with 'tunedeck resume ID'", and that
     resume failed with "no complete checkpoint": without one the reason says to start it again."""

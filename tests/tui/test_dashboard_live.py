@@ -201,3 +201,57 @@ def test_run_finishing_while_watched_is_announced():
             await wait_for(pilot, lambda: any("20261129-2100-end finished" in m for m in messages(app)))
 
     run(scenario())
+
+
+def test_an_unreadable_run_json_is_said_in_the_header_and_the_rest_still_shows(monkeypatch):
+    """A run.json that does not read (permission denied, bad JSON) stopped the file watcher: "Watching the
+    run failed", no metrics, no logs, no GPU charts. It is a state now: a notification says which file,
+    why and what to do, the header keeps saying it; metrics, logs and the GPU charts still come; once the
+    file reads, the header clears and the charts keep the run's GPUs."""
+    from core.i18n import t
+
+    path = build_run(runs_dir(), "20261129-2100-live", status="running", steps=20, total=400, gpus=(1,))
+    record = path / "run.json"
+    denied = {"on": False}
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if denied["on"] and self == record:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+
+    def info(screen) -> str:
+        return " ".join(str(screen.query_one("#dash-info").render()).split())
+
+    async def scenario(reason: str) -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await dashboard(pilot, app)
+            await wait_for(pilot, lambda: screen.record_unreadable == reason)
+            await wait_for(pilot, lambda: screen.query_one("#dash-log", LogPane).lines
+                           and screen.gpu_charts and screen.gpu_util)
+            assert sorted(screen.gpu_util) == [0, 1]  # the run's GPUs unknown: the box's
+            said = t("dashboard.record_unreadable", dir=str(path), reason=reason)
+            assert said.startswith(f"run.json in {path} cannot be read: {reason}. ") and said in messages(app)
+            assert not any("failed" in m for m in messages(app)), messages(app)
+            assert t("dashboard.record_unreadable_short", reason=reason) in info(screen), info(screen)
+            screen._redraw()
+            await pilot.pause()
+            text = screen_text(app)
+            assert "run.json cannot be read" in text and "step 20/400" in text, text
+
+            denied["on"] = False  # the user fixed the file: the header clears, the run's GPU stays
+            record.write_text(good, encoding="utf-8")
+            await wait_for(pilot, lambda: screen.record_unreadable == "" and screen.gpu_indices == [1])
+            assert sorted(screen.gpu_util) == [1]
+            assert "run.json" not in info(screen)
+            assert messages(app).count(said) == 1  # said once, not at every read
+
+    with SupervisorStandIn(path):  # a live run: its status reads run.json's supervisor too
+        good = record.read_text(encoding="utf-8")
+        denied["on"] = True
+        run(scenario("Permission denied"))
+        record.write_text("{not json", encoding="utf-8")
+        run(scenario("Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"))

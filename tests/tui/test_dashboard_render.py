@@ -198,7 +198,7 @@ def test_gpu_charts_are_by_time_and_say_so(recording, gpus):
 
 
 def test_the_dashboard_reads_run_json_in_its_worker_and_charts_only_the_runs_gpus(monkeypatch):
-    """Opening a run's dashboard read its run.json (RunDirectory.record) in on_mount, on the UI thread: a
+    """Opening a run's dashboard read its run.json (RunDirectory.record, read_record now) in on_mount, on the UI thread: a
     slow disk froze the app. The file watcher reads it first now; the header still names the run's model
     and GPUs, and the GPU charts, which start once the run's GPUs are known, show GPU 1 alone though the
     GPU screen had readings of both before the dashboard opened."""
@@ -209,14 +209,14 @@ def test_the_dashboard_reads_run_json_in_its_worker_and_charts_only_the_runs_gpu
 
     path = build_run(runs_dir(), "20261129-2100-gpu1", status="running", steps=240, gpus=(1,))
     reads: list[bool] = []  # on the UI thread?
-    real_record = RunDirectory.record
+    real_read_record = RunDirectory.read_record
 
-    def record(self):
+    def read_record(self):
         if Path(self.path) == path:
             reads.append(threading.current_thread() is threading.main_thread())
-        return real_record(self)
+        return real_read_record(self)
 
-    monkeypatch.setattr(RunDirectory, "record", record)
+    monkeypatch.setattr(RunDirectory, "read_record", read_record)
 
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))

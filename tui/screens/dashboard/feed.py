@@ -70,11 +70,14 @@ class LogLines(Message):
 
 
 class RunRecordRead(Message):
-    """A tunedeck run's ``run.json`` (its GPUs, its configuration's summary), read before anything else."""
+    """A tunedeck run's ``run.json`` (its GPUs, its configuration's summary), read before anything else;
+    ``unreadable``: why it cannot be read ("" when it was; the record then ``{}``): a state the header
+    says, not a watcher failure (the metrics and logs still come)."""
 
-    def __init__(self, record: dict[str, Any]) -> None:
+    def __init__(self, record: dict[str, Any], unreadable: str = "") -> None:
         super().__init__()
         self.record = record
+        self.unreadable = unreadable
 
 
 class RunStatusRead(Message):
@@ -99,16 +102,17 @@ class DashboardFeed:
     """The file watcher, the app's GPU poll and their messages' handlers (mixed into DashboardScreen)."""
 
     source_problem = ""  # "trainer_state.json cannot be read (…): …" while the watched file does not parse
+    record_unreadable = ""  # why a tunedeck run's run.json cannot be read ("Permission denied"), "" if it can
+    _record_read = False  # the first RunRecordRead came (the GPU charts follow the app's poll from then on)
 
     # --- workers ---------------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="dash-files", exit_on_error=False)
     def watch_files(self) -> None:
         worker = get_current_worker()
         source = self.source
-        if not source.read_only:  # which GPUs are the run's, before their charts start
-            from core.runs import RunDirectory
-
-            self.post_message(RunRecordRead(RunDirectory(source.path).record()))
+        # Which GPUs are the run's, before their charts start; an unreadable run.json is read again with
+        # the status until it reads (the user fixed it), posted when what it says changes.
+        record_unreadable = self._post_record("") if not source.read_only else ""
         metrics = open_metrics_feed(source)
         self._activity = metrics.activity
         self.post_message(MetricsBatch(metrics.read_tail(), reset=True))
@@ -133,9 +137,21 @@ class DashboardFeed:
                 if with_disk:
                     last_disk = now
                 self._post_state(with_disk)
+                if record_unreadable:
+                    record_unreadable = self._post_record(record_unreadable)
             end = time.monotonic() + FILE_POLL_S
             while not worker.is_cancelled and time.monotonic() < end:
                 time.sleep(0.05)
+
+    def _post_record(self, posted: str) -> str:
+        """Read the run's ``run.json``; post it, or why it cannot be read, unless that is ``posted`` again
+        (the reason said last time; "" at first, when it is always posted). The reason now, "" if none."""
+        from core.runs import RunDirectory
+
+        record, reason = RunDirectory(self.source.path).read_record()
+        if not posted or reason != posted:
+            self.post_message(RunRecordRead(record, reason))
+        return reason
 
     def _post_logs(self, log: LinesFeed, events: EventsFeed) -> None:
         lines, reset_log = log.poll()
@@ -217,10 +233,23 @@ class DashboardFeed:
 
     # --- message handlers ------------------------------------------------------------------------
     def on_run_record_read(self, message: RunRecordRead) -> None:
+        first = not self._record_read
+        self._record_read = True
         self._record = message.record
+        if message.unreadable and message.unreadable != self.record_unreadable:  # the whole story, once
+            self.notify(t("dashboard.record_unreadable", dir=str(self.source.path), reason=message.unreadable),
+                        severity="warning", timeout=15, markup=False)
+        self.record_unreadable = message.unreadable
         self.gpu_indices = [int(i) for i in self._record.get("gpus") or []]
+        if first:
+            self._follow_gpus()
+        elif self.gpu_indices:  # run.json reads at last: the charts keep the run's GPUs, not all the box's
+            for series in (self.gpu_util, self.gpu_mem):
+                for index in [i for i in series if i not in self.gpu_indices]:
+                    del series[index]
+            self.gpu_version += 1
+            self._dirty = True
         self._show_info()
-        self._follow_gpus()
 
     def on_metrics_batch(self, message: MetricsBatch) -> None:
         if message.reset:

@@ -271,6 +271,8 @@ class DashboardHeader:
             line2 += f"\n[$error]{_escape(self.reason)}[/]"
         if self.source_problem:  # the watched file does not parse: say so, not just "waiting for metrics"
             line2 += f"\n[$warning]{_escape(self.source_problem)}[/]"
+        if self.record_unreadable:  # run.json does not read (a notification said which, why, what to do)
+            line2 += f"\n[$warning]{_escape(t('dashboard.record_unreadable_short', reason=self.record_unreadable))}[/]"
         self.query_one("#dash-info", Static).update(line1 + "\n" + line2)
 
     def _info_width(self) -> int:
