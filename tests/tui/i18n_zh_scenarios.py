@@ -297,6 +297,43 @@ def test_wizard_section(size=(80, 24)):
     run(scenario())
 
 
+def test_models_local_incomplete_80x24(hub_env, tmp_path):  # noqa: F811
+    """An unfinished download in the Local tab: its id whole, 不完整 under 上次使用, every row in 80 cells."""
+    from core.i18n import t
+    from tests.tui.test_models_qa80 import local_tab, modelscope_folder
+
+    model = "Qwen/Qwen2.5-7B-Instruct"
+
+    async def scenario():
+        modelscope_folder(tmp_path, model, {"config.json": b"{}", "model.safetensors.part": b"x" * 100})
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_models(pilot, app)
+            local = await local_tab(pilot, screen)
+            await pilot.pause()
+            assert_fits(app, (80, 24))
+            lines = region_text(app, local).splitlines()
+            header, row = lines[0], next(line for line in lines if model in line)
+            assert row.split()[0] == model and t("modelsscreen.incomplete") == "不完整", row
+            at = cell_index(header, t("modelsscreen.col_used"))
+            assert cell_slice(row, at).split()[0] == "不完整", (header, row)
+
+    run(scenario())
+
+
+def cell_index(text: str, part: str) -> int:
+    """The cell ``part`` starts at in ``text`` (a Chinese character takes two)."""
+    return cell_len(text[:text.index(part)])
+
+
+def cell_slice(text: str, start: int) -> str:
+    """``text`` from its cell ``start`` on."""
+    for index in range(len(text) + 1):
+        if cell_len(text[:index]) >= start:
+            return text[index:]
+    return ""
+
+
 def test_zh_section_footers_fit_80_columns_with_help():
     """Two cells a character: each footer keeps ? and drops whole entries, never half a character."""
     async def scenario():

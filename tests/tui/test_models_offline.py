@@ -136,7 +136,7 @@ def test_the_local_tab_lists_the_bundled_models_and_p_hands_one_to_the_wizard(pr
             assert "No models on disk yet." in text and "Bundled, no download: tiny trains offline" in text
             rows = [local.get_row_at(i) for i in range(local.row_count)]
             assert [row[0] for row in rows] == names and names[0] == "tiny"
-            assert rows[0][1] == "built-in" and {row[1] for row in rows[1:]} == {"bundled config"}
+            assert rows[0][1] == "built-in" and {row[1] for row in rows[1:]} == {"bundled"}  # (its use says "config only")
             assert "x" not in offered(app) and "p" in offered(app)  # a bundled model is not deleted
             await pilot.press("p")
             await wait_for(pilot, lambda: app.current_mode == "wizard")

@@ -189,6 +189,30 @@ def test_local_columns_fit_80_columns_with_the_whole_date(hub_env, tmp_path):  #
     asyncio.run(scenario())
 
 
+def test_an_unfinished_downloads_id_is_whole_at_80_columns(hub_env, tmp_path):  # noqa: F811
+    """ " (incomplete)" after the id took 13 of its cells: "Qwen/Qw… (incomplete)". The state is said in
+    the Last used column now (a model not whole was never used), the id keeps its cells, whole at 80."""
+    model = "Qwen/Qwen2.5-7B-Instruct"
+
+    async def scenario():
+        modelscope_folder(tmp_path, model, {"config.json": b"{}", "model.safetensors.part": b"x" * 100})
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            local = await local_tab(pilot, screen)
+            await pilot.pause()
+            lines = region_text(app, local).splitlines()
+            header, row = lines[0], next(line for line in lines if model in line)
+            cells = row.split()
+            assert cells[0] == model and t("modelsscreen.incomplete") == "incomplete", row
+            at = header.index(t("modelsscreen.col_used"))
+            assert row[at:].split()[0] == "incomplete", (header, row)  # in its column, under Last used
+            assert all(cell_len(text) <= SIZE[0] for text in lines)
+            assert " incomplete " not in next(line for line in lines if line.split()[:1] == ["tiny"])
+
+    asyncio.run(scenario())
+
+
 def status(**changes) -> DownloadStatus:
     values = dict(job_dir=Path("/nowhere"), hub="modelscope", model_id="qa/Big-Slow-7B", target_dir="",
                   status="running", bytes_done=25_600_000, bytes_total=31_500_000, current_file=None,
@@ -224,10 +248,10 @@ def test_an_unfinished_download_in_the_local_tab_says_how_to_resume(hub_env, tmp
         async with app.run_test(size=SIZE) as pilot:
             screen = await open_models(pilot, app)
             local = await local_tab(pilot, screen)
-            await wait_for(pilot, lambda: "(incomplete)" in region_text(app, local))
+            await wait_for(pilot, lambda: " incomplete " in region_text(app, local))
             assert "d" in offered(app)
             assert "p" not in offered(app)  # the wizard would plan on weights that are not there
-            row = next(line for line in region_text(app, local).splitlines() if "(incomplete)" in line)
+            row = next(line for line in region_text(app, local).splitlines() if " incomplete " in line)
             assert len(str(tmp_path)) > 30 and "…" in row  # the path's middle gives way, its end stays:
             assert row.rstrip(" │▁▂▃▄▅▆▇█").endswith("-Instruct")  # the model's own folder (was "/tmp/pytest-…")
             await pilot.press("enter")

@@ -796,12 +796,15 @@ class ModelsScreen(Screen[None]):
         for model in message.models:
             used = time.strftime("%Y-%m-%d", time.localtime(model.last_used)) if model.last_used else "—"
             # A download that failed or stopped (no config.json, .part files, no weights) is no model yet:
-            # marked, the marker kept when the name is cut.
-            mark = "" if _local_complete(model) else t("modelsscreen.incomplete")
-            rows.append((model.model_id, mark, model.source, human_bytes(model.size_bytes), used, str(model.path)))
+            # said where its last use would be (never used: it is not whole), not after its name, which
+            # keeps the cells it needs (" (incomplete)" beside it cut "Qwen/Qwen2.5-7B-Instruct" at 80
+            # columns). Enter says why and how to resume.
+            if not _local_complete(model):
+                used = t("modelsscreen.incomplete")
+            rows.append((model.model_id, model.source, human_bytes(model.size_bytes), used, str(model.path)))
         for bundled in message.bundled:
             # Where a bundled model sits inside the install says nothing; what it is good for does.
-            rows.append((bundled.name, "", t(f"modelsscreen.source.{bundled.kind}"), "—", "—",
+            rows.append((bundled.name, t(f"modelsscreen.source.{bundled.kind}"), "—", "—",
                          t(f"modelsscreen.bundled_note.{bundled.kind}")))
         self._local_table_rows = rows
         self._fill_local_table()
@@ -819,8 +822,7 @@ class ModelsScreen(Screen[None]):
         model is good for) share what is left, each cut with an ellipsis (a path's in its middle: its end names the
         model's folder), never a date or a size."""
         table = self.query_one("#local-models", DataTable)
-        marks = [row[1] for row in self._local_table_rows]
-        rows = [(row[0] + row[1], *row[2:]) for row in self._local_table_rows]
+        rows = self._local_table_rows
         labels = (t("modelsscreen.col_id"), t("modelsscreen.col_source"), t("modelsscreen.col_size"),
                   t("modelsscreen.col_used"), t("modelsscreen.col_path"))
         widths = [max([cell_len(label)] + [cell_len(row[index]) for row in rows]) for index, label in enumerate(labels)]
@@ -832,9 +834,9 @@ class ModelsScreen(Screen[None]):
             widths[0] = max(min(widths[0], LOCAL_ID_MIN), min(widths[0], room - last_min))
             widths[-1] = max(6, min(widths[-1], room - widths[0]))
         paths = len(self.local_models)  # the rows on disk come first, their last cell a path: its middle gives way
-        rows = [(truncate(row[0][:len(row[0]) - len(mark)], max(1, widths[0] - cell_len(mark))) + mark, *row[1:-1],
+        rows = [(truncate(row[0], widths[0]), *row[1:-1],
                  _ellipsize_middle(row[-1], widths[-1]) if index < paths else truncate(row[-1], widths[-1]))
-                for index, (row, mark) in enumerate(zip(rows, marks, strict=True))]
+                for index, row in enumerate(rows)]
         labels = (truncate(labels[0], widths[0]), *labels[1:-1], truncate(labels[-1], widths[-1]))
         cursor = table.cursor_row
         # Widths from the content: auto-sized columns of a table filled right after its tab appears can
