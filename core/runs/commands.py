@@ -287,7 +287,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     run = _resolve(args.run)
     summary = summarize(run)
-    record = run.record()
+    record, unreadable = run.read_record()  # one that does not read: what else there is shows, then why
     last_ckpt = run.last_sound_checkpoint()  # a damaged newer one is not what a resume or export takes
     last_eval = run.latest_eval()
     if args.json:
@@ -299,26 +299,39 @@ def cmd_status(args: argparse.Namespace) -> int:
             "supervisor": record.get("supervisor"),
             "attempts": record.get("attempts") or [],
             "last_event": run.last_event(),
+            "record_error": unreadable or None,
         })
         _print_json(data)
-        return 0
+        return _record_unreadable(run, unreadable)
     lines = [
         (t("runs.field_id"), summary.id),
         (t("runs.field_status"), _state(summary.status) + (f" — {summary.reason_text}" if summary.reason_text else "")),
-        (t("runs.field_model"), f"{summary.model} ({summary.method})"),
+        (t("runs.field_model"), f"{summary.model or '-'} ({summary.method or '-'})"),
         (t("runs.field_step"), f"{summary.step if summary.step is not None else '-'}/{summary.total_steps or '-'}"),
         (t("runs.field_loss"), _fmt_float(summary.loss)),
         (t("runs.field_eval_loss"), _fmt_float((last_eval or {}).get("eval_loss"))),
         (t("runs.field_speed"), format_rate(summary.steady_tokens_per_s)),
         (t("runs.field_eta"), format_duration(summary.eta_s) if summary.status in ACTIVE_STATES else UNKNOWN),
         (t("runs.field_checkpoint"), str(last_ckpt.path) if last_ckpt else "-"),
-        (t("runs.field_gpus"), ",".join(str(g) for g in summary.gpus) or "cpu"),
+        (t("runs.field_gpus"), UNKNOWN if unreadable else ",".join(str(g) for g in summary.gpus) or "cpu"),
         (t("runs.field_dir"), summary.run_dir),
     ]
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
         print(f"{key.ljust(width)}  {value}")
-    return 0
+    return _record_unreadable(run, unreadable)
+
+
+def _record_unreadable(run: Any, reason: str) -> int:
+    """``status`` of a run whose run.json does not read (permissions, bad JSON): after what it could show,
+    one line that names the file, why and what to do, and exit 1; 0 when there is nothing to say."""
+    if not reason:
+        return 0
+    from core.errors import CliError
+    from core.i18n import t
+
+    sys.stdout.flush()  # what was shown comes before the reason on a terminal
+    raise CliError(t("runs.status_record_unreadable", path=str(run.record_path), reason=reason))
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

@@ -216,6 +216,50 @@ def test_read_record_says_why_run_json_cannot_be_read_and_the_list_still_lists_t
     assert run.read_record() == ({}, "")  # not recorded yet: no problem to say
 
 
+def test_status_of_a_run_whose_run_json_does_not_read_shows_what_it_can_and_says_why(home, monkeypatch, capsys):
+    """`tunedeck status RUN` read run.json with record(): permission denied ended in a traceback. It shows
+    the status and metrics, then one line naming the file, why and what to do, and exits 1; `runs` still
+    lists the run (exit 0)."""
+    from core import cli
+
+    run = _run(home)
+    run.write_status(STOPPED, "stopped at step 3")
+    append_jsonl(run.metrics_path, {"schema": 1, "kind": "header", "total_steps": 9})
+    append_jsonl(run.metrics_path, {"kind": "train", "step": 3, "total_steps": 9, "loss": 2.5})
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self == run.record_path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert cli.main(["status", run.id]) == 1
+    out = capsys.readouterr()
+    assert "stopped at step 3" in out.out and "3/9" in out.out and "2.5000" in out.out
+    assert "Traceback" not in out.err and len(out.err.splitlines()) == 1, out.err
+    assert out.err.startswith(f"tunedeck: {run.record_path} cannot be read (Permission denied): ")
+    assert "permissions" in out.err and "JSON" in out.err
+    assert cli.main(["status", run.id, "--json"]) == 1
+    out = capsys.readouterr()
+    data = json.loads(out.out)
+    assert data["record_error"] == "Permission denied" and data["step"] == 3 and data["attempts"] == []
+    assert str(run.record_path) in out.err
+    assert cli.main(["runs"]) == 0
+    out = capsys.readouterr()
+    assert run.id in out.out and out.err == ""
+    assert cli.main(["runs", "--json"]) == 0
+    assert [row["id"] for row in json.loads(capsys.readouterr().out)] == [run.id]
+    monkeypatch.setattr(Path, "read_text", real_read_text)
+    run.record_path.write_text("{not json", encoding="utf-8")
+    assert cli.main(["status", run.id]) == 1
+    assert "cannot be read (Expecting property name" in capsys.readouterr().err
+    run.record_path.write_text(json.dumps({"id": run.id, "gpus": [0]}), encoding="utf-8")
+    assert cli.main(["status", run.id, "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["record_error"] is None and out.err == ""
+
+
 def test_a_crashed_run_without_a_checkpoint_is_not_offered_a_resume(home):
     """A run dir with a corrupt status.json read "crashed — … continue with 'tunedeck resume ID'", and that
     resume failed with "no complete checkpoint": without one the reason says to start it again."""
