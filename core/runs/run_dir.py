@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from core.atomic_file import write_json_atomic
+from core.atomic_file import write_atomic, write_json_atomic
 from core.i18n import Message, render_stored, stored_reason
 from core.runs.checkpoints import Checkpoint, list_checkpoints
 from core.runs.jsonl import append_jsonl, first_record, last_record
@@ -300,12 +300,51 @@ class RunDirectory:
         return True
 
     def update_record(self, **changes: Any) -> dict[str, Any]:
-        """Merge ``changes`` into run.json (atomic replace) and return the new record."""
+        """Merge ``changes`` into run.json (atomic replace) and return the new record.
+
+        A run.json that is there but is not a JSON object (a torn or hand-edited file) is not replaced
+        by ``changes`` alone, which would lose everything else it held: it is kept first, as
+        ``run.json.corrupt-<time>`` (``set_aside_record``), and the write goes on, so that a supervisor
+        recording its trainer or an attempt's end never stops a training for it. One that cannot be read
+        at all (permission denied) raises its OSError and is left as it is."""
         with self._status_lock():
-            record = self.record()
+            record = self._record_to_update()
             record.update(changes)
             write_json_atomic(self.record_path, record)
         return record
+
+    def _record_to_update(self) -> dict[str, Any]:
+        """run.json for a read-modify-write, under the status lock: ``{}`` when missing, or when it did not
+        parse and was set aside (said in events.jsonl: ``record_set_aside``)."""
+        try:
+            raw = self.record_path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:  # not JSON, or not UTF-8
+            problem = str(exc) or type(exc).__name__
+        else:
+            if isinstance(value, dict):
+                return value
+            problem = Message("runs.record_not_object").english()
+        kept = self.set_aside_record(raw)
+        self.append_event("record_set_aside", path=str(kept), **stored_reason(
+            Message("runs.record_set_aside", path=str(self.record_path), problem=problem, kept=str(kept))))
+        return {}
+
+    def set_aside_record(self, raw: bytes) -> Path:
+        """Keep ``raw`` (the bytes of a run.json that does not parse) as ``run.json.corrupt-<UTC time>``
+        (``-2``, ``-3`` … when that name is taken), 0600, before run.json is replaced. A copy, not a
+        rename: run.json stays in place for the readers (a run without one is not listed) until the
+        atomic replace, and is still there if writing its successor fails."""
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        kept, number = self.path / f"run.json.corrupt-{stamp}", 1
+        while kept.exists():
+            number += 1
+            kept = self.path / f"run.json.corrupt-{stamp}-{number}"
+        write_atomic(kept, raw)
+        return kept
 
     def close_open_attempt(self, status: str, **fields: Any) -> bool:
         """Record the end of the run's open attempt (the last in run.json without ``ended``), atomically:

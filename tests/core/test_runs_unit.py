@@ -581,3 +581,75 @@ def test_hostfile_gives_nodes_master_and_this_machines_rank(tmp_path):
     path.write_text("node-a\nnode-a\n")
     with pytest.raises(HostfileError, match=r"hostfile:2: host node-a is listed twice"):
         read_hostfile(path)
+
+
+def _set_aside(run: RunDirectory) -> list[Path]:
+    return sorted(run.path.glob("run.json.corrupt-*"))
+
+
+def test_a_record_write_over_a_corrupt_run_json_keeps_the_corrupt_file_aside(home, monkeypatch):
+    """update_record merged into record(), which is {} for a run.json that does not parse: the write
+    replaced it with the new fields alone and its id, config, GPUs and attempts were gone for good."""
+    run = _run(home)
+    torn = run.record_path.read_bytes()[:150]  # a torn write: id, created, argv … but not JSON
+    run.record_path.write_bytes(torn)
+    assert run.close_open_attempt("crashed") is False and run.record_path.read_bytes() == torn  # writes nothing
+    assert run.update_record(trainer={"pid": 7}) == {"trainer": {"pid": 7}}
+    [kept] = _set_aside(run)
+    assert kept.read_bytes() == torn and kept.stat().st_mode & 0o777 == 0o600
+    assert json.loads(run.record_path.read_text()) == {"trainer": {"pid": 7}}
+    event = run.last_event()
+    assert event["event"] == "record_set_aside" and event["path"] == str(kept)
+    assert str(run.record_path) in event["reason"] and str(kept) in event["reason"]
+    assert event["reason_message"]["key"] == "runs.record_set_aside"
+    run.update_record(attempts=[{"number": 1}])  # run.json reads again: nothing more is set aside
+    assert _set_aside(run) == [kept] and run.record() == {"trainer": {"pid": 7}, "attempts": [{"number": 1}]}
+    run.record_path.write_text("[1, 2]", encoding="utf-8")  # JSON, not a record: kept too, under its own name
+    run.update_record(trainer=None)
+    assert len(_set_aside(run)) == 2 and b"[1, 2]" in [p.read_bytes() for p in _set_aside(run)]
+    assert run.last_event()["reason"].count("not a JSON object") == 1
+    real_read_bytes = Path.read_bytes
+
+    def read_bytes(self):
+        if self == run.record_path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    before = real_read_bytes(run.record_path)
+    with pytest.raises(PermissionError):  # one that cannot be read at all is not written over either
+        run.update_record(trainer={"pid": 8})
+    assert real_read_bytes(run.record_path) == before and len(_set_aside(run)) == 2
+
+
+def test_a_run_json_corrupted_mid_training_loses_nothing_and_the_supervisor_ends_the_run(home):
+    """A real supervisor (in its own process) with a stand-in trainer that tears run.json once the
+    supervisor has recorded it, then finishes: the attempt's end is recorded, the run ends finished, and
+    the torn file is kept aside and said in the events."""
+    run = _run(home)
+    trainer = (
+        "import json, pathlib, time\n"
+        "record = pathlib.Path('run.json')\n"
+        "deadline = time.monotonic() + 120\n"
+        "while 'trainer' not in json.loads(record.read_text()) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "record.write_text('{\"id\": \"torn')\n"
+        "pathlib.Path('outcome.json').write_text(json.dumps({'status': 'finished'}))\n"
+        "print('trained', flush=True)\n")
+    supervise = (
+        "import sys\n"
+        "from core.runs import supervisor\n"
+        f"supervisor.trainer_command = lambda run, resume_from: ([sys.executable, '-c', {trainer!r}], 1, 0)\n"
+        f"sys.exit(supervisor.main([{str(run.path)!r}]))\n")
+    out = subprocess.run([sys.executable, "-c", supervise], cwd=ROOT, env={**os.environ, "TUNEDECK_HOME": str(home)},
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr + run.log_path.read_text()
+    assert run.status().status == "finished"
+    assert "[rank0] trained" in run.log_path.read_text()
+    [kept] = _set_aside(run)
+    assert kept.read_text() == '{"id": "torn'
+    attempts = run.record()["attempts"]
+    assert attempts[-1]["status"] == "finished" and attempts[-1]["exit_code"] == 0
+    events = [e["event"] for e in iter_records(run.events_path)]
+    assert events[-2:] == ["record_set_aside", "finished"], events
+
