@@ -193,6 +193,16 @@ class Supervisor:
                   file=sys.stderr, flush=True)
             return None
 
+    def _record(self, **changes: Any) -> None:
+        """``update_record`` once the trainer has started: a run.json that cannot be read or written (its
+        permissions changed; a full disk is ``_durably``'s) is said in train.log and goes no further. Raised,
+        it ended the supervisor, which takes the trainer with it (parent-death signal) and recorded a
+        finished attempt as failed ("supervisor error"). A corrupt run.json is kept aside by update_record."""
+        try:
+            self._durably(self.run.update_record, **changes)
+        except OSError as exc:
+            self.log(f"cannot record {', '.join(sorted(changes))} in {self.run.record_path}: {exc}; the run goes on")
+
     def _relay_line(self, raw: bytes) -> None:
         text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         match = _TORCHRUN_PREFIX.match(text)
@@ -306,7 +316,7 @@ class Supervisor:
         )
         try:
             child_proc = psutil.Process(self.child.pid)
-            self._durably(self.run.update_record, trainer={"pid": self.child.pid, "start_time": child_proc.create_time()})
+            self._record(trainer={"pid": self.child.pid, "start_time": child_proc.create_time()})
         except psutil.NoSuchProcess:
             pass
         if self.stop_requests:  # a stop that arrived while we were starting
@@ -332,7 +342,7 @@ class Supervisor:
         attempt.update({"ended": utc_now_iso(), "exit_code": code, "status": status, "elapsed_s": elapsed})
         # Each write frees the reserve on a full disk if it must (_durably). The status goes last: a reader
         # that sees the final status finds the attempt, the final event and the whole log already written.
-        self._durably(self.run.update_record, attempts=attempts)
+        self._record(attempts=attempts)
         # The reason is a Message where we know its key: status.json and the event keep it as data next
         # to the English text, and each reader shows it in its own language (see RunStatus.reason_text).
         fields = stored_reason(reason)

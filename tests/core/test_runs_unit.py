@@ -653,3 +653,36 @@ def test_a_run_json_corrupted_mid_training_loses_nothing_and_the_supervisor_ends
     events = [e["event"] for e in iter_records(run.events_path)]
     assert events[-2:] == ["record_set_aside", "finished"], events
 
+
+def test_a_run_json_that_stops_reading_mid_training_does_not_end_the_run(home):
+    """The supervisor's record writes after the trainer started raised the PermissionError of a run.json
+    that no longer reads: the supervisor died (taking its trainer with it) and a finished attempt was
+    recorded as failed. It is said in train.log now and the run ends as the trainer says. (Root reads any
+    file: the denial is patched into the supervisor's process, from the trainer's first line on.)"""
+    run = _run(home)
+    trainer = (
+        "import json, pathlib\n"
+        "pathlib.Path('deny').touch()\n"
+        "pathlib.Path('outcome.json').write_text(json.dumps({'status': 'finished'}))\n"
+        "print('trained', flush=True)\n")
+    supervise = (
+        "import pathlib, sys\n"
+        "from core.runs import supervisor\n"
+        "real = pathlib.Path.read_bytes\n"
+        "def read_bytes(self):\n"
+        "    if self.name == 'run.json' and (self.parent / 'deny').exists():\n"
+        "        raise PermissionError(13, 'Permission denied', str(self))\n"
+        "    return real(self)\n"
+        "pathlib.Path.read_bytes = read_bytes\n"
+        f"supervisor.trainer_command = lambda run, resume_from: ([sys.executable, '-c', {trainer!r}], 1, 0)\n"
+        f"sys.exit(supervisor.main([{str(run.path)!r}]))\n")
+    before = run.record_path.read_bytes()
+    out = subprocess.run([sys.executable, "-c", supervise], cwd=ROOT, env={**os.environ, "TUNEDECK_HOME": str(home)},
+                         capture_output=True, text=True, timeout=180)
+    log = run.log_path.read_text()
+    assert out.returncode == 0, out.stderr + log
+    assert run.status().status == "finished" and "[rank0] trained" in log
+    assert f"[supervisor] cannot record attempts in {run.record_path}: [Errno 13] Permission denied" in log, log
+    assert [e["event"] for e in iter_records(run.events_path)][-1] == "finished"
+    record = json.loads(run.record_path.read_bytes())
+    assert json.loads(before)["id"] == record["id"] == run.id and record["attempts"][-1].get("ended") is None
