@@ -179,9 +179,10 @@ def wait_until_started(run: RunDirectory, proc: subprocess.Popen, timeout_s: flo
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        # run.json read as the supervisor may find it (permissions, bad JSON: it refuses to start then)
         if proc.poll() is not None:  # already gone: fine if it got to run (a very short attempt)
-            return bool(run.record().get("supervisor"))
-        if supervisor_alive(run) and run.record().get("supervisor"):
+            return bool(run.read_record()[0].get("supervisor"))
+        if supervisor_alive(run) and run.read_record()[0].get("supervisor"):
             return True
         time.sleep(0.05)
     return proc.poll() is None

@@ -86,9 +86,27 @@ def visible_devices(gpus: list[int], inherited: str | None) -> str:
     return ",".join(given[g] if g < len(given) else str(g) for g in gpus)
 
 
+class RecordUnreadable(Exception):
+    """run.json does not read (permissions, bad JSON) as a trainer is about to start: its GPUs are not
+    known, and taken as none the run would train on the CPU without a word. ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def start_record(run: RunDirectory) -> dict[str, Any]:
+    """run.json for starting a trainer (``{}`` for one not written yet); raises ``RecordUnreadable``."""
+    record, unreadable = run.read_record()
+    if unreadable:
+        raise RecordUnreadable(unreadable)
+    return record
+
+
 def trainer_command(run: RunDirectory, resume_from: str | None) -> tuple[list[str], int, int]:
-    """The trainer command line, the number of processes on this node and the global rank offset."""
-    record = run.record()
+    """The trainer command line, the number of processes on this node and the global rank offset.
+    Raises ``RecordUnreadable`` when run.json, which holds the run's GPUs, does not read."""
+    record = start_record(run)
     gpus = list(record.get("gpus") or [])
     dist = record.get("distributed") or {}
     nnodes = int(dist.get("nnodes", 1) or 1)
@@ -280,11 +298,14 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_stop_signal)
         signal.signal(signal.SIGINT, self._on_stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        record = self.run.record()
+        try:
+            record = start_record(self.run)
+        except RecordUnreadable as exc:  # before anything is written: a corrupt one is not set aside
+            return self._refuse_start(exc.reason)
         attempts = list(record.get("attempts") or [])
         attempt = {"number": len(attempts) + 1, "started": utc_now_iso(), "resume_from": self.resume_from}
         attempts.append(attempt)
-        self.run.update_record(
+        record = self.run.update_record(
             supervisor={"pid": me.pid, "start_time": me.create_time(), "host": socket.gethostname()},
             attempts=attempts,
         )
@@ -295,7 +316,10 @@ class Supervisor:
             pass
         clear_heartbeats(self.run.path)  # an earlier attempt's trainer must not count as this one's
         create_reserve(self.run.path)
-        cmd, nproc, self.rank_offset = trainer_command(self.run, self.resume_from)
+        try:
+            cmd, nproc, self.rank_offset = trainer_command(self.run, self.resume_from)
+        except RecordUnreadable as exc:  # it stopped reading since (another writer): still no trainer
+            return self._refuse_start(exc.reason)
         self.multi_process = nproc > 1 or cmd[1:3] == ["-m", "torch.distributed.run"]
         env = dict(os.environ)
         env["TUNEDECK_RUN_DIR"] = str(self.run.path)
@@ -358,6 +382,20 @@ class Supervisor:
         sys.stdout.flush()
         sys.stderr.flush()
         return 0 if status in (FINISHED, STOPPED) else 1
+
+    def _refuse_start(self, unreadable: str) -> int:
+        """No trainer when run.json does not read: its GPUs unknown, CUDA_VISIBLE_DEVICES would be "" and
+        the run would train on the CPU. The run is failed with a reason that names the file and what to do
+        (status.json, events.jsonl, train.log) and supervisor.log, whose tail ``tunedeck train`` / ``resume``
+        and the app show for a supervisor that exits at once, ends with it."""
+        key = "runs.reason_record_unreadable_resume" if self.resume_from else "runs.reason_record_unreadable"
+        reason = Message(key, path=str(self.run.record_path), reason=unreadable, id=self.run.id)
+        english = reason.english()
+        self.log(english)
+        self._durably(self.run.append_event, FAILED, exit_code=None, **stored_reason(reason))
+        self._durably(self.run.write_status, FAILED, reason)
+        print(english, file=sys.stderr, flush=True)
+        return 1
 
     def final_status(self, code: int) -> tuple[str, str | Message]:
         """What the attempt ended as: the trainer's own verdict (outcome.json) or the exit code's."""

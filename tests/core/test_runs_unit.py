@@ -686,3 +686,102 @@ def test_a_run_json_that_stops_reading_mid_training_does_not_end_the_run(home):
     assert [e["event"] for e in iter_records(run.events_path)][-1] == "finished"
     record = json.loads(run.record_path.read_bytes())
     assert json.loads(before)["id"] == record["id"] == run.id and record["attempts"][-1].get("ended") is None
+
+
+_STAND_IN_SUPERVISOR = (
+    "import pathlib, sys\n"
+    "from core.runs import supervisor\n"
+    "real = pathlib.Path.read_text\n"
+    "def read_text(self, *args, **kwargs):\n"  # root reads any file: the denial is patched in, as asked
+    "    if self.name == 'run.json' and (self.parent / 'deny').exists():\n"
+    "        raise PermissionError(13, 'Permission denied', str(self))\n"
+    "    return real(self, *args, **kwargs)\n"
+    "pathlib.Path.read_text = read_text\n"
+    "trainer = 'import os; print(\"trained on\", repr(os.environ[\"CUDA_VISIBLE_DEVICES\"]), flush=True)'\n"
+    "supervisor.trainer_command = lambda run, resume_from: ([sys.executable, '-c', trainer], 1, 0)\n"
+    "sys.exit(supervisor.main(sys.argv[1:]))\n")
+
+
+def test_a_run_json_that_does_not_read_as_the_run_starts_fails_it_instead_of_training_on_the_cpu(home, monkeypatch):
+    """The supervisor read run.json with record(): a corrupt one gave {}, so the run's GPUs were [] and
+    CUDA_VISIBLE_DEVICES "": the run trained on the CPU without a word (and its record was set aside). It
+    refuses now, before writing anything: the run fails with a reason naming the file and what to do, which
+    the launch (tunedeck train / resume, the app) shows with the supervisor's log. Permission denied gave
+    "supervisor error" and a traceback; it is the same refusal, for a resume with its own advice."""
+    from core.runs import launch, lifecycle
+    from core.runs.errors import SupervisorDidNotStart
+
+    def stand_in(run, resume_from=None):
+        return [sys.executable, "-c", _STAND_IN_SUPERVISOR, str(run.path),
+                *([] if resume_from is None else ["--resume", str(resume_from)])]
+
+    monkeypatch.setattr(launch, "supervisor_command", stand_in)
+    monkeypatch.setattr(launch, "child_env", lambda: {**os.environ, "PYTHONPATH": str(ROOT)})
+    run = create_run(_Config(), ["tunedeck", "train", "x.yaml"], gpus=[0, 1])
+    torn = run.record_path.read_bytes()[:150]
+    run.record_path.write_bytes(torn)
+    with pytest.raises(SupervisorDidNotStart) as caught:
+        lifecycle._start(run)
+    says = f"{run.record_path} cannot be read (Unterminated string"
+    assert says in str(caught.value) and "no trainer was started (it would have trained on the CPU)" in \
+        str(caught.value) and "start the run again" in str(caught.value), str(caught.value)
+    status = run.status()
+    assert status.status == "failed" and status.reason.startswith(says), status
+    assert status.reason_message["key"] == "runs.reason_record_unreadable"
+    assert run.record_path.read_bytes() == torn and _set_aside(run) == []  # nothing written over it
+    log = run.log_path.read_text()
+    assert "[rank0]" not in log and f"[supervisor] {says}" in log, log
+    assert run.last_event()["event"] == "failed" and run.last_event()["reason"] == status.reason
+
+    run.record_path.write_text(json.dumps({"id": run.id, "gpus": [0, 1]}), encoding="utf-8")
+    (run.path / "deny").touch()  # the supervisor cannot read it; in here too, for the launch's wait
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self == run.record_path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    run.write_status("queued")
+    with pytest.raises(SupervisorDidNotStart) as caught:
+        lifecycle._start(run, resume_from=str(run.checkpoints_dir / "checkpoint-5"))
+    assert f"{run.record_path} cannot be read (Permission denied)" in str(caught.value)
+    assert f"then 'tunedeck resume {run.id}'" in str(caught.value) and "Traceback" not in str(caught.value)
+    assert run.status().reason_message["key"] == "runs.reason_record_unreadable_resume"
+    assert "[rank0]" not in run.log_path.read_text()
+
+
+def test_resume_refuses_a_run_whose_run_json_does_not_read_in_one_line(home, monkeypatch, capsys):
+    """prepare_resume read run.json with record(): a corrupt one was set aside and replaced by the resume's
+    fields alone, and the new attempt started with no GPUs, on the CPU; permission denied ended `tunedeck
+    resume` in a traceback. Both are refused before anything is written, in one line naming the file."""
+    from core import cli
+    from core.runs import lifecycle
+
+    started = []
+    monkeypatch.setattr(lifecycle, "_start", lambda run, resume_from=None: started.append(resume_from))
+    run = create_run(_Config(), ["tunedeck", "train", "x.yaml"], gpus=[0])
+    _sound_checkpoint(run, 5)
+    run.write_status(STOPPED, "stopped at step 5")
+    run.record_path.write_text('{"id": "torn', encoding="utf-8")
+    assert cli.main(["resume", run.id]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"tunedeck: run {run.id} cannot be resumed: {run.record_path} cannot be read (") and \
+        "fix its JSON" in err and len(err.splitlines()) == 1, err
+    assert started == [] and run.record_path.read_text() == '{"id": "torn' and _set_aside(run) == []
+    assert run.status().status == STOPPED
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self == run.record_path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert cli.main(["resume", run.id]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"tunedeck: run {run.id} cannot be resumed: {run.record_path} cannot be read "
+                          "(Permission denied)") and len(err.splitlines()) == 1, err
+    assert started == [] and run.status().status == STOPPED
+
