@@ -375,7 +375,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     status, timed_out = result.status, result.timed_out  # timed out: --wait ran out of --timeout
     if args.json:
         _print_json({"id": run.id, "forced": result.forced, "status": status.status, "reason": status.reason,
-                     "timed_out": timed_out})
+                     "timed_out": timed_out, "notices": [notice.text() for notice in result.notices]})
     elif result.forced:
         _err(t("runs.stop_forced", id=run.id))
     elif timed_out:
@@ -384,6 +384,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
         _err(t("runs.stop_requested", id=run.id))
     else:
         _err(t("runs.stop_done", id=run.id, status=status.status))
+    for notice in result.notices:  # what went wrong on the way (a run.json that does not read): last, to act on
+        _err(t("resume.notice", text=notice.text()))
     if timed_out:
         _err(t("runs.stop_timeout", id=run.id, status=_state(status.status), timeout=f"{args.timeout:g}"))
         return 1

@@ -15,7 +15,7 @@ from core.i18n import Message, t
 from core.runs.checkpoints import CheckpointCheck, resume_candidates
 from core.runs.errors import RunError
 from core.runs.fingerprint import compare_fingerprint, record_fingerprint
-from core.runs.liveness import effective_status, same_process_alive, try_lock
+from core.runs.liveness import effective_status, lock_holder, same_process_alive, try_lock
 from core.runs.run_dir import (
     ACTIVE_STATES,
     FINISHED,
@@ -43,6 +43,7 @@ class StopResult:
     forced: bool
     status: RunStatus
     timed_out: bool = False
+    notices: list[Message] = field(default_factory=list)  # what the user must still be told (run.json)
 
 
 def _kill_tree(pid: int) -> None:
@@ -63,14 +64,27 @@ def _kill_tree(pid: int) -> None:
 
 
 def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
-    """Graceful stop (SIGTERM: checkpoint, then exit); ``force`` or a second stop kills the processes."""
+    """Graceful stop (SIGTERM: checkpoint, then exit); ``force`` or a second stop kills the processes.
+
+    The supervisor's pid is in run.json; when that does not read (permissions, bad JSON) the process that
+    holds the run's lock is the supervisor (``lock_holder``): the stop goes to it, and a notice says which
+    file could not be read and what to do."""
     status = effective_status(run)
     if status.status not in ACTIVE_STATES:
         raise RunControlError(t("runs.stop_not_running", id=run.id, status=status.status))
-    record = run.record()
-    sup = record.get("supervisor") or {}
-    pid = sup.get("pid")
-    alive = bool(pid) and same_process_alive(pid, sup.get("start_time"))
+    record, unreadable = run.read_record()
+    notices: list[Message] = []
+    if unreadable:
+        pid = lock_holder(run)
+        if pid is None:
+            raise RunControlError(t("runs.stop_record_unreadable_no_supervisor", id=run.id, reason=unreadable,
+                                    path=str(run.record_path), lock=str(run.lock_path)))
+        notices.append(Message("runs.stop_record_unreadable", path=str(run.record_path), reason=unreadable, pid=pid))
+        alive = True
+    else:
+        sup = record.get("supervisor") or {}
+        pid = sup.get("pid")
+        alive = bool(pid) and same_process_alive(pid, sup.get("start_time"))
     if force or status.status == STOPPING:
         if alive:
             _kill_tree(int(pid))
@@ -85,15 +99,16 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
             time.sleep(0.1)
         run.append_event("stopped", reason="force", forced=True)
         written = run.write_status(STOPPED, Message("runs.reason_forced"))
-        run.close_open_attempt("killed")  # its supervisor, killed, cannot record its end
-        return StopResult(True, written)
+        if not unreadable:  # (one that does not read is not written: the notice says so)
+            run.close_open_attempt("killed")  # its supervisor, killed, cannot record its end
+        return StopResult(True, written, notices=notices)
     if not alive:
         if status.status == QUEUED:
             raise RunControlError(t("runs.stop_not_started", id=run.id))
         return StopResult(False, effective_status(run))
     run.transition(STOPPING, Message("runs.reason_stop_requested"), only_from=ACTIVE_STATES)
     os.kill(int(pid), signal.SIGTERM)
-    return StopResult(False, run.status())
+    return StopResult(False, run.status(), notices=notices)
 
 
 def wait_for_end(run: RunDirectory, timeout_s: float | None = None, poll_s: float = 0.25) -> RunStatus:
@@ -160,7 +175,7 @@ def _being_resumed(run: RunDirectory, status: RunStatus) -> bool:
     if status.status == QUEUED:
         return (status.reason_message or {}).get("key") == "runs.reason_resuming"
     if status.status == STARTING:
-        attempts = run.record().get("attempts")
+        attempts = run.read_record()[0].get("attempts")  # one that does not read: a resume cannot tell
         return isinstance(attempts, list) and bool(attempts) and isinstance(attempts[-1], dict) \
             and bool(attempts[-1].get("resume_from"))
     return False

@@ -242,7 +242,7 @@ def stop_run_and_wait(run: RunDirectory, force: bool = False, timeout_s: float |
     if waiting is not None:
         waiting()
     status = wait_for_end(run, timeout_s)
-    return StopResult(False, status, timed_out=status.active)
+    return StopResult(False, status, timed_out=status.active, notices=result.notices)
 
 
 # -- the steps -------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from core.i18n import Message
 from core.runs.run_dir import ACTIVE_STATES, CRASHED, QUEUED, RUNNING, STALLED, RunDirectory, RunStatus
@@ -88,6 +89,36 @@ def supervisor_alive(run: RunDirectory) -> bool:
     """True while some process holds the run's lock (normally its supervisor)."""
     with try_lock(run) as got:
         return not got
+
+
+def lock_holder(run: RunDirectory, locks_path: str = "/proc/locks") -> int | None:
+    """The pid of the process that holds the run's lock (its supervisor), or None: nobody holds it, or
+    this system does not say (no ``/proc/locks``: not Linux). For a stop when run.json, which records the
+    supervisor's pid, does not read. The pid is taken only if that process has the lock file open: a
+    lock whose holder has gone does not name another process that got its pid."""
+    import psutil
+
+    try:
+        inode = os.stat(run.lock_path).st_ino
+        with open(locks_path, encoding="ascii", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    # "1: FLOCK  ADVISORY  WRITE 4321 fe:00:2146540 0 EOF"; a waiter's line reads "1: -> FLOCK ...". The
+    # device is left out: in a container stat() gives the overlay's, the kernel the lower file system's.
+    for fields in (line.split() for line in lines):
+        if len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        pid, ident = fields[4], fields[5].rsplit(":", 1)
+        if len(ident) != 2 or ident[1] != str(inode) or not pid.isdigit():
+            continue
+        try:
+            paths = {Path(f.path) for f in psutil.Process(int(pid)).open_files()}
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if run.lock_path in paths or run.lock_path.resolve() in paths:
+            return int(pid)
+    return None
 
 
 def crashed_reason(run: RunDirectory) -> Message:

@@ -785,3 +785,68 @@ def test_resume_refuses_a_run_whose_run_json_does_not_read_in_one_line(home, mon
                           "(Permission denied)") and len(err.splitlines()) == 1, err
     assert started == [] and run.status().status == STOPPED
 
+
+def test_stop_and_resume_of_a_live_run_whose_run_json_does_not_read(home, monkeypatch, capsys):
+    """request_stop and _being_resumed read run.json with record(): permission denied ended `tunedeck stop`
+    and `tunedeck resume` in a traceback, and the run was not stopped. The stop goes to the process that
+    holds the run's lock (the supervisor, whose pid run.json would have given) and ends with one line
+    naming the file and what to do; a resume is told the run is active; without a lock holder to be found,
+    the stop is refused in one line."""
+    from core import cli
+    from core.runs import control
+    from core.runs.liveness import lock_holder
+
+    run = _run(home)
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self == run.record_path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    says = f"tunedeck: {run.record_path} cannot be read (Permission denied): the stop went to the process"
+    holder = _hold_lock(run)
+    try:
+        assert lock_holder(run) == holder.pid
+        run.write_status("starting")
+        assert cli.main(["resume", run.id]) == 1  # active: said, whatever run.json holds
+        assert capsys.readouterr().err == f"tunedeck: run {run.id} is still active (status: starting); stop it first\n"
+        run.write_status(RUNNING)
+        assert cli.main(["stop", run.id]) == 0
+        err = capsys.readouterr().err.splitlines()
+        assert err[0].startswith(f"asked run {run.id} to stop") and len(err) == 2, err
+        assert err[1].startswith(says) and f"(pid {holder.pid})" in err[1] and "fix its JSON" in err[1], err
+        assert holder.wait(timeout=30) == -signal.SIGTERM  # the stop reached it
+        assert run.status().status == "stopping"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    holder = _hold_lock(run)  # stopping, and asked again: killed
+    try:
+        assert cli.main(["stop", run.id, "--json"]) == 0
+        out = capsys.readouterr()
+        result = json.loads(out.out)
+        assert result["forced"] and result["status"] == STOPPED and len(result["notices"]) == 1
+        assert str(run.record_path) in result["notices"][0] and out.err.startswith(says), out.err
+        holder.wait(timeout=30)  # killed (and reaped by the stop: no exit status is left for this wait)
+        assert lock_holder(run) is None and run.status().status == STOPPED
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    holder = _hold_lock(run)
+    try:
+        run.write_status(RUNNING)
+        monkeypatch.setattr(control, "lock_holder", lambda run: None)  # a system that does not say (no /proc/locks)
+        assert cli.main(["stop", run.id]) == 1
+        err = capsys.readouterr().err
+        assert err == f"tunedeck: run {run.id} cannot be stopped: {run.record_path} cannot be read (Permission " \
+                      f"denied), and no process was found holding {run.lock_path}; make the file readable (its " \
+                      "permissions) or fix its JSON, then run this again\n", err
+        assert holder.poll() is None and run.status().status == RUNNING
+    finally:
+        holder.kill()
+        holder.wait()
+

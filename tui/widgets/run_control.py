@@ -38,6 +38,8 @@ def ask_stop(screen: Any, run_dir: str | Path, run_id: str, status: str, say: Sa
             return
         key = "dashboard.forced" if result.forced else "dashboard.stopping"
         say(t(key, id=run_id, status=state_label(result.status.status)), "information")
+        for notice in result.notices:  # a run.json that does not read: which file, what to do
+            say(notice.text(), "warning")
         after()
 
     _confirm_then(screen, title, body, job)
