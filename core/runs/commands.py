@@ -271,8 +271,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     rows = []
     for r in runs:
         step = f"{r.step}/{r.total_steps}" if r.step is not None else "-"
+        # A run.json that does not read has no model or method to show: the model column says so
+        # (`status RUN` and --json's record_error say why).
+        model = t("runs.record_unreadable_short") if r.record_error else truncate(r.model, 40)
         rows.append([r.id, _state(r.status), r.method, step, _fmt_float(r.loss), format_rate(r.steady_tokens_per_s),
-                     format_duration(r.eta_s) if r.status in ACTIVE_STATES else UNKNOWN, truncate(r.model, 40)])
+                     format_duration(r.eta_s) if r.status in ACTIVE_STATES else UNKNOWN, model])
     from core.text_width import cell_len
 
     widths = [max(cell_len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]

@@ -45,6 +45,7 @@ class RunSummary:
     updated: str = ""
     reason_message: dict[str, Any] | None = None  # the reason as a message record (see RunStatus)
     has_checkpoint: bool = False  # ended with a complete checkpoint (``ended_with_checkpoint``)
+    record_error: str | None = None  # why run.json does not read (permissions, bad JSON): its facts are unknown
 
     @property
     def reason_text(self) -> str:
@@ -83,7 +84,7 @@ def steady_rate(run: RunDirectory, metrics: dict[str, Any]) -> float | None:
 def summarize(run: RunDirectory) -> RunSummary:
     """Status (liveness applied), identity and the latest metrics of one run; reads only tails."""
     status = effective_status(run)
-    record = run.read_record()[0]  # one that does not read (permissions, bad JSON) lists without its facts
+    record, unreadable = run.read_record()  # one that does not read lists without its facts, and says why
     config = record.get("config_summary") or {}
     metrics = run.latest_metrics() or {}
     total = metrics.get("total_steps")
@@ -110,6 +111,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         name=str(config.get("name", "") or ""),
         updated=status.updated,
         has_checkpoint=ended_with_checkpoint(run, status.status),
+        record_error=unreadable or None,
     )
 
 

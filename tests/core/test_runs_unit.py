@@ -850,3 +850,30 @@ def test_stop_and_resume_of_a_live_run_whose_run_json_does_not_read(home, monkey
         holder.kill()
         holder.wait()
 
+
+def test_runs_marks_a_run_whose_run_json_does_not_read_and_json_says_why(home, monkeypatch, capsys):
+    """`tunedeck runs` listed such a run with an empty model and method and no word; the model column says
+    "run.json unreadable" now and --json has record_error (as `status --json` has), None for the others."""
+    from core import cli
+
+    broken, sound = _run(home), _run(home)
+    broken.record_path.write_text("[1, 2]", encoding="utf-8")
+    assert cli.main(["runs"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines[broken.id].endswith("  run.json unreadable") and "Qwen" not in lines[broken.id], lines
+    assert lines[sound.id].endswith("  Qwen/Qwen2.5-0.5B"), lines
+    assert cli.main(["runs", "--json"]) == 0
+    rows = {row["id"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows[broken.id]["record_error"] == "not a JSON object" and rows[broken.id]["model"] == ""
+    assert rows[sound.id]["record_error"] is None
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self == sound.record_path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert cli.main(["runs", "--json"]) == 0
+    assert {row["id"]: row["record_error"] for row in json.loads(capsys.readouterr().out)} == \
+        {broken.id: "not a JSON object", sound.id: "Permission denied"}
