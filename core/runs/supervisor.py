@@ -38,6 +38,7 @@ from typing import Any
 from core.i18n import Message, stored_reason
 from core.listen import free_port
 from core.runs.disk_space import create_reserve, disk_full_reason, free_bytes, is_disk_full, release_reserve
+from core.runs.errors import RunError
 from core.runs.heartbeat import clear_heartbeats
 from core.runs.jsonl import append_line
 from core.runs.run_dir import (
@@ -86,7 +87,7 @@ def visible_devices(gpus: list[int], inherited: str | None) -> str:
     return ",".join(given[g] if g < len(given) else str(g) for g in gpus)
 
 
-class RecordUnreadable(Exception):
+class RecordUnreadable(RunError):
     """run.json does not read (permissions, bad JSON) as a trainer is about to start: its GPUs are not
     known, and taken as none the run would train on the CPU without a word. ``reason`` says why."""
 
