@@ -38,7 +38,6 @@ from typing import Any
 from core.i18n import Message, stored_reason
 from core.listen import free_port
 from core.runs.disk_space import create_reserve, disk_full_reason, free_bytes, is_disk_full, release_reserve
-from core.runs.errors import RunError
 from core.runs.heartbeat import clear_heartbeats
 from core.runs.jsonl import append_line
 from core.runs.run_dir import (
@@ -87,27 +86,9 @@ def visible_devices(gpus: list[int], inherited: str | None) -> str:
     return ",".join(given[g] if g < len(given) else str(g) for g in gpus)
 
 
-class RecordUnreadable(RunError):
-    """run.json does not read (permissions, bad JSON) as a trainer is about to start: its GPUs are not
-    known, and taken as none the run would train on the CPU without a word. ``reason`` says why."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def start_record(run: RunDirectory) -> dict[str, Any]:
-    """run.json for starting a trainer (``{}`` for one not written yet); raises ``RecordUnreadable``."""
-    record, unreadable = run.read_record()
-    if unreadable:
-        raise RecordUnreadable(unreadable)
-    return record
-
-
-def trainer_command(run: RunDirectory, resume_from: str | None) -> tuple[list[str], int, int]:
-    """The trainer command line, the number of processes on this node and the global rank offset.
-    Raises ``RecordUnreadable`` when run.json, which holds the run's GPUs, does not read."""
-    record = start_record(run)
+def trainer_command(run: RunDirectory, resume_from: str | None, record: dict[str, Any]) -> tuple[list[str], int, int]:
+    """The trainer command line, the number of processes on this node and the global rank offset, for the
+    run whose run.json is ``record`` (its GPUs, its distributed settings)."""
     gpus = list(record.get("gpus") or [])
     dist = record.get("distributed") or {}
     nnodes = int(dist.get("nnodes", 1) or 1)
@@ -299,10 +280,9 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_stop_signal)
         signal.signal(signal.SIGINT, self._on_stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        try:
-            record = start_record(self.run)
-        except RecordUnreadable as exc:  # before anything is written: a corrupt one is not set aside
-            return self._refuse_start(exc.reason)
+        record, unreadable = self.run.read_record()
+        if unreadable:  # before anything is written: a corrupt one is not set aside
+            return self._refuse_start(unreadable)
         attempts = list(record.get("attempts") or [])
         attempt = {"number": len(attempts) + 1, "started": utc_now_iso(), "resume_from": self.resume_from}
         attempts.append(attempt)
@@ -317,10 +297,7 @@ class Supervisor:
             pass
         clear_heartbeats(self.run.path)  # an earlier attempt's trainer must not count as this one's
         create_reserve(self.run.path)
-        try:
-            cmd, nproc, self.rank_offset = trainer_command(self.run, self.resume_from)
-        except RecordUnreadable as exc:  # it stopped reading since (another writer): still no trainer
-            return self._refuse_start(exc.reason)
+        cmd, nproc, self.rank_offset = trainer_command(self.run, self.resume_from, record)  # as just written
         self.multi_process = nproc > 1 or cmd[1:3] == ["-m", "torch.distributed.run"]
         env = dict(os.environ)
         env["TUNEDECK_RUN_DIR"] = str(self.run.path)

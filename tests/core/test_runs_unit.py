@@ -457,13 +457,14 @@ def test_the_rendezvous_port_is_picked_as_the_model_servers_are(home, monkeypatc
         return ports[-1]
 
     monkeypatch.setattr(listen, "bind_and_close", recorded)
-    cmd, nproc, offset = trainer_command(_run(home), None)
+    run = _run(home)
+    cmd, nproc, offset = trainer_command(run, None, run.record())
     assert calls == [(("127.0.0.1", 0), {"reuse_address": False})]
     assert (nproc, offset) == (2, 0) and "--master_addr=127.0.0.1" in cmd and f"--master_port={ports[0]}" in cmd
     calls.clear()
     given = create_run(_Config(), ["tunedeck", "train", "x.yaml"], gpus=[],
                        distributed=DistributedSettings(master_port=29611))
-    cmd, _, _ = trainer_command(given, None)
+    cmd, _, _ = trainer_command(given, None, given.record())
     assert "--master_port=29611" in cmd and calls == []
 
 
@@ -639,7 +640,7 @@ def test_a_run_json_corrupted_mid_training_loses_nothing_and_the_supervisor_ends
     supervise = (
         "import sys\n"
         "from core.runs import supervisor\n"
-        f"supervisor.trainer_command = lambda run, resume_from: ([sys.executable, '-c', {trainer!r}], 1, 0)\n"
+        f"supervisor.trainer_command = lambda run, resume_from, record: ([sys.executable, '-c', {trainer!r}], 1, 0)\n"
         f"sys.exit(supervisor.main([{str(run.path)!r}]))\n")
     out = subprocess.run([sys.executable, "-c", supervise], cwd=ROOT, env={**os.environ, "TUNEDECK_HOME": str(home)},
                          capture_output=True, text=True, timeout=180)
@@ -674,7 +675,7 @@ def test_a_run_json_that_stops_reading_mid_training_does_not_end_the_run(home):
         "        raise PermissionError(13, 'Permission denied', str(self))\n"
         "    return real(self)\n"
         "pathlib.Path.read_bytes = read_bytes\n"
-        f"supervisor.trainer_command = lambda run, resume_from: ([sys.executable, '-c', {trainer!r}], 1, 0)\n"
+        f"supervisor.trainer_command = lambda run, resume_from, record: ([sys.executable, '-c', {trainer!r}], 1, 0)\n"
         f"sys.exit(supervisor.main([{str(run.path)!r}]))\n")
     before = run.record_path.read_bytes()
     out = subprocess.run([sys.executable, "-c", supervise], cwd=ROOT, env={**os.environ, "TUNEDECK_HOME": str(home)},
@@ -698,7 +699,7 @@ _STAND_IN_SUPERVISOR = (
     "    return real(self, *args, **kwargs)\n"
     "pathlib.Path.read_text = read_text\n"
     "trainer = 'import os; print(\"trained on\", repr(os.environ[\"CUDA_VISIBLE_DEVICES\"]), flush=True)'\n"
-    "supervisor.trainer_command = lambda run, resume_from: ([sys.executable, '-c', trainer], 1, 0)\n"
+    "supervisor.trainer_command = lambda run, resume_from, record: ([sys.executable, '-c', trainer], 1, 0)\n"
     "sys.exit(supervisor.main(sys.argv[1:]))\n")
 
 
