@@ -40,7 +40,6 @@ def prepare_listen_socket(sock: socket.socket, address: tuple[Any, ...]) -> None
             pass
 
 
-
 def bind_and_close(host: str, port: int, reuse_address: bool) -> int:
     """Bind a TCP socket on ``host``:``port`` as the server will (``listen_address``'s family and address,
     ``prepare_listen_socket``), close it and give the port it got (the kernel's pick for port 0). The one

@@ -64,6 +64,15 @@ def iter_records(path: Path) -> Iterator[dict[str, Any]]:
                 yield record
 
 
+def _matching(raw: bytes, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """The record on the line ``raw`` if it parses as an object and ``match`` takes it, else None."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and match(record) else None
+
+
 def first_record(
     path: Path, match: Callable[[dict[str, Any]], bool] = lambda r: True
 ) -> dict[str, Any] | None:
@@ -79,11 +88,8 @@ def first_record(
             read += len(raw)
             if read > _TAIL_MAX or not raw.endswith(b"\n"):
                 return None
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and match(record):
+            record = _matching(raw, match)
+            if record is not None:
                 return record
     return None
 
@@ -109,11 +115,8 @@ def last_record(
             if start > 0:
                 lines = lines[1:]  # the first piece may begin mid-line
             for raw in reversed(lines):
-                try:
-                    record = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and match(record):
+                record = _matching(raw, match)
+                if record is not None:
                     return record
             if start == 0 or block >= _TAIL_MAX:
                 return None
