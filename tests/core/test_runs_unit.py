@@ -192,6 +192,20 @@ def test_lock_holder_keeps_run_alive_and_its_death_makes_it_crashed(home):
     assert effective_status(run).status == CRASHED
 
 
+def _deny_reading(monkeypatch, path: Path):
+    """Reading ``path`` as text raises PermissionError, as for a run.json whose permissions changed (this box
+    runs as root, where chmod denies nothing); the function returned makes it readable again."""
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    return lambda: monkeypatch.setattr(Path, "read_text", real_read_text)
+
+
 def test_read_record_says_why_run_json_cannot_be_read_and_the_list_still_lists_the_run(home, monkeypatch):
     """record() gave {} for bad JSON and raised PermissionError, which stopped the Runs list and the
     dashboard's watcher. read_record() says why (the dashboard shows it); the list's readers use it."""
@@ -201,17 +215,10 @@ def test_read_record_says_why_run_json_cannot_be_read_and_the_list_still_lists_t
     assert run.read_record() == ({}, "not a JSON object")
     run.record_path.write_text("{not json", encoding="utf-8")
     assert run.read_record() == ({}, "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)")
-    real_read_text, denied = Path.read_text, [True]
-
-    def read_text(self, *args, **kwargs):
-        if denied and self == run.record_path:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_text(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "read_text", read_text)
+    allow_reading = _deny_reading(monkeypatch, run.record_path)
     assert run.read_record() == ({}, "Permission denied")
     assert [summary.id for summary in list_runs()] == [run.id]  # listed, without its record's facts
-    denied.clear()
+    allow_reading()
     run.record_path.unlink()
     assert run.read_record() == ({}, "")  # not recorded yet: no problem to say
 
@@ -226,14 +233,7 @@ def test_status_of_a_run_whose_run_json_does_not_read_shows_what_it_can_and_says
     run.write_status(STOPPED, "stopped at step 3")
     append_jsonl(run.metrics_path, {"schema": 1, "kind": "header", "total_steps": 9})
     append_jsonl(run.metrics_path, {"kind": "train", "step": 3, "total_steps": 9, "loss": 2.5})
-    real_read_text = Path.read_text
-
-    def read_text(self, *args, **kwargs):
-        if self == run.record_path:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_text(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "read_text", read_text)
+    allow_reading = _deny_reading(monkeypatch, run.record_path)
     assert cli.main(["status", run.id]) == 1
     out = capsys.readouterr()
     assert "stopped at step 3" in out.out and "3/9" in out.out and "2.5000" in out.out
@@ -250,7 +250,7 @@ def test_status_of_a_run_whose_run_json_does_not_read_shows_what_it_can_and_says
     assert run.id in out.out and out.err == ""
     assert cli.main(["runs", "--json"]) == 0
     assert [row["id"] for row in json.loads(capsys.readouterr().out)] == [run.id]
-    monkeypatch.setattr(Path, "read_text", real_read_text)
+    allow_reading()
     run.record_path.write_text("{not json", encoding="utf-8")
     assert cli.main(["status", run.id]) == 1
     assert "cannot be read (Expecting property name" in capsys.readouterr().err
@@ -736,14 +736,7 @@ def test_a_run_json_that_does_not_read_as_the_run_starts_fails_it_instead_of_tra
 
     run.record_path.write_text(json.dumps({"id": run.id, "gpus": [0, 1]}), encoding="utf-8")
     (run.path / "deny").touch()  # the supervisor cannot read it; in here too, for the launch's wait
-    real_read_text = Path.read_text
-
-    def read_text(self, *args, **kwargs):
-        if self == run.record_path:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_text(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "read_text", read_text)
+    _deny_reading(monkeypatch, run.record_path)
     run.write_status("queued")
     with pytest.raises(SupervisorDidNotStart) as caught:
         lifecycle._start(run, resume_from=str(run.checkpoints_dir / "checkpoint-5"))
@@ -772,14 +765,7 @@ def test_resume_refuses_a_run_whose_run_json_does_not_read_in_one_line(home, mon
         "fix its JSON" in err and len(err.splitlines()) == 1, err
     assert started == [] and run.record_path.read_text() == '{"id": "torn' and _set_aside(run) == []
     assert run.status().status == STOPPED
-    real_read_text = Path.read_text
-
-    def read_text(self, *args, **kwargs):
-        if self == run.record_path:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_text(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "read_text", read_text)
+    _deny_reading(monkeypatch, run.record_path)
     assert cli.main(["resume", run.id]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"tunedeck: run {run.id} cannot be resumed: {run.record_path} cannot be read "
@@ -798,14 +784,7 @@ def test_stop_and_resume_of_a_live_run_whose_run_json_does_not_read(home, monkey
     from core.runs.liveness import lock_holder
 
     run = _run(home)
-    real_read_text = Path.read_text
-
-    def read_text(self, *args, **kwargs):
-        if self == run.record_path:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_text(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "read_text", read_text)
+    _deny_reading(monkeypatch, run.record_path)
     says = f"tunedeck: {run.record_path} cannot be read (Permission denied): the stop went to the process"
     holder = _hold_lock(run)
     try:
@@ -867,14 +846,7 @@ def test_runs_marks_a_run_whose_run_json_does_not_read_and_json_says_why(home, m
     rows = {row["id"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows[broken.id]["record_error"] == "not a JSON object" and rows[broken.id]["model"] == ""
     assert rows[sound.id]["record_error"] is None
-    real_read_text = Path.read_text
-
-    def read_text(self, *args, **kwargs):
-        if self == sound.record_path:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_text(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "read_text", read_text)
+    _deny_reading(monkeypatch, sound.record_path)
     assert cli.main(["runs", "--json"]) == 0
     assert {row["id"]: row["record_error"] for row in json.loads(capsys.readouterr().out)} == \
         {broken.id: "not a JSON object", sound.id: "Permission denied"}
