@@ -198,7 +198,7 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
         raise RunControlError(t(key, id=run.id, status=status.status))
     if status.status == FINISHED:
         raise RunControlError(t("runs.resume_finished", id=run.id))
-    unreadable = run.read_record()[1]
+    unreadable = run.read_launch_record()[1]
     if unreadable:  # before anything is written: its GPUs unknown, the new attempt would train on the CPU
         raise RunControlError(t("runs.resume_record_unreadable", id=run.id, path=str(run.record_path),
                                 reason=unreadable))

@@ -190,6 +190,19 @@ class RunDirectory:
             return {}, t("runs.record_not_object")
         return value, ""
 
+    def read_launch_record(self) -> tuple[dict[str, Any], str]:
+        """``read_record`` for starting a trainer, which takes the run's GPUs from it: a record without a
+        ``gpus`` list of GPU indices (every run.json tunedeck writes has one, ``[]`` for a CPU run) gives a
+        reason too, or the run would train on the CPU. A missing run.json has none either."""
+        record, unreadable = self.read_record()
+        gpus = record.get("gpus")
+        if unreadable or (isinstance(gpus, list) and all(
+                isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus)):
+            return record, unreadable
+        from core.i18n import t
+
+        return record, t("runs.record_no_gpus")
+
     def config(self) -> dict[str, Any]:
         """The resolved configuration (``config.yaml``) as a plain dict."""
         import yaml

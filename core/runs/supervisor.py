@@ -280,7 +280,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_stop_signal)
         signal.signal(signal.SIGINT, self._on_stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        record, unreadable = self.run.read_record()
+        record, unreadable = self.run.read_launch_record()
         if unreadable:  # before anything is written: a corrupt one is not set aside
             return self._refuse_start(unreadable)
         attempts = list(record.get("attempts") or [])

@@ -736,7 +736,7 @@ def test_a_run_json_that_does_not_read_as_the_run_starts_fails_it_instead_of_tra
 
     run.record_path.write_text(json.dumps({"id": run.id, "gpus": [0, 1]}), encoding="utf-8")
     (run.path / "deny").touch()  # the supervisor cannot read it; in here too, for the launch's wait
-    _deny_reading(monkeypatch, run.record_path)
+    readable = _deny_reading(monkeypatch, run.record_path)
     run.write_status("queued")
     with pytest.raises(SupervisorDidNotStart) as caught:
         lifecycle._start(run, resume_from=str(run.checkpoints_dir / "checkpoint-5"))
@@ -744,6 +744,19 @@ def test_a_run_json_that_does_not_read_as_the_run_starts_fails_it_instead_of_tra
     assert f"then 'tunedeck resume {run.id}'" in str(caught.value) and "Traceback" not in str(caught.value)
     assert run.status().reason_message["key"] == "runs.reason_record_unreadable_resume"
     assert "[rank0]" not in run.log_path.read_text()
+
+    # JSON, but no "gpus" list (edited by hand, or written by something else): the same refusal, not the CPU.
+    readable()
+    (run.path / "deny").unlink()
+    for record in ({"id": run.id}, {"id": run.id, "gpus": "0,1"}):
+        run.record_path.write_text(json.dumps(record), encoding="utf-8")
+        run.write_status("queued")
+        with pytest.raises(SupervisorDidNotStart) as caught:
+            lifecycle._start(run)
+        assert f'{run.record_path} cannot be read (it has no "gpus" list of GPU indices' in str(caught.value), \
+            str(caught.value)
+        assert run.status().status == "failed" and "[rank0]" not in run.log_path.read_text()
+        assert json.loads(run.record_path.read_text()) == record
 
 
 def test_resume_refuses_a_run_whose_run_json_does_not_read_in_one_line(home, monkeypatch, capsys):
@@ -765,11 +778,17 @@ def test_resume_refuses_a_run_whose_run_json_does_not_read_in_one_line(home, mon
         "fix its JSON" in err and len(err.splitlines()) == 1, err
     assert started == [] and run.record_path.read_text() == '{"id": "torn' and _set_aside(run) == []
     assert run.status().status == STOPPED
-    _deny_reading(monkeypatch, run.record_path)
+    readable = _deny_reading(monkeypatch, run.record_path)
     assert cli.main(["resume", run.id]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"tunedeck: run {run.id} cannot be resumed: {run.record_path} cannot be read "
                           "(Permission denied)") and len(err.splitlines()) == 1, err
+    assert started == [] and run.status().status == STOPPED
+    readable()
+    run.record_path.write_text(json.dumps({"id": run.id}), encoding="utf-8")  # JSON without its GPUs
+    assert cli.main(["resume", run.id]) == 1
+    err = capsys.readouterr().err
+    assert 'cannot be read (it has no "gpus" list of GPU indices' in err and len(err.splitlines()) == 1, err
     assert started == [] and run.status().status == STOPPED
 
 
