@@ -22,6 +22,12 @@ class SupervisorDidNotStart(RunError):
     """The run's supervisor exited at once (the run is marked failed if it got no further than queued);
     ``log_path`` is its supervisor.log, which says why."""
 
-    def __init__(self, message: str, log_path: Path) -> None:
+    def __init__(self, message: str, log_path: Path, last_line: str = "") -> None:
         super().__init__(message, 1)
         self.log_path = log_path
+        self.last_line = last_line  # what the log ends with: the reason it printed, a traceback's error
+
+    def summary(self) -> str:
+        """The message's first line and the log's last one: for a notification, which shows a few lines."""
+        first = str(self).splitlines()[0] if str(self) else ""
+        return f"{first}\n{self.last_line}" if self.last_line and self.last_line != first else first

@@ -382,7 +382,8 @@ def _start(run: RunDirectory, resume_from: str | None = None) -> None:
         message = t("runs.supervisor_failed", path=str(run.supervisor_log_path), tail=tail.strip())
         if run.status().status == RunState.QUEUED:  # the supervisor never got as far as recording anything
             run.write_status(RunState.FAILED, message.splitlines()[0])
-        raise SupervisorDidNotStart(message, run.supervisor_log_path)
+        last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+        raise SupervisorDidNotStart(message, run.supervisor_log_path, last)
 
 
 def _resolve_for_this_box(config: Any, gpus: list[int], warn: Warn) -> str | None:

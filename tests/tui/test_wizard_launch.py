@@ -78,3 +78,31 @@ def test_probe_refuses_planned_hardware(private_home):
             assert any("this box" in n.message for n in app._notifications)
 
     asyncio.run(scenario())
+
+
+def test_a_launch_whose_supervisor_exits_at_once_says_why_in_its_notification(private_home, monkeypatch):
+    """The notification showed only the error's first line, "the run's supervisor exited at once; see
+    <supervisor.log>:", and not why. It ends with the log's last line now (a reason the supervisor printed, or
+    a traceback's error); the status line keeps the whole text. The supervisor here is a real process that
+    writes its reason and exits 1, as the supervisor's refusals do."""
+    import sys
+
+    from core.runs import launch
+
+    reason = "run.json cannot be read (it has no [gpus] list): no trainer was started"
+    monkeypatch.setattr(launch, "supervisor_command", lambda run, resume_from=None: [
+        sys.executable, "-c", f"import sys; print('starting'); print({reason!r}, file=sys.stderr); sys.exit(1)"])
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            w = await to_result(pilot, app)
+            await pilot.press("l")
+            await wait_for(pilot, lambda: not w.busy and any(
+                n.severity == "error" for n in app._notifications), timeout=60)
+            said = [n.message for n in app._notifications if n.severity == "error"]
+            assert len(said) == 1 and said[0].startswith("the run's supervisor exited at once; see ") and \
+                said[0].endswith("\n" + reason.replace("[", "\\[")), said
+            assert "starting" in " ".join(screen_text(app).split())  # the whole log's tail on the status line
+
+    asyncio.run(scenario())

@@ -58,9 +58,12 @@ class BoxRead(Message):
 
 
 class LaunchDone(Message):
-    def __init__(self, run_path: str | None, error: str | None) -> None:
+    """A launch's run directory, or its error and the few lines of it a notification shows."""
+
+    def __init__(self, run_path: str | None, error: str | None, summary: str = "") -> None:
         super().__init__()
         self.run_path, self.error = run_path, error
+        self.summary = summary or (error or "").split("\n", 1)[0]
 
 
 class PlanReady(Message):
@@ -706,11 +709,13 @@ class WizardScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="wizard-launch", exit_on_error=False)
     def launch(self, path: str) -> None:
-        from core.runs import RunError, start_run
+        from core.runs import RunError, SupervisorDidNotStart, start_run
 
         try:
             run = start_run(path)
             self.post_message(LaunchDone(str(run.path), None))
+        except SupervisorDidNotStart as exc:  # the notification says why, not only where the log is
+            self.post_message(LaunchDone(None, str(exc), exc.summary()))
         except RunError as exc:
             self.post_message(LaunchDone(None, str(exc)))
 
@@ -729,7 +734,7 @@ class WizardScreen(Screen[None]):
         self.busy = False
         if message.error is not None:
             self._status(f"[$error]{_escape(message.error)}[/]")
-            self.notify(_escape(message.error.splitlines()[0]), severity="error")
+            self.notify(_escape(message.summary), severity="error")
             return
         self._status(t("wizard.launched", path=_escape(message.run_path or "")))
         from tui.screens.runs import open_dashboard

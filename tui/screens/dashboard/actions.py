@@ -72,7 +72,7 @@ class DashboardActions:
         return self.standalone and not self.has_class("-full") and not self.query_one("#dash-search", Input).display
 
     def on_action_done(self, message: ActionDone) -> None:
-        self.notify(message.text, severity=message.severity)
+        self.notify(message.text, severity=message.severity, markup=False)  # file names, log lines
 
     # --- actions ---------------------------------------------------------------------------------
     def action_toggle_axis(self) -> None:
