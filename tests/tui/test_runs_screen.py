@@ -107,6 +107,34 @@ def test_list_sort_filter_and_snapshot_at_80_columns():
     run(scenario())
 
 
+def test_a_run_whose_run_json_does_not_read_is_marked_and_its_reason_shown_when_highlighted():
+    """The Runs list showed such a run with "–" for its model and nothing else; at 80 columns, where the model
+    column is not shown, not even that. Its model cell says "run.json unreadable" (as `tunedeck runs` does),
+    and the status line leads with why while the run is highlighted, at any width."""
+    three_runs()
+    torn = runs_dir() / "20261129-2200-done" / "run.json"
+    torn.write_text('{"id": "torn', encoding="utf-8")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_runs(pilot, app)
+            table = screen.query_one("#runs-table", DataTable)
+            status = screen.query_one("#runs-status")
+            assert ids(screen)[0] != "20261129-2200-done" and "run.json" not in str(status.render())
+            table.move_cursor(row=ids(screen).index("20261129-2200-done"))
+            await wait_for(pilot, lambda: str(status.render()).startswith("run.json cannot be read (Unterminated"))
+            assert "model" not in columns_shown(screen)
+            table.move_cursor(row=0)
+            await wait_for(pilot, lambda: "run.json" not in str(status.render()))
+            await pilot.resize_terminal(160, 30)
+            await wait_for(pilot, lambda: "model" in columns_shown(screen))
+            row = table.get_row("20261129-2200-done")
+            assert str(row[columns_shown(screen).index("model")]) == "run.json unreadable", row
+
+    run(scenario())
+
+
 def test_columns_follow_the_width_through_resizes():
     live = three_runs()
     every = ["status", "id", "model", "method", "gpus", "progress", "loss", "tokens", "started", "eta"]

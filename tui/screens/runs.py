@@ -276,7 +276,8 @@ class RunsScreen(Screen[None]):
         return {
             "status": state_label(summary.status),
             "id": summary.id,
-            "model": summary.model or "–",
+            # A run.json that does not read: the run's model is unknown, and the status line says why.
+            "model": t("runs.record_unreadable_short") if summary.record_error else summary.model or "–",
             "method": summary.method or "–",
             "gpus": ",".join(str(g) for g in summary.gpus) or "–",
             "progress": _progress(summary),
@@ -341,6 +342,9 @@ class RunsScreen(Screen[None]):
                    order=t("runs_screen.desc" if self.sort_reverse else "runs_screen.asc"))]
         if self.filter_text:
             parts.append(t("runs_screen.filtered", text=self.filter_text, shown=shown))
+        chosen = self.selected()
+        if chosen is not None and chosen.record_error:  # first: at 80 columns the model column is not shown
+            parts.insert(0, t("dashboard.record_unreadable_short", reason=chosen.record_error))
         room = max(1, (self.size.width or self.app.size.width) - 2)
         hint = t("runs_screen.hint")
         if cell_len(" · ".join([*parts, hint])) <= room:
@@ -355,6 +359,8 @@ class RunsScreen(Screen[None]):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.refresh_bindings()
+        if self.listed:
+            self._show_status(len(self.shown))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Stop for a live highlighted run, resume for a stopped, failed or crashed one with a checkpoint to
@@ -448,7 +454,7 @@ class RunsScreen(Screen[None]):
 
     def on_run_acted(self, message: RunActed) -> None:
         if message.text:
-            self.notify(message.text, severity=message.severity)
+            self.notify(message.text, severity=message.severity, markup=False)  # file names, log lines
         self.refresh_now()
 
     def action_delete(self) -> None:
