@@ -19,9 +19,12 @@ def _known(value: float | None) -> bool:
 
 
 def format_duration(seconds: float | None) -> str:
-    """``0:27``, ``59:59``, ``1:02:03``, ``2d 03h``; ``–`` when unknown or negative."""
+    """``0:27``, ``59:59``, ``1:02:03``, ``2d 03h``; ``< 0:01`` for a fraction of a second (an estimate's
+    epoch of a tiny model, which "0:00" read as none); ``–`` when unknown or negative."""
     if not _known(seconds) or seconds < 0 or math.isinf(seconds):  # type: ignore[operator]
         return UNKNOWN
+    if 0 < seconds < 1:  # type: ignore[operator]
+        return "< 0:01"
     total = int(seconds)  # type: ignore[arg-type]
     days, rest = divmod(total, 86400)
     hours, rest = divmod(rest, 3600)

@@ -168,3 +168,12 @@ def test_epochs_are_counted_in_words():
 
     assert (epochs_words(3.0), epochs_words(1.0), epochs_words(1.5)) == ("3 epochs", "1 epoch", "1.5 epochs")
 
+
+
+def test_a_plan_shorter_than_a_minute_does_not_read_as_one():
+    """format_hours said "1 min" for any plan under a minute (a tiny model's epoch takes seconds)."""
+    from core.plan.view import format_hours
+
+    assert format_hours(10 / 3600) == "< 1 min" and format_hours(29 / 3600) == "< 1 min"
+    assert format_hours(31 / 3600) == "1 min" and format_hours(12 / 60) == "12 min"
+    assert format_hours(3.42) == "3.4 h"

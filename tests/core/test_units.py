@@ -20,6 +20,7 @@ from core.units import (
 
 def test_durations_read_like_a_clock_with_days_beyond_24_hours():
     assert format_duration(0) == "0:00"
+    assert format_duration(0.4) == "< 0:01" and format_duration(1.0) == "0:01"  # not "0:00" for an epoch
     assert format_duration(27) == "0:27"
     assert format_duration(59) == "0:59"
     assert format_duration(59.9) == "0:59"  # whole seconds, never rounded up to a minute that has not passed
