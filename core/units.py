@@ -61,13 +61,24 @@ def format_cost(value: float | None, currency: str = "") -> str:
     return f"{currency}{value:,.2f}"
 
 
-def json_cost(value: float | None) -> float | None:
-    """A cost for ``--json``: four significant digits and never fewer than the cent (``1234.57``, ``0.08333``,
-    ``3.572e-05``), so that a cost under a cent is not ``0.0`` (which reads as free) and float noise goes;
-    None stays None. The text formats with ``format_cost``."""
+def json_figure(value: float | None, decimals: int) -> float | None:
+    """A figure for ``--json``: four significant digits and never fewer than ``decimals`` decimals, so that a
+    small one is not rounded to ``0.0`` and float noise goes; None stays None."""
     if value is None or not math.isfinite(value) or value == 0:
         return value
-    return round(value, max(2, 3 - math.floor(math.log10(abs(value)))))
+    return round(value, max(decimals, 3 - math.floor(math.log10(abs(value)))))
+
+
+def json_cost(value: float | None) -> float | None:
+    """A cost for ``--json``: ``json_figure`` to at least the cent (``1234.57``, ``0.08333``, ``3.572e-05``): a
+    cost under a cent is not ``0.0``, which reads as free. The text formats with ``format_cost``."""
+    return json_figure(value, 2)
+
+
+def json_hours(value: float | None) -> float | None:
+    """A duration in hours for ``--json``: ``json_figure`` to at least 4 decimals, under a second
+    (``12.3457``, ``0.0002778`` for one second, which rounding to 0.001 h made 0.0)."""
+    return json_figure(value, 4)
 
 
 def format_compact(value: float | None) -> str:

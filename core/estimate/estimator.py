@@ -12,7 +12,7 @@ from core.estimate.memory import BREAKDOWN_KEYS, memory_phases
 from core.estimate.model_source import load_model_config
 from core.estimate.plan import TrainingPlan
 from core.estimate.speed import estimate_speed
-from core.units import json_cost
+from core.units import json_cost, json_hours
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Estimate:
             "tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 1),
             "tokens_per_s": round(self.tokens_per_s, 1),
             "seconds_per_step": round(self.seconds_per_step, 4),
-            "epoch_hours": None if self.epoch_hours is None else round(self.epoch_hours, 4),
+            "epoch_hours": json_hours(self.epoch_hours),
             "epoch_cost": json_cost(self.epoch_cost),
             "waits_on_cpu": self.waits_on_cpu,
             "plan": self.plan,

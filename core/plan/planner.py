@@ -10,7 +10,7 @@ from core.plan.candidates import Candidate, Finding, candidate_plans, estimate_p
 from core.plan.request import PlanRequest
 from core.plan.rules import judge
 from core.plan.view import offload_words
-from core.units import format_cost, json_cost, plural_key
+from core.units import format_cost, json_cost, json_hours, plural_key
 
 MAX_ALTERNATIVES = 3
 # Speeds within 2% of each other are "about as fast" (inside any estimate's error).
@@ -68,7 +68,7 @@ def candidate_json(candidate: Candidate, price: float | None, gpu: Any = None) -
         "cpu_ram_gib": None if est is None else round(est.cpu_ram_gib, 2),
         "tokens_per_s": round(candidate.tokens_per_s, 1),
         "effective_batch": candidate.effective_batch,
-        "hours": None if candidate.hours is None else round(candidate.hours, 3),
+        "hours": json_hours(candidate.hours),
         "cost": json_cost(cost),
         "measured": candidate.measured,
         "problems": [f.to_json() for f in candidate.problems],

@@ -14,6 +14,7 @@ from core.units import (
     format_memory,
     format_rate,
     json_cost,
+    json_hours,
     plural_key,
 )
 
@@ -101,3 +102,8 @@ def test_magnitudes_of_parameter_and_download_counts():
 
     assert [format_magnitude(v) for v in (7_615_616_512, 1_234_567, 3_400, 950)] == ["7.6B", "1.2M", "3.4K", "950"]
     assert format_magnitude(None) == "–" and format_magnitude(None, unknown="?") == "?"
+
+
+def test_json_hours_keep_a_second_and_four_significant_digits():
+    assert json_hours(1 / 3600) == 0.0002778  # one second: rounded to 0.001 h it was 0.0
+    assert json_hours(12.345678) == 12.3457 and json_hours(None) is None and json_hours(0.0) == 0.0
