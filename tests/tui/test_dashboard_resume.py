@@ -68,7 +68,10 @@ def test_u_marks_the_run_failed_when_its_supervisor_cannot_start_then_resumes_it
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
             await pilot.press("y")
             failed = t("dashboard.resume_failed", path=str(run.supervisor_log_path))
-            await wait_for(pilot, lambda: failed in notes(app, "error"), timeout=60)
+            await wait_for(pilot, lambda: any(n.startswith(failed) for n in notes(app, "error")), timeout=60)
+            # and why, as the supervisor's log ends (here Python's own words on the missing home)
+            last = [line for line in run.supervisor_log_path.read_text().splitlines() if line.strip()][-1]
+            assert [n for n in notes(app, "error") if n.startswith(failed)] == [f"{failed}\n{last.strip()}"]
             status = run.status()
             assert status.status == RunState.FAILED, status  # the CLI's mark-failed step, not left queued
             assert str(run.supervisor_log_path) in status.reason
