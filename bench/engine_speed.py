@@ -358,19 +358,20 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
         from core.train.profiling import parse_profile_env
 
         profile_window = parse_profile_env(ctx["profile"])
+    # The caller's own values come back after the run (TUNEDECK_MEMORY_PROFILE set for a whole call: popping
+    # it after the first row left the others without memory.txt, session 32).
+    saved_env = {name: os.environ.get(name) for name in ("TUNEDECK_PROFILE", "TUNEDECK_MEMORY_PROFILE",
+                                                         "TUNEDECK_SYNC_TRACE", *environment)}
     if profile_window:
         os.environ["TUNEDECK_PROFILE"] = ctx["profile"]
     if ctx.get("memory_profile"):  # the allocations live at the peak of that step -> memory.txt
         os.environ["TUNEDECK_MEMORY_PROFILE"] = str(ctx["memory_profile"])
     if ctx.get("sync_trace"):  # where those steps make the host wait for the GPU -> syncs.txt
         os.environ["TUNEDECK_SYNC_TRACE"] = str(ctx["sync_trace"])
-    saved_env = {name: os.environ.get(name) for name in environment}
     os.environ.update(environment)  # the detached trainer inherits them
     try:
         row = one_run(ctx["home"], f"{spec['name']}-{seq}{'-' + tag if tag else ''}", values, False, timeout_s, False)
     finally:
-        for name in ("TUNEDECK_PROFILE", "TUNEDECK_MEMORY_PROFILE", "TUNEDECK_SYNC_TRACE"):
-            os.environ.pop(name, None)
         for name, value in saved_env.items():
             if value is None:
                 os.environ.pop(name, None)
