@@ -54,7 +54,7 @@ def offload_words(offload: str) -> str:
 def format_hours(hours: float) -> str:
     """``12 min`` under an hour, ``3.4 h`` above, ``< 1 min`` under half a minute (it said "1 min" for any
     shorter plan). Words of a plan's precision, where ``tunedeck estimate`` reads its one plan like a clock."""
-    if hours * 60.0 < 0.5:
+    if round(hours * 60.0) < 1:  # what "{minutes:.0f}" would write as "0 min" (exactly 30 s rounds to even)
         return t("plan.duration_under_a_minute")
     if hours < 1.0:
         return t("plan.duration_minutes", minutes=hours * 60.0)

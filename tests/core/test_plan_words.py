@@ -175,5 +175,6 @@ def test_a_plan_shorter_than_a_minute_does_not_read_as_one():
     from core.plan.view import format_hours
 
     assert format_hours(10 / 3600) == "< 1 min" and format_hours(29 / 3600) == "< 1 min"
+    assert format_hours(30 / 3600) == "< 1 min"  # not "0 min": 0.5 rounds to even
     assert format_hours(31 / 3600) == "1 min" and format_hours(12 / 60) == "12 min"
     assert format_hours(3.42) == "3.4 h"
