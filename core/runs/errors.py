@@ -27,7 +27,8 @@ class SupervisorDidNotStart(RunError):
         self.log_path = log_path
         self.last_line = last_line  # what the log ends with: the reason it printed, a traceback's error
 
-    def summary(self) -> str:
-        """The message's first line and the log's last one: for a notification, which shows a few lines."""
-        first = str(self).splitlines()[0] if str(self) else ""
+    def summary(self, headline: str = "") -> str:
+        """``headline`` (by default the message's first line) and the log's last line: for a notification,
+        which shows a few lines."""
+        first = headline or (str(self).splitlines()[0] if str(self) else "")
         return f"{first}\n{self.last_line}" if self.last_line and self.last_line != first else first

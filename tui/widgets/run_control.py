@@ -62,8 +62,7 @@ def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: 
             plan = resume_run(run, warn=lambda text: say(text, "warning"),
                               notice=lambda notice: say(notice.text(), "warning"))
         except SupervisorDidNotStart as exc:  # the run is marked failed; its supervisor.log says why
-            said = t("dashboard.resume_failed", path=str(exc.log_path))
-            say(f"{said}\n{exc.last_line}" if exc.last_line else said, "error")  # and why, as its log ends
+            say(exc.summary(t("dashboard.resume_failed", path=str(exc.log_path))), "error")  # and why
         except RunError as exc:
             say(str(exc), "error")
             return
