@@ -9,8 +9,8 @@ objects frozen out of the garbage collector), one H200, read from the committed 
   engine reported it ran (``calibration_matrix.plan_as_run``). A row measured again after the
   garbage-collector fix counts as then measured, the mean of its calls there (``merged_records``: the
   steps that wait on the CPU ran 15-60% faster from the fix, and differ by up to a third between calls
-  of the rented box). Tiled rows and mixed-precision full fine-tuning are reported, not fitted:
-  ``bench/matrix_terms_fit.py`` solves the tiles' launch cost and the fp32 model's cost on them;
+  of the rented box). Tiled rows, mixed-precision full fine-tuning and ``qlora_upcast: true`` are reported, not
+  fitted: ``bench/matrix_terms_fit.py`` solves the tiles' launch cost, the fp32 model's and the upcast's on them;
 - ``bench/results/engine-speed-{lora-a,lora-b,qlora,dropout0,full,full-b}.json`` (``bench/engine_speed.py``):
   the finished ``tunedeck`` rows, b4 x 2048 with checkpointing, the ``checkpoint_layers=auto`` and
   ``lora_input_upcast=true`` switch rows, dropout 0, and the wizard's plans (b8 x 2048, accumulation 2,
@@ -235,6 +235,8 @@ def _calibration_rows() -> list[Row]:
             kind, note = "excluded", note + f"; tiled MLP ({plan.mlp_tiles(True)} tiles): bench/matrix_terms_fit.py fits its cost"
         elif row.method == "full" and not row.pure_bf16:
             kind, note = "excluded", note + "; mixed-precision full: bench/matrix_terms_fit.py fits its fp32 cost"
+        elif plan.qlora_upcast and cm.engine_generation(result["file"]) >= cm.KERNELS_GENERATION:
+            kind, note = "excluded", note + "; qlora_upcast: bench/matrix_terms_fit.py fits its fp32 outputs' cost"
         elif row.method in LORA_FAMILY and cm.engine_generation(result["file"]) < cm.KERNELS_GENERATION:
             kind = "before"
         rows.append(Row(result["file"], row.name, plan, float(result["tokens_per_s"]), note, kind))

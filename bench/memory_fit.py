@@ -62,10 +62,8 @@ BEFORE = {"cuda_context_gib_hopper": 0.60, "checkpoint_recompute_layers": {
 
 def unmodelled(plan: Any) -> str | None:
     """Why the estimate does not model what this row ran on the engine of its file (None: it does). Such a row is
-    reported and left out of the fit; the plan's memory domain says how far off it was (``domain.py``)."""
-    if plan.qlora_upcast:
-        return ("qlora_upcast: its recompute held 2.1 blocks' worth of activations on the fused-kernels engine; peft's "
-                "own QLoRA linears 1.25 on the engine before it (QLORA_UPCAST_UNDER_PCT)")
+    reported and left out of the fit, and the plan's memory domain should say how far off it was (``domain.py``).
+    None today: the last such rows, ``qlora_upcast: true``'s, are counted since its fp32 MLP tensors are."""
     return None
 
 

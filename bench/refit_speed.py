@@ -1,8 +1,8 @@
 """The speed constants refitted as a whole: ``estimate_calibrate.py`` and ``matrix_terms_fit.py`` in turn, each
 one's constants written into ``core/estimate/calibration.py`` before the other runs, until neither moves.
 
-``matrix_terms_fit`` solves its three terms (the tiled MLP's cost per tile, mixed precision's fp32 cost, DoRA's
-rescaling) against the estimate made with the fitted constants, and ``estimate_calibrate`` fits those constants
+``matrix_terms_fit`` solves its four terms (the tiled MLP's cost per tile, mixed precision's fp32 cost, DoRA's
+rescaling, the QLoRA upcast's fp32 outputs) against the estimate made with the fitted constants, and ``estimate_calibrate`` fits those constants
 with the terms in the estimate: refitting one alone leaves the other solved against constants that are gone
 (by session 27 DoRA's term was 165 B where a fresh solve gave 184). Writes both reports.
 
@@ -50,7 +50,9 @@ def terms_round() -> dict[str, object]:
     _by_method("_default_mlp_tile", {m: repr(v) for m, v in fitted["mlp_tile_s"].items()})
     _set(r"(dora_output_bytes_per_element: float = )[0-9.e-]+", repr(fitted["dora_output_bytes_per_element"]))
     _set(r"(fp32_model_s_per_element: float = )[0-9.e-]+", repr(fitted["fp32_model_s_per_element"]))
-    return {k: fitted[k] for k in ("mlp_tile_s", "dora_output_bytes_per_element", "fp32_model_s_per_element")}
+    _set(r"(qlora_upcast_bytes_per_element: float = )[0-9.e-]+", repr(fitted["qlora_upcast_bytes_per_element"]))
+    return {k: fitted[k] for k in ("mlp_tile_s", "dora_output_bytes_per_element", "fp32_model_s_per_element",
+                                   "qlora_upcast_bytes_per_element")}
 
 
 def speed_round() -> dict[str, str]:

@@ -130,11 +130,14 @@ def dora_transient_bytes(arch: ModelArchitecture, plan: TrainingPlan) -> float:
 
 
 def upcast_gradient_bytes(arch: ModelArchitecture, plan: TrainingPlan, recomputed: bool) -> float:
-    """Bytes per token ``lora_input_upcast`` adds to a block's backward, per element of the widest adapted
-    input: its fp32 gradient (4 B), and in a recomputed block the fp32 copy made again (4 B more). Measured:
-    +1.15 GiB at 8k tokens on a checkpointed 7B (widest: the down projection's 18,944) on the H200, and
-    4 B per element without checkpointing on the CPU's tiny blocks (MemTracker)."""
-    if not (plan.uses_lora and plan.lora_input_upcast and plan.precision != "fp32"):
+    """Bytes per token fp32 inputs to the adapted linears (``lora_input_upcast``'s cast, ``qlora_upcast``'s fp32
+    residual stream: ``TrainingPlan.fp32_lora_inputs``) add to a block's backward, per element of the widest
+    adapted input: its fp32 gradient (4 B), and in a recomputed block the fp32 input made again (4 B more).
+    Measured: +1.15 GiB at 8k tokens on a checkpointed 7B (widest: the down projection's 18,944) on the H200
+    with ``lora_input_upcast``, 4 B per element without checkpointing on the CPU's tiny blocks (MemTracker);
+    with ``qlora_upcast`` the same row's peak (memory.txt) held four fp32 tokens x 18,944 tensors, two of them
+    gate and up (``mlp_core_bytes``)."""
+    if not (plan.uses_lora and plan.fp32_lora_inputs and plan.precision != "fp32"):
         return 0.0
     widths = [shape.in_features for shape in arch.linear_shapes() if shape.name in plan.lora_targets]
     return (8.0 if recomputed else 4.0) * max(widths) if widths else 0.0
@@ -156,9 +159,13 @@ def attention_core_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: Pr
 
 
 def mlp_core_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout) -> float:
-    """Bytes per token kept by SiLU(gate) x up: gate output, its SiLU and up output (Liger: gate and up)."""
+    """Bytes per token kept by SiLU(gate) x up: gate output, its SiLU and up output (Liger: gate and up). Under
+    ``qlora_upcast`` they are fp32: bitsandbytes returns a 4-bit linear's output in its input's dtype, the fp32 of
+    the upcast residual stream (memory.txt of the 7B row at b4 x 2048: four fp32 tokens x intermediate tensors
+    live at the peak)."""
     kept = 2 if plan.liger_kernels else 3
-    return kept * layout.compute * arch.intermediate_size
+    width = layout.residual if plan.qlora_upcast else layout.compute
+    return kept * width * arch.intermediate_size
 
 
 def mlp_saved_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: PrecisionLayout) -> float:

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 # GEMMs reach on Hopper), not fitted: with two model widths (3584, 4096) it trades off against
 # HIDDEN_HALF_EFFICIENCY, which the full rows fix under it.
 HOPPER_FULL_EFFICIENCY = 0.72
-HOPPER_LORA_EFFICIENCY = 0.6702
-HIDDEN_HALF_EFFICIENCY = 859.4
+HOPPER_LORA_EFFICIENCY = 0.676
+HIDDEN_HALF_EFFICIENCY = 858.9
 # The causal flash/cuDNN attention kernels behind SDPA, as a fraction of the dense peak for the FLOPs they
 # compute (half the s x s scores): fitted on the long-context rows, where attention is most of the step.
-HOPPER_ATTENTION_EFFICIENCY = 0.4769
+HOPPER_ATTENTION_EFFICIENCY = 0.4729
 # Other GPU families: not measured; they keep the ratio to Hopper of the first-principles table this
 # started from (the Qwen README's A100 runs suggest Ampere's real ratio is higher:
 # bench/results/estimate_published.md).
@@ -36,7 +36,7 @@ HOPPER_CUDA_CONTEXT_GIB = 0.74
 # recomputation's peak), it keeps the CPU MemTracker value. LoRA and QLoRA by path (activations.recompute_key):
 # peft's own linears (the rows before the fused kernels, and the CPU's MemTracker) hold 1.20-1.30 blocks' worth,
 # the engine's grouped node and kernels 1.39-1.97 of their smaller per-block activations.
-RECOMPUTE_LAYERS = {"full": 1.76, "lora": 1.26, "lora_fused": 1.46, "dora": 1.6, "qlora": 1.25, "qlora_fused": 1.45}
+RECOMPUTE_LAYERS = {"full": 1.76, "lora": 1.26, "lora_fused": 1.46, "dora": 1.6, "qlora": 1.18, "qlora_fused": 1.45}
 # The caching allocator's slack: a floor and fractions of the churn at the peak, by kind (memory.py). Offloaded
 # activations: the three LoRA rows after the prefetch's fix (calibration-offload-d) 0.53-0.75 of their churn,
 # the one QLoRA row 0.25 (its own constant, from that row alone).
@@ -61,17 +61,17 @@ class MeasuredError:
 # step waits on the CPU where launching its kernels takes longer than running them (small models, few
 # tokens a micro-step): those rows are the noisy ones (the rented box's shared CPUs ran the same row up to a
 # third faster or slower from call to call), so a plan shows the band of its own kind.
-SPEED_ERROR_GPU_BOUND = MeasuredError(median_pct=3.0, worst_pct=25.0, rows=45)
-SPEED_ERROR_CPU_BOUND = MeasuredError(median_pct=15.0, worst_pct=50.0, rows=15)
-SPEED_ERROR = MeasuredError(  # all 60 fitted rows: the worst of either kind; median the larger one
+SPEED_ERROR_GPU_BOUND = MeasuredError(median_pct=3.0, worst_pct=25.0, rows=44)
+SPEED_ERROR_CPU_BOUND = MeasuredError(median_pct=16.0, worst_pct=51.0, rows=15)
+SPEED_ERROR = MeasuredError(  # all 59 fitted rows: the worst of either kind; median the larger one
     median_pct=max(SPEED_ERROR_GPU_BOUND.median_pct, SPEED_ERROR_CPU_BOUND.median_pct),
     worst_pct=max(SPEED_ERROR_GPU_BOUND.worst_pct, SPEED_ERROR_CPU_BOUND.worst_pct),
     rows=SPEED_ERROR_GPU_BOUND.rows + SPEED_ERROR_CPU_BOUND.rows)
-# Peak memory (estimate against the NVML peak), the same engine on the same H200: the 76 finished rows of
+# Peak memory (estimate against the NVML peak), the same engine on the same H200: the 77 finished rows of
 # the calibration matrix (0.5B-32B) the fit takes, each estimated with the memory constants fitted without its model's
 # rows (bench/memory_fit.py, "Leave one model out", all): a band for shapes the fit did not see. The fit
-# itself is closer on its own rows (median 1.0%, worst 5.9%).
-MEMORY_ERROR = MeasuredError(median_pct=1.1, worst_pct=11.9, rows=76)
+# itself is closer on its own rows (median 1.1%, worst 5.9%).
+MEMORY_ERROR = MeasuredError(median_pct=1.1, worst_pct=11.9, rows=77)
 # Where each band holds: one H200 (Hopper), one GPU, no ZeRO offload, and per figure the shapes and settings
 # its rows cover.
 MEASURED_GPU = "H200"
@@ -100,11 +100,6 @@ SPEED_DOMAIN = MeasuredDomain(hidden_sizes=(896, 5120), seq_len=(512, 196608),
 MEMORY_DOMAIN = MeasuredDomain(hidden_sizes=(896, 5120), seq_len=(512, 65536),
                                precision={"lora": ("bf16",), "qlora": ("bf16",), "dora": ("bf16",),
                                           "full": ("bf16", "pure-bf16")})
-# qlora_upcast: true (QLoRA's fp32 residual stream, peft's own linears) on the engine with the fused LoRA kernels:
-# NVML's peak is above the estimate by up to this much (memory-fit.md's rows the estimate does not model: 7B QLoRA
-# b4 x 2048, 13.94 GiB estimated against 15.85, +13.7%; its recompute held 2.1 blocks' worth, peft's path 1.25 on
-# the engine before). The memory domain says so for such a plan.
-QLORA_UPCAST_UNDER_PCT = 14
 
 
 def _default_context_gib() -> dict[str, float]:
@@ -145,7 +140,7 @@ def _default_dispatch() -> dict[str, float]:
     # its weight norms. Fitted by bench/estimate_calibrate.py on the H200 calibration matrix's rows whose
     # steps wait on the CPU (24-48 layers; LoRA and QLoRA on the engine with the fused kernels): the box's
     # CPU is a shared server core, and these rows vary by up to a third a call.
-    return {"full": 0.001085, "lora": 0.001987, "dora": 0.003752, "qlora": 0.00272}
+    return {"full": 0.001076, "lora": 0.001988, "dora": 0.003744, "qlora": 0.00271}
 
 
 def _default_mlp_tile() -> dict[str, float]:
@@ -153,7 +148,7 @@ def _default_mlp_tile() -> dict[str, float]:
     # tile's backward its own autograd call; peft's adapters on gate/up/down add their small ops per tile).
     # Fitted by bench/matrix_terms_fit.py on the tiled rows of the H200 calibration matrix
     # (matrix-terms-fit.json; DoRA has no tiled row: LoRA's, scaled by the per-layer launch times).
-    return {"full": 0.000846, "lora": 0.002755, "dora": 0.005202, "qlora": 0.003632}
+    return {"full": 0.000846, "lora": 0.002754, "dora": 0.005187, "qlora": 0.003638}
 
 
 def _default_data_parallel() -> dict[int, float]:
@@ -257,7 +252,7 @@ class Calibration:
     # the rescaling by magnitude / norm in fp32 and its gradient. Fitted by bench/matrix_terms_fit.py on
     # the 4 DoRA rows of the H200 matrix (0.5B-7B, with and without checkpointing; 180-239 B a row, the
     # median).
-    dora_output_bytes_per_element: float = 201.4
+    dora_output_bytes_per_element: float = 204.3
     # peft's LoRA dropout per input element of an adapted linear and pass: forward reads the input and
     # writes the dropped copy and a 1-byte mask, backward reads the gradient and the mask and writes the
     # input's gradient; on bf16 inputs 2+2+1, on peft's fp32 upcast 4+4+1. Counted from the ops, not
@@ -280,6 +275,14 @@ class Calibration:
     # copies a step without grouping and none with it (engine-speed-lora-c); this gives 19-24 ms. The fit's
     # rows ran before grouping and are read as grouped: for the default engine that errs 1-3% slow.
     lora_output_copy_bytes_per_element: float = 4.0
+    # qlora_upcast: true (speed.lora_input_bytes): the adapted linears' outputs in fp32, per output element and pass
+    # (forward, backward, recompute). bitsandbytes casts each 4-bit linear's bf16 output back to its fp32 input's
+    # dtype, peft clones it and adds the adapter's product in fp32, all of it outside the engine's grouped node,
+    # and the SwiGLU between runs in fp32 (the ops count ~28 B forward and ~16 backward, and ~1 B an output element
+    # more for the SwiGLU). Fitted by bench/matrix_terms_fit.py on the H200's one such row of the fused-kernels
+    # engine (7B QLoRA b4 x 2048, 7,819 tok/s, 9,600 estimated without it); the same row on an H100
+    # (qlora-upcast/calibration-upcast-b) checks it.
+    qlora_upcast_bytes_per_element: float = 21.4
     # The grouped node's add of each LoRA update inside its lora_B matmul: the matmul reads and writes the
     # base output, 2 + 2 bytes per output element and forward pass. The fit's rows all made it, so the fitted
     # constants hold it; ``lora_swiglu_fused`` takes the gate/up ones away (speed.lora_input_bytes). From the
@@ -316,7 +319,7 @@ class Calibration:
     # A checkpointed layer's recompute, in those pass units (a forward is 1): the checkpoint's own work (its
     # saved-tensor hooks, the generator states it saves and restores) on top of the forward it runs again.
     # Fitted with them.
-    dispatch_recompute_passes: float = 2.523
+    dispatch_recompute_passes: float = 2.531
     # The tiled MLP's CPU time per tile and tiled layer, by method (see _default_mlp_tile).
     mlp_tile_s: dict[str, float] = field(default_factory=_default_mlp_tile)
     # Mixed-precision full fine-tuning (fp32 weights under autocast): GPU seconds per token x hidden x layer

@@ -18,7 +18,6 @@ from core.estimate.calibration import (
     MEASURED_NUM_GPUS,
     MEMORY_DOMAIN,
     MEMORY_ERROR,
-    QLORA_UPCAST_UNDER_PCT,
     SPEED_DOMAIN,
     SPEED_ERROR,
     SPEED_ERROR_CPU_BOUND,
@@ -36,7 +35,7 @@ METHOD_NAMES = {"lora": "LoRA", "qlora": "QLoRA", "dora": "DoRA", "full": "full"
 class DomainGap:
     """One way a plan is outside the measured rows: ``field`` names it, ``short`` fits on a line."""
 
-    field: str  # cpu | gpu_family | num_gpus | hidden_size | method | precision | seq_len | offload | qlora_upcast
+    field: str  # cpu | gpu_family | num_gpus | hidden_size | method | precision | seq_len | offload
     key: str
     params: dict[str, Any]
 
@@ -76,8 +75,6 @@ def measured_domain(plan: Any, gpu: Any, domain: MeasuredDomain = SPEED_DOMAIN) 
         gaps.append(DomainGap("seq_len", "seq_len", {"seq": plan.seq_len, "low": _tokens(low), "high": _tokens(high)}))
     if plan.offload != "none":
         gaps.append(DomainGap("offload", "offload", {"offload": plan.offload}))
-    if domain is MEMORY_DOMAIN and plan.qlora_upcast:
-        gaps.append(DomainGap("qlora_upcast", "qlora_upcast", {"under": QLORA_UPCAST_UNDER_PCT}))
     return gaps
 
 

@@ -187,7 +187,8 @@ def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: C
     on the fp32 copy). Every adapted linear does its own, seven per block for all-linear targets.
     QLoRA with ``kbit_upcast`` (``qlora_upcast``: peft's ``prepare_model_for_kbit_training``) pays the same:
     its norms and residual stream are fp32, so the adapted linears get fp32 inputs that bitsandbytes and
-    autocast cast to bf16 again (the 7B row at b4 x 2048: 7,979 tok/s against 10,197 without)."""
+    autocast cast to bf16 again (the 7B row at b4 x 2048: 7,979 tok/s against 10,197 without), and on its outputs
+    what ``qlora_upcast_bytes_per_element`` counts, per output element of an adapted linear and pass."""
     if not plan.uses_lora:
         return 0.0
     fp32_inputs = plan.fp32_lora_inputs
@@ -208,6 +209,8 @@ def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: C
     if not plan.lora_grouped and plan.method != "dora":  # the fused add's copy of each output, forward passes
         moved += (1.0 + plan.recompute_fraction) * calibration.lora_output_copy_bytes_per_element \
             * lora_output_elements(arch, plan)
+    if plan.qlora_upcast:  # the frozen 4-bit linears' outputs cast to fp32, peft's copy and add in fp32
+        moved += passes * calibration.qlora_upcast_bytes_per_element * lora_output_elements(arch, plan)
     if plan.swiglu_fused:  # the gate/up adds the fit's rows made, gone into the SwiGLU kernel
         moved -= (1.0 + plan.recompute_fraction) * calibration.lora_output_add_bytes_per_element \
             * lora_output_elements(arch, plan, ("gate_proj", "up_proj"))

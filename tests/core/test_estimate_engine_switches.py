@@ -160,8 +160,8 @@ def test_the_tiled_mlp_costs_launch_time_per_tile_and_layer():
 
 
 def test_matrix_term_constants_are_the_committed_fit():
-    """``Calibration.mlp_tile_s``, ``fp32_model_s_per_element`` and ``dora_output_bytes_per_element`` are what
-    ``bench/matrix_terms_fit.py`` fitted on the H200 rows (its JSON): change one only by re-running the fit
+    """``Calibration.mlp_tile_s``, ``fp32_model_s_per_element``, ``dora_output_bytes_per_element`` and
+    ``qlora_upcast_bytes_per_element`` are what ``bench/matrix_terms_fit.py`` fitted on the H200 rows (its JSON): change one only by re-running the fit
     and committing its output."""
     import json
     from pathlib import Path
@@ -175,6 +175,30 @@ def test_matrix_term_constants_are_the_committed_fit():
     assert {row["method"] for row in used if row["term"] == "mlp_tile_s"} == {"full", "lora", "qlora"}
     assert sum(row["term"] == "fp32_model_s_per_element" for row in used) >= 5
     assert sum(row["term"] == "dora_output_bytes_per_element" for row in used) >= 4
+    assert CAL.qlora_upcast_bytes_per_element == pytest.approx(fitted["qlora_upcast_bytes_per_element"])
+    assert [row["file"] for row in used if row["term"] == "qlora_upcast_bytes_per_element"] == \
+        ["calibration-kernels-c.json"]
+
+
+def test_qlora_upcast_is_estimated_on_a_gpu_its_term_was_not_fitted_on():
+    """``qlora_upcast: true``'s fp32 outputs (``qlora_upcast_bytes_per_element``) were solved on the H200's row; the
+    same row on an H100 (bench/results/qlora-upcast/calibration-upcast-b: 3.35 against 4.8 TB/s, the same matmul
+    peak) is the check: its tokens/s and peak within the fitted bands, and the term is what moves it."""
+    import json
+    from pathlib import Path
+
+    run = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" / "qlora-upcast"
+                      / "calibration-upcast-b.json").read_text(encoding="utf-8"))
+    assert run["meta"]["gpu_name"].startswith("NVIDIA H100")
+    measured = run["results"][0]
+    assert measured["row"] == "7b-qlora-b4-s2048-ckpt-qloraupcast-True"
+    plan = plan_for_model("Qwen2.5-7B", method="qlora", micro_batch_size=4, seq_len=2048, kbit_upcast=True)
+    h100 = find_gpu("H100")
+    ours = estimate(plan, h100)
+    assert ours.tokens_per_s == pytest.approx(measured["tokens_per_s"], rel=0.05)
+    assert ours.peak_gib == pytest.approx(measured["peak_gib"], rel=0.05)
+    without = estimate(plan, h100, replace(CAL, qlora_upcast_bytes_per_element=0.0))
+    assert without.tokens_per_s > measured["tokens_per_s"] * 1.2  # what the estimate said before the term
 
 
 def test_mixed_precision_full_fine_tuning_pays_its_measured_cost_over_pure_bf16():

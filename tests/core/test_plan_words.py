@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.estimate.calibration import MEMORY_ERROR as MEM
+from core.estimate.calibration import SPEED_ERROR_CPU_BOUND as CPU
+from core.estimate.calibration import SPEED_ERROR_GPU_BOUND as GPU
 from core.i18n import set_language
 from core.plan import PlanRequest, parse_target, recommend
 from core.plan.view import format_recommendation
@@ -85,17 +88,17 @@ def test_the_figures_carry_the_measured_band_inside_the_domain():
     """7B LoRA on one H200 is what the estimator was fitted on: both figures say their worst error there."""
     rec = _plan("Qwen2.5-7B", "1xH200")
     memory, speed = _figure_lines(format_recommendation(rec))
-    assert memory.endswith("(fits; ±12%, 76 H200 runs)"), memory
-    assert speed.endswith(" tokens/s (±25%, 45 H200 runs)"), speed
+    assert memory.endswith(f"(fits; ±{MEM.worst_pct:.0f}%, {MEM.rows} H200 runs)"), memory
+    assert speed.endswith(f" tokens/s (±{GPU.worst_pct:.0f}%, {GPU.rows} H200 runs)"), speed
     domain = rec.to_json()["recommendation"]["domain"]
     assert domain["inside"] and domain["outside"] == []
     speed_band = domain["error_band"]["tokens_per_s"]
     assert speed_band["waits_on"] == "gpu" and speed_band["worst_pct"] == 25.0 == speed_band["gpu_bound"]["worst_pct"]
-    assert domain["error_band"]["peak_memory"] == {"median_pct": 1.1, "worst_pct": 11.9, "rows": 76}
+    assert domain["error_band"]["peak_memory"] == {"median_pct": MEM.median_pct, "worst_pct": MEM.worst_pct, "rows": MEM.rows}
     set_language("zh")
     memory, speed = _figure_lines(format_recommendation(rec))
-    assert memory.endswith("（够用；±12%，76 次 H200 实测）"), memory
-    assert speed.endswith("（±25%，45 次 H200 实测）"), speed
+    assert memory.endswith(f"（够用；±{MEM.worst_pct:.0f}%，{MEM.rows} 次 H200 实测）"), memory
+    assert speed.endswith(f"（±{GPU.worst_pct:.0f}%，{GPU.rows} 次 H200 实测）"), speed
 
 
 def test_a_step_that_waits_on_the_cpu_carries_that_kinds_wider_band():
@@ -107,13 +110,13 @@ def test_a_step_that_waits_on_the_cpu_carries_that_kinds_wider_band():
     best = rec.to_json()["recommendation"]
     assert best["plan"]["micro_batch_size"] == 1
     speed = _figure_lines(format_recommendation(rec))[1]
-    assert speed.endswith(" tokens/s (±50%, CPU-bound, 15 H200 runs)"), speed
+    assert speed.endswith(f" tokens/s (±{CPU.worst_pct:.0f}%, CPU-bound, {CPU.rows} H200 runs)"), speed
     band = best["domain"]["error_band"]["tokens_per_s"]
-    assert band["waits_on"] == "cpu" and band["worst_pct"] == band["cpu_bound"]["worst_pct"] == 50.0
+    assert band["waits_on"] == "cpu" and band["worst_pct"] == band["cpu_bound"]["worst_pct"] == CPU.worst_pct
     big = _plan("Qwen2.5-7B", "1xH200").to_json()["recommendation"]["domain"]["error_band"]["tokens_per_s"]
     assert big["waits_on"] == "gpu"
     set_language("zh")
-    assert _figure_lines(format_recommendation(rec))[1].endswith("（±50%，受 CPU 限制，15 次 H200 实测）")
+    assert _figure_lines(format_recommendation(rec))[1].endswith(f"（±{CPU.worst_pct:.0f}%，受 CPU 限制，{CPU.rows} 次 H200 实测）")
 
 
 def test_another_gpu_family_says_it_was_not_measured():
@@ -146,7 +149,7 @@ def test_each_figure_has_its_own_domain():
     0.5B (hidden 896) to the 32B (5120)."""
     small = _plan("Qwen2.5-0.5B", "1xH200")
     memory, speed = _figure_lines(format_recommendation(small))
-    assert "±12%, 76 H200 runs)" in memory and "H200 runs)" in speed, (memory, speed)
+    assert f"±{MEM.worst_pct:.0f}%, {MEM.rows} H200 runs)" in memory and "H200 runs)" in speed, (memory, speed)
     domain = small.to_json()["recommendation"]["domain"]
     assert domain["inside"] and domain["memory"]["inside"]
     assert domain["memory"]["measured_on"]["hidden_sizes"] == domain["measured_on"]["hidden_sizes"] == [896, 5120]
