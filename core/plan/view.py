@@ -25,13 +25,21 @@ class ViewLine:
 
 
 def describe_plan(plan: dict[str, Any], cpu_only: bool = False) -> dict[str, Any]:
-    """The fields ``plan.recommended`` / ``plan.alternative`` format (``gpus``: "2 GPUs", or "on the CPU")."""
+    """The fields ``plan.recommended`` / ``plan.alternative`` format (``gpus``: "2 GPUs", or "on the CPU";
+    ``parallel``: ", ZeRO-2 offload optimizer", ", DDP" for several GPUs without ZeRO, nothing on one GPU
+    without it or on the CPU, where "ZeRO-0 offload none" said nothing)."""
     from core.units import plural_key
 
     gpus = t("plan.on_cpu") if cpu_only else t(plural_key("plan.gpus", plan["num_gpus"]), count=plan["num_gpus"])
+    if cpu_only or (plan["zero_stage"] == 0 and plan["offload"] == "none" and plan["num_gpus"] <= 1):
+        parallel = ""
+    elif plan["zero_stage"] == 0 and plan["offload"] == "none":
+        parallel = t("plan.parallel_ddp")
+    else:
+        parallel = t("plan.parallel_zero", zero=plan["zero_stage"], offload=offload_words(plan["offload"]))
     return {
-        "method": plan["method"], "precision": plan["precision"], "gpus": gpus,
-        "zero": plan["zero_stage"], "offload": offload_words(plan["offload"]), "micro": plan["micro_batch_size"],
+        "method": plan["method"], "precision": plan["precision"], "gpus": gpus, "parallel": parallel,
+        "micro": plan["micro_batch_size"],
         "accum": plan["grad_accum_steps"], "seq": plan["seq_len"],
         "gc": t("plan.gc_on") if plan["gradient_checkpointing"] else t("plan.gc_off"),
         "rank": t("plan.rank_part", rank=plan["lora_rank"]) if plan.get("lora_rank") else "",

@@ -181,3 +181,20 @@ def test_a_plan_shorter_than_a_minute_does_not_read_as_one():
     assert format_hours(30 / 3600) == "< 1 min"  # not "0 min": 0.5 rounds to even
     assert format_hours(31 / 3600) == "1 min" and format_hours(12 / 60) == "12 min"
     assert format_hours(3.42) == "3.4 h"
+
+
+def test_the_headline_names_zero_and_offload_only_where_they_say_something():
+    """The CPU and one GPU without ZeRO said "ZeRO-0 offload none"; several GPUs without it are DDP; a ZeRO plan
+    keeps its stage and offload, none included."""
+    from core.plan.view import describe_plan
+
+    set_language("en")
+    base = {"method": "lora", "precision": "bf16", "micro_batch_size": 4, "grad_accum_steps": 1, "seq_len": 2048,
+            "gradient_checkpointing": False, "lora_rank": 16, "num_gpus": 1, "zero_stage": 0, "offload": "none"}
+    assert describe_plan(base, cpu_only=True)["parallel"] == ""
+    assert describe_plan(base)["parallel"] == ""
+    assert describe_plan({**base, "num_gpus": 2})["parallel"] == ", DDP"
+    assert describe_plan({**base, "num_gpus": 2, "zero_stage": 3})["parallel"] == ", ZeRO-3 offload none"
+    assert describe_plan({**base, "zero_stage": 2, "offload": "optimizer"})["parallel"] == ", ZeRO-2 offload optimizer"
+    text = format_recommendation(_plan("tiny", "cpu"))
+    assert "ZeRO" not in text and "offload" not in text, text
