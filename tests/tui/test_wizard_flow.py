@@ -190,6 +190,31 @@ def test_model_from_the_browser_is_the_default_and_app_keys_still_work(private_h
     run(scenario())
 
 
+def test_typing_on_a_step_starts_a_new_value_in_its_field_and_the_app_keys_keep_working(private_home):
+    """On the model step the step has the focus (so q, m, r... stay keys): a character typed there went nowhere
+    until e. Now an unbound character starts a new model id, and a bound letter still does its job. CPU box."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await open_wizard(pilot, app)
+            field = w.query_one("#model-input")
+            assert field.value == "tiny" and w.focused is not field
+            await pilot.press(*"Qwen2.5-0.5B")
+            assert field.value == "Qwen2.5-0.5B" and w.focused is field
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 1)
+            assert "Qwen2.5-0.5B" in w.base_model
+            await pilot.press("pageup")
+            await wait_for(pilot, lambda: w.step == 0 and w.focused is not field)
+            await pilot.press("e")  # e still goes into the field and keeps its value
+            assert w.focused is field and field.value == "Qwen2.5-0.5B"
+            await pilot.press("escape")
+            await pilot.press("r")  # a bound letter is the app's key, not the start of a model id
+            await wait_for(pilot, lambda: app.current_mode == "runs")
+
+    run(scenario())
+
+
 def test_a_model_handed_over_again_replaces_the_model_line(private_home):
     """Plan Qwen2.5-72B, go to another screen, hand over Qwen2.5-7B (as Models' p does): the field said
     Qwen2.5-7B but the line under it still described the 72B (80 layers, hidden 8192). CPU box (fake)."""

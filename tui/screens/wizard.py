@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -234,7 +234,8 @@ class WizardScreen(Screen[None]):
             parts.append(f"[b reverse] {label} [/]" if i == self.step else f"[$foreground-muted]{label}[/]")
         self.query_one("#wizard-steps", Static).update(" › ".join(parts))
         # The step itself takes the focus, not its text field, so that the app's letter keys keep working
-        # and Enter takes the default; ``e`` (or Tab) goes into the field to change it.
+        # and Enter takes the default; ``e`` (or Tab) goes into the field to change it, and a character that is
+        # no key starts a new value there (``_type_into_field``).
         focus = {"goal": "#goal-list", "result": "#result-body"}.get(name, f"#step-{name}")
         self.query_one(focus).focus()
         self.refresh_bindings()
@@ -298,7 +299,11 @@ class WizardScreen(Screen[None]):
 
     def on_key(self, event: Any) -> None:
         """Down and Up move as Tab does where Tab was the only way: from the data file field into the list of
-        files found (Up from the list's top comes back), and between the override fields."""
+        files found (Up from the list's top comes back), and between the override fields. On a step with a text
+        field, a character that is no key of this screen starts a new value in it (typing ``Qwen/...`` or
+        ``/data/...`` went nowhere until ``e``)."""
+        if self._type_into_field(event):
+            return
         if event.key not in ("down", "up"):
             return
         focused = self.focused
@@ -319,6 +324,24 @@ class WizardScreen(Screen[None]):
             event.stop()
             event.prevent_default()
             target.focus()
+
+    def _type_into_field(self, event: Any) -> bool:
+        """The step's field takes ``event``'s character as the start of a new value, when the step itself has the
+        focus and the character is no active key (letters such as q, m or e keep their meaning)."""
+        field_id = {"model": "#model-input", "dataset": "#dataset-input", "hardware": "#hardware-input"}.get(
+            STEPS[self.step])
+        if field_id is None or not event.is_printable or not event.character or isinstance(self.focused, Input):
+            return False
+        bound = self.active_bindings.get(event.key)
+        if bound is not None and bound.enabled:
+            return False
+        event.stop()
+        event.prevent_default()
+        field = self.query_one(field_id, Input)
+        field.value = ""
+        self.set_focus(field)  # now: the next key typed is already on its way, to the focused widget
+        field.post_message(events.Key(event.key, event.character))  # typed by the field, after its focus
+        return True
 
     @on(Input.Submitted)
     def _input_submitted(self, event: Input.Submitted) -> None:
