@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import yaml
+from textual import events
 
 from core.config import load_run_config
 from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
@@ -208,6 +209,15 @@ def test_typing_on_a_step_starts_a_new_value_in_its_field_and_the_app_keys_keep_
             await wait_for(pilot, lambda: w.step == 0 and w.focused is not field)
             await pilot.press("e")  # e still goes into the field and keeps its value
             assert w.focused is field and field.value == "Qwen2.5-0.5B"
+            await pilot.press("escape")
+            # typed in one burst, as a fast typist or tmux sends it: every key was sent to the step before the
+            # first moved the focus into the field
+            for key in "Qwen2.5-7B":
+                app.post_message(events.Key(key, key))
+            await wait_for(pilot, lambda: field.value == "Qwen2.5-7B")
+            await pilot.press("escape")
+            w.post_message(events.Paste("  Qwen2.5-1.5B\n"))  # pasted on the step, not in its field
+            await wait_for(pilot, lambda: field.value == "Qwen2.5-1.5B" and w.focused is field)
             await pilot.press("escape")
             await pilot.press("r")  # a bound letter is the app's key, not the start of a model id
             await wait_for(pilot, lambda: app.current_mode == "runs")

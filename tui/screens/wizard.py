@@ -325,23 +325,43 @@ class WizardScreen(Screen[None]):
             event.prevent_default()
             target.focus()
 
-    def _type_into_field(self, event: Any) -> bool:
-        """The step's field takes ``event``'s character as the start of a new value, when the step itself has the
-        focus and the character is no active key (letters such as q, m or e keep their meaning)."""
+    def _step_field(self) -> Input | None:
+        """The text field a step's typing goes to (None on the goal and plan steps)."""
         field_id = {"model": "#model-input", "dataset": "#dataset-input", "hardware": "#hardware-input"}.get(
             STEPS[self.step])
-        if field_id is None or not event.is_printable or not event.character or isinstance(self.focused, Input):
+        return self.query_one(field_id, Input) if field_id else None
+
+    def _type_into_field(self, event: Any) -> bool:
+        """The step's field takes ``event``'s character as the start of a new value, when the step itself has the
+        focus and the character is no active key (letters such as q, m or e keep their meaning). Keys typed in one
+        burst were all sent to the step before the first moved the focus: those that follow go on to the field
+        (a printable key that reaches the screen while the field has the focus never came from the field, which
+        keeps its own)."""
+        field = self._step_field()
+        if field is None or not event.is_printable or not event.character:
             return False
-        bound = self.active_bindings.get(event.key)
-        if bound is not None and bound.enabled:
-            return False
+        if self.focused is not field:
+            if isinstance(self.focused, Input):
+                return False
+            bound = self.active_bindings.get(event.key)
+            if bound is not None and bound.enabled:
+                return False
+            field.value = ""
+            self.set_focus(field)  # now: the keys after this one go to the field
         event.stop()
         event.prevent_default()
-        field = self.query_one(field_id, Input)
-        field.value = ""
-        self.set_focus(field)  # now: the next key typed is already on its way, to the focused widget
         field.post_message(events.Key(event.key, event.character))  # typed by the field, after its focus
         return True
+
+    def on_paste(self, event: events.Paste) -> None:
+        """Text pasted on a step (not in its field) becomes the field's value, as typing there does."""
+        field = self._step_field()
+        if field is None or isinstance(self.focused, Input):
+            return
+        event.stop()
+        field.value = ""
+        self.set_focus(field)
+        field.post_message(events.Paste(" ".join(event.text.split())))  # pasted by the field, after its focus
 
     @on(Input.Submitted)
     def _input_submitted(self, event: Input.Submitted) -> None:
