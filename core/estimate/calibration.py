@@ -34,8 +34,8 @@ HOPPER_CUDA_CONTEXT_GIB = 0.74
 # activations and their gradients), by method: solved per row on torch's allocated peak, the median.
 # Full: one row (0.5B at 32k tokens); DoRA: no row identifies it (its weight-norm transient sets the
 # recomputation's peak), it keeps the CPU MemTracker value. LoRA and QLoRA by path (activations.recompute_key):
-# peft's own linears (the rows before the fused kernels, and the CPU's MemTracker) hold 1.20-1.30 blocks' worth,
-# the engine's grouped node and kernels 1.39-1.97 of their smaller per-block activations.
+# peft's own linears (the rows before the fused kernels, qlora_upcast's, and the CPU's MemTracker) hold 1.12-1.30
+# blocks' worth, the engine's grouped node and kernels 1.39-1.97 of their smaller per-block activations.
 RECOMPUTE_LAYERS = {"full": 1.76, "lora": 1.26, "lora_fused": 1.46, "dora": 1.6, "qlora": 1.18, "qlora_fused": 1.45}
 # The caching allocator's slack: a floor and fractions of the churn at the peak, by kind (memory.py). Offloaded
 # activations: the three LoRA rows after the prefetch's fix (calibration-offload-d) 0.53-0.75 of their churn,
@@ -278,10 +278,10 @@ class Calibration:
     # qlora_upcast: true (speed.lora_input_bytes): the adapted linears' outputs in fp32, per output element and pass
     # (forward, backward, recompute). bitsandbytes casts each 4-bit linear's bf16 output back to its fp32 input's
     # dtype, peft clones it and adds the adapter's product in fp32, all of it outside the engine's grouped node,
-    # and the SwiGLU between runs in fp32 (the ops count ~28 B forward and ~16 backward, and ~1 B an output element
-    # more for the SwiGLU). Fitted by bench/matrix_terms_fit.py on the H200's one such row of the fused-kernels
-    # engine (7B QLoRA b4 x 2048, 7,819 tok/s, 9,600 estimated without it); the same row on an H100
-    # (qlora-upcast/calibration-upcast-b) checks it.
+    # and the SwiGLU between runs in fp32 (the ops count ~24 B an output element and pass, the SwiGLU's included).
+    # Fitted by bench/matrix_terms_fit.py on the H200's one such row of the fused-kernels engine (7B QLoRA b4 x
+    # 2048, 7,819 tok/s, ~9,570 estimated without it); the same row on an H100 (qlora-upcast/calibration-upcast-b:
+    # 6,940 tok/s, 6,793 estimated) checks it.
     qlora_upcast_bytes_per_element: float = 21.4
     # The grouped node's add of each LoRA update inside its lora_B matmul: the matmul reads and writes the
     # base output, 2 + 2 bytes per output element and forward pass. The fit's rows all made it, so the fitted
