@@ -30,6 +30,8 @@ from tui.widgets.bar import bar
 from tui.widgets.keys_footer import KeysFooter
 
 STEPS = ("model", "dataset", "goal", "hardware", "result")
+# The text field typing on a step goes to (the goal step's is a list; its epochs field takes e alone).
+STEP_FIELDS = {"model": "#model-input", "dataset": "#dataset-input", "hardware": "#hardware-input"}
 DEFAULT_GPU_MODEL = "Qwen/Qwen2.5-7B-Instruct"
 TINY_MODEL = "tiny"
 BAR_WIDTH = 40
@@ -271,8 +273,7 @@ class WizardScreen(Screen[None]):
         if STEPS[self.step] == "result":
             self.action_overrides()
             return
-        first = {"model": "#model-input", "dataset": "#dataset-input", "goal": "#epochs-input",
-                 "hardware": "#hardware-input"}[STEPS[self.step]]
+        first = {**STEP_FIELDS, "goal": "#epochs-input"}[STEPS[self.step]]
         self.query_one(first, Input).focus()
 
     def action_next_step(self) -> None:
@@ -327,8 +328,7 @@ class WizardScreen(Screen[None]):
 
     def _step_field(self) -> Input | None:
         """The text field a step's typing goes to (None on the goal and plan steps)."""
-        field_id = {"model": "#model-input", "dataset": "#dataset-input", "hardware": "#hardware-input"}.get(
-            STEPS[self.step])
+        field_id = STEP_FIELDS.get(STEPS[self.step])
         return self.query_one(field_id, Input) if field_id else None
 
     def _type_into_field(self, event: Any) -> bool:
