@@ -295,12 +295,14 @@ def test_fit_stats_drops_by_rank_and_keeps_the_step():
 def test_a_cpu_run_at_80x24_omits_mfu_and_its_numbers_read_alike_in_header_and_charts():
     """A CPU run (the bundled tiny model's kind) near 9,300 tok/s: no "MFU N/A"; the loss legend's EMA
     value whole, not "EMA 6.…"; the tokens chart's labels and legend with the header's thousands
-    separator ("9,351", not "9351"). (No GPU used by the run; the box's two H200s recorded.)"""
+    separator ("9,351", not "9351"); no "ZeRO 0" of its one process. (No GPU used by the run; the box's two H200s
+    recorded.)"""
     from tests.fixtures.watch.run_builder import header_record, train_record, write_jsonl
     from tui.widgets.chart import LineChart
 
     path = build_run(runs_dir(), "20261129-2100-cpu", status="running", steps=40, gpus=())
-    header = {**header_record(5400), "device": "cpu", "gpu_names": [], "world_size": 1, "precision": "fp32"}
+    header = {**header_record(5400), "device": "cpu", "gpu_names": [], "world_size": 1, "precision": "fp32",
+              "zero_stage": 0}
     # 9,340 tok/s over the steady steps (the header's figure), the last interval's too (the chart's legend)
     write_jsonl(path / "metrics.jsonl", [header] + [train_record(step, 5400, tokens_per_s=9300.0 + step,
                                                                  tokens_seen=round(step * 1.5 * 9340))
@@ -313,6 +315,7 @@ def test_a_cpu_run_at_80x24_omits_mfu_and_its_numbers_read_alike_in_header_and_c
             await settle(pilot, app, screen, gpus=False)
             text = screen_text(app)
             assert "MFU" not in text and "N/A" not in text
+            assert "· CPU ·" in text.splitlines()[1] and "ZeRO" not in text.splitlines()[1]  # no "ZeRO 0" on a CPU
             assert "9,340 tok/s" in _stats_line(screen)
             loss = screen.query_one("#chart-loss", LineChart)
             title = loss.render_line(0).text

@@ -229,11 +229,15 @@ class DashboardHeader:
             return rank + unknown if value is None else rank
 
         gpu_part = t("dashboard.cpu_run") if self._cpu_run() else t("dashboard.gpus", gpus=_na(gpus))
+        # "ZeRO 0" of one process (the CPU, one GPU) says nothing, as the plan's headline does not say it either
+        single = self._cpu_run() or self._gpu_count() == 1
+        zero_part = [] if single and str(zero) == "0" else [
+            (t("dashboard.zero", stage=_na(None if zero is None else str(zero))), ranked(zero, 1), SEPARATOR, "")]
         first: list[tuple[str, int, str, str]] = [
             (_na(model), ranked(model, MODEL_RANK), "", "b"),
             (_na(method), ranked(method, 4), SEPARATOR, ""),
             (_na(precision), ranked(precision, 2), SEPARATOR, ""),
-            (t("dashboard.zero", stage=_na(None if zero is None else str(zero))), ranked(zero, 1), SEPARATOR, ""),
+            *zero_part,
             (gpu_part, ranked(gpus if not self._cpu_run() else "cpu", 3), SEPARATOR, ""),
             (self.reason if status == IDLE else state_label(status), STAT_KEPT, SEPARATOR, colour),
         ]
