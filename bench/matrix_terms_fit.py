@@ -116,14 +116,16 @@ def term_rows() -> list[dict[str, Any]]:
         measured = plan.tokens_per_micro_batch / rec["tokens_per_s"]
         without = _step_s(plan, TERMS[term][0](0.0))
         value = solve(plan, term, measured)
+        # what the term is per: token x hidden x layer; DoRA: token x adapted out_feature; the upcast: that x
+        # pass (forward, backward and recompute)
+        per_token = plan.architecture.hidden_size * plan.architecture.num_layers
+        if dora:
+            per_token = lora_output_elements(plan.architecture, plan)
+        elif upcast:
+            per_token = lora_output_elements(plan.architecture, plan) * (2 + plan.recompute_fraction)
         out.append({"row": rec["row"], "file": name, "method": row.method, "term": term,
                     "tiles": plan.mlp_tiles(True) if tiled else 1, "tiled_layers": plan.checkpointed_layers if tiled else 0,
-                    # what the term is per: token x hidden x layer; DoRA and the upcast: token x adapted
-                    # out_feature (the upcast's per pass: forward, backward and recompute)
-                    "elements": plan.tokens_per_micro_batch * (
-                        lora_output_elements(plan.architecture, plan) * (
-                            2 + plan.recompute_fraction if upcast else 1) if dora or upcast
-                        else plan.architecture.hidden_size * plan.architecture.num_layers),
+                    "elements": plan.tokens_per_micro_batch * per_token,
                     "measured_step_s": round(measured, 4), "estimated_step_s_without": round(without, 4),
                     "value": None if value is None else float(f"{value:.4g}"),
                     "used": value is not None and (fp32 or dora or upcast or without < (1 - VISIBLE) * measured)})
