@@ -24,7 +24,7 @@ from core.settings import MIN_POLL_INTERVAL_S, Settings, save_settings
 from themes import DEFAULT_THEME, THEMES
 from tui.gpu_poll import HISTORY_SAMPLES, IDLE_POLL_S, GpuPolled, GpuPollFailed, SnapshotReady
 from tui.screens.help import HelpScreen
-from tui.widgets.keys_footer import key_name, survives_ssh
+from tui.widgets.keys_footer import key_name, survives_ssh, typing
 
 SECTIONS = ("gpus", "models", "wizard", "runs")
 
@@ -268,13 +268,11 @@ class TunedeckApp(App[int]):
                 self.pop_screen()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # The app's letter keys never act while a text field has the focus: the field takes them as text
-        # (F1, Ctrl+P and Ctrl+Q still work). Refusing them here also keeps them out of the footer meanwhile.
-        if action in ("section", "next_theme"):
-            from textual.widgets import Input, TextArea
-
-            if isinstance(self.screen.focused, (Input, TextArea)):
-                return False
+        # The app's letter keys never act while letters are text (a text field has the focus, or the screen
+        # sends typed keys to one): F1, Ctrl+P and Ctrl+Q still work. Refusing them here also keeps them out of
+        # the footer meanwhile.
+        if action in ("section", "next_theme") and typing(self.screen):
+            return False
         return True
 
     def get_key_display(self, binding: Binding) -> str:

@@ -47,20 +47,26 @@ async def open_wizard(pilot, app):
 
 
 # --- 1. a dependable way back in the wizard -------------------------------------------------------------
-def test_wizard_esc_leaves_the_field_then_goes_back_and_letters_are_keys_again(private_home):
+def test_wizard_esc_leaves_the_field_then_goes_back_and_letters_are_keys_again_off_the_text_steps(private_home):
+    """Esc leaves the field, then goes back a step, then out of the wizard, where letters are the app's keys
+    again. On the model, data and hardware steps letters are text even out of the field (model ids start with
+    the app's keys): the footer says so by offering none. CPU box (fake), 80x24."""
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=SIZE) as pilot:
             w = await open_wizard(pilot, app)
-            await pilot.press("e")
+            await pilot.press("f7")
             assert app.focused.id == "model-input"
             model = w.query_one("#model-input")
             await wait_for(pilot, lambda: "g" not in footer_keys(app))  # letters are text now
             assert "F1" in footer_keys(app) and "Esc" in footer_keys(app)
             await pilot.press("escape")  # out of the field, still on step 1
             assert app.focused.id == "step-model" and w.step == 0
+            assert "g" not in footer_keys(app) and "F1" in footer_keys(app)  # still text: a new model id
             before = model.value
-            await pilot.press("r")  # an app key again, not typed into the field
+            await pilot.press("escape")  # on the first step: out of the wizard, to where we came from
+            await wait_for(pilot, lambda: app.current_mode != "wizard")
+            await pilot.press("r")  # an app key again
             await wait_for(pilot, lambda: app.current_mode == "runs")
             assert model.value == before
             await pilot.press("w")
@@ -69,7 +75,7 @@ def test_wizard_esc_leaves_the_field_then_goes_back_and_letters_are_keys_again(p
             await wait_for(pilot, lambda: w.step == 1)
             await pilot.press("escape")  # no field focused: back a step
             assert w.step == 0
-            await pilot.press("escape")  # on the first step: out of the wizard, to where we came from
+            await pilot.press("escape")
             await wait_for(pilot, lambda: app.current_mode == "runs")
 
     run(scenario())
@@ -80,7 +86,7 @@ def test_wizard_page_keys_work_from_every_widget_and_show_in_footer_and_help(pri
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=SIZE) as pilot:
             w = await open_wizard(pilot, app)
-            await wait_for(pilot, lambda: {"PgDn", "PgUp", "?"} <= set(footer_keys(app)))
+            await wait_for(pilot, lambda: {"PgDn", "PgUp", "F1"} <= set(footer_keys(app)))  # ? is text here
             await pilot.press("pagedown")
             await wait_for(pilot, lambda: w.step == 1)
             w.query_one("#dataset-files").focus()  # a list with page keys of its own
@@ -217,13 +223,18 @@ def test_fit_drops_the_lowest_priority_first_and_keeps_the_first():
 
 
 async def assert_section_footers_fit(pilot, app) -> None:
-    """On each section at 80 columns: ``?`` first, and the last entry shown whole (nothing cut).
-    Also run in Chinese by ``tests/tui/i18n_zh_scenarios.py`` (two cells a character)."""
+    """On each section at 80 columns: ``?`` first (F1 where letters are text: the wizard's first step), and the
+    last entry shown whole (nothing cut). Also run in Chinese by ``tests/tui/i18n_zh_scenarios.py`` (two cells a
+    character)."""
     await open_gpus(pilot, app)
     for key, mode in (("g", "gpus"), ("m", "models"), ("w", "wizard"), ("r", "runs")):
+        if app.current_mode == "wizard":
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.current_mode != "wizard")
         await pilot.press(key)
         await wait_for(pilot, lambda mode=mode: app.current_mode == mode)
-        await wait_for(pilot, lambda: footer_line(app).lstrip().startswith("?"))
+        help_key = "F1" if mode == "wizard" else "?"
+        await wait_for(pilot, lambda help_key=help_key: footer_line(app).lstrip().startswith(help_key))
         line = footer_line(app).rstrip()
         footer = app.screen.query_one(KeysFooter)
         shown = footer.shown()

@@ -145,8 +145,9 @@ def test_the_local_tab_lists_the_bundled_models_and_p_hands_one_to_the_wizard(pr
             assert wizard.query_one("#model-input").value == "tiny"
             await pilot.press("enter")  # the wizard takes it, with no hub
             await wait_for(pilot, lambda: wizard.step == 1)
-            # A bundled config too: planned offline.
-            await pilot.press("m")
+            # A bundled config too: planned offline. Letters are text on the data step: Esc goes back a step, and
+            # from the first step back to where p came from.
+            await pilot.press("escape", "escape")
             await wait_for(pilot, lambda: app.screen is screen)
             await pilot.press(*["down"] * names.index("Qwen2.5-7B"), "p")
             await wait_for(pilot, lambda: app.current_mode == "wizard" and app.wizard_model == "Qwen2.5-7B")

@@ -11,6 +11,7 @@ from textual import events
 from core.config import load_run_config
 from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
 from tui.app import make_app
+from tui.widgets.keys_footer import footer_entries
 
 
 def run(coro):
@@ -26,7 +27,10 @@ def wizard(app):
 
 
 async def open_wizard(pilot, app):
-    """The wizard (w), at its first step."""
+    """The wizard (w, from another section), at its first step."""
+    if app.current_mode == "wizard":
+        assert wizard(app).step == 0
+        return wizard(app)
     await pilot.press("w")
     await wait_for(pilot, lambda: app.current_mode == "wizard")
     return wizard(app)
@@ -185,15 +189,19 @@ def test_model_from_the_browser_is_the_default_and_app_keys_still_work(private_h
             await pilot.press("enter")
             await wait_for(pilot, lambda: w.step == 1)
             assert "Qwen2.5-0.5B" in w.base_model
-            await pilot.press("r")  # an app key, not typed into a field
+            await pilot.press("pagedown")  # the data step's default, the bundled sample (read in a worker)
+            await wait_for(pilot, lambda: w.step == 2, timeout=30)
+            await pilot.press("r")  # the goal step has no text field: an app key
             assert app.current_mode == "runs"
 
     run(scenario())
 
 
-def test_typing_on_a_step_starts_a_new_value_in_its_field_and_the_app_keys_keep_working(private_home):
-    """On the model step the step has the focus (so q, m, r... stay keys): a character typed there went nowhere
-    until e. Now an unbound character starts a new model id, and a bound letter still does its job. CPU box."""
+def test_typing_on_a_step_starts_a_new_value_in_its_field_even_with_the_app_keys(private_home):
+    """On the model step the step has the focus (so that Enter takes the default): a character typed there went
+    nowhere until e; then an unbound character started a new model id but a bound one did its job, so typing
+    ``meta-llama/...`` opened the model browser and ``qwen...`` quit. Every character starts the value now, and
+    the footer offers no letter key while they are text. CPU box (fake)."""
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(80, 24)) as pilot:
@@ -207,7 +215,7 @@ def test_typing_on_a_step_starts_a_new_value_in_its_field_and_the_app_keys_keep_
             assert "Qwen2.5-0.5B" in w.base_model
             await pilot.press("pageup")
             await wait_for(pilot, lambda: w.step == 0 and w.focused is not field)
-            await pilot.press("e")  # e still goes into the field and keeps its value
+            await pilot.press("f7")  # F7 (or Tab) goes into the field and keeps its value
             assert w.focused is field and field.value == "Qwen2.5-0.5B"
             await pilot.press("escape")
             # typed in one burst, as a fast typist or tmux sends it: every key was sent to the step before the
@@ -219,7 +227,14 @@ def test_typing_on_a_step_starts_a_new_value_in_its_field_and_the_app_keys_keep_
             w.post_message(events.Paste("  Qwen2.5-1.5B\n"))  # pasted on the step, not in its field
             await wait_for(pilot, lambda: field.value == "Qwen2.5-1.5B" and w.focused is field)
             await pilot.press("escape")
-            await pilot.press("r")  # a bound letter is the app's key, not the start of a model id
+            keys = {key for key, _ in footer_entries(w)}
+            assert {"F1", "F7", "Esc"} <= keys and not {key for key in keys if len(key) == 1}
+            await pilot.press(*"meta-llama/q")  # m (models), r (runs), q (quit) and e (edit) are text here
+            assert app.current_mode == "wizard" and app.is_running
+            assert field.value == "meta-llama/q" and w.focused is field
+            await pilot.press("escape", "escape")  # out of the field, then out of the wizard
+            await wait_for(pilot, lambda: app.current_mode != "wizard")
+            await pilot.press("r")  # elsewhere r is the app's key again
             await wait_for(pilot, lambda: app.current_mode == "runs")
 
     run(scenario())
@@ -237,7 +252,8 @@ def test_a_model_handed_over_again_replaces_the_model_line(private_home):
             await wait_for(pilot, lambda: w.step == 1)
             info = w.query_one("#model-info")
             assert "80 layers" in str(info.render())
-            await pilot.press("r")
+            await pilot.press("ctrl+p")  # letters are text on the data step: the palette goes elsewhere
+            await pilot.press(*"Runs", "enter")
             await wait_for(pilot, lambda: app.current_mode == "runs")
             app.wizard_model = "Qwen2.5-7B"
             await pilot.press("w")
@@ -294,7 +310,7 @@ def test_down_and_up_move_where_only_tab_did_and_a_bad_override_shows_at_80x24(p
             w = await open_wizard(pilot, app)
             await pilot.press("enter")
             await wait_for(pilot, lambda: w.step == 1)
-            await pilot.press("e")
+            await pilot.press("f7")
             assert app.focused.id == "dataset-input"
             await pilot.press("down")
             assert app.focused.id == "dataset-files"

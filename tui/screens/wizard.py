@@ -112,7 +112,7 @@ class WizardScreen(Screen[None]):
                 id="wizard.next"),
         Binding("pageup", "previous_step", t("wizard.key.back"), key_display="PgUp", priority=True,
                 id="wizard.back"),
-        # Esc leaves a text field first (so the next letters are keys again), then goes back a step.
+        # Esc leaves a text field first (Enter then takes the step's value), then goes back a step.
         Binding("escape", "escape", t("wizard.key.escape"), key_display="Esc", id="wizard.escape"),
         Binding("enter", "enter", t("wizard.key.enter"), show=False, id="wizard.enter"),
         Binding("e", "edit", t("wizard.key.edit"), id="wizard.edit"),
@@ -235,9 +235,9 @@ class WizardScreen(Screen[None]):
             label = f"{i + 1} {t(f'wizard.step.{s}')}"
             parts.append(f"[b reverse] {label} [/]" if i == self.step else f"[$foreground-muted]{label}[/]")
         self.query_one("#wizard-steps", Static).update(" › ".join(parts))
-        # The step itself takes the focus, not its text field, so that the app's letter keys keep working
-        # and Enter takes the default; ``e`` (or Tab) goes into the field to change it, and a character that is
-        # no key starts a new value there (``_type_into_field``).
+        # The step itself takes the focus, not its text field, so that Enter takes the default the field shows;
+        # on the model, data and hardware steps the first character typed starts a new value there
+        # (``_type_into_field``), and F7 (or Tab) goes into the field to change the value it has.
         focus = {"goal": "#goal-list", "result": "#result-body"}.get(name, f"#step-{name}")
         self.query_one(focus).focus()
         self.refresh_bindings()
@@ -331,20 +331,24 @@ class WizardScreen(Screen[None]):
         field_id = STEP_FIELDS.get(STEPS[self.step])
         return self.query_one(field_id, Input) if field_id else None
 
+    def takes_typing(self) -> bool:
+        """Whether a printable key is text here (the footer and the app's letter keys follow it): on a step with a
+        text field, every character starts or goes on with its value, letters too. Model ids and file names
+        start with the app's keys (meta-llama, mistralai, train.jsonl): with those keys acting, typing
+        ``meta-llama/...`` opened the model browser and ``qwen...`` quit. Esc, F-keys and Ctrl+P still act."""
+        return self._step_field() is not None
+
     def _type_into_field(self, event: Any) -> bool:
-        """The step's field takes ``event``'s character as the start of a new value, when the step itself has the
-        focus and the character is no active key (letters such as q, m or e keep their meaning). Keys typed in one
-        burst were all sent to the step before the first moved the focus: those that follow go on to the field
-        (a printable key that reaches the screen while the field has the focus never came from the field, which
-        keeps its own)."""
+        """The step's field takes ``event``'s character as the start of a new value when the step (or the data
+        step's file list) has the focus: any printable character, the app's letter keys and ``e`` included
+        (``takes_typing``). Keys typed in one burst were all sent to the step before the first moved the focus:
+        those that follow go on to the field (a printable key that reaches the screen while the field has the
+        focus never came from the field, which keeps its own)."""
         field = self._step_field()
         if field is None or not event.is_printable or not event.character:
             return False
         if self.focused is not field:
             if isinstance(self.focused, Input):
-                return False
-            bound = self.active_bindings.get(event.key)
-            if bound is not None and bound.enabled:
                 return False
             field.value = ""
             self.set_focus(field)  # now: the keys after this one go to the field

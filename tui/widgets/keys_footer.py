@@ -9,8 +9,8 @@ list (``footer_priority()``, binding ids, so it can follow the state: stop while
 when finished); then the screen's other shown keys; the focused widget's; the app's (quit, sections); the
 palette last. The screen's ``footer_label()`` names an entry for the state it is in, or leaves it out
 (None) where another entry says the same. An action refused by ``check_action`` (hidden or disabled) is
-not offered. While a text field has the focus, letter keys would be typed into it, so only the entries
-with another key remain.
+not offered. While a text field has the focus (or the screen sends typed keys to one), letter keys would be
+typed into it, so only the entries with another key remain.
 """
 
 from __future__ import annotations
@@ -62,7 +62,9 @@ def is_typed_key(key: str) -> bool:
 
 
 def typing(screen) -> bool:
-    return isinstance(screen.focused, (Input, TextArea))
+    """Whether a letter pressed now is text: a text field has the focus, or the screen sends typed keys to one
+    (``takes_typing()``: the wizard's model, data and hardware steps start a new value with the first key)."""
+    return isinstance(screen.focused, (Input, TextArea)) or bool(getattr(screen, "takes_typing", bool)())
 
 
 def footer_entries(screen) -> list[tuple[str, str]]:
