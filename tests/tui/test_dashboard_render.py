@@ -144,6 +144,29 @@ def test_header_cost_under_a_cent_is_not_zero():
     run(scenario())
 
 
+def test_header_names_zero_0_on_two_gpus_ddp_as_the_plan_does():
+    """A two-GPU run without ZeRO: the plan's headline says "DDP", the dashboard said "ZeRO 0". Fake two H200s,
+    a run directory whose header says zero_stage 0 and world size 2."""
+    import json
+
+    async def scenario():
+        path = build_run(runs_dir(), "20261129-2100-ddp", status="running", steps=240)
+        metrics = path / "metrics.jsonl"
+        lines = metrics.read_text().splitlines()
+        header = json.loads(lines[0])
+        assert header["kind"] == "header" and header["world_size"] == 2
+        metrics.write_text("\n".join([json.dumps({**header, "zero_stage": 0}), *lines[1:]]) + "\n")
+        with SupervisorStandIn(path):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+            async with app.run_test(size=(120, 40)) as pilot:
+                screen = await open_dashboard(pilot, app, "running")
+                await settle(pilot, app, screen)
+                first = screen_text(app).splitlines()[1]
+                assert "DDP" in first and "ZeRO" not in first and "GPUs 0,1" in first
+
+    run(scenario())
+
+
 @pytest.mark.parametrize("directory, kind, model, last_step", [
     ("swift_output", "ms-swift", "Qwen/Qwen2.5-0.5B-Instruct", "100/100"),
     ("llamafactory_output", "LLaMA-Factory", "meta-llama/Llama-3.2-1B-Instruct", "100/100"),

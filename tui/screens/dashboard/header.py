@@ -229,10 +229,12 @@ class DashboardHeader:
             return rank + unknown if value is None else rank
 
         gpu_part = t("dashboard.cpu_run") if self._cpu_run() else t("dashboard.gpus", gpus=_na(gpus))
-        # "ZeRO 0" of one process (the CPU, one GPU) says nothing, as the plan's headline does not say it either
+        # ZeRO 0 is named as the plan's headline names it: nothing for one process (the CPU, one GPU), "DDP" for
+        # several (each GPU holds the whole model); a ZeRO stage above 0, or an unknown one, as "ZeRO N"
         single = self._cpu_run() or self._gpu_count() == 1
-        zero_part = [] if single and str(zero) == "0" else [
-            (t("dashboard.zero", stage=_na(None if zero is None else str(zero))), ranked(zero, 1), SEPARATOR, "")]
+        zero_text = t("dashboard.ddp") if str(zero) == "0" else t(
+            "dashboard.zero", stage=_na(None if zero is None else str(zero)))
+        zero_part = [] if single and str(zero) == "0" else [(zero_text, ranked(zero, 1), SEPARATOR, "")]
         first: list[tuple[str, int, str, str]] = [
             (_na(model), ranked(model, MODEL_RANK), "", "b"),
             (_na(method), ranked(method, 4), SEPARATOR, ""),
