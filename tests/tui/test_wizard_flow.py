@@ -334,6 +334,28 @@ def test_down_and_up_move_where_only_tab_did_and_a_bad_override_shows_at_80x24(p
     run(scenario())
 
 
+def test_a_path_being_typed_does_not_show_the_previous_files_statistics(private_home):
+    """Typing a new path on the data step left the bundled sample's records, tokens and histogram under it, as if
+    they were the new file's, until Enter read it. CPU box (fake)."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await open_wizard(pilot, app)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 1)
+            field, info = w.query_one("#dataset-input"), w.query_one("#dataset-info")
+            sample = field.value
+            w._summarise_if_needed()
+            await wait_for(pilot, lambda: "records" in str(info.render()), timeout=30)
+            await pilot.press(*"train.jsonl")
+            await wait_for(pilot, lambda: field.value == "train.jsonl")
+            assert "records" not in str(info.render()) and "Enter reads" in str(info.render())
+            field.value = sample  # the file read before: its statistics again
+            await wait_for(pilot, lambda: "records" in str(info.render()))
+
+    run(scenario())
+
+
 def test_dataset_file_picker_previews_the_picked_file(private_home, tmp_path, monkeypatch):
     data = tmp_path / "work" / "mine.jsonl"
     data.parent.mkdir()

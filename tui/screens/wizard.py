@@ -488,6 +488,18 @@ class WizardScreen(Screen[None]):
             self.advance_after_summary = False
             self._show_step(2)
 
+    def _dataset_path_changed(self, path: str) -> None:
+        """Under a path being typed, the statistics of the file read before passed for this one's until Enter read
+        it: the line says Enter reads it (the same path again shows its statistics; one being read keeps its
+        "Reading")."""
+        if self.summarising is not None and self.summarising[0] == path:
+            return
+        info = self.query_one("#dataset-info", Static)
+        if self.summary is not None and self._summary_is_current(path):
+            info.update(self._dataset_text(self.summary))
+        else:
+            info.update(t("wizard.dataset.unread") if path else "")
+
     def _dataset_text(self, summary: Any) -> str:
         lines = [t("wizard.dataset.info", format=summary.format or "?", records=format_count(summary.records),
                    issues=format_count(summary.issues), tokens=format_count(summary.total_tokens),
@@ -668,6 +680,9 @@ class WizardScreen(Screen[None]):
     @on(Input.Changed)
     def _input_changed(self, event: Input.Changed) -> None:
         input_id = event.input.id or ""
+        if input_id == "dataset-input":
+            self._dataset_path_changed(event.value.strip())
+            return
         if not input_id.startswith("ov-") or STEPS[self.step] != "result":
             return
         from core.plan.overrides import OverrideError, parse_override_value
