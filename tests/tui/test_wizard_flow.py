@@ -36,10 +36,16 @@ async def open_wizard(pilot, app):
     return wizard(app)
 
 
-async def to_result(pilot, app, keys_before_hardware=()):
+async def to_dataset_step(pilot, app):
+    """The wizard at its data step, the default model taken."""
     w = await open_wizard(pilot, app)
     await pilot.press("enter")  # model: the default
     await wait_for(pilot, lambda: w.step == 1)
+    return w
+
+
+async def to_result(pilot, app, keys_before_hardware=()):
+    w = await to_dataset_step(pilot, app)
     await pilot.press("enter")  # dataset: the bundled sample (read in a worker)
     await wait_for(pilot, lambda: w.step == 2, timeout=30)
     await pilot.press("enter")  # goal: fastest
@@ -247,9 +253,7 @@ def test_a_model_handed_over_again_replaces_the_model_line(private_home):
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
             app.wizard_model = "Qwen2.5-72B"
-            w = await open_wizard(pilot, app)
-            await pilot.press("enter")
-            await wait_for(pilot, lambda: w.step == 1)
+            w = await to_dataset_step(pilot, app)
             info = w.query_one("#model-info")
             assert "80 layers" in str(info.render())
             await pilot.press("ctrl+p")  # letters are text on the data step: the palette goes elsewhere
@@ -307,9 +311,7 @@ def test_down_and_up_move_where_only_tab_did_and_a_bad_override_shows_at_80x24(p
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            w = await open_wizard(pilot, app)
-            await pilot.press("enter")
-            await wait_for(pilot, lambda: w.step == 1)
+            w = await to_dataset_step(pilot, app)
             await pilot.press("f7")
             assert app.focused.id == "dataset-input"
             await pilot.press("down")
@@ -340,9 +342,7 @@ def test_a_path_being_typed_does_not_show_the_previous_files_statistics(private_
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            w = await open_wizard(pilot, app)
-            await pilot.press("enter")
-            await wait_for(pilot, lambda: w.step == 1)
+            w = await to_dataset_step(pilot, app)
             field, info = w.query_one("#dataset-input"), w.query_one("#dataset-info")
             sample = field.value
             w._summarise_if_needed()
@@ -366,9 +366,7 @@ def test_dataset_file_picker_previews_the_picked_file(private_home, tmp_path, mo
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
-            w = await open_wizard(pilot, app)
-            await pilot.press("enter")
-            await wait_for(pilot, lambda: w.step == 1)
+            w = await to_dataset_step(pilot, app)
             w.query_one("#dataset-files").focus()
             await pilot.press("enter")  # the first file listed: ours
             await wait_for(pilot, lambda: w.summary is not None and w.summary_path == str(data), timeout=30)
@@ -426,9 +424,7 @@ def test_dataset_step_lists_and_names_the_formats_the_loader_reads(private_home,
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
-            w = await open_wizard(pilot, app)
-            await pilot.press("enter")
-            await wait_for(pilot, lambda: w.step == 1)
+            w = await to_dataset_step(pilot, app)
             text = " ".join(screen_text(app).split())
             assert "/".join(SUFFIXES) in text and ".txt" in text
             files = w.query_one("#dataset-files")

@@ -301,8 +301,7 @@ class WizardScreen(Screen[None]):
     def on_key(self, event: Any) -> None:
         """Down and Up move as Tab does where Tab was the only way: from the data file field into the list of
         files found (Up from the list's top comes back), and between the override fields. On a step with a text
-        field, a character that is no key of this screen starts a new value in it (typing ``Qwen/...`` or
-        ``/data/...`` went nowhere until ``e``)."""
+        field, any character starts a new value in it (``_type_into_field``)."""
         if self._type_into_field(event):
             return
         if event.key not in ("down", "up"):
