@@ -24,7 +24,7 @@ from core.settings import MIN_POLL_INTERVAL_S, Settings, save_settings
 from themes import DEFAULT_THEME, THEMES
 from tui.gpu_poll import HISTORY_SAMPLES, IDLE_POLL_S, GpuPolled, GpuPollFailed, SnapshotReady
 from tui.screens.help import HelpScreen
-from tui.widgets.keys_footer import key_name, survives_ssh, typing
+from tui.widgets.keys_footer import is_typed_key, key_name, survives_ssh, typing
 
 SECTIONS = ("gpus", "models", "wizard", "runs")
 
@@ -323,14 +323,18 @@ class TunedeckApp(App[int]):
     # --- keys, help and palette, all from the bindings -------------------------------------------
     def key_table(self, screen: Screen) -> list[tuple[str, list[tuple[str, str]]]]:
         """Sections of (key display, description) rows, one row per action: this screen's keys,
-        the app's, then those of the focused widget (lists, tables)."""
+        the app's, then those of the focused widget (lists, tables). Where letters are text (``typing``),
+        only the keys that are not text are listed."""
         sections: dict[str, dict[str, list[str]]] = {"screen": {}, "app": {}, "widget": {}}
         descriptions: dict[str, str] = {}
+        typed = typing(screen)
         for key, active in screen.active_bindings.items():
             binding = active.binding
             action = binding.action
             if not survives_ssh(key):
                 continue  # Textual's super+c (Cmd+C) twin of Ctrl+C: no terminal over SSH sends it
+            if typed and is_typed_key(key):
+                continue  # a text field takes it as text here (q, e, ?), as the footer says too
             if action in ("command_palette", "app.command_palette"):
                 section, action = "app", "command_palette"
                 descriptions[action] = t("app.key.palette")

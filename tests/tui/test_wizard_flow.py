@@ -246,6 +246,31 @@ def test_typing_on_a_step_starts_a_new_value_in_its_field_even_with_the_app_keys
     run(scenario())
 
 
+def test_help_on_a_text_step_lists_only_keys_that_are_not_text(private_home):
+    """F1 on the model step listed "Ctrl+Q / q Quit", "? / F1 Help" and "e / F7 Edit field", where q, ? and e are
+    typed into the model id. Help lists what the footer offers: keys that are not text; on the plan step, where
+    letters are keys again, q is listed. CPU box (fake)."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await open_wizard(pilot, app)
+
+            def keys() -> set[str]:
+                return {name for _, rows in app.key_table(w) for key, _ in rows for name in key.split(" / ")}
+
+            assert {"Ctrl+Q", "F1", "F7", "Esc", "Ctrl+P"} <= keys()
+            assert not {name for name in keys() if len(name) == 1 and name.isascii()}, keys()  # arrows stay
+            await pilot.press("f1")
+            await wait_for(pilot, lambda: "Ctrl+Q" in screen_text(app))
+            assert "Ctrl+Q / q" not in screen_text(app) and "e / F7" not in screen_text(app)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is w)
+            await to_result(pilot, app)
+            assert "q" in keys()  # off the text steps letters are keys again
+
+    run(scenario())
+
+
 def test_a_model_handed_over_again_replaces_the_model_line(private_home):
     """Plan Qwen2.5-72B, go to another screen, hand over Qwen2.5-7B (as Models' p does): the field said
     Qwen2.5-7B but the line under it still described the 72B (80 layers, hidden 8192). CPU box (fake)."""
