@@ -16,6 +16,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.command import CommandPalette
 from textual.screen import Screen
+from textual.widgets import Input, TextArea
 
 from core.hardware.history import GpuHistory
 from core.hardware.snapshot import BoxSnapshot
@@ -342,6 +343,8 @@ class TunedeckApp(App[int]):
                 section = "app" if active.node is self else "screen" if active.node is screen else "widget"
                 descriptions.setdefault(action, _builtin_description(action) or binding.description or action)
             sections[section].setdefault(action, []).append(self.get_key_display(binding) or key)
+        if isinstance(screen.focused, (Input, TextArea)):
+            sections["field"] = sections.pop("widget")  # a text field's keys, not a list's
         return [
             (name, [(" / ".join(dict.fromkeys(keys)), descriptions[action]) for action, keys in rows.items()])
             for name, rows in sections.items()

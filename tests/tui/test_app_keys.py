@@ -115,6 +115,29 @@ def test_help_and_footer_name_keys_in_one_style_and_only_keys_that_survive_ssh()
     run(scenario())
 
 
+def test_help_in_a_text_field_names_the_field_and_offers_no_alt_key(private_home):
+    """Help with the Models search field focused listed its keys under "In the focused list or table", and
+    "Ctrl+Backspace / Alt+Backspace": Alt reaches the box over SSH only where the terminal sends Option as Meta.
+    Its keys are "In the text field" now, with the Ctrl twins only. CPU box (fake)."""
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("m")
+            await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen))
+            await pilot.press("s")
+            await wait_for(pilot, lambda: type(app.screen.focused).__name__ == "Input")
+            table = dict(app.key_table(app.screen))
+            assert "field" in table and "widget" not in table
+            keys = [name for rows in table.values() for key, _ in rows for name in key.split(" / ")]
+            assert "Ctrl+Backspace" in keys and not [name for name in keys if "Alt" in name], keys
+            await pilot.press("f1")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+            await wait_for(pilot, lambda: "In the text field" in screen_text(app))
+
+    run(scenario())
+
+
 def test_theme_key_cycles_and_is_remembered(private_home):
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))

@@ -31,8 +31,9 @@ KEY_NAMES = {"escape": "Esc", "enter": "Enter", "pageup": "PgUp", "pagedown": "P
              "home": "Home", "end": "End", "space": "Space", "backspace": "Backspace", "delete": "Del",
              "insert": "Ins"}
 MODIFIER_NAMES = {"ctrl": "Ctrl", "shift": "Shift", "alt": "Alt"}
-# Modifiers a terminal over SSH never sends (super+c is the macOS Cmd key): such keys are not offered.
-NOT_OVER_SSH = {"super", "meta", "hyper"}
+# Modifiers a terminal over SSH never sends (super+c is the macOS Cmd key), or sends only where it is set up to
+# (Alt: macOS terminals type Option+Backspace as a character unless "Option as Meta" is on): not offered.
+NOT_OVER_SSH = {"super", "meta", "hyper", "alt"}
 
 
 def survives_ssh(key: str) -> bool:
