@@ -333,7 +333,7 @@ class TunedeckApp(App[int]):
             binding = active.binding
             action = binding.action
             if not survives_ssh(key):
-                continue  # Textual's super+c (Cmd+C) twin of Ctrl+C: no terminal over SSH sends it
+                continue  # Textual's super+c (Cmd+C) and alt+ twins of Ctrl keys: not reliably sent over SSH
             if typed and is_typed_key(key):
                 continue  # a text field takes it as text here (q, e, ?), as the footer says too
             if action in ("command_palette", "app.command_palette"):
