@@ -16,7 +16,6 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.command import CommandPalette
 from textual.screen import Screen
-from textual.widgets import Input, TextArea
 
 from core.hardware.history import GpuHistory
 from core.hardware.snapshot import BoxSnapshot
@@ -25,7 +24,7 @@ from core.settings import MIN_POLL_INTERVAL_S, Settings, save_settings
 from themes import DEFAULT_THEME, THEMES
 from tui.gpu_poll import HISTORY_SAMPLES, IDLE_POLL_S, GpuPolled, GpuPollFailed, SnapshotReady
 from tui.screens.help import HelpScreen
-from tui.widgets.keys_footer import is_typed_key, key_name, survives_ssh, typing
+from tui.widgets.keys_footer import field_focused, is_typed_key, key_name, survives_ssh, typing
 
 SECTIONS = ("gpus", "models", "wizard", "runs")
 
@@ -343,7 +342,7 @@ class TunedeckApp(App[int]):
                 section = "app" if active.node is self else "screen" if active.node is screen else "widget"
                 descriptions.setdefault(action, _builtin_description(action) or binding.description or action)
             sections[section].setdefault(action, []).append(self.get_key_display(binding) or key)
-        if isinstance(screen.focused, (Input, TextArea)):
+        if field_focused(screen):
             sections["field"] = sections.pop("widget")  # a text field's keys, not a list's
         return [
             (name, [(" / ".join(dict.fromkeys(keys)), descriptions[action]) for action, keys in rows.items()])

@@ -62,10 +62,15 @@ def is_typed_key(key: str) -> bool:
     return len(key) == 1 or key in {"question_mark", "plus", "minus", "space", "full_stop", "comma", "slash"}
 
 
+def field_focused(screen) -> bool:
+    """Whether a text field (an Input or a TextArea) has the focus on ``screen``."""
+    return isinstance(screen.focused, (Input, TextArea))
+
+
 def typing(screen) -> bool:
     """Whether a letter pressed now is text: a text field has the focus, or the screen sends typed keys to one
     (``takes_typing()``: the wizard's model, data and hardware steps start a new value with the first key)."""
-    return isinstance(screen.focused, (Input, TextArea)) or bool(getattr(screen, "takes_typing", bool)())
+    return field_focused(screen) or bool(getattr(screen, "takes_typing", bool)())
 
 
 def footer_entries(screen) -> list[tuple[str, str]]:
