@@ -25,7 +25,8 @@ attention FLOPs at the attention kernels' own efficiency (flash/cuDNN through SD
 the method's GEMMs), plus pure memory traffic at the GPU's bandwidth (QLoRA's NF4 dequantisation and
 DoRA's weight norm per pass over the base weights and its fp32 rescaling of every adapted output, LoRA's
 dropout and peft's fp32 upcast of every LoRA input, the plain loss's fp32 logits, the optimizer step over
-the trainable parameters).
+the trainable parameters). What the fused kernels take away of the fit's rows' traffic comes off at the rate the
+fitted base holds it (``base_bandwidth``), not at the card's own bandwidth.
 ``offload_activations`` adds no time: its copies to and from pinned host memory run on a side stream
 behind the compute (the rows that measure it cannot tell an overlapped copy from slower kernels).
 The CPU's work is eager PyTorch launching every kernel of every layer (fixed per layer and pass, by
@@ -39,8 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.estimate.architecture import ModelArchitecture, ParameterCounts, lora_parameter_count
-from core.estimate.calibration import Calibration
-from core.estimate.gpus import GpuSpec
+from core.estimate.calibration import MEASURED_GPU, Calibration
+from core.estimate.gpus import GpuSpec, find_gpu
 from core.estimate.plan import TrainingPlan
 from core.estimate.precision import precision_layout
 
@@ -152,6 +153,19 @@ def memory_bandwidth_bytes_per_s(gpu: GpuSpec, calibration: Calibration) -> floa
     return max(gbs, 1.0) * 1e9 * calibration.memory_bandwidth_efficiency
 
 
+def base_bandwidth(arch: ModelArchitecture, plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration) -> float:
+    """The rate at which the terms against the fit's rows (``lora_saved_bytes``, ``norm_bytes``) take time off:
+    the fit's rows made that traffic on the measured GPU, and the fitted base efficiency holds its time there,
+    FLOP-based; so it is the measured GPU's bandwidth, scaled by this GPU's matmul rate against that GPU's.
+    The H100 SXM (the H200's die and peak, 3.35 against 4.8 TB/s) then saves what the H200 saves; at its own
+    bandwidth the savings came out 1.4x larger and the H100's LoRA rows 3-7% optimistic where the card runs
+    them 0.5-2% slower than the H200 (bench/results/h100/README.md)."""
+    measured = find_gpu(MEASURED_GPU)
+    rate = gpu.peak_tflops(plan.precision) * gemm_efficiency(arch, plan, gpu, calibration)
+    measured_rate = measured.peak_tflops(plan.precision) * gemm_efficiency(arch, plan, measured, calibration)
+    return memory_bandwidth_bytes_per_s(measured, calibration) * rate / measured_rate
+
+
 def weight_pass_bytes(counts: ParameterCounts, arch: ModelArchitecture, plan: TrainingPlan,
                       calibration: Calibration) -> float:
     """Bytes moved per micro-step over the base weights outside the matmuls.
@@ -211,15 +225,24 @@ def lora_input_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: C
             * lora_output_elements(arch, plan)
     if plan.qlora_upcast:  # the frozen 4-bit linears' outputs cast to fp32, peft's copy and add in fp32
         moved += passes * calibration.qlora_upcast_bytes_per_element * lora_output_elements(arch, plan)
+    return moved * plan.tokens_per_micro_batch - lora_saved_bytes(arch, plan, calibration)
+
+
+def lora_saved_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
+    """The LoRA outputs' traffic the fit's rows made and the fused kernels take away (``lora_input_bytes``
+    subtracts it): time held in the fitted base efficiency, so ``step_time`` takes it off at ``base_bandwidth``."""
+    if not plan.uses_lora:
+        return 0.0
+    saved = 0.0
     if plan.swiglu_fused:  # the gate/up adds the fit's rows made, gone into the SwiGLU kernel
-        moved -= (1.0 + plan.recompute_fraction) * calibration.lora_output_add_bytes_per_element \
+        saved += (1.0 + plan.recompute_fraction) * calibration.lora_output_add_bytes_per_element \
             * lora_output_elements(arch, plan, ("gate_proj", "up_proj"))
     if plan.folded_dh:  # lora_fold_dh: the dh matmuls' read of the output gradients, made by the base matmuls
-        moved -= calibration.lora_dh_read_bytes_per_element * lora_output_elements(arch, plan, plan.folded_dh)
+        saved += calibration.lora_dh_read_bytes_per_element * lora_output_elements(arch, plan, plan.folded_dh)
     if plan.swiglu_db:  # the gate/up dB matmuls' read of their output gradients, summed in the SwiGLU kernel
-        moved -= calibration.lora_swiglu_db_bytes_per_element * lora_output_elements(arch, plan,
+        saved += calibration.lora_swiglu_db_bytes_per_element * lora_output_elements(arch, plan,
                                                                                    ("gate_proj", "up_proj"))
-    return moved * plan.tokens_per_micro_batch
+    return saved * plan.tokens_per_micro_batch
 
 
 def lora_output_elements(arch: ModelArchitecture, plan: TrainingPlan, names: tuple[str, ...] | None = None) -> int:
@@ -369,10 +392,12 @@ def step_time(arch: ModelArchitecture, counts: ParameterCounts, trainable: int, 
         matmul = attention = float("inf")
     bandwidth = memory_bandwidth_bytes_per_s(gpu, calibration)
     weights = weight_pass_bytes(counts, arch, plan, calibration) / bandwidth
-    inputs = lora_input_bytes(arch, plan, calibration) / bandwidth
+    base = base_bandwidth(arch, plan, gpu, calibration) if peak > 0 else bandwidth
+    saved = lora_saved_bytes(arch, plan, calibration)
+    inputs = (lora_input_bytes(arch, plan, calibration) + saved) / bandwidth - saved / base
     outputs = dora_output_bytes(arch, plan, calibration) / bandwidth
     loss = loss_bytes(arch, plan, calibration) / bandwidth
-    norms = norm_bytes(arch, plan, calibration) / bandwidth
+    norms = norm_bytes(arch, plan, calibration) / base
     # ZeRO shards the optimizer step across the GPUs; accumulation runs it once per several micro-steps.
     shards = plan.num_gpus if plan.zero_stage >= 1 else 1
     optimizer = optimizer_bytes(trainable, plan, calibration) / bandwidth / plan.grad_accum_steps / shards
