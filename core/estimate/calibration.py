@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 # GEMMs reach on Hopper), not fitted: with two model widths (3584, 4096) it trades off against
 # HIDDEN_HALF_EFFICIENCY, which the full rows fix under it.
 HOPPER_FULL_EFFICIENCY = 0.72
-HOPPER_LORA_EFFICIENCY = 0.676
-HIDDEN_HALF_EFFICIENCY = 858.9
+HOPPER_LORA_EFFICIENCY = 0.6797
+HIDDEN_HALF_EFFICIENCY = 858.7
 # The causal flash/cuDNN attention kernels behind SDPA, as a fraction of the dense peak for the FLOPs they
 # compute (half the s x s scores): fitted on the long-context rows, where attention is most of the step.
-HOPPER_ATTENTION_EFFICIENCY = 0.4729
+HOPPER_ATTENTION_EFFICIENCY = 0.4704
 # Other GPU families: not measured; they keep the ratio to Hopper of the first-principles table this
 # started from (the Qwen README's A100 runs suggest Ampere's real ratio is higher:
 # bench/results/estimate_published.md).
@@ -140,7 +140,7 @@ def _default_dispatch() -> dict[str, float]:
     # its weight norms. Fitted by bench/estimate_calibrate.py on the H200 calibration matrix's rows whose
     # steps wait on the CPU (24-48 layers; LoRA and QLoRA on the engine with the fused kernels): the box's
     # CPU is a shared server core, and these rows vary by up to a third a call.
-    return {"full": 0.001076, "lora": 0.001988, "dora": 0.003744, "qlora": 0.00271}
+    return {"full": 0.001075, "lora": 0.001989, "dora": 0.003746, "qlora": 0.002714}
 
 
 def _default_mlp_tile() -> dict[str, float]:
@@ -148,7 +148,7 @@ def _default_mlp_tile() -> dict[str, float]:
     # tile's backward its own autograd call; peft's adapters on gate/up/down add their small ops per tile).
     # Fitted by bench/matrix_terms_fit.py on the tiled rows of the H200 calibration matrix
     # (matrix-terms-fit.json; DoRA has no tiled row: LoRA's, scaled by the per-layer launch times).
-    return {"full": 0.000846, "lora": 0.002754, "dora": 0.005187, "qlora": 0.003638}
+    return {"full": 0.000845, "lora": 0.002754, "dora": 0.005187, "qlora": 0.003637}
 
 
 def _default_data_parallel() -> dict[int, float]:
@@ -252,7 +252,7 @@ class Calibration:
     # the rescaling by magnitude / norm in fp32 and its gradient. Fitted by bench/matrix_terms_fit.py on
     # the 4 DoRA rows of the H200 matrix (0.5B-7B, with and without checkpointing; 180-239 B a row, the
     # median).
-    dora_output_bytes_per_element: float = 204.3
+    dora_output_bytes_per_element: float = 206.0
     # peft's LoRA dropout per input element of an adapted linear and pass: forward reads the input and
     # writes the dropped copy and a 1-byte mask, backward reads the gradient and the mask and writes the
     # input's gradient; on bf16 inputs 2+2+1, on peft's fp32 upcast 4+4+1. Counted from the ops, not
@@ -282,7 +282,7 @@ class Calibration:
     # Fitted by bench/matrix_terms_fit.py on the H200's one such row of the fused-kernels engine (7B QLoRA b4 x
     # 2048, 7,819 tok/s, ~9,570 estimated without it); the same row on an H100 (qlora-upcast/calibration-upcast-b:
     # 6,940 tok/s, 6,793 estimated) checks it.
-    qlora_upcast_bytes_per_element: float = 21.4
+    qlora_upcast_bytes_per_element: float = 21.7
     # The grouped node's add of each LoRA update inside its lora_B matmul: the matmul reads and writes the
     # base output, 2 + 2 bytes per output element and forward pass. The fit's rows all made it, so the fitted
     # constants hold it; ``lora_swiglu_fused`` takes the gate/up ones away (speed.lora_input_bytes). From the
@@ -308,6 +308,22 @@ class Calibration:
     # from them. From bench/step_parts.py on the H200 (step-parts-b, 32,768 x 3,584: forward + backward 0.668
     # ms with Liger's, 0.467 with the rows'): 0.201 ms over 117 M elements at 4,800 GB/s x 0.75 = 6.2 bytes.
     liger_norm_walk_bytes_per_element: float = 6.2
+    # Where Liger's kernels do not run (``fused_ce: false`` or ``chunked``: ``TrainingPlan.liger_kernels``), the model's
+    # own RMSNorm, rotary embedding and SwiGLU run as transformers writes them; the fit's rows all ran Liger's, so
+    # these are the bytes beyond Liger's, per element and pass, counted from the ops (speed.eager_kernel_bytes).
+    # RMSNorm, per input element: forward the fp32 cast (read 2, write 4), pow (4, 4), mean (4), the scaling (4, 4),
+    # the cast back (4, 2) and the weight (2, 2), 36 bytes against Liger's 4; backward autograd's chain of the same
+    # (the weight's product 4, the cast 6, the scaling 8 and its reduction 16, pow 12, the sum of the two 12, the cast
+    # back 6), 60 against Liger's 6.
+    eager_norm_bytes_per_element: dict[str, float] = field(default_factory=lambda: {"forward": 32.0, "backward": 54.0})
+    # Rotary embedding, per element of q and k: forward q * cos (2, 2), the negated half (1, 1), the concatenation
+    # (2, 2), * sin (2, 2), the sum (4, 2), 20 against Liger's in-place 4; backward the two products (4 each), the
+    # negation (2), the halves' zero-filled copies (8), their sum (6), 24 against 4.
+    eager_rope_bytes_per_element: dict[str, float] = field(default_factory=lambda: {"forward": 16.0, "backward": 20.0})
+    # SwiGLU ``silu(gate) * up``, per intermediate element, where tunedeck's LoRA SwiGLU kernel does not run (full
+    # fine-tuning, ``lora_swiglu_fused: false``): forward silu (2, 2) and the product (4, 2), 10 against Liger's 6;
+    # backward the product's two gradients (6 each) and silu's (6), 18 against 10.
+    eager_swiglu_bytes_per_element: dict[str, float] = field(default_factory=lambda: {"forward": 4.0, "backward": 8.0})
     # Plain transformers loss: fp32 upcast of the logits (read 2, write 4), log-softmax (read 4,
     # write 4), its gradient (read 4, write 4) and the bf16 gradient of the logits (write 2).
     plain_ce_traffic_bytes_per_logit: float = 24.0
@@ -319,7 +335,7 @@ class Calibration:
     # A checkpointed layer's recompute, in those pass units (a forward is 1): the checkpoint's own work (its
     # saved-tensor hooks, the generator states it saves and restores) on top of the forward it runs again.
     # Fitted with them.
-    dispatch_recompute_passes: float = 2.531
+    dispatch_recompute_passes: float = 2.527
     # The tiled MLP's CPU time per tile and tiled layer, by method (see _default_mlp_tile).
     mlp_tile_s: dict[str, float] = field(default_factory=_default_mlp_tile)
     # Mixed-precision full fine-tuning (fp32 weights under autocast): GPU seconds per token x hidden x layer

@@ -277,6 +277,27 @@ def norm_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibra
         * plan.tokens_per_micro_batch
 
 
+def eager_kernel_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
+    """Memory traffic per micro-step of the model's own RMSNorm, rotary embedding and SwiGLU where Liger's kernels
+    do not run (``TrainingPlan.liger_kernels``: ``fused_ce: false`` or ``chunked``), beyond Liger's, which the fit's
+    rows ran (``Calibration.eager_*_bytes_per_element``). A checkpointed block's recompute runs the forward again
+    (the final norm is outside the blocks); the SwiGLU only where tunedeck's LoRA SwiGLU kernel does not run."""
+    if plan.liger_kernels:
+        return 0.0
+    forwards = 1.0 + plan.recompute_fraction
+    layers = arch.num_layers
+
+    def traffic(per_element: dict[str, float], elements_per_layer: int) -> float:
+        return (forwards * per_element["forward"] + per_element["backward"]) * elements_per_layer * layers
+
+    norm = calibration.eager_norm_bytes_per_element
+    per_token = traffic(norm, 2 * arch.hidden_size) + (norm["forward"] + norm["backward"]) * arch.hidden_size
+    per_token += traffic(calibration.eager_rope_bytes_per_element, arch.q_dim + arch.kv_dim)
+    if not plan.swiglu_fused:
+        per_token += traffic(calibration.eager_swiglu_bytes_per_element, arch.intermediate_size)
+    return per_token * plan.tokens_per_micro_batch
+
+
 def loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
     """Memory traffic of the plain loss: fp32 logits upcast, log-softmax and its gradient (fused CE: none)."""
     if plan.fused_ce:
@@ -371,7 +392,9 @@ class StepTime:
     dispatch_s: float  # CPU-side kernel launches, concurrent with the GPU's work
     data_parallel_s: float
     total_s: float
-    norm_s: float = 0.0  # the RMSNorms against the fit's rows (Liger's): below zero with rms_norm_rows
+    # the RMSNorms (and rotary, SwiGLU) against the fit's rows (Liger's): below zero with rms_norm_rows, above
+    # where Liger's kernels do not run
+    norm_s: float = 0.0
 
     @property
     def waits_on_cpu(self) -> bool:
@@ -397,7 +420,7 @@ def step_time(arch: ModelArchitecture, counts: ParameterCounts, trainable: int, 
     inputs = (lora_input_bytes(arch, plan, calibration) + saved) / bandwidth - saved / base
     outputs = dora_output_bytes(arch, plan, calibration) / bandwidth
     loss = loss_bytes(arch, plan, calibration) / bandwidth
-    norms = norm_bytes(arch, plan, calibration) / base
+    norms = norm_bytes(arch, plan, calibration) / base + eager_kernel_bytes(arch, plan, calibration) / bandwidth
     # ZeRO shards the optimizer step across the GPUs; accumulation runs it once per several micro-steps.
     shards = plan.num_gpus if plan.zero_stage >= 1 else 1
     optimizer = optimizer_bytes(trainable, plan, calibration) / bandwidth / plan.grad_accum_steps / shards

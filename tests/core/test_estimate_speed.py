@@ -484,8 +484,13 @@ def test_the_row_norm_kernels_take_the_measured_walk_off_the_step():
     per_norm_ms = -on.norm_s / (2 * 28 + 1) * 1e3
     assert per_norm_ms == pytest.approx(0.201, rel=0.05)  # the measured walk a norm at 32,768 rows
     assert on.total_s < off.total_s
-    for plain in (replace(p, fused_ce_impl="chunked"), replace(p, method="full")):
-        assert step_time(arch, counts, 1, plain, h200, CAL).norm_s == 0.0
+    assert step_time(arch, counts, 1, replace(p, method="full"), h200, CAL).norm_s == 0.0
+    from core.estimate.speed import eager_kernel_bytes, memory_bandwidth_bytes_per_s
+
+    chunked = replace(p, fused_ce_impl="chunked")  # the model's own norms there: no row kernels, their traffic instead
+    eager = eager_kernel_bytes(arch, chunked, CAL)
+    assert eager > 0 and step_time(arch, counts, 1, chunked, h200, CAL).norm_s == pytest.approx(
+        eager / memory_bandwidth_bytes_per_s(h200, CAL))
 
 
 def test_the_fused_kernels_save_what_the_base_holds_not_more_on_a_slower_memory():
@@ -510,3 +515,24 @@ def test_the_fused_kernels_save_what_the_base_holds_not_more_on_a_slower_memory(
     moved = lora_input_bytes(arch, p, CAL) + lora_saved_bytes(arch, p, CAL)  # what the step's kernels move
     assert on_h100.lora_input_s == pytest.approx(moved / memory_bandwidth_bytes_per_s(h100, CAL) - saved)
     assert on_h100.total_s > on_h200.total_s
+
+
+def test_without_liger_the_models_own_norms_rotary_and_swiglu_add_their_traffic():
+    """``fused_ce: false`` or ``chunked`` runs transformers' RMSNorm, rotary embedding and SwiGLU instead of Liger's
+    (``TrainingPlan.liger_kernels``): the bytes beyond Liger's, counted from the ops, each block's forward twice where
+    it is checkpointed, the final norm once, the SwiGLU only where tunedeck's LoRA SwiGLU kernel does not run (the
+    measured row: tests/core/test_calibration_matrix_bench.py)."""
+    from core.estimate.speed import eager_kernel_bytes
+
+    p = TrainingPlan(architecture=TINY, method="lora", micro_batch_size=2, seq_len=256, gradient_checkpointing=True)
+    assert p.liger_kernels and eager_kernel_bytes(TINY, p, CAL) == 0.0
+    off = replace(p, fused_ce=False)
+    norms = 2 * 2 * 64 * (2 * 32 + 54) + 64 * (32 + 54)  # two a block x 2 blocks, recomputed; the final one
+    rope = 2 * (64 + 32) * (2 * 16 + 20)  # q and k of each block
+    assert eager_kernel_bytes(TINY, off, CAL) == pytest.approx((norms + rope) * 512)
+    assert eager_kernel_bytes(TINY, replace(p, fused_ce_impl="chunked"), CAL) == eager_kernel_bytes(TINY, off, CAL)
+    full = replace(off, method="full")  # no LoRA SwiGLU kernel: the model's own SwiGLU too
+    assert eager_kernel_bytes(TINY, full, CAL) == pytest.approx((norms + rope + 2 * 160 * (2 * 4 + 8)) * 512)
+    no_ckpt = replace(off, gradient_checkpointing=False)
+    assert eager_kernel_bytes(TINY, no_ckpt, CAL) == pytest.approx(
+        (2 * 2 * 64 * (32 + 54) + 64 * (32 + 54) + 2 * 96 * (16 + 20)) * 512)
