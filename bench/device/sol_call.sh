@@ -5,8 +5,9 @@
 # 2. the plan (engine_speed.py --rows plan-7b-lora) as is, with the SwiGLU-down floor (bench/sol: wrong training,
 #    the step's floor), at LoRA dropout 0 with and without that floor, as is again, and the plain recipe last;
 #    nvidia-smi logs clocks and power at 100 ms beside it.
-# Back in $OUT: sol-kernels.{md,json}, engine-speed-sol{,-plain}.{md,json,log}, engine-speed-sol-box.txt,
-# engine-speed-sol-clocks.csv.gz.
+# Back in $OUT (the device tool returns at most 8 files): the three tables (sol-kernels.md, engine-speed-sol.md,
+# engine-speed-sol-plain.md) and sol.tgz with their JSON, the logs, the box and the clocks (session 36's call
+# wrote ten files and lost two).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$@"; }
@@ -31,4 +32,5 @@ timeout 110 python3 bench/engine_speed.py --out "$out/engine-speed-sol-plain.md"
 echo "engine speed: rc=$?"
 kill "$smi"
 gzip -c /tmp/clocks.csv > "$out/engine-speed-sol-clocks.csv.gz"
+(cd "$out" && tar czf sol.tgz --remove-files ./*.json ./*.log engine-speed-sol-box.txt engine-speed-sol-clocks.csv.gz)
 ls -l "$out"
