@@ -94,9 +94,13 @@ def flops_per_token(arch: ModelArchitecture, counts: ParameterCounts, plan: Trai
             targeted = targeted_weight_parameters(arch, plan)
             forward += 2.0 * targeted
             backward += 2.0 * targeted
-    # The recomputation re-runs the checkpointed decoder layers only: not the LM head (2 x its weights).
+    # The recomputation re-runs the checkpointed decoder layers only: not the LM head (2 x its weights), except
+    # the chunked loss's, whose chunks run under checkpointing (core.train.fused_loss): its backward makes each
+    # chunk's logits again.
     fraction = plan.recompute_fraction
     recompute = (forward - 2.0 * head) * fraction
+    if plan.fused_ce and plan.fused_ce_impl == "chunked":
+        recompute += 2.0 * head
     if plan.skips_down_recompute:  # recompute_skip_down: the frozen down projection is not recomputed
         down = next(shape for shape in arch.linear_shapes() if shape.name == "down_proj")
         recompute -= 2.0 * down.weight_params * arch.num_layers * fraction
@@ -299,10 +303,12 @@ def eager_kernel_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration:
 
 
 def loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibration) -> float:
-    """Memory traffic of the plain loss: fp32 logits upcast, log-softmax and its gradient (fused CE: none)."""
-    if plan.fused_ce:
+    """Memory traffic of the loss: the fp32 logits' upcast, log-softmax and its gradient, for the model's own loss
+    and the chunked one (a chunk at a time, over the rows with a target); the fused kernels' (Liger's, tunedeck's)
+    keep the logits on chip: none."""
+    if plan.fused_ce and plan.fused_ce_impl != "chunked":
         return 0.0
-    return plan.tokens_per_micro_batch * arch.vocab_size * calibration.plain_ce_traffic_bytes_per_logit
+    return plan.tokens_per_micro_batch * plan.lm_head_share * arch.vocab_size * calibration.plain_ce_traffic_bytes_per_logit
 
 
 def optimizer_bytes(trainable: int, plan: TrainingPlan, calibration: Calibration) -> float:
