@@ -201,7 +201,7 @@ def logits_and_loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: P
     tokens = plan.tokens_per_micro_batch
     if not plan.fused_ce:
         return tokens * arch.vocab_size * calibration.plain_ce_bytes_per_logit
-    if plan.fused_ce_impl == "chunked":
+    if plan.chunked_ce:
         # core.train.fused_loss: one checkpointed chunk at a time holds the plain path's per-logit tensors
         # (compute-dtype logits, fp32 upcast, log-softmax, gradient); the hidden states' gradient and
         # the per-token loss exist for the whole batch; a trained LM head has its weight gradient.

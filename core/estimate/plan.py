@@ -174,9 +174,14 @@ class TrainingPlan:
         return self.offload_activations and self.gradient_checkpointing
 
     @property
+    def chunked_ce(self) -> bool:
+        """The chunked cross-entropy (``core.train.fused_loss``): checkpointed chunks of fp32 logits, no Liger."""
+        return self.fused_ce and self.fused_ce_impl == "chunked"
+
+    @property
     def liger_kernels(self) -> bool:
         """Liger's fused RMSNorm/SwiGLU come with its fused CE; the chunked CE changes only the loss."""
-        return self.fused_ce and self.fused_ce_impl != "chunked"
+        return self.fused_ce and not self.chunked_ce
 
     @property
     def lm_head_share(self) -> float:

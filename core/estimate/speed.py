@@ -99,7 +99,7 @@ def flops_per_token(arch: ModelArchitecture, counts: ParameterCounts, plan: Trai
     # chunk's logits again.
     fraction = plan.recompute_fraction
     recompute = (forward - 2.0 * head) * fraction
-    if plan.fused_ce and plan.fused_ce_impl == "chunked":
+    if plan.chunked_ce:
         recompute += 2.0 * head
     if plan.skips_down_recompute:  # recompute_skip_down: the frozen down projection is not recomputed
         down = next(shape for shape in arch.linear_shapes() if shape.name == "down_proj")
@@ -306,7 +306,7 @@ def loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, calibration: Calibra
     """Memory traffic of the loss: the fp32 logits' upcast, log-softmax and its gradient, for the model's own loss
     and the chunked one (a chunk at a time, over the rows with a target); the fused kernels' (Liger's, tunedeck's)
     keep the logits on chip: none."""
-    if plan.fused_ce and plan.fused_ce_impl != "chunked":
+    if plan.fused_ce and not plan.chunked_ce:
         return 0.0
     return plan.tokens_per_micro_batch * plan.lm_head_share * arch.vocab_size * calibration.plain_ce_traffic_bytes_per_logit
 
