@@ -11,6 +11,8 @@ nothing unless ``TUNEDECK_SOL`` names parts (comma-separated; ``bench/engine_spe
   two. The down adapter's ``lora_A`` product and the adapters' gradients they make are zeros. **The training is
   then wrong**: the run's step time is the floor a perfect pair of such kernels would reach in the
   power-capped step, which is what says whether a new design of them can be worth its work.
+- ``plain_math``: ``core.train.lora_swiglu_kernel``'s kernels without ``FAST`` (``FAST_MATH`` off): the plain
+  Triton ops for the round trips to bf16 and the sigmoid, as before session 37; the same bits, more instructions.
 - ``lm_head_8192``: the fused loss's LM-head chunks 8,192 rows instead of Liger's rule (1,024 at the plan's
   32,768 tokens of a 7B): a real variant, the same maths in fewer, larger matmuls, 4.1 GiB more at the peak
   (bench/results/lm-head-chunks.md measured its kernels alone).
@@ -78,12 +80,17 @@ def _swiglu_down(module: Any) -> None:
     module.forward_down, module.backward_down = forward_down, backward_down
 
 
+def _plain_math(module: Any) -> None:
+    module.FAST_MATH = False
+
+
 def _lm_head_8192(module: Any) -> None:
     module.fused_chunk_tokens = lambda tokens, vocab, hidden: min(tokens, 8192)
 
 
 PATCHES: dict[str, tuple[str, Callable[[Any], None]]] = {
     "swiglu_down": ("core.train.lora_swiglu_kernel", _swiglu_down),
+    "plain_math": ("core.train.lora_swiglu_kernel", _plain_math),
     "lm_head_8192": ("core.train.linear_ce_kernel", _lm_head_8192),
 }
 
