@@ -25,16 +25,18 @@ TUNEDECK_SOL= timeout 100 python3 bench/sol/kernels.py --out "$out/fast-math-ker
 echo "kernels: rc=$? ($(left) s left)"
 speed() {  # NAME ROWS ENGINES BUDGET
   local budget=$(( $4 < $(left) - 10 ? $4 : $(left) - 10 ))
-  [ "$budget" -gt 40 ] || { echo "$1: no time left"; return; }
+  [ "$budget" -gt 95 ] || { echo "$1: no time left"; return; }  # engine_speed starts no row under 90 s
   timeout $((budget + 10)) python3 bench/engine_speed.py --out "$out/$1.md" --rows "$2" --engines "$3" \
     --steps 10 --warmup 3 --drop-checkpoints --home /tmp/bh --budget-s "$budget" \
     2>&1 | tee "$out/$1.log" | grep -v '^\s*$' | tail -n 14
   echo "$1: done ($(left) s left)"
 }
+# PLAN_ENGINES: another list for the plan's runs (then no separate dropout-0 run), e.g. session 37's H200 try:
+# tunedeck,tunedeck+env.TUNEDECK_SOL=swiglu_down,tunedeck+lora_dropout=0,tunedeck+env.TUNEDECK_SOL=plain_math,tunedeck
 speed engine-speed-fm plan-7b-lora \
-  tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math,tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math 260
-speed engine-speed-fm-plain 7b-lora plain 90
-speed engine-speed-fm-dropout0 plan-7b-lora tunedeck+lora_dropout=0 60
+  "${PLAN_ENGINES:-tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math,tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math}" 300
+speed engine-speed-fm-plain 7b-lora plain 120
+[ -n "${PLAN_ENGINES:-}" ] || speed engine-speed-fm-dropout0 plan-7b-lora tunedeck+lora_dropout=0 110
 kill "$smi"
 gzip -c /tmp/clocks.csv > "$out/engine-speed-fm-clocks.csv.gz"
 t=$(( $(left) > 20 ? $(left) : 20 ))
