@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The SwiGLU kernels' FAST path (packed round trips to bf16, the flushing sigmoid) against the plain Triton ops, in
-# one call of ~8 minutes (every step fits what is left of 560 s):
+# one call of ~8 minutes (every step fits what is left of DEADLINE, 560 s unless set):
 #   bash bench/device/fast_math_call.sh     (carry .whl with bitsandbytes and pytest, .whl-swift for liger-kernel)
 # 1. bench/sol/kernels.py: the SwiGLU-down kernels with FAST, without (bit for bit the same?), and their floor;
 # 2. the wizard's LoRA plan (engine_speed.py --rows plan-7b-lora) A B A B: as is, then without FAST
@@ -11,7 +11,7 @@
 # engine-speed-fm-dropout0.md, fast-math-tests.txt and fm.tgz with the JSON, the logs, the box and the clocks.
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-left() { echo $((560 - SECONDS)); }
+left() { echo $((${DEADLINE:-560} - SECONDS)); }
 pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$@"; }
 pipi --target /tmp/site .whl-swift/liger_kernel-*.whl && pipi --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH="$PWD/bench/sol:/tmp/site" PYTHONUNBUFFERED=1

@@ -85,9 +85,10 @@ FAST_MATH = True
 
 
 def fast_math(dtype: torch.dtype) -> bool:
-    """Whether the kernels take the packed round trips and the flushing sigmoid (``FAST``): bf16 on a GPU, not in
-    Triton's interpreter (it runs no PTX), unless ``FAST_MATH`` is off (``bench/sol``'s ``plain_math``)."""
-    return FAST_MATH and dtype == torch.bfloat16 and not interpreted()
+    """Whether the kernels take the packed round trips and the flushing sigmoid (``FAST``): bf16 on an NVIDIA GPU
+    (the PTX is NVIDIA's: not under ROCm, nor in Triton's interpreter), unless ``FAST_MATH`` is off (``bench/sol``'s
+    ``plain_math``)."""
+    return FAST_MATH and dtype == torch.bfloat16 and torch.version.hip is None and not interpreted()
 
 
 @triton.jit

@@ -382,6 +382,21 @@ def test_compiled_down_kernels_in_bf16_equal_torch(dropout):
         assert err < 2e-2, err
 
 
+def test_fast_math_only_where_its_ptx_runs(kernels, monkeypatch):
+    """``FAST`` is inline NVIDIA PTX for bf16: never in Triton's interpreter (these CPU tests), under ROCm, for
+    other dtypes, or with ``FAST_MATH`` off; on a CUDA build with bf16 it is on."""
+    assert not kernels.fast_math(torch.bfloat16)  # the interpreter runs no PTX
+    monkeypatch.setattr(kernels, "interpreted", lambda: False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert kernels.fast_math(torch.bfloat16)
+    assert not kernels.fast_math(torch.float16) and not kernels.fast_math(torch.float32)
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    assert not kernels.fast_math(torch.bfloat16)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(kernels, "FAST_MATH", False)
+    assert not kernels.fast_math(torch.bfloat16)
+
+
 @pytest.mark.gpu
 def test_fast_math_gives_the_plain_paths_bits(monkeypatch):
     """``FAST`` (the packed round trips and the flushing sigmoid, bf16 on a GPU) against the plain Triton ops, in
