@@ -1,27 +1,29 @@
 #!/usr/bin/env bash
-# The SwiGLU kernels' FAST path (packed round trips to bf16, the flushing sigmoid) against the plain Triton ops, in
-# one call of ~8 minutes (every step fits what is left of DEADLINE, 560 s unless set):
+# The fused SwiGLU-down kernels on the GPU, alone and in the wizard's 7B LoRA plan, in one call of under ten minutes
+# (every step fits what is left of DEADLINE, 560 s unless set):
 #   bash bench/device/fast_math_call.sh     (carry .whl with bitsandbytes and pytest, .whl-swift for liger-kernel)
-# 1. bench/sol/kernels.py: the SwiGLU-down kernels with FAST, without (bit for bit the same?), and their floor;
-# 2. the wizard's LoRA plan (engine_speed.py --rows plan-7b-lora) A B A B: as is, then without FAST
-#    (bench/sol's plain_math); the plain recipe; the plan at LoRA dropout 0 (what the wizard says dropout costs);
-#    nvidia-smi logs clocks and power at 100 ms beside it;
+# 1. bench/sol/kernels.py: the kernels with FAST, without (bit for bit the same?), and their floor (bench/sol);
+# 2. the plan (engine_speed.py --rows plan-7b-lora) for each engine of PLAN_ENGINES, by default A B A B: as is,
+#    then without FAST (bench/sol's plain_math); the plain recipe; then, with the default list only, the plan at
+#    LoRA dropout 0 (what the wizard says dropout costs); nvidia-smi logs clocks and power at 100 ms beside it;
 # 3. the GPU tests of core.train.lora_swiglu_kernel (the compiled kernels against torch, FAST against plain).
-# Back in $OUT (at most 8 files): fast-math-kernels.md, engine-speed-fm.md, engine-speed-fm-plain.md,
-# engine-speed-fm-dropout0.md, fast-math-tests.txt and fm.tgz with the JSON, the logs, the box and the clocks.
+# Back in $OUT (at most 8 files), NAME (fm unless set) naming them: NAME-kernels.md, engine-speed-NAME.md,
+# engine-speed-NAME-plain.md, engine-speed-NAME-dropout0.md, NAME-tests.txt and NAME.tgz with the JSON, the logs,
+# the box and the clocks. bench/device/sol_call.sh is this with session 36's list.
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
+name=${NAME:-fm}
 left() { echo $((${DEADLINE:-560} - SECONDS)); }
 pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$@"; }
 pipi --target /tmp/site .whl-swift/liger_kernel-*.whl && pipi --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH="$PWD/bench/sol:/tmp/site" PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv; df -h /tmp | tail -1; nproc
   python3 -c 'import torch, transformers, peft, triton; print(torch.__version__, transformers.__version__, peft.__version__, triton.__version__)'; } \
-  > "$out/engine-speed-fm-box.txt" 2>&1
+  > "$out/engine-speed-$name-box.txt" 2>&1
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,power.draw.instant,temperature.gpu,utilization.gpu \
   --format=csv -lms 100 > /tmp/clocks.csv 2>&1 &
 smi=$!
-TUNEDECK_SOL= timeout 100 python3 bench/sol/kernels.py --out "$out/fast-math-kernels.md"
+TUNEDECK_SOL= timeout 100 python3 bench/sol/kernels.py --out "$out/$name-kernels.md"
 echo "kernels: rc=$? ($(left) s left)"
 speed() {  # NAME ROWS ENGINES BUDGET
   local budget=$(( $4 < $(left) - 10 ? $4 : $(left) - 10 ))
@@ -33,15 +35,15 @@ speed() {  # NAME ROWS ENGINES BUDGET
 }
 # PLAN_ENGINES: another list for the plan's runs (then no separate dropout-0 run), e.g. session 37's H200 try:
 # tunedeck,tunedeck+env.TUNEDECK_SOL=swiglu_down,tunedeck+lora_dropout=0,tunedeck+env.TUNEDECK_SOL=plain_math,tunedeck
-speed engine-speed-fm plan-7b-lora \
+speed "engine-speed-$name" plan-7b-lora \
   "${PLAN_ENGINES:-tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math,tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math}" 300
-speed engine-speed-fm-plain 7b-lora plain 120
-[ -n "${PLAN_ENGINES:-}" ] || speed engine-speed-fm-dropout0 plan-7b-lora tunedeck+lora_dropout=0 110
+speed "engine-speed-$name-plain" 7b-lora plain 120
+[ -n "${PLAN_ENGINES:-}" ] || speed "engine-speed-$name-dropout0" plan-7b-lora tunedeck+lora_dropout=0 110
 kill "$smi"
-gzip -c /tmp/clocks.csv > "$out/engine-speed-fm-clocks.csv.gz"
+gzip -c /tmp/clocks.csv > "$out/engine-speed-$name-clocks.csv.gz"
 t=$(( $(left) > 20 ? $(left) : 20 ))
 TUNEDECK_SOL= TUNEDECK_TEST_GPU=1 timeout "$t" python3 -m pytest -q -p no:cacheprovider -m gpu \
-  tests/core/test_lora_swiglu_kernel.py > "$out/fast-math-tests.txt" 2>&1
-echo "gpu tests: rc=$?"; tail -n 3 "$out/fast-math-tests.txt"
-(cd "$out" && tar czf fm.tgz --remove-files ./*.json ./*.log engine-speed-fm-box.txt engine-speed-fm-clocks.csv.gz)
+  tests/core/test_lora_swiglu_kernel.py > "$out/$name-tests.txt" 2>&1
+echo "gpu tests: rc=$?"; tail -n 3 "$out/$name-tests.txt"
+(cd "$out" && tar czf "$name.tgz" --remove-files ./*.json ./*.log engine-speed-$name-box.txt engine-speed-$name-clocks.csv.gz)
 ls -l "$out"
