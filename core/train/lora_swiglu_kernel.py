@@ -168,7 +168,7 @@ def _lora_swiglu_forward(g_ptr, u_ptr, h_ptr, b_ptr, c_ptr, n_rows, n, sg, su,
 @triton.jit
 def _lora_swiglu_backward(dc_ptr, g_ptr, u_ptr, h_ptr, b_ptr, n_rows, n, sg, su,
               R: tl.constexpr, RP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr,
-             FAST: tl.constexpr):
+              FAST: tl.constexpr):
     """d gate and d up written over the base outputs (their last use)."""
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     cols = tl.program_id(1) * BN + tl.arange(0, BN)
