@@ -45,5 +45,6 @@ t=$(( $(left) > 20 ? $(left) : 20 ))
 TUNEDECK_SOL= TUNEDECK_TEST_GPU=1 timeout "$t" python3 -m pytest -q -p no:cacheprovider -m gpu \
   tests/core/test_lora_swiglu_kernel.py > "$out/$name-tests.txt" 2>&1
 echo "gpu tests: rc=$?"; tail -n 3 "$out/$name-tests.txt"
-(cd "$out" && tar czf "$name.tgz" --remove-files ./*.json ./*.log engine-speed-$name-box.txt engine-speed-$name-clocks.csv.gz)
+(cd "$out" && shopt -s nullglob && tar czf "$name.tgz" --remove-files ./*.json ./*.log "engine-speed-$name-box.txt" \
+  "engine-speed-$name-clocks.csv.gz")
 ls -l "$out"
