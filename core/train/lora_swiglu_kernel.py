@@ -80,9 +80,9 @@ def usable(x: torch.Tensor, elements: int, rank: int) -> bool:
 # for results below 2**-126. The round trip here converts two elements in one packed instruction (``F2FP``) and
 # the sigmoid takes ``ex2`` and ``rcp`` with subnormals flushed: 795 a tile (the forward's 1,144 -> 1,013 for 32
 # elements). The bits are the same wherever the sigmoid is at least 2**-126 (inputs above -87.3; below, the
-# plain path's ~1e-38 becomes 0, in a product of ~1e-36 that bf16 training never feels). On an H100, where these
-# kernels wait on their bytes more, it took 2.8% / 3.6% off the down forward / backward alone (bench/results/
-# fast-math) and nothing measurable off the plan's step.
+# plain path's ~1e-38 becomes 0, in a product of ~1e-36 that bf16 training never feels). The down forward / backward
+# alone (bench/results/fast-math): -2.2% / -10.0% on the H200, -2.8% / -3.6% on an H100, whose bandwidth these
+# kernels wait on more; the plan's step on the H100 did not move measurably (~0.2% expected).
 FAST_MATH = True
 
 
