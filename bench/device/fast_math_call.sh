@@ -33,8 +33,8 @@ speed() {  # NAME ROWS ENGINES BUDGET
     2>&1 | tee "$out/$1.log" | grep -v '^\s*$' | tail -n 14
   echo "$1: done ($(left) s left)"
 }
-# PLAN_ENGINES: another list for the plan's runs (then no separate dropout-0 run), e.g. session 37's H200 try:
-# tunedeck,tunedeck+env.TUNEDECK_SOL=swiglu_down,tunedeck+lora_dropout=0,tunedeck+env.TUNEDECK_SOL=plain_math,tunedeck
+# PLAN_ENGINES: another list for the plan's runs (then no separate dropout-0 run): sol_call.sh's, or session 37's
+# last H200 call's, PLAN_ENGINES=tunedeck with DEADLINE=120 (the kernels and the GPU tests only, as time allowed)
 speed "engine-speed-$name" plan-7b-lora \
   "${PLAN_ENGINES:-tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math,tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math}" 300
 speed "engine-speed-$name-plain" 7b-lora plain 120

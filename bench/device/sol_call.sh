@@ -4,6 +4,5 @@
 # bench/device/fast_math_call.sh with the plan as is, with the SwiGLU-down floor (bench/sol: wrong training, the
 # step's floor), at LoRA dropout 0 with and without that floor, and as is again; files named sol (sol-kernels.md,
 # engine-speed-sol.md, engine-speed-sol-plain.md, sol-tests.txt, sol.tgz).
-floor=tunedeck+env.TUNEDECK_SOL=swiglu_down
-NAME=sol PLAN_ENGINES=tunedeck,$floor,tunedeck+lora_dropout=0+env.TUNEDECK_SOL=swiglu_down,tunedeck+lora_dropout=0,tunedeck \
-  exec bash "$(dirname "$0")/fast_math_call.sh"
+engines=tunedeck,tunedeck+env.TUNEDECK_SOL=swiglu_down,tunedeck+lora_dropout=0+env.TUNEDECK_SOL=swiglu_down
+NAME=sol PLAN_ENGINES=$engines,tunedeck+lora_dropout=0,tunedeck exec bash "$(dirname "$0")/fast_math_call.sh"
