@@ -9,7 +9,8 @@
 # 3. the GPU tests of core.train.lora_swiglu_kernel (the compiled kernels against torch, FAST against plain).
 # Back in $OUT (at most 8 files), NAME (fm unless set) naming them: NAME-kernels.md, engine-speed-NAME.md,
 # engine-speed-NAME-plain.md, engine-speed-NAME-dropout0.md, NAME-tests.txt and NAME.tgz with the JSON, the logs,
-# the box and the clocks. bench/device/sol_call.sh is this with session 36's list.
+# the box and the clocks. bench/device/sol_call.sh is this with session 36's list; occupancy_call.sh runs another
+# kernel bench first (KERNEL_BENCH, for KERNEL_S seconds at most) and other GPU tests (TESTS).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 name=${NAME:-fm}
@@ -23,7 +24,7 @@ export PYTHONPATH="$PWD/bench/sol:/tmp/site" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,power.draw.instant,temperature.gpu,utilization.gpu \
   --format=csv -lms 100 > /tmp/clocks.csv 2>&1 &
 smi=$!
-TUNEDECK_SOL= timeout 100 python3 bench/sol/kernels.py --out "$out/$name-kernels.md"
+TUNEDECK_SOL= timeout "${KERNEL_S:-100}" python3 "${KERNEL_BENCH:-bench/sol/kernels.py}" --out "$out/$name-kernels.md"
 echo "kernels: rc=$? ($(left) s left)"
 speed() {  # NAME ROWS ENGINES BUDGET
   local budget=$(( $4 < $(left) - 10 ? $4 : $(left) - 10 ))
@@ -43,7 +44,7 @@ kill "$smi"
 gzip -c /tmp/clocks.csv > "$out/engine-speed-$name-clocks.csv.gz"
 t=$(( $(left) > 20 ? $(left) : 20 ))
 TUNEDECK_SOL= TUNEDECK_TEST_GPU=1 timeout "$t" python3 -m pytest -q -p no:cacheprovider -m gpu \
-  tests/core/test_lora_swiglu_kernel.py > "$out/$name-tests.txt" 2>&1
+  ${TESTS:-tests/core/test_lora_swiglu_kernel.py} > "$out/$name-tests.txt" 2>&1
 echo "gpu tests: rc=$?"; tail -n 3 "$out/$name-tests.txt"
 (cd "$out" && shopt -s nullglob && tar czf "$name.tgz" --remove-files ./*.json ./*.log "engine-speed-$name-box.txt" \
   "engine-speed-$name-clocks.csv.gz")

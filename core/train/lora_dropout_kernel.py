@@ -321,12 +321,17 @@ TILES_ENV = "TUNEDECK_LORA_DROPOUT_TILES"  # a sweep's JSON: its "overall" tiles
 
 
 def load_tiles(tiles: dict[str, dict[str, int]], env: str) -> None:
-    """Replace ``tiles`` (by kernel) with the "overall" tiles of the bench JSON that ``env`` names, if set."""
+    """Replace ``tiles`` (by kernel) with the "overall" tiles of the bench JSON that ``env`` names, if set. A key
+    ``kernel:G`` is that kernel's tiles for groups of G linears (``_tiles``); ``maxnreg`` (a cap on the registers
+    a thread, so that more programs share a multiprocessor) is taken where the JSON has it."""
     path = os.environ.get(env)
     if path:
         overall = json.loads(Path(path).read_text(encoding="utf-8"))["overall"]
-        for kernel, chosen in overall.items():
-            tiles[kernel] = {k: int(chosen[k]) for k in tiles[kernel]}
+        for key, chosen in overall.items():
+            own = tiles.get(key) or tiles[key.split(":")[0]]
+            tiles[key] = {k: int(chosen[k]) for k in own if k != "maxnreg"}
+            if chosen.get("maxnreg"):
+                tiles[key]["maxnreg"] = int(chosen["maxnreg"])
 
 
 load_tiles(TILES, TILES_ENV)
@@ -337,12 +342,14 @@ def _random_args(seed: int, groups: int, p: float) -> tuple[Any, ...]:
     return (*seeds_for(seed, groups), threshold(p), keep_scale(p))
 
 
-def _tiles(kernel: str, override: dict[str, int] | None) -> dict[str, int]:
-    tiles = dict(TILES[kernel], **(override or {}))
+def _tiles(kernel: str, groups: int, override: dict[str, int] | None) -> dict[str, int]:
+    """The kernel's tiles for a group of ``groups`` linears: ``TILES["kernel:groups"]`` where set, else
+    ``TILES[kernel]``, with ``override``'s keys over them."""
+    tiles = dict(TILES.get(f"{kernel}:{groups}", TILES[kernel]), **(override or {}))
     if interpreted():
         tiles.update(BN=16, BK=64)
-        tiles.pop("num_warps", None)
-        tiles.pop("num_stages", None)
+        for compiled_only in ("num_warps", "num_stages", "maxnreg"):
+            tiles.pop(compiled_only, None)
     return tiles
 
 
@@ -352,7 +359,7 @@ def dropout_lora_a(x: torch.Tensor, a: torch.Tensor, groups: int, seed: int, p: 
     the group's ``lora_A`` weights stacked, x's dtype); returns rows x groups*rank in x's dtype."""
     rows, width = x.shape
     rank = a.shape[0] // groups
-    tiles = _tiles("forward", tiles)
+    tiles = _tiles("forward", groups, tiles)
     cols_per_split = triton.cdiv(triton.cdiv(width, tiles["SPLIT"]), tiles["BK"]) * tiles["BK"]
     split = tiles["SPLIT"] = triton.cdiv(width, cols_per_split)  # whole BK blocks a share: maybe fewer shares
     if split == 1:
@@ -371,7 +378,7 @@ def add_input_grad(grad_x: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, grou
     ``lora_fold_dh``)."""
     rows, width = grad_x.shape
     rank = a.shape[0] // groups
-    tiles = _tiles("input_grad", tiles)
+    tiles = _tiles("input_grad", groups, tiles)
     grid = (triton.cdiv(rows, tiles["BN"]), triton.cdiv(width, tiles["BK"]))
     _input_grad[grid](
         dh, a, grad_x, grad_x.stride(0), rows, width, *_random_args(seed, groups, p),
@@ -382,7 +389,7 @@ def adapter_grads(x: torch.Tensor, dh: torch.Tensor, groups: int, rank: int, see
                   tiles: dict[str, int] | None = None) -> torch.Tensor:
     """``[dh_g^T @ dropout_g(x) for g]`` stacked (groups*rank x width), fp32."""
     rows, width = x.shape
-    tiles = _tiles("adapter_grad", tiles)
+    tiles = _tiles("adapter_grad", groups, tiles)
     col_blocks, splits, rows_per_split = _row_splits(rows, width, tiles, x.device)
     parts = torch.empty(splits, groups * rank, width, dtype=torch.float32, device=x.device)
     _adapter_grad[(col_blocks, splits)](
@@ -420,7 +427,7 @@ def backward(x: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, grad_x: torch.T
     to grad_x (its rows maybe strided) in place and returns the adapters' gradients (groups*rank x width, fp32)."""
     rows, width = x.shape
     rank = a.shape[0] // groups
-    tiles = _tiles("backward", tiles)
+    tiles = _tiles("backward", groups, tiles)
     col_blocks, splits, rows_per_split = _row_splits(rows, width, tiles, x.device)
     parts = torch.empty(splits, groups * rank, width, dtype=torch.float32, device=x.device)
     _backward[(col_blocks, splits)](

@@ -248,6 +248,50 @@ def test_what_the_kernels_do_not_take_runs_torch_dropout(kernels, monkeypatch):
     assert used["n"] == 16 + 12  # lora_swiglu_down (default): the down projection's in the SwiGLU kernels
 
 
+def test_tiles_by_group_and_a_register_cap_go_from_the_occupancy_bench_to_the_kernels(kernels, tmp_path,
+                                                                                       monkeypatch):
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import kernel_occupancy as bench  # the bench script, for its choice
+
+    own = dict(kernels.TILES["backward"])
+    sixteen, capped = {**own, "BN": 16}, {**own, "maxnreg": 128}
+
+    def row(groups, tiles, ms, error=0.0):
+        return {"kernel": "backward", "groups": groups, "variant": {}, "tiles": tiles, "ms": ms, "error": error}
+
+    rows = [row(3, own, 0.50), row(3, sixteen, 0.40, 1e-6), row(3, capped, 0.30, error=0.5),  # fastest, but wrong
+            row(1, own, 0.20), row(1, capped, 0.19),
+            {"kernel": "down_backward", "variant": {"maxnreg": 168}, "tiles": {"BM": 16, "maxnreg": 168}, "ms": 2.0,
+             "error": 0.0},
+            {"kernel": "down_forward", "variant": {}, "tiles": {"BM": 64}, "failed": "OutOfResources"}]
+    chosen = bench.fastest(rows)
+    assert chosen == {"backward:3": sixteen, "backward:1": capped, "down_backward": {"BM": 16, "maxnreg": 168}}
+    path = tmp_path / "tiles.json"
+    path.write_text(json.dumps({"overall": {k: v for k, v in chosen.items() if k.startswith("backward:")}}))
+    tiles = {name: dict(t) for name, t in kernels.TILES.items()}
+    monkeypatch.setenv("TUNEDECK_LORA_DROPOUT_TILES", str(path))
+    kernels.load_tiles(tiles, "TUNEDECK_LORA_DROPOUT_TILES")
+    assert tiles["backward:3"] == sixteen and tiles["backward:1"] == capped and tiles["backward"] == own
+    monkeypatch.setattr(kernels, "TILES", tiles)
+    monkeypatch.delenv("TUNEDECK_TRITON_INTERPRET")  # the compiled kernels' tiles
+    assert kernels._tiles("backward", 3, None) == sixteen
+    assert kernels._tiles("backward", 2, None) == own  # no tiles of its own: the kernel's
+    assert kernels._tiles("backward", 1, {"BK": 64}) == {**capped, "BK": 64}
+    monkeypatch.setenv("TUNEDECK_TRITON_INTERPRET", "1")  # the interpreter takes none of the compiler's options
+    assert set(kernels._tiles("backward", 1, None)) == {"BN", "BK"}
+    # and the kernels run with them: the interpreter's tiles, the same numbers as before
+    torch.manual_seed(0)
+    x, a, dh = torch.randn(40, 64), torch.randn(16, 64) / 8, torch.randn(40, 16)
+    dx = torch.randn(40, 64)
+    _, dx_want, da_want = _reference(x, a, dh, dx, kernels.masks(40, 64, 1, 9, 0.1), 0.1, 1)
+    da = kernels.backward(x, dh, a, dx, 1, 9, 0.1)
+    assert_close({"dx": dx.double(), "dA": da.double()}, {"dx": dx_want, "dA": da_want}, 1e-5)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
                     reason="the compiled kernels: needs a GPU")
@@ -285,3 +329,11 @@ def test_compiled_kernels_in_bf16_equal_torch_on_the_same_masks(groups, width):
     # the forward's width shared among 4 programs a row block: fp32 partial sums, the same result
     got_split = module.dropout_lora_a(x, a, groups, seed, p, tiles={"SPLIT": 4})
     assert (got_split.double() - hidden).abs().max().item() <= 2e-2 * hidden.abs().max().item()
+    # fewer registers a thread (more programs a multiprocessor, bench/kernel_occupancy.py) and 16 rows a tile
+    dx_capped = dx.clone()
+    da_capped = module.backward(x, dh, a, dx_capped, groups, seed, p, tiles={"maxnreg": 128})
+    assert torch.equal(dx_capped, dx_both) and torch.equal(da_capped, da_both)  # the same code, other registers
+    dx_16 = dx.clone()
+    da_16 = module.backward(x, dh, a, dx_16, groups, seed, p, tiles={"BN": 16, "maxnreg": 128})
+    assert (dx_16.double() - dx_want).abs().max().item() <= 2e-2 * dx_want.abs().max().item()
+    assert (da_16 - da_both).abs().max().item() <= 1e-5 * da_both.abs().max().item()  # fp32 sums, another order
