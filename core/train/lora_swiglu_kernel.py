@@ -79,10 +79,12 @@ def usable(x: torch.Tensor, elements: int, rank: int) -> bool:
 # conversions (``F2F``, the round trips below) and six the fix-ups of the non-flushing ``ex2`` and ``div.full``
 # for results below 2**-126. The round trip here converts two elements in one packed instruction (``F2FP``) and
 # the sigmoid takes ``ex2`` and ``rcp`` with subnormals flushed: 795 a tile (the forward's 1,144 -> 1,013 for 32
-# elements). The bits are the same wherever the sigmoid is at least 2**-126 (inputs above -87.3; below, the
-# plain path's ~1e-38 becomes 0, in a product of ~1e-36 that bf16 training never feels). The down forward / backward
-# alone (bench/results/fast-math): -2.2% / -10.0% on the H200, -2.8% / -3.6% on an H100, whose bandwidth these
-# kernels wait on more; the plan's step on the H100 did not move measurably (~0.2% expected).
+# elements); the loads widen a packed pair of bf16 in two instructions where Triton's conversion takes three
+# (``_widen``): 777 (981). The bits are the same wherever the sigmoid is at least 2**-126 (inputs above -87.3;
+# below, the plain path's ~1e-38 becomes 0, in a product of ~1e-36 that bf16 training never feels). The down
+# forward / backward alone (bench/results/fast-math, before ``_widen``): -2.2% / -10.0% on the H200, -2.8% / -3.6%
+# on an H100, whose bandwidth these kernels wait on more; the plan's step on the H100 did not move measurably
+# (~0.2% expected).
 FAST_MATH = True
 
 
@@ -104,6 +106,16 @@ def _round(x, dtype: tl.constexpr, FAST: tl.constexpr):
         return bits.to(tl.float32, bitcast=True)
     else:
         return x.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _widen(x, FAST: tl.constexpr):
+    """bf16 ``x`` in fp32: ``x.to(tl.float32)``; ``FAST``: a packed pair's two halves each in one instruction."""
+    if FAST:
+        return tl.inline_asm_elementwise("{ shl.b32 $0, $2, 16; and.b32 $1, $2, 0xffff0000; }", "=r,=r,r", [x],
+                                         dtype=tl.uint32, is_pure=True, pack=2).to(tl.float32, bitcast=True)
+    else:
+        return x.to(tl.float32)
 
 
 @triton.jit
@@ -147,8 +159,8 @@ def _pre_activations(g_ptr, u_ptr, hg, hu, bg, bu, rows, cols, n_rows, n, sg, su
     lora_u = tl.dot(hu, bu, input_precision=PREC)
     at = rows[:, None] * n + cols[None, :]
     dtype = g_ptr.dtype.element_ty
-    gate = _round(tl.load(g_ptr + at, mask=ok, other=0.0).to(tl.float32) + lora_g * sg, dtype, FAST)
-    up = _round(tl.load(u_ptr + at, mask=ok, other=0.0).to(tl.float32) + lora_u * su, dtype, FAST)
+    gate = _round(_widen(tl.load(g_ptr + at, mask=ok, other=0.0), FAST) + lora_g * sg, dtype, FAST)
+    up = _round(_widen(tl.load(u_ptr + at, mask=ok, other=0.0), FAST) + lora_u * su, dtype, FAST)
     return gate, up, at, ok
 
 
@@ -258,7 +270,7 @@ def _lora_swiglu_down_backward(dc_ptr, dc_stride, g_ptr, u_ptr, h_ptr, b_ptr, a_
             c = tl.where(keep, c, 0.0).to(dtype)
         acc += tl.dot(tl.trans(dhd), c, input_precision=PREC)
         dc = tl.load(dc_ptr + rows[:, None] * dc_stride + cols[None, :], mask=ok, other=0.0)
-        dc = _round(dc.to(tl.float32) + lora * scale, dtype, FAST)
+        dc = _round(_widen(dc, FAST) + lora * scale, dtype, FAST)
         d_gate = (dc * (silu * (1.0 - sig) + sig) * up).to(dtype)
         d_up = (dc * silu).to(dtype)
         tl.store(g_ptr + at, d_gate, mask=ok)
