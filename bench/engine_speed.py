@@ -106,6 +106,13 @@ def parse_engine(text: str) -> tuple[str, dict[str, Any]]:
     return base, overrides
 
 
+def run_tag(changes: dict[str, Any]) -> str:
+    """The part of a run's name (and its files' names) that says what it changes: ``key-value``, a path value by
+    its file name (``tunedeck+env.TUNEDECK_LORA_DROPOUT_TILES=/root/out/x.json`` made a name with slashes in it,
+    and the run no file)."""
+    return "-".join(f"{k}-{Path(str(v)).name if '/' in str(v) else v}" for k, v in changes.items())
+
+
 def log(text: str) -> None:
     print(f"[engine_speed {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
@@ -352,7 +359,7 @@ def run_tunedeck(ctx: dict[str, Any], spec: dict[str, Any], seq: int, timeout_s:
     overrides = dict(overrides or {})
     environment = {key[len("env."):]: str(overrides.pop(key)) for key in list(overrides) if key.startswith("env.")}
     values.update(overrides)
-    tag = "-".join(f"{k}-{v}" for k, v in {**overrides, **environment}.items())
+    tag = run_tag({**overrides, **environment})
     profile_window = None
     if ctx.get("profile") and not spec.get("maxseq"):
         from core.train.profiling import parse_profile_env

@@ -76,12 +76,15 @@ def test_tunedeck_variants_and_the_wizard_plan_row_run_side_by_side(tmp_path):
 
 def test_engine_specs_are_checked():
     sys.path.insert(0, str(ROOT / "bench"))
-    from engine_speed import parse_engine
+    from engine_speed import parse_engine, run_tag
 
     assert parse_engine("tunedeck+checkpoint_layers=4+compile_layers=true") == (
         "tunedeck", {"checkpoint_layers": 4, "compile_layers": True})
     assert parse_engine("swift-liger") == ("swift-liger", {})
     assert parse_engine("plain+qlora_upcast=false") == ("plain", {"qlora_upcast": False})
+    # a run named after a tile file's path (bench/device/occupancy_call.sh) names a file, not a folder
+    _, changes = parse_engine("tunedeck+lora_dropout=0+env.TUNEDECK_LORA_DROPOUT_TILES=/root/out/occ-dropout.json")
+    assert run_tag(changes) == "lora_dropout-0-env.TUNEDECK_LORA_DROPOUT_TILES-occ-dropout.json"
     for bad in ("plain+fused_ce=false", "tunedeck+nokey"):
         try:
             parse_engine(bad)
