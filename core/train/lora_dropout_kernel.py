@@ -312,6 +312,13 @@ TILES: dict[str, dict[str, int]] = {
     "input_grad": {"BN": 32, "BK": 128, "num_warps": 8, "num_stages": 1},
     "adapter_grad": {"BN": 64, "BK": 64, "num_warps": 4, "num_stages": 3},
     "backward": {"BN": 32, "BK": 128, "num_warps": 4, "num_stages": 3},  # lora-dropout-kernel-d's sweep
+    # By group size (``_tiles``), with the registers a thread capped (``maxnreg``) so that four programs share a
+    # multiprocessor, not two (q/k/v, gate/up: 255 and 174 registers at 32 rows) or three (o: 131): on the H200 at the
+    # plan's 32,768 rows (bench/results/occupancy/h200) q/k/v 0.513 -> 0.482 ms, gate/up 0.368 -> 0.337, o 0.234 ->
+    # 0.229; on an H100 -3.8%, -2.9%, -1.1%. 16 rows a tile sum dA's fp32 partials over other rows (1.5e-4 relative).
+    "backward:3": {"BN": 16, "BK": 128, "num_warps": 4, "num_stages": 3, "maxnreg": 128},
+    "backward:2": {"BN": 16, "BK": 128, "num_warps": 4, "num_stages": 3, "maxnreg": 128},
+    "backward:1": {"BN": 32, "BK": 128, "num_warps": 4, "num_stages": 3, "maxnreg": 128},
 }
 # The one-kernel backward pays where a group's input is at most this wide: on the H200 (lora-dropout-kernel-d)
 # it took q/k/v 0.179 ms against the two kernels' 0.184, gate/up 0.130 against 0.181, o 0.101 against 0.120,
@@ -344,8 +351,9 @@ def _random_args(seed: int, groups: int, p: float) -> tuple[Any, ...]:
 
 def _tiles(kernel: str, groups: int, override: dict[str, int] | None) -> dict[str, int]:
     """The kernel's tiles for a group of ``groups`` linears: ``TILES["kernel:groups"]`` where set, else
-    ``TILES[kernel]``, with ``override``'s keys over them."""
+    ``TILES[kernel]``, with ``override``'s keys over them (a key set to None: taken out)."""
     tiles = dict(TILES.get(f"{kernel}:{groups}", TILES[kernel]), **(override or {}))
+    tiles = {key: value for key, value in tiles.items() if value is not None}
     if interpreted():
         tiles.update(BN=16, BK=64)
         for compiled_only in ("num_warps", "num_stages", "maxnreg"):

@@ -272,7 +272,7 @@ def test_tiles_by_group_and_a_register_cap_go_from_the_occupancy_bench_to_the_ke
     assert chosen == {"backward:3": sixteen, "backward:1": capped, "down_backward": {"BM": 16, "maxnreg": 168}}
     path = tmp_path / "tiles.json"
     path.write_text(json.dumps({"overall": {k: v for k, v in chosen.items() if k.startswith("backward:")}}))
-    tiles = {name: dict(t) for name, t in kernels.TILES.items()}
+    tiles = {name: dict(t) for name, t in kernels.TILES.items() if ":" not in name}  # no group's own tiles yet
     monkeypatch.setenv("TUNEDECK_LORA_DROPOUT_TILES", str(path))
     kernels.load_tiles(tiles, "TUNEDECK_LORA_DROPOUT_TILES")
     assert tiles["backward:3"] == sixteen and tiles["backward:1"] == capped and tiles["backward"] == own
@@ -283,6 +283,9 @@ def test_tiles_by_group_and_a_register_cap_go_from_the_occupancy_bench_to_the_ke
     assert kernels._tiles("backward", 1, {"BK": 64}) == {**capped, "BK": 64}
     monkeypatch.setenv("TUNEDECK_TRITON_INTERPRET", "1")  # the interpreter takes none of the compiler's options
     assert set(kernels._tiles("backward", 1, None)) == {"BN", "BK"}
+    monkeypatch.delenv("TUNEDECK_TRITON_INTERPRET")
+    assert "maxnreg" not in kernels._tiles("backward", 1, {"maxnreg": None})  # None: the cap taken out (the bench)
+    monkeypatch.setenv("TUNEDECK_TRITON_INTERPRET", "1")
     # and the kernels run with them: the interpreter's tiles, the same numbers as before
     torch.manual_seed(0)
     x, a, dh = torch.randn(40, 64), torch.randn(16, 64) / 8, torch.randn(40, 16)
