@@ -32,8 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from results_files import write_results  # noqa: E402  (bench/ is not a package)
 
-# What each variant changes over the module's tiles ({} = the module's own, the baseline)
-# (sm_90, Triton 3.9, bench/sass_loop.py: registers a thread, then the programs of four warps that fit a
+# What each variant changes over the module's tiles ({} = the module's own, the baseline). (sm_90, Triton 3.9, bench/sass_loop.py: registers a thread, then the programs of four warps that fit a
 # multiprocessor's 64K registers; a cap below what a kernel wants spills the rest to local memory.) The modules' own
 # tiles are session 38's choice (bench/results/occupancy/h200): each kernel's other variant here is its tiles before
 # (a key set to None: taken out). Session 38's first call (an H100) also lost with q/k/v capped at 168 at 32 rows (+9%),

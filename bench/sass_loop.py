@@ -60,7 +60,8 @@ def compile_kernel(name: str, fast: bool, arch: int, maxnreg: int | None = None)
         fp32 = {"part_ptr"} | ({"h_ptr"} if tiles.get("SPLIT", 1) > 1 else set())
         rows, cols = "BN", "BK"
     warps, stages = tiles.pop("num_warps"), tiles.pop("num_stages", 3)
-    maxnreg = maxnreg or tiles.pop("maxnreg", None)
+    own_cap = tiles.pop("maxnreg", None)  # the tiles' cap on the registers, unless --maxnreg sets another
+    maxnreg = maxnreg or own_cap
     tiles.pop("RS", None)
     const.update(PREC="tf32", PAIRED=True, **tiles)
     names = fn.arg_names
