@@ -285,6 +285,9 @@ def test_tiles_by_group_and_a_register_cap_go_from_the_occupancy_bench_to_the_ke
     assert set(kernels._tiles("backward", 1, None)) == {"BN", "BK"}
     monkeypatch.delenv("TUNEDECK_TRITON_INTERPRET")
     assert "maxnreg" not in kernels._tiles("backward", 1, {"maxnreg": None})  # None: the cap taken out (the bench)
+    monkeypatch.setattr(torch.version, "hip", "6.4")  # Triton's AMD backend refuses the keyword
+    assert "maxnreg" not in kernels._tiles("backward", 1, None)
+    monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.setenv("TUNEDECK_TRITON_INTERPRET", "1")
     # and the kernels run with them: the interpreter's tiles, the same numbers as before
     torch.manual_seed(0)
