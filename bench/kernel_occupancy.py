@@ -104,6 +104,7 @@ def swiglu_rows(rows: int, width: int, deadline: float) -> list[dict]:
     import torch
 
     import core.train.lora_swiglu_kernel as sk
+    from core.train.lora_dropout_kernel import launch_tiles as dk_launch_tiles
 
     torch.manual_seed(0)
     dev = {"device": DEVICE, "dtype": torch.bfloat16}
@@ -120,7 +121,7 @@ def swiglu_rows(rows: int, width: int, deadline: float) -> list[dict]:
         for variant in VARIANTS[kernel]:
             if time.monotonic() > deadline:
                 break
-            tiles = {k: v for k, v in {**sk.TILES[kernel], **variant}.items() if v is not None}
+            tiles = dk_launch_tiles({**sk.TILES[kernel], **variant})
             row = {"kernel": kernel, "variant": variant, "tiles": tiles}
             try:
                 if kernel == "down_forward":

@@ -349,24 +349,23 @@ def _random_args(seed: int, groups: int, p: float) -> tuple[Any, ...]:
     return (*seeds_for(seed, groups), threshold(p), keep_scale(p))
 
 
-def launch_tiles(tiles: dict[str, int]) -> dict[str, int]:
-    """``tiles`` as a launch takes them: ``maxnreg`` is an option of Triton's NVIDIA backend only (its AMD one
-    refuses the keyword), so not under ROCm."""
-    if torch.version.hip is not None:
-        return {key: value for key, value in tiles.items() if key != "maxnreg"}
-    return tiles
+def launch_tiles(tiles: dict[str, int | None]) -> dict[str, int]:
+    """``tiles`` as a launch takes them: a key set to None taken out (an override's way to drop the module's
+    ``maxnreg``), and ``maxnreg`` not under ROCm (an option of Triton's NVIDIA backend only: its AMD one refuses the
+    keyword)."""
+    hip = torch.version.hip is not None
+    return {key: value for key, value in tiles.items() if value is not None and not (hip and key == "maxnreg")}
 
 
 def _tiles(kernel: str, groups: int, override: dict[str, int] | None) -> dict[str, int]:
     """The kernel's tiles for a group of ``groups`` linears: ``TILES["kernel:groups"]`` where set, else
     ``TILES[kernel]``, with ``override``'s keys over them (a key set to None: taken out)."""
-    tiles = dict(TILES.get(f"{kernel}:{groups}", TILES[kernel]), **(override or {}))
-    tiles = {key: value for key, value in tiles.items() if value is not None}
+    tiles = launch_tiles(dict(TILES.get(f"{kernel}:{groups}", TILES[kernel]), **(override or {})))
     if interpreted():
         tiles.update(BN=16, BK=64)
         for compiled_only in ("num_warps", "num_stages", "maxnreg"):
             tiles.pop(compiled_only, None)
-    return launch_tiles(tiles)
+    return tiles
 
 
 def dropout_lora_a(x: torch.Tensor, a: torch.Tensor, groups: int, seed: int, p: float,

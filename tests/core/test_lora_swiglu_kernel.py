@@ -401,7 +401,7 @@ def test_fast_math_only_where_its_ptx_runs(kernels, monkeypatch):
 def test_fast_math_gives_the_plain_paths_bits(monkeypatch):
     """``FAST`` (the packed round trips and the flushing sigmoid, bf16 on a GPU) against the plain Triton ops, in
     all four kernels, on pre-activations from -80 to 80: the same bits in every output, the fp32 partial sums too;
-    and the SwiGLU-down kernels with their registers capped the same bits again."""
+    and the SwiGLU-down kernels with their registers capped or not the same bits again."""
     import core.train.lora_swiglu_kernel as kernels
 
     torch.manual_seed(0)
@@ -427,9 +427,10 @@ def test_fast_math_gives_the_plain_paths_bits(monkeypatch):
     plain = outputs()
     for i, (x, y) in enumerate(zip(fast, plain, strict=True)):
         assert torch.equal(x, y), (i, (x.float() - y.float()).abs().max().item())
-    # fewer registers a thread (more programs a multiprocessor, bench/kernel_occupancy.py): the same code, the same bits
+    # the registers a thread capped or not (more programs a multiprocessor, bench/kernel_occupancy.py): the same code,
+    # the same bits (the module's own: the forward uncapped, the backward capped at 168)
     monkeypatch.setattr(kernels, "FAST_MATH", True)
     monkeypatch.setitem(kernels.TILES, "down_forward", {**kernels.TILES["down_forward"], "num_stages": 2, "maxnreg": 128})
-    monkeypatch.setitem(kernels.TILES, "down_backward", {**kernels.TILES["down_backward"], "maxnreg": 168})
+    monkeypatch.setitem(kernels.TILES, "down_backward", {**kernels.TILES["down_backward"], "maxnreg": None})
     for i, (x, y) in enumerate(zip(outputs(), fast, strict=True)):
         assert torch.equal(x, y), (i, (x.float() - y.float()).abs().max().item())
