@@ -350,9 +350,9 @@ def _random_args(seed: int, groups: int, p: float) -> tuple[Any, ...]:
 
 
 def launch_tiles(tiles: dict[str, int | None]) -> dict[str, int]:
-    """``tiles`` as a launch takes them: a key set to None taken out (an override's way to drop the module's
-    ``maxnreg``), and ``maxnreg`` not under ROCm (an option of Triton's NVIDIA backend only: its AMD one refuses the
-    keyword)."""
+    """``tiles`` as a launch takes them, in a new dict the caller may change: a key set to None taken out (an
+    override's way to drop the module's ``maxnreg``), and ``maxnreg`` not under ROCm (an option of Triton's NVIDIA
+    backend only: its AMD one refuses the keyword)."""
     hip = torch.version.hip is not None
     return {key: value for key, value in tiles.items() if value is not None and not (hip and key == "maxnreg")}
 

@@ -294,7 +294,7 @@ def _lora_swiglu_down_backward(dc_ptr, dc_stride, g_ptr, u_ptr, h_ptr, b_ptr, a_
 def _launch(kernel: Any, tensors: tuple[torch.Tensor, ...], gate: torch.Tensor, rank: int, sg: float,
             su: float, tiles: dict[str, int]) -> None:
     rows, n = gate.shape
-    tiles = launch_tiles(dict(tiles))
+    tiles = launch_tiles(tiles)
     if interpreted():
         tiles = {"BM": 16, "BN": 32}
     grid = (triton.cdiv(rows, tiles["BM"]), triton.cdiv(n, tiles["BN"]))
@@ -336,7 +336,7 @@ def forward_down(gate: torch.Tensor, up: torch.Tensor, hidden: torch.Tensor, b: 
     none for p = 0): (c, hd), hd rows x rank in c's dtype. ``store`` false leaves c unwritten."""
     rows, n = gate.shape
     rank = a.shape[0]
-    tiles = launch_tiles(dict(tiles or TILES["down_forward"]))
+    tiles = launch_tiles(tiles or TILES["down_forward"])
     if interpreted():
         tiles = {"BM": 16, "BN": 32, "SPLIT": 2}
     cols_per_split = triton.cdiv(triton.cdiv(n, tiles["SPLIT"]), tiles["BN"]) * tiles["BN"]
@@ -365,7 +365,7 @@ def backward_down(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, hidd
     the gradient tile as the second operand, as dAd's (the other way round they cost more, engine-speed-x)."""
     rows, n = gate.shape
     rank = a.shape[0]
-    tiles = launch_tiles(dict(tiles or TILES["down_backward"]))
+    tiles = launch_tiles(tiles or TILES["down_backward"])
     if interpreted():
         tiles = {"BM": 16, "BN": 32, "RS": 32}
     col_blocks = triton.cdiv(n, tiles["BN"])
