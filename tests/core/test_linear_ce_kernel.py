@@ -186,3 +186,28 @@ def test_gpu_bf16_kernel_matches_and_never_synchronises():
         diff = (ours_in.grad.float() - ref_in.grad.float()).abs().max()
         assert diff <= 2e-2 * ref_in.grad.float().abs().max(), diff
         assert ours_in.grad[:, :99].abs().max() == 0
+
+
+@pytest.mark.gpu
+def test_gpu_holds_one_chunk_of_logits_at_a_time():
+    """The allocator's peak over the loss's forward is one chunk's logits (2 bytes a logit in bf16) and the
+    batch's hidden-state gradient, not two chunks' (each chunk's logits were still held while the next chunk's
+    were made: 4 bytes a logit at the peak, bench/results/lm-head-chunks.md). The estimator counts one
+    (``core.estimate.memory.logits_and_loss_bytes``)."""
+    from core.train.linear_ce_kernel import linear_cross_entropy
+
+    torch.manual_seed(0)
+    vocab, chunk = 151_936, 512
+    hidden = torch.randn(2, 2048, 512, device="cuda", dtype=torch.bfloat16).requires_grad_(True)
+    head = torch.nn.Linear(512, vocab, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
+    labels = torch.randint(0, vocab, (2, 2048), device="cuda")
+    linear_cross_entropy(hidden, labels, head, chunk=chunk).backward()  # warm-up: the kernel compiled
+    hidden.grad = None
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    loss = linear_cross_entropy(hidden, labels, head, chunk=chunk)
+    peak = torch.cuda.max_memory_allocated() - base
+    logits = chunk * vocab * 2
+    assert logits <= peak <= logits + 2 * hidden.numel() * 2 + 2**20, (peak, logits)
+    loss.backward()
