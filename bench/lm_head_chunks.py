@@ -9,9 +9,9 @@ cuBLAS runs split-K at that height (607 TFLOP/s against the logits' 672). This t
 after warm-up, for each chunk size, over every row and over the rows with a target (``--prompt`` of each
 2048-token row masked, as the bench data's 5.3%), and records the allocator's peak above the inputs.
 
-    python3 bench/lm_head_chunks.py --out DIR [--rows 32768] [--prompt 0.053] [--iters 10]
+    python3 bench/lm_head_chunks.py --out DIR|FILE.md [--rows 32768] [--prompt 0.053] [--iters 10]
 
-Writes DIR/lm-head-chunks.json and .md.
+Writes DIR/lm-head-chunks.json and .md (or FILE.md and FILE.json).
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"gpu": torch.cuda.get_device_name(), "rows": args.rows, "prompt": args.prompt, "iters": args.iters,
             "command": "python3 bench/lm_head_chunks.py " + " ".join(sys.argv[1:] if argv is None else argv), "torch": torch.__version__,
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    write_results(args.out / "lm-head-chunks.md", {"meta": meta, "rows": rows}, render(rows, meta))
+    out = args.out if args.out.suffix == ".md" else args.out / "lm-head-chunks.md"  # a file, or a folder for it
+    write_results(out, {"meta": meta, "rows": rows}, render(rows, meta))
     return 0
 
 

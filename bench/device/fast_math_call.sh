@@ -10,7 +10,8 @@
 # Back in $OUT (at most 8 files), NAME (fm unless set) naming them: NAME-kernels.md, engine-speed-NAME.md,
 # engine-speed-NAME-plain.md, engine-speed-NAME-dropout0.md, NAME-tests.txt and NAME.tgz with the JSON, the logs,
 # the box and the clocks. bench/device/sol_call.sh is this with session 36's list; occupancy_call.sh runs another
-# kernel bench first (KERNEL_BENCH, for KERNEL_S seconds at most) and other GPU tests (TESTS).
+# kernel bench first (KERNEL_BENCH, for KERNEL_S seconds at most) and other GPU tests (TESTS); PLAN_S: the seconds the
+# plan's runs may take (300).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 name=${NAME:-fm}
@@ -37,7 +38,8 @@ speed() {  # NAME ROWS ENGINES BUDGET
 # PLAN_ENGINES: another list for the plan's runs (then no separate dropout-0 run): sol_call.sh's, or session 37's
 # last H200 call's, PLAN_ENGINES=tunedeck with DEADLINE=120 (the kernels and the GPU tests only, as time allowed)
 speed "engine-speed-$name" plan-7b-lora \
-  "${PLAN_ENGINES:-tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math,tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math}" 300
+  "${PLAN_ENGINES:-tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math,tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math}" \
+  "${PLAN_S:-300}"
 speed "engine-speed-$name-plain" 7b-lora plain 120
 [ -n "${PLAN_ENGINES:-}" ] || speed "engine-speed-$name-dropout0" plan-7b-lora tunedeck+lora_dropout=0 110
 kill "$smi"

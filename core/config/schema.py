@@ -49,6 +49,7 @@ eval_steps                 int >= 1                            (unset: at each s
 logging_steps              int >= 1                            10
 loss_on                    assistant, all                      assistant
 fused_ce                   auto, bool, liger, triton, chunked  auto
+ce_chunk_tokens            auto, or an int >= 1                auto
 qlora_upcast               bool                                false
 lora_input_upcast          bool                                false
 lora_fused_add             bool                                true
@@ -156,6 +157,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "logging_steps": KeySpec("int", minimum=1),
     "loss_on": KeySpec("choice", LOSS_ON),
     "fused_ce": KeySpec("auto_bool", ("liger", "triton", "chunked")),
+    "ce_chunk_tokens": KeySpec("int_or_choice", ("auto",), minimum=1),
     "qlora_upcast": KeySpec("bool"),
     "lora_input_upcast": KeySpec("bool"),
     "lora_fused_add": KeySpec("bool"),
@@ -228,6 +230,7 @@ class RunConfig:
     logging_steps: int = 10
     loss_on: str = "assistant"
     fused_ce: str | bool = "auto"
+    ce_chunk_tokens: str | int = "auto"
     qlora_upcast: bool = False
     lora_input_upcast: bool = False
     lora_fused_add: bool = True

@@ -112,6 +112,7 @@ def _plan_summary(plan: TrainingPlan) -> dict[str, Any]:
         "lora_dropout": plan.lora_dropout if plan.uses_lora else None,
         "fused_ce": plan.fused_ce,
         "fused_ce_impl": plan.fused_ce_impl if plan.fused_ce else None,
+        "ce_chunk": plan.ce_chunk if plan.fused_ce else None,
         "kbit_upcast": plan.kbit_upcast if plan.method == "qlora" else None,
         "offload_activations": plan.offloads_activations,
         "mlp_tiles": plan.mlp_tiles(plan.checkpointed_layers > 0),

@@ -24,9 +24,8 @@ from core.estimate.calibration import Calibration
 from core.estimate.gpus import GIB, GpuSpec
 from core.estimate.plan import TrainingPlan
 from core.estimate.precision import PrecisionLayout, precision_layout
-from core.train.fused_loss import (  # light: fused_loss loads torch only inside its functions
-    chunk_tokens_for,
-    fused_chunk_tokens,
+from core.train.fused_loss import (
+    fused_chunk_tokens,  # light: fused_loss loads torch only inside its functions
 )
 
 BREAKDOWN_KEYS = (
@@ -205,14 +204,15 @@ def logits_and_loss_bytes(arch: ModelArchitecture, plan: TrainingPlan, layout: P
         # core.train.fused_loss: one checkpointed chunk at a time holds the plain path's per-logit tensors
         # (compute-dtype logits, fp32 upcast, log-softmax, gradient); the hidden states' gradient and
         # the per-token loss exist for the whole batch; a trained LM head has its weight gradient.
-        chunk = min(tokens, chunk_tokens_for(arch.vocab_size))
-        total = chunk * arch.vocab_size * calibration.plain_ce_bytes_per_logit
+        total = plan.ce_chunk * arch.vocab_size * calibration.plain_ce_bytes_per_logit
         total += tokens * arch.hidden_size * layout.compute + 4.0 * tokens
         if plan.method == "full":
             total += arch.vocab_size * arch.hidden_size * layout.gradient
         return total
-    chunk = fused_ce_chunk_tokens(arch, tokens)
-    total = chunk * arch.vocab_size * calibration.fused_ce_bytes_per_logit
+    # Liger's holds a chunk's logits and a transient copy; tunedeck's kernel (``triton``) one chunk's, in the compute
+    # dtype, freed before the next chunk's are made
+    per_logit = layout.compute if plan.triton_ce else calibration.fused_ce_bytes_per_logit
+    total = plan.ce_chunk * arch.vocab_size * per_logit
     total += tokens * arch.hidden_size * layout.compute + 4.0 * tokens
     if plan.method == "full":
         total += arch.vocab_size * arch.hidden_size * layout.gradient

@@ -68,6 +68,9 @@ class TrainingPlan:
     # kernels) or "chunked" (tunedeck's own, core.train.fused_loss: checkpointed chunks of logits, no other
     # kernels).
     fused_ce_impl: str = "triton"  # the engine's auto on a GPU with Liger installed
+    # The tokens a chunk of tunedeck's fused losses makes logits for (run key ``ce_chunk_tokens``); None: the loss's
+    # own rule (``ce_chunk`` says which applies).
+    ce_chunk_tokens: int | None = None
     # The engine's default ("auto") on a GPU is the fused AdamW: plans are for GPUs, so that is the default.
     optimizer: str = "adamw_fused"
     num_gpus: int = 1
@@ -179,6 +182,26 @@ class TrainingPlan:
         return self.fused_ce and self.fused_ce_impl == "chunked"
 
     @property
+    def triton_ce(self) -> bool:
+        """tunedeck's fused LM head and loss kernel (``core.train.linear_ce_kernel``) runs: ``fused_ce_impl``
+        "triton" with a frozen LM head; a trained one (full fine-tuning) takes the model's own loss, Liger's."""
+        return self.fused_ce and self.fused_ce_impl == "triton" and self.method != "full"
+
+    @property
+    def ce_chunk(self) -> int:
+        """Tokens a chunk of the fused loss makes logits for: ``ce_chunk_tokens`` under tunedeck's own losses
+        (``triton_ce``, ``chunked_ce``), else (and by default) the loss's rule: Liger's (about the hidden states' size of
+        logits) or the chunked loss's (``core.train.fused_loss``); at most the micro-batch's tokens."""
+        from core.train.fused_loss import chunk_tokens_for, fused_chunk_tokens  # light: no torch at import
+
+        tokens = self.tokens_per_micro_batch
+        if self.ce_chunk_tokens and (self.triton_ce or self.chunked_ce):
+            return max(1, min(tokens, self.ce_chunk_tokens))
+        if self.chunked_ce:
+            return min(tokens, chunk_tokens_for(self.architecture.vocab_size))
+        return fused_chunk_tokens(tokens, self.architecture.vocab_size, self.architecture.hidden_size)
+
+    @property
     def liger_kernels(self) -> bool:
         """Liger's fused RMSNorm/SwiGLU come with its fused CE; the chunked CE changes only the loss."""
         return self.fused_ce and not self.chunked_ce
@@ -187,7 +210,7 @@ class TrainingPlan:
     def lm_head_share(self) -> float:
         """The share of the tokens the LM head reads: those with a target under tunedeck's fused losses, every
         one under Liger's loss and the model's own."""
-        if self.fused_ce and self.fused_ce_impl in ("triton", "chunked"):
+        if self.triton_ce or self.chunked_ce:
             return min(1.0, max(0.0, self.target_share))
         return 1.0
 

@@ -35,6 +35,7 @@ def plan_options_for_run(config: Any, num_gpus: int = 1, cuda: bool = True) -> d
         optimizer = "adamw_fused" if cuda else "adamw"
     layers = _value(config, "checkpoint_layers", "all")
     tiled = _value(config, "tiled_mlp", "auto")
+    chunk = _value(config, "ce_chunk_tokens", "auto")
     options: dict[str, Any] = {
         "method": method,
         "precision": "pure-bf16" if _value(config, "pure_bf16") and method == "full" else precision,
@@ -45,6 +46,7 @@ def plan_options_for_run(config: Any, num_gpus: int = 1, cuda: bool = True) -> d
         "checkpoint_layers": None if layers in (None, "all", "auto") else int(layers),
         "fused_ce": fused != "none",
         "fused_ce_impl": fused if fused in ("chunked", "triton") else "liger",
+        "ce_chunk_tokens": None if chunk in (None, "auto") else int(chunk),
         "optimizer": normalise_optimizer(optimizer),
         "attention": "eager" if _value(config, "attn", "auto") == "eager" else "sdpa",
         "kbit_upcast": bool(_value(config, "qlora_upcast", False)),

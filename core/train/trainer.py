@@ -71,7 +71,7 @@ class AtomicCheckpointTrainer(Trainer):
 
     def __init__(self, *args: Any, run: RunDirectory, keep_checkpoints: int, elapsed_fn: Any,
                  own_loss: str | None = None, weights_only: bool = False, step_ended: Any = None,
-                 **kwargs: Any) -> None:
+                 chunk_tokens: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.run = run
         self.keep_checkpoints = keep_checkpoints
@@ -81,6 +81,7 @@ class AtomicCheckpointTrainer(Trainer):
         self.step_ended = step_ended
         self._gpu_clock: tuple[Any, float] | None = None  # (a CUDA event, the wall time it ran at)
         self.own_loss = own_loss  # "chunked" or "triton" (core.train.fused_loss); None: the model's own
+        self.chunk_tokens = chunk_tokens  # its chunk (``ce_chunk_tokens``); None: the loss's own rule
         self.weights_only = weights_only  # resume: load the weights and the step, restart optimizer + schedule
         self._tokens_pending: Any = None  # non-padding tokens counted on the device since the last flush
         self.defer_logs = defers_logs(self.args.device.type == "cuda")
@@ -288,7 +289,7 @@ class AtomicCheckpointTrainer(Trainer):
         # here too, so that mixed-precision runs make their logits in bf16/fp16 as the model's own head does.
         with self.accelerator.autocast():
             loss = forward_chunked_loss(model, self.accelerator.unwrap_model(model), inputs, num_items_in_batch,
-                                        kernel=self.own_loss == "triton", rows=rows)
+                                        chunk_tokens=self.chunk_tokens, kernel=self.own_loss == "triton", rows=rows)
         if self.args.average_tokens_across_devices and self.model_accepts_loss_kwargs and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts every rank's tokens, DDP averages gradients.
             loss = loss * (self.accelerator.num_processes // self.get_tp_size())

@@ -394,6 +394,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     if cfg.get("compile_layers") and not cuda:
         log.warning("compile_layers applies on GPUs; this CPU run is not compiled")
     global_batch = micro * accum * world_size
+    ce_chunk = None if cfg.get("ce_chunk_tokens", "auto") == "auto" else int(cfg["ce_chunk_tokens"])
     gpu_names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
     header = {
         "run_id": run.id,
@@ -411,6 +412,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         "attn": getattr(model.config, "_attn_implementation", None),
         "liger": use_liger,
         "fused_ce": fused_ce,
+        "ce_chunk_tokens": ce_chunk if fused_ce in ("chunked", "triton") else None,  # None: the loss's own rule
         "logs_deferred": defers_logs(cuda),
         "optimizer": "deepspeed_cpu_adam" if ds_offload else optim,
         "packing": bool(cfg.get("packing")),
@@ -481,6 +483,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         elapsed_fn=metrics_cb.elapsed_s,
         step_ended=metrics_cb.step_ended,
         own_loss=fused_ce if fused_ce in ("chunked", "triton") else None,
+        chunk_tokens=ce_chunk,
         weights_only=weights_only,
     )
     trainer.remove_callback(PrinterCallback)  # our metrics callback logs a line per step already

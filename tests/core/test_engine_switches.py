@@ -207,12 +207,14 @@ def test_tiled_mlp_auto_is_resolved_by_fit_before_launch():
 
 
 def test_a_tiny_run_records_the_switches_it_ran_with(tmp_path):
-    """Through the real CLI: checkpoint_layers 2 of 4 and the default bf16 LoRA inputs reach the trainer."""
+    """Through the real CLI: checkpoint_layers 2 of 4, the default bf16 LoRA inputs and the loss's chunk
+    (``ce_chunk_tokens``, the CPU's chunked loss) reach the trainer."""
     from core.runs.jsonl import iter_records
     from tests.core.test_train_engine import _config, _tunedeck, _wait_final
 
     home = tmp_path / "home"
-    cfg = _config(tmp_path, gradient_checkpointing=True, checkpoint_layers=2, max_steps=4, save_steps=100)
+    cfg = _config(tmp_path, gradient_checkpointing=True, checkpoint_layers=2, max_steps=4, save_steps=100,
+                  ce_chunk_tokens=24)
     started = _tunedeck(home, "train", str(cfg))
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.strip()
@@ -220,6 +222,7 @@ def test_a_tiny_run_records_the_switches_it_ran_with(tmp_path):
     assert final["status"] == "finished", final
     header = next(iter_records(home / "runs" / run_id / "metrics.jsonl"))
     assert header["checkpoint_layers"] == 2 and header["lora_input_upcast"] is False
+    assert header["fused_ce"] == "chunked" and header["ce_chunk_tokens"] == 24
     log = (home / "runs" / run_id / "train.log").read_text()
     assert "checkpoint_layers: 2 of 4 decoder layers checkpointed" in log
 

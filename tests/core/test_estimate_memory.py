@@ -139,14 +139,24 @@ def test_logits_plain_versus_fused():
     _, layout = sizes_and_layout(p)
     tokens = 8192
     assert logits_and_loss_bytes(TINY, replace(p, fused_ce=False), layout, CAL) == 12 * tokens * VOCAB
-    # Liger's chunk: next_pow2(8192 / ceil(1000 / 64) = 16) = 512 tokens of bf16 logits (+ a copy),
-    # the hidden-state gradient in bf16 and an fp32 loss per token.
-    assert fused_ce_chunk_tokens(TINY, tokens) == 512
-    fused = 512 * VOCAB * 4 + tokens * H * 2 + 4 * tokens
+    # Liger's chunk: next_pow2(8192 / ceil(1000 / 64) = 16) = 512 tokens of bf16 logits (+ a copy under Liger's
+    # loss; tunedeck's kernel frees a chunk's before the next's), the hidden-state gradient in bf16 and an fp32
+    # loss per token.
+    assert fused_ce_chunk_tokens(TINY, tokens) == 512 == p.ce_chunk
+    rest = tokens * H * 2 + 4 * tokens
+    fused = 512 * VOCAB * 2 + rest
     assert logits_and_loss_bytes(TINY, p, layout, CAL) == fused
+    assert logits_and_loss_bytes(TINY, replace(p, fused_ce_impl="liger"), layout, CAL) == 512 * VOCAB * 4 + rest
+    # ce_chunk_tokens: that many tokens' logits (at most the micro-batch's), for tunedeck's losses only
+    wide = replace(p, ce_chunk_tokens=4096)
+    assert wide.ce_chunk == 4096 and replace(p, ce_chunk_tokens=65536).ce_chunk == tokens
+    assert logits_and_loss_bytes(TINY, wide, layout, CAL) == 4096 * VOCAB * 2 + rest
+    assert replace(wide, fused_ce_impl="liger").ce_chunk == 512
+    assert replace(wide, fused_ce_impl="chunked").ce_chunk == 4096
     full = plan(method="full", micro_batch_size=2, seq_len=4096)
     _, full_layout = sizes_and_layout(full)
-    assert logits_and_loss_bytes(TINY, full, full_layout, CAL) == fused + VOCAB * H * 4  # LM head grad, fp32
+    # a trained LM head takes the model's own loss (Liger's), and its weight gradient in fp32
+    assert logits_and_loss_bytes(TINY, full, full_layout, CAL) == 512 * VOCAB * 4 + rest + VOCAB * H * 4
     assert fused_ce_chunk_tokens(TINY, 10) == 1  # 10 / 16 -> 1
     qwen = plan_for_model("Qwen2.5-7B").architecture
     assert fused_ce_chunk_tokens(qwen, 8192) == 256  # 8192 / 43 = 191 -> 256
