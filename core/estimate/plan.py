@@ -210,7 +210,7 @@ class TrainingPlan:
     def lm_head_share(self) -> float:
         """The share of the tokens the LM head reads: those with a target under tunedeck's fused losses, every
         one under Liger's loss and the model's own."""
-        if self.triton_ce or self.chunked_ce:
+        if self.fused_ce and self.fused_ce_impl in ("triton", "chunked"):
             return min(1.0, max(0.0, self.target_share))
         return 1.0
 

@@ -13,6 +13,11 @@ from core.plan.view import offload_words
 from core.units import format_cost, json_cost, json_hours, plural_key
 
 MAX_ALTERNATIVES = 3
+# Tokens a chunk of the fused loss where the GPU has room for their logits (``ce_chunk_tokens``): the LM head's
+# input-gradient matmul no longer runs split-K (Liger's rule gives a 7B's 32,768-token micro-batch 1,024-token chunks:
+# 116.0 ms of LM head and loss a step on the H200 against 108.6 at 8,192, bench/results/lm-head-chunks.md), for
+# 2.3 GiB of bf16 logits at the peak where 1,024 tokens hold 0.3.
+WIDE_CE_CHUNK = 8192
 # Speeds within 2% of each other are "about as fast" (inside any estimate's error).
 SAME_SPEED = 0.02
 
@@ -159,7 +164,7 @@ def recommend(request: PlanRequest, base: TrainingPlan | None = None,
     feasible = rank([c for c in candidates if c.feasible], request.goal)
     rec = Recommendation(request, None, considered=len(candidates))
     if feasible:
-        rec.best = feasible[0]
+        rec.best = widened_ce_chunk(feasible[0], request)
         rec.alternatives = alternatives(rec.best, feasible, request)
     else:
         estimated = [c for c in candidates if c.estimate is not None]
@@ -171,6 +176,19 @@ def recommend(request: PlanRequest, base: TrainingPlan | None = None,
     if rec.best is not None:
         rec.reasons = reasons(rec.best, candidates, request)
     return rec
+
+
+def widened_ce_chunk(best: Candidate, request: PlanRequest) -> Candidate:
+    """``best`` with its fused loss's chunks widened to ``WIDE_CE_CHUNK`` tokens where the plan still fits (every
+    rule, the memory margin included), else ``best`` as it is: on a GPU, under tunedeck's loss kernel, when its rule
+    gives smaller chunks."""
+    p = best.plan
+    if request.hardware.gpu is None or request.hardware.cpu_only or not p.triton_ce or p.ce_chunk_tokens:
+        return best
+    if p.ce_chunk >= min(WIDE_CE_CHUNK, p.tokens_per_micro_batch):
+        return best
+    wide = evaluate(replace(p, ce_chunk_tokens=WIDE_CE_CHUNK), request, best.measured)
+    return wide if wide.feasible else best
 
 
 # --- alternatives -------------------------------------------------------------------------------------
@@ -315,6 +333,9 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     tiled = _tiled_mlp_reason(best, request, usable)
     if tiled is not None:
         out.append(("tiled_mlp", tiled))
+    chunk = _ce_chunk_reason(best, request, usable)
+    if chunk is not None:
+        out.append(("ce_chunk_tokens", chunk))
 
     if p.uses_lora:
         trainable = est.trainable_params if est else 0
@@ -361,6 +382,20 @@ def _tiled_mlp_reason(best: Candidate, request: PlanRequest, usable: float) -> F
     cost = round(100 * max(0.0, 1.0 - est.tokens_per_s / untiled.tokens_per_s))
     return finding("plan.reason.tiled_mlp" if cost >= 1 else "plan.reason.tiled_mlp_free", tiles=est.plan["mlp_tiles"],
                    need=round(untiled.peak_gib, 1), usable=round(usable, 1), cost=cost)
+
+
+def _ce_chunk_reason(best: Candidate, request: PlanRequest, usable: float) -> Finding | None:
+    """Why the LM head takes wider chunks, when ``widened_ce_chunk`` gave it them: the peak against the rule's."""
+    p = best.plan
+    if best.estimate is None or not p.ce_chunk_tokens:
+        return None
+    plain = replace(p, ce_chunk_tokens=None)
+    rule, _ = estimate_plan(plain, request)
+    if rule is None:
+        return None
+    more = round(best.peak_gib - rule.peak_gib, 1)
+    return finding("plan.reason.ce_chunk" if more > 0 else "plan.reason.ce_chunk_free", chunk=p.ce_chunk,
+                   default=plain.ce_chunk, more=more, peak=round(best.peak_gib, 1), usable=round(usable, 1))
 
 
 def _dropout_cost(best: Candidate, request: PlanRequest) -> Finding | None:

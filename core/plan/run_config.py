@@ -40,6 +40,8 @@ def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, A
     if p.uses_lora:
         values["lora_rank"] = p.lora_rank
         values["lora_alpha"] = 2 * p.lora_rank
+    if p.ce_chunk_tokens:
+        values["ce_chunk_tokens"] = p.ce_chunk_tokens
     return values
 
 

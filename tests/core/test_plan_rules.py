@@ -330,3 +330,30 @@ def test_a_sequence_past_the_models_positions_is_warned():
     assert any(w.key == "plan.warn.past_positions" for w in rec.best.warnings)
     short = recommend(request("Qwen2.5-7B", "1xH200"))
     assert not any(w.key == "plan.warn.past_positions" for w in short.best.warnings)
+
+
+@pytest.mark.parametrize("hardware", ["1xH200", "1xA100-40GB", "1xRTX4090", "cpu"])
+def test_the_lm_head_takes_wide_chunks_where_they_fit_and_the_saved_run_says_so(hardware):
+    """On a GPU the recommended plan's fused loss makes its logits ``WIDE_CE_CHUNK`` tokens at a time exactly when
+    that plan still passes every rule (the estimator counting the wider chunk's logits), and the saved run takes
+    them; on a CPU (the chunked loss) never."""
+    from core.plan.planner import WIDE_CE_CHUNK, widened_ce_chunk
+
+    req = replace(request("Qwen2.5-7B", hardware, dataset_p95_tokens=2000), dataset="data.jsonl")
+    rec = recommend(req)
+    p = rec.best.plan
+    rule = replace(p, ce_chunk_tokens=None)
+    wide = evaluate(replace(rule, ce_chunk_tokens=WIDE_CE_CHUNK), req)
+    applies = req.hardware.gpu is not None and rule.triton_ce and rule.ce_chunk < min(WIDE_CE_CHUNK, p.tokens_per_micro_batch)
+    assert (p.ce_chunk_tokens == WIDE_CE_CHUNK) == (applies and wide.feasible), (hardware, p)
+    values = run_config_values(rec.best, req)
+    assert values.get("ce_chunk_tokens") == p.ce_chunk_tokens
+    reasons = dict(rec.reasons)
+    if p.ce_chunk_tokens:
+        assert rec.best.estimate.peak_gib >= evaluate(rule, req).estimate.peak_gib
+        assert f"{p.ce_chunk:,} tokens at a time, not {rule.ce_chunk:,}" in reasons["ce_chunk_tokens"].text()
+        assert widened_ce_chunk(rec.best, req) is rec.best  # asked once more: nothing to widen
+    else:
+        assert "ce_chunk_tokens" not in reasons
+    if hardware == "1xH200":
+        assert p.ce_chunk_tokens == WIDE_CE_CHUNK and p.micro_batch_size * p.seq_len == 32768
