@@ -9,7 +9,7 @@ from core.estimate.run_plan import plan_for_run, plan_options_for_run
 RUN = {"model": "Qwen2.5-7B", "dataset": "sample", "method": "lora", "max_seq_len": 8192, "micro_batch_size": 2,
        "gradient_accumulation": 4, "lora_rank": 32, "lora_dropout": 0.0, "lora_targets": ["q_proj", "v_proj"],
        "optimizer": "adamw_bnb_8bit", "tiled_mlp": 4, "attn": "eager", "fused_ce": "chunked",
-       "checkpoint_layers": 10, "offload_activations": True, "lora_input_upcast": True}
+       "checkpoint_layers": 10, "offload_activations": True, "lora_input_upcast": True, "ce_chunk_tokens": 4096}
 
 
 def test_every_key_the_engine_reads_reaches_the_plan():
@@ -18,7 +18,7 @@ def test_every_key_the_engine_reads_reaches_the_plan():
     assert (plan.method, plan.micro_batch_size, plan.seq_len, plan.grad_accum_steps) == ("lora", 2, 8192, 4)
     assert (plan.lora_rank, plan.lora_dropout, plan.lora_targets) == (32, 0.0, ("q_proj", "v_proj"))
     assert (plan.optimizer, plan.tiled_mlp, plan.attention) == ("adamw_8bit", 4, "eager")
-    assert (plan.fused_ce, plan.fused_ce_impl) == (True, "chunked")
+    assert (plan.fused_ce, plan.fused_ce_impl, plan.ce_chunk_tokens, plan.ce_chunk) == (True, "chunked", 4096, 4096)
     assert (plan.checkpoint_layers, plan.offload_activations, plan.num_gpus) == (10, True, 2)
     assert plan.lora_input_upcast is True and plan_for_run({**RUN, "lora_input_upcast": False}).lora_input_upcast is False
     assert plan_for_run(RUN).num_gpus == 1  # the config's dict works as well as the RunConfig
@@ -33,6 +33,7 @@ def test_what_auto_means_is_what_the_engine_picks():
     assert plan_options_for_run({"fused_ce": "auto"}, cuda=False)["fused_ce_impl"] == "chunked"
     assert plan_options_for_run({"fused_ce": False})["fused_ce"] is False
     assert plan_options_for_run({"checkpoint_layers": "auto"})["checkpoint_layers"] is None
+    assert plan_options_for_run({"ce_chunk_tokens": "auto"})["ce_chunk_tokens"] is None  # the loss's own rule
 
 
 def test_the_host_check_and_the_estimator_give_one_figure():
