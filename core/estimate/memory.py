@@ -24,9 +24,7 @@ from core.estimate.calibration import Calibration
 from core.estimate.gpus import GIB, GpuSpec
 from core.estimate.plan import TrainingPlan
 from core.estimate.precision import PrecisionLayout, precision_layout
-from core.train.fused_loss import (
-    fused_chunk_tokens,  # light: fused_loss loads torch only inside its functions
-)
+from core.train.fused_loss import fused_chunk_tokens  # light: torch only inside its functions
 
 BREAKDOWN_KEYS = (
     "cuda_context",

@@ -15,8 +15,9 @@ from core.units import format_cost, json_cost, json_hours, plural_key
 MAX_ALTERNATIVES = 3
 # Tokens a chunk of the fused loss where the GPU has room for their logits (``ce_chunk_tokens``): the LM head's
 # input-gradient matmul no longer runs split-K (Liger's rule gives a 7B's 32,768-token micro-batch 1,024-token chunks:
-# 116.0 ms of LM head and loss a step on the H200 against 108.6 at 8,192, bench/results/lm-head-chunks.md), for
-# 2.3 GiB of bf16 logits at the peak where 1,024 tokens hold 0.3.
+# 114.1 ms of LM head and loss on an H100 against 105.7 at 8,192, and the wizard's 7B plan there, 16,384-token
+# micro-batches in 512-token chunks, ran 1.2-1.4% faster; bench/results/lm-head/h100), for 2.3 GiB of bf16 logits
+# at the peak where 1,024 tokens hold 0.3.
 WIDE_CE_CHUNK = 8192
 # Speeds within 2% of each other are "about as fast" (inside any estimate's error).
 SAME_SPEED = 0.02
