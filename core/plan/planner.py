@@ -184,7 +184,7 @@ def widened_ce_chunk(best: Candidate, request: PlanRequest) -> Candidate:
     rule, the memory margin included), else ``best`` as it is: on a GPU, under tunedeck's loss kernel, when its rule
     gives smaller chunks."""
     p = best.plan
-    if request.hardware.gpu is None or request.hardware.cpu_only or not p.triton_ce or p.ce_chunk_tokens:
+    if request.hardware.cpu_only or not p.triton_ce or p.ce_chunk_tokens:
         return best
     if p.ce_chunk >= min(WIDE_CE_CHUNK, p.tokens_per_micro_batch):
         return best
