@@ -117,10 +117,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 logits = torch.mm(part, weight.t())
                 _rows[(end - start,)](logits, logits.stride(0), targets[start:end], losses[start:end], scale,
                                       vocab, IGNORE=IGNORE_INDEX, BLOCK=block, **options)
-                if grad_hidden is not None and rows is None:  # the logits now hold their gradient
-                    torch.mm(logits, weight, out=grad_hidden[start:end])
-                elif grad_hidden is not None:
-                    grad_hidden.index_copy_(0, rows[start:end], torch.mm(logits, weight))
+                if grad_hidden is not None:
+                    if rows is None:  # the logits now hold their gradient
+                        torch.mm(logits, weight, out=grad_hidden[start:end])
+                    else:
+                        grad_hidden.index_copy_(0, rows[start:end], torch.mm(logits, weight))
                 # freed before the next chunk's are made, which then take their memory: one chunk's logits at the
                 # peak, not two (8,192-token chunks of a 152k vocabulary: 2.4 GiB above the inputs, 4.7 before;
                 # bench/results/lm-head/h100)
