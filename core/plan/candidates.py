@@ -182,7 +182,9 @@ def candidate_plans(request: PlanRequest, base: TrainingPlan) -> Iterator[Traini
                                     zero_stage=zero, offload=offload, seq_len=seq_len, micro_batch_size=micro,
                                     grad_accum_steps=accum, gradient_checkpointing=gc, lora_rank=lora_rank,
                                     offload_activations=parked,
-                                    # the fused dropout kernels run on GPUs; a CPU run takes torch's
+                                    # the fused kernels run on GPUs; a CPU run takes torch's dropout and the
+                                    # chunked loss (resolve_fused_ce)
+                                    fused_ce_impl="chunked" if request.hardware.cpu_only else base.fused_ce_impl,
                                     lora_dropout_fused=base.lora_dropout_fused and not request.hardware.cpu_only,
                                     lora_swiglu_fused=base.lora_swiglu_fused and not request.hardware.cpu_only,
                                     rms_norm_rows=base.rms_norm_rows and not request.hardware.cpu_only,

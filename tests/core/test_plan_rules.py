@@ -342,6 +342,9 @@ def test_the_lm_head_takes_wide_chunks_where_they_fit_and_the_saved_run_says_so(
     req = replace(request("Qwen2.5-7B", hardware, dataset_p95_tokens=2000), dataset="data.jsonl")
     rec = recommend(req)
     p = rec.best.plan
+    # the loss the engine runs there (core.train.fused_loss.resolve_fused_ce: auto on a CPU is the chunked one)
+    assert p.fused_ce_impl == ("chunked" if hardware == "cpu" else "triton")
+    assert all(c.fused_ce_impl == p.fused_ce_impl for c in candidate_plans(req, base_plan(req)))
     rule = replace(p, ce_chunk_tokens=None)
     wide = evaluate(replace(rule, ce_chunk_tokens=WIDE_CE_CHUNK), req)
     applies = req.hardware.gpu is not None and rule.triton_ce and rule.ce_chunk < min(WIDE_CE_CHUNK, p.tokens_per_micro_batch)
