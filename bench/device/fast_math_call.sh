@@ -11,7 +11,7 @@
 # engine-speed-NAME-plain.md, engine-speed-NAME-dropout0.md, NAME-tests.txt and NAME.tgz with the JSON, the logs,
 # the box and the clocks. bench/device/sol_call.sh is this with session 36's list; occupancy_call.sh runs another
 # kernel bench first (KERNEL_BENCH, for KERNEL_S seconds at most) and other GPU tests (TESTS); PLAN_S: the seconds the
-# plan's runs may take (300).
+# plan's runs may take (300), PLAIN_S the plain recipe's (120; 0 runs none).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 name=${NAME:-fm}
@@ -40,7 +40,7 @@ speed() {  # NAME ROWS ENGINES BUDGET
 speed "engine-speed-$name" plan-7b-lora \
   "${PLAN_ENGINES:-tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math,tunedeck,tunedeck+env.TUNEDECK_SOL=plain_math}" \
   "${PLAN_S:-300}"
-speed "engine-speed-$name-plain" 7b-lora plain 120
+speed "engine-speed-$name-plain" 7b-lora plain "${PLAIN_S:-120}"  # PLAIN_S=0: none
 [ -n "${PLAN_ENGINES:-}" ] || speed "engine-speed-$name-dropout0" plan-7b-lora tunedeck+lora_dropout=0 110
 kill "$smi"
 gzip -c /tmp/clocks.csv > "$out/engine-speed-$name-clocks.csv.gz"

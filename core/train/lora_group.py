@@ -101,6 +101,38 @@ def _base_weight(base: Any, dtype: torch.dtype) -> torch.Tensor:
     return weight if weight.dtype == dtype else weight.to(dtype)
 
 
+# TUNEDECK_LORA_B_FIRST=1: an adapted output starts as ``s h B^T`` (plus the bias) and the frozen matmul adds into it in
+# its epilogue (beta 1), where by default the frozen matmul's output is read and written again by the lora_B matmul:
+# a write of the output in place of a read and a write. The same products; the update is rounded before the sum rather
+# than the base output (peft rounds both). Measured (bench/lora_b_first.py, the plan's A B A B) before it is anything more.
+B_FIRST = os.environ.get("TUNEDECK_LORA_B_FIRST", "0") == "1"
+
+
+def _frozen(base: Any, flat: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """``base(flat)``; where ``weight`` (a 4-bit base's, dequantised) is given, bitsandbytes' own forward: F.linear
+    over it, the bias in its dtype."""
+    if weight is None:
+        return base(flat)
+    return torch.nn.functional.linear(flat, weight, None if base.bias is None else base.bias.to(weight.dtype))
+
+
+def _adapted(base: Any, flat: torch.Tensor, h: torch.Tensor, b: torch.Tensor, scaling: float,
+             weight: torch.Tensor | None = None) -> torch.Tensor:
+    """``base(flat) + scaling h b^T`` (``_frozen``'s output). With ``B_FIRST``, where the weight and bias are in
+    ``flat``'s dtype, the update first and the frozen matmul into it."""
+    dtype, bias = flat.dtype, base.bias
+    frozen = weight if weight is not None else base.weight if type(base) is torch.nn.Linear else None
+    if B_FIRST and frozen is not None and frozen.dtype == dtype and (bias is None or bias.dtype == dtype):
+        h, b = h.to(dtype), b.to(dtype)
+        if bias is None:
+            out = flat.new_empty(flat.shape[0], frozen.shape[0]).addmm_(h, b.t(), beta=0, alpha=scaling)
+        else:
+            out = torch.addmm(bias, h, b.t(), alpha=scaling)
+        return out.addmm_(flat, frozen.t())
+    out = _frozen(base, flat, weight)
+    return out.addmm_(h.to(out.dtype), b.t().to(out.dtype), alpha=scaling)
+
+
 def _is_4bit(base: Any) -> bool:
     return getattr(base.weight, "quant_state", None) is not None
 
@@ -284,14 +316,10 @@ class _GroupedLoRA(torch.autograd.Function):
             if skip:  # nothing reads it (LoRAGroup._mode)
                 outputs.append(flat.new_empty(*x.shape[:-1], base.out_features))
                 continue
-            if reuse:  # bitsandbytes' own forward: F.linear over the dequantised weight, the bias in the dtype
+            if reuse:
                 dequantised.append(_base_weight(base, dtype))
-                bias = None if base.bias is None else base.bias.to(dtype)
-                out = torch.nn.functional.linear(flat, dequantised[-1], bias)
-            else:
-                out = base(flat)
-            if not defer:
-                out.addmm_(h.to(out.dtype), b.t().to(out.dtype), alpha=scaling)
+            weight = dequantised[-1] if reuse else None
+            out = _frozen(base, flat, weight) if defer else _adapted(base, flat, h, b, scaling, weight)
             outputs.append(out.view(*x.shape[:-1], out.shape[-1]))
         if defer:  # the consumer adds the updates (lora_swiglu_kernel): the h's, side by side, go with them
             joined = torch.cat(hidden, dim=1) if joined is None else joined
@@ -423,8 +451,7 @@ class _GivenLoRA(torch.autograd.Function):
         if skip:
             out = flat.new_empty(flat.shape[0], base.out_features)
         else:
-            out = base(flat)
-            out.addmm_(h.to(out.dtype), b.t().to(out.dtype), alpha=scaling)
+            out = _adapted(base, flat, h, b, scaling)
         ctx.spec, ctx.x_shape, ctx.dtype, ctx.b_dtype = spec, x.shape, x.dtype, b_weight.dtype
         ctx.save_for_backward(h, b)
         return out.view(*x.shape[:-1], out.shape[-1])

@@ -34,9 +34,28 @@ def _count_group_calls(monkeypatch) -> dict:
     return calls
 
 
+def _b_first(monkeypatch, on: bool) -> dict:
+    """``lora_group.B_FIRST`` set to ``on`` (``TUNEDECK_LORA_B_FIRST``); counts the frozen matmuls run alone
+    (``_frozen``), which the update-first order never runs for a plain base."""
+    from core.train import lora_group
+
+    monkeypatch.setattr(lora_group, "B_FIRST", on)
+    calls = {"n": 0}
+    original = lora_group._frozen
+
+    def counting(*args):
+        calls["n"] += 1
+        return original(*args)
+
+    monkeypatch.setattr(lora_group, "_frozen", counting)
+    return calls
+
+
+@pytest.mark.parametrize("b_first", [False, True], ids=["base-first", "update-first"])
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["eager", "checkpointed"])
 @pytest.mark.parametrize("autocast", [True, False], ids=["bf16-autocast", "fp32"])
-def test_grouped_lora_gives_peft_loss_and_gradients(autocast, checkpointing, monkeypatch):
+def test_grouped_lora_gives_peft_loss_and_gradients(autocast, checkpointing, b_first, monkeypatch):
+    frozen = _b_first(monkeypatch, b_first)
     dtype = torch.bfloat16 if autocast else torch.float32
     plain = tiny_lora({"lora_grouped": False, "lora_fused_add": False}, dtype=dtype, checkpointing=checkpointing)
     grouped = tiny_lora({}, dtype=dtype, checkpointing=checkpointing)  # the default
@@ -50,6 +69,7 @@ def test_grouped_lora_gives_peft_loss_and_gradients(autocast, checkpointing, mon
     loss_grouped, grads_grouped = loss_and_grads(grouped, IDS, autocast=autocast)
     # 4 groups a block (q/k/v, gate/up, o, down), 4 blocks, recomputed once more when checkpointed
     assert calls["n"] == 16 * (2 if checkpointing else 1)
+    assert (frozen["n"] == 0) == b_first, frozen  # the order asked for ran
     assert loss_grouped == pytest.approx(loss_plain, rel=1e-3 if autocast else 1e-6)
     assert_close(grads_plain, grads_grouped, rel=2e-2 if autocast else 1e-5)
     # every hand-off was taken: nothing of this step stays referenced
@@ -82,8 +102,11 @@ def _qkv(dropout: float, width: int = 8, outs: tuple[int, int, int] = (6, 4, 4),
     return model
 
 
-def test_grouped_dropout_is_peft_dropout_with_exact_gradients():
+@pytest.mark.parametrize("b_first", [False, True], ids=["base-first", "update-first"])
+def test_grouped_dropout_is_peft_dropout_with_exact_gradients(b_first, monkeypatch):
     from core.train.lora_group import group_lora_layers
+
+    frozen = _b_first(monkeypatch, b_first)
 
     model = _qkv(0.3)
     assert group_lora_layers(model) == 1
@@ -112,6 +135,7 @@ def test_grouped_dropout_is_peft_dropout_with_exact_gradients():
     ref.square().sum().backward()
     assert torch.allclose(out, ref, atol=1e-12)
     assert (dropped[0] == 0).any() and not torch.equal(dropped[0], dropped[1])  # masks drawn, one per layer
+    assert (frozen["n"] == 0) == b_first, frozen
     for got, want in zip(grads, [x_ref.grad] + [p.grad for p in params], strict=True):
         assert torch.allclose(got, want, atol=1e-10)
 
@@ -144,7 +168,7 @@ def test_what_is_not_plain_lora_runs_peft_forward(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernels and bitsandbytes' 4-bit base: needs a GPU")
 @pytest.mark.parametrize("method", ["lora", "qlora"])
-def test_grouped_lora_keeps_peft_loss_and_gradients_on_cuda(method, tmp_path):
+def test_grouped_lora_keeps_peft_loss_and_gradients_on_cuda(method, tmp_path, monkeypatch):
     """Under CUDA bf16 autocast, with checkpointing, dropout 0: LoRA over a bf16 base and QLoRA over
     bitsandbytes' NF4 base (dequantised for the input's gradient) against peft's own forward."""
     from transformers import AutoConfig, AutoModelForCausalLM, BitsAndBytesConfig
@@ -180,7 +204,9 @@ def test_grouped_lora_keeps_peft_loss_and_gradients_on_cuda(method, tmp_path):
         return loss.item(), {n: p.grad.float().cpu() for n, p in model.named_parameters() if p.grad is not None}, grouped
 
     loss_plain, grads_plain, none = run({"lora_grouped": False, "lora_fused_add": False})
+    frozen = _b_first(monkeypatch, False)
     loss_grouped, grads_grouped, grouped = run({})
+    alone = frozen["n"]  # the frozen matmuls run alone, base first
     assert none == 0 and grouped == 4 * 7
     assert loss_grouped == pytest.approx(loss_plain, rel=1e-3)
     assert_close(grads_plain, grads_grouped, rel=2e-2)
@@ -188,6 +214,12 @@ def test_grouped_lora_keeps_peft_loss_and_gradients_on_cuda(method, tmp_path):
         loss_reused, grads_reused, _ = run({"qlora_reuse_dequantised": True})
         assert loss_reused == pytest.approx(loss_plain, rel=1e-3)
         assert_close(grads_plain, grads_reused, rel=2e-2)
+    frozen = _b_first(monkeypatch, True)  # TUNEDECK_LORA_B_FIRST: the update first, the frozen matmul into it
+    loss_first, grads_first, _ = run({"qlora_reuse_dequantised": True} if method == "qlora" else {})
+    assert loss_first == pytest.approx(loss_plain, rel=1e-3)
+    assert_close(grads_plain, grads_first, rel=2e-2)
+    assert frozen["n"] < alone, (frozen, alone)  # it ran (gate/up's outputs, whose updates the SwiGLU kernels add, run alone)
+    monkeypatch.setattr("core.train.lora_group.B_FIRST", False)
     # the recompute without the down projection's matmul: the grouped run's numbers (bit for bit on CPU; here
     # within the run-to-run spread of the GPU's attention backward)
     loss_skipped, grads_skipped, _ = run({"recompute_skip_down": True})
