@@ -6,7 +6,8 @@ The wizard's 7B LoRA plan on the H200 (Qwen2.5-7B, 16 x 2048 = 32,768 rows) spen
 order's adds (engine-speed-x's profile), at ~57% of the memory's bandwidth; the second order writes each output once
 instead of reading and writing it. gate/up are not here: their updates are made inside the SwiGLU kernels. Each
 shape's weight lives in a wider buffer, as ``lora_group.home_lora_bases`` keeps it (rows of ``FOLD_ROW_BYTES``),
-the rank-16 ``h`` in bf16. CUDA events over ``--iters`` calls after a warm-up, the median of ``--repeats``.
+the rank-16 ``h`` in bf16. CUDA events over ``--iters`` calls after a warm-up, the median of ``--repeats``,
+the three taken in turns.
 
     python3 bench/lora_b_first.py --out DIR|FILE.md [--rows 32768] [--iters 20] [--repeats 5]
 
@@ -49,21 +50,24 @@ def _linear(fan_in: int, fan_out: int, bias: bool, slots: int) -> Any:
     return linear
 
 
-def _ms(fn: Any, iters: int, repeats: int) -> float:
+def _ms(fns: dict[str, Any], iters: int, repeats: int) -> dict[str, float]:
+    """Each of ``fns``' median ms a call, taken in turns (the capped clock drifts: no order gets a better stretch)."""
     import torch
 
-    fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for name in fns:
+        fns[name]()
     torch.cuda.synchronize()
-    times = []
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / iters)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            torch.cuda.synchronize()
+            times[name].append(start.elapsed_time(end) / iters)
+    return {name: round(statistics.median(t), 4) for name, t in times.items()}
 
 
 def _shape(name: str, fan_in: int, fan_out: int, bias: bool, slots: int, rows: int, iters: int,
@@ -80,13 +84,15 @@ def _shape(name: str, fan_in: int, fan_out: int, bias: bool, slots: int, rows: i
     reference = torch.nn.functional.linear(x.float(), base.weight.float(), None if base.bias is None else
                                            base.bias.float()) + SCALING * h.float() @ b.float().t()
     scale = float(reference.abs().max())
-    for order, first in (("base first", False), ("update first", True)):
+    def adapted(first: bool) -> Any:
         lora_group.B_FIRST = first
-        row[order] = round(_ms(lambda: lora_group._adapted(base, x, h, b, SCALING), iters, repeats), 4)
-        got = lora_group._adapted(base, x, h, b, SCALING).float()
-        row[f"{order}: max error / max"] = float((got - reference).abs().max()) / scale
+        return lora_group._adapted(base, x, h, b, SCALING)
+
+    for order, first in (("base first", False), ("update first", True)):
+        row[f"{order}: max error / max"] = float((adapted(first).float() - reference).abs().max()) / scale
+    row.update(_ms({"base first": lambda: adapted(False), "update first": lambda: adapted(True),
+                    "frozen alone": lambda: base(x)}, iters, repeats))
     lora_group.B_FIRST = False
-    row["frozen alone"] = round(_ms(lambda: base(x), iters, repeats), 4)
     row["adds, base first (ms)"] = round(row["base first"] - row["frozen alone"], 4)
     row["adds, update first (ms)"] = round(row["update first"] - row["frozen alone"], 4)
     row["bytes of the output (GB)"] = rows * fan_out * 2 / 1e9
