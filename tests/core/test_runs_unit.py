@@ -535,6 +535,17 @@ def test_demo_detach_then_forced_stop_kills_every_process(home):
     assert attempt["status"] == "killed" and attempt["ended"] and attempt["exit_code"] is None
 
 
+def test_a_cpu_trainer_waits_passively_unless_told_otherwise(tmp_path):
+    """Two CPU runs on one box's cores must share them, not spin against each other (OpenMP's default wait)."""
+    from core.runs.supervisor import trainer_env
+
+    cpu = trainer_env({"PATH": "/bin"}, tmp_path, 2, [])
+    assert cpu["OMP_WAIT_POLICY"] == "PASSIVE" and cpu["CUDA_VISIBLE_DEVICES"] == ""
+    assert cpu["TUNEDECK_RUN_DIR"] == str(tmp_path) and cpu["TUNEDECK_ATTEMPT"] == "2" and cpu["PATH"] == "/bin"
+    assert trainer_env({"OMP_WAIT_POLICY": "ACTIVE"}, tmp_path, 1, [])["OMP_WAIT_POLICY"] == "ACTIVE"  # the user's
+    assert "OMP_WAIT_POLICY" not in trainer_env({}, tmp_path, 1, [0])  # a GPU run's as it was
+
+
 def test_trainer_gpu_selection_respects_inherited_cuda_visible_devices():
     from core.runs.supervisor import visible_devices
 
