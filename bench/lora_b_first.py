@@ -1,6 +1,6 @@
 """An adapted linear's forward in the two orders of ``core.train.lora_group._adapted`` (``TUNEDECK_LORA_B_FIRST``), at
-a plan's rows: the frozen matmul, then the lora_B matmul reading and writing its output again (``addmm_``, the default),
-against the update first (``s h B^T`` plus the bias) and the frozen matmul adding into it in its epilogue (beta 1).
+a plan's rows: the frozen matmul, then the lora_B matmul reading and writing its output again (``addmm_``, as before),
+against the update first (``s h B^T`` plus the bias) and the frozen matmul adding into it in its epilogue (beta 1, the default).
 
 The wizard's 7B LoRA plan on the H200 (Qwen2.5-7B, 16 x 2048 = 32,768 rows) spent ~16 ms of its step in the first
 order's adds (engine-speed-x's profile), at ~57% of the memory's bandwidth; the second order writes each output once

@@ -6,8 +6,8 @@ gradient over the base matmul and the adapter of every linear that read it: for 
 gradients and five element-wise adds a block, for gate/up four and three, one more each for o and down.
 
 Here one ``torch.autograd.Function`` computes a whole group: the linears that read one tensor (q/k/v,
-gate/up; o and down alone). Forward: each base output, then its LoRA update added inside the ``lora_B``
-matmul's epilogue, in place (``addmm_``: no copy of the output, no separate scale or add). Backward: the
+gate/up; o and down alone). Forward: each LoRA update, then its base output added into it inside the base matmul's
+epilogue, in place (``addmm_``: no copy of the output, no separate scale or add; ``B_FIRST``). Backward: the
 input's gradient is accumulated in the epilogues of the matmuls that make it (``addmm_`` into one buffer)
 instead of in separate adds; without dropout the group's ``lora_A`` matmuls are one matmul over the concatenated
 adapters, reading the input once. The maths is peft's: the same products and sums, the same
@@ -101,11 +101,11 @@ def _base_weight(base: Any, dtype: torch.dtype) -> torch.Tensor:
     return weight if weight.dtype == dtype else weight.to(dtype)
 
 
-# TUNEDECK_LORA_B_FIRST=1: an adapted output starts as ``s h B^T`` (plus the bias) and the frozen matmul adds into it in
-# its epilogue (beta 1), where by default the frozen matmul's output is read and written again by the lora_B matmul:
-# a write of the output in place of a read and a write. The same products; the update is rounded before the sum rather
-# than the base output (peft rounds both). Measured (bench/lora_b_first.py, the plan's A B A B) before it is anything more.
-B_FIRST = os.environ.get("TUNEDECK_LORA_B_FIRST", "0") == "1"
+# An adapted output starts as ``s h B^T`` (plus the bias) and the frozen matmul adds into it in its epilogue (beta 1):
+# one write of the output, where the frozen matmul's output first would be read and written again by the lora_B matmul
+# (TUNEDECK_LORA_B_FIRST=0, as before). The same products; the update is rounded before the sum rather than the base
+# output (peft rounds both). The wizard's 7B plan on an H100, A B A B: +0.24% and +0.33% (bench/results/lora-b-first).
+B_FIRST = os.environ.get("TUNEDECK_LORA_B_FIRST", "1") != "0"
 
 
 def _frozen(base: Any, flat: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
@@ -119,9 +119,11 @@ def _frozen(base: Any, flat: torch.Tensor, weight: torch.Tensor | None = None) -
 def _adapted(base: Any, flat: torch.Tensor, h: torch.Tensor, b: torch.Tensor, scaling: float,
              weight: torch.Tensor | None = None) -> torch.Tensor:
     """``base(flat) + scaling h b^T`` (``_frozen``'s output). With ``B_FIRST``, where the weight and bias are in
-    ``flat``'s dtype, the update first and the frozen matmul into it."""
+    ``flat``'s dtype, the update first and the frozen matmul into it; a base with forward hooks (accelerate's
+    offload, a profiler's, a test's) is called as a module."""
     dtype, bias = flat.dtype, base.bias
-    frozen = weight if weight is not None else base.weight if type(base) is torch.nn.Linear else None
+    plain = type(base) is torch.nn.Linear and not (base._forward_hooks or base._forward_pre_hooks)
+    frozen = weight if weight is not None else base.weight if plain else None
     if B_FIRST and frozen is not None and frozen.dtype == dtype and (bias is None or bias.dtype == dtype):
         h, b = h.to(dtype), b.to(dtype)
         if bias is None:
