@@ -7,7 +7,7 @@ Read API (cheap; used by the CLI and the dashboard)::
     effective_status(run) -> RunStatus            # liveness applied: dead active runs become crashed
     list_runs() -> list[RunSummary]               # newest first
     ended_with_checkpoint(run, status) -> bool    # what resume and merge/chat/export need (the TUI's keys)
-    resolve_run("20261129-2301-qwen") -> RunDirectory   # id, unique prefix or path
+    resolve_run("qwen-lora-ab12") -> RunDirectory   # id, name part, a unique start of either, or path
 
 A run's life (``core.runs.lifecycle``; every caller, the CLI and the app alike, goes through these)::
 

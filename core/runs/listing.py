@@ -1,7 +1,8 @@
-"""Listing runs and finding one by id, id prefix or path."""
+"""Listing runs and finding one by id, id prefix, name or path."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,8 +132,29 @@ def list_runs(root: Path | None = None) -> list[RunSummary]:
     return summaries
 
 
+_ID_STAMP = re.compile(r"^\d{8}-\d{4}-")
+SHOWN_MATCHES = 5  # an ambiguous reference lists this many of its matches
+
+
+def name_part(run_id: str) -> str:
+    """The id without its ``YYYYMMDD-HHMM-`` stamp: ``long-demo-9be2``, the name the Runs screen shows when
+    the whole id does not fit."""
+    return _ID_STAMP.sub("", run_id, count=1)
+
+
+def _refers_to(run_id: str, ref: str) -> bool:
+    """``ref`` is the start of the id or of its name part, or an end of the id that begins after a dash
+    (``9be2``, ``demo-9be2``): what a user copies from the Runs screen or ``tunedeck runs``."""
+    return (run_id.startswith(ref) or name_part(run_id).startswith(ref)
+            or run_id.endswith("-" + ref.lstrip("-")))
+
+
 def resolve_run(ref: str, root: Path | None = None) -> RunDirectory:
-    """A run from its id, a unique id prefix, or the path of its directory."""
+    """A run from its id, the path of its directory, its name part (the id less its date-time stamp, as
+    the Runs screen shows it), or a unique start of either or end of the id (from a dash).
+
+    The whole id wins, then a whole name part, then the starts and ends; several matches at that level
+    are an error that names them (the first ``SHOWN_MATCHES``)."""
     from core.i18n import t
 
     candidate = Path(ref).expanduser()
@@ -142,9 +164,11 @@ def resolve_run(ref: str, root: Path | None = None) -> RunDirectory:
     exact = [r for r in runs if r.id == ref]
     if exact:
         return exact[0]
-    matches = [r for r in runs if r.id.startswith(ref)] if ref else []
+    named = [r for r in runs if name_part(r.id) == ref] if ref else []
+    matches = named or ([r for r in runs if _refers_to(r.id, ref)] if ref.strip("-") else [])
     if len(matches) == 1:
         return matches[0]
     if not matches:
         raise RunNotFound(t("runs.not_found", ref=ref, root=str(root or runs_dir())))
-    raise RunNotFound(t("runs.ambiguous", ref=ref, ids=", ".join(r.id for r in matches[:5])))
+    matches.sort(key=lambda r: r.id, reverse=True)  # newest first, like 'tunedeck runs'
+    raise RunNotFound(t("runs.ambiguous", ref=ref, ids=", ".join(r.id for r in matches[:SHOWN_MATCHES])))

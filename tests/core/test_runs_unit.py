@@ -325,6 +325,35 @@ def test_resolve_by_id_prefix_path_and_errors(home):
         resolve_run("nothing-like-this")
 
 
+def _bare_runs(home: Path, *ids: str) -> None:
+    """Run directories with only a run.json: all the resolver looks at."""
+    for run_id in ids:
+        (home / "runs" / run_id).mkdir(parents=True)
+        (home / "runs" / run_id / "run.json").write_text(json.dumps({"id": run_id}))
+
+
+def test_resolve_by_the_name_the_runs_screen_shows(home):
+    """The Runs screen shows ``long-demo-9be2`` for ``20261206-1021-long-demo-9be2``: every command takes it,
+    its start and an end of the id from a dash; the whole id, then a whole name, win over partial matches."""
+    _bare_runs(home, "20261206-1021-long-demo-9be2", "20261206-1105-long-demo-77aa", "20261207-0900-qwen-lora-ab12",
+               "20261208-0900-qwen-lora-ab12-x-cd34")
+    runs = home / "runs"
+    assert resolve_run("long-demo-9be2").path == runs / "20261206-1021-long-demo-9be2"
+    assert resolve_run("9be2").path == runs / "20261206-1021-long-demo-9be2"  # an end, from a dash
+    assert resolve_run("demo-77aa").path == runs / "20261206-1105-long-demo-77aa"
+    assert resolve_run("long-demo-7").path == runs / "20261206-1105-long-demo-77aa"  # the start of a name
+    assert resolve_run("20261206-10").path == runs / "20261206-1021-long-demo-9be2"  # the start of an id, as before
+    # A whole name wins over a longer one it starts: qwen-lora-ab12 is one run's name, another's start.
+    assert resolve_run("qwen-lora-ab12").path == runs / "20261207-0900-qwen-lora-ab12"
+    with pytest.raises(RunNotFound, match=r"'long-demo' matches several runs \(20261206-1105-long-demo-77aa, "
+                                          r"20261206-1021-long-demo-9be2\); type more of the id or name"):
+        resolve_run("long-demo")
+    with pytest.raises(RunNotFound, match="no run matches 'be2'"):
+        resolve_run("be2")  # an end only from a dash: not any tail of the id
+    with pytest.raises(RunNotFound, match="no run matches"):
+        resolve_run("-")
+
+
 def test_stop_and_resume_refusals(home):
     run = _run(home)
     run.write_status(STOPPED)
@@ -486,6 +515,10 @@ def test_runs_cli_json_lists_and_status_reports(home):
     out = subprocess.run([sys.executable, "-m", "core", "status", run.id[:-2], "--json"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and json.loads(out.stdout)["status"] == STOPPED
+    shown = run.id.split("-", 2)[2]  # the name the Runs screen shows: qwen-lora-ab12
+    out = subprocess.run([sys.executable, "-m", "core", "status", shown, "--json"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and json.loads(out.stdout)["id"] == run.id, out.stderr
     out = subprocess.run([sys.executable, "-m", "core", "stop", run.id], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "not running" in out.stderr

@@ -8,7 +8,6 @@ that ended since the last visit.
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ from textual.worker import get_current_worker
 from core import units
 from core.i18n import t
 from core.runs import ACTIVE_STATES, RunState, can_resume, can_stop, state_label
+from core.runs.listing import name_part
 from core.text_width import cell_len, truncate
 from core.watch.figures import directory_size, format_bytes
 from tui.widgets.keys_footer import KeysFooter
@@ -139,16 +139,13 @@ def _started(created: str) -> str:
     return f"{created[5:10]} {created[11:16]}" if len(created) >= 16 else created
 
 
-_ID_STAMP = re.compile(r"^\d{8}-\d{4}-(.+)$")
-
-
 def fit_id(run_id: str, width: int) -> str:
     """A run id in ``width`` cells: whole when it fits, else its name part without the date-time stamp
-    (the Started column has it), cut with an ellipsis when even that is too long."""
+    (the Started column has it), cut with an ellipsis when even that is too long. Every command that takes a
+    RUN accepts that name part (``core.runs.listing.name_part``) and its start."""
     if cell_len(run_id) <= width:
         return run_id
-    match = _ID_STAMP.match(run_id)
-    return truncate(match.group(1) if match else run_id, width)
+    return truncate(name_part(run_id) or run_id, width)
 
 
 def fit_columns(width: int, natural: dict[str, int], columns: Sequence[RunColumn] = COLUMNS) -> dict[str, int]:
