@@ -133,7 +133,7 @@ def list_runs(root: Path | None = None) -> list[RunSummary]:
 
 
 _ID_STAMP = re.compile(r"^\d{8}-\d{4}-")
-SHOWN_MATCHES = 5  # an ambiguous reference lists this many of its matches
+SHOWN_MATCHES = 5  # an ambiguous reference lists this many of its matches, and says how many more
 
 
 def name_part(run_id: str) -> str:
@@ -154,7 +154,7 @@ def resolve_run(ref: str, root: Path | None = None) -> RunDirectory:
     the Runs screen shows it), or a unique start of either or end of the id (from a dash).
 
     The whole id wins, then a whole name part, then the starts and ends; several matches at that level
-    are an error that names them (the first ``SHOWN_MATCHES``)."""
+    are an error that names them (the first ``SHOWN_MATCHES``) and says how many there are."""
     from core.i18n import t
 
     candidate = Path(ref).expanduser()
@@ -171,4 +171,8 @@ def resolve_run(ref: str, root: Path | None = None) -> RunDirectory:
     if not matches:
         raise RunNotFound(t("runs.not_found", ref=ref, root=str(root or runs_dir())))
     matches.sort(key=lambda r: r.id, reverse=True)  # newest first, like 'tunedeck runs'
-    raise RunNotFound(t("runs.ambiguous", ref=ref, ids=", ".join(r.id for r in matches[:SHOWN_MATCHES])))
+    ids = ", ".join(r.id for r in matches[:SHOWN_MATCHES])
+    more = len(matches) - SHOWN_MATCHES
+    if more > 0:
+        raise RunNotFound(t("runs.ambiguous_more", ref=ref, count=len(matches), ids=ids, more=more))
+    raise RunNotFound(t("runs.ambiguous", ref=ref, count=len(matches), ids=ids))

@@ -319,7 +319,7 @@ def test_resolve_by_id_prefix_path_and_errors(home):
     assert resolve_run(first.id).path == first.path
     assert resolve_run(str(second.path)).path == second.path.resolve()
     assert resolve_run(first.id[:-1]).path == first.path or first.id[:-1] == second.id[:-1]
-    with pytest.raises(RunNotFound, match="several runs"):
+    with pytest.raises(RunNotFound, match="matches 2 runs"):
         resolve_run(first.id[:8])
     with pytest.raises(RunNotFound, match="no run matches"):
         resolve_run("nothing-like-this")
@@ -345,13 +345,28 @@ def test_resolve_by_the_name_the_runs_screen_shows(home):
     assert resolve_run("20261206-10").path == runs / "20261206-1021-long-demo-9be2"  # the start of an id, as before
     # A whole name wins over a longer one it starts: qwen-lora-ab12 is one run's name, another's start.
     assert resolve_run("qwen-lora-ab12").path == runs / "20261207-0900-qwen-lora-ab12"
-    with pytest.raises(RunNotFound, match=r"'long-demo' matches several runs \(20261206-1105-long-demo-77aa, "
+    with pytest.raises(RunNotFound, match=r"'long-demo' matches 2 runs \(20261206-1105-long-demo-77aa, "
                                           r"20261206-1021-long-demo-9be2\); type more of the id or name"):
         resolve_run("long-demo")
     with pytest.raises(RunNotFound, match="no run matches 'be2'"):
         resolve_run("be2")  # an end only from a dash: not any tail of the id
     with pytest.raises(RunNotFound, match="no run matches"):
         resolve_run("-")
+
+
+def test_an_ambiguous_reference_says_how_many_match_and_how_many_are_not_shown(home):
+    ids = [f"20261206-10{minute:02d}-demo-{minute:04x}" for minute in range(12)]
+    _bare_runs(home, *ids)
+    with pytest.raises(RunNotFound) as caught:
+        resolve_run("2026")
+    message = str(caught.value)
+    assert "'2026' matches 12 runs" in message and "and 7 more not shown" in message
+    assert ", ".join(reversed(ids[-5:])) in message  # the newest five, newest first
+    assert ids[0] not in message
+    _bare_runs(home, "20261207-0000-other-aaaa")
+    with pytest.raises(RunNotFound) as caught:
+        resolve_run("20261206-100")  # ten match: five shown, five more
+    assert "matches 10 runs" in str(caught.value) and "and 5 more not shown" in str(caught.value)
 
 
 def test_stop_and_resume_refusals(home):
