@@ -353,6 +353,70 @@ def test_a_cpu_run_at_80x24_omits_mfu_and_its_numbers_read_alike_in_header_and_c
         run(scenario())
 
 
+NO_DATA_REASON = ("The data has a problem:\n  /tmp/bad/vanish.jsonl: file not found; give the path of a .jsonl, "
+                  ".json, .csv, .parquet or .txt file (or a hub dataset id owner/name)")
+
+
+@pytest.mark.parametrize("gpus, config, first_line", [
+    ((0, 1), "precision: bf16\nzero_stage: 2\n", "Qwen/Qwen2.5-7B-Instruct · lora · bf16 · ZeRO 2 · GPUs 0,1 · failed"),
+    ((), "precision: fp32\nzero_stage: 0\n", "Qwen/Qwen2.5-7B-Instruct · lora · fp32 · CPU · failed"),
+], ids=["gpus", "cpu"])
+def test_a_run_that_failed_before_its_first_step_says_so_at_80x24(gpus, config, first_line):
+    """Its dataset deleted right after 'tunedeck train': the run failed with no metrics.jsonl at all. The
+    charts said "waiting for the first metrics…" for ever, the header "N/A" for the precision its
+    config.yaml gives, and the reason was cut mid-sentence at 80×24. Now the charts say no metric is
+    coming, the header has what config.yaml says, and the reason is on screen to its last word."""
+    from tui.widgets.chart import LineChart
+
+    path = build_run(runs_dir(), "20261129-2100-vanish", status="failed", steps=0, reason=NO_DATA_REASON,
+                     gpus=gpus)
+    (path / "metrics.jsonl").unlink()  # the trainer never got as far as its header
+    with open(path / "config.yaml", "a", encoding="utf-8") as handle:
+        handle.write(config)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.status == "failed" and screen.backfilled and screen.query_one(
+                "#chart-loss", LineChart).empty_text == "no metrics: ended before step 1")
+            app.clear_notifications()
+            await wait_screen_stable(pilot, app)
+            text = screen_text(app)
+            assert "waiting for the first metrics" not in text
+            assert text.count("no metrics: ended before step 1") == 4, text  # each of the four charts
+            assert text.splitlines()[1].strip() == first_line, text
+            info = " ".join(screen.query_one("#dash-info").render().plain.split())
+            assert " ".join(NO_DATA_REASON.split()) in info  # the whole reason, wrapped
+            shown = " ".join(text.split())
+            assert "(or a hub dataset id owner/name)" in shown, text  # its end on screen, not cut
+
+    run(scenario())
+
+
+def test_a_run_with_no_metrics_yet_still_waits_for_them():
+    """The same empty run while it runs (loading its model): its first metrics are still to come."""
+    from tui.widgets.chart import LineChart
+
+    path = build_run(runs_dir(), "20261129-2100-loading", status="running", steps=0)
+    (path / "metrics.jsonl").unlink()
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.status == "running" and screen.backfilled)
+            screen._redraw()
+            await pilot.pause()
+            assert screen.query_one("#chart-loss", LineChart).empty_text == "waiting for the first metrics…"
+            assert not screen.has_class("-ended")
+
+    with SupervisorStandIn(path):
+        run(scenario())
+
+
 def test_y_copies_train_on_the_runs_own_config_by_its_absolute_path(monkeypatch, tmp_path):
     """y copied the launch's own command ("tunedeck train home/plans/tiny.yaml method=lora …": a path
     relative to where the app was started, of a plan file later wizard launches overwrite). It copies

@@ -72,12 +72,15 @@ class LogLines(Message):
 class RunRecordRead(Message):
     """A tunedeck run's ``run.json`` (its GPUs, its configuration's summary), read before anything else;
     ``unreadable``: why it cannot be read ("" when it was; the record then ``{}``): a state the header
-    says, not a watcher failure (the metrics and logs still come)."""
+    says, not a watcher failure (the metrics and logs still come). ``config``: the run's ``config.yaml``
+    (``{}`` where it does not read): the header's precision and ZeRO stage before the metrics header
+    says them, and for good when the run ended before writing one."""
 
-    def __init__(self, record: dict[str, Any], unreadable: str = "") -> None:
+    def __init__(self, record: dict[str, Any], unreadable: str = "", config: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.record = record
         self.unreadable = unreadable
+        self.config = config or {}
 
 
 class RunStatusRead(Message):
@@ -146,11 +149,18 @@ class DashboardFeed:
     def _post_record(self, posted: str) -> str:
         """Read the run's ``run.json``; post it, or why it cannot be read, unless that is ``posted`` again
         (the reason said last time; "" at first, when it is always posted). The reason now, "" if none."""
+        import yaml
+
         from core.runs import RunDirectory
 
-        record, reason = RunDirectory(self.source.path).read_record()
+        run = RunDirectory(self.source.path)
+        record, reason = run.read_record()
         if not posted or reason != posted:
-            self.post_message(RunRecordRead(record, reason))
+            try:
+                config = run.config()
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):  # the header does without it
+                config = {}
+            self.post_message(RunRecordRead(record, reason, config))
         return reason
 
     def _post_logs(self, log: LinesFeed, events: EventsFeed) -> None:
@@ -236,6 +246,7 @@ class DashboardFeed:
         first = not self._record_read
         self._record_read = True
         self._record = message.record
+        self._config = message.config
         if message.unreadable and message.unreadable != self.record_unreadable:  # the whole story, once
             self.notify(t("dashboard.record_unreadable", dir=str(self.source.path), reason=message.unreadable),
                         severity="warning", timeout=15, markup=False)
@@ -304,6 +315,8 @@ class DashboardFeed:
         previous = self.status or None
         offered = (self.status, self.has_checkpoint)
         self.status, self.reason = message.status, message.reason
+        if self.status != (previous or ""):
+            self._changed()  # a chart without a point says what the state means (waiting, or ended)
         self.source_problem = message.problem
         self.has_checkpoint = message.has_checkpoint
         if offered != (self.status, self.has_checkpoint):

@@ -198,8 +198,13 @@ class DashboardHeader:
 
     # --- the info lines --------------------------------------------------------------------------
     def _cpu_run(self) -> bool:
-        """The run trains on the CPU (its metrics header says so): the box's GPUs are none of its business."""
-        return self.series.header.get("device") == "cpu"
+        """The run trains on the CPU (its metrics header says so, or, before one, a tunedeck run's run.json
+        gives it no GPU): the box's GPUs are none of its business."""
+        header = self.series.header
+        if header.get("device"):
+            return header["device"] == "cpu"
+        record = self._record
+        return not self.source.read_only and "gpus" in record and not record["gpus"]
 
     def _gpu_count(self) -> int:
         if self.gpu_indices:
@@ -209,7 +214,10 @@ class DashboardHeader:
 
     def _show_info(self) -> None:
         header = self.series.header
-        facts = self._record if self.source.read_only else (self._record.get("config_summary") or {})
+        # A tunedeck run's facts before (or without: it failed first) its metrics header: its run.json's
+        # summary, then its config.yaml (precision, ZeRO stage)
+        facts = self._record if self.source.read_only else {**self._config,
+                                                            **(self._record.get("config_summary") or {})}
         latest = self.series.latest
         model = header.get("model") or facts.get("model")
         model = model_label(str(model)) if model else None  # the bundled tiny model as "tiny", demo or wizard
@@ -273,8 +281,10 @@ class DashboardHeader:
             *([(t("dashboard.cost", value=format_cost(cost, t("dashboard.currency"))), 2)] if cost is not None else []),
         ]
         line2 = _escape(fit_stats(parts, self._info_width()))
-        if self.reason and status in TERMINAL_STATES and status != RunState.FINISHED:
+        ended = bool(self.reason) and status in TERMINAL_STATES and status != RunState.FINISHED
+        if ended:
             line2 += f"\n[$error]{_escape(self.reason)}[/]"
+        self.set_class(ended, "-ended")  # the reason wraps in full: the info block may grow (screen CSS)
         if self.source_problem:  # the watched file does not parse: say so, not just "waiting for metrics"
             line2 += f"\n[$warning]{_escape(self.source_problem)}[/]"
         if self.record_unreadable:  # run.json does not read (a notification said which, why, what to do)

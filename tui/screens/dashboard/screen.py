@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Header, Input, Static
 
 from core.i18n import t
+from core.runs import TERMINAL_STATES
 from core.watch.alerts import AlertGate
 from core.watch.downsample import BucketedSeries
 from core.watch.metrics import CHARTS
@@ -39,6 +40,8 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
 
     DEFAULT_CSS = """
     DashboardScreen #dash-info { height: auto; max-height: 4; padding: 0 1; }
+    /* a run that ended with a reason (failed, crashed): the reason wraps in full, the charts give way */
+    DashboardScreen.-ended #dash-info { max-height: 8; }
     DashboardScreen #dash-charts { layout: grid; grid-size: 2 2; height: 2fr; min-height: 8; }
     DashboardScreen #dash-bottom { height: 1fr; min-height: 5; }
     DashboardScreen #dash-log-box { width: 3fr; }
@@ -114,6 +117,7 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         self._dirty = True
         self._drawn_version: tuple | None = None
         self._record = source.facts if source.read_only else {}
+        self._config: dict[str, Any] = {}  # a tunedeck run's config.yaml (RunRecordRead)
         self.opened_at = time.perf_counter()
         self.first_frame_drawn = threading.Event()
         self.first_frame_at: float | None = None
@@ -215,9 +219,18 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
 
     def _empty_text(self, metric: str) -> str:
         """What a chart without a point says: waiting while the run has logged no step yet (or its history
-        is still being read), else that this run (another tool's folder: this source) does not log it."""
+        is still being read), that none will come when a tunedeck run has ended without one (its dataset
+        gone, a bad config: it failed before its first step), else that this run (another tool's folder:
+        this source) does not log it."""
+        if not self.series.train_records and self.backfilled and self._ended_run():
+            return t("dashboard.ended_without_metrics")
         if not self.series.train_records or not self.backfilled:
             return t("dashboard.waiting")
         if self.source.read_only:
             return t("dashboard.not_in_source", kind=t("dashboard.kind_" + self.source.kind))
         return t("dashboard.not_logged")
+
+    def _ended_run(self) -> bool:
+        """A tunedeck run that has ended (finished, failed, stopped, crashed): no metric is coming. (Another
+        tool's folder reads as finished when its files stop changing: a later line may still come.)"""
+        return not self.source.read_only and self.status in TERMINAL_STATES
