@@ -59,6 +59,24 @@ def defers_logs(cuda: bool) -> bool:
     return wanted == "1" if wanted in ("0", "1") else cuda
 
 
+def untied_missing_keys(model: Any, missing: list[str]) -> list[str]:
+    """The keys of ``missing`` (a ``load_state_dict`` result's) the model really lacks.
+
+    A checkpoint stores a tied weight once (safetensors refuses shared tensors: the tiny model's
+    ``lm_head.weight`` is its ``embed_tokens.weight``), so loading it reports the other name missing
+    although its tensor was loaded under the first. A key is left out only where its very parameter is
+    also under a name that did load; every other missing key stays, to be reported."""
+    if not missing:
+        return list(missing)
+    tensors = model.state_dict(keep_vars=True)  # tied parameters appear under each of their names
+    names: dict[int, list[str]] = {}
+    for name, tensor in tensors.items():
+        names.setdefault(id(tensor), []).append(name)
+    gone = set(missing)
+    return [key for key in missing
+            if key not in tensors or all(other in gone for other in names[id(tensors[key])])]
+
+
 def _barrier() -> None:
     import torch.distributed as dist
 
@@ -226,6 +244,14 @@ class AtomicCheckpointTrainer(Trainer):
                 self._emit_logged()  # the last step's log, also when training failed after it
             except Exception as exc:  # a failed GPU cannot give it back: the failure is the news
                 log.warning("the last step's log could not be read from the GPU: %s", exc)
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """Resume's weights loaded: the Trainer warns of missing keys, a tied weight's among them (the tiny
+        model's ``lm_head.weight`` on every resume, read as a damaged checkpoint); those are left out."""
+        missing = untied_missing_keys(self.model, list(load_result.missing_keys))
+        if len(missing) != len(load_result.missing_keys):
+            load_result = load_result._replace(missing_keys=missing)
+        super()._issue_warnings_after_load(load_result)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         if self.weights_only:

@@ -409,3 +409,44 @@ def test_a_stop_logs_the_step_it_stops_at():
     callback.on_step_end(None, SimpleNamespace(global_step=8, max_steps=100), control)
     assert control.should_log and control.should_save and control.should_training_stop
     assert callback.stopped_at == 8
+
+
+def test_resume_of_a_tied_model_does_not_warn_of_its_tied_weight_but_of_a_really_missing_one(tmp_path, monkeypatch):
+    """The tiny model ties lm_head.weight to embed_tokens.weight; its checkpoint stores that tensor once,
+    and every resume of a full run logged "There were missing keys in the checkpoint model loaded:
+    ['lm_head.weight']", read as a damaged checkpoint. The tied key is left out of the warning; a key the
+    checkpoint really lacks (a layer's norm here) is still reported, and an unexpected one too."""
+    import safetensors.torch
+    import transformers.trainer
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from core.train.trainer import AtomicCheckpointTrainer, untied_missing_keys
+
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(TINY)))  # no weights are bundled
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied: one tensor, two names
+    model.save_pretrained(tmp_path / "checkpoint")  # as the Trainer's checkpoint save does
+    state = safetensors.torch.load_file(str(tmp_path / "checkpoint" / "model.safetensors"))
+    assert "lm_head.weight" not in state and "model.embed_tokens.weight" in state
+    warned: list[str] = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", lambda message, *a, **k: warned.append(message))
+    trainer = AtomicCheckpointTrainer.__new__(AtomicCheckpointTrainer)  # only its model matters here
+    trainer.model = model
+
+    loaded = model.load_state_dict(state, False)  # what the Trainer's resume does
+    assert loaded.missing_keys == ["lm_head.weight"]
+    assert untied_missing_keys(model, loaded.missing_keys) == []
+    trainer._issue_warnings_after_load(loaded)
+    assert warned == []
+
+    norm = "model.layers.0.input_layernorm.weight"
+    broken = {k: v for k, v in state.items() if k != norm} | {"extra.weight": state[norm]}
+    loaded = model.load_state_dict(broken, False)
+    assert sorted(loaded.missing_keys) == sorted(["lm_head.weight", norm])
+    trainer._issue_warnings_after_load(loaded)
+    assert warned[0] == f"There were missing keys in the checkpoint model loaded: {[norm]}."
+    assert "extra.weight" in warned[1]
+
+    # A tied pair both missing: nothing loaded either name, both are reported.
+    gone = {k: v for k, v in state.items() if k != "model.embed_tokens.weight"}
+    loaded = model.load_state_dict(gone, False)
+    assert sorted(untied_missing_keys(model, loaded.missing_keys)) == ["lm_head.weight", "model.embed_tokens.weight"]
