@@ -151,6 +151,32 @@ def stall_floor_s() -> float:
     return _env_float(STALL_FLOOR_ENV, DEFAULT_STALL_FLOOR_S)
 
 
+def last_sign_of_life(run_path: Path) -> float | None:
+    """Unix time of the run's latest sign of life: its newest heartbeat (any rank: the file's mtime, its
+    ``ts``, its last step's ``step_ts``) or metrics.jsonl's last write, whichever is later; None before a
+    trainer wrote either. What ``find_stall`` measures silence from; ``tunedeck status --json`` gives it
+    as ``last_alive``, so that a script tells a hung run (it stops moving) from a live one."""
+    times: list[float] = []
+    try:
+        times.append((Path(run_path) / "metrics.jsonl").stat().st_mtime)
+    except OSError:
+        pass
+    for path in heartbeat_files(run_path):
+        try:
+            times.append(path.stat().st_mtime)
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            for key in ("ts", "step_ts"):
+                try:
+                    times.append(float(data.get(key) or 0.0))
+                except (TypeError, ValueError):
+                    pass
+    latest = max(times, default=0.0)
+    return latest if latest > 0 else None
+
+
 def find_stall(run_path: Path, now: float | None = None) -> Stall | None:
     """The most silent rank of the run, if it has been silent too long (module docstring); None when
     every rank is alive or no trainer has written a heartbeat yet."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ from core.assets import model_label
 from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import render_stored
 from core.paths import runs_dir
+from core.runs.heartbeat import last_sign_of_life
 from core.runs.liveness import effective_status
 from core.runs.run_dir import FINISHED, STALLED, RunDirectory
 from core.runs.states import TERMINAL_STATES
@@ -47,6 +50,10 @@ class RunSummary:
     reason_message: dict[str, Any] | None = None  # the reason as a message record (see RunStatus)
     has_checkpoint: bool = False  # ended with a complete checkpoint (``ended_with_checkpoint``)
     record_error: str | None = None  # why run.json does not read (permissions, bad JSON): its facts are unknown
+    # The latest sign of life (heartbeat or metric, ``last_sign_of_life``), UTC like ``updated``, and the
+    # seconds since it when this was read: ``updated`` moves only with the status, these with the trainer.
+    last_alive: str | None = None
+    silent_s: float | None = None
 
     @property
     def reason_text(self) -> str:
@@ -93,6 +100,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         header = run.metrics_header() or {}
         total = header.get("total_steps")
     moving = status.status != STALLED  # a stalled run's last speed and ETA are no longer true
+    alive = last_sign_of_life(run.path)
     return RunSummary(
         id=run.id,
         status=status.status,
@@ -113,7 +121,16 @@ def summarize(run: RunDirectory) -> RunSummary:
         updated=status.updated,
         has_checkpoint=ended_with_checkpoint(run, status.status),
         record_error=unreadable or None,
+        last_alive=_utc(alive),
+        silent_s=None if alive is None else round(max(0.0, time.time() - alive), 1),
     )
+
+
+def _utc(ts: float | None) -> str | None:
+    """``2026-12-06T10:45:59Z``, the format of ``created`` and ``updated``."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def iter_run_dirs(root: Path | None = None) -> list[RunDirectory]:

@@ -928,3 +928,48 @@ def test_runs_marks_a_run_whose_run_json_does_not_read_and_json_says_why(home, m
     assert cli.main(["runs", "--json"]) == 0
     assert {row["id"]: row["record_error"] for row in json.loads(capsys.readouterr().out)} == \
         {broken.id: "not a JSON object", sound.id: "Permission denied"}
+
+
+def test_status_json_gives_the_trainers_latest_sign_of_life_which_moves_while_updated_does_not(home, capsys):
+    """``updated`` changes with the status only: a hung run and a live one read alike. ``last_alive`` is the
+    newest heartbeat or metrics write (``silent_s`` the seconds since): a live run's moves, a hung one's not."""
+    from core.cli import dispatch
+    from core.runs.heartbeat import heartbeat_path, last_sign_of_life
+    from tests.fixtures.watch.run_builder import SupervisorStandIn
+
+    run = _run(home)
+    run.write_status(RUNNING)
+
+    def status() -> dict:
+        assert dispatch(["status", run.id, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    with SupervisorStandIn(run.path):  # a live supervisor: the run stays active
+        before = status()
+        assert before["last_alive"] is None and before["silent_s"] is None  # no trainer wrote anything yet
+        now = time.time()
+        beat = heartbeat_path(run.path, 0)
+        beat.write_text(json.dumps({"pid": 1, "rank": 0, "ts": now - 100, "step": 3, "step_ts": now - 130,
+                                    "interval_s": 2.0, "median_step_s": 1.0, "phase": "training"}))
+        os.utime(beat, (now - 100, now - 100))
+        append_jsonl(run.metrics_path, {"kind": "train", "step": 3, "loss": 2.0})
+        os.utime(run.metrics_path, (now - 160, now - 160))
+        assert last_sign_of_life(run.path) == pytest.approx(now - 100)
+        hung = status()  # silent for 100 s: stalled
+        assert hung["status"] == "stalled"
+        assert hung["last_alive"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 100))
+        assert 100 <= hung["silent_s"] < 100 + 60
+        # The trainer beats again and logs a step: last_alive moves on, updated stays where the status put it.
+        os.utime(beat, (now - 10, now - 10))
+        os.utime(run.metrics_path, (now - 5, now - 5))
+        live = status()
+        assert live["status"] == RUNNING
+        assert live["last_alive"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 5))
+        assert live["silent_s"] < hung["silent_s"] and live["updated"] == hung["updated"] == before["updated"]
+        assert dispatch(["runs", "--json"]) == 0
+        (row,) = json.loads(capsys.readouterr().out)
+        assert row["last_alive"] == live["last_alive"]
+        # A heartbeat that does not parse (caught mid-write) still counts by its mtime.
+        beat.write_text("{torn")
+        os.utime(beat, (now - 1, now - 1))
+        assert last_sign_of_life(run.path) == pytest.approx(now - 1)
