@@ -6,6 +6,7 @@ Public interface::
     parse_target("2xA100-80GB") / target_from_snapshot(box_snapshot, indices) -> HardwareTarget
     summarise_dataset(path, model=None) -> DatasetSummary
     save_run_config(candidate, request, path) -> Path
+    save_run_config_keeping(candidate, request, path, written) -> Path   (never replaces what it did not write)
 
 Pure: no textual, no torch (the probe, in ``core.plan.probe``, starts short runs through the engine).
 """
@@ -29,6 +30,7 @@ from core.plan.run_config import (
     equivalent_command,
     run_config_values,
     save_run_config,
+    save_run_config_keeping,
 )
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "recommend",
     "run_config_values",
     "save_run_config",
+    "save_run_config_keeping",
     "summarise_dataset",
     "target_from_snapshot",
 ]

@@ -79,13 +79,46 @@ def build_run_config(candidate: Candidate, request: PlanRequest) -> Any:
 
 def save_run_config(candidate: Candidate, request: PlanRequest, path: str | Path, overwrite: bool = True) -> Path:
     """Write the recommendation as a run YAML (creating its folder); returns the path. With ``overwrite``
-    False an existing file is left alone (``FileExistsError``): ``plan --save`` without ``--force``; the
-    wizard rewrites its own plans file."""
+    False an existing file is left alone (``FileExistsError``): ``plan --save`` without ``--force``. (The
+    wizard saves with ``save_run_config_keeping``, which never replaces what it did not write.)"""
     config = build_run_config(candidate, request)
     if not overwrite and Path(path).exists():
         raise FileExistsError(str(path))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return config.save(path)
+
+
+def save_run_config_keeping(candidate: Candidate, request: PlanRequest, path: str | Path,
+                            written: dict[Path, str]) -> Path:
+    """Write the recommendation at ``path`` unless that would lose something: a file there that holds other
+    text (hand edits, another plan) is left alone and the plan goes to the first free ``<stem>-2``, ``-3`` …
+    (``free_config_path``). ``written`` maps the files this caller wrote to what it wrote, so that its own
+    untouched file is rewritten rather than copied again; it is updated. Returns the path written."""
+    config = build_run_config(candidate, request)
+    text = config.to_yaml()
+    target = free_config_path(Path(path), text, written)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    config.save(target)
+    written[target] = text
+    return target
+
+
+def free_config_path(path: Path, text: str, written: dict[Path, str] | None = None) -> Path:
+    """``path``, or the first of ``<stem>-2<suffix>``, ``-3`` … where ``text`` can be written without losing
+    anything: a name that is free, that holds ``text`` already, or that holds what ``written`` says was
+    written there (untouched since)."""
+    written = written or {}
+    for n in range(1, 10_000):
+        candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        try:
+            existing = candidate.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return candidate
+        except (OSError, UnicodeDecodeError):
+            continue  # unreadable (or not text): not ours to replace
+        if existing == text or existing == written.get(candidate):
+            return candidate
+    raise FileExistsError(str(path))
 
 
 def default_config_path(request: PlanRequest) -> Path:

@@ -176,6 +176,24 @@ def test_save_refuses_to_overwrite_without_force_and_writes_absolute_paths(tmp_p
     assert "\nmodel: tiny\n" in text and "{" not in text  # block style, not one flow mapping
 
 
+def test_the_wizards_save_takes_the_next_free_name_beside_a_file_it_did_not_write(tmp_path):
+    """The wizard's save (``save_run_config_keeping``) never replaces what it did not write: a name is taken when
+    it is free, holds the same text, or holds what this caller wrote there (untouched since)."""
+    from core.plan.run_config import free_config_path
+
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    path = plans / "tiny.yaml"
+    assert free_config_path(path, "new") == path  # free
+    path.write_text("new")
+    assert free_config_path(path, "new") == path  # the same text already
+    path.write_text("# my edits\n")
+    assert free_config_path(path, "new") == plans / "tiny-2.yaml"
+    (plans / "tiny-2.yaml").write_text("old plan")
+    assert free_config_path(path, "new") == plans / "tiny-3.yaml"
+    assert free_config_path(path, "new", {plans / "tiny-2.yaml": "old plan"}) == plans / "tiny-2.yaml"  # ours
+
+
 def test_options_out_of_range_are_refused_by_the_parser(capsys):
     """--epochs -1 was planned and failed at --save; --effective-batch -3 was planned as 1; --hardware ""
     meant this box. Each is refused at once (exit 2) with the run config's own words."""

@@ -524,3 +524,41 @@ def test_enter_while_the_dataset_is_counted_waits_for_that_count(private_home, m
         run(scenario())
     finally:
         release.set()
+
+
+def test_save_keeps_a_plans_file_it_did_not_write(private_home):
+    """s rewrote ``plans/<model>.yaml`` silently, losing hand edits (a changed learning rate, a comment), where
+    ``tunedeck plan --save`` refuses without --force. A file the wizard did not write (or that changed since it
+    did) is kept and the plan goes to ``<model>-2.yaml``, as the status line says; the wizard's own untouched
+    file is rewritten, not copied again. CPU box (fake)."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            await pilot.press("s")
+            await wait_for(pilot, lambda: w.saved_path is not None)
+            first = w.saved_path
+            assert first.name == "tiny.yaml" and "kept" not in screen_text(app)
+            w.saved_path = None
+            await pilot.press("s")  # its own file, untouched: saved there again
+            await wait_for(pilot, lambda: w.saved_path is not None)
+            assert w.saved_path == first and not first.with_name("tiny-2.yaml").exists()
+            edited = first.read_text().replace("learning_rate:", "# my rate\nlearning_rate: 0.000123 #")
+            assert edited != first.read_text()
+            first.write_text(edited)
+            w.saved_path = None
+            await pilot.press("s")
+            await wait_for(pilot, lambda: w.saved_path is not None)
+            assert w.saved_path == first.with_name("tiny-2.yaml")
+            assert first.read_text() == edited
+            text = " ".join(screen_text(app).split())
+            assert "Kept plans/tiny.yaml (it differs: your edits?); saved plans/tiny-2.yaml" in text
+            w.saved_path = None
+            await pilot.press("s")  # tiny-2.yaml is the wizard's own now: no tiny-3
+            await wait_for(pilot, lambda: w.saved_path is not None)
+            assert w.saved_path == first.with_name("tiny-2.yaml")
+            assert not first.with_name("tiny-3.yaml").exists() and first.read_text() == edited
+            return first
+
+    first = run(scenario())
+    assert load_run_config(first.with_name("tiny-2.yaml")).model == "tiny"

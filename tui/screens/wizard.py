@@ -47,6 +47,11 @@ def _escape(text: str) -> str:
     return text.replace("[", "\\[")
 
 
+def _short(path: Path) -> str:
+    """A plans file as ``plans/<name>.yaml``: its folder is the saved file's, said in full beside it."""
+    return f"{path.parent.name}/{path.name}"
+
+
 class DatasetSummarised(Message):
     def __init__(self, path: str, model: str | None, summary: Any, error: str | None) -> None:
         super().__init__()
@@ -149,6 +154,8 @@ class WizardScreen(Screen[None]):
         self.overrides: dict[str, Any] = {}
         self.measured: dict[tuple, dict] = {}
         self.saved_path: Path | None = None
+        self.kept_path: Path | None = None  # the plans file the last save left alone (it held something else)
+        self.written: dict[Path, str] = {}  # the files this screen saved, and what: its own, rewritten freely
         self.busy = False
         self.plan_generation = 0  # bumped by each recompute: a result for older inputs is dropped
         self.planning = False  # a recommendation is being computed for the current inputs
@@ -740,7 +747,7 @@ class WizardScreen(Screen[None]):
 
     def action_save(self) -> Path | None:
         from core.config import ConfigError
-        from core.plan import default_config_path, equivalent_command, save_run_config
+        from core.plan import default_config_path, equivalent_command, save_run_config_keeping
 
         rec = self.recommendation
         if rec is None or rec.best is None or rec.best.estimate is None:
@@ -748,14 +755,24 @@ class WizardScreen(Screen[None]):
         if not rec.feasible:
             self.notify(t("wizard.cannot_save"), severity="warning")
             return None
-        path = default_config_path(self.request)
+        wanted = default_config_path(self.request)
         try:
-            save_run_config(rec.best, self.request, path)
+            # A file there that this screen did not write (hand edits, an earlier session's plan) is kept:
+            # the plan goes to <model>-2.yaml … and the status says so. Not a y/n question: l saves then
+            # launches in one key, and nothing needs deciding when nothing is lost.
+            path = save_run_config_keeping(rec.best, self.request, wanted, self.written)
         except (ConfigError, OSError) as exc:
             self.notify(_escape(str(exc)), severity="error")
             return None
         self.saved_path = path
-        self._status(t("wizard.saved", path=_escape(str(path)), command=_escape(equivalent_command(path))))
+        self.kept_path = None if path == wanted else wanted
+        command = _escape(equivalent_command(path))
+        if self.kept_path is None:
+            self._status(t("wizard.saved", path=_escape(str(path)), command=command))
+        else:
+            # the two names short (the folder is the command's), so that the line fits 80 columns
+            self._status(t("wizard.saved_kept", path=_escape(_short(path)), kept=_escape(_short(wanted)),
+                           command=command))
         return path
 
     def action_launch(self) -> None:
@@ -766,6 +783,8 @@ class WizardScreen(Screen[None]):
             return
         self.busy = True
         self._status(t("wizard.launching", path=_escape(str(path))))
+        if self.kept_path is not None:  # the dashboard opens next: the status line goes with this screen
+            self.notify(t("wizard.kept", kept=_escape(_short(self.kept_path)), path=_escape(str(path))))
         self.launch(str(path))
 
     @work(thread=True, exclusive=True, group="wizard-launch", exit_on_error=False)
