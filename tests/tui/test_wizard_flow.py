@@ -562,3 +562,41 @@ def test_save_keeps_a_plans_file_it_did_not_write(private_home):
 
     first = run(scenario())
     assert load_run_config(first.with_name("tiny-2.yaml")).model == "tiny"
+
+
+def test_a_file_with_bad_rows_is_warned_of_on_the_data_step_and_its_launch_refusal_names_the_line(
+        private_home, tmp_path):
+    """A 20-line JSONL with invalid JSON on line 7 was taken with only "19 records, 1 problem rows" and the wizard
+    went on; on the plan, l was refused with advice and a heading that filled the status line at 80x24, the
+    ``file:7: invalid JSON`` line itself cut off. The data step now stays with a warning naming that line (Enter
+    again goes on), and the refusal says the line first. CPU box (fake)."""
+    import json
+
+    data = tmp_path / "bad.jsonl"
+    rows = [json.dumps({"instruction": f"say {i}", "output": "word " * (i + 1)}) for i in range(20)]
+    rows[6] = '{"instruction": "say 6", "output": "word" "oops"}'
+    data.write_text("\n".join(rows) + "\n")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_dataset_step(pilot, app)
+            w.query_one("#dataset-input").value = str(data)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.summary is not None and w.summary_path == str(data), timeout=30)
+            await wait_for(pilot, lambda: f"{data}:7: invalid JSON" in " ".join(screen_text(app).split()))
+            text = " ".join(screen_text(app).split())
+            assert w.step == 1 and "19 records, 1 problem row," in text
+            assert "Training refuses this file until it is fixed" in text
+            await pilot.press("enter")  # again: on, planned on the 19 rows that load
+            await wait_for(pilot, lambda: w.step == 2)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 3)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 4)
+            await pilot.press("l")
+            await wait_for(pilot, lambda: "Not started" in screen_text(app), timeout=60)
+            await wait_for(pilot, lambda: not w.busy)
+            assert f"Not started: {data}:7: invalid JSON" in " ".join(screen_text(app).split())
+
+    run(scenario())

@@ -492,6 +492,10 @@ class WizardScreen(Screen[None]):
         info.update(self._dataset_text(message.summary))
         if self.advance_after_summary and STEPS[self.step] == "dataset":
             self.advance_after_summary = False
+            if message.summary.issues:  # the step stays, its warning in view; Enter again goes on
+                step = self.query_one("#step-dataset", VerticalScroll)
+                self.call_after_refresh(step.scroll_to_widget, info, animate=False)
+                return
             self._show_step(2)
 
     def _dataset_path_changed(self, path: str) -> None:
@@ -507,10 +511,19 @@ class WizardScreen(Screen[None]):
             info.update(t("wizard.dataset.unread") if path else "")
 
     def _dataset_text(self, summary: Any) -> str:
+        problems = (t("wizard.dataset.problem_rows_one") if summary.issues == 1
+                    else t("wizard.dataset.problem_rows", count=format_count(summary.issues)))
         lines = [t("wizard.dataset.info", format=summary.format or "?", records=format_count(summary.records),
-                   issues=format_count(summary.issues), tokens=format_count(summary.total_tokens),
+                   problems=problems, tokens=format_count(summary.total_tokens),
                    p95=format_count(summary.p95),
                    kind=t("wizard.dataset.exact") if summary.exact else t("wizard.dataset.approx"))]
+        if summary.issues:
+            # said here, before the plan: launch refuses a file with rows that do not load (``data check``)
+            first = summary.problems[0] if summary.problems else summary.path
+            more = _more_problems(summary.issues - 1)
+            lines.append(f"[$warning]{_escape(t('wizard.dataset.refused', problem=first, more=more))}[/]")
+            if summary.records:
+                lines.append(t("wizard.dataset.refused_hint", records=format_count(summary.records)))
         share = summary.target_share()
         if share is not None:
             lines.append(t("wizard.dataset.targets", share=f"{100 * share:.0f}"))
@@ -797,7 +810,7 @@ class WizardScreen(Screen[None]):
         except SupervisorDidNotStart as exc:  # the notification says why, not only where the log is
             self.post_message(LaunchDone(None, str(exc), exc.summary()))
         except RunError as exc:
-            self.post_message(LaunchDone(None, str(exc)))
+            self.post_message(LaunchDone(None, _launch_error(exc)))
 
     def on_worker_state_changed(self, event: Any) -> None:
         # A worker that ended in an exception nothing caught: reported, and a launch or probe no longer
@@ -853,6 +866,26 @@ class WizardScreen(Screen[None]):
             if message.measured:
                 self.measured.update(message.measured)
                 self.recompute(keep_status=True)
+
+
+def _launch_error(exc: Exception) -> str:
+    """A refused launch as the status line says it. Data that does not load is said by its first problem
+    (``file:line: what``) first: the engine's message leads with advice and a heading, and the three lines the
+    status has at 80x24 ended before the file and line."""
+    from core.data import DataError
+
+    cause = exc.__cause__
+    if not isinstance(cause, DataError) or not cause.issues:
+        return str(exc)
+    first = cause.issues[0]
+    return t("wizard.launch_bad_data", problem=str(first), more=_more_problems(len(cause.issues) - 1 + cause.more))
+
+
+def _more_problems(count: int) -> str:
+    """`` (and 3 more)`` after a first problem; empty when it is the only one."""
+    if count <= 0:
+        return ""
+    return t("wizard.more_problems_one") if count == 1 else t("wizard.more_problems", count=format_count(count))
 
 
 MAX_LISTED_FILES = 20
