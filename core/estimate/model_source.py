@@ -33,9 +33,15 @@ _ALIASES = {
 
 
 class ModelNotFoundError(TunedeckError, ValueError):
-    """No config.json could be found for what the user named."""
+    """No config.json could be found for what the user named. ``kind`` names the case (``unknown_model``,
+    ``no_config_in_dir``; empty for the others) and ``params`` its values: the message tells a command line what
+    to pass (``--model``), and a screen says what to type in its own words from these."""
 
     exit_code = EXIT_USAGE
+
+    def __init__(self, message: object = "", *, kind: str = "", **params: object) -> None:
+        super().__init__(message)
+        self.kind, self.params = kind, params
 
 
 @dataclass(frozen=True)
@@ -145,7 +151,8 @@ def load_model_config(spec: str) -> ModelConfig:
     if path.is_dir():
         config_path = path / "config.json"
         if not config_path.is_file():
-            raise ModelNotFoundError(t("estimate.error.no_config_in_dir", path=str(path)))
+            raise ModelNotFoundError(t("estimate.error.no_config_in_dir", path=str(path)), kind="no_config_in_dir",
+                                     path=str(path))
         return ModelConfig(name=path.name, config=_read_config(config_path), source=str(config_path))
     bundled = _bundled_config(spec)
     if bundled is not None:
@@ -153,4 +160,6 @@ def load_model_config(spec: str) -> ModelConfig:
     cached = _cached_config(spec)
     if cached is not None:
         return ModelConfig(name=spec, config=_read_config(cached), source=str(cached))
-    raise ModelNotFoundError(t("estimate.error.unknown_model", model=spec, known=", ".join(known_model_names())))
+    known = ", ".join(known_model_names())
+    raise ModelNotFoundError(t("estimate.error.unknown_model", model=spec, known=known), kind="unknown_model",
+                             model=spec, known=known)

@@ -180,7 +180,39 @@ def test_a_bad_model_id_stays_on_the_first_step_with_the_reason(private_home):
             await pilot.press("enter")
             await pilot.pause()
             assert w.step == 0
-            assert "no config.json found" in " ".join(screen_text(app).split())
+            text = " ".join(screen_text(app).split())
+            assert "No config.json found for 'no/such-model-here'" in text
+            assert "Type a model folder" in text and "--model" not in text  # the TUI's words, not the CLI's
+
+    run(scenario())
+
+
+def test_after_a_refused_model_typing_starts_a_new_id_and_the_error_goes(private_home):
+    """``nosuch/model-7b``, Enter: the error, and the field kept the focus, so that ``Qwen2.5-7B`` typed next made
+    ``nosuch/model-7bQwen2.5-7B`` (every character typed on the step starts a new value, the README says). Enter
+    hands the value to the step now; the new id replaces the refused one and the error goes as it is typed.
+    The CLI keeps its own advice (--model). CPU box (fake)."""
+    from core.estimate import ModelNotFoundError, load_model_config
+
+    try:
+        load_model_config("nosuch/model-7b")
+    except ModelNotFoundError as exc:
+        assert "--model" in str(exc) and exc.kind == "unknown_model"
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await open_wizard(pilot, app)
+            field, info = w.query_one("#model-input"), w.query_one("#model-info")
+            await pilot.press(*"nosuch/model-7b", "enter")
+            await wait_for(pilot, lambda: "No config.json found" in str(info.render()))
+            assert w.step == 0 and field.value == "nosuch/model-7b" and w.focused is not field
+            await pilot.press(*"Qwen2.5-7B")
+            await wait_for(pilot, lambda: field.value == "Qwen2.5-7B")
+            assert "No config.json" not in " ".join(screen_text(app).split())
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 1)
+            assert w.base_model == "Qwen2.5-7B"
 
     run(scenario())
 

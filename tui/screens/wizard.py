@@ -160,6 +160,7 @@ class WizardScreen(Screen[None]):
         self.plan_generation = 0  # bumped by each recompute: a result for older inputs is dropped
         self.planning = False  # a recommendation is being computed for the current inputs
         self.override_error = False  # the status line shows an override value's error
+        self.model_error: str | None = None  # the model id the line under the field says is wrong
 
     # --- layout --------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -379,6 +380,10 @@ class WizardScreen(Screen[None]):
         if event.input.id and event.input.id.startswith("ov-"):
             self.query_one("#result-body").focus()
             return
+        if event.input is self._step_field():
+            # Enter hands the value to the step: the step has the focus again, so that a value refused (an
+            # unknown model, a missing file) is replaced by the next one typed, not appended to (F7 edits it).
+            self.query_one(f"#step-{STEPS[self.step]}").focus()
         self._submit_step()
 
     @on(OptionList.OptionSelected, "#dataset-files")
@@ -437,8 +442,13 @@ class WizardScreen(Screen[None]):
         try:
             self.base = base_plan(PlanRequest(model=model, hardware=None))  # type: ignore[arg-type]
         except (ModelNotFoundError, ArchitectureError) as exc:
-            info.update(f"[$error]{_escape(str(exc))}[/]")
+            # the command line's advice (pass --model …) said as what to type here
+            named = isinstance(exc, ModelNotFoundError) and exc.kind
+            text = t(f"wizard.model.{exc.kind}", **exc.params) if named else str(exc)
+            info.update(f"[$error]{_escape(text)}[/]")
+            self.model_error = model
             return False
+        self.model_error = None
         self.base_model = model
         arch = self.base.architecture
         info.update(t("wizard.model.info", name=_escape(arch.name), layers=arch.num_layers,
@@ -701,6 +711,11 @@ class WizardScreen(Screen[None]):
         input_id = event.input.id or ""
         if input_id == "dataset-input":
             self._dataset_path_changed(event.value.strip())
+            return
+        if input_id == "model-input":
+            if self.model_error is not None and event.value.strip() != self.model_error:
+                self.model_error = None  # a new id: the old one's error goes
+                self.query_one("#model-info", Static).update("")
             return
         if not input_id.startswith("ov-") or STEPS[self.step] != "result":
             return
