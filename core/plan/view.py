@@ -19,7 +19,7 @@ from core.units import format_cost
 class ViewLine:
     kind: str  # title | infeasible | way_out | headline | memory | speed | eta | section | item | alternative
     text: str
-    tone: str = ""  # "" | accent | warning | error
+    tone: str = ""  # "" | accent | warning | error; a speed: measured (by the probe) | scaled (by its ratio)
     section: str = ""  # for a section heading: reasons | problems | warnings | alternatives
     note: str = ""  # memory/speed: the error band or the not-measured note already in ``text``, on its own
 
@@ -77,9 +77,11 @@ def figure_notes(best: dict[str, Any]) -> tuple[str, str]:
     over the measured rows, not the median, because a user sizing a run needs what it can be off by (the
     JSON has both). Outside it the speed line says once, briefly, why it is not measured; the memory line
     says so only where the speed line does not (the speed domain holds the plan, the memory one not), and
-    says nothing where both are outside (the speed line's reasons stand for both). A speed the probe
-    measured on this box carries no band. A plan whose step waits on the CPU (a small model, few tokens a
-    micro-step) carries that kind's wider band and says so: its speed is the box's CPU's more than its GPU's."""
+    says nothing where both are outside (the speed line's reasons stand for both). A figure the probe
+    measured on this box carries neither a band nor "not measured" (it is: ``probe_measured``), nor does a
+    speed scaled by the probed plans' measured / estimated ratio (the box's own measure, the view's tone
+    says which). A plan whose step waits on the CPU (a small model, few tokens a micro-step) carries that
+    kind's wider band and says so: its speed is the box's CPU's more than its GPU's."""
     from core.estimate.calibration import MEASURED_GPU
 
     domain = best["domain"]
@@ -94,13 +96,34 @@ def figure_notes(best: dict[str, Any]) -> tuple[str, str]:
     def not_measured(key: str, gaps: list[dict[str, Any]]) -> str:
         return t(key, why=t("plan.domain.note_sep").join(gap["short"] for gap in gaps))
 
-    if memory_domain["inside"]:
+    speed_from_probe = bool((best.get("measured") or {}).get("tokens_per_s"))  # measured, or scaled by it
+    if probe_measured(best, "peak_gib"):
+        memory = ""
+    elif memory_domain["inside"]:
         memory = band("peak_memory")
+    elif domain["inside"] or speed_from_probe:  # else the speed line's reasons stand for both
+        memory = not_measured("plan.domain.memory_note", memory_domain["outside"])
     else:
-        memory = not_measured("plan.domain.memory_note", memory_domain["outside"]) if domain["inside"] else ""
+        memory = ""
+    if speed_from_probe:
+        return memory, ""
     if not domain["inside"]:
         return memory, not_measured("plan.domain.note", domain["outside"])
-    return memory, "" if best["measured"] else t("plan.band_note", band=band("tokens_per_s"))
+    return memory, t("plan.band_note", band=band("tokens_per_s"))
+
+
+def probe_measured(best: dict[str, Any], figure: str) -> bool:
+    """Whether the probe measured ``figure`` (``tokens_per_s``, ``peak_gib``) of this plan on this box: not a
+    plan whose speed is only scaled by the probed plans' measured / estimated ratio."""
+    measured = best.get("measured") or {}
+    return bool(measured.get(figure)) and not measured.get("scaled")
+
+
+def speed_tone(best: dict[str, Any]) -> str:
+    """``measured``: the probe ran this plan; ``scaled``: its estimate scaled by the probed plans' ratio."""
+    if probe_measured(best, "tokens_per_s"):
+        return "measured"
+    return "scaled" if (best.get("measured") or {}).get("scaled") else ""
 
 
 def recommendation_view(rec: Any) -> list[ViewLine]:
@@ -130,7 +153,7 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
                                       if memory_note else verdict), note=memory_note))
     speed = t("plan.speed", tps=best["tokens_per_s"])
     lines.append(ViewLine("speed", t("plan.with_note", text=speed, note=speed_note) if speed_note else speed,
-                          "measured" if best["measured"] else "", note=speed_note))
+                          speed_tone(best), note=speed_note))
     if best["hours"] is not None:
         duration = format_hours(best["hours"])
         epochs = epochs_words(request.epochs)

@@ -143,6 +143,28 @@ def test_a_cpu_plan_says_so_on_its_speed_line_only():
     assert _figure_lines(format_recommendation(rec))[1].endswith("（未实测：CPU）")
 
 
+def test_a_speed_the_probe_measured_is_not_said_to_be_unmeasured():
+    """After a probe on a CPU box the wizard read "Speed: 5,424 tokens/s (not measured: CPU) (measured by probe)":
+    a measured speed carries no not-measured note (the memory line says its own, the speed line no longer
+    standing for both), and only a plan the probe ran is "measured"; one scaled by the probed plans' ratio
+    is not (its tone says it is scaled)."""
+    from core.plan.planner import plan_key
+    from core.plan.view import probe_measured, recommendation_view, speed_tone
+
+    first = _plan("tiny", "cpu")
+    key = plan_key(first.best.plan)
+    rec = recommend(first.request, measured={key: {"tokens_per_s": 2 * first.best.tokens_per_s, "peak_gib": None}})
+    assert plan_key(rec.best.plan) == key and rec.best.measured and not rec.best.measured.get("scaled")
+    memory, speed = _figure_lines(format_recommendation(rec))
+    assert speed.endswith(" tokens/s") and "not measured" not in speed, speed
+    assert memory.endswith("(fits; not measured: CPU)"), memory
+    (line,) = [line for line in recommendation_view(rec) if line.kind == "speed"]
+    assert line.tone == "measured" and line.note == ""
+    scaled = next(c for c, _ in rec.alternatives if c.measured and c.measured.get("scaled"))
+    assert not probe_measured({"measured": scaled.measured}, "tokens_per_s")
+    assert speed_tone({"measured": scaled.measured}) == "scaled"
+
+
 def test_each_figure_has_its_own_domain():
     """Speed was measured to 192k tokens a sequence (the long-context runs), peak memory to 128k (the calibration
     matrix): a 192k-token plan shows the speed band and says memory is not measured there. Both hold from the

@@ -51,13 +51,17 @@ def test_probe_uses_cached_measurements_and_shows_them(private_home):
             top = [rec.best, *(c for c, _ in rec.alternatives)][:3]
             cache_path().parent.mkdir(parents=True, exist_ok=True)
             cache_path().write_text(json.dumps({
-                cache_key(w.request, plan_key(c.plan)): {"tokens_per_s": 1234.5 - i, "peak_gib": None, "steps": 3}
-                for i, c in enumerate(top)}))
+                cache_key(w.request, plan_key(c.plan)): {"tokens_per_s": 0.9 * c.tokens_per_s, "peak_gib": None,
+                                                         "steps": 3}
+                for c in top}))
             await pilot.press("p")
             await wait_for(pilot, lambda: not w.busy and not w.planning and "Probe done" in screen_text(app), timeout=30)
-            assert w.recommendation.best.measured is not None
+            best = w.recommendation.best
+            assert best.measured is not None and not best.measured.get("scaled")
             text = " ".join(screen_text(app).split())
-            assert "measured by probe" in text
+            # measured: not also "(not measured: CPU)", as the CPU box's speed line read after a probe
+            assert f"Speed: {best.tokens_per_s:,.0f} tokens/s (measured by probe) ·" in text
+            assert "not measured" not in text.split("Speed:")[1].split("·")[0]
 
     asyncio.run(scenario())
 

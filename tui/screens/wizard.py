@@ -972,7 +972,7 @@ def render_recommendation(rec: Any) -> list[tuple[str, bool]]:
         elif line.kind == "memory":
             lines += memory_bar(rec.best, note=line.note)
         elif line.kind == "speed":
-            lines.append(text + (" " + t("wizard.measured") if line.tone == "measured" else ""))
+            lines.append(text + (" " + t(f"wizard.{line.tone}") if line.tone in ("measured", "scaled") else ""))
         elif line.kind == "eta":
             lines[-1] += " · " + text
         elif line.kind == "section":
