@@ -632,3 +632,44 @@ def test_a_file_with_bad_rows_is_warned_of_on_the_data_step_and_its_launch_refus
             assert f"Not started: {data}:7: invalid JSON" in " ".join(screen_text(app).split())
 
     run(scenario())
+
+
+def test_the_alternatives_hint_and_keys_are_the_ones_listed(private_home):
+    """The plan said "Alternatives: (1-3 take one)" over a single alternative, 2 did nothing, and after 1 was taken
+    (none listed then) help still offered "Take alternative 1/2/3". The hint names the keys there are and help
+    offers only those. CPU box (fake)."""
+    from core.i18n import t
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+
+            def offered() -> set[int]:
+                rows = {description for _, section in app.key_table(w) for _, description in section}
+                return {n for n in (1, 2, 3) if t("wizard.key.alternative", n=n) in rows}
+
+            listed = len(w.recommendation.alternatives)
+            assert 1 <= listed <= 3
+            hint = "(1 takes it)" if listed == 1 else f"(1-{listed} take one)"
+            assert f"Alternatives: {hint}" in screen_text(app)
+            assert offered() == set(range(1, listed + 1))
+            if listed < 3:
+                before = w.plan_generation
+                await pilot.press(str(listed + 1))  # not offered: nothing happens
+                await pilot.pause()
+                assert w.plan_generation == before and not w.overrides
+            await pilot.press("1")
+            await wait_for(pilot, lambda: w.overrides and not w.planning)
+            assert offered() == set(range(1, len(w.recommendation.alternatives) + 1))
+            if not w.recommendation.alternatives:
+                assert "Alternatives:" not in screen_text(app) and not offered()
+
+    run(scenario())
+
+
+def test_the_alternatives_hint_says_the_keys_there_are():
+    from tui.screens.wizard import alternatives_hint
+
+    assert [alternatives_hint(n) for n in (1, 2, 3, 5)] == ["(1 takes it)", "(1-2 take one)", "(1-3 take one)",
+                                                           "(1-3 take one)"]

@@ -35,6 +35,7 @@ STEP_FIELDS = {"model": "#model-input", "dataset": "#dataset-input", "hardware":
 DEFAULT_GPU_MODEL = "Qwen/Qwen2.5-7B-Instruct"
 TINY_MODEL = "tiny"
 BAR_WIDTH = 40
+ALTERNATIVE_KEYS = 3  # 1-3 take an alternative (the bindings below)
 # The colour of each part of the memory bar (theme variables, so every theme applies).
 PART_COLOURS = {
     "cuda_context": "$foreground-muted", "weights": "$primary", "gradients": "$secondary",
@@ -265,7 +266,11 @@ class WizardScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         on_result = STEPS[self.step] == "result"
-        if action in ("save", "launch", "probe", "overrides", "clear_overrides", "alternative"):
+        if action == "alternative":  # 1-3: only those the plan lists (after one is taken there may be none)
+            index = parameters[0] if parameters else 0
+            listed = len(self.recommendation.alternatives) if self.recommendation is not None else 0
+            return on_result and isinstance(index, int) and index <= listed
+        if action in ("save", "launch", "probe", "overrides", "clear_overrides"):
             return on_result  # the plan's keys: not offered at all before there is a plan (footer, ?, Ctrl+P)
         if action == "edit":
             return None if on_result else True
@@ -684,6 +689,7 @@ class WizardScreen(Screen[None]):
         self.recommendation = message.rec
         self.query_one("#hardware-info", Static).update("")
         self._render_result()
+        self.refresh_bindings()  # the alternatives' keys follow the plan's list
         if message.advance and STEPS[self.step] == "hardware":
             self._show_step(4)
 
@@ -946,6 +952,12 @@ def memory_bar(best: Any, width: int = BAR_WIDTH, note: str = "") -> list[str]:
     return [head, "  ".join(legend)]
 
 
+def alternatives_hint(listed: int) -> str:
+    """The keys that take an alternative, as many as are listed (the bindings are 1 to ``ALTERNATIVE_KEYS``)."""
+    keys = min(listed, ALTERNATIVE_KEYS)
+    return t("wizard.alternatives_hint_one") if keys == 1 else t("wizard.alternatives_hint", last=keys)
+
+
 def render_recommendation(rec: Any) -> list[tuple[str, bool]]:
     """The recommendation as lines of markup, from the lines ``tunedeck plan`` prints (core.plan.view): the
     memory line drawn as the bar, speed and time on one line, sections coloured by their tone. Each comes with
@@ -976,7 +988,7 @@ def render_recommendation(rec: Any) -> list[tuple[str, bool]]:
         elif line.kind == "eta":
             lines[-1] += " · " + text
         elif line.kind == "section":
-            hint = " " + t("wizard.alternatives_hint") if line.section == "alternatives" else ""
+            hint = " " + alternatives_hint(len(rec.alternatives)) if line.section == "alternatives" else ""
             lines.append(f"[b ${line.tone}]{line.text}[/]{hint}")
         else:  # item, alternative
             items.add(len(lines))
