@@ -160,7 +160,7 @@ def test_columns_follow_the_width_through_resizes():
                     text = assert_no_horizontal_scroll(app, screen, size[0])
                     assert len(screen.shown) == 3
                     if size == (100, 30):
-                        assert "Qwen/Qwen2.5-7B-Inst…" in text  # the model cut with an ellipsis
+                        assert "Qwen/Qwen2.5-7B-In…" in text  # the model cut with an ellipsis (the ETA keeps room for h:mm:ss)
                     if size == (40, 20):
                         assert "live" in text and "20261129-2300-live" not in text  # the id's name part
 
@@ -194,6 +194,55 @@ def test_a_narrow_table_keeps_the_run_id_before_the_progress():
     for width in range(34, 40):  # enough for a short id and the progress: both
         shown = fit_columns(width, natural)
         assert list(shown) == ["status", "id", "progress"] and shown["id"] >= 8, (width, shown)
+
+
+def test_the_shown_ids_hold_still_while_live_runs_change_between_listings(monkeypatch):
+    """A live run's ETA (and speed, progress) changes width from one listing to the next; the id column takes
+    what the others leave, so at 80 columns ``20261206-1037-conc-91c6`` and ``conc-91c6`` took turns every
+    two seconds. The same runs listed again keep the same text in the id column."""
+    from dataclasses import replace
+
+    import core.runs
+    from core.runs.listing import RunSummary
+
+    base = [
+        RunSummary(id="20261206-1039-long-demo-8268", status="stopped", reason="", created="2026-12-06T10:39:00Z",
+                   model="tiny", method="full", step=264, total_steps=3000, run_dir="x", loss=2.3443,
+                   steady_tokens_per_s=8476.2),
+        RunSummary(id="20261206-1037-conc-91c6", status="running", reason="", created="2026-12-06T10:37:00Z",
+                   model="tiny", method="full", step=8, total_steps=40, run_dir="y", loss=6.7425,
+                   steady_tokens_per_s=110.9),
+    ]
+    # The live run's ETA: unknown, then either side of an hour, then unknown again; its speed drops below 10.
+    listings = [[base[0], replace(base[1], eta_s=eta, steady_tokens_per_s=rate, step=step)]
+                for eta, rate, step in ((None, None, 8), (3603.0, 110.9, 9), (3598.0, 9.5, 10), (None, 112.0, 11),
+                                        (3610.0, 110.0, 12), (59.0, 111.0, 13))]
+    calls: list[int] = []
+
+    def list_runs():
+        calls.append(1)
+        return listings[min(len(calls), len(listings)) - 1]
+
+    monkeypatch.setattr(core.runs, "list_runs", list_runs)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_runs(pilot, app)
+            table = screen.query_one("#runs-table", DataTable)
+            shown: list[tuple[list[str], list[str]]] = []
+            for count in range(1, len(listings) + 1):
+                if count > 1:
+                    screen.refresh_now()
+                await wait_for(pilot, lambda count=count: len(calls) >= count and screen.runs is listings[count - 1])
+                await pilot.pause()
+                id_cells = [str(table.get_row(s.id)[columns_shown(screen).index("id")]) for s in screen.shown]
+                shown.append((columns_shown(screen), id_cells))
+                if count == 2:
+                    assert "1:00:03" in screen_text(app)  # the widest ETA is shown, the id beside it
+            assert all(each == shown[0] for each in shown), shown
+
+    run(scenario())
 
 
 def test_enter_opens_dashboard_and_new_runs_appear():

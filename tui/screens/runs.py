@@ -35,6 +35,9 @@ from tui.widgets.keys_footer import KeysFooter
 LIST_EVERY_S = 2.0
 CELL_PADDING = 1  # the DataTable's, on each side of a cell
 FLEX_FLOOR = 8  # the narrowest a flex column (run id, model) is still worth showing
+# Room a live run's cells are given from its first listing, as they may grow to it: an ETA past an hour, a
+# speed in the tens of thousands (the progress gets its full ``total/total 100%``).
+LIVE_ROOM = {"eta": "0:00:00", "tokens": "00,000"}
 
 
 @dataclass(frozen=True)
@@ -126,12 +129,12 @@ class RunDeleted(Message):
         self.severity = severity
 
 
-def _progress(summary: Any) -> str:
-    if summary.step is None:
+def _progress(step: int | None, total: int | None) -> str:
+    if step is None:
         return "–"
-    if summary.total_steps:
-        return f"{summary.step}/{summary.total_steps} {100 * summary.step / summary.total_steps:.0f}%"
-    return str(summary.step)
+    if total:
+        return f"{step}/{total} {100 * step / total:.0f}%"
+    return str(step)
 
 
 def _started(created: str) -> str:
@@ -219,6 +222,9 @@ class RunsScreen(Screen[None]):
         self.filter_text = ""
         self.listed = False
         self.column_widths: dict[str, int] = {}  # the columns shown now: {key: content width}
+        # The widest each column's cells have been while the same runs are listed (see ``_natural``).
+        self.widest: dict[str, int] = {}
+        self.widest_for: frozenset[str] = frozenset()
         from core.watch.last_seen import EndsSeen
 
         self.ends_seen = EndsSeen()  # lives across the list worker's restarts (refresh_now after a stop)
@@ -277,12 +283,39 @@ class RunsScreen(Screen[None]):
             "model": t("runs.record_unreadable_short") if summary.record_error else summary.model or "–",
             "method": summary.method or "–",
             "gpus": ",".join(str(g) for g in summary.gpus) or "–",
-            "progress": _progress(summary),
+            "progress": _progress(summary.step, summary.total_steps),
             "loss": "–" if summary.loss is None else f"{summary.loss:.4f}",
             "tokens": units.format_rate(summary.steady_tokens_per_s),
             "started": _started(summary.created),
             "eta": units.format_duration(summary.eta_s) if summary.status in ACTIVE_STATES else units.UNKNOWN,
         }
+
+    def _natural(self, cells: dict[str, dict[str, str]]) -> dict[str, int]:
+        """Each column's content width, steady while the same runs are listed.
+
+        A live run's progress, loss, speed and ETA change width from one listing to the next (an ETA of
+        ``59:58`` then ``1:00:03``, ``–`` while it is not known), and the run id takes what the other columns
+        leave: at 80 columns it flipped between ``20261206-1037-conc-91c6`` and ``conc-91c6`` every few
+        seconds. A live run's cells get the room they may grow to from the start (``LIVE_ROOM``, the full
+        progress), and a width only grows while the same runs are listed (a loss from ``10.1234`` to
+        ``9.8765`` keeps its cell); it starts over when a run appears or goes."""
+        room: dict[str, list[int]] = {c.key: [cell_len(t(c.label))] for c in COLUMNS}
+        for summary in self.runs:
+            row = cells[summary.id]
+            for key, value in row.items():
+                room[key].append(cell_len(value))
+            if summary.status in ACTIVE_STATES:
+                room["eta"].append(cell_len(LIVE_ROOM["eta"]))
+                room["tokens"].append(cell_len(LIVE_ROOM["tokens"]))
+                if summary.total_steps:
+                    room["progress"].append(cell_len(_progress(summary.total_steps, summary.total_steps)))
+        natural = {key: max(widths) for key, widths in room.items()}
+        natural["status"] = max(natural["status"], *(cell_len(state_label(s)) for s in STATUS_COLOURS))
+        if frozenset(cells) != self.widest_for:
+            self.widest, self.widest_for = {}, frozenset(cells)
+        for key, width in natural.items():
+            natural[key] = self.widest[key] = max(width, self.widest.get(key, 0))
+        return natural
 
     def _table_width(self, table: DataTable) -> int:
         """Cells a row may use: the table's width less the vertical scrollbar's gutter (always kept)."""
@@ -299,10 +332,7 @@ class RunsScreen(Screen[None]):
         self.shown = runs
         # Widths come from every run, not just the filtered ones, so filtering does not reshuffle columns.
         cells = {summary.id: self._cells(summary) for summary in self.runs}
-        natural = {c.key: max([cell_len(t(c.label)), *(cell_len(row[c.key]) for row in cells.values())])
-                   for c in COLUMNS}
-        natural["status"] = max(natural["status"], *(cell_len(state_label(s)) for s in STATUS_COLOURS))
-        layout = fit_columns(self._table_width(table), natural)
+        layout = fit_columns(self._table_width(table), self._natural(cells))
         if layout != self.column_widths or not table.columns:
             table.clear(columns=True)
             for column in COLUMNS:
