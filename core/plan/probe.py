@@ -104,13 +104,14 @@ def probe_one(candidate: Candidate, request: PlanRequest, steps: int = PROBE_STE
     from core.config import RunConfig
     from core.paths import data_root
     from core.runs import TERMINAL_STATES, RunError, RunState, effective_status, start_run, stop_run
+    from core.runs.launch import PROBE_COMMAND
 
     config = RunConfig.from_dict(probe_config_values(candidate, request, steps), source="<probe>")
     folder = data_root() / "probes"
     folder.mkdir(parents=True, exist_ok=True)
     yaml_path = config.save(folder / f"{config.name}-{int(time.time() * 1000)}.yaml")
     try:
-        run = start_run(yaml_path)
+        run = start_run(yaml_path, command=PROBE_COMMAND)  # marked a probe: the Runs screen keeps it aside
     except RunError as exc:
         raise ProbeError(str(exc)) from exc
     deadline = time.monotonic() + timeout_s

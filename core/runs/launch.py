@@ -27,6 +27,9 @@ from core.runs.run_dir import QUEUED, RunDirectory, utc_now_iso
 from core.secrets import scrub_argv, scrub_env
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+# run.json's ``command`` for a run the wizard's probe starts to measure a plan (``RunSummary.probe``); its
+# ``argv`` is still the ``tunedeck train`` that does the same.
+PROBE_COMMAND = "probe"
 # Environment variables worth recording in run.json (values of secret-looking ones are scrubbed).
 _RECORDED_ENV_PREFIXES = ("CUDA_", "NCCL_", "TUNEDECK_", "HF_", "MODELSCOPE_", "TORCH", "OMP_", "PYTORCH_")
 

@@ -123,7 +123,7 @@ def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distri
     Refuses what this box cannot run (GPUs asked for, QLoRA or ZeRO without a GPU) and checkpoints its
     disk cannot hold; resolves what really runs here into the run's config.yaml (precision, an absolute
     ``output``, ``checkpoint_layers: auto``, ``tiled_mlp: auto``) and records the data fingerprint resume compares with.
-    ``argv`` is the command line recorded in run.json; ``command`` is ``train`` or ``demo``.
+    ``argv`` is the command line recorded in run.json; ``command`` is ``train``, ``demo`` or ``probe`` (``PROBE_COMMAND``).
     """
     from core.runs.fingerprint import record_fingerprint
     from core.runs.launch import create_run

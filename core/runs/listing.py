@@ -14,6 +14,7 @@ from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import render_stored
 from core.paths import runs_dir
 from core.runs.heartbeat import last_sign_of_life
+from core.runs.launch import PROBE_COMMAND
 from core.runs.liveness import effective_status
 from core.runs.run_dir import FINISHED, STALLED, RunDirectory
 from core.runs.states import TERMINAL_STATES
@@ -54,6 +55,9 @@ class RunSummary:
     # seconds since it when this was read: ``updated`` moves only with the status, these with the trainer.
     last_alive: str | None = None
     silent_s: float | None = None
+    # Started by the wizard's probe (``core.plan.probe``) to measure a plan, not to train a model: run.json's
+    # ``command`` is ``probe``. The Runs screen keeps these out of the way.
+    probe: bool = False
 
     @property
     def reason_text(self) -> str:
@@ -123,6 +127,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         record_error=unreadable or None,
         last_alive=_utc(alive),
         silent_s=None if alive is None else round(max(0.0, time.time() - alive), 1),
+        probe=record.get("command") == PROBE_COMMAND,
     )
 
 

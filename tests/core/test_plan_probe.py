@@ -31,7 +31,7 @@ def cpu_request(tmp_path, monkeypatch):
     return PlanRequest("tiny", target_from_snapshot(monitor.snapshot()), dataset=SAMPLE).with_dataset(summary)
 
 
-def test_probe_runs_real_steps_caches_them_and_reranks(cpu_request):
+def test_probe_runs_real_steps_caches_them_and_reranks(cpu_request, capsys):
     rec = recommend(cpu_request)
     lines: list[str] = []
     measured = probe_candidates(rec, cpu_request, top=1, steps=2, progress=lines.append, timeout_s=300)
@@ -54,6 +54,14 @@ def test_probe_runs_real_steps_caches_them_and_reranks(cpu_request):
     from core.runs import list_runs
 
     runs_before = len(list_runs())
+    # The probe's run is marked one (run.json "command": "probe"): the Runs screen keeps it aside, and
+    # `tunedeck runs --json` lists it, saying so.
+    assert [s.probe for s in list_runs()] == [True]
+    from core.cli import main
+
+    capsys.readouterr()
+    assert main(["runs", "--json"]) == 0
+    assert [r["probe"] for r in json.loads(capsys.readouterr().out)] == [True]
     assert probe_candidates(rec, cpu_request, top=1, steps=2) == {key: result}
     assert len(list_runs()) == runs_before
 

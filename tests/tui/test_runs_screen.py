@@ -245,6 +245,64 @@ def test_the_shown_ids_hold_still_while_live_runs_change_between_listings(monkey
     run(scenario())
 
 
+def test_probe_runs_are_hidden_until_p_shows_them_dimmed():
+    """The wizard's probe runs (a few steps each, several a probe) filled the list like training runs. They
+    are hidden, the status line counts them, and p (offered only where there are any, in the footer, ?
+    and Ctrl+P) shows them dimmed, then hides them again; `tunedeck runs --json` still lists them."""
+    from core.runs.listing import list_runs
+    from tui.screens.help import HelpScreen
+
+    live = three_runs()
+    root = runs_dir()
+    for run_id in ("20261129-2330-probe-full-1gpu-1554", "20261129-2331-probe-lora-1gpu-a6b2"):
+        build_run(root, run_id, status="finished", steps=6, total=6, created=f"2026-11-29T23:{run_id[11:13]}:00Z",
+                  command="probe")
+    real = ["20261129-2300-live", "20261129-2200-done", "20261129-2100-dead"]
+
+    async def scenario():
+        with SupervisorStandIn(live):  # (listing without it would record the live run crashed)
+            assert sorted(s.id for s in list_runs() if s.probe) == ["20261129-2330-probe-full-1gpu-1554",
+                                                                   "20261129-2331-probe-lora-1gpu-a6b2"]
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+            async with app.run_test(size=(80, 24)) as pilot:
+                screen = await open_runs(pilot, app)
+                status = screen.query_one("#runs-status")
+                assert ids(screen) == real
+                assert str(status.render()).startswith("3 runs, 1 active · sorted by Started (descending) · "
+                                                       "2 probe runs hidden (p)")
+                assert "probe" not in screen_text(app).split("\n", 2)[2]  # in the status line only
+                assert screen.check_action("probes", ())
+                await pilot.press("question_mark")
+                await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+                assert "Show/hide probe runs" in screen_text(app)
+                await pilot.press("escape")
+                await wait_for(pilot, lambda: app.screen is screen)
+                await pilot.press("p")
+                await wait_for(pilot, lambda: len(ids(screen)) == 5)
+                assert ids(screen)[:2] == ["20261129-2331-probe-lora-1gpu-a6b2", "20261129-2330-probe-full-1gpu-1554"]
+                assert str(status.render()).endswith(" · probe runs dimmed (p)")
+                table = screen.query_one("#runs-table", DataTable)
+                for run_id in ids(screen):
+                    styles = {str(cell.style) for cell in table.get_row(run_id)}
+                    assert all("dim" in style for style in styles) == ("probe" in run_id), (run_id, styles)
+                await pilot.press("p")
+                await wait_for(pilot, lambda: ids(screen) == real)
+                assert "2 probe runs hidden (p)" in str(status.render())
+
+            # No probe runs: p is not offered.
+            for run_id in ("20261129-2330-probe-full-1gpu-1554", "20261129-2331-probe-lora-1gpu-a6b2"):
+                import shutil
+
+                shutil.rmtree(root / run_id)
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+            async with app.run_test(size=(80, 24)) as pilot:
+                screen = await open_runs(pilot, app)
+                assert not screen.check_action("probes", ())
+                assert "probe" not in str(screen.query_one("#runs-status").render())
+
+    run(scenario())
+
+
 def test_enter_opens_dashboard_and_new_runs_appear():
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))

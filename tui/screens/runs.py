@@ -210,6 +210,7 @@ class RunsScreen(Screen[None]):
         Binding("d", "delete", t("runs_screen.key.delete"), id="runs.delete"),
         Binding("k", "stop", t("dashboard.key.stop"), id="runs.stop"),
         Binding("u", "resume", t("dashboard.key.resume"), id="runs.resume"),
+        Binding("p", "probes", t("runs_screen.key.probes"), id="runs.probes"),
         Binding("escape", "clear_filter", t("runs_screen.key.clear"), show=False, id="runs.clear"),
     ]
 
@@ -220,6 +221,9 @@ class RunsScreen(Screen[None]):
         self.sort_column = 8  # started
         self.sort_reverse = True
         self.filter_text = ""
+        # The wizard's probe runs (a few steps each to measure a plan) are hidden until p shows them, dimmed:
+        # they are not the user's training, and each probe made several.
+        self.show_probes = False
         self.listed = False
         self.column_widths: dict[str, int] = {}  # the columns shown now: {key: content width}
         # The widest each column's cells have been while the same runs are listed (see ``_natural``).
@@ -300,7 +304,7 @@ class RunsScreen(Screen[None]):
         progress), and a width only grows while the same runs are listed (a loss from ``10.1234`` to
         ``9.8765`` keeps its cell); it starts over when a run appears or goes."""
         room: dict[str, list[int]] = {c.key: [cell_len(t(c.label))] for c in COLUMNS}
-        for summary in self.runs:
+        for summary in self._listed():
             row = cells[summary.id]
             for key, value in row.items():
                 room[key].append(cell_len(value))
@@ -326,12 +330,13 @@ class RunsScreen(Screen[None]):
         table = self.query_one("#runs-table", DataTable)
         selected = self.shown[table.cursor_row].id if self.shown and 0 <= table.cursor_row < len(self.shown) else None
         needle = self.filter_text.lower()
-        runs = [s for s in self.runs if not needle or needle in " ".join(
+        listed = self._listed()
+        runs = [s for s in listed if not needle or needle in " ".join(
             [s.id, s.status, s.model or "", s.method or "", s.name or ""]).lower()]
         runs.sort(key=COLUMNS[self.sort_column].sort, reverse=self.sort_reverse)
         self.shown = runs
-        # Widths come from every run, not just the filtered ones, so filtering does not reshuffle columns.
-        cells = {summary.id: self._cells(summary) for summary in self.runs}
+        # Widths come from every run listed, not just the filtered ones, so filtering does not reshuffle columns.
+        cells = {summary.id: self._cells(summary) for summary in listed}
         layout = fit_columns(self._table_width(table), self._natural(cells))
         if layout != self.column_widths or not table.columns:
             table.clear(columns=True)
@@ -345,12 +350,13 @@ class RunsScreen(Screen[None]):
         variables = self.app.theme_variables
         for summary in runs:
             colour = variables.get(STATUS_COLOURS.get(summary.status, "$foreground")[1:])
+            dim = " dim" if summary.probe else ""  # a probe run, shown (p): there, but not one's training
             row = cells[summary.id]
             texts = []
             for key, width in layout.items():
                 value = fit_id(row[key], width) if key == "id" else truncate(row[key], width)
                 # Text, not str: a DataTable parses str cells as markup, and ids or models may hold brackets.
-                texts.append(Text(value, style=(colour or "") if key == "status" else ""))
+                texts.append(Text(value, style=(((colour or "") if key == "status" else "") + dim).strip()))
             table.add_row(*texts, key=summary.id)
         if selected is not None:
             for index, summary in enumerate(runs):
@@ -361,12 +367,22 @@ class RunsScreen(Screen[None]):
         if self.listed:
             self._show_status(len(runs))
 
+    def _listed(self) -> list[Any]:
+        """The runs the table lists before the filter: the probe runs only once p shows them."""
+        return [s for s in self.runs if self.show_probes or not s.probe]
+
     def _show_status(self, shown: int) -> None:
         """The summary line; the key hint joins it only where it fits (the footer lists the keys too)."""
-        active = sum(1 for s in self.runs if s.status in ACTIVE_STATES)
-        parts = [t(units.plural_key("runs_screen.summary", len(self.runs)), count=len(self.runs), active=active,
+        listed = self._listed()
+        active = sum(1 for s in listed if s.status in ACTIVE_STATES)
+        parts = [t(units.plural_key("runs_screen.summary", len(listed)), count=len(listed), active=active,
                    column=t(COLUMNS[self.sort_column].label),
                    order=t("runs_screen.desc" if self.sort_reverse else "runs_screen.asc"))]
+        probes = sum(1 for s in self.runs if s.probe)
+        if probes and not self.show_probes:
+            parts.append(t(units.plural_key("runs_screen.probes_hidden", probes), count=probes))
+        elif probes:
+            parts.append(t("runs_screen.probes_shown"))
         if self.filter_text:
             parts.append(t("runs_screen.filtered", text=self.filter_text, shown=shown))
         chosen = self.selected()
@@ -399,10 +415,12 @@ class RunsScreen(Screen[None]):
             if action == "stop":
                 return can_stop(summary.status)
             return can_resume(summary.status) and summary.has_checkpoint
+        if action == "probes":  # offered only where there are probe runs to show or hide
+            return any(s.probe for s in self.runs)
         return True
 
     def footer_priority(self) -> tuple[str, ...]:
-        return ("runs.open", "runs.stop", "runs.resume", "runs.sort", "runs.filter", "runs.delete")
+        return ("runs.open", "runs.stop", "runs.resume", "runs.sort", "runs.filter", "runs.delete", "runs.probes")
 
     # --- actions ---------------------------------------------------------------------------------
     def action_sort(self) -> None:
@@ -418,6 +436,12 @@ class RunsScreen(Screen[None]):
     def action_reverse(self) -> None:
         self.sort_reverse = not self.sort_reverse
         self._fill()
+
+    def action_probes(self) -> None:
+        """Show the probe runs (dimmed) or hide them again; the highlighted run stays where it is listed."""
+        self.show_probes = not self.show_probes
+        self._fill()
+        self.refresh_bindings()
 
     def action_filter(self) -> None:
         box = self.query_one("#runs-filter", Input)
