@@ -353,6 +353,37 @@ def test_a_cpu_run_at_80x24_omits_mfu_and_its_numbers_read_alike_in_header_and_c
         run(scenario())
 
 
+def test_a_seven_character_y_label_keeps_a_blank_from_the_chart_on_its_left_at_80x24():
+    """At 80 columns the charts stand two by two; the learning rate's top label ``1.6e-03`` (7 characters,
+    ``format_axis``'s widest) ran into the loss line beside it when that line reached its chart's right edge on
+    the same row: ``⠤⠤⣄⣀⣀⣀1.6e-03 ┤``. Every chart's gutter starts with a blank cell."""
+    from tests.fixtures.watch.run_builder import header_record, train_record, write_jsonl
+    from tui.widgets.chart import GUTTER, LineChart
+
+    path = build_run(runs_dir(), "20261129-2100-warmup", status="running", steps=40)
+    # The loss rises to its top row at the last step while the learning rate warms up to 1.6e-03 there.
+    write_jsonl(path / "metrics.jsonl", [header_record(600)] + [
+        train_record(step, 600, loss=round(1.0 + 0.05 * step, 4), learning_rate=round(1.6e-3 * step / 40, 8))
+        for step in range(1, 41)])
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_dashboard(pilot, app, "running")
+            await settle(pilot, app, screen)
+            loss = screen.query_one("#chart-loss", LineChart)
+            lr = screen.query_one("#chart-lr", LineChart)
+            assert lr.region.x == loss.region.right and lr.region.y == loss.region.y  # side by side, touching
+            text = screen_text(app)
+            row = next(line for line in text.splitlines() if "1.6e-03 ┤" in line)
+            at = loss.region.right
+            assert row[at - 1] != " " and row[at:at + GUTTER] == " 1.6e-03 ┤", row  # the loss line, a blank
+            assert not re.search("[\u2801-\u28ff][0-9]", text), text  # no label glued to a line anywhere
+
+    with SupervisorStandIn(path):
+        run(scenario())
+
+
 NO_DATA_REASON = ("The data has a problem:\n  /tmp/bad/vanish.jsonl: file not found; give the path of a .jsonl, "
                   ".json, .csv, .parquet or .txt file (or a hub dataset id owner/name)")
 

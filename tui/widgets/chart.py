@@ -30,7 +30,11 @@ from core.watch.figures import format_count, format_duration, format_value
 BRAILLE_BASE = 0x2800
 # bit of the dot at (dx, dy) inside a 2×4 braille cell
 _DOT_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
-GUTTER = 9
+# The cells left of the plot: a blank, the y label right-aligned in LABEL_WIDTH (``format_axis``'s widest,
+# ``1.6e-03``), a space and the axis. The blank keeps a label off whatever is drawn left of the chart: at 80
+# columns the loss chart's line reached the learning-rate chart's label ("⣀⣀⣀1.6e-03 ┤").
+GUTTER = 10
+LABEL_WIDTH = GUTTER - 3
 PALETTE_SIZE = 8
 CLIPPED_MARK = "↑"
 # Blank cells a title leaves at its chart's right edge: two charts side by side (80 columns) have their
@@ -195,7 +199,7 @@ class LineChart(Widget):
         marks = clipped if self.clipped_peak is not None else set()
         for row in range(plot_h):
             label = labels.get(row, "")
-            segments = [Segment(f"{label:>{GUTTER - 2}} ┤"[:GUTTER] if label else " " * (GUTTER - 1) + "│", axis_style)]
+            segments = [Segment(f" {label:>{LABEL_WIDTH}} ┤"[:GUTTER] if label else " " * (GUTTER - 1) + "│", axis_style)]
             run_text, run_owner = [], None
             for cx in range(plot_w):
                 bits = cells[row][cx]
