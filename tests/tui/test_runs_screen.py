@@ -710,6 +710,28 @@ def test_app_start_opens_the_active_run_and_announces_ended_runs():
     assert '"20261129-2100-dead": "crashed"' in last_seen_path().read_text()
 
 
+def test_app_start_neither_opens_nor_announces_the_wizards_probe_runs():
+    """A probe run (a few steps to measure a plan) is not the run a user came back to, nor news when it ends."""
+    root = runs_dir()
+    build_run(root, "20261129-2300-probe-full-1gpu-1554", status="running", steps=5, created="2026-11-29T23:00:00Z",
+              command="probe")
+    build_run(root, "20261129-2250-probe-lora-1gpu-a6b2", status="finished", steps=10,
+              created="2026-11-29T22:50:00Z", command="probe")
+    live = build_run(root, "20261129-2200-live", status="running", steps=120, created="2026-11-29T22:00:00Z")
+    last_seen_path().parent.mkdir(parents=True, exist_ok=True)
+    last_seen_path().write_text('{"runs": {"20261129-2250-probe-lora-1gpu-a6b2": "running"}}')
+
+    async def scenario():
+        with SupervisorStandIn(live):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), announce_runs=True)
+            async with app.run_test(size=(120, 30)) as pilot:
+                await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+                assert app.screen.source.run_id == "20261129-2200-live"  # the newest live run is a probe
+                assert not any("probe" in str(n.message) for n in app._notifications)
+
+    run(scenario())
+
+
 def test_a_run_the_runs_list_shows_finishing_is_not_announced_at_the_next_start():
     """The user watched a run finish in the app; the next start said "since your last visit, run X
     ended: finished". The runs list records a run it shows going from live to final as seen."""

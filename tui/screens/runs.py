@@ -610,7 +610,7 @@ def show_dashboard(app: Any, message: WatchSourceOpened) -> None:
 
 def on_app_start(app: Any, open_run: str | None, announce: bool, request: int) -> None:
     """Open the asked-for run (an id, prefix or any watchable directory), else the active run; announce
-    runs that ended since the last visit. Listing happens in a worker; the screens open from its result,
+    runs that ended since the last visit (neither for the wizard's probe runs). Listing happens in a worker; the screens open from its result,
     unless the user went to a section or opened a screen since ``request`` (``app.dashboard_request`` at
     the start) was current (``app.cancel_dashboard_open``): they stay there; the announcements still show."""
 
@@ -620,7 +620,8 @@ def on_app_start(app: Any, open_run: str | None, announce: bool, request: int) -
 
         target: str | None = None
         error: str | None = None
-        runs = list_runs() if announce or open_run is None else []
+        # the wizard's probe runs (a few steps to measure a plan) are neither opened nor announced
+        runs = [s for s in list_runs() if not s.probe] if announce or open_run is None else []
         if open_run is not None:
             if Path(open_run).expanduser().is_dir():
                 target = str(Path(open_run).expanduser())
