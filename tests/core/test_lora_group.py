@@ -20,18 +20,23 @@ def _group(module):
     return getattr(module, "_tunedeck_group", None)
 
 
-def _count_group_calls(monkeypatch) -> dict:
-    from core.train import lora_group
-
+def _counted(monkeypatch, owner, name: str) -> dict:
+    """Counts the calls of ``owner.name`` from now on (``calls["n"]``)."""
     calls = {"n": 0}
-    original = lora_group._GroupedLoRA.apply
+    original = getattr(owner, name)
 
     def counting(*args):
         calls["n"] += 1
         return original(*args)
 
-    monkeypatch.setattr(lora_group._GroupedLoRA, "apply", counting)
+    monkeypatch.setattr(owner, name, counting)
     return calls
+
+
+def _count_group_calls(monkeypatch) -> dict:
+    from core.train import lora_group
+
+    return _counted(monkeypatch, lora_group._GroupedLoRA, "apply")
 
 
 def _b_first(monkeypatch, on: bool) -> dict:
@@ -40,15 +45,7 @@ def _b_first(monkeypatch, on: bool) -> dict:
     from core.train import lora_group
 
     monkeypatch.setattr(lora_group, "B_FIRST", on)
-    calls = {"n": 0}
-    original = lora_group._frozen
-
-    def counting(*args):
-        calls["n"] += 1
-        return original(*args)
-
-    monkeypatch.setattr(lora_group, "_frozen", counting)
-    return calls
+    return _counted(monkeypatch, lora_group, "_frozen")
 
 
 @pytest.mark.parametrize("b_first", [False, True], ids=["base-first", "update-first"])
