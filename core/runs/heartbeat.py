@@ -21,8 +21,10 @@ import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HEARTBEAT_ENV = "TUNEDECK_HEARTBEAT_S"
 STALL_FLOOR_ENV = "TUNEDECK_STALL_FLOOR_S"
@@ -151,42 +153,17 @@ def stall_floor_s() -> float:
     return _env_float(STALL_FLOOR_ENV, DEFAULT_STALL_FLOOR_S)
 
 
-def last_sign_of_life(run_path: Path) -> float | None:
-    """Unix time of the run's latest sign of life: its newest heartbeat (any rank: the file's mtime, its
-    ``ts``, its last step's ``step_ts``) or metrics.jsonl's last write, whichever is later; None before a
-    trainer wrote either. What ``find_stall`` measures silence from; ``tunedeck status --json`` gives it
-    as ``last_alive``, so that a script tells a hung run (it stops moving) from a live one."""
-    times: list[float] = []
+def _metrics_written(run_path: Path) -> float:
+    """When metrics.jsonl was last written (0 before it exists): a step written is a sign of life."""
     try:
-        times.append((Path(run_path) / "metrics.jsonl").stat().st_mtime)
+        return (Path(run_path) / "metrics.jsonl").stat().st_mtime
     except OSError:
-        pass
-    for path in heartbeat_files(run_path):
-        try:
-            times.append(path.stat().st_mtime)
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            for key in ("ts", "step_ts"):
-                try:
-                    times.append(float(data.get(key) or 0.0))
-                except (TypeError, ValueError):
-                    pass
-    latest = max(times, default=0.0)
-    return latest if latest > 0 else None
+        return 0.0
 
 
-def find_stall(run_path: Path, now: float | None = None) -> Stall | None:
-    """The most silent rank of the run, if it has been silent too long (module docstring); None when
-    every rank is alive or no trainer has written a heartbeat yet."""
-    now = time.time() if now is None else now
-    floor = stall_floor_s()
-    try:
-        metrics_ts = (Path(run_path) / "metrics.jsonl").stat().st_mtime  # a step written is a sign of life
-    except OSError:
-        metrics_ts = 0.0
-    worst: Stall | None = None
+def _beats(run_path: Path) -> Iterator[tuple[dict[str, Any], float]]:
+    """Each readable heartbeat's payload and its latest sign of life: the file's mtime, its ``ts``, its last
+    step's ``step_ts`` (a value that is not a number counts as none)."""
     for path in heartbeat_files(run_path):
         try:
             mtime = path.stat().st_mtime
@@ -195,7 +172,33 @@ def find_stall(run_path: Path, now: float | None = None) -> Stall | None:
             continue
         if not isinstance(data, dict):
             continue
-        alive = max(mtime, float(data.get("ts") or 0.0), float(data.get("step_ts") or 0.0), metrics_ts)
+        times = [mtime]
+        for key in ("ts", "step_ts"):
+            try:
+                times.append(float(data.get(key) or 0.0))
+            except (TypeError, ValueError):
+                pass
+        yield data, max(times)
+
+
+def last_sign_of_life(run_path: Path) -> float | None:
+    """Unix time of the run's latest sign of life: its newest heartbeat (any rank, ``_beats``) or metrics.jsonl's
+    last write, whichever is later; None before a trainer wrote either. What ``find_stall`` measures silence
+    from; ``tunedeck status --json`` gives it as ``last_alive``, so that a script tells a hung run (it stops
+    moving) from a live one."""
+    latest = max([_metrics_written(run_path), *(alive for _, alive in _beats(run_path))])
+    return latest if latest > 0 else None
+
+
+def find_stall(run_path: Path, now: float | None = None) -> Stall | None:
+    """The most silent rank of the run, if it has been silent too long (module docstring); None when
+    every rank is alive or no trainer has written a heartbeat yet."""
+    now = time.time() if now is None else now
+    floor = stall_floor_s()
+    metrics_ts = _metrics_written(run_path)
+    worst: Stall | None = None
+    for data, beat in _beats(run_path):
+        alive = max(beat, metrics_ts)
         threshold = max(floor, STEP_FACTOR * float(data.get("median_step_s") or 0.0),
                         INTERVAL_FACTOR * float(data.get("interval_s") or DEFAULT_INTERVAL_S))
         if data.get("phase") == "saving":
