@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from core.paths import runs_dir
 from core.runs.heartbeat import last_sign_of_life
 from core.runs.launch import PROBE_COMMAND
 from core.runs.liveness import effective_status
-from core.runs.run_dir import FINISHED, STALLED, RunDirectory
+from core.runs.run_dir import FINISHED, STALLED, RunDirectory, utc_iso
 from core.runs.states import TERMINAL_STATES
 from core.watch.figures import steady_tokens_per_s
 
@@ -125,17 +124,10 @@ def summarize(run: RunDirectory) -> RunSummary:
         updated=status.updated,
         has_checkpoint=ended_with_checkpoint(run, status.status),
         record_error=unreadable or None,
-        last_alive=_utc(alive),
+        last_alive=None if alive is None else utc_iso(alive),  # as created and updated
         silent_s=None if alive is None else round(max(0.0, time.time() - alive), 1),
         probe=record.get("command") == PROBE_COMMAND,
     )
-
-
-def _utc(ts: float | None) -> str | None:
-    """``2026-12-06T10:45:59Z``, the format of ``created`` and ``updated``."""
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def iter_run_dirs(root: Path | None = None) -> list[RunDirectory]:

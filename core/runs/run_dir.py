@@ -51,8 +51,13 @@ STALLED = RunState.STALLED
 METRICS_SCHEMA = 1
 
 
+def utc_iso(ts: float) -> str:
+    """A Unix time as run.json and status.json write times: ``2026-12-06T10:45:59Z``."""
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def utc_now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return utc_iso(time.time())
 
 
 @dataclass(frozen=True)
