@@ -24,7 +24,7 @@ from core.data.readers import SUFFIXES as DATA_SUFFIXES
 from core.errors import TunedeckError
 from core.i18n import t
 from core.plan.request import GOALS, OVERRIDABLE
-from core.units import format_count
+from core.units import format_count, plural_key
 from tui.screens.error_modal import describe, report_failed_worker, report_unexpected
 from tui.widgets.bar import bar
 from tui.widgets.keys_footer import KeysFooter
@@ -526,8 +526,7 @@ class WizardScreen(Screen[None]):
             info.update(t("wizard.dataset.unread") if path else "")
 
     def _dataset_text(self, summary: Any) -> str:
-        problems = (t("wizard.dataset.problem_rows_one") if summary.issues == 1
-                    else t("wizard.dataset.problem_rows", count=format_count(summary.issues)))
+        problems = t(plural_key("wizard.dataset.problem_rows", summary.issues), count=format_count(summary.issues))
         lines = [t("wizard.dataset.info", format=summary.format or "?", records=format_count(summary.records),
                    problems=problems, tokens=format_count(summary.total_tokens),
                    p95=format_count(summary.p95),
@@ -906,7 +905,7 @@ def _more_problems(count: int) -> str:
     """`` (and 3 more)`` after a first problem; empty when it is the only one."""
     if count <= 0:
         return ""
-    return t("wizard.more_problems_one") if count == 1 else t("wizard.more_problems", count=format_count(count))
+    return t(plural_key("wizard.more_problems", count), count=format_count(count))
 
 
 MAX_LISTED_FILES = 20
@@ -955,7 +954,7 @@ def memory_bar(best: Any, width: int = BAR_WIDTH, note: str = "") -> list[str]:
 def alternatives_hint(listed: int) -> str:
     """The keys that take an alternative, as many as are listed (the bindings are 1 to ``ALTERNATIVE_KEYS``)."""
     keys = min(listed, ALTERNATIVE_KEYS)
-    return t("wizard.alternatives_hint_one") if keys == 1 else t("wizard.alternatives_hint", last=keys)
+    return t(plural_key("wizard.alternatives_hint", keys), last=keys)
 
 
 def render_recommendation(rec: Any) -> list[tuple[str, bool]]:
