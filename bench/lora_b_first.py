@@ -27,7 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # core, for results_files
 
-from results_files import write_results  # noqa: E402  (bench/ is not a package)
+from attention_kernels import timed  # noqa: E402  (bench/ is not a package)
+from results_files import write_results  # noqa: E402
 
 # Qwen2.5-7B's adapted linears whose update lora_group adds: (name, in, out, bias, slots: the group's ranks in the
 # input-gradient fold buffer beside the weight)
@@ -60,13 +61,7 @@ def _ms(fns: dict[str, Any], iters: int, repeats: int) -> dict[str, float]:
     torch.cuda.synchronize()
     for _ in range(repeats):
         for name, fn in fns.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            torch.cuda.synchronize()
-            times[name].append(start.elapsed_time(end) / iters)
+            times[name].append(timed(fn, iters))
     return {name: round(statistics.median(t), 4) for name, t in times.items()}
 
 
