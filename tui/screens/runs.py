@@ -610,9 +610,10 @@ def show_dashboard(app: Any, message: WatchSourceOpened) -> None:
 
 def on_app_start(app: Any, open_run: str | None, announce: bool, request: int) -> None:
     """Open the asked-for run (an id, prefix or any watchable directory), else the active run; announce
-    runs that ended since the last visit (neither for the wizard's probe runs). Listing happens in a worker; the screens open from its result,
-    unless the user went to a section or opened a screen since ``request`` (``app.dashboard_request`` at
-    the start) was current (``app.cancel_dashboard_open``): they stay there; the announcements still show."""
+    runs that ended since the last visit (neither for the wizard's probe runs). Listing happens in a worker;
+    the screens open from its result, unless the user went to a section or opened a screen since ``request``
+    (``app.dashboard_request`` at the start) was current (``app.cancel_dashboard_open``): they stay there;
+    the announcements still show."""
 
     def work_() -> None:
         from core.runs import RunNotFound, list_runs, resolve_run
