@@ -395,8 +395,9 @@ NO_DATA_REASON = ("The data has a problem:\n  /tmp/bad/vanish.jsonl: file not fo
 def test_a_run_that_failed_before_its_first_step_says_so_at_80x24(gpus, config, first_line):
     """Its dataset deleted right after 'tunedeck train': the run failed with no metrics.jsonl at all. The
     charts said "waiting for the first metrics…" for ever, the header "N/A" for the precision its
-    config.yaml gives, and the reason was cut mid-sentence at 80×24. Now the charts say no metric is
-    coming, the header has what config.yaml says, and the reason is on screen to its last word."""
+    config.yaml gives (the stats line "N/A" five times), and the reason was cut mid-sentence at 80×24. Now
+    the charts and the stats line say no metric is coming, the header has what config.yaml says, and the
+    reason is on screen to its last word."""
     from tui.widgets.chart import LineChart
 
     path = build_run(runs_dir(), "20261129-2100-vanish", status="failed", steps=0, reason=NO_DATA_REASON,
@@ -416,7 +417,9 @@ def test_a_run_that_failed_before_its_first_step_says_so_at_80x24(gpus, config, 
             await wait_screen_stable(pilot, app)
             text = screen_text(app)
             assert "waiting for the first metrics" not in text
-            assert text.count("no metrics: ended before step 1") == 4, text  # each of the four charts
+            # each of the four charts, and the stats line, with no "N/A" for what no step gave
+            assert text.count("no metrics: ended before step 1") == 5, text
+            assert "step – · no metrics: ended before step 1" in text and "N/A" not in text, text
             assert text.splitlines()[1].strip() == first_line, text
             info = " ".join(screen.query_one("#dash-info").render().plain.split())
             assert " ".join(NO_DATA_REASON.split()) in info  # the whole reason, wrapped
@@ -443,6 +446,8 @@ def test_a_run_with_no_metrics_yet_still_waits_for_them():
             await pilot.pause()
             assert screen.query_one("#chart-loss", LineChart).empty_text == "waiting for the first metrics…"
             assert not screen.has_class("-ended")
+            stats = screen.query_one("#dash-info").render().plain.splitlines()[1]
+            assert stats == "step – · waiting for the first metrics…", stats
 
     with SupervisorStandIn(path):
         run(scenario())

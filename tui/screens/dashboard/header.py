@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static
 
 from core.assets import model_label
 from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
-from core.runs import ACTIVE_STATES, TERMINAL_STATES, RunState, state_label
+from core.runs import TERMINAL_STATES, RunState, state_label
 from core.runs.listing import shown_total
 from core.units import format_cost, format_rate
 from core.watch.activity import IDLE
@@ -257,7 +257,7 @@ class DashboardHeader:
         line1 = fit_first_line(first, self._info_width())
         step, total = latest.get("step"), latest.get("total_steps") or header.get("total_steps")
         total = shown_total(step, total, status)
-        progress = _na(None if step is None else f"{step}/{total}" if total else str(step))
+        progress = ("–" if step is None else f"{step}/{total}" if total else str(step))
         if step is not None and total:
             progress += f" {100.0 * step / total:.0f}%"
         elapsed = latest.get("elapsed_s")
@@ -268,18 +268,23 @@ class DashboardHeader:
         gpu_count = self._gpu_count()
         mfu_value = mfu({**latest, "tokens_per_s": tokens}, header, gpu_count, self.gpu_name)
         cost = cost_so_far(elapsed, gpu_count, self.app.settings.price_per_gpu_hour)
-        # (text, rank): what goes first when the line is too wide, lowest rank first; the step stays.
-        # An MFU that cannot be known (a CPU run, an unknown GPU) is left out: "MFU N/A" was noise.
-        parts: list[tuple[str, int]] = [
-            (t("dashboard.step", progress=progress), STAT_KEPT),
-            (t("dashboard.epoch", epoch=_na(None if latest.get("epoch") is None else f"{latest['epoch']:.2f}")), 0),
-            (t("dashboard.elapsed", value=_na(format_duration(elapsed))), 3),
-            *([(t("dashboard.eta", value=_na(format_duration(eta))), 5)]
-              if eta is not None or status in ACTIVE_STATES else []),
-            (t("dashboard.tokens", value=_na(None if tokens is None else format_rate(tokens))), 4),
-            *([(t("dashboard.mfu", value=f"{100 * mfu_value:.0f}%"), 1)] if mfu_value is not None else []),
-            *([(t("dashboard.cost", value=format_cost(cost, t("dashboard.currency"))), 2)] if cost is not None else []),
+        # (text, rank): what goes first when the line is too wide, lowest rank first; the step stays. A figure
+        # not known (yet) is left out, not shown as "N/A": a fresh run's line read "step N/A · epoch N/A ·
+        # elapsed N/A · ETA N/A · N/A tok/s"; before its first step it says what the charts say instead.
+        epoch = latest.get("epoch")
+        known = [
+            (epoch is not None and t("dashboard.epoch", epoch=f"{epoch:.2f}"), 0),
+            (elapsed is not None and t("dashboard.elapsed", value=format_duration(elapsed)), 3),
+            (eta is not None and t("dashboard.eta", value=format_duration(eta)), 5),
+            (tokens is not None and t("dashboard.tokens", value=format_rate(tokens)), 4),
+            (mfu_value is not None and t("dashboard.mfu", value=f"{100 * mfu_value:.0f}%"), 1),
+            (cost is not None and t("dashboard.cost", value=format_cost(cost, t("dashboard.currency"))), 2),
         ]
+        parts: list[tuple[str, int]] = [(t("dashboard.step", progress=progress), STAT_KEPT)]
+        if step is None:
+            none_coming = self._ended_run() and self.backfilled
+            parts.append((t("dashboard.ended_without_metrics" if none_coming else "dashboard.waiting"), 3))
+        parts += [(text, rank) for text, rank in known if text]
         line2 = _escape(fit_stats(parts, self._info_width()))
         ended = bool(self.reason) and status in TERMINAL_STATES and status != RunState.FINISHED
         if ended:
