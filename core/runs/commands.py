@@ -40,6 +40,7 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("runs", help=t("runs.runs_help"), description=t("runs.runs_help"))
     p.add_argument("--json", action="store_true", help=t("runs.json_help"))
+    p.add_argument("--probes", action="store_true", help=t("runs.probes_help"))
     p.set_defaults(handler=cmd_runs)
 
     p = subparsers.add_parser("status", help=t("runs.status_help"), description=t("runs.status_help"))
@@ -258,13 +259,21 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from core.i18n import t
     from core.runs.listing import list_runs
     from core.text_width import pad, truncate
+    from core.units import plural_key
 
     runs = list_runs()
     if args.json:
         _print_json([r.to_dict() for r in runs])
         return 0
+    # The wizard's probe runs (a few steps each to measure a plan) are not the user's training: the table
+    # leaves them out unless asked, as the Runs screen does, and says how many it left
+    hidden = 0 if args.probes else sum(1 for r in runs if r.probe)
+    runs = [r for r in runs if args.probes or not r.probe]
     if not runs:
         _err(t("runs.none_yet"))
+    if hidden:
+        _err(t(plural_key("runs.probes_not_listed", hidden), count=hidden))
+    if not runs:
         return 0
     headers = [t("runs.col_id"), t("runs.col_status"), t("runs.col_method"), t("runs.col_step"),
                t("runs.col_loss"), t("runs.col_tps"), t("runs.col_eta"), t("runs.col_model")]
@@ -274,7 +283,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         # A run.json that does not read has no model or method to show: the model column says so
         # (`status RUN` and --json's record_error say why).
         model = t("runs.record_unreadable_short") if r.record_error else truncate(r.model, 40)
-        rows.append([r.id, _state(r.status), r.method, step, _fmt_float(r.loss), format_rate(r.steady_tokens_per_s),
+        method = t("runs.probe_mark", method=r.method) if r.probe else r.method
+        rows.append([r.id, _state(r.status), method, step, _fmt_float(r.loss), format_rate(r.steady_tokens_per_s),
                      format_duration(r.eta_s) if r.status in ACTIVE_STATES else UNKNOWN, model])
     from core.text_width import cell_len
 

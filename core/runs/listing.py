@@ -126,8 +126,25 @@ def summarize(run: RunDirectory) -> RunSummary:
         record_error=unreadable or None,
         last_alive=None if alive is None else utc_iso(alive),  # as created and updated
         silent_s=None if alive is None else round(max(0.0, time.time() - alive), 1),
-        probe=record.get("command") == PROBE_COMMAND,
+        probe=is_probe(record),
     )
+
+
+def is_probe(record: dict[str, Any]) -> bool:
+    """run.json says the wizard's probe started the run: its ``command`` (since the marking), or, for a
+    probe run made before it, the command line's run file, which the probe writes under the data root's
+    ``probes/`` (``core.plan.probe.probe_one``; no file a user names lives there)."""
+    if record.get("command") == PROBE_COMMAND:
+        return True
+    argv = record.get("argv")
+    if not (isinstance(argv, list) and len(argv) >= 3 and argv[1:2] == ["train"]):
+        return False
+    from core.paths import data_root
+
+    try:
+        return Path(str(argv[2])).parent.resolve() == (data_root() / "probes").resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def iter_run_dirs(root: Path | None = None) -> list[RunDirectory]:

@@ -973,3 +973,33 @@ def test_status_json_gives_the_trainers_latest_sign_of_life_which_moves_while_up
         beat.write_text("{torn")
         os.utime(beat, (now - 1, now - 1))
         assert last_sign_of_life(run.path) == pytest.approx(now - 1)
+
+
+def test_runs_leaves_the_wizards_probe_runs_out_unless_asked_and_knows_the_older_ones(home, capsys):
+    """`tunedeck runs` listed the wizard's probe runs (a few steps each to measure a plan) among the user's
+    training, and probe runs made before run.json said ``command: probe`` were not known as probes anywhere.
+    A run started on a run file the probe writes (``<data root>/probes/``) is one too; the table leaves them
+    out and says how many, ``--probes`` lists them marked, ``--json`` lists every run as before."""
+    from core import cli
+    from core.paths import data_root
+
+    mine = _run(home)
+    marked = create_run(_Config(name="probe-a"), ["tunedeck", "probe"], command="probe", gpus=[])
+    older = create_run(_Config(name="probe-b"),
+                       ["tunedeck", "train", str(data_root() / "probes" / "tiny-lora-1764968400000.yaml")], gpus=[])
+    elsewhere = create_run(_Config(name="mine-too"), ["tunedeck", "train", str(home / "plans" / "tiny.yaml")], gpus=[])
+    assert {s.id: s.probe for s in list_runs()} == {mine.id: False, marked.id: True, older.id: True,
+                                                     elsewhere.id: False}
+    assert cli.main(["runs"]) == 0
+    out = capsys.readouterr()
+    assert mine.id in out.out and elsewhere.id in out.out
+    assert marked.id not in out.out and older.id not in out.out and "(probe)" not in out.out
+    assert out.err.strip() == "2 probe runs of the wizard not listed (--probes lists them)"
+    assert cli.main(["runs", "--probes"]) == 0
+    out = capsys.readouterr()
+    rows = {line.split()[0]: line for line in out.out.splitlines()[1:]}
+    assert set(rows) == {mine.id, marked.id, older.id, elsewhere.id} and out.err == ""
+    assert "lora (probe)" in rows[marked.id] and "lora (probe)" in rows[older.id]
+    assert "(probe)" not in rows[mine.id]
+    assert cli.main(["runs", "--json"]) == 0
+    assert sorted(r["id"] for r in json.loads(capsys.readouterr().out) if r["probe"]) == sorted([marked.id, older.id])
