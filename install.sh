@@ -48,8 +48,15 @@ say "using $($python -V 2>&1) at $(command -v "$python")"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
     rm -rf "$venv"
     say "creating the virtual environment $venv"
-    "$python" -m venv "$venv" 2>/tmp/tunedeck-venv.err || die "could not create $venv: $(tail -n 3 /tmp/tunedeck-venv.err)
-  On Debian/Ubuntu: apt-get install -y python3-venv (or python3.X-venv for your version), then run ./install.sh again."
+    # venv's own message, kept in a variable: a fixed file in /tmp may belong to another user of a shared box
+    # (its "Permission denied" then read as a missing python3-venv)
+    if ! venv_err=$("$python" -m venv "$venv" 2>&1 >/dev/null); then
+        case "$venv_err" in
+            *ensurepip*|*"No module named venv"*) die "could not create $venv: $(printf '%s\n' "$venv_err" | tail -n 3)
+  On Debian/Ubuntu: apt-get install -y python3-venv (or python3.X-venv for your version), then run ./install.sh again." ;;
+            *) die "could not create $venv: $(printf '%s\n' "$venv_err" | tail -n 3)" ;;
+        esac
+    fi
 else
     say "reusing the virtual environment $venv"
 fi
