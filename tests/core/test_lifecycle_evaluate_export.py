@@ -129,3 +129,46 @@ def test_evaluate_a_full_fine_tune_gives_no_base_figure(shared, monkeypatch):
     proc = tunedeck(home, "evaluate", run.id)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "no base figure" in proc.stderr and "base:" not in proc.stderr and "tuned:" in proc.stderr
+
+
+def test_the_runs_eval_loss_is_what_evaluate_measures_on_its_checkpoint(tmp_path, monkeypatch):
+    """The dashboard's eval loss read 1.519 where ``tunedeck evaluate`` of the same checkpoint read 1.472: the
+    Trainer took the mean of its eval batches' means (batches of 8 and 6 examples), which weighs a short
+    example's tokens more; evaluate counts each held-out target once. The trainer's figure now does too: on
+    held-out examples of uneven lengths in uneven batches, the two agree. (CPU, fp32, the bundled tiny model.)"""
+    import time
+
+    import yaml
+
+    from core.lifecycle.evaluate import evaluate_run
+    from core.runs.jsonl import iter_records
+    from core.runs.liveness import effective_status
+    from core.runs.run_dir import RunDirectory
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    data = tmp_path / "data.jsonl"
+    with open(data, "w", encoding="utf-8") as handle:
+        for i in range(40):  # answers from two words to a few dozen: batches' means weigh them unevenly
+            answer = " ".join(["word"] * (2 + (i * 7) % 31)) + "."
+            handle.write(json.dumps({"messages": [{"role": "user", "content": f"Question {i}?"},
+                                                  {"role": "assistant", "content": answer}]}) + "\n")
+    cfg = {"model": str(TINY), "dataset": str(data), "method": "lora", "lora_rank": 8, "lora_alpha": 16,
+           "lora_dropout": 0.0, "precision": "fp32", "max_seq_len": 64, "micro_batch_size": 8,
+           "gradient_accumulation": 1, "max_steps": 3, "learning_rate": 0.005, "warmup_steps": 0,
+           "gradient_checkpointing": False, "save_steps": 3, "logging_steps": 1, "seed": 7, "eval_split": 0.35}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    out = tunedeck(home, "train", str(tmp_path / "run.yaml"))
+    assert out.returncode == 0, out.stderr
+    run = RunDirectory(home / "runs" / out.stdout.strip())
+    deadline = time.monotonic() + 240
+    while effective_status(run).status not in ("finished", "failed", "crashed", "stopped"):
+        assert time.monotonic() < deadline, run.log_path.read_text()[-3000:]
+        time.sleep(0.3)
+    assert run.status().status == "finished", run.log_path.read_text()[-3000:]
+    logged = [r for r in iter_records(run.metrics_path) if r.get("kind") == "eval"]
+    assert [r["step"] for r in logged] == [3]
+    result = evaluate_run(run, checkpoint=3, prompts=[])
+    assert result["split"] == "held_out" and result["examples"] == 14  # two eval batches: 8 and 6
+    assert logged[0]["eval_loss"] == pytest.approx(result["tuned"]["loss"], rel=1e-5), (logged, result["tuned"])
