@@ -1,6 +1,7 @@
 """Text measured in terminal cells, not characters: CJK characters take two cells.
 
 Layouts (tables, bars, truncation) use these so that a Chinese interface lines up like an English one.
+``one_line`` folds text from elsewhere (a process's command line) onto the one line a table row has.
 """
 
 from __future__ import annotations
@@ -9,6 +10,13 @@ import unicodedata
 from functools import lru_cache
 
 ELLIPSIS = "…"
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: each run of whitespace and control characters (newlines, tabs, terminal escapes,
+    NULs) is one space, none at either end. A ``python -c`` script's command line is several lines, and a
+    process's arguments are anyone's bytes: printed raw they break a table, or drive the terminal."""
+    return " ".join("".join(" " if unicodedata.category(c) == "Cc" else c for c in text).split())
 
 
 @lru_cache(maxsize=4096)

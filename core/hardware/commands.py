@@ -51,7 +51,9 @@ def _row(cells: list[str]) -> str:
 
 
 def render_snapshot(snapshot: Any) -> list[str]:
-    """The human form of a ``BoxSnapshot``: GPU table, processes, topology, host and driver lines."""
+    """The human form of a ``BoxSnapshot``: GPU table, processes (one line each), topology, host and driver lines."""
+    from core.text_width import one_line
+
     lines = [_row([t(key) for key, _, _ in _COLUMNS])]
     for gpu in snapshot.gpus:
         memory = t("hardware.cli.memory", used=_mib(gpu.memory_used_bytes), total=_mib(gpu.memory_total_bytes))
@@ -74,7 +76,7 @@ def render_snapshot(snapshot: Any) -> list[str]:
                 pid=proc.pid,
                 memory=_mib(proc.used_memory_bytes),
                 user=proc.user or t("hardware.cli.na"),
-                command=proc.command or t("hardware.cli.na"),
+                command=one_line(proc.command or "") or t("hardware.cli.na"),  # --json keeps the real one
             ))
     if snapshot.pid_namespace_mismatch:
         lines.append(t("hardware.cli.pid_mismatch"))

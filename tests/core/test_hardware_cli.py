@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import subprocess
@@ -132,3 +133,34 @@ def test_gpus_is_listed_in_help(tmp_path):
     result = subprocess.run([sys.executable, "-m", "core", "--help"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "gpus" in result.stdout
+
+
+def test_a_multi_line_command_is_one_line_of_the_table_and_unchanged_in_json(tmp_path):
+    """A ``python -c`` script's newlines (and a hostile command's escape sequences) broke the table and reached
+    the terminal raw: each process is one line, its command folded as the GPU screen shows it; --json keeps it."""
+    recording = load_snapshot(FIXTURES / "h200x2.json")
+    scripted = [p for g in recording.gpus for p in g.processes if "\n" in (p.command or "")]
+    assert scripted  # the recording holds a multi-line command, as a real box's python -c
+    hostile = "python3 train.py\t--name \x1b]0;owned\x07x\r\n--steps 5\x00"
+    gpus = tuple(dataclasses.replace(g, processes=(*g.processes, dataclasses.replace(g.processes[0], pid=9000 + g.index,
+                                                                                      command=hostile)))
+                 if g.index == 1 else g for g in recording.gpus)
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(dataclasses.replace(recording, gpus=gpus).to_json()), encoding="utf-8")
+
+    result = run_gpus(tmp_path, fake=path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    process_lines = [line for line in lines if line.startswith("  GPU ")]
+    assert len(process_lines) == sum(len(g.processes) for g in gpus) == 3
+    assert all(line.split()[:4] == ["GPU", str(g.index), "pid", str(p.pid)]
+               for line, (g, p) in zip(process_lines, [(g, p) for g in gpus for p in g.processes], strict=True))
+    first = scripted[0].command
+    assert any(line.endswith("  " + " ".join(first.split())) for line in process_lines)
+    assert any(line.endswith("  python3 train.py --name ]0;owned x --steps 5") for line in process_lines)
+    assert not any(ch in result.stdout for ch in "\x1b\x07\x00\r\t")
+    assert lines[len(recording.gpus) + 1 + 3].startswith("Topology")  # nothing of a command after the processes
+
+    data = json.loads(run_gpus(tmp_path, "--json", fake=path).stdout)
+    commands = [p["command"] for g in data["gpus"] for p in g["processes"]]
+    assert first in commands and hostile in commands  # the real command lines, unchanged

@@ -38,7 +38,7 @@ from core.hardware.run_links import TRAINER, RunLink, RunLinker
 from core.hardware.snapshot import BoxSnapshot, GpuProcess, GpuSnapshot
 from core.i18n import t
 from core.settings import MIN_POLL_INTERVAL_S
-from core.text_width import cell_len, pad, truncate
+from core.text_width import cell_len, one_line, pad, truncate
 from core.units import UNKNOWN, format_disk, format_duration, format_memory, plural_key
 from tui.gpu_poll import GpuPollFailed, SnapshotReady, expected_errors
 from tui.widgets.bar import bar, level_variable
@@ -68,16 +68,12 @@ def _num(value: float | int | None, fmt: str = "{:.0f}", suffix: str = "") -> st
     return t("gpuscreen.na") if value is None else fmt.format(value) + suffix
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _list_command(text: str) -> str:
     """The list's command cell: the program by its name, not its path (``/root/tunedeck/.venv/bin/python -m
     core.train.worker ...`` is ``python -m core.train.worker ...``): at 80 columns a virtual environment's path
     filled the cell, and the arguments are what tell processes apart. The selected process's full command line
     shows under the list."""
-    program, space, rest = _one_line(text).partition(" ")
+    program, space, rest = one_line(text).partition(" ")
     name = program.rstrip("/").rsplit("/", 1)[-1] if "/" in program.rstrip("/") else program
     return name + space + rest
 
@@ -660,7 +656,7 @@ class GpuScreen(Screen[None]):
                 role = "gpuscreen.detail.run_trainer" if row.run.role == TRAINER else "gpuscreen.detail.run_worker"
                 # with the key that opens its dashboard
                 head.append(t(role, run=row.run.run_id) + t("gpuscreen.detail.open_key"))
-            body = _one_line(proc.command or t("gpuscreen.na"))
+            body = one_line(proc.command or t("gpuscreen.na"))
         else:
             body = t(f"gpuscreen.hidden_{proc.hidden_reason or 'not_in_namespace'}")
         # Wrapped here, by cells, so that the lines shown are exactly the lines counted.
@@ -794,7 +790,7 @@ class GpuScreen(Screen[None]):
         proc = row.process
         signal = signal_name(force)
         parts = [t("gpuscreen.kill_where", pid=proc.pid, user=proc.user or t("gpuscreen.na"), gpu=row.gpu),
-                 truncate(_one_line(proc.command or t("gpuscreen.na")), 240), "",
+                 truncate(one_line(proc.command or t("gpuscreen.na")), 240), "",
                  t("gpuscreen.kill_explain_kill" if force else "gpuscreen.kill_explain_term")]
         if row.run is not None:
             parts.append(t("gpuscreen.kill_run_note", run=row.run.run_id))
