@@ -162,6 +162,99 @@ def test_eight_gpus_compact_at_80x24_and_grid_when_large():
     run(scenario())
 
 
+def process_on_screen(app, pid: int) -> bool:
+    """``pid``'s row of the process list and the line under the list that names it are both on screen."""
+    rows = screen_text(app).splitlines()
+    return any(row.split()[1:2] == [str(pid)] for row in rows) and any(f"PID {pid}" in row for row in rows)
+
+
+def test_full_cards_never_hide_the_process_a_key_acts_on():
+    """8 GPUs at 80x24: full cards would fill the screen (cards 0-2 of 8) and push the process list off it,
+    where p, the arrows, k and Enter acted on a process no one could see. c says why the cards stay compact
+    (as it does while a process is selected); on a terminal where they fit it still expands them."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x8"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_gpus(pilot, app)
+            cards = list(screen.query(GpuCard))
+            await pilot.press("c")
+            await wait_for(pilot, lambda: any("Full cards need 66 lines" in n and "has 24" in n for n in notes(app)))
+            assert all(c.has_class("-compact") for c in cards)
+            row = await select_process(pilot, app)
+            await wait_screen_stable(pilot, app)
+            assert process_on_screen(app, row.process.pid)
+            for _ in range(7):  # down to the last process, each one on screen as it is selected
+                await pilot.press("down")
+                await wait_for(pilot, lambda: "k" in footer_keys(app))
+                await wait_screen_stable(pilot, app)
+                assert process_on_screen(app, screen.selected().process.pid)
+            assert screen.selected().process.pid == 62007
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, TextModal))
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is screen)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: screen.selected() is None)
+
+            await pilot.resize_terminal(160, 50)  # room for full cards (2 columns) and the list: c toggles
+            await wait_for(pilot, lambda: not any(c.has_class("-compact") for c in cards))
+            await pilot.press("c")
+            await wait_for(pilot, lambda: all(c.has_class("-compact") for c in cards))
+            await pilot.press("c")
+            await wait_for(pilot, lambda: not any(c.has_class("-compact") for c in cards))
+            await pilot.resize_terminal(80, 24)  # full cards asked for, then a terminal too small for them
+            await wait_for(pilot, lambda: all(c.has_class("-compact") for c in cards))
+            await wait_screen_stable(pilot, app)
+            assert process_on_screen(app, (await select_process(pilot, app)).process.pid)
+
+    run(scenario())
+
+
+def test_c_while_a_process_is_selected_keeps_it_in_view():
+    """2 GPUs at 80x24: full cards fit, and fold while a process is selected; c then says why, and the
+    full cards come back when Esc leaves the list."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_gpus(pilot, app)
+            cards = list(screen.query(GpuCard))
+            assert not any(c.has_class("-compact") for c in cards)
+            row = await select_process(pilot, app)
+            await wait_for(pilot, lambda: all(c.has_class("-compact") for c in cards))
+            await pilot.press("c")
+            await wait_for(pilot, lambda: any("selected process" in n and "Esc" in n for n in notes(app)))
+            await wait_screen_stable(pilot, app)
+            assert all(c.has_class("-compact") for c in cards)
+            assert process_on_screen(app, row.process.pid)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not any(c.has_class("-compact") for c in cards))
+
+    run(scenario())
+
+
+def test_a_terminal_too_short_even_for_compact_lines_scrolls_to_the_selected_process():
+    """8 GPUs at 80x12: compact lines leave the list no row; the screen scrolls to the selected process
+    (and back to the cards when Esc leaves the list)."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x8"))
+        async with app.run_test(size=(80, 12)) as pilot:
+            screen = await open_gpus(pilot, app)
+            for index in range(8):
+                if index == 0:
+                    await select_process(pilot, app)
+                else:
+                    await pilot.press("down")
+                await wait_for(pilot, lambda index=index: screen.selected().process.pid == 62000 + index)
+                await wait_screen_stable(pilot, app)
+                assert process_on_screen(app, 62000 + index), index
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: screen.selected() is None)
+            await wait_screen_stable(pilot, app)
+            assert " 0 H200" in screen_text(app)
+
+    run(scenario())
+
+
 def test_history_grows_with_polls_and_interval_keys_respect_floor():
     async def scenario():
         clock = StepClock()

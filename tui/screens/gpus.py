@@ -9,7 +9,9 @@ The process list works like nvitop's: nothing is selected until ``p`` (or an arr
 process; then its full command line, start and run show below the list, ``Enter`` shows everything in
 a window, ``k`` / ``K`` send SIGTERM / SIGKILL after a ``y`` in a dialog (``core.hardware.process_control``
 checks first that the pid still names the same process, and refuses with the reason where it cannot
-send), ``o`` opens the run's dashboard, ``Esc`` leaves the list.
+send), ``o`` opens the run's dashboard, ``Esc`` leaves the list. A process a key acts on is always on screen:
+full cards show only where they leave the list (and a selected process's detail) its room, ``c`` says why
+where they do not, and a terminal too short even for compact lines scrolls to the selected process.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ COMMAND_MIN_WIDTH = 20  # columns drop before the command gets narrower than thi
 USER_MAX_WIDTH = 10
 DETAIL_MAX_LINES = 6  # the selected process under the list: a head line and up to five of command
 DETAIL_RESERVE_LINES = 4  # what a selection needs at least: cards fold (compact) to leave it
+# Header, host strip and footer, and the process list's header and five rows: what full cards leave at least,
+# with the status's lines (the status may take several).
+LIST_RESERVE_LINES = 3 + 6
 SIGNAL_WAIT_S = 10.0  # how long after a signal the screen waits to say whether the process exited
 
 
@@ -329,7 +334,7 @@ class GpuScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__(name="gpus")
         self.snapshot: BoxSnapshot | None = None
-        self.forced_compact: bool | None = None
+        self.compact_chosen = False  # c: compact lines even where full cards fit
         self.links: dict[int, RunLink] = {}
         self.rows: dict[str, ProcRow] = {}  # the process table's rows, in order, by row key
         self.column_widths: dict[str, int] = {}
@@ -464,13 +469,16 @@ class GpuScreen(Screen[None]):
         )
 
     def _compact_wanted(self, count: int) -> bool:
-        if self.forced_compact is not None:
-            return self.forced_compact
+        return self.compact_chosen or self._full_cards_lines(count) > self.size.height
+
+    def _full_cards_lines(self, count: int, selecting: bool | None = None) -> int:
+        """Lines the screen needs with full cards: the cards, with at least five process rows under them
+        (and, while a process is selected, its detail), so that a selected process is never off screen."""
         columns = self._columns(count)
         rows = math.ceil(count / columns) if count else 0
-        # Keep at least five lines for processes under header, status, host strip and footer; while a
-        # process is selected, its detail lines too.
-        return rows * CARD_HEIGHT + 10 + (DETAIL_RESERVE_LINES if self.selecting else 0) > self.size.height
+        status = max(1, self.query_one("#gpu-status").outer_size.height)
+        selecting = self.selecting if selecting is None else selecting
+        return rows * CARD_HEIGHT + LIST_RESERVE_LINES + status + (DETAIL_RESERVE_LINES if selecting else 0)
 
     def _columns(self, count: int) -> int:
         return max(1, min(count, self.size.width // CARD_MIN_WIDTH, 4)) if count else 1
@@ -623,6 +631,8 @@ class GpuScreen(Screen[None]):
             if self.snapshot is not None:  # the cards may fold to make room for the detail
                 self._update_cards(self.snapshot, record=False)
             self.call_after_refresh(self._show_detail)  # sized again from the new layout
+            if not on:
+                self.scroll_home(animate=False)  # the cards again, where the selection had scrolled them off
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         key = event.row_key.value if event.row_key is not None else None
@@ -673,6 +683,14 @@ class GpuScreen(Screen[None]):
         for line in lines:
             text.append("\n" + line)
         detail.update(text)
+        self.call_after_refresh(self._reveal_selection)
+
+    def _reveal_selection(self) -> None:
+        """Where even compact lines leave the list no room (a terminal a dozen lines high), the screen
+        scrolls to its end: the list, its selected row (the table keeps it in its own view) and the detail
+        stay on screen, so k and Enter never act on a process out of sight."""
+        if self.selected() is not None and self.max_scroll_y > 0:
+            self.scroll_end(animate=False, x_axis=False)
 
     @staticmethod
     def _clock_time(when: float) -> str:
@@ -713,8 +731,20 @@ class GpuScreen(Screen[None]):
         self.notify(t("gpuscreen.interval", seconds=self.interval_s), timeout=2)
 
     def action_toggle_compact(self) -> None:
-        current = self._compact_wanted(len(self.snapshot.gpus) if self.snapshot else 0)
-        self.forced_compact = not current
+        """Compact lines, or full cards where they leave the process list (and a selected process) its
+        room; where they would not, say why rather than push the processes that k and Enter act on off
+        the screen. Full cards asked for come as soon as they fit (Esc, a taller terminal)."""
+        count = len(self.snapshot.gpus) if self.snapshot else 0
+        if not self._compact_wanted(count):
+            self.compact_chosen = True
+        else:
+            self.compact_chosen = False
+            need, have = self._full_cards_lines(count), self.size.height
+            if need > have:
+                if self.selecting and self._full_cards_lines(count, selecting=False) <= have:
+                    self.notify(t("gpuscreen.full_after_selection"), timeout=4)
+                else:
+                    self.notify(t("gpuscreen.full_no_room", need=need, have=have), timeout=4)
         if self.snapshot is not None:
             self._update_cards(self.snapshot, record=False)
 
