@@ -395,7 +395,8 @@ def fake_monitor_from_recording(
     With ``animate`` utilisation, memory, power and temperature move along a per-GPU waveform of
     ``clock``; otherwise they are the recorded values. The host is the recorded one unless
     ``live_host``; process owners are the recorded ones unless a ``processes`` resolver is given.
-    ``wall_clock`` stamps ``taken_at``. Snapshots are marked ``synthetic``.
+    ``wall_clock`` stamps ``taken_at``. Snapshots are marked ``synthetic``; the monitor's ``source`` is
+    ``path`` (None for a recording given as a ``BoxSnapshot``).
     """
     fake = fake_nvml_from_recording(path, clock=clock, animate=animate, fail=fail, unsupported=unsupported)
     recording = fake.recording
@@ -404,5 +405,5 @@ def fake_monitor_from_recording(
     host = LiveHostSampler() if live_host else RecordedHostSampler(recording.host)
     return HardwareMonitor(
         NvmlBackend(fake, processes), host, interval_s=interval_s, clock=clock, wall_clock=wall_clock,
-        synthetic=True,
+        synthetic=True, source=None if isinstance(path, BoxSnapshot) else Path(path),
     )

@@ -40,12 +40,16 @@ class HardwareMonitor:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         synthetic: bool = False,
+        source: Path | None = None,
     ) -> None:
         self._backend = backend
         self._host = host
         self._clock = clock
         self._wall_clock = wall_clock
         self._synthetic = synthetic
+        # The recording fake GPUs replay, for screens to say so (None: this box's GPUs, or a recording
+        # handed over in memory).
+        self.source = source
         self.interval_s = interval_s
         self._lock = threading.Lock()
         self._latest: BoxSnapshot | None = None

@@ -107,6 +107,7 @@ def test_open_monitor_replays_fake_gpus_from_the_environment(tmp_path, monkeypat
     with open_monitor() as monitor:
         snapshot = monitor.poll()
     assert snapshot.synthetic is True
+    assert monitor.source == FIXTURES / "h200x8.json"  # for screens to say which recording they replay
     assert len(snapshot.gpus) == 8 and snapshot.gpus[7].name == "NVIDIA H200"
     assert snapshot.nvml_error is None
     assert snapshot.host.cpu_count_logical == 224  # the recorded host of the 8-GPU box
@@ -133,7 +134,7 @@ def test_open_monitor_without_fake_uses_nvml_of_this_machine(tmp_path, monkeypat
     monkeypatch.delenv(FAKE_GPUS_ENV, raising=False)
     with open_monitor() as monitor:
         snapshot = monitor.poll()
-    assert snapshot.synthetic is False
+    assert snapshot.synthetic is False and monitor.source is None
     assert snapshot.host.cpu_count_logical and snapshot.host.memory_total_bytes
     assert snapshot.host.disk_path == str(tmp_path)  # nearest existing parent of the data root
     if snapshot.nvml_error is not None:  # this dev box and CI: no driver

@@ -255,6 +255,72 @@ def test_a_terminal_too_short_even_for_compact_lines_scrolls_to_the_selected_pro
     run(scenario())
 
 
+class LiveLooking:
+    """A monitor whose snapshots are not marked synthetic, as this box's real GPUs are not."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def poll(self):
+        return dataclasses.replace(self.inner.poll(), synthetic=False)
+
+
+@pytest.mark.parametrize("recording", ["h200x8", "h200x2"])
+def test_fake_gpus_say_so_on_the_summary_line_without_moving_a_card(recording):
+    """TUNEDECK_FAKE_GPUS left set in a shell showed live-looking H200s: the summary line says they are
+    replayed, and from which file, first (it is not cut at 80 columns), on the line it had: the topology gives
+    way at 80 columns rather than the cards moving down; the real GPUs' line has no such words."""
+    def layout(app):
+        text = screen_text(app)
+        cards = [(card.region.y, card.region.height) for card in app.screen.query(GpuCard)]
+        return text, cards, app.screen.query_one("#gpu-procs").region
+
+    async def scenario(monitor, size):
+        app = make_app(quiet_settings(), monitor=monitor)
+        async with app.run_test(size=size) as pilot:
+            await open_gpus(pilot, app)
+            return layout(app)
+
+    for size in ((80, 24), (160, 50)):
+        text, cards, procs = run(scenario(fake_monitor(recording), size))
+        real_text, real_cards, real_procs = run(scenario(LiveLooking(fake_monitor(recording)), size))
+        status = text.splitlines()[1]
+        assert status.startswith(f" Fake GPUs replayed from {recording}.json · ") and "GPUs · driver" in status, size
+        assert "replayed" not in real_text and "Fake" not in real_text
+        assert (cards, procs) == (real_cards, real_procs), size  # not a line of the layout moves
+        assert all(y + height <= size[1] - 1 for y, height in cards)  # every card on screen, above the footer
+        assert ("GPU pairs linked by" in status) == (size[0] > 80)
+        assert "GPU pairs linked by NV18" in real_text.splitlines()[1]
+
+
+def test_fake_gpus_from_the_environment_name_their_file(tmp_path, monkeypatch):
+    """The app opening its own monitor, as tunedeck does, with TUNEDECK_FAKE_GPUS set: the file it replays."""
+    recording = tmp_path / "left-in-my-shell.json"
+    recording.write_text((GPU_FIXTURES / "h200x1.json").read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setenv("TUNEDECK_FAKE_GPUS", str(recording))
+
+    async def scenario():
+        app = make_app(quiet_settings())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_gpus(pilot, app)
+            assert "Fake GPUs replayed from left-in-my-shell.json · 1 GPU · driver" in screen_text(app)
+
+    run(scenario())
+
+
+def test_no_readings_from_a_recording_say_it_is_one():
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1", fail="library_not_found"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_gpus(pilot, app)
+            assert "No GPU readings · Fake GPUs replayed from h200x1.json" in screen_text(app)
+
+    run(scenario())
+
+
 def test_history_grows_with_polls_and_interval_keys_respect_floor():
     async def scenario():
         clock = StepClock()

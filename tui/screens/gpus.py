@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from rich.text import Text
 from textual import work
@@ -431,27 +432,49 @@ class GpuScreen(Screen[None]):
 
     # --- presentation --------------------------------------------------------------------------------
     def _show(self, snapshot: BoxSnapshot) -> None:
-        status = self.query_one("#gpu-status", Static)
-        if snapshot.nvml_error is not None:
-            status.update(
-                f"[b $error]{t('gpuscreen.unavailable_title')}[/]\n{snapshot.nvml_error.message}\n"
-                f"[$foreground-muted]{t('gpuscreen.unavailable_hint')}[/]"
-            )
-            status.add_class("-error")
-        else:
-            line = t(plural_key("gpuscreen.summary", len(snapshot.gpus)), count=len(snapshot.gpus), driver=snapshot.driver_version or t("gpuscreen.na"),
-                     cuda=snapshot.cuda_driver_version or t("gpuscreen.na"))
-            if snapshot.topology is not None and len(snapshot.gpus) > 1:
-                links = snapshot.topology.matrix()
-                kinds = Counter(links[i][j] for i in range(len(links)) for j in range(i + 1, len(links)))
-                line += f" · {t('gpuscreen.topology')} " + " ".join(f"{kind}×{n}" for kind, n in kinds.most_common())
-            if snapshot.pid_namespace_mismatch:
-                line += f"\n[$warning]{t('gpuscreen.pid_mismatch')}[/]"
-            status.update(truncate(line, 10_000))
-            status.remove_class("-error")
+        self._show_status(snapshot)
         self.query_one("#host-strip", Static).update(self._host_line(snapshot))
         self._update_cards(snapshot)
         self._update_processes(snapshot)
+
+    def _replay_note(self, snapshot: BoxSnapshot) -> str | None:
+        """``Fake GPUs replayed from h200x8.json`` for a snapshot of fake GPUs (``$TUNEDECK_FAKE_GPUS`` left
+        set in a shell looks like a box of H200s otherwise); the file by its name, which fits at 80 columns."""
+        if not snapshot.synthetic:
+            return None
+        source = getattr(self.app.monitor, "source", None)
+        if source is None:
+            return t("gpuscreen.replayed_unnamed")
+        return t("gpuscreen.replayed", file=Path(source).name)
+
+    def _show_status(self, snapshot: BoxSnapshot) -> None:
+        """The summary line (or why there are no readings), after what says the GPUs are fake, if they are:
+        on the same line, where the topology gives way when both do not fit, so that no card moves down."""
+        status = self.query_one("#gpu-status", Static)
+        note = self._replay_note(snapshot)
+        marked = "" if note is None else f"[b $warning]{escape(note)}[/]"
+        if snapshot.nvml_error is not None:
+            status.update(
+                f"[b $error]{t('gpuscreen.unavailable_title')}[/]{' · ' + marked if marked else ''}\n"
+                f"{snapshot.nvml_error.message}\n[$foreground-muted]{t('gpuscreen.unavailable_hint')}[/]"
+            )
+            status.add_class("-error")
+            return
+        line = t(plural_key("gpuscreen.summary", len(snapshot.gpus)), count=len(snapshot.gpus), driver=snapshot.driver_version or t("gpuscreen.na"),
+                 cuda=snapshot.cuda_driver_version or t("gpuscreen.na"))
+        if snapshot.topology is not None and len(snapshot.gpus) > 1:
+            links = snapshot.topology.matrix()
+            kinds = Counter(links[i][j] for i in range(len(links)) for j in range(i + 1, len(links)))
+            topology = f" · {t('gpuscreen.topology')} " + " ".join(f"{kind}×{n}" for kind, n in kinds.most_common())
+            width = (self.size.width or self.app.size.width) - 2  # the status's padding
+            if note is None or cell_len(f"{note} · {line}{topology}") <= width:
+                line += topology
+        if note is not None:
+            line = f"{marked} · {line}"
+        if snapshot.pid_namespace_mismatch:
+            line += f"\n[$warning]{t('gpuscreen.pid_mismatch')}[/]"
+        status.update(truncate(line, 10_000))
+        status.remove_class("-error")
 
     def _host_line(self, snapshot: BoxSnapshot) -> str:
         host = snapshot.host
@@ -704,6 +727,7 @@ class GpuScreen(Screen[None]):
 
     def on_resize(self) -> None:
         if self.snapshot is not None:
+            self._show_status(self.snapshot)  # the topology shows again where the width has room for it
             self._update_cards(self.snapshot, record=False)
         # Columns drop or come back with the width; the table's new size is known after this refresh.
         self.call_after_refresh(self._fill_processes)
