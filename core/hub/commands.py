@@ -429,13 +429,13 @@ def run_download(args: argparse.Namespace) -> int:
 
 def _incomplete_reason(model: Any, download: Any) -> str:
     """Why a model on disk cannot be trained as it is, and what to do: the command that resumes its
-    download (a hub's model), or what the folder lacks (one of the user's)."""
+    download (a hub's model), or what the folder lacks (one of the user's). ``download`` is tunedeck's
+    record of the download that filled the folder, if any: its hub and id are known, whatever the folder holds."""
     from core.hub.local import download_command, partial_files
 
-    hub = "" if model.source == "folder" else model.source
-    # without a config.json the folder's name may be no model's id (a stray folder): no id is made up
-    model_id = model.model_id if model.has_config else t("hub.cli.owner_name")
-    resume = download_command(model_id, hub) if hub else ""
+    hub, model_id = _incomplete_id(model, download)
+    # without a config.json or a record the folder's name may be no model's id (a stray folder): no id is made up
+    resume = download_command(model_id or t("hub.cli.owner_name"), hub) if hub else ""
     stopped = download.status if download is not None and download.status != "done" else ""
     if model.weights == "partial":
         count = len(partial_files(model.path))
@@ -451,10 +451,20 @@ def _incomplete_reason(model: Any, download: Any) -> str:
                          else t("hub.cli.incomplete.folder"))
 
 
+def _incomplete_id(model: Any, download: Any) -> tuple[str, str]:
+    """(hub, id) of an incomplete model as ``models list`` names it: tunedeck's download record says both
+    (a failed download may leave no config.json); else the cache's folder name, trusted only beside a
+    config.json (a stray folder is named by its path alone: id ""); a folder of the user's has no hub."""
+    if download is not None:
+        return download.hub, download.model_id
+    hub = "" if model.source == "folder" else model.source
+    return hub, model.model_id if model.has_config else ""
+
+
 def run_list(args: argparse.Namespace) -> int:
     from core.hub.download import human_bytes, list_downloads
     from core.hub.hf_source import hf_hub_cache
-    from core.hub.local import bundled_models, list_local_models, user_model_dirs
+    from core.hub.local import bundled_models, download_of, list_local_models, user_model_dirs
     from core.hub.modelscope_source import modelscope_cache_root
     from core.settings import load_settings
 
@@ -463,11 +473,10 @@ def run_list(args: argparse.Namespace) -> int:
     if args.hub:  # one hub's models and downloads; the user's own folders belong to none
         models = [m for m in models if m.source == args.hub]
         downloads = [d for d in downloads if d.hub == args.hub]
-    records = {(d.hub, d.model_id): d for d in downloads}
     bundled = bundled_models()
     if args.json:
-        print(json.dumps({"models": [{**m.to_json(), "download": getattr(records.get((m.source, m.model_id)),
-                                                                         "status", None)} for m in models],
+        print(json.dumps({"models": [{**m.to_json(), "download": getattr(download_of(m, downloads), "status", None)}
+                                     for m in models],
                           "downloads": [d.to_json() for d in downloads],
                           "bundled": [b.to_json() for b in bundled]}, indent=2))
         return 0
@@ -484,9 +493,10 @@ def run_list(args: argparse.Namespace) -> int:
     if incomplete:
         print(t("hub.cli.incomplete_header"), file=sys.stderr)
         for model in incomplete:
-            name = model.model_id if model.has_config else ""  # a stray folder is named by its path only
+            record = download_of(model, downloads)
+            _, name = _incomplete_id(model, record)  # a stray folder is named by its path only
             print(f"{model.source:<10} {name:<48} {human_bytes(model.size_bytes):>10}  {model.path}")
-            print(f"{'':<10} {_incomplete_reason(model, records.get((model.source, model.model_id)))}")
+            print(f"{'':<10} {_incomplete_reason(model, record)}")
     print(t("hub.cli.bundled_header"), file=sys.stderr)
     for item in bundled:
         print(f"{item.name:<20} {t('hub.cli.bundled.' + item.kind)}")

@@ -225,6 +225,15 @@ def download_command(model_id: str, hub: str) -> str:
     return f"tunedeck models download {model_id}" + (" --hub hf" if hub == "hf" else "")
 
 
+def download_of(model: LocalModel, downloads: list[Any]) -> Any | None:
+    """The download record (``core.hub.download.DownloadStatus``, from ``list_downloads``, newest first) that
+    filled ``model``'s folder: its target lies in that folder, or it is the same model from the same hub.
+    None for a folder no tunedeck download wrote (a stray one, the user's own)."""
+    by_folder = next((job for job in downloads if job.target_dir and _within(job.target_dir, model.path)), None)
+    return by_folder or next((job for job in downloads
+                              if job.hub == model.source and job.model_id == model.model_id), None)
+
+
 def _within(path: Path | str, root: Path | str) -> bool:
     """Whether ``path`` is ``root`` or lies under it, both resolved (False when either cannot be)."""
     try:

@@ -317,3 +317,31 @@ def test_deleting_a_model_removes_its_download_record_and_is_refused_while_it_do
     assert wait_for_download(job, 30).status == "cancelled"
     delete_local_model(list_local_models()[0])  # a stopped partial goes with its record too
     assert list_downloads() == [] and not plan.target_dir.exists()
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_a_failed_download_without_config_is_listed_by_the_id_its_record_gives(hub_server, hub, capsys):
+    """A download that fails on its first file leaves an empty folder: no config.json, so the folder's name
+    alone was not trusted and ``models list`` showed no name and ``tunedeck models download OWNER/NAME``,
+    while ``--json`` (and the TUI) named the model from tunedeck's own record. The record gives the id and
+    the hub: the line names the model and its resume command is one to copy."""
+    from core.cli import main
+
+    model = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+    plan = _plan(hub, model)
+    assert [f.path for f in plan.files][0] == "README.md"
+    del hub_server.hub.repos[model].files["README.md"]  # the first file fails: nothing lands
+    status = wait_for_download(start_download(plan), 30)
+    assert status.status == "failed" and not list(plan.target_dir.rglob("*.json"))
+
+    assert main(["models", "list", "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)["models"]
+    assert listed["id"] == model and listed["download"] == "failed" and not listed["has_config"]
+    assert main(["models", "list"]) == 0
+    out, err = capsys.readouterr()
+    assert "Incomplete (" in err and "OWNER/NAME" not in out
+    lines = out.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith(hub))
+    assert lines[row].split()[:2] == [hub, model], lines[row]
+    resume = f"tunedeck models download {model}" + (" --hub hf" if hub == "hf" else "")
+    assert lines[row + 1].strip() == f"download failed; no config.json: {resume} resumes it, or delete the folder."
