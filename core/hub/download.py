@@ -99,14 +99,21 @@ class DownloadPlan:
         }
 
 
-def plan_download(source: Any, details: ModelDetails, include: list[str] | None = None) -> DownloadPlan:
-    """The files to fetch for ``details`` (one weight format unless ``include`` names patterns)."""
+def plan_download(source: Any, details: ModelDetails, include: list[str] | None = None,
+                  paths: list[str] | None = None) -> DownloadPlan:
+    """The files to fetch for ``details`` (one weight format unless ``include`` names patterns); ``paths``:
+    exactly the files of that name (a resumed download's own choice, ``recorded_files``)."""
     from core.hub.file_selection import select_files
 
-    chosen, skipped = select_files(details.files, include)
+    if paths:
+        wanted = set(paths)
+        chosen = [item for item in details.files if item.path in wanted]
+        skipped = [item for item in details.files if item.path not in wanted]
+    else:
+        chosen, skipped = select_files(details.files, include)
     if not chosen:
         raise DownloadError(t("hub.download.nothing_selected", model=details.summary.model_id,
-                              patterns=", ".join(include or []) or "-"))
+                              patterns=", ".join(include or paths or []) or "-"))
     model_id = details.summary.model_id
     return DownloadPlan(
         hub=source.hub, model_id=model_id, endpoint=source.endpoint, revision=details.revision,
@@ -241,6 +248,15 @@ def read_status(job_dir: Path) -> DownloadStatus | None:
         files_total=int(state.get("files_total") or len(job.get("files", []))), error=state.get("error"),
         pid=state.get("pid"), updated=float(state.get("updated") or 0.0),
     )
+
+
+def recorded_files(job_dir: Path) -> list[str]:
+    """The paths the download in ``job_dir`` fetches, as its record holds them (the file choice it was
+    started with: one weight format, all files, ``--include``); [] when there is no readable record."""
+    job = _read_json(job_dir / "job.json") or {}
+    files = job.get("files")
+    return [str(item["path"]) for item in files if isinstance(item, dict) and item.get("path")] \
+        if isinstance(files, list) else []
 
 
 def list_downloads() -> list[DownloadStatus]:

@@ -17,7 +17,7 @@ from core.hub.download import DownloadStatus, job_dir_for
 from core.i18n import t
 from core.text_width import cell_len
 from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
-from tests.tui.test_models_offline import offered, region_text
+from tests.tui.test_models_offline import footer_keys, offered, region_text
 from tests.tui.test_models_screen import BUNDLED, hub_env, open_models, results  # noqa: F401  (hub_env: a fixture)
 from tui.app import make_app
 
@@ -46,6 +46,11 @@ def modelscope_folder(root: Path, model_id: str, files: dict[str, bytes]) -> Pat
     for name, data in files.items():
         (folder / name).write_bytes(data)
     return folder
+
+
+def flat(widget) -> str:
+    """What ``widget`` renders, its wrapping undone."""
+    return " ".join(str(widget.render()).split())
 
 
 def line(app) -> str:
@@ -256,12 +261,55 @@ def test_an_unfinished_download_in_the_local_tab_says_how_to_resume(hub_env, tmp
             assert row.rstrip(" │▁▂▃▄▅▆▇█").endswith("-Instruct")  # the model's own folder (was "/tmp/pytest-…")
             await pilot.press("enter")
             details = screen.query_one("#local-details")
-            await wait_for(pilot, lambda: "To resume" in str(details.render()))
+            await wait_for(pilot, lambda: f"d resumes the download of {TINY} from ModelScope" in flat(details))
             assert "Download not finished" in str(details.render())
-            await pilot.press("d")
-            await wait_for(pilot, lambda: any("on ModelScope (h switches)" in str(n.message)
-                                              for n in app._notifications))
             await pilot.press("down")  # a bundled model: nothing to resume, d is not offered
             assert "d" not in offered(app) and "p" in offered(app)
+            await pilot.press("up", "d")  # no record of its download: the hub's listing, one weight format
+            await wait_for(pilot, lambda: " incomplete " not in region_text(app, local) and screen.local_models
+                           and screen.local_models[0].complete, timeout=60)
+            assert (screen.local_models[0].path / "model.safetensors").stat().st_size == 256 * 1024
+
+    asyncio.run(scenario())
+
+
+def test_d_on_a_failed_download_in_the_local_tab_resumes_it_with_its_file_choice(hub_env):  # noqa: F811
+    """The QA's download failed (the hub went away on its first file: README.md, so no config.json came);
+    on the Local tab the footer offered "d Download", and d only said how to go and find it on the Hub tab.
+    d resumes it now, from its record: its hub, its id and the files chosen (f: all of them), with the
+    progress a download from the Hub tab shows; done, its row is a whole model."""
+    from core.hub.download import read_status
+
+    async def scenario():
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await highlight(pilot, app, TINY)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: screen.details is not None)
+            await pilot.press("f")  # every file, pytorch_model.bin too
+            readme = hub_env.hub.repos[TINY].files.pop("README.md")  # the hub fails the first file
+            await pilot.press("d")
+            await wait_for(pilot, lambda: screen.job_dir is not None and read_status(screen.job_dir).status == "failed")
+            hub_env.hub.repos[TINY].files["README.md"] = readme  # the hub is back
+            await pilot.press("f")  # the Hub tab's choice is one weight format again: d on Local keeps the record's
+            hub_env.hub.stall_at = 128 * 1024  # the weights hold half-way: progress seen while it runs
+            local = await local_tab(pilot, screen)
+            await wait_for(pilot, lambda: " incomplete " in region_text(app, local))
+            assert not screen.local_models[0].has_config
+            assert "d" in offered(app) and ("d", "Resume") in app.screen.query_one("KeysFooter").shown()
+            assert "d" in footer_keys(app)
+            await pilot.press("d")
+            bar = screen.query_one("#download-bar")
+            await wait_for(pilot, lambda: screen.download_active and 0 < bar.progress < bar.total
+                           and line(app).startswith(f"{TINY}: ") and " / " in line(app))
+            assert any(f"Downloading {TINY}" in str(n.message) for n in app._notifications)
+            hub_env.hub.stall_release.set()
+            await wait_for(pilot, lambda: read_status(screen.job_dir).status == "done", timeout=60)
+            await wait_for(pilot, lambda: " incomplete " not in region_text(app, local) and screen.local_models
+                           and screen.local_models[0].complete)
+            folder = screen.local_models[0].path
+            assert (folder / "pytorch_model.bin").stat().st_size == 4096  # the file choice of the record
+            assert (folder / "README.md").read_bytes() == readme
 
     asyncio.run(scenario())

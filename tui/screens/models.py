@@ -159,10 +159,11 @@ class DetailsDone(Message):
 
 
 class LocalListed(Message):
-    def __init__(self, models: list[Any], bundled: list[Any]) -> None:
+    def __init__(self, models: list[Any], bundled: list[Any], downloads: list[Any]) -> None:
         super().__init__()
         self.models = models
         self.bundled = bundled
+        self.downloads = downloads  # tunedeck's download records (DownloadStatus), newest first
 
 
 class LocalFacts(Message):
@@ -174,10 +175,11 @@ class LocalFacts(Message):
 
 
 class DownloadStarted(Message):
-    def __init__(self, job_dir: Path | None, error: str | None) -> None:
+    def __init__(self, job_dir: Path | None, error: str | None, model_id: str = "") -> None:
         super().__init__()
         self.job_dir = job_dir
         self.error = error
+        self.model_id = model_id
 
 
 class ModelsScreen(Screen[None]):
@@ -235,6 +237,7 @@ class ModelsScreen(Screen[None]):
         self.details: ModelDetails | None = None
         self.local_models: list[Any] = []  # the models on disk (LocalModel)
         self.local_rows: list[Any] = []  # the Local tab's rows: those on disk, then the bundled ones
+        self.local_downloads: list[Any] = []  # the download records the Local tab was listed with
         self.job_dir: Path | None = None
         self.download_active = False
         self.tab = "hub"
@@ -673,13 +676,54 @@ class ModelsScreen(Screen[None]):
     def action_download(self) -> None:
         if self.tab == "local":
             model = self._selected_local()
-            if model is not None and _is_incomplete(model):
+            target = self._resumable(model)
+            if target is not None:
+                hub, model_id, record = target
+                self._resume_worker(hub, model_id, record.job_dir if record is not None else None)
+            elif model is not None and _is_incomplete(model):
                 self.notify(self._resume_how(model), severity="warning", timeout=15)
             return
         if self.details is None:
             self.notify(t("modelsscreen.no_model"), severity="warning")
             return
         self._download_worker(self.hub, self.details, self._include())
+
+    def _resumable(self, model: Any) -> tuple[str, str, Any] | None:
+        """(hub, id, download record or None) that ``d`` resumes for a Local row: a download not finished,
+        by its record (hub, id and file choice; it may have failed before config.json came), else a hub
+        cache's folder by its name beside a config.json (what ``models list`` would resume). None for
+        anything else: a whole model, a bundled one, a stray folder or one of the user's."""
+        if not _is_incomplete(model):
+            return None
+        from core.hub.local import download_of
+
+        record = download_of(model, self.local_downloads)
+        if record is not None and record.hub in HUB_LABELS:
+            return record.hub, record.model_id, record
+        if model.has_config and model.source in HUB_LABELS:
+            return model.source, model.model_id, None
+        return None
+
+    @work(thread=True, exclusive=True, group="hub-download", exit_on_error=False)
+    def _resume_worker(self, hub: str, model_id: str, job_dir: Path | None) -> None:
+        """Start again the download of ``model_id`` from the Local tab: the hub's listing asked afresh (the
+        endpoint and token of now), the files its record fetches (the choice it was started with); with no
+        record, one weight format, as the Hub tab's ``d``. The files already here are kept."""
+        from core.hub.download import check_disk, plan_download, recorded_files, start_download
+        from core.hub.errors import HubError
+        from core.hub.source import open_hub
+        from core.hub.tokens import hub_token
+
+        try:
+            source = open_hub(hub)
+            details = source.details(model_id)
+            plan = plan_download(source, details, paths=recorded_files(job_dir) if job_dir is not None else None)
+            check_disk(plan)
+            started = start_download(plan, hub_token(hub))
+        except HubError as exc:
+            self.post_message(DownloadStarted(None, str(exc)))
+            return
+        self.post_message(DownloadStarted(started, None, model_id))
 
     @work(thread=True, exclusive=True, group="hub-download", exit_on_error=False)
     def _download_worker(self, hub: str, details: ModelDetails, include: list[str] | None) -> None:
@@ -696,15 +740,14 @@ class ModelsScreen(Screen[None]):
         except HubError as exc:
             self.post_message(DownloadStarted(None, str(exc)))
             return
-        self.post_message(DownloadStarted(job_dir, None))
+        self.post_message(DownloadStarted(job_dir, None, details.summary.model_id))
 
     def on_download_started(self, message: DownloadStarted) -> None:
         if message.error is not None:
             self.notify(message.error, severity="error", timeout=10)
             return
         self.job_dir = message.job_dir
-        if self.details is not None:
-            self.notify(t("modelsscreen.download_started", model=self.details.summary.model_id))
+        self.notify(t("modelsscreen.download_started", model=message.model_id))
         self._refresh_download()
 
     def _refresh_download(self) -> None:
@@ -715,8 +758,11 @@ class ModelsScreen(Screen[None]):
         status = read_status(self.job_dir) if self.job_dir is not None else None
         active = status is not None and status.active
         if active != self.download_active:
+            ended = self.download_active
             self.download_active = active
             self.refresh_bindings()
+            if ended and self.tab == "local":
+                self._list_local()  # the model it filled is whole now (or still not): its row says which
         if status is None:
             line.update(f"[$foreground-muted]{t('modelsscreen.no_download')}[/]")
             bar.update(total=100, progress=0)
@@ -725,7 +771,11 @@ class ModelsScreen(Screen[None]):
         line.update(_plain(self._download_text(status, line.content_size.width or self.size.width - 2)))
 
     def _resumes_here(self, status: Any) -> bool:
-        """Whether ``d`` now resumes ``status``'s download: its model is the one open, on its hub."""
+        """Whether ``d`` now resumes ``status``'s download: its model is the one open, on its hub, or the
+        Local tab's highlighted row is its folder."""
+        if self.tab == "local":
+            target = self._resumable(self._selected_local())
+            return target is not None and (target[0], target[1]) == (status.hub, status.model_id)
         return (self.tab == "hub" and self.details is not None and status.hub == self.hub
                 and status.model_id == self.details.summary.model_id)
 
@@ -771,10 +821,11 @@ class ModelsScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="hub-local", exit_on_error=False)
     def _list_local(self) -> None:
+        from core.hub.download import list_downloads
         from core.hub.local import bundled_models, list_local_models, user_model_dirs
 
         models = list_local_models(user_model_dirs(self.app.settings))  # type: ignore[attr-defined]
-        self.post_message(LocalListed(models, bundled_models()))
+        self.post_message(LocalListed(models, bundled_models(), list_downloads()))
 
     def _selected_local(self) -> Any | None:
         """The Local tab's highlighted row: a LocalModel on disk or a BundledModel; None if there is none."""
@@ -788,9 +839,11 @@ class ModelsScreen(Screen[None]):
     @on(DataTable.RowHighlighted, "#local-models")
     def _local_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.refresh_bindings()  # delete is for a model on disk, not a bundled one
+        self._refresh_download()  # "d resumes it" while the row is the stopped download's folder
 
     def on_local_listed(self, message: LocalListed) -> None:
         self.local_models = message.models
+        self.local_downloads = message.downloads
         self.local_rows = [*message.models, *message.bundled]
         rows = []
         for model in message.models:
@@ -900,6 +953,9 @@ class ModelsScreen(Screen[None]):
         why = ("no_config" if not model.has_config else "partial" if weights == "partial"
                else "no_weights" if weights == "none" else "no_config")
         what = t(f"modelsscreen.incomplete_why.{why}", path=str(model.path))
+        target = self._resumable(model)
+        if target is not None:
+            return what + " " + t("modelsscreen.resume_key", model=target[1], hub=HUB_LABELS[target[0]])
         if model.source in HUB_LABELS:
             return what + " " + t("modelsscreen.resume_how", model=model.model_id, hub=HUB_LABELS[model.source])
         return what + " " + t("modelsscreen.resume_how_folder")
@@ -960,7 +1016,7 @@ class ModelsScreen(Screen[None]):
         if action in HUB_TAB_ACTIONS:
             return self.tab == "hub"
         if action == "download" and self.tab == "local":
-            return _is_incomplete(self._selected_local())  # d says how to resume it
+            return self._resumable(self._selected_local()) is not None  # d resumes it
         if action in ("download", "toggle_files"):
             return self.tab == "hub" and self.details is not None
         if action == "wizard":  # not a download not finished: the wizard would plan on weights that are not there
@@ -976,6 +1032,12 @@ class ModelsScreen(Screen[None]):
         if action == "tab":
             return not parameters or parameters[0] != self.tab
         return True
+
+    def footer_label(self, binding_id: str, description: str) -> str:
+        """On the Local tab ``d`` resumes a download not finished: the footer says Resume."""
+        if binding_id == "models.download" and self.tab == "local":
+            return t("modelsscreen.key.resume")
+        return description
 
     def footer_priority(self) -> tuple[str, ...]:
         """Offline, the ways on first (the Local tab, asking again, the other hub); else the search."""
