@@ -28,6 +28,23 @@ from core.hub.http import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, auth_headers_for, s
 from core.i18n import t
 
 FATAL_STATUSES = (401, 403, 404, 410)
+# A reason kept in state.json and events.jsonl is bounded: a requests error runs to about 300 characters, its
+# cause (Connection refused, Name or service not known) at the end; one much longer is cut at a word.
+REASON_MAX_CHARS = 600
+
+
+def bounded_reason(text: str, limit: int = REASON_MAX_CHARS) -> str:
+    """``text`` on one line, whole up to ``limit`` characters; a longer one cut before the word that would
+    pass it (never mid-word, a word longer than half the room aside) and marked with an ellipsis."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    if not text[limit - 1].isspace():
+        space = cut.rfind(" ")
+        if space > limit // 2:
+            cut = cut[:space]
+    return cut.rstrip() + "…"
 
 
 class Cancelled(Exception):
@@ -124,10 +141,10 @@ class Downloader:
                     raise
                 except (requests.RequestException, OSError) as exc:
                     stalled = 0 if progressed else stalled + 1
-                    self.event("retry", file=item["path"], offset=offset, reason=str(exc)[:200])
+                    self.event("retry", file=item["path"], offset=offset, reason=bounded_reason(str(exc)))
                     if stalled >= MAX_STALLED_ATTEMPTS:
                         raise FatalDownloadError(t("hub.download.gave_up", file=item["path"],
-                                                   attempts=stalled, reason=str(exc)[:200])) from exc
+                                                   attempts=stalled, reason=bounded_reason(str(exc)))) from exc
                     time.sleep(min(5.0, 0.25 * 2 ** stalled))
                     continue
             if part.stat().st_size != size:
@@ -195,7 +212,7 @@ class Downloader:
             self.write_state("failed", error=str(exc), force=True)
             return 2
         except OSError as exc:  # disk full, permissions
-            message = t("hub.download.disk_error", path=str(self.target), reason=str(exc))
+            message = t("hub.download.disk_error", path=str(self.target), reason=bounded_reason(str(exc)))
             self.event("failed", reason=message)
             self.write_state("failed", error=message, force=True)
             return 2

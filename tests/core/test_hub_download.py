@@ -345,3 +345,33 @@ def test_a_failed_download_without_config_is_listed_by_the_id_its_record_gives(h
     assert lines[row].split()[:2] == [hub, model], lines[row]
     resume = f"tunedeck models download {model}" + (" --hub hf" if hub == "hf" else "")
     assert lines[row + 1].strip() == f"download failed; no config.json: {resume} resumes it, or delete the folder."
+
+
+def test_a_download_whose_hub_goes_away_fails_with_its_whole_reason(hub_server):
+    """The QA stopped the hub mid-download: the reason stored was cut at 200 characters, mid-word, before
+    its cause ("…(Caused by NewConnecti. Run the download again to resume."). A reason of that length is
+    kept whole, the cause at its end included, in state.json and events.jsonl alike."""
+    model = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+    plan = _plan("modelscope", model)
+    hub_server.stop()  # the hub goes away after the plan: every file request is refused
+    job = start_download(plan)
+    status = wait_for_download(job, 120)  # six attempts a file, with their back-off, before it gives up
+    assert status.status == "failed", status
+    error = status.error
+    assert error.startswith("Gave up on README.md after 6 attempts without progress: ") and len(error) > 200
+    assert "Connection refused" in error and error.endswith(". Run the download again to resume."), error
+    assert json.loads((job / "state.json").read_text())["error"] == error
+    events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
+    assert events[-1] == {**events[-1], "event": "failed", "reason": error}
+    assert all("Connection refused" in e["reason"] for e in events if e["event"] == "retry")
+
+
+def test_a_reason_too_long_to_keep_is_cut_at_a_word_with_an_ellipsis():
+    from core.hub.downloader import REASON_MAX_CHARS, bounded_reason
+
+    words = " ".join(f"word{index:04d}" for index in range(200))  # 1,799 characters
+    kept = bounded_reason(words)
+    assert len(kept) <= REASON_MAX_CHARS and kept.endswith("…") and len(kept) > REASON_MAX_CHARS - 12
+    assert kept[:-1] == words[:len(kept) - 1] and words[len(kept) - 1] == " "  # whole words only
+    assert bounded_reason("short\n  reason") == "short reason"
+    assert bounded_reason("x" * 1000) == "x" * (REASON_MAX_CHARS - 1) + "…"  # no word to cut at: still bounded

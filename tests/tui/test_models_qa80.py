@@ -313,3 +313,50 @@ def test_d_on_a_failed_download_in_the_local_tab_resumes_it_with_its_file_choice
             assert (folder / "README.md").read_bytes() == readme
 
     asyncio.run(scenario())
+
+
+# What the downloader stored when the QA stopped the hub on the first file (a real run's reason, port aside).
+REFUSED = ("Gave up on README.md after 6 attempts without progress: HTTPConnectionPool(host='127.0.0.1', port=44345): "
+           "Max retries exceeded with url: /api/v1/models/deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B/repo?Revision="
+           "master&FilePath=README.md (Caused by NewConnectionError(\"HTTPConnection(host='127.0.0.1', port=44345): "
+           "Failed to establish a new connection: [Errno 111] Connection refused\")). Run the download again to resume.")
+
+
+def test_the_whole_reason_a_download_failed_can_be_read_at_80x24(hub_env, tmp_path):  # noqa: F811
+    """The QA read "…: download failed: Gave up on README…" on the status line, with no way to read the rest.
+    The line says "e: why", and e shows it whole; the Local tab's details of the model begin it and say so too."""
+    from tui.widgets.text_modal import TextModal
+
+    async def scenario():
+        target = modelscope_folder(tmp_path, DEEPSEEK, {})  # it failed before its first file: empty
+        job = stopped_download("modelscope", DEEPSEEK, target)
+        (job / "state.json").write_text(json.dumps({"status": "failed", "bytes_done": 0, "bytes_total": 1000,
+                                                    "error": REFUSED, "updated": time.time()}))
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await wait_for(pilot, lambda: line(app).startswith(f"{DEEPSEEK}: download failed (e: why): Gave up"))
+            assert line(app).endswith("…") and "e" in offered(app)
+            await pilot.press("e")
+            await wait_for(pilot, lambda: isinstance(app.screen, TextModal))
+            shown = "".join(screen_text(app).replace("│", " ").split())  # a long URL wraps mid-word: no spaces
+            assert "".join(REFUSED.split()) in shown, shown  # whole, on screen at 80×24
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is screen)
+            local = await local_tab(pilot, screen)
+            await pilot.press("enter")
+            details = screen.query_one("#local-details")
+            await wait_for(pilot, lambda: "Download failed (e: why): Gave up on README.md" in flat(details))
+            on_screen = " ".join(region_text(app, details).split())
+            assert "…" in on_screen and f"d resumes the download of {DEEPSEEK} from ModelScope" in on_screen, on_screen
+            assert "e" in offered(app)  # the highlighted row's reason, whole
+            await pilot.press("e")
+            await wait_for(pilot, lambda: isinstance(app.screen, TextModal))
+            assert "".join(REFUSED.split()) in "".join(screen_text(app).replace("│", " ").split())
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is screen)
+            await pilot.press("down")  # a bundled model: no download of its own; e is still the line's
+            assert "e" in offered(app)
+            assert local.row_count == 1 + BUNDLED
+
+    asyncio.run(scenario())

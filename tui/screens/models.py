@@ -223,6 +223,7 @@ class ModelsScreen(Screen[None]):
         Binding("b", "cycle_sort", t("modelsscreen.key.sort"), show=False, id="models.sort"),
         Binding("f", "toggle_files", t("modelsscreen.key.files"), show=False, id="models.files"),
         Binding("c", "cancel_download", t("modelsscreen.key.cancel"), show=False, id="models.cancel"),
+        Binding("e", "why_failed", t("modelsscreen.key.why"), show=False, id="models.why"),
         Binding("x", "delete_local", t("modelsscreen.key.delete"), show=False, id="models.delete"),
         Binding("f5", "refresh", t("modelsscreen.key.refresh"), show=False, id="models.refresh"),
     ]
@@ -240,6 +241,7 @@ class ModelsScreen(Screen[None]):
         self.local_downloads: list[Any] = []  # the download records the Local tab was listed with
         self.job_dir: Path | None = None
         self.download_active = False
+        self.line_status: Any = None  # the download the line shows (DownloadStatus), as last read
         self.tab = "hub"
         self.all_files = False  # False: one weight format (safetensors first); True: every file
         self.reachability = HubReachability()
@@ -763,6 +765,10 @@ class ModelsScreen(Screen[None]):
             self.refresh_bindings()
             if ended and self.tab == "local":
                 self._list_local()  # the model it filled is whole now (or still not): its row says which
+        failed = getattr(self.line_status, "status", None) == "failed", getattr(status, "status", None) == "failed"
+        self.line_status = status
+        if failed[0] != failed[1]:
+            self.refresh_bindings()  # e (why it failed) while the line shows a failed download
         if status is None:
             line.update(f"[$foreground-muted]{t('modelsscreen.no_download')}[/]")
             bar.update(total=100, progress=0)
@@ -797,6 +803,27 @@ class ModelsScreen(Screen[None]):
                                 hub=HUB_LABELS.get(status.hub, status.hub), done=done, total=total), width)
         return _fit_parts(t(f"modelsscreen.download_status.{status.status}", model=status.model_id,
                             path=status.target_dir, error=status.error or "", done=done, total=total), width)
+
+    def _failed_download(self) -> Any | None:
+        """The failed download ``e`` explains: on the Local tab the highlighted row's, else the one the
+        download line shows; None when neither failed."""
+        if self.tab == "local" and _is_incomplete(self._selected_local()):
+            from core.hub.local import download_of
+
+            record = download_of(self._selected_local(), self.local_downloads)
+            if record is not None and record.status == "failed":
+                return record
+        status = self.line_status
+        return status if status is not None and status.status == "failed" else None
+
+    def action_why_failed(self) -> None:
+        """The whole reason a download failed (the download line and the Local details have room for its start)."""
+        from tui.widgets.text_modal import TextModal
+
+        failed = self._failed_download()
+        if failed is not None:
+            self.app.push_screen(TextModal(t("modelsscreen.why_title", model=failed.model_id),
+                                           failed.error or failed.status))
 
     def action_cancel_download(self) -> None:
         from core.hub.download import cancel_download, read_status
@@ -928,6 +955,13 @@ class ModelsScreen(Screen[None]):
         name = model.name if isinstance(model, BundledModel) else model.model_id
         lines = [f"[b $primary]{_plain(name)}[/]"]
         if not isinstance(model, BundledModel) and not _local_complete(model):
+            from core.hub.local import download_of
+
+            record = download_of(model, self.local_downloads)
+            if record is not None and record.status == "failed":  # its start (two lines, wrapped); e shows it whole
+                said = t("modelsscreen.failed_reason", error="")
+                room = max(20, (self.size.width - 2) * 3 // 2 - cell_len(said))
+                lines.append(f"[$error]{_plain(said + truncate(record.error or record.status, room))}[/]")
             lines.append(f"[$warning]{_plain(self._resume_how(model))}[/]")
         try:
             if isinstance(model, BundledModel):
@@ -1029,6 +1063,8 @@ class ModelsScreen(Screen[None]):
             return self.tab == "local" and isinstance(self._selected_local(), LocalModel)
         if action == "cancel_download":
             return self.download_active
+        if action == "why_failed":
+            return self._failed_download() is not None
         if action == "tab":
             return not parameters or parameters[0] != self.tab
         return True
@@ -1042,11 +1078,11 @@ class ModelsScreen(Screen[None]):
     def footer_priority(self) -> tuple[str, ...]:
         """Offline, the ways on first (the Local tab, asking again, the other hub); else the search."""
         if self.tab == "local":
-            return ("models.wizard", "models.download", "models.delete", "models.tab_hub", "models.refresh",
-                    "models.cancel")
+            return ("models.wizard", "models.download", "models.why", "models.delete", "models.tab_hub",
+                    "models.refresh", "models.cancel")
         if self.message_kind == "problem":
             return ("models.tab_local", "models.refresh", "models.hub", "models.search", "models.cancel")
-        return ("models.search", "models.hub", "models.download", "models.wizard", "models.cancel")
+        return ("models.search", "models.hub", "models.download", "models.wizard", "models.why", "models.cancel")
 
     # --- filters and the rest ----------------------------------------------------------------------
     def action_focus_search(self) -> None:
