@@ -138,6 +138,12 @@ def run_search(args: argparse.Namespace) -> int:
         from core.hub.problems import HUB_NAMES
 
         name = HUB_NAMES[args.hub]
+        if page.total and (page.page - 1) * page.page_size >= page.total:
+            # the search found models, the page asked for starts after them: no filter to drop, no word to change
+            pages = -(-page.total // page.page_size)
+            print(t(plural_key("hub.cli.page_past_end", pages), page=page.page, pages=pages, total=page.total,
+                    hub=name, size=page.page_size), file=sys.stderr)
+            return 0
         print(t("hub.search.none", query=truncate(args.query.strip(), QUERY_ECHO_CELLS), hub=name)
               if args.query.strip()
               else t("hub.search.none_filters", hub=name), file=sys.stderr)

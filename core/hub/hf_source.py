@@ -221,11 +221,12 @@ class HfSource:
         infos = self._call(query.text or "*", self._api.list_models, operation="search",
                            search=query.text or None, author=query.owner or None, pipeline_tag=query.task or None,
                            sort=_SORT_KEYS.get(query.sort), limit=wanted + 1)
-        more = len(infos) > wanted
         page = infos[(query.page - 1) * query.page_size: wanted]
         items = tuple(s for s in (self._summary(info) for info in page)
                       if in_size_class(s.params, query.size_class) and usable_id(s.model_id))
-        total = (query.page - 1) * query.page_size + len(page) + (1 if more else 0)
+        # every match up to this page and one beyond was fetched: that many are known (a page past the
+        # last one counted its own start as found)
+        total = len(infos)
         return SearchPage(items=items, total=total, page=query.page, page_size=query.page_size)
 
     def file_url(self, model_id: str, path: str, revision: str = "main") -> str:

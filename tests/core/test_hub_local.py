@@ -260,6 +260,27 @@ def test_cli_search_refuses_a_page_below_one(home, monkeypatch, capsys, page):
     assert f"invalid page '{page}': pages count from 1" in err and "not reachable" not in err
 
 
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_cli_search_past_the_last_page_says_so_not_that_nothing_matches(home, monkeypatch, capsys, hub):
+    """``search qwen --page 5`` with 3 matches said "No models match 'qwen'" and to drop --task, which was not
+    why; on Hugging Face --json counted the pages skipped as found (total 80). The page is past the last one."""
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        name = {"modelscope": "ModelScope", "hf": "Hugging Face"}[hub]
+        assert main(["models", "search", "qwen", "--page", "5", "--hub", hub]) == 0
+        out, err = capsys.readouterr()
+        assert out == "" and err.strip() == \
+            f"Page 5 is past the last page: 3 found on {name} make 1 page of 20 (--page 1)."
+        assert main(["models", "search", "qwen", "--page", "5", "--hub", hub, "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        assert (found["total"], found["page"], found["models"], found["has_more"]) == (3, 5, [], False)
+        assert main(["models", "search", "nosuchmodel", "--page", "2", "--hub", hub]) == 0  # none at all:
+        assert "No models match 'nosuchmodel'" in capsys.readouterr().err  # the filters may be why
+        assert main(["models", "search", "qwen", "--hub", hub]) == 0  # the first page lists the three
+        assert len(capsys.readouterr().out.splitlines()) == 3
+
+
 def test_cli_search_cuts_a_long_query_and_info_formats_counts_as_search_does(home, monkeypatch, capsys):
     with FakeHubServer(standard_hub()) as server:
         monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
