@@ -43,7 +43,7 @@ from core.hub.reachability import HubReachability
 from core.hub.records import HUBS, SIZE_CLASSES, SORTS, ModelDetails, SearchPage, SearchQuery
 from core.i18n import t
 from core.text_width import cell_len, truncate
-from core.units import format_magnitude
+from core.units import format_magnitude, plural_key
 from tui.screens.error_modal import report_failed_worker, report_unexpected
 from tui.widgets.keys_footer import KeysFooter
 
@@ -889,7 +889,8 @@ class ModelsScreen(Screen[None]):
         self._local_table_rows = rows
         self._fill_local_table()
         total = sum(model.size_bytes for model in message.models)
-        on_disk = (t("modelsscreen.local_count", count=len(message.models), size=human_bytes(total))
+        on_disk = (t(plural_key("modelsscreen.local_count", len(message.models)), count=len(message.models),
+                     size=human_bytes(total))
                    if message.models else t("modelsscreen.local_none"))
         configs = sum(1 for bundled in message.bundled if bundled.kind == "config")
         self.query_one("#local-summary", Static).update(
