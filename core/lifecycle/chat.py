@@ -22,6 +22,7 @@ class GenerationSettings:
     max_tokens: int = 256
     top_p: float = 1.0
     seed: int | None = None
+    stop: tuple[str, ...] = ()  # the reply ends before the first of these strings (not included in it)
 
 
 @dataclass
@@ -38,6 +39,7 @@ class GenerationOutcome:
     prompt_tokens: int = 0
     max_tokens: int = 0
     hit_eos: bool = False
+    hit_stop: bool = False  # ended on one of the settings' stop strings
     done: bool = False
 
     @property
@@ -46,8 +48,11 @@ class GenerationOutcome:
 
     @property
     def finish_reason(self) -> str:
-        """OpenAI's: "length" when the reply was cut at ``max_tokens`` without an end token, else "stop"."""
-        return "length" if self.completion_tokens >= self.max_tokens and not self.hit_eos else "stop"
+        """OpenAI's: "length" when the reply was cut at ``max_tokens`` without an end token or a stop string,
+        else "stop"."""
+        if self.hit_eos or self.hit_stop:
+            return "stop"
+        return "length" if self.completion_tokens >= self.max_tokens else "stop"
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,33 @@ def eos_ids(loaded: LoadedModel) -> set[int]:
         elif isinstance(value, (list, tuple)):
             found.update(int(v) for v in value if isinstance(v, int))
     return found
+
+
+def context_length(loaded: LoadedModel) -> int | None:
+    """The most tokens (prompt and reply together) the model takes, from its config; None if it says not."""
+    config = getattr(getattr(loaded, "model", None), "config", None)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _held_back(text: str, stops: tuple[str, ...]) -> int:
+    """How many characters at the end of ``text`` may be the start of a stop string (kept until it is known)."""
+    longest = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), longest, -1):
+            if text.endswith(stop[:n]):
+                longest = n
+                break
+    return longest
+
+
+def _first_stop(text: str, stops: tuple[str, ...]) -> int:
+    """Where the first stop string in ``text`` begins, or -1."""
+    found = [i for i in (text.find(stop) for stop in stops) if i >= 0]
+    return min(found) if found else -1
 
 
 def build_messages(history: list[dict[str, str]], system_prompt: str = "") -> list[dict[str, str]]:
@@ -149,17 +181,28 @@ def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: G
     """Text pieces of the reply as they are generated (``variant``: "tuned" or "base").
 
     ``outcome``, when given, receives the generated ids, the prompt length and whether an end token
-    came, once the last piece has been yielded."""
+    came, once the last piece has been yielded.
+
+    ``settings.stop``: generation ends on the token that completes one of these strings (checked on the
+    decoded reply, in the generating thread, so no token is generated past it); the text yielded ends
+    before it. While the reply ends in what may be the start of a stop string, that part is held back."""
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList
 
     settings = settings or GenerationSettings()
     ids = prompt_ids(loaded, messages)
     streamer = TokenStreamer(loaded.tokenizer)
+    stops = tuple(s for s in settings.stop if s)
+    start = int(ids.shape[-1])
 
     class _StopFlag(StoppingCriteria):
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> bool:
-            return bool(stop is not None and stop.is_set())
+            if stop is not None and stop.is_set():
+                return True
+            if not stops:
+                return False
+            text = loaded.tokenizer.decode(input_ids[0, start:].tolist(), skip_special_tokens=True)
+            return _first_stop(text, stops) >= 0
 
     sample = settings.temperature > 0
     kwargs: dict[str, Any] = {
@@ -193,9 +236,26 @@ def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: G
 
     thread = threading.Thread(target=run, daemon=True, name="tunedeck-generate")
     thread.start()
+    text, sent, ended = "", 0, False
     for piece in streamer:
-        if piece:
+        if not piece or ended:
+            continue  # past a stop string: the rest of the stream is read and dropped
+        if not stops:
             yield piece
+            continue
+        text += piece
+        cut = _first_stop(text, stops)
+        if cut >= 0:
+            ended = outcome.hit_stop = True
+            if cut > sent:
+                yield text[sent:cut]
+            continue
+        safe = len(text) - _held_back(text, stops)
+        if safe > sent:
+            yield text[sent:safe]
+            sent = safe
+    if not ended and len(text) > sent:
+        yield text[sent:]  # held back, and no stop string came
     thread.join()
     if errors:
         raise errors[0]

@@ -8,6 +8,15 @@ by ``core.lifecycle.serve`` in its own session. It holds ``DIR/lock`` for its wh
     GET  /v1/models              the fine-tuned model, and ``<id>-base`` when it is base + adapter
     POST /v1/chat/completions    OpenAI schema; ``"stream": true`` answers as server-sent events
 
+Requests are checked as OpenAI's API checks them, each refusal a 400 (404 for an unknown model) in OpenAI's
+error shape naming the parameter: ``model`` must be one /v1/models lists (left out, the fine-tuned model
+answers, as vLLM allows); ``max_tokens`` (or its newer name ``max_completion_tokens``) an integer of at
+least 1; ``temperature`` from 0 to 2; ``top_p`` above 0 and at most 1; ``n`` only 1; ``stop`` a string or
+up to 4 of them (the reply ends before the first, finish_reason "stop"). A value given is used as given,
+0 included. The prompt and ``max_tokens`` together must fit the model's context (its config's
+``max_position_embeddings``): past it the request is refused, as vLLM refuses it; with ``max_tokens`` left
+out, the default (256) is cut to what the context has room for.
+
 With an API key (environment ``TUNEDECK_API_KEY``, never the command line, where ``ps`` shows it) every
 /v1 route needs ``Authorization: Bearer KEY`` (401 otherwise, OpenAI's error JSON); /health stays open.
 A request body over ``--max-body-bytes`` (1 MiB by default) is refused with 413 before it is read.
@@ -76,6 +85,15 @@ class ChatBackend:
         self.lock = threading.Lock()
         self.api_key = api_key or None
         self.max_body_bytes = max_body_bytes
+        from core.lifecycle.chat import context_length
+
+        self.context = context_length(loaded)  # prompt + reply, in tokens; None: not known, not checked
+
+    def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        """The prompt's length in tokens, as generation will template and count it."""
+        from core.lifecycle.chat import prompt_ids
+
+        return int(prompt_ids(self.loaded, messages).shape[-1])
 
     def authorised(self, header: str | None) -> bool:
         if self.api_key is None:
@@ -89,18 +107,99 @@ class ChatBackend:
             ids.append(self.model_id + "-base")
         return ids
 
-    def variant_for(self, requested: str | None) -> str:
-        return "base" if requested and requested == self.model_id + "-base" and self.loaded.has_adapter else "tuned"
+    def variant_for(self, requested: Any) -> str:
+        """"tuned" or "base" for the request's ``model``: one of ``model_ids`` (left out or null: the fine-tuned
+        model); anything else is refused with OpenAI's 404 ``model_not_found``."""
+        if requested is None or requested == self.model_id:
+            return "tuned"
+        if requested == self.model_id + "-base" and self.loaded.has_adapter:
+            return "base"
+        from core.i18n import t
+
+        raise RequestError(t("lifecycle.api_unknown_model", model=requested, ids=", ".join(self.model_ids())),
+                           param="model", code="model_not_found", status=404)
 
 
-def _settings(body: dict[str, Any]) -> Any:
+class RequestError(ValueError):
+    """A request the API refuses: its HTTP status, the parameter at fault and OpenAI's error code."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+        self.status = status
+
+
+DEFAULT_MAX_TOKENS = 256
+MAX_STOP_SEQUENCES = 4  # OpenAI's limit
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)[:80]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _settings(body: dict[str, Any]) -> tuple[Any, bool]:
+    """(GenerationSettings, whether max_tokens was given) from the request; ``RequestError`` for a value
+    OpenAI refuses. A value given is used as given (0 is 0): only a missing or null one takes the default."""
+    from core.i18n import t
     from core.lifecycle.chat import GenerationSettings
 
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
+    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = body.get(name)
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
+                                   or max_tokens < 1):
+        raise RequestError(t("lifecycle.api_max_tokens", param=name, value=_shown(max_tokens)), param=name)
     temperature = body.get("temperature")
-    return GenerationSettings(temperature=0.7 if temperature is None else float(temperature),
-                              max_tokens=int(max_tokens), top_p=float(body.get("top_p") or 1.0),
-                              seed=body.get("seed"))
+    if temperature is not None and not (_is_number(temperature) and 0 <= temperature <= 2):
+        raise RequestError(t("lifecycle.api_temperature", value=_shown(temperature)), param="temperature")
+    top_p = body.get("top_p")
+    if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
+        raise RequestError(t("lifecycle.api_top_p", value=_shown(top_p)), param="top_p")
+    n = body.get("n")
+    if n is not None and (n != 1 or isinstance(n, bool)):
+        raise RequestError(t("lifecycle.api_n", value=_shown(n)), param="n")
+    seed = body.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise RequestError(t("lifecycle.api_seed", value=_shown(seed)), param="seed")
+    stop = body.get("stop")
+    stops = [stop] if isinstance(stop, str) else stop
+    if stop is not None and not (isinstance(stops, list) and len(stops) <= MAX_STOP_SEQUENCES
+                                 and all(isinstance(s, str) for s in stops)):
+        raise RequestError(t("lifecycle.api_stop", limit=MAX_STOP_SEQUENCES, value=_shown(stop)), param="stop")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise RequestError(t("lifecycle.api_stream", value=_shown(stream)), param="stream")
+    settings = GenerationSettings(temperature=0.7 if temperature is None else float(temperature),
+                                  max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+                                  top_p=1.0 if top_p is None else float(top_p), seed=seed,
+                                  stop=tuple(s for s in stops or () if s))
+    return settings, max_tokens is not None
+
+
+def _fit_context(settings: Any, explicit: bool, prompt_tokens: int, limit: int | None) -> Any:
+    """The settings with ``max_tokens`` fitting the model's context of ``limit`` tokens after the prompt.
+
+    As vLLM: a prompt that leaves no room, or a ``max_tokens`` given that goes past the context, is refused
+    (400 ``context_length_exceeded``); the default ``max_tokens`` is cut to the room left."""
+    from dataclasses import replace
+
+    from core.i18n import t
+
+    if limit is None:
+        return settings
+    room = limit - prompt_tokens
+    if room < 1:
+        raise RequestError(t("lifecycle.api_prompt_too_long", limit=limit, prompt=prompt_tokens),
+                           param="messages", code="context_length_exceeded")
+    if explicit and settings.max_tokens > room:
+        raise RequestError(t("lifecycle.api_context", limit=limit, total=prompt_tokens + settings.max_tokens,
+                             prompt=prompt_tokens, completion=settings.max_tokens),
+                           param="messages", code="context_length_exceeded")
+    return replace(settings, max_tokens=min(settings.max_tokens, room))
 
 
 def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
@@ -134,8 +233,9 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _error(self, code: int, message: str, kind: str = "invalid_request_error",
-                   error_code: str | int | None = None, headers: dict[str, str] | None = None) -> None:
-            value = {"error": {"message": message, "type": kind, "param": None,
+                   error_code: str | int | None = None, headers: dict[str, str] | None = None,
+                   param: str | None = None) -> None:
+            value = {"error": {"message": message, "type": kind, "param": param,
                                "code": code if error_code is None else error_code}}
             data = json.dumps(value).encode("utf-8")
             self.send_response(code)
@@ -221,11 +321,19 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 if not isinstance(body, dict):
                     raise ValueError("the request body must be a JSON object")
                 messages = _messages(body)
-                settings = _settings(body)
+                settings, explicit = _settings(body)
+                variant = backend.variant_for(body.get("model"))
+                settings = _fit_context(settings, explicit, backend.prompt_tokens(messages), backend.context)
+            except RequestError as exc:
+                self._error(exc.status, str(exc), error_code=exc.code, param=exc.param)
+                return
             except (ValueError, TypeError) as exc:
                 self._error(400, str(exc))
                 return
-            variant = backend.variant_for(body.get("model"))
+            except Exception as exc:  # the chat template failed on these messages: as a failed generation
+                log.exception("templating the prompt failed")
+                self._error(500, f"generation failed: {exc}", "server_error")
+                return
             model_name = backend.model_id + ("-base" if variant == "base" else "")
             created = int(time.time())
             cid = "chatcmpl-" + uuid.uuid4().hex[:24]

@@ -1,0 +1,168 @@
+"""The chat completions API checks a request as OpenAI's (and vLLM's) does: stop strings, the model asked
+for, the ranges of max_tokens / temperature / top_p / n, and the model's context. One real server (our
+transformers backend) on a real finished tiny LoRA run, asked over HTTP."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.fixtures.lifecycle.finished_run import finished_run, tunedeck
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(run id, base URL …/v1) of one server for the whole module, stopped at its end."""
+    home, run_id = finished_run(tmp_path_factory.mktemp("lifecycle-serve-api"))
+    proc = tunedeck(home, "serve", run_id, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    state = json.loads(proc.stdout)
+    try:
+        yield run_id, state["url"]
+    finally:
+        stopped = tunedeck(home, "serve", run_id, "--stop")
+        assert stopped.returncode == 0, stopped.stderr
+
+
+def _post(url: str, **body) -> tuple[int, dict]:
+    request = urllib.request.Request(url + "/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _ask(prompt: str = "Hi") -> list[dict[str, str]]:
+    return [{"role": "user", "content": prompt}]
+
+
+def test_a_stop_string_ends_the_reply_before_it_streaming_and_not(served):
+    """`stop` was ignored: the reply ran on past it. Now generation ends on the token that completes the
+    first stop string; the text ends before it; finish_reason is "stop" (not "length")."""
+    from openai import OpenAI
+
+    run_id, url = served
+    client = OpenAI(base_url=url, api_key="unused", timeout=120, max_retries=0)
+    # The tuned answer to this ends "… = 2.": stopped at its last three characters, a reply cut in the
+    # middle; the random base babbles to max_tokens ("length"), stopped three characters in it is "stop".
+    for model, prompt in ((run_id, "What is 1 + 1?"), (run_id + "-base", "Name a colour.")):
+        code, full = _post(url, model=model, messages=_ask(prompt), temperature=0, max_tokens=30)
+        assert code == 200, full
+        text = full["choices"][0]["message"]["content"]
+        stop = text.rstrip()[-3:] if model == run_id else text[3:6]
+        expected = text[:text.find(stop)]
+        assert expected.strip() and len(text) >= len(expected) + len(stop), (text, stop)
+        for stops in (stop, [stop], ["never-in-this-reply", stop]):
+            code, reply = _post(url, model=model, messages=_ask(prompt), temperature=0, max_tokens=30, stop=stops)
+            assert code == 200, reply
+            assert reply["choices"][0]["message"]["content"] == expected, (stops, text, reply)
+            assert reply["choices"][0]["finish_reason"] == "stop"
+            assert reply["usage"]["completion_tokens"] < full["usage"]["completion_tokens"]  # generation ended
+            chunks = list(client.chat.completions.create(model=model, messages=_ask(prompt), temperature=0,
+                                                         max_tokens=30, stop=stops, stream=True))
+            assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected
+            assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] == ["stop"]
+        if model != run_id:
+            assert full["choices"][0]["finish_reason"] == "length"  # without the stop string
+    for bad in (["a", "b", "c", "d", "e"], 7, [1], {"x": "y"}):
+        code, reply = _post(url, messages=_ask(), max_tokens=5, stop=bad)
+        assert code == 400 and reply["error"]["param"] == "stop", (bad, reply)
+        assert reply["error"]["type"] == "invalid_request_error"
+
+
+def test_an_unknown_model_is_404_and_the_listed_ids_are_served(served):
+    """`"model": "nope"` was answered by the fine-tuned model under the run's id. Now it is OpenAI's 404
+    model_not_found; the ids /v1/models lists answer, and a request without a model gets the tuned one."""
+    run_id, url = served
+    with urllib.request.urlopen(url + "/models", timeout=30) as response:
+        listed = [m["id"] for m in json.loads(response.read())["data"]]
+    assert listed == [run_id, run_id + "-base"]
+    for model in ("nope", run_id + "-other", run_id.upper(), 5):
+        code, reply = _post(url, model=model, messages=_ask(), max_tokens=3)
+        assert code == 404, (model, reply)
+        error = reply["error"]
+        assert error["type"] == "invalid_request_error" and error["param"] == "model", error
+        assert error["code"] == "model_not_found" and f"`{model}` does not exist" in error["message"], error
+        assert run_id in error["message"]  # says what is served
+    for model in listed:
+        code, reply = _post(url, model=model, messages=_ask(), max_tokens=3, temperature=0)
+        assert code == 200 and reply["model"] == model, reply
+    code, reply = _post(url, messages=_ask("Name a colour."), max_tokens=12, temperature=0)
+    assert code == 200 and reply["model"] == run_id and reply["choices"][0]["message"]["content"].strip() == "Blue."
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("max_tokens", 0), ("max_tokens", -5), ("max_tokens", 2.5), ("max_tokens", "10"), ("max_tokens", True),
+    ("max_completion_tokens", 0), ("temperature", -0.1), ("temperature", 2.5), ("temperature", "hot"),
+    ("top_p", 0), ("top_p", 1.5), ("top_p", -1), ("n", 2), ("n", 0), ("seed", "x"), ("stream", "yes"),
+])
+def test_a_value_out_of_range_is_refused_naming_the_param(served, field, value):
+    """max_tokens 0 gave 256 tokens (the default, through `or`), -5 gave 200, top_p 0 became 1.0, n 2 was
+    ignored: each is now a 400 invalid_request_error naming the parameter."""
+    _run_id, url = served
+    code, reply = _post(url, messages=_ask(), **{"max_tokens": 4, field: value})
+    assert code == 400, (field, value, reply)
+    error = reply["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == field, error
+    assert field in error["message"] and json.dumps(value) in error["message"], error
+    if field == "n":
+        assert "must be 1" in error["message"]
+
+
+def test_values_given_are_used_as_given(served):
+    """Given values are not replaced by defaults: max_tokens 1 is one token, max_completion_tokens (OpenAI's
+    newer name) counts as max_tokens, n 1 and edge values of the ranges are accepted."""
+    run_id, url = served
+    base = run_id + "-base"  # babbles to the limit
+    for body, tokens in (({"max_tokens": 1}, 1), ({"max_completion_tokens": 3}, 3),
+                         ({"max_completion_tokens": 2, "max_tokens": 9}, 2)):
+        code, reply = _post(url, model=base, messages=_ask(), temperature=0, **body)
+        assert code == 200, (body, reply)
+        assert reply["usage"]["completion_tokens"] == tokens and reply["choices"][0]["finish_reason"] == "length"
+    for body in ({"n": 1}, {"temperature": 2, "top_p": 1, "seed": 3}, {"temperature": 0.5, "top_p": 0.01},
+                 {"stop": None, "n": None, "top_p": None, "temperature": None}):
+        code, reply = _post(url, model=base, messages=_ask(), max_tokens=2, **body)
+        assert code == 200 and len(reply["choices"]) == 1, (body, reply)
+
+
+def test_the_prompt_and_max_tokens_must_fit_the_models_context(served):
+    """A 24,009-token prompt against max_position_embeddings 2048 got 200. Now, as vLLM: a prompt with no
+    room left is refused; a max_tokens given that goes past the context is refused and says the counts; with
+    max_tokens left out, the default is cut to the room the context has."""
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    limit = json.loads((TINY / "config.json").read_text())["max_position_embeddings"]
+    assert limit == 2048
+    run_id, url = served
+    base = run_id + "-base"
+    code, reply = _post(url, model=base, messages=_ask("word " * (limit + 200)), max_tokens=5)
+    assert code == 400 and reply["error"]["code"] == "context_length_exceeded", reply
+    assert reply["error"]["param"] == "messages" and reply["error"]["type"] == "invalid_request_error"
+    assert f"maximum context length is {limit} tokens" in reply["error"]["message"], reply
+    # A prompt that leaves about 40 tokens, as the server counts it (its usage; one token asked for).
+    def prompt_tokens(words: int) -> int:
+        code, reply = _post(url, model=base, messages=_ask("word " * words), max_tokens=1)
+        assert code == 200, reply
+        return reply["usage"]["prompt_tokens"]
+
+    fixed, per_100 = prompt_tokens(0), prompt_tokens(100) - prompt_tokens(0)
+    words = (limit - 40 - fixed) * 100 // per_100
+    messages, prompt = _ask("word " * words), prompt_tokens(words)
+    assert limit - 60 <= prompt <= limit - 30, prompt
+    room = limit - prompt
+    code, reply = _post(url, model=base, messages=messages, max_tokens=room + 60, temperature=0)
+    assert code == 400 and reply["error"]["code"] == "context_length_exceeded", reply
+    assert (f"maximum context length is {limit} tokens. However, you requested {prompt + room + 60} tokens "
+            f"({prompt} in the messages, {room + 60} in the completion)") in reply["error"]["message"], reply
+    code, reply = _post(url, model=base, messages=messages, max_tokens=room, temperature=0)
+    assert code == 200 and reply["usage"]["prompt_tokens"] == prompt, reply
+    code, reply = _post(url, model=base, messages=messages, temperature=0)  # default 256, cut to the room
+    assert code == 200, reply
+    usage, finish = reply["usage"], reply["choices"][0]["finish_reason"]
+    assert usage["prompt_tokens"] == prompt and 1 <= usage["completion_tokens"] <= room, reply
+    assert finish == "stop" or usage["completion_tokens"] == room, reply  # cut at the room, not at 256
