@@ -248,8 +248,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _err(t("lifecycle.serve_status", run=run.id, url=state.url, pid=state.pid, backend=state.backend,
                    health=t("lifecycle.health_ok" if healthy else "lifecycle.health_down")))
         return 0
-    from core.lifecycle.serve import warn_if_public
+    from core.lifecycle.serve import check_backend_name, warn_if_public
     from core.lifecycle.server import API_KEY_ENV
+
+    check_backend_name(args.backend)  # before the warnings: an unknown name is the one thing said
 
     if args.max_body_bytes is not None and args.max_body_bytes < 1:
         raise CliError(t("lifecycle.bad_max_body", value=args.max_body_bytes), 2)

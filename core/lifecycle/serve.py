@@ -159,12 +159,20 @@ def check_listen_address(host: str, port: int) -> None:
         raise LifecycleError(t("lifecycle.serve_port_unusable", host=host, port=port, error=error)) from None
 
 
+def check_backend_name(requested: str) -> None:
+    """Refuse (exit 2) a --backend that is none of ``BACKENDS``, naming the ones there are."""
+    from core.i18n import t
+
+    if requested not in BACKENDS:
+        raise LifecycleError(t("lifecycle.serve_bad_backend", backend=requested, choices=", ".join(BACKENDS)),
+                             exit_code=2)
+
+
 def choose_backend(requested: str) -> str:
     """``auto``: vLLM, then LMDeploy when installed with a GPU; else our own transformers server."""
     from core.i18n import t
 
-    if requested not in BACKENDS:
-        raise LifecycleError(t("lifecycle.serve_unknown_backend", backend=requested))
+    check_backend_name(requested)
     if requested == "transformers":
         return requested
     modules = {"vllm": "vllm", "lmdeploy": "lmdeploy"}
@@ -242,6 +250,7 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
 
     api_key = os.environ.get("TUNEDECK_API_KEY") if api_key is None else api_key  # "" = no key
     api_key = api_key or None
+    check_backend_name(backend)  # a misspelt name is said first, before any look at the run or the port
     host = bare_host(host)  # "[::1]" as a URL writes it: the address alone for the servers' --host
     existing = server_state(run.id)
     if existing is not None:

@@ -381,3 +381,25 @@ def test_the_look_before_serving_and_the_free_port_pick_bind_one_way_each_with_i
     serve.check_listen_address("127.0.0.1", 0)
     serve.free_port("127.0.0.1")  # the pick start_server hands vLLM/LMDeploy
     assert calls == [(("127.0.0.1", 0), {"reuse_address": True}), (("127.0.0.1", 0), {"reuse_address": False})]
+
+
+def test_an_unknown_backend_is_named_as_unknown_with_the_ones_there_are(lora_run):
+    """`serve --backend bogus` said "backend bogus is not installed" (as if installing it would help). Now a
+    name that is no backend is refused as such, in one line listing the valid ones (exit 2), before
+    anything starts; a known backend that is not installed still says so."""
+    from core.lifecycle.serve import serve_dir
+
+    home, run = lora_run
+    for name in ("bogus", "VLLM", ""):
+        proc = tunedeck(home, "serve", run.id, "--backend", name, "--host", "0.0.0.0")
+        assert proc.returncode == 2, (name, proc.returncode, proc.stderr)
+        said = proc.stderr.strip()
+        assert f"--backend {name} is not a backend tunedeck knows" in said, said
+        assert "choose one of: auto, transformers, vllm, lmdeploy" in said and "not installed" not in said
+        assert len(said.splitlines()) == 1 and "Traceback" not in said, said  # not even the host warning
+        assert not (serve_dir(run.id) / "state.json").exists()
+    import importlib.util
+
+    if importlib.util.find_spec("lmdeploy") is None:
+        proc = tunedeck(home, "serve", run.id, "--backend", "lmdeploy")
+        assert proc.returncode == 1 and "backend lmdeploy is not installed" in proc.stderr, proc.stderr
