@@ -9,8 +9,8 @@ Public API::
     generate_reply(loaded, messages, ...) -> Reply                  # text + GenerationOutcome (ids, finish)
     evaluate_run(run, checkpoint=None) -> dict                       # eval/<stamp>.json in the run dir
     export_run(run, fmt, ...) -> ExportResult
-    start_server(run, ..., api_key=None, max_body_bytes=None)      # detached OpenAI-compatible server
-    stop_server(run) / server_state(run) / probe_request(url, …)
+    start_server(run or None, ..., model_dir=None, api_key=None)   # detached OpenAI-compatible server
+    stop_server(id) / server_state(id) / probe_request(url, …)      # id: the run's, or model_dir_id(dir)
 """
 
 from __future__ import annotations

@@ -53,12 +53,12 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=cmd_export)
 
     p = subparsers.add_parser("serve", help=t("lifecycle.serve_help"), description=t("lifecycle.serve_help"))
-    run_arg(p)
+    p.add_argument("run", metavar="RUN", nargs="?", help=t("lifecycle.serve_run_arg_help"))
     p.add_argument("--port", type=int, default=0, help=t("lifecycle.port_help"))
     p.add_argument("--host", default="127.0.0.1", help=t("lifecycle.host_help"))
     p.add_argument("--backend", default="auto", help=t("lifecycle.backend_help"))
     p.add_argument("--checkpoint", type=int, default=None, help=t("lifecycle.checkpoint_help"))
-    p.add_argument("--model-dir", default=None, help=t("lifecycle.model_dir_help"))
+    p.add_argument("--model-dir", metavar="DIR", default=None, help=t("lifecycle.serve_model_dir_help"))
     p.add_argument("--api-key", metavar="KEY", default=None, help=t("lifecycle.api_key_help"))
     p.add_argument("--max-body-bytes", metavar="N", type=int, default=None, help=t("lifecycle.max_body_help"))
     action = p.add_mutually_exclusive_group()
@@ -223,29 +223,43 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from core.errors import CliError
     from core.i18n import t
-    from core.lifecycle.serve import health, server_state, start_server, stop_server
+    from core.lifecycle.serve import (
+        health,
+        model_dir_id,
+        recorded_server_id,
+        server_state,
+        start_server,
+        stop_server,
+    )
 
-    run = _resolve(args.run)
-    if args.stop:
-        stopped = stop_server(run.id)
-        if args.json:
-            _print_json({"run_id": run.id, "stopped": stopped})
+    if bool(args.run) == bool(args.model_dir):
+        raise CliError(t("lifecycle.serve_run_or_model_dir"), 2)
+    if args.stop or args.status:
+        # The server's id: a --model-dir folder's, one recorded under exactly this id, else the run's.
+        if args.model_dir:
+            key = model_dir_id(Path(args.model_dir))
         else:
-            _err(t("lifecycle.serve_stopped" if stopped else "lifecycle.serve_not_running", run=run.id))
+            key = recorded_server_id(args.run) or _resolve(args.run).id
+    if args.stop:
+        stopped = stop_server(key)
+        if args.json:
+            _print_json({"run_id": key, "stopped": stopped})
+        else:
+            _err(t("lifecycle.serve_stopped" if stopped else "lifecycle.serve_not_running", run=key))
         return 0 if stopped else 1
     if args.status:
-        state = server_state(run.id)
+        state = server_state(key)
         if state is None:
             if args.json:
-                _print_json({"run_id": run.id, "running": False})
+                _print_json({"run_id": key, "running": False})
             else:
-                _err(t("lifecycle.serve_not_running", run=run.id))
+                _err(t("lifecycle.serve_not_running", run=key))
             return 1
         healthy = health(state.url)
         if args.json:
             _print_json({**state.to_dict(), "running": True, "healthy": healthy})
         else:
-            _err(t("lifecycle.serve_status", run=run.id, url=state.url, pid=state.pid, backend=state.backend,
+            _err(t("lifecycle.serve_status", run=key, url=state.url, pid=state.pid, backend=state.backend,
                    health=t("lifecycle.health_ok" if healthy else "lifecycle.health_down")))
         return 0
     from core.lifecycle.serve import check_backend_name, warn_if_public
@@ -259,12 +273,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     warning = warn_if_public(args.host, api_key or None)
     if warning:
         _err(t("lifecycle.warning", text=warning))
+    run = _resolve(args.run) if args.run else None
     state = start_server(run, args.host, args.port, args.backend, args.checkpoint,
                          Path(args.model_dir) if args.model_dir else None, api_key=api_key,
                          max_body_bytes=args.max_body_bytes)
     if args.json:
         _print_json({**state.to_dict(), "running": True, "healthy": True})
     else:
-        _err(t("lifecycle.serve_started", run=run.id, url=state.url, pid=state.pid, backend=state.backend))
+        _err(t("lifecycle.serve_started", run=state.run_id, url=state.url, pid=state.pid, backend=state.backend))
         print(state.url)
     return 0

@@ -1,6 +1,8 @@
-"""Start, find and stop a run's detached OpenAI-compatible server.
+"""Start, find and stop a run's (or a model folder's) detached OpenAI-compatible server.
 
-State lives in ``data_root()/serve/<run id>/`` (0700): ``state.json`` (pid, host, port, url, backend,
+A server is filed under its id: a run's under the run id, a ``--model-dir`` folder's under the folder's
+name, which is also the model id it serves (``model_dir_id``). State lives in ``data_root()/serve/<id>/``
+(0700): ``state.json`` (pid, host, port, url, backend,
 status), ``lock`` (flock'ed by our own server for its whole life) and ``server.log``. The server runs in
 its own session, so it survives the SSH session and the app that started it. Backends: vLLM or LMDeploy
 when installed (they serve the merged model), otherwise ``core.lifecycle.server``.
@@ -45,16 +47,41 @@ class ServerState:
     status: str
     log_path: Path
     auth: bool = False  # clients must send the API key
+    model_dir: str | None = None  # a --model-dir server's folder (``run_id`` is then the folder's id)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "pid": self.pid, "url": self.url, "host": self.host, "port": self.port,
-                "backend": self.backend, "status": self.status, "log": str(self.log_path), "auth": self.auth}
+        value = {"run_id": self.run_id, "pid": self.pid, "url": self.url, "host": self.host, "port": self.port,
+                 "backend": self.backend, "status": self.status, "log": str(self.log_path), "auth": self.auth}
+        return value if self.model_dir is None else {**value, "model_dir": self.model_dir}
 
 
 def serve_dir(run_id: str) -> Path:
+    """The server's state folder, made (0700) if need be: for writing. Lookups use ``_state_dir``."""
     from core.paths import data_root, ensure_private_dir
 
     return ensure_private_dir(ensure_private_dir(data_root() / "serve") / run_id)
+
+
+def _state_dir(run_id: str) -> Path:
+    """The server's state folder, not made: a look for a server leaves nothing behind."""
+    from core.paths import data_root
+
+    return data_root() / "serve" / run_id
+
+
+def model_dir_id(model_dir: Path) -> str:
+    """The id a ``--model-dir`` server is filed under and serves its model as: the folder's name."""
+    return Path(os.path.abspath(model_dir)).name
+
+
+def recorded_server_id(ref: str) -> str | None:
+    """``ref`` when a server was recorded under exactly that id (a run's, the run since deleted included,
+    or a --model-dir folder's); None otherwise. Looks only: creates no folder."""
+    from core.paths import data_root
+
+    if not ref or ref in (".", "..") or "/" in ref or "\0" in ref:
+        return None
+    return ref if (data_root() / "serve" / ref / "state.json").is_file() else None
 
 
 def _read_state(directory: Path) -> dict[str, Any]:
@@ -99,12 +126,12 @@ def _lock_held(directory: Path) -> bool:
 
 def read_server_record(run_id: str) -> dict[str, Any]:
     """The run's ``state.json`` as last written (status, url, port, pid …), alive or not; {} if none."""
-    return _read_state(serve_dir(run_id))
+    return _read_state(_state_dir(run_id))
 
 
 def server_state(run_id: str) -> ServerState | None:
     """The run's server if one is alive (its process exists), else None."""
-    directory = serve_dir(run_id)
+    directory = _state_dir(run_id)
     raw = _read_state(directory)
     pid = int(raw.get("pid") or 0)
     if not raw or not _pid_alive(pid) or raw.get("status") == "stopped":
@@ -113,7 +140,7 @@ def server_state(run_id: str) -> ServerState | None:
         return None
     return ServerState(run_id, pid, str(raw.get("url", "")), str(raw.get("host", "")), int(raw.get("port") or 0),
                        str(raw.get("backend", "")), str(raw.get("status", "")), directory / "server.log",
-                       bool(raw.get("auth")))
+                       bool(raw.get("auth")), str(raw["model_dir"]) if raw.get("model_dir") else None)
 
 
 def health(url: str, timeout: float = 2.0) -> bool:
@@ -189,7 +216,7 @@ def choose_backend(requested: str) -> str:
     return "transformers"
 
 
-def _backend_command(backend: str, run: RunDirectory, state: Path, host: str, port: int,
+def _backend_command(backend: str, run: RunDirectory | None, served: str, state: Path, host: str, port: int,
                      checkpoint: int | None, model_dir: Path | None, api_key: str | None = None,
                      max_body_bytes: int | None = None) -> list[str]:
     if backend == "transformers":
@@ -199,13 +226,14 @@ def _backend_command(backend: str, run: RunDirectory, state: Path, host: str, po
             cmd += ["--max-body-bytes", str(max_body_bytes)]
         if model_dir is not None:
             return cmd + ["--model-dir", str(model_dir)]
+        assert run is not None
         return cmd + ["--run", str(run.path)] + ([] if checkpoint is None else ["--checkpoint", str(checkpoint)])
     assert model_dir is not None  # foreign servers serve the merged folder
     if backend == "vllm":
         return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-                "--served-model-name", run.id, "--host", host, "--port", str(port)]
+                "--served-model-name", served, "--host", host, "--port", str(port)]
     # vLLM reads its key from VLLM_API_KEY (set by start_server); LMDeploy only takes it as an argument.
-    return [sys.executable, "-m", "lmdeploy", "serve", "api_server", str(model_dir), "--model-name", run.id,
+    return [sys.executable, "-m", "lmdeploy", "serve", "api_server", str(model_dir), "--model-name", served,
             "--server-name", host, "--server-port", str(port)] + (["--api-keys", api_key] if api_key else [])
 
 
@@ -234,11 +262,13 @@ def _merged_for_serving(run: RunDirectory, source: Any, checkpoint: int | None, 
     return out
 
 
-def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, backend: str = "auto",
+def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 0, backend: str = "auto",
                  checkpoint: int | None = None, model_dir: Path | None = None,
                  timeout: float = 600.0, cancelled: Callable[[], bool] | None = None,
                  api_key: str | None = None, max_body_bytes: int | None = None) -> ServerState:
-    """Start the run's server detached (own session) and wait until it answers; returns its state.
+    """Start the server of ``run``, or of the folder ``model_dir`` (one of the two), detached (own session)
+    and wait until it answers; returns its state. A run's server is filed under the run id and serves that
+    id; a folder's is filed under, and serves, ``model_dir_id`` (the folder's name), not under any run.
 
     ``cancelled`` (checked while waiting): when it turns true the wait ends with ``ServeWaitCancelled``
     and the server, detached, goes on starting (an app that quits must not wait for a model to load).
@@ -251,14 +281,17 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
     api_key = os.environ.get("TUNEDECK_API_KEY") if api_key is None else api_key  # "" = no key
     api_key = api_key or None
     check_backend_name(backend)  # a misspelt name is said first, before any look at the run or the port
+    if (run is None) == (model_dir is None):
+        raise LifecycleError(t("lifecycle.serve_run_or_model_dir"), exit_code=2)
+    key = run.id if run is not None else model_dir_id(model_dir)
     host = bare_host(host)  # "[::1]" as a URL writes it: the address alone for the servers' --host
-    existing = server_state(run.id)
+    existing = server_state(key)
     if existing is not None:
-        raise LifecycleError(t("lifecycle.serve_already", run=run.id, url=existing.url, pid=existing.pid))
+        raise LifecycleError(t("lifecycle.serve_already", run=key, url=existing.url, pid=existing.pid))
     # Every mistake that can be seen from here is said here, in one line, not in the server's log.
     check_listen_address(host, port)
     source = None
-    if model_dir is None:
+    if run is not None:
         from core.lifecycle.source import resolve_model_source
 
         source = resolve_model_source(run, checkpoint)  # no run, no complete checkpoint (N)
@@ -269,15 +302,17 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
         model_dir = Path(os.path.abspath(model_dir))
         check_model_dir(model_dir)  # no config.json, a download not finished, no weights
     chosen = choose_backend(backend)
-    if chosen != "transformers" and source is not None:
+    what = {"model_dir": str(model_dir)} if run is None else {"run": str(run.path)}
+    if chosen != "transformers" and run is not None and source is not None:
         model_dir = _merged_for_serving(run, source, checkpoint, chosen, cancelled)
-    directory = serve_dir(run.id)
+    directory = serve_dir(key)
     if chosen != "transformers" and port == 0:
         port = free_port(host)
     write_json_atomic(directory / "state.json", {"status": "starting", "backend": chosen, "host": host,
-                                                 "port": port, "run": str(run.path), "started": time.time()})
+                                                 "port": port, **what, "started": time.time()})
     log_path = directory / "server.log"
-    cmd = _backend_command(chosen, run, directory, host, port, checkpoint, model_dir, api_key, max_body_bytes)
+    cmd = _backend_command(chosen, run, key, directory, host, port, checkpoint, model_dir, api_key,
+                           max_body_bytes)
     env = {k: v for k, v in os.environ.items() if k not in ("TUNEDECK_API_KEY", "VLLM_API_KEY")}
     if api_key:
         env["VLLM_API_KEY" if chosen == "vllm" else "TUNEDECK_API_KEY"] = api_key
@@ -295,10 +330,11 @@ def start_server(run: RunDirectory, host: str = "127.0.0.1", port: int = 0, back
         write_json_atomic(directory / "state.json", {**_read_state(directory), "pid": proc.pid,
                                                      "url": f"http://{scheme_host}:{port}/v1", "status": "loading",
                                                      "auth": bool(api_key)})
-    state = _await_ready(run.id, timeout, cancelled, proc)
-    if state is not None:
+    state = _await_ready(key, timeout, cancelled, proc)
+    if state is not None and run is not None:
         run.append_event("serve_started", url=state.url, pid=state.pid, backend=chosen, auth=bool(api_key),
                          public=warning is not None)
+    if state is not None:
         return state
     if proc.poll() is None:
         _terminate(proc.pid)

@@ -268,22 +268,22 @@ def test_serve_refuses_a_model_dir_that_is_no_model_before_starting_anything(lor
     import core.lifecycle.serve as serve
     from core.lifecycle.source import LifecycleError
 
-    home, run = lora_run
+    home, _run = lora_run
     folders = _not_models(tmp_path)
     for folder, says in folders:
-        proc = tunedeck(home, "serve", run.id, "--model-dir", str(folder))
+        proc = tunedeck(home, "serve", "--model-dir", str(folder))
         assert proc.returncode == 2, (folder, proc.returncode, proc.stderr[-2000:])
         assert f"--model-dir {folder} {says}" in proc.stderr, proc.stderr[-2000:]
         assert "Traceback" not in proc.stderr and "did not come up" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-        assert not (serve.serve_dir(run.id) / "state.json").exists()  # nothing was started
+        assert not (home / "serve" / folder.name).exists()  # nothing was started
     monkeypatch.setattr(serve, "choose_backend", lambda requested: requested)  # vLLM is not installed here
     for backend in ("vllm", "lmdeploy"):
         for folder, says in folders:
             with pytest.raises(LifecycleError) as caught:
-                serve.start_server(run, backend=backend, model_dir=folder, timeout=30)
+                serve.start_server(None, backend=backend, model_dir=folder, timeout=30)
             assert f"--model-dir {folder} {says}" in str(caught.value) and caught.value.exit_code == 2
-            assert not (serve.serve_dir(run.id) / "state.json").exists()
+            assert not (home / "serve" / folder.name).exists()
 
 
 def test_serve_model_dir_relative_to_where_it_is_typed(lora_run):
@@ -298,7 +298,7 @@ def test_serve_model_dir_relative_to_where_it_is_typed(lora_run):
 
     home, run = lora_run
     merged = merge_run(run).out
-    proc = subprocess.run([sys.executable, "-m", "core", "serve", run.id, "--model-dir", merged.name, "--json"],
+    proc = subprocess.run([sys.executable, "-m", "core", "serve", "--model-dir", merged.name, "--json"],
                           cwd=merged.parent, capture_output=True, text=True, timeout=180,
                           env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1",
                                "PYTHONPATH": str(ROOT)})
@@ -309,7 +309,8 @@ def test_serve_model_dir_relative_to_where_it_is_typed(lora_run):
         status, models = _request(state["url"] + "/models")
         assert status == 200 and [m["id"] for m in models["data"]] == [merged.name]
     finally:
-        _stop(home, run)
+        stopped = tunedeck(home, "serve", "--stop", merged.name)
+        assert stopped.returncode == 0, stopped.stderr
 
 
 @pytest.mark.skipif(not ipv6_loopback(), reason="this box has no IPv6 loopback (::1 cannot be bound)")
@@ -403,3 +404,47 @@ def test_an_unknown_backend_is_named_as_unknown_with_the_ones_there_are(lora_run
     if importlib.util.find_spec("lmdeploy") is None:
         proc = tunedeck(home, "serve", run.id, "--backend", "lmdeploy")
         assert proc.returncode == 1 and "backend lmdeploy is not installed" in proc.stderr, proc.stderr
+
+
+def test_serve_model_dir_needs_no_run_and_is_filed_under_its_own_id(lora_run, tmp_path):
+    """`serve --model-dir DIR` demanded a RUN (exit 2) while `chat --model-dir` did not, and its help spoke of
+    chatting; given a run, the folder's server was filed under the run (its panel called it the run's) while
+    serving the folder's id. Now the folder alone is served, filed under its own id (the folder's name),
+    --status and --stop find it by that id or by --model-dir, and the run has no server of it."""
+    import shutil
+
+    from core.lifecycle.merge import merge_run
+    from core.lifecycle.serve import server_state
+
+    home, run = lora_run
+    folder = tmp_path / "my-model"
+    shutil.copytree(merge_run(run).out, folder)
+    helped = tunedeck(home, "serve", "--help")
+    flat = " ".join(helped.stdout.split())
+    assert "serve this model folder" in flat and "chat with this model folder" not in flat, flat
+    for extra in ([run.id, "--model-dir", str(folder)], []):  # both, or neither: say to give one
+        proc = tunedeck(home, "serve", *extra)
+        assert proc.returncode == 2 and "one of the two" in proc.stderr, (extra, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    proc = tunedeck(home, "serve", "--model-dir", str(folder), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    state = json.loads(proc.stdout)
+    try:
+        assert state["run_id"] == "my-model" and state["model_dir"] == str(folder) and state["healthy"] is True
+        status, models = _request(state["url"] + "/models")
+        assert status == 200 and [m["id"] for m in models["data"]] == ["my-model"]
+        recorded = json.loads((home / "serve" / "my-model" / "state.json").read_text())
+        assert recorded["model_dir"] == str(folder) and "run" not in recorded
+        assert server_state(run.id) is None and not (home / "serve" / run.id).exists()  # not the run's
+        for ref in (["my-model"], ["--model-dir", str(folder)]):
+            status = tunedeck(home, "serve", "--status", "--json", *ref)
+            assert status.returncode == 0, (ref, status.stderr)
+            assert json.loads(status.stdout)["pid"] == state["pid"], status.stdout
+        again = tunedeck(home, "serve", "--model-dir", str(folder))
+        assert again.returncode == 1 and "already running" in again.stderr
+        assert "tunedeck serve --stop my-model" in again.stderr
+        assert tunedeck(home, "serve", run.id, "--status").returncode == 1  # the run has no server
+    finally:
+        stopped = tunedeck(home, "serve", "--stop", "--model-dir", str(folder))
+    assert stopped.returncode == 0 and "server of my-model stopped" in stopped.stderr, stopped.stderr
+    assert tunedeck(home, "serve", "--stop", "my-model").returncode == 1
