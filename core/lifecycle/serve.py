@@ -405,16 +405,29 @@ def _terminate(pid: int, grace: float = 15.0) -> None:
 
 
 def stop_server(run_id: str) -> bool:
-    """Stop the run's server (SIGTERM to its session, SIGKILL after 15 s); False if none was running."""
+    """Stop the server filed under ``run_id`` (SIGTERM to its session, SIGKILL after 15 s); False if none was
+    running. When the run it served is gone (deleted), its state folder goes too: nothing is left to keep."""
     from core.atomic_file import write_json_atomic
 
     state = server_state(run_id)
-    if state is None:
-        return False
-    _terminate(state.pid)
-    directory = serve_dir(run_id)
-    write_json_atomic(directory / "state.json", {**_read_state(directory), "status": "stopped"})
-    return True
+    if state is not None:
+        _terminate(state.pid)
+        directory = serve_dir(run_id)
+        write_json_atomic(directory / "state.json", {**_read_state(directory), "status": "stopped"})
+    run_path = read_server_record(run_id).get("run")
+    if run_path and not Path(str(run_path)).exists():
+        forget_server(run_id)
+    return state is not None
+
+
+def forget_server(run_id: str) -> bool:
+    """Stop the server filed under ``run_id`` if one runs, then remove its state folder (state.json, lock,
+    log): for a run being deleted. True when a server was stopped."""
+    import shutil
+
+    stopped = server_state(run_id) is not None and stop_server(run_id)
+    shutil.rmtree(_state_dir(run_id), ignore_errors=True)
+    return stopped
 
 
 def probe_request(url: str, model: str, prompt: str = "Hello!", max_tokens: int = 16,

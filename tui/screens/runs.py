@@ -90,14 +90,15 @@ class RunsListed(Message):
 
 
 class DeleteChecked(Message):
-    """A run's size, measured in a worker before asking to delete it."""
+    """A run's size, measured in a worker before asking to delete it, and its server if one runs."""
 
-    def __init__(self, run_id: str, path: str, size: int, active: bool) -> None:
+    def __init__(self, run_id: str, path: str, size: int, active: bool, served: Any = None) -> None:
         super().__init__()
         self.run_id = run_id
         self.path = path
         self.size = size
         self.active = active
+        self.served = served  # core.lifecycle.serve.ServerState of the run's server, or None
 
 
 class RunActed(Message):
@@ -519,10 +520,11 @@ class RunsScreen(Screen[None]):
 
     @work(thread=True, group="runs-delete", exit_on_error=False)
     def _measure(self, run_id: str, path: str) -> None:
+        from core.lifecycle.serve import server_state
         from core.runs import RunDirectory, effective_status
 
         active = effective_status(RunDirectory(path)).active
-        self.post_message(DeleteChecked(run_id, path, directory_size(path), active))
+        self.post_message(DeleteChecked(run_id, path, directory_size(path), active, server_state(run_id)))
 
     def on_delete_checked(self, message: DeleteChecked) -> None:
         if message.active:
@@ -535,6 +537,8 @@ class RunsScreen(Screen[None]):
                 self._delete(message.run_id, message.path)
 
         body = t("runs_screen.delete_body", path=message.path, size=format_bytes(message.size))
+        if message.served is not None:  # deleting stops it: said before the answer, not found out after
+            body += "\n\n" + t("runs_screen.delete_served", url=message.served.url or "–", pid=message.served.pid)
         self.app.push_screen(ConfirmScreen(t("runs_screen.delete_title", id=message.run_id), body), answered)
 
     @work(thread=True, group="runs-delete", exit_on_error=False)
@@ -545,12 +549,23 @@ class RunsScreen(Screen[None]):
         if effective_status(RunDirectory(path)).active:
             self.post_message(RunDeleted(t("runs_screen.delete_active", id=run_id, status=t("runs_screen.status.active")), "warning"))
             return
+        from core.lifecycle.serve import forget_server, server_state, stop_server
+
+        # The run's server is stopped first (also one started while the dialog was open): a server left
+        # serving a deleted run could only be found by its pid.
+        served = server_state(run_id)
+        stopped = stop_server(run_id)
         try:
             shutil.rmtree(path)
         except OSError as exc:
             self.post_message(RunDeleted(t("runs_screen.delete_failed", id=run_id, error=str(exc)), "error"))
             return
-        self.post_message(RunDeleted(t("runs_screen.deleted", id=run_id)))
+        forget_server(run_id)  # its state folder (state.json, log) goes with the run
+        if stopped:
+            url = served.url if served is not None and served.url else "–"
+            self.post_message(RunDeleted(t("runs_screen.deleted_served", id=run_id, url=url)))
+        else:
+            self.post_message(RunDeleted(t("runs_screen.deleted", id=run_id)))
 
     def on_run_deleted(self, message: RunDeleted) -> None:
         self.notify(message.text, severity=message.severity)
