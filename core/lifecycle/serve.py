@@ -430,6 +430,11 @@ def forget_server(run_id: str) -> bool:
     return stopped
 
 
+def client_api_key() -> str | None:
+    """The API key this process can send to a server started with one: ``TUNEDECK_API_KEY``, if set."""
+    return os.environ.get("TUNEDECK_API_KEY") or None
+
+
 def probe_request(url: str, model: str, prompt: str = "Hello!", max_tokens: int = 16,
                  timeout: float = 120.0, api_key: str | None = None) -> tuple[str, float]:
     """One real chat completion against ``url``; (reply, seconds). Raises ``LifecycleError`` on failure.
@@ -438,7 +443,7 @@ def probe_request(url: str, model: str, prompt: str = "Hello!", max_tokens: int 
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
                        "max_tokens": max_tokens, "temperature": 0}).encode("utf-8")
     headers = {"Content-Type": "application/json"}
-    api_key = api_key if api_key is not None else os.environ.get("TUNEDECK_API_KEY")
+    api_key = api_key if api_key is not None else client_api_key()
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     request = urllib.request.Request(url.rstrip("/") + "/chat/completions", data=body, headers=headers)
@@ -448,6 +453,11 @@ def probe_request(url: str, model: str, prompt: str = "Hello!", max_tokens: int 
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             reply = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:  # the server wants its key: say so, and where the key comes from
+            raise LifecycleError(t("lifecycle.probe_key_refused" if api_key else "lifecycle.probe_needs_key",
+                                   url=url)) from exc
+        raise LifecycleError(f"{url}: {exc}") from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise LifecycleError(f"{url}: {exc}") from exc
     try:

@@ -97,8 +97,10 @@ def test_public_host_warns_and_the_env_key_and_body_limit_guard_every_v1_route(l
         assert code == 200 and body["choices"][0]["message"]["content"].strip() == "Blue."
         from core.lifecycle.serve import probe_request
 
-        with pytest.raises(Exception, match="401"):
+        with pytest.raises(Exception, match="401: it requires an API key"):
             probe_request(base + "/v1", run.id, api_key="")
+        with pytest.raises(Exception, match="401: it refused the API key in TUNEDECK_API_KEY"):
+            probe_request(base + "/v1", run.id, api_key="wrong-key")
         assert probe_request(base + "/v1", run.id, prompt="Say yes.", api_key=KEY)[0].strip() == "Yes."
     finally:
         _stop(home, run)

@@ -206,6 +206,64 @@ def test_v_serves_the_run_with_url_port_health_and_a_test_reply_then_stops(finis
         kill_server(run_id, pids)
 
 
+def _flat(app) -> str:
+    """The screen's text with the panel's borders taken off and its wrapped lines joined."""
+    return " ".join(" ".join(line.strip(" │") for line in screen_text(app).splitlines()).split())
+
+
+def test_v_on_a_server_that_wants_an_api_key_says_so_and_tests_with_the_apps_key(finished, monkeypatch):
+    """Against a server started with --api-key the panel said "the test request failed: …: HTTP Error 401:
+    Unauthorized" and never that the server needs a key. Now it shows the key is required, skips the test
+    request while the app has no key (saying where the key comes from), and sends it with TUNEDECK_API_KEY
+    once set: a wrong key is said to be refused, the right one gets the model's answer."""
+    import json
+
+    from core.lifecycle.serve import probe_request
+
+    home, run_id = finished
+    key = "td-panel-key-51c0"
+    monkeypatch.delenv("TUNEDECK_API_KEY", raising=False)
+    proc = tunedeck(home, "serve", run_id, "--api-key", key, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    state = json.loads(proc.stdout)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            await pilot.press("v")
+            await wait_for(pilot, lambda: isinstance(app.screen, ServePanel))
+            panel = app.screen
+            await wait_for(pilot, lambda: panel.started and panel.healthy is True, timeout=90)
+            await wait_for(pilot, lambda: not panel.testing and (panel.test_note or panel.test_error or panel.reply))
+            await pilot.pause()
+            flat = _flat(app)
+            assert "API key required (clients send Authorization: Bearer KEY)" in flat, flat
+            assert "This server requires an API key" in flat and "TUNEDECK_API_KEY" in flat, flat
+            assert "--api-key KEY" in flat and "the test request is skipped" in flat, flat
+            assert "401" not in flat and "Unauthorized" not in flat and "failed" not in flat, flat
+            assert panel.test_error is None and panel.reply is None
+            await pilot.press("t")  # still no key: still skipped, nothing sent
+            await pilot.pause()
+            assert not panel.testing and panel.test_note and panel.reply is None
+            monkeypatch.setenv("TUNEDECK_API_KEY", "not-the-key")
+            await pilot.press("t")
+            await wait_for(pilot, lambda: not panel.testing and panel.test_error is not None, timeout=90)
+            assert "it refused the API key in TUNEDECK_API_KEY" in panel.test_error, panel.test_error
+            monkeypatch.setenv("TUNEDECK_API_KEY", key)
+            await pilot.press("t")
+            await wait_for(pilot, lambda: not panel.testing and panel.reply is not None, timeout=90)
+            assert panel.test_error is None
+            assert panel.reply == probe_request(state["url"], run_id, api_key=key)[0]
+            await pilot.pause()
+            assert "test request answered in" in _flat(app)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        kill_server(run_id, [state["pid"]])
+
+
 def test_M_merges_in_a_worker_stage_by_stage_and_shows_the_merged_directory(finished):
     home, run_id = finished
     merged = home / "runs" / run_id / "merged" / "checkpoint-30"

@@ -282,10 +282,11 @@ class ServerSeen(Message):
 
 
 class ServerStarted(Message):
-    def __init__(self, url: str | None, error: str | None = None) -> None:
+    def __init__(self, url: str | None, error: str | None = None, needs_key: bool = False) -> None:
         super().__init__()
         self.url = url
         self.error = error
+        self.needs_key = needs_key  # the server wants an API key this app does not have: no test request
 
 
 class TestAnswered(Message):
@@ -339,6 +340,7 @@ class ServePanel(ModalScreen[None]):
         self.reply: str | None = None
         self.test_error: str | None = None
         self.test_seconds = 0.0
+        self.test_note: str | None = None  # why no test request was sent (the server wants an API key)
         self.stopped = False
 
     def compose(self) -> ComposeResult:
@@ -355,7 +357,13 @@ class ServePanel(ModalScreen[None]):
         panel, app, run_dir = self, self.app, self.run_dir
 
         def job() -> None:
-            from core.lifecycle.serve import ServeWaitCancelled, server_state, start_server, wait_until_ready
+            from core.lifecycle.serve import (
+                ServeWaitCancelled,
+                client_api_key,
+                server_state,
+                start_server,
+                wait_until_ready,
+            )
             from core.runs import RunDirectory
 
             # The app quitting cancels this worker: stop waiting then, the detached server goes on.
@@ -379,6 +387,9 @@ class ServePanel(ModalScreen[None]):
             except Exception as exc:  # a missing library, a bug: the panel says so, the modal and log too
                 panel.post_message(ServerStarted(None, describe(exc)))
                 report_unexpected(app, exc, "lifecycle.serve")
+                return
+            if state.auth and client_api_key() is None:  # a 401 would say nothing useful: say why not
+                panel.post_message(ServerStarted(state.url, needs_key=True))
                 return
             panel.post_message(ServerStarted(state.url))
             panel._probe(state.url)
@@ -426,11 +437,13 @@ class ServePanel(ModalScreen[None]):
     def on_server_started(self, message: ServerStarted) -> None:
         self.started = message.url is not None
         self.start_error = message.error
-        self.testing = self.started
+        self.testing = self.started and not message.needs_key
+        self.test_note = t("lifecycle.serve_test_needs_key") if message.needs_key else None
         self._show()
 
     def on_test_answered(self, message: TestAnswered) -> None:
         self.testing = False
+        self.test_note = None
         self.reply, self.test_seconds, self.test_error = message.reply, message.seconds, message.error
         self._show()
 
@@ -464,6 +477,8 @@ class ServePanel(ModalScreen[None]):
             (t("lifecycle.field.port"), str(state.get("port") or "–") if url else "–"),
             (t("lifecycle.field.pid"), str(state.get("pid") or "–") if self.alive else "–"),
             (t("lifecycle.field.backend"), str(state.get("backend") or "–")),
+            (t("lifecycle.field.auth"), "–" if "auth" not in state else
+             t("lifecycle.auth_required" if state.get("auth") else "lifecycle.auth_not_required")),
             (t("lifecycle.field.health"), health),
         ]
         lines = []
@@ -479,13 +494,16 @@ class ServePanel(ModalScreen[None]):
             test.update(Text(self.start_error, style="red"))
         elif self.testing:
             test.update(Text(t("lifecycle.test_sending")))
+        elif self.test_note:
+            test.update(Text(self.test_note, style="yellow"))
         elif self.test_error:
             test.update(Text(t("lifecycle.test_failed", error=self.test_error), style="red"))
         elif self.reply is not None:
             test.update(Text(t("lifecycle.serve_test", seconds=self.test_seconds, reply=reply_preview(self.reply))))
         else:
             test.update("")
-        test.display = bool(self.start_error or self.testing or self.test_error or self.reply is not None)
+        test.display = bool(self.start_error or self.testing or self.test_note or self.test_error
+                            or self.reply is not None)
         # The hint follows the server: "keeps running" only while there is one to keep running.
         gone = self.phase() in ("stopped", "failed")
         self.query_one("#serve-hint", Static).update(
@@ -504,7 +522,13 @@ class ServePanel(ModalScreen[None]):
         if url is None:
             self.notify(t("lifecycle.serve_not_running", run=self.run_id), severity="warning")
             return
-        self.testing = True
+        from core.lifecycle.serve import client_api_key
+
+        if self.state.get("auth") and client_api_key() is None:
+            self.test_note = t("lifecycle.serve_test_needs_key")
+            self._show()
+            return
+        self.testing, self.test_note = True, None
         self._show()
         self.app.run_worker(lambda: self._probe(url), thread=True, group="lifecycle", exit_on_error=False)
 
