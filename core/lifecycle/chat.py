@@ -11,9 +11,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from core.lifecycle.source import LoadedModel
+from core.lifecycle.source import LifecycleError, LoadedModel, ModelSource
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,54 @@ class TokenStreamer:
             if item is self._END:
                 return
             yield item
+
+
+def local_base_folder(source: ModelSource) -> Path | None:
+    """The run's base as a whole model folder on this box (config and weights: one ``--model-dir`` loads),
+    or None: a base initialised at random (the bundled ``tiny``), or a hub id not downloaded here. Looks
+    only, never downloads."""
+    from core.assets import resolve_model_name
+    from core.config.model_checks import HUB_ID, folder_problem
+
+    value = resolve_model_name(source.base_model)
+    folder: Path | None = Path(value).expanduser()
+    if not folder.is_dir():
+        folder = None
+        if HUB_ID.match(value):
+            from core.estimate.model_source import _cached_config
+
+            cached = _cached_config(value)
+            folder = cached.parent if cached is not None else None
+    if folder is None or folder_problem(folder, str(folder), loaded=True) is not None:
+        return None
+    return folder
+
+
+def refuse_base_without_adapter(source: ModelSource) -> None:
+    """``tunedeck chat RUN --base`` on a run whose checkpoints hold whole models (a full fine-tune): there
+    is no adapter to switch off, and answering with the fine-tuned model under the name of the base would
+    mislead. Refused (exit 2) before anything loads, saying what to chat with instead: the base's own
+    folder where it is on this box, else why there is none."""
+    from core.errors import EXIT_USAGE
+    from core.i18n import t
+
+    if source.is_adapter:
+        return
+    folder = local_base_folder(source)
+    if folder is not None:
+        raise LifecycleError(t("lifecycle.chat_base_full", run=source.run_id, path=str(folder)), EXIT_USAGE)
+    from core.assets import resolve_model_name
+    from core.config.model_checks import HUB_ID
+
+    value = resolve_model_name(source.base_model)
+    if HUB_ID.match(value) and not Path(value).expanduser().exists():
+        from core.hub.local import download_command
+
+        hub = "hf" if source.hub == "huggingface" else "modelscope"
+        raise LifecycleError(t("lifecycle.chat_base_full_not_here", run=source.run_id, model=source.base_model,
+                               download=download_command(value, hub)), EXIT_USAGE)
+    raise LifecycleError(t("lifecycle.chat_base_full_random", run=source.run_id, model=source.base_model),
+                         EXIT_USAGE)
 
 
 def _adapter_context(loaded: LoadedModel, variant: str) -> Any:

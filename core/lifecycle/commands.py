@@ -130,11 +130,18 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     from core.errors import CliError
     from core.i18n import t
-    from core.lifecycle.chat import GenerationSettings, build_messages, stream_chat
+    from core.lifecycle.chat import (
+        GenerationSettings,
+        build_messages,
+        refuse_base_without_adapter,
+        stream_chat,
+    )
     from core.lifecycle.source import check_model_dir, load_finetuned, load_model_dir, resolve_model_source
 
     if not args.run and not args.model_dir:
         raise CliError(t("lifecycle.chat_needs_model"), 2)
+    if args.base and args.model_dir:  # a model folder is loaded whole: there is no adapter to switch off
+        raise CliError(t("lifecycle.chat_base_model_dir", path=args.model_dir), 2)
     if args.model_dir:
         check_model_dir(Path(args.model_dir))  # before "loading …": a folder that is no model says so alone
     _quiet_libraries()
@@ -146,6 +153,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         else:
             run = _resolve(args.run)
             source = resolve_model_source(run, args.checkpoint)
+            if args.base:  # a full fine-tune: refused before minutes of loading, not answered by the tuned model
+                refuse_base_without_adapter(source)
             _err(t("lifecycle.loading", what=f"{run.id} checkpoint-{source.step}"))
             loaded = load_finetuned(source)
     settings = GenerationSettings(temperature=args.temperature, max_tokens=args.max_tokens)

@@ -181,3 +181,48 @@ def test_serve_answers_openai_client_streaming_and_not_then_stops(lora_run):
     else:
         raise AssertionError("server process still alive after --stop")
     assert tunedeck(home, "serve", run.id, "--stop").returncode == 1
+
+
+def _chat(home, *args: str) -> subprocess.CompletedProcess:
+    """`tunedeck chat ARGS` asked one question on stdin."""
+    return subprocess.run([sys.executable, "-m", "core", "chat", *args], cwd=ROOT, input="Say yes.\n\n",
+                          capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1"})
+
+
+def test_chat_base_on_a_full_fine_tune_is_refused_saying_what_to_chat_with(shared, tmp_path):
+    """`chat RUN --base` on a full fine-tune answered with the fine-tuned model, saying nothing: there is no
+    adapter to switch off. Refused now before anything loads (exit 2), naming what to chat with instead:
+    the base's own folder where it is on this box, else why there is no base to chat with. A model folder
+    has no adapter either: `--model-dir DIR --base` is refused too."""
+    import shutil
+
+    import yaml
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    home, run_id = finished_run(shared, method="full")
+    proc = _chat(home, run_id, "--base", "--temperature", "0", "--max-tokens", "5")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stdout == "" and "loading" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"tunedeck: run {run_id} is a full fine-tune: it has no adapter to switch off"), \
+        proc.stderr
+    assert "no weights (the run started from random weights)" in proc.stderr  # the tiny base: none to load
+
+    whole = tmp_path / "whole"  # the same run, trained from a whole local model: that folder is the base
+    shutil.copytree(TINY, whole)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(TINY)).save_pretrained(whole)
+    config_path = home / "runs" / run_id / "config.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    config_path.write_text(yaml.safe_dump({**config, "model": str(whole)}))
+    proc = _chat(home, run_id, "--base")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    assert proc.stderr.rstrip().endswith(f"chat with the base itself: tunedeck chat --model-dir {whole}"), proc.stderr
+
+    proc = _chat(home, "--model-dir", str(whole), "--base")
+    assert proc.returncode == 2 and proc.stdout == "" and "loading" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.startswith(f"tunedeck: --base switches a run's adapter off, and the model in {whole}"), \
+        proc.stderr
+    proc = _chat(home, run_id, "--temperature", "0", "--max-tokens", "5")
+    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr[-2000:]  # without --base: the tuned model
