@@ -83,6 +83,21 @@ class LoadedModel:
     device: str
 
 
+def no_checkpoint_message(run: RunDirectory, status: str | None = None) -> str:
+    """Why ``run`` (which has no complete checkpoint) cannot be merged, chatted with, served …, and what to
+    do, by its state: a live run will save one (wait for save_steps); an ended one never will, and a resume
+    has nothing to start from either, so it is started anew from its config.yaml. ``status``: the run's,
+    liveness applied (looked up when not given)."""
+    from core.i18n import t
+    from core.runs.liveness import effective_status
+    from core.runs.states import ACTIVE_STATES, state_label
+
+    status = status if status is not None else effective_status(run).status
+    if status in ACTIVE_STATES:
+        return t("lifecycle.no_checkpoint", run=run.id, status=state_label(status))
+    return t("lifecycle.no_checkpoint_ended", run=run.id, status=state_label(status), config=str(run.config_path))
+
+
 def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> ModelSource:
     """The run's base model and its newest sound checkpoint (or checkpoint ``checkpoint``).
 
@@ -95,7 +110,7 @@ def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> Mo
         raise LifecycleError(t("lifecycle.not_a_run", path=str(run.path)))
     complete = run.checkpoints(complete_only=True)
     if not complete:
-        raise LifecycleError(t("lifecycle.no_checkpoint", run=run.id))
+        raise LifecycleError(no_checkpoint_message(run))
     if checkpoint is None:
         chosen = run.last_sound_checkpoint() or complete[-1]
         if chosen.step != complete[-1].step:

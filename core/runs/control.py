@@ -162,7 +162,8 @@ def _choose_checkpoint(run: RunDirectory, step: int | None, weights_only: bool,
                 key, name=check.checkpoint.path.name, file=bad.file, problem=bad.message), hint=hint).text())
         notices.append(Message(key, name=check.checkpoint.path.name, file=bad.file, problem=bad.message))
     if not candidates:
-        raise RunControlError(t("runs.resume_no_checkpoint", id=run.id, path=str(run.checkpoints_dir)))
+        raise RunControlError(t("runs.resume_no_checkpoint", id=run.id, path=str(run.checkpoints_dir),
+                                config=str(run.config_path)))
     hint = Message("resume.hint_weights_only_any") if any(c.weights_usable for c in candidates) else \
         Message("resume.hint_restart")
     raise RunControlError(Message("resume.no_sound_checkpoint", id=run.id, problems=list(notices),

@@ -330,7 +330,8 @@ def test_chat_and_merge_check_the_run_in_a_worker_then_open_or_say_why_not(monke
         async with app.run_test(size=SIZE) as pilot:
             dashboard = await open_dashboard(pilot, app, "finished")
             assert not dashboard.has_checkpoint  # not offered: called as if offered before it went
-            warning = t("lifecycle.no_checkpoint", run=bare.name)
+            warning = t("lifecycle.no_checkpoint_ended", run=bare.name, status=t("runs.state.finished"),
+                        config=str(RunDirectory(bare).config_path))  # ended: none will come, start it anew
             for count, what in enumerate(("chat", "merge"), start=1):
                 dashboard.action_after_training(what)
                 await wait_for(pilot, lambda n=count: notes(app).count(warning) == n)

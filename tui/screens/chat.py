@@ -294,7 +294,7 @@ class RunResultChecked(Message):
 def _check_result(run_dir: Path) -> tuple[str, bool]:
     """(problem, adapter) of a run about to be merged, chatted with …: its status (liveness applied) and a
     directory scan of its checkpoints. File I/O: a worker's, never the UI thread's."""
-    from core.lifecycle.source import run_has_adapter
+    from core.lifecycle.source import no_checkpoint_message, run_has_adapter
     from core.runs import ACTIVE_STATES, RunDirectory, effective_status
 
     run = RunDirectory(run_dir)
@@ -302,7 +302,7 @@ def _check_result(run_dir: Path) -> tuple[str, bool]:
     if status in ACTIVE_STATES:  # a stalled run too: its supervisor is alive and may step again
         return t("lifecycle.tui_still_running", status=status), False
     if run.last_complete_checkpoint() is None:
-        return t("lifecycle.no_checkpoint", run=run.id), False
+        return no_checkpoint_message(run, status), False
     return "", run_has_adapter(run)
 
 

@@ -1,0 +1,57 @@
+"""A run with no complete checkpoint: what merge, chat, evaluate, export, serve and resume advise fits the
+run's state. Tiny model, CPU, real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from core.runs.liveness import effective_status
+from core.runs.run_dir import RunDirectory
+from tests.core.test_runs_detached import write_config, write_dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _tunedeck(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "core", *args], cwd=ROOT, input="Hi\n\n", capture_output=True,
+                          text=True, timeout=180,
+                          env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1"})
+
+
+def test_advice_for_a_run_without_checkpoint_fits_whether_it_is_live_or_ended(tmp_path):
+    """A run stopped before its first checkpoint was told "wait until it saves one (save_steps) or resume
+    it" by merge, chat, evaluate, export and serve; a resume then said there is no checkpoint to resume
+    from. A live run is told to wait for save_steps; an ended one, that there is nothing to load nor to
+    resume, and the command that starts it anew (its own config.yaml, which that command accepts)."""
+    home = tmp_path / "home"
+    config = write_config(tmp_path / "run.yaml", write_dataset(tmp_path / "data.jsonl"), method="lora",
+                          max_steps=3000, save_steps=1000)
+    started = _tunedeck(home, "train", str(config))
+    assert started.returncode == 0, started.stderr
+    run = RunDirectory(home / "runs" / started.stdout.strip())
+    deadline = time.monotonic() + 180
+    while not run.latest_metrics():  # a step done: training, no checkpoint for ~1000 steps
+        assert time.monotonic() < deadline and effective_status(run).active, run.log_path.read_text()[-2000:]
+        time.sleep(0.2)
+    live = _tunedeck(home, "merge", run.id)
+    assert live.returncode == 1, live.stderr
+    assert live.stderr == f"tunedeck: run {run.id} has no complete checkpoint yet (it is running); wait until " \
+                          "it saves one (save_steps)\n", live.stderr
+
+    stopped = _tunedeck(home, "stop", run.id, "--force")
+    assert stopped.returncode == 0 and run.status().status == "stopped", stopped.stderr
+    ended = (f"tunedeck: run {run.id} ended (stopped) without a complete checkpoint, so there is nothing to load "
+             f"and nothing to resume from; start it anew with 'tunedeck train {run.config_path}'\n")
+    for command in ("merge", "chat", "evaluate", "export", "serve"):
+        proc = _tunedeck(home, command, run.id)
+        assert proc.returncode == 1 and proc.stderr == ended, (command, proc.returncode, proc.stderr[-2000:])
+    resumed = _tunedeck(home, "resume", run.id)
+    assert resumed.returncode != 0 and "no complete checkpoint" in resumed.stderr, resumed.stderr
+    assert resumed.stderr.rstrip().endswith(f"start it anew with 'tunedeck train {run.config_path}'"), resumed.stderr
+    assert run.status().status == "stopped"  # nothing changed
+    anew = _tunedeck(home, "train", str(run.config_path), "--check")  # the advice works as given
+    assert anew.returncode == 0, anew.stderr
