@@ -18,6 +18,7 @@ from core.runs.fingerprint import compare_fingerprint, record_fingerprint
 from core.runs.liveness import effective_status, lock_holder, same_process_alive, try_lock
 from core.runs.run_dir import (
     ACTIVE_STATES,
+    CRASHED,
     FINISHED,
     QUEUED,
     STARTING,
@@ -100,7 +101,9 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
         run.append_event("stopped", reason="force", forced=True)
         written = run.write_status(STOPPED, Message("runs.reason_forced"))
         if not unreadable:  # (one that does not read is not written: the notice says so)
-            run.close_open_attempt("killed")  # its supervisor, killed, cannot record its end
+            # Its supervisor, killed, cannot record its end. A reader that looked since the kill found it
+            # gone and called the attempt crashed (and the run, before the status above): it was killed.
+            run.close_open_attempt("killed", replacing=(CRASHED,))
         return StopResult(True, written, notices=notices)
     if not alive:
         if status.status == QUEUED:

@@ -23,7 +23,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -364,16 +364,22 @@ class RunDirectory:
         write_atomic(kept, raw)
         return kept
 
-    def close_open_attempt(self, status: str, **fields: Any) -> bool:
+    def close_open_attempt(self, status: str, replacing: Collection[str] = (), **fields: Any) -> bool:
         """Record the end of the run's open attempt (the last in run.json without ``ended``), atomically:
         ``ended``, ``status`` and ``exit_code`` (None: nobody saw the process exit), plus ``fields``. For the
         ends the supervisor cannot record itself: killed by ``stop --force`` (status ``"killed"``), found
-        dead by a liveness check (``"crashed"``). False when no attempt is open (the supervisor closed it)."""
+        dead by a liveness check (``"crashed"``). False when no attempt is open (the supervisor closed it).
+
+        ``replacing``: statuses a reader may have closed the last attempt with while the caller was ending
+        it (a liveness check that found the supervisor just killed by a forced stop calls it crashed); such
+        an end, with no exit code seen, is rewritten. An end the supervisor recorded (its exit code) stays."""
         with self._status_lock():
             record = self.record()
             attempts = record.get("attempts")
-            if not isinstance(attempts, list) or not attempts or not isinstance(attempts[-1], dict) \
-                    or attempts[-1].get("ended"):
+            if not isinstance(attempts, list) or not attempts or not isinstance(attempts[-1], dict):
+                return False
+            last = attempts[-1]
+            if last.get("ended") and not (last.get("status") in replacing and last.get("exit_code") is None):
                 return False
             attempts[-1].update({"ended": utc_now_iso(), "exit_code": None, "status": status, **fields})
             write_json_atomic(self.record_path, record)

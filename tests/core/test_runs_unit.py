@@ -192,6 +192,42 @@ def test_lock_holder_keeps_run_alive_and_its_death_makes_it_crashed(home):
     assert effective_status(run).status == CRASHED
 
 
+def test_a_forced_stop_that_a_reader_calls_a_crash_midway_is_stopped_and_its_attempt_killed(home, monkeypatch):
+    """A reader (the app, `tunedeck runs`) that looked between the kill and the stop's own record found the
+    supervisor gone and closed the attempt as crashed; the stop then wrote "stopped", and `status --json`
+    said stopped at the top and crashed in its last attempt. The user asked for the stop and it killed: the
+    run is stopped, its attempt killed, whoever looked in between."""
+    import psutil
+
+    from core.runs import control
+
+    run = _run(home)
+    holder = _hold_lock(run)  # the supervisor: holds the lock, recorded as the run's
+    run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()},
+                      attempts=[{"number": 1, "started": "2026-01-01T00:00:00Z", "resume_from": None}])
+    run.write_status(RUNNING)
+    seen = []
+    real_kill = control._kill_tree
+
+    def kill_then_a_reader_looks(pid):
+        real_kill(pid)
+        reader = subprocess.run([sys.executable, "-m", "core", "status", run.id, "--json"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60, env={**os.environ})
+        seen.append(json.loads(reader.stdout)["status"])
+
+    monkeypatch.setattr(control, "_kill_tree", kill_then_a_reader_looks)  # the reader comes in between
+    try:
+        result = request_stop(run, force=True)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()
+    assert seen == [CRASHED]  # the reader did look in between, and saw the supervisor gone
+    assert result.forced and result.status.status == STOPPED and effective_status(run).status == STOPPED
+    [attempt] = run.record()["attempts"]
+    assert attempt["status"] == "killed" and attempt["ended"] and attempt["exit_code"] is None, attempt
+
+
 def _deny_reading(monkeypatch, path: Path):
     """Reading ``path`` as text raises PermissionError, as for a run.json whose permissions changed (this box
     runs as root, where chmod denies nothing); the function returned makes it readable again."""
