@@ -279,7 +279,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                t("runs.col_loss"), t("runs.col_tps"), t("runs.col_eta"), t("runs.col_model")]
     rows = []
     for r in runs:
-        step = f"{r.step}/{r.total_steps}" if r.step is not None else "-"
+        step = f"{r.step}/{r.total_steps or UNKNOWN}" if r.step is not None else UNKNOWN
         # A run.json that does not read has no model or method to show: the model column says so
         # (`status RUN` and --json's record_error say why).
         model = t("runs.record_unreadable_short") if r.record_error else truncate(r.model, 40)
@@ -319,13 +319,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     lines = [
         (t("runs.field_id"), summary.id),
         (t("runs.field_status"), _state(summary.status) + (f" — {summary.reason_text}" if summary.reason_text else "")),
-        (t("runs.field_model"), f"{summary.model or '-'} ({summary.method or '-'})"),
-        (t("runs.field_step"), f"{summary.step if summary.step is not None else '-'}/{summary.total_steps or '-'}"),
+        (t("runs.field_model"), f"{summary.model or UNKNOWN} ({summary.method or UNKNOWN})"),
+        (t("runs.field_step"), f"{summary.step if summary.step is not None else UNKNOWN}/{summary.total_steps or UNKNOWN}"),
         (t("runs.field_loss"), _fmt_float(summary.loss)),
         (t("runs.field_eval_loss"), _fmt_float((last_eval or {}).get("eval_loss"))),
         (t("runs.field_speed"), format_rate(summary.steady_tokens_per_s)),
         (t("runs.field_eta"), format_duration(summary.eta_s) if summary.status in ACTIVE_STATES else UNKNOWN),
-        (t("runs.field_checkpoint"), str(last_ckpt.path) if last_ckpt else "-"),
+        (t("runs.field_checkpoint"), str(last_ckpt.path) if last_ckpt else UNKNOWN),
         (t("runs.field_gpus"), UNKNOWN if unreadable else ",".join(str(g) for g in summary.gpus) or "cpu"),
         (t("runs.field_dir"), summary.run_dir),
     ]

@@ -228,6 +228,23 @@ def test_a_forced_stop_that_a_reader_calls_a_crash_midway_is_stopped_and_its_att
     assert attempt["status"] == "killed" and attempt["ended"] and attempt["exit_code"] is None, attempt
 
 
+def test_status_and_runs_say_unknown_figures_with_the_apps_dash(home, capsys):
+    """`status` printed `step -/-` and `checkpoint -` (ASCII hyphens) for a run stopped before its first
+    step, where every other figure it does not know, and the rest of the app, show `–` (core.units.UNKNOWN)."""
+    from core import cli
+    from core.units import UNKNOWN
+
+    run = _run(home)
+    run.write_status(STOPPED, "stopped before a checkpoint could be saved")
+    assert cli.main(["status", run.id]) == 0
+    fields = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
+    assert fields["step"] == f"{UNKNOWN}/{UNKNOWN}" and fields["checkpoint"] == UNKNOWN, fields
+    assert fields["loss"] == UNKNOWN and "-" not in fields["step"] + fields["checkpoint"]
+    assert cli.main(["runs"]) == 0
+    [header, row] = capsys.readouterr().out.splitlines()
+    assert row.split()[3] == UNKNOWN, row  # the step column
+
+
 def _deny_reading(monkeypatch, path: Path):
     """Reading ``path`` as text raises PermissionError, as for a run.json whose permissions changed (this box
     runs as root, where chmod denies nothing); the function returned makes it readable again."""
