@@ -173,6 +173,35 @@ def _choose_checkpoint(run: RunDirectory, step: int | None, weights_only: bool,
                                   hint=hint).text())
 
 
+def _checkpoint_epoch(path: Any) -> float | None:
+    """The epoch the trainer had reached at a checkpoint (its trainer_state.json), or None."""
+    import json
+
+    try:
+        epoch = json.loads((path / "trainer_state.json").read_text(encoding="utf-8")).get("epoch")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(epoch) if isinstance(epoch, (int, float)) and not isinstance(epoch, bool) else None
+
+
+def _no_step_left(run: RunDirectory, cfg: dict[str, Any], step: int, path: Any) -> str | None:
+    """Why resuming from checkpoint ``step`` with ``cfg`` would train no step at all, or None. A max_steps
+    at or below the checkpoint's step (or, without max_steps, epochs no more than the checkpoint had
+    reached) let the trainer finish at once: the run ended "finished, step 1168/100" and could never be
+    resumed again. max_steps wins over epochs, as in the trainer."""
+    max_steps = cfg.get("max_steps")
+    if max_steps:
+        if int(max_steps) <= step:
+            return t("resume.max_steps_reached", id=run.id, step=step, max_steps=max_steps)
+        return None
+    epochs = cfg.get("epochs")
+    reached = _checkpoint_epoch(path)
+    if epochs and reached is not None and float(epochs) <= reached:
+        return t("resume.epochs_reached", id=run.id, step=step, epochs=f"{float(epochs):g}",
+                 reached=f"{round(reached, 2):g}")
+    return None
+
+
 def _being_resumed(run: RunDirectory, status: RunStatus) -> bool:
     """True while a resume is starting the run: queued by ``prepare_resume``, or the supervisor of an
     attempt that resumes from a checkpoint starting (two resumes that race: the second is told this)."""
@@ -211,6 +240,9 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     check = _choose_checkpoint(run, step, weights_only, notices)
     checkpoint = check.checkpoint
     cfg = config.to_dict() if config is not None else run.config()
+    no_step_left = _no_step_left(run, cfg, checkpoint.step, checkpoint.path)
+    if no_step_left is not None:  # before anything is written: the run stays as it was, resumable
+        raise RunControlError(no_step_left, 2)
     report = compare_fingerprint(run.path, cfg)
     if report.missing:
         raise RunControlError(Message("resume.data_refused", id=run.id, problems=report.missing).text())

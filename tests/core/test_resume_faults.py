@@ -301,3 +301,43 @@ def test_dataset_folder_fingerprint_names_new_removed_and_changed_files(tmp_path
     missing = compare_fingerprint(tmp_path, cfg).missing
     assert [m.text() for m in missing] == [f"dataset {folder} is gone (it held 10 records when the run started); "
                                           "restore it, or resume with dataset=NEW_PATH if it moved"]
+
+
+def test_a_resume_that_leaves_no_step_to_train_is_refused_and_the_run_stays_resumable(copy):
+    """`resume RUN max_steps=100` of a run at step 1168 was accepted: the trainer finished at once, the run
+    read "finished, step 1168/100" and could never be resumed again. A max_steps at or below the step it
+    would resume from (or, without max_steps, epochs it has already reached) is refused with nothing
+    changed; a max_steps above it resumes."""
+    cli, run_id, run_dir, _data = copy
+    config_before = (run_dir / "config.yaml").read_text()
+    record_before = json.loads((run_dir / "run.json").read_text())
+    for value in ("9", "5"):
+        refused = cli("resume", run_id, f"max_steps={value}", check=False)
+        assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+        assert refused.stderr.startswith(f"tunedeck: run {run_id} was not resumed, nothing was changed: it would "
+                                         f"resume from checkpoint 9, and max_steps {value} leaves no step to train"), \
+            refused.stderr
+        assert f"give a max_steps above 9: tunedeck resume {run_id} max_steps=N" in refused.stderr
+        assert "configuration key" not in refused.stderr and "started" not in refused.stderr
+    refused = cli("resume", run_id, "--checkpoint", "6", "max_steps=6", check=False)  # the step it would take
+    assert refused.returncode == 2 and "resume from checkpoint 6, and max_steps 6" in refused.stderr, refused.stderr
+    assert (run_dir / "config.yaml").read_text() == config_before
+    assert json.loads((run_dir / "run.json").read_text()) == record_before  # no resume, no attempt recorded
+    assert RunDirectory(run_dir).status().status == "failed" and not events(run_dir, "config_overridden")
+
+    # Without max_steps the epochs count: 12 rows at 4 a step, 3 steps an epoch; checkpoint 9 is epoch 3.
+    cfg = yaml.safe_load(config_before)
+    del cfg["max_steps"]
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**cfg, "epochs": 3}))
+    with pytest.raises(RunControlError) as refused_epochs:
+        prepare_resume(RunDirectory(run_dir))
+    assert "checkpoint 9, which it would resume from, is at epoch 3, and epochs 3 leaves no step" in \
+        str(refused_epochs.value) and refused_epochs.value.code == 2
+    assert RunDirectory(run_dir).status().status == "failed"
+    (run_dir / "config.yaml").write_text(config_before)
+
+    out = cli("resume", run_id, "max_steps=11")
+    assert "configuration key max_steps changed: 12 → 11" in out.stderr, out.stderr
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+    status = cli.status(run_id)
+    assert (status["step"], status["total_steps"]) == (11, 11), status
