@@ -69,8 +69,10 @@ class RunSummary:
 
 def shown_total(step: int | None, total: int | None, status: str) -> int | None:
     """The total a progress figure is shown against: a finished run's last step, when it ended short of
-    ``max_steps`` (the epoch ran out first), so it reads ``50/50 100%`` and not ``50/54 93%``."""
-    if status == FINISHED and step is not None and (total is None or step < total):
+    ``max_steps`` (the epoch ran out first), so it reads ``50/50 100%`` and not ``50/54 93%``; and when it
+    ended past it (resumed with a max_steps below its step, which resume refuses now), so it reads
+    ``1168/1168 100%`` as the dashboard does, not ``1168/100 1168%``."""
+    if status == FINISHED and step is not None and (total is None or step != total):
         return step
     return total
 

@@ -203,6 +203,29 @@ def test_a_finished_run_short_of_max_steps_shows_its_last_step_as_done():
     run(scenario())
 
 
+def test_a_finished_run_past_its_max_steps_shows_its_last_step_as_done_everywhere():
+    """A run resumed with a max_steps below its step (resume refuses that now; runs made before remain)
+    finished at step 60 of max_steps 40: the dashboard read 60/60 100%, the Runs screen 60/40 150% and
+    status 60/40. All read 60/60 now."""
+    done = build_run(runs_dir(), "20261129-2100-past", status="finished", steps=60, total=40)
+    assert summarize(RunDirectory(done)).total_steps == 60
+    status = subprocess.run([sys.executable, "-m", "core", "status", done.name], capture_output=True, text=True,
+                            cwd=ROOT, timeout=60)
+    assert status.returncode == 0 and "60/60" in status.stdout and "60/40" not in status.stdout, status
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(done))
+        async with app.run_test(size=SIZE) as pilot:
+            await open_dashboard(pilot, app, "finished")
+            await wait_for(pilot, lambda: "step 60/60 100%" in screen_text(app))
+            await pilot.press("r")
+            await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen) and app.screen.listed)
+            await pilot.pause()
+            assert "60/60 100%" in screen_text(app) and "150%" not in screen_text(app)
+
+    run(scenario())
+
+
 def test_evaluate_and_export_run_core_in_a_worker_and_notify(monkeypatch):
     done = build_run(runs_dir(), "20261129-2100-done", status="finished", steps=600)
     add_checkpoint(done, 600)
