@@ -98,8 +98,11 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
                 if got:
                     break
             time.sleep(0.1)
-        run.append_event("stopped", reason="force", forced=True)
-        written = run.write_status(STOPPED, Message("runs.reason_forced"))
+        # What killed it, as it was asked: --force, or a second stop while the first was saving (the
+        # app's second stop too, which passes force).
+        second = status.status == STOPPING
+        run.append_event("stopped", reason="second_stop" if second else "force", forced=True)
+        written = run.write_status(STOPPED, Message("runs.reason_second_stop" if second else "runs.reason_forced"))
         if not unreadable:  # (one that does not read is not written: the notice says so)
             # Its supervisor, killed, cannot record its end. A reader that looked since the kill found it
             # gone and called the attempt crashed (and the run, before the status above): it was killed.

@@ -245,6 +245,41 @@ def test_status_and_runs_say_unknown_figures_with_the_apps_dash(home, capsys):
     assert row.split()[3] == UNKNOWN, row  # the step column
 
 
+def test_a_second_plain_stop_is_recorded_as_such_not_as_stop_force(home, capsys):
+    """A second `tunedeck stop RUN` while the first was still stopping killed the run and recorded "killed
+    by 'tunedeck stop --force'", though --force was never given. It says what happened now."""
+    import psutil
+
+    from core import cli
+
+    run = _run(home)
+    code = ("import fcntl, os, signal, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"  # a supervisor busy saving its checkpoint
+            f"fd = os.open({str(run.lock_path)!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()},
+                          attempts=[{"number": 1, "started": "2026-01-01T00:00:00Z", "resume_from": None}])
+        run.write_status(RUNNING)
+        assert cli.main(["stop", run.id]) == 0 and run.status().status == "stopping"
+        capsys.readouterr()
+        assert cli.main(["stop", run.id, "--json"]) == 0  # again, while it is stopping: killed
+        result = json.loads(capsys.readouterr().out)
+        holder.wait(timeout=30)  # killed (and reaped by the stop: no exit status is left for this wait)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert result["forced"] and result["status"] == STOPPED, result
+    assert result["reason"] == "killed by a second stop while it was still stopping (no checkpoint saved at the end)"
+    assert "--force" not in run.status().reason and run.last_event()["reason"] == "second_stop"
+    assert run.record()["attempts"][-1]["status"] == "killed"
+
+
 def _deny_reading(monkeypatch, path: Path):
     """Reading ``path`` as text raises PermissionError, as for a run.json whose permissions changed (this box
     runs as root, where chmod denies nothing); the function returned makes it readable again."""
