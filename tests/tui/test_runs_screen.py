@@ -756,3 +756,49 @@ def test_a_run_the_runs_list_shows_finishing_is_not_announced_at_the_next_start(
 
     assert load_last_seen()[live.name] == "finished"
     assert "20261129-2200-done" not in load_last_seen()  # shown final all along: not "seen ending"
+
+
+def test_the_resume_question_says_cpu_for_a_cpu_run_and_gpus_for_a_gpu_run():
+    """The resume question said "It continues … on the same GPUs." for a run that trains on the CPU; it
+    says "on the CPU" there now, in the Runs screen and on the dashboard."""
+    import json
+
+    from tests.tui.test_dashboard_render import add_checkpoint
+
+    root = runs_dir()
+    cpu = build_run(root, "20261129-2200-oncpu", status="stopped", steps=30, gpus=(), created="2026-11-29T22:00:00Z")
+    metrics = cpu / "metrics.jsonl"  # its trainer's header says where it trained
+    lines = metrics.read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "device": "cpu", "gpu_names": [], "world_size": 1})
+    metrics.write_text("\n".join(lines) + "\n")
+    gpu = build_run(root, "20261129-2100-ongpu", status="stopped", steps=30, created="2026-11-29T21:00:00Z")
+    for each in (cpu, gpu):
+        add_checkpoint(each, 30)  # what resume needs to be offered
+
+    async def question(app, pilot) -> str:
+        await pilot.press("u")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        text = " ".join(screen_text(app).replace("│", " ").split())  # the dialog's words, unwrapped
+        await pilot.press("n")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        return text
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(120, 30)) as pilot:
+            screen = await open_runs(pilot, app)
+            table = screen.query_one("#runs-table", DataTable)
+            assert ids(screen) == ["20261129-2200-oncpu", "20261129-2100-ongpu"]
+            table.move_cursor(row=0)
+            text = await question(app, pilot)
+            assert "on the CPU." in text and "GPUs" not in text, text
+            table.move_cursor(row=1)
+            text = await question(app, pilot)
+            assert "on the same GPUs." in text and "CPU" not in text, text
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=str(cpu))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.status == "stopped")
+            text = await question(app, pilot)
+            assert "on the CPU." in text and "GPUs" not in text, text
+
+    run(scenario())

@@ -490,7 +490,9 @@ class RunsScreen(Screen[None]):
 
         summary = self.selected()
         if summary is not None:
-            ask_resume(self, summary.run_dir, summary.id, summary.status, self._said, self._relist)
+            # No GPU in a run.json that reads: a CPU run (one that does not read knows none either way).
+            cpu = not summary.gpus and not summary.record_error
+            ask_resume(self, summary.run_dir, summary.id, summary.status, self._said, self._relist, cpu=cpu)
 
     def _said(self, text: str, severity: str) -> None:
         self.post_message(RunActed(text, severity))  # from the worker thread

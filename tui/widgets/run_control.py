@@ -46,8 +46,9 @@ def ask_stop(screen: Any, run_dir: str | Path, run_id: str, status: str, say: Sa
 
 
 def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: Say,
-               after: Callable[[], None] = lambda: None) -> None:
-    """Resume a stopped, failed or crashed run from its newest sound checkpoint, once the user says y."""
+               after: Callable[[], None] = lambda: None, cpu: bool = False) -> None:
+    """Resume a stopped, failed or crashed run from its newest sound checkpoint, once the user says y.
+    ``cpu``: the run trains on the CPU (the question says so, not "on the same GPUs")."""
     if not can_resume(status):
         screen.notify(t("dashboard.cannot_resume", status=state_label(status)), severity="warning")
         return
@@ -70,7 +71,8 @@ def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: 
             say(t("dashboard.resumed", id=run.id, checkpoint=plan.checkpoint), "information")
         after()
 
-    _confirm_then(screen, t("dashboard.resume_title", id=run_id), t("dashboard.resume_body"), job)
+    body = t("dashboard.resume_body_cpu" if cpu else "dashboard.resume_body")
+    _confirm_then(screen, t("dashboard.resume_title", id=run_id), body, job)
 
 
 def _confirm_then(screen: Any, title: str, body: str, job: Callable[[], None]) -> None:

@@ -170,7 +170,7 @@ class DashboardActions:
             self.notify(t("dashboard.read_only_action"), severity="warning")
             return
         ask_resume(self, self.source.path, self.source.run_id, self.status, self._say,
-                   lambda: self._post_state(with_disk=False))
+                   lambda: self._post_state(with_disk=False), cpu=self._cpu_run())
 
     def _say(self, text: str, severity: str) -> None:
         self.post_message(ActionDone(text, severity))  # from the worker thread
