@@ -802,3 +802,45 @@ def test_the_resume_question_says_cpu_for_a_cpu_run_and_gpus_for_a_gpu_run():
             assert "on the CPU." in text and "GPUs" not in text, text
 
     run(scenario())
+
+
+def test_home_and_end_go_to_the_first_and_last_run_and_a_delete_keeps_the_place():
+    """Help listed "Home  Home" and "End  End" on the Runs screen, and neither key moved the row cursor
+    (DataTable's own scroll a row table sideways). They go to the first and the last run now, and help says
+    so. Deleting a run put the cursor back on the first row; it stays on the run that took its place."""
+    root = runs_dir()
+    for hour in (20, 21, 22, 23):
+        build_run(root, f"20261129-{hour}00-run{hour}", status="finished", steps=30,
+                  created=f"2026-11-29T{hour}:00:00Z")
+    newest_first = [f"20261129-{hour}00-run{hour}" for hour in (23, 22, 21, 20)]
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(120, 30)) as pilot:
+            screen = await open_runs(pilot, app)
+            table = screen.query_one("#runs-table", DataTable)
+            assert ids(screen) == newest_first and app.focused is table
+            await pilot.press("end")
+            await wait_for(pilot, lambda: table.cursor_row == 3)
+            await pilot.press("home")
+            await wait_for(pilot, lambda: table.cursor_row == 0)
+            rows = dict(row for _, section in app.key_table(app.screen) for row in section)
+            assert rows.get("Home") == "first run" and rows.get("End") == "last run", rows
+            assert "Home" not in rows.values() and "End" not in rows.values(), rows
+
+            table.move_cursor(row=1)  # run22
+            await pilot.press("d")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("y")
+            await wait_for(pilot, lambda: ids(screen) == [newest_first[0], *newest_first[2:]])
+            await pilot.pause()
+            assert table.cursor_row == 1 and ids(screen)[table.cursor_row] == newest_first[2]  # the next one
+            table.move_cursor(row=2)  # the last run: the one before it takes the cursor
+            await pilot.press("d")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("y")
+            await wait_for(pilot, lambda: ids(screen) == newest_first[:1] + newest_first[2:3])
+            await pilot.pause()
+            assert table.cursor_row == 1
+
+    run(scenario())

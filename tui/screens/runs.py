@@ -189,9 +189,20 @@ def fit_columns(width: int, natural: dict[str, int], columns: Sequence[RunColumn
 
 class RunsTable(DataTable, inherit_bindings=False):
     """The runs list. Enter is left to the screen's binding (open the run), not the table's row selection
-    (a hidden binding that took the key), so the footer offers it."""
+    (a hidden binding that took the key), so the footer offers it. Home and End go to the first and the
+    last run: DataTable's own scroll a row table sideways (nothing happened), and help listed them as
+    "Home  Home" / "End  End"."""
 
-    BINDINGS = [b for b in DataTable.BINDINGS if isinstance(b, Binding) and b.key != "enter"]
+    BINDINGS = [b for b in DataTable.BINDINGS if isinstance(b, Binding) and b.key not in ("enter", "home", "end")] + [
+        Binding("home", "first_row", t("runs_screen.key.first"), show=False),
+        Binding("end", "last_row", t("runs_screen.key.last"), show=False),
+    ]
+
+    def action_first_row(self) -> None:
+        self.action_scroll_top()  # a row table: the cursor to the first row, scrolled into view
+
+    def action_last_row(self) -> None:
+        self.action_scroll_bottom()
 
 
 class RunsScreen(Screen[None]):
@@ -329,7 +340,8 @@ class RunsScreen(Screen[None]):
 
     def _fill(self) -> None:
         table = self.query_one("#runs-table", DataTable)
-        selected = self.shown[table.cursor_row].id if self.shown and 0 <= table.cursor_row < len(self.shown) else None
+        was_at = table.cursor_row
+        selected = self.shown[was_at].id if self.shown and 0 <= was_at < len(self.shown) else None
         needle = self.filter_text.lower()
         listed = self._listed()
         runs = [s for s in listed if not needle or needle in " ".join(
@@ -360,10 +372,11 @@ class RunsScreen(Screen[None]):
                 texts.append(Text(value, style=(((colour or "") if key == "status" else "") + dim).strip()))
             table.add_row(*texts, key=summary.id)
         if selected is not None:
-            for index, summary in enumerate(runs):
-                if summary.id == selected:
-                    table.move_cursor(row=index, animate=False)
-                    break
+            index = next((i for i, summary in enumerate(runs) if summary.id == selected), None)
+            if index is None and runs:  # gone (deleted): stay where it was, on the run that took its place
+                index = min(was_at, len(runs) - 1)
+            if index is not None:
+                table.move_cursor(row=index, animate=False)
         self.query_one("#runs-empty", Static).display = self.listed and not self.runs
         if self.listed:
             self._show_status(len(runs))
