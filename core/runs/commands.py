@@ -143,14 +143,20 @@ def _check_only(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_started(run: Any, as_json: bool, extra: dict[str, Any] | None = None) -> None:
+def _report_started(run: Any, as_json: bool, extra: dict[str, Any] | None = None,
+                    resumed_from: int | None = None) -> None:
+    """The run id on stdout, and on stderr what was started and how to follow it (``resumed_from``: the
+    checkpoint step a resume continues from, said as such rather than "started run")."""
     from core.i18n import t
 
     if as_json:
         _print_json({"id": run.id, "run_dir": str(run.path), "status": run.status().status, **(extra or {})})
     else:
         print(run.id)
-        _err(t("runs.started", id=run.id, path=str(run.path)))
+        if resumed_from is None:
+            _err(t("runs.started", id=run.id, path=str(run.path)))
+        else:
+            _err(t("runs.resumed", id=run.id, path=str(run.path), step=resumed_from))
 
 
 def cmd_demo(args: argparse.Namespace) -> Any:
@@ -413,5 +419,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
                       overrides=list(args.overrides), warn=_err)
     _report_started(run, args.json, {"checkpoint": plan.checkpoint, "step": plan.step,
                                      "weights_only": plan.weights_only,
-                                     "notices": [notice.text() for notice in plan.notices]})
+                                     "notices": [notice.text() for notice in plan.notices]},
+                    resumed_from=plan.step)
     return 0

@@ -341,3 +341,14 @@ def test_a_resume_that_leaves_no_step_to_train_is_refused_and_the_run_stays_resu
     assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
     status = cli.status(run_id)
     assert (status["step"], status["total_steps"]) == (11, 11), status
+
+
+def test_resume_says_it_resumed_and_from_which_checkpoint(copy):
+    """`tunedeck resume` printed "started run …", as `train` does: it says "resumed run … from checkpoint
+    N" now (the id alone on stdout, as before)."""
+    cli, run_id, _run_dir, _data = copy
+    out = cli("resume", run_id)
+    assert out.stdout.strip() == run_id
+    assert f"resumed run {run_id} from checkpoint 9\n" in out.stderr and "started run" not in out.stderr, out.stderr
+    assert f"tunedeck logs {run_id} -f" in out.stderr
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
