@@ -11,6 +11,7 @@ from typing import Any
 
 
 def register(subparsers: Any) -> None:
+    from core.config.checks import cli_number
     from core.i18n import t
 
     def run_arg(p: argparse.ArgumentParser, optional: bool = False) -> None:
@@ -29,8 +30,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model-dir", default=None, help=t("lifecycle.model_dir_help"))
     p.add_argument("--checkpoint", type=int, default=None, help=t("lifecycle.checkpoint_help"))
     p.add_argument("--system", default="", help=t("lifecycle.system_help"))
-    p.add_argument("--temperature", type=float, default=0.7, help=t("lifecycle.temperature_help"))
-    p.add_argument("--max-tokens", type=int, default=256, help=t("lifecycle.max_tokens_help"))
+    # Bounded as argparse refuses: a temperature below 0 or a reply of 0 (or -4) tokens was taken, and
+    # generation made one token of it anyway (a lone "�").
+    p.add_argument("--temperature", type=cli_number(float, minimum=0), default=0.7,
+                   help=t("lifecycle.temperature_help"))
+    p.add_argument("--max-tokens", type=cli_number(int, minimum=1), default=256, help=t("lifecycle.max_tokens_help"))
     p.add_argument("--base", action="store_true", help=t("lifecycle.base_help"))
     p.set_defaults(handler=cmd_chat)
 

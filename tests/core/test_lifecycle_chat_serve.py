@@ -226,3 +226,16 @@ def test_chat_base_on_a_full_fine_tune_is_refused_saying_what_to_chat_with(share
         proc.stderr
     proc = _chat(home, run_id, "--temperature", "0", "--max-tokens", "5")
     assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr[-2000:]  # without --base: the tuned model
+
+
+def test_chat_refuses_a_max_tokens_below_one_and_a_negative_temperature_as_argparse_does(tmp_path):
+    """`chat --max-tokens 0` (or -4) and `--temperature -1` were taken, and the reply was a lone "�" (one
+    token made anyway). argparse refuses them now, naming the option and its bound, before anything loads."""
+    cases = [(["--max-tokens", "0"], "argument --max-tokens: got 0; must be at least 1"),
+             (["--max-tokens", "-4"], "argument --max-tokens: got -4; must be at least 1"),
+             (["--temperature", "-1"], "argument --temperature: got -1.0; must be at least 0")]
+    for extra, says in cases:
+        proc = _chat(tmp_path / "home", "--model-dir", str(tmp_path / "nothing-here"), *extra)
+        assert proc.returncode == 2 and proc.stdout == "", (extra, proc.stderr)
+        assert proc.stderr.splitlines()[-1] == f"tunedeck chat: error: {says}", (extra, proc.stderr)
+        assert "usage: tunedeck chat" in proc.stderr and "loading" not in proc.stderr
