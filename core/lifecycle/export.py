@@ -7,11 +7,12 @@ refused with a message that says so before anything is loaded.
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 from pathlib import Path
 from typing import Any
 
-from core.lifecycle.source import LifecycleError, OutputExists
+from core.lifecycle.source import LifecycleError
 from core.runs.run_dir import RunDirectory, utc_now_iso
 
 FORMATS = ("merged", "bnb-4bit", "bnb-8bit")
@@ -28,7 +29,13 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     The merged format's default folder is the one ``merge`` writes: one that already holds a whole merge of
     the same checkpoint is the export (``"reused": True``), not an error; ``force`` merges it again."""
     from core.i18n import t
-    from core.lifecycle.merge import merge_run, merged_model, save_model_dir_atomically
+    from core.lifecycle.merge import (
+        check_out_location,
+        merge_run,
+        merged_model,
+        refuse_unless_replaceable,
+        save_model_dir_atomically,
+    )
     from core.lifecycle.source import resolve_model_source
 
     if fmt not in FORMATS:
@@ -48,8 +55,9 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     if not torch.cuda.is_available():
         raise LifecycleError(t("lifecycle.export_needs_cuda", format=fmt))
     out = Path(out) if out is not None else default_export_dir(run, fmt, source.step)
-    if out.exists() and not force:
-        raise OutputExists(t("lifecycle.out_exists", path=str(out)), out)
+    check_out_location(out, run, source)  # never into a run, the data root or the checkpoint read
+    if os.path.lexists(out):
+        refuse_unless_replaceable(out, force)  # only an empty folder or an earlier export, with force
     # Merge in full precision first, then quantize the merged weights while loading them.
     staging = default_export_dir(run, "staging", source.step)
     model, tokenizer = merged_model(source, "cuda")

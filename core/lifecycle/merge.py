@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,13 +20,26 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic_file import fsync_tree
-from core.lifecycle.source import LifecycleError, ModelSource, OutputExists, resolve_model_source
+from core.lifecycle.source import (
+    LifecycleError,
+    ModelSource,
+    OutputExists,
+    OutputNotReplaceable,
+    resolve_model_source,
+)
 from core.runs.run_dir import RunDirectory, utc_now_iso
 
 # Room left over after the merged weights: tokenizer files, the filesystem's own needs.
 DEFAULT_HEADROOM_BYTES = 256 * 1024 * 1024
 TMP_SUFFIX = ".tmp"
 LOCK_SUFFIX = ".lock"
+# What a merge or export writes into its folder: the folder's provenance, and the sign that a folder is one
+# of tunedeck's own results (the only kind ``--force`` replaces, besides an empty folder).
+PROVENANCE_FILE = "tunedeck_merge.json"
+# Written first into ``OUT.tmp``: a leftover folder of that name holding it is a killed merge's, not the user's.
+WRITING_MARKER = ".tunedeck_writing"
+# Inside a run directory a merge or export may write only below these (the defaults are there).
+RUN_OUTPUT_FOLDERS = ("merged", "export")
 # The stages ``merge_run`` reports through its ``progress`` callback, in order ("merge" only when the run
 # has an adapter to fold in: a full fine-tune goes from "load" to "write").
 MERGE_STAGES = ("load", "merge", "write", "done")
@@ -124,29 +138,139 @@ def merged_model(source: ModelSource, device: str = "cpu",
     return model, loaded.tokenizer
 
 
+def _within(path: Path, root: Path) -> bool:
+    """``path`` is ``root`` or lies below it."""
+    return path == root or root in path.parents
+
+
+def _absolute(path: Path) -> Path:
+    """``path`` absolute, its symlinks resolved as far as it exists (``..`` and links cannot hide a run)."""
+    return Path(os.path.abspath(Path(path).expanduser())).resolve()
+
+
+def _local_model_dir(source: ModelSource) -> Path | None:
+    """The run's base model folder when it is a local one (the bundled tiny, a path); None for a hub id."""
+    from core.assets import resolve_model_name
+
+    if not source.base_model:
+        return None
+    local = Path(resolve_model_name(source.base_model)).expanduser()
+    return local if local.is_dir() else None
+
+
+def check_out_location(out: Path, run: RunDirectory, source: ModelSource) -> None:
+    """Refuse (``LifecycleError``, exit 2; nothing touched) an output folder whose replacement or writing
+    could destroy what tunedeck keeps or reads: one that is, holds or lies inside the data root (where
+    runs live), a run directory (outside the run's own ``merged/`` and ``export/`` folders, where the
+    defaults go), the checkpoint being merged or the local base model folder.
+
+    ``--force`` used to rename whatever ``--out`` named aside and delete it: a run directory, the data
+    root or the checkpoint being read went with it."""
+    from core.errors import EXIT_USAGE
+    from core.i18n import t
+    from core.paths import data_root
+
+    target = _absolute(out)
+    root = _absolute(data_root())
+    if _within(root, target):
+        raise LifecycleError(t("lifecycle.out_data_root", path=str(out), root=str(root)), exit_code=EXIT_USAGE)
+    run_path = _absolute(run.path)
+    runs = [run_path] + [p for p in (target, *target.parents) if (p / "run.json").is_file()]
+    for folder in runs:
+        if _within(folder, target):  # the run directory itself, or a folder holding it
+            raise LifecycleError(t("lifecycle.out_holds_run", path=str(out), run=str(folder)),
+                                 exit_code=EXIT_USAGE)
+    for what, folder in (("checkpoint", source.checkpoint), ("model", _local_model_dir(source))):
+        if folder is None:
+            continue
+        folder = _absolute(folder)
+        if _within(target, folder) or _within(folder, target):
+            raise LifecycleError(t("lifecycle.out_is_source", path=str(out), source=str(folder),
+                                   what=t("lifecycle.out_source_" + what)), exit_code=EXIT_USAGE)
+    inside = [p for p in runs if p in target.parents]
+    if inside:
+        parts = target.relative_to(inside[0]).parts
+        if len(parts) < 2 or parts[0] not in RUN_OUTPUT_FOLDERS:
+            raise LifecycleError(t("lifecycle.out_inside_run", path=str(out), run=str(inside[0]),
+                                   default=str(default_merge_dir(run, source.step))), exit_code=EXIT_USAGE)
+        return
+    if _within(target, root):
+        raise LifecycleError(t("lifecycle.out_data_root", path=str(out), root=str(root)), exit_code=EXIT_USAGE)
+
+
+def is_replaceable(folder: Path) -> bool:
+    """Whether ``--force`` (or the TUI's y) may replace ``folder``: an empty folder, or one that is
+    recognisably an earlier tunedeck merge or export (its ``tunedeck_merge.json`` is there). Anything
+    else (the user's files, a run, a folder of folders) is never deleted by a merge."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    try:
+        if not any(folder.iterdir()):
+            return True
+    except OSError:
+        return False
+    return (folder / PROVENANCE_FILE).is_file()
+
+
+def _contents_words(folder: Path) -> str:
+    """What a folder holds, for a message: "a file", or "3 entries: a.txt, data/, notes.md …"."""
+    from core.i18n import t
+
+    if folder.is_symlink():
+        return t("lifecycle.holds_link", target=os.readlink(folder))
+    if not folder.is_dir():
+        return t("lifecycle.holds_file")
+    try:
+        names = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())
+    except OSError as exc:
+        return t("lifecycle.holds_unreadable", error=str(exc))
+    shown = ", ".join(names[:5]) + (" …" if len(names) > 5 else "")
+    if len(names) == 1:
+        return t("lifecycle.holds_entry", names=shown)
+    return t("lifecycle.holds_entries", count=len(names), names=shown)
+
+
+def refuse_unless_replaceable(folder: Path, force: bool) -> None:
+    """``folder`` is there: ``OutputNotReplaceable`` unless it is ``is_replaceable``; then, without
+    ``force``, ``OutputExists`` (a caller may ask the user, then call again with ``force``)."""
+    from core.i18n import t
+
+    if not is_replaceable(folder):
+        raise OutputNotReplaceable(t("lifecycle.out_not_replaceable", path=str(folder),
+                                     holds=_contents_words(folder)), folder, _contents_words(folder))
+    if not force:
+        raise OutputExists(t("lifecycle.out_exists", path=str(folder)), folder)
+
+
 def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance: dict[str, Any],
                               headroom_bytes: int = DEFAULT_HEADROOM_BYTES, force: bool = False) -> int:
     """Write model (safetensors) + tokenizer + chat template into ``out`` via ``out.tmp``; returns bytes."""
     from core.i18n import t
 
-    if out.exists() and not force:
-        raise OutputExists(t("lifecycle.out_exists", path=str(out)), out)
+    if os.path.lexists(out):  # only an empty folder or an earlier merge is replaced, and only with force
+        refuse_unless_replaceable(out, force)
     tmp = out.with_name(out.name + TMP_SUFFIX)
     needed = model_bytes(model) + headroom_bytes
     check_disk_space(out.parent, needed)
-    if tmp.exists():  # a leftover of a merge that was killed
+    if os.path.lexists(tmp):  # a leftover of a merge that was killed; anything else there is not ours
+        if not (is_replaceable(tmp) or (tmp.is_dir() and not tmp.is_symlink() and (tmp / WRITING_MARKER).is_file())):
+            raise OutputNotReplaceable(t("lifecycle.out_not_replaceable", path=str(tmp),
+                                         holds=_contents_words(tmp)), tmp, _contents_words(tmp))
         shutil.rmtree(tmp)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(mode=0o700)
     try:
+        (tmp / WRITING_MARKER).touch()
         model.config.use_cache = True  # the merged model is for inference
         model.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
-        (tmp / "tunedeck_merge.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+        (tmp / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+        (tmp / WRITING_MARKER).unlink()
         fsync_tree(tmp)
-        if out.exists():  # --force: move the old one aside only once the new one is complete
-            old = out.with_name(out.name + ".old")
-            shutil.rmtree(old, ignore_errors=True)
+        if os.path.lexists(out):  # force: move the old one aside only once the new one is complete
+            refuse_unless_replaceable(out, force)  # still an earlier merge (checked again: time has passed)
+            # A fresh empty name to move it to (rename replaces an empty folder): never someone's OUT.old.
+            old = Path(tempfile.mkdtemp(prefix=out.name + ".old-", dir=out.parent))
             os.rename(out, old)
             os.rename(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
@@ -201,9 +325,12 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
     ``cancelled`` is asked before each stage: when it turns true the merge ends with ``MergeCancelled``
     and leaves nothing behind (a stage under way, e.g. loading, runs to its end first). ``reuse`` (with
     the default ``out``, without ``force``): a whole merge of this checkpoint already there
-    (``complete_merge``) is the result as it is (``reused``), nothing loaded or written; any other folder
-    in the way is still ``OutputExists``."""
-    from core.i18n import t
+    (``complete_merge``) is the result as it is (``reused``), nothing loaded or written; another earlier
+    merge (or an empty folder) in the way is ``OutputExists`` without ``force``, replaced with it.
+
+    ``out`` is checked before anything is loaded (``check_out_location``): never a run directory (bar its
+    merged/ and export/ folders), the data root, the checkpoint read or the base model folder; and a folder
+    there that is neither empty nor an earlier merge is ``OutputNotReplaceable``, ``force`` or not."""
     from core.lifecycle.source import default_device
 
     started = time.monotonic()
@@ -213,10 +340,11 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
         if done is not None:
             return MergeResult(done, source.step, folder_bytes(done), time.monotonic() - started,
                                saved_dtype(done), source.is_adapter, reused=True)
-    device = device or default_device()
     out = Path(out) if out is not None else default_merge_dir(run, source.step)
-    if out.exists() and not force:
-        raise OutputExists(t("lifecycle.out_exists", path=str(out)), out)
+    check_out_location(out, run, source)
+    if os.path.lexists(out):
+        refuse_unless_replaceable(out, force)
+    device = device or default_device()
     with merge_lock(out):
         return _merge_locked(run, source, out, headroom_bytes, force, device, progress, cancelled, started)
 

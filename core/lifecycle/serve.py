@@ -242,15 +242,26 @@ def _merged_for_serving(run: RunDirectory, source: Any, checkpoint: int | None, 
     """The merged folder a vLLM or LMDeploy server loads: the run's whole merge of the checkpoint (the
     test ``merge`` and ``export`` reuse it by, ``complete_merge``), merged now when the folder is not there.
     A folder there that is no whole merge (cut short, another checkpoint's, older than the checkpoint) is
-    refused with the command that merges it again: served, it ends in the backend's own puzzling error."""
+    refused with the command that merges it again: served, it ends in the backend's own puzzling error. A
+    folder there that is no merge of tunedeck's at all (no tunedeck_merge.json) is refused as the merge
+    refuses it (``OutputNotReplaceable``): --force would not replace it, so that is not the advice."""
     from core.i18n import t
-    from core.lifecycle.merge import MergeCancelled, complete_merge, default_merge_dir, merge_run
+    from core.lifecycle.merge import (
+        MergeCancelled,
+        complete_merge,
+        default_merge_dir,
+        is_replaceable,
+        merge_run,
+        refuse_unless_replaceable,
+    )
 
     done = complete_merge(run, source)
     if done is not None:
         return done
     out = default_merge_dir(run, source.step)
-    if out.exists():
+    if os.path.lexists(out):
+        if not is_replaceable(out):  # no merge of tunedeck's at all: --force would not replace it either
+            refuse_unless_replaceable(out, force=True)
         raise LifecycleError(t("lifecycle.serve_merge_incomplete", path=str(out), step=source.step,
                                backend=backend, run=run.id))
     if cancelled is not None and cancelled():

@@ -35,6 +35,17 @@ class OutputExists(LifecycleError):
         self.path = path
 
 
+class OutputNotReplaceable(LifecycleError):
+    """The output folder is there and is neither empty nor an earlier tunedeck merge or export: never
+    replaced, with or without ``--force`` (a merge deletes only its own results). ``path`` names it,
+    ``holds`` says what it holds (in words), for a caller that words its own advice (the TUI)."""
+
+    def __init__(self, message: object, path: Path, holds: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.holds = holds
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """The pieces of a run's result: base model, adapter checkpoint (None for full fine-tunes) …"""

@@ -228,13 +228,21 @@ def test_vllm_refuses_a_merged_folder_that_is_no_whole_merge_and_says_how_to_mer
     merged = default_merge_dir(run, 30)
     merged.mkdir(parents=True)
     (merged / "config.json").write_text("{}")
+    with pytest.raises(LifecycleError) as caught:  # no merge of tunedeck's: --force would not replace it
+        serve.start_server(run, backend="vllm", timeout=30)
+    said = str(caught.value)
+    assert f"{merged} holds 1 entry: config.json" in said and "move or delete it yourself" in said
+    assert not (serve.serve_dir(run.id) / "state.json").exists()  # nothing started
+    assert {p.name for p in merged.iterdir()} == {"config.json"}  # the folder left as it was
+    # a merge cut short (its provenance names another checkpoint): merging it again with --force is the way
+    (merged / "tunedeck_merge.json").write_text(json.dumps({"checkpoint": "elsewhere", "step": 30}))
     with pytest.raises(LifecycleError) as caught:
         serve.start_server(run, backend="vllm", timeout=30)
     said = str(caught.value)
     assert f"{merged} is not a whole merge of checkpoint 30" in said and "vllm cannot serve it" in said
     assert f"tunedeck merge {run.id} --checkpoint 30 --force" in said
     assert not (serve.serve_dir(run.id) / "state.json").exists()  # nothing started
-    assert {p.name for p in merged.iterdir()} == {"config.json"}  # the folder left as it was
+    assert {p.name for p in merged.iterdir()} == {"config.json", "tunedeck_merge.json"}
 
     merge_run(run, force=True)
     with pytest.raises(LifecycleError) as caught:

@@ -386,6 +386,33 @@ def test_M_on_a_broken_checkpoint_ends_with_the_error_instead_of_hanging(finishe
     assert not (home / "runs" / run_id / "merged" / "checkpoint-30").exists()
 
 
+def test_M_never_offers_to_replace_a_folder_of_the_users(finished):
+    """The user's own folder where M merges to (RUN/merged/checkpoint-N): the dialog's y used to delete it.
+    Now M goes through core's check: no dialog, the panel and a notification say what the folder holds and
+    what to do in the app (no --out / --force), and the folder is kept."""
+    home, run_id = finished
+    merged = home / "runs" / run_id / "merged" / "checkpoint-30"
+    (merged / "mine").mkdir(parents=True)
+    (merged / "notes.txt").write_text("the user's own file")
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            await pilot.press("M")
+            await wait_for(pilot, lambda: isinstance(app.screen, (MergePanel, ConfirmScreen)))
+            panel = next(s for s in app.screen_stack if isinstance(s, MergePanel))
+            await wait_for(pilot, lambda: panel.ended or isinstance(app.screen, ConfirmScreen), timeout=90)
+            assert app.screen is panel and panel.ended and not panel.ok and panel.stages == []
+            errors = [str(n.message) for n in app._notifications if n.severity == "error"]
+            assert len(errors) == 1 and "2 entries: mine/, notes.txt" in errors[0], errors
+            assert "then press M again" in errors[0] and "--out" not in errors[0] and "--force" not in errors[0]
+
+    asyncio.run(scenario())
+    assert sorted(p.name for p in merged.iterdir()) == ["mine", "notes.txt"]
+    assert not merged.with_name("checkpoint-30.tmp").exists()
+
+
 def test_a_opens_the_chat_on_the_run(finished):
     home, run_id = finished
 
@@ -442,8 +469,12 @@ def test_an_event_is_labelled_when_the_catalogue_has_its_key(monkeypatch):
 
 
 def test_X_after_M_exports_the_merge_and_a_folder_in_the_way_is_replaced_only_after_y(finished):
-    """The TUI cannot pass --out or --force: X after M reuses the merged folder (it is the export), and a
-    folder in the way that is not a whole merge opens a dialog (n keeps it, y replaces it), never a dead end."""
+    """The TUI cannot pass --out or --force: X after M reuses the merged folder (it is the export), and an
+    earlier merge in the way that is not a whole merge of this checkpoint opens a dialog (n keeps it, y
+    replaces it), never a dead end. A folder of the user's own there is never offered for replacing (y
+    deleted it): the notification says what it holds and to move it, in the app's words."""
+    import json
+
     home, run_id = finished
     merged = home / "runs" / run_id / "merged" / "checkpoint-30"
     merged.mkdir(parents=True)
@@ -457,20 +488,30 @@ def test_X_after_M_exports_the_merge_and_a_folder_in_the_way_is_replaced_only_af
         async with app.run_test(size=(80, 24)) as pilot:
             await open_finished_dashboard(pilot, app)
             await pilot.press("X")
+            await wait_for(pilot, lambda: any("then press X again" in n for n in notes(app)), timeout=90)
+            refusal = next(n for n in notes(app) if "then press X again" in n)
+            assert "1 entry: notes.txt" in refusal and "--out" not in refusal and "--force" not in refusal
+            assert isinstance(app.screen, DashboardScreen)  # no dialog: nothing to answer y to
+            assert (merged / "notes.txt").read_text() == "the user's own file"
+            await wait_for(pilot, lambda: not any(str(w.name).startswith("export:") and not w.is_finished
+                                                  for w in app.workers))
+            (merged / "notes.txt").unlink()  # an earlier merge there instead: asked first
+            (merged / "tunedeck_merge.json").write_text(json.dumps({"checkpoint": "elsewhere", "step": 30}))
+            await pilot.press("X")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=90)
             await pilot.pause()
             assert "Replace checkpoint-30?" in screen_text(app)
             await pilot.press("n")
             await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
-            assert (merged / "notes.txt").is_file()  # n kept it
+            assert (merged / "tunedeck_merge.json").is_file()  # n kept it
             await wait_for(pilot, lambda: not any(str(w.name).startswith("export:") and not w.is_finished
                                                   for w in app.workers))
             await pilot.press("X")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=90)
             await pilot.press("y")
             await wait_for(pilot, lambda: any("exported merged model to" in n for n in notes(app)), timeout=120)
-            assert not any(n.severity == "error" for n in app._notifications), notes(app)
-            assert (merged / "model.safetensors").is_file() and not (merged / "notes.txt").exists()
+            assert (merged / "model.safetensors").is_file()
+            assert json.loads((merged / "tunedeck_merge.json").read_text())["checkpoint"] != "elsewhere"
             # M then X: the merge is the export as it is
             await pilot.press("M")
             await wait_for(pilot, lambda: isinstance(app.screen, MergePanel))
@@ -484,7 +525,8 @@ def test_X_after_M_exports_the_merge_and_a_folder_in_the_way_is_replaced_only_af
             await pilot.press("X")
             await wait_for(pilot, lambda: any("already holds the whole merge" in n for n in notes(app)),
                            timeout=120)
-            assert not any(n.severity == "error" for n in app._notifications), notes(app)
+            assert [n for n in app._notifications if n.severity == "error"] == [
+                n for n in app._notifications if "then press X again" in str(n.message)], notes(app)
             assert isinstance(app.screen, DashboardScreen)
 
     asyncio.run(scenario())

@@ -61,8 +61,9 @@ class MergePanel(ModalScreen[None]):
     """A run's merge, stage by stage; ends with the merged directory (or the reason it failed).
 
     As ``tunedeck export`` does, a whole merge of the same checkpoint already in the run's merged folder is
-    the result as it is (said, not written again); any other folder in the way is replaced only once the
-    user answers y in a dialog (the TUI has no --force)."""
+    the result as it is (said, not written again); another earlier merge (or an empty folder) in the way
+    is replaced only once the user answers y in a dialog (the TUI has no --force); a folder holding
+    anything else is never replaced (core's ``OutputNotReplaceable``): the panel says what it holds."""
 
     DEFAULT_CSS = PANEL_CSS.format(name="MergePanel")
     BINDINGS = [Binding("escape", "dismiss", t("lifecycle.key.close"), id="merge.close")]
@@ -118,7 +119,7 @@ class MergePanel(ModalScreen[None]):
                 app.call_from_thread(panel.ask_to_replace, exc.path)
                 return
             except TunedeckError as exc:  # a LifecycleError: no adapter, a merge already running …
-                text = str(exc) or type(exc).__name__
+                text = tui_words(exc, "M") or str(exc) or type(exc).__name__
                 panel.post_message(MergeEnded(None, text, False))
                 app.call_from_thread(app.notify, text, severity="error", timeout=15)
                 return
@@ -191,11 +192,21 @@ class MergePanel(ModalScreen[None]):
         self.query_one("#merge-hint", Static).update(t("lifecycle.merge_hint_done"))  # nothing goes on now
 
 
+def tui_words(exc: Exception, key: str) -> str | None:
+    """The app's own words for a refusal whose CLI message gives CLI advice (--out, --force), or None:
+    here the folder in the way that is not replaced is moved by the user, then ``key`` pressed again."""
+    from core.lifecycle.source import OutputNotReplaceable
+
+    if isinstance(exc, OutputNotReplaceable):
+        return t("lifecycle.out_not_replaceable_tui", path=str(exc.path), holds=exc.holds, key=key)
+    return None
+
+
 # --- evaluate and export: no panel, a notification at each end ------------------------------------------
-def _lifecycle_job(app: Any, name: str, start_text: str, work_: Any) -> None:
+def _lifecycle_job(app: Any, name: str, start_text: str, work_: Any, key: str = "") -> None:
     """Run ``work_() -> str | None`` (the text to notify; None: nothing to say) in an app-level worker,
     announced by ``start_text``; a second one for the same run and command while the first is going only
-    says so."""
+    says so. ``key``: the key that starts it, for the app's own words of a refusal (``tui_words``)."""
     if any(w.name == name and not w.is_finished for w in app.workers):
         app.notify(start_text, timeout=5)
         return
@@ -205,7 +216,8 @@ def _lifecycle_job(app: Any, name: str, start_text: str, work_: Any) -> None:
         try:
             text = work_()
         except TunedeckError as exc:  # a LifecycleError: said in a notification
-            app.call_from_thread(app.notify, str(exc) or type(exc).__name__, severity="error", timeout=15)
+            text = tui_words(exc, key) or str(exc) or type(exc).__name__
+            app.call_from_thread(app.notify, text, severity="error", timeout=15)
             return
         except Exception as exc:  # a missing library, CUDA OOM, a bug: the error modal, the traceback logged
             report_unexpected(app, exc, f"lifecycle.{name}")
@@ -231,9 +243,10 @@ def evaluate_in_worker(app: Any, run_dir: Path) -> None:
 def export_in_worker(app: Any, run_dir: Path, force: bool = False) -> None:
     """The run's merged model in its export directory (core.lifecycle.export, the CLI's default format).
 
-    A whole merge of the same checkpoint (M before X) is the export as it is. A folder in the way that is
-    not one is not a dead end (the TUI has no --out / --force): a dialog asks whether to replace it, and
-    only y exports again with ``force``."""
+    A whole merge of the same checkpoint (M before X) is the export as it is. An earlier merge in the way
+    that is not one is not a dead end (the TUI has no --out / --force): a dialog asks whether to replace it,
+    and only y exports again with ``force``. A folder there that is no merge at all (the user's files) is
+    never replaced: a notification says what it holds and to move it."""
 
     def work_() -> str | None:
         from core.lifecycle.export import export_run
@@ -253,7 +266,7 @@ def export_in_worker(app: Any, run_dir: Path, force: bool = False) -> None:
             return t("lifecycle.export_reused", out=result["out"], size=size, step=result["step"])
         return t("lifecycle.exported", format=result["format"], out=result["out"], size=size)
 
-    _lifecycle_job(app, f"export:{run_dir}", t("lifecycle.exporting", run=run_dir.name), work_)
+    _lifecycle_job(app, f"export:{run_dir}", t("lifecycle.exporting", run=run_dir.name), work_, key="X")
 
 
 def _ask_to_replace_export(app: Any, run_dir: Path, path: Path) -> None:

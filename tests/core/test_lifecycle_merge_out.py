@@ -1,0 +1,123 @@
+"""Where a merge or export may write, and what it may replace: a real tiny LoRA run, real folders.
+
+``--force`` used to rename whatever ``--out`` named aside and delete it: the run directory, the data root,
+the checkpoint being merged. Now such a folder is refused before anything is loaded, and ``--force``
+replaces only an earlier tunedeck merge or export (its tunedeck_merge.json) or an empty folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fixtures.lifecycle.finished_run import TINY, finished_run, tunedeck
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    return tmp_path_factory.mktemp("lifecycle-merge-out")
+
+
+@pytest.fixture()
+def lora_run(shared, monkeypatch):
+    home, run_id = finished_run(shared)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    from core.runs.run_dir import RunDirectory
+
+    return home, RunDirectory(home / "runs" / run_id)
+
+
+def tree(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every entry under ``folder``: (size, mtime_ns), so that any removal or rewrite shows."""
+    return {str(p.relative_to(folder)): (p.stat().st_size if p.is_file() else -1, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*"))}
+
+
+def test_force_never_replaces_a_run_the_data_root_or_the_checkpoint_it_reads(lora_run, tmp_path):
+    """The tester's three losses, by merge and export: each refused with exit 2, one line, nothing touched."""
+    home, run = lora_run
+    checkpoint = run.path / "checkpoints" / "checkpoint-15"
+    assert (run.path / "run.json").is_file() and (checkpoint / "COMPLETE").is_file()
+    before = tree(home)
+    cases = [
+        (["--out", str(run.path)], f"is or holds the run directory {run.path}"),
+        (["--out", str(home)], f"is, holds or lies inside tunedeck's data folder {home}"),
+        (["--out", str(home / "runs")], "is or holds the run directory"),
+        (["--checkpoint", "15", "--out", str(checkpoint)], "(the checkpoint being merged)"),
+        (["--out", str(checkpoint)], "lies inside the run directory"),  # checkpoint 30 merged: not the source
+        (["--out", str(run.path / "checkpoints")], "(the checkpoint being merged)"),
+        (["--out", str(run.path / "logs-copy")], "outside its merged/ and export/ folders"),
+        (["--out", str(home / "somewhere")], f"inside tunedeck's data folder {home}"),
+    ]
+    for command in ("merge", "export"):
+        for args, words in cases:
+            proc = tunedeck(home, command, run.id, *args, "--force")
+            assert proc.returncode == 2, (command, args, proc.stderr[-2000:])
+            assert words in proc.stderr and "Nothing was touched" in proc.stderr, (command, args, proc.stderr)
+            assert "Traceback" not in proc.stderr, proc.stderr
+    assert tree(home) == before  # not one file of the run (nor of the data root) removed or rewritten
+    proc = tunedeck(home, "status", run.id)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_force_never_replaces_the_base_model_folder(lora_run, tmp_path):
+    """A run on a local base model: --out naming that folder (or one holding it) is refused."""
+    from core.lifecycle.merge import merge_run
+    from core.lifecycle.source import LifecycleError
+
+    _home, run = lora_run
+    base = shutil.copytree(TINY, tmp_path / "models" / "tiny-copy")
+    cfg = yaml.safe_load(run.config_path.read_text())
+    cfg["model"] = str(base)
+    run.config_path.write_text(yaml.safe_dump(cfg))
+    before = tree(tmp_path)
+    for out in (base, tmp_path / "models", base / "merged"):
+        with pytest.raises(LifecycleError, match="the run's base model folder") as info:
+            merge_run(run, out=out, force=True)
+        assert info.value.exit_code == 2 and str(base) in str(info.value)
+    assert tree(tmp_path) == before
+
+
+def test_force_replaces_only_an_earlier_merge_or_an_empty_folder(lora_run, tmp_path):
+    from core.lifecycle.merge import merge_run
+    from core.lifecycle.source import OutputExists, OutputNotReplaceable
+
+    _home, run = lora_run
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.md").write_text("the user's own notes")
+    (mine / "data").mkdir()
+    before = tree(tmp_path)
+    for force in (False, True):
+        with pytest.raises(OutputNotReplaceable) as info:
+            merge_run(run, out=mine, force=force)
+        message = str(info.value)
+        assert str(mine) in message and "2 entries: data/, notes.md" in message and "tunedeck_merge.json" in message
+        assert "move or delete it yourself" in message and info.value.exit_code == 1
+    proc = tunedeck(run.path.parent.parent, "export", run.id, "--out", str(mine), "--force")
+    assert proc.returncode == 1 and "2 entries: data/, notes.md" in proc.stderr and "Traceback" not in proc.stderr
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    with pytest.raises(OutputNotReplaceable, match="a file"):
+        merge_run(run, out=a_file, force=True)
+    # a folder of the user's named like the merge's scratch folder is not "a leftover" to delete
+    (tmp_path / "fresh.tmp").mkdir()
+    (tmp_path / "fresh.tmp" / "keep.txt").write_text("mine")
+    before = tree(tmp_path)
+    with pytest.raises(OutputNotReplaceable, match="fresh.tmp holds 1 entry: keep.txt"):
+        merge_run(run, out=tmp_path / "fresh")
+    assert tree(tmp_path) == before
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(OutputExists):  # an empty folder: replaced, but only when asked to
+        merge_run(run, out=empty)
+    first = merge_run(run, out=empty, force=True)
+    assert (first.out / "model.safetensors").is_file() and (first.out / "tunedeck_merge.json").is_file()
+    again = merge_run(run, out=empty, force=True)  # an earlier merge: replaced
+    assert json.loads((again.out / "tunedeck_merge.json").read_text())["merged"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "empty", "fresh.tmp", "mine"]
