@@ -31,6 +31,7 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     from core.i18n import t
     from core.lifecycle.merge import (
         check_out_location,
+        make_out_parent,
         merge_run,
         merged_model,
         refuse_unless_replaceable,
@@ -58,6 +59,7 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     check_out_location(out, run, source)  # never into a run, the data root or the checkpoint read
     if os.path.lexists(out):
         refuse_unless_replaceable(out, force)  # only an empty folder or an earlier export, with force
+    make_out_parent(out)  # a file in the way, a read-only filesystem: said before anything is loaded
     # Merge in full precision first, then quantize the merged weights while loading them.
     staging = default_export_dir(run, "staging", source.step)
     model, tokenizer = merged_model(source, "cuda")

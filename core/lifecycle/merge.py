@@ -282,6 +282,29 @@ def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance:
     return sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
 
 
+def _unwritable(out: Path, exc: OSError) -> LifecycleError:
+    """The one-line refusal for an ``--out`` whose folder cannot be made or written in (exit 2): a file
+    where a folder is needed above it, a read-only or pseudo filesystem (/proc), no permission."""
+    from core.errors import EXIT_USAGE
+    from core.i18n import t
+
+    for parent in reversed(out.parents):
+        if os.path.lexists(parent) and not parent.is_dir():
+            return LifecycleError(t("lifecycle.out_below_file", path=str(out), file=str(parent)),
+                                  exit_code=EXIT_USAGE)
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return LifecycleError(t("lifecycle.out_unwritable", path=str(out), where=str(exc.filename or out.parent),
+                            reason=reason), exit_code=EXIT_USAGE)
+
+
+def make_out_parent(out: Path) -> None:
+    """Create the folder ``out`` goes into; one that cannot be made is ``_unwritable``, not a traceback."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(out, exc) from None
+
+
 @contextmanager
 def merge_lock(out: Path) -> Iterator[None]:
     """Hold ``OUT.lock`` (flock) for a merge into ``out``; a second merge into it raises at once.
@@ -291,9 +314,12 @@ def merge_lock(out: Path) -> Iterator[None]:
     from core.i18n import t
 
     path = out.with_name(out.name + LOCK_SUFFIX)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_out_parent(out)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:  # a read-only or pseudo filesystem, no permission: before anything is loaded
+            raise _unwritable(out, exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -271,6 +271,41 @@ def check_model_dir(path: Path) -> None:
     found = folder_problem(path, str(path), loaded=True)
     if found is not None:
         raise LifecycleError(found[1], exit_code=EXIT_USAGE)
+    damaged = _damaged_weights(path)
+    if damaged is not None:
+        raise LifecycleError(damaged, exit_code=EXIT_USAGE)
+
+
+def _damaged_weights(path: Path) -> str | None:
+    """Why a model folder's safetensors are not whole (a truncated or overwritten file), in one line, or
+    None: the header of each is read and checked against the file's size (``safetensors_problem``, what
+    resume checks a checkpoint with), so a cut file is said before loading, not in safetensors' words
+    ("invalid header length") from chat, or in the server log's traceback from serve."""
+    from core.i18n import t
+    from core.runs.checkpoints import safetensors_problem
+
+    for weights in sorted(path.glob("*.safetensors")):
+        problem = safetensors_problem(weights)
+        if problem is not None:
+            return t("lifecycle.model_dir_damaged", path=str(path), file=weights.name, problem=problem.text())
+    return None
+
+
+@contextmanager
+def _model_dir_read(path: Path) -> Iterator[None]:
+    """A model folder that passed ``check_model_dir`` and still cannot be loaded (a shard the index names
+    missing, a file cut while loading …): one message naming it, not the library's traceback."""
+    from safetensors import SafetensorError
+
+    from core.errors import EXIT_USAGE
+    from core.i18n import t
+
+    try:
+        yield
+    except (SafetensorError, OSError, ValueError) as exc:
+        problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise LifecycleError(t("lifecycle.model_dir_unreadable", path=str(path), problem=problem),
+                             exit_code=EXIT_USAGE) from exc
 
 
 def load_model_dir(path: Path, device: str | None = None, checked: bool = False) -> LoadedModel:
@@ -282,14 +317,15 @@ def load_model_dir(path: Path, device: str | None = None, checked: bool = False)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = device or default_device()
-    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    dtype_name = str(config.get("dtype") or config.get("torch_dtype") or "float32")
     import torch
 
-    dtype = getattr(torch, dtype_name, torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device)
-    model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    with _model_dir_read(path):
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        dtype_name = str(config.get("dtype") or config.get("torch_dtype") or "float32")
+        dtype = getattr(torch, dtype_name, torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device)
+        model.eval()
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return LoadedModel(model, tokenizer, None, False, device)

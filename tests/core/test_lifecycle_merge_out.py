@@ -121,3 +121,49 @@ def test_force_replaces_only_an_earlier_merge_or_an_empty_folder(lora_run, tmp_p
     again = merge_run(run, out=empty, force=True)  # an earlier merge: replaced
     assert json.loads((again.out / "tunedeck_merge.json").read_text())["merged"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "empty", "fresh.tmp", "mine"]
+
+
+def test_an_out_that_cannot_be_made_is_one_line_not_a_traceback(lora_run, tmp_path):
+    """A file where a folder is needed above --out, and a pseudo filesystem (/proc): FileExistsError and
+    merge_lock's FileNotFoundError tracebacks before. Now one line naming the path (exit 2), nothing loaded."""
+    home, run = lora_run
+    (tmp_path / "afile").write_text("x")
+    for command in ("merge", "export"):
+        proc = tunedeck(home, command, run.id, "--out", str(tmp_path / "afile" / "sub"))
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert f"{tmp_path / 'afile'} is a file, not a folder" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
+        proc = tunedeck(home, command, run.id, "--out", "/proc/tunedeck-out")
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert "--out /proc/tunedeck-out cannot be written (" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"] and (tmp_path / "afile").read_text() == "x"
+
+
+def test_chat_and_serve_on_a_merge_with_cut_weights_say_so_in_one_line(lora_run, tmp_path):
+    """A merged folder whose model.safetensors was cut: chat ended in safetensors' bare "invalid header
+    length" traceback, serve in the server log's traceback. Now both refuse before loading (exit 2)."""
+    import os
+    import subprocess
+    import sys
+
+    import core.lifecycle.serve as serve
+    from core.lifecycle.merge import merge_run
+    from tests.fixtures.lifecycle.finished_run import ROOT
+
+    home, run = lora_run
+    bad = merge_run(run, out=tmp_path / "bad").out
+    weights = bad / "model.safetensors"
+    with open(weights, "r+b") as handle:
+        handle.truncate(weights.stat().st_size // 2)
+    proc = subprocess.run([sys.executable, "-m", "core", "chat", "--model-dir", str(bad)], input="hi\n",
+                          cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--model-dir {bad} cannot be loaded: model.safetensors is " in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    proc = tunedeck(home, "serve", run.id, "--model-dir", str(bad))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--model-dir {bad} cannot be loaded: model.safetensors is " in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (serve.serve_dir(run.id) / "state.json").exists()  # nothing was started
