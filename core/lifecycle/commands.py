@@ -122,11 +122,17 @@ def cmd_merge(args: argparse.Namespace) -> int:
     source = resolve_model_source(run, args.checkpoint)
     _err(t("lifecycle.merging", run=run.id, step=source.step, out=args.out or "RUN_DIR/merged"))
     with _library_output_to_stderr():
-        result = merge_run(run, args.checkpoint, Path(args.out) if args.out else None, force=args.force)
+        # reuse: rerun on its default folder, a whole merge of the same checkpoint there is the result as it
+        # is (as the TUI's M and export do), not "exists already"; --out and --force are never reused
+        result = merge_run(run, args.checkpoint, Path(args.out) if args.out else None, force=args.force,
+                           reuse=True)
     if args.json:
         _print_json(result.to_dict())
     else:
-        _err(t("lifecycle.merged", out=str(result.out), size=_size(result.bytes), seconds=result.seconds))
+        if result.reused:
+            _err(t("lifecycle.merge_reused", out=str(result.out), size=_size(result.bytes), step=result.step))
+        else:
+            _err(t("lifecycle.merged", out=str(result.out), size=_size(result.bytes), seconds=result.seconds))
         print(result.out)
     return 0
 

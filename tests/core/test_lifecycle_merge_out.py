@@ -167,3 +167,28 @@ def test_chat_and_serve_on_a_merge_with_cut_weights_say_so_in_one_line(lora_run,
     assert f"--model-dir {bad} cannot be loaded: model.safetensors is " in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (serve.serve_dir(run.id) / "state.json").exists()  # nothing was started
+
+
+def test_merge_run_again_on_its_default_folder_reuses_the_whole_merge(lora_run):
+    """`tunedeck merge RUN` twice failed the second time ("... exists already", exit 1) while the TUI's M
+    and export reuse a whole merge of the same checkpoint. Now the CLI does too: exit 0, said, --json
+    "reused": true, the folder untouched. --force still merges again."""
+    home, run = lora_run
+    first = tunedeck(home, "merge", run.id, "--json")
+    assert first.returncode == 0, first.stderr[-2000:]
+    out = Path(json.loads(first.stdout)["out"])
+    assert out == run.path / "merged" / "checkpoint-30" and not json.loads(first.stdout)["reused"]
+    written = tree(out)
+    again = tunedeck(home, "merge", run.id, "--json")
+    assert again.returncode == 0, again.stderr[-2000:]
+    result = json.loads(again.stdout)
+    assert result["reused"] is True and result["out"] == str(out) and result["step"] == 30
+    assert result["bytes"] == json.loads(first.stdout)["bytes"]
+    plain = tunedeck(home, "merge", run.id)
+    assert plain.returncode == 0 and plain.stdout.strip() == str(out), plain.stderr[-2000:]
+    assert "already holds the whole merge of checkpoint 30: kept as it is, nothing merged again" in plain.stderr
+    assert tree(out) == written  # not rewritten
+    merges = [json.loads(line) for line in run.events_path.read_text().splitlines() if '"merged"' in line]
+    assert len([e for e in merges if e.get("event") == "merged"]) == 1  # a reuse is no new merge
+    forced = tunedeck(home, "merge", run.id, "--force", "--json")
+    assert forced.returncode == 0 and json.loads(forced.stdout)["reused"] is False, forced.stderr[-2000:]
