@@ -242,9 +242,41 @@ def refuse_unless_replaceable(folder: Path, force: bool) -> None:
         raise OutputExists(t("lifecycle.out_exists", path=str(folder)), folder)
 
 
+def _umask_modes(directory: Path) -> tuple[int, int]:
+    """(folder mode, file mode) that a plain ``mkdir`` / ``open`` gives in ``directory``: the process's
+    umask, seen on a probe rather than read with os.umask (which sets it, for every thread at once)."""
+    probe = directory / ".tunedeck-mode-probe"
+    os.mkdir(probe, 0o777)
+    try:
+        folder = os.stat(probe).st_mode & 0o777
+    finally:
+        os.rmdir(probe)
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        file = os.fstat(fd).st_mode & 0o777
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+    return folder, file
+
+
+def _publish_modes(tmp: Path) -> None:
+    """Give the finished ``tmp`` and everything in it the modes the umask gives (as a plain mkdir / open
+    would): it was private while being written (0700), and safetensors writes its files 0600, so an
+    export for a serving container running as another user could not be read (config.json could)."""
+    folder, file = _umask_modes(tmp)
+    for path in tmp.rglob("*"):
+        if not path.is_symlink():
+            os.chmod(path, folder if path.is_dir() else file)
+    os.chmod(tmp, folder)
+
+
 def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance: dict[str, Any],
                               headroom_bytes: int = DEFAULT_HEADROOM_BYTES, force: bool = False) -> int:
-    """Write model (safetensors) + tokenizer + chat template into ``out`` via ``out.tmp``; returns bytes."""
+    """Write model (safetensors) + tokenizer + chat template into ``out`` via ``out.tmp``; returns bytes.
+
+    ``out.tmp`` is private (0700) while it is written; the finished folder and its files get the modes the
+    umask gives (``_publish_modes``) before it is renamed into place."""
     from core.i18n import t
 
     if os.path.lexists(out):  # only an empty folder or an earlier merge is replaced, and only with force
@@ -266,6 +298,7 @@ def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance:
         tokenizer.save_pretrained(str(tmp))
         (tmp / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
         (tmp / WRITING_MARKER).unlink()
+        _publish_modes(tmp)  # private while written; the finished folder as the umask has it
         fsync_tree(tmp)
         if os.path.lexists(out):  # force: move the old one aside only once the new one is complete
             refuse_unless_replaceable(out, force)  # still an earlier merge (checked again: time has passed)

@@ -192,3 +192,28 @@ def test_merge_run_again_on_its_default_folder_reuses_the_whole_merge(lora_run):
     assert len([e for e in merges if e.get("event") == "merged"]) == 1  # a reuse is no new merge
     forced = tunedeck(home, "merge", run.id, "--force", "--json")
     assert forced.returncode == 0 and json.loads(forced.stdout)["reused"] is False, forced.stderr[-2000:]
+
+
+@pytest.mark.parametrize("umask,folder,file", [(0o022, 0o755, 0o644), (0o077, 0o700, 0o600)])
+def test_the_exported_folder_has_the_modes_the_umask_gives(lora_run, tmp_path, umask, folder, file):
+    """With umask 022 an export was drwx------ and its model.safetensors -rw------- (config.json -rw-r--r--):
+    a serving container running as another user could not read it. Now every file and folder of it has
+    what a plain mkdir / open gives under the umask; a stricter umask keeps it private."""
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    from tests.fixtures.lifecycle.finished_run import ROOT
+
+    home, run = lora_run
+    out = tmp_path / "exported"
+    proc = subprocess.run([sys.executable, "-m", "core", "export", run.id, "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=180, preexec_fn=lambda: os.umask(umask),
+                          env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modes = {str(p.relative_to(tmp_path)): stat.S_IMODE(p.stat().st_mode) for p in [out, *out.rglob("*")]}
+    assert "exported/model.safetensors" in modes and "exported/config.json" in modes
+    expected = {name: folder if (tmp_path / name).is_dir() else file for name in modes}
+    assert modes == expected, {k: oct(v) for k, v in modes.items()}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exported"]  # no probe, no .tmp left
