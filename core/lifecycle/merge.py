@@ -25,6 +25,7 @@ from core.lifecycle.source import (
     ModelSource,
     OutputExists,
     OutputNotReplaceable,
+    pinned,
     resolve_model_source,
 )
 from core.runs.run_dir import RunDirectory, utc_now_iso
@@ -404,7 +405,7 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
     if os.path.lexists(out):
         refuse_unless_replaceable(out, force)
     device = device or default_device()
-    with merge_lock(out):
+    with merge_lock(out), pinned(source):  # the checkpoint held against a live run's rotation throughout
         return _merge_locked(run, source, out, headroom_bytes, force, device, progress, cancelled, started)
 
 

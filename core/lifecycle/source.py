@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import TunedeckError
+from core.runs.checkpoints import COMPLETE_MARKER
 from core.runs.run_dir import RunDirectory
 
 log = logging.getLogger("tunedeck.lifecycle")
@@ -130,6 +132,9 @@ def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> Mo
     else:
         matches = [c for c in complete if c.step == checkpoint]
         if not matches:
+            if _rotated_away(run, checkpoint):
+                raise LifecycleError(t("lifecycle.checkpoint_rotated", step=checkpoint, run=run.id,
+                                       steps=_other_sound_steps(run.checkpoints_dir / f"checkpoint-{checkpoint}")))
             steps = ", ".join(str(c.step) for c in complete)
             raise LifecycleError(t("lifecycle.checkpoint_missing", step=checkpoint, run=run.id, steps=steps))
         chosen = matches[0]
@@ -207,10 +212,41 @@ def load_tokenizer_for(source: ModelSource) -> Any:
     return tokenizer
 
 
+def _rotated_away(run: RunDirectory, step: int) -> bool:
+    """Whether the run's events say checkpoint ``step`` was removed by its rotation (save_total_limit)."""
+    from core.runs.jsonl import last_record
+
+    name = f"checkpoint-{step}"
+    return last_record(run.events_path, lambda r: r.get("event") == "checkpoint_removed" and r.get("why") == "rotated"
+                       and Path(str(r.get("path", ""))).name == name) is not None
+
+
+def _removed(checkpoint: Path) -> bool:
+    """The checkpoint went while it was read: its folder is gone, or its marker is (rotation removes the
+    marker first) and the run's events name its rotation."""
+    if not checkpoint.is_dir():
+        return True
+    match = re.match(r"^checkpoint-(\d+)$", checkpoint.name)
+    return (match is not None and not (checkpoint / COMPLETE_MARKER).is_file()
+            and _rotated_away(RunDirectory(checkpoint.parent.parent), int(match.group(1))))
+
+
+def checkpoint_gone(checkpoint: Path) -> LifecycleError:
+    """The error for a checkpoint that is no longer there: a live run's rotation (save_total_limit) removed
+    it, before or while it was read; it names the sound checkpoints there now. Not "damaged": it was not."""
+    from core.i18n import t
+
+    match = re.match(r"^checkpoint-(\d+)$", checkpoint.name)
+    run = RunDirectory(checkpoint.parent.parent)
+    return LifecycleError(t("lifecycle.checkpoint_rotated", step=match.group(1) if match else checkpoint.name,
+                            run=run.id, steps=_other_sound_steps(checkpoint)))
+
+
 @contextmanager
 def _checkpoint_read(checkpoint: Path) -> Iterator[None]:
     """A checkpoint whose files cannot be read (truncated, overwritten, half-copied) is the user's data, not
-    a bug: it becomes a LifecycleError that names the checkpoint and says what to do."""
+    a bug: it becomes a LifecycleError that names the checkpoint and says what to do. One that is no longer
+    there (a live run's rotation removed it) says that instead: it was not damaged."""
     from safetensors import SafetensorError
 
     from core.i18n import t
@@ -218,9 +254,23 @@ def _checkpoint_read(checkpoint: Path) -> Iterator[None]:
     try:
         yield
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        if _removed(checkpoint):
+            raise checkpoint_gone(checkpoint) from exc
         problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise LifecycleError(t("lifecycle.checkpoint_unreadable", checkpoint=str(checkpoint), problem=problem,
                                steps=_other_sound_steps(checkpoint))) from exc
+
+
+@contextmanager
+def pinned(source: ModelSource) -> Iterator[None]:
+    """Hold ``source``'s checkpoint against the run's rotation while it is read (``pin_checkpoint``); one
+    already removed (between choosing it and pinning it) is ``checkpoint_gone``."""
+    from core.runs.checkpoints import pin_checkpoint
+
+    with pin_checkpoint(source.checkpoint) as there:
+        if not there:
+            raise checkpoint_gone(source.checkpoint)
+        yield
 
 
 def _other_sound_steps(checkpoint: Path) -> str:
@@ -240,24 +290,26 @@ def load_finetuned(source: ModelSource, device: str | None = None) -> LoadedMode
     """Base + adapter (a ``PeftModel``, so the base stays reachable) or the full fine-tuned checkpoint."""
 
     device = device or default_device()
-    tokenizer = load_tokenizer_for(source)
-    if source.is_adapter:
-        from peft import PeftModel
-
-        base = load_base_model(source, device)
+    with pinned(source):  # a live run's rotation leaves it alone until it is read
+        adapter = source.is_adapter
         with _checkpoint_read(source.checkpoint):
-            model = PeftModel.from_pretrained(base, str(source.checkpoint))
-        model.to(device)
-        has_adapter = True
-    else:
-        from transformers import AutoModelForCausalLM
+            tokenizer = load_tokenizer_for(source)
+        if adapter:
+            from peft import PeftModel
 
-        with _checkpoint_read(source.checkpoint):
-            model = AutoModelForCausalLM.from_pretrained(str(source.checkpoint), dtype=torch_dtype(source.precision))
-        model.to(device)
-        has_adapter = False
+            base = load_base_model(source, device)
+            with _checkpoint_read(source.checkpoint):
+                model = PeftModel.from_pretrained(base, str(source.checkpoint))
+            model.to(device)
+        else:
+            from transformers import AutoModelForCausalLM
+
+            with _checkpoint_read(source.checkpoint):
+                model = AutoModelForCausalLM.from_pretrained(str(source.checkpoint),
+                                                             dtype=torch_dtype(source.precision))
+            model.to(device)
     model.eval()
-    return LoadedModel(model, tokenizer, source, has_adapter, device)
+    return LoadedModel(model, tokenizer, source, adapter, device)
 
 
 def check_model_dir(path: Path) -> None:

@@ -5,16 +5,27 @@ The marker is JSON and lists every file it vouches for with its size (``"files":
 123, ...}``). Resume does not trust it blindly: ``verify_checkpoint`` checks the sizes, that
 ``trainer_state.json`` parses and that every safetensors header parses and covers the file exactly (cheap:
 stat calls and a few kilobytes read, never a hash of tens of GB). Markers of older versions (plain text,
-or JSON without ``files``) are read as legacy: only the structural checks apply."""
+or JSON without ``files``) are read as legacy: only the structural checks apply.
+
+Pins: a checkpoint being read (a merge, export, chat, serve or evaluate loading it: ``pin_checkpoint``)
+holds a pin file ``checkpoints/.pins/checkpoint-N.<pid>.<n>``, and rotation (``save_total_limit``) passes
+a pinned checkpoint over, removing it at a later save once the pin is gone. Pins are made and rotation
+removes under one lock (flock on the checkpoints folder), so a checkpoint is never removed between a
+reader's pin and its look that the checkpoint is still there. A pin whose process is gone (same host) or
+older than ``PIN_MAX_AGE_S`` is stale: ignored and removed by the next rotation."""
 
 from __future__ import annotations
 
+import fcntl
+import itertools
 import json
 import os
 import re
 import shutil
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +36,11 @@ COMPLETE_MARKER = "COMPLETE"
 MARKER_FORMAT = 2  # 2: the marker lists its files and sizes; older markers are "legacy"
 TMP_SUFFIX = ".tmp"
 _NAME = re.compile(r"^checkpoint-(\d+)(\.tmp)?$")
+PINS_DIR = ".pins"
+# A pin older than this is stale even when its process cannot be seen (another host of a shared
+# filesystem): no read of a checkpoint takes a day, and a stale pin must not keep a checkpoint forever.
+PIN_MAX_AGE_S = 24 * 3600
+_PIN_SERIAL = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -97,6 +113,104 @@ def finalize_checkpoint(tmp_dir: Path, step: int, info: dict | None = None,
     return final
 
 
+@contextmanager
+def _checkpoints_lock(directory: Path) -> Iterator[None]:
+    """flock on the checkpoints folder itself: pins are made, and rotation removes, one at a time. Where
+    the folder cannot be locked (gone, a filesystem without flock) it goes on unlocked: the pin is a help
+    against rotation, never a reason for a read or a save to fail."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def _pin_is_stale(pin: Path) -> bool:
+    try:
+        record = json.loads(pin.read_text(encoding="utf-8"))
+        pid, host, made = int(record["pid"]), str(record["host"]), float(record["time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return True  # pins are written whole under the lock: one that does not parse is no one's
+    if time.time() - made > PIN_MAX_AGE_S:
+        return True
+    return host == socket.gethostname() and not _pid_alive(pid)
+
+
+def pinned_steps(directory: Path) -> set[int]:
+    """The steps of the checkpoints under ``directory`` a live reader has pinned; stale pins are removed.
+    Called under ``_checkpoints_lock``."""
+    pins = directory / PINS_DIR
+    steps: set[int] = set()
+    try:
+        entries = list(pins.iterdir())
+    except OSError:
+        return steps
+    for pin in entries:
+        match = re.match(r"^checkpoint-(\d+)\.", pin.name)
+        if match is None:
+            continue
+        if _pin_is_stale(pin):
+            try:
+                pin.unlink()
+            except OSError:
+                pass
+            continue
+        steps.add(int(match.group(1)))
+    return steps
+
+
+@contextmanager
+def pin_checkpoint(checkpoint: Path) -> Iterator[bool]:
+    """Keep rotation (``rotate_checkpoints``) from removing ``checkpoint`` while the caller reads it; yields
+    whether the checkpoint folder is still there, looked at once the pin is made (rotation removes under
+    the same lock, so it is there whole or not at all): False means rotation removed it before the pin,
+    and the caller says so. A folder that is no ``checkpoint-N`` of a run, or a run the caller cannot
+    write to (another user's), is read unpinned."""
+    match = _NAME.match(checkpoint.name)
+    if match is None or match.group(2):
+        yield checkpoint.is_dir()
+        return
+    directory = checkpoint.parent
+    pins = directory / PINS_DIR
+    pin: Path | None = pins / f"{checkpoint.name}.{os.getpid()}.{next(_PIN_SERIAL)}"
+    with _checkpoints_lock(directory):
+        try:
+            pins.mkdir(exist_ok=True)
+            pin.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}),
+                           encoding="utf-8")
+        except OSError:
+            pin = None
+        there = checkpoint.is_dir()
+    try:
+        yield there
+    finally:
+        if pin is not None:
+            with _checkpoints_lock(directory):
+                try:
+                    pin.unlink()
+                    pins.rmdir()  # the last pin gone: no folder left behind (another pin keeps it)
+                except OSError:
+                    pass
+
+
 def rotate_checkpoints(directory: Path, keep: int | None,
                        on_remove: Callable[[Path, str], None] | None = None) -> list[Path]:
     """Keep the newest ``keep`` sound checkpoints; remove older ones and stale incomplete ones.
@@ -108,6 +222,8 @@ def rotate_checkpoints(directory: Path, keep: int | None,
     than the newest complete checkpoint are left alone (one may be being written right now by another
     rank); older incomplete ones are leftovers of a crash. Before each removal ``on_remove(path, why)`` is
     told (why: ``"rotated"``, ``"damaged"`` or ``"incomplete"``), so that nothing disappears without a record.
+    A checkpoint a reader has pinned (``pin_checkpoint``: a merge, chat … of it under way) is left for a
+    later rotation: removed under it, the read failed as if the checkpoint were damaged.
     """
     found = list_checkpoints(directory)
     complete = [c for c in found if c.complete]
@@ -126,16 +242,22 @@ def rotate_checkpoints(directory: Path, keep: int | None,
         for c in sound[: max(0, len(sound) - keep)]:
             doomed.append(c)
             why[c.path] = "rotated"
-    for ckpt in sorted(doomed, key=lambda c: c.step):
-        if on_remove is not None:
-            on_remove(ckpt.path, why[ckpt.path])
-        # Remove the marker first so that a half-deleted directory never looks complete.
-        try:
-            (ckpt.path / COMPLETE_MARKER).unlink()
-        except FileNotFoundError:
-            pass
-        shutil.rmtree(ckpt.path, ignore_errors=True)
-        removed.append(ckpt.path)
+    if not doomed:
+        return removed
+    with _checkpoints_lock(directory):
+        pinned = pinned_steps(directory)
+        for ckpt in sorted(doomed, key=lambda c: c.step):
+            if ckpt.complete and ckpt.step in pinned:
+                continue  # being read right now: a later rotation removes it
+            if on_remove is not None:
+                on_remove(ckpt.path, why[ckpt.path])
+            # Remove the marker first so that a half-deleted directory never looks complete.
+            try:
+                (ckpt.path / COMPLETE_MARKER).unlink()
+            except FileNotFoundError:
+                pass
+            shutil.rmtree(ckpt.path, ignore_errors=True)
+            removed.append(ckpt.path)
     return removed
 
 
