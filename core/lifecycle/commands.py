@@ -114,18 +114,23 @@ def _size(n: int) -> str:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from core.i18n import t
-    from core.lifecycle.merge import merge_run
+    from core.lifecycle.merge import default_merge_dir, merge_run
     from core.lifecycle.source import resolve_model_source
 
     run = _resolve(args.run)
     _quiet_libraries()
     source = resolve_model_source(run, args.checkpoint)
-    _err(t("lifecycle.merging", run=run.id, step=source.step, out=args.out or "RUN_DIR/merged"))
+    out = Path(args.out) if args.out else default_merge_dir(run, source.step)
+
+    def said(stage: str) -> None:  # once the merge really starts: not before a refusal or a reuse
+        if stage == "load":
+            _err(t("lifecycle.merging", run=run.id, step=source.step, out=str(out)))
+
     with _library_output_to_stderr():
         # reuse: rerun on its default folder, a whole merge of the same checkpoint there is the result as it
         # is (as the TUI's M and export do), not "exists already"; --out and --force are never reused
-        result = merge_run(run, args.checkpoint, Path(args.out) if args.out else None, force=args.force,
-                           reuse=True)
+        result = merge_run(run, source.step, Path(args.out) if args.out else None, force=args.force,
+                           reuse=True, progress=said)
     if args.json:
         _print_json(result.to_dict())
     else:

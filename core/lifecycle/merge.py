@@ -50,6 +50,15 @@ class MergeCancelled(LifecycleError):
     """The caller cancelled the merge (its app is quitting); nothing was left behind."""
 
 
+class MergeRunning(LifecycleError):
+    """Another merge into ``path`` holds its lock (this app's, or another tunedeck's); the message gives the
+    CLI's advice (--out), ``path`` lets the app word its own."""
+
+    def __init__(self, message: object, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 @dataclass(frozen=True)
 class MergeResult:
     out: Path
@@ -358,7 +367,7 @@ def merge_lock(out: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise LifecycleError(t("lifecycle.merge_running", path=str(out))) from None
+            raise MergeRunning(t("lifecycle.merge_running", path=str(out)), out) from None
         try:
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 break

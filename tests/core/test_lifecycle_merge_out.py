@@ -217,3 +217,20 @@ def test_the_exported_folder_has_the_modes_the_umask_gives(lora_run, tmp_path, u
     expected = {name: folder if (tmp_path / name).is_dir() else file for name in modes}
     assert modes == expected, {k: oct(v) for k, v in modes.items()}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exported"]  # no probe, no .tmp left
+
+
+def test_merge_says_the_folder_it_writes_to_and_nothing_before_a_refusal_or_a_reuse(lora_run, tmp_path):
+    """It printed "merging … into RUN_DIR/merged …", a literal placeholder, even before a refusal."""
+    home, run = lora_run
+    default = run.path / "merged" / "checkpoint-30"
+    proc = tunedeck(home, "merge", run.id)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == f"merging {run.id} checkpoint 30 into {default} …", lines
+    assert "RUN_DIR" not in proc.stderr
+    proc = tunedeck(home, "merge", run.id, "--checkpoint", "15", "--out", str(tmp_path / "m15"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.splitlines()[0] == f"merging {run.id} checkpoint 15 into {tmp_path / 'm15'} …"
+    for args in ([], ["--out", str(home), "--force"]):  # a reuse, a refusal: one line, no "merging"
+        proc = tunedeck(home, "merge", run.id, *args)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "merging" not in proc.stderr, proc.stderr

@@ -413,6 +413,38 @@ def test_M_never_offers_to_replace_a_folder_of_the_users(finished):
     assert not merged.with_name("checkpoint-30.tmp").exists()
 
 
+def test_M_while_a_merge_into_the_folder_runs_says_to_wait_in_the_apps_words(finished):
+    """A second M during a merge gave the CLI's advice ("… or choose another folder with --out"): the app
+    has no --out. Now it says to wait for the running merge (here another tunedeck's: its lock is held)."""
+    import fcntl
+
+    home, run_id = finished
+    merged = home / "runs" / run_id / "merged" / "checkpoint-30"
+    lock = merged.with_name("checkpoint-30.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)  # the merge under way, holding the folder's lock
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            await pilot.press("M")
+            await wait_for(pilot, lambda: isinstance(app.screen, MergePanel))
+            panel = app.screen
+            await wait_for(pilot, lambda: panel.ended, timeout=90)
+            assert not panel.ok and panel.stages == []
+            errors = [str(n.message) for n in app._notifications if n.severity == "error"]
+            assert len(errors) == 1 and f"a merge into {merged} is already running" in errors[0], errors
+            assert "wait for it to end" in errors[0] and "--out" not in errors[0], errors
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        os.close(fd)
+    assert not merged.exists() and not merged.with_name("checkpoint-30.tmp").exists()
+
+
 def test_a_opens_the_chat_on_the_run(finished):
     home, run_id = finished
 

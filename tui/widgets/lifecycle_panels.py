@@ -194,11 +194,15 @@ class MergePanel(ModalScreen[None]):
 
 def tui_words(exc: Exception, key: str) -> str | None:
     """The app's own words for a refusal whose CLI message gives CLI advice (--out, --force), or None:
-    here the folder in the way that is not replaced is moved by the user, then ``key`` pressed again."""
+    here the folder in the way that is not replaced is moved by the user, then ``key`` pressed again; a
+    merge into the folder already running is waited for (the app has no --out to go elsewhere)."""
+    from core.lifecycle.merge import MergeRunning
     from core.lifecycle.source import OutputNotReplaceable
 
     if isinstance(exc, OutputNotReplaceable):
         return t("lifecycle.out_not_replaceable_tui", path=str(exc.path), holds=exc.holds, key=key)
+    if isinstance(exc, MergeRunning):
+        return t("lifecycle.merge_running_tui", path=str(exc.path), key=key)
     return None
 
 
