@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 # Where the server listens (IPv4 or IPv6, dual-stack ``::``): one module for it and for the looks before it.
+from core.errors import TunedeckError
 from core.listen import bare_host, listen_address, prepare_listen_socket
 
 log = logging.getLogger("tunedeck.serve")
@@ -120,7 +121,7 @@ class ChatBackend:
                            param="model", code="model_not_found", status=404)
 
 
-class RequestError(ValueError):
+class RequestError(TunedeckError, ValueError):
     """A request the API refuses: its HTTP status, the parameter at fault and OpenAI's error code."""
 
     def __init__(self, message: str, param: str | None = None, code: str | None = None, status: int = 400) -> None:

@@ -162,11 +162,11 @@ def test_chat_and_serve_on_a_merge_with_cut_weights_say_so_in_one_line(lora_run,
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"--model-dir {bad} cannot be loaded: model.safetensors is " in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    proc = tunedeck(home, "serve", run.id, "--model-dir", str(bad))
+    proc = tunedeck(home, "serve", "--model-dir", str(bad))  # a folder is served without a run
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"--model-dir {bad} cannot be loaded: model.safetensors is " in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert not (serve.serve_dir(run.id) / "state.json").exists()  # nothing was started
+    assert not (serve.serve_dir(bad.name) / "state.json").exists()  # nothing was started
 
 
 def test_merge_run_again_on_its_default_folder_reuses_the_whole_merge(lora_run):
