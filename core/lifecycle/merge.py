@@ -148,11 +148,6 @@ def merged_model(source: ModelSource, device: str = "cpu",
     return model, loaded.tokenizer
 
 
-def _within(path: Path, root: Path) -> bool:
-    """``path`` is ``root`` or lies below it."""
-    return path == root or root in path.parents
-
-
 def _absolute(path: Path) -> Path:
     """``path`` absolute, its symlinks resolved as far as it exists (``..`` and links cannot hide a run)."""
     return Path(os.path.abspath(Path(path).expanduser())).resolve()
@@ -182,19 +177,19 @@ def check_out_location(out: Path, run: RunDirectory, source: ModelSource) -> Non
 
     target = _absolute(out)
     root = _absolute(data_root())
-    if _within(root, target):
+    if root.is_relative_to(target):
         raise LifecycleError(t("lifecycle.out_data_root", path=str(out), root=str(root)), exit_code=EXIT_USAGE)
     run_path = _absolute(run.path)
     runs = [run_path] + [p for p in (target, *target.parents) if (p / "run.json").is_file()]
     for folder in runs:
-        if _within(folder, target):  # the run directory itself, or a folder holding it
+        if folder.is_relative_to(target):  # the run directory itself, or a folder holding it
             raise LifecycleError(t("lifecycle.out_holds_run", path=str(out), run=str(folder)),
                                  exit_code=EXIT_USAGE)
     for what, folder in (("checkpoint", source.checkpoint), ("model", _local_model_dir(source))):
         if folder is None:
             continue
         folder = _absolute(folder)
-        if _within(target, folder) or _within(folder, target):
+        if target.is_relative_to(folder) or folder.is_relative_to(target):
             raise LifecycleError(t("lifecycle.out_is_source", path=str(out), source=str(folder),
                                    what=t("lifecycle.out_source_" + what)), exit_code=EXIT_USAGE)
     inside = [p for p in runs if p in target.parents]
@@ -204,7 +199,7 @@ def check_out_location(out: Path, run: RunDirectory, source: ModelSource) -> Non
             raise LifecycleError(t("lifecycle.out_inside_run", path=str(out), run=str(inside[0]),
                                    default=str(default_merge_dir(run, source.step))), exit_code=EXIT_USAGE)
         return
-    if _within(target, root):
+    if target.is_relative_to(root):
         raise LifecycleError(t("lifecycle.out_data_root", path=str(out), root=str(root)), exit_code=EXIT_USAGE)
 
 
@@ -240,14 +235,21 @@ def _contents_words(folder: Path) -> str:
     return t("lifecycle.holds_entries", count=len(names), names=shown)
 
 
+def _not_replaceable(folder: Path) -> OutputNotReplaceable:
+    """The refusal of a folder in the way that a merge never replaces, saying what it holds (listed once)."""
+    from core.i18n import t
+
+    holds = _contents_words(folder)
+    return OutputNotReplaceable(t("lifecycle.out_not_replaceable", path=str(folder), holds=holds), folder, holds)
+
+
 def refuse_unless_replaceable(folder: Path, force: bool) -> None:
     """``folder`` is there: ``OutputNotReplaceable`` unless it is ``is_replaceable``; then, without
     ``force``, ``OutputExists`` (a caller may ask the user, then call again with ``force``)."""
     from core.i18n import t
 
     if not is_replaceable(folder):
-        raise OutputNotReplaceable(t("lifecycle.out_not_replaceable", path=str(folder),
-                                     holds=_contents_words(folder)), folder, _contents_words(folder))
+        raise _not_replaceable(folder)
     if not force:
         raise OutputExists(t("lifecycle.out_exists", path=str(folder)), folder)
 
@@ -287,7 +289,6 @@ def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance:
 
     ``out.tmp`` is private (0700) while it is written; the finished folder and its files get the modes the
     umask gives (``_publish_modes``) before it is renamed into place."""
-    from core.i18n import t
 
     if os.path.lexists(out):  # only an empty folder or an earlier merge is replaced, and only with force
         refuse_unless_replaceable(out, force)
@@ -296,8 +297,7 @@ def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance:
     check_disk_space(out.parent, needed)
     if os.path.lexists(tmp):  # a leftover of a merge that was killed; anything else there is not ours
         if not (is_replaceable(tmp) or (tmp.is_dir() and not tmp.is_symlink() and (tmp / WRITING_MARKER).is_file())):
-            raise OutputNotReplaceable(t("lifecycle.out_not_replaceable", path=str(tmp),
-                                         holds=_contents_words(tmp)), tmp, _contents_words(tmp))
+            raise _not_replaceable(tmp)
         shutil.rmtree(tmp)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(mode=0o700)
