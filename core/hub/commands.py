@@ -367,6 +367,7 @@ def run_download(args: argparse.Namespace) -> int:
         job_dir_for,
         plan_download,
         read_status,
+        recorded_files,
         start_download,
     )
     from core.hub.errors import HubError
@@ -382,15 +383,21 @@ def run_download(args: argparse.Namespace) -> int:
             print(t("hub.cli.cancel_sent" if sent else "hub.cli.cancel_none", model=args.model_id), file=sys.stderr)
         return 0 if sent else 1
     source = _source(args)
+    # An unfinished download (under way, failed, cancelled, interrupted) goes on with the files it was started
+    # with (--include '*' or one format), as the app's Local `d` does; --include chooses afresh.
+    earlier = read_status(job_dir_for(args.hub, args.model_id)) if args.include is None else None
+    resumed = recorded_files(earlier.job_dir) if earlier is not None and earlier.status != "done" else []
     try:
         details = source.details(args.model_id)
-        plan = plan_download(source, details, args.include)
+        plan = plan_download(source, details, args.include, paths=resumed or None)
         check_disk(plan)
     except HubError as exc:
         raise _fail(exc, args.hub, source.endpoint) from exc
     if not args.json:
         print(t("hub.cli.download_plan", count=len(plan.files), size=human_bytes(plan.total_bytes),
                 model=plan.model_id, path=plan.target_dir), file=sys.stderr)
+        if resumed:
+            print(t("hub.cli.download_resumed_choice", status=earlier.status), file=sys.stderr)
         if plan.skipped:
             print(t(plural_key("hub.cli.download_skipped", len(plan.skipped)), count=len(plan.skipped),
                     size=human_bytes(sum(f.size for f in plan.skipped)),

@@ -291,6 +291,32 @@ def test_a_cancelled_download_is_listed_incomplete_and_refused_for_training(hub_
         "tunedeck models download Qwen/Qwen2.5-Tiny-Instruct resumes it" in said and "random weights" not in said
 
 
+def test_the_cli_resumes_an_unfinished_download_with_the_files_it_was_started_with(hub_server, capsys):
+    """``models download ID`` after a cancelled ``--include '*'`` download fetches every file again, not the
+    one weight format a fresh download picks; ``--include`` still chooses afresh."""
+    from core.cli import main
+    from core.hub.download import cancel_download
+
+    hub_server.hub.stall_at = 128 * 1024
+    plan = _plan(include=["*"])
+    assert "pytorch_model.bin" in {f.path for f in plan.files}
+    job = start_download(plan)
+    _wait_until_stalled(job, plan)
+    assert cancel_download(job)
+    hub_server.hub.stall_release.set()
+    assert wait_for_download(job, 30).status == "cancelled"
+    hub_server.hub.stall_at = None
+
+    assert main(["models", "download", "Qwen/Qwen2.5-Tiny-Instruct"]) == 0
+    err = capsys.readouterr().err
+    assert "Going on with the files the cancelled download was started with" in err
+    assert (plan.target_dir / "pytorch_model.bin").is_file()
+    assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
+    # finished: the next plain download is a fresh choice (one format), said as such
+    assert main(["models", "download", "Qwen/Qwen2.5-Tiny-Instruct"]) == 0
+    assert "Going on with" not in capsys.readouterr().err
+
+
 def test_deleting_a_model_removes_its_download_record_and_is_refused_while_it_downloads(hub_server):
     """After a delete, ``models list`` showed the download 'done' still, its record left behind; a model
     still downloading is not deleted under its downloader (refused with the way to stop it)."""
