@@ -45,6 +45,17 @@ def test_dashboard_chat_key_streams_base_and_tuned_replies(shared, private_home,
             def done() -> bool:
                 return not screen.busy and len(tuned.turns) == 2 and len(base.turns) == 2
 
+            # a reply of 0 tokens is refused as `chat --max-tokens 0` is, not made 1: nothing sent, the
+            # message kept, the field to mend focused
+            screen.query_one("#chat-max-tokens").value = "0"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: any("max tokens: got 0; must be at least 1" in n.message
+                                              for n in app._notifications))
+            assert not tuned.turns and not screen.busy
+            assert screen.query_one("#chat-input").value == "Name a colour."
+            assert app.focused is screen.query_one("#chat-max-tokens")
+            screen.query_one("#chat-max-tokens").value = "24"
+            await pilot.click("#chat-input")
             await pilot.press("enter")
             await wait_for(pilot, done, timeout=90)
             assert tuned.turns[0] == ("user", "Name a colour.")

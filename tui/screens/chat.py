@@ -207,16 +207,25 @@ class ChatScreen(Screen[None]):
         return self.query_one("#chat-base" if variant == "base" else "#chat-tuned", Transcript)
 
     # --- sending ---------------------------------------------------------------------------------
-    def _settings(self) -> tuple[float, int]:
-        try:
-            temperature = max(0.0, float(self.query_one("#chat-temperature", Input).value or 0.7))
-        except ValueError:
-            temperature = 0.7
-        try:
-            max_tokens = max(1, int(self.query_one("#chat-max-tokens", Input).value or 256))
-        except ValueError:
-            max_tokens = 256
-        return temperature, max_tokens
+    def _settings(self) -> tuple[float, int] | None:
+        """The temperature and reply length in their fields (empty: the defaults), checked as `tunedeck chat`
+        checks its --temperature and --max-tokens; a wrong one is said, its field focused, and None returned
+        (nothing is sent: the message stays in its field)."""
+        import argparse
+
+        from core.config.checks import cli_number
+
+        values = []
+        for field, kind, default in (("#chat-temperature", float, 0.7), ("#chat-max-tokens", int, 256)):
+            box = self.query_one(field, Input)
+            try:
+                values.append(cli_number(kind, minimum=0 if kind is float else 1)(box.value.strip())
+                              if box.value.strip() else default)
+            except argparse.ArgumentTypeError as exc:
+                self.notify(t("chat.bad_setting", name=box.border_title, problem=str(exc)), severity="error")
+                box.focus()
+                return None
+        return values[0], values[1]
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id != "chat-input":
@@ -231,9 +240,12 @@ class ChatScreen(Screen[None]):
         if self.busy:
             self.notify(t("chat.busy"), severity="warning")
             return
+        settings = self._settings()
+        if settings is None:
+            return
+        temperature, max_tokens = settings
         event.input.value = ""
         system = self.query_one("#chat-system", Input).value.strip()
-        temperature, max_tokens = self._settings()
         variants = [v for v in VARIANTS if v == "tuned" or (self.compare and self.has_adapter)]
         for variant in variants:
             pane = self._pane(variant)
