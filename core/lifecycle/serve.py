@@ -70,8 +70,22 @@ def _state_dir(run_id: str) -> Path:
 
 
 def model_dir_id(model_dir: Path) -> str:
-    """The id a ``--model-dir`` server is filed under and serves its model as: the folder's name."""
-    return Path(os.path.abspath(model_dir)).name
+    """The id a ``--model-dir`` server is filed under and serves its model as: the folder's name, but for
+    a merge's own ``checkpoint-N`` (a name that says nothing of the model, and every run's merge of step N
+    has it): ``<run id>-checkpoint-N``, from its ``tunedeck_merge.json``."""
+    import re
+
+    path = Path(os.path.abspath(model_dir))
+    if re.fullmatch(r"checkpoint-\d+", path.name):
+        from core.lifecycle.merge import PROVENANCE_FILE
+
+        try:
+            run_id = json.loads((path / PROVENANCE_FILE).read_text(encoding="utf-8")).get("run_id")
+        except (OSError, ValueError, AttributeError):
+            run_id = None
+        if isinstance(run_id, str) and run_id and "/" not in run_id and run_id not in (".", ".."):
+            return f"{run_id}-{path.name}"
+    return path.name
 
 
 def recorded_server_id(ref: str) -> str | None:
@@ -297,6 +311,9 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     key = run.id if run is not None else model_dir_id(model_dir)
     host = bare_host(host)  # "[::1]" as a URL writes it: the address alone for the servers' --host
     existing = server_state(key)
+    if existing is not None and run is None and existing.model_dir != os.path.abspath(model_dir):
+        raise LifecycleError(t("lifecycle.serve_name_taken", id=key, other=existing.model_dir or existing.run_id,
+                               url=existing.url))
     if existing is not None:
         raise LifecycleError(t("lifecycle.serve_already", run=key, url=existing.url, pid=existing.pid))
     # Every mistake that can be seen from here is said here, in one line, not in the server's log.

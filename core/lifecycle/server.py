@@ -443,8 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     from core.runs.run_dir import RunDirectory
 
     if args.model_dir:
+        from core.lifecycle.serve import model_dir_id
+
         loaded = load_model_dir(Path(args.model_dir))
-        model_id = Path(args.model_dir).name
+        model_id = model_dir_id(Path(args.model_dir))  # the id start_server filed it under
     else:
         run = RunDirectory(Path(args.run))
         loaded = load_finetuned(resolve_model_source(run, args.checkpoint))

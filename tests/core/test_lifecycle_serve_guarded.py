@@ -298,7 +298,9 @@ def test_serve_refuses_a_model_dir_that_is_no_model_before_starting_anything(lor
 
 def test_serve_model_dir_relative_to_where_it_is_typed(lora_run):
     """The server runs in tunedeck's own folder, so a relative --model-dir was looked for there: the check
-    passed where the user typed it and the server failed to find it. Now it is made absolute first."""
+    passed where the user typed it and the server failed to find it. Now it is made absolute first. A
+    merge's own folder, ``checkpoint-N`` (every run's merge of step N is called so), serves as
+    ``<run id>-checkpoint-N``."""
     import os
     import subprocess
     import sys
@@ -317,9 +319,10 @@ def test_serve_model_dir_relative_to_where_it_is_typed(lora_run):
     try:
         assert state["healthy"] is True
         status, models = _request(state["url"] + "/models")
-        assert status == 200 and [m["id"] for m in models["data"]] == [merged.name]
+        assert merged.name.startswith("checkpoint-") and state["run_id"] == f"{run.id}-{merged.name}"
+        assert status == 200 and [m["id"] for m in models["data"]] == [f"{run.id}-{merged.name}"]
     finally:
-        stopped = tunedeck(home, "serve", "--stop", merged.name)
+        stopped = tunedeck(home, "serve", "--stop", f"{run.id}-{merged.name}")
         assert stopped.returncode == 0, stopped.stderr
 
 
@@ -454,6 +457,14 @@ def test_serve_model_dir_needs_no_run_and_is_filed_under_its_own_id(lora_run, tm
         assert again.returncode == 1 and "already running" in again.stderr
         assert "tunedeck serve --stop my-model" in again.stderr
         assert tunedeck(home, "serve", run.id, "--status").returncode == 1  # the run has no server
+        # another folder of the same name is not taken for this one ("already running", --stop stopping
+        # the wrong model): refused, naming the folder that holds the name
+        (tmp_path / "other").mkdir()
+        namesake = shutil.copytree(folder, tmp_path / "other" / "my-model")
+        proc = tunedeck(home, "serve", "--model-dir", str(namesake))
+        assert proc.returncode == 1 and f"the name my-model is already served, from {folder}" in proc.stderr, \
+            proc.stderr
+        assert tunedeck(home, "serve", "--status", "--json", "my-model").returncode == 0  # untouched
     finally:
         stopped = tunedeck(home, "serve", "--stop", "--model-dir", str(folder))
     assert stopped.returncode == 0 and "server of my-model stopped" in stopped.stderr, stopped.stderr
