@@ -26,6 +26,21 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     return (TunedeckError, OSError, *nvml_error_types())
 
 
+def replay_note(monitor: object, snapshot: BoxSnapshot) -> str | None:
+    """``Fake GPUs replayed from h200x8.json`` for a snapshot of fake GPUs (``$TUNEDECK_FAKE_GPUS`` left set
+    in a shell looks like a box of H200s otherwise), else None; the file by its name, which fits at 80 columns."""
+    from pathlib import Path
+
+    from core.i18n import t
+
+    if not snapshot.synthetic:
+        return None
+    source = getattr(monitor, "source", None)
+    if source is None:
+        return t("gpuscreen.replayed_unnamed")
+    return t("gpuscreen.replayed", file=Path(source).name)
+
+
 class GpuPolled(Message):
     """From the poll worker to the app: one poll's snapshot (the app keeps the history)."""
 

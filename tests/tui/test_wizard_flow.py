@@ -80,6 +80,25 @@ def test_enter_enter_enter_saves_a_valid_yaml_on_a_cpu_box(private_home):
     assert config.method in ("lora", "full")
 
 
+def test_the_hardware_step_says_when_its_gpus_are_fake(private_home):
+    """A fake-GPU recording (``$TUNEDECK_FAKE_GPUS`` left set in a shell) read "This box: 2 × H200" on the
+    hardware step, with nothing to tell it from the box's own: it now says first that they are replayed,
+    as the GPU screen does (at 80x24, two H200s from their recording)."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_dataset_step(pilot, app)
+            await pilot.press("enter")  # dataset: the bundled sample
+            await wait_for(pilot, lambda: w.step == 2, timeout=30)
+            await pilot.press("enter")  # goal: fastest
+            await wait_for(pilot, lambda: w.step == 3)
+            await wait_for(pilot, lambda: "This box" in str(w.query_one("#hardware-detected").render()))
+            shown = " ".join(str(w.query_one("#hardware-detected").render()).split())
+            assert shown.startswith("Fake GPUs replayed from h200x2.json This box: 2 × H200"), shown
+
+    run(scenario())
+
+
 def test_gpu_box_defaults_to_qwen_7b_and_overrides_update_as_typed(private_home):
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)

@@ -23,7 +23,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 from rich.text import Text
 from textual import work
@@ -43,7 +42,7 @@ from core.i18n import t
 from core.settings import MIN_POLL_INTERVAL_S
 from core.text_width import cell_len, one_line, pad, truncate
 from core.units import UNKNOWN, format_disk, format_duration, format_memory, plural_key
-from tui.gpu_poll import GpuPollFailed, SnapshotReady, expected_errors
+from tui.gpu_poll import GpuPollFailed, SnapshotReady, expected_errors, replay_note
 from tui.widgets.bar import bar, level_variable
 from tui.widgets.history import history_rows
 from tui.widgets.keys_footer import KeysFooter
@@ -437,21 +436,11 @@ class GpuScreen(Screen[None]):
         self._update_cards(snapshot)
         self._update_processes(snapshot)
 
-    def _replay_note(self, snapshot: BoxSnapshot) -> str | None:
-        """``Fake GPUs replayed from h200x8.json`` for a snapshot of fake GPUs (``$TUNEDECK_FAKE_GPUS`` left
-        set in a shell looks like a box of H200s otherwise); the file by its name, which fits at 80 columns."""
-        if not snapshot.synthetic:
-            return None
-        source = getattr(self.app.monitor, "source", None)
-        if source is None:
-            return t("gpuscreen.replayed_unnamed")
-        return t("gpuscreen.replayed", file=Path(source).name)
-
     def _show_status(self, snapshot: BoxSnapshot) -> None:
         """The summary line (or why there are no readings), after what says the GPUs are fake, if they are:
         on the same line, where the topology gives way when both do not fit, so that no card moves down."""
         status = self.query_one("#gpu-status", Static)
-        note = self._replay_note(snapshot)
+        note = replay_note(self.app.monitor, snapshot)
         marked = "" if note is None else f"[b $warning]{escape(note)}[/]"
         if snapshot.nvml_error is not None:
             status.update(

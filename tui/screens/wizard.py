@@ -15,6 +15,7 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.markup import escape
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Header, Input, OptionList, Static
@@ -25,6 +26,7 @@ from core.errors import TunedeckError
 from core.i18n import t
 from core.plan.request import GOALS, OVERRIDABLE
 from core.units import format_count, plural_key
+from tui.gpu_poll import replay_note
 from tui.screens.error_modal import describe, report_failed_worker, report_unexpected
 from tui.widgets.bar import bar
 from tui.widgets.keys_footer import KeysFooter
@@ -603,7 +605,10 @@ class WizardScreen(Screen[None]):
                 text = t("wizard.hardware.detected", count=detected.count, gpu=detected.gpu.name,
                          memory=round(detected.gpu.memory_gib), ram=ram, disk=disk,
                          indices=",".join(map(str, detected.gpu_indices or ())))
-            self.query_one("#hardware-detected", Static).update(text)
+            note = replay_note(self.app.monitor, self.snapshot)  # type: ignore[attr-defined]
+            # fake GPUs are no plan for this box: say so first, in the warning colour, as the GPU screen does
+            self.query_one("#hardware-detected", Static).update(
+                escape(text) if note is None else f"[b $warning]{escape(note)}[/]  {escape(text)}")
             if not hw_input.value:
                 hw_input.value = detected.describe()
                 if not detected.cpu_only and self.query_one("#model-input", Input).value == TINY_MODEL \
