@@ -243,6 +243,7 @@ def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: G
     streamer = TokenStreamer(loaded.tokenizer)
     stops = tuple(s for s in settings.stop if s)
     start = int(ids.shape[-1])
+    window = 4 * max((len(s) for s in stops), default=0) + 8
 
     class _StopFlag(StoppingCriteria):
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> bool:
@@ -250,7 +251,11 @@ def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: G
                 return True
             if not stops:
                 return False
-            text = loaded.tokenizer.decode(input_ids[0, start:].tolist(), skip_special_tokens=True)
+            # A stop string is looked for as the token completing it comes, so it ends in the newest one:
+            # the last few tokens are decoded (up to 4 per character: byte pieces), not the whole reply
+            # each time (quadratic in a long reply).
+            text = loaded.tokenizer.decode(input_ids[0, max(start, input_ids.shape[-1] - window):].tolist(),
+                                           skip_special_tokens=True)
             return _first_stop(text, stops) >= 0
 
     sample = settings.temperature > 0

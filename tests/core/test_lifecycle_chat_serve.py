@@ -8,23 +8,7 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from tests.fixtures.lifecycle.finished_run import ROOT, finished_run, tunedeck
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return tmp_path_factory.mktemp("lifecycle-chat")
-
-
-@pytest.fixture()
-def lora_run(shared, monkeypatch):
-    home, run_id = finished_run(shared)
-    monkeypatch.setenv("TUNEDECK_HOME", str(home))
-    from core.runs.run_dir import RunDirectory
-
-    return home, RunDirectory(home / "runs" / run_id)
 
 
 def test_stream_chat_yields_pieces_as_they_are_generated(lora_run):
@@ -62,6 +46,34 @@ def test_stream_chat_yields_pieces_as_they_are_generated(lora_run):
     assert waited == [True]  # the 8th forward pass saw a piece already delivered
     assert arrivals[0][0] <= 8 < len(forwards), (arrivals[0][0], len(forwards))
     assert "".join(p for _n, p in arrivals) != "Blue."
+
+
+def test_a_stop_string_deep_in_a_long_reply_ends_generation_on_its_token(lora_run):
+    """The stop check decodes the reply's last tokens only (the whole reply each token was quadratic): a stop
+    string that comes 40 tokens in still ends generation on the token that completes it."""
+    from core.lifecycle.chat import GenerationOutcome, GenerationSettings, build_messages, stream_chat
+    from core.lifecycle.source import load_finetuned, resolve_model_source
+
+    _home, run = lora_run
+    loaded = load_finetuned(resolve_model_source(run), "cpu")
+    messages = build_messages([{"role": "user", "content": "Name a colour."}], "")
+    sampled = GenerationSettings(temperature=1.0, max_tokens=60, seed=0)  # the random base, sampled: varied
+    full = GenerationOutcome()
+    text = "".join(stream_chat(loaded, messages, sampled, "base", outcome=full))
+    assert len(full.ids) == 60
+    # the stop: five characters from token k >= 40 on, found first there (the window holds 4 x 5 + 8 tokens)
+    for k in range(40, 56):
+        head = loaded.tokenizer.decode(full.ids[:k], skip_special_tokens=True)
+        stop = text[len(head):len(head) + 5]
+        if text.startswith(head) and len(stop) == 5 and text.find(stop) == len(head):
+            break
+    else:
+        raise AssertionError(f"no stop string to take from {text!r}")
+    cut = GenerationOutcome()
+    settings = GenerationSettings(temperature=1.0, max_tokens=60, seed=0, stop=(stop,))
+    reply = "".join(stream_chat(loaded, messages, settings, "base", outcome=cut))
+    assert reply == head and cut.hit_stop
+    assert k < len(cut.ids) <= k + 5 < 60, (k, len(cut.ids))  # ended on the token completing the stop
 
 
 def test_chat_cli_reads_stdin_lines_and_streams_replies(lora_run):
