@@ -37,3 +37,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """One folder per test module for what its tests share: a finished tiny run (``finished_run``) is
+    trained once per module in it."""
+    return tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2].removeprefix("test_"))

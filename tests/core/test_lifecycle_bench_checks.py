@@ -19,11 +19,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 import lifecycle_gpu  # noqa: E402  (the bench script, imported for its checks)
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return tmp_path_factory.mktemp("lifecycle-bench-checks")
-
-
 @pytest.fixture()
 def merged_run(shared, monkeypatch):
     home, run_id = finished_run(shared)

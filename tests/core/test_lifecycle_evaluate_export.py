@@ -9,20 +9,6 @@ import pytest
 from tests.fixtures.lifecycle.finished_run import finished_run, tunedeck
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return tmp_path_factory.mktemp("lifecycle-eval")
-
-
-@pytest.fixture()
-def lora_run(shared, monkeypatch):
-    home, run_id = finished_run(shared)
-    monkeypatch.setenv("TUNEDECK_HOME", str(home))
-    from core.runs.run_dir import RunDirectory
-
-    return home, RunDirectory(home / "runs" / run_id)
-
-
 def test_evaluate_cli_writes_loss_perplexity_and_prompts_into_the_run(lora_run):
     home, run = lora_run
     proc = tunedeck(home, "evaluate", run.id, "--json")

@@ -9,21 +9,7 @@ import sys
 
 import pytest
 
-from tests.fixtures.lifecycle.finished_run import ROOT, finished_run, tunedeck
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return tmp_path_factory.mktemp("lifecycle-merge")
-
-
-@pytest.fixture()
-def lora_run(shared, monkeypatch):
-    home, run_id = finished_run(shared)
-    monkeypatch.setenv("TUNEDECK_HOME", str(home))
-    from core.runs.run_dir import RunDirectory
-
-    return home, RunDirectory(home / "runs" / run_id)
+from tests.fixtures.lifecycle.finished_run import ROOT, tunedeck
 
 
 def test_merged_model_gives_the_logits_of_base_plus_adapter(lora_run):

@@ -14,21 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fixtures.lifecycle.finished_run import TINY, finished_run, tunedeck
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return tmp_path_factory.mktemp("lifecycle-merge-out")
-
-
-@pytest.fixture()
-def lora_run(shared, monkeypatch):
-    home, run_id = finished_run(shared)
-    monkeypatch.setenv("TUNEDECK_HOME", str(home))
-    from core.runs.run_dir import RunDirectory
-
-    return home, RunDirectory(home / "runs" / run_id)
+from tests.fixtures.lifecycle.finished_run import TINY, tunedeck
 
 
 def tree(folder: Path) -> dict[str, tuple[int, int]]:

@@ -18,21 +18,7 @@ import time
 
 import pytest
 
-from tests.fixtures.lifecycle.finished_run import ROOT, finished_run
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return tmp_path_factory.mktemp("lifecycle-rotation-pins")
-
-
-@pytest.fixture()
-def lora_run(shared, monkeypatch):
-    home, run_id = finished_run(shared)
-    monkeypatch.setenv("TUNEDECK_HOME", str(home))
-    from core.runs.run_dir import RunDirectory
-
-    return home, RunDirectory(home / "runs" / run_id)
+from tests.fixtures.lifecycle.finished_run import ROOT
 
 
 def rotate(run, keep: int = 1) -> list[str]:

@@ -9,24 +9,10 @@ import urllib.request
 
 import pytest
 
-from tests.fixtures.lifecycle.finished_run import finished_run, tunedeck
+from tests.fixtures.lifecycle.finished_run import tunedeck
 from tests.network import ipv6_loopback
 
 KEY = "td-test-key-8f2c"
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return tmp_path_factory.mktemp("lifecycle-serve-guarded")
-
-
-@pytest.fixture()
-def lora_run(shared, monkeypatch):
-    home, run_id = finished_run(shared)
-    monkeypatch.setenv("TUNEDECK_HOME", str(home))
-    from core.runs.run_dir import RunDirectory
-
-    return home, RunDirectory(home / "runs" / run_id)
 
 
 def _request(url: str, data: bytes | None = None, key: str | None = None,

@@ -6,18 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from tests.fixtures.lifecycle.finished_run import finished_run
 from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
 from tui.app import make_app
 from tui.screens.chat import ChatScreen, Transcript
 from tui.screens.dashboard import DashboardScreen
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return tmp_path_factory.mktemp("lifecycle-tui")
 
 
 def test_dashboard_chat_key_streams_base_and_tuned_replies(shared, private_home, monkeypatch):

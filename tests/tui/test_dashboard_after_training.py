@@ -24,11 +24,6 @@ from tui.widgets.confirm import ConfirmScreen
 from tui.widgets.lifecycle_panels import MergePanel, ServePanel
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return tmp_path_factory.mktemp("dashboard-after-training")
-
-
 @pytest.fixture()
 def finished(shared, private_home, monkeypatch):
     home, run_id = finished_run(shared)

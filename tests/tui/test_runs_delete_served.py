@@ -20,11 +20,6 @@ from tui.screens.runs import RunsScreen
 from tui.widgets.confirm import ConfirmScreen
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return tmp_path_factory.mktemp("runs-delete-served")
-
-
 @pytest.fixture()
 def served(shared, private_home, monkeypatch):
     """(home, run id, the server's state as `serve --json` printed it); no server outlives the test."""
