@@ -203,7 +203,8 @@ def estimate_plan(plan: TrainingPlan, request: PlanRequest) -> tuple[Estimate | 
 
 
 def hours_for(result: Estimate, request: PlanRequest) -> float | None:
-    tokens = request.training_tokens
+    """Hours of the plan ``result`` estimated: the tokens it reads at its own sequence length, over its speed."""
+    tokens = request.training_tokens_at(result.plan["seq_len"])
     if tokens is None or result.tokens_per_s <= 0:
         return None
     return tokens / result.tokens_per_s / 3600.0

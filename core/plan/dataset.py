@@ -24,6 +24,7 @@ class DatasetSummary:
     targets: tuple[int, ...] = field(default=(), repr=False)
     # the rows that could not be read, as ``data check`` lists them (file:line: what is wrong), first ones
     problems: tuple[str, ...] = field(default=(), repr=False)
+    _cuts: dict[int | None, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def total_tokens(self) -> int:
@@ -38,11 +39,28 @@ class DatasetSummary:
 
     def target_share(self, seq_len: int | None = None) -> float | None:
         """The share of the tokens a step reads that have a target (the rows the engine's LM head reads), each
-        record cut to ``seq_len`` as the engine cuts it: at its end, where a record's answer is, so a cut takes
-        targets first (exact for one-answer chats and text; multi-turn chats lose earlier answers less). Records
-        left without a target are dropped by the engine and left out here too. None: not counted."""
+        record cut to ``seq_len`` as the engine cuts it (``trained_tokens``). None: not counted."""
         if not self.targets or len(self.targets) != len(self.lengths):
             return None
+        tokens, kept = self._cut(seq_len)
+        return kept / tokens if tokens else None
+
+    def trained_tokens(self, seq_len: int | None = None) -> int:
+        """The tokens one pass over the data reads: each record cut to its first ``seq_len`` tokens, as the engine
+        cuts it (``core.data.tokenize_dataset``), and a record the cut leaves without a target dropped, as the
+        engine drops it; packing (``pack_examples``) joins the cut records into rows, the same tokens. Without
+        target counts every record stays. What a run's time and cost follow, not ``total_tokens``: a 5M-character
+        row at a 128-token sequence is 128 tokens of work."""
+        if not self.targets or len(self.targets) != len(self.lengths):
+            return sum(min(n, seq_len) for n in self.lengths) if seq_len else self.total_tokens
+        return self._cut(seq_len)[0]
+
+    def _cut(self, seq_len: int | None) -> tuple[int, int]:
+        """(tokens, targets) left of the records the engine keeps at ``seq_len``: it keeps a record's start, so a
+        cut takes its end, where a record's answer is, targets first (exact for one-answer chats and text;
+        multi-turn chats lose earlier answers less). Remembered per ``seq_len``: the planner asks for each plan."""
+        if seq_len in self._cuts:
+            return self._cuts[seq_len]
         tokens = kept = 0
         for length, targets in zip(self.lengths, self.targets, strict=True):
             cut = max(0, length - seq_len) if seq_len else 0
@@ -50,7 +68,8 @@ class DatasetSummary:
             if left:
                 tokens += length - cut
                 kept += left
-        return kept / tokens if tokens else None
+        self._cuts[seq_len] = (tokens, kept)
+        return tokens, kept
 
     @property
     def max_length(self) -> int:

@@ -115,8 +115,9 @@ def evaluate(plan: TrainingPlan, request: PlanRequest, measured: dict[str, Any] 
         problems.insert(0, invalid)
     hours = hours_for(result, request) if result is not None else None
     candidate = Candidate(plan, result, tuple(problems), tuple(warnings), hours, measured)
-    if measured and measured.get("tokens_per_s") and request.training_tokens:
-        candidate = replace(candidate, hours=request.training_tokens / float(measured["tokens_per_s"]) / 3600.0)
+    tokens = request.training_tokens_at(plan.seq_len)
+    if measured and measured.get("tokens_per_s") and tokens:
+        candidate = replace(candidate, hours=tokens / float(measured["tokens_per_s"]) / 3600.0)
     return candidate
 
 

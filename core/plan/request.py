@@ -36,13 +36,16 @@ class PlanRequest:
     # target_share): the rows the engine's LM head reads. None: not known (every row counted).
     dataset_target_share: float | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    # What was measured of the data, record by record: the tokens a run reads at each plan's sequence length
+    # (``training_tokens_at``). None: only ``dataset_tokens`` is known (taken as they are).
+    dataset_summary: DatasetSummary | None = field(default=None, repr=False, compare=False)
 
     def with_dataset(self, summary: DatasetSummary | None) -> PlanRequest:
         """This request with what ``summary`` measured of the data (unchanged without one)."""
         if summary is None:
             return self
         measured = replace(self, dataset_records=summary.records, dataset_tokens=summary.total_tokens,
-                           dataset_p95_tokens=summary.p95)
+                           dataset_p95_tokens=summary.p95, dataset_summary=summary)
         return replace(measured, dataset_target_share=summary.target_share(measured.seq_len))
 
     def default_seq_len(self) -> int:
@@ -60,7 +63,14 @@ class PlanRequest:
 
     @property
     def training_tokens(self) -> int | None:
-        """Tokens seen over all epochs (padding aside), when the data size is known."""
+        """Tokens read over all epochs at the request's sequence length (``training_tokens_at``)."""
+        return self.training_tokens_at(self.seq_len)
+
+    def training_tokens_at(self, seq_len: int) -> int | None:
+        """Tokens a run at ``seq_len`` reads over all epochs (padding aside), when the data size is known: each
+        record cut to ``seq_len`` as the engine cuts it (``DatasetSummary.trained_tokens``), not its full length."""
+        if self.dataset_summary is not None:
+            return int(self.dataset_summary.trained_tokens(seq_len) * self.epochs)
         if self.dataset_tokens is None:
             return None
         return int(self.dataset_tokens * self.epochs)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from core.data import load_records
 from core.data.records import Conversation, Message, TextRecord
 from core.plan import PlanRequest, summarise_dataset
@@ -50,3 +52,25 @@ def test_the_sample_is_counted_with_the_models_tokenizer_and_the_request_takes_i
     assert request.dataset_target_share == exact.target_share(64)
     assert PlanRequest("tiny", parse_target("cpu")).with_dataset(None).dataset_target_share is None
     assert exact.to_json()["target_tokens"] == sum(exact.targets)
+
+
+def test_a_runs_tokens_are_each_record_cut_to_the_sequence_as_the_engine_cuts_it():
+    # 50 documents of 29,000 tokens, every token a target (text), and one chat whose answer a cut at 128 removes
+    data = summary((29_000,) * 50 + (5_000,), (29_000,) * 50 + (10,))
+    assert data.total_tokens == 50 * 29_000 + 5_000
+    assert data.trained_tokens(128) == 50 * 128  # the chat is left without its answer: dropped, as the engine does
+    assert data.trained_tokens(8192) == 50 * 8192 + 5_000
+    assert data.trained_tokens() == data.total_tokens
+    assert summary((300, 20), ()).trained_tokens(100) == 120  # targets not counted: every record stays
+
+
+def test_the_plans_time_is_the_tokens_its_sequence_length_reads_not_the_datas_full_length():
+    # hardware: --hardware 1xH200 (a typed target, no GPU of this box)
+    from core.plan import recommend
+
+    data = summary((29_000,) * 50, (29_000,) * 50)
+    request = PlanRequest("Qwen2.5-7B", parse_target("1xH200"), epochs=1.0,
+                          overrides={"seq_len": 128}).with_dataset(data)
+    best = recommend(request).best
+    assert best.plan.seq_len == 128
+    assert best.hours * 3600.0 * best.tokens_per_s == pytest.approx(50 * 128)
