@@ -275,10 +275,20 @@ def tokenize_dataset(
     return result
 
 
+def quiet_length_warning(tokenizer: Any) -> None:
+    """Mark transformers' "Token indices sequence length is longer than the specified maximum" warning as said:
+    a count of untruncated lengths tokenizes long records on purpose and runs none through the model (the
+    planner and ``data check`` say what a cut drops, in their own words)."""
+    warned = getattr(tokenizer, "deprecation_warnings", None)
+    if isinstance(warned, dict):
+        warned["sequence-length-is-longer-than-the-specified-maximum"] = True
+
+
 def token_counts(records: Sequence[Record], tokenizer: Any, loss_on: str = "assistant") -> list[tuple[int, int]]:
     """Each record's untruncated token length and its target count: the positions whose next token carries a
     label (``tokenize_record``'s labels, shifted as the loss reads them), the rows that the engine's fused
     losses send through the LM head (``core.train.fused_loss.target_rows``)."""
+    quiet_length_warning(tokenizer)
     if any(isinstance(record, Conversation) for record in records):
         ensure_chat_template(tokenizer)
     method = "generation" if supports_generation_mask(tokenizer) else "prefix"
@@ -291,6 +301,7 @@ def token_counts(records: Sequence[Record], tokenizer: Any, loss_on: str = "assi
 
 def token_lengths(records: Sequence[Record], tokenizer: Any) -> list[int]:
     """The untruncated token length of every record, as the model will see it."""
+    quiet_length_warning(tokenizer)
     if any(isinstance(record, Conversation) for record in records):
         ensure_chat_template(tokenizer)
     lengths = []

@@ -74,3 +74,23 @@ def test_the_plans_time_is_the_tokens_its_sequence_length_reads_not_the_datas_fu
     best = recommend(request).best
     assert best.plan.seq_len == 128
     assert best.hours * 3600.0 * best.tokens_per_s == pytest.approx(50 * 128)
+
+
+def test_counting_a_record_longer_than_the_model_says_nothing_of_transformers_on_stderr(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    data = tmp_path / "long.jsonl"
+    rows = [{"messages": [{"role": "user", "content": "x " * 3000}, {"role": "assistant", "content": "ok"}]}]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    # a fresh interpreter: transformers' log handler holds the stderr it found first; the bundled tiny model has
+    # 2,048 positions
+    code = ("import sys; from core.plan import summarise_dataset; s = summarise_dataset(sys.argv[1], 'tiny'); "
+            "print(s.exact, s.max_length)")
+    proc = subprocess.run([sys.executable, "-c", code, str(data)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    exact, longest = proc.stdout.split()
+    assert exact == "True" and int(longest) > 2048
+    assert "Token indices sequence length" not in proc.stderr
