@@ -116,7 +116,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         try:
             saved = save_run_config(rec.best, request, args.save, overwrite=args.force)
         except ConfigError as exc:
-            raise CliError(t("plan.error.config", problem=str(exc)), 2) from exc
+            # its problems, not ConfigError's own heading after this one's ("…not a valid run config: The run
+            # configuration has a problem:")
+            problems = "; ".join(str(issue) for issue in exc.errors) or str(exc)
+            raise CliError(t("plan.error.config", problem=problems), 2) from exc
         except FileExistsError:
             raise CliError(t("plan.error.save_exists", path=args.save), 2) from None
     if args.json:

@@ -14,6 +14,11 @@ CHOICE_FIELDS = {
     "precision": ("bf16", "pure-bf16", "fp16", "fp32"),
     "offload": ("none", "optimizer", "all"),
 }
+# The run-config key each number stands for in the saved YAML: its own limits hold here too (``max_seq_len``
+# 16 .. 1,048,576), so that a plan is never shown that the saved file cannot be (it said ``sequence 8`` and saved
+# 16, or showed 2,000,000 and refused to save it).
+CONFIG_KEYS = {"seq_len": "max_seq_len", "micro_batch_size": "micro_batch_size",
+               "grad_accum_steps": "gradient_accumulation", "lora_rank": "lora_rank"}
 TRUE_WORDS = ("1", "true", "yes", "on", "y")
 FALSE_WORDS = ("0", "false", "no", "off", "n")
 
@@ -38,6 +43,15 @@ def parse_override_value(name: str, text: str) -> Any:
         if number < (0 if name == "zero_stage" else 1) or (name == "zero_stage" and number > 3):
             raise OverrideError(t("plan.error.override_value", field=name, value=text,
                                   problem=t("plan.error.out_of_range")))
+        if name in CONFIG_KEYS:
+            from core.config.checks import check_value
+
+            try:
+                check_value(CONFIG_KEYS[name], number)
+            except ValueError as exc:
+                raise OverrideError(t("plan.error.override_value", field=name, value=text,
+                                      problem=t("plan.error.config_key", key=CONFIG_KEYS[name],
+                                                problem=str(exc)))) from None
         return number
     if name in CHOICE_FIELDS:
         if value not in CHOICE_FIELDS[name]:

@@ -24,7 +24,7 @@ def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, A
         "dataset": _absolute_if_local(request.dataset),
         "method": p.method,
         "precision": "bf16" if p.precision == "pure-bf16" else p.precision,
-        "max_seq_len": max(16, p.seq_len),
+        "max_seq_len": p.seq_len,
         "micro_batch_size": p.micro_batch_size,
         "gradient_accumulation": p.grad_accum_steps,
         "epochs": request.epochs,

@@ -134,6 +134,21 @@ def test_user_errors_exit_2_with_a_message(tmp_path):
     assert bad_model.returncode == 2 and "config.json" in bad_model.stderr
 
 
+def test_a_sequence_length_the_run_config_refuses_is_refused_up_front_and_a_plan_saves_as_shown(tmp_path):
+    # hardware: --hardware 1xH200 (typed)
+    common = ("--model", "Qwen2.5-7B", "--hardware", "1xH200", "--dataset", str(SAMPLE))
+    for value, limit in (("8", "at least 16"), ("2000000", "at most 1048576")):
+        out = tmp_path / f"s{value}.yaml"
+        proc = tunedeck(tmp_path, *common, "--set", f"seq_len={value}", "--save", str(out))
+        assert proc.returncode == 2 and proc.stdout == "" and not out.exists()
+        assert limit in proc.stderr and "max_seq_len" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    out = tmp_path / "s16.yaml"
+    proc = tunedeck(tmp_path, *common, "--set", "seq_len=16", "--save", str(out))
+    assert proc.returncode == 0 and ", sequence 16," in proc.stdout
+    assert yaml.safe_load(out.read_text())["max_seq_len"] == 16
+
+
 def test_hardware_cpu_is_sized_against_this_box_ram(tmp_path):
     """``--hardware cpu`` is this box's CPU: its RAM (the recording's host: 251.8 GiB on the fake 2xH200
     box) is the capacity, not an assumed 16 GiB; --host-ram-gib still wins."""
