@@ -231,7 +231,8 @@ def trade_off(other: Candidate, best: Candidate, request: PlanRequest) -> list[F
     out.append(finding(memory_key + ("_cpu" if request.hardware.cpu_only else ""), gib=abs(delta)))
     price = request.hardware.price_per_gpu_hour
     cost_other, cost_best = other.cost(price), best.cost(price)
-    if cost_other is not None and cost_best is not None:
+    # said only where the two read differently ("costs < 0.01 instead of < 0.01" told nothing)
+    if cost_other is not None and cost_best is not None and format_cost(cost_other) != format_cost(cost_best):
         out.append(finding("plan.trade.cost", cost=format_cost(cost_other), best=format_cost(cost_best)))
     if other.plan.method != best.plan.method:
         out.append(finding(f"plan.trade.method_{other.plan.method}"))
