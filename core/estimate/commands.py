@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--lora-rank", type=cli_value("lora_rank"), default=16, help=t("estimate.help.lora_rank"))
     parser.add_argument("--lora-targets", default="all-linear", help=t("estimate.help.lora_targets"))
     parser.add_argument("--lora-dropout", type=cli_value("lora_dropout", float), default=0.05, help=t("estimate.help.lora_dropout"))
-    parser.add_argument("--precision", choices=PRECISIONS, default="bf16", help=t("estimate.help.precision"))
+    parser.add_argument("--precision", choices=PRECISIONS, default=None, help=t("estimate.help.precision"))
     parser.add_argument("--no-fused-ce", action="store_true", help=t("estimate.help.no_fused_ce"))
     parser.add_argument("--chunked-ce", action="store_true", help=t("estimate.help.chunked_ce"))
     parser.add_argument("--qlora-upcast", action="store_true", help=t("estimate.help.qlora_upcast"))
@@ -68,17 +68,19 @@ def run_estimate(args: argparse.Namespace) -> int:
     from core.estimate import (
         estimate,
         normalise_lora_targets,
-        parse_hardware,
         plan_for_model,
     )
 
-    count, gpu = parse_hardware(args.gpu)  # "H200" or "8xH200"
-    num_gpus = args.gpus if args.gpus is not None else count
+    target = estimate_target(args.gpu, args.gpus)
+    gpu = target.spec()
+    num_gpus = target.count
+    from core.assets import resolve_model_name
+
     plan = plan_for_model(
-        args.model,
+        resolve_model_name(args.model),  # the bundled ``tiny`` as plan takes it
         exact_count=args.exact,
         method=args.method,
-        precision=args.precision,
+        precision=args.precision or ("fp32" if target.cpu_only else "bf16"),  # as plan picks it
         micro_batch_size=args.batch_size,
         seq_len=args.seq_len,
         gradient_checkpointing=not args.no_gradient_checkpointing,
@@ -100,6 +102,10 @@ def run_estimate(args: argparse.Namespace) -> int:
         target_share=args.target_share,
         price_per_gpu_hour=args.price_per_gpu_hour,
     )
+    if target.cpu_only:  # the kernels of a CPU run, as the planner weighs it
+        from core.plan.candidates import on_the_cpu
+
+        plan = on_the_cpu(plan)
     from core.estimate.domain import domain_json
 
     result = estimate(plan, gpu)
@@ -112,6 +118,32 @@ def run_estimate(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(t(f"estimate.note.{note}"), file=sys.stderr)
     return 0
+
+
+def estimate_target(hardware: str, gpus: int | None) -> Any:
+    """The hardware ``--hardware`` (``--gpu``) and ``--gpus`` describe, read as ``plan --hardware`` reads it
+    (``H200``, ``8xH200``, ``cpu``: this box's CPU, sized against its RAM). ``--gpus`` gives the count where
+    the hardware names none; a count in both that differs is refused (raises ``CliError``, exit 2), not one
+    of them taken quietly."""
+    import re
+    from dataclasses import replace
+
+    from core.errors import CliError
+    from core.plan.hardware import on_this_host, parse_target
+
+    target = parse_target(hardware)  # a HardwareError (exit 2) names the GPUs it knows
+    if target.cpu_only:
+        from core.plan.commands import detect_target
+
+        if gpus not in (None, 1):
+            raise CliError(t("estimate.error.gpus_cpu", gpus=gpus), 2)
+        return on_this_host(target, detect_target(None, None))
+    counted = re.match(r"\s*\d+\s*[xX×*]", hardware) is not None
+    if gpus is None or gpus == target.count:
+        return target
+    if counted:
+        raise CliError(t("estimate.error.gpus_conflict", hardware=hardware, count=target.count, gpus=gpus), 2)
+    return replace(target, count=gpus)
 
 
 def _bar(fraction: float) -> str:

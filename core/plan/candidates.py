@@ -177,21 +177,22 @@ def candidate_plans(request: PlanRequest, base: TrainingPlan) -> Iterator[Traini
                         accum = int(accum) if accum else max(1, request.effective_batch // (micro * num_gpus))
                         for gc in checkpointing(request):
                             for parked in activation_offloads(request, gc):
-                                yield replace(
+                                plan = replace(
                                     base, method=method, precision=precision, num_gpus=num_gpus,
                                     zero_stage=zero, offload=offload, seq_len=seq_len, micro_batch_size=micro,
                                     grad_accum_steps=accum, gradient_checkpointing=gc, lora_rank=lora_rank,
                                     offload_activations=parked,
-                                    # the fused kernels run on GPUs; a CPU run takes torch's dropout and the
-                                    # chunked loss (resolve_fused_ce)
-                                    fused_ce_impl="chunked" if request.hardware.cpu_only else base.fused_ce_impl,
-                                    lora_dropout_fused=base.lora_dropout_fused and not request.hardware.cpu_only,
-                                    lora_swiglu_fused=base.lora_swiglu_fused and not request.hardware.cpu_only,
-                                    rms_norm_rows=base.rms_norm_rows and not request.hardware.cpu_only,
-                                    lora_fold_dh=base.lora_fold_dh and not request.hardware.cpu_only,
                                     price_per_gpu_hour=request.hardware.price_per_gpu_hour,
                                     target_share=share,
                                 )
+                                yield on_the_cpu(plan) if request.hardware.cpu_only else plan
+
+
+def on_the_cpu(plan: TrainingPlan) -> TrainingPlan:
+    """``plan`` as a CPU run makes it: the fused kernels run on GPUs, so it takes torch's dropout, SwiGLU and
+    RMSNorm and the chunked loss (``resolve_fused_ce``)."""
+    return replace(plan, fused_ce_impl="chunked", lora_dropout_fused=False, lora_swiglu_fused=False,
+                   rms_norm_rows=False, lora_fold_dh=False)
 
 
 def estimate_plan(plan: TrainingPlan, request: PlanRequest) -> tuple[Estimate | None, Finding | None]:

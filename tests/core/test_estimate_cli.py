@@ -179,6 +179,24 @@ def test_gpu_count_in_the_gpu_name(tmp_path):
     assert json.loads(hardware.stdout) == data
 
 
+def test_estimate_takes_the_hardware_plan_takes_and_refuses_two_counts(tmp_path):
+    # --hardware cpu: this box's CPU, as plan --hardware cpu sizes it (fp32, its RAM), where it was "unknown GPU"
+    cpu = run_estimate(tmp_path, "--model", "tiny", "--hardware", "cpu", "--json")
+    assert cpu.returncode == 0, cpu.stderr
+    data = json.loads(cpu.stdout)
+    assert data["gpu"] == "CPU" and data["plan"]["precision"] == "fp32" and data["plan"]["num_gpus"] == 1
+    # 8xH200 and --gpus 2: one count is asked twice, differently; it estimated 2 GPUs without a word
+    both = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--hardware", "8xH200", "--gpus", "2")
+    assert both.returncode == 2 and both.stdout == ""
+    assert "8xH200" in both.stderr and "--gpus" in both.stderr and len(both.stderr.strip().splitlines()) == 1
+    assert run_estimate(tmp_path, "--model", "tiny", "--hardware", "cpu", "--gpus", "2").returncode == 2
+    # a GPU named without a count takes --gpus's; the same count twice is no conflict
+    for args in (("--hardware", "H200", "--gpus", "2"), ("--hardware", "2xH200", "--gpus", "2")):
+        same = run_estimate(tmp_path, "--model", "Qwen2.5-7B", *args, "--json")
+        assert same.returncode == 0, same.stderr
+        assert json.loads(same.stdout)["plan"]["num_gpus"] == 2
+
+
 def test_every_dynamic_message_key_exists():
     from core.i18n import catalogue
 
