@@ -202,10 +202,21 @@ def alternatives(best: Candidate, ranked: list[Candidate], request: PlanRequest)
         if candidate.shape() in seen:
             continue
         seen.add(candidate.shape())
-        out.append((candidate, trade_off(candidate, best, request)))
+        # as it is planned once taken (its fields pinned, ``widened_ce_chunk`` applied to the plan that wins):
+        # listed at 19.6 GiB, it was 19.8 when taken
+        taken = widened_ce_chunk(candidate, request)
+        out.append((taken, trade_off(taken, best, request)))
         if len(out) == MAX_ALTERNATIVES:
             break
     return out
+
+
+def alternative_overrides(plan: TrainingPlan) -> dict[str, Any]:
+    """The fields that pin ``plan``, an alternative, when it is taken (the wizard's 1-3): planned again with them,
+    it is the plan listed (``alternatives`` lists each as it would be planned then)."""
+    return {"method": plan.method, "num_gpus": plan.num_gpus, "zero_stage": plan.zero_stage,
+            "offload": plan.offload, "micro_batch_size": plan.micro_batch_size,
+            "gradient_checkpointing": plan.gradient_checkpointing}
 
 
 def trade_off(other: Candidate, best: Candidate, request: PlanRequest) -> list[Finding]:
@@ -256,13 +267,19 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     capacity = est.capacity_gib if est else 0.0
     usable = (est.capacity_gib - est.margin_gib) if est else 0.0
     pinned = request.overrides
+
+    def pinned_reason(name: str, value: Any) -> Finding:
+        """A field the user set, or one that came with an alternative they took (``request.chosen``)."""
+        key = "plan.reason.chosen" if name in request.chosen else "plan.reason.pinned"
+        return finding(key, field=name, value=value)
+
     out: list[tuple[str, Finding]] = []
 
     if not best.feasible:
         problem = best.problems[0].text() if best.problems else "?"
         out.append(("method", finding("plan.reason.closest", method=p.method, problem=problem)))
     elif "method" in pinned:
-        out.append(("method", finding("plan.reason.pinned", field="method", value=p.method)))
+        out.append(("method", pinned_reason("method", p.method)))
     else:
         lighter = {"full": ("lora",), "lora": ("full",), "qlora": ("lora", "full"), "dora": ()}
         missed = []
@@ -285,7 +302,7 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     if gpu is None:
         out.append(("precision", finding("plan.reason.precision_cpu")))
     elif "precision" in pinned:
-        out.append(("precision", finding("plan.reason.pinned", field="precision", value=p.precision)))
+        out.append(("precision", pinned_reason("precision", p.precision)))
     elif p.precision == "bf16":
         out.append(("precision", finding("plan.reason.precision_bf16", gpu=gpu.name)))
     else:
@@ -313,7 +330,7 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
                                  gpus=p.num_gpus, effective=best.effective_batch, target=request.effective_batch)))
 
     if "seq_len" in pinned:
-        out.append(("seq_len", finding("plan.reason.pinned", field="seq_len", value=p.seq_len)))
+        out.append(("seq_len", pinned_reason("seq_len", p.seq_len)))
     elif request.dataset_p95_tokens and p.seq_len == request.seq_len:
         out.append(("seq_len", finding("plan.reason.seq_data", seq=p.seq_len, p95=request.dataset_p95_tokens)))
     elif p.seq_len > request.seq_len:

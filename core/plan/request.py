@@ -36,6 +36,8 @@ class PlanRequest:
     # target_share): the rows the engine's LM head reads. None: not known (every row counted).
     dataset_target_share: float | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    # The overrides that came with an alternative the user took (the wizard's 1-3), not typed: the reasons say so.
+    chosen: frozenset[str] = frozenset()
     # What was measured of the data, record by record: the tokens a run reads at each plan's sequence length
     # (``training_tokens_at``). None: only ``dataset_tokens`` is known (taken as they are).
     dataset_summary: DatasetSummary | None = field(default=None, repr=False, compare=False)

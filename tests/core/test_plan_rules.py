@@ -360,3 +360,24 @@ def test_the_lm_head_takes_wide_chunks_where_they_fit_and_the_saved_run_says_so(
         assert "ce_chunk_tokens" not in reasons
     if hardware == "1xH200":
         assert p.ce_chunk_tokens == WIDE_CE_CHUNK and p.micro_batch_size * p.seq_len == 32768
+
+
+def test_an_alternative_is_listed_as_it_is_planned_once_taken_and_its_reasons_say_it_was_chosen():
+    # hardware: --hardware 2xH200 (typed). The lora alternative was listed at 19.6 GiB and planned at 19.8 once
+    # taken (the wider LM-head chunk came after the list), and its reason said "method = lora: set by you".
+    from dataclasses import replace as with_
+
+    from core.plan.planner import alternative_overrides
+
+    req = request("Qwen2.5-7B", "2xH200", dataset_tokens=10**6)
+    rec = recommend(req)
+    assert rec.feasible and rec.alternatives
+    for listed, _ in rec.alternatives:
+        pins = alternative_overrides(listed.plan)
+        taken = recommend(with_(req, overrides=pins, chosen=frozenset(pins)))
+        assert taken.best.plan == listed.plan
+        assert taken.best.peak_gib == listed.peak_gib and taken.best.tokens_per_s == listed.tokens_per_s
+        method = dict(taken.reasons)["method"].text()
+        assert "chosen from the alternatives" in method and "set by you" not in method
+    typed = recommend(with_(req, overrides={"method": "lora"}))
+    assert dict(typed.reasons)["method"].text() == "method = lora: set by you"

@@ -143,10 +143,14 @@ def test_gpu_box_defaults_to_qwen_7b_and_overrides_update_as_typed(private_home)
             await planned()
             assert w.overrides == {}
             assert w.recommendation.best.plan.method == first.method
+            listed = w.recommendation.alternatives[0][0]
             await pilot.press("1")  # take the first alternative
             await planned()
             alt_plan = w.recommendation.best.plan
             assert w.overrides["method"] == alt_plan.method
+            # the plan taken is the one listed, to the figure, and its reasons say where its fields came from
+            assert alt_plan == listed.plan and w.recommendation.best.peak_gib == listed.peak_gib
+            assert "chosen from the alternatives" in " ".join(screen_text(app).split())
             await pilot.press("s")
             await wait_for(pilot, lambda: w.saved_path is not None)
             return w.saved_path, alt_plan

@@ -155,6 +155,7 @@ class WizardScreen(Screen[None]):
         self.request: Any = None
         self.recommendation: Any = None
         self.overrides: dict[str, Any] = {}
+        self.chosen: set[str] = set()  # the overrides an alternative set (1-3), until typed over or cleared
         self.measured: dict[tuple, dict] = {}
         self.saved_path: Path | None = None
         self.kept_path: Path | None = None  # the plans file the last save left alone (it held something else)
@@ -645,6 +646,7 @@ class WizardScreen(Screen[None]):
         return PlanRequest(
             model=model, hardware=self._target(), goal=self.goal, epochs=self._read_epochs() or 3.0,
             dataset=self.summary_path or None, overrides=dict(self.overrides),
+            chosen=frozenset(self.chosen & set(self.overrides)),
         ).with_dataset(self.summary)
 
     def recompute(self, advance: bool = False, keep_status: bool = False) -> None:
@@ -745,6 +747,7 @@ class WizardScreen(Screen[None]):
         if self.override_error:
             self.override_error = False
             self._status("")
+        self.chosen.discard(name)  # typed: the user's own now
         if value is None:
             self.overrides.pop(name, None)
         else:
@@ -758,6 +761,7 @@ class WizardScreen(Screen[None]):
 
     def action_clear_overrides(self) -> None:
         self.overrides.clear()
+        self.chosen.clear()
         for name in OVERRIDABLE:
             with self.prevent(Input.Changed):
                 self.query_one(f"#ov-{name}", Input).value = ""
@@ -767,11 +771,11 @@ class WizardScreen(Screen[None]):
         rec = self.recommendation
         if rec is None or index > len(rec.alternatives):
             return
-        plan = rec.alternatives[index - 1][0].plan
-        pinned = {"method": plan.method, "num_gpus": plan.num_gpus, "zero_stage": plan.zero_stage,
-                  "offload": plan.offload, "micro_batch_size": plan.micro_batch_size,
-                  "gradient_checkpointing": plan.gradient_checkpointing}
+        from core.plan.planner import alternative_overrides
+
+        pinned = alternative_overrides(rec.alternatives[index - 1][0].plan)
         self.overrides.update(pinned)
+        self.chosen |= set(pinned)
         for name, value in pinned.items():
             with self.prevent(Input.Changed):
                 text = ("on" if value else "off") if isinstance(value, bool) else str(value)
