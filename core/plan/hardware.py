@@ -10,6 +10,9 @@ from core.estimate import GpuSpec, UnknownGpuError, find_gpu, parse_hardware
 from core.i18n import t
 
 GIB = 1024**3
+# Memory other processes hold on a GPU above which the wizard's hardware step names it: an idle GPU with a
+# process's CUDA context on it holds about 0.5-1.6 GiB (the recordings' idle H200s), which plans absorb.
+BUSY_FLOOR_GIB = 2.0
 # The CPU as a pseudo-GPU, so that the estimator sizes a CPU-only run (the tiny model on a laptop):
 # memory is the host's RAM, no bf16, a modest fp32 throughput.
 CPU_FP32_TFLOPS = 0.2
@@ -31,7 +34,10 @@ class HardwareTarget:
     disk_free_gib: float | None = None
     price_per_gpu_hour: float | None = None
     detected: bool = False  # True: this box (launch and probe possible)
-    gpu_indices: tuple[int, ...] | None = None  # the chosen GPUs of this box
+    gpu_indices: tuple[int, ...] | None = None  # the chosen GPUs of this box, the freest first
+    # GiB other processes hold now on each of ``gpu_indices`` (None: not this box, or not read): a plan for this
+    # box must fit in what they leave (``free_gib``); a typed target (``1xH200``) is the whole card
+    in_use_gib: tuple[float, ...] | None = None
 
     @property
     def cpu_only(self) -> bool:
@@ -43,6 +49,21 @@ class HardwareTarget:
             return self.gpu
         ram_mib = int((self.host_ram_gib or 16.0) * 1024)
         return GpuSpec("CPU", ram_mib, False, 0.0, 0.0, CPU_FP32_TFLOPS, "cpu")
+
+    def busy(self, num_gpus: int) -> tuple[int, float] | None:
+        """(index, GiB in use) of the busiest of the first ``num_gpus`` chosen GPUs (those a plan of that many
+        takes), or None when nothing is known of their use."""
+        if not self.in_use_gib or not self.gpu_indices:
+            return None
+        used = list(zip(self.gpu_indices, self.in_use_gib, strict=False))[: max(1, num_gpus)]
+        return max(used, key=lambda pair: pair[1])
+
+    def free_gib(self, num_gpus: int) -> float | None:
+        """The memory the busiest of the first ``num_gpus`` chosen GPUs has free now (None: not known)."""
+        busiest = self.busy(num_gpus)
+        if busiest is None or self.gpu is None:
+            return None
+        return max(0.0, self.gpu.memory_gib - busiest[1])
 
     def describe(self) -> str:
         """``2xA100-80GB`` / ``cpu``: also what ``--hardware`` accepts."""
@@ -59,6 +80,7 @@ class HardwareTarget:
             "price_per_gpu_hour": self.price_per_gpu_hour,
             "detected": self.detected,
             "gpu_indices": None if self.gpu_indices is None else list(self.gpu_indices),
+            "in_use_gib": None if self.in_use_gib is None else [round(g, 2) for g in self.in_use_gib],
         }
 
 
@@ -111,12 +133,15 @@ def target_from_snapshot(snapshot: Any, indices: list[int] | None = None,
             raise HardwareError(t("plan.error.no_such_gpu", indices=", ".join(map(str, missing)),
                                   known=", ".join(str(i) for i in sorted(known)) or "-"))
         gpus = [g for g in gpus if g.index in indices]
+    else:  # the freest first: a plan that takes fewer than all takes them (``run_config_values``)
+        gpus.sort(key=lambda g: g.memory_used_bytes or 0)
     if not gpus:
         return HardwareTarget(None, 1, ram, disk, price_per_gpu_hour, detected=True, gpu_indices=())
     first = gpus[0]
     spec = spec_for_gpu_name(first.name, first.memory_total_bytes)
     return HardwareTarget(spec, len(gpus), ram, disk, price_per_gpu_hour, detected=True,
-                          gpu_indices=tuple(g.index for g in gpus))
+                          gpu_indices=tuple(g.index for g in gpus),
+                          in_use_gib=tuple((g.memory_used_bytes or 0) / GIB for g in gpus))
 
 
 def parse_gpu_indices(text: str) -> list[int]:

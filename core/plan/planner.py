@@ -85,11 +85,14 @@ def candidate_json(candidate: Candidate, price: float | None, gpu: Any = None) -
 
 # --- ranking ------------------------------------------------------------------------------------------
 def rank_key(candidate: Candidate, goal: str) -> tuple[Any, ...]:
-    """Smaller is better. A plan whose checkpoints would not fit on the disk comes after every plan
-    whose checkpoints do (it stays as an alternative: the user may free space). Ties go to fewer GPUs,
-    then less memory."""
+    """Smaller is better. A plan whose checkpoints would not fit on the disk, or that does not fit in the memory
+    other processes leave on this box's GPUs now, comes after every plan that does (it stays as an alternative:
+    the user may free space). Ties go to fewer GPUs, then less memory."""
     p = candidate.plan
-    disk_short = any(w.key == "plan.rule.disk" for w in candidate.warnings)
+    # short of the memory other processes leave on this box's GPUs now (out of memory at once), or of disk for
+    # its checkpoints (later)
+    busy = any(w.key == "plan.warn.busy_gpu" for w in candidate.warnings)
+    disk_short = (busy, any(w.key == "plan.rule.disk" for w in candidate.warnings))
     speed = -candidate.tokens_per_s
     tie = (p.num_gpus, candidate.peak_gib)
     if goal == "largest_batch":

@@ -135,10 +135,24 @@ def warn_past_positions(plan: TrainingPlan, result: Estimate | None, request: Pl
     return []
 
 
+def warn_busy_gpus(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    """This box's GPUs hold memory of other processes now: a plan that fits the card but not what they leave
+    (its peak and the margin) would run out of memory until they end. Such a plan ranks after every plan that
+    fits now (``rank_key``); a typed target is the whole card."""
+    hw = request.hardware
+    if result is None or not hw.detected:
+        return []
+    busiest, free = hw.busy(plan.num_gpus), hw.free_gib(plan.num_gpus)
+    if busiest is None or free is None or result.peak_gib + result.margin_gib <= free:
+        return []
+    return [finding("plan.warn.busy_gpu", index=busiest[0], free=round(free, 1),
+                    capacity=round(result.capacity_gib, 1), used=round(busiest[1], 1), peak=round(result.peak_gib, 1))]
+
+
 PROBLEM_RULES = (rule_qlora_zero3, rule_precision, rule_cpu_methods, rule_gpu_count, rule_memory,
                  rule_offload_ram)
 WARNING_RULES = (rule_disk, warn_offload_ram_unknown, warn_launcher, warn_ddp_replicas, warn_fp16, warn_truncation,
-                 warn_past_positions)
+                 warn_past_positions, warn_busy_gpus)
 
 
 def judge(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> tuple[list[Finding], list[Finding]]:

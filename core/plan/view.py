@@ -126,6 +126,17 @@ def speed_tone(best: dict[str, Any]) -> str:
     return "scaled" if (best.get("measured") or {}).get("scaled") else ""
 
 
+def busy_words(hardware: Any, num_gpus: int) -> str:
+    """``GPU 0: 80.2 GiB in use by other processes``: the busiest of the GPUs a plan of ``num_gpus`` takes on this
+    box, when it holds more than an idle GPU does (``BUSY_FLOOR_GIB``); empty otherwise, and for a typed target."""
+    from core.plan.hardware import BUSY_FLOOR_GIB
+
+    busiest = hardware.busy(num_gpus) if hardware.detected else None
+    if busiest is None or busiest[1] < BUSY_FLOOR_GIB:
+        return ""
+    return t("plan.in_use", index=busiest[0], used=busiest[1])
+
+
 def recommendation_view(rec: Any) -> list[ViewLine]:
     """The recommendation as lines: headline, memory, speed and time, reasons, problems, warnings,
     alternatives; an infeasible one leads with why and the ways out."""
@@ -145,6 +156,9 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
                                         **describe_plan(best["plan"], hardware.cpu_only))))
     verdict = t("plan.verdict_fits") if best["feasible"] else t("plan.verdict_does_not_fit")
     memory_note, speed_note = figure_notes(best)
+    in_use = busy_words(hardware, rec.best.plan.num_gpus)
+    if in_use:  # the memory the plan's GPUs hold for other processes now, beside its band
+        memory_note = t("plan.verdict_band", verdict=memory_note, band=in_use) if memory_note else in_use
     # The figures themselves, not the JSON's (rounded to 2 places): 79.648 is 79.6 here as in the reasons,
     # where 79.65 would read 79.7.
     lines.append(ViewLine("memory", t("plan.memory_cpu" if hardware.cpu_only else "plan.memory",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -381,3 +382,30 @@ def test_an_alternative_is_listed_as_it_is_planned_once_taken_and_its_reasons_sa
         assert "chosen from the alternatives" in method and "set by you" not in method
     typed = recommend(with_(req, overrides={"method": "lora"}))
     assert dict(typed.reasons)["method"].text() == "method = lora: set by you"
+
+
+def test_this_boxs_gpus_are_planned_beside_the_memory_other_processes_hold():
+    # hardware: the h200x2 recording, as NVML reads it with GPU 0 holding 80.2 GiB and GPU 1 94.6 for others.
+    # It said "Per-GPU memory: 119.5 of 140.4 GiB (fits)" for full fine-tuning on GPU 0.
+    from core.hardware.snapshot import load_snapshot
+    from core.plan import target_from_snapshot
+    from core.plan.view import format_recommendation
+
+    snapshot = load_snapshot(Path(__file__).parents[1] / "fixtures" / "gpus" / "h200x2.json")
+    gib = 1024**3
+    busy = replace(snapshot, gpus=[replace(g, memory_used_bytes=int(used * gib))
+                                   for g, used in zip(snapshot.gpus, (94.6, 80.2), strict=True)])
+    box = target_from_snapshot(busy)
+    assert box.gpu_indices == (1, 0)  # the freest first: a 1-GPU plan takes GPU 1
+    req = PlanRequest("Qwen2.5-7B", box, dataset_p95_tokens=100, overrides={"method": "full"})
+    rec = recommend(req)
+    assert rec.feasible and rec.best.peak_gib + rec.best.estimate.margin_gib <= 140.4 - 80.2
+    text = format_recommendation(rec)
+    assert "GPU 1: 80.2 GiB in use by other processes" in text
+    # the plan that needs the whole card is still there, after it, and says why
+    whole = recommend(replace(req, overrides={"method": "full", "zero_stage": 0, "num_gpus": 1}))
+    assert any(w.key == "plan.warn.busy_gpu" for w in whole.best.warnings)
+    assert "GPU 1 has 60.2 of 140.4 GiB free now (80.2 in use by other processes)" in format_recommendation(whole)
+    # a typed target is the whole card
+    typed = recommend(replace(req, hardware=parse_target("1xH200"), overrides={"method": "full", "zero_stage": 0}))
+    assert not typed.best.warnings or all(w.key != "plan.warn.busy_gpu" for w in typed.best.warnings)

@@ -99,6 +99,25 @@ def test_the_hardware_step_says_when_its_gpus_are_fake(private_home):
     run(scenario())
 
 
+def test_the_hardware_step_says_what_other_processes_hold_on_the_gpus(private_home):
+    """The h200x2 recording replayed with its memory moving (``animate``, at a fixed clock: GPU 0 holds 80.2 GiB,
+    GPU 1 94.6 for other processes) read "This box: 2 × H200 (140 GiB each …)" alone, and the plan then took GPU 0
+    as if empty; the step says what they hold, as the plan's memory line does."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2", animate=True), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            w = await to_dataset_step(pilot, app)
+            await pilot.press("enter")  # dataset: the bundled sample
+            await wait_for(pilot, lambda: w.step == 2, timeout=30)
+            await pilot.press("enter")  # goal: fastest
+            await wait_for(pilot, lambda: w.step == 3)
+            await wait_for(pilot, lambda: "This box" in str(w.query_one("#hardware-detected").render()))
+            shown = " ".join(str(w.query_one("#hardware-detected").render()).split())
+            assert "In use by other processes now: GPU 0 80.2, GPU 1 94.6 GiB" in shown, shown
+
+    run(scenario())
+
+
 def test_gpu_box_defaults_to_qwen_7b_and_overrides_update_as_typed(private_home):
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)

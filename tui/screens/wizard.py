@@ -606,6 +606,9 @@ class WizardScreen(Screen[None]):
                 text = t("wizard.hardware.detected", count=detected.count, gpu=detected.gpu.name,
                          memory=round(detected.gpu.memory_gib), ram=ram, disk=disk,
                          indices=",".join(map(str, detected.gpu_indices or ())))
+                in_use = in_use_words(detected)
+                if in_use:  # what the plan must fit beside (core.plan.rules.warn_busy_gpus)
+                    text += " " + in_use
             note = replay_note(self.app.monitor, self.snapshot)  # type: ignore[attr-defined]
             # fake GPUs are no plan for this box: say so first, in the warning colour, as the GPU screen does
             self.query_one("#hardware-detected", Static).update(
@@ -958,6 +961,18 @@ def memory_bar(best: Any, width: int = BAR_WIDTH, note: str = "") -> list[str]:
     if note:
         head += f" [$foreground-muted]{_escape(note)}[/]"
     return [head, "  ".join(legend)]
+
+
+def in_use_words(detected: Any) -> str:
+    """``In use by other processes now: GPU 0 80.2, GPU 1 94.6 GiB.``: the memory this box's GPUs hold for others,
+    by index, when one holds more than an idle GPU does (``BUSY_FLOOR_GIB``); empty otherwise."""
+    from core.plan.hardware import BUSY_FLOOR_GIB
+
+    pairs = sorted(zip(detected.gpu_indices or (), detected.in_use_gib or (), strict=False))
+    if not any(used >= BUSY_FLOOR_GIB for _, used in pairs):
+        return ""
+    return t("wizard.hardware.in_use", gpus=t("wizard.hardware.in_use_sep").join(
+        t("wizard.hardware.in_use_gpu", index=index, used=used) for index, used in pairs))
 
 
 def alternatives_hint(listed: int) -> str:
