@@ -91,6 +91,7 @@ EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 LR_SCHEDULERS = ("cosine", "linear", "constant")
 OFFLOADS = ("none", "optimizer", "all")
 LOSS_ON = ("assistant", "all")
+MAX_EPOCHS = 1_000_000
 ATTENTION = ("auto", "sdpa", "eager", "flash")
 ZERO_STAGES = (0, 1, 2, 3)
 LORA_ONLY_KEYS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
@@ -133,7 +134,8 @@ KEY_SPECS: dict[str, KeySpec] = {
     "max_seq_len": KeySpec("int", minimum=16, maximum=1_048_576),
     "micro_batch_size": KeySpec("int", minimum=1),
     "gradient_accumulation": KeySpec("int", minimum=1),
-    "epochs": KeySpec("number", above=0, optional=True),
+    # At most a million: more is a typo (1e308), and its steps and tokens overflow the trainer's arithmetic.
+    "epochs": KeySpec("number", above=0, maximum=MAX_EPOCHS, optional=True),
     "max_steps": KeySpec("int", minimum=1, optional=True),
     "learning_rate": KeySpec("number", above=0, below=1, optional=True),
     "optimizer": KeySpec("choice", OPTIMIZERS),

@@ -13,8 +13,8 @@ from core.i18n import t
 
 def register(subparsers: Any) -> None:
     """Add the ``plan`` command."""
-    from core.config.checks import cli_number, cli_value
-    from core.plan.request import GOALS
+    from core.config.checks import cli_number
+    from core.plan.request import GOALS, read_epochs
 
     p = subparsers.add_parser("plan", help=t("plan.help"), description=t("plan.help"))
     p.add_argument("--model", required=True, help=t("plan.help.model"))
@@ -23,7 +23,7 @@ def register(subparsers: Any) -> None:
     where.add_argument("--gpus", type=_non_empty, default=None, help=t("plan.help.gpus"))
     where.add_argument("--hardware", type=_non_empty, default=None, help=t("plan.help.hardware"))
     p.add_argument("--goal", choices=GOALS, default="fastest", help=t("plan.help.goal"))
-    p.add_argument("--epochs", type=cli_value("epochs", float), default=3.0, help=t("plan.help.epochs"))
+    p.add_argument("--epochs", type=read_epochs, default=3.0, help=t("plan.help.epochs"))
     p.add_argument("--effective-batch", type=cli_number(int, minimum=1), default=16, help=t("plan.help.effective_batch"))
     p.add_argument("--price-per-gpu-hour", type=cli_number(float, minimum=0), default=None, help=t("plan.help.price"))
     p.add_argument("--host-ram-gib", type=cli_number(float, above=0), default=None, help=t("plan.help.host_ram"))

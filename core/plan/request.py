@@ -19,6 +19,15 @@ DEFAULT_SEQ_LEN = 2048
 MIN_SEQ_LEN = 128
 
 
+def read_epochs(text: str) -> float:
+    """The number of epochs ``text`` says, held to the run config's limits for ``epochs`` (finite, above 0,
+    at most a million: the tokens seen stay a number). The one check of ``plan --epochs`` and the wizard's
+    field; raises argparse.ArgumentTypeError with what is wrong (``got 0.0; must be more than 0``)."""
+    from core.config.checks import cli_value
+
+    return float(cli_value("epochs", float)(text))
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """Everything the planner is asked. ``overrides`` maps OVERRIDABLE names to pinned values."""

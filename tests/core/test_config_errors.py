@@ -222,6 +222,7 @@ def test_model_written_as_a_missing_local_path(tmp_path):
     (("lora_dropout", float), "1", "got 1.0; must be less than 1"),
     (("epochs", float), "0", "got 0.0; must be more than 0"),
     (("epochs", float), "nan", "got 'nan'; expected a number"),
+    (("epochs", float), "1e308", "got 1e+308; must be at most 1000000"),  # the trainer's steps overflowed
     # cli_number: limits of its own, the same words
     ((int, 1, None, 8), "0", "got 0; must be at least 1"),
     ((int, 1, None, 8), "9", "got 9; must be at most 8"),

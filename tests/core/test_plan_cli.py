@@ -220,6 +220,8 @@ def test_options_out_of_range_are_refused_by_the_parser(capsys):
     set_language("en")
     cases = {("--epochs", "-1"): "argument --epochs: got -1.0; must be more than 0",
              ("--epochs", "0"): "argument --epochs: got 0.0; must be more than 0",
+             # 1e308 epochs: no integer count of the tokens seen (an OverflowError's traceback)
+             ("--epochs", "1e308"): "argument --epochs: got 1e+308; must be at most 1000000",
              ("--effective-batch", "-3"): "argument --effective-batch: got -3; must be at least 1",
              ("--hardware", ""): "argument --hardware: must not be empty",
              ("--price-per-gpu-hour", "-1"): "argument --price-per-gpu-hour: got -1.0; must be at least 0"}

@@ -552,14 +552,18 @@ class WizardScreen(Screen[None]):
 
     # --- goal ----------------------------------------------------------------------------------------
     def _read_epochs(self) -> float | None:
+        """The epochs field, checked as ``plan --epochs`` is (a run config's limits: ``inf``, ``nan`` or 1e308
+        epochs have no count of tokens); a wrong one is said on the goal step, and None returned."""
+        import argparse
+
+        from core.plan.request import read_epochs
+
         text = self.query_one("#epochs-input", Input).value.strip() or "3"
         info = self.query_one("#goal-info", Static)
         try:
-            epochs = float(text)
-            if epochs <= 0:
-                raise ValueError
-        except ValueError:
-            info.update(t("wizard.goal.bad_epochs", value=_escape(text)))
+            epochs = read_epochs(text)
+        except argparse.ArgumentTypeError as exc:
+            info.update(f"[$error]{_escape(t('wizard.goal.bad_epochs', problem=str(exc)))}[/]")
             return None
         info.update("")
         return epochs
