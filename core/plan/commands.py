@@ -14,6 +14,7 @@ from core.i18n import t
 def register(subparsers: Any) -> None:
     """Add the ``plan`` command."""
     from core.config.checks import cli_number
+    from core.plan.hardware import read_price
     from core.plan.request import GOALS, read_epochs
 
     p = subparsers.add_parser("plan", help=t("plan.help"), description=t("plan.help"))
@@ -25,7 +26,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--goal", choices=GOALS, default="fastest", help=t("plan.help.goal"))
     p.add_argument("--epochs", type=read_epochs, default=3.0, help=t("plan.help.epochs"))
     p.add_argument("--effective-batch", type=cli_number(int, minimum=1), default=16, help=t("plan.help.effective_batch"))
-    p.add_argument("--price-per-gpu-hour", type=cli_number(float, minimum=0), default=None, help=t("plan.help.price"))
+    p.add_argument("--price-per-gpu-hour", type=read_price, default=None, help=t("plan.help.price"))
     p.add_argument("--host-ram-gib", type=cli_number(float, above=0), default=None, help=t("plan.help.host_ram"))
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=t("plan.help.set"))
     p.add_argument("--save", default=None, metavar="RUN.yaml", help=t("plan.help.save"))

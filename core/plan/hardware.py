@@ -24,6 +24,15 @@ class HardwareError(TunedeckError, ValueError):
     exit_code = EXIT_USAGE
 
 
+def read_price(text: str) -> float:
+    """The price per GPU-hour ``text`` says: a finite number, at least 0 (a negative price made a negative
+    cost, ``nan`` none at all). The one check of ``plan --price-per-gpu-hour`` and the wizard's field; raises
+    argparse.ArgumentTypeError with what is wrong (``got -3.0; must be at least 0``)."""
+    from core.config.checks import cli_number
+
+    return float(cli_number(float, minimum=0)(text))
+
+
 @dataclass(frozen=True)
 class HardwareTarget:
     """The GPUs a plan may use. ``gpu`` is None for a CPU-only box."""

@@ -627,16 +627,20 @@ class WizardScreen(Screen[None]):
         return True
 
     def _target(self) -> Any:
-        """The HardwareTarget the inputs describe (raises HardwareError / ValueError)."""
+        """The HardwareTarget the inputs describe (raises HardwareError / ValueError). The price is checked as
+        ``plan --price-per-gpu-hour`` checks it: -5 made a negative cost, ``nan`` none."""
+        import argparse
+
         from core.plan import HardwareError, parse_gpu_indices, parse_target, target_from_snapshot
+        from core.plan.hardware import read_price
 
         text = self.query_one("#hardware-input", Input).value.strip()
         gpus = self.query_one("#gpus-input", Input).value.strip()
         price_text = self.query_one("#price-input", Input).value.strip()
         try:
-            price = float(price_text) if price_text else None
-        except ValueError:
-            raise HardwareError(t("wizard.hardware.bad_price", value=price_text)) from None
+            price = read_price(price_text) if price_text else None
+        except argparse.ArgumentTypeError as exc:
+            raise HardwareError(t("wizard.hardware.bad_price", problem=str(exc))) from None
         detected = self._detected()
         if detected is not None and (not text or text == detected.describe()):
             indices = parse_gpu_indices(gpus) if gpus and gpus != "all" else None
