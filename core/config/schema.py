@@ -279,12 +279,13 @@ class RunConfig:
         """The configuration as YAML text, keys in documented order."""
         return header + dump_yaml(self.to_dict())
 
-    def save(self, path: str | Path) -> Path:
-        """Write the resolved configuration as YAML, atomically; returns the path."""
-        from core.atomic_file import write_atomic
+    def save(self, path: str | Path, shared: bool = False) -> Path:
+        """Write the resolved configuration as YAML, atomically; returns the path. Private (0600), as in a
+        run's own folder, unless ``shared``: a plan the user keeps gets the mode a plain write would give."""
+        from core.atomic_file import shared_file_mode, write_atomic
 
         path = Path(path)
-        write_atomic(path, self.to_yaml())
+        write_atomic(path, self.to_yaml(), shared_file_mode(path) if shared else 0o600)
         return path
 
     # ---- derived values the engine needs -----------------------------------------------------------

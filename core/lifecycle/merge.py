@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.atomic_file import fsync_tree
+from core.atomic_file import fsync_tree, umask_modes
 from core.lifecycle.source import (
     LifecycleError,
     ModelSource,
@@ -254,29 +254,11 @@ def refuse_unless_replaceable(folder: Path, force: bool) -> None:
         raise OutputExists(t("lifecycle.out_exists", path=str(folder)), folder)
 
 
-def _umask_modes(directory: Path) -> tuple[int, int]:
-    """(folder mode, file mode) that a plain ``mkdir`` / ``open`` gives in ``directory``: the process's
-    umask, seen on a probe rather than read with os.umask (which sets it, for every thread at once)."""
-    probe = directory / ".tunedeck-mode-probe"
-    os.mkdir(probe, 0o777)
-    try:
-        folder = os.stat(probe).st_mode & 0o777
-    finally:
-        os.rmdir(probe)
-    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        file = os.fstat(fd).st_mode & 0o777
-    finally:
-        os.close(fd)
-        os.unlink(probe)
-    return folder, file
-
-
 def _publish_modes(tmp: Path) -> None:
     """Give the finished ``tmp`` and everything in it the modes the umask gives (as a plain mkdir / open
     would): it was private while being written (0700), and safetensors writes its files 0600, so an
     export for a serving container running as another user could not be read (config.json could)."""
-    folder, file = _umask_modes(tmp)
+    folder, file = umask_modes(tmp)
     for path in tmp.rglob("*"):
         if not path.is_symlink():
             os.chmod(path, folder if path.is_dir() else file)

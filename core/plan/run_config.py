@@ -85,7 +85,7 @@ def save_run_config(candidate: Candidate, request: PlanRequest, path: str | Path
     if not overwrite and Path(path).exists():
         raise FileExistsError(str(path))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return config.save(path)
+    return config.save(path, shared=True)  # a plan is no secret: the umask's mode, as a file the user writes
 
 
 def save_run_config_keeping(candidate: Candidate, request: PlanRequest, path: str | Path,
@@ -98,7 +98,7 @@ def save_run_config_keeping(candidate: Candidate, request: PlanRequest, path: st
     text = config.to_yaml()
     target = free_config_path(Path(path), text, written)
     target.parent.mkdir(parents=True, exist_ok=True)
-    config.save(target)
+    config.save(target, shared=True)
     written[target] = text
     return target
 

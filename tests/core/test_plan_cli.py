@@ -253,3 +253,32 @@ def test_broken_rows_are_listed_and_an_empty_file_is_refused(tmp_path):
     empty.write_text("")
     proc = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--dataset", str(empty))
     assert proc.returncode == 2 and "has no usable record" in proc.stderr and "holds no records" in proc.stderr
+
+
+def test_save_to_a_folder_is_refused_and_a_plan_gets_the_umask_mode(tmp_path):
+    """``--save FOLDER --force`` ended in an IsADirectoryError traceback after the planning; it is refused up
+    front (exit 2), the folder untouched. A saved plan was 0600 whatever the umask, and --force made a 0644
+    file 0600: a plan is no secret, so it gets the mode a plain write gives (CPU plan, the bundled sample)."""
+    folder = tmp_path / "somefolder"
+    folder.mkdir()
+    (folder / "kept.txt").write_text("mine")
+    proc = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--dataset", str(SAMPLE),
+                    "--save", f"{folder}/", "--force")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().endswith(f"{folder} is a folder; give a file path for --save, such as "
+                                        f"{folder}/run.yaml"), proc.stderr
+    assert [p.name for p in folder.iterdir()] == ["kept.txt"]
+
+    def save(path, umask, *extra):
+        env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home")}
+        env.pop("TUNEDECK_FAKE_GPUS", None)
+        done = subprocess.run([sys.executable, "-m", "core", "plan", "--model", "tiny", "--hardware", "cpu",
+                               "--dataset", str(SAMPLE), "--save", str(path), *extra], capture_output=True,
+                              text=True, env=env, cwd=ROOT, timeout=120, preexec_fn=lambda: os.umask(umask))
+        assert done.returncode == 0, done.stderr
+        return path.stat().st_mode & 0o777
+
+    assert save(tmp_path / "open.yaml", 0o022) == 0o644
+    assert save(tmp_path / "private.yaml", 0o077) == 0o600
+    assert save(tmp_path / "open.yaml", 0o077, "--force") == 0o644  # a replaced file keeps its mode
+
