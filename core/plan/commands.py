@@ -103,6 +103,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from core.errors import CliError
     from core.plan import equivalent_command, recommend, save_run_config
 
+    if args.save and not args.dataset:  # a run config without data is no run: said before any planning
+        raise CliError(t("plan.error.save_needs_dataset"), 2)
     if args.save and Path(args.save).is_dir():  # before the planning, and not even --force replaces a folder
         raise CliError(t("plan.error.save_folder", path=args.save.rstrip("/") or args.save), 2)
     if args.save and Path(args.save).exists() and not args.force:  # before the planning: said at once

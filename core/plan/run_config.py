@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.i18n import t
 from core.plan.candidates import Candidate
 from core.plan.request import PlanRequest
 
@@ -74,7 +75,8 @@ def build_run_config(candidate: Candidate, request: PlanRequest) -> Any:
     """A checked ``RunConfig`` (raises ``ConfigError`` listing every problem)."""
     from core.config import RunConfig
 
-    return RunConfig.from_dict(run_config_values(candidate, request), source="<plan>")
+    # its problems are the plan's, not a file's the user knows ("<plan>: dataset: is required")
+    return RunConfig.from_dict(run_config_values(candidate, request), source=t("plan.config_source"))
 
 
 def save_run_config(candidate: Candidate, request: PlanRequest, path: str | Path, overwrite: bool = True) -> Path:

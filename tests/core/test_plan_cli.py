@@ -282,3 +282,12 @@ def test_save_to_a_folder_is_refused_and_a_plan_gets_the_umask_mode(tmp_path):
     assert save(tmp_path / "private.yaml", 0o077) == 0o600
     assert save(tmp_path / "open.yaml", 0o077, "--force") == 0o644  # a replaced file keeps its mode
 
+
+def test_save_without_a_dataset_is_refused_before_any_planning(tmp_path):
+    """``plan --save y.yaml`` without --dataset planned, then failed to save: "<plan>: dataset: is required".
+    It is refused up front, exit 2, nothing written (the model is not even looked up: an unknown one)."""
+    out = tmp_path / "y.yaml"
+    proc = tunedeck(tmp_path, "--model", "no-such-model-anywhere", "--hardware", "cpu", "--save", str(out))
+    assert proc.returncode == 2 and not out.exists()
+    assert proc.stderr.strip() == ("tunedeck: --save writes a run configuration, and a run needs data: add "
+                                   "--dataset FILE (or leave out --save to see the plan alone)"), proc.stderr

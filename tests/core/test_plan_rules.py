@@ -186,6 +186,19 @@ def test_run_config_values_make_a_valid_config_and_keep_the_plan():
     assert config.gpus == p.num_gpus and config.epochs == 2.0
 
 
+def test_a_plans_config_problems_name_the_plan_not_a_file():
+    """A run config built from a plan said "<plan>: dataset: is required", naming a file nobody has."""
+    from core.config import ConfigError
+    from core.i18n import set_language
+    from core.plan import build_run_config
+
+    set_language("en")
+    req = request("Qwen2.5-7B", "2xH200")
+    with pytest.raises(ConfigError) as info:
+        build_run_config(recommend(req).best, req)
+    assert "  the plan: dataset: is required" in str(info.value) and "<plan>" not in str(info.value)
+
+
 def test_a_bundled_config_is_saved_under_the_hub_id_it_was_published_under(monkeypatch):
     """A bundled config name (plans offline, has no weights) was saved as it is, and `train --check`
     refused it; the run config names the hub id for the run's hub (ModelScope by default), from the data

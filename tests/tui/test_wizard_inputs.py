@@ -72,3 +72,39 @@ def test_a_price_below_zero_or_not_a_number_is_refused_on_the_hardware_step(priv
     assert said == {"-5": "Price per GPU-hour: got -5.0; must be at least 0",
                     "nan": "Price per GPU-hour: got 'nan'; expected a number"}
     assert price == 2.5
+
+
+def test_a_plan_without_data_sends_save_and_launch_back_to_the_data_step(private_home):
+    """A plan made without data ("empty: plan without data statistics") could be neither saved nor launched,
+    and said so only as "<plan>: dataset: is required". s and l now say they need a dataset and go back to
+    the data step; nothing is written (a CPU-only box)."""
+    from tui.screens.wizard import STEPS
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_dataset_step(pilot, app)
+            w.query_one("#dataset-input").value = ""
+            await pilot.press("enter")  # dataset: none
+            await wait_for(pilot, lambda: w.step == 2)
+            await pilot.press("enter")  # goal: fastest
+            await wait_for(pilot, lambda: w.step == 3)
+            await pilot.press("enter")  # hardware: this box
+            await wait_for(pilot, lambda: w.step == 4)
+            assert w.recommendation.feasible and w.request.dataset is None
+            seen = []
+            for key in ("s", "l"):
+                await pilot.press(key)
+                await wait_for(pilot, lambda: STEPS[w.step] == "dataset")
+                seen.append([n.message for n in app._notifications])
+                app.clear_notifications()
+                for _ in range(3):  # back to the plan for the next key
+                    await pilot.press("enter")
+                await wait_for(pilot, lambda: w.step == 4)
+            return seen, w.saved_path, w.busy
+
+    seen, saved, busy = run(scenario())
+    said = "Saving or launching needs a dataset: give one on the data step, then Enter."
+    assert seen == [[said], [said]]
+    assert saved is None and not busy
+    assert not (private_home / "plans").exists()

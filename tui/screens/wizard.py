@@ -808,6 +808,10 @@ class WizardScreen(Screen[None]):
         if not rec.feasible:
             self.notify(t("wizard.cannot_save"), severity="warning")
             return None
+        if not self.request.dataset:  # planned without data: a run needs some; its step is where to give it
+            self.notify(t("wizard.save_needs_dataset"), severity="warning")
+            self._show_step(STEPS.index("dataset"))
+            return None
         wanted = default_config_path(self.request)
         try:
             # A file there that this screen did not write (hand edits, an earlier session's plan) is kept:
