@@ -57,3 +57,10 @@ class DataError(TunedeckError):
 
     def __str__(self) -> str:
         return self._render()
+
+    def brief(self) -> str:
+        """One problem as its own line (``x.jsonl:3: invalid JSON``), with no heading to nest in another
+        sentence; several as the list ``str`` gives."""
+        if len(self.issues) == 1 and not self.more:
+            return str(self.issues[0])
+        return self._render()

@@ -32,6 +32,7 @@ from core.data.records import Record
 from core.data.registry import (
     DatasetSource,
     RegistryEntry,
+    dataset_entries,
     map_rows,
     resolve_sources,
     resolve_sources_and_issues,
@@ -321,6 +322,51 @@ def read_any(spec: str, hub: str = "modelscope", max_issues: int = DEFAULT_MAX_I
     for source in resolve_sources([spec], hub):
         loaded += read_source(source, hub, max_issues)
     return loaded
+
+
+def is_hub_source(source: DatasetSource) -> bool:
+    """A resolved entry whose rows are on a hub (a hub id, a dataset_info.json entry naming one)."""
+    return source.kind == "hub" or (source.entry is not None and bool(source.entry.hub_id))
+
+
+def read_local_data(datasets: str | list[str], max_issues: int = DEFAULT_MAX_ISSUES, seed: int | None = None
+                    ) -> tuple[LoadedDataset, list[str]]:
+    """What a run's ``dataset`` value holds on this machine, resolved as ``train`` resolves it (a file, a
+    folder of data files, a comma list, ``~``, a ``dataset_info.json`` name next to the current directory),
+    merged into one ``LoadedDataset`` (its format: the sources' one, or ``mixed``); and the entries whose
+    rows are on a hub, not read (that needs the network). ``seed``: ``#N`` entries sampled as the run
+    samples them; None: every row read (what the sources hold, for a check). Raises ``DataError`` listing
+    every entry that names nothing or cannot be read at all."""
+    sources, issues = resolve_sources_and_issues(datasets, dataset_info=None, base_dir=Path.cwd())
+    merged = LoadedDataset(source=", ".join(dataset_entries(datasets)), format=None)
+    on_hub: list[str] = []
+    formats: list[str | None] = []
+    for source in sources:
+        if is_hub_source(source):
+            on_hub.append(source.spec)
+            continue
+        try:
+            loaded_list = read_source(source, max_issues=max_issues)
+        except DataError as exc:
+            issues += exc.issues
+            continue
+        found: list[Record] = []
+        for loaded in loaded_list:
+            found += loaded.records
+            merged.issues += loaded.issues
+            merged.more_issues += loaded.more_issues
+            merged.rows += loaded.rows
+            formats.append(loaded.format)
+        merged.records += sample_records(found, source.sample, seed) if (
+            seed is not None and source.sample is not None) else found
+    if issues:
+        raise DataError(issues[:max_issues], max(0, len(issues) - max_issues))
+    known = set(formats)
+    merged.format = formats[0] if len(known) == 1 else ("mixed" if known else None)
+    if len(merged.issues) > max_issues:
+        merged.more_issues += len(merged.issues) - max_issues
+        del merged.issues[max_issues:]
+    return merged, on_hub
 
 
 def load_training_records(

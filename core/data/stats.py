@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.data.issues import DEFAULT_MAX_ISSUES, DataIssue
-from core.data.loading import read_dataset
+from core.data.issues import DEFAULT_MAX_ISSUES, DataError, DataIssue
+from core.data.loading import read_local_data
 from core.data.records import Conversation, Record
 from core.i18n import t
 
@@ -124,13 +124,17 @@ def check_data(
     max_seq_len: int | None = None,
     max_issues: int = DEFAULT_MAX_ISSUES,
 ) -> DataReport:
-    """Read a local data file and report its format, records, problems and token lengths.
+    """Read local data as a run's ``dataset`` names it (a file, a folder, a comma list, ``~``; ``#N`` read
+    whole: the check is of what the source holds) and report its format, records, problems and token lengths.
 
     ``tokenizer_or_model``: a tokenizer object, a local model directory or ``tiny``; without one the
     lengths are an approximation (characters / 4), labelled as such. Raises ``DataError`` only when the
-    file cannot be read at all; malformed rows are in the report.
+    data cannot be read at all, or names hub data (read by ``train``, not here); malformed rows are in the
+    report.
     """
-    loaded = read_dataset(path, max_issues)
+    loaded, on_hub = read_local_data(str(path), max_issues)
+    if on_hub:
+        raise DataError([DataIssue(spec, None, None, t("data.check_on_hub")) for spec in on_hub])
     records = loaded.records
     report = DataReport(
         path=str(path), format=loaded.format, records=len(records), rows=loaded.rows,

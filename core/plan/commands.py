@@ -81,8 +81,13 @@ def build_request(args: argparse.Namespace) -> Any:
     if args.dataset:
         try:
             summary = summarise_dataset(args.dataset, args.model)
-        except (DataError, OSError) as exc:
+        except DataError as exc:  # its own words, which name the entry ("x.jsonl: file not found; …")
+            raise CliError(exc.brief(), 2) from None
+        except OSError as exc:
             raise CliError(t("plan.error.dataset", path=args.dataset, problem=str(exc)), 2) from exc
+        if not summary.measured:  # hub data is not downloaded to plan: planned without its statistics
+            print(t("plan.dataset_on_hub", entries=", ".join(summary.on_hub)), file=sys.stderr)
+    if summary is not None and summary.measured:
         listed = "\n".join(f"  {problem}" for problem in summary.problems)
         if summary.issues > len(summary.problems):
             listed += "\n  " + t("data.more_issues", count=summary.issues - len(summary.problems))

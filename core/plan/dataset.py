@@ -24,7 +24,14 @@ class DatasetSummary:
     targets: tuple[int, ...] = field(default=(), repr=False)
     # the rows that could not be read, as ``data check`` lists them (file:line: what is wrong), first ones
     problems: tuple[str, ...] = field(default=(), repr=False)
+    # entries whose rows are on a hub (``owner/name``): not read, so nothing is measured (``measured``)
+    on_hub: tuple[str, ...] = ()
     _cuts: dict[int | None, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def measured(self) -> bool:
+        """The records and lengths are the data's: no entry of it was left unread on a hub."""
+        return not self.on_hub
 
     @property
     def total_tokens(self) -> int:
@@ -90,16 +97,21 @@ class DatasetSummary:
         return {"path": self.path, "format": self.format, "records": self.records, "issues": self.issues,
                 "total_tokens": self.total_tokens, "p95_tokens": self.p95, "max_tokens": self.max_length,
                 "exact": self.exact, "target_tokens": sum(self.targets) if self.targets else None,
-                "problems": list(self.problems),
+                "problems": list(self.problems), "on_hub": list(self.on_hub),
                 "histogram": [{"low": lo, "high": hi, "count": c} for lo, hi, c in self.histogram()]}
 
 
 def summarise_dataset(path: str | Path, model: str | None = None) -> DatasetSummary:
-    """Read ``path`` and measure its samples; tokens are exact when ``model`` is a local folder
-    with a tokenizer, else approximate. Raises ``DataError`` when the file cannot be read at all."""
-    from core.data import read_dataset
+    """Read the run's ``dataset`` value ``path`` as ``train`` reads it (a file, a folder, a comma list, ``~``,
+    ``#N`` sampled with the run's default seed) and measure its samples; tokens are exact when ``model`` is
+    a local folder with a tokenizer, else approximate. A value naming hub data is not read (no statistics:
+    ``on_hub``). Raises ``DataError`` when an entry names nothing or cannot be read at all."""
+    from core.config.schema import default_for
+    from core.data.loading import read_local_data
 
-    loaded = read_dataset(path)
+    loaded, on_hub = read_local_data(str(path), seed=int(default_for("seed")))
+    if on_hub:
+        return DatasetSummary(str(path), None, 0, 0, on_hub=tuple(on_hub))
     records = loaded.records
     counts: list[tuple[int, int]] | None = None
     exact = False

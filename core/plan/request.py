@@ -53,7 +53,7 @@ class PlanRequest:
 
     def with_dataset(self, summary: DatasetSummary | None) -> PlanRequest:
         """This request with what ``summary`` measured of the data (unchanged without one)."""
-        if summary is None:
+        if summary is None or not summary.measured:
             return self
         measured = replace(self, dataset_records=summary.records, dataset_tokens=summary.total_tokens,
                            dataset_p95_tokens=summary.p95, dataset_summary=summary)

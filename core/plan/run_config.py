@@ -22,7 +22,7 @@ def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, A
         gpus = p.num_gpus
     values: dict[str, Any] = {
         "model": _trainable_model(request.model),
-        "dataset": _absolute_if_local(request.dataset),
+        "dataset": _anchored_dataset(request.dataset),
         "method": p.method,
         "precision": "bf16" if p.precision == "pure-bf16" else p.precision,
         "max_seq_len": p.seq_len,
@@ -59,6 +59,21 @@ def _trainable_model(value: str) -> str:
         if hub_id is not None:
             return hub_id
     return _absolute_if_local(value) or value
+
+
+def _anchored_dataset(value: str | None) -> Any:
+    """The dataset as a run file anywhere names it: each local entry of it (a file, a folder, one of a comma
+    list, ``~/x``) absolute, its ``#N`` kept, as ``train`` anchors a run's (``anchor_dataset_keys``); hub ids
+    as they are."""
+    from types import SimpleNamespace
+
+    from core.data.registry import anchor_dataset_keys
+
+    if not value:
+        return value
+    holder = SimpleNamespace(dataset=value)
+    anchor_dataset_keys(holder, None)
+    return holder.dataset
 
 
 def _absolute_if_local(value: str | None) -> str | None:

@@ -19,9 +19,10 @@ def run(tmp_path):
     env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1", "LANG": "C.UTF-8"}
     env.pop("LC_ALL", None)
 
-    def _run(*args: str) -> subprocess.CompletedProcess:
+    def _run(*args: str, home: Path | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "core", "--lang", "en", "data", "check", *args],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+                              cwd=REPO, env={**env, "HOME": str(home)} if home else env, capture_output=True,
+                              text=True, timeout=120)
 
     return _run
 
@@ -102,3 +103,21 @@ def test_a_huge_record_is_cut_before_tokenising_and_said_so(run, tmp_path):
     assert [c["origin"] for c in data["capped"]] == [f"{path}:2"]
     assert data["capped"][0]["chars"] > 1_000_000 and data["tokens"]["max"] == data["capped"][0]["tokens_counted"]
     assert data["tokens"]["min"] < 50  # the short record is counted whole
+
+
+def test_a_folder_a_sample_suffix_and_home_are_checked_and_a_hub_id_is_said(run, tmp_path):
+    """data check took one file: a folder, ``x.jsonl#5`` and ``~/x.jsonl`` (which train all accept) were
+    refused. They are read as train reads them (``#N``: the whole file, what the source holds); a hub id is
+    said to be one rather than "file not found"."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    good = (FIXTURES / "sharegpt.jsonl").read_text()
+    (folder / "a.jsonl").write_text(good)
+    (folder / "b.jsonl").write_text(good)
+    rows = len(good.splitlines())
+    for spec, records in ((str(folder), 2 * rows), (f"{folder / 'a.jsonl'}#1", rows), ("~/data/a.jsonl", rows)):
+        result = run(spec, "--json", home=tmp_path)
+        assert result.returncode == 0, (spec, result.stderr)
+        assert json.loads(result.stdout)["records"] == records, spec
+    hub = run("owner/name")
+    assert hub.returncode == 1 and "owner/name: a hub dataset: data check reads data on this machine" in hub.stderr

@@ -291,3 +291,29 @@ def test_save_without_a_dataset_is_refused_before_any_planning(tmp_path):
     assert proc.returncode == 2 and not out.exists()
     assert proc.stderr.strip() == ("tunedeck: --save writes a run configuration, and a run needs data: add "
                                    "--dataset FILE (or leave out --save to see the plan alone)"), proc.stderr
+
+
+def test_plan_reads_a_folder_a_list_and_a_sample_and_plans_a_hub_id_without_statistics(tmp_path):
+    """--dataset took one local file: a folder was "this is a folder", a hub id "file not found … (or a hub
+    dataset id owner/name)", each under "cannot read the dataset X: The data has a problem:". A folder, a comma
+    list and ``#N`` are read as train reads them; a hub id is planned without statistics, said in a note; a
+    missing file is said in one line (CPU plan)."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text(SAMPLE.read_text())
+    out = tmp_path / "run.yaml"
+    proc = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--dataset", f"{folder},{SAMPLE}#5",
+                    "--save", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["dataset_summary"]["records"] == len(SAMPLE.read_text().splitlines()) + 5
+    assert yaml.safe_load(out.read_text())["dataset"] == [str(folder), f"{SAMPLE}#5"]  # as train anchors it
+    hub = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--dataset", "owner/name", "--json")
+    assert hub.returncode == 0, hub.stderr
+    assert json.loads(hub.stdout)["dataset_summary"]["on_hub"] == ["owner/name"]
+    assert "note: owner/name is hub data, not downloaded to plan: the plan is made without data statistics" \
+        in hub.stderr
+    missing = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--dataset", "nosuch.jsonl")
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        "tunedeck: nosuch.jsonl: file not found; give the path of a .jsonl, .json, .csv, .parquet or .txt file "
+        "(or a hub dataset id owner/name)"]

@@ -94,3 +94,24 @@ def test_counting_a_record_longer_than_the_model_says_nothing_of_transformers_on
     exact, longest = proc.stdout.split()
     assert exact == "True" and int(longest) > 2048
     assert "Token indices sequence length" not in proc.stderr
+
+
+def test_the_data_is_read_as_train_reads_a_runs_dataset(tmp_path, monkeypatch):
+    """The planner read one local file only, where train takes a folder, a comma list, ``#N`` and ``~``: each
+    refused ("this is a folder", "file not found"). Now each is read as the run reads it, the statistics over
+    all of it; a hub id is not read (no statistics, said by ``on_hub``) rather than "file not found"."""
+    sample = SAMPLE
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text(sample.read_text())
+    (folder / "b.jsonl").write_text(sample.read_text())
+    monkeypatch.setenv("HOME", str(tmp_path))
+    single = summarise_dataset(sample)
+    assert single.records == len(load_records(sample)) and single.measured
+    for spec, records in ((str(folder), 2 * single.records), (f"{sample},{folder / 'a.jsonl'}", 2 * single.records),
+                          ("~/data/a.jsonl", single.records), (f"{sample}#5", 5), (f"~/data#7,{sample}#3", 10)):
+        summary = summarise_dataset(spec)
+        assert (summary.records, summary.format, summary.measured) == (records, "messages", True), spec
+    assert summarise_dataset(str(folder)).total_tokens == 2 * single.total_tokens
+    hub = summarise_dataset(f"owner/name,{sample}")
+    assert not hub.measured and hub.on_hub == ("owner/name",) and hub.records == 0

@@ -108,3 +108,49 @@ def test_a_plan_without_data_sends_save_and_launch_back_to_the_data_step(private
     assert seen == [[said], [said]]
     assert saved is None and not busy
     assert not (private_home / "plans").exists()
+
+
+def test_the_data_step_reads_a_folder_and_plans_a_hub_id_without_statistics(private_home, tmp_path):
+    """The step's hint says "a file or folder", then refused a folder ("this is a folder; give one data
+    file"), and a hub id got "file not found … (or a hub dataset id owner/name)". A folder is now read as train
+    reads it, all its files counted; a hub id is said to be planned without statistics (the step stays for
+    the note to be read, Enter goes on) and the saved plan names it (a CPU-only box)."""
+    import yaml
+
+    from core.plan import summarise_dataset
+
+    sample = summarise_dataset("core/data/samples/tiny_skills.jsonl")
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        (folder / name).write_text(open("core/data/samples/tiny_skills.jsonl").read())
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_dataset_step(pilot, app)
+            w.query_one("#dataset-input").value = str(folder)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 2, timeout=30)
+            records = w.summary.records
+            await pilot.press("pageup")
+            await wait_for(pilot, lambda: w.step == 1)
+            w.query_one("#dataset-input").value = "owner/name"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: "hub data" in str(w.query_one("#dataset-info").render()))
+            note = " ".join(str(w.query_one("#dataset-info").render()).split())
+            assert w.step == 1
+            await pilot.press("enter")  # the note read: on
+            await wait_for(pilot, lambda: w.step == 2)
+            await pilot.press("enter")  # goal
+            await wait_for(pilot, lambda: w.step == 3)
+            await pilot.press("enter")  # hardware: this box
+            await wait_for(pilot, lambda: w.step == 4)
+            await pilot.press("s")
+            await wait_for(pilot, lambda: w.saved_path is not None)
+            return records, note, w.saved_path
+
+    records, note, saved = run(scenario())
+    assert records == 2 * sample.records
+    assert note.startswith("owner/name: hub data, not downloaded here: the plan is made without data statistics")
+    assert yaml.safe_load(saved.read_text())["dataset"] == "owner/name"

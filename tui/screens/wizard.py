@@ -482,12 +482,15 @@ class WizardScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="wizard-data", exit_on_error=False)
     def summarise(self, path: str, model: str | None) -> None:
+        from core.data import DataError
         from core.plan import summarise_dataset
 
         try:
             summary = summarise_dataset(path, model)
         except (TunedeckError, OSError) as exc:  # a DataError, an unreadable file: shown, never fatal
-            self.post_message(DatasetSummarised(path, model, None, str(exc)))
+            # a DataError in its own words ("x.jsonl: file not found; …"), no heading above them
+            self.post_message(DatasetSummarised(path, model, None, exc.brief() if isinstance(exc, DataError)
+                                                else str(exc)))
             return
         except Exception as exc:  # a bug: the error modal and the log, and the step says it failed too
             report_unexpected(self.app, exc, "wizard.summarise")
@@ -510,7 +513,8 @@ class WizardScreen(Screen[None]):
         info.update(self._dataset_text(message.summary))
         if self.advance_after_summary and STEPS[self.step] == "dataset":
             self.advance_after_summary = False
-            if message.summary.issues:  # the step stays, its warning in view; Enter again goes on
+            # the step stays, its warning (or the note that hub data is not read) in view; Enter again goes on
+            if message.summary.issues or not message.summary.measured:
                 step = self.query_one("#step-dataset", VerticalScroll)
                 self.call_after_refresh(step.scroll_to_widget, info, animate=False)
                 return
@@ -529,6 +533,8 @@ class WizardScreen(Screen[None]):
             info.update(t("wizard.dataset.unread") if path else "")
 
     def _dataset_text(self, summary: Any) -> str:
+        if not summary.measured:  # hub data: planned without statistics, and said so
+            return f"[$warning]{_escape(t('wizard.dataset.on_hub', entries=', '.join(summary.on_hub)))}[/]"
         problems = t(plural_key("wizard.dataset.problem_rows", summary.issues), count=format_count(summary.issues))
         lines = [t("wizard.dataset.info", format=summary.format or "?", records=format_count(summary.records),
                    problems=problems, tokens=format_count(summary.total_tokens),
