@@ -190,6 +190,13 @@ def last_sign_of_life(run_path: Path) -> float | None:
     return latest if latest > 0 else None
 
 
+def last_heartbeat_step(run_path: Path) -> int | None:
+    """The newest optimizer step any rank's heartbeat has told of, or None."""
+    steps = [data.get("step") for data, _ in _beats(run_path)]
+    steps = [s for s in steps if isinstance(s, int) and not isinstance(s, bool)]
+    return max(steps) if steps else None
+
+
 def find_stall(run_path: Path, now: float | None = None) -> Stall | None:
     """The most silent rank of the run, if it has been silent too long (module docstring); None when
     every rank is alive or no trainer has written a heartbeat yet."""

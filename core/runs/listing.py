@@ -14,7 +14,7 @@ from core.i18n import render_stored
 from core.paths import runs_dir
 from core.runs.heartbeat import last_sign_of_life
 from core.runs.launch import PROBE_COMMAND
-from core.runs.liveness import effective_status
+from core.runs.liveness import effective_status, stalled_step
 from core.runs.run_dir import FINISHED, STALLED, RunDirectory, utc_iso
 from core.runs.states import TERMINAL_STATES
 from core.watch.figures import steady_tokens_per_s
@@ -105,6 +105,9 @@ def summarize(run: RunDirectory) -> RunSummary:
         header = run.metrics_header() or {}
         total = header.get("total_steps")
     moving = status.status != STALLED  # a stalled run's last speed and ETA are no longer true
+    step = metrics.get("step")
+    if status.status == STALLED:  # the step its reason quotes: the heartbeat's when that is newer
+        step = stalled_step(run, step)
     alive = last_sign_of_life(run.path)
     return RunSummary(
         id=run.id,
@@ -114,8 +117,8 @@ def summarize(run: RunDirectory) -> RunSummary:
         created=str(record.get("created", "")),
         model=model_label(str(config.get("model", ""))),  # the bundled tiny model as "tiny", demo or wizard
         method=str(config.get("method", "")),
-        step=metrics.get("step"),
-        total_steps=shown_total(metrics.get("step"), total, status.status),
+        step=step,
+        total_steps=shown_total(step, total, status.status),
         run_dir=str(run.path),
         loss=metrics.get("loss"),
         tokens_per_s=metrics.get("tokens_per_s") if moving else None,

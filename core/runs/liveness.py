@@ -177,6 +177,18 @@ def _with_stall(run: RunDirectory, status: RunStatus) -> RunStatus:
     stall = find_stall(run.path)
     if stall is None:
         return status
+    step = stalled_step(run, stall.step)
     reason = Message("runs.reason_stalled", seconds=int(stall.silent_s), threshold=int(stall.threshold_s),
-                     step=stall.step if stall.step is not None else "?", rank=stall.rank, id=run.id)
+                     step=step if step is not None else "?", rank=stall.rank, id=run.id)
     return RunStatus(STALLED, reason.english(), status.updated, status.updated_ts, reason.to_record())
+
+
+def stalled_step(run: RunDirectory, step: int | None) -> int | None:
+    """The step a stalled run stands at: the newest of ``step`` (a heartbeat's or the metrics') and the last
+    step that metrics.jsonl and the heartbeats know. The heartbeat is rewritten every few seconds and a step's
+    record can be written a step late, so either can be ahead; the reason and the step column both say this."""
+    from core.runs.heartbeat import last_heartbeat_step
+
+    known = [s for s in (step, (run.latest_metrics() or {}).get("step"), last_heartbeat_step(run.path))
+             if isinstance(s, int) and not isinstance(s, bool)]
+    return max(known) if known else None

@@ -120,3 +120,28 @@ def test_stall_threshold_follows_the_step_time_and_the_floor(tmp_path, monkeypat
         reason = effective_status(run).reason
         assert "rank 0" in reason and "at step 20" in reason
     assert effective_status(run).status == "crashed"  # no supervisor: crashed wins over stalled
+
+
+def test_a_stalled_runs_reason_and_step_column_quote_the_same_step(tmp_path, monkeypatch):
+    """The heartbeat's step and the last metrics step differ by a few steps (the heartbeat is rewritten every
+    few seconds; a record can be written a step late): the reason and the step column both say the newest
+    (they said "216/20000" and "... at step 212"). No trainer: a stand-in supervisor holds the lock."""
+    from core.runs.listing import summarize
+
+    monkeypatch.setenv(STALL_FLOOR_ENV, "5")
+    path = build_run(tmp_path, "20261130-1000-hb-dddd", status="running", steps=216, total=20000)
+    run = RunDirectory(path)
+    with SupervisorStandIn(path):
+        for heartbeat_step, newest in ((212, 216), (219, 219)):  # behind the metrics, then ahead of them
+            writer = HeartbeatWriter(path, 0, interval_s=0.5)
+            writer.note_step(heartbeat_step)
+            writer.beat()
+            then = time.time() - 30
+            data = json.loads(heartbeat_path(path, 0).read_text())
+            data.update(ts=then, step_ts=then)
+            heartbeat_path(path, 0).write_text(json.dumps(data))
+            for name in (heartbeat_path(path, 0), run.metrics_path):
+                os.utime(name, (then, then))
+            summary = summarize(run)
+            assert summary.status == "stalled"
+            assert f"at step {newest}:" in summary.reason and summary.step == newest, (summary.reason, summary.step)
