@@ -15,7 +15,7 @@ from core.paths import runs_dir
 from core.runs.heartbeat import last_sign_of_life
 from core.runs.launch import PROBE_COMMAND
 from core.runs.liveness import effective_status, stalled_step
-from core.runs.run_dir import FINISHED, STALLED, RunDirectory, utc_iso
+from core.runs.run_dir import ACTIVE_STATES, FINISHED, STALLED, RunDirectory, utc_iso
 from core.runs.states import TERMINAL_STATES
 from core.watch.figures import steady_tokens_per_s
 
@@ -105,6 +105,8 @@ def summarize(run: RunDirectory) -> RunSummary:
         header = run.metrics_header() or {}
         total = header.get("total_steps")
     moving = status.status != STALLED  # a stalled run's last speed and ETA are no longer true
+    # An ETA is a live figure: a run that has ended (stopped, crashed, failed, finished) has none.
+    live = moving and status.status in ACTIVE_STATES
     step = metrics.get("step")
     if status.status == STALLED:  # the step its reason quotes: the heartbeat's when that is newer
         step = stalled_step(run, step)
@@ -123,7 +125,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         loss=metrics.get("loss"),
         tokens_per_s=metrics.get("tokens_per_s") if moving else None,
         steady_tokens_per_s=steady_rate(run, metrics) if moving else None,
-        eta_s=metrics.get("eta_s") if moving else None,
+        eta_s=metrics.get("eta_s") if live else None,
         gpus=list(record.get("gpus") or []),
         name=str(config.get("name", "") or ""),
         updated=status.updated,

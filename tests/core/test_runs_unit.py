@@ -571,6 +571,31 @@ def test_runs_and_status_show_the_steady_tokens_per_s_not_the_last_intervals(hom
         assert "7,700" in text and "3,100" not in text, text
 
 
+def test_an_ended_runs_eta_is_null_in_runs_and_status_json(home, capsys):
+    """A stopped, crashed, failed or finished run has no ETA: --json gave the last record's (``stopped eta_s
+    1495.9``, finished ``0.0``) while the table and the app showed '–'. An active run keeps its figure."""
+    from core.cli import dispatch
+    from core.runs.listing import summarize
+    from core.runs.run_dir import FAILED, FINISHED, STARTING
+
+    run = _run(home)
+    append_jsonl(run.metrics_path, {"schema": 1, "kind": "header", "total_steps": 9})
+    append_jsonl(run.metrics_path, {"kind": "train", "step": 3, "total_steps": 9, "loss": 2.5,
+                                    "tokens_per_s": 100.0, "eta_s": 1495.9})
+    for status in (STOPPED, FAILED, FINISHED, CRASHED):
+        run.write_status(status, "")
+        assert summarize(run).eta_s is None, status
+        assert dispatch(["runs", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)[0]["eta_s"] is None, status
+        assert dispatch(["status", run.id, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["eta_s"] is None, status
+    from tests.fixtures.watch.run_builder import SupervisorStandIn
+
+    run.write_status(STARTING, "")
+    with SupervisorStandIn(run.path):  # a live supervisor: the run stays active
+        assert summarize(run).eta_s == 1495.9
+
+
 def test_the_rendezvous_port_is_picked_as_the_model_servers_are(home, monkeypatch):
     """The supervisor picked torchrun's master port with its own IPv4 socket, a third copy of the free-port
     pick: it goes through core.listen.free_port now (no SO_REUSEADDR, the bind the servers' looks use); a
