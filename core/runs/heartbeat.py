@@ -6,10 +6,13 @@ the median of the recent step times. The thread lives in the trainer's own proce
 the trainer (SIGSTOP, a swapped-out box, a hung driver call that holds the interpreter) freezes the
 heartbeat too; on a full disk it falls back to touching the file (no blocks needed).
 
-A run whose status says ``running`` and whose supervisor is alive is ``stalled`` when no step and no
-heartbeat came for N seconds, N = max(floor, 5 x the median step time, 3 x the heartbeat interval); the
-floor is 60 s (``TUNEDECK_STALL_FLOOR_S`` changes it: tests). While a checkpoint is being written N is
-ten times longer: writing tens of GB can hold the interpreter. ``stalled`` is never written to
+A run whose status says ``running`` or ``starting`` and whose supervisor is alive is ``stalled`` when no
+step and no heartbeat came for N seconds, N = max(floor, 5 x the median step time, 3 x the heartbeat
+interval); the floor is 60 s (``TUNEDECK_STALL_FLOOR_S`` changes it: tests). While a checkpoint is being
+written N is ten times longer: writing tens of GB can hold the interpreter. The heartbeat starts before the
+model loads (``phase`` "setup"), so a trainer that hangs while it starts is seen too; one that has written
+no heartbeat yet (it is still importing Python modules) is judged from its process's start, allowed twice
+the floor. ``stalled`` is never written to
 status.json: it is what a reader sees, and it goes away by itself when the trainer moves again.
 """
 
@@ -33,6 +36,7 @@ DEFAULT_STALL_FLOOR_S = 60.0
 STEP_FACTOR = 5.0
 INTERVAL_FACTOR = 3.0
 SAVING_FACTOR = 10.0
+STARTUP_FACTOR = 2.0  # before the trainer's first heartbeat: the floor times this, from its process's start
 _PREFIX = "heartbeat-rank"
 
 
@@ -197,14 +201,19 @@ def last_heartbeat_step(run_path: Path) -> int | None:
     return max(steps) if steps else None
 
 
-def find_stall(run_path: Path, now: float | None = None) -> Stall | None:
+def find_stall(run_path: Path, now: float | None = None, started_at: float | None = None) -> Stall | None:
     """The most silent rank of the run, if it has been silent too long (module docstring); None when
-    every rank is alive or no trainer has written a heartbeat yet."""
+    every rank is alive. Before any heartbeat is written, silence counts from ``started_at`` (the trainer
+    process's start time), against twice the floor; None without it (an older trainer wrote none)."""
     now = time.time() if now is None else now
     floor = stall_floor_s()
     metrics_ts = _metrics_written(run_path)
     worst: Stall | None = None
-    for data, beat in _beats(run_path):
+    beats = list(_beats(run_path))
+    if not beats and started_at is not None:
+        silent, threshold = now - max(started_at, metrics_ts), STARTUP_FACTOR * floor
+        return Stall(round(silent, 1), round(threshold, 1), None, 0) if silent > threshold else None
+    for data, beat in beats:
         alive = max(beat, metrics_ts)
         threshold = max(floor, STEP_FACTOR * float(data.get("median_step_s") or 0.0),
                         INTERVAL_FACTOR * float(data.get("interval_s") or DEFAULT_INTERVAL_S))

@@ -8,8 +8,8 @@ while holding the lock, after re-reading the status, so a supervisor that just f
 status written, then lock released) is never mislabelled.
 
 Readers never fail because they could not write: on a full or read-only disk the crashed status is
-computed and returned, and recorded by the next reader that can. A running run whose supervisor is alive
-but whose trainer has gone silent (no step, no heartbeat: ``core.runs.heartbeat``) is ``stalled``, a
+computed and returned, and recorded by the next reader that can. A running or starting run whose supervisor
+is alive but whose trainer has gone silent (no step, no heartbeat: ``core.runs.heartbeat``) is ``stalled``, a
 state that is only ever computed, never written.
 """
 
@@ -24,7 +24,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from core.i18n import Message
-from core.runs.run_dir import ACTIVE_STATES, CRASHED, QUEUED, RUNNING, STALLED, RunDirectory, RunStatus
+from core.runs.run_dir import (
+    ACTIVE_STATES,
+    CRASHED,
+    QUEUED,
+    RUNNING,
+    STALLED,
+    STARTING,
+    RunDirectory,
+    RunStatus,
+)
 
 # A run stays "queued" between `tunedeck train` writing it and the supervisor taking the lock.
 QUEUED_GRACE_S = 30.0
@@ -165,19 +174,32 @@ def effective_status(run: RunDirectory, persist: bool = True) -> RunStatus:
             pass  # as above: computed, not recorded
         current = run.status()
         return current if current.status not in ACTIVE_STATES else RunStatus.new(CRASHED, reason)
-    if status.status == RUNNING:
-        return _with_stall(run, status)
+    if status.status in (RUNNING, STARTING):  # a trainer can hang loading the model as well as training
+        return _with_stall(run, status, sup if status.status == STARTING else None)
     return status
 
 
-def _with_stall(run: RunDirectory, status: RunStatus) -> RunStatus:
-    """``status`` (running, supervisor alive), or ``stalled`` when the trainer has gone silent."""
+def _with_stall(run: RunDirectory, status: RunStatus, supervisor: dict | None = None) -> RunStatus:
+    """``status`` (running or starting, supervisor alive), or ``stalled`` when the trainer has gone silent.
+    ``supervisor`` (run.json's, while starting): before the trainer's first heartbeat, its silence counts
+    from the trainer process's start (run.json ``trainer``), or the supervisor's when that is not there yet."""
     from core.runs.heartbeat import find_stall
 
-    stall = find_stall(run.path)
+    started_at = None
+    if supervisor is not None:
+        record = run.read_record()[0]
+        for process in (record.get("trainer"), supervisor):
+            if isinstance(process, dict) and isinstance(process.get("start_time"), (int, float)):
+                started_at = max(float(process["start_time"]), status.updated_ts or 0.0)
+                break
+    stall = find_stall(run.path, started_at=started_at)
     if stall is None:
         return status
     step = stalled_step(run, stall.step)
+    if status.status == STARTING and step is None:  # no step yet: loading the model or the data
+        reason = Message("runs.reason_stalled_starting", seconds=int(stall.silent_s),
+                         threshold=int(stall.threshold_s), rank=stall.rank, id=run.id)
+        return RunStatus(STALLED, reason.english(), status.updated, status.updated_ts, reason.to_record())
     reason = Message("runs.reason_stalled", seconds=int(stall.silent_s), threshold=int(stall.threshold_s),
                      step=step if step is not None else "?", rank=stall.rank, id=run.id)
     return RunStatus(STALLED, reason.english(), status.updated, status.updated_ts, reason.to_record())

@@ -145,3 +145,57 @@ def test_a_stalled_runs_reason_and_step_column_quote_the_same_step(tmp_path, mon
             summary = summarize(run)
             assert summary.status == "stalled"
             assert f"at step {newest}:" in summary.reason and summary.step == newest, (summary.reason, summary.step)
+
+
+def test_a_trainer_frozen_while_it_starts_is_stalled_not_starting_forever(tmp_path, monkeypatch):
+    """A real trainer SIGSTOPped during its setup (its heartbeat written, no step yet: status ``starting``)
+    showed ``starting`` forever: the stall check ran only for ``running``. Now it is ``stalled`` with the
+    alert and the ``stop --force`` hint, and starts again on SIGCONT. CPU only (the bundled tiny model)."""
+    monkeypatch.setenv(STALL_FLOOR_ENV, "3")
+    cli = Cli(tmp_path / "home")
+    cli.env.update({STALL_FLOOR_ENV: "3", HEARTBEAT_ENV: "0.5"})
+    config = write_config(tmp_path / "run.yaml", write_dataset(tmp_path / "d.jsonl"), max_steps=100000,
+                          save_steps=100000)
+    run_id = cli("train", str(config)).stdout.strip()
+    run = RunDirectory(cli.run_dir(run_id))
+    trainer = None
+    try:
+        deadline = time.monotonic() + 120
+        while not heartbeat_path(run.path, 0).exists():  # written first thing, before torch is imported
+            assert time.monotonic() < deadline, run.log_path.read_text()[-2000:]
+            time.sleep(0.02)
+        trainer = psutil.Process(json.loads(heartbeat_path(run.path, 0).read_text())["pid"])
+        trainer.send_signal(signal.SIGSTOP)
+        assert run.status().status == "starting"  # frozen in its setup, before its first step
+        _wait(run, "stalled", timeout=60)
+        status = cli.status(run_id)
+        assert status["status"] == "stalled" and status["step"] is None, status
+        assert "while it starts" in status["reason"] and f"tunedeck stop {run_id} --force" in status["reason"]
+        assert json.loads(run.status_path.read_text())["status"] == "starting"  # computed, never written
+        alert = stalled_alert(status["status"], run_id, status["reason"])
+        assert alert is not None and alert.severity == "warning"
+        trainer.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 120
+        while effective_status(run).status not in ("starting", "running"):
+            assert time.monotonic() < deadline, effective_status(run)
+            time.sleep(0.2)
+    finally:
+        if trainer is not None:
+            try:
+                trainer.send_signal(signal.SIGCONT)
+            except psutil.Error:
+                pass
+        if effective_status(run).active:
+            cli("stop", run_id, "--force", check=False)
+
+
+def test_before_its_first_heartbeat_a_starting_trainer_is_judged_from_its_start(tmp_path, monkeypatch):
+    """A trainer frozen before it wrote any heartbeat (still importing): silence counts from its process's
+    start, against twice the floor. Fixed times, no process."""
+    from core.runs.heartbeat import find_stall
+
+    monkeypatch.delenv(STALL_FLOOR_ENV, raising=False)
+    assert find_stall(tmp_path, now=1000.0) is None  # nothing to judge by: no verdict
+    assert find_stall(tmp_path, now=1000.0, started_at=1000.0 - 119) is None  # the 60 s floor, twice
+    stall = find_stall(tmp_path, now=1000.0, started_at=1000.0 - 121)
+    assert stall is not None and stall.step is None and stall.threshold_s == 120
