@@ -68,6 +68,26 @@ def _env_float(name: str, default: float) -> float:
     return value if value > 0 else default
 
 
+class RecentStepTimes:
+    """The median wall time of one optimizer step over the last ``window`` intervals told by ``note(step,
+    at)``: the steady step time, which one slow interval (a resume's data skip, a SIGSTOP pause, a
+    checkpoint save) does not move. The heartbeat's stall threshold and the trainer's ETA both use it."""
+
+    def __init__(self, window: int = 64) -> None:
+        self.durations: deque[float] = deque(maxlen=window)
+        self.step: int | None = None
+        self.at: float | None = None
+
+    def note(self, step: int, at: float) -> None:
+        """Step ``step`` ended at ``at``; the interval since the previous note counts per step."""
+        if self.at is not None and self.step is not None and step > self.step:
+            self.durations.append((at - self.at) / (step - self.step))
+        self.step, self.at = step, at
+
+    def median(self) -> float | None:
+        return statistics.median(self.durations) if self.durations else None
+
+
 class HeartbeatWriter:
     """The trainer side: ``start()`` once, ``note_step(step)`` at each optimizer step, ``phase("saving")``."""
 
@@ -75,10 +95,8 @@ class HeartbeatWriter:
         self.path = heartbeat_path(run_path, rank)
         self.rank = rank
         self.interval_s = interval_s or _env_float(HEARTBEAT_ENV, DEFAULT_INTERVAL_S)
-        self.step: int | None = None
-        self.step_ts: float | None = None
         self.current_phase = "setup"
-        self.durations: deque[float] = deque(maxlen=64)
+        self.step_times = RecentStepTimes()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -92,12 +110,17 @@ class HeartbeatWriter:
     def stop(self) -> None:
         self._stop.set()
 
+    @property
+    def step(self) -> int | None:
+        return self.step_times.step
+
+    @property
+    def step_ts(self) -> float | None:
+        return self.step_times.at
+
     def note_step(self, step: int) -> None:
-        now = time.time()
         with self._lock:
-            if self.step_ts is not None and self.step is not None and step > self.step:
-                self.durations.append((now - self.step_ts) / (step - self.step))
-            self.step, self.step_ts = step, now
+            self.step_times.note(step, time.time())
             self.current_phase = "training"
 
     def phase(self, name: str) -> None:
@@ -112,7 +135,7 @@ class HeartbeatWriter:
 
     def beat(self) -> None:
         with self._lock:
-            median = statistics.median(self.durations) if self.durations else None
+            median = self.step_times.median()
             payload = {"pid": os.getpid(), "rank": self.rank, "ts": round(time.time(), 3),
                        "interval_s": self.interval_s, "step": self.step, "step_ts": self.step_ts,
                        "median_step_s": round(median, 4) if median is not None else None,

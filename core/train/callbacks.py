@@ -14,6 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from core.runs.heartbeat import RecentStepTimes
 from core.runs.run_dir import METRICS_SCHEMA, RUNNING, STARTING, RunDirectory, utc_now_iso
 from core.units import format_duration, format_rate
 
@@ -100,6 +101,9 @@ class RunMetricsCallback(TrainerCallback):
         self.last_step = 0
         self.last_tokens = 0
         self.ended_at: float | None = None  # the wall time the step of the next train log ended, if told
+        # The ETA's step time: the median over recent logged intervals of this session, its first left out
+        # (it holds the model load, a resume's data skip): neither that nor a pause is spread over the rest.
+        self.step_times = RecentStepTimes()
 
     def step_ended(self, at: float) -> None:
         """The step the next train log reports ended at ``at`` (wall time), not when the log is written: the
@@ -116,6 +120,7 @@ class RunMetricsCallback(TrainerCallback):
         self.session_start_step = state.global_step
         self.last_step = state.global_step
         self.last_tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+        self.step_times = RecentStepTimes()
         if not self.is_main:
             return
         self.run.transition(RUNNING, "", only_from={STARTING})
@@ -150,7 +155,11 @@ class RunMetricsCallback(TrainerCallback):
         session_steps = state.global_step - self.session_start_step
         session_time = now - self.session_start
         remaining = max(0, state.max_steps - state.global_step)
-        eta = (session_time / session_steps * remaining) if session_steps > 0 else None
+        self.step_times.note(state.global_step, now)  # the first note of a session only sets where it starts
+        step_s = self.step_times.median()
+        if step_s is None and session_steps > 0:  # the session's first log: all there is to go by
+            step_s = session_time / session_steps
+        eta = step_s * remaining if step_s is not None else None
         loss = _num(logs.get("loss"))
         record = {
             "kind": "train",

@@ -304,10 +304,43 @@ def test_a_record_written_a_step_late_carries_its_own_steps_time(tmp_path, monke
     first, second = _records(tmp_path, "metrics.jsonl")[1:]
     assert (first["elapsed_s"], second["elapsed_s"]) == (12.0, 16.0)
     assert (first["tokens_per_s"], second["tokens_per_s"]) == (400.0, 200.0)
-    assert second["eta_s"] == 6.0  # 3 s a step so far, 2 steps left
+    assert second["eta_s"] == 8.0  # step 2's 4 s (the session's first interval left out), 2 steps left
     clock.now = start + 7.5
     callback.on_log(None, state, None, logs={"loss": 1.0})  # not told: the time it is written
     assert _records(tmp_path, "metrics.jsonl")[-1]["elapsed_s"] == 17.5
+
+
+def test_the_eta_follows_the_steady_step_time_not_a_resumes_slow_start_or_a_pause(tmp_path, monkeypatch):
+    """The ETA was the session's time over its steps: a resume's first interval (the data skip, the model
+    load) or a SIGSTOP pause was spread over all the remaining steps (1.5x to 5x too long). It is the median
+    step time of the recent logged intervals now. A hand-moved clock: no real time in the test."""
+    from types import SimpleNamespace
+
+    from core.runs.run_dir import RunDirectory
+    from core.train import callbacks
+    from core.train.callbacks import RunMetricsCallback
+
+    clock = SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(callbacks, "time", SimpleNamespace(time=lambda: clock.now))
+    run = RunDirectory(tmp_path)
+    run.write_status("starting")
+    callback = RunMetricsCallback(run, {}, resumed_from="checkpoint-1500", prior_elapsed_s=900.0, global_batch=4,
+                                  is_main=True)
+    state = SimpleNamespace(global_step=1500, max_steps=2000, epoch=0.0, num_input_tokens_seen=0)
+    callback.on_train_begin(None, state, None)
+
+    def log_at(step: int, seconds_later: float) -> float:
+        clock.now += seconds_later
+        state.global_step = step
+        callback.on_log(None, state, None, logs={"loss": 1.0, "learning_rate": 1e-4})
+        return _records(tmp_path, "metrics.jsonl")[-1]["eta_s"]
+
+    log_at(1510, 300.0)  # the first 10 steps took 300 s: skipping 1500 steps of data first
+    for step in range(1520, 1600, 10):
+        log_at(step, 10.0)  # then 1 s a step
+    assert log_at(1600, 10.0) == 400.0  # 400 steps left at 1 s (the session's average would say 2,000 s)
+    assert log_at(1610, 3600.0) == 390.0  # an hour stopped (SIGSTOP) within these 10 steps: not spread over
+    assert log_at(1620, 10.0) == 380.0
 
 
 def test_optimizer_auto_is_fused_adamw_on_cuda_only():
