@@ -6,7 +6,9 @@ Layout of ``runs_dir()/<id>/`` (directory 0700, every file 0600)::
     run.json          id, created, command, argv, GPUs, host, version, pids, attempts
     status.json       {"status", "reason", "reason_message", "updated", "updated_ts"}, replaced atomically
     lock              flock'ed exclusively by the supervisor for its whole life
-    metrics.jsonl     header record, then one record per logging step / evaluation / resume
+    metrics.jsonl     header record, then one record per logging step / evaluation / resume; append-only,
+                      so after a resume the steps past its checkpoint appear again: readers take each
+                      step once, the latest attempt's (core.watch.resumes)
     events.jsonl      checkpoint saved, OOM, NaN loss, stop requested, resumed, finished, failed …
     train.log         human log of every rank, each line prefixed "[rank N]" (or "[supervisor]")
     supervisor.log    the supervisor's own stdout/stderr (tracebacks if it dies)

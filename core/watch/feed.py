@@ -3,10 +3,13 @@
 A dashboard must show a run with a million metric lines at once: ``MetricsFeed.read_tail()`` parses only
 the last few hundred kilobytes (the newest records), ``backfill()`` then builds the whole series from the
 rest, and ``poll()`` follows what is appended. All three run in a worker thread; none touches a widget.
+Records a resume superseded (``core.watch.resumes``) never leave the feed: each step once, the latest
+attempt's; a resume appended while it is followed makes ``poll`` start over (tail, then ``backfill``).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 from core.watch.activity import WriterActivity
 from core.watch.adapters import parse_lines
 from core.watch.follow import DEFAULT_MAX_READ, FileFollower, read_lines_between, tail_start
+from core.watch.resumes import drop_superseded, lowest_resume, resume_points, resume_step, segments
 from core.watch.series import RunSeries
 
 METRICS_TAIL_BYTES = 256 * 1024
@@ -34,6 +38,8 @@ class MetricsFeed:
         self.follower = FileFollower(self.path, max_read=max_read)
         self.header: dict[str, Any] | None = None
         self._tail_records: list[dict[str, Any]] = []
+        self._tail_cutoff = math.inf  # the lowest resume step in the tail: what it supersedes before it
+        self._newest_step = -math.inf  # the highest step handed on: a resume below it supersedes some
         self.activity = WriterActivity()  # read-only sources: is the writer still there (core.watch.activity)
 
     def read_tail(self) -> list[dict[str, Any]]:
@@ -45,6 +51,9 @@ class MetricsFeed:
             first = next(iter(read_lines_between(self.path, 0, self.start, block=64 * 1024)), [])[:1]
             header = [r for r in parse_lines(first, self.kind) if r.get("kind") == "header"]
             records = header + records
+        self._tail_cutoff = lowest_resume(records)
+        records = drop_superseded(records)
+        self._newest_step = _highest_step(records, -math.inf)
         self._tail_records = records
         self.activity.reset()
         self.activity.observe(records)
@@ -55,12 +64,16 @@ class MetricsFeed:
         if self.start <= 0:
             return None
         series = RunSeries()
-        for lines in read_lines_between(self.path, 0, self.start, block=BACKFILL_BLOCK):
-            if self.kind == "tunedeck":
-                series.extend_tunedeck_lines(lines)
-            else:
-                series.extend(parse_lines(lines, self.kind))
-            time.sleep(0)  # let the UI thread take the GIL between blocks
+        # Cut at each resume: a record is kept unless a resume after it (here or in the tail) went back
+        # before its step. Only tunedeck's own files have resumes.
+        points = resume_points(self.path, self.start) if self.kind == "tunedeck" else []
+        for start, end, cutoff in segments(0, self.start, points, self._tail_cutoff):
+            for lines in read_lines_between(self.path, start, end, block=BACKFILL_BLOCK):
+                if self.kind == "tunedeck":
+                    series.extend_tunedeck_lines(lines, max_step=cutoff)
+                else:
+                    series.extend(parse_lines(lines, self.kind))
+                time.sleep(0)  # let the UI thread take the GIL between blocks
         series.extend([r for r in self._tail_records if r.get("kind") != "header"])
         self._tail_records = []
         return series
@@ -73,9 +86,29 @@ class MetricsFeed:
         result = self.follower.read_new()
         records = parse_lines(result.lines, self.kind)
         if result.restarted:
+            self.start = 0  # read from the start again: nothing left to backfill
             self.activity.reset()
+            self._newest_step = -math.inf
+        newest = self._newest_step
+        for record in records:
+            step = resume_step(record)
+            if step is not None and step < newest:
+                # A resume went back before steps already handed on: start over, they are superseded.
+                return self.read_tail(), True
+            newest = _highest_step([record], newest)
+        records = drop_superseded(records)
+        self._newest_step = newest
         self.activity.observe(records)
         return records, result.restarted
+
+
+def _highest_step(records: list[dict[str, Any]], newest: float) -> float:
+    """The highest step of the train and eval records among ``records``, or ``newest`` if higher."""
+    for record in records:
+        step = record.get("step")
+        if record.get("kind") in ("train", "eval") and isinstance(step, (int, float)) and step > newest:
+            newest = step
+    return newest
 
 
 def open_metrics_feed(source: Any) -> Any:

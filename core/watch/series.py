@@ -20,6 +20,7 @@ from typing import Any
 
 from core.watch.downsample import DEFAULT_MAX_BUCKETS, BucketedSeries
 from core.watch.metrics import EVAL, METRICS, SERIES, TRAIN, X_KEYS
+from core.watch.resumes import resume_step, superseded
 
 CHART_METRICS = SERIES
 # Series read straight from a train record's value (the loss and its EMA are handled apart: the EMA is
@@ -72,8 +73,13 @@ class RunSeries:
     def series(self, name: str, x_axis: str = "step") -> BucketedSeries:
         return (self.by_time if x_axis == "time" else self.by_step)[name]
 
-    def extend(self, records: list[dict[str, Any]]) -> None:
-        """Add normalised records in file order (columns are gathered first, then bucketed in bulk)."""
+    def extend(self, records: list[dict[str, Any]], max_step: float = math.inf) -> None:
+        """Add normalised records in file order (columns are gathered first, then bucketed in bulk); train
+        and eval records past ``max_step`` are left out (a later resume superseded them:
+        ``core.watch.resumes``). A ``resumed`` record moves the latest figures to its step, without an ETA
+        until the new attempt logs: the steps after its checkpoint are lost."""
+        if max_step < math.inf:
+            records = [r for r in records if not superseded(r, max_step)]
         columns: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {
             name: ([], [], [], []) for name in CHART_METRICS}  # step xs, step ys, time xs, time ys
         finite = math.isfinite
@@ -141,14 +147,18 @@ class RunSeries:
                             column[3].append(float(value))
             elif kind == "header":
                 self.header = record
+            elif (step := resume_step(record)) is not None:
+                self.latest = {**self.latest, "kind": "resumed", "step": step, "eta_s": None,
+                               "total_steps": record.get("total_steps") or self.latest.get("total_steps")}
         for name, (step_xs, step_ys, time_xs, time_ys) in columns.items():
             self.by_step[name].add_many(step_xs, step_ys)
             self.by_time[name].add_many(time_xs, time_ys)
         self.version = next(_VERSIONS)
 
-    def extend_tunedeck_lines(self, lines: list[bytes]) -> None:
+    def extend_tunedeck_lines(self, lines: list[bytes], max_step: float = math.inf) -> None:
         """Backfill from raw lines of a tunedeck ``metrics.jsonl``: train records go straight from a regex
-        match into the columns (no dict per record); any other line goes through ``extend``."""
+        match into the columns (no dict per record); any other line goes through ``extend``. Train and eval
+        records past ``max_step`` are left out (``extend``)."""
         from core.watch.adapters import FAST_INDEX, TUNEDECK_TRAIN, fast_train_record, parse_lines
 
         match = TUNEDECK_TRAIN.match
@@ -183,18 +193,19 @@ class RunSeries:
                     continue
                 flush()
                 self.ema = ema
-                before = self.latest
-                self.extend(parse_lines([line], "tunedeck"))
+                if last_groups is not None:  # the newest record so far, before a resumed record moves it on
+                    self.latest, last_groups = fast_train_record(last_groups), None
+                self.extend(parse_lines([line], "tunedeck"), max_step)
                 ema = self.ema
-                if self.latest is not before:
-                    last_groups = None  # the newest train record came through json
                 continue
             groups = matched.groups()
+            x_step = float(groups[i_step])
+            if x_step > max_step:
+                continue  # superseded by a later resume
             last_groups = groups
             if not self.first:
                 self.first = fast_train_record(groups)
             trains += 1
-            x_step = float(groups[i_step])
             x_time = None if groups[i_time] == null else float(groups[i_time])
             raw_loss = groups[i_loss]
             if raw_loss != null and finite(loss := float(raw_loss)):

@@ -132,6 +132,8 @@ class DashboardFeed:
             records, restarted = metrics.poll()
             if records or restarted:
                 self.post_message(MetricsBatch(records, reset=restarted))
+            if restarted:  # read again from its tail (a resume superseded records shown): the rest follows
+                self.post_message(SeriesBackfilled(metrics.backfill()))
             self._post_logs(log, events)
             now = time.monotonic()
             if now - last_status >= STATUS_EVERY_S:

@@ -1,0 +1,106 @@
+"""A resumed run's metrics.jsonl holds the steps after its checkpoint twice (or three times): the first
+attempt's, then the new one's after a ``resumed`` record. Every reader of the charts' series (the tail, the
+backfill, following the file) takes each step once, the latest attempt's, and the file stays as written."""
+
+from __future__ import annotations
+
+import json
+
+from core.watch.feed import MetricsFeed
+from core.watch.series import RunSeries
+
+# attempt A logs 1..30, crashes; B resumes from 20, logs 21..35, crashes; C resumes from 25, logs 26..40
+ATTEMPTS = (("A", 1, 30, None), ("B", 21, 35, 20), ("C", 26, 40, 25))
+LOSS = {"A": 1.0, "B": 2.0, "C": 3.0}
+WANTED = {**{s: "A" for s in range(1, 21)}, **{s: "B" for s in range(21, 26)}, **{s: "C" for s in range(26, 41)}}
+
+
+def _lines(attempts=ATTEMPTS) -> list[str]:
+    lines = [json.dumps({"schema": 1, "kind": "header", "total_steps": 100})]
+    for name, first, last, resumed in attempts:
+        if resumed is not None:
+            lines.append(json.dumps({"kind": "resumed", "step": resumed, "total_steps": 100,
+                                     "checkpoint": f"checkpoint-{resumed}"}))
+        for step in range(first, last + 1):
+            lines.append(json.dumps({"kind": "train", "step": step, "total_steps": 100,
+                                     "loss": LOSS[name] + step / 1000, "tokens_per_s": 100.0,
+                                     "elapsed_s": float(step), "eta_s": 5.0, "tokens_seen": step * 100,
+                                     "padding": "x" * 200}))  # a few lines take a few kilobytes
+            if step == 30:
+                lines.append(json.dumps({"kind": "eval", "step": 30, "eval_loss": LOSS[name],
+                                         "elapsed_s": 30.0}))
+    return lines
+
+
+def _points(series: RunSeries, name: str = "loss", axis: str = "step") -> list[tuple[int, float]]:
+    """(x, y) of each bucket: one point a bucket while the run is this short (span 1)."""
+    buckets = series.series(name, axis)
+    assert buckets.span == 1.0
+    return [(int(buckets.origin + i), round(last, 4)) for i, (count, last)
+            in enumerate(zip(buckets.counts, buckets.lasts, strict=True)) if count]
+
+
+def _check(series: RunSeries) -> None:
+    loss = _points(series)
+    assert loss == [(s, round(LOSS[WANTED[s]] + s / 1000, 4)) for s in range(1, 41)]
+    assert sum(series.series("loss").counts) == 40  # each step once (the file holds 61 train records)
+    assert sum(series.series("loss", "time").counts) == 40  # elapsed_s went back at each resume
+    assert _points(series, "eval_loss") == [(30, 3.0)]  # attempt A's eval at 30 was superseded too
+    assert series.latest["step"] == 40 and series.last_loss == 3.04
+
+
+def test_tail_backfill_and_a_whole_read_take_each_step_once_the_latest_attempts(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(_lines()) + "\n")
+    before = path.read_bytes()
+    for tail_bytes in (10**9, 6_000, 2_000):  # all in the tail; resumes in the backfill; only one in it
+        feed = MetricsFeed(path, "tunedeck", tail_bytes=tail_bytes)
+        tail = feed.read_tail()
+        steps = [r["step"] for r in tail if r.get("kind") == "train"]
+        assert len(steps) == len(set(steps)), tail_bytes
+        assert all(r["loss"] >= LOSS[WANTED[r["step"]]] for r in tail if r.get("kind") == "train")
+        series = feed.backfill()
+        if series is None:
+            series = RunSeries()
+            series.extend(tail)
+        else:
+            assert feed.start > 0
+        _check(series)
+    assert path.read_bytes() == before  # append-only: nothing is rewritten
+
+
+def test_a_resume_appended_while_followed_starts_the_series_over_without_the_lost_steps(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = _lines()
+    cut = lines.index(json.dumps({"kind": "resumed", "step": 25, "total_steps": 100, "checkpoint": "checkpoint-25"}))
+    path.write_text("\n".join(lines[:cut]) + "\n")
+    feed = MetricsFeed(path, "tunedeck", tail_bytes=4_000)
+    series = RunSeries()
+    series.extend(feed.read_tail())
+    series = feed.backfill() or series
+    assert series.latest["step"] == 35
+    with open(path, "a") as handle:  # attempt C: back to step 25, then on to 40
+        handle.write("\n".join(lines[cut:]) + "\n")
+    records, restarted = feed.poll()
+    assert restarted  # steps 26..35 on screen were superseded: the reader starts over
+    series = RunSeries()
+    series.extend(records)
+    series = feed.backfill() or series
+    _check(series)
+    with open(path, "a") as handle:  # and goes on following
+        handle.write(json.dumps({"kind": "train", "step": 41, "loss": 3.041, "elapsed_s": 41.0}) + "\n")
+    records, restarted = feed.poll()
+    assert not restarted and [r["step"] for r in records] == [41]
+
+
+def test_a_resume_whose_attempt_logged_nothing_yet_ends_the_series_at_its_checkpoint(tmp_path):
+    """The new attempt failed before its first step: the dead attempt's steps after the checkpoint are lost,
+    the header's step is the checkpoint's, with the last known loss and no ETA (as status and runs say)."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(_lines(ATTEMPTS[:1]) + [json.dumps({"kind": "resumed", "step": 20,
+                                                                     "total_steps": 100})]) + "\n")
+    feed = MetricsFeed(path, "tunedeck")
+    series = RunSeries()
+    series.extend(feed.read_tail())
+    assert sum(series.series("loss").counts) == 20 and series.last_loss == 1.02
+    assert series.latest["step"] == 20 and series.latest["loss"] == 1.02 and series.latest["eta_s"] is None
