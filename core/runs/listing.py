@@ -87,9 +87,9 @@ def ended_with_checkpoint(run: RunDirectory, status: str) -> bool:
 
 def steady_rate(run: RunDirectory, metrics: dict[str, Any]) -> float | None:
     """The run's tokens/s over its steady steps so far (``steady_tokens_per_s``): the figure the runs list,
-    ``tunedeck status`` and the Runs screen show; None before its first train record (or after a resume,
-    until the new attempt logs)."""
-    if metrics.get("kind") != "train":
+    ``tunedeck status`` and the Runs screen show; None before its first train record. After a resume, until
+    the new attempt logs, the last known (``RunDirectory.latest_metrics``), as the dashboard shows it."""
+    if metrics.get("kind") not in ("train", "resumed"):
         return None
     return steady_tokens_per_s(run.first_train_metrics(), metrics)
 

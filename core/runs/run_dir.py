@@ -221,22 +221,45 @@ class RunDirectory:
         return value if isinstance(value, dict) else {}
 
     def latest_metrics(self) -> dict[str, Any] | None:
-        """The run's figures now: the last training record of ``metrics.jsonl`` written since the newest
-        resume (reads the tail only). A resume goes back to its checkpoint: the step, loss and ETA an
-        attempt reached after it are lost. So when the newest record is the trainer's ``resumed`` record,
-        or a resume was asked for (run.json ``resumes``) after the last record, the figures are only
-        ``{"kind": "resumed", "step", "total_steps"}``: the resume's step, no loss, speed or ETA until the
-        new attempt logs. The charts read the whole history (``core.watch``), not this."""
-        last = last_record(self.metrics_path, lambda r: r.get("kind") in ("train", "resumed"))
+        """The run's figures now: the last training record of ``metrics.jsonl`` that no resume superseded
+        (reads the tail only; ``core.watch.resumes``: the rule the charts follow). A resume goes back to its
+        checkpoint: the steps an attempt reached after it are lost. So when the newest resume (the trainer's
+        ``resumed`` record, or one asked for, run.json ``resumes``, after the last record) has not logged a
+        step yet, the figures are the last record up to its checkpoint with the resume's ``step``,
+        ``"kind": "resumed"`` and no ETA: its last known loss and rate, as the dashboard shows them."""
+        from core.watch.resumes import resume_step
+
+        cutoff = float("inf")
+        newest: dict[str, Any] | None = None  # the newest train or resumed record, superseded or not
+
+        def surviving(record: dict[str, Any]) -> bool:
+            # read from the end backwards (a longer read starts at the end again: the same outcome)
+            nonlocal cutoff, newest
+            step = resume_step(record)
+            if newest is None and (step is not None or record.get("kind") == "train"):
+                newest = record
+            if step is not None:
+                cutoff = min(cutoff, step)
+                return False
+            return record.get("kind") == "train" and isinstance(record.get("step"), int) and record["step"] <= cutoff
+
+        last = last_record(self.metrics_path, surviving)
         resumes = self.read_record()[0].get("resumes")  # (one that does not read: no resume known)
-        resume = resumes[-1] if isinstance(resumes, list) and resumes else None
-        if isinstance(resume, dict) and isinstance(resume.get("step"), int) and resume.get("time") and (
-                last is None or (last.get("kind") == "train" and str(last.get("time") or "~") <= str(resume["time"]))):
-            # asked for, not started yet: whatever was logged before belongs to the attempt given up
-            return {"kind": "resumed", "step": resume["step"], "total_steps": (last or {}).get("total_steps")}
-        if last is not None and last.get("kind") == "resumed":
-            return {"kind": "resumed", "step": last.get("step"), "total_steps": last.get("total_steps")}
-        return last
+        asked = resumes[-1] if isinstance(resumes, list) and resumes else None
+        resume: dict[str, Any] | None = None
+        if isinstance(asked, dict) and isinstance(asked.get("step"), int) and asked.get("time") and (
+                newest is None or str(newest.get("time") or "~") <= str(asked["time"])):
+            resume = asked  # asked for, not started yet: the attempt given up lost what it logged after
+        elif newest is not None and newest.get("kind") == "resumed":
+            resume = newest  # the newest attempt has not logged since its resume
+        if resume is None:
+            return last
+        step = resume["step"]
+        if last is not None and last["step"] > step:
+            last = last_record(self.metrics_path, lambda r: r.get("kind") == "train"
+                               and isinstance(r.get("step"), int) and r["step"] <= step)
+        total = (last or {}).get("total_steps") or resume.get("total_steps") or (newest or {}).get("total_steps")
+        return {**(last or {}), "kind": "resumed", "step": step, "eta_s": None, "total_steps": total}
 
     def latest_eval(self) -> dict[str, Any] | None:
         return last_record(self.metrics_path, lambda r: r.get("kind") == "eval")

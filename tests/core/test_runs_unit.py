@@ -19,7 +19,7 @@ from core.runs.launch import create_run, new_run_id
 from core.runs.listing import RunNotFound, list_runs, resolve_run
 from core.runs.liveness import effective_status
 from core.runs.logs import last_lines
-from core.runs.run_dir import CRASHED, RUNNING, STOPPED, RunDirectory
+from core.runs.run_dir import CRASHED, FAILED, RUNNING, STOPPED, RunDirectory
 from core.secrets import REDACTED, scrub_argv, scrub_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -497,33 +497,52 @@ def _sound_checkpoint(run: RunDirectory | Path, step: int) -> Path:
     return finalize_checkpoint(tmp, step)
 
 
-def test_after_a_resume_the_lost_attempts_step_loss_and_eta_are_not_shown(home):
+def test_after_a_resume_the_lost_attempts_steps_are_dropped_and_the_last_known_figures_shown(home, capsys):
     """Killed at step 875, resumed from checkpoint-800: until the new attempt logs, status and runs show
-    step 800 with no loss, speed or ETA (they showed 875, its loss and "ETA 22:14"); then its own figures.
-    The whole history stays in metrics.jsonl for the charts."""
+    step 800 with the last known loss and rate (step 800's: the steps after the checkpoint are lost) and no
+    ETA. They showed 875 and "ETA 22:14" once, then "loss –" while the dashboard showed the last known loss:
+    one rule now, the dashboard's (``core.watch.resumes``). Then the new attempt's own figures. The whole
+    history stays in metrics.jsonl."""
+    from core.cli import dispatch
     from core.runs.listing import summarize
 
     run = _run(home)
     old = "2026-01-01T00:00:00Z"  # long before the resume
     append_jsonl(run.metrics_path, {"schema": 1, "kind": "header", "total_steps": 3000})
-    for step in (800, 875):
-        append_jsonl(run.metrics_path, {"kind": "train", "step": step, "total_steps": 3000, "loss": 0.9265,
-                                        "tokens_per_s": 100.0, "eta_s": 80000.0, "time": old})
+    for step, loss in ((800, 0.9265), (875, 0.8)):
+        append_jsonl(run.metrics_path, {"kind": "train", "step": step, "total_steps": 3000, "loss": loss,
+                                        "tokens_per_s": 100.0 + step, "eta_s": 80000.0, "time": old})
     _sound_checkpoint(run, 800)
     run.write_status(RUNNING)
     assert summarize(run).step == 875 and summarize(run).status == CRASHED  # the supervisor is gone
     prepare_resume(run)
     summary = summarize(run)  # queued: the new supervisor has not started the trainer yet
-    assert (summary.step, summary.total_steps, summary.loss, summary.eta_s, summary.steady_tokens_per_s) == \
-        (800, 3000, None, None, None)
+    assert (summary.step, summary.total_steps, summary.loss, summary.eta_s, summary.tokens_per_s) == \
+        (800, 3000, 0.9265, None, 900.0)
     later = "2999-01-01T00:00:00Z"
     append_jsonl(run.metrics_path, {"kind": "resumed", "step": 800, "total_steps": 3000, "time": later})
-    assert (summarize(run).step, summarize(run).loss, summarize(run).eta_s) == (800, None, None)
+    run.write_status(FAILED, "failed before its first step")  # the attempt died before it logged
+    summary = summarize(run)
+    assert (summary.step, summary.loss, summary.eta_s, summary.tokens_per_s, summary.steady_tokens_per_s) == \
+        (800, 0.9265, None, 900.0, 900.0)
+    assert dispatch(["runs", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["step"], row["loss"], row["tokens_per_s"], row["eta_s"]) == (800, 0.9265, 900.0, None)
+    assert dispatch(["status", run.id]) == 0
+    assert "0.9265" in capsys.readouterr().out
     append_jsonl(run.metrics_path, {"kind": "train", "step": 804, "total_steps": 3000, "loss": 0.5,
                                     "tokens_per_s": 90.0, "eta_s": 9000.0, "time": later})
-    summary = summarize(run)
-    assert (summary.step, summary.loss, summary.eta_s) == (804, 0.5, 9000.0)
+    run.write_status(RUNNING)
+    with _supervisor_stand_in(run):
+        summary = summarize(run)
+        assert (summary.step, summary.loss, summary.eta_s) == (804, 0.5, 9000.0)
     assert [r["step"] for r in iter_records(run.metrics_path) if r.get("kind") == "train"] == [800, 875, 804]
+
+
+def _supervisor_stand_in(run: RunDirectory):
+    from tests.fixtures.watch.run_builder import SupervisorStandIn
+
+    return SupervisorStandIn(run.path)
 
 
 def test_log_tail_gives_the_last_complete_lines_and_where_following_goes_on(tmp_path):
