@@ -262,7 +262,20 @@ class RunDirectory:
         return {**(last or {}), "kind": "resumed", "step": step, "eta_s": None, "total_steps": total}
 
     def latest_eval(self) -> dict[str, Any] | None:
-        return last_record(self.metrics_path, lambda r: r.get("kind") == "eval")
+        """The last eval record no resume superseded (``core.watch.resumes``; reads the tail only)."""
+        from core.watch.resumes import resume_step, superseded
+
+        cutoff = float("inf")
+
+        def surviving(record: dict[str, Any]) -> bool:
+            nonlocal cutoff
+            step = resume_step(record)
+            if step is not None:
+                cutoff = min(cutoff, step)
+                return False
+            return record.get("kind") == "eval" and not superseded(record, cutoff)
+
+        return last_record(self.metrics_path, surviving)
 
     def metrics_header(self) -> dict[str, Any] | None:
         """The first record of ``metrics.jsonl`` (schema, model, method, world size …)."""

@@ -512,6 +512,7 @@ def test_after_a_resume_the_lost_attempts_steps_are_dropped_and_the_last_known_f
     for step, loss in ((800, 0.9265), (875, 0.8)):
         append_jsonl(run.metrics_path, {"kind": "train", "step": step, "total_steps": 3000, "loss": loss,
                                         "tokens_per_s": 100.0 + step, "eta_s": 80000.0, "time": old})
+        append_jsonl(run.metrics_path, {"kind": "eval", "step": step, "eval_loss": loss + 1, "time": old})
     _sound_checkpoint(run, 800)
     run.write_status(RUNNING)
     assert summarize(run).step == 875 and summarize(run).status == CRASHED  # the supervisor is gone
@@ -530,6 +531,8 @@ def test_after_a_resume_the_lost_attempts_steps_are_dropped_and_the_last_known_f
     assert (row["step"], row["loss"], row["tokens_per_s"], row["eta_s"]) == (800, 0.9265, 900.0, None)
     assert dispatch(["status", run.id]) == 0
     assert "0.9265" in capsys.readouterr().out
+    assert run.latest_eval()["eval_loss"] == pytest.approx(1.9265)  # step 875's eval was lost with its step
+    append_jsonl(run.metrics_path, {"kind": "eval", "step": 800, "eval_loss": 1.5, "time": later})
     append_jsonl(run.metrics_path, {"kind": "train", "step": 804, "total_steps": 3000, "loss": 0.5,
                                     "tokens_per_s": 90.0, "eta_s": 9000.0, "time": later})
     run.write_status(RUNNING)
