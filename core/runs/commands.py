@@ -29,6 +29,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--master-port", type=int, default=0, help=t("runs.master_port_help"))
     p.add_argument("--hostfile", default=None, help=t("runs.hostfile_help"))
     p.add_argument("--check", action="store_true", help=t("runs.check_help"))
+    p.add_argument("--allow-shared-gpus", action="store_true", help=t("runs.allow_shared_gpus_help"))
     p.set_defaults(handler=cmd_train)
 
     p = subparsers.add_parser("demo", help=t("runs.demo_help"), description=t("runs.demo_help"))
@@ -36,6 +37,7 @@ def register(subparsers: Any) -> None:
     mode.add_argument("--headless", action="store_true", help=t("runs.demo_headless_help"))
     mode.add_argument("--detach", action="store_true", help=t("runs.demo_detach_help"))
     p.add_argument("--json", action="store_true", help=t("runs.json_help"))
+    p.add_argument("--allow-shared-gpus", action="store_true", help=t("runs.allow_shared_gpus_help"))
     p.set_defaults(handler=cmd_demo)
 
     p = subparsers.add_parser("runs", help=t("runs.runs_help"), description=t("runs.runs_help"))
@@ -114,7 +116,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.nnodes > 1 and not args.master_port:
         raise CliError(t("runs.master_port_needed"), 2)
     distributed = DistributedSettings(args.nnodes, args.node_rank, args.master_addr, args.master_port)
-    run = start_run(args.config, list(args.overrides), distributed, warn=_err)
+    run = start_run(args.config, list(args.overrides), distributed, warn=_err,
+                    allow_shared_gpus=args.allow_shared_gpus)
     _report_started(run, args.json)
     return 0
 
@@ -176,8 +179,9 @@ def cmd_demo(args: argparse.Namespace) -> Any:
         config.gpus = 1 if visible_gpu_count() > 0 else "all"
     argv = ["tunedeck", "demo"] + (["--headless"] if args.headless else []) + (["--detach"] if args.detach else [])
     if args.headless:  # supervised in this process, not detached
-        return _run_headless(prepare_run(config, argv, "demo", warn=_err), args.json)
-    run = start_run(config, argv=argv, command="demo", warn=_err)
+        return _run_headless(prepare_run(config, argv, "demo", warn=_err, allow_shared_gpus=args.allow_shared_gpus),
+                             args.json)
+    run = start_run(config, argv=argv, command="demo", warn=_err, allow_shared_gpus=args.allow_shared_gpus)
     if args.detach:
         _report_started(run, args.json)
         return 0

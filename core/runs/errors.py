@@ -32,3 +32,13 @@ class SupervisorDidNotStart(RunError):
         which shows a few lines."""
         first = headline or (str(self).splitlines()[0] if str(self) else "")
         return f"{first}\n{self.last_line}" if self.last_line and self.last_line != first else first
+
+
+class GpusInUse(RunError):
+    """Another live run of this box uses some of the GPUs a new run would get: the second would run both
+    out of memory. ``runs`` holds ``(run id, status, shared GPU indices)`` of each, so that a caller can
+    ask (the wizard's y/n) and start anyway with ``allow_shared_gpus``."""
+
+    def __init__(self, message: str, runs: list[tuple[str, str, list[int]]]) -> None:
+        super().__init__(message, 2)
+        self.runs = runs

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from core.i18n import Message, t
-from core.runs.errors import RunError, SupervisorDidNotStart
+from core.runs.errors import GpusInUse, RunError, SupervisorDidNotStart
 from core.runs.run_dir import RunDirectory
 from core.runs.states import RunState, can_resume, can_stop
 
@@ -117,18 +117,20 @@ def check_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn =
 
 
 def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distributed: Any = None,
-                warn: Warn = warn_on_stderr) -> RunDirectory:
+                warn: Warn = warn_on_stderr, allow_shared_gpus: bool = False) -> RunDirectory:
     """Create the run directory of a checked ``RunConfig`` (queued, nothing started) for this box.
 
     Refuses what this box cannot run (GPUs asked for, QLoRA or ZeRO without a GPU) and checkpoints its
     disk cannot hold; resolves what really runs here into the run's config.yaml (precision, an absolute
     ``output``, ``checkpoint_layers: auto``, ``tiled_mlp: auto``) and records the data fingerprint resume compares with.
     ``argv`` is the command line recorded in run.json; ``command`` is ``train``, ``demo`` or ``probe`` (``PROBE_COMMAND``).
+    A live run of this box on any of the same GPUs refuses it (``GpusInUse``) unless ``allow_shared_gpus``.
     """
     from core.runs.fingerprint import record_fingerprint
     from core.runs.launch import create_run
 
     gpus = _check_box(config, warn)
+    _check_gpus_free(gpus, allow_shared_gpus, warn)
     precision_asked = _resolve_for_this_box(config, gpus, warn)
     caps = _gpu_caps() if gpus and "auto" in (config.checkpoint_layers, config.tiled_mlp) else None
     if config.checkpoint_layers == "auto":
@@ -151,14 +153,15 @@ def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distri
 
 def start_run(config: str | Path | Any, overrides: Sequence[str] = (), distributed: Any = None, *,
               argv: Sequence[str] | None = None, command: str = "train",
-              warn: Warn = warn_on_stderr) -> RunDirectory:
+              warn: Warn = warn_on_stderr, allow_shared_gpus: bool = False) -> RunDirectory:
     """Start a detached run and return its ``RunDirectory`` once its supervisor holds the run's lock.
 
     ``config`` is the path of a run file (loaded and checked by ``load_run_file`` with ``overrides``) or
     a ``RunConfig`` the caller built and checked (the demo's), taken as it is. ``distributed`` is a
     ``core.runs.launch.DistributedSettings`` for a multi-node run. ``argv`` is what run.json records as
     the command line (by default the ``tunedeck train`` that does the same). Raises ``RunError``: a check
-    that failed (code 2), a disk that cannot be written, or ``SupervisorDidNotStart`` (code 1).
+    that failed (code 2; ``GpusInUse`` when a live run has some of its GPUs, unless ``allow_shared_gpus``),
+    a disk that cannot be written, or ``SupervisorDidNotStart`` (code 1).
     """
     from core.runs.disk_space import cannot_write_message, is_unwritable
 
@@ -172,7 +175,7 @@ def start_run(config: str | Path | Any, overrides: Sequence[str] = (), distribut
     elif overrides:
         raise ValueError("overrides apply to a run file; apply them to a RunConfig before start_run")
     try:
-        run = prepare_run(config, argv or ["tunedeck", command], command, distributed, warn)
+        run = prepare_run(config, argv or ["tunedeck", command], command, distributed, warn, allow_shared_gpus)
         _start(run)
     except OSError as exc:
         if not is_unwritable(exc):
@@ -424,6 +427,56 @@ def _check_box(config: Any, warn: Warn = warn_on_stderr) -> list[int]:
     return gpus
 
 
+def live_runs_sharing(gpus: Sequence[int]) -> list[tuple[str, str, list[int]]]:
+    """``(run id, status, shared GPU indices)`` of each live run of this host (liveness applied: a dead one
+    is crashed, not live) that uses any of ``gpus``; with no ``gpus`` (a CPU run), each live CPU run, with
+    an empty list. A run of another host (nodes of one run sharing the data root) has its own GPUs; a run
+    whose run.json does not read says none."""
+    import socket
+
+    from core.runs.listing import iter_run_dirs
+    from core.runs.liveness import effective_status
+    from core.runs.states import ACTIVE_STATES
+
+    host = socket.gethostname()
+    wanted = set(gpus)
+    found = []
+    for run in iter_run_dirs():
+        if run.status().status not in ACTIVE_STATES:  # a final status file: no liveness check needed
+            continue
+        status = effective_status(run)
+        if status.status not in ACTIVE_STATES:
+            continue
+        record, unreadable = run.read_record()
+        if unreadable or record.get("host", host) != host:
+            continue
+        theirs = [int(g) for g in record.get("gpus") or []]
+        shared = sorted(wanted & set(theirs))
+        if shared or (not wanted and not theirs):
+            found.append((run.id, RunState(status.status).value, shared))
+    return found
+
+
+def _check_gpus_free(gpus: list[int], allow_shared: bool, warn: Warn = warn_on_stderr) -> None:
+    """Refuse a run on GPUs a live run of this box uses (the second would run both out of memory), unless
+    ``allow_shared``; on a CPU a live CPU run is only a warning (both go slower, neither fails)."""
+    from core.runs.states import state_label
+
+    sharing = live_runs_sharing(gpus)
+    if not sharing:
+        return
+    run_id, status, shared = sharing[0]
+    if not gpus:
+        warn(t("runs.cpu_in_use", id=run_id, status=state_label(status)))
+        return
+    if allow_shared:
+        warn(t("runs.gpus_shared", id=run_id, gpus=",".join(map(str, shared))))
+        return
+    others = t("runs.gpus_in_use_more", count=len(sharing) - 1) if len(sharing) > 1 else ""
+    raise GpusInUse(t("runs.gpus_in_use", id=run_id, status=state_label(status), gpus=",".join(map(str, shared)),
+                      more=others), sharing)
+
+
 def _check_host_memory(values: dict[str, Any], warn: Warn = warn_on_stderr, available: int | None = None,
                        processes: int = 1) -> None:
     """Refuse a run whose parked activations (``offload_activations``, one micro-batch per training process
@@ -454,6 +507,6 @@ def _resume_config(run: RunDirectory, overrides: list[str], warn: Warn) -> Any:
     return config
 
 
-__all__ = ["RunCheck", "RunError", "RunFile", "SupervisorDidNotStart", "can_resume", "can_stop",
-           "check_run_file", "load_run_file", "prepare_run", "resume_run", "start_run", "stop_run",
+__all__ = ["GpusInUse", "RunCheck", "RunError", "RunFile", "SupervisorDidNotStart", "can_resume", "can_stop",
+           "check_run_file", "live_runs_sharing", "load_run_file", "prepare_run", "resume_run", "start_run", "stop_run",
            "stop_run_and_wait", "warn_on_stderr"]

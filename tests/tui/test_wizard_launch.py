@@ -110,3 +110,56 @@ def test_a_launch_whose_supervisor_exits_at_once_says_why_in_its_notification(pr
             assert "starting" in " ".join(screen_text(app).split())  # the whole log's tail on the status line
 
     asyncio.run(scenario())
+
+
+def test_launching_on_the_gpus_of_a_live_run_asks_first(private_home, monkeypatch):
+    """l, then w and l again, started a second run of the same plan on the same GPUs, which runs both out of
+    memory. The launch is refused while a live run uses the plan's GPUs, and the wizard asks: n leaves it
+    unstarted and says why, y starts it anyway (``allow_shared_gpus``). A box of one GPU as far as the run's
+    start can tell (``visible_gpu_count`` made to say 1 on this CPU box; the wizard's box is the fake CPU
+    recording); the live run is a run directory whose lock a child process holds."""
+    import core.runs
+    from core.runs import RunError
+    from core.runs import gpus as run_gpus
+    from tests.core.test_runs_gpus_in_use import _end, _live_run
+    from tui.widgets.confirm import ConfirmScreen
+
+    monkeypatch.setattr(run_gpus, "visible_gpu_count", lambda nvml=None: 1)
+    real_start = core.runs.start_run
+    asked: list[bool] = []
+
+    def start_run(path, allow_shared_gpus=False):
+        asked.append(allow_shared_gpus)
+        if allow_shared_gpus:  # as far as this test goes: nothing is trained on the fake GPU
+            raise RunError("started anyway", 1)
+        return real_start(path, allow_shared_gpus=allow_shared_gpus)
+
+    monkeypatch.setattr(core.runs, "start_run", start_run)
+    live, holder = _live_run([0])
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            await pilot.press("l")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=60)
+            text = " ".join(screen_text(app).split())
+            assert f"Run {live.id} (running) is training on GPU 0" in text
+            await pilot.press("n")
+            await wait_for(pilot, lambda: app.screen is w)
+            assert f"Not started: GPU 0 is in use by run {live.id}" in " ".join(screen_text(app).split())
+            assert asked == [False] and not w.busy
+            await pilot.press("l")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=60)
+            await pilot.press("y")
+            await wait_for(pilot, lambda: app.screen is w and not w.busy and "started anyway" in screen_text(app),
+                           timeout=60)
+            assert asked == [False, False, True]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        _end(holder)
+    from core.runs.listing import iter_run_dirs
+
+    assert [r.id for r in iter_run_dirs()] == [live.id]  # the refused launches created no run

@@ -68,12 +68,16 @@ class BoxRead(Message):
 
 
 class LaunchDone(Message):
-    """A launch's run directory, or its error and the few lines of it a notification shows."""
+    """A launch's run directory, or its error and the few lines of it a notification shows. ``in_use``: the
+    launch was refused because live runs use its GPUs (``GpusInUse.runs``): the screen asks whether to start
+    it anyway."""
 
-    def __init__(self, run_path: str | None, error: str | None, summary: str = "") -> None:
+    def __init__(self, run_path: str | None, error: str | None, summary: str = "",
+                 in_use: list[tuple[str, str, list[int]]] | None = None) -> None:
         super().__init__()
         self.run_path, self.error = run_path, error
         self.summary = summary or (error or "").split("\n", 1)[0]
+        self.in_use = in_use
 
 
 class PlanReady(Message):
@@ -165,6 +169,7 @@ class WizardScreen(Screen[None]):
         self.planning = False  # a recommendation is being computed for the current inputs
         self.override_error = False  # the status line shows an override value's error
         self.model_error: str | None = None  # the model id the line under the field says is wrong
+        self.launch_path: str | None = None  # the plan file the last launch started (asked again on shared GPUs)
 
     # --- layout --------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -848,15 +853,18 @@ class WizardScreen(Screen[None]):
         self._status(t("wizard.launching", path=_escape(str(path))))
         if self.kept_path is not None:  # the dashboard opens next: the status line goes with this screen
             self.notify(t("wizard.kept", kept=_escape(_short(self.kept_path)), path=_escape(str(path))))
+        self.launch_path = str(path)
         self.launch(str(path))
 
     @work(thread=True, exclusive=True, group="wizard-launch", exit_on_error=False)
-    def launch(self, path: str) -> None:
-        from core.runs import RunError, SupervisorDidNotStart, start_run
+    def launch(self, path: str, allow_shared_gpus: bool = False) -> None:
+        from core.runs import GpusInUse, RunError, SupervisorDidNotStart, start_run
 
         try:
-            run = start_run(path)
+            run = start_run(path, allow_shared_gpus=allow_shared_gpus)
             self.post_message(LaunchDone(str(run.path), None))
+        except GpusInUse as exc:  # the screen asks: start it anyway (y) or not
+            self.post_message(LaunchDone(None, str(exc), in_use=exc.runs))
         except SupervisorDidNotStart as exc:  # the notification says why, not only where the log is
             self.post_message(LaunchDone(None, str(exc), exc.summary()))
         except RunError as exc:
@@ -875,6 +883,9 @@ class WizardScreen(Screen[None]):
 
     def on_launch_done(self, message: LaunchDone) -> None:
         self.busy = False
+        if message.in_use:
+            self._ask_shared_gpus(message.in_use)
+            return
         if message.error is not None:
             self._status(f"[$error]{_escape(message.error)}[/]")
             self.notify(_escape(message.summary), severity="error")
@@ -883,6 +894,27 @@ class WizardScreen(Screen[None]):
         from tui.screens.runs import open_dashboard
 
         open_dashboard(self.app, message.run_path)
+
+    def _ask_shared_gpus(self, in_use: list[tuple[str, str, list[int]]]) -> None:
+        """A live run uses the plan's GPUs (launching twice, or beside a run started elsewhere): y starts this one
+        anyway, anything else leaves it unstarted and says why on the status line."""
+        from core.runs import state_label
+        from tui.widgets.confirm import ConfirmScreen
+
+        run_id, status, gpus = in_use[0]
+        shared = ",".join(map(str, gpus))
+        path = self.launch_path
+
+        def answered(ok: bool | None) -> None:
+            if not ok or path is None:
+                self._status(f"[$error]{_escape(t('wizard.gpus_in_use_kept', id=run_id, gpus=shared))}[/]")
+                return
+            self.busy = True
+            self._status(t("wizard.launching", path=_escape(path)))
+            self.launch(path, allow_shared_gpus=True)
+
+        body = t("wizard.gpus_in_use_body", id=run_id, status=state_label(status), gpus=shared)
+        self.app.push_screen(ConfirmScreen(t("wizard.gpus_in_use_title", gpus=shared), body), answered)
 
     # --- probe ---------------------------------------------------------------------------------------
     def action_probe(self) -> None:

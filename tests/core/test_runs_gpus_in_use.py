@@ -1,0 +1,111 @@
+"""A second run on the GPUs of a live one is refused (it would run both out of memory), unless asked for.
+
+Hardware: a box of 2 GPUs as far as the run's start can tell (``visible_gpu_count`` made to say 2 on this
+CPU box); the live run is a run directory whose lock a child process holds, as its supervisor would."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.runs.launch import create_run
+from core.runs.run_dir import RUNNING, RunDirectory
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+class _Config:
+    def __init__(self, **values):
+        self.values = {"name": "long", "model": "tiny", "method": "lora", **values}
+
+    def to_dict(self):
+        return dict(self.values)
+
+    def save(self, path):
+        import yaml
+
+        Path(path).write_text(yaml.safe_dump(self.values))
+
+
+def _live_run(gpus: list[int], host: str | None = None) -> tuple[RunDirectory, subprocess.Popen]:
+    """A run recorded on ``gpus`` whose supervisor (a child holding its lock) is alive."""
+    import psutil
+
+    run = create_run(_Config(), ["tunedeck", "train", "long.yaml"], gpus=gpus)
+    code = ("import fcntl, os, time\n"
+            f"fd = os.open({str(run.lock_path)!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()})
+    if host is not None:
+        run.update_record(host=host)
+    run.write_status(RUNNING)
+    return run, holder
+
+
+def _end(holder: subprocess.Popen) -> None:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+
+
+def test_train_twice_on_the_same_gpus_is_refused_naming_the_live_run(home, tmp_path, monkeypatch, capsys):
+    from core.cli import main
+    from core.data.samples import sample_dataset_path
+    from core.runs import gpus as run_gpus
+    from core.runs.listing import iter_run_dirs
+
+    monkeypatch.setattr(run_gpus, "visible_gpu_count", lambda nvml=None: 2)
+    config = tmp_path / "long.yaml"
+    config.write_text(f"model: tiny\ndataset: {sample_dataset_path()}\nprecision: fp32\ngpus: 1\n", encoding="utf-8")
+    first, holder = _live_run([0, 1])
+    try:
+        assert main(["train", str(config)]) == 2
+        said = capsys.readouterr()
+        assert said.out == ""
+        assert f"GPU 0 is in use by run {first.id} (running)" in said.err
+        assert f"tunedeck stop {first.id}" in said.err and "--allow-shared-gpus" in said.err
+        assert [r.id for r in iter_run_dirs()] == [first.id]  # nothing was created for the refused run
+    finally:
+        _end(holder)
+
+
+def test_only_live_runs_of_this_host_on_those_gpus_count(home):
+    from core.runs.lifecycle import live_runs_sharing
+
+    first, holder = _live_run([1])
+    elsewhere, other = _live_run([0], host="another-node")  # a node of a shared data root: its own GPUs
+    try:
+        assert live_runs_sharing([0]) == []
+        assert live_runs_sharing([0, 1]) == [(first.id, "running", [1])]
+    finally:
+        _end(holder)
+        _end(other)
+    assert live_runs_sharing([0, 1]) == []  # its supervisor died: crashed, not live
+
+
+def test_a_second_cpu_run_is_only_a_warning_and_shared_gpus_can_be_allowed(home):
+    from core.runs.lifecycle import _check_gpus_free
+
+    cpu, holder = _live_run([])
+    said: list[str] = []
+    try:
+        _check_gpus_free([], False, said.append)
+        assert len(said) == 1 and cpu.id in said[0] and "CPU" in said[0]
+    finally:
+        _end(holder)
+    gpu, holder = _live_run([0])
+    said.clear()
+    try:
+        _check_gpus_free([0], True, said.append)  # --allow-shared-gpus: started, with a warning
+        assert len(said) == 1 and gpu.id in said[0]
+    finally:
+        _end(holder)
