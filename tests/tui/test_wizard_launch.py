@@ -163,3 +163,48 @@ def test_launching_on_the_gpus_of_a_live_run_asks_first(private_home, monkeypatc
     from core.runs.listing import iter_run_dirs
 
     assert [r.id for r in iter_run_dirs()] == [live.id]  # the refused launches created no run
+
+
+def test_a_launch_refused_for_its_model_says_the_problem_and_its_remedy_at_80x24(private_home, monkeypatch):
+    """Qwen2.5-7B planned on one H200 with no network and the model not downloaded: l was refused with "The run
+    configuration has a problem:", the plan file's path and the model's problem, and the status line's three lines
+    at 80x24 ended before the remedy ("download it … or give its local folder"); the notification said only the
+    heading. The status line says the problem's own words first, remedy included, and the notification has the
+    whole message (file and line too). Fake GPUs (the two-H200 recording), no network (the hub reported out of
+    reach, under its real name)."""
+    from core.data import loading
+
+    monkeypatch.setattr(loading, "network_reachable", lambda hub, **_: False)
+    monkeypatch.setattr(loading, "hub_address", lambda hub: ("www.modelscope.cn", 443))
+    model = "Qwen/Qwen2.5-7B-Instruct"
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard")
+            w = app.screen
+            await wait_for(pilot, lambda: w.snapshot is not None)
+            w.query_one("#model-input").value = model
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 1)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 2, timeout=60)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 3)
+            w.query_one("#hardware-input").value = "1xH200"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 4, timeout=60)
+            await pilot.press("l")
+            await wait_for(pilot, lambda: not w.busy and any(n.severity == "error" for n in app._notifications),
+                           timeout=60)
+            await pilot.pause()
+            text = " ".join(screen_text(app).split())
+            assert (f"Not started: model '{model}' is not in the local hub cache and www.modelscope.cn cannot be "
+                    f"reached (no network?): download it where there is a network (tunedeck models download "
+                    f"{model}) or give its local folder") in text
+            said = [n.message for n in app._notifications if n.severity == "error"]
+            assert len(said) == 1 and said[0].startswith("The run configuration has a problem:")
+            assert f"{w.saved_path}:2: model:" in said[0] and said[0].endswith("or give its local folder")
+
+    asyncio.run(scenario())

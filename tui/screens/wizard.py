@@ -114,7 +114,7 @@ class WizardScreen(Screen[None]):
     WizardScreen #overrides.shown { display: block; }
     WizardScreen #overrides Input { width: 100%; height: 1; border: none; padding: 0; }
     WizardScreen #overrides .ov-label { color: $foreground-muted; }
-    WizardScreen #wizard-status { height: auto; max-height: 3; padding: 0 1; color: $foreground-muted; }
+    WizardScreen #wizard-status { height: auto; max-height: 5; padding: 0 1; color: $foreground-muted; }
     """
 
     BINDINGS = [
@@ -868,7 +868,7 @@ class WizardScreen(Screen[None]):
         except SupervisorDidNotStart as exc:  # the notification says why, not only where the log is
             self.post_message(LaunchDone(None, str(exc), exc.summary()))
         except RunError as exc:
-            self.post_message(LaunchDone(None, _launch_error(exc)))
+            self.post_message(LaunchDone(None, *_launch_error(exc)))
 
     def on_worker_state_changed(self, event: Any) -> None:
         # A worker that ended in an exception nothing caught: reported, and a launch or probe no longer
@@ -950,17 +950,29 @@ class WizardScreen(Screen[None]):
                 self.recompute(keep_status=True)
 
 
-def _launch_error(exc: Exception) -> str:
-    """A refused launch as the status line says it. Data that does not load is said by its first problem
-    (``file:line: what``) first: the engine's message leads with advice and a heading, and the three lines the
-    status has at 80x24 ended before the file and line."""
+def _launch_error(exc: Exception) -> tuple[str, str]:
+    """A refused launch as the status line says it, and as its notification does. Data that does not load is
+    said by its first problem (``file:line: what``) first: the engine's message leads with advice and a heading,
+    and the lines the status has at 80x24 ended before the file and line. A configuration problem (the model
+    not in the cache and no network…) is said by its first problem's own words, which end with the remedy: under
+    "The run configuration has a problem:" and the plan file's path, the remedy was cut off. The notification
+    has the whole message (every problem, with its file and line)."""
+    from core.config import ConfigError
     from core.data import DataError
 
     cause = exc.__cause__
-    if not isinstance(cause, DataError) or not cause.issues:
-        return str(exc)
-    first = cause.issues[0]
-    return t("wizard.launch_bad_data", problem=str(first), more=_more_problems(len(cause.issues) - 1 + cause.more))
+    if isinstance(cause, DataError) and cause.issues:
+        first = cause.issues[0]
+        text = t("wizard.launch_bad_data", problem=str(first),
+                 more=_more_problems(len(cause.issues) - 1 + cause.more))
+        return text, text.split("\n", 1)[0]
+    if isinstance(cause, ConfigError) and cause.errors:
+        first = cause.errors[0]
+        # the key, unless the words start with it ("model 'Qwen/…' is not in the local hub cache")
+        key = f"{first.key}: " if first.key and not first.message.startswith(first.key) else ""
+        text = t("wizard.launch_bad_config", problem=key + first.message, more=_more_problems(len(cause.errors) - 1))
+        return text, str(exc)
+    return str(exc), str(exc)
 
 
 def _more_problems(count: int) -> str:
