@@ -715,3 +715,34 @@ def test_the_alternatives_hint_says_the_keys_there_are():
 
     assert [alternatives_hint(n) for n in (1, 2, 3, 5)] == ["(1 takes it)", "(1-2 take one)", "(1-3 take one)",
                                                            "(1-3 take one)"]
+
+
+def test_a_refused_launchs_error_goes_when_the_user_goes_back_to_change_the_inputs(private_home, monkeypatch):
+    """After a refused launch, going back to the model step and typing another model kept the old refusal at the
+    bottom of every step until a new plan came: it read as the new inputs' error. Leaving the plan clears it.
+    CPU box (fake); the launch is refused (``start_run`` raising the RunError a refused check raises)."""
+    import core.runs
+    from core.runs import RunError
+
+    def refused(path, allow_shared_gpus=False):
+        raise RunError("the disk cannot hold the checkpoints", 2)
+
+    monkeypatch.setattr(core.runs, "start_run", refused)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            await pilot.press("l")
+            await wait_for(pilot, lambda: not w.busy and "cannot hold the checkpoints" in screen_text(app))
+            await pilot.press("pageup")
+            await wait_for(pilot, lambda: w.step == 3)
+            assert "cannot hold the checkpoints" not in screen_text(app)
+            await pilot.press("pageup", "pageup", "pageup")
+            await wait_for(pilot, lambda: w.step == 0)
+            await pilot.press(*"tin")
+            await pilot.pause()
+            assert w.query_one("#model-input").value == "tin"
+            assert "cannot hold the checkpoints" not in screen_text(app)
+
+    run(scenario())

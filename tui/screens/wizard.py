@@ -169,6 +169,7 @@ class WizardScreen(Screen[None]):
         self.planning = False  # a recommendation is being computed for the current inputs
         self.override_error = False  # the status line shows an override value's error
         self.model_error: str | None = None  # the model id the line under the field says is wrong
+        self.status_error = False  # the status line shows an error (``_status``)
         self.launch_path: str | None = None  # the plan file the last launch started (asked again on shared GPUs)
 
     # --- layout --------------------------------------------------------------------------------------
@@ -244,8 +245,11 @@ class WizardScreen(Screen[None]):
 
     # --- steps ---------------------------------------------------------------------------------------
     def _show_step(self, step: int) -> None:
+        leaving_result = STEPS[self.step] == "result"
         self.step = max(0, min(len(STEPS) - 1, step))
         name = STEPS[self.step]
+        if leaving_result and name != "result" and self.status_error:
+            self._status("")  # it spoke of the plan: at the bottom of every step it read as the inputs' error
         self.query_one(ContentSwitcher).current = f"step-{name}"
         parts = []
         for i, s in enumerate(STEPS):
@@ -807,6 +811,9 @@ class WizardScreen(Screen[None]):
 
     # --- save and launch -----------------------------------------------------------------------------
     def _status(self, text: str) -> None:
+        # An error there (a refused launch, a failed probe, an override's value) is about the plan on the result
+        # step: ``_show_step`` clears it when the user goes back to change the inputs.
+        self.status_error = text.startswith("[$error]")
         self.query_one("#wizard-status", Static).update(text)
 
     def action_save(self) -> Path | None:
