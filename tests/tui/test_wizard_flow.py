@@ -746,3 +746,32 @@ def test_a_refused_launchs_error_goes_when_the_user_goes_back_to_change_the_inpu
             assert "cannot hold the checkpoints" not in screen_text(app)
 
     run(scenario())
+
+
+def test_the_overrides_panel_hides_again(private_home):
+    """After o nothing hid the overrides panel again: at 80x24 the plan kept 44 columns and its memory bar
+    wrapped. o on the plan shows and hides it, Esc in one of its fields hides it too, the focus back on the plan,
+    the values pinned kept. One H200 (fake)."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            body, panel = w.query_one("#result-body"), w.query_one("#overrides")
+            full = body.size.width
+            await pilot.press("o")
+            assert app.focused.id == "ov-method" and panel.display
+            await wait_for(pilot, lambda: body.size.width < full)
+            await pilot.press(*"lora")
+            await wait_for(pilot, lambda: not w.planning and w.overrides == {"method": "lora"})
+            await pilot.press("escape")  # out of the field: the panel goes with it
+            assert app.focused is body and not panel.display and w.step == 4
+            await wait_for(pilot, lambda: body.size.width == full)
+            await pilot.press("o")
+            assert app.focused.id == "ov-method" and panel.display
+            await pilot.press("enter")  # the value taken: the plan has the focus, the panel stays
+            assert app.focused is body and panel.display
+            await pilot.press("o")  # o on the plan hides it
+            assert app.focused is body and not panel.display
+            assert w.overrides == {"method": "lora"}
+
+    run(scenario())

@@ -296,7 +296,7 @@ class WizardScreen(Screen[None]):
     def action_edit(self) -> None:
         """Focus the first text field of this step (the overrides panel on the recommendation)."""
         if STEPS[self.step] == "result":
-            self.action_overrides()
+            self._show_overrides()
             return
         first = {**STEP_FIELDS, "goal": "#epochs-input"}[STEPS[self.step]]
         self.query_one(first, Input).focus()
@@ -313,7 +313,7 @@ class WizardScreen(Screen[None]):
         focused = self.focused
         if isinstance(focused, Input):
             if focused.id and focused.id.startswith("ov-"):
-                self.query_one("#result-body").focus()
+                self._hide_overrides()  # the panel goes with the field (o shows it again)
             else:
                 name = STEPS[self.step]
                 self.query_one({"goal": "#goal-list"}.get(name, f"#step-{name}")).focus()
@@ -781,9 +781,20 @@ class WizardScreen(Screen[None]):
         self.recompute()
 
     def action_overrides(self) -> None:
-        panel = self.query_one("#overrides")
-        panel.add_class("shown")
-        self.query_one("#ov-method", Input).focus()
+        """Show the overrides panel, its first field focused; hide it again (``o`` / F4 on the plan, Esc in a
+        field), the focus back on the plan: shown, it takes 34 of 80 columns from the plan. Pinned values stay."""
+        if self.query_one("#overrides").has_class("shown"):
+            self._hide_overrides()
+        else:
+            self._show_overrides()
+
+    def _show_overrides(self) -> None:
+        self.query_one("#overrides").add_class("shown")
+        self.set_focus(self.query_one("#ov-method", Input))  # now: keys typed right after o go to the field
+
+    def _hide_overrides(self) -> None:
+        self.query_one("#overrides").remove_class("shown")
+        self.set_focus(self.query_one("#result-body"))
 
     def action_clear_overrides(self) -> None:
         self.overrides.clear()
