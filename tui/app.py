@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable
 from functools import partial
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.command import CommandPalette
@@ -24,6 +25,7 @@ from core.settings import MIN_POLL_INTERVAL_S, Settings, save_settings
 from themes import DEFAULT_THEME, THEMES
 from tui.gpu_poll import HISTORY_SAMPLES, IDLE_POLL_S, GpuPolled, GpuPollFailed, SnapshotReady
 from tui.screens.help import HelpScreen
+from tui.widgets.burst_typing import hand_on_to_focused_input
 from tui.widgets.keys_footer import field_focused, is_typed_key, key_name, survives_ssh, typing
 
 SECTIONS = ("gpus", "models", "wizard", "runs")
@@ -255,6 +257,11 @@ class TunedeckApp(App[int]):
         report_failed_worker(self, event)
 
     # --- actions ---------------------------------------------------------------------------------
+    def on_key(self, event: events.Key) -> None:
+        # Before the app's bindings: a key of a burst routed before an action focused a text field (the Runs
+        # filter's f, the Models search's s) is the field's, not a section key (tui.widgets.burst_typing).
+        hand_on_to_focused_input(self.focused, event)
+
     def action_section(self, section: str) -> None:
         # The user goes somewhere: a dashboard asked for before and still being read must not pull them away.
         self.cancel_dashboard_open()

@@ -255,3 +255,25 @@ def test_an_unreadable_run_json_is_said_in_the_header_and_the_rest_still_shows(m
         run(scenario("Permission denied"))
         record.write_text("{not json", encoding="utf-8")
         run(scenario("Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"))
+
+
+def test_keys_typed_in_one_burst_after_s_go_to_the_search():
+    """s then "gpu" in one write (tmux, a paste, a slow SSH link) went on as keys before the search had the focus
+    (g: the GPUs screen). They go to the search now, s not typed into it. A finished run's folder; the keys are
+    posted to the app at once, as a terminal read delivers them."""
+    from textual import events
+
+    path = build_run(runs_dir(), "20261129-2100-burst", status="finished", steps=600, log_lines=30)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await dashboard(pilot, app, "finished")
+            for key in "sgpu":
+                app.post_message(events.Key(key, key))
+            box = screen.query_one("#dash-search")
+            await wait_for(pilot, lambda: box.value == "gpu")
+            await pilot.pause()
+            assert app.screen is screen and screen.focused is box and box.value == "gpu"
+
+    run(scenario())

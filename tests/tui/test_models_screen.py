@@ -219,3 +219,23 @@ def test_reopening_reattaches_to_a_running_download(hub_env):
             await wait_for(pilot, lambda: "Qwen/Qwen2.5-Tiny-Instruct: stopped; d resumes it" in screen_text(app))
 
     asyncio.run(scenario())
+
+
+def test_keys_typed_in_one_burst_after_s_go_to_the_search(hub_env):
+    """s then "qwen" in one write (tmux, a paste, a slow SSH link) went on as keys before the search had the focus:
+    q quit the app. They go to the search now, s not typed into it. No GPU needed (the fake H200's screen); the
+    keys are posted to the app at once, as a terminal read delivers them."""
+    from textual import events
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_models(pilot, app)
+            search = screen.query_one("#models-search")
+            for key in "sqwen":
+                app.post_message(events.Key(key, key))
+            await wait_for(pilot, lambda: search.value == "qwen")
+            await pilot.pause()
+            assert app.is_running and app.screen is screen and app.focused is search and search.value == "qwen"
+
+    asyncio.run(scenario())

@@ -844,3 +844,36 @@ def test_home_and_end_go_to_the_first_and_last_run_and_a_delete_keeps_the_place(
             assert table.cursor_row == 1
 
     run(scenario())
+
+
+def test_keys_typed_in_one_burst_after_f_go_to_the_filter():
+    """f then "long" sent in one write (tmux send-keys, a paste, keystrokes a slow SSH link bundles) left the app
+    on the GPUs screen: the filter got the focus only after a refresh, and the g before that went to the app's
+    "go to GPUs". Every key after f goes to the filter now, and f itself is not typed into it. No GPUs needed
+    (the CPU recording); the keys are posted to the app at once, as a terminal read delivers them."""
+    from textual import events
+
+    root = runs_dir()
+    build_run(root, "20261129-2300-long", status="finished", steps=600, created="2026-11-29T23:00:00Z")
+    build_run(root, "20261129-2200-short", status="finished", steps=600, created="2026-11-29T22:00:00Z")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_runs(pilot, app)
+            box = screen.query_one("#runs-filter")
+            for key in "flong":
+                app.post_message(events.Key(key, key))
+            await wait_for(pilot, lambda: box.value == "long")
+            await pilot.pause()
+            assert app.current_mode == "runs" and app.screen is screen and app.focused is box
+            assert ids(screen) == ["20261129-2300-long"]
+            await pilot.press("escape")  # the filter cleared, back to the table
+            await wait_for(pilot, lambda: not box.display and len(screen.shown) == 2)
+            for key in "fgr":
+                app.post_message(events.Key(key, key))
+            await wait_for(pilot, lambda: box.value == "gr")
+            await pilot.pause()
+            assert app.current_mode == "runs" and box.value == "gr" and screen.shown == []
+
+    run(scenario())

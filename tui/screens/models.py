@@ -835,14 +835,14 @@ class ModelsScreen(Screen[None]):
         self.notify(t("modelsscreen.cancel_sent", model=status.model_id))
 
     # --- local tab ---------------------------------------------------------------------------------
-    def action_tab(self, tab: str) -> None:
+    def action_tab(self, tab: str, focus_list: bool = True) -> None:
         self.tab = tab
         self.query_one("#models-tabs", ContentSwitcher).current = f"{tab}-tab"
         self._show_filters(self._filters_extra)
         if tab == "local":
             self.query_one("#local-models", DataTable).focus()
             self._list_local()
-        else:
+        elif focus_list:
             self._focus_list()
         self.refresh_bindings()
 
@@ -1087,8 +1087,9 @@ class ModelsScreen(Screen[None]):
 
     # --- filters and the rest ----------------------------------------------------------------------
     def action_focus_search(self) -> None:
-        self.action_tab("hub")
-        self.query_one("#models-search", Input).focus()
+        self.action_tab("hub", focus_list=False)
+        # now, not after a refresh: see tui.widgets.burst_typing
+        self.set_focus(self.query_one("#models-search", Input))
 
     def action_toggle_hub(self) -> None:
         self.hub = _cycle(HUBS, self.hub)

@@ -461,7 +461,7 @@ class RunsScreen(Screen[None]):
         box = self.query_one("#runs-filter", Input)
         box.display = True
         box.value = self.filter_text
-        box.focus()
+        self.set_focus(box)  # now, not after a refresh: see tui.widgets.burst_typing
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "runs-filter":

@@ -29,6 +29,7 @@ from core.units import format_count, plural_key
 from tui.gpu_poll import replay_note
 from tui.screens.error_modal import describe, report_failed_worker, report_unexpected
 from tui.widgets.bar import bar
+from tui.widgets.burst_typing import type_into
 from tui.widgets.keys_footer import KeysFooter
 
 STEPS = ("model", "dataset", "goal", "hardware", "result")
@@ -376,9 +377,7 @@ class WizardScreen(Screen[None]):
                 return False
             field.value = ""
             self.set_focus(field)  # now: the keys after this one go to the field
-        event.stop()
-        event.prevent_default()
-        field.post_message(events.Key(event.key, event.character))  # typed by the field, after its focus
+        type_into(field, event)  # typed by the field, after its focus
         return True
 
     def on_paste(self, event: events.Paste) -> None:

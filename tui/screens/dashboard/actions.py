@@ -82,7 +82,7 @@ class DashboardActions:
     def action_search(self) -> None:
         box = self.query_one("#dash-search", Input)
         box.display = True
-        box.focus()
+        self.set_focus(box)  # now, not after a refresh: see tui.widgets.burst_typing
         self.refresh_bindings()  # Esc now closes the search: the footer says Back
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
