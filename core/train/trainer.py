@@ -60,6 +60,27 @@ def defers_logs(cuda: bool) -> bool:
     return wanted == "1" if wanted in ("0", "1") else cuda
 
 
+def rebase_learning_rate(scheduler: Any, base_lrs: list[float]) -> None:
+    """Carry on ``scheduler``'s schedule (its step and shape, as restored from a checkpoint) from the base
+    rates ``base_lrs`` instead of those it was saved with: a resume with another ``learning_rate``.
+
+    The optimizer's param groups get the new ``initial_lr`` and the rate the schedule gives at its current
+    step (a ``LambdaLR``: base × factor; any other scheduler: the rate scaled by new base / old base)."""
+    old = list(scheduler.base_lrs)
+    if len(old) != len(base_lrs) or old == list(base_lrs):
+        return
+    groups = scheduler.optimizer.param_groups
+    factors = getattr(scheduler, "lr_lambdas", None)
+    for index, (group, before, after) in enumerate(zip(groups, old, base_lrs, strict=True)):
+        if factors is not None:
+            group["lr"] = after * factors[index](scheduler.last_epoch)
+        elif before:
+            group["lr"] = group["lr"] * after / before
+        group["initial_lr"] = after
+    scheduler.base_lrs = list(base_lrs)
+    scheduler._last_lr = [group["lr"] for group in groups]  # what the Trainer logs until the next step
+
+
 def untied_missing_keys(model: Any, missing: list[str]) -> list[str]:
     """The keys of ``missing`` (a ``load_state_dict`` result's) the model really lacks.
 
@@ -289,7 +310,12 @@ class AtomicCheckpointTrainer(Trainer):
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         if self.weights_only:
             return  # 'tunedeck resume --weights-only': a fresh optimizer and LR schedule, as announced
+        # The schedule built from this run's config carries its learning_rate; the checkpoint's state
+        # carries the rate the run had when it was saved (`tunedeck resume RUN learning_rate=...`).
+        fresh = list(getattr(self.lr_scheduler, "base_lrs", None) or []) if checkpoint else []
         super()._load_optimizer_and_scheduler(checkpoint)
+        if fresh:
+            rebase_learning_rate(self.lr_scheduler, fresh)
 
     def _load_scaler(self, checkpoint: str | None) -> None:
         if self.weights_only:

@@ -352,3 +352,28 @@ def test_resume_says_it_resumed_and_from_which_checkpoint(copy):
     assert f"resumed run {run_id} from checkpoint 9\n" in out.stderr and "started run" not in out.stderr, out.stderr
     assert f"tunedeck logs {run_id} -f" in out.stderr
     assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+
+
+def test_a_new_learning_rate_on_resume_is_the_base_the_schedule_carries_on_from(copy):
+    """`resume RUN learning_rate=…` was accepted and written to config.yaml, but the trainer restored the
+    checkpoint's optimizer and schedule, old rate and all: the log went on at the old rate. The schedule
+    keeps its step and shape (linear over 12 steps, no warmup: lr at step s is base × (13 - s) / 12) and
+    takes the new base; a schedule changed with it (constant) gives the new rate flat. CPU only."""
+    cli, run_id, run_dir, _data = copy
+    out = cli("resume", run_id, "learning_rate=0.001")
+    assert f"configuration key learning_rate changed: {LR} → 0.001" in out.stderr, out.stderr
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    rates = {r["step"]: r["learning_rate"] for r in map(json.loads, lines) if r.get("kind") == "train"}
+    assert rates[9] == pytest.approx(LR * 4 / 12)  # before the resume: the old base
+    assert [rates[s] for s in (10, 11, 12)] == pytest.approx([0.001 * (13 - s) / 12 for s in (10, 11, 12)]), rates
+    assert "lr 0.00025 " in (run_dir / "train.log").read_text()
+
+
+def test_a_new_learning_rate_and_schedule_on_resume_give_the_new_rate(copy):
+    cli, run_id, run_dir, _data = copy
+    cli("resume", run_id, "learning_rate=0.001", "lr_scheduler=constant")
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    rates = [r["learning_rate"] for r in map(json.loads, lines) if r.get("kind") == "train" and r["step"] > 9]
+    assert rates == pytest.approx([0.001] * 3), rates
