@@ -217,6 +217,22 @@ def _being_resumed(run: RunDirectory, status: RunStatus) -> bool:
     return False
 
 
+def refuse_unresumable(run: RunDirectory) -> Any:
+    """The run's status, if its state allows a resume and its run.json reads; else ``RunControlError``
+    (active, finished, a run.json that does not read). Reads only: the first thing a resume says."""
+    status = effective_status(run)
+    if status.status in ACTIVE_STATES:
+        key = "runs.resume_in_progress" if _being_resumed(run, status) else "runs.resume_running"
+        raise RunControlError(t(key, id=run.id, status=status.status))
+    if status.status == FINISHED:
+        raise RunControlError(t("runs.resume_finished", id=run.id))
+    unreadable = run.read_launch_record()[1]
+    if unreadable:  # before anything is written: its GPUs unknown, the new attempt would train on the CPU
+        raise RunControlError(t("runs.resume_record_unreadable", id=run.id, path=str(run.record_path),
+                                reason=unreadable))
+    return status
+
+
 def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: bool = False,
                    config: Any = None) -> ResumePlan:
     """Check that ``run`` can resume and mark it queued; returns the plan (checkpoint, notices).
@@ -228,16 +244,7 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     (a ``RunConfig``) replaces the run's config.yaml once every check has passed (key overrides).
     Nothing is removed without an event and a notice naming it.
     """
-    status = effective_status(run)
-    if status.status in ACTIVE_STATES:
-        key = "runs.resume_in_progress" if _being_resumed(run, status) else "runs.resume_running"
-        raise RunControlError(t(key, id=run.id, status=status.status))
-    if status.status == FINISHED:
-        raise RunControlError(t("runs.resume_finished", id=run.id))
-    unreadable = run.read_launch_record()[1]
-    if unreadable:  # before anything is written: its GPUs unknown, the new attempt would train on the CPU
-        raise RunControlError(t("runs.resume_record_unreadable", id=run.id, path=str(run.record_path),
-                                reason=unreadable))
+    status = refuse_unresumable(run)
     run.close_open_attempt(status.status)  # one whose end was recorded without closing it (older versions)
     notices: list[Message] = []
     check = _choose_checkpoint(run, step, weights_only, notices)
@@ -286,4 +293,5 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     return ResumePlan(str(checkpoint.path), checkpoint.step, weights_only, notices)
 
 
-__all__ = ["ResumePlan", "RunControlError", "StopResult", "prepare_resume", "request_stop", "wait_for_end", "STOPPED"]
+__all__ = ["ResumePlan", "RunControlError", "StopResult", "prepare_resume", "refuse_unresumable", "request_stop",
+           "wait_for_end", "STOPPED"]

@@ -192,16 +192,19 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     ``core.runs.control.ResumePlan`` (checkpoint, step, notices) once the new supervisor has started.
 
     ``checkpoint`` picks checkpoint N instead; ``weights_only`` accepts one without optimizer state (the
-    optimizer and LR schedule restart); ``overrides`` (``key=value``) change the run's config.yaml, checked
-    first. The disk must hold the checkpoints still to come. Each notice of the plan (fallbacks, removals,
-    changed data or keys) goes to ``notice`` before the run starts, by default to ``warn`` as the CLI says
-    it. Raises ``RunError``; if the supervisor exits at once, ``SupervisorDidNotStart`` and the run is
+    optimizer and LR schedule restart); ``overrides`` (``key=value``) change the run's config.yaml. The
+    configuration (config.yaml as it is now, with the overrides) is checked as ``train`` checks a run
+    file, and refused with nothing changed. The disk must hold the checkpoints still to come. Each
+    notice of the plan (fallbacks, removals, changed data or keys) goes to ``notice`` before the run
+    starts, by default to ``warn`` as the CLI says it. Raises ``RunError``; if the supervisor exits at once, ``SupervisorDidNotStart`` and the run is
     marked failed.
     """
-    from core.runs.control import prepare_resume
+    from core.runs.control import prepare_resume, refuse_unresumable
 
-    config = _resume_config(run, list(overrides), warn) if overrides else None
-    values = config.to_dict() if config is not None else run.config()
+    refuse_unresumable(run)  # a running or finished run is told so before anything about its config
+    # The run's config.yaml (hand-edited perhaps) with the overrides, checked as `train` checks a run file
+    config = _resume_config(run, list(overrides), warn)
+    values = config.to_dict() if overrides else run.config()
     _check_disk_space(values, run.path, len(run.checkpoints(complete_only=True)), warn)
     from core.runs.gpus import resolve_gpus, visible_gpu_count
 
@@ -212,7 +215,7 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
         except ValueError:  # the run's GPUs are not all here: the launch says so; count one meanwhile
             processes = 1
         _check_host_memory(values, warn, processes=processes)
-    plan = prepare_resume(run, step=checkpoint, weights_only=weights_only, config=config)
+    plan = prepare_resume(run, step=checkpoint, weights_only=weights_only, config=config if overrides else None)
     for each in plan.notices:
         if notice is not None:
             notice(each)
@@ -492,7 +495,8 @@ def _check_host_memory(values: dict[str, Any], warn: Warn = warn_on_stderr, avai
 
 
 def _resume_config(run: RunDirectory, overrides: list[str], warn: Warn) -> Any:
-    """The run's config.yaml with ``key=value`` overrides applied and checked (a dataset that moved)."""
+    """The run's config.yaml with ``key=value`` overrides applied (a dataset that moved), checked key by
+    key and across keys as ``train`` checks a run file (``resume_run`` checks the data)."""
     from core.config import ConfigError, load_run_config
 
     try:

@@ -377,3 +377,25 @@ def test_a_new_learning_rate_and_schedule_on_resume_give_the_new_rate(copy):
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     rates = [r["learning_rate"] for r in map(json.loads, lines) if r.get("kind") == "train" and r["step"] > 9]
     assert rates == pytest.approx([0.001] * 3), rates
+
+
+def snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("key", ["lora_rank", "max_seq_len"])
+def test_a_hand_edited_config_yaml_is_checked_on_resume_as_train_checks_it(copy, key):
+    """`lora_rank: banana` in the run's config.yaml was taken with a "changed" warning, `max_seq_len: banana`
+    said "resumed" and the trainer died on int('banana'). Both are refused with the file, line and key."""
+    cli, run_id, run_dir, _data = copy
+    path = run_dir / "config.yaml"
+    lines = path.read_text().splitlines()
+    line = next(n for n, text in enumerate(lines, 1) if text.startswith(f"{key}:"))
+    lines[line - 1] = f"{key}: banana"
+    path.write_text("\n".join(lines) + "\n")
+    before = snapshot(run_dir)
+    refused = cli("resume", run_id, check=False)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    assert f"{path}:{line}: {key}: got 'banana'; expected an integer" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and "resumed" not in refused.stderr
+    assert snapshot(run_dir) == before and RunDirectory(run_dir).status().status == "failed"
