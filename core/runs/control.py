@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,7 +235,7 @@ def refuse_unresumable(run: RunDirectory) -> Any:
 
 
 def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: bool = False,
-                   config: Any = None) -> ResumePlan:
+                   config: Any = None, check_data: Callable[[], None] | None = None) -> ResumePlan:
     """Check that ``run`` can resume and mark it queued; returns the plan (checkpoint, notices).
 
     The newest checkpoint that passes ``verify_checkpoint`` is chosen (or checkpoint ``step``, refused if
@@ -242,6 +243,8 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     ``weights_only``, which restarts the optimizer and the LR schedule. The data and configuration are
     compared with the run's fingerprint: a missing dataset file refuses, a change is a notice. ``config``
     (a ``RunConfig``) replaces the run's config.yaml once every check has passed (key overrides).
+    ``check_data`` (the data check of ``train``, raising ``RunError``) runs after a missing dataset file
+    is refused and before anything is written for the resume.
     Nothing is removed without an event and a notice naming it.
     """
     status = refuse_unresumable(run)
@@ -256,6 +259,8 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     report = compare_fingerprint(run.path, cfg)
     if report.missing:
         raise RunControlError(Message("resume.data_refused", id=run.id, problems=report.missing).text())
+    if check_data is not None:  # data that does not load fails the trainer later: refused now, nothing written
+        check_data()
     for kind, data in report.events:
         run.append_event(kind, **data)
     notices += report.warnings

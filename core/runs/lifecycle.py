@@ -193,11 +193,11 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
 
     ``checkpoint`` picks checkpoint N instead; ``weights_only`` accepts one without optimizer state (the
     optimizer and LR schedule restart); ``overrides`` (``key=value``) change the run's config.yaml. The
-    configuration (config.yaml as it is now, with the overrides) is checked as ``train`` checks a run
-    file, and refused with nothing changed. The disk must hold the checkpoints still to come. Each
+    configuration (config.yaml as it is now, with the overrides) and the data are checked as ``train``
+    checks them, and refused with nothing changed. The disk must hold the checkpoints still to come. Each
     notice of the plan (fallbacks, removals, changed data or keys) goes to ``notice`` before the run
-    starts, by default to ``warn`` as the CLI says it. Raises ``RunError``; if the supervisor exits at once, ``SupervisorDidNotStart`` and the run is
-    marked failed.
+    starts, by default to ``warn`` as the CLI says it. Raises ``RunError``; if the supervisor exits at
+    once, ``SupervisorDidNotStart`` and the run is marked failed.
     """
     from core.runs.control import prepare_resume, refuse_unresumable
 
@@ -215,7 +215,8 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
         except ValueError:  # the run's GPUs are not all here: the launch says so; count one meanwhile
             processes = 1
         _check_host_memory(values, warn, processes=processes)
-    plan = prepare_resume(run, step=checkpoint, weights_only=weights_only, config=config if overrides else None)
+    plan = prepare_resume(run, step=checkpoint, weights_only=weights_only, config=config if overrides else None,
+                          check_data=lambda: _check_data(config))
     for each in plan.notices:
         if notice is not None:
             notice(each)

@@ -383,6 +383,35 @@ def snapshot(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
 
 
+def test_data_that_does_not_load_is_refused_by_resume_as_by_train_with_nothing_changed(copy, tmp_path):
+    """`resume` took data `train --check` refuses (an unsupported suffix, a bad JSON line, the run's own file
+    broken since it stopped), said "resumed", and the trainer failed seconds later; the bad `dataset=` stayed
+    in config.yaml, so the next plain resume failed too. Now each is refused, exit 2, naming file and line,
+    with nothing started and nothing in the run directory changed; a plain resume then trains. CPU only."""
+    cli, run_id, run_dir, data = copy
+    moved = tmp_path / "data.moved"
+    shutil.copy(data, moved)
+    bad = write_rows(tmp_path / "bad.jsonl", 3)
+    with open(bad, "a", encoding="utf-8") as handle:
+        handle.write("not json\n")
+    before = snapshot(run_dir)
+    for args, problem in (((f"dataset={moved}",), f"{moved}: unsupported file type '.moved'"),
+                          ((f"dataset={bad}",), f"{bad}:4: invalid JSON")):
+        refused = cli("resume", run_id, *args, check=False)
+        assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+        assert problem in refused.stderr and "resumed" not in refused.stderr, refused.stderr
+        assert snapshot(run_dir) == before
+    original = data.read_bytes()
+    with open(data, "a", encoding="utf-8") as handle:
+        handle.write("not json\n")
+    refused = cli("resume", run_id, check=False)
+    assert refused.returncode == 2 and f"{data}:13: invalid JSON" in refused.stderr, refused.stderr
+    assert snapshot(run_dir) == before and RunDirectory(run_dir).status().status == "failed"
+    data.write_bytes(original)
+    cli("resume", run_id)
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+
+
 @pytest.mark.parametrize("key", ["lora_rank", "max_seq_len"])
 def test_a_hand_edited_config_yaml_is_checked_on_resume_as_train_checks_it(copy, key):
     """`lora_rank: banana` in the run's config.yaml was taken with a "changed" warning, `max_seq_len: banana`
