@@ -1,5 +1,8 @@
 """What a run was trained on, recorded when it starts and compared when it resumes.
 
+A resume that finds a change records the new state, so the next one compares with what the run last
+started or resumed with, and each change is told once (its event in events.jsonl keeps the history).
+
 ``fingerprint.json`` in the run directory holds, for each local dataset file, its path, size, mtime and
 record count, and for the configuration a hash of the training-relevant keys with their values (so a
 change can be named key by key). ``tunedeck resume`` compares: a dataset file that is gone refuses the

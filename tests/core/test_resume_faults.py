@@ -213,7 +213,7 @@ def test_changed_dataset_warns_with_rows_old_to_new_and_trains_on(copy):
     cli, run_id, run_dir, data = copy
     write_rows(data, 5)
     out = cli("resume", run_id, "--json")
-    assert f"dataset {data} changed since the run started: records 12 → 5" in out.stderr, out.stderr
+    assert f"dataset {data} changed since the run last started or resumed: records 12 → 5" in out.stderr, out.stderr
     started = json.loads(out.stdout)
     assert started["step"] == 9 and not started["weights_only"]
     assert any("records 12 → 5" in notice for notice in started["notices"])
@@ -241,7 +241,7 @@ def test_missing_dataset_is_refused_before_anything_starts_and_an_override_resum
     data.rename(moved)
     refused = cli("resume", run_id, check=False)
     assert refused.returncode == 1
-    assert f"dataset {data} is gone (it held 12 records when the run started)" in refused.stderr
+    assert f"dataset {data} is gone (it held 12 records when the run last started or resumed)" in refused.stderr
     assert "dataset=NEW_PATH" in refused.stderr and "nothing was started" in refused.stderr
     assert refused.stdout == ""  # no run id: nothing was started
     record = json.loads((run_dir / "run.json").read_text())
@@ -293,13 +293,13 @@ def test_dataset_folder_fingerprint_names_new_removed_and_changed_files(tmp_path
     write_rows(folder / "a.jsonl", 3)
     report = compare_fingerprint(tmp_path, cfg)
     texts = [m.text() for m in report.warnings]
-    assert f"dataset {folder / 'a.jsonl'} changed since the run started: records 6 → 3; size" in texts[0]
+    assert f"dataset {folder / 'a.jsonl'} changed since the run last started or resumed: records 6 → 3; size" in texts[0]
     assert any(f"{folder / 'b.jsonl'} is no longer in {folder}" in x for x in texts)
     assert any(f"dataset file {folder / 'c.jsonl'} is new" in x for x in texts)
     assert not report.missing
     shutil.rmtree(folder)
     missing = compare_fingerprint(tmp_path, cfg).missing
-    assert [m.text() for m in missing] == [f"dataset {folder} is gone (it held 10 records when the run started); "
+    assert [m.text() for m in missing] == [f"dataset {folder} is gone (it held 10 records when the run last started or resumed); "
                                           "restore it, or resume with dataset=NEW_PATH if it moved"]
 
 
@@ -428,3 +428,23 @@ def test_a_hand_edited_config_yaml_is_checked_on_resume_as_train_checks_it(copy,
     assert f"{path}:{line}: {key}: got 'banana'; expected an integer" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr and "resumed" not in refused.stderr
     assert snapshot(run_dir) == before and RunDirectory(run_dir).status().status == "failed"
+
+
+def test_a_dataset_change_is_told_against_the_last_start_or_resume_and_says_so(copy, tmp_path):
+    """fingerprint.json is recorded again by a resume that meets a change (each change is told once), yet
+    the warnings said "since the run started": back on its original file after a resume on another, the run
+    was told that file was "new since the run started". They say what they compare with now."""
+    from core.config import load_run_config
+
+    _cli, _run_id, run_dir, data = copy
+    other = write_rows(tmp_path / "other.jsonl", 5)
+    run = RunDirectory(run_dir)
+    first = prepare_resume(run, config=load_run_config(run.config_path, [f"dataset={other}"]))
+    assert f"dataset file {other} is new since the run last started or resumed; the rest of the run trains on " \
+           "it too" in [n.text() for n in first.notices]
+    run.write_status("failed", "the attempt on other.jsonl failed")  # as if that attempt had run and failed
+    back = prepare_resume(run, config=load_run_config(run.config_path, [f"dataset={data}"]))
+    texts = [n.text() for n in back.notices]
+    assert f"dataset file {data} is new since the run last started or resumed; the rest of the run trains on " \
+           "it too" in texts, texts
+    assert not any("since the run started" in text for text in texts)
