@@ -69,6 +69,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help=t("resume.overrides_help"))
     p.add_argument("--checkpoint", type=int, default=None, metavar="N", help=t("resume.checkpoint_help"))
     p.add_argument("--weights-only", action="store_true", help=t("resume.weights_only_help"))
+    p.add_argument("--allow-shared-gpus", action="store_true", help=t("runs.allow_shared_gpus_help"))
     p.add_argument("--json", action="store_true", help=t("runs.json_help"))
     p.set_defaults(handler=cmd_resume)
 
@@ -420,7 +421,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     run = _resolve(args.run)
     plan = resume_run(run, checkpoint=args.checkpoint, weights_only=args.weights_only,
-                      overrides=list(args.overrides), warn=_err)
+                      overrides=list(args.overrides), warn=_err, allow_shared_gpus=args.allow_shared_gpus)
     _report_started(run, args.json, {"checkpoint": plan.checkpoint, "step": plan.step,
                                      "weights_only": plan.weights_only,
                                      "notices": [notice.text() for notice in plan.notices]},

@@ -187,14 +187,15 @@ def start_run(config: str | Path | Any, overrides: Sequence[str] = (), distribut
 # -- resume --------------------------------------------------------------------------------------
 def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: bool = False,
                overrides: Sequence[str] = (), warn: Warn = warn_on_stderr,
-               notice: Callable[[Message], None] | None = None) -> Any:
+               notice: Callable[[Message], None] | None = None, allow_shared_gpus: bool = False) -> Any:
     """Resume a stopped, failed or crashed run from its newest sound checkpoint; returns the
     ``core.runs.control.ResumePlan`` (checkpoint, step, notices) once the new supervisor has started.
 
     ``checkpoint`` picks checkpoint N instead; ``weights_only`` accepts one without optimizer state (the
     optimizer and LR schedule restart); ``overrides`` (``key=value``) change the run's config.yaml. The
     configuration (config.yaml as it is now, with the overrides) and the data are checked as ``train``
-    checks them, and refused with nothing changed. The disk must hold the checkpoints still to come. Each
+    checks them, and refused with nothing changed. The disk must hold the checkpoints still to come, and a
+    live run of this box on any of its GPUs refuses it as it refuses ``train`` (``allow_shared_gpus``). Each
     notice of the plan (fallbacks, removals, changed data or keys) goes to ``notice`` before the run
     starts, by default to ``warn`` as the CLI says it. Raises ``RunError``; if the supervisor exits at
     once, ``SupervisorDidNotStart`` and the run is marked failed.
@@ -209,12 +210,14 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     from core.runs.gpus import resolve_gpus, visible_gpu_count
 
     visible = visible_gpu_count()
+    gpus: list[int] = []
     if visible:
         try:
-            processes = len(resolve_gpus(values.get("gpus", "all"), visible)) or 1
+            gpus = resolve_gpus(values.get("gpus", "all"), visible)
         except ValueError:  # the run's GPUs are not all here: the launch says so; count one meanwhile
-            processes = 1
-        _check_host_memory(values, warn, processes=processes)
+            gpus = []
+        _check_host_memory(values, warn, processes=len(gpus) or 1)
+    _check_gpus_free(gpus, allow_shared_gpus, warn)  # `train` twice and `train` + `resume` alike
     plan = prepare_resume(run, step=checkpoint, weights_only=weights_only, config=config if overrides else None,
                           check_data=lambda: _check_data(config))
     for each in plan.notices:
@@ -477,7 +480,8 @@ def _check_gpus_free(gpus: list[int], allow_shared: bool, warn: Warn = warn_on_s
         warn(t("runs.gpus_shared", id=run_id, gpus=",".join(map(str, shared))))
         return
     others = t("runs.gpus_in_use_more", count=len(sharing) - 1) if len(sharing) > 1 else ""
-    raise GpusInUse(t("runs.gpus_in_use", id=run_id, status=state_label(status), gpus=",".join(map(str, shared)),
+    taken = sorted({gpu for _run, _status, theirs in sharing for gpu in theirs})  # every live run's, not the first's
+    raise GpusInUse(t("runs.gpus_in_use", id=run_id, status=state_label(status), gpus=",".join(map(str, taken)),
                       more=others), sharing)
 
 

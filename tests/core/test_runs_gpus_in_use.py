@@ -109,3 +109,36 @@ def test_a_second_cpu_run_is_only_a_warning_and_shared_gpus_can_be_allowed(home)
         assert len(said) == 1 and gpu.id in said[0]
     finally:
         _end(holder)
+
+
+def test_resume_beside_a_live_run_on_its_gpus_is_refused_as_train_is(home, monkeypatch, capsys):
+    """`resume` skipped the check `train` makes: a stopped run resumed beside a live one on its GPUs started
+    without a word. Now it is refused the same way, nothing written; --allow-shared-gpus starts it anyway."""
+    from core.cli import main
+    from core.data.samples import sample_dataset_path
+    from core.runs import gpus as run_gpus
+    from core.runs.run_dir import STOPPED
+
+    monkeypatch.setattr(run_gpus, "visible_gpu_count", lambda nvml=None: 2)
+    stopped = create_run(_Config(dataset=str(sample_dataset_path()), precision="fp32", gpus=1),
+                         ["tunedeck", "train", "long.yaml"], gpus=[0])
+    stopped.write_status(STOPPED)
+    before = sorted(p.name for p in stopped.path.iterdir())
+    first, holder = _live_run([0])
+    second, other = _live_run([1])
+    try:
+        assert main(["resume", stopped.id]) == 2
+        said = capsys.readouterr().err
+        assert f"GPU 0 is in use by run {first.id} (running)" in said and "--allow-shared-gpus" in said, said
+        assert sorted(p.name for p in stopped.path.iterdir()) == before
+        assert stopped.status().status == STOPPED
+        # the message names every GPU the live runs hold, not the first run's alone
+        from core.runs.errors import GpusInUse
+        from core.runs.lifecycle import _check_gpus_free
+
+        with pytest.raises(GpusInUse) as caught:
+            _check_gpus_free([0, 1], False)
+        assert str(caught.value).startswith("GPU 0,1 is in use by run") and "1 more" in str(caught.value)
+    finally:
+        _end(holder)
+        _end(other)
