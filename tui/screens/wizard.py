@@ -74,11 +74,12 @@ class LaunchDone(Message):
     it anyway."""
 
     def __init__(self, run_path: str | None, error: str | None, summary: str = "",
-                 in_use: list[tuple[str, str, list[int]]] | None = None) -> None:
+                 in_use: list[tuple[str, str, list[int]]] | None = None, warnings: list[str] | None = None) -> None:
         super().__init__()
         self.run_path, self.error = run_path, error
         self.summary = summary or (error or "").split("\n", 1)[0]
         self.in_use = in_use
+        self.warnings = warnings or []  # what the start warned of (the CLI's stderr lines): notified
 
 
 class PlanReady(Message):
@@ -877,9 +878,10 @@ class WizardScreen(Screen[None]):
     def launch(self, path: str, allow_shared_gpus: bool = False) -> None:
         from core.runs import GpusInUse, RunError, SupervisorDidNotStart, start_run
 
+        warnings: list[str] = []  # a second CPU run, GPUs shared as asked, precision or host memory: said
         try:
-            run = start_run(path, allow_shared_gpus=allow_shared_gpus)
-            self.post_message(LaunchDone(str(run.path), None))
+            run = start_run(path, allow_shared_gpus=allow_shared_gpus, warn=warnings.append)
+            self.post_message(LaunchDone(str(run.path), None, warnings=warnings))
         except GpusInUse as exc:  # the screen asks: start it anyway (y) or not
             self.post_message(LaunchDone(None, str(exc), in_use=exc.runs))
         except SupervisorDidNotStart as exc:  # the notification says why, not only where the log is
@@ -900,6 +902,8 @@ class WizardScreen(Screen[None]):
 
     def on_launch_done(self, message: LaunchDone) -> None:
         self.busy = False
+        for text in message.warnings:  # app notifications: they stay in sight as the dashboard opens
+            self.app.notify(text, severity="warning", markup=False, timeout=10)
         if message.in_use:
             self._ask_shared_gpus(message.in_use)
             return
