@@ -724,7 +724,7 @@ def test_a_refused_launchs_error_goes_when_the_user_goes_back_to_change_the_inpu
     import core.runs
     from core.runs import RunError
 
-    def refused(path, allow_shared_gpus=False):
+    def refused(path, allow_shared_gpus=False, warn=None):
         raise RunError("the disk cannot hold the checkpoints", 2)
 
     monkeypatch.setattr(core.runs, "start_run", refused)
@@ -773,5 +773,35 @@ def test_the_overrides_panel_hides_again(private_home):
             await pilot.press("o")  # o on the plan hides it
             assert app.focused is body and not panel.display
             assert w.overrides == {"method": "lora"}
+
+    run(scenario())
+
+
+def test_a_refused_override_left_in_its_field_keeps_the_plan_from_being_saved(private_home):
+    """seq_len 8 typed in the overrides was refused (at least 16), stayed in its field, and was silently left out:
+    after going back and forth the error was gone and s saved max_seq_len 128. Now the error comes back with the
+    plan, and s (l) refuses to save until the field is mended, its field focused. One H200 (fake), 80x24."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            w.query_one("#ov-seq_len").value = "8"
+            await wait_for(pilot, lambda: w.override_error)
+            assert "seq_len" not in w.overrides
+            await pilot.press("pageup")
+            await wait_for(pilot, lambda: w.step == 3)
+            assert "must be at least 16" not in screen_text(app)
+            await pilot.press("pagedown")
+            await wait_for(pilot, lambda: w.step == 4 and not w.planning)
+            assert "must be at least 16" in " ".join(screen_text(app).split())
+            await pilot.press("s")
+            await wait_for(pilot, lambda: any("Not saved: an override's value is refused" in str(n.message)
+                                              for n in app._notifications))
+            assert w.saved_path is None and app.focused.id == "ov-seq_len"
+            w.query_one("#ov-seq_len").value = ""
+            await wait_for(pilot, lambda: not w.planning and not w.override_error)
+            w.query_one("#result-body").focus()
+            await pilot.press("s")
+            await wait_for(pilot, lambda: w.saved_path is not None)
 
     run(scenario())

@@ -252,6 +252,8 @@ class WizardScreen(Screen[None]):
         name = STEPS[self.step]
         if leaving_result and name != "result" and self.status_error:
             self._status("")  # it spoke of the plan: at the bottom of every step it read as the inputs' error
+        if name == "result" and not leaving_result and (refused := self._override_problem()) is not None:
+            self._status(f"[$error]{_escape(refused[1])}[/]")  # back on the plan: its field still holds it
         self.query_one(ContentSwitcher).current = f"step-{name}"
         parts = []
         for i, s in enumerate(STEPS):
@@ -780,6 +782,18 @@ class WizardScreen(Screen[None]):
             self.overrides[name] = value
         self.recompute()
 
+    def _override_problem(self) -> tuple[str, str] | None:
+        """(field, what is wrong) of the first override field whose value is refused: its value is not in the
+        plan (the plan keeps the field's last good value, or none), though the field still shows it."""
+        from core.plan.overrides import OverrideError, parse_override_value
+
+        for name in OVERRIDABLE:
+            try:
+                parse_override_value(name, self.query_one(f"#ov-{name}", Input).value)
+            except OverrideError as exc:
+                return name, str(exc)
+        return None
+
     def action_overrides(self) -> None:
         """Show the overrides panel, its first field focused; hide it again (``o`` / F4 on the plan, Esc in a
         field), the focus back on the plan: shown, it takes 34 of 80 columns from the plan. Pinned values stay."""
@@ -840,6 +854,14 @@ class WizardScreen(Screen[None]):
         if not self.request.dataset:  # planned without data: a run needs some; its step is where to give it
             self.notify(t("wizard.save_needs_dataset"), severity="warning")
             self._show_step(STEPS.index("dataset"))
+            return None
+        refused = self._override_problem()
+        if refused is not None:  # the plan shown leaves that field's value out: saving it would too
+            name, problem = refused
+            self._status(f"[$error]{_escape(problem)}[/]")
+            self.notify(t("wizard.override_unfixed", problem=problem), severity="warning", markup=False)
+            self.query_one("#overrides").add_class("shown")
+            self.set_focus(self.query_one(f"#ov-{name}", Input))
             return None
         wanted = default_config_path(self.request)
         try:
