@@ -40,10 +40,7 @@ def parse_override_value(name: str, text: str) -> Any:
         except ValueError:
             raise OverrideError(t("plan.error.override_value", field=name, value=text,
                                   problem=t("plan.error.need_int"))) from None
-        if number < (0 if name == "zero_stage" else 1) or (name == "zero_stage" and number > 3):
-            raise OverrideError(t("plan.error.override_value", field=name, value=text,
-                                  problem=t("plan.error.out_of_range")))
-        if name in CONFIG_KEYS:
+        if name in CONFIG_KEYS:  # its run-config key's limits, in the config's words, low and high alike
             from core.config.checks import check_value
 
             try:
@@ -52,6 +49,9 @@ def parse_override_value(name: str, text: str) -> Any:
                 raise OverrideError(t("plan.error.override_value", field=name, value=text,
                                       problem=t("plan.error.config_key", key=CONFIG_KEYS[name],
                                                 problem=str(exc)))) from None
+        if number < (0 if name == "zero_stage" else 1) or (name == "zero_stage" and number > 3):
+            raise OverrideError(t("plan.error.override_value", field=name, value=text,
+                                  problem=t("plan.error.out_of_range")))
         return number
     if name in CHOICE_FIELDS:
         if value not in CHOICE_FIELDS[name]:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,6 +148,12 @@ def test_a_sequence_length_the_run_config_refuses_is_refused_up_front_and_a_plan
     proc = tunedeck(tmp_path, *common, "--set", "seq_len=16", "--save", str(out))
     assert proc.returncode == 0 and ", sequence 16," in proc.stdout
     assert yaml.safe_load(out.read_text())["max_seq_len"] == 16
+    # too small is said in the config's words too, not "out of range (ZeRO 0-3, others at least 1)"
+    from core.plan.overrides import OverrideError, parse_override_value
+
+    for name, value, key in (("lora_rank", "-1", "lora_rank"), ("micro_batch_size", "0", "micro_batch_size")):
+        with pytest.raises(OverrideError, match=f"must be at least 1 \\(the run config's {key}\\)"):
+            parse_override_value(name, value)
 
 
 def test_hardware_cpu_is_sized_against_this_box_ram(tmp_path):
