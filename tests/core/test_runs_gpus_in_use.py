@@ -8,12 +8,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from core.runs.launch import create_run
 from core.runs.run_dir import RUNNING, RunDirectory
+from tests.core.test_runs_unit import _Config
 
 
 @pytest.fixture()
@@ -22,24 +22,11 @@ def home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
-class _Config:
-    def __init__(self, **values):
-        self.values = {"name": "long", "model": "tiny", "method": "lora", **values}
-
-    def to_dict(self):
-        return dict(self.values)
-
-    def save(self, path):
-        import yaml
-
-        Path(path).write_text(yaml.safe_dump(self.values))
-
-
 def _live_run(gpus: list[int], host: str | None = None) -> tuple[RunDirectory, subprocess.Popen]:
     """A run recorded on ``gpus`` whose supervisor (a child holding its lock) is alive."""
     import psutil
 
-    run = create_run(_Config(), ["tunedeck", "train", "long.yaml"], gpus=gpus)
+    run = create_run(_Config(name="long", model="tiny"), ["tunedeck", "train", "long.yaml"], gpus=gpus)
     code = ("import fcntl, os, time\n"
             f"fd = os.open({str(run.lock_path)!r}, os.O_RDWR | os.O_CREAT)\n"
             "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n")
@@ -120,7 +107,7 @@ def test_resume_beside_a_live_run_on_its_gpus_is_refused_as_train_is(home, monke
     from core.runs.run_dir import STOPPED
 
     monkeypatch.setattr(run_gpus, "visible_gpu_count", lambda nvml=None: 2)
-    stopped = create_run(_Config(dataset=str(sample_dataset_path()), precision="fp32", gpus=1),
+    stopped = create_run(_Config(name="long", model="tiny", dataset=str(sample_dataset_path()), precision="fp32", gpus=1),
                          ["tunedeck", "train", "long.yaml"], gpus=[0])
     stopped.write_status(STOPPED)
     before = sorted(p.name for p in stopped.path.iterdir())
