@@ -329,6 +329,22 @@ def is_hub_source(source: DatasetSource) -> bool:
     return source.kind == "hub" or (source.entry is not None and bool(source.entry.hub_id))
 
 
+def _read_sources(sources: list[DatasetSource], hub: str, max_issues: int, seed: int | None,
+                  issues: list[DataIssue]) -> Iterator[tuple[list[LoadedDataset], list[Record]]]:
+    """Each source read (``read_source``) with its records, ``#N`` sampled with ``seed`` (None: every row);
+    a source that cannot be read at all adds its problems to ``issues`` and is passed over, so that every
+    source is read before the caller raises."""
+    for source in sources:
+        try:
+            loaded_list = read_source(source, hub, max_issues)
+        except DataError as exc:
+            issues += exc.issues
+            continue
+        found = [record for loaded in loaded_list for record in loaded.records]
+        yield loaded_list, (sample_records(found, source.sample, seed)
+                            if seed is not None and source.sample is not None else found)
+
+
 def read_local_data(datasets: str | list[str], max_issues: int = DEFAULT_MAX_ISSUES, seed: int | None = None
                     ) -> tuple[LoadedDataset, list[str]]:
     """What a run's ``dataset`` value holds on this machine, resolved as ``train`` resolves it (a file, a
@@ -339,26 +355,16 @@ def read_local_data(datasets: str | list[str], max_issues: int = DEFAULT_MAX_ISS
     every entry that names nothing or cannot be read at all."""
     sources, issues = resolve_sources_and_issues(datasets, dataset_info=None, base_dir=Path.cwd())
     merged = LoadedDataset(source=", ".join(dataset_entries(datasets)), format=None)
-    on_hub: list[str] = []
+    on_hub = [source.spec for source in sources if is_hub_source(source)]
     formats: list[str | None] = []
-    for source in sources:
-        if is_hub_source(source):
-            on_hub.append(source.spec)
-            continue
-        try:
-            loaded_list = read_source(source, max_issues=max_issues)
-        except DataError as exc:
-            issues += exc.issues
-            continue
-        found: list[Record] = []
+    local = [source for source in sources if not is_hub_source(source)]
+    for loaded_list, records in _read_sources(local, "modelscope", max_issues, seed, issues):
         for loaded in loaded_list:
-            found += loaded.records
             merged.issues += loaded.issues
             merged.more_issues += loaded.more_issues
             merged.rows += loaded.rows
             formats.append(loaded.format)
-        merged.records += sample_records(found, source.sample, seed) if (
-            seed is not None and source.sample is not None) else found
+        merged.records += records
     if issues:
         raise DataError(issues[:max_issues], max(0, len(issues) - max_issues))
     known = set(formats)
@@ -390,18 +396,11 @@ def load_training_records(
     records: list[Record] = []
     more = 0
     sources, issues = resolve_sources_and_issues(datasets, hub, dataset_info, dataset_dir, base_dir, split)
-    for source in sources:
-        try:
-            loaded_list = read_source(source, hub, max_issues)
-        except DataError as exc:
-            issues += exc.issues
-            continue
-        found: list[Record] = []
+    for loaded_list, found in _read_sources(sources, hub, max_issues, seed, issues):
         for loaded in loaded_list:
-            found += loaded.records
             issues += loaded.issues
             more += loaded.more_issues
-        records += sample_records(found, source.sample, seed) if source.sample is not None else found
+        records += found
     if issues:
         raise DataError(issues[:max_issues], more + max(0, len(issues) - max_issues))
     return records
