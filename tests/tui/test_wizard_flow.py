@@ -44,12 +44,18 @@ async def to_dataset_step(pilot, app):
     return w
 
 
-async def to_result(pilot, app, keys_before_hardware=()):
+async def to_hardware_step(pilot, app):
+    """The wizard at its hardware step: the default model, the bundled sample, the fastest goal."""
     w = await to_dataset_step(pilot, app)
     await pilot.press("enter")  # dataset: the bundled sample (read in a worker)
     await wait_for(pilot, lambda: w.step == 2, timeout=30)
     await pilot.press("enter")  # goal: fastest
     await wait_for(pilot, lambda: w.step == 3)
+    return w
+
+
+async def to_result(pilot, app, keys_before_hardware=()):
+    w = await to_hardware_step(pilot, app)
     for key in keys_before_hardware:
         await pilot.press(key)
     await pilot.press("enter")  # hardware: this box
@@ -87,11 +93,7 @@ def test_the_hardware_step_says_when_its_gpus_are_fake(private_home):
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            w = await to_dataset_step(pilot, app)
-            await pilot.press("enter")  # dataset: the bundled sample
-            await wait_for(pilot, lambda: w.step == 2, timeout=30)
-            await pilot.press("enter")  # goal: fastest
-            await wait_for(pilot, lambda: w.step == 3)
+            w = await to_hardware_step(pilot, app)
             await wait_for(pilot, lambda: "This box" in str(w.query_one("#hardware-detected").render()))
             shown = " ".join(str(w.query_one("#hardware-detected").render()).split())
             assert shown.startswith("Fake GPUs replayed from h200x2.json This box: 2 × H200"), shown
@@ -106,11 +108,7 @@ def test_the_hardware_step_says_what_other_processes_hold_on_the_gpus(private_ho
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x2", animate=True), persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
-            w = await to_dataset_step(pilot, app)
-            await pilot.press("enter")  # dataset: the bundled sample
-            await wait_for(pilot, lambda: w.step == 2, timeout=30)
-            await pilot.press("enter")  # goal: fastest
-            await wait_for(pilot, lambda: w.step == 3)
+            w = await to_hardware_step(pilot, app)
             await wait_for(pilot, lambda: "This box" in str(w.query_one("#hardware-detected").render()))
             shown = " ".join(str(w.query_one("#hardware-detected").render()).split())
             assert "In use by other processes now: GPU 0 80.2, GPU 1 94.6 GiB" in shown, shown

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.tui.conftest import fake_monitor, quiet_settings, wait_for
-from tests.tui.test_wizard_flow import to_dataset_step
+from tests.tui.test_wizard_flow import to_dataset_step, to_hardware_step
 from tui.app import make_app
 
 
@@ -50,11 +50,7 @@ def test_a_price_below_zero_or_not_a_number_is_refused_on_the_hardware_step(priv
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            w = await to_dataset_step(pilot, app)
-            await pilot.press("enter")  # dataset: the bundled sample
-            await wait_for(pilot, lambda: w.step == 2, timeout=30)
-            await pilot.press("enter")  # goal: fastest
-            await wait_for(pilot, lambda: w.step == 3)
+            w = await to_hardware_step(pilot, app)
             said = {}
             for text in ("-5", "nan"):
                 w.query_one("#price-input").value = text
