@@ -31,6 +31,17 @@ def _wait(run: RunDirectory, wanted: str, timeout: float = 180) -> None:
     raise AssertionError(f"never {wanted}: {effective_status(run)}\n{run.log_path.read_text()[-2000:]}")
 
 
+def _release(trainer, run: RunDirectory, cli, run_id: str) -> None:
+    """A test's end: the trainer it froze runs again, and a run still live is stopped."""
+    if trainer is not None:
+        try:
+            trainer.send_signal(signal.SIGCONT)
+        except psutil.Error:
+            pass
+    if effective_status(run).active:
+        cli("stop", run_id, "--force", check=False)
+
+
 def test_sigstop_makes_a_run_stalled_sigcont_revives_it_and_stop_wait_times_out(tmp_path, monkeypatch):
     monkeypatch.setenv(STALL_FLOOR_ENV, FLOOR_S)  # for the in-process reader below
     cli = Cli(tmp_path / "home")
@@ -80,13 +91,7 @@ def test_sigstop_makes_a_run_stalled_sigcont_revives_it_and_stop_wait_times_out(
         _wait(run, "stopped")
         assert cli.status(run_id)["last_checkpoint_step"] is not None
     finally:
-        if trainer is not None:
-            try:
-                trainer.send_signal(signal.SIGCONT)
-            except psutil.Error:
-                pass
-        if effective_status(run).active:
-            cli("stop", run_id, "--force", check=False)
+        _release(trainer, run, cli, run_id)
 
 
 def test_stall_threshold_follows_the_step_time_and_the_floor(tmp_path, monkeypatch):
@@ -180,13 +185,7 @@ def test_a_trainer_frozen_while_it_starts_is_stalled_not_starting_forever(tmp_pa
             assert time.monotonic() < deadline, effective_status(run)
             time.sleep(0.2)
     finally:
-        if trainer is not None:
-            try:
-                trainer.send_signal(signal.SIGCONT)
-            except psutil.Error:
-                pass
-        if effective_status(run).active:
-            cli("stop", run_id, "--force", check=False)
+        _release(trainer, run, cli, run_id)
 
 
 def test_before_its_first_heartbeat_a_starting_trainer_is_judged_from_its_start(tmp_path, monkeypatch):
