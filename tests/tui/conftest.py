@@ -147,3 +147,12 @@ async def assert_snapshot(pilot, app, name: str, quiet_frames: int = 3, timeout:
         new.write_text(svg, encoding="utf-8")
         raise AssertionError(f"screen differs from snapshot {path}; see {new}")
     new.unlink(missing_ok=True)
+
+
+def post_burst(app, text: str) -> None:
+    """``text``'s keys posted to the app at once, as one terminal read delivers them (a paste, tmux send-keys,
+    a slow SSH link): none waits for what the one before it does."""
+    from textual import events
+
+    for key in text:
+        app.post_message(events.Key(key, key))

@@ -14,7 +14,7 @@ from pathlib import Path
 from core.atomic_file import write_json_atomic
 from core.paths import runs_dir
 from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run, train_record
-from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
+from tests.tui.conftest import fake_monitor, post_burst, quiet_settings, screen_text, wait_for
 from tui.app import make_app
 from tui.screens.dashboard import DashboardScreen
 from tui.widgets.confirm import ConfirmScreen
@@ -261,7 +261,6 @@ def test_keys_typed_in_one_burst_after_s_go_to_the_search():
     """s then "gpu" in one write (tmux, a paste, a slow SSH link) went on as keys before the search had the focus
     (g: the GPUs screen). They go to the search now, s not typed into it. A finished run's folder; the keys are
     posted to the app at once, as a terminal read delivers them."""
-    from textual import events
 
     path = build_run(runs_dir(), "20261129-2100-burst", status="finished", steps=600, log_lines=30)
 
@@ -269,8 +268,7 @@ def test_keys_typed_in_one_burst_after_s_go_to_the_search():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=str(path))
         async with app.run_test(size=(80, 24)) as pilot:
             screen = await dashboard(pilot, app, "finished")
-            for key in "sgpu":
-                app.post_message(events.Key(key, key))
+            post_burst(app, "sgpu")
             box = screen.query_one("#dash-search")
             await wait_for(pilot, lambda: box.value == "gpu")
             await pilot.pause()

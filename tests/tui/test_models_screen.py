@@ -8,7 +8,14 @@ import pytest
 
 from core.hub.local import bundled_models
 from tests.hubserver import FakeHubServer, closed_port_url, standard_hub
-from tests.tui.conftest import assert_snapshot, fake_monitor, quiet_settings, screen_text, wait_for
+from tests.tui.conftest import (
+    assert_snapshot,
+    fake_monitor,
+    post_burst,
+    quiet_settings,
+    screen_text,
+    wait_for,
+)
 from tui.app import make_app
 from tui.screens.models import ModelsScreen
 
@@ -225,15 +232,13 @@ def test_keys_typed_in_one_burst_after_s_go_to_the_search(hub_env):
     """s then "qwen" in one write (tmux, a paste, a slow SSH link) went on as keys before the search had the focus:
     q quit the app. They go to the search now, s not typed into it. No GPU needed (the fake H200's screen); the
     keys are posted to the app at once, as a terminal read delivers them."""
-    from textual import events
 
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
         async with app.run_test(size=(80, 24)) as pilot:
             screen = await open_models(pilot, app)
             search = screen.query_one("#models-search")
-            for key in "sqwen":
-                app.post_message(events.Key(key, key))
+            post_burst(app, "sqwen")
             await wait_for(pilot, lambda: search.value == "qwen")
             await pilot.pause()
             assert app.is_running and app.screen is screen and app.focused is search and search.value == "qwen"

@@ -13,7 +13,14 @@ from core.paths import runs_dir
 from core.text_width import cell_len
 from core.watch.last_seen import last_seen_path
 from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run
-from tests.tui.conftest import assert_snapshot, fake_monitor, quiet_settings, screen_text, wait_for
+from tests.tui.conftest import (
+    assert_snapshot,
+    fake_monitor,
+    post_burst,
+    quiet_settings,
+    screen_text,
+    wait_for,
+)
 from tui.app import make_app
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.runs import RunsScreen, fit_columns, fit_id
@@ -851,7 +858,6 @@ def test_keys_typed_in_one_burst_after_f_go_to_the_filter():
     on the GPUs screen: the filter got the focus only after a refresh, and the g before that went to the app's
     "go to GPUs". Every key after f goes to the filter now, and f itself is not typed into it. No GPUs needed
     (the CPU recording); the keys are posted to the app at once, as a terminal read delivers them."""
-    from textual import events
 
     root = runs_dir()
     build_run(root, "20261129-2300-long", status="finished", steps=600, created="2026-11-29T23:00:00Z")
@@ -862,16 +868,14 @@ def test_keys_typed_in_one_burst_after_f_go_to_the_filter():
         async with app.run_test(size=(80, 24)) as pilot:
             screen = await open_runs(pilot, app)
             box = screen.query_one("#runs-filter")
-            for key in "flong":
-                app.post_message(events.Key(key, key))
+            post_burst(app, "flong")
             await wait_for(pilot, lambda: box.value == "long")
             await pilot.pause()
             assert app.current_mode == "runs" and app.screen is screen and app.focused is box
             assert ids(screen) == ["20261129-2300-long"]
             await pilot.press("escape")  # the filter cleared, back to the table
             await wait_for(pilot, lambda: not box.display and len(screen.shown) == 2)
-            for key in "fgr":
-                app.post_message(events.Key(key, key))
+            post_burst(app, "fgr")
             await wait_for(pilot, lambda: box.value == "gr")
             await pilot.pause()
             assert app.current_mode == "runs" and box.value == "gr" and screen.shown == []

@@ -9,7 +9,7 @@ import yaml
 from textual import events
 
 from core.config import load_run_config
-from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
+from tests.tui.conftest import fake_monitor, post_burst, quiet_settings, screen_text, wait_for
 from tui.app import make_app
 from tui.widgets.keys_footer import footer_entries
 
@@ -298,8 +298,7 @@ def test_typing_on_a_step_starts_a_new_value_in_its_field_even_with_the_app_keys
             await pilot.press("escape")
             # typed in one burst, as a fast typist or tmux sends it: every key was sent to the step before the
             # first moved the focus into the field
-            for key in "Qwen2.5-7B":
-                app.post_message(events.Key(key, key))
+            post_burst(app, "Qwen2.5-7B")
             await wait_for(pilot, lambda: field.value == "Qwen2.5-7B")
             await pilot.press("escape")
             w.post_message(events.Paste("  Qwen2.5-1.5B\n"))  # pasted on the step, not in its field
