@@ -227,7 +227,7 @@ class RunDirectory:
         ``resumed`` record, or one asked for, run.json ``resumes``, after the last record) has not logged a
         step yet, the figures are the last record up to its checkpoint with the resume's ``step``,
         ``"kind": "resumed"`` and no ETA: its last known loss and rate, as the dashboard shows them."""
-        from core.watch.resumes import resume_step
+        from core.watch.resumes import resume_step, superseded
 
         cutoff = float("inf")
         newest: dict[str, Any] | None = None  # the newest train or resumed record, superseded or not
@@ -241,7 +241,7 @@ class RunDirectory:
             if step is not None:
                 cutoff = min(cutoff, step)
                 return False
-            return record.get("kind") == "train" and isinstance(record.get("step"), int) and record["step"] <= cutoff
+            return record.get("kind") == "train" and isinstance(record.get("step"), int) and not superseded(record, cutoff)
 
         last = last_record(self.metrics_path, surviving)
         resumes = self.read_record()[0].get("resumes")  # (one that does not read: no resume known)
