@@ -40,12 +40,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     elif args.output:
-        from core.atomic_file import write_atomic
+        from core.atomic_file import shared_file_mode, write_atomic
 
         out = Path(args.output)
         if out.exists():
             raise CliError(t("import.output_exists", path=str(out)), 2)
-        write_atomic(out, result.to_yaml())
+        out.parent.mkdir(parents=True, exist_ok=True)  # as `plan --save` does
+        write_atomic(out, result.to_yaml(), shared_file_mode(out))  # a run YAML is no secret: the umask's mode
         print(t("import.written", path=str(out)), file=sys.stderr)
     else:
         sys.stdout.write(result.to_yaml())

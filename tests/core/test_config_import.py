@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core.atomic_file import umask_modes
 from core.config import ConfigError, load_run_config
 from core.config.checks import check_value, unknown_key_message
 from core.config.importers import import_command, import_file, read_peer_file
@@ -405,6 +406,11 @@ def test_import_command_prints_yaml_on_stdout_and_the_mapping_on_stderr(tmp_path
     out = _tunedeck(home, "import", str(peer), "-o", str(target))
     assert out.returncode == 0 and out.stdout == "" and yaml.safe_load(target.read_text())["epochs"] == 3.0
     assert _tunedeck(home, "import", str(peer), "-o", str(target)).returncode == 2  # never overwritten
+    # the mode a plain write gives there (the umask's), not write_atomic's private 0600
+    assert target.stat().st_mode & 0o777 == umask_modes(tmp_path)[1]
+    nested = tmp_path / "new" / "folder" / "x.yaml"  # its folder made, as `plan --save` makes one: no traceback
+    out = _tunedeck(home, "import", str(peer), "-o", str(nested))
+    assert out.returncode == 0 and yaml.safe_load(nested.read_text())["epochs"] == 3.0, out.stderr
 
     out = _tunedeck(home, "import", "--", "swift", "sft", "--model", "Qwen/Qwen2.5-7B-Instruct",
                     "--train_type", "lora", "--dataset", "d.jsonl", "--lora_rank", "4")
