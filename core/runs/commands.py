@@ -131,7 +131,7 @@ def _check_only(args: argparse.Namespace) -> int:
     from core.runs.lifecycle import check_run_file
 
     try:
-        check = check_run_file(args.config, list(args.overrides), warn=_err)
+        check = check_run_file(args.config, list(args.overrides), warn=_err, allow_shared_gpus=args.allow_shared_gpus)
     except RunError as exc:
         if args.json:
             _print_json({"ok": False, "problems": str(exc).splitlines()})

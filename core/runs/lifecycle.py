@@ -98,12 +98,13 @@ def load_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = 
     return RunFile(config, imported)
 
 
-def check_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = warn_on_stderr) -> RunCheck:
+def check_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = warn_on_stderr,
+                   allow_shared_gpus: bool = False) -> RunCheck:
     """Every check ``start_run`` makes before it writes anything, nothing started: the config as it would
     run on this box (bf16/fp16 without a GPU become fp32, said through ``warn``) and the GPUs it gets."""
     loaded = load_run_file(path, overrides, warn)
     config = loaded.config
-    gpus = _check_box(config, warn)
+    gpus = _claim_gpus(config, _check_box(config, warn), allow_shared_gpus, warn)  # a live run's GPUs, as train
     if not gpus and config.precision != "fp32":
         from core.config.issues import WARNING, ConfigIssue
 
@@ -129,8 +130,7 @@ def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distri
     from core.runs.fingerprint import record_fingerprint
     from core.runs.launch import create_run
 
-    gpus = _check_box(config, warn)
-    _check_gpus_free(gpus, allow_shared_gpus, warn)
+    gpus = _claim_gpus(config, _check_box(config, warn), allow_shared_gpus, warn, elsewhere=command != "demo")
     precision_asked = _resolve_for_this_box(config, gpus, warn)
     caps = _gpu_caps() if gpus and "auto" in (config.checkpoint_layers, config.tiled_mlp) else None
     if config.checkpoint_layers == "auto":
@@ -464,7 +464,29 @@ def live_runs_sharing(gpus: Sequence[int]) -> list[tuple[str, str, list[int]]]:
     return found
 
 
-def _check_gpus_free(gpus: list[int], allow_shared: bool, warn: Warn = warn_on_stderr) -> None:
+def _claim_gpus(config: Any, gpus: list[int], allow_shared: bool, warn: Warn = warn_on_stderr,
+                elsewhere: bool = True) -> list[int]:
+    """The GPUs a new run takes here. A count (``gpus: 2``, the demo's one) whose first GPUs a live run of
+    this box holds takes the first ones no live run holds, when there are enough (said through ``warn``;
+    ``config.gpus`` becomes those indices, so config.yaml and a resume say them); then ``_check_gpus_free``.
+    All GPUs or a list of indices is what the user named: never moved. ``elsewhere``: the refusal may advise
+    other GPUs (``gpus=...``), which the demo does not take."""
+    if gpus and isinstance(config.gpus, int) and not isinstance(config.gpus, bool) and not allow_shared:
+        from core.runs.gpus import visible_gpu_count
+
+        if live_runs_sharing(gpus):
+            visible = visible_gpu_count()
+            held = {gpu for _run, _status, theirs in live_runs_sharing(list(range(visible))) for gpu in theirs}
+            free = [gpu for gpu in range(visible) if gpu not in held]
+            if len(free) >= len(gpus):
+                warn(t("runs.gpus_moved", busy=",".join(str(g) for g in gpus if g in held),
+                       gpus=",".join(map(str, free[:len(gpus)]))))
+                gpus = config.gpus = free[:len(gpus)]
+    _check_gpus_free(gpus, allow_shared, warn, elsewhere)
+    return gpus
+
+
+def _check_gpus_free(gpus: list[int], allow_shared: bool, warn: Warn = warn_on_stderr, elsewhere: bool = True) -> None:
     """Refuse a run on GPUs a live run of this box uses (the second would run both out of memory), unless
     ``allow_shared``; on a CPU a live CPU run is only a warning (both go slower, neither fails)."""
     from core.runs.states import state_label
@@ -482,7 +504,7 @@ def _check_gpus_free(gpus: list[int], allow_shared: bool, warn: Warn = warn_on_s
     others = t("runs.gpus_in_use_more", count=len(sharing) - 1) if len(sharing) > 1 else ""
     taken = sorted({gpu for _run, _status, theirs in sharing for gpu in theirs})  # every live run's, not the first's
     raise GpusInUse(t("runs.gpus_in_use", id=run_id, status=state_label(status), gpus=",".join(map(str, taken)),
-                      more=others), sharing)
+                      more=others, elsewhere=t("runs.gpus_in_use_elsewhere") if elsewhere else ""), sharing)
 
 
 def _check_host_memory(values: dict[str, Any], warn: Warn = warn_on_stderr, available: int | None = None,

@@ -129,3 +129,41 @@ def test_resume_beside_a_live_run_on_its_gpus_is_refused_as_train_is(home, monke
     finally:
         _end(holder)
         _end(other)
+
+
+def test_a_gpu_count_takes_gpus_no_live_run_holds_and_check_and_demo_say_so(home, tmp_path, monkeypatch, capsys):
+    """`gpus: 1` beside a live run on GPU 0 of a 4-GPU box was refused (advising `gpus=...`), though GPU 1 was
+    free; the demo (one GPU) was refused with advice it cannot take; `train --check` said nothing of it.
+    Now a count takes the first GPUs no live run holds (config.yaml and run.json say which); a list is
+    never moved; --check refuses as train does; the demo's refusal leaves `gpus=...` out."""
+    from core.cli import main
+    from core.data.samples import sample_dataset_path
+    from core.runs import gpus as run_gpus
+    from core.runs.errors import GpusInUse
+    from core.runs.lifecycle import check_run_file, prepare_run
+
+    monkeypatch.setattr(run_gpus, "visible_gpu_count", lambda nvml=None: 4)
+    config = tmp_path / "long.yaml"
+    config.write_text(f"model: tiny\ndataset: {sample_dataset_path()}\nprecision: fp32\ngpus: 2\n", encoding="utf-8")
+    first, holder = _live_run([0, 2])
+    try:
+        said: list[str] = []
+        check = check_run_file(config, warn=said.append)
+        assert check.gpus == [1, 3] and any("this run takes GPU 1,3" in line for line in said), said
+        run = prepare_run(check.config, ["tunedeck", "train", str(config)], warn=said.append)
+        assert run.record()["gpus"] == [1, 3] and run.config()["gpus"] == [1, 3]
+        with pytest.raises(GpusInUse):  # indices the user named are not moved
+            check_run_file(config, ["gpus=[0,1]"], warn=said.append)
+        assert main(["train", str(config), "--check", "gpus=[0]"]) == 2  # --check refuses as train would
+        assert f"GPU 0 is in use by run {first.id}" in capsys.readouterr().err
+        assert main(["train", str(config), "--check", "gpus=[0]", "--allow-shared-gpus"]) == 0
+        capsys.readouterr()
+    finally:
+        _end(holder)
+    busy, holder = _live_run([0, 1, 2, 3])
+    try:
+        assert main(["demo", "--detach"]) == 2
+        err = capsys.readouterr().err
+        assert f"GPU 0 is in use by run {busy.id}" in err and "gpus=" not in err and "--allow-shared-gpus" in err
+    finally:
+        _end(holder)
