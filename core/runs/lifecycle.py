@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,21 +131,23 @@ def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distri
     from core.runs.fingerprint import record_fingerprint
     from core.runs.launch import create_run
 
-    gpus = _claim_gpus(config, _check_box(config, warn), allow_shared_gpus, warn, elsewhere=command != "demo")
-    precision_asked = _resolve_for_this_box(config, gpus, warn)
-    caps = _gpu_caps() if gpus and "auto" in (config.checkpoint_layers, config.tiled_mlp) else None
-    if config.checkpoint_layers == "auto":
-        from core.estimate.checkpointing import resolve_checkpoint_layers
+    gpus = _check_box(config, warn)
+    with _one_claim_at_a_time():  # two launches at once: the second sees the first's queued run and its GPUs
+        gpus = _claim_gpus(config, gpus, allow_shared_gpus, warn, elsewhere=command != "demo")
+        precision_asked = _resolve_for_this_box(config, gpus, warn)
+        caps = _gpu_caps() if gpus and "auto" in (config.checkpoint_layers, config.tiled_mlp) else None
+        if config.checkpoint_layers == "auto":
+            from core.estimate.checkpointing import resolve_checkpoint_layers
 
-        config.checkpoint_layers = resolve_checkpoint_layers(config, caps and caps["name"], len(gpus))
-        warn(t("runs.checkpoint_layers_chosen", value=config.checkpoint_layers))
-    if config.tiled_mlp == "auto" and caps:
-        from core.estimate.checkpointing import resolve_tiled_mlp
+            config.checkpoint_layers = resolve_checkpoint_layers(config, caps and caps["name"], len(gpus))
+            warn(t("runs.checkpoint_layers_chosen", value=config.checkpoint_layers))
+        if config.tiled_mlp == "auto" and caps:
+            from core.estimate.checkpointing import resolve_tiled_mlp
 
-        config.tiled_mlp = resolve_tiled_mlp(config, caps["name"], len(gpus))
-        if config.tiled_mlp == "false":
-            warn(t("runs.tiled_mlp_untiled"))
-    run = create_run(config, list(argv), command=command, gpus=gpus, distributed=distributed)
+            config.tiled_mlp = resolve_tiled_mlp(config, caps["name"], len(gpus))
+            if config.tiled_mlp == "false":
+                warn(t("runs.tiled_mlp_untiled"))
+        run = create_run(config, list(argv), command=command, gpus=gpus, distributed=distributed)
     if precision_asked:  # the config says fp32 now; the event keeps what was asked for
         run.append_event("precision_fallback", requested=precision_asked, used="fp32", reason="no GPU")
     record_fingerprint(run.path, run.config())  # what resume compares the data and keys with
@@ -462,6 +465,16 @@ def live_runs_sharing(gpus: Sequence[int]) -> list[tuple[str, str, list[int]]]:
         if shared or (not wanted and not theirs):
             found.append((run.id, RunState(status.status).value, shared))
     return found
+
+
+def _one_claim_at_a_time() -> AbstractContextManager[None]:
+    """Held by a launch from its look at the live runs' GPUs until its own run is recorded (queued, its
+    GPUs in run.json, which ``live_runs_sharing`` counts as live): two launches at the same instant would
+    otherwise both find the GPUs free."""
+    from core.paths import ensure_private_dir, runs_dir
+    from core.runs.run_dir import held_lock
+
+    return held_lock(ensure_private_dir(runs_dir()))  # the folder itself: no lock file left in it
 
 
 def _claim_gpus(config: Any, gpus: list[int], allow_shared: bool, warn: Warn = warn_on_stderr,

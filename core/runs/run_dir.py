@@ -26,7 +26,7 @@ import json
 import os
 import time
 from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,6 +51,18 @@ CRASHED = RunState.CRASHED
 STALLED = RunState.STALLED
 
 METRICS_SCHEMA = 1
+
+
+@contextmanager
+def held_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the ``with`` block; waits for it. A file is made if missing
+    (0600); a directory is locked as it is, leaving nothing behind."""
+    fd = os.open(path, os.O_RDONLY if path.is_dir() else os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def utc_iso(ts: float) -> str:
@@ -327,15 +339,9 @@ class RunDirectory:
         return next(self.sound_checkpoints(resumable), None)
 
     # -- writes ------------------------------------------------------------------------------------
-    @contextmanager
-    def _status_lock(self) -> Iterator[None]:
+    def _status_lock(self) -> AbstractContextManager[None]:
         """Serialises read-modify-write of status.json between supervisor, trainer and CLI."""
-        fd = os.open(self.path / ".status.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+        return held_lock(self.path / ".status.lock")
 
     def write_status(self, status: str, reason: str | Message = "") -> RunStatus:
         """Replace status.json atomically; give the reason as a Message so readers see their language."""

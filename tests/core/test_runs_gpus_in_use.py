@@ -167,3 +167,35 @@ def test_a_gpu_count_takes_gpus_no_live_run_holds_and_check_and_demo_say_so(home
         assert f"GPU 0 is in use by run {busy.id}" in err and "gpus=" not in err and "--allow-shared-gpus" in err
     finally:
         _end(holder)
+
+
+def test_the_gpu_look_and_the_queued_run_it_records_are_one_step_under_a_lock(home, tmp_path, monkeypatch):
+    """Two launches at the same instant both found GPU 0 free and both started on it. The look at the live
+    runs and the creation of the queued run (which the next look counts as live) now happen under one lock
+    that a second launch waits for: checked here by trying that lock from inside both steps."""
+    import fcntl
+    import os
+
+    from core.config import default_demo_config
+    from core.paths import runs_dir
+    from core.runs import launch, lifecycle
+
+    def lock_is_held() -> bool:
+        fd = os.open(runs_dir(), os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    seen: list[tuple[str, bool]] = []
+    real_sharing, real_create = lifecycle.live_runs_sharing, launch.create_run
+    monkeypatch.setattr(lifecycle, "live_runs_sharing", lambda gpus: seen.append(("look", lock_is_held()))
+                        or real_sharing(gpus))
+    monkeypatch.setattr(launch, "create_run", lambda *a, **k: seen.append(("record", lock_is_held()))
+                        or real_create(*a, **k))
+    lifecycle.prepare_run(default_demo_config(), ["tunedeck", "demo"], "demo", warn=lambda _text: None)
+    assert seen == [("look", True), ("record", True)]
+    assert not lock_is_held()  # and let go once the run is recorded
