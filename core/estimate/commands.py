@@ -12,6 +12,7 @@ from core.units import format_cost, format_duration
 
 BAR_WIDTH = 30
 LABEL_WIDTH = 28
+GPU_ONLY_ROWS = ("cuda_context", "deepspeed_nccl_buffers")  # always 0 on the CPU: not shown there
 
 
 def register(subparsers: Any) -> None:
@@ -65,6 +66,7 @@ def _share(text: str) -> float:
 
 def run_estimate(args: argparse.Namespace) -> int:
     """Handler of ``tunedeck estimate``."""
+    from core.errors import CliError
     from core.estimate import (
         estimate,
         normalise_lora_targets,
@@ -72,6 +74,9 @@ def run_estimate(args: argparse.Namespace) -> int:
     )
 
     target = estimate_target(args.gpu, args.gpus)
+    if target.cpu_only and (args.method == "qlora" or (args.zero or 0) > 0):  # not a precision to change
+        raise CliError(t("estimate.error.cpu_needs_gpu", what="--method qlora" if args.method == "qlora"
+                         else f"--zero {args.zero}"), 2)
     gpu = target.spec()
     num_gpus = target.count
     from core.assets import resolve_model_name
@@ -110,11 +115,11 @@ def run_estimate(args: argparse.Namespace) -> int:
 
     result = estimate(plan, gpu)
     # What the wizard says of each figure's footing: its measured band, or why it was not measured.
-    domain = domain_json(plan, gpu, result.waits_on_cpu)
+    domain = domain_json(plan, None if target.cpu_only else gpu, result.waits_on_cpu)  # as plan says the CPU's
     if args.json:
         print(json.dumps({**result.to_json(), "domain": domain}, indent=2, ensure_ascii=False))
         return 0
-    print(format_estimate(result, domain))
+    print(format_estimate(result, domain, target.cpu_only))
     for note in result.notes:
         print(t(f"estimate.note.{note}"), file=sys.stderr)
     return 0
@@ -151,9 +156,11 @@ def _bar(fraction: float) -> str:
     return "█" * filled + "·" * (BAR_WIDTH - filled)
 
 
-def format_estimate(result: Any, domain: dict[str, Any] | None = None) -> str:
+def format_estimate(result: Any, domain: dict[str, Any] | None = None, cpu_only: bool = False) -> str:
     """The human form: title, breakdown table with bars, peak, verdict, params, RAM and speed; with ``domain``
-    (``core.estimate.domain.domain_json``) the peak and the speed carry their band, as the wizard's do."""
+    (``core.estimate.domain.domain_json``) the peak and the speed carry their band, as the wizard's do.
+    ``cpu_only``: said of the CPU and its RAM, without the rows and figures only GPUs have (CUDA context,
+    NCCL buffers, per GPU, MFU)."""
     from core.plan.view import figure_notes
     from core.text_width import pad
 
@@ -161,19 +168,22 @@ def format_estimate(result: Any, domain: dict[str, Any] | None = None) -> str:
 
     plan = result.plan
     lines = [
-        t("estimate.title", model=result.model, gpus=plan["num_gpus"], gpu=result.gpu, method=plan["method"],
-          precision=plan["precision"], batch=plan["micro_batch_size"], seq=plan["seq_len"]),
+        t("estimate.title_cpu" if cpu_only else "estimate.title", model=result.model, gpus=plan["num_gpus"],
+          gpu=result.gpu, method=plan["method"], precision=plan["precision"], batch=plan["micro_batch_size"],
+          seq=plan["seq_len"]),
         "",
     ]
     peak = result.peak_gib or 1.0
     for key, gib in result.breakdown.items():
+        if cpu_only and key in GPU_ONLY_ROWS:
+            continue
         label = pad(t(f"estimate.breakdown.{key}"), LABEL_WIDTH)
         lines.append(f"  {label} {gib:8.2f} GiB  {_bar(gib / peak)}")
     lines.append("")
     phase = result.peak_phase
     if phase == "backward" and not plan["gradient_checkpointing"]:
         phase = "backward_plain"  # nothing recomputed: "checkpointed backward" was said of every plan
-    peak_line = t("estimate.peak", peak=result.peak_gib, capacity=result.capacity_gib, phase=t(f"estimate.phase.{phase}"))
+    peak_line = t("estimate.peak_cpu" if cpu_only else "estimate.peak", peak=result.peak_gib, capacity=result.capacity_gib, phase=t(f"estimate.phase.{phase}"))
     lines.append(t("plan.with_note", text=peak_line, note=t("plan.band_note", band=memory_note))
                  if memory_note else peak_line)
     lines.append(t(f"estimate.verdict.{result.verdict}", headroom=result.headroom_gib, margin=result.margin_gib,
@@ -183,7 +193,7 @@ def format_estimate(result: Any, domain: dict[str, Any] | None = None) -> str:
     lines.append(t("estimate.params", total=f"{result.total_params:,}", trainable=f"{result.trainable_params:,}",
                    source=result.param_count))
     lines.append(t("estimate.cpu_ram", cpu=result.cpu_ram_gib))
-    speed_line = t("estimate.speed", tps=result.tokens_per_s, per_gpu=result.tokens_per_s_per_gpu,
+    speed_line = t("estimate.speed_cpu" if cpu_only else "estimate.speed", tps=result.tokens_per_s, per_gpu=result.tokens_per_s_per_gpu,
                    mfu=result.efficiency, step=result.seconds_per_step)
     lines.append(t("plan.with_note", text=speed_line, note=speed_note) if speed_note else speed_line)
     if result.epoch_hours is not None:

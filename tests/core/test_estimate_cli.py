@@ -185,6 +185,17 @@ def test_estimate_takes_the_hardware_plan_takes_and_refuses_two_counts(tmp_path)
     assert cpu.returncode == 0, cpu.stderr
     data = json.loads(cpu.stdout)
     assert data["gpu"] == "CPU" and data["plan"]["precision"] == "fp32" and data["plan"]["num_gpus"] == 1
+    assert [gap["field"] for gap in data["domain"]["outside"]] == ["cpu"]  # as plan says it, not "cpu GPUs"
+    # said of the CPU and its RAM: no "per GPU", MFU, CUDA context or NCCL rows (all 0 or untrue there)
+    text = run_estimate(tmp_path, "--model", "tiny", "--hardware", "cpu")
+    assert text.returncode == 0, text.stderr
+    assert "on the CPU" in text.stdout and "peak in host RAM" in text.stdout and "(not measured: CPU)" in text.stdout
+    for gpu_word in ("GPU", "CUDA", "NCCL", "MFU"):
+        assert gpu_word not in text.stdout, text.stdout
+    # QLoRA and ZeRO on the CPU: "needs an NVIDIA GPU", not "--precision fp32 does not apply"
+    for args in (("--method", "qlora"), ("--method", "full", "--zero", "2")):
+        refused = run_estimate(tmp_path, "--model", "tiny", "--hardware", "cpu", *args)
+        assert refused.returncode == 2 and "needs an NVIDIA GPU" in refused.stderr, refused.stderr
     # 8xH200 and --gpus 2: one count is asked twice, differently; it estimated 2 GPUs without a word
     both = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--hardware", "8xH200", "--gpus", "2")
     assert both.returncode == 2 and both.stdout == ""
