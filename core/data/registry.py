@@ -103,7 +103,7 @@ def parse_spec(spec: str, exists: Any = None) -> tuple[str, str | None, int | No
     if match:
         base, sample = match["base"], int(match["count"])
         if sample < 1:
-            raise ValueError(t("data.bad_sample", spec=spec))
+            raise ValueError(t("data.bad_sample"))  # said after the entry, by whoever reports it
     split = None
     if not (exists and exists(base)):
         match = _SPLIT.match(base)

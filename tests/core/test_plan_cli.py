@@ -324,3 +324,7 @@ def test_plan_reads_a_folder_a_list_and_a_sample_and_plans_a_hub_id_without_stat
     assert missing.stderr.strip().splitlines() == [
         "tunedeck: nosuch.jsonl: file not found; give the path of a .jsonl, .json, .csv, .parquet or .txt file "
         "(or a hub dataset id owner/name)"]
+    zero = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--dataset", f"{SAMPLE}#0")
+    assert zero.returncode == 2
+    assert zero.stderr.strip().splitlines() == [  # the entry once, then what is wrong (it was said twice)
+        f"tunedeck: {SAMPLE}#0: the number after # is how many records to take and must be at least 1"]
