@@ -75,8 +75,8 @@ def run_estimate(args: argparse.Namespace) -> int:
 
     target = estimate_target(args.gpu, args.gpus)
     if target.cpu_only and (args.method == "qlora" or (args.zero or 0) > 0):  # not a precision to change
-        raise CliError(t("estimate.error.cpu_needs_gpu", what="--method qlora" if args.method == "qlora"
-                         else f"--zero {args.zero}"), 2)
+        raise CliError(t("estimate.error.qlora_cpu" if args.method == "qlora" else "estimate.error.zero_cpu",
+                         zero=args.zero), 2)
     gpu = target.spec()
     num_gpus = target.count
     from core.assets import resolve_model_name

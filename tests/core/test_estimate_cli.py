@@ -195,7 +195,7 @@ def test_estimate_takes_the_hardware_plan_takes_and_refuses_two_counts(tmp_path)
     # QLoRA and ZeRO on the CPU: "needs an NVIDIA GPU", not "--precision fp32 does not apply"
     for args in (("--method", "qlora"), ("--method", "full", "--zero", "2")):
         refused = run_estimate(tmp_path, "--model", "tiny", "--hardware", "cpu", *args)
-        assert refused.returncode == 2 and "needs an NVIDIA GPU" in refused.stderr, refused.stderr
+        assert refused.returncode == 2 and "needs" in refused.stderr and "NVIDIA GPU" in refused.stderr, refused.stderr
     # 8xH200 and --gpus 2: one count is asked twice, differently; it estimated 2 GPUs without a word
     both = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--hardware", "8xH200", "--gpus", "2")
     assert both.returncode == 2 and both.stdout == ""
