@@ -78,6 +78,14 @@ class DatasetSummary:
         self._cuts[seq_len] = (tokens, kept)
         return tokens, kept
 
+    def cut_records(self, seq_len: int) -> tuple[int, int]:
+        """(records longer than ``seq_len``, which the engine cuts to their first ``seq_len`` tokens; of those,
+        the ones the cut leaves without a target, which it drops: 0 where targets are not counted)."""
+        longer = [i for i, length in enumerate(self.lengths) if length > seq_len]
+        counted = bool(self.targets) and len(self.targets) == len(self.lengths)
+        dropped = sum(1 for i in longer if self.targets[i] <= self.lengths[i] - seq_len) if counted else 0
+        return len(longer), dropped
+
     @property
     def max_length(self) -> int:
         return max(self.lengths, default=0)

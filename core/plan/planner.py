@@ -340,6 +340,12 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
         out.append(("seq_len", finding("plan.reason.seq_longest", seq=p.seq_len)))
     else:
         out.append(("seq_len", finding("plan.reason.seq_default", seq=p.seq_len)))
+    if request.dataset_summary is not None:  # what the sequence length does to the data: cut, or left out
+        longer, dropped = request.dataset_summary.cut_records(p.seq_len)
+        if longer:
+            key = plural_key("plan.reason.seq_cut_dropped" if dropped else "plan.reason.seq_cut", longer)
+            out.append(("seq_len", finding(key, count=longer, seq=p.seq_len, dropped=dropped,
+                                           longest=request.dataset_summary.max_length)))
 
     twin = _lowest_peak(candidates, method=p.method, num_gpus=p.num_gpus, zero_stage=p.zero_stage,
                         offload=p.offload, micro_batch_size=p.micro_batch_size, seq_len=p.seq_len,

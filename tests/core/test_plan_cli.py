@@ -328,3 +328,25 @@ def test_plan_reads_a_folder_a_list_and_a_sample_and_plans_a_hub_id_without_stat
     assert zero.returncode == 2
     assert zero.stderr.strip().splitlines() == [  # the entry once, then what is wrong (it was said twice)
         f"tunedeck: {SAMPLE}#0: the number after # is how many records to take and must be at least 1"]
+
+
+def test_the_plan_says_how_many_records_its_sequence_length_cuts_and_leaves_out(tmp_path):
+    """A 5M-character record at sequence 128 was planned without a word that it is cut (and, its answer past
+    the cut, left out of training): the reasons now count the records cut and those left out (CPU plan)."""
+    chat = lambda q, a: {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}  # noqa: E731
+    rows = [chat("word " * 3000, "ok"), chat("hi", "x " * 400)] + [chat("q", "a")] * 30
+    data = tmp_path / "long.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+    def seq_reasons(seq: int) -> list[str]:
+        proc = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--dataset", str(data),
+                        "--set", f"seq_len={seq}", "--json")
+        assert proc.returncode == 0, proc.stderr
+        return [r["message"] for r in json.loads(proc.stdout)["reasons"] if r["field"] == "seq_len"]
+
+    cut = seq_reasons(128)  # both long records cut; the first one's answer is past the cut
+    assert len(cut) == 2 and cut[1].startswith("2 records are longer than 128 tokens (the longest ") \
+        and "the cut leaves 1 of them without an answer" in cut[1], cut
+    assert seq_reasons(1024)[1].startswith("1 record is longer than 1024 tokens") \
+        and seq_reasons(1024)[1].endswith("which leaves it without an answer: left out of training")
+    assert seq_reasons(16384) == ["seq_len = 16384: set by you"]  # nothing longer: nothing said
