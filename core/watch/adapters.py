@@ -32,7 +32,17 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from core.watch.metrics import BY_NAME, EVAL, INT_KEYS, METRICS, TRAIN, TUNEDECK_FAST_KEYS, Metric
+from core.watch.metrics import (
+    BY_NAME,
+    EVAL,
+    INT_KEYS,
+    LATEST_KEYS,
+    METRICS,
+    TRAIN,
+    TUNEDECK_FAST_KEYS,
+    X_KEYS,
+    Metric,
+)
 
 Record = dict[str, Any]
 
@@ -99,9 +109,27 @@ def _put(record: Record, key: str, value: Any) -> None:
         record[key] = value
 
 
+# The keys of tunedeck's train and eval records that the charts and the header take as numbers.
+_TUNEDECK_NUMBERS = frozenset({m.tunedeck for m in METRICS if m.tunedeck} | set(X_KEYS.values()) | set(LATEST_KEYS))
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) is int or type(value) is float
+
+
 def normalize_tunedeck(raw: Record) -> Record | None:
-    """tunedeck's own records are already normalised; unknown kinds are kept as they are."""
-    return raw
+    """tunedeck's own records are already normalised; unknown kinds are kept as they are. A train or eval
+    record whose step is not a number is broken (None: skipped, as a line that does not parse is); another
+    of its figures that is not a number (a hand edit, a damaged disk) is left out, never charted."""
+    if raw.get("kind") not in (TRAIN, EVAL):
+        return raw
+    step = raw.get("step")
+    if step is not None and not _is_number(step):
+        return None
+    bad = [key for key in _TUNEDECK_NUMBERS if raw.get(key) is not None and not _is_number(raw[key])]
+    if not bad:
+        return raw
+    return {key: value for key, value in raw.items() if key not in bad}
 
 
 def normalize_swift(raw: Record) -> Record | None:
@@ -206,7 +234,7 @@ NORMALIZERS: dict[str, Callable[[Record], Record | None]] = {
 }
 
 
-_NUMBER = rb"(-?[0-9][0-9.eE+-]*|null)"
+_NUMBER = rb"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|null)"  # JSON's number: "1.2.3" is no match
 # tunedeck's train records always begin with the same keys in the same order (core.train.callbacks writes
 # them so: ``TUNEDECK_TRAIN_LAYOUT``): a regex match of that prefix, through every key a series, an x axis
 # or the header reads (``TUNEDECK_FAST_KEYS``, derived from ``METRICS``), is several times cheaper than

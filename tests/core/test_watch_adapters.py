@@ -88,3 +88,30 @@ def test_fast_path_reads_tunedeck_train_records_like_json():
     for a, b in zip(fast, full, strict=True):
         assert {k: a.get(k) for k in keys} == {k: b.get(k) for k in keys}
     assert fast[1]["loss"] is None and fast[2]["loss"] == 1e-05
+
+
+def test_tunedeck_records_with_figures_that_are_not_numbers_are_skipped_not_fatal():
+    """A damaged or hand-edited metrics.jsonl line ("step": "x", "loss": "abc", a number "1.2.3") closed the
+    dashboard with a traceback (float("x") in RunSeries); such a record is skipped, a bad figure left out."""
+    from core.watch.series import RunSeries
+
+    lines = [
+        b'{"kind": "train", "step": 1, "total_steps": 10, "loss": 2.0, "elapsed_s": 1.0}',
+        b'{"kind": "train", "step": "x", "loss": "abc"}',
+        b'{"kind": "eval", "step": "x", "eval_loss": 1.0}',
+        b'{"kind": "train", "step": 2, "total_steps": "t", "epoch": "e", "loss": 1.5, "elapsed_s": "z",'
+        b' "tokens_per_s": "q", "tokens_seen": "n"}',
+    ]
+    records = parse_lines(lines, "tunedeck")
+    assert [r["step"] for r in records] == [1, 2]
+    assert records[1] == {"kind": "train", "step": 2, "loss": 1.5}
+    series = RunSeries()
+    series.extend(records)
+    assert series.latest["step"] == 2 and series.last_loss == 1.5
+
+    # the backfill's fast path: a "number" JSON does not have goes through json (and is skipped), not float()
+    damaged = (b'{"kind": "train", "step": 3, "total_steps": 1.2.3, "epoch": 0.1, "loss": 1.0, "learning_rate": 0,'
+               b' "grad_norm": 1, "tokens_per_s": 5, "samples_per_s": 1, "elapsed_s": 3, "eta_s": 1, "tokens_seen": 9}')
+    assert parse_lines([damaged], "tunedeck", fast=True) == []
+    series.extend_tunedeck_lines([*lines, damaged])
+    assert series.latest["step"] == 2
