@@ -380,9 +380,15 @@ def cmd_logs(args: argparse.Namespace) -> int:
         for line in follow(run.log_path, lambda: True, offset):
             print(line)
         return 0
-    # `logs -f | head`: the closed pipe ends it in core.cli.dispatch, as for every command
-    for line in follow(run.log_path, lambda: not effective_status(run).active, offset):
+    # `logs -f | head`: the closed pipe ends it in core.cli.dispatch, as for every command. A run directory
+    # deleted meanwhile reads as queued (no status.json) for ever: it ends the follow too, with an error.
+    for line in follow(run.log_path, lambda: not run.path.is_dir() or not effective_status(run).active, offset):
         print(line, flush=True)
+    if not run.path.is_dir():
+        from core.errors import CliError
+        from core.i18n import t
+
+        raise CliError(t("runs.logs_run_dir_gone", id=run.id, path=str(run.path)), 1)
     return 0
 
 

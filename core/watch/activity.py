@@ -1,4 +1,4 @@
-"""Is another trainer's writer still there? ``running``, ``idle`` (since when) or ``finished``.
+"""Is another trainer's writer still there? ``running``, ``idle`` (since when), ``finished``, or ``gone``.
 
 tunedeck's own runs have a supervisor and a status file; an ms-swift, LLaMA-Factory, HF Trainer or
 TensorBoard folder has only its files. A folder is ``finished`` when its writer left a finished marker
@@ -6,7 +6,9 @@ TensorBoard folder has only its files. A folder is ``finished`` when its writer 
 ``max_steps``, the ``train_results.json``/``all_results.json`` that ``Trainer.save_metrics`` writes at the
 end, or a last step at the total), and ``idle`` when nothing was written for longer than
 ``max(IDLE_FLOOR_S, IDLE_INTERVALS × the median time between its records)``: a run that logs every 5
-minutes is not idle after 2. The dashboard and ``tunedeck watch --json`` both ask ``writer_state``.
+minutes is not idle after 2. A folder deleted while it is watched is ``gone`` (a tunedeck run's
+dashboard says the same of its run directory). The dashboard and ``tunedeck watch --json`` both ask
+``writer_state``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from core.runs.states import RunState, state_label
 RUNNING = RunState.RUNNING
 IDLE = "idle"
 FINISHED = RunState.FINISHED
+GONE = "gone"  # the watched folder (or a tunedeck run's directory) was deleted: nothing more will come
 
 IDLE_FLOOR_S = 120.0
 IDLE_INTERVALS = 10
@@ -106,6 +109,8 @@ class WriterState:
             return t("watch.state.idle_since", time=format_since(self.since, now))
         if self.status == IDLE:
             return t("watch.state.idle")
+        if self.status == GONE:
+            return t("watch.state.gone")
         return state_label(self.status)
 
     def problem(self) -> str:
@@ -203,10 +208,13 @@ def trainer_state_finished(path: Path) -> bool:
 
 
 def writer_state(source: Any, activity: WriterActivity, now: float | None = None) -> WriterState:
-    """running / idle since … / finished for a read-only source, from its records and its files' times."""
+    """running / idle since … / finished / gone for a read-only source, from its records and its files'
+    times (a folder deleted while it is watched kept "running", with an ETA, for ever)."""
     now = time.time() if now is None else now
     since = last_write(activity_paths(source))
     unreadable = activity.unreadable
+    if not source.path.is_dir():
+        return WriterState(GONE, since, unreadable)
     if activity.finished or finished_marker(source.path):
         return WriterState(FINISHED, since, unreadable)
     if activity.ended or since is not None and now - since > idle_after(activity):

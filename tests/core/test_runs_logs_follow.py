@@ -234,3 +234,43 @@ def test_headless_demo_exits_non_zero_unless_the_run_finished(tmp_path, monkeypa
         printed.clear()
         assert commands._run_headless(run, as_json=False) == expected, status
         assert printed[-1] == (f"demo run ended: {status} ({reason})" if reason else f"demo run ended: {status}")
+
+
+def test_logs_follow_ends_with_an_error_when_the_run_directory_is_deleted(tmp_path, monkeypatch, capsys):
+    """`logs -f` of a live run whose directory was deleted followed for ever: with no status.json left the
+    run reads as queued, which is active. It now ends, exit 1, saying the directory was deleted."""
+    import shutil
+
+    from core.cli import dispatch
+    from core.runs import RunStatus, liveness
+
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+
+    class Config:
+        def to_dict(self):
+            return {"name": "demo", "model": "tiny", "method": "lora"}
+
+        def save(self, path):
+            Path(path).write_text("name: demo\n")
+
+    run = create_run(Config(), ["tunedeck", "demo"], gpus=[])
+    run.log_path.write_text("[rank0] step 1\n")
+    real = liveness.effective_status
+    calls = []
+
+    def live_then_deleted(target, persist=True):
+        calls.append(target)
+        if len(calls) <= 2:  # the supervisor is alive; after the first read the directory is deleted under it
+            if len(calls) == 2:
+                shutil.rmtree(target.path)
+            return RunStatus("running", "", "", 0.0)
+        if len(calls) > 20:  # (without the fix: end the test instead of following for ever)
+            return RunStatus("finished", "", "", 0.0)
+        return real(target, persist)
+
+    monkeypatch.setattr(liveness, "effective_status", live_then_deleted)
+    code = dispatch(["logs", run.id, "-f"], opens_app=False)
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["[rank0] step 1"]
+    assert code == 1
+    assert f"directory {run.path} was deleted" in captured.err and "Traceback" not in captured.err

@@ -146,6 +146,29 @@ def test_a_read_only_source_offers_no_stop():
     run(scenario())
 
 
+def test_a_run_deleted_while_its_dashboard_is_open_says_so_and_offers_no_stop():
+    """The run directory deleted under its dashboard read as "queued" (no status.json left), offered k, and
+    k said the run "has not started yet; try again in a moment or use --force". Now: "directory deleted"."""
+    import shutil
+
+    live = build_run(runs_dir(), "20261129-2300-live", status="running", steps=120)
+
+    async def scenario():
+        with SupervisorStandIn(live):
+            app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(live))
+            async with app.run_test(size=SIZE) as pilot:
+                screen = await open_dashboard(pilot, app, "running")
+                await wait_for(pilot, lambda: "k" in footer_keys(app))
+                shutil.rmtree(live)
+                await wait_for(pilot, lambda: screen.status == "gone")
+                await pilot.pause()
+                assert "k" not in footer_keys(app) and t("dashboard.key.stop") not in palette_titles(app)
+                header = " ".join(screen_text(app).split())
+                assert t("watch.state.gone") in header and "queued" not in header and "ETA" not in header
+
+    run(scenario())
+
+
 def test_an_outside_folder_says_quit_once_and_esc_still_quits():
     """``tunedeck watch DIR`` on another trainer's folder: Esc quits like q, and the footer says so once
     (q Quit), not as "Esc Quit" beside it; in the full view and the log search Esc is shown again, as what

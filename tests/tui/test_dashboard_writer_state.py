@@ -1,5 +1,5 @@
-"""The dashboard on another trainer's folder says what core.watch.activity says: idle since …, finished or
-running, and shows a live ETA only while running."""
+"""The dashboard on another trainer's folder says what core.watch.activity says: idle since …, finished,
+running or gone (deleted), and shows a live ETA only while running."""
 
 from __future__ import annotations
 
@@ -71,5 +71,22 @@ def test_a_log_being_written_shows_running_with_its_eta(tmp_path):
         async with app.run_test(size=(80, 24)) as pilot:
             text = await header_when(pilot, app, "running")
             assert "running" in text and "ETA" in text
+
+    asyncio.run(scenario())
+
+
+def test_a_folder_deleted_while_watched_says_so_and_shows_no_eta(tmp_path):
+    """It kept saying "running" with its ETA for ever once the folder was deleted."""
+    from core.i18n import t
+
+    run = swift_run(tmp_path, keep_lines=60)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(run))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await header_when(pilot, app, "running")
+            shutil.rmtree(run)
+            text = " ".join((await header_when(pilot, app, "gone")).split())
+            assert t("watch.state.gone") in text and "ETA" not in text and "running" not in text
 
     asyncio.run(scenario())

@@ -188,6 +188,11 @@ class DashboardFeed:
         from core.runs import RunDirectory, effective_status, ended_with_checkpoint
 
         run = RunDirectory(self.source.path)
+        if not run.path.is_dir():  # deleted while shown: its status reads as "queued" (no status.json)
+            from core.watch.activity import GONE, WriterState
+
+            self.post_message(RunStatusRead(GONE, WriterState(GONE).label(), free, total))
+            return
         status = effective_status(run)
         # Once the run has ended: a complete checkpoint offers resume and what comes after training (the
         # Runs list's resume follows the same rule).

@@ -17,7 +17,7 @@ from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.runs import TERMINAL_STATES, RunState, state_label
 from core.runs.listing import shown_total
 from core.units import format_cost, format_rate
-from core.watch.activity import IDLE
+from core.watch.activity import GONE, IDLE
 from core.watch.figures import cost_so_far, format_duration, mfu, steady_tokens_per_s
 
 DETAIL_MIN_WIDTH = 24  # cells: a Detail column narrower than this gives way to the line under the table
@@ -228,7 +228,7 @@ class DashboardHeader:
         status = self.status or "…"
         colour = {RunState.RUNNING: "$success", RunState.FINISHED: "$primary", RunState.FAILED: "$error",
                   RunState.CRASHED: "$error", RunState.STALLED: "$warning", RunState.STOPPING: "$warning",
-                  RunState.STOPPED: "$warning", IDLE: "$warning"}.get(status, "$foreground-muted")
+                  RunState.STOPPED: "$warning", IDLE: "$warning", GONE: "$error"}.get(status, "$foreground-muted")
         # (text, rank, separator before it, style): at 80 columns the line keeps to one line (it wrapped
         # "read-only (HF" / "Trainer)" under a long model name), an unknown figure (N/A) going first.
         unknown = -10
@@ -249,7 +249,7 @@ class DashboardHeader:
             (_na(precision), ranked(precision, 2), SEPARATOR, ""),
             *zero_part,
             (gpu_part, ranked(gpus if not self._cpu_run() else "cpu", 3), SEPARATOR, ""),
-            (self.reason if status == IDLE else state_label(status), STAT_KEPT, SEPARATOR, colour),
+            (self.reason if status in (IDLE, GONE) else state_label(status), STAT_KEPT, SEPARATOR, colour),
         ]
         if self.source.read_only:
             first.append((t("dashboard.read_only", kind=t("dashboard.kind_" + self.source.kind)), 5, "  ",
