@@ -422,3 +422,10 @@ def test_this_boxs_gpus_are_planned_beside_the_memory_other_processes_hold():
     # a typed target is the whole card
     typed = recommend(replace(req, hardware=parse_target("1xH200"), overrides={"method": "full", "zero_stage": 0}))
     assert not typed.best.warnings or all(w.key != "plan.warn.busy_gpu" for w in typed.best.warnings)
+    # the method's reason sizes the plan against what the others leave, not the whole card ("fits in 22.7 of 140.4")
+    lora = recommend(replace(req, overrides={}))  # LoRA, chosen: full does not fit beside what is held
+    assert lora.best.plan.method == "lora"
+    said = dict(lora.reasons)["method"].text()
+    assert f"fits in {round(lora.best.peak_gib, 1)} of the 60.2 GiB other processes leave free (of 140.4)" in said
+    typed = recommend(replace(req, hardware=parse_target("1xH200"), overrides={}))
+    assert "of 140.4 GiB" in dict(typed.reasons)["method"].text()  # a typed target: the whole card
