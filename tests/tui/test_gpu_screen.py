@@ -342,6 +342,14 @@ def test_history_grows_with_polls_and_interval_keys_respect_floor():
             assert screen.interval_s == 0.25
             await pilot.press("plus")
             assert screen.interval_s == 0.5
+            # the notice says the interval as other durations are said: "0.5 s", "10 s" (it read "0.50 s",
+            # "10.00 s")
+            assert str(list(app._notifications)[-1].message) == t("gpuscreen.interval", seconds=0.5) \
+                == "Polling every 0.5 s"
+            for _ in range(6):
+                await pilot.press("plus")
+            assert screen.interval_s == 10.0
+            assert str(list(app._notifications)[-1].message) == "Polling every 10 s"
 
     run(scenario())
 
