@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -162,12 +162,18 @@ def stored_reason(reason: str | Message) -> dict[str, Any]:
     return {"reason": reason}
 
 
-def render_stored(text: str, record: object) -> str:
+def render_stored(text: str, record: object, wording: Mapping[str, str] | None = None) -> str:
     """Stored text for display: the message in ``record`` rendered in the current language when it is a
-    message this version knows how to render, else ``text`` as stored (old runs, newer versions)."""
+    message this version knows how to render, else ``text`` as stored (old runs, newer versions).
+
+    ``wording``: message key -> the key a reader renders it under instead, with the same parameters (a
+    screen's own wording of a stored reason: the dashboard names the key that resumes a run, where the
+    stored message, which the CLI shows, names the command)."""
     message = Message.from_record(record)
     if message is None:
         return text
+    if wording and message.key in wording:
+        message = Message(wording[message.key], **message.params)
     try:
         return message.text()
     except (KeyError, IndexError, ValueError):  # unknown key or parameters that do not fit this version

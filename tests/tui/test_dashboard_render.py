@@ -514,3 +514,37 @@ def test_a_demo_run_shows_the_bundled_model_as_tiny_in_the_dashboard_and_the_run
             assert "tiny" in text and "assets" not in text
 
     run(scenario())
+
+
+def test_a_stopped_runs_reason_names_u_on_the_dashboard_and_the_command_in_tunedeck_status(capsys):
+    """The stored reason (a message record, as the trainer writes it) says "continue with tunedeck resume":
+    `tunedeck status` shows that; the dashboard, where `u` resumes the run, words it for itself (header and
+    the stopped event). Fake GPUs: h200x2."""
+    import json
+
+    from core import cli
+    from core.i18n import Message, stored_reason
+
+    path = build_run(runs_dir(), "20261129-2100-stopped", status="stopped", steps=240)
+    add_checkpoint(path, 240)
+    status = {"status": "stopped", **stored_reason(Message("train.stopped_at", step=240)),
+              "updated": "2026-11-29T21:10:00Z", "updated_ts": 1.0}
+    (path / "status.json").write_text(json.dumps(status), encoding="utf-8")
+    with (path / "events.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"time": "2026-11-29T21:10:00Z", "ts": 3.0, "event": "stopped", "step": 240,
+                                 **stored_reason(Message("train.stopped_at", step=240))}) + "\n")
+
+    assert cli.main(["status", path.name]) == 0
+    assert "stopped at step 240; checkpoint saved (continue with tunedeck resume)" in capsys.readouterr().out
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(160, 50)) as pilot:
+            screen = await open_dashboard(pilot, app, "stopped")
+            await wait_for(pilot, lambda: screen.events and screen.events[-1].get("event") == "stopped")
+            await settle(pilot, app, screen)
+            assert screen.reason == "stopped at step 240; checkpoint saved (u resumes it)"
+            text = screen_text(app)
+            assert "(u resumes it)" in text and "tunedeck resume" not in text
+
+    run(scenario())

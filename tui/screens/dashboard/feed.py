@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.widgets import DataTable
 from textual.worker import get_current_worker
 
-from core.i18n import t
+from core.i18n import render_stored, t
 from core.paths import data_root
 from core.watch.alerts import (
     disk_alert,
@@ -33,6 +33,7 @@ from core.watch.downsample import BucketedSeries
 from core.watch.feed import EventsFeed, LinesFeed, open_metrics_feed
 from core.watch.series import RunSeries
 from tui.gpu_poll import GpuPollFailed, SnapshotReady, expected_errors
+from tui.screens.dashboard.header import REASON_WORDING
 from tui.widgets.log_pane import LogPane
 
 FILE_POLL_S = 0.5
@@ -197,7 +198,8 @@ class DashboardFeed:
         # Once the run has ended: a complete checkpoint offers resume and what comes after training (the
         # Runs list's resume follows the same rule).
         has_checkpoint = ended_with_checkpoint(run, status.status)
-        self.post_message(RunStatusRead(status.status, status.reason_text, free, total, has_checkpoint))
+        reason = render_stored(status.reason, status.reason_message, REASON_WORDING)  # "u resumes it"
+        self.post_message(RunStatusRead(status.status, reason, free, total, has_checkpoint))
 
     # --- the app's GPU poll -----------------------------------------------------------------------
     def on_unmount(self) -> None:

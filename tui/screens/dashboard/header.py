@@ -30,6 +30,14 @@ KNOWN_EVENTS = frozenset(key[len(EVENT_KEY_PREFIX):] for key in catalogue(DEFAUL
                          if key.startswith(EVENT_KEY_PREFIX))
 
 
+# Stored reasons the dashboard words for itself (same parameters): where the stored message, which
+# `tunedeck status` shows, says "continue with 'tunedeck resume'", the dashboard names its own key (u).
+REASON_WORDING = {
+    "train.stopped_at": "dashboard.reason_stopped_at",
+    "runs.reason_crashed": "dashboard.reason_crashed",
+}
+
+
 def event_label(name: str) -> str:
     """An event's name as shown in the events table: translated when known, else as recorded."""
     key = EVENT_KEY_PREFIX + name
@@ -308,6 +316,6 @@ class DashboardHeader:
         fields = {k: v for k, v in record.items()
                   if k not in ("time", "ts", "event", "reason_message") and v not in ("", None)}  # "reason=" says nothing
         if "reason" in fields:  # written by the supervisor with its message record: show the reader's language
-            fields["reason"] = render_stored(str(fields["reason"]), record.get("reason_message"))
+            fields["reason"] = render_stored(str(fields["reason"]), record.get("reason_message"), REASON_WORDING)
         detail = " ".join(f"{k}={v}" for k, v in fields.items())
         return clock, event_label(str(record.get("event", ""))), detail
