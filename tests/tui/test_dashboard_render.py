@@ -548,3 +548,34 @@ def test_a_stopped_runs_reason_names_u_on_the_dashboard_and_the_command_in_tuned
             assert "(u resumes it)" in text and "tunedeck resume" not in text
 
     run(scenario())
+
+
+@pytest.mark.parametrize("directory, drop, first_line", [
+    ("llamafactory_output", ("training_args.yaml",), "finished  read-only (LLaMA-Factory)"),
+    ("llamafactory_output", (), "meta-llama/Llama-3.2-1B-Instruct · lora · bf16 · finished  read-only (LLaMA-Factory)"),
+    ("swift_output", (), "Qwen/Qwen2.5-0.5B-Instruct · lora · bfloat16 · finished  read-only (ms-swift)"),
+], ids=["llamafactory-no-args", "llamafactory", "swift"])
+def test_an_external_dirs_first_line_leaves_out_what_is_not_known(tmp_path, directory, drop, first_line):
+    """A LLaMA-Factory folder without its training_args.yaml read "N/A · N/A · N/A · ZeRO N/A · GPUs N/A",
+    an ms-swift folder "… · ZeRO N/A · GPUs N/A": what is not known (no saved arguments, no DeepSpeed, a box
+    without GPUs: fake_monitor("none")) is left out, at a width where nothing has to go for room."""
+    import shutil
+
+    folder = tmp_path / directory
+    shutil.copytree(FIXTURES / directory, folder)
+    for name in drop:
+        (folder / name).unlink()
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(folder))
+        async with app.run_test(size=(160, 50)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.series.train_records > 0 and screen.status == "finished")
+            screen._show_info()
+            await pilot.pause()
+            first = screen_text(app).splitlines()[1].strip()
+            assert first == first_line and "N/A" not in screen_text(app), first
+
+    run(scenario())
+

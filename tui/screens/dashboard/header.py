@@ -131,10 +131,6 @@ def fit_first_line(parts: list[tuple[str, int, str, str]], width: int) -> str:
     return line
 
 
-def _na(value: str | None) -> str:
-    return value if value else t("dashboard.na")
-
-
 def _escape(text: str) -> str:
     from rich.markup import escape
 
@@ -238,27 +234,25 @@ class DashboardHeader:
                   RunState.CRASHED: "$error", RunState.STALLED: "$warning", RunState.STOPPING: "$warning",
                   RunState.STOPPED: "$warning", IDLE: "$warning", GONE: "$error"}.get(status, "$foreground-muted")
         # (text, rank, separator before it, style): at 80 columns the line keeps to one line (it wrapped
-        # "read-only (HF" / "Trainer)" under a long model name), an unknown figure (N/A) going first.
-        unknown = -10
-
-        def ranked(value: str | None, rank: int) -> int:
-            return rank + unknown if value is None else rank
-
-        gpu_part = t("dashboard.cpu_run") if self._cpu_run() else t("dashboard.gpus", gpus=_na(gpus))
+        # "read-only (HF" / "Trainer)" under a long model name). A figure not known is left out, not shown as
+        # "N/A": a LLaMA-Factory folder without its training_args.yaml read "N/A · N/A · N/A · ZeRO N/A ·
+        # GPUs N/A", the same figures of an ms-swift folder "ZeRO N/A · GPUs N/A" (as the stats line does).
+        cpu_run = self._cpu_run()
+        gpu_part = t("dashboard.cpu_run") if cpu_run else gpus and t("dashboard.gpus", gpus=gpus)
         # ZeRO 0 is named as the plan's headline names it: nothing for one process (the CPU, one GPU), "DDP" for
-        # several (each GPU holds the whole model); a ZeRO stage above 0, or an unknown one, as "ZeRO N"
-        single = self._cpu_run() or self._gpu_count() == 1
-        zero_text = t("dashboard.ddp") if str(zero) == "0" else t(
-            "dashboard.zero", stage=_na(None if zero is None else str(zero)))
-        zero_part = [] if single and str(zero) == "0" else [(zero_text, ranked(zero, 1), SEPARATOR, "")]
-        first: list[tuple[str, int, str, str]] = [
-            (_na(model), ranked(model, MODEL_RANK), "", "b"),
-            (_na(method), ranked(method, 4), SEPARATOR, ""),
-            (_na(precision), ranked(precision, 2), SEPARATOR, ""),
-            *zero_part,
-            (gpu_part, ranked(gpus if not self._cpu_run() else "cpu", 3), SEPARATOR, ""),
+        # several (each GPU holds the whole model); a ZeRO stage above 0 as "ZeRO N"
+        single = cpu_run or self._gpu_count() == 1
+        zero_text = None if zero is None or (single and str(zero) == "0") else t("dashboard.ddp") if str(
+            zero) == "0" else t("dashboard.zero", stage=str(zero))
+        shown: list[tuple[str | None, int, str, str]] = [
+            (model, MODEL_RANK, "", "b"),
+            (method, 4, SEPARATOR, ""),
+            (precision, 2, SEPARATOR, ""),
+            (zero_text, 1, SEPARATOR, ""),
+            (gpu_part, 3, SEPARATOR, ""),
             (self.reason if status in (IDLE, GONE) else state_label(status), STAT_KEPT, SEPARATOR, colour),
         ]
+        first = [(str(text), rank, sep, style) for text, rank, sep, style in shown if text]
         if self.source.read_only:
             first.append((t("dashboard.read_only", kind=t("dashboard.kind_" + self.source.kind)), 5, "  ",
                           "$foreground-muted"))
