@@ -24,7 +24,8 @@ HF_TRAINER = "hf_trainer"
 TENSORBOARD = "tensorboard"
 
 _METRIC_FILES = ((TUNEDECK, "metrics.jsonl"), (SWIFT, "logging.jsonl"), (LLAMAFACTORY, "trainer_log.jsonl"))
-_LOG_NAMES = ("train.log", "running_log.txt", "log.txt", "train.txt")
+# the human log of another trainer's folder, the first of these found (a dashboard names them when none is)
+LOG_NAMES = ("train.log", "running_log.txt", "log.txt", "train.txt")
 
 
 class SourceNotFound(TunedeckError, LookupError):
@@ -132,14 +133,14 @@ def open_watch_source(path: Path | str) -> WatchSource:
             return _open_other(path)
         path, kind = nested, SWIFT
     metrics = path / dict(_METRIC_FILES)[kind]
-    log = next((path / n for n in _LOG_NAMES if (path / n).is_file()), None)
+    log = next((path / n for n in LOG_NAMES if (path / n).is_file()), None)
     return WatchSource(kind, path, metrics, log, None, read_only=True, facts=_external_facts(kind, path))
 
 
 def _open_other(path: Path) -> WatchSource:
     """An HF Trainer output dir or a TensorBoard log dir; SourceNotFound naming what was looked for."""
     state = trainer_state_file(path)
-    log = next((path / n for n in _LOG_NAMES if (path / n).is_file()), None)
+    log = next((path / n for n in LOG_NAMES if (path / n).is_file()), None)
     if state is not None:
         return WatchSource(HF_TRAINER, path, state, log, None, read_only=True,
                            facts=_model_facts(state.parent) or _model_facts(path))

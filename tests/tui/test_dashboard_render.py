@@ -579,3 +579,38 @@ def test_an_external_dirs_first_line_leaves_out_what_is_not_known(tmp_path, dire
 
     run(scenario())
 
+
+@pytest.mark.parametrize("directory, title, shows", [
+    ("swift_output", "log", "no log file in this folder (looked for train.log, running_log.txt, log.txt, train.txt)"),
+    ("hf_output", "log", "no log file in this folder (looked for train.log, running_log.txt, log.txt, train.txt)"),
+    ("llamafactory_output", "running_log.txt", None),
+], ids=["swift", "hf", "llamafactory"])
+def test_the_log_panel_is_titled_for_its_file_or_says_there_is_none(tmp_path, directory, title, shows):
+    """An ms-swift or HF Trainer folder without a log file showed an empty panel titled "train.log"; the
+    panel is titled for the file it follows (LLaMA-Factory's running_log.txt) or says there is none and
+    which names were looked for. No GPUs (fake_monitor("none"))."""
+    from tests.tui.test_dashboard_watch_hf import write_checkpoint
+
+    folder = FIXTURES / directory
+    if directory == "hf_output":
+        folder = tmp_path / "hf"
+        write_checkpoint(folder, 10, 0.05)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(folder))
+        async with app.run_test(size=(160, 50)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.series.train_records > 0 and (
+                shows or screen.query_one("#dash-log", LogPane).lines))
+            await pilot.pause()
+            pane = screen.query_one("#dash-log", LogPane)
+            assert pane.border_title == title
+            text = " ".join(screen_text(app).split())
+            assert "train.log ─" not in screen_text(app)
+            if shows:
+                assert shows in text, text
+            else:
+                assert "no log file" not in text
+
+    run(scenario())

@@ -36,13 +36,15 @@ def wrap_points(text: str, width: int) -> list[int]:
 class LogPane(ScrollView, can_focus=True):
     """Lines of a log, newest at the bottom; stays at the bottom while the user has not scrolled up."""
 
-    COMPONENT_CLASSES = {"logpane--match", "logpane--current", "logpane--warning", "logpane--error"}
+    COMPONENT_CLASSES = {"logpane--match", "logpane--current", "logpane--warning", "logpane--error",
+                         "logpane--empty"}
     DEFAULT_CSS = """
     LogPane { background: $surface; overflow-x: hidden; }
     LogPane > .logpane--match { background: $warning 30%; }
     LogPane > .logpane--current { background: $warning; color: $background; }
     LogPane > .logpane--warning { color: $warning; }
     LogPane > .logpane--error { color: $error; }
+    LogPane > .logpane--empty { color: $foreground-muted; }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
@@ -57,6 +59,7 @@ class LogPane(ScrollView, can_focus=True):
         self.rows: list[tuple[int, int, int]] = []
         self._wrap_width = 0
         self._rewrap_pending = False
+        self.empty_text = ""  # said, wrapped, while there is no line (a folder without a log file)
 
     # --- content ---------------------------------------------------------------------------------
     def clear(self) -> None:
@@ -184,6 +187,8 @@ class LogPane(ScrollView, can_focus=True):
             # the width changed without a resize (a scrollbar came or went): wrap again after this frame
             self._rewrap_pending = True
             self.call_after_refresh(self._rewrap_now)
+        if not self.lines and self.empty_text:
+            return self._empty_line(y, width)
         if row >= len(self.rows):
             return Strip.blank(width, self.rich_style)
         index, start, end = self.rows[row]
@@ -198,3 +203,13 @@ class LogPane(ScrollView, can_focus=True):
             style = style + self.get_component_rich_style("logpane--warning", partial=True)
         strip = Strip([Segment(text[start:end], style if isinstance(style, Style) else None)])
         return strip.crop(scroll_x, scroll_x + width).adjust_cell_length(width, self.rich_style)
+
+    def _empty_line(self, y: int, width: int) -> Strip:
+        """Row ``y`` of ``empty_text``, wrapped at word boundaries to ``width``."""
+        from rich.text import Text
+
+        rows = Text(self.empty_text).wrap(self.app.console, max(1, width))
+        if y >= len(rows):
+            return Strip.blank(width, self.rich_style)
+        style = self.rich_style + self.get_component_rich_style("logpane--empty", partial=True)
+        return Strip([Segment(rows[y].plain.rstrip(), style)]).adjust_cell_length(width, self.rich_style)

@@ -24,7 +24,7 @@ from core.watch.alerts import AlertGate
 from core.watch.downsample import BucketedSeries
 from core.watch.metrics import CHARTS
 from core.watch.series import RunSeries
-from core.watch.source import WatchSource
+from core.watch.source import LOG_NAMES, WatchSource
 from tui.screens.dashboard.actions import DashboardActions
 from tui.screens.dashboard.feed import DashboardFeed
 from tui.screens.dashboard.header import DashboardHeader, EventsTable
@@ -149,7 +149,14 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         self.title = t("app.title")
         self.sub_title = t("dashboard.subtitle", id=self.source.run_id)
         self.query_one("#dash-search", Input).display = False
-        self.query_one("#dash-log", LogPane).border_title = t("dashboard.log_title")
+        log = self.query_one("#dash-log", LogPane)
+        # titled for the file it follows (ms-swift's and LLaMA-Factory's are not train.log); another tool's
+        # folder without one says so, and which names were looked for, rather than an empty "train.log"
+        if self.source.log_path is not None:
+            log.border_title = self.source.log_path.name
+        else:
+            log.border_title = t("dashboard.log_title")
+            log.empty_text = t("dashboard.no_log_file", files=", ".join(LOG_NAMES))
         self.query_one("#dash-events-box").border_title = t("dashboard.events_title")
         self._layout_charts()
         self._show_info()
