@@ -34,19 +34,29 @@ def _find(ref: str) -> Any:
     return open_watch_source(path)  # SourceNotFound: exit 2
 
 
-def _state(source: Any) -> dict[str, Any]:
-    """What the dashboard's header says: a tunedeck run's status, or running / idle / finished with the
-    last write of another trainer's folder (``core.watch.activity``, from the same feed)."""
-    if not source.read_only:
-        from core.runs import RunDirectory, effective_status
+# the figures of the newest train record ``--json`` gives (``latest``): the dashboard's stats line, as numbers;
+# ms-swift's and LLaMA-Factory's GPU memory and ms-swift's step rate among them where they log them
+LATEST_FIGURES = ("step", "total_steps", "epoch", "loss", "tokens_per_s", "steps_per_s", "memory_gib",
+                  "elapsed_s", "eta_s")
 
-        return {"status": effective_status(RunDirectory(source.path)).status}
-    from core.watch.activity import writer_state
+
+def _state(source: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the dashboard's header says: a tunedeck run's status, or running / idle / finished with the
+    last write of another trainer's folder (``core.watch.activity``, from the same feed); and the figures
+    (``LATEST_FIGURES``) of the newest train record of the feed's tail."""
     from core.watch.feed import open_metrics_feed
 
     feed = open_metrics_feed(source)
-    feed.read_tail()
-    return writer_state(source, feed.activity).to_json()
+    records = feed.read_tail()
+    train = next((r for r in reversed(records) if r.get("kind") == "train"), {})
+    latest = {key: train[key] for key in LATEST_FIGURES if train.get(key) is not None}
+    if not source.read_only:
+        from core.runs import RunDirectory, effective_status
+
+        return {"status": effective_status(RunDirectory(source.path)).status}, latest
+    from core.watch.activity import writer_state
+
+    return writer_state(source, feed.activity).to_json(), latest
 
 
 def cmd_watch(args: argparse.Namespace) -> Any:
@@ -54,9 +64,11 @@ def cmd_watch(args: argparse.Namespace) -> Any:
     if args.json:
         import json
 
+        state, latest = _state(source)
         print(json.dumps({"kind": source.kind, "dir": str(source.path), "metrics": str(source.metrics_path),
                           "log": None if source.log_path is None else str(source.log_path),
-                          "read_only": source.read_only, "facts": source.facts, "state": _state(source)}))
+                          "read_only": source.read_only, "facts": source.facts, "state": state,
+                          "latest": latest}))
         return 0
     from core.cli import OpenApp, require_app
     from core.i18n import t

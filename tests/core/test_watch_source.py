@@ -164,3 +164,15 @@ def test_a_run_the_app_showed_finishing_is_not_announced_at_the_next_start(tmp_p
     fresh.shown([Summary("z", "running")])
     fresh.shown([Summary("z", "finished")])
     assert not (tmp_path / "never.json").exists()
+
+
+def test_watch_json_carries_the_memory_and_step_rate_another_trainer_logs(tmp_path):
+    """ms-swift's memory(GiB) and train_speed(iter/s) were read and never given out: `watch --json` has the
+    newest train record's figures (what the dashboard's stats line shows), those among them."""
+    result = run_cli("watch", str(FIXTURES / "swift_output"), "--json", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    latest = json.loads(result.stdout)["latest"]
+    assert latest["memory_gib"] == 15.46 and latest["steps_per_s"] == 0.125 and latest["step"] == 100
+    assert "tokens_per_s" not in latest  # ms-swift does not log it: left out, not null
+    result = run_cli("watch", str(FIXTURES / "llamafactory_output"), "--json", home=tmp_path)
+    assert json.loads(result.stdout)["latest"]["tokens_per_s"] == 1943.2

@@ -614,3 +614,37 @@ def test_the_log_panel_is_titled_for_its_file_or_says_there_is_none(tmp_path, di
                 assert "no log file" not in text
 
     run(scenario())
+
+
+@pytest.mark.parametrize("directory, shown", [
+    ("swift_output", ("GPU mem 15.5 GiB (from ms-swift's log)", "8.0 s/it")),
+    ("llamafactory_output", ("GPU mem 12.3 GiB (from LLaMA-Factory's log)", "1,950 tok/s")),
+], ids=["swift", "llamafactory"])
+def test_the_memory_and_step_rate_another_trainer_logs_are_on_the_stats_line(tmp_path, directory, shown):
+    """ms-swift's memory(GiB) and train_speed(iter/s), LLaMA-Factory's vram_allocated: read by the adapters,
+    shown nowhere (a watched ms-swift folder had no throughput and no memory on screen). The step rate
+    stands where tokens/s is not logged (ms-swift); LLaMA-Factory's throughput is tokens/s. No GPUs
+    (fake_monitor("none")): the memory is the log's, not NVML's."""
+    import json
+    import shutil
+
+    folder = tmp_path / directory
+    shutil.copytree(FIXTURES / directory, folder)
+    if directory == "llamafactory_output":
+        with (folder / "trainer_log.jsonl").open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"current_steps": 105, "total_steps": 200, "loss": 0.9, "lr": 1e-5, "epoch": 3.1,
+                                     "elapsed_time": "0:08:50", "remaining_time": "0:08:00", "throughput": 1950.0,
+                                     "vram_allocated": 12.34}) + "\n")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(folder))
+        async with app.run_test(size=(160, 50)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.backfilled and screen.series.train_records > 0)
+            screen._show_info()
+            await pilot.pause()
+            line = _stats_line(screen)
+            assert all(text in line for text in shown), line
+
+    run(scenario())

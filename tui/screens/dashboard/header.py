@@ -19,6 +19,7 @@ from core.runs.listing import shown_total
 from core.units import format_cost, format_rate
 from core.watch.activity import GONE, IDLE
 from core.watch.figures import cost_so_far, format_duration, mfu, steady_tokens_per_s
+from core.watch.metrics import BY_NAME
 
 DETAIL_MIN_WIDTH = 24  # cells: a Detail column narrower than this gives way to the line under the table
 
@@ -135,6 +136,13 @@ def _escape(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
+
+
+def _step_rate(steps_per_s: float) -> str:
+    """A step rate as the trainers log it: "2.5 it/s", or below one step a second "8.0 s/it"."""
+    if steps_per_s <= 0 or steps_per_s >= 1:
+        return t("dashboard.steps_per_s", value=format_rate(steps_per_s))
+    return t("dashboard.seconds_per_step", value=format_rate(1.0 / steps_per_s))
 
 
 class DashboardHeader:
@@ -274,6 +282,8 @@ class DashboardHeader:
         # not known (yet) is left out, not shown as "N/A": a fresh run's line read "step N/A · epoch N/A ·
         # elapsed N/A · ETA N/A · N/A tok/s"; before its first step it says what the charts say instead.
         epoch = latest.get("epoch")
+        memory = latest.get("memory_gib")
+        step_rate = latest.get("steps_per_s") if tokens is None else None  # where tokens/s is not logged
         known = [
             (epoch is not None and t("dashboard.epoch", epoch=f"{epoch:.2f}"), 0),
             (elapsed is not None and t("dashboard.elapsed", value=format_duration(elapsed)), 3),
@@ -281,6 +291,11 @@ class DashboardHeader:
             (tokens is not None and t("dashboard.tokens", value=format_rate(tokens)), 4),
             (mfu_value is not None and t("dashboard.mfu", value=f"{100 * mfu_value:.0f}%"), 1),
             (cost is not None and t("dashboard.cost", value=format_cost(cost, t("dashboard.currency"))), 2),
+            # what another trainer logs of its own (ms-swift's memory(GiB) and train_speed, LLaMA-Factory's
+            # vram_allocated): read by core.watch.adapters, said here with where it comes from
+            (memory is not None and t("dashboard.logged_memory", value=BY_NAME["memory_gib"].format(memory),
+                                      kind=t("dashboard.kind_" + self.source.kind)), 1),
+            (step_rate is not None and _step_rate(step_rate), 4),
         ]
         parts: list[tuple[str, int]] = [(t("dashboard.step", progress=progress), STAT_KEPT)]
         if step is None:
