@@ -129,18 +129,18 @@ def test_at_80x24_the_first_info_line_and_each_chart_title_keep_to_their_room(tm
     asyncio.run(scenario())
 
 
-def test_fit_first_line_drops_unknown_figures_then_shortens_the_model_and_keeps_the_state():
+def test_fit_first_line_shortens_the_model_then_drops_by_rank_and_keeps_the_state():
     from tui.screens.dashboard.header import MODEL_RANK, SEPARATOR, STAT_KEPT, fit_first_line
 
     parts = [("org/a-very-long-model-name", MODEL_RANK, "", "b"), ("lora", 4, SEPARATOR, ""),
-             ("ZeRO N/A", -9, SEPARATOR, ""), ("running", STAT_KEPT, SEPARATOR, "$success"),
+             ("ZeRO 2", 1, SEPARATOR, ""), ("running", STAT_KEPT, SEPARATOR, "$success"),
              ("read-only (HF Trainer)", 5, "  ", "$foreground-muted")]
-    assert fit_first_line(parts, 200) == ("[b]org/a-very-long-model-name[/] · lora · ZeRO N/A · [$success]running[/]"
+    assert fit_first_line(parts, 200) == ("[b]org/a-very-long-model-name[/] · lora · ZeRO 2 · [$success]running[/]"
                                           "  [$foreground-muted]read-only (HF Trainer)[/]")
-    assert fit_first_line(parts, 70) == ("[b]org/a-very-long-model-name[/] · lora · [$success]running[/]"
-                                         "  [$foreground-muted]read-only (HF Trainer)[/]")  # ZeRO N/A went
-    assert fit_first_line(parts, 60) == ("[b]org/a-very-long-mo…[/] · lora · [$success]running[/]"
-                                         "  [$foreground-muted]read-only (HF Trainer)[/]")
+    assert fit_first_line(parts, 70) == ("[b]org/a-very-long-mod…[/] · lora · ZeRO 2 · [$success]running[/]"
+                                         "  [$foreground-muted]read-only (HF Trainer)[/]")  # the model first
+    assert fit_first_line(parts, 60) == ("[b]org/a-very-…[/] · lora · [$success]running[/]"
+                                         "  [$foreground-muted]read-only (HF Trainer)[/]")  # then the lowest rank
     assert fit_first_line(parts, 50) == ("[b]org/a-very-…[/] · [$success]running[/]"
                                          "  [$foreground-muted]read-only (HF Trainer)[/]")
     assert fit_first_line(parts, 20) == "[$success]running[/]"  # the state stays, alone at the least

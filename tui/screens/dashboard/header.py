@@ -101,9 +101,9 @@ MODEL_MIN_CELLS = 12  # a model name shortened to fewer cells than this says not
 def fit_first_line(parts: list[tuple[str, int, str, str]], width: int) -> str:
     """The first info line in ``width`` cells, as markup: ``parts`` are (plain text, rank, the separator
     before it, a style or ""), in their order. Too wide (80 columns, a long model name, "read-only (HF
-    Trainer)"): unknown figures (a negative rank: "ZeRO N/A") go first, lowest first; then the model name
-    (the part ranked ``MODEL_RANK``) is shortened with an ellipsis, to ``MODEL_MIN_CELLS`` at the least;
-    then the other parts go by rank, the model last; a ``STAT_KEPT`` part (the state) stays."""
+    Trainer)"): the model name (the part ranked ``MODEL_RANK``) is shortened with an ellipsis first, to
+    ``MODEL_MIN_CELLS`` at the least; then the other parts go by rank, lowest first, the model last; a
+    ``STAT_KEPT`` part (the state) stays. (A figure not known is not a part: the caller leaves it out.)"""
     from core.text_width import cell_len, truncate
 
     kept = [list(part) for part in parts]
@@ -117,7 +117,7 @@ def fit_first_line(parts: list[tuple[str, int, str, str]], width: int) -> str:
         if kept[lowest][1] >= STAT_KEPT:
             break
         model = next((part for part in kept if part[1] == MODEL_RANK), None)
-        if kept[lowest][1] >= 0 and model is not None and not shortened:
+        if model is not None and not shortened:
             shortened = True
             room = max(MODEL_MIN_CELLS, cell_len(model[0]) - excess())
             model[0] = truncate(model[0], room)
