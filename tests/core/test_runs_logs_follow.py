@@ -20,6 +20,7 @@ from core.runs.launch import create_run
 from core.runs.logs import FOLLOW_MAX_LINES, FOLLOW_MAX_READ, follow, last_lines
 from core.watch import follow as watch_follow
 from core.watch.follow import FileFollower
+from tests.core.test_runs_unit import _Config
 
 
 class CountingOpen:
@@ -157,14 +158,8 @@ def test_the_tail_of_a_huge_log_reads_bounded_bytes(tmp_path, monkeypatch):
 def test_headless_progress_prints_each_record_once(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
 
-    class Config:
-        def to_dict(self):
-            return {"name": "demo", "model": "tiny", "method": "lora"}
 
-        def save(self, path):
-            Path(path).write_text("name: demo\n")
-
-    run = create_run(Config(), ["tunedeck", "demo", "--headless"], gpus=[])
+    run = create_run(_Config(name="demo", model="tiny"), ["tunedeck", "demo", "--headless"], gpus=[])
     printed: list[str] = []
     lock = threading.Lock()
 
@@ -209,12 +204,6 @@ def test_headless_demo_exits_non_zero_unless_the_run_finished(tmp_path, monkeypa
     SIGTERM stop, 1 for a failure; 0 only when it finished, and that line has no empty "(-)"."""
     monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
 
-    class Config:
-        def to_dict(self):
-            return {"name": "demo", "model": "tiny", "method": "lora"}
-
-        def save(self, path):
-            Path(path).write_text("name: demo\n")
 
     printed: list[str] = []
     monkeypatch.setattr(commands, "_err", printed.append)
@@ -222,7 +211,7 @@ def test_headless_demo_exits_non_zero_unless_the_run_finished(tmp_path, monkeypa
                                                   ("SIGTERM", "stopped", "stopped at step 1", 143),
                                                   (None, "failed", "exit code 1", 1),
                                                   (None, "finished", "", 0)):
-        run = create_run(Config(), ["tunedeck", "demo", "--headless"], gpus=[])
+        run = create_run(_Config(name="demo", model="tiny"), ["tunedeck", "demo", "--headless"], gpus=[])
 
         def supervise(path, run=run, signal_name=signal_name, status=status, reason=reason) -> int:
             if signal_name:
@@ -246,14 +235,8 @@ def test_logs_follow_ends_with_an_error_when_the_run_directory_is_deleted(tmp_pa
 
     monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
 
-    class Config:
-        def to_dict(self):
-            return {"name": "demo", "model": "tiny", "method": "lora"}
 
-        def save(self, path):
-            Path(path).write_text("name: demo\n")
-
-    run = create_run(Config(), ["tunedeck", "demo"], gpus=[])
+    run = create_run(_Config(name="demo", model="tiny"), ["tunedeck", "demo"], gpus=[])
     run.log_path.write_text("[rank0] step 1\n")
     real = liveness.effective_status
     calls = []
