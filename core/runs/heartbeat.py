@@ -123,6 +123,11 @@ class HeartbeatWriter:
             self.step_times.note(step, time.time())
             self.current_phase = "training"
 
+    def median_step_s(self) -> float | None:
+        """The median time of one optimizer step over the recent steps noted (``RecentStepTimes``)."""
+        with self._lock:
+            return self.step_times.median()
+
     def phase(self, name: str) -> None:
         """Say what the trainer does now; written at once (the thread may not get a turn while it lasts)."""
         with self._lock:

@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from core.runs.heartbeat import RecentStepTimes
+from core.runs.heartbeat import RecentStepTimes, current_heartbeat
 from core.runs.run_dir import METRICS_SCHEMA, RUNNING, STARTING, RunDirectory, utc_now_iso
 from core.units import format_duration, format_rate
 
@@ -157,7 +157,10 @@ class RunMetricsCallback(TrainerCallback):
         remaining = max(0, state.max_steps - state.global_step)
         self.step_times.note(state.global_step, now)  # the first note of a session only sets where it starts
         step_s = self.step_times.median()
-        if step_s is None and session_steps > 0:  # the session's first log: all there is to go by
+        if step_s is None:  # the session's first log: the heartbeat's median of every step's time since it
+            heartbeat = current_heartbeat()  # began, where a slow first step (a warm-up, a data skip) weighs little
+            step_s = heartbeat.median_step_s() if heartbeat is not None else None
+        if step_s is None and session_steps > 0:  # no heartbeat: the session's average, all there is to go by
             step_s = session_time / session_steps
         eta = step_s * remaining if step_s is not None else None
         loss = _num(logs.get("loss"))

@@ -335,7 +335,15 @@ def test_the_eta_follows_the_steady_step_time_not_a_resumes_slow_start_or_a_paus
         callback.on_log(None, state, None, logs={"loss": 1.0, "learning_rate": 1e-4})
         return _records(tmp_path, "metrics.jsonl")[-1]["eta_s"]
 
-    log_at(1510, 300.0)  # the first 10 steps took 300 s: skipping 1500 steps of data first
+    # The session's first log has one logged interval: the heartbeat's step times (each step noted) stand in,
+    # where it said the session's average (30 s a step: 14,700 s).
+    from core.runs import heartbeat
+
+    beats = heartbeat.HeartbeatWriter(tmp_path, rank=0)
+    for step, at in ((1500, 0.0), (1501, 291.0), *((s, 291.0 + s - 1501) for s in range(1502, 1511))):
+        beats.step_times.note(step, at)  # the first step took 291 s (the data skip), then 1 s a step
+    monkeypatch.setattr(heartbeat, "_current", beats)
+    assert log_at(1510, 300.0) == 490.0  # the first 10 steps took 300 s: skipping 1500 steps of data first
     for step in range(1520, 1600, 10):
         log_at(step, 10.0)  # then 1 s a step
     assert log_at(1600, 10.0) == 400.0  # 400 steps left at 1 s (the session's average would say 2,000 s)
