@@ -72,6 +72,24 @@ def weights_state(path: Path, model_dir: Path | None = None) -> str:
     return "complete" if has_weights(model_dir or path) else "none"
 
 
+def cached_model_folder(model_id: str) -> Path | None:
+    """The folder of a whole copy of hub id ``model_id`` in the Hugging Face or ModelScope cache (its
+    config.json and weights, no unfinished download), else None. A run of that id loads it rather than
+    asking a hub: the hub may be out of reach (``train --check`` passes a cached model as it is), and a
+    model downloaded from one hub is not fetched again from the other the run names."""
+    from core.estimate.model_source import _cached_config
+
+    cached = _cached_config(model_id)
+    if cached is None:
+        return None
+    folder = cached.parent
+    # A Hugging Face cache keeps a download's unfinished files in its repo's blobs/, beside snapshots/.
+    repo = folder.parents[1] if folder.parent.name == "snapshots" else folder
+    if partial_files(repo) or weights_state(folder) != "complete":
+        return None
+    return folder
+
+
 def _measure(path: Path) -> tuple[int, float]:
     """(bytes on disk counting each file once, newest atime/mtime) of a folder; symlinks not followed."""
     total = 0

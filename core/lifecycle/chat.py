@@ -182,10 +182,9 @@ def local_base_folder(source: ModelSource) -> Path | None:
     if not folder.is_dir():
         folder = None
         if HUB_ID.match(value):
-            from core.estimate.model_source import _cached_config
+            from core.hub.local import cached_model_folder
 
-            cached = _cached_config(value)
-            folder = cached.parent if cached is not None else None
+            folder = cached_model_folder(value)
     if folder is None or folder_problem(folder, str(folder), loaded=True) is not None:
         return None
     return folder

@@ -306,3 +306,33 @@ def test_cli_list_hub_shows_that_hubs_models_only(home, capsys):
     assert main(["models", "list", "--hub", "modelscope"]) == 0
     out = capsys.readouterr().out
     assert "Qwen/Ms-Model" in out and "meta/Hf-Model" not in out
+
+
+def test_a_run_loads_a_whole_cached_model_of_either_hub_without_asking_one(home, monkeypatch):
+    """A model `tunedeck models download` left in a hub cache is what a run of its id loads: `train --check`
+    passes it as cached, so the trainer must not ask a hub for it (out of reach, the run died at its start;
+    downloaded from Hugging Face, a run naming ModelScope, the wizard's default, fetched it all again)."""
+    import modelscope
+
+    from core.train.model_setup import resolve_model_path
+
+    asked: list[str] = []
+    monkeypatch.setattr(modelscope, "snapshot_download", lambda model_id, *a, **k: asked.append(model_id) or "")
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())
+    monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
+    ms = home / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B"
+    _write(ms / "model.safetensors", 1000)
+    (ms / "config.json").write_text("{}")
+    hf = home / "hf" / "hub" / "models--meta--Llama-3-8B" / "snapshots" / "abc"
+    _write(hf / "model.safetensors", 1000)
+    (hf / "config.json").write_text("{}")
+    assert resolve_model_path("Qwen/Qwen2.5-0.5B", "modelscope") == ms
+    assert resolve_model_path("meta/Llama-3-8B", "modelscope") == hf
+    assert asked == []
+    # A download that is not finished is no copy to train: the hub is asked for the rest.
+    (home / "hf" / "hub" / "models--meta--Llama-3-8B" / "blobs").mkdir()
+    (home / "hf" / "hub" / "models--meta--Llama-3-8B" / "blobs" / "f00.incomplete").write_bytes(b"x")
+    (ms / "model.safetensors").rename(ms / "model.safetensors.part")
+    resolve_model_path("meta/Llama-3-8B", "modelscope")
+    resolve_model_path("Qwen/Qwen2.5-0.5B", "modelscope")
+    assert asked == ["meta/Llama-3-8B", "Qwen/Qwen2.5-0.5B"]
