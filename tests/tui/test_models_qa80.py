@@ -360,3 +360,32 @@ def test_the_whole_reason_a_download_failed_can_be_read_at_80x24(hub_env, tmp_pa
             assert local.row_count == 1 + BUNDLED
 
     asyncio.run(scenario())
+
+
+def test_the_local_details_follow_the_highlighted_row_and_a_download_that_ends(hub_env, tmp_path):  # noqa: F811
+    """The QA's Local details kept saying "Download not finished … d resumes … x deletes the folder" of one
+    model while another row was highlighted (d and x act on that one), and after d had finished the download
+    (the row then whole, p offered). Another row highlighted, they go, as the Hub tab's card does; the model
+    they show listed again, they are read again."""
+    async def scenario():
+        modelscope_folder(tmp_path, TINY, {"config.json": b"{}", "model.safetensors.part": b"x" * 100})
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            local = await local_tab(pilot, screen)
+            await wait_for(pilot, lambda: " incomplete " in region_text(app, local))
+            details = screen.query_one("#local-details")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: "Download not finished" in flat(details))
+            await pilot.press("down")  # the bundled tiny: the details of the download are not its own
+            await wait_for(pilot, lambda: not details.display)
+            await pilot.press("up", "enter")
+            await wait_for(pilot, lambda: details.display and "Download not finished" in flat(details))
+            await pilot.press("d")
+            await wait_for(pilot, lambda: screen.local_models and screen.local_models[0].complete, timeout=60)
+            await wait_for(pilot, lambda: t("modelsscreen.facts_title") in flat(details))
+            assert details.display and "Download not finished" not in flat(details)
+            assert screen._selected_local().path == screen.local_models[0].path
+
+    asyncio.run(scenario())
+

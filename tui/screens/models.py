@@ -85,6 +85,11 @@ def _other_hub(hub: str) -> str:
 PART_SEP = " · "  # how the download line's catalogue messages join their parts
 
 
+def _local_key(row: Any) -> str | None:
+    """A Local tab row's identity from one listing to the next: its folder (a model on disk, a bundled one)."""
+    return None if row is None else str(row.path)
+
+
 def _fit_parts(text: str, width: int) -> str:
     """``text`` on one line of ``width`` cells: its `` · `` parts dropped whole from the end (an empty one
     always), never a number cut in half or a dangling separator; the first part alone is cut with an ellipsis."""
@@ -167,11 +172,13 @@ class LocalListed(Message):
 
 
 class LocalFacts(Message):
-    """The facts and fit of a Local tab model, read from its config.json on disk (``text``)."""
+    """The facts and fit of a Local tab model, read from its config.json on disk (``text``); ``path``: the
+    model's folder, which row they are of."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, path: str = "") -> None:
         super().__init__()
         self.text = text
+        self.path = path
 
 
 class DownloadStarted(Message):
@@ -238,6 +245,7 @@ class ModelsScreen(Screen[None]):
         self.details: ModelDetails | None = None
         self.local_models: list[Any] = []  # the models on disk (LocalModel)
         self.local_rows: list[Any] = []  # the Local tab's rows: those on disk, then the bundled ones
+        self._local_details_of: str | None = None  # the folder of the row whose facts the Local details show
         self.local_downloads: list[Any] = []  # the download records the Local tab was listed with
         self.job_dir: Path | None = None
         self.download_active = False
@@ -865,10 +873,16 @@ class ModelsScreen(Screen[None]):
 
     @on(DataTable.RowHighlighted, "#local-models")
     def _local_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        # The details are the highlighted row's: another row highlighted, they go (Enter shows its own), as
+        # the Hub tab's card does. They had stayed, saying "d resumes… x deletes the folder" of a model
+        # other than the one d and x act on.
+        if self._local_details_of is not None and self._local_details_of != _local_key(self._selected_local()):
+            self._hide_local_details()
         self.refresh_bindings()  # delete is for a model on disk, not a bundled one
         self._refresh_download()  # "d resumes it" while the row is the stopped download's folder
 
     def on_local_listed(self, message: LocalListed) -> None:
+        highlighted = _local_key(self._selected_local())  # the same model stays highlighted, wherever it moves
         self.local_models = message.models
         self.local_downloads = message.downloads
         self.local_rows = [*message.models, *message.bundled]
@@ -887,7 +901,14 @@ class ModelsScreen(Screen[None]):
             rows.append((bundled.name, t(f"modelsscreen.source.{bundled.kind}"), "—", "—",
                          t(f"modelsscreen.bundled_note.{bundled.kind}")))
         self._local_table_rows = rows
-        self._fill_local_table()
+        keys = [_local_key(row) for row in self.local_rows]
+        self._fill_local_table(keys.index(highlighted) if highlighted in keys else None)
+        if self._local_details_of is not None:  # a download that ended, a model deleted: its details again
+            shown = self._selected_local()
+            if shown is not None and _local_key(shown) == self._local_details_of:
+                self._local_facts_worker(shown)
+            else:
+                self._hide_local_details()
         total = sum(model.size_bytes for model in message.models)
         on_disk = (t(plural_key("modelsscreen.local_count", len(message.models)), count=len(message.models),
                      size=human_bytes(total))
@@ -897,7 +918,7 @@ class ModelsScreen(Screen[None]):
             _plain(on_disk + "\n" + t("modelsscreen.local_bundled", count=configs)))
         self.refresh_bindings()
 
-    def _fill_local_table(self) -> None:
+    def _fill_local_table(self, cursor: int | None = None) -> None:
         """The Local tab's rows in the screen's width, the scrollbar's two cells kept free: source, size and
         date whole, as wide as their content; the model name and the last column (a path, or what a bundled
         model is good for) share what is left, each cut with an ellipsis (a path's in its middle: its end names the
@@ -919,7 +940,7 @@ class ModelsScreen(Screen[None]):
                  _ellipsize_middle(row[-1], widths[-1]) if index < paths else truncate(row[-1], widths[-1]))
                 for index, row in enumerate(rows)]
         labels = (truncate(labels[0], widths[0]), *labels[1:-1], truncate(labels[-1], widths[-1]))
-        cursor = table.cursor_row
+        cursor = table.cursor_row if cursor is None else cursor
         # Widths from the content: auto-sized columns of a table filled right after its tab appears can
         # stay at their header width.
         table.clear(columns=True)
@@ -943,9 +964,14 @@ class ModelsScreen(Screen[None]):
             return
         details = self.query_one("#local-details", Static)
         details.display = True
+        self._local_details_of = _local_key(model)
         name = getattr(model, "model_id", None) or model.name
         details.update(t("modelsscreen.loading_details", model=_plain(name)))
         self._local_facts_worker(model)
+
+    def _hide_local_details(self) -> None:
+        self._local_details_of = None
+        self.query_one("#local-details", Static).display = False
 
     @work(thread=True, exclusive=True, group="hub-local-facts", exit_on_error=False)
     def _local_facts_worker(self, model: Any) -> None:
@@ -972,15 +998,15 @@ class ModelsScreen(Screen[None]):
                          *sorted(model.path.glob("*/config.json"))]
                 path = next((p for p in found if p.is_file()), None)
                 if path is None:
-                    self.post_message(LocalFacts("\n".join(lines)))
+                    self.post_message(LocalFacts("\n".join(lines), _local_key(model)))
                     return
                 config = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:  # unreadable or not JSON: said, with the file
             lines.append(f"[$warning]{_plain(str(exc))}[/]")
-            self.post_message(LocalFacts("\n".join(lines)))
+            self.post_message(LocalFacts("\n".join(lines), _local_key(model)))
             return
         lines += self._config_lines(config, name)
-        self.post_message(LocalFacts("\n".join(lines)))
+        self.post_message(LocalFacts("\n".join(lines), _local_key(model)))
 
     def _resume_how(self, model: Any) -> str:
         """What is missing from ``model`` (a LocalModel not complete) and how to finish or remove it."""
@@ -996,6 +1022,8 @@ class ModelsScreen(Screen[None]):
         return what + " " + t("modelsscreen.resume_how_folder")
 
     def on_local_facts(self, message: LocalFacts) -> None:
+        if message.path != self._local_details_of:
+            return  # the facts of a row no longer shown (another highlighted since)
         details = self.query_one("#local-details", Static)
         details.display = True
         details.update(message.text)
