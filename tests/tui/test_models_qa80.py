@@ -389,3 +389,30 @@ def test_the_local_details_follow_the_highlighted_row_and_a_download_that_ends(h
 
     asyncio.run(scenario())
 
+
+def test_a_long_model_id_leaves_the_download_line_its_numbers(hub_env):  # noqa: F811
+    """The QA's 115-character id filled the line at 80 columns: "org-with-a-…-extr…", no sizes, no "stopped;
+    d resumes it". The id gives way in its middle (its owner and its end stay); what the line says stays whole."""
+    long_id = ("org-with-a-rather-long-name/Qwen2.5-Coder-32B-Instruct-GPTQ-Int4-with-an-extremely-long-suffix"
+               "-for-testing-widths")
+
+    async def scenario():
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            width = SIZE[0] - 2
+            lines = {state: screen._download_text(status(model_id=long_id, **changes), width) for state, changes in {
+                "running": {}, "cancelled": {"status": "cancelled"}, "interrupted": {"status": "interrupted"},
+                "failed": {"status": "failed", "error": "HTTP 503 from the hub"},
+                "done": {"status": "done", "target_dir": "/root/.cache/modelscope/models/org/Qwen2___5-Coder"}}.items()}
+            for text in lines.values():
+                assert cell_len(text) <= width and text.startswith("org-with-a-") and "…" in text, text
+            assert lines["running"].endswith(": 25.6 MB / 31.5 MB · 1.6 MB/s · ETA 00:03"), lines["running"]
+            assert "-for-testing-widths: 25.6 MB / 31.5 MB" in lines["running"]  # the id's end: which model
+            assert lines["interrupted"].endswith(" on ModelScope: stopped at 25.6 MB / 31.5 MB"), lines
+            assert lines["failed"].split(": ", 1)[1].startswith("download failed (e: why)"), lines  # e: the rest
+            assert ": downloaded to /root" in lines["done"], lines["done"]
+            # A short id is left whole, as it was.
+            assert screen._download_text(status(status="cancelled"), width).startswith("qa/Big-Slow-7B on ModelScope:")
+
+    asyncio.run(scenario())

@@ -99,6 +99,27 @@ def _fit_parts(text: str, width: int) -> str:
     return truncate(PART_SEP.join(parts), max(1, width))
 
 
+def _model_in_line(key: str, model: str, width: int, reserve: int = 0, **values: Any) -> str:
+    """``model`` as the download line ``t(key)`` of ``width`` cells can hold it: cut in its middle where it
+    would leave the rest of the line no room. A long id had taken the whole line, the numbers and "stopped;
+    d resumes it" cut off. The id keeps 24 cells at the least beside as many of the line's parts as that
+    leaves room for (the first, its sizes and what happened, always). A file, a path or an error, which
+    ``values`` give, is measured as empty: ``reserve`` cells are kept for it."""
+    measured = {name: ("" if name in ("file", "path", "error") else value) for name, value in values.items()}
+    parts = [part for part in t(key, model="", **measured).split(PART_SEP) if part.strip()]
+    room = width
+    for count in range(len(parts), 0, -1):
+        room = width - cell_len(PART_SEP.join(parts[:count])) - reserve
+        if room >= min(cell_len(model), 24):
+            break
+    return model if cell_len(model) <= room else _ellipsize_middle(model, max(room, 12))
+
+
+def _line_of_model(key: str, model: str, width: int, reserve: int = 0, **values: Any) -> str:
+    """``t(key)`` about ``model`` in ``width`` cells: ``_model_in_line``, then ``_fit_parts``."""
+    return _fit_parts(t(key, model=_model_in_line(key, model, width, reserve, **values), **values), width)
+
+
 def _ellipsize_middle(text: str, width: int) -> str:
     """``text`` in ``width`` cells with its middle replaced by an ellipsis: a path keeps its root and, with two
     thirds of the room, its end (the model's own folder)."""
@@ -799,18 +820,18 @@ class ModelsScreen(Screen[None]):
         done, total = human_bytes(status.bytes_done), human_bytes(status.bytes_total)
         if status.active:
             eta = "?" if status.eta_s is None else time.strftime("%M:%S", time.gmtime(status.eta_s))
-            return _fit_parts(t("modelsscreen.download_line", model=status.model_id, done=done, total=total,
-                                rate=human_bytes(status.rate_bps), eta=eta, file=status.current_file or ""), width)
+            return _line_of_model("modelsscreen.download_line", status.model_id, width, done=done, total=total,
+                                  rate=human_bytes(status.rate_bps), eta=eta, file=status.current_file or "")
         if status.status == "done":
-            path = str(status.target_dir)
-            room = width - cell_len(t("modelsscreen.download_status.done", model=status.model_id, path=""))
-            return truncate(t("modelsscreen.download_status.done", model=status.model_id,
-                              path=_ellipsize_middle(path, max(room, 12))), width)
+            model = _model_in_line("modelsscreen.download_status.done", status.model_id, width, reserve=16, path="")
+            room = width - cell_len(t("modelsscreen.download_status.done", model=model, path=""))
+            return truncate(t("modelsscreen.download_status.done", model=model,
+                              path=_ellipsize_middle(str(status.target_dir), max(room, 12))), width)
         if status.status in ("cancelled", "interrupted") and not self._resumes_here(status):
-            return _fit_parts(t("modelsscreen.download_stopped_elsewhere", model=status.model_id,
-                                hub=HUB_LABELS.get(status.hub, status.hub), done=done, total=total), width)
-        return _fit_parts(t(f"modelsscreen.download_status.{status.status}", model=status.model_id,
-                            path=status.target_dir, error=status.error or "", done=done, total=total), width)
+            return _line_of_model("modelsscreen.download_stopped_elsewhere", status.model_id, width,
+                                  hub=HUB_LABELS.get(status.hub, status.hub), done=done, total=total)
+        return _line_of_model(f"modelsscreen.download_status.{status.status}", status.model_id, width,
+                              path=str(status.target_dir), error=status.error or "", done=done, total=total)
 
     def _failed_download(self) -> Any | None:
         """The failed download ``e`` explains: on the Local tab the highlighted row's, else the one the
