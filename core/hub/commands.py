@@ -394,12 +394,13 @@ def run_download(args: argparse.Namespace) -> int:
     except HubError as exc:
         raise _fail(exc, args.hub, source.endpoint) from exc
     if not args.json:
-        print(t("hub.cli.download_plan", count=len(plan.files), size=human_bytes(plan.total_bytes),
-                model=plan.model_id, path=plan.target_dir), file=sys.stderr)
+        print(t(plural_key("hub.cli.download_plan", len(plan.files)), count=len(plan.files),
+                size=human_bytes(plan.total_bytes), model=plan.model_id, path=plan.target_dir), file=sys.stderr)
         if resumed:
             print(t("hub.cli.download_resumed_choice", status=earlier.status), file=sys.stderr)
-        if plan.skipped:
-            print(t(plural_key("hub.cli.download_skipped", len(plan.skipped)), count=len(plan.skipped),
+        if plan.skipped:  # why each is left out: --include, the earlier download's choice, or its format
+            why = "hub.cli.download_skipped" + ("_include" if args.include else "_resumed" if resumed else "")
+            print(t(plural_key(why, len(plan.skipped)), count=len(plan.skipped),
                     size=human_bytes(sum(f.size for f in plan.skipped)),
                     names=", ".join(f.path for f in plan.skipped[:5])), file=sys.stderr)
     job_dir = start_download(plan, hub_token(args.hub))

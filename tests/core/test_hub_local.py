@@ -232,6 +232,18 @@ def test_cli_download_says_one_skipped_file_in_the_singular(home, monkeypatch, c
     assert "Done: Qwen/Qwen2.5-7B-Instruct" in err
 
 
+
+def test_cli_download_says_why_include_left_files_out(home, monkeypatch, capsys):
+    """The QA's `--include config.json` said "Downloading 1 files" and "Skipping 4 files in other weight
+    formats: README.md, …": README.md is no weight format; --include left them out."""
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        assert main(["models", "download", "Qwen/Qwen2.5-7B-Instruct", "--include", "config.json"]) == 0
+    err = capsys.readouterr().err
+    assert "Downloading 1 file (302 B) of Qwen/Qwen2.5-7B-Instruct" in err, err
+    assert "Skipping 4 files (5.1 kB) that --include does not match: README.md, model-00001" in err, err
+    assert "weight format" not in err
+
 @pytest.mark.parametrize("hub", ["modelscope", "hf"])
 def test_search_leaves_out_a_result_whose_id_info_and_download_would_refuse(home, monkeypatch, capsys, hub):
     """``models search 中文`` listed 'qa/模型-中文', which ``models info`` then refused as no hub id: a dead end."""
