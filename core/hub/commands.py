@@ -363,6 +363,7 @@ def run_download(args: argparse.Namespace) -> int:
     from core.hub.download import (
         cancel_download,
         check_disk,
+        downloader_alive,
         human_bytes,
         job_dir_for,
         plan_download,
@@ -382,6 +383,13 @@ def run_download(args: argparse.Namespace) -> int:
         else:
             print(t("hub.cli.cancel_sent" if sent else "hub.cli.cancel_none", model=args.model_id), file=sys.stderr)
         return 0 if sent else 1
+    if args.include is not None and downloader_alive(job_dir_for(args.hub, args.model_id)):
+        # start_download leaves a running downloader alone: the files chosen here would not be the ones fetched.
+        from core.errors import CliError
+        from core.hub.local import download_command
+
+        raise CliError(t("hub.cli.download_running_include", model=args.model_id,
+                         command=download_command(args.model_id, args.hub)), 2)
     source = _source(args)
     # An unfinished download (under way, failed, cancelled, interrupted) goes on with the files it was started
     # with (--include '*' or one format), as the app's Local `d` does; --include chooses afresh.

@@ -317,6 +317,27 @@ def test_the_cli_resumes_an_unfinished_download_with_the_files_it_was_started_wi
     assert "Going on with" not in capsys.readouterr().err
 
 
+def test_the_cli_refuses_include_while_a_download_of_the_model_runs(hub_server, capsys):
+    """The QA's `download ID --include '*.json'` while ID downloaded said "Downloading 1 files … Started"; the
+    running downloader was left alone (start_download does) and fetched its own files. Refused (exit 2), with
+    how to go on; the running download is not touched."""
+    from core.cli import main
+    from core.hub.download import cancel_download
+
+    hub_server.hub.stall_at = 128 * 1024
+    plan = _plan()
+    job = start_download(plan)
+    _wait_until_stalled(job, plan)
+    try:
+        assert main(["models", "download", "Qwen/Qwen2.5-Tiny-Instruct", "--include", "*.json", "--detach"]) == 2
+        err = capsys.readouterr().err
+        assert "A download of Qwen/Qwen2.5-Tiny-Instruct is running" in err and "--cancel" in err, err
+        assert "Started" not in err and read_status(job).active
+    finally:
+        cancel_download(job)
+        hub_server.hub.stall_release.set()
+        wait_for_download(job, 30)
+
 def test_deleting_a_model_removes_its_download_record_and_is_refused_while_it_downloads(hub_server):
     """After a delete, ``models list`` showed the download 'done' still, its record left behind; a model
     still downloading is not deleted under its downloader (refused with the way to stop it)."""
