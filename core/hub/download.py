@@ -130,14 +130,16 @@ def free_bytes_at(path: Path) -> int:
     return shutil.disk_usage(probe).free
 
 
-def check_disk(plan: DownloadPlan) -> int:
-    """Raise ``NotEnoughDiskError`` with the numbers when the rest of the download would not fit."""
+def check_disk(plan: DownloadPlan, advice: str = "cli") -> int:
+    """Raise ``NotEnoughDiskError`` with the numbers when the rest of the download would not fit; its
+    advice for where the download was asked for (``cli``: --include; ``app``: the app has no --include)."""
     needed = plan.total_bytes - plan.present_bytes()
     free = free_bytes_at(plan.target_dir)
     if needed + DISK_SLACK_BYTES > free:
         raise NotEnoughDiskError(
             t("hub.download.no_space", model=plan.model_id, needed=human_bytes(needed), free=human_bytes(free),
-              path=str(plan.target_dir), slack=human_bytes(DISK_SLACK_BYTES)), needed, free)
+              path=str(plan.target_dir), slack=human_bytes(DISK_SLACK_BYTES))
+            + " " + t(f"hub.download.no_space_advice.{advice}"), needed, free)
     return needed
 
 

@@ -416,3 +416,25 @@ def test_a_long_model_id_leaves_the_download_line_its_numbers(hub_env):  # noqa:
             assert screen._download_text(status(status="cancelled"), width).startswith("qa/Big-Slow-7B on ModelScope:")
 
     asyncio.run(scenario())
+
+
+def test_not_enough_disk_in_the_app_says_what_the_app_can_do(hub_env, monkeypatch):  # noqa: F811
+    """The QA's d on a disk too small read "… or pick fewer files with --include": the app has no --include.
+    The numbers stay; the advice is the app's (x on the Local tab)."""
+    import core.hub.download
+
+    monkeypatch.setattr(core.hub.download, "free_bytes_at", lambda path: 1000)
+
+    async def scenario():
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await highlight(pilot, app, TINY)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: screen.details is not None)
+            await pilot.press("d")
+            await wait_for(pilot, lambda: any("Not enough disk" in str(n.message) for n in app._notifications))
+            said = next(str(n.message) for n in app._notifications if "Not enough disk" in str(n.message))
+            assert "1.0 kB is free" in said and "x on the Local tab" in said and "--include" not in said, said
+
+    asyncio.run(scenario())

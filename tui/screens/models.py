@@ -749,7 +749,7 @@ class ModelsScreen(Screen[None]):
             source = open_hub(hub)
             details = source.details(model_id)
             plan = plan_download(source, details, paths=recorded_files(job_dir) if job_dir is not None else None)
-            check_disk(plan)
+            check_disk(plan, advice="app")
             started = start_download(plan, hub_token(hub))
         except HubError as exc:
             self.post_message(DownloadStarted(None, str(exc)))
@@ -766,7 +766,7 @@ class ModelsScreen(Screen[None]):
         try:
             source = open_hub(hub)
             plan = plan_download(source, details, include)
-            check_disk(plan)
+            check_disk(plan, advice="app")
             job_dir = start_download(plan, hub_token(hub))
         except HubError as exc:
             self.post_message(DownloadStarted(None, str(exc)))
