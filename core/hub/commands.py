@@ -207,32 +207,64 @@ def _print_facts(facts: Any, fits: Any) -> None:
                   f"{t('hub.cli.verdict.' + row.verdict)}")
 
 
-def _bundled_info(args: argparse.Namespace, bundled: Any) -> int:
-    """``models info tiny``: a bundled model's facts from its own config.json, no hub asked."""
+def _config_info(args: argparse.Namespace, name: str, config: dict[str, Any], model: dict[str, Any],
+                 title: str) -> int:
+    """``models info`` from a config.json on this box (no hub asked): its facts and fit, ``model`` as the
+    JSON's ``model``, ``title`` the text's first line."""
     from core.estimate import ArchitectureError
     from core.hub.facts import fit_on_box, model_facts
-    from core.hub.local import bundled_config
 
-    config = bundled_config(bundled)
     facts = fits = None
     notes: list[str] = []
     try:
-        facts = model_facts(config, name=bundled.name)
-        fits = fit_on_box(config, _box_gpus(), name=bundled.name)
+        facts = model_facts(config, name=name)
+        fits = fit_on_box(config, _box_gpus(), name=name)
     except ArchitectureError as exc:
         notes.append(str(exc))
     if args.json:
         print(json.dumps({
-            "model": {"id": bundled.name, "bundled": bundled.kind, "path": str(bundled.path)},
-            "config": config, "facts": facts.to_json() if facts else None,
+            "model": model, "config": config, "facts": facts.to_json() if facts else None,
             "fit": [row.to_json() for row in fits] if fits else None, "notes": notes,
         }, indent=2))
         return 0
-    print(f"{bundled.name}  ({t('hub.cli.bundled_label')}: {t('hub.cli.bundled.' + bundled.kind)})")
+    print(title)
     _print_facts(facts, fits)
     for note in notes:
         print(note, file=sys.stderr)
     return 0
+
+
+def _bundled_info(args: argparse.Namespace, bundled: Any) -> int:
+    """``models info tiny``: a bundled model's facts from its own config.json, no hub asked."""
+    from core.hub.local import bundled_config
+
+    return _config_info(args, bundled.name, bundled_config(bundled),
+                        {"id": bundled.name, "bundled": bundled.kind, "path": str(bundled.path)},
+                        f"{bundled.name}  ({t('hub.cli.bundled_label')}: {t('hub.cli.bundled.' + bundled.kind)})")
+
+
+def _local_info(args: argparse.Namespace, exc: BaseException, endpoint: str) -> int | None:
+    """``models info ID`` with the hub out of reach and ID on this box: the facts of the copy on disk (as the
+    app's Local tab shows them), the hub's failure said first on stderr; None when there is no such copy
+    or its config.json cannot be read (the hub's failure is then the answer)."""
+    from core.estimate.model_source import _cached_config
+    from core.hub.problems import describe_error
+
+    problem = describe_error(exc, args.hub, endpoint)
+    path = _cached_config(args.model_id) if problem.offline else None
+    if path is None:
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    print(problem.summary, file=sys.stderr)
+    print(t("hub.cli.info_from_disk", path=str(path.parent)), file=sys.stderr)
+    return _config_info(args, args.model_id, config, {"id": args.model_id, "hub": args.hub,
+                                                       "path": str(path.parent), "offline": True},
+                        f"{args.model_id}  ({t('hub.cli.on_disk_label')})")
 
 
 def run_info(args: argparse.Namespace) -> int:
@@ -250,6 +282,9 @@ def run_info(args: argparse.Namespace) -> int:
     try:
         details = source.details(args.model_id)
     except HubError as exc:
+        shown = _local_info(args, exc, source.endpoint)
+        if shown is not None:
+            return shown
         raise _fail(exc, args.hub, source.endpoint) from exc
     facts = fits = None
     notes = list(details.notes)

@@ -114,6 +114,27 @@ def test_cli_offline_message(home, monkeypatch, capsys):
     assert "not reachable" in err and "MODELSCOPE_ENDPOINT" in err
 
 
+
+def test_cli_info_of_a_model_on_disk_works_with_the_hub_out_of_reach(home, monkeypatch, capsys):
+    """The QA's `models info` of a model it had downloaded failed offline ("not reachable … tunedeck models
+    list") where the app's Local tab shows its facts. The copy on disk answers, the hub's failure said first."""
+    from tests.hubserver import tiny_config
+
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())
+    folder = home / "ms" / "models" / "Qwen" / "Qwen2___5-Tiny"
+    _write(folder / "model.safetensors", 1000)
+    (folder / "config.json").write_text(json.dumps(tiny_config()))
+    assert main(["models", "info", "Qwen/Qwen2.5-Tiny", "--json"]) == 0
+    captured = capsys.readouterr()
+    info = json.loads(captured.out)
+    assert info["model"] == {"id": "Qwen/Qwen2.5-Tiny", "hub": "modelscope", "path": str(folder), "offline": True}
+    assert info["facts"]["layers"] == 2 and info["facts"]["params"] == 138_304 and info["fit"]
+    assert "not reachable" in captured.err and str(folder) in captured.err
+    assert main(["models", "info", "Qwen/Qwen2.5-Tiny"]) == 0
+    assert "parameters       138.3K" in capsys.readouterr().out
+    assert main(["models", "info", "Qwen/Not-Here"]) == 3  # nothing on disk: the hub's failure is the answer
+    assert "not reachable" in capsys.readouterr().err
+
 @pytest.mark.parametrize("command", [["info", "nosuch"], ["download", "not-an-id"], ["download", "../../etc"],
                                      ["download", "/Qwen/x"], ["info", "Qwen/.."], ["download", "a/b/c"],
                                      ["download", "../etc", "--cancel"]])
