@@ -296,7 +296,10 @@ def run_info(args: argparse.Namespace) -> int:
             notes.append(str(exc))
     if args.json:
         print(json.dumps({
-            "model": details.summary.to_json(), "revision": details.revision,
+            # the count of config.json where there is one, as the app's row shows it once the card is read
+            # (the search's is read off the name: "7B" for Qwen2.5-7B's 7.6 billion)
+            "model": {**details.summary.to_json(), **({"params": facts.params} if facts else {})},
+            "revision": details.revision,
             "files": [f.to_json() for f in details.files], "total_size": details.total_size,
             "config": details.config, "facts": facts.to_json() if facts else None,
             "fit": [row.to_json() for row in fits] if fits else None, "readme": details.readme, "notes": notes,

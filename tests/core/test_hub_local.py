@@ -96,6 +96,7 @@ def test_cli_search_info_download_list_json(home, monkeypatch, capsys):
         assert main(["models", "info", "Qwen/Qwen2.5-7B-Instruct", "--json"]) == 0
         info = json.loads(capsys.readouterr().out)
         assert info["facts"]["layers"] == 28 and 7.0e9 < info["facts"]["params"] < 8.0e9
+        assert info["model"]["params"] == info["facts"]["params"]  # not the name's "7B"
         assert [row["method"] for row in info["fit"]] == ["full", "lora", "qlora"]
         assert main(["models", "download", "Qwen/Qwen2.5-7B-Instruct", "--json"]) == 0
         done = json.loads(capsys.readouterr().out)
