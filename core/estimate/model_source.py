@@ -123,6 +123,11 @@ def _cached_config(model_id: str) -> Path | None:
         candidates.append(base / org / name / "config.json")
         # ModelScope stores dots in names as "___" in some versions.
         candidates.append(base / org / name.replace(".", "___") / "config.json")
+        # The SDK's new layout, as Hugging Face's: models/<org>--<name>/snapshots/<revision>/ (listed by
+        # core.hub.local as on disk, so planned and trained from there too).
+        snapshots = base / f"{org}--{name}" / "snapshots"
+        if snapshots.is_dir():
+            candidates.extend(sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True))
     return next((path for path in candidates if path.is_file()), None)
 
 

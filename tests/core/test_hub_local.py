@@ -370,3 +370,20 @@ def test_a_run_loads_a_whole_cached_model_of_either_hub_without_asking_one(home,
     resolve_model_path("meta/Llama-3-8B", "modelscope")
     resolve_model_path("Qwen/Qwen2.5-0.5B", "modelscope")
     assert asked == ["meta/Llama-3-8B", "Qwen/Qwen2.5-0.5B"]
+
+
+def test_a_model_in_the_modelscope_sdks_new_layout_is_planned_from_where_it_is_listed(home, capsys):
+    """`models list` (and the Local tab) listed models/<org>--<name>/snapshots/<rev> as on disk, but estimate,
+    plan, the wizard (Local p) and train --check did not look there: "no config.json found for model …"."""
+    from core.estimate.model_source import load_model_config
+    from core.hub.local import cached_model_folder
+    from tests.hubserver import tiny_config
+
+    snapshot = home / "ms" / "models" / "acme--Thing-1B" / "snapshots" / "master"
+    _write(snapshot / "model.safetensors", 1000)
+    (snapshot / "config.json").write_text(json.dumps(tiny_config()))
+    assert [m.model_id for m in list_local_models()] == ["acme/Thing-1B"]
+    assert load_model_config("acme/Thing-1B").config["hidden_size"] == 64
+    assert cached_model_folder("acme/Thing-1B") == snapshot  # what a run of it loads
+    assert main(["estimate", "--model", "acme/Thing-1B", "--method", "lora", "--batch-size", "1",
+                 "--seq-len", "512"]) == 0
