@@ -144,6 +144,13 @@ def run_search(args: argparse.Namespace) -> int:
             print(t(plural_key("hub.cli.page_past_end", pages), page=page.page, pages=pages, total=page.total,
                     hub=name, size=page.page_size), file=sys.stderr)
             return 0
+        if page.has_more and args.size != "any":  # the scan for the size class stopped, more pages remain
+            from core.hub.records import SIZE_SCAN_PAGES
+
+            print(t("hub.search.size_not_yet", size=t(f"modelsscreen.size.{args.size}"), first=args.page,
+                    last=page.page, total=page.total, hub=name, pages=SIZE_SCAN_PAGES), file=sys.stderr)
+            print(t("hub.cli.size_more", page=page.page + 1), file=sys.stderr)
+            return 0
         print(t("hub.search.none", query=truncate(args.query.strip(), QUERY_ECHO_CELLS), hub=name)
               if args.query.strip()
               else t("hub.search.none_filters", hub=name), file=sys.stderr)

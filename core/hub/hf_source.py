@@ -26,6 +26,7 @@ from core.hub.records import (
     SearchQuery,
     in_size_class,
     parameters_from_name,
+    scan_for_size_class,
     usable_id,
 )
 from core.i18n import t
@@ -216,18 +217,23 @@ class HfSource:
         )
 
     def search(self, query: SearchQuery) -> SearchPage:
-        """A page of models; the Hub pages by cursor, so earlier pages are fetched and skipped."""
-        wanted = query.page * query.page_size
+        """A page of models; with a size class (filtered here) the first page from ``query.page`` on that
+        holds one (``scan_for_size_class``)."""
+        return scan_for_size_class(query, lambda number: self._search_page(query, number))
+
+    def _search_page(self, query: SearchQuery, number: int) -> SearchPage:
+        """Page ``number``; the Hub pages by cursor, so earlier pages are fetched and skipped."""
+        wanted = number * query.page_size
         infos = self._call(query.text or "*", self._api.list_models, operation="search",
                            search=query.text or None, author=query.owner or None, pipeline_tag=query.task or None,
                            sort=_SORT_KEYS.get(query.sort), limit=wanted + 1)
-        page = infos[(query.page - 1) * query.page_size: wanted]
+        page = infos[(number - 1) * query.page_size: wanted]
         items = tuple(s for s in (self._summary(info) for info in page)
                       if in_size_class(s.params, query.size_class) and usable_id(s.model_id))
         # every match up to this page and one beyond was fetched: that many are known (a page past the
         # last one counted its own start as found)
         total = len(infos)
-        return SearchPage(items=items, total=total, page=query.page, page_size=query.page_size)
+        return SearchPage(items=items, total=total, page=number, page_size=query.page_size)
 
     def file_url(self, model_id: str, path: str, revision: str = "main") -> str:
         from huggingface_hub import hf_hub_url

@@ -22,6 +22,7 @@ from core.hub.records import (
     SearchQuery,
     in_size_class,
     parameters_from_name,
+    scan_for_size_class,
     usable_id,
 )
 from core.i18n import t
@@ -125,17 +126,21 @@ class ModelScopeSource:
         )
 
     def search(self, query: SearchQuery) -> SearchPage:
-        """One page of models matching ``query`` (size class filtered here: the hub has no such filter)."""
-        if query.page * query.page_size > MAX_LISTED:
-            return SearchPage(items=(), total=MAX_LISTED, page=query.page, page_size=query.page_size)
+        """A page of models matching ``query``; with a size class (filtered here: the hub has no such
+        filter) the first page from ``query.page`` on that holds one (``scan_for_size_class``)."""
+        return scan_for_size_class(query, lambda number: self._search_page(query, number))
+
+    def _search_page(self, query: SearchQuery, number: int) -> SearchPage:
+        if number * query.page_size > MAX_LISTED:
+            return SearchPage(items=(), total=MAX_LISTED, page=number, page_size=query.page_size)
         filters = {"task": query.task} if query.task else {}
         page = self._call(query.text or "*", self._api.list_repos, "model", operation="search",
                           search=query.text or None, owner=query.owner or None, sort=_SORT_KEYS.get(query.sort),
-                          page_number=query.page, page_size=query.page_size, **filters)
+                          page_number=number, page_size=query.page_size, **filters)
         items = tuple(s for s in (self._summary(info) for info in page.items)
                       if in_size_class(s.params, query.size_class) and usable_id(s.model_id))
         total = min(int(page.total_count or 0), MAX_LISTED)
-        return SearchPage(items=items, total=total, page=query.page, page_size=query.page_size)
+        return SearchPage(items=items, total=total, page=number, page_size=query.page_size)
 
     def file_url(self, model_id: str, path: str, revision: str = "master") -> str:
         return self._api.legacy.get_download_url(model_id, "model", path, revision)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,23 @@ class SearchPage:
     @property
     def has_more(self) -> bool:
         return self.page * self.page_size < self.total
+
+
+SIZE_SCAN_PAGES = 10  # the hub pages one search with a size class reads at most before it answers
+
+
+def scan_for_size_class(query: SearchQuery, read_page: Callable[[int], SearchPage]) -> SearchPage:
+    """The first page from ``query.page`` on that holds a model of ``query.size_class``, ``read_page(n)``
+    giving hub page ``n`` with the others left out. The hubs have no size filter: read a page at a time,
+    most pages of a popular query held none of a size class, and a first page without one said "no models
+    match" of a search whose later pages had some. At most ``SIZE_SCAN_PAGES`` pages are read; the page
+    returned is the last read, so the next page asked for goes on from there."""
+    page = read_page(query.page)
+    for _ in range(SIZE_SCAN_PAGES - 1):
+        if query.size_class == "any" or page.items or not page.has_more:
+            break
+        page = read_page(page.page + 1)
+    return page
 
 
 @dataclass(frozen=True)

@@ -142,3 +142,40 @@ def test_missing_sdk_says_install_the_training_stack(monkeypatch):
     monkeypatch.setitem(sys.modules, "modelscope_hub", None)  # what an app-only install looks like
     with pytest.raises(HubSdkMissingError, match="install the training stack"):
         open_hub("modelscope")
+
+
+def _many_then_large(hub):
+    """40 models without a size in their names, most downloaded, then one of 32B: on page 3 of 20."""
+    import json
+
+    from tests.hubserver import FakeRepo, tiny_config
+
+    for index in range(40):
+        hub.add(FakeRepo(f"many/variant-{index:02d}", files={"config.json": json.dumps(tiny_config()).encode()},
+                         downloads=10_000_000 + index))
+    hub.add(FakeRepo("acme/Coder-32B", files={"config.json": b"{}"}, downloads=1))
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_a_size_class_is_found_on_a_later_page(hub_server, hub):
+    """The hubs cannot filter by size: the QA's `--size large` said "No models match these filters" off a first
+    page without one, while page 4 held a 32B model. The search reads on to the first page that has one."""
+    _many_then_large(hub_server.hub)
+    page = open_hub(hub).search(SearchQuery(size_class="large"))
+    assert [m.model_id for m in page.items] == ["acme/Coder-32B"] and page.page == 3, page
+    # the next page goes on after the one returned
+    assert not open_hub(hub).search(SearchQuery(size_class="large", page=page.page + 1)).items
+
+
+def test_the_cli_says_when_the_scan_for_a_size_stopped_with_pages_left(hub_server, monkeypatch, capsys):
+    import core.hub.records
+    from core.cli import main
+
+    _many_then_large(hub_server.hub)
+    monkeypatch.setattr(core.hub.records, "SIZE_SCAN_PAGES", 2)
+    assert main(["models", "search", "--size", "large"]) == 0
+    err = capsys.readouterr().err
+    assert "No large model on pages 1-2 of the 45 found on ModelScope" in err and "--page 3 looks further" in err
+    assert "No models match" not in err, err
+    assert main(["models", "search", "--size", "large", "--page", "3"]) == 0
+    assert "acme/Coder-32B" in capsys.readouterr().out

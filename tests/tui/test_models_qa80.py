@@ -438,3 +438,29 @@ def test_not_enough_disk_in_the_app_says_what_the_app_can_do(hub_env, monkeypatc
             assert "1.0 kB is free" in said and "x on the Local tab" in said and "--include" not in said, said
 
     asyncio.run(scenario())
+
+
+def test_a_size_class_on_a_later_page_is_found_and_a_scan_cut_short_says_so(hub_env, monkeypatch):  # noqa: F811
+    """The QA's z to "large" said "No models match these filters" off a first page without a large model, the
+    hub's page 4 holding one (the hubs cannot filter by size). The search reads on until a page has one; a
+    scan that stops with pages left says which pages it read, not that nothing matches."""
+    import core.hub.records
+    from tests.core.test_hub_client import _many_then_large
+
+    _many_then_large(hub_env.hub)
+
+    async def scenario():
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("z", "z", "z")  # any → small → medium → large
+            await wait_for(pilot, lambda: screen.query_state.size_class == "large" and not screen.searching
+                           and screen.page is not None and screen.page.page > 1)
+            assert [str(key.value) for key in results(app).rows] == ["acme/Coder-32B"]
+            monkeypatch.setattr(core.hub.records, "SIZE_SCAN_PAGES", 2)
+            await pilot.press("f5")
+            await wait_for(pilot, lambda: not screen.searching and results(app).row_count == 0
+                           and "No large model on pages 1-2" in screen_text(app).replace("\n", " "))
+            assert "No models match" not in screen_text(app)
+
+    asyncio.run(scenario())

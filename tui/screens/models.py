@@ -371,6 +371,12 @@ class ModelsScreen(Screen[None]):
         hub = HUB_LABELS[self.hub]
         title = (t("hub.search.none", query=q.text, hub=hub) if q.text
                  else t("hub.search.none_filters", hub=hub))
+        if self.page is not None and self.page.has_more and q.size_class != "any":
+            from core.hub.records import SIZE_SCAN_PAGES
+
+            # the scan for the size class stopped with pages left: not "no models match"
+            title = t("hub.search.size_not_yet", size=t(f"modelsscreen.size.{q.size_class}"), first=1,
+                      last=self.page.page, total=self.page.total, hub=hub, pages=SIZE_SCAN_PAGES)
         lines = [f"[b]{_plain(title)}[/]"]
         active = [t(f"modelsscreen.active.{name}", value=value) for name, value in (
             ("owner", q.owner), ("task", q.task),
