@@ -445,7 +445,7 @@ def run_download(args: argparse.Namespace) -> int:
         plan = plan_download(source, details, args.include, paths=resumed or None)
         check_disk(plan)
     except HubError as exc:
-        raise _fail(exc, args.hub, source.endpoint) from exc
+        raise _fail(exc, args.hub, source.endpoint, code=exc.exit_code) from exc
     if not args.json:
         print(t(plural_key("hub.cli.download_plan", len(plan.files)), count=len(plan.files),
                 size=human_bytes(plan.total_bytes), model=plan.model_id, path=plan.target_dir), file=sys.stderr)

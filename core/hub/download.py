@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic_file import write_json_atomic
-from core.hub.errors import DownloadError, NotEnoughDiskError
+from core.hub.errors import DownloadError, NotEnoughDiskError, NothingSelectedError
 from core.hub.records import ModelDetails, RepoFile
 from core.i18n import t
 from core.paths import data_root, ensure_private_dir
@@ -112,8 +112,10 @@ def plan_download(source: Any, details: ModelDetails, include: list[str] | None 
     else:
         chosen, skipped = select_files(details.files, include)
     if not chosen:
-        raise DownloadError(t("hub.download.nothing_selected", model=details.summary.model_id,
-                              patterns=", ".join(include or paths or []) or "-"))
+        # the user's patterns matching nothing are a wrong request (exit 2), not a hub failure
+        error = NothingSelectedError if include and not paths else DownloadError
+        raise error(t("hub.download.nothing_selected", model=details.summary.model_id,
+                      patterns=", ".join(include or paths or []) or "-"))
     model_id = details.summary.model_id
     return DownloadPlan(
         hub=source.hub, model_id=model_id, endpoint=source.endpoint, revision=details.revision,

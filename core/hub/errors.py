@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.errors import EXIT_HUB, TunedeckError
+from core.errors import EXIT_HUB, EXIT_USAGE, TunedeckError
 
 if TYPE_CHECKING:
     from core.hub.problems import HubProblem
@@ -47,6 +47,12 @@ class HubSdkMissingError(HubError):
 
 class DownloadError(HubError):
     """A download could not start or finish."""
+
+
+class NothingSelectedError(DownloadError):
+    """``--include`` patterns that match no file of the model: the request is wrong (exit 2)."""
+
+    exit_code = EXIT_USAGE
 
 
 class NotEnoughDiskError(DownloadError):

@@ -265,6 +265,11 @@ def test_cli_download_says_why_include_left_files_out(home, monkeypatch, capsys)
     assert "Downloading 1 file (302 B) of Qwen/Qwen2.5-7B-Instruct" in err, err
     assert "Skipping 4 files (5.1 kB) that --include does not match: README.md, model-00001" in err, err
     assert "weight format" not in err
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        # patterns that match no file: a wrong request (exit 2, as a wrong option), not a hub failure (3)
+        assert main(["models", "download", "Qwen/Qwen2.5-7B-Instruct", "--include", "*.nothing"]) == 2
+    assert "No file of Qwen/Qwen2.5-7B-Instruct matches *.nothing" in capsys.readouterr().err
 
 @pytest.mark.parametrize("hub", ["modelscope", "hf"])
 def test_search_leaves_out_a_result_whose_id_info_and_download_would_refuse(home, monkeypatch, capsys, hub):
