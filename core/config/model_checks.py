@@ -167,9 +167,9 @@ def model_problem(model: str, hub: str, probe: bool = True) -> tuple[str, str] |
     if looks_like_local_path(value) or path.exists():
         return folder_problem(path, value)
     if HUB_ID.match(value):
-        from core.estimate.model_source import _cached_config
+        from core.estimate.model_source import cached_config
 
-        cached = _cached_config(value)
+        cached = cached_config(value)
         if cached is not None:
             from core.hub.local import download_command, partial_files, partial_files_words
 

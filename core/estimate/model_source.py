@@ -107,10 +107,17 @@ def bundled_hub_id(name: str, hub: str) -> str | None:
     return hub_id
 
 
-def _cached_config(model_id: str) -> Path | None:
-    """config.json of ``org/name`` in the Hugging Face or ModelScope cache, if downloaded there."""
+def cached_config(model_id: str) -> Path | None:
+    """config.json of ``org/name`` in the Hugging Face or ModelScope cache, if downloaded there: the first
+    of ``cached_configs``."""
+    return next(iter(cached_configs(model_id)), None)
+
+
+def cached_configs(model_id: str) -> list[Path]:
+    """Every config.json of ``org/name`` in the Hugging Face and ModelScope caches, Hugging Face's first and
+    each cache's newest snapshot first (a half-finished copy in one may stand beside a whole one in the other)."""
     if model_id.count("/") != 1:
-        return None
+        return []
     org, name = model_id.split("/")
     candidates: list[Path] = []
     hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
@@ -128,7 +135,7 @@ def _cached_config(model_id: str) -> Path | None:
         snapshots = base / f"{org}--{name}" / "snapshots"
         if snapshots.is_dir():
             candidates.extend(sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True))
-    return next((path for path in candidates if path.is_file()), None)
+    return [path for path in candidates if path.is_file()]
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -162,7 +169,7 @@ def load_model_config(spec: str) -> ModelConfig:
     bundled = _bundled_config(spec)
     if bundled is not None:
         return ModelConfig(name=spec, config=_read_config(bundled), source="bundled")
-    cached = _cached_config(spec)
+    cached = cached_config(spec)
     if cached is not None:
         return ModelConfig(name=spec, config=_read_config(cached), source=str(cached))
     known = ", ".join(known_model_names())

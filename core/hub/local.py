@@ -77,17 +77,15 @@ def cached_model_folder(model_id: str) -> Path | None:
     config.json and weights, no unfinished download), else None. A run of that id loads it rather than
     asking a hub: the hub may be out of reach (``train --check`` passes a cached model as it is), and a
     model downloaded from one hub is not fetched again from the other the run names."""
-    from core.estimate.model_source import _cached_config
+    from core.estimate.model_source import cached_configs
 
-    cached = _cached_config(model_id)
-    if cached is None:
-        return None
-    folder = cached.parent
-    # A Hugging Face cache keeps a download's unfinished files in its repo's blobs/, beside snapshots/.
-    repo = folder.parents[1] if folder.parent.name == "snapshots" else folder
-    if partial_files(repo) or weights_state(folder) != "complete":
-        return None
-    return folder
+    for config in cached_configs(model_id):  # a half-finished copy in one cache does not hide a whole one
+        folder = config.parent
+        # A Hugging Face cache keeps a download's unfinished files in its repo's blobs/, beside snapshots/.
+        repo = folder.parents[1] if folder.parent.name == "snapshots" else folder
+        if not partial_files(repo) and weights_state(folder) == "complete":
+            return folder
+    return None
 
 
 def _measure(path: Path) -> tuple[int, float]:

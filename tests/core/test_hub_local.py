@@ -375,6 +375,12 @@ def test_a_run_loads_a_whole_cached_model_of_either_hub_without_asking_one(home,
     resolve_model_path("meta/Llama-3-8B", "modelscope")
     resolve_model_path("Qwen/Qwen2.5-0.5B", "modelscope")
     assert asked == ["meta/Llama-3-8B", "Qwen/Qwen2.5-0.5B"]
+    # A half-finished copy in the Hugging Face cache (looked in first) does not hide a whole one in ModelScope's
+    whole = home / "ms" / "models" / "meta" / "Llama-3-8B"
+    _write(whole / "model.safetensors", 1000)
+    (whole / "config.json").write_text("{}")
+    assert resolve_model_path("meta/Llama-3-8B", "modelscope") == whole
+    assert asked == ["meta/Llama-3-8B", "Qwen/Qwen2.5-0.5B"]
 
 
 def test_a_model_in_the_modelscope_sdks_new_layout_is_planned_from_where_it_is_listed(home, capsys):
