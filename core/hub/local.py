@@ -88,6 +88,15 @@ def cached_model_folder(model_id: str) -> Path | None:
     return None
 
 
+def cached_hub(model_id: str) -> str | None:
+    """The hub (``huggingface`` or ``modelscope``, as a run's ``hub`` key says it) whose cache holds the whole
+    copy a run of ``model_id`` loads (``cached_model_folder``); None where neither holds one."""
+    folder = cached_model_folder(model_id)
+    if folder is None:
+        return None
+    return "huggingface" if folder.is_relative_to(hf_hub_cache()) else "modelscope"
+
+
 def _measure(path: Path) -> tuple[int, float]:
     """(bytes on disk counting each file once, newest atime/mtime) of a folder; symlinks not followed."""
     total = 0

@@ -34,6 +34,10 @@ def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, A
         "zero_stage": p.zero_stage,
         "offload": p.offload,
     }
+    from core.hub.local import cached_hub
+
+    if cached_hub(values["model"]) == "huggingface":  # downloaded from there: the run file says so, and a run of
+        values["hub"] = "huggingface"  # it on another box fetches it from there, not from ModelScope (the default)
     if p.precision == "pure-bf16":
         values["pure_bf16"] = True
     if p.offloads_activations:

@@ -383,6 +383,30 @@ def test_a_run_loads_a_whole_cached_model_of_either_hub_without_asking_one(home,
     assert asked == ["meta/Llama-3-8B", "Qwen/Qwen2.5-0.5B"]
 
 
+def test_a_plan_of_a_model_downloaded_from_hugging_face_names_that_hub(home):
+    """A model downloaded with --hub hf and planned (the Local tab's p) gave a run file with the default
+    hub (ModelScope): on another box, or once the copy is gone, the run fetched it from there. The saved
+    plan names the hub whose cache holds the whole copy; a ModelScope copy keeps the default. (CPU plan.)"""
+    import yaml
+
+    from core.data.samples import sample_dataset_path
+    from core.plan import recommend, save_run_config
+    from core.plan.hardware import parse_target
+    from core.plan.request import PlanRequest
+    from tests.hubserver import tiny_config
+
+    for folder in (home / "hf" / "hub" / "models--acme--Hf-1B" / "snapshots" / "abc",
+                   home / "ms" / "models" / "acme" / "Ms-1B"):
+        _write(folder / "model.safetensors", 1000)
+        (folder / "config.json").write_text(json.dumps(tiny_config()))
+    hubs = {}
+    for model in ("acme/Hf-1B", "acme/Ms-1B"):
+        request = PlanRequest(model, parse_target("cpu"), dataset=str(sample_dataset_path()))
+        saved = save_run_config(recommend(request).best, request, home / f"{model.split('/')[1]}.yaml")
+        hubs[model] = yaml.safe_load(saved.read_text()).get("hub", "modelscope")
+    assert hubs == {"acme/Hf-1B": "huggingface", "acme/Ms-1B": "modelscope"}
+
+
 def test_a_model_in_the_modelscope_sdks_new_layout_is_planned_from_where_it_is_listed(home, capsys):
     """`models list` (and the Local tab) listed models/<org>--<name>/snapshots/<rev> as on disk, but estimate,
     plan, the wizard (Local p) and train --check did not look there: "no config.json found for model …"."""
