@@ -233,7 +233,11 @@ def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: G
 
     ``settings.stop``: generation ends on the token that completes one of these strings (checked on the
     decoded reply, in the generating thread, so no token is generated past it); the text yielded ends
-    before it. While the reply ends in what may be the start of a stop string, that part is held back."""
+    before it. While the reply ends in what may be the start of a stop string, that part is held back.
+
+    Closed before its end (a client gone mid-stream, Ctrl+C), it stops generating and waits for the
+    generating thread to end before it returns: the model is shared, and a generation left running in the
+    background would overlap the next one (and a base reply's switched-off adapter would outlive it)."""
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -244,9 +248,11 @@ def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: G
     start = int(ids.shape[-1])
     window = 4 * max((len(s) for s in stops), default=0) + 8
 
+    abandoned = threading.Event()  # the reader went away: end the generation
+
     class _StopFlag(StoppingCriteria):
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> bool:
-            if stop is not None and stop.is_set():
+            if abandoned.is_set() or (stop is not None and stop.is_set()):
                 return True
             if not stops:
                 return False
@@ -290,26 +296,30 @@ def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: G
     thread = threading.Thread(target=run, daemon=True, name="tunedeck-generate")
     thread.start()
     text, sent, ended = "", 0, False
-    for piece in streamer:
-        if not piece or ended:
-            continue  # past a stop string: the rest of the stream is read and dropped
-        if not stops:
-            yield piece
-            continue
-        text += piece
-        cut = _first_stop(text, stops)
-        if cut >= 0:
-            ended = outcome.hit_stop = True
-            if cut > sent:
-                yield text[sent:cut]
-            continue
-        safe = len(text) - _held_back(text, stops)
-        if safe > sent:
-            yield text[sent:safe]
-            sent = safe
-    if not ended and len(text) > sent:
-        yield text[sent:]  # held back, and no stop string came
-    thread.join()
+    try:
+        for piece in streamer:
+            if not piece or ended:
+                continue  # past a stop string: the rest of the stream is read and dropped
+            if not stops:
+                yield piece
+                continue
+            text += piece
+            cut = _first_stop(text, stops)
+            if cut >= 0:
+                ended = outcome.hit_stop = True
+                if cut > sent:
+                    yield text[sent:cut]
+                continue
+            safe = len(text) - _held_back(text, stops)
+            if safe > sent:
+                yield text[sent:safe]
+                sent = safe
+        if not ended and len(text) > sent:
+            yield text[sent:]  # held back, and no stop string came
+    finally:  # closed early (GeneratorExit), or an error: the generation ends with the reader
+        if thread.is_alive():
+            abandoned.set()
+        thread.join()
     if errors:
         raise errors[0]
     # A batch of one is never padded: the ids end where the model stopped, on its end token or not.

@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 import uuid
+from contextlib import closing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -383,8 +384,11 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             outcome = GenerationOutcome()
             try:
                 send({"role": "assistant", "content": ""}, None)
-                for piece in stream_chat(backend.loaded, messages, settings, variant, stop=stop, outcome=outcome):
-                    send({"content": piece}, None)
+                # closing() ends the generation before the lock is let go when the client goes away
+                with closing(stream_chat(backend.loaded, messages, settings, variant, stop=stop,
+                                         outcome=outcome)) as pieces:
+                    for piece in pieces:
+                        send({"content": piece}, None)
                 send({}, outcome.finish_reason)
                 if include_usage:  # OpenAI's stream_options.include_usage: one last chunk, no choices
                     chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,

@@ -76,6 +76,49 @@ def test_a_stop_string_deep_in_a_long_reply_ends_generation_on_its_token(lora_ru
     assert k < len(cut.ids) <= k + 5 < 60, (k, len(cut.ids))  # ended on the token completing the stop
 
 
+def test_a_stream_closed_early_has_ended_its_generation_and_given_the_adapter_back(lora_run):
+    """A client that left mid-stream let the server go on to the next request while the abandoned
+    generation ran on in its thread, on the same model: two generations at once, and a base reply's
+    switched-off adapter switched back on (or left off) under the next one. Closing the stream now ends
+    the generation before it returns. The generation is held at its 3rd forward pass until the close is
+    asked for, with the model's end token taken away, so without the fix it still has ~2000 tokens to go."""
+    import threading
+
+    from core.lifecycle.chat import GenerationSettings, build_messages, stream_chat
+    from core.lifecycle.source import load_finetuned, resolve_model_source
+
+    _home, run = lora_run
+    loaded = load_finetuned(resolve_model_source(run), "cpu")
+    loaded.model.generation_config.eos_token_id = None  # nothing ends it but max_tokens or the close
+    reached, closing = threading.Event(), threading.Event()
+    forwards = []
+
+    def hold(_module, _args, _output):
+        forwards.append(1)
+        if len(forwards) == 3:
+            reached.set()
+            closing.wait(timeout=120)
+
+    def adapter_off() -> bool:
+        return any(getattr(m, "disable_adapters", False) for m in loaded.model.modules() if hasattr(m, "lora_A"))
+
+    handle = loaded.model.get_input_embeddings().register_forward_hook(hold)
+    try:
+        messages = build_messages([{"role": "user", "content": "Name a colour."}], "")
+        pieces = stream_chat(loaded, messages, GenerationSettings(temperature=1.0, max_tokens=2000, seed=0), "base")
+        next(pieces)
+        assert reached.wait(timeout=120)
+        assert adapter_off()  # the base answers: its adapter is switched off while it generates
+        closing.set()
+        pieces.close()
+        assert not [th for th in threading.enumerate() if th.name == "tunedeck-generate"], len(forwards)
+        assert not adapter_off()
+        assert len(forwards) < 2000
+    finally:
+        closing.set()
+        handle.remove()
+
+
 def test_chat_cli_reads_stdin_lines_and_streams_replies(lora_run):
     home, run = lora_run
     proc = subprocess.Popen([sys.executable, "-m", "core", "chat", run.id, "--temperature", "0", "--max-tokens",
