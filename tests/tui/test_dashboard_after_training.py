@@ -597,6 +597,62 @@ def test_the_serve_panel_keeps_its_keys_on_80x24_whatever_the_test_reply(reply, 
     asyncio.run(scenario())
 
 
+def test_the_serve_panel_says_starting_not_the_previous_servers_stopped_while_a_new_one_starts(
+        tmp_path, monkeypatch):
+    """v on a run whose previous server was stopped (or died) showed that server's record while the new one
+    was being started (the checks, the backend's choice, the model's load): "Status stopped", its old URL
+    and port, "Health not answering" and "the server is not running: v on the dashboard starts it again",
+    which was untrue. The panel says "starting" until the start answers. No server: start_server is held
+    until the test has looked."""
+    import core.lifecycle.serve as lifecycle_serve
+    from core.atomic_file import write_json_atomic
+    from core.paths import data_root
+
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    run_dir = tmp_path / "20261205-0100-tiny"
+    run_dir.mkdir()
+    old = data_root() / "serve" / run_dir.name
+    old.mkdir(parents=True)
+    write_json_atomic(old / "state.json", {"status": "stopped", "pid": 999999999, "backend": "transformers",
+                                           "url": "http://127.0.0.1:42081/v1", "port": 42081, "host": "127.0.0.1"})
+    called, let_go = threading.Event(), threading.Event()
+
+    def held_start(*_args, **_kwargs):
+        called.set()
+        let_go.wait(timeout=120)
+        raise lifecycle_serve.ServeWaitCancelled("held back by the test")
+
+    monkeypatch.setattr(lifecycle_serve, "start_server", held_start)
+    reads = []
+    real_read = lifecycle_serve.read_server_record
+
+    def read_server_record(run_id):
+        reads.append(run_id)
+        return real_read(run_id)
+
+    monkeypatch.setattr(lifecycle_serve, "read_server_record", read_server_record)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            panel = ServePanel(run_dir)
+            await app.push_screen(panel)
+            await wait_for(pilot, called.is_set)
+            # the health poller has read the old record and told the panel (its second look comes after)
+            await wait_for(pilot, lambda: len(reads) >= 2)
+            await pilot.pause()
+            text = _flat(app)
+            assert panel.phase() == "starting", text
+            assert "Status starting" in text and "42081" not in text, text
+            assert "the server is not running" not in text, text
+            let_go.set()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        let_go.set()
+
+
 def test_M_on_a_full_fine_tune_says_it_loads_the_fine_tuned_model_not_an_adapter(shared, private_home,
                                                                                    monkeypatch):
     """The merge panel of a method: full run said "✓ load the base model and the adapter" although there

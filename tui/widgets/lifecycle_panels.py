@@ -359,6 +359,9 @@ class ServePanel(ModalScreen[None]):
         self.test_seconds = 0.0
         self.test_note: str | None = None  # why no test request was sent (the server wants an API key)
         self.stopped = False
+        # Until the start (or the find) answers: a record of a server that is not alive is the previous
+        # one's (stopped, crashed), not this one's, which has not written its own yet.
+        self.launching = True
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -448,15 +451,20 @@ class ServePanel(ModalScreen[None]):
 
     # --- handlers --------------------------------------------------------------------------------
     def on_server_seen(self, message: ServerSeen) -> None:
-        self.state, self.alive, self.healthy = message.state, message.alive, message.healthy
+        if self.launching and not message.alive:  # the previous server's record: not what is starting now
+            self.state, self.alive, self.healthy = {}, False, None
+        else:
+            self.state, self.alive, self.healthy = message.state, message.alive, message.healthy
         self._show()
 
     def on_server_started(self, message: ServerStarted) -> None:
+        self.launching = False
         self.started = message.url is not None
         self.start_error = message.error
         self.testing = self.started and not message.needs_key
         self.test_note = t("lifecycle.serve_test_needs_key") if message.needs_key else None
         self._show()
+        self.watch_server()  # its own record now: look at once, not on the next tick
 
     def on_test_answered(self, message: TestAnswered) -> None:
         self.testing = False
