@@ -2,7 +2,8 @@
 
 The held-out split is rebuilt exactly as the trainer made it (same records, tokenisation, fraction and
 seed). A run without one is measured on a seeded sample of its training data, and the result says so
-(``"split": "train_sample"``). Results go to ``RUN_DIR/eval/eval-<step>-<time>.json`` and ``latest.json``.
+(``"split": "train_sample"``). Data changed since the run last trained on it is named (``data_changed``,
+the files): the split rebuilt from it is not the one the run held out. Results go to ``RUN_DIR/eval/eval-<step>-<time>.json`` and ``latest.json``.
 Benchmarks (EvalScope or lm-eval) are optional and run detached, like training.
 """
 
@@ -97,19 +98,35 @@ def _fixed_prompts(run: RunDirectory) -> list[str]:
     return prompts
 
 
+def data_changed_since_training(run: RunDirectory) -> list[str]:
+    """The dataset files that changed (or came, or went) since the run last started or resumed, by its
+    ``fingerprint.json``: the split rebuilt from them is not the one the run held out, and may hold records
+    it trained on. Empty when nothing changed, or when the run recorded no fingerprint."""
+    from core.runs.fingerprint import compare_fingerprint
+
+    report = compare_fingerprint(run.path, run.config())
+    return [str(data["path"]) for kind, data in report.events if kind == "data_changed"]
+
+
 def evaluation_summary(result: dict[str, Any]) -> str:
     """The one line the CLI and the TUI say about an evaluation: the tuned figures, and the base's when
-    there is one (a full fine-tune has no adapter to switch off, so ``result["base"]`` is None)."""
+    there is one (a full fine-tune has no adapter to switch off, so ``result["base"]`` is None); and, when
+    the data changed since training, that the split is not the run's own."""
     from core.i18n import t
 
     split = t("lifecycle.eval_split_held_out" if result["split"] == "held_out"
               else "lifecycle.eval_split_train_sample")
     tuned, base = result["tuned"], result.get("base")
     if not base:
-        return t("lifecycle.evaluated_no_base", split=split, loss=tuned["loss"], ppl=tuned["perplexity"],
+        line = t("lifecycle.evaluated_no_base", split=split, loss=tuned["loss"], ppl=tuned["perplexity"],
                  tokens=tuned["tokens"], path=result["path"])
-    return t("lifecycle.evaluated", split=split, loss=tuned["loss"], ppl=tuned["perplexity"],
-             tokens=tuned["tokens"], base_loss=base["loss"], base_ppl=base["perplexity"], path=result["path"])
+    else:
+        line = t("lifecycle.evaluated", split=split, loss=tuned["loss"], ppl=tuned["perplexity"],
+                 tokens=tuned["tokens"], base_loss=base["loss"], base_ppl=base["perplexity"], path=result["path"])
+    changed = result.get("data_changed") or []
+    if changed:
+        line += "\n" + t("lifecycle.eval_data_changed", files=", ".join(changed))
+    return line
 
 
 def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list[str] | None = None,
@@ -126,6 +143,7 @@ def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list
     source = resolve_model_source(run, checkpoint)
     loaded = load_finetuned(source, device)
     split, examples = evaluation_examples(run, loaded.tokenizer)
+    changed = data_changed_since_training(run)
     if not examples:
         raise LifecycleError(f"{run.path}: no examples to evaluate on")
     tuned = mean_loss(loaded, examples, "tuned")
@@ -141,7 +159,7 @@ def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list
         })
     result = {
         "schema": 1, "time": utc_now_iso(), "run_id": run.id, "checkpoint": str(source.checkpoint),
-        "step": source.step, "split": split, "examples": len(examples), "tuned": tuned,
+        "step": source.step, "split": split, "data_changed": changed, "examples": len(examples), "tuned": tuned,
         "base": base, "prompts": answers, "seconds": round(time.monotonic() - started, 3),
     }
     directory = eval_dir(run)

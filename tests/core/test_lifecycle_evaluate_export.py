@@ -40,6 +40,37 @@ def test_evaluate_on_a_held_out_split_uses_the_trainers_split(lora_run):
     assert result["prompts"][0]["prompt"] == "Say yes."
 
 
+def test_evaluate_on_data_changed_since_training_says_the_split_is_not_the_runs(lora_run, tmp_path):
+    """Records added to the dataset after training moved the rebuilt split: evaluate reported "held-out split:
+    loss …" on examples that were not the run's held-out ones (some of them trained on), saying nothing. The
+    files changed since the run last trained (its fingerprint) are named in the result and its line."""
+    import shutil
+
+    import yaml
+
+    from core.lifecycle.evaluate import evaluate_run, evaluation_summary
+    from core.runs.fingerprint import record_fingerprint
+
+    _home, run = lora_run
+    data = tmp_path / "data.jsonl"  # the run's data, copied: the module's other tests keep the original
+    shutil.copy2(run.config()["dataset"], data)
+    cfg = {**run.config(), "dataset": str(data), "eval_split": 0.34}
+    run.config_path.write_text(yaml.safe_dump(cfg))
+    record_fingerprint(run.path, cfg)  # as if the run had trained on the copy
+    same = evaluate_run(run, prompts=[])
+    assert same["split"] == "held_out" and same["data_changed"] == []
+    assert "data changed" not in evaluation_summary(same)
+    with open(data, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"messages": [{"role": "user", "content": "Say no."},
+                                              {"role": "assistant", "content": "No."}]}) + "\n")
+    moved = evaluate_run(run, prompts=[])
+    assert moved["data_changed"] == [str(data)]
+    assert json.loads((run.path / "eval" / "latest.json").read_text())["data_changed"] == [str(data)]
+    text = evaluation_summary(moved)
+    assert f"the data changed since the run last trained on it ({data})" in text, text
+    assert "not the split the run held out" in text
+
+
 def test_benchmarks_without_evalscope_or_lm_eval_say_so(lora_run):
     from core.lifecycle.evaluate import benchmark_tool
 
