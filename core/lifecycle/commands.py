@@ -283,7 +283,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.json:
             _print_json({**state.to_dict(), "running": True, "healthy": healthy})
         else:
-            _err(t("lifecycle.serve_status", run=key, url=state.url, pid=state.pid, backend=state.backend,
+            _err(t("lifecycle.serve_status" if state.step is None else "lifecycle.serve_status_step", run=key,
+                   step=state.step, url=state.url, pid=state.pid, backend=state.backend,
                    health=t("lifecycle.health_ok" if healthy else "lifecycle.health_down")))
         return 0
     from core.lifecycle.serve import check_backend_name, warn_if_public

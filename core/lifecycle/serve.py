@@ -48,10 +48,13 @@ class ServerState:
     log_path: Path
     auth: bool = False  # clients must send the API key
     model_dir: str | None = None  # a --model-dir server's folder (``run_id`` is then the folder's id)
+    step: int | None = None  # the run's checkpoint it serves (None: a --model-dir server, or not known)
 
     def to_dict(self) -> dict[str, Any]:
         value = {"run_id": self.run_id, "pid": self.pid, "url": self.url, "host": self.host, "port": self.port,
                  "backend": self.backend, "status": self.status, "log": str(self.log_path), "auth": self.auth}
+        if self.step is not None:
+            value["step"] = self.step
         return value if self.model_dir is None else {**value, "model_dir": self.model_dir}
 
 
@@ -152,9 +155,11 @@ def server_state(run_id: str) -> ServerState | None:
         return None
     if raw.get("backend") == "transformers" and not _lock_held(directory):
         return None
+    step = raw.get("step")
     return ServerState(run_id, pid, str(raw.get("url", "")), str(raw.get("host", "")), int(raw.get("port") or 0),
                        str(raw.get("backend", "")), str(raw.get("status", "")), directory / "server.log",
-                       bool(raw.get("auth")), str(raw["model_dir"]) if raw.get("model_dir") else None)
+                       bool(raw.get("auth")), str(raw["model_dir"]) if raw.get("model_dir") else None,
+                       step if isinstance(step, int) and not isinstance(step, bool) else None)
 
 
 def health(url: str, timeout: float = 2.0) -> bool:
@@ -315,7 +320,7 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
         raise LifecycleError(t("lifecycle.serve_name_taken", id=key, other=existing.model_dir or existing.run_id,
                                url=existing.url))
     if existing is not None:
-        raise LifecycleError(t("lifecycle.serve_already", run=key, url=existing.url, pid=existing.pid))
+        raise LifecycleError(_already_serving(existing, run, checkpoint))
     # Every mistake that can be seen from here is said here, in one line, not in the server's log.
     check_listen_address(host, port)
     source = None
@@ -336,8 +341,9 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     directory = serve_dir(key)
     if chosen != "transformers" and port == 0:
         port = free_port(host)
+    step = {} if source is None else {"step": source.step}  # our server writes the step it loads itself
     write_json_atomic(directory / "state.json", {"status": "starting", "backend": chosen, "host": host,
-                                                 "port": port, **what, "started": time.time()})
+                                                 "port": port, **what, **step, "started": time.time()})
     log_path = directory / "server.log"
     cmd = _backend_command(chosen, run, key, directory, host, port, checkpoint, model_dir, api_key,
                            max_body_bytes)
@@ -368,6 +374,26 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
         _terminate(proc.pid)
     tail = log_path.read_text(encoding="utf-8", errors="replace")[-2000:].strip()
     raise LifecycleError(t("lifecycle.serve_failed", log=str(log_path), tail=tail))
+
+
+def _already_serving(existing: ServerState, run: RunDirectory | None, checkpoint: int | None) -> str:
+    """Why a second server of the same id is refused; for a run, with the checkpoint the running one serves
+    when it is not the one asked for (``checkpoint``, or the newest): a server started while the run was
+    training goes on serving the checkpoint of then."""
+    from core.i18n import t
+
+    wanted = None
+    if run is not None and existing.step is not None:
+        from core.lifecycle.source import resolve_model_source
+
+        try:
+            wanted = resolve_model_source(run, checkpoint).step
+        except LifecycleError:  # no such checkpoint (now): the running server is all there is to say
+            wanted = None
+    if wanted is not None and wanted != existing.step:
+        return t("lifecycle.serve_already_other_step", run=existing.run_id, url=existing.url, pid=existing.pid,
+                 served=existing.step, wanted=wanted)
+    return t("lifecycle.serve_already", run=existing.run_id, url=existing.url, pid=existing.pid)
 
 
 def _await_ready(run_id: str, timeout: float, cancelled: Callable[[], bool] | None,

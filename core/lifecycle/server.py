@@ -453,7 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         model_id = model_dir_id(Path(args.model_dir))  # the id start_server filed it under
     else:
         run = RunDirectory(Path(args.run))
-        loaded = load_finetuned(resolve_model_source(run, args.checkpoint))
+        source = resolve_model_source(run, args.checkpoint)
+        _write_state(state_dir, step=source.step)  # the checkpoint served: status and the app show it
+        loaded = load_finetuned(source)
         model_id = run.id
     backend = ChatBackend(loaded, model_id, api_key=api_key, max_body_bytes=args.max_body_bytes)
     args.host = bare_host(args.host)

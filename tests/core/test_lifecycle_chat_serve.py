@@ -245,6 +245,28 @@ def _chat(home, *args: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1"})
 
 
+def test_a_server_of_an_older_checkpoint_says_which_it_serves(lora_run):
+    """A server started while the run trained (or with --checkpoint) goes on serving that checkpoint; `serve RUN`
+    after the run finished only said "already running", and neither `--status` nor the app said which
+    checkpoint answered. The state records the step; a second `serve` asking for another checkpoint (the
+    newest, by default) says which one runs and how to get the one asked for."""
+    home, run = lora_run
+    proc = tunedeck(home, "serve", run.id, "--checkpoint", "15", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    try:
+        assert json.loads(proc.stdout)["step"] == 15
+        again = tunedeck(home, "serve", run.id)
+        assert again.returncode == 1
+        assert "serving checkpoint 15, not 30" in again.stderr and f"tunedeck serve --stop {run.id}" in again.stderr
+        same = tunedeck(home, "serve", run.id, "--checkpoint", "15")
+        assert same.returncode == 1 and "already running" in same.stderr and "not 30" not in same.stderr
+        status = tunedeck(home, "serve", run.id, "--status")
+        assert status.returncode == 0 and f"{run.id} checkpoint 15: http://127.0.0.1:" in status.stderr
+        assert json.loads(tunedeck(home, "serve", run.id, "--status", "--json").stdout)["step"] == 15
+    finally:
+        tunedeck(home, "serve", "--stop", run.id)
+
+
 def test_chat_base_on_a_full_fine_tune_is_refused_saying_what_to_chat_with(shared, tmp_path):
     """`chat RUN --base` on a full fine-tune answered with the fine-tuned model, saying nothing: there is no
     adapter to switch off. Refused now before anything loads (exit 2), naming what to chat with instead:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import threading
 
@@ -127,7 +128,9 @@ def test_v_serves_the_run_with_url_port_health_and_a_test_reply_then_stops(finis
             assert state.port > 0 and state.url == f"http://127.0.0.1:{state.port}/v1"
             await pilot.pause()
             text = screen_text(app)
-            assert state.url in text and f"Port     {state.port}" in text and f"PID      {state.pid}" in text
+            # the labels are padded to the widest one shown ("Checkpoint" once the server has a URL)
+            assert state.url in text and re.search(rf"Port +{state.port}\b", text), text
+            assert re.search(rf"PID +{state.pid}\b", text) and re.search(r"Checkpoint +30\b", text), text
             assert "ready" in text and "healthy" in text and "test request answered in" in text
             # the reply on screen is the server's own answer (greedy, so the same again)
             assert panel.reply == probe_request(state.url, run_id)[0]
@@ -651,6 +654,39 @@ def test_the_serve_panel_says_starting_not_the_previous_servers_stopped_while_a_
         asyncio.run(scenario())
     finally:
         let_go.set()
+
+
+def test_the_serve_panel_says_which_checkpoint_a_server_found_serves_and_that_it_is_not_the_newest(
+        finished, monkeypatch):
+    """v on a finished run found the server started while it trained, serving checkpoint 15 of 30, and the
+    panel gave no checkpoint at all. It shows the step the server recorded, and the one v would serve
+    beside it when that is another. The "server" is this test's own process in a record (pid alive, a
+    backend without our lock), found and "ready" at once; its test request fails, as nothing listens."""
+    import core.lifecycle.serve as lifecycle_serve
+    from core.atomic_file import write_json_atomic
+    from core.paths import data_root
+
+    _home, run_id = finished
+    run_dir = runs_dir() / run_id
+    record = data_root() / "serve" / run_dir.name
+    record.mkdir(parents=True)
+    write_json_atomic(record / "state.json", {"status": "ready", "pid": os.getpid(), "backend": "vllm", "step": 15,
+                                              "url": "http://127.0.0.1:9/v1", "port": 9, "host": "127.0.0.1"})
+    monkeypatch.setattr(lifecycle_serve, "wait_until_ready",
+                        lambda run_id, **_kwargs: lifecycle_serve.server_state(run_id))
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            panel = ServePanel(run_dir)
+            await app.push_screen(panel)
+            await wait_for(pilot, lambda: panel.started and panel.newest == 30 and panel.alive)
+            await pilot.pause()
+            text = _flat(app)
+            assert "Checkpoint 15 (the run's newest is 30: k, then v, serves it)" in text, text
+            assert "t test request · y copy URL · k stop the server · Esc close" in text, text
+
+    asyncio.run(scenario())
 
 
 def test_M_on_a_full_fine_tune_says_it_loads_the_fine_tuned_model_not_an_adapter(shared, private_home,

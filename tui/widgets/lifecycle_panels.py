@@ -299,11 +299,13 @@ class ServerSeen(Message):
 
 
 class ServerStarted(Message):
-    def __init__(self, url: str | None, error: str | None = None, needs_key: bool = False) -> None:
+    def __init__(self, url: str | None, error: str | None = None, needs_key: bool = False,
+                 newest: int | None = None) -> None:
         super().__init__()
         self.url = url
         self.error = error
         self.needs_key = needs_key  # the server wants an API key this app does not have: no test request
+        self.newest = newest  # the run's newest complete checkpoint when the server was started or found
 
 
 class TestAnswered(Message):
@@ -327,6 +329,18 @@ def reply_preview(reply: str) -> str:
         return t("lifecycle.serve_reply_blank", count=len(reply), lines=reply.count("\n"))
     shown = reply.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "⏎").replace("\t", " ")
     return shown if len(shown) <= REPLY_PREVIEW_CHARS else shown[:REPLY_PREVIEW_CHARS] + "…"
+
+
+def _served_by_default(run_dir: Path) -> int | None:
+    """The checkpoint a server of the run started now would serve (its newest sound one, as `serve RUN`
+    picks it), or None; file I/O: a worker's."""
+    from core.lifecycle.source import LifecycleError, resolve_model_source
+    from core.runs import RunDirectory
+
+    try:
+        return resolve_model_source(RunDirectory(run_dir)).step
+    except LifecycleError:
+        return None
 
 
 class ServePanel(ModalScreen[None]):
@@ -362,6 +376,7 @@ class ServePanel(ModalScreen[None]):
         # Until the start (or the find) answers: a record of a server that is not alive is the previous
         # one's (stopped, crashed), not this one's, which has not written its own yet.
         self.launching = True
+        self.newest: int | None = None  # the run's newest checkpoint: a server found may serve an older one
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -408,10 +423,11 @@ class ServePanel(ModalScreen[None]):
                 panel.post_message(ServerStarted(None, describe(exc)))
                 report_unexpected(app, exc, "lifecycle.serve")
                 return
+            newest_step = _served_by_default(run_dir)
             if state.auth and client_api_key() is None:  # a 401 would say nothing useful: say why not
-                panel.post_message(ServerStarted(state.url, needs_key=True))
+                panel.post_message(ServerStarted(state.url, needs_key=True, newest=newest_step))
                 return
-            panel.post_message(ServerStarted(state.url))
+            panel.post_message(ServerStarted(state.url, newest=newest_step))
             panel._probe(state.url)
 
         app.run_worker(job, thread=True, group="lifecycle", exit_on_error=False)
@@ -459,6 +475,7 @@ class ServePanel(ModalScreen[None]):
 
     def on_server_started(self, message: ServerStarted) -> None:
         self.launching = False
+        self.newest = message.newest
         self.started = message.url is not None
         self.start_error = message.error
         self.testing = self.started and not message.needs_key
@@ -506,6 +523,11 @@ class ServePanel(ModalScreen[None]):
              t("lifecycle.auth_required" if state.get("auth") else "lifecycle.auth_not_required")),
             (t("lifecycle.field.health"), health),
         ]
+        step = state.get("step")
+        if isinstance(step, int) and url:  # a run's server: the checkpoint it serves (before the health)
+            shown = str(step) if self.newest in (None, step) else t("lifecycle.serve_step_not_newest", step=step,
+                                                                    newest=self.newest)
+            fields.insert(len(fields) - 1, (t("lifecycle.field.checkpoint"), shown))
         lines = []
         width = max(cell_len(label) for label, _ in fields)
         for index, (label, value) in enumerate(fields):
