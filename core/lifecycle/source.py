@@ -111,6 +111,19 @@ def no_checkpoint_message(run: RunDirectory, status: str | None = None) -> str:
     return t("lifecycle.no_checkpoint_ended", run=run.id, status=state_label(status), config=str(run.config_path))
 
 
+def passed_over_notice(run: RunDirectory) -> str | None:
+    """What ``resolve_model_source`` says when it passes over the run's newest complete checkpoint, damaged,
+    for an older sound one (the one a merge, chat, serve, evaluate or export then loads); None when the
+    newest is sound or none is. Verifies checkpoints (stat calls, a few KB read): a worker's call in the app."""
+    from core.i18n import t
+
+    newest = run.last_complete_checkpoint()
+    sound = run.last_sound_checkpoint() if newest is not None else None
+    if newest is None or sound is None or sound.step == newest.step:
+        return None
+    return t("lifecycle.checkpoint_passed_over", damaged=newest.path.name, used=sound.path.name)
+
+
 def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> ModelSource:
     """The run's base model and its newest sound checkpoint (or checkpoint ``checkpoint``).
 
@@ -127,8 +140,8 @@ def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> Mo
     if checkpoint is None:
         chosen = run.last_sound_checkpoint() or complete[-1]
         if chosen.step != complete[-1].step:
-            log.warning("%s is damaged; using %s, the newest sound checkpoint", complete[-1].path.name,
-                        chosen.path.name)
+            log.warning("%s", t("lifecycle.checkpoint_passed_over", damaged=complete[-1].path.name,
+                                used=chosen.path.name))
     else:
         matches = [c for c in complete if c.step == checkpoint]
         if not matches:

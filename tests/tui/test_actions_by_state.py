@@ -267,7 +267,7 @@ def test_evaluate_and_export_run_core_in_a_worker_and_notify(monkeypatch):
 
     monkeypatch.setattr("core.lifecycle.evaluate.evaluate_run", evaluate_run)
     monkeypatch.setattr("core.lifecycle.export.export_run", export_run)
-    monkeypatch.setattr("tui.screens.chat._check_result", lambda run_dir: ("", True))
+    monkeypatch.setattr("tui.screens.chat._check_result", lambda run_dir: ("", True, ""))
 
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(done))
@@ -290,7 +290,7 @@ def test_merge_and_serve_hints_follow_their_state(monkeypatch):
 
     done = build_run(runs_dir(), "20261129-2100-done", status="finished", steps=600)
     add_checkpoint(done, 600)  # (no weights in it)
-    monkeypatch.setattr("tui.screens.chat._check_result", lambda run_dir: ("", True))
+    monkeypatch.setattr("tui.screens.chat._check_result", lambda run_dir: ("", True, ""))
 
     def merge_run(run, **kwargs):
         raise LifecycleError("the checkpoint holds no adapter")

@@ -461,6 +461,29 @@ def test_a_opens_the_chat_on_the_run(finished):
     asyncio.run(scenario())
 
 
+def test_a_on_a_run_whose_newest_checkpoint_is_damaged_says_the_older_one_is_used(finished):
+    """The CLI says "checkpoint-30 is damaged; using checkpoint-15, the newest sound checkpoint" on stderr; the
+    app said nothing (the chat's model process drops its stderr; a merge, serve, evaluate or export in the
+    app logged it nowhere to be seen) and went on with checkpoint 15. The check before each of the keys
+    says it now, as a warning, and goes ahead."""
+    home, run_id = finished
+    newest = home / "runs" / run_id / "checkpoints" / "checkpoint-30"
+    (newest / "adapter_model.safetensors").write_bytes(b"cut short")  # its COMPLETE marker vouches otherwise
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+            notes = [(str(n.message), n.severity) for n in app._notifications]
+            assert ("checkpoint-30 is damaged; using checkpoint-15, the newest sound checkpoint", "warning") in notes
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+
+    asyncio.run(scenario())
+
+
 def test_a_running_run_offers_no_merge_chat_or_serve_and_the_keys_do_nothing():
     """Not offered while the run is live (the footer, ? and Ctrl+P follow the dashboard's check_action):
     the keys neither open a panel nor toast that the run is running."""

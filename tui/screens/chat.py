@@ -293,29 +293,33 @@ class ChatScreen(Screen[None]):
 class RunResultChecked(Message):
     """From the check worker to the screen that asked for ``what``: why it cannot be done now
     (``problem``, a warning to show) or, with ``problem`` empty, go ahead; ``adapter``: the run's
-    checkpoints are adapters (chat and merge say what they load)."""
+    checkpoints are adapters (chat and merge say what they load); ``notice``: a warning to show before going
+    ahead (the newest checkpoint is damaged and an older one is used), or ""."""
 
-    def __init__(self, what: str, run_dir: Path, problem: str, adapter: bool) -> None:
+    def __init__(self, what: str, run_dir: Path, problem: str, adapter: bool, notice: str = "") -> None:
         super().__init__()
         self.what = what
         self.run_dir = run_dir
         self.problem = problem
         self.adapter = adapter
+        self.notice = notice
 
 
-def _check_result(run_dir: Path) -> tuple[str, bool]:
-    """(problem, adapter) of a run about to be merged, chatted with …: its status (liveness applied) and a
-    directory scan of its checkpoints. File I/O: a worker's, never the UI thread's."""
-    from core.lifecycle.source import no_checkpoint_message, run_has_adapter
+def _check_result(run_dir: Path) -> tuple[str, bool, str]:
+    """(problem, adapter, notice) of a run about to be merged, chatted with …: its status (liveness applied),
+    a directory scan of its checkpoints, and whether the newest is damaged and passed over (the CLI says so
+    on stderr; here it would go unsaid: the chat loads in a process whose stderr is dropped). File I/O: a
+    worker's, never the UI thread's."""
+    from core.lifecycle.source import no_checkpoint_message, passed_over_notice, run_has_adapter
     from core.runs import ACTIVE_STATES, RunDirectory, effective_status
 
     run = RunDirectory(run_dir)
     status = effective_status(run).status
     if status in ACTIVE_STATES:  # a stalled run too: its supervisor is alive and may step again
-        return t("lifecycle.tui_still_running", status=status), False
+        return t("lifecycle.tui_still_running", status=status), False, ""
     if run.last_complete_checkpoint() is None:
-        return no_checkpoint_message(run, status), False
-    return "", run_has_adapter(run)
+        return no_checkpoint_message(run, status), False, ""
+    return "", run_has_adapter(run), passed_over_notice(run) or ""
 
 
 def after_training(screen: Any, what: str, run_dir: Path) -> None:
@@ -329,15 +333,15 @@ def after_training(screen: Any, what: str, run_dir: Path) -> None:
 
     def check() -> None:
         try:
-            problem, adapter = _check_result(Path(run_dir))
+            problem, adapter, notice = _check_result(Path(run_dir))
         except expected_errors() as exc:
-            problem, adapter = t("lifecycle.tui_check_failed", run=Path(run_dir).name,
-                                 error=f"{type(exc).__name__}: {exc}"), False
+            problem, adapter, notice = t("lifecycle.tui_check_failed", run=Path(run_dir).name,
+                                         error=f"{type(exc).__name__}: {exc}"), False, ""
         except Exception as exc:  # a bug: the error modal, not a dead key
             report_unexpected(screen.app, exc, "after_training.check")
             return
         if not get_current_worker().is_cancelled:  # not a key pressed again, nor the screen gone
-            screen.post_message(RunResultChecked(what, Path(run_dir), problem, adapter))
+            screen.post_message(RunResultChecked(what, Path(run_dir), problem, adapter, notice))
 
     screen.run_worker(check, thread=True, exclusive=True, group="after-training", exit_on_error=False)
 
@@ -347,6 +351,8 @@ def take_after_training(screen: Any, message: RunResultChecked) -> None:
     if message.problem:
         screen.notify(message.problem, severity="warning")
         return
+    if message.notice:
+        screen.notify(message.notice, severity="warning", timeout=15)
     actions = {"merge": merge_in_background, "chat": open_chat, "serve": serve_in_background,
                "evaluate": evaluate_in_background, "export": export_in_background}
     actions[message.what](screen, message.run_dir, message.adapter)
