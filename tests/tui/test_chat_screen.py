@@ -97,3 +97,30 @@ def test_chat_on_a_full_fine_tune_is_one_full_width_pane_without_F2(shared, priv
             await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
 
     asyncio.run(scenario())
+
+
+def test_a_model_that_does_not_load_keeps_the_reason_on_the_status_line(tmp_path):
+    """The worker says why the model did not load, then exits; the status line then read only "the model
+    process ended (exit code 1); press Esc and open the chat again" once the notification had gone, the
+    reason lost and the advice untrue (it fails the same way again). The reason stays. (A folder with no
+    model in it: the worker refuses it before any weights load.)"""
+    folder = tmp_path / "not-a-model"
+    folder.mkdir()
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = ChatScreen(model_dir=folder)
+            await app.push_screen(screen)
+            proc = screen.proc
+            await wait_for(pilot, lambda: proc is not None and proc.poll() is not None, timeout=120)
+            status = screen.query_one("#chat-status")
+            await wait_for(pilot, lambda: "did not load" in str(status.render()), timeout=30)
+            text = str(status.render())
+            assert "has no config.json" in text and "open the chat again" not in text, text
+            assert not screen.ready
+            await pilot.pause()
+            shown = " ".join(screen_text(app).split())  # on screen, wrapped, at 80 columns: not cut at one line
+            assert "has no config.json, so it is not a model folder" in shown, screen_text(app)
+
+    asyncio.run(scenario())

@@ -83,7 +83,7 @@ class ChatScreen(Screen[None]):
     ChatScreen #chat-temperature, ChatScreen #chat-max-tokens { width: 20; }
     ChatScreen #chat-panes { height: 1fr; }
     ChatScreen Transcript { width: 1fr; border: round $foreground-muted; border-title-color: $primary; }
-    ChatScreen #chat-status { height: 1; padding: 0 1; color: $text-muted; }
+    ChatScreen #chat-status { height: auto; max-height: 4; padding: 0 1; color: $text-muted; }
     """
 
     BINDINGS = [
@@ -107,6 +107,7 @@ class ChatScreen(Screen[None]):
         self.busy: set[str] = set()
         self.next_id = 0
         self.proc: subprocess.Popen[str] | None = None
+        self.load_error: str | None = None  # why the model did not load (the worker then exits)
         self.label = str(run_dir.name if run_dir else model_dir.name if model_dir else "")
 
     def compose(self) -> ComposeResult:
@@ -197,11 +198,16 @@ class ChatScreen(Screen[None]):
                 status.update(t("chat.done", seconds=float(record.get("seconds") or 0.0)))
         elif event == "error":
             self.busy.discard(str(record.get("variant")))
+            if record.get("id") is None:  # loading failed: the reason stays on the status line
+                self.load_error = str(record.get("message", ""))
             status.update(t("chat.error", message=str(record.get("message", ""))))
             self.notify(t("chat.error", message=str(record.get("message", ""))), severity="error")
         elif event == "exited" and self.proc is not None:
             self.ready = False
-            status.update(t("chat.worker_exited", code=record.get("code")))
+            if self.load_error is not None:  # not "open the chat again": it would fail the same way
+                status.update(t("chat.load_failed", message=self.load_error))
+            else:
+                status.update(t("chat.worker_exited", code=record.get("code")))
 
     def _pane(self, variant: str) -> Transcript:
         return self.query_one("#chat-base" if variant == "base" else "#chat-tuned", Transcript)
