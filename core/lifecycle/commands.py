@@ -248,9 +248,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from core.errors import CliError
     from core.i18n import t
     from core.lifecycle.serve import (
+        ended_unstopped,
         health,
         model_dir_id,
         recorded_server_id,
+        server_log_path,
         server_state,
         start_server,
         stop_server,
@@ -264,20 +266,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
             key = model_dir_id(Path(args.model_dir))
         else:
             key = recorded_server_id(args.run) or _resolve(args.run).id
+    if args.stop or args.status:
+        # A server gone without a stop (killed, out of memory): said with its log, not as "no server".
+        died = ended_unstopped(key)
+        log_path = str(server_log_path(key))
+
+        def not_running() -> None:
+            if died is not None:
+                _err(t("lifecycle.serve_ended_unstopped", run=key, pid=died, log=log_path))
+            else:
+                _err(t("lifecycle.serve_not_running", run=key))
     if args.stop:
         stopped = stop_server(key)
         if args.json:
-            _print_json({"run_id": key, "stopped": stopped})
+            _print_json({"run_id": key, "stopped": stopped, **({"ended_unstopped": True, "log": log_path}
+                                                              if died is not None and not stopped else {})})
+        elif stopped:
+            _err(t("lifecycle.serve_stopped", run=key))
         else:
-            _err(t("lifecycle.serve_stopped" if stopped else "lifecycle.serve_not_running", run=key))
+            not_running()
         return 0 if stopped else 1
     if args.status:
         state = server_state(key)
         if state is None:
             if args.json:
-                _print_json({"run_id": key, "running": False})
+                _print_json({"run_id": key, "running": False, **({"ended_unstopped": True, "log": log_path}
+                                                                 if died is not None else {})})
             else:
-                _err(t("lifecycle.serve_not_running", run=key))
+                not_running()
             return 1
         healthy = health(state.url)
         if args.json:

@@ -146,6 +146,20 @@ def read_server_record(run_id: str) -> dict[str, Any]:
     return _read_state(_state_dir(run_id))
 
 
+def ended_unstopped(run_id: str) -> int | None:
+    """The pid of the server filed under ``run_id`` when it is gone without having been stopped (killed, out
+    of memory, a crash, a failed start): its record still says starting, loading or ready. None otherwise."""
+    raw = read_server_record(run_id)
+    if not raw or raw.get("status") in (None, "stopped") or server_state(run_id) is not None:
+        return None
+    return int(raw.get("pid") or 0) or None
+
+
+def server_log_path(run_id: str) -> Path:
+    """The server's log (its own output, and the backend's): where a server that ended tells why."""
+    return _state_dir(run_id) / "server.log"
+
+
 def server_state(run_id: str) -> ServerState | None:
     """The run's server if one is alive (its process exists), else None."""
     directory = _state_dir(run_id)

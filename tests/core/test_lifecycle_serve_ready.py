@@ -96,3 +96,32 @@ def test_a_reply_that_is_not_a_chat_completion_is_a_lifecycle_error():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_status_and_stop_of_a_server_that_ended_unstopped_say_so_with_its_log(tmp_path):
+    """A server killed (the OOM killer, kill -9) or crashed left its record "ready": `serve --status` and
+    `--stop` said only "no server is running for RUN", as for one never started or stopped on purpose. They
+    say it ended without a stop and where its log tells why; a server stopped on purpose is as before. The
+    record here names a process that has ended (our own child, reaped)."""
+    from core.atomic_file import write_json_atomic
+    from tests.fixtures.lifecycle.finished_run import tunedeck
+
+    home = tmp_path / "home"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    run_id = "20261130-0100-tiny"
+    state = home / "serve" / run_id
+    state.mkdir(parents=True)
+    write_json_atomic(state / "state.json", {"status": "ready", "pid": gone.pid, "backend": "transformers",
+                                             "url": "http://127.0.0.1:9/v1", "port": 9, "host": "127.0.0.1"})
+    log = state / "server.log"
+    for args in (["--status"], ["--stop"]):
+        proc = tunedeck(home, "serve", run_id, *args)
+        assert proc.returncode == 1, proc.stderr
+        assert f"its server (pid {gone.pid}) ended without being stopped" in proc.stderr, proc.stderr
+        assert str(log) in proc.stderr and "Traceback" not in proc.stderr
+    status = json.loads(tunedeck(home, "serve", run_id, "--status", "--json").stdout)
+    assert status == {"run_id": run_id, "running": False, "ended_unstopped": True, "log": str(log)}
+    write_json_atomic(state / "state.json", {"status": "stopped", "pid": gone.pid, "backend": "transformers"})
+    proc = tunedeck(home, "serve", run_id, "--status")
+    assert proc.returncode == 1 and proc.stderr.strip() == f"no server is running for {run_id}", proc.stderr
