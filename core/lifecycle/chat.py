@@ -328,10 +328,11 @@ def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: G
 
 
 def generate_reply(loaded: LoadedModel, messages: list[dict[str, str]], settings: GenerationSettings | None = None,
-                   variant: str = "tuned") -> Reply:
-    """The whole reply with its ``GenerationOutcome`` (generated ids, prompt length, finish reason)."""
+                   variant: str = "tuned", stop: threading.Event | None = None) -> Reply:
+    """The whole reply with its ``GenerationOutcome`` (generated ids, prompt length, finish reason);
+    ``stop``, once set, ends the generation at the next token (the reply so far is returned)."""
     outcome = GenerationOutcome()
-    text = "".join(stream_chat(loaded, messages, settings, variant, outcome=outcome))
+    text = "".join(stream_chat(loaded, messages, settings, variant, stop=stop, outcome=outcome))
     return Reply(text, outcome)
 
 

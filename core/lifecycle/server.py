@@ -32,7 +32,9 @@ import ipaddress
 import json
 import logging
 import os
+import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -350,11 +352,29 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
         def _complete(self, messages: Any, settings: Any, variant: str, model: str, cid: str, created: int) -> None:
             from core.lifecycle.chat import generate_reply
 
+            # A client that goes away (its timeout, Ctrl+C) ends the generation: the lock it holds would keep
+            # every other request waiting for a reply nobody reads, up to max_tokens of it.
+            gone, finished = threading.Event(), threading.Event()
+
+            def watch() -> None:
+                while not finished.wait(CLIENT_POLL_S):
+                    if client_gone(self.connection):
+                        gone.set()
+                        return
+
+            threading.Thread(target=watch, daemon=True, name="tunedeck-client-watch").start()
             try:
-                reply = generate_reply(backend.loaded, messages, settings, variant)
+                reply = generate_reply(backend.loaded, messages, settings, variant, stop=gone)
             except Exception as exc:  # a generation error is the client's answer, not a dead server
                 log.exception("generation failed")
                 self._error(500, f"generation failed: {exc}", "server_error")
+                return
+            finally:
+                finished.set()
+            if gone.is_set():
+                log.info("%s went away; its generation stopped after %d tokens", self.address_string(),
+                         reply.outcome.completion_tokens)
+                self.close_connection = True
                 return
             self._json(200, {
                 "id": cid, "object": "chat.completion", "created": created, "model": model,
@@ -403,6 +423,19 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 stop.set()
 
     return Handler
+
+
+CLIENT_POLL_S = 0.2  # how often a non-streamed generation looks whether its client is still there
+
+
+def client_gone(connection: socket.socket) -> bool:
+    """Whether the client closed its side of ``connection`` (readable, and nothing to read: end of file).
+    A client that sent more bytes is still there; our HTTP/1.0 exchange has nothing else to read."""
+    try:
+        readable, _, _ = select.select([connection], [], [], 0)
+        return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):  # reset, or closed under us
+        return True
 
 
 def _usage(outcome: Any) -> dict[str, int]:

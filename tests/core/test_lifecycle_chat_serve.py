@@ -119,6 +119,64 @@ def test_a_stream_closed_early_has_ended_its_generation_and_given_the_adapter_ba
         handle.remove()
 
 
+def test_a_client_gone_before_its_non_streamed_reply_ends_the_generation(lora_run, monkeypatch):
+    """A non-streamed request whose client went away (its timeout, Ctrl+C) was generated to its end, up to
+    max_tokens, holding the server's one-model lock while every other request waited. The server now looks
+    for the client while it generates and stops for nobody. Our server in this process on the tiny LoRA run,
+    the base with its end token taken away; the generation is held at its 5th forward pass until the client
+    has closed its socket and the server has seen it, so without the look it would go on to 2000 tokens."""
+    import socket
+    import threading
+
+    import core.lifecycle.server as server
+    from core.lifecycle.source import load_finetuned, resolve_model_source
+
+    _home, run = lora_run
+    loaded = load_finetuned(resolve_model_source(run), "cpu")
+    loaded.model.generation_config.eos_token_id = None
+    started, closed, seen_gone = threading.Event(), threading.Event(), threading.Event()
+    forwards = []
+
+    def hold(_module, _args, _output):
+        forwards.append(1)
+        if len(forwards) == 5:
+            started.set()
+            closed.wait(timeout=120)
+            seen_gone.wait(timeout=60)  # a ceiling: without the look nothing ever sees the client gone
+
+    real_client_gone = getattr(server, "client_gone", None)
+
+    def looked(connection):
+        gone = real_client_gone(connection)
+        if gone:
+            seen_gone.set()
+        return gone
+
+    monkeypatch.setattr(server, "client_gone", looked, raising=False)
+    backend = server.ChatBackend(loaded, run.id)
+    httpd = server.ChatServer("127.0.0.1", 0, server.make_handler(backend))
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    handle = loaded.model.get_input_embeddings().register_forward_hook(hold)
+    try:
+        body = json.dumps({"model": run.id + "-base", "messages": [{"role": "user", "content": "Hi"}],
+                           "max_tokens": 2000, "temperature": 1.0, "seed": 0}).encode()
+        client = socket.create_connection(("127.0.0.1", httpd.server_address[1]))
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        assert started.wait(timeout=120)  # the generation has begun: the client gives up
+        client.close()
+        closed.set()
+        assert backend.lock.acquire(timeout=120)  # the generation ended and let the model go
+        backend.lock.release()
+        assert seen_gone.is_set() and len(forwards) < 1000, len(forwards)
+    finally:
+        closed.set()
+        seen_gone.set()
+        handle.remove()
+        httpd.shutdown()
+        httpd.server_close()
+
+
 def test_chat_cli_reads_stdin_lines_and_streams_replies(lora_run):
     home, run = lora_run
     proc = subprocess.Popen([sys.executable, "-m", "core", "chat", run.id, "--temperature", "0", "--max-tokens",
