@@ -124,3 +124,30 @@ def test_a_model_that_does_not_load_keeps_the_reason_on_the_status_line(tmp_path
             assert "has no config.json, so it is not a model folder" in shown, screen_text(app)
 
     asyncio.run(scenario())
+
+
+def test_ctrl_l_while_a_reply_streams_says_to_wait_instead_of_doing_nothing(tmp_path, monkeypatch):
+    """Ctrl+L (clear, in the footer all along) did nothing at all while a reply was being generated: no
+    clearing, no word. It says to wait for the reply, and the transcript stays. No model process: the screen
+    is put in the state of a reply under way."""
+    monkeypatch.setattr(ChatScreen, "_start_worker", lambda self: None)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = ChatScreen(model_dir=tmp_path)
+            await app.push_screen(screen)
+            await pilot.pause()
+            tuned = screen.query_one("#chat-tuned", Transcript)
+            tuned.add("user", "Hi")
+            tuned.add("assistant", "Hel")
+            screen.busy.add("tuned")
+            await pilot.press("ctrl+l")
+            await wait_for(pilot, lambda: any(n.message == "wait for the reply to finish" for n in app._notifications))
+            assert tuned.turns == [("user", "Hi"), ("assistant", "Hel")]
+            screen.busy.clear()
+            await pilot.press("ctrl+l")
+            await pilot.pause()
+            assert tuned.turns == []
+
+    asyncio.run(scenario())

@@ -282,7 +282,8 @@ class ChatScreen(Screen[None]):
         self.query_one("#chat-base", Transcript).display = self.compare
 
     def action_clear(self) -> None:
-        if self.busy:
+        if self.busy:  # the reply streaming in belongs to the transcript: said, not silently ignored
+            self.notify(t("chat.busy"), severity="warning")
             return
         for variant in VARIANTS:
             pane = self._pane(variant)
