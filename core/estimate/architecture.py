@@ -10,7 +10,7 @@ to the embedding. ``core.estimate.exact_count`` checks these against transformer
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import EXIT_USAGE, TunedeckError
@@ -73,6 +73,9 @@ class ModelArchitecture:
     qk_norm: bool
     max_position_embeddings: int | None = None
     known_family: bool = True
+    # where the config.json was read (``ModelConfig.source``): a plan says when it is only a hub's config, the
+    # weights not downloaded yet; no part of the model's shape
+    source: str = field(default="", compare=False)
 
     @property
     def q_dim(self) -> int:
@@ -144,6 +147,7 @@ def architecture_from_config(config: Mapping[str, Any], name: str = "", source: 
         qk_norm=qk_norm,
         max_position_embeddings=config.get("max_position_embeddings"),
         known_family=layout is not None,
+        source=source,
     )
 
 

@@ -84,6 +84,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     plan = plan_for_model(
         resolve_model_name(args.model),  # the bundled ``tiny`` as plan takes it
         exact_count=args.exact,
+        fetch=True,  # a hub id found nowhere here: its config.json from the hub, kept for the next time
         method=args.method,
         precision=args.precision or ("fp32" if target.cpu_only else "bf16"),  # as plan picks it
         micro_batch_size=args.batch_size,
@@ -116,8 +117,14 @@ def run_estimate(args: argparse.Namespace) -> int:
     result = estimate(plan, gpu)
     # What the wizard says of each figure's footing: its measured band, or why it was not measured.
     domain = domain_json(plan, None if target.cpu_only else gpu, result.waits_on_cpu)  # as plan says the CPU's
+    from core.hub.config_cache import source_json, weights_not_here
+
+    weights = weights_not_here(plan.architecture.source)  # sized from a hub's config.json: train downloads them
+    if weights:
+        print(weights, file=sys.stderr)
     if args.json:
-        print(json.dumps({**result.to_json(), "domain": domain}, indent=2, ensure_ascii=False))
+        print(json.dumps({**result.to_json(), "domain": domain, "model_source": source_json(plan.architecture.source)},
+                         indent=2, ensure_ascii=False))
         return 0
     print(format_estimate(result, domain, target.cpu_only))
     for note in result.notes:

@@ -192,15 +192,17 @@ def _estimate(plan: TrainingPlan, gpu: GpuSpec, calibration: Calibration) -> Est
     )
 
 
-def plan_for_model(model: str, exact_count: bool | None = None, **options: Any) -> TrainingPlan:
+def plan_for_model(model: str, exact_count: bool | None = None, hub_cache: bool = False, fetch: bool = False,
+                   **options: Any) -> TrainingPlan:
     """A ``TrainingPlan`` for ``model`` (a config.json path, model folder, hub id or bundled name).
 
     ``exact_count`` builds the model on the meta device to count parameters exactly (needs torch and
     transformers; analytic without them). ``None`` does so only for architectures outside the known
     families, where the analytic count is an approximation; for the known ones the two agree (tested).
-    ``options`` are ``TrainingPlan`` fields.
+    ``hub_cache`` and ``fetch`` are ``load_model_config``'s (planning takes a config read from a hub; a run's
+    own checks do not). ``options`` are ``TrainingPlan`` fields.
     """
-    config = load_model_config(model)
+    config = load_model_config(model, hub_cache=hub_cache, fetch=fetch)
     plan = TrainingPlan(architecture=config.architecture(), **options)
     wanted = (not plan.architecture.known_family) if exact_count is None else exact_count
     if wanted:

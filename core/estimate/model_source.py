@@ -152,10 +152,14 @@ def _read_config(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_model_config(spec: str) -> ModelConfig:
+def load_model_config(spec: str, hub_cache: bool = False, fetch: bool = False) -> ModelConfig:
     """Resolve ``spec`` (a config.json path, a model folder, a hub id or a bundled name) to its config.
 
-    Order: an existing file or folder on disk, then the bundled configs, then the local hub caches.
+    Order: an existing file or folder on disk, then the bundled configs, then the local hub caches (the
+    weights' downloads); with ``hub_cache`` (planning and estimating, not a run's own checks) then the
+    config.json tunedeck read from a hub (``core.hub.config_cache``: its ``source`` is the kept file), and
+    with ``fetch`` a hub id found nowhere here is read from the hub and kept (raises ``ModelNotFoundError``
+    with what was looked at and what to do when the hub cannot give it).
     """
     path = Path(spec).expanduser()
     if path.is_file():
@@ -172,6 +176,40 @@ def load_model_config(spec: str) -> ModelConfig:
     cached = cached_config(spec)
     if cached is not None:
         return ModelConfig(name=spec, config=_read_config(cached), source=str(cached))
+    if hub_cache or fetch:
+        from core.hub.config_cache import find_hub_config
+
+        kept = find_hub_config(spec)
+        if kept is not None:
+            return ModelConfig(name=spec, config=_read_config(kept.path), source=str(kept.path))
+    if fetch:
+        from core.hub.records import is_hub_id
+
+        if is_hub_id(spec):
+            return _fetched_config(spec)
     known = ", ".join(known_model_names())
     raise ModelNotFoundError(t("estimate.error.unknown_model", model=spec, known=known), kind="unknown_model",
                              model=spec, known=known)
+
+
+def _fetched_config(model_id: str) -> ModelConfig:
+    """``model_id``'s config.json from the hub (kept for the next plan), or why it cannot be had, in one line."""
+    from core.hub.config_cache import fetch_hub_config
+    from core.hub.errors import HubError, HubNotFoundError
+    from core.hub.problems import describe_error
+
+    try:
+        fetched = fetch_hub_config(model_id)
+    except HubNotFoundError as exc:
+        raise ModelNotFoundError(t("estimate.error.hub_not_found", model=model_id,
+                                   problem=describe_error(exc, "").summary), kind="hub_not_found",
+                                 model=model_id) from exc
+    except HubError as exc:
+        raise ModelNotFoundError(t("estimate.error.hub_config_unavailable", model=model_id,
+                                   problem=describe_error(exc, "").summary), kind="hub_config_unavailable",
+                                 model=model_id) from exc
+    if fetched is None:
+        raise ModelNotFoundError(t("estimate.error.hub_no_config", model=model_id), kind="hub_no_config",
+                                 model=model_id)
+    config, kept = fetched
+    return ModelConfig(name=model_id, config=config, source=str(kept.path))

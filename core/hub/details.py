@@ -1,4 +1,5 @@
-"""Put a model's details together: metadata, files, and the small files read whole (card, config)."""
+"""Put a model's details together: metadata, files, and the small files read whole (card, config; the config
+is kept in ``core.hub.config_cache``)."""
 
 from __future__ import annotations
 
@@ -38,5 +39,9 @@ def assemble_details(source: Any, summary: ModelSummary, files: tuple[RepoFile, 
             notes.append(t("hub.note.config_invalid", reason=str(exc)))
     else:
         notes.append(t("hub.note.no_config"))
+    if config is not None:  # kept: plan, estimate and the wizard size the model before it is downloaded
+        from core.hub.config_cache import store_hub_config
+
+        store_hub_config(summary.hub, summary.model_id, config, files)
     return ModelDetails(summary=summary, files=files, readme=readme, config=config, revision=revision,
                         notes=tuple(notes))

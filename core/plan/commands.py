@@ -107,6 +107,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from core.config import ConfigError
     from core.errors import CliError
     from core.plan import equivalent_command, recommend, save_run_config
+    from core.plan.planner import base_plan
 
     if args.save and not args.dataset:  # a run config without data is no run: said before any planning
         raise CliError(t("plan.error.save_needs_dataset"), 2)
@@ -120,7 +121,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from core.plan.probe import cached_measurements
 
         measured = cached_measurements(request)
-    rec = recommend(request, measured=measured)  # ModelNotFoundError, ArchitectureError: exit 2
+    # a hub id found nowhere here: its config.json from the hub (ModelNotFoundError, ArchitectureError: exit 2)
+    rec = recommend(request, base_plan(request, fetch=True), measured=measured)
     saved = None
     if args.save and rec.best is not None and rec.feasible:
         try:

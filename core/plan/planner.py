@@ -41,8 +41,12 @@ class Recommendation:
     def to_json(self) -> dict[str, Any]:
         price = self.request.hardware.price_per_gpu_hour
         gpu = self.request.hardware.gpu
+        from core.hub.config_cache import source_json
+
         return {
             "model": self.request.model,
+            # a hub's config.json kept here (the weights not downloaded yet) says so
+            "model_source": None if self.best is None else source_json(self.best.plan.architecture.source),
             "dataset": self.request.dataset,
             "goal": self.request.goal,
             "epochs": self.request.epochs,
@@ -124,11 +128,13 @@ def evaluate(plan: TrainingPlan, request: PlanRequest, measured: dict[str, Any] 
     return candidate
 
 
-def base_plan(request: PlanRequest) -> TrainingPlan:
-    """The model's architecture in a default plan (raises ModelNotFoundError / ArchitectureError)."""
+def base_plan(request: PlanRequest, fetch: bool = False) -> TrainingPlan:
+    """The model's architecture in a default plan (raises ModelNotFoundError / ArchitectureError), from a
+    config.json on this box or one read from a hub before (``core.hub.config_cache``); ``fetch`` reads a hub
+    id's from the hub when there is none (``tunedeck plan``; never on the wizard's UI thread)."""
     from core.assets import resolve_model_name
 
-    return plan_for_model(resolve_model_name(request.model), exact_count=False)
+    return plan_for_model(resolve_model_name(request.model), exact_count=False, hub_cache=True, fetch=fetch)
 
 
 def evaluate_all(request: PlanRequest, base: TrainingPlan,

@@ -17,7 +17,7 @@ from core.units import format_cost
 
 @dataclass(frozen=True)
 class ViewLine:
-    kind: str  # title | infeasible | way_out | headline | memory | speed | eta | section | item | alternative
+    kind: str  # title | weights | infeasible | way_out | headline | memory | speed | eta | section | item | alternative
     text: str
     tone: str = ""  # "" | accent | warning | error; a speed: measured (by the probe) | scaled (by its ratio)
     section: str = ""  # for a section heading: reasons | problems | warnings | alternatives
@@ -146,6 +146,12 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
     best = data["recommendation"]
     lines = [ViewLine("title", t("plan.title", model=request.model, hardware=hardware.describe(), goal=request.goal,
                                  considered=rec.considered))]
+    if rec.best is not None:  # planned from a hub's config.json: the weights are not here, train fetches them
+        from core.hub.config_cache import weights_not_here
+
+        weights = weights_not_here(rec.best.plan.architecture.source)
+        if weights:
+            lines.append(ViewLine("weights", weights, "warning"))
     if not rec.feasible:
         lines.append(ViewLine("infeasible", t("plan.infeasible", model=request.model, hardware=hardware.describe()),
                               "error"))

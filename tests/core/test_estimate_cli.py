@@ -11,6 +11,7 @@ from pathlib import Path
 
 from core.estimate import estimate, find_gpu, known_gpu_names, load_model_config, plan_for_model
 from core.estimate.memory import BREAKDOWN_KEYS
+from tests.hubserver import closed_port_url
 
 ROOT = Path(__file__).parents[2]
 
@@ -18,7 +19,9 @@ ROOT = Path(__file__).parents[2]
 def run_estimate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.update({"TUNEDECK_HOME": str(tmp_path), "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8",
-                "HF_HOME": str(tmp_path / "hf"), "MODELSCOPE_CACHE": str(tmp_path / "ms")})
+                "HF_HOME": str(tmp_path / "hf"), "MODELSCOPE_CACHE": str(tmp_path / "ms"),
+                # a hub id found nowhere here is read from the hub: never the real ones from a test
+                "MODELSCOPE_ENDPOINT": closed_port_url(), "HF_ENDPOINT": closed_port_url()})
     return subprocess.run(
         [sys.executable, "-m", "core", "--lang", "en", "estimate", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, encoding="utf-8", timeout=120,
@@ -136,6 +139,8 @@ def test_unknown_model_says_how_to_pass_a_config(tmp_path):
     result = run_estimate(tmp_path, "--model", "nobody/nothing-7B", "--json")
     assert result.returncode == 2
     assert "config.json" in result.stderr and "--model" in result.stderr
+    result = run_estimate(tmp_path, "--model", "nothing-7B", "--json")  # no hub id: the hub is not asked
+    assert result.returncode == 2 and "Bundled: " in result.stderr
 
 
 def test_config_json_path_and_exact_count(tmp_path):

@@ -12,12 +12,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.hubserver import closed_port_url
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "core" / "data" / "samples" / "tiny_skills.jsonl"
 
 
 def tunedeck(tmp_path, *args, fake_gpus=None):
-    env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home")}
+    # a hub id found nowhere here is read from the hub: never the real ones from a test
+    env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home"), "MODELSCOPE_ENDPOINT": closed_port_url(),
+           "HF_ENDPOINT": closed_port_url()}
     env.pop("TUNEDECK_FAKE_GPUS", None)
     if fake_gpus:
         env["TUNEDECK_FAKE_GPUS"] = str(ROOT / "tests" / "fixtures" / "gpus" / f"{fake_gpus}.json")
@@ -179,7 +183,9 @@ def test_save_refuses_to_overwrite_without_force_and_writes_absolute_paths(tmp_p
     (work / "data.jsonl").write_text(SAMPLE.read_text())
     mine = work / "mine.yaml"
     mine.write_text("# my hand-edited\n")
-    env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home")}
+    # a hub id found nowhere here is read from the hub: never the real ones from a test
+    env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home"), "MODELSCOPE_ENDPOINT": closed_port_url(),
+           "HF_ENDPOINT": closed_port_url()}
     env.pop("TUNEDECK_FAKE_GPUS", None)
 
     def plan(*extra):

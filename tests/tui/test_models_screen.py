@@ -165,15 +165,40 @@ def test_offline_hub_says_so_and_local_tab_works(tmp_path, monkeypatch):
 
 
 def test_wizard_key_hands_the_model_over(hub_env):
+    """p on the Hub tab's card of a model not downloaded (and no bundled config): the wizard plans it from the
+    config.json the card read from the hub, and says its weights come with the run. Fake H200 (h200x1), 80x24."""
     async def scenario():
+        from core.hub.download import human_bytes
+
+        tiny = "Qwen/Qwen2.5-Tiny-Instruct"
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
-        async with app.run_test(size=(120, 36)) as pilot:
+        async with app.run_test(size=(80, 24)) as pilot:
             screen = await open_models(pilot, app)
+            results(app).move_cursor(row=[str(k.value) for k in results(app).rows].index(tiny))
             await pilot.press("enter")
-            await wait_for(pilot, lambda: screen.details is not None)
+            await wait_for(pilot, lambda: screen.details is not None and screen.details.summary.model_id == tiny)
             await pilot.press("p")
             await wait_for(pilot, lambda: app.current_mode == "wizard")
-            assert app.wizard_model == "Qwen/Qwen2.5-7B-Instruct"
+            assert app.wizard_model == tiny
+            wizard = app.screen
+            assert wizard.query_one("#model-input").value == tiny
+            await pilot.press("enter")  # model: taken (it was refused, "config.json … not in cache")
+            await wait_for(pilot, lambda: wizard.step == 1)
+            assert wizard.base.architecture.hidden_size == 64  # the hub's config.json (tests/hubserver tiny_config)
+            await pilot.press("enter")  # dataset: the bundled sample (read in a worker)
+            await wait_for(pilot, lambda: wizard.step == 2, timeout=30)
+            await pilot.press("enter")  # goal: fastest
+            await wait_for(pilot, lambda: wizard.step == 3)
+            await pilot.press("enter")  # hardware: this box (the fake H200)
+            await wait_for(pilot, lambda: wizard.step == 4 and wizard.recommendation is not None, timeout=60)
+            assert wizard.recommendation.request.model == tiny and wizard.recommendation.feasible
+            size = human_bytes(sum(len(data) for name, data in hub_env.hub.repos[tiny].files.items()
+                                   if name != "pytorch_model.bin"))  # one weight format: what train fetches
+            body = wizard.query_one("#result-text")
+            await wait_for(pilot, lambda: "not on this box yet" in " ".join(
+                str(child.render()) for child in body.children).replace("\n", " "))
+            text = " ".join(" ".join(str(child.render()) for child in body.children).split())
+            assert f"its weights are not on this box yet, tunedeck train downloads them at its start ({size})" in text
 
     asyncio.run(scenario())
 

@@ -1102,7 +1102,9 @@ def render_recommendation(rec: Any) -> list[tuple[str, bool]]:
         text = _escape(line.text)
         if line.kind == "title":
             continue  # the wizard's steps already say the model, the box and the goal
-        if line.kind == "infeasible":
+        if line.kind == "weights":  # planned from a hub's config.json: the weights come when the run starts
+            lines.append(f"[$warning]{text}[/]")
+        elif line.kind == "infeasible":
             lines.append(f"[b $error]{text}[/]")
         elif line.kind == "way_out":
             items.add(len(lines))
