@@ -201,13 +201,13 @@ def _fetched_config(model_id: str) -> ModelConfig:
     try:
         fetched = fetch_hub_config(model_id)
     except HubNotFoundError as exc:
-        raise ModelNotFoundError(t("estimate.error.hub_not_found", model=model_id,
-                                   problem=describe_error(exc, "").summary), kind="hub_not_found",
-                                 model=model_id) from exc
+        problem = describe_error(exc, "").summary
+        raise ModelNotFoundError(t("estimate.error.hub_not_found", model=model_id, problem=problem),
+                                 kind="hub_not_found", model=model_id, problem=problem) from exc
     except HubError as exc:
-        raise ModelNotFoundError(t("estimate.error.hub_config_unavailable", model=model_id,
-                                   problem=describe_error(exc, "").summary), kind="hub_config_unavailable",
-                                 model=model_id) from exc
+        problem = describe_error(exc, "").summary
+        raise ModelNotFoundError(t("estimate.error.hub_config_unavailable", model=model_id, problem=problem),
+                                 kind="hub_config_unavailable", model=model_id, problem=problem) from exc
     if fetched is None:
         raise ModelNotFoundError(t("estimate.error.hub_no_config", model=model_id), kind="hub_no_config",
                                  model=model_id)

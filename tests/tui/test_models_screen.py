@@ -203,6 +203,41 @@ def test_wizard_key_hands_the_model_over(hub_env):
     asyncio.run(scenario())
 
 
+def test_a_hub_id_typed_in_the_wizard_is_planned_from_its_config_read_from_the_hub(hub_env, monkeypatch):
+    """A hub id typed on the Wizard's model step, never opened in Models nor downloaded: its config.json is read
+    from the hub in a worker ("Reading …"), then the step goes on (it said "No config.json found"). With the hub
+    out of reach the step says so and what to do. Fake H200 (h200x1), 80x24."""
+    from tests.hubserver import closed_port_url
+
+    tiny = "Qwen/Qwen2.5-Tiny-Instruct"
+
+    async def scenario(reachable: bool):
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard")
+            wizard = app.screen
+            wizard.query_one("#model-input").value = tiny
+            await pilot.press("enter")
+            if reachable:
+                await wait_for(pilot, lambda: wizard.step == 1)
+                assert wizard.base.architecture.hidden_size == 64  # the hub's config.json (tiny_config)
+            else:
+                info = wizard.query_one("#model-info")
+                await wait_for(pilot, lambda: "cannot give it now" in str(info.render()).replace("\n", " "))
+                assert wizard.step == 0
+
+    asyncio.run(scenario(True))
+    import shutil
+
+    from core.hub.config_cache import cache_root
+
+    shutil.rmtree(cache_root())  # nothing kept: the offline case asks the hub again
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())
+    monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
+    asyncio.run(scenario(False))
+
+
 def test_scrolling_to_the_end_loads_the_next_page(hub_env):
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)

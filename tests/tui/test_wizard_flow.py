@@ -217,12 +217,17 @@ def test_a_bad_model_id_stays_on_the_first_step_with_the_reason(private_home):
         async with app.run_test(size=(120, 40)) as pilot:
             w = await open_wizard(pilot, app)
             w.query_one("#model-input").value = "no/such-model-here"
-            await pilot.press("enter")
-            await pilot.pause()
+            await pilot.press("enter")  # a hub id found nowhere here: its config.json asked of the hub (closed)
+            await wait_for(pilot, lambda: "No config.json for 'no/such-model-here' on this box"
+                           in " ".join(screen_text(app).split()))
             assert w.step == 0
             text = " ".join(screen_text(app).split())
-            assert "No config.json found for 'no/such-model-here'" in text
-            assert "Type a model folder" in text and "--model" not in text  # the TUI's words, not the CLI's
+            assert "type a model folder" in text and "--model" not in text  # the TUI's words, not the CLI's
+            w.query_one("#model-input").value = "no-such-folder"  # not a hub id: no hub asked
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: "No config.json found for 'no-such-folder'"
+                           in " ".join(screen_text(app).split()))
+            assert "Type a model folder" in " ".join(screen_text(app).split())
 
     run(scenario())
 
@@ -245,7 +250,7 @@ def test_after_a_refused_model_typing_starts_a_new_id_and_the_error_goes(private
             w = await open_wizard(pilot, app)
             field, info = w.query_one("#model-input"), w.query_one("#model-info")
             await pilot.press(*"nosuch/model-7b", "enter")
-            await wait_for(pilot, lambda: "No config.json found" in str(info.render()))
+            await wait_for(pilot, lambda: "No config.json" in str(info.render()))  # the hub asked (closed)
             assert w.step == 0 and field.value == "nosuch/model-7b" and w.focused is not field
             await pilot.press(*"Qwen2.5-7B")
             await wait_for(pilot, lambda: field.value == "Qwen2.5-7B")

@@ -62,6 +62,14 @@ class DatasetSummarised(Message):
         self.path, self.model, self.summary, self.error = path, model, summary, error
 
 
+class ModelFetched(Message):
+    """A hub model's config.json read from the hub (``base`` its plan) or why it could not be (``error``)."""
+
+    def __init__(self, model: str, base: Any, error: str | None) -> None:
+        super().__init__()
+        self.model, self.base, self.error = model, base, error
+
+
 class BoxRead(Message):
     def __init__(self, snapshot: Any) -> None:
         super().__init__()
@@ -171,6 +179,7 @@ class WizardScreen(Screen[None]):
         self.planning = False  # a recommendation is being computed for the current inputs
         self.override_error = False  # the status line shows an override value's error
         self.model_error: str | None = None  # the model id the line under the field says is wrong
+        self.fetching_model: str | None = None  # the hub id whose config.json a worker reads from the hub
         self.status_error = False  # the status line shows an error (``_status``)
         self.launch_path: str | None = None  # the plan file the last launch started (asked again on shared GPUs)
 
@@ -459,20 +468,71 @@ class WizardScreen(Screen[None]):
             info.update(f"[$error]{t('wizard.model.empty')}[/]")
             return False
         try:
-            self.base = base_plan(PlanRequest(model=model, hardware=None))  # type: ignore[arg-type]
+            base = base_plan(PlanRequest(model=model, hardware=None))  # type: ignore[arg-type]
         except (ModelNotFoundError, ArchitectureError) as exc:
-            # the command line's advice (pass --model …) said as what to type here
-            named = isinstance(exc, ModelNotFoundError) and exc.kind
-            text = t(f"wizard.model.{exc.kind}", **exc.params) if named else str(exc)
-            info.update(f"[$error]{_escape(text)}[/]")
-            self.model_error = model
+            from core.hub.records import is_hub_id
+
+            if isinstance(exc, ModelNotFoundError) and exc.kind == "unknown_model" and is_hub_id(model):
+                # a hub id found nowhere here: its config.json from the hub, in a worker; Enter goes on then
+                info.update(t("wizard.model.fetching", model=_escape(model)))
+                self.fetching_model = model
+                self.fetch_model(model)
+                return False
+            self._model_refused(model, self._model_error_text(exc))
             return False
+        self._model_taken(model, base)
+        return True
+
+    @staticmethod
+    def _model_error_text(exc: Exception) -> str:
+        """The command line's advice (pass --model …) said as what to type here, where the step has its words."""
+        from core.estimate import ModelNotFoundError
+
+        if isinstance(exc, ModelNotFoundError) and exc.kind in ("unknown_model", "no_config_in_dir", "hub_not_found",
+                                                                "hub_config_unavailable", "hub_no_config"):
+            return t(f"wizard.model.{exc.kind}", **exc.params)
+        return str(exc)
+
+    def _model_refused(self, model: str, text: str) -> None:
+        self.query_one("#model-info", Static).update(f"[$error]{_escape(text)}[/]")
+        self.model_error = model
+
+    def _model_taken(self, model: str, base: Any) -> None:
+        self.base = base
         self.model_error = None
         self.base_model = model
         arch = self.base.architecture
-        info.update(t("wizard.model.info", name=_escape(arch.name), layers=arch.num_layers,
-                      hidden=arch.hidden_size))
-        return True
+        self.query_one("#model-info", Static).update(t("wizard.model.info", name=_escape(arch.name),
+                                                       layers=arch.num_layers, hidden=arch.hidden_size))
+
+    @work(thread=True, exclusive=True, group="wizard-model", exit_on_error=False)
+    def fetch_model(self, model: str) -> None:
+        """``model``'s config.json from the hub (``base_plan(fetch=True)``: kept for the next plan)."""
+        from core.estimate import ArchitectureError, ModelNotFoundError
+        from core.plan.planner import base_plan
+        from core.plan.request import PlanRequest
+
+        try:
+            base = base_plan(PlanRequest(model=model, hardware=None), fetch=True)  # type: ignore[arg-type]
+        except (ModelNotFoundError, ArchitectureError) as exc:
+            self.post_message(ModelFetched(model, None, self._model_error_text(exc)))
+            return
+        except Exception as exc:  # a bug: the error modal and the log, and the step says it failed too
+            report_unexpected(self.app, exc, "wizard.fetch_model")
+            self.post_message(ModelFetched(model, None, describe(exc)))
+            return
+        self.post_message(ModelFetched(model, base, None))
+
+    def on_model_fetched(self, message: ModelFetched) -> None:
+        if STEPS[self.step] != "model" or self.fetching_model != message.model:
+            return  # the user went on, or typed another model: this answer is for no one
+        self.fetching_model = None
+        if message.error is not None:
+            self._model_refused(message.model, message.error)
+            return
+        self._model_taken(message.model, message.base)
+        self._show_step(1)
+        self._summarise_if_needed()
 
     # --- dataset -------------------------------------------------------------------------------------
     def _summary_is_current(self, path: str) -> bool:
@@ -755,6 +815,9 @@ class WizardScreen(Screen[None]):
         if input_id == "model-input":
             if self.model_error is not None and event.value.strip() != self.model_error:
                 self.model_error = None  # a new id: the old one's error goes
+                self.query_one("#model-info", Static).update("")
+            if self.fetching_model is not None and event.value.strip() != self.fetching_model:
+                self.fetching_model = None  # a new id: the config being read is no longer asked for
                 self.query_one("#model-info", Static).update("")
             return
         if not input_id.startswith("ov-") or STEPS[self.step] != "result":
