@@ -237,10 +237,11 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _error(self, code: int, message: str, kind: str = "invalid_request_error",
-                   error_code: str | int | None = None, headers: dict[str, str] | None = None,
+                   error_code: str | None = None, headers: dict[str, str] | None = None,
                    param: str | None = None) -> None:
-            value = {"error": {"message": message, "type": kind, "param": param,
-                               "code": code if error_code is None else error_code}}
+            # OpenAI's error object: ``code`` is a string naming the error or null, never the HTTP status
+            # (clients read that from the response); ``param`` names the parameter at fault, when one is.
+            value = {"error": {"message": message, "type": kind, "param": param, "code": error_code}}
             data = json.dumps(value).encode("utf-8")
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -283,6 +284,8 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             return True
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            from core.i18n import t
+
             path = self.path.split("?")[0].rstrip("/")
             if self._refused(path):
                 return
@@ -293,7 +296,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                     {"id": mid, "object": "model", "created": 0, "owned_by": "tunedeck"}
                     for mid in backend.model_ids()]})
             else:
-                self._error(404, f"no route {self.path}")
+                self._error(404, t("lifecycle.api_no_route", method=self.command, path=self.path))
 
         def do_POST(self) -> None:  # noqa: N802
             from core.i18n import t
@@ -302,7 +305,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             if self._refused(path):
                 return
             if path != "/v1/chat/completions":
-                self._error(404, f"no route {self.path}")
+                self._error(404, t("lifecycle.api_no_route", method=self.command, path=self.path))
                 return
             try:
                 length = int(self.headers.get("Content-Length") or 0)

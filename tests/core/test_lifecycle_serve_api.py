@@ -166,3 +166,38 @@ def test_the_prompt_and_max_tokens_must_fit_the_models_context(served):
     usage, finish = reply["usage"], reply["choices"][0]["finish_reason"]
     assert usage["prompt_tokens"] == prompt and 1 <= usage["completion_tokens"] <= room, reply
     assert finish == "stop" or usage["completion_tokens"] == room, reply  # cut at the room, not at 256
+
+
+def _client(url: str):
+    from openai import OpenAI
+
+    return OpenAI(base_url=url, api_key="unused", timeout=120, max_retries=0)
+
+
+def test_error_objects_carry_openais_string_code_or_null_not_the_http_status(served):
+    """`error.code` held the HTTP status (400, 404); OpenAI's API puts a string code or null there, with
+    `type`, `message` and `param`. The real openai client reads them so: `.code` is None or a string, the
+    status stays on the response."""
+    import openai
+
+    run_id, url = served
+    client = _client(url)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=run_id, messages=_ask(), max_tokens=3, temperature=5)
+    assert caught.value.status_code == 400
+    assert caught.value.code is None and caught.value.param == "temperature", caught.value.body
+    assert caught.value.type == "invalid_request_error" and "temperature" in caught.value.message
+    with pytest.raises(openai.NotFoundError) as caught:  # a route the server has not
+        client.get("/no-such-route", cast_to=object)
+    assert caught.value.status_code == 404 and caught.value.code is None, caught.value.body
+    assert caught.value.type == "invalid_request_error" and "/v1/no-such-route" in caught.value.message
+    with pytest.raises(openai.NotFoundError) as caught:  # a model not served keeps its named code
+        client.chat.completions.create(model="nope", messages=_ask(), max_tokens=3)
+    assert caught.value.code == "model_not_found" and caught.value.param == "model"
+    request = urllib.request.Request(url + "/chat/completions", data=b"{not json",
+                                     headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as raw:
+        urllib.request.urlopen(request, timeout=60)
+    assert raw.value.code == 400
+    error = json.loads(raw.value.read())["error"]
+    assert error["code"] is None and error["type"] == "invalid_request_error" and error["message"], error
