@@ -6,6 +6,7 @@ by ``core.lifecycle.serve`` in its own session. It holds ``DIR/lock`` for its wh
 
     GET  /health                 {"status": "ok", "model": ...}
     GET  /v1/models              the fine-tuned model, and ``<id>-base`` when it is base + adapter
+    GET  /v1/models/{id}         one of those (404 ``model_not_found`` for any other id)
     POST /v1/chat/completions    OpenAI schema; ``"stream": true`` answers as server-sent events
 
 Requests are checked as OpenAI's API checks them, each refusal a 400 (404 for an unknown model) in OpenAI's
@@ -292,9 +293,17 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             if path == "/health":
                 self._json(200, {"status": "ok", "model": backend.model_id})
             elif path == "/v1/models":
-                self._json(200, {"object": "list", "data": [
-                    {"id": mid, "object": "model", "created": 0, "owned_by": "tunedeck"}
-                    for mid in backend.model_ids()]})
+                self._json(200, {"object": "list", "data": [_model_object(mid) for mid in backend.model_ids()]})
+            elif path.startswith("/v1/models/"):  # openai's models.retrieve(id); an id may hold a "/"
+                from urllib.parse import unquote
+
+                model_id = unquote(path[len("/v1/models/"):])
+                try:
+                    backend.variant_for(model_id)  # the same test a chat request's "model" passes
+                except RequestError as exc:
+                    self._error(exc.status, str(exc), error_code=exc.code, param=exc.param)
+                else:
+                    self._json(200, _model_object(model_id))
             else:
                 self._error(404, t("lifecycle.api_no_route", method=self.command, path=self.path))
 
@@ -439,6 +448,11 @@ def client_gone(connection: socket.socket) -> bool:
         return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""
     except (OSError, ValueError):  # reset, or closed under us
         return True
+
+
+def _model_object(model_id: str) -> dict[str, Any]:
+    """OpenAI's model object for one id this server serves."""
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "tunedeck"}
 
 
 def _usage(outcome: Any) -> dict[str, int]:

@@ -201,3 +201,22 @@ def test_error_objects_carry_openais_string_code_or_null_not_the_http_status(ser
     assert raw.value.code == 400
     error = json.loads(raw.value.read())["error"]
     assert error["code"] is None and error["type"] == "invalid_request_error" and error["message"], error
+
+
+def test_models_retrieve_answers_each_served_id_and_404s_any_other(served):
+    """GET /v1/models/{id} answered 404 "no route", so `client.models.retrieve(id)` failed for the very ids
+    /v1/models lists. Now it gives their model object; another id is OpenAI's 404 model_not_found."""
+    import openai
+
+    run_id, url = served
+    client = _client(url)
+    listed = [m.id for m in client.models.list()]
+    assert listed == [run_id, run_id + "-base"]
+    for model_id in listed:
+        model = client.models.retrieve(model_id)
+        assert (model.id, model.object, model.owned_by) == (model_id, "model", "tunedeck")
+    for other in ("nope", run_id + "-other", "org/name"):
+        with pytest.raises(openai.NotFoundError) as caught:
+            client.models.retrieve(other)
+        assert caught.value.code == "model_not_found" and caught.value.type == "invalid_request_error"
+        assert f"`{other}` does not exist" in caught.value.message and run_id in caught.value.message
