@@ -207,18 +207,50 @@ def _fit_context(settings: Any, explicit: bool, prompt_tokens: int, limit: int |
     return replace(settings, max_tokens=min(settings.max_tokens, room))
 
 
+CHAT_ROLES = ("system", "user", "assistant")  # OpenAI's chat roles a chat template takes as they are
+ROLE_ALIASES = {"developer": "system"}  # OpenAI's newer name for the system instructions
+TOOL_ROLES = ("tool", "function")  # answers to tool calls: this server takes no `tools`, so it has none to answer
+
+
+def _content(content: Any, index: int) -> str:
+    """A message's text: a string, or OpenAI's array of ``{"type": "text", "text": ...}`` parts (joined);
+    anything else (null, a dict, an image part) is a ``RequestError`` naming ``messages[index].content``."""
+    from core.i18n import t
+
+    param = f"messages[{index}].content"
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content:
+        for number, part in enumerate(content):
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                raise RequestError(t("lifecycle.api_message_part", param=param, part=number, value=_shown(part)),
+                                   param=param)
+        return "".join(part["text"] for part in content)
+    raise RequestError(t("lifecycle.api_message_content", param=param, value=_shown(content)), param=param)
+
+
 def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
+    """The request's messages as ``{role, content}`` strings the chat template takes; ``RequestError``
+    (400, ``param`` ``messages[i].role`` / ``messages[i].content``) for one OpenAI's API would refuse or this
+    server cannot answer. ``developer`` is taken as ``system``; ``tool`` / ``function`` are refused."""
+    from core.i18n import t
+
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise ValueError("'messages' must be a non-empty list of {role, content}")
+        raise RequestError(t("lifecycle.api_messages", value=_shown(messages)), param="messages")
     out = []
-    for m in messages:
-        if not isinstance(m, dict) or "role" not in m:
-            raise ValueError("each message needs a 'role' and a 'content'")
-        content = m.get("content") or ""
-        if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        out.append({"role": str(m["role"]), "content": str(content)})
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise RequestError(t("lifecycle.api_message", index=index, value=_shown(message)),
+                               param=f"messages[{index}]")
+        role = message.get("role")
+        param = f"messages[{index}].role"
+        if role in TOOL_ROLES:
+            raise RequestError(t("lifecycle.api_message_tool", param=param, role=role), param=param)
+        if role not in CHAT_ROLES and role not in ROLE_ALIASES:
+            raise RequestError(t("lifecycle.api_message_role", param=param, value=_shown(role),
+                                 roles=", ".join(CHAT_ROLES + tuple(ROLE_ALIASES))), param=param)
+        out.append({"role": ROLE_ALIASES.get(role, role), "content": _content(message.get("content"), index)})
     return out
 
 

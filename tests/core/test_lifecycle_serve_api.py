@@ -220,3 +220,47 @@ def test_models_retrieve_answers_each_served_id_and_404s_any_other(served):
             client.models.retrieve(other)
         assert caught.value.code == "model_not_found" and caught.value.type == "invalid_request_error"
         assert f"`{other}` does not exist" in caught.value.message and run_id in caught.value.message
+
+
+def test_messages_are_checked_roles_and_content_as_openai_takes_them(served):
+    """A role "robot" was accepted and a dict content stringified into the prompt. Now the roles are
+    system, user, assistant (developer taken as system), content a string or text parts (joined); anything
+    else is a 400 naming the message and field. Asked through the real openai client."""
+    import openai
+
+    run_id, url = served
+    client = _client(url)
+    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say yes."},
+               {"role": "assistant", "content": "Yes."}]
+    bad = [
+        (2, {"role": "robot", "content": "Hi"}, "messages[2].role"),
+        (3, {"role": "user", "content": {"text": "Hi"}}, "messages[3].content"),
+        (3, {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/a.png"}}]},
+         "messages[3].content"),
+        (3, {"role": "user", "content": []}, "messages[3].content"),
+        (3, {"role": "user"}, "messages[3].content"),
+        (3, {"role": "tool", "content": "42", "tool_call_id": "call_1"}, "messages[3].role"),
+        (0, {"content": "Hi"}, "messages[0].role"),
+    ]
+    for index, message, param in bad:
+        messages = [*history[:index], message]
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model=run_id, messages=messages, max_tokens=3)
+        assert caught.value.param == param and param in caught.value.message, (message, caught.value.body)
+        assert caught.value.type == "invalid_request_error" and caught.value.code is None
+    as_text = client.chat.completions.create(model=run_id, messages=_ask("Name a colour."), max_tokens=12,
+                                             temperature=0)
+    assert as_text.choices[0].message.content.strip() == "Blue."
+    parts = [{"type": "text", "text": "Name a "}, {"type": "text", "text": "colour."}]
+    as_parts = client.chat.completions.create(model=run_id, messages=[{"role": "user", "content": parts}],
+                                              max_tokens=12, temperature=0)
+    assert as_parts.choices[0].message.content == as_text.choices[0].message.content
+    assert as_parts.usage.prompt_tokens == as_text.usage.prompt_tokens  # the same prompt, parts joined
+    for role in ("system", "developer"):  # developer is OpenAI's newer name for system
+        reply = client.chat.completions.create(
+            model=run_id, messages=[{"role": role, "content": "Be brief."}, *history[1:], *_ask("A pet?")],
+            max_tokens=12, temperature=0)
+        assert reply.choices[0].finish_reason in ("stop", "length")
+        if role == "system":
+            system_usage, system_text = reply.usage.prompt_tokens, reply.choices[0].message.content
+    assert (reply.usage.prompt_tokens, reply.choices[0].message.content) == (system_usage, system_text)
