@@ -86,12 +86,27 @@ def _resolve(ref: str) -> Any:
     return resolve_run(ref)  # RunNotFound: exit 2
 
 
+def _below_error(record: Any) -> bool:
+    import logging
+
+    return record.levelno >= logging.ERROR
+
+
 def _quiet_libraries() -> None:
+    """Keep the libraries' warnings and notes off stderr (their errors still show).
+
+    Both chatty loggers speak while they are imported, after this runs: DeepSpeed's "Setting accelerator to
+    CPU" (its ``create_logger`` sets the ``DeepSpeed`` logger's level back to WARNING then, undoing a level
+    set here, so a filter on the logger object does it) and bitsandbytes' CPU kernel notice (a module logger
+    with no handler, which Python's last-resort handler prints to stderr)."""
     import logging
     import warnings
 
     warnings.filterwarnings("ignore")
-    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+    deepspeed = logging.getLogger("DeepSpeed")
+    if _below_error not in deepspeed.filters:
+        deepspeed.addFilter(_below_error)
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     try:
         from transformers.utils import logging as hf_logging
 
