@@ -36,14 +36,24 @@ def eval_dir(run: RunDirectory) -> Path:
     return ensure_private_dir(run.path / "eval")
 
 
-def evaluation_examples(run: RunDirectory, tokenizer: Any) -> tuple[str, list[dict[str, list[int]]]]:
-    """("held_out" | "train_sample", examples with input_ids/labels) as the trainer split them."""
-    from core.train.data_adapter import load_records, split_eval, tokenize_records
+def run_records(run: RunDirectory) -> list[Any]:
+    """Every record of the run's datasets, checked (``DataError`` naming the file and line of each problem)."""
+    from core.train.data_adapter import load_records
 
     cfg = run.config()
     datasets = cfg.get("dataset")
-    datasets = [datasets] if isinstance(datasets, str) else list(datasets or [])
-    records = load_records(datasets, str(cfg.get("hub", "modelscope")), cfg)
+    return load_records([datasets] if isinstance(datasets, str) else list(datasets or []),
+                        str(cfg.get("hub", "modelscope")), cfg)
+
+
+def evaluation_examples(run: RunDirectory, tokenizer: Any, records: list[Any] | None = None
+                        ) -> tuple[str, list[dict[str, list[int]]]]:
+    """("held_out" | "train_sample", examples with input_ids/labels) as the trainer split them;
+    ``records``: the run's, read already (``run_records``)."""
+    from core.train.data_adapter import split_eval, tokenize_records
+
+    cfg = run.config()
+    records = run_records(run) if records is None else records
     examples = tokenize_records(records, tokenizer, int(cfg.get("max_seq_len", 2048)),
                                 str(cfg.get("loss_on", "assistant")))
     seed = int(cfg.get("seed", 42))
@@ -79,16 +89,10 @@ def mean_loss(loaded: LoadedModel, examples: list[dict[str, list[int]]], variant
     return {"loss": mean, "perplexity": math.exp(min(mean, 50.0)) if tokens else float("nan"), "tokens": tokens}
 
 
-def _fixed_prompts(run: RunDirectory) -> list[str]:
+def _fixed_prompts(records: list[Any]) -> list[str]:
     """The standard prompts plus the first user turn of the first record (the task the run learned)."""
     prompts = list(FIXED_PROMPTS)
     try:
-        from core.train.data_adapter import load_records
-
-        cfg = run.config()
-        datasets = cfg.get("dataset")
-        records = load_records([datasets] if isinstance(datasets, str) else list(datasets or []),
-                               str(cfg.get("hub", "modelscope")), cfg)
         messages = getattr(records[0], "messages", None) or []
         first_user = next((m for m in messages if getattr(m, "role", None) == "user"), None)
         if first_user is not None:
@@ -137,20 +141,24 @@ def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list
     model has no adapter: a full fine-tune's base is not at hand, and its own figures are no base."""
     from core.atomic_file import write_json_atomic
     from core.lifecycle.chat import GenerationSettings, complete_chat
-    from core.lifecycle.source import load_finetuned, resolve_model_source
+    from core.lifecycle.source import load_finetuned, load_source_tokenizer, resolve_model_source
 
     started = time.monotonic()
     source = resolve_model_source(run, checkpoint)
-    loaded = load_finetuned(source, device)
-    split, examples = evaluation_examples(run, loaded.tokenizer)
+    # The data is read, checked and tokenized before the model loads: a bad line is said in seconds, not
+    # after minutes of loading.
+    records = run_records(run)
+    tokenizer = load_source_tokenizer(source)
+    split, examples = evaluation_examples(run, tokenizer, records)
     changed = data_changed_since_training(run)
     if not examples:
         raise LifecycleError(f"{run.path}: no examples to evaluate on")
+    loaded = load_finetuned(source, device, tokenizer=tokenizer)
     tuned = mean_loss(loaded, examples, "tuned")
     base = mean_loss(loaded, examples, "base") if loaded.has_adapter else None
     greedy = GenerationSettings(temperature=0.0, max_tokens=PROMPT_MAX_TOKENS)
     answers = []
-    for prompt in prompts if prompts is not None else _fixed_prompts(run):
+    for prompt in prompts if prompts is not None else _fixed_prompts(records):
         messages = [{"role": "user", "content": prompt}]
         answers.append({
             "prompt": prompt,

@@ -299,14 +299,23 @@ def _other_sound_steps(checkpoint: Path) -> str:
     return ", ".join(str(step) for step in steps) or t("lifecycle.checkpoint_none_sound")
 
 
-def load_finetuned(source: ModelSource, device: str | None = None) -> LoadedModel:
-    """Base + adapter (a ``PeftModel``, so the base stays reachable) or the full fine-tuned checkpoint."""
+def load_source_tokenizer(source: ModelSource) -> Any:
+    """The tokenizer ``load_finetuned`` gives ``source``, alone: seconds, where the model can take minutes
+    (``evaluate`` tokenizes and checks its data with it before loading the model)."""
+    with pinned(source), _checkpoint_read(source.checkpoint):
+        return load_tokenizer_for(source)
+
+
+def load_finetuned(source: ModelSource, device: str | None = None, tokenizer: Any = None) -> LoadedModel:
+    """Base + adapter (a ``PeftModel``, so the base stays reachable) or the full fine-tuned checkpoint;
+    ``tokenizer``: the one ``load_source_tokenizer`` gave already, not loaded again."""
 
     device = device or default_device()
     with pinned(source):  # a live run's rotation leaves it alone until it is read
         adapter = source.is_adapter
-        with _checkpoint_read(source.checkpoint):
-            tokenizer = load_tokenizer_for(source)
+        if tokenizer is None:
+            with _checkpoint_read(source.checkpoint):
+                tokenizer = load_tokenizer_for(source)
         if adapter:
             from peft import PeftModel
 

@@ -189,3 +189,37 @@ def test_the_runs_eval_loss_is_what_evaluate_measures_on_its_checkpoint(tmp_path
     result = evaluate_run(run, checkpoint=3, prompts=[])
     assert result["split"] == "held_out" and result["examples"] == 14  # two eval batches: 8 and 6
     assert logged[0]["eval_loss"] == pytest.approx(result["tuned"]["loss"], rel=1e-5), (logged, result["tuned"])
+
+
+def test_evaluate_checks_the_data_before_it_loads_the_model(lora_run, tmp_path, monkeypatch):
+    """evaluate loaded the model (minutes for a large one) before it read the data, so a dataset with a bad
+    line failed only after the load. The data is now read and checked first: the model is never loaded
+    (a load here fails the test), and the CLI says the file and line (exit 1: the data has problems, as
+    `data check` and `train` say it)."""
+    import shutil
+
+    import yaml
+
+    from core.data import DataError
+    from core.lifecycle.evaluate import evaluate_run
+
+    home, run = lora_run
+    data = tmp_path / "data.jsonl"
+    shutil.copy2(run.config()["dataset"], data)
+    with open(data, "a", encoding="utf-8") as handle:
+        handle.write('{"messages": [{"role": "user", "content": "Hi"}\n')  # line 7: cut short
+    original = run.config_path.read_text()
+    run.config_path.write_text(yaml.safe_dump({**run.config(), "dataset": str(data)}))
+    try:
+        def no_load(*_args, **_kwargs):
+            raise AssertionError("the model was loaded before the data was checked")
+
+        with monkeypatch.context() as patched:
+            patched.setattr("core.lifecycle.source.load_finetuned", no_load)
+            with pytest.raises(DataError) as caught:
+                evaluate_run(run, prompts=[])
+        assert f"{data}:7" in str(caught.value), str(caught.value)
+        proc = tunedeck(home, "evaluate", run.id)
+        assert proc.returncode == 1 and f"{data}:7" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    finally:
+        run.config_path.write_text(original)
