@@ -25,6 +25,8 @@ Exit codes (kept as the commands always gave them):
 
 from __future__ import annotations
 
+from typing import Any
+
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_HUB = 3
@@ -53,6 +55,14 @@ class TunedeckError(Exception):
         if len(self.args) == 1 and callable(getattr(self.args[0], "text", None)):
             return str(self.args[0].text())
         return str(self)
+
+    @property
+    def stored_message(self) -> Any:
+        """The ``core.i18n.Message`` this error was raised with (its key and parameters, for a reader that
+        words it its own way with ``render_stored``), or None when it was raised with a plain text."""
+        if len(self.args) == 1 and callable(getattr(self.args[0], "to_record", None)):
+            return self.args[0]
+        return None
 
     @property
     def code(self) -> int:

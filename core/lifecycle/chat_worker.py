@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
             loaded = load_finetuned(source)
             label = f"{source.run_id} checkpoint-{source.step}"
     except Exception as exc:
-        _emit(out, event="error", id=None, message=str(exc))
+        stored = getattr(exc, "stored_message", None)  # its key and parameters: the app words it its own way
+        _emit(out, event="error", id=None, message=str(exc),
+              **({"message_record": stored.to_record()} if stored is not None else {}))
         return 1
     _emit(out, event="ready", has_adapter=loaded.has_adapter, label=label, device=loaded.device)
     for line in sys.stdin:

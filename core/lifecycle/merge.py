@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic_file import fsync_tree, umask_modes
+from core.i18n import Message
 from core.lifecycle.source import (
     LifecycleError,
     ModelSource,
@@ -117,14 +118,14 @@ def folder_bytes(path: Path) -> int:
 
 def check_disk_space(directory: Path, needed_bytes: int) -> None:
     """Refuse (``LifecycleError``) when the filesystem of ``directory`` has less than ``needed_bytes`` free."""
-    from core.i18n import t
 
     probe = directory
     while not probe.exists():
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if free < needed_bytes:
-        raise LifecycleError(t("lifecycle.disk_full", path=str(probe), needed=_gb(needed_bytes), free=_gb(free)))
+        raise LifecycleError(Message("lifecycle.disk_full", path=str(probe), needed=_gb(needed_bytes),
+                                     free=_gb(free)))
 
 
 def _gb(n: int) -> str:
@@ -237,10 +238,10 @@ def _contents_words(folder: Path) -> str:
 
 def _not_replaceable(folder: Path) -> OutputNotReplaceable:
     """The refusal of a folder in the way that a merge never replaces, saying what it holds (listed once)."""
-    from core.i18n import t
 
     holds = _contents_words(folder)
-    return OutputNotReplaceable(t("lifecycle.out_not_replaceable", path=str(folder), holds=holds), folder, holds)
+    return OutputNotReplaceable(Message("lifecycle.out_not_replaceable", path=str(folder), holds=holds), folder,
+                                holds)
 
 
 def refuse_unless_replaceable(folder: Path, force: bool) -> None:
@@ -311,15 +312,14 @@ def _unwritable(out: Path, exc: OSError) -> LifecycleError:
     """The one-line refusal for an ``--out`` whose folder cannot be made or written in (exit 2): a file
     where a folder is needed above it, a read-only or pseudo filesystem (/proc), no permission."""
     from core.errors import EXIT_USAGE
-    from core.i18n import t
 
     for parent in reversed(out.parents):
         if os.path.lexists(parent) and not parent.is_dir():
-            return LifecycleError(t("lifecycle.out_below_file", path=str(out), file=str(parent)),
+            return LifecycleError(Message("lifecycle.out_below_file", path=str(out), file=str(parent)),
                                   exit_code=EXIT_USAGE)
     reason = exc.strerror or str(exc) or type(exc).__name__
-    return LifecycleError(t("lifecycle.out_unwritable", path=str(out), where=str(exc.filename or out.parent),
-                            reason=reason), exit_code=EXIT_USAGE)
+    return LifecycleError(Message("lifecycle.out_unwritable", path=str(out), where=str(exc.filename or out.parent),
+                                  reason=reason), exit_code=EXIT_USAGE)
 
 
 def make_out_parent(out: Path) -> None:
@@ -336,7 +336,6 @@ def merge_lock(out: Path) -> Iterator[None]:
 
     Two merges into one folder would delete each other's ``OUT.tmp``, and both would fail. The lock file
     is removed on release; one found replaced after locking (its holder just removed it) is locked anew."""
-    from core.i18n import t
 
     path = out.with_name(out.name + LOCK_SUFFIX)
     make_out_parent(out)
@@ -349,7 +348,7 @@ def merge_lock(out: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise MergeRunning(t("lifecycle.merge_running", path=str(out)), out) from None
+            raise MergeRunning(Message("lifecycle.merge_running", path=str(out)), out) from None
         try:
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 break

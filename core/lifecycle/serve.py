@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from core.i18n import Message
 from core.lifecycle.source import LifecycleError
 from core.listen import bare_host, bind_and_close, free_port
 from core.runs.run_dir import RunDirectory
@@ -295,8 +296,8 @@ def _merged_for_serving(run: RunDirectory, source: Any, checkpoint: int | None, 
     if os.path.lexists(out):
         if not is_replaceable(out):  # no merge of tunedeck's at all: --force would not replace it either
             refuse_unless_replaceable(out, force=True)
-        raise LifecycleError(t("lifecycle.serve_merge_incomplete", path=str(out), step=source.step,
-                               backend=backend, run=run.id))
+        raise LifecycleError(Message("lifecycle.serve_merge_incomplete", path=str(out), step=source.step,
+                                     backend=backend, run=run.id))
     if cancelled is not None and cancelled():
         raise ServeWaitCancelled(t("lifecycle.serve_wait_cancelled", run=run.id))
     try:

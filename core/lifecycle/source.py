@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import TunedeckError
+from core.i18n import Message
 from core.runs.checkpoints import COMPLETE_MARKER
 from core.runs.run_dir import RunDirectory
 
@@ -146,8 +147,8 @@ def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> Mo
         matches = [c for c in complete if c.step == checkpoint]
         if not matches:
             if _rotated_away(run, checkpoint):
-                raise LifecycleError(t("lifecycle.checkpoint_rotated", step=checkpoint, run=run.id,
-                                       steps=_other_sound_steps(run.checkpoints_dir / f"checkpoint-{checkpoint}")))
+                raise LifecycleError(Message("lifecycle.checkpoint_rotated", step=checkpoint, run=run.id,
+                                             steps=_other_sound_steps(run.checkpoints_dir / f"checkpoint-{checkpoint}")))
             steps = ", ".join(str(c.step) for c in complete)
             raise LifecycleError(t("lifecycle.checkpoint_missing", step=checkpoint, run=run.id, steps=steps))
         chosen = matches[0]
@@ -247,12 +248,12 @@ def _removed(checkpoint: Path) -> bool:
 def checkpoint_gone(checkpoint: Path) -> LifecycleError:
     """The error for a checkpoint that is no longer there: a live run's rotation (save_total_limit) removed
     it, before or while it was read; it names the sound checkpoints there now. Not "damaged": it was not."""
-    from core.i18n import t
 
     match = re.match(r"^checkpoint-(\d+)$", checkpoint.name)
     run = RunDirectory(checkpoint.parent.parent)
-    return LifecycleError(t("lifecycle.checkpoint_rotated", step=match.group(1) if match else checkpoint.name,
-                            run=run.id, steps=_other_sound_steps(checkpoint)))
+    return LifecycleError(Message("lifecycle.checkpoint_rotated",
+                                  step=match.group(1) if match else checkpoint.name, run=run.id,
+                                  steps=_other_sound_steps(checkpoint)))
 
 
 @contextmanager
@@ -262,7 +263,6 @@ def _checkpoint_read(checkpoint: Path) -> Iterator[None]:
     there (a live run's rotation removed it) says that instead: it was not damaged."""
     from safetensors import SafetensorError
 
-    from core.i18n import t
 
     try:
         yield
@@ -270,8 +270,8 @@ def _checkpoint_read(checkpoint: Path) -> Iterator[None]:
         if _removed(checkpoint):
             raise checkpoint_gone(checkpoint) from exc
         problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise LifecycleError(t("lifecycle.checkpoint_unreadable", checkpoint=str(checkpoint), problem=problem,
-                               steps=_other_sound_steps(checkpoint))) from exc
+        raise LifecycleError(Message("lifecycle.checkpoint_unreadable", checkpoint=str(checkpoint),
+                                     problem=problem, steps=_other_sound_steps(checkpoint))) from exc
 
 
 @contextmanager

@@ -384,6 +384,45 @@ def test_M_on_a_broken_checkpoint_ends_with_the_error_instead_of_hanging(finishe
     assert not (home / "runs" / run_id / "merged" / "checkpoint-30").exists()
 
 
+def test_a_damaged_checkpoint_is_said_in_the_apps_words_on_M_E_and_in_the_chat(finished):
+    """Every checkpoint's adapter garbage: M, E and the chat (a) said the CLI's "choose another checkpoint
+    with --checkpoint N", which the app has no way to do. They now say the app's words (the app loads the
+    newest sound checkpoint; u resumes), through LIFECYCLE_WORDING; the CLI keeps its own (test below)."""
+    home, run_id = finished
+    for adapter in (home / "runs" / run_id).rglob("adapter_model.safetensors"):
+        adapter.write_bytes(b"\x00" * 64)
+    cli_advice, app_advice = "choose another checkpoint with --checkpoint N", "The app loads a run's newest sound"
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            await pilot.press("M")
+            await wait_for(pilot, lambda: isinstance(app.screen, MergePanel))
+            panel = app.screen
+            await wait_for(pilot, lambda: panel.ended, timeout=90)
+            await pilot.pause()
+            text = " ".join(screen_text(app).split())
+            assert "cannot be loaded" in text and app_advice in text and cli_advice not in text, text
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            app.clear_notifications()
+            await pilot.press("E")
+            await wait_for(pilot, lambda: any(n.severity == "error" for n in app._notifications), timeout=90)
+            errors = [str(n.message) for n in app._notifications if n.severity == "error"]
+            assert "cannot be loaded" in errors[0] and app_advice in errors[0] and cli_advice not in errors[0], errors
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+            chat = app.screen
+            await wait_for(pilot, lambda: chat.load_error is not None, timeout=90)
+            assert "cannot be loaded" in chat.load_error and app_advice in chat.load_error, chat.load_error
+            assert cli_advice not in chat.load_error
+
+    asyncio.run(scenario())
+    proc = tunedeck(home, "merge", run_id)  # the CLI's words stay the CLI's
+    assert proc.returncode == 1 and cli_advice in proc.stderr and app_advice not in proc.stderr, proc.stderr
+
+
 def test_M_never_offers_to_replace_a_folder_of_the_users(finished):
     """The user's own folder where M merges to (RUN/merged/checkpoint-N): the dialog's y used to delete it.
     Now M goes through core's check: no dialog, the panel and a notification say what the folder holds and
@@ -734,3 +773,20 @@ def test_M_on_a_full_fine_tune_says_it_loads_the_fine_tuned_model_not_an_adapter
             assert "base model and the adapter" not in text and "– fold the adapter" in text, text
 
     asyncio.run(scenario())
+
+
+def test_the_apps_wording_of_each_refusal_takes_the_cli_messages_parameters_and_the_key():
+    """Each LIFECYCLE_WORDING entry renders with the CLI message's parameters plus ``key`` (render_stored
+    falls back to the CLI's text when one is missing), in both languages, and gives no --out / --force."""
+    import string
+
+    from core.i18n import catalogue
+    from tui.widgets.lifecycle_panels import LIFECYCLE_WORDING
+
+    for lang in ("en", "zh"):
+        texts = catalogue(lang)
+        for cli, app in LIFECYCLE_WORDING.items():
+            names = {name for _, name, _, _ in string.Formatter().parse(texts[cli]) if name}
+            app_names = {name for _, name, _, _ in string.Formatter().parse(texts[app]) if name}
+            assert app_names <= names | {"key"}, (lang, app, app_names - names)
+            assert "--out" not in texts[app] and "--force" not in texts[app], (lang, app)

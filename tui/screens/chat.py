@@ -25,6 +25,7 @@ from textual.widgets import Header, Input, Static
 
 from core.i18n import t
 from tui.widgets.keys_footer import KeysFooter
+from tui.widgets.lifecycle_panels import app_words
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ("base", "tuned")
@@ -198,10 +199,12 @@ class ChatScreen(Screen[None]):
                 status.update(t("chat.done", seconds=float(record.get("seconds") or 0.0)))
         elif event == "error":
             self.busy.discard(str(record.get("variant")))
+            # In the app's words where the CLI's give shell advice (--checkpoint N): a opens this chat again.
+            text = app_words(str(record.get("message", "")), record.get("message_record"), "a")
             if record.get("id") is None:  # loading failed: the reason stays on the status line
-                self.load_error = str(record.get("message", ""))
-            status.update(t("chat.error", message=str(record.get("message", ""))))
-            self.notify(t("chat.error", message=str(record.get("message", ""))), severity="error")
+                self.load_error = text
+            status.update(t("chat.error", message=text))
+            self.notify(t("chat.error", message=text), severity="error")
         elif event == "exited" and self.proc is not None:
             self.ready = False
             if self.load_error is not None:  # not "open the chat again": it would fail the same way

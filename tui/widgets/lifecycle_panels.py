@@ -22,7 +22,7 @@ from textual.widgets import ProgressBar, Static
 from textual.worker import get_current_worker
 
 from core.errors import TunedeckError
-from core.i18n import t
+from core.i18n import render_stored, t
 from core.text_width import cell_len, pad
 from tui.screens.error_modal import describe, report_unexpected
 
@@ -119,7 +119,7 @@ class MergePanel(ModalScreen[None]):
                 app.call_from_thread(panel.ask_to_replace, exc.path)
                 return
             except TunedeckError as exc:  # a LifecycleError: no adapter, a merge already running …
-                text = tui_words(exc, "M") or str(exc) or type(exc).__name__
+                text = tui_words(exc, "M")
                 panel.post_message(MergeEnded(None, text, False))
                 app.call_from_thread(app.notify, text, severity="error", timeout=15)
                 return
@@ -192,18 +192,34 @@ class MergePanel(ModalScreen[None]):
         self.query_one("#merge-hint", Static).update(t("lifecycle.merge_hint_done"))  # nothing goes on now
 
 
-def tui_words(exc: Exception, key: str) -> str | None:
-    """The app's own words for a refusal whose CLI message gives CLI advice (--out, --force), or None:
-    here the folder in the way that is not replaced is moved by the user, then ``key`` pressed again; a
-    merge into the folder already running is waited for (the app has no --out to go elsewhere)."""
-    from core.lifecycle.merge import MergeRunning
-    from core.lifecycle.source import OutputNotReplaceable
+# A refusal whose CLI message gives shell advice (--out, --force, --checkpoint N) is worded here by which key
+# does it ({key}: the one that started the action), through render_stored's wording, as the dashboard's
+# REASON_WORDING words a run's stored reason; the CLI keeps its own words.
+LIFECYCLE_WORDING = {
+    "lifecycle.out_not_replaceable": "lifecycle.out_not_replaceable_tui",
+    "lifecycle.merge_running": "lifecycle.merge_running_tui",
+    "lifecycle.checkpoint_unreadable": "lifecycle.checkpoint_unreadable_tui",
+    "lifecycle.checkpoint_rotated": "lifecycle.checkpoint_rotated_tui",
+    "lifecycle.disk_full": "lifecycle.disk_full_tui",
+    "lifecycle.out_below_file": "lifecycle.out_below_file_tui",
+    "lifecycle.out_unwritable": "lifecycle.out_unwritable_tui",
+    "lifecycle.serve_merge_incomplete": "lifecycle.serve_merge_incomplete_tui",
+}
 
-    if isinstance(exc, OutputNotReplaceable):
-        return t("lifecycle.out_not_replaceable_tui", path=str(exc.path), holds=exc.holds, key=key)
-    if isinstance(exc, MergeRunning):
-        return t("lifecycle.merge_running_tui", path=str(exc.path), key=key)
-    return None
+
+def app_words(text: str, record: object, key: str) -> str:
+    """A lifecycle refusal (``text``, and its message as a ``{"key", "params"}`` record, when it has one)
+    in the app's words (``LIFECYCLE_WORDING``), ``key`` being the key that started it; ``text`` as it is
+    for one with no record."""
+    if isinstance(record, dict) and isinstance(record.get("params"), dict):
+        record = {**record, "params": {**record["params"], "key": key}}
+    return render_stored(text, record, LIFECYCLE_WORDING)
+
+
+def tui_words(exc: Exception, key: str) -> str:
+    """``exc``'s message in the app's words (``app_words``); ``key``: the key that started the action."""
+    message = exc.stored_message if isinstance(exc, TunedeckError) else None
+    return app_words(str(exc) or type(exc).__name__, message.to_record() if message is not None else None, key)
 
 
 # --- evaluate and export: no panel, a notification at each end ------------------------------------------
@@ -220,7 +236,7 @@ def _lifecycle_job(app: Any, name: str, start_text: str, work_: Any, key: str = 
         try:
             text = work_()
         except TunedeckError as exc:  # a LifecycleError: said in a notification
-            text = tui_words(exc, key) or str(exc) or type(exc).__name__
+            text = tui_words(exc, key)
             app.call_from_thread(app.notify, text, severity="error", timeout=15)
             return
         except Exception as exc:  # a missing library, CUDA OOM, a bug: the error modal, the traceback logged
@@ -241,7 +257,7 @@ def evaluate_in_worker(app: Any, run_dir: Path) -> None:
 
         return evaluation_summary(evaluate_run(RunDirectory(run_dir)))
 
-    _lifecycle_job(app, f"evaluate:{run_dir}", t("lifecycle.evaluating", run=run_dir.name), work_)
+    _lifecycle_job(app, f"evaluate:{run_dir}", t("lifecycle.evaluating", run=run_dir.name), work_, key="E")
 
 
 def export_in_worker(app: Any, run_dir: Path, force: bool = False) -> None:
@@ -415,7 +431,7 @@ class ServePanel(ModalScreen[None]):
             except ServeWaitCancelled:
                 return
             except TunedeckError as exc:  # a LifecycleError, a failed merge: said in the panel and a note
-                text = str(exc) or type(exc).__name__
+                text = tui_words(exc, "v")
                 panel.post_message(ServerStarted(None, text))
                 app.call_from_thread(app.notify, text, severity="error", timeout=15)
                 return
