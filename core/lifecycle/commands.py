@@ -86,7 +86,7 @@ def _resolve(ref: str) -> Any:
     return resolve_run(ref)  # RunNotFound: exit 2
 
 
-def _below_error(record: Any) -> bool:
+def _errors_only(record: Any) -> bool:
     import logging
 
     return record.levelno >= logging.ERROR
@@ -104,8 +104,8 @@ def _quiet_libraries() -> None:
 
     warnings.filterwarnings("ignore")
     deepspeed = logging.getLogger("DeepSpeed")
-    if _below_error not in deepspeed.filters:
-        deepspeed.addFilter(_below_error)
+    if _errors_only not in deepspeed.filters:
+        deepspeed.addFilter(_errors_only)
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     try:
         from transformers.utils import logging as hf_logging
