@@ -456,12 +456,15 @@ def run_download(args: argparse.Namespace) -> int:
             print(t(plural_key(why, len(plan.skipped)), count=len(plan.skipped),
                     size=human_bytes(sum(f.size for f in plan.skipped)),
                     names=", ".join(f.path for f in plan.skipped[:5])), file=sys.stderr)
+    running = downloader_alive(job_dir_for(args.hub, args.model_id))  # start_download then only returns its folder
     job_dir = start_download(plan, hub_token(args.hub))
     if args.detach:
         if args.json:
-            print(json.dumps({"job_dir": str(job_dir), "target_dir": str(plan.target_dir), "status": "started"}))
+            print(json.dumps({"job_dir": str(job_dir), "target_dir": str(plan.target_dir),
+                              "status": "running" if running else "started"}))
         else:
-            print(t("hub.cli.download_started", path=job_dir), file=sys.stderr)
+            print(t("hub.cli.download_running" if running else "hub.cli.download_started", path=job_dir),
+                  file=sys.stderr)
         return 0
     status = None
     progress = ProgressPrinter(sys.stderr)

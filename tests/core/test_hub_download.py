@@ -333,10 +333,15 @@ def test_the_cli_refuses_include_while_a_download_of_the_model_runs(hub_server, 
         err = capsys.readouterr().err
         assert "A download of Qwen/Qwen2.5-Tiny-Instruct is running" in err and "--cancel" in err, err
         assert "Started" not in err and read_status(job).active
+        # without --include a second --detach attaches to it, and says so (it said "Started")
+        assert main(["models", "download", "Qwen/Qwen2.5-Tiny-Instruct", "--detach"]) == 0
+        err = capsys.readouterr().err
+        assert "Already under way (started earlier)" in err and "Started" not in err, err
     finally:
         cancel_download(job)
         hub_server.hub.stall_release.set()
         wait_for_download(job, 30)
+
 
 def test_deleting_a_model_removes_its_download_record_and_is_refused_while_it_downloads(hub_server):
     """After a delete, ``models list`` showed the download 'done' still, its record left behind; a model
