@@ -67,6 +67,12 @@ class HardwareTarget:
         used = list(zip(self.gpu_indices, self.in_use_gib, strict=False))[: max(1, num_gpus)]
         return max(used, key=lambda pair: pair[1])
 
+    def held_by_others(self, num_gpus: int) -> tuple[int, float] | None:
+        """``busy``, on this box only and where the busiest GPU holds more than an idle one does
+        (``BUSY_FLOOR_GIB``): what the plan's memory line and its method reason speak of; None otherwise."""
+        busiest = self.busy(num_gpus) if self.detected else None
+        return busiest if busiest is not None and busiest[1] >= BUSY_FLOOR_GIB else None
+
     def free_gib(self, num_gpus: int) -> float | None:
         """The memory the busiest of the first ``num_gpus`` chosen GPUs has free now (None: not known)."""
         busiest = self.busy(num_gpus)

@@ -299,13 +299,10 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
         if p.method == "qlora" and missed:
             out.append(("method", finding("plan.reason.method_qlora", detail=missed[0].text())))
         elif p.method in ("lora", "full"):
-            # on this box, with other processes' memory on its GPUs (more than an idle GPU holds, as the memory
-            # line says it: ``busy_words``): what they leave is the room the plan has
-            from core.plan.hardware import BUSY_FLOOR_GIB
-
-            busiest = request.hardware.busy(p.num_gpus) if request.hardware.detected else None
+            # on this box, with other processes' memory on its GPUs (as the memory line says it: ``busy_words``):
+            # what they leave is the room the plan has
             free = request.hardware.free_gib(p.num_gpus)
-            held = busiest is not None and busiest[1] >= BUSY_FLOOR_GIB and free is not None
+            held = request.hardware.held_by_others(p.num_gpus) is not None and free is not None
             key = f"plan.reason.method_{p.method}" + ("_free" if held else "")
             out.append(("method", finding(key, peak=round(best.peak_gib, 1), capacity=round(capacity, 1),
                                           free=round(free or 0.0, 1))))

@@ -129,10 +129,8 @@ def speed_tone(best: dict[str, Any]) -> str:
 def busy_words(hardware: Any, num_gpus: int) -> str:
     """``GPU 0: 80.2 GiB in use by other processes``: the busiest of the GPUs a plan of ``num_gpus`` takes on this
     box, when it holds more than an idle GPU does (``BUSY_FLOOR_GIB``); empty otherwise, and for a typed target."""
-    from core.plan.hardware import BUSY_FLOOR_GIB
-
-    busiest = hardware.busy(num_gpus) if hardware.detected else None
-    if busiest is None or busiest[1] < BUSY_FLOOR_GIB:
+    busiest = hardware.held_by_others(num_gpus)
+    if busiest is None:
         return ""
     return t("plan.in_use", index=busiest[0], used=busiest[1])
 
