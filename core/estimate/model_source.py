@@ -118,13 +118,10 @@ def cached_configs(model_id: str) -> list[Path]:
     each cache's newest snapshot first (a half-finished copy in one may stand beside a whole one in the other)."""
     if model_id.count("/") != 1:
         return []
+    from core.hub.hf_source import hf_hub_cache  # where downloads go, and what core.hub.local compares with
+
     org, name = model_id.split("/")
-    candidates: list[Path] = []
-    hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-    hf_hub = Path(os.environ.get("HF_HUB_CACHE") or hf_home / "hub")
-    snapshots = hf_hub / f"models--{org}--{name}" / "snapshots"
-    if snapshots.is_dir():
-        candidates.extend(sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True))
+    candidates = _snapshot_configs(hf_hub_cache() / f"models--{org}--{name}" / "snapshots")
     ms_root = Path(os.environ.get("MODELSCOPE_CACHE") or Path.home() / ".cache" / "modelscope")
     for base in (ms_root / "hub" / "models", ms_root / "models", ms_root / "hub"):
         candidates.append(base / org / name / "config.json")
@@ -132,10 +129,15 @@ def cached_configs(model_id: str) -> list[Path]:
         candidates.append(base / org / name.replace(".", "___") / "config.json")
         # The SDK's new layout, as Hugging Face's: models/<org>--<name>/snapshots/<revision>/ (listed by
         # core.hub.local as on disk, so planned and trained from there too).
-        snapshots = base / f"{org}--{name}" / "snapshots"
-        if snapshots.is_dir():
-            candidates.extend(sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True))
+        candidates += _snapshot_configs(base / f"{org}--{name}" / "snapshots")
     return [path for path in candidates if path.is_file()]
+
+
+def _snapshot_configs(snapshots: Path) -> list[Path]:
+    """The config.json of each revision under a ``snapshots`` folder, the newest first."""
+    if not snapshots.is_dir():
+        return []
+    return sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
 
 
 def _read_config(path: Path) -> dict[str, Any]:
