@@ -420,15 +420,15 @@ def run_download(args: argparse.Namespace) -> int:
     from core.hub.tokens import hub_token
 
     _check_id(args.model_id)
+    job_dir = job_dir_for(args.hub, args.model_id)  # this model's download record, under way or not
     if args.cancel:
-        job_dir = job_dir_for(args.hub, args.model_id)
         sent = cancel_download(job_dir)
         if args.json:
             print(json.dumps({"cancelled": sent, "job_dir": str(job_dir)}))
         else:
             print(t("hub.cli.cancel_sent" if sent else "hub.cli.cancel_none", model=args.model_id), file=sys.stderr)
         return 0 if sent else 1
-    if args.include is not None and downloader_alive(job_dir_for(args.hub, args.model_id)):
+    if args.include is not None and downloader_alive(job_dir):
         # start_download leaves a running downloader alone: the files chosen here would not be the ones fetched.
         from core.errors import CliError
         from core.hub.local import download_command
@@ -438,7 +438,7 @@ def run_download(args: argparse.Namespace) -> int:
     source = _source(args)
     # An unfinished download (under way, failed, cancelled, interrupted) goes on with the files it was started
     # with (--include '*' or one format), as the app's Local `d` does; --include chooses afresh.
-    earlier = read_status(job_dir_for(args.hub, args.model_id)) if args.include is None else None
+    earlier = read_status(job_dir) if args.include is None else None
     resumed = recorded_files(earlier.job_dir) if earlier is not None and earlier.status != "done" else []
     try:
         details = source.details(args.model_id)
@@ -456,7 +456,7 @@ def run_download(args: argparse.Namespace) -> int:
             print(t(plural_key(why, len(plan.skipped)), count=len(plan.skipped),
                     size=human_bytes(sum(f.size for f in plan.skipped)),
                     names=", ".join(f.path for f in plan.skipped[:5])), file=sys.stderr)
-    running = downloader_alive(job_dir_for(args.hub, args.model_id))  # start_download then only returns its folder
+    running = downloader_alive(job_dir)  # start_download then only returns its folder
     job_dir = start_download(plan, hub_token(args.hub))
     if args.detach:
         if args.json:
