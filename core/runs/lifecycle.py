@@ -481,7 +481,7 @@ def _claim_gpus(config: Any, gpus: list[int], allow_shared: bool, warn: Warn = w
                 elsewhere: bool = True) -> list[int]:
     """The GPUs a new run takes here. A count (``gpus: 2``, the demo's one) whose first GPUs a live run of
     this box holds takes the first ones no live run holds, when there are enough (said through ``warn``;
-    ``config.gpus`` becomes those indices, so config.yaml and a resume say them); then ``_check_gpus_free``.
+    ``config.gpus`` becomes those indices, so config.yaml and a resume say them); else ``_check_gpus_free``.
     All GPUs or a list of indices is what the user named: never moved. ``elsewhere``: the refusal may advise
     other GPUs (``gpus=...``), which the demo does not take."""
     if gpus and isinstance(config.gpus, int) and not isinstance(config.gpus, bool) and not allow_shared:
@@ -494,7 +494,8 @@ def _claim_gpus(config: Any, gpus: list[int], allow_shared: bool, warn: Warn = w
             if len(free) >= len(gpus):
                 warn(t("runs.gpus_moved", busy=",".join(str(g) for g in gpus if g in held),
                        gpus=",".join(map(str, free[:len(gpus)]))))
-                gpus = config.gpus = free[:len(gpus)]
+                config.gpus = free[:len(gpus)]
+                return config.gpus  # no live run holds them: nothing for _check_gpus_free to find
     _check_gpus_free(gpus, allow_shared, warn, elsewhere)
     return gpus
 
