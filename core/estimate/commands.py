@@ -190,7 +190,8 @@ def format_estimate(result: Any, domain: dict[str, Any] | None = None, cpu_only:
     phase = result.peak_phase
     if phase == "backward" and not plan["gradient_checkpointing"]:
         phase = "backward_plain"  # nothing recomputed: "checkpointed backward" was said of every plan
-    peak_line = t("estimate.peak_cpu" if cpu_only else "estimate.peak", peak=result.peak_gib, capacity=result.capacity_gib, phase=t(f"estimate.phase.{phase}"))
+    peak_line = t("estimate.peak_cpu" if cpu_only else "estimate.peak", peak=result.peak_gib,
+                  capacity=result.capacity_gib, phase=t(f"estimate.phase.{phase}"))
     lines.append(t("plan.with_note", text=peak_line, note=t("plan.band_note", band=memory_note))
                  if memory_note else peak_line)
     lines.append(t(f"estimate.verdict.{result.verdict}", headroom=result.headroom_gib, margin=result.margin_gib,
@@ -200,8 +201,8 @@ def format_estimate(result: Any, domain: dict[str, Any] | None = None, cpu_only:
     lines.append(t("estimate.params", total=f"{result.total_params:,}", trainable=f"{result.trainable_params:,}",
                    source=result.param_count))
     lines.append(t("estimate.cpu_ram", cpu=result.cpu_ram_gib))
-    speed_line = t("estimate.speed_cpu" if cpu_only else "estimate.speed", tps=result.tokens_per_s, per_gpu=result.tokens_per_s_per_gpu,
-                   mfu=result.efficiency, step=result.seconds_per_step)
+    speed_line = t("estimate.speed_cpu" if cpu_only else "estimate.speed", tps=result.tokens_per_s,
+                   per_gpu=result.tokens_per_s_per_gpu, mfu=result.efficiency, step=result.seconds_per_step)
     lines.append(t("plan.with_note", text=speed_line, note=speed_note) if speed_note else speed_line)
     if result.epoch_hours is not None:
         tokens = plan["dataset_tokens"]
