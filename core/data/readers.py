@@ -174,7 +174,8 @@ def iter_csv(path: Path) -> Iterator[RawRow | BadRow]:
     record span several lines (the csv reader's ``line_num`` counts them), and blank lines are skipped
     as ``csv.DictReader`` does.
     """
-    with io.StringIO(read_utf8(path), newline="") as handle:
+    text = read_utf8(path)
+    with io.StringIO(text, newline="") as handle:
         reader = csv.reader(handle)
         try:
             header = next(reader)
@@ -186,6 +187,7 @@ def iter_csv(path: Path) -> Iterator[RawRow | BadRow]:
         index = 0
         read_to = reader.line_num  # the last line consumed so far
         while True:
+            begin = handle.tell()
             try:
                 fields = next(reader)
             except StopIteration:
@@ -196,12 +198,27 @@ def iter_csv(path: Path) -> Iterator[RawRow | BadRow]:
             start, read_to = read_to + 1, reader.line_num
             if not fields:  # a blank line
                 continue
+            if handle.tell() == len(text) and _quote_left_open(text[begin:]):
+                yield BadRow(t("data.csv_unclosed_quote", end=read_to), start, index)
+                return
             if len(fields) > len(header):
                 yield BadRow(t("data.csv_extra_fields", count=len(fields) - len(header)), start, index)
             else:
                 values = fields + [None] * (len(header) - len(fields))
                 yield RawRow(dict(zip(header, values, strict=True)), start, index)
             index += 1
+
+
+def _quote_left_open(last: str) -> bool:
+    """Whether ``last``, the text of a file's last CSV record, ends inside a quoted field: the lenient reader
+    takes a quote never closed as one field that swallows every line after it, and says nothing; the strict
+    one says so (only of this: other complaints of its are the lenient reader's to forgive)."""
+    try:
+        for _ in csv.reader(io.StringIO(last, newline=""), strict=True):
+            pass
+    except csv.Error as exc:
+        return "unexpected end of data" in str(exc)
+    return False
 
 
 def iter_parquet(path: Path) -> Iterator[RawRow | BadRow]:

@@ -100,6 +100,21 @@ def test_csv_records_are_numbered_by_the_line_they_start_on(tmp_path, check):
     assert loaded.records[0].messages[-1].content == "one\ntwo\nthree"
 
 
+def test_a_csv_quote_never_closed_is_named_not_read_as_the_rest_of_the_file(tmp_path, check):
+    """Python's csv reader, lenient, read an unclosed quote's field on to the end of the file: the rows after it
+    vanished into one answer, and the check said "2 usable, problems none"."""
+    path = tmp_path / "alpaca.csv"
+    path.write_text('instruction,output\nq1,a1\nq2,"an opening quote\nq3,a3\nq4,a4\n', encoding="utf-8")
+    report = json.loads(check(path, "--json").stdout)
+    assert [(i["line"], i["row"]) for i in report["issues"]] == [(3, 1)], report["issues"]
+    assert "quote opened in this record is never closed" in report["issues"][0]["message"]
+    assert "(line 5)" in report["issues"][0]["message"] and report["records"] == 1
+    closed = tmp_path / "closed.csv"  # quotes closed, doubled, or stray inside a bare value: as before
+    closed.write_text('instruction,output\nq1,"a ""b""\nc"\nq2,a"b\n', encoding="utf-8")
+    report = json.loads(check(closed, "--json").stdout)
+    assert report["ok"] and report["records"] == 2, report["issues"]
+
+
 def test_tools_given_as_names_get_a_message_that_says_what_is_expected(tmp_path, check):
     base = _conversation("Weather in Paris?", "Sunny.")
     path = tmp_path / "tools.jsonl"
