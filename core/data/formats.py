@@ -261,8 +261,10 @@ def check_turn_order(messages: list[Message]) -> None:
 
 
 def _require(row: dict, key: str, fmt: str) -> Any:
-    if key not in row or row[key] is None:
+    if key not in row:
         raise RowError(t("data.missing_key", field=key, format=fmt, keys=describe_keys(row)))
+    if row[key] is None:  # the key is there (a "missing key" message listed it among the row's keys): null
+        raise RowError(t("data.null_key", field=key, format=fmt))
     return row[key]
 
 

@@ -94,6 +94,7 @@ def test_text_record():
     ("row", "fmt", "fragment"),
     [
         ({"instruction": "a"}, "alpaca", "missing key 'output'"),
+        ({"instruction": "a", "output": None}, "alpaca", "'output' has no value (null"),  # not "missing" while listed
         ({"instruction": "a", "output": "  "}, "alpaca", "'output' is empty"),
         ({"instruction": 3, "output": "b"}, "alpaca", "must be text, not a number"),
         ({"instruction": "a", "output": "b", "history": [["only one"]]}, "alpaca", "[question, answer] pair"),
