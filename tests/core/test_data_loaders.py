@@ -147,8 +147,11 @@ def test_unknown_format_and_whole_file_problems(tmp_path):
         read_dataset(tmp_path / "absent.jsonl")
     with pytest.raises(DataError, match="this is a folder"):
         read_dataset(tmp_path)
-    with pytest.raises(DataError, match="must be an array"):
+    with pytest.raises(DataError, match="must be an array") as refused:
         read_dataset(_touch(tmp_path / "scalar.json", '"just a string"'))
+    assert "{{" not in str(refused.value)  # t() without parameters does not format: no escaped braces in its text
+    with pytest.raises(DataError, match="must be an array"):  # records under a key, as some exports write them
+        read_dataset(_touch(tmp_path / "wrapped.json", '{\n  "data": [{"instruction": "a", "output": "b"}]\n}\n'))
     with pytest.raises(DataError, match="not UTF-8"):
         read_dataset(_touch(tmp_path / "latin.jsonl", b'{"text": "caf\xe9"}\n'))
     empty = read_dataset(_touch(tmp_path / "empty.jsonl", ""))

@@ -157,3 +157,13 @@ def test_every_literal_call_gives_the_placeholders_its_text_needs():
         if not needed <= given:
             wrong.append(f"{path}:{line}: t({arg.value!r}) lacks {sorted(needed - given)}")
     assert wrong == [], "\n".join(wrong)
+
+
+def test_a_text_shown_without_parameters_has_no_escaped_braces():
+    """t(key) without parameters returns the text as it is (Message formats it later): a ``{{`` there reaches
+    the user doubled, as data check's "array of records ([{{...}}, ...])" did."""
+    english = i18n.catalogue("en")
+    wrong = [f"{path}:{line}: t({arg.value!r})" for path, line, arg, call in _t_calls()
+             if isinstance(arg, ast.Constant) and arg.value in english and not call.keywords
+             and ("{{" in english[arg.value] or "}}" in english[arg.value])]
+    assert wrong == [], "\n".join(wrong)
