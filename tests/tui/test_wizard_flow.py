@@ -602,6 +602,26 @@ def test_enter_while_the_dataset_is_counted_waits_for_that_count(private_home, m
         release.set()
 
 
+def test_the_saved_status_goes_with_the_plan_when_the_inputs_are_changed(private_home):
+    """s on the plan, then back to the data step: "Saved plans/tiny.yaml (l launches it now)" and its train
+    command stayed at the bottom of the earlier steps, where l does nothing and the file no longer follows the
+    inputs being changed. CPU box (fake)."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            await pilot.press("s")
+            await wait_for(pilot, lambda: w.saved_path is not None)
+            assert "launches it now" in " ".join(screen_text(app).split())
+            for step in (3, 2, 1):
+                await pilot.press("pageup")
+                await wait_for(pilot, lambda step=step: w.step == step)
+                text = " ".join(screen_text(app).split())
+                assert "launches it now" not in text and "tunedeck train" not in text
+
+    run(scenario())
+
+
 def test_save_keeps_a_plans_file_it_did_not_write(private_home):
     """s rewrote ``plans/<model>.yaml`` silently, losing hand edits (a changed learning rate, a comment), where
     ``tunedeck plan --save`` refuses without --force. A file the wizard did not write (or that changed since it

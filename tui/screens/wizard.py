@@ -180,7 +180,6 @@ class WizardScreen(Screen[None]):
         self.override_error = False  # the status line shows an override value's error
         self.model_error: str | None = None  # the model id the line under the field says is wrong
         self.fetching_model: str | None = None  # the hub id whose config.json a worker reads from the hub
-        self.status_error = False  # the status line shows an error (``_status``)
         self.launch_path: str | None = None  # the plan file the last launch started (asked again on shared GPUs)
 
     # --- layout --------------------------------------------------------------------------------------
@@ -259,8 +258,10 @@ class WizardScreen(Screen[None]):
         leaving_result = STEPS[self.step] == "result"
         self.step = max(0, min(len(STEPS) - 1, step))
         name = STEPS[self.step]
-        if leaving_result and name != "result" and self.status_error:
-            self._status("")  # it spoke of the plan: at the bottom of every step it read as the inputs' error
+        if leaving_result and name != "result":
+            # It spoke of the plan: an error read as the inputs' error at the bottom of every step, and "Saved X
+            # (l launches it now)" offered l where it does nothing, and X's command while the inputs changed.
+            self._status("")
         if name == "result" and not leaving_result and (refused := self._override_problem()) is not None:
             self._status(f"[$error]{_escape(refused[1])}[/]")  # back on the plan: its field still holds it
         self.query_one(ContentSwitcher).current = f"step-{name}"
@@ -899,9 +900,8 @@ class WizardScreen(Screen[None]):
 
     # --- save and launch -----------------------------------------------------------------------------
     def _status(self, text: str) -> None:
-        # An error there (a refused launch, a failed probe, an override's value) is about the plan on the result
-        # step: ``_show_step`` clears it when the user goes back to change the inputs.
-        self.status_error = text.startswith("[$error]")
+        # What it says (a refused launch, a failed probe, an override's value, a saved file) is about the plan on
+        # the result step: ``_show_step`` clears it when the user goes back to change the inputs.
         self.query_one("#wizard-status", Static).update(text)
 
     def action_save(self) -> Path | None:
