@@ -88,14 +88,12 @@ def build_request(args: argparse.Namespace) -> Any:
         if not summary.measured:  # hub data is not downloaded to plan: planned without its statistics
             print(t("plan.dataset_on_hub", entries=", ".join(summary.on_hub)), file=sys.stderr)
     if summary is not None and summary.measured:
-        listed = "\n".join(f"  {problem}" for problem in summary.problems)
-        if summary.issues > len(summary.problems):
-            listed += "\n  " + t("data.more_issues", count=summary.issues - len(summary.problems))
-        if summary.records == 0:  # nothing to plan for: as `data check` says it
-            raise CliError(t("plan.error.dataset_empty", path=args.dataset, problems=listed), 2)
+        refused = summary.nothing_to_plan(args.dataset)
+        if refused is not None:  # nothing to plan for: as `data check` says it
+            raise CliError(refused, 2)
         if summary.issues:  # planned on the rows that load; the others are said, as `data check` does
             print(t("plan.dataset_problems", path=args.dataset, count=summary.issues, records=summary.records,
-                    problems=listed), file=sys.stderr)
+                    problems=summary.listed_problems()), file=sys.stderr)
     return PlanRequest(
         model=args.model, hardware=target, goal=args.goal, epochs=args.epochs,
         effective_batch=max(1, args.effective_batch), dataset=args.dataset, overrides=overrides,

@@ -33,6 +33,24 @@ class DatasetSummary:
         """The records and lengths are the data's: no entry of it was left unread on a hub."""
         return not self.on_hub
 
+    def listed_problems(self) -> str:
+        """The rows that could not be read, one indented line each, and how many more: as ``data check`` says them."""
+        from core.i18n import t
+
+        listed = "\n".join(f"  {problem}" for problem in self.problems)
+        if self.issues > len(self.problems):
+            listed += "\n  " + t("data.more_issues", count=self.issues - len(self.problems))
+        return listed
+
+    def nothing_to_plan(self, name: str) -> str | None:
+        """Why no plan can be made of this data (read, and not one usable record: an empty file, or every row
+        broken), naming it ``name`` as the user gave it; None when there is something to plan for."""
+        from core.i18n import t
+
+        if not self.measured or self.records:
+            return None
+        return t("plan.error.dataset_empty", path=name, problems=self.listed_problems())
+
     @property
     def total_tokens(self) -> int:
         return sum(self.lengths)

@@ -698,6 +698,29 @@ def test_a_file_with_bad_rows_is_warned_of_on_the_data_step_and_its_launch_refus
     run(scenario())
 
 
+def test_a_file_with_no_usable_record_is_refused_on_the_data_step_as_plan_refuses_it(private_home, tmp_path):
+    """An empty file said "Training refuses this file", and Enter again went on to a plan of "< 1 min for 3
+    epochs" while ``tunedeck plan`` refuses it with exit 2: the step now stays with plan's own words. CPU box
+    (fake)."""
+    data = tmp_path / "empty.jsonl"
+    data.write_text("")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_dataset_step(pilot, app)
+            w.query_one("#dataset-input").value = str(data)
+            for _ in range(2):  # Enter, and Enter again
+                await pilot.press("enter")
+                await wait_for(pilot, lambda: w.summarising is None and "nothing to plan for" in " ".join(
+                    screen_text(app).split()), timeout=30)
+                await pilot.pause()
+                assert w.step == 1 and w.summary is None
+            assert f"{data}: the file holds no records" in " ".join(screen_text(app).split())
+
+    run(scenario())
+
+
 def test_the_alternatives_hint_and_keys_are_the_ones_listed(private_home):
     """The plan said "Alternatives: (1-3 take one)" over a single alternative, 2 did nothing, and after 1 was taken
     (none listed then) help still offered "Take alternative 1/2/3". The hint names the keys there are and help

@@ -568,7 +568,9 @@ class WizardScreen(Screen[None]):
             report_unexpected(self.app, exc, "wizard.summarise")
             self.post_message(DatasetSummarised(path, model, None, describe(exc)))
             return
-        self.post_message(DatasetSummarised(path, model, summary, None))
+        # an empty file, or not one row that loads: refused here as plan refuses it (planned, it took "< 1 min")
+        refused = summary.nothing_to_plan(path)
+        self.post_message(DatasetSummarised(path, model, None if refused else summary, refused))
 
     def on_dataset_summarised(self, message: DatasetSummarised) -> None:
         if self.summarising == (message.path, message.model):
