@@ -16,7 +16,7 @@ from typing import Any
 
 from core.watch.activity import WriterActivity
 from core.watch.adapters import parse_lines
-from core.watch.follow import DEFAULT_MAX_READ, FileFollower, read_lines_between, tail_start
+from core.watch.follow import DEFAULT_MAX_READ, FileFollower, cut_tail_start, read_lines_between, tail_start
 from core.watch.resumes import drop_superseded, lowest_resume, resume_points, resume_step, segments
 from core.watch.series import RunSeries
 
@@ -128,18 +128,30 @@ def open_metrics_feed(source: Any) -> Any:
     return MetricsFeed(source.metrics_path, source.kind)
 
 
+CUT_MARK = "\u2026"  # before the first line shown when the tail began inside it
+
+
 class LinesFeed:
-    """Text lines of a log, from its tail on; undecodable bytes are replaced, not fatal."""
+    """Text lines of a log, from its tail on; undecodable bytes are replaced, not fatal. A line the tail
+    begins inside is kept, its end shown after ``CUT_MARK``. ``start``: the byte offset the lines shown
+    begin at (0: the whole file is read; more: older lines were not)."""
 
     def __init__(self, path: Path | None, tail_bytes: int = LOG_TAIL_BYTES) -> None:
         self.path = path
-        self.follower = FileFollower(path, offset=tail_start(path, tail_bytes)) if path is not None else None
+        self.start, self._cut = cut_tail_start(path, tail_bytes) if path is not None else (0, False)
+        self.follower = FileFollower(path, offset=self.start) if path is not None else None
 
     def poll(self) -> tuple[list[str], bool]:
         if self.follower is None:
             return [], False
         result = self.follower.read_new()
-        return [line.decode("utf-8", "replace").rstrip("\r") for line in result.lines], result.restarted
+        if result.restarted:  # read again from its start: nothing is cut, nothing left unread
+            self.start, self._cut = 0, False
+        lines = [line.decode("utf-8", "replace").rstrip("\r") for line in result.lines]
+        if lines and self._cut:
+            lines[0] = CUT_MARK + lines[0]
+            self._cut = False
+        return lines, result.restarted
 
 
 class EventsFeed:

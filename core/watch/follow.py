@@ -103,6 +103,29 @@ def tail_start(path: Path | str, max_bytes: int) -> int:
         return handle.tell()
 
 
+def cut_tail_start(path: Path | str, max_bytes: int) -> tuple[int, bool]:
+    """Byte offset where the last ``max_bytes`` of ``path`` begin, and whether a line is cut there.
+
+    Unlike ``tail_start`` the line it lands in is kept (from the next whole character on): a log whose
+    last line is longer than ``max_bytes`` shows that line's end rather than nothing of it."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return 0, False
+    if size <= max_bytes:
+        return 0, False
+    start = size - max_bytes
+    with open(path, "rb") as handle:
+        handle.seek(start - 1)
+        head = handle.read(4)
+    if head[:1] == b"\n":
+        return start, False
+    skip = 0
+    while skip < 3 and 1 + skip < len(head) and 0x80 <= head[1 + skip] < 0xC0:  # inside a UTF-8 character
+        skip += 1
+    return start + skip, True
+
+
 def read_lines_between(path: Path | str, start: int, end: int, block: int = 8 * 1024 * 1024):
     """Complete lines of ``path`` in the byte range [start, end) (both on line starts), block by block."""
     with open(path, "rb") as handle:

@@ -143,3 +143,24 @@ def test_metrics_poll_reads_a_bounded_batch_and_the_rest_at_the_next_polls(tmp_p
         batches.append([r["step"] for r in records])
     assert len(batches) > 5 and max(len(b) for b in batches) <= 1000 // 40
     assert [step for batch in batches for step in batch] == list(range(200))
+
+
+def test_lines_feed_shows_the_end_of_a_line_longer_than_its_tail_marked_as_cut(tmp_path):
+    """A last line longer than the tail the dashboard loads (LOG_TAIL_BYTES) showed nothing of it: the tail
+    skipped to the next line start, which was the file's end. Its end shows now, after a cut mark."""
+    from core.watch.feed import CUT_MARK, LOG_TAIL_BYTES
+
+    path = tmp_path / "train.log"
+    long_line = "start " + "\u00e9" * LOG_TAIL_BYTES + " the end"  # 2 bytes a character: cut inside one
+    path.write_text("first\n" + long_line + "\n", encoding="utf-8")
+    lines, _ = LinesFeed(path).poll()
+    assert len(lines) == 1 and lines[0].startswith(CUT_MARK) and lines[0].endswith("\u00e9 the end")
+    assert "\ufffd" not in lines[0] and len(lines[0]) < len(long_line)
+    # ... and the lines after such a line follow it, as before.
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("after\n")
+    lines, _ = LinesFeed(path).poll()
+    assert lines[0].startswith(CUT_MARK) and lines[1:] == ["after"]
+    # A tail that begins on a line start cuts nothing.
+    path.write_text("".join(f"line {i}\n" for i in range(10)))
+    assert LinesFeed(path, tail_bytes=len("line 9\n")).poll()[0] == ["line 9"]
