@@ -275,3 +275,37 @@ def test_keys_typed_in_one_burst_after_s_go_to_the_search():
             assert app.screen is screen and screen.focused is box and box.value == "gpu"
 
     run(scenario())
+
+
+def test_a_search_that_finds_nothing_in_a_long_logs_tail_says_older_lines_are_not_loaded():
+    """The log panel holds the last LOG_TAIL_BYTES of the log; a search that found nothing there said
+    "0 lines match" though the file may hold the line further up. It says what it searched and where the
+    whole log is. A finished run's folder, a log of ~300 KB; GPUs are not needed (h200x1 fake)."""
+    from core.watch.feed import LOG_TAIL_BYTES
+
+    path = build_run(runs_dir(), "20261129-2100-long-log", status="finished", steps=600, log_lines=30)
+    filler = "x" * 90
+    lines = ["needle in the first lines"] + [f"line {i} {filler}" for i in range(3000)]
+    (path / "train.log").write_text("\n".join(lines) + "\n")
+    assert (path / "train.log").stat().st_size > 2 * LOG_TAIL_BYTES
+
+    async def search(pilot, screen, text: str) -> None:
+        await pilot.press("s")
+        await wait_for(pilot, lambda: screen.focused is not None and screen.focused.id == "dash-search")
+        await pilot.press(*text, "enter")
+        await pilot.pause()
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=str(path))
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await dashboard(pilot, app, "finished")
+            pane = screen.query_one("#dash-log", LogPane)
+            await wait_for(pilot, lambda: pane.lines and pane.lines[-1].startswith("line 2999 "))
+            await search(pilot, screen, "needle")
+            said = messages(app)[-1]
+            assert "older lines are not loaded" in said and f"tunedeck logs {path.name}" in said, said
+            assert f"last {len(pane.lines)} loaded" in said and not pane.holds_all
+            await search(pilot, screen, "line 2999 ")  # one in the tail: found, as before
+            assert messages(app)[-1].startswith("1 lines match")
+
+    run(scenario())

@@ -60,6 +60,8 @@ class LogPane(ScrollView, can_focus=True):
         self._wrap_width = 0
         self._rewrap_pending = False
         self.empty_text = ""  # said, wrapped, while there is no line (a folder without a log file)
+        self.from_start = True  # the feed read the log from its first line (set by the dashboard)
+        self._dropped = False  # lines went to keep MAX_LINES
 
     # --- content ---------------------------------------------------------------------------------
     def clear(self) -> None:
@@ -68,6 +70,7 @@ class LogPane(ScrollView, can_focus=True):
         self.widest = 0
         self.matches = []
         self.current = -1
+        self._dropped = False
         self._resize()
 
     def append(self, lines: list[str]) -> None:
@@ -83,6 +86,7 @@ class LogPane(ScrollView, can_focus=True):
         if len(self.lines) > MAX_LINES:
             drop = len(self.lines) - MAX_LINES // 2
             self.lines = self.lines[drop:]
+            self._dropped = True
             self.matches = [m - drop for m in self.matches if m >= drop]
             self.current = min(self.current, len(self.matches) - 1)
             self._rewrap()
@@ -152,6 +156,12 @@ class LogPane(ScrollView, can_focus=True):
     def _resize(self) -> None:
         self.virtual_size = Size(self._wrap_width or self.widest, len(self.rows))
         self.refresh()
+
+    @property
+    def holds_all(self) -> bool:
+        """Every line of the log is here: it was read from its start and none was dropped (a search that
+        finds nothing here found nothing in the file)."""
+        return self.from_start and not self._dropped
 
     # --- search ----------------------------------------------------------------------------------
     def search(self, text: str) -> int:

@@ -92,9 +92,23 @@ class DashboardActions:
         count = pane.search(event.value.strip())
         event.input.display = False
         pane.focus()
-        if event.value.strip():
-            self.notify(t("dashboard.search_found", count=count, text=event.value.strip()),
+        text = event.value.strip()
+        if text and not count and not pane.holds_all:
+            # Only the log's tail is loaded: "no match" would claim more than was searched.
+            self.notify(t("dashboard.search_none_loaded", text=text, lines=len(pane.lines), where=self._whole_log()),
+                        severity="warning", timeout=8, markup=False)
+        elif text:
+            self.notify(t("dashboard.search_found", count=count, text=text),
                         severity="information" if count else "warning", timeout=3)
+
+    def _whole_log(self) -> str:
+        """Where the whole log is read: ``tunedeck logs RUN`` for a tunedeck run, else the log file."""
+        source = self.source
+        if source.read_only:
+            return str(source.log_path)
+        from core.paths import runs_dir
+
+        return f"tunedeck logs {source.run_id if source.path.parent == runs_dir() else source.path}"
 
     def action_next_match(self, step: int) -> None:
         pane = self.query_one("#dash-log", LogPane)

@@ -62,12 +62,17 @@ class SeriesBackfilled(Message):
 
 
 class LogLines(Message):
-    def __init__(self, lines: list[str], events: list[dict[str, Any]], reset_log: bool, reset_events: bool) -> None:
+    """New log lines and events; ``log_from_start``: the log's lines were read from its first (a tail of a
+    long log was not: the search says its lines are not all here)."""
+
+    def __init__(self, lines: list[str], events: list[dict[str, Any]], reset_log: bool, reset_events: bool,
+                 log_from_start: bool = True) -> None:
         super().__init__()
         self.lines = lines
         self.events = events
         self.reset_log = reset_log
         self.reset_events = reset_events
+        self.log_from_start = log_from_start
 
 
 class RunRecordRead(Message):
@@ -170,7 +175,7 @@ class DashboardFeed:
         lines, reset_log = log.poll()
         records, reset_events = events.poll()
         if lines or records or reset_log or reset_events:
-            self.post_message(LogLines(lines, records, reset_log, reset_events))
+            self.post_message(LogLines(lines, records, reset_log, reset_events, log_from_start=log.start == 0))
 
     def _post_state(self, with_disk: bool = True) -> None:
         free = total = None
@@ -307,6 +312,7 @@ class DashboardFeed:
         pane = self.query_one("#dash-log", LogPane)
         if message.reset_log:
             pane.clear()
+        pane.from_start = message.log_from_start
         pane.append(message.lines)
         table = self.query_one("#dash-events", DataTable)
         if message.reset_events:
