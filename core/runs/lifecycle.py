@@ -210,16 +210,11 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     config = _resume_config(run, list(overrides), warn)
     values = config.to_dict() if overrides else run.config()
     _check_disk_space(values, run.path, len(run.checkpoints(complete_only=True)), warn)
-    from core.runs.gpus import resolve_gpus, visible_gpu_count
-
-    visible = visible_gpu_count()
-    gpus: list[int] = []
-    if visible:
-        try:
-            gpus = resolve_gpus(values.get("gpus", "all"), visible)
-        except ValueError:  # the run's GPUs are not all here: the launch says so; count one meanwhile
-            gpus = []
-        _check_host_memory(values, warn, processes=len(gpus) or 1)
+    # The GPUs the resumed trainer gets: run.json's, which the supervisor reads (refuse_unresumable has made
+    # sure it reads and lists them), not config.yaml's ``gpus`` resolved again on the box as it is now.
+    gpus = list(run.read_launch_record()[0]["gpus"])
+    if gpus:  # a CPU run parks no activations in pinned memory
+        _check_host_memory(values, warn, processes=len(gpus))
     _check_gpus_free(gpus, allow_shared_gpus, warn)  # `train` twice and `train` + `resume` alike
     plan = prepare_resume(run, step=checkpoint, weights_only=weights_only, config=config if overrides else None,
                           check_data=lambda: _check_data(config))

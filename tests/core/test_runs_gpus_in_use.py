@@ -131,6 +131,44 @@ def test_resume_beside_a_live_run_on_its_gpus_is_refused_as_train_is(home, monke
         _end(other)
 
 
+def test_resume_checks_the_gpus_run_json_gives_the_resumed_trainer_not_config_yaml(home, monkeypatch, capsys):
+    """The resumed supervisor trains on run.json's GPUs, but resume checked config.yaml's ``gpus`` resolved
+    again (``gpus: 1`` → GPU 0): a run recorded on GPU 1 resumed beside a live run on GPU 1 without a word,
+    and one on GPU 0 was refused for a GPU it would not use. Box: 2 GPUs (``visible_gpu_count`` says 2)."""
+    from core.cli import main
+    from core.data.samples import sample_dataset_path
+    from core.runs import gpus as run_gpus
+    from core.runs import lifecycle
+    from core.runs.run_dir import STOPPED
+
+    monkeypatch.setattr(run_gpus, "visible_gpu_count", lambda nvml=None: 2)
+    stopped = create_run(_Config(name="long", model="tiny", dataset=str(sample_dataset_path()), precision="fp32", gpus=1),
+                         ["tunedeck", "train", "long.yaml"], gpus=[1])  # config.yaml: a count; run.json: GPU 1
+    stopped.write_status(STOPPED)
+    before = sorted(p.name for p in stopped.path.iterdir())
+    live, holder = _live_run([1])
+    try:
+        assert main(["resume", stopped.id]) == 2
+        said = capsys.readouterr().err
+        assert f"GPU 1 is in use by run {live.id} (running)" in said, said
+        assert sorted(p.name for p in stopped.path.iterdir()) == before and stopped.status().status == STOPPED
+    finally:
+        _end(holder)
+    checked: list[list[int]] = []
+
+    class Checked(Exception):
+        pass
+
+    def check(gpus, *args, **kwargs):
+        checked.append(list(gpus))
+        raise Checked
+
+    monkeypatch.setattr(lifecycle, "_check_gpus_free", check)
+    with pytest.raises(Checked):
+        lifecycle.resume_run(stopped)
+    assert checked == [[1]]
+
+
 def test_a_gpu_count_takes_gpus_no_live_run_holds_and_check_and_demo_say_so(home, tmp_path, monkeypatch, capsys):
     """`gpus: 1` beside a live run on GPU 0 of a 4-GPU box was refused (advising `gpus=...`), though GPU 1 was
     free; the demo (one GPU) was refused with advice it cannot take; `train --check` said nothing of it.
