@@ -479,10 +479,12 @@ def _claim_gpus(config: Any, gpus: list[int], allow_shared: bool, warn: Warn = w
     ``config.gpus`` becomes those indices, so config.yaml and a resume say them); else ``_check_gpus_free``.
     All GPUs or a list of indices is what the user named: never moved. ``elsewhere``: the refusal may advise
     other GPUs (``gpus=...``), which the demo does not take."""
+    sharing = None  # not looked at yet
     if gpus and isinstance(config.gpus, int) and not isinstance(config.gpus, bool) and not allow_shared:
         from core.runs.gpus import visible_gpu_count
 
-        if live_runs_sharing(gpus):
+        sharing = live_runs_sharing(gpus)
+        if sharing:
             visible = visible_gpu_count()
             held = {gpu for _run, _status, theirs in live_runs_sharing(list(range(visible))) for gpu in theirs}
             free = [gpu for gpu in range(visible) if gpu not in held]
@@ -491,16 +493,19 @@ def _claim_gpus(config: Any, gpus: list[int], allow_shared: bool, warn: Warn = w
                        gpus=",".join(map(str, free[:len(gpus)]))))
                 config.gpus = free[:len(gpus)]
                 return config.gpus  # no live run holds them: nothing for _check_gpus_free to find
-    _check_gpus_free(gpus, allow_shared, warn, elsewhere)
+    _check_gpus_free(gpus, allow_shared, warn, elsewhere, sharing)  # a count not moved: what was found above
     return gpus
 
 
-def _check_gpus_free(gpus: list[int], allow_shared: bool, warn: Warn = warn_on_stderr, elsewhere: bool = True) -> None:
+def _check_gpus_free(gpus: list[int], allow_shared: bool, warn: Warn = warn_on_stderr, elsewhere: bool = True,
+                     sharing: list[tuple[str, str, list[int]]] | None = None) -> None:
     """Refuse a run on GPUs a live run of this box uses (the second would run both out of memory), unless
-    ``allow_shared``; on a CPU a live CPU run is only a warning (both go slower, neither fails)."""
+    ``allow_shared``; on a CPU a live CPU run is only a warning (both go slower, neither fails).
+    ``sharing``: ``live_runs_sharing(gpus)`` when the caller has just asked it (None: asked here)."""
     from core.runs.states import state_label
 
-    sharing = live_runs_sharing(gpus)
+    if sharing is None:
+        sharing = live_runs_sharing(gpus)
     if not sharing:
         return
     run_id, status, shared = sharing[0]

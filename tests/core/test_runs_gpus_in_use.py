@@ -237,3 +237,32 @@ def test_the_gpu_look_and_the_queued_run_it_records_are_one_step_under_a_lock(ho
     lifecycle.prepare_run(default_demo_config(), ["tunedeck", "demo"], "demo", warn=lambda _text: None)
     assert seen == [("look", True), ("record", True)]
     assert not lock_is_held()  # and let go once the run is recorded
+
+
+def test_a_gpu_count_not_moved_is_checked_with_the_live_runs_already_looked_at(home, monkeypatch):
+    """``_claim_gpus`` asked ``live_runs_sharing`` about a count's GPUs, and ``_check_gpus_free`` asked it
+    again about the same GPUs when the count was not moved (a scan of every run directory, twice). Box:
+    2 GPUs (``visible_gpu_count`` says 2); the live runs are stood in for by ``live_runs_sharing``."""
+    from types import SimpleNamespace
+
+    from core.runs import gpus as run_gpus
+    from core.runs import lifecycle
+    from core.runs.errors import GpusInUse
+
+    monkeypatch.setattr(run_gpus, "visible_gpu_count", lambda nvml=None: 2)
+    asked: list[list[int]] = []
+    live: list[tuple[str, str, list[int]]] = []
+
+    def sharing(gpus):
+        asked.append(list(gpus))
+        return [(run_id, status, [g for g in theirs if g in gpus]) for run_id, status, theirs in live
+                if set(theirs) & set(gpus)]
+
+    monkeypatch.setattr(lifecycle, "live_runs_sharing", sharing)
+    assert lifecycle._claim_gpus(SimpleNamespace(gpus=1), [0], False) == [0]  # no live run: taken
+    assert asked == [[0]]
+    asked.clear()
+    live.append(("20261206-0000-long-abcd", "running", [0, 1]))
+    with pytest.raises(GpusInUse):  # no GPU left to move to: refused, the runs looked at once for GPU 0
+        lifecycle._claim_gpus(SimpleNamespace(gpus=1), [0], False)
+    assert asked == [[0], [0, 1]]  # GPU 0 (the count's), then the box's GPUs (for free ones): not GPU 0 again
