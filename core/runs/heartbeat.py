@@ -213,23 +213,34 @@ def _beats(run_path: Path) -> Iterator[tuple[dict[str, Any], float]]:
         yield data, max(times)
 
 
-def last_sign_of_life(run_path: Path) -> float | None:
+Beats = list[tuple[dict[str, Any], float]]
+
+
+def read_beats(run_path: Path) -> Beats:
+    """Every readable heartbeat of the run (``_beats``), read once: what ``find_stall``, ``last_sign_of_life``
+    and ``last_heartbeat_step`` take as ``beats`` when one caller asks all of them (the runs listing)."""
+    return list(_beats(run_path))
+
+
+def last_sign_of_life(run_path: Path, beats: Beats | None = None) -> float | None:
     """Unix time of the run's latest sign of life: its newest heartbeat (any rank, ``_beats``) or metrics.jsonl's
     last write, whichever is later; None before a trainer wrote either. What ``find_stall`` measures silence
     from; ``tunedeck status --json`` gives it as ``last_alive``, so that a script tells a hung run (it stops
     moving) from a live one."""
-    latest = max([_metrics_written(run_path), *(alive for _, alive in _beats(run_path))])
+    beats = read_beats(run_path) if beats is None else beats
+    latest = max([_metrics_written(run_path), *(alive for _, alive in beats)])
     return latest if latest > 0 else None
 
 
-def last_heartbeat_step(run_path: Path) -> int | None:
+def last_heartbeat_step(run_path: Path, beats: Beats | None = None) -> int | None:
     """The newest optimizer step any rank's heartbeat has told of, or None."""
-    steps = [data.get("step") for data, _ in _beats(run_path)]
+    steps = [data.get("step") for data, _ in (read_beats(run_path) if beats is None else beats)]
     steps = [s for s in steps if isinstance(s, int) and not isinstance(s, bool)]
     return max(steps) if steps else None
 
 
-def find_stall(run_path: Path, now: float | None = None, started_at: float | None = None) -> Stall | None:
+def find_stall(run_path: Path, now: float | None = None, started_at: float | None = None,
+               beats: Beats | None = None) -> Stall | None:
     """The most silent rank of the run, if it has been silent too long (module docstring); None when
     every rank is alive. Before any heartbeat is written, silence counts from ``started_at`` (the trainer
     process's start time), against twice the floor; None without it (an older trainer wrote none)."""
@@ -237,7 +248,7 @@ def find_stall(run_path: Path, now: float | None = None, started_at: float | Non
     floor = stall_floor_s()
     metrics_ts = _metrics_written(run_path)
     worst: Stall | None = None
-    beats = list(_beats(run_path))
+    beats = read_beats(run_path) if beats is None else beats
     if not beats and started_at is not None:
         silent, threshold = now - max(started_at, metrics_ts), STARTUP_FACTOR * floor
         return Stall(round(silent, 1), round(threshold, 1), None, 0) if silent > threshold else None

@@ -12,7 +12,7 @@ from core.assets import model_label
 from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import render_stored
 from core.paths import runs_dir
-from core.runs.heartbeat import last_sign_of_life
+from core.runs.heartbeat import last_sign_of_life, read_beats
 from core.runs.launch import PROBE_COMMAND
 from core.runs.liveness import effective_status, stalled_step
 from core.runs.run_dir import ACTIVE_STATES, FINISHED, STALLED, RunDirectory, utc_iso
@@ -96,7 +96,8 @@ def steady_rate(run: RunDirectory, metrics: dict[str, Any]) -> float | None:
 
 def summarize(run: RunDirectory) -> RunSummary:
     """Status (liveness applied), identity and the latest metrics of one run; reads only tails."""
-    status = effective_status(run)
+    beats = read_beats(run.path)  # once: the stall check, the stalled step and the last sign of life
+    status = effective_status(run, beats=beats)
     record, unreadable = run.read_record()  # one that does not read lists without its facts, and says why
     config = record.get("config_summary") or {}
     metrics = run.latest_metrics() or {}
@@ -109,8 +110,8 @@ def summarize(run: RunDirectory) -> RunSummary:
     live = moving and status.status in ACTIVE_STATES
     step = metrics.get("step")
     if status.status == STALLED:  # the step its reason quotes: the heartbeat's when that is newer
-        step = stalled_step(run, step)
-    alive = last_sign_of_life(run.path)
+        step = stalled_step(run, step, beats)
+    alive = last_sign_of_life(run.path, beats)
     return RunSummary(
         id=run.id,
         status=status.status,

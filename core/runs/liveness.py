@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.i18n import Message
 from core.runs.run_dir import (
@@ -34,6 +35,9 @@ from core.runs.run_dir import (
     RunDirectory,
     RunStatus,
 )
+
+if TYPE_CHECKING:
+    from core.runs.heartbeat import Beats
 
 # A run stays "queued" between `tunedeck train` writing it and the supervisor taking the lock.
 QUEUED_GRACE_S = 30.0
@@ -139,8 +143,9 @@ def crashed_reason(run: RunDirectory) -> Message:
     return Message("runs.reason_crashed_no_checkpoint", config=str(run.config_path))
 
 
-def effective_status(run: RunDirectory, persist: bool = True) -> RunStatus:
-    """The run's status with liveness applied; a dead active run becomes (and is saved as) crashed."""
+def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | None = None) -> RunStatus:
+    """The run's status with liveness applied; a dead active run becomes (and is saved as) crashed.
+    ``beats``: the run's heartbeats (``core.runs.heartbeat.read_beats``) when the caller has read them."""
     status = run.status()
     if status.status not in ACTIVE_STATES:
         return status
@@ -175,11 +180,11 @@ def effective_status(run: RunDirectory, persist: bool = True) -> RunStatus:
         current = run.status()
         return current if current.status not in ACTIVE_STATES else RunStatus.new(CRASHED, reason)
     if status.status in (RUNNING, STARTING):  # a trainer can hang loading the model as well as training
-        return _with_stall(run, status, sup if status.status == STARTING else None)
+        return _with_stall(run, status, sup if status.status == STARTING else None, beats)
     return status
 
 
-def _with_stall(run: RunDirectory, status: RunStatus, supervisor: dict | None = None) -> RunStatus:
+def _with_stall(run: RunDirectory, status: RunStatus, supervisor: dict | None = None, beats: Beats | None = None) -> RunStatus:
     """``status`` (running or starting, supervisor alive), or ``stalled`` when the trainer has gone silent.
     ``supervisor`` (run.json's, while starting): before the trainer's first heartbeat, its silence counts
     from the trainer process's start (run.json ``trainer``), or the supervisor's when that is not there yet."""
@@ -192,10 +197,10 @@ def _with_stall(run: RunDirectory, status: RunStatus, supervisor: dict | None = 
             if isinstance(process, dict) and isinstance(process.get("start_time"), (int, float)):
                 started_at = max(float(process["start_time"]), status.updated_ts or 0.0)
                 break
-    stall = find_stall(run.path, started_at=started_at)
+    stall = find_stall(run.path, started_at=started_at, beats=beats)
     if stall is None:
         return status
-    step = stalled_step(run, stall.step)
+    step = stalled_step(run, stall.step, beats)
     if status.status == STARTING and step is None:  # no step yet: loading the model or the data
         reason = Message("runs.reason_stalled_starting", seconds=int(stall.silent_s),
                          threshold=int(stall.threshold_s), rank=stall.rank, id=run.id)
@@ -205,12 +210,12 @@ def _with_stall(run: RunDirectory, status: RunStatus, supervisor: dict | None = 
     return RunStatus(STALLED, reason.english(), status.updated, status.updated_ts, reason.to_record())
 
 
-def stalled_step(run: RunDirectory, step: int | None) -> int | None:
+def stalled_step(run: RunDirectory, step: int | None, beats: Beats | None = None) -> int | None:
     """The step a stalled run stands at: the newest of ``step`` (a heartbeat's or the metrics') and the last
     step that metrics.jsonl and the heartbeats know. The heartbeat is rewritten every few seconds and a step's
     record can be written a step late, so either can be ahead; the reason and the step column both say this."""
     from core.runs.heartbeat import last_heartbeat_step
 
-    known = [s for s in (step, (run.latest_metrics() or {}).get("step"), last_heartbeat_step(run.path))
+    known = [s for s in (step, (run.latest_metrics() or {}).get("step"), last_heartbeat_step(run.path, beats))
              if isinstance(s, int) and not isinstance(s, bool)]
     return max(known) if known else None

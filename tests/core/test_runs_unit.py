@@ -1110,6 +1110,38 @@ def test_status_json_gives_the_trainers_latest_sign_of_life_which_moves_while_up
         assert last_sign_of_life(run.path) == pytest.approx(now - 1)
 
 
+def test_a_runs_listing_reads_each_runs_heartbeats_once(home, monkeypatch):
+    """``summarize`` read a live run's heartbeat files for its stall check and again for its last sign of
+    life (a stalled one four times: the stalled step twice more). Once now, with the same figures."""
+    from core.runs import heartbeat
+    from core.runs.heartbeat import heartbeat_path
+    from core.runs.listing import summarize
+    from tests.fixtures.watch.run_builder import SupervisorStandIn
+
+    run = _run(home)
+    run.write_status(RUNNING)
+    reads: list[Path] = []
+    real_beats = heartbeat._beats
+
+    def beats(run_path):
+        reads.append(Path(run_path))
+        return real_beats(run_path)
+
+    monkeypatch.setattr(heartbeat, "_beats", beats)
+    now = time.time()
+    beat = heartbeat_path(run.path, 0)
+    with SupervisorStandIn(run.path):
+        for silent, status, step in ((1, RUNNING, None), (500, "stalled", 7)):
+            beat.write_text(json.dumps({"pid": 1, "rank": 0, "ts": now - silent, "step": 7, "step_ts": now - silent,
+                                        "interval_s": 2.0, "median_step_s": 1.0, "phase": "training"}))
+            os.utime(beat, (now - silent, now - silent))
+            reads.clear()
+            summary = summarize(run)
+            assert (summary.status, summary.step) == (status, step)
+            assert summary.silent_s is not None and silent <= summary.silent_s < silent + 60
+            assert reads == [run.path]
+
+
 def test_runs_leaves_the_wizards_probe_runs_out_unless_asked_and_knows_the_older_ones(home, capsys):
     """`tunedeck runs` listed the wizard's probe runs (a few steps each to measure a plan) among the user's
     training, and probe runs made before run.json said ``command: probe`` were not known as probes anywhere.
