@@ -476,6 +476,12 @@ def _terminate(pid: int, grace: float = 15.0) -> None:
 def stop_server(run_id: str) -> bool:
     """Stop the server filed under ``run_id`` (SIGTERM to its session, SIGKILL after 15 s); False if none was
     running. When the run it served is gone (deleted), its state folder goes too: nothing is left to keep."""
+    return stop_server_state(run_id) is not None
+
+
+def stop_server_state(run_id: str) -> ServerState | None:
+    """``stop_server``, returning the server it stopped as it was (its url, pid), None if none was running:
+    for a caller that says which server it stopped, without a second look before the stop."""
     from core.atomic_file import write_json_atomic
 
     state = server_state(run_id)
@@ -486,7 +492,7 @@ def stop_server(run_id: str) -> bool:
     run_path = read_server_record(run_id).get("run")
     if run_path and not Path(str(run_path)).exists():
         forget_server(run_id)
-    return state is not None
+    return state
 
 
 def forget_server(run_id: str) -> bool:

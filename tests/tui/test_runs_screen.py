@@ -881,3 +881,50 @@ def test_keys_typed_in_one_burst_after_f_go_to_the_filter():
             assert app.current_mode == "runs" and box.value == "gr" and screen.shown == []
 
     run(scenario())
+
+
+def test_deleting_a_served_run_looks_for_its_server_once_before_stopping_it(monkeypatch):
+    """The delete looked for the run's server (``server_state``) and ``stop_server`` looked again at once,
+    before the same stop. Once now before the stop (and once after the folder is gone, for a server started
+    meanwhile). The server is a stand-in: a sleeping process in its own session filed as the run's; no GPU."""
+    import json
+    import subprocess
+
+    from core.lifecycle import serve
+
+    path = build_run(runs_dir(), "20261129-2200-served", status="finished", steps=20)
+    server = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    url = "http://127.0.0.1:8123/v1"
+    (serve.serve_dir(path.name) / "state.json").write_text(json.dumps(
+        {"pid": server.pid, "url": url, "host": "127.0.0.1", "port": 8123, "backend": "vllm", "status": "ready",
+         "run": str(path)}))
+    looks: list[str] = []
+    real_state = serve.server_state
+
+    def server_state(run_id):
+        looks.append(run_id)
+        return real_state(run_id)
+
+    monkeypatch.setattr(serve, "server_state", server_state)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(120, 30)) as pilot:
+            screen = await open_runs(pilot, app)
+            screen.query_one("#runs-table", DataTable).move_cursor(row=[s.id for s in screen.shown].index(path.name))
+            await pilot.press("d")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert url in " ".join(screen_text(app).split())  # the dialog says it is served
+            looks.clear()
+            await pilot.press("y")
+            await wait_for(pilot, lambda: any(f"its server at {url} was stopped" in str(n.message)
+                                              for n in app._notifications))
+            assert not path.exists() and looks == [path.name, path.name]
+
+    try:
+        run(scenario())
+        assert server.wait(timeout=30) is not None  # stopped by the delete
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

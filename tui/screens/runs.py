@@ -564,20 +564,19 @@ class RunsScreen(Screen[None]):
         if effective_status(RunDirectory(path)).active:
             self.post_message(RunDeleted(t("runs_screen.delete_active", id=run_id, status=t("runs_screen.status.active")), "warning"))
             return
-        from core.lifecycle.serve import forget_server, server_state, stop_server
+        from core.lifecycle.serve import forget_server, stop_server_state
 
         # The run's server is stopped first (also one started while the dialog was open): a server left
         # serving a deleted run could only be found by its pid.
-        served = server_state(run_id)
-        stopped = stop_server(run_id)
+        served = stop_server_state(run_id)
         try:
             shutil.rmtree(path)
         except OSError as exc:
             self.post_message(RunDeleted(t("runs_screen.delete_failed", id=run_id, error=str(exc)), "error"))
             return
-        forget_server(run_id)  # its state folder (state.json, log) goes with the run
-        if stopped:
-            url = served.url if served is not None and served.url else "–"
+        forget_server(run_id)  # its state folder (state.json, log) goes with the run (and one started meanwhile)
+        if served is not None:
+            url = served.url or "–"
             self.post_message(RunDeleted(t("runs_screen.deleted_served", id=run_id, url=url)))
         else:
             self.post_message(RunDeleted(t("runs_screen.deleted", id=run_id)))
