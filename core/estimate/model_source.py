@@ -154,6 +154,15 @@ def _read_config(path: Path) -> dict[str, Any]:
     return data
 
 
+def read_config_json(path: Path) -> dict[str, Any] | None:
+    """A model's config.json as a dict, None where it does not read or is not a JSON object (the checks of
+    ``load_model_config``, for a caller that has another answer to fall back on)."""
+    try:
+        return _read_config(path)
+    except ModelNotFoundError:
+        return None
+
+
 def load_model_config(spec: str, hub_cache: bool = False, fetch: bool = False) -> ModelConfig:
     """Resolve ``spec`` (a config.json path, a model folder, a hub id or a bundled name) to its config.
 

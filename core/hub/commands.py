@@ -254,18 +254,13 @@ def _local_info(args: argparse.Namespace, exc: BaseException, endpoint: str) -> 
     """``models info ID`` with the hub out of reach and ID on this box: the facts of the copy on disk (as the
     app's Local tab shows them), the hub's failure said first on stderr; None when there is no such copy
     or its config.json cannot be read (the hub's failure is then the answer)."""
-    from core.estimate.model_source import cached_config
+    from core.estimate.model_source import cached_config, read_config_json
     from core.hub.problems import describe_error
 
     problem = describe_error(exc, args.hub, endpoint)
     path = cached_config(args.model_id) if problem.offline else None
-    if path is None:
-        return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(config, dict):
+    config = read_config_json(path) if path is not None else None
+    if path is None or config is None:
         return None
     print(problem.summary, file=sys.stderr)
     print(t("hub.cli.info_from_disk", path=str(path.parent)), file=sys.stderr)

@@ -136,6 +136,34 @@ def test_cli_info_of_a_model_on_disk_works_with_the_hub_out_of_reach(home, monke
     assert main(["models", "info", "Qwen/Not-Here"]) == 3  # nothing on disk: the hub's failure is the answer
     assert "not reachable" in capsys.readouterr().err
 
+def test_cli_info_offline_reads_the_config_on_disk_as_the_estimate_does(home, monkeypatch, capsys):
+    """``models info`` offline read config.json with its own JSON and dict checks beside the estimate's
+    ``_read_config``; it goes through that reader now (``read_config_json``): one config that reads there
+    reads here. One that does not read (not JSON, not an object) leaves the hub's failure as the answer."""
+    from core.estimate import model_source
+    from tests.hubserver import tiny_config
+
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())
+    folder = home / "ms" / "models" / "Qwen" / "Qwen2___5-Tiny"
+    _write(folder / "model.safetensors", 1000)
+    read: list[str] = []
+    real_read = model_source._read_config
+
+    def read_config(path):
+        read.append(str(path))
+        return real_read(path)
+
+    monkeypatch.setattr(model_source, "_read_config", read_config)
+    (folder / "config.json").write_text(json.dumps(tiny_config()))
+    assert main(["models", "info", "Qwen/Qwen2.5-Tiny", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["facts"]["layers"] == 2
+    assert read == [str(folder / "config.json")]
+    for broken in ("[1, 2]", "{not json", "\udcff"):
+        (folder / "config.json").write_text(broken, encoding="utf-8", errors="surrogateescape")
+        assert main(["models", "info", "Qwen/Qwen2.5-Tiny"]) == 3
+        assert "not reachable" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command", [["info", "nosuch"], ["download", "not-an-id"], ["download", "../../etc"],
                                      ["download", "/Qwen/x"], ["info", "Qwen/.."], ["download", "a/b/c"],
                                      ["download", "../etc", "--cancel"]])
