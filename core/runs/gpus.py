@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.i18n import t
@@ -28,6 +29,30 @@ def visible_gpu_count(nvml: Any = None) -> int:
     if visible is not None:
         return min(count, len(entries))
     return count
+
+
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+def physical_gpus(gpus: Sequence[int], visible: str | None) -> list[str]:
+    """The GPUs that indices ``gpus`` name under ``CUDA_VISIBLE_DEVICES=visible``: the entry each counts to
+    (a physical index, or a ``GPU-…`` / ``MIG-…`` UUID as given), or the index itself where ``visible`` is
+    unset or too short. Run A under ``2,3`` on its GPU 0 and run B unrestricted on GPU 2 both say ``"2"``."""
+    given = [v.strip() for v in (visible or "").split(",") if v.strip()]
+    if not given:
+        return [str(g) for g in gpus]
+    return [given[g] if g < len(given) else str(g) for g in gpus]
+
+
+def recorded_visible(record: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """(known, ``CUDA_VISIBLE_DEVICES`` the run was launched under) from its run.json: its ``env`` (what
+    ``create_run`` recorded) says it, absent there when it was unset; a run.json without ``env`` does not
+    know (False, None)."""
+    env = record.get("env")
+    if not isinstance(env, dict):
+        return False, None
+    value = env.get(VISIBLE_ENV)
+    return True, value if isinstance(value, str) else None
 
 
 def resolve_gpus(requested: object, available: int) -> list[int]:

@@ -158,7 +158,19 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def start_supervisor(run: RunDirectory, resume_from: Path | None = None) -> subprocess.Popen:
-    """Start ``python -m core.runs.supervisor RUN_DIR`` detached from this terminal and return at once."""
+    """Start ``python -m core.runs.supervisor RUN_DIR`` detached from this terminal and return at once.
+
+    Under the ``CUDA_VISIBLE_DEVICES`` run.json recorded at launch (unset if it was): run.json's GPU indices
+    count within it, so a resume from another shell trains on the GPUs the run was given, the ones the GPU
+    check of a later launch compares with (``live_runs_sharing``)."""
+    from core.runs.gpus import VISIBLE_ENV, recorded_visible
+
+    env = child_env()
+    known, visible = recorded_visible(run.read_record()[0])
+    if known:
+        env.pop(VISIBLE_ENV, None)
+        if visible is not None:
+            env[VISIBLE_ENV] = visible
     log_fd = os.open(run.supervisor_log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         proc = subprocess.Popen(
@@ -169,7 +181,7 @@ def start_supervisor(run: RunDirectory, resume_from: Path | None = None) -> subp
             start_new_session=True,
             close_fds=True,
             cwd=str(run.path),
-            env=child_env(),
+            env=env,
         )
     finally:
         os.close(log_fd)

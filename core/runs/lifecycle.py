@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from core.i18n import Message, t
 from core.runs.errors import GpusInUse, RunError, SupervisorDidNotStart
@@ -212,10 +212,15 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     _check_disk_space(values, run.path, len(run.checkpoints(complete_only=True)), warn)
     # The GPUs the resumed trainer gets: run.json's, which the supervisor reads (refuse_unresumable has made
     # sure it reads and lists them), not config.yaml's ``gpus`` resolved again on the box as it is now.
-    gpus = list(run.read_launch_record()[0]["gpus"])
+    from core.runs.gpus import recorded_visible
+
+    record = run.read_launch_record()[0]
+    gpus = list(record["gpus"])
     if gpus:  # a CPU run parks no activations in pinned memory
         _check_host_memory(values, warn, processes=len(gpus))
-    _check_gpus_free(gpus, allow_shared_gpus, warn)  # `train` twice and `train` + `resume` alike
+    known, visible = recorded_visible(record)  # what the indices count within (start_supervisor restores it)
+    # `train` twice and `train` + `resume` alike
+    _check_gpus_free(gpus, allow_shared_gpus, warn, visible=visible if known else "ours")
     plan = prepare_resume(run, step=checkpoint, weights_only=weights_only, config=config if overrides else None,
                           check_data=lambda: _check_data(config))
     for each in plan.notices:
@@ -432,19 +437,29 @@ def _check_box(config: Any, warn: Warn = warn_on_stderr) -> list[int]:
     return gpus
 
 
-def live_runs_sharing(gpus: Sequence[int]) -> list[tuple[str, str, list[int]]]:
+def live_runs_sharing(gpus: Sequence[int], visible: str | None | Literal["ours"] = "ours") -> list[tuple[str, str, list[int]]]:
     """``(run id, status, shared GPU indices)`` of each live run of this host (liveness applied: a dead one
     is crashed, not live) that uses any of ``gpus``; with no ``gpus`` (a CPU run), each live CPU run, with
     an empty list. A run of another host (nodes of one run sharing the data root) has its own GPUs; a run
-    whose run.json does not read says none."""
+    whose run.json does not read says none.
+
+    Indices count within a ``CUDA_VISIBLE_DEVICES``: ``gpus`` within ``visible`` ("ours": this process's, which
+    a launch's supervisor inherits), each run's within the one its run.json recorded; both are compared as the
+    GPUs they name (``physical_gpus``), the shared ones given as indices of ``gpus``. A run that recorded
+    none (run.json without ``env``) is taken to count as ``gpus`` do."""
+    import os
     import socket
 
+    from core.runs.gpus import VISIBLE_ENV, physical_gpus, recorded_visible
     from core.runs.listing import iter_run_dirs
     from core.runs.liveness import effective_status
     from core.runs.states import ACTIVE_STATES
 
     host = socket.gethostname()
+    if visible == "ours":
+        visible = os.environ.get(VISIBLE_ENV)
     wanted = set(gpus)
+    mine = dict(zip(physical_gpus(list(gpus), visible), gpus, strict=True))  # the GPU named → our index
     found = []
     for run in iter_run_dirs():
         if run.status().status not in ACTIVE_STATES:  # a final status file: no liveness check needed
@@ -456,7 +471,9 @@ def live_runs_sharing(gpus: Sequence[int]) -> list[tuple[str, str, list[int]]]:
         if unreadable or record.get("host", host) != host:
             continue
         theirs = [int(g) for g in record.get("gpus") or []]
-        shared = sorted(wanted & set(theirs))
+        known, their_visible = recorded_visible(record)
+        shared = sorted({mine[name] for name in physical_gpus(theirs, their_visible if known else visible)
+                         if name in mine})
         if shared or (not wanted and not theirs):
             found.append((run.id, RunState(status.status).value, shared))
     return found
@@ -498,14 +515,16 @@ def _claim_gpus(config: Any, gpus: list[int], allow_shared: bool, warn: Warn = w
 
 
 def _check_gpus_free(gpus: list[int], allow_shared: bool, warn: Warn = warn_on_stderr, elsewhere: bool = True,
-                     sharing: list[tuple[str, str, list[int]]] | None = None) -> None:
+                     sharing: list[tuple[str, str, list[int]]] | None = None,
+                     visible: str | None | Literal["ours"] = "ours") -> None:
     """Refuse a run on GPUs a live run of this box uses (the second would run both out of memory), unless
     ``allow_shared``; on a CPU a live CPU run is only a warning (both go slower, neither fails).
-    ``sharing``: ``live_runs_sharing(gpus)`` when the caller has just asked it (None: asked here)."""
+    ``sharing``: ``live_runs_sharing(gpus)`` when the caller has just asked it (None: asked here);
+    ``visible``: the ``CUDA_VISIBLE_DEVICES`` ``gpus`` count within (``live_runs_sharing``)."""
     from core.runs.states import state_label
 
     if sharing is None:
-        sharing = live_runs_sharing(gpus)
+        sharing = live_runs_sharing(gpus, visible)
     if not sharing:
         return
     run_id, status, shared = sharing[0]

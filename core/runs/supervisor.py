@@ -79,12 +79,9 @@ def visible_devices(gpus: list[int], inherited: str | None) -> str:
     Indices in run.json are positions among the GPUs visible to ``tunedeck train``; if that already ran
     under CUDA_VISIBLE_DEVICES=2,3, index 0 is physical GPU 2. No GPUs: "" (a CPU run grabs none).
     """
-    if not gpus:
-        return ""
-    if inherited is None or not inherited.strip():
-        return ",".join(str(g) for g in gpus)
-    given = [v.strip() for v in inherited.split(",") if v.strip()]
-    return ",".join(given[g] if g < len(given) else str(g) for g in gpus)
+    from core.runs.gpus import physical_gpus
+
+    return ",".join(physical_gpus(gpus, inherited))  # no GPUs: ""
 
 
 def trainer_env(inherited: Mapping[str, str], run_path: Path, attempt: int, gpus: list[int]) -> dict[str, str]:

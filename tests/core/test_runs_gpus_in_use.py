@@ -230,7 +230,7 @@ def test_the_gpu_look_and_the_queued_run_it_records_are_one_step_under_a_lock(ho
 
     seen: list[tuple[str, bool]] = []
     real_sharing, real_create = lifecycle.live_runs_sharing, launch.create_run
-    monkeypatch.setattr(lifecycle, "live_runs_sharing", lambda gpus: seen.append(("look", lock_is_held()))
+    monkeypatch.setattr(lifecycle, "live_runs_sharing", lambda gpus, visible="ours": seen.append(("look", lock_is_held()))
                         or real_sharing(gpus))
     monkeypatch.setattr(launch, "create_run", lambda *a, **k: seen.append(("record", lock_is_held()))
                         or real_create(*a, **k))
@@ -266,3 +266,62 @@ def test_a_gpu_count_not_moved_is_checked_with_the_live_runs_already_looked_at(h
     with pytest.raises(GpusInUse):  # no GPU left to move to: refused, the runs looked at once for GPU 0
         lifecycle._claim_gpus(SimpleNamespace(gpus=1), [0], False)
     assert asked == [[0], [0, 1]]  # GPU 0 (the count's), then the box's GPUs (for free ones): not GPU 0 again
+
+
+def test_gpus_of_runs_launched_under_different_cuda_visible_devices_are_compared_as_the_gpus_they_name(
+        home, monkeypatch, capsys):
+    """Run A launched under CUDA_VISIBLE_DEVICES=2,3 on its GPU 0 trains on physical GPU 2, but its "0" was
+    compared as it is: a run on physical GPU 0 was refused for it, one on GPU 2 started beside it. run.json
+    records the variable at launch (``env``); indices are mapped through it before they are compared, and a
+    resume's supervisor runs under the recorded one again. Box: 4 GPUs (``visible_gpu_count`` says 4); the
+    supervisor of the resume is not started (``subprocess.Popen`` records its environment)."""
+    from core.cli import main
+    from core.data.samples import sample_dataset_path
+    from core.runs import gpus as run_gpus
+    from core.runs import launch
+    from core.runs.lifecycle import live_runs_sharing
+    from core.runs.run_dir import STOPPED
+
+    monkeypatch.setattr(run_gpus, "visible_gpu_count", lambda nvml=None: 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    first, holder = _live_run([0])  # physical GPU 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    stopped = create_run(_Config(name="long", model="tiny", dataset=str(sample_dataset_path()), precision="fp32",
+                                 gpus=1), ["tunedeck", "train", "long.yaml"], gpus=[0])  # physical GPU 1
+    stopped.write_status(STOPPED)
+    assert first.record()["env"]["CUDA_VISIBLE_DEVICES"] == "2,3"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    try:
+        assert live_runs_sharing([0, 1]) == []  # physical 0 and 1: not A's
+        assert live_runs_sharing([2]) == [(first.id, "running", [2])]
+        assert live_runs_sharing([1], visible="3,2") == [(first.id, "running", [1])]  # within a visible set too
+        assert live_runs_sharing([0], visible="GPU-aaaa") == []  # a UUID matches only itself (no NVML here)
+        # The stopped run resumes on its physical GPU 1 (a resume from a shell without the variable): free.
+        started: list[dict] = []
+
+        class NoSupervisor(Exception):
+            pass
+
+        def popen(cmd, **kwargs):
+            started.append(kwargs["env"])
+            raise NoSupervisor
+
+        monkeypatch.setattr("core.runs.control._choose_checkpoint",
+                            lambda run, step, weights_only, notices: (_ for _ in ()).throw(NoSupervisor()))
+        with pytest.raises(NoSupervisor):  # got past the GPU check (GPU 0 of this shell is not A's)
+            main(["resume", stopped.id])
+        with monkeypatch.context() as patched, pytest.raises(NoSupervisor):
+            patched.setattr(launch.subprocess, "Popen", popen)
+            launch.start_supervisor(stopped)
+        assert started[-1]["CUDA_VISIBLE_DEVICES"] == "1"  # as recorded, not this shell's (unset)
+        # ... and beside a live run on physical GPU 1 it is refused, though this shell's GPU 0 is free.
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+        second, other = _live_run([0])
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+        try:
+            assert main(["resume", stopped.id]) == 2
+            assert f"is in use by run {second.id}" in capsys.readouterr().err
+        finally:
+            _end(other)
+    finally:
+        _end(holder)
