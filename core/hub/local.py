@@ -72,14 +72,18 @@ def weights_state(path: Path, model_dir: Path | None = None) -> str:
     return "complete" if has_weights(model_dir or path) else "none"
 
 
-def cached_model_folder(model_id: str) -> Path | None:
+def cached_model_folder(model_id: str, hub: str = "modelscope") -> Path | None:
     """The folder of a whole copy of hub id ``model_id`` in the Hugging Face or ModelScope cache (its
     config.json and weights, no unfinished download), else None. A run of that id loads it rather than
     asking a hub: the hub may be out of reach (``train --check`` passes a cached model as it is), and a
-    model downloaded from one hub is not fetched again from the other the run names."""
+    model downloaded from one hub is not fetched again from the other the run names. The cache of ``hub``
+    (as a run's ``hub`` key says it; ModelScope by default, as there) is looked in first, then the other's."""
     from core.estimate.model_source import cached_configs
 
-    for config in cached_configs(model_id):  # a half-finished copy in one cache does not hide a whole one
+    configs = cached_configs(model_id)
+    wanted_hf = hub == "huggingface"  # sorted() is stable: each cache keeps its newest snapshot first
+    configs = sorted(configs, key=lambda config: config.is_relative_to(hf_hub_cache()) != wanted_hf)
+    for config in configs:  # a half-finished copy in one cache does not hide a whole one
         folder = config.parent
         # A Hugging Face cache keeps a download's unfinished files in its repo's blobs/, beside snapshots/.
         repo = folder.parents[1] if folder.parent.name == "snapshots" else folder
@@ -90,7 +94,8 @@ def cached_model_folder(model_id: str) -> Path | None:
 
 def cached_hub(model_id: str) -> str | None:
     """The hub (``huggingface`` or ``modelscope``, as a run's ``hub`` key says it) whose cache holds the whole
-    copy a run of ``model_id`` loads (``cached_model_folder``); None where neither holds one."""
+    copy a run of ``model_id`` with the default hub (ModelScope) loads (``cached_model_folder``); None where
+    neither holds one."""
     folder = cached_model_folder(model_id)
     if folder is None:
         return None

@@ -184,7 +184,7 @@ def local_base_folder(source: ModelSource) -> Path | None:
         if HUB_ID.match(value):
             from core.hub.local import cached_model_folder
 
-            folder = cached_model_folder(value)
+            folder = cached_model_folder(value, source.hub)
     if folder is None or folder_problem(folder, str(folder), loaded=True) is not None:
         return None
     return folder

@@ -35,7 +35,7 @@ def has_weights(model_dir: Path) -> bool:
 
 def resolve_model_path(model: str, hub: str) -> Path:
     """A local directory for ``model``: as given, the bundled ``tiny``, a whole copy in a hub cache (either
-    hub's: ``core.hub.local.cached_model_folder``), or downloaded from ``hub``."""
+    hub's, ``hub``'s first: ``core.hub.local.cached_model_folder``), or downloaded from ``hub``."""
     from core.assets import resolve_model_name
 
     local = Path(resolve_model_name(model)).expanduser()
@@ -43,7 +43,7 @@ def resolve_model_path(model: str, hub: str) -> Path:
         return local
     from core.hub.local import cached_model_folder
 
-    cached = cached_model_folder(model)
+    cached = cached_model_folder(model, hub)
     if cached is not None:
         return cached
     if hub == "huggingface":

@@ -403,12 +403,29 @@ def test_a_run_loads_a_whole_cached_model_of_either_hub_without_asking_one(home,
     resolve_model_path("meta/Llama-3-8B", "modelscope")
     resolve_model_path("Qwen/Qwen2.5-0.5B", "modelscope")
     assert asked == ["meta/Llama-3-8B", "Qwen/Qwen2.5-0.5B"]
-    # A half-finished copy in the Hugging Face cache (looked in first) does not hide a whole one in ModelScope's
+    # A half-finished copy in the Hugging Face cache does not hide a whole one in ModelScope's
     whole = home / "ms" / "models" / "meta" / "Llama-3-8B"
     _write(whole / "model.safetensors", 1000)
     (whole / "config.json").write_text("{}")
     assert resolve_model_path("meta/Llama-3-8B", "modelscope") == whole
     assert asked == ["meta/Llama-3-8B", "Qwen/Qwen2.5-0.5B"]
+
+
+def test_a_run_loads_the_copy_of_the_hub_it_names_first(home, monkeypatch):
+    """With whole copies in both caches, a run naming ModelScope (the default) loaded Hugging Face's: that
+    cache was always looked in first. The cache of the hub the run names comes first, then the other's."""
+    from core.hub.local import cached_hub, cached_model_folder
+    from core.train.model_setup import resolve_model_path
+
+    ms = home / "ms" / "models" / "acme" / "Both-1B"
+    hf = home / "hf" / "hub" / "models--acme--Both-1B" / "snapshots" / "abc"
+    for folder in (ms, hf):
+        _write(folder / "model.safetensors", 1000)
+        (folder / "config.json").write_text("{}")
+    assert resolve_model_path("acme/Both-1B", "modelscope") == ms
+    assert resolve_model_path("acme/Both-1B", "huggingface") == hf
+    assert cached_model_folder("acme/Both-1B") == ms  # the run config's default hub
+    assert cached_hub("acme/Both-1B") == "modelscope"  # so a saved plan keeps the default hub, and loads ms
 
 
 def test_a_plan_of_a_model_downloaded_from_hugging_face_names_that_hub(home):
