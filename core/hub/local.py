@@ -31,6 +31,7 @@ class LocalModel:
     last_used: float  # newest access or change time of its files (epoch seconds)
     has_config: bool
     weights: str = "complete"  # one of WEIGHT_STATES: complete | partial | none
+    empty: bool = False  # no file of the model at all (``holds_no_files``): a download that failed at its start
 
     @property
     def complete(self) -> bool:
@@ -102,6 +103,22 @@ def cached_hub(model_id: str) -> str | None:
     return "huggingface" if folder.is_relative_to(hf_hub_cache()) else "modelscope"
 
 
+# What the hubs' SDKs write into a model's folder besides its files: ModelScope's cache index, model and
+# version notes (``.msc``, ``.mdl``, ``.mv``) and lock files; Hugging Face's ``refs/`` (the revision asked).
+BOOKKEEPING_NAMES = (".msc", ".mdl", ".mv")
+
+
+def _bookkeeping(item: Path, folder: Path) -> bool:
+    relative = item.relative_to(folder).parts
+    return item.name in BOOKKEEPING_NAMES or item.name.endswith(".lock") or relative[0] == "refs"
+
+
+def holds_no_files(path: Path) -> bool:
+    """Whether ``path`` holds no file of a model: nothing, or only empty folders and the SDKs' lock and
+    bookkeeping files. A download that failed before its first byte leaves such a folder: it is no model."""
+    return not any(item.is_file() and not _bookkeeping(item, path) for item in path.rglob("*"))
+
+
 def _measure(path: Path) -> tuple[int, float]:
     """(bytes on disk counting each file once, newest atime/mtime) of a folder; symlinks not followed."""
     total = 0
@@ -129,7 +146,7 @@ def _entry(source: str, model_id: str, path: Path, config_search: Path | None = 
     configs = [search / "config.json"] if (search / "config.json").exists() else sorted(search.glob("*/config.json"))
     has_config = bool(configs)
     weights = weights_state(path, configs[0].parent if configs else search)
-    return LocalModel(source, model_id, path, size, newest, has_config, weights)
+    return LocalModel(source, model_id, path, size, newest, has_config, weights, holds_no_files(path))
 
 
 def _modelscope_models() -> list[LocalModel]:
@@ -244,8 +261,16 @@ def user_model_dirs(settings: Any) -> list[str]:
 
 
 def list_local_models(extra_dirs: list[str] | None = None) -> list[LocalModel]:
-    """Every model folder in the hub caches and in ``extra_dirs``, most recently used first."""
+    """Every model folder in the hub caches and in ``extra_dirs``, most recently used first. A folder that
+    holds no file (``holds_no_files``) is listed only as the download tunedeck records into it (failed or
+    stopped before its first file: the listing says so and how to resume it); else it is no model (the
+    SDK's own download, at a run's start, that failed) and not listed: a 0 B "incomplete model" misled."""
     models = _modelscope_models() + _hf_models() + _folder_models(extra_dirs or [])
+    if any(m.empty for m in models):
+        from core.hub.download import list_downloads
+
+        downloads = list_downloads()
+        models = [m for m in models if not m.empty or download_of(m, downloads) is not None]
     return sorted(models, key=lambda m: m.last_used, reverse=True)
 
 

@@ -190,8 +190,9 @@ def test_cli_info_of_a_bundled_model_needs_no_hub(home, monkeypatch, capsys):
 
 
 def test_cli_list_sets_apart_a_folder_without_config(home, capsys):
-    """A failed download leaves an empty folder: it is not listed as a model, but apart, with what to do."""
-    (home / "ms" / "models" / "tinny" / "snapshots").mkdir(parents=True)
+    """A folder with files but no config.json (a download stopped, a stray copy): it is not listed as a
+    model, but apart, with what to do."""
+    _write(home / "ms" / "models" / "tinny" / "snapshots" / "README.md", 10)
     _write(home / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B" / "config.json", 10)
     _write(home / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B" / "model.safetensors", 10)
     assert main(["models", "list"]) == 0
@@ -205,6 +206,39 @@ def test_cli_list_sets_apart_a_folder_without_config(home, capsys):
     assert qwen < tinny  # after the models, under the header of the incomplete ones
     assert " tinny/snapshots " not in lines[tinny]  # not named as if it were a model: its folder only
     assert lines[tinny].split()[-1] == str(home / "ms" / "models" / "tinny" / "snapshots")
+
+
+def test_a_folder_holding_no_file_is_no_model_unless_a_download_of_tunedeck_failed_into_it(home, capsys):
+    """A ModelScope download that failed before its first file left an empty model folder (the SDK's notes and
+    lock in it at most): `models list` and the Local tab showed it as a 0 B "incomplete" model. It is no model
+    and is not listed; where tunedeck's own download failed into it, it is listed as that failed download
+    with the command that resumes it."""
+    from core.hub.download import job_dir_for
+
+    stray = home / "ms" / "models" / "acme" / "Gone-1B"
+    (stray / "sub").mkdir(parents=True)
+    (stray / ".mdl").write_bytes(b"x")  # the SDK's note of the model id
+    (stray / "weights.lock").write_bytes(b"")
+    _write(home / "ms" / "models" / "Qwen" / "Whole" / "config.json", 10)
+    _write(home / "ms" / "models" / "Qwen" / "Whole" / "model.safetensors", 10)
+    assert [m.model_id for m in list_local_models()] == ["Qwen/Whole"]
+    assert main(["models", "list"]) == 0
+    out, err = capsys.readouterr()
+    assert "Gone" not in out + err and "Incomplete" not in err
+    failed = home / "ms" / "models" / "acme" / "Failed-1B"
+    failed.mkdir(parents=True)
+    job = job_dir_for("modelscope", "acme/Failed-1B")
+    job.mkdir(parents=True)
+    (job / "job.json").write_text(json.dumps({"hub": "modelscope", "model_id": "acme/Failed-1B", "revision": "master",
+                                              "target_dir": str(failed), "files": [{"path": "x.bin", "size": 9}]}))
+    (job / "state.json").write_text(json.dumps({"status": "failed", "error": "401", "bytes_done": 0,
+                                                "bytes_total": 9, "updated": 1.0}))
+    assert sorted(m.model_id for m in list_local_models()) == ["Qwen/Whole", "acme/Failed-1B"]
+    assert main(["models", "list"]) == 0
+    out, err = capsys.readouterr()
+    incomplete = (err + out).partition("Incomplete (")[2]
+    assert "acme/Failed-1B" in incomplete and "tunedeck models download acme/Failed-1B" in incomplete
+    assert "Gone" not in out + err
 
 
 def test_bundled_models_sort_by_size_not_as_text():
