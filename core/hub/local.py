@@ -120,7 +120,9 @@ def holds_no_files(path: Path) -> bool:
 
 
 def _measure(path: Path) -> tuple[int, float]:
-    """(bytes on disk counting each file once, newest atime/mtime) of a folder; symlinks not followed."""
+    """(bytes of the model's files, each counted once, newest atime/mtime) of a folder; symlinks not followed.
+    File bytes, not the disk blocks they take: the figure the hub gives, that ``models info`` and ``download``
+    say (blocks made the same model two sizes); the SDKs' bookkeeping files are no part of it."""
     total = 0
     newest = 0.0
     seen: set[tuple[int, int]] = set()
@@ -135,7 +137,8 @@ def _measure(path: Path) -> tuple[int, float]:
         if key in seen:
             continue
         seen.add(key)
-        total += stat.st_blocks * 512 if hasattr(stat, "st_blocks") else stat.st_size
+        if not _bookkeeping(item, path):
+            total += stat.st_size
         newest = max(newest, stat.st_atime, stat.st_mtime)
     return total, newest
 

@@ -241,6 +241,26 @@ def test_a_folder_holding_no_file_is_no_model_unless_a_download_of_tunedeck_fail
     assert "Gone" not in out + err
 
 
+def test_models_list_says_the_size_in_file_bytes_as_info_and_download_do(home, capsys):
+    """`models list` (and the Local tab, from the same listing) counted disk blocks: 20 bytes of files took
+    8.2 kB, and a model showed one size there and another in `models info` and `download`, which say the
+    hub's file bytes. Both say file bytes; the SDK's bookkeeping files (.mdl) are no file of the model."""
+    from core.hub.download import human_bytes
+
+    folder = home / "ms" / "models" / "Qwen" / "Small"
+    _write(folder / "config.json", 10)
+    _write(folder / "model.safetensors", 1234)
+    _write(folder / ".mdl", 50)
+    (hf := home / "hf" / "hub" / "models--acme--Hf" / "blobs").mkdir(parents=True)
+    _write(hf / "abc", 2000)  # the snapshot's link to the blob is not counted again
+    (snapshot := hf.parent / "snapshots" / "rev").mkdir(parents=True)
+    (snapshot / "model.safetensors").symlink_to(hf / "abc")
+    sizes = {m.model_id: m.size_bytes for m in list_local_models()}
+    assert sizes == {"Qwen/Small": 1244, "acme/Hf": 2000}
+    assert main(["models", "list"]) == 0
+    assert f" {human_bytes(1244)} " in capsys.readouterr().out
+
+
 def test_bundled_models_sort_by_size_not_as_text():
     from core.hub.local import bundled_models
 
