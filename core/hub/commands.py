@@ -159,8 +159,13 @@ def run_search(args: argparse.Namespace) -> int:
             print(t("hub.cli.no_results_filters", filters=filters), file=sys.stderr)
         print(t("hub.cli.no_results_hint", other=_other_hub(args.hub)), file=sys.stderr)
         return 0
-    print(t("hub.cli.results_header", shown=len(page.items), total=page.total, hub=args.hub, page=page.page),
-          file=sys.stderr)
+    if args.size == "any":
+        print(t("hub.cli.results_header", shown=len(page.items), total=page.total, hub=args.hub, page=page.page),
+              file=sys.stderr)
+    else:  # the hub's total counts every size: the count is out of the pages whose sizes were read
+        print(t("hub.cli.results_header_size", shown=len(page.items), size=t(f"modelsscreen.size.{args.size}"),
+                start=(args.page - 1) * page.page_size + 1, end=page.listed_through(), total=page.total,
+                hub=args.hub), file=sys.stderr)
     for model in page.items:
         print(f"{pad(truncate(model.model_id, 48), 48)} {_count(model.params):>7} {_count(model.downloads):>7} "
               f"{_date(model.updated)}  {model.license or ''}")

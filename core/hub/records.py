@@ -102,6 +102,11 @@ class SearchPage:
     def has_more(self) -> bool:
         return self.page * self.page_size < self.total
 
+    def listed_through(self) -> int:
+        """How many of the ``total`` the hub listed up to this page: under a size class, the models whose
+        sizes were read (``items`` are those of the class), so what a count of the items is out of."""
+        return min(self.page * self.page_size, self.total)
+
 
 SIZE_SCAN_PAGES = 10  # the hub pages one search with a size class reads at most before it answers
 

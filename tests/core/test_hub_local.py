@@ -108,6 +108,16 @@ def test_cli_search_info_download_list_json(home, monkeypatch, capsys):
         assert "401" in capsys.readouterr().err
 
 
+def test_cli_search_under_a_size_class_counts_out_of_the_pages_read(home, monkeypatch, capsys):
+    """`models search --size small` said "1 of 3 models": the hub's 3 are of every size. The count is out of
+    the pages whose sizes were read."""
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        assert main(["models", "search", "qwen", "--size", "small"]) == 0
+    err = capsys.readouterr().err
+    assert "1 small among models 1-3 of the 3 on modelscope" in err and "1 of 3" not in err
+
+
 def test_cli_offline_message(home, monkeypatch, capsys):
     monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())
     assert main(["models", "search", "qwen"]) == 3

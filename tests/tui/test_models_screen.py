@@ -255,6 +255,28 @@ def test_scrolling_to_the_end_loads_the_next_page(hub_env):
     asyncio.run(scenario())
 
 
+def test_under_a_size_class_the_count_is_out_of_the_models_whose_sizes_were_read(hub_env):
+    """Under a size filter the status line said "1 of 4 models": the hub's 4 are of every size (it has no size
+    filter). It says how many of the size class are among the models read. Fake hub, fake H200 (h200x1)."""
+    async def scenario():
+        from core.hub.records import SearchPage, SearchQuery
+
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_models(pilot, app)
+            status = screen.query_one("#models-status")
+            screen.query_state = SearchQuery(page_size=2, size_class="small")  # page 1: the 7B and the 1.5B
+            screen.run_search()  # (the one row highlighted, the next page is read too: all 4 then)
+            await wait_for(pilot, lambda: results(app).row_count == 1 and not screen.searching
+                           and not screen.page.has_more)
+            await wait_for(pilot, lambda: str(status.render()).endswith("\n1 small among the 4 models"))
+            # pages left to read: the count is out of those read, not the hub's total
+            assert screen._found_text(1, SearchPage((), total=67, page=1, page_size=20)) == \
+                "1 small among the first 20 of 67 models"
+
+    asyncio.run(scenario())
+
+
 def test_reopening_reattaches_to_a_running_download(hub_env):
     """A download started elsewhere (the CLI, an earlier session) shows up with its progress."""
     async def scenario():

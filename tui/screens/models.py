@@ -484,9 +484,20 @@ class ModelsScreen(Screen[None]):
             self._show_filters()
             self._show_message("empty", self._no_results_text())
         else:
-            self._show_filters(t("modelsscreen.found", shown=shown, total=page.total)
-                               + (t("modelsscreen.more") if page.has_more else ""))
+            self._show_filters(self._found_text(shown, page) + (t("modelsscreen.more") if page.has_more else ""))
             self._show_message(None)
+
+    def _found_text(self, shown: int, page: SearchPage) -> str:
+        """"3 of 67 models"; under a size class what the count is out of: the models whose sizes were read
+        (the hub counts all sizes: "1 of 67" said 67 of that size were found)."""
+        size_class = self.query_state.size_class
+        if size_class == "any":
+            return t("modelsscreen.found", shown=shown, total=page.total)
+        read = page.listed_through()
+        size = t(f"modelsscreen.size.{size_class}")
+        if read >= page.total:
+            return t("modelsscreen.found_size_all", shown=shown, size=size, total=page.total)
+        return t("modelsscreen.found_size", shown=shown, size=size, read=read, total=page.total)
 
     def _set_hub_rows(self, rows: dict[str, list[str]]) -> None:
         """The Hub tab lists ``rows`` now; the card of a model no longer listed goes with it."""
