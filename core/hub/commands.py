@@ -427,7 +427,7 @@ def run_download(args: argparse.Namespace) -> int:
             print(json.dumps({"cancelled": sent, "job_dir": str(job_dir)}))
         else:
             print(t("hub.cli.cancel_sent" if sent else "hub.cli.cancel_none", model=args.model_id), file=sys.stderr)
-        return 0 if sent else 1
+        return 0  # nothing running is no failure: none runs after it, as wanted (``stop`` of an ended run says 0 too)
     if args.include is not None and downloader_alive(job_dir):
         # start_download leaves a running downloader alone: the files chosen here would not be the ones fetched.
         from core.errors import CliError

@@ -118,6 +118,15 @@ def test_cli_search_under_a_size_class_counts_out_of_the_pages_read(home, monkey
     assert "1 small among models 1-3 of the 3 on modelscope" in err and "1 of 3" not in err
 
 
+def test_cli_cancel_with_no_download_running_says_so_and_succeeds(home, capsys):
+    """`models download ID --cancel` with nothing running exited 1, as if it had failed: no download runs
+    after it, as asked. It says none was running and exits 0 (`--json`: cancelled false); no hub is asked."""
+    assert main(["models", "download", "Qwen/Qwen2.5-0.5B", "--cancel"]) == 0
+    assert "No download of Qwen/Qwen2.5-0.5B is running." in capsys.readouterr().err
+    assert main(["models", "download", "Qwen/Qwen2.5-0.5B", "--cancel", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cancelled"] is False
+
+
 def test_cli_offline_message(home, monkeypatch, capsys):
     monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())
     assert main(["models", "search", "qwen"]) == 3
