@@ -300,7 +300,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _err(t("lifecycle.serve_stopped", run=key))
         else:
             not_running()
-        return 0 if stopped else 1
+        # No server to stop is no failure (none runs after it, as asked: `stop` of an ended run and `models
+        # download --cancel` with none running exit 0 too); one that ended without a stop is news to act on.
+        return 0 if stopped or died is None else 1
     if args.status:
         state = server_state(key)
         if state is None:

@@ -293,7 +293,7 @@ def test_serve_answers_openai_client_streaming_and_not_then_stops(lora_run):
         time.sleep(0.1)
     else:
         raise AssertionError("server process still alive after --stop")
-    assert tunedeck(home, "serve", run.id, "--stop").returncode == 1
+    assert tunedeck(home, "serve", run.id, "--stop").returncode == 0  # none left to stop: no failure
 
 
 def _chat(home, *args: str) -> subprocess.CompletedProcess:

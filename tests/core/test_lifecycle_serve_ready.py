@@ -125,3 +125,6 @@ def test_status_and_stop_of_a_server_that_ended_unstopped_say_so_with_its_log(tm
     write_json_atomic(state / "state.json", {"status": "stopped", "pid": gone.pid, "backend": "transformers"})
     proc = tunedeck(home, "serve", run_id, "--status")
     assert proc.returncode == 1 and proc.stderr.strip() == f"no server is running for {run_id}", proc.stderr
+    # --stop with no server to stop is no failure (it exited 1): none runs after it, as asked
+    proc = tunedeck(home, "serve", run_id, "--stop")
+    assert proc.returncode == 0 and proc.stderr.strip() == f"no server is running for {run_id}", proc.stderr
