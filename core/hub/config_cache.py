@@ -11,6 +11,7 @@ hub id found nowhere on this box). Model ids are data: only one ``is_hub_id`` ac
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,9 @@ from core.paths import data_root, ensure_private_dir
 # A hub answering slowly is not waited on as a search is: planning says what to do instead.
 FETCH_TIMEOUT_S = 8.0
 META_NAME = "meta.json"
+# A kept config is used however old (plans work offline); one older than this says when it was read, since
+# the model may have changed on the hub since (the card and ``models info`` read it again).
+STALE_AFTER_S = 7 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -146,8 +150,22 @@ def weights_not_here(source: str) -> str:
         return ""
     hub = HUB_NAMES.get(kept.hub, kept.hub)
     if kept.download_bytes:
-        return t("estimate.weights_not_here_size", model=kept.model_id, hub=hub, size=human_bytes(kept.download_bytes))
-    return t("estimate.weights_not_here", model=kept.model_id, hub=hub)
+        text = t("estimate.weights_not_here_size", model=kept.model_id, hub=hub, size=human_bytes(kept.download_bytes))
+    else:
+        text = t("estimate.weights_not_here", model=kept.model_id, hub=hub)
+    read = config_read_at(kept)
+    if read is not None and time.time() - read > STALE_AFTER_S:
+        command = f"tunedeck models info {kept.model_id}" + (" --hub hf" if kept.hub == "hf" else "")
+        text += t("estimate.hub_config_read_on", date=time.strftime("%Y-%m-%d", time.localtime(read)), command=command)
+    return text
+
+
+def config_read_at(kept: CachedHubConfig) -> float | None:
+    """When the kept config.json was read from its hub (the time it was written here), None if unreadable."""
+    try:
+        return kept.path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def source_json(source: str) -> dict[str, Any]:
@@ -155,5 +173,7 @@ def source_json(source: str) -> dict[str, Any]:
     config kept here ``hub``, ``weights_on_box`` false and ``download_bytes`` (null where not listed)."""
     kept = hub_config_origin(source)
     if kept is None:
-        return {"config": source, "hub": None, "weights_on_box": None, "download_bytes": None}
-    return {"config": source, "hub": kept.hub, "weights_on_box": False, "download_bytes": kept.download_bytes}
+        return {"config": source, "hub": None, "weights_on_box": None, "download_bytes": None, "config_read": None}
+    read = config_read_at(kept)
+    return {"config": source, "hub": kept.hub, "weights_on_box": False, "download_bytes": kept.download_bytes,
+            "config_read": None if read is None else time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(read))}

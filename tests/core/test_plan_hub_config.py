@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,8 @@ def test_plan_of_a_model_only_on_the_hub_then_offline_from_the_kept_config(tmp_p
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert json.loads(kept(tmp_path).read_text()) == CONFIG  # the server's config.json, kept
+    read = data["model_source"].pop("config_read")  # when it was read from the hub (local time, ISO 8601)
+    assert read.startswith(time.strftime("%Y-%m-%dT", time.localtime(kept(tmp_path).stat().st_mtime)))
     assert data["model_source"] == {"config": str(kept(tmp_path)), "hub": "modelscope", "weights_on_box": False,
                                     "download_bytes": DOWNLOAD}
     # planned from the server's shape: the same plan as its config.json named as a file
@@ -71,10 +74,27 @@ def test_plan_of_a_model_only_on_the_hub_then_offline_from_the_kept_config(tmp_p
     assert (f"{MODEL}: sized from its config.json from ModelScope; its weights are not on this box yet, "
             f"tunedeck train downloads them at its start ({human_bytes(DOWNLOAD)})") in offline.stdout
 
+    assert "was read on" not in offline.stdout  # read today: nothing to say of its age
+
     estimate = tunedeck(tmp_path, closed_port_url(), "estimate", "--model", MODEL, "--hardware", "H200", "--json")
     assert estimate.returncode == 0, estimate.stderr
     assert json.loads(estimate.stdout)["model_source"]["weights_on_box"] is False
     assert "its weights are not on this box yet" in estimate.stderr
+
+
+def test_a_plan_from_a_config_kept_over_a_week_says_when_it_was_read(tmp_path):
+    """A kept hub config.json is used for ever (plans work offline), and the hub's model may change: one read
+    over a week ago says the date and how to read it again. Its file's time is set back 8 days."""
+    with FakeHubServer(hub_with_model()) as server:
+        assert tunedeck(tmp_path, server.url, "plan", "--model", MODEL, "--hardware", "H200").returncode == 0
+    old = time.time() - 8 * 24 * 3600
+    os.utime(kept(tmp_path), (old, old))
+    day = time.strftime("%Y-%m-%d", time.localtime(old))
+    for command in ("plan", "estimate"):
+        proc = tunedeck(tmp_path, closed_port_url(), command, "--model", MODEL, "--hardware", "H200")
+        assert proc.returncode == 0, proc.stderr
+        assert (f"its config.json was read on {day} and may have changed there since: "
+                f"tunedeck models info {MODEL} reads it again") in " ".join((proc.stdout + proc.stderr).split())
 
 
 def test_models_info_keeps_the_config_for_plan(tmp_path):
