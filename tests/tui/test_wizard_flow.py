@@ -232,6 +232,45 @@ def test_a_bad_model_id_stays_on_the_first_step_with_the_reason(private_home):
     run(scenario())
 
 
+def test_a_typed_model_is_read_off_the_ui_thread(private_home, tmp_path, monkeypatch):
+    """Enter on the model step read a typed folder's (or a cached hub id's, a bundled name's) config.json on the
+    UI thread, only a hub id found nowhere went to a worker: a slow disk froze the app. Every model is read in
+    a worker, which posts what it found; a refused one is said the same way. CPU box (fake)."""
+    import json
+    import threading
+
+    import core.plan.planner as planner
+    from tests.hubserver import tiny_config
+
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(tiny_config()))
+    read_on: list[bool] = []
+    real = planner.base_plan
+
+    def base_plan(*args, **kwargs):
+        read_on.append(threading.current_thread() is threading.main_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "base_plan", base_plan)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await open_wizard(pilot, app)
+            w.query_one("#model-input").value = str(tmp_path / "nothing-here")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: "No config.json found" in " ".join(screen_text(app).split()))
+            assert w.step == 0
+            w.query_one("#model-input").value = str(folder)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 1)
+            assert w.base_model == str(folder) and w.base.architecture.hidden_size == 64
+
+    run(scenario())
+    assert read_on == [False, False]  # both read in a worker
+
+
 def test_after_a_refused_model_typing_starts_a_new_id_and_the_error_goes(private_home):
     """``nosuch/model-7b``, Enter: the error, and the field kept the focus, so that ``Qwen2.5-7B`` typed next made
     ``nosuch/model-7bQwen2.5-7B`` (every character typed on the step starts a new value, the README says). Enter

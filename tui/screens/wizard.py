@@ -63,11 +63,21 @@ class DatasetSummarised(Message):
 
 
 class ModelFetched(Message):
-    """A hub model's config.json read from the hub (``base`` its plan) or why it could not be (``error``)."""
+    """A model's config.json read in a worker, from this box or the hub (``base`` its plan), or why it could not
+    be (``error``); ``after`` what the step does with a model taken: ``next`` (go on), ``plan`` (plan, the step
+    it was asked from), ``stay``."""
 
-    def __init__(self, model: str, base: Any, error: str | None) -> None:
+    def __init__(self, model: str, base: Any, error: str | None, after: str, token: int) -> None:
         super().__init__()
-        self.model, self.base, self.error = model, base, error
+        self.model, self.base, self.error, self.after, self.token = model, base, error, after, token
+
+
+class ModelFetching(Message):
+    """The model is found nowhere on this box: its config.json is being read from the hub."""
+
+    def __init__(self, model: str, token: int) -> None:
+        super().__init__()
+        self.model, self.token = model, token
 
 
 class BoxRead(Message):
@@ -179,7 +189,8 @@ class WizardScreen(Screen[None]):
         self.planning = False  # a recommendation is being computed for the current inputs
         self.override_error = False  # the status line shows an override value's error
         self.model_error: str | None = None  # the model id the line under the field says is wrong
-        self.fetching_model: str | None = None  # the hub id whose config.json a worker reads from the hub
+        self.fetching_model: str | None = None  # the model whose config.json a worker reads (``_check_model``)
+        self.model_token = 0  # which of those reads is the latest
         self.launch_path: str | None = None  # the plan file the last launch started (asked again on shared GPUs)
 
     # --- layout --------------------------------------------------------------------------------------
@@ -249,8 +260,8 @@ class WizardScreen(Screen[None]):
         if model and model != self.query_one("#model-input", Input).value:
             self.query_one("#model-input", Input).value = model
             # the line under the field describes this model, not the one planned before (a bundled config
-            # or the local cache: read from disk, as Enter does)
-            self._check_model()
+            # or the local cache: read from disk in a worker, as Enter does)
+            self._check_model(after="stay")
             self._show_step(0)
 
     # --- steps ---------------------------------------------------------------------------------------
@@ -432,9 +443,7 @@ class WizardScreen(Screen[None]):
     def _submit_step(self) -> None:
         name = STEPS[self.step]
         if name == "model":
-            if self._check_model():
-                self._show_step(1)
-                self._summarise_if_needed()
+            self._check_model(after="next")  # read in a worker: ModelFetched goes on
         elif name == "dataset":
             path = self.query_one("#dataset-input", Input).value.strip()
             if not path:
@@ -458,31 +467,19 @@ class WizardScreen(Screen[None]):
             self.action_save()
 
     # --- model ---------------------------------------------------------------------------------------
-    def _check_model(self) -> bool:
-        from core.estimate import ArchitectureError, ModelNotFoundError
-        from core.plan.planner import base_plan
-        from core.plan.request import PlanRequest
-
+    def _check_model(self, after: str) -> None:
+        """Read the typed model's config.json in a worker (a folder, a hub cache, a bundled or kept config: disk
+        reads; a hub id found nowhere here, from the hub); ``ModelFetched`` takes it or says why not, then does
+        ``after`` (see there)."""
         model = self.query_one("#model-input", Input).value.strip()
         info = self.query_one("#model-info", Static)
         if not model:
             info.update(f"[$error]{t('wizard.model.empty')}[/]")
-            return False
-        try:
-            base = base_plan(PlanRequest(model=model, hardware=None))  # type: ignore[arg-type]
-        except (ModelNotFoundError, ArchitectureError) as exc:
-            from core.hub.records import is_hub_id
-
-            if isinstance(exc, ModelNotFoundError) and exc.kind == "unknown_model" and is_hub_id(model):
-                # a hub id found nowhere here: its config.json from the hub, in a worker; Enter goes on then
-                info.update(t("wizard.model.fetching", model=_escape(model)))
-                self.fetching_model = model
-                self.fetch_model(model)
-                return False
-            self._model_refused(model, self._model_error_text(exc))
-            return False
-        self._model_taken(model, base)
-        return True
+            return
+        info.update(t("wizard.model.reading", model=_escape(model)))
+        self.fetching_model = model
+        self.model_token += 1  # the answer of a check asked before (Enter twice) is for no one
+        self.fetch_model(model, after, self.model_token)
 
     @staticmethod
     def _model_error_text(exc: Exception) -> str:
@@ -507,33 +504,50 @@ class WizardScreen(Screen[None]):
                                                        layers=arch.num_layers, hidden=arch.hidden_size))
 
     @work(thread=True, exclusive=True, group="wizard-model", exit_on_error=False)
-    def fetch_model(self, model: str) -> None:
-        """``model``'s config.json from the hub (``base_plan(fetch=True)``: kept for the next plan)."""
+    def fetch_model(self, model: str, after: str, token: int) -> None:
+        """``model``'s config.json from this box, else for a hub id found nowhere here from the hub
+        (``base_plan(fetch=True)``: kept for the next plan)."""
         from core.estimate import ArchitectureError, ModelNotFoundError
+        from core.hub.records import is_hub_id
         from core.plan.planner import base_plan
         from core.plan.request import PlanRequest
 
+        request = PlanRequest(model=model, hardware=None)  # type: ignore[arg-type]
         try:
-            base = base_plan(PlanRequest(model=model, hardware=None), fetch=True)  # type: ignore[arg-type]
+            try:
+                base = base_plan(request)
+            except ModelNotFoundError as exc:
+                if exc.kind != "unknown_model" or not is_hub_id(model):
+                    raise
+                self.post_message(ModelFetching(model, token))
+                base = base_plan(request, fetch=True)
         except (ModelNotFoundError, ArchitectureError) as exc:
-            self.post_message(ModelFetched(model, None, self._model_error_text(exc)))
+            self.post_message(ModelFetched(model, None, self._model_error_text(exc), after, token))
             return
         except Exception as exc:  # a bug: the error modal and the log, and the step says it failed too
             report_unexpected(self.app, exc, "wizard.fetch_model")
-            self.post_message(ModelFetched(model, None, describe(exc)))
+            self.post_message(ModelFetched(model, None, describe(exc), after, token))
             return
-        self.post_message(ModelFetched(model, base, None))
+        self.post_message(ModelFetched(model, base, None, after, token))
+
+    def on_model_fetching(self, message: ModelFetching) -> None:
+        if self.fetching_model == message.model and self.model_token == message.token:
+            self.query_one("#model-info", Static).update(t("wizard.model.fetching", model=_escape(message.model)))
 
     def on_model_fetched(self, message: ModelFetched) -> None:
-        if STEPS[self.step] != "model" or self.fetching_model != message.model:
+        if ((message.after != "plan" and STEPS[self.step] != "model") or self.fetching_model != message.model
+                or self.model_token != message.token):
             return  # the user went on, or typed another model: this answer is for no one
         self.fetching_model = None
         if message.error is not None:
             self._model_refused(message.model, message.error)
             return
         self._model_taken(message.model, message.base)
-        self._show_step(1)
-        self._summarise_if_needed()
+        if message.after == "next":
+            self._show_step(1)
+            self._summarise_if_needed()
+        elif message.after == "plan":
+            self.recompute(advance=True)  # the result step shows if it was asked from the hardware step
 
     # --- dataset -------------------------------------------------------------------------------------
     def _summary_is_current(self, path: str) -> bool:
@@ -751,9 +765,10 @@ class WizardScreen(Screen[None]):
 
         if not keep_status:
             self._status("")
+        if self.base is None:  # no model taken yet: read it (in a worker), then plan
+            self._check_model(after="plan")
+            return
         try:
-            if self.base is None and not self._check_model():
-                return
             self.request = self._build_request()
         except (HardwareError, ModelNotFoundError, ArchitectureError, ValueError) as exc:
             self.query_one("#hardware-info", Static).update(_escape(str(exc)))
