@@ -109,11 +109,50 @@ def build_messages(history: list[dict[str, str]], system_prompt: str = "") -> li
     return messages
 
 
+class ChatTemplateRefused(LifecycleError):
+    """The model's chat template refused the messages (jinja's ``raise_exception``: Gemma's templates take no
+    ``system`` message, some insist on user/assistant turns). ``role``: the role it refuses, when taking that
+    role's messages out makes it take the rest; ``reason``: the template's own words. The conversation is
+    the caller's to change, not a failure of the model: the server answers it 400, the chat says it."""
+
+    def __init__(self, message: str, role: str | None, reason: str) -> None:
+        super().__init__(message)
+        self.role = role
+        self.reason = reason
+
+
+def _template_refusal(tokenizer: Any, messages: list[dict[str, str]], reason: str) -> ChatTemplateRefused:
+    """Which role the template refuses: the first (but user) whose messages, taken out, leave messages it
+    takes; said with what to do instead."""
+    from jinja2.exceptions import TemplateError
+
+    from core.i18n import t
+
+    for role in dict.fromkeys(m.get("role") for m in messages):
+        rest = [m for m in messages if m.get("role") != role]
+        if role == "user" or not rest:
+            continue
+        try:
+            tokenizer.apply_chat_template(rest, add_generation_prompt=True, tokenize=False)
+        except TemplateError:
+            continue
+        key = "lifecycle.template_refuses_system" if role == "system" else "lifecycle.template_refuses_role"
+        return ChatTemplateRefused(t(key, role=role, reason=reason), str(role), reason)
+    return ChatTemplateRefused(t("lifecycle.template_refuses", reason=reason), None, reason)
+
+
 def prompt_ids(loaded: LoadedModel, messages: list[dict[str, str]]) -> Any:
+    """The conversation as prompt token ids (its chat template, with the generation prompt), on the model's
+    device; ``ChatTemplateRefused`` when the template raises on these messages."""
     tokenizer = loaded.tokenizer
     if getattr(tokenizer, "chat_template", None):
-        encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                                return_dict=True)
+        from jinja2.exceptions import TemplateError
+
+        try:
+            encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                                    return_dict=True)
+        except TemplateError as exc:
+            raise _template_refusal(tokenizer, messages, str(exc)) from None
         ids = encoded["input_ids"]
     else:  # a base model without a template: plain text turns
         text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "

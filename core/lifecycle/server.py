@@ -16,7 +16,8 @@ least 1; ``temperature`` from 0 to 2; ``top_p`` above 0 and at most 1; ``n`` onl
 up to 4 of them (the reply ends before the first, finish_reason "stop"). A value given is used as given,
 0 included. The prompt and ``max_tokens`` together must fit the model's context (its config's
 ``max_position_embeddings``): past it the request is refused, as vLLM refuses it; with ``max_tokens`` left
-out, the default (256) is cut to what the context has room for.
+out, the default (256) is cut to what the context has room for. Messages the model's chat template refuses
+(Gemma's take no ``system`` message) are a 400 naming ``messages`` and the role, not a failed generation.
 
 With an API key (environment ``TUNEDECK_API_KEY``, never the command line, where ``ps`` shows it) every
 /v1 route needs ``Authorization: Bearer KEY`` (401 otherwise, OpenAI's error JSON); /health stays open.
@@ -95,10 +96,14 @@ class ChatBackend:
         self.context = context_length(loaded)  # prompt + reply, in tokens; None: not known, not checked
 
     def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
-        """The prompt's length in tokens, as generation will template and count it."""
-        from core.lifecycle.chat import prompt_ids
+        """The prompt's length in tokens, as generation will template and count it; a chat template that
+        refuses the messages (a role it does not take) is the client's to mend: a 400 naming ``messages``."""
+        from core.lifecycle.chat import ChatTemplateRefused, prompt_ids
 
-        return int(prompt_ids(self.loaded, messages).shape[-1])
+        try:
+            return int(prompt_ids(self.loaded, messages).shape[-1])
+        except ChatTemplateRefused as exc:
+            raise RequestError(str(exc), param="messages") from None
 
     def authorised(self, header: str | None) -> bool:
         if self.api_key is None:

@@ -1,0 +1,72 @@
+"""A chat template that refuses a role (Gemma's raise on a ``system`` message, through jinja's
+``raise_exception``) is the client's request the model cannot take: the server answers OpenAI's 400 naming
+``messages`` and the role, not a 500 "generation failed". The real server (``ChatServer`` with the real
+handler) over loopback, in this process, on a whole tiny model (random weights, the bundled tokenizer with a
+Gemma-style template); CPU only."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+
+from tests.fixtures.lifecycle.finished_run import TINY
+
+# Gemma's chat template, as its tokenizer_config.json ships it (the turn markers are plain text here).
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+    "{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def gemma_style(tmp_path_factory):
+    """The base URL (…/v1) of a server on a tiny model whose chat template raises on a system message."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from core.lifecycle.server import ChatBackend, ChatServer, make_handler
+    from core.lifecycle.source import load_model_dir
+
+    folder = tmp_path_factory.mktemp("gemma-style") / "model"
+    shutil.copytree(TINY, folder)
+    tokenizer = AutoTokenizer.from_pretrained(TINY)
+    tokenizer.chat_template = GEMMA_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(TINY)).save_pretrained(folder)
+    server = ChatServer("127.0.0.1", 0, make_handler(ChatBackend(load_model_dir(folder, "cpu"), "gemma-style")))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_role_the_chat_template_refuses_is_a_400_naming_it(gemma_style):
+    """A system message was answered 500 "generation failed: System role not supported" (server_error: the
+    client retries, or blames the server). Now 400 invalid_request_error, param messages, saying the
+    template refuses the system role and what to do; the same conversation without it is answered."""
+    import openai
+
+    client = openai.OpenAI(base_url=gemma_style, api_key="unused", timeout=120, max_retries=0)
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="gemma-style", max_tokens=3, stream=stream, messages=[
+                {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+        error = refused.value.body
+        assert refused.value.status_code == 400, error
+        assert error["type"] == "invalid_request_error" and error["param"] == "messages", error
+        assert "refuses the system role" in error["message"] and "System role not supported" in error["message"]
+        assert "first user message" in error["message"], error  # what to do
+    # a template's refusal of the turns themselves (two user messages in a row) is a 400 too, in its words
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="gemma-style", max_tokens=3, messages=[
+            {"role": "user", "content": "Hi"}, {"role": "user", "content": "again"}])
+    assert refused.value.body["param"] == "messages" and "must alternate" in refused.value.body["message"]
+    reply = client.chat.completions.create(model="gemma-style", max_tokens=3, temperature=0,
+                                           messages=[{"role": "user", "content": "Hi"}])
+    assert reply.choices[0].finish_reason in ("stop", "length") and reply.usage.prompt_tokens > 3
