@@ -160,6 +160,12 @@ def prompt_ids(loaded: LoadedModel, messages: list[dict[str, str]]) -> Any:
     return ids.to(loaded.device)
 
 
+def text_prompt_ids(loaded: LoadedModel, text: str) -> Any:
+    """A plain text prompt (the legacy completions API's: no chat template) as token ids on the model's device,
+    with the special tokens the tokenizer adds itself (a BOS where the model expects one)."""
+    return loaded.tokenizer(text, return_tensors="pt")["input_ids"].to(loaded.device)
+
+
 class TokenStreamer:
     """A ``generate`` streamer that hands out text token by token (transformers' own waits for a space).
 
@@ -265,7 +271,15 @@ def _adapter_context(loaded: LoadedModel, variant: str) -> Any:
 def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: GenerationSettings | None = None,
                 variant: str = "tuned", stop: threading.Event | None = None,
                 outcome: GenerationOutcome | None = None) -> Iterator[str]:
-    """Text pieces of the reply as they are generated (``variant``: "tuned" or "base").
+    """Text pieces of the reply to ``messages`` (chat-templated) as they are generated: ``stream_prompt``."""
+    yield from stream_prompt(loaded, prompt_ids(loaded, messages), settings, variant, stop, outcome)
+
+
+def stream_prompt(loaded: LoadedModel, ids: Any, settings: GenerationSettings | None = None,
+                  variant: str = "tuned", stop: threading.Event | None = None,
+                  outcome: GenerationOutcome | None = None) -> Iterator[str]:
+    """Text pieces of what follows the prompt token ids ``ids`` (``prompt_ids`` of a conversation,
+    ``text_prompt_ids`` of a plain prompt) as they are generated (``variant``: "tuned" or "base").
 
     ``outcome``, when given, receives the generated ids, the prompt length and whether an end token
     came, once the last piece has been yielded.
@@ -281,7 +295,6 @@ def stream_chat(loaded: LoadedModel, messages: list[dict[str, str]], settings: G
     from transformers import StoppingCriteria, StoppingCriteriaList
 
     settings = settings or GenerationSettings()
-    ids = prompt_ids(loaded, messages)
     streamer = TokenStreamer(loaded.tokenizer)
     stops = tuple(s for s in settings.stop if s)
     start = int(ids.shape[-1])
@@ -370,8 +383,14 @@ def generate_reply(loaded: LoadedModel, messages: list[dict[str, str]], settings
                    variant: str = "tuned", stop: threading.Event | None = None) -> Reply:
     """The whole reply with its ``GenerationOutcome`` (generated ids, prompt length, finish reason);
     ``stop``, once set, ends the generation at the next token (the reply so far is returned)."""
+    return generate_from_prompt(loaded, prompt_ids(loaded, messages), settings, variant, stop)
+
+
+def generate_from_prompt(loaded: LoadedModel, ids: Any, settings: GenerationSettings | None = None,
+                         variant: str = "tuned", stop: threading.Event | None = None) -> Reply:
+    """``generate_reply`` for prompt token ids already made (``prompt_ids``, ``text_prompt_ids``)."""
     outcome = GenerationOutcome()
-    text = "".join(stream_chat(loaded, messages, settings, variant, stop=stop, outcome=outcome))
+    text = "".join(stream_prompt(loaded, ids, settings, variant, stop=stop, outcome=outcome))
     return Reply(text, outcome)
 
 

@@ -8,6 +8,8 @@ by ``core.lifecycle.serve`` in its own session. It holds ``DIR/lock`` for its wh
     GET  /v1/models              the fine-tuned model, and ``<id>-base`` when it is base + adapter
     GET  /v1/models/{id}         one of those (404 ``model_not_found`` for any other id)
     POST /v1/chat/completions    OpenAI schema; ``"stream": true`` answers as server-sent events
+    POST /v1/completions         the legacy text completion (lm-eval, older SDKs): ``prompt`` a string or a
+                                 list of them (a choice each), no chat template; the same checks and streaming
 
 Requests are checked as OpenAI's API checks them, each refusal a 400 (404 for an unknown model) in OpenAI's
 error shape naming the parameter: ``model`` must be one /v1/models lists (left out, the fine-tuned model
@@ -42,6 +44,7 @@ import threading
 import time
 import uuid
 from contextlib import closing
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -95,15 +98,27 @@ class ChatBackend:
 
         self.context = context_length(loaded)  # prompt + reply, in tokens; None: not known, not checked
 
-    def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
-        """The prompt's length in tokens, as generation will template and count it; a chat template that
-        refuses the messages (a role it does not take) is the client's to mend: a 400 naming ``messages``."""
+    def chat_ids(self, messages: list[dict[str, str]]) -> Any:
+        """The conversation's prompt token ids, chat-templated once (counted for the context, then generated
+        from); a chat template that refuses the messages (a role it does not take) is the client's to mend:
+        a 400 naming ``messages``."""
         from core.lifecycle.chat import ChatTemplateRefused, prompt_ids
 
         try:
-            return int(prompt_ids(self.loaded, messages).shape[-1])
+            return prompt_ids(self.loaded, messages)
         except ChatTemplateRefused as exc:
             raise RequestError(str(exc), param="messages") from None
+
+    def text_ids(self, text: str, index: int) -> Any:
+        """A completions prompt's token ids (no template); one of no tokens at all is a 400: nothing to follow."""
+        from core.lifecycle.chat import text_prompt_ids
+
+        ids = text_prompt_ids(self.loaded, text)
+        if int(ids.shape[-1]) < 1:
+            from core.i18n import t
+
+            raise RequestError(t("lifecycle.api_prompt_empty", index=index), param="prompt")
+        return ids
 
     def authorised(self, header: str | None) -> bool:
         if self.api_key is None:
@@ -190,25 +205,28 @@ def _settings(body: dict[str, Any]) -> tuple[Any, bool]:
     return settings, max_tokens is not None
 
 
-def _fit_context(settings: Any, explicit: bool, prompt_tokens: int, limit: int | None) -> Any:
+def _fit_context(settings: Any, explicit: bool, prompt_tokens: int, limit: int | None,
+                 param: str = "messages") -> Any:
     """The settings with ``max_tokens`` fitting the model's context of ``limit`` tokens after the prompt.
 
     As vLLM: a prompt that leaves no room, or a ``max_tokens`` given that goes past the context, is refused
-    (400 ``context_length_exceeded``); the default ``max_tokens`` is cut to the room left."""
+    (400 ``context_length_exceeded`` naming ``param``: a chat's "messages", a completion's "prompt"); the
+    default ``max_tokens`` is cut to the room left."""
     from dataclasses import replace
 
     from core.i18n import t
 
     if limit is None:
         return settings
+    words = "lifecycle.api_" if param == "messages" else "lifecycle.api_completion_"
     room = limit - prompt_tokens
     if room < 1:
-        raise RequestError(t("lifecycle.api_prompt_too_long", limit=limit, prompt=prompt_tokens),
-                           param="messages", code="context_length_exceeded")
+        raise RequestError(t(words + "prompt_too_long", limit=limit, prompt=prompt_tokens),
+                           param=param, code="context_length_exceeded")
     if explicit and settings.max_tokens > room:
-        raise RequestError(t("lifecycle.api_context", limit=limit, total=prompt_tokens + settings.max_tokens,
+        raise RequestError(t(words + "context", limit=limit, total=prompt_tokens + settings.max_tokens,
                              prompt=prompt_tokens, completion=settings.max_tokens),
-                           param="messages", code="context_length_exceeded")
+                           param=param, code="context_length_exceeded")
     return replace(settings, max_tokens=min(settings.max_tokens, room))
 
 
@@ -257,6 +275,55 @@ def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
                                  roles=", ".join(CHAT_ROLES + tuple(ROLE_ALIASES))), param=param)
         out.append({"role": ROLE_ALIASES.get(role, role), "content": _content(message.get("content"), index)})
     return out
+
+
+UNSUPPORTED_COMPLETION = ("echo", "logprobs", "suffix", "best_of")  # OpenAI's, that this server cannot honour
+
+
+def _prompts(body: dict[str, Any]) -> list[str]:
+    """A completions request's ``prompt``: a string or a list of them (one choice each); ``RequestError`` for
+    anything else, and for a parameter this server cannot honour (``echo``, ``logprobs``, ``suffix``,
+    ``best_of`` above 1) rather than an answer that silently leaves it out."""
+    from core.i18n import t
+
+    prompt = body.get("prompt")
+    prompts = [prompt] if isinstance(prompt, str) else prompt
+    if not (isinstance(prompts, list) and prompts and all(isinstance(p, str) for p in prompts)):
+        raise RequestError(t("lifecycle.api_prompt", value=_shown(prompt)), param="prompt")
+    for name in UNSUPPORTED_COMPLETION:
+        value = body.get(name)
+        if value not in (None, False, "") and not (name == "best_of" and value == 1):
+            raise RequestError(t("lifecycle.api_unsupported", param=name, value=_shown(value)), param=name)
+    return prompts
+
+
+@dataclass
+class _Job:
+    """One request's generations under the model lock, answered in its endpoint's shape: a chat's
+    ``chat.completion`` (a message, delta chunks), a completion's ``text_completion`` (text, text chunks)."""
+
+    chat: bool
+    prompts: list[tuple[Any, Any]]  # (prompt token ids, GenerationSettings fitted to the context), a choice each
+    variant: str
+    model: str
+    id: str
+    created: int
+    include_usage: bool = False
+
+    def choice(self, index: int, text: str, finish: str) -> dict[str, Any]:
+        if self.chat:
+            return {"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+        return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+
+    def chunk(self, index: int, piece: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+        """A stream chunk: a piece of text, or (``piece`` None) the choice's end with its finish reason."""
+        if self.chat:
+            delta = {"role": "assistant", "content": piece} if role else {} if piece is None else {"content": piece}
+            choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish}
+        else:
+            choice = {"index": index, "text": piece or "", "logprobs": None, "finish_reason": finish}
+        return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
+                "created": self.created, "model": self.model, "choices": [choice]}
 
 
 def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
@@ -350,7 +417,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?")[0].rstrip("/")
             if self._refused(path):
                 return
-            if path != "/v1/chat/completions":
+            if path not in ("/v1/chat/completions", "/v1/completions"):
                 self._error(404, t("lifecycle.api_no_route", method=self.command, path=self.path))
                 return
             try:
@@ -369,14 +436,23 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 self._error(413, t("lifecycle.serve_body_too_large", size=length, limit=backend.max_body_bytes),
                             error_code="request_too_large", headers={"Connection": "close"})
                 return
+            chat = path == "/v1/chat/completions"
             try:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 if not isinstance(body, dict):
                     raise ValueError("the request body must be a JSON object")
-                messages = _messages(body)
+                if chat:
+                    prompts = [_messages(body)]
+                else:
+                    prompts = _prompts(body)
                 settings, explicit = _settings(body)
                 variant = backend.variant_for(body.get("model"))
-                settings = _fit_context(settings, explicit, backend.prompt_tokens(messages), backend.context)
+                if chat:
+                    ids = [backend.chat_ids(prompts[0])]
+                else:
+                    ids = [backend.text_ids(text, index) for index, text in enumerate(prompts)]
+                fitted = [_fit_context(settings, explicit, int(one.shape[-1]), backend.context,
+                                       "messages" if chat else "prompt") for one in ids]
             except RequestError as exc:
                 self._error(exc.status, str(exc), error_code=exc.code, param=exc.param)
                 return
@@ -387,19 +463,19 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 log.exception("templating the prompt failed")
                 self._error(500, f"generation failed: {exc}", "server_error")
                 return
-            model_name = backend.model_id + ("-base" if variant == "base" else "")
-            created = int(time.time())
-            cid = "chatcmpl-" + uuid.uuid4().hex[:24]
+            options = body.get("stream_options")
+            job = _Job(chat=chat, prompts=list(zip(ids, fitted, strict=True)), variant=variant,
+                       model=backend.model_id + ("-base" if variant == "base" else ""),
+                       id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24], created=int(time.time()),
+                       include_usage=isinstance(options, dict) and bool(options.get("include_usage")))
             with backend.lock:
                 if body.get("stream"):
-                    options = body.get("stream_options")
-                    usage = isinstance(options, dict) and bool(options.get("include_usage"))
-                    self._stream(messages, settings, variant, model_name, cid, created, usage)
+                    self._stream(job)
                 else:
-                    self._complete(messages, settings, variant, model_name, cid, created)
+                    self._complete(job)
 
-        def _complete(self, messages: Any, settings: Any, variant: str, model: str, cid: str, created: int) -> None:
-            from core.lifecycle.chat import generate_reply
+        def _complete(self, job: _Job) -> None:
+            from core.lifecycle.chat import generate_from_prompt
 
             # A client that goes away (its timeout, Ctrl+C) ends the generation: the lock it holds would keep
             # every other request waiting for a reply nobody reads, up to max_tokens of it.
@@ -412,8 +488,12 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                         return
 
             threading.Thread(target=watch, daemon=True, name="tunedeck-client-watch").start()
+            replies = []
             try:
-                reply = generate_reply(backend.loaded, messages, settings, variant, stop=gone)
+                for ids, settings in job.prompts:
+                    replies.append(generate_from_prompt(backend.loaded, ids, settings, job.variant, stop=gone))
+                    if gone.is_set():
+                        break
             except Exception as exc:  # a generation error is the client's answer, not a dead server
                 log.exception("generation failed")
                 self._error(500, f"generation failed: {exc}", "server_error")
@@ -422,19 +502,19 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 finished.set()
             if gone.is_set():
                 log.info("%s went away; its generation stopped after %d tokens", self.address_string(),
-                         reply.outcome.completion_tokens)
+                         sum(reply.outcome.completion_tokens for reply in replies))
                 self.close_connection = True
                 return
             self._json(200, {
-                "id": cid, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
-                             "finish_reason": reply.outcome.finish_reason}],
-                "usage": _usage(reply.outcome),
+                "id": job.id, "object": "chat.completion" if job.chat else "text_completion",
+                "created": job.created, "model": job.model,
+                "choices": [job.choice(index, reply.text, reply.outcome.finish_reason)
+                            for index, reply in enumerate(replies)],
+                "usage": _usage([reply.outcome for reply in replies]),
             })
 
-        def _stream(self, messages: Any, settings: Any, variant: str, model: str, cid: str, created: int,
-                    include_usage: bool = False) -> None:
-            from core.lifecycle.chat import GenerationOutcome, stream_chat
+        def _stream(self, job: _Job) -> None:
+            from core.lifecycle.chat import GenerationOutcome, stream_prompt
 
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -443,26 +523,26 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.close_connection = True
 
-            def send(delta: dict[str, Any], finish: str | None) -> None:
-                chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            def send(chunk: dict[str, Any]) -> None:
                 self.wfile.write(b"data: " + json.dumps(chunk).encode("utf-8") + b"\n\n")
                 self.wfile.flush()
 
             stop = threading.Event()
-            outcome = GenerationOutcome()
+            outcomes = []
             try:
-                send({"role": "assistant", "content": ""}, None)
-                # closing() ends the generation before the lock is let go when the client goes away
-                with closing(stream_chat(backend.loaded, messages, settings, variant, stop=stop,
-                                         outcome=outcome)) as pieces:
-                    for piece in pieces:
-                        send({"content": piece}, None)
-                send({}, outcome.finish_reason)
-                if include_usage:  # OpenAI's stream_options.include_usage: one last chunk, no choices
-                    chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                             "choices": [], "usage": _usage(outcome)}
-                    self.wfile.write(b"data: " + json.dumps(chunk).encode("utf-8") + b"\n\n")
+                for index, (ids, settings) in enumerate(job.prompts):
+                    if job.chat:
+                        send(job.chunk(index, "", None, role=True))
+                    outcome = GenerationOutcome()
+                    outcomes.append(outcome)
+                    # closing() ends the generation before the lock is let go when the client goes away
+                    with closing(stream_prompt(backend.loaded, ids, settings, job.variant, stop=stop,
+                                               outcome=outcome)) as pieces:
+                        for piece in pieces:
+                            send(job.chunk(index, piece, None))
+                    send(job.chunk(index, None, outcome.finish_reason))
+                if job.include_usage:  # OpenAI's stream_options.include_usage: one last chunk, no choices
+                    send({**job.chunk(0, None, None), "choices": [], "usage": _usage(outcomes)})
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
@@ -492,9 +572,11 @@ def _model_object(model_id: str) -> dict[str, Any]:
     return {"id": model_id, "object": "model", "created": 0, "owned_by": "tunedeck"}
 
 
-def _usage(outcome: Any) -> dict[str, int]:
-    return {"prompt_tokens": outcome.prompt_tokens, "completion_tokens": outcome.completion_tokens,
-            "total_tokens": outcome.prompt_tokens + outcome.completion_tokens}
+def _usage(outcomes: list[Any]) -> dict[str, int]:
+    """OpenAI's usage of the generations of one request (a completions request may hold several prompts)."""
+    prompt = sum(outcome.prompt_tokens for outcome in outcomes)
+    completion = sum(outcome.completion_tokens for outcome in outcomes)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def _write_state(state_dir: Path, **values: Any) -> None:

@@ -264,3 +264,53 @@ def test_messages_are_checked_roles_and_content_as_openai_takes_them(served):
         if role == "system":
             system_usage, system_text = reply.usage.prompt_tokens, reply.choices[0].message.content
     assert (reply.usage.prompt_tokens, reply.choices[0].message.content) == (system_usage, system_text)
+
+
+def test_the_legacy_completions_endpoint_answers_the_openai_client(served):
+    """/v1/completions (lm-eval's local-completions, older SDKs) was a 404. Now a prompt string, or a list
+    of them (a choice each), is continued as it is (no chat template: the tuned model's own chat-templated
+    text gets its learned answer), streamed or not, with stop strings, the checks of the chat endpoint
+    (n, max_tokens, the context) and OpenAI's text_completion shape and usage."""
+    import openai
+    from transformers import AutoTokenizer
+
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    run_id, url = served
+    client = _client(url)
+    templated = AutoTokenizer.from_pretrained(TINY).apply_chat_template(
+        _ask("Name a colour."), tokenize=False, add_generation_prompt=True)
+    reply = client.completions.create(model=run_id, prompt=templated, max_tokens=12, temperature=0)
+    assert reply.object == "text_completion" and reply.model == run_id and reply.id.startswith("cmpl-")
+    [choice] = reply.choices
+    assert choice.text.strip() == "Blue." and choice.finish_reason == "stop" and choice.index == 0, reply
+    assert reply.usage.prompt_tokens == 14 and reply.usage.completion_tokens > 0  # the prompt as it was sent
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    # the random base babbles: a list of two prompts is two choices, usage summed; stop ends one early
+    both = client.completions.create(model=run_id + "-base", prompt=["Once upon", templated], max_tokens=6,
+                                     temperature=0)
+    assert [c.index for c in both.choices] == [0, 1] and all(c.finish_reason == "length" for c in both.choices)
+    assert both.usage.completion_tokens == 12, both.usage
+    text = both.choices[0].text
+    stopped = client.completions.create(model=run_id + "-base", prompt="Once upon", max_tokens=6, temperature=0,
+                                        stop=[text[2:4]])
+    assert stopped.choices[0].text == text[:2] and stopped.choices[0].finish_reason == "stop", (text, stopped)
+    chunks = list(client.completions.create(model=run_id + "-base", prompt=["Once upon", templated],
+                                            max_tokens=6, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    for index, choice in enumerate(both.choices):
+        pieces = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == index]
+        assert "".join(p.text for p in pieces) == choice.text and len(pieces) > 2, pieces
+        assert [p.finish_reason for p in pieces if p.finish_reason] == ["length"]
+    assert chunks[-1].usage.completion_tokens == 12 and not chunks[-1].choices
+    for bad, param in (({"prompt": 5}, "prompt"), ({"prompt": []}, "prompt"), ({"prompt": [1, 2]}, "prompt"),
+                       ({"prompt": ""}, "prompt"), ({"prompt": "Hi", "n": 2}, "n"),
+                       ({"prompt": "Hi", "max_tokens": 0}, "max_tokens"), ({"prompt": "Hi", "echo": True}, "echo"),
+                       ({"prompt": "Hi", "logprobs": 1}, "logprobs"),
+                       ({"prompt": "word " * 2100, "max_tokens": 5}, "prompt"),
+                       ({"prompt": "word " * 400, "max_tokens": 2000}, "prompt")):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.completions.create(model=run_id, **{"max_tokens": 3, **bad})
+        assert refused.value.param == param and refused.value.type == "invalid_request_error", (bad, refused.value)
+    assert "in your prompt; 2000 for the completion" in refused.value.message, refused.value.message
+    assert refused.value.code == "context_length_exceeded"
