@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core.lifecycle.library_noise import quiet_libraries
+
 
 def register(subparsers: Any) -> None:
     from core.config.checks import cli_number
@@ -86,36 +88,6 @@ def _resolve(ref: str) -> Any:
     return resolve_run(ref)  # RunNotFound: exit 2
 
 
-def _errors_only(record: Any) -> bool:
-    import logging
-
-    return record.levelno >= logging.ERROR
-
-
-def _quiet_libraries() -> None:
-    """Keep the libraries' warnings and notes off stderr (their errors still show).
-
-    Both chatty loggers speak while they are imported, after this runs: DeepSpeed's "Setting accelerator to
-    CPU" (its ``create_logger`` sets the ``DeepSpeed`` logger's level back to WARNING then, undoing a level
-    set here, so a filter on the logger object does it) and bitsandbytes' CPU kernel notice (a module logger
-    with no handler, which Python's last-resort handler prints to stderr)."""
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    deepspeed = logging.getLogger("DeepSpeed")
-    if _errors_only not in deepspeed.filters:
-        deepspeed.addFilter(_errors_only)
-    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
-
-
 def _library_output_to_stderr() -> Any:
     """DeepSpeed (imported by peft) logs to stdout; keep stdout for our JSON and replies only."""
     import contextlib
@@ -133,7 +105,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from core.lifecycle.source import resolve_model_source
 
     run = _resolve(args.run)
-    _quiet_libraries()
+    quiet_libraries()
     source = resolve_model_source(run, args.checkpoint)
     out = Path(args.out) if args.out else default_merge_dir(run, source.step)
 
@@ -174,7 +146,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise CliError(t("lifecycle.chat_base_model_dir", path=args.model_dir), 2)
     if args.model_dir:
         check_model_dir(Path(args.model_dir))  # before "loading …": a folder that is no model says so alone
-    _quiet_libraries()
+    quiet_libraries()
     out = sys.stdout  # replies only; everything the libraries print goes to stderr
     with _library_output_to_stderr():
         if args.model_dir:
@@ -218,7 +190,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
         if benchmark_tool() is None:  # say so before spending minutes on the loss
             raise CliError(t("lifecycle.no_benchmark_tool"), 1)
-    _quiet_libraries()
+    quiet_libraries()
     with _library_output_to_stderr():
         result = evaluate_run(run, args.checkpoint)
         bench = None
@@ -244,7 +216,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from core.lifecycle.export import export_run
 
     run = _resolve(args.run)
-    _quiet_libraries()
+    quiet_libraries()
     with _library_output_to_stderr():
         result = export_run(run, args.format, args.checkpoint, Path(args.out) if args.out else None,
                             args.force)

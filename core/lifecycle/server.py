@@ -603,6 +603,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     api_key = os.environ.pop(API_KEY_ENV, "") or None  # out of the environment of anything we start
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    from core.lifecycle.library_noise import quiet_libraries
+
+    quiet_libraries()  # the log holds the server's own lines and the libraries' errors, not their notes
     state_dir = Path(args.state)
     lock_fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
