@@ -5,12 +5,13 @@
 stdin, one JSON object a line::
 
     {"id": 1, "variant": "tuned" | "base", "messages": [...], "temperature": 0.7, "max_tokens": 256}
+    {"stop": [1, 2]}      the replies of these ids end now (at the next token; one not begun is not begun)
 
 stdout, one JSON object a line (nothing else is ever written there)::
 
     {"event": "ready", "has_adapter": true, "label": "..."}
     {"event": "token", "id": 1, "variant": "tuned", "text": "..."}
-    {"event": "done", "id": 1, "variant": "tuned", "seconds": 0.8}
+    {"event": "done", "id": 1, "variant": "tuned", "seconds": 0.8, "stopped": false}
     {"event": "error", "id": 1, "message": "..."}        (id null: loading failed; the process exits)
 
 The app keeps the model out of its own process: a crash or an out-of-memory here never takes the
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -63,24 +66,67 @@ def main(argv: list[str] | None = None) -> int:
               **({"message_record": stored.to_record()} if stored is not None else {}))
         return 1
     _emit(out, event="ready", has_adapter=loaded.has_adapter, label=label, device=loaded.device)
-    for line in sys.stdin:
-        try:
-            request = json.loads(line)
-        except ValueError:
-            continue
+    requests = _Requests(sys.stdin)
+    while (request := requests.next()) is not None:
         rid = request.get("id")
         variant = str(request.get("variant") or "tuned")
         settings = GenerationSettings(temperature=float(request.get("temperature", 0.7)),
                                       max_tokens=int(request.get("max_tokens", 256)))
         started = time.monotonic()
+        stop = requests.begin(rid)
         try:
-            for piece in stream_chat(loaded, list(request.get("messages") or []), settings, variant):
-                _emit(out, event="token", id=rid, variant=variant, text=piece)
+            if not stop.is_set():  # asked to stop before it began (the base's reply was stopped, side by side)
+                for piece in stream_chat(loaded, list(request.get("messages") or []), settings, variant,
+                                         stop=stop):
+                    _emit(out, event="token", id=rid, variant=variant, text=piece)
         except Exception as exc:  # one failed reply; the model stays loaded for the next
             _emit(out, event="error", id=rid, variant=variant, message=str(exc))
             continue
-        _emit(out, event="done", id=rid, variant=variant, seconds=round(time.monotonic() - started, 3))
+        _emit(out, event="done", id=rid, variant=variant, seconds=round(time.monotonic() - started, 3),
+              stopped=stop.is_set())
     return 0
+
+
+class _Requests:
+    """stdin read in a thread, so that a stop line reaches the reply being generated: requests queue up,
+    stops end the reply under way (its ``stream_chat`` stop event) or mark a queued one not to begin."""
+
+    def __init__(self, stdin: TextIO) -> None:
+        self.queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.lock = threading.Lock()
+        self.stopped: set[Any] = set()
+        self.current: tuple[Any, threading.Event] | None = None
+        threading.Thread(target=self._read, args=(stdin,), daemon=True, name="tunedeck-chat-requests").start()
+
+    def _read(self, stdin: TextIO) -> None:
+        for line in stdin:
+            try:
+                request = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(request, dict):
+                continue
+            if "stop" in request:
+                ids = request["stop"] if isinstance(request["stop"], list) else [request["stop"]]
+                with self.lock:
+                    self.stopped.update(i for i in ids if isinstance(i, (int, str)))
+                    if self.current is not None and self.current[0] in self.stopped:
+                        self.current[1].set()
+                continue
+            self.queue.put(request)
+        self.queue.put(None)  # stdin closed: the app is done with the model
+
+    def next(self) -> dict[str, Any] | None:
+        return self.queue.get()
+
+    def begin(self, rid: Any) -> threading.Event:
+        """The stop event of the reply ``rid`` about to be generated (set already if it was stopped)."""
+        stop = threading.Event()
+        with self.lock:
+            self.current = (rid, stop)
+            if rid in self.stopped:
+                stop.set()
+        return stop
 
 
 if __name__ == "__main__":

@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 
 from tests.fixtures.lifecycle.finished_run import finished_run
-from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
+from tests.tui.conftest import fake_monitor, palette_search, quiet_settings, screen_text, wait_for
 from tui.app import make_app
 from tui.screens.chat import ChatScreen, Transcript
 from tui.screens.dashboard import DashboardScreen
+from tui.widgets.keys_footer import KeysFooter
 
 
 def test_dashboard_chat_key_streams_base_and_tuned_replies(shared, private_home, monkeypatch):
@@ -149,5 +150,53 @@ def test_ctrl_l_while_a_reply_streams_says_to_wait_instead_of_doing_nothing(tmp_
             await pilot.press("ctrl+l")
             await pilot.pause()
             assert tuned.turns == []
+
+    asyncio.run(scenario())
+
+
+def test_ctrl_g_stops_the_reply_keeps_it_and_the_model_answers_the_next(shared, private_home, monkeypatch):
+    """A reply could not be stopped: Esc ended the whole model process (minutes to load again). Ctrl+G, in
+    the footer and the palette while a reply is being generated, ends it: the text so far stays, the
+    reply queued beside it (base vs tuned) does not begin, and the same model process answers the next
+    message. The random base babbles up to its max tokens (1500 here: it is stopped long before). CPU."""
+    home, run_id = finished_run(shared)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = ChatScreen(run_dir=home / "runs" / run_id, compare=True, adapter=True)
+            await app.push_screen(screen)
+            await wait_for(pilot, lambda: screen.ready, timeout=90)
+            proc = screen.proc
+            footer = screen.query_one(KeysFooter)
+            assert "stop reply" not in dict((d, k) for k, d in footer.shown())  # nothing to stop yet
+            screen.query_one("#chat-temperature").value = "0"
+            screen.query_one("#chat-max-tokens").value = "1500"
+            screen.query_one("#chat-input").value = "Hi"
+            await pilot.click("#chat-input")
+            await pilot.press("enter")
+            base = screen.query_one("#chat-base", Transcript)
+            tuned = screen.query_one("#chat-tuned", Transcript)
+            await wait_for(pilot, lambda: base.pieces >= 3, timeout=90)  # the base's reply is streaming in
+            assert ("Ctrl+G", "stop reply") in footer.shown(), footer.shown()
+            await palette_search(pilot, app, "stop rep", "stop reply")
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is screen)
+            await pilot.press("ctrl+g")
+            await wait_for(pilot, lambda: not screen.busy, timeout=90)
+            status = str(screen.query_one("#chat-status").render())
+            assert "reply stopped" in status, status
+            kept = base.turns[-1][1]
+            assert kept and base.pieces < 1500 and tuned.turns[-1] == ("assistant", "")  # kept; never begun
+            assert "stop reply" not in dict((d, k) for k, d in footer.shown())
+            screen.query_one("#chat-max-tokens").value = "8"
+            screen.query_one("#chat-input").value = "Name a colour."
+            await pilot.click("#chat-input")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: not screen.busy and len(tuned.turns) == 4, timeout=90)
+            assert screen.proc is proc and proc.poll() is None and tuned.turns[-1][1]  # the same model answered
+            assert base.turns[1][1] == kept and "done in" in str(screen.query_one("#chat-status").render())
+            await pilot.press("escape")
 
     asyncio.run(scenario())

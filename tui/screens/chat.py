@@ -90,6 +90,8 @@ class ChatScreen(Screen[None]):
     BINDINGS = [
         Binding("f2", "toggle_compare", t("chat.key.compare"), id="chat.compare"),
         Binding("ctrl+l", "clear", t("chat.key.clear"), id="chat.clear"),
+        # Ctrl+G (readline's and Emacs' "abort"): Ctrl+C copies in a text field and asks to quit elsewhere.
+        Binding("ctrl+g", "stop_reply", t("chat.key.stop"), id="chat.stop"),
         Binding("escape", "back", t("chat.key.back"), id="chat.back"),
     ]
 
@@ -104,8 +106,10 @@ class ChatScreen(Screen[None]):
         self.adapter_known: bool | None = False if model_dir is not None else adapter
         self.compare = compare and self.adapter_known is not False
         self.ready = False
+        self.stopped = False  # the reply under way (or the last one) was stopped by the stop key
         self.has_adapter = False
         self.busy: set[str] = set()
+        self.reply_ids: dict[str, int] = {}  # the worker's request id of each variant's reply under way
         self.next_id = 0
         self.proc: subprocess.Popen[str] | None = None
         self.load_error: str | None = None  # why the model did not load (the worker then exits)
@@ -194,11 +198,14 @@ class ChatScreen(Screen[None]):
         elif event == "token":
             self._pane(str(record.get("variant"))).append_to_last(str(record.get("text", "")))
         elif event == "done":
-            self.busy.discard(str(record.get("variant")))
+            self._reply_ended(str(record.get("variant")))
+            if record.get("stopped"):
+                self.stopped = True
             if not self.busy:
-                status.update(t("chat.done", seconds=float(record.get("seconds") or 0.0)))
+                status.update(t("chat.stopped") if self.stopped
+                              else t("chat.done", seconds=float(record.get("seconds") or 0.0)))
         elif event == "error":
-            self.busy.discard(str(record.get("variant")))
+            self._reply_ended(str(record.get("variant")))
             # In the app's words where the CLI's give shell advice (--checkpoint N): a opens this chat again.
             text = app_words(str(record.get("message", "")), record.get("message_record"), "a")
             if record.get("id") is None:  # loading failed: the reason stays on the status line
@@ -211,6 +218,11 @@ class ChatScreen(Screen[None]):
                 status.update(t("chat.load_failed", message=self.load_error))
             else:
                 status.update(t("chat.worker_exited", code=record.get("code")))
+
+    def _reply_ended(self, variant: str) -> None:
+        self.busy.discard(variant)
+        self.reply_ids.pop(variant, None)
+        self.refresh_bindings()  # the stop key goes with the last reply
 
     def _pane(self, variant: str) -> Transcript:
         return self.query_one("#chat-base" if variant == "base" else "#chat-tuned", Transcript)
@@ -269,13 +281,33 @@ class ChatScreen(Screen[None]):
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
             self.busy.add(variant)
+            self.reply_ids[variant] = self.next_id
+        self.stopped = False
+        self.refresh_bindings()
         self.query_one("#chat-status", Static).update(t("chat.generating"))
 
     # --- actions ---------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "toggle_compare" and self.adapter_known is False:
             return False  # no adapter: no base model to show beside it
+        if action == "stop_reply":
+            return bool(self.busy)  # offered while a reply is being generated
         return True
+
+    def footer_priority(self) -> tuple[str, ...]:
+        return ("chat.stop",)  # while a reply streams in, stopping it is what matters most
+
+    def action_stop_reply(self) -> None:
+        """End the reply being generated (both, side by side): what came stays in the transcript, and the model
+        stays loaded for the next message (Esc ends the model process)."""
+        if not self.busy or self.proc is None or self.proc.stdin is None:
+            return
+        try:
+            self.proc.stdin.write(json.dumps({"stop": sorted(self.reply_ids.values())}) + "\n")
+            self.proc.stdin.flush()
+        except OSError:  # the process is gone: its "exited" event says so
+            return
+        self.query_one("#chat-status", Static).update(t("chat.stopping"))
 
     def action_toggle_compare(self) -> None:
         if self.ready and not self.has_adapter:
