@@ -84,6 +84,33 @@ def context_length(loaded: LoadedModel) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class ContextOverflow:
+    """A prompt and the reply asked for that go past the model's context, with the counts to say."""
+
+    prompt: int
+    completion: int
+    limit: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+    @property
+    def no_room(self) -> bool:
+        """The prompt alone fills the context: no reply length would fit."""
+        return self.prompt >= self.limit
+
+
+def context_overflow(prompt_tokens: int, max_tokens: int, limit: int | None) -> ContextOverflow | None:
+    """Whether ``prompt_tokens`` plus a reply of ``max_tokens`` go past the context of ``limit`` tokens
+    (``context_length``; None: not known, not checked). The server's check and the chat screen's: checked
+    before generating, as ``generate`` past the context fails (or worse, answers garbage)."""
+    if limit is None or prompt_tokens + max_tokens <= limit:
+        return None
+    return ContextOverflow(prompt_tokens, max_tokens, limit)
+
+
 def _held_back(text: str, stops: tuple[str, ...]) -> int:
     """How many characters at the end of ``text`` may be the start of a stop string (kept until it is known)."""
     longest = 0

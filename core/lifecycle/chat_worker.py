@@ -12,6 +12,8 @@ stdout, one JSON object a line (nothing else is ever written there)::
     {"event": "ready", "has_adapter": true, "label": "..."}
     {"event": "token", "id": 1, "variant": "tuned", "text": "..."}
     {"event": "done", "id": 1, "variant": "tuned", "seconds": 0.8, "stopped": false}
+    {"event": "too_long", "id": 1, "variant": "tuned", "prompt": 2000, "max_tokens": 256, "limit": 2048}
+                          (the conversation and max_tokens go past the model's context: nothing generated)
     {"event": "error", "id": 1, "message": "..."}        (id null: loading failed; the process exits)
 
 The app keeps the model out of its own process: a crash or an out-of-memory here never takes the
@@ -49,7 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     try:
-        from core.lifecycle.chat import GenerationSettings, stream_chat
+        from core.lifecycle.chat import (
+            GenerationSettings,
+            context_length,
+            context_overflow,
+            prompt_ids,
+            stream_prompt,
+        )
         from core.lifecycle.source import load_finetuned, load_model_dir, resolve_model_source
         from core.runs.run_dir import RunDirectory
 
@@ -66,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
               **({"message_record": stored.to_record()} if stored is not None else {}))
         return 1
     _emit(out, event="ready", has_adapter=loaded.has_adapter, label=label, device=loaded.device)
+    limit = context_length(loaded)
     requests = _Requests(sys.stdin)
     while (request := requests.next()) is not None:
         rid = request.get("id")
@@ -76,8 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         stop = requests.begin(rid)
         try:
             if not stop.is_set():  # asked to stop before it began (the base's reply was stopped, side by side)
-                for piece in stream_chat(loaded, list(request.get("messages") or []), settings, variant,
-                                         stop=stop):
+                ids = prompt_ids(loaded, list(request.get("messages") or []))
+                over = context_overflow(int(ids.shape[-1]), settings.max_tokens, limit)
+                if over is not None:  # said before generating, not a failure inside generate
+                    _emit(out, event="too_long", id=rid, variant=variant, prompt=over.prompt,
+                          max_tokens=over.completion, limit=over.limit)
+                    continue
+                for piece in stream_prompt(loaded, ids, settings, variant, stop=stop):
                     _emit(out, event="token", id=rid, variant=variant, text=piece)
         except Exception as exc:  # one failed reply; the model stays loaded for the next
             _emit(out, event="error", id=rid, variant=variant, message=str(exc))

@@ -215,19 +215,19 @@ def _fit_context(settings: Any, explicit: bool, prompt_tokens: int, limit: int |
     from dataclasses import replace
 
     from core.i18n import t
+    from core.lifecycle.chat import context_overflow
 
     if limit is None:
         return settings
     words = "lifecycle.api_" if param == "messages" else "lifecycle.api_completion_"
-    room = limit - prompt_tokens
-    if room < 1:
+    over = context_overflow(prompt_tokens, settings.max_tokens if explicit else 1, limit)
+    if over is not None and over.no_room:
         raise RequestError(t(words + "prompt_too_long", limit=limit, prompt=prompt_tokens),
                            param=param, code="context_length_exceeded")
-    if explicit and settings.max_tokens > room:
-        raise RequestError(t(words + "context", limit=limit, total=prompt_tokens + settings.max_tokens,
-                             prompt=prompt_tokens, completion=settings.max_tokens),
-                           param=param, code="context_length_exceeded")
-    return replace(settings, max_tokens=min(settings.max_tokens, room))
+    if over is not None:
+        raise RequestError(t(words + "context", limit=limit, total=over.total, prompt=prompt_tokens,
+                             completion=settings.max_tokens), param=param, code="context_length_exceeded")
+    return replace(settings, max_tokens=min(settings.max_tokens, limit - prompt_tokens))
 
 
 CHAT_ROLES = ("system", "user", "assistant")  # OpenAI's chat roles a chat template takes as they are

@@ -200,3 +200,45 @@ def test_ctrl_g_stops_the_reply_keeps_it_and_the_model_answers_the_next(shared, 
             await pilot.press("escape")
 
     asyncio.run(scenario())
+
+
+def test_a_conversation_past_the_models_context_is_said_before_generating(shared, private_home, monkeypatch):
+    """The chat sent any conversation and max tokens to generate, past the model's context (2048 tokens for
+    the bundled tiny model, its config's max_position_embeddings) too; the server refuses such a request.
+    Now the worker checks it first with the server's check: nothing is generated, one line says the counts,
+    the limit and what to do (clear with Ctrl+L, shorten, lower max tokens), the message goes back to its
+    field, and the same model answers once it fits. Side by side: both panes, said once. CPU."""
+    home, run_id = finished_run(shared)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = ChatScreen(run_dir=home / "runs" / run_id, compare=True, adapter=True)
+            await app.push_screen(screen)
+            await wait_for(pilot, lambda: screen.ready, timeout=90)
+            proc = screen.proc
+            screen.query_one("#chat-temperature").value = "0"
+            screen.query_one("#chat-max-tokens").value = "2045"
+            screen.query_one("#chat-input").value = "Name a colour."
+            await pilot.click("#chat-input")
+            await pilot.press("enter")
+            status = screen.query_one("#chat-status")
+            await wait_for(pilot, lambda: "past this model's context of 2048" in str(status.render()), timeout=90)
+            await wait_for(pilot, lambda: not screen.busy)
+            line = str(status.render())
+            assert "max tokens asks 2045 more" in line and "clear the chat with Ctrl+L" in line, line
+            said = [n for n in app._notifications if "past this model's context" in n.message]
+            assert len(said) == 1, said
+            tuned = screen.query_one("#chat-tuned", Transcript)
+            base = screen.query_one("#chat-base", Transcript)
+            assert tuned.turns == [] and base.turns == []  # nothing was answered
+            assert screen.query_one("#chat-input").value == "Name a colour."  # the message is not lost
+            screen.query_one("#chat-max-tokens").value = "12"
+            await pilot.click("#chat-input")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: not screen.busy and len(tuned.turns) == 2, timeout=90)
+            assert tuned.turns[1][1].strip() == "Blue." and screen.proc is proc and proc.poll() is None
+            await pilot.press("escape")
+
+    asyncio.run(scenario())

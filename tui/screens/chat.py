@@ -204,6 +204,8 @@ class ChatScreen(Screen[None]):
             if not self.busy:
                 status.update(t("chat.stopped") if self.stopped
                               else t("chat.done", seconds=float(record.get("seconds") or 0.0)))
+        elif event == "too_long":
+            self._too_long(record, status)
         elif event == "error":
             self._reply_ended(str(record.get("variant")))
             # In the app's words where the CLI's give shell advice (--checkpoint N): a opens this chat again.
@@ -218,6 +220,30 @@ class ChatScreen(Screen[None]):
                 status.update(t("chat.load_failed", message=self.load_error))
             else:
                 status.update(t("chat.worker_exited", code=record.get("code")))
+
+    def _too_long(self, record: dict[str, Any], status: Static) -> None:
+        """The worker refused to generate: the conversation and max tokens go past the model's context. The
+        message goes back to its field and out of the transcript (nothing was answered); one line says the
+        counts and what to do."""
+        from tui.widgets.keys_footer import key_name
+
+        variant = str(record.get("variant"))
+        self._reply_ended(variant)
+        pane = self._pane(variant)
+        if len(pane.turns) >= 2 and pane.turns[-1] == ("assistant", ""):
+            text = pane.turns[-2][1]
+            del pane.turns[-2:]
+            pane.refresh_text()
+            field = self.query_one("#chat-input", Input)
+            if not field.value:
+                field.value = text
+        clear = next(b.key for b in self.BINDINGS if isinstance(b, Binding) and b.id == "chat.clear")
+        prompt, max_tokens = int(record.get("prompt") or 0), int(record.get("max_tokens") or 0)
+        line = t("chat.too_long", prompt=prompt, max_tokens=max_tokens, total=prompt + max_tokens,
+                 limit=record.get("limit"), clear=key_name(clear) or clear)
+        status.update(line)
+        if not self.busy:  # side by side, both replies are refused: said once
+            self.notify(line, severity="warning", timeout=15)
 
     def _reply_ended(self, variant: str) -> None:
         self.busy.discard(variant)
