@@ -7,6 +7,8 @@ Public API::
     merge_run(run, checkpoint=None, out=None) -> MergeResult        # atomic safetensors dir
     stream_chat(loaded, messages, ...) -> Iterator[str]             # tokens as they are generated
     generate_reply(loaded, messages, ...) -> Reply                  # text + GenerationOutcome (ids, finish)
+    stream_prompt / generate_from_prompt(loaded, ids, ...)          # the same from prompt ids (a plain text's)
+    context_overflow(prompt_tokens, max_tokens, limit)              # past the model's context? (server, chat)
     evaluate_run(run, checkpoint=None) -> dict                       # eval/<stamp>.json in the run dir
     export_run(run, fmt, ...) -> ExportResult
     start_server(run or None, ..., model_dir=None, api_key=None)   # detached OpenAI-compatible server

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
 class _Requests:
     """stdin read in a thread, so that a stop line reaches the reply being generated: requests queue up,
-    stops end the reply under way (its ``stream_chat`` stop event) or mark a queued one not to begin."""
+    stops end the reply under way (its ``stream_prompt`` stop event) or mark a queued one not to begin."""
 
     def __init__(self, stdin: TextIO) -> None:
         self.queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
