@@ -15,7 +15,8 @@ class DataIssue:
     """One malformed row (or a problem with the whole file when ``line`` and ``row`` are ``None``).
 
     ``line`` is the 1-based line in the file (JSONL, CSV, JSON arrays); ``row`` the 0-based record index
-    (parquet, hub datasets, and alongside ``line`` where both are known).
+    (parquet, hub datasets, and alongside ``line`` where both are known; ``--json`` keeps it so). A user reads
+    it counted from 1, as lines are (``row_location``).
     """
 
     file: str
@@ -27,7 +28,7 @@ class DataIssue:
         if self.line is not None:
             return f"{self.file}:{self.line}"
         if self.row is not None:
-            return f"{self.file} {t('data.row', row=self.row)}"
+            return row_location(self.file, self.row)
         return self.file
 
     def __str__(self) -> str:
@@ -35,6 +36,12 @@ class DataIssue:
 
     def to_dict(self) -> dict:
         return {"file": self.file, "line": self.line, "row": self.row, "message": self.message}
+
+
+def row_location(file: str, row: int) -> str:
+    """Where the row of 0-based index ``row`` is, as a user reads it: counted from 1 as lines are ("row 1" is the
+    first row, "第 1 行" too)."""
+    return f"{file} {t('data.row', row=row + 1)}"
 
 
 class DataError(TunedeckError):

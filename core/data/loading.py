@@ -26,7 +26,7 @@ from core.data.formats import (
     refusal_message,
     refusal_of_row,
 )
-from core.data.issues import DEFAULT_MAX_ISSUES, DataError, DataIssue
+from core.data.issues import DEFAULT_MAX_ISSUES, DataError, DataIssue, row_location
 from core.data.readers import SUFFIXES, BadRow, FileProblem, RawRow, iter_rows
 from core.data.records import Record
 from core.data.registry import (
@@ -117,7 +117,7 @@ def _normalise_rows(
                 message = t("data.mixed_format", found=other, expected=fmt, problem=message)
             report(raw.line, raw.row, message)
             continue
-        record.origin = f"{source}:{raw.line}" if raw.line is not None else f"{source} row {raw.row}"
+        record.origin = f"{source}:{raw.line}" if raw.line is not None else row_location(source, raw.row)
         result.records.append(record)
     # First in the list: they say what the data is, which matters more than any row's detail.
     said = [DataIssue(source, found[0].line, found[0].row, refusal_message(kind, len(found)))

@@ -76,8 +76,17 @@ def test_parquet_rows_and_row_index_errors(tmp_path):
     loaded = read_dataset(path)
     assert loaded.format == "alpaca" and loaded.rows == 3 and len(loaded.records) == 2
     (issue,) = loaded.issues
+    # row is the 0-based index (--json keeps it); a user reads the second row as "row 2", as lines count from 1
     assert issue.line is None and issue.row == 1
-    assert str(issue) == f"{path} row 1: 'output' is empty: the assistant turn has nothing to learn"
+    assert str(issue) == f"{path} row 2: 'output' is empty: the assistant turn has nothing to learn"
+    assert [r.origin for r in loaded.records] == [f"{path} row 1", f"{path} row 3"]
+    from core import i18n
+
+    i18n.set_language("zh")
+    try:
+        assert issue.location() == f"{path} 第 2 行"
+    finally:
+        i18n.set_language("en")
 
 
 def test_parquet_with_nested_messages(tmp_path):
