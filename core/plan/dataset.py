@@ -26,6 +26,8 @@ class DatasetSummary:
     problems: tuple[str, ...] = field(default=(), repr=False)
     # entries whose rows are on a hub (``owner/name``): not read, so nothing is measured (``measured``)
     on_hub: tuple[str, ...] = ()
+    # of ``issues``, the problems of a whole file (an empty one, one of no known format), not of a row in it
+    file_issues: int = 0
     _cuts: dict[int | None, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -148,7 +150,8 @@ def summarise_dataset(path: str | Path, model: str | None = None) -> DatasetSumm
         counts = approximate_counts(records)
     return DatasetSummary(str(path), loaded.format, len(records), loaded.issue_count,
                           tuple(n for n, _ in counts), exact, tuple(k for _, k in counts),
-                          tuple(str(issue) for issue in loaded.issues))
+                          tuple(str(issue) for issue in loaded.issues),
+                          file_issues=sum(1 for i in loaded.issues if i.line is None and i.row is None))
 
 
 def approximate_counts(records: list[Any]) -> list[tuple[int, int]]:

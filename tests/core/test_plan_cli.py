@@ -260,12 +260,12 @@ def test_broken_rows_are_listed_and_an_empty_file_is_refused(tmp_path):
     proc = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--dataset", str(broken), "--json")
     assert proc.returncode == 0, proc.stderr
     assert f"{broken}:2: invalid JSON" in proc.stderr and f"{broken}:3: missing key 'messages'" in proc.stderr
-    assert "2 row(s)" in proc.stderr
+    assert "2 problem(s)" in proc.stderr
     assert len(json.loads(proc.stdout)["dataset_summary"]["problems"]) == 2
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     proc = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--dataset", str(empty))
-    assert proc.returncode == 2 and "has no usable record" in proc.stderr and "holds no records" in proc.stderr
+    assert proc.returncode == 2 and "has no usable record" in proc.stderr and "the file is empty" in proc.stderr
 
 
 def test_save_to_a_folder_is_refused_and_a_plan_gets_the_umask_mode(tmp_path):

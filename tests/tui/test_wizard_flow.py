@@ -755,7 +755,31 @@ def test_a_file_with_no_usable_record_is_refused_on_the_data_step_as_plan_refuse
                     screen_text(app).split()), timeout=30)
                 await pilot.pause()
                 assert w.step == 1 and w.summary is None
-            assert f"{data}: the file holds no records" in " ".join(screen_text(app).split())
+            assert f"{data}: the file is empty (no records)" in " ".join(screen_text(app).split())
+
+    run(scenario())
+
+
+def test_an_empty_file_among_the_data_is_a_problem_of_the_file_not_a_row(private_home, tmp_path):
+    """A list of a good file and an empty one said "1 problem row": the empty file is a problem of the whole
+    file, said as one, and named as ``data check`` names it ("the file is empty"). CPU box (fake)."""
+    import json
+
+    good, empty = tmp_path / "good.jsonl", tmp_path / "empty.jsonl"
+    good.write_text("".join(json.dumps({"instruction": f"say {i}", "output": "word"}) + "\n" for i in range(5)))
+    empty.write_text("")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_dataset_step(pilot, app)
+            w.query_one("#dataset-input").value = f"{good},{empty}"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.summary is not None, timeout=30)
+            await wait_for(pilot, lambda: "file with a problem" in " ".join(screen_text(app).split()))
+            text = " ".join(screen_text(app).split())
+            assert "5 records, 1 file with a problem," in text and "problem row" not in text
+            assert f"{empty}: the file is empty (no records)" in text
 
     run(scenario())
 

@@ -623,7 +623,14 @@ class WizardScreen(Screen[None]):
     def _dataset_text(self, summary: Any) -> str:
         if not summary.measured:  # hub data: planned without statistics, and said so
             return f"[$warning]{_escape(t('wizard.dataset.on_hub', entries=', '.join(summary.on_hub)))}[/]"
-        problems = t(plural_key("wizard.dataset.problem_rows", summary.issues), count=format_count(summary.issues))
+        # a whole file's problem (an empty entry of a folder or list) is not a row's: said as a file's, named below
+        rows, files = summary.issues - summary.file_issues, summary.file_issues
+        said = []
+        if rows or not files:
+            said.append(t(plural_key("wizard.dataset.problem_rows", rows), count=format_count(rows)))
+        if files:
+            said.append(t(plural_key("wizard.dataset.problem_files", files), count=format_count(files)))
+        problems = ", ".join(said)
         lines = [t("wizard.dataset.info", format=summary.format or "?", records=format_count(summary.records),
                    problems=problems, tokens=format_count(summary.total_tokens),
                    p95=format_count(summary.p95),
