@@ -73,6 +73,9 @@ class ModelArchitecture:
     qk_norm: bool
     max_position_embeddings: int | None = None
     known_family: bool = True
+    # The positions the model takes: ``max_position_embeddings``, extended by its config's ``rope_scaling``
+    # (``supported_positions``); None: the config gives none.
+    positions: int | None = None
     # where the config.json was read (``ModelConfig.source``): a plan says when it is only a hub's config, the
     # weights not downloaded yet; no part of the model's shape
     source: str = field(default="", compare=False)
@@ -106,6 +109,31 @@ def _require_int(config: Mapping[str, Any], key: str, source: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ArchitectureError(t("estimate.error.config_key", source=source, key=key, value=value))
     return value
+
+
+# rope_scaling types that stretch the trained positions by their ``factor`` (transformers' linear, dynamic NTK and
+# YaRN); llama3 and longrope configs give ``max_position_embeddings`` already extended, with the original beside it
+_STRETCHING_ROPE = ("linear", "dynamic", "yarn")
+
+
+def supported_positions(config: Mapping[str, Any]) -> int | None:
+    """The positions a model takes: ``max_position_embeddings``, or more where ``rope_scaling`` extends it (Qwen's
+    YaRN: ``factor`` 4 over ``original_max_position_embeddings`` 32,768 takes 131,072); None when the config
+    says none."""
+    trained = config.get("max_position_embeddings")
+    if not isinstance(trained, int) or isinstance(trained, bool) or trained <= 0:
+        return None
+    scaling = config.get("rope_scaling")
+    if not isinstance(scaling, Mapping):
+        return trained
+    factor = scaling.get("factor")
+    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 1:
+        return trained
+    original = scaling.get("original_max_position_embeddings")
+    if isinstance(original, int) and not isinstance(original, bool) and original > 0:
+        return max(trained, int(original * factor))
+    kind = scaling.get("rope_type") or scaling.get("type")
+    return int(trained * factor) if kind in _STRETCHING_ROPE else trained
 
 
 def architecture_from_config(config: Mapping[str, Any], name: str = "", source: str = "config.json") -> ModelArchitecture:
@@ -147,6 +175,7 @@ def architecture_from_config(config: Mapping[str, Any], name: str = "", source: 
         qk_norm=qk_norm,
         max_position_embeddings=config.get("max_position_embeddings"),
         known_family=layout is not None,
+        positions=supported_positions(config),
         source=source,
     )
 

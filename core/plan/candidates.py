@@ -7,11 +7,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from core.estimate import Estimate, PlanError, TrainingPlan, estimate
-from core.plan.request import PlanRequest
+from core.plan.request import MAX_CONTEXT, PlanRequest
 
 GIB = 1024**3
 MAX_MICRO_BATCH = 64
-MAX_CONTEXT = 524288  # the longest-context goal doubles the sequence up to this (past the model's positions: warned)
 
 
 @dataclass(frozen=True)

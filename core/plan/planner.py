@@ -171,6 +171,8 @@ def recommend(request: PlanRequest, base: TrainingPlan | None = None,
               measured: dict[tuple[Any, ...], dict[str, Any]] | None = None) -> Recommendation:
     """The best plan for ``request`` with reasons, alternatives, and a way out when nothing fits."""
     base = base or base_plan(request)
+    # the default sequence length stops at the positions the model takes (its rope scaling counted)
+    request = request.with_positions(base.architecture.positions)
     candidates = evaluate_all(request, base, measured)
     feasible = rank([c for c in candidates if c.feasible], request.goal)
     rec = Recommendation(request, None, considered=len(candidates))
@@ -342,6 +344,9 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
 
     if "seq_len" in pinned:
         out.append(("seq_len", pinned_reason("seq_len", p.seq_len)))
+    elif request.seq_len_capped() and p.seq_len == request.seq_len:  # the records past it are cut (said below)
+        key = "plan.reason.seq_positions" if request.max_positions else "plan.reason.seq_positions_unknown"
+        out.append(("seq_len", finding(key, seq=p.seq_len, p95=request.dataset_p95_tokens)))
     elif request.dataset_p95_tokens and p.seq_len == request.seq_len:
         out.append(("seq_len", finding("plan.reason.seq_data", seq=p.seq_len, p95=request.dataset_p95_tokens)))
     elif p.seq_len > request.seq_len:

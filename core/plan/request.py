@@ -17,6 +17,9 @@ OVERRIDABLE = ("method", "precision", "zero_stage", "offload", "micro_batch_size
 DEFAULT_EFFECTIVE_BATCH = 16
 DEFAULT_SEQ_LEN = 2048
 MIN_SEQ_LEN = 128
+# The longest sequence planned: the longest-context goal doubles up to it (past the model's positions: warned), and
+# a default sequence length stops there when the model's config gives no positions.
+MAX_CONTEXT = 524288
 
 
 def read_epochs(text: str) -> float:
@@ -50,6 +53,9 @@ class PlanRequest:
     # What was measured of the data, record by record: the tokens a run reads at each plan's sequence length
     # (``training_tokens_at``). None: only ``dataset_tokens`` is known (taken as they are).
     dataset_summary: DatasetSummary | None = field(default=None, repr=False, compare=False)
+    # The positions the model takes (``ModelArchitecture.positions``, its rope scaling counted): the default
+    # sequence length stops there (``with_positions``). None: not known (``MAX_CONTEXT``).
+    max_positions: int | None = None
 
     def with_dataset(self, summary: DatasetSummary | None) -> PlanRequest:
         """This request with what ``summary`` measured of the data (unchanged without one)."""
@@ -59,14 +65,31 @@ class PlanRequest:
                            dataset_p95_tokens=summary.p95, dataset_summary=summary)
         return replace(measured, dataset_target_share=summary.target_share(measured.seq_len))
 
+    def with_positions(self, positions: int | None) -> PlanRequest:
+        """This request for a model that takes ``positions`` (its default sequence length held to them, and the
+        data's target share measured at that length)."""
+        if positions == self.max_positions:
+            return self
+        capped = replace(self, max_positions=positions)
+        if self.dataset_summary is None:
+            return capped
+        return replace(capped, dataset_target_share=self.dataset_summary.target_share(capped.seq_len))
+
+    @property
+    def seq_len_cap(self) -> int:
+        """The longest default sequence length: the model's positions, else ``MAX_CONTEXT``."""
+        return self.max_positions or MAX_CONTEXT
+
     def default_seq_len(self) -> int:
-        """The next power of two covering 95% of the samples (at least 128), else 2048."""
-        if self.dataset_p95_tokens:
-            seq = MIN_SEQ_LEN
-            while seq < self.dataset_p95_tokens:
-                seq *= 2
-            return seq
-        return DEFAULT_SEQ_LEN
+        """The next power of two covering 95% of the samples (at least 128), else 2048; never past the positions
+        the model takes (``seq_len_cap``): longer records are cut there (a pinned ``seq_len`` may go past them,
+        warned)."""
+        wanted = _next_power_of_two(self.dataset_p95_tokens) if self.dataset_p95_tokens else DEFAULT_SEQ_LEN
+        return min(wanted, self.seq_len_cap)
+
+    def seq_len_capped(self) -> bool:
+        """The default sequence length stops at ``seq_len_cap``, short of the data's 95th percentile rounded up."""
+        return bool(self.dataset_p95_tokens) and self.seq_len_cap < _next_power_of_two(self.dataset_p95_tokens)
 
     @property
     def seq_len(self) -> int:
@@ -85,3 +108,11 @@ class PlanRequest:
         if self.dataset_tokens is None:
             return None
         return int(self.dataset_tokens * self.epochs)
+
+
+def _next_power_of_two(n: int) -> int:
+    """The smallest power of two of at least ``MIN_SEQ_LEN`` that is ``n`` or more."""
+    seq = MIN_SEQ_LEN
+    while seq < n:
+        seq *= 2
+    return seq

@@ -129,7 +129,7 @@ def warn_truncation(plan: TrainingPlan, result: Estimate | None, request: PlanRe
 def warn_past_positions(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
     """A sequence longer than the model was trained on: training extends its context (RoPE positions past
     the trained ones), which the longest-context goal may choose; say so."""
-    positions = getattr(plan.architecture, "max_position_embeddings", None)
+    positions = getattr(plan.architecture, "positions", None)
     if positions and plan.seq_len > positions:
         return [finding("plan.warn.past_positions", seq=plan.seq_len, positions=positions)]
     return []

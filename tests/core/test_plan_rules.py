@@ -429,3 +429,39 @@ def test_this_boxs_gpus_are_planned_beside_the_memory_other_processes_hold():
     assert f"fits in {round(lora.best.peak_gib, 1)} of the 60.2 GiB other processes leave free (of 140.4)" in said
     typed = recommend(replace(req, hardware=parse_target("1xH200"), overrides={}))
     assert "of 140.4 GiB" in dict(typed.reasons)["method"].text()  # a typed target: the whole card
+
+
+def test_the_default_sequence_stops_at_the_models_positions_and_says_the_longer_records_are_cut():
+    """Qwen2.5-0.5B takes 32,768 positions; a 40k-token 95th percentile was planned at 65,536 and one huge record at
+    16,777,216. The default stops at the positions, the reasons say the longer records are cut there, and a
+    seq_len the user sets past them stays, warned. One H100 (typed)."""
+    from core.plan.dataset import DatasetSummary
+
+    for lengths in ([40_000] * 20, [16_000_000]):
+        summary = DatasetSummary("d.jsonl", "alpaca", len(lengths), 0, tuple(lengths), True, (1,) * len(lengths))
+        req = request("Qwen2.5-0.5B", "1xH100-80GB").with_dataset(summary)
+        rec = recommend(req)
+        assert rec.feasible and rec.best.plan.seq_len == 32768
+        assert rec.best.peak_gib + rec.best.estimate.margin_gib <= rec.best.estimate.capacity_gib
+        said = [f.key for name, f in rec.reasons if name == "seq_len"]
+        assert said[0] == "plan.reason.seq_positions"
+        assert any(k.startswith("plan.reason.seq_cut") for k in said[1:])
+        assert not any(w.key == "plan.warn.past_positions" for w in rec.best.warnings)
+    pinned = recommend(replace(req, overrides={"seq_len": 65536}))
+    assert pinned.best.plan.seq_len == 65536
+    assert any(w.key == "plan.warn.past_positions" for w in pinned.best.warnings)
+    # under the positions the data's 95th percentile rounded up is kept
+    short = DatasetSummary("d.jsonl", "alpaca", 20, 0, (3000,) * 20, True, (1,) * 20)
+    assert recommend(request("Qwen2.5-0.5B", "1xH100-80GB").with_dataset(short)).best.plan.seq_len == 4096
+
+
+def test_rope_scaling_extends_the_positions_a_model_takes():
+    from core.estimate.architecture import supported_positions
+
+    assert supported_positions({"max_position_embeddings": 32768}) == 32768
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    assert supported_positions({"max_position_embeddings": 32768, "rope_scaling": yarn}) == 131072
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}
+    assert supported_positions({"max_position_embeddings": 131072, "rope_scaling": llama3}) == 131072
+    assert supported_positions({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2}}) == 8192
+    assert supported_positions({}) is None
