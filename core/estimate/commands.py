@@ -34,6 +34,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default=None, help=t("estimate.help.precision"))
     parser.add_argument("--no-fused-ce", action="store_true", help=t("estimate.help.no_fused_ce"))
     parser.add_argument("--chunked-ce", action="store_true", help=t("estimate.help.chunked_ce"))
+    # the run key plan writes when it widens the LM head's chunks: the same shape estimates the same here
+    parser.add_argument("--ce-chunk-tokens", type=_ce_chunk_tokens, default=None, help=t("estimate.help.ce_chunk_tokens"))
     parser.add_argument("--qlora-upcast", action="store_true", help=t("estimate.help.qlora_upcast"))
     parser.add_argument("--offload-activations", action="store_true", help=t("estimate.help.offload_activations"))
     parser.add_argument("--optimizer", type=normalise_optimizer, choices=OPTIMIZERS, default="adamw_fused",
@@ -51,6 +53,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--exact", action="store_true", default=None, help=t("estimate.help.exact"))
     parser.add_argument("--json", action="store_true", help=t("estimate.help.json"))
     parser.set_defaults(handler=run_estimate)
+
+
+def _ce_chunk_tokens(text: str) -> int | None:
+    """``--ce-chunk-tokens``: ``auto`` (None: the loss's own rule) or a count held to the run key's limits."""
+    from core.config.checks import cli_value
+
+    return None if text.strip().lower() == "auto" else cli_value("ce_chunk_tokens")(text)
 
 
 def _share(text: str) -> float:
@@ -96,6 +105,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         lora_dropout=args.lora_dropout,
         fused_ce=not args.no_fused_ce,
         fused_ce_impl="chunked" if args.chunked_ce else "triton",
+        ce_chunk_tokens=args.ce_chunk_tokens,
         kbit_upcast=args.qlora_upcast,
         offload_activations=args.offload_activations,
         optimizer=args.optimizer,

@@ -304,3 +304,22 @@ def test_gpu_counts_are_case_insensitive_and_bounded():
     for text in (f"{MAX_GPU_COUNT + 1}xH200", "0xH200", "", "  "):
         with pytest.raises(UnknownGpuError):
             parse_hardware(text)
+
+
+def test_estimate_takes_the_lm_head_chunk_plan_writes_and_then_agrees_with_plan(tmp_path):
+    """plan widens the LM head's chunks (run key ce_chunk_tokens) and estimate had no way to say so: the same shape
+    read 25.6 GiB there and 27.1 in the plan. ``--ce-chunk-tokens`` gives it; ``auto`` is the loss's own rule.
+    One H100 (typed)."""
+    from core.plan import PlanRequest, parse_target, recommend
+
+    best = recommend(PlanRequest("Qwen2.5-0.5B", parse_target("1xH100-80GB", None, 512.0, 1000.0))).best
+    p = best.plan
+    assert p.ce_chunk_tokens  # the plan widened them (else this compares nothing)
+    shape = ("--model", "Qwen2.5-0.5B", "--hardware", "1xH100-80GB", "--method", p.method,
+             "--batch-size", str(p.micro_batch_size), "--seq-len", str(p.seq_len), "--json",
+             *(() if p.gradient_checkpointing else ("--no-gradient-checkpointing",)))
+    same = run_estimate(tmp_path, *shape, "--ce-chunk-tokens", str(p.ce_chunk_tokens))
+    assert same.returncode == 0, same.stderr
+    assert json.loads(same.stdout)["peak_gib"] == round(best.peak_gib, 3)
+    auto = json.loads(run_estimate(tmp_path, *shape, "--ce-chunk-tokens", "auto").stdout)
+    assert auto["peak_gib"] < json.loads(same.stdout)["peak_gib"]
