@@ -913,3 +913,19 @@ def test_a_refused_override_left_in_its_field_keeps_the_plan_from_being_saved(pr
             await wait_for(pilot, lambda: w.saved_path is not None)
 
     run(scenario())
+
+
+def test_gpu_indices_beside_another_hardware_are_said_to_go_unused(private_home):
+    """Typed hardware and GPU indices together: the indices were dropped without a word (plan's --gpus and
+    --hardware exclude each other). The hardware step says so; for this box they are taken. Two H200s (fake)."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            w = await to_hardware_step(pilot, app)
+            w.query_one("#hardware-input").value = "2xA100-80GB"
+            w.query_one("#gpus-input").value = "1"
+            await wait_for(pilot, lambda: "they are not used" in " ".join(screen_text(app).split()))
+            w.query_one("#hardware-input").value = w._detected().describe()
+            await wait_for(pilot, lambda: "they are not used" not in " ".join(screen_text(app).split()))
+
+    run(scenario())

@@ -750,6 +750,16 @@ class WizardScreen(Screen[None]):
 
         return on_this_host(parse_target(text, price), detected)
 
+    def _gpus_ignored(self) -> str:
+        """The line saying the GPU indices go unused, when another hardware than this box is typed beside them
+        (``_target`` takes them for this box only, as plan's --gpus and --hardware exclude each other); else ""."""
+        text = self.query_one("#hardware-input", Input).value.strip()
+        gpus = self.query_one("#gpus-input", Input).value.strip()
+        detected = self._detected()
+        if not gpus or gpus == "all" or not text or (detected is not None and text == detected.describe()):
+            return ""
+        return f"[$warning]{_escape(t('wizard.hardware.gpus_ignored', hardware=text))}[/]"
+
     # --- recommendation ------------------------------------------------------------------------------
     def _build_request(self) -> Any:
         from core.plan import PlanRequest
@@ -806,7 +816,7 @@ class WizardScreen(Screen[None]):
             self.query_one("#hardware-info", Static).update(_escape(message.error))
             return
         self.recommendation = message.rec
-        self.query_one("#hardware-info", Static).update("")
+        self.query_one("#hardware-info", Static).update(self._gpus_ignored())
         self._render_result()
         self.refresh_bindings()  # the alternatives' keys follow the plan's list
         if message.advance and STEPS[self.step] == "hardware":
@@ -836,6 +846,9 @@ class WizardScreen(Screen[None]):
         input_id = event.input.id or ""
         if input_id == "dataset-input":
             self._dataset_path_changed(event.value.strip())
+            return
+        if input_id in ("hardware-input", "gpus-input"):
+            self.query_one("#hardware-info", Static).update(self._gpus_ignored())
             return
         if input_id == "model-input":
             if self.model_error is not None and event.value.strip() != self.model_error:
