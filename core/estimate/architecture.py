@@ -111,15 +111,12 @@ def _require_int(config: Mapping[str, Any], key: str, source: str) -> int:
     return value
 
 
-# rope_scaling types that stretch the trained positions by their ``factor`` (transformers' linear, dynamic NTK and
-# YaRN); llama3 and longrope configs give ``max_position_embeddings`` already extended, with the original beside it
-_STRETCHING_ROPE = ("linear", "dynamic", "yarn")
-
-
 def supported_positions(config: Mapping[str, Any]) -> int | None:
-    """The positions a model takes: ``max_position_embeddings``, or more where ``rope_scaling`` extends it (Qwen's
-    YaRN: ``factor`` 4 over ``original_max_position_embeddings`` 32,768 takes 131,072); None when the config
-    says none."""
+    """The positions a model takes: ``max_position_embeddings``, or more where ``rope_scaling`` stretches an
+    ``original_max_position_embeddings`` past it (Qwen's YaRN: ``factor`` 4 over 32,768 takes 131,072); None
+    when the config says none. A scaling that names no original is not multiplied again: Gemma 3 and Llama 3
+    give ``max_position_embeddings`` already stretched, and an understated limit is only a default a user may
+    pass (with a warning), where an overstated one plans records the model cannot place."""
     trained = config.get("max_position_embeddings")
     if not isinstance(trained, int) or isinstance(trained, bool) or trained <= 0:
         return None
@@ -127,13 +124,11 @@ def supported_positions(config: Mapping[str, Any]) -> int | None:
     if not isinstance(scaling, Mapping):
         return trained
     factor = scaling.get("factor")
-    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 1:
-        return trained
     original = scaling.get("original_max_position_embeddings")
-    if isinstance(original, int) and not isinstance(original, bool) and original > 0:
+    if (isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor > 1
+            and isinstance(original, int) and not isinstance(original, bool) and original > 0):
         return max(trained, int(original * factor))
-    kind = scaling.get("rope_type") or scaling.get("type")
-    return int(trained * factor) if kind in _STRETCHING_ROPE else trained
+    return trained
 
 
 def architecture_from_config(config: Mapping[str, Any], name: str = "", source: str = "config.json") -> ModelArchitecture:

@@ -463,5 +463,7 @@ def test_rope_scaling_extends_the_positions_a_model_takes():
     assert supported_positions({"max_position_embeddings": 32768, "rope_scaling": yarn}) == 131072
     llama3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}
     assert supported_positions({"max_position_embeddings": 131072, "rope_scaling": llama3}) == 131072
-    assert supported_positions({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2}}) == 8192
+    # Gemma 3: already stretched, no original named: not multiplied again (131,072, not 1,048,576)
+    gemma3 = {"rope_type": "linear", "factor": 8.0}
+    assert supported_positions({"max_position_embeddings": 131072, "rope_scaling": gemma3}) == 131072
     assert supported_positions({}) is None
