@@ -167,17 +167,22 @@ def model_problem(model: str, hub: str, probe: bool = True) -> tuple[str, str] |
     if looks_like_local_path(value) or path.exists():
         return folder_problem(path, value)
     if HUB_ID.match(value):
-        from core.estimate.model_source import cached_config
+        from core.estimate.model_source import cached_configs
+        from core.hub.local import (
+            cache_repo,
+            cached_model_folder,
+            download_command,
+            partial_files,
+            partial_files_words,
+        )
 
-        cached = cached_config(value)
-        if cached is not None:
-            from core.hub.local import download_command, partial_files, partial_files_words
-
-            parts = partial_files(cached.parent)
-            if parts:  # a download of it was stopped: the cache holds a part
+        if cached_model_folder(value, hub) is not None:  # the whole copy the run loads, from either cache
+            return None
+        for cached in cached_configs(value):  # a download of it was stopped: a cache holds a part
+            parts = partial_files(cache_repo(cached.parent))
+            if parts:
                 return ERROR, t("config.model_download_unfinished", path=str(cached.parent), files=partial_files_words(len(parts)),
                                 resume=download_command(value, "hf" if hub == "huggingface" else "modelscope"))
-            return None
         from core.data.loading import HUB_HOSTS, _offline, hub_address, network_reachable
 
         host = hub_address(hub)[0] if hub in HUB_HOSTS else hub

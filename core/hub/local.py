@@ -73,6 +73,12 @@ def weights_state(path: Path, model_dir: Path | None = None) -> str:
     return "complete" if has_weights(model_dir or path) else "none"
 
 
+def cache_repo(folder: Path) -> Path:
+    """Where a download into cached model ``folder`` keeps its unfinished files: a Hugging Face snapshot's
+    repo (its blobs/ stand beside snapshots/), else the folder itself."""
+    return folder.parents[1] if folder.parent.name == "snapshots" else folder
+
+
 def cached_model_folder(model_id: str, hub: str = "modelscope") -> Path | None:
     """The folder of a whole copy of hub id ``model_id`` in the Hugging Face or ModelScope cache (its
     config.json and weights, no unfinished download), else None. A run of that id loads it rather than
@@ -86,9 +92,7 @@ def cached_model_folder(model_id: str, hub: str = "modelscope") -> Path | None:
     configs = sorted(configs, key=lambda config: config.is_relative_to(hf_hub_cache()) != wanted_hf)
     for config in configs:  # a half-finished copy in one cache does not hide a whole one
         folder = config.parent
-        # A Hugging Face cache keeps a download's unfinished files in its repo's blobs/, beside snapshots/.
-        repo = folder.parents[1] if folder.parent.name == "snapshots" else folder
-        if not partial_files(repo) and weights_state(folder) == "complete":
+        if not partial_files(cache_repo(folder)) and weights_state(folder) == "complete":
             return folder
     return None
 

@@ -540,3 +540,24 @@ def test_a_model_in_the_modelscope_sdks_new_layout_is_planned_from_where_it_is_l
     assert cached_model_folder("acme/Thing-1B") == snapshot  # what a run of it loads
     assert main(["estimate", "--model", "acme/Thing-1B", "--method", "lora", "--batch-size", "1",
                  "--seq-len", "512"]) == 0
+
+
+def test_train_check_passes_a_whole_copy_beside_a_half_downloaded_one_in_the_other_cache(home):
+    """``train --check`` looked only at the first cached config.json (Hugging Face's): a half-finished Hugging
+    Face download beside a whole ModelScope copy was refused as "download unfinished", though the run loads
+    the whole copy. The check takes the copy the run loads; with none whole, the half one is still refused."""
+    from core.config.issues import ERROR
+    from core.config.model_checks import model_problem
+
+    ms = home / "ms" / "models" / "acme" / "Half-1B"
+    repo = home / "hf" / "hub" / "models--acme--Half-1B"
+    hf = repo / "snapshots" / "abc"
+    _write(hf / "model.safetensors", 1000)
+    (hf / "config.json").write_text("{}")
+    _write(repo / "blobs" / "f00d.incomplete", 10)
+    severity, message = model_problem("acme/Half-1B", "modelscope", probe=False)
+    assert severity == ERROR and "f00d" not in message and "1 " in message  # the unfinished file is counted
+    _write(ms / "model.safetensors", 1000)
+    (ms / "config.json").write_text("{}")
+    assert model_problem("acme/Half-1B", "modelscope", probe=False) is None
+    assert model_problem("acme/Half-1B", "huggingface", probe=False) is None
