@@ -55,6 +55,34 @@ def recorded_visible(record: Mapping[str, Any]) -> tuple[bool, str | None]:
     return True, value if isinstance(value, str) else None
 
 
+def run_physical_gpus(record: Mapping[str, Any], unrecorded: str | None = None) -> list[str]:
+    """The GPUs a run uses, as this box names them: run.json's ``gpus`` indices mapped through the
+    ``CUDA_VISIBLE_DEVICES`` its ``env`` recorded at launch (``physical_gpus``: a physical index as NVML
+    numbers them, or a ``GPU-…`` / ``MIG-…`` UUID as given). A run.json without ``env`` counts within
+    ``unrecorded``. The mapping the supervisor applies, so the GPUs the trainer holds."""
+    gpus = [int(g) for g in record.get("gpus") or []]
+    known, visible = recorded_visible(record)
+    return physical_gpus(gpus, visible if known else unrecorded)
+
+
+def run_gpu_indices(record: Mapping[str, Any], box: Sequence[Any] = ()) -> list[int]:
+    """The NVML indices (those of a ``GpuSnapshot``, which ``CUDA_VISIBLE_DEVICES`` does not renumber) of
+    the GPUs a run uses (``run_physical_gpus``): a UUID entry is the index of the GPU of ``box`` (GPU
+    snapshots) with that UUID, or a unique start of it as CUDA takes, or holding that MIG device; one ``box``
+    does not list is left out. Run.json ``gpus`` [0] under ``CUDA_VISIBLE_DEVICES=2,3`` is [2]."""
+    by_uuid: dict[str, int] = {}
+    for gpu in box:
+        for uuid in [getattr(gpu, "uuid", None)] + [m.uuid for m in getattr(gpu, "mig_instances", ())]:
+            if uuid:
+                by_uuid[uuid] = gpu.index
+    indices: list[int] = []
+    for name in run_physical_gpus(record):
+        index = int(name) if name.isdigit() else next((i for u, i in by_uuid.items() if u.startswith(name)), None)
+        if index is not None and index not in indices:
+            indices.append(index)
+    return indices
+
+
 def resolve_gpus(requested: object, available: int) -> list[int]:
     """``gpus`` from the config (all / a count / a list of indices) as indices on this box.
 

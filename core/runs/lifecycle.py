@@ -450,7 +450,7 @@ def live_runs_sharing(gpus: Sequence[int], visible: str | None | Literal["ours"]
     import os
     import socket
 
-    from core.runs.gpus import VISIBLE_ENV, physical_gpus, recorded_visible
+    from core.runs.gpus import VISIBLE_ENV, physical_gpus, run_physical_gpus
     from core.runs.listing import iter_run_dirs
     from core.runs.liveness import effective_status
     from core.runs.states import ACTIVE_STATES
@@ -470,10 +470,8 @@ def live_runs_sharing(gpus: Sequence[int], visible: str | None | Literal["ours"]
         record, unreadable = run.read_record()
         if unreadable or record.get("host", host) != host:
             continue
-        theirs = [int(g) for g in record.get("gpus") or []]
-        known, their_visible = recorded_visible(record)
-        shared = sorted({mine[name] for name in physical_gpus(theirs, their_visible if known else visible)
-                         if name in mine})
+        theirs = run_physical_gpus(record, visible)
+        shared = sorted({mine[name] for name in theirs if name in mine})
         if shared or (not wanted and not theirs):
             found.append((run.id, RunState(status.status).value, shared))
     return found

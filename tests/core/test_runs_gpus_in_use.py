@@ -325,3 +325,24 @@ def test_gpus_of_runs_launched_under_different_cuda_visible_devices_are_compared
             _end(other)
     finally:
         _end(holder)
+
+
+def test_run_gpu_indices_are_the_physical_gpus_of_the_launch_visible_devices():
+    """The one answer to "which of the box's GPUs does this run use" (the dashboard's charts, the GPU check):
+    run.json's indices through the CUDA_VISIBLE_DEVICES its env recorded; a UUID entry through the box's
+    GPUs (NVML's UUIDs, a unique start as CUDA takes it, a MIG device's parent); none recorded: as given."""
+    from types import SimpleNamespace
+
+    from core.runs.gpus import run_gpu_indices, run_physical_gpus
+
+    box = [SimpleNamespace(index=0, uuid="GPU-aaa", mig_instances=()),
+           SimpleNamespace(index=1, uuid="GPU-bbb", mig_instances=(SimpleNamespace(uuid="MIG-ccc"),))]
+    assert run_gpu_indices({"gpus": [0, 1], "env": {"CUDA_VISIBLE_DEVICES": "2,3"}}) == [2, 3]
+    assert run_gpu_indices({"gpus": [1], "env": {"CUDA_VISIBLE_DEVICES": "3,1"}}) == [1]
+    assert run_gpu_indices({"gpus": [0], "env": {}}) == [0]  # unset at launch
+    assert run_gpu_indices({"gpus": [0]}) == [0]  # an older run.json: as given
+    assert run_physical_gpus({"gpus": [0]}, "2") == ["2"]  # ... or within what the caller takes it to be
+    assert run_gpu_indices({"gpus": [0, 1], "env": {"CUDA_VISIBLE_DEVICES": "GPU-bb,MIG-ccc"}}, box) == [1]
+    assert run_gpu_indices({"gpus": [0], "env": {"CUDA_VISIBLE_DEVICES": "GPU-zzz"}}, box) == []
+    assert run_gpu_indices({"gpus": [], "env": {"CUDA_VISIBLE_DEVICES": "1"}}) == []
+

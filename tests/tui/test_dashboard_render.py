@@ -260,6 +260,33 @@ def test_the_dashboard_reads_run_json_in_its_worker_and_charts_only_the_runs_gpu
         run(scenario())
 
 
+@pytest.mark.parametrize("visible", ["1", "GPU-7c60d23e"])
+def test_a_run_launched_under_cuda_visible_devices_charts_the_physical_gpu_it_trains_on(visible):
+    """A run launched under CUDA_VISIBLE_DEVICES=1 training on its GPU 0 (run.json ``gpus`` [0], its ``env``
+    recording the variable) holds physical GPU 1; the dashboard charted NVML's GPU 0, another process's.
+    Fake h200x2 box (GPUs 0 and 1, GPU 1's UUID starts GPU-7c60d23e: CUDA takes a UUID's start)."""
+    import json
+
+    path = build_run(runs_dir(), "20261129-2100-visible", status="running", steps=240, gpus=(0,))
+    record = json.loads((path / "run.json").read_text(encoding="utf-8"))
+    record["env"] = {"CUDA_VISIBLE_DEVICES": visible}
+    (path / "run.json").write_text(json.dumps(record), encoding="utf-8")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_dashboard(pilot, app, "running")
+            await wait_for(pilot, lambda: screen.gpu_version > 0 and screen.gpu_indices)
+            assert screen.gpu_indices == [1]
+            assert sorted(screen.gpu_util) == [1] and sorted(screen.gpu_mem) == [1]
+            screen._redraw()
+            await pilot.pause()
+            assert "GPUs 1" in screen_text(app)
+
+    with SupervisorStandIn(path):
+        run(scenario())
+
+
 def test_events_scrolled_short_of_the_newest_come_back_on_the_next_tick():
     """A scroll made against a layout that changed after it (a busy box measures rows late) left the
     events short of the newest; the dashboard's tick puts a following table right, a moved cursor not."""

@@ -265,16 +265,29 @@ class DashboardFeed:
             self.notify(t("dashboard.record_unreadable", dir=str(self.source.path), reason=message.unreadable),
                         severity="warning", timeout=15, markup=False)
         self.record_unreadable = message.unreadable
-        self.gpu_indices = [int(i) for i in self._record.get("gpus") or []]
+        latest = self.app.gpu_snapshot  # type: ignore[attr-defined]
+        self._set_gpu_indices(list(getattr(latest, "gpus", None) or []))
         if first:
             self._follow_gpus()
-        elif self.gpu_indices:  # run.json reads at last: the charts keep the run's GPUs, not all the box's
+        self._show_info()
+
+    def _set_gpu_indices(self, box: list[Any]) -> None:
+        """The run's GPUs as the snapshots number them (``run_gpu_indices``: run.json's indices count within
+        the ``CUDA_VISIBLE_DEVICES`` of its launch; ``box``, the latest snapshot's GPUs, names UUID entries);
+        once known, the charts keep them, not all the box's."""
+        from core.runs.gpus import run_gpu_indices
+
+        indices = run_gpu_indices(self._record, box)
+        if indices == self.gpu_indices:
+            return
+        self.gpu_indices = indices
+        if indices:
             for series in (self.gpu_util, self.gpu_mem):
-                for index in [i for i in series if i not in self.gpu_indices]:
+                for index in [i for i in series if i not in indices]:
                     del series[index]
             self.gpu_version += 1
             self._dirty = True
-        self._show_info()
+        self._show_info()  # the header names them
 
     def on_metrics_batch(self, message: MetricsBatch) -> None:
         if message.reset:
@@ -350,6 +363,7 @@ class DashboardFeed:
             return  # the box's GPUs are not this run's: no chart of them, no idle alert
         snapshot = message.snapshot
         gpus = list(getattr(snapshot, "gpus", []) or [])
+        self._set_gpu_indices(gpus)  # a UUID entry of the run's CUDA_VISIBLE_DEVICES: known with a snapshot
         wanted = set(self.gpu_indices)
         mine = [g for g in gpus if not wanted or g.index in wanted]
         if not mine:
