@@ -198,7 +198,8 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     optimizer and LR schedule restart); ``overrides`` (``key=value``) change the run's config.yaml. The
     configuration (config.yaml as it is now, with the overrides) and the data are checked as ``train``
     checks them, and refused with nothing changed. The disk must hold the checkpoints still to come, and a
-    live run of this box on any of its GPUs refuses it as it refuses ``train`` (``allow_shared_gpus``). Each
+    live run of this box on any of its GPUs refuses it as it refuses ``train`` (``allow_shared_gpus``); a
+    ``gpus=`` override moves the run to the GPUs it names, as many as it had (``_moving_gpus``). Each
     notice of the plan (fallbacks, removals, changed data or keys) goes to ``notice`` before the run
     starts, by default to ``warn`` as the CLI says it. Raises ``RunError``; if the supervisor exits at
     once, ``SupervisorDidNotStart`` and the run is marked failed.
@@ -211,18 +212,27 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     values = config.to_dict() if overrides else run.config()
     _check_disk_space(values, run.path, len(run.checkpoints(complete_only=True)), warn)
     # The GPUs the resumed trainer gets: run.json's, which the supervisor reads (refuse_unresumable has made
-    # sure it reads and lists them), not config.yaml's ``gpus`` resolved again on the box as it is now.
+    # sure it reads and lists them), not config.yaml's ``gpus`` resolved again on the box as it is now; a
+    # ``gpus=`` override moves the run to the GPUs it names, as many as before.
     from core.runs.gpus import recorded_visible
 
     record = run.read_launch_record()[0]
     gpus = list(record["gpus"])
+    moving = _moving_gpus(run, config, overrides, gpus)
     if gpus:  # a CPU run parks no activations in pinned memory
         _check_host_memory(values, warn, processes=len(gpus))
     known, visible = recorded_visible(record)  # what the indices count within (start_supervisor restores it)
-    # `train` twice and `train` + `resume` alike
-    _check_gpus_free(gpus, allow_shared_gpus, warn, visible=visible if known else "ours")
-    plan = prepare_resume(run, step=checkpoint, weights_only=weights_only, config=config if overrides else None,
-                          check_data=lambda: _check_data(config))
+    # The look at the live runs' GPUs and this run queued on them (counted live by the next look) are one step,
+    # as a launch's are: a launch or a resume at the same instant waits, then sees this run on its GPUs.
+    with _one_claim_at_a_time():
+        if moving is not None:  # indices of this shell's CUDA_VISIBLE_DEVICES, as `train` takes them
+            moving = _claim_gpus(config, moving, allow_shared_gpus, warn)
+        else:  # `train` twice and `train` + `resume` alike
+            _check_gpus_free(gpus, allow_shared_gpus, warn, visible=visible if known else "ours")
+        plan = prepare_resume(run, step=checkpoint, weights_only=weights_only,
+                              config=config if overrides else None, check_data=lambda: _check_data(config))
+        if moving is not None:
+            _record_moved_gpus(run, record, moving)
     for each in plan.notices:
         if notice is not None:
             notice(each)
@@ -550,6 +560,43 @@ def _check_host_memory(values: dict[str, Any], warn: Warn = warn_on_stderr, avai
     if check.verdict == "short":
         raise RunError(check.message.text(), 2)
     warn(check.message.text())
+
+
+def _moving_gpus(run: RunDirectory, config: Any, overrides: Sequence[str], gpus: list[int]) -> list[int] | None:
+    """The GPUs a ``gpus=`` override of a resume names on this box (None without one): refused unless as
+    many as the run had, since its checkpoint was written by that many processes (a ZeRO one is split
+    over them; any other counts steps of a global batch of that many GPUs)."""
+    from core.config.loader import parse_override
+    from core.runs.gpus import resolve_gpus, visible_gpu_count
+
+    if not any(parse_override(text)[0] == "gpus" for text in overrides):  # _resume_config has read them
+        return None
+    try:
+        wanted = resolve_gpus(config.gpus, visible_gpu_count())
+    except ValueError as exc:
+        raise RunError(str(exc), 2) from exc
+    if len(wanted) != len(gpus):
+        stage = int(run.config().get("zero_stage") or 0)  # the checkpoint's: config.yaml before the override
+        why = (t("runs.resume_gpu_count_zero", stage=stage, old=len(gpus)) if stage > 0
+               else t("runs.resume_gpu_count_batch"))
+        raise RunError(t("runs.resume_gpu_count", id=run.id, gpus=",".join(map(str, wanted)) or "-",
+                         new=len(wanted), old=len(gpus), why=why), 2)
+    return wanted
+
+
+def _record_moved_gpus(run: RunDirectory, record: dict[str, Any], gpus: list[int]) -> None:
+    """run.json's ``gpus`` (what the supervisor gives the trainer) become a resume's ``gpus=``, which count
+    within this shell's ``CUDA_VISIBLE_DEVICES``: its ``env`` records that one now (``start_supervisor``
+    restores it, ``run_physical_gpus`` maps through it)."""
+    import os
+
+    from core.runs.gpus import VISIBLE_ENV
+
+    env = dict(record.get("env") or {})
+    env.pop(VISIBLE_ENV, None)
+    if os.environ.get(VISIBLE_ENV) is not None:
+        env[VISIBLE_ENV] = os.environ[VISIBLE_ENV]
+    run.update_record(gpus=list(gpus), env=env)
 
 
 def _resume_config(run: RunDirectory, overrides: list[str], warn: Warn) -> Any:

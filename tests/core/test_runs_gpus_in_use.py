@@ -346,3 +346,91 @@ def test_run_gpu_indices_are_the_physical_gpus_of_the_launch_visible_devices():
     assert run_gpu_indices({"gpus": [0], "env": {"CUDA_VISIBLE_DEVICES": "GPU-zzz"}}, box) == []
     assert run_gpu_indices({"gpus": [], "env": {"CUDA_VISIBLE_DEVICES": "1"}}) == []
 
+
+def _stopped_with_checkpoint(on: list[int], **config) -> RunDirectory:
+    """A stopped run on ``on`` with one sound checkpoint (step 3 of 50: tiny files of the right shapes)."""
+    import json
+
+    from core.data.samples import sample_dataset_path
+    from core.runs.checkpoints import finalize_checkpoint, tmp_path_for
+    from core.runs.run_dir import STOPPED
+
+    values = {"name": "long", "model": "tiny", "dataset": str(sample_dataset_path()), "precision": "fp32",
+              "max_steps": 50, **config}
+    run = create_run(_Config(**values), ["tunedeck", "train", "long.yaml"], gpus=on)
+    tmp = tmp_path_for(run.checkpoints_dir, 3)
+    tmp.mkdir(parents=True)
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (tmp / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    (tmp / "trainer_state.json").write_text(json.dumps({"global_step": 3}), encoding="utf-8")
+    (tmp / "optimizer.pt").write_bytes(b"o")
+    (tmp / "scheduler.pt").write_bytes(b"s")
+    finalize_checkpoint(tmp, 3)
+    run.write_status(STOPPED)
+    return run
+
+
+def test_resume_with_a_gpus_override_moves_the_run_to_them_as_many_as_before(home, monkeypatch, capsys):
+    """`resume RUN gpus=...` wrote the GPUs into config.yaml, but the supervisor trains on run.json's: the
+    resume ran on the old GPUs, the ones a live run had taken (the refusal even advised gpus=...). The
+    override moves the run now: checked against the live runs under the launch's claim lock, run.json's
+    gpus and recorded CUDA_VISIBLE_DEVICES follow; another GPU count is refused with why (a ZeRO
+    checkpoint is split over its processes). Box: 4 GPUs (``visible_gpu_count`` says 4); the supervisor
+    is not started (``_start`` records the GPUs it would give)."""
+    import fcntl
+    import os
+
+    import yaml
+
+    from core.cli import main
+    from core.paths import runs_dir
+    from core.runs import gpus as run_gpus
+    from core.runs import lifecycle
+    from core.runs.gpus import run_gpu_indices
+    from core.runs.run_dir import STOPPED
+
+    monkeypatch.setattr(run_gpus, "visible_gpu_count", lambda nvml=None: 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    stopped = _stopped_with_checkpoint([0, 1], gpus=2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    started: list[tuple[list[int], str | None]] = []
+
+    def start(run, resume_from=None):
+        record = run.record()
+        started.append((record["gpus"], record["env"].get("CUDA_VISIBLE_DEVICES")))
+
+    def lock_is_held() -> bool:
+        fd = os.open(runs_dir(), os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    looks: list[bool] = []
+    real_sharing = lifecycle.live_runs_sharing
+    monkeypatch.setattr(lifecycle, "_start", start)
+    monkeypatch.setattr(lifecycle, "live_runs_sharing",
+                        lambda gpus, visible="ours": looks.append(lock_is_held()) or real_sharing(gpus, visible))
+    live, holder = _live_run([0, 1])
+    try:
+        assert main(["resume", stopped.id, "gpus=[2]"]) == 2  # one GPU for a two-GPU checkpoint
+        said = capsys.readouterr().err
+        assert f"gpus=2 gives run {stopped.id} 1 GPU(s), but its checkpoint was written on 2" in said, said
+        assert "global batch" in said and stopped.status().status == STOPPED and not started
+        assert main(["resume", stopped.id, "gpus=[1,2]"]) == 2  # GPU 1 is the live run's
+        assert f"GPU 1 is in use by run {live.id}" in capsys.readouterr().err
+        assert stopped.record()["gpus"] == [0, 1] and stopped.status().status == STOPPED
+        assert main(["resume", stopped.id, "gpus=[2,3]"]) == 0
+        assert started == [([2, 3], None)]  # the supervisor's GPUs, counted in this shell's (unset) variable
+        assert yaml.safe_load(stopped.config_path.read_text())["gpus"] == [2, 3]  # config.yaml agrees
+        assert run_gpu_indices(stopped.record()) == [2, 3] and looks and all(looks)
+    finally:
+        _end(holder)
+    zero = _stopped_with_checkpoint([0, 1], gpus=2, zero_stage=2)
+    assert main(["resume", zero.id, "gpus=4"]) == 2
+    said = capsys.readouterr().err
+    assert "a DeepSpeed ZeRO-2 checkpoint is split over the 2 training processes" in said, said
+    assert zero.record()["gpus"] == [0, 1] and zero.status().status == STOPPED
