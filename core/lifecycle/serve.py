@@ -491,18 +491,22 @@ def stop_server_state(run_id: str) -> ServerState | None:
         write_json_atomic(directory / "state.json", {**_read_state(directory), "status": "stopped"})
     run_path = read_server_record(run_id).get("run")
     if run_path and not Path(str(run_path)).exists():
-        forget_server(run_id)
+        _remove_state_dir(run_id)  # not forget_server, which stops through here
     return state
 
 
 def forget_server(run_id: str) -> bool:
     """Stop the server filed under ``run_id`` if one runs, then remove its state folder (state.json, lock,
-    log): for a run being deleted. True when a server was stopped."""
+    log): for a run being deleted. True when a server was stopped. One look for the server, the stop's."""
+    stopped = stop_server_state(run_id) is not None
+    _remove_state_dir(run_id)
+    return stopped
+
+
+def _remove_state_dir(run_id: str) -> None:
     import shutil
 
-    stopped = server_state(run_id) is not None and stop_server(run_id)
     shutil.rmtree(_state_dir(run_id), ignore_errors=True)
-    return stopped
 
 
 def client_api_key() -> str | None:
