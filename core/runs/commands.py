@@ -337,7 +337,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         (t("runs.field_speed"), format_rate(summary.steady_tokens_per_s)),
         (t("runs.field_eta"), format_duration(summary.eta_s) if summary.status in ACTIVE_STATES else UNKNOWN),
         (t("runs.field_checkpoint"), str(last_ckpt.path) if last_ckpt else UNKNOWN),
-        (t("runs.field_gpus"), UNKNOWN if unreadable else ",".join(str(g) for g in summary.gpus) or "cpu"),
+        (t("runs.field_gpus"), UNKNOWN if unreadable else ",".join(summary.physical_gpus) or "cpu"),
         (t("runs.field_dir"), summary.run_dir),
     ]
     width = max(len(k) for k, _ in lines)

@@ -12,6 +12,7 @@ from core.assets import model_label
 from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import render_stored
 from core.paths import runs_dir
+from core.runs.gpus import run_physical_gpus
 from core.runs.heartbeat import last_sign_of_life, read_beats
 from core.runs.launch import PROBE_COMMAND
 from core.runs.liveness import effective_status, stalled_step
@@ -44,7 +45,8 @@ class RunSummary:
     tokens_per_s: float | None = None
     steady_tokens_per_s: float | None = None  # over the steady steps so far: the figure the tables show
     eta_s: float | None = None
-    gpus: list[int] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)  # run.json's, counted within the launch's CUDA_VISIBLE_DEVICES
+    physical_gpus: list[str] = field(default_factory=list)  # as this box numbers them (``run_physical_gpus``)
     name: str = ""
     updated: str = ""
     reason_message: dict[str, Any] | None = None  # the reason as a message record (see RunStatus)
@@ -94,6 +96,15 @@ def steady_rate(run: RunDirectory, metrics: dict[str, Any]) -> float | None:
     return steady_tokens_per_s(run.first_train_metrics(), metrics)
 
 
+def _physical_gpus(record: dict[str, Any]) -> list[str]:
+    """``run_physical_gpus``, or run.json's ``gpus`` as they are where they are not a list of indices (edited
+    by hand: the listing shows such a run; its start and resume refuse it, saying why)."""
+    try:
+        return run_physical_gpus(record)
+    except (TypeError, ValueError):
+        return [str(gpu) for gpu in record.get("gpus") or []] if isinstance(record.get("gpus"), list) else []
+
+
 def summarize(run: RunDirectory) -> RunSummary:
     """Status (liveness applied), identity and the latest metrics of one run; reads only tails."""
     beats = read_beats(run.path)  # once: the stall check, the stalled step and the last sign of life
@@ -128,6 +139,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         steady_tokens_per_s=steady_rate(run, metrics) if moving else None,
         eta_s=metrics.get("eta_s") if live else None,
         gpus=list(record.get("gpus") or []),
+        physical_gpus=_physical_gpus(record),
         name=str(config.get("name", "") or ""),
         updated=status.updated,
         has_checkpoint=ended_with_checkpoint(run, status.status),

@@ -1170,3 +1170,22 @@ def test_runs_leaves_the_wizards_probe_runs_out_unless_asked_and_knows_the_older
     assert "(probe)" not in rows[mine.id]
     assert cli.main(["runs", "--json"]) == 0
     assert sorted(r["id"] for r in json.loads(capsys.readouterr().out) if r["probe"]) == sorted([marked.id, older.id])
+
+
+def test_status_and_the_runs_screen_name_the_gpus_as_this_box_numbers_them(home, capsys):
+    """A run launched under CUDA_VISIBLE_DEVICES=2,3 records gpus [0]: `status RUN` said "GPUs 0" while the
+    trainer held GPU 2 (what nvidia-smi and the GPU screen call it). The listing maps them as the supervisor
+    does; a run.json edited into a non-list still lists. (No GPU: the run is never started.)"""
+    from core import cli
+
+    run = _run(home)
+    run.record_path.write_text(json.dumps({"id": run.id, "gpus": [0], "env": {"CUDA_VISIBLE_DEVICES": "2,3"}}))
+    assert cli.main(["status", run.id]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("gpus"))
+    assert line.split() == ["gpus", "2"], line
+    assert cli.main(["runs", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["gpus"] == [0] and row["physical_gpus"] == ["2"]
+    run.record_path.write_text(json.dumps({"id": run.id, "gpus": "0,1"}))
+    assert cli.main(["runs", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["physical_gpus"] == []

@@ -298,7 +298,7 @@ class RunsScreen(Screen[None]):
             # A run.json that does not read: the run's model is unknown, and the status line says why.
             "model": t("runs.record_unreadable_short") if summary.record_error else summary.model or "–",
             "method": summary.method or "–",
-            "gpus": ",".join(str(g) for g in summary.gpus) or "–",
+            "gpus": ",".join(summary.physical_gpus) or "–",
             "progress": _progress(summary.step, summary.total_steps),
             "loss": "–" if summary.loss is None else f"{summary.loss:.4f}",
             "tokens": units.format_rate(summary.steady_tokens_per_s),
