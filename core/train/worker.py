@@ -82,6 +82,10 @@ def _configure_logging(rank: int) -> None:
     # Liger tries its optional backends for an op (the CuTe DSL's, Ascend's) and warns of each one missing, in
     # every run, before it takes its Triton kernel: two lines in every GPU train.log that read like a failure.
     logging.getLogger("liger_kernel.backends.registry").setLevel(logging.ERROR)
+    # bitsandbytes, imported with peft, tells on every CPU with AVX512-BF16 (the Xeons of GPU boxes too) that its
+    # optional hub kernel is missing ("pip install kernels"), and falls back to its own: a line in every train.log,
+    # the demo's first, that reads like a broken install (`tunedeck merge` and `chat` silence it alike).
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 

@@ -70,3 +70,14 @@ def test_the_servers_log_holds_its_own_lines_not_the_libraries_notes(lora_run):
     text = (home / "serve" / run.id / "server.log").read_text()
     assert "serving " + run.id in text, text
     assert not [n for n in (*NOISE, "FutureWarning", "warnings.warn") if n in text], text
+
+
+def test_the_trainer_keeps_bitsandbytes_cpu_kernel_notice_out_of_train_log():
+    """The trainer (whose stderr is train.log) quiets the same bitsandbytes notice below ERROR: it was the
+    demo's first log line on a CPU with AVX512-BF16 ("Please make sure you already `pip install kernels`")."""
+    code = ("import logging; from core.train.worker import _configure_logging; _configure_logging(0); "
+            "b = logging.getLogger('bitsandbytes.backends.cpu.ops'); b.warning('bnb-warning'); b.error('bnb-error')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "bnb-error" in proc.stderr, proc.stderr
+    assert "bnb-warning" not in proc.stderr, proc.stderr
