@@ -23,7 +23,7 @@ for arg in "$@"; do
     case "$arg" in
         --dev) dev=1 ;;
         --app-only) app_only=1 ;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,/^[^#]/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;  # the header comment
         *) die "unknown option '$arg' (try --help)" ;;
     esac
 done
