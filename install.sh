@@ -121,17 +121,24 @@ DS_BUILD_OPS=0 DS_SKIP_CUDA_CHECK=1 pip install -q --no-build-isolation -e "$spe
 # --- check, then put tunedeck on the PATH -----------------------------------------------------
 "$venv/bin/tunedeck" --version >/dev/null || die "tunedeck was installed but does not start: run $venv/bin/tunedeck --version"
 linked=""
+on_path=0  # whether a folder it was linked into is on the PATH: /usr/local/bin is, but only root gets a link there
+link() {
+    ln -sf "$venv/bin/tunedeck" "$1/tunedeck" || return 0
+    linked="${linked:+$linked }$1/tunedeck"
+    case ":$PATH:" in *":$1:"*) on_path=1 ;; esac
+}
 mkdir -p "$HOME/.local/bin"
-ln -sf "$venv/bin/tunedeck" "$HOME/.local/bin/tunedeck" && linked="$HOME/.local/bin/tunedeck"
+link "$HOME/.local/bin"
 if [ -w /usr/local/bin ] && [ "$(id -u)" = 0 ]; then
-    ln -sf "$venv/bin/tunedeck" /usr/local/bin/tunedeck && linked="$linked /usr/local/bin/tunedeck"
+    link /usr/local/bin
 fi
 say "installed $("$venv/bin/tunedeck" --version) into $venv"
 say "linked: $linked"
-case ":$PATH:" in
-    *":$HOME/.local/bin:"*|*":/usr/local/bin:"*) ;;
-    *) say "add ~/.local/bin to your PATH: echo 'export PATH=\$HOME/.local/bin:\$PATH' >> ~/.bashrc" ;;
-esac
+start="tunedeck   (or $venv/bin/tunedeck)"
+if [ "$on_path" = 0 ]; then
+    say "add ~/.local/bin to your PATH: echo 'export PATH=\$HOME/.local/bin:\$PATH' >> ~/.bashrc; then open a new shell"
+    start="$venv/bin/tunedeck"
+fi
 if [ "$app_only" = 0 ]; then
     "$vpy" - <<'PY' >&2 || true
 import torch
@@ -139,4 +146,4 @@ cuda = torch.version.cuda
 print(f"[tunedeck] torch {torch.__version__}: " + (f"CUDA {cuda}, {torch.cuda.device_count()} GPU(s) visible" if cuda else "CPU build"))
 PY
 fi
-say "done. Start the app with: tunedeck   (or $venv/bin/tunedeck)"
+say "done. Start the app with: $start"

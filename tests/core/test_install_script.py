@@ -1,11 +1,51 @@
-"""install.sh as a new user meets it: its --help."""
+"""install.sh as a new user meets it: its --help, and what it says at the end about the PATH.
+
+The script runs for real (bash) against a stub virtual environment: a ``.venv/bin/python`` that answers every
+call with success and a ``.venv/bin/tunedeck`` that prints a version, so nothing is downloaded or installed.
+``--app-only`` keeps torch and the GPU out of it (no nvidia-smi is asked for anything that matters). An ``id``
+stub first on the PATH makes the script take the box for a non-root user's: it never links into
+/usr/local/bin here, even when the tests run as root."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _stub(path: Path, body: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """A folder holding install.sh and a stub .venv, as a checkout that was installed once."""
+    here = tmp_path / "checkout"
+    here.mkdir()
+    shutil.copy2(ROOT / "install.sh", here / "install.sh")
+    _stub(here / ".venv" / "bin" / "python", "exit 0")
+    _stub(here / ".venv" / "bin" / "tunedeck", 'echo "tunedeck 0.1.0"')
+    _stub(tmp_path / "stubs" / "id", 'if [ "$1" = "-u" ]; then echo 1000; else exec /usr/bin/id "$@"; fi')
+    return here
+
+
+def _install(tmp_path: Path, *args: str, path_dirs: list[str]) -> subprocess.CompletedProcess[str]:
+    here = _checkout(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PATH", "HOME")}
+    env.update(HOME=str(home), PYTHON=sys.executable,
+               PATH=":".join([str(tmp_path / "stubs"), *path_dirs, "/usr/bin", "/bin"]))
+    proc = subprocess.run(["bash", str(here / "install.sh"), *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout, ANSI.sub("", proc.stderr))
 
 
 def test_help_prints_the_header_comment_and_no_line_of_the_script():
@@ -15,3 +55,22 @@ def test_help_prints_the_header_comment_and_no_line_of_the_script():
     assert lines[0].startswith("tunedeck's one set-up command"), proc.stdout
     assert "--app-only" in proc.stdout and "TUNEDECK_FORCE_CPU" in proc.stdout, proc.stdout
     assert not any(line.startswith(("set ", "#!")) for line in lines), proc.stdout  # it printed `set -euo pipefail`
+
+
+def test_a_user_without_local_bin_on_the_path_is_told_to_add_it_and_given_the_command_that_works(tmp_path):
+    """/usr/local/bin is on every PATH but only root gets a link there: a user's install that linked only
+    ~/.local/bin, not on their PATH, said nothing and ended "Start the app with: tunedeck" (command not found)."""
+    proc = _install(tmp_path, "--app-only", path_dirs=["/usr/local/bin"])
+    assert proc.returncode == 0, proc.stderr
+    home_link = tmp_path / "home" / ".local" / "bin" / "tunedeck"
+    assert home_link.is_symlink(), proc.stderr
+    assert "add ~/.local/bin to your PATH" in proc.stderr, proc.stderr
+    venv_tunedeck = tmp_path / "checkout" / ".venv" / "bin" / "tunedeck"
+    assert proc.stderr.rstrip().endswith(f"Start the app with: {venv_tunedeck}"), proc.stderr
+
+
+def test_a_user_with_local_bin_on_the_path_is_told_to_start_tunedeck(tmp_path):
+    proc = _install(tmp_path, "--app-only", path_dirs=[str(tmp_path / "home" / ".local" / "bin"), "/usr/local/bin"])
+    assert proc.returncode == 0, proc.stderr
+    assert "to your PATH" not in proc.stderr, proc.stderr
+    assert "Start the app with: tunedeck " in proc.stderr, proc.stderr
