@@ -123,7 +123,13 @@ DS_BUILD_OPS=0 DS_SKIP_CUDA_CHECK=1 pip install -q --no-build-isolation -e "$spe
 linked=""
 on_path=0  # whether a folder it was linked into is on the PATH: /usr/local/bin is, but only root gets a link there
 link() {
+    # another checkout's link is replaced, and said so: on a shared box `tunedeck` changes meaning for everyone
+    local before
+    before=$(readlink "$1/tunedeck" 2>/dev/null || true)
     ln -sf "$venv/bin/tunedeck" "$1/tunedeck" || return 0
+    if [ -n "$before" ] && [ "$before" != "$venv/bin/tunedeck" ]; then
+        say "$1/tunedeck started $before; it starts this checkout's now"
+    fi
     linked="${linked:+$linked }$1/tunedeck"
     case ":$PATH:" in *":$1:"*) on_path=1 ;; esac
 }

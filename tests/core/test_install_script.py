@@ -28,7 +28,7 @@ def _stub(path: Path, body: str) -> None:
 def _checkout(tmp_path: Path) -> Path:
     """A folder holding install.sh and a stub .venv, as a checkout that was installed once."""
     here = tmp_path / "checkout"
-    here.mkdir()
+    here.mkdir(exist_ok=True)
     shutil.copy2(ROOT / "install.sh", here / "install.sh")
     _stub(here / ".venv" / "bin" / "python", "exit 0")
     _stub(here / ".venv" / "bin" / "tunedeck", 'echo "tunedeck 0.1.0"')
@@ -74,3 +74,16 @@ def test_a_user_with_local_bin_on_the_path_is_told_to_start_tunedeck(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "to your PATH" not in proc.stderr, proc.stderr
     assert "Start the app with: tunedeck " in proc.stderr, proc.stderr
+
+
+def test_a_link_to_another_checkout_is_replaced_and_said_so(tmp_path):
+    """On a shared box a second checkout's install repoints `tunedeck` for every user of it: not silently."""
+    local_bin = tmp_path / "home" / ".local" / "bin"
+    local_bin.mkdir(parents=True)
+    (local_bin / "tunedeck").symlink_to("/srv/other-checkout/.venv/bin/tunedeck")
+    proc = _install(tmp_path, "--app-only", path_dirs=[str(local_bin)])
+    assert proc.returncode == 0, proc.stderr
+    assert os.readlink(local_bin / "tunedeck") == str(tmp_path / "checkout" / ".venv" / "bin" / "tunedeck")
+    assert f"{local_bin}/tunedeck started /srv/other-checkout/.venv/bin/tunedeck" in proc.stderr, proc.stderr
+    again = _install(tmp_path, "--app-only", path_dirs=[str(local_bin)])  # its own link: nothing to say
+    assert again.returncode == 0 and " started " not in again.stderr, again.stderr
