@@ -207,6 +207,7 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     from core.runs.control import prepare_resume, refuse_unresumable
 
     refuse_unresumable(run)  # a running or finished run is told so before anything about its config
+    _check_training_stack()
     # The run's config.yaml (hand-edited perhaps) with the overrides, checked as `train` checks a run file
     config = _resume_config(run, list(overrides), warn)
     values = config.to_dict() if overrides else run.config()
@@ -428,11 +429,26 @@ def _resolve_for_this_box(config: Any, gpus: list[int], warn: Warn) -> str | Non
     return asked
 
 
+# What the trainer imports (core.train.worker), beyond the app's own dependencies: install.sh --app-only lacks them.
+TRAINING_PACKAGES = ("torch", "transformers", "peft", "accelerate")
+
+
+def _check_training_stack() -> None:
+    """Refuse a run this install cannot train: the trainer runs in this interpreter (``core.runs.launch``
+    starts it with ``sys.executable``), and without the training stack it only fails, a traceback in train.log."""
+    from importlib.util import find_spec
+
+    missing = [name for name in TRAINING_PACKAGES if find_spec(name) is None]
+    if missing:
+        raise RunError(t("runs.training_stack_missing", packages=", ".join(missing)), 2)
+
+
 def _check_box(config: Any, warn: Warn = warn_on_stderr) -> list[int]:
     """The GPUs the run gets here, refusing what this box cannot run and checkpoints the disk cannot hold."""
     from core.paths import runs_dir
     from core.runs.gpus import resolve_gpus, visible_gpu_count
 
+    _check_training_stack()
     try:
         gpus = resolve_gpus(config.gpus, visible_gpu_count())
     except ValueError as exc:
