@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import __version__
-from core.errors import EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, EXIT_USAGE, CliError, TunedeckError
+from core.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_PIPE_CLOSED,
+    EXIT_USAGE,
+    CliError,
+    TunedeckError,
+    missing_training_module,
+    training_stack_missing,
+)
 from core.i18n import set_language, t
 from core.i18n.argparse_words import CatalogueArgumentParser
 
@@ -205,7 +213,7 @@ def _dispatch(argv: Sequence[str] | None, opens_app: bool) -> int | OpenApp:
         outcome = handler(args)
         _flush_stdout()  # what is still buffered meets a closed pipe or a full disk here, not at interpreter exit
         return outcome if isinstance(outcome, OpenApp) else int(outcome or 0)
-    except (TunedeckError, OSError) as exc:
+    except (TunedeckError, OSError, ModuleNotFoundError) as exc:
         code = report_error(exc)
         if code is None:
             raise
@@ -251,6 +259,10 @@ def report_error(exc: BaseException) -> int | None:
     if isinstance(exc, TunedeckError):
         _say(f"tunedeck: {exc.message}")
         return exc.exit_code
+    missing = missing_training_module(exc)
+    if missing is not None:  # merge, chat, data check --model … in an install without the training stack
+        _say(f"tunedeck: {training_stack_missing([missing])}")
+        return EXIT_USAGE
     return None
 
 

@@ -34,6 +34,25 @@ EXIT_CANCELLED = 4
 EXIT_INTERRUPTED = 130
 EXIT_PIPE_CLOSED = 141
 
+# The training stack's top-level modules (pyproject.toml's ``ml`` extra), which ``install.sh --app-only`` leaves out.
+TRAINING_STACK_MODULES = frozenset({"torch", "transformers", "peft", "accelerate", "datasets", "bitsandbytes",
+                                    "deepspeed", "safetensors", "tokenizers"})
+
+
+def training_stack_missing(missing: list[str]) -> str:
+    """The one line for a command that needs the training stack where this install lacks ``missing``."""
+    from core.i18n import t
+
+    return t("runs.training_stack_missing", packages=", ".join(missing))
+
+
+def missing_training_module(exc: BaseException) -> str | None:
+    """The training-stack module whose absence ``exc`` is (``import transformers`` of an app-only install), else None."""
+    if not isinstance(exc, ModuleNotFoundError):
+        return None
+    top = (exc.name or "").partition(".")[0]
+    return top if top in TRAINING_STACK_MODULES else None
+
 
 class TunedeckError(Exception):
     """A failure the user can act on: ``message`` says what and what to do, ``exit_code`` is the CLI's.

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from core.errors import training_stack_missing
 from core.i18n import Message, t
 from core.runs.errors import GpusInUse, RunError, SupervisorDidNotStart
 from core.runs.run_dir import RunDirectory
@@ -429,7 +430,7 @@ def _resolve_for_this_box(config: Any, gpus: list[int], warn: Warn) -> str | Non
     return asked
 
 
-# What the trainer imports (core.train.worker), beyond the app's own dependencies: install.sh --app-only lacks them.
+# What the trainer imports (core.train.worker) of the training stack (core.errors.TRAINING_STACK_MODULES) first.
 TRAINING_PACKAGES = ("torch", "transformers", "peft", "accelerate")
 
 
@@ -440,7 +441,7 @@ def _check_training_stack() -> None:
 
     missing = [name for name in TRAINING_PACKAGES if find_spec(name) is None]
     if missing:
-        raise RunError(t("runs.training_stack_missing", packages=", ".join(missing)), 2)
+        raise RunError(training_stack_missing(missing), 2)
 
 
 def _check_box(config: Any, warn: Warn = warn_on_stderr) -> list[int]:

@@ -28,9 +28,19 @@ def test_demo_and_train_check_without_the_training_stack_say_what_to_install_and
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-        assert "transformers, peft" in lines[0] and "./install.sh without --app-only" in lines[0], proc.stderr
+        assert "transformers, peft not installed" in lines[0] and "./install.sh without --app-only" in lines[0], proc.stderr
         assert not (home / "runs").exists() or not any((home / "runs").iterdir()), list((home / "runs").iterdir())
     run_file = tmp_path / "run.yaml"
     run_file.write_text(f"model: tiny\ndataset: {ROOT / 'core/data/samples/tiny_skills.jsonl'}\nmethod: full\n")
     proc = _tunedeck_without(["torch"], ["train", str(run_file), "--check"], home)
-    assert proc.returncode == 2 and "lacks torch (" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "torch not installed" in proc.stderr, proc.stderr
+
+
+def test_a_command_that_imports_the_training_stack_says_what_is_missing_not_a_traceback(tmp_path):
+    """`data check --model tiny` (and merge, chat, evaluate, export, serve) import transformers or torch when
+    they get to work: an app-only install printed their ModuleNotFoundError's traceback."""
+    data = ROOT / "core/data/samples/tiny_skills.jsonl"
+    proc = _tunedeck_without(["transformers"], ["data", "check", str(data), "--model", "tiny"], tmp_path / "home")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("tunedeck: transformers not installed"), proc.stderr
