@@ -357,16 +357,31 @@ class TunedeckApp(App[int]):
             if rows
         ]
 
+    def _with_keys(self, screen: Screen, action: str, text: str) -> str:
+        """``text`` and the keys of the app's ``action`` that work on ``screen`` now, as the screen's own
+        entries name theirs ("… · Key: g"; "Key: ? / F1"): the palette is where a new user learns them."""
+        typed = typing(screen)
+        keys = [self.get_key_display(active.binding) or key for key, active in screen.active_bindings.items()
+                if active.node is self and active.binding.action == action and active.enabled
+                and survives_ssh(key) and not (typed and is_typed_key(key))]
+        if not keys:
+            return text
+        return t("app.cmd.with_key", text=text, key=" / ".join(dict.fromkeys(keys)))
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         seen: set[str] = set()
         for section in SECTIONS:
             seen.add(f"section('{section}')")
-            yield SystemCommand(t(f"app.cmd.{section}"), t(f"app.cmd.{section}_help"),
+            yield SystemCommand(t(f"app.cmd.{section}"),
+                                self._with_keys(screen, f"section('{section}')", t(f"app.cmd.{section}_help")),
                                 partial(self.action_section, section))
         seen.update({"help", "quit", "next_theme"})
-        yield SystemCommand(t("app.cmd.help"), t("app.cmd.help_help"), self.action_help)
-        yield SystemCommand(t("app.cmd.quit"), t("app.cmd.quit_help"), self.exit)
-        yield SystemCommand(t("app.cmd.theme_next"), t("app.cmd.theme_next_help"), self.action_next_theme)
+        yield SystemCommand(t("app.cmd.help"), self._with_keys(screen, "help", t("app.cmd.help_help")),
+                            self.action_help)
+        yield SystemCommand(t("app.cmd.quit"), self._with_keys(screen, "quit", t("app.cmd.quit_help")), self.exit)
+        yield SystemCommand(t("app.cmd.theme_next"),
+                            self._with_keys(screen, "next_theme", t("app.cmd.theme_next_help")),
+                            self.action_next_theme)
         for theme in THEMES:
             name = t(f"app.theme.{theme.name}")
             yield SystemCommand(t("app.cmd.theme_set", name=name), t("app.cmd.theme_set_help", name=name),

@@ -80,6 +80,28 @@ def test_palette_lists_every_action():
     run(scenario())
 
 
+def test_the_apps_palette_entries_name_their_keys_where_those_keys_work():
+    """The screen's entries said "Key: c"; the app's (Go to GPUs, Help, Quit, Next theme) named no key, so
+    the palette never taught g, ?, q or t. Where letters are text (the wizard's model step) only the keys
+    that still work are named."""
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            helps = {command.title: command.help for command in app.get_system_commands(app.screen)}
+            assert helps["Go to GPUs"].endswith("Key: g") and helps["Go to Runs"].endswith("Key: r"), helps
+            assert helps["Help"].endswith("Key: ? / F1") and helps["Next theme"].endswith("Key: t"), helps
+            assert helps["Quit"].endswith("Key: Ctrl+Q / q"), helps
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard")
+            helps = {command.title: command.help for command in app.get_system_commands(app.screen)}
+            assert "Key:" not in helps["Go to GPUs"] and "Key:" not in helps["Next theme"], helps
+            assert helps["Help"].endswith("Key: F1") and helps["Quit"].endswith("Key: Ctrl+Q"), helps
+
+    run(scenario())
+
+
 def test_help_and_footer_name_keys_in_one_style_and_only_keys_that_survive_ssh():
     """Help rows and footer keys on every section: Esc, Tab, Shift+Tab, F1, Ctrl+P, PgUp, Enter, never
     Textual's lower-case 'esc', 'tab', 'f1', '^p', '⏎', nor 'super+c' (the Cmd key: SSH never sends it)."""
