@@ -2,7 +2,7 @@
 # tunedeck's one set-up command for Ubuntu/Debian boxes with Python 3.10+.
 #
 #   ./install.sh            app + training stack in ./.venv, `tunedeck` put on the PATH
-#   ./install.sh --dev      the same plus the test tools (pytest, ruff)
+#   ./install.sh --dev      the same plus the test tools (pytest, import-linter, ruff)
 #   ./install.sh --app-only only the app (GPU panels, model browser, dashboards); no torch
 #
 # Safe to run twice: an existing .venv is reused and pinned versions already present are kept.
