@@ -395,11 +395,14 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     from core.i18n import t
     from core.runs.lifecycle import stop_run, stop_run_and_wait
+    from core.runs.states import BEFORE_TRAINING_STATES
 
     run = _resolve(args.run)
+    starting = run.status().status in BEFORE_TRAINING_STATES  # stopped before its first step: no checkpoint
     if args.wait:
+        waiting = "runs.stop_waiting_starting" if starting else "runs.stop_waiting"
         result = stop_run_and_wait(run, force=args.force, timeout_s=args.timeout,
-                                   waiting=lambda: _err(t("runs.stop_waiting", id=run.id)))
+                                   waiting=lambda: _err(t(waiting, id=run.id)))
     else:
         result = stop_run(run, force=args.force)
     status, timed_out = result.status, result.timed_out  # timed out: --wait ran out of --timeout
@@ -411,7 +414,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     elif timed_out:
         pass
     elif status.active:
-        _err(t("runs.stop_requested", id=run.id))
+        _err(t("runs.stop_requested_starting" if starting else "runs.stop_requested", id=run.id))
     else:
         _err(t("runs.stop_done", id=run.id, status=status.status))
     for notice in result.notices:  # what went wrong on the way (a run.json that does not read): last, to act on

@@ -37,6 +37,9 @@ ACTIVE_STATES: frozenset[RunState] = frozenset(
     {RunState.QUEUED, RunState.STARTING, RunState.RUNNING, RunState.STALLED, RunState.STOPPING})
 # Final: nothing runs any more, whatever the reason.
 TERMINAL_STATES: frozenset[RunState] = frozenset(RunState) - ACTIVE_STATES
+# Not training yet (loading the model and data): a stop now ends the run before its first step, without a
+# checkpoint, so the stop's words must not promise one.
+BEFORE_TRAINING_STATES: frozenset[RunState] = frozenset({RunState.QUEUED, RunState.STARTING})
 # Ended before the end (stopped, failed, crashed): what ``tunedeck resume`` continues.
 RESUMABLE_STATES: frozenset[RunState] = TERMINAL_STATES - {RunState.FINISHED}
 

@@ -1189,3 +1189,28 @@ def test_status_and_the_runs_screen_name_the_gpus_as_this_box_numbers_them(home,
     run.record_path.write_text(json.dumps({"id": run.id, "gpus": "0,1"}))
     assert cli.main(["runs", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["physical_gpus"] == []
+
+
+def test_a_stop_while_the_run_is_starting_promises_no_checkpoint(home, capsys):
+    """A run stopped while it loads its model and data ends before its first step, without a checkpoint
+    ("stopped before a checkpoint could be saved", nothing to resume): `tunedeck stop` said "it saves a
+    checkpoint and exits" all the same. Once it trains, the stop still says that it saves one."""
+    import psutil
+
+    from core import cli
+
+    for status, says, not_said in (("starting", "it is still starting", "saves a checkpoint"),
+                                   (RUNNING, "it saves a checkpoint and exits", "still starting")):
+        run = _run(home)
+        holder = _hold_lock(run)
+        try:
+            run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()})
+            run.write_status(status)
+            assert cli.main(["stop", run.id]) == 0
+            err = capsys.readouterr().err
+            assert says in err and not_said not in err, err
+            assert holder.wait(timeout=30) == -signal.SIGTERM  # the stop reached the supervisor
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()

@@ -168,6 +168,39 @@ def test_stop_asks_then_signals_the_supervisor():
         proc.wait()
 
 
+def test_the_stop_of_a_run_still_starting_promises_no_checkpoint():
+    """Stopped while it loads its model and data, a run ends before its first step without a checkpoint, and
+    nothing resumes it: the question said "It saves a checkpoint and exits; resume it later with u"."""
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    path = build_run(runs_dir(), "20261129-2100-starting", status="starting", steps=0, created=now)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests/fixtures/watch/fake_supervisor.py"), str(path)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+
+        async def scenario():
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+            async with app.run_test(size=(80, 24)) as pilot:
+                await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+                screen = app.screen
+                await wait_for(pilot, lambda: screen.status == "starting")
+                await pilot.press("k")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+                text = " ".join(screen_text(app).split())
+                assert "still starting" in text and "saves a checkpoint" not in text, text
+                await pilot.press("y")
+                await wait_for(pilot, lambda: any("still starting" in m for m in messages(app)))
+
+        run(scenario())
+        assert proc.wait(timeout=60) == 0  # the stop reached the supervisor
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
 def test_alerts_nan_and_bell():
     path = build_run(runs_dir(), "20261129-2100-nan", status="running", steps=40, nan_at=40)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from core.i18n import t
 from core.runs import RunState, can_resume, can_stop, state_label
+from core.runs.states import BEFORE_TRAINING_STATES
 
 Say = Callable[[str, str], None]
 
@@ -25,8 +26,9 @@ def ask_stop(screen: Any, run_dir: str | Path, run_id: str, status: str, say: Sa
         screen.notify(t("dashboard.not_running", status=state_label(status)), severity="warning")
         return
     force = status == RunState.STOPPING
+    starting = status in BEFORE_TRAINING_STATES  # no checkpoint to promise before the first step
     title = t("dashboard.force_title" if force else "dashboard.stop_title", id=run_id)
-    body = t("dashboard.force_body" if force else "dashboard.stop_body")
+    body = t("dashboard.force_body" if force else "dashboard.stop_body_starting" if starting else "dashboard.stop_body")
 
     def job() -> None:
         from core.runs import RunDirectory, RunError, stop_run
@@ -36,7 +38,7 @@ def ask_stop(screen: Any, run_dir: str | Path, run_id: str, status: str, say: Sa
         except RunError as exc:
             say(str(exc), "error")
             return
-        key = "dashboard.forced" if result.forced else "dashboard.stopping"
+        key = "dashboard.forced" if result.forced else "dashboard.stopping_starting" if starting else "dashboard.stopping"
         say(t(key, id=run_id, status=state_label(result.status.status)), "information")
         for notice in result.notices:  # a run.json that does not read: which file, what to do
             say(notice.text(), "warning")
