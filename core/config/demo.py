@@ -6,6 +6,10 @@ from core.assets import tiny_model_dir
 from core.config.schema import RunConfig
 from core.data.samples import sample_dataset_path
 
+# The tiny model's weights start random: the pretrained models' default rates (1e-5 full, 1e-4 LoRA) leave its
+# loss where it starts (6.8 to 6.6 in a wizard plan's 54 steps), this one takes it to about 2.7 (the demo's too).
+TINY_LEARNING_RATE = 3e-3
+
 
 def default_demo_config() -> RunConfig:
     """A run of the bundled tiny Qwen2 model on the bundled sample conversations.
@@ -29,7 +33,7 @@ def default_demo_config() -> RunConfig:
         "micro_batch_size": 8,
         "gradient_accumulation": 1,
         "max_steps": 240,
-        "learning_rate": 3e-3,
+        "learning_rate": TINY_LEARNING_RATE,
         "lr_scheduler": "cosine",
         "warmup_steps": 10,
         "weight_decay": 0.0,

@@ -47,6 +47,12 @@ def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, A
         values["lora_alpha"] = 2 * p.lora_rank
     if p.ce_chunk_tokens:
         values["ce_chunk_tokens"] = p.ce_chunk_tokens
+    from core.assets import is_tiny_model
+
+    if is_tiny_model(request.model):  # random weights: a pretrained model's default rate leaves its loss flat
+        from core.config.demo import TINY_LEARNING_RATE
+
+        values["learning_rate"] = TINY_LEARNING_RATE
     return values
 
 
