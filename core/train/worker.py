@@ -493,7 +493,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     trainer.remove_callback(PrinterCallback)  # our metrics callback logs a line per step already
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if stop_cb.stopped_at is not None:
-        return STOPPED, Message("train.stopped_at", step=stop_cb.stopped_at)
+        return STOPPED, Message("train.stopped_at", step=stop_cb.stopped_at, id=run.id)  # the command, pasteable
     if rank == 0 and cfg.get("output"):
         from core.runs.output import publish_run_output
 

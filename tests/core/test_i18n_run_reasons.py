@@ -66,16 +66,16 @@ def test_render_stored_falls_back_to_the_stored_text():
 
 def test_trainer_outcome_to_status_file_to_readers(tmp_path, chinese):
     run = _run(tmp_path)
-    _write_outcome(run, STOPPED, Message("train.stopped_at", step=40), rank=0)
+    _write_outcome(run, STOPPED, Message("train.stopped_at", step=40, id=run.id), rank=0)
     outcome = json.loads(run.outcome_path.read_text())
-    assert outcome["reason"] == "stopped at step 40; checkpoint saved (continue with tunedeck resume)"
-    assert outcome["reason_message"] == {"key": "train.stopped_at", "params": {"step": 40}}
+    assert outcome["reason"] == f"stopped at step 40; checkpoint saved (continue with tunedeck resume {run.id})"
+    assert outcome["reason_message"] == {"key": "train.stopped_at", "params": {"step": 40, "id": run.id}}
     status, reason = Supervisor(run).final_status(0)  # the supervisor's own reading of the outcome
-    assert status == STOPPED and reason == Message("train.stopped_at", step=40)
+    assert status == STOPPED and reason == Message("train.stopped_at", step=40, id=run.id)
     run.write_status(status, reason)
     raw = json.loads(run.status_path.read_text())
     assert raw["reason"].startswith("stopped at step 40") and raw["reason_message"]["key"] == "train.stopped_at"
-    assert run.status().reason_text == "已在第 40 步停止；检查点已保存（用 tunedeck resume 继续）"
+    assert run.status().reason_text == f"已在第 40 步停止；检查点已保存（用 tunedeck resume {run.id} 继续）"
     summary = summarize(run)
     assert summary.reason.startswith("stopped at step 40")  # JSON output stays data, in English
     assert summary.reason_text.startswith("已在第 40 步停止")

@@ -270,6 +270,9 @@ def test_stop_then_resume_follows_the_uninterrupted_loss_curve(pair):
     assert stop_step < 30
     saved = [e["step"] for e in events if e["event"] == "checkpoint_saved"]
     assert saved[-1] == stop_step  # the stop saved a checkpoint at the step it stopped
+    # the reason names the command that continues it, pasteable: `tunedeck resume` alone is a usage error
+    reason = json.loads((run_dir / "status.json").read_text())["reason"]
+    assert reason.endswith(f"(continue with tunedeck resume {interrupted})"), reason
     cli("resume", interrupted)
     assert cli.wait_status(interrupted, {"finished", "failed", "crashed"})["status"] == "finished"
     cli.wait_status(reference, {"finished", "failed", "crashed"})

@@ -554,15 +554,15 @@ def test_a_stopped_runs_reason_names_u_on_the_dashboard_and_the_command_in_tuned
 
     path = build_run(runs_dir(), "20261129-2100-stopped", status="stopped", steps=240)
     add_checkpoint(path, 240)
-    status = {"status": "stopped", **stored_reason(Message("train.stopped_at", step=240)),
+    status = {"status": "stopped", **stored_reason(Message("train.stopped_at", step=240, id=path.name)),
               "updated": "2026-11-29T21:10:00Z", "updated_ts": 1.0}
     (path / "status.json").write_text(json.dumps(status), encoding="utf-8")
     with (path / "events.jsonl").open("a", encoding="utf-8") as handle:
         handle.write(json.dumps({"time": "2026-11-29T21:10:00Z", "ts": 3.0, "event": "stopped", "step": 240,
-                                 **stored_reason(Message("train.stopped_at", step=240))}) + "\n")
+                                 **stored_reason(Message("train.stopped_at", step=240, id=path.name))}) + "\n")
 
     assert cli.main(["status", path.name]) == 0
-    assert "stopped at step 240; checkpoint saved (continue with tunedeck resume)" in capsys.readouterr().out
+    assert f"stopped at step 240; checkpoint saved (continue with tunedeck resume {path.name})" in capsys.readouterr().out
 
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
