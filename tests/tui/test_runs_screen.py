@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from textual.widgets import DataTable
 
+from core.i18n import t
 from core.paths import runs_dir
 from core.text_width import cell_len
 from core.watch.last_seen import last_seen_path
@@ -928,3 +929,30 @@ def test_deleting_a_served_run_looks_for_its_server_once_before_stopping_it(monk
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_the_palette_offers_clear_filter_only_while_a_filter_is_set():
+    """QA: Ctrl+P on the Runs screen offered "Clear filter (Esc)" with no filter set. It is there while the
+    filter box is open or a filter narrows the list, and gone again once Esc cleared it."""
+    three_runs()
+    clear = t("runs_screen.key.clear")
+
+    def titles(app) -> set[str]:
+        return {command.title for command in app.get_system_commands(app.screen)}
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_runs(pilot, app)
+            assert clear not in titles(app)
+            await pilot.press("f")
+            await pilot.pause()
+            assert clear in titles(app)  # the box is open: Esc closes it
+            await pilot.press(*"fini", "enter")
+            await pilot.pause()
+            assert ids(screen) == ["20261129-2200-done"] and clear in titles(app)
+            await pilot.press("escape")
+            await pilot.pause()
+            assert len(screen.shown) == 3 and clear not in titles(app)
+
+    run(scenario())

@@ -431,6 +431,8 @@ class RunsScreen(Screen[None]):
             return can_resume(summary.status) and summary.has_checkpoint
         if action == "probes":  # offered only where there are probe runs to show or hide
             return any(s.probe for s in self.runs)
+        if action == "clear_filter":  # Esc clears a filter or closes its open box: with neither, nothing to do
+            return bool(self.filter_text) or self.is_mounted and self.query_one("#runs-filter", Input).display
         return True
 
     def footer_priority(self) -> tuple[str, ...]:
@@ -462,16 +464,19 @@ class RunsScreen(Screen[None]):
         box.display = True
         box.value = self.filter_text
         self.set_focus(box)  # now, not after a refresh: see tui.widgets.burst_typing
+        self.refresh_bindings()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "runs-filter":
             self.filter_text = event.value.strip()
             self._fill()
+            self.refresh_bindings()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "runs-filter":
             event.input.display = False
             self.query_one("#runs-table", DataTable).focus()
+            self.refresh_bindings()
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#runs-filter", Input)
@@ -480,6 +485,7 @@ class RunsScreen(Screen[None]):
         self.filter_text = ""
         self.query_one("#runs-table", DataTable).focus()
         self._fill()
+        self.refresh_bindings()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
