@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from core.hub.local import bundled_models
+from core.i18n import t
 from tests.hubserver import FakeHubServer, closed_port_url, standard_hub
 from tests.tui.conftest import (
     assert_snapshot,
@@ -112,6 +113,10 @@ def test_download_progress_then_local_delete_with_confirmation(hub_env):
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
         async with app.run_test(size=(120, 36)) as pilot:
             screen = await open_models(pilot, app)
+            bar = screen.query_one("#download-bar")
+            # QA: no download was "No download is running." over an empty 0% bar; the line alone now
+            await wait_for(pilot, lambda: t("modelsscreen.no_download") in screen_text(app))
+            assert not bar.display
             await pilot.press("down", "down", "enter")  # the tiny model
             await wait_for(pilot, lambda: screen.details is not None)
             assert screen.details.summary.model_id == "Qwen/Qwen2.5-Tiny-Instruct"
@@ -121,7 +126,7 @@ def test_download_progress_then_local_delete_with_confirmation(hub_env):
             await pilot.press("f")
             await pilot.press("d")
             await wait_for(pilot, lambda: screen.job_dir is not None)
-            bar = screen.query_one("#download-bar")
+            await wait_for(pilot, lambda: bar.display)  # a download to measure: its bar
             await wait_for(pilot, lambda: "downloaded to" in screen_text(app), timeout=30)
             assert bar.progress == bar.total > 256 * 1024
             assert not (screen.local_models or [])  # the local tab was not opened yet

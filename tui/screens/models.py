@@ -301,7 +301,9 @@ class ModelsScreen(Screen[None]):
                 yield DataTable(id="local-models", cursor_type="row")
                 yield Static("", id="local-details")
         yield Static("", id="download-line")
-        yield ProgressBar(total=100, show_eta=False, id="download-bar")
+        bar = ProgressBar(total=100, show_eta=False, id="download-bar")
+        bar.display = False  # until there is a download to measure: "no download" needs no empty bar under it
+        yield bar
         yield KeysFooter()
 
     def on_mount(self) -> None:
@@ -815,9 +817,9 @@ class ModelsScreen(Screen[None]):
         self.line_status = status
         if failed[0] != failed[1]:
             self.refresh_bindings()  # e (why it failed) while the line shows a failed download
+        bar.display = status is not None
         if status is None:
             line.update(f"[$foreground-muted]{t('modelsscreen.no_download')}[/]")
-            bar.update(total=100, progress=0)
             return
         bar.update(total=max(1, status.bytes_total), progress=status.bytes_done)
         line.update(_plain(self._download_text(status, line.content_size.width or self.size.width - 2)))
