@@ -184,3 +184,19 @@ def test_percent_placeholders_are_the_same_in_every_language():
         for key, text in english.items():
             if key.startswith(PREFIX):
                 assert sorted(percent.findall(messages[key])) == sorted(percent.findall(text)), (language, key)
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_train_help_explains_its_config_file_and_key_value_overrides(tmp_path, language):
+    """QA: 'train --help' listed RUN.yaml and key=value with no word on either. Each says what it is, with
+    an example of an override and where every key is documented, in the interface language."""
+    done = tunedeck(tmp_path, "--lang", language, "train", "--help")
+    assert done.returncode == 0, done.stderr
+    squeezed = "".join(done.stdout.split())  # argparse wraps help texts (zh between any two characters)
+    words = i18n.catalogue(language)
+    for key in ("runs.config_arg_help", "runs.overrides_help"):
+        assert "".join(words[key].split()) in squeezed, key
+    assert "lora_rank=32" in squeezed and "core/config/REFERENCE.md" in squeezed
+    for metavar in ("RUN.yaml", "key=value"):  # each positional's line carries its help, not the name alone
+        line = next(line for line in done.stdout.splitlines() if line.strip().startswith(metavar))
+        assert line.strip() != metavar, line
