@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from core.atomic_file import write_json_atomic
+from core.i18n import t
 from core.paths import runs_dir
 from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run, train_record
 from tests.tui.conftest import fake_monitor, post_burst, quiet_settings, screen_text, wait_for
@@ -340,5 +341,37 @@ def test_a_search_that_finds_nothing_in_a_long_logs_tail_says_older_lines_are_no
             assert f"last {len(pane.lines)} loaded" in said and not pane.holds_all
             await search(pilot, screen, "line 2999 ")  # one in the tail: found, as before
             assert messages(app)[-1].startswith("1 lines match")
+
+    run(scenario())
+
+
+def test_next_and_previous_match_are_offered_only_once_a_log_search_was_made():
+    """QA: the dashboard's help (and palette) listed n/N, next and previous match, before any search, where
+    they go nowhere. They come with the first search and stay for the next ones. A finished run at 80×24."""
+    path = build_run(runs_dir(), "20261129-2100-find", status="finished", steps=600, log_lines=300)
+    match_keys = {t("dashboard.key.next"), t("dashboard.key.prev")}
+
+    def offered(app) -> set[str]:
+        help_rows = {name for _, rows in app.key_table(app.screen) for _, name in rows}
+        palette = {command.title for command in app.get_system_commands(app.screen)}
+        return (help_rows | palette) & match_keys
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await dashboard(pilot, app, "finished")
+            pane = screen.query_one("#dash-log", LogPane)
+            await wait_for(pilot, lambda: len(pane.lines) == 300)
+            assert offered(app) == set()
+            await pilot.press("n")  # not offered, and does nothing
+            await pilot.pause()
+            assert not any(t("dashboard.search_none") in m for m in messages(app))
+            await pilot.press("s")
+            await wait_for(pilot, lambda: screen.focused is not None and screen.focused.id == "dash-search")
+            await pilot.press(*"step 59", "enter")
+            await wait_for(pilot, lambda: offered(app) == match_keys)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert t("dashboard.key.next") in screen_text(app)
 
     run(scenario())

@@ -44,7 +44,10 @@ class DashboardActions:
         """What the run as it stands allows, and nothing on another trainer's output: stop while it is
         live; resume once it ended short (stopped, failed, crashed) with a checkpoint to go on from;
         merge, chat, serve, evaluate and export once it ended with a checkpoint (``core.lifecycle``
-        loads its last complete one). Refused here, a key leaves the footer, the help and the palette."""
+        loads its last complete one). Refused here, a key leaves the footer, the help and the palette.
+        n/N (next, previous match) once a log search was made: before one they have nothing to go to."""
+        if action == "next_match":
+            return bool(self.is_mounted and self.query_one("#dash-log", LogPane).query_text)
         if action not in RUN_ACTIONS:
             return True
         if self.source.read_only:
@@ -92,6 +95,7 @@ class DashboardActions:
         count = pane.search(event.value.strip())
         event.input.display = False
         pane.focus()
+        self.refresh_bindings()  # n/N go through the matches now (none after an empty search)
         text = event.value.strip()
         if text and not count and not pane.holds_all:
             # Only the log's tail is loaded: "no match" would claim more than was searched.
