@@ -222,7 +222,39 @@ def test_headless_demo_exits_non_zero_unless_the_run_finished(tmp_path, monkeypa
         monkeypatch.setattr("core.runs.supervisor.supervise", supervise)
         printed.clear()
         assert commands._run_headless(run, as_json=False) == expected, status
-        assert printed[-1] == (f"demo run ended: {status} ({reason})" if reason else f"demo run ended: {status}")
+        assert printed[-1] == (f"demo run ended: {status} — {reason}" if reason else f"demo run ended: {status}")
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_headless_demos_last_line_after_ctrl_c_has_no_parentheses_in_parentheses(tmp_path, monkeypatch, language):
+    """QA: Ctrl-C on 'demo --headless' ended with "demo run ended: stopped (stopped at step 79; checkpoint saved
+    (continue with tunedeck resume ID))": the reason, which has its own parentheses, was put in parentheses.
+    It follows the status after a dash now, as 'tunedeck status' shows it, in English and in Chinese."""
+    from core.i18n import Message, set_language
+
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    printed: list[str] = []
+    monkeypatch.setattr(commands, "_err", printed.append)
+    run = create_run(_Config(name="demo", model="tiny"), ["tunedeck", "demo", "--headless"], gpus=[])
+
+    def supervise(path) -> int:  # what the trainer writes on a SIGINT stop
+        run.append_event("stop_requested", signal="SIGINT")
+        run.write_status("stopped", Message("train.stopped_at", step=79, id=run.id))
+        return 0
+
+    monkeypatch.setattr("core.runs.supervisor.supervise", supervise)
+    set_language(language)
+    try:
+        assert commands._run_headless(run, as_json=False) == 130
+    finally:
+        set_language("en")
+    last, depth, deepest = printed[-1], 0, 0
+    for char in last:
+        depth += char in "(（"
+        deepest = max(deepest, depth)
+        depth -= char in ")）"
+    assert deepest <= 1 and depth == 0, last
+    assert f"tunedeck resume {run.id}" in last and "79" in last, last
 
 
 def test_logs_follow_ends_with_an_error_when_the_run_directory_is_deleted(tmp_path, monkeypatch, capsys):
