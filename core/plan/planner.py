@@ -88,6 +88,11 @@ def candidate_json(candidate: Candidate, price: float | None, gpu: Any = None) -
 
 
 # --- ranking ------------------------------------------------------------------------------------------
+def short_of_free_memory(candidate: Candidate) -> bool:
+    """Fits the card, not what other processes leave free on this box's GPUs now (``warn_busy_gpus``)."""
+    return any(w.key == "plan.warn.busy_gpu" for w in candidate.warnings)
+
+
 def rank_key(candidate: Candidate, goal: str) -> tuple[Any, ...]:
     """Smaller is better. A plan whose checkpoints would not fit on the disk, or that does not fit in the memory
     other processes leave on this box's GPUs now, comes after every plan that does (it stays as an alternative:
@@ -95,8 +100,7 @@ def rank_key(candidate: Candidate, goal: str) -> tuple[Any, ...]:
     p = candidate.plan
     # short of the memory other processes leave on this box's GPUs now (out of memory at once), or of disk for
     # its checkpoints (later)
-    busy = any(w.key == "plan.warn.busy_gpu" for w in candidate.warnings)
-    disk_short = (busy, any(w.key == "plan.rule.disk" for w in candidate.warnings))
+    disk_short = (short_of_free_memory(candidate), any(w.key == "plan.rule.disk" for w in candidate.warnings))
     speed = -candidate.tokens_per_s
     tie = (p.num_gpus, candidate.peak_gib)
     if goal == "largest_batch":
@@ -277,6 +281,12 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     est = best.estimate
     capacity = est.capacity_gib if est else 0.0
     usable = (est.capacity_gib - est.margin_gib) if est else 0.0
+    # on this box, with other processes' memory on its GPUs (as the memory line says it: ``busy_words``): what
+    # they leave is the room the plan has, in every reason that sizes against it
+    free = request.hardware.free_gib(p.num_gpus)
+    held = request.hardware.held_by_others(p.num_gpus) is not None and free is not None
+    if held and est:
+        usable = min(usable, max(0.0, free - est.margin_gib))
     pinned = request.overrides
 
     def pinned_reason(name: str, value: Any) -> Finding:
@@ -301,13 +311,9 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
         if p.method == "qlora" and missed:
             out.append(("method", finding("plan.reason.method_qlora", detail=missed[0].text())))
         elif p.method in ("lora", "full"):
-            # on this box, with other processes' memory on its GPUs (as the memory line says it: ``busy_words``):
-            # what they leave is the room the plan has
-            free = request.hardware.free_gib(p.num_gpus)
-            held = request.hardware.held_by_others(p.num_gpus) is not None and free is not None
             key = f"plan.reason.method_{p.method}" + ("_free" if held else "")
             out.append(("method", finding(key, peak=round(best.peak_gib, 1), capacity=round(capacity, 1),
-                                          free=round(free or 0.0, 1))))
+                                          free=round(free or 0.0, 1), usable=round(usable, 1))))
         else:
             out.append(("method", finding("plan.reason.method_other", method=p.method)))
 
@@ -363,7 +369,7 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     twin = _lowest_peak(candidates, method=p.method, num_gpus=p.num_gpus, zero_stage=p.zero_stage,
                         offload=p.offload, micro_batch_size=p.micro_batch_size, seq_len=p.seq_len,
                         gradient_checkpointing=not p.gradient_checkpointing)
-    if p.gradient_checkpointing and twin is not None and not twin.feasible:
+    if p.gradient_checkpointing and twin is not None and (not twin.feasible or short_of_free_memory(twin)):
         out.append(("checkpointing", _missed("plan.reason.gc_on", twin, usable)))
     elif p.gradient_checkpointing:
         out.append(("checkpointing", finding("plan.reason.gc_on_chosen")))

@@ -426,9 +426,21 @@ def test_this_boxs_gpus_are_planned_beside_the_memory_other_processes_hold():
     lora = recommend(replace(req, overrides={}))  # LoRA, chosen: full does not fit beside what is held
     assert lora.best.plan.method == "lora"
     said = dict(lora.reasons)["method"].text()
-    assert f"fits in {round(lora.best.peak_gib, 1)} of the 60.2 GiB other processes leave free (of 140.4)" in said
+    assert f"fits in {round(lora.best.peak_gib, 1)} of the 60.2 GiB other processes leave free (" in said
+    assert "the card has 140.4)" in said
     typed = recommend(replace(req, hardware=parse_target("1xH200"), overrides={}))
     assert "of 140.4 GiB" in dict(typed.reasons)["method"].text()  # a typed target: the whole card
+    # every reason that sizes against the room left sizes against that: the checkpointing one said "without it
+    # the peak is 69.8 GiB" and chose it for its "larger micro-batch" (the twin fits the card, not the free room),
+    # and the LM head's chunk "22.0 of the 133.4 GiB usable"
+    eight = recommend(replace(req, dataset_p95_tokens=2000, overrides={"micro_batch_size": 8}))
+    reasons = dict(eight.reasons)
+    free = box.free_gib(eight.best.plan.num_gpus)  # 45.8 on two GPUs (GPU 0 holds 94.6)
+    usable = round(free - eight.best.estimate.margin_gib, 1)
+    assert eight.best.plan.gradient_checkpointing
+    assert f"other processes leave free ({usable} usable beside the margin" in reasons["method"].text()
+    assert reasons["checkpointing"].text().endswith(f"above the {usable} GiB usable"), reasons["checkpointing"].text()
+    assert f"of the {usable} GiB usable)" in reasons["ce_chunk_tokens"].text(), reasons["ce_chunk_tokens"].text()
 
 
 def test_the_default_sequence_stops_at_the_models_positions_and_says_the_longer_records_are_cut():
