@@ -188,16 +188,65 @@ def test_ctrl_g_stops_the_reply_keeps_it_and_the_model_answers_the_next(shared, 
             status = str(screen.query_one("#chat-status").render())
             assert "reply stopped" in status, status
             kept = base.turns[-1][1]
-            assert kept and base.pieces < 1500 and tuned.turns[-1] == ("assistant", "")  # kept; never begun
+            assert kept and base.pieces < 1500
+            # the tuned reply never began: no empty assistant turn (it went to the model as its answer with the
+            # next message), the user's turn kept beside the base's, the field left empty (the base answered)
+            assert tuned.turns == [("user", "Hi")] and base.turns[0] == ("user", "Hi")
+            assert screen.query_one("#chat-input").value == ""
             assert "stop reply" not in dict((d, k) for k, d in footer.shown())
             screen.query_one("#chat-max-tokens").value = "8"
             screen.query_one("#chat-input").value = "Name a colour."
             await pilot.click("#chat-input")
             await pilot.press("enter")
-            await wait_for(pilot, lambda: not screen.busy and len(tuned.turns) == 4, timeout=90)
+            await wait_for(pilot, lambda: not screen.busy and len(tuned.turns) == 3, timeout=90)
             assert screen.proc is proc and proc.poll() is None and tuned.turns[-1][1]  # the same model answered
+            assert [r for r, _ in tuned.turns] == ["user", "user", "assistant"]
+            assert [r for r, _ in base.turns] == ["user", "assistant", "user", "assistant"]
+            assert [x for x in tuned.turns if x[0] == "user"] == [x for x in base.turns if x[0] == "user"]
             assert base.turns[1][1] == kept and "done in" in str(screen.query_one("#chat-status").render())
             await pilot.press("escape")
+
+    asyncio.run(scenario())
+
+
+def test_a_reply_stopped_before_any_text_leaves_no_turn_and_gives_the_message_back(tmp_path, monkeypatch):
+    """A reply stopped before its first token stayed as an empty assistant turn, sent with the next message as
+    the model's answer. Alone (or with the reply beside it stopped as early), nothing was answered: the
+    message leaves the transcript and goes back to its field; one stopped with text keeps it. No model
+    process: the screen gets the worker's events as the worker writes them."""
+    from tui.screens.chat import WorkerEvent
+
+    monkeypatch.setattr(ChatScreen, "_start_worker", lambda self: None)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = ChatScreen(model_dir=tmp_path)
+            await app.push_screen(screen)
+            await pilot.pause()
+            sent: list[str] = []
+            screen.proc = type("Proc", (), {"stdin": type("In", (), {"write": lambda _, line: sent.append(line),
+                                                                      "flush": lambda _: None})()})()
+            screen.ready = True
+            tuned = screen.query_one("#chat-tuned", Transcript)
+            field = screen.query_one("#chat-input")
+            field.value = "Hi"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: len(sent) == 1)
+            screen.post_message(WorkerEvent({"event": "done", "id": 1, "variant": "tuned", "stopped": True}))
+            await wait_for(pilot, lambda: not screen.busy)
+            assert tuned.turns == [] and field.value == "Hi"
+            assert "your message is back in its field" in str(screen.query_one("#chat-status").render())
+            await pilot.press("enter")  # sent again: nothing of the stopped one goes with it
+            await wait_for(pilot, lambda: len(sent) == 2)
+            import json
+
+            assert json.loads(sent[1])["messages"] == [{"role": "user", "content": "Hi"}]
+            screen.post_message(WorkerEvent({"event": "token", "id": 2, "variant": "tuned", "text": "Hel"}))
+            screen.post_message(WorkerEvent({"event": "done", "id": 2, "variant": "tuned", "stopped": True}))
+            await wait_for(pilot, lambda: not screen.busy)
+            assert tuned.turns == [("user", "Hi"), ("assistant", "Hel")] and field.value == ""
+            screen.proc = None  # no process to end
 
     asyncio.run(scenario())
 

@@ -110,6 +110,9 @@ class ChatScreen(Screen[None]):
         self.has_adapter = False
         self.busy: set[str] = set()
         self.reply_ids: dict[str, int] = {}  # the worker's request id of each variant's reply under way
+        # how each reply to the last message ended ("done", "stopped", "error"), by variant: once all have,
+        # a reply stopped or failed before any text is taken out of its pane (_exchange_ended)
+        self.endings: dict[str, str] = {}
         self.next_id = 0
         self.proc: subprocess.Popen[str] | None = None
         self.load_error: str | None = None  # why the model did not load (the worker then exits)
@@ -198,16 +201,23 @@ class ChatScreen(Screen[None]):
         elif event == "token":
             self._pane(str(record.get("variant"))).append_to_last(str(record.get("text", "")))
         elif event == "done":
-            self._reply_ended(str(record.get("variant")))
+            variant = str(record.get("variant"))
+            self.endings[variant] = "stopped" if record.get("stopped") else "done"
+            self._reply_ended(variant)
             if record.get("stopped"):
                 self.stopped = True
             if not self.busy:
-                status.update(t("chat.stopped") if self.stopped
-                              else t("chat.done", seconds=float(record.get("seconds") or 0.0)))
+                unanswered = self._exchange_ended()
+                status.update(t("chat.stopped_empty") if self.stopped and unanswered else t("chat.stopped")
+                              if self.stopped else t("chat.done", seconds=float(record.get("seconds") or 0.0)))
         elif event == "too_long":
             self._too_long(record, status)
         elif event == "error":
+            if record.get("id") is not None:
+                self.endings[str(record.get("variant"))] = "error"
             self._reply_ended(str(record.get("variant")))
+            if record.get("id") is not None and not self.busy:
+                self._exchange_ended()
             # In the app's words where the CLI's give shell advice (--checkpoint N): a opens this chat again.
             text = app_words(str(record.get("message", "")), record.get("message_record"), "a")
             if record.get("id") is None:  # loading failed: the reason stays on the status line
@@ -244,6 +254,31 @@ class ChatScreen(Screen[None]):
         status.update(line)
         if not self.busy:  # side by side, both replies are refused: said once
             self.notify(line, severity="warning", timeout=15)
+
+    def _exchange_ended(self) -> bool:
+        """Every reply to the last message has ended. One stopped (or failed) before any text leaves no
+        assistant turn: an empty one would go to the model as its answer with the next message. The user's
+        turn stays where another pane got a reply (side by side, both panes keep the same user turns); where
+        no pane got any, the message goes back to its field and out of every pane, as if never sent.
+        Whether it went back."""
+        empty = [v for v, how in self.endings.items()
+                 if how in ("stopped", "error") and self._pane(v).turns[-1:] == [("assistant", "")]]
+        for variant in empty:
+            self._pane(variant).turns.pop()
+        unanswered = bool(empty) and len(empty) == len(self.endings)
+        if unanswered:
+            text = ""
+            for variant in empty:
+                pane = self._pane(variant)
+                if pane.turns and pane.turns[-1][0] == "user":
+                    text = pane.turns.pop()[1]
+            field = self.query_one("#chat-input", Input)
+            if text and not field.value:
+                field.value = text
+        for variant in empty:
+            self._pane(variant).refresh_text()
+        self.endings = {}
+        return unanswered
 
     def _reply_ended(self, variant: str) -> None:
         self.busy.discard(variant)
@@ -292,6 +327,7 @@ class ChatScreen(Screen[None]):
             return
         temperature, max_tokens = settings
         event.input.value = ""
+        self.endings = {}
         system = self.query_one("#chat-system", Input).value.strip()
         variants = [v for v in VARIANTS if v == "tuned" or (self.compare and self.has_adapter)]
         for variant in variants:
