@@ -5,6 +5,9 @@
 stdin, one JSON object a line::
 
     {"id": 1, "variant": "tuned" | "base", "messages": [...], "temperature": 0.7, "max_tokens": 256}
+    {"replies": [{"id": 1, "variant": "base", ...}, {"id": 2, "variant": "tuned", ...}]}
+                          the replies to one message side by side: each is checked against the context
+                          before any is generated, and if one goes past it, none is (too_long for each)
     {"stop": [1, 2]}      the replies of these ids end now (at the next token; one not begun is not begun)
 
 stdout, one JSON object a line (nothing else is ever written there)::
@@ -12,8 +15,9 @@ stdout, one JSON object a line (nothing else is ever written there)::
     {"event": "ready", "has_adapter": true, "label": "..."}
     {"event": "token", "id": 1, "variant": "tuned", "text": "..."}
     {"event": "done", "id": 1, "variant": "tuned", "seconds": 0.8, "stopped": false}
-    {"event": "too_long", "id": 1, "variant": "tuned", "prompt": 2000, "max_tokens": 256, "limit": 2048}
-                          (the conversation and max_tokens go past the model's context: nothing generated)
+    {"event": "too_long", "id": 1, "variant": "tuned", "prompt": 2000, "max_tokens": 256, "limit": 2048,
+     "over": true}        (the conversation and max_tokens go past the model's context: nothing generated;
+                          over false: this one fits, but another reply of its group does not)
     {"event": "error", "id": 1, "message": "..."}        (id null: loading failed; the process exits)
 
 The app keeps the model out of its own process: a crash or an out-of-memory here never takes the
@@ -76,28 +80,40 @@ def main(argv: list[str] | None = None) -> int:
     _emit(out, event="ready", has_adapter=loaded.has_adapter, label=label, device=loaded.device)
     limit = context_length(loaded)
     requests = _Requests(sys.stdin)
-    while (request := requests.next()) is not None:
-        rid = request.get("id")
-        variant = str(request.get("variant") or "tuned")
-        settings = GenerationSettings(temperature=float(request.get("temperature", 0.7)),
-                                      max_tokens=int(request.get("max_tokens", 256)))
-        started = time.monotonic()
-        stop = requests.begin(rid)
-        try:
-            if not stop.is_set():  # asked to stop before it began (the base's reply was stopped, side by side)
+    while (line := requests.next()) is not None:
+        group = line["replies"] if isinstance(line.get("replies"), list) else [line]
+        prepared = []  # (id, variant, settings, prompt ids, context overflow or None)
+        for request in (r for r in group if isinstance(r, dict)):
+            rid = request.get("id")
+            variant = str(request.get("variant") or "tuned")
+            settings = GenerationSettings(temperature=float(request.get("temperature", 0.7)),
+                                          max_tokens=int(request.get("max_tokens", 256)))
+            try:
                 ids = prompt_ids(loaded, list(request.get("messages") or []))
-                over = context_overflow(int(ids.shape[-1]), settings.max_tokens, limit)
-                if over is not None:  # said before generating, not a failure inside generate
-                    _emit(out, event="too_long", id=rid, variant=variant, prompt=over.prompt,
-                          max_tokens=over.completion, limit=over.limit)
-                    continue
-                for piece in stream_prompt(loaded, ids, settings, variant, stop=stop):
-                    _emit(out, event="token", id=rid, variant=variant, text=piece)
-        except Exception as exc:  # one failed reply; the model stays loaded for the next
-            _emit(out, event="error", id=rid, variant=variant, message=str(exc))
+            except Exception as exc:  # this reply fails; the others of the group go on
+                _emit(out, event="error", id=rid, variant=variant, message=str(exc))
+                continue
+            prepared.append((rid, variant, settings, ids,
+                             context_overflow(int(ids.shape[-1]), settings.max_tokens, limit)))
+        if any(over is not None for *_, over in prepared):
+            # said before generating, not a failure inside generate; side by side, one side past the context
+            # refuses the message for both, or the two conversations would go out of step
+            for rid, variant, settings, ids, over in prepared:
+                _emit(out, event="too_long", id=rid, variant=variant, prompt=int(ids.shape[-1]),
+                      max_tokens=settings.max_tokens, limit=limit, over=over is not None)
             continue
-        _emit(out, event="done", id=rid, variant=variant, seconds=round(time.monotonic() - started, 3),
-              stopped=stop.is_set())
+        for rid, variant, settings, ids, _ in prepared:
+            started = time.monotonic()
+            stop = requests.begin(rid)
+            try:
+                if not stop.is_set():  # asked to stop before it began (the base's reply was stopped, side by side)
+                    for piece in stream_prompt(loaded, ids, settings, variant, stop=stop):
+                        _emit(out, event="token", id=rid, variant=variant, text=piece)
+            except Exception as exc:  # one failed reply; the model stays loaded for the next
+                _emit(out, event="error", id=rid, variant=variant, message=str(exc))
+                continue
+            _emit(out, event="done", id=rid, variant=variant, seconds=round(time.monotonic() - started, 3),
+                  stopped=stop.is_set())
     return 0
 
 

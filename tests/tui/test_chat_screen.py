@@ -291,3 +291,48 @@ def test_a_conversation_past_the_models_context_is_said_before_generating(shared
             await pilot.press("escape")
 
     asyncio.run(scenario())
+
+
+def test_side_by_side_one_side_past_the_context_refuses_the_message_for_both(shared, private_home, monkeypatch):
+    """Side by side each pane sends its own conversation, and the base's (its random model babbles) can be
+    far longer than the fine-tuned one's. The base was refused past the context while the tuned model
+    answered: the panes went out of step. Now the worker checks both before generating either: the message
+    goes to neither, back to its field, and one line names the side that is over. The tiny model's context
+    is 2048 tokens. CPU."""
+    home, run_id = finished_run(shared)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = ChatScreen(run_dir=home / "runs" / run_id, compare=True, adapter=True)
+            await app.push_screen(screen)
+            await wait_for(pilot, lambda: screen.ready, timeout=90)
+            base = screen.query_one("#chat-base", Transcript)
+            tuned = screen.query_one("#chat-tuned", Transcript)
+            # the conversation so far, as a babbling base and a brief tuned model leave it
+            base.turns[:] = [("user", "Hi"), ("assistant", "word " * 450)]
+            tuned.turns[:] = [("user", "Hi"), ("assistant", "Blue.")]
+            before = (list(base.turns), list(tuned.turns))
+            screen.query_one("#chat-temperature").value = "0"
+            # past 2048 after the base's ~1360 tokens, not after the tuned's few
+            screen.query_one("#chat-max-tokens").value = "1000"
+            screen.query_one("#chat-input").value = "Name a colour."
+            await pilot.click("#chat-input")
+            await pilot.press("enter")
+            status = screen.query_one("#chat-status")
+            await wait_for(pilot, lambda: "past this model's context" in str(status.render()), timeout=90)
+            await wait_for(pilot, lambda: not screen.busy)
+            line = str(status.render())
+            assert line.startswith("base model (adapter off): the conversation is") and "neither side" in line, line
+            assert (base.turns, tuned.turns) == before  # neither answered: still in step
+            assert screen.query_one("#chat-input").value == "Name a colour."
+            assert len([n for n in app._notifications if "past this model's context" in n.message]) == 1
+            screen.query_one("#chat-max-tokens").value = "8"  # fits both: both answer
+            await pilot.click("#chat-input")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: not screen.busy and len(tuned.turns) == 4 and len(base.turns) == 4,
+                           timeout=90)
+            await pilot.press("escape")
+
+    asyncio.run(scenario())

@@ -113,6 +113,7 @@ class ChatScreen(Screen[None]):
         # how each reply to the last message ended ("done", "stopped", "error"), by variant: once all have,
         # a reply stopped or failed before any text is taken out of its pane (_exchange_ended)
         self.endings: dict[str, str] = {}
+        self.overflows: dict[str, dict[str, Any]] = {}  # the too_long records of the replies past the context
         self.next_id = 0
         self.proc: subprocess.Popen[str] | None = None
         self.load_error: str | None = None  # why the model did not load (the worker then exits)
@@ -233,11 +234,15 @@ class ChatScreen(Screen[None]):
 
     def _too_long(self, record: dict[str, Any], status: Static) -> None:
         """The worker refused to generate: the conversation and max tokens go past the model's context. The
-        message goes back to its field and out of the transcript (nothing was answered); one line says the
-        counts and what to do."""
+        message goes back to its field and out of the transcript (nothing was answered); once every reply
+        of the message has been refused, one line says the counts and what to do. Side by side the worker
+        refuses both when one side is over (its conversation can be the longer one): the line names it."""
         from tui.widgets.keys_footer import key_name
 
         variant = str(record.get("variant"))
+        self.endings[variant] = "too_long"
+        if record.get("over", True):
+            self.overflows[variant] = record
         self._reply_ended(variant)
         pane = self._pane(variant)
         if len(pane.turns) >= 2 and pane.turns[-1] == ("assistant", ""):
@@ -247,13 +252,23 @@ class ChatScreen(Screen[None]):
             field = self.query_one("#chat-input", Input)
             if not field.value:
                 field.value = text
+        if self.busy:  # side by side: said once, when both are refused
+            return
+        refused, overflows = len(self.endings), dict(self.overflows)
+        self._exchange_ended()
+        if not overflows:
+            return
+        side, over = max(overflows.items(), key=lambda item: int(item[1].get("prompt") or 0))
         clear = next(b.key for b in self.BINDINGS if isinstance(b, Binding) and b.id == "chat.clear")
-        prompt, max_tokens = int(record.get("prompt") or 0), int(record.get("max_tokens") or 0)
-        line = t("chat.too_long", prompt=prompt, max_tokens=max_tokens, total=prompt + max_tokens,
-                 limit=record.get("limit"), clear=key_name(clear) or clear)
+        prompt, max_tokens = int(over.get("prompt") or 0), int(over.get("max_tokens") or 0)
+        words = dict(prompt=prompt, max_tokens=max_tokens, total=prompt + max_tokens, limit=over.get("limit"),
+                     clear=key_name(clear) or clear)
+        if len(overflows) < refused:  # one side over, the other fits: the message went to neither
+            line = t("chat.too_long_side", side=self._pane(side).border_title, **words)
+        else:
+            line = t("chat.too_long", **words)
         status.update(line)
-        if not self.busy:  # side by side, both replies are refused: said once
-            self.notify(line, severity="warning", timeout=15)
+        self.notify(line, severity="warning", timeout=15)
 
     def _exchange_ended(self) -> bool:
         """Every reply to the last message has ended. One stopped (or failed) before any text leaves no
@@ -265,7 +280,8 @@ class ChatScreen(Screen[None]):
                  if how in ("stopped", "error") and self._pane(v).turns[-1:] == [("assistant", "")]]
         for variant in empty:
             self._pane(variant).turns.pop()
-        unanswered = bool(empty) and len(empty) == len(self.endings)
+        # a refused reply (past the context) has taken its turns out already: it got no answer either
+        unanswered = bool(empty) and all(v in empty or how == "too_long" for v, how in self.endings.items())
         if unanswered:
             text = ""
             for variant in empty:
@@ -277,7 +293,7 @@ class ChatScreen(Screen[None]):
                 field.value = text
         for variant in empty:
             self._pane(variant).refresh_text()
-        self.endings = {}
+        self.endings, self.overflows = {}, {}
         return unanswered
 
     def _reply_ended(self, variant: str) -> None:
@@ -327,9 +343,10 @@ class ChatScreen(Screen[None]):
             return
         temperature, max_tokens = settings
         event.input.value = ""
-        self.endings = {}
+        self.endings, self.overflows = {}, {}
         system = self.query_one("#chat-system", Input).value.strip()
         variants = [v for v in VARIANTS if v == "tuned" or (self.compare and self.has_adapter)]
+        requests = []
         for variant in variants:
             pane = self._pane(variant)
             pane.add("user", text)
@@ -338,12 +355,15 @@ class ChatScreen(Screen[None]):
                 messages.insert(0, {"role": "system", "content": system})
             pane.add("assistant", "")
             self.next_id += 1
-            request = {"id": self.next_id, "variant": variant, "messages": messages,
-                       "temperature": temperature, "max_tokens": max_tokens}
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
+            requests.append({"id": self.next_id, "variant": variant, "messages": messages,
+                             "temperature": temperature, "max_tokens": max_tokens})
             self.busy.add(variant)
             self.reply_ids[variant] = self.next_id
+        # side by side, one line: the worker checks both conversations against the context before either
+        # is generated, so that one side past it refuses the message for both
+        line = requests[0] if len(requests) == 1 else {"replies": requests}
+        self.proc.stdin.write(json.dumps(line) + "\n")
+        self.proc.stdin.flush()
         self.stopped = False
         self.refresh_bindings()
         self.query_one("#chat-status", Static).update(t("chat.generating"))
