@@ -130,13 +130,19 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    import threading
+
     from core.errors import CliError
     from core.i18n import t
     from core.lifecycle.chat import (
+        ChatTemplateRefused,
         GenerationSettings,
         build_messages,
+        context_length,
+        context_overflow,
+        prompt_ids,
         refuse_base_without_adapter,
-        stream_chat,
+        stream_prompt,
     )
     from core.lifecycle.source import check_model_dir, load_finetuned, load_model_dir, resolve_model_source
 
@@ -161,22 +167,70 @@ def cmd_chat(args: argparse.Namespace) -> int:
             loaded = load_finetuned(source)
     settings = GenerationSettings(temperature=args.temperature, max_tokens=args.max_tokens)
     variant = "base" if args.base else "tuned"
+    limit = context_length(loaded)
     history: list[dict[str, str]] = []
     _err(t("lifecycle.chat_ready"))
-    for line in sys.stdin:
+    for line in sys.stdin:  # Ctrl+C here (no reply under way) ends the session: main's exit 130
         text = line.rstrip("\n")
         if not text.strip():
             break
-        history.append({"role": "user", "content": text})
+        asked = {"role": "user", "content": text}
+        # A message the template refuses or that does not fit is said in one line and left out of the
+        # conversation; the session goes on.
+        try:
+            ids = prompt_ids(loaded, build_messages(history + [asked], args.system))
+        except ChatTemplateRefused as exc:
+            _err(str(exc))
+            continue
+        over = context_overflow(int(ids.shape[-1]), settings.max_tokens, limit)
+        if over is not None:
+            _err(t("lifecycle.chat_too_long", prompt=over.prompt, max_tokens=over.completion, total=over.total,
+                   limit=over.limit))
+            continue
+        stop = threading.Event()
         reply: list[str] = []
-        for piece in stream_chat(loaded, build_messages(history, args.system), settings, variant):
-            reply.append(piece)
-            out.write(piece)
-            out.flush()
+        with _interrupt_sets(stop):
+            for piece in stream_prompt(loaded, ids, settings, variant, stop=stop):
+                reply.append(piece)
+                out.write(piece)
+                out.flush()
         out.write("\n")
         out.flush()
-        history.append({"role": "assistant", "content": "".join(reply)})
+        if stop.is_set() and not reply:  # nothing answered: as if never sent
+            _err(t("lifecycle.chat_stopped_empty"))
+            continue
+        if stop.is_set():
+            _err(t("lifecycle.chat_stopped"))
+        history += [asked, {"role": "assistant", "content": "".join(reply)}]
     return 0
+
+
+class _interrupt_sets:  # noqa: N801 - used as a context manager, named as one
+    """While a reply is generated, Ctrl+C (SIGINT) sets ``stop``: the reply ends at the next token and the
+    session goes on. A second Ctrl+C before it ends raises KeyboardInterrupt as usual (a generation that
+    does not come back). Off the main thread (no signal handler there) it changes nothing."""
+
+    def __init__(self, stop: Any) -> None:
+        self.stop = stop
+        self.previous: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        self.stop.set()
+
+    def __enter__(self) -> None:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handler)
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
