@@ -108,6 +108,15 @@ class ChatBackend:
             return prompt_ids(self.loaded, messages)
         except ChatTemplateRefused as exc:
             raise RequestError(str(exc), param="messages") from None
+        except Exception as exc:
+            # Not a refusal (jinja's raise_exception) but Python failing inside the template (a TypeError on
+            # `content + 1`, a division by zero): the messages reach it as strings with the three chat roles
+            # (a content of another shape is a 400 in _messages first), so the fault is the template's, not
+            # the client's: a 500 that says so, never a 400 with the bare Python words.
+            from core.i18n import t
+
+            log.exception("the chat template failed")
+            raise TemplateFailed(t("lifecycle.api_template_failed", error=f"{type(exc).__name__}: {exc}")) from None
 
     def text_ids(self, text: str, index: int) -> Any:
         """A completions prompt's token ids (no template); one of no tokens at all is a 400: nothing to follow."""
@@ -143,6 +152,10 @@ class ChatBackend:
 
         raise RequestError(t("lifecycle.api_unknown_model", model=requested, ids=", ".join(self.model_ids())),
                            param="model", code="model_not_found", status=404)
+
+
+class TemplateFailed(Exception):
+    """The model's chat template failed in Python on well-formed messages: the server's fault (a 500)."""
 
 
 class RequestError(TunedeckError, ValueError):
@@ -456,10 +469,13 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             except RequestError as exc:
                 self._error(exc.status, str(exc), error_code=exc.code, param=exc.param)
                 return
+            except TemplateFailed as exc:  # before ValueError / TypeError: the body's, which are the client's
+                self._error(500, str(exc), "server_error")
+                return
             except (ValueError, TypeError) as exc:
                 self._error(400, str(exc))
                 return
-            except Exception as exc:  # the chat template failed on these messages: as a failed generation
+            except Exception as exc:  # tokenizing the prompt failed: as a failed generation
                 log.exception("templating the prompt failed")
                 self._error(500, f"generation failed: {exc}", "server_error")
                 return

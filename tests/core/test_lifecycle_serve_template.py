@@ -70,3 +70,51 @@ def test_a_role_the_chat_template_refuses_is_a_400_naming_it(gemma_style):
     reply = client.chat.completions.create(model="gemma-style", max_tokens=3, temperature=0,
                                            messages=[{"role": "user", "content": "Hi"}])
     assert reply.choices[0].finish_reason in ("stop", "length") and reply.usage.prompt_tokens > 3
+
+
+@pytest.fixture(scope="module")
+def failing_template(tmp_path_factory):
+    """The base URL of a server on a tiny model whose chat template fails in Python (a TypeError: `+ 1` on
+    the content), not through raise_exception."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from core.lifecycle.server import ChatBackend, ChatServer, make_handler
+    from core.lifecycle.source import load_model_dir
+
+    folder = tmp_path_factory.mktemp("failing-template") / "model"
+    shutil.copytree(TINY, folder)
+    tokenizer = AutoTokenizer.from_pretrained(TINY)
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] + 1 }}{% endfor %}"
+    tokenizer.save_pretrained(folder)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(TINY)).save_pretrained(folder)
+    server = ChatServer("127.0.0.1", 0, make_handler(ChatBackend(load_model_dir(folder, "cpu"), "failing")))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_template_failing_in_python_is_the_servers_500_and_a_bad_content_shape_the_clients_400(failing_template):
+    """A template's TypeError was answered 400 with Python's bare words ("can only concatenate str (not
+    "int") to str"), blaming the client. The messages reach the template as strings (an array of text
+    parts joined), so that failure is the template's: a 500 server_error that names the chat template. A
+    content of a shape the API refuses (an image part, null) is the client's 400, said before the template
+    runs."""
+    import openai
+
+    client = openai.OpenAI(base_url=failing_template, api_key="unused", timeout=120, max_retries=0)
+    for content in ("Hi", [{"type": "text", "text": "Hi"}]):  # the parts are joined: the template sees a string
+        with pytest.raises(openai.InternalServerError) as failed:
+            client.chat.completions.create(model="failing", max_tokens=3,
+                                           messages=[{"role": "user", "content": content}])
+        error = failed.value.body
+        assert failed.value.status_code == 500 and error["type"] == "server_error", error
+        assert "chat template failed" in error["message"] and "TypeError: can only concatenate" in error["message"]
+        assert "not of the request" in error["message"], error
+    for content in ([{"type": "image_url", "image_url": {"url": "http://x/y.png"}}], None):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="failing", max_tokens=3,
+                                           messages=[{"role": "user", "content": content}])
+        assert refused.value.body["param"] == "messages[0].content", refused.value.body
