@@ -148,6 +148,11 @@ class ChatTemplateRefused(LifecycleError):
         self.reason = reason
 
 
+class ChatTemplateFailed(LifecycleError):
+    """The model's chat template failed in Python on well-formed messages (not a refusal): a fault of the
+    template, which the server answers 500 and the chat says, going on."""
+
+
 def _template_refusal(tokenizer: Any, messages: list[dict[str, str]], reason: str) -> ChatTemplateRefused:
     """Which role the template refuses: the first (but user) whose messages, taken out, leave messages it
     takes; said with what to do instead."""
@@ -170,7 +175,8 @@ def _template_refusal(tokenizer: Any, messages: list[dict[str, str]], reason: st
 
 def prompt_ids(loaded: LoadedModel, messages: list[dict[str, str]]) -> Any:
     """The conversation as prompt token ids (its chat template, with the generation prompt), on the model's
-    device; ``ChatTemplateRefused`` when the template raises on these messages."""
+    device; ``ChatTemplateRefused`` when the template raises on these messages, ``ChatTemplateFailed`` when it
+    fails in Python."""
     tokenizer = loaded.tokenizer
     if getattr(tokenizer, "chat_template", None):
         from jinja2.exceptions import TemplateError
@@ -180,6 +186,12 @@ def prompt_ids(loaded: LoadedModel, messages: list[dict[str, str]]) -> Any:
                                                     return_dict=True)
         except TemplateError as exc:
             raise _template_refusal(tokenizer, messages, str(exc)) from None
+        except Exception as exc:
+            # Python failing inside the template (a TypeError on `content + 1`): the template's fault, on
+            # messages of strings with the chat roles; said in one line, not a traceback that ends the chat.
+            from core.i18n import t
+
+            raise ChatTemplateFailed(t("lifecycle.template_failed", error=f"{type(exc).__name__}: {exc}")) from exc
         ids = encoded["input_ids"]
     else:  # a base model without a template: plain text turns
         text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "

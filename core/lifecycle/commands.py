@@ -135,6 +135,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from core.errors import CliError
     from core.i18n import t
     from core.lifecycle.chat import (
+        ChatTemplateFailed,
         ChatTemplateRefused,
         GenerationSettings,
         build_messages,
@@ -179,7 +180,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         # conversation; the session goes on.
         try:
             ids = prompt_ids(loaded, build_messages(history + [asked], args.system))
-        except ChatTemplateRefused as exc:
+        except (ChatTemplateRefused, ChatTemplateFailed) as exc:
             _err(str(exc))
             continue
         over = context_overflow(int(ids.shape[-1]), settings.max_tokens, limit)

@@ -102,21 +102,20 @@ class ChatBackend:
         """The conversation's prompt token ids, chat-templated once (counted for the context, then generated
         from); a chat template that refuses the messages (a role it does not take) is the client's to mend:
         a 400 naming ``messages``."""
-        from core.lifecycle.chat import ChatTemplateRefused, prompt_ids
+        from core.lifecycle.chat import ChatTemplateFailed, ChatTemplateRefused, prompt_ids
 
         try:
             return prompt_ids(self.loaded, messages)
         except ChatTemplateRefused as exc:
             raise RequestError(str(exc), param="messages") from None
-        except Exception as exc:
-            # Not a refusal (jinja's raise_exception) but Python failing inside the template (a TypeError on
-            # `content + 1`, a division by zero): the messages reach it as strings with the three chat roles
-            # (a content of another shape is a 400 in _messages first), so the fault is the template's, not
-            # the client's: a 500 that says so, never a 400 with the bare Python words.
+        except ChatTemplateFailed as exc:
+            # The messages reach the template as strings with the three chat roles (a content of another shape
+            # is a 400 in _messages first), so the fault is the template's, not the client's: a 500 that says
+            # so, never a 400 with the bare Python words.
             from core.i18n import t
 
-            log.exception("the chat template failed")
-            raise TemplateFailed(t("lifecycle.api_template_failed", error=f"{type(exc).__name__}: {exc}")) from None
+            log.error("the chat template failed", exc_info=exc.__cause__)
+            raise TemplateFailed(t("lifecycle.api_template_failed", error=_cause(exc))) from None
 
     def text_ids(self, text: str, index: int) -> Any:
         """A completions prompt's token ids (no template); one of no tokens at all is a 400: nothing to follow."""
@@ -152,6 +151,12 @@ class ChatBackend:
 
         raise RequestError(t("lifecycle.api_unknown_model", model=requested, ids=", ".join(self.model_ids())),
                            param="model", code="model_not_found", status=404)
+
+
+def _cause(exc: BaseException) -> str:
+    """``TypeError: ...``: the Python error under a wrapped one."""
+    cause = exc.__cause__ or exc
+    return f"{type(cause).__name__}: {cause}"
 
 
 class TemplateFailed(Exception):

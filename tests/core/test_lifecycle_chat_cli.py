@@ -73,6 +73,16 @@ def test_a_message_the_chat_template_refuses_is_skipped_and_the_session_goes_on(
     refused = [line for line in err.splitlines() if "refuses the system role" in line]
     assert len(refused) == 2, err[-2000:]  # both messages said, the session alive after the first
     assert "Traceback" not in err and out.strip() == ""
+    # A template failing in Python (a TypeError, not jinja's raise_exception) ended the chat in a traceback:
+    # each message says it in one line, naming the template, and the session goes on as for a refusal.
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] + 1 }}{% endfor %}"
+    tokenizer.save_pretrained(folder)
+    proc = _chat(tmp_path / "home", "--model-dir", str(folder), "--max-tokens", "4")
+    out, err = proc.communicate("Hi\nHello\n\n", timeout=180)
+    assert proc.returncode == 0, err[-2000:]
+    failed = [line for line in err.splitlines() if "chat template failed on these messages (TypeError" in line]
+    assert len(failed) == 2 and "tokenizer_config.json" in failed[0], err[-2000:]
+    assert "Traceback" not in err and out.strip() == ""
 
 
 def test_ctrl_c_stops_the_reply_and_the_session_goes_on_and_at_the_prompt_ends_it(lora_run):
