@@ -1,13 +1,15 @@
 """Append-only JSON-lines files that a tailing reader can follow safely.
 
 Each record is one ``os.write`` of one complete line on a file opened with ``O_APPEND``, so concurrent
-writers never interleave inside a line and a reader only ever sees a partial line at the very end.
+writers never interleave inside a line and a reader only ever sees a partial line at the very end; a line
+left torn by a writer that died is ended before the next record (``append_line``).
 Reading the latest record of a long file reads the tail only: listing a hundred runs must stay cheap even
 when each has a million-line ``metrics.jsonl``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -32,13 +34,29 @@ def _clean(value: Any) -> Any:
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append one text line (a newline is added) with a single write."""
+    """Append one text line (a newline is added) with a single write.
+
+    A file that ends in a torn line (its writer killed mid-write, a write cut short by a full disk, a
+    power loss) first gets the newline it lacks: glued onto the torn line, this record would be lost
+    with it (a resume's ``resumed`` record, and with it which steps the new attempt supersedes). Writers
+    hold an flock for the look and the write, so a live writer's line is never taken for a torn one. A
+    short write (the disk filled up mid-line) is carried on, so that it raises rather than passing as
+    written."""
     data = (line.rstrip("\n") + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
     try:
-        os.write(fd, data)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # a filesystem without flock: the look below still mends a dead writer's line
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
     finally:
-        os.close(fd)
+        os.close(fd)  # releases the lock
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

@@ -67,6 +67,29 @@ def test_jsonl_tail_skips_torn_last_line_and_reads_backwards(tmp_path):
     assert json.loads(other.read_text())["loss"] is None
 
 
+def test_a_record_after_a_dead_writers_torn_line_is_kept_and_a_short_write_is_carried_on(home, monkeypatch):
+    """A trainer killed (or a disk filled up) mid-line leaves metrics.jsonl ending in a torn record; the
+    resume's ``resumed`` record appended after it was glued onto it and lost, so the dead attempt's steps
+    past the checkpoint were taken as the run's figures."""
+    run = _run(home)
+    run.append_metrics({"kind": "header", "schema": 1, "total_steps": 100})
+    for step in range(1, 13):
+        run.append_metrics({"kind": "train", "step": step, "total_steps": 100, "loss": 1.0})
+    with open(run.metrics_path, "ab") as handle:
+        handle.write(b'{"kind": "train", "step": 13, "total_steps": 100, "lo')  # its writer killed here
+    run.append_metrics({"kind": "resumed", "step": 10, "total_steps": 100, "checkpoint": "checkpoint-10"})
+    kinds = [(r["kind"], r.get("step")) for r in iter_records(run.metrics_path)]
+    assert kinds[-1] == ("resumed", 10), kinds[-3:]
+    assert run.latest_metrics()["step"] == 10  # not the dead attempt's 12
+    run.append_metrics({"kind": "train", "step": 11, "total_steps": 100, "loss": 0.5})
+    assert run.latest_metrics()["step"] == 11 and run.latest_metrics()["loss"] == 0.5
+
+    real_write = os.write  # a disk that takes 7 bytes a write: the rest is written, not dropped
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, bytes(data[:7])))
+    run.append_event("checkpoint_saved", step=20)
+    assert [r["event"] for r in iter_records(run.events_path)][-1] == "checkpoint_saved"
+
+
 def test_checkpoint_finalize_rotate_and_incomplete_ones_ignored(tmp_path):
     root = tmp_path / "checkpoints"
     root.mkdir()
