@@ -292,8 +292,14 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     resumes.append({"time": utc_now_iso(), "checkpoint": str(checkpoint.path), "step": checkpoint.step,
                     "previous_status": status.status, "weights_only": weights_only,
                     "notices": [n.english() for n in notices]})
+    changes: dict[str, Any] = {}
+    if config is not None:  # a model or dataset that moved: the list and status show where it trains from now
+        from core.runs.launch import config_summary
+
+        changes["config_summary"] = config_summary(str((record.get("config_summary") or {}).get("name") or cfg.get("name") or ""),
+                                                   cfg)
     # Forget the old supervisor: its pid must not be mistaken for the new one's.
-    run.update_record(resumes=resumes, supervisor=None, trainer=None)
+    run.update_record(resumes=resumes, supervisor=None, trainer=None, **changes)
     run.write_status(QUEUED, Message("runs.reason_resuming", step=checkpoint.step))
     return ResumePlan(str(checkpoint.path), checkpoint.step, weights_only, notices)
 

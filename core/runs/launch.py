@@ -107,13 +107,19 @@ def create_run(
         raise
 
 
+def config_summary(name: str, values: dict[str, Any]) -> dict[str, Any]:
+    """run.json's ``config_summary``: what the runs list, ``status`` and the app show of a run's config
+    without reading its config.yaml. Written at creation, and again by a resume that changes keys."""
+    return {"name": name, "model": values.get("model"), "method": values.get("method"),
+            "dataset": values.get("dataset")}
+
+
 def _fill_run_dir(path: Path, run_id: str, name: str, values: dict[str, Any], config: Any, argv: list[str],
                   command: str, gpus: list[int] | None, distributed: DistributedSettings | None) -> RunDirectory:
     os.chmod(path, 0o700)
     run = RunDirectory(path)
     config.save(run.config_path)
     os.chmod(run.config_path, 0o600)
-    dataset = values.get("dataset")
     record = {
         "id": run_id,
         "created": utc_now_iso(),
@@ -125,12 +131,7 @@ def _fill_run_dir(path: Path, run_id: str, name: str, values: dict[str, Any], co
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "tunedeck_version": __version__,
-        "config_summary": {
-            "name": name,
-            "model": values.get("model"),
-            "method": values.get("method"),
-            "dataset": dataset,
-        },
+        "config_summary": config_summary(name, values),
         "distributed": (distributed or DistributedSettings()).to_dict(),
         "env": recorded_env(),
         "attempts": [],

@@ -254,6 +254,21 @@ def test_missing_dataset_is_refused_before_anything_starts_and_an_override_resum
     assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
 
 
+def test_a_model_folder_that_moved_resumes_with_an_override_and_the_run_shows_the_new_one(copy, tmp_path):
+    """``resume RUN model=NEW`` after the model folder moved: runs, status and the app (run.json's
+    config_summary) said the old folder, which is no longer there, for the rest of the run."""
+    cli, run_id, run_dir, _data = copy
+    moved = tmp_path / "moved-model"
+    shutil.copytree(TINY, moved)
+    out = cli("resume", run_id, f"model={moved}")
+    assert f"configuration key model changed: {TINY} → {moved}" in out.stderr, out.stderr
+    assert cli.status(run_id)["model"] == str(moved)
+    assert [r for r in json.loads(cli("runs", "--json").stdout) if r["id"] == run_id][0]["model"] == str(moved)
+    summary = json.loads((run_dir / "run.json").read_text())["config_summary"]
+    assert summary["name"] and summary["method"] == "lora"
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+
+
 def test_changed_config_key_is_named_old_to_new(copy):
     _cli, _run_id, run_dir, _data = copy
     path = run_dir / "config.yaml"
