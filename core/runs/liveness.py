@@ -143,6 +143,21 @@ def crashed_reason(run: RunDirectory) -> Message:
     return Message("runs.reason_crashed_no_checkpoint", config=str(run.config_path))
 
 
+def unrecorded_crash_reason(run: RunDirectory, error: OSError) -> Message:
+    """Why a run is crashed when its folder cannot be written (``error``: what writing the crashed status
+    met). The run's own processes met it too, and could record neither their failure nor how they ended:
+    the usual guesses (a reboot, kill -9) would send the user after the wrong cause, and a resume fails
+    until the folder can be written again."""
+    from core.runs.disk_space import UNWRITABLE_ERRNOS
+
+    if error.errno not in UNWRITABLE_ERRNOS | {errno.EACCES, errno.EPERM}:
+        return crashed_reason(run)
+    key = "runs.reason_crashed_unwritable" if run.last_complete_checkpoint() is not None \
+        else "runs.reason_crashed_unwritable_no_checkpoint"
+    return Message(key, path=str(run.path), error=error.strerror or str(error), log=str(run.supervisor_log_path),
+                   id=run.id, config=str(run.config_path))
+
+
 def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | None = None) -> RunStatus:
     """The run's status with liveness applied; a dead active run becomes (and is saved as) crashed.
     ``beats``: the run's heartbeats (``core.runs.heartbeat.read_beats``) when the caller has read them."""
@@ -162,8 +177,8 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
                     written = run.write_status(CRASHED, reason)
                     run.close_open_attempt(CRASHED)
                     return written
-                except OSError:
-                    pass  # a full or read-only disk: say what we found; a later reader records it
+                except OSError as exc:  # a full or read-only disk: say what we found; a later reader records it
+                    reason = unrecorded_crash_reason(run, exc)
             return RunStatus(CRASHED, reason.english(), current.updated, current.updated_ts, reason.to_record())
     # Someone holds the lock. Cross-check the recorded supervisor: a pid that no longer names the
     # process that recorded it means the holder is not our supervisor (e.g. a stray inherited fd).
@@ -175,8 +190,8 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
             if persist and run.transition(CRASHED, reason, only_from=ACTIVE_STATES):
                 run.close_open_attempt(CRASHED)
                 return run.status()
-        except OSError:
-            pass  # as above: computed, not recorded
+        except OSError as exc:  # as above: computed, not recorded
+            reason = unrecorded_crash_reason(run, exc)
         current = run.status()
         return current if current.status not in ACTIVE_STATES else RunStatus.new(CRASHED, reason)
     if status.status in (RUNNING, STARTING):  # a trainer can hang loading the model as well as training

@@ -20,7 +20,7 @@ from core.runs.disk_space import (
     is_disk_full,
 )
 from tests.core.test_runs_detached import Cli, write_config, write_dataset
-from tests.fixtures.disk import fill, free, remount, tmpfs
+from tests.fixtures.disk import fill, free, read_only_bind, remount, tmpfs
 from tests.fixtures.watch.run_builder import build_run
 
 DEAD = "20261130-0900-dead-run-aaaa"  # status.json says running, no supervisor holds its lock
@@ -243,6 +243,34 @@ def _fill_between_saves(tmp_path: Path, home: Path) -> None:
         assert "disk full on rank 0" in log, log[-3000:]
         record = json.loads((run_dir / "run.json").read_text())
         assert record["attempts"][-1]["status"] == "failed"
+
+
+def test_a_run_folder_that_turns_read_only_mid_run_reads_crashed_saying_why(tmp_path):
+    """The run folder turns read-only while the run trains (a disk remounted read-only after I/O errors):
+    its processes can record nothing, not even how they ended. The run read "the supervisor process is
+    gone (machine reboot, out of host memory, kill -9?)", sending the user after the wrong cause."""
+    home = tmp_path / "home"
+    with tmpfs(home):
+        try:
+            cli = Cli(home)
+            run_id = cli("train", str(_tiny_config(tmp_path, max_steps=5000, save_steps=3))).stdout.strip()
+            run_dir = cli.run_dir(run_id)
+            cli.wait_step(run_id, 4)  # checkpoint-3 is complete
+            with read_only_bind(run_dir):
+                status = cli.wait_status(run_id, {"crashed", "failed", "stopped", "finished"})
+                assert status["status"] == "crashed", status
+                reason = status["reason"]
+                assert f"run folder {run_dir} cannot be written (Read-only file system)" in reason, reason
+                assert str(run_dir / "supervisor.log") in reason and f"tunedeck resume {run_id}" in reason
+                assert "kill -9" not in reason
+                assert _status_file(home, run_id)["status"] == "running"  # nothing could be recorded
+                resume = cli("resume", run_id, check=False)
+                assert resume.returncode != 0 and "Read-only file system" in resume.stderr, resume.stderr
+                _clean(resume)
+            cli("runs")  # writable again: the first reader records the crash
+            assert _status_file(home, run_id)["status"] == "crashed"
+        finally:
+            _kill_runs(home)
 
 
 # -- the pieces, without a trainer -----------------------------------------------------------------------
