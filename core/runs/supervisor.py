@@ -60,6 +60,10 @@ DISK_RETRY_S = 5.0
 CPU_PROCESSES_ENV = "TUNEDECK_CPU_PROCESSES"
 _PR_SET_PDEATHSIG = 1
 _TORCHRUN_PREFIX = re.compile(r"^\[default(\d+)\]:")
+# torchrun's summary of the workers that failed: "  rank      : 1 (local_rank: 1)", then
+# "  exitcode  : -9 (pid: 23548)  (SIGKILL)" for one a signal killed (its global rank).
+_FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\b")
+_FAILED_SIGNAL = re.compile(r"^\s*exitcode\s*:\s*-(\d+)\b")
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
@@ -143,6 +147,8 @@ class Supervisor:
         self.held: deque[str] = deque(maxlen=HELD_LINES)  # train.log lines waiting for room
         self.held_dropped = 0
         self.next_disk_try = 0.0
+        self.killed_ranks: dict[int, str] = {}  # torchrun's workers a signal killed: rank -> signal name
+        self._summary_rank: int | None = None
 
     # -- logging -----------------------------------------------------------------------------------
     def log(self, text: str) -> None:
@@ -223,10 +229,32 @@ class Supervisor:
             rank = self.rank_offset + int(match.group(1))
             text = f"[rank{rank}] {text[match.end():]}"
         elif self.multi_process:
+            self._note_killed_rank(text)
             text = f"[launcher] {text}"
         else:
             text = f"[rank0] {text}"
         self._write_line(text)
+
+    def _note_killed_rank(self, text: str) -> None:
+        """Remember the workers torchrun's failure summary says a signal killed (see ``_FAILED_SIGNAL``)."""
+        rank = _FAILED_RANK.match(text)
+        if rank:
+            self._summary_rank = int(rank.group(1))
+            return
+        killed = _FAILED_SIGNAL.match(text)
+        if killed and self._summary_rank is not None:
+            number = int(killed.group(1))
+            known = number in signal.Signals._value2member_map_
+            self.killed_ranks[self._summary_rank] = signal.Signals(number).name if known else str(number)
+
+    def _with_killed_rank(self, status: str, reason: str | Message) -> str | Message:
+        """A multi-process attempt that failed because a worker was killed (the host's OOM killer, kill -9):
+        the reason names that rank first. The others then fail on the lost connection ("Connection reset by
+        peer", an NCCL timeout), and rank 0's error, which the trainer records, blamed the wrong process."""
+        if status != FAILED or self.stop_requests or not self.killed_ranks:
+            return reason
+        rank = min(self.killed_ranks)
+        return Message("runs.reason_rank_signal", rank=rank, signal=self.killed_ranks[rank], then=reason)
 
     # -- signals -----------------------------------------------------------------------------------
     def _trainer_processes(self) -> list[Any]:
@@ -346,6 +374,7 @@ class Supervisor:
             self._relay_line(pending)
         code = self.child.wait()
         status, reason = self.final_status(code)
+        reason = self._with_killed_rank(status, reason)
         if self.disk_full and status == FAILED and not _is_disk_full_reason(reason):
             # The trainer left no verdict of its own about it, but we saw the disk fill up.
             reason = disk_full_reason(self.run.path, None, free_bytes(self.run.path), self.run.id)

@@ -179,6 +179,35 @@ def test_two_process_dora_run_stops_at_one_step_on_every_rank(tmp_path):
     assert stop_line and stop_line[0].endswith(f"step {ckpt.step} and stopping")
 
 
+def test_a_worker_killed_under_torchrun_is_named_as_the_cause_not_the_ranks_that_lost_it(tmp_path):
+    """One of two CPU processes (torchrun, DDP over gloo, as on GPUs) is SIGKILLed, as the host's OOM killer
+    does: rank 0 then fails on the lost connection ("Connection reset by peer") and recorded that, so the
+    run read as a gloo bug and the process that died was named nowhere."""
+    import psutil
+
+    from core.runs.run_dir import RunDirectory
+
+    home = tmp_path / "home"
+    out = _tunedeck(home, "train", str(_config(tmp_path)), "micro_batch_size=2", "max_steps=400",
+                    "save_steps=200", TUNEDECK_CPU_PROCESSES="2")
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.strip()
+    run = RunDirectory(home / "runs" / run_id)
+    deadline = time.monotonic() + 120
+    while not (run.latest_metrics() or {}).get("step", 0) >= 2:
+        assert time.monotonic() < deadline and run.status().active, run.log_path.read_text()[-2000:]
+        time.sleep(0.2)
+    workers = [p for p in psutil.process_iter(["cmdline", "environ"])
+               if "core.train.worker" in (p.info["cmdline"] or []) and str(run.path) in (p.info["cmdline"] or [])]
+    victim = next(p for p in workers if (p.info["environ"] or {}).get("RANK") == "1")
+    victim.kill()
+    status = _wait_final(home, run_id)
+    assert status["status"] == "failed", status
+    assert status["reason"].startswith("rank 1 was killed by SIGKILL (out of host memory?"), status["reason"]
+    assert "and the other ranks failed with it: " in status["reason"]
+    assert json.loads((run.path / "status.json").read_text())["reason_message"]["key"] == "runs.reason_rank_signal"
+
+
 def test_injected_oom_fails_with_reason_event_and_advice(tmp_path):
     home = tmp_path / "home"
     out = _tunedeck(home, "train", str(_config(tmp_path)), "micro_batch_size=4",
