@@ -149,10 +149,27 @@ def disk_full_reason(path: Path, needed_bytes: int | None, free: int | None, run
     if kept is not None:
         kept_text = Message("runs.disk_full_weights_kept", step=kept_step if kept_step is not None else "?",
                             path=str(kept), id=run_id)
+    if needed_bytes and free is not None and free >= 2 * needed_bytes:
+        # Room for the save twice over, measured after the half-written files went: not the disk but a
+        # limit on this process refused the write. "disk full (needed 12 MB, 29 GB free)" sent the user to
+        # free space that was there.
+        return Message("runs.reason_disk_full_limit", needed=format_size(needed_bytes), free=free_text,
+                       path=str(path), limit=write_limit(), id=run_id, kept=kept_text)
     if needed_bytes:
         return Message("runs.reason_disk_full", needed=format_size(needed_bytes), free=free_text, path=str(path),
                        id=run_id, kept=kept_text)
     return Message("runs.reason_disk_full_unsized", free=free_text, path=str(path), id=run_id, kept=kept_text)
+
+
+def write_limit() -> Message:
+    """What can refuse a write on a disk with room: this process's file size limit (``ulimit -f``, which
+    Python turns from SIGXFSZ into a failed write), else, most likely, a disk quota."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if soft != resource.RLIM_INFINITY:
+        return Message("runs.disk_limit_fsize", size=format_size(soft))
+    return Message("runs.disk_limit_quota")
 
 
 # -- the reserve file ------------------------------------------------------------------------------------

@@ -273,6 +273,36 @@ def test_a_run_folder_that_turns_read_only_mid_run_reads_crashed_saying_why(tmp_
             _kill_runs(home)
 
 
+def test_a_write_refused_by_a_file_size_limit_is_not_called_a_full_disk(tmp_path):
+    """``ulimit -f`` (a quota alike) refuses the optimizer state mid-save on a disk with room: the run read
+    "disk full (needed 12.1 MB, 90 MB free …): free space there", space that was there all along."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.core.test_runs_detached import ROOT
+
+    home = tmp_path / "home"
+    with tmpfs(home, "100m"):
+        try:
+            cli = Cli(home)
+            config = _tiny_config(tmp_path, method="full", max_steps=5000, save_steps=3, save_total_limit=1)
+            limit = 6_000_000  # the weights (3.7 MB) fit, the optimizer state (7.3 MB) does not
+            started = subprocess.run(
+                [sys.executable, "-m", "core", "train", str(config)], cwd=ROOT, env=cli.env, capture_output=True,
+                text=True, timeout=120, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+            assert started.returncode == 0, started.stderr
+            run_id = started.stdout.strip()
+            status = cli.wait_status(run_id, {"failed", "finished", "stopped", "crashed"})
+            assert status["status"] == "failed", status
+            reason = status["reason"]
+            assert reason.startswith(f"could not write to {cli.run_dir(run_id) / 'checkpoints'} though it has "), reason
+            assert "(12.1 MB needed): this process may write files of at most 6.0 MB (ulimit -f)" in reason, reason
+            assert "disk full" not in reason and "weights of step 3 are kept" in reason
+        finally:
+            _kill_runs(home)
+
+
 # -- the pieces, without a trainer -----------------------------------------------------------------------
 def test_checkpoint_sizes_follow_the_parameter_count_and_the_method():
     from core.estimate import count_parameters, load_model_config
