@@ -543,6 +543,35 @@ def test_a_demo_run_shows_the_bundled_model_as_tiny_in_the_dashboard_and_the_run
     run(scenario())
 
 
+def test_a_run_resumed_from_a_moved_model_folder_shows_the_new_folder_as_tunedeck_runs_does():
+    """``resume RUN model=NEW`` (the model folder moved) updates run.json's summary, which ``tunedeck runs``
+    shows; the dashboard showed the metrics header's model, the first attempt's folder, no longer there.
+    (Two H200s recorded; runs built on disk.)"""
+    import json
+
+    from core.runs import RunDirectory
+    from core.runs.listing import summarize
+    from tests.fixtures.watch.run_builder import header_record, train_record, write_jsonl
+
+    path = build_run(runs_dir(), "20261129-2100-moved", status="stopped", steps=40)
+    add_checkpoint(path, 40)
+    record = json.loads((path / "run.json").read_text(encoding="utf-8"))
+    record["config_summary"]["model"] = "/data/models/moved-model"
+    (path / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    write_jsonl(path / "metrics.jsonl", [{**header_record(80), "model": "/data/models/old-model"}]
+                + [train_record(step, 80) for step in range(1, 41)])
+    assert summarize(RunDirectory(path)).model == "/data/models/moved-model"
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_dashboard(pilot, app, "stopped")
+            await wait_for(pilot, lambda: "moved-model" in screen_text(app).splitlines()[1])
+            assert "old-model" not in screen_text(app)
+
+    run(scenario())
+
+
 def test_a_stopped_runs_reason_names_u_on_the_dashboard_and_the_command_in_tunedeck_status(capsys):
     """The stored reason (a message record, as the trainer writes it) says "continue with tunedeck resume":
     `tunedeck status` shows that; the dashboard, where `u` resumes the run, words it for itself (header and

@@ -231,7 +231,10 @@ class DashboardHeader:
         facts = self._record if self.source.read_only else {**self._config,
                                                             **(self._record.get("config_summary") or {})}
         latest = self.series.latest
-        model = header.get("model") or facts.get("model")
+        # A tunedeck run's model is run.json's first: a resume with model= (the folder moved) updates it, the
+        # metrics header keeps the first attempt's (`tunedeck runs` and `status` show run.json's too)
+        summary = {} if self.source.read_only else (self._record.get("config_summary") or {})
+        model = summary.get("model") or header.get("model") or facts.get("model")
         model = model_label(str(model)) if model else None  # the bundled tiny model as "tiny", demo or wizard
         method = header.get("method") or facts.get("method")
         precision = header.get("precision") or facts.get("precision")
