@@ -309,7 +309,9 @@ class SpaceCheck:
 
     @property
     def message(self) -> Message:
-        key = "runs.space_short" if self.verdict == "short" else "runs.space_close"
+        from core.units import plural_key
+
+        key = plural_key("runs.space_short" if self.verdict == "short" else "runs.space_close", self.checkpoints)
         return Message(key, needed=format_size(self.needed_bytes), checkpoints=self.checkpoints,
                        each=format_size(self.size.total), free=format_size(self.free_bytes), path=str(self.path))
 

@@ -336,6 +336,18 @@ def test_space_check_counts_checkpoints_already_on_disk(tmp_path):
     assert fresh.needed_bytes - resumed.needed_bytes == 2 * fresh.size.total
 
 
+def test_the_space_message_counts_one_checkpoint_in_the_singular(tmp_path):
+    """save_total_limit 1 read "the run needs 25.2 MB for 1 checkpoints + the final save"."""
+    from dataclasses import replace
+
+    one = check_space({"model": "Qwen/Qwen2.5-7B", "method": "lora", "save_total_limit": 1}, tmp_path)
+    assert one.checkpoints == 1
+    for verdict in ("short", "close"):
+        assert " for 1 checkpoint + the final save (" in replace(one, verdict=verdict).message.english()
+    two = check_space({"model": "Qwen/Qwen2.5-7B", "method": "lora", "save_total_limit": 2}, tmp_path)
+    assert " for 2 checkpoints + the final save (" in replace(two, verdict="short").message.english()
+
+
 def test_real_enospc_from_torch_save_and_os_write_is_recognised(tmp_path):
     import torch
 
