@@ -60,10 +60,11 @@ DISK_RETRY_S = 5.0
 CPU_PROCESSES_ENV = "TUNEDECK_CPU_PROCESSES"
 _PR_SET_PDEATHSIG = 1
 _TORCHRUN_PREFIX = re.compile(r"^\[default(\d+)\]:")
-# torchrun's summary of the workers that failed: "  rank      : 1 (local_rank: 1)", then
-# "  exitcode  : -9 (pid: 23548)  (SIGKILL)" for one a signal killed (its global rank).
-_FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\b")
-_FAILED_SIGNAL = re.compile(r"^\s*exitcode\s*:\s*-(\d+)\b")
+# torchrun's summary of the workers that failed, a block each: "  time      : 2026-12-07_00:03:10",
+# "  rank      : 1 (local_rank: 1)" (the global rank), "  exitcode  : -9 (pid: 23548)  (SIGKILL)".
+_SUMMARY_TIME = re.compile(r"^\s*time\s*:\s*(\S+)")
+_SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\b")
+_SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)\b")
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
@@ -147,7 +148,9 @@ class Supervisor:
         self.held: deque[str] = deque(maxlen=HELD_LINES)  # train.log lines waiting for room
         self.held_dropped = 0
         self.next_disk_try = 0.0
-        self.killed_ranks: dict[int, str] = {}  # torchrun's workers a signal killed: rank -> signal name
+        # torchrun's summary of its failed workers: rank -> (time, exit code; a signal's as its negative)
+        self.failed_ranks: dict[int, tuple[str, int]] = {}
+        self._summary_time = ""
         self._summary_rank: int | None = None
 
     # -- logging -----------------------------------------------------------------------------------
@@ -236,25 +239,31 @@ class Supervisor:
         self._write_line(text)
 
     def _note_killed_rank(self, text: str) -> None:
-        """Remember the workers torchrun's failure summary says a signal killed (see ``_FAILED_SIGNAL``)."""
-        rank = _FAILED_RANK.match(text)
-        if rank:
-            self._summary_rank = int(rank.group(1))
-            return
-        killed = _FAILED_SIGNAL.match(text)
-        if killed and self._summary_rank is not None:
-            number = int(killed.group(1))
-            known = number in signal.Signals._value2member_map_
-            self.killed_ranks[self._summary_rank] = signal.Signals(number).name if known else str(number)
+        """Read torchrun's summary of the workers that failed (see ``_SUMMARY_EXIT``) into ``failed_ranks``."""
+        if match := _SUMMARY_TIME.match(text):
+            self._summary_time = match.group(1)
+        elif match := _SUMMARY_RANK.match(text):
+            self._summary_rank = int(match.group(1))
+        elif (match := _SUMMARY_EXIT.match(text)) and self._summary_rank is not None:
+            self.failed_ranks[self._summary_rank] = (self._summary_time, int(match.group(1)))
+            self._summary_rank = None
 
     def _with_killed_rank(self, status: str, reason: str | Message) -> str | Message:
         """A multi-process attempt that failed because a worker was killed (the host's OOM killer, kill -9):
         the reason names that rank first. The others then fail on the lost connection ("Connection reset by
-        peer", an NCCL timeout), and rank 0's error, which the trainer records, blamed the wrong process."""
-        if status != FAILED or self.stop_requests or not self.killed_ranks:
+        peer", an NCCL timeout), and rank 0's error, which the trainer records, blamed the wrong process.
+        Only a worker killed among the first failures counts: once one fails torchrun stops the others
+        itself (SIGTERM, SIGKILL 30 s later) and lists them too."""
+        if status != FAILED or self.stop_requests or not self.failed_ranks:
             return reason
-        rank = min(self.killed_ranks)
-        return Message("runs.reason_rank_signal", rank=rank, signal=self.killed_ranks[rank], then=reason)
+        first = min(when for when, _code in self.failed_ranks.values())
+        killed = sorted(rank for rank, (when, code) in self.failed_ranks.items()
+                        if when == first and code < 0 and -code != signal.SIGTERM)
+        if not killed:
+            return reason
+        number = -self.failed_ranks[killed[0]][1]
+        name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else str(number)
+        return Message("runs.reason_rank_signal", rank=killed[0], signal=name, then=reason)
 
     # -- signals -----------------------------------------------------------------------------------
     def _trainer_processes(self) -> list[Any]:

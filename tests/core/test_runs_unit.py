@@ -786,6 +786,44 @@ def test_supervisor_waits_out_a_brief_lock_holder_but_not_another_supervisor(hom
         os.close(supervisor.lock_fd)
 
 
+def test_only_a_worker_killed_among_torchruns_first_failures_is_named_the_cause(tmp_path):
+    """torchrun lists, after the first failures, the workers it stopped itself (SIGTERM, SIGKILL 30 s later):
+    those did not cause the failure; a worker a signal killed in the first failures did."""
+    from core.i18n import Message
+    from core.runs.supervisor import Supervisor
+
+    def summary(*blocks: tuple[int, str, str]) -> list[str]:
+        lines = ["core.train.worker FAILED", "Failures:"]
+        for rank, when, code in blocks:
+            lines += [f"[{rank}]:", f"  time      : 2026-12-07_00:03:{when}", "  host      : box",
+                      f"  rank      : {rank} (local_rank: {rank})", f"  exitcode  : {code} (pid: 4{rank})  ",
+                      "  error_file: <N/A>"]
+        return lines
+
+    rank0 = "training failed: RuntimeError: boom"
+    cases = [
+        (summary((1, "10", "-9"), (0, "10", "1")), "rank 1 was killed by SIGKILL"),  # the OOM killer
+        (summary((0, "10", "1"), (1, "40", "-9")), None),  # rank 0 failed; torchrun killed rank 1 30 s later
+        (summary((0, "10", "1"), (1, "10", "-15")), None),  # torchrun's own SIGTERM
+        (summary((0, "10", "1")), None),
+    ]
+    def judged(lines: list[str], stops: int = 0):
+        supervisor = Supervisor(RunDirectory(tmp_path))
+        supervisor.stop_requests = stops
+        for line in lines:
+            supervisor._note_killed_rank(line)
+        return supervisor._with_killed_rank("failed", rank0)
+
+    for lines, expected in cases:
+        reason = judged(lines)
+        if expected is None:
+            assert reason == rank0, (lines, reason)
+        else:
+            assert isinstance(reason, Message) and reason.english().startswith(expected), reason
+            assert reason.english().endswith(f"the other ranks failed with it: {rank0}")
+    assert judged(cases[0][0], stops=1) == rank0  # our own stop: whatever torchrun lists, the stop ended it
+
+
 def test_hostfile_gives_nodes_master_and_this_machines_rank(tmp_path):
     from core.runs.hostfile import HostfileError, node_rank_of, read_hostfile
 
