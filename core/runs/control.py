@@ -296,8 +296,8 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     if config is not None:  # a model or dataset that moved: the list and status show where it trains from now
         from core.runs.launch import config_summary
 
-        changes["config_summary"] = config_summary(str((record.get("config_summary") or {}).get("name") or cfg.get("name") or ""),
-                                                   cfg)
+        name = (record.get("config_summary") or {}).get("name") or cfg.get("name") or ""
+        changes["config_summary"] = config_summary(str(name), cfg)
     # Forget the old supervisor: its pid must not be mistaken for the new one's.
     run.update_record(resumes=resumes, supervisor=None, trainer=None, **changes)
     run.write_status(QUEUED, Message("runs.reason_resuming", step=checkpoint.step))
