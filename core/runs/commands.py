@@ -98,13 +98,24 @@ def _state(status: str) -> str:
 
 # -- handlers --------------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace) -> int:
+    from core.runs.lifecycle import start_run
+
+    distributed = _distributed_settings(args)  # before --check too: it refuses what train refuses
+    if args.check:
+        return _check_only(args)
+    run = start_run(args.config, list(args.overrides), distributed, warn=_err,
+                    allow_shared_gpus=args.allow_shared_gpus)
+    _report_started(run, args.json)
+    return 0
+
+
+def _distributed_settings(args: argparse.Namespace) -> Any:
+    """The multi-node settings of ``train``'s options (``--hostfile`` read into them); ``CliError`` (exit 2)
+    for what no launch can use: a rank outside 0 .. nnodes-1, several nodes without ``--master-port``."""
     from core.errors import CliError
     from core.i18n import t
     from core.runs.launch import DistributedSettings
-    from core.runs.lifecycle import start_run
 
-    if args.check:
-        return _check_only(args)
     if args.hostfile:
         from core.runs.hostfile import DEFAULT_MASTER_PORT, node_rank_of, read_hostfile
 
@@ -114,13 +125,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise CliError(t("runs.hostfile_not_listed", path=args.hostfile), 2)
         args.nnodes, args.node_rank, args.master_addr = len(hosts), rank, hosts[0]
         args.master_port = args.master_port or DEFAULT_MASTER_PORT
+    if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
+        raise CliError(t("runs.node_rank_out_of_range", rank=args.node_rank, nnodes=args.nnodes), 2)
     if args.nnodes > 1 and not args.master_port:
         raise CliError(t("runs.master_port_needed"), 2)
-    distributed = DistributedSettings(args.nnodes, args.node_rank, args.master_addr, args.master_port)
-    run = start_run(args.config, list(args.overrides), distributed, warn=_err,
-                    allow_shared_gpus=args.allow_shared_gpus)
-    _report_started(run, args.json)
-    return 0
+    return DistributedSettings(args.nnodes, args.node_rank, args.master_addr, args.master_port)
 
 
 def _check_only(args: argparse.Namespace) -> int:

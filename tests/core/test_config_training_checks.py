@@ -289,3 +289,18 @@ def test_a_model_path_in_neither_place_is_refused_saying_where_it_looked(tmp_pat
     monkeypatch.chdir(path.parent)
     [found] = problems(path)
     assert f"(looked in {path.parent.resolve() / 'nope'});" in found, found
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    (["--nnodes", "2"], "needs --master-port"),
+    (["--hostfile", "missing-hostfile"], "cannot read the hostfile"),
+    (["--node-rank", "5"], "--node-rank 5 does not fit --nnodes 1"),
+])
+def test_train_check_refuses_the_multi_node_options_train_refuses(tmp_path, options, said):
+    """``--check`` said "all checks passed" for options ``train`` then refused (no --master-port, a hostfile
+    that cannot be read); a rank outside 0 .. nnodes-1 was refused by neither and started a run."""
+    write(tmp_path, "model: tiny\ndataset: data.jsonl\n")
+    for extra in (["--check"], []):
+        proc = _tunedeck(tmp_path, "train", "run.yaml", *extra, *options)
+        assert proc.returncode == 2 and said in proc.stderr, (extra, proc.stderr)
+    assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
