@@ -365,13 +365,17 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
     return ImportResult(peer, source, ordered, mapping)
 
 
+LF_DATASET_DIR = "data"  # LLaMA-Factory's dataset_dir when its file gives none
+
+
 def _peer_defaults(peer: str, values: dict[str, Any], config: dict[str, Any]) -> list[MappingLine]:
-    """The peer's defaults for LoRA keys the file leaves out, where they differ from tunedeck's."""
+    """The peer's defaults for keys the file leaves out, where they differ from tunedeck's: LoRA keys, and
+    LLaMA-Factory's hub and dataset folder."""
     lines: list[MappingLine] = []
-    if config.get("method", "lora") == "full" or (peer == SWIFT and "swift" not in values):
+    if peer == SWIFT and "swift" not in values:
         return lines  # an args.json lists every value itself
-    defaults = dict(PEER_DEFAULTS.get(peer, {}))
-    if peer == LLAMAFACTORY:
+    defaults = dict(PEER_DEFAULTS.get(peer, {})) if config.get("method", "lora") != "full" else {}
+    if peer == LLAMAFACTORY and defaults:
         defaults["lora_alpha"] = 2 * int(config.get("lora_rank", defaults["lora_rank"]))
     for key, value in defaults.items():
         if key not in config and key not in values:  # a key the file gives (even one that needs you) wins
@@ -379,6 +383,14 @@ def _peer_defaults(peer: str, values: dict[str, Any], config: dict[str, Any]) ->
             lines.append(MappingLine(key, value, taken({key: value}, Message("import.note_peer_default",
                                                                               peer=PEER_NAMES[peer])),
                                      default=True))
+    if peer == LLAMAFACTORY and "dataset" in config and not {"dataset_dir", "dataset_info"} & {*values, *config} \
+            and (Path(LF_DATASET_DIR) / "dataset_info.json").is_file():
+        # LLaMA-Factory looks dataset names up in ./data/dataset_info.json (its dataset_dir default, from the
+        # current directory: its examples are run from its own folder): made absolute, as the launch needs
+        folder = str(Path(LF_DATASET_DIR).resolve())
+        config["dataset_dir"] = folder
+        lines.append(MappingLine("dataset_dir", folder, taken({"dataset_dir": folder},
+                                                              Message("import.note_lf_dataset_dir")), default=True))
     if peer == LLAMAFACTORY and "hub" not in config and isinstance(config.get("model"), str) \
             and not _is_local_model(config["model"]):
         config["hub"] = "huggingface"

@@ -528,3 +528,30 @@ def test_swift_pretraining_and_loss_scale_and_preference_commands():
     assert _line(result, "loss_scale").verdict == NEEDS_YOU and blocking_lines(result) == []
     result = import_command(["swift", "rlhf", "--rlhf_type", "dpo", "--model", "tiny", "--dataset", "p.jsonl"])
     assert [line.key for line in blocking_lines(result)] == ["swift"]
+
+
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_llamafactory_dataset_names_are_looked_up_in_its_default_data_folder(tmp_path, monkeypatch, method):
+    """LLaMA-Factory's examples name datasets (``dataset: identity``) and give no ``dataset_dir``: it reads
+    ``./data/dataset_info.json`` from the folder it runs in. Run from there, ``train --check
+    examples/x.yaml`` said the name was in no dataset_info.json; the default is now taken, and said."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "identity.jsonl").write_text('{"instruction": "Who are you?", "output": "tiny."}\n')
+    (tmp_path / "data" / "dataset_info.json").write_text('{"identity": {"file_name": "identity.jsonl"}}')
+    (tmp_path / "examples").mkdir()
+    peer = tmp_path / "examples" / "tiny_sft.yaml"
+    peer.write_text(f"model_name_or_path: tiny\nstage: sft\nfinetuning_type: {method}\ndataset: identity\n"
+                    "cutoff_len: 64\nmax_steps: 1\nbf16: false\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    result = import_file(peer)
+    assert result.config["dataset_dir"] == str(tmp_path / "data")
+    [line] = [line for line in result.mapping if line.key == "dataset_dir"]
+    assert line.default and "LLaMA-Factory's default dataset_dir" in line.text()
+    out = _tunedeck(tmp_path / "home", "train", "examples/tiny_sft.yaml", "--check", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    # Without ./data nothing is added; a file that names its own dataset_dir keeps it.
+    monkeypatch.chdir(tmp_path / "examples")
+    assert "dataset_dir" not in import_file(peer).config
+    monkeypatch.chdir(tmp_path)
+    peer.write_text(peer.read_text() + "dataset_dir: elsewhere\n", encoding="utf-8")
+    assert import_file(peer).config["dataset_dir"] == "elsewhere"
