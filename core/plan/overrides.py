@@ -19,6 +19,9 @@ CHOICE_FIELDS = {
 # 16, or showed 2,000,000 and refused to save it).
 CONFIG_KEYS = {"seq_len": "max_seq_len", "micro_batch_size": "micro_batch_size",
                "grad_accum_steps": "gradient_accumulation", "lora_rank": "lora_rank"}
+# A run-config key given where the planner's field is meant (``--set max_seq_len=4096``, as the saved YAML and
+# ``train key=value`` spell it): read as that field.
+FIELD_OF_CONFIG_KEY = {key: name for name, key in CONFIG_KEYS.items()}
 TRUE_WORDS = ("1", "true", "yes", "on", "y")
 FALSE_WORDS = ("0", "false", "no", "off", "n")
 
@@ -73,6 +76,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     for item in items:
         name, sep, value = item.partition("=")
         name = name.strip().replace("-", "_").replace(".", "_")
+        name = FIELD_OF_CONFIG_KEY.get(name, name)
         if not sep or name not in OVERRIDABLE:
             raise OverrideError(t("plan.error.override", text=item, fields=", ".join(OVERRIDABLE)))
         parsed = parse_override_value(name, value)

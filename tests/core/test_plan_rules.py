@@ -479,3 +479,13 @@ def test_rope_scaling_extends_the_positions_a_model_takes():
     gemma3 = {"rope_type": "linear", "factor": 8.0}
     assert supported_positions({"max_position_embeddings": 131072, "rope_scaling": gemma3}) == 131072
     assert supported_positions({}) is None
+
+
+def test_overrides_take_the_run_configs_names_for_the_same_fields():
+    """The saved YAML and ``train key=value`` say ``max_seq_len`` and ``gradient_accumulation``; ``plan --set``
+    refused both ("cannot read override") although it pins the same numbers as ``seq_len`` and
+    ``grad_accum_steps``."""
+    assert parse_overrides(["max_seq_len=4096", "gradient-accumulation=4"]) == {"seq_len": 4096,
+                                                                                 "grad_accum_steps": 4}
+    with pytest.raises(OverrideError, match="at least 16"):
+        parse_overrides(["max_seq_len=8"])
