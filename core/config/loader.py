@@ -167,7 +167,11 @@ def config_from_mapping(
         clean, deepspeed_issues = reconcile_deepspeed(clean, locations, source)
         issues += deepspeed_issues
     config = RunConfig(**resolve_defaults(clean))
-    issues += check_combinations(config, locations, source, gpu_caps)
+    # A key whose value was refused is checked on as unset or its default: said once, for the value given
+    # (``model: ""`` is "must not be empty", not that and "is required" as well).
+    refused = {issue.key for issue in issues if issue.is_error and issue.key}
+    issues += [issue for issue in check_combinations(config, locations, source, gpu_caps)
+               if not (issue.is_error and issue.key in refused)]
     if for_training and not any(issue.is_error and issue.key in ("model", "output") for issue in issues):
         from core.config.checks import check_for_training
 

@@ -246,3 +246,18 @@ def test_command_line_numbers_in_bounds_come_back_as_their_kind():
 
     assert cli_value("max_seq_len")("4096") == 4096 and cli_value("lora_dropout", float)("0.1") == 0.1
     assert cli_number(int, minimum=1)("3") == 3 and isinstance(cli_number(float, minimum=0)("2"), float)
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ('model: ""\ndataset: d\n', "must not be empty"),
+    ("model: m\ndataset: []\n", "the list must not be empty"),
+    ("model: m\ndataset: d\nmodel_override: 1\n", None),
+])
+def test_a_refused_value_is_said_once_not_again_as_the_key_missing(tmp_path, text, said):
+    """``model: ""`` was two problems at line 1: "must not be empty" and "is required" (the check across
+    keys saw the refused value as unset)."""
+    if said is None:  # an unknown key beside them is its own problem, still listed
+        assert [e.key for e in errors_of(write(tmp_path, text))] == ["model_override"]
+        return
+    error = only_error(write(tmp_path, text))
+    assert error.line in (1, 2) and said in error.message
