@@ -28,6 +28,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from core.errors import CliError
     from core.i18n import t
 
+    if args.output and not args.json and Path(args.output).exists():  # before the mapping it would bury
+        raise CliError(t("import.output_exists", path=args.output), 2)
     source = list(args.source)  # a file that cannot be imported (PeerFileError): exit 2, in core.cli
     if len(source) > 1 or Path(source[0]).name == "swift" or "=" in source[0]:
         for token in source:  # `import -- swift sft ... -o x.yaml`: argparse gave import's -o to swift

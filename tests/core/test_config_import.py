@@ -405,7 +405,10 @@ def test_import_command_prints_yaml_on_stdout_and_the_mapping_on_stderr(tmp_path
     target = tmp_path / "converted.yaml"
     out = _tunedeck(home, "import", str(peer), "-o", str(target))
     assert out.returncode == 0 and out.stdout == "" and yaml.safe_load(target.read_text())["epochs"] == 3.0
-    assert _tunedeck(home, "import", str(peer), "-o", str(target)).returncode == 2  # never overwritten
+    again = _tunedeck(home, "import", str(peer), "-o", str(target))
+    assert again.returncode == 2  # never overwritten
+    # said before any conversion: one line, not at the end of the whole mapping
+    assert again.stderr.strip().splitlines() == [f"tunedeck: {target} exists; remove it or choose another -o"]
     # the mode a plain write gives there (the umask's), not write_atomic's private 0600
     assert target.stat().st_mode & 0o777 == umask_modes(tmp_path)[1]
     nested = tmp_path / "new" / "folder" / "x.yaml"  # its folder made, as `plan --save` makes one: no traceback
