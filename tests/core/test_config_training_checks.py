@@ -81,6 +81,7 @@ def test_a_hub_id_in_the_local_cache_passes_without_a_probe(tmp_path, monkeypatc
     snapshot = tmp_path / "hf" / "hub" / "models--Org--Model" / "snapshots" / "abc"
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text("{}")
+    (snapshot / "model.safetensors").write_bytes(b"x")  # a whole copy: config and weights (a config alone is fetched)
     config = load_run_config(write(tmp_path, "model: Org/Model\ndataset: data.jsonl\n"), for_training=True)
     assert config.warnings == []
 
