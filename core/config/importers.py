@@ -28,6 +28,7 @@ from core.config.peers import (
     dropped,
     is_unset,
     needs_you,
+    show_value,
     taken,
     truthy,
 )
@@ -62,10 +63,10 @@ class MappingLine:
         return self.outcome.verdict
 
     def text(self) -> str:
-        shown = _show(self.value)
+        shown = show_value(self.value)
         key = t("import.default_key", key=self.key) if self.default else self.key
         if self.verdict == TAKEN:
-            target = ", ".join(f"{k}={_show(v)}" for k, v in self.outcome.values.items())
+            target = ", ".join(f"{k}={show_value(v)}" for k, v in self.outcome.values.items())
             line = t("import.line_taken", key=key, value=shown, target=target)
             if self.outcome.reason is not None:
                 line = t("import.line_with_note", line=line, note=self.outcome.reason.text())
@@ -121,18 +122,6 @@ class ImportResult:
     def to_dict(self) -> dict[str, Any]:
         return {"peer": self.peer, "source": self.source, "config": self.config,
                 "mapping": [line.to_dict() for line in self.mapping]}
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif value is None:
-        text = "null"
-    else:
-        text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # -- reading the peer's file -------------------------------------------------------------------------
@@ -327,10 +316,12 @@ def _check_taken(line: MappingLine) -> None:
         if key not in KEY_SPECS:
             continue
         try:
-            clean[key] = check_value(key, value)
+            checked = check_value(key, value)
         except ValueError as exc:
             line.outcome = needs_you("import.reason_refused", target=key, problem=str(exc))
             return
+        # an integer the peer wrote stays one (lora_alpha: 16, not 16.0); a number key reads it as a float
+        clean[key] = value if type(value) is int and checked == value else checked
     line.outcome.values.update(clean)
 
 
@@ -358,7 +349,7 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
                 config[key], owner[key] = _METHOD_MERGE[frozenset({config[key], value})], line.key
             else:
                 line.outcome = needs_you("import.reason_conflict", target=key, other=owner[key],
-                                         value=_show(config[key]))
+                                         value=show_value(config[key]))
                 break
     mapping += _peer_defaults(peer, values, config)
     ordered = {key: config[key] for key in KEY_SPECS if key in config}

@@ -36,16 +36,36 @@ class Outcome:
     reason: Message | None = None
 
 
+def show_value(value: Any) -> str:
+    """A peer's value as its YAML file spells it (``true``, ``null``, ``16``), shortened past 80 characters."""
+    import json
+
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif value is None:
+        text = "null"
+    else:
+        text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _shown(params: dict[str, Any]) -> dict[str, Any]:
+    """A reason's parameters with the values that are no text spelt as YAML (``True`` reads ``true``)."""
+    return {name: param if isinstance(param, (str, Message)) else show_value(param) for name, param in params.items()}
+
+
 def taken(values: dict[str, Any], note: Message | None = None) -> Outcome:
     return Outcome(TAKEN, dict(values), note)
 
 
 def dropped(key: str, **params: Any) -> Outcome:
-    return Outcome(DROPPED, reason=Message(key, **params))
+    return Outcome(DROPPED, reason=Message(key, **_shown(params)))
 
 
 def needs_you(key: str, **params: Any) -> Outcome:
-    return Outcome(NEEDS_YOU, reason=Message(key, **params))
+    return Outcome(NEEDS_YOU, reason=Message(key, **_shown(params)))
 
 
 def is_unset(value: Any) -> bool:

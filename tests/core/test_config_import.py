@@ -160,6 +160,20 @@ def test_llamafactory_yaml_converts_key_by_key(tmp_path):
     assert "{" not in text and f"model: {result.config['model']}" in text.splitlines()  # block style
 
 
+def test_mapping_spells_values_as_yaml_and_keeps_the_peers_integers(tmp_path):
+    """A flag is true/false in a reason (not Python's True), and an integer the peer wrote stays one
+    (lora_alpha: 16, not 16.0) in the mapping and the converted YAML; a float it wrote stays a float."""
+    path = tmp_path / "lf.yaml"
+    path.write_text("model_name_or_path: /nope/model\nstage: sft\nfinetuning_type: lora\nlora_rank: 8\n"
+                    "lora_alpha: 16\nuse_unsloth: true\nnum_train_epochs: 3.0\n", encoding="utf-8")
+    result = import_file(path)
+    assert _line(result, "use_unsloth").text().startswith("use_unsloth: true → needs you: unsloth is not used (true);")
+    assert _line(result, "lora_alpha").text() == "lora_alpha: 16 → taken as lora_alpha=16"
+    assert _line(result, "num_train_epochs").text() == "num_train_epochs: 3.0 → taken as epochs=3.0"
+    text = result.to_yaml()
+    assert "lora_alpha: 16\n" in text and "(True)" not in text
+
+
 def test_llamafactory_quantization_and_dora_pick_the_method(tmp_path):
     path = tmp_path / "qlora.yaml"
     path.write_text("model_name_or_path: /nope/model\nstage: sft\nfinetuning_type: lora\nquantization_bit: 4\n"
