@@ -285,6 +285,30 @@ def _expected(spec: KeySpec) -> str:
     return names[spec.kind]()
 
 
+def override_examples(key: str) -> list[str]:
+    """Right ``key=value`` overrides for a known key (``gpus=[0,1]``, ``gpus=2``); [] for an unknown one.
+    Lists are written without spaces: a shell splits ``gpus=[0, 1]`` into two arguments."""
+    spec = KEY_SPECS.get(key)
+    if spec is None:
+        return []
+    if spec.kind == "gpus":
+        return [f"{key}=[0,1]", f"{key}=2"]
+    if spec.kind == "targets":
+        return [f"{key}=[q_proj,v_proj]", f"{key}=all-linear"]
+    if spec.kind == "dataset":
+        return [f"{key}=train.jsonl", f"{key}=[a.jsonl,b.jsonl]"]
+    if spec.kind in ("choice", "int_or_choice"):
+        return [f"{key}={spec.choices[0]}"]
+    if spec.kind in ("bool", "auto_bool"):
+        return [f"{key}=true"]
+    if spec.kind == "int":
+        return [f"{key}={int(max(spec.minimum or 1, 1))}"]
+    if spec.kind == "number":
+        small = (spec.below is not None and spec.below <= 1) or (spec.maximum is not None and spec.maximum <= 1)
+        return [f"{key}={'0.1' if small else '2'}"]
+    return [f"{key}=my-value"]
+
+
 def cli_value(key: str, kind: Callable[[str], Any] = int) -> Callable[[str], Any]:
     """An argparse ``type`` for an option that stands for the run-config key ``key`` (``--seq-len`` for
     ``max_seq_len``): the text read as ``kind``, then held to the key's own limits, so that a command

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from core.config.checks import check_combinations, check_values, unknown_key_message
+from core.config.checks import check_combinations, check_values, override_examples, unknown_key_message
 from core.config.issues import ConfigError, ConfigIssue
 from core.config.schema import KEY_SPECS, RunConfig, resolve_defaults
 from core.i18n import t
@@ -120,7 +120,12 @@ def parse_override(text: str) -> tuple[str, Any]:
     try:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise ValueError(t("config.override_value", text=text, problem=str(exc).splitlines()[0])) from None
+        problem = str(exc).splitlines()[0]
+        examples = override_examples(key)
+        if examples:
+            raise ValueError(t("config.override_value", text=text, value=raw, problem=problem,
+                               examples=t("config.override_examples_or").join(examples))) from None
+        raise ValueError(t("config.override_value_no_example", text=text, value=raw, problem=problem)) from None
     return key, value
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.config import ConfigError, RunConfig, load_run_config, validate
+from core.config.schema import KEY_SPECS
 
 
 @pytest.fixture(autouse=True)
@@ -124,6 +125,26 @@ def test_duplicate_key_names_both_lines(tmp_path):
 def test_malformed_override(tmp_path):
     error = only_error(write(tmp_path, "model: m\ndataset: d\n"), ["lora_rank"])
     assert error.file == "command line" and "key=value" in error.message
+
+
+def test_override_whose_value_is_no_yaml_names_it_and_shows_a_right_one(tmp_path):
+    """``gpus=[0`` (a shell split ``gpus=[0, 1]``): which override, that its value is not YAML, and a right
+    one, not only PyYAML's "while parsing a flow sequence"."""
+    error = only_error(write(tmp_path, "model: m\ndataset: d\n"), ["gpus=[0"])
+    assert error.file == "command line"
+    assert error.message.startswith("override 'gpus=[0': the value '[0' is not valid YAML (while parsing")
+    assert error.message.endswith("write it as e.g. gpus=[0,1] or gpus=2")
+
+
+@pytest.mark.parametrize("key", sorted(KEY_SPECS))
+def test_override_examples_are_right_overrides(key):
+    from core.config.checks import check_value, override_examples
+    from core.config.loader import parse_override
+
+    for example in override_examples(key):
+        name, value = parse_override(example)
+        assert name == key
+        check_value(key, value)  # raises when the example itself would be refused
 
 
 @pytest.mark.parametrize(
