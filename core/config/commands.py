@@ -16,7 +16,9 @@ from typing import Any
 def register(subparsers: Any) -> None:
     from core.i18n import t
 
-    p = subparsers.add_parser("import", help=t("import.help"), description=t("import.help"))
+    # One file, or a swift command line after "--"; argparse's own usage (FILE [FILE ...]) promised several
+    p = subparsers.add_parser("import", help=t("import.help"), description=t("import.help"),
+                              usage="%(prog)s [-h] [-o OUT.yaml] [--json] (FILE | -- swift sft ARG ...)")
     p.add_argument("source", nargs="+", metavar="FILE", help=t("import.source_help"))
     p.add_argument("-o", "--output", default=None, metavar="OUT.yaml", help=t("import.output_help"))
     p.add_argument("--json", action="store_true", help=t("import.json_help"))
@@ -31,6 +33,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.output and not args.json and Path(args.output).exists():  # before the mapping it would bury
         raise CliError(t("import.output_exists", path=args.output), 2)
     source = list(args.source)  # a file that cannot be imported (PeerFileError): exit 2, in core.cli
+    if len(source) > 1 and not any(token.startswith("-") or "=" in token or Path(token).name == "swift"
+                                   for token in source):  # `import a.yaml b.yaml`: no command, several files
+        raise CliError(t("import.one_file", count=len(source), files=" ".join(source), first=source[0]), 2)
     if len(source) > 1 or Path(source[0]).name == "swift" or "=" in source[0]:
         for token in source:  # `import -- swift sft ... -o x.yaml`: argparse gave import's -o to swift
             if token in ("-o", "--output", "--json") or token.startswith("--output="):

@@ -438,6 +438,23 @@ def test_import_command_prints_yaml_on_stdout_and_the_mapping_on_stderr(tmp_path
     assert out.returncode == 2 and "file not found" in out.stderr
 
 
+def test_import_takes_one_file_and_says_so(tmp_path):
+    """The usage says one FILE or a swift command after --, not FILE [FILE ...]; two files are refused in
+    one line, not read as a swift command ("is not a training command")."""
+    home = tmp_path / "home"
+    usage = _tunedeck(home, "import", "--help")
+    assert usage.returncode == 0
+    assert "[FILE ...]" not in usage.stdout and "(FILE | -- swift sft ARG ...)" in usage.stdout
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    for peer in (first, second):
+        peer.write_text(LLAMAFACTORY_YAML, encoding="utf-8")
+    out = _tunedeck(home, "import", str(first), str(second))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        f"tunedeck: import takes one file, got 2: {first} {second}; import each on its own (tunedeck import "
+        f"{first}), or give a swift command after --: tunedeck import -- swift sft ..."]
+
+
 def test_train_check_validates_everything_and_starts_nothing(tmp_path):
     home = tmp_path / "home"
     data = _data(tmp_path / "data.jsonl")
