@@ -22,6 +22,41 @@ def _flat_key(parts: list[str]) -> str:
     return "_".join(parts)
 
 
+def _is_section(key: str, value_node: Any) -> bool:
+    """``lora: {rank: ..}`` is a section only because ``lora_rank`` and its siblings are real keys."""
+    import yaml
+
+    return isinstance(value_node, yaml.MappingNode) and key not in KEY_SPECS and any(
+        k.startswith(key + "_") for k in KEY_SPECS)
+
+
+def _nested_keys(node: Any, path: list[str], prefix: list[str]) -> tuple[list[str], list[str]]:
+    """In a mapping that is no section (``training: {epochs: 2}``): the keys it holds that are run keys
+    when written flat, as ``training.epochs → epochs: 2``, and the dotted paths of those that are not."""
+    import yaml
+
+    known: list[str] = []
+    unknown: list[str] = []
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            continue
+        here, parts = path + [str(key_node.value)], prefix + [str(key_node.value)]
+        flat = _flat_key(parts)
+        if _is_section(flat, value_node):
+            more_known, more_unknown = _nested_keys(value_node, here, parts)
+            known, unknown = known + more_known, unknown + more_unknown
+        elif flat in KEY_SPECS:
+            if isinstance(value_node, yaml.ScalarNode):
+                shown = value_node.value if value_node.style is None else f'"{value_node.value}"'
+            else:
+                shown = yaml.safe_dump(yaml.safe_load(yaml.serialize(value_node)), default_flow_style=True,
+                                       width=1000).strip()
+            known.append(t("config.nested_move", path=".".join(here), key=flat, value=shown))
+        else:
+            unknown.append(".".join(here))
+    return known, unknown
+
+
 def _read_yaml_mapping(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, int | None]], list[ConfigIssue]]:
     """Values, where each key was given, and problems of the file itself."""
     import yaml
@@ -61,11 +96,17 @@ def _read_yaml_mapping(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str,
             parts = prefix + [str(key_node.value)]
             key = _flat_key(parts)
             # A section (lora: {rank: ..}) only when the flattened names are real keys.
-            if isinstance(value_node, yaml.MappingNode) and key not in KEY_SPECS and any(
-                k.startswith(key + "_") for k in KEY_SPECS
-            ):
+            if _is_section(key, value_node):
                 walk(value_node, parts)
                 continue
+            if isinstance(value_node, yaml.MappingNode) and key not in KEY_SPECS:
+                known, unknown = _nested_keys(value_node, parts, [])
+                if known:  # training: {epochs: 2}: keys are flat, and these are the keys meant
+                    message = t("config.nested_section", moves="; ".join(known))
+                    if unknown:
+                        message = t("config.nested_section_unknown", message=message, paths=", ".join(unknown))
+                    issues.append(ConfigIssue(file, line, key, message))
+                    continue
             if key in locations:
                 first = locations[key][1]
                 issues.append(ConfigIssue(file, line, key, t("config.duplicate_key", first=first)))

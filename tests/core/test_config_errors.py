@@ -122,6 +122,26 @@ def test_duplicate_key_names_both_lines(tmp_path):
     assert error.line == 4 and error.key == "lora_rank" and "line 3" in error.message
 
 
+def test_nested_section_says_keys_are_flat_and_names_the_keys_inside(tmp_path):
+    """``training: {epochs: 2}`` is no section (no training_* keys): one error at its line that says keys
+    are flat and which keys inside are run keys, with the value to write at the top level."""
+    path = write(tmp_path, """\
+        model: m
+        dataset: d
+        training:
+          epochs: 2
+          learning_rate: 1e-4
+          foo: 1
+    """)
+    error = only_error(path)
+    assert (error.line, error.key) == (3, "training")
+    assert "run keys are flat" in error.message
+    assert error.message.endswith("write at the top level: training.epochs → epochs: 2; "
+                                  "training.learning_rate → learning_rate: 1e-4 (training.foo: no such key)")
+    # a mapping with no run key inside stays a plain unknown key
+    assert "run keys are flat" not in only_error(write(tmp_path, "model: m\ndataset: d\nwandb: {project: x}\n")).message
+
+
 def test_malformed_override(tmp_path):
     error = only_error(write(tmp_path, "model: m\ndataset: d\n"), ["lora_rank"])
     assert error.file == "command line" and "key=value" in error.message
