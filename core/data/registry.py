@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.data.formats import RowError
+from core.data.formats import RowError, describe_keys, refusal_of_row
 from core.data.issues import DataError, DataIssue
 from core.data.readers import SUFFIXES, BadRow, RawRow
 from core.i18n import t
@@ -354,7 +354,56 @@ def map_row(row: Any, entry: RegistryEntry) -> Any:
         source = columns.get(canonical, canonical)
         if source in row:
             out[canonical] = row[source]
+    _check_formatting(row, out, entry)
     return out
+
+
+_ROLE_CONTENT_TAGS = {"role_tag": "role", "content_tag": "content", "user_tag": "user",
+                      "assistant_tag": "assistant", "system_tag": "system"}
+
+
+def _check_formatting(row: dict, mapped: dict, entry: RegistryEntry) -> None:
+    """A row the entry's formatting cannot read at all (chat ``messages`` under the default alpaca): said
+    with the keys the row has, not those left after the mapping (none), and the entry that would read it."""
+    if entry.formatting == "alpaca":
+        needed = entry.columns.get("prompt", "instruction")
+    else:
+        needed = entry.columns.get("messages", "conversations" if entry.formatting == "sharegpt" else "messages")
+    if needed in row or not row or refusal_of_row(mapped) is not None:
+        return  # present (its value is the normaliser's to check), or data said otherwise
+    problem = t("data.info_missing_column", column=needed, formatting=entry.formatting, name=entry.name,
+                keys=describe_keys(row))
+    suggestion = _formatting_for(row)
+    if suggestion is not None and suggestion.get("formatting") != entry.formatting:
+        text = json.dumps(suggestion, ensure_ascii=False)[1:-1]
+        problem = t("data.info_formatting_hint", problem=problem, name=entry.name, entry=text,
+                    info=str(entry.info_file))
+    raise RowError(problem)
+
+
+def _formatting_for(row: dict) -> dict[str, Any] | None:
+    """The dataset_info.json entry keys that would read ``row`` where that is clear: a column of chat turns
+    (role/content or from/value) as sharegpt, instruction and output as alpaca; else None."""
+    for column, value in row.items():
+        turns = _maybe_turns(value)
+        if not turns:
+            continue
+        if all("role" in turn and "content" in turn for turn in turns):
+            return {"formatting": "sharegpt", "columns": {"messages": column}, "tags": dict(_ROLE_CONTENT_TAGS)}
+        if all("from" in turn and "value" in turn for turn in turns):
+            found: dict[str, Any] = {"formatting": "sharegpt"}
+            if column != "conversations":
+                found["columns"] = {"messages": column}
+            return found
+    if "instruction" in row and "output" in row:
+        return {"formatting": "alpaca"}
+    return None
+
+
+def _maybe_turns(value: Any) -> list[dict] | None:
+    if isinstance(value, list) and value and all(isinstance(turn, dict) for turn in value):
+        return value
+    return None
 
 
 def map_rows(rows: Iterable[RawRow | BadRow], entry: RegistryEntry) -> Iterator[RawRow | BadRow]:

@@ -100,6 +100,27 @@ def test_an_undeclared_tag_is_located_and_named(lf_data):
     assert issue.line == 2 and "\"narrator\"" in issue.message and "dataset 'custom_chat'" in issue.message
 
 
+def test_chat_rows_under_the_default_alpaca_name_their_keys_and_the_formatting_that_reads_them(lf_data):
+    """An entry with no formatting (alpaca) over a file of chat ``messages`` rows: the problem names the keys
+    the row has ('messages', not "none" after the mapping) and the entry keys that read it, which do."""
+    write_json(lf_data / "chat.json", [
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}])
+    info = json.loads((lf_data / "dataset_info.json").read_text(encoding="utf-8"))
+    info["mychat"] = {"file_name": "chat.json"}
+    write_json(lf_data / "dataset_info.json", info)
+    with pytest.raises(DataError) as error:
+        load_training_records("mychat", dataset_dir=str(lf_data))
+    (issue,) = error.value.issues
+    assert "the row has keys 'messages'" in issue.message and "keys none" not in issue.message
+    assert "no 'instruction' column, which alpaca formatting reads (dataset 'mychat')" in issue.message
+    entry = issue.message.split(f"add to the entry of 'mychat' in {lf_data / 'dataset_info.json'}: ", 1)[1]
+    info["mychat"].update(json.loads("{" + entry + "}"))
+    assert info["mychat"]["formatting"] == "sharegpt"
+    write_json(lf_data / "dataset_info.json", info)
+    (record,) = load_training_records("mychat", dataset_dir=str(lf_data))
+    assert [(m.role, m.content) for m in record.messages] == [("user", "Hi"), ("assistant", "Hello")]
+
+
 def test_a_ranking_entry_is_refused_as_preference_data(lf_data):
     with pytest.raises(DataError, match=r"preference \(DPO\) data"):
         load_training_records("dpo_en_demo", dataset_dir=str(lf_data))
