@@ -368,6 +368,26 @@ def unknown_key_message(key: str) -> str:
     return t("config.unknown_key_no_suggestion")
 
 
+def section_unknown_key_message(parts: list[str]) -> str:
+    """An unknown key inside a section as the user wrote it (``lora: {bogus: 3}``, ``parts`` ``["lora",
+    "bogus"]``): the keys that section takes, and a close match only among them, not the whole schema's
+    nearest look-alike (``lora_bogus`` is not close to ``qlora_upcast`` in any sense a user means)."""
+    from core.config.peers import peer_suggestion
+
+    peer = peer_suggestion("_".join(parts))
+    if peer is not None:
+        return peer.text()
+    section, dotted = "_".join(parts[:-1]), ".".join(parts[:-1])
+    leaves = [key[len(section) + 1:] for key in KEY_SPECS if key.startswith(section + "_")]
+    keys = ", ".join(f"{dotted}.{leaf}" for leaf in leaves)
+    flat = f"{section}_{leaves[0]}" if leaves else section
+    close = difflib.get_close_matches(parts[-1].replace("-", "_").lower(), leaves, n=1, cutoff=0.6)
+    if close:
+        return t("config.section_unknown_key", section=dotted, keys=keys, flat=flat,
+                 suggestion=f"{dotted}.{close[0]}")
+    return t("config.section_unknown_key_no_suggestion", section=dotted, keys=keys, flat=flat)
+
+
 def check_values(values: Mapping[str, Any], locations: Locations, default_file: str) -> tuple[dict, list]:
     """Check each given key on its own; returns the clean values and the issues."""
     clean: dict[str, Any] = {}

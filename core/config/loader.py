@@ -10,7 +10,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from core.config.checks import check_combinations, check_values, override_examples, unknown_key_message
+from core.config.checks import (
+    check_combinations,
+    check_values,
+    override_examples,
+    section_unknown_key_message,
+    unknown_key_message,
+)
 from core.config.issues import ConfigError, ConfigIssue
 from core.config.schema import KEY_SPECS, RunConfig, resolve_defaults
 from core.i18n import t
@@ -22,12 +28,16 @@ def _flat_key(parts: list[str]) -> str:
     return "_".join(parts)
 
 
+def _is_section_name(key: str) -> bool:
+    """``lora`` names a section only because ``lora_rank`` and its siblings are real keys."""
+    return key not in KEY_SPECS and any(k.startswith(key + "_") for k in KEY_SPECS)
+
+
 def _is_section(key: str, value_node: Any) -> bool:
     """``lora: {rank: ..}`` is a section only because ``lora_rank`` and its siblings are real keys."""
     import yaml
 
-    return isinstance(value_node, yaml.MappingNode) and key not in KEY_SPECS and any(
-        k.startswith(key + "_") for k in KEY_SPECS)
+    return isinstance(value_node, yaml.MappingNode) and _is_section_name(key)
 
 
 def _nested_keys(node: Any, path: list[str], prefix: list[str]) -> tuple[list[str], list[str]]:
@@ -107,6 +117,9 @@ def _read_yaml_mapping(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str,
                         message = t("config.nested_section_unknown", message=message, paths=", ".join(unknown))
                     issues.append(ConfigIssue(file, line, key, message))
                     continue
+            if prefix and key not in KEY_SPECS:  # lora: {bogus: 3}: said as written, with the section's keys
+                issues.append(ConfigIssue(file, line, ".".join(parts), section_unknown_key_message(parts)))
+                continue
             if key in locations:
                 first = locations[key][1]
                 issues.append(ConfigIssue(file, line, key, t("config.duplicate_key", first=first)))
@@ -184,7 +197,11 @@ def apply_overrides(
             issues.append(ConfigIssue(OVERRIDE_SOURCE, None, None, str(exc)))
             continue
         if key not in KEY_SPECS:
-            issues.append(ConfigIssue(OVERRIDE_SOURCE, None, key, unknown_key_message(key)))
+            parts = text.partition("=")[0].strip().replace("-", "_").split(".")
+            if len(parts) > 1 and _is_section_name(_flat_key(parts[:-1])):  # lora.bogus=3, as the file says it
+                issues.append(ConfigIssue(OVERRIDE_SOURCE, None, ".".join(parts), section_unknown_key_message(parts)))
+            else:
+                issues.append(ConfigIssue(OVERRIDE_SOURCE, None, key, unknown_key_message(key)))
             continue
         values[key] = value
         locations[key] = (f"{OVERRIDE_SOURCE} ({text})", None)

@@ -302,3 +302,26 @@ def test_a_refused_value_is_said_once_not_again_as_the_key_missing(tmp_path, tex
         return
     error = only_error(write(tmp_path, text))
     assert error.line in (1, 2) and said in error.message
+
+
+def test_unknown_key_inside_a_section_is_said_as_written_with_the_keys_that_section_takes(tmp_path):
+    """``lora: {bogus: 3}`` is ``lora.bogus``, not ``lora_bogus`` with the schema's nearest look-alike
+    (``qlora_upcast``): the message names the lora keys, and a close match is looked for only among them."""
+    path = write(tmp_path, """\
+        model: m
+        dataset: d
+        lora:
+          rank: 8
+          bogus: 3
+          alpah: 16
+    """)
+    bogus, alpah = errors_of(path)
+    assert (bogus.line, bogus.key, alpah.line, alpah.key) == (5, "lora.bogus", 6, "lora.alpah")
+    assert f"{path}:5: lora.bogus: unknown key; lora takes lora.rank, lora.alpha, " in str(bogus)
+    assert "qlora" not in bogus.message and "did you mean" not in bogus.message
+    assert "as lora_rank" in bogus.message
+    assert alpah.message.startswith("unknown key; did you mean 'lora.alpha'? lora takes lora.rank, ")
+    # an override written with the section's dot is said the same way
+    error = only_error(write(tmp_path, "model: m\ndataset: d\n"), ["eval.step=3"])
+    assert error.file == "command line" and error.key == "eval.step"
+    assert error.message.startswith("unknown key; did you mean 'eval.steps'? eval takes eval.split, eval.steps")
