@@ -22,6 +22,8 @@ CONFIG_KEYS = {"seq_len": "max_seq_len", "micro_batch_size": "micro_batch_size",
 # A run-config key given where the planner's field is meant (``--set max_seq_len=4096``, as the saved YAML and
 # ``train key=value`` spell it): read as that field.
 FIELD_OF_CONFIG_KEY = {key: name for name, key in CONFIG_KEYS.items()}
+# A right value for a field whose name is no run-config key, for the message refusing a wrong one.
+OWN_EXAMPLES = {"seq_len": "4096", "grad_accum_steps": "4", "num_gpus": "2"}
 TRUE_WORDS = ("1", "true", "yes", "on", "y")
 FALSE_WORDS = ("0", "false", "no", "off", "n")
 
@@ -32,8 +34,27 @@ class OverrideError(TunedeckError, ValueError):
     exit_code = EXIT_USAGE
 
 
-def parse_override_value(name: str, text: str) -> Any:
-    """``text`` as the type of ``name``; an empty text means "not pinned" (None)."""
+def override_value_error(name: str, text: str, problem: str, written: str | None = None) -> OverrideError:
+    """The refusal of ``written=text`` (``written``: the field as the user named it, ``max_seq_len`` for
+    ``seq_len``): which override, why, and right ones to write, as ``train key=value`` says it (the run
+    config's own examples where the name is a run-config key, ``core.config.checks.override_examples``)."""
+    from core.config.checks import override_examples
+    from core.config.schema import KEY_SPECS
+
+    written = written or name
+    key = written.replace("-", "_").replace(".", "_")
+    if key in KEY_SPECS and key in (name, CONFIG_KEYS.get(name)):
+        examples = [written + example[len(key):] for example in override_examples(key)]
+    else:
+        examples = [f"{written}={OWN_EXAMPLES[name]}"]
+    examples.append(f"{written}=auto")
+    return OverrideError(t("plan.error.override_value", text=f"{written}={text.strip()}", problem=problem,
+                           examples=t("config.override_examples_or").join(examples)))
+
+
+def parse_override_value(name: str, text: str, written: str | None = None) -> Any:
+    """``text`` as the type of ``name``; an empty text means "not pinned" (None). ``written``: the name the
+    user gave the field (``max_seq_len``, ``seq-len``), for the message when ``text`` is refused."""
     value = text.strip().lower()
     if not value or value == "auto":
         return None
@@ -41,32 +62,32 @@ def parse_override_value(name: str, text: str) -> Any:
         try:
             number = int(value)
         except ValueError:
-            raise OverrideError(t("plan.error.override_value", field=name, value=text,
-                                  problem=t("plan.error.need_int"))) from None
+            raise override_value_error(name, text, t("plan.error.need_int", value=text.strip()), written) from None
         if name in CONFIG_KEYS:  # its run-config key's limits, in the config's words, low and high alike
             from core.config.checks import check_value
 
             try:
                 check_value(CONFIG_KEYS[name], number)
             except ValueError as exc:
-                raise OverrideError(t("plan.error.override_value", field=name, value=text,
-                                      problem=t("plan.error.config_key", key=CONFIG_KEYS[name],
-                                                problem=str(exc)))) from None
-        if number < (0 if name == "zero_stage" else 1) or (name == "zero_stage" and number > 3):
-            raise OverrideError(t("plan.error.override_value", field=name, value=text,
-                                  problem=t("plan.error.out_of_range")))
+                raise override_value_error(name, text, t("plan.error.config_key", key=CONFIG_KEYS[name],
+                                                         problem=str(exc)), written) from None
+        if name == "zero_stage" and not 0 <= number <= 3:
+            raise override_value_error(name, text, t("plan.error.zero_range", value=number), written)
+        if name != "zero_stage" and number < 1:
+            raise override_value_error(name, text, t("plan.error.at_least_one", value=number), written)
         return number
     if name in CHOICE_FIELDS:
         if value not in CHOICE_FIELDS[name]:
-            raise OverrideError(t("plan.error.override_value", field=name, value=text,
-                                  problem=", ".join(CHOICE_FIELDS[name])))
+            raise override_value_error(name, text, t("plan.error.not_a_choice", value=text.strip(),
+                                                     choices=", ".join(CHOICE_FIELDS[name])), written)
         return value
     if name == "gradient_checkpointing":
         if value in TRUE_WORDS:
             return True
         if value in FALSE_WORDS:
             return False
-        raise OverrideError(t("plan.error.override_value", field=name, value=text, problem="on, off"))
+        raise override_value_error(name, text, t("plan.error.not_a_choice", value=text.strip(), choices="on, off, true, false"),
+                                   written)
     raise OverrideError(t("plan.error.override", text=name, fields=", ".join(OVERRIDABLE)))
 
 
@@ -75,11 +96,12 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        name = name.strip().replace("-", "_").replace(".", "_")
+        written = name.strip()
+        name = written.replace("-", "_").replace(".", "_")
         name = FIELD_OF_CONFIG_KEY.get(name, name)
         if not sep or name not in OVERRIDABLE:
             raise OverrideError(t("plan.error.override", text=item, fields=", ".join(OVERRIDABLE)))
-        parsed = parse_override_value(name, value)
+        parsed = parse_override_value(name, value, written)
         if parsed is not None:
             out[name] = parsed
     return out

@@ -373,3 +373,26 @@ def test_a_plan_of_the_bundled_tiny_model_trains_at_the_demos_learning_rate(tmp_
                     "--save", str(other))
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load(other.read_text())["learning_rate"] in (1e-5, 1e-4)
+
+
+def test_a_set_value_that_cannot_be_read_names_the_override_why_and_a_right_one(tmp_path):
+    """``--set`` refused a value as ``override seq_len=[0: a whole number is needed`` (or only the choices),
+    unlike ``train key=value``'s ``override 'gpus=[0': the value '[0' is not valid YAML (...); write it as
+    e.g. gpus=[0,1] or gpus=2``: plan's now says which override as written, why, and right ones, with the
+    run config's own examples where the name is a run-config key. Hardware: --hardware cpu (typed)."""
+    from core.config.checks import override_examples
+
+    proc = tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--set", "seq_len=[0")
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert ("override 'seq_len=[0': the value '[0' is not a whole number; write it as e.g. seq_len=4096 or "
+            "seq_len=auto") in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    from core.plan.overrides import OverrideError, parse_overrides
+
+    for item, why, key in (("max_seq_len=abc", "the value 'abc' is not a whole number", "max_seq_len"),
+                           ("lora_rank=x", "the value 'x' is not a whole number", "lora_rank"),
+                           ("method=sft", "the value 'sft' is not one of full, lora, dora, qlora", "method"),
+                           ("zero_stage=7", "got 7; ZeRO stages are 0 to 3", "zero_stage")):
+        with pytest.raises(OverrideError) as info:
+            parse_overrides([item])
+        assert str(info.value) == f"override '{item}': {why}; write it as e.g. {override_examples(key)[0]} or {key}=auto"
