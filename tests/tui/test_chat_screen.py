@@ -251,6 +251,65 @@ def test_a_reply_stopped_before_any_text_leaves_no_turn_and_gives_the_message_ba
     asyncio.run(scenario())
 
 
+def test_side_by_side_a_side_stopped_before_any_text_still_sends_alternating_turns(tmp_path, monkeypatch):
+    """Side by side, Ctrl+G after the base answered and before the tuned reply began: the tuned pane keeps
+    the user's turn beside the base's (both panes show the same messages) but has no answer to it, and the
+    next message sent it two user turns in a row, which a template that demands alternating turns (Gemma's)
+    refuses, so that pane could not chat on. Now the unanswered turn is joined to the next one, as both are
+    shown; the conversation goes through the Gemma-style template on the bundled tiny tokenizer. No model
+    process: the screen gets the worker's events as the worker writes them. CPU only."""
+    import json
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from core.lifecycle.chat import prompt_ids
+    from tests.core.test_lifecycle_serve_template import GEMMA_TEMPLATE
+    from tests.fixtures.lifecycle.finished_run import TINY
+    from tui.screens.chat import WorkerEvent
+
+    monkeypatch.setattr(ChatScreen, "_start_worker", lambda self: None)
+    tokenizer = AutoTokenizer.from_pretrained(TINY)
+    tokenizer.chat_template = GEMMA_TEMPLATE
+    gemma = SimpleNamespace(tokenizer=tokenizer, device="cpu")
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = ChatScreen(model_dir=tmp_path)
+            await app.push_screen(screen)
+            await pilot.pause()
+            sent: list[str] = []
+            screen.proc = type("Proc", (), {"stdin": type("In", (), {"write": lambda _, line: sent.append(line),
+                                                                      "flush": lambda _: None})()})()
+            screen.ready = screen.has_adapter = screen.compare = True
+            base = screen.query_one("#chat-base", Transcript)
+            tuned = screen.query_one("#chat-tuned", Transcript)
+            field = screen.query_one("#chat-input")
+            field.value = "Hi"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: len(sent) == 1)
+            screen.post_message(WorkerEvent({"event": "token", "id": 1, "variant": "base", "text": "Hello"}))
+            screen.post_message(WorkerEvent({"event": "done", "id": 1, "variant": "base", "stopped": True}))
+            screen.post_message(WorkerEvent({"event": "done", "id": 2, "variant": "tuned", "stopped": True}))
+            await wait_for(pilot, lambda: not screen.busy)
+            # what each pane shows: the same user turn, the tuned one unanswered
+            assert base.turns == [("user", "Hi"), ("assistant", "Hello")] and tuned.turns == [("user", "Hi")]
+            field.value = "Name a colour."
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: len(sent) == 2)
+            replies = {r["variant"]: r["messages"] for r in json.loads(sent[1])["replies"]}
+            assert replies["tuned"] == [{"role": "user", "content": "Hi\n\nName a colour."}]
+            assert replies["base"] == [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                                       {"role": "user", "content": "Name a colour."}]
+            for messages in replies.values():  # each side's conversation is one the alternating template takes
+                assert prompt_ids(gemma, messages).shape[-1] > 0
+            assert [r for r, _ in tuned.turns] == ["user", "user", "assistant"]  # the pane still shows both
+            screen.proc = None  # no process to end
+
+    asyncio.run(scenario())
+
+
 def test_a_conversation_past_the_models_context_is_said_before_generating(shared, private_home, monkeypatch):
     """The chat sent any conversation and max tokens to generate, past the model's context (2048 tokens for
     the bundled tiny model, its config's max_position_embeddings) too; the server refuses such a request.

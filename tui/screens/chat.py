@@ -72,7 +72,17 @@ class Transcript(VerticalScroll):
         self.scroll_end(animate=False)
 
     def messages(self) -> list[dict[str, str]]:
-        return [{"role": role, "content": text} for role, text in self.turns]
+        """The turns as the model is sent them. A user turn left unanswered (side by side, this side's reply
+        stopped or failed before any text while the other side answered: both panes keep the same user turns)
+        is joined to the next one, each shown as written: a template that demands alternating turns
+        (Gemma's) refuses two user messages in a row, and this model is given what its pane shows."""
+        out: list[dict[str, str]] = []
+        for role, text in self.turns:
+            if role == "user" and out and out[-1]["role"] == "user":
+                out[-1]["content"] += "\n\n" + text
+            else:
+                out.append({"role": role, "content": text})
+        return out
 
 
 class ChatScreen(Screen[None]):
