@@ -301,8 +301,11 @@ def override_examples(key: str) -> list[str]:
         return [f"{key}={spec.choices[0]}"]
     if spec.kind in ("bool", "auto_bool"):
         return [f"{key}=true"]
-    if spec.kind == "int":
-        return [f"{key}={int(max(spec.minimum or 1, 1))}"]
+    if spec.kind == "int":  # the key's default where it is a number (max_seq_len=2048, not its floor 16)
+        default = default_for(key)
+        typical = default if isinstance(default, int) and not isinstance(default, bool) and default >= (spec.minimum or 1) \
+            else int(max(spec.minimum or 1, 1))
+        return [f"{key}={typical}"]
     if spec.kind == "number":
         small = (spec.below is not None and spec.below <= 1) or (spec.maximum is not None and spec.maximum <= 1)
         return [f"{key}={'0.1' if small else '2'}"]

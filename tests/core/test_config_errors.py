@@ -160,11 +160,14 @@ def test_override_whose_value_is_no_yaml_names_it_and_shows_a_right_one(tmp_path
 def test_override_examples_are_right_overrides(key):
     from core.config.checks import check_value, override_examples
     from core.config.loader import parse_override
+    from core.config.schema import default_for
 
     for example in override_examples(key):
         name, value = parse_override(example)
         assert name == key
         check_value(key, value)  # raises when the example itself would be refused
+    if KEY_SPECS[key].kind == "int" and isinstance(default_for(key), int):
+        assert override_examples(key) == [f"{key}={default_for(key)}"]  # max_seq_len=2048, not its floor 16
 
 
 @pytest.mark.parametrize(
