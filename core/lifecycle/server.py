@@ -159,7 +159,7 @@ def _cause(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}"
 
 
-class TemplateFailed(Exception):
+class TemplateFailed(TunedeckError):
     """The model's chat template failed in Python on well-formed messages: the server's fault (a 500)."""
 
 
