@@ -143,6 +143,16 @@ def crashed_reason(run: RunDirectory) -> Message:
     return Message("runs.reason_crashed_no_checkpoint", config=str(run.config_path))
 
 
+def stopped_early_reason(run: RunDirectory) -> Message:
+    """Why a run stopped before this attempt saved a checkpoint (a stop in its first moments, before or while
+    it loads): "nothing saved" only when the run has no checkpoint at all. A resumed run keeps its earlier
+    ones, and the reason names the one ``tunedeck resume`` takes (the newest sound, resumable one)."""
+    checkpoint = run.last_sound_checkpoint(resumable=True)
+    if checkpoint is None:
+        return Message("runs.reason_stopped_no_checkpoint")
+    return Message("runs.reason_stopped_resumable", id=run.id, name=checkpoint.path.name)
+
+
 def unrecorded_crash_reason(run: RunDirectory, error: OSError) -> Message:
     """Why a run is crashed when its folder cannot be written (``error``: what writing the crashed status
     met). The run's own processes met it too, and could record neither their failure nor how they ended:

@@ -436,7 +436,11 @@ class Supervisor:
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
             if self.stop_requests and -code in (signal.SIGTERM, signal.SIGKILL):
-                return STOPPED, Message("runs.reason_stopped_no_checkpoint")
+                # Killed by the stop before its handler was in place (its first moments): this attempt saved
+                # nothing, but a resumed run keeps its earlier checkpoints.
+                from core.runs.liveness import stopped_early_reason
+
+                return STOPPED, stopped_early_reason(self.run)
             return FAILED, Message("runs.reason_signal", signal=name)
         if self.stop_requests and code == 0:
             return STOPPED, ""

@@ -330,7 +330,12 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     log.info("data: %d training rows, %d eval rows, %d tokens", len(train_rows), len(examples.eval),
              examples.total_tokens)
     if flag.is_set():
-        return STOPPED, Message("train.stopped_before_start")
+        from core.runs.liveness import stopped_early_reason
+
+        reason = stopped_early_reason(run)  # a resumed run keeps its earlier checkpoints
+        if reason.key == "runs.reason_stopped_no_checkpoint":
+            reason = Message("train.stopped_before_start")
+        return STOPPED, reason
 
     micro = int(cfg.get("micro_batch_size", 1))
     accum = int(cfg.get("gradient_accumulation", 1))

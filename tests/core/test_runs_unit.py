@@ -20,6 +20,7 @@ from core.runs.listing import RunNotFound, list_runs, resolve_run
 from core.runs.liveness import effective_status
 from core.runs.logs import last_lines
 from core.runs.run_dir import CRASHED, FAILED, RUNNING, STOPPED, RunDirectory
+from core.runs.states import can_resume
 from core.secrets import REDACTED, scrub_argv, scrub_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -1275,3 +1276,35 @@ def test_a_stop_while_the_run_is_starting_promises_no_checkpoint(home, capsys):
             if holder.poll() is None:
                 holder.kill()
                 holder.wait()
+
+
+def test_a_stop_that_kills_the_trainer_before_its_handler_names_the_checkpoint_a_resume_takes(home):
+    """A stop in the trainer's first moments after ``resume`` (before it installs its SIGTERM handler) kills
+    it at once; the status said "stopped before a checkpoint could be saved" though the run had earlier
+    complete checkpoints. Now it says the run stopped and which checkpoint 'tunedeck resume' continues from
+    (the newest sound one: a damaged newer one is passed over, as resume passes it). A real process killed by
+    a real SIGTERM stands in for the trainer; no GPU."""
+    from core.runs.supervisor import Supervisor
+
+    run = _run(home)
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    trainer.send_signal(signal.SIGTERM)  # no handler: it dies of it
+    code = trainer.wait(timeout=60)
+    assert code == -signal.SIGTERM
+    supervisor = Supervisor(run, resume_from=None)
+    supervisor.stop_requests = 1
+    status, reason = supervisor.final_status(code)
+    assert status == STOPPED and reason.english() == "stopped before a checkpoint could be saved"  # none yet
+
+    _sound_checkpoint(run, 40)
+    damaged = _sound_checkpoint(run, 80)
+    (damaged / "model.safetensors").write_bytes(b"\0")  # complete marker, but its weights are cut short
+    supervisor = Supervisor(run, resume_from=str(damaged))
+    supervisor.stop_requests = 1
+    status, reason = supervisor.final_status(code)
+    assert status == STOPPED
+    text = reason.english()
+    assert f"tunedeck resume {run.id}" in text and "checkpoint-40" in text, text
+    assert "before a checkpoint could be saved" not in text
+    run.write_status(status, reason)
+    assert can_resume(run.status().status) and prepare_resume(run).step == 40
