@@ -22,6 +22,7 @@ from core.runs.run_dir import (
     CRASHED,
     FINISHED,
     QUEUED,
+    STALLED,
     STARTING,
     STOPPED,
     STOPPING,
@@ -87,7 +88,10 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
         sup = record.get("supervisor") or {}
         pid = sup.get("pid")
         alive = bool(pid) and same_process_alive(pid, sup.get("start_time"))
-    if force or status.status == STOPPING:
+    # Still stopping: a second stop kills it, also when its trainer hangs while stopping ("stalled", computed
+    # from a written "stopping").
+    stopping = status.status == STOPPING or (status.status == STALLED and run.status().status == STOPPING)
+    if force or stopping:
         if alive:
             _kill_tree(int(pid))
         trainer = record.get("trainer") or {}
@@ -101,7 +105,7 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
             time.sleep(0.1)
         # What killed it, as it was asked: --force, or a second stop while the first was saving (the
         # app's second stop too, which passes force).
-        second = status.status == STOPPING
+        second = stopping
         run.append_event("stopped", reason="second_stop" if second else "force", forced=True)
         written = run.write_status(STOPPED, Message("runs.reason_second_stop" if second else "runs.reason_forced"))
         if not unreadable:  # (one that does not read is not written: the notice says so)

@@ -8,8 +8,8 @@ while holding the lock, after re-reading the status, so a supervisor that just f
 status written, then lock released) is never mislabelled.
 
 Readers never fail because they could not write: on a full or read-only disk the crashed status is
-computed and returned, and recorded by the next reader that can. A running or starting run whose supervisor
-is alive but whose trainer has gone silent (no step, no heartbeat: ``core.runs.heartbeat``) is ``stalled``, a
+computed and returned, and recorded by the next reader that can. A running, starting or stopping run whose
+supervisor is alive but whose trainer has gone silent (no step, no heartbeat: ``core.runs.heartbeat``) is ``stalled``, a
 state that is only ever computed, never written.
 """
 
@@ -32,6 +32,7 @@ from core.runs.run_dir import (
     RUNNING,
     STALLED,
     STARTING,
+    STOPPING,
     RunDirectory,
     RunStatus,
 )
@@ -204,14 +205,16 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
             reason = unrecorded_crash_reason(run, exc)
         current = run.status()
         return current if current.status not in ACTIVE_STATES else RunStatus.new(CRASHED, reason)
-    if status.status in (RUNNING, STARTING):  # a trainer can hang loading the model as well as training
-        return _with_stall(run, status, sup if status.status == STARTING else None, beats)
+    # A trainer can hang loading the model as well as training, and while it saves its last checkpoint or
+    # exits after a stop (a "stopping" that never ends).
+    if status.status in (RUNNING, STARTING, STOPPING):
+        return _with_stall(run, status, sup if status.status != RUNNING else None, beats)
     return status
 
 
 def _with_stall(run: RunDirectory, status: RunStatus, supervisor: dict | None = None, beats: Beats | None = None) -> RunStatus:
-    """``status`` (running or starting, supervisor alive), or ``stalled`` when the trainer has gone silent.
-    ``supervisor`` (run.json's, while starting): before the trainer's first heartbeat, its silence counts
+    """``status`` (running, starting or stopping, supervisor alive), or ``stalled`` when the trainer has gone
+    silent. ``supervisor`` (run.json's, while starting or stopping): before the trainer's first heartbeat, its silence counts
     from the trainer process's start (run.json ``trainer``), or the supervisor's when that is not there yet."""
     from core.runs.heartbeat import find_stall
 
@@ -226,6 +229,10 @@ def _with_stall(run: RunDirectory, status: RunStatus, supervisor: dict | None = 
     if stall is None:
         return status
     step = stalled_step(run, stall.step, beats)
+    if status.status == STOPPING:  # a second stop kills it (request_stop), as for any run still stopping
+        reason = Message("runs.reason_stalled_stopping", seconds=int(stall.silent_s),
+                         threshold=int(stall.threshold_s), rank=stall.rank, id=run.id)
+        return RunStatus(STALLED, reason.english(), status.updated, status.updated_ts, reason.to_record())
     if status.status == STARTING and step is None:  # no step yet: loading the model or the data
         reason = Message("runs.reason_stalled_starting", seconds=int(stall.silent_s),
                          threshold=int(stall.threshold_s), rank=stall.rank, id=run.id)

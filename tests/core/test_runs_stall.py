@@ -188,6 +188,48 @@ def test_a_trainer_frozen_while_it_starts_is_stalled_not_starting_forever(tmp_pa
         _release(trainer, run, cli, run_id)
 
 
+def test_a_trainer_that_hangs_while_stopping_is_stalled_and_a_second_stop_kills_it(tmp_path, monkeypatch):
+    """A real trainer frozen (SIGSTOP) and then asked to stop: the SIGTERM waits, the run said ``stopping``
+    for ever (the stall check ran only for running and starting). Now it is ``stalled`` with a reason that
+    says it hangs while stopping and that a second 'tunedeck stop' kills it; that second plain stop does
+    (the supervisor and the trainer are gone, the run is stopped by a second stop). CPU only (the bundled
+    tiny model); the floor comes from the environment."""
+    monkeypatch.setenv(STALL_FLOOR_ENV, "3")
+    cli = Cli(tmp_path / "home")
+    cli.env.update({STALL_FLOOR_ENV: "3", HEARTBEAT_ENV: "0.5"})
+    config = write_config(tmp_path / "run.yaml", write_dataset(tmp_path / "d.jsonl"), max_steps=100000,
+                          save_steps=100000)
+    run_id = cli("train", str(config)).stdout.strip()
+    run = RunDirectory(cli.run_dir(run_id))
+    trainer = supervisor = None
+    try:
+        deadline = time.monotonic() + 120
+        while not heartbeat_path(run.path, 0).exists():  # written first thing, before torch is imported
+            assert time.monotonic() < deadline, run.log_path.read_text()[-2000:]
+            time.sleep(0.02)
+        trainer = psutil.Process(json.loads(heartbeat_path(run.path, 0).read_text())["pid"])
+        supervisor = psutil.Process(run.record()["supervisor"]["pid"])
+        trainer.send_signal(signal.SIGSTOP)  # it can no longer act on the stop: it hangs while stopping
+        cli("stop", run_id)
+        assert run.status().status == "stopping"
+        _wait(run, "stalled", timeout=60)
+        status = cli.status(run_id)
+        assert status["status"] == "stalled", status
+        assert "asked to stop" in status["reason"] and f"'tunedeck stop {run_id}' again kills it" in status["reason"]
+        assert json.loads(run.status_path.read_text())["status"] == "stopping"  # computed, never written
+        assert stalled_alert(status["status"], run_id, status["reason"]) is not None
+
+        second = cli("stop", run_id, "--json")
+        result = json.loads(second.stdout)
+        assert result["forced"] and result["status"] == "stopped", result
+        assert "second stop" in cli.status(run_id)["reason"]
+        for process in (supervisor, trainer):
+            process.wait(timeout=30)  # killed (a stopped process dies of SIGKILL too)
+        assert not supervisor.is_running() and not trainer.is_running()
+    finally:
+        _release(trainer, run, cli, run_id)
+
+
 def test_before_its_first_heartbeat_a_starting_trainer_is_judged_from_its_start(tmp_path, monkeypatch):
     """A trainer frozen before it wrote any heartbeat (still importing): silence counts from its process's
     start, against twice the floor. Fixed times, no process."""
