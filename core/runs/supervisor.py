@@ -148,6 +148,12 @@ class Supervisor:
         self.held: deque[str] = deque(maxlen=HELD_LINES)  # train.log lines waiting for room
         self.held_dropped = 0
         self.next_disk_try = 0.0
+        # train.log refused a write for another reason than a full disk (its permissions, a read-only file
+        # bind-mounted over it): the lines are dropped (counted) and the file tried again every DISK_RETRY_S.
+        self.log_error: str | None = None
+        self.log_error_said = False
+        self.log_dropped = 0
+        self.next_log_try = 0.0
         # torchrun's summary of its failed workers: rank -> (time, exit code; a signal's as its negative)
         self.failed_ranks: dict[int, tuple[str, int]] = {}
         self._summary_time = ""
@@ -159,18 +165,47 @@ class Supervisor:
             self._write_line(f"[supervisor] {line}")
 
     def _write_line(self, line: str) -> None:
-        """One line into train.log; on a full disk it waits in memory (the newest ``HELD_LINES``)."""
+        """One line into train.log; on a full disk it waits in memory (the newest ``HELD_LINES``); a log that
+        cannot be written for another reason loses it (``_log_unwritable``), and the run goes on."""
         if self.held and not self._flush_held(force=False):
             self._hold(line)
             return
+        if self.log_error is not None and time.monotonic() < self.next_log_try:
+            self.log_dropped += 1
+            return
         try:
+            if self.log_error is not None:  # writable again: say first what was lost
+                append_line(self.run.log_path, f"[supervisor] {self.log_dropped} lines could not be written to "
+                                               f"{self.run.log_path}: {self.log_error}")
+                self.log_error, self.log_dropped = None, 0
             append_line(self.run.log_path, line)
         except OSError as exc:
             if not is_disk_full(exc):
-                raise
+                self._log_unwritable(exc)
+                self.log_dropped += 1
+                return
             self.disk_full = True
             self.next_disk_try = time.monotonic() + DISK_RETRY_S
             self._hold(line)
+
+    def _log_unwritable(self, exc: OSError) -> None:
+        """train.log refused a write (not for a full disk): a healthy run must not die of its log file, so the
+        lines are dropped until it takes them again, and why is said once, in events.jsonl and supervisor.log.
+        A run folder that cannot be written at all raises: nothing of the run can be recorded, and readers
+        say why (``core.runs.liveness.unrecorded_crash_reason``)."""
+        if not os.access(self.run.path, os.W_OK):
+            raise exc
+        self.next_log_try = time.monotonic() + DISK_RETRY_S
+        self.log_error = exc.strerror or str(exc)
+        if self.log_error_said:
+            return
+        self.log_error_said = True
+        print(f"cannot write {self.run.log_path}: {self.log_error}; the run goes on, its log lines are lost until "
+              "the file can be written again", file=sys.stderr, flush=True)
+        try:
+            self.run.append_event("log_unwritable", path=str(self.run.log_path), error=self.log_error)
+        except OSError:
+            pass  # supervisor.log has it
 
     def _hold(self, line: str) -> None:
         if len(self.held) == self.held.maxlen:
@@ -191,8 +226,11 @@ class Supervisor:
                 append_line(self.run.log_path, self.held[0])
                 self.held.popleft()
         except OSError as exc:
-            if not is_disk_full(exc):
-                raise
+            if not is_disk_full(exc):  # no longer full, but refused: the held lines are lost with the others
+                self._log_unwritable(exc)
+                self.log_dropped += len(self.held)
+                self.held.clear()
+                return True
             self.next_disk_try = time.monotonic() + DISK_RETRY_S
             return False
         return True
@@ -400,6 +438,7 @@ class Supervisor:
             release_reserve(self.run.path)
             self._flush_held(force=True)
         english = fields["reason"]
+        self.next_log_try = 0.0  # a train.log that refused lines: try it again now for the last ones
         self.log(f"trainer exited with code {code}: {status}{' — ' + english if english else ''}")
         self._durably(self.run.write_status, status, reason)
         self._flush_held(force=True)

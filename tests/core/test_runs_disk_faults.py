@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -271,6 +272,46 @@ def test_a_run_folder_that_turns_read_only_mid_run_reads_crashed_saying_why(tmp_
             assert _status_file(home, run_id)["status"] == "crashed"
         finally:
             _kill_runs(home)
+
+
+def test_a_train_log_that_cannot_be_written_loses_its_lines_not_the_run(tmp_path):
+    """train.log alone turns unwritable mid-run (a read-only bind mount over the file: EROFS for it, the run
+    folder still writable): the supervisor exited on the write error and took the trainer with it, a healthy
+    run dead of its log file. Now the trainer trains on, the event and supervisor.log say once why the log
+    lost lines, and once the file takes writes again train.log says how many were lost. CPU, the tiny model;
+    root, for the bind mount."""
+    from core.runs.liveness import effective_status
+    from core.runs.run_dir import RunDirectory
+
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root (CI runs these as root)")
+    home = tmp_path / "home"
+    try:
+        cli = Cli(home)
+        run_id = cli("train", str(_tiny_config(tmp_path, max_steps=100000, save_steps=100000))).stdout.strip()
+        run_dir = cli.run_dir(run_id)
+        run = RunDirectory(run_dir)
+        cli.wait_step(run_id, 2)
+        with read_only_bind(run_dir / "train.log"):
+            deadline = time.monotonic() + 240
+            while not (run_dir / "events.jsonl").exists() or \
+                    not any(e.get("event") == "log_unwritable" for e in _event_kinds(run_dir)):
+                assert effective_status(run).active, (run.status(), (run_dir / "supervisor.log").read_text())
+                assert time.monotonic() < deadline, (run_dir / "supervisor.log").read_text()
+                time.sleep(0.2)
+            step = run.latest_metrics()["step"]
+            cli.wait_step(run_id, step + 3)  # it trains on without its log
+            assert effective_status(run).status == "running"
+        (event,) = [e for e in _event_kinds(run_dir) if e.get("event") == "log_unwritable"]
+        assert event["path"] == str(run_dir / "train.log") and event["error"] == "Read-only file system", event
+        said = (run_dir / "supervisor.log").read_text()
+        assert said.count(f"cannot write {run_dir / 'train.log'}: Read-only file system") == 1, said
+        stop = cli("stop", run_id, "--wait", "--timeout", "240")
+        _clean(stop)
+        assert cli.status(run_id)["status"] == "stopped"
+        assert "lines could not be written to" in (run_dir / "train.log").read_text()
+    finally:
+        _kill_runs(home)
 
 
 def test_a_write_refused_by_a_file_size_limit_is_not_called_a_full_disk(tmp_path):
