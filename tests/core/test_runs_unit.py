@@ -1261,7 +1261,7 @@ def test_a_stop_while_the_run_is_starting_promises_no_checkpoint(home, capsys):
 
     from core import cli
 
-    for status, says, not_said in (("starting", "it is still starting", "saves a checkpoint"),
+    for status, says, not_said in (("starting", "this attempt saves no checkpoint (a resume continues from an earlier attempt's", "saves a checkpoint"),
                                    (RUNNING, "it saves a checkpoint and exits", "still starting")):
         run = _run(home)
         holder = _hold_lock(run)

@@ -191,6 +191,8 @@ def test_the_stop_of_a_run_still_starting_promises_no_checkpoint():
                 await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
                 text = " ".join(screen_text(app).split())
                 assert "still starting" in text and "saves a checkpoint" not in text, text
+                # true of a resumed run too: its earlier attempts' checkpoints stay
+                assert "earlier attempt saved one" in text, text
                 await pilot.press("y")
                 await wait_for(pilot, lambda: any("still starting" in m for m in messages(app)))
 
