@@ -8,7 +8,9 @@ this run live, may it be stopped, may it be resumed" asks here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
+from typing import Any
 
 
 class RunState(str, Enum):
@@ -47,6 +49,14 @@ RESUMABLE_STATES: frozenset[RunState] = TERMINAL_STATES - {RunState.FINISHED}
 def can_stop(status: str) -> bool:
     """Whether a run in ``status`` can be stopped (a second stop while it is stopping forces it)."""
     return status in ACTIVE_STATES
+
+
+def still_stopping(status: str, reason_message: Mapping[str, Any] | None = None) -> bool:
+    """Whether a run in ``status`` (with its reason as a message record) is still stopping: stopping, or
+    stalled while stopping (``runs.reason_stalled_stopping``). A stop then kills it, and says so."""
+    if status == RunState.STOPPING:
+        return True
+    return status == RunState.STALLED and (reason_message or {}).get("key") == "runs.reason_stalled_stopping"
 
 
 def can_resume(status: str) -> bool:

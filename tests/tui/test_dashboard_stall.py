@@ -8,6 +8,7 @@ import json
 import os
 import time
 
+from core.i18n import t
 from core.paths import runs_dir
 from core.runs.heartbeat import HeartbeatWriter, heartbeat_path
 from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run
@@ -44,5 +45,34 @@ def test_dashboard_shows_a_silent_trainer_as_stalled_with_an_alert():
                 assert "stalled" in screen_text(app)
                 writer.beat()  # the trainer moves again
                 await wait_for(pilot, lambda: screen.status == "running")
+
+    asyncio.run(scenario())
+
+
+def test_k_on_a_run_stalled_while_stopping_asks_to_kill_it_not_to_save_a_checkpoint():
+    """A trainer that hangs while stopping reads as stalled, and a second stop kills it (``request_stop``);
+    the dashboard's k asked "stop it? it saves a checkpoint and exits" all the same. It asks to kill it now,
+    as for a run still stopping. (Fake 2×H200 box; a stand-in supervisor; nothing is killed: n answers.)"""
+    from tui.widgets.confirm import ConfirmScreen
+
+    path = build_run(runs_dir(), "20261129-2100-stop-hang", status="stopping", steps=40)
+    writer = HeartbeatWriter(path, 0, interval_s=2.0)
+    writer.note_step(40)
+    writer.beat()
+    _age(path, 600)
+
+    async def scenario():
+        with SupervisorStandIn(path):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+            async with app.run_test(size=(80, 24)) as pilot:
+                await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+                screen = app.screen
+                await wait_for(pilot, lambda: screen.status == "stalled")
+                await pilot.press("k")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+                text = " ".join(screen_text(app).split())
+                assert "saves a checkpoint" not in text, text
+                assert t("dashboard.force_title", id=path.name) in text, text
+                await pilot.press("n")
 
     asyncio.run(scenario())

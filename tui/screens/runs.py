@@ -502,7 +502,8 @@ class RunsScreen(Screen[None]):
 
         summary = self.selected()
         if summary is not None:
-            ask_stop(self, summary.run_dir, summary.id, summary.status, self._said, self._relist)
+            ask_stop(self, summary.run_dir, summary.id, summary.status, self._said, self._relist,
+                     summary.reason_message)
 
     def action_resume(self) -> None:
         from tui.widgets.run_control import ask_resume

@@ -13,19 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from core.i18n import t
-from core.runs import RunState, can_resume, can_stop, state_label
-from core.runs.states import BEFORE_TRAINING_STATES
+from core.runs import can_resume, can_stop, state_label
+from core.runs.states import BEFORE_TRAINING_STATES, still_stopping
 
 Say = Callable[[str, str], None]
 
 
 def ask_stop(screen: Any, run_dir: str | Path, run_id: str, status: str, say: Say,
-             after: Callable[[], None] = lambda: None) -> None:
-    """Stop a live run (a second stop while it is stopping forces it), once the user says y."""
+             after: Callable[[], None] = lambda: None, reason_message: dict[str, Any] | None = None) -> None:
+    """Stop a live run (a second stop while it is stopping, or stalled while stopping: ``reason_message``,
+    forces it), once the user says y."""
     if not can_stop(status):
         screen.notify(t("dashboard.not_running", status=state_label(status)), severity="warning")
         return
-    force = status == RunState.STOPPING
+    force = still_stopping(status, reason_message)
     starting = status in BEFORE_TRAINING_STATES  # no checkpoint to promise before the first step
     title = t("dashboard.force_title" if force else "dashboard.stop_title", id=run_id)
     body = t("dashboard.force_body" if force else "dashboard.stop_body_starting" if starting else "dashboard.stop_body")

@@ -179,7 +179,7 @@ class DashboardActions:
             self.notify(t("dashboard.read_only_action"), severity="warning")
             return
         ask_stop(self, self.source.path, self.source.run_id, self.status, self._say,
-                 lambda: self._post_state(with_disk=False))
+                 lambda: self._post_state(with_disk=False), self.reason_message)
 
     def action_resume(self) -> None:
         from tui.widgets.run_control import ask_resume

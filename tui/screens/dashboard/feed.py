@@ -94,10 +94,11 @@ class RunStatusRead(Message):
     complete checkpoint (what resume and the after-training actions need)."""
 
     def __init__(self, status: str, reason: str, disk_free: int | None, disk_total: int | None,
-                 has_checkpoint: bool = False, problem: str = "") -> None:
+                 has_checkpoint: bool = False, problem: str = "", reason_message: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.status = status
         self.reason = reason
+        self.reason_message = reason_message  # the reason as a message record: which one it is (``still_stopping``)
         self.problem = problem  # a read-only source's file that has not parsed for a while, said in the header
         self.has_checkpoint = has_checkpoint
         self.disk_free = disk_free
@@ -204,7 +205,8 @@ class DashboardFeed:
         # Runs list's resume follows the same rule).
         has_checkpoint = ended_with_checkpoint(run, status.status)
         reason = render_stored(status.reason, status.reason_message, REASON_WORDING)  # "u resumes it"
-        self.post_message(RunStatusRead(status.status, reason, free, total, has_checkpoint))
+        self.post_message(RunStatusRead(status.status, reason, free, total, has_checkpoint,
+                                        reason_message=status.reason_message))
 
     # --- the app's GPU poll -----------------------------------------------------------------------
     def on_unmount(self) -> None:
@@ -343,6 +345,7 @@ class DashboardFeed:
         previous = self.status or None
         offered = (self.status, self.has_checkpoint)
         self.status, self.reason = message.status, message.reason
+        self.reason_message = message.reason_message
         if self.status != (previous or ""):
             self._changed()  # a chart without a point says what the state means (waiting, or ended)
         self.source_problem = message.problem

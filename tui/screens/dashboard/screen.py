@@ -99,6 +99,7 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         self.axis = "step"
         self.status = ""  # read-only sources too: core.watch.activity says running, idle or finished
         self.reason = ""
+        self.reason_message: dict[str, Any] | None = None  # the status's reason as a message record
         self.has_checkpoint = False  # ended with a complete checkpoint: resume, merge, chat … (check_action)
         self.gpu_indices: list[int] = []
         self.gpu_name: str | None = None
