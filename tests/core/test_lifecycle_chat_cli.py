@@ -6,14 +6,13 @@ LoRA run (its model's context: 2048 tokens) and a whole tiny model; CPU only."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 
-from tests.fixtures.lifecycle.finished_run import ROOT, TINY
+from tests.fixtures.lifecycle.finished_run import ROOT
 
 
 def _chat(home, *args: str) -> subprocess.Popen[str]:
@@ -57,16 +56,13 @@ def test_a_message_past_the_context_is_said_and_left_out_and_the_session_goes_on
 def test_a_message_the_chat_template_refuses_is_skipped_and_the_session_goes_on(tmp_path):
     """A chat template's refusal (Gemma's: no system message) ended the session with exit 2 at the first
     message. Now each refused message is said in its one line and the session reads the next."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from tests.core.test_lifecycle_serve_template import (
+        FAILING_TEMPLATE,
+        GEMMA_TEMPLATE,
+        tiny_model_with_template,
+    )
 
-    from tests.core.test_lifecycle_serve_template import GEMMA_TEMPLATE
-
-    folder = tmp_path / "gemma-style"
-    shutil.copytree(TINY, folder)
-    tokenizer = AutoTokenizer.from_pretrained(TINY)
-    tokenizer.chat_template = GEMMA_TEMPLATE
-    tokenizer.save_pretrained(folder)
-    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(TINY)).save_pretrained(folder)
+    folder = tiny_model_with_template(tmp_path / "gemma-style", GEMMA_TEMPLATE)
     proc = _chat(tmp_path / "home", "--model-dir", str(folder), "--system", "Be brief.", "--max-tokens", "4")
     out, err = proc.communicate("Hi\nHello\n\n", timeout=180)
     assert proc.returncode == 0, err[-2000:]
@@ -75,8 +71,7 @@ def test_a_message_the_chat_template_refuses_is_skipped_and_the_session_goes_on(
     assert "Traceback" not in err and out.strip() == ""
     # A template failing in Python (a TypeError, not jinja's raise_exception) ended the chat in a traceback:
     # each message says it in one line, naming the template, and the session goes on as for a refusal.
-    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] + 1 }}{% endfor %}"
-    tokenizer.save_pretrained(folder)
+    folder = tiny_model_with_template(tmp_path / "failing", FAILING_TEMPLATE)
     proc = _chat(tmp_path / "home", "--model-dir", str(folder), "--max-tokens", "4")
     out, err = proc.communicate("Hi\nHello\n\n", timeout=180)
     assert proc.returncode == 0, err[-2000:]

@@ -23,27 +23,37 @@ GEMMA_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}")
 
 
-@pytest.fixture(scope="module")
-def gemma_style(tmp_path_factory):
-    """The base URL (…/v1) of a server on a tiny model whose chat template raises on a system message."""
+def tiny_model_with_template(folder, template: str):
+    """A whole tiny model folder (random weights, the bundled tokenizer) whose chat template is ``template``."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    shutil.copytree(TINY, folder)
+    tokenizer = AutoTokenizer.from_pretrained(TINY)
+    tokenizer.chat_template = template
+    tokenizer.save_pretrained(folder)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(TINY)).save_pretrained(folder)
+    return folder
+
+
+def _served(folder, model_id: str):
+    """A server on ``folder`` in this process, yielding its base URL (…/v1); shut down after."""
     from core.lifecycle.server import ChatBackend, ChatServer, make_handler
     from core.lifecycle.source import load_model_dir
 
-    folder = tmp_path_factory.mktemp("gemma-style") / "model"
-    shutil.copytree(TINY, folder)
-    tokenizer = AutoTokenizer.from_pretrained(TINY)
-    tokenizer.chat_template = GEMMA_TEMPLATE
-    tokenizer.save_pretrained(folder)
-    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(TINY)).save_pretrained(folder)
-    server = ChatServer("127.0.0.1", 0, make_handler(ChatBackend(load_model_dir(folder, "cpu"), "gemma-style")))
+    server = ChatServer("127.0.0.1", 0, make_handler(ChatBackend(load_model_dir(folder, "cpu"), model_id)))
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="module")
+def gemma_style(tmp_path_factory):
+    """The base URL (…/v1) of a server on a tiny model whose chat template raises on a system message."""
+    yield from _served(tiny_model_with_template(tmp_path_factory.mktemp("gemma-style") / "model", GEMMA_TEMPLATE),
+                       "gemma-style")
 
 
 def test_a_role_the_chat_template_refuses_is_a_400_naming_it(gemma_style):
@@ -72,28 +82,16 @@ def test_a_role_the_chat_template_refuses_is_a_400_naming_it(gemma_style):
     assert reply.choices[0].finish_reason in ("stop", "length") and reply.usage.prompt_tokens > 3
 
 
+# Fails in Python (a TypeError: `+ 1` on a string), not through jinja's raise_exception.
+FAILING_TEMPLATE = "{% for m in messages %}{{ m['content'] + 1 }}{% endfor %}"
+
+
 @pytest.fixture(scope="module")
 def failing_template(tmp_path_factory):
     """The base URL of a server on a tiny model whose chat template fails in Python (a TypeError: `+ 1` on
     the content), not through raise_exception."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from core.lifecycle.server import ChatBackend, ChatServer, make_handler
-    from core.lifecycle.source import load_model_dir
-
-    folder = tmp_path_factory.mktemp("failing-template") / "model"
-    shutil.copytree(TINY, folder)
-    tokenizer = AutoTokenizer.from_pretrained(TINY)
-    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] + 1 }}{% endfor %}"
-    tokenizer.save_pretrained(folder)
-    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(TINY)).save_pretrained(folder)
-    server = ChatServer("127.0.0.1", 0, make_handler(ChatBackend(load_model_dir(folder, "cpu"), "failing")))
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield from _served(tiny_model_with_template(tmp_path_factory.mktemp("failing-template") / "model",
+                                                FAILING_TEMPLATE), "failing")
 
 
 def test_a_template_failing_in_python_is_the_servers_500_and_a_bad_content_shape_the_clients_400(failing_template):
