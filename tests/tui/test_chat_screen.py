@@ -5,6 +5,8 @@ dashboard's merge and serve keys are tested in test_dashboard_after_training.py.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 from tests.fixtures.lifecycle.finished_run import finished_run
 from tests.tui.conftest import fake_monitor, palette_search, quiet_settings, screen_text, wait_for
@@ -179,11 +181,17 @@ def test_ctrl_g_stops_the_reply_keeps_it_and_the_model_answers_the_next(shared, 
             base = screen.query_one("#chat-base", Transcript)
             tuned = screen.query_one("#chat-tuned", Transcript)
             await wait_for(pilot, lambda: base.pieces >= 3, timeout=90)  # the base's reply is streaming in
-            assert ("Ctrl+G", "stop reply") in footer.shown(), footer.shown()
-            await palette_search(pilot, app, "stop rep", "stop reply")
-            await pilot.press("escape")
-            await wait_for(pilot, lambda: app.screen is screen)
-            await pilot.press("ctrl+g")
+            # Held still until the stop is on its way: a fast box generates the 1500 tokens while the palette is
+            # looked at, and the reply would end before Ctrl+G (a state to wait for, not a race with the model).
+            os.kill(proc.pid, signal.SIGSTOP)
+            try:
+                assert ("Ctrl+G", "stop reply") in footer.shown(), footer.shown()
+                await palette_search(pilot, app, "stop rep", "stop reply")
+                await pilot.press("escape")
+                await wait_for(pilot, lambda: app.screen is screen)
+                await pilot.press("ctrl+g")  # the stop line is in the worker's stdin when this returns
+            finally:
+                os.kill(proc.pid, signal.SIGCONT)
             await wait_for(pilot, lambda: not screen.busy, timeout=90)
             status = str(screen.query_one("#chat-status").render())
             assert "reply stopped" in status, status
