@@ -22,7 +22,6 @@ from core.runs.run_dir import (
     CRASHED,
     FINISHED,
     QUEUED,
-    STALLED,
     STARTING,
     STOPPED,
     STOPPING,
@@ -30,7 +29,7 @@ from core.runs.run_dir import (
     RunStatus,
     utc_now_iso,
 )
-from core.runs.states import TERMINAL_STATES
+from core.runs.states import TERMINAL_STATES, still_stopping
 from core.watch.figures import directory_size, format_bytes
 
 
@@ -88,9 +87,9 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
         sup = record.get("supervisor") or {}
         pid = sup.get("pid")
         alive = bool(pid) and same_process_alive(pid, sup.get("start_time"))
-    # Still stopping: a second stop kills it, also when its trainer hangs while stopping ("stalled", computed
-    # from a written "stopping").
-    stopping = status.status == STOPPING or (status.status == STALLED and run.status().status == STOPPING)
+    # Still stopping: a second stop kills it, also when its trainer hangs while stopping (its stalled reason
+    # says so), as the app's stop key decides it.
+    stopping = still_stopping(status.status, status.reason_message)
     if force or stopping:
         if alive:
             _kill_tree(int(pid))
