@@ -150,7 +150,11 @@ class ChatTemplateRefused(LifecycleError):
 
 class ChatTemplateFailed(LifecycleError):
     """The model's chat template failed in Python on well-formed messages (not a refusal): a fault of the
-    template, which the server answers 500 and the chat says, going on."""
+    template, which the server answers 500 and the chat says, going on. ``error``: Python's words for it."""
+
+    def __init__(self, message: str, error: str) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 def _template_refusal(tokenizer: Any, messages: list[dict[str, str]], reason: str) -> ChatTemplateRefused:
@@ -191,7 +195,8 @@ def prompt_ids(loaded: LoadedModel, messages: list[dict[str, str]]) -> Any:
             # messages of strings with the chat roles; said in one line, not a traceback that ends the chat.
             from core.i18n import t
 
-            raise ChatTemplateFailed(t("lifecycle.template_failed", error=f"{type(exc).__name__}: {exc}")) from exc
+            error = f"{type(exc).__name__}: {exc}"
+            raise ChatTemplateFailed(t("lifecycle.template_failed", error=error), error) from exc
         ids = encoded["input_ids"]
     else:  # a base model without a template: plain text turns
         text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "

@@ -115,7 +115,7 @@ class ChatBackend:
             from core.i18n import t
 
             log.error("the chat template failed", exc_info=exc.__cause__)
-            raise TemplateFailed(t("lifecycle.api_template_failed", error=_cause(exc))) from None
+            raise TemplateFailed(t("lifecycle.api_template_failed", error=exc.error)) from None
 
     def text_ids(self, text: str, index: int) -> Any:
         """A completions prompt's token ids (no template); one of no tokens at all is a 400: nothing to follow."""
@@ -151,12 +151,6 @@ class ChatBackend:
 
         raise RequestError(t("lifecycle.api_unknown_model", model=requested, ids=", ".join(self.model_ids())),
                            param="model", code="model_not_found", status=404)
-
-
-def _cause(exc: BaseException) -> str:
-    """``TypeError: ...``: the Python error under a wrapped one."""
-    cause = exc.__cause__ or exc
-    return f"{type(cause).__name__}: {cause}"
 
 
 class TemplateFailed(TunedeckError):
