@@ -7,7 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import EXIT_USAGE, TunedeckError
+
 HISTOGRAM_BINS = 8
+
+
+class NothingToTrain(TunedeckError, ValueError):
+    """The plan's sequence length cuts every record before its answer: a run would train on nothing."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,29 @@ class DatasetSummary:
         counted = bool(self.targets) and len(self.targets) == len(self.lengths)
         dropped = sum(1 for i in longer if self.targets[i] <= self.lengths[i] - seq_len) if counted else 0
         return len(longer), dropped
+
+    def shortest_keeping_an_answer(self) -> int | None:
+        """The shortest sequence length at which some record keeps a target after the cut (the engine keeps each
+        record's first tokens, ``cut_records``); None where targets are not counted or no record has one."""
+        if not self.targets or len(self.targets) != len(self.lengths):
+            return None
+        needs = [length - targets + 1 for length, targets in zip(self.lengths, self.targets, strict=True) if targets]
+        return min(needs, default=None)
+
+    def no_answer_left(self, name: str, seq_len: int, positions: int | None = None) -> str | None:
+        """Why a run at ``seq_len`` would train nothing: every record is cut before its answer, so the engine
+        drops them all (``tokenize_dataset``); what to do, naming the data ``name``. None when some record keeps
+        an answer, or targets are not counted. ``positions``: the most the model takes (raising past it is no way
+        out)."""
+        from core.i18n import t
+
+        need = self.shortest_keeping_an_answer()
+        if need is None or need <= seq_len or not self.records:
+            return None
+        if positions is not None and need > positions:
+            return t("plan.error.no_answer_left_positions", path=name, count=self.records, seq=seq_len, need=need,
+                     positions=positions)
+        return t("plan.error.no_answer_left", path=name, count=self.records, seq=seq_len, need=need)
 
     @property
     def max_length(self) -> int:

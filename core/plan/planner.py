@@ -191,6 +191,13 @@ def recommend(request: PlanRequest, base: TrainingPlan | None = None,
             rec.best = candidates[0]
         rec.way_out = way_out(request, base)
     if rec.best is not None:
+        summary = request.dataset_summary
+        lost = summary.no_answer_left(request.dataset or summary.path, rec.best.plan.seq_len, request.max_positions) \
+            if summary is not None else None
+        if lost is not None:  # as an empty dataset is refused: a run of it would only drop every record
+            from core.plan.dataset import NothingToTrain
+
+            raise NothingToTrain(lost)
         rec.reasons = reasons(rec.best, candidates, request)
     return rec
 

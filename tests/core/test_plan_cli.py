@@ -358,6 +358,38 @@ def test_the_plan_says_how_many_records_its_sequence_length_cuts_and_leaves_out(
     assert seq_reasons(16384) == ["seq_len = 16384: set by you"]  # nothing longer: nothing said
 
 
+def test_a_sequence_length_that_cuts_every_answer_is_refused_with_the_length_that_keeps_one(tmp_path):
+    """Chats whose prompts alone are past the plan's sequence length: every record cut before its answer, which
+    the engine drops, so the run trains on nothing; the plan only counted the records cut and went on. Refused
+    now as an empty dataset is (exit 2, one line), with the shortest length at which a record keeps its answer:
+    at that length it plans, one below it is refused again (CPU plan, the tiny model's tokenizer)."""
+    chat = lambda q, a: {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}  # noqa: E731
+    rows = [chat("word " * 300, "ok"), chat("long question " * 200, "yes")]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+    def plan(seq: int) -> subprocess.CompletedProcess:
+        return tunedeck(tmp_path, "--model", "tiny", "--hardware", "cpu", "--dataset", str(data),
+                        "--set", f"seq_len={seq}", "--json")
+
+    refused = plan(128)
+    assert refused.returncode == 2 and refused.stdout == ""
+    line, = refused.stderr.strip().splitlines()
+    assert line.startswith(f"tunedeck: every record of {data} (2) is cut at 128 tokens before its answer"), line
+    need = int(re.search(r"raise seq_len to at least (\d+), or shorten the prompts$", line)[1])
+    assert need > 128
+    assert plan(need).returncode == 0
+    assert plan(need - 1).returncode == 2
+    # the length said is one the engine really trains at: its cut keeps a labelled token of a record there
+    from core.data.loading import read_local_data
+    from core.data.stats import load_tokenizer
+    from core.data.tokenize import tokenize_dataset
+
+    records = read_local_data(str(data), seed=0)[0].records
+    assert tokenize_dataset(records, load_tokenizer("tiny"), need).input_ids
+    assert not tokenize_dataset(records, load_tokenizer("tiny"), 128).input_ids
+
+
 def test_a_plan_of_the_bundled_tiny_model_trains_at_the_demos_learning_rate(tmp_path):
     """The tiny model's weights start random: at the full fine-tuning default (1e-5) a wizard plan of it moved
     its loss from 6.8 to 6.6 in its 54 steps, a run that seems to learn nothing; the demo's rate takes it to

@@ -450,7 +450,9 @@ def test_the_default_sequence_stops_at_the_models_positions_and_says_the_longer_
     from core.plan.dataset import DatasetSummary
 
     for lengths in ([40_000] * 20, [16_000_000]):
-        summary = DatasetSummary("d.jsonl", "alpaca", len(lengths), 0, tuple(lengths), True, (1,) * len(lengths))
+        # every token a target (as of text): the cut keeps answers (a 1-token answer at the end would be cut from
+        # every record: refused, NothingToTrain)
+        summary = DatasetSummary("d.jsonl", "alpaca", len(lengths), 0, tuple(lengths), True, tuple(lengths))
         req = request("Qwen2.5-0.5B", "1xH100-80GB").with_dataset(summary)
         rec = recommend(req)
         assert rec.feasible and rec.best.plan.seq_len == 32768
@@ -462,6 +464,11 @@ def test_the_default_sequence_stops_at_the_models_positions_and_says_the_longer_
     pinned = recommend(replace(req, overrides={"seq_len": 65536}))
     assert pinned.best.plan.seq_len == 65536
     assert any(w.key == "plan.warn.past_positions" for w in pinned.best.warnings)
+    from core.plan.dataset import NothingToTrain
+
+    answers_cut = DatasetSummary("d.jsonl", "alpaca", 20, 0, (40_000,) * 20, True, (1,) * 20)
+    with pytest.raises(NothingToTrain, match="more than the 32768 positions the model takes: shorten the prompts"):
+        recommend(request("Qwen2.5-0.5B", "1xH100-80GB").with_dataset(answers_cut))
     # under the positions the data's 95th percentile rounded up is kept
     short = DatasetSummary("d.jsonl", "alpaca", 20, 0, (3000,) * 20, True, (1,) * 20)
     assert recommend(request("Qwen2.5-0.5B", "1xH100-80GB").with_dataset(short)).best.plan.seq_len == 4096
