@@ -15,8 +15,9 @@ class DataIssue:
     """One malformed row (or a problem with the whole file when ``line`` and ``row`` are ``None``).
 
     ``line`` is the 1-based line in the file (JSONL, CSV, JSON arrays); ``row`` the 0-based record index
-    (parquet, hub datasets, and alongside ``line`` where both are known; ``--json`` keeps it so). A user reads
-    it counted from 1, as lines are (``row_location``).
+    (parquet, hub datasets, and alongside ``line`` where both are known; ``--json`` keeps it so, for scripts that
+    read it). A user reads it counted from 1, as lines are (``row_location``): ``--json`` gives that number too,
+    as ``record`` (``row`` + 1), the one every message says.
     """
 
     file: str
@@ -35,7 +36,8 @@ class DataIssue:
         return f"{self.location()}: {self.message}"
 
     def to_dict(self) -> dict:
-        return {"file": self.file, "line": self.line, "row": self.row, "message": self.message}
+        return {"file": self.file, "line": self.line, "row": self.row,
+                "record": None if self.row is None else self.row + 1, "message": self.message}
 
 
 def row_location(file: str, row: int) -> str:

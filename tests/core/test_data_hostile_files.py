@@ -72,6 +72,8 @@ def test_deeply_nested_json_is_a_file_line_problem_not_a_traceback(tmp_path, che
     assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr
     report = json.loads(result.stdout)
     assert [(i["line"], i["row"]) for i in report["issues"]] == [(2, 1)]
+    # ``row`` is 0-based (kept for scripts); ``record`` counts from 1, as every message does ("row 2", ":2")
+    assert report["issues"][0]["record"] == 2
     assert "nested too deeply" in report["issues"][0]["message"]
     assert report["records"] == (2 if suffix == ".jsonl" else 1)
     human = check(path)
