@@ -20,6 +20,7 @@ from core.config.schema import (
     KeySpec,
     RunConfig,
     default_for,
+    reference_path,
 )
 from core.i18n import t
 from core.units import plural_key
@@ -368,7 +369,7 @@ def unknown_key_message(key: str) -> str:
     suggestion = suggest_key(key)
     if suggestion:
         return t("config.unknown_key", suggestion=suggestion)
-    return t("config.unknown_key_no_suggestion")
+    return t("config.unknown_key_no_suggestion", reference=reference_path())
 
 
 def section_unknown_key_message(parts: list[str]) -> str:

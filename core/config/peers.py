@@ -267,12 +267,12 @@ def _eval_split(value: Any) -> Outcome:
 
 
 def _optimizer(value: Any) -> Outcome:
-    from core.config.schema import OPTIMIZER_ALIASES, OPTIMIZERS
+    from core.config.schema import OPTIMIZER_ALIASES, OPTIMIZERS, reference_path
 
     if is_unset(value):
         return dropped("import.reason_unset")
     name = OPTIMIZER_ALIASES.get(str(value).strip(), str(value).strip())
-    return taken({"optimizer": name}) if name in OPTIMIZERS else needs_you("import.reason_optimizer", value=value)
+    return taken({"optimizer": name}) if name in OPTIMIZERS else needs_you("import.reason_optimizer", value=value, reference=reference_path())
 
 
 def _train_on_prompt(value: Any) -> Outcome:

@@ -356,3 +356,11 @@ def resolve_defaults(values: dict[str, Any]) -> dict[str, Any]:
         model_name = str(out["model"]).rstrip("/").replace("\\", "/").split("/")[-1]
         out["name"] = f"{model_name}-{method}"
     return out
+
+
+def reference_path() -> str:
+    """Where the table of run keys (``REFERENCE.md``, shipped as package data) is in this install: the path that
+    messages pointing users to it give, one that exists in a checkout and in a pip install alike."""
+    from importlib.resources import files
+
+    return str(files("core.config").joinpath("REFERENCE.md"))

@@ -17,11 +17,12 @@ from core.units import UNKNOWN, format_duration, format_rate
 
 
 def register(subparsers: Any) -> None:
+    from core.config.schema import reference_path
     from core.i18n import t
 
     p = subparsers.add_parser("train", help=t("runs.train_help"), description=t("runs.train_help"))
     p.add_argument("config", metavar="RUN.yaml", help=t("runs.config_arg_help"))
-    p.add_argument("overrides", nargs="*", metavar="key=value", help=t("runs.overrides_help"))
+    p.add_argument("overrides", nargs="*", metavar="key=value", help=t("runs.overrides_help", reference=reference_path()))
     p.add_argument("--json", action="store_true", help=t("runs.json_help"))
     p.add_argument("--nnodes", type=int, default=1, help=t("runs.nnodes_help"))
     p.add_argument("--node-rank", type=int, default=0, help=t("runs.node_rank_help"))

@@ -71,3 +71,32 @@ def test_reference_gives_each_keys_default_as_the_schema_has_it():
         if not ok:
             wrong[key] = (default, row)
     assert wrong == {}, "REFERENCE.md default differs from the schema (key: (schema, row))"
+
+
+def test_messages_name_the_reference_where_a_pip_install_puts_it(tmp_path):
+    """Messages sent users to ``core/config/REFERENCE.md``, a path of the checkout: a wheel shipped no such file
+    (not package data). The wheel built from this tree holds it now, and the path the messages give is the
+    installed one (``reference_path``), relative to the package as in the wheel, and it exists."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    import core
+    from core.config.checks import unknown_key_message
+    from core.config.schema import reference_path
+
+    root = REFERENCE.parents[2]
+    source = tmp_path / "src"
+    for part in ("core", "tui", "themes"):
+        shutil.copytree(root / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
+                            "-q", "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel, = (tmp_path / "dist").glob("*.whl")
+    inside = Path(reference_path()).relative_to(Path(core.__file__).parent.parent).as_posix()
+    assert inside == "core/config/REFERENCE.md" and inside in zipfile.ZipFile(wheel).namelist()
+    assert Path(reference_path()).is_file()
+    assert f"see {reference_path()} for the keys" in unknown_key_message("zzzzzz_unlike_any_key")
