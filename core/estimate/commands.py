@@ -18,7 +18,6 @@ GPU_ONLY_ROWS = ("cuda_context", "deepspeed_nccl_buffers")  # always 0 on the CP
 def register(subparsers: Any) -> None:
     """Add the ``estimate`` command."""
     from core.config.checks import cli_number, cli_value
-    from core.estimate.gpus import MAX_GPU_COUNT
     from core.estimate.plan import ATTENTIONS, METHODS, OFFLOADS, OPTIMIZERS, PRECISIONS, normalise_optimizer
 
     parser = subparsers.add_parser("estimate", help=t("estimate.help"), description=t("estimate.help"))
@@ -40,7 +39,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--offload-activations", action="store_true", help=t("estimate.help.offload_activations"))
     parser.add_argument("--optimizer", type=normalise_optimizer, choices=OPTIMIZERS, default="adamw_fused",
                         help=t("estimate.help.optimizer"))
-    parser.add_argument("--gpus", type=cli_number(int, minimum=1, maximum=MAX_GPU_COUNT), default=None, help=t("estimate.help.gpus"))
+    parser.add_argument("--gpus", type=_gpu_count, default=None, help=t("estimate.help.gpus"))
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help=t("estimate.help.zero"))
     parser.add_argument("--offload", choices=OFFLOADS, default="none", help=t("estimate.help.offload"))
     parser.add_argument("--grad-accum", type=cli_value("gradient_accumulation"), default=1, help=t("estimate.help.grad_accum"))
@@ -53,6 +52,21 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--exact", action="store_true", default=None, help=t("estimate.help.exact"))
     parser.add_argument("--json", action="store_true", help=t("estimate.help.json"))
     parser.set_defaults(handler=run_estimate)
+
+
+def _gpu_count(text: str) -> int:
+    """``--gpus``: a count (``2``), or GPU indices as ``plan --gpus`` takes them (``0,1``: 2 GPUs), the count held
+    to ``MAX_GPU_COUNT``; one line saying both forms for anything else."""
+    from core.config.checks import cli_number
+    from core.estimate.gpus import MAX_GPU_COUNT
+
+    count = cli_number(int, minimum=1, maximum=MAX_GPU_COUNT)
+    if "," not in text:
+        return count(text)
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or not all(part.isdigit() for part in parts) or len(set(map(int, parts))) != len(parts):
+        raise argparse.ArgumentTypeError(t("estimate.error.gpus_form", value=text))
+    return count(str(len(parts)))
 
 
 def _ce_chunk_tokens(text: str) -> int | None:

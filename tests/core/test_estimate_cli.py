@@ -323,3 +323,18 @@ def test_estimate_takes_the_lm_head_chunk_plan_writes_and_then_agrees_with_plan(
     assert json.loads(same.stdout)["peak_gib"] == round(best.peak_gib, 3)
     auto = json.loads(run_estimate(tmp_path, *shape, "--ce-chunk-tokens", "auto").stdout)
     assert auto["peak_gib"] < json.loads(same.stdout)["peak_gib"]
+
+
+def test_gpus_takes_a_count_or_the_indices_plan_takes(tmp_path, capsys):
+    """``estimate --gpus`` was a count and ``plan --gpus`` a list of indices: ``estimate --gpus 0,1`` was refused as
+    not an integer. Both forms are read now (``0,1``: 2 GPUs, as ``--gpus 2``); anything else is one line naming
+    both forms. Typed hardware (H200), no GPU of this box."""
+    as_count = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--hardware", "H200", "--gpus", "2", "--json")
+    as_list = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--hardware", "H200", "--gpus", "0,1", "--json")
+    assert as_count.returncode == as_list.returncode == 0, as_list.stderr
+    assert json.loads(as_list.stdout)["plan"]["num_gpus"] == 2
+    assert json.loads(as_list.stdout) == json.loads(as_count.stdout)
+    for wrong in ("0,0", "a,b", "1,,x"):
+        said = _parse_error(capsys, "estimate", "--model", "tiny", "--gpus", wrong)
+        assert said.endswith(f"argument --gpus: '{wrong}' is neither a GPU count nor a list of distinct GPU indices: "
+                             "write a count such as 2, or indices such as 0,1"), said

@@ -57,6 +57,17 @@ def test_this_box_detected_through_the_monitor(tmp_path):
     assert data["hardware"]["gpu"] == "H200"
 
 
+def test_a_gpu_count_given_to_plan_is_answered_with_how_to_give_indices(tmp_path):
+    """``estimate --gpus 2`` is a count; ``plan --gpus 2`` picks GPU 2 (indices, as before: ``--gpus 1`` above is
+    GPU 1). On a box of GPUs 0 and 1 it said only that GPU 2 is not there: now one line says GPUs are chosen by
+    index, with the list to write. Fake NVML: two H200s."""
+    proc = tunedeck(tmp_path, "--model", "tiny", "--gpus", "2", fake_gpus="h200x2")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "tunedeck: no GPU with index 2 on this box (it has: 0, 1); GPUs are chosen by index, not by count: "
+        "0,1 takes the first two"]
+
+
 def test_cpu_box_and_human_output(tmp_path):
     # A box without GPUs, stated (fake NVML with none): on a GPU box the real NVML would be detected.
     proc = tunedeck(tmp_path, "--model", "tiny", "--dataset", str(SAMPLE), fake_gpus="none")
