@@ -8,8 +8,12 @@ by ``core.lifecycle.serve`` in its own session. It holds ``DIR/lock`` for its wh
     GET  /v1/models              the fine-tuned model, and ``<id>-base`` when it is base + adapter
     GET  /v1/models/{id}         one of those (404 ``model_not_found`` for any other id)
     POST /v1/chat/completions    OpenAI schema; ``"stream": true`` answers as server-sent events
-    POST /v1/completions         the legacy text completion (lm-eval, older SDKs): ``prompt`` a string or a
-                                 list of them (a choice each), no chat template; the same checks and streaming
+    POST /v1/completions         the legacy text completion (lm-eval, older SDKs): ``prompt`` a string, a list
+                                 of token ids, or a list of either (a choice each), no chat template; the same
+                                 checks and streaming. ``echo`` and ``logprobs`` (an integer k: each token's
+                                 log-probability, its k likeliest alternatives and text offset, the echoed
+                                 prompt's tokens included) score text as lm-eval's loglikelihood tasks ask;
+                                 with ``echo``, ``max_tokens`` 0 scores the prompt and generates nothing
 
 Requests are checked as OpenAI's API checks them, each refusal a 400 (404 for an unknown model) in OpenAI's
 error shape naming the parameter: ``model`` must be one /v1/models lists (left out, the fine-tuned model
@@ -44,7 +48,7 @@ import threading
 import time
 import uuid
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -128,6 +132,19 @@ class ChatBackend:
             raise RequestError(t("lifecycle.api_prompt_empty", index=index), param="prompt")
         return ids
 
+    def token_ids(self, ids: list[int], index: int) -> Any:
+        """A completions prompt given as token ids, on the model's device; an id the model has not is a 400."""
+        import torch
+
+        vocab = getattr(getattr(self.loaded.model, "config", None), "vocab_size", None) or len(self.loaded.tokenizer)
+        wrong = next((i for i in ids if not 0 <= i < vocab), None)
+        if wrong is not None:
+            from core.i18n import t
+
+            raise RequestError(t("lifecycle.api_prompt_token", index=index, value=wrong, last=vocab - 1),
+                               param="prompt")
+        return torch.tensor([ids], dtype=torch.long, device=self.loaded.device)
+
     def authorised(self, header: str | None) -> bool:
         if self.api_key is None:
             return True
@@ -179,17 +196,19 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _settings(body: dict[str, Any]) -> tuple[Any, bool]:
+def _settings(body: dict[str, Any], least: int = 1) -> tuple[Any, bool]:
     """(GenerationSettings, whether max_tokens was given) from the request; ``RequestError`` for a value
-    OpenAI refuses. A value given is used as given (0 is 0): only a missing or null one takes the default."""
+    OpenAI refuses. A value given is used as given (0 is 0): only a missing or null one takes the default.
+    ``least``: the smallest ``max_tokens`` taken (0 for an echoed completion: the prompt scored alone)."""
     from core.i18n import t
     from core.lifecycle.chat import GenerationSettings
 
     name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = body.get(name)
     if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
-                                   or max_tokens < 1):
-        raise RequestError(t("lifecycle.api_max_tokens", param=name, value=_shown(max_tokens)), param=name)
+                                   or max_tokens < least):
+        key = "lifecycle.api_max_tokens_echo" if least == 0 else "lifecycle.api_max_tokens"
+        raise RequestError(t(key, param=name, value=_shown(max_tokens)), param=name)
     temperature = body.get("temperature")
     if temperature is not None and not (_is_number(temperature) and 0 <= temperature <= 2):
         raise RequestError(t("lifecycle.api_temperature", value=_shown(temperature)), param="temperature")
@@ -289,24 +308,47 @@ def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-UNSUPPORTED_COMPLETION = ("echo", "logprobs", "suffix", "best_of")  # OpenAI's, that this server cannot honour
+UNSUPPORTED_COMPLETION = ("suffix", "best_of")  # OpenAI's, that this server cannot honour
+MAX_LOGPROBS = 20  # the most alternatives a token's top_logprobs holds (OpenAI's limit is 5; vLLM's 20)
 
 
-def _prompts(body: dict[str, Any]) -> list[str]:
-    """A completions request's ``prompt``: a string or a list of them (one choice each); ``RequestError`` for
-    anything else, and for a parameter this server cannot honour (``echo``, ``logprobs``, ``suffix``,
+def _token_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(i, int) and not isinstance(i, bool)
+                                                           for i in value)
+
+
+def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
+    """A completions request's ``prompt``: a string, a list of token ids, or a list of either (one choice
+    each); ``RequestError`` for anything else, and for a parameter this server cannot honour (``suffix``,
     ``best_of`` above 1) rather than an answer that silently leaves it out."""
     from core.i18n import t
 
     prompt = body.get("prompt")
-    prompts = [prompt] if isinstance(prompt, str) else prompt
-    if not (isinstance(prompts, list) and prompts and all(isinstance(p, str) for p in prompts)):
+    prompts = [prompt] if isinstance(prompt, str) or _token_list(prompt) else prompt
+    if not (isinstance(prompts, list) and prompts and all(isinstance(p, str) or _token_list(p) for p in prompts)):
         raise RequestError(t("lifecycle.api_prompt", value=_shown(prompt)), param="prompt")
     for name in UNSUPPORTED_COMPLETION:
         value = body.get(name)
         if value not in (None, False, "") and not (name == "best_of" and value == 1):
             raise RequestError(t("lifecycle.api_unsupported", param=name, value=_shown(value)), param=name)
     return prompts
+
+
+def _scoring(body: dict[str, Any]) -> tuple[bool, int | None]:
+    """(``echo``, ``logprobs``) of a completions request: whether the prompt comes back before the
+    completion, and how many alternatives each token's ``top_logprobs`` holds (None: no logprobs at all).
+    Both are answered whole, not streamed."""
+    from core.i18n import t
+
+    echo, top = body.get("echo"), body.get("logprobs")
+    if echo is not None and not isinstance(echo, bool):
+        raise RequestError(t("lifecycle.api_echo", value=_shown(echo)), param="echo")
+    if top is not None and not (isinstance(top, int) and not isinstance(top, bool) and 0 <= top <= MAX_LOGPROBS):
+        raise RequestError(t("lifecycle.api_logprobs", limit=MAX_LOGPROBS, value=_shown(top)), param="logprobs")
+    if body.get("stream") is True and (echo or top is not None):
+        param = "echo" if echo else "logprobs"
+        raise RequestError(t("lifecycle.api_scoring_stream", param=param), param=param)
+    return bool(echo), top
 
 
 @dataclass
@@ -321,11 +363,16 @@ class _Job:
     id: str
     created: int
     include_usage: bool = False
+    echo: bool = False  # a completion's text starts with its prompt (``texts``)
+    logprobs: int | None = None  # a completion's tokens scored, with this many alternatives each
+    texts: list[str] = field(default_factory=list)  # each completion prompt as text: what ``echo`` gives back
 
-    def choice(self, index: int, text: str, finish: str) -> dict[str, Any]:
+    def choice(self, index: int, text: str, finish: str, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         if self.chat:
             return {"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
-        return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+        if self.echo:
+            text = self.texts[index] + text
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
     def chunk(self, index: int, piece: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
         """A stream chunk: a piece of text, or (``piece`` None) the choice's end with its finish reason."""
@@ -453,16 +500,19 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 if not isinstance(body, dict):
                     raise ValueError("the request body must be a JSON object")
+                echo, top = False, None
                 if chat:
-                    prompts = [_messages(body)]
+                    prompts: list[Any] = [_messages(body)]
                 else:
                     prompts = _prompts(body)
-                settings, explicit = _settings(body)
+                    echo, top = _scoring(body)
+                settings, explicit = _settings(body, least=0 if echo else 1)
                 variant = backend.variant_for(body.get("model"))
                 if chat:
                     ids = [backend.chat_ids(prompts[0])]
                 else:
-                    ids = [backend.text_ids(text, index) for index, text in enumerate(prompts)]
+                    ids = [backend.text_ids(p, index) if isinstance(p, str) else backend.token_ids(p, index)
+                           for index, p in enumerate(prompts)]
                 fitted = [_fit_context(settings, explicit, int(one.shape[-1]), backend.context,
                                        "messages" if chat else "prompt") for one in ids]
             except RequestError as exc:
@@ -482,7 +532,11 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             job = _Job(chat=chat, prompts=list(zip(ids, fitted, strict=True)), variant=variant,
                        model=backend.model_id + ("-base" if variant == "base" else ""),
                        id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24], created=int(time.time()),
-                       include_usage=isinstance(options, dict) and bool(options.get("include_usage")))
+                       include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
+                       echo=echo, logprobs=top,
+                       texts=[] if chat else [p if isinstance(p, str) else
+                                              backend.loaded.tokenizer.decode(p, skip_special_tokens=False)
+                                              for p in prompts])
             with backend.lock:
                 if body.get("stream"):
                     self._stream(job)
@@ -490,7 +544,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                     self._complete(job)
 
         def _complete(self, job: _Job) -> None:
-            from core.lifecycle.chat import generate_from_prompt
+            from core.lifecycle.chat import GenerationOutcome, Reply, generate_from_prompt
 
             # A client that goes away (its timeout, Ctrl+C) ends the generation: the lock it holds would keep
             # every other request waiting for a reply nobody reads, up to max_tokens of it.
@@ -503,12 +557,20 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                         return
 
             threading.Thread(target=watch, daemon=True, name="tunedeck-client-watch").start()
-            replies = []
+            replies, scored = [], []
             try:
                 for ids, settings in job.prompts:
-                    replies.append(generate_from_prompt(backend.loaded, ids, settings, job.variant, stop=gone))
+                    if settings.max_tokens == 0:  # an echoed prompt scored alone: nothing generated
+                        replies.append(Reply("", GenerationOutcome(prompt_tokens=int(ids.shape[-1]), done=True)))
+                    else:
+                        replies.append(generate_from_prompt(backend.loaded, ids, settings, job.variant, stop=gone))
                     if gone.is_set():
                         break
+                if job.logprobs is not None and not gone.is_set():
+                    scored = [_logprobs(backend.loaded, ids, job.texts[index], reply, job.logprobs, job.echo,
+                                        job.variant)
+                              for index, ((ids, _fitted), reply) in enumerate(zip(job.prompts, replies,
+                                                                                     strict=True))]
             except Exception as exc:  # a generation error is the client's answer, not a dead server
                 log.exception("generation failed")
                 self._error(500, f"generation failed: {exc}", "server_error")
@@ -523,7 +585,8 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             self._json(200, {
                 "id": job.id, "object": "chat.completion" if job.chat else "text_completion",
                 "created": job.created, "model": job.model,
-                "choices": [job.choice(index, reply.text, reply.outcome.finish_reason)
+                "choices": [job.choice(index, reply.text, reply.outcome.finish_reason,
+                                       scored[index] if scored else None)
                             for index, reply in enumerate(replies)],
                 "usage": _usage([reply.outcome for reply in replies]),
             })
@@ -567,6 +630,59 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 stop.set()
 
     return Handler
+
+
+def _completion_tokens(tokenizer: Any, reply: Any) -> list[int]:
+    """The generated ids that make the reply's text: an end token (it adds no text) and the tokens past a
+    stop string (generation ends on the token completing it; the text ends before it) left out."""
+    ids, outcome = list(reply.outcome.ids), reply.outcome
+    if not outcome.hit_stop:
+        return ids[:-1] if outcome.hit_eos else ids
+    low, high = 0, len(ids)  # the fewest tokens whose text reaches the reply's end
+    while low < high:
+        middle = (low + high) // 2
+        if len(tokenizer.decode(ids[:middle], skip_special_tokens=True)) >= len(reply.text):
+            high = middle
+        else:
+            low = middle + 1
+    return ids[:low]
+
+
+def _logprobs(loaded: Any, prompt_ids: Any, prompt_text: str, reply: Any, top: int, echo: bool,
+              variant: str) -> dict[str, Any]:
+    """OpenAI's legacy ``logprobs`` object of one choice: for each token (the prompt's too with ``echo``) its
+    text, its log-probability given all before it (null for the very first), the ``top`` likeliest tokens
+    there and the token itself as {text: logprob} (null for the first), and its character offset from the
+    start of the prompt."""
+    import torch
+
+    from core.lifecycle.scoring import score_tokens, token_texts
+
+    tokenizer = loaded.tokenizer
+    prompt = [int(i) for i in prompt_ids[0].tolist()]
+    completion = _completion_tokens(tokenizer, reply)
+    ids = torch.tensor([prompt + completion], dtype=torch.long, device=prompt_ids.device)
+    scores = score_tokens(loaded, ids, top, variant)
+    texts = token_texts(tokenizer, prompt) + token_texts(tokenizer, completion, skip_special=True)
+    offsets, at = [], 0
+    for index, text in enumerate(texts):
+        if index == len(prompt):
+            at = len(prompt_text)  # the completion starts where the prompt as sent ends
+        offsets.append(at)
+        at += len(text)
+    first = 0 if echo else len(prompt)
+    tops: list[dict[str, float] | None] = []
+    for score in scores[first:]:
+        if score.logprob is None:
+            tops.append(None)
+            continue
+        alternatives: dict[str, float] = {}
+        for token_id, logprob in (*score.top, (score.id, score.logprob)):  # OpenAI: the token itself, always
+            name = tokenizer.decode([token_id], skip_special_tokens=False)
+            alternatives[name] = max(logprob, alternatives.get(name, logprob))
+        tops.append(alternatives)
+    return {"tokens": texts[first:], "token_logprobs": [score.logprob for score in scores[first:]],
+            "top_logprobs": tops, "text_offset": offsets[first:]}
 
 
 CLIENT_POLL_S = 0.2  # how often a non-streamed generation looks whether its client is still there

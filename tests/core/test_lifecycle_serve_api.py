@@ -303,10 +303,10 @@ def test_the_legacy_completions_endpoint_answers_the_openai_client(served):
         assert "".join(p.text for p in pieces) == choice.text and len(pieces) > 2, pieces
         assert [p.finish_reason for p in pieces if p.finish_reason] == ["length"]
     assert chunks[-1].usage.completion_tokens == 12 and not chunks[-1].choices
-    for bad, param in (({"prompt": 5}, "prompt"), ({"prompt": []}, "prompt"), ({"prompt": [1, 2]}, "prompt"),
+    for bad, param in (({"prompt": 5}, "prompt"), ({"prompt": []}, "prompt"), ({"prompt": [1, 2.5]}, "prompt"),
                        ({"prompt": ""}, "prompt"), ({"prompt": "Hi", "n": 2}, "n"),
-                       ({"prompt": "Hi", "max_tokens": 0}, "max_tokens"), ({"prompt": "Hi", "echo": True}, "echo"),
-                       ({"prompt": "Hi", "logprobs": 1}, "logprobs"),
+                       ({"prompt": "Hi", "max_tokens": 0}, "max_tokens"), ({"prompt": "Hi", "suffix": "!"}, "suffix"),
+                       ({"prompt": "Hi", "logprobs": 99}, "logprobs"),
                        ({"prompt": "word " * 2100, "max_tokens": 5}, "prompt"),
                        ({"prompt": "word " * 400, "max_tokens": 2000}, "prompt")):
         with pytest.raises(openai.BadRequestError) as refused:
