@@ -19,6 +19,9 @@ stdout, one JSON object a line (nothing else is ever written there)::
      "over": true}        (the conversation and max_tokens go past the model's context: nothing generated;
                           over false: this one fits, but another reply of its group does not)
     {"event": "error", "id": 1, "message": "..."}        (id null: loading failed; the process exits)
+    {"event": "warning", "message": "UserWarning: ... (modeling.py:12)"}
+                          a Python warning of ours, of the user's or of a model's own code (remote code);
+                          the machine-learning libraries' are kept quiet (``quiet_libraries``), as the server's
 
 The app keeps the model out of its own process: a crash or an out-of-memory here never takes the
 interface down, and closing the screen frees the memory by ending the process.
@@ -35,10 +38,25 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+_EMIT_LOCK = threading.Lock()  # a warning may come from the generating thread, mid-line of another record
+
 
 def _emit(out: TextIO, **record: Any) -> None:
-    out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    out.flush()
+    with _EMIT_LOCK:
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        out.flush()
+
+
+def _warnings_to(out: TextIO) -> None:
+    """Python warnings that pass the filters become ``warning`` records (the app shows them): stderr goes
+    nowhere here, and a warning ignored wholesale hid real problems along with the libraries' chatter."""
+    import warnings
+
+    def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: Any = None) -> None:
+        _emit(out, event="warning", message=f"{category.__name__}: {message} ({Path(filename).name}:{lineno})")
+
+    warnings.showwarning = show
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,11 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = sys.stdout
     sys.stdout = sys.stderr  # libraries that print (DeepSpeed's logger) must not corrupt the protocol
-    import logging
-    import warnings
+    from core.lifecycle.library_noise import quiet_libraries
 
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
+    quiet_libraries()  # the libraries' warnings and notes, not ours nor the user's, which the app shows
+    _warnings_to(out)
     try:
         from core.lifecycle.chat import (
             GenerationSettings,

@@ -259,6 +259,28 @@ def test_a_reply_stopped_before_any_text_leaves_no_turn_and_gives_the_message_ba
     asyncio.run(scenario())
 
 
+def test_a_warning_of_the_model_process_is_said_as_a_line(tmp_path, monkeypatch):
+    """The model process's warnings were dropped; its ``warning`` record (see
+    test_lifecycle_chat_worker_warnings.py) is now said in a notification. No model process: the screen gets
+    the record as the worker writes it."""
+    from tui.screens.chat import WorkerEvent
+
+    monkeypatch.setattr(ChatScreen, "_start_worker", lambda self: None)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = ChatScreen(model_dir=tmp_path)
+            await app.push_screen(screen)
+            await pilot.pause()
+            message = "UserWarning: this model's cache layout is deprecated (modeling_mine.py:12)"
+            screen.post_message(WorkerEvent({"event": "warning", "message": message}))
+            await wait_for(pilot, lambda: any(message in str(n.message) for n in app._notifications))
+            assert [n.severity for n in app._notifications if message in str(n.message)] == ["warning"]
+
+    asyncio.run(scenario())
+
+
 def test_side_by_side_a_side_stopped_before_any_text_still_sends_alternating_turns(tmp_path, monkeypatch):
     """Side by side, Ctrl+G after the base answered and before the tuned reply began: the tuned pane keeps
     the user's turn beside the base's (both panes show the same messages) but has no answer to it, and the

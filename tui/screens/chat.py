@@ -223,6 +223,8 @@ class ChatScreen(Screen[None]):
                               if self.stopped else t("chat.done", seconds=float(record.get("seconds") or 0.0)))
         elif event == "too_long":
             self._too_long(record, status)
+        elif event == "warning":  # a Python warning of the model's code, ours or the user's: said, not acted on
+            self.notify(t("chat.warning", message=str(record.get("message", ""))), severity="warning", timeout=15)
         elif event == "error":
             if record.get("id") is not None:
                 self.endings[str(record.get("variant"))] = "error"
