@@ -204,6 +204,29 @@ def prompt_ids(loaded: LoadedModel, messages: list[dict[str, str]]) -> Any:
     return ids.to(loaded.device)
 
 
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A conversation ready to answer: its prompt token ids, the model's context (``context_length``; None:
+    not known) and whether the prompt with the reply asked for goes past it (``context_overflow``)."""
+
+    ids: Any
+    limit: int | None
+    overflow: ContextOverflow | None
+
+    @property
+    def tokens(self) -> int:
+        return int(self.ids.shape[-1])
+
+
+def chat_prompt(loaded: LoadedModel, messages: list[dict[str, str]], max_tokens: int) -> ChatPrompt:
+    """``messages`` chat-templated (``prompt_ids``: its refusals and failures raised as they are) and checked
+    against the context for a reply of ``max_tokens``: the chat CLI's check of each line and the chat
+    screen's of each group of side-by-side replies, before anything is generated."""
+    ids = prompt_ids(loaded, messages)
+    limit = context_length(loaded)
+    return ChatPrompt(ids, limit, context_overflow(int(ids.shape[-1]), max_tokens, limit))
+
+
 def text_prompt_ids(loaded: LoadedModel, text: str) -> Any:
     """A plain text prompt (the legacy completions API's: no chat template) as token ids on the model's device,
     with the special tokens the tokenizer adds itself (a BOS where the model expects one)."""

@@ -72,13 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_libraries()  # the libraries' warnings and notes, not ours nor the user's, which the app shows
     _warnings_to(out)
     try:
-        from core.lifecycle.chat import (
-            GenerationSettings,
-            context_length,
-            context_overflow,
-            prompt_ids,
-            stream_prompt,
-        )
+        from core.lifecycle.chat import GenerationSettings, chat_prompt, stream_prompt
         from core.lifecycle.source import load_finetuned, load_model_dir, resolve_model_source
         from core.runs.run_dir import RunDirectory
 
@@ -95,36 +89,34 @@ def main(argv: list[str] | None = None) -> int:
               **({"message_record": stored.to_record()} if stored is not None else {}))
         return 1
     _emit(out, event="ready", has_adapter=loaded.has_adapter, label=label, device=loaded.device)
-    limit = context_length(loaded)
     requests = _Requests(sys.stdin)
     while (line := requests.next()) is not None:
         group = line["replies"] if isinstance(line.get("replies"), list) else [line]
-        prepared = []  # (id, variant, settings, prompt ids, context overflow or None)
+        prepared = []  # (id, variant, settings, ChatPrompt)
         for request in (r for r in group if isinstance(r, dict)):
             rid = request.get("id")
             variant = str(request.get("variant") or "tuned")
             settings = GenerationSettings(temperature=float(request.get("temperature", 0.7)),
                                           max_tokens=int(request.get("max_tokens", 256)))
             try:
-                ids = prompt_ids(loaded, list(request.get("messages") or []))
+                prompt = chat_prompt(loaded, list(request.get("messages") or []), settings.max_tokens)
             except Exception as exc:  # this reply fails; the others of the group go on
                 _emit(out, event="error", id=rid, variant=variant, message=str(exc))
                 continue
-            prepared.append((rid, variant, settings, ids,
-                             context_overflow(int(ids.shape[-1]), settings.max_tokens, limit)))
-        if any(over is not None for *_, over in prepared):
+            prepared.append((rid, variant, settings, prompt))
+        if any(prompt.overflow is not None for *_, prompt in prepared):
             # said before generating, not a failure inside generate; side by side, one side past the context
             # refuses the message for both, or the two conversations would go out of step
-            for rid, variant, settings, ids, over in prepared:
-                _emit(out, event="too_long", id=rid, variant=variant, prompt=int(ids.shape[-1]),
-                      max_tokens=settings.max_tokens, limit=limit, over=over is not None)
+            for rid, variant, settings, prompt in prepared:
+                _emit(out, event="too_long", id=rid, variant=variant, prompt=prompt.tokens,
+                      max_tokens=settings.max_tokens, limit=prompt.limit, over=prompt.overflow is not None)
             continue
-        for rid, variant, settings, ids, _ in prepared:
+        for rid, variant, settings, prompt in prepared:
             started = time.monotonic()
             stop = requests.begin(rid)
             try:
                 if not stop.is_set():  # asked to stop before it began (the base's reply was stopped, side by side)
-                    for piece in stream_prompt(loaded, ids, settings, variant, stop=stop):
+                    for piece in stream_prompt(loaded, prompt.ids, settings, variant, stop=stop):
                         _emit(out, event="token", id=rid, variant=variant, text=piece)
             except Exception as exc:  # one failed reply; the model stays loaded for the next
                 _emit(out, event="error", id=rid, variant=variant, message=str(exc))

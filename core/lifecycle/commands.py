@@ -139,9 +139,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         ChatTemplateRefused,
         GenerationSettings,
         build_messages,
-        context_length,
-        context_overflow,
-        prompt_ids,
+        chat_prompt,
         refuse_base_without_adapter,
         stream_prompt,
     )
@@ -168,7 +166,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
             loaded = load_finetuned(source)
     settings = GenerationSettings(temperature=args.temperature, max_tokens=args.max_tokens)
     variant = "base" if args.base else "tuned"
-    limit = context_length(loaded)
     history: list[dict[str, str]] = []
     _err(t("lifecycle.chat_ready"))
     for line in sys.stdin:  # Ctrl+C here (no reply under way) ends the session: main's exit 130
@@ -179,11 +176,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
         # A message the template refuses or that does not fit is said in one line and left out of the
         # conversation; the session goes on.
         try:
-            ids = prompt_ids(loaded, build_messages(history + [asked], args.system))
+            prompt = chat_prompt(loaded, build_messages(history + [asked], args.system), settings.max_tokens)
         except (ChatTemplateRefused, ChatTemplateFailed) as exc:
             _err(str(exc))
             continue
-        over = context_overflow(int(ids.shape[-1]), settings.max_tokens, limit)
+        over = prompt.overflow
         if over is not None:
             _err(t("lifecycle.chat_too_long", prompt=over.prompt, max_tokens=over.completion, total=over.total,
                    limit=over.limit))
@@ -191,7 +188,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         stop = threading.Event()
         reply: list[str] = []
         with _interrupt_sets(stop):
-            for piece in stream_prompt(loaded, ids, settings, variant, stop=stop):
+            for piece in stream_prompt(loaded, prompt.ids, settings, variant, stop=stop):
                 reply.append(piece)
                 out.write(piece)
                 out.flush()
