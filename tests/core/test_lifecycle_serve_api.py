@@ -314,3 +314,26 @@ def test_the_legacy_completions_endpoint_answers_the_openai_client(served):
         assert refused.value.param == param and refused.value.type == "invalid_request_error", (bad, refused.value)
     assert "in your prompt; 2000 for the completion" in refused.value.message, refused.value.message
     assert refused.value.code == "context_length_exceeded"
+
+
+def test_echoed_logprobs_score_with_the_adapter_for_the_run_and_without_it_for_base(served):
+    """lm-eval's loglikelihood request (echo, logprobs, max_tokens 0) on the learned answer: the run's model
+    (adapter on) finds it far likelier than the base (adapter switched off for the `-base` id)."""
+    from transformers import AutoTokenizer
+
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    run_id, url = served
+    tokenizer = AutoTokenizer.from_pretrained(TINY)
+    context = tokenizer.apply_chat_template(_ask("Name a colour."), tokenize=False, add_generation_prompt=True)
+    ctxlen = len(tokenizer(context)["input_ids"])
+    totals = {}
+    for model in (run_id, run_id + "-base"):
+        request = urllib.request.Request(url + "/completions", data=json.dumps(
+            {"model": model, "prompt": context + "Blue.", "max_tokens": 0, "echo": True, "logprobs": 1,
+             "temperature": 0}).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            [choice] = json.loads(response.read())["choices"]
+        assert choice["text"] == context + "Blue."
+        totals[model] = sum(choice["logprobs"]["token_logprobs"][ctxlen:])  # the answer's tokens
+    assert totals[run_id] > totals[run_id + "-base"] + 5, totals
