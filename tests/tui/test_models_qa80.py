@@ -234,9 +234,13 @@ def test_the_download_line_drops_whole_parts_and_cuts_a_path_in_its_middle(hub_e
             screen = await open_models(pilot, app)
             width = SIZE[0] - 2  # the line's padding
             text = screen._download_text(status(), width)
-            assert text == "qa/Big-Slow-7B: 25.6 MB / 31.5 MB · 1.6 MB/s · ETA 00:03", text  # no dangling "·"
+            assert text == "qa/Big-Slow-7B: 25.6 MB / 31.5 MB · 1.6 MB/s · ETA 0:03", text  # no dangling "·"
             text = screen._download_text(status(current_file="model-00001-of-00004.safetensors"), width)
-            assert text.endswith("ETA 00:03") and "·" not in text[-3:], text  # the file name left out whole
+            assert text.endswith("ETA 0:03") and "·" not in text[-3:], text  # the file name left out whole
+            # An ETA past an hour reads as `tunedeck models download` prints it, not wrapped to its minutes
+            # ("%M:%S" showed 1:05:00 as 05:00); an unknown one as every unknown figure.
+            assert screen._download_text(status(eta_s=3900.0), width).endswith("ETA 1:05:00")
+            assert screen._download_text(status(eta_s=None), width).endswith("ETA –")
             target = "/home/qa/.cache/modelscope/hub/models/deepseek-ai/DeepSeek-R1-Distill-Qwen-1___5B"
             text = screen._download_text(status(status="done", model_id=DEEPSEEK, target_dir=target), width)
             assert text.startswith(f"{DEEPSEEK}: downloaded to /home") and text.endswith("-Qwen-1___5B"), text
@@ -407,7 +411,7 @@ def test_a_long_model_id_leaves_the_download_line_its_numbers(hub_env):  # noqa:
                 "done": {"status": "done", "target_dir": "/root/.cache/modelscope/models/org/Qwen2___5-Coder"}}.items()}
             for text in lines.values():
                 assert cell_len(text) <= width and text.startswith("org-with-a-") and "…" in text, text
-            assert lines["running"].endswith(": 25.6 MB / 31.5 MB · 1.6 MB/s · ETA 00:03"), lines["running"]
+            assert lines["running"].endswith(": 25.6 MB / 31.5 MB · 1.6 MB/s · ETA 0:03"), lines["running"]
             assert "-for-testing-widths: 25.6 MB / 31.5 MB" in lines["running"]  # the id's end: which model
             assert lines["interrupted"].endswith(" on ModelScope: stopped at 25.6 MB / 31.5 MB"), lines
             assert lines["failed"].split(": ", 1)[1].startswith("download failed (e: why)"), lines  # e: the rest

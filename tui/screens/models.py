@@ -43,7 +43,7 @@ from core.hub.reachability import HubReachability
 from core.hub.records import HUBS, SIZE_CLASSES, SORTS, ModelDetails, SearchPage, SearchQuery
 from core.i18n import t
 from core.text_width import cell_len, truncate
-from core.units import format_magnitude, plural_key
+from core.units import format_duration, format_magnitude, plural_key
 from tui.screens.error_modal import report_failed_worker, report_unexpected
 from tui.widgets.keys_footer import KeysFooter
 
@@ -838,9 +838,9 @@ class ModelsScreen(Screen[None]):
         "d resumes it" only while ``d`` would: the stopped model open on its hub; else which hub it is on."""
         done, total = human_bytes(status.bytes_done), human_bytes(status.bytes_total)
         if status.active:
-            eta = "?" if status.eta_s is None else time.strftime("%M:%S", time.gmtime(status.eta_s))
+            # The one duration format, as `tunedeck models download` prints it: "%M:%S" read an ETA of 1:05:00 as 05:00.
             return _line_of_model("modelsscreen.download_line", status.model_id, width, done=done, total=total,
-                                  rate=human_bytes(status.rate_bps), eta=eta, file=status.current_file or "")
+                                  rate=human_bytes(status.rate_bps), eta=format_duration(status.eta_s), file=status.current_file or "")
         if status.status == "done":
             model = _model_in_line("modelsscreen.download_status.done", status.model_id, width, reserve=16, path="")
             room = width - cell_len(t("modelsscreen.download_status.done", model=model, path=""))
