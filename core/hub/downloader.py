@@ -51,6 +51,15 @@ class Cancelled(Exception):
     pass
 
 
+class LocalWriteError(Exception):
+    """Writing a file on this box failed (a full disk, a quota, a read-only folder): no retry can help, so it
+    is kept apart from the network's errors, which are OSErrors too (``requests.RequestException`` is one)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class FatalDownloadError(TunedeckError):
     """A file the downloader gives up on (retries spent, a hash mismatch, a refusal): the job fails."""
 
@@ -134,12 +143,14 @@ class Downloader:
                 part.unlink()
                 offset = 0
             if offset < size:
-                progressed = False
                 try:
-                    progressed = self._get(item["url"], part, offset)
-                except FatalDownloadError:
+                    self._get(item["url"], part, offset)
+                except (FatalDownloadError, LocalWriteError):
                     raise
                 except (requests.RequestException, OSError) as exc:
+                    # An attempt that wrote bytes before the link dropped made progress: only attempts that
+                    # wrote none count towards giving up (a flaky link that drops every few MB gets there).
+                    progressed = (part.stat().st_size if part.is_file() else 0) > offset
                     stalled = 0 if progressed else stalled + 1
                     self.event("retry", file=item["path"], offset=offset, reason=bounded_reason(str(exc)))
                     if stalled >= MAX_STALLED_ATTEMPTS:
@@ -176,14 +187,26 @@ class Downloader:
             if offset and response.status_code != 206:
                 mode = "wb"  # the server ignored the range: start the file over
             got = False
-            with open(part, mode) as handle:
+            try:
+                handle = open(part, mode)
+            except OSError as exc:
+                raise LocalWriteError(exc) from exc
+            try:
                 for chunk in response.iter_content(CHUNK_BYTES):
                     if not chunk:
                         continue
-                    handle.write(chunk)
+                    try:
+                        handle.write(chunk)
+                    except OSError as exc:
+                        raise LocalWriteError(exc) from exc
                     got = True
                     self.check_cancel()
                     self.write_state("running")
+            finally:
+                try:
+                    handle.close()  # a buffered write may meet the full disk only here
+                except OSError as exc:
+                    raise LocalWriteError(exc) from exc
             return got
 
     # --- the whole job -----------------------------------------------------------------------------
@@ -211,6 +234,11 @@ class Downloader:
             self.event("failed", reason=str(exc))
             self.write_state("failed", error=str(exc), force=True)
             return 2
+        except LocalWriteError as exc:
+            message = self._write_failure(exc.error)
+            self.event("failed", reason=message)
+            self.write_state("failed", error=message, force=True)
+            return 2
         except OSError as exc:  # disk full, permissions
             message = t("hub.download.disk_error", path=str(self.target), reason=bounded_reason(str(exc)))
             self.event("failed", reason=message)
@@ -222,6 +250,23 @@ class Downloader:
         self.write_state("done", force=True)
         return 0
 
+
+    def _write_failure(self, error: OSError) -> str:
+        """What a failed write of the current file says: a full disk (or quota) with what is free now and
+        what to do; anything else (permissions, a read-only folder) with the system's reason."""
+        import errno
+
+        from core.hub.download import free_bytes_at
+        from core.units import format_disk
+
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            try:
+                free: int | None = free_bytes_at(self.target)
+            except OSError:
+                free = None
+            return t("hub.download.disk_full", file=self.current or "", free=format_disk(free),
+                     path=str(self.target))
+        return t("hub.download.disk_error", path=str(self.target), reason=bounded_reason(str(error)))
 
     def _point_hf_ref(self) -> None:
         """In the Hugging Face cache layout, ``refs/main`` names the snapshot, as the SDK leaves it."""

@@ -427,3 +427,88 @@ def test_a_reason_too_long_to_keep_is_cut_at_a_word_with_an_ellipsis():
     assert kept[:-1] == words[:len(kept) - 1] and words[len(kept) - 1] == " "  # whole words only
     assert bounded_reason("short\n  reason") == "short reason"
     assert bounded_reason("x" * 1000) == "x" * (REASON_MAX_CHARS - 1) + "…"  # no word to cut at: still bounded
+
+
+def _job_in_process(plan):
+    """The job folder ``start_download`` writes, without its detached downloader: the test runs the
+    ``Downloader`` here, where it can make the disk fail or the link drop."""
+    job = job_dir_for(plan.hub, plan.model_id)
+    job.mkdir(parents=True)
+    write_json_atomic(job / "job.json", plan.to_json())
+    return job
+
+
+def test_a_full_disk_fails_the_download_at_once_saying_so(hub_server, monkeypatch):
+    """The QA filled the disk mid-download: each ENOSPC was taken for a dropped link, retried six times with
+    back-off, and the download ended "Gave up on … after 6 attempts without progress: [Errno 28] …. Run the
+    download again to resume.", which cannot help. A write that fails on this box fails the job at once,
+    naming the full disk, what is free and what to do; the part written stays for the resume."""
+    import errno
+
+    from core.hub import downloader
+
+    plan = _plan(include=["model.safetensors"])
+    job = _job_in_process(plan)
+    real_open = open
+
+    class FullDisk:
+        """A .part file on a disk that fills after 64 KiB."""
+
+        def __init__(self, path, mode):
+            self.handle = real_open(path, mode)
+
+        def write(self, data):
+            if self.handle.tell() + len(data) > 64 * 1024:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.handle.write(data)
+
+        def close(self):
+            self.handle.close()
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.close()
+
+    def fake_open(path, mode="r", *args, **kwargs):
+        if str(path).endswith(".part"):
+            return FullDisk(path, mode)
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(downloader, "open", fake_open, raising=False)
+    monkeypatch.setattr(downloader.time, "sleep", lambda seconds: None)  # the back-off is not under test
+    assert downloader.Downloader(job, None).run() == 2
+    status = read_status(job)
+    assert status.status == "failed", status
+    assert status.error.startswith("The disk filled up while writing model.safetensors ("), status.error
+    assert "Free some space" in status.error and str(plan.target_dir) in status.error
+    events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
+    assert not [e for e in events if e["event"] == "retry"], events  # no retry: a full disk stays full
+    assert (plan.target_dir / "model.safetensors.part").stat().st_size == 64 * 1024  # kept for the resume
+
+
+def test_a_link_that_drops_after_progress_every_time_still_finishes(hub_server, monkeypatch):
+    """Attempts that wrote bytes before the link dropped were counted as "without progress": a file whose
+    link dropped mid-body seven times in a row failed ("Gave up … after 6 attempts without progress"), each
+    attempt having brought a piece of it. Only attempts that bring nothing count towards giving up."""
+    import requests
+
+    from core.hub import downloader
+
+    plan = _plan(include=["model.safetensors"])
+    job = _job_in_process(plan)
+    monkeypatch.setattr(downloader.time, "sleep", lambda seconds: None)  # the back-off is not under test
+    piece = 32 * 1024  # eight drops for the 256 KiB file
+
+    def dropping_get(self, url, part, offset):
+        with open(part, "ab") as handle:
+            handle.write(WEIGHTS[offset:offset + piece])
+        if offset + piece < len(WEIGHTS):
+            raise requests.ConnectionError("Connection broken: IncompleteRead")
+        return True
+
+    monkeypatch.setattr(downloader.Downloader, "_get", dropping_get)
+    assert downloader.Downloader(job, None).run() == 0
+    assert read_status(job).status == "done"
+    assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
