@@ -214,6 +214,14 @@ def test_an_unfinished_downloads_id_is_whole_at_80_columns(hub_env, tmp_path):  
             assert row[at:].split()[0] == "incomplete", (header, row)  # in its column, under Last used
             assert all(cell_len(text) <= SIZE[0] for text in lines)
             assert " incomplete " not in next(line for line in lines if line.split()[:1] == ["tiny"])
+            # The count above the list: it read "1 model on disk, 100 B in all" where `tunedeck models list`
+            # says "No models on disk" and lists the folder as incomplete.
+            summary = flat(screen.query_one("#local-summary"))
+            assert summary.startswith("No finished model on disk · 1 incomplete (102 B), not trainable"), summary
+            modelscope_folder(tmp_path, TINY, {"config.json": b"{}", "model.safetensors": b"w" * 1000})
+            await pilot.press("f5")
+            await wait_for(pilot, lambda: flat(screen.query_one("#local-summary")).startswith(
+                "1 model on disk, 1.0 kB in all · 1 incomplete (102 B)"))
 
     asyncio.run(scenario())
 

@@ -949,10 +949,16 @@ class ModelsScreen(Screen[None]):
                 self._local_facts_worker(shown)
             else:
                 self._hide_local_details()
-        total = sum(model.size_bytes for model in message.models)
-        on_disk = (t(plural_key("modelsscreen.local_count", len(message.models)), count=len(message.models),
-                     size=human_bytes(total))
-                   if message.models else t("modelsscreen.local_none"))
+        # Whole models and unfinished downloads counted apart, as `tunedeck models list` lists them: a cancelled
+        # download alone read "1 model on disk" where the CLI said "No models on disk".
+        whole = [model for model in message.models if _local_complete(model)]
+        partial = [model for model in message.models if not _local_complete(model)]
+        on_disk = (t(plural_key("modelsscreen.local_count", len(whole)), count=len(whole),
+                     size=human_bytes(sum(model.size_bytes for model in whole)))
+                   if whole else t("modelsscreen.local_none_finished" if partial else "modelsscreen.local_none"))
+        if partial:
+            on_disk += " · " + t(plural_key("modelsscreen.local_incomplete", len(partial)), count=len(partial),
+                                 size=human_bytes(sum(model.size_bytes for model in partial)))
         configs = sum(1 for bundled in message.bundled if bundled.kind == "config")
         self.query_one("#local-summary", Static).update(
             _plain(on_disk + "\n" + t("modelsscreen.local_bundled", count=configs)))
