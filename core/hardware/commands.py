@@ -74,7 +74,8 @@ def render_snapshot(snapshot: Any) -> list[str]:
                 key,
                 index=gpu.index,
                 pid=proc.pid,
-                memory=_mib(proc.used_memory_bytes),
+                # "N/A", not "N/A MiB": NVML gives no per-process memory under MIG or in some containers.
+                memory=_na(None if proc.used_memory_bytes is None else f"{proc.used_memory_bytes // MIB} MiB"),
                 user=proc.user or t("hardware.cli.na"),
                 command=one_line(proc.command or "") or t("hardware.cli.na"),  # --json keeps the real one
             ))

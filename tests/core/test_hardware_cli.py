@@ -164,3 +164,20 @@ def test_a_multi_line_command_is_one_line_of_the_table_and_unchanged_in_json(tmp
     data = json.loads(run_gpus(tmp_path, "--json", fake=path).stdout)
     commands = [p["command"] for g in data["gpus"] for p in g["processes"]]
     assert first in commands and hostile in commands  # the real command lines, unchanged
+
+
+def test_a_process_without_a_memory_reading_says_na_without_a_unit():
+    """NVML gives no per-process memory under MIG or in some containers: the line read "N/A MiB"."""
+    import dataclasses
+
+    from core.hardware.commands import render_snapshot
+    from core.hardware.snapshot import GpuProcess
+
+    recording = load_snapshot(FIXTURES / "h200x2.json")
+    gpu = recording.gpus[0]
+    known = dataclasses.replace(gpu.processes[0], pid=101)
+    unknown = GpuProcess(pid=102, used_memory_bytes=None, visible=True, user="root", command="python x.py")
+    box = dataclasses.replace(recording, gpus=(dataclasses.replace(gpu, processes=(known, unknown)),))
+    lines = render_snapshot(box)
+    assert f"  GPU 0  pid 101  {known.used_memory_bytes // 2**20} MiB  root  " in "\n".join(lines)
+    assert "  GPU 0  pid 102  N/A  root  python x.py" in lines
