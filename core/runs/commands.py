@@ -158,16 +158,19 @@ def _check_only(args: argparse.Namespace) -> int:
 
 
 def _report_started(run: Any, as_json: bool, extra: dict[str, Any] | None = None,
-                    resumed_from: int | None = None) -> None:
+                    resumed_from: int | None = None, restarted: bool = False) -> None:
     """The run id on stdout, and on stderr what was started and how to follow it (``resumed_from``: the
-    checkpoint step a resume continues from, said as such rather than "started run")."""
+    checkpoint step a resume continues from, said as such rather than "started run"; ``restarted``: a
+    resume of a run that never trained, started again from step 0)."""
     from core.i18n import t
 
     if as_json:
         _print_json({"id": run.id, "run_dir": str(run.path), "status": run.status().status, **(extra or {})})
     else:
         print(run.id)
-        if resumed_from is None:
+        if restarted:
+            _err(t("runs.restarted", id=run.id, path=str(run.path)))
+        elif resumed_from is None:
             _err(t("runs.started", id=run.id, path=str(run.path)))
         else:
             _err(t("runs.resumed", id=run.id, path=str(run.path), step=resumed_from))
@@ -444,5 +447,5 @@ def cmd_resume(args: argparse.Namespace) -> int:
     _report_started(run, args.json, {"checkpoint": plan.checkpoint, "step": plan.step,
                                      "weights_only": plan.weights_only,
                                      "notices": [notice.text() for notice in plan.notices]},
-                    resumed_from=plan.step)
+                    resumed_from=plan.step, restarted=plan.checkpoint is None)
     return 0

@@ -16,7 +16,7 @@ from core.i18n import Message, t
 from core.runs.checkpoints import CheckpointCheck, resume_candidates
 from core.runs.errors import RunError
 from core.runs.fingerprint import compare_fingerprint, record_fingerprint
-from core.runs.liveness import effective_status, lock_holder, same_process_alive, try_lock
+from core.runs.liveness import effective_status, lock_holder, never_trained, same_process_alive, try_lock
 from core.runs.run_dir import (
     ACTIVE_STATES,
     CRASHED,
@@ -138,16 +138,19 @@ class ResumePlan:
     """What ``prepare_resume`` decided: the checkpoint to resume from and what the user must be told
     (``notices``: fallbacks, removals, warnings about changed data or configuration, in order)."""
 
-    checkpoint: str
+    checkpoint: str | None  # None: the run starts again from step 0 (``never_trained``)
     step: int
     weights_only: bool = False
     notices: list[Message] = field(default_factory=list)
 
 
 def _choose_checkpoint(run: RunDirectory, step: int | None, weights_only: bool,
-                       notices: list[Message]) -> CheckpointCheck:
-    """The newest sound checkpoint (or checkpoint ``step``); every one passed over is told and recorded."""
+                       notices: list[Message]) -> CheckpointCheck | None:
+    """The newest sound checkpoint (or checkpoint ``step``); every one passed over is told and recorded.
+    None for a run that never trained (``never_trained``): it starts again from step 0."""
     candidates = resume_candidates(run.checkpoints_dir)
+    if not candidates and step is None and never_trained(run):
+        return None
     if step is not None:
         chosen = [c for c in candidates if c.checkpoint.step == step]
         if not chosen:
@@ -213,7 +216,7 @@ def _being_resumed(run: RunDirectory, status: RunStatus) -> bool:
     """True while a resume is starting the run: queued by ``prepare_resume``, or the supervisor of an
     attempt that resumes from a checkpoint starting (two resumes that race: the second is told this)."""
     if status.status == QUEUED:
-        return (status.reason_message or {}).get("key") == "runs.reason_resuming"
+        return (status.reason_message or {}).get("key") in ("runs.reason_resuming", "runs.reason_restarting")
     if status.status == STARTING:
         attempts = run.read_record()[0].get("attempts")  # one that does not read: a resume cannot tell
         return isinstance(attempts, list) and bool(attempts) and isinstance(attempts[-1], dict) \
@@ -254,9 +257,11 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     run.close_open_attempt(status.status)  # one whose end was recorded without closing it (older versions)
     notices: list[Message] = []
     check = _choose_checkpoint(run, step, weights_only, notices)
-    checkpoint = check.checkpoint
+    checkpoint = check.checkpoint if check is not None else None
+    from_step = checkpoint.step if checkpoint is not None else 0
+    weights_only = weights_only and check is not None  # nothing to take weights from: a plain start
     cfg = config.to_dict() if config is not None else run.config()
-    no_step_left = _no_step_left(run, cfg, checkpoint.step, checkpoint.path)
+    no_step_left = None if checkpoint is None else _no_step_left(run, cfg, checkpoint.step, checkpoint.path)
     if no_step_left is not None:  # before anything is written: the run stays as it was, resumable
         raise RunControlError(no_step_left, 2)
     report = compare_fingerprint(run.path, cfg)
@@ -269,7 +274,7 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     notices += report.warnings
     if report.events or not report.recorded:  # compare the next resume with what the rest trains on
         record_fingerprint(run.path, cfg)
-    if check.legacy:
+    if check is not None and check.legacy:
         notices.append(Message("resume.legacy_marker", name=checkpoint.path.name))
     if weights_only:
         run.append_event("resume_weights_only", step=checkpoint.step, path=str(checkpoint.path),
@@ -284,7 +289,7 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
             notices.append(Message("resume.removed_incomplete", name=leftover.path.name, size=format_bytes(size)))
             shutil.rmtree(leftover.path, ignore_errors=True)
     newer = [c.checkpoint.path.name for c in resume_candidates(run.checkpoints_dir)
-             if c.checkpoint.step > checkpoint.step]
+             if c.checkpoint.step > from_step]
     if newer:
         notices.append(Message("resume.newer_kept", name=checkpoint.path.name, newer=", ".join(newer)))
     if config is not None:
@@ -292,7 +297,7 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
         run.append_event("config_overridden", keys=[m.params.get("key") for m in report.config_changed])
     record = run.record()
     resumes = list(record.get("resumes") or [])
-    resumes.append({"time": utc_now_iso(), "checkpoint": str(checkpoint.path), "step": checkpoint.step,
+    resumes.append({"time": utc_now_iso(), "checkpoint": str(checkpoint.path) if checkpoint else None, "step": from_step,
                     "previous_status": status.status, "weights_only": weights_only,
                     "notices": [n.english() for n in notices]})
     changes: dict[str, Any] = {}
@@ -303,8 +308,9 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
         changes["config_summary"] = config_summary(str(name), cfg)
     # Forget the old supervisor: its pid must not be mistaken for the new one's.
     run.update_record(resumes=resumes, supervisor=None, trainer=None, **changes)
-    run.write_status(QUEUED, Message("runs.reason_resuming", step=checkpoint.step))
-    return ResumePlan(str(checkpoint.path), checkpoint.step, weights_only, notices)
+    run.write_status(QUEUED, Message("runs.reason_resuming", step=from_step) if checkpoint is not None
+                     else Message("runs.reason_restarting"))
+    return ResumePlan(str(checkpoint.path) if checkpoint is not None else None, from_step, weights_only, notices)
 
 
 __all__ = ["ResumePlan", "RunControlError", "StopResult", "prepare_resume", "refuse_unresumable", "request_stop",

@@ -192,8 +192,9 @@ def start_run(config: str | Path | Any, overrides: Sequence[str] = (), distribut
 def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: bool = False,
                overrides: Sequence[str] = (), warn: Warn = warn_on_stderr,
                notice: Callable[[Message], None] | None = None, allow_shared_gpus: bool = False) -> Any:
-    """Resume a stopped, failed or crashed run from its newest sound checkpoint; returns the
-    ``core.runs.control.ResumePlan`` (checkpoint, step, notices) once the new supervisor has started.
+    """Resume a stopped, failed or crashed run from its newest sound checkpoint (one that ended before its
+    first step, with none, starts again from step 0: ``never_trained``); returns the
+    ``core.runs.control.ResumePlan`` (checkpoint, None from step 0; step; notices) once the new supervisor has started.
 
     ``checkpoint`` picks checkpoint N instead; ``weights_only`` accepts one without optimizer state (the
     optimizer and LR schedule restart); ``overrides`` (``key=value``) change the run's config.yaml. The

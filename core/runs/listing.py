@@ -15,9 +15,9 @@ from core.paths import runs_dir
 from core.runs.gpus import run_physical_gpus
 from core.runs.heartbeat import last_sign_of_life, read_beats
 from core.runs.launch import PROBE_COMMAND
-from core.runs.liveness import effective_status, stalled_step
+from core.runs.liveness import effective_status, never_trained, stalled_step
 from core.runs.run_dir import ACTIVE_STATES, FINISHED, STALLED, RunDirectory, utc_iso
-from core.runs.states import TERMINAL_STATES
+from core.runs.states import TERMINAL_STATES, can_resume
 from core.watch.figures import steady_tokens_per_s
 
 
@@ -51,6 +51,7 @@ class RunSummary:
     updated: str = ""
     reason_message: dict[str, Any] | None = None  # the reason as a message record (see RunStatus)
     has_checkpoint: bool = False  # ended with a complete checkpoint (``ended_with_checkpoint``)
+    resumable: bool = False  # ended short, with a checkpoint or before its first step (``offers_resume``)
     record_error: str | None = None  # why run.json does not read (permissions, bad JSON): its facts are unknown
     # The latest sign of life (heartbeat or metric, ``last_sign_of_life``), UTC like ``updated``, and the
     # seconds since it when this was read: ``updated`` moves only with the status, these with the trainer.
@@ -85,6 +86,13 @@ def ended_with_checkpoint(run: RunDirectory, status: str) -> bool:
     the Runs list. A checkpoint that turns out damaged is for those actions to say ("cannot be loaded;
     sound ones: …"), not a reason to hide their keys and leave the user guessing."""
     return status in TERMINAL_STATES and run.last_complete_checkpoint() is not None
+
+
+def offers_resume(run: RunDirectory, status: str) -> bool:
+    """Whether a resume is offered (the Runs list and the dashboard's resume key): the run ended short
+    (stopped, failed, crashed) with a complete checkpoint to go on from, or before its first training step
+    (``never_trained``: the resume starts it again from step 0)."""
+    return can_resume(status) and (run.last_complete_checkpoint() is not None or never_trained(run))
 
 
 def steady_rate(run: RunDirectory, metrics: dict[str, Any]) -> float | None:
@@ -143,6 +151,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         name=str(config.get("name", "") or ""),
         updated=status.updated,
         has_checkpoint=ended_with_checkpoint(run, status.status),
+        resumable=offers_resume(run, status.status),
         record_error=unreadable or None,
         last_alive=None if alive is None else utc_iso(alive),  # as created and updated
         silent_s=None if alive is None else round(max(0.0, time.time() - alive), 1),

@@ -135,11 +135,20 @@ def lock_holder(run: RunDirectory, locks_path: str = "/proc/locks") -> int | Non
     return None
 
 
+def never_trained(run: RunDirectory) -> bool:
+    """Whether the run ended before it had anything to lose: no complete checkpoint and no training step
+    logged (stopped or crashed while loading the model or the data). A resume starts it again from step 0
+    in the same run directory (its id, config.yaml and metrics kept) instead of refusing for want of a
+    checkpoint (``core.runs.control.prepare_resume``)."""
+    return run.last_complete_checkpoint() is None and run.first_train_metrics() is None
+
+
 def crashed_reason(run: RunDirectory) -> Message:
-    """Why a run is crashed, and what to do: resume it when it has a complete checkpoint, else start it
-    again (offering a resume that can only fail with "no complete checkpoint" misleads). A directory scan
-    only: whether that checkpoint is sound, the resume checks and says (falling back, or what to do)."""
-    if run.last_complete_checkpoint() is not None:
+    """Why a run is crashed, and what to do: resume it when it has a complete checkpoint or never trained
+    (a resume starts it again from step 0), else start it again (offering a resume that can only fail with
+    "no complete checkpoint" misleads). A directory scan only: whether that checkpoint is sound, the resume
+    checks and says (falling back, or what to do)."""
+    if run.last_complete_checkpoint() is not None or never_trained(run):
         return Message("runs.reason_crashed", id=run.id)
     return Message("runs.reason_crashed_no_checkpoint", config=str(run.config_path))
 

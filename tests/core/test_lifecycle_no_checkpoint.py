@@ -55,3 +55,37 @@ def test_advice_for_a_run_without_checkpoint_fits_whether_it_is_live_or_ended(tm
     assert run.status().status == "stopped"  # nothing changed
     anew = _tunedeck(home, "train", str(run.config_path), "--check")  # the advice works as given
     assert anew.returncode == 0, anew.stderr
+
+
+def test_resume_of_a_run_stopped_before_its_first_step_starts_it_again_from_step_0(tmp_path, monkeypatch):
+    """A run stopped while it loaded (before its first optimizer step) has no checkpoint: `tunedeck resume`
+    told the user to `train` its config again, a new run. Now it starts again from step 0 in the same run
+    folder: the same id, config.yaml and event history, and trains to the end. CPU only
+    (CUDA_VISIBLE_DEVICES empty), tiny model, real processes; the stop before the first step is written as
+    the trainer writes it (a real one would race the tiny model's first step)."""
+    from core.i18n import Message
+    from core.runs.lifecycle import load_run_file, prepare_run
+    from core.runs.run_dir import STOPPED
+    from tests.core.test_runs_detached import Cli, train_losses
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    config = write_config(tmp_path / "run.yaml", write_dataset(tmp_path / "data.jsonl"), max_steps=3, save_steps=10)
+    run = prepare_run(load_run_file(config, warn=lambda _text: None).config, ["tunedeck", "train", str(config)],
+                      warn=lambda _text: None)
+    run.append_event("stopped", reason="signal")
+    run.write_status(STOPPED, Message("train.stopped_before_start"))
+    before = run.config_path.read_text()
+    cli = Cli(home)
+    resumed = cli("resume", run.id, check=False)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == run.id and f"started run {run.id} again from step 0" in resumed.stderr
+    assert cli.wait_status(run.id, {"finished", "failed", "crashed"})["status"] == "finished", \
+        run.log_path.read_text()[-2000:]
+    assert sorted(train_losses(run.path)) == [1, 2, 3]
+    assert run.config_path.read_text() == before
+    from core.runs.jsonl import iter_records
+
+    assert any(e.get("event") == "stopped" for e in iter_records(run.events_path))  # the history is kept
+    assert [a.get("resume_from") for a in run.record()["attempts"]] == [None]

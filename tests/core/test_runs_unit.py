@@ -374,8 +374,10 @@ def test_status_of_a_run_whose_run_json_does_not_read_shows_what_it_can_and_says
 
 def test_a_crashed_run_without_a_checkpoint_is_not_offered_a_resume(home):
     """A run dir with a corrupt status.json read "crashed — … continue with 'tunedeck resume ID'", and that
-    resume failed with "no complete checkpoint": without one the reason says to start it again."""
+    resume failed with "no complete checkpoint": without one (and steps trained: else a resume starts it
+    again from step 0) the reason says to start it again."""
     run = _run(home)
+    run.append_metrics({"kind": "train", "step": 3, "loss": 1.0})
     run.status_path.write_text("{not json")
     status = effective_status(run)
     assert status.status == CRASHED
@@ -483,6 +485,7 @@ def test_an_ambiguous_reference_says_how_many_match_and_how_many_are_not_shown(h
 
 def test_stop_and_resume_refusals(home):
     run = _run(home)
+    run.append_metrics({"kind": "train", "step": 3, "loss": 1.0})  # trained, no checkpoint: nothing to go on from
     run.write_status(STOPPED)
     with pytest.raises(RunControlError, match="not running"):
         request_stop(run)
@@ -506,6 +509,37 @@ def test_stop_and_resume_refusals(home):
     run.write_status("finished")
     with pytest.raises(RunControlError, match="finished"):
         prepare_resume(run)
+
+
+def test_a_run_that_ended_before_its_first_step_is_resumed_from_step_0_in_the_same_folder(home):
+    """A run stopped (or crashed) while it loaded, before its first optimizer step, has no checkpoint: its
+    resume said "start it anew with 'tunedeck train'", a new run. Now the resume starts it again from step 0
+    (no checkpoint given to the trainer) in the same run directory; the crashed reason offers the resume. A
+    run that trained steps without a checkpoint is still refused. No GPU, no trainer started."""
+    from core.i18n import Message
+    from core.runs.listing import summarize
+    from core.runs.liveness import crashed_reason
+
+    run = _run(home)
+    config = run.config_path.read_text()
+    run.append_metrics({"schema": 1, "kind": "header", "total_steps": 10})
+    run.write_status(STOPPED, Message("train.stopped_before_start"))
+    assert summarize(run).resumable and not summarize(run).has_checkpoint
+    assert "tunedeck resume" in crashed_reason(run).english()
+    plan = prepare_resume(run)
+    assert plan.checkpoint is None and plan.step == 0
+    assert run.status().status == "queued" and "step 0" in run.status().reason
+    assert run.record()["resumes"][-1]["checkpoint"] is None and run.record()["resumes"][-1]["step"] == 0
+    assert run.config_path.read_text() == config and run.metrics_header()["total_steps"] == 10
+    with pytest.raises(RunControlError, match="already being resumed"):  # a second one at the same time
+        prepare_resume(run)
+
+    trained = _run(home)
+    trained.append_metrics({"kind": "train", "step": 3, "loss": 1.0})
+    trained.write_status(STOPPED)
+    assert not summarize(trained).resumable
+    with pytest.raises(RunControlError, match="no complete checkpoint"):
+        prepare_resume(trained)
 
 
 def _sound_checkpoint(run: RunDirectory | Path, step: int) -> Path:

@@ -456,8 +456,10 @@ def test_enter_in_the_delete_dialog_cancels():
 
 
 def test_stop_and_resume_from_the_runs_list(monkeypatch):
-    """Stop on the live run; resume only on a stopped run with a checkpoint to go on from, the dashboard's
-    rule (the list offered ``u`` on one with none, where resume could only fail)."""
+    """Stop on the live run; resume only on a stopped run with a checkpoint to go on from, or one stopped
+    before its first step (resume starts it again from step 0, and the question says so), the dashboard's
+    rule (the list offered ``u`` on one with none that had trained, where resume could only fail)."""
+    never = build_run(runs_dir(), "20261129-1900-never", status="stopped", steps=0, created="2026-11-29T19:00:00Z")
     bare = build_run(runs_dir(), "20261129-2000-bare", status="stopped", steps=30, created="2026-11-29T20:00:00Z")
     stopped = build_run(runs_dir(), "20261129-2100-stopped", status="stopped", steps=30,
                         created="2026-11-29T21:00:00Z")
@@ -467,7 +469,8 @@ def test_stop_and_resume_from_the_runs_list(monkeypatch):
 
     def resume_run(run, **_kwargs):  # core's resume would start a real supervisor for this made-up run
         resumed.append(run.id)
-        return SimpleNamespace(checkpoint=str(run.last_complete_checkpoint().path))
+        last = run.last_complete_checkpoint()
+        return SimpleNamespace(checkpoint=str(last.path) if last else None)
 
     monkeypatch.setattr("core.runs.resume_run", resume_run)
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests/fixtures/watch/fake_supervisor.py"), str(path)],
@@ -479,7 +482,7 @@ def test_stop_and_resume_from_the_runs_list(monkeypatch):
             app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
             async with app.run_test(size=SIZE) as pilot:
                 screen = await open_runs(pilot, app)
-                assert [s.id for s in screen.shown] == [path.name, stopped.name, bare.name]
+                assert [s.id for s in screen.shown] == [path.name, stopped.name, bare.name, never.name]
                 await wait_for(pilot, lambda: "k" in footer_keys(app) and "u" not in footer_keys(app))
                 assert t("dashboard.key.stop") in palette_titles(app)
                 await pilot.press("k")
@@ -504,10 +507,17 @@ def test_stop_and_resume_from_the_runs_list(monkeypatch):
                 await pilot.press("y")
                 await wait_for(pilot, lambda: any(n.startswith(f"Run {stopped.name} resumed from") for n in notes(app)))
                 assert isinstance(app.screen, RunsScreen)
+                await pilot.press("down", "down")  # stopped before its first step: resumed from step 0
+                await wait_for(pilot, lambda: screen.selected().id == never.name and "u" in footer_keys(app))
+                await pilot.press("u")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+                assert "starts again from step 0" in screen_text(app)
+                await pilot.press("y")
+                await wait_for(pilot, lambda: f"Run {never.name} started again from step 0" in notes(app))
 
         run(scenario())
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-    assert resumed == [stopped.name]
+    assert resumed == [stopped.name, never.name]

@@ -26,7 +26,7 @@ from textual.worker import get_current_worker
 
 from core import units
 from core.i18n import t
-from core.runs import ACTIVE_STATES, RunState, can_resume, can_stop, state_label
+from core.runs import ACTIVE_STATES, RunState, can_stop, state_label
 from core.runs.listing import name_part
 from core.text_width import cell_len, truncate
 from core.watch.figures import directory_size, format_bytes
@@ -421,14 +421,15 @@ class RunsScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Stop for a live highlighted run, resume for a stopped, failed or crashed one with a checkpoint to
-        go on from (the dashboard's rule; the list worker found it, nothing is read here): else not offered."""
+        go on from or that ended before its first step (``offers_resume``, the dashboard's rule; the list
+        worker found it, nothing is read here): else not offered."""
         if action in ("stop", "resume"):
             summary = self.selected() if self.is_mounted else None
             if summary is None:
                 return False
             if action == "stop":
                 return can_stop(summary.status)
-            return can_resume(summary.status) and summary.has_checkpoint
+            return summary.resumable
         if action == "probes":  # offered only where there are probe runs to show or hide
             return any(s.probe for s in self.runs)
         if action == "clear_filter":  # Esc clears a filter or closes its open box: with neither, nothing to do
@@ -512,7 +513,8 @@ class RunsScreen(Screen[None]):
         if summary is not None:
             # No GPU in a run.json that reads: a CPU run (one that does not read knows none either way).
             cpu = not summary.gpus and not summary.record_error
-            ask_resume(self, summary.run_dir, summary.id, summary.status, self._said, self._relist, cpu=cpu)
+            ask_resume(self, summary.run_dir, summary.id, summary.status, self._said, self._relist, cpu=cpu,
+                       from_start=not summary.has_checkpoint)
 
     def _said(self, text: str, severity: str) -> None:
         self.post_message(RunActed(text, severity))  # from the worker thread

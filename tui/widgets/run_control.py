@@ -49,9 +49,10 @@ def ask_stop(screen: Any, run_dir: str | Path, run_id: str, status: str, say: Sa
 
 
 def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: Say,
-               after: Callable[[], None] = lambda: None, cpu: bool = False) -> None:
+               after: Callable[[], None] = lambda: None, cpu: bool = False, from_start: bool = False) -> None:
     """Resume a stopped, failed or crashed run from its newest sound checkpoint, once the user says y.
-    ``cpu``: the run trains on the CPU (the question says so, not "on the same GPUs")."""
+    ``cpu``: the run trains on the CPU (the question says so, not "on the same GPUs"); ``from_start``: it
+    has no checkpoint, having ended before its first step, and starts again from step 0 (the question says so)."""
     if not can_resume(status):
         screen.notify(t("dashboard.cannot_resume", status=state_label(status)), severity="warning")
         return
@@ -71,10 +72,12 @@ def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: 
             say(str(exc), "error")
             return
         else:
-            say(t("dashboard.resumed", id=run.id, checkpoint=plan.checkpoint), "information")
+            say(t("dashboard.resumed", id=run.id, checkpoint=plan.checkpoint) if plan.checkpoint is not None
+                else t("dashboard.restarted", id=run.id), "information")
         after()
 
-    body = t("dashboard.resume_body_cpu" if cpu else "dashboard.resume_body")
+    body = t("dashboard.resume_body_from_start" if from_start else
+             "dashboard.resume_body_cpu" if cpu else "dashboard.resume_body")
     _confirm_then(screen, t("dashboard.resume_title", id=run_id), body, job)
 
 

@@ -42,7 +42,8 @@ class DashboardActions:
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """What the run as it stands allows, and nothing on another trainer's output: stop while it is
-        live; resume once it ended short (stopped, failed, crashed) with a checkpoint to go on from;
+        live; resume once it ended short (stopped, failed, crashed) with a checkpoint to go on from, or before
+        its first step (it starts again from step 0);
         merge, chat, serve, evaluate and export once it ended with a checkpoint (``core.lifecycle``
         loads its last complete one). Refused here, a key leaves the footer, the help and the palette.
         n/N (next, previous match) once a log search was made: before one they have nothing to go to."""
@@ -54,10 +55,9 @@ class DashboardActions:
             return False
         if action == "stop":
             return can_stop(self.status)
-        ended = self.status in TERMINAL_STATES and self.has_checkpoint
-        if action == "resume":
-            return ended and can_resume(self.status)
-        return ended
+        if action == "resume":  # a checkpoint to go on from, or ended before its first step (from step 0)
+            return self.resumable and can_resume(self.status)
+        return self.status in TERMINAL_STATES and self.has_checkpoint
 
     def footer_label(self, binding_id: str, description: str) -> str | None:
         """Esc leaves the full view before it goes back to the runs: the footer says which it does now.
@@ -188,7 +188,7 @@ class DashboardActions:
             self.notify(t("dashboard.read_only_action"), severity="warning")
             return
         ask_resume(self, self.source.path, self.source.run_id, self.status, self._say,
-                   lambda: self._post_state(with_disk=False), cpu=self._cpu_run())
+                   lambda: self._post_state(with_disk=False), cpu=self._cpu_run(), from_start=not self.has_checkpoint)
 
     def _say(self, text: str, severity: str) -> None:
         self.post_message(ActionDone(text, severity))  # from the worker thread

@@ -91,16 +91,19 @@ class RunRecordRead(Message):
 
 class RunStatusRead(Message):
     """Latest status and disk figures (latest only); ``has_checkpoint``: the run has ended and has a
-    complete checkpoint (what resume and the after-training actions need)."""
+    complete checkpoint (what the after-training actions need); ``resumable``: a resume is offered
+    (``core.runs.listing.offers_resume``: a checkpoint, or the run ended before its first step)."""
 
     def __init__(self, status: str, reason: str, disk_free: int | None, disk_total: int | None,
-                 has_checkpoint: bool = False, problem: str = "", reason_message: dict[str, Any] | None = None) -> None:
+                 has_checkpoint: bool = False, problem: str = "", reason_message: dict[str, Any] | None = None,
+                 resumable: bool = False) -> None:
         super().__init__()
         self.status = status
         self.reason = reason
         self.reason_message = reason_message  # the reason as a message record: which one it is (``still_stopping``)
         self.problem = problem  # a read-only source's file that has not parsed for a while, said in the header
         self.has_checkpoint = has_checkpoint
+        self.resumable = resumable
         self.disk_free = disk_free
         self.disk_total = disk_total
 
@@ -193,6 +196,7 @@ class DashboardFeed:
             self.post_message(RunStatusRead(state.status, state.label(), free, total, problem=state.problem()))
             return
         from core.runs import RunDirectory, effective_status, ended_with_checkpoint
+        from core.runs.listing import offers_resume
 
         run = RunDirectory(self.source.path)
         if not run.path.is_dir():  # deleted while shown: its status reads as "queued" (no status.json)
@@ -206,7 +210,8 @@ class DashboardFeed:
         has_checkpoint = ended_with_checkpoint(run, status.status)
         reason = render_stored(status.reason, status.reason_message, REASON_WORDING)  # "u resumes it"
         self.post_message(RunStatusRead(status.status, reason, free, total, has_checkpoint,
-                                        reason_message=status.reason_message))
+                                        reason_message=status.reason_message,
+                                        resumable=offers_resume(run, status.status)))
 
     # --- the app's GPU poll -----------------------------------------------------------------------
     def on_unmount(self) -> None:
@@ -343,14 +348,15 @@ class DashboardFeed:
 
     def on_run_status_read(self, message: RunStatusRead) -> None:
         previous = self.status or None
-        offered = (self.status, self.has_checkpoint)
+        offered = (self.status, self.has_checkpoint, self.resumable)
         self.status, self.reason = message.status, message.reason
         self.reason_message = message.reason_message
         if self.status != (previous or ""):
             self._changed()  # a chart without a point says what the state means (waiting, or ended)
         self.source_problem = message.problem
         self.has_checkpoint = message.has_checkpoint
-        if offered != (self.status, self.has_checkpoint):
+        self.resumable = message.resumable
+        if offered != (self.status, self.has_checkpoint, self.resumable):
             self.refresh_bindings()  # footer, help and palette offer what applies now (check_action)
         if message.disk_free is not None:
             self.disk = (message.disk_free, message.disk_total)
