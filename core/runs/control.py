@@ -265,8 +265,8 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     if no_step_left is not None:  # before anything is written: the run stays as it was, resumable
         raise RunControlError(no_step_left, 2)
     report = compare_fingerprint(run.path, cfg)
-    if report.missing:
-        raise RunControlError(Message("resume.data_refused", id=run.id, problems=report.missing).text())
+    if report.missing:  # the user's to restore or point at (dataset=): a user error, as data that does not load
+        raise RunControlError(Message("resume.data_refused", id=run.id, problems=report.missing).text(), 2)
     if check_data is not None:  # data that does not load fails the trainer later: refused now, nothing written
         check_data()
     for kind, data in report.events:

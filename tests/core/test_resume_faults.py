@@ -240,9 +240,10 @@ def test_missing_dataset_is_refused_before_anything_starts_and_an_override_resum
     moved.parent.mkdir()
     data.rename(moved)
     refused = cli("resume", run_id, check=False)
-    assert refused.returncode == 1
-    assert f"dataset {data} is gone (it held 12 records when the run last started or resumed)" in refused.stderr
-    assert "dataset=NEW_PATH" in refused.stderr and "nothing was started" in refused.stderr
+    assert refused.returncode == 2, refused.stderr  # a user error, as data that does not load (was 1)
+    said = [line for line in refused.stderr.splitlines() if "is gone" in line]
+    assert len(said) == 1 and "nothing was started" in said[0] and "dataset=NEW_PATH" in said[0], refused.stderr
+    assert f"dataset {data} is gone (it held 12 records when the run last started or resumed)" in said[0]
     assert refused.stdout == ""  # no run id: nothing was started
     record = json.loads((run_dir / "run.json").read_text())
     assert not record.get("resumes") and len(record["attempts"]) == 1
