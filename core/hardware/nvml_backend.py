@@ -67,11 +67,14 @@ class GpuReading:
 
 @dataclass(frozen=True)
 class GpuIdentity:
-    """Who one GPU is, without a reading: what starting a run asks (how many, bf16 or not)."""
+    """Who one GPU is, without a reading: what starting a run asks (how many, bf16 or not, and the UUIDs a
+    ``CUDA_VISIBLE_DEVICES`` may name it by: ``core.runs.gpus.run_gpu_indices`` takes these as snapshots)."""
 
     index: int
     name: str | None = None
     compute_capability: tuple[int, int] | None = None  # (major, minor); None where NVML cannot say
+    uuid: str | None = None
+    mig_instances: tuple[MigInstance, ...] = ()  # its MIG devices (their UUIDs), in MIG mode
 
 
 @dataclass(frozen=True)
@@ -411,7 +414,8 @@ class NvmlBackend:
                 if gpu.handle is not None:
                     capability = self._call("nvmlDeviceGetCudaComputeCapability", gpu.handle)
                 found.append(GpuIdentity(gpu.index, gpu.name,
-                                         None if capability is None else (int(capability[0]), int(capability[1]))))
+                                         None if capability is None else (int(capability[0]), int(capability[1])),
+                                         gpu.uuid, self._read_mig(gpu) if gpu.mig_enabled else ()))
         except _NvmlGone as gone:
             self._error = gone.error
             return GpuIdentities(error=self._error)

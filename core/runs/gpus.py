@@ -70,17 +70,32 @@ def run_gpu_indices(record: Mapping[str, Any], box: Sequence[Any] = ()) -> list[
     the GPUs a run uses (``run_physical_gpus``): a UUID entry is the index of the GPU of ``box`` (GPU
     snapshots) with that UUID, or a unique start of it as CUDA takes, or holding that MIG device; one ``box``
     does not list is left out. Run.json ``gpus`` [0] under ``CUDA_VISIBLE_DEVICES=2,3`` is [2]."""
+    by_uuid = uuid_indices(box)
+    indices: list[int] = []
+    for name in run_physical_gpus(record):
+        index = nvml_index(name, by_uuid)
+        if index is not None and index not in indices:
+            indices.append(index)
+    return indices
+
+
+def uuid_indices(box: Sequence[Any]) -> dict[str, int]:
+    """The NVML index of each UUID of ``box`` (GPU snapshots or ``GpuIdentity``): a GPU's own, and its MIG
+    devices', which count as the GPU that holds them."""
     by_uuid: dict[str, int] = {}
     for gpu in box:
         for uuid in [getattr(gpu, "uuid", None)] + [m.uuid for m in getattr(gpu, "mig_instances", ())]:
             if uuid:
                 by_uuid[uuid] = gpu.index
-    indices: list[int] = []
-    for name in run_physical_gpus(record):
-        index = int(name) if name.isdigit() else next((i for u, i in by_uuid.items() if u.startswith(name)), None)
-        if index is not None and index not in indices:
-            indices.append(index)
-    return indices
+    return by_uuid
+
+
+def nvml_index(name: str, by_uuid: Mapping[str, int]) -> int | None:
+    """The NVML index a ``physical_gpus`` entry names: a physical index as it is, a ``GPU-…`` / ``MIG-…``
+    UUID (or a start of it, as CUDA takes) through ``by_uuid`` (``uuid_indices``); None where none matches."""
+    if name.isdigit():
+        return int(name)
+    return next((i for u, i in by_uuid.items() if u.startswith(name)), None)
 
 
 def resolve_gpus(requested: object, available: int) -> list[int]:

@@ -473,12 +473,13 @@ def live_runs_sharing(gpus: Sequence[int], visible: str | None | Literal["ours"]
 
     Indices count within a ``CUDA_VISIBLE_DEVICES``: ``gpus`` within ``visible`` ("ours": this process's, which
     a launch's supervisor inherits), each run's within the one its run.json recorded; both are compared as the
-    GPUs they name (``physical_gpus``), the shared ones given as indices of ``gpus``. A run that recorded
-    none (run.json without ``env``) is taken to count as ``gpus`` do."""
+    GPUs they name (``physical_gpus``), a ``GPU-…`` / ``MIG-…`` UUID entry as the NVML index of its GPU
+    (``nvml_index``, as the dashboard maps them), the shared ones given as indices of ``gpus``. A run that
+    recorded none (run.json without ``env``) is taken to count as ``gpus`` do."""
     import os
     import socket
 
-    from core.runs.gpus import VISIBLE_ENV, physical_gpus, run_physical_gpus
+    from core.runs.gpus import VISIBLE_ENV, nvml_index, physical_gpus, run_physical_gpus, uuid_indices
     from core.runs.listing import iter_run_dirs
     from core.runs.liveness import effective_status
     from core.runs.states import ACTIVE_STATES
@@ -487,7 +488,20 @@ def live_runs_sharing(gpus: Sequence[int], visible: str | None | Literal["ours"]
     if visible == "ours":
         visible = os.environ.get(VISIBLE_ENV)
     wanted = set(gpus)
-    mine = dict(zip(physical_gpus(list(gpus), visible), gpus, strict=True))  # the GPU named → our index
+    by_uuid: dict[str, int] | None = None  # NVML asked only when a UUID entry is met
+
+    def named(name: str) -> str:  # "1" for GPU 1 whether it was named 1 or by its UUID
+        nonlocal by_uuid
+        if name.isdigit():
+            return name
+        if by_uuid is None:
+            from core.hardware.nvml_backend import read_gpu_identities
+
+            by_uuid = uuid_indices(read_gpu_identities().gpus)
+        index = nvml_index(name, by_uuid)
+        return name if index is None else str(index)  # a UUID NVML does not know matches only itself
+
+    mine = {named(name): gpu for name, gpu in zip(physical_gpus(list(gpus), visible), gpus, strict=True)}
     found = []
     for run in iter_run_dirs():
         if run.status().status not in ACTIVE_STATES:  # a final status file: no liveness check needed
@@ -498,7 +512,7 @@ def live_runs_sharing(gpus: Sequence[int], visible: str | None | Literal["ours"]
         record, unreadable = run.read_record()
         if unreadable or record.get("host", host) != host:
             continue
-        theirs = run_physical_gpus(record, visible)
+        theirs = [named(name) for name in run_physical_gpus(record, visible)]
         shared = sorted({mine[name] for name in theirs if name in mine})
         if shared or (not wanted and not theirs):
             found.append((run.id, RunState(status.status).value, shared))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -434,3 +435,40 @@ def test_resume_with_a_gpus_override_moves_the_run_to_them_as_many_as_before(hom
     said = capsys.readouterr().err
     assert "a DeepSpeed ZeRO-2 checkpoint is split over the 2 training processes" in said, said
     assert zero.record()["gpus"] == [0, 1] and zero.status().status == STOPPED
+
+
+def test_a_gpu_named_by_its_uuid_in_cuda_visible_devices_is_the_gpu_of_that_index(home, tmp_path, monkeypatch,
+                                                                                     capsys):
+    """A run launched under CUDA_VISIBLE_DEVICES=GPU-<uuid of GPU 1> trains on GPU 1, as the dashboard maps
+    it, but the conflict check compared the UUID with "1" as strings: a second run under
+    CUDA_VISIBLE_DEVICES=1 started beside it. UUID entries (or a start of one, as CUDA takes) now count as
+    the NVML index of their GPU. Box: the two H200s of tests/fixtures/gpus/h200x2.json through the fake NVML
+    (their UUIDs), ``visible_gpu_count`` saying 1 under the one-GPU variable."""
+    import json
+
+    from core.cli import main
+    from core.data.samples import sample_dataset_path
+    from core.hardware.fake_nvml import fake_nvml_from_recording
+    from core.runs import gpus as run_gpus
+    from core.runs.lifecycle import live_runs_sharing
+
+    recording = Path(__file__).parents[1] / "fixtures" / "gpus" / "h200x2.json"
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml_from_recording(recording))
+    uuid = json.loads(recording.read_text())["gpus"][1]["uuid"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)
+    first, holder = _live_run([0])  # GPU 1, by its UUID
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    try:
+        assert live_runs_sharing([1]) == [(first.id, "running", [1])]
+        assert live_runs_sharing([0], visible="1") == [(first.id, "running", [0])]
+        assert live_runs_sharing([0], visible=uuid[:12]) == [(first.id, "running", [0])]  # a start of it
+        assert live_runs_sharing([0]) == []  # GPU 0 is not its
+        monkeypatch.setattr(run_gpus, "visible_gpu_count", lambda nvml=None: 1)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+        config = tmp_path / "long.yaml"
+        config.write_text(f"model: tiny\ndataset: {sample_dataset_path()}\nprecision: fp32\ngpus: [0]\n",
+                          encoding="utf-8")
+        assert main(["train", str(config)]) == 2
+        assert f"GPU 0 is in use by run {first.id}" in capsys.readouterr().err
+    finally:
+        _end(holder)
