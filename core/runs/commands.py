@@ -350,13 +350,25 @@ def cmd_status(args: argparse.Namespace) -> int:
         (t("runs.field_speed"), format_rate(summary.steady_tokens_per_s)),
         (t("runs.field_eta"), format_duration(summary.eta_s) if summary.status in ACTIVE_STATES else UNKNOWN),
         (t("runs.field_checkpoint"), str(last_ckpt.path) if last_ckpt else UNKNOWN),
-        (t("runs.field_gpus"), UNKNOWN if unreadable else ",".join(summary.physical_gpus) or "cpu"),
+        (t("runs.field_gpus"), _gpus_text(summary, record, unreadable)),
         (t("runs.field_dir"), summary.run_dir),
     ]
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
         print(f"{key.ljust(width)}  {value}")
     return _record_unreadable(run, unreadable)
+
+
+def _gpus_text(summary: Any, record: dict[str, Any], unreadable: str) -> str:
+    """``status``'s GPUs: as this box numbers them, or those of another host (a shared data root), said so."""
+    from core.i18n import t
+    from core.runs.liveness import foreign_host
+
+    if unreadable:
+        return UNKNOWN
+    gpus = ",".join(summary.physical_gpus) or "cpu"
+    host = foreign_host(record)
+    return t("runs.gpus_on_host", gpus=gpus, host=host) if host else gpus
 
 
 def _record_unreadable(run: Any, reason: str) -> int:

@@ -16,7 +16,14 @@ from core.i18n import Message, t
 from core.runs.checkpoints import CheckpointCheck, resume_candidates
 from core.runs.errors import RunError
 from core.runs.fingerprint import compare_fingerprint, record_fingerprint
-from core.runs.liveness import effective_status, lock_holder, never_trained, same_process_alive, try_lock
+from core.runs.liveness import (
+    effective_status,
+    foreign_host,
+    lock_holder,
+    never_trained,
+    same_process_alive,
+    try_lock,
+)
 from core.runs.run_dir import (
     ACTIVE_STATES,
     CRASHED,
@@ -75,6 +82,9 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
     if status.status not in ACTIVE_STATES:
         raise RunControlError(t("runs.stop_not_running", id=run.id, status=status.status))
     record, unreadable = run.read_record()
+    host = foreign_host(record)
+    if host is not None:  # its pids are another box's: a signal here would reach nothing, or the wrong process
+        raise RunControlError(t("runs.stop_other_host", id=run.id, host=host), 2)
     notices: list[Message] = []
     if unreadable:
         pid = lock_holder(run)

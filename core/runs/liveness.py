@@ -19,10 +19,10 @@ import errno
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from core.i18n import Message
 from core.runs.run_dir import (
@@ -135,6 +135,16 @@ def lock_holder(run: RunDirectory, locks_path: str = "/proc/locks") -> int | Non
     return None
 
 
+def foreign_host(record: Mapping[str, Any]) -> str | None:
+    """The host a run's run.json says it runs on, when that is not this one (a data root shared between
+    nodes over NFS): its processes are not this box's to look at or signal, nor its GPUs this box's to
+    chart. None for a run of this host, or one whose run.json does not say."""
+    import socket
+
+    host = record.get("host")
+    return host if isinstance(host, str) and host and host != socket.gethostname() else None
+
+
 def never_trained(run: RunDirectory) -> bool:
     """Whether the run ended before it had anything to lose: no complete checkpoint and no training step
     logged (stopped or crashed while loading the model or the data). A resume starts it again from step 0
@@ -183,6 +193,10 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
     ``beats``: the run's heartbeats (``core.runs.heartbeat.read_beats``) when the caller has read them."""
     status = run.status()
     if status.status not in ACTIVE_STATES:
+        return status
+    if foreign_host(run.read_record()[0]) is not None:
+        # Another node's run (a shared data root): its lock may not be seen from here and its pid names
+        # a process of that node, so only that node can tell it died; as recorded, never crashed from here.
         return status
     with try_lock(run) as got:
         if got:

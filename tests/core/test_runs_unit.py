@@ -542,6 +542,29 @@ def test_a_run_that_ended_before_its_first_step_is_resumed_from_step_0_in_the_sa
         prepare_resume(trained)
 
 
+def test_a_run_of_another_host_is_neither_called_crashed_nor_signalled_from_here(home, capsys):
+    """A data root shared between nodes (NFS): a run whose run.json names another host has a supervisor
+    pid of that host. Here it was looked up as a local pid: gone, so the run was written crashed, and a stop
+    would signal whatever local process had that pid. Now its status stays as recorded and says the host,
+    and a stop (forced too) is refused, saying where to stop it. No GPU; no process of the run here."""
+    from core import cli
+
+    run = _run(home)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that names no process of this box
+    run.update_record(host="node-b", supervisor={"pid": gone.pid, "start_time": 1.0})
+    run.write_status(RUNNING)
+    assert effective_status(run).status == RUNNING
+    for args in (["stop", run.id], ["stop", run.id, "--force"]):
+        assert cli.main(args) == 2
+        err = capsys.readouterr().err
+        assert f"run {run.id} runs on host node-b" in err and f"ssh node-b tunedeck stop {run.id}" in err, err
+    assert cli.main(["status", run.id]) == 0
+    out = capsys.readouterr().out
+    assert "on host node-b, not this one" in out and "running" in out, out
+    assert run.status().status == RUNNING
+
+
 def _sound_checkpoint(run: RunDirectory | Path, step: int) -> Path:
     """A checkpoint that passes ``verify_checkpoint`` (tiny files of the right shapes)."""
     root = run.checkpoints_dir if isinstance(run, RunDirectory) else run

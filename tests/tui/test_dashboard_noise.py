@@ -167,6 +167,33 @@ def test_a_cpu_run_shows_no_gpu_charts_of_the_box():
         run(scenario())
 
 
+def test_another_hosts_run_is_said_to_be_there_and_charts_none_of_this_boxs_gpus():
+    """A data root shared between nodes (NFS): a run whose run.json names another host trains on that
+    host's GPUs 0 and 1, and its supervisor's pid is that host's. The dashboard charted this box's GPUs 0
+    and 1 as the run's, and found no supervisor here, so called the run crashed. Now it says the run is on
+    that host, charts none of this box's GPUs, and leaves its state as recorded. Box: the two H200s of
+    h200x2.json (fake monitor); no supervisor of the run on this box."""
+    path = build_run(runs_dir(), "20261129-2100-remote", status="running", steps=40, gpus=(0, 1))
+    record = json.loads((path / "run.json").read_text())
+    (path / "run.json").write_text(json.dumps({**record, "host": "node-b"}))
+
+    async def scenario():
+        monitor = CountingMonitor(fake_monitor("h200x2"))  # this box's GPUs: none of them the run's
+        app = make_app(quiet_settings(), monitor=monitor, open_run=str(path))
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await open_dashboard(pilot, app, "running")
+            await wait_for(pilot, lambda: monitor.polls > 0)
+            await wait_for(pilot, lambda: "on host node-b" in screen_text(app).splitlines()[1])
+            screen._redraw()
+            await wait_screen_stable(pilot, app)
+            text = screen_text(app)
+            assert "GPU util %" not in text and "GPU memory %" not in text, text
+            assert not screen.gpu_util and not screen.gpu_mem
+            assert "GPUs" not in text.splitlines()[1] and "running" in text.splitlines()[1]
+
+    run(scenario())
+
+
 def test_throughput_collapse_toasts_once_per_episode():
     path = build_run(runs_dir(), "20261129-2100-slow", status="running", steps=30, evals_every=0)
     clock = StepClock()

@@ -233,7 +233,7 @@ class DashboardFeed:
         """The readings the app's history holds from before this screen opened (the GPU screen's, say),
         all but the latest, which comes as a SnapshotReady like every later one."""
         history, latest = self.app.gpu_history, self.app.gpu_snapshot  # type: ignore[attr-defined]
-        if latest is None or self._cpu_run():
+        if latest is None or self._not_this_boxs_gpus():
             return
         wanted = set(self.gpu_indices)
         indices = [g.index for g in latest.gpus if not wanted or g.index in wanted]
@@ -368,8 +368,8 @@ class DashboardFeed:
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         self._gpu_failed = False
-        if self._cpu_run():
-            return  # the box's GPUs are not this run's: no chart of them, no idle alert
+        if self._not_this_boxs_gpus():
+            return  # the box's GPUs are not this run's (a CPU run, another host's): no chart of them, no idle alert
         snapshot = message.snapshot
         gpus = list(getattr(snapshot, "gpus", []) or [])
         self._set_gpu_indices(gpus)  # a UUID entry of the run's CUDA_VISIBLE_DEVICES: known with a snapshot

@@ -218,6 +218,17 @@ class DashboardHeader:
         record = self._record
         return not self.source.read_only and "gpus" in record and not record["gpus"]
 
+    def _other_host(self) -> str | None:
+        """The host a tunedeck run runs on when it is not this one (run.json's ``host``: a data root shared
+        between nodes): this box's GPUs are none of its business, as for a CPU run."""
+        from core.runs.liveness import foreign_host
+
+        return None if self.source.read_only else foreign_host(self._record)
+
+    def _not_this_boxs_gpus(self) -> bool:
+        """The box's GPU readings are not the run's: it trains on the CPU, or on another host."""
+        return self._cpu_run() or self._other_host() is not None
+
     def _gpu_count(self) -> int:
         if self.gpu_indices:
             return len(self.gpu_indices)
@@ -249,7 +260,9 @@ class DashboardHeader:
         # "N/A": a LLaMA-Factory folder without its training_args.yaml read "N/A · N/A · N/A · ZeRO N/A ·
         # GPUs N/A", the same figures of an ms-swift folder "ZeRO N/A · GPUs N/A" (as the stats line does).
         cpu_run = self._cpu_run()
-        gpu_part = t("dashboard.cpu_run") if cpu_run else gpus and t("dashboard.gpus", gpus=gpus)
+        other_host = self._other_host()
+        gpu_part = t("dashboard.cpu_run") if cpu_run else t("dashboard.on_host", host=other_host) if other_host \
+            else gpus and t("dashboard.gpus", gpus=gpus)
         # ZeRO 0 is named as the plan's headline names it: nothing for one process (the CPU, one GPU), "DDP" for
         # several (each GPU holds the whole model); a ZeRO stage above 0 as "ZeRO N"
         single = cpu_run or self._gpu_count() == 1

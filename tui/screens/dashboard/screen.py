@@ -204,8 +204,9 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         version = series.version
         self._drawn_version = (version, axis, self.gpu_version)
         note = t("dashboard.axis_time") if axis == "time" else t("dashboard.axis_step")
-        if self._cpu_run() and (self.gpu_charts or self.gpu_util or self.gpu_mem):
-            # Readings of the box's GPUs may have come before the metrics header said this run is on the CPU.
+        if self._not_this_boxs_gpus() and (self.gpu_charts or self.gpu_util or self.gpu_mem):
+            # Readings of the box's GPUs may have come before the metrics header said this run is on the CPU
+            # (or run.json, that it runs on another host).
             self.gpu_util, self.gpu_mem = {}, {}
             self.util_samples.clear()
             self.gpu_version += 1
