@@ -521,3 +521,50 @@ def test_stop_and_resume_from_the_runs_list(monkeypatch):
             proc.kill()
         proc.wait()
     assert resumed == [stopped.name, never.name]
+
+
+def test_a_resume_refused_for_gpus_in_use_asks_to_share_them_and_says_the_commands_otherwise(monkeypatch):
+    """The "GPU in use" refusal of a resume advised gpus=… or --allow-shared-gpus, neither of which the
+    app's resume could take: the list said the refusal and that was all. Now the app asks, as the wizard's
+    launch does: y resumes it sharing the GPUs (allow_shared_gpus), n says the exact commands (with the run's
+    id) that resume it on other GPUs or shared. Hardware: the box's two H200s (fake monitor); core's resume
+    stood in for (no supervisor started), the live run its refusal names is made up."""
+    from core.runs import GpusInUse
+
+    stopped = build_run(runs_dir(), "20261129-2100-stopped", status="stopped", steps=30, gpus=(0, 1))
+    add_checkpoint(stopped, 30)
+    calls: list[bool] = []
+
+    def resume_run(run, allow_shared_gpus=False, **_kwargs):
+        calls.append(allow_shared_gpus)
+        if not allow_shared_gpus:
+            raise GpusInUse("GPU 0,1 is in use by run other-run (running)", [("other-run", "running", [0, 1])])
+        return SimpleNamespace(checkpoint=str(run.last_complete_checkpoint().path))
+
+    monkeypatch.setattr("core.runs.resume_run", resume_run)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_runs(pilot, app)
+            await wait_for(pilot, lambda: screen.selected() is not None and "u" in footer_keys(app))
+            for answer in ("n", "y"):
+                await pilot.press("u")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+                await pilot.press("y")  # resume: yes
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen)
+                               and "GPU 0,1 is in use" in screen_text(app))
+                assert "other-run" in screen_text(app)
+                await pilot.press(answer)
+                await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen))
+                if answer == "n":
+                    await wait_for(pilot, lambda: any("not resumed" in n for n in notes(app)))
+                    said = next(n for n in notes(app) if "not resumed" in n)
+                    assert f"tunedeck resume {stopped.name} gpus=" in said, said
+                    assert f"tunedeck resume {stopped.name} --allow-shared-gpus" in said, said
+                else:
+                    await wait_for(pilot, lambda: any(n.startswith(f"Run {stopped.name} resumed from")
+                                                      for n in notes(app)))
+
+    run(scenario())
+    assert calls == [False, False, True]  # n: nothing more; y: resumed again, sharing the GPUs

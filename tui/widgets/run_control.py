@@ -57,17 +57,22 @@ def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: 
         screen.notify(t("dashboard.cannot_resume", status=state_label(status)), severity="warning")
         return
 
-    def job() -> None:
-        from core.runs import RunDirectory, RunError, SupervisorDidNotStart, resume_run
+    def job(allow_shared_gpus: bool = False) -> None:
+        from core.runs import GpusInUse, RunDirectory, RunError, SupervisorDidNotStart, resume_run
 
         run = RunDirectory(Path(run_dir))
         try:
             # Fallbacks, removals, changed data or keys, a disk that barely holds the checkpoints: said,
             # not buried.
             plan = resume_run(run, warn=lambda text: say(text, "warning"),
-                              notice=lambda notice: say(notice.text(), "warning"))
+                              notice=lambda notice: say(notice.text(), "warning"),
+                              allow_shared_gpus=allow_shared_gpus)
         except SupervisorDidNotStart as exc:  # the run is marked failed; its supervisor.log says why
             say(exc.summary(t("dashboard.resume_failed", path=str(exc.log_path))), "error")  # and why
+        except GpusInUse as exc:  # asked, as the wizard asks: share them (y), or what else to do
+            count = len(run.read_launch_record()[0].get("gpus") or [])
+            screen.app.call_from_thread(ask_shared, exc.runs, count)
+            return
         except RunError as exc:
             say(str(exc), "error")
             return
@@ -75,6 +80,25 @@ def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: 
             say(t("dashboard.resumed", id=run.id, checkpoint=plan.checkpoint) if plan.checkpoint is not None
                 else t("dashboard.restarted", id=run.id), "information")
         after()
+
+    def ask_shared(in_use: list[tuple[str, str, list[int]]], count: int) -> None:
+        """A live run holds the run's GPUs: y resumes it anyway on them (``--allow-shared-gpus``); else the
+        refusal names the commands that resume it on other GPUs or shared."""
+        from tui.widgets.confirm import ConfirmScreen
+
+        other, other_status, gpus = in_use[0]
+        shared = ",".join(map(str, gpus))
+
+        def answered(ok: bool | None) -> None:
+            if ok:
+                _run_guarded(screen, lambda: job(allow_shared_gpus=True))
+            else:
+                say(t("dashboard.resume_gpus_in_use_kept", id=run_id, other=other, gpus=shared, count=count),
+                    "warning")
+
+        body = t("dashboard.resume_gpus_in_use_body", id=run_id, other=other, status=state_label(other_status),
+                 gpus=shared, count=count)
+        screen.app.push_screen(ConfirmScreen(t("wizard.gpus_in_use_title", gpus=shared), body), answered)
 
     body = t("dashboard.resume_body_from_start" if from_start else
              "dashboard.resume_body_cpu" if cpu else "dashboard.resume_body")
@@ -84,16 +108,23 @@ def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: 
 def _confirm_then(screen: Any, title: str, body: str, job: Callable[[], None]) -> None:
     from tui.widgets.confirm import ConfirmScreen
 
+    def answered(ok: bool | None) -> None:
+        if ok:
+            _run_guarded(screen, job)
+
+    screen.app.push_screen(ConfirmScreen(title, body), answered)
+
+
+def _run_guarded(screen: Any, job: Callable[[], None]) -> None:
+    """``job`` in a thread worker of ``screen``; an exception that is not a RunError (those are said) opens
+    the error modal, the traceback logged."""
+
     def guarded() -> None:
         try:
             job()
-        except Exception as exc:  # not a RunError (those are said): the error modal, the traceback logged
+        except Exception as exc:
             from tui.screens.error_modal import report_unexpected
 
             report_unexpected(screen.app, exc, "run-control")
 
-    def answered(ok: bool | None) -> None:
-        if ok:
-            screen.run_worker(guarded, thread=True, group="run-control", exit_on_error=False)
-
-    screen.app.push_screen(ConfirmScreen(title, body), answered)
+    screen.run_worker(guarded, thread=True, group="run-control", exit_on_error=False)
