@@ -194,10 +194,9 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
     status = run.status()
     if status.status not in ACTIVE_STATES:
         return status
-    if foreign_host(run.read_record()[0]) is not None:
-        # Another node's run (a shared data root): its lock may not be seen from here and its pid names
-        # a process of that node, so only that node can tell it died; as recorded, never crashed from here.
-        return status
+    # Another node's run (a shared data root): its pid names a process of that node, and its lock may not be
+    # seen from here (a mount with local locks). Its heartbeats are files, read alike from every node.
+    foreign = foreign_host(run.read_record()[0]) is not None
     with try_lock(run) as got:
         if got:
             current = run.status()  # re-read under the lock: the supervisor may have just finished
@@ -205,6 +204,8 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
                 return current
             if current.status == QUEUED and time.time() - current.updated_ts < QUEUED_GRACE_S:
                 return current  # the supervisor is still on its way to the lock
+            if foreign and _beating(run, current, beats):
+                return current  # alive on its host as far as its files tell: not for this box to call crashed
             reason = crashed_reason(run)
             if persist:
                 try:
@@ -218,7 +219,7 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
     # process that recorded it means the holder is not our supervisor (e.g. a stray inherited fd).
     sup = run.read_record()[0].get("supervisor") or {}  # one that does not read names no supervisor
     pid = sup.get("pid")
-    if pid and not same_process_alive(pid, sup.get("start_time")):
+    if pid and not foreign and not same_process_alive(pid, sup.get("start_time")):
         reason = crashed_reason(run)
         try:
             if persist and run.transition(CRASHED, reason, only_from=ACTIVE_STATES):
@@ -233,6 +234,15 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
     if status.status in (RUNNING, STARTING, STOPPING):
         return _with_stall(run, status, sup if status.status != RUNNING else None, beats)
     return status
+
+
+def _beating(run: RunDirectory, status: RunStatus, beats: Beats | None) -> bool:
+    """Whether the run's heartbeats (or, before the first, its last status) are recent enough for a live
+    trainer: another host's run that holds no lock seen here is crashed only once they go silent (a container
+    that was replaced has a new host name, and its old run must not stay running for ever)."""
+    from core.runs.heartbeat import find_stall
+
+    return find_stall(run.path, started_at=status.updated_ts, beats=beats) is None
 
 
 def _with_stall(run: RunDirectory, status: RunStatus, supervisor: dict | None = None, beats: Beats | None = None) -> RunStatus:

@@ -565,6 +565,21 @@ def test_a_run_of_another_host_is_neither_called_crashed_nor_signalled_from_here
     assert run.status().status == RUNNING
 
 
+def test_a_run_of_another_host_gone_silent_with_no_lock_held_is_crashed(home, monkeypatch):
+    """The same host check must not keep a dead run running for ever: a container replaced on a rented box
+    gets a new host name, so its old run reads as another host's. No lock held anywhere and silent past the
+    stall threshold (``TUNEDECK_STALL_FLOOR_S`` set tiny, a state not a speed): crashed, as any dead run. No GPU."""
+    from core.runs.heartbeat import STALL_FLOOR_ENV
+
+    run = _run(home)
+    run.update_record(host="container-before-restart", supervisor={"pid": 2 ** 22 + 1, "start_time": 1.0})
+    run.write_status(RUNNING)
+    assert effective_status(run).status == RUNNING  # beating as far as its files tell (just written)
+    monkeypatch.setenv(STALL_FLOOR_ENV, "0.000001")
+    assert effective_status(run).status == CRASHED
+    assert run.status().status == CRASHED
+
+
 def _sound_checkpoint(run: RunDirectory | Path, step: int) -> Path:
     """A checkpoint that passes ``verify_checkpoint`` (tiny files of the right shapes)."""
     root = run.checkpoints_dir if isinstance(run, RunDirectory) else run
