@@ -428,13 +428,27 @@ def run_download(args: argparse.Namespace) -> int:
         else:
             print(t("hub.cli.cancel_sent" if sent else "hub.cli.cancel_none", model=args.model_id), file=sys.stderr)
         return 0  # nothing running is no failure: none runs after it, as wanted (``stop`` of an ended run says 0 too)
-    if args.include is not None and downloader_alive(job_dir):
-        # start_download leaves a running downloader alone: the files chosen here would not be the ones fetched.
-        from core.errors import CliError
-        from core.hub.local import download_command
+    if downloader_alive(job_dir):
+        if args.include is not None:
+            # start_download leaves a running downloader alone: the files chosen here would not be the ones fetched.
+            from core.errors import CliError
+            from core.hub.local import download_command
 
-        raise CliError(t("hub.cli.download_running_include", model=args.model_id,
-                         command=download_command(args.model_id, args.hub)), 2)
+            raise CliError(t("hub.cli.download_running_include", model=args.model_id,
+                             command=download_command(args.model_id, args.hub)), 2)
+        # Another terminal (or the app) runs this download: follow it. Planning it afresh would count the free
+        # space the running download has already taken and could refuse it ("Not enough disk").
+        running = read_status(job_dir)
+        if running is not None:
+            if args.detach:
+                if args.json:
+                    print(json.dumps({"job_dir": str(job_dir), "target_dir": running.target_dir, "status": "running"}))
+                else:
+                    print(t("hub.cli.download_running", path=job_dir), file=sys.stderr)
+                return 0
+            if not args.json:
+                print(t("hub.cli.download_following", path=job_dir), file=sys.stderr)
+            return _follow_download(args, job_dir, running.model_id, running.target_dir)
     source = _source(args)
     # An unfinished download (under way, failed, cancelled, interrupted) goes on with the files it was started
     # with (--include '*' or one format), as the app's Local `d` does; --include chooses afresh.
@@ -466,6 +480,13 @@ def run_download(args: argparse.Namespace) -> int:
             print(t("hub.cli.download_running" if running else "hub.cli.download_started", path=job_dir),
                   file=sys.stderr)
         return 0
+    return _follow_download(args, job_dir, plan.model_id, str(plan.target_dir))
+
+
+def _follow_download(args: argparse.Namespace, job_dir: Any, model_id: str, target_dir: str) -> int:
+    """Show the progress of the download in ``job_dir`` until it ends; its exit code (0 done, 4 cancelled)."""
+    from core.hub.download import read_status
+
     status = None
     progress = ProgressPrinter(sys.stderr)
     try:
@@ -486,15 +507,15 @@ def run_download(args: argparse.Namespace) -> int:
         print(json.dumps(status.to_json(), indent=2))
     if status.status == "done":
         if not args.json:
-            print(t("hub.cli.download_done", model=plan.model_id, path=plan.target_dir), file=sys.stderr)
+            print(t("hub.cli.download_done", model=model_id, path=target_dir), file=sys.stderr)
         return 0
     if status.status == "cancelled":
         if not args.json:
-            print(t("hub.cli.download_cancelled", model=plan.model_id), file=sys.stderr)
+            print(t("hub.cli.download_cancelled", model=model_id), file=sys.stderr)
         return 4
     from core.errors import CliError
 
-    raise CliError(t("hub.cli.download_failed", model=plan.model_id, error=status.error or status.status), 3)
+    raise CliError(t("hub.cli.download_failed", model=model_id, error=status.error or status.status), 3)
 
 
 def _incomplete_reason(model: Any, download: Any) -> str:

@@ -134,7 +134,11 @@ def free_bytes_at(path: Path) -> int:
 
 def check_disk(plan: DownloadPlan, advice: str = "cli") -> int:
     """Raise ``NotEnoughDiskError`` with the numbers when the rest of the download would not fit; its
-    advice for where the download was asked for (``cli``: --include; ``app``: the app has no --include)."""
+    advice for where the download was asked for (``cli``: --include; ``app``: the app has no --include).
+    A download of the same model already running is never refused: ``start_download`` attaches to it, and the
+    space it has taken so far is its own, not a shortage."""
+    if downloader_alive(job_dir_for(plan.hub, plan.model_id)):
+        return 0
     needed = plan.total_bytes - plan.present_bytes()
     free = free_bytes_at(plan.target_dir)
     if needed + DISK_SLACK_BYTES > free:

@@ -343,6 +343,43 @@ def test_the_cli_refuses_include_while_a_download_of_the_model_runs(hub_server, 
         wait_for_download(job, 30)
 
 
+def test_a_second_download_of_a_running_one_follows_it_and_never_refuses_for_disk(hub_server, capsys, monkeypatch):
+    """The QA ran `models download ID` again while ID downloaded in another terminal: it planned afresh, counted
+    the free space the running download had already taken and refused ("Not enough disk"). It follows the
+    running download instead (its progress to the end), and `--detach` says it runs; no disk check."""
+    from core.cli import main
+    from core.hub import commands, download
+
+    hub_server.hub.stall_at = 128 * 1024
+    plan = _plan()
+    job = start_download(plan)
+    _wait_until_stalled(job, plan)
+    monkeypatch.setattr(download, "free_bytes_at", lambda path: 0)  # the running download took the rest
+    try:
+        assert check_disk(plan, advice="app") == 0  # the app's `d` on it attaches too (start_download returns it)
+        assert main(["models", "download", "Qwen/Qwen2.5-Tiny-Instruct", "--detach"]) == 0
+        err = capsys.readouterr().err
+        assert "Already under way" in err and "Not enough" not in err, err
+        shown = []
+        real_show = commands.ProgressPrinter.show
+
+        def show_then_release(self, status):  # the follower shows the running job's progress, then it ends
+            shown.append(status)
+            hub_server.hub.stall_release.set()
+            real_show(self, status)
+
+        monkeypatch.setattr(commands.ProgressPrinter, "show", show_then_release)
+        assert main(["models", "download", "Qwen/Qwen2.5-Tiny-Instruct"]) == 0
+        err = capsys.readouterr().err
+        assert "following it" in err and "Not enough" not in err and "Done: Qwen/Qwen2.5-Tiny-Instruct" in err, err
+        assert shown and shown[0].job_dir == job and read_status(job).status == "done"
+    finally:
+        cancel = download.cancel_download(job)
+        hub_server.hub.stall_release.set()
+        if cancel:
+            wait_for_download(job, 30)
+
+
 def test_deleting_a_model_removes_its_download_record_and_is_refused_while_it_downloads(hub_server):
     """After a delete, ``models list`` showed the download 'done' still, its record left behind; a model
     still downloading is not deleted under its downloader (refused with the way to stop it)."""
