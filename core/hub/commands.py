@@ -357,6 +357,7 @@ class ProgressPrinter:
         self.last_plain = clock()
         self.next_step = self.PLAIN_STEP
         self.rewritten = False
+        self.last_retry: int | None = None  # a log gets a line for each new retry, not only every tenth
 
     def width(self) -> int:
         """Columns of the terminal ``stream`` is on (the environment's COLUMNS, else 80, when unknown)."""
@@ -371,6 +372,10 @@ class ProgressPrinter:
     def line(self, status: Any) -> str:
         from core.hub.download import human_bytes
 
+        if status.retrying:  # the link dropped: no rate or ETA until bytes come again
+            return t("hub.cli.download_retrying", done=human_bytes(status.bytes_done),
+                     total=human_bytes(status.bytes_total), attempt=status.retry_attempt,
+                     reason=status.retry_reason or "", file=status.current_file or "").rstrip()
         return t("hub.cli.download_progress", done=human_bytes(status.bytes_done),
                  total=human_bytes(status.bytes_total), rate=human_bytes(status.rate_bps),
                  eta=format_duration(status.eta_s), file=status.current_file or "").rstrip()
@@ -389,7 +394,9 @@ class ProgressPrinter:
             return
         now = self.clock()
         percent = int(status.bytes_done * 100 // status.bytes_total) if status.bytes_total else 0
-        if percent >= self.next_step or now - self.last_plain >= self.PLAIN_EVERY_S:
+        retry_now = status.retry_attempt if status.retrying else None
+        retry_news, self.last_retry = retry_now is not None and retry_now != self.last_retry, retry_now
+        if percent >= self.next_step or now - self.last_plain >= self.PLAIN_EVERY_S or retry_news:
             self.stream.write(t("hub.cli.download_progress_plain", percent=percent, line=line) + "\n")
             self.stream.flush()
             self.last_plain = now

@@ -169,6 +169,12 @@ class DownloadStatus:
     error: str | None
     pid: int | None
     updated: float
+    retry_attempt: int | None = None  # while the downloader tries a dropped link again: the attempt it is at
+    retry_reason: str | None = None  # ... and the error that dropped it, in short
+
+    @property
+    def retrying(self) -> bool:
+        return self.active and self.retry_attempt is not None
 
     @property
     def fraction(self) -> float:
@@ -247,6 +253,7 @@ def read_status(job_dir: Path) -> DownloadStatus | None:
         # read again now that it is known gone, or a finished download reads "interrupted".
         state = _read_json(job_dir / "state.json") or state
         status = _gone_downloader_status(job_dir, state)
+    retry = state.get("retry") if isinstance(state.get("retry"), dict) else {}
     return DownloadStatus(
         job_dir=job_dir, hub=job.get("hub", "?"), model_id=job.get("model_id", "?"),
         target_dir=job.get("target_dir", ""), status=status, bytes_done=int(state.get("bytes_done") or 0),
@@ -255,6 +262,7 @@ def read_status(job_dir: Path) -> DownloadStatus | None:
         eta_s=state.get("eta_s"), files_done=int(state.get("files_done") or 0),
         files_total=int(state.get("files_total") or len(job.get("files", []))), error=state.get("error"),
         pid=state.get("pid"), updated=float(state.get("updated") or 0.0),
+        retry_attempt=retry.get("attempt"), retry_reason=retry.get("reason"),
     )
 
 

@@ -31,6 +31,7 @@ FATAL_STATUSES = (401, 403, 404, 410)
 # A reason kept in state.json and events.jsonl is bounded: a requests error runs to about 300 characters, its
 # cause (Connection refused, Name or service not known) at the end; one much longer is cut at a word.
 REASON_MAX_CHARS = 600
+RETRY_REASON_MAX_CHARS = 120  # the error in short beside a progress line that retries
 
 
 def bounded_reason(text: str, limit: int = REASON_MAX_CHARS) -> str:
@@ -100,14 +101,20 @@ class Downloader:
                 done += min(part.stat().st_size, int(item["size"]))
         return done
 
-    def write_state(self, status: str, done: int | None = None, error: str | None = None, force: bool = False) -> None:
+    def write_state(self, status: str, done: int | None = None, error: str | None = None, force: bool = False,
+                    retry: dict[str, Any] | None = None) -> None:
+        """Replace ``state.json``; ``retry`` (``{"attempt": n, "reason": ...}``) while the link is being tried
+        again: the rate and ETA then read unknown, not the last good ones, and the rate starts afresh after."""
         now = time.monotonic()
         if not force and now - self._last_state < STATE_INTERVAL_S:
             return
         self._last_state = now
         done = self.bytes_done() if done is None else done
         mark_time, mark_bytes = self._rate_mark
-        if now - mark_time >= 0.5:
+        if retry is not None:
+            self.rate = 0.0
+            self._rate_mark = (now, done)
+        elif now - mark_time >= 0.5:
             instant = (done - mark_bytes) / (now - mark_time)
             self.rate = instant if self.rate == 0 else 0.6 * self.rate + 0.4 * instant
             self._rate_mark = (now, done)
@@ -117,7 +124,7 @@ class Downloader:
             "status": status, "pid": os.getpid(), "updated": time.time(), "bytes_done": done,
             "bytes_total": self.total, "current_file": self.current, "rate_bps": round(max(self.rate, 0.0), 1),
             "eta_s": None if eta is None else round(eta, 1), "files_done": self.files_done,
-            "files_total": len(self.files), "error": error,
+            "files_total": len(self.files), "error": error, "retry": retry,
         })
 
     def check_cancel(self) -> None:
@@ -135,6 +142,7 @@ class Downloader:
             return
         final.parent.mkdir(parents=True, exist_ok=True)
         stalled = 0
+        retries = 0
         mismatches = 0
         while True:
             self.check_cancel()
@@ -152,10 +160,14 @@ class Downloader:
                     # wrote none count towards giving up (a flaky link that drops every few MB gets there).
                     progressed = (part.stat().st_size if part.is_file() else 0) > offset
                     stalled = 0 if progressed else stalled + 1
+                    retries += 1
                     self.event("retry", file=item["path"], offset=offset, reason=bounded_reason(str(exc)))
                     if stalled >= MAX_STALLED_ATTEMPTS:
                         raise FatalDownloadError(t("hub.download.gave_up", file=item["path"],
                                                    attempts=stalled, reason=bounded_reason(str(exc)))) from exc
+                    # Said while it waits and tries again: the rate and ETA of before the drop are not live.
+                    self.write_state("running", force=True, retry={
+                        "attempt": retries + 1, "reason": bounded_reason(str(exc), RETRY_REASON_MAX_CHARS)})
                     time.sleep(min(5.0, 0.25 * 2 ** stalled))
                     continue
             if part.stat().st_size != size:

@@ -549,3 +549,41 @@ def test_a_link_that_drops_after_progress_every_time_still_finishes(hub_server, 
     assert downloader.Downloader(job, None).run() == 0
     assert read_status(job).status == "done"
     assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
+
+
+def test_a_retrying_download_says_so_and_shows_no_stale_rate_or_eta(hub_server, monkeypatch):
+    """The QA dropped the link mid-download: while the downloader waited and tried again, state.json kept the
+    last good rate and ETA, so the CLI and the app showed them frozen as if live. While it retries, the record
+    says so (the attempt, the error in short) with no rate or ETA; the first bytes after clear it."""
+    import requests
+
+    from core.hub import downloader
+    from core.hub.commands import ProgressPrinter
+
+    plan = _plan(include=["model.safetensors"])
+    job = _job_in_process(plan)
+    piece = 64 * 1024
+    seen = []
+
+    def dropping_get(self, url, part, offset):
+        with open(part, "ab") as handle:
+            handle.write(WEIGHTS[offset:offset + piece])
+        self.rate = 2_000_000.0  # a good rate before the drop
+        self.write_state("running", force=True)
+        if offset < piece:  # the first attempt's link drops, the next ones bring the rest
+            raise requests.ConnectionError("Connection broken: IncompleteRead(65536 bytes read)")
+        with open(part, "ab") as handle:
+            handle.write(WEIGHTS[offset + piece:])
+        return True
+
+    monkeypatch.setattr(downloader.Downloader, "_get", dropping_get)
+    monkeypatch.setattr(downloader.time, "sleep", lambda seconds: seen.append(read_status(job)))  # the back-off
+    assert downloader.main([str(job)]) == 0  # holding the job's lock, as the detached one does: alive
+    [waiting] = seen
+    assert waiting.active and waiting.retrying and waiting.retry_attempt == 2, waiting
+    assert "IncompleteRead" in waiting.retry_reason and len(waiting.retry_reason) <= 120
+    assert waiting.rate_bps == 0 and waiting.eta_s is None  # not the 2 MB/s of before the drop
+    shown = ProgressPrinter(None).line(waiting)
+    assert "retrying (attempt 2): Connection broken" in shown and "ETA" not in shown and "/s" not in shown, shown
+    done = read_status(job)
+    assert done.status == "done" and not done.retrying and done.retry_attempt is None

@@ -249,6 +249,9 @@ def test_the_download_line_drops_whole_parts_and_cuts_a_path_in_its_middle(hub_e
             # ("%M:%S" showed 1:05:00 as 05:00); an unknown one as every unknown figure.
             assert screen._download_text(status(eta_s=3900.0), width).endswith("ETA 1:05:00")
             assert screen._download_text(status(eta_s=None), width).endswith("ETA –")
+            # While the downloader tries a dropped link again: no rate or ETA of before the drop, as if live.
+            text = screen._download_text(status(retry_attempt=3, retry_reason="Connection refused"), width)
+            assert text == "qa/Big-Slow-7B: 25.6 MB / 31.5 MB · retrying (attempt 3) · Connection refused", text
             target = "/home/qa/.cache/modelscope/hub/models/deepseek-ai/DeepSeek-R1-Distill-Qwen-1___5B"
             text = screen._download_text(status(status="done", model_id=DEEPSEEK, target_dir=target), width)
             assert text.startswith(f"{DEEPSEEK}: downloaded to /home") and text.endswith("-Qwen-1___5B"), text

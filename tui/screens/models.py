@@ -837,6 +837,10 @@ class ModelsScreen(Screen[None]):
         """The download line in ``width`` cells: whole parts dropped from the end, a path cut in its middle.
         "d resumes it" only while ``d`` would: the stopped model open on its hub; else which hub it is on."""
         done, total = human_bytes(status.bytes_done), human_bytes(status.bytes_total)
+        if status.retrying:  # the link dropped: the rate and ETA of before are not live
+            return _line_of_model("modelsscreen.download_retrying", status.model_id, width, done=done, total=total,
+                                  attempt=status.retry_attempt, reason=status.retry_reason or "",
+                                  file=status.current_file or "")
         if status.active:
             # The one duration format, as `tunedeck models download` prints it: "%M:%S" read an ETA of 1:05:00 as 05:00.
             return _line_of_model("modelsscreen.download_line", status.model_id, width, done=done, total=total,
