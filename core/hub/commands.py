@@ -216,7 +216,7 @@ def _print_facts(facts: Any, fits: Any) -> None:
         print(t(header, gpu=gpu, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ_LEN))
         for row in fits:
             print(f"  {row.method:<6} {row.peak_gib:7.1f} / {row.capacity_gib:.0f} GiB  "
-                  f"{t('hub.cli.verdict.' + row.verdict)}")
+                  f"{t('hub.cli.verdict.' + row.verdict, free=row.free_gib or 0.0)}")
 
 
 def _config_info(args: argparse.Namespace, name: str, config: dict[str, Any], model: dict[str, Any],
@@ -230,7 +230,7 @@ def _config_info(args: argparse.Namespace, name: str, config: dict[str, Any], mo
     notes: list[str] = []
     try:
         facts = model_facts(config, name=name)
-        fits = fit_on_box(config, _box_gpus(), name=name)
+        fits = fit_on_box(config, _box(), name=name)
     except ArchitectureError as exc:
         notes.append(str(exc))
     if args.json:
@@ -298,7 +298,7 @@ def run_info(args: argparse.Namespace) -> int:
     if details.config is not None:
         try:
             facts = model_facts(details.config, name=args.model_id)
-            fits = fit_on_box(details.config, _box_gpus(), name=args.model_id)
+            fits = fit_on_box(details.config, _box(), name=args.model_id)
         except ArchitectureError as exc:
             notes.append(str(exc))
     if args.json:
@@ -325,16 +325,17 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _box_gpus() -> list[tuple[str | None, int | None]]:
-    """(name, memory) of the box's GPUs; none when NVML is unavailable."""
+def _box() -> Any:
+    """This box's GPUs and the memory other processes hold on them (``core.plan.HardwareTarget``); None when
+    NVML is unavailable."""
     try:
         from core.hardware.monitor import open_monitor
+        from core.plan.hardware import target_from_snapshot
 
         with open_monitor() as monitor:
-            snapshot = monitor.poll()
+            return target_from_snapshot(monitor.poll())
     except Exception:  # no driver, no NVML binding: the estimate falls back to a reference GPU
-        return []
-    return [(gpu.name, gpu.memory_total_bytes) for gpu in snapshot.gpus]
+        return None
 
 
 class ProgressPrinter:

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.estimate import (
     ArchitectureError,
-    GpuSpec,
     PlanError,
     TrainingPlan,
-    UnknownGpuError,
     architecture_from_config,
     count_parameters,
     estimate,
     find_gpu,
 )
+
+if TYPE_CHECKING:
+    from core.plan.hardware import HardwareTarget
 
 FIT_METHODS = ("full", "lora", "qlora")
 DEFAULT_BATCH = 1
@@ -69,35 +70,29 @@ class FitRow:
     gpu: str
     peak_gib: float
     capacity_gib: float
-    verdict: str  # fits | tight | does_not_fit | impossible
+    # fits | tight | does_not_fit | impossible, against the card; fits_card_not_free: the card, not what other
+    # processes leave free on it now (``free_gib``)
+    verdict: str
     reference: bool  # True: computed for REFERENCE_GPU because the box has no GPU
+    free_gib: float | None = None  # what other processes leave free on the GPU now; None: they hold none to speak of
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def gpu_spec_for(name: str | None, memory_total_bytes: int | None) -> GpuSpec:
-    """The estimator's spec for a GPU the monitor reports; an unknown model gets the reported memory."""
-    try:
-        return find_gpu(name or "")
-    except UnknownGpuError:
-        from dataclasses import replace
-
-        base = find_gpu(REFERENCE_GPU)
-        memory_mib = int((memory_total_bytes or base.memory_mib * 1024**2) // 1024**2)
-        return replace(base, name=name or "GPU", memory_mib=memory_mib, aliases=())
-
-
-def fit_on_box(config: dict[str, Any], gpus: list[tuple[str | None, int | None]], batch: int = DEFAULT_BATCH,
+def fit_on_box(config: dict[str, Any], box: HardwareTarget | None, batch: int = DEFAULT_BATCH,
                seq_len: int = DEFAULT_SEQ_LEN, name: str = "") -> list[FitRow]:
-    """Full / LoRA / QLoRA at ``batch`` x ``seq_len`` on the box's first GPU (one GPU per run).
+    """Full / LoRA / QLoRA at ``batch`` x ``seq_len`` on one GPU of this box (one GPU per run: the freest).
 
-    ``gpus`` are (name, memory_total_bytes) from the hardware monitor; with none, the rows are for an
-    H200 and marked ``reference``.
+    ``box`` is this box (``core.plan.target_from_snapshot``); with none, or no GPU, the rows are for an
+    H200 and marked ``reference``. Where other processes hold memory on that GPU, a method is judged against
+    what they leave, as the planner sizes a plan (``HardwareTarget.usable_now_gib``): one that fits only the
+    whole card reads ``fits_card_not_free``.
     """
-    reference = not gpus
-    spec = find_gpu(REFERENCE_GPU) if reference else gpu_spec_for(*gpus[0])
+    reference = box is None or box.gpu is None
+    spec = find_gpu(REFERENCE_GPU) if box is None or box.gpu is None else box.gpu
     arch = architecture_from_config(config, name=name)
+    free = None if reference else box.free_gib(1)
     rows = []
     for method in FIT_METHODS:
         plan = TrainingPlan(architecture=arch, method=method, micro_batch_size=batch, seq_len=seq_len,
@@ -107,5 +102,10 @@ def fit_on_box(config: dict[str, Any], gpus: list[tuple[str | None, int | None]]
         except (PlanError, ArchitectureError):
             rows.append(FitRow(method, spec.name, 0.0, spec.memory_gib, "impossible", reference))
             continue
-        rows.append(FitRow(method, spec.name, result.peak_gib, result.capacity_gib, result.verdict, reference))
+        room = None if box is None or reference else box.usable_now_gib(1, result.margin_gib)
+        verdict = result.verdict
+        if room is not None and verdict in ("fits", "tight") and result.peak_gib > room:
+            verdict = "fits_card_not_free"
+        rows.append(FitRow(method, spec.name, result.peak_gib, result.capacity_gib, verdict, reference,
+                           None if room is None else free))
     return rows

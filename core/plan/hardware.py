@@ -80,6 +80,15 @@ class HardwareTarget:
             return None
         return max(0.0, self.gpu.memory_gib - busiest[1])
 
+    def usable_now_gib(self, num_gpus: int, margin_gib: float) -> float | None:
+        """What a plan of ``num_gpus`` may take on the busiest of its GPUs now, its safety margin kept: what other
+        processes leave free less ``margin_gib``, where they hold more than an idle GPU does (``held_by_others``);
+        None when nothing is held and the whole card is the room (a typed target, an idle box)."""
+        free = self.free_gib(num_gpus)
+        if self.held_by_others(num_gpus) is None or free is None:
+            return None
+        return max(0.0, free - margin_gib)
+
     def describe(self) -> str:
         """``2xA100-80GB`` / ``cpu``: also what ``--hardware`` accepts."""
         return "cpu" if self.gpu is None else f"{self.count}x{self.gpu.name}"

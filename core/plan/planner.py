@@ -291,9 +291,10 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     # on this box, with other processes' memory on its GPUs (as the memory line says it: ``busy_words``): what
     # they leave is the room the plan has, in every reason that sizes against it
     free = request.hardware.free_gib(p.num_gpus)
-    held = request.hardware.held_by_others(p.num_gpus) is not None and free is not None
-    if held and est:
-        usable = min(usable, max(0.0, free - est.margin_gib))
+    room = request.hardware.usable_now_gib(p.num_gpus, est.margin_gib if est else 0.0)
+    held = room is not None
+    if room is not None and est:
+        usable = min(usable, room)
     pinned = request.overrides
 
     def pinned_reason(name: str, value: Any) -> Finding:

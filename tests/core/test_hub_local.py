@@ -561,3 +561,33 @@ def test_train_check_passes_a_whole_copy_beside_a_half_downloaded_one_in_the_oth
     (ms / "config.json").write_text("{}")
     assert model_problem("acme/Half-1B", "modelscope", probe=False) is None
     assert model_problem("acme/Half-1B", "huggingface", probe=False) is None
+
+
+def test_models_info_judges_the_fit_by_what_other_processes_leave_free(home, monkeypatch, capsys):
+    """Fake GPUs: the h200x8 recording, each H200 (140.4 GiB) holding 115-117 GiB of other processes. `models info`
+    read "full 119.5 / 140 GiB fits" against the whole card, as if the box were idle; the planner sizes against what
+    the others leave less its margin (``HardwareTarget.usable_now_gib``), and so does the fit now, saying so."""
+    from pathlib import Path
+
+    recording = Path(__file__).parents[1] / "fixtures" / "gpus" / "h200x8.json"
+    monkeypatch.setenv("TUNEDECK_FAKE_GPUS", str(recording))
+    with FakeHubServer(standard_hub()) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        assert main(["models", "info", "Qwen/Qwen2.5-7B-Instruct", "--json"]) == 0
+        fit = {row["method"]: row for row in json.loads(capsys.readouterr().out)["fit"]}
+        full = fit["full"]
+        assert full["capacity_gib"] > 140 and full["peak_gib"] > 100, full  # fits the card...
+        assert full["verdict"] == "fits_card_not_free" and 20 < full["free_gib"] < 30, full  # ...not what is free
+        assert fit["qlora"]["verdict"] == "fits", fit  # a small one still fits beside them
+        assert main(["models", "info", "Qwen/Qwen2.5-7B-Instruct"]) == 0
+        out = capsys.readouterr().out
+        assert f"fits the card, not the {full['free_gib']:.1f} GiB free now" in out, out
+    # the h200x2 recording as taken (1.6 GiB held on each, an idle GPU's context): the whole card, as before
+    from core.estimate import load_model_config
+    from core.hardware.snapshot import load_snapshot
+    from core.hub.facts import fit_on_box
+    from core.plan import target_from_snapshot
+
+    idle = target_from_snapshot(load_snapshot(recording.with_name("h200x2.json")))
+    rows = {row.method: row for row in fit_on_box(load_model_config("Qwen2.5-7B").config, idle)}
+    assert rows["full"].verdict == "fits" and rows["full"].free_gib is None

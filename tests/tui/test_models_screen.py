@@ -331,3 +331,22 @@ def test_keys_typed_in_one_burst_after_s_go_to_the_search(hub_env):
             assert app.is_running and app.screen is screen and app.focused is search and search.value == "qwen"
 
     asyncio.run(scenario())
+
+
+def test_the_details_fit_is_judged_by_what_other_processes_leave_free(hub_env):
+    """Fake GPUs: the h200x8 recording as taken, each H200 (140.4 GiB) holding 115-117 GiB of other processes.
+    The details pane read "full 119.5/140 GiB fits" for Qwen2.5-7B against the whole card; it says the card, not
+    the memory free now, fits it (``core.hub.facts.fit_on_box``, as `models info`)."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x8"), persist_settings=False)
+        async with app.run_test(size=(160, 50)) as pilot:
+            screen = await open_models(pilot, app)
+            results(app).focus()
+            await pilot.press("enter")  # the first row: Qwen/Qwen2.5-7B-Instruct
+            await wait_for(pilot, lambda: screen.details is not None)
+            await wait_for(pilot, lambda: "GiB free now" in screen_text(app) or "GiB fits" in screen_text(app))
+            text = " ".join(screen_text(app).split())
+            assert "full 119.5/140 GiB fits the card, not the 25.2 GiB free" in text, text  # GPU 0: 115.2 held
+            assert "qlora 7.7/140 GiB fits" in text  # beside the others' memory
+
+    asyncio.run(scenario())

@@ -588,16 +588,19 @@ class ModelsScreen(Screen[None]):
         self.query_one("#details-card", Markdown).update("")
         self._details_worker(self.hub, model_id)
 
-    def _box_gpus(self) -> list[tuple[str | None, int | None]]:
+    def _box(self) -> Any:
+        """This box's GPUs and what other processes hold on them (``core.plan.HardwareTarget``), for the fit."""
+        from core.plan.hardware import target_from_snapshot
+
         try:  # no NVML is said in the snapshot itself (no GPUs): estimates fall back to a reference GPU
             monitor = self.app.monitor  # type: ignore[attr-defined]
             snapshot = monitor.snapshot()
         except TunedeckError:  # a fake-GPU recording that cannot be read: the GPUs screen says so
-            return []
+            return None
         except Exception as exc:  # unexpected: the error modal and the log, and the reference GPU
             report_unexpected(self.app, exc, "models.box_gpus")
-            return []
-        return [(gpu.name, gpu.memory_total_bytes) for gpu in snapshot.gpus]
+            return None
+        return target_from_snapshot(snapshot)
 
     @work(thread=True, exclusive=True, group="hub-details", exit_on_error=False)
     def _details_worker(self, hub: str, model_id: str) -> None:
@@ -636,7 +639,7 @@ class ModelsScreen(Screen[None]):
         lines: list[str] = []
         try:
             facts = model_facts(config, name=name)
-            rows = fit_on_box(config, self._box_gpus(), name=name)
+            rows = fit_on_box(config, self._box(), name=name)
         except ArchitectureError as exc:
             return [f"[$warning]{_plain(str(exc))}[/]"]
         except (TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:  # a config.json with odd values
@@ -650,7 +653,8 @@ class ModelsScreen(Screen[None]):
         lines += ["", f"[b]{t(title, gpu=gpu, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ_LEN)}[/]"]
         for row in rows:
             lines.append(t("modelsscreen.fit_row", method=row.method, peak=row.peak_gib,
-                           capacity=row.capacity_gib, verdict=t(f"modelsscreen.verdict.{row.verdict}")))
+                           capacity=row.capacity_gib, verdict=t(f"modelsscreen.verdict.{row.verdict}",
+                                                                 free=row.free_gib or 0.0)))
         return lines
 
     def _facts_text(self, details: ModelDetails) -> str:
