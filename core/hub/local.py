@@ -292,8 +292,24 @@ def download_of(model: LocalModel, downloads: list[Any]) -> Any | None:
     filled ``model``'s folder: its target lies in that folder, or it is the same model from the same hub.
     None for a folder no tunedeck download wrote (a stray one, the user's own)."""
     by_folder = next((job for job in downloads if job.target_dir and _within(job.target_dir, model.path)), None)
-    return by_folder or next((job for job in downloads
-                              if job.hub == model.source and job.model_id == model.model_id), None)
+    if by_folder is not None or model.complete:
+        # A whole model is no unfinished download's: a record of its id that wrote another folder (a cache that
+        # moved: MODELSCOPE_CACHE or HF_HOME changed) speaks of that folder, not of this one.
+        return by_folder
+    return next((job for job in downloads if job.hub == model.source and job.model_id == model.model_id), None)
+
+
+def superseded_download(job: Any) -> bool:
+    """Whether download record ``job`` (``core.hub.download.DownloadStatus``) ended unfinished (failed, stopped)
+    in a folder other than the one where its model is now whole in its hub's cache (the cache moved, and the
+    model came there another way): the whole model wins, and the record is of a folder no longer in use."""
+    if job.active or job.status == "done":
+        return False
+    folder = cached_model_folder(job.model_id, "huggingface" if job.hub == "hf" else "modelscope")
+    if folder is None:
+        return False
+    root = hf_hub_cache() if job.hub == "hf" else modelscope_cache_root()
+    return _within(folder, root) and not (job.target_dir and _within(job.target_dir, cache_repo(folder)))
 
 
 def _within(path: Path | str, root: Path | str) -> bool:

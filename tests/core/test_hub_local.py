@@ -591,3 +591,40 @@ def test_models_info_judges_the_fit_by_what_other_processes_leave_free(home, mon
     idle = target_from_snapshot(load_snapshot(recording.with_name("h200x2.json")))
     rows = {row.method: row for row in fit_on_box(load_model_config("Qwen2.5-7B").config, idle)}
     assert rows["full"].verdict == "fits" and rows["full"].free_gib is None
+
+
+def test_a_whole_model_in_the_cache_of_now_wins_over_a_failed_download_into_an_old_cache(home, monkeypatch, capsys):
+    """The QA's download failed into one ModelScope cache; with MODELSCOPE_CACHE moved, the model came whole into
+    the new one. The record, keyed by hub and id, was taken for the new folder's (`models list` said download
+    "failed" beside the whole model; the app's download line showed the failure). The whole model wins."""
+    from core.hub.download import job_dir_for, list_downloads
+    from core.hub.local import download_of, superseded_download
+
+    model_id = "Qwen/Qwen2.5-7B-Instruct"
+    job = job_dir_for("modelscope", model_id)
+    job.mkdir(parents=True)
+    old = home / "old-ms" / "models" / "Qwen" / "Qwen2___5-7B-Instruct"
+    (job / "job.json").write_text(json.dumps({"hub": "modelscope", "model_id": model_id, "revision": "master",
+                                              "target_dir": str(old), "files": [{"path": "model.safetensors",
+                                                                                 "size": 100}]}))
+    (job / "state.json").write_text(json.dumps({"status": "failed", "error": "HTTP 500", "updated": 1.0}))
+    new = home / "ms" / "models" / "Qwen" / "Qwen2___5-7B-Instruct"  # MODELSCOPE_CACHE of now (``home``)
+    _write(new / "config.json", 10)
+    [record] = list_downloads()
+    assert not superseded_download(record)  # nothing whole yet: the failure is news, and d resumes it
+    [listed] = list_local_models()
+    assert download_of(listed, [record]) is record  # the unfinished folder's record, by its id
+    _write(new / "model.safetensors", 100)  # now whole in the cache of now
+    assert superseded_download(record)
+    [whole] = list_local_models()
+    assert whole.complete and download_of(whole, [record]) is None
+    assert main(["models", "list", "--json"]) == 0
+    [shown] = json.loads(capsys.readouterr().out)["models"]
+    assert shown["complete"] and shown["download"] is None  # it said "failed"
+    # a record of the whole model's own folder is still its own
+    same = job_dir_for("modelscope", "Qwen/Other")
+    same.mkdir(parents=True)
+    (same / "job.json").write_text(json.dumps({"hub": "modelscope", "model_id": "Qwen/Other", "target_dir": str(new),
+                                               "files": []}))
+    (same / "state.json").write_text(json.dumps({"status": "done", "updated": 2.0}))
+    assert download_of(whole, list_downloads()).model_id == "Qwen/Other"

@@ -159,6 +159,27 @@ def test_a_deleted_models_download_leaves_the_line(hub_env, tmp_path):  # noqa: 
     asyncio.run(scenario())
 
 
+def test_a_failed_download_into_an_old_cache_leaves_the_line_to_the_whole_model(hub_env, tmp_path):  # noqa: F811
+    """A download of qa/Big-Slow-7B failed into a ModelScope cache since moved (MODELSCOPE_CACHE changed); the model
+    is whole in the cache of now. The line showed the old failure beside it; the whole model wins, and the line
+    shows the newest other download (a stopped one of the tiny model)."""
+    async def scenario():
+        older = stopped_download("hf", TINY, tmp_path / "hf-target")
+        state = json.loads((older / "state.json").read_text())
+        (older / "state.json").write_text(json.dumps({**state, "updated": time.time() - 3600}))
+        failed = stopped_download("modelscope", "qa/Big-Slow-7B", tmp_path / "old-ms" / "models" / "qa" / "Big-Slow-7B")
+        (failed / "state.json").write_text(json.dumps({"status": "failed", "error": "HTTP 500", "bytes_done": 1,
+                                                       "bytes_total": 100, "updated": time.time()}))
+        modelscope_folder(tmp_path, "qa/Big-Slow-7B", {"config.json": b"{}", "model.safetensors": b"x"})
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await wait_for(pilot, lambda: f"{TINY} on Hugging Face: stopped at" in line(app))
+            assert screen.job_dir == older and "failed" not in line(app)
+
+    asyncio.run(scenario())
+
+
 def test_hub_columns_fit_80_columns_without_cutting_numbers(hub_env):  # noqa: F811
     """The QA saw "Pa" for Params and "7." for 7.0B: the model name is cut instead, the columns whole."""
     async def scenario():

@@ -697,10 +697,13 @@ class ModelsScreen(Screen[None]):
     # --- downloads ---------------------------------------------------------------------------------
     def _reattach(self) -> None:
         from core.hub.download import list_downloads
+        from core.hub.local import superseded_download
 
-        # A running download first; else the newest one, so how it ended shows.
+        # A running download first; else the newest one, so how it ended shows (not one that failed in a
+        # folder no longer in use, its model whole in the cache of now).
         downloads = list_downloads()
-        pick = next((d for d in downloads if d.active), None) or next(iter(downloads), None)
+        pick = next((d for d in downloads if d.active), None) or \
+            next((d for d in downloads if not superseded_download(d)), None)
         if pick is not None:
             self.job_dir = pick.job_dir
         self._refresh_download()
