@@ -742,3 +742,29 @@ def test_gpu_screen_process_selected_snapshot(utc):
             await assert_snapshot(pilot, app, "gpus_process_selected_80x24")
 
     run(scenario())
+
+
+def test_one_pid_listed_twice_on_a_gpu_is_two_rows_as_tunedeck_gpus_lists_it():
+    """Fake GPUs: the h200x1 recording with pid 48211 listed twice on GPU 0 (NVML lists a pid once per context:
+    several contexts, MIG). The rows were keyed GPU:pid, so the second silently replaced the first while
+    `tunedeck gpus` listed both; each is a row, and each can be selected."""
+    first = GpuProcess(48211, 3 * 1024**3, visible=True, user="alice", command="python train.py")
+    second = dataclasses.replace(first, used_memory_bytes=1024**3)
+
+    async def scenario():
+        monitor = monitor_with({0: (first, second)})
+        app = make_app(quiet_settings(), monitor=monitor)
+        async with app.run_test(size=(100, 30)) as pilot:
+            from core.hardware.commands import render_snapshot
+
+            cli = [line for line in render_snapshot(monitor.snapshot()) if "48211" in line]
+            screen = await open_gpus(pilot, app)
+            table = screen.query_one("#gpu-procs")
+            assert table.row_count == len(cli) == 2
+            await select_process(pilot, app)
+            seen = {screen.selected().process.used_memory_bytes}
+            await pilot.press("down")
+            seen.add(screen.selected().process.used_memory_bytes)
+            assert seen == {3 * 1024**3, 1024**3}  # both contexts, each its own row
+
+    run(scenario())

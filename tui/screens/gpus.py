@@ -519,7 +519,12 @@ class GpuScreen(Screen[None]):
         rows: dict[str, ProcRow] = {}
         for gpu in snapshot.gpus:
             for proc in gpu.processes:
-                key = f"{gpu.index}:{proc.pid}"
+                # NVML lists a pid once per context (several contexts, MIG instances): each is a row, as
+                # `tunedeck gpus` lists them; a repeat's key counts it, so each keeps its selection.
+                key = base = f"{gpu.index}:{proc.pid}"
+                repeat = 1
+                while key in rows:
+                    key, repeat = f"{base}:{repeat}", repeat + 1
                 elapsed = None if proc.started_at is None else max(0.0, snapshot.taken_at - proc.started_at)
                 rows[key] = ProcRow(key, gpu.index, proc, self.links.get(proc.pid) if proc.visible else None,
                                     elapsed)
