@@ -159,13 +159,20 @@ def run_search(args: argparse.Namespace) -> int:
             print(t("hub.cli.no_results_filters", filters=filters), file=sys.stderr)
         print(t("hub.cli.no_results_hint", other=_other_hub(args.hub)), file=sys.stderr)
         return 0
-    if args.size == "any":
+    if args.size == "any" and len(page.items) == page.total:  # all the hub found: "1 model", not "1 of 1 models"
+        print(t(plural_key("hub.cli.results_header_all", page.total), count=page.total, hub=args.hub), file=sys.stderr)
+    elif args.size == "any":
         print(t("hub.cli.results_header", shown=len(page.items), total=page.total, hub=args.hub, page=page.page),
               file=sys.stderr)
     else:  # the hub's total counts every size: the count is out of the pages whose sizes were read
         print(t("hub.cli.results_header_size", shown=len(page.items), size=t(f"modelsscreen.size.{args.size}"),
                 start=(args.page - 1) * page.page_size + 1, end=page.listed_through(), total=page.total,
                 hub=args.hub), file=sys.stderr)
+    if page.unusable:  # why the count falls short of what the hub listed
+        from core.hub.problems import HUB_NAMES
+
+        print(t(plural_key("hub.cli.results_unusable", page.unusable), count=page.unusable, hub=HUB_NAMES[args.hub]),
+              file=sys.stderr)
     for model in page.items:
         print(f"{pad(truncate(model.model_id, 48), 48)} {_count(model.params):>7} {_count(model.downloads):>7} "
               f"{_date(model.updated)}  {model.license or ''}")

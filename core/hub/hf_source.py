@@ -228,12 +228,13 @@ class HfSource:
                            search=query.text or None, author=query.owner or None, pipeline_tag=query.task or None,
                            sort=_SORT_KEYS.get(query.sort), limit=wanted + 1)
         page = infos[(number - 1) * query.page_size: wanted]
-        items = tuple(s for s in (self._summary(info) for info in page)
-                      if in_size_class(s.params, query.size_class) and usable_id(s.model_id))
+        matching = [s for s in (self._summary(info) for info in page) if in_size_class(s.params, query.size_class)]
+        items = tuple(s for s in matching if usable_id(s.model_id))
         # every match up to this page and one beyond was fetched: that many are known (a page past the
         # last one counted its own start as found)
         total = len(infos)
-        return SearchPage(items=items, total=total, page=number, page_size=query.page_size)
+        return SearchPage(items=items, total=total, page=number, page_size=query.page_size,
+                          unusable=len(matching) - len(items))
 
     def file_url(self, model_id: str, path: str, revision: str = "main") -> str:
         from huggingface_hub import hf_hub_url

@@ -137,10 +137,11 @@ class ModelScopeSource:
         page = self._call(query.text or "*", self._api.list_repos, "model", operation="search",
                           search=query.text or None, owner=query.owner or None, sort=_SORT_KEYS.get(query.sort),
                           page_number=number, page_size=query.page_size, **filters)
-        items = tuple(s for s in (self._summary(info) for info in page.items)
-                      if in_size_class(s.params, query.size_class) and usable_id(s.model_id))
+        matching = [s for s in (self._summary(info) for info in page.items) if in_size_class(s.params, query.size_class)]
+        items = tuple(s for s in matching if usable_id(s.model_id))
         total = min(int(page.total_count or 0), MAX_LISTED)
-        return SearchPage(items=items, total=total, page=number, page_size=query.page_size)
+        return SearchPage(items=items, total=total, page=number, page_size=query.page_size,
+                          unusable=len(matching) - len(items))
 
     def file_url(self, model_id: str, path: str, revision: str = "master") -> str:
         return self._api.legacy.get_download_url(model_id, "model", path, revision)

@@ -97,6 +97,9 @@ class SearchPage:
     total: int
     page: int
     page_size: int
+    # results the hub listed that are left out of ``items``, their id being no hub id (``usable_id``): a count
+    # of the items says why it falls short of what the hub listed
+    unusable: int = 0
 
     @property
     def has_more(self) -> bool:
@@ -117,12 +120,16 @@ def scan_for_size_class(query: SearchQuery, read_page: Callable[[int], SearchPag
     most pages of a popular query held none of a size class, and a first page without one said "no models
     match" of a search whose later pages had some. At most ``SIZE_SCAN_PAGES`` pages are read; the page
     returned is the last read, so the next page asked for goes on from there."""
+    from dataclasses import replace
+
     page = read_page(query.page)
+    unusable = page.unusable
     for _ in range(SIZE_SCAN_PAGES - 1):
         if query.size_class == "any" or page.items or not page.has_more:
             break
         page = read_page(page.page + 1)
-    return page
+        unusable += page.unusable
+    return replace(page, unusable=unusable)
 
 
 @dataclass(frozen=True)

@@ -628,3 +628,21 @@ def test_a_whole_model_in_the_cache_of_now_wins_over_a_failed_download_into_an_o
                                                "files": []}))
     (same / "state.json").write_text(json.dumps({"status": "done", "updated": 2.0}))
     assert download_of(whole, list_downloads()).model_id == "Qwen/Other"
+
+
+def test_models_search_says_one_model_and_why_a_result_is_left_out(home, monkeypatch, capsys):
+    """`models search` said "1 of 1 models", and counted short of the hub's total without a word where a result's
+    id is no valid ModelScope id (left out: it could not be opened or downloaded). Fake hub."""
+    from tests.hubserver import FakeRepo
+
+    hub = standard_hub()
+    hub.add(FakeRepo("qa/模型-7B", files={"config.json": b"{}"}, downloads=1))
+    with FakeHubServer(hub) as server:
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", server.url)
+        assert main(["models", "search", "tiny"]) == 0
+        err = capsys.readouterr().err
+        assert "1 model on modelscope" in err and "1 of 1" not in err, err
+        assert main(["models", "search", ""]) == 0
+        err = capsys.readouterr().err
+        assert "4 of 5 models on modelscope" in err, err
+        assert "1 more left out: its id is not a valid ModelScope id" in err, err

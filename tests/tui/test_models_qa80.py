@@ -211,6 +211,9 @@ def test_local_columns_fit_80_columns_with_the_whole_date(hub_env, tmp_path):  #
             assert "Last used" in table.splitlines()[0] and date in table, table
             assert all(cell_len(text) <= SIZE[0] for text in table.splitlines())
             assert folder.exists()
+            # a bundled model's size and date are unknown: "–", as every unknown figure (units.UNKNOWN), not "—"
+            bundled = next(row for row in table.splitlines() if row.strip().startswith("tiny"))
+            assert " – " in bundled and "—" not in table, bundled
 
     asyncio.run(scenario())
 

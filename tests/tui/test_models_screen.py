@@ -350,3 +350,25 @@ def test_the_details_fit_is_judged_by_what_other_processes_leave_free(hub_env):
             assert "qlora 7.7/140 GiB fits" in text  # beside the others' memory
 
     asyncio.run(scenario())
+
+
+def test_the_count_says_one_model_and_why_a_result_is_left_out(hub_env):
+    """The status line read "1 of 1 models", and "4 of 5 models" where the hub listed a model whose id is no valid
+    ModelScope id (left out of the list, unsaid). Fake hub with such a model beside the standard ones; fake H200."""
+    from tests.hubserver import FakeRepo
+
+    hub_env.hub.add(FakeRepo("qa/模型-7B", files={"config.json": b"{}"}, downloads=1))
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_models(pilot, app)
+            status = screen.query_one("#models-status")
+            await wait_for(pilot, lambda: "4 of 5 models" in str(status.render()))
+            assert str(status.render()).endswith(
+                "4 of 5 models · 1 left out: its id is not a valid ModelScope id"), str(status.render())
+            await pilot.press("s", *"tiny", "enter")
+            await wait_for(pilot, lambda: results(app).row_count == 1 and not screen.searching)
+            await wait_for(pilot, lambda: str(status.render()).endswith("\n1 model"))
+
+    asyncio.run(scenario())

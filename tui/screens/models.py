@@ -43,7 +43,7 @@ from core.hub.reachability import HubReachability
 from core.hub.records import HUBS, SIZE_CLASSES, SORTS, ModelDetails, SearchPage, SearchQuery
 from core.i18n import t
 from core.text_width import cell_len, truncate
-from core.units import format_duration, format_magnitude, plural_key
+from core.units import UNKNOWN, format_duration, format_magnitude, plural_key
 from tui.screens.error_modal import report_failed_worker, report_unexpected
 from tui.widgets.keys_footer import KeysFooter
 
@@ -280,6 +280,7 @@ class ModelsScreen(Screen[None]):
         self._filters_extra = ""  # the Hub tab's status under its filters (found, searching), kept for its return
         self._local_table_rows: list[tuple[str, ...]] = []  # the Local tab's cells, before fitting the width
         self._hub_rows: dict[str, list[str]] = {}  # the Hub tab's cells by model id, before fitting the width
+        self._unusable = 0  # results of the pages listed left out, their id being no hub id (SearchPage.unusable)
 
     # --- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -473,6 +474,7 @@ class ModelsScreen(Screen[None]):
         assert page is not None
         self.page = page
         rows = dict(self._hub_rows) if message.append else {}
+        self._unusable = (self._unusable if message.append else 0) + page.unusable
         for model in page.items:
             if model.model_id in rows:
                 continue
@@ -492,8 +494,15 @@ class ModelsScreen(Screen[None]):
     def _found_text(self, shown: int, page: SearchPage) -> str:
         """"3 of 67 models"; under a size class what the count is out of: the models whose sizes were read
         (the hub counts all sizes: "1 of 67" said 67 of that size were found)."""
+        return self._found_count(shown, page) + (t(plural_key("modelsscreen.found_unusable", self._unusable),
+                                                   count=self._unusable, hub=HUB_LABELS.get(self.hub, self.hub))
+                                                 if self._unusable else "")
+
+    def _found_count(self, shown: int, page: SearchPage) -> str:
         size_class = self.query_state.size_class
         if size_class == "any":
+            if shown == page.total:  # all the hub found: "1 model", not "1 of 1 models"
+                return t(plural_key("modelsscreen.found_all", shown), count=shown)
             return t("modelsscreen.found", shown=shown, total=page.total)
         read = page.listed_through()
         size = t(f"modelsscreen.size.{size_class}")
@@ -662,7 +671,7 @@ class ModelsScreen(Screen[None]):
         summary = details.summary
         lines = [f"[b $primary]{_plain(summary.model_id)}[/]",
                  f"{HUB_LABELS[summary.hub]} · {_count(summary.downloads)} ↓ · {summary.likes} ♥ · "
-                 f"{(summary.updated or '')[:10]} · {summary.license or '—'}"]
+                 f"{(summary.updated or '')[:10]} · {summary.license or UNKNOWN}"]
         if details.config is not None:
             lines += self._config_lines(details.config, summary.model_id)
         for note in details.notes:
@@ -939,7 +948,7 @@ class ModelsScreen(Screen[None]):
         self.local_rows = [*message.models, *message.bundled]
         rows = []
         for model in message.models:
-            used = time.strftime("%Y-%m-%d", time.localtime(model.last_used)) if model.last_used else "—"
+            used = time.strftime("%Y-%m-%d", time.localtime(model.last_used)) if model.last_used else UNKNOWN
             # A download that failed or stopped (no config.json, .part files, no weights) is no model yet:
             # said where its last use would be (never used: it is not whole), not after its name, which
             # keeps the cells it needs (" (incomplete)" beside it cut "Qwen/Qwen2.5-7B-Instruct" at 80
@@ -949,7 +958,7 @@ class ModelsScreen(Screen[None]):
             rows.append((model.model_id, model.source, human_bytes(model.size_bytes), used, str(model.path)))
         for bundled in message.bundled:
             # Where a bundled model sits inside the install says nothing; what it is good for does.
-            rows.append((bundled.name, t(f"modelsscreen.source.{bundled.kind}"), "—", "—",
+            rows.append((bundled.name, t(f"modelsscreen.source.{bundled.kind}"), UNKNOWN, UNKNOWN,
                          t(f"modelsscreen.bundled_note.{bundled.kind}")))
         self._local_table_rows = rows
         keys = [_local_key(row) for row in self.local_rows]
