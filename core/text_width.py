@@ -6,6 +6,7 @@ Layouts (tables, bars, truncation) use these so that a Chinese interface lines u
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from functools import lru_cache
 
@@ -17,6 +18,33 @@ def one_line(text: str) -> str:
     NULs) is one space, none at either end. A ``python -c`` script's command line is several lines, and a
     process's arguments are anyone's bytes: printed raw they break a table, or drive the terminal."""
     return " ".join("".join(" " if unicodedata.category(c) == "Cc" else c for c in text).split())
+
+
+# A terminal escape: CSI (colours, cursor moves: ``\x1b[31m``, ``\x1b[2K``), OSC (titles, links) to its BEL or ST, or
+# a two-byte one (``\x1b(B``, ``\x1bM``).
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]*[0-~])")
+
+
+def as_shown(line: str) -> str:
+    """A line of a program's output as a terminal leaves it on screen, in plain printable cells: its escapes
+    (colours, cursor moves) dropped, what it wrote after a carriage return laid over the start of what came
+    before (a progress bar's updates: the newest shows), tabs to the next multiple of 8 and any other control
+    character left out. Drawn raw, they move a full-screen app's cursor and scramble the screen around them."""
+    if line.isprintable():
+        return line
+    shown: list[str] = []
+    for part in _ESCAPE.sub("", line).split("\r"):
+        cells: list[str] = []
+        used = 0
+        for char in part:
+            if char == "\t":
+                cells.append(" " * (8 - used % 8))
+                used += 8 - used % 8
+            elif unicodedata.category(char) != "Cc":
+                cells.append(char)
+                used += char_width(char)
+        shown[:len(cells)] = cells
+    return "".join(shown)
 
 
 @lru_cache(maxsize=4096)

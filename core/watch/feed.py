@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.text_width import as_shown
 from core.watch.activity import WriterActivity
 from core.watch.adapters import parse_lines
 from core.watch.follow import DEFAULT_MAX_READ, FileFollower, cut_tail_start, read_lines_between, tail_start
@@ -147,7 +148,7 @@ class LinesFeed:
         result = self.follower.read_new()
         if result.restarted:  # read again from its start: nothing is cut, nothing left unread
             self.start, self._cut = 0, False
-        lines = [line.decode("utf-8", "replace").rstrip("\r") for line in result.lines]
+        lines = [as_shown(line.decode("utf-8", "replace")) for line in result.lines]
         if lines and self._cut:
             lines[0] = CUT_MARK + lines[0]
             self._cut = False

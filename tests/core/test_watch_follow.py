@@ -164,3 +164,15 @@ def test_lines_feed_shows_the_end_of_a_line_longer_than_its_tail_marked_as_cut(t
     # A tail that begins on a line start cuts nothing.
     path.write_text("".join(f"line {i}\n" for i in range(10)))
     assert LinesFeed(path, tail_bytes=len("line 9\n")).poll()[0] == ["line 9"]
+
+
+def test_lines_feed_hands_on_lines_as_a_terminal_shows_them(tmp_path):
+    """A trainer's log holds what its libraries wrote to a terminal: tqdm bars redrawn after carriage returns,
+    colour escapes, tabs. The dashboard drew them raw: a ``\\r`` sent the cursor to column 0, mid-screen, and
+    the bar's earlier frames overwrote the log pane's border and the events panel beside it."""
+    path = tmp_path / "train.log"
+    path.write_bytes("Map:  10%|█         | 1/10 [00:01<00:09]\rMap: 100%|██████████| 10/10 [00:02<00:00]\n"
+                     "\x1b[31mERROR\x1b[0m disk\tfull\x07\r\n"
+                     "中文\t文 \x1b]0;title\x07done\n".encode())
+    lines, _ = LinesFeed(path).poll()
+    assert lines == ["Map: 100%|██████████| 10/10 [00:02<00:00]", "ERROR disk      full", "中文    文 done"]
