@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+from textual.widgets._toast import Toast
+
 from core.atomic_file import write_json_atomic
 from core.i18n import t
 from core.paths import runs_dir
@@ -343,6 +345,31 @@ def test_a_search_that_finds_nothing_in_a_long_logs_tail_says_older_lines_are_no
             assert f"last {len(pane.lines)} loaded" in said and not pane.holds_all
             await search(pilot, screen, "line 2999 ")  # one in the tail: found, as before
             assert messages(app)[-1].startswith("1 lines match")
+
+    run(scenario())
+
+
+def test_a_log_search_for_bracketed_text_says_it_as_typed():
+    """Log lines begin with "[rank0]": a search for it said "19 lines match ' 02'" (the brackets read as
+    markup), and one for "[/x]" ended the app with a MarkupError traceback. A finished run at 80×24."""
+    path = build_run(runs_dir(), "20261129-2100-brackets", status="finished", steps=600, log_lines=30)
+    with open(path / "train.log", "a") as log:
+        log.write("[rank0] [/x] closing tag\n")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=str(path))
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:  # the toasts drawn, as in use
+            screen = await dashboard(pilot, app, "finished")
+            pane = screen.query_one("#dash-log", LogPane)
+            await wait_for(pilot, lambda: pane.lines and pane.lines[-1].endswith("closing tag"))
+            for text in ("[rank0]", "[/x]"):
+                await pilot.press("s")
+                await wait_for(pilot, lambda: screen.focused is not None and screen.focused.id == "dash-search")
+                await pilot.press(*text, "enter")
+                said = f"'{text}'"
+                await wait_for(pilot, lambda said=said: any(said in str(toast.render()) for toast in app.screen.query(Toast)))
+                await pilot.pause()
+                assert app.is_running
 
     run(scenario())
 

@@ -639,7 +639,7 @@ def show_dashboard(app: Any, message: WatchSourceOpened) -> None:
     if message.request != app.dashboard_request:
         return
     if message.error:
-        app.notify(message.error, severity="error")
+        app.notify(message.error, severity="error", markup=False)  # a path, the reference typed
         return
     if app.current_mode != "runs":
         app.switch_mode("runs")
@@ -693,7 +693,7 @@ def _under_runs(path: Path) -> bool:
 def _after_start(app: Any, target: str | None, error: str | None, ended: list[Any],
                  standalone: bool, request: int) -> None:
     if error:
-        app.notify(error, severity="error")
+        app.notify(error, severity="error", markup=False)  # quotes the reference typed
     for summary in ended:
         severity = "error" if summary.status in (RunState.FAILED, RunState.CRASHED) else "information"
         app.notify(t("runs_screen.ended_since", id=summary.id, status=state_label(summary.status)), severity=severity, timeout=10)

@@ -102,8 +102,8 @@ class DashboardActions:
             self.notify(t("dashboard.search_none_loaded", text=text, lines=len(pane.lines), where=self._whole_log()),
                         severity="warning", timeout=8, markup=False)
         elif text:
-            self.notify(t("dashboard.search_found", count=count, text=text),
-                        severity="information" if count else "warning", timeout=3)
+            self.notify(t("dashboard.search_found", count=count, text=text),  # "[rank0]" is text, not markup
+                        severity="information" if count else "warning", timeout=3, markup=False)
 
     def _whole_log(self) -> str:
         """Where the whole log is read: ``tunedeck logs RUN`` for a tunedeck run, else the log file."""
@@ -211,7 +211,7 @@ class DashboardActions:
             self.app.call_from_thread(self._show_config, str(path), text)
             return
         self.app.call_from_thread(self.notify, t("dashboard.no_config", path=str(self.source.path)),
-                                  severity="warning")
+                                  severity="warning", markup=False)
 
     def _show_config(self, path: str, text: str) -> None:
         from tui.widgets.text_modal import TextModal
@@ -247,4 +247,4 @@ class DashboardActions:
     def action_copy_command(self) -> None:
         command = self.command_line()
         self.app.copy_to_clipboard(command)
-        self.notify(t("dashboard.copied", command=command), timeout=8)
+        self.notify(t("dashboard.copied", command=command), timeout=8, markup=False)

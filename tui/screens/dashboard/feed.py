@@ -406,7 +406,8 @@ class DashboardFeed:
         if event.worker.group != "dash-files" or event.state != WorkerState.ERROR or error is None:
             return
         if isinstance(error, expected_errors()):
-            self.notify(t("dashboard.worker_failed", error=f"{type(error).__name__}: {error}"), severity="error")
+            self.notify(t("dashboard.worker_failed", error=f"{type(error).__name__}: {error}"), severity="error",
+                        markup=False)
         else:
             report_unexpected(self.app, error, "dashboard.watch_files")
 
