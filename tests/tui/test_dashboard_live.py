@@ -344,7 +344,9 @@ def test_a_search_that_finds_nothing_in_a_long_logs_tail_says_older_lines_are_no
             assert "older lines are not loaded" in said and f"tunedeck logs {path.name}" in said, said
             assert f"last {len(pane.lines)} loaded" in said and not pane.holds_all
             await search(pilot, screen, "line 2999 ")  # one in the tail: found, as before
-            assert messages(app)[-1].startswith("1 lines match")
+            assert messages(app)[-1] == "1 line matches 'line 2999'"  # not "1 lines match … (n next, N previous)"
+            await search(pilot, screen, "line 29")
+            assert messages(app)[-1].endswith(" lines match 'line 29' (n next, N previous)")
 
     run(scenario())
 

@@ -102,7 +102,10 @@ class DashboardActions:
             self.notify(t("dashboard.search_none_loaded", text=text, lines=len(pane.lines), where=self._whole_log()),
                         severity="warning", timeout=8, markup=False)
         elif text:
-            self.notify(t("dashboard.search_found", count=count, text=text),  # "[rank0]" is text, not markup
+            # "n next" only where there is a next; "[rank0]" is text, not markup
+            key = "dashboard.search_found" if count > 1 else "dashboard.search_found_one" if count else \
+                "dashboard.search_found_none"
+            self.notify(t(key, count=count, text=text),
                         severity="information" if count else "warning", timeout=3, markup=False)
 
     def _whole_log(self) -> str:
