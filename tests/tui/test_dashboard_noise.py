@@ -240,6 +240,33 @@ def test_throughput_collapse_toasts_once_per_episode():
         run(scenario())
 
 
+def test_an_ended_runs_history_toasts_no_throughput_collapse():
+    """Opening a finished run whose last step read 500 tokens/s against ~12k toasted "Throughput collapsed"
+    (and rang the bell where set), as if it were happening now. Alerts are for a live run. One fake H200."""
+    path = build_run(runs_dir(), "20261129-2100-ended-slow", status="finished", steps=599, evals_every=0)
+    with open(path / "metrics.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(train_record(600, 600, tokens_per_s=500.0)) + "\n")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=str(path))
+        toasts: list[str] = []
+        notify = app.notify
+
+        def recording(message, *args, **kwargs):
+            toasts.append(str(message))
+            return notify(message, *args, **kwargs)
+
+        app.notify = recording
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_dashboard(pilot, app, "finished")
+            await wait_for(pilot, lambda: screen.series.train_records == 600 and screen.status == "finished")
+            await pilot.pause()
+            assert screen.series.latest.get("tokens_per_s") == 500.0
+            assert not [m for m in toasts if m.startswith("Throughput collapsed")], toasts
+
+    run(scenario())
+
+
 def test_a_watched_folder_says_which_metric_it_does_not_log_and_esc_quits():
     async def scenario(directory: str, missing: str, present: str, kind: str):
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(FIXTURES / directory))

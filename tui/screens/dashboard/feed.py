@@ -21,6 +21,7 @@ from textual.worker import get_current_worker
 
 from core.i18n import render_stored, t
 from core.paths import data_root
+from core.runs.states import ACTIVE_STATES
 from core.watch.alerts import (
     disk_alert,
     ended_alert,
@@ -353,6 +354,7 @@ class DashboardFeed:
         self.reason_message = message.reason_message
         if self.status != (previous or ""):
             self._changed()  # a chart without a point says what the state means (waiting, or ended)
+            self._check_alerts()  # records that came before the state was known (a NaN in the tail of a live run)
         self.source_problem = message.problem
         self.has_checkpoint = message.has_checkpoint
         self.resumable = message.resumable
@@ -412,6 +414,10 @@ class DashboardFeed:
             report_unexpected(self.app, error, "dashboard.watch_files")
 
     def _check_alerts(self) -> None:
+        if self.status not in ACTIVE_STATES:
+            # An ended run's history (or one whose state is not read yet): a collapse or spike in its last
+            # records is not news; "Throughput collapsed" toasted on opening last week's finished run.
+            return
         series = self.series
         step = series.latest.get("step")
         alerts = {
