@@ -8,6 +8,8 @@ import json
 import os
 import time
 
+from textual.widgets import Static
+
 from core.i18n import t
 from core.paths import runs_dir
 from core.runs.heartbeat import HeartbeatWriter, heartbeat_path
@@ -43,6 +45,11 @@ def test_dashboard_shows_a_silent_trainer_as_stalled_with_an_alert():
                 await wait_for(pilot, lambda: screen.status == "stalled")
                 await wait_for(pilot, lambda: any("has stalled" in str(n.message) for n in app._notifications))
                 assert "stalled" in screen_text(app)
+                # The header says why and what to do once the toast is gone, and no speed: the Runs list and
+                # `tunedeck status` leave a stalled run's out (it read "12,000 tok/s" beside "stalled").
+                info = str(screen.query_one("#dash-info", Static).render())
+                assert "no step and no heartbeat" in info and "--force" in info, info
+                assert "tok/s" not in info, info
                 writer.beat()  # the trainer moves again
                 await wait_for(pilot, lambda: screen.status == "running")
 

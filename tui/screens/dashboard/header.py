@@ -290,7 +290,8 @@ class DashboardHeader:
         eta = latest.get("eta_s") if status in (RunState.RUNNING, RunState.STOPPING, "") else None
         # Over the steady steps so far, as the Runs list and `tunedeck status` say: one interval's rate swings
         # with a busy CPU or a save (the tokens/s chart keeps every interval's). MFU is taken from the same.
-        tokens = steady_tokens_per_s(self.series.first, latest)
+        # A stalled run's last speed is no longer true (the Runs list and `tunedeck status` leave it out too).
+        tokens = steady_tokens_per_s(self.series.first, latest) if status != RunState.STALLED else None
         gpu_count = self._gpu_count()
         mfu_value = mfu({**latest, "tokens_per_s": tokens}, header, gpu_count, self.gpu_name)
         cost = cost_so_far(elapsed, gpu_count, self.app.settings.price_per_gpu_hour)
@@ -320,9 +321,11 @@ class DashboardHeader:
         parts += [(text, rank) for text, rank in known if text]
         line2 = _escape(fit_stats(parts, self._info_width()))
         ended = bool(self.reason) and status in TERMINAL_STATES and status != RunState.FINISHED
-        if ended:
-            line2 += f"\n[$error]{_escape(self.reason)}[/]"
-        self.set_class(ended, "-ended")  # the reason wraps in full: the info block may grow (screen CSS)
+        # A stalled run says why and what to do for as long as it is stalled, not only in a 10 s toast.
+        stalled = bool(self.reason) and status == RunState.STALLED
+        if ended or stalled:
+            line2 += f"\n[{'$error' if ended else '$warning'}]{_escape(self.reason)}[/]"
+        self.set_class(ended or stalled, "-ended")  # the reason wraps in full: the info block may grow (screen CSS)
         if self.source_problem:  # the watched file does not parse: say so, not just "waiting for metrics"
             line2 += f"\n[$warning]{_escape(self.source_problem)}[/]"
         if self.record_unreadable:  # run.json does not read (a notification said which, why, what to do)
