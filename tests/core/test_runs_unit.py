@@ -386,6 +386,22 @@ def test_a_crashed_run_without_a_checkpoint_is_not_offered_a_resume(home):
         prepare_resume(run)
 
 
+def test_a_resume_without_a_checkpoint_is_refused_before_anything_is_looked_at(home):
+    """`tunedeck resume` of a stopped CPU run without a checkpoint, beside a live CPU run, first warned
+    "run … is training on this box's CPU too: both share it and go slower", then refused for the missing
+    checkpoint. The refusal comes first, with nothing before it."""
+    from core.runs.control import refuse_unresumable
+
+    run = _run(home)
+    run.write_status(STOPPED)
+    with pytest.raises(RunControlError, match="no complete checkpoint") as caught:
+        refuse_unresumable(run)
+    assert f"tunedeck train {run.config_path}" in str(caught.value)
+    (run.checkpoints_dir / "checkpoint-7").mkdir(parents=True)  # no COMPLETE marker: not one either
+    with pytest.raises(RunControlError, match="no complete checkpoint"):
+        refuse_unresumable(run)
+
+
 def test_a_second_resume_is_told_another_resume_is_starting_the_run(home):
     from core.i18n import Message
     from core.runs.run_dir import QUEUED, STARTING
