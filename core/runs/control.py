@@ -247,7 +247,8 @@ def refuse_unresumable(run: RunDirectory) -> Any:
     if unreadable:  # before anything is written: its GPUs unknown, the new attempt would train on the CPU
         raise RunControlError(t("runs.resume_record_unreadable", id=run.id, path=str(run.record_path),
                                 reason=unreadable))
-    if not run.checkpoints(complete_only=True):  # said alone, not after warnings about a resume that cannot be
+    if not run.checkpoints(complete_only=True) and not never_trained(run):  # said alone, not after warnings
+        # about a resume that cannot be (one that never trained starts again from step 0: prepare_resume)
         raise RunControlError(t("runs.resume_no_checkpoint", id=run.id, path=str(run.checkpoints_dir),
                                 config=str(run.config_path)))
     return status

@@ -393,6 +393,7 @@ def test_a_resume_without_a_checkpoint_is_refused_before_anything_is_looked_at(h
     from core.runs.control import refuse_unresumable
 
     run = _run(home)
+    run.append_metrics({"kind": "train", "step": 3, "loss": 1.0})  # trained: else a resume starts it from step 0
     run.write_status(STOPPED)
     with pytest.raises(RunControlError, match="no complete checkpoint") as caught:
         refuse_unresumable(run)
