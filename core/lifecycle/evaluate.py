@@ -174,7 +174,7 @@ def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list
     path = directory / f"eval-{source.step}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     write_json_atomic(path, result)
     write_json_atomic(directory / "latest.json", result)
-    run.append_event("evaluated", path=str(path), split=split, loss=tuned["loss"])
+    run.record_event("evaluated", path=str(path), split=split, loss=tuned["loss"])
     return {**result, "path": str(path)}
 
 
@@ -210,5 +210,5 @@ def start_benchmarks(run: RunDirectory, names: list[str], checkpoint: int | None
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    run.append_event("benchmark_started", tool=tool, benchmarks=names, pid=proc.pid, log=str(log_path))
+    run.record_event("benchmark_started", tool=tool, benchmarks=names, pid=proc.pid, log=str(log_path))
     return {"tool": tool, "benchmarks": names, "pid": proc.pid, "log": str(log_path), "out": str(out)}

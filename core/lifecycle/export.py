@@ -44,7 +44,7 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     if fmt == "merged":
         result = merge_run(run, checkpoint, out, force=force, reuse=True)
         if result.reused:
-            run.append_event("exported", format=fmt, out=str(result.out), bytes=result.bytes, reused=True)
+            run.record_event("exported", format=fmt, out=str(result.out), bytes=result.bytes, reused=True)
         return {"format": fmt, "out": str(result.out), "bytes": result.bytes, "seconds": result.seconds,
                 "step": result.step, "reused": result.reused}
     started = time.monotonic()
@@ -82,6 +82,6 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
         import shutil
 
         shutil.rmtree(staging, ignore_errors=True)
-    run.append_event("exported", format=fmt, out=str(out), bytes=size)
+    run.record_event("exported", format=fmt, out=str(out), bytes=size)
     return {"format": fmt, "out": str(out), "bytes": size, "seconds": time.monotonic() - started,
             "step": source.step, "reused": False}

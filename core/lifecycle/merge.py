@@ -422,7 +422,7 @@ def _merge_locked(run: RunDirectory, source: ModelSource, out: Path, headroom_by
         raise LifecycleError(t("lifecycle.merge_write_failed", path=str(out), error=str(exc))) from exc
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     result = MergeResult(out, source.step, size, time.monotonic() - started, dtype, source.is_adapter)
-    run.append_event("merged", **result.to_dict())
+    run.record_event("merged", **result.to_dict())
     if progress is not None:  # written: too late to cancel
         progress("done")
     return result

@@ -381,7 +381,7 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
                                                      "auth": bool(api_key)})
     state = _await_ready(key, timeout, cancelled, proc)
     if state is not None and run is not None:
-        run.append_event("serve_started", url=state.url, pid=state.pid, backend=chosen, auth=bool(api_key),
+        run.record_event("serve_started", url=state.url, pid=state.pid, backend=chosen, auth=bool(api_key),
                          public=warning is not None)
     if state is not None:
         return state

@@ -433,5 +433,24 @@ class RunDirectory:
         """One line in events.jsonl: ``{"time", "ts", "event", ...data}``."""
         append_jsonl(self.events_path, {"time": utc_now_iso(), "ts": round(time.time(), 3), "event": event, **data})
 
+    def record_event(self, event: str, **data: Any) -> bool:
+        """``append_event`` for the record of something already done outside the run folder (a merge or export
+        written, an evaluation saved elsewhere, a server started): a folder that cannot take the line
+        (read-only, a full disk) loses the record, not the work. Said as a warning (stderr for the CLI);
+        returns whether it was recorded. The done thing reported as failed ("try again") left a server
+        running, or a merge written, behind a message that said otherwise."""
+        try:
+            self.append_event(event, **data)
+        except OSError as exc:
+            import logging
+
+            from core.i18n import t
+
+            logging.getLogger("tunedeck.runs").warning(
+                "%s", t("runs.event_not_recorded", event=event, path=str(self.events_path),
+                        error=exc.strerror or str(exc)))
+            return False
+        return True
+
     def append_metrics(self, record: dict[str, Any]) -> None:
         append_jsonl(self.metrics_path, record)

@@ -223,3 +223,44 @@ def test_evaluate_checks_the_data_before_it_loads_the_model(lora_run, tmp_path, 
         assert proc.returncode == 1 and f"{data}:7" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     finally:
         run.config_path.write_text(original)
+
+
+def _events_unwritable(monkeypatch, run) -> None:
+    """The run folder takes no more lines (read-only, or a full disk under it), as a run copied off a
+    finished box onto a read-only mount is; everything else (the --out folder, the data root) is writable."""
+    import errno
+
+    from core.runs.run_dir import RunDirectory
+
+    def refuse(self, event, **data):
+        raise OSError(errno.EROFS, "Read-only file system", str(self.events_path))
+
+    monkeypatch.setattr(RunDirectory, "append_event", refuse)
+
+
+def test_a_run_folder_that_takes_no_event_loses_the_record_not_the_merge_export_or_server(lora_run, tmp_path,
+                                                                                      monkeypatch, caplog):
+    """Merging, exporting or serving a run whose folder cannot be written did the work, then failed writing
+    its event: `merge --out DIR` and `export --out DIR` wrote the model and said "cannot write
+    events.jsonl ... try again" (exit 1); `serve` started the server and said so too, leaving it running (a
+    second try: "already running"; the app: its error modal). The event is a record: it is warned of, the
+    work stands."""
+    from core.lifecycle.export import export_run
+    from core.lifecycle.merge import merge_run
+    from core.lifecycle.serve import health, start_server, stop_server
+
+    _home, run = lora_run
+    _events_unwritable(monkeypatch, run)
+    caplog.set_level("WARNING", logger="tunedeck.runs")
+    merged = merge_run(run, out=tmp_path / "merged")
+    assert (merged.out / "config.json").is_file() and (merged.out / "model.safetensors").is_file()
+    exported = export_run(run, "merged", out=tmp_path / "exported")
+    assert (tmp_path / "exported" / "model.safetensors").is_file() and exported["reused"] is False
+    try:
+        state = start_server(run, timeout=120)
+        assert health(state.url)
+    finally:
+        stop_server(run.id)
+    said = [r.getMessage() for r in caplog.records if "not recorded in the run's events" in r.getMessage()]
+    assert len(said) == 3 and str(run.events_path) in said[0] and "Read-only file system" in said[0], said
+
