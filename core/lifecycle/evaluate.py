@@ -36,6 +36,22 @@ def eval_dir(run: RunDirectory) -> Path:
     return ensure_private_dir(run.path / "eval")
 
 
+def writable_eval_dir(run: RunDirectory) -> Path:
+    """``eval_dir``, made and written to once (a file created and removed): a run folder that cannot take
+    the result (read-only, another user's) is the ``OSError`` naming it, which the CLI and the app say in
+    one line. Found only when the result was saved, it came after the whole evaluation, which was lost."""
+    import tempfile
+
+    directory = run.path / "eval"
+    try:
+        directory = eval_dir(run)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(directory)) from None
+    return directory
+
+
 def run_records(run: RunDirectory) -> list[Any]:
     """Every record of the run's datasets, checked (``DataError`` naming the file and line of each problem)."""
     from core.train.data_adapter import load_records
@@ -145,6 +161,7 @@ def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list
 
     started = time.monotonic()
     source = resolve_model_source(run, checkpoint)
+    directory = writable_eval_dir(run)  # before minutes of loading and generating, not after them
     # The data is read, checked and tokenized before the model loads: a bad line is said in seconds, not
     # after minutes of loading.
     records = run_records(run)
@@ -170,7 +187,6 @@ def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list
         "step": source.step, "split": split, "data_changed": changed, "examples": len(examples), "tuned": tuned,
         "base": base, "prompts": answers, "seconds": round(time.monotonic() - started, 3),
     }
-    directory = eval_dir(run)
     path = directory / f"eval-{source.step}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     write_json_atomic(path, result)
     write_json_atomic(directory / "latest.json", result)

@@ -264,3 +264,25 @@ def test_a_run_folder_that_takes_no_event_loses_the_record_not_the_merge_export_
     said = [r.getMessage() for r in caplog.records if "not recorded in the run's events" in r.getMessage()]
     assert len(said) == 3 and str(run.events_path) in said[0] and "Read-only file system" in said[0], said
 
+
+def test_evaluate_of_a_run_folder_it_cannot_save_into_says_so_before_loading_the_model(lora_run, monkeypatch):
+    """`evaluate` of a run whose folder is read-only loaded the model, measured the loss and generated every
+    prompt (minutes on a large model), then failed saving the result into RUN/eval: the work lost, and the
+    app's E showed its "something went wrong" modal. The folder is tried first; the CLI says it in one line."""
+    import errno
+
+    from core.lifecycle import evaluate, source
+
+    home, run = lora_run
+
+    def refuse(_run):
+        raise OSError(errno.EROFS, "Read-only file system", str(run.path / "eval"))
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded for an evaluation that cannot be saved")
+
+    monkeypatch.setattr(evaluate, "eval_dir", refuse)
+    monkeypatch.setattr(source, "load_finetuned", never)
+    with pytest.raises(OSError) as info:
+        evaluate.evaluate_run(run, prompts=["Say yes."])
+    assert info.value.filename == str(run.path / "eval") and info.value.errno == errno.EROFS

@@ -423,6 +423,38 @@ def test_a_damaged_checkpoint_is_said_in_the_apps_words_on_M_E_and_in_the_chat(f
     assert proc.returncode == 1 and cli_advice in proc.stderr and app_advice not in proc.stderr, proc.stderr
 
 
+def test_E_on_a_run_folder_it_cannot_write_says_so_in_a_notification_not_the_error_modal(finished, monkeypatch):
+    """E on a run whose folder is read-only (or on a full disk) ended in the app's "Something went wrong"
+    modal with an OSError traceback, after the whole evaluation had run. It says the CLI's one line
+    (which folder, what to do) in a notification, as the CLI does, before loading anything."""
+    import errno
+
+    from core.lifecycle import evaluate
+    from tui.screens.error_modal import ErrorModal
+
+    home, run_id = finished
+    folder = home / "runs" / run_id / "eval"
+
+    def refuse(_run):
+        raise OSError(errno.EROFS, "Read-only file system", str(folder))
+
+    monkeypatch.setattr(evaluate, "eval_dir", refuse)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            app.clear_notifications()
+            await pilot.press("E")
+            await wait_for(pilot, lambda: any(n.severity == "error" for n in app._notifications)
+                           or isinstance(app.screen, ErrorModal), timeout=90)
+            assert not isinstance(app.screen, ErrorModal)
+            errors = [str(n.message) for n in app._notifications if n.severity == "error"]
+            assert f"cannot write {folder}: Read-only file system" in errors[0], errors
+
+    asyncio.run(scenario())
+
+
 def test_M_never_offers_to_replace_a_folder_of_the_users(finished):
     """The user's own folder where M merges to (RUN/merged/checkpoint-N): the dialog's y used to delete it.
     Now M goes through core's check: no dialog, the panel and a notification say what the folder holds and

@@ -240,6 +240,11 @@ def _lifecycle_job(app: Any, name: str, start_text: str, work_: Any, key: str = 
             app.call_from_thread(app.notify, text, severity="error", timeout=15)
             return
         except Exception as exc:  # a missing library, CUDA OOM, a bug: the error modal, the traceback logged
+            from core.runs.disk_space import cannot_write_message, is_unwritable
+
+            if is_unwritable(exc):  # a read-only or full disk under the run: its one line, as the CLI says it
+                app.call_from_thread(app.notify, cannot_write_message(exc), severity="error", timeout=15)
+                return
             report_unexpected(app, exc, f"lifecycle.{name}")
             return
         if text is not None:
