@@ -79,7 +79,7 @@ def gpu_idle_alert(samples: Iterable[tuple[float, float | None]], status: str, n
 
 
 def disk_alert(free_bytes: int | None, total_bytes: int | None, where: str) -> Alert | None:
-    """Less than 5 % or less than 10 GiB free where the runs live."""
+    """Less than 5 % or less than 10 GiB free on the disk of ``where`` (the folder measured, named)."""
     if free_bytes is None or not total_bytes:
         return None
     if free_bytes < DISK_MIN_BYTES or free_bytes / total_bytes < DISK_MIN_FRACTION:

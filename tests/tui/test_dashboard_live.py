@@ -406,3 +406,35 @@ def test_next_and_previous_match_are_offered_only_once_a_log_search_was_made():
             assert t("dashboard.key.next") in screen_text(app)
 
     run(scenario())
+
+
+def test_the_disk_alert_names_the_folder_whose_disk_it_measured(tmp_path, monkeypatch):
+    """The dashboard measures the free space of the run's own folder, and its alert named the data root
+    ("0.4 GiB free under ~/.local/share/tunedeck") whatever the folder: a run on another disk (watch DIR, a
+    copied run on a mount) sent the user to clean a disk that had room. It names the folder measured."""
+    import shutil
+    from collections import namedtuple
+
+    from core.paths import data_root
+    from tui.screens.dashboard import feed
+
+    path = build_run(tmp_path / "other-disk", "20261129-2100-elsewhere", status="finished", steps=60)
+    usage = namedtuple("usage", "total used free")
+    real = shutil.disk_usage
+
+    def disk_usage(where):  # the run's disk nearly full; every other disk (the data root's) as it is
+        if Path(where) == path:
+            return usage(100 * 1024**3, 99 * 1024**3, 1024**3)
+        return real(where)
+
+    monkeypatch.setattr(feed.shutil, "disk_usage", disk_usage)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await dashboard(pilot, app, "finished")
+            await wait_for(pilot, lambda: any("Disk nearly full" in m for m in messages(app)))
+            alert = next(m for m in messages(app) if "Disk nearly full" in m)
+            assert alert == f"Disk nearly full: 1.0 GiB free under {path}", (alert, str(data_root()))
+
+    run(scenario())

@@ -20,7 +20,6 @@ from textual.widgets import DataTable
 from textual.worker import get_current_worker
 
 from core.i18n import render_stored, t
-from core.paths import data_root
 from core.runs.states import ACTIVE_STATES
 from core.watch.alerts import (
     disk_alert,
@@ -363,7 +362,7 @@ class DashboardFeed:
         if message.disk_free is not None:
             self.disk = (message.disk_free, message.disk_total)
         alerts = {"ended": ended_alert(previous, self.status, self.source.run_id),
-                  "disk": disk_alert(self.disk[0], self.disk[1], str(data_root())),
+                  "disk": disk_alert(self.disk[0], self.disk[1], str(self.source.path)),  # the folder measured
                   "stalled": stalled_alert(self.status, self.source.run_id, self.reason)}
         self._notify(self.gate.filter(alerts))
         self._show_info()
