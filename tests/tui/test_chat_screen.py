@@ -425,3 +425,38 @@ def test_side_by_side_one_side_past_the_context_refuses_the_message_for_both(sha
             await pilot.press("escape")
 
     asyncio.run(scenario())
+
+
+def test_side_by_side_done_in_counts_both_replies_not_the_last_ones_alone(tmp_path, monkeypatch):
+    """Side by side the worker answers with the base, then with the tuned model; the status line said
+    "done in 0.5 s" after ten seconds of the base's reply (the tuned reply's own time). It says the time
+    of the exchange: both replies. No model process: the worker's events as it writes them. CPU only."""
+    from tui.screens.chat import WorkerEvent
+
+    monkeypatch.setattr(ChatScreen, "_start_worker", lambda self: None)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = ChatScreen(model_dir=tmp_path)
+            await app.push_screen(screen)
+            await pilot.pause()
+            sent: list[str] = []
+            screen.proc = type("Proc", (), {"stdin": type("In", (), {"write": lambda _, line: sent.append(line),
+                                                                      "flush": lambda _: None})()})()
+            screen.ready = screen.has_adapter = screen.compare = True
+            status = screen.query_one("#chat-status")
+            for n, (base_s, tuned_s, said) in enumerate(((9.5, 0.5, "done in 10.0 s"), (1.0, 2.0, "done in 3.0 s"))):
+                screen.query_one("#chat-input").value = "Hi"
+                await pilot.press("enter")
+                await wait_for(pilot, lambda: len(sent) == n + 1)
+                for rid, variant, seconds in ((2 * n + 1, "base", base_s), (2 * n + 2, "tuned", tuned_s)):
+                    screen.post_message(WorkerEvent({"event": "token", "id": rid, "variant": variant, "text": "Hey"}))
+                    screen.post_message(WorkerEvent({"event": "done", "id": rid, "variant": variant,
+                                                     "seconds": seconds, "stopped": False}))
+                await wait_for(pilot, lambda: not screen.busy)
+                await pilot.pause()
+                assert str(status.render()) == said, str(status.render())
+            screen.proc = None  # no process to end
+
+    asyncio.run(scenario())

@@ -124,6 +124,9 @@ class ChatScreen(Screen[None]):
         # a reply stopped or failed before any text is taken out of its pane (_exchange_ended)
         self.endings: dict[str, str] = {}
         self.overflows: dict[str, dict[str, Any]] = {}  # the too_long records of the replies past the context
+        # the seconds of the last message's replies so far: side by side the worker generates one after the
+        # other, so "done in" is their sum (the last reply's own time alone was the tuned side's)
+        self.exchange_seconds = 0.0
         self.next_id = 0
         self.proc: subprocess.Popen[str] | None = None
         self.load_error: str | None = None  # why the model did not load (the worker then exits)
@@ -214,13 +217,14 @@ class ChatScreen(Screen[None]):
         elif event == "done":
             variant = str(record.get("variant"))
             self.endings[variant] = "stopped" if record.get("stopped") else "done"
+            self.exchange_seconds += float(record.get("seconds") or 0.0)
             self._reply_ended(variant)
             if record.get("stopped"):
                 self.stopped = True
             if not self.busy:
                 unanswered = self._exchange_ended()
                 status.update(t("chat.stopped_empty") if self.stopped and unanswered else t("chat.stopped")
-                              if self.stopped else t("chat.done", seconds=float(record.get("seconds") or 0.0)))
+                              if self.stopped else t("chat.done", seconds=self.exchange_seconds))
         elif event == "too_long":
             self._too_long(record, status)
         elif event == "warning":  # a Python warning of the model's code, ours or the user's: said, not acted on
@@ -356,6 +360,7 @@ class ChatScreen(Screen[None]):
         temperature, max_tokens = settings
         event.input.value = ""
         self.endings, self.overflows = {}, {}
+        self.exchange_seconds = 0.0
         system = self.query_one("#chat-system", Input).value.strip()
         variants = [v for v in VARIANTS if v == "tuned" or (self.compare and self.has_adapter)]
         requests = []
