@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--format", default="merged", choices=["merged", "bnb-4bit", "bnb-8bit"],
                    help=t("lifecycle.format_help"))
     p.add_argument("--checkpoint", type=int, default=None, help=t("lifecycle.checkpoint_help"))
-    p.add_argument("--out", default=None, help=t("lifecycle.out_help"))
+    p.add_argument("--out", default=None, help=t("lifecycle.export_out_help"))
     p.add_argument("--force", action="store_true", help=t("lifecycle.force_help"))
     p.add_argument("--json", action="store_true", help=t("lifecycle.json_help"))
     p.set_defaults(handler=cmd_export)

@@ -286,3 +286,20 @@ def test_evaluate_of_a_run_folder_it_cannot_save_into_says_so_before_loading_the
     with pytest.raises(OSError) as info:
         evaluate.evaluate_run(run, prompts=["Say yes."])
     assert info.value.filename == str(run.path / "eval") and info.value.errno == errno.EROFS
+
+
+def test_export_help_names_the_folder_each_format_writes_by_default(tmp_path):
+    """`export --help` said "--out ... (default: RUN_DIR/merged/checkpoint-N)" for every format, while
+    bnb-4bit and bnb-8bit write RUN_DIR/export/FORMAT-checkpoint-N (default_export_dir)."""
+    from pathlib import Path
+
+    from core.lifecycle.export import default_export_dir
+    from core.lifecycle.merge import default_merge_dir
+    from core.runs.run_dir import RunDirectory
+
+    proc = tunedeck(tmp_path, "export", "--help", COLUMNS="400")
+    assert proc.returncode == 0, proc.stderr
+    out_line = next(line for line in proc.stdout.splitlines() if line.strip().startswith("--out"))
+    run = RunDirectory(Path("RUN_DIR"))
+    for default in (default_merge_dir(run, "N"), default_export_dir(run, "FORMAT", "N")):
+        assert str(default) in out_line, out_line
