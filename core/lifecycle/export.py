@@ -60,27 +60,29 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     if os.path.lexists(out):
         refuse_unless_replaceable(out, force)  # only an empty folder or an earlier export, with force
     make_out_parent(out)  # a file in the way, a read-only filesystem: said before anything is loaded
-    # Merge in full precision first, then quantize the merged weights while loading them.
-    staging = default_export_dir(run, "staging", source.step)
-    model, tokenizer = merged_model(source, "cuda")
-    save_model_dir_atomically(model, tokenizer, staging, {"staging": True}, force=True)
-    del model
-    torch.cuda.empty_cache()
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    # Merge in full precision first, then quantize the merged weights while loading them. The staging copy
+    # (the whole model in full precision) goes whatever happens: a quantization that fails (out of memory)
+    # or is interrupted (Ctrl+C) left it in the run's export/ folder, tens of GB that nothing removed.
+    import shutil
 
-    if fmt == "bnb-4bit":
-        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                                   bnb_4bit_compute_dtype=torch.bfloat16)
-    else:
-        quant = BitsAndBytesConfig(load_in_8bit=True)
-    quantized = AutoModelForCausalLM.from_pretrained(str(staging), quantization_config=quant, device_map={"": 0})
+    staging = default_export_dir(run, "staging", source.step)
     try:
+        model, tokenizer = merged_model(source, "cuda")
+        save_model_dir_atomically(model, tokenizer, staging, {"staging": True}, force=True)
+        del model
+        torch.cuda.empty_cache()
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        if fmt == "bnb-4bit":
+            quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                       bnb_4bit_compute_dtype=torch.bfloat16)
+        else:
+            quant = BitsAndBytesConfig(load_in_8bit=True)
+        quantized = AutoModelForCausalLM.from_pretrained(str(staging), quantization_config=quant, device_map={"": 0})
         size = save_model_dir_atomically(quantized, tokenizer, out,
                                          {"exported": utc_now_iso(), "format": fmt, **source.to_dict()},
                                          force=force)
     finally:
-        import shutil
-
         shutil.rmtree(staging, ignore_errors=True)
     run.record_event("exported", format=fmt, out=str(out), bytes=size)
     return {"format": fmt, "out": str(out), "bytes": size, "seconds": time.monotonic() - started,

@@ -303,3 +303,43 @@ def test_export_help_names_the_folder_each_format_writes_by_default(tmp_path):
     run = RunDirectory(Path("RUN_DIR"))
     for default in (default_merge_dir(run, "N"), default_export_dir(run, "FORMAT", "N")):
         assert str(default) in out_line, out_line
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("CUDA out of memory"), KeyboardInterrupt()])
+def test_a_quantized_export_that_fails_or_is_interrupted_leaves_no_full_precision_staging_copy(
+        lora_run, monkeypatch, failure):
+    """bnb-4bit/8bit write the merged model in full precision into RUN/export/staging-checkpoint-N, then load
+    it quantized. Loading it failed (out of memory) or was interrupted (Ctrl+C): the staging copy (a whole
+    model, tens of GB on a real one) stayed, nothing removing it. CUDA is faked (the merge runs on the CPU,
+    the quantized load fails as the GPU's would); the tiny run's files stand for the model."""
+    import peft  # noqa: F401 - imported (bitsandbytes with it) before CUDA is faked: it looks for CUDA kernels
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from core.lifecycle import merge
+    from core.lifecycle.export import default_export_dir, export_run
+
+    _home, run = lora_run
+    real_merged, real_load = merge.merged_model, AutoModelForCausalLM.from_pretrained
+    staged = []
+
+    def quantized_load(*args, **kwargs):
+        if "quantization_config" not in kwargs:
+            return real_load(*args, **kwargs)
+        staged.append((default_export_dir(run, "staging", 30) / "model.safetensors").is_file())
+        raise failure
+
+    real_available = torch.cuda.is_available
+
+    def merged_on_the_cpu(source, device="cpu", progress=None):
+        monkeypatch.setattr(torch.cuda, "is_available", real_available)  # CUDA faked for export's check only
+        return real_merged(source, "cpu")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(merge, "merged_model", merged_on_the_cpu)
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", quantized_load)
+    with pytest.raises(type(failure)):
+        export_run(run, "bnb-4bit")
+    assert staged == [True]  # it was written, then failed to load quantized
+    assert not default_export_dir(run, "staging", 30).exists()
+    assert not default_export_dir(run, "bnb-4bit", 30).exists()
