@@ -254,13 +254,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         _err(evaluation_summary(result))
         for prompt in result["prompts"]:
+            tuned = _under_label(prompt["tuned"])
             if prompt["base"] is None:  # a full fine-tune: no base to answer
-                _err(f"> {prompt['prompt']}\n  tuned: {prompt['tuned']}")
+                _err(f"> {prompt['prompt']}\n  tuned: {tuned}")
             else:
-                _err(f"> {prompt['prompt']}\n  base:  {prompt['base']}\n  tuned: {prompt['tuned']}")
+                _err(f"> {prompt['prompt']}\n  base:  {_under_label(prompt['base'])}\n  tuned: {tuned}")
         if bench:
             _err(t("lifecycle.benchmark_started", pid=bench["pid"], log=bench["log"]))
     return 0
+
+
+def _under_label(reply: str) -> str:
+    """A reply of several lines with each line after the first under its first (past "  tuned: "): at the
+    left margin they read as the next prompt's, or as output of their own."""
+    return reply.replace("\n", "\n" + " " * len("  tuned: "))
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -343,3 +343,23 @@ def test_a_quantized_export_that_fails_or_is_interrupted_leaves_no_full_precisio
     assert staged == [True]  # it was written, then failed to load quantized
     assert not default_export_dir(run, "staging", 30).exists()
     assert not default_export_dir(run, "bnb-4bit", 30).exists()
+
+
+def test_evaluate_prints_a_reply_of_several_lines_under_its_label(monkeypatch, capsys, tmp_path):
+    """A reply's second and later lines went to the left margin, where they read as the next prompt's (the
+    tiny base answers with 48 newlines; a real model, a list or code): they stay under the reply's first."""
+    from core import cli
+    from core.lifecycle import commands, evaluate
+
+    result = {"prompts": [{"prompt": "Three tips?", "base": "1. a\n2. b", "tuned": "- x\n- y\n- z"},
+                          {"prompt": "Say yes.", "base": "Yes.", "tuned": "Yes."}]}
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path))
+    monkeypatch.setattr(commands, "_resolve", lambda ref: None)
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda run, checkpoint=None: result)
+    monkeypatch.setattr(evaluate, "evaluation_summary", lambda result: "summary")
+    assert cli.main(["evaluate", "some-run"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "summary",
+        "> Three tips?", "  base:  1. a", "         2. b", "  tuned: - x", "         - y", "         - z",
+        "> Say yes.", "  base:  Yes.", "  tuned: Yes.",
+    ]
