@@ -449,7 +449,7 @@ def test_side_by_side_done_in_counts_both_replies_not_the_last_ones_alone(tmp_pa
             for n, (base_s, tuned_s, said) in enumerate(((9.5, 0.5, "done in 10.0 s"), (1.0, 2.0, "done in 3.0 s"))):
                 screen.query_one("#chat-input").value = "Hi"
                 await pilot.press("enter")
-                await wait_for(pilot, lambda: len(sent) == n + 1)
+                await wait_for(pilot, lambda n=n: len(sent) == n + 1)
                 for rid, variant, seconds in ((2 * n + 1, "base", base_s), (2 * n + 2, "tuned", tuned_s)):
                     screen.post_message(WorkerEvent({"event": "token", "id": rid, "variant": variant, "text": "Hey"}))
                     screen.post_message(WorkerEvent({"event": "done", "id": rid, "variant": variant,
