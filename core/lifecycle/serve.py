@@ -37,6 +37,10 @@ class ServeWaitCancelled(LifecycleError):
     """The caller stopped waiting for a server that is still starting (it goes on, detached)."""
 
 
+class ServeStopped(LifecycleError):
+    """The server was stopped (``serve --stop``, the app's k) before it was ready: not a failed start."""
+
+
 @dataclass(frozen=True)
 class ServerState:
     run_id: str
@@ -168,13 +172,24 @@ def server_state(run_id: str) -> ServerState | None:
     pid = int(raw.get("pid") or 0)
     if not raw or not _pid_alive(pid) or raw.get("status") == "stopped":
         return None
-    if raw.get("backend") == "transformers" and not _lock_held(directory):
+    if raw.get("backend") == "transformers" and not _lock_held(directory) and not _starting(raw):
         return None
     step = raw.get("step")
     return ServerState(run_id, pid, str(raw.get("url", "")), str(raw.get("host", "")), int(raw.get("port") or 0),
                        str(raw.get("backend", "")), str(raw.get("status", "")), directory / "server.log",
                        bool(raw.get("auth")), str(raw["model_dir"]) if raw.get("model_dir") else None,
                        step if isinstance(step, int) and not isinstance(step, bool) else None)
+
+
+def _starting(raw: dict[str, Any]) -> bool:
+    """Our server between its start and its lock (Python starting, its imports: a second or more), by the
+    pid and start time ``start_server`` recorded (never a recycled pid). Without it a server that was
+    starting was "not running": its stop said so and did nothing, and the server went on to serve."""
+    from core.runs.liveness import same_process_alive
+
+    started = raw.get("pid_start")
+    return (raw.get("status") == "starting" and isinstance(started, (int, float)) and not isinstance(started, bool)
+            and same_process_alive(int(raw.get("pid") or 0), float(started)))
 
 
 def health(url: str, timeout: float = 2.0) -> bool:
@@ -374,7 +389,12 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=str(Path(__file__).resolve().parents[2]),
                                 close_fds=True, env=env)
-    if chosen != "transformers":
+    if chosen == "transformers":  # found alive while it starts, before it takes its lock (_starting)
+        from core.runs.liveness import process_start_time
+
+        write_json_atomic(directory / "state.json", {**_read_state(directory), "pid": proc.pid,
+                                                     "pid_start": process_start_time(proc.pid)})
+    else:
         scheme_host = f"[{host}]" if ":" in host else host
         write_json_atomic(directory / "state.json", {**_read_state(directory), "pid": proc.pid,
                                                      "url": f"http://{scheme_host}:{port}/v1", "status": "loading",
@@ -427,9 +447,13 @@ def _await_ready(run_id: str, timeout: float, cancelled: Callable[[], bool] | No
         if cancelled is not None and cancelled():
             raise ServeWaitCancelled(t("lifecycle.serve_wait_cancelled", run=run_id))
         if proc is not None and proc.poll() is not None:
+            if _read_state(directory).get("status") == "stopped":
+                raise ServeStopped(t("lifecycle.serve_stopped_while_starting", run=run_id))
             return None
         state = server_state(run_id)
         if state is None and proc is None:
+            if _read_state(directory).get("status") == "stopped":
+                raise ServeStopped(t("lifecycle.serve_stopped_while_starting", run=run_id))
             raise LifecycleError(t("lifecycle.serve_not_running", run=run_id))
         if (state is not None and state.url and (state.status == "ready" or state.backend != "transformers")
                 and health(state.url)):
@@ -486,9 +510,11 @@ def stop_server_state(run_id: str) -> ServerState | None:
 
     state = server_state(run_id)
     if state is not None:
-        _terminate(state.pid)
         directory = serve_dir(run_id)
+        # said before the signal: whoever waits for it to be ready (start_server) then knows it was stopped,
+        # not that it failed to start
         write_json_atomic(directory / "state.json", {**_read_state(directory), "status": "stopped"})
+        _terminate(state.pid)
     run_path = read_server_record(run_id).get("run")
     if run_path and not Path(str(run_path)).exists():
         _remove_state_dir(run_id)  # not forget_server, which stops through here

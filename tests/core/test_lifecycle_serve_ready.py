@@ -128,3 +128,46 @@ def test_status_and_stop_of_a_server_that_ended_unstopped_say_so_with_its_log(tm
     # --stop with no server to stop is no failure (it exited 1): none runs after it, as asked
     proc = tunedeck(home, "serve", run_id, "--stop")
     assert proc.returncode == 0 and proc.stderr.strip() == f"no server is running for {run_id}", proc.stderr
+
+
+def test_a_server_stopped_while_it_starts_is_stopped_and_its_starter_says_so(lora_run, monkeypatch):
+    """`serve --stop` (or the app's k) while our server started, before it took its lock (Python starting,
+    its imports), said "no server is running" and did nothing: the server went on to serve. Stopped later
+    while it loaded, the `serve` (or the app's panel) waiting for it said it had failed to start, with its
+    log. Now a starting server is found by the pid and start time start_server records, and the starter
+    says it was stopped. The server here waits 3 s before it starts (a slow import), the real one then."""
+    import time
+
+    from core.lifecycle import serve
+
+    _home, run = lora_run
+    real_command = serve._backend_command
+    slow = ("import runpy, sys, time; time.sleep(3); sys.argv = ['server'] + sys.argv[1:]; "
+            "runpy.run_module('core.lifecycle.server', run_name='__main__', alter_sys=True)")
+    monkeypatch.setattr(serve, "_backend_command",
+                        lambda *args, **kwargs: [sys.executable, "-c", slow, *real_command(*args, **kwargs)[3:]])
+    outcome: list[BaseException | object] = []
+
+    def start() -> None:
+        try:
+            outcome.append(serve.start_server(run, timeout=120))
+        except BaseException as exc:  # noqa: BLE001 - the test looks at which
+            outcome.append(exc)
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    try:
+        directory = serve.serve_dir(run.id)
+        deadline = time.monotonic() + 60  # a ceiling for the start to show at all, not a speed target
+        while serve.server_state(run.id) is None and not outcome and time.monotonic() < deadline:
+            time.sleep(0.05)
+        state = serve.server_state(run.id)
+        assert state is not None and not serve._lock_held(directory), (outcome, serve.read_server_record(run.id))
+        assert serve.stop_server(run.id)
+        starter.join(timeout=120)
+        assert len(outcome) == 1 and isinstance(outcome[0], serve.ServeStopped), outcome
+        assert "was stopped before it was ready" in str(outcome[0])
+        assert serve.server_state(run.id) is None and not serve._pid_alive(state.pid)
+    finally:  # whatever failed, no server of this test outlives it
+        serve.stop_server(run.id)
+        starter.join(timeout=120)

@@ -209,6 +209,49 @@ def _flat(app) -> str:
     return " ".join(" ".join(line.strip(" │") for line in screen_text(app).splitlines()).split())
 
 
+def test_k_while_the_server_starts_stops_it_and_the_panel_says_stopped_not_failed(finished, monkeypatch):
+    """k on the serve panel while the server started (before it took its lock: Python starting, its
+    imports) said "no server is running" and the server went on to serve; k while it loaded stopped it, and
+    the panel then said it had failed to start, with its log, in red and in an error note. The server here
+    waits 2 s before it starts (a slow import), then loads the run as the real one does. CPU only."""
+    import sys
+
+    from core.lifecycle import serve
+
+    _home, run_id = finished
+    real_command = serve._backend_command
+    slow = ("import runpy, sys, time; time.sleep(2); sys.argv = ['server'] + sys.argv[1:]; "
+            "runpy.run_module('core.lifecycle.server', run_name='__main__', alter_sys=True)")
+    monkeypatch.setattr(serve, "_backend_command",
+                        lambda *args, **kwargs: [sys.executable, "-c", slow, *real_command(*args, **kwargs)[3:]])
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            app.clear_notifications()
+            await pilot.press("v")
+            await wait_for(pilot, lambda: isinstance(app.screen, ServePanel))
+            panel = app.screen
+            await wait_for(pilot, lambda: panel.alive, timeout=60)
+            assert not serve._lock_held(serve.serve_dir(run_id))  # still starting: found all the same
+            pid = int(panel.state["pid"])
+            await pilot.press("k")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("y")
+            await wait_for(pilot, lambda: panel.phase() == "stopped" and not panel.launching, timeout=60)
+            await pilot.pause()
+            notes = [(str(n.message), n.severity) for n in app._notifications]
+            assert notes == [(f"server of {run_id} stopped", "information")], notes
+            assert not pid_alive(pid) and panel.start_error is None
+            assert "did not come up" not in screen_text(app)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        kill_server(run_id, [])
+
+
 def test_v_on_a_server_that_wants_an_api_key_says_so_and_tests_with_the_apps_key(finished, monkeypatch):
     """Against a server started with --api-key the panel said "the test request failed: …: HTTP Error 401:
     Unauthorized" and never that the server needs a key. Now it shows the key is required, skips the test

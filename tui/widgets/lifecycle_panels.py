@@ -414,6 +414,7 @@ class ServePanel(ModalScreen[None]):
 
         def job() -> None:
             from core.lifecycle.serve import (
+                ServeStopped,
                 ServeWaitCancelled,
                 client_api_key,
                 server_state,
@@ -434,6 +435,9 @@ class ServePanel(ModalScreen[None]):
                 else:
                     state = start_server(RunDirectory(run_dir), cancelled=cancelled)
             except ServeWaitCancelled:
+                return
+            except ServeStopped:  # k here (its own note said so) or serve --stop: the panel shows it stopped
+                panel.post_message(ServerStarted(None))
                 return
             except TunedeckError as exc:  # a LifecycleError, a failed merge: said in the panel and a note
                 text = tui_words(exc, "v")
