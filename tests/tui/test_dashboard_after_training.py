@@ -90,7 +90,8 @@ def test_v_serves_the_run_with_url_port_health_and_a_test_reply_then_stops(finis
             await pilot.press("v")
             await wait_for(pilot, lambda: isinstance(app.screen, ServePanel))
             panel = app.screen
-            await wait_for(pilot, lambda: read_server_record(run_id).get("pid"), timeout=60)
+            # loading: the server's own record (start_server records the pid before, while it starts)
+            await wait_for(pilot, lambda: read_server_record(run_id).get("status") == "loading", timeout=60)
             pids.append(int(read_server_record(run_id)["pid"]))
             os.killpg(pids[0], signal.SIGSTOP)
             stopped.append(pids[0])
