@@ -10,11 +10,13 @@ when installed (they serve the merged model), otherwise ``core.lifecycle.server`
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -232,6 +234,9 @@ def check_listen_address(host: str, port: int) -> None:
         bind_and_close(host, port, reuse_address=True)
     except OSError as exc:  # gaierror (an unknown host name) included
         error = exc.strerror or str(exc) or type(exc).__name__
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            # the address is the problem, not the port: "choose another --port" (and "port 0") misled
+            raise LifecycleError(t("lifecycle.serve_host_unusable", host=host, error=error), exit_code=2) from None
         raise LifecycleError(t("lifecycle.serve_port_unusable", host=host, port=port, error=error)) from None
 
 

@@ -456,3 +456,18 @@ def test_serve_model_dir_needs_no_run_and_is_filed_under_its_own_id(lora_run, tm
     assert stopped.returncode == 0 and "server of my-model stopped" in stopped.stderr, stopped.stderr
     again = tunedeck(home, "serve", "--stop", "my-model")  # nothing left to stop: said, not an error
     assert again.returncode == 0 and "no server is running for my-model" in again.stderr, again.stderr
+
+
+@pytest.mark.parametrize("host", ["192.0.2.1", "no-such-host.invalid"])
+def test_serve_on_an_address_that_is_not_this_machines_says_to_choose_another_host(host):
+    """`serve --host` with an address of no interface here (TEST-NET-1, never assigned) or a name that does
+    not resolve said "cannot listen on HOST port 0 ...; choose another --port" (exit 1): the port was not
+    the problem, and "port 0" is none the user gave. It names the host and --host, exit 2 (the request)."""
+    from core.lifecycle.serve import check_listen_address
+    from core.lifecycle.source import LifecycleError
+
+    with pytest.raises(LifecycleError) as caught:
+        check_listen_address(host, 0)
+    message = str(caught.value)
+    assert caught.value.exit_code == 2 and f"cannot listen on {host} (" in message, message
+    assert "choose another --host" in message and "--port" not in message and "port 0" not in message, message
