@@ -347,9 +347,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.json:
             _print_json({**state.to_dict(), "running": True, "healthy": healthy})
         else:
+            # Our server has no URL until its model is loaded: it is starting or loading, not "not answering"
+            # at an empty address.
+            said = (t("lifecycle.health_ok" if healthy else "lifecycle.health_down") if state.url
+                    else t("lifecycle.phase." + (state.status if state.status in ("starting", "loading")
+                                                 else "starting")))
             _err(t("lifecycle.serve_status" if state.step is None else "lifecycle.serve_status_step", run=key,
-                   step=state.step, url=state.url, pid=state.pid, backend=state.backend,
-                   health=t("lifecycle.health_ok" if healthy else "lifecycle.health_down")))
+                   step=state.step, url=state.url or "–", pid=state.pid, backend=state.backend, health=said))
         return 0
     from core.lifecycle.serve import check_backend_name, warn_if_public
     from core.lifecycle.server import API_KEY_ENV

@@ -171,3 +171,21 @@ def test_a_server_stopped_while_it_starts_is_stopped_and_its_starter_says_so(lor
     finally:  # whatever failed, no server of this test outlives it
         serve.stop_server(run.id)
         starter.join(timeout=120)
+
+
+@pytest.mark.parametrize("status, said", [("starting", "starting"), ("loading", "loading the model")])
+def test_serve_status_of_a_server_still_loading_says_so_not_not_answering(lora_run, monkeypatch, capsys, status, said):
+    """`serve --status` while our server started or loaded its model (it has no URL until it is ready)
+    printed "RUN checkpoint 30:  — not answering (pid …)": an empty address, and a server that is fine
+    reported as down. It says what the server is doing, as the app's panel does."""
+    from pathlib import Path
+
+    from core import cli
+    from core.lifecycle import serve
+
+    _home, run = lora_run
+    loading = serve.ServerState(run.id, 4321, "", "127.0.0.1", 0, "transformers", status, Path("server.log"), step=30)
+    monkeypatch.setattr(serve, "server_state", lambda key: loading if key == run.id else None)
+    assert cli.main(["serve", "--status", run.id]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err == f"{run.id} checkpoint 30: – — {said} (pid 4321, backend transformers)", err
