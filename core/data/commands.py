@@ -65,19 +65,26 @@ def run_check(args: argparse.Namespace) -> int:
     return 0 if report.ok else EXIT_DATA_PROBLEMS
 
 
+def _label(key: str) -> str:
+    """A label of the report, padded to its column in cells (a Chinese label is two cells a character)."""
+    from core.text_width import pad
+
+    return pad(t(key), 10)
+
+
 def render_report(report) -> str:
     """The human-readable report of ``tunedeck data check``."""
     lines = [report.path]
     fmt = report.format or t("data.format_unknown")
-    lines.append(f"  {t('data.label_format'):<10}{t('data.format_' + report.format) if report.format else fmt}")
-    lines.append(f"  {t('data.label_records'):<10}" + t(
+    lines.append(f"  {_label('data.label_format')}{t('data.format_' + report.format) if report.format else fmt}")
+    lines.append(f"  {_label('data.label_records')}" + t(
         "data.records_line", records=report.records, rows=report.rows, conversations=report.conversations,
         turns=report.turns, text=report.text_records))
     if report.untrained_turns:
         lines.append(" " * 12 + t("data.untrained_turns", count=report.untrained_turns))
     stats = report.lengths
     if stats is not None:
-        lines.append(f"  {t('data.label_tokens'):<10}" + t(
+        lines.append(f"  {_label('data.label_tokens')}" + t(
             "data.tokens_line", min=stats.min, mean=stats.mean, p50=stats.p50, p95=stats.p95, max=stats.max,
             method=stats.method))
         if stats.max_seq_len is not None:
@@ -89,10 +96,10 @@ def render_report(report) -> str:
         lines.append(" " * 12 + t("data.record_capped", where=where, size=f"{chars / 1e6:.1f}", tokens=counted))
     if report.issues:
         total = len(report.issues) + report.more_issues
-        lines.append(f"  {t('data.label_problems'):<10}{total}")
+        lines.append(f"  {_label('data.label_problems')}{total}")
         lines += [f"    {issue}" for issue in report.issues]
         if report.more_issues:
             lines.append("    " + t("data.more_issues", count=report.more_issues))
     else:
-        lines.append(f"  {t('data.label_problems'):<10}{t('data.no_problems')}")
+        lines.append(f"  {_label('data.label_problems')}{t('data.no_problems')}")
     return "\n".join(lines)

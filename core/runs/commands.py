@@ -353,9 +353,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         (t("runs.field_gpus"), _gpus_text(summary, record, unreadable)),
         (t("runs.field_dir"), summary.run_dir),
     ]
-    width = max(len(k) for k, _ in lines)
+    from core.text_width import cell_len, pad
+
+    width = max(cell_len(k) for k, _ in lines)  # in cells: a Chinese label is two cells a character
     for key, value in lines:
-        print(f"{key.ljust(width)}  {value}")
+        print(f"{pad(key, width)}  {value}")
     return _record_unreadable(run, unreadable)
 
 

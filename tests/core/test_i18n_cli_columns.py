@@ -1,0 +1,50 @@
+"""The CLI's label columns line up in Chinese: labels are padded in terminal cells, not characters."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from core import i18n
+from core.cli import main
+from core.paths import runs_dir
+from core.text_width import cell_len
+from tests.fixtures.watch.run_builder import build_run
+
+
+@pytest.fixture
+def zh_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    for name in ("LC_ALL", "LC_MESSAGES", "LANGUAGE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANG", "C")
+    yield tmp_path
+    i18n.set_language("en")
+
+
+def value_columns(lines: list[str], values: list[str]) -> set[int]:
+    """The cell column each line's value starts at."""
+    return {cell_len(line) - cell_len(line[line.index(value):]) for line, value in zip(lines, values, strict=True)}
+
+
+def test_status_fields_line_up_in_chinese(zh_home, capsys):
+    build_run(runs_dir(), "20250101-0000-qwen-lora-ab12", status="finished", steps=20, total=20)
+    assert main(["--lang", "zh", "status", "qwen-lora"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    values = [re.split(r"\s{2,}", line, maxsplit=1)[1] for line in lines]
+    assert lines[0].startswith("任务") and any(line.startswith("评估损失") for line in lines)
+    assert len(value_columns(lines, values)) == 1, lines
+
+
+def test_data_check_labels_line_up_in_chinese(zh_home, capsys):
+    data = zh_home / "数据.jsonl"
+    data.write_text(json.dumps({"messages": [{"role": "user", "content": "你好"},
+                                             {"role": "assistant", "content": "你好！"}]}, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+    assert main(["--lang", "zh", "data", "check", str(data)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if re.match(r"^  \S", line)]
+    assert [line.split()[0] for line in lines] == ["格式", "记录", "token", "问题"]
+    values = [re.split(r"\s{2,}", line.strip(), maxsplit=1)[1] for line in lines]
+    assert len(value_columns(lines, values)) == 1, lines
