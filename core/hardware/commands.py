@@ -45,9 +45,11 @@ def _gib(value: int | None) -> str:
 
 
 def _row(cells: list[str]) -> str:
-    from core.text_width import pad
+    from core.text_width import cell_len, pad
 
-    return "  ".join(pad(cell, width, align) for cell, (_, width, align) in zip(cells, _COLUMNS, strict=True)).rstrip()
+    # A column is at least as wide as its header in this language (利用率 is 6 cells where Util is 4).
+    return "  ".join(pad(cell, max(width, cell_len(t(key))), align)
+                     for cell, (key, width, align) in zip(cells, _COLUMNS, strict=True)).rstrip()
 
 
 def render_snapshot(snapshot: Any) -> list[str]:

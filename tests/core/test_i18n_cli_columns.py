@@ -48,3 +48,18 @@ def test_data_check_labels_line_up_in_chinese(zh_home, capsys):
     assert [line.split()[0] for line in lines] == ["格式", "记录", "token", "问题"]
     values = [re.split(r"\s{2,}", line.strip(), maxsplit=1)[1] for line in lines]
     assert len(value_columns(lines, values)) == 1, lines
+
+
+def test_gpus_table_headers_are_whole_and_over_their_values_in_chinese(zh_home):
+    """利用率 (6 cells) was cut to 利用… in the 5-cell Util column; fake GPUs: tests/fixtures/gpus/h200x2.json."""
+    from core.hardware.commands import render_snapshot
+    from core.hardware.snapshot import load_snapshot
+    from tests.core.test_hardware_cli import FIXTURES
+
+    i18n.set_language("zh")
+    header, first = render_snapshot(load_snapshot(FIXTURES / "h200x2.json"))[:2]
+    assert "…" not in header and header.split() == ["GPU", "名称", "显存", "利用率", "温度", "功耗", "进程"]
+    # Each right-aligned column ends where its values end.
+    for title, value in (("利用率", "%"), ("温度", "°C"), ("功耗", " W")):
+        end = cell_len(header[:header.index(title) + len(title)])
+        assert cell_len(first[:first.index(value) + len(value)]) == end, (header, first)
