@@ -223,7 +223,7 @@ def format_estimate(result: Any, domain: dict[str, Any] | None = None, cpu_only:
     if not result.fits:
         lines.append(t(f"estimate.hint.{result.peak_phase}"))
     lines.append(t("estimate.params", total=f"{result.total_params:,}", trainable=f"{result.trainable_params:,}",
-                   source=result.param_count))
+                   source=t(f"estimate.param_count.{result.param_count}")))
     lines.append(t("estimate.cpu_ram", cpu=result.cpu_ram_gib))
     speed_line = t("estimate.speed_cpu" if cpu_only else "estimate.speed", tps=result.tokens_per_s,
                    per_gpu=result.tokens_per_s_per_gpu, mfu=result.efficiency, step=result.seconds_per_step)

@@ -1,4 +1,4 @@
-"""The CLI's label columns line up in Chinese: labels are padded in terminal cells, not characters."""
+"""The CLI in Chinese: label columns padded in terminal cells (not characters), values shown in words of the language."""
 
 from __future__ import annotations
 
@@ -63,3 +63,10 @@ def test_gpus_table_headers_are_whole_and_over_their_values_in_chinese(zh_home):
     for title, value in (("利用率", "%"), ("温度", "°C"), ("功耗", " W")):
         end = cell_len(header[:header.index(title) + len(title)])
         assert cell_len(first[:first.index(value) + len(value)]) == end, (header, first)
+
+
+def test_estimate_names_its_parameter_count_in_chinese(zh_home, capsys):
+    """The count's source was printed as the raw value: 参数量：…（统计方式：analytic）."""
+    assert main(["--lang", "zh", "estimate", "--model", "Qwen2.5-7B", "--method", "lora"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("参数量"))
+    assert line.endswith("（统计方式：按公式推算）"), line
