@@ -20,8 +20,8 @@ class NothingToTrain(TunedeckError, ValueError):
 
 @dataclass(frozen=True)
 class DatasetSummary:
-    """Records and token lengths of a local data file (``exact`` False: characters / 4), and each record's
-    target count: the tokens the loss is computed for (its labelled answer; ``targets`` empty: not counted)."""
+    """Records and token lengths of a local data file (``exact`` False: counted without a tokenizer), and each
+    record's target count: the tokens the loss is computed for (its labelled answer; ``targets`` empty: not counted)."""
 
     path: str
     format: str | None
@@ -186,20 +186,20 @@ def summarise_dataset(path: str | Path, model: str | None = None) -> DatasetSumm
 
 
 def approximate_counts(records: list[Any]) -> list[tuple[int, int]]:
-    """Lengths as characters / 4 (``core.data.stats.approximate_lengths``), and targets as the share of those
-    characters in what is trained on: a conversation's answers the data does not exclude, a text's text
-    after its prompt."""
+    """Lengths without a tokenizer (``core.data.stats.approximate_lengths``), and targets as the share of those
+    tokens in what is trained on, weighed the same way: a conversation's answers the data does not exclude,
+    a text's text after its prompt."""
     from core.data.records import TextRecord
-    from core.data.stats import approximate_lengths
+    from core.data.stats import approximate_lengths, approximate_token_weight
 
     counts = []
     for record, length in zip(records, approximate_lengths(records), strict=True):
-        chars = max(1, len(record.approx_text()))
+        whole = max(1.0, approximate_token_weight(record.approx_text()))
         if isinstance(record, TextRecord):
-            trained = len(record.text)
+            trained = approximate_token_weight(record.text)
         else:
-            trained = sum(len(m.content) for m in record.messages if m.trained)
-        targets = min(length, max(1, round(length * trained / chars))) if trained else 0
+            trained = sum(approximate_token_weight(m.content) for m in record.messages if m.trained)
+        targets = min(length, max(1, round(length * trained / whole))) if trained else 0
         counts.append((length, targets))
     return counts
 

@@ -115,3 +115,24 @@ def test_the_data_is_read_as_train_reads_a_runs_dataset(tmp_path, monkeypatch):
     assert summarise_dataset(str(folder)).total_tokens == 2 * single.total_tokens
     hub = summarise_dataset(f"owner/name,{sample}")
     assert not hub.measured and hub.on_hub == ("owner/name",) and hub.records == 0
+
+
+def test_chinese_data_without_a_tokenizer_is_counted_a_token_a_character(tmp_path):
+    """Counted as characters / 4, Chinese answers of 1,000 characters (1,000 or so tokens with Qwen's or
+    Llama's tokenizer) read as ~260 tokens: the plan's default sequence length, the data's 95th percentile
+    rounded up, was 512 and cut most of each record, with no truncation warning (same short count)."""
+    import json
+
+    data = tmp_path / "中文数据.jsonl"
+    answer = "这是一个用于测试的中文回答。" * 72  # 1,008 characters
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": "请详细解释一下。"},
+                                                     {"role": "assistant", "content": answer}]},
+                                       ensure_ascii=False) + "\n" for _ in range(20)), encoding="utf-8")
+    summary = summarise_dataset(data)  # no model: no tokenizer
+    assert not summary.exact and summary.p95 >= len(answer)
+    request = PlanRequest("Qwen2.5-7B", parse_target("cpu")).with_dataset(summary)
+    assert request.seq_len >= 1024
+    (length, targets), = approximate_counts(load_records(data)[:1])
+    assert targets >= len(answer) and targets / length > 0.9  # the answer is nearly all of the record's tokens
+    # English keeps four characters a token.
+    assert approximate_counts([TextRecord("t" * 400)]) == [(100, 100)]
