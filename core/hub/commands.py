@@ -423,6 +423,7 @@ def run_download(args: argparse.Namespace) -> int:
     from core.hub.download import (
         cancel_download,
         check_disk,
+        download_state_label,
         downloader_alive,
         human_bytes,
         job_dir_for,
@@ -479,7 +480,7 @@ def run_download(args: argparse.Namespace) -> int:
         print(t(plural_key("hub.cli.download_plan", len(plan.files)), count=len(plan.files),
                 size=human_bytes(plan.total_bytes), model=plan.model_id, path=plan.target_dir), file=sys.stderr)
         if resumed:
-            print(t("hub.cli.download_resumed_choice", status=earlier.status), file=sys.stderr)
+            print(t("hub.cli.download_resumed_choice", status=download_state_label(earlier.status)), file=sys.stderr)
         if plan.skipped:  # why each is left out: --include, the earlier download's choice, or its format
             why = "hub.cli.download_skipped" + ("_include" if args.include else "_resumed" if resumed else "")
             print(t(plural_key(why, len(plan.skipped)), count=len(plan.skipped),
@@ -568,11 +569,12 @@ def _incomplete_id(model: Any, download: Any) -> tuple[str, str]:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from core.hub.download import human_bytes, list_downloads
+    from core.hub.download import download_state_label, human_bytes, list_downloads
     from core.hub.hf_source import hf_hub_cache
     from core.hub.local import bundled_models, download_of, list_local_models, user_model_dirs
     from core.hub.modelscope_source import modelscope_cache_root
     from core.settings import load_settings
+    from core.text_width import pad
 
     models = list_local_models(user_model_dirs(load_settings()))
     downloads = list_downloads()
@@ -609,6 +611,6 @@ def run_list(args: argparse.Namespace) -> int:
     if downloads:
         print(t("hub.cli.downloads_header"), file=sys.stderr)
         for item in downloads:
-            print(f"{item.hub:<10} {item.model_id:<48} {item.status:<11} "
+            print(f"{item.hub:<10} {item.model_id:<48} {pad(download_state_label(item.status), 11)} "
                   f"{human_bytes(item.bytes_done)} / {human_bytes(item.bytes_total)}")
     return 0

@@ -45,6 +45,11 @@ STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
 SPAWNED_FILE = "spawned.json"  # the downloader start_download started: alive and not yet locked = queued
 
 
+def download_state_label(status: str) -> str:
+    """A download's status in the interface language (--json keeps the value; an unknown one as it is)."""
+    return t(f"hub.download.state.{status}") if status in STATUSES else status
+
+
 def downloads_dir() -> Path:
     return data_root() / "downloads"
 

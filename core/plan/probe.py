@@ -140,7 +140,10 @@ def probe_one(candidate: Candidate, request: PlanRequest, steps: int = PROBE_STE
         report_step()
         time.sleep(0.5)
     if status.status != RunState.FINISHED:
-        raise ProbeError(t("plan.probe.failed", status=status.status, reason=status.reason_text, path=str(run.path)))
+        from core.runs.states import state_label
+
+        raise ProbeError(t("plan.probe.failed", status=state_label(status.status), reason=status.reason_text,
+                           path=str(run.path)))
     context = candidate.estimate.breakdown.get("cuda_context", 0.0) if candidate.estimate else 0.0
     result = measurements_from_metrics(run.metrics_path, context if not request.hardware.cpu_only else 0.0)
     result["run_dir"] = str(run.path)

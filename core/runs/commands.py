@@ -443,7 +443,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     elif status.active:
         _err(t("runs.stop_requested_starting" if starting else "runs.stop_requested", id=run.id))
     else:
-        _err(t("runs.stop_done", id=run.id, status=status.status))
+        _err(t("runs.stop_done", id=run.id, status=_state(status.status)))
     for notice in result.notices:  # what went wrong on the way (a run.json that does not read): last, to act on
         _err(t("resume.notice", text=notice.text()))
     if timed_out:

@@ -36,7 +36,7 @@ from core.runs.run_dir import (
     RunStatus,
     utc_now_iso,
 )
-from core.runs.states import TERMINAL_STATES, still_stopping
+from core.runs.states import TERMINAL_STATES, state_label, still_stopping
 from core.watch.figures import directory_size, format_bytes
 
 
@@ -80,7 +80,7 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
     file could not be read and what to do."""
     status = effective_status(run)
     if status.status not in ACTIVE_STATES:
-        raise RunControlError(t("runs.stop_not_running", id=run.id, status=status.status))
+        raise RunControlError(t("runs.stop_not_running", id=run.id, status=state_label(status.status)))
     record, unreadable = run.read_record()
     host = foreign_host(record)
     if host is not None:  # its pids are another box's: a signal here would reach nothing, or the wrong process
@@ -240,7 +240,7 @@ def refuse_unresumable(run: RunDirectory) -> Any:
     status = effective_status(run)
     if status.status in ACTIVE_STATES:
         key = "runs.resume_in_progress" if _being_resumed(run, status) else "runs.resume_running"
-        raise RunControlError(t(key, id=run.id, status=status.status))
+        raise RunControlError(t(key, id=run.id, status=state_label(status.status)))
     if status.status == FINISHED:
         raise RunControlError(t("runs.resume_finished", id=run.id))
     unreadable = run.read_launch_record()[1]

@@ -176,3 +176,14 @@ def test_chinese_says_loss_in_chinese():
     code = re.compile(r"`[^`]*`|'[^']*'|\{[^}]*\}|\bloss (false|true)\b|\w*_loss\w*|loss_\w+")
     wrong = [f"{key}: {text}" for key, text in zh.items() if re.search(r"\bloss\b", code.sub("", text))]
     assert wrong == [], "\n".join(wrong)
+
+
+def test_a_status_in_a_message_is_its_label():
+    """A run's or a download's status value (finished, failed) reached Chinese text as it is: 任务 … 未在运行
+    （状态：finished）, 实测运行以 failed 结束, 沿用failed的那次下载. A ``status=`` parameter given a ``.status``
+    attribute must go through ``state_label`` (core.runs.states) or ``download_state_label`` (core.hub.download),
+    which say it in the interface language."""
+    wrong = [f"{path}:{line}: {ast.unparse(call)}" for path, line, _, call in _t_calls()
+             for keyword in call.keywords
+             if keyword.arg == "status" and isinstance(keyword.value, ast.Attribute) and keyword.value.attr == "status"]
+    assert wrong == [], "\n".join(wrong)

@@ -70,3 +70,27 @@ def test_estimate_names_its_parameter_count_in_chinese(zh_home, capsys):
     assert main(["--lang", "zh", "estimate", "--model", "Qwen2.5-7B", "--method", "lora"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("参数量"))
     assert line.endswith("（统计方式：按公式推算）"), line
+
+
+def test_stop_names_a_runs_status_in_chinese(zh_home, capsys):
+    build_run(runs_dir(), "20250101-0000-qwen-lora-ab12", status="finished", steps=20, total=20)
+    assert main(["--lang", "zh", "stop", "qwen-lora"]) != 0
+    assert "未在运行（状态：已完成）" in capsys.readouterr().err
+
+
+def test_models_list_names_a_downloads_status_in_chinese(zh_home, monkeypatch, capsys):
+    import dataclasses
+
+    import core.hub.download
+    from core.hub.download import DownloadStatus
+
+    fields = {f.name: None for f in dataclasses.fields(DownloadStatus)}
+    fields.update(job_dir=zh_home, hub="modelscope", model_id="Qwen/Qwen2.5-7B-Instruct", target_dir=str(zh_home),
+                  status="interrupted", bytes_done=1024, bytes_total=4096, rate_bps=0.0, files_done=0,
+                  files_total=2, updated=0.0)
+    monkeypatch.setattr(core.hub.download, "list_downloads", lambda: [DownloadStatus(**fields)])
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(zh_home / "ms"))
+    monkeypatch.setenv("HF_HOME", str(zh_home / "hf"))
+    assert main(["--lang", "zh", "models", "list"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "Qwen2.5-7B-Instruct" in line)
+    assert "已中断" in row and "interrupted" not in row, row
