@@ -190,6 +190,25 @@ def test_runs(size):
     run(scenario())
 
 
+def test_runs_filter_takes_the_status_as_the_table_shows_it():
+    """The filter box says it filters by status, but only the English value matched: 已完成, typed as the
+    table shows it, listed nothing. Three runs (tests/tui/test_runs_screen.py three_runs); no GPU needed."""
+    live = three_runs()
+
+    async def scenario():
+        with SupervisorStandIn(live):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+            async with app.run_test(size=(80, 24)) as pilot:
+                screen = await open_runs(pilot, app)
+                await pilot.press("f")
+                for text, shown in (("已完成", ["20261129-2200-done"]), ("崩溃", ["20261129-2100-dead"]),
+                                    ("finished", ["20261129-2200-done"])):
+                    screen.query_one("#runs-filter").value = text
+                    await wait_for(pilot, lambda shown=shown: [s.id for s in screen.shown] == shown)
+
+    run(scenario())
+
+
 @pytest.mark.parametrize("size", [(80, 24), (160, 50)], ids=["80x24", "160x50"])
 def test_dashboard(size):
     path = build_run(runs_dir(), "20261129-2100-healthy", status="running", steps=240)

@@ -344,8 +344,9 @@ class RunsScreen(Screen[None]):
         selected = self.shown[was_at].id if self.shown and 0 <= was_at < len(self.shown) else None
         needle = self.filter_text.lower()
         listed = self._listed()
+        # The status as the table shows it (已完成) and as the CLI and --json spell it (finished).
         runs = [s for s in listed if not needle or needle in " ".join(
-            [s.id, s.status, s.model or "", s.method or "", s.name or ""]).lower()]
+            [s.id, s.status, state_label(s.status), s.model or "", s.method or "", s.name or ""]).lower()]
         runs.sort(key=COLUMNS[self.sort_column].sort, reverse=self.sort_reverse)
         self.shown = runs
         # Widths come from every run listed, not just the filtered ones, so filtering does not reshuffle columns.
