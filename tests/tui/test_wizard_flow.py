@@ -101,6 +101,26 @@ def test_the_hardware_step_says_when_its_gpus_are_fake(private_home):
     run(scenario())
 
 
+def test_the_hardware_step_gives_the_free_disk_in_the_units_the_gpu_screen_uses(private_home):
+    """The two-H200 recording's free disk read "128 GiB free disk" here and "disk free 137.2 GB" on the GPU
+    screen and in 'tunedeck gpus': one disk, two numbers. Disks are in decimal units (core.units.format_disk)."""
+    from core.hardware.snapshot import load_snapshot
+    from core.units import format_disk
+
+    recording = Path(__file__).resolve().parents[1] / "fixtures" / "gpus" / "h200x2.json"
+    disk = format_disk(load_snapshot(recording).host.disk_free_bytes)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            w = await to_hardware_step(pilot, app)
+            await wait_for(pilot, lambda: "This box" in str(w.query_one("#hardware-detected").render()))
+            shown = " ".join(str(w.query_one("#hardware-detected").render()).split())
+            assert f"RAM, {disk} free disk." in shown and disk == "137.2 GB", shown
+
+    run(scenario())
+
+
 def test_the_hardware_step_says_what_other_processes_hold_on_the_gpus(private_home):
     """The h200x2 recording replayed with its memory moving (``animate``, at a fixed clock: GPU 0 holds 80.2 GiB,
     GPU 1 94.6 for other processes) read "This box: 2 × H200 (140 GiB each …)" alone, and the plan then took GPU 0

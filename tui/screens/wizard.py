@@ -25,7 +25,7 @@ from core.data.readers import SUFFIXES as DATA_SUFFIXES
 from core.errors import TunedeckError
 from core.i18n import t
 from core.plan.request import GOALS, OVERRIDABLE
-from core.units import format_count, plural_key
+from core.units import format_count, format_disk, plural_key
 from tui.gpu_poll import replay_note
 from tui.screens.error_modal import describe, report_failed_worker, report_unexpected
 from tui.widgets.bar import bar
@@ -704,7 +704,8 @@ class WizardScreen(Screen[None]):
         hw_input = self.query_one("#hardware-input", Input)
         if detected is not None:
             ram = f"{detected.host_ram_gib:.0f}" if detected.host_ram_gib else "?"
-            disk = f"{detected.disk_free_gib:.0f}" if detected.disk_free_gib is not None else "?"
+            # Decimal units, as the GPU screen's header and 'tunedeck gpus' give the same disk (core.units).
+            disk = format_disk(detected.disk_free_gib * 2**30) if detected.disk_free_gib is not None else "?"
             if detected.cpu_only:
                 text = t("wizard.hardware.detected_cpu", ram=ram, disk=disk)
             else:
