@@ -51,8 +51,14 @@ class DistributedSettings:
 
 
 def _slug(text: str, limit: int = 24) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    return slug[:limit].strip("-") or "run"
+    """``text`` as the readable part of a run id: letters and digits of any script (a run named 中文任务 keeps
+    its name, where ASCII alone made every Chinese name 'run'), the rest one dash; at most ``limit`` cells."""
+    from core.text_width import cell_len
+
+    slug = re.sub(r"[\W_]+", "-", text.lower()).strip("-")
+    while cell_len(slug) > limit:
+        slug = slug[:-1]
+    return slug.strip("-") or "run"
 
 
 def new_run_id(name: str, now: datetime | None = None) -> str:

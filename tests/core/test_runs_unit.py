@@ -169,6 +169,24 @@ def test_run_id_shape():
     assert "qwen2-5-0-5b-lora" in run_id
 
 
+def test_a_chinese_run_name_stays_in_the_id_and_finds_the_run(home):
+    """``name: 中文任务`` made the id ``…-run-4296``: ASCII letters only were kept, so every Chinese name read
+    'run' in the Runs screen and 'tunedeck status 中文任务' found nothing. Letters of any script stay now; the
+    readable part stops at 24 cells (a Chinese character is two)."""
+    from core.paths import runs_dir
+    from core.runs.listing import name_part
+    from core.text_width import cell_len
+
+    run_id = new_run_id("中文任务")
+    assert name_part(run_id).startswith("中文任务-")
+    long = new_run_id("客服 对话 微调 第二版 实验一二三四五六七八")
+    assert cell_len(name_part(long)) <= 24 + 5 and name_part(long).startswith("客服-对话-微调-")
+    (runs_dir() / run_id).mkdir(parents=True)
+    (runs_dir() / run_id / "run.json").write_text(json.dumps({"id": run_id}), encoding="utf-8")
+    assert resolve_run("中文任务").id == run_id
+    assert new_run_id("___").split("-")[2] == "run"  # nothing readable: 'run', as before
+
+
 def test_active_run_without_supervisor_is_crashed_and_persisted(home):
     run = _run(home)
     run.update_record(attempts=[{"number": 1, "started": "2026-01-01T00:00:00Z", "resume_from": None}])
