@@ -58,6 +58,30 @@ def _builtin_description(action: str) -> str:
         return ""
 
 
+class Palette(CommandPalette):
+    """Textual's command palette, with its "No matches found" in the interface language (Textual writes it
+    in English, inside ``_start_no_matches_countdown``: this is that method, the text from the catalogue)."""
+
+    def _start_no_matches_countdown(self, search_value: str) -> None:
+        from rich.align import Align
+        from rich.text import Text
+        from textual.command import CommandList
+        from textual.widgets.option_list import Option
+
+        self._stop_no_matches_countdown()
+
+        def show_no_matches() -> None:
+            if search_value:
+                self.query_one(CommandList).add_option(Option(
+                    Align.center(Text(t("app.palette_no_matches"), style="not bold")), disabled=True,
+                    id=self._NO_MATCHES))
+                self._list_visible = True
+            else:  # discover mode: nothing to say
+                self._list_visible = False
+
+        self._no_matches_timer = self.set_timer(self._NO_MATCHES_COUNTDOWN, show_no_matches)
+
+
 class TunedeckApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "tunedeck"
@@ -297,7 +321,7 @@ class TunedeckApp(App[int]):
     def action_command_palette(self) -> None:
         # Textual's own palette, with its search prompt in the interface language.
         if self.use_command_palette and not CommandPalette.is_open(self):
-            self.push_screen(CommandPalette(id="--command-palette", placeholder=t("app.palette_placeholder")))
+            self.push_screen(Palette(id="--command-palette", placeholder=t("app.palette_placeholder")))
 
     def set_language_setting(self, language: str) -> None:
         """Remember ``language`` for the next start: bindings and screens are built in one language."""

@@ -190,6 +190,29 @@ def test_runs(size):
     run(scenario())
 
 
+def test_the_command_palette_says_no_match_in_chinese():
+    """Textual's palette wrote "No matches found" in English under a Chinese search prompt (h200x2 fake GPUs)."""
+    from textual.command import CommandList, CommandPalette
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_gpus(pilot, app)
+            await pilot.press("ctrl+p")
+            await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+            await pilot.press(*"zzzz")
+            palette = app.screen
+            await wait_for(pilot, lambda: palette.query_one(CommandList).option_count == 1
+                           and palette.query_one(CommandList).get_option_at_index(0).id == palette._NO_MATCHES)
+            await pilot.pause()
+            text = assert_fits(app, (80, 24))
+            assert "没有匹配的命令" in text and "No matches" not in text
+            await pilot.press("backspace", "backspace", "backspace", "backspace", *"主题")
+            await wait_for(pilot, lambda: "主题：浅色" in screen_text(app))  # typed Chinese finds commands
+
+    run(scenario())
+
+
 def test_runs_filter_takes_the_status_as_the_table_shows_it():
     """The filter box says it filters by status, but only the English value matched: 已完成, typed as the
     table shows it, listed nothing. Three runs (tests/tui/test_runs_screen.py three_runs); no GPU needed."""
