@@ -187,3 +187,12 @@ def test_a_status_in_a_message_is_its_label():
              for keyword in call.keywords
              if keyword.arg == "status" and isinstance(keyword.value, ast.Attribute) and keyword.value.attr == "status"]
     assert wrong == [], "\n".join(wrong)
+
+
+def test_chinese_calls_a_run_a_task():
+    """GLOSSARY.md: a run is 任务. 运行 before a run's id reads as the verb, "execute 20261207-…", and the
+    --allow-shared-gpus help said 运行中的运行 ("a running run")."""
+    zh = i18n.catalogue("zh")
+    wrong = [f"{key}: {text}" for key, text in zh.items()
+             if re.search(r"运行 \{(id|run)\}|运行中的运行|(一个|(?<!重)新)运行", text)]
+    assert wrong == [], "\n".join(wrong)
