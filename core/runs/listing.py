@@ -60,6 +60,9 @@ class RunSummary:
     # Started by the wizard's probe (``core.plan.probe``) to measure a plan, not to train a model: run.json's
     # ``command`` is ``probe``. The Runs screen keeps these out of the way.
     probe: bool = False
+    # The host run.json says the run runs on (None: it does not say). One that is not this box's
+    # (``core.runs.liveness.foreign_host``: a data root shared between nodes) is not this box's to stop.
+    host: str | None = None
 
     @property
     def reason_text(self) -> str:
@@ -156,6 +159,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         last_alive=None if alive is None else utc_iso(alive),  # as created and updated
         silent_s=None if alive is None else round(max(0.0, time.time() - alive), 1),
         probe=is_probe(record),
+        host=record["host"] if isinstance(record.get("host"), str) and record["host"] else None,
     )
 
 

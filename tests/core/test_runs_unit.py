@@ -600,6 +600,25 @@ def test_a_run_of_another_host_is_neither_called_crashed_nor_signalled_from_here
     assert run.status().status == RUNNING
 
 
+def test_runs_and_status_json_say_the_host_a_run_runs_on(home, capsys):
+    """A data root shared between nodes: ``status`` said a run is on host node-b, ``stop`` refused for it,
+    but ``status --json`` and ``runs --json`` had no key for its host (only the supervisor's, in status, and
+    none in runs), so a script could not tell which runs are this box's to stop. Now both carry ``host``
+    (run.json's); null where run.json does not say. No GPU; no process of the run here."""
+    from core import cli
+    from core.runs.listing import summarize
+
+    run = _run(home)
+    run.update_record(host="node-b", supervisor={"pid": 2 ** 22 + 1, "start_time": 1.0})
+    run.write_status(RUNNING)
+    assert cli.main(["status", run.id, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["host"] == "node-b"
+    assert cli.main(["runs", "--json"]) == 0
+    assert [r["host"] for r in json.loads(capsys.readouterr().out)] == ["node-b"]
+    run.update_record(host=None)
+    assert summarize(run).host is None
+
+
 def test_a_run_of_another_host_gone_silent_with_no_lock_held_is_crashed(home, monkeypatch):
     """The same host check must not keep a dead run running for ever: a container replaced on a rented box
     gets a new host name, so its old run reads as another host's. No lock held anywhere and silent past the

@@ -81,6 +81,39 @@ def test_stop_is_offered_only_on_a_live_run_and_evaluate_export_only_on_a_finish
     run(scenario())
 
 
+def test_stop_is_not_offered_on_a_run_of_another_host():
+    """A data root shared between nodes: a live run whose run.json names another host (node-b) cannot be
+    stopped from this box (``tunedeck stop`` refuses: its pids are node-b's). The dashboard and the Runs list
+    still offered k, whose press only showed that refusal. Now neither offers it (footer, help, palette), and
+    a press does nothing. Box: the two H200s of h200x2.json (fake monitor); no process of the run here."""
+    import json
+
+    path = build_run(runs_dir(), "20261129-2100-remote", status="running", steps=40)
+    record = json.loads((path / "run.json").read_text())
+    (path / "run.json").write_text(json.dumps({**record, "host": "node-b"}))
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_dashboard(pilot, app, "running")
+            await wait_for(pilot, lambda: "node-b" in screen_text(app).splitlines()[1])  # run.json read
+            await pilot.pause()
+            assert not any(keys & {"k"} for keys in offered(app).values()), offered(app)
+            app.clear_notifications()
+            await pilot.press("k")
+            await pilot.pause()
+            assert app.screen is screen and not notes(app)
+            runs = await open_runs(pilot, app)
+            await wait_for(pilot, lambda: runs.selected() is not None)
+            assert runs.selected().host == "node-b" and runs.selected().status == "running"
+            assert not runs.check_action("stop", ()) and "k" not in footer_keys(app)
+            await pilot.press("k")
+            await pilot.pause()
+            assert app.screen is runs and not notes(app)
+
+    run(scenario())
+
+
 RUN_KEYS = {"k": "dashboard.key.stop", "u": "dashboard.key.resume", "M": "lifecycle.key.merge",
             "a": "lifecycle.key.chat", "v": "lifecycle.key.serve", "E": "lifecycle.key.evaluate",
             "X": "lifecycle.key.export"}

@@ -28,6 +28,7 @@ from core import units
 from core.i18n import t
 from core.runs import ACTIVE_STATES, RunState, can_stop, state_label
 from core.runs.listing import name_part
+from core.runs.liveness import foreign_host
 from core.text_width import cell_len, truncate
 from core.watch.figures import directory_size, format_bytes
 from tui.widgets.keys_footer import KeysFooter
@@ -428,8 +429,8 @@ class RunsScreen(Screen[None]):
             summary = self.selected() if self.is_mounted else None
             if summary is None:
                 return False
-            if action == "stop":
-                return can_stop(summary.status)
+            if action == "stop":  # a run of another host is not this box's to signal (``foreign_host``)
+                return can_stop(summary.status) and foreign_host({"host": summary.host}) is None
             return summary.resumable
         if action == "probes":  # offered only where there are probe runs to show or hide
             return any(s.probe for s in self.runs)

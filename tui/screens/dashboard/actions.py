@@ -42,8 +42,9 @@ class DashboardActions:
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """What the run as it stands allows, and nothing on another trainer's output: stop while it is
-        live; resume once it ended short (stopped, failed, crashed) with a checkpoint to go on from, or before
-        its first step (it starts again from step 0);
+        live, on this host (another host's processes are not this box's to signal); resume once it ended
+        short (stopped, failed, crashed) with a checkpoint to go on from, or before its first step (it
+        starts again from step 0);
         merge, chat, serve, evaluate and export once it ended with a checkpoint (``core.lifecycle``
         loads its last complete one). Refused here, a key leaves the footer, the help and the palette.
         n/N (next, previous match) once a log search was made: before one they have nothing to go to."""
@@ -53,8 +54,8 @@ class DashboardActions:
             return True
         if self.source.read_only:
             return False
-        if action == "stop":
-            return can_stop(self.status)
+        if action == "stop":  # not a run of another host: its processes are not this box's to signal
+            return can_stop(self.status) and self._other_host() is None
         if action == "resume":  # a checkpoint to go on from, or ended before its first step (from step 0)
             return self.resumable and can_resume(self.status)
         return self.status in TERMINAL_STATES and self.has_checkpoint

@@ -266,7 +266,10 @@ class DashboardFeed:
     def on_run_record_read(self, message: RunRecordRead) -> None:
         first = not self._record_read
         self._record_read = True
+        host = self._other_host()
         self._record = message.record
+        if host != self._other_host():
+            self.refresh_bindings()  # stop is not offered on another host's run (check_action)
         self._config = message.config
         if message.unreadable and message.unreadable != self.record_unreadable:  # the whole story, once
             self.notify(t("dashboard.record_unreadable", dir=str(self.source.path), reason=message.unreadable),
