@@ -224,13 +224,15 @@ def _no_step_left(run: RunDirectory, cfg: dict[str, Any], step: int, path: Any) 
 
 def _being_resumed(run: RunDirectory, status: RunStatus) -> bool:
     """True while a resume is starting the run: queued by ``prepare_resume``, or the supervisor of an
-    attempt that resumes from a checkpoint starting (two resumes that race: the second is told this)."""
+    attempt a resume started getting going (two resumes that race: the second is told this). Every attempt
+    after the first is a resume's: from a checkpoint, or from step 0 for a run that had none (its
+    ``resume_from`` is empty, as the first attempt's)."""
     if status.status == QUEUED:
         return (status.reason_message or {}).get("key") in ("runs.reason_resuming", "runs.reason_restarting")
     if status.status == STARTING:
         attempts = run.read_record()[0].get("attempts")  # one that does not read: a resume cannot tell
         return isinstance(attempts, list) and bool(attempts) and isinstance(attempts[-1], dict) \
-            and bool(attempts[-1].get("resume_from"))
+            and (len(attempts) > 1 or bool(attempts[-1].get("resume_from")))
     return False
 
 

@@ -446,6 +446,32 @@ def test_a_second_resume_is_told_another_resume_is_starting_the_run(home):
         holder.wait()
 
 
+def test_a_second_resume_is_told_another_resume_is_restarting_the_run_from_step_0(home):
+    """A run that ended before its first step is resumed from step 0 (no checkpoint: its attempt's
+    ``resume_from`` is empty). While that attempt's supervisor starts, a second resume was told the generic
+    "still active; stop it first" (only attempts resuming from a checkpoint counted) instead of "already
+    being resumed". A first attempt starting is still "still active". No GPU, no trainer started."""
+    from core.runs.run_dir import STARTING
+
+    run = _run(home)
+    holder = _hold_lock(run)  # the restart's supervisor, starting its attempt
+    try:
+        import psutil
+
+        supervisor = {"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()}
+        first = {"number": 1, "started": "x", "resume_from": None, "ended": "y", "status": "stopped"}
+        run.update_record(supervisor=supervisor, attempts=[first, {"number": 2, "started": "z", "resume_from": None}])
+        run.write_status(STARTING)
+        with pytest.raises(RunControlError, match="already being resumed"):
+            prepare_resume(run)
+        run.update_record(attempts=[{"number": 1, "started": "x", "resume_from": None}])  # train's own start
+        with pytest.raises(RunControlError, match="still active"):
+            prepare_resume(run)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
 def test_logs_refuses_a_negative_line_count(home):
     run = _run(home)
     run.log_path.write_text("[rank0] one\n")
