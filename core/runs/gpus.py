@@ -68,7 +68,7 @@ def run_physical_gpus(record: Mapping[str, Any], unrecorded: str | None = None) 
 def run_gpu_indices(record: Mapping[str, Any], box: Sequence[Any] = ()) -> list[int]:
     """The NVML indices (those of a ``GpuSnapshot``, which ``CUDA_VISIBLE_DEVICES`` does not renumber) of
     the GPUs a run uses (``run_physical_gpus``): a UUID entry is the index of the GPU of ``box`` (GPU
-    snapshots) with that UUID, or a unique start of it as CUDA takes, or holding that MIG device; one ``box``
+    snapshots) with that UUID, or a start of it only one UUID has (as CUDA takes), or holding that MIG device; one ``box``
     does not list is left out. Run.json ``gpus`` [0] under ``CUDA_VISIBLE_DEVICES=2,3`` is [2]."""
     by_uuid = uuid_indices(box)
     indices: list[int] = []
@@ -92,10 +92,14 @@ def uuid_indices(box: Sequence[Any]) -> dict[str, int]:
 
 def nvml_index(name: str, by_uuid: Mapping[str, int]) -> int | None:
     """The NVML index a ``physical_gpus`` entry names: a physical index as it is, a ``GPU-…`` / ``MIG-…``
-    UUID (or a start of it, as CUDA takes) through ``by_uuid`` (``uuid_indices``); None where none matches."""
+    UUID (or a start of it that only one UUID has, as CUDA takes it) through ``by_uuid`` (``uuid_indices``);
+    None where none matches, or where the start is more than one UUID's (CUDA names no device by it)."""
     if name.isdigit():
         return int(name)
-    return next((i for u, i in by_uuid.items() if u.startswith(name)), None)
+    if name in by_uuid:
+        return by_uuid[name]
+    matches = [i for u, i in by_uuid.items() if u.startswith(name)]
+    return matches[0] if len(matches) == 1 else None
 
 
 def resolve_gpus(requested: object, available: int) -> list[int]:

@@ -348,6 +348,23 @@ def test_run_gpu_indices_are_the_physical_gpus_of_the_launch_visible_devices():
     assert run_gpu_indices({"gpus": [], "env": {"CUDA_VISIBLE_DEVICES": "1"}}) == []
 
 
+def test_a_uuid_start_two_gpus_share_names_none_of_them():
+    """CUDA_VISIBLE_DEVICES takes a start of a GPU's UUID only when no other GPU's UUID starts so (CUDA
+    names no device by an ambiguous one). ``nvml_index`` took the first GPU whose UUID started with it, so
+    the dashboard charted, and the GPU check counted, a GPU the run may not be on. Box: two GPUs whose UUIDs
+    share ``GPU-ab`` (given as snapshots, no NVML)."""
+    from types import SimpleNamespace
+
+    from core.runs.gpus import nvml_index, run_gpu_indices, uuid_indices
+
+    box = [SimpleNamespace(index=0, uuid="GPU-ab12", mig_instances=()),
+           SimpleNamespace(index=1, uuid="GPU-ab34", mig_instances=())]
+    by_uuid = uuid_indices(box)
+    assert nvml_index("GPU-ab", by_uuid) is None
+    assert nvml_index("GPU-ab3", by_uuid) == 1 and nvml_index("GPU-ab12", by_uuid) == 0
+    assert run_gpu_indices({"gpus": [0], "env": {"CUDA_VISIBLE_DEVICES": "GPU-ab"}}, box) == []
+
+
 def _stopped_with_checkpoint(on: list[int], **config) -> RunDirectory:
     """A stopped run on ``on`` with one sound checkpoint (step 3 of 50: tiny files of the right shapes)."""
     import json
