@@ -540,10 +540,13 @@ def _claim_gpus(config: Any, gpus: list[int], allow_shared: bool, warn: Warn = w
     if gpus and isinstance(config.gpus, int) and not isinstance(config.gpus, bool) and not allow_shared:
         from core.runs.gpus import visible_gpu_count
 
-        sharing = live_runs_sharing(gpus)
+        visible = visible_gpu_count()
+        # One look at every GPU (each live run's status and run.json read once): what holds ``gpus`` is part of it
+        every = live_runs_sharing(sorted(set(gpus) | set(range(visible))))
+        sharing = [(run_id, status, [gpu for gpu in theirs if gpu in gpus])
+                   for run_id, status, theirs in every if any(gpu in gpus for gpu in theirs)]
         if sharing:
-            visible = visible_gpu_count()
-            held = {gpu for _run, _status, theirs in live_runs_sharing(list(range(visible))) for gpu in theirs}
+            held = {gpu for _run, _status, theirs in every for gpu in theirs}
             free = [gpu for gpu in range(visible) if gpu not in held]
             if len(free) >= len(gpus):
                 warn(t("runs.gpus_moved", busy=",".join(str(g) for g in gpus if g in held),

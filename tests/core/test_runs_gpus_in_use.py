@@ -242,8 +242,10 @@ def test_the_gpu_look_and_the_queued_run_it_records_are_one_step_under_a_lock(ho
 
 def test_a_gpu_count_not_moved_is_checked_with_the_live_runs_already_looked_at(home, monkeypatch):
     """``_claim_gpus`` asked ``live_runs_sharing`` about a count's GPUs, and ``_check_gpus_free`` asked it
-    again about the same GPUs when the count was not moved (a scan of every run directory, twice). Box:
-    2 GPUs (``visible_gpu_count`` says 2); the live runs are stood in for by ``live_runs_sharing``."""
+    again about the same GPUs when the count was not moved (a scan of every run directory, twice); then,
+    with the count's GPUs held, it asked again about every GPU to find free ones. Now one look at every GPU
+    serves all three. Box: 2 GPUs (``visible_gpu_count`` says 2); the live runs are stood in for by
+    ``live_runs_sharing``."""
     from types import SimpleNamespace
 
     from core.runs import gpus as run_gpus
@@ -261,12 +263,17 @@ def test_a_gpu_count_not_moved_is_checked_with_the_live_runs_already_looked_at(h
 
     monkeypatch.setattr(lifecycle, "live_runs_sharing", sharing)
     assert lifecycle._claim_gpus(SimpleNamespace(gpus=1), [0], False) == [0]  # no live run: taken
-    assert asked == [[0]]
+    assert asked == [[0, 1]]
     asked.clear()
     live.append(("20261206-0000-long-abcd", "running", [0, 1]))
-    with pytest.raises(GpusInUse):  # no GPU left to move to: refused, the runs looked at once for GPU 0
+    with pytest.raises(GpusInUse) as refused:  # no GPU left to move to: refused, the runs looked at once
         lifecycle._claim_gpus(SimpleNamespace(gpus=1), [0], False)
-    assert asked == [[0], [0, 1]]  # GPU 0 (the count's), then the box's GPUs (for free ones): not GPU 0 again
+    assert asked == [[0, 1]]  # every GPU once: the count's and the free ones both come of it
+    assert refused.value.runs == [("20261206-0000-long-abcd", "running", [0])]  # as a look at GPU 0 alone says
+    asked.clear()
+    live[:] = [("20261206-0000-long-abcd", "running", [0])]
+    assert lifecycle._claim_gpus(SimpleNamespace(gpus=1), [0], False) == [1]  # moved to the free GPU 1
+    assert asked == [[0, 1]]
 
 
 def test_gpus_of_runs_launched_under_different_cuda_visible_devices_are_compared_as_the_gpus_they_name(
