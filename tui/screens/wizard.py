@@ -67,7 +67,7 @@ class ModelFetched(Message):
     be (``error``); ``after`` what the step does with a model taken: ``next`` (go on), ``plan`` (plan, the step
     it was asked from), ``stay``."""
 
-    def __init__(self, model: str, base: Any, error: str | None, after: str, token: int) -> None:
+    def __init__(self, model: str, base: Any, error: str | None, after: str, token: object) -> None:
         super().__init__()
         self.model, self.base, self.error, self.after, self.token = model, base, error, after, token
 
@@ -75,7 +75,7 @@ class ModelFetched(Message):
 class ModelFetching(Message):
     """The model is found nowhere on this box: its config.json is being read from the hub."""
 
-    def __init__(self, model: str, token: int) -> None:
+    def __init__(self, model: str, token: object) -> None:
         super().__init__()
         self.model, self.token = model, token
 
@@ -189,8 +189,10 @@ class WizardScreen(Screen[None]):
         self.planning = False  # a recommendation is being computed for the current inputs
         self.override_error = False  # the status line shows an override value's error
         self.model_error: str | None = None  # the model id the line under the field says is wrong
-        self.fetching_model: str | None = None  # the model whose config.json a worker reads (``_check_model``)
-        self.model_token = 0  # which of those reads is the latest
+        # The read of a model's config.json the step waits for (``_check_model``): the model and a token of its
+        # own, so that the answer of a read asked before (Enter twice) is for no one; None once answered or when
+        # another id is typed
+        self.model_read: tuple[str, object] | None = None
         self.launch_path: str | None = None  # the plan file the last launch started (asked again on shared GPUs)
 
     # --- layout --------------------------------------------------------------------------------------
@@ -477,9 +479,9 @@ class WizardScreen(Screen[None]):
             info.update(f"[$error]{t('wizard.model.empty')}[/]")
             return
         info.update(t("wizard.model.reading", model=_escape(model)))
-        self.fetching_model = model
-        self.model_token += 1  # the answer of a check asked before (Enter twice) is for no one
-        self.fetch_model(model, after, self.model_token)
+        token = object()  # the answer of a check asked before (Enter twice) is for no one
+        self.model_read = (model, token)
+        self.fetch_model(model, after, token)
 
     @staticmethod
     def _model_error_text(exc: Exception) -> str:
@@ -504,7 +506,7 @@ class WizardScreen(Screen[None]):
                                                        layers=arch.num_layers, hidden=arch.hidden_size))
 
     @work(thread=True, exclusive=True, group="wizard-model", exit_on_error=False)
-    def fetch_model(self, model: str, after: str, token: int) -> None:
+    def fetch_model(self, model: str, after: str, token: object) -> None:
         """``model``'s config.json from this box, else for a hub id found nowhere here from the hub
         (``base_plan(fetch=True)``: kept for the next plan)."""
         from core.estimate import ArchitectureError, ModelNotFoundError
@@ -531,14 +533,13 @@ class WizardScreen(Screen[None]):
         self.post_message(ModelFetched(model, base, None, after, token))
 
     def on_model_fetching(self, message: ModelFetching) -> None:
-        if self.fetching_model == message.model and self.model_token == message.token:
+        if self.model_read == (message.model, message.token):
             self.query_one("#model-info", Static).update(t("wizard.model.fetching", model=_escape(message.model)))
 
     def on_model_fetched(self, message: ModelFetched) -> None:
-        if ((message.after != "plan" and STEPS[self.step] != "model") or self.fetching_model != message.model
-                or self.model_token != message.token):
+        if (message.after != "plan" and STEPS[self.step] != "model") or self.model_read != (message.model, message.token):
             return  # the user went on, or typed another model: this answer is for no one
-        self.fetching_model = None
+        self.model_read = None
         if message.error is not None:
             self._model_refused(message.model, message.error)
             return
@@ -855,8 +856,8 @@ class WizardScreen(Screen[None]):
             if self.model_error is not None and event.value.strip() != self.model_error:
                 self.model_error = None  # a new id: the old one's error goes
                 self.query_one("#model-info", Static).update("")
-            if self.fetching_model is not None and event.value.strip() != self.fetching_model:
-                self.fetching_model = None  # a new id: the config being read is no longer asked for
+            if self.model_read is not None and event.value.strip() != self.model_read[0]:
+                self.model_read = None  # a new id: the config being read is no longer asked for
                 self.query_one("#model-info", Static).update("")
             return
         if not input_id.startswith("ov-") or STEPS[self.step] != "result":
