@@ -20,6 +20,10 @@ from core.runs.states import RunState
 from core.units import format_rate
 
 SPIKE_FACTOR = 3.0
+# A spike must also rise this many nats above the EMA. Near zero a ratio is noise: an overfitted run's
+# 0.04 -> 0.13 is 3x but 0.09 nats, one odd batch. 0.5 nats is a perplexity 1.65x the average's (e^0.5),
+# above the batch-to-batch swing of a converged run, while a real divergence (1.2 -> 4.0, 2.8 nats) passes.
+SPIKE_MIN_RISE = 0.5
 SPIKE_MIN_POINTS = 10
 THROUGHPUT_COLLAPSE = 0.3
 THROUGHPUT_MIN_POINTS = 10
@@ -42,12 +46,13 @@ class Alert:
 
 def loss_alert(last_loss: float | None, loss_is_nan: bool, ema_before: float | None, ema_points: int,
                step: int | None = None) -> Alert | None:
-    """NaN loss, or a loss above ``SPIKE_FACTOR`` times its EMA (once the EMA has settled)."""
+    """NaN loss, or a loss above ``SPIKE_FACTOR`` times its EMA and more than ``SPIKE_MIN_RISE`` nats over it
+    (once the EMA has settled)."""
     if loss_is_nan:
         return Alert("loss_nan", "error", t("watch.alert_nan", step=step if step is not None else "?"))
     if last_loss is None or ema_before is None or ema_points <= SPIKE_MIN_POINTS or ema_before <= 0:
         return None
-    if last_loss > SPIKE_FACTOR * ema_before:
+    if last_loss > SPIKE_FACTOR * ema_before and last_loss - ema_before > SPIKE_MIN_RISE:
         return Alert("loss_spike", "warning", t("watch.alert_spike", loss=f"{last_loss:.4g}", ema=f"{ema_before:.4g}",
                                                  step=step if step is not None else "?"))
     return None

@@ -36,6 +36,17 @@ def test_spike_from_a_real_series():
     assert alert is not None and alert.kind == "loss_spike"
 
 
+def test_a_threefold_rise_near_zero_loss_is_noise_not_a_spike():
+    # An overfitted run: 0.04 -> 0.13 is over 3x its average but 0.09 nats; a real divergence still alerts.
+    assert loss_alert(0.13, False, 0.04, 50) is None
+    assert loss_alert(0.45, False, 0.1, 50) is None  # 4.5x, 0.35 nats: still under the floor
+    assert loss_alert(4.0, False, 1.2, 50).kind == "loss_spike"
+    series = RunSeries()
+    series.extend([{"kind": "train", "step": s, "loss": 0.04} for s in range(1, 30)])
+    series.extend([{"kind": "train", "step": 30, "loss": 0.13}])
+    assert loss_alert(series.last_loss, series.last_loss_nan, series.ema_before_last, series.ema_points, 30) is None
+
+
 def test_throughput_collapse_against_the_median():
     steady = [10_000.0] * 20
     assert throughput_alert(steady) is None
