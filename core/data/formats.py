@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from core import i18n
 from core.data.records import Conversation, Message, Record, TextRecord, ToolCall
 from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import t
@@ -124,13 +125,13 @@ def refusal_of_row(row: Any) -> str | None:
     return None
 
 
-def refusal_message(kind: str, count: int) -> str:
+def refusal_message(kind: str, count: int) -> i18n.Message:
     """What a refused kind of data is and what to do, for ``count`` rows (the first one is located)."""
     if kind == "preference":
-        return t("data.refuse_preference", count=count)
+        return i18n.Message("data.refuse_preference", count=count)
     if kind == "kto":
-        return t("data.refuse_kto", count=count)
-    return t("data.refuse_multimodal", media=t("data.media_" + kind), count=count)
+        return i18n.Message("data.refuse_kto", count=count)
+    return i18n.Message("data.refuse_multimodal", media=i18n.Message("data.media_" + kind), count=count)
 
 
 def detect_format(rows: Iterable[Any], sample: int = 50) -> str | None:
@@ -166,9 +167,9 @@ def _text(value: Any, what: str, allow_empty: bool = True) -> str:
     if isinstance(value, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in value):
         value = "".join(str(p.get("text", p.get("value", ""))) for p in value)
     if not isinstance(value, str):
-        raise RowError(t("data.not_text", what=what, kind=_kind(value)))
+        raise RowError(i18n.Message("data.not_text", what=what, kind=_kind(value)))
     if not allow_empty and not value.strip():
-        raise RowError(t("data.empty_text", what=what))
+        raise RowError(i18n.Message("data.empty_text", what=what))
     return value
 
 
@@ -202,12 +203,12 @@ def _tools(value: Any) -> list[dict[str, Any]] | None:
     if isinstance(value, list):
         for index, tool in enumerate(value):
             if not isinstance(tool, dict):
-                raise RowError(t("data.bad_tools_item", index=index, kind=_kind(tool), value=_shown(tool),
+                raise RowError(i18n.Message("data.bad_tools_item", index=index, kind=_kind(tool), value=_shown(tool),
                                  example=TOOLS_EXAMPLE))
         return value
     if isinstance(raw, str) and raw.strip()[:1] in ("[", "{"):
-        raise RowError(t("data.bad_tools_json", example=TOOLS_EXAMPLE))
-    raise RowError(t("data.bad_tools", kind=_kind(value), value=_shown(value), example=TOOLS_EXAMPLE))
+        raise RowError(i18n.Message("data.bad_tools_json", example=TOOLS_EXAMPLE))
+    raise RowError(i18n.Message("data.bad_tools", kind=_kind(value), value=_shown(value), example=TOOLS_EXAMPLE))
 
 
 def _arguments(value: Any) -> dict[str, Any] | str:
@@ -221,15 +222,15 @@ def _arguments(value: Any) -> dict[str, Any] | str:
         return parsed if isinstance(parsed, dict) else value
     if value is None:
         return {}
-    raise RowError(t("data.bad_tool_call", problem=t("data.call_arguments_kind", kind=_kind(value))))
+    raise RowError(i18n.Message("data.bad_tool_call", problem=i18n.Message("data.call_arguments_kind", kind=_kind(value))))
 
 
 def _tool_call(raw: Any, where: str) -> ToolCall:
     if not isinstance(raw, dict):
-        raise RowError(t("data.bad_tool_call", problem=t("data.call_not_object", where=where, kind=_kind(raw))))
+        raise RowError(i18n.Message("data.bad_tool_call", problem=i18n.Message("data.call_not_object", where=where, kind=_kind(raw))))
     function = raw.get("function", raw)
     if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
-        raise RowError(t("data.bad_tool_call", problem=t("data.call_no_name", where=where)))
+        raise RowError(i18n.Message("data.bad_tool_call", problem=i18n.Message("data.call_no_name", where=where)))
     return ToolCall(name=function["name"], arguments=_arguments(function.get("arguments")),
                     id=raw.get("id") if isinstance(raw.get("id"), str) else None)
 
@@ -237,34 +238,34 @@ def _tool_call(raw: Any, where: str) -> ToolCall:
 def check_turn_order(messages: list[Message]) -> None:
     """Users and tools speak, the assistant answers; the conversation ends with an assistant answer."""
     if not messages:
-        raise RowError(t("data.no_messages"))
+        raise RowError(i18n.Message("data.no_messages"))
     previous = None
     for index, message in enumerate(messages, start=1):
         role = message.role
         if role == "system":
-            raise RowError(t("data.system_not_first", index=index))
+            raise RowError(i18n.Message("data.system_not_first", index=index))
         if previous is None and role != "user":
-            raise RowError(t("data.first_not_user", index=index, role=role))
+            raise RowError(i18n.Message("data.first_not_user", index=index, role=role))
         if role == "user" and previous == "user":
-            raise RowError(t("data.role_order", index=index, role=role, previous=previous))
+            raise RowError(i18n.Message("data.role_order", index=index, role=role, previous=previous))
         if role == "assistant" and previous == "assistant":
-            raise RowError(t("data.role_order", index=index, role=role, previous=previous))
+            raise RowError(i18n.Message("data.role_order", index=index, role=role, previous=previous))
         if role == "tool" and previous not in ("assistant", "tool"):
-            raise RowError(t("data.tool_without_call", index=index))
+            raise RowError(i18n.Message("data.tool_without_call", index=index))
         if role == "assistant" and not message.content.strip() and not message.tool_calls:
-            raise RowError(t("data.empty_assistant", index=index))
+            raise RowError(i18n.Message("data.empty_assistant", index=index))
         if role in ("user", "tool") and not message.content.strip():
-            raise RowError(t("data.empty_text", what=t("data.message_n", index=index, role=role)))
+            raise RowError(i18n.Message("data.empty_text", what=i18n.Message("data.message_n", index=index, role=role)))
         previous = role
     if previous != "assistant":
-        raise RowError(t("data.ends_without_answer", role=previous))
+        raise RowError(i18n.Message("data.ends_without_answer", role=previous))
 
 
 def _require(row: dict, key: str, fmt: str) -> Any:
     if key not in row:
-        raise RowError(t("data.missing_key", field=key, format=fmt, keys=describe_keys(row)))
+        raise RowError(i18n.Message("data.missing_key", field=key, format=fmt, keys=describe_keys(row)))
     if row[key] is None:  # the key is there (a "missing key" message listed it among the row's keys): null
-        raise RowError(t("data.null_key", field=key, format=fmt))
+        raise RowError(i18n.Message("data.null_key", field=key, format=fmt))
     return row[key]
 
 
@@ -274,17 +275,17 @@ def normalise_alpaca(row: dict) -> Conversation:
     extra = _text(extra, "'input'") if extra is not None else ""
     output = _text(_require(row, "output", "alpaca"), "'output'")
     if not output.strip():
-        raise RowError(t("data.empty_output"))
+        raise RowError(i18n.Message("data.empty_output"))
     system = row.get("system")
     system = _text(system, "'system'") if system not in (None, "") else None
     messages: list[Message] = []
     history = _maybe_json(row.get("history"))
     if history not in (None, "", []):
         if not isinstance(history, list):
-            raise RowError(t("data.bad_history", problem=t("data.history_kind", kind=_kind(history))))
+            raise RowError(i18n.Message("data.bad_history", problem=i18n.Message("data.history_kind", kind=_kind(history))))
         for number, pair in enumerate(history, start=1):
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-                raise RowError(t("data.bad_history", problem=t("data.history_not_pair", number=number)))
+                raise RowError(i18n.Message("data.bad_history", problem=i18n.Message("data.history_not_pair", number=number)))
             messages.append(Message("user", _text(pair[0], t("data.history_question", number=number))))
             messages.append(Message("assistant", _text(pair[1], t("data.history_answer", number=number))))
     prompt = f"{instruction}\n{extra}" if extra.strip() else instruction
@@ -296,27 +297,27 @@ def normalise_alpaca(row: dict) -> Conversation:
 def normalise_sharegpt(row: dict) -> Conversation:
     turns = _maybe_json(_require(row, "conversations", "sharegpt"))
     if not isinstance(turns, list):
-        raise RowError(t("data.not_a_list", field="conversations", kind=_kind(turns)))
+        raise RowError(i18n.Message("data.not_a_list", field="conversations", kind=_kind(turns)))
     system = row.get("system")
     system = _text(system, "'system'") if system not in (None, "") else None
     messages: list[Message] = []
     for index, turn in enumerate(turns, start=1):
         if not isinstance(turn, dict):
-            raise RowError(t("data.turn_not_object", index=index, kind=_kind(turn)))
+            raise RowError(i18n.Message("data.turn_not_object", index=index, kind=_kind(turn)))
         tag = turn.get("from", turn.get("role"))
         value = turn.get("value", turn.get("content"))
         if tag is None:
-            raise RowError(t("data.turn_missing", index=index, field="from"))
+            raise RowError(i18n.Message("data.turn_missing", index=index, field="from"))
         role = SHAREGPT_ROLES.get(str(tag).lower())
         if role is None:
             allowed = "human, gpt, function_call, observation, system"
-            raise RowError(t("data.unknown_role", index=index, role=tag, allowed=allowed))
+            raise RowError(i18n.Message("data.unknown_role", index=index, role=tag, allowed=allowed))
         if value is None:
-            raise RowError(t("data.turn_missing", index=index, field="value"))
+            raise RowError(i18n.Message("data.turn_missing", index=index, field="value"))
         what = t("data.message_n", index=index, role=tag)
         if role == "system":
             if messages:
-                raise RowError(t("data.system_not_first", index=index))
+                raise RowError(i18n.Message("data.system_not_first", index=index))
             system = _text(value, what)
             continue
         if role == "function_call":
@@ -324,7 +325,7 @@ def normalise_sharegpt(row: dict) -> Conversation:
             if isinstance(calls, dict):
                 calls = [calls]
             if not isinstance(calls, list) or not calls:
-                raise RowError(t("data.bad_tool_call", problem=t("data.call_not_json", where=what)))
+                raise RowError(i18n.Message("data.bad_tool_call", problem=i18n.Message("data.call_not_json", where=what)))
             tool_calls = [_tool_call(call, what) for call in calls]
             messages.append(Message("assistant", "", tool_calls=tool_calls))
             continue
@@ -340,19 +341,19 @@ def _trainable(item: dict, role: str, what: str) -> bool | None:
     if item.get("weight") is not None:
         weight = item["weight"]
         if isinstance(weight, bool) or weight not in (0, 1):
-            raise RowError(t("data.bad_weight", what=what, value=_shown(weight)))
+            raise RowError(i18n.Message("data.bad_weight", what=what, value=_shown(weight)))
         value = weight == 1
     for key in ("loss", "loss_weight"):
         if item.get(key) is None:
             continue
         raw = item[key]
         if key == "loss" and not isinstance(raw, bool):
-            raise RowError(t("data.bad_loss", what=what, key=key, value=_shown(raw)))
+            raise RowError(i18n.Message("data.bad_loss", what=what, key=key, value=_shown(raw)))
         if key == "loss_weight" and (isinstance(raw, bool) or not isinstance(raw, (int, float))):
-            raise RowError(t("data.bad_loss", what=what, key=key, value=_shown(raw)))
+            raise RowError(i18n.Message("data.bad_loss", what=what, key=key, value=_shown(raw)))
         value = bool(raw > 0) if key == "loss_weight" else raw
     if value and role != "assistant":
-        raise RowError(t("data.loss_not_assistant", what=what))
+        raise RowError(i18n.Message("data.loss_not_assistant", what=what))
     return value if role == "assistant" else None
 
 
@@ -384,7 +385,7 @@ def _content_blocks(content: list, role: str, what: str) -> tuple[str, list[Tool
         elif kind == "tool_use" and role == "assistant":
             name = block.get("name")
             if not isinstance(name, str) or not name:
-                raise RowError(t("data.bad_tool_call", problem=t("data.call_no_name", where=what)))
+                raise RowError(i18n.Message("data.bad_tool_call", problem=i18n.Message("data.call_no_name", where=what)))
             calls.append(ToolCall(name=name, arguments=_arguments(block.get("input")),
                                   id=block.get("id") if isinstance(block.get("id"), str) else None))
         elif kind == "tool_result":
@@ -392,7 +393,7 @@ def _content_blocks(content: list, role: str, what: str) -> tuple[str, list[Tool
             inner = _text(inner, what) if isinstance(inner, (str, list)) else json.dumps(inner, ensure_ascii=False)
             results.append((inner, block.get("tool_use_id") if isinstance(block.get("tool_use_id"), str) else None))
         else:
-            raise RowError(t("data.bad_content_part", what=what, number=number,
+            raise RowError(i18n.Message("data.bad_content_part", what=what, number=number,
                              kind=_shown(kind) if kind is not None else _kind(block)))
     return "".join(texts), calls, results
 
@@ -400,7 +401,7 @@ def _content_blocks(content: list, role: str, what: str) -> tuple[str, list[Tool
 def normalise_messages(row: dict) -> Conversation:
     items = _maybe_json(_require(row, "messages", "messages"))
     if not isinstance(items, list):
-        raise RowError(t("data.not_a_list", field="messages", kind=_kind(items)))
+        raise RowError(i18n.Message("data.not_a_list", field="messages", kind=_kind(items)))
     system: str | None = None
     if row.get("system") not in (None, ""):  # Anthropic keeps the system prompt beside the messages
         system = _text(row["system"], "'system'")
@@ -408,20 +409,20 @@ def normalise_messages(row: dict) -> Conversation:
     names: dict[str, str] = {}  # tool call id -> tool name, for results that give only the id
     for index, item in enumerate(items, start=1):
         if not isinstance(item, dict):
-            raise RowError(t("data.turn_not_object", index=index, kind=_kind(item)))
+            raise RowError(i18n.Message("data.turn_not_object", index=index, kind=_kind(item)))
         raw_role = item.get("role", item.get("from"))
         if raw_role is None:
-            raise RowError(t("data.turn_missing", index=index, field="role"))
+            raise RowError(i18n.Message("data.turn_missing", index=index, field="role"))
         role = SHAREGPT_ROLES.get(str(raw_role).lower(), str(raw_role))
         if role not in ("system", "user", "assistant", "tool", "function_call"):
             allowed = "system, user, assistant, tool (function, tool_call, tool_response)"
-            raise RowError(t("data.unknown_role", index=index, role=raw_role, allowed=allowed))
+            raise RowError(i18n.Message("data.unknown_role", index=index, role=raw_role, allowed=allowed))
         what = t("data.message_n", index=index, role=raw_role)
         if role == "function_call":  # ms-swift: the call's JSON as the content of its own turn
             calls = _maybe_json(item.get("content", item.get("value")))
             calls = [calls] if isinstance(calls, dict) else calls
             if not isinstance(calls, list) or not calls:
-                raise RowError(t("data.bad_tool_call", problem=t("data.call_not_json", where=what)))
+                raise RowError(i18n.Message("data.bad_tool_call", problem=i18n.Message("data.call_not_json", where=what)))
             tool_calls = [_tool_call(call, what) for call in calls]
             trainable = _trainable(item, "assistant", what)
             last = messages[-1] if messages else None
@@ -437,7 +438,7 @@ def normalise_messages(row: dict) -> Conversation:
         if content is None and (raw_calls or legacy_call):
             content = ""
         if content is None:
-            raise RowError(t("data.turn_missing", index=index, field="content"))
+            raise RowError(i18n.Message("data.turn_missing", index=index, field="content"))
         calls: list[ToolCall] = []
         results: list[tuple[str, str | None]] = []
         if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result")
@@ -446,18 +447,18 @@ def normalise_messages(row: dict) -> Conversation:
         elif isinstance(content, list) and content and all(isinstance(b, dict) for b in content) and \
                 not all(b.get("type") == "text" for b in content):
             bad = next(n for n, b in enumerate(content, start=1) if b.get("type") != "text")
-            raise RowError(t("data.bad_content_part", what=what, number=bad, kind=_shown(content[bad - 1].get("type"))))
+            raise RowError(i18n.Message("data.bad_content_part", what=what, number=bad, kind=_shown(content[bad - 1].get("type"))))
         else:
             text = _text(content, what)
         if role == "system":
             if messages or system is not None:
-                raise RowError(t("data.system_not_first", index=index))
+                raise RowError(i18n.Message("data.system_not_first", index=index))
             system = text
             continue
         if raw_calls:
             raw_calls = _maybe_json(raw_calls)
             if not isinstance(raw_calls, list):
-                raise RowError(t("data.bad_tool_call", problem=t("data.calls_not_list", where=what, kind=_kind(raw_calls))))
+                raise RowError(i18n.Message("data.bad_tool_call", problem=i18n.Message("data.calls_not_list", where=what, kind=_kind(raw_calls))))
             calls += [_tool_call(call, what) for call in raw_calls]
         if legacy_call:
             calls.append(_tool_call(_maybe_json(legacy_call), what))
@@ -482,16 +483,16 @@ def normalise_conversation(row: dict) -> Conversation:
     """ms-swift's ``conversation: [{human, assistant}, ...]`` (+ ``system``)."""
     pairs = _maybe_json(_require(row, "conversation", "conversation"))
     if not isinstance(pairs, list):
-        raise RowError(t("data.not_a_list", field="conversation", kind=_kind(pairs)))
+        raise RowError(i18n.Message("data.not_a_list", field="conversation", kind=_kind(pairs)))
     system = row.get("system")
     system = _text(system, "'system'") if system not in (None, "") else None
     messages: list[Message] = []
     for index, pair in enumerate(pairs, start=1):
         if not isinstance(pair, dict):
-            raise RowError(t("data.turn_not_object", index=index, kind=_kind(pair)))
+            raise RowError(i18n.Message("data.turn_not_object", index=index, kind=_kind(pair)))
         for key, role in (("human", "user"), ("assistant", "assistant")):
             if pair.get(key) is None:
-                raise RowError(t("data.turn_missing", index=index, field=key))
+                raise RowError(i18n.Message("data.turn_missing", index=index, field=key))
             messages.append(Message(role, _text(pair[key], t("data.message_n", index=index, role=key))))
     check_turn_order(messages)
     return Conversation(messages=messages, system=system, tools=_row_tools(row))
@@ -511,7 +512,7 @@ def _message_list(value: Any, field_name: str) -> list[dict] | None:
     value = _maybe_json(value)
     if isinstance(value, list):
         if not all(isinstance(item, dict) for item in value):
-            raise RowError(t("data.not_a_list", field=field_name, kind=_kind(value)))
+            raise RowError(i18n.Message("data.not_a_list", field=field_name, kind=_kind(value)))
         return value
     return None
 
@@ -523,12 +524,12 @@ def normalise_prompt_completion(row: dict) -> Record:
     completion = _require(row, "completion", "prompt_completion")
     if isinstance(prompt, str) and isinstance(completion, str):
         if not completion.strip():
-            raise RowError(t("data.empty_text", what="'completion'"))
+            raise RowError(i18n.Message("data.empty_text", what="'completion'"))
         return TextRecord(text=completion, prompt=prompt)
     prompt_items = _message_list(prompt, "prompt")
     completion_items = _message_list(completion, "completion")
     if prompt_items is None or completion_items is None:
-        raise RowError(t("data.prompt_completion_mixed", prompt=_kind(prompt), completion=_kind(completion)))
+        raise RowError(i18n.Message("data.prompt_completion_mixed", prompt=_kind(prompt), completion=_kind(completion)))
     before = normalise_messages({"messages": prompt_items + [{"role": "assistant", "content": "-"}],
                                  "tools": row.get("tools")})
     before.messages.pop()  # the placeholder that let the prompt pass the turn-order check
@@ -569,5 +570,5 @@ NORMALISERS: dict[str, Callable[[dict], Record]] = {
 def normalise_row(row: Any, fmt: str) -> Record:
     """The ``Record`` of ``row`` read as format ``fmt``; raises ``RowError`` saying what is wrong."""
     if not isinstance(row, dict):
-        raise RowError(t("data.row_not_object", kind=_kind(row)))
+        raise RowError(i18n.Message("data.row_not_object", kind=_kind(row)))
     return NORMALISERS[fmt](row)

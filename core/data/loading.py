@@ -41,7 +41,7 @@ from core.data.registry import (
 from core.data.registry import (
     looks_like_hub_id as looks_like_hub_id,  # callers import it from here
 )
-from core.i18n import t
+from core.i18n import Message
 
 DETECT_SAMPLE = 50
 HUB_HOSTS = {"huggingface": ("huggingface.co", 443), "modelscope": ("www.modelscope.cn", 443)}
@@ -80,7 +80,7 @@ def _normalise_rows(
         fmt = detect_format(r.value for r in rows if isinstance(r, RawRow))
     result = LoadedDataset(source=source, format=fmt, rows=len(rows))
 
-    def report(line: int | None, row: int, message: str) -> None:
+    def report(line: int | None, row: int, message: str | Message) -> None:
         if len(result.issues) < max_issues:
             result.issues.append(DataIssue(source, line, row, message))
         else:
@@ -89,9 +89,9 @@ def _normalise_rows(
     if fmt is None:
         first = next((r for r in rows if isinstance(r, RawRow)), None)
         if first is not None:
-            report(None, None, t("data.unknown_format", keys=describe_keys(first.value)))
+            report(None, None, Message("data.unknown_format", keys=describe_keys(first.value)))
         elif not rows:
-            report(None, None, t("data.empty_file"))
+            report(None, None, Message("data.empty_file"))
     # Data that is not SFT text (preference, KTO, multimodal) is said once per kind, at its first row
     # with the number of rows like it, instead of as hundreds of misleading row errors.
     refused: dict[str, list[RawRow]] = {}
@@ -108,13 +108,13 @@ def _normalise_rows(
         try:
             record = normalise_row(raw.value, fmt)
         except RecursionError:  # a value nested too deep for the checks themselves
-            report(raw.line, raw.row, t("data.json_too_deep"))
+            report(raw.line, raw.row, Message("data.json_too_deep"))
             continue
         except RowError as exc:
-            message = str(exc)
+            message = exc.stored_message or str(exc)
             other = format_of_row(raw.value)
             if other is not None and other != fmt:
-                message = t("data.mixed_format", found=other, expected=fmt, problem=message)
+                message = Message("data.mixed_format", found=other, expected=fmt, problem=message)
             report(raw.line, raw.row, message)
             continue
         record.origin = f"{source}:{raw.line}" if raw.line is not None else row_location(source, raw.row)
@@ -145,9 +145,9 @@ def read_dataset(
     path = Path(path)
     source = str(path)
     if path.is_dir():
-        raise DataError([DataIssue(source, None, None, t("data.is_a_folder"))])
+        raise DataError([DataIssue(source, None, None, Message("data.is_a_folder"))])
     if not path.is_file():
-        raise DataError([DataIssue(source, None, None, t("data.file_missing"))])
+        raise DataError([DataIssue(source, None, None, Message("data.file_missing"))])
     if path.suffix.lower() == ".txt":
         fmt = "text"
     try:
@@ -157,9 +157,9 @@ def read_dataset(
             fmt = fmt or entry.format
         return _normalise_rows(source, rows, max_issues, fmt)
     except FileProblem as exc:
-        raise DataError([DataIssue(source, exc.line, None, str(exc))]) from None
+        raise DataError([DataIssue(source, exc.line, None, exc.stored_message or str(exc))]) from None
     except OSError as exc:
-        raise DataError([DataIssue(source, None, None, t("data.file_unreadable", reason=exc))]) from None
+        raise DataError([DataIssue(source, None, None, Message("data.file_unreadable", reason=str(exc)))]) from None
 
 
 def load_records(path: str | Path, max_issues: int = DEFAULT_MAX_ISSUES) -> list[Record]:
@@ -284,16 +284,16 @@ def read_hub_dataset(
     """
     source = f"{hub}:{dataset_id}" + (f" ({split})" if split != "train" else "")
     if hub not in HUB_HOSTS:
-        raise DataError([DataIssue(source, None, None, t("data.unknown_hub", hub=hub))])
+        raise DataError([DataIssue(source, None, None, Message("data.unknown_hub", hub=hub))])
     if not _offline() and not network_reachable(hub):
         host = hub_address(hub)[0]
-        raise DataError([DataIssue(source, None, None, t("data.hub_unreachable", host=host, id=dataset_id))])
+        raise DataError([DataIssue(source, None, None, Message("data.hub_unreachable", host=host, id=dataset_id))])
     try:
         rows: list[RawRow | BadRow] = list(_hub_rows(dataset_id, hub, split, entry.subset if entry else None))
     except DataError:
         raise
     except Exception as exc:  # the hub clients raise many kinds (missing dataset, auth, offline cache)
-        raise DataError([DataIssue(source, None, None, t("data.hub_failed", problem=str(exc).splitlines()[0]
+        raise DataError([DataIssue(source, None, None, Message("data.hub_failed", problem=str(exc).splitlines()[0]
                                                          if str(exc) else type(exc).__name__))]) from None
     if entry is not None:
         return _normalise_rows(source, map_rows(rows, entry), max_issues, entry.format)
@@ -310,7 +310,7 @@ def read_source(source: DatasetSource, hub: str = "modelscope", max_issues: int 
     if path.is_dir():
         files = data_files_in(path)
         if not files:
-            raise DataError([DataIssue(source.spec, None, None, t("data.empty_dir", allowed=", ".join(SUFFIXES)))])
+            raise DataError([DataIssue(source.spec, None, None, Message("data.empty_dir", allowed=", ".join(SUFFIXES)))])
         return [read_dataset(file, max_issues, entry=entry, whole_text_files=True) for file in files]
     return [read_dataset(path, max_issues, entry=entry)]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import EXIT_USAGE, TunedeckError
-from core.i18n import t
+from core.i18n import Message, t
 
 SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet",
             ".pq": "parquet", ".txt": "txt"}
@@ -45,7 +45,7 @@ class FileProblem(TunedeckError, ValueError):
 
     exit_code = EXIT_USAGE
 
-    def __init__(self, message: str, line: int | None = None) -> None:
+    def __init__(self, message: str | Message, line: int | None = None) -> None:
         super().__init__(message)
         self.line = line
 
@@ -53,7 +53,7 @@ class FileProblem(TunedeckError, ValueError):
 def file_kind(path: Path) -> str:
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
-        raise FileProblem(t("data.unknown_suffix", suffix=path.suffix or "(none)", allowed=", ".join(SUFFIXES)))
+        raise FileProblem(Message("data.unknown_suffix", suffix=path.suffix or "(none)", allowed=", ".join(SUFFIXES)))
     return kind
 
 
@@ -107,7 +107,7 @@ def iter_json_array(text: str) -> Iterator[RawRow | BadRow]:
     decoder = json.JSONDecoder()
     position = len(text) - len(text.lstrip())
     if not text.startswith("[", position):
-        raise FileProblem(t("data.json_not_array"))
+        raise FileProblem(Message("data.json_not_array"))
     position += 1
     line = 1 + text.count("\n", 0, position)
     counted_to = position
@@ -157,14 +157,14 @@ def iter_json(text: str) -> Iterator[RawRow | BadRow]:
         try:
             json.loads(first)
         except json.JSONDecodeError:
-            raise FileProblem(t("data.json_not_array")) from None
+            raise FileProblem(Message("data.json_not_array")) from None
         except PARSE_FAILURES:
             pass  # a first line that is a record, too deep or too big to read: reported as its line
         yield from iter_jsonl(text)
         return
     if not stripped:
         return
-    raise FileProblem(t("data.json_not_array"))
+    raise FileProblem(Message("data.json_not_array"))
 
 
 def iter_csv(path: Path) -> Iterator[RawRow | BadRow]:
@@ -227,7 +227,7 @@ def iter_parquet(path: Path) -> Iterator[RawRow | BadRow]:
     try:
         parquet = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises several kinds for a broken file
-        raise FileProblem(t("data.invalid_parquet", problem=exc)) from None
+        raise FileProblem(Message("data.invalid_parquet", problem=str(exc))) from None
     index = 0
     for batch in parquet.iter_batches(batch_size=1024):
         for value in batch.to_pylist():
@@ -283,4 +283,4 @@ def read_utf8(path: Path) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise FileProblem(t("data.not_utf8", position=exc.start), line) from None
+        raise FileProblem(Message("data.not_utf8", position=exc.start), line) from None

@@ -27,7 +27,7 @@ from typing import Any
 from core.data.formats import RowError, describe_keys, refusal_of_row
 from core.data.issues import DataError, DataIssue
 from core.data.readers import SUFFIXES, BadRow, RawRow
-from core.i18n import t
+from core.i18n import Message, t
 
 INFO_FILE = "dataset_info.json"
 FORMATTINGS = {"alpaca": "alpaca", "sharegpt": "sharegpt", "openai": "messages"}
@@ -143,12 +143,12 @@ def find_dataset_info(dataset_info: str | None = None, dataset_dir: str | None =
         path = Path(dataset_info).expanduser()
         path = path / INFO_FILE if path.is_dir() else path
         if not path.is_file():
-            raise DataError([DataIssue(str(path), None, None, t("data.info_missing", key="dataset_info"))])
+            raise DataError([DataIssue(str(path), None, None, Message("data.info_missing", key="dataset_info"))])
         return path
     if dataset_dir:
         path = Path(dataset_dir).expanduser()
         if not path.is_dir():
-            raise DataError([DataIssue(str(path), None, None, t("data.dataset_dir_missing"))])
+            raise DataError([DataIssue(str(path), None, None, Message("data.dataset_dir_missing"))])
         return path / INFO_FILE if (path / INFO_FILE).is_file() else None
     if base_dir is not None and (Path(base_dir) / INFO_FILE).is_file():
         return Path(base_dir) / INFO_FILE
@@ -168,12 +168,12 @@ def read_dataset_info(path: Path) -> tuple[dict[str, Any], str]:
         text = path.read_text(encoding="utf-8-sig")
         info = json.loads(text)
     except (OSError, UnicodeDecodeError) as exc:
-        raise DataError([DataIssue(str(path), None, None, t("data.file_unreadable", reason=exc))]) from None
+        raise DataError([DataIssue(str(path), None, None, Message("data.file_unreadable", reason=str(exc)))]) from None
     except json.JSONDecodeError as exc:
         raise DataError([DataIssue(str(path), exc.lineno, None,
-                                   t("data.invalid_json", problem=exc.msg, column=exc.colno))]) from None
+                                   Message("data.invalid_json", problem=exc.msg, column=exc.colno))]) from None
     if not isinstance(info, dict):
-        raise DataError([DataIssue(str(path), None, None, t("data.info_not_object"))])
+        raise DataError([DataIssue(str(path), None, None, Message("data.info_not_object"))])
     return info, text
 
 
@@ -182,7 +182,7 @@ def registry_entry(name: str, raw: Any, info_file: Path, text: str, hub: str) ->
     line = _key_line(text, name)
 
     def fail(message: str) -> DataError:
-        return DataError([DataIssue(str(info_file), line, None, t("data.info_entry", name=name, problem=message))])
+        return DataError([DataIssue(str(info_file), line, None, Message("data.info_entry", name=name, problem=message))])
 
     if not isinstance(raw, dict):
         raise fail(t("data.info_entry_not_object"))
@@ -293,17 +293,17 @@ def resolve_sources_and_issues(
     return sources, issues
 
 
-def _not_found(base: str, info_path: Path | None, info: dict[str, Any] | None) -> str:
+def _not_found(base: str, info_path: Path | None, info: dict[str, Any] | None) -> Message:
     if Path(base).suffix.lower() in SUFFIXES or base.startswith((".", "/", "~")):
-        return t("data.file_missing")  # written as a path: say so, not that it is no known name
+        return Message("data.file_missing")  # written as a path: say so, not that it is no known name
     if info_path is None or info is None:
-        return t("data.not_found_no_info")
+        return Message("data.not_found_no_info")
     import difflib
 
     close = difflib.get_close_matches(base, list(info), n=1, cutoff=0.6)
     if close:
-        return t("data.not_found_in_info_suggest", info=str(info_path), suggestion=close[0])
-    return t("data.not_found_in_info", info=str(info_path), count=len(info))
+        return Message("data.not_found_in_info_suggest", info=str(info_path), suggestion=close[0])
+    return Message("data.not_found_in_info", info=str(info_path), count=len(info))
 
 
 def _turns(value: Any, entry: RegistryEntry) -> Any:

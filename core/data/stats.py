@@ -10,7 +10,7 @@ from typing import Any
 from core.data.issues import DEFAULT_MAX_ISSUES, DataError, DataIssue
 from core.data.loading import read_local_data
 from core.data.records import Conversation, Record
-from core.i18n import t
+from core.i18n import Message, t
 
 APPROX_CHARS_PER_TOKEN = 4
 # Without a tokenizer a wide character (Chinese, Japanese, Korean: two terminal cells) counts as one token:
@@ -152,7 +152,7 @@ def check_data(
     """
     loaded, on_hub = read_local_data(str(path), max_issues)
     if on_hub:
-        raise DataError([DataIssue(spec, None, None, t("data.check_on_hub")) for spec in on_hub])
+        raise DataError([DataIssue(spec, None, None, Message("data.check_on_hub")) for spec in on_hub])
     records = loaded.records
     report = DataReport(
         path=str(path), format=loaded.format, records=len(records), rows=loaded.rows,

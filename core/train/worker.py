@@ -569,7 +569,9 @@ def main(argv: list[str] | None = None) -> int:
             return _on_disk_full(run, cfg, exc, rank)
         if isinstance(exc, (TrainingSetupError, ModelSetupError)) and exc.args and isinstance(exc.args[0], Message):
             reason = exc.args[0]
-        elif isinstance(exc, (TrainingSetupError, ModelSetupError)) or type(exc).__name__ == "DataError":
+        elif type(exc).__name__ == "DataError":  # core.data's: its problems kept as data, for each reader
+            reason = exc.reason()
+        elif isinstance(exc, (TrainingSetupError, ModelSetupError)):
             reason = str(exc)
         else:
             reason = Message("train.reason_exception", error=f"{type(exc).__name__}: {exc}")

@@ -152,3 +152,34 @@ def test_model_setup_errors_are_messages_rendered_in_the_readers_language(chines
     assert isinstance(message, Message) and message.key == "train.attn_unknown"
     assert "'fast'" in message.english() and "use auto, sdpa, eager or flash" in message.english()
     assert str(message) != message.english() and "'fast'" in str(message)  # rendered in Chinese here
+
+
+def test_a_trainer_failing_on_its_data_stores_the_problem_for_each_readers_language(tmp_path):
+    """A dataset gone after the run started (or a bad row met by the trainer) failed the run with the
+    DataError's text only, so ``--lang zh`` showed it in English. CPU only: the trainer stops at the data,
+    before any model is loaded."""
+    import yaml
+
+    run = _run(tmp_path)
+    gone = tmp_path / "deleted.jsonl"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")  # no answer
+    home = tmp_path / "home"
+    for dataset, zh_words, en_words in (
+        (gone, f"数据有一个问题：{gone}：文件不存在", f"The data has a problem: {gone}: file not found"),
+        (bad, f"数据有一个问题：{bad}:1：", f"The data has a problem: {bad}:1: "),
+    ):
+        (run.path / "config.yaml").write_text(yaml.safe_dump(
+            {"model": "tiny", "dataset": str(dataset), "method": "lora", "precision": "fp32", "seed": 1}))
+        worker = subprocess.run([sys.executable, "-m", "core.train.worker", str(run.path)], cwd=ROOT,
+                                capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "TUNEDECK_HOME": str(home), "CUDA_VISIBLE_DEVICES": ""})
+        assert worker.returncode == 1, worker.stderr[-2000:]
+        status, reason = Supervisor(run).final_status(1)
+        assert status == FAILED and isinstance(reason, Message) and reason.key == "data.error_reason"
+        run.write_status(status, reason)
+        zh = _cli(home, "--lang", "zh", "status", "run-1")
+        en = _cli(home, "status", "run-1")
+        assert zh_words in zh.stdout and "The data" not in zh.stdout, zh.stdout + zh.stderr
+        assert en_words in en.stdout, en.stdout + en.stderr
+    assert "对话" in zh.stdout or "助手" in zh.stdout  # the row's own problem is in Chinese too
