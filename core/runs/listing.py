@@ -16,8 +16,8 @@ from core.runs.gpus import run_physical_gpus
 from core.runs.heartbeat import last_sign_of_life, read_beats
 from core.runs.launch import PROBE_COMMAND
 from core.runs.liveness import effective_status, never_trained, stalled_step
-from core.runs.run_dir import ACTIVE_STATES, FINISHED, STALLED, RunDirectory, utc_iso
-from core.runs.states import TERMINAL_STATES, can_resume
+from core.runs.run_dir import FINISHED, STALLED, RunDirectory, utc_iso
+from core.runs.states import ETA_STATES, TERMINAL_STATES, can_resume
 from core.watch.figures import steady_tokens_per_s
 
 
@@ -127,9 +127,7 @@ def summarize(run: RunDirectory) -> RunSummary:
     if total is None:
         header = run.metrics_header() or {}
         total = header.get("total_steps")
-    moving = status.status != STALLED  # a stalled run's last speed and ETA are no longer true
-    # An ETA is a live figure: a run that has ended (stopped, crashed, failed, finished) has none.
-    live = moving and status.status in ACTIVE_STATES
+    moving = status.status != STALLED  # a stalled run's last speed is no longer true
     step = metrics.get("step")
     if status.status == STALLED:  # the step its reason quotes: the heartbeat's when that is newer
         step = stalled_step(run, step, beats)
@@ -148,7 +146,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         loss=metrics.get("loss"),
         tokens_per_s=metrics.get("tokens_per_s") if moving else None,
         steady_tokens_per_s=steady_rate(run, metrics) if moving else None,
-        eta_s=metrics.get("eta_s") if live else None,
+        eta_s=metrics.get("eta_s") if status.status in ETA_STATES else None,  # none stalled, stopping or ended
         gpus=list(record.get("gpus") or []),
         physical_gpus=_physical_gpus(record),
         name=str(config.get("name", "") or ""),

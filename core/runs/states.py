@@ -46,6 +46,17 @@ BEFORE_TRAINING_STATES: frozenset[RunState] = frozenset({RunState.QUEUED, RunSta
 RESUMABLE_STATES: frozenset[RunState] = TERMINAL_STATES - {RunState.FINISHED}
 
 
+# Heading for the planned end, so an ETA is true: not stalled (no step comes) nor stopping (it ends at its
+# next checkpoint, not at the planned end), and not ended.
+ETA_STATES: frozenset[RunState] = frozenset({RunState.QUEUED, RunState.STARTING, RunState.RUNNING})
+
+
+def shows_eta(status: str) -> bool:
+    """Whether a run in ``status`` has an ETA to show (``ETA_STATES``); ``""`` is a folder of another tool
+    (no status known), whose own figure stands."""
+    return status in ETA_STATES or status == ""
+
+
 def can_stop(status: str) -> bool:
     """Whether a run in ``status`` can be stopped (a second stop while it is stopping forces it)."""
     return status in ACTIVE_STATES

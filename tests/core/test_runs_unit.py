@@ -1460,3 +1460,25 @@ def test_a_stop_that_kills_the_trainer_before_its_handler_names_the_checkpoint_a
     assert "before a checkpoint could be saved" not in text
     run.write_status(status, reason)
     assert can_resume(run.status().status) and prepare_resume(run).step == 40
+
+
+def test_a_stopping_run_lists_no_eta(home, capsys):
+    """A stopping run ends at its next checkpoint, not at the planned end: `runs` and `status` showed the
+    ETA to the planned end. None while stopping (as while stalled); running, it has one."""
+    from core.cli import dispatch
+    from core.runs.listing import summarize
+    from core.runs.run_dir import STOPPING
+
+    run = _run(home)
+    append_jsonl(run.metrics_path, {"schema": 1, "kind": "header", "total_steps": 3000})
+    append_jsonl(run.metrics_path, {"kind": "train", "step": 800, "total_steps": 3000, "loss": 0.9,
+                                    "tokens_per_s": 900.0, "eta_s": 9000.0, "time": "2999-01-01T00:00:00Z"})
+    run.write_status(RUNNING)
+    with _supervisor_stand_in(run):
+        assert summarize(run).eta_s == 9000.0
+        run.write_status(STOPPING)
+        summary = summarize(run)
+        assert summary.status == STOPPING and summary.eta_s is None
+        assert dispatch(["runs", "--json"]) == 0
+        (row,) = json.loads(capsys.readouterr().out)
+        assert row["status"] == "stopping" and row["eta_s"] is None

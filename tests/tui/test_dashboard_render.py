@@ -311,6 +311,23 @@ def _stats_line(screen: DashboardScreen) -> str:
     return str(screen.query_one("#dash-info", Static).render()).splitlines()[1]
 
 
+def test_a_stopping_run_shows_no_eta():
+    """A stopping run ends at its next checkpoint, not at the planned end: the header showed "ETA 9:00" all
+    the same. It shows none, as for a stalled run. (Two H200s recorded; a stand-in supervisor.)"""
+    path = build_run(runs_dir(), "20261129-2100-stopping", status="stopping", steps=240)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await open_dashboard(pilot, app, "stopping")
+            await settle(pilot, app, screen)
+            line = _stats_line(screen)
+            assert line.startswith("step 240/600 40%") and "elapsed 6:00" in line and "ETA" not in line, line
+
+    with SupervisorStandIn(path):
+        run(scenario())
+
+
 def test_the_stats_line_fits_80_columns_dropping_the_least_important_figures_first():
     """At 80x24 the stats line wrapped ("… 4,681 tok/s · MFU" then " N/A" below), pushing every chart
     down a line: it keeps to one line now, the epoch going first. (Two H200s recorded.)"""

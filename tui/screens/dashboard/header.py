@@ -16,6 +16,7 @@ from core.assets import model_label
 from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.runs import TERMINAL_STATES, RunState, state_label
 from core.runs.listing import shown_total
+from core.runs.states import shows_eta
 from core.units import format_cost, format_rate
 from core.watch.activity import GONE, IDLE
 from core.watch.figures import cost_so_far, format_duration, mfu, steady_tokens_per_s
@@ -287,7 +288,7 @@ class DashboardHeader:
         if step is not None and total:
             progress += f" {100.0 * step / total:.0f}%"
         elapsed = latest.get("elapsed_s")
-        eta = latest.get("eta_s") if status in (RunState.RUNNING, RunState.STOPPING, "") else None
+        eta = latest.get("eta_s") if shows_eta(status) else None  # none while stalled or stopping
         # Over the steady steps so far, as the Runs list and `tunedeck status` say: one interval's rate swings
         # with a busy CPU or a save (the tokens/s chart keeps every interval's). MFU is taken from the same.
         # A stalled run's last speed is no longer true (the Runs list and `tunedeck status` leave it out too).
