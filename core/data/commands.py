@@ -54,8 +54,9 @@ def run_check(args: argparse.Namespace) -> int:
             print(json.dumps({"path": args.file, "ok": False, "format": None, "records": 0, "rows": 0,
                               "issues": [issue.to_dict() for issue in exc.issues], "more_issues": exc.more,
                               "tokens": None}, ensure_ascii=False))
-            return EXIT_DATA_PROBLEMS
-        raise CliError(str(exc), EXIT_DATA_PROBLEMS) from None
+            return EXIT_USAGE
+        # The file itself does not read (missing, a folder, an unknown suffix): a user error, as for train.
+        raise CliError(str(exc), EXIT_USAGE) from None
     if args.model and report.lengths is not None:
         report.lengths.method = t("data.method_tokenizer", name=args.model)
     if args.json:

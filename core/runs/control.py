@@ -186,7 +186,7 @@ def _choose_checkpoint(run: RunDirectory, step: int | None, weights_only: bool,
         notices.append(Message(key, name=check.checkpoint.path.name, file=bad.file, problem=bad.message))
     if not candidates:
         raise RunControlError(t("runs.resume_no_checkpoint", id=run.id, path=str(run.checkpoints_dir),
-                                config=str(run.config_path)))
+                                config=str(run.config_path)), 2)  # a user error: nothing to resume from
     hint = Message("resume.hint_weights_only_any") if any(c.weights_usable for c in candidates) else \
         Message("resume.hint_restart")
     raise RunControlError(Message("resume.no_sound_checkpoint", id=run.id, problems=list(notices),
@@ -252,7 +252,7 @@ def refuse_unresumable(run: RunDirectory) -> Any:
     if not run.checkpoints(complete_only=True) and not never_trained(run):  # said alone, not after warnings
         # about a resume that cannot be (one that never trained starts again from step 0: prepare_resume)
         raise RunControlError(t("runs.resume_no_checkpoint", id=run.id, path=str(run.checkpoints_dir),
-                                config=str(run.config_path)))
+                                config=str(run.config_path)), 2)  # a user error: nothing to resume from
     return status
 
 

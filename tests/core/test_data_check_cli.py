@@ -64,9 +64,9 @@ def test_model_tiny_gives_exact_token_counts_and_over_length(run):
 
 def test_missing_file_and_unreadable_file(run, tmp_path):
     result = run(str(tmp_path / "absent.jsonl"))
-    assert result.returncode == 1 and "file not found" in result.stderr
+    assert result.returncode == 2 and "file not found" in result.stderr  # a user error (it was 1)
     result = run(str(tmp_path / "absent.jsonl"), "--json")
-    assert result.returncode == 1 and json.loads(result.stdout)["ok"] is False
+    assert result.returncode == 2 and json.loads(result.stdout)["ok"] is False
 
 
 def test_model_that_is_not_local_is_a_usage_error(run, tmp_path):
@@ -120,4 +120,4 @@ def test_a_folder_a_sample_suffix_and_home_are_checked_and_a_hub_id_is_said(run,
         assert result.returncode == 0, (spec, result.stderr)
         assert json.loads(result.stdout)["records"] == records, spec
     hub = run("owner/name")
-    assert hub.returncode == 1 and "owner/name: a hub dataset: data check reads data on this machine" in hub.stderr
+    assert hub.returncode == 2 and "owner/name: a hub dataset: data check reads data on this machine" in hub.stderr

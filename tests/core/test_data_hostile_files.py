@@ -141,7 +141,7 @@ def test_bytes_that_are_not_utf8_are_named_by_their_line(tmp_path, check, suffix
     else:
         path.write_bytes(b'{"text": "a"}\n{"text": "b"}\n{"text": "caf\xe9"}\n')
     result = check(path, "--json")
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     issues = json.loads(result.stdout)["issues"]
     assert [(i["line"], i["row"]) for i in issues] == [(3, None)] and "not UTF-8" in issues[0]["message"]
     assert f"{path}:3: the file is not UTF-8 text" in check(path).stderr

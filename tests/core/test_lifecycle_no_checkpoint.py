@@ -50,7 +50,7 @@ def test_advice_for_a_run_without_checkpoint_fits_whether_it_is_live_or_ended(tm
         proc = _tunedeck(home, command, run.id)
         assert proc.returncode == 1 and proc.stderr == ended, (command, proc.returncode, proc.stderr[-2000:])
     resumed = _tunedeck(home, "resume", run.id)
-    assert resumed.returncode != 0 and "no complete checkpoint" in resumed.stderr, resumed.stderr
+    assert resumed.returncode == 2 and "no complete checkpoint" in resumed.stderr, resumed.stderr  # a user error
     assert resumed.stderr.rstrip().endswith(f"start it anew with 'tunedeck train {run.config_path}'"), resumed.stderr
     assert run.status().status == "stopped"  # nothing changed
     anew = _tunedeck(home, "train", str(run.config_path), "--check")  # the advice works as given

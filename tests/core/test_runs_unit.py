@@ -400,8 +400,9 @@ def test_a_crashed_run_without_a_checkpoint_is_not_offered_a_resume(home):
     status = effective_status(run)
     assert status.status == CRASHED
     assert "tunedeck resume" not in status.reason and f"tunedeck train {run.config_path}" in status.reason
-    with pytest.raises(RunControlError, match="no complete checkpoint"):
+    with pytest.raises(RunControlError, match="no complete checkpoint") as caught:
         prepare_resume(run)
+    assert caught.value.code == 2  # a user error (it was 1)
 
 
 def test_a_resume_without_a_checkpoint_is_refused_before_anything_is_looked_at(home):
@@ -416,6 +417,7 @@ def test_a_resume_without_a_checkpoint_is_refused_before_anything_is_looked_at(h
     with pytest.raises(RunControlError, match="no complete checkpoint") as caught:
         refuse_unresumable(run)
     assert f"tunedeck train {run.config_path}" in str(caught.value)
+    assert caught.value.code == 2  # a user error (it was 1)
     (run.checkpoints_dir / "checkpoint-7").mkdir(parents=True)  # no COMPLETE marker: not one either
     with pytest.raises(RunControlError, match="no complete checkpoint"):
         refuse_unresumable(run)
