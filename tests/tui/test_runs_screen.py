@@ -311,6 +311,23 @@ def test_probe_runs_are_hidden_until_p_shows_them_dimmed():
     run(scenario())
 
 
+def test_delete_is_not_offered_without_a_run():
+    """With no runs the footer offered d (delete run), which did nothing. It is offered once there is a run
+    to delete. (Fake 2×H200 box.)"""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+        async with app.run_test(size=(120, 24)) as pilot:
+            screen = await open_runs(pilot, app)
+            assert screen.shown == [] and not screen.check_action("delete", ())
+            assert "d" not in footer_keys(app), footer_keys(app)
+            build_run(runs_dir(), "20261129-2200-done", status="finished", steps=600)
+            screen.refresh_now()
+            await wait_for(pilot, lambda: len(screen.shown) == 1)
+            await wait_for(pilot, lambda: "d" in footer_keys(app))
+
+    run(scenario())
+
+
 def test_enter_opens_dashboard_and_new_runs_appear():
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))

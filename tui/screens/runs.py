@@ -424,11 +424,14 @@ class RunsScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Stop for a live highlighted run, resume for a stopped, failed or crashed one with a checkpoint to
         go on from or that ended before its first step (``offers_resume``, the dashboard's rule; the list
-        worker found it, nothing is read here): else not offered."""
-        if action in ("stop", "resume"):
+        worker found it, nothing is read here): else not offered. Delete wants a highlighted run: with no
+        runs (or none the filter shows) it is not offered."""
+        if action in ("stop", "resume", "delete"):
             summary = self.selected() if self.is_mounted else None
             if summary is None:
                 return False
+            if action == "delete":  # an active run is refused with a reason when asked (action_delete)
+                return True
             if action == "stop":  # a run of another host is not this box's to signal (``foreign_host``)
                 return can_stop(summary.status) and foreign_host({"host": summary.host}) is None
             return summary.resumable
