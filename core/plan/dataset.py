@@ -142,15 +142,16 @@ class DatasetSummary:
         return max(self.lengths, default=0)
 
     def histogram(self, bins: int = HISTOGRAM_BINS) -> list[tuple[int, int, int]]:
-        """(low, high, count) bins of equal width over the token lengths."""
+        """(low, high, count) bins of equal width over the token lengths, at most ``bins`` of them: the last
+        one ends at the longest record (a rounded-up width fills the range in fewer bins; none is drawn past it)."""
         if not self.lengths:
             return []
         low, high = min(self.lengths), max(self.lengths)
         width = max(1, math.ceil((high - low + 1) / bins))
-        counts = [0] * bins
+        counts = [0] * math.ceil((high - low + 1) / width)
         for n in self.lengths:
-            counts[min(bins - 1, (n - low) // width)] += 1
-        return [(low + i * width, low + (i + 1) * width - 1, c) for i, c in enumerate(counts)]
+            counts[(n - low) // width] += 1
+        return [(low + i * width, min(high, low + (i + 1) * width - 1), c) for i, c in enumerate(counts)]
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "records": self.records, "issues": self.issues,

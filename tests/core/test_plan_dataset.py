@@ -136,3 +136,15 @@ def test_chinese_data_without_a_tokenizer_is_counted_a_token_a_character(tmp_pat
     assert targets >= len(answer) and targets / length > 0.9  # the answer is nearly all of the record's tokens
     # English keeps four characters a token.
     assert approximate_counts([TextRecord("t" * 400)]) == [(100, 100)]
+
+
+def test_the_histogram_ends_at_the_longest_record():
+    """Lengths 1-10 in 8 bins: the width rounds up to 2, and bins 13-14 and 15-16 were drawn empty past the
+    longest record (10). The bins end at it, and every record is counted once."""
+    summary = DatasetSummary("d.jsonl", "text", 10, 0, tuple(range(1, 11)))
+    bins = summary.histogram()
+    assert bins == [(1, 2, 2), (3, 4, 2), (5, 6, 2), (7, 8, 2), (9, 10, 2)]
+    assert DatasetSummary("d.jsonl", "text", 3, 0, (100, 101, 130)).histogram()[-1][1] == 130
+    few = DatasetSummary("d.jsonl", "text", 3, 0, (5, 6, 6)).histogram()
+    assert few == [(5, 5, 1), (6, 6, 2)]  # fewer lengths than bins: no empty bins after them
+    assert sum(c for _, _, c in DatasetSummary("d.jsonl", "text", 5, 0, (1, 9, 17, 25, 40)).histogram()) == 5
