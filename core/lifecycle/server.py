@@ -7,7 +7,8 @@ by ``core.lifecycle.serve`` in its own session. It holds ``DIR/lock`` for its wh
     GET  /health                 {"status": "ok", "model": ...}
     GET  /v1/models              the fine-tuned model, and ``<id>-base`` when it is base + adapter
     GET  /v1/models/{id}         one of those (404 ``model_not_found`` for any other id)
-    POST /v1/chat/completions    OpenAI schema; ``"stream": true`` answers as server-sent events
+    POST /v1/chat/completions    OpenAI schema; ``"stream": true`` answers as server-sent events; ``logprobs``
+                                 (true) with ``top_logprobs`` (0 to 20) scores each generated token, not streamed
     POST /v1/completions         the legacy text completion (lm-eval, older SDKs): ``prompt`` a string, a list
                                  of token ids, or a list of either (a choice each), no chat template; the same
                                  checks and streaming. ``echo`` and ``logprobs`` (an integer k: each token's
@@ -351,6 +352,25 @@ def _scoring(body: dict[str, Any]) -> tuple[bool, int | None]:
     return bool(echo), top
 
 
+def _chat_scoring(body: dict[str, Any]) -> int | None:
+    """A chat request's ``logprobs`` (true: each generated token scored) and ``top_logprobs`` (how many
+    alternatives each lists, 0 to MAX_LOGPROBS; only with ``logprobs`` true, as OpenAI requires): the
+    number of alternatives, or None for no logprobs. Answered whole, not streamed."""
+    from core.i18n import t
+
+    wanted, top = body.get("logprobs"), body.get("top_logprobs")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise RequestError(t("lifecycle.api_chat_logprobs", value=_shown(wanted)), param="logprobs")
+    if top is not None and not (isinstance(top, int) and not isinstance(top, bool) and 0 <= top <= MAX_LOGPROBS):
+        raise RequestError(t("lifecycle.api_top_logprobs", limit=MAX_LOGPROBS, value=_shown(top)),
+                           param="top_logprobs")
+    if top is not None and not wanted:
+        raise RequestError(t("lifecycle.api_top_logprobs_alone"), param="top_logprobs")
+    if wanted and body.get("stream") is True:
+        raise RequestError(t("lifecycle.api_scoring_stream", param="logprobs"), param="logprobs")
+    return (top or 0) if wanted else None
+
+
 @dataclass
 class _Job:
     """One request's generations under the model lock, answered in its endpoint's shape: a chat's
@@ -364,12 +384,13 @@ class _Job:
     created: int
     include_usage: bool = False
     echo: bool = False  # a completion's text starts with its prompt (``texts``)
-    logprobs: int | None = None  # a completion's tokens scored, with this many alternatives each
+    logprobs: int | None = None  # the generated tokens scored (a completion's prompt too with echo), this many alternatives each
     texts: list[str] = field(default_factory=list)  # each completion prompt as text: what ``echo`` gives back
 
     def choice(self, index: int, text: str, finish: str, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         if self.chat:
-            return {"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+            return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
+                    "finish_reason": finish}
         if self.echo:
             text = self.texts[index] + text
         return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
@@ -503,6 +524,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 echo, top = False, None
                 if chat:
                     prompts: list[Any] = [_messages(body)]
+                    top = _chat_scoring(body)
                 else:
                     prompts = _prompts(body)
                     echo, top = _scoring(body)
@@ -567,8 +589,9 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                     if gone.is_set():
                         break
                 if job.logprobs is not None and not gone.is_set():
-                    scored = [_logprobs(backend.loaded, ids, job.texts[index], reply, job.logprobs, job.echo,
-                                        job.variant)
+                    scored = [_chat_logprobs(backend.loaded, ids, reply, job.logprobs, job.variant) if job.chat
+                              else _logprobs(backend.loaded, ids, job.texts[index], reply, job.logprobs, job.echo,
+                                             job.variant)
                               for index, ((ids, _fitted), reply) in enumerate(zip(job.prompts, replies,
                                                                                      strict=True))]
             except Exception as exc:  # a generation error is the client's answer, not a dead server
@@ -648,21 +671,50 @@ def _completion_tokens(tokenizer: Any, reply: Any) -> list[int]:
     return ids[:low]
 
 
+def _scored(loaded: Any, prompt_ids: Any, reply: Any, top: int, variant: str) -> tuple[list[int], list[int], list[Any]]:
+    """(prompt ids, the completion's ids that make the reply's text, a ``TokenScore`` for each of both)."""
+    import torch
+
+    from core.lifecycle.scoring import score_tokens
+
+    prompt = [int(i) for i in prompt_ids[0].tolist()]
+    completion = _completion_tokens(loaded.tokenizer, reply)
+    ids = torch.tensor([prompt + completion], dtype=torch.long, device=prompt_ids.device)
+    return prompt, completion, score_tokens(loaded, ids, top, variant)
+
+
+def _chat_logprobs(loaded: Any, prompt_ids: Any, reply: Any, top: int, variant: str) -> dict[str, Any]:
+    """OpenAI's chat ``logprobs`` object of one choice: for each generated token of the reply its text, its
+    log-probability given all before it (the model's own distribution, before temperature, top_p or any
+    penalty), its UTF-8 bytes and the ``top`` likeliest tokens there, likeliest first."""
+    from core.lifecycle.scoring import token_texts
+
+    tokenizer = loaded.tokenizer
+    prompt, completion, scores = _scored(loaded, prompt_ids, reply, top, variant)
+
+    def entry(text: str, logprob: float) -> dict[str, Any]:
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+    content = []
+    for text, score in zip(token_texts(tokenizer, completion, skip_special=True), scores[len(prompt):],
+                           strict=True):
+        alternatives = token_texts(tokenizer, [token_id for token_id, _ in score.top])
+        content.append({**entry(text, score.logprob),
+                        "top_logprobs": [entry(name, logprob) for name, (_, logprob) in
+                                         zip(alternatives, score.top, strict=True)]})
+    return {"content": content, "refusal": None}
+
+
 def _logprobs(loaded: Any, prompt_ids: Any, prompt_text: str, reply: Any, top: int, echo: bool,
               variant: str) -> dict[str, Any]:
     """OpenAI's legacy ``logprobs`` object of one choice: for each token (the prompt's too with ``echo``) its
     text, its log-probability given all before it (null for the very first), the ``top`` likeliest tokens
     there and the token itself as {text: logprob} (null for the first), and its character offset from the
     start of the prompt."""
-    import torch
-
-    from core.lifecycle.scoring import score_tokens, token_texts
+    from core.lifecycle.scoring import token_texts
 
     tokenizer = loaded.tokenizer
-    prompt = [int(i) for i in prompt_ids[0].tolist()]
-    completion = _completion_tokens(tokenizer, reply)
-    ids = torch.tensor([prompt + completion], dtype=torch.long, device=prompt_ids.device)
-    scores = score_tokens(loaded, ids, top, variant)
+    prompt, completion, scores = _scored(loaded, prompt_ids, reply, top, variant)
     texts = token_texts(tokenizer, prompt) + token_texts(tokenizer, completion, skip_special=True)
     offsets, at = [], 0
     for index, text in enumerate(texts):
