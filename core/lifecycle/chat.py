@@ -24,6 +24,11 @@ class GenerationSettings:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()  # the reply ends before the first of these strings (not included in it)
+    # OpenAI's: added to a token's logit at each step ((token id, bias) pairs), and taken off it by how often
+    # (frequency) and whether (presence) the reply so far holds it. Neutral by default.
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
 
 @dataclass
@@ -329,6 +334,31 @@ def refuse_base_without_adapter(source: ModelSource) -> None:
                          EXIT_USAGE)
 
 
+def openai_logits_processor(settings: GenerationSettings, start: int) -> Any:
+    """A transformers ``LogitsProcessor`` doing OpenAI's ``logit_bias`` and its presence and frequency
+    penalties (``mu[j] - c[j] * frequency - (c[j] > 0) * presence``, ``c[j]`` the times token j was generated
+    so far: the ids past ``start``, the prompt's length), or None when the settings leave the logits alone.
+    Applied before temperature and top_p, as OpenAI applies them."""
+    if not (settings.logit_bias or settings.presence_penalty or settings.frequency_penalty):
+        return None
+    import torch
+    from transformers import LogitsProcessor
+
+    class _OpenAIAdjustments(LogitsProcessor):
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            scores = scores.clone()
+            if settings.presence_penalty or settings.frequency_penalty:
+                generated = input_ids[:, start:]
+                counts = torch.zeros_like(scores).scatter_add_(1, generated, torch.ones_like(generated,
+                                                                                             dtype=scores.dtype))
+                scores -= counts * settings.frequency_penalty + (counts > 0).to(scores.dtype) * settings.presence_penalty
+            for token_id, bias in settings.logit_bias:
+                scores[:, token_id] += bias
+            return scores
+
+    return _OpenAIAdjustments()
+
+
 def _adapter_context(loaded: LoadedModel, variant: str) -> Any:
     if variant == "base" and loaded.has_adapter:
         return loaded.model.disable_adapter()
@@ -392,6 +422,11 @@ def stream_prompt(loaded: LoadedModel, ids: Any, settings: GenerationSettings | 
         "stopping_criteria": StoppingCriteriaList([_StopFlag()]),
         "pad_token_id": loaded.tokenizer.pad_token_id,
     }
+    adjustments = openai_logits_processor(settings, start)
+    if adjustments is not None:
+        from transformers import LogitsProcessorList
+
+        kwargs["logits_processor"] = LogitsProcessorList([adjustments])
     if sample:
         kwargs.update(temperature=float(settings.temperature), top_p=float(settings.top_p))
     else:

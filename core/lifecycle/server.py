@@ -20,7 +20,10 @@ Requests are checked as OpenAI's API checks them, each refusal a 400 (404 for an
 error shape naming the parameter: ``model`` must be one /v1/models lists (left out, the fine-tuned model
 answers, as vLLM allows); ``max_tokens`` (or its newer name ``max_completion_tokens``) an integer of at
 least 1; ``temperature`` from 0 to 2; ``top_p`` above 0 and at most 1; ``n`` only 1; ``stop`` a string or
-up to 4 of them (the reply ends before the first, finish_reason "stop"). A value given is used as given,
+up to 4 of them (the reply ends before the first, finish_reason "stop"); ``presence_penalty`` and
+``frequency_penalty`` from -2 to 2 and ``logit_bias`` (token id → -100 to 100) change the logits as OpenAI
+defines them; ``tools``, ``tool_choice``, ``functions`` and a ``response_format`` other than text are refused
+(their neutral values, what SDKs send by default, are taken). A value given is used as given,
 0 included. The prompt and ``max_tokens`` together must fit the model's context (its config's
 ``max_position_embeddings``): past it the request is refused, as vLLM refuses it; with ``max_tokens`` left
 out, the default (256) is cut to what the context has room for. Messages the model's chat template refuses
@@ -137,7 +140,7 @@ class ChatBackend:
         """A completions prompt given as token ids, on the model's device; an id the model has not is a 400."""
         import torch
 
-        vocab = getattr(getattr(self.loaded.model, "config", None), "vocab_size", None) or len(self.loaded.tokenizer)
+        vocab = self.vocab
         wrong = next((i for i in ids if not 0 <= i < vocab), None)
         if wrong is not None:
             from core.i18n import t
@@ -145,6 +148,11 @@ class ChatBackend:
             raise RequestError(t("lifecycle.api_prompt_token", index=index, value=wrong, last=vocab - 1),
                                param="prompt")
         return torch.tensor([ids], dtype=torch.long, device=self.loaded.device)
+
+    @property
+    def vocab(self) -> int:
+        """How many token ids the model has (its logits' width): the ids a prompt or ``logit_bias`` may name."""
+        return getattr(getattr(self.loaded.model, "config", None), "vocab_size", None) or len(self.loaded.tokenizer)
 
     def authorised(self, header: str | None) -> bool:
         if self.api_key is None:
@@ -197,10 +205,54 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _settings(body: dict[str, Any], least: int = 1) -> tuple[Any, bool]:
+MAX_PENALTY = 2.0  # OpenAI's presence_penalty / frequency_penalty run from -2 to 2
+MAX_LOGIT_BIAS = 100.0  # and a logit_bias value from -100 to 100
+
+
+def _logit_bias(value: Any, vocab: int | None) -> tuple[tuple[int, float], ...]:
+    """OpenAI's ``logit_bias`` ({"token id": bias}) as (id, bias) pairs; ``RequestError`` naming it for a key
+    that is not a token id of the model (0 to ``vocab`` - 1) or a bias outside -100 to 100."""
+    from core.i18n import t
+
+    if value is None:
+        return ()
+    pairs = []
+    ok = isinstance(value, dict)
+    for key, bias in (value.items() if ok else ()):
+        token = int(key) if isinstance(key, str) and key.strip().isdigit() else -1
+        if token < 0 or (vocab is not None and token >= vocab) or not (
+                _is_number(bias) and -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS):
+            ok = False
+            break
+        pairs.append((token, float(bias)))
+    if not ok:
+        last = "" if vocab is None else vocab - 1
+        raise RequestError(t("lifecycle.api_logit_bias", last=last, limit=int(MAX_LOGIT_BIAS), value=_shown(value)),
+                           param="logit_bias")
+    return tuple(pairs)
+
+
+def _unsupported_chat(body: dict[str, Any]) -> None:
+    """A chat parameter this server cannot honour, given a value other than its neutral one (what clients send
+    by default: null, empty, "none", "auto" without tools, a text response format), is a ``RequestError``
+    naming it rather than an answer that silently leaves it out: tool calling, a JSON response format."""
+    from core.i18n import t
+
+    neutral: dict[str, tuple[Any, ...]] = {"tools": (None, []), "functions": (None, []),
+                                           "tool_choice": (None, "none", "auto"),
+                                           "function_call": (None, "none", "auto"),
+                                           "response_format": (None, {"type": "text"})}
+    for name, values in neutral.items():
+        value = body.get(name)
+        if not any(value == v and type(value) is type(v) for v in values):
+            raise RequestError(t("lifecycle.api_unsupported", param=name, value=_shown(value)), param=name)
+
+
+def _settings(body: dict[str, Any], least: int = 1, vocab: int | None = None) -> tuple[Any, bool]:
     """(GenerationSettings, whether max_tokens was given) from the request; ``RequestError`` for a value
     OpenAI refuses. A value given is used as given (0 is 0): only a missing or null one takes the default.
-    ``least``: the smallest ``max_tokens`` taken (0 for an echoed completion: the prompt scored alone)."""
+    ``least``: the smallest ``max_tokens`` taken (0 for an echoed completion: the prompt scored alone);
+    ``vocab``: the model's vocabulary size, that ``logit_bias`` keys must fall in."""
     from core.i18n import t
     from core.lifecycle.chat import GenerationSettings
 
@@ -230,10 +282,18 @@ def _settings(body: dict[str, Any], least: int = 1) -> tuple[Any, bool]:
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise RequestError(t("lifecycle.api_stream", value=_shown(stream)), param="stream")
+    penalties = {}
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = body.get(name)
+        if value is not None and not (_is_number(value) and -MAX_PENALTY <= value <= MAX_PENALTY):
+            raise RequestError(t("lifecycle.api_penalty", param=name, limit=int(MAX_PENALTY), value=_shown(value)),
+                               param=name)
+        penalties[name] = float(value or 0)
     settings = GenerationSettings(temperature=0.7 if temperature is None else float(temperature),
                                   max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
                                   top_p=1.0 if top_p is None else float(top_p), seed=seed,
-                                  stop=tuple(s for s in stops or () if s))
+                                  stop=tuple(s for s in stops or () if s),
+                                  logit_bias=_logit_bias(body.get("logit_bias"), vocab), **penalties)
     return settings, max_tokens is not None
 
 
@@ -524,11 +584,12 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 echo, top = False, None
                 if chat:
                     prompts: list[Any] = [_messages(body)]
+                    _unsupported_chat(body)
                     top = _chat_scoring(body)
                 else:
                     prompts = _prompts(body)
                     echo, top = _scoring(body)
-                settings, explicit = _settings(body, least=0 if echo else 1)
+                settings, explicit = _settings(body, least=0 if echo else 1, vocab=backend.vocab)
                 variant = backend.variant_for(body.get("model"))
                 if chat:
                     ids = [backend.chat_ids(prompts[0])]
