@@ -42,11 +42,10 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     if fmt not in FORMATS:
         raise LifecycleError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
     if fmt == "merged":
-        result = merge_run(run, checkpoint, out, force=force, reuse=True)
-        if result.reused:
-            run.record_event("exported", format=fmt, out=str(result.out), bytes=result.bytes, reused=True)
-        return {"format": fmt, "out": str(result.out), "bytes": result.bytes, "seconds": result.seconds,
-                "step": result.step, "reused": result.reused}
+        # An export is recorded as "exported" with its format, written or reused: the events panel says what
+        # was asked for, not "merged" for a fresh export and "exported" for a reused one.
+        result = merge_run(run, checkpoint, out, force=force, reuse=True, record=False)
+        return _exported(run, fmt, result.out, result.bytes, result.seconds, result.step, result.reused)
     started = time.monotonic()
     source = resolve_model_source(run, checkpoint)
     if importlib.util.find_spec("bitsandbytes") is None:
@@ -84,6 +83,14 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
                                          force=force)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    run.record_event("exported", format=fmt, out=str(out), bytes=size)
-    return {"format": fmt, "out": str(out), "bytes": size, "seconds": time.monotonic() - started,
-            "step": source.step, "reused": False}
+    return _exported(run, fmt, out, size, time.monotonic() - started, source.step, False)
+
+
+def _exported(run: RunDirectory, fmt: str, out: Path, size: int, seconds: float, step: int,
+              reused: bool) -> dict[str, Any]:
+    """The export's result (``seconds`` to 3 decimals, as ``merge``'s), recorded as the run's "exported"
+    event."""
+    result = {"format": fmt, "out": str(out), "bytes": size, "seconds": round(seconds, 3), "step": step,
+              "reused": reused}
+    run.record_event("exported", **result)
+    return result

@@ -368,7 +368,8 @@ def merge_lock(out: Path) -> Iterator[None]:
 def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None = None,
               headroom_bytes: int = DEFAULT_HEADROOM_BYTES, force: bool = False,
               device: str | None = None, progress: Callable[[str], None] | None = None,
-              cancelled: Callable[[], bool] | None = None, reuse: bool = False) -> MergeResult:
+              cancelled: Callable[[], bool] | None = None, reuse: bool = False,
+              record: bool = True) -> MergeResult:
     """Merge the run's adapter (last complete checkpoint unless ``checkpoint``) into ``out``.
 
     ``progress`` (called from this thread) hears each stage of ``MERGE_STAGES`` as it begins.
@@ -377,6 +378,8 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
     the default ``out``, without ``force``): a whole merge of this checkpoint already there
     (``complete_merge``) is the result as it is (``reused``), nothing loaded or written; another earlier
     merge (or an empty folder) in the way is ``OutputExists`` without ``force``, replaced with it.
+    ``record``: a merge written is a "merged" event of the run (False: the caller records what it did, as
+    ``export_run`` records its "exported").
 
     ``out`` is checked before anything is loaded (``check_out_location``): never a run directory (bar its
     merged/ and export/ folders), the data root, the checkpoint read or the base model folder; and a folder
@@ -396,12 +399,12 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
         refuse_unless_replaceable(out, force)
     device = device or default_device()
     with merge_lock(out), pinned(source):  # the checkpoint held against a live run's rotation throughout
-        return _merge_locked(run, source, out, headroom_bytes, force, device, progress, cancelled, started)
+        return _merge_locked(run, source, out, headroom_bytes, force, device, progress, cancelled, started, record)
 
 
 def _merge_locked(run: RunDirectory, source: ModelSource, out: Path, headroom_bytes: int, force: bool,
                   device: str, progress: Callable[[str], None] | None, cancelled: Callable[[], bool] | None,
-                  started: float) -> MergeResult:
+                  started: float, record: bool = True) -> MergeResult:
     from core.i18n import t
 
     def report(stage: str) -> None:
@@ -422,7 +425,8 @@ def _merge_locked(run: RunDirectory, source: ModelSource, out: Path, headroom_by
         raise LifecycleError(t("lifecycle.merge_write_failed", path=str(out), error=str(exc))) from exc
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     result = MergeResult(out, source.step, size, time.monotonic() - started, dtype, source.is_adapter)
-    run.record_event("merged", **result.to_dict())
+    if record:
+        run.record_event("merged", **result.to_dict())
     if progress is not None:  # written: too late to cancel
         progress("done")
     return result

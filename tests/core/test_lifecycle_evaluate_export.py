@@ -363,3 +363,29 @@ def test_evaluate_prints_a_reply_of_several_lines_under_its_label(monkeypatch, c
         "> Three tips?", "  base:  1. a", "         2. b", "  tuned: - x", "         - y", "         - z",
         "> Say yes.", "  base:  Yes.", "  tuned: Yes.",
     ]
+
+
+def test_an_export_is_recorded_as_exported_with_its_format_written_or_reused(lora_run):
+    """A fresh ``export --format merged`` recorded a "merged" event and a reused one "exported", so the events
+    panel said "merged" after the app's X; and ``export --json``'s seconds were not rounded as ``merge
+    --json``'s are. Now both exports are one "exported" event with the format, seconds to 3 decimals."""
+    from core.lifecycle.export import export_run
+
+    home, run = lora_run
+
+    def new_events(before: int) -> list[dict]:
+        return [json.loads(line) for line in run.events_path.read_text().splitlines()[before:]]
+
+    before = len(run.events_path.read_text().splitlines())
+    written = export_run(run, "merged", force=True)  # merged again: a fresh export, whatever was there
+    assert not written["reused"] and written["seconds"] == round(written["seconds"], 3)
+    [event] = new_events(before)
+    assert event["event"] == "exported" and event["format"] == "merged" and event["reused"] is False
+    assert event["out"] == written["out"] and event["step"] == 30
+    before = len(run.events_path.read_text().splitlines())
+    proc = tunedeck(home, "export", run.id, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    reused = json.loads(proc.stdout)
+    assert reused["reused"] and reused["seconds"] == round(reused["seconds"], 3)
+    [event] = new_events(before)
+    assert event["event"] == "exported" and event["format"] == "merged" and event["reused"] is True
