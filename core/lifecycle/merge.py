@@ -116,20 +116,20 @@ def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def check_disk_space(directory: Path, needed_bytes: int) -> None:
-    """Refuse (``LifecycleError``) when the filesystem of ``directory`` has less than ``needed_bytes`` free."""
+def check_disk_space(directory: Path, model_size: int, headroom_bytes: int = 0) -> None:
+    """Refuse (``LifecycleError``) when the filesystem of ``directory`` has less free than the model's
+    ``model_size`` bytes plus ``headroom_bytes`` left free beside it; the message says the two apart (a model of a
+    few MB is not said to need the headroom's 0.27 GB)."""
+    from core.units import format_disk
 
     probe = directory
     while not probe.exists():
         probe = probe.parent
     free = shutil.disk_usage(probe).free
-    if free < needed_bytes:
-        raise LifecycleError(Message("lifecycle.disk_full", path=str(probe), needed=_gb(needed_bytes),
-                                     free=_gb(free)))
-
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB"
+    if free < model_size + headroom_bytes:
+        raise LifecycleError(Message("lifecycle.disk_full", path=str(probe), model=format_disk(model_size),
+                                     headroom=format_disk(headroom_bytes),
+                                     needed=format_disk(model_size + headroom_bytes), free=format_disk(free)))
 
 
 def model_bytes(model: Any) -> int:
@@ -276,8 +276,7 @@ def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance:
     if os.path.lexists(out):  # only an empty folder or an earlier merge is replaced, and only with force
         refuse_unless_replaceable(out, force)
     tmp = out.with_name(out.name + TMP_SUFFIX)
-    needed = model_bytes(model) + headroom_bytes
-    check_disk_space(out.parent, needed)
+    check_disk_space(out.parent, model_bytes(model), headroom_bytes)
     if os.path.lexists(tmp):  # a leftover of a merge that was killed; anything else there is not ours
         if not (is_replaceable(tmp) or (tmp.is_dir() and not tmp.is_symlink() and (tmp / WRITING_MARKER).is_file())):
             raise _not_replaceable(tmp)
