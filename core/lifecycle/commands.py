@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,18 @@ def _library_output_to_stderr() -> Any:
     return contextlib.redirect_stdout(sys.stderr)
 
 
+@contextmanager
+def _said_if_interrupted(line: str) -> Iterator[None]:
+    """Ctrl+C under way: ``line`` (what was left as it was) on stderr before main's exit 130, which said
+    nothing. A merge or export writes into a private folder renamed into place at its end, so an interrupted
+    one leaves its target as it found it."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        _err(line)
+        raise
+
+
 def _size(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
@@ -113,7 +127,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         if stage == "load":
             _err(t("lifecycle.merging", run=run.id, step=source.step, out=str(out)))
 
-    with _library_output_to_stderr():
+    with _said_if_interrupted(t("lifecycle.merge_interrupted", out=str(out))), _library_output_to_stderr():
         # reuse: rerun on its default folder, a whole merge of the same checkpoint there is the result as it
         # is (as the TUI's M and export do), not "exists already"; --out and --force are never reused
         result = merge_run(run, source.step, Path(args.out) if args.out else None, force=args.force,
@@ -276,7 +290,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     run = _resolve(args.run)
     quiet_libraries()
-    with _library_output_to_stderr():
+    with _said_if_interrupted(t("lifecycle.export_interrupted")), _library_output_to_stderr():
         result = export_run(run, args.format, args.checkpoint, Path(args.out) if args.out else None,
                             args.force)
     if args.json:

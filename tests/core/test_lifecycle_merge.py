@@ -180,3 +180,31 @@ def test_a_full_fine_tune_reports_no_merge_stage(lora_run, tmp_path):
     stages.clear()
     model, _tokenizer = merged_model(full, "cpu", stages.append)
     assert stages == [] and model is not None
+
+
+@pytest.mark.parametrize("command", [["merge"], ["export", "--format", "merged"]])
+def test_an_interrupted_merge_or_export_says_so_and_leaves_the_target_as_it_was(lora_run, tmp_path, monkeypatch,
+                                                                                 capsys, command):
+    """Ctrl+C during ``merge`` / ``export`` exited 130 with no word. Now one line says it was interrupted and
+    that nothing was written; an earlier merge at the target (replaced with --force) is still there, whole.
+    Ctrl+C comes as the KeyboardInterrupt it raises, while the model loads; CPU only."""
+    import core.lifecycle.merge as merge
+    from core.cli import main
+
+    _home, run = lora_run
+    out = tmp_path / "merged"
+    merge.merge_run(run, out=out)
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(merge, "merged_model", interrupted)
+    capsys.readouterr()
+    assert main([*command, run.id, "--out", str(out), "--force"]) == 130
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert "interrupted" in lines[-1] and "nothing was written" in lines[-1], captured.err
+    assert captured.out == ""
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["merged"]  # no .tmp or .old- folder left beside it
