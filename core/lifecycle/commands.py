@@ -369,7 +369,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _err(t("lifecycle.serve_status" if state.step is None else "lifecycle.serve_status_step", run=key,
                    step=state.step, url=state.url or "–", pid=state.pid, backend=state.backend, health=said))
         return 0
-    from core.lifecycle.serve import check_backend_name, warn_if_public
+    from core.lifecycle.serve import check_backend_name
     from core.lifecycle.server import API_KEY_ENV
 
     check_backend_name(args.backend)  # before the warnings: an unknown name is the one thing said
@@ -377,13 +377,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.max_body_bytes is not None and args.max_body_bytes < 1:
         raise CliError(t("lifecycle.bad_max_body", value=args.max_body_bytes), 2)
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV, "")
-    warning = warn_if_public(args.host, api_key or None)
-    if warning:
-        _err(t("lifecycle.warning", text=warning))
     run = _resolve(args.run) if args.run else None
+    # The public-host warning comes once start_server has looked for every refusal (a host not this
+    # machine's, a run it cannot serve): a refused start is said alone, never after a warning.
     state = start_server(run, args.host, args.port, args.backend, args.checkpoint,
                          Path(args.model_dir) if args.model_dir else None, api_key=api_key,
-                         max_body_bytes=args.max_body_bytes)
+                         max_body_bytes=args.max_body_bytes,
+                         warn=lambda warning: _err(t("lifecycle.warning", text=warning)))
     if args.json:
         _print_json({**state.to_dict(), "running": True, "healthy": True})
     else:

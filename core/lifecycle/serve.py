@@ -330,7 +330,8 @@ def _merged_for_serving(run: RunDirectory, source: Any, checkpoint: int | None, 
 def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 0, backend: str = "auto",
                  checkpoint: int | None = None, model_dir: Path | None = None,
                  timeout: float = 600.0, cancelled: Callable[[], bool] | None = None,
-                 api_key: str | None = None, max_body_bytes: int | None = None) -> ServerState:
+                 api_key: str | None = None, max_body_bytes: int | None = None,
+                 warn: Callable[[str], None] | None = None) -> ServerState:
     """Start the server of ``run``, or of the folder ``model_dir`` (one of the two), detached (own session)
     and wait until it answers; returns its state. A run's server is filed under the run id and serves that
     id; a folder's is filed under, and serves, ``model_dir_id`` (the folder's name), not under any run.
@@ -339,7 +340,9 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     and the server, detached, goes on starting (an app that quits must not wait for a model to load).
     ``api_key``: clients must send ``Authorization: Bearer KEY`` on /v1 (handed to the server through its
     environment, not its command line). ``max_body_bytes``: our server's request size limit (413 past it).
-    A host that is not a loopback address is warned about in the server's log (and by the CLI)."""
+    A host that is not a loopback address is warned about in the server's log, and to ``warn`` (the CLI's
+    stderr) once every refusal has been looked for: a host refused (not this machine's, its port taken) or a
+    run that cannot be served is said alone, not after a warning about a server that never starts."""
     from core.atomic_file import write_json_atomic
     from core.i18n import t
 
@@ -386,6 +389,8 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     if api_key:
         env["VLLM_API_KEY" if chosen == "vllm" else "TUNEDECK_API_KEY"] = api_key
     warning = warn_if_public(host, api_key)
+    if warning and warn is not None:
+        warn(warning)
     with open(log_path, "ab") as log_file:
         os.chmod(log_path, 0o600)
         if warning and chosen != "transformers":  # ours logs it itself

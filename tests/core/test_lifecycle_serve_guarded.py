@@ -471,3 +471,18 @@ def test_serve_on_an_address_that_is_not_this_machines_says_to_choose_another_ho
     message = str(caught.value)
     assert caught.value.exit_code == 2 and f"cannot listen on {host} (" in message, message
     assert "choose another --host" in message and "--port" not in message and "port 0" not in message, message
+
+
+def test_a_public_host_that_is_refused_is_said_alone_without_the_public_host_warning(lora_run):
+    """`serve --host 192.0.2.1` (an address of no interface here, TEST-NET-1) printed the warning that other
+    machines can reach the server, then refused the host: a warning about a server that never started. The
+    refusals come first now; the warning only for a start that goes ahead. CPU only, nothing started."""
+    from core.lifecycle.serve import serve_dir
+
+    home, run = lora_run
+    for extra in (["--host", "192.0.2.1"], ["--host", "0.0.0.0", "--checkpoint", "999"]):
+        proc = tunedeck(home, "serve", run.id, *extra)
+        assert proc.returncode in (1, 2), (extra, proc.stderr)
+        assert "other machines can reach" not in proc.stderr, (extra, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, (extra, proc.stderr)
+    assert not (serve_dir(run.id) / "state.json").exists()  # nothing was started
