@@ -191,8 +191,11 @@ def test_a_status_in_a_message_is_its_label():
 
 def test_chinese_calls_a_run_a_task():
     """GLOSSARY.md: a run is 任务. 运行 before a run's id reads as the verb, "execute 20261207-…", and the
-    --allow-shared-gpus help said 运行中的运行 ("a running run")."""
+    --allow-shared-gpus help said 运行中的运行 ("a running run"). 运行 as the noun also stood in for a run
+    beside 任务 elsewhere: 实测运行 (a probe run), 本次运行, 运行目录, 运行配置, 该运行, 运行上次启动. 运行 stays
+    where it is the verb (运行 'tunedeck resume …', 再次运行, 正在运行的服务, 运行中)."""
     zh = i18n.catalogue("zh")
-    wrong = [f"{key}: {text}" for key, text in zh.items()
-             if re.search(r"运行 \{(id|run)\}|运行中的运行|(一个|(?<!重)新)运行", text)]
+    noun = (r"运行 \{(id|run)\}|运行中的运行|(一个|(?<!重)新|实测|本次|该|每个|删除|自|恢复)运行"
+            r"|运行 ?(目录|配置|YAML|键|文件|上次|会|需要|开始|都|已停)|(?<!在)运行的")
+    wrong = [f"{key}: {text}" for key, text in zh.items() if re.search(noun, text)]
     assert wrong == [], "\n".join(wrong)
