@@ -10,6 +10,7 @@ import json
 import sys
 
 from core.i18n import t
+from core.units import format_magnitude
 
 EXIT_DATA_PROBLEMS = 1
 EXIT_USAGE = 2
@@ -94,7 +95,7 @@ def render_report(report) -> str:
         if not stats.exact:
             lines.append(" " * 12 + t("data.approx_hint"))
     for where, chars, counted in report.capped:
-        lines.append(" " * 12 + t("data.record_capped", where=where, size=f"{chars / 1e6:.1f}", tokens=counted))
+        lines.append(" " * 12 + t("data.record_capped", where=where, size=format_magnitude(chars), tokens=counted))
     if report.issues:
         total = len(report.issues) + report.more_issues
         lines.append(f"  {_label('data.label_problems')}{total}")

@@ -10,7 +10,7 @@ from core.plan.candidates import Candidate, Finding, candidate_plans, estimate_p
 from core.plan.request import PlanRequest
 from core.plan.rules import judge
 from core.plan.view import offload_words
-from core.units import format_cost, json_cost, json_hours, plural_key
+from core.units import format_cost, format_magnitude, json_cost, json_hours, plural_key
 
 MAX_ALTERNATIVES = 3
 # Tokens a chunk of the fused loss where the GPU has room for their logits (``ce_chunk_tokens``): the LM head's
@@ -396,7 +396,7 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     if p.uses_lora:
         trainable = est.trainable_params if est else 0
         out.append(("lora_rank", finding("plan.reason.lora_rank", rank=p.lora_rank,
-                                         millions=round(trainable / 1e6, 1))))
+                                         trainable=format_magnitude(trainable))))
         dropout = _dropout_cost(best, request)
         if dropout is not None:
             out.append(("lora_dropout", dropout))

@@ -97,7 +97,7 @@ def test_a_huge_record_is_cut_before_tokenising_and_said_so(run, tmp_path):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     result = run(str(path), "--model", "tiny")
     assert result.returncode == 0, result.stderr
-    assert f"{path}:2: record is 1.2 M characters; only its first" in result.stdout
+    assert f"{path}:2: record is 1.2M characters; only its first" in result.stdout
     assert "Token indices sequence length" not in result.stderr + result.stdout
     data = json.loads(run(str(path), "--model", "tiny", "--json").stdout)
     assert [c["origin"] for c in data["capped"]] == [f"{path}:2"]

@@ -199,3 +199,25 @@ def test_chinese_calls_a_run_a_task():
             r"|运行 ?(目录|配置|YAML|键|文件|上次|会|需要|开始|都|已停)|(?<!在)运行的")
     wrong = [f"{key}: {text}" for key, text in zh.items() if re.search(noun, text)]
     assert wrong == [], "\n".join(wrong)
+
+
+def test_chinese_counts_gpus_and_writes_units_one_way():
+    """GPUs were 1 张 GPU in plan's text and 2 块 GPU in config's, the GPU screen's and runs'; throughput was
+    token/秒 in plan, tokens/s in estimate and TOK/S, Tok/s, tok/s in columns. GLOSSARY.md: a GPU is counted
+    with 张 (块 stays for chunks: 分成 {tiles} 块计算, 每块生成 logits); tokens/s in prose, tok/s in columns,
+    labels and status lines."""
+    zh = i18n.catalogue("zh")
+    gpu_block = re.compile(r"(?:\d|\}|[这每单多一两几]) ?块(?!计算|生成)")
+    rate = re.compile(r"tokens?/秒|Tok/s|TOK/S|token/s\b|tokens/秒")
+    wrong = [f"{key}: {text}" for key, text in zh.items() if gpu_block.search(text) or rate.search(text)]
+    assert wrong == [], "\n".join(wrong)
+
+
+@pytest.mark.parametrize("language", ["en", *OTHER_LANGUAGES])
+def test_a_magnitude_is_written_as_core_units_writes_it(language):
+    """core.units.format_magnitude writes 40.4M, 1.2M: a catalogue text that put its own unit after a number
+    (``{millions} M trainable parameters``, ``{size} M characters``) showed 40.4 M beside the 7.6B of a
+    column. The number comes formatted, unit and all."""
+    spaced = re.compile(r"(?:\d|\}) [KMB](?![A-Za-z])")
+    wrong = [f"{key}: {text}" for key, text in i18n.catalogue(language).items() if spaced.search(text)]
+    assert wrong == [], "\n".join(wrong)

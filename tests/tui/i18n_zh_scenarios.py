@@ -122,9 +122,9 @@ def test_models(hub_env, size):  # noqa: F811
             screen = await open_models(pilot, app)
             await pilot.press("down", "down", "enter")
             await wait_for(pilot, lambda: screen.details is not None)
-            await wait_for(pilot, lambda: "在本机一块" in screen_text(app))  # the details drawn
+            await wait_for(pilot, lambda: "在本机一张" in screen_text(app))  # the details drawn
             text = assert_fits(app, size)
-            assert "在本机一块" in text and ("够用" in text or "放不下" in text)
+            assert "在本机一张" in text and ("够用" in text or "放不下" in text)
             await assert_snapshot(pilot, app, f"zh_models_details_{size[0]}x{size[1]}")
 
     run(scenario())
