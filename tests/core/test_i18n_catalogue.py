@@ -221,3 +221,17 @@ def test_a_magnitude_is_written_as_core_units_writes_it(language):
     spaced = re.compile(r"(?:\d|\}) [KMB](?![A-Za-z])")
     wrong = [f"{key}: {text}" for key, text in i18n.catalogue(language).items() if spaced.search(text)]
     assert wrong == [], "\n".join(wrong)
+
+
+def test_chinese_names_a_language_with_the_spacing_it_needs():
+    """The palette's Language entry read 下次启动时使用English: a language is named in its own words
+    (English, 中文), so the Chinese text around the name must read right whether the name is Latin or CJK."""
+    glued = re.compile(r"[\u4e00-\u9fff][A-Za-z]|[A-Za-z][\u4e00-\u9fff]")
+    try:
+        i18n.set_language("zh")
+        shown = [i18n.t(key, name=i18n.t(f"app.language.{language}"))
+                 for key in ("app.cmd.language", "app.cmd.language_help", "app.language_saved")
+                 for language in i18n.available_languages()]
+    finally:
+        i18n.set_language("en")
+    assert [text for text in shown if glued.search(text)] == []
