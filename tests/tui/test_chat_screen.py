@@ -8,10 +8,11 @@ import asyncio
 import os
 import signal
 
+from core import i18n
 from tests.fixtures.lifecycle.finished_run import finished_run
 from tests.tui.conftest import fake_monitor, palette_search, quiet_settings, screen_text, wait_for
 from tui.app import make_app
-from tui.screens.chat import ChatScreen, Transcript
+from tui.screens.chat import ChatScreen, Transcript, transcript_text
 from tui.screens.dashboard import DashboardScreen
 from tui.widgets.keys_footer import KeysFooter
 
@@ -460,3 +461,15 @@ def test_side_by_side_done_in_counts_both_replies_not_the_last_ones_alone(tmp_pa
             screen.proc = None  # no process to end
 
     asyncio.run(scenario())
+
+
+def test_a_turn_label_takes_the_colon_of_the_readers_language():
+    """The zh transcript read 你: 你好 / 模型: …, an ASCII colon and space after Chinese; English keeps "you: "."""
+    turns = [("user", "你好"), ("assistant", "hello")]
+    try:
+        i18n.set_language("zh")
+        chinese = transcript_text(turns).plain
+    finally:
+        i18n.set_language("en")
+    assert chinese == "你：你好\n\n模型：hello\n\n"
+    assert transcript_text(turns).plain == "you: 你好\n\nmodel: hello\n\n"

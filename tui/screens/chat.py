@@ -39,6 +39,16 @@ class WorkerEvent(Message):
         self.record = record
 
 
+def transcript_text(turns: list[tuple[str, str]]) -> Text:
+    """The turns as shown: the speaker's label, its colon (the reader's language's: 你：), the text."""
+    out = Text()
+    for role, text in turns:
+        style = "bold cyan" if role == "user" else "bold green"
+        out.append(t("chat.you") if role == "user" else t("chat.model"), style=style)
+        out.append(t("chat.speaker_colon") + text + "\n\n")
+    return out
+
+
 class Transcript(VerticalScroll):
     """One model's side of the conversation."""
 
@@ -63,12 +73,7 @@ class Transcript(VerticalScroll):
         self.refresh_text()
 
     def refresh_text(self) -> None:
-        out = Text()
-        for role, text in self.turns:
-            style = "bold cyan" if role == "user" else "bold green"
-            out.append(t("chat.you") if role == "user" else t("chat.model"), style=style)
-            out.append(": " + text + "\n\n")
-        self.query_one(".chat-text", Static).update(out)
+        self.query_one(".chat-text", Static).update(transcript_text(self.turns))
         self.scroll_end(animate=False)
 
     def messages(self) -> list[dict[str, str]]:
