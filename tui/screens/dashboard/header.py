@@ -17,7 +17,7 @@ from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.runs import TERMINAL_STATES, RunState, state_label
 from core.runs.listing import shown_total
 from core.runs.states import shows_eta
-from core.units import format_cost, format_rate
+from core.units import format_cost, format_disk, format_rate
 from core.watch.activity import GONE, IDLE
 from core.watch.figures import cost_so_far, format_duration, mfu, steady_tokens_per_s
 from core.watch.metrics import BY_NAME
@@ -38,6 +38,21 @@ REASON_WORDING = {
     "train.stopped_at": "dashboard.reason_stopped_at",
     "runs.reason_crashed": "dashboard.reason_crashed",
 }
+
+
+EVENT_FIELD_KEY_PREFIX = "dashboard.event_field."
+SIZE_FIELDS = frozenset({"bytes", "needed_bytes", "free_bytes"})
+
+
+def event_field(name: str, value: Any) -> str:
+    """One field of an event as the Detail column shows it: its name in the reader's language where
+    tunedeck wrote it (退出码：0; English keeps the recorded name, exit_code=0), else as recorded; a size is
+    written as one (3.2 GB, not 3200000000)."""
+    key = EVENT_FIELD_KEY_PREFIX + name
+    label = t(key) if key in catalogue(DEFAULT_LANGUAGE) else name
+    if name in SIZE_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = format_disk(value)
+    return t("dashboard.event_field", name=label, value=value)
 
 
 def event_label(name: str) -> str:
@@ -346,5 +361,5 @@ class DashboardHeader:
                   if k not in ("time", "ts", "event", "reason_message") and v not in ("", None)}  # "reason=" says nothing
         if "reason" in fields:  # written by the supervisor with its message record: show the reader's language
             fields["reason"] = render_stored(str(fields["reason"]), record.get("reason_message"), REASON_WORDING)
-        detail = " ".join(f"{k}={v}" for k, v in fields.items())
+        detail = t("dashboard.event_field_sep").join(event_field(k, v) for k, v in fields.items())
         return clock, event_label(str(record.get("event", ""))), detail
