@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,12 @@ def t(key: str, /, **params: object) -> str:
     if text is None:
         text = catalogue(DEFAULT_LANGUAGE)[key]
     return text.format(**params) if params else text
+
+
+def join_words(items: Iterable[str]) -> str:
+    """Short translated items (filters, names) as one list in the current language: ``org Qwen, size 7B``,
+    ``组织 Qwen、规模 7B``. Identifiers, paths and keys keep ", " (ASCII inside code, GLOSSARY.md)."""
+    return t("i18n.item_separator").join(items)
 
 
 def english(key: str, /, **params: object) -> str:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
+from core import i18n
 from core.hub.local import bundled_models
 from core.i18n import t
 from tests.hubserver import FakeHubServer, closed_port_url, standard_hub
@@ -370,5 +372,24 @@ def test_the_count_says_one_model_and_why_a_result_is_left_out(hub_env):
             await pilot.press("s", *"tiny", "enter")
             await wait_for(pilot, lambda: results(app).row_count == 1 and not screen.searching)
             await wait_for(pilot, lambda: str(status.render()).endswith("\n1 model"))
+
+    asyncio.run(scenario())
+
+
+def test_no_results_lists_its_filters_with_the_languages_separator(hub_env):
+    """The zh "no results" line joined its filters with an ASCII ", " (组织 Qwen, 规模 …): 、 in Chinese."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_models(pilot, app)
+            screen.query_state = replace(screen.query_state, owner="Qwen", task="", size_class="small")
+            screen.page = None
+            try:
+                i18n.set_language("zh")
+                chinese = screen._no_results_text()
+            finally:
+                i18n.set_language("en")
+            assert "组织 Qwen、规模" in chinese and ", " not in chinese
+            assert "org Qwen, size" in screen._no_results_text()
 
     asyncio.run(scenario())

@@ -41,7 +41,7 @@ from core.hub.download import human_bytes
 from core.hub.problems import HubProblem
 from core.hub.reachability import HubReachability
 from core.hub.records import HUBS, SIZE_CLASSES, SORTS, ModelDetails, SearchPage, SearchQuery
-from core.i18n import t
+from core.i18n import join_words, t
 from core.text_width import cell_len, truncate
 from core.units import UNKNOWN, format_duration, format_magnitude, plural_key
 from tui.screens.error_modal import report_failed_worker, report_unexpected
@@ -385,7 +385,7 @@ class ModelsScreen(Screen[None]):
             ("owner", q.owner), ("task", q.task),
             ("size", t(f"modelsscreen.size.{q.size_class}") if q.size_class != "any" else "")) if value]
         if active:
-            lines.append(f"• {_plain(t('modelsscreen.no_results_filters', filters=', '.join(active)))}")
+            lines.append(f"• {_plain(t('modelsscreen.no_results_filters', filters=join_words(active)))}")
         lines.append(f"• {_plain(t('modelsscreen.no_results_hint', other=HUB_LABELS[_other_hub(self.hub)]))}")
         return "\n".join(lines)
 
