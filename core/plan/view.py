@@ -142,8 +142,8 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
     hardware = request.hardware
     data = rec.to_json()
     best = data["recommendation"]
-    lines = [ViewLine("title", t("plan.title", model=request.model, hardware=hardware.describe(), goal=request.goal,
-                                 considered=rec.considered))]
+    lines = [ViewLine("title", t("plan.title", model=request.model, hardware=hardware.describe(),
+                                 goal=t(f"plan.goal.{request.goal}"), considered=rec.considered))]
     if rec.best is not None:  # planned from a hub's config.json: the weights are not here, train fetches them
         from core.hub.config_cache import weights_not_here
 

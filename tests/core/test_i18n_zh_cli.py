@@ -10,6 +10,7 @@ import pytest
 from core import i18n
 from core.cli import main
 from core.paths import runs_dir
+from core.plan.request import GOALS
 from core.text_width import cell_len
 from tests.fixtures.watch.run_builder import build_run
 
@@ -94,3 +95,12 @@ def test_models_list_names_a_downloads_status_in_chinese(zh_home, monkeypatch, c
     assert main(["--lang", "zh", "models", "list"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "Qwen2.5-7B-Instruct" in line)
     assert "已中断" in row and "interrupted" not in row, row
+
+
+@pytest.mark.parametrize("goal", GOALS)
+def test_plan_names_its_goal_in_chinese(zh_home, capsys, goal):
+    """plan printed its goal as typed (目标：fastest): the goal's name in Chinese, the value typed after it
+    in parentheses. Hardware: --hardware cpu (the bundled tiny model)."""
+    assert main(["--lang", "zh", "plan", "--model", "tiny", "--hardware", "cpu", "--goal", goal]) == 0
+    title = capsys.readouterr().out.splitlines()[0]
+    assert re.search(rf"目标：[\u4e00-\u9fff]+（{goal}），", title), title
