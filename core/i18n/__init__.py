@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
@@ -37,11 +38,13 @@ def catalogue(language: str) -> dict[str, str]:
 
 
 def language_from_locale() -> str:
-    """The interface language the locale asks for, if we have it, else English."""
+    """The interface language the locale asks for, if we have it, else English. Only the language part
+    counts: zh_CN, zh_TW, zh_HK, zh-Hant and zh_TW.Big5 all get the (Simplified) zh catalogue, as there is
+    no Traditional one."""
     for var in ("LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE"):
         value = os.environ.get(var, "")
         if value:
-            code = value.split(".")[0].split("_")[0].lower()
+            code = re.split(r"[_.@:-]", value, maxsplit=1)[0].lower()
             return code if code in available_languages() else DEFAULT_LANGUAGE
     return DEFAULT_LANGUAGE
 

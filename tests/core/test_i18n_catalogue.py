@@ -106,6 +106,17 @@ def test_locale_picks_chinese(monkeypatch):
     assert i18n.language_from_locale() == "en"
 
 
+@pytest.mark.parametrize("value", ["zh_TW.UTF-8", "zh_HK.UTF-8", "zh_TW.Big5", "zh_SG", "zh-TW", "zh-Hant",
+                                   "zh_TW@euro"])
+def test_every_chinese_locale_gets_the_chinese_catalogue(monkeypatch, value):
+    """Traditional-Chinese locales get the Simplified catalogue (README says so): better than English.
+    A BCP 47 form (zh-TW, zh-Hant, as some terminals set it) was read as the language "zh-tw": English."""
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", value)
+    assert i18n.language_from_locale() == "zh"
+
+
 def _t_calls():
     """(file, line, first argument node, call node) of every ``t(...)`` call in core/ and tui/, and of every
     ``Message(...)`` (a message kept as data, rendered later: the same key and parameter rules apply)."""
