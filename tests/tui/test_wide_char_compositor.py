@@ -12,7 +12,7 @@ import asyncio
 from rich.segment import Segment
 from textual.strip import Strip
 
-from tests.tui.conftest import fake_monitor, quiet_settings, wait_for
+from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
 from tui.app import make_app
 from tui.screens.models import ModelsScreen
 from tui.wide_char_compositor import straddled
@@ -36,9 +36,7 @@ def test_a_toast_over_the_models_divider_keeps_its_chinese_whole():
                 await pilot.pause()
                 rack = app.screen.query_one("Toast")
                 assert rack.region.x < divider < rack.region.right  # the toast does cross the divider
-                strips = app.screen._compositor.render_strips()  # the toast's cells as the screen shows them
-                toasts.append("".join("".join(strip.crop(rack.region.x, rack.region.right).text.replace("▌", "").split())
-                                      for strip in strips[rack.region.y:rack.region.bottom]))
+                toasts.append("".join(screen_text(app).split()))
             for text in toasts:
                 assert "正在后台下载" in text and "已复制到剪贴板" in text and "界面语言已设为中文" in text, text
 
