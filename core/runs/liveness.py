@@ -236,13 +236,20 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
     return status
 
 
+FOREIGN_DEAD_S = 1800.0  # another host's run silent this long (and thrice its stall threshold) is taken for dead
+FOREIGN_DEAD_FACTOR = 3.0
+
+
 def _beating(run: RunDirectory, status: RunStatus, beats: Beats | None) -> bool:
-    """Whether the run's heartbeats (or, before the first, its last status) are recent enough for a live
-    trainer: another host's run that holds no lock seen here is crashed only once they go silent (a container
-    that was replaced has a new host name, and its old run must not stay running for ever)."""
+    """Whether another host's run, holding no lock seen here, may still be alive: its heartbeats (or, before
+    the first, its last status) silent for less than ``FOREIGN_DEAD_S`` and thrice the stall threshold. A
+    stall is what its own host says of it (a long model load, a slow save); from here only a silence far past
+    that is taken for death, and written (a container that was replaced has a new host name, and its old run
+    must not stay running for ever)."""
     from core.runs.heartbeat import find_stall
 
-    return find_stall(run.path, started_at=status.updated_ts, beats=beats) is None
+    stall = find_stall(run.path, started_at=status.updated_ts, beats=beats)
+    return stall is None or stall.silent_s < max(FOREIGN_DEAD_S, FOREIGN_DEAD_FACTOR * stall.threshold_s)
 
 
 def _with_stall(run: RunDirectory, status: RunStatus, supervisor: dict | None = None, beats: Beats | None = None) -> RunStatus:

@@ -650,14 +650,20 @@ def test_runs_and_status_json_say_the_host_a_run_runs_on(home, capsys):
 def test_a_run_of_another_host_gone_silent_with_no_lock_held_is_crashed(home, monkeypatch):
     """The same host check must not keep a dead run running for ever: a container replaced on a rented box
     gets a new host name, so its old run reads as another host's. No lock held anywhere and silent past the
-    stall threshold (``TUNEDECK_STALL_FLOOR_S`` set tiny, a state not a speed): crashed, as any dead run. No GPU."""
+    stall threshold and ``FOREIGN_DEAD_S`` (its last status dated back, a state not a speed): crashed, as any
+    dead run; silent past the stall threshold only (a long load on its host), left as recorded. No GPU."""
     from core.runs.heartbeat import STALL_FLOOR_ENV
+    from core.runs.liveness import FOREIGN_DEAD_S
 
     run = _run(home)
     run.update_record(host="container-before-restart", supervisor={"pid": 2 ** 22 + 1, "start_time": 1.0})
     run.write_status(RUNNING)
     assert effective_status(run).status == RUNNING  # beating as far as its files tell (just written)
     monkeypatch.setenv(STALL_FLOOR_ENV, "0.000001")
+    assert effective_status(run).status == RUNNING  # stalled by the threshold, not silent long enough for dead
+    recorded = json.loads(run.status_path.read_text())
+    recorded["updated_ts"] -= FOREIGN_DEAD_S + 60
+    run.status_path.write_text(json.dumps(recorded))
     assert effective_status(run).status == CRASHED
     assert run.status().status == CRASHED
 
