@@ -223,7 +223,7 @@ def _print_facts(facts: Any, fits: Any) -> None:
         print(t(header, gpu=gpu, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ_LEN))
         for row in fits:
             print(f"  {row.method:<6} {row.peak_gib:7.1f} / {row.capacity_gib:.0f} GiB  "
-                  f"{t('hub.cli.verdict.' + row.verdict, free=row.free_gib or 0.0)}")
+                  f"{t('hub.cli.verdict.' + row.verdict, free=row.free_gib or 0.0, usable=row.usable_gib or 0.0)}")
 
 
 def _config_info(args: argparse.Namespace, name: str, config: dict[str, Any], model: dict[str, Any],

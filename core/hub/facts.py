@@ -71,10 +71,11 @@ class FitRow:
     peak_gib: float
     capacity_gib: float
     # fits | tight | does_not_fit | impossible, against the card; fits_card_not_free: the card, not what other
-    # processes leave free on it now (``free_gib``)
+    # processes leave free on it now (``free_gib``, of which ``usable_gib`` is planned on)
     verdict: str
     reference: bool  # True: computed for REFERENCE_GPU because the box has no GPU
     free_gib: float | None = None  # what other processes leave free on the GPU now; None: they hold none to speak of
+    usable_gib: float | None = None  # of it, what a run may plan on (less the planner's margin), judged against
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -107,5 +108,5 @@ def fit_on_box(config: dict[str, Any], box: HardwareTarget | None, batch: int = 
         if room is not None and verdict in ("fits", "tight") and result.peak_gib > room:
             verdict = "fits_card_not_free"
         rows.append(FitRow(method, spec.name, result.peak_gib, result.capacity_gib, verdict, reference,
-                           None if room is None else free))
+                           None if room is None else free, room))
     return rows

@@ -663,7 +663,8 @@ class ModelsScreen(Screen[None]):
         for row in rows:
             lines.append(t("modelsscreen.fit_row", method=row.method, peak=row.peak_gib,
                            capacity=row.capacity_gib, verdict=t(f"modelsscreen.verdict.{row.verdict}",
-                                                                 free=row.free_gib or 0.0)))
+                                                                 free=row.free_gib or 0.0,
+                                                                 usable=row.usable_gib or 0.0)))
         return lines
 
     def _facts_text(self, details: ModelDetails) -> str:
