@@ -219,7 +219,7 @@ def _logit_bias(value: Any, vocab: int | None) -> tuple[tuple[int, float], ...]:
     pairs = []
     ok = isinstance(value, dict)
     for key, bias in (value.items() if ok else ()):
-        token = int(key) if isinstance(key, str) and key.strip().isdigit() else -1
+        token = int(key) if isinstance(key, str) and key.strip().isdecimal() and key.strip().isascii() else -1
         if token < 0 or (vocab is not None and token >= vocab) or not (
                 _is_number(bias) and -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS):
             ok = False

@@ -97,6 +97,7 @@ TOOL = {"type": "function", "function": {"name": "now", "parameters": {"type": "
     ({"presence_penalty": 2.5}, "presence_penalty"), ({"frequency_penalty": "1"}, "frequency_penalty"),
     ({"logit_bias": {"hello": 1}}, "logit_bias"), ({"logit_bias": {"1": 101}}, "logit_bias"),
     ({"logit_bias": {"99999999": 1}}, "logit_bias"), ({"logit_bias": [1]}, "logit_bias"),
+    ({"logit_bias": {"\u00b2": 1}}, "logit_bias"),  # a digit to str.isdigit, not to int()
 ])
 def test_what_the_server_cannot_honour_is_a_400_naming_the_param(served, body, param):  # noqa: F811
     url, _loaded = served
