@@ -130,19 +130,22 @@ def test_status_and_stop_of_a_server_that_ended_unstopped_say_so_with_its_log(tm
     assert proc.returncode == 0 and proc.stderr.strip() == f"no server is running for {run_id}", proc.stderr
 
 
-def test_a_server_stopped_while_it_starts_is_stopped_and_its_starter_says_so(lora_run, monkeypatch):
+def test_a_server_stopped_while_it_starts_is_stopped_and_its_starter_says_so(lora_run, monkeypatch, tmp_path):
     """`serve --stop` (or the app's k) while our server started, before it took its lock (Python starting,
     its imports), said "no server is running" and did nothing: the server went on to serve. Stopped later
     while it loaded, the `serve` (or the app's panel) waiting for it said it had failed to start, with its
     log. Now a starting server is found by the pid and start time start_server records, and the starter
-    says it was stopped. The server here waits 3 s before it starts (a slow import), the real one then."""
+    says it was stopped. The server here waits, before it starts (a slow import), for a file that never comes:
+    it is still starting when the stop arrives, however slow the box (a state, not a speed)."""
     import time
 
     from core.lifecycle import serve
 
     _home, run = lora_run
     real_command = serve._backend_command
-    slow = ("import runpy, sys, time; time.sleep(3); sys.argv = ['server'] + sys.argv[1:]; "
+    gate = tmp_path / "never-created"
+    slow = (f"import os, runpy, sys, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
+            "sys.argv = ['server'] + sys.argv[1:]; "
             "runpy.run_module('core.lifecycle.server', run_name='__main__', alter_sys=True)")
     monkeypatch.setattr(serve, "_backend_command",
                         lambda *args, **kwargs: [sys.executable, "-c", slow, *real_command(*args, **kwargs)[3:]])

@@ -210,18 +210,21 @@ def _flat(app) -> str:
     return " ".join(" ".join(line.strip(" │") for line in screen_text(app).splitlines()).split())
 
 
-def test_k_while_the_server_starts_stops_it_and_the_panel_says_stopped_not_failed(finished, monkeypatch):
+def test_k_while_the_server_starts_stops_it_and_the_panel_says_stopped_not_failed(finished, monkeypatch, tmp_path):
     """k on the serve panel while the server started (before it took its lock: Python starting, its
     imports) said "no server is running" and the server went on to serve; k while it loaded stopped it, and
     the panel then said it had failed to start, with its log, in red and in an error note. The server here
-    waits 2 s before it starts (a slow import), then loads the run as the real one does. CPU only."""
+    waits, before it starts (a slow import), for a file that never comes: still starting when k arrives,
+    however slow the box (a state, not a speed). CPU only."""
     import sys
 
     from core.lifecycle import serve
 
     _home, run_id = finished
     real_command = serve._backend_command
-    slow = ("import runpy, sys, time; time.sleep(2); sys.argv = ['server'] + sys.argv[1:]; "
+    gate = tmp_path / "never-created"
+    slow = (f"import os, runpy, sys, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
+            "sys.argv = ['server'] + sys.argv[1:]; "
             "runpy.run_module('core.lifecycle.server', run_name='__main__', alter_sys=True)")
     monkeypatch.setattr(serve, "_backend_command",
                         lambda *args, **kwargs: [sys.executable, "-c", slow, *real_command(*args, **kwargs)[3:]])
