@@ -92,6 +92,10 @@ def test_readers_work_on_a_full_disk_and_train_refuses_leaving_nothing(tmp_path)
     home = tmp_path / "home"
     with tmpfs(home):
         _build_runs(home)
+        # a checkpoint for resume to go on from (marked complete): else it is refused for want of one, first
+        kept = home / "runs" / DEAD / "checkpoints" / "checkpoint-200"
+        kept.mkdir(parents=True)
+        (kept / "COMPLETE").write_text("")
         ballast = fill(home)
         assert free(home) == 0
         cli = Cli(home)
