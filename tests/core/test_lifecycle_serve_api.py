@@ -27,14 +27,19 @@ def served(tmp_path_factory):
         assert stopped.returncode == 0, stopped.stderr
 
 
-def _post(url: str, **body) -> tuple[int, dict]:
-    request = urllib.request.Request(url + "/chat/completions", data=json.dumps(body).encode(),
+def api_call(url: str, path: str, body: dict) -> tuple[int, dict]:
+    """POST ``body`` to the server's ``path`` (under /v1): the status and the JSON answer, an error's too."""
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
+
+
+def _post(url: str, **body) -> tuple[int, dict]:
+    return api_call(url, "/chat/completions", body)
 
 
 def _ask(prompt: str = "Hi") -> list[dict[str, str]]:

@@ -7,23 +7,14 @@ numbers are log_softmax of the model's logits, computed here."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-
 import pytest
 
+from tests.core.test_lifecycle_serve_api import api_call
 from tests.core.test_lifecycle_serve_logprobs import _expected, served  # noqa: F401 - the module's server
 
 
 def _chat(url: str, **body) -> tuple[int, dict]:
-    request = urllib.request.Request(url + "/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    return api_call(url, "/chat/completions", body)
 
 
 MESSAGES = [{"role": "user", "content": "Say something"}]

@@ -8,14 +8,12 @@ model's own logits, computed here."""
 
 from __future__ import annotations
 
-import json
 import math
 import threading
-import urllib.error
-import urllib.request
 
 import pytest
 
+from tests.core.test_lifecycle_serve_api import api_call
 from tests.core.test_lifecycle_serve_template import tiny_model_with_template
 
 
@@ -41,13 +39,7 @@ def served(tmp_path_factory):
 
 
 def _post(url: str, **body) -> tuple[int, dict]:
-    request = urllib.request.Request(url + "/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    return api_call(url, "/completions", body)
 
 
 def _expected(loaded, ids: list[int]):
