@@ -140,15 +140,10 @@ def test_a_server_stopped_while_it_starts_is_stopped_and_its_starter_says_so(lor
     import time
 
     from core.lifecycle import serve
+    from tests.fixtures.lifecycle.serving import hold_server_before_start
 
     _home, run = lora_run
-    real_command = serve._backend_command
-    gate = tmp_path / "never-created"
-    slow = (f"import os, runpy, sys, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
-            "sys.argv = ['server'] + sys.argv[1:]; "
-            "runpy.run_module('core.lifecycle.server', run_name='__main__', alter_sys=True)")
-    monkeypatch.setattr(serve, "_backend_command",
-                        lambda *args, **kwargs: [sys.executable, "-c", slow, *real_command(*args, **kwargs)[3:]])
+    hold_server_before_start(monkeypatch, tmp_path / "never-created")
     outcome: list[BaseException | object] = []
 
     def start() -> None:

@@ -216,18 +216,12 @@ def test_k_while_the_server_starts_stops_it_and_the_panel_says_stopped_not_faile
     the panel then said it had failed to start, with its log, in red and in an error note. The server here
     waits, before it starts (a slow import), for a file that never comes: still starting when k arrives,
     however slow the box (a state, not a speed). CPU only."""
-    import sys
 
     from core.lifecycle import serve
+    from tests.fixtures.lifecycle.serving import hold_server_before_start
 
     _home, run_id = finished
-    real_command = serve._backend_command
-    gate = tmp_path / "never-created"
-    slow = (f"import os, runpy, sys, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
-            "sys.argv = ['server'] + sys.argv[1:]; "
-            "runpy.run_module('core.lifecycle.server', run_name='__main__', alter_sys=True)")
-    monkeypatch.setattr(serve, "_backend_command",
-                        lambda *args, **kwargs: [sys.executable, "-c", slow, *real_command(*args, **kwargs)[3:]])
+    hold_server_before_start(monkeypatch, tmp_path / "never-created")
 
     async def scenario() -> None:
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
