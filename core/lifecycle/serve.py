@@ -3,7 +3,8 @@
 A server is filed under its id: a run's under the run id, a ``--model-dir`` folder's under the folder's
 name, which is also the model id it serves (``model_dir_id``). State lives in ``data_root()/serve/<id>/``
 (0700): ``state.json`` (pid, host, port, url, backend,
-status), ``lock`` (flock'ed by our own server for its whole life) and ``server.log``. The server runs in
+status; every writer changes it through ``serve_record.update_state``, under ``state.lock``), ``lock``
+(flock'ed by our own server for its whole life) and ``server.log``. The server runs in
 its own session, so it survives the SSH session and the app that started it. Backends: vLLM or LMDeploy
 when installed (they serve the merged model), otherwise ``core.lifecycle.server``.
 """
@@ -109,11 +110,9 @@ def recorded_server_id(ref: str) -> str | None:
 
 
 def _read_state(directory: Path) -> dict[str, Any]:
-    try:
-        value = json.loads((directory / "state.json").read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+    from core.lifecycle.serve_record import read_state
+
+    return read_state(directory)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -343,8 +342,8 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     A host that is not a loopback address is warned about in the server's log, and to ``warn`` (the CLI's
     stderr) once every refusal has been looked for: a host refused (not this machine's, its port taken) or a
     run that cannot be served is said alone, not after a warning about a server that never starts."""
-    from core.atomic_file import write_json_atomic
     from core.i18n import t
+    from core.lifecycle.serve_record import update_state, write_fresh_state
 
     api_key = os.environ.get("TUNEDECK_API_KEY") if api_key is None else api_key  # "" = no key
     api_key = api_key or None
@@ -380,8 +379,8 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     if chosen != "transformers" and port == 0:
         port = free_port(host)
     step = {} if source is None else {"step": source.step}  # our server writes the step it loads itself
-    write_json_atomic(directory / "state.json", {"status": "starting", "backend": chosen, "host": host,
-                                                 "port": port, **what, **step, "started": time.time()})
+    write_fresh_state(directory, {"status": "starting", "backend": chosen, "host": host, "port": port, **what,
+                                  **step, "started": time.time()})
     log_path = directory / "server.log"
     cmd = _backend_command(chosen, run, key, directory, host, port, checkpoint, model_dir, api_key,
                            max_body_bytes)
@@ -402,13 +401,11 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     if chosen == "transformers":  # found alive while it starts, before it takes its lock (_starting)
         from core.runs.liveness import process_start_time
 
-        write_json_atomic(directory / "state.json", {**_read_state(directory), "pid": proc.pid,
-                                                     "pid_start": process_start_time(proc.pid)})
+        update_state(directory, pid=proc.pid, pid_start=process_start_time(proc.pid))
     else:
         scheme_host = f"[{host}]" if ":" in host else host
-        write_json_atomic(directory / "state.json", {**_read_state(directory), "pid": proc.pid,
-                                                     "url": f"http://{scheme_host}:{port}/v1", "status": "loading",
-                                                     "auth": bool(api_key)})
+        update_state(directory, pid=proc.pid, url=f"http://{scheme_host}:{port}/v1", status="loading",
+                     auth=bool(api_key))
     state = _await_ready(key, timeout, cancelled, proc)
     if state is not None and run is not None:
         run.record_event("serve_started", url=state.url, pid=state.pid, backend=chosen, auth=bool(api_key),
@@ -448,8 +445,8 @@ def _await_ready(run_id: str, timeout: float, cancelled: Callable[[], bool] | No
     Our transformers server writes "ready" itself once its model is loaded (its /v1/models may answer
     before); a vLLM/LMDeploy server cannot, so for those an answer to /v1/models is what ready means, and
     whoever sees it first (the starter, or an app that found the server later) records it."""
-    from core.atomic_file import write_json_atomic
     from core.i18n import t
+    from core.lifecycle.serve_record import update_state
 
     directory = serve_dir(run_id)
     deadline = time.monotonic() + timeout
@@ -468,7 +465,10 @@ def _await_ready(run_id: str, timeout: float, cancelled: Callable[[], bool] | No
         if (state is not None and state.url and (state.status == "ready" or state.backend != "transformers")
                 and health(state.url)):
             if state.status != "ready":
-                write_json_atomic(directory / "state.json", {**_read_state(directory), "status": "ready"})
+                # under the state lock, and never over a stop said meanwhile: a server stopped as it came up
+                # is stopped, not started
+                if update_state(directory, status="ready").get("status") == "stopped":
+                    raise ServeStopped(t("lifecycle.serve_stopped_while_starting", run=run_id))
                 state = replace(state, status="ready")
             return state
         time.sleep(0.25)
@@ -516,14 +516,14 @@ def stop_server(run_id: str) -> bool:
 def stop_server_state(run_id: str) -> ServerState | None:
     """``stop_server``, returning the server it stopped as it was (its url, pid), None if none was running:
     for a caller that says which server it stopped, without a second look before the stop."""
-    from core.atomic_file import write_json_atomic
+    from core.lifecycle.serve_record import update_state
 
     state = server_state(run_id)
     if state is not None:
-        directory = serve_dir(run_id)
-        # said before the signal: whoever waits for it to be ready (start_server) then knows it was stopped,
-        # not that it failed to start
-        write_json_atomic(directory / "state.json", {**_read_state(directory), "status": "stopped"})
+        # said before the signal, under the state lock and for good (a "ready" the server writes after it is
+        # no longer applied): whoever waits for it to be ready (start_server) then knows it was stopped, not
+        # that it failed to start
+        update_state(serve_dir(run_id), status="stopped")
         _terminate(state.pid)
     run_path = read_server_record(run_id).get("run")
     if run_path and not Path(str(run_path)).exists():

@@ -824,15 +824,11 @@ def _usage(outcomes: list[Any]) -> dict[str, int]:
 
 
 def _write_state(state_dir: Path, **values: Any) -> None:
-    from core.atomic_file import write_json_atomic
+    """Merge ``values`` into the server's record, as every writer of it does (``serve_record``): under its
+    lock, and never over a stop said meanwhile."""
+    from core.lifecycle.serve_record import update_state
 
-    path = state_dir / "state.json"
-    try:
-        current = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        current = {}
-    current.update(values)
-    write_json_atomic(path, current)
+    update_state(state_dir, **values)
 
 
 def main(argv: list[str] | None = None) -> int:

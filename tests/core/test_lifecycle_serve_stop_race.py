@@ -1,0 +1,136 @@
+"""A stop that lands between a server's coming up and its "ready" record: the record says "stopped" for good
+and whoever waits for the server says it was stopped, not that it started or failed to. Real processes
+(the tiny LoRA run's own server, a stand-in vLLM) held at states (gate files), never raced by speed; CPU
+only, no GPU assumed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def _wait_for(condition, what: str, ceiling: float = 120.0) -> None:
+    """Poll ``condition`` until it holds; ``ceiling`` is a generous bound for a state to come, not a speed."""
+    deadline = time.monotonic() + ceiling
+    while not condition():
+        assert time.monotonic() < deadline, f"never came: {what}"
+        time.sleep(0.05)
+
+
+def test_our_server_stopped_as_it_writes_ready_stays_stopped_and_its_starter_says_stopped(lora_run, monkeypatch,
+                                                                                        tmp_path):
+    """`serve --stop` (the app's k) wrote "stopped", then our server, its model loaded, wrote "ready" over it:
+    for that moment `serve --status` and the app showed a ready server that was being stopped, and a
+    starter could be told it started. Here the server is held just before its "ready" write until the stop
+    has said "stopped", then writes, then is held again: the record still says stopped, no server is found,
+    and the starter ends with ServeStopped."""
+    from core.lifecycle import serve
+    from tests.fixtures.lifecycle.serving import hold_server_around_ready
+
+    _home, run = lora_run
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    hold_server_around_ready(monkeypatch, gates)
+    outcome: list[BaseException | object] = []
+
+    def start() -> None:
+        try:
+            outcome.append(serve.start_server(run, timeout=300))
+        except BaseException as exc:  # noqa: BLE001 - the test looks at which
+            outcome.append(exc)
+
+    starter = threading.Thread(target=start)
+    stopper = threading.Thread(target=serve.stop_server, args=(run.id,))
+    starter.start()
+    try:
+        _wait_for(lambda: (gates / "held").exists() or bool(outcome), "the server at its ready write", 300)
+        assert not outcome, outcome
+        pid = serve.read_server_record(run.id)["pid"]
+        stopper.start()
+        _wait_for(lambda: serve.read_server_record(run.id).get("status") == "stopped", "the stop's record")
+        (gates / "write").touch()
+        # the stop's grace before SIGKILL (15 s) bounds this wait; the write itself is a moment
+        _wait_for(lambda: (gates / "wrote").exists(), "the server's ready write", 15)
+        record = serve.read_server_record(run.id)
+        assert record["status"] == "stopped", record
+        assert record.get("url"), record  # the rest of the server's write landed: only the status was kept
+        assert serve.server_state(run.id) is None
+        (gates / "go").touch()
+        stopper.join(timeout=120)
+        starter.join(timeout=120)
+        assert len(outcome) == 1 and isinstance(outcome[0], serve.ServeStopped), outcome
+        assert serve.read_server_record(run.id)["status"] == "stopped" and not serve._pid_alive(pid)
+    finally:  # whatever failed, no server of this test outlives it
+        for name in ("write", "go"):
+            (gates / name).touch()
+        serve.stop_server(run.id)
+        if stopper.is_alive() or stopper.ident:
+            stopper.join(timeout=120)
+        starter.join(timeout=120)
+
+
+STAND_IN = r"""
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from core.lifecycle.serve_record import update_state
+
+state_dir, ready_file = Path(sys.argv[1]), Path(sys.argv[2])
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        # the stop lands between the waiter's look and its answer: "stopped" written as `serve --stop`
+        # writes it before its signal, then the answer that the server is up, then the end the signal brings
+        update_state(state_dir, status="stopped")
+        body = json.dumps({"data": [{"id": "run"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.server.done = True
+
+    def log_message(self, *args):
+        pass
+
+httpd = HTTPServer(("127.0.0.1", 0), Handler)
+httpd.done = False
+ready_file.write_text(str(httpd.server_address[1]))
+while not httpd.done:
+    httpd.handle_request()
+"""
+
+
+def test_a_waiter_that_sees_a_vllm_server_answer_as_it_is_stopped_says_stopped_not_started(tmp_path, monkeypatch):
+    """A vLLM server has no "ready" of its own: whoever waits for it writes "ready" once /v1/models answers.
+    A stop between that answer and that write was overwritten: the wait returned the server as started and
+    the record said "ready" for a server that was gone. The stand-in vLLM here (a real process) writes the
+    stop itself at the moment it answers, then ends."""
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    from core.lifecycle import serve
+    from core.lifecycle.serve_record import write_fresh_state
+
+    run_id = "20261207-0100-vllm"
+    directory = serve.serve_dir(run_id)
+    ready = tmp_path / "port"
+    proc = subprocess.Popen([sys.executable, "-c", STAND_IN, str(directory), str(ready)],
+                            cwd=str(Path(__file__).resolve().parents[2]), start_new_session=True)
+    try:
+        _wait_for(lambda: ready.exists() and ready.read_text().strip() != "", "the stand-in's port")
+        port = int(ready.read_text())
+        write_fresh_state(directory, {"status": "loading", "backend": "vllm", "host": "127.0.0.1", "port": port,
+                                      "pid": proc.pid, "url": f"http://127.0.0.1:{port}/v1"})
+        try:
+            state = serve.wait_until_ready(run_id, timeout=120)
+        except serve.ServeStopped as exc:
+            assert "was stopped before it was ready" in str(exc)
+        else:
+            raise AssertionError(f"a stopped server was reported started: {state}")
+        record = json.loads((directory / "state.json").read_text(encoding="utf-8"))
+        assert record["status"] == "stopped", record
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
