@@ -14,7 +14,9 @@ Exit codes (kept as the commands always gave them):
 * ``1``   ``EXIT_FAILED``: doing it failed (a run, a merge, a probe, a full disk), or the data has problems
   (``data check``'s verdict).
 * ``2``   ``EXIT_USAGE``: the request itself is wrong: an option, a config, a dataset path, a plan the box
-  cannot hold, a run or directory that is not there, the settings file. Also argparse's own.
+  cannot hold, a run or directory that is not there, the settings file, a run with nothing to load (no
+  complete checkpoint: ``merge``, ``chat``, ``evaluate``, ``export``, ``serve`` and ``resume`` alike). Also
+  argparse's own.
 * ``3``   ``EXIT_HUB``: the hub did not answer, refused or failed a download (``plan`` also exits 3
   when no plan fits: a verdict, not an error).
 * ``4``   ``EXIT_CANCELLED``: a download that was cancelled (a return value, not an error).

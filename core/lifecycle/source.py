@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import TunedeckError
+from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import Message
 from core.runs.checkpoints import COMPLETE_MARKER
 from core.runs.run_dir import RunDirectory
@@ -27,6 +27,13 @@ log = logging.getLogger("tunedeck.lifecycle")
 
 class LifecycleError(TunedeckError):
     """A run that cannot be merged / chatted with / served as asked; the message says what to do."""
+
+
+class NoCheckpoint(LifecycleError):
+    """The run has no complete checkpoint: there is nothing to merge, chat with, evaluate, export or serve.
+    A request that cannot be (exit 2), as ``resume`` of such a run says, not a failure of doing it (1)."""
+
+    exit_code = EXIT_USAGE
 
 
 class OutputExists(LifecycleError):
@@ -137,7 +144,7 @@ def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> Mo
         raise LifecycleError(t("lifecycle.not_a_run", path=str(run.path)))
     complete = run.checkpoints(complete_only=True)
     if not complete:
-        raise LifecycleError(no_checkpoint_message(run))
+        raise NoCheckpoint(no_checkpoint_message(run))
     if checkpoint is None:
         chosen = run.last_sound_checkpoint() or complete[-1]
         if chosen.step != complete[-1].step:

@@ -84,7 +84,7 @@ def test_domain_errors_keep_the_builtin_base_they_were_caught_by(qualified, buil
 def test_exit_codes_by_domain():
     from core.config import ConfigError
     from core.hub.errors import HubUnavailableError
-    from core.lifecycle.source import LifecycleError
+    from core.lifecycle.source import LifecycleError, NoCheckpoint
     from core.runs.errors import RunError
     from core.runs.listing import RunNotFound
     from core.settings import SettingsError
@@ -94,6 +94,7 @@ def test_exit_codes_by_domain():
     assert SettingsError("x").exit_code == EXIT_USAGE
     assert HubUnavailableError("x").exit_code == EXIT_HUB
     assert LifecycleError("x").exit_code == 1
+    assert NoCheckpoint("x").exit_code == EXIT_USAGE  # nothing to merge/serve …: as resume says (2)
     assert RunError("x").exit_code == 1 and RunError("x", 2).code == 2  # ``code`` stays its older name
     assert CliError("x", 2).exit_code == 2 and CliError("x").code == 1
     assert issubclass(CliError, TunedeckError) and cli.CliError is CliError  # still importable from core.cli

@@ -26,7 +26,8 @@ def test_advice_for_a_run_without_checkpoint_fits_whether_it_is_live_or_ended(tm
     """A run stopped before its first checkpoint was told "wait until it saves one (save_steps) or resume
     it" by merge, chat, evaluate, export and serve; a resume then said there is no checkpoint to resume
     from. A live run is told to wait for save_steps; an ended one, that there is nothing to load nor to
-    resume, and the command that starts it anew (its own config.yaml, which that command accepts)."""
+    resume, and the command that starts it anew (its own config.yaml, which that command accepts). All of them
+    exit 2, a request that cannot be, as resume did (the others exited 1, as for a merge that failed)."""
     home = tmp_path / "home"
     config = write_config(tmp_path / "run.yaml", write_dataset(tmp_path / "data.jsonl"), method="lora",
                           max_steps=3000, save_steps=1000)
@@ -38,7 +39,7 @@ def test_advice_for_a_run_without_checkpoint_fits_whether_it_is_live_or_ended(tm
         assert time.monotonic() < deadline and effective_status(run).active, run.log_path.read_text()[-2000:]
         time.sleep(0.2)
     live = _tunedeck(home, "merge", run.id)
-    assert live.returncode == 1, live.stderr
+    assert live.returncode == 2, live.stderr  # nothing to merge: a request that cannot be, as resume says
     assert live.stderr == f"tunedeck: run {run.id} has no complete checkpoint yet (it is running); wait until " \
                           "it saves one (save_steps)\n", live.stderr
 
@@ -48,7 +49,7 @@ def test_advice_for_a_run_without_checkpoint_fits_whether_it_is_live_or_ended(tm
              f"and nothing to resume from; start it anew with 'tunedeck train {run.config_path}'\n")
     for command in ("merge", "chat", "evaluate", "export", "serve"):
         proc = _tunedeck(home, command, run.id)
-        assert proc.returncode == 1 and proc.stderr == ended, (command, proc.returncode, proc.stderr[-2000:])
+        assert proc.returncode == 2 and proc.stderr == ended, (command, proc.returncode, proc.stderr[-2000:])
     resumed = _tunedeck(home, "resume", run.id)
     assert resumed.returncode == 2 and "no complete checkpoint" in resumed.stderr, resumed.stderr  # a user error
     assert resumed.stderr.rstrip().endswith(f"start it anew with 'tunedeck train {run.config_path}'"), resumed.stderr

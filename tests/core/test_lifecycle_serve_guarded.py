@@ -194,7 +194,7 @@ def test_serve_refuses_a_bad_port_checkpoint_or_run_in_one_line_before_starting_
             assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     shutil.rmtree(run.checkpoints_dir)
     proc = tunedeck(home, "serve", run.id)
-    assert proc.returncode == 1 and "ended (finished) without a complete checkpoint" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "ended (finished) without a complete checkpoint" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (serve_dir(run.id) / "state.json").exists()  # nothing was started
 
