@@ -238,17 +238,20 @@ def _being_resumed(run: RunDirectory, status: RunStatus) -> bool:
 
 def refuse_unresumable(run: RunDirectory) -> Any:
     """The run's status, if its state allows a resume and its run.json reads; else ``RunControlError``
-    (active, finished, a run.json that does not read). Reads only: the first thing a resume says."""
+    (active, finished, a run.json that does not read, a run of another host). Reads only: the first thing a resume says."""
     status = effective_status(run)
     if status.status in ACTIVE_STATES:
         key = "runs.resume_in_progress" if _being_resumed(run, status) else "runs.resume_running"
         raise RunControlError(t(key, id=run.id, status=state_label(status.status)))
     if status.status == FINISHED:
         raise RunControlError(t("runs.resume_finished", id=run.id))
-    unreadable = run.read_launch_record()[1]
+    record, unreadable = run.read_launch_record()
     if unreadable:  # before anything is written: its GPUs unknown, the new attempt would train on the CPU
         raise RunControlError(t("runs.resume_record_unreadable", id=run.id, path=str(run.record_path),
                                 reason=unreadable))
+    host = foreign_host(record)
+    if host is not None:  # its GPUs are another box's numbering: a trainer here would take this box's ones
+        raise RunControlError(t("runs.resume_other_host", id=run.id, host=host), 2)
     if not run.checkpoints(complete_only=True) and not never_trained(run):  # said alone, not after warnings
         # about a resume that cannot be (one that never trained starts again from step 0: prepare_resume)
         raise RunControlError(t("runs.resume_no_checkpoint", id=run.id, path=str(run.checkpoints_dir),

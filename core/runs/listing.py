@@ -15,7 +15,7 @@ from core.paths import runs_dir
 from core.runs.gpus import run_physical_gpus
 from core.runs.heartbeat import last_sign_of_life, read_beats
 from core.runs.launch import PROBE_COMMAND
-from core.runs.liveness import effective_status, never_trained, stalled_step
+from core.runs.liveness import effective_status, foreign_host, never_trained, stalled_step
 from core.runs.run_dir import FINISHED, STALLED, RunDirectory, utc_iso
 from core.runs.states import ETA_STATES, TERMINAL_STATES, can_resume
 from core.watch.figures import steady_tokens_per_s
@@ -91,11 +91,17 @@ def ended_with_checkpoint(run: RunDirectory, status: str) -> bool:
     return status in TERMINAL_STATES and run.last_complete_checkpoint() is not None
 
 
-def offers_resume(run: RunDirectory, status: str) -> bool:
+def offers_resume(run: RunDirectory, status: str, record: dict[str, Any] | None = None) -> bool:
     """Whether a resume is offered (the Runs list and the dashboard's resume key): the run ended short
     (stopped, failed, crashed) with a complete checkpoint to go on from, or before its first training step
-    (``never_trained``: the resume starts it again from step 0)."""
-    return can_resume(status) and (run.last_complete_checkpoint() is not None or never_trained(run))
+    (``never_trained``: the resume starts it again from step 0), and it is this host's: another host's run
+    (``foreign_host``: a data root shared between nodes) trains on that host's GPUs, and its resume here is
+    refused (``refuse_unresumable``). ``record``: the run's run.json when the caller has read it."""
+    if not can_resume(status):
+        return False
+    if foreign_host(run.read_record()[0] if record is None else record) is not None:
+        return False
+    return run.last_complete_checkpoint() is not None or never_trained(run)
 
 
 def steady_rate(run: RunDirectory, metrics: dict[str, Any]) -> float | None:
@@ -152,7 +158,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         name=str(config.get("name", "") or ""),
         updated=status.updated,
         has_checkpoint=ended_with_checkpoint(run, status.status),
-        resumable=offers_resume(run, status.status),
+        resumable=offers_resume(run, status.status, record),
         record_error=unreadable or None,
         last_alive=None if alive is None else utc_iso(alive),  # as created and updated
         silent_s=None if alive is None else round(max(0.0, time.time() - alive), 1),

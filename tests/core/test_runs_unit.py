@@ -628,6 +628,28 @@ def test_a_run_of_another_host_is_neither_called_crashed_nor_signalled_from_here
     assert run.status().status == RUNNING
 
 
+def test_a_stopped_run_of_another_host_is_not_offered_nor_resumed_here(home, capsys):
+    """A data root shared between nodes: a run that node-b stopped, with a checkpoint (or ended before its
+    first step), was offered a resume here (the Runs list's and dashboard's u, ``resumable`` in runs --json),
+    and the resume started a trainer on this box with node-b's GPU numbers from its run.json. Now it is not
+    offered and ``tunedeck resume`` refuses (exit 2, nothing written), saying where to resume it. No GPU."""
+    from core import cli
+    from core.i18n import Message
+    from core.runs.listing import summarize
+
+    run = _run(home)
+    run.update_record(host="node-b", supervisor={"pid": 2 ** 22 + 1, "start_time": 1.0})
+    run.write_status(STOPPED, Message("train.stopped_before_start"))  # resumable from step 0 on its host
+    assert not summarize(run).resumable
+    before = (run.status().status, run.record().get("resumes"))
+    assert cli.main(["resume", run.id]) == 2
+    err = capsys.readouterr().err
+    assert f"run {run.id} ran on host node-b" in err and f"ssh node-b tunedeck resume {run.id}" in err, err
+    assert (run.status().status, run.record().get("resumes")) == before  # nothing changed
+    run.update_record(host=None)
+    assert summarize(run).resumable  # this host's own: offered, as before
+
+
 def test_runs_and_status_json_say_the_host_a_run_runs_on(home, capsys):
     """A data root shared between nodes: ``status`` said a run is on host node-b, ``stop`` refused for it,
     but ``status --json`` and ``runs --json`` had no key for its host (only the supervisor's, in status, and

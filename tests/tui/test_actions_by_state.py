@@ -114,6 +114,41 @@ def test_stop_is_not_offered_on_a_run_of_another_host():
     run(scenario())
 
 
+def test_resume_is_not_offered_on_a_stopped_run_of_another_host():
+    """A data root shared between nodes: a run node-b stopped, with a checkpoint. The dashboard and the Runs
+    list offered u, and its resume would train here on node-b's GPU numbers (``tunedeck resume`` now
+    refuses it, saying to resume it on node-b). Now neither offers it (footer, help, palette) and a press
+    does nothing; what runs here on its files (merge, chat …) stays offered. Box: the two H200s of
+    h200x2.json (fake monitor); no process of the run here."""
+    import json
+
+    path = build_run(runs_dir(), "20261129-2100-remote", status="stopped", steps=40)
+    add_checkpoint(path, 40)
+    record = json.loads((path / "run.json").read_text())
+    (path / "run.json").write_text(json.dumps({**record, "host": "node-b"}))
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_dashboard(pilot, app, "stopped")
+            # the run's status read: its checkpoint offers merge (the same read says whether resume is)
+            await wait_for(pilot, lambda: "M" in offered(app)["footer"])
+            assert not any(keys & {"u"} for keys in offered(app).values()), offered(app)
+            app.clear_notifications()
+            await pilot.press("u")
+            await pilot.pause()
+            assert app.screen is screen and not notes(app)
+            runs = await open_runs(pilot, app)
+            await wait_for(pilot, lambda: runs.selected() is not None)
+            assert runs.selected().host == "node-b" and runs.selected().has_checkpoint
+            assert not runs.check_action("resume", ()) and "u" not in footer_keys(app)
+            await pilot.press("u")
+            await pilot.pause()
+            assert app.screen is runs and not notes(app)
+
+    run(scenario())
+
+
 RUN_KEYS = {"k": "dashboard.key.stop", "u": "dashboard.key.resume", "M": "lifecycle.key.merge",
             "a": "lifecycle.key.chat", "v": "lifecycle.key.serve", "E": "lifecycle.key.evaluate",
             "X": "lifecycle.key.export"}
