@@ -25,11 +25,13 @@ from core.settings import MIN_POLL_INTERVAL_S, Settings, save_settings
 from themes import DEFAULT_THEME, THEMES
 from tui.gpu_poll import HISTORY_SAMPLES, IDLE_POLL_S, GpuPolled, GpuPollFailed, SnapshotReady
 from tui.screens.help import HelpScreen
+from tui.wide_char_compositor import apply as keep_wide_characters_whole
 from tui.wide_char_wrap import apply as wrap_between_wide_characters
 from tui.widgets.burst_typing import hand_on_to_focused_input
 from tui.widgets.keys_footer import field_focused, is_typed_key, key_name, survives_ssh, typing
 
 wrap_between_wide_characters()  # Chinese wrapped inside Latin words: 模型浏览器（Ctr / l+P，模型）
+keep_wide_characters_whole()  # a toast's 正在后台下载 lost 台 where it crossed a divider (Textualize/textual#6357)
 
 SECTIONS = ("gpus", "models", "wizard", "runs")
 

@@ -386,6 +386,121 @@ def test_zh_section_footers_fit_80_columns_with_help():
     run(scenario())
 
 
+# --- a toast's Chinese over the edges of the widgets behind it (Textualize/textual#6357) ---------------
+# Textual cut every line at every widget's edge, those behind a toast included, and a two-cell character
+# across such a cut became two spaces: over the Models screen's divider 正在后台下载 read 正在后  下载.
+# Fake GPUs: the h200x2 recording; the hub is conftest's closed port (the offline message beside the details).
+import re  # noqa: E402
+
+from textual._compositor import ChopsUpdate  # noqa: E402
+from textual.geometry import Region  # noqa: E402
+
+TOAST_MODEL = "Qwen/Qwen2.5-7B-Instruct"  # puts 台 of 正在后台下载 across the Models screen's divider at 80x24
+
+
+async def toast_over_the_models_divider(pilot, app):
+    """Show the download toast on the Models screen; the rows of the screen where a cut halves one of its
+    wide characters (the test is void without one)."""
+    from core.i18n import t
+
+    await pilot.press("m")
+    await wait_for(pilot, lambda: "无法连接" in region_text(app, message_box(app)))
+    app.notify(t("modelsscreen.download_started", model=TOAST_MODEL), timeout=60)
+    await wait_for(pilot, lambda: len(app.screen.query("Toast")) == 1
+                   and app.screen.query_one("Toast").region.width > 0, timeout=10)
+    await pilot.pause()
+    toast = app.screen.query_one("Toast").region
+    compositor = app.screen._compositor
+    cells = screen_cells(app.screen.query_one("Toast").render_lines(Region(0, 0, *toast.size)))  # its own
+    crossed = [(y, cut) for y in toast.line_range for cut in compositor.cuts[y]
+               if toast.x < cut < toast.right and cells[y - toast.y][cut - toast.x] == ""]
+    assert crossed, "no wide character of the toast lies across an edge behind it: the scenario tests nothing"
+    return toast, crossed
+
+
+def test_a_toast_over_the_models_divider_keeps_its_chinese_whole():
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:
+            toast, _ = await toast_over_the_models_divider(pilot, app)
+            strips = app.screen._compositor.render_strips()
+            shown = "".join(unspaced(strip.crop(toast.x, toast.right).text.replace("▌", ""))
+                            for strip in strips[toast.y:toast.bottom])
+            assert f"正在后台下载{TOAST_MODEL}" in shown, shown  # the footer's row may follow it
+
+    run(scenario())
+
+
+_MOVE = re.compile(r"\x1b\[(\d+);(\d+)H")
+_STYLE = re.compile(r"\x1b\[[0-9;]*m|\x1b\]8;[^\x1b]*\x1b\\")
+
+
+def screen_cells(strips) -> list[list[str]]:
+    """A screen's cells: a wide character in its first, "" in its second."""
+    rows = []
+    for strip in strips:
+        row = []
+        for char in strip.text:
+            row += [char, ""] if cell_len(char) == 2 else [char]
+        rows.append(row)
+    return rows
+
+
+def write_to(cells: list[list[str]], output: str) -> None:
+    """What a terminal does with ``output`` (cursor moves and text; styles and links dropped)."""
+    x = y = 0
+    for move, text in re.findall(r"(\x1b\[\d+;\d+H)|([^\x1b]+)", _STYLE.sub("", output)):
+        if move:
+            row, column = _MOVE.match(move).groups()
+            y, x = int(row) - 1, int(column) - 1
+            continue
+        for char in text.replace("\n", ""):
+            cells[y][x] = char
+            if cell_len(char) == 2:
+                cells[y][x + 1] = ""
+            x += cell_len(char)
+
+
+def test_a_refresh_behind_a_toast_writes_its_chinese_whole():
+    """Each widget behind the halved character refreshed alone: the partial update writes every cell of the
+    changed spans, and the toast's character whole."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:
+            toast, crossed = await toast_over_the_models_divider(pilot, app)
+            compositor = app.screen._compositor
+            updates = []
+            render_update = compositor.render_update
+
+            def recorded(*args, **kwargs):
+                update = render_update(*args, **kwargs)
+                updates.append(update)
+                return update
+
+            compositor.render_update = recorded
+            y, cut = crossed[0]
+            toast_and_above = app.screen.query_one("Toast").ancestors_with_self  # the screen: a full update
+            behind = [widget for x in (cut - 1, cut) for widget, _ in compositor.get_widgets_at(x, y)
+                      if widget not in toast_and_above]
+            assert any(widget.region.right == cut for widget in behind), behind  # an edge at the cut refreshes
+            for widget in dict.fromkeys(behind):
+                updates.clear()
+                widget.refresh()
+                await wait_for(pilot, lambda: any(isinstance(update, ChopsUpdate) for update in updates))
+                expected = screen_cells(compositor.render_strips())
+                for update in (update for update in updates if isinstance(update, ChopsUpdate)):
+                    cells = [list(row) for row in expected]
+                    for row, x1, x2 in update.spans:
+                        cells[row][x1:x2] = ["?"] * (x2 - x1)  # a cell the update leaves unwritten stays "?"
+                    write_to(cells, update.render_segments(app.console))
+                    for row, at in crossed:  # the toast's character across the cut: whole, its second cell ""
+                        assert cell_len(cells[row][at - 1]) == 2 and cells[row][at] == "", (widget, cells[row])
+                    assert cells == expected, (widget, [("".join(a), "".join(b)) for a, b
+                                                        in zip(cells, expected, strict=True) if a != b])
+
+    run(scenario())
+
+
 # --- the Chinese cells of the #18 snapshot matrix that the scenarios above do not draw -----------------
 from tests.tui.snapshot_matrix import ZH, draw  # noqa: E402
 
