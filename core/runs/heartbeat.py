@@ -37,6 +37,9 @@ STEP_FACTOR = 5.0
 INTERVAL_FACTOR = 3.0
 SAVING_FACTOR = 10.0
 STARTUP_FACTOR = 2.0  # before the trainer's first heartbeat: the floor times this, from its process's start
+# The ETA's step time leaves out this share of the slowest recent intervals (rounded down): a pause or a save
+# among ten or more; the rest is averaged, so that steps slowed now and then (a busy CPU) count as they cost.
+ETA_TRIM_SHARE = 0.1
 _PREFIX = "heartbeat-rank"
 
 
@@ -86,6 +89,15 @@ class RecentStepTimes:
 
     def median(self) -> float | None:
         return statistics.median(self.durations) if self.durations else None
+
+    def eta_step_s(self) -> float | None:
+        """The step time an ETA multiplies: the mean of the recent intervals less the slowest ``ETA_TRIM_SHARE``
+        of them. The median read half the time a busy CPU took: it is the fast steps' time where a third of the
+        steps take several times as long; the mean counts them, the trim keeps a rare pause out."""
+        if not self.durations:
+            return None
+        kept = sorted(self.durations)[:len(self.durations) - int(len(self.durations) * ETA_TRIM_SHARE)]
+        return statistics.fmean(kept)
 
 
 class HeartbeatWriter:

@@ -101,8 +101,9 @@ class RunMetricsCallback(TrainerCallback):
         self.last_step = 0
         self.last_tokens = 0
         self.ended_at: float | None = None  # the wall time the step of the next train log ended, if told
-        # The ETA's step time: the median over recent logged intervals of this session, its first left out
-        # (it holds the model load, a resume's data skip): neither that nor a pause is spread over the rest.
+        # The ETA's step time: the mean over recent logged intervals of this session less the slowest tenth
+        # (``RecentStepTimes.eta_step_s``), its first left out (it holds the model load, a resume's data skip):
+        # neither that nor a rare pause is spread over the rest; steps often slowed (a busy CPU) are.
         self.step_times = RecentStepTimes()
 
     def step_ended(self, at: float) -> None:
@@ -156,7 +157,7 @@ class RunMetricsCallback(TrainerCallback):
         session_time = now - self.session_start
         remaining = max(0, state.max_steps - state.global_step)
         self.step_times.note(state.global_step, now)  # the first note of a session only sets where it starts
-        step_s = self.step_times.median()
+        step_s = self.step_times.eta_step_s()
         if step_s is None:  # the session's first log: the heartbeat's median of every step's time since it
             heartbeat = current_heartbeat()  # began, where a slow first step (a warm-up, a data skip) weighs little
             step_s = heartbeat.median_step_s() if heartbeat is not None else None
