@@ -93,14 +93,19 @@ if [ "$app_only" = 0 ]; then
     fi
     have_torch=$("$vpy" -c "import torch; print(torch.__version__)" 2>/dev/null || true)
     want_cpu=$([ "$gpu_count" -gt 0 ] && echo 0 || echo 1)
+    # kept only where it is the build wanted: a CPU torch from an install before the driver (or with
+    # TUNEDECK_FORCE_CPU=1) trained on the CPU of a GPU box for ever after
     if [ -n "$have_torch" ] && [ "${have_torch%%+*}" = "$torch_version" ] \
-        && { [ "$want_cpu" = 0 ] || "$vpy" -c "import sys, torch; sys.exit(torch.version.cuda is not None)"; }; then
+        && "$vpy" -c "import sys, torch; sys.exit((torch.version.cuda is None) != bool($want_cpu))"; then
         say "torch $have_torch already installed"
     else
-        say "installing torch $torch_version"
+        reinstall=()
+        # pip takes torch==X as met by X+cpu or X+cu128 alike: another build present is replaced by force
+        [ -n "$have_torch" ] && reinstall=(--force-reinstall)
+        say "installing torch $torch_version${have_torch:+ (replacing $have_torch)}"
         # --no-deps: torch's own dependencies come from PyPI in the next step, so that a CPU index
         # that is unreachable can never make pip fall back to PyPI's multi-GB CUDA wheel of torch.
-        pip install --no-deps --index-url "$index" "torch==$torch_version" \
+        pip install --no-deps ${reinstall[@]+"${reinstall[@]}"} --index-url "$index" "torch==$torch_version" \
             || die "could not install torch $torch_version from $index. Check the network, or point TUNEDECK_TORCH_INDEX at a reachable PyTorch wheel index."
     fi
 fi

@@ -30,7 +30,8 @@ def _checkout(tmp_path: Path) -> Path:
     here = tmp_path / "checkout"
     here.mkdir(exist_ok=True)
     shutil.copy2(ROOT / "install.sh", here / "install.sh")
-    _stub(here / ".venv" / "bin" / "python", "exit 0")
+    if not (here / ".venv" / "bin" / "python").exists():  # a test's own stand-in (``_torch_venv``) stays
+        _stub(here / ".venv" / "bin" / "python", "exit 0")
     _stub(here / ".venv" / "bin" / "tunedeck", 'echo "tunedeck 0.1.0"')
     _stub(tmp_path / "stubs" / "id", 'if [ "$1" = "-u" ]; then echo 1000; else exec /usr/bin/id "$@"; fi')
     return here
@@ -87,3 +88,49 @@ def test_a_link_to_another_checkout_is_replaced_and_said_so(tmp_path):
     assert f"{local_bin}/tunedeck started /srv/other-checkout/.venv/bin/tunedeck" in proc.stderr, proc.stderr
     again = _install(tmp_path, "--app-only", path_dirs=[str(local_bin)])  # its own link: nothing to say
     assert again.returncode == 0 and " started " not in again.stderr, again.stderr
+
+
+def _torch_venv(tmp_path: Path, torch_version: str, cuda: str | None) -> Path:
+    """A checkout whose .venv holds a stand-in torch of this build (a module on its python's path) and a pip
+    that only writes down what it was asked; an NVIDIA driver of CUDA 12.8 with one GPU on the PATH."""
+    here = _checkout(tmp_path)
+    fake = tmp_path / "fake-torch" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"__version__ = {torch_version!r}\n"
+                                      f"class version:\n    cuda = {cuda!r}\n"
+                                      "class cuda:\n    device_count = staticmethod(lambda: 1)\n")
+    log = tmp_path / "pip.log"
+    _stub(here / ".venv" / "bin" / "python",
+          f'if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then echo "$*" >> {log}; exit 0; fi\n'
+          f'PYTHONPATH={fake.parent} exec {sys.executable} "$@"')
+    _stub(tmp_path / "stubs" / "nvidia-smi",
+          'if [ "$1" = "-L" ]; then echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"; '
+          'else echo "| NVIDIA-SMI 570.1   Driver Version: 570.1   CUDA Version: 12.8 |"; fi')
+    return here
+
+
+def _torch_installs(tmp_path: Path) -> list[str]:
+    log = tmp_path / "pip.log"
+    return [line for line in log.read_text().splitlines() if "torch==" in line] if log.exists() else []
+
+
+def test_a_cpu_torch_on_a_gpu_box_is_replaced_by_the_cuda_build(tmp_path):
+    """A first install before the NVIDIA driver (or with TUNEDECK_FORCE_CPU=1) left the CPU build of torch: run
+    again on the GPU box, install.sh said "torch 2.13.0+cpu already installed" and every run trained on the CPU.
+    It installs the CUDA build now, by force (pip takes torch==2.13.0 as met by 2.13.0+cpu); hardware: one fake
+    GPU (an nvidia-smi stub)."""
+    _torch_venv(tmp_path, "2.13.0+cpu", None)
+    version = re.search(r"torch_version=(\S+)", (ROOT / "install.sh").read_text()).group(1)
+    proc = _install(tmp_path, path_dirs=[])
+    assert proc.returncode == 0, proc.stderr
+    assert "already installed" not in proc.stderr, proc.stderr
+    [install] = _torch_installs(tmp_path)
+    assert "--force-reinstall" in install and "whl/cu128" in install and f"torch=={version}" in install, install
+
+
+def test_the_cuda_torch_on_a_gpu_box_is_kept_on_a_second_run(tmp_path):
+    version = re.search(r"torch_version=(\S+)", (ROOT / "install.sh").read_text()).group(1)
+    _torch_venv(tmp_path, f"{version}+cu128", "12.8")
+    proc = _install(tmp_path, path_dirs=[])
+    assert proc.returncode == 0, proc.stderr
+    assert f"torch {version}+cu128 already installed" in proc.stderr and _torch_installs(tmp_path) == [], proc.stderr
