@@ -22,6 +22,7 @@ log = logging.getLogger("tunedeck.train")
 
 INJECT_OOM_ENV = "TUNEDECK_INJECT_OOM_AT_STEP"
 HOLD_ENV = "TUNEDECK_HOLD_AT_STEP"
+MIN_STEPS_FOR_FIRST_ETA = 3  # a median of three step times is not the first step's warm-up
 
 
 class StopFlag:
@@ -158,11 +159,14 @@ class RunMetricsCallback(TrainerCallback):
         remaining = max(0, state.max_steps - state.global_step)
         self.step_times.note(state.global_step, now)  # the first note of a session only sets where it starts
         step_s = self.step_times.eta_step_s()
-        if step_s is None:  # the session's first log: the heartbeat's median of every step's time since it
-            heartbeat = current_heartbeat()  # began, where a slow first step (a warm-up, a data skip) weighs little
+        # The session's first log: the heartbeat's median of every step's time since it began, where a slow first
+        # step (a warm-up, a data skip) weighs little; no heartbeat: the session's average, all there is to go by.
+        # Not before its third step: a first step's warm-up (5-8x a step) made the demo's first ETA 2:34 for 20 s.
+        if step_s is None and session_steps >= MIN_STEPS_FOR_FIRST_ETA:
+            heartbeat = current_heartbeat()
             step_s = heartbeat.median_step_s() if heartbeat is not None else None
-        if step_s is None and session_steps > 0:  # no heartbeat: the session's average, all there is to go by
-            step_s = session_time / session_steps
+            if step_s is None:
+                step_s = session_time / session_steps
         eta = step_s * remaining if step_s is not None else None
         loss = _num(logs.get("loss"))
         record = {

@@ -410,6 +410,37 @@ def test_the_eta_counts_steps_a_busy_cpu_slows_now_and_then(tmp_path, monkeypatc
     assert max(per_step) / min(per_step) < 1.1  # no flapping from log to log
 
 
+def test_the_first_steps_warm_up_is_not_an_eta(tmp_path, monkeypatch):
+    """The demo logs every step: its first record's ETA was the first step's time (the warm-up, 5x to 8x a step)
+    times the rest, "eta 2:34" for a run that took 20 s. With one step of the session behind and no step times
+    of the heartbeat (the warm-up alone) there is no ETA yet; the next log has one. Step times fed by hand: no real time in the test."""
+    from types import SimpleNamespace
+
+    from core.runs import heartbeat
+    from core.runs.run_dir import RunDirectory
+    from core.train import callbacks
+    from core.train.callbacks import RunMetricsCallback
+
+    clock = SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(callbacks, "time", SimpleNamespace(time=lambda: clock.now))
+    beats = heartbeat.HeartbeatWriter(tmp_path, rank=0)
+    monkeypatch.setattr(heartbeat, "_current", beats)
+    run = RunDirectory(tmp_path)
+    run.write_status("starting")
+    callback = RunMetricsCallback(run, {}, resumed_from=None, prior_elapsed_s=0.0, global_batch=8, is_main=True)
+    state = SimpleNamespace(global_step=0, max_steps=240, epoch=0.0, num_input_tokens_seen=0)
+    callback.on_train_begin(None, state, None)
+    beats.step_times.note(0, clock.now)
+    for step, seconds in ((1, 5.0), (2, 0.1)):  # a first step of 5 s (the warm-up), then 0.1 s a step
+        clock.now += seconds
+        beats.step_times.note(step, clock.now)
+        state.global_step = step
+        callback.on_log(None, state, None, logs={"loss": 1.0, "learning_rate": 1e-4})
+    first, second = [r["eta_s"] for r in _records(tmp_path, "metrics.jsonl")[1:]]
+    assert first is None  # it said 1,195 s
+    assert second == pytest.approx(23.8)  # 238 steps at 0.1 s
+
+
 def test_optimizer_auto_is_fused_adamw_on_cuda_only():
     from core.train.worker import optimizer_name
 
