@@ -418,17 +418,22 @@ def _relative_to_file(config: dict[str, Any], base: Path) -> None:
         config["deepspeed"] = str(base / value)
 
 
-# "Needs you" answers that change what would train (preference stages, methods tunedeck lacks, 8-bit
-# quantisation, two keys saying different things): `tunedeck train` refuses the file until they are decided.
-BLOCKING_REASONS = ("import.reason_not_sft", "import.reason_method", "import.reason_quant_bits",
-                    "import.reason_conflict")
+# "Needs you" answers that leave what trains as the file describes it (a speed or bookkeeping setting
+# tunedeck has its own way for): the converted file trains with them said. Every other one (a preference
+# stage, a method, quantisation, scheduler, optimizer, loss or sampling tunedeck lacks, a key it does not
+# know, a value it refuses, two keys saying different things) would train something else than the file
+# describes: `tunedeck train` refuses the file until it is decided (the key removed from the file, or the
+# difference accepted in a converted YAML, ``tunedeck import FILE -o run.yaml``).
+NON_BLOCKING_REASONS = ("import.reason_attention", "import.reason_predict", "import.reason_unsloth",
+                        "import.reason_streaming", "import.reason_deepspeed_inline",
+                        "import.reason_dataset_dir")
 
 
 def blocking_lines(result: ImportResult) -> list[MappingLine]:
     """The mapping lines that keep ``tunedeck train`` from training the converted file as it is."""
     return [line for line in result.mapping
-            if line.verdict == NEEDS_YOU and line.outcome.reason is not None
-            and line.outcome.reason.key in BLOCKING_REASONS]
+            if line.verdict == NEEDS_YOU and (line.outcome.reason is None
+                                              or line.outcome.reason.key not in NON_BLOCKING_REASONS)]
 
 
 def load_imported_config(result: ImportResult, overrides: list[str], gpu_caps: Any = None,

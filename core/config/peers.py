@@ -225,7 +225,12 @@ _SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant",
 def _scheduler(value: Any) -> Outcome:
     if is_unset(value):
         return dropped("import.reason_unset")
-    name = _SCHEDULERS.get(str(value).strip().lower())
+    text = str(value).strip().lower()
+    if text == "cosine_with_restarts":
+        # transformers' hard restarts with its default single cycle draw cosine's curve exactly; other cycle
+        # counts come in lr_scheduler_kwargs, a key tunedeck lacks (its own line stops train)
+        return taken({"lr_scheduler": "cosine"}, Message("import.note_one_cycle"))
+    name = _SCHEDULERS.get(text)
     return taken({"lr_scheduler": name}) if name else needs_you("import.reason_scheduler", value=value)
 
 
@@ -378,6 +383,7 @@ PEER_KEYS: dict[str, PeerKey] = {
     "lora_rank": PeerKey(same("lora_rank"), "lora_rank: 16"),
     "lora_alpha": PeerKey(same("lora_alpha"), "lora_alpha: 32"),
     "lora_dropout": PeerKey(same("lora_dropout"), "lora_dropout: 0.05"),
+    "use_rslora": PeerKey(when_true({"lora_rslora": True}), "lora_rslora: true"),
     "lora_target": PeerKey(_lora_targets, "lora_targets: all-linear", _LF),
     "target_modules": PeerKey(_lora_targets, "lora_targets: all-linear", _MS),
     "additional_target": PeerKey(_only_when_set("import.reason_modules_to_save"), None, _LF),

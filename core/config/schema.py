@@ -19,6 +19,7 @@ lora_rank                  int >= 1                            16
 lora_alpha                 number > 0                          32
 lora_dropout               0 <= x < 1                          0.05
 lora_targets               all-linear or list of module names  all-linear
+lora_rslora                bool                                false
 precision                  bf16, fp16, fp32                    bf16
 pure_bf16                  bool                                false
 tf32                       auto, true, false                   auto
@@ -94,7 +95,7 @@ LOSS_ON = ("assistant", "all")
 MAX_EPOCHS = 1_000_000
 ATTENTION = ("auto", "sdpa", "eager", "flash")
 ZERO_STAGES = (0, 1, 2, 3)
-LORA_ONLY_KEYS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
+LORA_ONLY_KEYS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "lora_rslora")
 
 DEFAULT_EPOCHS = 3.0
 DEFAULT_WARMUP_RATIO = 0.03
@@ -128,6 +129,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "lora_alpha": KeySpec("number", above=0),
     "lora_dropout": KeySpec("number", minimum=0, below=1),
     "lora_targets": KeySpec("targets"),
+    "lora_rslora": KeySpec("bool"),
     "precision": KeySpec("choice", PRECISIONS),
     "pure_bf16": KeySpec("bool"),
     "tf32": KeySpec("auto_bool"),
@@ -202,6 +204,7 @@ class RunConfig:
     lora_alpha: float = 32
     lora_dropout: float = 0.05
     lora_targets: str | list[str] = "all-linear"
+    lora_rslora: bool = False
     precision: str = "bf16"
     pure_bf16: bool = False
     tf32: str | bool = "auto"

@@ -228,6 +228,7 @@ def wrap_lora(model: Any, cfg: dict[str, Any], compute_dtype: Any = None) -> Any
         lora_dropout=float(cfg.get("lora_dropout", 0.05)),
         target_modules=targets if isinstance(targets, str) else list(targets),
         use_dora=method == "dora",
+        use_rslora=bool(cfg.get("lora_rslora", False)),  # scaling alpha/sqrt(r), which the fused kernels read
         bias="none",
         task_type="CAUSAL_LM",
     )

@@ -232,7 +232,7 @@ def test_swift_command_line_in_a_script_and_as_arguments(tmp_path):
     assert "lora_rank (peer default): 8 → taken as lora_rank=8 (ms-swift's default, left out of the file)" in defaults
 
     tokens = ["swift", "sft", "--model", "Qwen/Qwen2.5-0.5B", "--train_type", "full", "--dataset", "d.jsonl",
-              "--use_hf", "true", "--max_length=1024", "--packing", "--lr_scheduler_type", "cosine_with_restarts"]
+              "--use_hf", "true", "--max_length=1024", "--packing", "--lr_scheduler_type", "polynomial"]
     result = import_command(tokens)
     assert result.config == {"model": "Qwen/Qwen2.5-0.5B", "hub": "huggingface", "dataset": "d.jsonl",
                              "method": "full", "max_seq_len": 1024, "packing": True}
@@ -559,9 +559,11 @@ def test_swift_pretraining_and_loss_scale_and_preference_commands():
     result = import_command(["swift", "pt", "--model", "tiny", "--dataset", "corpus.txt", "--loss_scale", "all"])
     assert result.config["loss_on"] == "all" and _line(result, "swift").verdict == TAKEN
     result = import_command(["swift", "sft", "--model", "tiny", "--dataset", "d.jsonl", "--loss_scale", "last_round"])
-    assert _line(result, "loss_scale").verdict == NEEDS_YOU and blocking_lines(result) == []
+    # a loss on the last answer only is not what tunedeck trains: train stops there, it does not train another loss
+    assert _line(result, "loss_scale").verdict == NEEDS_YOU
+    assert [line.key for line in blocking_lines(result)] == ["loss_scale"]
     result = import_command(["swift", "rlhf", "--rlhf_type", "dpo", "--model", "tiny", "--dataset", "p.jsonl"])
-    assert [line.key for line in blocking_lines(result)] == ["swift"]
+    assert [line.key for line in blocking_lines(result)] == ["swift", "rlhf_type"]
 
 
 @pytest.mark.parametrize("method", ["lora", "full"])
@@ -589,3 +591,89 @@ def test_llamafactory_dataset_names_are_looked_up_in_its_default_data_folder(tmp
     monkeypatch.chdir(tmp_path)
     peer.write_text(peer.read_text() + "dataset_dir: elsewhere\n", encoding="utf-8")
     assert import_file(peer).config["dataset_dir"] == "elsewhere"
+
+
+@pytest.mark.parametrize("key, value", [
+    ("max_samples", 1000), ("neftune_noise_alpha", 5), ("lr_scheduler_type", "cosine_with_min_lr"),
+    ("lr_scheduler_kwargs", {"num_cycles": 3}), ("additional_target", "embed_tokens"), ("optim", "lion_8bit"),
+    ("model_revision", "v1.0"), ("resume_from_checkpoint", "saves/checkpoint-100"), ("val_size", 100),
+    ("lora_rank", 0), ("quantization_method", "gptq"),
+])
+def test_train_refuses_an_imported_key_that_would_change_what_trains(tmp_path, key, value):
+    """Before, only a preference stage, a method, 8-bit and a conflict stopped ``train FILE``: a LLaMA-Factory
+    file with max_samples, NEFTune, a scheduler, extra trained modules, ... trained something else than it
+    describes, said only in the mapping. Now train refuses it, names the key and says what to do."""
+    home = tmp_path / "home"
+    data = _data(tmp_path / "d.jsonl")
+    peer = tmp_path / "lf.yaml"
+    peer.write_text(yaml.safe_dump({"model_name_or_path": "tiny", "stage": "sft", "finetuning_type": "lora",
+                                    "dataset": str(data), "cutoff_len": 64, "max_steps": 1, key: value}),
+                    encoding="utf-8")
+    out = _tunedeck(home, "train", str(peer), "--check")
+    assert out.returncode == 2, out.stderr
+    refusal = out.stderr[out.stderr.index("cannot be trained as it is"):]
+    assert f"  {key}: " in refusal and "→ needs you" in refusal
+    assert f"tunedeck import {peer} -o run.yaml" in refusal
+    # the converted file is the explicit acceptance of the difference: it trains (checked here)
+    converted = tmp_path / "run.yaml"
+    assert _tunedeck(home, "import", str(peer), "-o", str(converted)).returncode == 0
+    out = _tunedeck(home, "train", str(converted), "--check")
+    assert out.returncode == 0, out.stderr
+
+
+def test_train_goes_on_past_an_imported_key_that_trains_the_same(tmp_path):
+    """An attention implementation or unsloth changes how fast, not what trains: train goes on, saying it."""
+    home = tmp_path / "home"
+    data = _data(tmp_path / "d.jsonl")
+    peer = tmp_path / "lf.yaml"
+    peer.write_text(yaml.safe_dump({"model_name_or_path": "tiny", "stage": "sft", "finetuning_type": "lora",
+                                    "dataset": str(data), "cutoff_len": 64, "max_steps": 1,
+                                    "use_unsloth": True, "flash_attn": "xformers"}), encoding="utf-8")
+    out = _tunedeck(home, "train", str(peer), "--check")
+    assert out.returncode == 0, out.stderr
+    assert "use_unsloth: true → needs you" in out.stderr
+
+
+def test_rslora_and_one_cycle_restarts_are_taken_and_train(tmp_path):
+    """use_rslora and lr_scheduler_type: cosine_with_restarts were "needs you" and trained without rsLoRA's
+    alpha/sqrt(r) scaling. rsLoRA is now tunedeck's lora_rslora (peft's use_rslora: the adapter saved says so,
+    and its scaling is alpha/sqrt(r)); one restart cycle is cosine's curve."""
+    import math
+    import time
+
+    from core.runs.liveness import effective_status
+    from core.runs.run_dir import RunDirectory
+
+    home = tmp_path / "home"
+    data = _data(tmp_path / "d.jsonl")
+    peer = tmp_path / "lf.yaml"
+    peer.write_text(yaml.safe_dump({"model_name_or_path": "tiny", "stage": "sft", "finetuning_type": "lora",
+                                    "lora_target": "q_proj,v_proj", "lora_rank": 4, "use_rslora": True,
+                                    "lr_scheduler_type": "cosine_with_restarts", "dataset": str(data),
+                                    "cutoff_len": 64, "max_steps": 1, "save_steps": 1,
+                                    "per_device_train_batch_size": 3, "gradient_accumulation_steps": 1}),
+                    encoding="utf-8")
+    result = import_file(peer)
+    assert (result.config["lora_rslora"], result.config["lr_scheduler"]) == (True, "cosine")
+    out = _tunedeck(home, "train", str(peer))
+    assert out.returncode == 0, out.stderr
+    run = RunDirectory(home / "runs" / out.stdout.strip())
+    assert yaml.safe_load(run.config_path.read_text())["lora_rslora"] is True
+    deadline = time.monotonic() + 180
+    while effective_status(run).active and time.monotonic() < deadline:
+        time.sleep(0.3)  # polling the detached run's end, in-process
+    assert run.status().status == "finished", (run.path / "train.log").read_text()[-2000:]
+    saved = [json.loads(path.read_text()) for path in run.path.rglob("adapter_config.json")]
+    assert saved and all(entry["use_rslora"] is True for entry in saved)
+
+    # the engine's own LoRA: every adapted layer scaled by alpha/sqrt(r) (16/sqrt(4) = 8, not 16/4 = 4)
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from core.assets import resolve_model_name
+    from core.train.model_setup import wrap_lora
+
+    model = wrap_lora(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(resolve_model_name("tiny"))),
+                      {"method": "lora", "lora_rank": 4, "lora_alpha": 16, "lora_targets": ["q_proj"],
+                       "lora_rslora": True, "lora_grouped": False})
+    scalings = [module.scaling["default"] for module in model.modules() if isinstance(getattr(module, "scaling", None), dict)]
+    assert scalings and all(math.isclose(value, 16 / math.sqrt(4)) for value in scalings)
