@@ -218,14 +218,16 @@ def _torch_dtype(value: Any) -> Outcome:
     return taken({"precision": precision}) if precision else needs_you("import.reason_dtype", value=value)
 
 
-_SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant": "constant",
-               "constant_with_warmup": "constant"}
+_SCHEDULERS = {"cosine": "cosine", "linear": "linear", "constant_with_warmup": "constant"}
 
 
 def _scheduler(value: Any) -> Outcome:
     if is_unset(value):
         return dropped("import.reason_unset")
     text = str(value).strip().lower()
+    if text == "constant":
+        # transformers' constant ignores warmup_ratio/warmup_steps; tunedeck's constant warms up: none here
+        return taken({"lr_scheduler": "constant", "warmup_ratio": 0.0}, Message("import.note_constant_no_warmup"))
     if text == "cosine_with_restarts":
         # transformers' hard restarts with its default single cycle draw cosine's curve exactly; other cycle
         # counts come in lr_scheduler_kwargs, a key tunedeck lacks (its own line stops train)

@@ -213,6 +213,13 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, oom_types)
 
 
+def _scheduler_type(name: str) -> str:
+    """transformers' name of a run's ``lr_scheduler``: its ``constant`` ignores the warmup, so tunedeck's
+    (which warms up as cosine and linear do, ``warmup_ratio`` 0.03 unless set) is ``constant_with_warmup``,
+    the same as ``constant`` for a warmup of 0."""
+    return "constant_with_warmup" if name == "constant" else name
+
+
 def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any, rank: int,
           local_rank: int, world_size: int) -> tuple[str, str]:
     """Train to the end (or to a stop request); returns (status, reason)."""
@@ -360,7 +367,7 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         num_train_epochs=float(cfg.get("epochs") or 1.0),
         max_steps=int(max_steps) if max_steps else -1,
         learning_rate=float(lr if lr is not None else (1e-5 if cfg.get("method") == "full" else 1e-4)),
-        lr_scheduler_type=str(cfg.get("lr_scheduler", "cosine")),
+        lr_scheduler_type=_scheduler_type(str(cfg.get("lr_scheduler", "cosine"))),
         warmup_steps=warmup,
         weight_decay=float(cfg.get("weight_decay", 0.0)),
         max_grad_norm=float(cfg.get("max_grad_norm", 1.0)),
@@ -661,3 +668,4 @@ def exit_after_handlers(code: int) -> None:
 
 if __name__ == "__main__":
     exit_after_handlers(main())
+

@@ -677,3 +677,18 @@ def test_rslora_and_one_cycle_restarts_are_taken_and_train(tmp_path):
                        "lora_rslora": True, "lora_grouped": False})
     scalings = [module.scaling["default"] for module in model.modules() if isinstance(getattr(module, "scaling", None), dict)]
     assert scalings and all(math.isclose(value, 16 / math.sqrt(4)) for value in scalings)
+
+
+def test_a_peers_constant_scheduler_keeps_no_warmup_and_constant_with_warmup_keeps_it():
+    """transformers' constant ignores the warmup (tunedeck's constant warms up): imported as constant with
+    warmup_ratio 0; a warmup the file also gives is two keys saying different things, and stops train."""
+    from core.config.importers import blocking_lines
+
+    result = import_command(["swift", "sft", "--model", "tiny", "--dataset", "d.jsonl", "--lr_scheduler_type", "constant"])
+    assert (result.config["lr_scheduler"], result.config["warmup_ratio"]) == ("constant", 0.0)
+    result = import_command(["swift", "sft", "--model", "tiny", "--dataset", "d.jsonl", "--lr_scheduler_type",
+                             "constant_with_warmup", "--warmup_ratio", "0.1"])
+    assert (result.config["lr_scheduler"], result.config["warmup_ratio"]) == ("constant", 0.1)
+    result = import_command(["swift", "sft", "--model", "tiny", "--dataset", "d.jsonl", "--lr_scheduler_type",
+                             "constant", "--warmup_ratio", "0.1"])
+    assert [line.key for line in blocking_lines(result)] == ["warmup_ratio"]

@@ -581,3 +581,18 @@ def test_resume_of_a_tied_model_does_not_warn_of_its_tied_weight_but_of_a_really
     gone = {k: v for k, v in state.items() if k != "model.embed_tokens.weight"}
     loaded = model.load_state_dict(gone, False)
     assert sorted(untied_missing_keys(model, loaded.missing_keys)) == ["lm_head.weight", "model.embed_tokens.weight"]
+
+
+def test_constant_scheduler_warms_up_as_the_config_says(tmp_path):
+    """lr_scheduler: constant went to transformers' constant, which ignores the warmup: a run with
+    warmup_steps: 3 (or the 0.03 default ratio) started at the full learning rate. Now the rate climbs over
+    the warmup and then stays (CPU, the tiny model)."""
+    home = tmp_path / "home"
+    out = _tunedeck(home, "train", str(_config(tmp_path, lr_scheduler="constant", warmup_steps=3, max_steps=5,
+                                               save_steps=5)))
+    assert out.returncode == 0, out.stderr
+    run_dir = home / "runs" / out.stdout.strip()
+    status = _wait_final(home, out.stdout.strip())
+    assert status["status"] == "finished", (status, (run_dir / "train.log").read_text()[-2000:])
+    rates = [r["learning_rate"] for r in _records(run_dir, "metrics.jsonl") if r.get("kind") == "train"]
+    assert len(rates) == 5 and rates[0] < rates[1] < rates[2] < 0.005 and rates[3:] == [0.005, 0.005], rates
