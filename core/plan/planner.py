@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.estimate import TrainingPlan, plan_for_model
+from core.i18n import t
 from core.plan.candidates import Candidate, Finding, candidate_plans, estimate_plan, finding, hours_for
 from core.plan.request import PlanRequest
 from core.plan.rules import judge
@@ -312,12 +313,23 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     else:
         lighter = {"full": ("lora",), "lora": ("full",), "qlora": ("lora", "full"), "dora": ()}
         missed = []
+        offloaded: Candidate | None = None  # LoRA that fits only with its weights in host RAM (ZeRO-3 offload)
         for other in lighter.get(p.method, ()):
             low = _lowest_peak(candidates, method=other, num_gpus=p.num_gpus)
+            if p.method == "qlora" and other == "lora" and low is not None and low.feasible and low.plan.offload != "none":
+                # what QLoRA spares is the offload: the reason is LoRA's miss on the GPU, and the offloaded one's speed
+                offloaded = max((c for c in candidates if c.feasible and c.plan.method == other
+                                 and c.plan.num_gpus == p.num_gpus), key=lambda c: c.tokens_per_s)
+                low = _lowest_peak(candidates, method=other, num_gpus=p.num_gpus, offload="none")
             if low is not None and not low.feasible and low.estimate is not None:
                 missed.append(_missed("plan.reason.method_missed", low, usable, method=other))
         if p.method == "qlora" and missed:
-            out.append(("method", finding("plan.reason.method_qlora", detail=missed[0].text())))
+            detail = missed[0].text()
+            if offloaded is not None and offloaded.tokens_per_s > 0:
+                detail = t("plan.reason.method_qlora_offload", detail=detail, zero=offloaded.plan.zero_stage,
+                           offload=offload_words(offloaded.plan.offload),
+                           ratio=round(best.tokens_per_s / offloaded.tokens_per_s, 2))
+            out.append(("method", finding("plan.reason.method_qlora", detail=detail)))
         elif p.method in ("lora", "full"):
             key = f"plan.reason.method_{p.method}" + ("_free" if held else "")
             out.append(("method", finding(key, peak=round(best.peak_gib, 1), capacity=round(capacity, 1),

@@ -496,3 +496,21 @@ def test_overrides_take_the_run_configs_names_for_the_same_fields():
                                                                                  "grad_accum_steps": 4}
     with pytest.raises(OverrideError, match="at least 16"):
         parse_overrides(["max_seq_len=8"])
+
+
+def test_one_gpu_weighs_lora_with_its_base_weights_offloaded_before_full_fine_tuning_offloaded():
+    """A 72B on one RTX 4090 with a planned box's RAM unknown: the plan was full fine-tuning with ZeRO-3 offload
+    all (1,223 GiB of host RAM, 45 tokens/s), because LoRA was weighed on one GPU without ZeRO only; LoRA with its
+    base weights offloaded needs a ninth of that host RAM and runs faster."""
+    rec = recommend(request("Qwen2.5-72B", "1xRTX-4090", host_ram_gib=None, dataset_p95_tokens=40))
+    best = rec.best
+    assert rec.feasible and best.plan.method == "lora" and (best.plan.zero_stage, best.plan.offload) == (3, "all")
+    full = [c for c, _ in rec.alternatives if c.plan.method == "full"]
+    assert full and best.estimate.cpu_ram_gib < full[0].estimate.cpu_ram_gib / 5
+    assert best.tokens_per_s > full[0].tokens_per_s
+    # where QLoRA wins, its reason names LoRA's miss on the GPU and what the offloaded LoRA listed below costs
+    a100 = recommend(request("Qwen2.5-72B", "1xA100-80GB", dataset_p95_tokens=900))
+    offloaded = [c for c, _ in a100.alternatives if c.plan.method == "lora" and c.plan.offload == "all"]
+    assert a100.best.plan.method == "qlora" and offloaded
+    ratio = round(a100.best.tokens_per_s / offloaded[0].tokens_per_s, 2)
+    assert f"LoRA fits with ZeRO-3 offload all, {ratio}× slower" in dict(a100.reasons)["method"].text()
