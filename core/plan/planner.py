@@ -352,6 +352,10 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     elif p.num_gpus == 1:
         if p.zero_stage == 0:
             out.append(("zero", finding("plan.reason.single_gpu")))
+        elif p.offload == "none" and ("zero_stage" in pinned or "offload" in pinned):
+            # ZeRO on one GPU without offload shards nothing and moves nothing: only asked for, never weighed
+            name = "zero_stage" if "zero_stage" in pinned else "offload"
+            out.append(("zero", pinned_reason(name, getattr(p, name))))
         else:
             out.append(("zero", finding("plan.reason.single_offload", zero=p.zero_stage, offload=offload_words(p.offload),
                                         ram=round(est.cpu_ram_gib if est else 0, 1))))
@@ -360,9 +364,14 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
                                     weights=round(est.breakdown["weights"] if est else 0, 1))))
     else:
         ddp = _lowest_peak(candidates, method=p.method, num_gpus=p.num_gpus, zero_stage=0)
-        ddp_peak = round(ddp.peak_gib, 1) if ddp else "?"
-        out.append(("zero", finding("plan.reason.zero", zero=p.zero_stage, offload=offload_words(p.offload), ddp=ddp_peak,
-                                    peak=round(best.peak_gib, 1))))
+        if ddp is None and ("zero_stage" in pinned or "offload" in pinned):
+            # DDP was not weighed (the stage or the offload is pinned): no "DDP would need ? GiB"
+            name = "zero_stage" if "zero_stage" in pinned else "offload"
+            out.append(("zero", pinned_reason(name, getattr(p, name))))
+        else:
+            ddp_peak = round(ddp.peak_gib, 1) if ddp else "?"
+            out.append(("zero", finding("plan.reason.zero", zero=p.zero_stage, offload=offload_words(p.offload),
+                                        ddp=ddp_peak, peak=round(best.peak_gib, 1))))
 
     batch_key = "plan.reason.batch_cpu" if request.hardware.cpu_only else plural_key("plan.reason.batch", p.num_gpus)
     out.append(("batch", finding(batch_key, micro=p.micro_batch_size, accum=p.grad_accum_steps,
@@ -391,6 +400,9 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
                         gradient_checkpointing=not p.gradient_checkpointing)
     if p.gradient_checkpointing and twin is not None and (not twin.feasible or short_of_free_memory(twin)):
         out.append(("checkpointing", _missed("plan.reason.gc_on", twin, usable)))
+    elif p.gradient_checkpointing and "gradient_checkpointing" in pinned:
+        # not chosen for a larger micro-batch: asked for (or taken with an alternative)
+        out.append(("checkpointing", pinned_reason("gradient_checkpointing", t("plan.gc_on"))))
     elif p.gradient_checkpointing:
         out.append(("checkpointing", finding("plan.reason.gc_on_chosen")))
     else:

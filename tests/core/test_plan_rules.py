@@ -514,3 +514,24 @@ def test_one_gpu_weighs_lora_with_its_base_weights_offloaded_before_full_fine_tu
     assert a100.best.plan.method == "qlora" and offloaded
     ratio = round(a100.best.tokens_per_s / offloaded[0].tokens_per_s, 2)
     assert f"LoRA fits with ZeRO-3 offload all, {ratio}× slower" in dict(a100.reasons)["method"].text()
+
+
+def test_a_pinned_zero_stage_or_checkpointing_is_said_as_set_not_explained_by_numbers_never_weighed():
+    """Pinned ZeRO-2 and checkpointing (--set, or an alternative taken in the wizard) were explained as if chosen:
+    on one GPU "ZeRO-2 with offload none on one GPU: moves states to 18.2 GiB of host RAM to fit" (nothing
+    moves), on two "DDP would need ? GiB" (DDP was never weighed), and "checkpointing on: the memory it frees
+    buys a larger micro-batch" at a pinned micro-batch."""
+    one = recommend(request("Qwen2.5-7B", "2xH100", dataset_p95_tokens=40,
+                            overrides={"zero_stage": 2, "gradient_checkpointing": True}))
+    assert one.best.plan.num_gpus == 1 and one.best.plan.offload == "none"
+    said = {name: f.text() for name, f in one.reasons}
+    assert said["zero"] == "zero_stage = 2: set by you"
+    assert said["checkpointing"] == "gradient_checkpointing = on: set by you"
+    two = recommend(request("Qwen2.5-0.5B", "2xH200", dataset_p95_tokens=40,
+                            overrides={"num_gpus": 2, "zero_stage": 2, "micro_batch_size": 1,
+                                       "gradient_checkpointing": True}))
+    text = " ".join(f.text() for _, f in two.reasons)
+    assert two.best.plan.zero_stage == 2 and "?" not in text and "zero_stage = 2: set by you" in text
+    # chosen ZeRO-3 keeps its numbers against DDP
+    chosen = recommend(request("Qwen2.5-72B", "8xA100-80GB", overrides={"method": "lora"}))
+    assert "DDP would need" in dict(chosen.reasons)["zero"].text()
