@@ -100,6 +100,8 @@ def run_estimate(args: argparse.Namespace) -> int:
     if target.cpu_only and (args.method == "qlora" or (args.zero or 0) > 0):  # not a precision to change
         raise CliError(t("estimate.error.qlora_cpu" if args.method == "qlora" else "estimate.error.zero_cpu",
                          zero=args.zero), 2)
+    if args.method == "qlora" and args.zero == 3:  # plan and the run refuse it: an estimate said "fits"
+        raise CliError(t("estimate.error.qlora_zero3"), 2)
     gpu = target.spec()
     num_gpus = target.count
     from core.assets import resolve_model_name

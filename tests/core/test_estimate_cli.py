@@ -157,6 +157,10 @@ def test_invalid_combination_exits_2_with_the_fix(tmp_path):
     assert result.returncode == 2 and "--zero" in result.stderr
     v100 = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--gpu", "V100")
     assert v100.returncode == 2 and "fp16" in v100.stderr
+    # QLoRA under ZeRO-3, which plan and the run refuse, was estimated as "fits"
+    sharded = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--gpu", "2xH100", "--method", "qlora", "--zero", "3",
+                           "--json")
+    assert sharded.returncode == 2 and sharded.stdout == "" and "--zero 2" in sharded.stderr
 
 
 def test_importing_the_estimator_loads_no_heavy_library():
