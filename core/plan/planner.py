@@ -506,6 +506,13 @@ def way_out(request: PlanRequest, base: TrainingPlan) -> list[Finding]:
     out: list[Finding] = []
     hw = request.hardware
     free = {k: v for k, v in request.overrides.items() if k in ("seq_len",)}
+    available = 1 if hw.cpu_only else hw.count
+    wanted = int(request.overrides.get("num_gpus") or 0)
+    if wanted > available:
+        # the pin is what does not fit, not the model: more GPUs, QLoRA or offload (with the pin dropped) said
+        # "2×H100 fits" of a 7B that fits the one H100 there is
+        return [finding("plan.way_out.pinned_gpus", wanted=wanted, available=available,
+                        gpu=hw.gpu.name if hw.gpu is not None else "H200")]
 
     def first_feasible(req: PlanRequest) -> Candidate | None:
         found = rank([c for c in evaluate_all(req, base) if c.feasible], req.goal)

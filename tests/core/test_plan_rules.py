@@ -535,3 +535,13 @@ def test_a_pinned_zero_stage_or_checkpointing_is_said_as_set_not_explained_by_nu
     # chosen ZeRO-3 keeps its numbers against DDP
     chosen = recommend(request("Qwen2.5-72B", "8xA100-80GB", overrides={"method": "lora"}))
     assert "DDP would need" in dict(chosen.reasons)["zero"].text()
+
+
+def test_num_gpus_pinned_above_the_box_says_so_as_the_way_out():
+    """num_gpus=4 on one H100: the ways out were "more GPUs: 2×H100 fits", QLoRA and full fine-tuning offloaded,
+    for a 7B that fits the one GPU there is once the pin goes."""
+    rec = recommend(request("Qwen2.5-7B", "1xH100", overrides={"num_gpus": 4}))
+    assert not rec.feasible
+    assert [f.key for f in rec.way_out] == ["plan.way_out.pinned_gpus"]
+    assert "num_gpus = 4" in rec.way_out[0].text() and "4xH100-80GB-SXM" in rec.way_out[0].text()
+    assert recommend(request("Qwen2.5-7B", "1xH100")).feasible
