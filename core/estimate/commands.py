@@ -176,7 +176,8 @@ def estimate_target(hardware: str, gpus: int | None) -> Any:
         if gpus not in (None, 1):
             raise CliError(t("estimate.error.gpus_cpu", gpus=gpus), 2)
         return on_this_host(target, detect_target(None, None))
-    counted = re.match(r"\s*\d+\s*[xX×*]", hardware) is not None
+    # 8xH200, or H200x8 (a count after the name, as rental sites write it)
+    counted = re.match(r"\s*\d+\s*[xX×*]", hardware) is not None or target.count != 1
     if gpus is None or gpus == target.count:
         return target
     if counted:

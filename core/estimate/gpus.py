@@ -108,7 +108,13 @@ def parse_hardware(text: str) -> tuple[int, GpuSpec]:
     match = re.fullmatch(r"\s*(?:(\d+)\s*[xX×*]\s*)?(.+?)\s*", text)
     if match is None or not text.strip():
         raise UnknownGpuError(t("estimate.error.unknown_gpu", gpu=text, known=", ".join(known_gpu_names())))
-    count = int(match.group(1) or 1)
+    count, name = int(match.group(1) or 1), match.group(2)
+    trailing = re.fullmatch(r"(.+?)\s*[xX×*]\s*(\d+)", name) if match.group(1) is None else None
+    if trailing is not None:  # "H100x8", as rental sites write it; "RTX4090" stays a name (it is one)
+        try:
+            find_gpu(name)
+        except UnknownGpuError:
+            count, name = int(trailing.group(2)), trailing.group(1)
     if not 1 <= count <= MAX_GPU_COUNT:
         raise UnknownGpuError(t("estimate.error.gpu_count_range", count=count, maximum=MAX_GPU_COUNT))
-    return count, find_gpu(match.group(2))
+    return count, find_gpu(name)

@@ -342,3 +342,13 @@ def test_gpus_takes_a_count_or_the_indices_plan_takes(tmp_path, capsys):
         said = _parse_error(capsys, "estimate", "--model", "tiny", "--gpus", wrong)
         assert said.endswith(f"argument --gpus: '{wrong}' is neither a GPU count nor a list of distinct GPU indices: "
                              "write a count such as 2, or indices such as 0,1"), said
+
+
+def test_a_count_after_the_gpu_name_is_read_as_rental_sites_write_it(tmp_path):
+    """"H100x2" (and "A100-80GB x 8") were an unknown GPU 'H100x2'; a name that ends in a digit stays a name."""
+    from core.estimate.gpus import parse_hardware
+
+    assert [(c, g.name) for c, g in map(parse_hardware, ("H100x2", "A100-80GB x 8", "RTX4090"))] == [
+        (2, "H100-80GB-SXM"), (8, "A100-80GB"), (1, "RTX-4090")]
+    both = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--gpu", "H100x2", "--gpus", "4")
+    assert both.returncode == 2 and "--gpus says 4" in both.stderr
