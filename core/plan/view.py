@@ -158,7 +158,9 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
         return lines
     lines.append(ViewLine("headline", t("plan.recommended" if rec.feasible else "plan.closest",
                                         **describe_plan(best["plan"], hardware.cpu_only))))
-    verdict = t("plan.verdict_fits") if best["feasible"] else t("plan.verdict_does_not_fit")
+    # the memory line's verdict is the memory's: a plan refused for another reason (4 GPUs asked of 1, QLoRA
+    # under ZeRO-3) read "3.2 of 79.6 GiB (does not fit)"; why it does not work is said under it
+    verdict = t("plan.verdict_fits") if rec.best.estimate.fits else t("plan.verdict_does_not_fit")
     memory_note, speed_note = figure_notes(best)
     in_use = busy_words(hardware, rec.best.plan.num_gpus)
     if in_use:  # the memory the plan's GPUs hold for other processes now, beside its band

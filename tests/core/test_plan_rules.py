@@ -545,3 +545,16 @@ def test_num_gpus_pinned_above_the_box_says_so_as_the_way_out():
     assert [f.key for f in rec.way_out] == ["plan.way_out.pinned_gpus"]
     assert "num_gpus = 4" in rec.way_out[0].text() and "4xH100-80GB-SXM" in rec.way_out[0].text()
     assert recommend(request("Qwen2.5-7B", "1xH100")).feasible
+
+
+def test_the_memory_line_of_a_plan_refused_for_another_reason_says_its_memory_fits():
+    """4 GPUs asked of 1: "Per-GPU memory: 3.2 of 79.6 GiB (does not fit)", a verdict on the plan said as the
+    memory's; the memory fits and the reason it does not work follows."""
+    from core.plan.view import format_recommendation
+
+    rec = recommend(request("Qwen2.5-7B", "1xH100", overrides={"num_gpus": 4}))
+    assert not rec.feasible and rec.best.estimate.fits
+    memory = next(line for line in format_recommendation(rec).splitlines() if line.startswith("Per-GPU memory"))
+    assert memory.endswith("(fits)")
+    big = recommend(request("Qwen2.5-72B", "1xRTX-4090", overrides={"method": "qlora"}))
+    assert "(does not fit)" in format_recommendation(big)
