@@ -389,13 +389,19 @@ class TunedeckApp(App[int]):
     def _with_keys(self, screen: Screen, action: str, text: str) -> str:
         """``text`` and the keys of the app's ``action`` that work on ``screen`` now, as the screen's own
         entries name theirs ("… · Key: g"; "Key: ? / F1"): the palette is where a new user learns them."""
-        typed = typing(screen)
-        keys = [self.get_key_display(active.binding) or key for key, active in screen.active_bindings.items()
-                if active.node is self and active.binding.action == action and active.enabled
-                and survives_ssh(key) and not (typed and is_typed_key(key))]
+        keys = self._working_keys(screen, self, action)
         if not keys:
             return text
-        return t("app.cmd.with_key", text=text, key=" / ".join(dict.fromkeys(keys)))
+        return t("app.cmd.with_key", text=text, key=keys)
+
+    def _working_keys(self, screen: Screen, node: object, action: str) -> str:
+        """The keys of ``node``'s ``action`` that work on ``screen`` now ("e / F7"; "F7" where letters are
+        text), as the footer and the help name them; '' if none does."""
+        typed = typing(screen)
+        keys = [self.get_key_display(active.binding) or key for key, active in screen.active_bindings.items()
+                if active.node is node and active.binding.action == action and active.enabled
+                and survives_ssh(key) and not (typed and is_typed_key(key))]
+        return " / ".join(dict.fromkeys(keys))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         seen: set[str] = set()
@@ -421,13 +427,21 @@ class TunedeckApp(App[int]):
                                 partial(self.set_language_setting, language))
         # Every binding of the screen becomes a palette entry too, so no action is reachable by key alone
         # (a focused list's cursor keys stay out: they are movement, not actions).
+        # An action the screen refuses now (shown greyed, or not at all) is left out, as the footer leaves it:
+        # choosing it would do nothing. Its keys are those that work now: on the wizard's model step, where
+        # letters are text, "Edit field" is F7 there, not e.
         for _key, active in screen.active_bindings.items():
             binding = active.binding
             if active.node is not screen or binding.action in seen or not binding.show and not binding.id:
                 continue
             seen.add(binding.action)
-            yield SystemCommand(binding.description,
-                                t("app.cmd.binding_help", key=self.get_key_display(binding)),
+            if not active.enabled:
+                continue
+            keys = self._working_keys(screen, screen, binding.action)
+            title = binding.description
+            if binding.id and hasattr(screen, "footer_label"):  # what it does now, as the footer says it
+                title = screen.footer_label(binding.id, title) or title
+            yield SystemCommand(title, t("app.cmd.binding_help", key=keys) if keys else "",
                                 partial(active.node.run_action, binding.action))
 
 

@@ -210,3 +210,60 @@ def test_no_color_still_renders(monkeypatch):
             assert "0 · NVIDIA H200" in text and "1 · NVIDIA H200" in text, text
 
     run(scenario())
+
+
+def palette_vs_keys(app) -> list[str]:
+    """What is wrong between the palette and the keys of the screen as it stands: an enabled screen action
+    with no palette entry, an entry for an action the screen refuses now, an entry naming a key that does not
+    work now (a letter where letters are text; not the keys the footer and the help give)."""
+    screen = app.screen
+    commands = {command.title: command.help for command in app.get_system_commands(screen)}
+    working = {name for _, rows in app.key_table(screen) for keys, _ in rows for name in keys.split(" / ")}
+    problems = []
+    for key, active in screen.active_bindings.items():
+        binding = active.binding
+        if active.node is not screen or not (binding.show or binding.id):
+            continue
+        title = binding.description
+        if binding.id and hasattr(screen, "footer_label"):
+            title = screen.footer_label(binding.id, title) or title
+        if active.enabled and title not in commands:
+            problems.append(f"{key}: {title!r} has no palette entry")
+        if not active.enabled and title in commands:
+            problems.append(f"{key}: {title!r} is in the palette but does nothing now")
+    for title, text in commands.items():
+        named = text.rpartition("Key: ")[2] if "Key: " in text else ""
+        for name in filter(None, named.split(" / ")):
+            if name not in working:
+                problems.append(f"{title!r} names {name!r}, a key that does not work here now")
+    return problems
+
+
+def test_every_sections_palette_matches_its_working_keys_at_80x24(private_home):
+    """Each section, the wizard's steps and its plan: every action the screen offers now is in the palette,
+    none it refuses, and each entry names only keys that work now. The wizard's model step takes letters as
+    text: its "Edit model" entry said "Key: e" (e typed an e into the model id; F7 is the key there), and on
+    the plan the palette offered "Edit field" and "Next", which the screen refuses there (choosing them did
+    nothing). CPU box (fake)."""
+
+    async def scenario():
+        from tests.tui.test_wizard_flow import to_result
+
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            for key, mode in (("m", "models"), ("r", "runs"), ("g", "gpus"), ("w", "wizard")):
+                await pilot.press(key)
+                await wait_for(pilot, lambda mode=mode: app.current_mode == mode)
+                await pilot.pause()
+                assert palette_vs_keys(app) == [], mode
+            helps = {command.title: command.help for command in app.get_system_commands(app.screen)}
+            assert helps["Edit model"] == "Key: F7", helps  # letters are text on the model step
+            w = await to_result(pilot, app)
+            await pilot.pause()
+            assert palette_vs_keys(app) == []
+            titles = {command.title for command in app.get_system_commands(w)}
+            assert "Edit field" not in titles and "Next" not in titles, titles
+            assert {"Save YAML", "Launch"} <= titles
+
+    run(scenario())
