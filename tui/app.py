@@ -369,6 +369,8 @@ class TunedeckApp(App[int]):
             action = binding.action
             if not survives_ssh(key):
                 continue  # Textual's super+c (Cmd+C) and alt+ twins of Ctrl keys: not reliably sent over SSH
+            if not active.enabled:
+                continue  # refused by the screen now (PgDn on the wizard's plan): the key does nothing here
             if typed and is_typed_key(key):
                 continue  # a text field takes it as text here (q, e, ?), as the footer says too
             if action in ("command_palette", "app.command_palette"):

@@ -267,3 +267,25 @@ def test_every_sections_palette_matches_its_working_keys_at_80x24(private_home):
             assert {"Save YAML", "Launch"} <= titles
 
     run(scenario())
+
+
+def test_help_lists_only_the_keys_that_act_now(private_home):
+    """On the wizard's plan the help listed "PgDn Next" and "e / F7 Edit field": the screen refuses both there
+    (the plan is the last step, its fields are the overrides, o), so pressing them did nothing. The help
+    leaves them out now, as the footer does; the plan's own keys stay. CPU box (fake)."""
+
+    async def scenario():
+        from tests.tui.test_wizard_flow import to_result
+
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            rows = {text: keys for _, section in app.key_table(w) for keys, text in section}
+            assert "Next" not in rows and "Edit field" not in rows, rows
+            assert rows["Back"] == "PgUp" and rows["Save YAML"] == "s / F2", rows
+            await pilot.press("f1")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+            text = " ".join(screen_text(app).split())
+            assert "PgUp Back" in text and "PgDn Next" not in text and "Edit field" not in text, text
+
+    run(scenario())
