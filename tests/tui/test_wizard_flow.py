@@ -9,6 +9,7 @@ import yaml
 from textual import events
 
 from core.config import load_run_config
+from core.i18n import t
 from tests.tui.conftest import fake_monitor, post_burst, quiet_settings, screen_text, wait_for
 from tui.app import make_app
 from tui.widgets.keys_footer import footer_entries
@@ -947,5 +948,29 @@ def test_gpu_indices_beside_another_hardware_are_said_to_go_unused(private_home)
             await wait_for(pilot, lambda: "they are not used" in " ".join(screen_text(app).split()))
             w.query_one("#hardware-input").value = w._detected().describe()
             await wait_for(pilot, lambda: "they are not used" not in " ".join(screen_text(app).split()))
+
+    run(scenario())
+
+
+def test_clear_overrides_is_offered_only_with_something_to_clear(private_home):
+    """x (Clear overrides) was in the plan's footer, help and palette with nothing pinned or typed, and did
+    nothing there. It is offered once an alternative is taken (or a field typed in), and gone again once it
+    cleared them. CPU box (fake), 80x24."""
+    def footer_keys(w) -> list[str]:
+        return [key for key, _ in footer_entries(w)]
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            await pilot.pause()
+            clear = t("wizard.key.clear")
+            assert not w.overrides and "x" not in footer_keys(w)
+            assert clear not in {command.title for command in app.get_system_commands(w)}
+            await pilot.press("1")  # the first alternative, pinned in the overrides
+            await wait_for(pilot, lambda: w.overrides and "x" in footer_keys(w))
+            assert clear in {command.title for command in app.get_system_commands(w)}
+            await pilot.press("x")
+            await wait_for(pilot, lambda: not w.overrides and "x" not in footer_keys(w))
 
     run(scenario())

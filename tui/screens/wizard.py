@@ -309,7 +309,9 @@ class WizardScreen(Screen[None]):
             index = parameters[0] if parameters else 0
             listed = len(self.recommendation.alternatives) if self.recommendation is not None else 0
             return on_result and isinstance(index, int) and index <= listed
-        if action in ("save", "launch", "probe", "overrides", "clear_overrides"):
+        if action == "clear_overrides":  # with nothing pinned or typed, x had nothing to clear and did nothing
+            return on_result and self._has_overrides()
+        if action in ("save", "launch", "probe", "overrides"):
             return on_result  # the plan's keys: not offered at all before there is a plan (footer, ?, Ctrl+P)
         if action == "edit":
             return None if on_result else True
@@ -862,6 +864,7 @@ class WizardScreen(Screen[None]):
             return
         if not input_id.startswith("ov-") or STEPS[self.step] != "result":
             return
+        self.refresh_bindings()  # x (clear) is offered once a field holds something, a refused value too
         from core.plan.overrides import OverrideError, parse_override_value
 
         name = input_id[3:]
@@ -912,6 +915,12 @@ class WizardScreen(Screen[None]):
     def _hide_overrides(self) -> None:
         self.query_one("#overrides").remove_class("shown")
         self.set_focus(self.query_one("#result-body"))
+
+    def _has_overrides(self) -> bool:
+        """Something for x to clear: a value pinned (typed or an alternative taken) or typed, even refused."""
+        if self.overrides or self.chosen:
+            return True
+        return self.is_mounted and any(field.value.strip() for field in self.query("#overrides Input").results(Input))
 
     def action_clear_overrides(self) -> None:
         self.overrides.clear()
