@@ -19,7 +19,6 @@ from core.config.peers import (
     LLAMAFACTORY,
     NEEDS_YOU,
     PEER_DEFAULTS,
-    PEER_KEYS,
     PEER_NAMES,
     SWIFT,
     TAKEN,
@@ -28,6 +27,8 @@ from core.config.peers import (
     dropped,
     is_unset,
     needs_you,
+    peer_key,
+    same_in_context,
     show_value,
     taken,
     truthy,
@@ -161,10 +162,11 @@ def read_peer_file(path: str | Path) -> tuple[str, dict[str, Any]]:
     if isinstance(data, dict):
         _refuse_duplicate_keys(path, text)
         keys = {str(key) for key in data}
-        if keys & set(_LLAMAFACTORY_MARKERS):
-            return LLAMAFACTORY, {str(k): v for k, v in data.items()}
+        # ms-swift's first: its args.json lists transformers' do_train too, a LLaMA-Factory marker
         if keys & set(_SWIFT_MARKERS):
             return SWIFT, {str(k): v for k, v in data.items()}
+        if keys & set(_LLAMAFACTORY_MARKERS):
+            return LLAMAFACTORY, {str(k): v for k, v in data.items()}
         raise PeerFileError(t("import.not_a_peer_file", path=str(path)))
     tokens = _swift_line(text)
     if tokens is None:
@@ -296,7 +298,7 @@ def _convert_one(peer: str, key: str, value: Any) -> Outcome:
         return _environment(key, value)
     if isinstance(value, str) and value.startswith("$"):
         return needs_you("import.reason_shell_variable", value=value)
-    entry = PEER_KEYS.get(key)
+    entry = peer_key(key)
     if entry is None:
         from core.config.schema import KEY_SPECS
 
@@ -351,6 +353,16 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
                 line.outcome = needs_you("import.reason_conflict", target=key, other=owner[key],
                                          value=show_value(config[key]))
                 break
+    if "max_steps" in config and "epochs" in config:
+        # transformers' max_steps overrides num_train_epochs (an args.json always lists both): not two answers
+        del config["epochs"]
+        for line in mapping:
+            if line.verdict == TAKEN and "epochs" in line.outcome.values:
+                line.outcome = dropped("import.reason_epochs_overridden")
+    for line in mapping:
+        if line.verdict == NEEDS_YOU and line.outcome.reason is not None \
+                and line.outcome.reason.key == "import.reason_unknown" and same_in_context(line.key, line.value, config):
+            line.outcome = dropped("import.reason_same_as_tunedeck")
     mapping += _peer_defaults(peer, values, config)
     ordered = {key: config[key] for key in KEY_SPECS if key in config}
     return ImportResult(peer, source, ordered, mapping)

@@ -13,6 +13,7 @@ suggestion. Names are shared where both peers use them with the same meaning (``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -350,6 +351,48 @@ def _model_self_name(value: Any) -> Outcome:
     return dropped("import.reason_unset") if is_unset(value) else dropped("import.reason_self_cognition")
 
 
+def _equal(value: Any, accepted: Any) -> bool:
+    """``value`` (as a peer file or a command line spells it) is ``accepted``: flags by truth, numbers by value,
+    names without regard to case."""
+    if isinstance(accepted, bool):
+        return truthy(value) is accepted
+    if isinstance(accepted, (int, float)):
+        number = _number(value)
+        return number is not None and math.isclose(number, accepted, rel_tol=1e-9)
+    if isinstance(accepted, str):
+        return isinstance(value, str) and value.strip().lower() == accepted.lower()
+    return bool(value == accepted)
+
+
+def same_as_tunedeck(*accepted: Any) -> Convert:
+    """A setting tunedeck has no key for: the ``accepted`` values are what tunedeck trains with anyway
+    (dropped, said so); any other value would train something else than the file describes (needs you,
+    and ``tunedeck train`` stops)."""
+    def convert(value: Any) -> Outcome:
+        if is_unset(value):
+            return dropped("import.reason_unset")
+        if any(_equal(value, one) for one in accepted):
+            return dropped("import.reason_same_as_tunedeck")
+        return needs_you("import.reason_unknown")
+    return convert
+
+
+def _only_with(other: str) -> Convert:
+    """A setting read only together with ``other`` (a generation setting with predict_with_generate, a
+    LoRA-GA one with init_weights: lora-ga, ...): ``other``'s own line decides, whatever this one says."""
+    def convert(value: Any) -> Outcome:
+        return dropped("import.reason_unset") if is_unset(value) else dropped("import.reason_only_with", other=other)
+    return convert
+
+
+def _prefixed(prefixes: dict[str, str], key: str) -> PeerKey | None:
+    """The entry of a key of a family (``galore_rank``, ``swanlab_mode``): read only with another key."""
+    for prefix, other in prefixes.items():
+        if key.startswith(prefix):
+            return PeerKey(_only_with(other), None, (SWIFT,))
+    return None
+
+
 # -- the table ---------------------------------------------------------------------------------------
 _BOTH = (LLAMAFACTORY, SWIFT)
 _LF = (LLAMAFACTORY,)
@@ -459,6 +502,106 @@ PEER_KEYS: dict[str, PeerKey] = {
     "local_rank": PeerKey(not_needed("import.reason_launcher"), None),
 }
 
+# Settings tunedeck has no key for that a full dump carries (ms-swift writes all of its ~200 arguments into
+# args.json, mostly at their defaults): a value that is what tunedeck does anyway is no difference and stops
+# nothing; another value still needs you (and stops ``tunedeck train``). Checked against the engine
+# (core/train/worker.py builds transformers' TrainingArguments without these, so theirs apply; model_setup.py
+# builds peft's LoraConfig and the QLoRA BitsAndBytesConfig; core/data tokenizes with the chat template and
+# cuts a long sample at its end; the collator pads at the end).
+PEER_KEYS.update({
+    # transformers' TrainingArguments defaults the engine keeps (the DeepSpeed config says "auto": the same)
+    "adam_beta1": PeerKey(same_as_tunedeck(0.9), None),
+    "adam_beta2": PeerKey(same_as_tunedeck(0.999), None),
+    "adam_epsilon": PeerKey(same_as_tunedeck(1e-8), None),
+    "average_tokens_across_devices": PeerKey(same_as_tunedeck(True), None),
+    "train_sampling_strategy": PeerKey(same_as_tunedeck("random"), None),
+    "half_precision_backend": PeerKey(same_as_tunedeck("auto"), None),
+    "fp16_backend": PeerKey(same_as_tunedeck("auto"), None),
+    "fp16_opt_level": PeerKey(_only_with("half_precision_backend"), None),  # apex's level
+    "past_index": PeerKey(same_as_tunedeck(-1), None),
+    "label_smoothing_factor": PeerKey(same_as_tunedeck(0), None),
+    # map-style data: accelerate does not dispatch batches, each process reads its own
+    "accelerator_config": PeerKey(same_as_tunedeck({"dispatch_batches": False}), None),
+    # the engine's data_seed is its seed: the same when it equals the file's seed (importers.convert)
+    "data_seed": PeerKey(same_as_tunedeck(), None),
+    "metric_for_best_model": PeerKey(_only_with("load_best_model_at_end"), None),
+    "greater_is_better": PeerKey(_only_with("load_best_model_at_end"), None),
+    "length_column_name": PeerKey(_only_with("group_by_length"), None),
+    **{key: PeerKey(_only_with("predict_with_generate"), None) for key in (
+        "generation_max_length", "generation_num_beams", "generation_config")},
+    # bookkeeping: logging, saving, hub, evaluation, data loader processes, the launcher; no maths
+    **{key: PeerKey(not_needed("import.reason_bookkeeping"), None) for key in (
+        "log_level", "log_level_replica", "log_on_each_node", "logging_strategy", "logging_first_step",
+        "logging_nan_inf_filter", "include_num_input_tokens_seen", "include_tokens_per_second", "disable_tqdm",
+        "skip_memory_metrics", "project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id",
+        "save_safetensors", "save_on_each_node", "restore_callback_states_from_checkpoint",
+        "enable_jit_checkpoint", "push_to_hub", "push_to_hub_model_id", "push_to_hub_organization",
+        "push_to_hub_token", "hub_model_id", "hub_strategy", "hub_token", "hub_private_repo", "hub_always_push",
+        "hub_revision", "remove_unused_columns", "dataloader_pin_memory", "dataloader_persistent_workers",
+        "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "dataloader_in_order",
+        "eval_do_concat_batches", "eval_accumulation_steps", "eval_delay", "eval_on_start",
+        "eval_use_gather_object", "batch_eval_metrics", "prediction_loss_only", "include_inputs_for_metrics",
+        "include_for_metrics", "use_legacy_prediction_loop", "jit_mode_eval", "bf16_full_eval",
+        "fp16_full_eval", "per_gpu_eval_batch_size", "ray_scope", "tpu_metrics_debug",
+        "ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers")},
+    # ms-swift's own arguments
+    "tuner_backend": PeerKey(same_as_tunedeck("peft"), None, _MS),
+    "task_type": PeerKey(same_as_tunedeck("causal_lm"), None, _MS),
+    "use_chat_template": PeerKey(same_as_tunedeck(True), None, _MS),
+    "template_backend": PeerKey(not_needed("import.reason_template"), None, _MS),
+    "padding_side": PeerKey(same_as_tunedeck("right"), None, _MS),
+    "truncation_strategy": PeerKey(same_as_tunedeck("right"), None, _MS),  # tunedeck keeps a sample's start
+    "sequence_parallel_size": PeerKey(same_as_tunedeck(1), None, _MS),
+    "train_dataloader_shuffle": PeerKey(same_as_tunedeck(True), None, _MS),
+    "dataset_shuffle": PeerKey(same_as_tunedeck(True), None, _MS),
+    "init_weights": PeerKey(same_as_tunedeck(True), None, _MS),  # peft's own initialisation
+    "lora_bias": PeerKey(same_as_tunedeck("none"), None, _MS),
+    "bnb_4bit_quant_type": PeerKey(same_as_tunedeck("nf4"), None, _MS),
+    "bnb_4bit_use_double_quant": PeerKey(same_as_tunedeck(True), None, _MS),
+    # the compute dtype is the run's precision: the same when it says the file's (importers.convert)
+    "bnb_4bit_compute_dtype": PeerKey(same_as_tunedeck(), None, _MS),
+    "bnb_4bit_quant_storage": PeerKey(not_needed("import.reason_bookkeeping"), None, _MS),
+    "lisa_activated_layers": PeerKey(same_as_tunedeck(0), None, _MS),
+    "lisa_step_interval": PeerKey(_only_with("lisa_activated_layers"), None, _MS),
+    "freeze_vit": PeerKey(not_needed("import.reason_text_only"), None, _MS),
+    "freeze_aligner": PeerKey(not_needed("import.reason_text_only"), None, _MS),
+    "freeze_vision_tower": PeerKey(not_needed("import.reason_text_only"), None, _LF),
+    "freeze_multi_modal_projector": PeerKey(not_needed("import.reason_text_only"), None, _LF),
+    "load_from_cache_file": PeerKey(not_needed("import.reason_cache"), None, _MS),
+    "download_mode": PeerKey(not_needed("import.reason_cache"), None, _MS),
+    "shuffle_buffer_size": PeerKey(_only_with("streaming"), None, _MS),
+    "stopping_strategy": PeerKey(_only_with("interleave_prob"), None, _MS),
+    "ds3_gather_for_generation": PeerKey(_only_with("predict_with_generate"), None, _MS),
+    **{key: PeerKey(_only_with("predict_with_generate"), None, _MS) for key in (
+        "max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "num_beams", "stream",
+        "stop_words", "logprobs", "top_logprobs")},
+    **{key: PeerKey(not_needed("import.reason_bookkeeping"), None, _MS) for key in (
+        "check_model", "acc_strategy", "create_checkpoint_symlink", "model_suffix", "model_info", "model_meta")},
+    **{key: PeerKey(not_needed("import.reason_launcher"), None, _MS) for key in (
+        "rank", "global_world_size", "local_world_size")},
+})
+
+def same_in_context(key: str, value: Any, config: dict[str, Any]) -> bool:
+    """A value that is tunedeck's behaviour given the other keys of the converted ``config``: the engine's
+    data_seed is its seed (42 unless set), and QLoRA computes in the run's precision (bf16 unless set)."""
+    if key == "data_seed":
+        return _equal(value, config.get("seed", 42))
+    if key == "bnb_4bit_compute_dtype":
+        return config.get("method") != "qlora" or _DTYPES.get(str(value).strip().lower()) == config.get("precision", "bf16")
+    return False
+
+
+# Families of ms-swift arguments read only with another key (their tuner, GaLore, SwanLab reporting).
+PEER_PREFIXES = {"lora_ga_": "init_weights", "galore_": "use_galore", "swanlab_": "report_to",
+                 "fourier_": "tuner_type", "boft_": "tuner_type", "vera_": "tuner_type", "adapter_": "tuner_type",
+                 "adalora_": "tuner_type", "llamapro_": "tuner_type", "reft_": "tuner_type"}
+
+
+def peer_key(key: str) -> PeerKey | None:
+    """The table's entry for a peer's key (a family's by its prefix), or None."""
+    return PEER_KEYS.get(key) or _prefixed(PEER_PREFIXES, key)
+
+
 # Defaults of a peer that differ from tunedeck's and change what trains: applied for keys the file
 # leaves out (``lora_alpha`` in LLaMA-Factory defaults to twice the rank).
 PEER_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -471,13 +614,15 @@ PEER_NAMES = {LLAMAFACTORY: "LLaMA-Factory", SWIFT: "ms-swift"}
 
 def peer_suggestion(key: str) -> Message | None:
     """The "did you mean" of a peer's key in a tunedeck YAML, or None when it is not a peer's name."""
-    entry = PEER_KEYS.get(key.strip().lower())
+    entry = peer_key(key.strip().lower())
     if entry is None:
         return None
     peers = " / ".join(PEER_NAMES[peer] for peer in entry.peers)
     if entry.hint:
         return Message("config.peer_key", peers=peers, hint=entry.hint)
     outcome = entry.convert(entry.sample)  # a set value: what a user who wrote the key would be told
+    if outcome.verdict == NEEDS_YOU and outcome.reason is not None:
+        return Message("config.peer_key_no_equivalent", peers=peers, reason=outcome.reason)
     reason_message = outcome.reason if outcome.reason is not None and outcome.reason.key not in (
         "import.reason_unset", "import.reason_flag_off") else Message("import.reason_no_meaning")
     return Message("config.peer_key_not_needed", peers=peers, reason=reason_message)

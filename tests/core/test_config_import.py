@@ -307,6 +307,8 @@ def test_import_options_after_the_dashes_are_refused(tmp_path):
     ("quantization_bit", "'method: qlora'"),
     ("template", "the tokenizer's own chat template"),
     ("max_samples", "'dataset: NAME#N'"),
+    ("adam_beta2", "tunedeck has no equivalent: tunedeck has no such setting"),
+    ("log_level", "not needed in tunedeck: changes no training maths"),
     ("per_device_train_batch_size", "'micro_batch_size: 1'"),
     ("gradient_accumulation_steps", "'gradient_accumulation: 8'"),
     ("lora_target", "'lora_targets: all-linear'"),
@@ -632,6 +634,145 @@ def test_train_goes_on_past_an_imported_key_that_trains_the_same(tmp_path):
     out = _tunedeck(home, "train", str(peer), "--check")
     assert out.returncode == 0, out.stderr
     assert "use_unsloth: true → needs you" in out.stderr
+
+
+# ms-swift's own arguments as its args.json lists them (every one, mostly at its default), after transformers'
+# Seq2SeqTrainingArguments; ms-swift's own defaults where they differ (adam_beta2 0.95, weight_decay 0.1, ...).
+SWIFT_OWN_ARGS = json.loads("""\
+{"output_dir": "/root/output/v0-20260101-120000", "learning_rate": 0.0001, "weight_decay": 0.1, "adam_beta2": 0.95,
+ "per_device_train_batch_size": 1, "per_device_eval_batch_size": 1, "gradient_accumulation_steps": 1,
+ "num_train_epochs": 1.0, "max_steps": 1, "lr_scheduler_type": "cosine", "warmup_ratio": 0.05,
+ "logging_dir": "/root/output/v0-20260101-120000/runs", "logging_first_step": true, "logging_steps": 5,
+ "save_steps": 50.0, "save_total_limit": 2, "data_seed": 42, "bf16": false, "dataloader_num_workers": 4,
+ "run_name": "/root/output/v0-20260101-120000", "metric_for_best_model": "loss", "greater_is_better": false,
+ "accelerator_config": {"dispatch_batches": false}, "optim": "adamw_torch", "report_to": ["tensorboard"],
+ "gradient_checkpointing": true, "ddp_timeout": 18000000, "eval_strategy": "no",
+ "tuner_backend": "peft", "vit_gradient_checkpointing": null, "router_aux_loss_coef": 0.0, "enable_dft_loss": false,
+ "enable_channel_loss": false, "check_model": true, "acc_strategy": "token", "train_dataloader_shuffle": true,
+ "max_epochs": null, "aligner_lr": null, "vit_lr": null, "use_logits_to_keep": null, "ds3_gather_for_generation": true,
+ "resume_only_model": false, "optimizer": null, "loss_type": null, "metric": null, "eval_use_evalscope": false,
+ "eval_dataset": [], "eval_dataset_args": null, "eval_limit": null, "eval_generation_config": null,
+ "extra_eval_args": null, "use_flash_ckpt": false,
+ "model": "tiny", "model_type": "qwen2_5", "model_revision": null, "task_type": "causal_lm", "torch_dtype": "float32",
+ "attn_impl": null, "new_special_tokens": [], "num_labels": null, "problem_type": null, "rope_scaling": null,
+ "device_map": null, "max_memory": {}, "max_model_len": null, "local_repo_path": null, "init_strategy": null,
+ "template": "qwen2_5", "system": null, "max_length": 64, "truncation_strategy": "delete", "max_pixels": null,
+ "agent_template": null, "norm_bbox": null, "use_chat_template": true, "padding_free": false, "padding_side": "right",
+ "loss_scale": "default", "sequence_parallel_size": 1, "response_prefix": null, "template_backend": "swift",
+ "dataset": ["DATA"], "val_dataset": [], "split_dataset_ratio": 0.0, "dataset_num_proc": 1,
+ "load_from_cache_file": true, "dataset_shuffle": true, "val_dataset_shuffle": false, "streaming": false,
+ "interleave_prob": null, "stopping_strategy": "first_exhausted", "shuffle_buffer_size": 1000,
+ "download_mode": "reuse_dataset_if_exists", "columns": {}, "strict": false, "model_name": null, "model_author": null,
+ "custom_dataset_info": [], "quant_method": null, "quant_bits": null, "hqq_axis": null,
+ "bnb_4bit_compute_dtype": "bfloat16", "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": true,
+ "bnb_4bit_quant_storage": null, "max_new_tokens": 64, "temperature": 0.0, "top_k": null, "top_p": null,
+ "repetition_penalty": null, "num_beams": 1, "stream": false, "stop_words": [], "logprobs": false, "top_logprobs": null,
+ "ckpt_dir": null, "lora_modules": [], "tuner_type": "lora", "adapters": [], "external_plugins": [], "model_kwargs": {},
+ "load_args": false, "load_data_args": false, "packing": false, "packing_length": null, "lazy_tokenize": false,
+ "cached_dataset": [], "custom_register_path": [], "use_hf": false, "ignore_args_error": false, "use_swift_lora": false,
+ "freeze_parameters": [], "freeze_parameters_regex": null, "freeze_parameters_ratio": 0.0, "trainable_parameters": [],
+ "trainable_parameters_regex": null, "freeze_llm": false, "freeze_vit": true, "freeze_aligner": true,
+ "target_modules": ["all-linear"], "target_regex": null, "target_parameters": null, "modules_to_save": [],
+ "lora_rank": 8, "lora_alpha": 32, "lora_dropout": 0.05, "lora_bias": "none", "lora_dtype": null,
+ "lorap_lr_ratio": null, "use_rslora": false, "use_dora": false, "lora_ga_batch_size": 2, "lora_ga_iters": 2,
+ "lora_ga_max_length": 1024, "lora_ga_direction": "ArB2r", "lora_ga_scale": "stable", "lora_ga_stable_gamma": 16,
+ "init_weights": true, "fourier_n_frequency": 2000, "fourier_scaling": 300.0, "boft_block_size": 4,
+ "boft_block_num": 0, "boft_n_butterfly_factor": 1, "boft_dropout": 0.0, "vera_rank": 256,
+ "vera_projection_prng_key": 0, "vera_dropout": 0.0, "vera_d_initial": 0.1, "adapter_act": "gelu",
+ "adapter_length": 128, "use_galore": false, "galore_target_modules": null, "galore_rank": 128,
+ "galore_update_proj_gap": 50, "galore_scale": 1.0, "galore_proj_type": "std", "galore_optim_per_parameter": false,
+ "galore_with_embedding": false, "galore_quantization": false, "galore_proj_quant": false, "galore_proj_bits": 4,
+ "galore_proj_group_size": 256, "galore_cos_threshold": 0.4, "galore_gamma_proj": 2, "galore_queue_size": 5,
+ "adalora_target_r": 8, "adalora_init_r": 12, "adalora_tinit": 0, "adalora_tfinal": 0, "adalora_deltaT": 1,
+ "adalora_beta1": 0.85, "adalora_beta2": 0.85, "adalora_orth_reg_weight": 0.5, "llamapro_num_new_blocks": 4,
+ "llamapro_num_groups": null, "lisa_activated_layers": 0, "lisa_step_interval": 20, "reft_layer_key": null,
+ "reft_layers": null, "reft_rank": 4, "reft_intervention_type": "LoreftIntervention", "reft_args": null,
+ "swanlab_token": null, "swanlab_project": "ms-swift", "swanlab_workspace": null, "swanlab_exp_name": null,
+ "swanlab_notification_method": null, "swanlab_webhook_url": null, "swanlab_secret": null, "swanlab_mode": "cloud",
+ "add_version": true, "create_checkpoint_symlink": false, "zero_hpz_partition_size": null,
+ "deepspeed_autotp_size": null, "fsdp": "", "early_stop_interval": null, "rank": -1, "global_world_size": 1,
+ "local_world_size": 1, "model_suffix": "tiny"}
+""")
+
+
+def _swift_args_json(path: Path, data: Path, **changes) -> Path:
+    """A full args.json as ms-swift writes it into its output folder: transformers' real TrainingArguments
+    defaults (of the installed transformers), then ms-swift's arguments, then ``changes``."""
+    import dataclasses
+
+    from transformers import Seq2SeqTrainingArguments
+
+    values = {}
+    for spec in dataclasses.fields(Seq2SeqTrainingArguments):
+        if not spec.init or (spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING):
+            continue
+        value = spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()
+        values[spec.name] = value if isinstance(value, (str, int, float, bool, list, dict, type(None))) else str(value)
+    values.update(SWIFT_OWN_ARGS, dataset=[str(data)], **changes)
+    path.write_text(json.dumps(values, indent=2), encoding="utf-8")
+    return path
+
+
+def test_a_full_swift_args_json_is_stopped_only_by_values_that_train_otherwise(tmp_path):
+    """ms-swift writes all of its ~200 arguments into args.json. Every key tunedeck has no setting for blocked
+    ``train`` (adam_beta1: 0.9, log_level: passive, tuner_backend: peft, ...) although most say what tunedeck
+    does anyway: such a file could never be trained directly. Now a value that is tunedeck's behaviour (a
+    TrainingArguments default the engine keeps, a feature left off, bookkeeping) is dropped and said; a
+    value that differs still stops train, named."""
+    from core.config.importers import blocking_lines
+
+    home = tmp_path / "home"
+    data = _data(tmp_path / "d.jsonl")
+    # ms-swift's own defaults: its adam_beta2 (0.95) and truncation_strategy (delete: drop a long sample, where
+    # tunedeck cuts it) are what differ
+    peer = _swift_args_json(tmp_path / "args.json", data)
+    result = import_file(peer)
+    assert sorted(line.key for line in blocking_lines(result)) == ["adam_beta2", "truncation_strategy"]
+    assert len(result.mapping) > 250 and result.counts()[NEEDS_YOU] == 2
+    for key in ("adam_beta1", "adam_epsilon", "tuner_backend", "data_seed", "freeze_vit", "init_weights"):
+        assert _line(result, key).verdict == DROPPED, _line(result, key).text()
+    assert _line(result, "adam_beta1").text() == "adam_beta1: 0.9 → dropped: what tunedeck trains with anyway"
+    assert "read only together with predict_with_generate" in _line(result, "max_new_tokens").text()
+    assert "read only together with use_galore" in _line(result, "galore_rank").text()
+    out = _tunedeck(home, "train", str(peer), "--check")
+    assert out.returncode == 2, out.stderr
+    refusal = out.stderr[out.stderr.index("cannot be trained as it is"):]
+    assert "  adam_beta2: 0.95 → needs you" in refusal and "  truncation_strategy: delete → needs you" in refusal
+    assert "adam_beta1" not in refusal and "log_level" not in refusal
+
+    # transformers' own adam_beta2 and a sample cut at its end are tunedeck's: it trains (checked here)
+    peer = _swift_args_json(tmp_path / "args.json", data, adam_beta2=0.999, truncation_strategy="right")
+    out = _tunedeck(home, "train", str(peer), "--check")
+    assert out.returncode == 0, out.stderr
+    assert "adam_beta2: 0.999 → dropped: what tunedeck trains with anyway" in out.stderr
+
+    # a value that is not tunedeck's still stops it, named: one key changed at a time
+    for key, value in (("adam_epsilon", 1e-6), ("data_seed", 7), ("train_dataloader_shuffle", False),
+                       ("label_smoothing_factor", 0.1), ("average_tokens_across_devices", False)):
+        peer = _swift_args_json(tmp_path / "args.json", data, adam_beta2=0.999, truncation_strategy="right",
+                                **{key: value})
+        assert [line.key for line in blocking_lines(import_file(peer))] == [key]
+    peer = _swift_args_json(tmp_path / "args.json", data, truncation_strategy="right")
+    out = _tunedeck(home, "train", str(peer), "--check")
+    assert out.returncode == 2 and "  adam_beta2: 0.95 → needs you" in out.stderr
+
+
+def test_the_peer_values_said_to_be_tunedecks_are_the_engines():
+    """The table's transformers defaults are the installed transformers' (the engine leaves them to it)."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    from core.config.peers import PEER_KEYS
+
+    defaults = {spec.name: spec.default for spec in dataclasses.fields(TrainingArguments)}
+    for key in ("adam_beta1", "adam_beta2", "adam_epsilon", "average_tokens_across_devices",
+                "train_sampling_strategy", "label_smoothing_factor"):
+        assert PEER_KEYS[key].convert(defaults[key]).verdict == DROPPED, key
+    engine = (ROOT / "core" / "train" / "worker.py").read_text(encoding="utf-8")
+    for key in ("adam_beta1", "adam_beta2", "adam_epsilon", "average_tokens_across_devices",
+                "train_sampling_strategy", "label_smoothing_factor"):
+        assert f"{key}=" not in engine, key  # left to transformers: the default is what trains
 
 
 def test_rslora_and_one_cycle_restarts_are_taken_and_train(tmp_path):
