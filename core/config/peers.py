@@ -450,7 +450,8 @@ PEER_KEYS: dict[str, PeerKey] = {
     "dataset_dir": PeerKey(_dataset_dir, None, _LF),
     "cutoff_len": PeerKey(same("max_seq_len"), "max_seq_len: 2048", _LF),
     "max_length": PeerKey(same("max_seq_len"), "max_seq_len: 2048", _MS),
-    "max_samples": PeerKey(_max_samples, "dataset: NAME#N", _LF),
+    # no tunedeck equivalent: NAME#N draws N at random (repeating past the file's size), not the first N
+    "max_samples": PeerKey(_max_samples, None, _LF, sample="N"),
     "packing": PeerKey(same("packing"), "packing: true"),
     "neat_packing": PeerKey(when_true({"packing": True}), "packing: true", _LF),
     "train_on_prompt": PeerKey(_train_on_prompt, "loss_on: all", _LF),

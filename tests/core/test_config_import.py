@@ -306,7 +306,7 @@ def test_import_options_after_the_dashes_are_refused(tmp_path):
     ("finetuning_type", "'method: lora'"),
     ("quantization_bit", "'method: qlora'"),
     ("template", "the tokenizer's own chat template"),
-    ("max_samples", "'dataset: NAME#N'"),
+    ("max_samples", "tunedeck has no equivalent: LLaMA-Factory trains on the first N records"),
     ("adam_beta2", "tunedeck has no equivalent: tunedeck has no such setting"),
     ("log_level", "not needed in tunedeck: changes no training maths"),
     ("per_device_train_batch_size", "'micro_batch_size: 1'"),
