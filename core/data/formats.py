@@ -567,8 +567,14 @@ NORMALISERS: dict[str, Callable[[dict], Record]] = {
 }
 
 
+def not_an_object(row: Any) -> i18n.Message | None:
+    """What is wrong with a row that is no JSON object (a list, a string, ...); None for an object."""
+    return None if isinstance(row, dict) else i18n.Message("data.row_not_object", kind=_kind(row))
+
+
 def normalise_row(row: Any, fmt: str) -> Record:
     """The ``Record`` of ``row`` read as format ``fmt``; raises ``RowError`` saying what is wrong."""
-    if not isinstance(row, dict):
-        raise RowError(i18n.Message("data.row_not_object", kind=_kind(row)))
+    problem = not_an_object(row)
+    if problem is not None:
+        raise RowError(problem)
     return NORMALISERS[fmt](row)

@@ -23,6 +23,7 @@ from core.data.formats import (
     detect_format,
     format_of_row,
     normalise_row,
+    not_an_object,
     refusal_message,
     refusal_of_row,
 )
@@ -88,8 +89,9 @@ def _normalise_rows(
 
     if fmt is None:
         first = next((r for r in rows if isinstance(r, RawRow)), None)
-        if first is not None:
-            report(None, None, Message("data.unknown_format", keys=describe_keys(first.value)))
+        if first is not None:  # said at that row (file:line), as every other problem of the data
+            report(first.line, first.row, not_an_object(first.value)
+                   or Message("data.unknown_format", keys=describe_keys(first.value)))
         elif not rows:
             report(None, None, Message("data.empty_file"))
     # Data that is not SFT text (preference, KTO, multimodal) is said once per kind, at its first row

@@ -150,6 +150,12 @@ def test_unknown_format_and_whole_file_problems(tmp_path):
     path.write_text('{"question": "a", "answer": "b"}\n', encoding="utf-8")
     (issue,) = read_dataset(path).issues
     assert "cannot tell the format" in issue.message and "'question'" in issue.message
+    assert str(issue).startswith(f"{path}:1: ")  # said at its line, as every other problem of the data
+    # a JSONL line that is a JSON array was "cannot tell the format from the keys (list)", without a line
+    listed = tmp_path / "listed.jsonl"
+    listed.write_text('["What is 2+2?", "4"]\n["A pet?", "A dog."]\n', encoding="utf-8")
+    (issue,) = read_dataset(listed).issues
+    assert str(issue) == f"{listed}:1: a record must be a JSON object, not a list"
     with pytest.raises(DataError, match="unsupported file type '.xml'"):  # .txt is read: plain text
         read_dataset(_touch(tmp_path / "data.xml", "x"))
     with pytest.raises(DataError, match="file not found"):
