@@ -502,10 +502,15 @@ WAY_OUT_GPU_COUNTS = (2, 4, 8, 16, 32, 64)
 
 
 def way_out(request: PlanRequest, base: TrainingPlan) -> list[Finding]:
-    """The nearest changes that make the model fit: more GPUs, QLoRA, shorter sequences, offload."""
+    """The nearest changes that make the model fit: more GPUs, QLoRA, shorter sequences, offload. A method the
+    user set (or took with an alternative) is kept in each: more GPUs, shorter sequences and offload are
+    weighed with it, and QLoRA is said as a change of it (they read "2×H100 fits with qlora" and "full fine-tuning
+    with ZeRO-3 offload" for ``method=lora``)."""
     out: list[Finding] = []
     hw = request.hardware
-    free = {k: v for k, v in request.overrides.items() if k in ("seq_len",)}
+    kept = {k: v for k, v in request.overrides.items() if k in ("method", "lora_rank")}
+    method = kept.get("method")
+    free = {**kept, **{k: v for k, v in request.overrides.items() if k in ("seq_len",)}}
     available = 1 if hw.cpu_only else hw.count
     wanted = int(request.overrides.get("num_gpus") or 0)
     if wanted > available:
@@ -538,26 +543,32 @@ def way_out(request: PlanRequest, base: TrainingPlan) -> list[Finding]:
                 out.append(finding("plan.way_out.more_gpus", count=count, gpu=hw.gpu.name, method=hit.plan.method,
                                    zero=hit.plan.zero_stage, peak=round(hit.peak_gib, 1)))
                 break
-        qlora = first_feasible(replace(request, overrides={**free, "method": "qlora"}))
-        if qlora is not None and request.overrides.get("method") != "qlora":
-            out.append(finding("plan.way_out.qlora", peak=round(qlora.peak_gib, 1)))
+        if method != "qlora":
+            qlora = first_feasible(replace(request, overrides={**free, "method": "qlora"}))
+            if qlora is not None:
+                peak = round(qlora.peak_gib, 1)
+                out.append(finding("plan.way_out.qlora", peak=peak) if method is None else
+                           finding("plan.way_out.qlora_method", peak=peak, method=method))
     seq = request.seq_len
     while seq > 128:
         seq //= 2
-        shorter = first_feasible(replace(request, overrides={"seq_len": seq}))
+        shorter = first_feasible(replace(request, overrides={**kept, "seq_len": seq}))
         if shorter is not None:
             out.append(finding("plan.way_out.shorter", seq=seq, method=shorter.plan.method,
                                peak=round(shorter.peak_gib, 1)))
             break
-    if not hw.cpu_only:
-        offload_plan = replace(base, method="full", precision="bf16" if hw.gpu.bf16 else "fp16",
+    if not hw.cpu_only and method != "qlora":  # 4-bit layers are not sharded (``plan.rule.qlora_zero3``)
+        offload_plan = replace(base, method=method or "full", precision="bf16" if hw.gpu.bf16 else "fp16",
                                num_gpus=max(1, hw.count), zero_stage=3, offload="all", seq_len=request.seq_len,
-                               micro_batch_size=1, gradient_checkpointing=True)
+                               micro_batch_size=1, gradient_checkpointing=True,
+                               lora_rank=int(kept.get("lora_rank") or base.lora_rank))
         result, _ = estimate_plan(offload_plan, request)
         if result is not None:
             ram = hw.host_ram_gib
-            out.append(finding("plan.way_out.offload", gpu_peak=round(result.peak_gib, 1),
-                               ram=round(result.cpu_ram_gib, 1), have="?" if ram is None else round(ram, 1)))
+            sizes = {"gpu_peak": round(result.peak_gib, 1), "ram": round(result.cpu_ram_gib, 1),
+                     "have": "?" if ram is None else round(ram, 1)}
+            out.append(finding("plan.way_out.offload", **sizes) if method in (None, "full") else
+                       finding("plan.way_out.offload_method", method=method, **sizes))
     if not out:
         out.append(finding("plan.way_out.none"))
     return out

@@ -558,3 +558,21 @@ def test_the_memory_line_of_a_plan_refused_for_another_reason_says_its_memory_fi
     assert memory.endswith("(fits)")
     big = recommend(request("Qwen2.5-72B", "1xRTX-4090", overrides={"method": "qlora"}))
     assert "(does not fit)" in format_recommendation(big)
+
+
+def test_ways_out_keep_a_pinned_method():
+    """method=lora pinned, 72B on one H100 with 64 GiB of host RAM (no real GPU): the ways out offered
+    "2×H100 fits with qlora", "shorter sequences fit with qlora" and full fine-tuning offloaded, all dropping the
+    method the user set; now more GPUs and offload keep LoRA and QLoRA is said as a change of the method."""
+    rec = recommend(request("Qwen2.5-72B", "1xH100", host_ram_gib=64, overrides={"method": "lora"}))
+    assert not rec.feasible
+    by_key = {f.key: f for f in rec.way_out}
+    assert dict(by_key["plan.way_out.more_gpus"].params)["method"] == "lora"
+    assert "plan.way_out.offload" not in by_key and "plan.way_out.qlora" not in by_key
+    assert "offload: lora with ZeRO-3" in by_key["plan.way_out.offload_method"].text()
+    assert "instead of the lora you set" in by_key["plan.way_out.qlora_method"].text()
+    assert all(dict(f.params).get("method") in (None, "lora") for f in rec.way_out
+               if f.key != "plan.way_out.qlora_method")
+    # nothing pinned: offload is still said of full fine-tuning
+    free = recommend(request("Qwen2.5-72B", "1xRTX-4090", host_ram_gib=64))
+    assert not free.feasible and "plan.way_out.offload" in [f.key for f in free.way_out]
