@@ -148,13 +148,19 @@ def run_estimate(args: argparse.Namespace) -> int:
     weights = weights_not_here(plan.architecture.source)  # sized from a hub's config.json: train downloads them
     if weights:
         print(weights, file=sys.stderr)
+    from core.plan.rules import past_positions
+
+    # as plan warns of the same plan (a sequence past the model's trained positions), its JSON's "warnings" too
+    warnings = past_positions(plan)
     if args.json:
-        print(json.dumps({**result.to_json(), "domain": domain, "model_source": source_json(plan.architecture.source)},
-                         indent=2, ensure_ascii=False))
+        print(json.dumps({**result.to_json(), "domain": domain, "model_source": source_json(plan.architecture.source),
+                          "warnings": [w.to_json() for w in warnings]}, indent=2, ensure_ascii=False))
         return 0
     print(format_estimate(result, domain, target.cpu_only))
     for note in result.notes:
         print(t(f"estimate.note.{note}"), file=sys.stderr)
+    for warning in warnings:
+        print(warning.text(), file=sys.stderr)
     return 0
 
 

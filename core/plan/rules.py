@@ -127,8 +127,13 @@ def warn_truncation(plan: TrainingPlan, result: Estimate | None, request: PlanRe
 
 
 def warn_past_positions(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    return past_positions(plan)
+
+
+def past_positions(plan: TrainingPlan) -> list[Finding]:
     """A sequence longer than the model was trained on: training extends its context (RoPE positions past
-    the trained ones), which the longest-context goal may choose; say so."""
+    the trained ones), which the longest-context goal may choose; say so (``tunedeck estimate`` too, of the plan
+    it is given: it reads the plan alone)."""
     positions = getattr(plan.architecture, "positions", None)
     if positions and plan.seq_len > positions:
         return [finding("plan.warn.past_positions", seq=plan.seq_len, positions=positions)]

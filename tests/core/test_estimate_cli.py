@@ -352,3 +352,23 @@ def test_a_count_after_the_gpu_name_is_read_as_rental_sites_write_it(tmp_path):
         (2, "H100-80GB-SXM"), (8, "A100-80GB"), (1, "RTX-4090")]
     both = run_estimate(tmp_path, "--model", "Qwen2.5-7B", "--gpu", "H100x2", "--gpus", "4")
     assert both.returncode == 2 and "--gpus says 4" in both.stderr
+
+
+def test_a_sequence_past_the_trained_positions_is_warned_of_as_plan_warns(tmp_path):
+    """seq_len 65536 of Qwen2.5-0.5B (32,768 positions), for an H100 named (no GPU needed): plan warned, estimate
+    said nothing; now the same message on stderr, and in the JSON's "warnings" as plan's recommendation has it."""
+    from core.plan import PlanRequest, parse_target, recommend
+
+    rec = recommend(PlanRequest(model="Qwen2.5-0.5B", hardware=parse_target("1xH100", None, 512.0, 1000.0),
+                                overrides={"seq_len": 65536}))
+    planned = [w.to_json() for w in rec.best.warnings if w.key == "plan.warn.past_positions"]
+    assert planned and "65536" in planned[0]["message"]
+    data = json.loads(run_estimate(tmp_path, "--model", "Qwen2.5-0.5B", "--seq-len", "65536", "--gpu", "H100",
+                                   "--json").stdout)
+    assert data["warnings"] == planned
+    human = run_estimate(tmp_path, "--model", "Qwen2.5-0.5B", "--seq-len", "65536", "--gpu", "H100")
+    assert human.returncode == 0 and planned[0]["message"] in human.stderr
+    assert planned[0]["message"] not in human.stdout
+    within = run_estimate(tmp_path, "--model", "Qwen2.5-0.5B", "--seq-len", "4096", "--gpu", "H100", "--json")
+    assert json.loads(within.stdout)["warnings"] == []
+    assert "trained positions" not in run_estimate(tmp_path, "--model", "Qwen2.5-0.5B", "--seq-len", "4096").stderr
