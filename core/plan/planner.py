@@ -323,6 +323,10 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
                 low = _lowest_peak(candidates, method=other, num_gpus=p.num_gpus, offload="none")
             if low is not None and not low.feasible and low.estimate is not None:
                 missed.append(_missed("plan.reason.method_missed", low, usable, method=other))
+        # the best plan of another method that fits too, when QLoRA or full fine-tuning ranks before it: why, in
+        # the numbers the goal ranks by (they read "qlora: the best for this goal")
+        runner = next((c for c in rank([c for c in candidates if c.feasible], request.goal)
+                       if c.plan.method != p.method), None) if p.method in ("qlora", "full") else None
         if p.method == "qlora" and missed:
             detail = missed[0].text()
             if offloaded is not None and offloaded.tokens_per_s > 0:
@@ -330,6 +334,13 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
                            offload=offload_words(offloaded.plan.offload),
                            ratio=round(best.tokens_per_s / offloaded.tokens_per_s, 2))
             out.append(("method", finding("plan.reason.method_qlora", detail=detail)))
+        elif p.method == "qlora" and runner is not None:
+            out.append(("method", finding("plan.reason.method_qlora", detail=_won_over(best, runner, request))))
+        elif p.method == "full" and runner is not None:
+            key = "plan.reason.method_full_won" + ("_free" if held else "")
+            out.append(("method", finding(key, peak=round(best.peak_gib, 1), capacity=round(capacity, 1),
+                                          free=round(free or 0.0, 1), usable=round(usable, 1),
+                                          detail=_won_over(best, runner, request))))
         elif p.method in ("lora", "full"):
             key = f"plan.reason.method_{p.method}" + ("_free" if held else "")
             out.append(("method", finding(key, peak=round(best.peak_gib, 1), capacity=round(capacity, 1),
@@ -428,6 +439,32 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     gpus_key = "plan.reason.gpus_cpu" if request.hardware.cpu_only else plural_key("plan.reason.gpus", available)
     out.append(("gpus", finding(gpus_key, used=p.num_gpus, available=available)))
     return out
+
+
+def _won_over(best: Candidate, other: Candidate, request: PlanRequest) -> str:
+    """Why ``best`` ranks before ``other``, a plan of another method that fits too: the first thing the goal's
+    ranking (``rank_key``) weighs where the two differ, with its numbers."""
+    b, o = best.plan, other.plan
+    name = o.method
+    if rank_key(other, request.goal)[0] > rank_key(best, request.goal)[0]:  # short of free memory or of disk
+        short = next(w for w in other.warnings if w.key in ("plan.warn.busy_gpu", "plan.rule.disk"))
+        return t("plan.reason.won_short", other=name, problem=short.text())
+    if request.goal == "largest_batch" and b.micro_batch_size != o.micro_batch_size:
+        return t("plan.reason.won_batch", micro=b.micro_batch_size, other=name, other_micro=o.micro_batch_size)
+    if request.goal == "longest_context" and b.seq_len != o.seq_len:
+        return t("plan.reason.won_seq", seq=b.seq_len, other=name, other_seq=o.seq_len)
+    speeds = {"tps": best.tokens_per_s, "other_tps": other.tokens_per_s}
+    if request.goal == "lowest_cost" and other.tokens_per_s > 0 and best.tokens_per_s > 0:
+        ratio = (o.num_gpus / other.tokens_per_s) / (b.num_gpus / best.tokens_per_s)
+        if ratio >= 1 + SAME_SPEED:
+            return t("plan.reason.won_cost", ratio=round(ratio, 2), other=name, **speeds)
+    if other.tokens_per_s > 0 and best.tokens_per_s > other.tokens_per_s:
+        ratio = best.tokens_per_s / other.tokens_per_s
+        key = "plan.reason.won_speed" if ratio >= 1 + SAME_SPEED else "plan.reason.won_speed_close"
+        return t(key, ratio=round(ratio, 2), other=name, **speeds)
+    if b.num_gpus < o.num_gpus:
+        return t(plural_key("plan.reason.won_gpus", b.num_gpus), other=name, gpus=b.num_gpus, other_gpus=o.num_gpus)
+    return t("plan.reason.won_memory", other=name, peak=round(best.peak_gib, 1), other_peak=round(other.peak_gib, 1))
 
 
 def _missed(key: str, other: Candidate, usable: float, **params: Any) -> Finding:

@@ -576,3 +576,34 @@ def test_ways_out_keep_a_pinned_method():
     # nothing pinned: offload is still said of full fine-tuning
     free = recommend(request("Qwen2.5-72B", "1xRTX-4090", host_ram_gib=64))
     assert not free.feasible and "plan.way_out.offload" in [f.key for f in free.way_out]
+
+
+def test_qlora_or_full_winning_over_a_method_that_fits_too_says_why_in_numbers():
+    """Estimates only (no GPU needed). They read "qlora: the best for this goal" and "full fine-tuning: ... is the
+    best for this goal"; now the figure the goal ranks by, against the best plan of the method that fits too."""
+    def method_reason(rec):
+        return dict(rec.reasons)["method"].text()
+
+    def first_of(rec, method):
+        return next(c for c, _ in rec.alternatives if c.plan.method == method)
+
+    fast = recommend(request("Qwen2.5-14B", "1xA100-40GB", host_ram_gib=None, dataset_p95_tokens=300))
+    assert fast.best.plan.method == "qlora"
+    lora = first_of(fast, "lora")
+    ratio = round(fast.best.tokens_per_s / lora.tokens_per_s, 2)
+    assert ratio > 1.02
+    assert method_reason(fast) == (f"QLoRA: {ratio}× the speed of lora, which fits too "
+                                   f"({fast.best.tokens_per_s:,.0f} against {lora.tokens_per_s:,.0f} tokens/s)")
+    longest = recommend(request("Qwen2.5-7B", "1xH100", host_ram_gib=None, goal="longest_context",
+                                dataset_p95_tokens=300))
+    assert longest.best.plan.method == "qlora"
+    reach = max(c.plan.seq_len for c, _ in longest.alternatives if c.plan.method == "lora")
+    assert reach < longest.best.plan.seq_len
+    assert method_reason(longest) == f"QLoRA: sequence {longest.best.plan.seq_len} where lora fits at most {reach}"
+    full = recommend(request("Qwen2.5-0.5B", "1xH100", dataset_p95_tokens=300))
+    assert full.best.plan.method == "full"
+    lora = first_of(full, "lora")
+    ratio = round(full.best.tokens_per_s / lora.tokens_per_s, 2)
+    assert method_reason(full).endswith(f"; {ratio}× the speed of lora, which fits too "
+                                        f"({full.best.tokens_per_s:,.0f} against {lora.tokens_per_s:,.0f} tokens/s)")
+    assert "best for this goal" not in method_reason(full)
