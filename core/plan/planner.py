@@ -318,24 +318,37 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
             low = _lowest_peak(candidates, method=other, num_gpus=p.num_gpus)
             if p.method == "qlora" and other == "lora" and low is not None and low.feasible and low.plan.offload != "none":
                 # what QLoRA spares is the offload: the reason is LoRA's miss on the GPU, and the offloaded one's speed
-                offloaded = max((c for c in candidates if c.feasible and c.plan.method == other
-                                 and c.plan.num_gpus == p.num_gpus), key=lambda c: c.tokens_per_s)
+                # (only where LoRA misses without it: "LoRA fits with ZeRO-0 offload none" was said of one that fits)
                 low = _lowest_peak(candidates, method=other, num_gpus=p.num_gpus, offload="none")
+                if low is not None and not low.feasible:  # the best-ranked LoRA for the goal (offloaded, all of them)
+                    offloaded = next(c for c in rank([c for c in candidates if c.feasible], request.goal)
+                                     if c.plan.method == other and c.plan.num_gpus == p.num_gpus)
             if low is not None and not low.feasible and low.estimate is not None:
-                missed.append(_missed("plan.reason.method_missed", low, usable, method=other))
+                missed.append((other, _missed("plan.reason.method_missed", low, usable, method=other)))
         # the best plan of another method that fits too, when QLoRA or full fine-tuning ranks before it: why, in
         # the numbers the goal ranks by (they read "qlora: the best for this goal")
         runner = next((c for c in rank([c for c in candidates if c.feasible], request.goal)
                        if c.plan.method != p.method), None) if p.method in ("qlora", "full") else None
-        if p.method == "qlora" and missed:
-            detail = missed[0].text()
-            if offloaded is not None and offloaded.tokens_per_s > 0:
-                detail = t("plan.reason.method_qlora_offload", detail=detail, zero=offloaded.plan.zero_stage,
-                           offload=offload_words(offloaded.plan.offload),
-                           ratio=round(best.tokens_per_s / offloaded.tokens_per_s, 2))
+        # full fine-tuning's miss is no reason for QLoRA where LoRA fits: the comparison with LoRA is
+        if p.method == "qlora" and missed and (missed[0][0] == "lora" or runner is None):
+            detail = missed[0][1].text()
+            if offloaded is not None:
+                ratio = best.tokens_per_s / offloaded.tokens_per_s if offloaded.tokens_per_s > 0 else 0.0
+                by_speed = request.goal in ("fastest", "lowest_cost") or \
+                    rank_key(best, request.goal)[1] == rank_key(offloaded, request.goal)[1]
+                words = {"detail": detail, "zero": offloaded.plan.zero_stage,
+                         "offload": offload_words(offloaded.plan.offload)}
+                # ranked on speed and faster: "N× slower"; else (it said "0.28× slower" of a longer sequence) what
+                # the goal ranks first, against the LoRA plan it ranks best
+                detail = t("plan.reason.method_qlora_offload", ratio=round(ratio, 2), **words) \
+                    if by_speed and ratio >= 1 + SAME_SPEED else \
+                    t("plan.reason.method_qlora_offload_won", won=_won_over(best, offloaded, request), **words)
             out.append(("method", finding("plan.reason.method_qlora", detail=detail)))
         elif p.method == "qlora" and runner is not None:
-            out.append(("method", finding("plan.reason.method_qlora", detail=_won_over(best, runner, request))))
+            detail = _won_over(best, runner, request)
+            if missed:  # and full fine-tuning's miss, after it
+                detail = t("plan.reason.method_qlora_and", won=detail, missed=missed[0][1].text())
+            out.append(("method", finding("plan.reason.method_qlora", detail=detail)))
         elif p.method == "full" and runner is not None:
             key = "plan.reason.method_full_won" + ("_free" if held else "")
             out.append(("method", finding(key, peak=round(best.peak_gib, 1), capacity=round(capacity, 1),

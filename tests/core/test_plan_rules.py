@@ -607,3 +607,25 @@ def test_qlora_or_full_winning_over_a_method_that_fits_too_says_why_in_numbers()
     assert method_reason(full).endswith(f"; {ratio}× the speed of lora, which fits too "
                                         f"({full.best.tokens_per_s:,.0f} against {lora.tokens_per_s:,.0f} tokens/s)")
     assert "best for this goal" not in method_reason(full)
+
+
+def test_qlora_reason_never_calls_a_lora_that_fits_on_the_gpu_offloaded_or_a_faster_one_slower():
+    """Estimates only (no GPU needed), longest context. 7B on one H100 with 64 GiB of host RAM read "QLoRA: full needs
+    131.8 GiB of host RAM ...; LoRA fits with ZeRO-0 offload none, 0.1× slower" (LoRA fits without offload, and is
+    faster at its shorter sequence); 14B on an RTX 4090 compared QLoRA's long sequence with LoRA's fastest plan, a
+    short one ("0.96× slower")."""
+    h100 = recommend(request("Qwen2.5-7B", "1xH100", host_ram_gib=64, goal="longest_context", dataset_p95_tokens=300))
+    assert h100.best.plan.method == "qlora"
+    reach = max(c.plan.seq_len for c, _ in h100.alternatives if c.plan.method == "lora")
+    text = dict(h100.reasons)["method"].text()
+    assert text.startswith(f"QLoRA: sequence {h100.best.plan.seq_len} where lora fits at most {reach}; full needs ")
+    assert "host RAM" in text and "slower" not in text
+    rtx = recommend(request("Qwen2.5-14B", "1xRTX-4090", host_ram_gib=64, goal="longest_context",
+                            dataset_p95_tokens=300))
+    text = dict(rtx.reasons)["method"].text()
+    assert rtx.best.plan.method == "qlora" and "slower" not in text
+    lora = [c for c, _ in rtx.alternatives if c.plan.method == "lora"]
+    assert lora and all(c.plan.offload != "none" for c in lora)
+    reach = max(c.plan.seq_len for c in lora)
+    assert text.endswith(f"LoRA fits with ZeRO-3 offload all: sequence {rtx.best.plan.seq_len} where lora fits at most "
+                         f"{reach}")
