@@ -31,9 +31,10 @@ done
 # --- Python -----------------------------------------------------------------------------------
 python=${PYTHON:-}
 if [ -z "$python" ]; then
-    # python3 first (the box's own); a newer one only where python3 is too old. Each candidate must
-    # really run: pyenv shims exist for versions that are not selected.
-    for candidate in python3 python3.12 python3.11 python3.10; do
+    # The newest tested version found (3.12, 3.11, 3.10), then python3 where it is 3.10 or newer (a 3.13
+    # python3 came before an installed 3.12). Each candidate must really run: pyenv shims exist for
+    # versions that are not selected.
+    for candidate in python3.12 python3.11 python3.10 python3; do
         if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; then
             python=$candidate; break
         fi
@@ -43,6 +44,9 @@ fi
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
     || die "$($python -V 2>&1) is too old: tunedeck needs Python 3.10 or newer (set PYTHON=/path/to/python3.1x)"
 say "using $($python -V 2>&1) at $(command -v "$python")"
+if ! "$python" -c 'import sys; sys.exit(sys.version_info >= (3, 13))' >/dev/null 2>&1; then
+    say "note: $($python -V 2>&1) is newer than the tested 3.10-3.12: accepted, untested (set PYTHON=/path/to/python3.12 to use a tested one)"
+fi
 
 # --- virtual environment ----------------------------------------------------------------------
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then

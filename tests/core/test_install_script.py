@@ -37,12 +37,16 @@ def _checkout(tmp_path: Path) -> Path:
     return here
 
 
-def _install(tmp_path: Path, *args: str, path_dirs: list[str]) -> subprocess.CompletedProcess[str]:
+def _install(tmp_path: Path, *args: str, path_dirs: list[str],
+             python: str | None = sys.executable) -> subprocess.CompletedProcess[str]:
+    """``python``: PYTHON for the script (None: unset, the script picks one on the PATH)."""
     here = _checkout(tmp_path)
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PATH", "HOME")}
-    env.update(HOME=str(home), PYTHON=sys.executable,
+    env = {k: v for k, v in os.environ.items() if k not in ("PATH", "HOME", "PYTHON")}
+    if python is not None:
+        env["PYTHON"] = python
+    env.update(HOME=str(home),
                PATH=":".join([str(tmp_path / "stubs"), *path_dirs, "/usr/bin", "/bin"]))
     proc = subprocess.run(["bash", str(here / "install.sh"), *args], capture_output=True, text=True, env=env,
                           timeout=120)
@@ -134,3 +138,32 @@ def test_the_cuda_torch_on_a_gpu_box_is_kept_on_a_second_run(tmp_path):
     proc = _install(tmp_path, path_dirs=[])
     assert proc.returncode == 0, proc.stderr
     assert f"torch {version}+cu128 already installed" in proc.stderr and _torch_installs(tmp_path) == [], proc.stderr
+
+
+def _pythons(tmp_path: Path, versions: dict[str, str | None]) -> None:
+    """Stub interpreters first on the PATH: each name answers ``-V`` with its version and a version check
+    (``-c``) as that version would; None: a name that does not run (a pyenv shim of an unselected version),
+    hiding the box's own."""
+    for name, version in versions.items():
+        if version is None:
+            _stub(tmp_path / "stubs" / name, "exit 127")
+            continue
+        newer = tuple(int(part) for part in version.split(".")[:2]) >= (3, 13)
+        _stub(tmp_path / "stubs" / name,
+              f'if [ "$1" = -V ]; then echo "Python {version}"; exit 0; fi\n'
+              f'case "$2" in *"(3, 13)"*) exit {1 if newer else 0} ;; esac\nexit 0')
+
+
+def test_the_newest_tested_python_is_chosen_over_a_newer_untested_python3(tmp_path):
+    """A box whose python3 is 3.13 (untested) with 3.12 installed beside it: install.sh took python3, being tried
+    first. It takes 3.12 now and says so; with no 3.10-3.12 at all, python3 still, with the untested note."""
+    _pythons(tmp_path, {"python3": "3.13.1", "python3.12": "3.12.3", "python3.11": None, "python3.10": None})
+    proc = _install(tmp_path, "--app-only", path_dirs=[], python=None)
+    assert proc.returncode == 0, proc.stderr
+    assert f"using Python 3.12.3 at {tmp_path / 'stubs' / 'python3.12'}" in proc.stderr, proc.stderr
+    assert "untested" not in proc.stderr
+    _pythons(tmp_path, {"python3.12": None})
+    proc = _install(tmp_path, "--app-only", path_dirs=[], python=None)
+    assert proc.returncode == 0, proc.stderr
+    assert f"using Python 3.13.1 at {tmp_path / 'stubs' / 'python3'}" in proc.stderr, proc.stderr
+    assert "Python 3.13.1 is newer than the tested 3.10-3.12: accepted, untested" in proc.stderr
