@@ -274,6 +274,9 @@ def test_dashboard_offers_merge_chat_serve_when_finished_in_footer_and_palette(p
             screen = await open_dashboard(pilot, app, "finished")
             await wait_for(pilot, lambda: footer_keys(app)[:4] == ["?", "M", "a", "v"])
             assert "k" not in footer_keys(app)  # stop is for a live run
+            # The run's five actions filled the 80 columns and Esc, the way out, was dropped: it stays now.
+            assert footer_keys(app) == ["?", "M", "a", "v", "E", "X", "Esc"], footer_line(app)
+            assert f"Esc {t('dashboard.key.back')}" in footer_line(app)
             titles = {command.title for command in app.get_system_commands(screen)}
             assert {t("lifecycle.key.merge"), t("lifecycle.key.chat"), t("lifecycle.key.serve")} <= titles
             await pilot.press("ctrl+p")

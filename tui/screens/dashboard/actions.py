@@ -32,12 +32,16 @@ class DashboardActions:
     def footer_priority(self) -> tuple[str, ...]:
         """Binding ids in the order the footer keeps them. The run's own actions come first, the one
         that matters most for its state first (stop while live, resume, then what its checkpoint is good
-        for); those ``check_action`` refuses are left out by the footer like by the help and the palette."""
+        for), then Esc on an ended run (the way out stays on an 80-column line); those ``check_action`` refuses are left out by the footer like by the help and the palette."""
         keys: list[str] = []
         if self.has_class("-full"):
             keys.append("dashboard.back")
         keys += ["dashboard.stop", "dashboard.resume", "dashboard.merge", "dashboard.chat", "dashboard.serve",
                  "dashboard.evaluate", "dashboard.export"]
+        if self.status in TERMINAL_STATES:
+            # An ended run offers up to five actions of its own: at 80 columns they fill the line, and Esc, the
+            # way out, went first. It stays, right after them; the full log and the search give way.
+            keys.append("dashboard.back")
         return (*keys, "dashboard.full", "dashboard.search", "dashboard.back", "dashboard.axis")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
