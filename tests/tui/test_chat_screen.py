@@ -473,3 +473,45 @@ def test_a_turn_label_takes_the_colon_of_the_readers_language():
         i18n.set_language("en")
     assert chinese == "你：你好\n\n模型：hello\n\n"
     assert transcript_text(turns).plain == "you: 你好\n\nmodel: hello\n\n"
+
+
+def test_page_keys_page_a_long_reply_from_the_message_field_and_streaming_does_not_pull_back(tmp_path,
+                                                                                          monkeypatch):
+    """A reply longer than its pane could not be read back by key: the message field has the focus and took
+    PgUp/PgDn itself (doing nothing), and each streamed piece scrolled the pane to its end again. PgUp/PgDn
+    page the transcript from the field now, and a reader paged up stays where they are while the reply
+    streams in; back at the end, the pane follows it again. No model process: the worker's events are
+    posted as it writes them. 80x24."""
+    from tui.screens.chat import WorkerEvent
+
+    monkeypatch.setattr(ChatScreen, "_start_worker", lambda self: None)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = ChatScreen(model_dir=tmp_path)
+            await app.push_screen(screen)
+            await pilot.pause()
+            tuned = screen.query_one("#chat-tuned", Transcript)
+            tuned.add("user", "Tell me a long story")
+            tuned.add("assistant", "\n".join(f"line {i}" for i in range(80)))
+            screen.busy.add("tuned")
+            await wait_for(pilot, lambda: tuned.max_scroll_y > 20 and tuned.scroll_y == tuned.max_scroll_y)
+            assert app.focused is screen.query_one("#chat-input")
+            end = tuned.scroll_y
+            await pilot.press("pageup")
+            await wait_for(pilot, lambda: tuned.scroll_y < end)
+            up = tuned.scroll_y
+            for piece in ("\nmore", "\nand more", "\nthe end"):
+                screen.post_message(WorkerEvent({"event": "token", "id": 1, "variant": "tuned", "text": piece}))
+            await wait_for(pilot, lambda: tuned.turns[-1][1].endswith("the end"))
+            await pilot.pause()
+            assert tuned.scroll_y == up  # left where the reader is
+            await pilot.press("pagedown", "pagedown", "pagedown")
+            await wait_for(pilot, lambda: tuned.scroll_y == tuned.max_scroll_y)
+            screen.post_message(WorkerEvent({"event": "token", "id": 1, "variant": "tuned", "text": "\nP.S."}))
+            await wait_for(pilot, lambda: tuned.turns[-1][1].endswith("P.S."))
+            await wait_for(pilot, lambda: tuned.scroll_y == tuned.max_scroll_y and tuned.max_scroll_y > end)
+            screen.busy.clear()
+
+    asyncio.run(scenario())

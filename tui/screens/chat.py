@@ -64,7 +64,7 @@ class Transcript(VerticalScroll):
     def add(self, role: str, text: str) -> None:
         self.turns.append((role, text))
         self.pieces = 0
-        self.refresh_text()
+        self.refresh_text(follow=True)  # a new message: shown, wherever the reader was
 
     def append_to_last(self, piece: str) -> None:
         role, text = self.turns[-1]
@@ -72,9 +72,20 @@ class Transcript(VerticalScroll):
         self.pieces += 1
         self.refresh_text()
 
-    def refresh_text(self) -> None:
+    def refresh_text(self, follow: bool | None = None) -> None:
+        """Show the turns. The pane follows the newest text only where the reader is at its end: one who
+        paged up to read an earlier part of a long reply is not pulled back down by each streamed piece."""
+        if follow is None:
+            follow = self.scroll_y >= self.max_scroll_y
         self.query_one(".chat-text", Static).update(transcript_text(self.turns))
-        self.scroll_end(animate=False)
+        if follow:
+            self.scroll_end(animate=False)
+
+    def page(self, direction: int) -> None:
+        if direction < 0:
+            self.scroll_page_up(animate=False)
+        else:
+            self.scroll_page_down(animate=False)
 
     def messages(self) -> list[dict[str, str]]:
         """The turns as the model is sent them. A user turn left unanswered (side by side, this side's reply
@@ -108,6 +119,10 @@ class ChatScreen(Screen[None]):
         # Ctrl+G (readline's and Emacs' "abort"): Ctrl+C copies in a text field and asks to quit elsewhere.
         Binding("ctrl+g", "stop_reply", t("chat.key.stop"), id="chat.stop"),
         Binding("escape", "back", t("chat.key.back"), id="chat.back"),
+        # The message field has the focus, and a one-line field takes PgUp/PgDn (to scroll itself: nothing):
+        # before it, they page the transcript (both panes side by side) from wherever the focus is.
+        Binding("pageup", "page(-1)", t("chat.key.page_up"), show=False, priority=True, id="chat.page_up"),
+        Binding("pagedown", "page(1)", t("chat.key.page_down"), show=False, priority=True, id="chat.page_down"),
     ]
 
     def __init__(self, run_dir: Path | None = None, model_dir: Path | None = None,
@@ -412,6 +427,14 @@ class ChatScreen(Screen[None]):
         except OSError:  # the process is gone: its "exited" event says so
             return
         self.query_one("#chat-status", Static).update(t("chat.stopping"))
+
+    def action_page(self, direction: int) -> None:
+        """Page the focused pane, or (from a field) every pane shown."""
+        focused = self.focused
+        panes = [focused] if isinstance(focused, Transcript) else \
+            [pane for pane in (self._pane(v) for v in VARIANTS) if pane.display]
+        for pane in panes:
+            pane.page(direction)
 
     def action_toggle_compare(self) -> None:
         if self.ready and not self.has_adapter:
