@@ -864,3 +864,38 @@ def test_the_apps_wording_of_each_refusal_takes_the_cli_messages_parameters_and_
             app_names = {name for _, name, _, _ in string.Formatter().parse(texts[app]) if name}
             assert app_names <= names | {"key"}, (lang, app, app_names - names)
             assert "--out" not in texts[app] and "--force" not in texts[app], (lang, app)
+
+
+def test_k_and_the_palettes_stop_server_before_the_server_has_a_process_say_it_is_still_starting(
+        tmp_path, monkeypatch):
+    """Right after v, before the new server had a process (the checks, the backend's choice), k said "no
+    server is running" (and the palette's "stop server" did, or opened the confirm a moment later): untrue,
+    the server came up and served. Both say it is still starting and to press k again, and ask nothing.
+    No server: start_server is held back, so the panel stays before the process, whatever the box's speed."""
+    import core.lifecycle.serve as lifecycle_serve
+    from tests.tui.conftest import palette_search
+
+    def no_server(*_args, **_kwargs):
+        raise lifecycle_serve.ServeWaitCancelled("held back by the test")
+
+    monkeypatch.setattr(lifecycle_serve, "start_server", no_server)
+    run_dir = tmp_path / "20261205-0100-tiny"
+    run_dir.mkdir()
+    starting = f"the server of {run_dir.name} is still starting: press k again in a moment to stop it"
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            panel = ServePanel(run_dir)
+            await app.push_screen(panel)
+            await pilot.pause()
+            assert panel.launching and not panel.alive
+            await pilot.press("k")
+            await wait_for(pilot, lambda: [n.message for n in app._notifications] == [starting])
+            app.clear_notifications()
+            await palette_search(pilot, app, "stop server", "stop server")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: [n.message for n in app._notifications] == [starting])
+            assert app.screen is panel and not isinstance(app.screen, ConfirmScreen)
+
+    asyncio.run(scenario())

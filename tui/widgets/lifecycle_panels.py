@@ -614,7 +614,11 @@ class ServePanel(ModalScreen[None]):
 
     def action_stop(self) -> None:
         if not self.alive:
-            self.notify(t("lifecycle.serve_not_running", run=self.run_id), severity="warning")
+            # Before the new server has a process (the checks, the backend's choice), "no server is running"
+            # was untrue: it came up a moment later and served. Said as it is, by k and the palette alike.
+            key = "lifecycle.serve_still_starting" if self.launching and not self.start_error \
+                else "lifecycle.serve_not_running"
+            self.notify(t(key, run=self.run_id), severity="warning")
             return
         from tui.widgets.confirm import ConfirmScreen
 
