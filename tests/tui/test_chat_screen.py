@@ -515,3 +515,42 @@ def test_page_keys_page_a_long_reply_from_the_message_field_and_streaming_does_n
             screen.busy.clear()
 
     asyncio.run(scenario())
+
+
+def test_a_pasted_message_of_several_lines_is_sent_whole_with_its_line_breaks(tmp_path, monkeypatch):
+    """A prompt pasted into the message field (code, a list) kept only its first line: the rest was dropped
+    unsaid and the model got a fragment. Every line stays, each break shown as ⏎ in the one-line field and
+    sent as a line break; the system prompt field likewise. No model process: the lines the worker would
+    read are taken as they are written. 80x24."""
+    import json
+
+    from textual import events
+
+    monkeypatch.setattr(ChatScreen, "_start_worker", lambda self: None)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = ChatScreen(model_dir=tmp_path)
+            await app.push_screen(screen)
+            await pilot.pause()
+            sent: list[str] = []
+            screen.proc = type("Proc", (), {"stdin": type("In", (), {"write": lambda _, line: sent.append(line),
+                                                                      "flush": lambda _: None})()})()
+            screen.ready = True
+            system, field = screen.query_one("#chat-system"), screen.query_one("#chat-input")
+            system.post_message(events.Paste("Be brief.\nAnswer in English."))
+            field.post_message(events.Paste("Fix this:\r\ndef f(x):\n    return x +\n"))
+            await wait_for(pilot, lambda: field.value and system.value)
+            assert field.value == "Fix this:⏎def f(x):⏎    return x +", field.value
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: len(sent) == 1)
+            messages = json.loads(sent[0])["messages"]
+            assert messages == [{"role": "system", "content": "Be brief.\nAnswer in English."},
+                                {"role": "user", "content": "Fix this:\ndef f(x):\n    return x +"}]
+            tuned = screen.query_one("#chat-tuned", Transcript)
+            assert tuned.turns[0] == ("user", "Fix this:\ndef f(x):\n    return x +")
+            screen.busy.clear()
+            screen.proc = None  # no process to end
+
+    asyncio.run(scenario())

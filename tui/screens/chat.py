@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -101,6 +102,36 @@ class Transcript(VerticalScroll):
         return out
 
 
+class MessageInput(Input):
+    """The message (and system prompt) field: one line on screen. Textual's field kept only the first line of a paste, the rest
+    of a pasted prompt (code, a list) dropped unsaid; here every line stays, each line break shown as ⏎ and
+    sent as a line break (``message_text``)."""
+
+    def _on_paste(self, event: events.Paste) -> None:
+        event.prevent_default()  # not Input's own, which keeps the first line
+        event.stop()
+        if not event.text:
+            return
+        text = field_text(event.text.replace("\r\n", "\n").replace("\r", "\n").rstrip("\n"))
+        if self.selection.is_empty:
+            self.insert_text_at_cursor(text)
+        else:
+            self.replace(text, *self.selection)
+
+
+LINE_BREAK = "⏎"
+
+
+def field_text(message: str) -> str:
+    """A message as its one-line field shows it: line breaks as ⏎."""
+    return message.replace("\n", LINE_BREAK)
+
+
+def message_text(value: str) -> str:
+    """The message a field's value stands for: its ⏎ line breaks again, ends trimmed."""
+    return value.replace(LINE_BREAK, "\n").strip()
+
+
 class ChatScreen(Screen[None]):
     """Chat with base + adapter of a run (or a merged model folder)."""
 
@@ -155,14 +186,14 @@ class ChatScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="chat-settings"):
-            yield Input(placeholder=t("chat.system_placeholder"), id="chat-system")
+            yield MessageInput(placeholder=t("chat.system_placeholder"), id="chat-system")
             yield Input("0.7", placeholder=t("chat.temperature"), id="chat-temperature", type="number")
             yield Input("256", placeholder=t("chat.max_tokens"), id="chat-max-tokens", type="integer")
         with Horizontal(id="chat-panes"):
             yield Transcript(t("chat.base_title"), id="chat-base")
             yield Transcript(t("chat.tuned_title"), id="chat-tuned")
         yield Static(t("chat.loading", model=self.label), id="chat-status")
-        yield Input(placeholder=t("chat.input_placeholder"), id="chat-input")
+        yield MessageInput(placeholder=t("chat.input_placeholder"), id="chat-input")
         yield KeysFooter()
 
     def on_mount(self) -> None:
@@ -287,7 +318,7 @@ class ChatScreen(Screen[None]):
             pane.refresh_text()
             field = self.query_one("#chat-input", Input)
             if not field.value:
-                field.value = text
+                field.value = field_text(text)
         if self.busy:  # side by side: said once, when both are refused
             return
         refused, overflows = len(self.endings), dict(self.overflows)
@@ -326,7 +357,7 @@ class ChatScreen(Screen[None]):
                     text = pane.turns.pop()[1]
             field = self.query_one("#chat-input", Input)
             if text and not field.value:
-                field.value = text
+                field.value = field_text(text)
         for variant in empty:
             self._pane(variant).refresh_text()
         self.endings, self.overflows = {}, {}
@@ -365,7 +396,7 @@ class ChatScreen(Screen[None]):
         if event.input.id != "chat-input":
             self.query_one("#chat-input", Input).focus()
             return
-        text = event.value.strip()
+        text = message_text(event.value)
         if not text:
             return
         if not self.ready or self.proc is None or self.proc.stdin is None:
@@ -381,7 +412,7 @@ class ChatScreen(Screen[None]):
         event.input.value = ""
         self.endings, self.overflows = {}, {}
         self.exchange_seconds = 0.0
-        system = self.query_one("#chat-system", Input).value.strip()
+        system = message_text(self.query_one("#chat-system", Input).value)
         variants = [v for v in VARIANTS if v == "tuned" or (self.compare and self.has_adapter)]
         requests = []
         for variant in variants:
