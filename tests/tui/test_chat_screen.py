@@ -63,8 +63,8 @@ def test_dashboard_chat_key_streams_base_and_tuned_replies(shared, private_home,
             proc = screen.proc
             await pilot.press("escape")
             await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
-            await asyncio.sleep(0)
-            assert proc is not None and proc.poll() is not None  # the model process is gone
+            # the model process is gone (reaped by a thread: the screen does not wait for it)
+            await wait_for(pilot, lambda: proc is not None and proc.poll() is not None)
 
     asyncio.run(scenario())
 
@@ -554,3 +554,47 @@ def test_a_pasted_message_of_several_lines_is_sent_whole_with_its_line_breaks(tm
             screen.proc = None  # no process to end
 
     asyncio.run(scenario())
+
+
+def test_esc_while_the_model_loads_leaves_at_once_and_the_process_is_ended(tmp_path, monkeypatch):
+    """Esc while the model loaded (or a reply was generated) froze the screen: it waited 2 s for the process
+    to end on its closed stdin, which it reads only between replies, then 5 s more after SIGTERM. The screen
+    goes at once and the process is ended behind it. The "model process" here ignores its stdin and SIGTERM
+    and holds until a gate file exists: a process that is not done, however fast the box."""
+    import subprocess
+    import sys
+    import textwrap
+
+    gate = tmp_path / "gate"
+    code = textwrap.dedent(f"""
+        import os, signal, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print('{{"event": "loading"}}', flush=True)
+        while not os.path.exists({str(gate)!r}):
+            time.sleep(0.02)
+    """)
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+
+    monkeypatch.setattr(ChatScreen, "_start_worker", start)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = ChatScreen(model_dir=tmp_path)
+            await app.push_screen(screen)
+            proc = screen.proc
+            assert proc is not None and proc.stdout is not None
+            assert "loading" in proc.stdout.readline()  # started, its SIGTERM ignored from now on
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not isinstance(app.screen, ChatScreen))
+            assert proc.poll() is None  # the screen went before the process did: it did not wait for it
+            gate.touch()
+            await wait_for(pilot, lambda: proc.poll() is not None)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gate.touch()

@@ -102,6 +102,19 @@ class Transcript(VerticalScroll):
         return out
 
 
+def _reap(proc: subprocess.Popen[str]) -> None:
+    """Wait for the model process to end (a thread's): terminated after 2 s, killed after 5 more."""
+    try:
+        proc.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class MessageInput(Input):
     """The message (and system prompt) field: one line on screen. Textual's field kept only the first line of a paste, the rest
     of a pasted prompt (code, a list) dropped unsaid; here every line stays, each line break shown as ⏎ and
@@ -230,6 +243,10 @@ class ChatScreen(Screen[None]):
         self.post_message(WorkerEvent({"event": "exited", "code": proc.wait()}))
 
     def _stop_worker(self) -> None:
+        """End the model process without waiting for it here: Esc froze the screen for 2 s and more while the
+        model loaded or a reply was generated (the process reads its end only between replies). An idle
+        model ends on its closed stdin; one loading or generating is terminated at once, nothing of it to
+        keep. A thread reaps it, killing it where it does not end."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
@@ -238,14 +255,9 @@ class ChatScreen(Screen[None]):
                 proc.stdin.close()
         except OSError:
             pass
-        try:
-            proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
+        if not self.ready or self.busy:
             proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        threading.Thread(target=_reap, args=(proc,), daemon=True, name="tunedeck-chat-reaper").start()
 
     def on_unmount(self) -> None:
         self._stop_worker()
