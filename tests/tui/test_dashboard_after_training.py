@@ -236,6 +236,8 @@ def test_k_while_the_server_starts_stops_it_and_the_panel_says_stopped_not_faile
             pid = int(panel.state["pid"])
             await pilot.press("k")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            # no address yet: the confirm said "Clients using – lose their connection"
+            assert "Clients using" not in _flat(app) and "It is still starting" in _flat(app), _flat(app)
             await pilot.press("y")
             await wait_for(pilot, lambda: panel.phase() == "stopped" and not panel.launching, timeout=60)
             await pilot.pause()

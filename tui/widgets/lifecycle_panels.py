@@ -626,9 +626,10 @@ class ServePanel(ModalScreen[None]):
             if ok:
                 self._stop()
 
-        url = self.url() or "–"
-        self.app.push_screen(ConfirmScreen(t("lifecycle.stop_server_title", run=self.run_id),
-                                           t("lifecycle.stop_server_body", url=url)), answered)
+        url = self.url()
+        # Still starting (no address yet): "Clients using – lose their connection" said nothing true.
+        body = t("lifecycle.stop_server_body", url=url) if url else t("lifecycle.stop_server_body_starting")
+        self.app.push_screen(ConfirmScreen(t("lifecycle.stop_server_title", run=self.run_id), body), answered)
 
     def _stop(self) -> None:
         panel, run_id = self, self.run_id
