@@ -181,11 +181,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
     settings = GenerationSettings(temperature=args.temperature, max_tokens=args.max_tokens)
     variant = "base" if args.base else "tuned"
     history: list[dict[str, str]] = []
-    _err(t("lifecycle.chat_ready"))
+    # At a terminal an empty line ends the session; piped, the messages are a file's lines, some blank between
+    # them: ending at the first blank line dropped the rest unsaid (exit 0). Piped, blank lines are skipped.
+    interactive = sys.stdin.isatty()
+    _err(t("lifecycle.chat_ready" if interactive else "lifecycle.chat_ready_piped"))
     for line in sys.stdin:  # Ctrl+C here (no reply under way) ends the session: main's exit 130
-        text = line.rstrip("\n")
+        text = line.rstrip("\r\n")  # a file of Windows lines: no \r sent at the end of each message
         if not text.strip():
-            break
+            if interactive:
+                break
+            continue
         asked = {"role": "user", "content": text}
         # A message the template refuses or that does not fit is said in one line and left out of the
         # conversation; the session goes on.

@@ -53,6 +53,19 @@ def test_a_message_past_the_context_is_said_and_left_out_and_the_session_goes_on
     assert out.strip() == "Blue.", (out, err[-1000:])  # the only reply: the refused message got none
 
 
+def test_piped_messages_with_blank_lines_between_them_are_all_answered(lora_run):
+    """`tunedeck chat RUN < prompts.txt` ended at the file's first blank line with exit 0: the messages after
+    it were dropped unsaid. Piped, blank lines are skipped (a file's Windows line ends too) and the session
+    ends with its input: both messages are answered, one reply a line."""
+    home, run = lora_run
+    proc = _chat(home, run.id, "--temperature", "0", "--max-tokens", "8")
+    out, err = proc.communicate("Name a colour.\r\n\r\n\nSay yes.\r\n", timeout=180)
+    assert proc.returncode == 0, err[-2000:]
+    replies = out.splitlines()
+    assert len(replies) == 2 and replies[0] == "Blue." and replies[1].strip(), (out, err[-1000:])
+    assert "blank lines skipped" in err and "an empty line" not in err, err[-1000:]
+
+
 def test_a_message_the_chat_template_refuses_is_skipped_and_the_session_goes_on(tmp_path):
     """A chat template's refusal (Gemma's: no system message) ended the session with exit 2 at the first
     message. Now each refused message is said in its one line and the session reads the next."""
