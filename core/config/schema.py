@@ -24,6 +24,7 @@ precision                  bf16, fp16, fp32                    bf16
 pure_bf16                  bool                                false
 tf32                       auto, true, false                   auto
 max_seq_len                int 16 .. 1048576                   2048
+overlong                   cut, drop                           cut (a sample longer than max_seq_len)
 micro_batch_size           int >= 1                            1
 gradient_accumulation      int >= 1                            8
 epochs                     number > 0                          3 (when max_steps is not set)
@@ -92,6 +93,7 @@ EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 LR_SCHEDULERS = ("cosine", "linear", "constant")
 OFFLOADS = ("none", "optimizer", "all")
 LOSS_ON = ("assistant", "all")
+OVERLONG = ("cut", "drop")  # a sample longer than max_seq_len: cut to its first tokens, or left out
 MAX_EPOCHS = 1_000_000
 ATTENTION = ("auto", "sdpa", "eager", "flash")
 ZERO_STAGES = (0, 1, 2, 3)
@@ -134,6 +136,7 @@ KEY_SPECS: dict[str, KeySpec] = {
     "pure_bf16": KeySpec("bool"),
     "tf32": KeySpec("auto_bool"),
     "max_seq_len": KeySpec("int", minimum=16, maximum=1_048_576),
+    "overlong": KeySpec("choice", OVERLONG),
     "micro_batch_size": KeySpec("int", minimum=1),
     "gradient_accumulation": KeySpec("int", minimum=1),
     # At most a million: more is a typo (1e308), and its steps and tokens overflow the trainer's arithmetic.
@@ -209,6 +212,7 @@ class RunConfig:
     pure_bf16: bool = False
     tf32: str | bool = "auto"
     max_seq_len: int = 2048
+    overlong: str = "cut"
     micro_batch_size: int = 1
     gradient_accumulation: int = 8
     epochs: float | None = None

@@ -1,4 +1,4 @@
-"""``tunedeck data check FILE [--model M] [--max-seq-len N] [--max-errors N] [--json]``.
+"""``tunedeck data check FILE [--model M] [--max-seq-len N] [--overlong cut|drop] [--max-errors N] [--json]``.
 
 Exit codes: 0 the data is fine; 1 the data has problems (or cannot be read); 2 bad arguments.
 """
@@ -24,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("file", metavar="FILE", help=t("data.check_file_help"))
     check.add_argument("--model", metavar="M", default=None, help=t("data.check_model_help"))
     check.add_argument("--max-seq-len", metavar="N", type=int, default=None, help=t("data.check_max_seq_help"))
+    check.add_argument("--overlong", choices=("cut", "drop"), default="cut", help=t("data.check_overlong_help"))
     check.add_argument("--max-errors", metavar="N", type=int, default=50, help=t("data.check_max_errors_help"))
     check.add_argument("--json", action="store_true", help=t("data.check_json_help"))
     check.set_defaults(handler=run_check)
@@ -60,6 +61,8 @@ def run_check(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_USAGE) from None
     if args.model and report.lengths is not None:
         report.lengths.method = t("data.method_tokenizer", name=args.model)
+    if report.lengths is not None:
+        report.lengths.overlong = args.overlong
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False))
     else:
@@ -90,7 +93,8 @@ def render_report(report) -> str:
             "data.tokens_line", min=stats.min, mean=stats.mean, p50=stats.p50, p95=stats.p95, max=stats.max,
             method=stats.method))
         if stats.max_seq_len is not None:
-            key = "data.over_max_exact" if stats.exact else "data.over_max_approx"
+            key = "data.over_max_approx" if not stats.exact else \
+                "data.over_max_exact_drop" if stats.overlong == "drop" else "data.over_max_exact"
             lines.append(" " * 12 + t(key, count=stats.over_max, total=stats.count, limit=stats.max_seq_len))
         if not stats.exact:
             lines.append(" " * 12 + t("data.approx_hint"))

@@ -40,6 +40,7 @@ class LengthStats:
     method: str  # "tokenizer: <name>" or "approximate: characters / 4, …"
     over_max: int | None = None  # samples longer than max_seq_len, when given
     max_seq_len: int | None = None
+    overlong: str = "cut"  # what a run does with those samples: cut them, or drop them (the run key)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

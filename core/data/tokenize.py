@@ -16,8 +16,9 @@ An assistant turn the data excludes (``Message.trainable is False``: OpenAI ``we
 
 Text records train on every token, with the end-of-sequence token appended; a text record's ``prompt``
 (TRL's plain prompt/completion) comes first and carries no label. Sequences longer than
-``max_seq_len`` are cut at the end; how many and how many tokens were dropped is counted in
-``Tokenized``, and a sample left with no label at all is dropped and counted too: never silent.
+``max_seq_len`` are cut at the end (or, with ``overlong="drop"``, left out whole: ms-swift's
+``truncation_strategy: delete``); how many and how many tokens were dropped is counted in ``Tokenized``,
+and a sample left with no label at all is dropped and counted too: never silent.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Tokenized:
     truncated: int = 0  # samples cut to max_seq_len
     tokens_dropped: int = 0  # tokens removed by those cuts
     skipped: int = 0  # samples dropped because no labelled token was left
+    overlong_dropped: int = 0  # samples longer than max_seq_len left out (overlong: drop)
     skipped_origins: list[str] = field(default_factory=list)  # where the first few skipped ones came from
     method: str = ""  # how assistant tokens were found: generation, prefix, all
     chat_template_added: bool = False  # the tokenizer had no chat template; the bundled ChatML one was used
@@ -58,7 +60,7 @@ class Tokenized:
 
     def summary(self) -> dict[str, Any]:
         return {"samples": len(self), "truncated": self.truncated, "tokens_dropped": self.tokens_dropped,
-                "skipped": self.skipped, "trained_tokens": self.trained_tokens, "method": self.method,
+                "skipped": self.skipped, "overlong_dropped": self.overlong_dropped, "trained_tokens": self.trained_tokens, "method": self.method,
                 "chat_template_added": self.chat_template_added}
 
 
@@ -245,14 +247,18 @@ def tokenize_dataset(
     max_seq_len: int | None,
     loss_on: str = "assistant",
     method: str | None = None,
+    overlong: str = "cut",
 ) -> Tokenized:
-    """Token ids and labels for every record, cut to ``max_seq_len`` (``None``: no limit).
+    """Token ids and labels for every record, cut to ``max_seq_len`` (``None``: no limit); with
+    ``overlong="drop"`` a record longer than that is left out instead (``overlong_dropped``).
 
     ``loss_on``: ``assistant`` (labels only on assistant turns) or ``all``. ``method`` forces
     ``generation`` or ``prefix`` (default: ``generation`` when the template supports it).
     """
     if loss_on not in ("assistant", "all"):
         raise ValueError(f"loss_on must be 'assistant' or 'all', not {loss_on!r}")
+    if overlong not in ("cut", "drop"):
+        raise ValueError(f"overlong must be 'cut' or 'drop', not {overlong!r}")
     template_added = False
     if any(isinstance(record, Conversation) for record in records):
         template_added = ensure_chat_template(tokenizer)
@@ -261,6 +267,9 @@ def tokenize_dataset(
     result = Tokenized(method="all" if loss_on == "all" else method, chat_template_added=template_added)
     for record in records:
         ids, labels = tokenize_record(record, tokenizer, loss_on, method)
+        if max_seq_len is not None and len(ids) > max_seq_len and overlong == "drop":
+            result.overlong_dropped += 1
+            continue
         if max_seq_len is not None and len(ids) > max_seq_len:
             result.truncated += 1
             result.tokens_dropped += len(ids) - max_seq_len

@@ -23,6 +23,7 @@ class TrainingExamples:
     dropped_tokens: int = 0
     total_tokens: int = 0
     skipped: int = 0  # examples with nothing to learn from (no assistant token left)
+    overlong_dropped: int = 0  # examples longer than max_seq_len left out (overlong: drop)
 
 
 def load_records(datasets: Sequence[str] | str, hub: str = "modelscope", cfg: dict[str, Any] | None = None
@@ -41,11 +42,13 @@ def load_records(datasets: Sequence[str] | str, hub: str = "modelscope", cfg: di
     )
 
 
-def tokenize_records(records: list[Any], tokenizer: Any, max_seq_len: int, loss_on: str) -> TrainingExamples:
-    """Token ids and labels (-100 = no loss) for each record, truncation counted (``core.data``)."""
+def tokenize_records(records: list[Any], tokenizer: Any, max_seq_len: int, loss_on: str,
+                     overlong: str = "cut") -> TrainingExamples:
+    """Token ids and labels (-100 = no loss) for each record, truncation counted (``core.data``); a record
+    longer than ``max_seq_len`` is cut to its start, or left out with ``overlong="drop"`` (counted too)."""
     from core.data import tokenize_dataset
 
-    result = tokenize_dataset(records, tokenizer, max_seq_len, loss_on=loss_on)
+    result = tokenize_dataset(records, tokenizer, max_seq_len, loss_on=loss_on, overlong=overlong)
     examples = [
         {"input_ids": list(ids), "labels": list(labels)}
         for ids, labels in zip(result.input_ids, result.labels, strict=True)
@@ -57,6 +60,7 @@ def tokenize_records(records: list[Any], tokenizer: Any, max_seq_len: int, loss_
         dropped_tokens=int(result.tokens_dropped),
         total_tokens=sum(len(e["input_ids"]) for e in examples),
         skipped=int(result.skipped),
+        overlong_dropped=int(result.overlong_dropped),
     )
 
 

@@ -322,7 +322,8 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     datasets = cfg.get("dataset")
     datasets = [datasets] if isinstance(datasets, str) else list(datasets or [])
     records = load_records(datasets, str(cfg.get("hub", "modelscope")), cfg)
-    examples = tokenize_records(records, tokenizer, max_seq_len, str(cfg.get("loss_on", "assistant")))
+    overlong = str(cfg.get("overlong", "cut"))
+    examples = tokenize_records(records, tokenizer, max_seq_len, str(cfg.get("loss_on", "assistant")), overlong)
     examples = split_eval(examples, float(cfg.get("eval_split", 0.0) or 0.0), seed)
     if not examples.train:
         raise TrainingSetupError(Message("train.no_examples", datasets=", ".join(datasets)))
@@ -331,6 +332,10 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
                          max_seq_len=max_seq_len)
         log.warning("%d samples longer than max_seq_len %d were truncated (%d tokens dropped)",
                     examples.truncated_samples, max_seq_len, examples.dropped_tokens)
+    if examples.overlong_dropped and rank == 0:
+        run.append_event("data_overlong_dropped", samples=examples.overlong_dropped, max_seq_len=max_seq_len)
+        log.warning("%d samples longer than max_seq_len %d were left out (overlong: drop)",
+                    examples.overlong_dropped, max_seq_len)
     train_rows = examples.train
     if cfg.get("packing"):
         train_rows = pack_examples(train_rows, max_seq_len)

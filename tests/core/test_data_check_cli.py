@@ -62,6 +62,17 @@ def test_model_tiny_gives_exact_token_counts_and_over_length(run):
     assert tokens["max_seq_len"] == 40 and tokens["over_max"] == 1
 
 
+def test_overlong_drop_says_the_long_samples_are_left_out(run):
+    """data check said every long sample 'will be cut'; a run with overlong: drop leaves them out: the flag
+    says so, and --json records which one the count is for."""
+    args = (str(FIXTURES / "messages.jsonl"), "--model", "tiny", "--max-seq-len", "40")
+    assert "1 of 3 samples are longer than 40 tokens and will be cut" in run(*args).stdout
+    result = run(*args, "--overlong", "drop")
+    assert result.returncode == 0, result.stderr
+    assert "1 of 3 samples are longer than 40 tokens and will be left out (overlong: drop)" in result.stdout
+    assert json.loads(run(*args, "--overlong", "drop", "--json").stdout)["tokens"]["overlong"] == "drop"
+
+
 def test_missing_file_and_unreadable_file(run, tmp_path):
     result = run(str(tmp_path / "absent.jsonl"))
     assert result.returncode == 2 and "file not found" in result.stderr  # a user error (it was 1)

@@ -152,6 +152,20 @@ def test_truncation_is_counted_never_silent(tokenizer):
     assert cut.summary()["truncated"] == 2
 
 
+def test_overlong_drop_leaves_a_long_sample_out_and_counts_it(tokenizer):
+    """overlong: drop (ms-swift's truncation_strategy: delete): a sample longer than max_seq_len is left out
+    whole, counted apart from the cut ones; the default still cuts it."""
+    records = [chat(("short", "ok")), chat(("tell me a lot", " ".join(["word"] * 60))), TextRecord("x " * 100)]
+    dropped = tokenize_dataset(records, tokenizer, 24, overlong="drop")
+    assert len(dropped) == 1 and dropped.overlong_dropped == 2
+    assert dropped.truncated == 0 and dropped.tokens_dropped == 0 and dropped.skipped == 0
+    assert dropped.summary()["overlong_dropped"] == 2
+    cut = tokenize_dataset(records, tokenizer, 24)
+    assert len(cut) == 3 and cut.overlong_dropped == 0 and cut.truncated == 2
+    with pytest.raises(ValueError, match="overlong"):
+        tokenize_dataset(records, tokenizer, 24, overlong="left")
+
+
 def test_a_sample_left_without_labels_is_dropped_and_counted(tokenizer):
     record = chat(("a very long question " * 20, "short answer"))
     record.origin = "data.jsonl:7"
