@@ -495,6 +495,10 @@ def check_combinations(
         add(t("config.offload_all_needs_zero3"), "offload", "zero_stage")
     if config.offload != "none" and config.optimizer in EIGHT_BIT_OPTIMIZERS:
         add(t("config.offload_8bit_optimizer", optimizer=config.optimizer), "optimizer", "offload")
+    if config.optimizer in ("adafactor", "sgd"):
+        for key in ("adam_beta1", "adam_beta2", "adam_epsilon"):
+            if key in locations and getattr(config, key) != default_for(key):
+                add(t("config.adam_key_unused", optimizer=config.optimizer), key, "optimizer", severity=WARNING)
     if "epochs" in locations and "max_steps" in locations and config.epochs is not None \
             and config.max_steps is not None:
         add(t("config.epochs_and_max_steps"), "max_steps", "epochs")

@@ -1,7 +1,8 @@
 """A user's own DeepSpeed JSON (``deepspeed: path/to/ds.json``) reconciled with the run configuration.
 
 The run configuration is what the Trainer, the estimator and the checks use, so the JSON's values for
-what the run configuration also says (ZeRO stage, offload, batch sizes, clipping, precision) are brought
+what the run configuration also says (ZeRO stage, offload, batch sizes, clipping, precision, an optimizer's
+betas and eps) are brought
 into it when checked: a key the YAML leaves at its default takes the JSON's value; a key the YAML sets
 to something else wins, and the conflict is named. ``"auto"`` takes the run configuration's value. The
 rest of the JSON (bucket sizes, communication, an optimizer section) is kept as written when the trainer
@@ -94,6 +95,17 @@ def _json_values(data: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     for name, key in simple:
         if name in data:
             found[key] = (name, data[name])
+    optimizer = data.get("optimizer")
+    params = optimizer.get("params") if isinstance(optimizer, Mapping) else None
+    if isinstance(params, Mapping):  # an Adam's betas and eps: the run's adam_beta1/adam_beta2/adam_epsilon
+        betas = params.get("betas")
+        if betas == "auto":
+            found["adam_beta1"] = ("optimizer.params.betas", "auto")
+        elif isinstance(betas, (list, tuple)) and len(betas) == 2:
+            found["adam_beta1"] = ("optimizer.params.betas[0]", betas[0])
+            found["adam_beta2"] = ("optimizer.params.betas[1]", betas[1])
+        if "eps" in params:
+            found["adam_epsilon"] = ("optimizer.params.eps", params["eps"])
     bf16, fp16 = _enabled(data.get("bf16")), _enabled(data.get("fp16"))
     if bf16 or fp16:
         found["precision"] = ("bf16.enabled" if bf16 else "fp16.enabled", "bf16" if bf16 else "fp16")

@@ -377,6 +377,20 @@ def same_as_tunedeck(*accepted: Any) -> Convert:
     return convert
 
 
+def _truncation(value: Any) -> Outcome:
+    """ms-swift's ``truncation_strategy`` for a sample longer than ``max_length``: ``delete`` leaves it out
+    (``overlong: drop``), ``right`` cuts its end (``overlong: cut``, tunedeck's default); ``left`` cuts its
+    start, which tunedeck does not do (it keeps a sample's start)."""
+    if is_unset(value):
+        return dropped("import.reason_unset")
+    name = str(value).strip().lower()
+    if name == "delete":
+        return taken({"overlong": "drop"})
+    if name == "right":
+        return taken({"overlong": "cut"})
+    return needs_you("import.reason_truncation", value=value)
+
+
 def _only_with(other: str) -> Convert:
     """A setting read only together with ``other`` (a generation setting with predict_with_generate, a
     LoRA-GA one with init_weights: lora-ga, ...): ``other``'s own line decides, whatever this one says."""
@@ -476,6 +490,9 @@ PEER_KEYS: dict[str, PeerKey] = {
     "warmup_steps": PeerKey(_positive_int("warmup_steps"), "warmup_steps: 100"),
     "weight_decay": PeerKey(same("weight_decay"), "weight_decay: 0.0"),
     "max_grad_norm": PeerKey(same("max_grad_norm"), "max_grad_norm: 1.0"),
+    "adam_beta1": PeerKey(same("adam_beta1"), "adam_beta1: 0.9"),
+    "adam_beta2": PeerKey(same("adam_beta2"), "adam_beta2: 0.999"),
+    "adam_epsilon": PeerKey(same("adam_epsilon"), "adam_epsilon: 1e-8"),
     "optim": PeerKey(_optimizer, "optimizer: adamw_torch"),
     "seed": PeerKey(same("seed"), "seed: 42"),
     "gradient_checkpointing": PeerKey(same("gradient_checkpointing"), "gradient_checkpointing: true", _MS),
@@ -511,9 +528,6 @@ PEER_KEYS: dict[str, PeerKey] = {
 # cuts a long sample at its end; the collator pads at the end).
 PEER_KEYS.update({
     # transformers' TrainingArguments defaults the engine keeps (the DeepSpeed config says "auto": the same)
-    "adam_beta1": PeerKey(same_as_tunedeck(0.9), None),
-    "adam_beta2": PeerKey(same_as_tunedeck(0.999), None),
-    "adam_epsilon": PeerKey(same_as_tunedeck(1e-8), None),
     "average_tokens_across_devices": PeerKey(same_as_tunedeck(True), None),
     "train_sampling_strategy": PeerKey(same_as_tunedeck("random"), None),
     "half_precision_backend": PeerKey(same_as_tunedeck("auto"), None),
@@ -551,7 +565,7 @@ PEER_KEYS.update({
     "use_chat_template": PeerKey(same_as_tunedeck(True), None, _MS),
     "template_backend": PeerKey(not_needed("import.reason_template"), None, _MS),
     "padding_side": PeerKey(same_as_tunedeck("right"), None, _MS),
-    "truncation_strategy": PeerKey(same_as_tunedeck("right"), None, _MS),  # tunedeck keeps a sample's start
+    "truncation_strategy": PeerKey(_truncation, "overlong: drop", _MS),
     "sequence_parallel_size": PeerKey(same_as_tunedeck(1), None, _MS),
     "train_dataloader_shuffle": PeerKey(same_as_tunedeck(True), None, _MS),
     "dataset_shuffle": PeerKey(same_as_tunedeck(True), None, _MS),

@@ -35,6 +35,9 @@ lr_scheduler               cosine, linear, constant            cosine
 warmup_ratio               0 <= x < 1                          0.03 (when warmup_steps is not set)
 warmup_steps               int >= 0                            (unset)
 weight_decay               x >= 0                              0.0
+adam_beta1                 0 <= x < 1                          0.9
+adam_beta2                 0 <= x < 1                          0.999
+adam_epsilon               0 < x < 1                           1e-8
 max_grad_norm              x >= 0 (0 = no clipping)            1.0
 gradient_checkpointing     bool                                true
 checkpoint_layers          all, auto, or an int >= 0           all
@@ -148,6 +151,10 @@ KEY_SPECS: dict[str, KeySpec] = {
     "warmup_ratio": KeySpec("number", minimum=0, below=1, optional=True),
     "warmup_steps": KeySpec("int", minimum=0, optional=True),
     "weight_decay": KeySpec("number", minimum=0),
+    # AdamW's moment decays and epsilon (transformers' defaults; ms-swift's beta2 is 0.95)
+    "adam_beta1": KeySpec("number", minimum=0, below=1),
+    "adam_beta2": KeySpec("number", minimum=0, below=1),
+    "adam_epsilon": KeySpec("number", above=0, below=1),
     "max_grad_norm": KeySpec("number", minimum=0),
     "gradient_checkpointing": KeySpec("bool"),
     "checkpoint_layers": KeySpec("int_or_choice", ("all", "auto"), minimum=0),
@@ -223,6 +230,9 @@ class RunConfig:
     warmup_ratio: float | None = None
     warmup_steps: int | None = None
     weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
     max_grad_norm: float = 1.0
     gradient_checkpointing: bool = True
     checkpoint_layers: str | int = "all"

@@ -80,7 +80,8 @@ _OWNED = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "trai
 def merge_user_config(generated: dict[str, Any], user: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The user's DeepSpeed JSON over tunedeck's generated one, and one note per value tunedeck set.
 
-    The user's keys win, except the owned ones (batch sizes, clipping, precision, ZeRO stage), which come
+    The user's keys win, except the owned ones (batch sizes, clipping, precision, ZeRO stage, an optimizer's
+    betas and eps), which come
     from the run configuration; ``core.config.deepspeed_file`` has already brought the user's concrete
     values into it, so they differ only where the YAML said otherwise (named when the config was checked)
     or where the user wrote ``"auto"`` (filled in here). Offload sections follow ``offload``.
@@ -112,6 +113,14 @@ def merge_user_config(generated: dict[str, Any], user: dict[str, Any]) -> tuple[
         if theirs.get(leaf) != ours[leaf]:
             notes.append(f"{dotted}: {json.dumps(theirs.get(leaf))} -> {json.dumps(ours[leaf])}")
             theirs[leaf] = ours[leaf]
+    params = merged.get("optimizer", {}).get("params") if isinstance(merged.get("optimizer"), dict) else None
+    if isinstance(params, dict):
+        # the Trainer fills "auto" with adam_beta1/adam_beta2/adam_epsilon, which took the JSON's values when
+        # checked (core.config.deepspeed_file); a concrete value the YAML overrides would stop transformers
+        for leaf in ("betas", "eps"):
+            if leaf in params and params[leaf] != "auto":
+                notes.append(f"optimizer.params.{leaf}: {json.dumps(params[leaf])} -> \"auto\"")
+                params[leaf] = "auto"
     zero = merged.get("zero_optimization", {})
     for section in ("offload_optimizer", "offload_param"):
         wanted = generated.get("zero_optimization", {}).get(section)

@@ -375,6 +375,11 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         lr_scheduler_type=_scheduler_type(str(cfg.get("lr_scheduler", "cosine"))),
         warmup_steps=warmup,
         weight_decay=float(cfg.get("weight_decay", 0.0)),
+        # every AdamW the Trainer builds takes these (torch's, fused, bitsandbytes' 8-bit/paged); a DeepSpeed
+        # optimizer section says "auto" for them (deepspeed_config), which the Trainer fills with these too
+        adam_beta1=float(cfg.get("adam_beta1", 0.9)),
+        adam_beta2=float(cfg.get("adam_beta2", 0.999)),
+        adam_epsilon=float(cfg.get("adam_epsilon", 1e-8)),
         max_grad_norm=float(cfg.get("max_grad_norm", 1.0)),
         optim=optim,
         bf16=use_bf16,

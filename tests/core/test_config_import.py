@@ -307,7 +307,8 @@ def test_import_options_after_the_dashes_are_refused(tmp_path):
     ("quantization_bit", "'method: qlora'"),
     ("template", "the tokenizer's own chat template"),
     ("max_samples", "tunedeck has no equivalent: LLaMA-Factory trains on the first N records"),
-    ("adam_beta2", "tunedeck has no equivalent: tunedeck has no such setting"),
+    ("label_smoothing_factor", "tunedeck has no equivalent: tunedeck has no such setting"),
+    ("truncation_strategy", "ms-swift name; tunedeck says 'overlong: drop'"),
     ("log_level", "not needed in tunedeck: changes no training maths"),
     ("per_device_train_batch_size", "'micro_batch_size: 1'"),
     ("gradient_accumulation_steps", "'gradient_accumulation: 8'"),
@@ -714,65 +715,73 @@ def _swift_args_json(path: Path, data: Path, **changes) -> Path:
 
 
 def test_a_full_swift_args_json_is_stopped_only_by_values_that_train_otherwise(tmp_path):
-    """ms-swift writes all of its ~200 arguments into args.json. Every key tunedeck has no setting for blocked
-    ``train`` (adam_beta1: 0.9, log_level: passive, tuner_backend: peft, ...) although most say what tunedeck
-    does anyway: such a file could never be trained directly. Now a value that is tunedeck's behaviour (a
-    TrainingArguments default the engine keeps, a feature left off, bookkeeping) is dropped and said; a
-    value that differs still stops train, named."""
+    """ms-swift writes all of its ~200 arguments into args.json, with its own adam_beta2: 0.95 and
+    truncation_strategy: delete. tunedeck had no key for either, so every real args.json was refused by
+    ``train``. Now they are run keys (adam_beta2, overlong: drop), taken; a value tunedeck does not train
+    (truncation_strategy: left, a beta out of range, a setting it has no key for at another value) still
+    stops train, named."""
     from core.config.importers import blocking_lines
 
     home = tmp_path / "home"
     data = _data(tmp_path / "d.jsonl")
-    # ms-swift's own defaults: its adam_beta2 (0.95) and truncation_strategy (delete: drop a long sample, where
-    # tunedeck cuts it) are what differ
-    peer = _swift_args_json(tmp_path / "args.json", data)
+    peer = _swift_args_json(tmp_path / "args.json", data)  # ms-swift's own defaults
     result = import_file(peer)
-    assert sorted(line.key for line in blocking_lines(result)) == ["adam_beta2", "truncation_strategy"]
-    assert len(result.mapping) > 250 and result.counts()[NEEDS_YOU] == 2
-    for key in ("adam_beta1", "adam_epsilon", "tuner_backend", "data_seed", "freeze_vit", "init_weights"):
+    assert blocking_lines(result) == [] and result.counts()[NEEDS_YOU] == 0
+    assert len(result.mapping) > 250
+    assert _line(result, "adam_beta2").text() == "adam_beta2: 0.95 → taken as adam_beta2=0.95"
+    assert _line(result, "truncation_strategy").text() == "truncation_strategy: delete → taken as overlong=drop"
+    assert (result.config["adam_beta1"], result.config["adam_beta2"], result.config["adam_epsilon"]) == \
+        (0.9, 0.95, 1e-08)
+    for key in ("tuner_backend", "data_seed", "freeze_vit", "init_weights"):
         assert _line(result, key).verdict == DROPPED, _line(result, key).text()
-    assert _line(result, "adam_beta1").text() == "adam_beta1: 0.9 → dropped: what tunedeck trains with anyway"
     assert "read only together with predict_with_generate" in _line(result, "max_new_tokens").text()
     assert "read only together with use_galore" in _line(result, "galore_rank").text()
     out = _tunedeck(home, "train", str(peer), "--check")
-    assert out.returncode == 2, out.stderr
-    refusal = out.stderr[out.stderr.index("cannot be trained as it is"):]
-    assert "  adam_beta2: 0.95 → needs you" in refusal and "  truncation_strategy: delete → needs you" in refusal
-    assert "adam_beta1" not in refusal and "log_level" not in refusal
+    assert out.returncode == 0, out.stderr
+    checked = yaml.safe_load(out.stdout)
+    assert (checked["adam_beta1"], checked["adam_beta2"], checked["adam_epsilon"], checked["overlong"]) == \
+        (0.9, 0.95, 1e-08, "drop")
 
-    # transformers' own adam_beta2 and a sample cut at its end are tunedeck's: it trains (checked here)
+    # transformers' betas and a sample cut at its end: tunedeck's defaults, written out
     peer = _swift_args_json(tmp_path / "args.json", data, adam_beta2=0.999, truncation_strategy="right")
     out = _tunedeck(home, "train", str(peer), "--check")
     assert out.returncode == 0, out.stderr
-    assert "adam_beta2: 0.999 → dropped: what tunedeck trains with anyway" in out.stderr
+    assert "truncation_strategy: right → taken as overlong=cut" in out.stderr
+    assert yaml.safe_load(out.stdout)["adam_beta2"] == 0.999
 
-    # a value that is not tunedeck's still stops it, named: one key changed at a time
-    for key, value in (("adam_epsilon", 1e-6), ("data_seed", 7), ("train_dataloader_shuffle", False),
-                       ("label_smoothing_factor", 0.1), ("average_tokens_across_devices", False)):
-        peer = _swift_args_json(tmp_path / "args.json", data, adam_beta2=0.999, truncation_strategy="right",
-                                **{key: value})
+    # what tunedeck does not train stops it, named: one key changed at a time
+    for key, value in (("truncation_strategy", "left"), ("adam_beta2", 1.5), ("data_seed", 7),
+                       ("train_dataloader_shuffle", False), ("label_smoothing_factor", 0.1),
+                       ("average_tokens_across_devices", False)):
+        peer = _swift_args_json(tmp_path / "args.json", data, **{key: value})
         assert [line.key for line in blocking_lines(import_file(peer))] == [key]
-    peer = _swift_args_json(tmp_path / "args.json", data, truncation_strategy="right")
+    peer = _swift_args_json(tmp_path / "args.json", data, truncation_strategy="left")
     out = _tunedeck(home, "train", str(peer), "--check")
-    assert out.returncode == 2 and "  adam_beta2: 0.95 → needs you" in out.stderr
+    assert out.returncode == 2
+    assert "  truncation_strategy: left → needs you: tunedeck cannot do truncation_strategy left" in out.stderr
 
 
 def test_the_peer_values_said_to_be_tunedecks_are_the_engines():
-    """The table's transformers defaults are the installed transformers' (the engine leaves them to it)."""
+    """The table's transformers defaults are the installed transformers' (the engine leaves them to it), and the
+    run keys that stand for TrainingArguments (adam_beta1/2, adam_epsilon) default to transformers' values: a
+    config without them trains as before they existed."""
     import dataclasses
 
     from transformers import TrainingArguments
 
     from core.config.peers import PEER_KEYS
+    from core.config.schema import default_for
 
     defaults = {spec.name: spec.default for spec in dataclasses.fields(TrainingArguments)}
-    for key in ("adam_beta1", "adam_beta2", "adam_epsilon", "average_tokens_across_devices",
-                "train_sampling_strategy", "label_smoothing_factor"):
+    for key in ("average_tokens_across_devices", "train_sampling_strategy", "label_smoothing_factor"):
         assert PEER_KEYS[key].convert(defaults[key]).verdict == DROPPED, key
     engine = (ROOT / "core" / "train" / "worker.py").read_text(encoding="utf-8")
-    for key in ("adam_beta1", "adam_beta2", "adam_epsilon", "average_tokens_across_devices",
-                "train_sampling_strategy", "label_smoothing_factor"):
+    for key in ("average_tokens_across_devices", "train_sampling_strategy", "label_smoothing_factor"):
         assert f"{key}=" not in engine, key  # left to transformers: the default is what trains
+    for key in ("adam_beta1", "adam_beta2", "adam_epsilon"):
+        assert default_for(key) == defaults[key], key
+        assert f"{key}=" in engine, key
+        assert PEER_KEYS[key].convert(0.5).values == {key: 0.5}, key  # both peers' key, taken
 
 
 def test_rslora_and_one_cycle_restarts_are_taken_and_train(tmp_path):

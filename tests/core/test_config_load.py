@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -173,3 +174,50 @@ def test_saved_yaml_is_block_style_one_key_a_line_with_short_lists_inline(tmp_pa
     long = RunConfig.from_dict({"model": "tiny", "dataset": [f"/data/a-rather-long-folder/part-{i}.jsonl"
                                                              for i in range(4)]}).to_yaml()
     assert "dataset:\n- /data/a-rather-long-folder/part-0.jsonl\n" in long
+
+
+def test_adam_keys_default_to_transformers_and_refuse_what_adamw_cannot_take(tmp_path):
+    """adam_beta1/adam_beta2/adam_epsilon are run keys (ms-swift writes adam_beta2: 0.95): unset, they are
+    transformers' own, so an existing config trains as before; a beta of 1 or more, or an epsilon of 0, is
+    refused at its line with the bound."""
+    config = load_run_config(write(tmp_path, "model: m\ndataset: d.jsonl\n"))
+    assert (config.adam_beta1, config.adam_beta2, config.adam_epsilon) == (0.9, 0.999, 1e-8)
+    config = load_run_config(write(tmp_path, "model: m\ndataset: d.jsonl\nadam_beta2: 0.95\nadam_epsilon: 1e-6\n"))
+    assert (config.adam_beta2, config.adam_epsilon) == (0.95, 1e-6)
+    with pytest.raises(ConfigError) as info:
+        load_run_config(write(tmp_path, "model: m\ndataset: d.jsonl\nadam_beta1: -0.1\nadam_beta2: 1\n"
+                                        "adam_epsilon: 0\noverlong: left\n"))
+    text = str(info.value)
+    assert "run.yaml:3: adam_beta1: got -0.1; must be at least 0" in text
+    assert "run.yaml:4: adam_beta2: got 1; must be less than 1" in text
+    assert "run.yaml:5: adam_epsilon: got 0; must be more than 0" in text
+    assert "run.yaml:6: overlong:" in text and "cut" in text and "drop" in text
+
+
+def test_a_deepspeed_jsons_adam_betas_are_the_runs_and_the_trainer_fills_them(tmp_path):
+    """A user's DeepSpeed JSON with an optimizer section naming betas/eps: the run took transformers' betas
+    and the Trainer refused the mismatch at launch. Now the JSON's values are the run's (the YAML not saying
+    otherwise) and the merged config says "auto" for them, which the Trainer fills with the run's."""
+    from core.train.deepspeed_config import deepspeed_config, merge_user_config
+
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": '
+                  '{"lr": 1e-4, "betas": [0.9, 0.95], "eps": 1e-6}}}', encoding="utf-8")
+    config = load_run_config(write(tmp_path, f"model: m\ndataset: d.jsonl\ndeepspeed: {ds}\n"))
+    assert (config.adam_beta1, config.adam_beta2, config.adam_epsilon) == (0.9, 0.95, 1e-6)
+    assert any("optimizer.params.betas[1]" in str(w) for w in config.warnings), config.warnings
+    config = load_run_config(write(tmp_path, f"model: m\ndataset: d.jsonl\ndeepspeed: {ds}\nadam_beta2: 0.99\n"))
+    assert config.adam_beta2 == 0.99  # the YAML's own value wins, the conflict said
+    merged, notes = merge_user_config(deepspeed_config(config.to_dict(), 1, True, False),
+                                      json.loads(ds.read_text(encoding="utf-8")))
+    assert merged["optimizer"]["params"]["betas"] == "auto" and merged["optimizer"]["params"]["eps"] == "auto"
+    assert merged["optimizer"]["params"]["lr"] == 1e-4
+    assert 'optimizer.params.betas: [0.9, 0.95] -> "auto"' in notes
+
+
+def test_adam_keys_with_an_optimizer_that_is_no_adamw_are_said_unused(tmp_path):
+    """adafactor and sgd read no betas: a beta set beside them would silently do nothing; it is said."""
+    config = load_run_config(write(tmp_path, "model: m\ndataset: d.jsonl\noptimizer: sgd\nadam_beta2: 0.95\n"))
+    assert any("optimizer sgd is no AdamW" in str(w) for w in config.warnings), config.warnings
+    config = load_run_config(write(tmp_path, "model: m\ndataset: d.jsonl\nadam_beta2: 0.95\n"))
+    assert not any("no AdamW" in str(w) for w in config.warnings)

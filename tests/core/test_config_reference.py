@@ -48,7 +48,8 @@ def shown(value: object) -> set[str]:
         return {str(value).lower()}
     if isinstance(value, str):
         return {f"`{value}`"}
-    return {str(value), f"`{value}`"}
+    short = str(value).replace("e-0", "e-")  # 1e-08 as a person writes it: 1e-8
+    return {str(value), f"`{value}`", short, f"`{short}`"}
 
 
 def test_reference_lists_every_key_of_the_schema_and_no_other():

@@ -596,3 +596,40 @@ def test_constant_scheduler_warms_up_as_the_config_says(tmp_path):
     assert status["status"] == "finished", (status, (run_dir / "train.log").read_text()[-2000:])
     rates = [r["learning_rate"] for r in _records(run_dir, "metrics.jsonl") if r.get("kind") == "train"]
     assert len(rates) == 5 and rates[0] < rates[1] < rates[2] < 0.005 and rates[3:] == [0.005, 0.005], rates
+
+
+def test_adam_betas_and_overlong_drop_reach_the_real_optimizer_and_data(tmp_path):
+    """adam_beta1/adam_beta2/adam_epsilon were not run keys: every run trained with transformers' (0.9, 0.999),
+    so an ms-swift args.json (adam_beta2: 0.95) could not be trained as written. Now the optimizer the Trainer
+    builds (read back from the checkpoint's optimizer state) has the config's betas, and the default run keeps
+    transformers' own. overlong: drop leaves a sample longer than max_seq_len out, said in events.jsonl and
+    train.log. CPU, the tiny model, no GPU assumed."""
+    import torch
+
+    home = tmp_path / "home"
+    data = _dataset(tmp_path / "data.jsonl")
+    with open(data, "a", encoding="utf-8") as handle:  # one sample far past max_seq_len 64
+        handle.write(json.dumps({"messages": [{"role": "user", "content": "Count."},
+                                              {"role": "assistant", "content": "one two three " * 60}]}) + "\n")
+    betas = {}
+    for name, extra in (("swift", ["adam_beta2=0.95", "adam_epsilon=1e-6", "overlong=drop"]), ("default", [])):
+        work = tmp_path / name
+        work.mkdir()
+        config = _config(work, max_steps=1, save_steps=1)
+        out = _tunedeck(home, "train", str(config), f"dataset={data}", *extra)
+        assert out.returncode == 0, out.stderr
+        run_dir = home / "runs" / out.stdout.strip()
+        status = _wait_final(home, out.stdout.strip())
+        assert status["status"] == "finished", (run_dir / "train.log").read_text()[-2000:]
+        state = torch.load(run_dir / "checkpoints" / "checkpoint-1" / "optimizer.pt", map_location="cpu",
+                           weights_only=False)
+        betas[name] = {(tuple(group["betas"]), group["eps"]) for group in state["param_groups"]}
+        events = [e for e in _records(run_dir, "events.jsonl") if e.get("event") == "data_overlong_dropped"]
+        log = (run_dir / "train.log").read_text()
+        if name == "swift":
+            assert [e["samples"] for e in events] == [1], events
+            assert "1 samples longer than max_seq_len 64 were left out (overlong: drop)" in log
+        else:
+            assert events == [] and "were truncated" in log
+    assert betas["swift"] == {((0.9, 0.95), 1e-6)}
+    assert betas["default"] == {((0.9, 0.999), 1e-8)}
