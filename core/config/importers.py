@@ -20,6 +20,7 @@ from core.config.peers import (
     NEEDS_YOU,
     PEER_DEFAULTS,
     PEER_NAMES,
+    PEER_TRAIN_DEFAULTS,
     SWIFT,
     TAKEN,
     Outcome,
@@ -372,16 +373,21 @@ LF_DATASET_DIR = "data"  # LLaMA-Factory's dataset_dir when its file gives none
 
 
 def _peer_defaults(peer: str, values: dict[str, Any], config: dict[str, Any]) -> list[MappingLine]:
-    """The peer's defaults for keys the file leaves out, where they differ from tunedeck's: LoRA keys, and
-    LLaMA-Factory's hub and dataset folder."""
+    """The peer's defaults for keys the file leaves out, where they differ from tunedeck's: LoRA keys, ms-swift's
+    adam_beta2 and its drop of over-long samples, and LLaMA-Factory's hub and dataset folder."""
     lines: list[MappingLine] = []
     if peer == SWIFT and "swift" not in values:
         return lines  # an args.json lists every value itself
     defaults = dict(PEER_DEFAULTS.get(peer, {})) if config.get("method", "lora") != "full" else {}
     if peer == LLAMAFACTORY and defaults:
         defaults["lora_alpha"] = 2 * int(config.get("lora_rank", defaults["lora_rank"]))
+    given = set(values)
+    for key, (source_key, value) in PEER_TRAIN_DEFAULTS.get(peer, {}).items():
+        defaults[key] = value
+        if source_key in values:
+            given.add(key)
     for key, value in defaults.items():
-        if key not in config and key not in values:  # a key the file gives (even one that needs you) wins
+        if key not in config and key not in given:  # a key the file gives (even one that needs you) wins
             config[key] = value
             lines.append(MappingLine(key, value, taken({key: value}, Message("import.note_peer_default",
                                                                               peer=PEER_NAMES[peer])),

@@ -623,6 +623,13 @@ PEER_DEFAULTS: dict[str, dict[str, Any]] = {
     LLAMAFACTORY: {"lora_rank": 8, "lora_dropout": 0.0},
     SWIFT: {"lora_rank": 8, "lora_alpha": 32, "lora_dropout": 0.05},
 }
+# A peer's defaults for any method, where they differ from tunedeck's, each with the peer key that sets it
+# (a file that gives that key decides itself): ms-swift 4.6's trainer arguments default adam_beta2 to 0.95
+# (swift/trainers/arguments.py) and its template drops a sample longer than max_length (truncation_strategy
+# None -> 'delete', swift/arguments/base_args/template_args.py), where transformers and tunedeck use 0.999 and cut.
+PEER_TRAIN_DEFAULTS: dict[str, dict[str, tuple[str, Any]]] = {
+    SWIFT: {"adam_beta2": ("adam_beta2", 0.95), "overlong": ("truncation_strategy", "drop")},
+}
 
 PEER_NAMES = {LLAMAFACTORY: "LLaMA-Factory", SWIFT: "ms-swift"}
 

@@ -225,6 +225,8 @@ def test_swift_command_line_in_a_script_and_as_arguments(tmp_path):
     assert config["dataset"] == ["AI-ModelScope/alpaca-gpt4-data-en#500", "swift/self-cognition#500"]
     assert config["lora_targets"] == ["q_proj", "v_proj"] and config["learning_rate"] == 1e-4
     assert config["lora_rank"] == 8 and config["lora_alpha"] == 32  # ms-swift's defaults, named as such
+    # ms-swift 4.6 trains with adam_beta2 0.95 and drops a sample past max_length unless told otherwise
+    assert config["adam_beta2"] == 0.95 and config["overlong"] == "drop"
     assert _line(result, "NPROC_PER_NODE").verdict == NEEDS_YOU  # $nproc_per_node is not expanded
     assert _line(result, "system").verdict == NEEDS_YOU
     assert _line(result, "gradient_checkpointing_kwargs").verdict == DROPPED
@@ -235,7 +237,11 @@ def test_swift_command_line_in_a_script_and_as_arguments(tmp_path):
               "--use_hf", "true", "--max_length=1024", "--packing", "--lr_scheduler_type", "polynomial"]
     result = import_command(tokens)
     assert result.config == {"model": "Qwen/Qwen2.5-0.5B", "hub": "huggingface", "dataset": "d.jsonl",
-                             "method": "full", "max_seq_len": 1024, "packing": True}
+                             "method": "full", "max_seq_len": 1024, "packing": True, "adam_beta2": 0.95,
+                             "overlong": "drop"}
+    # a line that says them itself keeps its own values
+    told = import_command([*tokens[:8], "--adam_beta2", "0.999", "--truncation_strategy", "right"]).config
+    assert (told["adam_beta2"], told["overlong"]) == (0.999, "cut")
     assert _line(result, "lr_scheduler_type").verdict == NEEDS_YOU
     # Values are data: a model id with shell syntax stays one string, nothing is run.
     result = import_command(["swift", "sft", "--model", "$(touch /tmp/x)", "--dataset", "a;b"])
