@@ -94,9 +94,10 @@ def build_request(args: argparse.Namespace) -> Any:
         if summary.issues:  # planned on the rows that load; the others are said, as `data check` does
             print(t("plan.dataset_problems", path=args.dataset, count=summary.issues, records=summary.records,
                     problems=summary.listed_problems()), file=sys.stderr)
+    overlong = overrides.pop("overlong", "cut")  # a run key, not a planner field: what a long sample costs
     return PlanRequest(
         model=args.model, hardware=target, goal=args.goal, epochs=args.epochs,
-        effective_batch=max(1, args.effective_batch), dataset=args.dataset, overrides=overrides,
+        effective_batch=max(1, args.effective_batch), dataset=args.dataset, overrides=overrides, overlong=overlong,
     ).with_dataset(summary), summary
 
 

@@ -36,7 +36,7 @@ class DatasetSummary:
     on_hub: tuple[str, ...] = ()
     # of ``issues``, the problems of a whole file (an empty one, one of no known format), not of a row in it
     file_issues: int = 0
-    _cuts: dict[int | None, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
+    _cuts: dict[tuple[int | None, str], tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def measured(self) -> bool:
@@ -72,43 +72,53 @@ class DatasetSummary:
         ordered = sorted(self.lengths)
         return ordered[min(len(ordered), max(1, math.ceil(0.95 * len(ordered)))) - 1]
 
-    def target_share(self, seq_len: int | None = None) -> float | None:
+    def target_share(self, seq_len: int | None = None, overlong: str = "cut") -> float | None:
         """The share of the tokens a step reads that have a target (the rows the engine's LM head reads), each
-        record cut to ``seq_len`` as the engine cuts it (``trained_tokens``). None: not counted."""
+        record cut to ``seq_len`` as the engine cuts it, or left out with ``overlong="drop"``
+        (``trained_tokens``). None: not counted."""
         if not self.targets or len(self.targets) != len(self.lengths):
             return None
-        tokens, kept = self._cut(seq_len)
+        tokens, kept = self._cut(seq_len, overlong)
         return kept / tokens if tokens else None
 
-    def trained_tokens(self, seq_len: int | None = None) -> int:
+    def trained_tokens(self, seq_len: int | None = None, overlong: str = "cut") -> int:
         """The tokens one pass over the data reads: each record cut to its first ``seq_len`` tokens, as the engine
-        cuts it (``core.data.tokenize_dataset``), and a record the cut leaves without a target dropped, as the
-        engine drops it; packing (``pack_examples``) joins the cut records into rows, the same tokens. Without
-        target counts every record stays. What a run's time and cost follow, not ``total_tokens``: a 5M-character
-        row at a 128-token sequence is 128 tokens of work."""
+        cuts it (``core.data.tokenize_dataset``), or with ``overlong="drop"`` a record longer than that left out
+        whole, as the engine leaves it out; a record the cut leaves without a target dropped, as the engine drops
+        it; packing (``pack_examples``) joins the kept records into rows, the same tokens. Without target counts
+        every record the length keeps stays. What a run's time and cost follow, not ``total_tokens``: a
+        5M-character row at a 128-token sequence is 128 tokens of work (cut), or none (drop)."""
         if not self.targets or len(self.targets) != len(self.lengths):
-            return sum(min(n, seq_len) for n in self.lengths) if seq_len else self.total_tokens
-        return self._cut(seq_len)[0]
+            if not seq_len:
+                return self.total_tokens
+            if overlong == "drop":
+                return sum(n for n in self.lengths if n <= seq_len)
+            return sum(min(n, seq_len) for n in self.lengths)
+        return self._cut(seq_len, overlong)[0]
 
-    def _cut(self, seq_len: int | None) -> tuple[int, int]:
+    def _cut(self, seq_len: int | None, overlong: str = "cut") -> tuple[int, int]:
         """(tokens, targets) left of the records the engine keeps at ``seq_len``: it keeps a record's start, so a
         cut takes its end, where a record's answer is, targets first (exact for one-answer chats and text;
-        multi-turn chats lose earlier answers less). Remembered per ``seq_len``: the planner asks for each plan."""
-        if seq_len in self._cuts:
-            return self._cuts[seq_len]
+        multi-turn chats lose earlier answers less); ``overlong="drop"`` keeps only the records that fit whole.
+        Remembered per ``seq_len``: the planner asks for each plan."""
+        if (seq_len, overlong) in self._cuts:
+            return self._cuts[(seq_len, overlong)]
         tokens = kept = 0
         for length, targets in zip(self.lengths, self.targets, strict=True):
             cut = max(0, length - seq_len) if seq_len else 0
+            if cut and overlong == "drop":
+                continue
             left = max(0, targets - cut)
             if left:
                 tokens += length - cut
                 kept += left
-        self._cuts[seq_len] = (tokens, kept)
+        self._cuts[(seq_len, overlong)] = (tokens, kept)
         return tokens, kept
 
     def cut_records(self, seq_len: int) -> tuple[int, int]:
         """(records longer than ``seq_len``, which the engine cuts to their first ``seq_len`` tokens; of those,
-        the ones the cut leaves without a target, which it drops: 0 where targets are not counted)."""
+        the ones the cut leaves without a target, which it drops: 0 where targets are not counted). With
+        ``overlong: drop`` the first count is the records the engine leaves out whole."""
         longer = [i for i, length in enumerate(self.lengths) if length > seq_len]
         counted = bool(self.targets) and len(self.targets) == len(self.lengths)
         dropped = sum(1 for i in longer if self.targets[i] <= self.lengths[i] - seq_len) if counted else 0
@@ -122,13 +132,16 @@ class DatasetSummary:
         needs = [length - targets + 1 for length, targets in zip(self.lengths, self.targets, strict=True) if targets]
         return min(needs, default=None)
 
-    def no_answer_left(self, name: str, seq_len: int, positions: int | None = None) -> str | None:
+    def no_answer_left(self, name: str, seq_len: int, positions: int | None = None,
+                       overlong: str = "cut") -> str | None:
         """Why a run at ``seq_len`` would train nothing: every record is cut before its answer, so the engine
-        drops them all (``tokenize_dataset``); what to do, naming the data ``name``. None when some record keeps
-        an answer, or targets are not counted. ``positions``: the most the model takes (raising past it is no way
-        out)."""
+        drops them all (``tokenize_dataset``), or with ``overlong="drop"`` every record is longer than ``seq_len``
+        and left out; what to do, naming the data ``name``. None when some record keeps an answer, or targets are
+        not counted (cut). ``positions``: the most the model takes (raising past it is no way out)."""
         from core.i18n import t
 
+        if overlong == "drop" and self.records and self.lengths and min(self.lengths) > seq_len:
+            return t("plan.error.all_overlong", path=name, count=self.records, seq=seq_len, need=min(self.lengths))
         need = self.shortest_keeping_an_answer()
         if need is None or need <= seq_len or not self.records:
             return None

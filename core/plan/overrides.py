@@ -6,13 +6,14 @@ from typing import Any
 
 from core.errors import EXIT_USAGE, TunedeckError
 from core.i18n import t
-from core.plan.request import OVERRIDABLE
+from core.plan.request import OVERRIDABLE, RUN_KEYS
 
 INT_FIELDS = ("zero_stage", "micro_batch_size", "grad_accum_steps", "seq_len", "lora_rank", "num_gpus")
 CHOICE_FIELDS = {
     "method": ("full", "lora", "dora", "qlora"),
     "precision": ("bf16", "pure-bf16", "fp16", "fp32"),
     "offload": ("none", "optimizer", "all"),
+    "overlong": ("cut", "drop"),  # a run key (RUN_KEYS): what a run does with a sample past seq_len
 }
 # The run-config key each number stands for in the saved YAML: its own limits hold here too (``max_seq_len``
 # 16 .. 1,048,576), so that a plan is never shown that the saved file cannot be (it said ``sequence 8`` and saved
@@ -88,19 +89,20 @@ def parse_override_value(name: str, text: str, written: str | None = None) -> An
             return False
         raise override_value_error(name, text, t("plan.error.not_a_choice", value=text.strip(), choices="on, off, true, false"),
                                    written)
-    raise OverrideError(t("plan.error.override", text=name, fields=", ".join(OVERRIDABLE)))
+    raise OverrideError(t("plan.error.override", text=name, fields=", ".join(OVERRIDABLE + RUN_KEYS)))
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``["method=qlora", "seq_len=4096"]`` -> {"method": "qlora", "seq_len": 4096}."""
+    """``["method=qlora", "seq_len=4096"]`` -> {"method": "qlora", "seq_len": 4096}; a run key (``RUN_KEYS``:
+    ``overlong=drop``) comes in it too, for the caller to take out (``PlanRequest.overlong``)."""
     out: dict[str, Any] = {}
     for item in items:
         name, sep, value = item.partition("=")
         written = name.strip()
         name = written.replace("-", "_").replace(".", "_")
         name = FIELD_OF_CONFIG_KEY.get(name, name)
-        if not sep or name not in OVERRIDABLE:
-            raise OverrideError(t("plan.error.override", text=item, fields=", ".join(OVERRIDABLE)))
+        if not sep or name not in OVERRIDABLE + RUN_KEYS:
+            raise OverrideError(t("plan.error.override", text=item, fields=", ".join(OVERRIDABLE + RUN_KEYS)))
         parsed = parse_override_value(name, value, written)
         if parsed is not None:
             out[name] = parsed

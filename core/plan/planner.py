@@ -60,7 +60,26 @@ class Recommendation:
                              for c, trade in self.alternatives],
             "way_out": [f.to_json() for f in self.way_out],
             "overrides": dict(self.request.overrides),
+            "overlong": self.request.overlong,
+            "data": None if self.best is None else data_json(self.request, self.best.plan.seq_len),
         }
+
+
+def data_json(request: PlanRequest, seq_len: int) -> dict[str, Any] | None:
+    """What a run at ``seq_len`` trains of the measured data: the samples it keeps and leaves out (with
+    ``overlong: drop`` a longer one counts nothing), the tokens one epoch reads, and the optimizer steps of an
+    epoch at the request's effective batch. None: the data is not measured."""
+    summary = request.dataset_summary
+    if summary is None or not summary.measured:
+        return None
+    longer, no_answer = summary.cut_records(seq_len)
+    drop = request.overlong == "drop"
+    # cut: a cut that leaves a sample without its answer drops it too (``cut_records``)
+    samples = summary.records - (longer if drop else no_answer)
+    return {"samples": samples, "overlong_dropped": longer if drop else 0, "cut": 0 if drop else longer - no_answer,
+            "no_answer_dropped": 0 if drop else no_answer,
+            "tokens_per_epoch": summary.trained_tokens(seq_len, request.overlong),
+            "steps_per_epoch": -(-samples // max(1, request.effective_batch))}
 
 
 def candidate_json(candidate: Candidate, price: float | None, gpu: Any = None) -> dict[str, Any]:
@@ -193,8 +212,8 @@ def recommend(request: PlanRequest, base: TrainingPlan | None = None,
         rec.way_out = way_out(request, base)
     if rec.best is not None:
         summary = request.dataset_summary
-        lost = summary.no_answer_left(request.dataset or summary.path, rec.best.plan.seq_len, request.max_positions) \
-            if summary is not None else None
+        lost = summary.no_answer_left(request.dataset or summary.path, rec.best.plan.seq_len, request.max_positions,
+                                      request.overlong) if summary is not None else None
         if lost is not None:  # as an empty dataset is refused: a run of it would only drop every record
             from core.plan.dataset import NothingToTrain
 
@@ -405,14 +424,19 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
         out.append(("seq_len", pinned_reason("seq_len", p.seq_len)))
     elif request.seq_len_capped() and p.seq_len == request.seq_len:  # the records past it are cut (said below)
         key = "plan.reason.seq_positions" if request.max_positions else "plan.reason.seq_positions_unknown"
-        out.append(("seq_len", finding(key, seq=p.seq_len, p95=request.dataset_p95_tokens)))
+        if request.overlong == "drop":  # left out, not cut: the warnings say how many
+            key += "_drop"
+        out.append(("seq_len", finding(key, seq=p.seq_len, p95=request.covered_tokens())))
+    elif request.overlong == "drop" and request.covered_tokens() and p.seq_len == request.seq_len:
+        out.append(("seq_len", finding("plan.reason.seq_data_drop", seq=p.seq_len, longest=request.covered_tokens())))
     elif request.dataset_p95_tokens and p.seq_len == request.seq_len:
         out.append(("seq_len", finding("plan.reason.seq_data", seq=p.seq_len, p95=request.dataset_p95_tokens)))
     elif p.seq_len > request.seq_len:
         out.append(("seq_len", finding("plan.reason.seq_longest", seq=p.seq_len)))
     else:
         out.append(("seq_len", finding("plan.reason.seq_default", seq=p.seq_len)))
-    if request.dataset_summary is not None:  # what the sequence length does to the data: cut, or left out
+    # what the sequence length does to the data: cut, or left out (with overlong: drop the warnings say it)
+    if request.dataset_summary is not None and request.overlong != "drop":
         longer, dropped = request.dataset_summary.cut_records(p.seq_len)
         if longer:
             key = plural_key("plan.reason.seq_cut_dropped" if dropped else "plan.reason.seq_cut", longer)

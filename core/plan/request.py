@@ -14,6 +14,8 @@ GOALS = ("fastest", "largest_batch", "longest_context", "lowest_cost")
 # Fields a user may pin (the wizard's overrides, the CLI's options); everything else the planner picks.
 OVERRIDABLE = ("method", "precision", "zero_stage", "offload", "micro_batch_size", "grad_accum_steps",
                "seq_len", "gradient_checkpointing", "lora_rank", "num_gpus")
+# Run keys a plan follows and saves without weighing them (``plan --set overlong=drop``): not the planner's fields.
+RUN_KEYS = ("overlong",)
 DEFAULT_EFFECTIVE_BATCH = 16
 DEFAULT_SEQ_LEN = 2048
 MIN_SEQ_LEN = 128
@@ -56,6 +58,9 @@ class PlanRequest:
     # The positions the model takes (``ModelArchitecture.positions``, its rope scaling counted): the default
     # sequence length stops there (``with_positions``). None: not known (``MAX_CONTEXT``).
     max_positions: int | None = None
+    # What a run does with a record longer than its sequence length (the run key ``overlong``): ``cut`` keeps
+    # its first tokens, ``drop`` leaves it out, which its tokens, steps, time and cost then do not count.
+    overlong: str = "cut"
 
     def with_dataset(self, summary: DatasetSummary | None) -> PlanRequest:
         """This request with what ``summary`` measured of the data (unchanged without one)."""
@@ -63,7 +68,7 @@ class PlanRequest:
             return self
         measured = replace(self, dataset_records=summary.records, dataset_tokens=summary.total_tokens,
                            dataset_p95_tokens=summary.p95, dataset_summary=summary)
-        return replace(measured, dataset_target_share=summary.target_share(measured.seq_len))
+        return replace(measured, dataset_target_share=summary.target_share(measured.seq_len, self.overlong))
 
     def with_positions(self, positions: int | None) -> PlanRequest:
         """This request for a model that takes ``positions`` (its default sequence length held to them, and the
@@ -73,23 +78,33 @@ class PlanRequest:
         capped = replace(self, max_positions=positions)
         if self.dataset_summary is None:
             return capped
-        return replace(capped, dataset_target_share=self.dataset_summary.target_share(capped.seq_len))
+        return replace(capped, dataset_target_share=self.dataset_summary.target_share(capped.seq_len, self.overlong))
 
     @property
     def seq_len_cap(self) -> int:
         """The longest default sequence length: the model's positions, else ``MAX_CONTEXT``."""
         return self.max_positions or MAX_CONTEXT
 
+    def covered_tokens(self) -> int | None:
+        """The record length the default sequence length covers: the data's 95th percentile (the longer 5% are
+        cut), or with ``overlong: drop`` its longest record, so that the planner's own choice leaves none out
+        (a dropped record trains nothing at all). None: the data is not measured."""
+        if self.overlong == "drop" and self.dataset_summary is not None and self.dataset_summary.lengths:
+            return self.dataset_summary.max_length
+        return self.dataset_p95_tokens or None
+
     def default_seq_len(self) -> int:
-        """The next power of two covering 95% of the samples (at least 128), else 2048; never past the positions
-        the model takes (``seq_len_cap``): longer records are cut there (a pinned ``seq_len`` may go past them,
-        warned)."""
-        wanted = _next_power_of_two(self.dataset_p95_tokens) if self.dataset_p95_tokens else DEFAULT_SEQ_LEN
+        """The next power of two covering 95% of the samples (``covered_tokens``: all of them with ``overlong:
+        drop``; at least 128), else 2048; never past the positions the model takes (``seq_len_cap``): longer
+        records are cut (or dropped) there (a pinned ``seq_len`` may go past them, warned)."""
+        covered = self.covered_tokens()
+        wanted = _next_power_of_two(covered) if covered else DEFAULT_SEQ_LEN
         return min(wanted, self.seq_len_cap)
 
     def seq_len_capped(self) -> bool:
-        """The default sequence length stops at ``seq_len_cap``, short of the data's 95th percentile rounded up."""
-        return bool(self.dataset_p95_tokens) and self.seq_len_cap < _next_power_of_two(self.dataset_p95_tokens)
+        """The default sequence length stops at ``seq_len_cap``, short of ``covered_tokens`` rounded up."""
+        covered = self.covered_tokens()
+        return bool(covered) and self.seq_len_cap < _next_power_of_two(covered)
 
     @property
     def seq_len(self) -> int:
@@ -102,9 +117,10 @@ class PlanRequest:
 
     def training_tokens_at(self, seq_len: int) -> int | None:
         """Tokens a run at ``seq_len`` reads over all epochs (padding aside), when the data size is known: each
-        record cut to ``seq_len`` as the engine cuts it (``DatasetSummary.trained_tokens``), not its full length."""
+        record cut to ``seq_len`` as the engine cuts it, or left out with ``overlong: drop``
+        (``DatasetSummary.trained_tokens``), not its full length."""
         if self.dataset_summary is not None:
-            return int(self.dataset_summary.trained_tokens(seq_len) * self.epochs)
+            return int(self.dataset_summary.trained_tokens(seq_len, self.overlong) * self.epochs)
         if self.dataset_tokens is None:
             return None
         return int(self.dataset_tokens * self.epochs)

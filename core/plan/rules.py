@@ -121,9 +121,25 @@ def warn_fp16(plan: TrainingPlan, result: Estimate | None, request: PlanRequest)
 
 def warn_truncation(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
     p95 = request.dataset_p95_tokens
+    if request.overlong == "drop" and request.dataset_summary is not None:  # not cut: left out (warn_overlong_drop)
+        return []
     if p95 and plan.seq_len < p95:
         return [finding("plan.warn.truncation", seq=plan.seq_len, p95=p95)]
     return []
+
+
+def warn_overlong_drop(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    """With ``overlong: drop`` every sample longer than the sequence is left out of training, whole: said with
+    the count (as ``data check --overlong drop`` says it) and the sequence length that keeps them all, from
+    one sample on (a dropped sample trains nothing; the plan's tokens, time and cost leave it out)."""
+    summary = request.dataset_summary
+    if request.overlong != "drop" or summary is None or not summary.measured:
+        return []
+    longer, _ = summary.cut_records(plan.seq_len)
+    if not longer:
+        return []
+    return [finding("plan.warn.overlong_drop", count=longer, total=summary.records, seq=plan.seq_len,
+                    need=summary.max_length)]
 
 
 def warn_past_positions(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
@@ -157,7 +173,7 @@ def warn_busy_gpus(plan: TrainingPlan, result: Estimate | None, request: PlanReq
 PROBLEM_RULES = (rule_qlora_zero3, rule_precision, rule_cpu_methods, rule_gpu_count, rule_memory,
                  rule_offload_ram)
 WARNING_RULES = (rule_disk, warn_offload_ram_unknown, warn_launcher, warn_ddp_replicas, warn_fp16, warn_truncation,
-                 warn_past_positions, warn_busy_gpus)
+                 warn_overlong_drop, warn_past_positions, warn_busy_gpus)
 
 
 def judge(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> tuple[list[Finding], list[Finding]]:

@@ -38,6 +38,8 @@ def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, A
 
     if cached_hub(values["model"]) == "huggingface":  # downloaded from there: the run file says so, and a run of
         values["hub"] = "huggingface"  # it on another box fetches it from there, not from ModelScope (the default)
+    if request.overlong != "cut":  # the run leaves long samples out, as the plan counted them
+        values["overlong"] = request.overlong
     if p.precision == "pure-bf16":
         values["pure_bf16"] = True
     if p.offloads_activations:

@@ -439,3 +439,31 @@ def test_a_set_value_that_cannot_be_read_names_the_override_why_and_a_right_one(
         with pytest.raises(OverrideError) as info:
             parse_overrides([item])
         assert str(info.value) == f"override '{item}': {why}; write it as e.g. {override_examples(key)[0]} or {key}=auto"
+
+
+def test_overlong_drop_counts_the_dropped_samples_out_of_the_plan_and_warns(tmp_path):
+    """A run with overlong: drop leaves the samples longer than seq_len out; the plan counted them cut (their
+    first seq_len tokens in the tokens, steps, time and cost) and said nothing of the loss. Now its figures
+    leave them out, a warning says how many and the seq_len that keeps them all, and --save writes the key.
+    Hardware: --hardware 1xH100 (typed, no GPU of this box)."""
+    data = ROOT / "tests" / "fixtures" / "data" / "overlong.jsonl"  # 6 short chats, 2 of over 300 tokens
+    args = ("--model", "tiny", "--dataset", str(data), "--hardware", "1xH100", "--set", "seq_len=64",
+            "--effective-batch", "4", "--epochs", "1")
+    cut = tunedeck(tmp_path, *args, "--json")
+    saved = tmp_path / "drop.yaml"
+    drop = tunedeck(tmp_path, *args, "--set", "overlong=drop", "--json", "--save", str(saved))
+    assert cut.returncode == 0 and drop.returncode == 0, cut.stderr + drop.stderr
+    cut, drop = json.loads(cut.stdout), json.loads(drop.stdout)
+    assert (cut["data"]["samples"], cut["data"]["cut"], cut["data"]["overlong_dropped"]) == (8, 2, 0)
+    assert (drop["data"]["samples"], drop["data"]["cut"], drop["data"]["overlong_dropped"]) == (6, 0, 2)
+    assert (cut["data"]["steps_per_epoch"], drop["data"]["steps_per_epoch"]) == (2, 2)
+    # the two long ones read 64 tokens each when cut, nothing when dropped
+    assert cut["data"]["tokens_per_epoch"] - drop["data"]["tokens_per_epoch"] == 2 * 64
+    assert drop["recommendation"]["hours"] < cut["recommendation"]["hours"]
+    said = [w["message"] for w in drop["recommendation"]["warnings"]]
+    assert any("2 of 8 samples are longer than 64 tokens and will be left out (overlong: drop)" in m
+               and "seq_len 909 keeps them all" in m for m in said), said
+    assert not any("left out (overlong: drop)" in w["message"] for w in cut["recommendation"]["warnings"])
+    assert drop["overlong"] == "drop" and yaml.safe_load(saved.read_text())["overlong"] == "drop"
+    text = tunedeck(tmp_path, *args, "--set", "overlong=drop")
+    assert "2 of 8 samples are longer than 64 tokens and will be left out" in text.stdout, text.stderr

@@ -148,3 +148,41 @@ def test_the_histogram_ends_at_the_longest_record():
     few = DatasetSummary("d.jsonl", "text", 3, 0, (5, 6, 6)).histogram()
     assert few == [(5, 5, 1), (6, 6, 2)]  # fewer lengths than bins: no empty bins after them
     assert sum(c for _, _, c in DatasetSummary("d.jsonl", "text", 5, 0, (1, 9, 17, 25, 40)).histogram()) == 5
+
+
+def test_overlong_drop_counts_a_long_record_as_nothing_and_the_planners_own_length_keeps_them_all():
+    # hardware: --hardware 1xH200 (a typed target, no GPU of this box)
+    from core.plan import recommend
+
+    # four chats of 100 tokens (40 of them the answer), one of 3,000: with overlong: drop the engine leaves
+    # the long one out at any sequence shorter than it, where cut keeps its first tokens
+    data = summary((100,) * 4 + (3_000,), (40,) * 4 + (2_900,))
+    assert data.trained_tokens(512) == 4 * 100 + 512 and data.trained_tokens(512, "drop") == 4 * 100
+    assert data.target_share(512, "drop") == 40 / 100
+    assert summary((300, 20), ()).trained_tokens(100, "drop") == 20  # targets not counted: the length alone
+    assert data.no_answer_left("d.jsonl", 50, overlong="drop") is not None  # every record longer: nothing left
+    assert data.no_answer_left("d.jsonl", 512, overlong="drop") is None
+
+    cut = PlanRequest("Qwen2.5-0.5B", parse_target("1xH200"), epochs=1.0).with_dataset(data)
+    drop = PlanRequest("Qwen2.5-0.5B", parse_target("1xH200"), epochs=1.0, overlong="drop").with_dataset(data)
+    # the planner's own length: the 95th percentile's power of two (the long one cut), or the longest record's
+    # under drop, so that its choice leaves nothing out
+    assert cut.seq_len == 4096 and drop.seq_len == 4096  # p95 of five records is the longest one
+    few = summary((100,) * 40 + (3_000,), (40,) * 40 + (2_900,))
+    assert PlanRequest("m", parse_target("1xH200")).with_dataset(few).seq_len == 128
+    assert PlanRequest("m", parse_target("1xH200"), overlong="drop").with_dataset(few).seq_len == 4096
+    best = recommend(PlanRequest("Qwen2.5-0.5B", parse_target("1xH200"), overlong="drop",
+                                 goal="longest_context").with_dataset(few)).best
+    assert best.plan.seq_len >= 3_000
+    assert not any(w.key == "plan.warn.overlong_drop" for w in best.warnings)
+    pinned = recommend(replace_overrides(PlanRequest("Qwen2.5-0.5B", parse_target("1xH200"), overlong="drop"),
+                                         {"seq_len": 512}).with_dataset(few))
+    warned = [w for w in pinned.best.warnings if w.key == "plan.warn.overlong_drop"]
+    assert len(warned) == 1 and dict(warned[0].params) == {"count": 1, "total": 41, "seq": 512, "need": 3_000}
+    assert not any(w.key == "plan.warn.truncation" for w in pinned.best.warnings)
+
+
+def replace_overrides(request, overrides):
+    from dataclasses import replace
+
+    return replace(request, overrides=overrides)
