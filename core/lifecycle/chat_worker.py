@@ -12,7 +12,7 @@ stdin, one JSON object a line::
 
 stdout, one JSON object a line (nothing else is ever written there)::
 
-    {"event": "ready", "has_adapter": true, "label": "..."}
+    {"event": "ready", "has_adapter": true, "label": "...", "step": 40}   (step null: a model folder)
     {"event": "token", "id": 1, "variant": "tuned", "text": "..."}
     {"event": "done", "id": 1, "variant": "tuned", "seconds": 0.8, "stopped": false}
     {"event": "too_long", "id": 1, "variant": "tuned", "prompt": 2000, "max_tokens": 256, "limit": 2048,
@@ -78,17 +78,18 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.model_dir:
             loaded = load_model_dir(Path(args.model_dir))
-            label = Path(args.model_dir).name
+            label, step = Path(args.model_dir).name, None
         else:
             source = resolve_model_source(RunDirectory(Path(args.run)), args.checkpoint)
             loaded = load_finetuned(source)
-            label = f"{source.run_id} checkpoint-{source.step}"
+            label, step = f"{source.run_id} checkpoint-{source.step}", source.step
     except Exception as exc:
         stored = getattr(exc, "stored_message", None)  # its key and parameters: the app words it its own way
         _emit(out, event="error", id=None, message=str(exc),
               **({"message_record": stored.to_record()} if stored is not None else {}))
         return 1
-    _emit(out, event="ready", has_adapter=loaded.has_adapter, label=label, device=loaded.device)
+    _emit(out, event="ready", has_adapter=loaded.has_adapter, label=label, step=step,
+          device=loaded.device)
     requests = _Requests(sys.stdin)
     while (line := requests.next()) is not None:
         group = line["replies"] if isinstance(line.get("replies"), list) else [line]
