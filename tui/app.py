@@ -117,6 +117,9 @@ class TunedeckApp(App[int]):
         # the screen stack (help, the palette, a modal: _screen_changed) moves it on, so an answer still on
         # its way opens nothing (cancel_dashboard_open).
         self.dashboard_request = 0
+        # The chat conversations left by leaving the chat screen, by run / model folder, taken back when it opens
+        # again (tui.screens.chat.KeptChat): in memory, for this app session.
+        self.chat_kept: dict = {}
         # The one GPU poll (see tui.gpu_poll): its history, latest snapshot, interval and watching screens.
         self.gpu_history = GpuHistory(HISTORY_SAMPLES)
         self.gpu_snapshot: BoxSnapshot | None = None

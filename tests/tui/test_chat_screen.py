@@ -598,3 +598,112 @@ def test_esc_while_the_model_loads_leaves_at_once_and_the_process_is_ended(tmp_p
         asyncio.run(scenario())
     finally:
         gate.touch()
+
+
+async def _send(pilot, screen, text: str) -> None:
+    """Type ``text`` into the message field, send it and wait for every reply to end (a state)."""
+    screen.query_one("#chat-input").value = text
+    await pilot.click("#chat-input")
+    await pilot.press("enter")
+    tuned = screen.query_one("#chat-tuned", Transcript)
+    await wait_for(pilot, lambda: not screen.busy and tuned.turns[-1:] and tuned.turns[-1][0] == "assistant"
+                   and tuned.turns[-1][1], timeout=90)
+
+
+def test_leaving_the_chat_and_coming_back_keeps_the_conversation(shared, private_home, monkeypatch):
+    """Esc (or a palette "Go to …") dropped the whole conversation: `a` again opened an empty chat, what the
+    user had typed and read gone, the system prompt and settings back to their defaults. Now both panes,
+    the system prompt, temperature, max tokens, F2 and an unsent message come back (the model loads again:
+    its process ends on leaving). A real tiny LoRA run on the CPU; 80x24."""
+    home, run_id = finished_run(shared)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            await wait_for(pilot, lambda: app.screen.status == "finished")
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.ready, timeout=90)
+            screen.query_one("#chat-system").value = "Answer briefly."
+            screen.query_one("#chat-temperature").value = "0"
+            screen.query_one("#chat-max-tokens").value = "24"
+            await _send(pilot, screen, "Name a colour.")
+            before = {v: list(screen.query_one(f"#chat-{v}", Transcript).turns) for v in ("base", "tuned")}
+            assert before["tuned"][0] == ("user", "Name a colour.") and before["base"][0] == before["tuned"][0]
+            screen.query_one("#chat-input").value = "And a fruit?"  # typed, not sent
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen) and app.screen is not screen)
+            again = app.screen
+            await pilot.pause()
+            # back before the model has loaded again: read while it loads
+            assert {v: again.query_one(f"#chat-{v}", Transcript).turns for v in ("base", "tuned")} == before
+            assert again.query_one("#chat-system").value == "Answer briefly."
+            assert again.query_one("#chat-temperature").value == "0"
+            assert again.query_one("#chat-max-tokens").value == "24"
+            assert again.query_one("#chat-input").value == "And a fruit?"
+            assert again.compare and again.query_one("#chat-base").display
+            await wait_for(pilot, lambda: again.ready, timeout=90)
+            assert "Blue." in " ".join(screen_text(app).split())
+            assert "checkpoint step" not in screen_text(app)  # the same checkpoint: no line between
+            # the conversation goes on: the model is sent the earlier turns too
+            assert len(again.query_one("#chat-tuned", Transcript).messages()) == 2
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+
+    asyncio.run(scenario())
+
+
+def test_coming_back_after_the_run_went_on_marks_the_earlier_checkpoints_transcript(shared, private_home,
+                                                                                    monkeypatch):
+    """The run has a newer checkpoint when the chat is opened again (it was resumed): the earlier
+    conversation stays to be read, under a line saying step 15 -> step 30, and the new checkpoint is sent
+    only what follows the line (not the earlier checkpoint's replies as its own). The newer checkpoint is
+    held out of the run while the first chat runs, as if not yet trained. CPU; 80x24."""
+    home, run_id = finished_run(shared)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    checkpoints = home / "runs" / run_id / "checkpoints"
+    newest = max(checkpoints.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert newest.name == "checkpoint-30", sorted(p.name for p in checkpoints.iterdir())
+    aside = home / "checkpoint-30-not-yet"
+    newest.rename(aside)
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            await wait_for(pilot, lambda: app.screen.status == "finished")
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.ready, timeout=90)
+            assert screen.step == 15
+            screen.query_one("#chat-temperature").value = "0"
+            screen.query_one("#chat-max-tokens").value = "8"
+            await _send(pilot, screen, "Hi")
+            earlier = list(screen.query_one("#chat-tuned", Transcript).turns)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            aside.rename(newest)  # the run was resumed meanwhile and saved step 30
+            await pilot.press("a")
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen) and app.screen is not screen)
+            again = app.screen
+            await wait_for(pilot, lambda: again.ready, timeout=90)
+            assert again.step == 30
+            tuned = again.query_one("#chat-tuned", Transcript)
+            assert tuned.turns[:2] == earlier and tuned.turns[2][0] == "note"
+            assert "step 15 → now step 30" in tuned.turns[2][1]
+            assert tuned.messages() == []  # nothing of step 15's conversation is sent to step 30
+            await pilot.pause()
+            shown = screen_text(app)  # at 80 columns, side by side: the line wraps in each pane
+            assert "step 15 → now" in shown and "step 30 (the run went on)" in shown, shown
+            await _send(pilot, again, "Hi")
+            assert [m["role"] for m in tuned.messages()] == ["user", "assistant"]
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+
+    asyncio.run(scenario())

@@ -4,6 +4,12 @@ Side by side (F2) sends each message to the base (adapter off) and the fine-tune
 other, in the same worker. A model without an adapter (a full fine-tune, a merged folder) has no base to
 switch to: its one pane takes the width and F2 is not offered. The system prompt, temperature and max
 tokens sit above the transcript.
+
+Leaving the screen (Esc, a palette "Go to …") ends the model process but not the conversation: both panes,
+the system prompt, the sampling settings, F2 and an unsent message are kept in the app (``KeptChat``, one
+per run or model folder, for the app session) and come back when the chat is opened again. Where the run
+has a newer checkpoint by then (it was resumed), the earlier transcript stays visible above a line that
+says step N -> step M, and the new checkpoint is sent only what comes below it.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import json
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +48,39 @@ class WorkerEvent(Message):
         self.record = record
 
 
+NOTE = "note"  # a turn's role for a line of the screen's own (the checkpoint changed), never sent to a model
+
+
+@dataclass
+class KeptChat:
+    """A conversation left by leaving the chat screen, as the app keeps it until the chat is opened again
+    on the same run or model folder (in memory, for the app session). ``step``: the checkpoint its replies
+    came from (None: a model folder, or not known: the model never loaded)."""
+
+    step: int | None
+    turns: dict[str, list[tuple[str, str]]] = dataclass_field(default_factory=dict)
+    system: str = ""
+    temperature: str = "0.7"
+    max_tokens: str = "256"
+    draft: str = ""
+    compare: bool | None = None
+
+
+def kept_chats(app: Any) -> dict[str, KeptChat]:
+    """The app's kept conversations, by ``ChatScreen.keep_key``."""
+    kept = getattr(app, "chat_kept", None)
+    if kept is None:
+        kept = app.chat_kept = {}
+    return kept
+
+
 def transcript_text(turns: list[tuple[str, str]]) -> Text:
     """The turns as shown: the speaker's label, its colon (the reader's language's: 你：), the text."""
     out = Text()
     for role, text in turns:
+        if role == NOTE:
+            out.append(text + "\n\n", style="italic yellow")
+            continue
         style = "bold cyan" if role == "user" else "bold green"
         out.append(t("chat.you") if role == "user" else t("chat.model"), style=style)
         out.append(t("chat.speaker_colon") + text + "\n\n")
@@ -94,7 +131,9 @@ class Transcript(VerticalScroll):
         is joined to the next one, each shown as written: a template that demands alternating turns
         (Gemma's) refuses two user messages in a row, and this model is given what its pane shows."""
         out: list[dict[str, str]] = []
-        for role, text in self.turns:
+        notes = [i for i, (role, _) in enumerate(self.turns) if role == NOTE]
+        # the turns above a note came from an earlier checkpoint: this model is not sent them as its own
+        for role, text in self.turns[notes[-1] + 1 if notes else 0:]:
             if role == "user" and out and out[-1]["role"] == "user":
                 out[-1]["content"] += "\n\n" + text
             else:
@@ -195,6 +234,11 @@ class ChatScreen(Screen[None]):
         self.proc: subprocess.Popen[str] | None = None
         self.load_error: str | None = None  # why the model did not load (the worker then exits)
         self.label = str(run_dir.name if run_dir else model_dir.name if model_dir else "")
+        self.step: int | None = None  # the checkpoint the worker loaded (its ready event)
+        self.keep_key = f"run:{run_dir}" if run_dir is not None else f"model:{model_dir}"
+        self.kept: KeptChat | None = None  # the conversation taken back on opening, if one was kept
+        self._panes: dict[str, Transcript] = {}
+        self._fields: dict[str, Input] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -214,9 +258,55 @@ class ChatScreen(Screen[None]):
         self.sub_title = t("chat.subtitle", model=self.label)
         self.query_one("#chat-temperature", Input).border_title = t("chat.temperature")
         self.query_one("#chat-max-tokens", Input).border_title = t("chat.max_tokens")  # its value hides the placeholder
+        self._restore()
         self.query_one("#chat-base", Transcript).display = self.compare
         self.query_one("#chat-input", Input).focus()
         self._start_worker()
+
+    # --- the conversation kept while the screen is away ------------------------------------------
+    def _restore(self) -> None:
+        """Take back the conversation kept when this chat was last left (shown while the model loads)."""
+        # held for _keep: on unmount the widgets are out of the DOM already, past query_one's reach
+        self._panes = {variant: self._pane(variant) for variant in VARIANTS}
+        self._fields = {selector: self.query_one(selector, Input)
+                        for selector in ("#chat-system", "#chat-temperature", "#chat-max-tokens", "#chat-input")}
+        self.kept = kept = kept_chats(self.app).pop(self.keep_key, None)
+        if kept is None:
+            return
+        self.step = kept.step
+        for variant in VARIANTS:
+            pane = self._pane(variant)
+            pane.turns = list(kept.turns.get(variant, []))
+            pane.refresh_text(follow=True)
+        for selector, value in (("#chat-system", kept.system), ("#chat-temperature", kept.temperature),
+                                ("#chat-max-tokens", kept.max_tokens), ("#chat-input", kept.draft)):
+            self.query_one(selector, Input).value = value
+        if kept.compare is not None and self.adapter_known is not False:
+            self.compare = kept.compare
+
+    def _keep(self) -> None:
+        """Keep the conversation in the app as the screen goes (its model process ends). A reply under way
+        keeps what came of it, as a stopped one does; one with no text yet leaves no empty answer."""
+        if not self._fields:  # never mounted: nothing shown, nothing to keep
+            return
+        turns = {variant: [turn for i, turn in enumerate(pane.turns)
+                           if not (i == len(pane.turns) - 1 and turn == ("assistant", ""))]
+                 for variant, pane in self._panes.items()}
+        values = {selector: box.value for selector, box in self._fields.items()}
+        kept_chats(self.app)[self.keep_key] = KeptChat(
+            step=self.step, turns=turns, system=values["#chat-system"], temperature=values["#chat-temperature"],
+            max_tokens=values["#chat-max-tokens"], draft=values["#chat-input"], compare=self.compare)
+
+    def _checkpoint_changed(self, step: int) -> None:
+        """The model loaded from another checkpoint than the kept conversation's (the run was resumed since):
+        the earlier transcript stays to be read, under a line that says so; the new checkpoint is sent only
+        what follows the line, never the earlier one's replies as its own."""
+        line = t("chat.checkpoint_changed", old=self.step, new=step)
+        for variant in VARIANTS:
+            pane = self._pane(variant)
+            if any(role != NOTE for role, _ in pane.turns):
+                pane.add(NOTE, line)
+        self.notify(line, severity="warning", timeout=15)
 
     # --- the worker process ----------------------------------------------------------------------
     def _start_worker(self) -> None:
@@ -261,6 +351,7 @@ class ChatScreen(Screen[None]):
 
     def on_unmount(self) -> None:
         self._stop_worker()
+        self._keep()  # every way out: Esc, a palette "Go to …", a section key popping the stack
 
     def on_worker_event(self, message: WorkerEvent) -> None:
         record = message.record
@@ -269,6 +360,11 @@ class ChatScreen(Screen[None]):
         if event == "ready":
             self.ready = True
             self.has_adapter = self.adapter_known = bool(record.get("has_adapter"))
+            step = record.get("step")
+            if isinstance(step, int):
+                if self.kept is not None and self.step is not None and step != self.step:
+                    self._checkpoint_changed(step)
+                self.step = step
             if not self.has_adapter:  # nothing to compare with: one full-width pane, no F2
                 self.compare = False
                 self.query_one("#chat-base", Transcript).display = False
