@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.i18n import Message
@@ -106,6 +106,9 @@ class PeerKey:
     hint: str | None = None  # "precision: bf16"; None for a key with no tunedeck meaning
     peers: tuple[str, ...] = (LLAMAFACTORY, SWIFT)
     sample: Any = True  # a value a user would write, for the suggestion of a key without a hint
+    # answers the "did you mean" of an unknown key in a tunedeck YAML; off for the entries that only account
+    # for a full dump's keys (``rank``, ``task_type``): there a look-alike (``lora_rank``) is the better answer
+    suggest: bool = True
 
 
 # -- converters ------------------------------------------------------------------------------------
@@ -403,7 +406,7 @@ def _prefixed(prefixes: dict[str, str], key: str) -> PeerKey | None:
     """The entry of a key of a family (``galore_rank``, ``swanlab_mode``): read only with another key."""
     for prefix, other in prefixes.items():
         if key.startswith(prefix):
-            return PeerKey(_only_with(other), None, (SWIFT,))
+            return PeerKey(_only_with(other), None, (SWIFT,), suggest=False)
     return None
 
 
@@ -464,6 +467,7 @@ PEER_KEYS: dict[str, PeerKey] = {
     "dataset_dir": PeerKey(_dataset_dir, None, _LF),
     "cutoff_len": PeerKey(same("max_seq_len"), "max_seq_len: 2048", _LF),
     "max_length": PeerKey(same("max_seq_len"), "max_seq_len: 2048", _MS),
+    "truncation_strategy": PeerKey(_truncation, "overlong: drop", _MS),
     # no tunedeck equivalent: NAME#N draws N at random (repeating past the file's size), not the first N
     "max_samples": PeerKey(_max_samples, None, _LF, sample="N"),
     "packing": PeerKey(same("packing"), "packing: true"),
@@ -525,8 +529,9 @@ PEER_KEYS: dict[str, PeerKey] = {
 # nothing; another value still needs you (and stops ``tunedeck train``). Checked against the engine
 # (core/train/worker.py builds transformers' TrainingArguments without these, so theirs apply; model_setup.py
 # builds peft's LoraConfig and the QLoRA BitsAndBytesConfig; core/data tokenizes with the chat template and
-# cuts a long sample at its end; the collator pads at the end).
-PEER_KEYS.update({
+# cuts a long sample at its end; the collator pads at the end). They answer no "did you mean" in a tunedeck
+# YAML (suggest off): there the key is refused whatever its value, and a look-alike is the better answer.
+_DUMP_KEYS: dict[str, PeerKey] = {
     # transformers' TrainingArguments defaults the engine keeps (the DeepSpeed config says "auto": the same)
     "average_tokens_across_devices": PeerKey(same_as_tunedeck(True), None),
     "train_sampling_strategy": PeerKey(same_as_tunedeck("random"), None),
@@ -565,7 +570,6 @@ PEER_KEYS.update({
     "use_chat_template": PeerKey(same_as_tunedeck(True), None, _MS),
     "template_backend": PeerKey(not_needed("import.reason_template"), None, _MS),
     "padding_side": PeerKey(same_as_tunedeck("right"), None, _MS),
-    "truncation_strategy": PeerKey(_truncation, "overlong: drop", _MS),
     "sequence_parallel_size": PeerKey(same_as_tunedeck(1), None, _MS),
     "train_dataloader_shuffle": PeerKey(same_as_tunedeck(True), None, _MS),
     "dataset_shuffle": PeerKey(same_as_tunedeck(True), None, _MS),
@@ -594,7 +598,8 @@ PEER_KEYS.update({
         "check_model", "acc_strategy", "create_checkpoint_symlink", "model_suffix", "model_info", "model_meta")},
     **{key: PeerKey(not_needed("import.reason_launcher"), None, _MS) for key in (
         "rank", "global_world_size", "local_world_size")},
-})
+}
+PEER_KEYS.update({key: replace(entry, suggest=False) for key, entry in _DUMP_KEYS.items()})
 
 def same_in_context(key: str, value: Any, config: dict[str, Any]) -> bool:
     """A value that is tunedeck's behaviour given the other keys of the converted ``config``: the engine's
@@ -637,7 +642,7 @@ PEER_NAMES = {LLAMAFACTORY: "LLaMA-Factory", SWIFT: "ms-swift"}
 def peer_suggestion(key: str) -> Message | None:
     """The "did you mean" of a peer's key in a tunedeck YAML, or None when it is not a peer's name."""
     entry = peer_key(key.strip().lower())
-    if entry is None:
+    if entry is None or not entry.suggest:
         return None
     peers = " / ".join(PEER_NAMES[peer] for peer in entry.peers)
     if entry.hint:

@@ -313,9 +313,7 @@ def test_import_options_after_the_dashes_are_refused(tmp_path):
     ("quantization_bit", "'method: qlora'"),
     ("template", "the tokenizer's own chat template"),
     ("max_samples", "tunedeck has no equivalent: LLaMA-Factory trains on the first N records"),
-    ("label_smoothing_factor", "tunedeck has no equivalent: tunedeck has no such setting"),
     ("truncation_strategy", "ms-swift name; tunedeck says 'overlong: drop'"),
-    ("log_level", "not needed in tunedeck: changes no training maths"),
     ("per_device_train_batch_size", "'micro_batch_size: 1'"),
     ("gradient_accumulation_steps", "'gradient_accumulation: 8'"),
     ("lora_target", "'lora_targets: all-linear'"),
@@ -340,6 +338,25 @@ def test_peer_keys_in_a_tunedeck_yaml_are_reported_with_their_meaning(tmp_path):
     assert "run.yaml:3: bf16: LLaMA-Factory / ms-swift name; tunedeck says 'precision: bf16'" in text
     assert "run.yaml:4: cutoff_len: LLaMA-Factory name; tunedeck says 'max_seq_len: 2048'" in text
     assert unknown_key_message("lora_rnak") == "unknown key; did you mean 'lora_rank'?"  # edit distance still
+
+
+@pytest.mark.parametrize("key", ["rank", "vera_rank", "task_type", "log_level", "label_smoothing_factor"])
+def test_keys_listed_only_for_a_full_dump_give_no_peer_answer_in_a_tunedeck_yaml(key):
+    """The table's entries for an args.json's ~200 keys answered the "did you mean" of a tunedeck YAML:
+    ``rank: 16`` got "ms-swift name; not needed in tunedeck: set by the launcher" instead of lora_rank, and
+    ``task_type`` said "the run would train without it", untrue where an unknown key is refused."""
+    message = unknown_key_message(key)
+    assert "ms-swift" not in message and "would train without it" not in message, message
+    if key.endswith("rank"):
+        assert message == "unknown key; did you mean 'lora_rank'?"
+
+
+def test_rank_in_a_tunedeck_yaml_suggests_lora_rank(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("model: tiny\ndataset: d.jsonl\nrank: 16\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_run_config(path)
+    assert "run.yaml:3: rank: unknown key; did you mean 'lora_rank'?" in str(caught.value)
 
 
 # -- LoRA targets ------------------------------------------------------------------------------------
