@@ -24,12 +24,12 @@ from core.config.peers import (
     SWIFT,
     TAKEN,
     Outcome,
+    PeerKey,
     _stage,
     dropped,
     is_unset,
     needs_you,
     peer_key,
-    same_in_context,
     show_value,
     taken,
     truthy,
@@ -59,6 +59,7 @@ class MappingLine:
     value: Any
     outcome: Outcome
     default: bool = False
+    entry: PeerKey | None = None  # the table's entry whose convert gave ``outcome``
 
     @property
     def verdict(self) -> str:
@@ -292,21 +293,21 @@ def _unknown(value: Any) -> Outcome:
     return needs_you("import.reason_unknown")
 
 
-def _convert_one(peer: str, key: str, value: Any) -> Outcome:
+def _convert_one(peer: str, key: str, value: Any) -> MappingLine:
     if peer == SWIFT and key == "swift":
-        return _stage(value)
+        return MappingLine(key, value, _stage(value))
     if key.isupper():  # an environment assignment before `swift sft`
-        return _environment(key, value)
+        return MappingLine(key, value, _environment(key, value))
     if isinstance(value, str) and value.startswith("$"):
-        return needs_you("import.reason_shell_variable", value=value)
+        return MappingLine(key, value, needs_you("import.reason_shell_variable", value=value))
     entry = peer_key(key)
     if entry is None:
         from core.config.schema import KEY_SPECS
 
         if key in KEY_SPECS:  # a name both use with one meaning (ms-swift's model)
-            return dropped("import.reason_unset") if is_unset(value) else taken({key: value})
-        return _unknown(value)
-    return entry.convert(value)
+            return MappingLine(key, value, dropped("import.reason_unset") if is_unset(value) else taken({key: value}))
+        return MappingLine(key, value, _unknown(value))
+    return MappingLine(key, value, entry.convert(value), entry=entry)
 
 
 def _check_taken(line: MappingLine) -> None:
@@ -332,7 +333,7 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
     """The tunedeck configuration for a peer's keys, with a mapping line for every key."""
     from core.config.schema import KEY_SPECS
 
-    mapping = [MappingLine(key, value, _convert_one(peer, key, value)) for key, value in values.items()]
+    mapping = [_convert_one(peer, key, value) for key, value in values.items()]
     for line in mapping:
         if line.verdict == TAKEN:
             _check_taken(line)
@@ -361,9 +362,10 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
             if line.verdict == TAKEN and "epochs" in line.outcome.values:
                 line.outcome = dropped("import.reason_epochs_overridden")
     for line in mapping:
-        if line.verdict == NEEDS_YOU and line.outcome.reason is not None \
-                and line.outcome.reason.key == "import.reason_unknown" and same_in_context(line.key, line.value, config):
-            line.outcome = dropped("import.reason_same_as_tunedeck")
+        hook = line.entry.in_context if line.entry is not None else None
+        outcome = hook(line.value, config) if line.verdict == NEEDS_YOU and hook is not None else None
+        if outcome is not None:
+            line.outcome = outcome
     mapping += _peer_defaults(peer, values, config)
     ordered = {key: config[key] for key in KEY_SPECS if key in config}
     return ImportResult(peer, source, ordered, mapping)

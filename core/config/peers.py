@@ -109,6 +109,9 @@ class PeerKey:
     # answers the "did you mean" of an unknown key in a tunedeck YAML; off for the entries that only account
     # for a full dump's keys (``rank``, ``task_type``): there a look-alike (``lora_rank``) is the better answer
     suggest: bool = True
+    # a value ``convert`` could not judge alone (needs you), judged again with the other keys of the converted
+    # config (``data_seed`` equal to its seed): the line's new outcome, or None to keep it (importers.convert)
+    in_context: Callable[[Any, dict[str, Any]], Outcome | None] | None = None
 
 
 # -- converters ------------------------------------------------------------------------------------
@@ -402,6 +405,18 @@ def _only_with(other: str) -> Convert:
     return convert
 
 
+def _data_seed_in_context(value: Any, config: dict[str, Any]) -> Outcome | None:
+    """The engine's data_seed is its seed (42 unless set)."""
+    return dropped("import.reason_same_as_tunedeck") if _equal(value, config.get("seed", 42)) else None
+
+
+def _compute_dtype_in_context(value: Any, config: dict[str, Any]) -> Outcome | None:
+    """QLoRA computes in the run's precision (bf16 unless set); without QLoRA the dtype is not read."""
+    same = config.get("method") != "qlora" or \
+        _DTYPES.get(str(value).strip().lower()) == config.get("precision", "bf16")
+    return dropped("import.reason_same_as_tunedeck") if same else None
+
+
 def _prefixed(prefixes: dict[str, str], key: str) -> PeerKey | None:
     """The entry of a key of a family (``galore_rank``, ``swanlab_mode``): read only with another key."""
     for prefix, other in prefixes.items():
@@ -542,8 +557,8 @@ _DUMP_KEYS: dict[str, PeerKey] = {
     "label_smoothing_factor": PeerKey(same_as_tunedeck(0), None),
     # map-style data: accelerate does not dispatch batches, each process reads its own
     "accelerator_config": PeerKey(same_as_tunedeck({"dispatch_batches": False}), None),
-    # the engine's data_seed is its seed: the same when it equals the file's seed (importers.convert)
-    "data_seed": PeerKey(same_as_tunedeck(), None),
+    # the engine's data_seed is its seed: the same when it equals the file's seed (in_context)
+    "data_seed": PeerKey(same_as_tunedeck(), None, in_context=_data_seed_in_context),
     "metric_for_best_model": PeerKey(_only_with("load_best_model_at_end"), None),
     "greater_is_better": PeerKey(_only_with("load_best_model_at_end"), None),
     "length_column_name": PeerKey(_only_with("group_by_length"), None),
@@ -577,8 +592,8 @@ _DUMP_KEYS: dict[str, PeerKey] = {
     "lora_bias": PeerKey(same_as_tunedeck("none"), None, _MS),
     "bnb_4bit_quant_type": PeerKey(same_as_tunedeck("nf4"), None, _MS),
     "bnb_4bit_use_double_quant": PeerKey(same_as_tunedeck(True), None, _MS),
-    # the compute dtype is the run's precision: the same when it says the file's (importers.convert)
-    "bnb_4bit_compute_dtype": PeerKey(same_as_tunedeck(), None, _MS),
+    # the compute dtype is the run's precision: the same when it says the file's (in_context)
+    "bnb_4bit_compute_dtype": PeerKey(same_as_tunedeck(), None, _MS, in_context=_compute_dtype_in_context),
     "bnb_4bit_quant_storage": PeerKey(not_needed("import.reason_bookkeeping"), None, _MS),
     "lisa_activated_layers": PeerKey(same_as_tunedeck(0), None, _MS),
     "lisa_step_interval": PeerKey(_only_with("lisa_activated_layers"), None, _MS),
@@ -600,16 +615,6 @@ _DUMP_KEYS: dict[str, PeerKey] = {
         "rank", "global_world_size", "local_world_size")},
 }
 PEER_KEYS.update({key: replace(entry, suggest=False) for key, entry in _DUMP_KEYS.items()})
-
-def same_in_context(key: str, value: Any, config: dict[str, Any]) -> bool:
-    """A value that is tunedeck's behaviour given the other keys of the converted ``config``: the engine's
-    data_seed is its seed (42 unless set), and QLoRA computes in the run's precision (bf16 unless set)."""
-    if key == "data_seed":
-        return _equal(value, config.get("seed", 42))
-    if key == "bnb_4bit_compute_dtype":
-        return config.get("method") != "qlora" or _DTYPES.get(str(value).strip().lower()) == config.get("precision", "bf16")
-    return False
-
 
 # Families of ms-swift arguments read only with another key (their tuner, GaLore, SwanLab reporting).
 PEER_PREFIXES = {"lora_ga_": "init_weights", "galore_": "use_galore", "swanlab_": "report_to",
