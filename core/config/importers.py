@@ -361,12 +361,13 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
         for line in mapping:
             if line.verdict == TAKEN and "epochs" in line.outcome.values:
                 line.outcome = dropped("import.reason_epochs_overridden")
+    defaults = _peer_defaults(peer, values, config)  # first: a hook reads the dataset_dir LLaMA-Factory defaults to
     for line in mapping:
         hook = line.entry.in_context if line.entry is not None else None
         outcome = hook(line.value, config) if line.verdict == NEEDS_YOU and hook is not None else None
         if outcome is not None:
             line.outcome = outcome
-    mapping += _peer_defaults(peer, values, config)
+    mapping += defaults
     ordered = {key: config[key] for key in KEY_SPECS if key in config}
     return ImportResult(peer, source, ordered, mapping)
 

@@ -353,6 +353,54 @@ def _max_samples(value: Any) -> Outcome:
     return needs_you("import.reason_max_samples", value=value)
 
 
+def _local_record_counts(config: dict[str, Any]) -> list[int] | None:
+    """The rows of each dataset of a converted config when every one is a local data file the data loaders
+    read without a problem (not a hub, a folder, plain text or a ``#N`` draw), else None."""
+    from pathlib import Path
+
+    from core.data.issues import DataError
+    from core.data.loading import is_hub_source, read_source
+    from core.data.registry import resolve_sources_and_issues
+
+    try:
+        sources, issues = resolve_sources_and_issues(
+            config.get("dataset"), str(config.get("hub") or "modelscope"), config.get("dataset_info"),
+            config.get("dataset_dir"), Path.cwd())
+        if issues or not sources:
+            return None
+        counts: list[int] = []
+        for source in sources:
+            path = Path(source.location)
+            if is_hub_source(source) or source.sample is not None or not path.is_file() \
+                    or path.suffix.lower() == ".txt":  # LLaMA-Factory reads a line per row, tunedeck a block
+                return None
+            loaded = read_source(source)
+            if len(loaded) != 1 or loaded[0].issue_count:
+                return None
+            counts.append(loaded[0].rows)
+    except (DataError, OSError):
+        return None
+    return counts
+
+
+def _max_samples_in_context(value: Any, config: dict[str, Any]) -> Outcome | None:
+    """LLaMA-Factory selects range(min(max_samples, len)) of each dataset: a cap at least every dataset's
+    record count selects them all, the run tunedeck trains anyway."""
+    number = _number(value)
+    counts = _local_record_counts(config) if number is not None else None
+    if not counts or number is None or number < max(counts):
+        return None
+    return dropped("import.reason_max_samples_all", value=value, count=max(counts))
+
+
+def _enable_thinking(value: Any) -> Outcome:
+    """LLaMA-Factory's enable_thinking (default true) is read only by a reasoning template (qwen3, ...)."""
+    flag = truthy(value)
+    if flag is None:
+        return dropped("import.reason_unset") if is_unset(value) else needs_you("import.reason_not_a_flag", value=value)
+    return dropped("import.reason_thinking_on") if flag else needs_you("import.reason_thinking_off")
+
+
 def _model_self_name(value: Any) -> Outcome:
     return dropped("import.reason_unset") if is_unset(value) else dropped("import.reason_self_cognition")
 
@@ -442,6 +490,7 @@ PEER_KEYS: dict[str, PeerKey] = {
     "use_hf": PeerKey(_use_hf, "hub: huggingface", _MS),
     "cache_dir": PeerKey(not_needed("import.reason_cache_dir"), None),
     "template": PeerKey(not_needed("import.reason_template"), None),
+    "enable_thinking": PeerKey(_enable_thinking, None, _LF),
     "system": PeerKey(_only_when_set("import.reason_system"), None, _MS),
     # the method
     "stage": PeerKey(_stage, None, _LF, sample="sft"),
@@ -483,8 +532,9 @@ PEER_KEYS: dict[str, PeerKey] = {
     "cutoff_len": PeerKey(same("max_seq_len"), "max_seq_len: 2048", _LF),
     "max_length": PeerKey(same("max_seq_len"), "max_seq_len: 2048", _MS),
     "truncation_strategy": PeerKey(_truncation, "overlong: drop", _MS),
-    # no tunedeck equivalent: NAME#N draws N at random (repeating past the file's size), not the first N
-    "max_samples": PeerKey(_max_samples, None, _LF, sample="N"),
+    # no tunedeck equivalent: NAME#N draws N at random (repeating past the file's size), not the first N; a
+    # cap at least each local dataset's record count takes them all (in_context)
+    "max_samples": PeerKey(_max_samples, None, _LF, sample="N", in_context=_max_samples_in_context),
     "packing": PeerKey(same("packing"), "packing: true"),
     "neat_packing": PeerKey(when_true({"packing": True}), "packing: true", _LF),
     "train_on_prompt": PeerKey(_train_on_prompt, "loss_on: all", _LF),

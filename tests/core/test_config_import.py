@@ -151,7 +151,8 @@ def test_llamafactory_yaml_converts_key_by_key(tmp_path):
     assert _line(result, "bf16").text() == "bf16: true → taken as precision=bf16"
     assert _line(result, "cutoff_len").text() == "cutoff_len: 2048 → taken as max_seq_len=2048"
     assert _line(result, "do_train").text() == "do_train: true → dropped: tunedeck train always trains"
-    assert "NAME#1000" in _line(result, "max_samples").text()
+    assert "first 1000 records" in _line(result, "max_samples").text()
+    assert "NAME#" not in _line(result, "max_samples").text()  # a draw at random, repeating: not the first N
     # The YAML is a tunedeck file: it loads (with the data and model it names) and lists what needs you.
     text = result.to_yaml()
     assert text.startswith("# tunedeck run configuration converted by tunedeck import")
@@ -620,7 +621,7 @@ def test_llamafactory_dataset_names_are_looked_up_in_its_default_data_folder(tmp
 
 
 @pytest.mark.parametrize("key, value", [
-    ("max_samples", 1000), ("neftune_noise_alpha", 5), ("lr_scheduler_type", "cosine_with_min_lr"),
+    ("max_samples", 2), ("enable_thinking", False), ("neftune_noise_alpha", 5), ("lr_scheduler_type", "cosine_with_min_lr"),
     ("lr_scheduler_kwargs", {"num_cycles": 3}), ("additional_target", "embed_tokens"), ("optim", "lion_8bit"),
     ("model_revision", "v1.0"), ("resume_from_checkpoint", "saves/checkpoint-100"), ("val_size", 100),
     ("lora_rank", 0), ("quantization_method", "gptq"),
@@ -645,6 +646,38 @@ def test_train_refuses_an_imported_key_that_would_change_what_trains(tmp_path, k
     assert _tunedeck(home, "import", str(peer), "-o", str(converted)).returncode == 0
     out = _tunedeck(home, "train", str(converted), "--check")
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("dataset_info", [False, True])
+def test_a_llamafactory_webui_training_args_yaml_trains(tmp_path, dataset_info):
+    """LLaMA-Factory's WebUI saves enable_thinking: true (its default) and a max_samples cap (100000) in its
+    training_args.yaml: train refused the file for both, though neither changes what trains. Thinking on is
+    how tunedeck renders with the model's own template, and a cap at least each dataset's record count
+    selects them all (LLaMA-Factory takes range(min(N, len))); counted for local files, a named dataset too."""
+    home = tmp_path / "home"
+    (tmp_path / "data").mkdir()
+    data = _data(tmp_path / "data" / "d.jsonl")  # 3 records
+    if dataset_info:  # LLaMA-Factory's own entry for a file of OpenAI-style messages
+        (tmp_path / "data" / "dataset_info.json").write_text(json.dumps({"mine": {
+            "file_name": "d.jsonl", "formatting": "sharegpt", "columns": {"messages": "messages"},
+            "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
+                     "assistant_tag": "assistant"}}}), encoding="utf-8")
+    peer = tmp_path / "training_args.yaml"
+    settings = {"model_name_or_path": "tiny", "stage": "sft", "finetuning_type": "lora", "cutoff_len": 64,
+                "max_steps": 1, "dataset": "mine" if dataset_info else str(data), "dataset_dir": str(tmp_path / "data"),
+                "enable_thinking": True, "max_samples": 100000}
+    peer.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    out = _tunedeck(home, "train", str(peer), "--check", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "max_samples: 100000 → dropped: at least the records of each dataset (at most 3)" in out.stderr
+    assert "enable_thinking: true → dropped: " in out.stderr
+    settings["max_samples"] = 3  # exactly the count: still all of them
+    peer.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    assert _tunedeck(home, "train", str(peer), "--check", cwd=tmp_path).returncode == 0
+    settings["max_samples"] = 2  # fewer: the first 2, which tunedeck cannot do
+    peer.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    out = _tunedeck(home, "train", str(peer), "--check", cwd=tmp_path)
+    assert out.returncode == 2 and "max_samples: 2 → needs you" in out.stderr
 
 
 def test_train_goes_on_past_an_imported_key_that_trains_the_same(tmp_path):
