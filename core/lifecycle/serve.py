@@ -16,6 +16,7 @@ import fcntl
 import importlib.util
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -271,10 +272,12 @@ def choose_backend(requested: str) -> str:
 
 def _backend_command(backend: str, run: RunDirectory | None, served: str, state: Path, host: str, port: int,
                      checkpoint: int | None, model_dir: Path | None, api_key: str | None = None,
-                     max_body_bytes: int | None = None) -> list[str]:
+                     max_body_bytes: int | None = None, start_id: str | None = None) -> list[str]:
     if backend == "transformers":
         cmd = [sys.executable, "-m", "core.lifecycle.server", "--state", str(state), "--host", host,
                "--port", str(port)]
+        if start_id is not None:
+            cmd += ["--start-id", start_id]
         if max_body_bytes is not None:
             cmd += ["--max-body-bytes", str(max_body_bytes)]
         if model_dir is not None:
@@ -379,11 +382,15 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     if chosen != "transformers" and port == 0:
         port = free_port(host)
     step = {} if source is None else {"step": source.step}  # our server writes the step it loads itself
+    # this start's own id: our server, and this starter, write only to the record that carries it (a server
+    # of an earlier start, still exiting, must not write its "stopped" over this one)
+    start_id = secrets.token_hex(8)
+    ours = {"start_id": start_id}
     write_fresh_state(directory, {"status": "starting", "backend": chosen, "host": host, "port": port, **what,
-                                  **step, "started": time.time()})
+                                  **step, "started": time.time(), **ours})
     log_path = directory / "server.log"
     cmd = _backend_command(chosen, run, key, directory, host, port, checkpoint, model_dir, api_key,
-                           max_body_bytes)
+                           max_body_bytes, start_id=start_id)
     env = {k: v for k, v in os.environ.items() if k not in ("TUNEDECK_API_KEY", "VLLM_API_KEY")}
     if api_key:
         env["VLLM_API_KEY" if chosen == "vllm" else "TUNEDECK_API_KEY"] = api_key
@@ -401,10 +408,10 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     if chosen == "transformers":  # found alive while it starts, before it takes its lock (_starting)
         from core.runs.liveness import process_start_time
 
-        update_state(directory, pid=proc.pid, pid_start=process_start_time(proc.pid))
+        update_state(directory, where=ours, pid=proc.pid, pid_start=process_start_time(proc.pid))
     else:
         scheme_host = f"[{host}]" if ":" in host else host
-        update_state(directory, pid=proc.pid, url=f"http://{scheme_host}:{port}/v1", status="loading",
+        update_state(directory, where=ours, pid=proc.pid, url=f"http://{scheme_host}:{port}/v1", status="loading",
                      auth=bool(api_key))
     state = _await_ready(key, timeout, cancelled, proc)
     if state is not None and run is not None:
@@ -523,7 +530,7 @@ def stop_server_state(run_id: str) -> ServerState | None:
         # said before the signal, under the state lock and for good (a "ready" the server writes after it is
         # no longer applied): whoever waits for it to be ready (start_server) then knows it was stopped, not
         # that it failed to start
-        update_state(serve_dir(run_id), status="stopped")
+        update_state(serve_dir(run_id), where={"pid": state.pid}, status="stopped")  # that server's record only
         _terminate(state.pid)
     run_path = read_server_record(run_id).get("run")
     if run_path and not Path(str(run_path)).exists():

@@ -1,6 +1,7 @@
 """tunedeck's own OpenAI-compatible server (stdlib ``http.server``; one generation at a time).
 
-Run as ``python -m core.lifecycle.server --state DIR (--run RUN_DIR | --model-dir DIR) [--host] [--port]``
+Run as ``python -m core.lifecycle.server --state DIR (--run RUN_DIR | --model-dir DIR) [--host] [--port]
+[--start-id ID]``
 by ``core.lifecycle.serve`` in its own session. It holds ``DIR/lock`` for its whole life, writes
 ``DIR/state.json`` (pid, host, port, url, status) once it listens, and answers:
 
@@ -823,12 +824,13 @@ def _usage(outcomes: list[Any]) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _write_state(state_dir: Path, **values: Any) -> None:
+def _write_state(state_dir: Path, start_id: str | None, **values: Any) -> None:
     """Merge ``values`` into the server's record, as every writer of it does (``serve_record``): under its
-    lock, and never over a stop said meanwhile."""
+    lock, and never over a stop said meanwhile. With the ``start_id`` its starter gave it, only into that
+    start's record: a server still exiting when a new start has begun leaves the new record alone."""
     from core.lifecycle.serve_record import update_state
 
-    update_state(state_dir, **values)
+    update_state(state_dir, where=None if start_id is None else {"start_id": start_id}, **values)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -840,7 +842,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    parser.add_argument("--start-id", default=None)  # the record it writes to is the one of this start only
     args = parser.parse_args(argv)
+    start = args.start_id
     api_key = os.environ.pop(API_KEY_ENV, "") or None  # out of the environment of anything we start
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     from core.lifecycle.library_noise import quiet_libraries
@@ -853,7 +857,7 @@ def main(argv: list[str] | None = None) -> int:
     except BlockingIOError:
         log.error("another server holds %s", state_dir / "lock")
         return 3
-    _write_state(state_dir, pid=os.getpid(), status="loading", backend="transformers")
+    _write_state(state_dir, start, pid=os.getpid(), status="loading", backend="transformers")
 
     from core.lifecycle.source import load_finetuned, load_model_dir, resolve_model_source
     from core.runs.run_dir import RunDirectory
@@ -866,7 +870,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run = RunDirectory(Path(args.run))
         source = resolve_model_source(run, args.checkpoint)
-        _write_state(state_dir, step=source.step)  # the checkpoint served: status and the app show it
+        _write_state(state_dir, start, step=source.step)  # the checkpoint served: status and the app show it
         loaded = load_finetuned(source)
         model_id = run.id
     backend = ChatBackend(loaded, model_id, api_key=api_key, max_body_bytes=args.max_body_bytes)
@@ -886,7 +890,7 @@ def main(argv: list[str] | None = None) -> int:
 
         log.warning("%s", t("lifecycle.serve_public_host", host=args.host,
                             auth=t("lifecycle.serve_auth_on" if api_key else "lifecycle.serve_auth_off")))
-    _write_state(state_dir, status="ready", host=args.host, port=port, url=url, model=model_id,
+    _write_state(state_dir, start, status="ready", host=args.host, port=port, url=url, model=model_id,
                  ready_ts=time.time(), auth=api_key is not None, max_body_bytes=args.max_body_bytes)
     log.info("serving %s at %s (API key %s, body limit %d bytes)", model_id, url,
              "required" if api_key else "not required", args.max_body_bytes)
@@ -894,7 +898,7 @@ def main(argv: list[str] | None = None) -> int:
         httpd.serve_forever(poll_interval=0.2)
     finally:
         httpd.server_close()
-        _write_state(state_dir, status="stopped", stopped_ts=time.time())
+        _write_state(state_dir, start, status="stopped", stopped_ts=time.time())
     return 0
 
 

@@ -134,3 +134,74 @@ def test_a_waiter_that_sees_a_vllm_server_answer_as_it_is_stopped_says_stopped_n
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def test_a_server_still_exiting_leaves_the_record_of_a_new_start_alone(lora_run, monkeypatch, tmp_path):
+    """A stop said "stopped" and signalled the server; before that server had ended, a new start (another
+    shell's `serve`, the app) found no server and wrote a fresh record. The old server's last write
+    ("stopped") then landed on the new record and, "stopped" being for good, made it so: the new server's
+    "ready" was not applied, its starter never saw it ready and k could not stop it (it served unrecorded).
+    Here the old server is held just before that last write while the new start is made (its server held
+    before it starts, so it does not meet the old one's lock), then both go on: the new server is recorded
+    ready with its own pid, its starter gets it, and a stop stops it. Tiny LoRA run on CPU, no GPU assumed."""
+    import os
+    import signal
+
+    from core.lifecycle import serve
+    from tests.fixtures.lifecycle.serving import hold_server_at_exit, hold_server_before_start
+
+    _home, run = lora_run
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    hold_server_at_exit(monkeypatch, gates)
+    real_terminate = serve._terminate
+    # the stop's SIGKILL after 15 s would end the held server without its last write: a ceiling, not a speed
+    monkeypatch.setattr(serve, "_terminate", lambda pid, grace=15.0: real_terminate(pid, grace=600.0))
+    old = serve.start_server(run, timeout=300)
+    stopper = threading.Thread(target=serve.stop_server, args=(run.id,))
+    done = threading.Event()
+    outcome: list[BaseException | object] = []
+
+    def start() -> None:
+        try:
+            outcome.append(serve.start_server(run, timeout=300, cancelled=done.is_set))
+        except BaseException as exc:  # noqa: BLE001 - the test looks at which
+            outcome.append(exc)
+
+    starter = threading.Thread(target=start)
+    new_pid = 0
+    try:
+        stopper.start()
+        _wait_for(lambda: (gates / "exiting").exists(), "the old server at its last write")
+        hold_server_before_start(monkeypatch, gates / "start")
+        starter.start()
+        _wait_for(lambda: serve.read_server_record(run.id).get("pid") not in (None, old.pid) or bool(outcome),
+                  "the new start's record with its server's pid")
+        assert not outcome, outcome
+        new_pid = serve.read_server_record(run.id)["pid"]
+        (gates / "exit").touch()
+        stopper.join(timeout=700)
+        assert not serve._pid_alive(old.pid)
+        (gates / "start").touch()
+        _wait_for(lambda: bool(serve.read_server_record(run.id).get("url")) or bool(outcome),
+                  "the new server's ready write", 300)
+        record = serve.read_server_record(run.id)
+        assert record["status"] == "ready" and record["pid"] == new_pid, record
+        starter.join(timeout=300)
+        assert len(outcome) == 1 and isinstance(outcome[0], serve.ServerState), outcome
+        assert outcome[0].pid == new_pid
+        assert serve.stop_server(run.id) is True
+        assert not serve._pid_alive(new_pid)
+        assert serve.read_server_record(run.id)["status"] == "stopped"
+    finally:  # whatever failed, no server of this test outlives it
+        done.set()
+        for name in ("exit", "start"):
+            (gates / name).touch()
+        serve.stop_server(run.id)
+        for pid in (old.pid, new_pid):
+            if pid and serve._pid_alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+        if stopper.ident:
+            stopper.join(timeout=700)
+        if starter.ident:
+            starter.join(timeout=300)
