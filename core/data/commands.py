@@ -63,11 +63,13 @@ def run_check(args: argparse.Namespace) -> int:
         report.lengths.method = t("data.method_tokenizer", name=args.model)
     if report.lengths is not None:
         report.lengths.overlong = args.overlong
+    empty = none_left(report)  # overlong: drop would leave the run nothing: a problem, as train says
     if args.json:
-        print(json.dumps(report.to_dict(), ensure_ascii=False))
+        print(json.dumps({**report.to_dict(), **({"ok": False, "none_left": empty} if empty else {})},
+                         ensure_ascii=False))
     else:
         print(render_report(report))
-    return 0 if report.ok else EXIT_DATA_PROBLEMS
+    return 0 if report.ok and not empty else EXIT_DATA_PROBLEMS
 
 
 def _label(key: str) -> str:
@@ -75,6 +77,16 @@ def _label(key: str) -> str:
     from core.text_width import pad
 
     return pad(t(key), 10)
+
+
+def none_left(report) -> str | None:
+    """What a run with ``overlong: drop`` would say before it trains nothing, when every sample counted (by
+    the tokenizer, exactly) is longer than max_seq_len: all are left out. None otherwise."""
+    stats = report.lengths
+    if (stats is None or not stats.exact or stats.overlong != "drop" or stats.max_seq_len is None
+            or not stats.count or stats.over_max != stats.count):
+        return None
+    return t("train.all_overlong_dropped", datasets=report.path, count=stats.over_max, max_seq_len=stats.max_seq_len)
 
 
 def render_report(report) -> str:
@@ -96,6 +108,9 @@ def render_report(report) -> str:
             key = "data.over_max_approx" if not stats.exact else \
                 "data.over_max_exact_drop" if stats.overlong == "drop" else "data.over_max_exact"
             lines.append(" " * 12 + t(key, count=stats.over_max, total=stats.count, limit=stats.max_seq_len))
+            empty = none_left(report)
+            if empty:
+                lines.append(" " * 12 + empty)
         if not stats.exact:
             lines.append(" " * 12 + t("data.approx_hint"))
     for where, chars, counted in report.capped:

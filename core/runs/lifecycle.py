@@ -291,10 +291,36 @@ def _check_data(config: Any) -> None:
     if not config.dataset:
         raise RunError(t("runs.no_dataset"), 2)
     try:
-        load_training_records(config.dataset, hub=config.hub, dataset_info=config.dataset_info,
-                              dataset_dir=config.dataset_dir, split=config.split, seed=config.seed)
+        records = load_training_records(config.dataset, hub=config.hub, dataset_info=config.dataset_info,
+                                        dataset_dir=config.dataset_dir, split=config.split, seed=config.seed)
     except DataError as exc:
         raise RunError(t("runs.dataset_invalid", problems=str(exc)), 2) from exc
+    if getattr(config, "overlong", "cut") == "drop":
+        _check_some_fit(config, records)
+
+
+def _check_some_fit(config: Any, records: list[Any]) -> None:
+    """With ``overlong: drop``, refuse data whose every sample is longer than max_seq_len, as the trainer
+    would after its launch (``train.all_overlong_dropped``), here before it. Needs the model's tokenizer on
+    this machine (a model still to be downloaded is left to the trainer); ends at the first sample that fits."""
+    from core.data import tokenize_dataset
+    from core.data.stats import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(str(config.model))
+    except (FileNotFoundError, ValueError):
+        return
+    dropped = 0
+    for record in records:
+        tokenized = tokenize_dataset([record], tokenizer, config.max_seq_len, loss_on=config.loss_on,
+                                     overlong="drop")
+        if tokenized.input_ids:
+            return
+        dropped += tokenized.overlong_dropped
+    if dropped:
+        datasets = [config.dataset] if isinstance(config.dataset, str) else list(config.dataset)
+        raise RunError(t("train.all_overlong_dropped", datasets=", ".join(datasets), count=dropped,
+                         max_seq_len=config.max_seq_len), 2)
 
 
 def _absolute_local_paths(config: Any, yaml_dir: Path | None) -> None:

@@ -326,6 +326,9 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     examples = tokenize_records(records, tokenizer, max_seq_len, str(cfg.get("loss_on", "assistant")), overlong)
     examples = split_eval(examples, float(cfg.get("eval_split", 0.0) or 0.0), seed)
     if not examples.train:
+        if examples.overlong_dropped:  # left out as too long (overlong: drop), not empty: say so, and the way out
+            raise TrainingSetupError(Message("train.all_overlong_dropped", datasets=", ".join(datasets),
+                                             count=examples.overlong_dropped, max_seq_len=max_seq_len))
         raise TrainingSetupError(Message("train.no_examples", datasets=", ".join(datasets)))
     if examples.truncated_samples and rank == 0:
         run.append_event("data_truncated", samples=examples.truncated_samples, tokens=examples.dropped_tokens,

@@ -132,3 +132,16 @@ def test_a_folder_a_sample_suffix_and_home_are_checked_and_a_hub_id_is_said(run,
         assert json.loads(result.stdout)["records"] == records, spec
     hub = run("owner/name")
     assert hub.returncode == 2 and "owner/name: a hub dataset: data check reads data on this machine" in hub.stderr
+
+
+def test_overlong_drop_that_leaves_no_sample_says_so_and_fails(run):
+    """With --overlong drop and every sample past --max-seq-len, data check said only "3 of 3 ... will be left
+    out" and exited 0, though the run would then fail with nothing to train on. Now it says so in the
+    trainer's words, and exits 1 (--json: ok false, none_left)."""
+    args = (str(FIXTURES / "messages.jsonl"), "--model", "tiny", "--max-seq-len", "16")
+    result = run(*args, "--overlong", "drop")
+    assert result.returncode == 1, result.stderr
+    assert "3 samples longer than max_seq_len 16 tokens are left out (overlong: drop)" in result.stdout
+    report = json.loads(run(*args, "--overlong", "drop", "--json").stdout)
+    assert report["ok"] is False and "raise max_seq_len" in report["none_left"]
+    assert run(*args).returncode == 0  # cut: every sample trains on its first 16 tokens

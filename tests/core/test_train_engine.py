@@ -633,3 +633,47 @@ def test_adam_betas_and_overlong_drop_reach_the_real_optimizer_and_data(tmp_path
             assert events == [] and "were truncated" in log
     assert betas["swift"] == {((0.9, 0.95), 1e-6)}
     assert betas["default"] == {((0.9, 0.999), 1e-8)}
+
+
+def _all_too_long(path: Path) -> Path:
+    """Two samples, each far past max_seq_len 64 with the tiny model's tokenizer."""
+    with open(path, "w", encoding="utf-8") as handle:
+        for _ in range(2):
+            handle.write(json.dumps({"messages": [{"role": "user", "content": "Count."},
+                                                  {"role": "assistant", "content": "one two three " * 60}]}) + "\n")
+    return path
+
+
+def test_a_run_whose_every_sample_is_dropped_as_too_long_says_so_not_that_they_are_empty(tmp_path, monkeypatch):
+    """With overlong: drop and every sample longer than max_seq_len, the trainer failed with "every example
+    empty, or no assistant turn", which was untrue and hid the way out. Now it says the samples were left out
+    as too long, how many, the max_seq_len, and to raise it or set overlong: cut. The trainer process runs on
+    a run made without the launch's data check (as one whose model was not here at launch is). CPU, the
+    tiny model, no GPU assumed."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    from core.config import load_run_config
+    from core.runs.lifecycle import prepare_run
+
+    data = _all_too_long(tmp_path / "long.jsonl")
+    config = load_run_config(_config(tmp_path, dataset=str(data), overlong="drop", max_steps=1), for_training=True)
+    run = prepare_run(config, ["tunedeck", "train"], warn=lambda _message: None)
+    worker = subprocess.run([sys.executable, "-m", "core.train.worker", str(run.path)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1"})
+    assert worker.returncode == 1
+    shown = run.outcome_path.read_text(encoding="utf-8")  # the reason the supervisor copies to status.json
+    assert "2 samples longer than max_seq_len 64 tokens are left out (overlong: drop)" in shown, shown
+    assert "set overlong: cut" in shown and "every example empty" not in shown
+
+
+def test_train_and_train_check_refuse_data_whose_every_sample_overlong_drop_leaves_out(tmp_path):
+    """The same data was accepted by `train --check` and by `train`, which launched a trainer only for it to
+    fail. Both now say it before anything starts, in the trainer's words; overlong: cut still passes."""
+    home = tmp_path / "home"
+    config = _config(tmp_path, dataset=str(_all_too_long(tmp_path / "long.jsonl")), max_steps=1)
+    for args in (["--check"], []):
+        out = _tunedeck(home, "--lang", "en", "train", str(config), *args, "overlong=drop")
+        assert out.returncode == 2, out.stderr
+        assert "2 samples longer than max_seq_len 64 tokens are left out (overlong: drop)" in out.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+    assert _tunedeck(home, "train", str(config), "--check").returncode == 0
