@@ -40,6 +40,9 @@ STARTUP_FACTOR = 2.0  # before the trainer's first heartbeat: the floor times th
 # The ETA's step time leaves out this share of the slowest recent intervals (rounded down): a pause or a save
 # among ten or more; the rest is averaged, so that steps slowed now and then (a busy CPU) count as they cost.
 ETA_TRIM_SHARE = 0.1
+# From this many intervals on at least the slowest one is left out, ten or not: a checkpoint save among the
+# first few logs counted in full, the ETA several times too long until the tenth.
+ETA_TRIM_MIN_INTERVALS = 4
 _PREFIX = "heartbeat-rank"
 
 
@@ -72,9 +75,10 @@ def _env_float(name: str, default: float) -> float:
 
 
 class RecentStepTimes:
-    """The median wall time of one optimizer step over the last ``window`` intervals told by ``note(step,
-    at)``: the steady step time, which one slow interval (a resume's data skip, a SIGSTOP pause, a
-    checkpoint save) does not move. The heartbeat's stall threshold and the trainer's ETA both use it."""
+    """The wall time of one optimizer step over the last ``window`` intervals told by ``note(step, at)``.
+    ``median()`` is the steady step time, which one slow interval (a resume's data skip, a SIGSTOP pause, a
+    checkpoint save) does not move: the heartbeat's stall threshold uses it. ``eta_step_s()`` (the mean less
+    the slowest intervals) is what the trainer's ETA multiplies."""
 
     def __init__(self, window: int = 64) -> None:
         self.durations: deque[float] = deque(maxlen=window)
@@ -93,10 +97,13 @@ class RecentStepTimes:
     def eta_step_s(self) -> float | None:
         """The step time an ETA multiplies: the mean of the recent intervals less the slowest ``ETA_TRIM_SHARE``
         of them. The median read half the time a busy CPU took: it is the fast steps' time where a third of the
-        steps take several times as long; the mean counts them, the trim keeps a rare pause out."""
+        steps take several times as long; the mean counts them, the trim keeps a rare pause out. From
+        ``ETA_TRIM_MIN_INTERVALS`` intervals on at least the slowest is left out (a save among the first logs)."""
         if not self.durations:
             return None
-        kept = sorted(self.durations)[:len(self.durations) - int(len(self.durations) * ETA_TRIM_SHARE)]
+        count = len(self.durations)
+        trim = max(int(count * ETA_TRIM_SHARE), 1 if count >= ETA_TRIM_MIN_INTERVALS else 0)
+        kept = sorted(self.durations)[:count - trim]
         return statistics.fmean(kept)
 
 

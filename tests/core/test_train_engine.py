@@ -410,6 +410,33 @@ def test_the_eta_counts_steps_a_busy_cpu_slows_now_and_then(tmp_path, monkeypatc
     assert max(per_step) / min(per_step) < 1.1  # no flapping from log to log
 
 
+def test_a_checkpoint_save_among_the_first_logs_is_not_spread_over_the_eta(tmp_path, monkeypatch):
+    """With fewer than ten intervals the slowest tenth rounded down to none: a 60 s checkpoint save among the
+    first four logs of 1 s steps counted in full (ETA 16x too long until the tenth log). From four intervals on
+    the slowest one is left out; with three (too few to tell a save from the pace) all count. Hand-moved clock."""
+    from types import SimpleNamespace
+
+    from core.runs.run_dir import RunDirectory
+    from core.train import callbacks
+    from core.train.callbacks import RunMetricsCallback
+
+    clock = SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(callbacks, "time", SimpleNamespace(time=lambda: clock.now))
+    run = RunDirectory(tmp_path)
+    run.write_status("starting")
+    callback = RunMetricsCallback(run, {}, resumed_from=None, prior_elapsed_s=0.0, global_batch=4, is_main=True)
+    state = SimpleNamespace(global_step=0, max_steps=100, epoch=0.0, num_input_tokens_seen=0)
+    callback.on_train_begin(None, state, None)
+    etas = []
+    for step, seconds in ((10, 10.0), (20, 10.0), (30, 10.0 + 60.0), (40, 10.0), (50, 10.0)):  # a save at 30
+        clock.now += seconds
+        state.global_step = step
+        callback.on_log(None, state, None, logs={"loss": 1.0, "learning_rate": 1e-4})
+        etas.append(_records(tmp_path, "metrics.jsonl")[-1]["eta_s"])
+    assert etas[3] == pytest.approx(60 * (1 + 7 + 1) / 3)  # three intervals: the save counts (no trim yet)
+    assert etas[4] == pytest.approx(50.0)  # four intervals: the save left out, 50 steps left at 1 s
+
+
 def test_the_first_steps_warm_up_is_not_an_eta(tmp_path, monkeypatch):
     """The demo logs every step: its first record's ETA was the first step's time (the warm-up, 5x to 8x a step)
     times the rest, "eta 2:34" for a run that took 20 s. With one step of the session behind and no step times
