@@ -99,8 +99,9 @@ def _json_values(data: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     params = optimizer.get("params") if isinstance(optimizer, Mapping) else None
     if isinstance(params, Mapping):  # an Adam's betas and eps: the run's adam_beta1/adam_beta2/adam_epsilon
         betas = params.get("betas")
-        if betas == "auto":
-            found["adam_beta1"] = ("optimizer.params.betas", "auto")
+        if betas == "auto":  # both are filled from the run, as a list's two are both taken
+            found["adam_beta1"] = ("optimizer.params.betas[0]", "auto")
+            found["adam_beta2"] = ("optimizer.params.betas[1]", "auto")
         elif isinstance(betas, (list, tuple)) and len(betas) == 2:
             found["adam_beta1"] = ("optimizer.params.betas[0]", betas[0])
             found["adam_beta2"] = ("optimizer.params.betas[1]", betas[1])

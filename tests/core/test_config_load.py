@@ -215,6 +215,19 @@ def test_a_deepspeed_jsons_adam_betas_are_the_runs_and_the_trainer_fills_them(tm
     assert 'optimizer.params.betas: [0.9, 0.95] -> "auto"' in notes
 
 
+def test_a_deepspeed_jsons_auto_betas_are_both_said_filled_from_the_run(tmp_path):
+    """``"betas": "auto"`` recorded adam_beta1 alone: the 'auto filled in' warning named beta1 as filled and
+    left beta2 out, though the Trainer fills both. Both are said now, like a list's two are both taken."""
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": '
+                  '{"betas": "auto", "eps": "auto"}}}', encoding="utf-8")
+    config = load_run_config(write(tmp_path, f"model: m\ndataset: d.jsonl\ndeepspeed: {ds}\nadam_beta2: 0.95\n"))
+    auto = next(str(w) for w in config.warnings if "filled in from the run configuration" in str(w))
+    assert "optimizer.params.betas[0] ← adam_beta1" in auto and "optimizer.params.betas[1] ← adam_beta2" in auto
+    assert "optimizer.params.eps ← adam_epsilon" in auto
+    assert (config.adam_beta1, config.adam_beta2) == (0.9, 0.95)  # the run's, the JSON taking nothing
+
+
 def test_adam_keys_with_an_optimizer_that_is_no_adamw_are_said_unused(tmp_path):
     """adafactor and sgd read no betas: a beta set beside them would silently do nothing; it is said."""
     config = load_run_config(write(tmp_path, "model: m\ndataset: d.jsonl\noptimizer: sgd\nadam_beta2: 0.95\n"))
