@@ -495,6 +495,9 @@ def _won_over(best: Candidate, other: Candidate, request: PlanRequest) -> str:
         ratio = (o.num_gpus / other.tokens_per_s) / (b.num_gpus / best.tokens_per_s)
         if ratio >= 1 + SAME_SPEED:
             return t("plan.reason.won_cost", ratio=round(ratio, 2), other=name, **speeds)
+        if other.tokens_per_s > best.tokens_per_s * (1 + SAME_SPEED):  # slower on fewer GPUs: as cheap, not as fast
+            return t(plural_key("plan.reason.won_cost_same", b.num_gpus), other=name, gpus=b.num_gpus,
+                     other_gpus=o.num_gpus, **speeds)
     if other.tokens_per_s > 0 and best.tokens_per_s > other.tokens_per_s:
         ratio = best.tokens_per_s / other.tokens_per_s
         key = "plan.reason.won_speed" if ratio >= 1 + SAME_SPEED else "plan.reason.won_speed_close"

@@ -629,3 +629,22 @@ def test_qlora_reason_never_calls_a_lora_that_fits_on_the_gpu_offloaded_or_a_fas
     reach = max(c.plan.seq_len for c in lora)
     assert text.endswith(f"LoRA fits with ZeRO-3 offload all: sequence {rtx.best.plan.seq_len} where lora fits at most "
                          f"{reach}")
+
+
+def test_lowest_cost_never_calls_a_plan_at_half_the_speed_as_fast():
+    """Estimates only, speeds given as a probe's (no GPU needed; a 2xH100 target). Under lowest_cost a plan on
+    1 GPU at half the speed of one on 2 costs the same GPU time per token; the cost ratio under 1.02 skipped the
+    cost reason, the slower plan skipped the speed one, and it read "as fast as lora on 1 GPU where it takes 2".
+    Now it says the GPU time is about the same, with both speeds; "as fast as" stays for speeds within 2%."""
+    from core.plan.planner import _won_over
+
+    req = request("Qwen2.5-7B", "2xH100", goal="lowest_cost")
+    plan = next(candidate_plans(req, base_plan(req)))
+    one = evaluate(replace(plan, method="qlora", num_gpus=1), req, {"peak_gib": 20.0, "tokens_per_s": 1000.0})
+    two = evaluate(replace(plan, method="lora", num_gpus=2), req, {"peak_gib": 20.0, "tokens_per_s": 1995.0})
+    said = _won_over(one, two, req)
+    assert "as fast as" not in said
+    assert said == ("about the same GPU time per token as lora, which fits too, on 1 GPU where it takes 2 "
+                    "(1,000 against 1,995 tokens/s)")
+    near = evaluate(replace(plan, method="lora", num_gpus=1), req, {"peak_gib": 24.0, "tokens_per_s": 1010.0})
+    assert _won_over(one, near, req) == "as fast as lora, in 20.0 GiB per GPU against its 24.0"  # 1% apart
