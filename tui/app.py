@@ -460,6 +460,11 @@ def make_app(settings: Settings | None = None, monitor=None, persist_settings: b
 def run_app(settings: Settings | None = None, open_run: str | None = None) -> int:
     """Run the app in this terminal; returns the exit code. ``open_run``: a run id, prefix or directory
     (tunedeck, ms-swift or LLaMA-Factory output) whose dashboard opens at start."""
+    from tui.screens.chat import finish_reapers
+
     app = make_app(settings, open_run=open_run, announce_runs=True)
-    app.run()
+    try:
+        app.run()
+    finally:
+        finish_reapers()  # a chat model closed just before the quit: its reaper's thread dies with the app
     return app.return_code or 0

@@ -707,3 +707,37 @@ def test_coming_back_after_the_run_went_on_marks_the_earlier_checkpoints_transcr
             await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
 
     asyncio.run(scenario())
+
+
+def test_a_model_process_left_to_its_reaper_is_killed_when_the_app_exits(tmp_path):
+    """Esc on a loading model terminates it and leaves a daemon thread to kill it if it does not end; the app
+    quit right after took that thread with it, and a model that reads no SIGTERM (a load in progress) kept
+    running. The app's exit (``run_app``) finishes the reapers: terminated, joined briefly, then killed. A real
+    child that ignores SIGTERM, ready once its gate file exists; no GPU."""
+    import subprocess
+    import sys
+    import time
+
+    from tui.screens.chat import _reaping, finish_reapers, start_reaper
+
+    gate = tmp_path / "ignoring"
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import pathlib, signal, sys, time\n"
+                             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                             f"pathlib.Path({str(gate)!r}).touch()\n"
+                             "time.sleep(600)\n"], text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gate.exists()
+        proc.terminate()  # what Esc does to a loading model: ignored here
+        reaper = start_reaper(proc)
+        finish_reapers(timeout_s=0.5)
+        assert proc.poll() is not None  # killed, not left to a thread that dies with the app
+        reaper.join(30)
+        assert not reaper.is_alive() and reaper not in _reaping
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
@@ -152,6 +153,48 @@ def _reap(proc: subprocess.Popen[str]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    finally:
+        with _reaping_lock:
+            _reaping.pop(threading.current_thread(), None)
+
+
+# The reapers still waiting for a model process, and their processes: a daemon thread dies with the app, its
+# kill never run, so the app's exit finishes them (``finish_reapers``).
+_reaping: dict[threading.Thread, subprocess.Popen[str]] = {}
+_reaping_lock = threading.Lock()
+REAP_AT_EXIT_S = 3.0
+
+
+def start_reaper(proc: subprocess.Popen[str]) -> threading.Thread:
+    """Reap ``proc`` on a daemon thread (``_reap``), known to ``finish_reapers`` until it ends."""
+    thread = threading.Thread(target=_reap, args=(proc,), daemon=True, name="tunedeck-chat-reaper")
+    with _reaping_lock:
+        _reaping[thread] = proc
+    thread.start()
+    return thread
+
+
+def finish_reapers(timeout_s: float = REAP_AT_EXIT_S) -> None:
+    """At the app's exit: every model process a reaper still waits for is terminated now, its reaper joined
+    for ``timeout_s`` in all, and one still running then is killed. Esc then quit left a model that was loading
+    (it reads no SIGTERM before its load ends) running once the app was gone."""
+    with _reaping_lock:
+        pending = list(_reaping.items())
+    for _thread, proc in pending:
+        if proc.poll() is None:
+            try:
+                proc.terminate()
+            except OSError:
+                pass
+    deadline = time.monotonic() + timeout_s
+    for thread, proc in pending:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if proc.poll() is None:
+            try:
+                proc.kill()
+                proc.wait(timeout=1)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
 
 
 class MessageInput(Input):
@@ -347,7 +390,7 @@ class ChatScreen(Screen[None]):
             pass
         if not self.ready or self.busy:
             proc.terminate()
-        threading.Thread(target=_reap, args=(proc,), daemon=True, name="tunedeck-chat-reaper").start()
+        start_reaper(proc)
 
     def on_unmount(self) -> None:
         self._stop_worker()
