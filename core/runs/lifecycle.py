@@ -312,8 +312,11 @@ def _check_some_fit(config: Any, records: list[Any]) -> None:
         return
     dropped = 0
     for record in records:
-        tokenized = tokenize_dataset([record], tokenizer, config.max_seq_len, loss_on=config.loss_on,
-                                     overlong="drop")
+        try:
+            tokenized = tokenize_dataset([record], tokenizer, config.max_seq_len, loss_on=config.loss_on,
+                                         overlong="drop")
+        except Exception:  # a chat template that refuses a sample (jinja's TemplateError ...): the trainer
+            return  # reports it with its own message; this look only answers "does any sample fit"
         if tokenized.input_ids:
             return
         dropped += tokenized.overlong_dropped

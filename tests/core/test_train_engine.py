@@ -704,3 +704,27 @@ def test_train_and_train_check_refuse_data_whose_every_sample_overlong_drop_leav
         assert "2 samples longer than max_seq_len 64 tokens are left out (overlong: drop)" in out.stderr
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
     assert _tunedeck(home, "train", str(config), "--check").returncode == 0
+
+
+def test_train_check_with_overlong_drop_leaves_a_template_that_refuses_a_sample_to_the_trainer(tmp_path):
+    """The look before launch for overlong: drop tokenizes samples with the model's chat template; a template
+    that refuses one (jinja's raise_exception: "no system role") escaped it as a traceback out of `train
+    --check`. The look answers only whether some sample fits: such a sample is the trainer's to report."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(TINY, model)
+    settings_path = model / "tokenizer_config.json"
+    settings = json.loads(settings_path.read_text(encoding="utf-8"))
+    settings["chat_template"] = ("{%- if messages[0].role == 'system' %}{{ raise_exception('System role not "
+                                 "supported') }}{%- endif %}" + settings["chat_template"])
+    settings_path.write_text(json.dumps(settings), encoding="utf-8")
+    data = tmp_path / "system.jsonl"
+    data.write_text(json.dumps({"messages": [{"role": "system", "content": "Be brief."},
+                                             {"role": "user", "content": "Count."},
+                                             {"role": "assistant", "content": "one two"}]}) + "\n",
+                    encoding="utf-8")
+    config = _config(tmp_path, model=str(model), dataset=str(data), max_steps=1)
+    out = _tunedeck(tmp_path / "home", "--lang", "en", "train", str(config), "--check", "overlong=drop")
+    assert "Traceback" not in out.stderr, out.stderr
+    assert out.returncode == 0, out.stderr
