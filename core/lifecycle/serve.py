@@ -473,9 +473,14 @@ def _await_ready(run_id: str, timeout: float, cancelled: Callable[[], bool] | No
                 and health(state.url)):
             if state.status != "ready":
                 # under the state lock, and never over a stop said meanwhile: a server stopped as it came up
-                # is stopped, not started
-                if update_state(directory, status="ready").get("status") == "stopped":
+                # is stopped, not started; and only on the record of the server that answered (a new start may
+                # have replaced it since it was read): another's record is looked at again
+                written = update_state(directory, where={"pid": state.pid}, status="ready")
+                if written.get("status") == "stopped":
                     raise ServeStopped(t("lifecycle.serve_stopped_while_starting", run=run_id))
+                if written.get("pid") != state.pid:
+                    time.sleep(0.25)
+                    continue
                 state = replace(state, status="ready")
             return state
         time.sleep(0.25)
