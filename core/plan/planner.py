@@ -61,17 +61,19 @@ class Recommendation:
             "way_out": [f.to_json() for f in self.way_out],
             "overrides": dict(self.request.overrides),
             "overlong": self.request.overlong,
-            "data": None if self.best is None else data_json(self.request, self.best.plan.seq_len),
+            "data": None if self.best is None else data_json(self.request, self.best),
         }
 
 
-def data_json(request: PlanRequest, seq_len: int) -> dict[str, Any] | None:
-    """What a run at ``seq_len`` trains of the measured data: the samples it keeps and leaves out (with
-    ``overlong: drop`` a longer one counts nothing), the tokens one epoch reads, and the optimizer steps of an
-    epoch at the request's effective batch. None: the data is not measured."""
+def data_json(request: PlanRequest, best: Candidate) -> dict[str, Any] | None:
+    """What the plan ``best`` trains of the measured data: the samples it keeps and leaves out at its seq_len
+    (with ``overlong: drop`` a longer one counts nothing), the tokens one epoch reads, and the optimizer steps of
+    an epoch at the plan's effective batch (the one asked for may differ: 3 GPUs, a pinned micro-batch). The
+    whole data, eval split included. None: the data is not measured."""
     summary = request.dataset_summary
     if summary is None or not summary.measured:
         return None
+    seq_len = best.plan.seq_len
     longer, no_answer = summary.cut_records(seq_len)
     drop = request.overlong == "drop"
     # cut: a cut that leaves a sample without its answer drops it too (``cut_records``)
@@ -79,7 +81,7 @@ def data_json(request: PlanRequest, seq_len: int) -> dict[str, Any] | None:
     return {"samples": samples, "overlong_dropped": longer if drop else 0, "cut": 0 if drop else longer - no_answer,
             "no_answer_dropped": 0 if drop else no_answer,
             "tokens_per_epoch": summary.trained_tokens(seq_len, request.overlong),
-            "steps_per_epoch": -(-samples // max(1, request.effective_batch))}
+            "steps_per_epoch": -(-samples // max(1, best.effective_batch))}
 
 
 def candidate_json(candidate: Candidate, price: float | None, gpu: Any = None) -> dict[str, Any]:

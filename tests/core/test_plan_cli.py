@@ -467,3 +467,18 @@ def test_overlong_drop_counts_the_dropped_samples_out_of_the_plan_and_warns(tmp_
     assert drop["overlong"] == "drop" and yaml.safe_load(saved.read_text())["overlong"] == "drop"
     text = tunedeck(tmp_path, *args, "--set", "overlong=drop")
     assert "2 of 8 samples are longer than 64 tokens and will be left out" in text.stdout, text.stderr
+
+
+def test_plan_json_steps_per_epoch_follow_the_plans_effective_batch_not_the_one_asked(tmp_path):
+    """`plan --json`'s data block divided the samples by the effective batch asked for; a pinned micro-batch and
+    accumulation make the plan's own batch (3 here, 4 asked): its steps are the plan's. Hardware: --hardware
+    1xH100 (typed, no GPU of this box)."""
+    data = ROOT / "tests" / "fixtures" / "data" / "overlong.jsonl"  # 8 samples
+    out = tunedeck(tmp_path, "--model", "tiny", "--dataset", str(data), "--hardware", "1xH100", "--set",
+                   "seq_len=64", "--set", "micro_batch_size=3", "--set", "grad_accum_steps=1",
+                   "--effective-batch", "4", "--epochs", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    best = plan["recommendation"]
+    assert best["effective_batch"] == 3, best
+    assert plan["data"]["steps_per_epoch"] == 3  # ceil(8 / 3), not ceil(8 / 4)
