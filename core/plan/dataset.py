@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ class DatasetSummary:
     # of ``issues``, the problems of a whole file (an empty one, one of no known format), not of a row in it
     file_issues: int = 0
     _cuts: dict[tuple[int | None, str], tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
+    # cut_records by seq_len: asked of every candidate plan (warn_overlong_drop), a pass over every record each
+    _longer: dict[int, tuple[int, int]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def measured(self) -> bool:
@@ -119,10 +122,12 @@ class DatasetSummary:
         """(records longer than ``seq_len``, which the engine cuts to their first ``seq_len`` tokens; of those,
         the ones the cut leaves without a target, which it drops: 0 where targets are not counted). With
         ``overlong: drop`` the first count is the records the engine leaves out whole."""
-        longer = [i for i, length in enumerate(self.lengths) if length > seq_len]
-        counted = bool(self.targets) and len(self.targets) == len(self.lengths)
-        dropped = sum(1 for i in longer if self.targets[i] <= self.lengths[i] - seq_len) if counted else 0
-        return len(longer), dropped
+        if seq_len not in self._longer:
+            longer = [i for i, length in enumerate(self.lengths) if length > seq_len]
+            counted = bool(self.targets) and len(self.targets) == len(self.lengths)
+            dropped = sum(1 for i in longer if self.targets[i] <= self.lengths[i] - seq_len) if counted else 0
+            self._longer[seq_len] = (len(longer), dropped)
+        return self._longer[seq_len]
 
     def shortest_keeping_an_answer(self) -> int | None:
         """The shortest sequence length at which some record keeps a target after the cut (the engine keeps each
@@ -150,7 +155,7 @@ class DatasetSummary:
                      positions=positions)
         return t("plan.error.no_answer_left", path=name, count=self.records, seq=seq_len, need=need)
 
-    @property
+    @cached_property
     def max_length(self) -> int:
         return max(self.lengths, default=0)
 
