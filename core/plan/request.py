@@ -16,6 +16,9 @@ OVERRIDABLE = ("method", "precision", "zero_stage", "offload", "micro_batch_size
                "seq_len", "gradient_checkpointing", "lora_rank", "num_gpus")
 # Run keys a plan follows and saves without weighing them (``plan --set overlong=drop``): not the planner's fields.
 RUN_KEYS = ("overlong",)
+# With overlong: drop, the planner's own sequence covers the longest record while it is at most this many times
+# the 95th percentile (``PlanRequest.covered_tokens``); a longer tail is left out, warned.
+DROP_TAIL_FACTOR = 2
 DEFAULT_EFFECTIVE_BATCH = 16
 DEFAULT_SEQ_LEN = 2048
 MIN_SEQ_LEN = 128
@@ -88,10 +91,16 @@ class PlanRequest:
     def covered_tokens(self) -> int | None:
         """The record length the default sequence length covers: the data's 95th percentile (the longer 5% are
         cut), or with ``overlong: drop`` its longest record, so that the planner's own choice leaves none out
-        (a dropped record trains nothing at all). None: the data is not measured."""
+        (a dropped record trains nothing at all), unless that record is more than ``DROP_TAIL_FACTOR`` times the
+        95th percentile: one outlier would then size every plan's activations for itself (a 30k-token record
+        among 2k ones: 16x), and the 95th percentile is covered, the records left out warned with their count
+        and the length that keeps them (``warn_overlong_drop``). None: the data is not measured."""
+        p95 = self.dataset_p95_tokens or None
         if self.overlong == "drop" and self.dataset_summary is not None and self.dataset_summary.lengths:
-            return self.dataset_summary.max_length
-        return self.dataset_p95_tokens or None
+            longest = self.dataset_summary.max_length
+            if p95 is None or longest <= DROP_TAIL_FACTOR * p95:
+                return longest
+        return p95
 
     def default_seq_len(self) -> int:
         """The next power of two covering 95% of the samples (``covered_tokens``: all of them with ``overlong:

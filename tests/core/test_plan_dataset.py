@@ -166,11 +166,18 @@ def test_overlong_drop_counts_a_long_record_as_nothing_and_the_planners_own_leng
     cut = PlanRequest("Qwen2.5-0.5B", parse_target("1xH200"), epochs=1.0).with_dataset(data)
     drop = PlanRequest("Qwen2.5-0.5B", parse_target("1xH200"), epochs=1.0, overlong="drop").with_dataset(data)
     # the planner's own length: the 95th percentile's power of two (the long one cut), or the longest record's
-    # under drop, so that its choice leaves nothing out
+    # under drop, so that its choice leaves nothing out (a tail within twice the 95th percentile)
     assert cut.seq_len == 4096 and drop.seq_len == 4096  # p95 of five records is the longest one
     few = summary((100,) * 40 + (3_000,), (40,) * 40 + (2_900,))
     assert PlanRequest("m", parse_target("1xH200")).with_dataset(few).seq_len == 128
-    assert PlanRequest("m", parse_target("1xH200"), overlong="drop").with_dataset(few).seq_len == 4096
+    # under drop a tail past twice the 95th percentile does not size every plan for itself (3,000 tokens for one
+    # record among 100-token ones: 32x the activations): the 95th percentile is covered and the one left out said
+    assert PlanRequest("m", parse_target("1xH200"), overlong="drop").with_dataset(few).seq_len == 128
+    near = summary((100,) * 40 + (180,), (40,) * 40 + (80,))  # a tail within twice the 95th percentile: kept
+    assert PlanRequest("m", parse_target("1xH200"), overlong="drop").with_dataset(near).seq_len == 256
+    own = recommend(PlanRequest("Qwen2.5-0.5B", parse_target("1xH200"), overlong="drop").with_dataset(few)).best
+    warned = [w for w in own.warnings if w.key == "plan.warn.overlong_drop"]
+    assert len(warned) == 1 and dict(warned[0].params) == {"count": 1, "total": 41, "seq": 128, "need": 3_000}
     best = recommend(PlanRequest("Qwen2.5-0.5B", parse_target("1xH200"), overlong="drop",
                                  goal="longest_context").with_dataset(few)).best
     assert best.plan.seq_len >= 3_000
