@@ -700,7 +700,7 @@ def test_coming_back_after_the_run_went_on_marks_the_earlier_checkpoints_transcr
             assert tuned.messages() == []  # nothing of step 15's conversation is sent to step 30
             await pilot.pause()
             shown = screen_text(app)  # at 80 columns, side by side: the line wraps in each pane
-            assert "step 15 → now" in shown and "step 30 (the run went on)" in shown, shown
+            assert "step 15 → now" in shown and "step 30; the model is sent" in shown, shown
             await _send(pilot, again, "Hi")
             assert [m["role"] for m in tuned.messages()] == ["user", "assistant"]
             await pilot.press("escape")

@@ -344,12 +344,15 @@ class ChatScreen(Screen[None]):
         """The model loaded from another checkpoint than the kept conversation's (the run was resumed since):
         the earlier transcript stays to be read, under a line that says so; the new checkpoint is sent only
         what follows the line, never the earlier one's replies as its own."""
-        line = t("chat.checkpoint_changed", old=self.step, new=step)
+        line = t("chat.checkpoint_changed", old=self.step, new=step)  # either way: an older one is loaded where
+        noted = False  # the newest is damaged (passed over)
         for variant in VARIANTS:
             pane = self._pane(variant)
             if any(role != NOTE for role, _ in pane.turns):
                 pane.add(NOTE, line)
-        self.notify(line, severity="warning", timeout=15)
+                noted = True
+        if noted:  # nothing said before it (a system prompt or a draft kept alone): nothing to tell apart
+            self.notify(line, severity="warning", timeout=15)
 
     # --- the worker process ----------------------------------------------------------------------
     def _start_worker(self) -> None:
