@@ -218,6 +218,14 @@ def test_ctrl_g_stops_the_reply_keeps_it_and_the_model_answers_the_next(shared, 
     asyncio.run(scenario())
 
 
+def take_sends(screen) -> list[str]:
+    """Stand in for the screen's model process: the lines it would read from its stdin, collected as written."""
+    sent: list[str] = []
+    screen.proc = type("Proc", (), {"stdin": type("In", (), {"write": lambda _, line: sent.append(line),
+                                                              "flush": lambda _: None})()})()
+    return sent
+
+
 def test_a_reply_stopped_before_any_text_leaves_no_turn_and_gives_the_message_back(tmp_path, monkeypatch):
     """A reply stopped before its first token stayed as an empty assistant turn, sent with the next message as
     the model's answer. Alone (or with the reply beside it stopped as early), nothing was answered: the
@@ -233,9 +241,7 @@ def test_a_reply_stopped_before_any_text_leaves_no_turn_and_gives_the_message_ba
             screen = ChatScreen(model_dir=tmp_path)
             await app.push_screen(screen)
             await pilot.pause()
-            sent: list[str] = []
-            screen.proc = type("Proc", (), {"stdin": type("In", (), {"write": lambda _, line: sent.append(line),
-                                                                      "flush": lambda _: None})()})()
+            sent = take_sends(screen)
             screen.ready = True
             tuned = screen.query_one("#chat-tuned", Transcript)
             field = screen.query_one("#chat-input")
@@ -310,9 +316,7 @@ def test_side_by_side_a_side_stopped_before_any_text_still_sends_alternating_tur
             screen = ChatScreen(model_dir=tmp_path)
             await app.push_screen(screen)
             await pilot.pause()
-            sent: list[str] = []
-            screen.proc = type("Proc", (), {"stdin": type("In", (), {"write": lambda _, line: sent.append(line),
-                                                                      "flush": lambda _: None})()})()
+            sent = take_sends(screen)
             screen.ready = screen.has_adapter = screen.compare = True
             base = screen.query_one("#chat-base", Transcript)
             tuned = screen.query_one("#chat-tuned", Transcript)
@@ -442,9 +446,7 @@ def test_side_by_side_done_in_counts_both_replies_not_the_last_ones_alone(tmp_pa
             screen = ChatScreen(model_dir=tmp_path)
             await app.push_screen(screen)
             await pilot.pause()
-            sent: list[str] = []
-            screen.proc = type("Proc", (), {"stdin": type("In", (), {"write": lambda _, line: sent.append(line),
-                                                                      "flush": lambda _: None})()})()
+            sent = take_sends(screen)
             screen.ready = screen.has_adapter = screen.compare = True
             status = screen.query_one("#chat-status")
             for n, (base_s, tuned_s, said) in enumerate(((9.5, 0.5, "done in 10.0 s"), (1.0, 2.0, "done in 3.0 s"))):
@@ -534,9 +536,7 @@ def test_a_pasted_message_of_several_lines_is_sent_whole_with_its_line_breaks(tm
             screen = ChatScreen(model_dir=tmp_path)
             await app.push_screen(screen)
             await pilot.pause()
-            sent: list[str] = []
-            screen.proc = type("Proc", (), {"stdin": type("In", (), {"write": lambda _, line: sent.append(line),
-                                                                      "flush": lambda _: None})()})()
+            sent = take_sends(screen)
             screen.ready = True
             system, field = screen.query_one("#chat-system"), screen.query_one("#chat-input")
             system.post_message(events.Paste("Be brief.\nAnswer in English."))
