@@ -306,7 +306,8 @@ class GpuScreen(Screen[None]):
         Binding("o", "open_run", t("gpuscreen.key.open_run"), id="gpus.open_run"),
         Binding("escape", "unselect", t("gpuscreen.key.back"), id="gpus.back"),
     ]
-    # Footer labels of the keys whose help and palette descriptions are long.
+    # Footer labels of the keys whose help and palette descriptions are long: the footer line's short forms
+    # (KeysFooter reads them), never the palette's, where a new user looks an action up by what it does.
     FOOTER_LABELS = {
         "gpus.kill": "gpuscreen.key.kill_short",
         "gpus.force_kill": "gpuscreen.key.force_kill_short",
@@ -328,8 +329,7 @@ class GpuScreen(Screen[None]):
             row = self.selected()
             if row is None or row.run is None:
                 return None
-        label = self.FOOTER_LABELS.get(binding_id)
-        return t(label) if label else description
+        return description
 
     def __init__(self) -> None:
         super().__init__(name="gpus")

@@ -133,6 +133,11 @@ def footer_entries(screen) -> list[tuple[str, str]]:
             description = screen.footer_label(entry["label_id"], description)
             if description is None:
                 continue  # another entry already says what this key does here
+            short = getattr(screen, "FOOTER_LABELS", {}).get(entry["label_id"])
+            if short:  # a long description's short form, for the footer line alone (help and palette keep it whole)
+                from core.i18n import t
+
+                description = t(short)
         rows.append((entry["keys"][0], description))
     return rows
 
