@@ -227,8 +227,10 @@ def test_an_expected_poll_failure_is_shown_and_a_bug_opens_the_error_modal_once(
         monitor = FailingMonitor(fake_monitor("h200x2"), KeyError("gpu"))
         app = make_app(quiet_settings(gpu_poll_interval_s=0.25), monitor=monitor)
         async with app.run_test(size=(80, 24)) as pilot:
-            await open_gpus(pilot, app)
+            # the second poll (0.25 s after the first) may open the modal before the GPU screen's footer is
+            # drawn on a loaded box: wait for the modal, over a GPU screen that had its first snapshot
             await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal))
+            assert any(isinstance(screen, GpuScreen) and screen.snapshot is not None for screen in app.screen_stack)
             await wait_for(pilot, lambda: not gpu_poll_workers(app))  # once, not every interval
             assert monitor.polls == 2 and app.screen.texts == ["KeyError: 'gpu'"]
 
