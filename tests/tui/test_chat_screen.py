@@ -17,6 +17,17 @@ from tui.screens.dashboard import DashboardScreen
 from tui.widgets.keys_footer import KeysFooter
 
 
+async def chat_from_the_dashboard(pilot, app) -> ChatScreen:
+    """``a`` on the finished run's dashboard the app opened on: its chat screen, once its model is loaded."""
+    await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+    await wait_for(pilot, lambda: app.screen.status == "finished")
+    await pilot.press("a")
+    await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+    screen = app.screen
+    await wait_for(pilot, lambda: screen.ready, timeout=90)
+    return screen
+
+
 def test_dashboard_chat_key_streams_base_and_tuned_replies(shared, private_home, monkeypatch):
     home, run_id = finished_run(shared)
     monkeypatch.setenv("TUNEDECK_HOME", str(home))
@@ -24,12 +35,7 @@ def test_dashboard_chat_key_streams_base_and_tuned_replies(shared, private_home,
     async def scenario() -> None:
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
         async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
-            await wait_for(pilot, lambda: app.screen.status == "finished")
-            await pilot.press("a")
-            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
-            screen = app.screen
-            await wait_for(pilot, lambda: screen.ready, timeout=90)
+            screen = await chat_from_the_dashboard(pilot, app)
             assert screen.has_adapter and screen.compare
             screen.query_one("#chat-temperature").value = "0"
             screen.query_one("#chat-max-tokens").value = "24"
@@ -621,12 +627,7 @@ def test_leaving_the_chat_and_coming_back_keeps_the_conversation(shared, private
     async def scenario() -> None:
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
-            await wait_for(pilot, lambda: app.screen.status == "finished")
-            await pilot.press("a")
-            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
-            screen = app.screen
-            await wait_for(pilot, lambda: screen.ready, timeout=90)
+            screen = await chat_from_the_dashboard(pilot, app)
             screen.query_one("#chat-system").value = "Answer briefly."
             screen.query_one("#chat-temperature").value = "0"
             screen.query_one("#chat-max-tokens").value = "24"
@@ -675,12 +676,7 @@ def test_coming_back_after_the_run_went_on_marks_the_earlier_checkpoints_transcr
     async def scenario() -> None:
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
-            await wait_for(pilot, lambda: app.screen.status == "finished")
-            await pilot.press("a")
-            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
-            screen = app.screen
-            await wait_for(pilot, lambda: screen.ready, timeout=90)
+            screen = await chat_from_the_dashboard(pilot, app)
             assert screen.step == 15
             screen.query_one("#chat-temperature").value = "0"
             screen.query_one("#chat-max-tokens").value = "8"
