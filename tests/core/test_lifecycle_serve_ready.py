@@ -140,19 +140,11 @@ def test_a_server_stopped_while_it_starts_is_stopped_and_its_starter_says_so(lor
     import time
 
     from core.lifecycle import serve
-    from tests.fixtures.lifecycle.serving import hold_server_before_start
+    from tests.fixtures.lifecycle.serving import hold_server_before_start, start_server_thread
 
     _home, run = lora_run
     hold_server_before_start(monkeypatch, tmp_path / "never-created")
-    outcome: list[BaseException | object] = []
-
-    def start() -> None:
-        try:
-            outcome.append(serve.start_server(run, timeout=120))
-        except BaseException as exc:  # noqa: BLE001 - the test looks at which
-            outcome.append(exc)
-
-    starter = threading.Thread(target=start)
+    starter, outcome = start_server_thread(run, timeout=120)
     starter.start()
     try:
         directory = serve.serve_dir(run.id)

@@ -29,21 +29,13 @@ def test_our_server_stopped_as_it_writes_ready_stays_stopped_and_its_starter_say
     has said "stopped", then writes, then is held again: the record still says stopped, no server is found,
     and the starter ends with ServeStopped."""
     from core.lifecycle import serve
-    from tests.fixtures.lifecycle.serving import hold_server_around_ready
+    from tests.fixtures.lifecycle.serving import hold_server_around_ready, start_server_thread
 
     _home, run = lora_run
     gates = tmp_path / "gates"
     gates.mkdir()
     hold_server_around_ready(monkeypatch, gates)
-    outcome: list[BaseException | object] = []
-
-    def start() -> None:
-        try:
-            outcome.append(serve.start_server(run, timeout=300))
-        except BaseException as exc:  # noqa: BLE001 - the test looks at which
-            outcome.append(exc)
-
-    starter = threading.Thread(target=start)
+    starter, outcome = start_server_thread(run, timeout=300)
     stopper = threading.Thread(target=serve.stop_server, args=(run.id,))
     starter.start()
     try:
@@ -148,7 +140,11 @@ def test_a_server_still_exiting_leaves_the_record_of_a_new_start_alone(lora_run,
     import signal
 
     from core.lifecycle import serve
-    from tests.fixtures.lifecycle.serving import hold_server_at_exit, hold_server_before_start
+    from tests.fixtures.lifecycle.serving import (
+        hold_server_at_exit,
+        hold_server_before_start,
+        start_server_thread,
+    )
 
     _home, run = lora_run
     gates = tmp_path / "gates"
@@ -160,15 +156,7 @@ def test_a_server_still_exiting_leaves_the_record_of_a_new_start_alone(lora_run,
     old = serve.start_server(run, timeout=300)
     stopper = threading.Thread(target=serve.stop_server, args=(run.id,))
     done = threading.Event()
-    outcome: list[BaseException | object] = []
-
-    def start() -> None:
-        try:
-            outcome.append(serve.start_server(run, timeout=300, cancelled=done.is_set))
-        except BaseException as exc:  # noqa: BLE001 - the test looks at which
-            outcome.append(exc)
-
-    starter = threading.Thread(target=start)
+    starter, outcome = start_server_thread(run, timeout=300, cancelled=done.is_set)
     new_pid = 0
     try:
         stopper.start()
