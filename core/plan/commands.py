@@ -63,7 +63,7 @@ def build_request(args: argparse.Namespace) -> Any:
     from core.data import DataError
     from core.errors import CliError
     from core.plan import PlanRequest, parse_target, summarise_dataset
-    from core.plan.overrides import parse_overrides
+    from core.plan.overrides import parse_overrides, request_fields
 
     # An OverrideError or a HardwareError: exit 2 with its message (core.cli).
     overrides = parse_overrides(args.set)
@@ -94,10 +94,9 @@ def build_request(args: argparse.Namespace) -> Any:
         if summary.issues:  # planned on the rows that load; the others are said, as `data check` does
             print(t("plan.dataset_problems", path=args.dataset, count=summary.issues, records=summary.records,
                     problems=summary.listed_problems()), file=sys.stderr)
-    overlong = overrides.pop("overlong", "cut")  # a run key, not a planner field: what a long sample costs
     return PlanRequest(
         model=args.model, hardware=target, goal=args.goal, epochs=args.epochs,
-        effective_batch=max(1, args.effective_batch), dataset=args.dataset, overrides=overrides, overlong=overlong,
+        effective_batch=max(1, args.effective_batch), dataset=args.dataset, **request_fields(overrides),
     ).with_dataset(summary), summary
 
 

@@ -107,3 +107,11 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if parsed is not None:
             out[name] = parsed
     return out
+
+
+def request_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """The PlanRequest fields that pinned values (``parse_overrides``, the wizard's fields) stand for: the planner's
+    fields as ``overrides``, each run key (``RUN_KEYS``: ``overlong``) as its own field. The one reading of
+    ``plan --set`` and of the wizard's overrides, so that the two plan alike."""
+    return {"overrides": {name: value for name, value in values.items() if name not in RUN_KEYS},
+            **{name: values[name] for name in RUN_KEYS if name in values}}

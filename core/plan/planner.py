@@ -444,6 +444,8 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
             key = plural_key("plan.reason.seq_cut_dropped" if dropped else "plan.reason.seq_cut", longer)
             out.append(("seq_len", finding(key, count=longer, seq=p.seq_len, dropped=dropped,
                                            longest=request.dataset_summary.max_length)))
+    if request.overlong == "drop":  # the run key set (``plan --set overlong=drop``, the wizard's d): the choice said
+        out.append(("overlong", finding("plan.reason.overlong_drop")))
 
     twin = _lowest_peak(candidates, method=p.method, num_gpus=p.num_gpus, zero_stage=p.zero_stage,
                         offload=p.offload, micro_batch_size=p.micro_batch_size, seq_len=p.seq_len,

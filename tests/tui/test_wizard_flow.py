@@ -974,3 +974,56 @@ def test_clear_overrides_is_offered_only_with_something_to_clear(private_home):
             await wait_for(pilot, lambda: not w.overrides and "x" not in footer_keys(w))
 
     run(scenario())
+
+
+def test_d_leaves_long_samples_out_and_the_plan_and_saved_yaml_follow_as_plan_set_overlong_drop(private_home):
+    """The wizard's overrides were the planner's fields alone: a user whose long records should be left out, not
+    cut, could not say so there (only ``plan --set overlong=drop``). ``d`` on the plan now sets ``overlong: drop``:
+    its field in the overrides panel, the plan's reasons and warnings, its samples, steps and time as the CLI
+    counts them (the same core reading: ``request_fields``), and the saved YAML; ``d`` again cuts them. CPU box
+    (fake: no GPU)."""
+    from core.plan.planner import data_json
+
+    data = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "overlong.jsonl"  # 8 samples, 2 long
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            w = await to_dataset_step(pilot, app)
+            w.query_one("#dataset-input").value = str(data)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 2, timeout=30)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 3)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 4 and not w.planning, timeout=30)
+            w.query_one("#ov-seq_len").focus()
+            for key in "64":
+                await pilot.press(key)
+            await wait_for(pilot, lambda: not w.planning and w.request.seq_len == 64)
+            cut = data_json(w.request, w.recommendation.best)
+            w.query_one("#result-body").focus()
+            await pilot.press("d")
+            await wait_for(pilot, lambda: w.request.overlong == "drop" and not w.planning)
+            drop = data_json(w.request, w.recommendation.best)
+            assert (cut["samples"], cut["overlong_dropped"]) == (8, 0)
+            assert (drop["samples"], drop["overlong_dropped"]) == (6, 2)
+            assert drop["tokens_per_epoch"] == cut["tokens_per_epoch"] - 2 * 64
+            assert w.query_one("#ov-overlong").value == "drop"
+            assert w.request.overrides == {"seq_len": 64}  # the planner's fields alone, as plan --set gives them
+            text = " ".join(screen_text(app).split())
+            assert "2 of 8 samples are longer than 64 tokens and will be left out" in text
+            assert "overlong = drop: a sample longer than the sequence is left out whole" in text
+            palette = [name for name, *_ in app.get_system_commands(w)]
+            assert "Long samples: cut or drop" in " ".join(str(name) for name in palette)
+            await pilot.press("s")
+            await wait_for(pilot, lambda: w.saved_path is not None)
+            saved = yaml.safe_load(w.saved_path.read_text())
+            await pilot.press("d")  # cut again
+            await wait_for(pilot, lambda: w.request.overlong == "cut" and not w.planning)
+            assert data_json(w.request, w.recommendation.best)["samples"] == 8
+            assert "left out" not in " ".join(screen_text(app).split())
+            return saved
+
+    saved = run(scenario())
+    assert saved["overlong"] == "drop" and saved["max_seq_len"] == 64

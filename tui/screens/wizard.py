@@ -24,7 +24,7 @@ from textual.widgets.option_list import Option
 from core.data.readers import SUFFIXES as DATA_SUFFIXES
 from core.errors import TunedeckError
 from core.i18n import t
-from core.plan.request import GOALS, OVERRIDABLE
+from core.plan.request import GOALS, OVERRIDABLE, RUN_KEYS
 from core.units import format_count, format_disk, plural_key
 from tui.gpu_poll import replay_note
 from tui.screens.error_modal import describe, report_failed_worker, report_unexpected
@@ -39,6 +39,9 @@ DEFAULT_GPU_MODEL = "Qwen/Qwen2.5-7B-Instruct"
 TINY_MODEL = "tiny"
 BAR_WIDTH = 40
 ALTERNATIVE_KEYS = 3  # 1-3 take an alternative (the bindings below)
+# The overrides panel's fields: the planner's (OVERRIDABLE), then the run keys the plan follows (``overlong``), as
+# ``plan --set`` takes them all.
+FIELDS = OVERRIDABLE + RUN_KEYS
 # The colour of each part of the memory bar (theme variables, so every theme applies).
 PART_COLOURS = {
     "cuda_context": "$foreground-muted", "weights": "$primary", "gradients": "$secondary",
@@ -159,6 +162,8 @@ class WizardScreen(Screen[None]):
         Binding("f4", "overrides", t("wizard.key.overrides"), show=False, id="wizard.overrides.f4"),
         Binding("x", "clear_overrides", t("wizard.key.clear"), id="wizard.clear"),
         Binding("f3", "clear_overrides", t("wizard.key.clear"), show=False, id="wizard.clear.f3"),
+        # what a run does with a sample longer than its sequence: cut it (the default) or leave it out (overlong)
+        Binding("d", "toggle_overlong", t("wizard.key.overlong"), show=False, id="wizard.overlong"),
         Binding("1", "alternative(1)", t("wizard.key.alternative", n=1), show=False, id="wizard.alt1"),
         Binding("2", "alternative(2)", t("wizard.key.alternative", n=2), show=False, id="wizard.alt2"),
         Binding("3", "alternative(3)", t("wizard.key.alternative", n=3), show=False, id="wizard.alt3"),
@@ -234,7 +239,7 @@ class WizardScreen(Screen[None]):
                     yield Vertical(id="result-text")
                 with VerticalScroll(id="overrides"):
                     yield Static(t("wizard.overrides.title"), classes="step-title")
-                    for name in OVERRIDABLE:
+                    for name in FIELDS:
                         yield Static(t(f"wizard.field.{name}"), classes="ov-label")
                         yield Input(id=f"ov-{name}", placeholder=t("wizard.auto"))
                     yield Static(id="ov-error", classes="step-error")
@@ -311,7 +316,7 @@ class WizardScreen(Screen[None]):
             return on_result and isinstance(index, int) and index <= listed
         if action == "clear_overrides":  # with nothing pinned or typed, x had nothing to clear and did nothing
             return on_result and self._has_overrides()
-        if action in ("save", "launch", "probe", "overrides"):
+        if action in ("save", "launch", "probe", "overrides", "toggle_overlong"):
             return on_result  # the plan's keys: not offered at all before there is a plan (footer, ?, Ctrl+P)
         if action == "edit":
             return None if on_result else True
@@ -371,9 +376,9 @@ class WizardScreen(Screen[None]):
                 "#dataset-files", OptionList).highlighted:
             target = self.query_one("#dataset-input", Input)
         elif focused_id.startswith("ov-") and isinstance(focused, Input):
-            index = OVERRIDABLE.index(focused_id[3:]) + (1 if event.key == "down" else -1)
-            if 0 <= index < len(OVERRIDABLE):
-                target = self.query_one(f"#ov-{OVERRIDABLE[index]}", Input)
+            index = FIELDS.index(focused_id[3:]) + (1 if event.key == "down" else -1)
+            if 0 <= index < len(FIELDS):
+                target = self.query_one(f"#ov-{FIELDS[index]}", Input)
         if target is not None:
             event.stop()
             event.prevent_default()
@@ -767,12 +772,14 @@ class WizardScreen(Screen[None]):
     # --- recommendation ------------------------------------------------------------------------------
     def _build_request(self) -> Any:
         from core.plan import PlanRequest
+        from core.plan.overrides import request_fields
 
         model = self.base_model or self.query_one("#model-input", Input).value.strip()
+        # the fields as ``plan --set`` reads them: the planner's pinned, ``overlong`` the request's own
         return PlanRequest(
             model=model, hardware=self._target(), goal=self.goal, epochs=self._read_epochs() or 3.0,
-            dataset=self.summary_path or None, overrides=dict(self.overrides),
-            chosen=frozenset(self.chosen & set(self.overrides)),
+            dataset=self.summary_path or None, chosen=frozenset(self.chosen & set(self.overrides)),
+            **request_fields(self.overrides),
         ).with_dataset(self.summary)
 
     def recompute(self, advance: bool = False, keep_status: bool = False) -> None:
@@ -844,6 +851,8 @@ class WizardScreen(Screen[None]):
                 elif value is None:  # e.g. the LoRA rank of a full fine-tuning plan
                     value = "–"
                 self.query_one(f"#ov-{name}", Input).placeholder = t("wizard.auto_value", value=value)
+        for name in RUN_KEYS:  # not the planner's: the request's value (its default until set)
+            self.query_one(f"#ov-{name}", Input).placeholder = t("wizard.auto_value", value=getattr(rec.request, name))
 
     @on(Input.Changed)
     def _input_changed(self, event: Input.Changed) -> None:
@@ -893,7 +902,7 @@ class WizardScreen(Screen[None]):
         plan (the plan keeps the field's last good value, or none), though the field still shows it."""
         from core.plan.overrides import OverrideError, parse_override_value
 
-        for name in OVERRIDABLE:
+        for name in FIELDS:
             try:
                 parse_override_value(name, self.query_one(f"#ov-{name}", Input).value)
             except OverrideError as exc:
@@ -925,10 +934,18 @@ class WizardScreen(Screen[None]):
     def action_clear_overrides(self) -> None:
         self.overrides.clear()
         self.chosen.clear()
-        for name in OVERRIDABLE:
+        for name in FIELDS:
             with self.prevent(Input.Changed):
                 self.query_one(f"#ov-{name}", Input).value = ""
         self.recompute()
+
+    def action_toggle_overlong(self) -> None:
+        """``d``: a sample longer than the sequence is left out of the run (``overlong: drop``) instead of cut, or
+        cut again: its field in the overrides panel takes the value, and the plan follows as it does when typed
+        (its samples, steps, time and warnings as ``plan --set overlong=drop`` gives them; the saved YAML too)."""
+        field = self.query_one("#ov-overlong", Input)
+        field.value = "cut" if self.overrides.get("overlong") == "drop" else "drop"  # Input.Changed plans again
+        self.notify(t("wizard.overlong_drop" if field.value == "drop" else "wizard.overlong_cut"))
 
     def action_alternative(self, index: int) -> None:
         rec = self.recommendation
