@@ -579,6 +579,21 @@ def _dropout_cost(best: Candidate, request: PlanRequest) -> Finding | None:
 
 
 # --- a way out when nothing fits ---------------------------------------------------------------------
+
+
+def _shorter_way_out(request: PlanRequest, seq: int, shorter: Candidate) -> Finding:
+    """"Shorter sequences fit": under ``overlong: drop`` with the data measured, a shorter sequence leaves out every
+    sample longer than it, whole: how many of the data's (``cut_records``, as the drop warning counts them), how many
+    more than at the sequence asked for, and that ``overlong: cut`` keeps their first tokens instead."""
+    summary = request.dataset_summary
+    figures = {"seq": seq, "method": shorter.plan.method, "peak": round(shorter.peak_gib, 1)}
+    if request.overlong == "drop" and summary is not None and summary.measured:
+        left_out = summary.cut_records(seq)[0]
+        now = summary.cut_records(request.seq_len)[0]
+        if left_out > now:
+            return finding("plan.way_out.shorter_drop", count=left_out, total=summary.records, more=left_out - now,
+                           current=request.seq_len, **figures)
+    return finding("plan.way_out.shorter", **figures)
 WAY_OUT_GPU_COUNTS = (2, 4, 8, 16, 32, 64)
 
 
@@ -635,8 +650,7 @@ def way_out(request: PlanRequest, base: TrainingPlan) -> list[Finding]:
         seq //= 2
         shorter = first_feasible(replace(request, overrides={**kept, "seq_len": seq}))
         if shorter is not None:
-            out.append(finding("plan.way_out.shorter", seq=seq, method=shorter.plan.method,
-                               peak=round(shorter.peak_gib, 1)))
+            out.append(_shorter_way_out(request, seq, shorter))
             break
     if not hw.cpu_only and method != "qlora":  # 4-bit layers are not sharded (``plan.rule.qlora_zero3``)
         offload_plan = replace(base, method=method or "full", precision="bf16" if hw.gpu.bf16 else "fp16",

@@ -193,3 +193,24 @@ def replace_overrides(request, overrides):
     from dataclasses import replace
 
     return replace(request, overrides=overrides)
+
+
+def test_the_shorter_sequences_way_out_says_how_many_samples_drop_leaves_out_there():
+    """Nothing fits at the sequence asked for; the way out "shorter sequences: 32768 tokens fit" said nothing of
+    the data, though under overlong: drop every sample longer than that is then left out whole (here 10 of 40,
+    none at the 131,072 asked). It now says the count and how many more than now, from the same summary the drop
+    warning counts; under cut (their first tokens kept) it reads as before. Hardware: --hardware 1xRTX-4090
+    (typed, no GPU of this box)."""
+    from core.plan import recommend
+
+    data = summary((100,) * 30 + (40_000,) * 10, (50,) * 30 + (20_000,) * 10)
+    pinned = {"seq_len": 131072, "method": "lora"}
+    drop = recommend(PlanRequest("Qwen2.5-7B", parse_target("1xRTX-4090"), overlong="drop",
+                                 overrides=pinned).with_dataset(data))
+    cut = recommend(PlanRequest("Qwen2.5-7B", parse_target("1xRTX-4090"), overrides=pinned).with_dataset(data))
+    assert not drop.feasible and not cut.feasible
+    shorter = [f for f in drop.way_out if f.key.startswith("plan.way_out.shorter")]
+    assert len(shorter) == 1 and shorter[0].key == "plan.way_out.shorter_drop"
+    assert "but under overlong: drop 10 of 40 samples are longer and left out (10 more than at 131072)" in shorter[0].text()
+    assert dict(shorter[0].params)["seq"] < 40_000
+    assert [f.key for f in cut.way_out if f.key.startswith("plan.way_out.shorter")] == ["plan.way_out.shorter"]
