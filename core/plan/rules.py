@@ -138,8 +138,16 @@ def warn_overlong_drop(plan: TrainingPlan, result: Estimate | None, request: Pla
     longer, _ = summary.cut_records(plan.seq_len)
     if not longer:
         return []
-    return [finding("plan.warn.overlong_drop", count=longer, total=summary.records, seq=plan.seq_len,
-                    need=summary.max_length)]
+    said = {"count": longer, "total": summary.records, "seq": plan.seq_len}
+    # the length that keeps them all is no advice past the positions the model takes (its max_position_embeddings,
+    # rope scaling counted): said with those, and how many samples no such length keeps
+    positions = getattr(plan.architecture, "positions", None) or request.max_positions
+    if positions and summary.max_length > positions:
+        past = summary.cut_records(positions)[0]
+        if past >= longer:
+            return [finding("plan.warn.overlong_drop_past_positions", positions=positions, **said)]
+        return [finding("plan.warn.overlong_drop_positions", positions=positions, past=past, **said)]
+    return [finding("plan.warn.overlong_drop", need=summary.max_length, **said)]
 
 
 def warn_past_positions(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:

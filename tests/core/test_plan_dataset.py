@@ -214,3 +214,31 @@ def test_the_shorter_sequences_way_out_says_how_many_samples_drop_leaves_out_the
     assert "but under overlong: drop 10 of 40 samples are longer and left out (10 more than at 131072)" in shorter[0].text()
     assert dict(shorter[0].params)["seq"] < 40_000
     assert [f.key for f in cut.way_out if f.key.startswith("plan.way_out.shorter")] == ["plan.way_out.shorter"]
+
+
+def test_the_drop_warning_advises_no_seq_len_past_the_models_positions():
+    """The drop warning's "seq_len 40000 keeps them all" went past the 32,768 positions Qwen2.5-0.5B takes: no
+    seq_len the model takes keeps such a sample. The warning now names the positions, the seq_len that keeps all
+    but the samples longer than them (how many), or that none within them keeps the ones dropped. Hardware:
+    --hardware 1xH200 (typed, no GPU of this box)."""
+    from core.plan import recommend
+
+    data = summary((100,) * 40 + (5_000,) * 3 + (40_000,), (50,) * 40 + (2_000,) * 3 + (20_000,))
+    request = PlanRequest("Qwen2.5-0.5B", parse_target("1xH200"), overlong="drop")
+
+    def warned(seq_len):
+        best = recommend(replace_overrides(request, {"seq_len": seq_len}).with_dataset(data)).best
+        found = [w for w in best.warnings if w.key.startswith("plan.warn.overlong_drop")]
+        assert len(found) == 1, best.warnings
+        return found[0]
+
+    some = warned(512)  # 4 left out, 3 of which a seq_len within the positions keeps
+    assert some.key == "plan.warn.overlong_drop_positions"
+    assert dict(some.params) == {"count": 4, "total": 44, "seq": 512, "positions": 32768, "past": 1}
+    assert "seq_len 32768 keeps all but the 1 longer than that" in some.text() and "40000" not in some.text()
+    only_past = warned(8192)  # the one left out is past the positions
+    assert only_past.key == "plan.warn.overlong_drop_past_positions"
+    assert "no seq_len within them keeps them" in only_past.text()
+    inside = summary((100,) * 40 + (5_000,), (50,) * 40 + (2_000,))  # the longest within them: as before
+    best = recommend(replace_overrides(request, {"seq_len": 512}).with_dataset(inside)).best
+    assert [dict(w.params)["need"] for w in best.warnings if w.key == "plan.warn.overlong_drop"] == [5_000]
