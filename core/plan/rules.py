@@ -133,8 +133,11 @@ def warn_overlong_drop(plan: TrainingPlan, result: Estimate | None, request: Pla
     the count (as ``data check --overlong drop`` says it) and the sequence length that keeps them all, from
     one sample on (a dropped sample trains nothing; the plan's tokens, time and cost leave it out)."""
     summary = request.dataset_summary
-    if request.overlong != "drop" or summary is None or not summary.measured:
+    if request.overlong != "drop":
         return []
+    if summary is None or not summary.measured:
+        # hub data, not downloaded to plan: nothing counted, and silence read as "none left out"
+        return [finding("plan.warn.overlong_drop_unknown", seq=plan.seq_len)] if request.dataset else []
     longer, _ = summary.cut_records(plan.seq_len)
     if not longer:
         return []

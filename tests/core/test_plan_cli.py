@@ -482,3 +482,18 @@ def test_plan_json_steps_per_epoch_follow_the_plans_effective_batch_not_the_one_
     best = plan["recommendation"]
     assert best["effective_batch"] == 3, best
     assert plan["data"]["steps_per_epoch"] == 3  # ceil(8 / 3), not ceil(8 / 4)
+
+
+def test_overlong_drop_on_hub_data_says_the_count_left_out_is_not_known(tmp_path):
+    """Hub data is not downloaded to plan: with overlong=drop the plan said nothing of samples left out, which
+    reads as "none". It now says one line: how many are longer and left out is not known until the data is
+    measured; with cut (the default) nothing more is said. CPU plan (--hardware cpu)."""
+    args = ("--model", "tiny", "--hardware", "cpu", "--dataset", "owner/name", "--json")
+    drop = tunedeck(tmp_path, *args, "--set", "overlong=drop")
+    cut = tunedeck(tmp_path, *args)
+    assert drop.returncode == 0 and cut.returncode == 0, drop.stderr + cut.stderr
+    warned = [w["message"] for w in json.loads(drop.stdout)["recommendation"]["warnings"] if "overlong" in w["message"]]
+    seq = json.loads(drop.stdout)["recommendation"]["plan"]["seq_len"]
+    assert warned == [f"overlong: drop: how many samples are longer than {seq} tokens, and left out, is not known "
+                      "until the data is measured (a local copy gives it)"]
+    assert not any("overlong" in w["message"] for w in json.loads(cut.stdout)["recommendation"]["warnings"])
