@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from core.hub.errors import HubError, HubSdkMissingError
-from core.hub.http import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, requests_error, status_error, unreachable_error
+from core.hub.http import (
+    CONNECT_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    raise_if_web_page,
+    requests_error,
+    status_error,
+    unreachable_error,
+    web_page_hook,
+)
 from core.hub.records import (
     ModelDetails,
     ModelSummary,
@@ -107,10 +115,17 @@ def _install_timeouts(timeout_s: float) -> None:
             # The SDK passes its own per-request timeout (10 s and more); ours wins.
             request.extensions["timeout"] = limits.as_dict()
 
+        def refuse_web_page(response: Any) -> None:
+            # A web page where the API answers JSON (a captive portal, a website at HF_ENDPOINT): said for
+            # what it is, not as a JSON parser's error.
+            raise_if_web_page(HUB, response.status_code, response.headers.get("content-type", ""),
+                              str(response.request.url))
+
         def factory() -> Any:
             client = _http.default_client_factory()
             client.timeout = limits
             client.event_hooks["request"].append(cap_timeout)
+            client.event_hooks["response"].append(refuse_web_page)
             return client
 
         _http.set_client_factory(factory)
@@ -253,7 +268,7 @@ class HfSource:
 
         try:
             response = requests.get(self.file_url(model_id, path, revision), headers=self.auth_headers(),
-                                    timeout=(CONNECT_TIMEOUT_S, self.timeout_s))
+                                    timeout=(CONNECT_TIMEOUT_S, self.timeout_s), hooks={"response": web_page_hook(HUB)})
             response.raise_for_status()
         except requests.RequestException as exc:
             raise requests_error(HUB, exc, f"{model_id}/{path}", self.endpoint) from exc

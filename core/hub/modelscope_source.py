@@ -90,6 +90,13 @@ class ModelScopeSource:
                               max_retries=0)
         legacy._timeout = (CONNECT_TIMEOUT_S, timeout_s)
         self._api._legacy = legacy
+        # A web page where the API answers JSON (a captive portal, a website at MODELSCOPE_ENDPOINT): the
+        # SDK would take it for an empty search or fail parsing it; said for what it is instead.
+        from core.hub.http import web_page_hook
+
+        for client in (self._api._openapi, legacy):
+            for session in (client._session, client._read_session):
+                session.hooks["response"].append(web_page_hook(HUB))
 
     # --- errors ------------------------------------------------------------------------------------
     def _translate(self, exc: BaseException, what: str, operation: str = "model") -> HubError:
@@ -160,9 +167,12 @@ class ModelScopeSource:
         """A small file's bytes (README.md, config.json)."""
         import requests
 
+        from core.hub.http import web_page_hook
+
         url = self.file_url(model_id, path, revision)
         try:
-            response = requests.get(url, headers=self.auth_headers(), timeout=(CONNECT_TIMEOUT_S, self.timeout_s))
+            response = requests.get(url, headers=self.auth_headers(), timeout=(CONNECT_TIMEOUT_S, self.timeout_s),
+                                    hooks={"response": web_page_hook(HUB)})
             response.raise_for_status()
         except requests.RequestException as exc:
             raise requests_error(HUB, exc, f"{model_id}/{path}", self.endpoint) from exc

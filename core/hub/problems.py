@@ -132,6 +132,22 @@ def unreachable_problem(hub: str, endpoint: str, reason: BaseException | str) ->
                       _network_advice(hub, endpoint), detail, reason=why)
 
 
+def web_page_problem(hub: str, endpoint: str, url: str, content_type: str, status: int) -> HubProblem:
+    """The hub's address answered a 2xx web page (HTML) where its API answers JSON or a file: a captive
+    portal or a proxy's login page (the box is offline in effect), or an endpoint variable pointing at a
+    website. Said as such, not as "no models match" or a parser's error."""
+    name = HUB_NAMES[hub]
+    env = ENDPOINT_ENV[hub]
+    if os.environ.get(env, "").strip():
+        advice: tuple[str, ...] = (t("hub.advice.not_a_hub", env=env, hub=name, default=DEFAULT_ENDPOINTS[hub]),)
+    else:
+        proxy = _proxy_variable()
+        advice = (t("hub.advice.proxy_set", env=proxy) if proxy else t("hub.advice.network"),
+                  _endpoint_advice(hub, endpoint))
+    return HubProblem("unreachable", hub, endpoint, t("hub.problem.web_page", hub=name, endpoint=endpoint),
+                      advice, f"HTTP {status} {content_type} <- {url}", reason="other")
+
+
 def status_problem(hub: str, endpoint: str, status: int, what: str, detail: str = "",
                    operation: str = "model") -> HubProblem:
     """The hub answered HTTP ``status`` about ``what`` (a model id or a file; ``operation`` "search" for

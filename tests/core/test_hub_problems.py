@@ -79,6 +79,32 @@ def test_an_endpoint_that_is_no_hub_answers_404_to_a_search_and_is_not_a_missing
     assert f"may not point at a {'ModelScope' if hub == 'modelscope' else 'Hugging Face'} server" in problem.advice[0]
 
 
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_a_web_page_in_place_of_the_hub_is_said_so_in_search_and_details(hub, monkeypatch, capsys):
+    """The QA's box sat behind a captive portal (every address answered 200 with its login page): the
+    ModelScope search said "No models match 'qwen'", the Hugging Face one "The request failed
+    (JSONDecodeError)", and ``models info`` on either ended in a traceback. Each now says the hub's address
+    answered a web page, what that usually is, and what to do; the CLI exits 3 without a traceback."""
+    with FakeHubServer(standard_hub()) as server:
+        server.hub.web_page = True
+        monkeypatch.setenv(ENV[hub], server.url)
+        problem = search_problem(hub, timeout_s=120.0)  # it answers: no race
+        assert (problem.kind, problem.offline) == ("unreachable", True)
+        assert problem.summary.endswith(f"at {server.url} answered with a web page, not its API: a captive portal "
+                                        "or a proxy's login page (this box is not really online), or a website "
+                                        "at that address.")
+        assert f"{ENV[hub]} may not point at a" in problem.advice[0]
+        assert "text/html" in problem.detail
+        with pytest.raises(HubUnavailableError) as error:
+            open_hub(hub, timeout_s=120.0).details("Qwen/Qwen2.5-Tiny-Instruct")
+        assert error.value.problem.summary == problem.summary
+        for command in (["search", "qwen"], ["info", "Qwen/Qwen2.5-Tiny-Instruct"]):
+            assert main(["models", *command, "--hub", hub]) == 3
+            out, err = capsys.readouterr()
+            assert "Traceback" not in err and "No models match" not in out + err
+            assert "answered with a web page" in err
+
+
 def _no_hf_calls_left() -> None:
     """Wait until no HF call thread is alive (abandoned ones end at their next request: the SDK's
     back-off is at most 8 s), so that none closes the SDK's shared client under this test's call."""

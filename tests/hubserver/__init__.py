@@ -11,7 +11,8 @@ ModelScope
 Hugging Face
   ``GET /api/models``, ``GET /api/models/{id}[/revision/{rev}]``, ``GET|HEAD /{id}/resolve/{rev}/{path}``
 
-Knobs a test turns: ``slow_s`` (every answer waits that long), ``status`` (every answer is that HTTP status), ``hold`` (an event: every answer waits
+Knobs a test turns: ``slow_s`` (every answer waits that long), ``status`` (every answer is that HTTP status), ``web_page``
+(every answer is a 200 HTML page: a captive portal), ``hold`` (an event: every answer waits
 until it is set, so a test knows no answer came before, whatever the box's speed), ``drop_once`` (file paths whose first
 transfer is cut mid-body), a private repo (401 without the token) and a gated one (403 without it).
 """
@@ -68,6 +69,7 @@ class FakeHub:
     repos: dict[str, FakeRepo] = field(default_factory=dict)
     slow_s: float = 0.0
     status: int | None = None  # every answer is this HTTP status (a hub that is down: 503)
+    web_page: bool = False  # every answer is a 200 HTML page: a captive portal, a website at the endpoint
     hold: threading.Event | None = None  # answers wait until it is set (a ceiling of a minute)
     chunk_delay_s: float = 0.0  # pause between 64 KiB chunks of a file body (a slow link)
     # A file body stops at this byte of the file until ``stall_release`` is set (a ceiling of a minute):
@@ -219,6 +221,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.hub.hold.wait(60)
         if self.hub.status:
             return self._json(self.hub.status, {"error": "the fake hub is down"})
+        if self.hub.web_page:
+            page = b"<!DOCTYPE html><html><head><title>Wi-Fi login</title></head><body>Sign in</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(page)
+            return
         parts = [unquote(part) for part in url.path.strip("/").split("/")]
         repos = self.hub.repos
         try:
@@ -300,13 +311,24 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, [_hf_model_json(repo, full=False) for repo in found[:limit]])
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up mid-connection (a refused web page, an abandoned call) is no error of the
+    fake hub: no traceback on stderr, where a test reads the CLI's own output."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
+
+
 class FakeHubServer:
     """``with FakeHubServer(hub) as server: server.url`` — a thread serving ``hub`` on 127.0.0.1."""
 
     def __init__(self, hub: FakeHub) -> None:
         self.hub = hub
         handler = type("FakeHubHandler", (_Handler,), {"hub": hub})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _QuietServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
