@@ -195,6 +195,7 @@ class Downloader:
                                                           f"{self.job['model_id']}/{part.name[:-len(PART_SUFFIX)]}",
                                                           self.job["endpoint"])))
             response.raise_for_status()
+            self._refuse_web_page(response, part)
             mode = "ab"
             if offset and response.status_code != 206:
                 mode = "wb"  # the server ignored the range: start the file over
@@ -220,6 +221,21 @@ class Downloader:
                 except OSError as exc:
                     raise LocalWriteError(exc) from exc
             return got
+
+    def _refuse_web_page(self, response: Any, part: Path) -> None:
+        """A web page where the file's bytes belong (a captive portal, a proxy's login page): written into
+        the part it never matched the file's size, and the loop fetched it again and again without end."""
+        from core.hub.errors import HubUnavailableError
+        from core.hub.http import raise_if_web_page
+
+        name = part.name[:-len(PART_SUFFIX)]
+        if name.lower().endswith((".html", ".htm")):
+            return  # the repository's own web page
+        try:
+            raise_if_web_page(self.job["hub"], response.status_code, response.headers.get("Content-Type", ""),
+                              response.url)
+        except HubUnavailableError as exc:
+            raise FatalDownloadError(t("hub.download.web_page", file=name, problem=str(exc))) from exc
 
     # --- the whole job -----------------------------------------------------------------------------
     def run(self) -> int:

@@ -231,6 +231,21 @@ def test_lost_access_fails_with_the_reason(hub_server, monkeypatch):
     assert status.status == "failed" and "401" in status.error
 
 
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_a_web_page_in_place_of_the_files_fails_the_download_saying_so(hub_server, hub):
+    """The QA's box fell behind a captive portal mid-download: every file answered 200 with its login page,
+    which never matched the file's size, so the downloader fetched it again without pause or end (170
+    requests in 8 s, "running" with 0 bytes). It fails at once naming the web page and what to do."""
+    plan = _plan(hub)
+    hub_server.hub.web_page = True
+    before = len(hub_server.hub.requests)
+    status = wait_for_download(start_download(plan), 30)
+    assert status.status == "failed", status
+    assert status.error.startswith("README.md came as a web page: "), status.error
+    assert "captive portal" in status.error and "run the download again to resume" in status.error
+    assert len(hub_server.hub.requests) - before == 1  # the first file's page, not fetched again
+
+
 def test_not_enough_disk_refuses_with_numbers(hub_server):
     from dataclasses import replace
 
