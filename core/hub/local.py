@@ -351,10 +351,55 @@ def _download_records_of(model: LocalModel, target: Path) -> list[Any]:
             or (job.hub == model.source and job.model_id == model.model_id)]
 
 
+def _run_model_folder(model: str, hub: str) -> Path | None:
+    """The folder a run of base model ``model`` loads (``core.train.model_setup.resolve_model_path`` without
+    its download): the path as given, the bundled model's, or the whole copy in a hub cache."""
+    from core.assets import resolve_model_name
+
+    if not model:
+        return None
+    try:
+        local = Path(resolve_model_name(model)).expanduser()
+        if local.is_dir():
+            return local.resolve()
+        cached = cached_model_folder(model, hub)
+    except (OSError, ValueError):
+        return None
+    return cached.resolve() if cached is not None else None
+
+
+def live_runs_on(target: Path) -> list[tuple[str, str]]:
+    """``(run id, status)`` of each live run of this box (queued to stopping, liveness applied: a dead one
+    is crashed) whose base model is the folder ``target``."""
+    import socket
+
+    from core.runs.listing import iter_run_dirs
+    from core.runs.liveness import effective_status
+    from core.runs.states import ACTIVE_STATES
+
+    host = socket.gethostname()
+    target = target.resolve()
+    found = []
+    for run in iter_run_dirs():
+        if run.status().status not in ACTIVE_STATES:  # a final status file: no liveness check needed
+            continue
+        status = effective_status(run).status
+        record, unreadable = run.read_record()
+        if status not in ACTIVE_STATES or unreadable or record.get("host", host) != host:
+            continue
+        config = run.config()
+        folder = _run_model_folder(str(config.get("model") or record.get("model") or ""),
+                                   str(config.get("hub") or "modelscope"))
+        if folder == target:
+            found.append((run.id, str(status)))
+    return found
+
+
 def delete_local_model(model: LocalModel, extra_dirs: list[str] | None = None) -> int:
     """Delete ``model``'s folder and the record of its download (``models list`` would still show it
     done); returns the bytes freed. Only a folder the listing finds is deleted, and none while a
-    download into it runs: that is refused, nothing deleted (cancel the download first)."""
+    download into it runs or a live run trains on it: that is refused, nothing deleted (cancel the
+    download, stop the run first)."""
     from core.hub.download import downloader_alive
 
     known = {m.path.resolve() for m in list_local_models(extra_dirs)}
@@ -366,6 +411,13 @@ def delete_local_model(model: LocalModel, extra_dirs: list[str] | None = None) -
     if running is not None:
         raise DeleteRefusedError(t("hub.local.delete_downloading", model=running.model_id, path=str(model.path),
                                    cancel=download_command(running.model_id, running.hub) + " --cancel"))
+    training = live_runs_on(target)
+    if training:
+        from core.runs.states import state_label
+
+        run_id, status = training[0]
+        raise DeleteRefusedError(t("hub.local.delete_in_use", model=model.model_id, path=str(model.path),
+                                   run=run_id, status=state_label(status)))
     size, _ = _measure(target)
     shutil.rmtree(target)
     for job in records:

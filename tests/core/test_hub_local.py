@@ -57,6 +57,59 @@ def test_delete_frees_the_space_it_shows_and_refuses_strangers(home):
     assert (home / "elsewhere").exists()
 
 
+def _live_run_of(model: str):
+    """A run of base model ``model`` whose supervisor (a child holding its lock) is alive; its holder."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from core.runs.launch import create_run
+    from core.runs.run_dir import RUNNING
+    from tests.core.test_runs_unit import _Config
+
+    run = create_run(_Config(name="long", model=model), ["tunedeck", "train", "long.yaml"], gpus=[])
+    code = ("import fcntl, os, time\n"
+            f"fd = os.open({str(run.lock_path)!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()})
+    run.write_status(RUNNING)
+    return run, holder
+
+
+@pytest.mark.parametrize("named_by", ["hub id", "path"])
+def test_delete_refuses_the_model_a_live_run_trains_on(home, named_by):
+    """x on the Local tab deleted the base model of a run still training on it (by its hub id, from the
+    cache, or by its folder's path): nothing said so, and the run's resume, merge or evaluate then had no
+    base to load. While a live run of this box trains on it, the delete is refused naming the run and how
+    to stop it; once the run is over (its supervisor gone: crashed), it goes."""
+    import signal
+
+    folder = home / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B"
+    _write(folder / "model.safetensors", 50_000)
+    (folder / "config.json").write_text('{"model_type": "qwen2"}')
+    model = next(m for m in list_local_models() if m.path == folder)
+    other = home / "ms" / "models" / "Qwen" / "Other"
+    _write(other / "model.safetensors", 10)
+    (other / "config.json").write_text("{}")
+    run, holder = _live_run_of("Qwen/Qwen2.5-0.5B" if named_by == "hub id" else str(folder))
+    try:
+        with pytest.raises(DeleteRefusedError) as refused:
+            delete_local_model(model)
+        assert str(refused.value) == (f"Run {run.id} (running) trains on Qwen/Qwen2.5-0.5B in {folder}: nothing was "
+                                      f"deleted. Stop the run first (tunedeck stop {run.id}, or k in the Runs "
+                                      "screen), then delete it.")
+        assert (folder / "model.safetensors").exists()
+        unused = next(m for m in list_local_models() if m.path == other)
+        assert delete_local_model(unused) > 0  # another model goes as before
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert delete_local_model(model) == model.size_bytes and not folder.exists()
+
+
 def test_file_selection_prefers_safetensors_and_honours_include():
     files = [RepoFile(p, 1) for p in ("config.json", "model.safetensors", "pytorch_model.bin", "model.gguf",
                                       "original/consolidated.pth", "tokenizer.json")]
