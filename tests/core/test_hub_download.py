@@ -540,6 +540,38 @@ def test_a_full_disk_fails_the_download_at_once_saying_so(hub_server, monkeypatc
     assert (plan.target_dir / "model.safetensors.part").stat().st_size == 64 * 1024  # kept for the resume
 
 
+def test_a_really_full_disk_fails_the_download_and_it_resumes_once_space_is_freed(hub_server, tmp_path, monkeypatch):
+    """The test above on a real filesystem (hardware: none; a size-limited tmpfs, which needs root, else
+    skipped): the model cache is an 8 MB tmpfs filled to 100 KiB short of full under a 256 KiB file. The
+    real ENOSPC fails the job at once with what is free and what to do, keeps the part written, and once
+    the ballast is gone the download resumes from that part with a range request."""
+    from core.hub import downloader
+    from tests.fixtures.disk import fill, tmpfs
+
+    cache = tmp_path / "ms-small"
+    with tmpfs(cache, "8m"):
+        monkeypatch.setenv("MODELSCOPE_CACHE", str(cache))
+        plan = _plan(include=["model.safetensors"])
+        assert str(plan.target_dir).startswith(str(cache))
+        job = _job_in_process(plan)
+        ballast = fill(cache, leave=100 * 1024)
+        monkeypatch.setattr(downloader.time, "sleep", lambda seconds: None)  # the back-off is not under test
+        assert downloader.Downloader(job, None).run() == 2
+        status = read_status(job)
+        assert status.status == "failed", status
+        assert status.error.startswith("The disk filled up while writing model.safetensors ("), status.error
+        assert str(plan.target_dir) in status.error and "Free some space" in status.error
+        events = [json.loads(line)["event"] for line in (job / "events.jsonl").read_text().splitlines()]
+        assert "retry" not in events
+        written = (plan.target_dir / "model.safetensors.part").stat().st_size
+        assert 0 < written < len(WEIGHTS)
+        ballast.unlink()
+        assert downloader.Downloader(job, None).run() == 0
+        assert read_status(job).status == "done"
+        assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
+        assert any(r == f"bytes={written}-" for _, _, r in hub_server.hub.requests)
+
+
 def test_a_link_that_drops_after_progress_every_time_still_finishes(hub_server, monkeypatch):
     """Attempts that wrote bytes before the link dropped were counted as "without progress": a file whose
     link dropped mid-body seven times in a row failed ("Gave up … after 6 attempts without progress"), each
