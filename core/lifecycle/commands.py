@@ -388,7 +388,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     state = start_server(run, args.host, args.port, args.backend, args.checkpoint,
                          Path(args.model_dir) if args.model_dir else None, api_key=api_key,
                          max_body_bytes=args.max_body_bytes,
-                         warn=lambda warning: _err(t("lifecycle.warning", text=warning)))
+                         warn=lambda warning: _err(t("lifecycle.warning", text=warning)), note=_err)
     if args.json:
         _print_json({**state.to_dict(), "running": True, "healthy": True})
     else:

@@ -333,7 +333,8 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
                  checkpoint: int | None = None, model_dir: Path | None = None,
                  timeout: float = 600.0, cancelled: Callable[[], bool] | None = None,
                  api_key: str | None = None, max_body_bytes: int | None = None,
-                 warn: Callable[[str], None] | None = None) -> ServerState:
+                 warn: Callable[[str], None] | None = None,
+                 note: Callable[[str], None] | None = None) -> ServerState:
     """Start the server of ``run``, or of the folder ``model_dir`` (one of the two), detached (own session)
     and wait until it answers; returns its state. A run's server is filed under the run id and serves that
     id; a folder's is filed under, and serves, ``model_dir_id`` (the folder's name), not under any run.
@@ -344,7 +345,8 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     environment, not its command line). ``max_body_bytes``: our server's request size limit (413 past it).
     A host that is not a loopback address is warned about in the server's log, and to ``warn`` (the CLI's
     stderr) once every refusal has been looked for: a host refused (not this machine's, its port taken) or a
-    run that cannot be served is said alone, not after a warning about a server that never starts."""
+    run that cannot be served is said alone, not after a warning about a server that never starts.
+    ``note``: told once when the start waits for the previous server of the same id, being stopped, to end."""
     from core.i18n import t
     from core.lifecycle.serve_record import update_state, write_fresh_state
 
@@ -361,6 +363,10 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
                                url=existing.url))
     if existing is not None:
         raise LifecycleError(_already_serving(existing, run, checkpoint))
+    # A server being stopped (its record says so) still holds its lock until its process ends: the new one
+    # would fail on it ("another server holds …"). Waited for, within the stop's own grace; refused at once
+    # when the lock's holder is no server being stopped.
+    _wait_while_stopping(key, cancelled, note)
     # Every mistake that can be seen from here is said here, in one line, not in the server's log.
     check_listen_address(host, port)
     source = None
@@ -423,6 +429,58 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
         _terminate(proc.pid)
     tail = log_path.read_text(encoding="utf-8", errors="replace")[-2000:].strip()
     raise LifecycleError(t("lifecycle.serve_failed", log=str(log_path), tail=tail))
+
+
+STOP_GRACE_S = 15.0  # a stop's SIGTERM, then SIGKILL after this long (_terminate)
+STOPPING_WAIT_S = STOP_GRACE_S + 10.0  # how long a new start waits for a server being stopped to let go its lock
+
+
+def _lock_holder(directory: Path) -> int | None:
+    """The pid holding ``directory/lock`` as /proc/locks tells it (None when it cannot tell: no /proc, another
+    pid namespace's holder shown as 0)."""
+    try:
+        info = os.stat(directory / "lock")
+        with open("/proc/locks", encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    wanted = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5 and "FLOCK" in fields and wanted in fields:
+            pid = fields[fields.index(wanted) - 1]
+            if pid.isdigit() and int(pid) > 0:
+                return int(pid)
+    return None
+
+
+def _wait_while_stopping(key: str, cancelled: Callable[[], bool] | None,
+                         note: Callable[[str], None] | None) -> None:
+    """Return once no process holds the lock of the server filed under ``key``. The holder being a server
+    that was stopped (its record says "stopped": its stop's grace is running, it finishes a reply, it lets
+    go of the GPU) is waited for, up to ``STOPPING_WAIT_S``, ``note`` told once why the start waits; any
+    other holder is refused at once, as is one still there once the wait is over (with its pid and what to
+    do). Before, the new server met the lock and the start failed for what is a passing state."""
+    from core.i18n import t
+
+    directory = _state_dir(key)
+    if not _lock_held(directory):
+        return
+    lock = str(directory / "lock")
+    raw = _read_state(directory)
+    pid = _lock_holder(directory) or int(raw.get("pid") or 0) or "?"
+    if raw.get("status") != "stopped":
+        raise LifecycleError(t("lifecycle.serve_lock_held", run=key, lock=lock, pid=pid))
+    if note is not None:
+        note(t("lifecycle.serve_waiting_for_stop", run=key, pid=pid))
+    deadline = time.monotonic() + STOPPING_WAIT_S
+    while _lock_held(directory):
+        if cancelled is not None and cancelled():
+            raise ServeWaitCancelled(t("lifecycle.serve_stop_wait_cancelled", run=key))
+        if time.monotonic() >= deadline:
+            raise LifecycleError(t("lifecycle.serve_still_stopping", run=key, pid=pid, lock=lock,
+                                   seconds=round(STOPPING_WAIT_S)))
+        time.sleep(0.1)
 
 
 def _already_serving(existing: ServerState, run: RunDirectory | None, checkpoint: int | None) -> str:
@@ -500,7 +558,7 @@ def wait_until_ready(run_id: str, timeout: float = 600.0,
     raise LifecycleError(t("lifecycle.serve_failed", log=str(directory / "server.log"), tail=tail))
 
 
-def _terminate(pid: int, grace: float = 15.0) -> None:
+def _terminate(pid: int, grace: float = STOP_GRACE_S) -> None:
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:

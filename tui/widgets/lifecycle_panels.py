@@ -433,7 +433,9 @@ class ServePanel(ModalScreen[None]):
                 if server_state(run_dir.name) is not None:  # found, perhaps still loading its model
                     state = wait_until_ready(run_dir.name, cancelled=cancelled)
                 else:
-                    state = start_server(RunDirectory(run_dir), cancelled=cancelled)
+                    # the previous server still stopping (k, then this panel again): waited for, and said
+                    state = start_server(RunDirectory(run_dir), cancelled=cancelled,
+                                         note=lambda text: app.call_from_thread(app.notify, text, timeout=10))
             except ServeWaitCancelled:
                 return
             except ServeStopped:  # k here (its own note said so) or serve --stop: the panel shows it stopped
