@@ -108,17 +108,17 @@ def render_report(report) -> str:
             key = "data.over_max_approx" if not stats.exact else \
                 "data.over_max_exact_drop" if stats.overlong == "drop" else "data.over_max_exact"
             lines.append(" " * 12 + t(key, count=stats.over_max, total=stats.count, limit=stats.max_seq_len))
-            empty = none_left(report)
-            if empty:
-                lines.append(" " * 12 + empty)
         if not stats.exact:
             lines.append(" " * 12 + t("data.approx_hint"))
     for where, chars, counted in report.capped:
         lines.append(" " * 12 + t("data.record_capped", where=where, size=format_magnitude(chars), tokens=counted))
-    if report.issues:
-        total = len(report.issues) + report.more_issues
+    # No sample left to train on (overlong: drop) is a problem, the one the exit status says: counted and
+    # listed with the others. Before, it stood above "problems none" while the check exited 1.
+    empty = none_left(report)
+    if report.issues or empty:
+        total = len(report.issues) + report.more_issues + (1 if empty else 0)
         lines.append(f"  {_label('data.label_problems')}{total}")
-        lines += [f"    {issue}" for issue in report.issues]
+        lines += [f"    {problem}" for problem in ([empty] if empty else []) + list(report.issues)]
         if report.more_issues:
             lines.append("    " + t("data.more_issues", count=report.more_issues))
     else:

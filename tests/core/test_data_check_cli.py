@@ -142,6 +142,9 @@ def test_overlong_drop_that_leaves_no_sample_says_so_and_fails(run):
     result = run(*args, "--overlong", "drop")
     assert result.returncode == 1, result.stderr
     assert "3 samples longer than max_seq_len 16 tokens are left out (overlong: drop)" in result.stdout
+    # the summary counts it: "problems none" next to a failing exit said the opposite of the exit status
+    problems = [line.split() for line in result.stdout.splitlines() if line.strip().startswith("problems")]
+    assert problems == [["problems", "1"]], result.stdout
     report = json.loads(run(*args, "--overlong", "drop", "--json").stdout)
     assert report["ok"] is False and "raise max_seq_len" in report["none_left"]
     assert run(*args).returncode == 0  # cut: every sample trains on its first 16 tokens
