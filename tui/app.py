@@ -403,19 +403,25 @@ class TunedeckApp(App[int]):
         """The keys of ``node``'s ``action`` that work on ``screen`` now ("e / F7"; "F7" where letters are
         text), as the footer and the help name them; '' if none does."""
         typed = typing(screen)
+        # a modal binds the app's action itself (``app.help``: the app's own keys do not reach past it)
         keys = [self.get_key_display(active.binding) or key for key, active in screen.active_bindings.items()
-                if active.node is node and active.binding.action == action and active.enabled
+                if (active.node is node and active.binding.action == action
+                    or node is self and active.node is screen and active.binding.action == f"app.{action}")
+                and active.enabled
                 and survives_ssh(key) and not (typed and is_typed_key(key))]
         return " / ".join(dict.fromkeys(keys))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         seen: set[str] = set()
-        for section in SECTIONS:
+        # Over a modal (a question waiting for its answer, a panel) the sections are not offered, as their
+        # keys do nothing there: a jump left the question behind, and Runs' own (r) took it off the stack
+        # unanswered. The modal's own actions, help, quit, themes and languages are.
+        for section in () if screen.is_modal else SECTIONS:
             seen.add(f"section('{section}')")
             yield SystemCommand(t(f"app.cmd.{section}"),
                                 self._with_keys(screen, f"section('{section}')", t(f"app.cmd.{section}_help")),
                                 partial(self.action_section, section))
-        seen.update({"help", "quit", "next_theme"})
+        seen.update({"help", "app.help", "quit", "next_theme"})  # app.help: a modal's ? / F1 (KeyedModal)
         yield SystemCommand(t("app.cmd.help"), self._with_keys(screen, "help", t("app.cmd.help_help")),
                             self.action_help)
         yield SystemCommand(t("app.cmd.quit"), self._with_keys(screen, "quit", t("app.cmd.quit_help")), self.exit)

@@ -18,10 +18,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from core.i18n import t
+from tui.widgets.modal import KeyedModal
 
 LOG_NAME = "app.log"
 logger = logging.getLogger("tunedeck.tui")
@@ -98,7 +98,7 @@ def report_failed_worker(app: Any, event: Any) -> bool:
     return True
 
 
-class ErrorModal(ModalScreen[None]):
+class ErrorModal(KeyedModal[None]):
     """What went wrong and where the traceback is; Esc or Enter closes. Errors that come while it is open
     are added to it, not stacked."""
 

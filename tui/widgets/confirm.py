@@ -6,13 +6,13 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from core.i18n import t
+from tui.widgets.modal import KeyedModal
 
 
-class ConfirmScreen(ModalScreen[bool]):
+class ConfirmScreen(KeyedModal[bool]):
     """Dismisses with True (confirmed) or False."""
 
     DEFAULT_CSS = """

@@ -17,7 +17,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import ProgressBar, Static
 from textual.worker import get_current_worker
 
@@ -25,6 +24,7 @@ from core.errors import TunedeckError
 from core.i18n import render_stored, t
 from core.text_width import cell_len, pad
 from tui.screens.error_modal import describe, report_unexpected
+from tui.widgets.modal import KeyedModal
 
 HEALTH_EVERY_S = 1.0
 REPLY_PREVIEW_CHARS = 200  # of the test reply shown in the serve panel (it is a sign of life, not a chat)
@@ -57,7 +57,7 @@ class MergeEnded(Message):
         self.reused = reused
 
 
-class MergePanel(ModalScreen[None]):
+class MergePanel(KeyedModal[None]):
     """A run's merge, stage by stage; ends with the merged directory (or the reason it failed).
 
     As ``tunedeck export`` does, a whole merge of the same checkpoint already in the run's merged folder is
@@ -364,7 +364,7 @@ def _served_by_default(run_dir: Path) -> int | None:
         return None
 
 
-class ServePanel(ModalScreen[None]):
+class ServePanel(KeyedModal[None]):
     """Starts (or finds) the run's detached server; shows URL, port, pid, status and health as they
     change; sends a test request once it is up. The test line is capped in height (a long error, a long
     reply), so that the keys' hint below it stays on an 80x24 screen."""

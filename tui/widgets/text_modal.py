@@ -5,13 +5,13 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from core.i18n import t
+from tui.widgets.modal import KeyedModal
 
 
-class TextModal(ModalScreen[None]):
+class TextModal(KeyedModal[None]):
     DEFAULT_CSS = """
     TextModal { align: center middle; background: $background 60%; }
     TextModal > VerticalScroll { width: 100; max-width: 100%; height: auto; max-height: 90%;
