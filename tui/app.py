@@ -298,6 +298,11 @@ class TunedeckApp(App[int]):
         # The user goes somewhere: a dashboard asked for before and still being read must not pull them away.
         self.cancel_dashboard_open()
         if section in SECTIONS and self.current_mode != section:
+            # A screen that holds something while open (the chat: its model process, GPU memory) is left,
+            # with whatever is over it, as its Esc leaves it, not kept behind the section shown now.
+            while len(self.screen_stack) > 1 and any(getattr(screen, "CLOSES_ON_SECTION_JUMP", False)
+                                                     for screen in self.screen_stack[1:]):
+                self.pop_screen()
             # where Esc on the wizard's first step returns to
             self.previous_section = self.current_mode if self.current_mode in SECTIONS else None
             self.switch_mode(section)

@@ -737,3 +737,32 @@ def test_a_model_process_left_to_its_reaper_is_killed_when_the_app_exits(tmp_pat
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_palette_jump_to_another_section_leaves_the_chat_as_esc_does(shared, private_home, monkeypatch):
+    """"Go to GPUs" from the palette while chatting switched sections but left the chat screen on the Runs
+    stack, its model process running: GPU memory held behind the user's back, on the very screen that shows
+    GPU memory. The jump now leaves the chat as Esc does: the model process ends, the conversation is kept
+    for the chat opened again, the dashboard under it stays. A real tiny LoRA run on the CPU; 80x24."""
+    home, run_id = finished_run(shared)
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    from tests.tui.conftest import palette_search
+    from tui.screens.gpus import GpuScreen
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await chat_from_the_dashboard(pilot, app)
+            proc = screen.proc
+            assert proc is not None and proc.poll() is None
+            screen.query_one("#chat-input").value = "Kept?"  # typed, not sent
+            await palette_search(pilot, app, "go to gpus", "Go to GPUs")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            assert not any(isinstance(s, ChatScreen) for stack in app._screen_stacks.values() for s in stack)
+            assert isinstance(app._screen_stacks["runs"][-1], DashboardScreen)  # the dashboard stays
+            await wait_for(pilot, lambda: proc.poll() is not None, timeout=60)  # the reaper ends it
+            kept = list(app.chat_kept.values())
+            assert len(kept) == 1 and kept[0].draft == "Kept?", kept
+
+    asyncio.run(scenario())

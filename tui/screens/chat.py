@@ -238,6 +238,10 @@ class ChatScreen(Screen[None]):
     ChatScreen Transcript { width: 1fr; border: round $foreground-muted; border-title-color: $primary; }
     ChatScreen #chat-status { height: auto; max-height: 4; padding: 0 1; color: $text-muted; }
     """
+    # A jump to another section (the palette's "Go to GPUs") leaves the chat as Esc does (tui.app's
+    # action_section): its conversation kept (KeptChat), its model process ended. Before, the chat stayed
+    # on the Runs stack and its model went on holding GPU memory behind the user's back.
+    CLOSES_ON_SECTION_JUMP = True
 
     BINDINGS = [
         Binding("f2", "toggle_compare", t("chat.key.compare"), id="chat.compare"),
