@@ -300,7 +300,7 @@ def _convert_one(peer: str, key: str, value: Any) -> MappingLine:
         return MappingLine(key, value, _environment(key, value))
     if isinstance(value, str) and value.startswith("$"):
         return MappingLine(key, value, needs_you("import.reason_shell_variable", value=value))
-    entry = peer_key(key)
+    entry = peer_key(key, peer)
     if entry is None:
         from core.config.schema import KEY_SPECS
 

@@ -394,11 +394,23 @@ def _max_samples_in_context(value: Any, config: dict[str, Any]) -> Outcome | Non
 
 
 def _enable_thinking(value: Any) -> Outcome:
-    """LLaMA-Factory's enable_thinking (default true) is read only by a reasoning template (qwen3, ...)."""
+    """LLaMA-Factory's enable_thinking (default true): the chat template's switch, tunedeck's ``thinking``
+    (given to the template as ``enable_thinking`` in training, chat and serve alike)."""
     flag = truthy(value)
     if flag is None:
         return dropped("import.reason_unset") if is_unset(value) else needs_you("import.reason_not_a_flag", value=value)
-    return dropped("import.reason_thinking_on") if flag else needs_you("import.reason_thinking_off")
+    return taken({"thinking": flag})
+
+
+def _swift_enable_thinking(value: Any) -> Outcome:
+    """ms-swift 4.6's enable_thinking is read at inference only (swift/arguments/base_args/template_args.py:
+    "takes effect during inference"); its training renders a sample the same whatever it says."""
+    if is_unset(value):
+        return dropped("import.reason_unset")
+    flag = truthy(value)
+    if flag is None:
+        return needs_you("import.reason_not_a_flag", value=value)
+    return dropped("import.reason_swift_thinking", value=value)
 
 
 def _model_self_name(value: Any) -> Outcome:
@@ -490,7 +502,7 @@ PEER_KEYS: dict[str, PeerKey] = {
     "use_hf": PeerKey(_use_hf, "hub: huggingface", _MS),
     "cache_dir": PeerKey(not_needed("import.reason_cache_dir"), None),
     "template": PeerKey(not_needed("import.reason_template"), None),
-    "enable_thinking": PeerKey(_enable_thinking, None, _LF),
+    "enable_thinking": PeerKey(_enable_thinking, "thinking: false", _LF),
     "system": PeerKey(_only_when_set("import.reason_system"), None, _MS),
     # the method
     "stage": PeerKey(_stage, None, _LF, sample="sft"),
@@ -672,9 +684,17 @@ PEER_PREFIXES = {"lora_ga_": "init_weights", "galore_": "use_galore", "swanlab_"
                  "adalora_": "tuner_type", "llamapro_": "tuner_type", "reft_": "tuner_type"}
 
 
-def peer_key(key: str) -> PeerKey | None:
-    """The table's entry for a peer's key (a family's by its prefix), or None."""
-    return PEER_KEYS.get(key) or _prefixed(PEER_PREFIXES, key)
+# Keys both peers spell alike with another meaning: the entry of that peer's file (``PEER_KEYS`` has the other's).
+PEER_OWN_KEYS: dict[str, dict[str, PeerKey]] = {
+    SWIFT: {"enable_thinking": PeerKey(_swift_enable_thinking, None, _MS, suggest=False)},
+}
+
+
+def peer_key(key: str, peer: str | None = None) -> PeerKey | None:
+    """The table's entry for a peer's key (a family's by its prefix), or None; ``peer``: the file's peer, whose
+    own entry (``PEER_OWN_KEYS``) comes first."""
+    own = PEER_OWN_KEYS.get(peer or "", {}).get(key)
+    return own or PEER_KEYS.get(key) or _prefixed(PEER_PREFIXES, key)
 
 
 # Defaults of a peer that differ from tunedeck's and change what trains: applied for keys the file

@@ -53,6 +53,7 @@ eval_split                 0 <= x < 1                          0.0
 eval_steps                 int >= 1                            (unset: at each save)
 logging_steps              int >= 1                            10
 loss_on                    assistant, all                      assistant
+thinking                   bool                                (unset: the chat template's default)
 fused_ce                   auto, bool, liger, triton, chunked  auto
 ce_chunk_tokens            auto, or an int >= 1                auto
 qlora_upcast               bool                                false
@@ -170,6 +171,8 @@ KEY_SPECS: dict[str, KeySpec] = {
     "eval_steps": KeySpec("int", minimum=1, optional=True),
     "logging_steps": KeySpec("int", minimum=1),
     "loss_on": KeySpec("choice", LOSS_ON),
+    # the chat template's enable_thinking (Qwen3's hybrid templates), in training and in chat/serve alike
+    "thinking": KeySpec("bool", optional=True),
     "fused_ce": KeySpec("auto_bool", ("liger", "triton", "chunked")),
     "ce_chunk_tokens": KeySpec("int_or_choice", ("auto",), minimum=1),
     "qlora_upcast": KeySpec("bool"),
@@ -248,6 +251,7 @@ class RunConfig:
     eval_steps: int | None = None
     logging_steps: int = 10
     loss_on: str = "assistant"
+    thinking: bool | None = None
     fused_ce: str | bool = "auto"
     ce_chunk_tokens: str | int = "auto"
     qlora_upcast: bool = False

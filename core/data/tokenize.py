@@ -23,6 +23,7 @@ and a sample left with no label at all is dropped and counted too: never silent.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -94,26 +95,65 @@ def supports_generation_mask(tokenizer: Any) -> bool:
     return isinstance(template, str) and "generation" in template and "endgeneration" in template
 
 
-def _render(tokenizer: Any, messages: list[dict], tools: Any, add_generation_prompt: bool) -> str:
+def template_kwargs(thinking: bool | None) -> dict[str, Any]:
+    """The variables a run gives its chat template besides the messages: ``enable_thinking`` when the run's
+    ``thinking`` is set (Qwen3's hybrid templates read it: false renders an empty think block before each
+    answer), none when it is unset (the template's own default)."""
+    return {} if thinking is None else {"enable_thinking": bool(thinking)}
+
+
+def template_variables(tokenizer: Any) -> set[str] | None:
+    """The variables the tokenizer's chat template reads from outside (``messages``, ``enable_thinking`` ...),
+    or None when it has no template or jinja cannot parse it."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("default")
+    if not isinstance(template, str) or not template:
+        return None
+    from jinja2 import Environment, TemplateSyntaxError, meta
+    from jinja2.ext import loopcontrols
+
+    environment = Environment(extensions=[loopcontrols])
+    try:
+        # transformers' {% generation %} extension is a block tag; plain jinja does not know it
+        parsed = environment.parse(re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", template))
+    except TemplateSyntaxError:
+        return None
+    return set(meta.find_undeclared_variables(parsed))
+
+
+def template_ignores(tokenizer: Any, kwargs: dict[str, Any]) -> list[str]:
+    """The names of ``kwargs`` the tokenizer's chat template never reads (it renders the same with or without
+    them); [] when it reads them all or cannot be read (then nothing is claimed)."""
+    variables = template_variables(tokenizer)
+    if variables is None:
+        return []
+    return [name for name in kwargs if name not in variables]
+
+
+def _render(tokenizer: Any, messages: list[dict], tools: Any, add_generation_prompt: bool,
+            kwargs: dict[str, Any] | None = None) -> str:
     return tokenizer.apply_chat_template(
-        messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
+        messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt, **(kwargs or {})
     )
 
 
-def assistant_spans(tokenizer: Any, conversation: Conversation) -> tuple[str, list[tuple[int, int]]]:
-    """The rendered conversation and the character spans of its assistant turns (prefix-diff method)."""
+def assistant_spans(tokenizer: Any, conversation: Conversation,
+                    kwargs: dict[str, Any] | None = None) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered conversation and the character spans of its assistant turns (prefix-diff method);
+    ``kwargs``: the run's template variables (``template_kwargs``)."""
     messages = conversation.to_chat_messages()
     tools = conversation.tools
     trained = iter([m.trained for m in conversation.messages if m.role == "assistant"])
-    full = _render(tokenizer, messages, tools, False)
+    full = _render(tokenizer, messages, tools, False, kwargs)
     spans: list[tuple[int, int]] = []
     cursor = 0
     for index, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
         keep = next(trained, True)
-        before = _render(tokenizer, messages[:index], tools, True)
-        through = _render(tokenizer, messages[: index + 1], tools, False)
+        before = _render(tokenizer, messages[:index], tools, True, kwargs)
+        through = _render(tokenizer, messages[: index + 1], tools, False, kwargs)
         if full.startswith(through) and through.startswith(before) and len(before) >= cursor:
             start, end = len(before), len(through)
             # Whitespace after the end-of-turn token is layout, not something to learn.
@@ -184,12 +224,13 @@ def _runs(mask: list[bool]) -> list[tuple[int, int]]:
 _GENERATION_MASK = threading.Lock()
 
 
-def _conversation_tokens(tokenizer: Any, conversation: Conversation, method: str) -> tuple[list[int], list[bool]]:
+def _conversation_tokens(tokenizer: Any, conversation: Conversation, method: str,
+                         kwargs: dict[str, Any] | None = None) -> tuple[list[int], list[bool]]:
     if method == "generation":
         with _GENERATION_MASK:
             out = tokenizer.apply_chat_template(
                 conversation.to_chat_messages(), tools=conversation.tools, tokenize=True, return_dict=True,
-                return_assistant_tokens_mask=True,
+                return_assistant_tokens_mask=True, **(kwargs or {}),
             )
         ids, mask = list(out["input_ids"]), [bool(m) for m in out["assistant_masks"]]
         trained = [m.trained for m in conversation.messages if m.role == "assistant"]
@@ -202,7 +243,7 @@ def _conversation_tokens(tokenizer: Any, conversation: Conversation, method: str
                     mask[start:end] = [False] * (end - start)
             return ids, mask
         # The template's marks do not line up with the turns: find them by rendering prefixes instead.
-    text, spans = assistant_spans(tokenizer, conversation)
+    text, spans = assistant_spans(tokenizer, conversation, kwargs)
     return _encode_with_spans(tokenizer, text, spans)
 
 
@@ -225,9 +266,10 @@ def _text_ids(tokenizer: Any, record: TextRecord) -> tuple[list[int], int]:
 
 
 def tokenize_record(
-    record: Record, tokenizer: Any, loss_on: str = "assistant", method: str | None = None
+    record: Record, tokenizer: Any, loss_on: str = "assistant", method: str | None = None,
+    kwargs: dict[str, Any] | None = None,
 ) -> tuple[list[int], list[int]]:
-    """``(input_ids, labels)`` of one record, untruncated."""
+    """``(input_ids, labels)`` of one record, untruncated; ``kwargs``: the run's template variables."""
     if isinstance(record, TextRecord):
         ids, untrained = _text_ids(tokenizer, record)
         if loss_on == "all":
@@ -235,7 +277,7 @@ def tokenize_record(
         return ids, [IGNORE_INDEX] * untrained + ids[untrained:]
     if method is None:
         method = "generation" if supports_generation_mask(tokenizer) else "prefix"
-    ids, mask = _conversation_tokens(tokenizer, record, method)
+    ids, mask = _conversation_tokens(tokenizer, record, method, kwargs)
     if loss_on == "all":
         return ids, list(ids)
     return ids, [token if keep else IGNORE_INDEX for token, keep in zip(ids, mask, strict=True)]
@@ -248,12 +290,15 @@ def tokenize_dataset(
     loss_on: str = "assistant",
     method: str | None = None,
     overlong: str = "cut",
+    kwargs: dict[str, Any] | None = None,
 ) -> Tokenized:
     """Token ids and labels for every record, cut to ``max_seq_len`` (``None``: no limit); with
     ``overlong="drop"`` a record longer than that is left out instead (``overlong_dropped``).
 
     ``loss_on``: ``assistant`` (labels only on assistant turns) or ``all``. ``method`` forces
-    ``generation`` or ``prefix`` (default: ``generation`` when the template supports it).
+    ``generation`` or ``prefix`` (default: ``generation`` when the template supports it). ``kwargs``: the
+    variables the chat template is rendered with besides the messages (``template_kwargs``: the run's
+    ``thinking``), the same ones chat and serve render prompts with.
     """
     if loss_on not in ("assistant", "all"):
         raise ValueError(f"loss_on must be 'assistant' or 'all', not {loss_on!r}")
@@ -266,7 +311,7 @@ def tokenize_dataset(
         method = "generation" if supports_generation_mask(tokenizer) else "prefix"
     result = Tokenized(method="all" if loss_on == "all" else method, chat_template_added=template_added)
     for record in records:
-        ids, labels = tokenize_record(record, tokenizer, loss_on, method)
+        ids, labels = tokenize_record(record, tokenizer, loss_on, method, kwargs)
         if max_seq_len is not None and len(ids) > max_seq_len and overlong == "drop":
             result.overlong_dropped += 1
             continue
@@ -293,7 +338,8 @@ def quiet_length_warning(tokenizer: Any) -> None:
         warned["sequence-length-is-longer-than-the-specified-maximum"] = True
 
 
-def token_counts(records: Sequence[Record], tokenizer: Any, loss_on: str = "assistant") -> list[tuple[int, int]]:
+def token_counts(records: Sequence[Record], tokenizer: Any, loss_on: str = "assistant",
+                 kwargs: dict[str, Any] | None = None) -> list[tuple[int, int]]:
     """Each record's untruncated token length and its target count: the positions whose next token carries a
     label (``tokenize_record``'s labels, shifted as the loss reads them), the rows that the engine's fused
     losses send through the LM head (``core.train.fused_loss.target_rows``)."""
@@ -303,12 +349,12 @@ def token_counts(records: Sequence[Record], tokenizer: Any, loss_on: str = "assi
     method = "generation" if supports_generation_mask(tokenizer) else "prefix"
     counts = []
     for record in records:
-        ids, labels = tokenize_record(record, tokenizer, loss_on, method)
+        ids, labels = tokenize_record(record, tokenizer, loss_on, method, kwargs)
         counts.append((len(ids), sum(1 for label in labels[1:] if label != IGNORE_INDEX)))
     return counts
 
 
-def token_lengths(records: Sequence[Record], tokenizer: Any) -> list[int]:
+def token_lengths(records: Sequence[Record], tokenizer: Any, kwargs: dict[str, Any] | None = None) -> list[int]:
     """The untruncated token length of every record, as the model will see it."""
     quiet_length_warning(tokenizer)
     if any(isinstance(record, Conversation) for record in records):
@@ -318,6 +364,6 @@ def token_lengths(records: Sequence[Record], tokenizer: Any) -> list[int]:
         if isinstance(record, TextRecord):
             lengths.append(len(_text_tokens(tokenizer, record)))
         else:
-            text = _render(tokenizer, record.to_chat_messages(), record.tools, False)
+            text = _render(tokenizer, record.to_chat_messages(), record.tools, False, kwargs)
             lengths.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
     return lengths

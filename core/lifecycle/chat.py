@@ -162,7 +162,8 @@ class ChatTemplateFailed(LifecycleError):
         self.error = error
 
 
-def _template_refusal(tokenizer: Any, messages: list[dict[str, str]], reason: str) -> ChatTemplateRefused:
+def _template_refusal(tokenizer: Any, messages: list[dict[str, str]], reason: str,
+                      kwargs: dict[str, Any] | None = None) -> ChatTemplateRefused:
     """Which role the template refuses: the first (but user) whose messages, taken out, leave messages it
     takes; said with what to do instead."""
     from jinja2.exceptions import TemplateError
@@ -174,7 +175,7 @@ def _template_refusal(tokenizer: Any, messages: list[dict[str, str]], reason: st
         if role == "user" or not rest:
             continue
         try:
-            tokenizer.apply_chat_template(rest, add_generation_prompt=True, tokenize=False)
+            tokenizer.apply_chat_template(rest, add_generation_prompt=True, tokenize=False, **(kwargs or {}))
         except TemplateError:
             continue
         key = "lifecycle.template_refuses_system" if role == "system" else "lifecycle.template_refuses_role"
@@ -185,16 +186,18 @@ def _template_refusal(tokenizer: Any, messages: list[dict[str, str]], reason: st
 def prompt_ids(loaded: LoadedModel, messages: list[dict[str, str]]) -> Any:
     """The conversation as prompt token ids (its chat template, with the generation prompt), on the model's
     device; ``ChatTemplateRefused`` when the template raises on these messages, ``ChatTemplateFailed`` when it
-    fails in Python."""
+    fails in Python. The template gets the run's variables (``LoadedModel.template_kwargs``: its ``thinking``),
+    as training rendered its samples."""
     tokenizer = loaded.tokenizer
+    kwargs = dict(getattr(loaded, "template_kwargs", None) or {})
     if getattr(tokenizer, "chat_template", None):
         from jinja2.exceptions import TemplateError
 
         try:
             encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                                    return_dict=True)
+                                                    return_dict=True, **kwargs)
         except TemplateError as exc:
-            raise _template_refusal(tokenizer, messages, str(exc)) from None
+            raise _template_refusal(tokenizer, messages, str(exc), kwargs) from None
         except Exception as exc:
             # Python failing inside the template (a TypeError on `content + 1`): the template's fault, on
             # messages of strings with the chat roles; said in one line, not a traceback that ends the chat.

@@ -71,7 +71,8 @@ def evaluation_examples(run: RunDirectory, tokenizer: Any, records: list[Any] | 
     cfg = run.config()
     records = run_records(run) if records is None else records
     examples = tokenize_records(records, tokenizer, int(cfg.get("max_seq_len", 2048)),
-                                str(cfg.get("loss_on", "assistant")), str(cfg.get("overlong", "cut")))
+                                str(cfg.get("loss_on", "assistant")), str(cfg.get("overlong", "cut")),
+                                cfg.get("thinking"))
     seed = int(cfg.get("seed", 42))
     examples = split_eval(examples, float(cfg.get("eval_split", 0.0) or 0.0), seed)
     if examples.eval:

@@ -13,7 +13,7 @@ import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,15 +69,21 @@ class ModelSource:
     trained_on: str  # cpu / cuda
     checkpoint: Path
     step: int
+    # the chat template's variables the run trained with (its ``thinking``: ``core.data.tokenize.template_kwargs``),
+    # so that chat, serve and a merged folder render prompts as training rendered its samples
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_adapter(self) -> bool:
         return is_adapter_checkpoint(self.checkpoint)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "base_model": self.base_model, "method": self.method, "seed": self.seed,
-                "precision": self.precision, "trained_on": self.trained_on, "checkpoint": str(self.checkpoint),
-                "step": self.step, "adapter": self.is_adapter}
+        out = {"run_id": self.run_id, "base_model": self.base_model, "method": self.method, "seed": self.seed,
+               "precision": self.precision, "trained_on": self.trained_on, "checkpoint": str(self.checkpoint),
+               "step": self.step, "adapter": self.is_adapter}
+        if self.template_kwargs:
+            out["template_kwargs"] = dict(self.template_kwargs)
+        return out
 
 
 def is_adapter_checkpoint(checkpoint: Path) -> bool:
@@ -102,6 +108,7 @@ class LoadedModel:
     source: ModelSource | None
     has_adapter: bool
     device: str
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # rendered with every prompt (``ModelSource``)
 
 
 def no_checkpoint_message(run: RunDirectory, status: str | None = None) -> str:
@@ -159,6 +166,8 @@ def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> Mo
             steps = ", ".join(str(c.step) for c in complete)
             raise LifecycleError(t("lifecycle.checkpoint_missing", step=checkpoint, run=run.id, steps=steps))
         chosen = matches[0]
+    from core.data.tokenize import template_kwargs
+
     cfg = run.config()
     header = run.metrics_header() or {}
     return ModelSource(
@@ -171,6 +180,7 @@ def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> Mo
         trained_on=str(header.get("device") or "cpu"),
         checkpoint=chosen.path,
         step=chosen.step,
+        template_kwargs=template_kwargs(cfg.get("thinking")),
     )
 
 
@@ -338,7 +348,7 @@ def load_finetuned(source: ModelSource, device: str | None = None, tokenizer: An
                                                              dtype=torch_dtype(source.precision))
             model.to(device)
     model.eval()
-    return LoadedModel(model, tokenizer, source, adapter, device)
+    return LoadedModel(model, tokenizer, source, adapter, device, dict(source.template_kwargs))
 
 
 def check_model_dir(path: Path) -> None:
@@ -409,4 +419,15 @@ def load_model_dir(path: Path, device: str | None = None, checked: bool = False)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return LoadedModel(model, tokenizer, None, False, device)
+    return LoadedModel(model, tokenizer, None, False, device, merged_template_kwargs(path))
+
+
+def merged_template_kwargs(path: Path) -> dict[str, Any]:
+    """The template variables a tunedeck merge of a run recorded in its ``tunedeck_merge.json`` (the run's
+    ``thinking``), {} for any other folder or a record without them."""
+    try:
+        recorded = json.loads((path / "tunedeck_merge.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    kwargs = recorded.get("template_kwargs") if isinstance(recorded, dict) else None
+    return {str(k): v for k, v in kwargs.items() if isinstance(v, bool)} if isinstance(kwargs, dict) else {}

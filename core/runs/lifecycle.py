@@ -97,6 +97,7 @@ def load_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = 
     _check_model(config, as_loaded, warn)
     _check_lora_targets(config)
     _check_data(config)
+    _check_template_reads_thinking(config, path, warn)
     return RunFile(config, imported)
 
 
@@ -299,12 +300,37 @@ def _check_data(config: Any) -> None:
         _check_some_fit(config, records)
 
 
+def _check_template_reads_thinking(config: Any, path: str, warn: Warn) -> None:
+    """``thinking`` set for a chat template that never reads ``enable_thinking`` renders the same either way:
+    said (a warning, also in ``train --check --json``), not silently taken as done. Needs the model's tokenizer
+    on this machine (a model still to be downloaded is not looked at)."""
+    if getattr(config, "thinking", None) is None:
+        return
+    from core.data.stats import load_tokenizer
+    from core.data.tokenize import ensure_chat_template, template_ignores, template_kwargs
+
+    try:
+        tokenizer = load_tokenizer(str(config.model))
+    except (FileNotFoundError, ValueError):
+        return
+    ensure_chat_template(tokenizer)  # a base model's: the bundled ChatML one, which training uses too
+    if not template_ignores(tokenizer, template_kwargs(config.thinking)):
+        return
+    from core.config.issues import WARNING, ConfigIssue
+
+    message = t("launch.thinking_unread", value="true" if config.thinking else "false", model=str(config.model))
+    warn(message)
+    config.warnings = [*(getattr(config, "warnings", None) or []),
+                       ConfigIssue(str(path), None, "thinking", message, WARNING)]
+
+
 def _check_some_fit(config: Any, records: list[Any]) -> None:
     """With ``overlong: drop``, refuse data whose every sample is longer than max_seq_len, as the trainer
     would after its launch (``train.all_overlong_dropped``), here before it. Needs the model's tokenizer on
     this machine (a model still to be downloaded is left to the trainer); ends at the first sample that fits."""
     from core.data import tokenize_dataset
     from core.data.stats import load_tokenizer
+    from core.data.tokenize import template_kwargs
 
     try:
         tokenizer = load_tokenizer(str(config.model))
@@ -314,7 +340,7 @@ def _check_some_fit(config: Any, records: list[Any]) -> None:
     for record in records:
         try:
             tokenized = tokenize_dataset([record], tokenizer, config.max_seq_len, loss_on=config.loss_on,
-                                         overlong="drop")
+                                         overlong="drop", kwargs=template_kwargs(config.thinking))
         except Exception:  # a chat template that refuses a sample (jinja's TemplateError ...): the trainer
             return  # reports it with its own message; this look only answers "does any sample fit"
         if tokenized.input_ids:

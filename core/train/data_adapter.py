@@ -43,12 +43,15 @@ def load_records(datasets: Sequence[str] | str, hub: str = "modelscope", cfg: di
 
 
 def tokenize_records(records: list[Any], tokenizer: Any, max_seq_len: int, loss_on: str,
-                     overlong: str = "cut") -> TrainingExamples:
+                     overlong: str = "cut", thinking: bool | None = None) -> TrainingExamples:
     """Token ids and labels (-100 = no loss) for each record, truncation counted (``core.data``); a record
-    longer than ``max_seq_len`` is cut to its start, or left out with ``overlong="drop"`` (counted too)."""
+    longer than ``max_seq_len`` is cut to its start, or left out with ``overlong="drop"`` (counted too).
+    ``thinking``: the run's, given to the chat template as ``enable_thinking`` (None: not given)."""
     from core.data import tokenize_dataset
+    from core.data.tokenize import template_kwargs
 
-    result = tokenize_dataset(records, tokenizer, max_seq_len, loss_on=loss_on, overlong=overlong)
+    result = tokenize_dataset(records, tokenizer, max_seq_len, loss_on=loss_on, overlong=overlong,
+                              kwargs=template_kwargs(thinking))
     examples = [
         {"input_ids": list(ids), "labels": list(labels)}
         for ids, labels in zip(result.input_ids, result.labels, strict=True)

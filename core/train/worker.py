@@ -323,7 +323,8 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
     datasets = [datasets] if isinstance(datasets, str) else list(datasets or [])
     records = load_records(datasets, str(cfg.get("hub", "modelscope")), cfg)
     overlong = str(cfg.get("overlong", "cut"))
-    examples = tokenize_records(records, tokenizer, max_seq_len, str(cfg.get("loss_on", "assistant")), overlong)
+    examples = tokenize_records(records, tokenizer, max_seq_len, str(cfg.get("loss_on", "assistant")), overlong,
+                                cfg.get("thinking"))
     examples = split_eval(examples, float(cfg.get("eval_split", 0.0) or 0.0), seed)
     if not examples.train:
         if examples.overlong_dropped:  # left out as too long (overlong: drop), not empty: say so, and the way out

@@ -621,7 +621,7 @@ def test_llamafactory_dataset_names_are_looked_up_in_its_default_data_folder(tmp
 
 
 @pytest.mark.parametrize("key, value", [
-    ("max_samples", 2), ("enable_thinking", False), ("neftune_noise_alpha", 5), ("lr_scheduler_type", "cosine_with_min_lr"),
+    ("max_samples", 2), ("enable_thinking", "maybe"), ("neftune_noise_alpha", 5), ("lr_scheduler_type", "cosine_with_min_lr"),
     ("lr_scheduler_kwargs", {"num_cycles": 3}), ("additional_target", "embed_tokens"), ("optim", "lion_8bit"),
     ("model_revision", "v1.0"), ("resume_from_checkpoint", "saves/checkpoint-100"), ("val_size", 100),
     ("lora_rank", 0), ("quantization_method", "gptq"),
@@ -652,7 +652,7 @@ def test_train_refuses_an_imported_key_that_would_change_what_trains(tmp_path, k
 def test_a_llamafactory_webui_training_args_yaml_trains(tmp_path, dataset_info):
     """LLaMA-Factory's WebUI saves enable_thinking: true (its default) and a max_samples cap (100000) in its
     training_args.yaml: train refused the file for both, though neither changes what trains. Thinking on is
-    how tunedeck renders with the model's own template, and a cap at least each dataset's record count
+    tunedeck's thinking: true (a template that never reads it is said, and goes on), and a cap at least each dataset's record count
     selects them all (LLaMA-Factory takes range(min(N, len))); counted for local files, a named dataset too."""
     home = tmp_path / "home"
     (tmp_path / "data").mkdir()
@@ -670,7 +670,8 @@ def test_a_llamafactory_webui_training_args_yaml_trains(tmp_path, dataset_info):
     out = _tunedeck(home, "train", str(peer), "--check", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "max_samples: 100000 → dropped: at least the records of each dataset (at most 3)" in out.stderr
-    assert "enable_thinking: true → dropped: " in out.stderr
+    assert "enable_thinking: true → taken as thinking=true" in out.stderr
+    assert "thinking: true does nothing here: the chat template of tiny never reads enable_thinking" in out.stderr
     settings["max_samples"] = 3  # exactly the count: still all of them
     peer.write_text(yaml.safe_dump(settings), encoding="utf-8")
     assert _tunedeck(home, "train", str(peer), "--check", cwd=tmp_path).returncode == 0
@@ -898,3 +899,49 @@ def test_a_peers_constant_scheduler_keeps_no_warmup_and_constant_with_warmup_kee
     result = import_command(["swift", "sft", "--model", "tiny", "--dataset", "d.jsonl", "--lr_scheduler_type",
                              "constant", "--warmup_ratio", "0.1"])
     assert [line.key for line in blocking_lines(result)] == ["warmup_ratio"]
+
+
+@pytest.mark.parametrize("value", [False, True])
+def test_llamafactory_enable_thinking_is_the_run_key_thinking(tmp_path, value):
+    """Before, a LLaMA-Factory file with enable_thinking: false blocked ``train`` (tunedeck had no such
+    setting). Now it is the run key ``thinking``, both values: taken, recorded in the converted YAML and the
+    checked config, and said at ``train --check`` when the model's template never reads it (the tiny one)."""
+    home = tmp_path / "home"
+    data = _data(tmp_path / "d.jsonl")
+    peer = tmp_path / "lf.yaml"
+    peer.write_text(yaml.safe_dump({"model_name_or_path": "tiny", "stage": "sft", "finetuning_type": "lora",
+                                    "dataset": str(data), "cutoff_len": 64, "max_steps": 1,
+                                    "enable_thinking": value}), encoding="utf-8")
+    result = import_file(peer)
+    assert _line(result, "enable_thinking").verdict == TAKEN and result.config["thinking"] is value
+    out = _tunedeck(home, "train", str(peer), "--check", "--json")
+    assert out.returncode == 0, out.stderr
+    checked = json.loads(out.stdout)
+    assert checked["config"]["thinking"] is value
+    assert any("never reads enable_thinking" in str(warning) for warning in checked["warnings"]), checked["warnings"]
+
+
+def test_the_thinking_key_is_checked_and_unset_by_default(tmp_path):
+    """``thinking`` is a bool (unset: the template's own default, nothing given to it); another value is
+    refused naming the key; an override sets it; the resolved file records it."""
+    data = _data(tmp_path / "d.jsonl")
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model: tiny\ndataset: {data}\n", encoding="utf-8")
+    assert load_run_config(run).thinking is None
+    assert load_run_config(run, ["thinking=false"]).to_dict()["thinking"] is False
+    run.write_text(f"model: tiny\ndataset: {data}\nthinking: maybe\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"run.yaml:3.*thinking"):
+        load_run_config(run)
+
+
+def test_swift_enable_thinking_is_inference_only(tmp_path):
+    """ms-swift 4.6 reads enable_thinking only at inference (its template_args.py): an args.json's value
+    trains the same, so it is dropped, said, and stops nothing; LLaMA-Factory's spelling still maps."""
+    from core.config.importers import blocking_lines
+
+    data = _data(tmp_path / "d.jsonl")
+    peer = _swift_args_json(tmp_path / "args.json", data, enable_thinking=False)
+    result = import_file(peer)
+    line = _line(result, "enable_thinking")
+    assert line.verdict == DROPPED and "only at inference" in line.text() and "thinking: false" in line.text()
+    assert "thinking" not in result.config and blocking_lines(result) == []

@@ -241,3 +241,77 @@ def test_counts_made_in_several_threads_at_once_are_the_counts():
     finally:
         sys.setswitchinterval(interval)
     assert [result == expected for result in results] == [True] * 6, [r for r in results if r != expected][:1]
+
+
+# A Qwen3-style hybrid template (no {% generation %}): with enable_thinking false an empty think block comes
+# before each answer, in the prompt an answer follows (so outside the answer's labels), as Qwen3's does at
+# inference; left out (the template's default), no block.
+QWEN3_STYLE_TEMPLATE = (
+    "{%- set off = enable_thinking is defined and enable_thinking is false %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if off %}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{{ m.content + '<|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if off %}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}"
+)
+# The same with {% generation %} around the answer: the mask comes from the template.
+QWEN3_STYLE_GENERATION = QWEN3_STYLE_TEMPLATE.replace(
+    "{{ m.content + '<|im_end|>\\n' }}", "{%- generation %}{{ m.content + '<|im_end|>' }}{%- endgeneration %}{{ '\\n' }}")
+
+
+@pytest.mark.parametrize("template", [QWEN3_STYLE_TEMPLATE, QWEN3_STYLE_GENERATION])
+def test_thinking_off_renders_the_empty_think_block_outside_the_labels(tokenizer, template):
+    """Before, a run could not give the chat template enable_thinking=False (LLaMA-Factory's enable_thinking:
+    false blocked): a Qwen3 model was trained without the empty think block its non-thinking mode puts before
+    each answer. Now ``kwargs`` reach the template: the text gets the block, and the labels still cover exactly
+    each answer and its end-of-turn token."""
+    from core.data.tokenize import template_kwargs
+
+    other = with_template(tokenizer, template)
+    record = chat(("What is 2 + 3?", "2 + 3 = 5."), ("And plus 4?", "5 + 4 = 9."), system="Be brief.")
+    plain = tokenize_dataset([record], other, max_seq_len=512)
+    off = tokenize_dataset([record], other, max_seq_len=512, kwargs=template_kwargs(False))
+    assert "<think>" not in other.decode(plain.input_ids[0])
+    text = other.decode(off.input_ids[0])
+    assert text.count("<|im_start|>assistant\n<think>\n\n</think>\n\n") == 2
+    assert text.replace("<think>\n\n</think>\n\n", "") == other.decode(plain.input_ids[0])
+    for result in (plain, off):
+        assert labelled_runs(other, result.labels[0]) == ["2 + 3 = 5.<|im_end|>", "5 + 4 = 9.<|im_end|>"]
+    # token counts and lengths (the planner's, data check's) see the block too
+    [(length, _targets)] = token_counts([record], other, kwargs=template_kwargs(False))
+    assert length == len(off.input_ids[0]) == token_lengths([record], other, kwargs={"enable_thinking": False})[0]
+    assert template_kwargs(None) == {} and template_kwargs(True) == {"enable_thinking": True}
+
+
+def test_a_template_that_never_reads_enable_thinking_is_told_apart(tokenizer):
+    """The warning of ``train --check`` rests on this: the bundled ChatML template renders the same with or
+    without enable_thinking, a Qwen3-style one reads it."""
+    from core.data.tokenize import template_ignores
+
+    kwargs = {"enable_thinking": False}
+    assert template_ignores(tokenizer, kwargs) == ["enable_thinking"]
+    assert template_ignores(with_template(tokenizer, QWEN3_STYLE_TEMPLATE), kwargs) == []
+    assert template_ignores(with_template(tokenizer, QWEN3_STYLE_GENERATION), kwargs) == []
+    assert template_ignores(with_template(tokenizer, "{% for m in messages %"), kwargs) == []  # unreadable: no claim
+
+
+def test_chat_prompts_get_the_runs_template_variables(tokenizer, tmp_path):
+    """Chat and serve render a prompt as training rendered its samples: a run with thinking: false gets the
+    empty think block after the generation prompt (before, chat rendered the template's default, so a model
+    trained without thinking was asked to think). A merge records the variables for its folder."""
+    import json
+
+    from core.lifecycle.chat import prompt_ids
+    from core.lifecycle.source import LoadedModel, merged_template_kwargs
+
+    other = with_template(tokenizer, QWEN3_STYLE_TEMPLATE)
+    messages = [{"role": "user", "content": "Hi"}]
+    off = other.decode(prompt_ids(LoadedModel(None, other, None, False, "cpu", {"enable_thinking": False}),
+                                  messages)[0])
+    default = other.decode(prompt_ids(LoadedModel(None, other, None, False, "cpu"), messages)[0])
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") and default.endswith("assistant\n")
+    (tmp_path / "tunedeck_merge.json").write_text(json.dumps({"template_kwargs": {"enable_thinking": False}}))
+    assert merged_template_kwargs(tmp_path) == {"enable_thinking": False}
+    assert merged_template_kwargs(tmp_path / "elsewhere") == {}
