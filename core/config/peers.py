@@ -353,9 +353,32 @@ def _max_samples(value: Any) -> Outcome:
     return needs_you("import.reason_max_samples", value=value)
 
 
+# A data file of another format than JSON Lines is read whole to count its records, only up to this size: past it
+# no count is claimed (the needs-you line stays), so that ``import`` and ``train --check`` never hold a large file.
+_READ_WHOLE_BYTES = 64 * 1024 * 1024
+_COUNT_CHUNK_BYTES = 1024 * 1024
+_JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+def count_jsonl_rows(path: Any) -> int:
+    """The non-blank lines of a JSON Lines file, at least its records (a row per line, a blank one skipped):
+    read once in chunks of 1 MiB, so memory stays bounded whatever the file's size or its longest line."""
+    rows, content = 0, False
+    with open(path, "rb") as stream:
+        while chunk := stream.read(_COUNT_CHUNK_BYTES):
+            pieces = chunk.split(b"\n")
+            for piece in pieces[:-1]:
+                rows += 1 if content or piece.strip() else 0
+                content = False
+            content = content or bool(pieces[-1].strip())
+    return rows + (1 if content else 0)
+
+
 def _local_record_counts(config: dict[str, Any]) -> list[int] | None:
-    """The rows of each dataset of a converted config when every one is a local data file the data loaders
-    read without a problem (not a hub, a folder, plain text or a ``#N`` draw), else None."""
+    """At least the rows of each dataset of a converted config when every one is a local data file (not a
+    hub, a folder, plain text or a ``#N`` draw), else None. A JSON Lines file's non-blank lines are counted
+    streaming (``count_jsonl_rows``: a 20 GB file in bounded memory), another file is read whole below
+    ``_READ_WHOLE_BYTES`` and its rows taken when it loads without a problem; each file is read once."""
     from pathlib import Path
 
     from core.data.issues import DataError
@@ -368,19 +391,27 @@ def _local_record_counts(config: dict[str, Any]) -> list[int] | None:
             config.get("dataset_dir"), Path.cwd())
         if issues or not sources:
             return None
-        counts: list[int] = []
+        counted: dict[Path, int] = {}
         for source in sources:
             path = Path(source.location)
             if is_hub_source(source) or source.sample is not None or not path.is_file() \
                     or path.suffix.lower() == ".txt":  # LLaMA-Factory reads a line per row, tunedeck a block
                 return None
+            key = path.resolve()
+            if key in counted:
+                continue
+            if path.suffix.lower() in _JSONL_SUFFIXES:
+                counted[key] = count_jsonl_rows(path)
+                continue
+            if path.stat().st_size > _READ_WHOLE_BYTES:
+                return None
             loaded = read_source(source)
             if len(loaded) != 1 or loaded[0].issue_count:
                 return None
-            counts.append(loaded[0].rows)
+            counted[key] = loaded[0].rows
     except (DataError, OSError):
         return None
-    return counts
+    return list(counted.values())
 
 
 def _max_samples_in_context(value: Any, config: dict[str, Any]) -> Outcome | None:

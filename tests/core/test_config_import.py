@@ -945,3 +945,43 @@ def test_swift_enable_thinking_is_inference_only(tmp_path):
     line = _line(result, "enable_thinking")
     assert line.verdict == DROPPED and "only at inference" in line.text() and "thinking: false" in line.text()
     assert "thinking" not in result.config and blocking_lines(result) == []
+
+
+def test_max_samples_counts_a_large_jsonl_in_bounded_memory(tmp_path):
+    """``import`` (and ``train --check`` on a peer's file) counted a dataset's records for max_samples by loading
+    every record: a 20 GB jsonl took as much memory (and minutes). Now a JSON Lines file's non-blank lines are
+    counted in chunks: here a 24 MB file (a long line among them, a blank one, no newline at the end) is
+    counted while Python's allocations peak far below its size, and the same file named twice is read once."""
+    import tracemalloc
+
+    from core.config.peers import count_jsonl_rows
+
+    row = json.dumps({"messages": [{"role": "user", "content": "q" * 200}, {"role": "assistant", "content": "a" * 200}]})
+    big = tmp_path / "big.jsonl"
+    rows = 0
+    with big.open("w", encoding="utf-8") as stream:
+        long_row = json.dumps({"messages": [{"role": "user", "content": "x" * 3_000_000},
+                                            {"role": "assistant", "content": "y"}]})
+        stream.write(long_row + "\n\n")
+        rows += 1
+        while stream.tell() < 24 * 1024 * 1024:
+            stream.write((row + "\n") * 1000)
+            rows += 1000
+        stream.write(row)  # the last row without its newline
+        rows += 1
+    assert count_jsonl_rows(big) == rows
+    peer = tmp_path / "lf.yaml"
+    peer.write_text(yaml.safe_dump({"model_name_or_path": "tiny", "stage": "sft", "finetuning_type": "lora",
+                                    "dataset": f"{big},{big}", "max_samples": rows}), encoding="utf-8")
+    tracemalloc.start()
+    try:
+        result = import_file(peer)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    line = _line(result, "max_samples")
+    assert line.verdict == DROPPED and f"(at most {rows})" in line.text(), line.text()
+    assert peak < 12 * 1024 * 1024, peak  # the file is 24 MB; loading its records took several times that
+    peer.write_text(peer.read_text(encoding="utf-8").replace(f"max_samples: {rows}", f"max_samples: {rows - 1}"),
+                    encoding="utf-8")
+    assert _line(import_file(peer), "max_samples").verdict == NEEDS_YOU
