@@ -19,7 +19,8 @@ Exit codes (kept as the commands always gave them):
   argparse's own.
 * ``3``   ``EXIT_HUB``: the hub did not answer, refused or failed a download (``plan`` also exits 3
   when no plan fits: a verdict, not an error).
-* ``4``   ``EXIT_CANCELLED``: a download that was cancelled (a return value, not an error).
+* ``4``   ``EXIT_CANCELLED``: a download that was cancelled, a ``models rm`` answered no (a return value,
+  not an error).
 * ``130`` ``EXIT_INTERRUPTED``: Ctrl+C.
 * ``141`` ``EXIT_PIPE_CLOSED``: the reader of the output went away (``tunedeck runs | head``), as a program
   stopped by SIGPIPE exits (128 + 13); quietly, without a message.

@@ -1,4 +1,4 @@
-"""``tunedeck models search|info|download|list``: the model browser's headless twin."""
+"""``tunedeck models search|info|download|list|rm``: the model browser's headless twin."""
 
 from __future__ import annotations
 
@@ -50,6 +50,13 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--hub", choices=HUBS, default=None, help=t("hub.help.list_hub"))
     listing.add_argument("--json", action="store_true", help=t("hub.help.json"))
     listing.set_defaults(handler=run_list)
+
+    remove = sub.add_parser("rm", help=t("hub.help.rm"), description=t("hub.help.rm"))
+    remove.add_argument("target", metavar="ID|PATH", help=t("hub.help.rm_target"))
+    remove.add_argument("--hub", choices=HUBS, default=None, help=t("hub.help.rm_hub"))
+    remove.add_argument("--yes", "-y", action="store_true", help=t("hub.help.yes"))
+    remove.add_argument("--json", action="store_true", help=t("hub.help.json"))
+    remove.set_defaults(handler=run_rm)
 
 
 def _page_number(text: str) -> int:
@@ -613,4 +620,77 @@ def run_list(args: argparse.Namespace) -> int:
         for item in downloads:
             print(f"{item.hub:<10} {item.model_id:<48} {pad(download_state_label(item.status), 11)} "
                   f"{human_bytes(item.bytes_done)} / {human_bytes(item.bytes_total)}")
+    return 0
+
+
+def _local_model_named(target: str, hub: str | None, models: list[Any]) -> Any:
+    """The model on disk ``models rm`` means: a path (its folder, or a folder inside it: a snapshot), else an
+    id as ``models list`` shows it (one hub's with ``--hub``). None found, or an id two folders share: a
+    usage error (exit 2) saying what to name instead."""
+    from pathlib import Path
+
+    from core.errors import CliError
+    from core.hub.local import find_bundled
+
+    path = Path(target).expanduser()
+    if path.exists():
+        resolved = path.resolve()
+        found = [m for m in models if resolved == m.path.resolve() or m.path.resolve() in resolved.parents]
+        if found:
+            return max(found, key=lambda m: len(m.path.resolve().parts))  # the innermost: a folder of the user's
+        raise CliError(t("hub.local.delete_refused", path=str(path)) + " " + t("hub.cli.rm_list_hint"), 2)
+    found = [m for m in models if m.model_id.lower() == target.strip().lower() and (hub is None or m.source == hub)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise CliError(t("hub.cli.rm_ambiguous", id=target, paths="\n".join(
+            f"  {m.source:<10} {m.path}" for m in found)), 2)
+    if find_bundled(target) is not None:
+        raise CliError(t("hub.cli.rm_bundled", name=target), 2)
+    raise CliError(t("hub.cli.rm_not_found", id=target) + " " + t("hub.cli.rm_list_hint"), 2)
+
+
+def _confirm_delete(model: Any) -> bool:
+    """Ask on the terminal whether to delete ``model`` (y deletes; anything else, Enter and end of input keep
+    it), as the app's dialog does; with no terminal to ask on, a usage error: ``--yes`` is the way."""
+    from core.errors import CliError
+    from core.hub.download import human_bytes
+
+    try:
+        interactive = sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):
+        interactive = False
+    if not interactive:
+        raise CliError(t("hub.cli.rm_needs_yes", model=model.model_id), 2)
+    print(t("hub.cli.rm_confirm", model=model.model_id, path=str(model.path), size=human_bytes(model.size_bytes)),
+          end=" ", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+def run_rm(args: argparse.Namespace) -> int:
+    """``models rm ID|PATH``: the Local tab's ``x``. Refused as the app refuses (exit 2, nothing deleted):
+    a download still running into it, a live run training on it. Asks first unless ``--yes``; no at the
+    question exits 4 (as a cancelled download does), nothing deleted."""
+    from core.errors import EXIT_CANCELLED
+    from core.hub.download import human_bytes
+    from core.hub.local import delete_blocker, delete_local_model, list_local_models, user_model_dirs
+    from core.settings import load_settings
+
+    dirs = user_model_dirs(load_settings())
+    model = _local_model_named(args.target, args.hub, list_local_models(dirs))
+    blocker = delete_blocker(model, dirs)  # said before the question, not after a y
+    if blocker is not None:
+        raise blocker
+    if not args.yes and not _confirm_delete(model):
+        if args.json:
+            print(json.dumps({"deleted": False, "model": model.to_json(), "freed_bytes": 0}, indent=2))
+        print(t("hub.cli.rm_kept", model=model.model_id), file=sys.stderr)
+        return EXIT_CANCELLED
+    freed = delete_local_model(model, dirs)
+    if args.json:
+        print(json.dumps({"deleted": True, "model": model.to_json(), "freed_bytes": freed}, indent=2))
+    else:
+        print(t("hub.cli.rm_done", model=model.model_id, path=str(model.path), size=human_bytes(freed)),
+              file=sys.stderr)
     return 0

@@ -395,29 +395,42 @@ def live_runs_on(target: Path) -> list[tuple[str, str]]:
     return found
 
 
-def delete_local_model(model: LocalModel, extra_dirs: list[str] | None = None) -> int:
-    """Delete ``model``'s folder and the record of its download (``models list`` would still show it
-    done); returns the bytes freed. Only a folder the listing finds is deleted, and none while a
-    download into it runs or a live run trains on it: that is refused, nothing deleted (cancel the
-    download, stop the run first)."""
+def delete_blocker(model: LocalModel, extra_dirs: list[str] | None = None) -> DeleteRefusedError | None:
+    """Why deleting ``model`` would be refused now, as the error ``delete_local_model`` raises (None when it
+    would go): a folder the listing does not find, a download into it still running (the way to cancel it), a
+    live run of this box training on it (the run, and ``tunedeck stop RUN``). Reads the disk and the runs: off
+    the UI thread. The app says it in the dialog and ``models rm`` before asking, not after a y."""
     from core.hub.download import downloader_alive
 
     known = {m.path.resolve() for m in list_local_models(extra_dirs)}
     target = model.path.resolve()
     if target not in known:
-        raise DeleteRefusedError(t("hub.local.delete_refused", path=str(model.path)))
-    records = _download_records_of(model, target)
-    running = next((job for job in records if job.active and downloader_alive(job.job_dir)), None)
+        return DeleteRefusedError(t("hub.local.delete_refused", path=str(model.path)))
+    running = next((job for job in _download_records_of(model, target)
+                    if job.active and downloader_alive(job.job_dir)), None)
     if running is not None:
-        raise DeleteRefusedError(t("hub.local.delete_downloading", model=running.model_id, path=str(model.path),
-                                   cancel=download_command(running.model_id, running.hub) + " --cancel"))
+        return DeleteRefusedError(t("hub.local.delete_downloading", model=running.model_id, path=str(model.path),
+                                    cancel=download_command(running.model_id, running.hub) + " --cancel"))
     training = live_runs_on(target)
     if training:
         from core.runs.states import state_label
 
         run_id, status = training[0]
-        raise DeleteRefusedError(t("hub.local.delete_in_use", model=model.model_id, path=str(model.path),
-                                   run=run_id, status=state_label(status)))
+        return DeleteRefusedError(t("hub.local.delete_in_use", model=model.model_id, path=str(model.path),
+                                    run=run_id, status=state_label(status)))
+    return None
+
+
+def delete_local_model(model: LocalModel, extra_dirs: list[str] | None = None) -> int:
+    """Delete ``model``'s folder and the record of its download (``models list`` would still show it
+    done); returns the bytes freed. Only a folder the listing finds is deleted, and none while a
+    download into it runs or a live run trains on it: that is refused (``delete_blocker``), nothing
+    deleted (cancel the download, stop the run first)."""
+    blocker = delete_blocker(model, extra_dirs)
+    if blocker is not None:
+        raise blocker
+    target = model.path.resolve()
+    records = _download_records_of(model, target)
     size, _ = _measure(target)
     shutil.rmtree(target)
     for job in records:

@@ -395,7 +395,7 @@ def test_a_second_download_of_a_running_one_follows_it_and_never_refuses_for_dis
             wait_for_download(job, 30)
 
 
-def test_deleting_a_model_removes_its_download_record_and_is_refused_while_it_downloads(hub_server):
+def test_deleting_a_model_removes_its_download_record_and_is_refused_while_it_downloads(hub_server, capsys):
     """After a delete, ``models list`` showed the download 'done' still, its record left behind; a model
     still downloading is not deleted under its downloader (refused with the way to stop it)."""
     from core.hub.download import cancel_download, list_downloads
@@ -415,6 +415,11 @@ def test_deleting_a_model_removes_its_download_record_and_is_refused_while_it_do
     [model] = list_local_models()
     with pytest.raises(DeleteRefusedError, match=r"still downloading .*Qwen2.5-Tiny-Instruct --cancel"):
         delete_local_model(model)
+    from core.cli import main
+
+    # its CLI twin refuses alike, before asking, with the way to stop the download (exit 2, nothing deleted)
+    assert main(["models", "rm", "Qwen/Qwen2.5-Tiny-Instruct", "--yes"]) == 2
+    assert "Qwen2.5-Tiny-Instruct --cancel" in capsys.readouterr().err
     assert plan.target_dir.exists() and read_status(job).active
     assert cancel_download(job)
     hub_server.hub.stall_release.set()

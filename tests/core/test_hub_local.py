@@ -110,6 +110,61 @@ def test_delete_refuses_the_model_a_live_run_trains_on(home, named_by):
     assert delete_local_model(model) == model.size_bytes and not folder.exists()
 
 
+class _Terminal(io.StringIO):
+    """Standard input that is a terminal someone answers on (``answer``)."""
+
+    def isatty(self):
+        return True
+
+
+def test_cli_rm_refuses_as_the_app_does_asks_first_and_deletes(home, monkeypatch, capsys):
+    """The Local tab's x had no headless twin: a script could not delete a model. ``models rm ID|PATH``
+    refuses as the app does (a live run training on it: named, with ``tunedeck stop RUN``; exit 2, nothing
+    deleted), asks y/N on a terminal (no: exit 4, kept), needs ``--yes`` where there is no terminal (exit 2),
+    and deletes with ``--yes`` (``--json``: what went and the bytes freed)."""
+    import signal
+
+    folder = home / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B"
+    _write(folder / "model.safetensors", 50_000)
+    (folder / "config.json").write_text('{"model_type": "qwen2"}')
+    run, holder = _live_run_of("Qwen/Qwen2.5-0.5B")
+    try:
+        assert main(["models", "rm", "Qwen/Qwen2.5-0.5B", "--yes"]) == 2
+        err = capsys.readouterr().err
+        assert f"Run {run.id} (running) trains on Qwen/Qwen2.5-0.5B" in err and f"tunedeck stop {run.id}" in err
+        monkeypatch.setattr("sys.stdin", _Terminal("y\n"))
+        assert main(["models", "rm", str(folder)]) == 2  # refused before the question: the y is never read
+        assert "Delete " not in capsys.readouterr().err and sys_stdin_left() == "y\n"
+        assert (folder / "model.safetensors").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))  # a pipe: no terminal to ask on
+    assert main(["models", "rm", "Qwen/Qwen2.5-0.5B"]) == 2
+    assert "add --yes" in capsys.readouterr().err and folder.exists()
+    monkeypatch.setattr("sys.stdin", _Terminal("n\n"))
+    assert main(["models", "rm", "qwen/qwen2.5-0.5b"]) == 4
+    err = capsys.readouterr().err
+    assert f"Delete Qwen/Qwen2.5-0.5B ({folder}, " in err and "nothing was deleted" in err and folder.exists()
+    monkeypatch.setattr("sys.stdin", _Terminal("y\n"))
+    assert main(["models", "rm", "Qwen/Qwen2.5-0.5B", "--hub", "hf"]) == 2  # not that hub's
+    assert "no model Qwen/Qwen2.5-0.5B on disk" in capsys.readouterr().err and folder.exists()
+    assert main(["models", "rm", "tiny", "--yes"]) == 2
+    assert "bundled" in capsys.readouterr().err
+    assert main(["models", "rm", str(folder / ".."), "--yes"]) == 2  # a folder above a model is none
+    assert "not a model folder" in capsys.readouterr().err and folder.exists()
+    assert main(["models", "rm", str(folder), "--yes", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["deleted"] is True and out["model"]["id"] == "Qwen/Qwen2.5-0.5B" and out["freed_bytes"] >= 50_000
+    assert not folder.exists()
+
+
+def sys_stdin_left():
+    import sys
+
+    return sys.stdin.read()
+
+
 def test_file_selection_prefers_safetensors_and_honours_include():
     files = [RepoFile(p, 1) for p in ("config.json", "model.safetensors", "pytorch_model.bin", "model.gguf",
                                       "original/consolidated.pth", "tokenizer.json")]
