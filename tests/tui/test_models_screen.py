@@ -142,11 +142,53 @@ def test_download_progress_then_local_delete_with_confirmation(hub_env):
             await pilot.press("n")  # declined: nothing happens
             await wait_for(pilot, lambda: "Delete Qwen/Qwen2.5-Tiny-Instruct?" not in screen_text(app))
             assert path.is_dir()
-            await pilot.press("x", "y")
+            await pilot.press("x")  # the dialog opens once the check (off the UI thread) says it may go
+            await wait_for(pilot, lambda: "Delete Qwen/Qwen2.5-Tiny-Instruct?" in screen_text(app))
+            await pilot.press("y")
             await wait_for(pilot, lambda: not path.exists() and local.row_count == BUNDLED)
             assert "No models on disk" in screen_text(app)
 
     asyncio.run(scenario())
+
+
+def test_a_delete_that_would_be_refused_says_why_in_the_dialog_with_no_y_to_press(hub_env, tmp_path):
+    """x on a model a live run trains on opened "Delete …? y/n", and only after y did a notice say it was
+    refused. The dialog itself now says why and the way out (the run, tunedeck stop RUN), with no y/n; y
+    there deletes nothing. Fake GPUs: one H200 (fixture); the run is a live supervisor lock, no GPU used."""
+    import signal
+
+    from tests.core.test_hub_local import _live_run_of
+
+    folder = tmp_path / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"x" * 5000)
+    (folder / "config.json").write_text('{"model_type": "qwen2"}')
+    run, holder = _live_run_of("Qwen/Qwen2.5-0.5B")
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("2")
+            local = screen.query_one("#local-models")
+            await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED)
+            await pilot.press("x")
+            await wait_for(pilot, lambda: "Cannot delete Qwen/Qwen2.5-0.5B now" in screen_text(app))
+            text = screen_text(app)
+            assert f"tunedeck stop {run.id}" in text and "Delete Qwen/Qwen2.5-0.5B?" not in text
+            assert t("dashboard.confirm_keys") not in text  # no y/n offered
+            await pilot.press("y")  # nothing to confirm: still the same dialog, nothing deleted
+            await pilot.pause()
+            assert "Cannot delete Qwen/Qwen2.5-0.5B now" in screen_text(app) and folder.is_dir()
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is screen)
+            assert folder.is_dir()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
 
 
 def test_offline_hub_says_so_and_local_tab_works(tmp_path, monkeypatch):

@@ -202,6 +202,16 @@ class LocalFacts(Message):
         self.path = path
 
 
+class DeleteChecked(Message):
+    """Whether the Local tab's ``model`` may be deleted now (read off the UI thread): ``refusal`` says why not
+    and the way out (a download still running into it, a live run training on it), "" when it may."""
+
+    def __init__(self, model: Any, refusal: str) -> None:
+        super().__init__()
+        self.model = model
+        self.refusal = refusal
+
+
 class DownloadStarted(Message):
     def __init__(self, job_dir: Path | None, error: str | None, model_id: str = "") -> None:
         super().__init__()
@@ -1101,6 +1111,25 @@ class ModelsScreen(Screen[None]):
         model = self._selected_local() if self.tab == "local" else None
         if not isinstance(model, LocalModel):
             self.notify(t("modelsscreen.nothing_selected"), severity="warning")
+            return
+        self._delete_check_worker(model)  # a refusal is said in the dialog, not after a y
+
+    @work(thread=True, exclusive=True, group="hub-delete-check", exit_on_error=False)
+    def _delete_check_worker(self, model: Any) -> None:
+        from core.hub.local import delete_blocker, user_model_dirs
+
+        blocker = delete_blocker(model, user_model_dirs(self.app.settings))  # type: ignore[attr-defined]
+        self.post_message(DeleteChecked(model, str(blocker) if blocker is not None else ""))
+
+    def on_delete_checked(self, message: DeleteChecked) -> None:
+        model = message.model
+        if not self.is_current:
+            return  # left (or a dialog opened) while the check ran: no dialog over another screen
+        if message.refusal:  # no y to press for what would be refused: why, and the way out
+            from tui.widgets.text_modal import TextModal
+
+            self.app.push_screen(TextModal(t("modelsscreen.delete_refused_title", model=model.model_id),
+                                           message.refusal))
             return
         from tui.widgets.confirm import ConfirmScreen
 
