@@ -156,22 +156,14 @@ class Downloader:
                 except (FatalDownloadError, LocalWriteError):
                     raise
                 except (requests.RequestException, OSError) as exc:
-                    # An attempt that wrote bytes before the link dropped made progress: only attempts that
-                    # wrote none count towards giving up (a flaky link that drops every few MB gets there).
-                    progressed = (part.stat().st_size if part.is_file() else 0) > offset
-                    stalled = 0 if progressed else stalled + 1
-                    retries += 1
-                    self.event("retry", file=item["path"], offset=offset, reason=bounded_reason(str(exc)))
-                    if stalled >= MAX_STALLED_ATTEMPTS:
-                        raise FatalDownloadError(t("hub.download.gave_up", file=item["path"],
-                                                   attempts=stalled, reason=bounded_reason(str(exc)))) from exc
-                    # Said while it waits and tries again: the rate and ETA of before the drop are not live.
-                    self.write_state("running", force=True, retry={
-                        "attempt": retries + 1, "reason": bounded_reason(str(exc), RETRY_REASON_MAX_CHARS)})
-                    time.sleep(min(5.0, 0.25 * 2 ** stalled))
+                    stalled, retries = self._retry(item, offset, part, stalled, retries, str(exc), exc)
                     continue
             if part.stat().st_size != size:
-                continue  # the server closed early without an error: resume from where it stopped
+                # The server ended the body early without an error (a 206 of 0 bytes, a short 200): tried again
+                # with the same back-off, and counted towards giving up, as a dropped link is.
+                short = t("hub.download.short_body", offset=part.stat().st_size, size=size)
+                stalled, retries = self._retry(item, offset, part, stalled, retries, short)
+                continue
             expected = item.get("sha256")
             if expected and _sha256(part) != expected.lower():
                 part.unlink()
@@ -182,6 +174,26 @@ class Downloader:
                 continue
             os.replace(part, final)
             return
+
+    def _retry(self, item: dict[str, Any], offset: int, part: Path, stalled: int, retries: int, reason: str,
+               exc: BaseException | None = None) -> tuple[int, int]:
+        """After an attempt at ``item`` from ``offset`` that did not finish it (the link dropped, or the body
+        ended short): note it, give up (``FatalDownloadError``) after ``MAX_STALLED_ATTEMPTS`` in a row that
+        wrote no byte, else wait its back-off. Returns the new (stalled, retries) counts."""
+        # An attempt that wrote bytes made progress: only attempts that wrote none count towards giving up
+        # (a flaky link that drops every few MB gets there).
+        progressed = (part.stat().st_size if part.is_file() else 0) > offset
+        stalled = 0 if progressed else stalled + 1
+        retries += 1
+        self.event("retry", file=item["path"], offset=offset, reason=bounded_reason(reason))
+        if stalled >= MAX_STALLED_ATTEMPTS:
+            raise FatalDownloadError(t("hub.download.gave_up", file=item["path"], attempts=stalled,
+                                       reason=bounded_reason(reason))) from exc
+        # Said while it waits and tries again: the rate and ETA of before the drop are not live.
+        self.write_state("running", force=True, retry={
+            "attempt": retries + 1, "reason": bounded_reason(reason, RETRY_REASON_MAX_CHARS)})
+        time.sleep(min(5.0, 0.25 * 2 ** stalled))
+        return stalled, retries
 
     def _get(self, url: str, part: Path, offset: int) -> bool:
         """One ranged GET appended to ``part``; True when at least one byte arrived."""

@@ -475,6 +475,31 @@ def test_a_download_whose_hub_goes_away_fails_with_its_whole_reason(hub_server):
     assert all("Connection refused" in e["reason"] for e in events if e["event"] == "retry")
 
 
+def test_a_server_that_keeps_answering_short_without_an_error_is_given_up_on_with_back_off(hub_server):
+    """A server that answered each range request with a 206 of 0 bytes, no error, had the downloader ask again
+    at once, without end: no back-off, never counted as an attempt without progress, the job "running"
+    forever. It is now tried again as a dropped link is (back-off, the retry said in state.json) and given up
+    on after the same six attempts without progress, the bytes that came kept for a resume."""
+    from core.hub.download import MAX_STALLED_ATTEMPTS
+
+    hub_server.hub.short_at = 128 * 1024  # the body ends there; past it, 206 with nothing
+    plan = _plan(include=["model.safetensors"])
+    asked_before = len(hub_server.hub.requests)  # the plan read config.json and the card
+    job = start_download(plan)
+    status = wait_for_download(job, 120)  # six attempts with their back-off, then it gives up
+    assert status.status == "failed", status
+    assert status.error == (f"Gave up on model.safetensors after {MAX_STALLED_ATTEMPTS} attempts without progress: "
+                            f"the server ended the file at byte {128 * 1024} of {len(WEIGHTS)} without an error. "
+                            "Run the download again to resume.")
+    events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
+    retries = [e for e in events if e["event"] == "retry"]
+    # the first answer ended short with bytes (progress: not counted), then six ended with none
+    assert [e["offset"] for e in retries] == [0] + [128 * 1024] * MAX_STALLED_ATTEMPTS
+    fetched = [r for r in hub_server.hub.requests[asked_before:] if r[0] == "GET"]
+    assert len(fetched) == 1 + MAX_STALLED_ATTEMPTS  # one a retry: the loop does not hammer the server
+    assert _partial_size(plan) == 128 * 1024
+
+
 def test_a_reason_too_long_to_keep_is_cut_at_a_word_with_an_ellipsis():
     from core.hub.downloader import REASON_MAX_CHARS, bounded_reason
 

@@ -14,7 +14,7 @@ Hugging Face
 Knobs a test turns: ``slow_s`` (every answer waits that long), ``status`` (every answer is that HTTP status), ``web_page``
 (every answer is a 200 HTML page: a captive portal), ``hold`` (an event: every answer waits
 until it is set, so a test knows no answer came before, whatever the box's speed), ``drop_once`` (file paths whose first
-transfer is cut mid-body), a private repo (401 without the token) and a gated one (403 without it).
+transfer is cut mid-body), ``short_at`` (every file body ends there without an error), a private repo (401 without the token) and a gated one (403 without it).
 """
 
 from __future__ import annotations
@@ -76,6 +76,9 @@ class FakeHub:
     # a test can then act on a download that is certainly under way, however fast the box.
     stall_at: int | None = None
     stall_release: threading.Event = field(default_factory=threading.Event)
+    # Every file body ends at this byte, cleanly: a Content-Length that says so, no error (past it, a 206 of
+    # 0 bytes): a server or proxy that keeps answering short without failing.
+    short_at: int | None = None
     drop_once: set[str] = field(default_factory=set)
     requests: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, range header)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -174,6 +177,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+        if self.hub.short_at is not None:
+            end = min(end, self.hub.short_at - 1)
         body = data[start:end + 1]
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
@@ -182,7 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
         self.send_header("X-Repo-Commit", repo.sha)
         if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+            self.send_header("Content-Range", f"bytes {start}-{max(start, end)}/{len(data)}")
         self.end_headers()
         if self.command == "HEAD":
             return
