@@ -104,7 +104,8 @@ class Downloader:
     def write_state(self, status: str, done: int | None = None, error: str | None = None, force: bool = False,
                     retry: dict[str, Any] | None = None) -> None:
         """Replace ``state.json``; ``retry`` (``{"attempt": n, "reason": ...}``) while the link is being tried
-        again: the rate and ETA then read unknown, not the last good ones, and the rate starts afresh after."""
+        again: the rate and ETA then read unknown, not the last good ones, and the rate starts afresh after.
+        An end state (not ``running``) has none either: a failed job kept its last speed and ETA."""
         now = time.monotonic()
         if not force and now - self._last_state < STATE_INTERVAL_S:
             return
@@ -118,6 +119,8 @@ class Downloader:
             instant = (done - mark_bytes) / (now - mark_time)
             self.rate = instant if self.rate == 0 else 0.6 * self.rate + 0.4 * instant
             self._rate_mark = (now, done)
+        if status != "running":  # an end state (done, failed, cancelled): no speed, nothing left to wait for
+            self.rate = 0.0
         remaining = max(0, self.total - done)
         eta = remaining / self.rate if self.rate > 0 else None
         write_json_atomic(self.job_dir / "state.json", {

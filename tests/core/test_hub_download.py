@@ -500,6 +500,26 @@ def test_a_server_that_keeps_answering_short_without_an_error_is_given_up_on_wit
     assert _partial_size(plan) == 128 * 1024
 
 
+def test_a_failed_download_shows_no_speed_or_time_left(hub_server, capsys):
+    """A download that failed kept the last rate and ETA in its state.json: ``models list --json`` (and the
+    app) showed a speed for a job that no longer moves. An end state has neither."""
+    from core.cli import main
+
+    hub_server.hub.chunk_delay_s = 0.5  # each 64 KiB chunk at least 0.5 s apart: a speed is measured
+    plan = _plan(include=["model.safetensors", "tokenizer.json"])
+    del hub_server.hub.repos["Qwen/Qwen2.5-Tiny-Instruct"].files["tokenizer.json"]  # the second file: 404
+    job = start_download(plan)
+    status = wait_for_download(job, 120)
+    assert status.status == "failed" and status.bytes_done == len(WEIGHTS), status
+    events = [json.loads(line)["event"] for line in (job / "events.jsonl").read_text().splitlines()]
+    assert events.count("file_done") == 1  # it failed with a file behind it, a speed measured on the way
+    state = json.loads((job / "state.json").read_text())
+    assert (state["rate_bps"], state["eta_s"]) == (0.0, None)
+    assert main(["models", "list", "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)["downloads"]
+    assert listed["status"] == "failed" and not listed["rate_bps"] and listed["eta_s"] is None
+
+
 def test_a_reason_too_long_to_keep_is_cut_at_a_word_with_an_ellipsis():
     from core.hub.downloader import REASON_MAX_CHARS, bounded_reason
 
