@@ -200,9 +200,12 @@ class HfSource:
         try:
             raise error
         except HfHubHTTPError as exc:
-            status = getattr(getattr(exc, "response", None), "status_code", None)
+            response = getattr(exc, "response", None)
+            status = getattr(response, "status_code", None)
             if isinstance(status, int):
-                raise status_error(HUB, status, what, self.endpoint, str(exc), operation) from exc
+                content_type = str(getattr(response, "headers", {}).get("content-type", ""))
+                raise status_error(HUB, status, what, self.endpoint, str(exc), operation,
+                                   "text/html" in content_type.lower()) from exc
             raise unreachable_error(HUB, self.endpoint, exc) from exc
         except HubError:
             raise

@@ -24,10 +24,10 @@ __all__ = ["CONNECT_TIMEOUT_S", "ENDPOINT_ENV", "HUB_NAMES", "READ_TIMEOUT_S", "
 
 
 def status_error(hub: str, status: int, what: str, endpoint: str, detail: str = "",
-                 operation: str = "model") -> HubError:
+                 operation: str = "model", web_page: bool = False) -> HubError:
     """The exception for an HTTP error ``status`` on ``what`` (a model id or a file; ``operation``
-    "search" when the request was a search)."""
-    problem = status_problem(hub, endpoint, status, what, detail, operation)
+    "search" when the request was a search; ``web_page`` when the answer was an HTML page)."""
+    problem = status_problem(hub, endpoint, status, what, detail, operation, web_page)
     if problem.kind == "access":
         return HubAccessError(problem.message(), status, problem)
     if problem.kind == "not_found":

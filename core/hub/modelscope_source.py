@@ -111,8 +111,10 @@ class ModelScopeSource:
             status = 404
         if isinstance(status, int) and status >= 400:
             from core.hub.http import status_error
+            from core.hub.problems import looks_like_web_page
 
-            return status_error(HUB, status, what, self.endpoint, str(exc), operation)
+            return status_error(HUB, status, what, self.endpoint, str(exc), operation,
+                                looks_like_web_page(getattr(exc, "response_body", None)))
         return unreachable_error(HUB, self.endpoint, exc)
 
     def _call(self, what: str, fn: Any, *args: Any, operation: str = "model", **kwargs: Any) -> Any:

@@ -136,23 +136,36 @@ def web_page_problem(hub: str, endpoint: str, url: str, content_type: str, statu
     """The hub's address answered a 2xx web page (HTML) where its API answers JSON or a file: a captive
     portal or a proxy's login page (the box is offline in effect), or an endpoint variable pointing at a
     website. Said as such, not as "no models match" or a parser's error."""
-    name = HUB_NAMES[hub]
+    return HubProblem("unreachable", hub, endpoint, t("hub.problem.web_page", hub=HUB_NAMES[hub], endpoint=endpoint),
+                      _web_page_advice(hub, endpoint), f"HTTP {status} {content_type} <- {url}", reason="other")
+
+
+def _web_page_advice(hub: str, endpoint: str) -> tuple[str, ...]:
+    """What to do about a web page where the hub's API belongs: the endpoint variable, where one is set (it
+    may name a website); else the network or proxy (a portal), and the endpoint to try."""
     env = ENDPOINT_ENV[hub]
     if os.environ.get(env, "").strip():
-        advice: tuple[str, ...] = (t("hub.advice.not_a_hub", env=env, hub=name, default=DEFAULT_ENDPOINTS[hub]),)
-    else:
-        proxy = _proxy_variable()
-        advice = (t("hub.advice.proxy_set", env=proxy) if proxy else t("hub.advice.network"),
-                  _endpoint_advice(hub, endpoint))
-    return HubProblem("unreachable", hub, endpoint, t("hub.problem.web_page", hub=name, endpoint=endpoint),
-                      advice, f"HTTP {status} {content_type} <- {url}", reason="other")
+        return (t("hub.advice.not_a_hub", env=env, hub=HUB_NAMES[hub], default=DEFAULT_ENDPOINTS[hub]),)
+    proxy = _proxy_variable()
+    return (t("hub.advice.proxy_set", env=proxy) if proxy else t("hub.advice.network"),
+            _endpoint_advice(hub, endpoint))
+
+
+def looks_like_web_page(body: object) -> bool:
+    """Whether an answer's body (text) is an HTML page: what a website sends, never the hubs' JSON."""
+    return isinstance(body, str) and body.lstrip()[:64].lower().startswith(("<!doctype html", "<html"))
 
 
 def status_problem(hub: str, endpoint: str, status: int, what: str, detail: str = "",
-                   operation: str = "model") -> HubProblem:
+                   operation: str = "model", web_page: bool = False) -> HubProblem:
     """The hub answered HTTP ``status`` about ``what`` (a model id or a file; ``operation`` "search" for
-    a search, where a 404 means the endpoint is not a hub rather than a missing model)."""
+    a search, where a 404 means the endpoint is not a hub rather than a missing model). ``web_page``: the
+    answer was an HTML page; a 404 page is a website's "Not Found" at the endpoint, no hub's answer about a
+    model (the hubs answer a missing model in JSON): not a hub, for ``models info`` as for a search."""
     name, env, token_env = HUB_NAMES[hub], ENDPOINT_ENV[hub], TOKEN_ENV[hub]
+    if status == 404 and web_page:
+        return HubProblem("status", hub, endpoint, t("hub.problem.web_404", hub=name, endpoint=endpoint),
+                          _web_page_advice(hub, endpoint), detail, status=status)
     if status == 401 and operation != "search":
         from core.hub.tokens import token_source
 

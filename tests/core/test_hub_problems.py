@@ -105,6 +105,32 @@ def test_a_web_page_in_place_of_the_hub_is_said_so_in_search_and_details(hub, mo
             assert "answered with a web page" in err
 
 
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_a_website_answering_404_pages_is_no_hub_for_info_as_for_a_search(hub, monkeypatch, capsys):
+    """An endpoint variable naming a website (every path a 404 "Not Found" page): a search said the hub
+    answered 404 and the endpoint may not be a hub, but ``models info`` said the model "does not exist
+    (404). Check the spelling": a wrong lead. Both now say a website answered, not a hub, and what to fix."""
+    with FakeHubServer(standard_hub()) as server:
+        server.hub.web_page, server.hub.web_page_status = True, 404
+        monkeypatch.setenv(ENV[hub], server.url)
+        with pytest.raises(HubUnavailableError) as error:
+            open_hub(hub, timeout_s=120.0).details("Qwen/Qwen2.5-Tiny-Instruct")  # it answers: no race
+        problem = error.value.problem
+        name = "ModelScope" if hub == "modelscope" else "Hugging Face"
+        assert (problem.kind, problem.status, problem.offline) == ("status", 404, False)
+        assert problem.summary == (f"{name} at {server.url} answered HTTP 404 with a web page, not its API: a "
+                                   f"website is at that address, not a {name} server.")
+        assert problem.advice[0].startswith(f"{ENV[hub]} may not point at a {name} server")
+        assert search_problem(hub, timeout_s=120.0).summary == problem.summary  # the search says the same
+        assert main(["models", "info", "Qwen/Qwen2.5-Tiny-Instruct", "--hub", hub]) == 3
+        err = capsys.readouterr().err
+        assert "does not exist" not in err and f"not a {name} server" in err
+        server.hub.web_page = False  # the hub itself: a model it lacks is still one that does not exist
+        with pytest.raises(Exception) as missing:
+            open_hub(hub, timeout_s=120.0).details("Qwen/No-Such-Model")
+        assert "does not exist (404)" in str(missing.value)
+
+
 def _no_hf_calls_left() -> None:
     """Wait until no HF call thread is alive (abandoned ones end at their next request: the SDK's
     back-off is at most 8 s), so that none closes the SDK's shared client under this test's call."""

@@ -12,7 +12,7 @@ Hugging Face
   ``GET /api/models``, ``GET /api/models/{id}[/revision/{rev}]``, ``GET|HEAD /{id}/resolve/{rev}/{path}``
 
 Knobs a test turns: ``slow_s`` (every answer waits that long), ``status`` (every answer is that HTTP status), ``web_page``
-(every answer is a 200 HTML page: a captive portal), ``hold`` (an event: every answer waits
+(every answer is a 200 HTML page: a captive portal; with ``web_page_status`` 404, a website's Not Found page), ``hold`` (an event: every answer waits
 until it is set, so a test knows no answer came before, whatever the box's speed), ``drop_once`` (file paths whose first
 transfer is cut mid-body), ``short_at`` (every file body ends there without an error), a private repo (401 without the token) and a gated one (403 without it).
 """
@@ -70,6 +70,7 @@ class FakeHub:
     slow_s: float = 0.0
     status: int | None = None  # every answer is this HTTP status (a hub that is down: 503)
     web_page: bool = False  # every answer is a 200 HTML page: a captive portal, a website at the endpoint
+    web_page_status: int = 200  # the status of that page: 404, a website's "Not Found" page for every API path
     hold: threading.Event | None = None  # answers wait until it is set (a ceiling of a minute)
     chunk_delay_s: float = 0.0  # pause between 64 KiB chunks of a file body (a slow link)
     # A file body stops at this byte of the file until ``stall_release`` is set (a ceiling of a minute):
@@ -228,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(self.hub.status, {"error": "the fake hub is down"})
         if self.hub.web_page:
             page = b"<!DOCTYPE html><html><head><title>Wi-Fi login</title></head><body>Sign in</body></html>"
-            self.send_response(200)
+            self.send_response(self.hub.web_page_status)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(page)))
             self.end_headers()
