@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
     search.set_defaults(handler=run_search)
 
     info = sub.add_parser("info", help=t("hub.help.info"), description=t("hub.help.info"))
-    info.add_argument("model_id", metavar="ID", help=t("hub.help.id"))
+    info.add_argument("model_id", metavar="ID|PATH", help=t("hub.help.info_target"))
     common(info)
     info.set_defaults(handler=run_info)
 
@@ -234,14 +234,14 @@ def _print_facts(facts: Any, fits: Any) -> None:
 
 
 def _config_info(args: argparse.Namespace, name: str, config: dict[str, Any], model: dict[str, Any],
-                 title: str) -> int:
+                 title: str, notes: list[str] | None = None) -> int:
     """``models info`` from a config.json on this box (no hub asked): its facts and fit, ``model`` as the
-    JSON's ``model``, ``title`` the text's first line."""
+    JSON's ``model``, ``title`` the text's first line, ``notes`` said after the facts (on stderr)."""
     from core.estimate import ArchitectureError
     from core.hub.facts import fit_on_box, model_facts
 
     facts = fits = None
-    notes: list[str] = []
+    notes = list(notes or [])
     try:
         facts = model_facts(config, name=name)
         fits = fit_on_box(config, _box(), name=name)
@@ -288,6 +288,37 @@ def _local_info(args: argparse.Namespace, exc: BaseException, endpoint: str) -> 
                         f"{args.model_id}  ({t('hub.cli.on_disk_label')})")
 
 
+def _folder_info(args: argparse.Namespace, folder: Any, config_path: Any = None) -> int:
+    """``models info /some/folder``: the facts and fit of its config.json, as the app's Local tab shows them,
+    the model as the Local tab names it (a hub cache's by its id), and what it lacks to be trained, if
+    anything; no config.json there, or one that cannot be read: a usage error (exit 2) saying so."""
+    from core.errors import CliError
+    from core.hub.download import human_bytes, list_downloads
+    from core.hub.local import config_json_of, download_of, folder_model, local_model_at, user_model_dirs
+    from core.settings import load_settings
+
+    model = local_model_at(folder, user_model_dirs(load_settings()))
+    listed = model is not None
+    if model is None:  # a folder the Local tab does not list: its own config.json only (not a folder of models)
+        model = folder_model(folder)
+        path = config_path or (folder / "config.json" if (folder / "config.json").is_file() else None)
+    else:
+        path = config_path or config_json_of(model, folder)
+    if path is None:
+        raise CliError(t("hub.cli.folder_no_config", path=str(folder)), 2)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CliError(t("hub.cli.folder_config_unreadable", path=str(path), error=str(exc)), 2) from exc
+    if not isinstance(config, dict):
+        raise CliError(t("hub.cli.folder_config_unreadable", path=str(path), error=type(config).__name__), 2)
+    notes = [] if model.complete else [_incomplete_reason(model, download_of(model, list_downloads()), listed)]
+
+    label = t("hub.cli.folder_label", path=str(model.path), size=human_bytes(model.size_bytes))
+    return _config_info(args, model.model_id, config, {**model.to_json(), "config_path": str(path)},
+                        f"{model.model_id}  ({label})", notes)
+
+
 def run_info(args: argparse.Namespace) -> int:
     from core.estimate import ArchitectureError
     from core.hub.download import human_bytes
@@ -298,6 +329,11 @@ def run_info(args: argparse.Namespace) -> int:
     bundled = find_bundled(args.model_id)
     if bundled is not None:
         return _bundled_info(args, bundled)
+    from pathlib import Path
+
+    path = Path(args.model_id).expanduser()
+    if path.exists():  # a folder (or its config.json) on disk, as plan and estimate take it: no hub asked
+        return _folder_info(args, path.parent if path.is_file() else path, path if path.is_file() else None)
     _check_id(args.model_id)
     source = _source(args)
     try:
@@ -541,10 +577,11 @@ def _follow_download(args: argparse.Namespace, job_dir: Any, model_id: str, targ
     raise CliError(t("hub.cli.download_failed", model=model_id, error=status.error or status.status), 3)
 
 
-def _incomplete_reason(model: Any, download: Any) -> str:
+def _incomplete_reason(model: Any, download: Any, listed: bool = True) -> str:
     """Why a model on disk cannot be trained as it is, and what to do: the command that resumes its
     download (a hub's model), or what the folder lacks (one of the user's). ``download`` is tunedeck's
-    record of the download that filled the folder, if any: its hub and id are known, whatever the folder holds."""
+    record of the download that filled the folder, if any: its hub and id are known, whatever the folder holds;
+    ``listed`` False for a folder ``models list`` does not show (``models info PATH``): no setting to undo."""
     from core.hub.local import download_command, partial_files
 
     hub, model_id = _incomplete_id(model, download)
@@ -562,7 +599,7 @@ def _incomplete_reason(model: Any, download: Any) -> str:
     if stopped:
         text = t("hub.cli.incomplete.download", status=stopped) + " " + text
     return text + " " + (t("hub.cli.incomplete.resume", command=resume) if resume
-                         else t("hub.cli.incomplete.folder"))
+                         else t("hub.cli.incomplete.folder") if listed else t("hub.cli.incomplete.unlisted"))
 
 
 def _incomplete_id(model: Any, download: Any) -> tuple[str, str]:

@@ -335,6 +335,28 @@ def hub_model_of(folder: Path) -> tuple[str, str] | None:
     return None
 
 
+def local_model_at(path: Path, extra_dirs: list[str] | None = None) -> LocalModel | None:
+    """The model on disk at ``path`` as the Local tab lists it (a hub cache's model by its id, ``path`` its
+    folder or a folder inside it, a snapshot); None for a folder the Local tab does not list."""
+    resolved = path.resolve()
+    found = [m for m in list_local_models(extra_dirs) if _within(resolved, m.path)]
+    return max(found, key=lambda m: len(m.path.resolve().parts)) if found else None  # the innermost folder
+
+
+def folder_model(path: Path) -> LocalModel:
+    """``path`` measured as a model folder of the user's (its config.json in it), named by its name."""
+    resolved = path.resolve()
+    return _entry("folder", resolved.name, resolved)
+
+
+def config_json_of(model: LocalModel, path: Path | None = None) -> Path | None:
+    """The config.json the Local tab reads for ``model``: in ``path`` (a folder the user named inside it) first,
+    then its folder, a snapshot of it, a folder inside it; None when there is none."""
+    found = [*([path / "config.json"] if path is not None else []), model.path / "config.json",
+             *sorted(model.path.glob("snapshots/*/config.json")), *sorted(model.path.glob("*/config.json"))]
+    return next((p for p in found if p.is_file()), None)
+
+
 class DeleteRefusedError(TunedeckError, ValueError):
     """A folder the local listing does not know: nothing is deleted (exit 2)."""
 

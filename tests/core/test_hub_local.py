@@ -303,6 +303,40 @@ def test_cli_refuses_what_is_not_a_hub_id_before_asking_a_hub(home, monkeypatch,
     assert "not a hub id" in err and "owner/name" in err and "not reachable" not in err
 
 
+def test_cli_info_of_a_folder_gives_its_facts_as_the_local_tab_does(home, monkeypatch, capsys):
+    """`models info /some/folder` said "not a hub id" where the app's Local tab shows the folder's facts and
+    fit from its config.json. It gives them, named as the Local tab names the model (a hub cache's by its id),
+    says what it lacks to be trained, and asks no hub (the hub here is out of reach). Fake GPUs: none (the
+    fit is on the reference GPU)."""
+    from tests.hubserver import tiny_config
+
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())
+    mine = home / "mine" / "my-model"
+    _write(mine / "model.safetensors", 1000)
+    (mine / "config.json").write_text(json.dumps(tiny_config()))
+    assert main(["models", "info", str(mine), "--json"]) == 0
+    out, err = capsys.readouterr()
+    info = json.loads(out)
+    assert info["model"]["id"] == "my-model" and info["model"]["path"] == str(mine) and info["model"]["complete"]
+    assert info["facts"]["layers"] == 2 and [row["method"] for row in info["fit"]] == ["full", "lora", "qlora"]
+    assert "not reachable" not in err and info["notes"] == []
+    snapshot = home / "hf" / "hub" / "models--meta--Tiny-Base" / "snapshots" / "abc"
+    (snapshot).mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(tiny_config()))  # config only: no weights yet
+    assert main(["models", "info", str(snapshot)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0].startswith("meta/Tiny-Base  (on disk: ") and "layers" in out
+    assert "no weights (*.safetensors, *.bin), only config.json" in err
+    assert "tunedeck models download meta/Tiny-Base --hub hf resumes it" in err
+    empty = home / "nothing-here"
+    empty.mkdir()
+    assert main(["models", "info", str(empty)]) == 2
+    assert f"{empty} holds no config.json: not a model folder." in capsys.readouterr().err
+    (empty / "config.json").write_text("{not json")
+    assert main(["models", "info", str(empty)]) == 2
+    assert f"cannot read {empty / 'config.json'}: " in capsys.readouterr().err
+
+
 def test_cli_info_of_a_bundled_model_needs_no_hub(home, monkeypatch, capsys):
     monkeypatch.setenv("MODELSCOPE_ENDPOINT", closed_port_url())
     assert main(["models", "info", "tiny", "--json"]) == 0
