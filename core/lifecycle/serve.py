@@ -4,7 +4,8 @@ A server is filed under its id: a run's under the run id, a ``--model-dir`` fold
 name, which is also the model id it serves (``model_dir_id``). State lives in ``data_root()/serve/<id>/``
 (0700): ``state.json`` (pid, host, port, url, backend,
 status; every writer changes it through ``serve_record.update_state``, under ``state.lock``), ``lock``
-(flock'ed by our own server for its whole life) and ``server.log``. The server runs in
+(flock'ed by our own server for its whole life), ``start.lock`` (flock'ed by a start from its last look for a
+server until its server is launched: one start at a time) and ``server.log``. The server runs in
 its own session, so it survives the SSH session and the app that started it. Backends: vLLM or LMDeploy
 when installed (they serve the merged model), otherwise ``core.lifecycle.server``.
 """
@@ -24,7 +25,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -392,33 +394,44 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     # of an earlier start, still exiting, must not write its "stopped" over this one)
     start_id = secrets.token_hex(8)
     ours = {"start_id": start_id}
-    write_fresh_state(directory, {"status": "starting", "backend": chosen, "host": host, "port": port, **what,
-                                  **step, "started": time.time(), **ours})
-    log_path = directory / "server.log"
-    cmd = _backend_command(chosen, run, key, directory, host, port, checkpoint, model_dir, api_key,
-                           max_body_bytes, start_id=start_id)
-    env = {k: v for k, v in os.environ.items() if k not in ("TUNEDECK_API_KEY", "VLLM_API_KEY")}
-    if api_key:
-        env["VLLM_API_KEY" if chosen == "vllm" else "TUNEDECK_API_KEY"] = api_key
     warning = warn_if_public(host, api_key)
-    if warning and warn is not None:
-        warn(warning)
-    with open(log_path, "ab") as log_file:
-        os.chmod(log_path, 0o600)
-        if warning and chosen != "transformers":  # ours logs it itself
-            log_file.write(f"WARNING {warning}\n".encode())
-            log_file.flush()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=str(Path(__file__).resolve().parents[2]),
-                                close_fds=True, env=env)
-    if chosen == "transformers":  # found alive while it starts, before it takes its lock (_starting)
-        from core.runs.liveness import process_start_time
+    # One start at a time per id, from the last look for a server through its fresh record and its process
+    # with its pid: two starts that both waited for the same server being stopped (the app's panel and a
+    # script's `serve`) each wrote a fresh record once its lock was let go, and the second's server met the
+    # first's lock (a failed start) or the first's record was replaced under it. The one that comes second
+    # now finds the first's server, starting, and is refused as a second start is. Held for moments (the
+    # server is launched, not waited for); the wait for it to be ready comes after.
+    with _start_lock(directory, key, cancelled):
+        existing = server_state(key)
+        if existing is not None:
+            raise LifecycleError(_already_serving(existing, run, checkpoint))
+        _wait_while_stopping(key, cancelled, note)  # stopped again meanwhile (its server still exiting)
+        write_fresh_state(directory, {"status": "starting", "backend": chosen, "host": host, "port": port,
+                                      **what, **step, "started": time.time(), **ours})
+        log_path = directory / "server.log"
+        cmd = _backend_command(chosen, run, key, directory, host, port, checkpoint, model_dir, api_key,
+                               max_body_bytes, start_id=start_id)
+        env = {k: v for k, v in os.environ.items() if k not in ("TUNEDECK_API_KEY", "VLLM_API_KEY")}
+        if api_key:
+            env["VLLM_API_KEY" if chosen == "vllm" else "TUNEDECK_API_KEY"] = api_key
+        if warning and warn is not None:
+            warn(warning)
+        with open(log_path, "ab") as log_file:
+            os.chmod(log_path, 0o600)
+            if warning and chosen != "transformers":  # ours logs it itself
+                log_file.write(f"WARNING {warning}\n".encode())
+                log_file.flush()
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                                    start_new_session=True, cwd=str(Path(__file__).resolve().parents[2]),
+                                    close_fds=True, env=env)
+        if chosen == "transformers":  # found alive while it starts, before it takes its lock (_starting)
+            from core.runs.liveness import process_start_time
 
-        update_state(directory, where=ours, pid=proc.pid, pid_start=process_start_time(proc.pid))
-    else:
-        scheme_host = f"[{host}]" if ":" in host else host
-        update_state(directory, where=ours, pid=proc.pid, url=f"http://{scheme_host}:{port}/v1", status="loading",
-                     auth=bool(api_key))
+            update_state(directory, where=ours, pid=proc.pid, pid_start=process_start_time(proc.pid))
+        else:
+            scheme_host = f"[{host}]" if ":" in host else host
+            update_state(directory, where=ours, pid=proc.pid, url=f"http://{scheme_host}:{port}/v1",
+                         status="loading", auth=bool(api_key))
     state = _await_ready(key, timeout, cancelled, proc)
     if state is not None and run is not None:
         run.record_event("serve_started", url=state.url, pid=state.pid, backend=chosen, auth=bool(api_key),
@@ -483,6 +496,28 @@ def _wait_while_stopping(key: str, cancelled: Callable[[], bool] | None,
         time.sleep(0.1)
 
 
+@contextmanager
+def _start_lock(directory: Path, key: str, cancelled: Callable[[], bool] | None) -> Iterator[None]:
+    """Hold ``directory/start.lock`` (flock), another start of the same id letting go of it first: it holds it
+    only while it writes its record and launches its server (and, rarely, while a server stopped meanwhile
+    ends, bounded by ``STOPPING_WAIT_S``). Polled, so that ``cancelled`` ends the wait."""
+    from core.i18n import t
+
+    fd = os.open(directory / "start.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if cancelled is not None and cancelled():
+                    raise ServeWaitCancelled(t("lifecycle.serve_start_wait_cancelled", run=key)) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def _already_serving(existing: ServerState, run: RunDirectory | None, checkpoint: int | None) -> str:
     """Why a second server of the same id is refused; for a run, with the checkpoint the running one serves
     when it is not the one asked for (``checkpoint``, or the newest): a server started while the run was
@@ -500,6 +535,8 @@ def _already_serving(existing: ServerState, run: RunDirectory | None, checkpoint
     if wanted is not None and wanted != existing.step:
         return t("lifecycle.serve_already_other_step", run=existing.run_id, url=existing.url, pid=existing.pid,
                  served=existing.step, wanted=wanted)
+    if not existing.url:  # our server still starting (its address comes with its lock): "at –" said nothing
+        return t("lifecycle.serve_already_starting", run=existing.run_id, pid=existing.pid)
     return t("lifecycle.serve_already", run=existing.run_id, url=existing.url, pid=existing.pid)
 
 

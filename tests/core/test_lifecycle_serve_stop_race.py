@@ -191,6 +191,92 @@ def test_a_new_start_waits_for_the_server_still_exiting_then_serves_on_its_own_r
             starter.join(timeout=300)
 
 
+def test_two_starts_waiting_for_the_same_stopping_server_start_one_server_and_refuse_the_other(lora_run,
+                                                                                               monkeypatch,
+                                                                                               tmp_path):
+    """Two starts of the run (the app's panel and a script's `serve`, two shells) both waiting for the server
+    being stopped: once it let go of its lock, each wrote a fresh record and launched a server, and the second
+    server met the first's lock (or the first's record was replaced under it): a failed start, or a server
+    running unrecorded. Starting is now one at a time per run: the start that comes second sees the first's
+    server starting and is refused as a second start of a running server is, before anything of its own is
+    written or launched. The old server is held at its last write (its lock held) while both starts wait;
+    the new servers are held before they start (no lock taken), so the second start finds the lock free
+    whatever the box's speed. Tiny LoRA run on CPU, no GPU assumed."""
+    import os
+    import signal
+
+    from core.lifecycle import serve
+    from tests.fixtures.lifecycle.serving import (
+        hold_server_at_exit,
+        hold_server_before_start,
+        start_server_thread,
+    )
+
+    _home, run = lora_run
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    hold_server_at_exit(monkeypatch, gates)
+    real_terminate = serve._terminate
+    monkeypatch.setattr(serve, "_terminate", lambda pid, grace=15.0: real_terminate(pid, grace=600.0))
+    monkeypatch.setattr(serve, "STOPPING_WAIT_S", 600.0)
+    old = serve.start_server(run, timeout=300)
+    hold_server_before_start(monkeypatch, gates / "start")  # the servers of the two starts below
+    spawned: list[int] = []
+    real_popen = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        spawned.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(serve.subprocess, "Popen", popen)
+    stopper = threading.Thread(target=serve.stop_server, args=(run.id,))
+    done = threading.Event()
+    notes: list[list[str]] = [[], []]
+    starts = [start_server_thread(run, timeout=300, cancelled=done.is_set, note=notes[index].append)
+              for index in range(2)]
+    try:
+        stopper.start()
+        _wait_for(lambda: (gates / "exiting").exists(), "the old server at its last write")
+        for thread, _outcome in starts:
+            thread.start()
+        _wait_for(lambda: all(notes) or any(outcome for _thread, outcome in starts), "both starts' notes")
+        assert not any(outcome for _thread, outcome in starts)  # both wait for the old server
+        (gates / "exit").touch()
+        stopper.join(timeout=700)
+        assert not serve._pid_alive(old.pid)
+        # one start refused while the other's server is still held before it starts: a state, not a speed
+        _wait_for(lambda: sum(len(outcome) for _thread, outcome in starts) == 1 or len(spawned) > 1,
+                  "one start's refusal (or a second server)", 300)
+        assert len(spawned) == 1, f"both starts launched a server: {spawned}"
+        refused = next(outcome[0] for _thread, outcome in starts if outcome)
+        assert type(refused) is serve.LifecycleError, refused
+        assert f"a server for {run.id} is already starting (pid {spawned[0]})" in str(refused), refused
+        record = serve.read_server_record(run.id)
+        assert record["pid"] == spawned[0] and record["status"] == "starting", record
+        (gates / "start").touch()
+        for thread, _outcome in starts:
+            thread.join(timeout=300)
+        ready = [outcome[0] for _thread, outcome in starts if outcome[0] is not refused]
+        assert len(ready) == 1 and isinstance(ready[0], serve.ServerState), ready
+        record = serve.read_server_record(run.id)
+        assert ready[0].pid == spawned[0] == record["pid"] and record["status"] == "ready", record
+        assert serve.stop_server(run.id) is True and not serve._pid_alive(spawned[0])
+    finally:  # whatever failed, no server of this test outlives it
+        done.set()
+        (gates / "exit").touch()
+        (gates / "start").touch()
+        serve.stop_server(run.id)
+        for pid in (old.pid, *spawned):
+            if pid and serve._pid_alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+        if stopper.ident:
+            stopper.join(timeout=700)
+        for thread, _outcome in starts:
+            if thread.ident:
+                thread.join(timeout=300)
+
+
 def test_a_write_made_for_another_start_leaves_the_record_alone(tmp_path):
     """A server still exiting when a new start has begun writes its last "stopped" with its own start id:
     it lands on its own record only, never on the new start's ("stopped" being for good, the new server
