@@ -336,7 +336,8 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
                  timeout: float = 600.0, cancelled: Callable[[], bool] | None = None,
                  api_key: str | None = None, max_body_bytes: int | None = None,
                  warn: Callable[[str], None] | None = None,
-                 note: Callable[[str], None] | None = None) -> ServerState:
+                 note: Callable[[str], None] | None = None,
+                 waiting: Callable[[bool], None] | None = None) -> ServerState:
     """Start the server of ``run``, or of the folder ``model_dir`` (one of the two), detached (own session)
     and wait until it answers; returns its state. A run's server is filed under the run id and serves that
     id; a folder's is filed under, and serves, ``model_dir_id`` (the folder's name), not under any run.
@@ -348,7 +349,8 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     A host that is not a loopback address is warned about in the server's log, and to ``warn`` (the CLI's
     stderr) once every refusal has been looked for: a host refused (not this machine's, its port taken) or a
     run that cannot be served is said alone, not after a warning about a server that never starts.
-    ``note``: told once when the start waits for the previous server of the same id, being stopped, to end."""
+    ``note``: told once when the start waits for the previous server of the same id, being stopped, to end;
+    ``waiting``: told True as that wait begins and False once it is over (an app shows the wait as it lasts)."""
     from core.i18n import t
     from core.lifecycle.serve_record import update_state, write_fresh_state
 
@@ -368,7 +370,7 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     # A server being stopped (its record says so) still holds its lock until its process ends: the new one
     # would fail on it ("another server holds …"). Waited for, within the stop's own grace; refused at once
     # when the lock's holder is no server being stopped.
-    _wait_while_stopping(key, cancelled, note)
+    _wait_while_stopping(key, cancelled, note, waiting)
     # Every mistake that can be seen from here is said here, in one line, not in the server's log.
     check_listen_address(host, port)
     source = None
@@ -405,7 +407,7 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
         existing = server_state(key)
         if existing is not None:
             raise LifecycleError(_already_serving(existing, run, checkpoint))
-        _wait_while_stopping(key, cancelled, note)  # stopped again meanwhile (its server still exiting)
+        _wait_while_stopping(key, cancelled, note, waiting)  # stopped again meanwhile (its server still exiting)
         write_fresh_state(directory, {"status": "starting", "backend": chosen, "host": host, "port": port,
                                       **what, **step, "started": time.time(), **ours})
         log_path = directory / "server.log"
@@ -467,13 +469,14 @@ def _lock_holder(directory: Path) -> int | None:
     return None
 
 
-def _wait_while_stopping(key: str, cancelled: Callable[[], bool] | None,
-                         note: Callable[[str], None] | None) -> None:
+def _wait_while_stopping(key: str, cancelled: Callable[[], bool] | None, note: Callable[[str], None] | None,
+                         waiting: Callable[[bool], None] | None = None) -> None:
     """Return once no process holds the lock of the server filed under ``key``. The holder being a server
     that was stopped (its record says "stopped": its stop's grace is running, it finishes a reply, it lets
     go of the GPU) is waited for, up to ``STOPPING_WAIT_S``, ``note`` told once why the start waits; any
     other holder is refused at once, as is one still there once the wait is over (with its pid and what to
-    do). Before, the new server met the lock and the start failed for what is a passing state."""
+    do). Before, the new server met the lock and the start failed for what is a passing state. ``waiting``
+    is told True as the wait begins and False as it ends, however it ends."""
     from core.i18n import t
 
     directory = _state_dir(key)
@@ -486,14 +489,20 @@ def _wait_while_stopping(key: str, cancelled: Callable[[], bool] | None,
         raise LifecycleError(t("lifecycle.serve_lock_held", run=key, lock=lock, pid=pid))
     if note is not None:
         note(t("lifecycle.serve_waiting_for_stop", run=key, pid=pid))
-    deadline = time.monotonic() + STOPPING_WAIT_S
-    while _lock_held(directory):
-        if cancelled is not None and cancelled():
-            raise ServeWaitCancelled(t("lifecycle.serve_stop_wait_cancelled", run=key))
-        if time.monotonic() >= deadline:
-            raise LifecycleError(t("lifecycle.serve_still_stopping", run=key, pid=pid, lock=lock,
-                                   seconds=round(STOPPING_WAIT_S)))
-        time.sleep(0.1)
+    if waiting is not None:
+        waiting(True)
+    try:
+        deadline = time.monotonic() + STOPPING_WAIT_S
+        while _lock_held(directory):
+            if cancelled is not None and cancelled():
+                raise ServeWaitCancelled(t("lifecycle.serve_stop_wait_cancelled", run=key))
+            if time.monotonic() >= deadline:
+                raise LifecycleError(t("lifecycle.serve_still_stopping", run=key, pid=pid, lock=lock,
+                                       seconds=round(STOPPING_WAIT_S)))
+            time.sleep(0.1)
+    finally:
+        if waiting is not None:
+            waiting(False)
 
 
 @contextmanager

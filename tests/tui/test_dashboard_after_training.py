@@ -252,6 +252,61 @@ def test_k_while_the_server_starts_stops_it_and_the_panel_says_stopped_not_faile
         kill_server(run_id, [])
 
 
+def test_v_while_the_previous_server_is_still_stopping_shows_the_wait_in_the_panel(finished, monkeypatch, tmp_path):
+    """k, then v again at once: the new start waits for the stopped server, still exiting with its lock held.
+    The panel said "starting" all along and only a passing note told of the wait; now its status says it
+    waits for the previous server, then goes on to starting and ready once that server has ended. The old
+    server is held at its last write (a state, not a speed) until the panel has shown the wait. CPU only."""
+    import threading
+
+    from core.lifecycle import serve
+    from core.runs import RunDirectory
+    from tests.fixtures.lifecycle.serving import hold_server_at_exit
+
+    _home, run_id = finished
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    hold_server_at_exit(monkeypatch, gates)
+    real_terminate = serve._terminate
+    # the stop's SIGKILL after 15 s would end the held server: a ceiling, not a speed (the start's wait with it)
+    monkeypatch.setattr(serve, "_terminate", lambda pid, grace=15.0: real_terminate(pid, grace=600.0))
+    monkeypatch.setattr(serve, "STOPPING_WAIT_S", 600.0)
+    old = serve.start_server(RunDirectory(runs_dir() / run_id), timeout=300)
+    stopper = threading.Thread(target=serve.stop_server, args=(run_id,))
+    pids = [old.pid]
+
+    async def scenario() -> None:
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), open_run=run_id, persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_finished_dashboard(pilot, app)
+            stopper.start()
+            await wait_for(pilot, lambda: (gates / "exiting").exists(), timeout=120)
+            await pilot.press("v")
+            await wait_for(pilot, lambda: isinstance(app.screen, ServePanel))
+            panel = app.screen
+            await wait_for(pilot, lambda: panel.phase() == "waiting", timeout=120)
+            await pilot.pause()
+            flat = _flat(app)
+            assert "Status waiting for the previous server to end" in flat, flat
+            assert panel.launching and serve.read_server_record(run_id)["pid"] == old.pid  # nothing started yet
+            (gates / "exit").touch()
+            await wait_for(pilot, lambda: panel.phase() != "waiting", timeout=120)
+            assert panel.phase() in ("starting", "loading", "ready"), panel.phase()
+            await wait_for(pilot, lambda: panel.started and panel.phase() == "ready", timeout=300)
+            pids.append(int(panel.state["pid"]))
+            assert pids[1] != old.pid and not pid_alive(old.pid)
+            await pilot.pause()
+            assert "waiting for the previous server" not in _flat(app)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        (gates / "exit").touch()
+        if stopper.ident:
+            stopper.join(timeout=700)
+        kill_server(run_id, pids)
+
+
 def test_v_on_a_server_that_wants_an_api_key_says_so_and_tests_with_the_apps_key(finished, monkeypatch):
     """Against a server started with --api-key the panel said "the test request failed: …: HTTP Error 401:
     Unauthorized" and never that the server needs a key. Now it shows the key is required, skips the test

@@ -329,6 +329,14 @@ class ServerStarted(Message):
         self.newest = newest  # the run's newest complete checkpoint when the server was started or found
 
 
+class ServeWaiting(Message):
+    """The start waits (True) for the run's previous server, being stopped, to end; or no longer (False)."""
+
+    def __init__(self, waiting: bool) -> None:
+        super().__init__()
+        self.waiting = waiting
+
+
 class TestAnswered(Message):
     def __init__(self, reply: str | None, seconds: float, error: str | None = None) -> None:
         super().__init__()
@@ -397,6 +405,7 @@ class ServePanel(KeyedModal[None]):
         # Until the start (or the find) answers: a record of a server that is not alive is the previous
         # one's (stopped, crashed), not this one's, which has not written its own yet.
         self.launching = True
+        self.waiting = False  # the start waits for the previous server, being stopped, to end (ServeWaiting)
         self.newest: int | None = None  # the run's newest checkpoint: a server found may serve an older one
 
     def compose(self) -> ComposeResult:
@@ -433,9 +442,11 @@ class ServePanel(KeyedModal[None]):
                 if server_state(run_dir.name) is not None:  # found, perhaps still loading its model
                     state = wait_until_ready(run_dir.name, cancelled=cancelled)
                 else:
-                    # the previous server still stopping (k, then this panel again): waited for, and said
+                    # the previous server still stopping (k, then this panel again): waited for, said in a
+                    # note and shown in the panel's status while it lasts
                     state = start_server(RunDirectory(run_dir), cancelled=cancelled,
-                                         note=lambda text: app.call_from_thread(app.notify, text, timeout=10))
+                                         note=lambda text: app.call_from_thread(app.notify, text, timeout=10),
+                                         waiting=lambda on: panel.post_message(ServeWaiting(on)))
             except ServeWaitCancelled:
                 return
             except ServeStopped:  # k here (its own note said so) or serve --stop: the panel shows it stopped
@@ -500,8 +511,13 @@ class ServePanel(KeyedModal[None]):
             self.state, self.alive, self.healthy = message.state, message.alive, message.healthy
         self._show()
 
+    def on_serve_waiting(self, message: ServeWaiting) -> None:
+        self.waiting = message.waiting and self.launching
+        self._show()
+
     def on_server_started(self, message: ServerStarted) -> None:
         self.launching = False
+        self.waiting = False
         self.newest = message.newest
         self.started = message.url is not None
         self.start_error = message.error
@@ -524,9 +540,12 @@ class ServePanel(KeyedModal[None]):
 
     # --- presentation ----------------------------------------------------------------------------
     def phase(self) -> str:
-        """starting, loading, ready, stopped or failed: what the panel says the server is doing."""
+        """waiting (for the previous server, being stopped, to end), starting, loading, ready, stopped or
+        failed: what the panel says the server is doing."""
         if self.start_error:
             return "failed"
+        if self.waiting:
+            return "waiting"
         status = str(self.state.get("status") or "starting")
         if self.state and not self.alive and status != "starting":
             return "stopped"
