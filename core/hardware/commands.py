@@ -63,12 +63,14 @@ def render_snapshot(snapshot: Any) -> list[str]:
         lines.append(_row([
             str(gpu.index),
             gpu.name or t("hardware.cli.na"),
-            memory,
+            t("hardware.cli.lost_cell") if gpu.lost else memory,
             _na(gpu.utilization_gpu_pct, "{}%"),
             _na(gpu.temperature_c, "{}°C"),
             power,
-            str(len(gpu.processes)),
+            # A lost GPU's processes cannot be listed: not "0", which reads as an idle GPU.
+            t("hardware.cli.na") if gpu.lost else str(len(gpu.processes)),
         ]))
+    lines.extend(t("hardware.cli.lost", index=gpu.index) for gpu in snapshot.gpus if gpu.lost)
     for gpu in snapshot.gpus:
         for proc in gpu.processes:
             key = "hardware.cli.process" if proc.visible else "hardware.cli.process_hidden"

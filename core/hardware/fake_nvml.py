@@ -4,8 +4,8 @@ It has the same function names, constants and exception classes (``NVMLError`` a
 subclasses, taken from the real binding, which imports without a driver) as the parts of pynvml that
 ``NvmlBackend`` uses, so the real wrapper code runs against recorded values. It counts every call
 (``calls``), can make values move over time (a deterministic waveform seeded per GPU, for charts and
-demos), and can simulate a missing library, an unloaded driver, missing permissions, zero GPUs and
-unsupported fields. A field recorded as null answers NVML_ERROR_NOT_SUPPORTED, as the real GPU did.
+demos), and can simulate a missing library, an unloaded driver, missing permissions, zero GPUs,
+unsupported fields and a lost GPU (``lost``: NVML_ERROR_GPU_IS_LOST, as after an Xid 79). A field recorded as null answers NVML_ERROR_NOT_SUPPORTED, as the real GPU did.
 
 ``TUNEDECK_FAKE_GPUS=/path/to/recording.json`` makes ``open_monitor()`` use it (demos, benchmarks
 with 8 GPUs on a laptop).
@@ -95,6 +95,9 @@ class FakeNvml:
             raise ValueError(f"unknown simulated failure '{fail}'; one of: {', '.join(FAILURES)}")
         self.unsupported = set(unsupported)
         self.compute_capability = compute_capability  # of every GPU; recordings do not hold it
+        # GPU indices that answer GPU_IS_LOST to every call (a GPU recorded as lost does too); a test may add
+        # one mid-session, as a GPU falls off the bus while the app watches.
+        self.lost: set[int] = {g.index for g in recording.gpus if g.lost}
         self.calls: Counter[str] = Counter()
         self.initialized = False
         self._t0: float | None = None
@@ -106,7 +109,10 @@ class FakeNvml:
     def _gpu(self, handle: Any) -> GpuSnapshot:
         if not isinstance(handle, _Handle):
             self._raise("NVML_ERROR_INVALID_ARGUMENT")
-        return self.recording.gpus[handle.position]
+        gpu = self.recording.gpus[handle.position]
+        if gpu.index in self.lost:
+            self._raise("NVML_ERROR_GPU_IS_LOST")
+        return gpu
 
     def _value(self, value: Any) -> Any:
         if value is None:
@@ -196,6 +202,8 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
         if not 0 <= index < len(self.recording.gpus):
             self._raise("NVML_ERROR_INVALID_ARGUMENT")
+        if self.recording.gpus[index].index in self.lost:
+            self._raise("NVML_ERROR_GPU_IS_LOST")
         return _Handle(index)
 
     # --- static facts ----------------------------------------------------------------------------------

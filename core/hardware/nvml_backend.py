@@ -48,6 +48,10 @@ def unavailable(reason: str, nvml_code: int | None = None, detail: str = "") -> 
     return NvmlUnavailable(reason, t(f"hardware.unavailable.{reason}", detail=detail), nvml_code)
 
 
+class _GpuLost(Exception):
+    """A call about one GPU answered NVML_ERROR_GPU_IS_LOST: that GPU cannot be read (until a reboot)."""
+
+
 class _NvmlGone(Exception):
     def __init__(self, error: NvmlUnavailable) -> None:
         super().__init__(error.message)
@@ -100,6 +104,7 @@ class _StaticGpu:
     pcie_width_max: int | None = None
     mig_enabled: bool | None = None
     mig_slots: int = 0
+    lost: bool = False  # already lost when NVML started: no handle to read it by
 
 
 def normalize_bus_id(bus_id: Any) -> str | None:
@@ -184,6 +189,8 @@ class NvmlBackend:
             code = getattr(exc, "value", None)
             if code is not None and code in {self._code(n) for n in _FATAL_AFTER_INIT}:
                 raise _NvmlGone(self._error_for(exc)) from exc
+            if code is not None and code == self._code("NVML_ERROR_GPU_IS_LOST"):
+                raise _GpuLost(function) from exc
             if key is not None and code is not None and code in {self._code(n) for n in _PERMANENT_NA}:
                 self._permanent_na.add(key)
             return None
@@ -194,6 +201,13 @@ class NvmlBackend:
                     self._permanent_na.add(key)
                 return None
             raise
+
+    def _call_unless_lost(self, function: str, *args: Any) -> Any:
+        """``_call`` where a lost GPU's answer is just N/A (topology: the links of the others still count)."""
+        try:
+            return self._call(function, *args)
+        except _GpuLost:
+            return None
 
     def _memo_key(self, function: str, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """Key under which "not supported" is remembered; None for calls on short-lived handles
@@ -271,6 +285,12 @@ class NvmlBackend:
     # --- reading -------------------------------------------------------------------------------------
 
     def _read_static(self, index: int) -> _StaticGpu:
+        try:
+            return self._read_static_facts(index)
+        except _GpuLost:  # what was read before it answered GPU_IS_LOST is not worth keeping
+            return _StaticGpu(index=index, handle=None, lost=True)
+
+    def _read_static_facts(self, index: int) -> _StaticGpu:
         handle = self._call("nvmlDeviceGetHandleByIndex", index)
         gpu = _StaticGpu(index=index, handle=handle)
         if handle is None:  # e.g. a GPU outside this container's cgroup: all its fields stay N/A
@@ -295,6 +315,20 @@ class NvmlBackend:
         return gpu
 
     def _read_gpu(self, gpu: _StaticGpu) -> GpuSnapshot:
+        """One GPU's readings; a GPU NVML calls lost (fallen off the bus) is marked so, with its static facts,
+        rather than read as a GPU whose every field is unsupported and that runs nothing."""
+        if gpu.lost:
+            return GpuSnapshot(index=gpu.index, lost=True)
+        try:
+            return self._read_gpu_fields(gpu)
+        except _GpuLost:
+            return GpuSnapshot(index=gpu.index, name=gpu.name, uuid=gpu.uuid, pci_bus_id=gpu.pci_bus_id,
+                               memory_total_bytes=gpu.memory_total_bytes, power_limit_w=gpu.power_limit_w,
+                               clock_sm_max_mhz=gpu.clock_sm_max_mhz, clock_memory_max_mhz=gpu.clock_memory_max_mhz,
+                               pcie_gen_max=gpu.pcie_gen_max, pcie_width_max=gpu.pcie_width_max,
+                               mig_enabled=gpu.mig_enabled, lost=True)
+
+    def _read_gpu_fields(self, gpu: _StaticGpu) -> GpuSnapshot:
         handle = gpu.handle
         if handle is None:
             return GpuSnapshot(index=gpu.index)
@@ -373,7 +407,7 @@ class NvmlBackend:
         pcie: list[list[str | None]] = [["X" if i == j else None for j in range(n)] for i in range(n)]
         for i in range(n):
             for j in range(i + 1, n):
-                level = self._call("nvmlDeviceGetTopologyCommonAncestor", gpus[i].handle, gpus[j].handle)
+                level = self._call_unless_lost("nvmlDeviceGetTopologyCommonAncestor", gpus[i].handle, gpus[j].handle)
                 pcie[i][j] = pcie[j][i] = levels.get(level)
         by_bus = {g.pci_bus_id: k for k, g in enumerate(gpus) if g.pci_bus_id}
         direct = [[0] * n for _ in range(n)]
@@ -381,14 +415,14 @@ class NvmlBackend:
         gpu_type = getattr(nv, "NVML_NVLINK_DEVICE_TYPE_GPU", 0)
         for i, gpu in enumerate(gpus):
             for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
-                if self._call("nvmlDeviceGetNvLinkState", gpu.handle, link) != nv.NVML_FEATURE_ENABLED:
+                if self._call_unless_lost("nvmlDeviceGetNvLinkState", gpu.handle, link) != nv.NVML_FEATURE_ENABLED:
                     continue
-                remote = self._call("nvmlDeviceGetNvLinkRemotePciInfo", gpu.handle, link)
+                remote = self._call_unless_lost("nvmlDeviceGetNvLinkRemotePciInfo", gpu.handle, link)
                 peer = by_bus.get(normalize_bus_id(getattr(remote, "busId", None)))
                 if peer is not None and peer != i:
                     direct[i][peer] += 1
                     continue
-                kind = self._call("nvmlDeviceGetNvLinkRemoteDeviceType", gpu.handle, link)
+                kind = self._call_unless_lost("nvmlDeviceGetNvLinkRemoteDeviceType", gpu.handle, link)
                 # A link to none of our GPUs goes to an NVSwitch; where the driver cannot say the type,
                 # an NVSwitch is still the likely end (HGX boards). A link to a GPU we cannot see
                 # (outside this container) connects nothing we show.
@@ -410,12 +444,16 @@ class NvmlBackend:
         found = []
         try:
             for gpu in self._gpus:
-                capability = None
-                if gpu.handle is not None:
-                    capability = self._call("nvmlDeviceGetCudaComputeCapability", gpu.handle)
+                capability, migs = None, ()
+                try:
+                    if gpu.handle is not None:
+                        capability = self._call("nvmlDeviceGetCudaComputeCapability", gpu.handle)
+                    migs = self._read_mig(gpu) if gpu.mig_enabled else ()
+                except _GpuLost:
+                    pass
                 found.append(GpuIdentity(gpu.index, gpu.name,
                                          None if capability is None else (int(capability[0]), int(capability[1])),
-                                         gpu.uuid, self._read_mig(gpu) if gpu.mig_enabled else ()))
+                                         gpu.uuid, migs))
         except _NvmlGone as gone:
             self._error = gone.error
             return GpuIdentities(error=self._error)

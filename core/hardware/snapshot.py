@@ -95,6 +95,9 @@ class GpuSnapshot:
     mig_enabled: bool | None = None
     mig_instances: tuple[MigInstance, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
+    # NVML answers GPU_IS_LOST for it (fallen off the bus, Xid 79): no reading, no process list (an empty
+    # ``processes`` then says nothing about what ran on it); only a reboot brings it back.
+    lost: bool = False
 
     @property
     def memory_free_bytes(self) -> int | None:

@@ -181,3 +181,20 @@ def test_a_process_without_a_memory_reading_says_na_without_a_unit():
     lines = render_snapshot(box)
     assert f"  GPU 0  pid 101  {known.used_memory_bytes // 2**20} MiB  root  " in "\n".join(lines)
     assert "  GPU 0  pid 102  N/A  root  python x.py" in lines
+
+
+def test_a_lost_gpu_says_so_and_does_not_claim_zero_processes():
+    """A GPU NVML calls lost (Xid 79) read as a row of N/A with 0 processes, as an idle GPU would."""
+    import dataclasses
+
+    from core.hardware.commands import render_snapshot
+
+    recording = load_snapshot(FIXTURES / "h200x2.json")
+    lost = dataclasses.replace(recording.gpus[1], memory_used_bytes=None, utilization_gpu_pct=None,
+                               temperature_c=None, power_draw_w=None, processes=(), lost=True)
+    lines = render_snapshot(dataclasses.replace(recording, gpus=(recording.gpus[0], lost)))
+    row = next(line for line in lines if line.startswith("  1  "))
+    assert "lost" in row and row.split()[-1] == "N/A"
+    assert t("hardware.cli.lost", index=1) in lines
+    healthy = next(line for line in lines if line.startswith("  0  "))
+    assert "lost" not in healthy and healthy.split()[-1] == "1"

@@ -352,3 +352,35 @@ def test_cuda_version_formatting():
     assert format_cuda_version(13000) == "13.0"
     assert format_cuda_version(12080) == "12.8"
     assert format_cuda_version(None) is None and format_cuda_version(0) is None
+
+
+def test_a_gpu_lost_mid_session_is_marked_lost_not_read_as_unsupported_fields():
+    """Fake GPUs: h200x2, GPU 1 answers NVML_ERROR_GPU_IS_LOST (an Xid 79) after the first poll. It read as a
+    GPU whose every field is N/A and that runs no process; now it is ``lost``, and the other GPU reads on."""
+    clock = SteppingClock()
+    fake = fake_nvml_from_recording(FIXTURES / "h200x2.json", clock=clock)
+    monitor = monitor_over(fake, clock)
+    first = monitor.poll()
+    assert [g.lost for g in first.gpus] == [False, False]
+    fake.lost.add(1)
+    clock.now += 1.0
+    snapshot = monitor.poll()
+    assert snapshot.nvml_error is None
+    healthy, lost = snapshot.gpus
+    assert not healthy.lost and healthy.processes and healthy.utilization_gpu_pct is not None
+    assert lost.lost and lost.processes == () and lost.utilization_gpu_pct is None
+    # its static facts stay: which GPU it is
+    assert (lost.name, lost.uuid, lost.memory_total_bytes) == (first.gpus[1].name, first.gpus[1].uuid,
+                                                               first.gpus[1].memory_total_bytes)
+    data = snapshot.to_json()
+    assert [g["lost"] for g in data["gpus"]] == [False, True]
+    assert BoxSnapshot.from_json(data).gpus[1].lost  # a recording replays it as lost
+
+
+def test_a_gpu_lost_before_nvml_starts_is_marked_lost():
+    recording = load_snapshot(FIXTURES / "h200x2.json")
+    lost = dataclasses.replace(recording.gpus[1], lost=True)
+    recording = dataclasses.replace(recording, gpus=(recording.gpus[0], lost))
+    snapshot = fake_monitor_from_recording(recording, clock=SteppingClock()).poll()
+    assert [g.lost for g in snapshot.gpus] == [False, True]
+    assert snapshot.gpus[0].name == "NVIDIA H200" and snapshot.topology is None  # one GPU left to link

@@ -768,3 +768,39 @@ def test_one_pid_listed_twice_on_a_gpu_is_two_rows_as_tunedeck_gpus_lists_it():
             assert seen == {3 * 1024**3, 1024**3}  # both contexts, each its own row
 
     run(scenario())
+
+
+def test_a_gpu_lost_mid_session_says_so_in_its_card_and_its_compact_line():
+    """Fake GPUs: h200x8, GPU 3 answers NVML_ERROR_GPU_IS_LOST (Xid 79) from the second poll on. Its card read
+    N/A everywhere and "0 proc", like a GPU that does not report those fields and runs nothing; now it says the
+    GPU is lost and what brings it back, in full cards (100x70) and in the 8-GPU fold at 80x24."""
+    from core.hardware.fake_nvml import fake_nvml_from_recording
+    from core.hardware.host import RecordedHostSampler
+    from core.hardware.monitor import HardwareMonitor
+    from core.hardware.nvml_backend import NvmlBackend
+    from core.hardware.processes import RecordedProcessResolver
+
+    async def scenario(size):
+        clock = StepClock()
+        fake = fake_nvml_from_recording(GPU_FIXTURES / "h200x8.json", clock=clock)
+        resolver = RecordedProcessResolver({p.pid: p for g in fake.recording.gpus for p in g.processes})
+        monitor = HardwareMonitor(NvmlBackend(fake, resolver), RecordedHostSampler(fake.recording.host),
+                                  clock=clock, synthetic=True)
+        app = make_app(quiet_settings(), monitor=monitor)
+        async with app.run_test(size=size) as pilot:
+            screen = await open_gpus(pilot, app)
+            card = screen.query_one("#gpu-3", GpuCard)
+            assert t("gpuscreen.lost") not in screen_text(app)
+            fake.lost.add(3)
+            await feed_history(pilot, screen, monitor, clock, 1)
+            await wait_for(pilot, lambda: card.gpu is not None and card.gpu.lost)
+            await wait_screen_stable(pilot, app)
+            text = screen_text(app)
+            compact = card.has_class("-compact")
+            assert t("gpuscreen.lost_compact" if compact else "gpuscreen.lost") in text
+            assert "0 proc" not in text
+            assert screen.query_one("#gpu-procs").row_count == 7  # the others' processes stay
+            return compact
+
+    assert run(scenario((80, 24))) is True
+    assert run(scenario((130, 70))) is False

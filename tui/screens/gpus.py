@@ -228,7 +228,7 @@ class GpuCard(Widget):
     def record(self, gpu: GpuSnapshot) -> None:
         self.gpu = gpu
         self.border_title = f"{gpu.index} · {gpu.name or t('gpuscreen.na')}"
-        self.border_subtitle = (
+        self.border_subtitle = t("gpuscreen.lost") if gpu.lost else (
             f"{_num(gpu.temperature_c, suffix='°C')} · "
             f"{_num(gpu.power_draw_w)}/{_num(gpu.power_limit_w)} W"
         )
@@ -242,6 +242,8 @@ class GpuCard(Widget):
 
     def _full(self, gpu: GpuSnapshot) -> str:
         width = max(20, self.content_region.width)
+        if gpu.lost:  # not a GPU whose every field is N/A and that runs nothing: one that needs a reboot
+            return f"[b $error]{t('gpuscreen.lost')}[/]\n{escape(t('gpuscreen.lost_detail'))}"
         util = gpu.utilization_gpu_pct
         mem = gpu.memory_used_fraction
         bar_width = max(8, width - 30)
@@ -268,6 +270,9 @@ class GpuCard(Widget):
 
     def _compact_line(self, gpu: GpuSnapshot) -> str:
         width = max(40, self.content_region.width)
+        if gpu.lost:
+            name = pad((gpu.name or "").replace("NVIDIA ", ""), 10)
+            return f"[$primary]{gpu.index:>2}[/] {name} [b $error]{escape(truncate(t('gpuscreen.lost_compact'), width - 14))}[/]"
         util = gpu.utilization_gpu_pct
         mem = gpu.memory_used_fraction
         name = pad((gpu.name or "").replace("NVIDIA ", ""), 10)
