@@ -412,6 +412,6 @@ def fake_monitor_from_recording(
         processes = RecordedProcessResolver({p.pid: p for g in recording.gpus for p in g.processes})
     host = LiveHostSampler() if live_host else RecordedHostSampler(recording.host)
     return HardwareMonitor(
-        NvmlBackend(fake, processes), host, interval_s=interval_s, clock=clock, wall_clock=wall_clock,
+        NvmlBackend(fake, processes, clock=clock), host, interval_s=interval_s, clock=clock, wall_clock=wall_clock,
         synthetic=True, source=None if isinstance(path, BoxSnapshot) else Path(path),
     )

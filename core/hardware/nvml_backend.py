@@ -10,6 +10,8 @@ the fake NVML of ``core.hardware.fake_nvml`` can run this same code against reco
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,11 @@ _FATAL_AFTER_INIT = ("NVML_ERROR_UNINITIALIZED", "NVML_ERROR_DRIVER_NOT_LOADED",
                      "NVML_ERROR_LIBRARY_NOT_FOUND", "NVML_ERROR_LIB_RM_VERSION_MISMATCH")
 # Errors that will not change while the process lives: do not ask again.
 _PERMANENT_NA = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND")
+
+# While NVML is unavailable (no driver yet, a driver reloaded or upgraded under a running app), a read tries
+# to start it again this often: a driver that comes up (cloud-init installing it on a fresh box, modprobe,
+# a reboot of the modules) shows its GPUs without restarting tunedeck.
+RETRY_UNAVAILABLE_S = 10.0
 
 _PCIE_LEVEL_NAMES = {
     "NVML_TOPOLOGY_INTERNAL": "PIX",  # two GPUs on one board
@@ -147,9 +154,13 @@ def format_cuda_version(value: int | None) -> str | None:
 class NvmlBackend:
     """Reads GPUs through an nvml module (``pynvml`` or a stand-in with the same names)."""
 
-    def __init__(self, nvml: Any = None, processes: ProcessResolver | None = None) -> None:
+    def __init__(self, nvml: Any = None, processes: ProcessResolver | None = None,
+                 clock: Callable[[], float] = time.monotonic, retry_s: float = RETRY_UNAVAILABLE_S) -> None:
         self._nvml = nvml
         self._processes = processes
+        self._clock = clock
+        self._retry_s = retry_s
+        self._failed_at: float | None = None  # when the kept ``_error`` was found
         self._started = False
         self._initialized = False  # nvmlInit succeeded: close() shuts it down, GPUs or not
         self._error: NvmlUnavailable | None = None
@@ -276,6 +287,8 @@ class NvmlBackend:
         self._started = False
         self._initialized = False
         self._error = None
+        self._failed_at = None
+        self._driver_version = self._cuda_driver_version = None  # a reloaded driver may be another version
         self._gpus = []
         self._topology = None
         self._topology_done = False
@@ -460,9 +473,15 @@ class NvmlBackend:
         return GpuIdentities(tuple(found))
 
     def read(self) -> GpuReading:
-        """One poll of every GPU; NVML being unavailable is a normal result, not an exception."""
+        """One poll of every GPU; NVML being unavailable is a normal result, not an exception (NVML is
+        started again at most every ``retry_s`` while it is)."""
+        if self._started and self._error is not None and self._failed_at is not None \
+                and self._clock() - self._failed_at >= self._retry_s:
+            self.close()
         if not self._started:
             self._start()
+            if self._error is not None:
+                self._failed_at = self._clock()
         if self._processes is None:
             self._processes = LiveProcessResolver()
         if self._error is not None:
@@ -478,6 +497,7 @@ class NvmlBackend:
             gpus = tuple(self._read_gpu(g) for g in self._gpus)
         except _NvmlGone as gone:
             self._error = gone.error
+            self._failed_at = self._clock()
             return GpuReading(
                 driver_version=self._driver_version,
                 cuda_driver_version=self._cuda_driver_version,

@@ -384,3 +384,34 @@ def test_a_gpu_lost_before_nvml_starts_is_marked_lost():
     snapshot = fake_monitor_from_recording(recording, clock=SteppingClock()).poll()
     assert [g.lost for g in snapshot.gpus] == [False, True]
     assert snapshot.gpus[0].name == "NVIDIA H200" and snapshot.topology is None  # one GPU left to link
+
+
+def test_nvml_unavailable_is_tried_again_so_a_driver_that_comes_up_shows_its_gpus():
+    """h200x1 replayed. NVML gone mid-session (a driver reloaded), or not there yet at the first read (a fresh
+    box whose driver cloud-init is still installing): the error was kept for the app's whole life, so the GPU
+    screen said "No GPU readings" until tunedeck was restarted. Now NVML is started again every
+    RETRY_UNAVAILABLE_S while it is unavailable, and not more often."""
+    from core.hardware.nvml_backend import RETRY_UNAVAILABLE_S
+
+    clock = SteppingClock()
+    fake = fake_nvml_from_recording(FIXTURES / "h200x1.json", clock=clock, fail="driver_not_loaded")
+    recording = fake.recording
+    resolver = RecordedProcessResolver({p.pid: p for g in recording.gpus for p in g.processes})
+    monitor = HardwareMonitor(NvmlBackend(fake, resolver, clock=clock), RecordedHostSampler(recording.host),
+                              clock=clock)
+    assert monitor.poll().nvml_error.reason == "driver_not_loaded"
+    fake.fail = None  # the driver is loaded now
+    clock.now += RETRY_UNAVAILABLE_S / 2
+    assert monitor.poll().nvml_error.reason == "driver_not_loaded"  # not retried at every poll
+    assert fake.calls["nvmlInit"] == 1
+    clock.now += RETRY_UNAVAILABLE_S / 2
+    snapshot = monitor.poll()
+    assert snapshot.nvml_error is None and len(snapshot.gpus) == 1 and snapshot.driver_version == "580.159.04"
+
+    fake.initialized = False  # the driver goes away mid-session
+    clock.now += 1.0
+    assert monitor.poll().nvml_error.reason == "nvml_error"
+    clock.now += RETRY_UNAVAILABLE_S
+    snapshot = monitor.poll()  # and comes back
+    assert snapshot.nvml_error is None and len(snapshot.gpus) == 1
+    assert fake.calls["nvmlInit"] == 3
