@@ -72,6 +72,19 @@ def render_snapshot(snapshot: Any) -> list[str]:
         ]))
     lines.extend(t("hardware.cli.lost", index=gpu.index) for gpu in snapshot.gpus if gpu.lost)
     for gpu in snapshot.gpus:
+        # MIG devices, as the GPU screen counts them: where a GPU's own utilisation reads N/A, and the UUIDs
+        # CUDA_VISIBLE_DEVICES takes.
+        for mig in gpu.mig_instances:
+            lines.append(t(
+                "hardware.cli.mig",
+                index=gpu.index,
+                slot=mig.index,
+                gi=_na(mig.gpu_instance_id),
+                ci=_na(mig.compute_instance_id),
+                memory=t("hardware.cli.memory", used=_mib(mig.memory_used_bytes), total=_mib(mig.memory_total_bytes)),
+                uuid=_na(mig.uuid),
+            ))
+    for gpu in snapshot.gpus:
         for proc in gpu.processes:
             key = "hardware.cli.process" if proc.visible else "hardware.cli.process_hidden"
             lines.append(t(

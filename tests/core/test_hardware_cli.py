@@ -198,3 +198,23 @@ def test_a_lost_gpu_says_so_and_does_not_claim_zero_processes():
     assert t("hardware.cli.lost", index=1) in lines
     healthy = next(line for line in lines if line.startswith("  0  "))
     assert "lost" not in healthy and healthy.split()[-1] == "1"
+
+
+def test_mig_devices_are_listed_as_the_gpu_screen_counts_them():
+    """h200x1 with MIG on (two MIG devices): the GPU screen's card said "MIG 2", `tunedeck gpus` said nothing of
+    MIG (its Util N/A unexplained, the MIG UUIDs that CUDA_VISIBLE_DEVICES takes nowhere)."""
+    import dataclasses
+
+    from core.hardware.commands import render_snapshot
+    from core.hardware.snapshot import MigInstance
+
+    recording = load_snapshot(FIXTURES / "h200x1.json")
+    migs = (MigInstance(index=0, uuid="MIG-aaaa", gpu_instance_id=1, compute_instance_id=0,
+                        memory_total_bytes=71 * 2**30, memory_used_bytes=2**30),
+            MigInstance(index=3, uuid=None, gpu_instance_id=5, compute_instance_id=0,
+                        memory_total_bytes=35 * 2**30, memory_used_bytes=None))
+    gpu = dataclasses.replace(recording.gpus[0], mig_enabled=True, mig_instances=migs)
+    lines = render_snapshot(dataclasses.replace(recording, gpus=(gpu,)))
+    assert "  GPU 0  MIG 0  GI 1 CI 0  1024/72704 MiB  MIG-aaaa" in lines
+    assert "  GPU 0  MIG 3  GI 5 CI 0  N/A/35840 MiB  N/A" in lines
+    assert not any("MIG" in line for line in render_snapshot(recording))  # MIG off: no MIG lines
