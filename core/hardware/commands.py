@@ -141,7 +141,7 @@ def run_gpus(args: argparse.Namespace) -> int:
     try:
         monitor = open_monitor()
     except SnapshotFormatError as exc:
-        raise CliError(t("hardware.cli.bad_recording", env=FAKE_GPUS_ENV, error=str(exc)), 2) from exc
+        raise CliError(str(exc), 2) from exc  # it names $TUNEDECK_FAKE_GPUS and the file
     with monitor:
         snapshot = monitor.poll()
     if snapshot.synthetic and os.environ.get(FAKE_GPUS_ENV):

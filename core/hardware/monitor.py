@@ -121,6 +121,12 @@ def open_monitor(interval_s: float | None = None) -> HardwareMonitor:
     recording = os.environ.get(FAKE_GPUS_ENV, "").strip()
     if recording:
         from core.hardware.fake_nvml import fake_monitor_from_recording
+        from core.hardware.snapshot import SnapshotFormatError
+        from core.i18n import t
 
-        return fake_monitor_from_recording(Path(recording).expanduser(), animate=True, interval_s=interval_s)
+        try:
+            return fake_monitor_from_recording(Path(recording).expanduser(), animate=True, interval_s=interval_s)
+        except SnapshotFormatError as exc:
+            # Say where the path came from: a variable left set in a shell, not anything of tunedeck's own.
+            raise SnapshotFormatError(t("hardware.bad_recording", env=FAKE_GPUS_ENV, error=str(exc))) from exc
     return HardwareMonitor(NvmlBackend(), LiveHostSampler(), interval_s=interval_s)

@@ -125,8 +125,11 @@ def test_open_monitor_with_a_bad_recording_names_the_file(tmp_path, monkeypatch)
     monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path))
     missing = tmp_path / "nope.json"
     monkeypatch.setenv(FAKE_GPUS_ENV, str(missing))
-    with pytest.raises(SnapshotFormatError, match="nope.json"):
+    with pytest.raises(SnapshotFormatError, match="nope.json") as raised:
         open_monitor()
+    # The GPU screen showed only the file: where its path came from (a variable left set in the shell) and
+    # what to do were in `tunedeck gpus` alone.
+    assert FAKE_GPUS_ENV in str(raised.value) and "unset" in str(raised.value)
 
 
 def test_open_monitor_without_fake_uses_nvml_of_this_machine(tmp_path, monkeypatch):
