@@ -157,7 +157,12 @@ def target_from_snapshot(snapshot: Any, indices: list[int] | None = None,
             raise HardwareError(t("plan.error.no_such_gpu", indices=", ".join(map(str, missing)),
                                   known=", ".join(str(i) for i in sorted(known)) or "-"))
         gpus = [g for g in gpus if g.index in indices]
+        lost = [g.index for g in gpus if getattr(g, "lost", False)]
+        if lost:
+            raise HardwareError(t("plan.error.gpu_lost", indices=", ".join(map(str, lost))))
     else:  # the freest first: a plan that takes fewer than all takes them (``run_config_values``)
+        # A lost GPU (fallen off the bus) reads no memory in use: it would come first, as the freest.
+        gpus = [g for g in gpus if not getattr(g, "lost", False)]
         gpus.sort(key=lambda g: g.memory_used_bytes or 0)
     if not gpus:
         return HardwareTarget(None, 1, ram, disk, price_per_gpu_hour, detected=True, gpu_indices=())

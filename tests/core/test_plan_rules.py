@@ -648,3 +648,20 @@ def test_lowest_cost_never_calls_a_plan_at_half_the_speed_as_fast():
                     "(1,000 against 1,995 tokens/s)")
     near = evaluate(replace(plan, method="lora", num_gpus=1), req, {"peak_gib": 24.0, "tokens_per_s": 1010.0})
     assert _won_over(one, near, req) == "as fast as lora, in 20.0 GiB per GPU against its 24.0"  # 1% apart
+
+
+def test_a_lost_gpu_is_not_planned_on():
+    """h200x2 with GPU 0 lost (NVML GPU_IS_LOST, Xid 79): it read no memory in use, so the plan took it first as
+    the freest GPU. Now it is left out of the automatic choice, and naming it says it is lost."""
+    from core.hardware.snapshot import load_snapshot
+    from core.plan import target_from_snapshot
+    from core.plan.hardware import HardwareError
+
+    snapshot = load_snapshot(Path(__file__).parents[1] / "fixtures" / "gpus" / "h200x2.json")
+    lost = replace(snapshot.gpus[0], memory_used_bytes=None, utilization_gpu_pct=None, processes=(), lost=True)
+    box = replace(snapshot, gpus=(lost, snapshot.gpus[1]))
+    target = target_from_snapshot(box)
+    assert target.gpu_indices == (1,) and target.count == 1
+    with pytest.raises(HardwareError, match="GPU 0 is lost"):
+        target_from_snapshot(box, indices=[0, 1])
+    assert target_from_snapshot(box, indices=[1]).gpu_indices == (1,)
