@@ -68,7 +68,7 @@ def render_snapshot(snapshot: Any) -> list[str]:
             _na(gpu.temperature_c, "{}°C"),
             power,
             # A lost GPU's processes cannot be listed: not "0", which reads as an idle GPU.
-            t("hardware.cli.na") if gpu.lost else str(len(gpu.processes)),
+            t("hardware.cli.na") if gpu.lost or not gpu.processes_known else str(len(gpu.processes)),
         ]))
     lines.extend(t("hardware.cli.lost", index=gpu.index) for gpu in snapshot.gpus if gpu.lost)
     for gpu in snapshot.gpus:

@@ -351,6 +351,7 @@ class NvmlBackend:
             gpu.memory_total_bytes = _ull(memory.total)  # a static fact, taken from the first reading
         utilization = self._call("nvmlDeviceGetUtilizationRates", handle)
         power_mw = _uint(self._call("nvmlDeviceGetPowerUsage", handle))
+        processes = self._read_processes(handle)
         return GpuSnapshot(
             index=gpu.index,
             name=gpu.name,
@@ -379,7 +380,8 @@ class NvmlBackend:
             )),
             mig_enabled=gpu.mig_enabled,
             mig_instances=self._read_mig(gpu),
-            processes=self._read_processes(handle),
+            processes=processes or (),
+            processes_known=processes is not None,
         )
 
     def _read_mig(self, gpu: _StaticGpu) -> tuple[MigInstance, ...]:
@@ -399,13 +401,16 @@ class NvmlBackend:
             ))
         return tuple(instances)
 
-    def _read_processes(self, handle: Any) -> tuple[GpuProcess, ...]:
+    def _read_processes(self, handle: Any) -> tuple[GpuProcess, ...] | None:
+        """The GPU's compute processes by pid; None where NVML would not list them (not "none run")."""
         found = self._call("nvmlDeviceGetComputeRunningProcesses", handle)
         if found is None and self.is_unsupported("nvmlDeviceGetComputeRunningProcesses", handle):
             found = self._call("nvmlDeviceGetComputeRunningProcesses_v2", handle)  # older drivers
+        if found is None:
+            return None
         assert self._processes is not None
         out = []
-        for entry in found or ():
+        for entry in found:
             pid = int(entry.pid)
             out.append(self._processes.resolve(pid, _ull(getattr(entry, "usedGpuMemory", None))))
         return tuple(sorted(out, key=lambda p: p.pid))

@@ -98,6 +98,9 @@ class GpuSnapshot:
     # NVML answers GPU_IS_LOST for it (fallen off the bus, Xid 79): no reading, no process list (an empty
     # ``processes`` then says nothing about what ran on it); only a reboot brings it back.
     lost: bool = False
+    # False where NVML would not list its processes (not supported, no permission: a MIG GPU for a user who is
+    # not root): ``processes`` is then empty for want of a list, not because the GPU is free.
+    processes_known: bool = True
 
     @property
     def memory_free_bytes(self) -> int | None:

@@ -415,3 +415,19 @@ def test_nvml_unavailable_is_tried_again_so_a_driver_that_comes_up_shows_its_gpu
     snapshot = monitor.poll()  # and comes back
     assert snapshot.nvml_error is None and len(snapshot.gpus) == 1
     assert fake.calls["nvmlInit"] == 3
+
+
+def test_processes_nvml_will_not_list_are_unknown_not_none():
+    """h200x1 on a driver that will not list compute processes (NOT_SUPPORTED, or NO_PERMISSION on a MIG GPU for
+    a user who is not root): the GPU read as running nothing, "0 proc" on its card and in `tunedeck gpus`."""
+    from core.hardware.commands import render_snapshot
+
+    snapshot = fake_monitor_from_recording(FIXTURES / "h200x1.json", clock=SteppingClock(),
+                                           unsupported={"nvmlDeviceGetComputeRunningProcesses"}).poll()
+    gpu = snapshot.gpus[0]
+    assert gpu.processes == () and gpu.processes_known is False
+    assert snapshot.to_json()["gpus"][0]["processes_known"] is False
+    row = next(line for line in render_snapshot(snapshot) if line.startswith("  0  "))
+    assert row.split()[-1] == "N/A"
+    listed = fake_monitor_from_recording(FIXTURES / "h200x1.json", clock=SteppingClock()).poll().gpus[0]
+    assert listed.processes_known is True and len(listed.processes) == 1

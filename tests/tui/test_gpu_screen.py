@@ -804,3 +804,18 @@ def test_a_gpu_lost_mid_session_says_so_in_its_card_and_its_compact_line():
 
     assert run(scenario((80, 24))) is True
     assert run(scenario((130, 70))) is False
+
+
+def test_processes_nvml_will_not_list_read_na_on_the_card_not_zero():
+    """Fake GPU h200x1 on a driver that will not list compute processes: the card said "0 proc", as for a free
+    GPU."""
+    async def scenario():
+        monitor = fake_monitor("h200x1", unsupported={"nvmlDeviceGetComputeRunningProcesses"})
+        app = make_app(quiet_settings(), monitor=monitor)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_gpus(pilot, app)
+            text = screen_text(app)
+            assert t("gpuscreen.procs_count", count=t("gpuscreen.na")) in text
+            assert t("gpuscreen.procs_count", count=0) not in text
+
+    run(scenario())

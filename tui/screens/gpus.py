@@ -258,7 +258,8 @@ class GpuCard(Widget):
             t("gpuscreen.pcie", gen=_num(gpu.pcie_gen), width=_num(gpu.pcie_width)),
             t("gpuscreen.ecc", count=_num(gpu.ecc_uncorrected_volatile)),
             t("gpuscreen.mig_on", count=len(gpu.mig_instances)) if gpu.mig_enabled else t("gpuscreen.mig_off"),
-            t("gpuscreen.procs_count", count=len(gpu.processes)),
+            # N/A, not "0 proc", where NVML would not list them: the GPU may well be busy
+            t("gpuscreen.procs_count", count=len(gpu.processes) if gpu.processes_known else t("gpuscreen.na")),
         ]
         return "\n".join([
             f"{util_label} [{level_variable(None if util is None else util / 100)}]{bar(None if util is None else util / 100, bar_width)}[/] {util_text}",
