@@ -817,5 +817,8 @@ def test_processes_nvml_will_not_list_read_na_on_the_card_not_zero():
             text = screen_text(app)
             assert t("gpuscreen.procs_count", count=t("gpuscreen.na")) in text
             assert t("gpuscreen.procs_count", count=0) not in text
+            await pilot.press("p")  # and p does not say there are none
+            await wait_for(pilot, lambda: any(n.message == t("gpuscreen.procs_unknown", gpus="0")
+                                              for n in app._notifications))
 
     run(scenario())

@@ -634,7 +634,10 @@ class GpuScreen(Screen[None]):
         """Select a process (the one under the cursor) and offer what can be done with it."""
         table = self.query_one("#gpu-procs", DataTable)
         if not self.rows:
-            self.notify(t("gpuscreen.no_procs"), timeout=3)
+            unlisted = [str(g.index) for g in self.snapshot.gpus if not g.processes_known] if self.snapshot else []
+            # "No compute processes" only where NVML listed none: a GPU whose list it refused may be busy
+            self.notify(t("gpuscreen.procs_unknown", gpus=", ".join(unlisted)) if unlisted else t("gpuscreen.no_procs"),
+                        timeout=3)
             return
         table.focus()
         keys = list(self.rows)
