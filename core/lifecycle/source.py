@@ -153,9 +153,10 @@ def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> Mo
     if not complete:
         raise NoCheckpoint(no_checkpoint_message(run))
     if checkpoint is None:
-        chosen = run.last_sound_checkpoint() or complete[-1]
-        if chosen.step != complete[-1].step:
-            log.warning("%s", t("lifecycle.checkpoint_passed_over", damaged=complete[-1].path.name,
+        newest = run.last_complete_checkpoint() or complete[-1]  # not one a later resume left behind
+        chosen = run.last_sound_checkpoint() or newest
+        if chosen.step != newest.step:
+            log.warning("%s", t("lifecycle.checkpoint_passed_over", damaged=newest.path.name,
                                 used=chosen.path.name))
     else:
         matches = [c for c in complete if c.step == checkpoint]

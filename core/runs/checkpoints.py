@@ -315,6 +315,36 @@ def read_marker(checkpoint: Path) -> dict | None:
     return value if isinstance(value, dict) and isinstance(value.get("files"), dict) else {}
 
 
+def written_at(checkpoint: Path) -> float | None:
+    """When ``checkpoint`` was completed: its marker's ``time`` (the marker's mtime for a legacy one), None
+    without a marker."""
+    marker = read_marker(checkpoint)
+    if marker is None:
+        return None
+    value = marker.get("time")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    try:
+        return (checkpoint / COMPLETE_MARKER).stat().st_mtime
+    except OSError:
+        return None
+
+
+def left_behind_by(checkpoint: Checkpoint, resumes: list[tuple[float, int]]) -> int | None:
+    """The step a resume went back to past ``checkpoint`` after it was written (``resumes``: each resume's
+    (time, checkpoint step)), or None: a checkpoint of the branch such a resume abandoned (``resume
+    --checkpoint 921`` with checkpoint-1193 kept) is not the run's newest state, whatever its step says.
+    Its steps were trained again since, and a resume, merge or export of "the newest" must not jump back
+    to it. Only checkpoints past some resume's step are read (one small marker each)."""
+    later = [(ts, step) for ts, step in resumes if step < checkpoint.step]
+    if not later:
+        return None
+    written = written_at(checkpoint.path)
+    if written is None:
+        return None
+    return next((step for ts, step in later if written < ts), None)
+
+
 def safetensors_problem(path: Path) -> Message | None:
     """Why ``path`` is not a whole safetensors file (header unreadable, or data shorter or longer than
     the header says), or None. Reads the header only."""

@@ -161,6 +161,16 @@ def _choose_checkpoint(run: RunDirectory, step: int | None, weights_only: bool,
     candidates = resume_candidates(run.checkpoints_dir)
     if not candidates and step is None and never_trained(run):
         return None
+    behind = run.left_behind() if step is None else {}
+    current = [c for c in candidates if c.checkpoint.step not in behind]
+    if behind and current:  # a branch an earlier resume went back from: told, not taken (--checkpoint N takes it)
+        for check in candidates:
+            back = behind.get(check.checkpoint.step)
+            if back is not None and check.checkpoint.step > current[0].checkpoint.step:
+                notices.append(Message("resume.left_behind", name=check.checkpoint.path.name, back=back,
+                                       id=run.id, step=check.checkpoint.step))
+        candidates = current
+    told = len(notices)
     if step is not None:
         chosen = [c for c in candidates if c.checkpoint.step == step]
         if not chosen:
@@ -170,7 +180,7 @@ def _choose_checkpoint(run: RunDirectory, step: int | None, weights_only: bool,
     for check in candidates:
         usable = check.resumable or (weights_only and check.weights_usable)
         if usable:
-            if notices:  # some newer ones were passed over
+            if len(notices) > told:  # some newer damaged ones were passed over
                 notices.append(Message("resume.fell_back", name=check.checkpoint.path.name))
             return check
         bad = check.first_problem
@@ -307,8 +317,9 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
             run.append_event("checkpoint_removed", path=str(leftover.path), why="incomplete", bytes=size)
             notices.append(Message("resume.removed_incomplete", name=leftover.path.name, size=format_bytes(size)))
             shutil.rmtree(leftover.path, ignore_errors=True)
+    behind = run.left_behind() if step is None else {}  # told above, as passed over
     newer = [c.checkpoint.path.name for c in resume_candidates(run.checkpoints_dir)
-             if c.checkpoint.step > from_step]
+             if c.checkpoint.step > from_step and c.checkpoint.step not in behind]
     if newer:
         notices.append(Message("resume.newer_kept", name=checkpoint.path.name, newer=", ".join(newer)))
     if config is not None:
@@ -316,7 +327,7 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
         run.append_event("config_overridden", keys=[m.params.get("key") for m in report.config_changed])
     record = run.record()
     resumes = list(record.get("resumes") or [])
-    resumes.append({"time": utc_now_iso(), "checkpoint": str(checkpoint.path) if checkpoint else None, "step": from_step,
+    resumes.append({"time": utc_now_iso(), "ts": time.time(), "checkpoint": str(checkpoint.path) if checkpoint else None, "step": from_step,
                     "previous_status": status.status, "weights_only": weights_only,
                     "notices": [n.english() for n in notices]})
     changes: dict[str, Any] = {}

@@ -315,10 +315,53 @@ class RunDirectory:
         found = list_checkpoints(self.checkpoints_dir)
         return [c for c in found if c.complete] if complete_only else found
 
-    def last_complete_checkpoint(self) -> Checkpoint | None:
-        """The newest checkpoint with a COMPLETE marker, the marker trusted (a directory scan, nothing
-        read). What a checkpoint is loaded from is ``last_sound_checkpoint``."""
+    def resume_times(self) -> list[tuple[float, int]]:
+        """(time, checkpoint step) of each resume run.json records (``ts``, or its ``time`` to the second
+        for older records); [] when none or run.json does not read."""
+        points: list[tuple[float, int]] = []
+        for resume in self.read_record()[0].get("resumes") or []:  # (unreadable: no resume known)
+            if not isinstance(resume, dict):
+                continue
+            step, ts = resume.get("step"), resume.get("ts")
+            if not isinstance(step, int) or isinstance(step, bool):
+                continue
+            if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+                try:
+                    ts = datetime.strptime(str(resume.get("time")), "%Y-%m-%dT%H:%M:%SZ").replace(
+                        tzinfo=timezone.utc).timestamp()
+                except ValueError:
+                    continue
+            points.append((float(ts), step))
+        return points
+
+    def left_behind(self) -> dict[int, int]:
+        """The complete checkpoints a later resume went back past (``left_behind_by``): step → the step that
+        resume went back to. They stay on disk (``resume --checkpoint N`` takes one) but are not the run's
+        newest state."""
+        from core.runs.checkpoints import left_behind_by
+
+        resumes = self.resume_times()
+        if not resumes:
+            return {}
+        found: dict[int, int] = {}
+        for checkpoint in self.checkpoints(complete_only=True):
+            back = left_behind_by(checkpoint, resumes)
+            if back is not None:
+                found[checkpoint.step] = back
+        return found
+
+    def current_checkpoints(self) -> list[Checkpoint]:
+        """The complete checkpoints by step, those a later resume left behind (``left_behind``) left out,
+        unless no other is left (the one resumed from was deleted by hand): then all of them."""
         complete = self.checkpoints(complete_only=True)
+        behind = self.left_behind()
+        return [c for c in complete if c.step not in behind] or complete
+
+    def last_complete_checkpoint(self) -> Checkpoint | None:
+        """The newest checkpoint with a COMPLETE marker, the marker trusted (a directory scan; markers read
+        only past a resume's step), one a later resume left behind passed over. What a checkpoint is loaded
+        from is ``last_sound_checkpoint``."""
+        complete = self.current_checkpoints()
         return complete[-1] if complete else None
 
     def sound_checkpoints(self, resumable: bool = False) -> Iterator[Checkpoint]:
@@ -328,7 +371,7 @@ class RunDirectory:
         ``resumable``: their optimizer and scheduler state too."""
         from core.runs.checkpoints import verify_checkpoint
 
-        for checkpoint in reversed(self.checkpoints(complete_only=True)):
+        for checkpoint in reversed(self.current_checkpoints()):
             check = verify_checkpoint(checkpoint)
             if check.resumable or (not resumable and check.weights_usable):
                 yield checkpoint

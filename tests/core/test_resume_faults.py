@@ -464,3 +464,25 @@ def test_a_dataset_change_is_told_against_the_last_start_or_resume_and_says_so(c
     assert f"dataset file {data} is new since the run last started or resumed; the rest of the run trains on " \
            "it too" in texts, texts
     assert not any("since the run started" in text for text in texts)
+
+
+def test_a_checkpoint_a_resume_went_back_past_is_not_the_newest_after_the_new_branch_fails(copy):
+    """``resume --checkpoint 6`` of a run with checkpoint-9 (the user left that branch, say its loss diverged)
+    keeps checkpoint-9 on disk; the new branch fails at step 8, before it saves. The run's newest state is
+    then checkpoint-6 of the branch it trained on: a plain ``resume`` (and status, merge, export) took
+    checkpoint-9, jumping back to the branch the user left, whose steps 7-9 the metrics no longer hold."""
+    cli, run_id, run_dir, _data = copy
+    out = cli("resume", run_id, "--checkpoint", "6", TUNEDECK_INJECT_OOM_AT_STEP="8")
+    assert "checkpoint-9" in out.stderr  # kept, and said so
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed", "stopped"})["status"] == "failed"
+    assert (run_dir / "checkpoints" / "checkpoint-9" / COMPLETE_MARKER).is_file()
+    run = RunDirectory(run_dir)
+    assert cli.status(run_id)["last_checkpoint_step"] == 6
+    assert run.last_sound_checkpoint().step == 6
+    plan = prepare_resume(run)
+    assert plan.step == 6
+    told = [n.text() for n in plan.notices]
+    assert any("checkpoint-9 is passed over" in n and f"tunedeck resume {run_id} --checkpoint 9" in n
+               for n in told), told
+    assert not any("newer checkpoints stay" in n for n in told), told
+    assert run.left_behind() == {9: 6}
