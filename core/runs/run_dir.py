@@ -271,7 +271,8 @@ class RunDirectory:
             last = last_record(self.metrics_path, lambda r: r.get("kind") == "train"
                                and isinstance(r.get("step"), int) and r["step"] <= step)
         total = (last or {}).get("total_steps") or resume.get("total_steps") or (newest or {}).get("total_steps")
-        return {**(last or {}), "kind": "resumed", "step": step, "eta_s": None, "total_steps": total}
+        return {**(last or {}), "kind": "resumed", "step": step, "eta_s": None, "total_steps": total,
+                "resume_time": str(resume.get("time") or "")}
 
     def latest_eval(self) -> dict[str, Any] | None:
         """The last eval record no resume superseded (``core.watch.resumes``; reads the tail only)."""

@@ -328,6 +328,34 @@ def test_a_stopping_run_shows_no_eta():
         run(scenario())
 
 
+def test_a_run_asked_to_resume_shows_its_checkpoints_step_and_no_eta_while_its_trainer_loads():
+    """``resume --checkpoint 200`` of a run that had reached step 240: until the new trainer has loaded (minutes
+    for a large model) its metrics file says nothing of the resume. The header showed "step 240/600 · elapsed
+    6:00 · ETA 9:00", the given-up attempt's, while `tunedeck status` said step 200 and no ETA. Now it shows the
+    figures at step 200, as status does. (Two H200s recorded; a stand-in supervisor.)"""
+    import json
+
+    from core.runs import RunDirectory
+
+    path = build_run(runs_dir(), "20261129-2100-resuming", status="starting", steps=240)
+    record = json.loads((path / "run.json").read_text(encoding="utf-8"))
+    record["resumes"] = [{"time": "2026-11-29T22:00:00Z", "step": 200, "previous_status": "stopped"}]
+    (path / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    figures = RunDirectory(path).latest_metrics()
+    assert figures["step"] == 200 and figures["eta_s"] is None  # what `tunedeck status` says
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await open_dashboard(pilot, app, "starting")
+            await wait_for(pilot, lambda: _stats_line(screen).startswith("step 200/600 33%"))
+            line = _stats_line(screen)
+            assert "ETA" not in line and "elapsed 5:00" in line, line  # the figures at step 200, not 240's 6:00
+
+    with SupervisorStandIn(path):
+        run(scenario())
+
+
 def test_the_stats_line_fits_80_columns_dropping_the_least_important_figures_first():
     """At 80x24 the stats line wrapped ("… 4,681 tok/s · MFU" then " N/A" below), pushing every chart
     down a line: it keeps to one line now, the epoch going first. (Two H200s recorded.)"""

@@ -96,8 +96,11 @@ class RunStatusRead(Message):
 
     def __init__(self, status: str, reason: str, disk_free: int | None, disk_total: int | None,
                  has_checkpoint: bool = False, problem: str = "", reason_message: dict[str, Any] | None = None,
-                 resumable: bool = False) -> None:
+                 resumable: bool = False, pending_resume: dict[str, Any] | None = None) -> None:
         super().__init__()
+        # a resume asked for whose trainer has not logged yet (``RunDirectory.latest_metrics``): its step,
+        # total and time; the metrics file says nothing of it until the trainer has loaded
+        self.pending_resume = pending_resume
         self.status = status
         self.reason = reason
         self.reason_message = reason_message  # the reason as a message record: which one it is (``still_stopping``)
@@ -205,13 +208,15 @@ class DashboardFeed:
             self.post_message(RunStatusRead(GONE, WriterState(GONE).label(), free, total))
             return
         status = effective_status(run)
+        figures = run.latest_metrics() or {}
+        pending = figures if figures.get("kind") == "resumed" else None
         # Once the run has ended: a complete checkpoint offers resume and what comes after training (the
         # Runs list's resume follows the same rule).
         has_checkpoint = ended_with_checkpoint(run, status.status)
         reason = render_stored(status.reason, status.reason_message, REASON_WORDING)  # "u resumes it"
         self.post_message(RunStatusRead(status.status, reason, free, total, has_checkpoint,
                                         reason_message=status.reason_message,
-                                        resumable=offers_resume(run, status.status)))
+                                        resumable=offers_resume(run, status.status), pending_resume=pending))
 
     # --- the app's GPU poll -----------------------------------------------------------------------
     def on_unmount(self) -> None:
@@ -360,6 +365,7 @@ class DashboardFeed:
         self.source_problem = message.problem
         self.has_checkpoint = message.has_checkpoint
         self.resumable = message.resumable
+        self.pending_resume = message.pending_resume
         if offered != (self.status, self.has_checkpoint, self.resumable):
             self.refresh_bindings()  # footer, help and palette offer what applies now (check_action)
         if message.disk_free is not None:

@@ -258,6 +258,12 @@ class DashboardHeader:
         facts = self._record if self.source.read_only else {**self._config,
                                                             **(self._record.get("config_summary") or {})}
         latest = self.series.latest
+        pending = self.pending_resume
+        if pending is not None and latest.get("kind") != "resumed" and \
+                str(latest.get("time") or "") <= str(pending.get("resume_time") or ""):
+            # asked to resume, its trainer still loading: the figures at the checkpoint's step and no ETA, as
+            # `tunedeck status` says (the last record's step, epoch, elapsed and ETA were the attempt given up's)
+            latest = {**latest, **pending, "total_steps": pending.get("total_steps") or latest.get("total_steps")}
         # A tunedeck run's model is run.json's first: a resume with model= (the folder moved) updates it, the
         # metrics header keeps the first attempt's (`tunedeck runs` and `status` show run.json's too)
         summary = {} if self.source.read_only else (self._record.get("config_summary") or {})

@@ -102,6 +102,7 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         self.reason_message: dict[str, Any] | None = None  # the status's reason as a message record
         self.has_checkpoint = False  # ended with a complete checkpoint: resume, merge, chat … (check_action)
         self.resumable = False  # a resume is offered (``core.runs.listing.offers_resume``; check_action)
+        self.pending_resume: dict[str, Any] | None = None  # a resume asked for, not logged yet (RunStatusRead)
         self.gpu_indices: list[int] = []
         self.gpu_name: str | None = None
         self.gpu_util: dict[int, BucketedSeries] = {}
