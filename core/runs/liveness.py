@@ -28,10 +28,13 @@ from core.i18n import Message
 from core.runs.run_dir import (
     ACTIVE_STATES,
     CRASHED,
+    FAILED,
+    FINISHED,
     QUEUED,
     RUNNING,
     STALLED,
     STARTING,
+    STOPPED,
     STOPPING,
     RunDirectory,
     RunStatus,
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 
 # A run stays "queued" between `tunedeck train` writing it and the supervisor taking the lock.
 QUEUED_GRACE_S = 30.0
+ENDED_EVENTS = frozenset({FINISHED, STOPPED, FAILED})  # the supervisor's end events
 
 
 def process_start_time(pid: int) -> float | None:
@@ -153,6 +157,22 @@ def never_trained(run: RunDirectory) -> bool:
     return run.last_complete_checkpoint() is None and run.first_train_metrics() is None
 
 
+def recorded_end(run: RunDirectory) -> RunStatus | None:
+    """How the run's last attempt ended as ``events.jsonl`` records it (the supervisor's ``finished``,
+    ``stopped`` or ``failed`` event, after the newest resume asked for), or None. For a status.json that
+    does not read, with no supervisor alive: such a run read as queued, then crashed ("the supervisor process is
+    gone … kill -9?"), and that verdict replaced the file, a finished run's included."""
+    event = run.last_event_of(ENDED_EVENTS)
+    if event is None:
+        return None
+    ts = event.get("ts")
+    if not isinstance(ts, (int, float)) or any(when >= ts for when, _step in run.resume_times()):
+        return None  # a resume came after it: that attempt's end is not known
+    message = event.get("reason_message")
+    return RunStatus(str(event["event"]), str(event.get("reason") or ""), str(event.get("time") or ""), float(ts),
+                     message if isinstance(message, dict) else None)
+
+
 def crashed_reason(run: RunDirectory) -> Message:
     """Why a run is crashed, and what to do: resume it when it has a complete checkpoint or never trained
     (a resume starts it again from step 0), else start it again (offering a resume that can only fail with
@@ -206,6 +226,14 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
                 return current  # the supervisor is still on its way to the lock
             if foreign and _beating(run, current, beats):
                 return current  # alive on its host as far as its files tell: not for this box to call crashed
+            ended = recorded_end(run) if not current.updated_ts else None
+            if ended is not None:  # status.json unreadable (a hand edit, a torn copy): the end events.jsonl holds
+                if persist:
+                    try:
+                        run.write_status(ended.status, Message.from_record(ended.reason_message) or ended.reason)
+                    except OSError:
+                        pass
+                return ended
             reason = crashed_reason(run)
             if persist:
                 try:

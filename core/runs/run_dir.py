@@ -172,15 +172,17 @@ class RunDirectory:
         """The recorded status (no liveness check: see ``core.runs.liveness.effective_status``)."""
         try:
             raw = json.loads(self.status_path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError):
+            if not isinstance(raw, dict):  # a hand edit: `[]` took `tunedeck runs` down with a traceback
+                raise ValueError("not a JSON object")
+            return RunStatus(
+                status=str(raw.get("status", QUEUED)),
+                reason=str(raw.get("reason", "") or ""),
+                updated=str(raw.get("updated", "") or ""),
+                updated_ts=float(raw.get("updated_ts", 0.0) or 0.0),
+                reason_message=raw.get("reason_message") if isinstance(raw.get("reason_message"), dict) else None,
+            )
+        except (FileNotFoundError, ValueError, TypeError):  # missing or unreadable: liveness and the events say
             return RunStatus(QUEUED, "", "", 0.0)
-        return RunStatus(
-            status=str(raw.get("status", QUEUED)),
-            reason=str(raw.get("reason", "") or ""),
-            updated=str(raw.get("updated", "") or ""),
-            updated_ts=float(raw.get("updated_ts", 0.0) or 0.0),
-            reason_message=raw.get("reason_message") if isinstance(raw.get("reason_message"), dict) else None,
-        )
 
     def record(self) -> dict[str, Any]:
         """``run.json`` as a dict (empty when missing or unreadable)."""
@@ -310,6 +312,10 @@ class RunDirectory:
 
     def last_event(self, kind: str | None = None) -> dict[str, Any] | None:
         return last_record(self.events_path, lambda r: kind is None or r.get("event") == kind)
+
+    def last_event_of(self, kinds: Collection[str]) -> dict[str, Any] | None:
+        """The last event of ``events.jsonl`` whose kind is one of ``kinds``."""
+        return last_record(self.events_path, lambda r: r.get("event") in kinds)
 
     def checkpoints(self, complete_only: bool = False) -> list[Checkpoint]:
         """Checkpoints by step; incomplete ones (no COMPLETE marker, or ``.tmp``) flagged."""

@@ -65,3 +65,35 @@ def test_a_state_written_by_the_enum_reads_back_as_the_plain_string(tmp_path):
     assert can_resume(status.status) and not status.active
     with pytest.raises(ValueError, match="unknown run status"):
         run.write_status("paused")
+
+
+@pytest.mark.parametrize("broken", ["{\"status\": \"fini", "[]", "{\"status\": \"finished\", \"updated_ts\": [1]}"])
+def test_a_status_json_broken_by_hand_reads_as_the_end_events_jsonl_recorded(tmp_path, broken):
+    """A finished run whose status.json was broken (a hand edit, a torn copy): `[]` took `tunedeck runs` down
+    with a traceback, and bad JSON read as queued, then crashed ("the supervisor process is gone … kill -9?"),
+    and that verdict replaced the file. The supervisor's end event says how it ended: that is what it reads as,
+    and status.json is written again with it. (No supervisor: nothing holds the run's lock.)"""
+    from core.i18n import Message
+    from core.runs import effective_status
+
+    run = RunDirectory(tmp_path)
+    run.update_record(id="r", resumes=[{"time": "2026-01-01T00:00:00Z", "step": 3}])  # long before the end
+    reason = Message("train.stopped_at", id="r", step=9)
+    run.append_event("stopped", exit_code=0, reason=reason.english(), reason_message=reason.to_record())
+    run.status_path.write_text(broken, encoding="utf-8")
+    status = effective_status(run)
+    assert status.status == RunState.STOPPED and status.reason == reason.english(), status
+    assert run.status().status == RunState.STOPPED  # written again
+
+
+def test_a_broken_status_json_after_a_resume_is_not_the_earlier_attempts_end(tmp_path):
+    """A resume asked for after the recorded end: that attempt's end is unknown, so no supervisor means crashed."""
+    import time
+
+    from core.runs import effective_status
+
+    run = RunDirectory(tmp_path)
+    run.append_event("stopped", exit_code=0, reason="stopped at step 9")
+    run.update_record(id="r", resumes=[{"time": "2099-01-01T00:00:00Z", "ts": time.time() + 1, "step": 9}])
+    run.status_path.write_text("{", encoding="utf-8")
+    assert effective_status(run).status == RunState.CRASHED
