@@ -42,21 +42,22 @@ def fewest_checkpointed_layers(plan: TrainingPlan, gpu: GpuSpec,
     return high
 
 
-def _run_plan_on(config: Any, gpu_name: str, num_gpus: int) -> tuple[TrainingPlan, GpuSpec] | None:
+def _run_plan_on(config: Any, gpu_name: str | GpuSpec, num_gpus: int) -> tuple[TrainingPlan, GpuSpec] | None:
     """The plan the engine will run for ``config`` (its optimizer, loss, targets, tiles) and ``gpu_name``'s
-    spec; None where the estimator cannot describe the GPU or the model."""
+    spec (a ``GpuSpec`` as it is: a card with its free memory as the capacity, ``core.runs.gpu_memory``);
+    None where the estimator cannot describe the GPU or the model."""
     from core.estimate.architecture import ArchitectureError
     from core.estimate.gpus import UnknownGpuError, find_gpu
     from core.estimate.model_source import ModelNotFoundError
     from core.estimate.run_plan import plan_for_run
 
     try:
-        return plan_for_run(config, num_gpus), find_gpu(gpu_name)
+        return plan_for_run(config, num_gpus), gpu_name if isinstance(gpu_name, GpuSpec) else find_gpu(gpu_name)
     except (UnknownGpuError, ModelNotFoundError, ArchitectureError, PlanError, OSError, ValueError):
         return None
 
 
-def resolve_checkpoint_layers(config: Any, gpu_name: str | None, num_gpus: int = 1) -> str | int:
+def resolve_checkpoint_layers(config: Any, gpu_name: str | GpuSpec | None, num_gpus: int = 1) -> str | int:
     """A run config's ``checkpoint_layers`` with ``auto`` made concrete for ``num_gpus`` of ``gpu_name``.
 
     ``all`` where the choice cannot be made (no GPU, a GPU or model the estimator does not know, no
@@ -75,7 +76,7 @@ def resolve_checkpoint_layers(config: Any, gpu_name: str | None, num_gpus: int =
     return "all" if count >= plan.architecture.num_layers else count
 
 
-def resolve_tiled_mlp(config: Any, gpu_name: str | None, num_gpus: int = 1) -> str | int:
+def resolve_tiled_mlp(config: Any, gpu_name: str | GpuSpec | None, num_gpus: int = 1) -> str | int:
     """A run config's ``tiled_mlp``, ``auto`` made ``false`` where the run fits ``gpu_name`` untiled.
 
     ``auto`` stays where the choice cannot be made (no GPU, a GPU or model the estimator does not know):

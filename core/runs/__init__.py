@@ -22,7 +22,7 @@ Nothing here imports torch; ``core.train`` is the code that runs inside the trai
 
 from __future__ import annotations
 
-from core.runs.errors import GpusInUse, RunError, SupervisorDidNotStart
+from core.runs.errors import GpuMemoryShort, GpusInUse, RunError, SupervisorDidNotStart
 from core.runs.lifecycle import (
     check_run_file,
     load_run_file,
@@ -49,6 +49,7 @@ from core.runs.states import (
 __all__ = [
     "ACTIVE_STATES",
     "ALL_STATES",
+    "GpuMemoryShort",
     "GpusInUse",
     "RESUMABLE_STATES",
     "TERMINAL_STATES",

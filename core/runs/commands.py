@@ -31,6 +31,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hostfile", default=None, help=t("runs.hostfile_help"))
     p.add_argument("--check", action="store_true", help=t("runs.check_help"))
     p.add_argument("--allow-shared-gpus", action="store_true", help=t("runs.allow_shared_gpus_help"))
+    p.add_argument("--allow-over-memory", action="store_true", help=t("runs.allow_over_memory_help"))
     p.set_defaults(handler=cmd_train)
 
     p = subparsers.add_parser("demo", help=t("runs.demo_help"), description=t("runs.demo_help"))
@@ -71,6 +72,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--checkpoint", type=int, default=None, metavar="N", help=t("resume.checkpoint_help"))
     p.add_argument("--weights-only", action="store_true", help=t("resume.weights_only_help"))
     p.add_argument("--allow-shared-gpus", action="store_true", help=t("runs.allow_shared_gpus_help"))
+    p.add_argument("--allow-over-memory", action="store_true", help=t("runs.allow_over_memory_help"))
     p.add_argument("--json", action="store_true", help=t("runs.json_help"))
     p.set_defaults(handler=cmd_resume)
 
@@ -103,9 +105,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     distributed = _distributed_settings(args)  # before --check too: it refuses what train refuses
     if args.check:
-        return _check_only(args)
+        return _check_only(args, distributed)
     run = start_run(args.config, list(args.overrides), distributed, warn=_err,
-                    allow_shared_gpus=args.allow_shared_gpus)
+                    allow_shared_gpus=args.allow_shared_gpus, allow_over_memory=args.allow_over_memory)
     _report_started(run, args.json)
     return 0
 
@@ -133,22 +135,26 @@ def _distributed_settings(args: argparse.Namespace) -> Any:
     return DistributedSettings(args.nnodes, args.node_rank, args.master_addr, args.master_port)
 
 
-def _check_only(args: argparse.Namespace) -> int:
+def _check_only(args: argparse.Namespace, distributed: Any = None) -> int:
     """``train --check``: every check ``train`` makes before launch, the resolved config printed, nothing
-    started; exit 2 with the problems (``--json``: ``{ok, problems}`` on stdout as well)."""
+    started; exit 2 with the problems (``--json``: ``{ok, problems}`` on stdout as well; ``gpu_memory``: the
+    estimate against each GPU's free memory, null on a CPU)."""
     from core.i18n import t
-    from core.runs.errors import RunError
+    from core.runs.errors import GpuMemoryShort, RunError
     from core.runs.lifecycle import check_run_file
 
     try:
-        check = check_run_file(args.config, list(args.overrides), warn=_err, allow_shared_gpus=args.allow_shared_gpus)
+        check = check_run_file(args.config, list(args.overrides), warn=_err, allow_shared_gpus=args.allow_shared_gpus,
+                               allow_over_memory=args.allow_over_memory, distributed=distributed)
     except RunError as exc:
         if args.json:
-            _print_json({"ok": False, "problems": str(exc).splitlines()})
+            memory = exc.check.to_json() if isinstance(exc, GpuMemoryShort) else None
+            _print_json({"ok": False, "problems": str(exc).splitlines(), "gpu_memory": memory})
         raise  # core.cli prints it, with its exit code
     config = check.config
     if args.json:
         _print_json({"ok": True, "config": config.to_dict(), "gpus": check.gpus,
+                     "gpu_memory": check.gpu_memory.to_json() if check.gpu_memory is not None else None,
                      "warnings": [str(w) for w in getattr(config, "warnings", []) or []],
                      "mapping": [line.to_dict() for line in check.imported.mapping] if check.imported else None})
     else:
@@ -457,7 +463,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     run = _resolve(args.run)
     plan = resume_run(run, checkpoint=args.checkpoint, weights_only=args.weights_only,
-                      overrides=list(args.overrides), warn=_err, allow_shared_gpus=args.allow_shared_gpus)
+                      overrides=list(args.overrides), warn=_err, allow_shared_gpus=args.allow_shared_gpus,
+                      allow_over_memory=args.allow_over_memory)
     _report_started(run, args.json, {"checkpoint": plan.checkpoint, "step": plan.step,
                                      "weights_only": plan.weights_only,
                                      "notices": [notice.text() for notice in plan.notices]},

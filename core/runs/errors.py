@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from core.errors import TunedeckError
 
@@ -32,6 +33,16 @@ class SupervisorDidNotStart(RunError):
         which shows a few lines."""
         first = headline or (str(self).splitlines()[0] if str(self) else "")
         return f"{first}\n{self.last_line}" if self.last_line and self.last_line != first else first
+
+
+class GpuMemoryShort(RunError):
+    """The run's estimated per-GPU peak is past the memory its GPUs have free: it would load the model, then
+    die of CUDA out-of-memory. ``check`` is the ``core.runs.gpu_memory.GpuMemoryCheck`` (the figures, the
+    micro-batch that fits), so that a caller can show them and start anyway with ``allow_over_memory``."""
+
+    def __init__(self, message: str, check: Any) -> None:
+        super().__init__(message, 2)
+        self.check = check
 
 
 class GpusInUse(RunError):

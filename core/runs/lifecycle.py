@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from core.errors import training_stack_missing
 from core.i18n import Message, t
-from core.runs.errors import GpusInUse, RunError, SupervisorDidNotStart
+from core.runs.errors import GpuMemoryShort, GpusInUse, RunError, SupervisorDidNotStart
 from core.runs.run_dir import RunDirectory
 from core.runs.states import RunState, can_resume, can_stop
 
@@ -56,6 +56,7 @@ class RunCheck:
     config: Any
     gpus: list[int]
     imported: Any = None
+    gpu_memory: Any = None  # core.runs.gpu_memory.GpuMemoryCheck; None on a CPU
 
 
 # -- start ---------------------------------------------------------------------------------------
@@ -102,12 +103,15 @@ def load_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = 
 
 
 def check_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = warn_on_stderr,
-                   allow_shared_gpus: bool = False) -> RunCheck:
+                   allow_shared_gpus: bool = False, allow_over_memory: bool = False,
+                   distributed: Any = None) -> RunCheck:
     """Every check ``start_run`` makes before it writes anything, nothing started: the config as it would
-    run on this box (bf16/fp16 without a GPU become fp32, said through ``warn``) and the GPUs it gets."""
+    run on this box (bf16/fp16 without a GPU become fp32, said through ``warn``), the GPUs it gets and the
+    verdict on their memory (``GpuMemoryShort`` past it, unless ``allow_over_memory``)."""
     loaded = load_run_file(path, overrides, warn)
     config = loaded.config
     gpus = _claim_gpus(config, _check_box(config, warn), allow_shared_gpus, warn)  # a live run's GPUs, as train
+    memory = _check_gpu_memory(config, gpus, _read_room(gpus), _world(gpus, distributed), warn, allow_over_memory)
     if not gpus and config.precision != "fp32":
         from core.config.issues import WARNING, ConfigIssue
 
@@ -117,18 +121,20 @@ def check_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn =
         config.warnings = [*(getattr(config, "warnings", None) or []),
                            ConfigIssue(str(path), None, "precision", message, WARNING)]
         config.precision, config.pure_bf16 = "fp32", False
-    return RunCheck(config, gpus, loaded.imported)
+    return RunCheck(config, gpus, loaded.imported, memory)
 
 
 def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distributed: Any = None,
-                warn: Warn = warn_on_stderr, allow_shared_gpus: bool = False) -> RunDirectory:
+                warn: Warn = warn_on_stderr, allow_shared_gpus: bool = False,
+                allow_over_memory: bool = False) -> RunDirectory:
     """Create the run directory of a checked ``RunConfig`` (queued, nothing started) for this box.
 
     Refuses what this box cannot run (GPUs asked for, QLoRA or ZeRO without a GPU) and checkpoints its
     disk cannot hold; resolves what really runs here into the run's config.yaml (precision, an absolute
     ``output``, ``checkpoint_layers: auto``, ``tiled_mlp: auto``) and records the data fingerprint resume compares with.
     ``argv`` is the command line recorded in run.json; ``command`` is ``train``, ``demo`` or ``probe`` (``PROBE_COMMAND``).
-    A live run of this box on any of the same GPUs refuses it (``GpusInUse``) unless ``allow_shared_gpus``.
+    A live run of this box on any of the same GPUs refuses it (``GpusInUse``) unless ``allow_shared_gpus``;
+    a ``train`` whose estimated peak is past its GPUs' free memory (``GpuMemoryShort``) unless ``allow_over_memory``.
     """
     from core.runs.fingerprint import record_fingerprint
     from core.runs.launch import create_run
@@ -136,19 +142,27 @@ def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distri
     gpus = _check_box(config, warn)
     with _one_claim_at_a_time():  # two launches at once: the second sees the first's queued run and its GPUs
         gpus = _claim_gpus(config, gpus, allow_shared_gpus, warn, elsewhere=command != "demo")
-        precision_asked = _resolve_for_this_box(config, gpus, warn)
+        # The memory the GPUs have free now: the auto keys are chosen for it, and a train is refused past it
+        # (before _resolve_for_this_box creates the output folder). Without a reading, the table's card.
+        room = _read_room(gpus) if gpus else None
         caps = _gpu_caps() if gpus and "auto" in (config.checkpoint_layers, config.tiled_mlp) else None
+        from core.runs.gpu_memory import Room
+
+        card = room.spec if isinstance(room, Room) else caps and caps["name"]
         if config.checkpoint_layers == "auto":
             from core.estimate.checkpointing import resolve_checkpoint_layers
 
-            config.checkpoint_layers = resolve_checkpoint_layers(config, caps and caps["name"], len(gpus))
+            config.checkpoint_layers = resolve_checkpoint_layers(config, card, len(gpus))
             warn(t("runs.checkpoint_layers_chosen", value=config.checkpoint_layers))
-        if config.tiled_mlp == "auto" and caps:
+        if config.tiled_mlp == "auto" and card:
             from core.estimate.checkpointing import resolve_tiled_mlp
 
-            config.tiled_mlp = resolve_tiled_mlp(config, caps["name"], len(gpus))
+            config.tiled_mlp = resolve_tiled_mlp(config, card, len(gpus))
             if config.tiled_mlp == "false":
                 warn(t("runs.tiled_mlp_untiled"))
+        if command == "train":  # the demo's tiny model and the planner's probe (a measurement) are not asked
+            _check_gpu_memory(config, gpus, room, _world(gpus, distributed), warn, allow_over_memory)
+        precision_asked = _resolve_for_this_box(config, gpus, warn)
         run = create_run(config, list(argv), command=command, gpus=gpus, distributed=distributed)
     if precision_asked:  # the config says fp32 now; the event keeps what was asked for
         run.append_event("precision_fallback", requested=precision_asked, used="fp32", reason="no GPU")
@@ -158,14 +172,16 @@ def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distri
 
 def start_run(config: str | Path | Any, overrides: Sequence[str] = (), distributed: Any = None, *,
               argv: Sequence[str] | None = None, command: str = "train",
-              warn: Warn = warn_on_stderr, allow_shared_gpus: bool = False) -> RunDirectory:
+              warn: Warn = warn_on_stderr, allow_shared_gpus: bool = False,
+              allow_over_memory: bool = False) -> RunDirectory:
     """Start a detached run and return its ``RunDirectory`` once its supervisor holds the run's lock.
 
     ``config`` is the path of a run file (loaded and checked by ``load_run_file`` with ``overrides``) or
     a ``RunConfig`` the caller built and checked (the demo's), taken as it is. ``distributed`` is a
     ``core.runs.launch.DistributedSettings`` for a multi-node run. ``argv`` is what run.json records as
     the command line (by default the ``tunedeck train`` that does the same). Raises ``RunError``: a check
-    that failed (code 2; ``GpusInUse`` when a live run has some of its GPUs, unless ``allow_shared_gpus``),
+    that failed (code 2; ``GpusInUse`` when a live run has some of its GPUs, unless ``allow_shared_gpus``;
+    ``GpuMemoryShort`` when the estimate is past the GPUs' free memory, unless ``allow_over_memory``),
     a disk that cannot be written, or ``SupervisorDidNotStart`` (code 1).
     """
     from core.runs.disk_space import cannot_write_message, is_unwritable
@@ -180,7 +196,8 @@ def start_run(config: str | Path | Any, overrides: Sequence[str] = (), distribut
     elif overrides:
         raise ValueError("overrides apply to a run file; apply them to a RunConfig before start_run")
     try:
-        run = prepare_run(config, argv or ["tunedeck", command], command, distributed, warn, allow_shared_gpus)
+        run = prepare_run(config, argv or ["tunedeck", command], command, distributed, warn, allow_shared_gpus,
+                          allow_over_memory)
         _start(run)
     except OSError as exc:
         if not is_unwritable(exc):
@@ -192,7 +209,8 @@ def start_run(config: str | Path | Any, overrides: Sequence[str] = (), distribut
 # -- resume --------------------------------------------------------------------------------------
 def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: bool = False,
                overrides: Sequence[str] = (), warn: Warn = warn_on_stderr,
-               notice: Callable[[Message], None] | None = None, allow_shared_gpus: bool = False) -> Any:
+               notice: Callable[[Message], None] | None = None, allow_shared_gpus: bool = False,
+               allow_over_memory: bool = False) -> Any:
     """Resume a stopped, failed or crashed run from its newest sound checkpoint (one that ended before its
     first step, with none, starts again from step 0: ``never_trained``); returns the
     ``core.runs.control.ResumePlan`` (checkpoint, None from step 0; step; notices) once the new supervisor has started.
@@ -202,7 +220,8 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     configuration (config.yaml as it is now, with the overrides) and the data are checked as ``train``
     checks them, and refused with nothing changed. The disk must hold the checkpoints still to come, and a
     live run of this box on any of its GPUs refuses it as it refuses ``train`` (``allow_shared_gpus``); a
-    ``gpus=`` override moves the run to the GPUs it names, as many as it had (``_moving_gpus``). Each
+    ``gpus=`` override moves the run to the GPUs it names, as many as it had (``_moving_gpus``). Its estimated
+    peak past those GPUs' free memory refuses it as it refuses ``train`` (``allow_over_memory``). Each
     notice of the plan (fallbacks, removals, changed data or keys) goes to ``notice`` before the run
     starts, by default to ``warn`` as the CLI says it. Raises ``RunError``; if the supervisor exits at
     once, ``SupervisorDidNotStart`` and the run is marked failed.
@@ -233,6 +252,12 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
             moving = _claim_gpus(config, moving, allow_shared_gpus, warn)
         else:  # `train` twice and `train` + `resume` alike
             _check_gpus_free(gpus, allow_shared_gpus, warn, visible=visible if known else "ours")
+        if gpus:  # the resumed trainer's GPUs as they are now, the config with its overrides: as train asks
+            spread = record.get("distributed")
+            nodes = int(spread.get("nnodes") or 1) if isinstance(spread, dict) else 1
+            room = _read_room(moving) if moving is not None else _read_room(gpus, visible if known else "ours")
+            _check_gpu_memory(config, moving if moving is not None else gpus, room, len(gpus) * nodes, warn,
+                              allow_over_memory)
         plan = prepare_resume(run, step=checkpoint, weights_only=weights_only,
                               config=config if overrides else None, check_data=lambda: _check_data(config))
         if moving is not None:
@@ -638,6 +663,39 @@ def _check_gpus_free(gpus: list[int], allow_shared: bool, warn: Warn = warn_on_s
                       more=others, elsewhere=t("runs.gpus_in_use_elsewhere") if elsewhere else ""), sharing)
 
 
+def _world(gpus: list[int], distributed: Any) -> int:
+    """The training processes of a run of ``gpus`` on each of ``distributed``'s nodes (ZeRO shards over them all)."""
+    return max(1, len(gpus)) * max(1, int(getattr(distributed, "nnodes", 1) or 1))
+
+
+def _read_room(gpus: list[int], visible: str | None | Literal["ours"] = "ours") -> Any:
+    """The memory of ``gpus`` now (``core.runs.gpu_memory.read_room``), None for a CPU run."""
+    if not gpus:
+        return None
+    from core.runs.gpu_memory import read_room
+
+    return read_room(gpus, visible)
+
+
+def _check_gpu_memory(config: Any, gpus: list[int], room: Any, world: int, warn: Warn = warn_on_stderr,
+                      allow_over_memory: bool = False) -> Any:
+    """Refuse a run whose estimated per-GPU peak is past the free memory of its GPUs (``GpuMemoryShort``, with
+    the figures and what fits), unless ``allow_over_memory``; warn when it is within the estimator's margin,
+    or that it was not checked (a model the estimator cannot describe). Returns the ``GpuMemoryCheck``."""
+    if not gpus:
+        return None
+    from core.runs.gpu_memory import check_gpu_memory
+
+    check = check_gpu_memory(config, room, world)
+    if check is None or check.message is None:
+        return check
+    if check.verdict == "does_not_fit" and not allow_over_memory:
+        raise GpuMemoryShort(check.message.text(), check)
+    warn(check.message.text() if check.verdict != "does_not_fit" else t("runs.gpu_memory_allowed",
+                                                                         text=check.message.text()))
+    return check
+
+
 def _check_host_memory(values: dict[str, Any], warn: Warn = warn_on_stderr, available: int | None = None,
                        processes: int = 1) -> None:
     """Refuse a run whose parked activations (``offload_activations``, one micro-batch per training process
@@ -706,6 +764,6 @@ def _resume_config(run: RunDirectory, overrides: list[str], warn: Warn) -> Any:
     return config
 
 
-__all__ = ["GpusInUse", "RunCheck", "RunError", "RunFile", "SupervisorDidNotStart", "can_resume", "can_stop",
+__all__ = ["GpuMemoryShort", "GpusInUse", "RunCheck", "RunError", "RunFile", "SupervisorDidNotStart", "can_resume", "can_stop",
            "check_run_file", "live_runs_sharing", "load_run_file", "prepare_run", "resume_run", "start_run", "stop_run",
            "stop_run_and_wait", "warn_on_stderr"]
