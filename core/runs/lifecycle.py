@@ -2,8 +2,8 @@
 
 ``tunedeck train / demo / resume / stop`` (``core.runs.commands``), the wizard's launch, the planner's
 probe, the dashboard and the Runs list all come here, so a run started or resumed from any of them gets
-the same checks (config, model, LoRA targets, data, GPUs, disk space), the same run directory and the same
-handling of a supervisor that dies at once (the run is marked failed, not left queued)::
+the same checks (config, model, LoRA targets, data, GPUs and their memory, disk space), the same run
+directory and the same handling of a supervisor that dies at once (the run is marked failed, not left queued)::
 
     start_run("run.yaml", ["lr=1e-4"]) -> RunDirectory        # checked, created, supervisor started
     resume_run(run, checkpoint=None, weights_only=False, overrides=()) -> ResumePlan

@@ -636,3 +636,49 @@ def test_a_resume_refused_for_gpus_in_use_asks_to_share_them_and_says_the_comman
 
     run(scenario())
     assert calls == [False, False, True]  # n: nothing more; y: resumed again, sharing the GPUs
+
+
+def test_a_resume_past_the_gpus_free_memory_asks_with_the_refusal(monkeypatch):
+    """A resume whose estimated peak is past its GPUs' free memory now (another process holds them) is refused
+    by core with the figures; the app said it in a toast and nothing more. It asks now, as for shared GPUs:
+    the refusal in the question, y resumes it with allow_over_memory, n says the refusal. Hardware: the
+    box's two H200s (fake monitor); core's resume stood in for (no supervisor started)."""
+    from core.runs import GpuMemoryShort
+
+    stopped = build_run(runs_dir(), "20261129-2100-stopped", status="stopped", steps=30, gpus=(0, 1))
+    add_checkpoint(stopped, 30)
+    calls: list[bool] = []
+    refusal = ("This run needs about 150.2 GiB per GPU by the estimate, and GPU 1 (NVIDIA H200) has 70.4 GiB free "
+               "(140.4 GiB, 70.0 GiB of it in use by other processes): it would load the model, then run out of GPU "
+               "memory. micro_batch_size=2 fits (about 60.1 GiB).")
+
+    def resume_run(run, allow_over_memory=False, **_kwargs):
+        calls.append(allow_over_memory)
+        if not allow_over_memory:
+            raise GpuMemoryShort(refusal, None)
+        return SimpleNamespace(checkpoint=str(run.last_complete_checkpoint().path))
+
+    monkeypatch.setattr("core.runs.resume_run", resume_run)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"))
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_runs(pilot, app)
+            await wait_for(pilot, lambda: screen.selected() is not None and "u" in footer_keys(app))
+            for answer in ("n", "y"):
+                await pilot.press("u")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+                await pilot.press("y")  # resume: yes
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen)
+                               and "has 70.4 GiB free" in " ".join(screen_text(app).split()))
+                assert "does not fit" in screen_text(app)
+                await pilot.press(answer)
+                await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen))
+                if answer == "n":
+                    await wait_for(pilot, lambda: any("micro_batch_size=2 fits" in n for n in notes(app)))
+                else:
+                    await wait_for(pilot, lambda: any(n.startswith(f"Run {stopped.name} resumed from")
+                                                      for n in notes(app)))
+
+    run(scenario())
+    assert calls == [False, False, True]  # n: nothing more; y: resumed, past the estimate as asked

@@ -127,7 +127,7 @@ def test_launching_on_the_gpus_of_a_live_run_asks_first(private_home, monkeypatc
     real_start = core.runs.start_run
     asked: list[bool] = []
 
-    def start_run(path, allow_shared_gpus=False, warn=None):
+    def start_run(path, allow_shared_gpus=False, warn=None, **_kwargs):
         asked.append(allow_shared_gpus)
         if allow_shared_gpus:  # as far as this test goes: nothing is trained on the fake GPU; what the start
             # warns of (the CLI's stderr) is notified, not lost on the app's stderr
@@ -164,6 +164,56 @@ def test_launching_on_the_gpus_of_a_live_run_asks_first(private_home, monkeypatc
     from core.runs.listing import iter_run_dirs
 
     assert [r.id for r in iter_run_dirs()] == [live.id]  # the refused launches created no run
+
+
+def test_a_launch_past_the_gpus_free_memory_asks_with_the_refusal_and_starts_it_only_on_y(private_home, monkeypatch):
+    """start_run refuses a run whose estimated peak is past its GPUs' free memory (another process holds the
+    card since the plan was made): the wizard showed a bare error. It asks now, the refusal's figures and way out
+    in the question, as it asks about shared GPUs: n leaves it unstarted with the refusal on the status line,
+    y starts it with allow_over_memory. At 80x24; core's start stood in for (the refusal is core's
+    ``GpuMemoryShort`` with its text; y returns a queued run directory), the box the fake CPU recording."""
+    import core.runs
+    from core.runs import GpuMemoryShort
+    from core.runs.launch import create_run
+    from tests.core.test_runs_unit import _Config
+    from tui.screens.dashboard import DashboardScreen
+    from tui.widgets.confirm import ConfirmScreen
+
+    refusal = ("This run needs about 86.5 GiB per GPU by the estimate, and GPU 0 (NVIDIA H100 80GB HBM3) has 9.6 GiB "
+               "free (79.6 GiB, 70.0 GiB of it in use by other processes): it would load the model, then run out of "
+               "GPU memory. Not even micro_batch_size=1 fits at this config. To start it anyway: --allow-over-memory")
+    asked: list[tuple[bool, bool]] = []
+
+    def start_run(path, allow_shared_gpus=False, allow_over_memory=False, warn=None, **_kwargs):
+        asked.append((allow_shared_gpus, allow_over_memory))
+        if not allow_over_memory:
+            raise GpuMemoryShort(refusal, None)
+        warn("warning: starting anyway (--allow-over-memory): as asked")
+        return create_run(_Config(name="over", model="tiny"), ["tunedeck", "train", path], gpus=[0])
+
+    monkeypatch.setattr(core.runs, "start_run", start_run)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            await pilot.press("l")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=60)
+            text = " ".join(screen_text(app).split())
+            assert "has 9.6 GiB free" in text and "y starts it anyway" in text, text
+            await pilot.press("n")
+            await wait_for(pilot, lambda: app.screen is w)
+            assert any("does not fit the GPUs' free memory" in str(n.message) for n in app._notifications)
+            assert "70.0 GiB of it in use" in " ".join(screen_text(app).split()) and not w.busy
+            await pilot.press("l")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=60)
+            await pilot.press("y")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.is_mounted,
+                           timeout=60)
+            assert any("starting anyway" in str(n.message) for n in app._notifications)
+
+    asyncio.run(scenario())
+    assert asked == [(False, False), (False, False), (False, True)]
 
 
 def test_a_launch_refused_for_its_model_says_the_problem_and_its_remedy_at_80x24(private_home, monkeypatch):

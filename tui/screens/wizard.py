@@ -91,16 +91,20 @@ class BoxRead(Message):
 
 class LaunchDone(Message):
     """A launch's run directory, or its error and the few lines of it a notification shows. ``in_use``: the
-    launch was refused because live runs use its GPUs (``GpusInUse.runs``): the screen asks whether to start
-    it anyway."""
+    launch was refused because live runs use its GPUs (``GpusInUse.runs``), ``over_memory``: because the run's
+    estimated peak is past its GPUs' free memory; the screen asks whether to start it anyway."""
 
     def __init__(self, run_path: str | None, error: str | None, summary: str = "",
-                 in_use: list[tuple[str, str, list[int]]] | None = None, warnings: list[str] | None = None) -> None:
+                 in_use: list[tuple[str, str, list[int]]] | None = None, warnings: list[str] | None = None,
+                 over_memory: bool = False, shared: bool = False) -> None:
         super().__init__()
         self.run_path, self.error = run_path, error
         self.summary = summary or (error or "").split("\n", 1)[0]
         self.in_use = in_use
         self.warnings = warnings or []  # what the start warned of (the CLI's stderr lines): notified
+        # Refused because the estimated peak is past the GPUs' free memory (``GpuMemoryShort``): the screen asks
+        # whether to start it anyway; ``shared``: this launch was already told to share its GPUs (asked again so)
+        self.over_memory, self.shared = over_memory, shared
 
 
 class PlanReady(Message):
@@ -1025,15 +1029,18 @@ class WizardScreen(Screen[None]):
         self.launch(str(path))
 
     @work(thread=True, exclusive=True, group="wizard-launch", exit_on_error=False)
-    def launch(self, path: str, allow_shared_gpus: bool = False) -> None:
-        from core.runs import GpusInUse, RunError, SupervisorDidNotStart, start_run
+    def launch(self, path: str, allow_shared_gpus: bool = False, allow_over_memory: bool = False) -> None:
+        from core.runs import GpuMemoryShort, GpusInUse, RunError, SupervisorDidNotStart, start_run
 
         warnings: list[str] = []  # a second CPU run, GPUs shared as asked, precision or host memory: said
         try:
-            run = start_run(path, allow_shared_gpus=allow_shared_gpus, warn=warnings.append)
+            run = start_run(path, allow_shared_gpus=allow_shared_gpus, allow_over_memory=allow_over_memory,
+                            warn=warnings.append)
             self.post_message(LaunchDone(str(run.path), None, warnings=warnings))
         except GpusInUse as exc:  # the screen asks: start it anyway (y) or not
             self.post_message(LaunchDone(None, str(exc), in_use=exc.runs))
+        except GpuMemoryShort as exc:  # the screen asks, the refusal's figures in the question: start anyway (y) or not
+            self.post_message(LaunchDone(None, str(exc), warnings=warnings, over_memory=True, shared=allow_shared_gpus))
         except SupervisorDidNotStart as exc:  # the notification says why, not only where the log is
             self.post_message(LaunchDone(None, str(exc), exc.summary()))
         except RunError as exc:
@@ -1056,6 +1063,9 @@ class WizardScreen(Screen[None]):
             self.app.notify(text, severity="warning", markup=False, timeout=10)
         if message.in_use:
             self._ask_shared_gpus(message.in_use)
+            return
+        if message.over_memory and message.error is not None:
+            self._ask_over_memory(message.error, message.shared)
             return
         if message.error is not None:
             self._status(f"[$error]{_escape(message.error)}[/]")
@@ -1086,6 +1096,26 @@ class WizardScreen(Screen[None]):
 
         body = t("wizard.gpus_in_use_body", id=run_id, status=state_label(status), gpus=shared)
         self.app.push_screen(ConfirmScreen(t("wizard.gpus_in_use_title", gpus=shared), body), answered)
+
+    def _ask_over_memory(self, refusal: str, shared: bool) -> None:
+        """The run's estimated peak is past its GPUs' free memory (a card another process holds, settings changed
+        since the plan): the refusal's figures and way out, y starts it anyway (``--allow-over-memory``), anything
+        else leaves it unstarted with the refusal on the status line."""
+        from tui.widgets.confirm import ConfirmScreen
+
+        path = self.launch_path
+
+        def answered(ok: bool | None) -> None:
+            if not ok or path is None:
+                self._status(f"[$error]{_escape(refusal)}[/]")
+                self.notify(_escape(t("wizard.over_memory_kept")), severity="error")
+                return
+            self.busy = True
+            self._status(t("wizard.launching", path=_escape(path)))
+            self.launch(path, allow_shared_gpus=shared, allow_over_memory=True)
+
+        self.app.push_screen(ConfirmScreen(t("wizard.over_memory_title"), t("wizard.over_memory_body", text=refusal)),
+                             answered)
 
     # --- probe ---------------------------------------------------------------------------------------
     def action_probe(self) -> None:

@@ -57,8 +57,15 @@ def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: 
         screen.notify(t("dashboard.cannot_resume", status=state_label(status)), severity="warning")
         return
 
-    def job(allow_shared_gpus: bool = False) -> None:
-        from core.runs import GpusInUse, RunDirectory, RunError, SupervisorDidNotStart, resume_run
+    def job(allow_shared_gpus: bool = False, allow_over_memory: bool = False) -> None:
+        from core.runs import (
+            GpuMemoryShort,
+            GpusInUse,
+            RunDirectory,
+            RunError,
+            SupervisorDidNotStart,
+            resume_run,
+        )
 
         run = RunDirectory(Path(run_dir))
         try:
@@ -66,12 +73,15 @@ def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: 
             # not buried.
             plan = resume_run(run, warn=lambda text: say(text, "warning"),
                               notice=lambda notice: say(notice.text(), "warning"),
-                              allow_shared_gpus=allow_shared_gpus)
+                              allow_shared_gpus=allow_shared_gpus, allow_over_memory=allow_over_memory)
         except SupervisorDidNotStart as exc:  # the run is marked failed; its supervisor.log says why
             say(exc.summary(t("dashboard.resume_failed", path=str(exc.log_path))), "error")  # and why
         except GpusInUse as exc:  # asked, as the wizard asks: share them (y), or what else to do
             count = len(run.read_launch_record()[0].get("gpus") or [])
             screen.app.call_from_thread(ask_shared, exc.runs, count)
+            return
+        except GpuMemoryShort as exc:  # asked as the wizard asks: the figures, resume anyway (y) or not
+            screen.app.call_from_thread(ask_over_memory, str(exc), allow_shared_gpus)
             return
         except RunError as exc:
             say(str(exc), "error")
@@ -99,6 +109,20 @@ def ask_resume(screen: Any, run_dir: str | Path, run_id: str, status: str, say: 
         body = t("dashboard.resume_gpus_in_use_body", id=run_id, other=other, status=state_label(other_status),
                  gpus=shared, count=count)
         screen.app.push_screen(ConfirmScreen(t("wizard.gpus_in_use_title", gpus=shared), body), answered)
+
+    def ask_over_memory(refusal: str, shared: bool) -> None:
+        """The run's estimated peak is past its GPUs' free memory now (another process holds some): y resumes
+        it anyway (``--allow-over-memory``); else the refusal is said, with its way out."""
+        from tui.widgets.confirm import ConfirmScreen
+
+        def answered(ok: bool | None) -> None:
+            if ok:
+                _run_guarded(screen, lambda: job(allow_shared_gpus=shared, allow_over_memory=True))
+            else:
+                say(refusal, "warning")
+
+        screen.app.push_screen(ConfirmScreen(t("dashboard.resume_over_memory_title", id=run_id),
+                                             t("wizard.over_memory_body", text=refusal)), answered)
 
     body = t("dashboard.resume_body_from_start" if from_start else
              "dashboard.resume_body_cpu" if cpu else "dashboard.resume_body")
