@@ -109,7 +109,7 @@ def read_room(gpus: list[int], visible: str | None | Literal["ours"] = "ours", n
         backend.close()
     if identities.error is not None or reading.error is not None:
         error = identities.error or reading.error
-        return Message("runs.gpu_memory_no_nvml", reason=getattr(error, "reason", "") or "")
+        return Message("runs.gpu_memory_no_nvml", reason=getattr(error, "message", "") or getattr(error, "reason", ""))
     by_index = {gpu.index: gpu for gpu in reading.gpus}
     capability = {gpu.index: gpu.compute_capability for gpu in identities.gpus}
     by_uuid = uuid_indices(identities.gpus)

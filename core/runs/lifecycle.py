@@ -145,9 +145,11 @@ def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distri
         # The memory the GPUs have free now: the auto keys are chosen for it, and a train is refused past it
         # (before _resolve_for_this_box creates the output folder). Without a reading, the table's card.
         room = _read_room(gpus) if gpus else None
-        caps = _gpu_caps() if gpus and "auto" in (config.checkpoint_layers, config.tiled_mlp) else None
         from core.runs.gpu_memory import Room
 
+        caps = None
+        if gpus and not isinstance(room, Room) and "auto" in (config.checkpoint_layers, config.tiled_mlp):
+            caps = _gpu_caps()
         card = room.spec if isinstance(room, Room) else caps and caps["name"]
         if config.checkpoint_layers == "auto":
             from core.estimate.checkpointing import resolve_checkpoint_layers
