@@ -48,7 +48,7 @@ def _run_file(tmp_path: Path, model_config: dict | None = None, **keys) -> Path:
     from core.data.samples import sample_dataset_path
 
     model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
+    model.mkdir(parents=True, exist_ok=True)
     config = model_config or json.loads((ROOT / "core" / "estimate" / "known_configs" / "Qwen2.5-7B.json").read_text())
     (model / "config.json").write_text(json.dumps(config), encoding="utf-8")
     values = {"model": str(model), "dataset": str(sample_dataset_path()), "method": "lora", "max_seq_len": 4096,
@@ -178,3 +178,22 @@ def test_resume_with_an_override_past_the_card_is_refused_unless_allowed(home, t
     assert stopped.status().status == STOPPED and not started
     assert main(["resume", stopped.id, "micro_batch_size=64", "--allow-over-memory"]) == 0, capsys.readouterr().err
     assert started == [stopped.id]
+
+
+def test_checkpoint_layers_auto_is_chosen_for_the_memory_free_now(home, tmp_path, monkeypatch):
+    """``checkpoint_layers: auto`` took the fewest checkpointed layers that fit the empty card even when another
+    process held part of it: the run then fitted the estimate of a card it did not have. It is chosen for the
+    free memory now: more layers on the card 30 GiB busy than on the empty one (the run's config.yaml)."""
+    import yaml
+
+    from core.runs.lifecycle import load_run_file, prepare_run
+
+    chosen = []
+    for busy in (0, 30):
+        _one_h100(monkeypatch, busy_gib=busy)
+        path = _run_file(tmp_path / str(busy), micro_batch_size=16, checkpoint_layers="auto")
+        config = load_run_file(path, warn=lambda text: None).config
+        run = prepare_run(config, ["tunedeck", "train", str(path)], warn=lambda text: None,
+                          allow_shared_gpus=True)  # the first, queued, holds the GPU as far as a launch can tell
+        chosen.append(yaml.safe_load(run.config_path.read_text())["checkpoint_layers"])
+    assert isinstance(chosen[0], int) and chosen[0] < (28 if chosen[1] == "all" else chosen[1]), chosen
