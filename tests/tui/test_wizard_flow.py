@@ -853,7 +853,7 @@ def test_a_refused_launchs_error_goes_when_the_user_goes_back_to_change_the_inpu
     import core.runs
     from core.runs import RunError
 
-    def refused(path, allow_shared_gpus=False, warn=None):
+    def refused(path, allow_shared_gpus=False, warn=None, **_kwargs):
         raise RunError("the disk cannot hold the checkpoints", 2)
 
     monkeypatch.setattr(core.runs, "start_run", refused)
