@@ -272,9 +272,58 @@ def choose_backend(requested: str) -> str:
     return "transformers"
 
 
+# vLLM's serve took a server-wide default for the chat template's variables from this release on
+# (--default-chat-template-kwargs, vllm-project/vllm#31343, in v0.14.0); before it, only each request's own
+# chat_template_kwargs could set enable_thinking
+VLLM_TEMPLATE_KWARGS_SINCE = (0, 14)
+
+
+def _installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` as its metadata says (None: no metadata). Reads the
+    package's metadata only: nothing of the backend (torch, CUDA) is imported."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
+def check_backend_template(backend: str, template_kwargs: dict[str, Any] | None, what: str) -> None:
+    """Refuse (``LifecycleError``) a foreign backend that cannot render prompts with the run's chat-template
+    variables (its ``thinking``): served anyway, it would answer in the template's default mode, not the one
+    the run trained in. vLLM takes them from 0.14 on (--default-chat-template-kwargs); LMDeploy's api_server
+    has no server-wide default at all (only a request's own chat_template_kwargs). ``what``: the run or the
+    folder, for the message. Nothing to check for our own server (it renders them itself) or without them."""
+    from core.i18n import t
+
+    if backend == "transformers" or not template_kwargs:
+        return
+    value = str(template_kwargs.get("enable_thinking")).lower()
+    if backend == "lmdeploy":
+        raise LifecycleError(t("lifecycle.serve_thinking_lmdeploy", what=what, value=value))
+    installed = _installed_version("vllm")
+    release: tuple[int, ...] = ()
+    if installed is not None:
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            release = Version(installed).release
+        except InvalidVersion:
+            release = ()
+    if release[:2] < VLLM_TEMPLATE_KWARGS_SINCE:
+        since = ".".join(str(part) for part in VLLM_TEMPLATE_KWARGS_SINCE)
+        raise LifecycleError(t("lifecycle.serve_thinking_vllm_old", what=what, value=value,
+                               version=installed or "?", since=since))
+
+
 def _backend_command(backend: str, run: RunDirectory | None, served: str, state: Path, host: str, port: int,
                      checkpoint: int | None, model_dir: Path | None, api_key: str | None = None,
-                     max_body_bytes: int | None = None, start_id: str | None = None) -> list[str]:
+                     max_body_bytes: int | None = None, start_id: str | None = None,
+                     template_kwargs: dict[str, Any] | None = None) -> list[str]:
+    """The server's command line. ``template_kwargs``: the chat-template variables the run trained with (its
+    ``thinking``), handed to vLLM as its default (our own server reads them from the run or the merge record
+    itself); a backend that cannot take them is refused (``check_backend_template``)."""
     if backend == "transformers":
         cmd = [sys.executable, "-m", "core.lifecycle.server", "--state", str(state), "--host", host,
                "--port", str(port)]
@@ -287,9 +336,13 @@ def _backend_command(backend: str, run: RunDirectory | None, served: str, state:
         assert run is not None
         return cmd + ["--run", str(run.path)] + ([] if checkpoint is None else ["--checkpoint", str(checkpoint)])
     assert model_dir is not None  # foreign servers serve the merged folder
+    check_backend_template(backend, template_kwargs, run.id if run is not None else str(model_dir))
     if backend == "vllm":
-        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-                "--served-model-name", served, "--host", host, "--port", str(port)]
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+               "--served-model-name", served, "--host", host, "--port", str(port)]
+        if template_kwargs:  # request-level chat_template_kwargs still win over it, as in vLLM
+            cmd += ["--default-chat-template-kwargs", json.dumps(template_kwargs, sort_keys=True)]
+        return cmd
     # vLLM reads its key from VLLM_API_KEY (set by start_server); LMDeploy only takes it as an argument.
     return [sys.executable, "-m", "lmdeploy", "serve", "api_server", str(model_dir), "--model-name", served,
             "--server-name", host, "--server-port", str(port)] + (["--api-keys", api_key] if api_key else [])
@@ -349,7 +402,8 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
     A host that is not a loopback address is warned about in the server's log, and to ``warn`` (the CLI's
     stderr) once every refusal has been looked for: a host refused (not this machine's, its port taken) or a
     run that cannot be served is said alone, not after a warning about a server that never starts.
-    ``note``: told once when the start waits for the previous server of the same id, being stopped, to end;
+    ``note``: told once when the start waits for the previous server of the same id, being stopped, to end, and
+    when ``auto`` passes over an installed vLLM/LMDeploy that cannot render prompts with the run's ``thinking``;
     ``waiting``: told True as that wait begins and False once it is over (an app shows the wait as it lasts)."""
     from core.i18n import t
     from core.lifecycle.serve_record import update_state, write_fresh_state
@@ -385,6 +439,22 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
         model_dir = Path(os.path.abspath(model_dir))
         check_model_dir(model_dir)  # no config.json, a download not finished, no weights
     chosen = choose_backend(backend)
+    if source is not None:
+        template_kwargs = dict(source.template_kwargs)
+    else:
+        from core.lifecycle.source import merged_template_kwargs
+
+        template_kwargs = merged_template_kwargs(model_dir)
+    # A backend that would serve in the template's default mode, not the run's thinking, is refused before
+    # any merge or process; auto falls back to our own server instead (it renders them as training did).
+    try:
+        check_backend_template(chosen, template_kwargs, run.id if run is not None else str(model_dir))
+    except LifecycleError as refused:
+        if backend != "auto":
+            raise
+        if note is not None:
+            note(t("lifecycle.serve_auto_thinking", backend=chosen, reason=str(refused)))
+        chosen = "transformers"
     what = {"model_dir": str(model_dir)} if run is None else {"run": str(run.path)}
     if chosen != "transformers" and run is not None and source is not None:
         model_dir = _merged_for_serving(run, source, checkpoint, chosen, cancelled)
@@ -412,7 +482,7 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
                                       **what, **step, "started": time.time(), **ours})
         log_path = directory / "server.log"
         cmd = _backend_command(chosen, run, key, directory, host, port, checkpoint, model_dir, api_key,
-                               max_body_bytes, start_id=start_id)
+                               max_body_bytes, start_id=start_id, template_kwargs=template_kwargs)
         env = {k: v for k, v in os.environ.items() if k not in ("TUNEDECK_API_KEY", "VLLM_API_KEY")}
         if api_key:
             env["VLLM_API_KEY" if chosen == "vllm" else "TUNEDECK_API_KEY"] = api_key
