@@ -80,7 +80,7 @@ def build_request(args: argparse.Namespace) -> Any:
     summary = None
     if args.dataset:
         try:
-            summary = summarise_dataset(args.dataset, args.model)
+            summary = summarise_dataset(args.dataset, args.model, overrides.get("thinking"))
         except DataError as exc:  # its own words, which name the entry ("x.jsonl: file not found; …")
             raise CliError(exc.brief(), 2) from None
         except OSError as exc:

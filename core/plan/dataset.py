@@ -37,6 +37,8 @@ class DatasetSummary:
     on_hub: tuple[str, ...] = ()
     # of ``issues``, the problems of a whole file (an empty one, one of no known format), not of a row in it
     file_issues: int = 0
+    # the run key ``thinking`` the tokens were counted with (the chat template's enable_thinking; None: unset)
+    thinking: bool | None = None
     _cuts: dict[tuple[int | None, str], tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
     # cut_records by seq_len: asked of every candidate plan (warn_overlong_drop), a pass over every record each
     _longer: dict[int, tuple[int, int]] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -179,29 +181,32 @@ class DatasetSummary:
                 "histogram": [{"low": lo, "high": hi, "count": c} for lo, hi, c in self.histogram()]}
 
 
-def summarise_dataset(path: str | Path, model: str | None = None) -> DatasetSummary:
+def summarise_dataset(path: str | Path, model: str | None = None, thinking: bool | None = None) -> DatasetSummary:
     """Read the run's ``dataset`` value ``path`` as ``train`` reads it (a file, a folder, a comma list, ``~``,
     ``#N`` sampled with the run's default seed) and measure its samples; tokens are exact when ``model`` is
-    a local folder with a tokenizer, else approximate. A value naming hub data is not read (no statistics:
+    a local folder with a tokenizer, else approximate; ``thinking``: the run key, the chat template's
+    enable_thinking the samples are rendered with (a Qwen3 template's empty think block before each answer with
+    false), as the run renders them. A value naming hub data is not read (no statistics:
     ``on_hub``). Raises ``DataError`` when an entry names nothing or cannot be read at all."""
     from core.config.schema import default_for
     from core.data.loading import read_local_data
 
     loaded, on_hub = read_local_data(str(path), seed=int(default_for("seed")))
     if on_hub:
-        return DatasetSummary(str(path), None, 0, 0, on_hub=tuple(on_hub))
+        return DatasetSummary(str(path), None, 0, 0, on_hub=tuple(on_hub), thinking=thinking)
     records = loaded.records
     counts: list[tuple[int, int]] | None = None
     exact = False
     if model and records:
-        counts = _exact_counts(records, model)
+        counts = _exact_counts(records, model, thinking)
         exact = counts is not None
     if counts is None:
         counts = approximate_counts(records)
     return DatasetSummary(str(path), loaded.format, len(records), loaded.issue_count,
                           tuple(n for n, _ in counts), exact, tuple(k for _, k in counts),
                           tuple(str(issue) for issue in loaded.issues),
-                          file_issues=sum(1 for i in loaded.issues if i.line is None and i.row is None))
+                          file_issues=sum(1 for i in loaded.issues if i.line is None and i.row is None),
+                          thinking=thinking)
 
 
 def approximate_counts(records: list[Any]) -> list[tuple[int, int]]:
@@ -223,15 +228,16 @@ def approximate_counts(records: list[Any]) -> list[tuple[int, int]]:
     return counts
 
 
-def _exact_counts(records: list[Any], model: str) -> list[tuple[int, int]] | None:
-    """Token lengths and targets with the model's own tokenizer, or None when it is not on this machine."""
+def _exact_counts(records: list[Any], model: str, thinking: bool | None = None) -> list[tuple[int, int]] | None:
+    """Token lengths and targets with the model's own tokenizer (its chat template given the run's ``thinking``),
+    or None when it is not on this machine."""
     from core.data.stats import load_tokenizer
-    from core.data.tokenize import token_counts
+    from core.data.tokenize import template_kwargs, token_counts
 
     # Two tries: transformers' lazy module can fail an import made while another thread is importing it.
     for attempt in range(2):
         try:
-            return token_counts(records, load_tokenizer(model))
+            return token_counts(records, load_tokenizer(model), kwargs=template_kwargs(thinking))
         except ImportError:
             if attempt:
                 return None

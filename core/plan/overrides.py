@@ -82,7 +82,7 @@ def parse_override_value(name: str, text: str, written: str | None = None) -> An
             raise override_value_error(name, text, t("plan.error.not_a_choice", value=text.strip(),
                                                      choices=", ".join(CHOICE_FIELDS[name])), written)
         return value
-    if name == "gradient_checkpointing":
+    if name in ("gradient_checkpointing", "thinking"):  # thinking: a run key (RUN_KEYS), the template's flag
         if value in TRUE_WORDS:
             return True
         if value in FALSE_WORDS:
@@ -111,7 +111,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def request_fields(values: dict[str, Any]) -> dict[str, Any]:
     """The PlanRequest fields that pinned values (``parse_overrides``, the wizard's fields) stand for: the planner's
-    fields as ``overrides``, each run key (``RUN_KEYS``: ``overlong``) as its own field. The one reading of
+    fields as ``overrides``, each run key (``RUN_KEYS``: ``overlong``, ``thinking``) as its own field. The one reading of
     ``plan --set`` and of the wizard's overrides, so that the two plan alike."""
     return {"overrides": {name: value for name, value in values.items() if name not in RUN_KEYS},
             **{name: values[name] for name in RUN_KEYS if name in values}}

@@ -61,6 +61,7 @@ class Recommendation:
             "way_out": [f.to_json() for f in self.way_out],
             "overrides": dict(self.request.overrides),
             "overlong": self.request.overlong,
+            "thinking": self.request.thinking,
             "data": None if self.best is None else data_json(self.request, self.best),
         }
 

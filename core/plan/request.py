@@ -14,8 +14,9 @@ GOALS = ("fastest", "largest_batch", "longest_context", "lowest_cost")
 # Fields a user may pin (the wizard's overrides, the CLI's options); everything else the planner picks.
 OVERRIDABLE = ("method", "precision", "zero_stage", "offload", "micro_batch_size", "grad_accum_steps",
                "seq_len", "gradient_checkpointing", "lora_rank", "num_gpus")
-# Run keys a plan follows and saves without weighing them (``plan --set overlong=drop``): not the planner's fields.
-RUN_KEYS = ("overlong",)
+# Run keys a plan follows and saves without weighing them (``plan --set overlong=drop``, ``thinking=false``): not
+# the planner's fields.
+RUN_KEYS = ("overlong", "thinking")
 # With overlong: drop, the planner's own sequence covers the longest record while it is at most this many times
 # the 95th percentile (``PlanRequest.covered_tokens``); a longer tail is left out, warned.
 DROP_TAIL_FACTOR = 2
@@ -64,6 +65,9 @@ class PlanRequest:
     # What a run does with a record longer than its sequence length (the run key ``overlong``): ``cut`` keeps
     # its first tokens, ``drop`` leaves it out, which its tokens, steps, time and cost then do not count.
     overlong: str = "cut"
+    # The chat template's enable_thinking (the run key ``thinking``; None: the template's default): the data's
+    # tokens are counted with it (``summarise_dataset``), as the run renders its samples; saved with the plan.
+    thinking: bool | None = None
 
     def with_dataset(self, summary: DatasetSummary | None) -> PlanRequest:
         """This request with what ``summary`` measured of the data (unchanged without one)."""

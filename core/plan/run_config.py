@@ -40,6 +40,8 @@ def run_config_values(candidate: Candidate, request: PlanRequest) -> dict[str, A
         values["hub"] = "huggingface"  # it on another box fetches it from there, not from ModelScope (the default)
     if request.overlong != "cut":  # the run leaves long samples out, as the plan counted them
         values["overlong"] = request.overlong
+    if request.thinking is not None:  # the run renders its samples so, as the plan counted their tokens
+        values["thinking"] = request.thinking
     if p.precision == "pure-bf16":
         values["pure_bf16"] = True
     if p.offloads_activations:

@@ -497,3 +497,49 @@ def test_overlong_drop_on_hub_data_says_the_count_left_out_is_not_known(tmp_path
     assert warned == [f"overlong: drop: how many samples are longer than {seq} tokens, and left out, is not known "
                       "until the data is measured (a local copy gives it)"]
     assert not any("overlong" in w["message"] for w in json.loads(cut.stdout)["recommendation"]["warnings"])
+
+
+# A Qwen3-style hybrid template: with enable_thinking false an empty think block comes before each answer.
+QWEN3_STYLE_TEMPLATE = (
+    "{%- set off = enable_thinking is defined and enable_thinking is false %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if off %}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{{ m.content + '<|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if off %}{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}"
+)
+
+
+def test_thinking_false_counts_the_empty_think_block_of_every_answer_and_is_saved(tmp_path):
+    """`plan --set thinking=false` for a model whose template reads enable_thinking: the planner counted the
+    data's tokens without it, a few tokens short per answer (the run renders an empty think block before each);
+    now the tokens are counted with it, the JSON says it and --save writes the key. Hardware: --hardware 1xH100
+    (typed, no GPU of this box)."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from core.data import load_records
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    model = tmp_path / "qwen3ish"
+    shutil.copytree(TINY, model)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer.chat_template = QWEN3_STYLE_TEMPLATE
+    tokenizer.save_pretrained(model)
+    args = ("--model", str(model), "--dataset", str(SAMPLE), "--hardware", "1xH100", "--epochs", "1", "--json")
+    unset = tunedeck(tmp_path, *args)
+    saved = tmp_path / "off.yaml"
+    off = tunedeck(tmp_path, *args, "--set", "thinking=false", "--save", str(saved))
+    assert unset.returncode == 0 and off.returncode == 0, unset.stderr + off.stderr
+    unset, off = json.loads(unset.stdout), json.loads(off.stdout)
+    assert unset["dataset_summary"]["exact"] and off["dataset_summary"]["exact"]
+    answers = sum(1 for record in load_records(SAMPLE) for m in record.messages if m.role == "assistant")
+    block = len(tokenizer("<think>\n\n</think>\n\n", add_special_tokens=False)["input_ids"])
+    assert off["dataset_summary"]["total_tokens"] - unset["dataset_summary"]["total_tokens"] == answers * block
+    assert off["thinking"] is False and unset["thinking"] is None
+    assert yaml.safe_load(saved.read_text())["thinking"] is False
+    bad = tunedeck(tmp_path, *args, "--set", "thinking=maybe")
+    assert bad.returncode == 2 and "thinking=maybe" in bad.stderr, bad.stderr

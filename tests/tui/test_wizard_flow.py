@@ -637,10 +637,10 @@ def test_enter_while_the_dataset_is_counted_waits_for_that_count(private_home, m
     calls, release = [], threading.Event()
     real = core.plan.summarise_dataset
 
-    def summarise_dataset(path, model=None):
+    def summarise_dataset(path, model=None, thinking=None):
         calls.append((path, model))
         release.wait(60)
-        return real(path, model)
+        return real(path, model, thinking)
 
     monkeypatch.setattr(core.plan, "summarise_dataset", summarise_dataset)
 
@@ -1027,3 +1027,40 @@ def test_d_leaves_long_samples_out_and_the_plan_and_saved_yaml_follow_as_plan_se
 
     saved = run(scenario())
     assert saved["overlong"] == "drop" and saved["max_seq_len"] == 64
+
+
+def test_thinking_typed_in_the_overrides_counts_the_data_again_and_is_saved(private_home, tmp_path):
+    """The wizard's overrides take the run key thinking as `plan --set thinking=false` does: the data's tokens
+    were counted without it (a Qwen3-style template's empty think block before each answer left out), now they
+    are counted again with it, the plan follows, and the saved YAML has it. No GPU (fake), 120x40."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from tests.core.test_plan_cli import QWEN3_STYLE_TEMPLATE
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    model = tmp_path / "qwen3ish"
+    shutil.copytree(TINY, model)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer.chat_template = QWEN3_STYLE_TEMPLATE
+    tokenizer.save_pretrained(model)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        app.wizard_model = str(model)
+        async with app.run_test(size=(120, 40)) as pilot:
+            w = await to_result(pilot, app)
+            await wait_for(pilot, lambda: not w.planning and w.request is not None, timeout=30)
+            before = w.request.dataset_tokens
+            assert w.summary.exact and w.summary.thinking is None
+            w.query_one("#ov-thinking").value = "false"
+            await wait_for(pilot, lambda: w.summary.thinking is False and not w.planning
+                           and w.request.thinking is False and w.request.dataset_tokens > before, timeout=60)
+            w.query_one("#result-body").focus()
+            await pilot.press("s")
+            await wait_for(pilot, lambda: w.saved_path is not None)
+            return w.saved_path
+
+    path = run(scenario())
+    assert yaml.safe_load(path.read_text())["thinking"] is False

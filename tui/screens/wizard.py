@@ -39,7 +39,8 @@ DEFAULT_GPU_MODEL = "Qwen/Qwen2.5-7B-Instruct"
 TINY_MODEL = "tiny"
 BAR_WIDTH = 40
 ALTERNATIVE_KEYS = 3  # 1-3 take an alternative (the bindings below)
-# The overrides panel's fields: the planner's (OVERRIDABLE), then the run keys the plan follows (``overlong``), as
+# The overrides panel's fields: the planner's (OVERRIDABLE), then the run keys the plan follows (``overlong``,
+# ``thinking``), as
 # ``plan --set`` takes them all.
 FIELDS = OVERRIDABLE + RUN_KEYS
 # The colour of each part of the memory bar (theme variables, so every theme applies).
@@ -60,9 +61,11 @@ def _short(path: Path) -> str:
 
 
 class DatasetSummarised(Message):
-    def __init__(self, path: str, model: str | None, summary: Any, error: str | None) -> None:
+    def __init__(self, path: str, model: str | None, summary: Any, error: str | None,
+                 thinking: bool | None = None) -> None:
         super().__init__()
         self.path, self.model, self.summary, self.error = path, model, summary, error
+        self.thinking = thinking  # the run key the tokens were counted with
 
 
 class ModelFetched(Message):
@@ -180,7 +183,8 @@ class WizardScreen(Screen[None]):
         self.summary: Any = None
         self.summary_path: str | None = None
         self.summary_model: str | None = None  # whose tokenizer counted the summary's tokens
-        self.summarising: tuple[str, str | None] | None = None  # the (file, model) a worker is counting now
+        # the (file, model, thinking) a worker is counting now
+        self.summarising: tuple[str, str | None, bool | None] | None = None
         self.advance_after_summary = False
         self.base: Any = None
         self.base_model: str | None = None
@@ -564,45 +568,50 @@ class WizardScreen(Screen[None]):
     # --- dataset -------------------------------------------------------------------------------------
     def _summary_is_current(self, path: str) -> bool:
         """The summary is of this file, its tokens counted for the model chosen now (another model's
-        tokenizer counts other lengths: the plan's sequence length and speed follow them)."""
-        return self.summary is not None and self.summary_path == path and self.summary_model == self.base_model
+        tokenizer counts other lengths: the plan's sequence length and speed follow them) and with the
+        ``thinking`` pinned now (a Qwen3 template's empty think block before each answer counts)."""
+        return (self.summary is not None and self.summary_path == path and self.summary_model == self.base_model
+                and getattr(self.summary, "thinking", None) == self.overrides.get("thinking"))
 
     def _summarise_if_needed(self, force: bool = False) -> None:
         """Count the dataset's tokens in a worker, unless the summary is current (``force``: read it again) or
         a worker is counting this file for this model already (its answer comes: a large file is not counted
         twice because Enter came before the first count was done)."""
         path = self.query_one("#dataset-input", Input).value.strip()
-        if not path or (not force and self._summary_is_current(path)) or self.summarising == (path, self.base_model):
+        thinking = self.overrides.get("thinking")
+        if not path or (not force and self._summary_is_current(path)) or self.summarising == (path, self.base_model,
+                                                                                             thinking):
             return
         self.query_one("#dataset-info", Static).update(t("wizard.dataset.reading", path=_escape(path)))
-        self.summarising = (path, self.base_model)
-        self.summarise(path, self.base_model)
+        self.summarising = (path, self.base_model, thinking)
+        self.summarise(path, self.base_model, thinking)
 
     @work(thread=True, exclusive=True, group="wizard-data", exit_on_error=False)
-    def summarise(self, path: str, model: str | None) -> None:
+    def summarise(self, path: str, model: str | None, thinking: bool | None = None) -> None:
         from core.data import DataError
         from core.plan import summarise_dataset
 
         try:
-            summary = summarise_dataset(path, model)
+            summary = summarise_dataset(path, model, thinking)
         except (TunedeckError, OSError) as exc:  # a DataError, an unreadable file: shown, never fatal
             # a DataError in its own words ("x.jsonl: file not found; …"), no heading above them
             self.post_message(DatasetSummarised(path, model, None, exc.brief() if isinstance(exc, DataError)
-                                                else str(exc)))
+                                                else str(exc), thinking))
             return
         except Exception as exc:  # a bug: the error modal and the log, and the step says it failed too
             report_unexpected(self.app, exc, "wizard.summarise")
-            self.post_message(DatasetSummarised(path, model, None, describe(exc)))
+            self.post_message(DatasetSummarised(path, model, None, describe(exc), thinking))
             return
         # an empty file, or not one row that loads: refused here as plan refuses it (planned, it took "< 1 min")
         refused = summary.nothing_to_plan(path)
-        self.post_message(DatasetSummarised(path, model, None if refused else summary, refused))
+        self.post_message(DatasetSummarised(path, model, None if refused else summary, refused, thinking))
 
     def on_dataset_summarised(self, message: DatasetSummarised) -> None:
-        if self.summarising == (message.path, message.model):
+        if self.summarising == (message.path, message.model, message.thinking):
             self.summarising = None
-        if message.path != self.query_one("#dataset-input", Input).value.strip() or message.model != self.base_model:
-            return  # an answer for another file or another model's tokenizer: a newer one is coming
+        if (message.path != self.query_one("#dataset-input", Input).value.strip() or message.model != self.base_model
+                or message.thinking != self.overrides.get("thinking")):
+            return  # an answer for another file, another model's tokenizer or thinking: a newer one is coming
         info = self.query_one("#dataset-info", Static)
         if message.error is not None:
             self.summary, self.summary_path = None, None
@@ -611,6 +620,8 @@ class WizardScreen(Screen[None]):
             return
         self.summary, self.summary_path, self.summary_model = message.summary, message.path, message.model
         info.update(self._dataset_text(message.summary))
+        if STEPS[self.step] == "result" and self.base is not None:  # counted again for thinking: the plan follows
+            self.recompute(keep_status=True)
         if self.advance_after_summary and STEPS[self.step] == "dataset":
             self.advance_after_summary = False
             # the step stays, its warning (or the note that hub data is not read) in view; Enter again goes on
@@ -899,6 +910,8 @@ class WizardScreen(Screen[None]):
             self.overrides.pop(name, None)
         else:
             self.overrides[name] = value
+        if name == "thinking":  # the data's tokens are counted again with it; the plan follows when they come
+            self._summarise_if_needed()
         self.recompute()
 
     def _override_problem(self) -> tuple[str, str] | None:
@@ -941,6 +954,7 @@ class WizardScreen(Screen[None]):
         for name in FIELDS:
             with self.prevent(Input.Changed):
                 self.query_one(f"#ov-{name}", Input).value = ""
+        self._summarise_if_needed()  # counted with a thinking now cleared: again without it
         self.recompute()
 
     def action_toggle_overlong(self) -> None:
