@@ -1,4 +1,5 @@
-"""``tunedeck data check FILE [--model M] [--max-seq-len N] [--overlong cut|drop] [--max-errors N] [--json]``.
+"""``tunedeck data check FILE [--model M] [--max-seq-len N] [--overlong cut|drop] [--thinking true|false]
+[--max-errors N] [--json]``.
 
 Exit codes: 0 the data is fine; 1 the data has problems (or cannot be read); 2 bad arguments.
 """
@@ -25,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--model", metavar="M", default=None, help=t("data.check_model_help"))
     check.add_argument("--max-seq-len", metavar="N", type=int, default=None, help=t("data.check_max_seq_help"))
     check.add_argument("--overlong", choices=("cut", "drop"), default="cut", help=t("data.check_overlong_help"))
+    check.add_argument("--thinking", choices=("true", "false"), default=None, help=t("data.check_thinking_help"))
     check.add_argument("--max-errors", metavar="N", type=int, default=50, help=t("data.check_max_errors_help"))
     check.add_argument("--json", action="store_true", help=t("data.check_json_help"))
     check.set_defaults(handler=run_check)
@@ -50,7 +52,9 @@ def run_check(args: argparse.Namespace) -> int:
         except (FileNotFoundError, ValueError) as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
     try:
-        report = check_data(args.file, tokenizer, args.max_seq_len, max_issues=args.max_errors)
+        # the run key thinking: the template renders the samples as the run will (unset: its default)
+        thinking = None if args.thinking is None else args.thinking == "true"
+        report = check_data(args.file, tokenizer, args.max_seq_len, max_issues=args.max_errors, thinking=thinking)
     except DataError as exc:
         if args.json:
             print(json.dumps({"path": args.file, "ok": False, "format": None, "records": 0, "rows": 0,
@@ -63,6 +67,7 @@ def run_check(args: argparse.Namespace) -> int:
         report.lengths.method = t("data.method_tokenizer", name=args.model)
     if report.lengths is not None:
         report.lengths.overlong = args.overlong
+        report.lengths.thinking = thinking
     empty = none_left(report)  # overlong: drop would leave the run nothing: a problem, as train says
     if args.json:
         print(json.dumps({**report.to_dict(), **({"ok": False, "none_left": empty} if empty else {})},

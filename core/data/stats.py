@@ -41,6 +41,7 @@ class LengthStats:
     over_max: int | None = None  # samples longer than max_seq_len, when given
     max_seq_len: int | None = None
     overlong: str = "cut"  # what a run does with those samples: cut them, or drop them (the run key)
+    thinking: bool | None = None  # the run key the conversations were rendered with (None: the template's default)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -142,12 +143,15 @@ def check_data(
     tokenizer_or_model: Any = None,
     max_seq_len: int | None = None,
     max_issues: int = DEFAULT_MAX_ISSUES,
+    thinking: bool | None = None,
 ) -> DataReport:
     """Read local data as a run's ``dataset`` names it (a file, a folder, a comma list, ``~``; ``#N`` read
     whole: the check is of what the source holds) and report its format, records, problems and token lengths.
 
     ``tokenizer_or_model``: a tokenizer object, a local model directory or ``tiny``; without one the
-    lengths are an approximation (``approximate_tokens``), labelled as such. Raises ``DataError`` only when the
+    lengths are an approximation (``approximate_tokens``), labelled as such. ``thinking``: the run key, the
+    chat template's enable_thinking the conversations are rendered with, as the run renders them (a Qwen3
+    template's empty think block before each answer with false; None: the template's default). Raises ``DataError`` only when the
     data cannot be read at all, or names hub data (read by ``train``, not here); malformed rows are in the
     report.
     """
@@ -173,8 +177,11 @@ def check_data(
     if tokenizer is not None:
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
         limit = max_seq_len or _default_max_seq_len()
+        from core.data.tokenize import template_kwargs
+
         lengths, report.capped = capped_token_lengths(records, tokenizer,
-                                                      max(CAP_CHARS_FLOOR, limit * CAP_CHARS_PER_TOKEN))
+                                                      max(CAP_CHARS_FLOOR, limit * CAP_CHARS_PER_TOKEN),
+                                                      template_kwargs(thinking))
         report.lengths = length_stats(lengths, True, t("data.method_tokenizer", name=name), max_seq_len)
     else:
         report.lengths = length_stats(approximate_lengths(records), False,
@@ -188,12 +195,13 @@ def _default_max_seq_len() -> int:
     return int(default_for("max_seq_len"))
 
 
-def capped_token_lengths(records: list[Record], tokenizer: Any, max_chars: int
-                         ) -> tuple[list[int], list[tuple[str, int, int]]]:
+def capped_token_lengths(records: list[Record], tokenizer: Any, max_chars: int,
+                         kwargs: dict[str, Any] | None = None) -> tuple[list[int], list[tuple[str, int, int]]]:
     """Each record's token length as the model sees it, the text of a record longer than ``max_chars``
     characters cut there first (its length is then a lower bound); and for each record cut, (where it
     came from, its characters, the tokens counted). The tokenizer's "sequence length is longer than the
-    specified maximum" warning is silenced: the lengths are what this check reports."""
+    specified maximum" warning is silenced: the lengths are what this check reports. ``kwargs``: the chat
+    template's variables besides the messages (``core.data.tokenize.template_kwargs``: the run's thinking)."""
     import logging
 
     from core.data.records import TextRecord
@@ -215,7 +223,7 @@ def capped_token_lengths(records: list[Record], tokenizer: Any, max_chars: int
                     continue
                 text = ((record.prompt or "") + record.text)[:max_chars]
             else:
-                text = _render(tokenizer, record.to_chat_messages(), record.tools, False)
+                text = _render(tokenizer, record.to_chat_messages(), record.tools, False, kwargs)
                 chars = len(text)
                 if chars <= max_chars:
                     lengths.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))

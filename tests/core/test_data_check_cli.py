@@ -148,3 +148,38 @@ def test_overlong_drop_that_leaves_no_sample_says_so_and_fails(run):
     report = json.loads(run(*args, "--overlong", "drop", "--json").stdout)
     assert report["ok"] is False and "raise max_seq_len" in report["none_left"]
     assert run(*args).returncode == 0  # cut: every sample trains on its first 16 tokens
+
+
+def test_thinking_false_counts_the_empty_think_block_a_run_renders(run, tmp_path):
+    """data check counted a Qwen3-style model's samples with the template's default, a few tokens short per
+    answer for a run with thinking: false (it renders an empty think block before each); --thinking false
+    counts them as that run renders them, --thinking true as the default does here, a bad value is refused."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from core.data import load_records
+    from tests.core.test_plan_cli import QWEN3_STYLE_TEMPLATE
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    model = tmp_path / "qwen3ish"
+    shutil.copytree(TINY, model)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer.chat_template = QWEN3_STYLE_TEMPLATE
+    tokenizer.save_pretrained(model)
+    data = FIXTURES / "messages.jsonl"
+    args = (str(data), "--model", str(model), "--json")
+    counted = {}
+    for extra in ((), ("--thinking", "false"), ("--thinking", "true")):
+        result = run(*args, *extra)
+        assert result.returncode == 0, result.stderr
+        counted[extra[1:]] = json.loads(result.stdout)["tokens"]
+    block = len(tokenizer("<think>\n\n</think>\n\n", add_special_tokens=False)["input_ids"])
+    answers = [sum(1 for m in record.messages if m.role == "assistant") for record in load_records(data)]
+    assert counted[("false",)]["max"] > counted[()]["max"]
+    total = {key: round(tokens["mean"] * tokens["count"]) for key, tokens in counted.items()}
+    assert total[("false",)] - total[()] == sum(answers) * block
+    assert counted[("false",)]["thinking"] is False and counted[()]["thinking"] is None
+    assert {**counted[("true",)], "thinking": None} == counted[()]
+    bad = run(*args, "--thinking", "maybe")
+    assert bad.returncode == 2 and "--thinking" in bad.stderr and "'maybe'" in bad.stderr, bad.stderr
