@@ -86,6 +86,7 @@ class GpuIdentity:
     compute_capability: tuple[int, int] | None = None  # (major, minor); None where NVML cannot say
     uuid: str | None = None
     mig_instances: tuple[MigInstance, ...] = ()  # its MIG devices (their UUIDs), in MIG mode
+    lost: bool = False  # NVML answers GPU_IS_LOST for it (fell off the bus, Xid 79): no run can use it
 
 
 @dataclass(frozen=True)
@@ -462,16 +463,16 @@ class NvmlBackend:
         found = []
         try:
             for gpu in self._gpus:
-                capability, migs = None, ()
+                capability, migs, lost = None, (), gpu.lost
                 try:
                     if gpu.handle is not None:
                         capability = self._call("nvmlDeviceGetCudaComputeCapability", gpu.handle)
                     migs = self._read_mig(gpu) if gpu.mig_enabled else ()
                 except _GpuLost:
-                    pass
+                    lost = True
                 found.append(GpuIdentity(gpu.index, gpu.name,
                                          None if capability is None else (int(capability[0]), int(capability[1])),
-                                         gpu.uuid, migs))
+                                         gpu.uuid, migs, lost))
         except _NvmlGone as gone:
             self._error = gone.error
             return GpuIdentities(error=self._error)

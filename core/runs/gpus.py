@@ -34,6 +34,29 @@ def visible_gpu_count(nvml: Any = None) -> int:
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 
 
+def lost_gpus(nvml: Any = None, visible: str | None = "ours") -> list[int]:
+    """The GPUs NVML calls lost (GPU_IS_LOST: fallen off the bus, Xid 79), as a run's ``gpus`` count them:
+    indices within ``CUDA_VISIBLE_DEVICES`` (an entry by UUID matches where NVML still knows the lost GPU's
+    UUID; ``visible``: that variable, "ours" for this process's). ``visible_gpu_count`` counts them (they keep
+    their index); a run must not be given one: its trainer would hang or fail with a CUDA error far from the
+    cause. [] where NVML cannot say."""
+    from core.hardware.nvml_backend import read_gpu_identities
+
+    if visible == "ours":
+        visible = os.environ.get(VISIBLE_ENV)
+    entries = [v.strip() for v in (visible or "").split(",") if v.strip() and v.strip() != "-1"]
+    if visible is not None and not entries:
+        return []
+    found = read_gpu_identities(nvml)
+    lost = {g.index for g in found.gpus if g.lost}
+    if found.error is not None or not lost:
+        return []
+    if visible is None:
+        return sorted(lost)
+    by_uuid = uuid_indices(found.gpus)
+    return [i for i, entry in enumerate(entries) if nvml_index(entry, by_uuid) in lost]
+
+
 def physical_gpus(gpus: Sequence[int], visible: str | None) -> list[str]:
     """The GPUs that indices ``gpus`` name under ``CUDA_VISIBLE_DEVICES=visible``: the entry each counts to
     (a physical index, or a ``GPU-…`` / ``MIG-…`` UUID as given), or the index itself where ``visible`` is
@@ -102,24 +125,55 @@ def nvml_index(name: str, by_uuid: Mapping[str, int]) -> int | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def resolve_gpus(requested: object, available: int) -> list[int]:
+def resolve_gpus(requested: object, available: int, lost: Sequence[int] = ()) -> list[int]:
     """``gpus`` from the config (all / a count / a list of indices) as indices on this box.
 
+    ``lost``: indices of GPUs NVML calls lost (``lost_gpus``): all or a count leaves them out (``gpus_left_out``
+    says which it left), a list that names one is refused, as the planner refuses it.
     Raises ValueError with a message naming what is missing when the request cannot be met.
     """
+    usable = [i for i in range(available) if i not in lost]
     if requested in (None, "all"):
-        return list(range(available))
+        if available and not usable:
+            raise ValueError(lost_message(lost))
+        return usable
     if isinstance(requested, bool):
         raise ValueError(t("runs.gpus_bad_value", given=repr(requested)))
     if isinstance(requested, int):
         if requested > available:
             raise ValueError(t("runs.gpus_too_many", wanted=requested, available=available))
-        return list(range(requested))
+        if requested > len(usable):
+            raise ValueError(t("runs.gpus_too_many_lost", wanted=requested, usable=len(usable),
+                               lost=lost_message(lost)))
+        return usable[:requested]
     indices = [int(i) for i in requested]  # type: ignore[union-attr]
     missing = [i for i in indices if i >= available or i < 0]
     if missing:
         raise ValueError(t("runs.gpus_index_missing", index=missing[0], available=available))
+    named = [i for i in indices if i in lost]
+    if named:
+        raise ValueError(lost_message(named))
     return indices
+
+
+def gpus_left_out(requested: object, lost: Sequence[int]) -> list[int]:
+    """The lost GPUs that all or a count (``resolve_gpus``) stepped over; none for a list (it is refused)."""
+    if requested in (None, "all"):
+        return sorted(lost)
+    if isinstance(requested, int) and not isinstance(requested, bool) and requested > 0:
+        skipped: list[int] = []
+        for index in range(requested + len(lost)):  # the first ``requested`` usable GPUs lie within these
+            if index in lost:
+                skipped.append(index)
+            elif index - len(skipped) + 1 >= requested:
+                break
+        return skipped
+    return []
+
+
+def lost_message(lost: Sequence[int | str]) -> str:
+    """The planner's words for a lost GPU (what it is, and the way out: other GPUs, or a reboot)."""
+    return t("plan.error.gpu_lost", indices=", ".join(map(str, lost)))
 
 
 def _torch_gpu_count() -> int:

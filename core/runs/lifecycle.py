@@ -244,6 +244,8 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     record = run.read_launch_record()[0]
     gpus = list(record["gpus"])
     moving = _moving_gpus(run, config, overrides, gpus)
+    if moving is None:
+        _check_recorded_gpus_not_lost(run, record)
     if gpus:  # a CPU run parks no activations in pinned memory
         _check_host_memory(values, warn, processes=len(gpus))
     known, visible = recorded_visible(record)  # what the indices count within (start_supervisor restores it)
@@ -306,9 +308,10 @@ def _gpu_caps(nvml: Any = None) -> dict[str, Any] | None:
     from core.hardware.nvml_backend import read_gpu_identities
 
     found = read_gpu_identities(nvml)
-    if not found.gpus or found.gpus[0].compute_capability is None:
+    usable = [gpu for gpu in found.gpus if not gpu.lost]  # a lost GPU (Xid 79) says no capability: not the box's
+    if not usable or usable[0].compute_capability is None:
         return None
-    first = found.gpus[0]
+    first = usable[0]
     return {"bf16": first.compute_capability[0] >= 8, "name": first.name}
 
 
@@ -530,13 +533,18 @@ def _check_training_stack() -> None:
 def _check_box(config: Any, warn: Warn = warn_on_stderr) -> list[int]:
     """The GPUs the run gets here, refusing what this box cannot run and checkpoints the disk cannot hold."""
     from core.paths import runs_dir
-    from core.runs.gpus import resolve_gpus, visible_gpu_count
+    from core.runs.gpus import gpus_left_out, lost_gpus, resolve_gpus, visible_gpu_count
 
     _check_training_stack()
+    available = visible_gpu_count()
+    lost = lost_gpus() if available else []  # fallen off the bus: a trainer there hangs or fails in CUDA
     try:
-        gpus = resolve_gpus(config.gpus, visible_gpu_count())
+        gpus = resolve_gpus(config.gpus, available, lost)
     except ValueError as exc:
         raise RunError(str(exc), 2) from exc
+    left_out = gpus_left_out(config.gpus, lost)
+    if left_out and gpus:
+        warn(t("runs.gpus_lost_left_out", lost=",".join(map(str, left_out)), gpus=",".join(map(str, gpus))))
     if not gpus and config.method == "qlora":
         raise RunError(t("runs.qlora_needs_gpu"), 2)
     if not gpus and int(config.zero_stage or 0) > 0:
@@ -620,7 +628,7 @@ def _claim_gpus(config: Any, gpus: list[int], allow_shared: bool, warn: Warn = w
     other GPUs (``gpus=...``), which the demo does not take."""
     sharing = None  # not looked at yet
     if gpus and isinstance(config.gpus, int) and not isinstance(config.gpus, bool) and not allow_shared:
-        from core.runs.gpus import visible_gpu_count
+        from core.runs.gpus import lost_gpus, visible_gpu_count
 
         visible = visible_gpu_count()
         # One look at every GPU (each live run's status and run.json read once): what holds ``gpus`` is part of it
@@ -629,6 +637,7 @@ def _claim_gpus(config: Any, gpus: list[int], allow_shared: bool, warn: Warn = w
                    for run_id, status, theirs in every if any(gpu in gpus for gpu in theirs)]
         if sharing:
             held = {gpu for _run, _status, theirs in every for gpu in theirs}
+            held |= set(lost_gpus())  # fallen off the bus: free of runs, of no use to one
             free = [gpu for gpu in range(visible) if gpu not in held]
             if len(free) >= len(gpus):
                 warn(t("runs.gpus_moved", busy=",".join(str(g) for g in gpus if g in held),
@@ -717,12 +726,13 @@ def _moving_gpus(run: RunDirectory, config: Any, overrides: Sequence[str], gpus:
     many as the run had, since its checkpoint was written by that many processes (a ZeRO one is split
     over them; any other counts steps of a global batch of that many GPUs)."""
     from core.config.loader import parse_override
-    from core.runs.gpus import resolve_gpus, visible_gpu_count
+    from core.runs.gpus import lost_gpus, resolve_gpus, visible_gpu_count
 
     if not any(parse_override(text)[0] == "gpus" for text in overrides):  # _resume_config has read them
         return None
+    available = visible_gpu_count()
     try:
-        wanted = resolve_gpus(config.gpus, visible_gpu_count())
+        wanted = resolve_gpus(config.gpus, available, lost_gpus() if available else [])
     except ValueError as exc:
         raise RunError(str(exc), 2) from exc
     if len(wanted) != len(gpus):
@@ -732,6 +742,25 @@ def _moving_gpus(run: RunDirectory, config: Any, overrides: Sequence[str], gpus:
         raise RunError(t("runs.resume_gpu_count", id=run.id, gpus=",".join(map(str, wanted)) or "-",
                          new=len(wanted), old=len(gpus), why=why), 2)
     return wanted
+
+
+def _check_recorded_gpus_not_lost(run: RunDirectory, record: dict[str, Any]) -> None:
+    """Refuse a resume onto the GPUs run.json gives the trainer when NVML calls one of them lost (fallen off the
+    bus): it would hang or fail with a CUDA error; the way out is a ``gpus=`` override, or the reboot."""
+    import os
+
+    from core.runs.gpus import VISIBLE_ENV, lost_gpus, lost_message, physical_gpus, recorded_visible
+
+    gpus = [int(g) for g in record.get("gpus") or []]
+    if not gpus:
+        return
+    known, visible = recorded_visible(record)
+    recorded = visible if known else os.environ.get(VISIBLE_ENV)  # what start_supervisor gives the trainer
+    lost = lost_gpus(visible=recorded)
+    named = [g for g in gpus if g in lost]
+    if named:
+        raise RunError(t("runs.resume_gpu_lost", id=run.id, gpus=",".join(physical_gpus(gpus, recorded)),
+                         lost=lost_message(physical_gpus(named, recorded))), 2)
 
 
 def _record_moved_gpus(run: RunDirectory, record: dict[str, Any], gpus: list[int]) -> None:

@@ -496,3 +496,58 @@ def test_a_gpu_named_by_its_uuid_in_cuda_visible_devices_is_the_gpu_of_that_inde
         assert f"GPU 0 is in use by run {first.id}" in capsys.readouterr().err
     finally:
         _end(holder)
+
+
+def test_a_lost_gpu_is_left_out_of_all_or_a_count_and_refused_when_named(home, tmp_path, monkeypatch, capsys):
+    """A GPU that fell off the bus (NVML GPU_IS_LOST, Xid 79) was counted as any other: `gpus: all` or a count
+    started a trainer on it (it hangs, or fails with a CUDA error far from the cause), and a resume went back
+    onto it. Now all or a count leaves it out (one line says so), naming it is refused with the planner's words
+    (other GPUs, or a reboot), `train --check` says the same, and a resume onto it is refused with its way out.
+    Box: the two H200s of tests/fixtures/gpus/h200x2.json through the fake NVML, GPU 1 lost (``FakeNvml.lost``);
+    the supervisor is not started (``_start`` records the GPUs it would give)."""
+    from core.cli import main
+    from core.data.samples import sample_dataset_path
+    from core.hardware.fake_nvml import fake_nvml_from_recording
+    from core.runs import lifecycle
+    from core.runs.lifecycle import check_run_file
+    from core.runs.run_dir import STOPPED
+
+    nvml = fake_nvml_from_recording(Path(__file__).parents[1] / "fixtures" / "gpus" / "h200x2.json",
+                                    compute_capability=(9, 0))
+    nvml.lost.add(1)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    config = tmp_path / "long.yaml"
+    config.write_text(f"model: tiny\ndataset: {sample_dataset_path()}\nprecision: fp32\ngpus: all\n", encoding="utf-8")
+    said: list[str] = []
+    assert check_run_file(config, warn=said.append).gpus == [0]
+    assert [line for line in said if "GPU 1 is lost" in line] == [
+        "GPU 1 is lost (NVML cannot reach it: it fell off the bus): this run leaves it out and takes GPU 0; "
+        "reboot the box to bring it back"]
+    assert check_run_file(config, ["gpus=1"], warn=said.append).gpus == [0]  # GPU 0 is first: nothing left out
+    refusal = ("GPU 1 is lost (NVML cannot reach it: it fell off the bus); choose other GPUs, or reboot the box "
+               "to bring it back")
+    assert main(["train", str(config), "--check", "gpus=[0,1]"]) == 2
+    assert refusal in capsys.readouterr().err
+    assert main(["train", str(config), "--check", "gpus=2"]) == 2
+    assert f"gpus: 2 asked for, 1 usable on this machine: {refusal}" in capsys.readouterr().err
+    assert main(["train", str(config), "--check", "gpus=[0]"]) == 0
+    capsys.readouterr()
+
+    nvml.lost = {0}  # the first GPU is lost: a count steps over it, and the bf16 check reads the other
+    assert check_run_file(config, ["gpus=1"], warn=said.append).gpus == [1]
+    assert said[-1].startswith("GPU 0 is lost") and "takes GPU 1;" in said[-1], said
+    assert lifecycle._gpu_caps() == {"bf16": True, "name": "NVIDIA H200"}
+
+    started: list[list[int]] = []
+    monkeypatch.setattr(lifecycle, "_start", lambda run, resume_from=None: started.append(run.record()["gpus"]))
+    stopped = _stopped_with_checkpoint([0], gpus=1)
+    assert stopped.status().status == STOPPED
+    assert main(["resume", stopped.id]) == 2
+    err = capsys.readouterr().err
+    assert f"run {stopped.id} trained on GPU 0: GPU 0 is lost" in err and f"tunedeck resume {stopped.id} gpus=" in err
+    assert main(["resume", stopped.id, "gpus=[0]"]) == 2  # moved onto the lost GPU: refused as train refuses it
+    assert "GPU 0 is lost" in capsys.readouterr().err
+    assert not started and stopped.status().status == STOPPED
+    assert main(["resume", stopped.id, "gpus=[1]"]) == 0
+    assert started == [[1]]
