@@ -749,3 +749,55 @@ def test_the_memory_and_step_rate_another_trainer_logs_are_on_the_stats_line(tmp
             assert all(text in line for text in shown), line
 
     run(scenario())
+
+
+@pytest.mark.parametrize("size", [(160, 50), (80, 24)])
+def test_a_run_whose_gpu_is_lost_mid_training_says_so_in_its_gpu_panel(size):
+    """Fake GPUs: h200x2, the run on GPU 1, which answers NVML_ERROR_GPU_IS_LOST (Xid 79) from the second poll
+    on. Its GPU charts only stopped (gaps), as a quiet GPU's would; now their titles say the GPU is lost, the
+    header marks it, and a toast says what happened and what to do (at 80x24, where the charts are not shown).
+    The reading comes from the app's poll worker, as every reading does."""
+    from core.hardware.fake_nvml import fake_nvml_from_recording
+    from core.hardware.host import RecordedHostSampler
+    from core.hardware.monitor import HardwareMonitor
+    from core.hardware.nvml_backend import NvmlBackend
+    from core.hardware.processes import RecordedProcessResolver
+    from core.i18n import t
+    from tests.tui.conftest import GPU_FIXTURES, StepClock
+
+    path = build_run(runs_dir(), "20261129-2100-xid79", status="running", steps=240, gpus=(1,))
+
+    async def scenario():
+        clock = StepClock()
+        fake = fake_nvml_from_recording(GPU_FIXTURES / "h200x2.json", clock=clock)
+        resolver = RecordedProcessResolver({p.pid: p for g in fake.recording.gpus for p in g.processes})
+        monitor = HardwareMonitor(NvmlBackend(fake, resolver), RecordedHostSampler(fake.recording.host),
+                                  clock=clock, synthetic=True)
+        app = make_app(quiet_settings(), monitor=monitor, open_run=str(path))
+        async with app.run_test(size=size) as pilot:
+            screen = await open_dashboard(pilot, app, "running")
+            await settle(pilot, app, screen)
+            assert screen.gpu_indices == [1] and screen.gpu_lost == ()
+            assert "(1 lost)" not in screen_text(app) and "GPU 1 lost" not in screen_text(app)
+            fake.lost.add(1)
+            clock.advance(1.0)
+            app.poll_gpus_now()
+            await wait_for(pilot, lambda: screen.gpu_lost == (1,))
+            screen._redraw()
+            await wait_screen_stable(pilot, app)
+            text = screen_text(app)
+            assert "GPUs 1 (1 lost)" in text
+            notes = [(str(n.message), n.severity) for n in app._notifications]
+            assert (t("dashboard.gpu_lost_alert", gpus="1"), "error") in notes
+            util = screen.query_one("#chart-gpu-util")
+            if util.display:
+                assert "GPU util % · x: time · GPU 1 lost" in text and "GPU memory % · x: time · GPU 1 lost" in text
+            assert size == (80, 24) or util.display
+            clock.advance(1.0)
+            app.poll_gpus_now()  # still lost: said once, not at every reading
+            await wait_for(pilot, lambda: len(screen.util_samples) >= 3)
+            assert [m for m, _s in ((str(n.message), n.severity) for n in app._notifications)
+                    ].count(t("dashboard.gpu_lost_alert", gpus="1")) == 1
+
+    with SupervisorStandIn(path):
+        run(scenario())

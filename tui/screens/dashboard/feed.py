@@ -394,9 +394,25 @@ class DashboardFeed:
             self.gpu_charts = True
             self._layout_charts()
         self.gpu_name = mine[0].name
+        self._note_lost_gpus(tuple(g.index for g in mine if getattr(g, "lost", False)))
         at = snapshot.taken_at
         self._add_gpu_points(at, [(g.index, g.utilization_gpu_pct, g.memory_used_fraction) for g in mine])
         self._notify(self.gate.filter({"gpu_idle": gpu_idle_alert(self.util_samples, self.status, at)}))
+
+    def _note_lost_gpus(self, lost: tuple[int, ...]) -> None:
+        """The run's GPUs NVML calls lost (fallen off the bus): the GPU charts and the header say so while it
+        lasts, and one toast says it when a GPU is lost (its charts only stop: at 80x24 they are not shown)."""
+        if lost == self.gpu_lost:
+            return
+        newly = [index for index in lost if index not in self.gpu_lost]
+        self.gpu_lost = lost
+        if newly:
+            self.notify(t("dashboard.gpu_lost_alert", gpus=",".join(map(str, newly))), severity="error",
+                        timeout=30, markup=False)
+            if self.app.settings.bell:
+                self.app.bell()
+        self._dirty = True
+        self._show_info()
 
     def on_gpu_poll_failed(self, message: GpuPollFailed) -> None:
         """The app's poll failed: said once until a reading comes again (a bug opened the error modal)."""

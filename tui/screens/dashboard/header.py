@@ -283,8 +283,9 @@ class DashboardHeader:
         # GPUs N/A", the same figures of an ms-swift folder "ZeRO N/A · GPUs N/A" (as the stats line does).
         cpu_run = self._cpu_run()
         other_host = self._other_host()
+        lost = "" if cpu_run or other_host else ",".join(map(str, self.gpu_lost))  # fell off the bus (Xid 79)
         gpu_part = t("dashboard.cpu_run") if cpu_run else t("dashboard.on_host", host=other_host) if other_host \
-            else gpus and t("dashboard.gpus", gpus=gpus)
+            else gpus and (t("dashboard.gpus_lost", gpus=gpus, lost=lost) if lost else t("dashboard.gpus", gpus=gpus))
         # ZeRO 0 is named as the plan's headline names it: nothing for one process (the CPU, one GPU), "DDP" for
         # several (each GPU holds the whole model); a ZeRO stage above 0 as "ZeRO N"
         single = cpu_run or self._gpu_count() == 1
@@ -295,7 +296,7 @@ class DashboardHeader:
             (method, 4, SEPARATOR, ""),
             (precision, 2, SEPARATOR, ""),
             (zero_text, 1, SEPARATOR, ""),
-            (gpu_part, 3, SEPARATOR, ""),
+            (gpu_part, 3, SEPARATOR, "$error" if lost else ""),
             (self.reason if status in (IDLE, GONE) else state_label(status), STAT_KEPT, SEPARATOR, colour),
         ]
         first = [(str(text), rank, sep, style) for text, rank, sep, style in shown if text]

@@ -110,6 +110,7 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         self.gpu_version = 0
         self.gpu_started: float | None = None
         self.gpu_charts = True  # False on a CPU run, or where no GPU reading names one of the run's
+        self.gpu_lost: tuple[int, ...] = ()  # the run's GPUs the latest reading says lost (fell off the bus, Xid 79)
         self.util_samples: deque[tuple[float, float | None]] = deque(maxlen=600)
         self._gpu_failed = False
         self.gate = AlertGate(clock)
@@ -222,10 +223,13 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         # The GPU charts are always by time, and their titles say so whatever x chose for the others: their
         # points are the monitor's readings, taken while this screen is open, not values the run logged
         # at a step; x runs from the first reading.
+        # A lost GPU's readings are gaps: the charts say why (as the GPU screen's card does), not only stop.
+        lost = ",".join(map(str, self.gpu_lost))
+        gpu_note = t("dashboard.gpu_lost_note", gpus=lost) if lost else t("dashboard.axis_time")
+        gpu_empty = t("dashboard.gpu_lost_empty", gpus=lost) if lost else t("dashboard.no_gpus")
         for chart_id, data in (("#chart-gpu-util", self.gpu_util), ("#chart-gpu-mem", self.gpu_mem)):
             specs = [SeriesSpec(str(index), data[index], n, "line") for n, index in enumerate(sorted(data))]
-            self.query_one(chart_id, LineChart).set_series(specs, "time", self.gpu_version,
-                                                           t("dashboard.axis_time"))
+            self.query_one(chart_id, LineChart).set_series(specs, "time", self.gpu_version, gpu_note, gpu_empty)
         self._show_info()
 
     def _empty_text(self, metric: str) -> str:
