@@ -249,7 +249,8 @@ def _rotated_away(run: RunDirectory, step: int) -> bool:
     from core.runs.jsonl import last_record
 
     name = f"checkpoint-{step}"
-    return last_record(run.events_path, lambda r: r.get("event") == "checkpoint_removed" and r.get("why") == "rotated"
+    return last_record(run.events_path, lambda r: r.get("event") == "checkpoint_removed"
+                       and r.get("why") in ("rotated", "left_behind")
                        and Path(str(r.get("path", ""))).name == name) is not None
 
 

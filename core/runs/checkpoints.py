@@ -212,7 +212,8 @@ def pin_checkpoint(checkpoint: Path) -> Iterator[bool]:
 
 
 def rotate_checkpoints(directory: Path, keep: int | None,
-                       on_remove: Callable[[Path, str], None] | None = None) -> list[Path]:
+                       on_remove: Callable[[Path, str], None] | None = None,
+                       left_behind: dict[int, int] | None = None) -> list[Path]:
     """Keep the newest ``keep`` sound checkpoints; remove older ones and stale incomplete ones.
 
     Sound: complete, and its weights pass ``verify_checkpoint`` (what resume, merge and export check). A
@@ -221,9 +222,15 @@ def rotate_checkpoints(directory: Path, keep: int | None,
     never removes a sound checkpoint and keeps a damaged one in its place. Incomplete directories newer
     than the newest complete checkpoint are left alone (one may be being written right now by another
     rank); older incomplete ones are leftovers of a crash. Before each removal ``on_remove(path, why)`` is
-    told (why: ``"rotated"``, ``"damaged"`` or ``"incomplete"``), so that nothing disappears without a record.
+    told (why: ``"rotated"``, ``"left_behind"``, ``"damaged"`` or ``"incomplete"``), so that nothing
+    disappears without a record.
     A checkpoint a reader has pinned (``pin_checkpoint``: a merge, chat … of it under way) is left for a
     later rotation: removed under it, the read failed as if the checkpoint were damaged.
+
+    ``left_behind`` (``RunDirectory.left_behind``: step → the step a resume went back to) are checkpoints
+    of a branch the run went away from: they count toward ``keep`` but go first (why ``"left_behind"``),
+    oldest first, and no checkpoint of the current branch is rotated away while one of them stands (a
+    pinned one included): the user would lose the checkpoint a resume needs and keep one it passes over.
     """
     found = list_checkpoints(directory)
     complete = [c for c in found if c.complete]
@@ -239,16 +246,26 @@ def rotate_checkpoints(directory: Path, keep: int | None,
             if not usable[c.path] and c.step < newest_sound:
                 doomed.append(c)
                 why[c.path] = "damaged"
-        for c in sound[: max(0, len(sound) - keep)]:
+        behind = [c for c in sound if c.step in (left_behind or {})]
+        excess = max(0, len(sound) - keep)
+        for c in behind[:excess]:
+            doomed.append(c)
+            why[c.path] = "left_behind"
+        for c in [c for c in sound if c not in behind][: max(0, excess - len(behind))]:
             doomed.append(c)
             why[c.path] = "rotated"
     if not doomed:
         return removed
+    first = {"incomplete": 0, "damaged": 0, "left_behind": 1, "rotated": 2}
     with _checkpoints_lock(directory):
         pinned = pinned_steps(directory)
-        for ckpt in sorted(doomed, key=lambda c: c.step):
+        behind_stands = False
+        for ckpt in sorted(doomed, key=lambda c: (first[why[c.path]], c.step)):
             if ckpt.complete and ckpt.step in pinned:
+                behind_stands = behind_stands or why[ckpt.path] == "left_behind"
                 continue  # being read right now: a later rotation removes it
+            if why[ckpt.path] == "rotated" and behind_stands:
+                continue  # never a checkpoint of the current branch while a left-behind one stands
             if on_remove is not None:
                 on_remove(ckpt.path, why[ckpt.path])
             # Remove the marker first so that a half-deleted directory never looks complete.
@@ -330,19 +347,48 @@ def written_at(checkpoint: Path) -> float | None:
         return None
 
 
-def left_behind_by(checkpoint: Checkpoint, resumes: list[tuple[float, int]]) -> int | None:
-    """The step a resume went back to past ``checkpoint`` after it was written (``resumes``: each resume's
-    (time, checkpoint step)), or None: a checkpoint of the branch such a resume abandoned (``resume
-    --checkpoint 921`` with checkpoint-1193 kept) is not the run's newest state, whatever its step says.
-    Its steps were trained again since, and a resume, merge or export of "the newest" must not jump back
-    to it. Only checkpoints past some resume's step are read (one small marker each)."""
-    later = [(ts, step) for ts, step in resumes if step < checkpoint.step]
-    if not later:
-        return None
-    written = written_at(checkpoint.path)
-    if written is None:
-        return None
-    return next((step for ts, step in later if written < ts), None)
+def left_behind_steps(checkpoints: list[Checkpoint], resumes: list[tuple[float, int, float | None]],
+                      written: Callable[[Path], float | None] = written_at) -> dict[int, int]:
+    """The checkpoints of a branch the run went back from: step → the step of the resume that left it.
+
+    ``resumes``: each resume's (time, checkpoint step, when that checkpoint was written, or None when not
+    known). The run's branches are followed back from the newest: the last resume's own branch (what was
+    written after it), then the branch its checkpoint was written in, up to that checkpoint (the
+    checkpoints written before the resume with a step past it are the abandoned branch: ``resume
+    --checkpoint 921`` with checkpoint-1193 kept), and so on to the run's start. A resume that took a
+    left-behind checkpoint explicitly (``--checkpoint 1193``) makes it, and what led to it, current again,
+    and leaves the branch it went away from behind. Only checkpoints past the lowest resume's step are read
+    (one small marker each); a checkpoint without a marker time is never left behind."""
+    points = sorted(resumes)
+    if not points:
+        return {}
+    floor = min(step for _ts, step, _from in points)
+    times: dict[int, float] = {}
+    for checkpoint in checkpoints:
+        if checkpoint.step > floor:
+            when = written(checkpoint.path)
+            if when is not None:
+                times[checkpoint.step] = when
+    if not times:
+        return {}
+    current: set[int] = set()
+    chain: list[tuple[float, int]] = []  # the resumes the current branch went through
+    bound_time, bound_step = float("inf"), float("inf")
+    index = len(points) - 1
+    while True:
+        start = points[index][0] if index >= 0 else float("-inf")
+        current.update(step for step, when in times.items()
+                       if start <= when <= bound_time and step <= bound_step)
+        if index < 0:
+            break
+        ts, step, parent = points[index]
+        chain.append((ts, step))
+        bound_time = parent if parent is not None and parent < ts else ts  # unknown: the branch before it
+        bound_step = step
+        index = max((i for i in range(index) if points[i][0] <= bound_time), default=-1)
+    chain.sort()
+    return {step: next((back for ts, back in chain if ts > when), chain[-1][1])
+            for step, when in times.items() if step not in current}
 
 
 def safetensors_problem(path: Path) -> Message | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.i18n import Message, t
-from core.runs.checkpoints import CheckpointCheck, resume_candidates
+from core.runs.checkpoints import CheckpointCheck, resume_candidates, written_at
 from core.runs.errors import RunError
 from core.runs.fingerprint import compare_fingerprint, record_fingerprint
 from core.runs.liveness import (
@@ -327,7 +327,8 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
         run.append_event("config_overridden", keys=[m.params.get("key") for m in report.config_changed])
     record = run.record()
     resumes = list(record.get("resumes") or [])
-    resumes.append({"time": utc_now_iso(), "ts": time.time(), "checkpoint": str(checkpoint.path) if checkpoint else None, "step": from_step,
+    resumes.append({"time": utc_now_iso(), "ts": time.time(), "checkpoint": str(checkpoint.path) if checkpoint else None,
+                    "checkpoint_ts": written_at(checkpoint.path) if checkpoint else None, "step": from_step,
                     "previous_status": status.status, "weights_only": weights_only,
                     "notices": [n.english() for n in notices]})
     changes: dict[str, Any] = {}

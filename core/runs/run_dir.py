@@ -325,7 +325,11 @@ class RunDirectory:
     def resume_times(self) -> list[tuple[float, int]]:
         """(time, checkpoint step) of each resume run.json records (``ts``, or its ``time`` to the second
         for older records); [] when none or run.json does not read."""
-        points: list[tuple[float, int]] = []
+        return [(ts, step) for ts, step, _record in self._resume_records()]
+
+    def _resume_records(self) -> list[tuple[float, int, dict]]:
+        """``resume_times`` with each resume's record."""
+        points: list[tuple[float, int, dict]] = []
         for resume in self.read_record()[0].get("resumes") or []:  # (unreadable: no resume known)
             if not isinstance(resume, dict):
                 continue
@@ -338,24 +342,26 @@ class RunDirectory:
                         tzinfo=timezone.utc).timestamp()
                 except ValueError:
                     continue
-            points.append((float(ts), step))
+            points.append((float(ts), step, resume))
         return points
 
     def left_behind(self) -> dict[int, int]:
-        """The complete checkpoints a later resume went back past (``left_behind_by``): step → the step that
-        resume went back to. They stay on disk (``resume --checkpoint N`` takes one) but are not the run's
-        newest state."""
-        from core.runs.checkpoints import left_behind_by
+        """The complete checkpoints of a branch a later resume went away from (``left_behind_steps``): step →
+        the step that resume went to. They stay on disk (``resume --checkpoint N`` takes one, which makes it
+        current again) but are not the run's newest state, and rotation removes them first."""
+        from core.runs.checkpoints import left_behind_steps, written_at
 
-        resumes = self.resume_times()
-        if not resumes:
-            return {}
-        found: dict[int, int] = {}
-        for checkpoint in self.checkpoints(complete_only=True):
-            back = left_behind_by(checkpoint, resumes)
-            if back is not None:
-                found[checkpoint.step] = back
-        return found
+        points: list[tuple[float, int, float | None]] = []
+        complete = self.checkpoints(complete_only=True)
+        for ts, step, record in self._resume_records():
+            parent = record.get("checkpoint_ts")
+            if not isinstance(parent, (int, float)) or isinstance(parent, bool):
+                # an older record: the checkpoint it resumed from, if it is still there and older than it
+                there = [c for c in complete if c.step == step]
+                parent = written_at(there[0].path) if there else None
+                parent = parent if parent is not None and parent < ts else None
+            points.append((ts, step, float(parent) if parent is not None else None))
+        return left_behind_steps(complete, points)
 
     def current_checkpoints(self) -> list[Checkpoint]:
         """The complete checkpoints by step, those a later resume left behind (``left_behind``) left out,

@@ -327,14 +327,20 @@ class AtomicCheckpointTrainer(Trainer):
             return  # RNG files count as state too: one may be what is missing
         super()._load_rng_state(checkpoint)
 
-    def _record_removal(self, path: Path, why: str) -> None:
-        """Nothing under checkpoints/ disappears without an event naming it (and a line in train.log)."""
+    def _record_removal(self, path: Path, why: str, back: int | None = None) -> None:
+        """Nothing under checkpoints/ disappears without an event naming it (and a line in train.log).
+        ``back``: for a left-behind checkpoint, the step the resume that left it went back to."""
         try:
             size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
         except OSError:
             size = None
-        self.run.append_event("checkpoint_removed", path=str(path), why=why, bytes=size)
-        log.info("checkpoint removed (%s): %s (%.1f MB)", why, path.name, (size or 0) / 1e6)
+        extra = {"back": back} if back is not None else {}
+        self.run.append_event("checkpoint_removed", path=str(path), why=why, bytes=size, **extra)
+        if back is not None:
+            log.info("checkpoint removed (%s: the run went back to step %d after it was saved): %s (%.1f MB)",
+                     why, back, path.name, (size or 0) / 1e6)
+        else:
+            log.info("checkpoint removed (%s): %s (%.1f MB)", why, path.name, (size or 0) / 1e6)
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:
@@ -415,8 +421,11 @@ class AtomicCheckpointTrainer(Trainer):
         _barrier()
         if self.args.should_save:
             final = finalize_checkpoint(tmp, step, on_remove=self._record_removal)
+            behind = self.run.left_behind()  # a branch an earlier resume went back from: rotated first
             rotate_checkpoints(root, self.keep_checkpoints if self.keep_checkpoints > 0 else None,
-                               on_remove=self._record_removal)
+                               on_remove=lambda path, why: self._record_removal(
+                                   path, why, back=behind.get(_step_of(path)) if why == "left_behind" else None),
+                               left_behind=behind)
             seconds = round(time.time() - started, 2)
             size = sum(p.stat().st_size for p in final.rglob("*") if p.is_file())
             self.run.append_event("checkpoint_saved", step=step, path=str(final), seconds=seconds, bytes=size)
@@ -466,6 +475,12 @@ class AtomicCheckpointTrainer(Trainer):
         root = Path(self.args.output_dir)
         raise DiskFullError(root, size.total if size else None, free_bytes(root), step, kept,
                             f"{type(exc).__name__}: {exc}"[:500]) from exc
+
+
+def _step_of(path: Path) -> int | None:
+    """N of a ``checkpoint-N`` folder, or None."""
+    name = path.name.removeprefix("checkpoint-")
+    return int(name) if name.isdigit() else None
 
 
 def _discard(path: Path) -> None:

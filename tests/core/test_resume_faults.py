@@ -486,3 +486,50 @@ def test_a_checkpoint_a_resume_went_back_past_is_not_the_newest_after_the_new_br
                for n in told), told
     assert not any("newer checkpoints stay" in n for n in told), told
     assert run.left_behind() == {9: 6}
+
+
+def test_rotation_removes_a_left_behind_checkpoint_before_one_of_the_current_branch(copy):
+    """Checkpoints 6, 9 and a checkpoint-10 of the same branch (save_total_limit 2; 10 stands for one saved
+    on another schedule, copied from 9 with its marker and time), then ``resume --checkpoint 6``: 10 is left
+    behind. The new branch's checkpoint-9 made three: rotation counted checkpoint-10 as the newest and removed
+    checkpoint-6, the current branch's, keeping the abandoned 10. Now checkpoint-10 goes, with an event saying
+    it was left behind (back to 6), and 6 and 9 stay."""
+    cli, run_id, run_dir, _data = copy
+    shutil.copytree(run_dir / "checkpoints" / "checkpoint-9", run_dir / "checkpoints" / "checkpoint-10")
+    cli("resume", run_id, "--checkpoint", "6", TUNEDECK_INJECT_OOM_AT_STEP="11")
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed", "stopped"})["status"] == "failed"
+    steps = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").iterdir())
+    assert steps == [6, 9], steps
+    removed = [(Path(e["path"]).name, e["why"], e.get("back")) for e in events(run_dir, "checkpoint_removed")]
+    assert ("checkpoint-10", "left_behind", 6) in removed, removed
+    assert not any(name == "checkpoint-6" for name, _why, _back in removed), removed
+    assert RunDirectory(run_dir).last_sound_checkpoint().step == 9
+
+
+def test_an_explicit_resume_of_a_left_behind_checkpoint_makes_it_current_again(copy):
+    """After ``resume --checkpoint 6`` left checkpoint-9 behind, ``resume --checkpoint 9`` goes back to that
+    branch: checkpoint-9 is the run's newest state again (status, rotation), not still "left behind"."""
+    cli, run_id, run_dir, _data = copy
+    cli("resume", run_id, "--checkpoint", "6", TUNEDECK_INJECT_OOM_AT_STEP="8")
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed", "stopped"})["status"] == "failed"
+    run = RunDirectory(run_dir)
+    assert run.left_behind() == {9: 6}
+    plan = prepare_resume(run, step=9)
+    assert plan.step == 9
+    assert run.left_behind() == {}
+    assert run.last_complete_checkpoint().step == 9
+
+
+def test_left_behind_follows_the_branches_back_from_the_newest():
+    """Branches by time: 3, 6, 9 written (t 1-3); resume to 6 (t 4), the new branch writes 7, 8 (t 5-6);
+    resume --checkpoint 9 (t 7): 9 and what led to it are current, 7 and 8 are left behind by that resume.
+    A resume whose checkpoint time is not recorded falls back to the branch just before it."""
+    from core.runs.checkpoints import Checkpoint, left_behind_steps
+
+    written = {3: 1.0, 6: 2.0, 9: 3.0, 7: 5.0, 8: 6.0, 10: 8.0}
+    found = [Checkpoint(step, Path(f"checkpoint-{step}"), True) for step in sorted(written)]
+    when = {c.path: written[c.step] for c in found}
+    assert left_behind_steps(found[:-1], [(4.0, 6, 2.0)], when.get) == {9: 6}
+    assert left_behind_steps(found, [(4.0, 6, 2.0), (7.0, 9, 3.0)], when.get) == {7: 9, 8: 9}
+    assert left_behind_steps(found[:-1], [(4.0, 6, None)], when.get) == {9: 6}
+    assert left_behind_steps(found, [], when.get) == {}
