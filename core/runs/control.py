@@ -232,6 +232,47 @@ def _no_step_left(run: RunDirectory, cfg: dict[str, Any], step: int, path: Any) 
     return None
 
 
+def _batch(keys: dict[str, Any]) -> tuple[int, int] | None:
+    """(micro_batch_size, gradient_accumulation) of a configuration's keys, or None where one is not a
+    whole number."""
+    try:
+        return int(keys.get("micro_batch_size", 1) or 1), int(keys.get("gradient_accumulation", 1) or 1)
+    except (TypeError, ValueError):
+        return None
+
+
+def _batch_changed(run: RunDirectory, cfg: dict[str, Any], step: int, path: Any) -> str | None:
+    """Why resuming from checkpoint ``step`` with ``cfg`` would skip or repeat samples, or None: the
+    trainer places its data and its LR schedule by the step count (the checkpoint's global step, batches
+    skipped by steps × the new batch), so another samples-a-step (micro_batch_size × gradient_accumulation;
+    the GPU count is refused by ``_moving_gpus``) moves the epoch with it: at step 921, 2 → 4 a step took
+    the run from epoch 7.08 to 14.17, skipping half of what was left. Refused with the numbers and the
+    ways out; the same product (4 × 1 → 2 × 2, the OOM advice) resumes. The batch the checkpoint trained
+    with is the fingerprint's (the last start or resume); a run without one is not judged."""
+    from core.runs.fingerprint import read_fingerprint
+
+    recorded = read_fingerprint(run.path)
+    old_keys = ((recorded or {}).get("config") or {}).get("keys") if isinstance(recorded, dict) else None
+    if not isinstance(old_keys, dict) or step <= 0:
+        return None
+    old, new = _batch(old_keys), _batch(cfg)
+    if old is None or new is None or old[0] * old[1] == new[0] * new[1]:
+        return None
+    old_batch, new_batch = old[0] * old[1], new[0] * new[1]
+    epoch = _checkpoint_epoch(path)
+    where = Message("resume.batch_epoch", epoch=f"{round(epoch, 2):g}",
+                    new_epoch=f"{round(epoch * new_batch / old_batch, 2):g}") if epoch else ""
+    keep = f"micro_batch_size={old[0]} gradient_accumulation={old[1]}"
+    if new[0] != old[0] and old_batch % new[0] == 0:  # the new micro-batch with the accumulation that keeps it
+        trade = Message("resume.batch_trade", keys=f"micro_batch_size={new[0]} gradient_accumulation="
+                                                   f"{old_batch // new[0]}")
+    else:
+        trade = ""
+    return t("resume.batch_changed", id=run.id, step=step, old=f"{old[0]} × {old[1]}", new=f"{new[0]} × {new[1]}",
+             old_batch=old_batch, new_batch=new_batch, samples=step * old_batch,
+             new_step=f"{step * old_batch / new_batch:g}", where=where, keep=keep, trade=trade)
+
+
 def _being_resumed(run: RunDirectory, status: RunStatus) -> bool:
     """True while a resume is starting the run: queued by ``prepare_resume``, or the supervisor of an
     attempt a resume started getting going (two resumes that race: the second is told this). Every attempt
@@ -293,6 +334,9 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
     no_step_left = None if checkpoint is None else _no_step_left(run, cfg, checkpoint.step, checkpoint.path)
     if no_step_left is not None:  # before anything is written: the run stays as it was, resumable
         raise RunControlError(no_step_left, 2)
+    moved = None if checkpoint is None else _batch_changed(run, cfg, checkpoint.step, checkpoint.path)
+    if moved is not None:  # the data and the LR schedule would jump: refused, nothing written
+        raise RunControlError(moved, 2)
     report = compare_fingerprint(run.path, cfg)
     if report.missing:  # the user's to restore or point at (dataset=): a user error, as data that does not load
         raise RunControlError(Message("resume.data_refused", id=run.id, problems=report.missing).text(), 2)

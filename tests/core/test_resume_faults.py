@@ -533,3 +533,34 @@ def test_left_behind_follows_the_branches_back_from_the_newest():
     assert left_behind_steps(found, [(4.0, 6, 2.0), (7.0, 9, 3.0)], when.get) == {7: 9, 8: 9}
     assert left_behind_steps(found[:-1], [(4.0, 6, None)], when.get) == {9: 6}
     assert left_behind_steps(found, [], when.get) == {}
+
+
+def test_a_resume_with_another_batch_is_refused_with_the_numbers_and_the_same_batch_resumes(copy):
+    """`resume RUN micro_batch_size=8` of a run at step 9 with 4 × 1 a step was taken: the trainer places the
+    data and the LR schedule by the step count, so step 9 read as 72 samples where 36 were seen (epoch 3 →
+    6 of these 12 rows), half of what was left skipped, and the only word was "micro_batch_size changed".
+    It is refused with the numbers and the ways out, nothing changed; the same samples a step with another
+    micro-batch (2 × 2) resumes, and its first step trains on from the checkpoint."""
+    cli, run_id, run_dir, _data = copy
+    config_before = (run_dir / "config.yaml").read_text()
+    record_before = json.loads((run_dir / "run.json").read_text())
+    refused = cli("resume", run_id, "micro_batch_size=8", check=False)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    text = " ".join(refused.stderr.split())
+    assert text.startswith(f"tunedeck: run {run_id} was not resumed, nothing was changed: micro_batch_size × "
+                           "gradient_accumulation goes from 4 × 1 = 4 to 8 × 1 = 8 samples a step"), text
+    assert "checkpoint 9 has seen about 36 samples (4.5 steps of 8)" in text, text
+    assert "jump from epoch 3 to epoch 6" in text, text
+    assert f"tunedeck resume {run_id} micro_batch_size=4 gradient_accumulation=1" in text, text
+    refused = cli("resume", run_id, "micro_batch_size=2", check=False)
+    assert refused.returncode == 2 and "(or micro_batch_size=2 gradient_accumulation=2: the same samples a " \
+        "step" in " ".join(refused.stderr.split()), refused.stderr
+    assert (run_dir / "config.yaml").read_text() == config_before
+    assert json.loads((run_dir / "run.json").read_text()) == record_before
+    assert RunDirectory(run_dir).status().status == "failed" and not events(run_dir, "config_overridden")
+
+    out = cli("resume", run_id, "micro_batch_size=2", "gradient_accumulation=2")
+    assert "micro_batch_size changed: 4 → 2" in out.stderr, out.stderr
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+    status = cli.status(run_id)
+    assert (status["step"], status["total_steps"]) == (12, 12), status
