@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 
 UNKNOWN = "–"
+# A step total a resume has made unknown until its trainer counts it again ("921/?"; RunDirectory.latest_metrics)
+TOTAL_PENDING = "?"
 
 
 def _known(value: float | None) -> bool:

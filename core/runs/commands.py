@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from core.runs.states import ACTIVE_STATES
-from core.units import UNKNOWN, format_duration, format_rate
+from core.units import TOTAL_PENDING, UNKNOWN, format_duration, format_rate
+
+
+def _total(summary: Any) -> str:
+    """A run's step total as the tables show it: "?" while a resume that changed it has not logged."""
+    return str(summary.total_steps or (TOTAL_PENDING if summary.total_unknown else UNKNOWN))
 
 
 def register(subparsers: Any) -> None:
@@ -309,7 +314,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                t("runs.col_loss"), t("runs.col_tps"), t("runs.col_eta"), t("runs.col_model")]
     rows = []
     for r in runs:
-        step = f"{r.step}/{r.total_steps or UNKNOWN}" if r.step is not None else UNKNOWN
+        step = f"{r.step}/{_total(r)}" if r.step is not None else UNKNOWN
         # A run.json that does not read has no model or method to show: the model column says so
         # (`status RUN` and --json's record_error say why).
         model = t("runs.record_unreadable_short") if r.record_error else truncate(r.model, 40)
@@ -350,7 +355,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         (t("runs.field_id"), summary.id),
         (t("runs.field_status"), _state(summary.status) + (f" — {summary.reason_text}" if summary.reason_text else "")),
         (t("runs.field_model"), f"{summary.model or UNKNOWN} ({summary.method or UNKNOWN})"),
-        (t("runs.field_step"), f"{summary.step if summary.step is not None else UNKNOWN}/{summary.total_steps or UNKNOWN}"),
+        (t("runs.field_step"), f"{summary.step if summary.step is not None else UNKNOWN}/{_total(summary)}"),
         (t("runs.field_loss"), _fmt_float(summary.loss)),
         (t("runs.field_eval_loss"), _fmt_float((last_eval or {}).get("eval_loss"))),
         (t("runs.field_speed"), format_rate(summary.steady_tokens_per_s)),

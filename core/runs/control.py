@@ -273,6 +273,25 @@ def _batch_changed(run: RunDirectory, cfg: dict[str, Any], step: int, path: Any)
              new_step=f"{step * old_batch / new_batch:g}", where=where, keep=keep, trade=trade)
 
 
+# The keys that decide a run's step total (with the data): a change to one makes the last attempt's total
+# untrue until the resumed trainer has counted the data again.
+TOTAL_KEYS = frozenset({"max_steps", "epochs", "micro_batch_size", "gradient_accumulation", "dataset",
+                        "max_samples", "packing", "max_seq_len", "overlong", "eval_split"})
+
+
+def _total_after(cfg: dict[str, Any], report: Any) -> dict[str, Any]:
+    """What a resume knows of the step total before its trainer logs (``{"total_steps": N | None}`` for its
+    run.json record), or {} where the last attempt's total holds: a max_steps is the total, whatever the
+    data; else a change to the data or to a key that decides the total (``TOTAL_KEYS``) leaves it unknown
+    (None: status and the dashboard say "?") until the trainer has counted it; the old total would read
+    as the new one (92 % done of an epoch count that changed)."""
+    keys = {m.params.get("key") for m in report.config_changed}
+    if not (keys & TOTAL_KEYS or report.data_changed):
+        return {}
+    max_steps = cfg.get("max_steps")
+    return {"total_steps": int(max_steps) if max_steps else None}
+
+
 def _being_resumed(run: RunDirectory, status: RunStatus) -> bool:
     """True while a resume is starting the run: queued by ``prepare_resume``, or the supervisor of an
     attempt a resume started getting going (two resumes that race: the second is told this). Every attempt
@@ -371,10 +390,11 @@ def prepare_resume(run: RunDirectory, step: int | None = None, weights_only: boo
         run.append_event("config_overridden", keys=[m.params.get("key") for m in report.config_changed])
     record = run.record()
     resumes = list(record.get("resumes") or [])
+    total = _total_after(cfg, report)
     resumes.append({"time": utc_now_iso(), "ts": time.time(), "checkpoint": str(checkpoint.path) if checkpoint else None,
                     "checkpoint_ts": written_at(checkpoint.path) if checkpoint else None, "step": from_step,
                     "previous_status": status.status, "weights_only": weights_only,
-                    "notices": [n.english() for n in notices]})
+                    "notices": [n.english() for n in notices], **total})
     changes: dict[str, Any] = {}
     if config is not None:  # a model or dataset that moved: the list and status show where it trains from now
         from core.runs.launch import config_summary

@@ -40,6 +40,8 @@ class RunSummary:
     step: int | None
     total_steps: int | None
     run_dir: str
+    # a resume changed what decides the total (epochs, data …) and its trainer has not counted it yet: "?"
+    total_unknown: bool = False
     loss: float | None = None
     # The last logged interval's rate: the key --json has always had (users' scripts read it), kept as it was.
     tokens_per_s: float | None = None
@@ -130,7 +132,7 @@ def summarize(run: RunDirectory) -> RunSummary:
     config = record.get("config_summary") or {}
     metrics = run.latest_metrics() or {}
     total = metrics.get("total_steps")
-    if total is None:
+    if total is None and not metrics.get("total_unknown"):
         header = run.metrics_header() or {}
         total = header.get("total_steps")
     moving = status.status != STALLED  # a stalled run's last speed is no longer true
@@ -148,6 +150,7 @@ def summarize(run: RunDirectory) -> RunSummary:
         method=str(config.get("method", "")),
         step=step,
         total_steps=shown_total(step, total, status.status),
+        total_unknown=bool(metrics.get("total_unknown")) and total is None,
         run_dir=str(run.path),
         loss=metrics.get("loss"),
         tokens_per_s=metrics.get("tokens_per_s") if moving else None,

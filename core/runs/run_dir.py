@@ -240,7 +240,10 @@ class RunDirectory:
         checkpoint: the steps an attempt reached after it are lost. So when the newest resume (the trainer's
         ``resumed`` record, or one asked for, run.json ``resumes``, after the last record) has not logged a
         step yet, the figures are the last record up to its checkpoint with the resume's ``step``,
-        ``"kind": "resumed"`` and no ETA: its last known loss and rate, as the dashboard shows them."""
+        ``"kind": "resumed"`` and no ETA: its last known loss and rate, as the dashboard shows them. A resume that
+        changed what decides the step total (its run.json record has ``total_steps``: its max_steps, or null)
+        gives that total, or None with ``"total_unknown": True`` ("?"), not the given-up attempt's; the
+        resumed trainer's own record gives its count."""
         from core.watch.resumes import resume_step, superseded
 
         cutoff = float("inf")
@@ -272,8 +275,14 @@ class RunDirectory:
         if last is not None and last["step"] > step:
             last = last_record(self.metrics_path, lambda r: r.get("kind") == "train"
                                and isinstance(r.get("step"), int) and r["step"] <= step)
-        total = (last or {}).get("total_steps") or resume.get("total_steps") or (newest or {}).get("total_steps")
+        if resume is asked and "total_steps" in asked:  # the resume changed what decides it: its own, or unknown
+            total = asked["total_steps"] if isinstance(asked["total_steps"], int) else None
+        elif resume is newest:  # the resumed trainer's count
+            total = resume.get("total_steps") or (last or {}).get("total_steps")
+        else:
+            total = (last or {}).get("total_steps") or resume.get("total_steps") or (newest or {}).get("total_steps")
         return {**(last or {}), "kind": "resumed", "step": step, "eta_s": None, "total_steps": total,
+                "total_unknown": total is None and resume is asked and "total_steps" in asked,
                 "resume_time": str(resume.get("time") or "")}
 
     def latest_eval(self) -> dict[str, Any] | None:

@@ -564,3 +564,24 @@ def test_a_resume_with_another_batch_is_refused_with_the_numbers_and_the_same_ba
     assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
     status = cli.status(run_id)
     assert (status["step"], status["total_steps"]) == (12, 12), status
+
+
+def test_a_resume_that_changes_what_decides_the_total_shows_it_unknown_until_the_trainer_counts_it(copy):
+    """The run (max_steps 12) resumed with epochs 5 and no max_steps: until the new trainer has loaded and
+    counted the data, `status` and `runs` said "9/12", the given-up attempt's total, which no longer holds.
+    Now "9/?" (--json: total_steps null); a max_steps given on resume is the total at once."""
+    cli, run_id, run_dir, _data = copy
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    del cfg["max_steps"]
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**cfg, "epochs": 5}))
+    run = RunDirectory(run_dir)
+    assert prepare_resume(run).step == 9
+    status = cli.status(run_id)
+    assert (status["step"], status["total_steps"]) == (9, None), status
+    assert "9/?" in cli("status", run_id).stdout
+    assert "9/?" in cli("runs").stdout
+
+    record = json.loads((run_dir / "run.json").read_text())
+    record["resumes"][-1]["total_steps"] = 15  # as a resume with max_steps=15 records it
+    (run_dir / "run.json").write_text(json.dumps(record))
+    assert cli.status(run_id)["total_steps"] == 15

@@ -356,6 +356,33 @@ def test_a_run_asked_to_resume_shows_its_checkpoints_step_and_no_eta_while_its_t
         run(scenario())
 
 
+def test_a_resume_that_changed_what_decides_the_total_shows_it_unknown_while_its_trainer_loads():
+    """A resume with another epochs (or data) of a run at 240/600: while the new trainer loads, the header
+    read "step 200/600 33%", a total the change made untrue. Now "step 200/?" until the trainer logs its
+    count. (Two H200s recorded; a stand-in supervisor.)"""
+    import json
+
+    from core.runs import RunDirectory
+
+    path = build_run(runs_dir(), "20261129-2100-recounting", status="starting", steps=240)
+    record = json.loads((path / "run.json").read_text(encoding="utf-8"))
+    record["resumes"] = [{"time": "2026-11-29T22:00:00Z", "step": 200, "previous_status": "stopped",
+                          "total_steps": None}]  # what prepare_resume records when epochs or data changed
+    (path / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    figures = RunDirectory(path).latest_metrics()
+    assert figures["step"] == 200 and figures["total_steps"] is None and figures["total_unknown"]
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await open_dashboard(pilot, app, "starting")
+            await wait_for(pilot, lambda: _stats_line(screen).startswith("step 200/?"))
+            assert "600" not in _stats_line(screen), _stats_line(screen)
+
+    with SupervisorStandIn(path):
+        run(scenario())
+
+
 def test_the_stats_line_fits_80_columns_dropping_the_least_important_figures_first():
     """At 80x24 the stats line wrapped ("… 4,681 tok/s · MFU" then " N/A" below), pushing every chart
     down a line: it keeps to one line now, the epoch going first. (Two H200s recorded.)"""

@@ -131,12 +131,12 @@ class RunDeleted(Message):
         self.severity = severity
 
 
-def _progress(step: int | None, total: int | None) -> str:
+def _progress(step: int | None, total: int | None, unknown: bool = False) -> str:
     if step is None:
         return "–"
     if total:
         return f"{step}/{total} {100 * step / total:.0f}%"
-    return str(step)
+    return f"{step}/{units.TOTAL_PENDING}" if unknown else str(step)  # a resume changed it, its trainer still loading
 
 
 def _started(created: str) -> str:
@@ -300,7 +300,7 @@ class RunsScreen(Screen[None]):
             "model": t("runs.record_unreadable_short") if summary.record_error else summary.model or "–",
             "method": summary.method or "–",
             "gpus": ",".join(summary.physical_gpus) or "–",
-            "progress": _progress(summary.step, summary.total_steps),
+            "progress": _progress(summary.step, summary.total_steps, summary.total_unknown),
             "loss": "–" if summary.loss is None else f"{summary.loss:.4f}",
             "tokens": units.format_rate(summary.steady_tokens_per_s),
             "started": _started(summary.created),

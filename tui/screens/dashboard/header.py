@@ -17,7 +17,7 @@ from core.i18n import DEFAULT_LANGUAGE, catalogue, render_stored, t
 from core.runs import TERMINAL_STATES, RunState, state_label
 from core.runs.listing import shown_total
 from core.runs.states import shows_eta
-from core.units import format_cost, format_disk, format_rate
+from core.units import TOTAL_PENDING, format_cost, format_disk, format_rate
 from core.watch.activity import GONE, IDLE
 from core.watch.figures import cost_so_far, format_duration, mfu, steady_tokens_per_s
 from core.watch.metrics import BY_NAME
@@ -263,7 +263,8 @@ class DashboardHeader:
                 str(latest.get("time") or "") <= str(pending.get("resume_time") or ""):
             # asked to resume, its trainer still loading: the figures at the checkpoint's step and no ETA, as
             # `tunedeck status` says (the last record's step, epoch, elapsed and ETA were the attempt given up's)
-            latest = {**latest, **pending, "total_steps": pending.get("total_steps") or latest.get("total_steps")}
+            latest = {**latest, **pending, "total_steps": pending.get("total_steps") or (
+                None if pending.get("total_unknown") else latest.get("total_steps"))}
         # A tunedeck run's model is run.json's first: a resume with model= (the folder moved) updates it, the
         # metrics header keeps the first attempt's (`tunedeck runs` and `status` show run.json's too)
         summary = {} if self.source.read_only else (self._record.get("config_summary") or {})
@@ -304,9 +305,11 @@ class DashboardHeader:
             first.append((t("dashboard.read_only", kind=t("dashboard.kind_" + self.source.kind)), 5, "  ",
                           "$foreground-muted"))
         line1 = fit_first_line(first, self._info_width())
-        step, total = latest.get("step"), latest.get("total_steps") or header.get("total_steps")
+        unknown = bool(latest.get("total_unknown"))  # a resume changed what decides it: "?" until it logs
+        step, total = latest.get("step"), latest.get("total_steps") or (None if unknown else header.get("total_steps"))
         total = shown_total(step, total, status)
-        progress = ("–" if step is None else f"{step}/{total}" if total else str(step))
+        progress = ("–" if step is None else f"{step}/{total}" if total else
+                    f"{step}/{TOTAL_PENDING}" if unknown else str(step))
         if step is not None and total:
             progress += f" {100.0 * step / total:.0f}%"
         elapsed = latest.get("elapsed_s")
