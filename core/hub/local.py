@@ -392,7 +392,8 @@ def _run_model_folder(model: str, hub: str) -> Path | None:
 
 def live_runs_on(target: Path) -> list[tuple[str, str]]:
     """``(run id, status)`` of each live run of this box (queued to stopping, liveness applied: a dead one
-    is crashed) whose base model is the folder ``target``."""
+    is crashed) whose base model is the folder ``target``: the run loads it, a folder within it (a hub
+    cache's ``snapshots/<rev>``, where the listing names the repo folder) or a folder holding it."""
     import socket
 
     from core.runs.listing import iter_run_dirs
@@ -412,7 +413,7 @@ def live_runs_on(target: Path) -> list[tuple[str, str]]:
         config = run.config()
         folder = _run_model_folder(str(config.get("model") or record.get("model") or ""),
                                    str(config.get("hub") or "modelscope"))
-        if folder == target:
+        if folder is not None and (_within(folder, target) or _within(target, folder)):
             found.append((run.id, str(status)))
     return found
 

@@ -790,3 +790,32 @@ def test_models_search_says_one_model_and_why_a_result_is_left_out(home, monkeyp
         err = capsys.readouterr().err
         assert "4 of 5 models on modelscope" in err, err
         assert "1 more left out: its id is not a valid ModelScope id" in err, err
+
+
+@pytest.mark.parametrize("layout", ["huggingface", "modelscope-snapshots"])
+def test_delete_refuses_a_cached_snapshot_a_live_run_trains_on(home, layout):
+    """A run of a hub id loads the cache's snapshots/<rev> folder while the listing (and so the delete) names
+    the repo folder above it: the two were compared for equality, so `models rm Qwen/Qwen3-0.6B --yes` (or x
+    on the Local tab) deleted the base model under a running trainer on a Hugging Face cache (or the new
+    ModelScope owner--name/snapshots/<rev> layout). The run's folder within the model's counts as in use."""
+    import signal
+
+    if layout == "huggingface":
+        repo = home / "hf" / "hub" / "models--acme--Snap-1B"
+    else:
+        repo = home / "ms" / "models" / "acme--Snap-1B"
+    snapshot = repo / "snapshots" / "abc"
+    _write(snapshot / "model.safetensors", 50_000)
+    (snapshot / "config.json").write_text('{"model_type": "qwen2"}')
+    model = next(m for m in list_local_models() if m.model_id == "acme/Snap-1B")
+    assert model.path == repo
+    run, holder = _live_run_of("acme/Snap-1B")
+    try:
+        with pytest.raises(DeleteRefusedError) as refused:
+            delete_local_model(model)
+        assert f"Run {run.id} (running) trains on acme/Snap-1B" in str(refused.value)
+        assert (snapshot / "model.safetensors").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert delete_local_model(model) > 0 and not repo.exists()
