@@ -661,7 +661,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _local_model_named(target: str, hub: str | None, models: list[Any]) -> Any:
-    """The model on disk ``models rm`` means: a path (its folder, or a folder inside it: a snapshot), else an
+    """The model on disk ``models rm`` means: a path (its folder, or a hub cache's ``snapshots/<rev>`` in it;
+    any other path inside a model is refused, naming the model's folder to pass), else an
     id as ``models list`` shows it (one hub's with ``--hub``). None found, or an id two folders share: a
     usage error (exit 2) saying what to name instead."""
     from pathlib import Path
@@ -672,9 +673,15 @@ def _local_model_named(target: str, hub: str | None, models: list[Any]) -> Any:
     path = Path(target).expanduser()
     if path.exists():
         resolved = path.resolve()
-        found = [m for m in models if resolved == m.path.resolve() or m.path.resolve() in resolved.parents]
+        found = [m for m in models if resolved == m.path.resolve()
+                 or (resolved.parent.name == "snapshots" and resolved.parent.parent == m.path.resolve())]
         if found:
             return max(found, key=lambda m: len(m.path.resolve().parts))  # the innermost: a folder of the user's
+        holders = [m for m in models if m.path.resolve() in resolved.parents]
+        if holders:  # a checkpoint or a file in a model: never the whole model by that name
+            holder = max(holders, key=lambda m: len(m.path.resolve().parts))
+            raise CliError(t("hub.cli.rm_inside_model", path=str(path), model=holder.model_id,
+                             folder=str(holder.path)), 2)
         raise CliError(t("hub.local.delete_refused", path=str(path)) + " " + t("hub.cli.rm_list_hint"), 2)
     found = [m for m in models if m.model_id.lower() == target.strip().lower() and (hub is None or m.source == hub)]
     if len(found) == 1:

@@ -159,6 +159,36 @@ def test_cli_rm_refuses_as_the_app_does_asks_first_and_deletes(home, monkeypatch
     assert not folder.exists()
 
 
+def test_cli_rm_of_a_path_inside_a_model_refuses_and_names_the_model_folder(home, capsys):
+    """`models rm ~/models/my-model/checkpoint-500 --yes` (or .../model.safetensors) matched the model that
+    holds the path and deleted the whole ~/models/my-model. Only a model's own folder (or a hub cache's
+    snapshots/<rev> in it) names it; any other path inside one is refused (exit 2), naming the folder to pass."""
+    from core.settings import load_settings, save_settings
+
+    mine = home / "mine"
+    settings = load_settings()
+    settings.extra["hub_model_dirs"] = [str(mine)]
+    save_settings(settings)
+    model = mine / "my-model"
+    _write(model / "config.json", 10)
+    _write(model / "model.safetensors", 1000)
+    _write(model / "checkpoint-500" / "adapter_model.safetensors", 100)
+    snapshot = home / "hf" / "hub" / "models--acme--Snap-1B" / "snapshots" / "abc"
+    _write(snapshot / "model.safetensors", 1000)
+    (snapshot / "config.json").write_text("{}")
+    listed = {m.model_id: m for m in list_local_models([str(mine)])}
+    assert "my-model" in listed and "acme/Snap-1B" in listed
+    for inner in (model / "checkpoint-500", model / "model.safetensors", snapshot / "model.safetensors"):
+        assert main(["models", "rm", str(inner), "--yes"]) == 2
+        err = capsys.readouterr().err
+        assert "Nothing was deleted" in err and "tunedeck models rm " in err
+        assert inner.exists()
+    assert main(["models", "rm", str(model / "checkpoint-500"), "--yes"]) == 2
+    assert f"tunedeck models rm {model}" in capsys.readouterr().err
+    assert main(["models", "rm", str(snapshot), "--yes"]) == 0  # a snapshot folder names its model
+    assert not snapshot.parent.parent.exists()
+
+
 def sys_stdin_left():
     import sys
 
