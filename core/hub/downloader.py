@@ -161,6 +161,11 @@ class Downloader:
                 except (requests.RequestException, OSError) as exc:
                     stalled, retries = self._retry(item, offset, part, stalled, retries, str(exc), exc)
                     continue
+            if part.stat().st_size > size:
+                # More bytes than the file list says (the file was uploaded again, larger): no progress towards
+                # this size. Deleted and fetched again, it came too long each time, "running" without end.
+                part.unlink()
+                raise FatalDownloadError(t("hub.download.size_changed", file=item["path"], size=size))
             if part.stat().st_size != size:
                 # The server ended the body early without an error (a 206 of 0 bytes, a short 200): tried again
                 # with the same back-off, and counted towards giving up, as a dropped link is.

@@ -500,6 +500,25 @@ def test_a_server_that_keeps_answering_short_without_an_error_is_given_up_on_wit
     assert _partial_size(plan) == 128 * 1024
 
 
+def test_a_file_longer_on_the_hub_than_its_file_list_says_fails_instead_of_fetching_it_forever(hub_server):
+    """A file uploaded again, larger, after the file list was read: the body was longer than the size the
+    download expects, the longer part counted as progress, the next pass deleted it and fetched it again,
+    without end ("running"). Bytes past the expected size are a fatal size mismatch that says what to do."""
+    plan = _plan(include=["model.safetensors"])
+    hub_server.hub.repos["Qwen/Qwen2.5-Tiny-Instruct"].files["model.safetensors"] = WEIGHTS + WEIGHTS
+    asked_before = len(hub_server.hub.requests)
+    status = wait_for_download(start_download(plan), 30)
+    assert status.status == "failed", status
+    assert status.error == (f"model.safetensors on the hub is larger than its file list says (more than "
+                            f"{len(WEIGHTS)} bytes came): the file on the hub changed size since the download "
+                            "started. The bytes that came were not kept: run the download again to fetch the new "
+                            "file list."), status.error
+    assert "ended" not in status.error
+    fetched = [r for r in hub_server.hub.requests[asked_before:] if r[0] == "GET"]
+    assert len(fetched) == 1  # not fetched again
+    assert _partial_size(plan) == 0
+
+
 def test_a_failed_download_shows_no_speed_or_time_left(hub_server, capsys):
     """A download that failed kept the last rate and ETA in its state.json: ``models list --json`` (and the
     app) showed a speed for a job that no longer moves. An end state has neither."""
