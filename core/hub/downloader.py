@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -215,24 +216,28 @@ class Downloader:
                                                           f"{self.job['model_id']}/{part.name[:-len(PART_SUFFIX)]}",
                                                           self.job["endpoint"])))
             response.raise_for_status()
-            self._refuse_web_page(response, part)
             mode = "ab"
             if offset and response.status_code != 206:
                 mode = "wb"  # the server ignored the range: start the file over
-            got = False
+            chunks = (chunk for chunk in response.iter_content(CHUNK_BYTES) if chunk)
+            first = next(chunks, None)
+            if first is None:  # an empty body: the part is kept as it is (made, where there was none)
+                try:
+                    part.touch()
+                except OSError as exc:
+                    raise LocalWriteError(exc) from exc
+                return False
+            self._refuse_web_page(response, part, first)  # looked at before the part is opened (or emptied)
             try:
                 handle = open(part, mode)
             except OSError as exc:
                 raise LocalWriteError(exc) from exc
             try:
-                for chunk in response.iter_content(CHUNK_BYTES):
-                    if not chunk:
-                        continue
+                for chunk in itertools.chain((first,), chunks):
                     try:
                         handle.write(chunk)
                     except OSError as exc:
                         raise LocalWriteError(exc) from exc
-                    got = True
                     self.check_cancel()
                     self.write_state("running")
             finally:
@@ -240,11 +245,12 @@ class Downloader:
                     handle.close()  # a buffered write may meet the full disk only here
                 except OSError as exc:
                     raise LocalWriteError(exc) from exc
-            return got
+            return True
 
-    def _refuse_web_page(self, response: Any, part: Path) -> None:
+    def _refuse_web_page(self, response: Any, part: Path, first_chunk: bytes) -> None:
         """A web page where the file's bytes belong (a captive portal, a proxy's login page): written into
-        the part it never matched the file's size, and the loop fetched it again and again without end."""
+        the part it never matched the file's size, and the loop fetched it again and again without end.
+        Labelled ``text/html`` and its first chunk an HTML page; a file a mirror labels so is the file."""
         from core.hub.errors import HubUnavailableError
         from core.hub.http import raise_if_web_page
 
@@ -253,7 +259,7 @@ class Downloader:
             return  # the repository's own web page
         try:
             raise_if_web_page(self.job["hub"], response.status_code, response.headers.get("Content-Type", ""),
-                              response.url)
+                              response.url, first_chunk)
         except HubUnavailableError as exc:
             raise FatalDownloadError(t("hub.download.web_page", file=name, problem=str(exc))) from exc
 

@@ -20,6 +20,7 @@ from core.hub.errors import HubError, HubSdkMissingError
 from core.hub.http import (
     CONNECT_TIMEOUT_S,
     READ_TIMEOUT_S,
+    labelled_web_page,
     raise_if_web_page,
     requests_error,
     status_error,
@@ -118,8 +119,11 @@ def _install_timeouts(timeout_s: float) -> None:
         def refuse_web_page(response: Any) -> None:
             # A web page where the API answers JSON (a captive portal, a website at HF_ENDPOINT): said for
             # what it is, not as a JSON parser's error.
-            raise_if_web_page(HUB, response.status_code, response.headers.get("content-type", ""),
-                              str(response.request.url))
+            # The label alone is not enough (a mirror may label JSON text/html): the body is read, only then.
+            content_type = response.headers.get("content-type", "")
+            if labelled_web_page(response.status_code, content_type):
+                raise_if_web_page(HUB, response.status_code, content_type, str(response.request.url),
+                                  response.read())
 
         def factory() -> Any:
             client = _http.default_client_factory()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from core.hub.errors import HubAccessError, HubError, HubNotFoundError, HubUnavailableError
@@ -9,6 +10,7 @@ from core.hub.problems import (
     ENDPOINT_ENV,
     HUB_NAMES,
     TOKEN_ENV,
+    looks_like_web_page,
     status_problem,
     unreachable_problem,
     web_page_problem,
@@ -19,7 +21,7 @@ READ_TIMEOUT_S = 15.0
 TOKEN_ENV_NAME = TOKEN_ENV
 
 __all__ = ["CONNECT_TIMEOUT_S", "ENDPOINT_ENV", "HUB_NAMES", "READ_TIMEOUT_S", "TOKEN_ENV_NAME", "auth_headers_for",
-           "raise_if_web_page", "requests_error", "status_error", "unreachable_error",
+           "labelled_web_page", "raise_if_web_page", "requests_error", "status_error", "unreachable_error",
            "web_page_hook"]
 
 
@@ -67,20 +69,35 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}" if parts.netloc else str(url)
 
 
-def raise_if_web_page(hub: str, status: int, content_type: str, url: str) -> None:
-    """Raise ``HubUnavailableError`` when a successful answer is a web page (``text/html``): what a captive
-    portal, a proxy's login page or a website in place of the hub sends, where the hub's API sends JSON
-    and its file routes the file. The SDKs would parse it into an empty list or fail on it."""
-    if 200 <= status < 300 and "text/html" in (content_type or "").lower():
+def labelled_web_page(status: int, content_type: str) -> bool:
+    """Whether a successful answer says it is a web page (``text/html``): its body is to be looked at."""
+    return 200 <= status < 300 and "text/html" in (content_type or "").lower()
+
+
+def raise_if_web_page(hub: str, status: int, content_type: str, url: str, body: bytes | str | None) -> None:
+    """Raise ``HubUnavailableError`` when a successful answer is a web page: labelled ``text/html`` and its
+    ``body`` (the first bytes are enough) an HTML page. That is what a captive portal, a proxy's login page or
+    a website in place of the hub sends, where the hub's API sends JSON and its file routes the file; the SDKs
+    would parse it into an empty list or fail on it. The label alone is not enough: a mirror or a proxy may
+    label JSON or a README ``text/html``."""
+    if labelled_web_page(status, content_type) and looks_like_web_page(body):
         problem = web_page_problem(hub, _origin(url), str(url), content_type, status)
         raise HubUnavailableError(problem.message(), problem)
 
 
 def web_page_hook(hub: str) -> Any:
-    """A ``requests`` response hook running ``raise_if_web_page`` on each answer of a session."""
+    """A ``requests`` response hook running ``raise_if_web_page`` on each answer of a session (the body of
+    one labelled ``text/html`` is read to look at it: a page or a small file; ``iter_content`` still yields
+    it after)."""
 
     def check(response: Any, *args: Any, **kwargs: Any) -> Any:
-        raise_if_web_page(hub, response.status_code, response.headers.get("Content-Type", ""), response.url)
+        content_type = response.headers.get("Content-Type", "")
+        if labelled_web_page(response.status_code, content_type):
+            body = response.content
+            # What reads ``raw`` itself after the hook (ModelScope's SDK does) finds it spent: it is the body
+            # again, and no ``stream`` attribute sends such readers to ``iter_content`` (the read content).
+            response.raw = io.BytesIO(body)
+            raise_if_web_page(hub, response.status_code, content_type, response.url, body)
         return response
 
     return check

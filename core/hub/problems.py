@@ -152,8 +152,11 @@ def _web_page_advice(hub: str, endpoint: str) -> tuple[str, ...]:
 
 
 def looks_like_web_page(body: object) -> bool:
-    """Whether an answer's body (text) is an HTML page: what a website sends, never the hubs' JSON."""
-    return isinstance(body, str) and body.lstrip()[:64].lower().startswith(("<!doctype html", "<html"))
+    """Whether an answer's body (text, or its first bytes) is an HTML page: what a website sends, never the
+    hubs' JSON nor a file (whatever the Content-Type says: a mirror may label JSON or a README text/html)."""
+    if isinstance(body, (bytes, bytearray)):
+        body = bytes(body[:256]).decode("utf-8", "replace")
+    return isinstance(body, str) and body.lstrip("\ufeff \t\r\n")[:64].lower().startswith(("<!doctype html", "<html"))
 
 
 def status_problem(hub: str, endpoint: str, status: int, what: str, detail: str = "",

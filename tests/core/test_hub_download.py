@@ -246,6 +246,17 @@ def test_a_web_page_in_place_of_the_files_fails_the_download_saying_so(hub_serve
     assert len(hub_server.hub.requests) - before == 1  # the first file's page, not fetched again
 
 
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_files_a_mirror_labels_text_html_are_downloaded(hub_server, hub):
+    """A mirror that labels every file text/html had each refused as a captive portal's page. The first
+    bytes are looked at before any is written: files are downloaded; a page is still refused (above)."""
+    plan = _plan(hub)
+    hub_server.hub.label_html = True
+    status = wait_for_download(start_download(plan), 30)
+    assert status.status == "done", status
+    assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
+
+
 def test_not_enough_disk_refuses_with_numbers(hub_server):
     from dataclasses import replace
 

@@ -106,6 +106,28 @@ def test_a_web_page_in_place_of_the_hub_is_said_so_in_search_and_details(hub, mo
 
 
 @pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_json_and_files_a_mirror_labels_text_html_are_accepted(hub, monkeypatch, capsys):
+    """Any successful answer labelled text/html was refused on the header alone: a mirror or proxy labelling
+    the hub's JSON (or a README) so was said to be a captive portal. The body is looked at: JSON and files
+    labelled text/html are accepted; an HTML page is still refused (the test above)."""
+    from core.hub.http import raise_if_web_page
+
+    raise_if_web_page(hub, 200, "text/html", "http://x/api", b'  {"Data": []}')
+    with pytest.raises(HubUnavailableError):
+        raise_if_web_page(hub, 200, "text/html", "http://x/api", b"\n  <!DOCTYPE html><html></html>")
+    with FakeHubServer(standard_hub()) as server:
+        server.hub.label_html = True
+        monkeypatch.setenv(ENV[hub], server.url)
+        source = open_hub(hub, timeout_s=120.0)
+        assert "Qwen/Qwen2.5-Tiny-Instruct" in [m.model_id for m in source.search(SearchQuery(text="qwen")).items]
+        details = source.details("Qwen/Qwen2.5-Tiny-Instruct")
+        assert details.summary.model_id == "Qwen/Qwen2.5-Tiny-Instruct" and details.config and details.files
+        assert source.read_small_file("Qwen/Qwen2.5-Tiny-Instruct", "config.json").startswith(b"{")
+        assert main(["models", "info", "Qwen/Qwen2.5-Tiny-Instruct", "--hub", hub]) == 0
+        assert "web page" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
 def test_a_website_answering_404_pages_is_no_hub_for_info_as_for_a_search(hub, monkeypatch, capsys):
     """An endpoint variable naming a website (every path a 404 "Not Found" page): a search said the hub
     answered 404 and the endpoint may not be a hub, but ``models info`` said the model "does not exist

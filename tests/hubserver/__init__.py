@@ -12,7 +12,8 @@ Hugging Face
   ``GET /api/models``, ``GET /api/models/{id}[/revision/{rev}]``, ``GET|HEAD /{id}/resolve/{rev}/{path}``
 
 Knobs a test turns: ``slow_s`` (every answer waits that long), ``status`` (every answer is that HTTP status), ``web_page``
-(every answer is a 200 HTML page: a captive portal; with ``web_page_status`` 404, a website's Not Found page), ``hold`` (an event: every answer waits
+(every answer is a 200 HTML page: a captive portal; with ``web_page_status`` 404, a website's Not Found page),
+``label_html`` (JSON and files labelled text/html, as a mirror may), ``hold`` (an event: every answer waits
 until it is set, so a test knows no answer came before, whatever the box's speed), ``drop_once`` (file paths whose first
 transfer is cut mid-body), ``short_at`` (every file body ends there without an error), a private repo (401 without the token) and a gated one (403 without it).
 """
@@ -71,6 +72,7 @@ class FakeHub:
     status: int | None = None  # every answer is this HTTP status (a hub that is down: 503)
     web_page: bool = False  # every answer is a 200 HTML page: a captive portal, a website at the endpoint
     web_page_status: int = 200  # the status of that page: 404, a website's "Not Found" page for every API path
+    label_html: bool = False  # every JSON answer and file is labelled text/html (a mirror or proxy that does so)
     hold: threading.Event | None = None  # answers wait until it is set (a ceiling of a minute)
     chunk_delay_s: float = 0.0  # pause between 64 KiB chunks of a file body (a slow link)
     # A file body stops at this byte of the file until ``stall_release`` is set (a ceiling of a minute):
@@ -136,7 +138,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, body: object) -> None:
         raw = json.dumps(body).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/html; charset=utf-8" if self.hub.label_html else "application/json")
         self.send_header("Content-Length", str(len(raw)))
         self.end_headers()
         if self.command != "HEAD":
@@ -182,7 +184,7 @@ class _Handler(BaseHTTPRequestHandler):
             end = min(end, self.hub.short_at - 1)
         body = data[start:end + 1]
         self.send_response(status)
-        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Type", "text/html" if self.hub.label_html else "application/octet-stream")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
