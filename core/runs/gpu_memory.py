@@ -25,6 +25,15 @@ MIB = 1024**2
 # which the estimator's CUDA context and margin already stand for. Memory used beyond the listed processes'
 # by less than this is that reserve; more is held by processes NVML does not list (another container's).
 RESERVED_SLACK_BYTES = GIB
+# The keys of a run config the estimate reads (``core.estimate.run_plan``): a resume that changes none of them
+# runs what the run already ran on its GPUs.
+MEMORY_KEYS = frozenset({
+    "model", "method", "precision", "pure_bf16", "gpus", "micro_batch_size", "gradient_accumulation", "max_seq_len",
+    "gradient_checkpointing", "checkpoint_layers", "tiled_mlp", "zero_stage", "offload", "offload_activations",
+    "optimizer", "attn", "ce_chunk_tokens", "fused_ce", "lora_rank", "lora_targets", "lora_dropout",
+    "lora_dropout_fused", "lora_fold_dh", "lora_grouped", "lora_input_upcast", "lora_swiglu_db", "lora_swiglu_down",
+    "lora_swiglu_fused", "qlora_reuse_dequantised", "qlora_upcast", "recompute_keep_lora_a", "recompute_skip_down",
+    "rms_norm_rows"})
 # Family of a GPU the estimator's table does not name, by compute capability (its CUDA context's size).
 _FAMILIES = {9: "hopper", 8: "ampere", 7: "volta"}
 

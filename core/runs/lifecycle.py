@@ -166,6 +166,8 @@ def prepare_run(config: Any, argv: Sequence[str], command: str = "train", distri
             _check_gpu_memory(config, gpus, room, _world(gpus, distributed), warn, allow_over_memory)
         precision_asked = _resolve_for_this_box(config, gpus, warn)
         run = create_run(config, list(argv), command=command, gpus=gpus, distributed=distributed)
+        if allow_over_memory and command == "train":  # its resumes honour it
+            run.update_record(allow_over_memory=True)
     if precision_asked:  # the config says fp32 now; the event keeps what was asked for
         run.append_event("precision_fallback", requested=precision_asked, used="fp32", reason="no GPU")
     record_fingerprint(run.path, run.config())  # what resume compares the data and keys with
@@ -229,6 +231,7 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     once, ``SupervisorDidNotStart`` and the run is marked failed.
     """
     from core.runs.control import prepare_resume, refuse_unresumable
+    from core.runs.liveness import never_trained
 
     refuse_unresumable(run)  # a running or finished run is told so before anything about its config
     _check_training_stack()
@@ -260,12 +263,18 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
             spread = record.get("distributed")
             nodes = int(spread.get("nnodes") or 1) if isinstance(spread, dict) else 1
             room = _read_room(moving) if moving is not None else _read_room(gpus, visible if known else "ours")
+            # A run that trained here with the memory keys as they are measured that it fits: the estimate
+            # warns then, it does not refuse (a run started with --allow-over-memory, or before the check).
+            same = moving is None and not _memory_changed(run, config)
+            trained = same and not never_trained(run)
             _check_gpu_memory(config, moving if moving is not None else gpus, room, len(gpus) * nodes, warn,
-                              allow_over_memory)
+                              allow_over_memory or (same and record.get("allow_over_memory") is True), trained)
         plan = prepare_resume(run, step=checkpoint, weights_only=weights_only,
                               config=config if overrides else None, check_data=lambda: _check_data(config))
         if moving is not None:
             _record_moved_gpus(run, record, moving)
+        if allow_over_memory:  # later resumes (cron's, scripted) honour it
+            run.update_record(allow_over_memory=True)
     for each in plan.notices:
         if notice is not None:
             notice(each)
@@ -689,10 +698,12 @@ def _read_room(gpus: list[int], visible: str | None | Literal["ours"] = "ours") 
 
 
 def _check_gpu_memory(config: Any, gpus: list[int], room: Any, world: int, warn: Warn = warn_on_stderr,
-                      allow_over_memory: bool = False) -> Any:
+                      allow_over_memory: bool = False, trained: bool = False) -> Any:
     """Refuse a run whose estimated per-GPU peak is past the free memory of its GPUs (``GpuMemoryShort``, with
-    the figures and what fits), unless ``allow_over_memory``; warn when it is within the estimator's margin,
-    or that it was not checked (a model the estimator cannot describe). Returns the ``GpuMemoryCheck``."""
+    the figures and what fits), unless ``allow_over_memory``, or ``trained`` (a resume of a run that trained on
+    these GPUs with the same memory keys: it measured that it fits; warned); warn when it is within the
+    estimator's margin, or that it was not checked (a model the estimator cannot describe). Returns the
+    ``GpuMemoryCheck``."""
     if not gpus:
         return None
     from core.runs.gpu_memory import check_gpu_memory
@@ -700,11 +711,30 @@ def _check_gpu_memory(config: Any, gpus: list[int], room: Any, world: int, warn:
     check = check_gpu_memory(config, room, world)
     if check is None or check.message is None:
         return check
-    if check.verdict == "does_not_fit" and not allow_over_memory:
+    if check.verdict != "does_not_fit":
+        warn(check.message.text())
+    elif allow_over_memory:
+        warn(t("runs.gpu_memory_allowed", text=check.message.text()))
+    elif trained:
+        warn(t("runs.gpu_memory_trained", text=check.message.text()))
+    else:
         raise GpuMemoryShort(check.message.text(), check)
-    warn(check.message.text() if check.verdict != "does_not_fit" else t("runs.gpu_memory_allowed",
-                                                                         text=check.message.text()))
     return check
+
+
+def _memory_changed(run: RunDirectory, config: Any) -> bool:
+    """Whether ``config`` (a resume's, overrides applied) differs from what the run last started or resumed
+    with (its fingerprint's keys; config.yaml without one) in a key the memory estimate reads and it recorded."""
+    from core.runs.fingerprint import read_fingerprint
+    from core.runs.gpu_memory import MEMORY_KEYS
+
+    recorded = read_fingerprint(run.path)
+    old = ((recorded or {}).get("config") or {}).get("keys") if isinstance(recorded, dict) else None
+    if not isinstance(old, dict):
+        old = run.config()
+    new = config.to_dict()
+    # a key the old record lacks is one its version did not write (its default then)
+    return any(old[key] != new.get(key) for key in MEMORY_KEYS & old.keys())
 
 
 def _check_host_memory(values: dict[str, Any], warn: Warn = warn_on_stderr, available: int | None = None,

@@ -197,3 +197,37 @@ def test_checkpoint_layers_auto_is_chosen_for_the_memory_free_now(home, tmp_path
                           allow_shared_gpus=True)  # the first, queued, holds the GPU as far as a launch can tell
         chosen.append(yaml.safe_load(run.config_path.read_text())["checkpoint_layers"])
     assert isinstance(chosen[0], int) and chosen[0] < (28 if chosen[1] == "all" else chosen[1]), chosen
+
+
+def test_resume_of_a_run_that_trained_with_the_same_memory_keys_warns_not_refuses(home, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """A run that trained 3 steps at micro_batch_size=64 (started before the check, or with
+    --allow-over-memory) measured that it fits: a plain `resume RUN` (cron's) was refused with exit 2 on
+    every try. Now it resumes with the estimate as a warning; an override that moves memory is still refused.
+    A `train --allow-over-memory` records it in run.json for its resumes. Hardware: one fake idle H100."""
+    from core.cli import main
+    from core.runs import lifecycle
+    from core.runs.run_dir import STOPPED
+    from tests.core.test_runs_gpus_in_use import _stopped_with_checkpoint
+
+    _one_h100(monkeypatch)
+    path = _run_file(tmp_path, micro_batch_size=64)
+    stopped = _stopped_with_checkpoint([0], model=str(tmp_path / "model"), max_seq_len=4096, micro_batch_size=64,
+                                       gradient_accumulation=2, method="lora", precision="bf16", gpus=1)
+    started: list[str] = []
+    monkeypatch.setattr(lifecycle, "_start", lambda run, resume_from=None: started.append(run.id))
+    assert main(["resume", stopped.id, "max_seq_len=8192"]) == 2  # more memory than it trained with: refused
+    assert "has 79.6 GiB free" in capsys.readouterr().err and not started
+    assert stopped.status().status == STOPPED
+    assert main(["resume", stopped.id]) == 0
+    said = capsys.readouterr().err
+    assert "resuming anyway: this run already trained on these GPUs" in said and "has 79.6 GiB free" in said, said
+    assert started == [stopped.id]
+
+    assert main(["train", str(path), "--allow-over-memory", "--allow-shared-gpus"]) == 0, capsys.readouterr().err
+    assert len(started) == 2
+    from core.paths import runs_dir
+    from core.runs.run_dir import RunDirectory
+
+    run = RunDirectory(runs_dir() / started[1])
+    assert run.read_launch_record()[0].get("allow_over_memory") is True
