@@ -149,10 +149,13 @@ def card_spec(card: CardRoom) -> Any:
         return GpuSpec(card.name, memory_mib, major >= 8, 1.0, 1.0, 1.0, _FAMILIES.get(major, "ampere"))
 
 
-def check_gpu_memory(config: Any, room: Room | Message | None, num_gpus: int) -> GpuMemoryCheck | None:
+def check_gpu_memory(config: Any, room: Room | Message | None, num_gpus: int,
+                     resume: int | None = None) -> GpuMemoryCheck | None:
     """The verdict on ``config`` (a ``RunConfig``: ``checkpoint_layers: auto`` resolved as ``prepare_run``
     resolves it, on the free memory; ``tiled_mlp: auto`` as the estimator tiles) over ``num_gpus`` GPUs (the
-    world: ZeRO shards over every node's) against ``room``. None for a CPU run (``room`` None)."""
+    world: ZeRO shards over every node's) against ``room``. None for a CPU run (``room`` None). A resume
+    gives ``resume``, the samples per optimizer step its checkpoint trained with: it is told only ways that keep
+    that number (it refuses another)."""
     if room is None:
         return None
     if isinstance(room, Message):
@@ -184,7 +187,7 @@ def check_gpu_memory(config: Any, room: Room | Message | None, num_gpus: int) ->
         if tried.fits:
             fitting[batch] = tried.peak_gib
     way: Message | str
-    way, planner = _ways(config, plan, room, fitting, estimate)
+    way, planner = _ways(config, plan, room, fitting, estimate, resume)
     if verdict == "tight" and not fitting:  # under the card: "not even 1 fits" would not be true
         way = ""
     tightest = room.tightest
@@ -194,31 +197,39 @@ def check_gpu_memory(config: Any, room: Room | Message | None, num_gpus: int) ->
     message = Message(key, peak=f"{found.peak_gib:.1f}", margin=f"{found.margin_gib:.1f}", gpu=tightest.gpu, name=tightest.name,
                       available=f"{tightest.available_bytes / GIB:.1f}", total=f"{tightest.total_bytes / GIB:.1f}",
                       used=used, way=way, plan=planner)
-    return GpuMemoryCheck(verdict, message, found.peak_gib, found.margin_gib, room.cards, max(fitting, default=None))
+    suggested = (_kept(resume, fitting) or None) if resume else max(fitting, default=None)
+    return GpuMemoryCheck(verdict, message, found.peak_gib, found.margin_gib, room.cards, suggested)
 
 
-def _ways(config: Any, plan: Any, room: Room, fitting: dict[int, float], estimate: Any) -> tuple[Message, Message]:
+def _kept(total: int, fitting: dict[int, float]) -> int:
+    """The largest fitting micro-batch that divides ``total`` (samples per optimizer step), 0 where none does."""
+    return max(batch for batch in [*fitting, 0] if batch == 0 or total % batch == 0)
+
+
+def _ways(config: Any, plan: Any, room: Room, fitting: dict[int, float], estimate: Any,
+          resume: int | None = None) -> tuple[Message, Message]:
     """What makes the run fit, in concrete settings: the largest micro-batch that fits, and the largest that
     keeps the sequences per optimizer step with a gradient_accumulation where that is another one; where none
-    fits, checkpointing or QLoRA if those do; then the planner's command."""
+    fits, checkpointing or QLoRA if those do; then the planner's command. A resume (``resume``: the samples per
+    step of its checkpoint) refuses another number of sequences per step: it is told only the ways that keep it."""
     import shlex
 
     from core.estimate import PlanError
 
     lines: list[Message] = []
+    total = resume or plan.micro_batch_size * plan.grad_accum_steps
     if fitting:
         largest = max(fitting)
-        total = plan.micro_batch_size * plan.grad_accum_steps
-        kept = max(batch for batch in [*fitting, 0] if batch == 0 or total % batch == 0)
-        if kept == largest:
+        kept = _kept(total, fitting)
+        if kept == largest or (resume and kept):
             lines.append(Message("runs.gpu_memory_way_batch_accum", batch=kept, accum=total // kept, total=total,
                                  peak=f"{fitting[kept]:.1f}"))
         elif kept:
             lines.append(Message("runs.gpu_memory_way_batch_or_accum", batch=largest, peak=f"{fitting[largest]:.1f}",
                                  kept=kept, accum=total // kept, total=total))
-        else:
+        elif not resume:
             lines.append(Message("runs.gpu_memory_way_batch", batch=largest, peak=f"{fitting[largest]:.1f}"))
-    else:
+    if not lines:
         tries = []
         if not plan.gradient_checkpointing:
             tries.append(("gradient_checkpointing=true", {"gradient_checkpointing": True, "checkpoint_layers": None}))
@@ -230,7 +241,8 @@ def _ways(config: Any, plan: Any, room: Room, fitting: dict[int, float], estimat
             except PlanError:
                 continue
             if tried.fits:
-                lines.append(Message("runs.gpu_memory_way_setting", setting=f"micro_batch_size=1 {setting}"
+                one = f"micro_batch_size=1 gradient_accumulation={total} " if resume else "micro_batch_size=1 "
+                lines.append(Message("runs.gpu_memory_way_setting", setting=f"{one}{setting}"
                                      if plan.micro_batch_size > 1 else setting, peak=f"{tried.peak_gib:.1f}"))
                 break
         if not lines:

@@ -268,7 +268,8 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
             same = moving is None and not _memory_changed(run, config)
             trained = same and not never_trained(run)
             _check_gpu_memory(config, moving if moving is not None else gpus, room, len(gpus) * nodes, warn,
-                              allow_over_memory or (same and record.get("allow_over_memory") is True), trained)
+                              allow_over_memory or (same and record.get("allow_over_memory") is True), trained,
+                              resume=_samples_per_step(run))
         plan = prepare_resume(run, step=checkpoint, weights_only=weights_only,
                               config=config if overrides else None, check_data=lambda: _check_data(config))
         if moving is not None:
@@ -698,17 +699,18 @@ def _read_room(gpus: list[int], visible: str | None | Literal["ours"] = "ours") 
 
 
 def _check_gpu_memory(config: Any, gpus: list[int], room: Any, world: int, warn: Warn = warn_on_stderr,
-                      allow_over_memory: bool = False, trained: bool = False) -> Any:
+                      allow_over_memory: bool = False, trained: bool = False, resume: int | None = None) -> Any:
     """Refuse a run whose estimated per-GPU peak is past the free memory of its GPUs (``GpuMemoryShort``, with
     the figures and what fits), unless ``allow_over_memory``, or ``trained`` (a resume of a run that trained on
-    these GPUs with the same memory keys: it measured that it fits; warned); warn when it is within the
+    these GPUs with the same memory keys: it measured that it fits; warned; ``resume``: the samples per step of its
+    checkpoint, which the ways out keep); warn when it is within the
     estimator's margin, or that it was not checked (a model the estimator cannot describe). Returns the
     ``GpuMemoryCheck``."""
     if not gpus:
         return None
     from core.runs.gpu_memory import check_gpu_memory
 
-    check = check_gpu_memory(config, room, world)
+    check = check_gpu_memory(config, room, world, resume)
     if check is None or check.message is None:
         return check
     if check.verdict != "does_not_fit":
@@ -722,16 +724,30 @@ def _check_gpu_memory(config: Any, gpus: list[int], room: Any, world: int, warn:
     return check
 
 
-def _memory_changed(run: RunDirectory, config: Any) -> bool:
-    """Whether ``config`` (a resume's, overrides applied) differs from what the run last started or resumed
-    with (its fingerprint's keys; config.yaml without one) in a key the memory estimate reads and it recorded."""
+def _recorded_keys(run: RunDirectory) -> dict[str, Any]:
+    """The config keys the run last started or resumed with: its fingerprint's, config.yaml without one."""
     from core.runs.fingerprint import read_fingerprint
-    from core.runs.gpu_memory import MEMORY_KEYS
 
     recorded = read_fingerprint(run.path)
     old = ((recorded or {}).get("config") or {}).get("keys") if isinstance(recorded, dict) else None
-    if not isinstance(old, dict):
-        old = run.config()
+    return old if isinstance(old, dict) else run.config()
+
+
+def _samples_per_step(run: RunDirectory) -> int | None:
+    """micro_batch_size × gradient_accumulation of the run's last start or resume (None where not whole)."""
+    keys = _recorded_keys(run)
+    try:
+        return int(keys.get("micro_batch_size", 1) or 1) * int(keys.get("gradient_accumulation", 1) or 1)
+    except (TypeError, ValueError):
+        return None
+
+
+def _memory_changed(run: RunDirectory, config: Any) -> bool:
+    """Whether ``config`` (a resume's, overrides applied) differs from what the run last started or resumed
+    with (its fingerprint's keys; config.yaml without one) in a key the memory estimate reads and it recorded."""
+    from core.runs.gpu_memory import MEMORY_KEYS
+
+    old = _recorded_keys(run)
     new = config.to_dict()
     # a key the old record lacks is one its version did not write (its default then)
     return any(old[key] != new.get(key) for key in MEMORY_KEYS & old.keys())

@@ -169,12 +169,16 @@ def test_resume_with_an_override_past_the_card_is_refused_unless_allowed(home, t
     _one_h100(monkeypatch)
     _run_file(tmp_path)
     stopped = _stopped_with_checkpoint([0], model=str(tmp_path / "model"), max_seq_len=4096, micro_batch_size=32,
-                                       precision="bf16", gpus=1)
+                                       gradient_accumulation=2, precision="bf16", gpus=1)
     started: list[str] = []
     monkeypatch.setattr(lifecycle, "_start", lambda run, resume_from=None: started.append(run.id))
     assert main(["resume", stopped.id, "micro_batch_size=64"]) == 2
     said = capsys.readouterr().err
     assert "has 79.6 GiB free" in said and "--allow-over-memory" in said, said
+    # the way out keeps the checkpoint's 32 x 2 = 64 sequences a step: resume refuses another number, so a
+    # bare largest micro-batch (54 here, 64 x 2 = 128 a step if taken with the override's accumulation) is not said
+    assert "micro_batch_size=32 gradient_accumulation=2 fits" in said and "keeps the 64 sequences" in said, said
+    assert "micro_batch_size=54" not in said and "gradient_accumulation=4" not in said, said
     assert stopped.status().status == STOPPED and not started
     assert main(["resume", stopped.id, "micro_batch_size=64", "--allow-over-memory"]) == 0, capsys.readouterr().err
     assert started == [stopped.id]
