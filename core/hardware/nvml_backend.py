@@ -255,13 +255,13 @@ class NvmlBackend:
             try:
                 import pynvml
             except ImportError:
-                self._error = unavailable("binding_missing")
+                self._fail(unavailable("binding_missing"))
                 return
             self._nvml = pynvml
         try:
             self._raw("nvmlInit")  # unguarded: its errors are the reasons NVML is unavailable
         except self._nvml.NVMLError as exc:
-            self._error = self._error_for(exc)
+            self._fail(self._error_for(exc))
             return
         self._initialized = True
         try:
@@ -273,10 +273,16 @@ class NvmlBackend:
             for index in range(count):
                 self._gpus.append(self._read_static(index))
         except _NvmlGone as gone:
-            self._error = gone.error
+            self._fail(gone.error)
             return
         if not self._gpus:
-            self._error = unavailable("no_gpus")
+            self._fail(unavailable("no_gpus"))
+
+    def _fail(self, error: NvmlUnavailable) -> None:
+        """Keep ``error`` as NVML's outcome, and when it was found: ``read`` starts NVML again ``retry_s``
+        after it, whichever call (``read``, ``identities``) found it."""
+        self._error = error
+        self._failed_at = self._clock()
 
     def close(self) -> None:
         """Shut NVML down if this backend started it; a later read starts it again."""
@@ -474,20 +480,17 @@ class NvmlBackend:
                                          None if capability is None else (int(capability[0]), int(capability[1])),
                                          gpu.uuid, migs, lost))
         except _NvmlGone as gone:
-            self._error = gone.error
+            self._fail(gone.error)
             return GpuIdentities(error=self._error)
         return GpuIdentities(tuple(found))
 
     def read(self) -> GpuReading:
         """One poll of every GPU; NVML being unavailable is a normal result, not an exception (NVML is
         started again at most every ``retry_s`` while it is)."""
-        if self._started and self._error is not None and self._failed_at is not None \
-                and self._clock() - self._failed_at >= self._retry_s:
+        if self._error is not None and self._failed_at is not None and self._clock() - self._failed_at >= self._retry_s:
             self.close()
         if not self._started:
             self._start()
-            if self._error is not None:
-                self._failed_at = self._clock()
         if self._processes is None:
             self._processes = LiveProcessResolver()
         if self._error is not None:
@@ -502,8 +505,7 @@ class NvmlBackend:
                 self._topology_done = True
             gpus = tuple(self._read_gpu(g) for g in self._gpus)
         except _NvmlGone as gone:
-            self._error = gone.error
-            self._failed_at = self._clock()
+            self._fail(gone.error)
             return GpuReading(
                 driver_version=self._driver_version,
                 cuda_driver_version=self._cuda_driver_version,

@@ -431,3 +431,18 @@ def test_processes_nvml_will_not_list_are_unknown_not_none():
     assert row.split()[-1] == "N/A"
     listed = fake_monitor_from_recording(FIXTURES / "h200x1.json", clock=SteppingClock()).poll().gpus[0]
     assert listed.processes_known is True and len(listed.processes) == 1
+
+
+def test_a_backend_whose_first_call_was_identities_recovers_once_the_driver_loads():
+    """identities() found no driver (before the driver loaded, as on a box just booted) and kept the error
+    without when it was found: read() then never started NVML again, the GPUs stayed unavailable for
+    good. Now read() retries ``retry_s`` after it. Hardware: the fake NVML of an H200 x2 box, failing
+    nvmlInit with driver_not_loaded until the test clears it."""
+    clock = SteppingClock()
+    fake = fake_nvml_from_recording(FIXTURES / "h200x2.json", clock=clock, fail="driver_not_loaded")
+    backend = NvmlBackend(fake, RecordedProcessResolver({}), clock=clock, retry_s=10.0)
+    assert backend.identities().error.reason == "driver_not_loaded"
+    fake.fail = None  # the driver is loaded now
+    clock.now += 11.0
+    reading = backend.read()
+    assert reading.error is None and len(reading.gpus) == 2
