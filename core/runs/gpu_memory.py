@@ -40,13 +40,15 @@ _FAMILIES = {9: "hopper", 8: "ampere", 7: "volta"}
 
 @dataclass(frozen=True)
 class CardRoom:
-    """One GPU the run gets: ``gpu`` is the run's index (within ``CUDA_VISIBLE_DEVICES``)."""
+    """One GPU the run gets: ``gpu`` is the run's index (within ``CUDA_VISIBLE_DEVICES``), ``physical`` the GPU
+    as nvidia-smi names it (its index or UUID: ``core.runs.gpus.physical_gpus``), what messages say."""
 
     gpu: int
     name: str
     total_bytes: int
     in_use_bytes: int
     capability: tuple[int, int] | None = None
+    physical: str | None = None
 
     @property
     def available_bytes(self) -> int:
@@ -127,11 +129,12 @@ def read_room(gpus: list[int], visible: str | None | Literal["ours"] = "ours", n
         index = nvml_index(name, by_uuid)
         snapshot = by_index.get(index) if index is not None else None
         if name.startswith("MIG-") or (snapshot is not None and snapshot.mig_enabled):
-            return Message("runs.gpu_memory_mig", gpu=gpu)
+            return Message("runs.gpu_memory_mig", gpu=name)
         if snapshot is None or not snapshot.memory_total_bytes:
-            return Message("runs.gpu_memory_unread", gpu=gpu)
+            return Message("runs.gpu_memory_unread", gpu=name)
         cards.append(CardRoom(gpu, snapshot.name or "GPU", int(snapshot.memory_total_bytes),
-                              in_use_bytes(snapshot.memory_used_bytes, snapshot.processes), capability.get(index)))
+                              in_use_bytes(snapshot.memory_used_bytes, snapshot.processes), capability.get(index),
+                              name))
     tightest = min(cards, key=lambda card: card.available_bytes)
     return Room(tuple(cards), tightest, card_spec(tightest))
 
@@ -194,7 +197,8 @@ def check_gpu_memory(config: Any, room: Room | Message | None, num_gpus: int,
     key = "runs.gpu_memory_short" if verdict == "does_not_fit" else "runs.gpu_memory_tight"
     used = (Message("runs.gpu_memory_in_use", in_use=f"{tightest.in_use_bytes / GIB:.1f}") if tightest.in_use_bytes
             else Message("runs.gpu_memory_none_in_use"))
-    message = Message(key, peak=f"{found.peak_gib:.1f}", margin=f"{found.margin_gib:.1f}", gpu=tightest.gpu, name=tightest.name,
+    message = Message(key, peak=f"{found.peak_gib:.1f}", margin=f"{found.margin_gib:.1f}",
+                      gpu=tightest.physical if tightest.physical is not None else tightest.gpu, name=tightest.name,
                       available=f"{tightest.available_bytes / GIB:.1f}", total=f"{tightest.total_bytes / GIB:.1f}",
                       used=used, way=way, plan=planner)
     suggested = (_kept(resume, fitting) or None) if resume else max(fitting, default=None)

@@ -235,3 +235,23 @@ def test_resume_of_a_run_that_trained_with_the_same_memory_keys_warns_not_refuse
 
     run = RunDirectory(runs_dir() / started[1])
     assert run.read_launch_record()[0].get("allow_over_memory") is True
+
+
+def test_the_refusal_names_the_gpu_as_nvidia_smi_does_under_cuda_visible_devices(home, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """With CUDA_VISIBLE_DEVICES=4,5 the run's GPU 1 is the box's GPU 5: the refusal said "GPU 1 has 9.6 GiB
+    free" while nvidia-smi's GPU 1 was idle. It names GPU 5 now. Hardware: 8 fake H100 80GB (the H200 x8
+    recording renamed), GPU 5 with 70 GiB held by another process, the rest idle."""
+    box = load_snapshot(ROOT / "tests" / "fixtures" / "gpus" / "h200x8.json")
+    held = 70 * GIB
+    gpus = tuple(replace(gpu, name="NVIDIA H100 80GB HBM3", memory_total_bytes=81559 * MIB,
+                         memory_used_bytes=(held if gpu.index == 5 else 0) + 512 * MIB,
+                         processes=(GpuProcess(4242, held, visible=False, hidden_reason="not_in_namespace"),)
+                         if gpu.index == 5 else (), mig_enabled=False) for gpu in box.gpus)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml_from_recording(replace(box, gpus=gpus),
+                                                                        compute_capability=(9, 0)))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    code, out, err = _check(_run_file(tmp_path, gpus="all"), capsys=capsys)
+    assert code == 2 and out["gpu_memory"]["verdict"] == "does_not_fit", err
+    said = " ".join(out["problems"])
+    assert "GPU 5 (NVIDIA H100 80GB HBM3) has 9.6 GiB free" in said, said
