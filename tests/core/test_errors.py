@@ -24,6 +24,7 @@ CORE = ROOT / "core"
 CONTROL_FLOW = {
     "core.config.checks._Invalid": "one value's refusal, collected into a ConfigError's issues",
     "core.hardware.nvml_backend._NvmlGone": "NVML went away mid-poll: the snapshot says so instead",
+    "core.hardware.nvml_backend._GpuLost": "a GPU answered GPU_IS_LOST mid-read: the snapshot marks it lost instead",
     "core.hub.downloader.Cancelled": "the download job's cancel signal, inside the downloader process",
     "core.hub.downloader.LocalWriteError": "a failed write on this box, kept apart from the link's OSErrors until "
                                            "the downloader's run() says it (a full disk) and ends the job",
