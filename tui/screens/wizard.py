@@ -867,7 +867,12 @@ class WizardScreen(Screen[None]):
                     value = "–"
                 self.query_one(f"#ov-{name}", Input).placeholder = t("wizard.auto_value", value=value)
         for name in RUN_KEYS:  # not the planner's: the request's value (its default until set)
-            self.query_one(f"#ov-{name}", Input).placeholder = t("wizard.auto_value", value=getattr(rec.request, name))
+            value = getattr(rec.request, name)
+            if value is None:  # thinking unset: the chat template's own default decides
+                value = t("wizard.template_default")
+            elif isinstance(value, bool):  # as the field takes it (true, false)
+                value = str(value).lower()
+            self.query_one(f"#ov-{name}", Input).placeholder = t("wizard.auto_value", value=value)
 
     @on(Input.Changed)
     def _input_changed(self, event: Input.Changed) -> None:
