@@ -40,8 +40,7 @@ TINY_MODEL = "tiny"
 BAR_WIDTH = 40
 ALTERNATIVE_KEYS = 3  # 1-3 take an alternative (the bindings below)
 # The overrides panel's fields: the planner's (OVERRIDABLE), then the run keys the plan follows (``overlong``,
-# ``thinking``), as
-# ``plan --set`` takes them all.
+# ``thinking``), as ``plan --set`` takes them all.
 FIELDS = OVERRIDABLE + RUN_KEYS
 # The colour of each part of the memory bar (theme variables, so every theme applies).
 PART_COLOURS = {
