@@ -141,17 +141,10 @@ def test_a_new_start_waits_for_the_server_still_exiting_then_serves_on_its_own_r
     import signal
 
     from core.lifecycle import serve
-    from tests.fixtures.lifecycle.serving import hold_server_at_exit, start_server_thread
+    from tests.fixtures.lifecycle.serving import hold_stopped_server_at_exit, start_server_thread
 
     _home, run = lora_run
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    hold_server_at_exit(monkeypatch, gates)
-    real_terminate = serve._terminate
-    # the stop's SIGKILL after 15 s would end the held server: a ceiling, not a speed (the start's own wait
-    # for it is raised with it)
-    monkeypatch.setattr(serve, "_terminate", lambda pid, grace=15.0: real_terminate(pid, grace=600.0))
-    monkeypatch.setattr(serve, "STOPPING_WAIT_S", 600.0)
+    gates = hold_stopped_server_at_exit(monkeypatch, tmp_path)
     old = serve.start_server(run, timeout=300)
     stopper = threading.Thread(target=serve.stop_server, args=(run.id,))
     done = threading.Event()
@@ -207,18 +200,13 @@ def test_two_starts_waiting_for_the_same_stopping_server_start_one_server_and_re
 
     from core.lifecycle import serve
     from tests.fixtures.lifecycle.serving import (
-        hold_server_at_exit,
         hold_server_before_start,
+        hold_stopped_server_at_exit,
         start_server_thread,
     )
 
     _home, run = lora_run
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    hold_server_at_exit(monkeypatch, gates)
-    real_terminate = serve._terminate
-    monkeypatch.setattr(serve, "_terminate", lambda pid, grace=15.0: real_terminate(pid, grace=600.0))
-    monkeypatch.setattr(serve, "STOPPING_WAIT_S", 600.0)
+    gates = hold_stopped_server_at_exit(monkeypatch, tmp_path)
     old = serve.start_server(run, timeout=300)
     hold_server_before_start(monkeypatch, gates / "start")  # the servers of the two starts below
     spawned: list[int] = []

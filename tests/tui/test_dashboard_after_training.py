@@ -261,16 +261,10 @@ def test_v_while_the_previous_server_is_still_stopping_shows_the_wait_in_the_pan
 
     from core.lifecycle import serve
     from core.runs import RunDirectory
-    from tests.fixtures.lifecycle.serving import hold_server_at_exit
+    from tests.fixtures.lifecycle.serving import hold_stopped_server_at_exit
 
     _home, run_id = finished
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    hold_server_at_exit(monkeypatch, gates)
-    real_terminate = serve._terminate
-    # the stop's SIGKILL after 15 s would end the held server: a ceiling, not a speed (the start's wait with it)
-    monkeypatch.setattr(serve, "_terminate", lambda pid, grace=15.0: real_terminate(pid, grace=600.0))
-    monkeypatch.setattr(serve, "STOPPING_WAIT_S", 600.0)
+    gates = hold_stopped_server_at_exit(monkeypatch, tmp_path)
     old = serve.start_server(RunDirectory(runs_dir() / run_id), timeout=300)
     stopper = threading.Thread(target=serve.stop_server, args=(run_id,))
     pids = [old.pid]
