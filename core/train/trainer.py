@@ -307,6 +307,20 @@ class AtomicCheckpointTrainer(Trainer):
             load_result = load_result._replace(missing_keys=missing)
         super()._issue_warnings_after_load(load_result)
 
+    def _init_training_state(self, max_steps: int, *args: Any, **kwargs: Any) -> Any:
+        """Resume's trainer state comes from the checkpoint's trainer_state.json, its save, logging and eval
+        intervals with it: those of the run's configuration now (``tunedeck resume RUN save_steps=N``) are
+        put back, or the checkpoints would go on landing at the old interval."""
+        result = super()._init_training_state(max_steps, *args, **kwargs)
+        kept = {kind: getattr(self.state, f"{kind}_steps", None) for kind in ("save", "logging", "eval")}
+        self.state.compute_steps(self.args, max_steps)
+        changed = {kind: (old, getattr(self.state, f"{kind}_steps", None)) for kind, old in kept.items()
+                   if old != getattr(self.state, f"{kind}_steps", None)}
+        if changed:  # the Trainer has just warned of the mismatch: say which side holds
+            log.info("the run's configuration holds over the checkpoint's trainer state: %s",
+                     ", ".join(f"{kind}_steps {old} → {new}" for kind, (old, new) in changed.items()))
+        return result
+
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         if self.weights_only:
             return  # 'tunedeck resume --weights-only': a fresh optimizer and LR schedule, as announced

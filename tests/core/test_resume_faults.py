@@ -585,3 +585,20 @@ def test_a_resume_that_changes_what_decides_the_total_shows_it_unknown_until_the
     record["resumes"][-1]["total_steps"] = 15  # as a resume with max_steps=15 records it
     (run_dir / "run.json").write_text(json.dumps(record))
     assert cli.status(run_id)["total_steps"] == 15
+
+
+def test_a_new_save_and_logging_interval_on_resume_is_the_one_the_trainer_keeps(copy):
+    """`resume RUN save_steps=2 logging_steps=2` was written to config.yaml, but the trainer took the
+    intervals back from the checkpoint's trainer_state.json (save_steps 3, logging_steps 1): checkpoints
+    went on landing every 3 steps and every step was logged. The run resumes at step 9 (max_steps 12): the
+    new intervals save at 10 and 12 (12, the last step, is saved and logged whatever the interval) and log
+    at 10 and 12, not 11. CPU only."""
+    cli, run_id, run_dir, _data = copy
+    out = cli("resume", run_id, "save_steps=2", "logging_steps=2")
+    assert "configuration key save_steps changed: 3 → 2" in out.stderr, out.stderr
+    assert cli.wait_status(run_id, {"finished", "failed", "crashed"})["status"] == "finished"
+    saved = [e["step"] for e in events(run_dir, "checkpoint_saved")]
+    assert saved[-2:] == [10, 12] and 11 not in saved, saved
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    logged = [r["step"] for r in map(json.loads, lines) if r.get("kind") == "train" and r["step"] > 9]
+    assert logged == [10, 12], logged
