@@ -212,9 +212,7 @@ class Downloader:
         response = self._session.get(url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
         with response:
             if response.status_code in FATAL_STATUSES:
-                raise FatalDownloadError(str(status_error(self.job["hub"], response.status_code,
-                                                          f"{self.job['model_id']}/{part.name[:-len(PART_SUFFIX)]}",
-                                                          self.job["endpoint"])))
+                self._refuse_status(response, part)
             response.raise_for_status()
             mode = "ab"
             if offset and response.status_code != 206:
@@ -246,6 +244,23 @@ class Downloader:
                 except OSError as exc:
                     raise LocalWriteError(exc) from exc
             return True
+
+    def _refuse_status(self, response: Any, part: Path) -> None:
+        """Fail on a status that asking again will not change (FATAL_STATUSES). A 404 that is an HTML page
+        (a proxy's or a website's "Not Found" at the endpoint) is no hub's word that the file is missing: said
+        as a web page, with its URL, as the listing says it (``status_problem``'s ``web_page``)."""
+        from core.hub.problems import looks_like_web_page
+
+        name = part.name[:-len(PART_SUFFIX)]
+        status = response.status_code
+        content_type = response.headers.get("Content-Type", "")
+        page = status == 404 and looks_like_web_page(next(response.iter_content(1024), b""))
+        error = status_error(self.job["hub"], status, f"{self.job['model_id']}/{name}", self.job["endpoint"],
+                             f"HTTP {status} {content_type} <- {response.url}", web_page=page)
+        if page:
+            raise FatalDownloadError(t("hub.download.web_page_404", file=name, url=str(response.url),
+                                       problem=str(error)))
+        raise FatalDownloadError(str(error))
 
     def _refuse_web_page(self, response: Any, part: Path, first_chunk: bytes) -> None:
         """A web page where the file's bytes belong (a captive portal, a proxy's login page): written into

@@ -247,6 +247,22 @@ def test_a_web_page_in_place_of_the_files_fails_the_download_saying_so(hub_serve
 
 
 @pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_a_404_web_page_in_place_of_a_file_is_said_to_be_a_web_page_not_a_missing_file(hub_server, hub):
+    """A proxy or a website at the endpoint answered the file's URL with its HTML "Not Found" page: the
+    download failed saying the file "does not exist (404)", though the hub never said so. It says the
+    address answered with a web page, names the URL and what to do (the endpoint variable that is set)."""
+    plan = _plan(hub)
+    hub_server.hub.web_page, hub_server.hub.web_page_status = True, 404
+    status = wait_for_download(start_download(plan), 30)
+    assert status.status == "failed", status
+    assert "does not exist" not in status.error, status.error
+    assert status.error.startswith("README.md came as a web page (HTTP 404) from " + hub_server.url), status.error
+    assert "answered HTTP 404 with a web page" in status.error
+    env = {"modelscope": "MODELSCOPE_ENDPOINT", "hf": "HF_ENDPOINT"}[hub]
+    assert env in status.error, status.error
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
 def test_files_a_mirror_labels_text_html_are_downloaded(hub_server, hub):
     """A mirror that labels every file text/html had each refused as a captive portal's page. The first
     bytes are looked at before any is written: files are downloaded; a page is still refused (above)."""
