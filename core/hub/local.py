@@ -358,9 +358,15 @@ def config_json_of(model: LocalModel, path: Path | None = None) -> Path | None:
 
 
 class DeleteRefusedError(TunedeckError, ValueError):
-    """A folder the local listing does not know: nothing is deleted (exit 2)."""
+    """A delete refused (exit 2): a folder the local listing does not know, a download still running into it, a
+    live run training on it. ``str()`` says nothing was deleted (``models rm``, ``delete_local_model``: asked to
+    delete); ``why`` is the reason and the way out alone, for the app's dialog, said before anything was tried."""
 
     exit_code = EXIT_USAGE
+
+    def __init__(self, message: object, why: str | None = None) -> None:
+        super().__init__(message)
+        self.why = str(message) if why is None else why
 
 
 def _download_records_of(model: LocalModel, target: Path) -> list[Any]:
@@ -428,20 +434,26 @@ def delete_blocker(model: LocalModel, extra_dirs: list[str] | None = None) -> De
     known = {m.path.resolve() for m in list_local_models(extra_dirs)}
     target = model.path.resolve()
     if target not in known:
-        return DeleteRefusedError(t("hub.local.delete_refused", path=str(model.path)))
+        return _refusal("hub.local.delete_refused", path=str(model.path))
     running = next((job for job in _download_records_of(model, target)
                     if job.active and downloader_alive(job.job_dir)), None)
     if running is not None:
-        return DeleteRefusedError(t("hub.local.delete_downloading", model=running.model_id, path=str(model.path),
-                                    cancel=download_command(running.model_id, running.hub) + " --cancel"))
+        return _refusal("hub.local.delete_downloading", model=running.model_id, path=str(model.path),
+                        cancel=download_command(running.model_id, running.hub) + " --cancel")
     training = live_runs_on(target)
     if training:
         from core.runs.states import state_label
 
         run_id, status = training[0]
-        return DeleteRefusedError(t("hub.local.delete_in_use", model=model.model_id, path=str(model.path),
-                                    run=run_id, status=state_label(status)))
+        return _refusal("hub.local.delete_in_use", model=model.model_id, path=str(model.path),
+                        run=run_id, status=state_label(status))
     return None
+
+
+def _refusal(key: str, **values: Any) -> DeleteRefusedError:
+    """A refusal said two ways: ``key`` (nothing was deleted: for a delete that was asked for) and ``key``
+    with ``_why`` (the reason and the way out: the app's dialog, before any delete)."""
+    return DeleteRefusedError(t(key, **values), why=t(key + "_why", **values))
 
 
 def delete_local_model(model: LocalModel, extra_dirs: list[str] | None = None) -> int:

@@ -132,6 +132,7 @@ def test_cli_rm_refuses_as_the_app_does_asks_first_and_deletes(home, monkeypatch
         assert main(["models", "rm", "Qwen/Qwen2.5-0.5B", "--yes"]) == 2
         err = capsys.readouterr().err
         assert f"Run {run.id} (running) trains on Qwen/Qwen2.5-0.5B" in err and f"tunedeck stop {run.id}" in err
+        assert "nothing was deleted" in err  # asked to delete, it says it did not (the app's dialog need not)
         monkeypatch.setattr("sys.stdin", _Terminal("y\n"))
         assert main(["models", "rm", str(folder)]) == 2  # refused before the question: the y is never read
         assert "Delete " not in capsys.readouterr().err and sys_stdin_left() == "y\n"

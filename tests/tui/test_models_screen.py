@@ -151,10 +151,13 @@ def test_download_progress_then_local_delete_with_confirmation(hub_env):
     asyncio.run(scenario())
 
 
-def test_a_delete_that_would_be_refused_says_why_in_the_dialog_with_no_y_to_press(hub_env, tmp_path):
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_a_delete_that_would_be_refused_says_why_in_the_dialog_with_no_y_to_press(hub_env, tmp_path, language):
     """x on a model a live run trains on opened "Delete …? y/n", and only after y did a notice say it was
     refused. The dialog itself now says why and the way out (the run, tunedeck stop RUN), with no y/n; y
-    there deletes nothing. Fake GPUs: one H200 (fixture); the run is a live supervisor lock, no GPU used."""
+    there deletes nothing. It said "nothing was deleted" too, where nothing had been tried: the title says
+    the delete cannot be done now, the text why (``models rm``, which was asked to delete, keeps the words).
+    Fake GPUs: one H200 (fixture); the run is a live supervisor lock, no GPU used."""
     import signal
 
     from tests.core.test_hub_local import _live_run_of
@@ -173,20 +176,26 @@ def test_a_delete_that_would_be_refused_says_why_in_the_dialog_with_no_y_to_pres
             local = screen.query_one("#local-models")
             await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED)
             await pilot.press("x")
-            await wait_for(pilot, lambda: "Cannot delete Qwen/Qwen2.5-0.5B now" in screen_text(app))
+            title = t("modelsscreen.delete_refused_title", model="Qwen/Qwen2.5-0.5B")
+            await wait_for(pilot, lambda: title in screen_text(app))
             text = screen_text(app)
             assert f"tunedeck stop {run.id}" in text and "Delete Qwen/Qwen2.5-0.5B?" not in text
+            said = app.screen.text  # the dialog's whole text (the screen's wraps it over lines)
+            assert {"en": "nothing was deleted", "zh": "未删除任何内容"}[language] not in said, said
+            assert {"en": "Stop the run first", "zh": "请先停止该任务"}[language] in said, said
             assert t("dashboard.confirm_keys") not in text  # no y/n offered
             await pilot.press("y")  # nothing to confirm: still the same dialog, nothing deleted
             await pilot.pause()
-            assert "Cannot delete Qwen/Qwen2.5-0.5B now" in screen_text(app) and folder.is_dir()
+            assert title in screen_text(app) and folder.is_dir()
             await pilot.press("escape")
             await wait_for(pilot, lambda: app.screen is screen)
             assert folder.is_dir()
 
     try:
+        i18n.set_language(language)
         asyncio.run(scenario())
     finally:
+        i18n.set_language("en")
         holder.send_signal(signal.SIGKILL)
         holder.wait()
 

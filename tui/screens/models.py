@@ -1119,7 +1119,7 @@ class ModelsScreen(Screen[None]):
         from core.hub.local import delete_blocker, user_model_dirs
 
         blocker = delete_blocker(model, user_model_dirs(self.app.settings))  # type: ignore[attr-defined]
-        self.post_message(DeleteChecked(model, str(blocker) if blocker is not None else ""))
+        self.post_message(DeleteChecked(model, blocker.why if blocker is not None else ""))  # nothing tried yet
 
     def on_delete_checked(self, message: DeleteChecked) -> None:
         model = message.model
