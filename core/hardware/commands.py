@@ -129,7 +129,16 @@ def host_line(host: Any) -> str:
         disk_free=format_disk(host.disk_free_bytes),
         disk_total=format_disk(host.disk_total_bytes),
         disk_path=_na(host.disk_path),
-    )
+    ) + "".join(_cache_disk_text(disk) for disk in host.cache_disks)
+
+
+def _cache_disk_text(disk: Any) -> str:
+    """A hub cache on another disk than the data root's (downloads fill that one), after the host line."""
+    from core.hub.problems import HUB_NAMES
+    from core.i18n import join_words
+
+    return t("hardware.cli.cache_disk", hubs=join_words(HUB_NAMES.get(hub, hub) for hub in disk.hubs),
+             free=format_disk(disk.free_bytes), total=format_disk(disk.total_bytes), path=_na(disk.path))
 
 
 def run_gpus(args: argparse.Namespace) -> int:

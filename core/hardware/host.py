@@ -1,4 +1,5 @@
-"""Readings of the machine around the GPUs (CPU, RAM, load, disk), through psutil."""
+"""Readings of the machine around the GPUs (CPU, RAM, load, disk: the data root's and the hub caches'), through
+psutil."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from core.hardware.snapshot import HostSnapshot
+from core.hardware.snapshot import CacheDisk, HostSnapshot
 from core.paths import data_root
 
 # psutil's CPU % is the busy share since the previous call: the first sample needs a baseline this old.
@@ -29,12 +30,50 @@ def nearest_existing_dir(path: Path) -> Path:
     return path
 
 
+def download_caches() -> list[tuple[str, Path]]:
+    """Where each hub's downloads go (``MODELSCOPE_CACHE``; ``HF_HUB_CACHE`` / ``HF_HOME``), hub first."""
+    from core.hub.hf_source import hf_hub_cache
+    from core.hub.modelscope_source import modelscope_cache_root
+
+    return [("modelscope", modelscope_cache_root()), ("hf", hf_hub_cache())]
+
+
+def cache_disks(data_dir: Path, caches: list[tuple[str, Path]]) -> tuple[CacheDisk, ...]:
+    """The file systems of the hub ``caches`` other than ``data_dir``'s (an existing folder), one entry per
+    file system with the hubs it holds: a download fills that disk, not the data root's. A cache whose
+    folder (or nearest existing parent) cannot be read is left out."""
+    try:
+        data_dev = os.stat(data_dir).st_dev
+    except OSError:
+        data_dev = None
+    found: dict[int, tuple[list[str], Path]] = {}
+    for hub, path in caches:
+        folder = nearest_existing_dir(path)
+        try:
+            dev = os.stat(folder).st_dev
+        except OSError:
+            continue
+        if dev == data_dev:
+            continue
+        found.setdefault(dev, ([], folder))[0].append(hub)
+    disks = []
+    for hubs, folder in found.values():
+        try:
+            usage = shutil.disk_usage(folder)
+            total, free = usage.total, usage.free
+        except OSError:
+            total = free = None
+        disks.append(CacheDisk(hubs=tuple(hubs), path=str(folder), total_bytes=total, free_bytes=free))
+    return tuple(disks)
+
+
 class LiveHostSampler:
     """Samples this machine; CPU % is measured between consecutive samples."""
 
     def __init__(
         self,
         disk_path: Callable[[], Path] = data_root,
+        caches: Callable[[], list[tuple[str, Path]]] = download_caches,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -42,6 +81,7 @@ class LiveHostSampler:
 
         self._psutil = psutil
         self._disk_path = disk_path
+        self._caches = caches
         self._sleep = sleep
         self._clock = clock
         self._first_sample = True
@@ -84,6 +124,7 @@ class LiveHostSampler:
             disk_path=str(disk_dir),
             disk_total_bytes=disk_total,
             disk_free_bytes=disk_free,
+            cache_disks=cache_disks(disk_dir, self._caches()),
         )
 
 

@@ -116,8 +116,21 @@ class GpuSnapshot:
 
 
 @dataclass(frozen=True)
+class CacheDisk:
+    """A hub's download cache (where ``models download`` writes) on another file system than tunedeck's data
+    root: its free space is not the data root's. ``hubs``: the hubs whose caches it holds ("modelscope",
+    "hf"); ``path``: the first one's cache root, or its nearest existing parent."""
+
+    hubs: tuple[str, ...] = ()
+    path: str | None = None
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class HostSnapshot:
-    """The machine around the GPUs: CPU, RAM, load, disk under tunedeck's data root."""
+    """The machine around the GPUs: CPU, RAM, load, disk under tunedeck's data root (and the hub caches'
+    disks where they are other file systems)."""
 
     hostname: str | None = None
     cpu_percent: float | None = None
@@ -131,6 +144,7 @@ class HostSnapshot:
     disk_path: str | None = None  # the data root, or its nearest existing parent
     disk_total_bytes: int | None = None
     disk_free_bytes: int | None = None
+    cache_disks: tuple[CacheDisk, ...] = ()  # none where every hub cache is on the data root's file system
 
 
 @dataclass(frozen=True)
@@ -292,6 +306,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TOPOLOGY_LEVELS",
     "BoxSnapshot",
+    "CacheDisk",
     "GpuProcess",
     "GpuSnapshot",
     "HostSnapshot",

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 
+import pytest
+
 from core.hardware.host import CPU_SAMPLE_MIN_S, LiveHostSampler, nearest_existing_dir
+from core.units import format_disk
 
 
 def test_nearest_existing_dir_walks_up_to_an_existing_parent(tmp_path):
@@ -52,3 +55,41 @@ def test_no_wait_when_the_baseline_is_old_enough():
     now[0] += 1.0
     sampler.sample()
     assert slept == []
+
+
+def _other_disk() -> str:
+    """A folder on another file system than the tests' temporary one (/dev/shm, a tmpfs on Linux boxes)."""
+    import tempfile
+
+    other = "/dev/shm"
+    if not os.path.isdir(other) or os.stat(other).st_dev == os.stat(tempfile.gettempdir()).st_dev:
+        pytest.skip("needs /dev/shm on another file system than the temporary folder")
+    return other
+
+
+def test_a_hub_cache_on_another_disk_is_sampled_with_its_own_free_space(tmp_path, monkeypatch):
+    """The host's disk was the data root's only, while downloads go to MODELSCOPE_CACHE / HF_HOME, maybe on
+    another mount: a full cache disk showed as plenty free. A cache on another file system (st_dev) is read
+    with its hubs; one on the data root's is not repeated. Box: Linux with /dev/shm a tmpfs."""
+    other = _other_disk()
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MODELSCOPE_CACHE", f"{other}/tunedeck-test-not-created/ms")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    host = LiveHostSampler().sample()
+    (disk,) = host.cache_disks
+    assert disk.hubs == ("modelscope",) and disk.path == other
+    assert disk.total_bytes == shutil.disk_usage(other).total != host.disk_total_bytes
+    from core.hardware.commands import host_line
+
+    line = host_line(host)
+    assert f"; ModelScope hub cache: {format_disk(disk.free_bytes)} free of {format_disk(disk.total_bytes)} " \
+           f"at {other} (another disk)" in line, line
+
+    monkeypatch.setenv("HF_HOME", f"{other}/tunedeck-test-not-created/hf")  # both there: one disk, two hubs
+    (disk,) = LiveHostSampler().sample().cache_disks
+    assert disk.hubs == ("modelscope", "hf")
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    host = LiveHostSampler().sample()
+    assert host.cache_disks == () and "hub cache" not in host_line(host)

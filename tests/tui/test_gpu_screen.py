@@ -822,3 +822,36 @@ def test_processes_nvml_will_not_list_read_na_on_the_card_not_zero():
                                               for n in app._notifications))
 
     run(scenario())
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_a_hub_cache_on_another_disk_shows_its_free_space_beside_the_data_roots(language):
+    """The host line's "disk free" was the data root's only, while downloads fill MODELSCOPE_CACHE / HF_HOME,
+    maybe another mount. A cache on another disk is shown too, each labelled (data, the hub's cache); at 80
+    columns the load gives way so that both fit. Fake GPUs: h200x2 recording, its host with an HF cache disk."""
+    from core import i18n
+    from core.hardware.snapshot import CacheDisk
+    from core.units import format_disk
+
+    recording = load_snapshot(GPU_FIXTURES / "h200x2.json")
+    cache = CacheDisk(hubs=("hf",), path="/mnt/models", total_bytes=4 * 10**12, free_bytes=1_234 * 10**9)
+    host = dataclasses.replace(recording.host, load_average=(12.5, 11.0, 10.25), cache_disks=(cache,))
+    recording = dataclasses.replace(recording, host=host)
+
+    async def scenario(size):
+        app = make_app(quiet_settings(), monitor=fake_monitor_from_recording(recording, clock=StepClock()))
+        async with app.run_test(size=size) as pilot:
+            await open_gpus(pilot, app)
+            return next(line for line in screen_text(app).splitlines() if t("gpuscreen.cpu") in line)
+
+    try:
+        i18n.set_language(language)
+        disks = (f"{t('gpuscreen.disks')} {t('gpuscreen.disk_data', free=format_disk(host.disk_free_bytes))} · "
+                 f"{t('gpuscreen.disk_cache_of', hub='HF', free=format_disk(cache.free_bytes))}")
+        load = f"{t('gpuscreen.load')} 12.5 11.0 10.2"
+        narrow, wide = run(scenario((80, 24))), run(scenario((160, 50)))
+    finally:
+        i18n.set_language("en")
+    assert disks in narrow and cell_len(narrow.rstrip()) <= 80, narrow
+    assert "12.5" not in narrow  # the load gave way at 80 columns
+    assert disks in wide and load in wide, wide

@@ -37,7 +37,7 @@ from textual.widgets import DataTable, Header, Static
 
 from core.hardware.history import GpuHistory
 from core.hardware.run_links import TRAINER, RunLink, RunLinker
-from core.hardware.snapshot import BoxSnapshot, GpuProcess, GpuSnapshot
+from core.hardware.snapshot import BoxSnapshot, CacheDisk, GpuProcess, GpuSnapshot
 from core.i18n import t
 from core.settings import MIN_POLL_INTERVAL_S
 from core.text_width import cell_len, one_line, pad, truncate
@@ -60,6 +60,21 @@ DETAIL_RESERVE_LINES = 4  # what a selection needs at least: cards fold (compact
 # with the status's lines (the status may take several).
 LIST_RESERVE_LINES = 3 + 6
 SIGNAL_WAIT_S = 10.0  # how long after a signal the screen waits to say whether the process exited
+
+
+_MARKUP_TAG = re.compile(r"\[[^\]]*\]")  # the host line's style tags ([$primary], [/]): no cells of their own
+
+
+# The hubs as the host line names their caches: short, as their variables (MODELSCOPE_CACHE, HF_HOME) do.
+_CACHE_HUBS = {"modelscope": "ModelScope", "hf": "HF"}
+
+
+def _cache_disk_label(disk: CacheDisk) -> str:
+    """A hub cache's disk on the host line: "hub cache 1.2 TB" holding both hubs' caches, else the hub's name."""
+    free = format_disk(disk.free_bytes)
+    if len(disk.hubs) == 1 and disk.hubs[0] in _CACHE_HUBS:
+        return t("gpuscreen.disk_cache_of", hub=_CACHE_HUBS[disk.hubs[0]], free=free)
+    return t("gpuscreen.disk_cache", free=free)
 
 
 def _gib(value: int | None) -> str:
@@ -478,13 +493,23 @@ class GpuScreen(Screen[None]):
             ram = host.memory_used_bytes / host.memory_total_bytes
         cpu = None if host.cpu_percent is None else host.cpu_percent / 100
         load = " ".join(f"{x:.1f}" for x in host.load_average) or t("gpuscreen.na")
-        return (
+        head = (
             f"[$primary]{t('gpuscreen.cpu')}[/] [{level_variable(cpu)}]{bar(cpu, 6)}[/]{_num(host.cpu_percent, suffix='%'):>4}"
             f"  [$primary]{t('gpuscreen.ram')}[/] [{level_variable(ram)}]{bar(ram, 6)}[/] "
             f"{_gib(host.memory_used_bytes)}/{_gib(host.memory_total_bytes)}G"
-            f"  [$primary]{t('gpuscreen.load')}[/] {load}"
-            f"  [$primary]{t('gpuscreen.disk')}[/] {format_disk(host.disk_free_bytes)}"
         )
+        load_part = f"  [$primary]{t('gpuscreen.load')}[/] {load}"
+        if not host.cache_disks:
+            return head + load_part + f"  [$primary]{t('gpuscreen.disk')}[/] {format_disk(host.disk_free_bytes)}"
+        # The hub caches on other disks than the data root's: a download fills theirs. Each is named; the load
+        # gives way where the line would not fit the screen (80 columns).
+        disks = " · ".join([t("gpuscreen.disk_data", free=format_disk(host.disk_free_bytes)),
+                            *(_cache_disk_label(disk) for disk in host.cache_disks)])
+        disk_part = f"  [$primary]{t('gpuscreen.disks')}[/] {disks}"
+        width = self.size.width - 2  # the strip's padding
+        if width > 0 and cell_len(_MARKUP_TAG.sub("", head + load_part + disk_part)) > width:
+            return head + disk_part
+        return head + load_part + disk_part
 
     def _compact_wanted(self, count: int) -> bool:
         return self.compact_chosen or self._full_cards_lines(count) > self.size.height
