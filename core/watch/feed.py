@@ -44,10 +44,20 @@ class MetricsFeed:
         self.activity = WriterActivity()  # read-only sources: is the writer still there (core.watch.activity)
 
     def read_tail(self) -> list[dict[str, Any]]:
-        """The newest records (and the header record, read from the first line when we skip ahead)."""
-        self.start = tail_start(self.path, self.tail_bytes)
-        self.follower = FileFollower(self.path, offset=self.start, max_read=self.max_read)
-        records = parse_lines(self.follower.read_new().lines, self.kind)
+        """The newest records (and the header record, read from the first line when we skip ahead).
+
+        The tail is widened (doubled, up to ``max_read``) until it holds a train or eval record: ms-swift's
+        last line carries the whole ``log_history`` (megabytes on a long run), and a tail that began inside
+        it held nothing, so a finished run read as running, with no figures, in the header and ``--json``."""
+        tail_bytes = self.tail_bytes
+        while True:
+            self.start = tail_start(self.path, tail_bytes)
+            self.follower = FileFollower(self.path, offset=self.start, max_read=self.max_read)
+            records = parse_lines(self.follower.read_new().lines, self.kind)
+            if self.start <= 0 or tail_bytes >= self.max_read or any(
+                    r.get("kind") in ("train", "eval") for r in records):
+                break
+            tail_bytes = min(2 * tail_bytes, self.max_read)
         if self.start > 0:
             first = next(iter(read_lines_between(self.path, 0, self.start, block=64 * 1024)), [])[:1]
             header = [r for r in parse_lines(first, self.kind) if r.get("kind") == "header"]

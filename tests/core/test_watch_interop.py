@@ -20,7 +20,7 @@ import pytest
 
 from core.watch.activity import FINISHED, IDLE, IDLE_FLOOR_S, RUNNING, WriterActivity, writer_state
 from core.watch.adapters import normalize_llamafactory, normalize_swift, parse_lines
-from core.watch.feed import MetricsFeed, open_metrics_feed
+from core.watch.feed import METRICS_TAIL_BYTES, MetricsFeed, open_metrics_feed
 from core.watch.series import RunSeries
 from core.watch.source import HF_TRAINER, LLAMAFACTORY, SWIFT, TENSORBOARD, SourceNotFound, open_watch_source
 
@@ -369,6 +369,23 @@ def test_swift_final_state_line_before_the_total_is_idle_not_finished(tmp_path):
                                                       "best_metric": None, "global_step": 39, "log_history": [],
                                                       "memory": {}}])
     assert state_of(run).status == IDLE
+
+
+def test_swift_final_state_line_longer_than_the_tail_still_reads_finished(tmp_path):
+    """ms-swift's last line carries the whole log_history: on a long run it is longer than the tail the
+    feed reads first, which then began inside it and held no record: a finished run read "running" with
+    no figures (dashboard header and `watch --json`) until the backfill, and its state never recovered."""
+    history = [{"loss": 1.0, "grad_norm": 1.0, "learning_rate": 1e-05, "epoch": step / 4000, "step": step}
+               for step in range(1, 4001)]
+    run = copy_swift(tmp_path, extra=[{"last_model_checkpoint": "checkpoint-100", "best_model_checkpoint": None,
+                                       "best_metric": None, "global_step": 100, "log_history": history,
+                                       "memory": 15.46}])
+    assert len(json.dumps({"log_history": history})) > METRICS_TAIL_BYTES
+    source = open_watch_source(run)
+    feed = open_metrics_feed(source)
+    train = [r for r in feed.read_tail() if r["kind"] == "train"]
+    assert train and train[-1]["step"] == 100 and train[-1]["total_steps"] == 100
+    assert writer_state(source, feed.activity).status == FINISHED
 
 
 def test_a_log_written_months_ago_is_idle_and_a_fresh_one_runs(tmp_path):
