@@ -15,6 +15,8 @@ the keys that table gives each trainer.
   carry ``eval_loss``; evaluation-progress lines carry only the step counters (skipped). LLaMA-Factory
   ≤ 0.7 wrote every key on every line, unset ones as null (``"eval_loss": null`` on train lines,
   ``"loss": null`` on eval lines) and the rate as ``learning_rate``.
+* ms-swift ≤ 2.2.1 (and 2.x with ``disable_tqdm``) wrote only ``global_step`` (a number), 2.2.2
+  ``steps[global_step/max_steps]``, neither with times.
 * Megatron-SWIFT writes the same ``logging.jsonl`` with ``iteration`` ("5/176") in place of
   ``global_step/max_steps`` and ``train_speed(s/it)``.
 * HF Trainer keeps ``log_history`` in ``trainer_state.json``: entries with ``step``, ``epoch``, ``loss``,
@@ -137,8 +139,10 @@ def normalize_swift(raw: Record) -> Record | None:
     if "train_runtime" in raw or "train_loss" in raw or "last_model_checkpoint" in raw:
         return {"kind": "end"}  # the end-of-training summary (its loss is a run average) or the final state line
     step = total = None
-    # ms-swift: "global_step/max_steps"; Megatron-SWIFT: "iteration"; both "step/total" strings
-    progress = raw.get("global_step/max_steps", raw.get("iteration"))
+    # ms-swift ≥ 2.3: "global_step/max_steps"; Megatron-SWIFT: "iteration"; 2.2.2: "steps[global_step/max_steps]"
+    # (all "step/total" strings); ms-swift ≤ 2.2.1, and 2.x's printer callback (disable_tqdm), a bare
+    # "global_step" number
+    progress = _first(raw, _SWIFT_PROGRESS)
     if isinstance(progress, str) and "/" in progress:
         left, _, right = progress.partition("/")
         step, total = _to_int(left), _to_int(right)
@@ -152,6 +156,9 @@ def normalize_swift(raw: Record) -> Record | None:
         if seconds_per_step:
             out["steps_per_s"] = 1.0 / seconds_per_step
     return _progress(out, raw, step, total)
+
+
+_SWIFT_PROGRESS = ("global_step/max_steps", "iteration", "steps[global_step/max_steps]", "global_step")
 
 
 def _first(raw: Record, keys: tuple[str, ...]) -> Any:

@@ -339,6 +339,25 @@ def test_ms_swift_4_tuner_type_names_the_method(tmp_path):
     assert open_watch_source(tmp_path / "output").facts["method"] == "lora"
 
 
+def test_ms_swift_2_global_step_gives_the_step(tmp_path):
+    """ms-swift ≤ 2.2.1 (and 2.x's printer callback, under disable_tqdm) logged a bare "global_step", 2.2.2
+    "steps[global_step/max_steps]": neither was read, so the header said "step –, waiting for the first
+    metrics" beside a drawn loss chart, and the charts counted records (1, 2, 3) instead of steps (1, 5, 10)."""
+    line = {"loss": 1.8210969, "acc": 0.6236614, "grad_norm": 2.75, "learning_rate": 2e-05, "memory(GiB)": 16.79,
+            "train_speed(iter/s)": 0.155172, "epoch": 0.01, "global_step": 1}
+    assert normalize_swift(line)["step"] == 1
+    v222 = {k: v for k, v in line.items() if k != "global_step"} | {"steps[global_step/max_steps]": "5/100"}
+    assert (normalize_swift(v222)["step"], normalize_swift(v222)["total_steps"]) == (5, 100)
+    run = tmp_path / "output" / "qwen2-7b-instruct" / "v2-20240607-101038"
+    run.mkdir(parents=True)
+    (run / "logging.jsonl").write_text("".join(json.dumps({**line, "epoch": step / 100, "global_step": step}) + "\n"
+                                               for step in (1, 5, 10, 15)))
+    source = open_watch_source(run.parent)
+    series = RunSeries()
+    series.extend(MetricsFeed(source.metrics_path, source.kind).read_tail())
+    assert series.latest["step"] == 15 and series.series("loss").x_range() == (1.0, 15.0)
+
+
 # --- writer gone: idle since, finished --------------------------------------------------------------
 
 def copy_swift(tmp_path: Path, keep_lines: int | None = None, extra: list[dict] | None = None) -> Path:
