@@ -177,15 +177,19 @@ def _external_facts(kind: str, path: Path) -> dict[str, Any]:
     """Model, method and precision from the tool's saved arguments, where it saves them."""
     facts: dict[str, Any] = {}
     if kind == SWIFT:
-        try:
-            args = json.loads((path / "args.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            args = {}
+        args: Any = {}
+        for name in ("args.json", "sft_args.json"):  # ms-swift ≥ 3 writes args.json, 1.x/2.x sft_args.json
+            try:
+                args = json.loads((path / name).read_text(encoding="utf-8"))
+                break
+            except (OSError, ValueError):
+                continue
         if isinstance(args, dict):
-            facts["model"] = args.get("model") or args.get("model_id_or_path")
-            # ms-swift 4 names it tuner_type; 2.x/3.x train_type (Megatron-SWIFT too); 1.x sft_type
+            facts["model"] = args.get("model") or args.get("model_id_or_path") or args.get("model_type")
+            # ms-swift 4 names it tuner_type; 3.x train_type (Megatron-SWIFT too); 1.x/2.x sft_type
             facts["method"] = args.get("tuner_type") or args.get("train_type") or args.get("sft_type")
-            facts["precision"] = args.get("torch_dtype")
+            dtype = args.get("torch_dtype") or args.get("dtype")  # 1.x/2.x: dtype ("bf16"; AUTO if unresolved)
+            facts["precision"] = None if str(dtype).upper() == "AUTO" else dtype
             deepspeed = args.get("deepspeed")
             if isinstance(deepspeed, str) and deepspeed.startswith("zero"):
                 facts["zero_stage"] = deepspeed[4:5]

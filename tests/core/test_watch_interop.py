@@ -358,6 +358,21 @@ def test_ms_swift_2_global_step_gives_the_step(tmp_path):
     assert series.latest["step"] == 15 and series.series("loss").x_range() == (1.0, 15.0)
 
 
+def test_ms_swift_2_sft_args_name_the_model_method_and_precision(tmp_path):
+    """ms-swift 1.x/2.x saved its arguments as sft_args.json (sft_type, dtype): only args.json was read, so
+    the header of such a folder named no model, method or precision."""
+    run = tmp_path / "output" / "v2-20240607-101038"
+    run.mkdir(parents=True)
+    (run / "logging.jsonl").write_text(json.dumps({"loss": 1.8, "global_step": 1}) + "\n")
+    (run / "sft_args.json").write_text(json.dumps({"model_type": "qwen2-7b-instruct", "model_id_or_path":
+                                                   "Qwen/Qwen2-7B-Instruct", "sft_type": "lora", "dtype": "bf16"}))
+    assert open_watch_source(run.parent).facts == {"model": "Qwen/Qwen2-7B-Instruct", "method": "lora",
+                                                   "precision": "bf16"}
+    (run / "sft_args.json").write_text(json.dumps({"model_type": "qwen2-7b-instruct", "sft_type": "full",
+                                                   "dtype": "AUTO"}))
+    assert open_watch_source(run.parent).facts == {"model": "qwen2-7b-instruct", "method": "full"}
+
+
 # --- writer gone: idle since, finished --------------------------------------------------------------
 
 def copy_swift(tmp_path: Path, keep_lines: int | None = None, extra: list[dict] | None = None) -> Path:
