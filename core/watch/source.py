@@ -1,8 +1,8 @@
 """What a dashboard watches: a tunedeck run directory or another trainer's output directory.
 
 ``open_watch_source(path)`` finds the metric file, the human log and the events of a directory and says which
-adapter reads its records. ms-swift nests each run in ``vN-YYYYMMDD-HHMMSS/`` under the output dir: the
-newest such run with a ``logging.jsonl`` is taken. A plain HF Trainer output dir is read through its
+adapter reads its records. ms-swift nests each run in ``vN-YYYYMMDD-HHMMSS/`` under the output dir (by
+default ``output/<model>/``): the newest such run with a ``logging.jsonl``, one or two levels down, is taken. A plain HF Trainer output dir is read through its
 ``trainer_state.json`` (the top-level one or the newest ``checkpoint-N/``'s, whichever is newer), a
 TensorBoard log dir through its ``events.out.tfevents.*`` files (in the dir, or under ``runs/``/``logs/``).
 """
@@ -52,7 +52,13 @@ class WatchSource:
 
 
 def _newest_swift_run(path: Path) -> Path | None:
-    candidates = [p for p in path.iterdir() if p.is_dir() and (p / "logging.jsonl").is_file()]
+    """The newest run folder with a ``logging.jsonl`` below ``path``: ``vN-…/`` (``--output_dir`` given),
+    or one level deeper, ``<model>/vN-…/``, where ms-swift puts a run by default (``output/<model>/``)."""
+    try:
+        candidates = [p.parent for p in (*path.glob("*/logging.jsonl"), *path.glob("*/*/logging.jsonl"))
+                      if p.is_file()]
+    except OSError:
+        return None
     if not candidates:
         return None
     return max(candidates, key=lambda p: ((p / "logging.jsonl").stat().st_mtime, p.name))

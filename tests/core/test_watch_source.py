@@ -50,6 +50,22 @@ def test_swift_output_dir_picks_the_newest_version(tmp_path):
     assert open_watch_source(older).path == older
 
 
+def test_swift_default_output_dir_nests_each_run_under_the_model(tmp_path):
+    """ms-swift's default --output_dir is output/<model>/ (3.x, 4.x; 2.x output/<model_type>/), with the run
+    in vN-…/ below it: `watch output` said "not an ms-swift output directory"; it opens the newest run."""
+    import os
+
+    out = tmp_path / "output"
+    older = out / "Qwen2.5-0.5B-Instruct" / "v0-20261129-210000"
+    newer = out / "Qwen2.5-7B-Instruct" / "v0-20261129-220000"
+    shutil.copytree(FIXTURES / "swift_output" / "v0-20261129-210000", older)
+    shutil.copytree(older, newer)
+    os.utime(older / "logging.jsonl", (1, 1))
+    source = open_watch_source(out)
+    assert source.kind == SWIFT and source.path == newer
+    assert open_watch_source(out / "Qwen2.5-0.5B-Instruct").path == older
+
+
 def test_llamafactory_output_dir():
     source = open_watch_source(FIXTURES / "llamafactory_output")
     assert source.kind == LLAMAFACTORY and source.log_path.name == "running_log.txt"
