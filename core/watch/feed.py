@@ -18,7 +18,15 @@ from core.text_width import as_shown
 from core.watch.activity import WriterActivity
 from core.watch.adapters import parse_lines
 from core.watch.follow import DEFAULT_MAX_READ, FileFollower, cut_tail_start, read_lines_between, tail_start
-from core.watch.resumes import drop_superseded, lowest_resume, resume_points, resume_step, segments
+from core.watch.resumes import (
+    RESUMED,
+    drop_superseded,
+    lowest_resume,
+    resume_points,
+    resume_step,
+    segments,
+    superseded,
+)
 from core.watch.series import RunSeries
 
 METRICS_TAIL_BYTES = 256 * 1024
@@ -41,6 +49,10 @@ class MetricsFeed:
         self._tail_records: list[dict[str, Any]] = []
         self._tail_cutoff = math.inf  # the lowest resume step in the tail: what it supersedes before it
         self._newest_step = -math.inf  # the highest step handed on: a resume below it supersedes some
+        # other trainers' files: the last train step read (a step not past it is a restart: mark_restarts)
+        # and the tail's first train step (a restart may fall between the backfill and the tail)
+        self._last_train: int | None = None
+        self._tail_first_train: int | None = None
         self.activity = WriterActivity()  # read-only sources: is the writer still there (core.watch.activity)
 
     def read_tail(self) -> list[dict[str, Any]]:
@@ -62,6 +74,9 @@ class MetricsFeed:
             first = next(iter(read_lines_between(self.path, 0, self.start, block=64 * 1024)), [])[:1]
             header = [r for r in parse_lines(first, self.kind) if r.get("kind") == "header"]
             records = header + records
+        if self.kind != "tunedeck":
+            self._tail_first_train = _first_train_step(records)
+            records, self._last_train = mark_restarts(records, None)
         self._tail_cutoff = lowest_resume(records)
         records = drop_superseded(records)
         self._newest_step = _highest_step(records, -math.inf)
@@ -74,17 +89,17 @@ class MetricsFeed:
         """The whole series (everything before the tail, then the tail); None if the tail was everything."""
         if self.start <= 0:
             return None
-        series = RunSeries()
         # Cut at each resume: a record is kept unless a resume after it (here or in the tail) went back
-        # before its step. Only tunedeck's own files have resumes.
-        points = resume_points(self.path, self.start) if self.kind == "tunedeck" else []
-        for start, end, cutoff in segments(0, self.start, points, self._tail_cutoff):
-            for lines in read_lines_between(self.path, start, end, block=BACKFILL_BLOCK):
-                if self.kind == "tunedeck":
+        # before its step. tunedeck's own files record their resumes; another trainer's steps go back.
+        if self.kind == "tunedeck":
+            series = RunSeries()
+            points = resume_points(self.path, self.start)
+            for start, end, cutoff in segments(0, self.start, points, self._tail_cutoff):
+                for lines in read_lines_between(self.path, start, end, block=BACKFILL_BLOCK):
                     series.extend_tunedeck_lines(lines, max_step=cutoff)
-                else:
-                    series.extend(parse_lines(lines, self.kind))
-                time.sleep(0)  # let the UI thread take the GIL between blocks
+                    time.sleep(0)  # let the UI thread take the GIL between blocks
+        else:
+            series = self._backfill_other()
         series.extend([r for r in self._tail_records if r.get("kind") != "header"])
         self._tail_records = []
         return series
@@ -100,6 +115,9 @@ class MetricsFeed:
             self.start = 0  # read from the start again: nothing left to backfill
             self.activity.reset()
             self._newest_step = -math.inf
+            self._last_train = None
+        if self.kind != "tunedeck":
+            records, self._last_train = mark_restarts(records, self._last_train)
         newest = self._newest_step
         for record in records:
             step = resume_step(record)
@@ -111,6 +129,75 @@ class MetricsFeed:
         self._newest_step = newest
         self.activity.observe(records)
         return records, result.restarted
+
+    def _backfill_other(self) -> RunSeries:
+        """Another trainer's records before the tail, each step once. One pass over the bytes builds the
+        series and finds the restarts (``mark_restarts``); only where it found one, a second pass builds it
+        again without the records they superseded (a long file is never held as records)."""
+        def blocks():
+            for lines in read_lines_between(self.path, 0, self.start, block=BACKFILL_BLOCK):
+                yield parse_lines(lines, self.kind)
+                time.sleep(0)  # let the UI thread take the GIL between blocks
+
+        series = RunSeries()
+        restarts: list[tuple[int, int]] = []  # (records read before it, its step), in file order
+        count, last = 0, None
+        for records in blocks():
+            marked, last = mark_restarts(records, last)
+            if len(marked) > len(records):
+                for record in marked:
+                    step = resume_step(record)
+                    if step is None:
+                        count += 1
+                    else:
+                        restarts.append((count, step))
+            else:
+                count += len(records)
+            if not restarts:
+                series.extend(records)
+        cutoff = self._tail_cutoff
+        if last is not None and self._tail_first_train is not None and self._tail_first_train <= last:
+            cutoff = min(cutoff, self._tail_first_train - 1)  # the tail begins a new attempt
+        if not restarts and cutoff == math.inf:
+            return series
+        # lowest[i]: the lowest step of restarts[i:] and the tail's (what supersedes a record before restarts[i])
+        lowest = [cutoff] * (len(restarts) + 1)
+        for i in range(len(restarts) - 1, -1, -1):
+            lowest[i] = min(lowest[i + 1], restarts[i][1])
+        series = RunSeries()
+        count, i = 0, 0
+        for records in blocks():
+            kept = []
+            for record in records:
+                while i < len(restarts) and restarts[i][0] <= count:
+                    i += 1  # a restart before this record: it does not supersede it
+                count += 1
+                if not superseded(record, lowest[i]):
+                    kept.append(record)
+            series.extend(kept)
+        return series
+
+
+def mark_restarts(records: list[dict[str, Any]], last: int | None) -> tuple[list[dict[str, Any]], int | None]:
+    """Another trainer's records with a ``resumed`` record (``core.watch.resumes``) before each train record
+    whose step is not past the train step before it (``last`` for the first): LLaMA-Factory appends a run
+    restarted or resumed into the same folder to the same ``trainer_log.jsonl``, its steps going back, and
+    the charts drew both attempts over each other. Each step is then taken once, the latest attempt's, as
+    for a tunedeck run's resume. Returns the records and the last train step."""
+    out: list[dict[str, Any]] = []
+    for record in records:
+        step = record.get("step")
+        if record.get("kind") == "train" and isinstance(step, int) and not isinstance(step, bool):
+            if last is not None and step <= last:
+                out.append({"kind": RESUMED, "step": step - 1})
+            last = step
+        out.append(record)
+    return out, last
+
+
+def _first_train_step(records: list[dict[str, Any]]) -> int | None:
+    step = next((r.get("step") for r in records if r.get("kind") == "train"), None)
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def _highest_step(records: list[dict[str, Any]], newest: float) -> float:

@@ -5,6 +5,7 @@ backfill, following the file) takes each step once, the latest attempt's, and th
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from core.watch.feed import MetricsFeed
 from core.watch.series import RunSeries
@@ -104,3 +105,61 @@ def test_a_resume_whose_attempt_logged_nothing_yet_ends_the_series_at_its_checkp
     series.extend(feed.read_tail())
     assert sum(series.series("loss").counts) == 20 and series.last_loss == 1.02
     assert series.latest["step"] == 20 and series.latest["loss"] == 1.02 and series.latest["eta_s"] is None
+
+
+def _llamafactory_lines(attempts=ATTEMPTS) -> list[str]:
+    """The same attempts as LLaMA-Factory's LogCallback appends them to one trainer_log.jsonl (a run resumed
+    or restarted into the same folder, without overwrite_output_dir): no resumed record, the steps go back."""
+    lines = []
+    for name, first, last, _resumed in attempts:
+        for step in range(first, last + 1):
+            lines.append(json.dumps({"current_steps": step, "total_steps": 100, "loss": LOSS[name] + step / 1000,
+                                     "lr": 1e-05, "epoch": step / 100, "percentage": float(step),
+                                     "elapsed_time": str(timedelta(seconds=step)), "remaining_time": "0:00:05",
+                                     "throughput": 100.0, "total_tokens": step * 100, "padding": "x" * 200}))
+            if step == 30:
+                lines.append(json.dumps({"current_steps": 30, "total_steps": 100, "eval_loss": LOSS[name],
+                                         "epoch": 0.3, "percentage": 30.0, "elapsed_time": "0:00:30",
+                                         "remaining_time": "0:00:05"}))
+    return lines
+
+
+def test_llamafactory_restarted_into_its_folder_takes_each_step_once_the_latest_attempts(tmp_path):
+    """LLaMA-Factory appends a resumed (or restarted) run to the folder's trainer_log.jsonl with its steps going
+    back: the charts drew every attempt over the others (the loss zigzagging between them); a step going back
+    now counts as a resume, in the tail, the backfill and across the two."""
+    path = tmp_path / "trainer_log.jsonl"
+    lines = _llamafactory_lines()
+    path.write_text("\n".join(lines) + "\n")
+    attempt_c = 31 + 16  # C's first line: after A (30 steps, an eval) and B (21..35, an eval)
+    edge = len("\n".join(lines[attempt_c:]) + "\n") + 1  # the tail begins with attempt C
+    for tail_bytes in (10**9, 6_000, 2_000, 300, edge):  # all in the tail; restarts in the backfill; at its edge
+        feed = MetricsFeed(path, "llamafactory", tail_bytes=tail_bytes)
+        tail = feed.read_tail()
+        steps = [r["step"] for r in tail if r.get("kind") == "train"]
+        assert len(steps) == len(set(steps)), tail_bytes
+        series = feed.backfill()
+        if series is None:
+            series = RunSeries()
+            series.extend(tail)
+        _check(series)
+
+
+def test_llamafactory_restart_appended_while_followed_starts_the_series_over(tmp_path):
+    path = tmp_path / "trainer_log.jsonl"
+    lines = _llamafactory_lines()
+    cut = 31 + 15 + 1  # attempt A (30 steps and its eval) and B (21..35 and its eval at 30)
+    path.write_text("\n".join(lines[:cut]) + "\n")
+    feed = MetricsFeed(path, "llamafactory", tail_bytes=4_000)
+    series = RunSeries()
+    series.extend(feed.read_tail())
+    series = feed.backfill() or series
+    assert series.latest["step"] == 35 and sum(series.series("loss").counts) == 35
+    with open(path, "a") as handle:  # attempt C: back to step 26, then on to 40
+        handle.write("\n".join(lines[cut:]) + "\n")
+    records, restarted = feed.poll()
+    assert restarted
+    series = RunSeries()
+    series.extend(records)
+    series = feed.backfill() or series
+    _check(series)
