@@ -34,7 +34,8 @@ def _find(ref: str) -> Any:
     return open_watch_source(path)  # SourceNotFound: exit 2
 
 
-# the figures of the newest train record ``--json`` gives (``latest``): the dashboard's stats line, as numbers;
+# the figures of the newest train record ``--json`` gives (``latest``): the dashboard's stats line, as numbers
+# (a tunedeck run's tokens/s over its steady steps, as the header, the runs list and status say it);
 # ms-swift's and LLaMA-Factory's GPU memory and ms-swift's step rate among them where they log them
 LATEST_FIGURES = ("step", "total_steps", "epoch", "loss", "tokens_per_s", "steps_per_s", "memory_gib",
                   "elapsed_s", "eta_s")
@@ -51,9 +52,19 @@ def _state(source: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     train = next((r for r in reversed(records) if r.get("kind") == "train"), {})
     latest = {key: train[key] for key in LATEST_FIGURES if train.get(key) is not None}
     if not source.read_only:
-        from core.runs import RunDirectory, effective_status
+        from core.runs import RunDirectory, RunState, effective_status
+        from core.runs.listing import steady_rate
 
-        return {"status": effective_status(RunDirectory(source.path)).status}, latest
+        run = RunDirectory(source.path)
+        status = effective_status(run).status
+        if "tokens_per_s" in latest:
+            # the header's figure: over the steady steps so far (the last interval's swings), none while stalled
+            rate = steady_rate(run, train) if status != RunState.STALLED else None
+            if rate is None:
+                del latest["tokens_per_s"]
+            else:
+                latest["tokens_per_s"] = rate
+        return {"status": status}, latest
     from core.watch.activity import writer_state
 
     return writer_state(source, feed.activity).to_json(), latest

@@ -192,3 +192,17 @@ def test_watch_json_carries_the_memory_and_step_rate_another_trainer_logs(tmp_pa
     assert "tokens_per_s" not in latest  # ms-swift does not log it: left out, not null
     result = run_cli("watch", str(FIXTURES / "llamafactory_output"), "--json", home=tmp_path)
     assert json.loads(result.stdout)["latest"]["tokens_per_s"] == 1943.2
+
+
+def test_watch_json_gives_a_runs_tokens_per_s_over_its_steady_steps_as_the_header_does(tmp_path):
+    """`watch RUN --json` gave the last interval's tokens/s (12,599.6) where the dashboard's header, the runs
+    list and `status` all say the rate over the steady steps (12,000): one run, two speeds."""
+    from core.runs import RunDirectory
+    from core.runs.listing import steady_rate
+
+    path = build_run(tmp_path / "runs", "20261129-2100-mine", status="finished", steps=240, total=240)
+    result = run_cli("watch", str(path), "--json", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    latest = json.loads(result.stdout)["latest"]
+    run = RunDirectory(path)
+    assert latest["tokens_per_s"] == pytest.approx(steady_rate(run, run.latest_metrics())) == 12000.0
