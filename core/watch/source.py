@@ -2,7 +2,8 @@
 
 ``open_watch_source(path)`` finds the metric file, the human log and the events of a directory and says which
 adapter reads its records. ms-swift nests each run in ``vN-YYYYMMDD-HHMMSS/`` under the output dir (by
-default ``output/<model>/``): the newest such run with a ``logging.jsonl``, one or two levels down, is taken. A plain HF Trainer output dir is read through its
+default ``output/<model>/``), LLaMA-Board each of its runs in ``train_<date>/``: the newest run with such a
+metric file, one or two levels down, is taken. A plain HF Trainer output dir is read through its
 ``trainer_state.json`` (the top-level one or the newest ``checkpoint-N/``'s, whichever is newer), a
 TensorBoard log dir through its ``events.out.tfevents.*`` files (in the dir, or under ``runs/``/``logs/``).
 """
@@ -51,17 +52,19 @@ class WatchSource:
         return self.path.name
 
 
-def _newest_swift_run(path: Path) -> Path | None:
-    """The newest run folder with a ``logging.jsonl`` below ``path``: ``vN-…/`` (``--output_dir`` given),
-    or one level deeper, ``<model>/vN-…/``, where ms-swift puts a run by default (``output/<model>/``)."""
+def _newest_nested_run(path: Path) -> tuple[Path, str] | None:
+    """The newest run folder below ``path`` with another trainer's metric file, and its kind: ms-swift's
+    ``vN-…/`` (``--output_dir`` given) or one level deeper, ``<model>/vN-…/``, where ms-swift puts a run by
+    default (``output/<model>/``); LLaMA-Board's ``train_<date>/`` runs under ``saves/<model>/<method>/``."""
     try:
-        candidates = [p.parent for p in (*path.glob("*/logging.jsonl"), *path.glob("*/*/logging.jsonl"))
-                      if p.is_file()]
+        candidates = [(p, kind) for kind, name in _METRIC_FILES[1:]
+                      for p in (*path.glob("*/" + name), *path.glob("*/*/" + name)) if p.is_file()]
     except OSError:
         return None
     if not candidates:
         return None
-    return max(candidates, key=lambda p: ((p / "logging.jsonl").stat().st_mtime, p.name))
+    newest, kind = max(candidates, key=lambda c: (c[0].stat().st_mtime, c[0].parent.name))
+    return newest.parent, kind
 
 
 def _checkpoint_step(path: Path) -> int:
@@ -134,10 +137,10 @@ def open_watch_source(path: Path | str) -> WatchSource:
         return WatchSource(TUNEDECK, path, path / "metrics.jsonl", log, path / "events.jsonl", read_only=False)
     kind = next((k for k, name in _METRIC_FILES if (path / name).is_file()), None)
     if kind is None:
-        nested = _newest_swift_run(path)
+        nested = _newest_nested_run(path)
         if nested is None:
             return _open_other(path)
-        path, kind = nested, SWIFT
+        path, kind = nested
     metrics = path / dict(_METRIC_FILES)[kind]
     log = next((path / n for n in LOG_NAMES if (path / n).is_file()), None)
     return WatchSource(kind, path, metrics, log, None, read_only=True, facts=_external_facts(kind, path))

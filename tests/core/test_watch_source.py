@@ -66,6 +66,23 @@ def test_swift_default_output_dir_nests_each_run_under_the_model(tmp_path):
     assert open_watch_source(out / "Qwen2.5-0.5B-Instruct").path == older
 
 
+def test_llamafactory_board_saves_dir_opens_its_newest_run(tmp_path):
+    """LLaMA-Board saves each run as saves/<model>/<method>/train_<date>/: `watch saves/<model>/lora` said
+    "not a LLaMA-Factory output directory"; it opens the newest run below, as for ms-swift's vN-…/."""
+    import os
+
+    method_dir = tmp_path / "saves" / "Llama-3.2-1B-Instruct" / "lora"
+    older = method_dir / "train_2026-11-29-20-00-00"
+    newer = method_dir / "train_2026-11-29-21-00-00"
+    shutil.copytree(FIXTURES / "llamafactory_output", older)
+    shutil.copytree(older, newer)
+    os.utime(older / "trainer_log.jsonl", (1, 1))
+    for folder in (method_dir, method_dir.parent):
+        source = open_watch_source(folder)
+        assert source.kind == LLAMAFACTORY and source.path == newer
+        assert source.log_path == newer / "running_log.txt" and source.facts["method"] == "lora"
+
+
 def test_llamafactory_output_dir():
     source = open_watch_source(FIXTURES / "llamafactory_output")
     assert source.kind == LLAMAFACTORY and source.log_path.name == "running_log.txt"
