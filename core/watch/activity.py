@@ -31,6 +31,10 @@ IDLE = "idle"
 FINISHED = RunState.FINISHED
 GONE = "gone"  # the watched folder (or a tunedeck run's directory) was deleted: nothing more will come
 
+# what WriterState.problem says of an unreadable file: caught mid-write, or not to be opened at all
+UNREADABLE_TORN = "watch.unreadable"
+UNREADABLE_DENIED = "watch.unreadable_denied"
+
 IDLE_FLOOR_S = 120.0
 IDLE_INTERVALS = 10
 _INTERVAL_WINDOW = 64
@@ -47,8 +51,9 @@ class WriterActivity:
         self.last_step: int | None = None
         self.total_steps: int | None = None
         self.ended = False
-        # (file, error): the writer's file has not parsed for a while (core.watch.trainer_state), else None
-        self.unreadable: tuple[str, str] | None = None
+        # (file, error, message key): the writer's file has not parsed for a while (core.watch.trainer_state:
+        # UNREADABLE_TORN) or cannot be opened (UNREADABLE_DENIED), else None
+        self.unreadable: tuple[str, str, str] | None = None
 
     def reset(self) -> None:
         self.__init__()
@@ -99,7 +104,7 @@ class WriterState:
 
     status: str
     since: float | None = None
-    unreadable: tuple[str, str] | None = None  # (file, error): see WriterActivity.unreadable
+    unreadable: tuple[str, str, str] | None = None  # (file, error, message key): see WriterActivity.unreadable
 
     def label(self, now: float | None = None) -> str:
         """"running", "finished" or "idle since 14:02" in the interface language."""
@@ -119,8 +124,8 @@ class WriterState:
 
         if self.unreadable is None:
             return ""
-        file, error = self.unreadable
-        return t("watch.unreadable", file=file, error=error)
+        file, error, key = self.unreadable
+        return t(key, file=file, error=error)
 
     def to_json(self) -> dict[str, Any]:
         since = None

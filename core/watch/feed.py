@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from core.text_width import as_shown
-from core.watch.activity import WriterActivity
+from core.watch.activity import UNREADABLE_DENIED, WriterActivity
 from core.watch.adapters import parse_lines
 from core.watch.follow import DEFAULT_MAX_READ, FileFollower, cut_tail_start, read_lines_between, tail_start
 from core.watch.resumes import (
@@ -83,6 +83,7 @@ class MetricsFeed:
         self._tail_records = records
         self.activity.reset()
         self.activity.observe(records)
+        self._note_error()
         return records
 
     def backfill(self) -> RunSeries | None:
@@ -128,7 +129,16 @@ class MetricsFeed:
         records = drop_superseded(records)
         self._newest_step = newest
         self.activity.observe(records)
+        self._note_error()
         return records, result.restarted
+
+    def _note_error(self) -> None:
+        """A metric file that cannot be opened (its permissions) is said (``activity.unreadable``): it read as
+        a run that had not logged yet, and a long one ended the dashboard's watcher and ``watch --json``
+        with a traceback."""
+        error = self.follower.error
+        self.activity.unreadable = None if error is None else (
+            self.path.name, error.strerror or type(error).__name__, UNREADABLE_DENIED)
 
     def _backfill_other(self) -> RunSeries:
         """Another trainer's records before the tail, each step once. One pass over the bytes builds the

@@ -44,14 +44,21 @@ class FileFollower:
         self.max_lines = max_lines
         self._partial = b""
         self._inode: int | None = None
+        # why the file could not be opened at the last call (permissions, a folder): a missing file is None
+        self.error: OSError | None = None
 
     def read_new(self) -> FollowResult:
         """Complete lines appended since the last call (restarts from 0 after truncation/replacement)."""
         result = FollowResult()
         try:
             handle = open(self.path, "rb")
-        except (FileNotFoundError, PermissionError, IsADirectoryError):
+        except FileNotFoundError:
+            self.error = None
             return result
+        except (PermissionError, IsADirectoryError) as error:
+            self.error = error
+            return result
+        self.error = None
         with handle:
             stat = os.fstat(handle.fileno())
             if self._inode is not None and stat.st_ino != self._inode:
@@ -97,10 +104,13 @@ def tail_start(path: Path | str, max_bytes: int) -> int:
         return 0
     if size <= max_bytes:
         return 0
-    with open(path, "rb") as handle:
-        handle.seek(size - max_bytes)
-        handle.readline()  # skip the piece of a line we landed in
-        return handle.tell()
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(size - max_bytes)
+            handle.readline()  # skip the piece of a line we landed in
+            return handle.tell()
+    except OSError:  # cannot be read (permissions): from 0, where the follower's read says why
+        return 0
 
 
 def cut_tail_start(path: Path | str, max_bytes: int) -> tuple[int, bool]:
@@ -115,9 +125,12 @@ def cut_tail_start(path: Path | str, max_bytes: int) -> tuple[int, bool]:
     if size <= max_bytes:
         return 0, False
     start = size - max_bytes
-    with open(path, "rb") as handle:
-        handle.seek(start - 1)
-        head = handle.read(4)
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(start - 1)
+            head = handle.read(4)
+    except OSError:  # cannot be read (permissions): from 0, where the follower's read says why
+        return 0, False
     if head[:1] == b"\n":
         return start, False
     skip = 0

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.watch.activity import WriterActivity
+from core.watch.activity import UNREADABLE_DENIED, UNREADABLE_TORN, WriterActivity
 from core.watch.adapters import normalize_hf_trainer
 from core.watch.source import trainer_state_file
 
@@ -103,7 +103,8 @@ class TrainerStateFeed:
         if self._failing is None or self._failing[0] != key:
             self._failing = (key, now)
         written = key[1]
-        settled = now - self._failing[1] >= UNREADABLE_AFTER_S or (
+        denied = isinstance(error, PermissionError)  # no write in progress explains it: said at once
+        settled = denied or now - self._failing[1] >= UNREADABLE_AFTER_S or (
             written is not None and time.time() - written / 1e9 >= UNREADABLE_AFTER_S)
         if settled:
             try:
@@ -111,7 +112,8 @@ class TrainerStateFeed:
             except ValueError:
                 shown = str(path)
             reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-            self.activity.unreadable = (shown, reason or type(error).__name__)
+            self.activity.unreadable = (shown, reason or type(error).__name__,
+                                       UNREADABLE_DENIED if denied else UNREADABLE_TORN)
 
     def _note_save_intervals(self) -> None:
         """The records carry no time: the gaps between checkpoint saves say how often the writer writes."""

@@ -422,6 +422,36 @@ def test_swift_final_state_line_longer_than_the_tail_still_reads_finished(tmp_pa
     assert writer_state(source, feed.activity).status == FINISHED
 
 
+def test_a_metric_file_that_cannot_be_opened_is_said_not_shown_as_a_run_yet_to_log(tmp_path, monkeypatch):
+    """logging.jsonl without read permission (another user's run; this box runs as root, where chmod denies
+    nothing, so the open is refused here as the kernel would): a long one ended `watch --json` and the
+    dashboard's watcher with a PermissionError traceback, a short one read as a run with no figures yet."""
+    import builtins
+
+    import core.watch.follow
+
+    history = [{"loss": 1.0, "step": step} for step in range(1, 12001)]
+    run = copy_swift(tmp_path, extra=[{"last_model_checkpoint": "checkpoint-100", "log_history": history}])
+    metrics = run / "logging.jsonl"
+    assert metrics.stat().st_size > METRICS_TAIL_BYTES
+
+    def denied(path, *args, **kwargs):
+        if Path(path) == metrics:
+            raise PermissionError(13, "Permission denied", str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(core.watch.follow, "open", denied, raising=False)
+    source = open_watch_source(run)
+    feed = open_metrics_feed(source)
+    assert feed.read_tail() == []
+    unreadable = writer_state(source, feed.activity).to_json()["unreadable"]
+    assert unreadable["file"] == "logging.jsonl" and unreadable["error"] == "Permission denied"
+    assert "permissions" in unreadable["message"] and "whole write" not in unreadable["message"]
+    monkeypatch.delattr(core.watch.follow, "open")  # made readable: the next poll reads it, the problem goes
+    records, _restarted = feed.poll()
+    assert records[-1] == {"kind": "end"} and writer_state(source, feed.activity).to_json()["unreadable"] is None
+
+
 def test_a_log_written_months_ago_is_idle_and_a_fresh_one_runs(tmp_path):
     run = copy_swift(tmp_path, keep_lines=60)
     assert state_of(run).status == RUNNING
@@ -500,7 +530,7 @@ def test_a_torn_trainer_state_is_said_only_once_it_stays_unreadable(tmp_path):
     assert feed.poll() == ([], False) and feed.activity.unreadable is None
     clock.now += UNREADABLE_AFTER_S  # the same bytes, still unreadable: no longer a write in progress
     assert feed.poll() == ([], False)
-    file, error = feed.activity.unreadable
+    file, error, _message_key = feed.activity.unreadable
     assert file == "checkpoint-10/trainer_state.json" and "column" in error  # json's own position (line, column)
     state = writer_state(open_watch_source(out), feed.activity)
     assert state.problem() == f"checkpoint-10/trainer_state.json cannot be read ({error}): waiting for a whole write"
@@ -510,6 +540,28 @@ def test_a_torn_trainer_state_is_said_only_once_it_stays_unreadable(tmp_path):
     assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 11)) and not restarted
     assert feed.activity.unreadable is None
     assert writer_state(open_watch_source(out), feed.activity).to_json()["unreadable"] is None
+
+
+def test_a_trainer_state_without_read_permission_is_said_at_once_with_what_to_check(tmp_path, monkeypatch):
+    """A trainer_state.json that cannot be opened said "waiting for a whole write" after 5 s: no write will
+    mend its permissions. This box runs as root (chmod denies nothing): the read is refused as the kernel would."""
+    from core.watch.trainer_state import TrainerStateFeed
+
+    out = tmp_path / "hf_out"
+    state_file = write_checkpoint(out, 10, 40) / "trainer_state.json"
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self == state_file:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    feed = TrainerStateFeed(out, clock=FakeClock())
+    assert feed.read_tail() == []
+    problem = writer_state(open_watch_source(out), feed.activity).problem()
+    assert problem.startswith("checkpoint-10/trainer_state.json cannot be read (Permission denied)")
+    assert "permissions" in problem and "whole write" not in problem
 
 
 def test_a_trainer_state_torn_long_ago_is_said_at_once_and_in_watch_json(tmp_path):
