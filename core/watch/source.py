@@ -11,6 +11,7 @@ TensorBoard log dir through its ``events.out.tfevents.*`` files (in the dir, or 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,11 @@ def open_watch_source(path: Path | str) -> WatchSource:
     path = Path(path).expanduser()
     if not path.is_dir():
         raise SourceNotFound(t("watch.not_a_dir", path=str(path)))
+    try:
+        with os.scandir(path) as entries:
+            next(entries, None)
+    except OSError as error:  # it said "not a … output directory, looked for …": none of its files could be seen
+        raise SourceNotFound(t("watch.dir_unreadable", path=str(path), error=error.strerror or str(error))) from error
     if (path / "run.json").is_file():
         log = path / "train.log"
         return WatchSource(TUNEDECK, path, path / "metrics.jsonl", log, path / "events.jsonl", read_only=False)

@@ -96,6 +96,28 @@ def test_unknown_and_missing_dirs_say_what_was_expected(tmp_path):
         open_watch_source(tmp_path / "nope")
 
 
+def test_a_folder_that_cannot_be_listed_says_so_not_that_it_is_of_no_known_kind(tmp_path, monkeypatch):
+    """Another user's 0700 output folder read "not a tunedeck run, ms-swift, LLaMA-Factory or HF Trainer output
+    directory (looked for …)": none of its files could be seen. This box runs as root (chmod denies nothing):
+    the listing is refused as the kernel would."""
+    import os
+
+    out = tmp_path / "lf"
+    shutil.copytree(FIXTURES / "llamafactory_output", out)
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if Path(path) == out:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(SourceNotFound) as caught:
+        open_watch_source(out)
+    assert str(caught.value).startswith(f"{out} cannot be read (Permission denied)") and "permissions" in str(caught.value)
+    assert caught.value.exit_code == 2
+
+
 def test_figures():
     assert format_duration(59) == "0:59" and format_duration(3723) == "1:02:03"
     assert format_duration(200_000) == "2d 07h" and format_duration(None) is None
