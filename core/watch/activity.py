@@ -180,12 +180,21 @@ def last_write(paths: Iterable[Path]) -> float | None:
     return newest
 
 
-def finished_marker(folder: Path) -> bool:
+def finished_marker(folder: Path, log: Path | None = None) -> bool:
     """A file that only a finished run leaves: ``train_results.json``/``all_results.json``, or a
-    top-level ``trainer_state.json`` with ``global_step`` at ``max_steps``."""
-    if any((folder / name).is_file() for name in FINISHED_FILES):
+    top-level ``trainer_state.json`` with ``global_step`` at ``max_steps``. With ``log`` (an appended metric
+    file: LLaMA-Factory's, ms-swift's) such a file older than its last write is an earlier run's: a run
+    started again in the same folder appends to the log and writes them only at its end."""
+    logged = last_write([log]) if log is not None else None
+
+    def current(path: Path) -> bool:
+        written = last_write([path])
+        return written is not None and (logged is None or written >= logged)
+
+    if any(current(folder / name) for name in FINISHED_FILES):
         return True
-    return trainer_state_finished(folder / "trainer_state.json")
+    state = folder / "trainer_state.json"
+    return current(state) and trainer_state_finished(state)
 
 
 _STATE_CACHE: dict[Path, tuple[int, bool]] = {}
@@ -220,7 +229,10 @@ def writer_state(source: Any, activity: WriterActivity, now: float | None = None
     unreadable = activity.unreadable
     if not source.path.is_dir():
         return WriterState(GONE, since, unreadable)
-    if activity.finished or finished_marker(source.path):
+    from core.watch.source import LLAMAFACTORY, SWIFT
+
+    log = source.metrics_path if source.kind in (LLAMAFACTORY, SWIFT) else None
+    if activity.finished or finished_marker(source.path, log):
         return WriterState(FINISHED, since, unreadable)
     if activity.ended or since is not None and now - since > idle_after(activity):
         return WriterState(IDLE, since, unreadable)  # an end marker before the total: the run stopped early

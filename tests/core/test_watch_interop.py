@@ -489,6 +489,27 @@ def test_llamafactory_results_file_means_finished(tmp_path):
     assert state_of(out).status == FINISHED
 
 
+def test_llamafactory_run_started_again_in_a_finished_folder_is_running_not_finished(tmp_path):
+    """LLaMA-Factory run again into the folder of a finished run appends to trainer_log.jsonl and writes its
+    results (train_results.json, all_results.json, the top trainer_state.json) only at its end: the
+    previous run's read "finished" over the new run's live steps, with no ETA."""
+    out = tmp_path / "lf"
+    out.mkdir()
+    log = out / "trainer_log.jsonl"
+    log.write_text("".join(json.dumps(line) + "\n" for line in lf_old_lines(40)))
+    (out / "train_results.json").write_text(json.dumps({"epoch": 4.0, "train_loss": 1.2, "train_runtime": 80.0}))
+    (out / "all_results.json").write_text(json.dumps({"epoch": 4.0, "train_loss": 1.2, "train_runtime": 80.0}))
+    (out / "trainer_state.json").write_text(json.dumps(hf_state(40, 40, summary=True)))
+    age(out, MONTHS_AGO)
+    assert state_of(out).status == FINISHED
+    with open(log, "a") as handle:  # started again: steps from 5 of 40 anew
+        handle.write("".join(json.dumps(line) + "\n" for line in lf_old_lines(40)[:3]))
+    assert state_of(out).status == RUNNING
+    for name in ("train_results.json", "all_results.json", "trainer_state.json"):  # it ends: its own results
+        (out / name).write_text((out / name).read_text())
+    assert state_of(out).status == FINISHED
+
+
 def test_watch_json_reports_the_writer_state(tmp_path):
     out = tmp_path / "hf_out"
     write_checkpoint(out, 10, 40, MONTHS_AGO)
