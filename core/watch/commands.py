@@ -16,13 +16,15 @@ def register(subparsers: Any) -> None:
 
 
 def _find(ref: str) -> Any:
-    """A watch source from a directory, or from a tunedeck run id / prefix."""
+    """A watch source from a directory (or a file in it), or from a tunedeck run id / prefix."""
     from pathlib import Path
 
     from core.errors import CliError
     from core.watch.source import open_watch_source
 
     path = Path(ref).expanduser()
+    if path.is_file():  # the metric file itself (logging.jsonl, trainer_log.jsonl …): the folder it is in
+        path = path.parent
     if not path.is_dir():
         if "/" in ref or ref.startswith("."):
             from core.i18n import t

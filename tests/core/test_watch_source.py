@@ -191,6 +191,15 @@ def test_watch_cli_json_and_errors(tmp_path):
     assert result.returncode == 2 and "zzz" in result.stderr
 
 
+def test_watch_on_a_metric_file_watches_its_folder(tmp_path):
+    """`watch out/v0-…/logging.jsonl` (the file the trainer printed it writes) said "no such directory" of a
+    file that is there; the folder it is in is watched."""
+    result = run_cli("watch", str(FIXTURES / "llamafactory_output" / "trainer_log.jsonl"), "--json", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["kind"] == "llamafactory" and data["dir"] == str(FIXTURES / "llamafactory_output")
+
+
 def test_core_watch_leaves_textual_and_rich_out():
     probe = ("import sys, json\nimport core.watch.feed, core.watch.alerts, core.watch.source, core.watch.last_seen,"
              " core.watch.figures, core.watch.commands\nprint(json.dumps(sorted(sys.modules)))")
