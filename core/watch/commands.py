@@ -38,7 +38,8 @@ def _find(ref: str) -> Any:
 
 # the figures of the newest train record ``--json`` gives (``latest``): the dashboard's stats line, as numbers
 # (a tunedeck run's tokens/s over its steady steps, as the header, the runs list and status say it);
-# ms-swift's and LLaMA-Factory's GPU memory and ms-swift's step rate among them where they log them
+# ms-swift's and LLaMA-Factory's GPU memory and ms-swift's step rate among them where they log them; the ETA
+# only where the header shows one (running)
 LATEST_FIGURES = ("step", "total_steps", "epoch", "loss", "tokens_per_s", "steps_per_s", "memory_gib",
                   "elapsed_s", "eta_s")
 
@@ -66,10 +67,19 @@ def _state(source: Any) -> tuple[dict[str, Any], dict[str, Any]]:
                 del latest["tokens_per_s"]
             else:
                 latest["tokens_per_s"] = rate
-        return {"status": status}, latest
+        return {"status": status}, _without_stale_eta(latest, status)
     from core.watch.activity import writer_state
 
-    return writer_state(source, feed.activity).to_json(), latest
+    state = writer_state(source, feed.activity).to_json()
+    return state, _without_stale_eta(latest, state["status"])
+
+
+def _without_stale_eta(latest: dict[str, Any], status: str) -> dict[str, Any]:
+    """``latest`` without its ETA where the header shows none (``shows_eta``): a writer gone idle, a run
+    stalled, stopping or ended; the record's remaining time is no longer true of it."""
+    from core.runs.states import shows_eta
+
+    return latest if shows_eta(status) else {k: v for k, v in latest.items() if k != "eta_s"}
 
 
 def cmd_watch(args: argparse.Namespace) -> Any:

@@ -522,6 +522,25 @@ def test_watch_json_reports_the_writer_state(tmp_path):
     assert data["state"]["status"] == "idle" and data["state"]["last_write"]
 
 
+def test_watch_json_gives_an_eta_only_while_the_writer_runs(tmp_path):
+    """`watch --json` on a writer gone idle gave its last line's remaining time (5m 28s, months ago) where the
+    dashboard's header shows no ETA (nor does `status` for a run not heading for its end)."""
+    def latest(run: Path) -> dict:
+        result = subprocess.run([sys.executable, "-m", "core", "watch", str(run), "--json"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=120,
+                                env={"TUNEDECK_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"})
+        assert result.returncode == 0, result.stderr
+        data = json.loads(result.stdout)
+        return {"status": data["state"]["status"], **data["latest"]}
+
+    run = copy_swift(tmp_path, keep_lines=60)
+    now = latest(run)
+    assert now["status"] == RUNNING and now["eta_s"] == 328 and now["step"] == 59
+    age(run)
+    then = latest(run)
+    assert then["status"] == IDLE and "eta_s" not in then and then["step"] == 59 and then["elapsed_s"] == 472
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.now = 1000.0
