@@ -62,9 +62,15 @@ def _newest_nested_run(path: Path) -> tuple[Path, str] | None:
                       for p in (*path.glob("*/" + name), *path.glob("*/*/" + name)) if p.is_file()]
     except OSError:
         return None
-    if not candidates:
+    dated = []
+    for file, kind in candidates:
+        try:  # a run folder deleted since the glob (a rotation, rm -r) is no candidate
+            dated.append((file.stat().st_mtime, file.parent.name, file, kind))
+        except OSError:
+            continue
+    if not dated:
         return None
-    newest, kind = max(candidates, key=lambda c: (c[0].stat().st_mtime, c[0].parent.name))
+    *_, newest, kind = max(dated, key=lambda c: (c[0], c[1]))
     return newest.parent, kind
 
 

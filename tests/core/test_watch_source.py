@@ -66,6 +66,27 @@ def test_swift_default_output_dir_nests_each_run_under_the_model(tmp_path):
     assert open_watch_source(out / "Qwen2.5-0.5B-Instruct").path == older
 
 
+def test_a_nested_run_removed_while_the_folder_is_searched_is_passed_over(tmp_path, monkeypatch):
+    """ms-swift's rotation or an rm -r can take a run folder away between the search's listing and its reading
+    of the files' times: the search ended in FileNotFoundError; the run gone is no candidate. The race is
+    made, not timed: the listing's own check of the older run's file deletes that folder."""
+    out = tmp_path / "output"
+    older = out / "Qwen2.5-0.5B-Instruct" / "v0-20261129-210000"
+    newer = out / "Qwen2.5-0.5B-Instruct" / "v1-20261129-220000"
+    shutil.copytree(FIXTURES / "swift_output" / "v0-20261129-210000", older)
+    shutil.copytree(older, newer)
+    is_file = Path.is_file
+
+    def is_file_then_removed(self):
+        found = is_file(self)
+        if self.parent == older:
+            shutil.rmtree(older)
+        return found
+
+    monkeypatch.setattr(Path, "is_file", is_file_then_removed)
+    assert open_watch_source(out).path == newer
+
+
 def test_llamafactory_board_saves_dir_opens_its_newest_run(tmp_path):
     """LLaMA-Board saves each run as saves/<model>/<method>/train_<date>/: `watch saves/<model>/lora` said
     "not a LLaMA-Factory output directory"; it opens the newest run below, as for ms-swift's vN-…/."""
