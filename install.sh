@@ -133,24 +133,35 @@ linked=""
 on_path=0  # whether a folder it was linked into is on the PATH: /usr/local/bin is, but only root gets a link there
 link() {
     # another checkout's link is replaced, and said so: on a shared box `tunedeck` changes meaning for everyone
-    local before
+    local before err
     before=$(readlink "$1/tunedeck" 2>/dev/null || true)
-    ln -sf "$venv/bin/tunedeck" "$1/tunedeck" || return 0
+    # a home or folder that cannot be written (read-only, another user's) is said, not the end of the install:
+    # everything is installed by now and $venv/bin/tunedeck starts it
+    if ! err=$(ln -sf "$venv/bin/tunedeck" "$1/tunedeck" 2>&1); then
+        say "could not link $1/tunedeck: ${err##*: }"
+        return 0
+    fi
     if [ -n "$before" ] && [ "$before" != "$venv/bin/tunedeck" ]; then
         say "$1/tunedeck started $before; it starts this checkout's now"
     fi
     linked="${linked:+$linked }$1/tunedeck"
     case ":$PATH:" in *":$1:"*) on_path=1 ;; esac
 }
-mkdir -p "$HOME/.local/bin"
-link "$HOME/.local/bin"
+if err=$(mkdir -p "$HOME/.local/bin" 2>&1); then
+    link "$HOME/.local/bin"
+else
+    say "could not create $HOME/.local/bin: ${err##*: }"
+fi
 if [ -w /usr/local/bin ] && [ "$(id -u)" = 0 ]; then
     link /usr/local/bin
 fi
 say "installed $("$venv/bin/tunedeck" --version) into $venv"
-say "linked: $linked"
+if [ -n "$linked" ]; then say "linked: $linked"; fi
 start="tunedeck   (or $venv/bin/tunedeck)"
-if [ "$on_path" = 0 ]; then
+if [ -z "$linked" ]; then
+    say "tunedeck was linked nowhere: start it as $venv/bin/tunedeck, or link it into a folder of your PATH (ln -s $venv/bin/tunedeck DIR/)"
+    start="$venv/bin/tunedeck"
+elif [ "$on_path" = 0 ]; then
     say "add ~/.local/bin to your PATH: echo 'export PATH=\$HOME/.local/bin:\$PATH' >> ~/.bashrc; then open a new shell"
     start="$venv/bin/tunedeck"
 fi

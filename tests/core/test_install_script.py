@@ -94,6 +94,21 @@ def test_a_link_to_another_checkout_is_replaced_and_said_so(tmp_path):
     assert again.returncode == 0 and " started " not in again.stderr, again.stderr
 
 
+def test_a_home_that_cannot_be_written_ends_the_install_with_the_command_that_starts_it(tmp_path):
+    """A read-only home (or one whose ~/.local cannot hold a bin folder): install.sh had installed everything,
+    then died at `mkdir ~/.local/bin` with mkdir's own message and exit 1, never saying the install had worked
+    nor how to start it. It says the folder could not be made, exits 0 and names the command that works."""
+    local = tmp_path / "home" / ".local"
+    local.parent.mkdir(parents=True)
+    local.write_text("")  # ~/.local is a file: mkdir -p ~/.local/bin fails as on a read-only home
+    proc = _install(tmp_path, "--app-only", path_dirs=["/usr/local/bin"])
+    assert proc.returncode == 0, proc.stderr
+    assert f"could not create {tmp_path / 'home'}/.local/bin" in proc.stderr, proc.stderr
+    assert "linked nowhere" in proc.stderr and "to your PATH:" not in proc.stderr, proc.stderr
+    venv_tunedeck = tmp_path / "checkout" / ".venv" / "bin" / "tunedeck"
+    assert proc.stderr.rstrip().endswith(f"Start the app with: {venv_tunedeck}"), proc.stderr
+
+
 def _torch_venv(tmp_path: Path, torch_version: str, cuda: str | None) -> Path:
     """A checkout whose .venv holds a stand-in torch of this build (a module on its python's path) and a pip
     that only writes down what it was asked; an NVIDIA driver of CUDA 12.8 with one GPU on the PATH."""
