@@ -5,7 +5,8 @@
 #   ./install.sh --dev      the same plus the test tools (pytest, import-linter, ruff)
 #   ./install.sh --app-only only the app (GPU panels, model browser, dashboards); no torch
 #
-# Safe to run twice: an existing .venv is reused and pinned versions already present are kept.
+# Safe to run twice: an existing .venv is reused (made again where its Python is older than 3.10, or PYTHON
+# names another version) and pinned versions already present are kept.
 # Environment: PYTHON (interpreter to use), TUNEDECK_TORCH_INDEX (a PyTorch wheel index to force),
 # TUNEDECK_FORCE_CPU=1 (CPU torch even where a GPU is found).
 set -euo pipefail
@@ -49,7 +50,25 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info >= (3, 13))' >/dev/null
 fi
 
 # --- virtual environment ----------------------------------------------------------------------
+# An existing .venv is kept, unless it does not run, runs a Python older than 3.10 (pip then failed on the
+# first dependency, "requires a different Python", after "using Python 3.11"), or PYTHON names another version.
+minor() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true; }
+want_py=$(minor "$python")
+have_py=""
+remake=0
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    remake=1
+else
+    have_py=$(minor "$venv/bin/python")
+    if ! "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; then
+        say "$venv runs Python $have_py, older than 3.10: making it again with $($python -V 2>&1)"
+        remake=1
+    elif [ -n "${PYTHON:-}" ] && [ -n "$have_py" ] && [ -n "$want_py" ] && [ "$have_py" != "$want_py" ]; then
+        say "$venv runs Python $have_py, PYTHON=$PYTHON is $want_py: making it again with $want_py"
+        remake=1
+    fi
+fi
+if [ "$remake" = 1 ]; then
     rm -rf "$venv"
     say "creating the virtual environment $venv"
     # venv's own message, kept in a variable: a fixed file in /tmp may belong to another user of a shared box
@@ -62,7 +81,10 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' >/dev/nul
         esac
     fi
 else
-    say "reusing the virtual environment $venv"
+    say "reusing the virtual environment $venv${have_py:+ (Python $have_py)}"
+    if [ -n "$have_py" ] && [ -n "$want_py" ] && [ "$have_py" != "$want_py" ]; then
+        say "note: it was made with Python $have_py, not the $want_py found now; set PYTHON=python$want_py to make it again with that one"
+    fi
 fi
 vpy="$venv/bin/python"
 pip() { "$vpy" -m pip --disable-pip-version-check "$@"; }

@@ -182,3 +182,41 @@ def test_the_newest_tested_python_is_chosen_over_a_newer_untested_python3(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert f"using Python 3.13.1 at {tmp_path / 'stubs' / 'python3'}" in proc.stderr, proc.stderr
     assert "Python 3.13.1 is newer than the tested 3.10-3.12: accepted, untested" in proc.stderr
+
+
+def _python_stub(path: Path, version: str, made: Path) -> None:
+    """An interpreter of this version as install.sh asks it things: ``-V``, a version check or print (``-c``),
+    and ``-m venv DIR``, which makes DIR a stub .venv (a python answering success, a tunedeck printing a
+    version) and writes DIR down in ``made``."""
+    minor = ".".join(version.split(".")[:2])
+    old = tuple(int(part) for part in minor.split(".")) < (3, 10)
+    _stub(path,
+          f'if [ "$1" = -V ]; then echo "Python {version}"; exit 0; fi\n'
+          f'if [ "$1" = -m ] && [ "$2" = venv ]; then mkdir -p "$3/bin"; echo "$3" >> {made}\n'
+          f'  printf \'#!/bin/sh\\nexit 0\\n\' > "$3/bin/python"; printf \'#!/bin/sh\\necho tunedeck 0.1.0\\n\' > "$3/bin/tunedeck"\n'
+          f'  chmod +x "$3/bin/python" "$3/bin/tunedeck"; exit 0; fi\n'
+          f'case "$2" in *print*) echo {minor} ;; *"(3, 10)"*) exit {1 if old else 0} ;; esac\nexit 0')
+
+
+def test_an_existing_venv_of_a_python_older_than_3_10_is_made_again(tmp_path):
+    """A checkout whose .venv was made with Python 3.9: install.sh said "using Python 3.11.7", "reusing the
+    virtual environment", and pip then failed on the first pinned dependency ("requires a different Python").
+    It makes the .venv again with the Python it found, saying why; a 3.12 one is kept (3.10 or newer runs)."""
+    here = _checkout(tmp_path)
+    made = tmp_path / "made.log"
+    _python_stub(here / ".venv" / "bin" / "python", "3.9.18", made)
+    _python_stub(tmp_path / "stubs" / "python3.11", "3.11.7", made)
+    proc = _install(tmp_path, "--app-only", path_dirs=[], python=str(tmp_path / "stubs" / "python3.11"))
+    assert proc.returncode == 0, proc.stderr
+    assert "runs Python 3.9, older than 3.10: making it again with Python 3.11.7" in proc.stderr, proc.stderr
+    assert made.read_text().split() == [str(here / ".venv")], proc.stderr
+    made.unlink()
+    _python_stub(here / ".venv" / "bin" / "python", "3.12.1", made)
+    _pythons(tmp_path, {"python3.12": None})  # the box's own 3.12, if any, hidden: python3.11 is found first
+    proc = _install(tmp_path, "--app-only", path_dirs=[], python=None)  # python3.11 found on the PATH
+    assert proc.returncode == 0, proc.stderr
+    assert "reusing the virtual environment" in proc.stderr and "(Python 3.12)" in proc.stderr, proc.stderr
+    assert "set PYTHON=python3.11 to make it again" in proc.stderr and not made.exists(), proc.stderr
+    proc = _install(tmp_path, "--app-only", path_dirs=[], python=str(tmp_path / "stubs" / "python3.11"))
+    assert proc.returncode == 0, proc.stderr
+    assert "runs Python 3.12, PYTHON=" in proc.stderr and made.exists(), proc.stderr  # asked for by name
