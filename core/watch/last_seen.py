@@ -50,8 +50,13 @@ def runs_ended_since(summaries: Iterable[Any], path: Path | None = None) -> list
                 ended_now = summary.status in TERMINAL_STATES and before != summary.status
                 if ended_now and (before is None or before not in TERMINAL_STATES):
                     ended.append(summary)
-        ensure_private_dir(path.parent)
-        write_json_atomic(path, {"runs": {s.id: s.status for s in summaries}})
+        try:
+            ensure_private_dir(path.parent)
+            write_json_atomic(path, {"runs": {s.id: s.status for s in summaries}})
+        except OSError:
+            # a read-only or full disk: the app still starts and re-attaches (this raised into the start's
+            # worker: an error modal, and no dashboard of the live run); the next start announces them again
+            pass
     return ended
 
 

@@ -735,6 +735,28 @@ def test_app_start_opens_the_active_run_and_announces_ended_runs():
     assert '"20261129-2100-dead": "crashed"' in last_seen_path().read_text()
 
 
+def test_app_start_on_a_disk_it_cannot_write_still_opens_the_active_run():
+    """The start records which runs the user has seen end (``watch-last-seen.json``); on a read-only or full
+    data root that write raised into the start's worker: an error modal ("OSError: Read-only file system")
+    over a blank GPU screen, and the live run's dashboard never opened. The start goes on now. The file is
+    a folder here, which fails the write as a read-only disk does (the tests may run as root)."""
+    from tui.screens.error_modal import ErrorModal
+
+    live = three_runs()
+    last_seen_path().mkdir(parents=True)
+
+    async def scenario():
+        with SupervisorStandIn(live):
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), announce_runs=True)
+            async with app.run_test(size=(80, 24)) as pilot:
+                await wait_for(pilot, lambda: isinstance(app.screen, (DashboardScreen, ErrorModal)))
+                assert isinstance(app.screen, DashboardScreen), app.screen_stack
+                assert app.screen.source.run_id == "20261129-2300-live"
+                assert not any(isinstance(s, ErrorModal) for s in app.screen_stack)
+
+    run(scenario())
+
+
 def test_app_start_neither_opens_nor_announces_the_wizards_probe_runs():
     """A probe run (a few steps to measure a plan) is not the run a user came back to, nor news when it ends."""
     root = runs_dir()
