@@ -99,7 +99,22 @@ def cannot_write_message(exc: OSError) -> str:
     if stream is not None:
         name = t("cli.standard_output") if stream == "stdout" else t("cli.standard_error")
         return t("cli.cannot_write_output", stream=name, error=error)
+    if exc.filename and _holds_data_root(Path(exc.filename)):
+        # tunedeck's folder could not be made at all (a read-only or full home on a fresh box): nothing of
+        # tunedeck's is there yet, so another folder is the way on, not only space or rights where it is
+        from core.paths import data_root
+
+        return t("cli.cannot_write_home", path=exc.filename, error=error, root=str(data_root()))
     return t("cli.cannot_write", path=exc.filename or "?", error=error)
+
+
+def _holds_data_root(path: Path) -> bool:
+    """``path`` is the data root or one of the folders above it."""
+    from core.paths import data_root
+
+    root = data_root().expanduser().absolute()
+    path = path.expanduser().absolute()
+    return path == root or path in root.parents
 
 
 def existing_parent(path: Path) -> Path:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from core.runs.disk_space import (
     estimate_checkpoint_size,
     is_disk_full,
 )
-from tests.core.test_runs_detached import Cli, write_config, write_dataset
+from tests.core.test_runs_detached import ROOT, Cli, write_config, write_dataset
 from tests.fixtures.disk import fill, free, read_only_bind, remount, tmpfs
 from tests.fixtures.watch.run_builder import build_run
 
@@ -410,3 +412,23 @@ def test_real_enospc_from_torch_save_and_os_write_is_recognised(tmp_path):
                 os.close(fd)
         assert os_error.value.errno == errno.ENOSPC and is_disk_full(os_error.value)
     assert not is_disk_full(RuntimeError("CUDA error: an illegal memory access"))
+
+
+def test_a_read_only_home_on_a_fresh_box_names_tunedeck_home_as_the_way_on(tmp_path):
+    """A rented box whose home is read-only (data on another disk): `tunedeck demo --detach` said "cannot
+    write ~/.local: Read-only file system; free space there (or make it writable)", neither of which a user
+    can do there. Nothing of tunedeck's exists yet, so it names its folder and TUNEDECK_HOME; a disk that
+    turns read-only under existing runs keeps the plain message (the runs are there)."""
+    home = tmp_path / "home"
+    with tmpfs(home, size="200m"):
+        remount(home, "ro")
+        env = {k: v for k, v in os.environ.items() if k not in ("TUNEDECK_HOME", "XDG_DATA_HOME")}
+        out = subprocess.run([sys.executable, "-m", "core", "demo", "--detach"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120, env={**env, "HOME": str(home), "OMP_NUM_THREADS": "1"})
+        _clean(out)
+        assert out.returncode == 1, out.stderr
+        said = out.stderr.strip()
+        assert said.startswith(f"tunedeck: cannot write {home / '.local'}: Read-only file system;"), said
+        assert f"keeps its runs and caches in {home / '.local' / 'share' / 'tunedeck'}" in said, said
+        assert "set TUNEDECK_HOME to a folder on a writable disk" in said, said
+        assert list(home.iterdir()) == []
