@@ -259,3 +259,29 @@ def test_a_launch_refused_for_its_model_says_the_problem_and_its_remedy_at_80x24
             assert f"{w.saved_path}:2: model:" in said[0] and said[0].endswith("or give its local folder")
 
     asyncio.run(scenario())
+
+
+def test_a_launch_on_a_read_only_data_root_says_which_folder_and_what_to_do(private_home):
+    """l on a data root that turned read-only: the wizard's plan file could not be written and the notification
+    read "[Errno 30] Read-only file system: '…/plans'", the status line nothing. Both say it now as the CLI does:
+    the folder, the error, what to do. A real read-only tmpfs (root mounts it; skipped where it cannot);
+    no GPU (the fake recording of none)."""
+    from tests.fixtures.disk import remount, tmpfs
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            remount(private_home, "ro")
+            await pilot.press("l")
+            await wait_for(pilot, lambda: any(n.severity == "error" for n in app._notifications))
+            await pilot.pause()
+            said = [n.message for n in app._notifications if n.severity == "error"]
+            expected = (f"cannot write {private_home / 'plans'}: Read-only file system; free space there "
+                        f"(or make it writable) and try again")
+            assert said == [expected], said
+            assert expected in " ".join(screen_text(app).split())
+            assert w.saved_path is None and not w.busy
+
+    with tmpfs(private_home, size="50m"):
+        asyncio.run(scenario())

@@ -1020,7 +1020,11 @@ class WizardScreen(Screen[None]):
             # launches in one key, and nothing needs deciding when nothing is lost.
             path = save_run_config_keeping(rec.best, self.request, wanted, self.written)
         except (ConfigError, OSError) as exc:
-            self.notify(_escape(str(exc)), severity="error")
+            # a disk that cannot be written is said as the CLI says it (which folder, what to do), not
+            # as "[Errno 30] Read-only file system: '…'"; on the status line too, where a launch's refusal shows
+            text = _save_error(exc)
+            self._status(f"[$error]{_escape(text)}[/]")
+            self.notify(_escape(text), severity="error")
             return None
         self.saved_path = path
         self.kept_path = None if path == wanted else wanted
@@ -1167,6 +1171,18 @@ class WizardScreen(Screen[None]):
             if message.measured:
                 self.measured.update(message.measured)
                 self.recompute(keep_status=True)
+
+
+def _save_error(exc: Exception) -> str:
+    """Why the plan could not be saved: a configuration problem in its own words, a disk that cannot be written
+    with its folder and the remedy (``core.runs.disk_space.cannot_write_message``)."""
+    from core.runs.disk_space import cannot_write_message, is_unwritable
+
+    if isinstance(exc, OSError) and is_unwritable(exc):
+        return cannot_write_message(exc)
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return str(exc)
 
 
 def _launch_error(exc: Exception) -> tuple[str, str]:
