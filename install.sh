@@ -42,6 +42,10 @@ if [ -z "$python" ]; then
     done
 fi
 [ -n "$python" ] || die "no Python 3.10 or newer found; install one (apt-get install -y python3 python3-venv) or set PYTHON"
+# a PYTHON that does not run (a typo, a pyenv shim of a version not selected) is said so, not "too old"
+py_err=$("$python" -c 'import sys' 2>&1 >/dev/null) \
+    || die "PYTHON=$python does not run: $(printf '%s\n' "$py_err" | sed -n '1{s/^.*line [0-9]*: //;p;}')
+  Set PYTHON to a Python 3.10-3.12 interpreter that runs (e.g. PYTHON=/usr/bin/python3.12), or leave it unset to let install.sh find one."
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
     || die "$($python -V 2>&1) is too old: tunedeck needs Python 3.10 or newer (set PYTHON=/path/to/python3.1x)"
 say "using $($python -V 2>&1) at $(command -v "$python")"

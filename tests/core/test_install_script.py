@@ -220,3 +220,18 @@ def test_an_existing_venv_of_a_python_older_than_3_10_is_made_again(tmp_path):
     proc = _install(tmp_path, "--app-only", path_dirs=[], python=str(tmp_path / "stubs" / "python3.11"))
     assert proc.returncode == 0, proc.stderr
     assert "runs Python 3.12, PYTHON=" in proc.stderr and made.exists(), proc.stderr  # asked for by name
+
+
+def test_a_python_that_does_not_run_is_said_so_not_called_too_old(tmp_path):
+    """PYTHON=/opt/py/bin/python3 (a typo) or a pyenv shim of a version not selected: install.sh said
+    "…: No such file or directory is too old: tunedeck needs Python 3.10 or newer". It says that it does not
+    run, with the shell's or the shim's reason, and what to set."""
+    missing = tmp_path / "no-such" / "python3"
+    proc = _install(tmp_path, "--app-only", path_dirs=[], python=str(missing))
+    assert proc.returncode == 1, proc.stderr
+    assert f"PYTHON={missing} does not run: {missing}: No such file or directory" in proc.stderr, proc.stderr
+    assert "too old" not in proc.stderr, proc.stderr
+    _stub(tmp_path / "stubs" / "python3.12", 'echo "pyenv: python3.12: command not found" >&2; exit 127')
+    proc = _install(tmp_path, "--app-only", path_dirs=[], python="python3.12")
+    assert proc.returncode == 1 and "too old" not in proc.stderr, proc.stderr
+    assert "PYTHON=python3.12 does not run: pyenv: python3.12: command not found" in proc.stderr, proc.stderr
