@@ -9,6 +9,7 @@
 # names another version) and pinned versions already present are kept.
 # Environment: PYTHON (interpreter to use), TUNEDECK_TORCH_INDEX (a PyTorch wheel index to force),
 # TUNEDECK_FORCE_CPU=1 (CPU torch even where a GPU is found).
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"  # `sh install.sh`: dash stopped at `set -o pipefail`
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

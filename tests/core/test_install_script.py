@@ -235,3 +235,20 @@ def test_a_python_that_does_not_run_is_said_so_not_called_too_old(tmp_path):
     proc = _install(tmp_path, "--app-only", path_dirs=[], python="python3.12")
     assert proc.returncode == 1 and "too old" not in proc.stderr, proc.stderr
     assert "PYTHON=python3.12 does not run: pyenv: python3.12: command not found" in proc.stderr, proc.stderr
+
+
+def test_sh_install_sh_runs_it_under_bash(tmp_path):
+    """`sh install.sh` (a habit; sh is dash on Debian and Ubuntu) stopped at once with "set: Illegal option
+    -o pipefail". It runs itself under bash now: the help, and an install to the end."""
+    sh = shutil.which("sh")
+    proc = subprocess.run([sh, str(ROOT / "install.sh"), "--help"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and proc.stdout.startswith("tunedeck's one set-up command"), proc.stderr
+    here = _checkout(tmp_path)
+    (tmp_path / "home").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PATH", "HOME")}
+    env.update(HOME=str(tmp_path / "home"), PYTHON=sys.executable,
+               PATH=":".join([str(tmp_path / "stubs"), "/usr/bin", "/bin"]))
+    proc = subprocess.run([sh, "install.sh", "--app-only"], cwd=here, capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Start the app with:" in ANSI.sub("", proc.stderr), proc.stderr
