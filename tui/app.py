@@ -323,6 +323,12 @@ class TunedeckApp(App[int]):
         # Help, footer and palette name keys in one style: Esc, Tab, F1, Ctrl+P (keys_footer.key_name).
         return binding.key_display or key_name(binding.key) or super().get_key_display(binding)
 
+    def action_help_quit(self) -> None:
+        """Ctrl+C (Textual's own binding: it copies, it no longer quits): how to quit, in the interface's language
+        and the app's key style. Textual's note was English under zh too, and named "ctrl+q" alone."""
+        keys = [key_name("ctrl+q")] if typing(self.screen) else ["q", key_name("ctrl+q")]
+        self.notify(t("app.help_quit", keys=" / ".join(key for key in keys if key)), title=t("app.help_quit_title"))
+
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return

@@ -65,6 +65,22 @@ def test_language_is_set_before_the_bindings_are_built():
     assert {"GPU", "模型", "任务", "帮助", "退出"} <= descriptions
 
 
+def test_ctrl_c_says_how_to_quit_in_chinese():
+    """Textual's own Ctrl+C note ("Do you want to quit? Press ctrl+q to quit the app") was English here."""
+    from tui.screens.gpus import GpuScreen
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            await pilot.press("ctrl+c")
+            await wait_for(pilot, lambda: app._notifications)
+            [note] = list(app._notifications)
+            assert note.title == "要退出吗？" and str(note.message).startswith("Ctrl+C 不会退出 tunedeck：按 q / Ctrl+Q 退出")
+
+    run(scenario())
+
+
 @pytest.mark.parametrize(("recording", "size"), [
     ("h200x2", (80, 24)), ("h200x2", (160, 50)), ("h200x8", (80, 24)), ("none", (80, 24)),
 ], ids=["h200x2-80x24", "h200x2-160x50", "h200x8-80x24", "none-80x24"])

@@ -197,6 +197,32 @@ def test_quit_key_exits():
     run(scenario())
 
 
+def test_ctrl_c_says_how_to_quit_in_the_apps_key_style(private_home):
+    """Ctrl+C, the reflex of a user who wants out: Textual's own note said "Press ctrl+q to quit the app" (in
+    English under zh too: tests/tui/i18n_zh_scenarios.py). It names q and Ctrl+Q as help and footer do, Ctrl+Q
+    alone where letters are text (the wizard's model field), and that training runs go on."""
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            await pilot.press("ctrl+c")
+            await wait_for(pilot, lambda: app._notifications)
+            [note] = list(app._notifications)
+            assert (note.title, str(note.message)) == (
+                "Quit?", "Ctrl+C does not quit tunedeck: q / Ctrl+Q quits (training runs go on)")
+            await pilot.press("w")
+            await wait_for(pilot, lambda: app.current_mode == "wizard" and app.focused is not None)
+            app.clear_notifications()
+            await pilot.press("ctrl+c")
+            await wait_for(pilot, lambda: app._notifications)
+            assert [str(n.message) for n in app._notifications] == [
+                "Ctrl+C does not quit tunedeck: Ctrl+Q quits (training runs go on)"]
+            assert app.is_running
+
+    run(scenario())
+
+
 def test_no_color_still_renders(monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
 
