@@ -365,8 +365,13 @@ class TunedeckApp(App[int]):
         def save() -> None:
             try:
                 save_settings(self.settings)
-            except OSError as exc:
-                self.call_from_thread(self.notify, t("app.settings_save_failed", error=exc), severity="error")
+            except OSError as exc:  # said as the CLI says a write it cannot make: the file and what to do (the
+                # error's own name may be the atomic write's temporary file)
+                from core.paths import settings_path
+                from core.runs.disk_space import cannot_write_message
+
+                said = cannot_write_message(OSError(exc.errno, exc.strerror, str(settings_path())))
+                self.call_from_thread(self.notify, t("app.settings_save_failed", error=said), severity="error")
 
         self.run_worker(save, thread=True, group="settings", exclusive=True, exit_on_error=False)
 

@@ -39,6 +39,28 @@ def test_palette_language_entry_saves_the_setting(private_home):
     assert load_settings().language == "zh"
 
 
+def test_a_setting_that_cannot_be_saved_says_the_file_and_what_to_do(private_home):
+    """A settings file that cannot be written (a read-only config folder; here the file's name taken by a
+    folder, which root cannot write over either) read "Could not save settings: [Errno 21] Is a directory:
+    'settings.json.tmp…'": the temporary file's name and no way on. It names the settings file as the CLI names
+    a write it cannot make, and the remedy; the app goes on in the language chosen."""
+    settings_path().mkdir(parents=True)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, GpuScreen))
+            await palette_search(pilot, app, "language: 中文", "Language: 中文")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: any("Could not save settings" in str(n.message)
+                                              for n in app._notifications))
+            said = next(str(n.message) for n in app._notifications if "Could not save settings" in str(n.message))
+            assert f"cannot write {settings_path()}" in said and "try again" in said, said
+            assert app.settings.language == "zh"
+
+    asyncio.run(scenario())
+
+
 def test_saved_language_is_applied_before_the_tui_is_imported(tmp_path):
     """What ``tunedeck`` with no command does: tui.main runs core.cli, which reads the settings and sets the
     language, and only then imports tui.app, whose bindings come out in Chinese. Checked in a fresh interpreter, as a user would start it."""
