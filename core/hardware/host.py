@@ -38,6 +38,14 @@ def download_caches() -> list[tuple[str, Path]]:
     return [("modelscope", modelscope_cache_root()), ("hf", hf_hub_cache())]
 
 
+def cache_variable(hub: str) -> str:
+    """The environment variable that moves ``hub``'s download cache: ``MODELSCOPE_CACHE``; ``HF_HUB_CACHE`` where it
+    is set (it wins), else ``HF_HOME``."""
+    if hub == "hf":
+        return "HF_HUB_CACHE" if os.environ.get("HF_HUB_CACHE") else "HF_HOME"
+    return "MODELSCOPE_CACHE"
+
+
 def cache_disks(data_dir: Path, caches: list[tuple[str, Path]]) -> tuple[CacheDisk, ...]:
     """The file systems of the hub ``caches`` other than ``data_dir``'s (an existing folder), one entry per
     file system with the hubs it holds: a download fills that disk, not the data root's. A cache whose

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import EXIT_USAGE, TunedeckError
 from core.estimate import GpuSpec, UnknownGpuError, find_gpu, parse_hardware
 from core.i18n import t
+
+if TYPE_CHECKING:
+    from core.hardware.snapshot import CacheDisk
 
 GIB = 1024**3
 # Memory other processes hold on a GPU above which the wizard's hardware step names it: an idle GPU with a
@@ -47,6 +50,9 @@ class HardwareTarget:
     # GiB other processes hold now on each of ``gpu_indices`` (None: not this box, or not read): a plan for this
     # box must fit in what they leave (``free_gib``); a typed target (``1xH200``) is the whole card
     in_use_gib: tuple[float, ...] | None = None
+    # This box's hub download caches on other file systems than the data root's (``HostSnapshot.cache_disks``):
+    # a model's download fills theirs, the checkpoints (under the data root's runs) ``disk_free_gib``'s
+    cache_disks: tuple[CacheDisk, ...] = ()
 
     @property
     def cpu_only(self) -> bool:
@@ -89,6 +95,10 @@ class HardwareTarget:
             return None
         return max(0.0, free - margin_gib)
 
+    def cache_disk(self, hub: str) -> CacheDisk | None:
+        """The disk ``hub``'s download cache is on where that is not the data root's (None: it is, or not known)."""
+        return next((disk for disk in self.cache_disks if hub in disk.hubs), None)
+
     def describe(self) -> str:
         """``2xA100-80GB`` / ``cpu``: also what ``--hardware`` accepts."""
         return "cpu" if self.gpu is None else f"{self.count}x{self.gpu.name}"
@@ -105,6 +115,9 @@ class HardwareTarget:
             "detected": self.detected,
             "gpu_indices": None if self.gpu_indices is None else list(self.gpu_indices),
             "in_use_gib": None if self.in_use_gib is None else [round(g, 2) for g in self.in_use_gib],
+            "cache_disks": [{"hubs": list(disk.hubs), "path": disk.path,
+                             "free_gib": None if disk.free_bytes is None else round(disk.free_bytes / GIB, 1)}
+                            for disk in self.cache_disks],
         }
 
 
@@ -131,7 +144,8 @@ def on_this_host(target: HardwareTarget, detected: HardwareTarget | None) -> Har
     return replace(target,
                    host_ram_gib=target.host_ram_gib if target.host_ram_gib is not None else detected.host_ram_gib,
                    disk_free_gib=target.disk_free_gib if target.disk_free_gib is not None
-                   else detected.disk_free_gib)
+                   else detected.disk_free_gib,
+                   cache_disks=target.cache_disks if target.disk_free_gib is not None else detected.cache_disks)
 
 
 def spec_for_gpu_name(name: str | None, memory_bytes: int | None) -> GpuSpec:
@@ -149,6 +163,7 @@ def target_from_snapshot(snapshot: Any, indices: list[int] | None = None,
     host = snapshot.host
     ram = host.memory_total_bytes / GIB if host.memory_total_bytes else None
     disk = host.disk_free_bytes / GIB if host.disk_free_bytes is not None else None
+    caches = tuple(getattr(host, "cache_disks", ()))
     gpus = list(snapshot.gpus)
     if indices is not None:
         known = {g.index for g in gpus}
@@ -165,12 +180,13 @@ def target_from_snapshot(snapshot: Any, indices: list[int] | None = None,
         gpus = [g for g in gpus if not getattr(g, "lost", False)]
         gpus.sort(key=lambda g: g.memory_used_bytes or 0)
     if not gpus:
-        return HardwareTarget(None, 1, ram, disk, price_per_gpu_hour, detected=True, gpu_indices=())
+        return HardwareTarget(None, 1, ram, disk, price_per_gpu_hour, detected=True, gpu_indices=(),
+                              cache_disks=caches)
     first = gpus[0]
     spec = spec_for_gpu_name(first.name, first.memory_total_bytes)
     return HardwareTarget(spec, len(gpus), ram, disk, price_per_gpu_hour, detected=True,
                           gpu_indices=tuple(g.index for g in gpus),
-                          in_use_gib=tuple((g.memory_used_bytes or 0) / GIB for g in gpus))
+                          in_use_gib=tuple((g.memory_used_bytes or 0) / GIB for g in gpus), cache_disks=caches)
 
 
 def parse_gpu_indices(text: str) -> list[int]:

@@ -9,7 +9,7 @@ from core.estimate import TrainingPlan, plan_for_model
 from core.i18n import t
 from core.plan.candidates import Candidate, Finding, candidate_plans, estimate_plan, finding, hours_for
 from core.plan.request import PlanRequest
-from core.plan.rules import judge
+from core.plan.rules import DISK_RULES, download_reason, judge
 from core.plan.view import offload_words
 from core.units import format_cost, format_magnitude, json_cost, json_hours, plural_key
 
@@ -123,7 +123,7 @@ def rank_key(candidate: Candidate, goal: str) -> tuple[Any, ...]:
     p = candidate.plan
     # short of the memory other processes leave on this box's GPUs now (out of memory at once), or of disk for
     # its checkpoints (later)
-    disk_short = (short_of_free_memory(candidate), any(w.key == "plan.rule.disk" for w in candidate.warnings))
+    disk_short = (short_of_free_memory(candidate), any(w.key in DISK_RULES for w in candidate.warnings))
     speed = -candidate.tokens_per_s
     tie = (p.num_gpus, candidate.peak_gib)
     if goal == "largest_batch":
@@ -199,7 +199,7 @@ def recommend(request: PlanRequest, base: TrainingPlan | None = None,
     """The best plan for ``request`` with reasons, alternatives, and a way out when nothing fits."""
     base = base or base_plan(request)
     # the default sequence length stops at the positions the model takes (its rope scaling counted)
-    request = request.with_positions(base.architecture.positions)
+    request = request.with_positions(base.architecture.positions).with_download(base.architecture.source)
     candidates = evaluate_all(request, base, measured)
     feasible = rank([c for c in candidates if c.feasible], request.goal)
     rec = Recommendation(request, None, considered=len(candidates))
@@ -480,6 +480,9 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
     available = 1 if request.hardware.cpu_only else request.hardware.count
     gpus_key = "plan.reason.gpus_cpu" if request.hardware.cpu_only else plural_key("plan.reason.gpus", available)
     out.append(("gpus", finding(gpus_key, used=p.num_gpus, available=available)))
+    download = download_reason(p, est, request)
+    if download is not None:  # the disk the weights fill, the checkpoints' or another
+        out.append(("download", download))
     return out
 
 
@@ -489,7 +492,7 @@ def _won_over(best: Candidate, other: Candidate, request: PlanRequest) -> str:
     b, o = best.plan, other.plan
     name = o.method
     if rank_key(other, request.goal)[0] > rank_key(best, request.goal)[0]:  # short of free memory or of disk
-        short = next(w for w in other.warnings if w.key in ("plan.warn.busy_gpu", "plan.rule.disk"))
+        short = next(w for w in other.warnings if w.key == "plan.warn.busy_gpu" or w.key in DISK_RULES)
         return t("plan.reason.won_short", other=name, problem=short.text())
     if request.goal == "largest_batch" and b.micro_batch_size != o.micro_batch_size:
         return t("plan.reason.won_batch", micro=b.micro_batch_size, other=name, other_micro=o.micro_batch_size)

@@ -38,6 +38,16 @@ def read_epochs(text: str) -> float:
 
 
 @dataclass(frozen=True)
+class ModelDownload:
+    """The weights a run of the planned model downloads at its start (it was sized from a hub's config.json kept
+    here, ``core.hub.config_cache``): from ``hub`` into that hub's download cache, ``size_bytes`` as listed."""
+
+    hub: str
+    model_id: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
 class PlanRequest:
     """Everything the planner is asked. ``overrides`` maps OVERRIDABLE names to pinned values."""
 
@@ -68,6 +78,19 @@ class PlanRequest:
     # The chat template's enable_thinking (the run key ``thinking``; None: the template's default): the data's
     # tokens are counted with it (``summarise_dataset``), as the run renders its samples; saved with the plan.
     thinking: bool | None = None
+    # The model's download, where its weights are not on this box (``with_download``): it fills the hub cache's
+    # disk, which may be another than the checkpoints' (the data root's). None: nothing to download, or not known.
+    download: ModelDownload | None = None
+
+    def with_download(self, source: str) -> PlanRequest:
+        """This request for a model sized from ``source`` (a ``ModelConfig.source``): where that is a hub's
+        config.json kept here with its download's size listed, the download it makes (``download``)."""
+        from core.hub.config_cache import hub_config_origin
+
+        kept = hub_config_origin(source)
+        download = None if kept is None or not kept.download_bytes else \
+            ModelDownload(kept.hub, kept.model_id, kept.download_bytes)
+        return self if download == self.download else replace(self, download=download)
 
     def with_dataset(self, summary: DatasetSummary | None) -> PlanRequest:
         """This request with what ``summary`` measured of the data (unchanged without one)."""

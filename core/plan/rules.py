@@ -5,6 +5,8 @@ A *problem* rules a candidate out (it would fail or not fit); a *warning* is kep
 
 from __future__ import annotations
 
+from typing import Any
+
 from core.estimate import Estimate, TrainingPlan
 from core.plan.candidates import Finding, finding
 from core.plan.request import PlanRequest
@@ -82,14 +84,78 @@ def rule_offload_ram(plan: TrainingPlan, result: Estimate | None, request: PlanR
     return []
 
 
+def _download_words(request: PlanRequest) -> dict[str, Any]:
+    """The model's download (``request.download``) as the disk findings name it: model, size, hub, the folder it
+    fills and the variable that moves it."""
+    from core.hardware.host import cache_variable, download_caches
+    from core.hub.download import human_bytes
+    from core.hub.problems import HUB_NAMES
+
+    download = request.download
+    assert download is not None
+    disk = request.hardware.cache_disk(download.hub)
+    path = disk.path if disk is not None else str(dict(download_caches()).get(download.hub, "?"))
+    return {"model": download.model_id, "size": human_bytes(download.size_bytes),
+            "hub": HUB_NAMES.get(download.hub, download.hub), "path": path, "variable": cache_variable(download.hub)}
+
+
+def _download_on_data_disk(request: PlanRequest) -> bool:
+    """The model's download fills the data root's disk, where the checkpoints go (no cache on another disk)."""
+    return request.download is not None and request.hardware.cache_disk(request.download.hub) is None
+
+
 def rule_disk(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    """The checkpoints go under the data root (its runs); the model's download goes to its hub's cache, on the same
+    disk unless the box says the cache is on another (``HardwareTarget.cache_disks``): on the same one, both count."""
     free = request.hardware.disk_free_gib
     if result is None or free is None:
         return []
     need = checkpoint_disk_gib(plan, result)
+    if _download_on_data_disk(request):
+        assert request.download is not None
+        weights = request.download.size_bytes / GIB
+        if need + weights > free:
+            return [finding("plan.rule.disk_download", need=round(need, 1), weights=round(weights, 1),
+                            total=round(need + weights, 1), free=round(free, 1), keep=SAVE_TOTAL_LIMIT,
+                            **_download_words(request))]
+        return []
     if need > free:
         return [finding("plan.rule.disk", need=round(need, 1), free=round(free, 1), keep=SAVE_TOTAL_LIMIT)]
     return []
+
+
+def warn_download_disk(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
+    """The model's download does not fit its hub cache's disk, another than the data root's: the download would be
+    refused there (``core.hub.download.check_disk``: with its spare), whatever the data root has free."""
+    from core.hub.download import DISK_SLACK_BYTES, human_bytes
+
+    download = request.download
+    disk = request.hardware.cache_disk(download.hub) if download is not None else None
+    if download is None or disk is None or disk.free_bytes is None:
+        return []
+    if download.size_bytes + DISK_SLACK_BYTES <= disk.free_bytes:
+        return []
+    return [finding("plan.warn.download_disk", free=human_bytes(disk.free_bytes), slack=human_bytes(DISK_SLACK_BYTES),
+                    **_download_words(request))]
+
+
+def download_reason(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> Finding | None:
+    """Where the model's download goes, for the plan's reasons: its hub cache's disk, the checkpoints' or another
+    (with what is free there); None with nothing to download or where the disks are not known (a typed target)."""
+    download = request.download
+    if download is None:
+        return None
+    from core.hub.download import human_bytes
+
+    disk = request.hardware.cache_disk(download.hub)
+    if disk is not None:
+        return finding("plan.reason.download_other_disk", free=human_bytes(disk.free_bytes),
+                       **_download_words(request))
+    free = request.hardware.disk_free_gib
+    if free is None or result is None:
+        return None
+    return finding("plan.reason.download_data_disk", need=round(checkpoint_disk_gib(plan, result), 1),
+                   free=round(free, 1), **_download_words(request))
 
 
 def warn_offload_ram_unknown(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
@@ -183,7 +249,9 @@ def warn_busy_gpus(plan: TrainingPlan, result: Estimate | None, request: PlanReq
 
 PROBLEM_RULES = (rule_qlora_zero3, rule_precision, rule_cpu_methods, rule_gpu_count, rule_memory,
                  rule_offload_ram)
-WARNING_RULES = (rule_disk, warn_offload_ram_unknown, warn_launcher, warn_ddp_replicas, warn_fp16, warn_truncation,
+# The findings of a plan short of disk for its checkpoints (and the download on their disk): ranked after the others
+DISK_RULES = ("plan.rule.disk", "plan.rule.disk_download")
+WARNING_RULES = (rule_disk, warn_download_disk, warn_offload_ram_unknown, warn_launcher, warn_ddp_replicas, warn_fp16, warn_truncation,
                  warn_overlong_drop, warn_past_positions, warn_busy_gpus)
 
 

@@ -150,3 +150,37 @@ def test_plan_of_a_bad_id_asks_no_hub_and_writes_nothing(tmp_path, bad):
     assert proc.returncode == 2 and "Bundled: " in proc.stderr  # the local advice: no hub asked
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
 
+
+
+def test_plan_on_this_box_weighs_the_download_against_the_hub_cache_disk(tmp_path):
+    """``tunedeck plan`` on this box weighed the data root's free disk only (68 GB on the recording's H200 box),
+    while the download fills MODELSCOPE_CACHE, here on another disk with 5 kB free: the plan read as fine and the
+    run's download failed. The plan now says the download does not fit there, names the disk and
+    MODELSCOPE_CACHE, in its reasons, warnings and --json. Hardware: the fake h200x1 recording, given a ModelScope
+    cache disk (the real sampler's ``cache_disks``)."""
+    recording = json.loads((ROOT / "tests" / "fixtures" / "gpus" / "h200x1.json").read_text())
+    recording["host"]["cache_disks"] = [{"hubs": ["modelscope"], "path": "/mnt/ms", "total_bytes": 10**12,
+                                         "free_bytes": 5000}]
+    fake = tmp_path / "box.json"
+    fake.write_text(json.dumps(recording))
+    with FakeHubServer(hub_with_model()) as server:  # keeps the model's config.json and its download's size
+        assert tunedeck(tmp_path, server.url, "models", "info", MODEL).returncode == 0
+    env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home"), "TUNEDECK_FAKE_GPUS": str(fake),
+           "MODELSCOPE_ENDPOINT": closed_port_url(), "HF_ENDPOINT": closed_port_url(),
+           "MODELSCOPE_CACHE": str(tmp_path / "ms"), "HF_HOME": str(tmp_path / "hf")}
+    env.pop("HF_HUB_CACHE", None)
+    run = [sys.executable, "-m", "core", "plan", "--model", MODEL]
+    text = subprocess.run(run, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert text.returncode == 0, text.stderr
+    out = " ".join(text.stdout.split())
+    from core.hub.download import human_bytes
+
+    assert (f"{MODEL}'s download ({human_bytes(DOWNLOAD)}) goes to the ModelScope cache at /mnt/ms, another disk "
+            f"than the data root's (the checkpoints'): 5.0 kB free there (MODELSCOPE_CACHE moves it)") in out, out
+    assert (f"{MODEL}'s download ({human_bytes(DOWNLOAD)}, plus 67.1 MB spare) does not fit the ModelScope cache's "
+            "disk: 5.0 kB free at /mnt/ms") in out, out
+    data = json.loads(subprocess.run([*run, "--json"], capture_output=True, text=True, env=env, cwd=ROOT,
+                                     timeout=120).stdout)
+    assert data["hardware"]["cache_disks"] == [{"hubs": ["modelscope"], "path": "/mnt/ms", "free_gib": 0.0}]
+    assert [w["rule"] for w in data["recommendation"]["warnings"]].count("download_disk") == 1
+    assert any(r["field"] == "download" and "/mnt/ms" in r["message"] for r in data["reasons"])

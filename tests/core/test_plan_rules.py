@@ -665,3 +665,65 @@ def test_a_lost_gpu_is_not_planned_on():
     with pytest.raises(HardwareError, match="GPU 0 is lost"):
         target_from_snapshot(box, indices=[0, 1])
     assert target_from_snapshot(box, indices=[1]).gpu_indices == (1,)
+
+
+# --- the model's download and the checkpoints: each on its own disk ------------------------------------------------
+DOWNLOAD_MODEL = "acme/Unknown-7B"
+DOWNLOAD_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 3072,
+                   "intermediate_size": 8192, "num_hidden_layers": 30, "num_attention_heads": 24,
+                   "num_key_value_heads": 8, "vocab_size": 64000, "max_position_embeddings": 8192,
+                   "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def keep_hub_config(weights_bytes: int) -> None:
+    """A hub's config.json kept here (as ``models info`` keeps it), its weights not downloaded: a plan of the model
+    is sized from it, and its run downloads ``weights_bytes`` into the ModelScope cache first."""
+    from core.hub.config_cache import store_hub_config
+    from core.hub.records import RepoFile
+
+    files = (RepoFile("config.json", 700), RepoFile("model-00001-of-00001.safetensors", weights_bytes))
+    assert store_hub_config("modelscope", DOWNLOAD_MODEL, DOWNLOAD_CONFIG, files) is not None
+
+
+def test_a_download_that_does_not_fit_its_hub_cache_disk_is_said_with_the_variable_that_moves_it(monkeypatch):
+    """The planner weighed the data root's free disk only: a ModelScope cache on another, nearly full disk passed
+    as plenty free (1000 GiB at the data root) and the download failed at the run's start. The download is now
+    weighed against its own cache's disk, named with MODELSCOPE_CACHE; the checkpoints still against the data
+    root's. Hardware: a typed 1xH200 given this box's disks (no GPU looked at)."""
+    from core.hardware.snapshot import CacheDisk
+
+    monkeypatch.delenv("MODELSCOPE_CACHE", raising=False)
+    keep_hub_config(20 * 10**9)
+    small = CacheDisk(hubs=("modelscope",), path="/mnt/ms", total_bytes=100 * 10**9, free_bytes=5 * 10**9)
+    req = request(DOWNLOAD_MODEL, "1xH200", disk_free_gib=1000.0)
+    rec = recommend(replace(req, hardware=replace(req.hardware, cache_disks=(small,))))
+    assert rec.feasible and rec.request.download.size_bytes == 20 * 10**9 + 700
+    (warning,) = [f for f in rec.best.warnings if f.key == "plan.warn.download_disk"]
+    text = warning.text()
+    assert f"{DOWNLOAD_MODEL}'s download (" in text and "ModelScope cache's disk: 5.0 GB free at /mnt/ms" in text
+    assert "set MODELSCOPE_CACHE to a folder on a disk with room" in text
+    assert not any(f.key.startswith("plan.rule.disk") for f in rec.best.warnings)  # the data root has room
+    reason = dict(rec.reasons)["download"].text()
+    assert reason.startswith(f"{DOWNLOAD_MODEL}'s download (") and "ModelScope cache at /mnt/ms, another disk" in reason
+    assert rec.to_json()["hardware"]["cache_disks"] == [{"hubs": ["modelscope"], "path": "/mnt/ms", "free_gib": 4.7}]
+
+    roomy = replace(small, free_bytes=500 * 10**9)  # fits there: nothing to warn, the reason still says where
+    rec = recommend(replace(req, hardware=replace(req.hardware, cache_disks=(roomy,))))
+    assert not any(f.key == "plan.warn.download_disk" for f in rec.best.warnings)
+    assert "another disk than the data root's" in dict(rec.reasons)["download"].text()
+
+
+def test_a_download_on_the_data_root_disk_counts_with_the_checkpoints(monkeypatch, tmp_path):
+    """No cache on another disk: the download and the checkpoints fill the same one. 25 GiB free held LoRA's
+    checkpoints (well under a GiB) and so read as enough, though the 20 GB download fills it first; both now count,
+    and the plan says so with the variable that moves the download. Hardware: a typed 1xH200 with 25 GiB free."""
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms"))
+    keep_hub_config(30 * 2**30)
+    rec = recommend(request(DOWNLOAD_MODEL, "1xH200", disk_free_gib=25.0, overrides={"method": "lora"}))
+    (short,) = [f for f in rec.best.warnings if f.key == "plan.rule.disk_download"]
+    text = short.text()
+    assert "and acme/Unknown-7B's download 30.0 GiB, both on the data root's disk" in text
+    assert f"ModelScope cache at {tmp_path / 'ms'}" in text and "set MODELSCOPE_CACHE to a folder on another disk" in text
+    assert "on the data root's disk with the checkpoints" in dict(rec.reasons)["download"].text()
+    rec = recommend(request(DOWNLOAD_MODEL, "1xH200", disk_free_gib=1000.0, overrides={"method": "lora"}))
+    assert not any(f.key.startswith("plan.rule.disk") for f in rec.best.warnings)

@@ -122,6 +122,36 @@ def test_the_hardware_step_gives_the_free_disk_in_the_units_the_gpu_screen_uses(
     run(scenario())
 
 
+def test_the_hardware_step_names_a_hub_cache_on_another_disk(private_home, tmp_path):
+    """The step gave the data root's free disk alone ("137.2 GB free disk"), while model downloads fill the
+    ModelScope cache, here on another disk with 5.0 GB free: it now names that disk too (the two-H200 recording,
+    given a cache disk as the live sampler reads one)."""
+    import json
+
+    from tests.tui.conftest import GPU_FIXTURES
+
+    recording = json.loads((GPU_FIXTURES / "h200x2.json").read_text())
+    recording["host"]["cache_disks"] = [{"hubs": ["modelscope"], "path": "/mnt/ms", "total_bytes": 10**12,
+                                         "free_bytes": 5 * 10**9}]
+    fake = tmp_path / "box.json"
+    fake.write_text(json.dumps(recording))
+
+    async def scenario():
+        from core.hardware.fake_nvml import fake_monitor_from_recording
+        from tests.tui.conftest import StepClock
+
+        monitor = fake_monitor_from_recording(fake, clock=StepClock())
+        app = make_app(quiet_settings(), monitor=monitor, persist_settings=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            w = await to_hardware_step(pilot, app)
+            await wait_for(pilot, lambda: "This box" in str(w.query_one("#hardware-detected").render()))
+            shown = " ".join(str(w.query_one("#hardware-detected").render()).split())
+            assert "137.2 GB free disk. Model downloads go to another disk: ModelScope cache 5.0 GB free at " \
+                   "/mnt/ms." in shown, shown
+
+    run(scenario())
+
+
 def test_the_hardware_step_says_what_other_processes_hold_on_the_gpus(private_home):
     """The h200x2 recording replayed with its memory moving (``animate``, at a fixed clock: GPU 0 holds 80.2 GiB,
     GPU 1 94.6 for other processes) read "This box: 2 × H200 (140 GiB each …)" alone, and the plan then took GPU 0

@@ -737,6 +737,9 @@ class WizardScreen(Screen[None]):
                 in_use = in_use_words(detected)
                 if in_use:  # what the plan must fit beside (core.plan.rules.warn_busy_gpus)
                     text += " " + in_use
+            caches = cache_disk_words(detected)
+            if caches:  # the disk free above is the data root's (checkpoints); downloads fill these
+                text += " " + caches
             note = replay_note(self.app.monitor, self.snapshot)  # type: ignore[attr-defined]
             # fake GPUs are no plan for this box: say so first, in the warning colour, as the GPU screen does
             self.query_one("#hardware-detected", Static).update(
@@ -1258,6 +1261,19 @@ def memory_bar(best: Any, width: int = BAR_WIDTH, note: str = "") -> list[str]:
     if note:
         head += f" [$foreground-muted]{_escape(note)}[/]"
     return [head, "  ".join(legend)]
+
+
+def cache_disk_words(detected: Any) -> str:
+    """``Downloads go to another disk: ModelScope cache 1.2 TB free at /mnt/ms.``: the hub caches on other disks
+    than the data root's (whose free disk the hardware line gives: the checkpoints'); empty where there are none."""
+    from core.hub.problems import HUB_NAMES
+    from core.i18n import join_words
+
+    if not detected.cache_disks:
+        return ""
+    return t("wizard.hardware.cache_disks", disks=t("wizard.hardware.in_use_sep").join(
+        t("wizard.hardware.cache_disk", hubs=join_words(HUB_NAMES.get(hub, hub) for hub in disk.hubs),
+          free=format_disk(disk.free_bytes), path=disk.path or "?") for disk in detected.cache_disks))
 
 
 def in_use_words(detected: Any) -> str:
