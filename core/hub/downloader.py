@@ -29,6 +29,9 @@ from core.hub.http import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, auth_headers_for, s
 from core.i18n import t
 
 FATAL_STATUSES = (401, 403, 404, 410)
+# Of those, the ones whose HTML page is no hub's answer (``_refuse_status``): a website's Not Found, a proxy's or a
+# captive portal's login page.
+WEB_PAGE_STATUSES = (401, 403, 404)
 # A reason kept in state.json and events.jsonl is bounded: a requests error runs to about 300 characters, its
 # cause (Connection refused, Name or service not known) at the end; one much longer is cut at a word.
 REASON_MAX_CHARS = 600
@@ -247,19 +250,20 @@ class Downloader:
 
     def _refuse_status(self, response: Any, part: Path) -> None:
         """Fail on a status that asking again will not change (FATAL_STATUSES). A 404 that is an HTML page
-        (a proxy's or a website's "Not Found" at the endpoint) is no hub's word that the file is missing: said
-        as a web page, with its URL, as the listing says it (``status_problem``'s ``web_page``)."""
+        (a proxy's or a website's "Not Found" at the endpoint) is no hub's word that the file is missing, nor a
+        401 or 403 page (a proxy's or a captive portal's login page) its word on the token: said as a web page,
+        with its URL, as the listing says it (``status_problem``'s ``web_page``)."""
         from core.hub.problems import looks_like_web_page
 
         name = part.name[:-len(PART_SUFFIX)]
         status = response.status_code
         content_type = response.headers.get("Content-Type", "")
-        page = status == 404 and looks_like_web_page(next(response.iter_content(1024), b""))
+        page = status in WEB_PAGE_STATUSES and looks_like_web_page(next(response.iter_content(1024), b""))
         error = status_error(self.job["hub"], status, f"{self.job['model_id']}/{name}", self.job["endpoint"],
                              f"HTTP {status} {content_type} <- {response.url}", web_page=page)
         if page:
-            raise FatalDownloadError(t("hub.download.web_page_404", file=name, url=str(response.url),
-                                       problem=str(error)))
+            raise FatalDownloadError(t("hub.download.web_page_status", file=name, url=str(response.url),
+                                       status=status, problem=str(error)))
         raise FatalDownloadError(str(error))
 
     def _refuse_web_page(self, response: Any, part: Path, first_chunk: bytes) -> None:

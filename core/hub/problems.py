@@ -164,11 +164,18 @@ def status_problem(hub: str, endpoint: str, status: int, what: str, detail: str 
     """The hub answered HTTP ``status`` about ``what`` (a model id or a file; ``operation`` "search" for
     a search, where a 404 means the endpoint is not a hub rather than a missing model). ``web_page``: the
     answer was an HTML page; a 404 page is a website's "Not Found" at the endpoint, no hub's answer about a
-    model (the hubs answer a missing model in JSON): not a hub, for ``models info`` as for a search."""
+    model (the hubs answer a missing model in JSON): not a hub, for ``models info`` as for a search; a 401 or 403
+    page is a proxy's or a captive portal's login page, no hub's word on the token."""
     name, env, token_env = HUB_NAMES[hub], ENDPOINT_ENV[hub], TOKEN_ENV[hub]
     if status == 404 and web_page:
         return HubProblem("status", hub, endpoint, t("hub.problem.web_404", hub=name, endpoint=endpoint),
                           _web_page_advice(hub, endpoint), detail, status=status)
+    if status in (401, 403) and web_page:
+        # the hubs refuse a token or a gated model in JSON or plain text, never an HTML page: a page is a proxy's
+        # or a captive portal's login page (or a website's), and no token would get past it
+        return HubProblem("status", hub, endpoint, t("hub.problem.web_login", hub=name, endpoint=endpoint,
+                                                     status=status), _web_page_advice(hub, endpoint), detail,
+                          status=status)
     if status == 401 and operation != "search":
         from core.hub.tokens import token_source
 

@@ -262,6 +262,25 @@ def test_a_404_web_page_in_place_of_a_file_is_said_to_be_a_web_page_not_a_missin
     assert env in status.error, status.error
 
 
+@pytest.mark.parametrize("status", [401, 403])
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_a_login_web_page_in_place_of_a_file_is_said_to_be_a_web_page_not_a_token_problem(hub_server, hub, status):
+    """A proxy's or a captive portal's login page answered the file's URL with HTTP 401 or 403: the download
+    failed saying the model "needs a login (401): it is private or gated. Set MODELSCOPE_API_TOKEN …" (or access
+    "denied (403)"), though no hub said so and no token gets past a portal. It now says the address answered with
+    a web page (a login page), names the URL and gives the web page's advice, as the 404 page has it."""
+    plan = _plan(hub)
+    hub_server.hub.web_page, hub_server.hub.web_page_status = True, status
+    state = wait_for_download(start_download(plan), 30)
+    assert state.status == "failed", state
+    assert state.error.startswith(f"README.md came as a web page (HTTP {status}) from " + hub_server.url), state.error
+    assert f"answered HTTP {status} with a web page, not its API: a proxy's or a captive portal's login page" \
+        in state.error, state.error
+    assert "needs a login" not in state.error and "access to" not in state.error and "TOKEN" not in state.error
+    env = {"modelscope": "MODELSCOPE_ENDPOINT", "hf": "HF_ENDPOINT"}[hub]
+    assert env in state.error, state.error
+
+
 @pytest.mark.parametrize("hub", ["modelscope", "hf"])
 def test_files_a_mirror_labels_text_html_are_downloaded(hub_server, hub):
     """A mirror that labels every file text/html had each refused as a captive portal's page. The first

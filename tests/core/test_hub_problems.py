@@ -153,6 +153,24 @@ def test_a_website_answering_404_pages_is_no_hub_for_info_as_for_a_search(hub, m
         assert "does not exist (404)" in str(missing.value)
 
 
+@pytest.mark.parametrize("status", [401, 403])
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_a_login_page_answering_401_or_403_is_no_token_problem_for_info(hub, status, monkeypatch):
+    """A proxy's or a captive portal's HTML login page (HTTP 401/403 on every path) read as the hub's word on the
+    token ("needs a login (401) … set MODELSCOPE_API_TOKEN"): it is now said as a web page where the API belongs."""
+    with FakeHubServer(standard_hub()) as server:
+        server.hub.web_page, server.hub.web_page_status = True, status
+        monkeypatch.setenv(ENV[hub], server.url)
+        with pytest.raises(HubUnavailableError) as error:
+            open_hub(hub, timeout_s=120.0).details("Qwen/Qwen2.5-Tiny-Instruct")
+    problem = error.value.problem
+    name = "ModelScope" if hub == "modelscope" else "Hugging Face"
+    assert (problem.kind, problem.status) == ("status", status)
+    assert problem.summary.startswith(f"{name} at {server.url} answered HTTP {status} with a web page, not its API: "
+                                      "a proxy's or a captive portal's login page"), problem.summary
+    assert problem.advice[0].startswith(f"{ENV[hub]} may not point at a {name} server")
+
+
 def _no_hf_calls_left() -> None:
     """Wait until no HF call thread is alive (abandoned ones end at their next request: the SDK's
     back-off is at most 8 s), so that none closes the SDK's shared client under this test's call."""
