@@ -274,9 +274,13 @@ def _batch_changed(run: RunDirectory, cfg: dict[str, Any], step: int, path: Any)
 
 
 # The keys that decide a run's step total (with the data): a change to one makes the last attempt's total
-# untrue until the resumed trainer has counted the data again.
+# untrue until the resumed trainer has counted the data again. Besides the batch and the data itself, what
+# tokenises the samples: the chat template's ``thinking``, the ``model`` (its tokenizer and template), ``loss_on``
+# (a sample left with no target is skipped) and the records' selection (``split``, ``dataset_info``, ``dataset_dir``):
+# each moves samples past ``max_seq_len`` (cut to no answer, or dropped) and so the samples an epoch has.
 TOTAL_KEYS = frozenset({"max_steps", "epochs", "micro_batch_size", "gradient_accumulation", "dataset",
-                        "max_samples", "packing", "max_seq_len", "overlong", "eval_split"})
+                        "max_samples", "packing", "max_seq_len", "overlong", "eval_split", "thinking", "model",
+                        "loss_on", "split", "dataset_info", "dataset_dir"})
 
 
 def _total_after(cfg: dict[str, Any], report: Any) -> dict[str, Any]:

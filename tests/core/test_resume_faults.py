@@ -587,6 +587,29 @@ def test_a_resume_that_changes_what_decides_the_total_shows_it_unknown_until_the
     assert cli.status(run_id)["total_steps"] == 15
 
 
+def test_a_resume_that_changes_the_chat_template_shows_the_total_unknown_until_the_trainer_counts_it(copy):
+    """The run as if started with epochs (no max_steps), resumed with thinking changed: the chat template renders
+    every sample again (longer or shorter: more or fewer past max_seq_len, cut or dropped), so the samples of an
+    epoch and the step total may change, yet `status` kept "9/12", the given-up attempt's total, as for no
+    change at all. Now "9/?" until the trainer has counted, as for the other keys that decide the total. CPU."""
+    cli, run_id, run_dir, _data = copy
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    del cfg["max_steps"]
+    cfg["epochs"] = 100
+    fingerprint = json.loads((run_dir / "fingerprint.json").read_text())
+    keys = fingerprint["config"]["keys"]
+    keys.pop("max_steps", None)
+    keys["epochs"] = 100  # the run was started so: only thinking differs from what it trained with
+    (run_dir / "fingerprint.json").write_text(json.dumps(fingerprint))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**cfg, "thinking": not keys.get("thinking")}))
+    plan = prepare_resume(RunDirectory(run_dir))
+    assert plan.step == 9
+    assert [n.params["key"] for n in plan.notices if n.key == "resume.config_changed"] == ["thinking"], plan.notices
+    status = cli.status(run_id)
+    assert (status["step"], status["total_steps"]) == (9, None), status
+    assert "9/?" in cli("status", run_id).stdout
+
+
 def test_a_new_save_and_logging_interval_on_resume_is_the_one_the_trainer_keeps(copy):
     """`resume RUN save_steps=2 logging_steps=2` was written to config.yaml, but the trainer took the
     intervals back from the checkpoint's trainer_state.json (save_steps 3, logging_steps 1): checkpoints
