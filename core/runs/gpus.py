@@ -36,8 +36,11 @@ VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 
 def lost_gpus(nvml: Any = None, visible: str | None = "ours") -> list[int]:
     """The GPUs NVML calls lost (GPU_IS_LOST: fallen off the bus, Xid 79), as a run's ``gpus`` count them:
-    indices within ``CUDA_VISIBLE_DEVICES`` (an entry by UUID matches where NVML still knows the lost GPU's
-    UUID; ``visible``: that variable, "ours" for this process's). ``visible_gpu_count`` counts them (they keep
+    indices within ``CUDA_VISIBLE_DEVICES`` (``visible``: that variable, "ours" for this process's). An entry by
+    UUID matches where NVML still knows the lost GPU's UUID; a GPU lost before NVML read its UUID (or its PCI
+    bus id: nothing of it is read) cannot be matched so, and a ``GPU-…`` / ``MIG-…`` entry that names none of
+    the GPUs NVML reaches counts as lost while such a GPU is: it names no GPU a trainer could use here, and
+    the one that went is the GPU it named (the run trained on it). ``visible_gpu_count`` counts them (they keep
     their index); a run must not be given one: its trainer would hang or fail with a CUDA error far from the
     cause. [] where NVML cannot say."""
     from core.hardware.nvml_backend import read_gpu_identities
@@ -54,7 +57,14 @@ def lost_gpus(nvml: Any = None, visible: str | None = "ours") -> list[int]:
     if visible is None:
         return sorted(lost)
     by_uuid = uuid_indices(found.gpus)
-    return [i for i, entry in enumerate(entries) if nvml_index(entry, by_uuid) in lost]
+    unread = any(g.lost and not g.uuid for g in found.gpus)  # lost before its UUID was read
+    return [i for i, entry in enumerate(entries)
+            if nvml_index(entry, by_uuid) in lost or (unread and _names_no_gpu(entry, by_uuid))]
+
+
+def _names_no_gpu(entry: str, by_uuid: Mapping[str, int]) -> bool:
+    """A ``GPU-…`` / ``MIG-…`` entry of ``CUDA_VISIBLE_DEVICES`` that no UUID NVML read is, nor starts with."""
+    return not entry.isdigit() and not any(uuid.startswith(entry) for uuid in by_uuid)
 
 
 def physical_gpus(gpus: Sequence[int], visible: str | None) -> list[str]:

@@ -551,3 +551,44 @@ def test_a_lost_gpu_is_left_out_of_all_or_a_count_and_refused_when_named(home, t
     assert not started and stopped.status().status == STOPPED
     assert main(["resume", stopped.id, "gpus=[1]"]) == 0
     assert started == [[1]]
+
+
+def test_a_gpu_lost_before_its_uuid_was_read_is_found_for_a_run_that_named_it_by_uuid(home, monkeypatch, capsys):
+    """A run launched under CUDA_VISIBLE_DEVICES=GPU-<uuid> (its GPUs recorded by UUID), then the GPU fell off the
+    bus: NVML answers GPU_IS_LOST before its UUID is read, so the UUID matched no GPU and `resume` sent the trainer
+    back onto it (it hangs, or fails in CUDA far from the cause). A UUID entry that names none of the GPUs NVML
+    reaches, while a GPU lost before its UUID was read is there, counts as that lost GPU: the resume is refused
+    with the way out, and a count under the same variable leaves it out. A UUID of a GPU that works is unaffected.
+    Box: the two H200s of tests/fixtures/gpus/h200x2.json through the fake NVML (``FakeNvml.lost``)."""
+    from core.cli import main
+    from core.hardware.fake_nvml import fake_nvml_from_recording
+    from core.hardware.snapshot import load_snapshot
+    from core.runs import lifecycle
+    from core.runs.gpus import lost_gpus
+    from core.runs.run_dir import STOPPED
+
+    recording = Path(__file__).parents[1] / "fixtures" / "gpus" / "h200x2.json"
+    first, second = (g.uuid for g in load_snapshot(recording).gpus)
+    nvml = fake_nvml_from_recording(recording, compute_capability=(9, 0))
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", second)
+    stopped = _stopped_with_checkpoint([0], gpus=1)  # GPU 1, named by its UUID
+    assert stopped.record()["env"]["CUDA_VISIBLE_DEVICES"] == second
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    nvml.lost.add(1)  # it falls off the bus: NVML never reads its UUID
+    assert lost_gpus(visible=second) == [0]
+    assert lost_gpus(visible=f"{first},{second}") == [1]
+    assert lost_gpus(visible=first) == []  # the GPU that works, by its UUID
+    assert lost_gpus(visible="1") == [0] and lost_gpus(visible="0") == []
+
+    started: list[list[int]] = []
+    monkeypatch.setattr(lifecycle, "_start", lambda run, resume_from=None: started.append(run.record()["gpus"]))
+    assert main(["resume", stopped.id]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"run {stopped.id} trained on GPU {second}: GPU {second} is lost" in err, err
+    assert f"tunedeck resume {stopped.id} gpus=" in err
+    assert not started and stopped.status().status == STOPPED
+
+    nvml.lost.clear()  # none lost: a UUID no GPU here has is not taken for one
+    assert lost_gpus(visible="GPU-00000000-0000-0000-0000-000000000000") == []
+
