@@ -347,15 +347,18 @@ def _read_sources(sources: list[DatasetSource], hub: str, max_issues: int, seed:
                             if seed is not None and source.sample is not None else found)
 
 
-def read_local_data(datasets: str | list[str], max_issues: int = DEFAULT_MAX_ISSUES, seed: int | None = None
-                    ) -> tuple[LoadedDataset, list[str]]:
+def read_local_data(datasets: str | list[str], max_issues: int = DEFAULT_MAX_ISSUES, seed: int | None = None,
+                    *, dataset_info: str | None = None, dataset_dir: str | None = None,
+                    base_dir: str | Path | None = None) -> tuple[LoadedDataset, list[str]]:
     """What a run's ``dataset`` value holds on this machine, resolved as ``train`` resolves it (a file, a
     folder of data files, a comma list, ``~``, a ``dataset_info.json`` name next to the current directory),
     merged into one ``LoadedDataset`` (its format: the sources' one, or ``mixed``); and the entries whose
     rows are on a hub, not read (that needs the network). ``seed``: ``#N`` entries sampled as the run
     samples them; None: every row read (what the sources hold, for a check). Raises ``DataError`` listing
-    every entry that names nothing or cannot be read at all."""
-    sources, issues = resolve_sources_and_issues(datasets, dataset_info=None, base_dir=Path.cwd())
+    every entry that names nothing or cannot be read at all. ``dataset_info``, ``dataset_dir``: a run file's keys,
+    where its names are looked up; ``base_dir``: the folder a relative entry is found in (the current one)."""
+    sources, issues = resolve_sources_and_issues(datasets, dataset_info=dataset_info, dataset_dir=dataset_dir,
+                                                 base_dir=Path.cwd() if base_dir is None else base_dir)
     merged = LoadedDataset(source=", ".join(dataset_entries(datasets)), format=None)
     on_hub = [source.spec for source in sources if is_hub_source(source)]
     formats: list[str | None] = []

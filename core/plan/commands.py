@@ -18,14 +18,17 @@ def register(subparsers: Any) -> None:
     from core.plan.request import GOALS, read_epochs
 
     p = subparsers.add_parser("plan", help=t("plan.help"), description=t("plan.help"))
-    p.add_argument("--model", required=True, help=t("plan.help.model"))
+    p.add_argument("--config", default=None, metavar="RUN.yaml", help=t("plan.help.config"))
+    p.add_argument("--model", default=None, help=t("plan.help.model"))
     p.add_argument("--dataset", default=None, help=t("plan.help.dataset"))
     where = p.add_mutually_exclusive_group()
     where.add_argument("--gpus", type=_non_empty, default=None, help=t("plan.help.gpus"))
     where.add_argument("--hardware", type=_non_empty, default=None, help=t("plan.help.hardware"))
     p.add_argument("--goal", choices=GOALS, default="fastest", help=t("plan.help.goal"))
-    p.add_argument("--epochs", type=read_epochs, default=3.0, help=t("plan.help.epochs"))
-    p.add_argument("--effective-batch", type=cli_number(int, minimum=1), default=16, help=t("plan.help.effective_batch"))
+    # None: the --config file's, else 3 epochs and an effective batch of 16
+    p.add_argument("--epochs", type=read_epochs, default=None, help=t("plan.help.epochs"))
+    p.add_argument("--effective-batch", type=cli_number(int, minimum=1), default=None,
+                   help=t("plan.help.effective_batch"))
     p.add_argument("--price-per-gpu-hour", type=read_price, default=None, help=t("plan.help.price"))
     p.add_argument("--host-ram-gib", type=cli_number(float, above=0), default=None, help=t("plan.help.host_ram"))
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=t("plan.help.set"))
@@ -57,16 +60,37 @@ def detect_target(gpus: str | None, price: float | None) -> Any:
 
 
 def build_request(args: argparse.Namespace) -> Any:
-    """The PlanRequest the options describe (reads the dataset; raises CliError with what to fix)."""
+    """The PlanRequest the options describe (reads the dataset; raises CliError with what to fix). With
+    ``--config`` the file's model, data, epochs, effective batch and pinned keys, the options' on top."""
     from dataclasses import replace
 
     from core.data import DataError
     from core.errors import CliError
     from core.plan import PlanRequest, parse_target, summarise_dataset
     from core.plan.overrides import parse_overrides, request_fields
+    from core.plan.request import DEFAULT_EFFECTIVE_BATCH
 
+    plan_config = getattr(args, "plan_config", None)
     # An OverrideError or a HardwareError: exit 2 with its message (core.cli).
-    overrides = parse_overrides(args.set)
+    if plan_config is not None:
+        from core.plan.from_config import merged_overrides
+
+        overrides = merged_overrides(plan_config, args.set)
+    else:
+        overrides = parse_overrides(args.set)
+    model, dataset = args.model, args.dataset
+    dataset_keys: dict[str, Any] = {}
+    epochs, effective_batch = args.epochs, args.effective_batch
+    if plan_config is not None:
+        model = model or plan_config.values["model"]
+        if dataset is None:
+            value = plan_config.values.get("dataset")
+            dataset = ",".join(value) if isinstance(value, list) else value
+            dataset_keys = {key: plan_config.values.get(key) for key in ("dataset_info", "dataset_dir")}
+        epochs = epochs if epochs is not None else plan_config.epochs
+        effective_batch = effective_batch if effective_batch is not None else plan_config.effective_batch
+    epochs = 3.0 if epochs is None else epochs
+    effective_batch = DEFAULT_EFFECTIVE_BATCH if effective_batch is None else effective_batch
     if args.hardware:
         target = parse_target(args.hardware, args.price_per_gpu_hour, args.host_ram_gib)
         if target.cpu_only:  # ``cpu`` is this box's CPU: sized against its RAM, not an assumed 16 GiB
@@ -78,25 +102,25 @@ def build_request(args: argparse.Namespace) -> Any:
         if args.host_ram_gib is not None:
             target = replace(target, host_ram_gib=args.host_ram_gib)
     summary = None
-    if args.dataset:
+    if dataset:
         try:
-            summary = summarise_dataset(args.dataset, args.model, overrides.get("thinking"))
+            summary = summarise_dataset(dataset, model, overrides.get("thinking"), **dataset_keys)
         except DataError as exc:  # its own words, which name the entry ("x.jsonl: file not found; …")
             raise CliError(exc.brief(), 2) from None
         except OSError as exc:
-            raise CliError(t("plan.error.dataset", path=args.dataset, problem=str(exc)), 2) from exc
+            raise CliError(t("plan.error.dataset", path=dataset, problem=str(exc)), 2) from exc
         if not summary.measured:  # hub data is not downloaded to plan: planned without its statistics
             print(t("plan.dataset_on_hub", entries=", ".join(summary.on_hub)), file=sys.stderr)
     if summary is not None and summary.measured:
-        refused = summary.nothing_to_plan(args.dataset)
+        refused = summary.nothing_to_plan(dataset)
         if refused is not None:  # nothing to plan for: as `data check` says it
             raise CliError(refused, 2)
         if summary.issues:  # planned on the rows that load; the others are said, as `data check` does
-            print(t("plan.dataset_problems", path=args.dataset, count=summary.issues, records=summary.records,
+            print(t("plan.dataset_problems", path=dataset, count=summary.issues, records=summary.records,
                     problems=summary.listed_problems()), file=sys.stderr)
     return PlanRequest(
-        model=args.model, hardware=target, goal=args.goal, epochs=args.epochs,
-        effective_batch=max(1, args.effective_batch), dataset=args.dataset, **request_fields(overrides),
+        model=model, hardware=target, goal=args.goal, epochs=epochs,
+        effective_batch=max(1, effective_batch), dataset=dataset, **request_fields(overrides),
     ).with_dataset(summary), summary
 
 
@@ -107,13 +131,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from core.plan import equivalent_command, recommend, save_run_config
     from core.plan.planner import base_plan
 
-    if args.save and not args.dataset:  # a run config without data is no run: said before any planning
+    args.plan_config = None
+    if args.config:  # read first: its errors (file, line, key) before anything is planned
+        from core.plan.from_config import load_plan_config
+
+        args.plan_config = load_plan_config(args.config)
+    elif not args.model:
+        raise CliError(t("plan.error.need_model"), 2)
+    if args.save and not args.dataset and not (args.plan_config and args.plan_config.values.get("dataset")):  # a run config without data is no run: said before any planning
         raise CliError(t("plan.error.save_needs_dataset"), 2)
     if args.save and Path(args.save).is_dir():  # before the planning, and not even --force replaces a folder
         raise CliError(t("plan.error.save_folder", path=args.save.rstrip("/") or args.save), 2)
     if args.save and Path(args.save).exists() and not args.force:  # before the planning: said at once
         raise CliError(t("plan.error.save_exists", path=args.save), 2)
     request, summary = build_request(args)
+    if args.plan_config is not None:
+        _say_pins(args.plan_config, request, args.set)
     measured = None
     if request.hardware.detected:  # what earlier probes on this box measured
         from core.plan.probe import cached_measurements
@@ -124,7 +157,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     saved = None
     if args.save and rec.best is not None and rec.feasible:
         try:
-            saved = save_run_config(rec.best, request, args.save, overwrite=args.force)
+            if args.plan_config is not None:
+                from core.plan.from_config import replanned_values, save_replanned
+                from core.plan.run_config import run_config_values
+
+                values = replanned_values(args.plan_config, run_config_values(rec.best, request), args.model,
+                                          args.dataset)
+                saved = save_replanned(args.plan_config, values, args.save, request.hardware.describe(),
+                                       overwrite=args.force)
+            else:
+                saved = save_run_config(rec.best, request, args.save, overwrite=args.force)
         except ConfigError as exc:
             # its problems, not ConfigError's own heading after this one's ("…not a valid run config: The run
             # configuration has a problem:")
@@ -136,6 +178,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         data = rec.to_json()
         data["dataset_summary"] = summary.to_json() if summary else None
         data["saved"] = None if saved is None else str(saved)
+        if args.plan_config is not None:
+            data["config"] = _config_json(args.plan_config, request, args.set)
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
         from core.plan.view import format_recommendation
@@ -144,3 +188,49 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if saved is not None:
             print(t("plan.saved", path=str(saved), command=equivalent_command(saved)), file=sys.stderr)
     return 0 if rec.feasible else 3
+
+
+def _say_pins(plan_config: Any, request: Any, cli_items: list[str]) -> None:
+    """On stderr: the file read (a peer's: the keys that need the user), what it pins and where, and what is
+    planned again for this box."""
+    from core.config.importers import NEEDS_YOU
+    from core.plan.from_config import PLANNED_KEYS
+
+    if plan_config.imported is not None:
+        counts = plan_config.imported.counts()
+        print(t("plan.config_imported", path=plan_config.path, peer=plan_config.imported.peer_name,
+                taken=counts["taken"], dropped=counts["dropped"], needs=counts[NEEDS_YOU]), file=sys.stderr)
+        for line in plan_config.imported.mapping:
+            if line.verdict == NEEDS_YOU:
+                print(f"  {line.text()}", file=sys.stderr)
+    pinned = [f"{key}={_shown(value)} ({where})" for key, value, where in _file_pins(plan_config, request, cli_items)]
+    planned = [f"{key}={_shown(plan_config.values[key])}" for key in PLANNED_KEYS if key in plan_config.given]
+    print(t("plan.config_pins", path=plan_config.path, pinned="; ".join(pinned) or t("plan.config_nothing"),
+            planned=", ".join(planned) or t("plan.config_nothing"), batch=request.effective_batch,
+            epochs=f"{request.epochs:g}"), file=sys.stderr)
+
+
+def _file_pins(plan_config: Any, request: Any, cli_items: list[str]) -> list[tuple[str, Any, str]]:
+    """(run key, value, where) of each pin of the file the plan keeps: not one ``--set`` replaced or freed."""
+    from core.plan.overrides import FIELD_OF_CONFIG_KEY
+
+    cli_names = {item.partition("=")[0].strip().replace("-", "_").replace(".", "_") for item in cli_items}
+    cli_names = {FIELD_OF_CONFIG_KEY.get(name, name) for name in cli_names}
+    return [(key, value, where) for name, (value, key, where) in plan_config.pins.items()
+            if name not in cli_names and (name != "lora_rank" or "lora_rank" in request.overrides)]
+
+
+def _shown(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _config_json(plan_config: Any, request: Any, cli_items: list[str]) -> dict[str, Any]:
+    """``plan --config --json``'s ``config``: the file, what of it is kept (and from where) and planned again."""
+    from core.plan.from_config import PLANNED_KEYS
+
+    return {"path": plan_config.path,
+            "peer": plan_config.imported.peer if plan_config.imported is not None else None,
+            "pinned": {key: {"value": value, "from": where}
+                       for key, value, where in _file_pins(plan_config, request, cli_items)},
+            "planned_again": [key for key in PLANNED_KEYS if key in plan_config.given],
+            "effective_batch": request.effective_batch, "epochs": request.epochs}

@@ -181,17 +181,20 @@ class DatasetSummary:
                 "histogram": [{"low": lo, "high": hi, "count": c} for lo, hi, c in self.histogram()]}
 
 
-def summarise_dataset(path: str | Path, model: str | None = None, thinking: bool | None = None) -> DatasetSummary:
+def summarise_dataset(path: str | Path, model: str | None = None, thinking: bool | None = None, *,
+                      dataset_info: str | None = None, dataset_dir: str | None = None) -> DatasetSummary:
     """Read the run's ``dataset`` value ``path`` as ``train`` reads it (a file, a folder, a comma list, ``~``,
     ``#N`` sampled with the run's default seed) and measure its samples; tokens are exact when ``model`` is
     a local folder with a tokenizer, else approximate; ``thinking``: the run key, the chat template's
     enable_thinking the samples are rendered with (a Qwen3 template's empty think block before each answer with
     false), as the run renders them. A value naming hub data is not read (no statistics:
-    ``on_hub``). Raises ``DataError`` when an entry names nothing or cannot be read at all."""
+    ``on_hub``). ``dataset_info``, ``dataset_dir``: the run file's keys its names are looked up with (``plan
+    --config``). Raises ``DataError`` when an entry names nothing or cannot be read at all."""
     from core.config.schema import default_for
     from core.data.loading import read_local_data
 
-    loaded, on_hub = read_local_data(str(path), seed=int(default_for("seed")))
+    loaded, on_hub = read_local_data(str(path), seed=int(default_for("seed")), dataset_info=dataset_info,
+                                     dataset_dir=dataset_dir)
     if on_hub:
         return DatasetSummary(str(path), None, 0, 0, on_hub=tuple(on_hub), thinking=thinking)
     records = loaded.records

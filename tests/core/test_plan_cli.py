@@ -543,3 +543,106 @@ def test_thinking_false_counts_the_empty_think_block_of_every_answer_and_is_save
     assert yaml.safe_load(saved.read_text())["thinking"] is False
     bad = tunedeck(tmp_path, *args, "--set", "thinking=maybe")
     assert bad.returncode == 2 and "thinking=maybe" in bad.stderr, bad.stderr
+
+
+LF_YAML = """\
+### model
+model_name_or_path: tiny
+trust_remote_code: true
+
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_rank: 4
+lora_target: all
+
+### dataset
+dataset: skills
+dataset_dir: data
+template: qwen
+cutoff_len: 256
+
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 2.0e-3
+num_train_epochs: 2.0
+bf16: true
+"""
+
+
+def _llamafactory_folder(tmp_path):
+    """A LLaMA-Factory YAML with its data folder (a dataset_info.json naming the sample), as its examples lay them."""
+    folder = tmp_path / "lf"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "skills.jsonl").write_text(SAMPLE.read_text())
+    (folder / "data" / "dataset_info.json").write_text(json.dumps({"skills": {
+        "file_name": "skills.jsonl", "formatting": "sharegpt", "columns": {"messages": "messages"},
+        "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}}))
+    (folder / "lf_sft.yaml").write_text(LF_YAML)
+    return folder
+
+
+def test_config_replans_a_llamafactory_yaml_for_this_box_keeping_its_choices(tmp_path):
+    """``plan --config`` did not exist: an imported LLaMA-Factory file could not be planned again for the box at hand
+    keeping what it trains. Now its method, rank and cutoff_len are pinned (said with the file's lines), its data is
+    found through its dataset_dir, its effective batch (1 x 8) and epochs are kept, the batch shape and precision are
+    planned for the hardware, --set wins (overlong=drop here), and --save writes the file's keys with the plan's: a
+    run file `train --check` takes. Hardware: a planned 1xA100-80GB (nothing detected)."""
+    folder = _llamafactory_folder(tmp_path)
+    out = tmp_path / "replanned.yaml"
+    proc = tunedeck(tmp_path, "--config", str(folder / "lf_sft.yaml"), "--hardware", "cpu",
+                    "--set", "overlong=drop", "--save", str(out), "--json", fake_gpus="none")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    plan = data["recommendation"]["plan"]
+    assert plan["method"] == "lora" and plan["lora_rank"] == 4 and plan["seq_len"] == 256
+    assert data["overlong"] == "drop" and data["epochs"] == 2.0
+    assert data["dataset_summary"]["records"] > 0  # the dataset_info name was read through dataset_dir
+    assert plan["micro_batch_size"] * plan["grad_accum_steps"] == 8
+    source = str(folder / "lf_sft.yaml")
+    assert data["config"]["pinned"] == {"method": {"value": "lora", "from": f"{source}:8"},
+                                        "lora_rank": {"value": 4, "from": f"{source}:9"},
+                                        "max_seq_len": {"value": 256, "from": f"{source}:16"}}
+    assert data["config"]["planned_again"] == ["precision", "micro_batch_size", "gradient_accumulation"]
+    assert f"kept method=lora ({source}:8); lora_rank=4 ({source}:9); max_seq_len=256 ({source}:16)" in proc.stderr
+    saved = yaml.safe_load(out.read_text())
+    assert saved["lora_rank"] == 4 and saved["lora_alpha"] == 8 and saved["max_seq_len"] == 256
+    assert saved["overlong"] == "drop" and saved["learning_rate"] == 2e-3 and saved["epochs"] == 2.0
+    assert saved["micro_batch_size"] == plan["micro_batch_size"] and saved["precision"] == "fp32"
+    assert saved["dataset"] == "skills" and saved["dataset_dir"] == str(folder / "data")
+    env = {**os.environ, "TUNEDECK_HOME": str(tmp_path / "home"),
+           "TUNEDECK_FAKE_GPUS": str(ROOT / "tests" / "fixtures" / "gpus" / "none.json")}
+    check = subprocess.run([sys.executable, "-m", "core", "train", str(out), "--check"], capture_output=True,
+                           text=True, env=env, cwd=tmp_path, timeout=120)
+    assert check.returncode == 0, check.stderr
+
+
+def test_config_set_wins_and_auto_frees_a_pinned_field(tmp_path):
+    """A tunedeck YAML's method and rank are pinned; --set lora_rank=2 replaces the file's, --set method=auto lets the
+    planner choose the method again; the command line's --epochs beats the file's. Hardware: planned 1xA100-80GB."""
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model: tiny\ndataset: {SAMPLE}\nmethod: dora\nlora_rank: 4\nepochs: 5\n")
+    proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "1xA100-80GB", "--set", "lora_rank=2",
+                    "--epochs", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["recommendation"]["plan"]["method"] == "dora" and data["recommendation"]["plan"]["lora_rank"] == 2
+    assert data["epochs"] == 1.0 and data["config"]["pinned"] == {"method": {"value": "dora", "from": f"{run}:3"}}
+    proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "1xA100-80GB", "--set", "method=auto", "--json")
+    data = json.loads(proc.stdout)
+    assert "method" not in data["overrides"] and data["epochs"] == 5.0
+
+
+def test_config_errors_name_the_file_line_and_key(tmp_path):
+    """A run file with a wrong value is refused before planning, naming file:line: key; a missing file says so; plan
+    without --model or --config says what it needs."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"model: tiny\ndataset: {SAMPLE}\nlora_rank: zero\n")
+    proc = tunedeck(tmp_path, "--config", str(bad), "--hardware", "1xA100-80GB")
+    assert proc.returncode == 2 and f"{bad}:3: lora_rank: got 'zero'; expected an integer" in proc.stderr
+    proc = tunedeck(tmp_path, "--config", str(tmp_path / "nope.yaml"), "--hardware", "1xA100-80GB")
+    assert proc.returncode == 2 and f"{tmp_path / 'nope.yaml'}: no such file" in proc.stderr
+    proc = tunedeck(tmp_path, "--hardware", "1xA100-80GB")
+    assert proc.returncode == 2 and "plan needs a model: --model ID" in proc.stderr

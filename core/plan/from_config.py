@@ -1,0 +1,234 @@
+"""``tunedeck plan --config FILE``: re-plan a run file (a tunedeck YAML, or a LLaMA-Factory / ms-swift file as
+``tunedeck import`` converts it) for this box, keeping the user's choices.
+
+The file's model, data and the keys that say what is trained (``method``, ``lora_rank``, ``max_seq_len``,
+``overlong``, ``thinking``) are pinned as ``--set`` pins them; a user DeepSpeed JSON's concrete values (its
+ZeRO stage, offload, batch sizes, precision) likewise. What depends on the box (precision, the micro-batch and
+accumulation, ZeRO, offload, checkpointing, GPUs) is planned again, the file's effective batch and epochs kept.
+The command line wins: ``--model``, ``--dataset``, ``--epochs``, ``--effective-batch`` and ``--set`` (``FIELD=auto``
+lets the planner choose a field the file pins). ``--save`` writes the file's keys with the plan's in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.i18n import t
+
+# Run keys of a file pinned in the plan (the planner's field each stands for: ``FIELD_OF_CONFIG_KEY``).
+PINNED_KEYS = ("method", "lora_rank", "max_seq_len", "overlong", "thinking")
+# Run keys the plan decides for the box: a saved re-plan takes the plan's (or drops the file's, where the plan
+# writes none, such as ``pure_bf16`` under a plan in fp32).
+PLANNED_KEYS = ("precision", "pure_bf16", "micro_batch_size", "gradient_accumulation", "gradient_checkpointing",
+                "gpus", "zero_stage", "offload", "offload_activations", "ce_chunk_tokens")
+# A DeepSpeed JSON's values that pin the plan (run key → planner field), as the run reconciles them.
+DEEPSPEED_PINS = {"zero_stage": "zero_stage", "offload": "offload", "micro_batch_size": "micro_batch_size",
+                  "gradient_accumulation": "grad_accum_steps", "precision": "precision"}
+
+
+@dataclass
+class PlanConfig:
+    """A run file read for planning: its keys (paths made absolute), the checked config, what it pins."""
+
+    path: str
+    values: dict[str, Any]
+    config: Any  # core.config.RunConfig
+    imported: Any = None  # core.config.importers.ImportResult of a peer's file
+    # planner field -> (its value, the run key it was given as, where: "run.yaml:7", "ds.json: zero_optimization.stage")
+    pins: dict[str, tuple[Any, str, str]] = field(default_factory=dict)
+    lines: dict[str, int | None] = field(default_factory=dict)
+    # the run keys the file itself gives (a peer's file: not the peer defaults ``tunedeck import`` filled in)
+    given: set[str] = field(default_factory=set)
+
+    def where(self, key: str) -> str:
+        line = self.lines.get(key)
+        return f"{self.path}:{line}" if line else self.path
+
+    @property
+    def effective_batch(self) -> int | None:
+        """The file's effective batch (micro-batch × accumulation × its GPU count, one where it gives none):
+        None where it gives neither the micro-batch nor the accumulation (the planner's default then)."""
+        if not {"micro_batch_size", "gradient_accumulation"} & self.given:
+            return None
+        gpus = self.config.requested_gpu_count() or 1
+        return int(self.config.micro_batch_size) * int(self.config.gradient_accumulation) * gpus
+
+    @property
+    def epochs(self) -> float | None:
+        return float(self.config.epochs) if self.config.epochs is not None else None
+
+
+def load_plan_config(path: str) -> PlanConfig:
+    """Read and check ``path`` (raises CliError naming file, line and key; a peer file's own errors as
+    ``tunedeck import`` says them)."""
+    from core.config import ConfigError
+    from core.config.importers import detect_peer, import_file, load_imported_config
+    from core.errors import CliError
+
+    if not Path(path).is_file():
+        raise CliError(t("plan.error.config_missing", path=path), 2)
+    imported = None
+    lines: dict[str, int | None] = {}
+    try:
+        if detect_peer(path):
+            imported = import_file(path)
+            values = dict(imported.config)
+            config = load_imported_config(imported, [])
+        else:
+            from core.config.loader import _read_yaml_mapping, load_run_config
+
+            config = load_run_config(path)
+            values, locations, _issues = _read_yaml_mapping(Path(path))
+            lines = {key: line for key, (_file, line) in locations.items()}
+    except ConfigError as exc:
+        raise CliError(t("plan.error.config_file", path=path, problem=str(exc)), 2) from exc
+    if imported is not None:
+        lines = _peer_lines(path, imported)
+    given = set(values) if imported is None else {key for line in imported.mapping
+                                                  if line.verdict == "taken" and not line.default
+                                                  for key in line.outcome.values}
+    plan_config = PlanConfig(path, values, config, imported, lines=lines, given=given)
+    _anchor(plan_config)
+    plan_config.pins = _pins(plan_config)
+    return plan_config
+
+
+def _peer_lines(path: str, imported: Any) -> dict[str, int | None]:
+    """The line of the peer's key each run key came from (a YAML's; an args.json or a command line: none)."""
+    import yaml
+
+    try:
+        root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    if not isinstance(root, yaml.MappingNode):
+        return {}
+    peer_lines = {str(key.value): key.start_mark.line + 1 for key, _value in root.value
+                  if isinstance(key, yaml.ScalarNode)}
+    out: dict[str, int | None] = {}
+    for line in imported.mapping:
+        if line.verdict == "taken" and line.key in peer_lines:
+            for key in line.outcome.values:
+                out.setdefault(key, peer_lines[line.key])
+    return out
+
+
+def _anchor(plan_config: PlanConfig) -> None:
+    """The file's model and data paths as a run of it finds them: from the current folder, else the file's."""
+    from types import SimpleNamespace
+
+    from core.config.checks import model_as_launched, run_file_dir
+    from core.data.registry import anchor_dataset_keys
+
+    yaml_dir = run_file_dir(plan_config.path)
+    values = plan_config.values
+    if isinstance(values.get("model"), str):
+        values["model"] = model_as_launched(values["model"], yaml_dir)
+    holder = SimpleNamespace(dataset=values.get("dataset"), dataset_dir=values.get("dataset_dir"),
+                             dataset_info=values.get("dataset_info"))
+    if holder.dataset is not None:
+        anchor_dataset_keys(holder, yaml_dir)
+        for key in ("dataset", "dataset_dir", "dataset_info"):
+            if getattr(holder, key):
+                values[key] = getattr(holder, key)
+    if plan_config.config.deepspeed:  # the JSON the check found (from the file's folder too)
+        values["deepspeed"] = plan_config.config.deepspeed
+
+
+def _pins(plan_config: PlanConfig) -> dict[str, tuple[Any, str, str]]:
+    """The planner fields the file pins, with where (``PINNED_KEYS``, a DeepSpeed JSON's values)."""
+    from core.plan.overrides import FIELD_OF_CONFIG_KEY, parse_override_value
+
+    config = plan_config.config
+    pins: dict[str, tuple[Any, str, str]] = {}
+    for key in PINNED_KEYS:
+        if key not in plan_config.given or (key == "lora_rank" and not config.is_lora):
+            continue
+        value = getattr(config, key)
+        if value is None:
+            continue
+        name = FIELD_OF_CONFIG_KEY.get(key, key)
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        pins[name] = (parse_override_value(name, text, key), key, plan_config.where(key))
+    if config.deepspeed:
+        from core.config.deepspeed_file import _json_values, read_deepspeed_json
+
+        json_values = _json_values(read_deepspeed_json(config.deepspeed))
+        for key, name in DEEPSPEED_PINS.items():
+            if key in json_values and json_values[key][1] != "auto":
+                value = getattr(config, key)
+                if name == "precision" and config.pure_bf16:
+                    value = "pure-bf16"
+                pins[name] = (value, key, f"{Path(config.deepspeed).name}: {json_values[key][0]}")
+    return pins
+
+
+def merged_overrides(plan_config: PlanConfig, cli_items: list[str]) -> dict[str, Any]:
+    """The planner's pinned values: the file's, then ``--set`` on top (``FIELD=auto`` unpins one); a LoRA rank
+    is not pinned for a full fine-tune."""
+    from core.plan.overrides import parse_overrides
+
+    values = {name: value for name, (value, _key, _where) in plan_config.pins.items()}
+    for item in cli_items:
+        name_text = item.partition("=")[0]
+        parsed = parse_overrides([item])
+        if parsed:
+            values.update(parsed)
+        else:  # ``FIELD=auto`` (or empty): the planner chooses it
+            from core.plan.overrides import FIELD_OF_CONFIG_KEY
+
+            name = name_text.strip().replace("-", "_").replace(".", "_")
+            values.pop(FIELD_OF_CONFIG_KEY.get(name, name), None)
+    if values.get("method", plan_config.config.method) == "full":
+        values.pop("lora_rank", None)
+    return values
+
+
+def replanned_values(plan_config: PlanConfig, plan_values: dict[str, Any], model: str | None,
+                     dataset: Any) -> dict[str, Any]:
+    """The file's keys with the plan's in place (``run_config_values``): what ``--save`` writes. The file's model
+    and data unless the command line gave others; its learning rate, LoRA alpha and hub kept where it gives them
+    (a full fine-tune the command line asked for drops its LoRA keys)."""
+    from core.config.schema import LORA_ONLY_KEYS
+
+    out = dict(plan_config.values)
+    for key in PLANNED_KEYS:
+        out.pop(key, None)
+    keep = {"learning_rate", "lora_alpha", "hub"} & plan_config.given
+    for key, value in plan_values.items():
+        if key in keep:
+            continue
+        if key == "model" and model is None:
+            continue
+        if key == "dataset" and dataset is None:
+            continue
+        out[key] = value
+    if out.get("epochs") is not None and out.get("max_steps") is not None and "epochs" not in plan_config.given:
+        out.pop("epochs")  # the file's max_steps ends its run, as before
+    if plan_values.get("method") == "full":
+        for key in LORA_ONLY_KEYS:
+            out.pop(key, None)
+    return out
+
+
+def save_replanned(plan_config: PlanConfig, values: dict[str, Any], path: str, hardware: str,
+                   overwrite: bool) -> Path:
+    """Write the re-planned run file (checked as ``train`` checks one; raises ConfigError), headed by where it came
+    from and, for a peer's file, the keys that need the user."""
+    from core.atomic_file import shared_file_mode, write_atomic
+    from core.config import RunConfig
+    from core.config.importers import NEEDS_YOU
+
+    config = RunConfig.from_dict(values, source=t("plan.config_source"))
+    header = [t("plan.config_header", path=plan_config.path, hardware=hardware)]
+    if plan_config.imported is not None:
+        header += [line.text() for line in plan_config.imported.mapping if line.verdict == NEEDS_YOU]
+    text = "".join(f"# {line}\n" for line in header)
+    target = Path(path)
+    if not overwrite and target.exists():
+        raise FileExistsError(str(target))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, config.to_yaml(header=text), shared_file_mode(target))
+    return target
