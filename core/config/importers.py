@@ -351,6 +351,12 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
                 config[key], owner[key] = value, line.key
             elif key == "method" and frozenset({config[key], value}) in _METHOD_MERGE:
                 config[key], owner[key] = _METHOD_MERGE[frozenset({config[key], value})], line.key
+            elif key == "gpus" and _gpus_agree(config[key], value) is not None:
+                # CUDA_VISIBLE_DEVICES=0,1 NPROC_PER_NODE=2: one answer, the usual way to launch on several GPUs
+                config[key] = _gpus_agree(config[key], value)
+                for other in mapping:  # both lines say the GPUs the run gets
+                    if other.key in (owner[key], line.key):
+                        other.outcome.values[key] = config[key]
             else:
                 line.outcome = needs_you("import.reason_conflict", target=key, other=owner[key],
                                          value=show_value(config[key]))
@@ -370,6 +376,17 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
     mapping += defaults
     ordered = {key: config[key] for key in KEY_SPECS if key in config}
     return ImportResult(peer, source, ordered, mapping)
+
+
+def _gpus_agree(first: Any, second: Any) -> list[int] | None:
+    """The GPUs that a device list (CUDA_VISIBLE_DEVICES) and a process count (NPROC_PER_NODE) say together: the
+    first ``count`` of the list, as torchrun starts that many processes on the visible devices; None where the count
+    is more than the list holds (then they disagree)."""
+    listed, count = (first, second) if isinstance(first, list) else (second, first)
+    if not isinstance(listed, list) or not isinstance(count, int) or isinstance(count, bool) \
+            or not 1 <= count <= len(listed):
+        return None
+    return listed[:count]
 
 
 LF_DATASET_DIR = "data"  # LLaMA-Factory's dataset_dir when its file gives none

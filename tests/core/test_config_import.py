@@ -985,3 +985,20 @@ def test_max_samples_counts_a_large_jsonl_in_bounded_memory(tmp_path):
     peer.write_text(peer.read_text(encoding="utf-8").replace(f"max_samples: {rows}", f"max_samples: {rows - 1}"),
                     encoding="utf-8")
     assert _line(import_file(peer), "max_samples").verdict == NEEDS_YOU
+
+
+def test_nproc_per_node_that_agrees_with_cuda_visible_devices_is_no_conflict():
+    """``CUDA_VISIBLE_DEVICES=0,1 NPROC_PER_NODE=2 swift sft ...`` is ms-swift's way to train on two GPUs: the two
+    said one thing, but NPROC_PER_NODE was marked "needs you: gpus is already taken", so `train` refused the line.
+    Now they agree on gpus [0, 1]; a count below the list takes its first GPUs, as torchrun does; a count past it
+    still needs the user."""
+    base = ["swift", "sft", "--model", "Qwen/A", "--dataset", "a.jsonl"]
+    for env in (["CUDA_VISIBLE_DEVICES=0,1", "NPROC_PER_NODE=2"], ["NPROC_PER_NODE=2", "CUDA_VISIBLE_DEVICES=0,1"]):
+        result = import_command([*env, *base])
+        assert result.config["gpus"] == [0, 1]
+        assert _line(result, "NPROC_PER_NODE").verdict == TAKEN and result.counts()[NEEDS_YOU] == 0
+    result = import_command(["CUDA_VISIBLE_DEVICES=2,3,4", "NPROC_PER_NODE=2", *base])
+    assert result.config["gpus"] == [2, 3]
+    assert _line(result, "CUDA_VISIBLE_DEVICES").outcome.values == {"gpus": [2, 3]}
+    result = import_command(["CUDA_VISIBLE_DEVICES=0,1", "NPROC_PER_NODE=4", *base])
+    assert result.config["gpus"] == [0, 1] and _line(result, "NPROC_PER_NODE").verdict == NEEDS_YOU
