@@ -590,6 +590,8 @@ PEER_KEYS: dict[str, PeerKey] = {
     "dataloader_num_workers": PeerKey(not_needed("import.reason_workers"), None),
     "streaming": PeerKey(_only_when_set("import.reason_streaming"), None),
     "lazy_tokenize": PeerKey(not_needed("import.reason_workers"), None, _MS),
+    # a speed setting: the batch flattened without padding trains the same loss (ms-swift needs flash-attention for it)
+    "padding_free": PeerKey(not_needed("import.reason_padding_free"), None, _MS),
     # the schedule
     "num_train_epochs": PeerKey(same("epochs"), "epochs: 3"),
     "max_steps": PeerKey(_positive_int("max_steps"), "max_steps: 1000"),

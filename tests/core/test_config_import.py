@@ -1002,3 +1002,15 @@ def test_nproc_per_node_that_agrees_with_cuda_visible_devices_is_no_conflict():
     assert _line(result, "CUDA_VISIBLE_DEVICES").outcome.values == {"gpus": [2, 3]}
     result = import_command(["CUDA_VISIBLE_DEVICES=0,1", "NPROC_PER_NODE=4", *base])
     assert result.config["gpus"] == [0, 1] and _line(result, "NPROC_PER_NODE").verdict == NEEDS_YOU
+
+
+def test_padding_free_is_a_speed_setting_not_a_blocker(tmp_path):
+    """``--padding_free true`` (ms-swift: the batch flattened without padding, the same loss) was an unknown key, "needs
+    you", so `train` refused a swift line that has it; now it is dropped with what tunedeck does instead. Hardware:
+    none (the conversion only)."""
+    from core.config.importers import blocking_lines
+
+    result = import_command(["swift", "sft", "--model", "Qwen/A", "--dataset", "a.jsonl", "--padding_free", "true"])
+    line = _line(result, "padding_free")
+    assert line.verdict == DROPPED and "packing: true" in line.text()
+    assert blocking_lines(result) == []
