@@ -367,6 +367,7 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
         for line in mapping:
             if line.verdict == TAKEN and "epochs" in line.outcome.values:
                 line.outcome = dropped("import.reason_epochs_overridden")
+    _drop_eval_steps_without_eval(peer, values, config, mapping)
     defaults = _peer_defaults(peer, values, config)  # first: a hook reads the dataset_dir LLaMA-Factory defaults to
     for line in mapping:
         hook = line.entry.in_context if line.entry is not None else None
@@ -376,6 +377,29 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
     mapping += defaults
     ordered = {key: config[key] for key in KEY_SPECS if key in config}
     return ImportResult(peer, source, ordered, mapping)
+
+
+# The peer's key for the share of the data held out for evaluation (0 or left out: none; LLaMA-Factory's default is 0).
+_EVAL_SPLIT_KEYS = {LLAMAFACTORY: "val_size", SWIFT: "split_dataset_ratio"}
+
+
+def _drop_eval_steps_without_eval(peer: str, values: dict[str, Any], config: dict[str, Any],
+                                  mapping: list[MappingLine]) -> None:
+    """An ``eval_steps`` where the file holds no share of the data out (``split_dataset_ratio 0``, no ``val_size``):
+    the peer evaluates nothing there, and tunedeck refuses eval_steps without eval_split, so the converted file was
+    refused as a whole. It is dropped, saying how to evaluate; kept where the split needs the user (a count) or
+    where ms-swift's command line leaves its split to a version's default."""
+    split_key = _EVAL_SPLIT_KEYS[peer]
+    if "eval_steps" not in config or config.get("eval_split"):
+        return
+    if peer == SWIFT and split_key not in values:
+        return
+    if any(line.key == split_key and line.verdict == NEEDS_YOU for line in mapping):
+        return
+    del config["eval_steps"]
+    for line in mapping:
+        if line.verdict == TAKEN and "eval_steps" in line.outcome.values:
+            line.outcome = dropped("import.reason_no_eval_split", split=split_key)
 
 
 def _gpus_agree(first: Any, second: Any) -> list[int] | None:

@@ -1014,3 +1014,22 @@ def test_padding_free_is_a_speed_setting_not_a_blocker(tmp_path):
     line = _line(result, "padding_free")
     assert line.verdict == DROPPED and "packing: true" in line.text()
     assert blocking_lines(result) == []
+
+
+def test_eval_steps_where_nothing_is_held_out_is_dropped_not_refused(tmp_path):
+    """``--split_dataset_ratio 0 --eval_steps 50`` (ms-swift) or ``eval_steps: 500`` without ``val_size``
+    (LLaMA-Factory): the peer evaluates nothing, but eval_steps was taken and tunedeck refused the converted file
+    ("eval_steps is set but eval_split is 0"), so `train` refused a script that trains there. Now eval_steps is
+    dropped, saying how to evaluate; with a split it is taken as before. Hardware: none (the conversion only)."""
+    base = ["swift", "sft", "--model", "Qwen/A", "--dataset", "a.jsonl", "--eval_steps", "50"]
+    result = import_command([*base, "--split_dataset_ratio", "0"])
+    assert "eval_steps" not in result.config and _line(result, "eval_steps").verdict == DROPPED
+    assert "set eval_split" in _line(result, "eval_steps").text()
+    assert import_command([*base, "--split_dataset_ratio", "0.05"]).config["eval_steps"] == 50
+    peer = tmp_path / "lf.yaml"
+    peer.write_text("model_name_or_path: Qwen/A\nstage: sft\nfinetuning_type: lora\ndataset: a.jsonl\n"
+                    "eval_steps: 500\n")
+    result = import_file(peer)
+    assert "eval_steps" not in result.config and _line(result, "eval_steps").verdict == DROPPED
+    peer.write_text(peer.read_text() + "val_size: 0.1\n")
+    assert import_file(peer).config["eval_steps"] == 500
