@@ -200,7 +200,13 @@ def replanned_values(plan_config: PlanConfig, plan_values: dict[str, Any], model
     for key, value in plan_values.items():
         if key in keep:
             continue
-        if key == "model" and model is None:
+        if key == "model" and model is None:  # the file's, a bundled config's name as its hub id on the file's hub
+            from core.estimate.model_source import bundled_hub_id
+
+            file_model = str(out["model"])
+            hub = str(out.get("hub") or "modelscope")
+            out["model"] = file_model if Path(file_model).expanduser().exists() else \
+                bundled_hub_id(file_model, hub) or file_model
             continue
         if key == "dataset" and dataset is None:
             continue

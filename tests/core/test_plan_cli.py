@@ -646,3 +646,16 @@ def test_config_errors_name_the_file_line_and_key(tmp_path):
     assert proc.returncode == 2 and f"{tmp_path / 'nope.yaml'}: no such file" in proc.stderr
     proc = tunedeck(tmp_path, "--hardware", "1xA100-80GB")
     assert proc.returncode == 2 and "plan needs a model: --model ID" in proc.stderr
+
+
+def test_config_save_names_a_bundled_model_by_its_hub_id_on_the_files_hub(tmp_path):
+    """A run file naming a bundled config (``Qwen2.5-7B``: it plans offline but has no weights) was saved by ``plan
+    --config --save`` as it was, which `train` cannot download; it is now the hub id on the file's hub, as ``plan
+    --save`` writes it, and the file's hub is kept. Hardware: planned 1xA100-80GB."""
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model: Qwen2.5-7B\nhub: huggingface\ndataset: {SAMPLE}\n")
+    out = tmp_path / "re.yaml"
+    proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "1xA100-80GB", "--save", str(out))
+    assert proc.returncode == 0, proc.stderr
+    saved = yaml.safe_load(out.read_text())
+    assert saved["model"] == "Qwen/Qwen2.5-7B" and saved["hub"] == "huggingface"
