@@ -549,6 +549,9 @@ PEER_KEYS: dict[str, PeerKey] = {
     "quant_bits": PeerKey(_quantization, "method: qlora", _MS),
     "quantization_method": PeerKey(_quant_method, None, _LF),
     "quant_method": PeerKey(_quant_method, None, _MS),
+    # LLaMA-Factory's bitsandbytes settings (its defaults: nf4, double quantisation on), as tunedeck quantises
+    "quantization_type": PeerKey(same_as_tunedeck("nf4"), None, _LF),
+    "double_quantization": PeerKey(same_as_tunedeck(True), None, _LF),
     "lora_rank": PeerKey(same("lora_rank"), "lora_rank: 16"),
     "lora_alpha": PeerKey(same("lora_alpha"), "lora_alpha: 32"),
     "lora_dropout": PeerKey(same("lora_dropout"), "lora_dropout: 0.05"),

@@ -1033,3 +1033,21 @@ def test_eval_steps_where_nothing_is_held_out_is_dropped_not_refused(tmp_path):
     assert "eval_steps" not in result.config and _line(result, "eval_steps").verdict == DROPPED
     peer.write_text(peer.read_text() + "val_size: 0.1\n")
     assert import_file(peer).config["eval_steps"] == 500
+
+
+def test_llamafactory_quantisation_settings_tunedeck_uses_are_not_blockers(tmp_path):
+    """LLaMA-Factory's ``double_quantization: true`` and ``quantization_type: nf4`` (its defaults, written out in many
+    QLoRA files) were unknown keys that needed the user, so `train` refused the file, though tunedeck's QLoRA loads
+    NF4 with double quantisation; now they are dropped as what tunedeck trains with anyway, and a value it does not
+    use (fp4) still needs the user. Hardware: none (the conversion only)."""
+    from core.config.importers import blocking_lines
+
+    peer = tmp_path / "lf.yaml"
+    peer.write_text("model_name_or_path: Qwen/A\nstage: sft\nfinetuning_type: lora\ndataset: a.jsonl\n"
+                    "quantization_bit: 4\nquantization_type: nf4\ndouble_quantization: true\n")
+    result = import_file(peer)
+    assert result.config["method"] == "qlora"
+    assert _line(result, "double_quantization").verdict == DROPPED
+    assert _line(result, "quantization_type").verdict == DROPPED and blocking_lines(result) == []
+    peer.write_text(peer.read_text().replace("nf4", "fp4"))
+    assert _line(import_file(peer), "quantization_type").verdict == NEEDS_YOU
