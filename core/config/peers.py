@@ -255,12 +255,13 @@ def _attention(value: Any) -> Outcome:
 
 
 def _deepspeed(value: Any) -> Outcome:
-    """A JSON path (both peers), or ms-swift's shorthands zero0..zero3 (_offload)."""
+    """A JSON path (both peers), or ms-swift's shorthands zero0..zero3 (_offload), as ms-swift 2 spelt them too
+    (``default-zero2``, ``default-zero3``, ``zero3-offload``)."""
     if is_unset(value):
         return dropped("import.reason_unset")
     text = str(value).strip()
-    short = text.lower()
-    if short.startswith("zero") and short[4:5].isdigit() and not short.endswith(".json"):
+    short = text.lower().removeprefix("default-").replace("-offload", "_offload")
+    if short.startswith("zero") and short[4:5].isdigit() and short[5:] in ("", "_offload"):
         stage = int(short[4])
         values: dict[str, Any] = {"zero_stage": stage}
         if short.endswith("_offload"):

@@ -1051,3 +1051,15 @@ def test_llamafactory_quantisation_settings_tunedeck_uses_are_not_blockers(tmp_p
     assert _line(result, "quantization_type").verdict == DROPPED and blocking_lines(result) == []
     peer.write_text(peer.read_text().replace("nf4", "fp4"))
     assert _line(import_file(peer), "quantization_type").verdict == NEEDS_YOU
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("default-zero2", {"zero_stage": 2}), ("default-zero3", {"zero_stage": 3}),
+    ("zero3-offload", {"zero_stage": 3, "offload": "all"}), ("zero2_offload", {"zero_stage": 2, "offload": "optimizer"}),
+    ("zero2.json", {"deepspeed": "zero2.json"})])
+def test_swift_deepspeed_shorthands_of_every_version(value, expected):
+    """ms-swift 2's ``--deepspeed default-zero2`` (and ``default-zero3``, ``zero3-offload``) was taken as a DeepSpeed
+    JSON path named "default-zero2", which no run finds; it is the ZeRO stage it names, as ms-swift 3's ``zero2`` is.
+    A file name stays a path. Hardware: none (the conversion only)."""
+    result = import_command(["swift", "sft", "--model", "Qwen/A", "--dataset", "a.jsonl", "--deepspeed", value])
+    assert _line(result, "deepspeed").outcome.values == expected
