@@ -121,6 +121,14 @@ def check_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn =
         config.warnings = [*(getattr(config, "warnings", None) or []),
                            ConfigIssue(str(path), None, "precision", message, WARNING)]
         config.precision, config.pure_bf16 = "fp32", False
+    if not gpus and config.attn == "flash":
+        from core.config.issues import WARNING, ConfigIssue
+
+        message = t("launch.flash_cpu")
+        warn(message)
+        config.warnings = [*(getattr(config, "warnings", None) or []),
+                           ConfigIssue(str(path), None, "attn", message, WARNING)]
+        config.attn = "sdpa"
     return RunCheck(config, gpus, loaded.imported, memory)
 
 
@@ -509,13 +517,17 @@ def _start(run: RunDirectory, resume_from: str | None = None) -> None:
 
 def _resolve_for_this_box(config: Any, gpus: list[int], warn: Warn) -> str | None:
     """What really runs, written into the run's config before it exists: returns the precision asked
-    for when it cannot run here (bf16/fp16 without a GPU become fp32, with a warning), else None; makes
+    for when it cannot run here (bf16/fp16 without a GPU become fp32, with a warning, and attn: flash sdpa), else
+    None; makes
     ``output`` absolute and checks it (``core.runs.output``: absent or empty, writable; created empty)."""
     asked = None
     if not gpus and config.precision != "fp32":
         asked = config.precision
         warn(t("launch.precision_cpu", precision=asked))
         config.precision, config.pure_bf16 = "fp32", False
+    if not gpus and config.attn == "flash":  # flash-attention is CUDA-only (an imported ms-swift file's flash_attn)
+        warn(t("launch.flash_cpu"))
+        config.attn = "sdpa"
     if config.output:
         from core.runs.output import OutputError, prepare_output, resolve_output
 

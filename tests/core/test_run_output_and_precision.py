@@ -171,3 +171,18 @@ def test_a_copy_that_cannot_be_made_is_an_event_and_leaves_the_folder_as_it_was(
     assert publish_run_output(run, {**cfg, "output": str(free)}) == free
     assert (free / "adapter_model.safetensors").is_file() and (free / "tunedeck_output.json").is_file()
     assert [e["path"] for e in _events(run) if e["event"] == "output_saved"] == [str(free)]
+
+
+def test_attn_flash_on_a_box_without_gpus_runs_sdpa_and_check_says_so(tmp_path, monkeypatch):
+    """``attn: flash`` (an imported ms-swift file's ``attn_impl flash_attn``) on a box without a GPU: `train --check`
+    said "all checks passed" and the run then failed at once (flash-attn is CUDA-only). Now --check and train say it
+    runs sdpa there, and the run finishes with attn: sdpa in its config.yaml. Hardware: no GPU (NO_GPU)."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    yaml_path = _config(tmp_path, precision="bf16", attn="flash")
+    checked = tunedeck(home, "train", str(yaml_path), "--check", **NO_GPU)
+    assert checked.returncode == 0 and "attn: flash needs a GPU" in checked.stderr, checked.stderr[-3000:]
+    started = tunedeck(home, "train", str(yaml_path), **NO_GPU)
+    assert started.returncode == 0 and "attn: flash needs a GPU" in started.stderr, started.stderr[-3000:]
+    run = _wait_finished(home, started.stdout.strip())
+    assert yaml.safe_load(run.config_path.read_text())["attn"] == "sdpa"
