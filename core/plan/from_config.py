@@ -190,7 +190,7 @@ def replanned_values(plan_config: PlanConfig, plan_values: dict[str, Any], model
                      dataset: Any) -> dict[str, Any]:
     """The file's keys with the plan's in place (``run_config_values``): what ``--save`` writes. The file's model
     and data unless the command line gave others; its learning rate, LoRA alpha and hub kept where it gives them
-    (a full fine-tune the command line asked for drops its LoRA keys)."""
+    (a full fine-tune the command line asked for drops its LoRA keys, a plan in fp32 its attn: flash)."""
     from core.config.schema import LORA_ONLY_KEYS
 
     out = dict(plan_config.values)
@@ -213,6 +213,8 @@ def replanned_values(plan_config: PlanConfig, plan_values: dict[str, Any], model
         out[key] = value
     if out.get("epochs") is not None and out.get("max_steps") is not None and "epochs" not in plan_config.given:
         out.pop("epochs")  # the file's max_steps ends its run, as before
+    if out.get("attn") == "flash" and plan_values.get("precision") == "fp32":
+        out.pop("attn")  # flash-attention needs a GPU in bf16/fp16: a plan in fp32 (a CPU) runs the default
     if plan_values.get("method") == "full":
         for key in LORA_ONLY_KEYS:
             out.pop(key, None)

@@ -659,3 +659,20 @@ def test_config_save_names_a_bundled_model_by_its_hub_id_on_the_files_hub(tmp_pa
     assert proc.returncode == 0, proc.stderr
     saved = yaml.safe_load(out.read_text())
     assert saved["model"] == "Qwen/Qwen2.5-7B" and saved["hub"] == "huggingface"
+
+
+def test_config_of_an_args_json_with_flash_attention_saves_a_cpu_plan(tmp_path):
+    """An ms-swift args.json with ``attn_impl: flash_attn`` planned for this box's CPU: --save refused ("attn flash
+    needs precision bf16 or fp16, not fp32"), as the plan is fp32; the saved re-plan now runs the default attention.
+    Hardware: this box's CPU (fake NVML with no GPU)."""
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"model": "tiny", "train_type": "lora", "dataset": [f"{SAMPLE}#40"],
+                                "torch_dtype": "bfloat16", "attn_impl": "flash_attn", "max_length": 512,
+                                "per_device_train_batch_size": 2, "gradient_accumulation_steps": 2,
+                                "num_train_epochs": 1.0, "split_dataset_ratio": 0.0}))
+    out = tmp_path / "re.yaml"
+    proc = tunedeck(tmp_path, "--config", str(args), "--hardware", "cpu", "--save", str(out), fake_gpus="none")
+    assert proc.returncode == 0, proc.stderr
+    saved = yaml.safe_load(out.read_text())
+    assert saved["precision"] == "fp32" and saved["attn"] == "auto" and saved["dataset"] == f"{SAMPLE}#40"
+    assert saved["max_seq_len"] == 512 and "epochs 1;" in proc.stderr
