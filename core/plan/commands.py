@@ -135,7 +135,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.config:  # read first: its errors (file, line, key) before anything is planned
         from core.plan.from_config import load_plan_config
 
-        args.plan_config = load_plan_config(args.config)
+        args.plan_config = load_plan_config(args.config, args.model, args.dataset)
     elif not args.model:
         raise CliError(t("plan.error.need_model"), 2)
     if args.save and not args.dataset and not (args.plan_config and args.plan_config.values.get("dataset")):  # a run config without data is no run: said before any planning

@@ -60,9 +60,10 @@ class PlanConfig:
         return float(self.config.epochs) if self.config.epochs is not None else None
 
 
-def load_plan_config(path: str) -> PlanConfig:
+def load_plan_config(path: str, model: str | None = None, dataset: str | None = None) -> PlanConfig:
     """Read and check ``path`` (raises CliError naming file, line and key; a peer file's own errors as
-    ``tunedeck import`` says them)."""
+    ``tunedeck import`` says them). ``model``, ``dataset``: the command line's, in place of the file's (a file whose
+    model is a shell variable, ``--model $MODEL``, is planned with ``plan --config run.sh --model ID``)."""
     from core.config import ConfigError
     from core.config.importers import detect_peer, import_file, load_imported_config
     from core.errors import CliError
@@ -71,25 +72,28 @@ def load_plan_config(path: str) -> PlanConfig:
         raise CliError(t("plan.error.config_missing", path=path), 2)
     imported = None
     lines: dict[str, int | None] = {}
+    given = {"model": model, "dataset": dataset}
+    overrides = [f"{key}={value}" for key, value in given.items() if value]
     try:
         if detect_peer(path):
             imported = import_file(path)
             values = dict(imported.config)
-            config = load_imported_config(imported, [])
+            config = load_imported_config(imported, overrides)
         else:
             from core.config.loader import _read_yaml_mapping, load_run_config
 
-            config = load_run_config(path)
+            config = load_run_config(path, overrides)
             values, locations, _issues = _read_yaml_mapping(Path(path))
             lines = {key: line for key, (_file, line) in locations.items()}
     except ConfigError as exc:
         raise CliError(t("plan.error.config_file", path=path, problem=str(exc)), 2) from exc
     if imported is not None:
         lines = _peer_lines(path, imported)
-    given = set(values) if imported is None else {key for line in imported.mapping
+    keys_given = set(values) if imported is None else {key for line in imported.mapping
                                                   if line.verdict == "taken" and not line.default
                                                   for key in line.outcome.values}
-    plan_config = PlanConfig(path, values, config, imported, lines=lines, given=given)
+    values.update({key: value for key, value in given.items() if value})
+    plan_config = PlanConfig(path, values, config, imported, lines=lines, given=keys_given)
     _anchor(plan_config)
     plan_config.pins = _pins(plan_config)
     return plan_config

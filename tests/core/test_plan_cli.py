@@ -676,3 +676,17 @@ def test_config_of_an_args_json_with_flash_attention_saves_a_cpu_plan(tmp_path):
     saved = yaml.safe_load(out.read_text())
     assert saved["precision"] == "fp32" and saved["attn"] == "auto" and saved["dataset"] == f"{SAMPLE}#40"
     assert saved["max_seq_len"] == 512 and "epochs 1;" in proc.stderr
+
+
+def test_config_takes_the_command_lines_model_where_the_file_has_a_shell_variable(tmp_path):
+    """``swift sft --model $MODEL ...`` in a script: ``plan --config run.sh --model tiny`` was refused ("model: is
+    required"), the command line's model not reaching the file's check; now the command line's model is planned and
+    the file's $MODEL line is said. Hardware: this box's CPU (fake NVML with no GPU)."""
+    script = tmp_path / "run.sh"
+    script.write_text(f"swift sft --model $MODEL --train_type lora --dataset {SAMPLE} --lora_rank 4\n")
+    proc = tunedeck(tmp_path, "--config", str(script), "--model", "tiny", "--hardware", "cpu", "--json",
+                    fake_gpus="none")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["model"] == "tiny" and data["recommendation"]["plan"]["lora_rank"] == 4
+    assert "model: $MODEL → needs you" in proc.stderr
