@@ -491,11 +491,32 @@ NON_BLOCKING_REASONS = ("import.reason_attention", "import.reason_predict", "imp
                         "import.reason_dataset_dir")
 
 
-def blocking_lines(result: ImportResult) -> list[MappingLine]:
-    """The mapping lines that keep ``tunedeck train`` from training the converted file as it is."""
+def blocking_lines(result: ImportResult, overrides: list[str] | tuple[str, ...] = ()) -> list[MappingLine]:
+    """The mapping lines that keep ``tunedeck train`` from training the converted file as it is. A line whose
+    tunedeck key a ``key=value`` override sets is decided by it (``train run.sh model=Qwen/A`` where the file says
+    ``--model $MODEL``)."""
+    from core.config.loader import parse_override
+
+    decided: set[str] = set()
+    for text in overrides:
+        try:
+            decided.add(parse_override(text)[0])
+        except ValueError:
+            continue  # said by the overrides' own check
     return [line for line in result.mapping
             if line.verdict == NEEDS_YOU and (line.outcome.reason is None
-                                              or line.outcome.reason.key not in NON_BLOCKING_REASONS)]
+                                              or line.outcome.reason.key not in NON_BLOCKING_REASONS)
+            and _target_key(line, result.peer) not in decided]
+
+
+def _target_key(line: MappingLine, peer: str) -> str | None:
+    """The tunedeck key a peer's line stands for (its table entry's, or the same name), None where it has none."""
+    from core.config.schema import KEY_SPECS
+
+    entry = line.entry or peer_key(line.key, peer)
+    if entry is not None and entry.hint:
+        return entry.hint.partition(":")[0].strip()
+    return line.key if line.key in KEY_SPECS else None
 
 
 def load_imported_config(result: ImportResult, overrides: list[str], gpu_caps: Any = None,

@@ -78,7 +78,7 @@ def load_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = 
             imported = import_file(path)
             warn(t("runs.imported", path=path, peer=imported.peer_name))
             warn(imported.mapping_text())
-            blocked = blocking_lines(imported)
+            blocked = blocking_lines(imported, list(overrides))
             if blocked:
                 raise RunError(t("runs.import_blocked", path=path,
                                  lines="\n".join(f"  {line.text()}" for line in blocked)), 2)

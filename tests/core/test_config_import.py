@@ -1063,3 +1063,21 @@ def test_swift_deepspeed_shorthands_of_every_version(value, expected):
     A file name stays a path. Hardware: none (the conversion only)."""
     result = import_command(["swift", "sft", "--model", "Qwen/A", "--dataset", "a.jsonl", "--deepspeed", value])
     assert _line(result, "deepspeed").outcome.values == expected
+
+
+def test_train_key_value_decides_a_line_that_needs_you(tmp_path):
+    """``swift sft --model $MODEL ...``: ``train run.sh model=tiny`` was refused ("model: $MODEL → needs you") though
+    the command line had just given the model; a ``key=value`` that sets a line's tunedeck key now decides that line
+    (a scheduler the peer has and tunedeck lacks, decided by ``lr_scheduler=cosine``), the others still refuse, and
+    the refusal says this way out too. Hardware: none needed (train --check of a CPU run, no GPU asked for)."""
+    home = tmp_path / "home"
+    data = _data(tmp_path / "d.jsonl")
+    script = tmp_path / "run.sh"
+    script.write_text(f"swift sft --model $MODEL --train_type lora --dataset {data} --max_length 64 "
+                      "--lr_scheduler_type cosine_with_min_lr --torch_dtype float32\n", encoding="utf-8")
+    out = _tunedeck(home, "train", str(script), "model=tiny", "--check")
+    assert out.returncode == 2 and "model: $MODEL" not in out.stderr.partition("cannot be trained")[2]
+    assert "lr_scheduler_type: cosine_with_min_lr → needs you" in out.stderr
+    assert f"tunedeck train {script} model=" in out.stderr
+    out = _tunedeck(home, "train", str(script), "model=tiny", "lr_scheduler=cosine", "--check")
+    assert out.returncode == 0, out.stderr
