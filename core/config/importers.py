@@ -418,7 +418,8 @@ LF_DATASET_DIR = "data"  # LLaMA-Factory's dataset_dir when its file gives none
 
 def _peer_defaults(peer: str, values: dict[str, Any], config: dict[str, Any]) -> list[MappingLine]:
     """The peer's defaults for keys the file leaves out, where they differ from tunedeck's: LoRA keys, ms-swift's
-    adam_beta2 and its drop of over-long samples, and LLaMA-Factory's hub and dataset folder."""
+    adam_beta2 and its drop of over-long samples, and LLaMA-Factory's hub, dataset folder and packing of
+    pre-training text."""
     lines: list[MappingLine] = []
     if peer == SWIFT and "swift" not in values:
         return lines  # an args.json lists every value itself
@@ -444,6 +445,12 @@ def _peer_defaults(peer: str, values: dict[str, Any], config: dict[str, Any]) ->
         config["dataset_dir"] = folder
         lines.append(MappingLine("dataset_dir", folder, taken({"dataset_dir": folder},
                                                               Message("import.note_lf_dataset_dir")), default=True))
+    if peer == LLAMAFACTORY and str(values.get("stage", "")).strip().lower() == "pt" \
+            and not {"packing", "neat_packing"} & set(values) and "packing" not in config:
+        # LLaMA-Factory's packing (None) turns on for pre-training: its steps read packed rows of cutoff_len
+        config["packing"] = True
+        lines.append(MappingLine("packing", True, taken({"packing": True}, Message("import.note_lf_pt_packing")),
+                                 default=True))
     if peer == LLAMAFACTORY and "hub" not in config and isinstance(config.get("model"), str) \
             and not _is_local_model(config["model"]):
         config["hub"] = "huggingface"

@@ -1081,3 +1081,19 @@ def test_train_key_value_decides_a_line_that_needs_you(tmp_path):
     assert f"tunedeck train {script} model=" in out.stderr
     out = _tunedeck(home, "train", str(script), "model=tiny", "lr_scheduler=cosine", "--check")
     assert out.returncode == 0, out.stderr
+
+
+def test_llamafactory_pretraining_packs_as_llamafactory_does(tmp_path):
+    """LLaMA-Factory packs pre-training text (``stage: pt``, its packing None turns on), but the converted file
+    trained unpacked: other rows, other steps than the file's. Now packing: true is taken as its default for pt, said
+    so; a file that says packing: false keeps it, and SFT is not packed. Hardware: none (the conversion only)."""
+    peer = tmp_path / "pt.yaml"
+    base = "model_name_or_path: Qwen/A\nfinetuning_type: lora\ndataset: a.jsonl\n"
+    peer.write_text(base + "stage: pt\n")
+    result = import_file(peer)
+    assert result.config["packing"] is True and result.config["loss_on"] == "all"
+    assert "packs the text of pre-training" in next(line for line in result.mapping if line.key == "packing").text()
+    peer.write_text(base + "stage: pt\npacking: false\n")
+    assert import_file(peer).config.get("packing") in (None, False)
+    peer.write_text(base + "stage: sft\n")
+    assert "packing" not in import_file(peer).config
