@@ -89,7 +89,6 @@ def build_request(args: argparse.Namespace) -> Any:
             dataset_keys = {key: plan_config.values.get(key) for key in ("dataset_info", "dataset_dir")}
         epochs = epochs if epochs is not None else plan_config.epochs
         effective_batch = effective_batch if effective_batch is not None else plan_config.effective_batch
-    epochs = 3.0 if epochs is None else epochs
     effective_batch = DEFAULT_EFFECTIVE_BATCH if effective_batch is None else effective_batch
     if args.hardware:
         target = parse_target(args.hardware, args.price_per_gpu_hour, args.host_ram_gib)
@@ -118,6 +117,11 @@ def build_request(args: argparse.Namespace) -> Any:
         if summary.issues:  # planned on the rows that load; the others are said, as `data check` does
             print(t("plan.dataset_problems", path=dataset, count=summary.issues, records=summary.records,
                     problems=summary.listed_problems()), file=sys.stderr)
+    max_steps = plan_config.config.max_steps if plan_config is not None else None
+    if epochs is None and max_steps and summary is not None and summary.measured and summary.records:
+        # the file's run ends at max_steps: as many epochs as those steps read of the data, at its effective batch
+        epochs = max(float(f"{max_steps * effective_batch / summary.records:.3g}"), 1e-3)
+    epochs = 3.0 if epochs is None else epochs
     return PlanRequest(
         model=model, hardware=target, goal=args.goal, epochs=epochs,
         effective_batch=max(1, effective_batch), dataset=dataset, **request_fields(overrides),
@@ -207,7 +211,7 @@ def _say_pins(plan_config: Any, request: Any, cli_items: list[str]) -> None:
     planned = [f"{key}={_shown(plan_config.values[key])}" for key in PLANNED_KEYS if key in plan_config.given]
     print(t("plan.config_pins", path=plan_config.path, pinned="; ".join(pinned) or t("plan.config_nothing"),
             planned=", ".join(planned) or t("plan.config_nothing"), batch=request.effective_batch,
-            epochs=f"{request.epochs:g}"), file=sys.stderr)
+            epochs=f"{request.epochs:.3g}"), file=sys.stderr)
 
 
 def _file_pins(plan_config: Any, request: Any, cli_items: list[str]) -> list[tuple[str, Any, str]]:

@@ -690,3 +690,20 @@ def test_config_takes_the_command_lines_model_where_the_file_has_a_shell_variabl
     data = json.loads(proc.stdout)
     assert data["model"] == "tiny" and data["recommendation"]["plan"]["lora_rank"] == 4
     assert "model: $MODEL → needs you" in proc.stderr
+
+
+def test_config_with_max_steps_is_planned_for_those_steps(tmp_path):
+    """A run file that ends at ``max_steps: 10`` was planned (time, cost) for 3 epochs of its data; it is now planned
+    for the epochs those steps read at its effective batch (10 x 4 of the sample's records), and the saved re-plan
+    keeps max_steps, no epochs. Hardware: this box's CPU (fake NVML with no GPU)."""
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model: tiny\ndataset: {SAMPLE}\nmax_steps: 10\nmicro_batch_size: 2\ngradient_accumulation: 2\n")
+    out = tmp_path / "re.yaml"
+    proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "cpu", "--save", str(out), "--json",
+                    fake_gpus="none")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    records = data["dataset_summary"]["records"]
+    assert data["epochs"] == pytest.approx(10 * 4 / records, rel=0.01)
+    saved = yaml.safe_load(out.read_text())
+    assert saved["max_steps"] == 10 and saved["epochs"] is None
