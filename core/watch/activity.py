@@ -180,12 +180,13 @@ def last_write(paths: Iterable[Path]) -> float | None:
     return newest
 
 
-def finished_marker(folder: Path, log: Path | None = None) -> bool:
+def finished_marker(folder: Path, log: Path | Iterable[Path] | None = None) -> bool:
     """A file that only a finished run leaves: ``train_results.json``/``all_results.json``, or a
-    top-level ``trainer_state.json`` with ``global_step`` at ``max_steps``. With ``log`` (an appended metric
-    file: LLaMA-Factory's, ms-swift's) such a file older than its last write is an earlier run's: a run
-    started again in the same folder appends to the log and writes them only at its end."""
-    logged = last_write([log]) if log is not None else None
+    top-level ``trainer_state.json`` with ``global_step`` at ``max_steps``. With ``log`` (what a run writes
+    while it trains: LLaMA-Factory's or ms-swift's appended metric file, an HF Trainer run's checkpoints)
+    such a file older than its last write is an earlier run's: a run started again in the same folder
+    writes them only at its end."""
+    logged = last_write([log] if isinstance(log, Path) else log) if log is not None else None
 
     def current(path: Path) -> bool:
         written = last_write([path])
@@ -229,9 +230,13 @@ def writer_state(source: Any, activity: WriterActivity, now: float | None = None
     unreadable = activity.unreadable
     if not source.path.is_dir():
         return WriterState(GONE, since, unreadable)
-    from core.watch.source import LLAMAFACTORY, SWIFT
+    from core.watch.source import HF_TRAINER, LLAMAFACTORY, SWIFT, current_checkpoints
 
-    log = source.metrics_path if source.kind in (LLAMAFACTORY, SWIFT) else None
+    log: Path | list[Path] | None = None
+    if source.kind in (LLAMAFACTORY, SWIFT):
+        log = source.metrics_path
+    elif source.kind == HF_TRAINER:  # its checkpoints come before its results (its events may not: an
+        log = [state for _when, state in current_checkpoints(source.path)]  # evaluate() after train())
     if activity.finished or finished_marker(source.path, log):
         return WriterState(FINISHED, since, unreadable)
     if activity.ended or since is not None and now - since > idle_after(activity):

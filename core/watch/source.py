@@ -4,7 +4,7 @@
 adapter reads its records. ms-swift nests each run in ``vN-YYYYMMDD-HHMMSS/`` under the output dir (by
 default ``output/<model>/``), LLaMA-Board each of its runs in ``train_<date>/``: the newest run with such a
 metric file, one or two levels down, is taken. A plain HF Trainer output dir is read through its
-``trainer_state.json`` (the top-level one or the newest ``checkpoint-N/``'s, whichever is newer), a
+``trainer_state.json`` (the top-level one or a ``checkpoint-N/``'s, whichever was written last), a
 TensorBoard log dir through its ``events.out.tfevents.*`` files (in the dir, or under ``runs/``/``logs/``).
 """
 
@@ -83,26 +83,53 @@ def _checkpoint_step(path: Path) -> int:
 
 def trainer_state_file(path: Path) -> Path | None:
     """The newest ``trainer_state.json`` of an HF Trainer output dir: the top-level one (written at the
-    end) or the newest ``checkpoint-N/``'s (by N), whichever was written last; None without one."""
-    candidates = []
-    top = path / "trainer_state.json"
-    if top.is_file():
-        candidates.append(top)
+    end) or a ``checkpoint-N/``'s, whichever was written last (equal times: the top-level one, then the higher
+    N); None without one.
+    By time, not by N: a run started again in a used output folder writes checkpoint-50 while the previous
+    run's checkpoint-1000 is still there, and the dashboard showed the old run's end for the new run."""
+    candidates = [(0, -1, path / "trainer_state.json")]
     try:
-        checkpoints = [p for p in path.glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
+        candidates += [(1, _checkpoint_step(p), p / "trainer_state.json") for p in path.glob("checkpoint-*")]
     except OSError:
-        checkpoints = []
-    if checkpoints:
-        candidates.append(max(checkpoints, key=_checkpoint_step) / "trainer_state.json")
-    best: tuple[float, int, Path] | None = None
-    for index, candidate in enumerate(candidates):
+        pass
+    best: tuple[float, int, int, Path] | None = None
+    for rank, step, candidate in candidates:
         try:
-            key = (candidate.stat().st_mtime, -index, candidate)
+            if not candidate.is_file():
+                continue
+            key = (candidate.stat().st_mtime, -rank, step, candidate)
         except OSError:
             continue
-        if best is None or key[:2] > best[:2]:
+        if best is None or key[:3] > best[:3]:
             best = key
-    return None if best is None else best[2]
+    return None if best is None else best[3]
+
+
+def current_checkpoints(path: Path) -> list[tuple[float, Path]]:
+    """(time written, ``trainer_state.json``) of the checkpoints of the run last written into an HF Trainer
+    output dir, oldest first: the newest checkpoints whose steps rise with their times. A previous run's
+    checkpoints left in the folder (a higher step written before a lower one) are not this run's."""
+    dated = []
+    try:
+        folders = list(path.glob("checkpoint-*"))
+    except OSError:
+        return []
+    for folder in folders:
+        try:
+            dated.append((folder.joinpath("trainer_state.json").stat().st_mtime, _checkpoint_step(folder),
+                          folder / "trainer_state.json"))
+        except OSError:
+            continue
+    dated.sort(key=lambda c: (c[0], c[1]))
+    run: list[tuple[float, Path]] = []
+    step = None
+    for when, number, state in reversed(dated):
+        if step is not None and number >= step:
+            break  # a step not below the next one's: an earlier run's checkpoint
+        run.append((when, state))
+        step = number
+    run.reverse()
+    return run
 
 
 EVENT_GLOB = "events.out.tfevents.*"

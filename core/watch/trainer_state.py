@@ -22,7 +22,7 @@ from typing import Any
 
 from core.watch.activity import UNREADABLE_DENIED, UNREADABLE_TORN, WriterActivity
 from core.watch.adapters import normalize_hf_trainer
-from core.watch.source import trainer_state_file
+from core.watch.source import current_checkpoints, trainer_state_file
 
 # Seconds a trainer_state.json may stay unparseable before it is said: HF rewrites it in place, so a read
 # can land in the middle of a write (the next poll, half a second later, reads it whole).
@@ -116,14 +116,9 @@ class TrainerStateFeed:
                                        UNREADABLE_DENIED if denied else UNREADABLE_TORN)
 
     def _note_save_intervals(self) -> None:
-        """The records carry no time: the gaps between checkpoint saves say how often the writer writes."""
-        times = []
-        for folder in self.folder.glob("checkpoint-*"):
-            try:
-                times.append(((folder / "trainer_state.json").stat().st_mtime, folder.name))
-            except OSError:
-                continue
-        times.sort()
+        """The records carry no time: the gaps between checkpoint saves say how often the writer writes (the
+        current run's saves only: the gap since a previous run's checkpoints in the folder is no interval)."""
+        times = [when for when, _state in current_checkpoints(self.folder)]
         self.activity.intervals.clear()
-        for (before, _a), (after, _b) in zip(times, times[1:], strict=False):
+        for before, after in zip(times, times[1:], strict=False):
             self.activity.note_interval(after - before)

@@ -148,6 +148,35 @@ def test_hf_trainer_folder_left_months_ago_is_idle(tmp_path):
     assert writer_state(source, feed.activity, now=MONTHS_AGO + 10 * 600 + 1).status == IDLE
 
 
+def test_hf_trainer_run_again_into_a_used_output_folder_shows_the_new_run(tmp_path):
+    """A run started again into the output folder of a finished one: the previous run's checkpoint-1000
+    hid the new run's checkpoint-50 (the highest step was taken), and its train_results.json read
+    "finished" over the new run's live steps; the new run is shown, running, with its own save interval."""
+    out = tmp_path / "hf_out"
+    write_checkpoint(out, 500, 1000, MONTHS_AGO - 3600)
+    write_checkpoint(out, 1000, 1000, MONTHS_AGO)
+    for name in ("train_results.json", "all_results.json"):
+        (out / name).write_text(json.dumps({"epoch": 3.0, "train_loss": 1.2, "train_runtime": 7200.0}))
+        os.utime(out / name, (MONTHS_AGO + 1, MONTHS_AGO + 1))
+    assert state_of(out).status == FINISHED
+    now = time.time()
+    write_checkpoint(out, 25, 200, now - 600)  # the new run saves every 10 min
+    write_checkpoint(out, 50, 200, now - 5)
+    source = open_watch_source(out)
+    assert source.metrics_path == out / "checkpoint-50" / "trainer_state.json"
+    feed = open_metrics_feed(source)
+    records = feed.read_tail()
+    assert max(r["step"] for r in records if r["kind"] == "train") == 50
+    assert records[-1]["total_steps"] == 200
+    assert feed.activity.median_interval == pytest.approx(595, abs=1)  # not the months since the old run
+    assert writer_state(source, feed.activity).status == RUNNING
+    write_checkpoint(out, 200, 200)  # it ends: its own results
+    feed.poll()
+    for name in ("train_results.json", "all_results.json"):
+        (out / name).write_text(json.dumps({"epoch": 1.0, "train_loss": 1.0, "train_runtime": 2400.0}))
+    assert writer_state(source, feed.activity).status == FINISHED
+
+
 # --- TensorBoard ------------------------------------------------------------------------------------
 
 def tb_writer(folder: Path):
