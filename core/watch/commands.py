@@ -52,6 +52,8 @@ def _state(source: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
     feed = open_metrics_feed(source)
     records = feed.read_tail()
+    if hasattr(feed, "place_tail"):
+        feed.place_tail()  # a restart before the tail: the elapsed time goes on from the earlier attempt's
     train = next((r for r in reversed(records) if r.get("kind") == "train"), {})
     latest = {key: train[key] for key in LATEST_FIGURES if train.get(key) is not None}
     if not source.read_only:

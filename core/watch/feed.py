@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +50,12 @@ class MetricsFeed:
         self._tail_records: list[dict[str, Any]] = []
         self._tail_cutoff = math.inf  # the lowest resume step in the tail: what it supersedes before it
         self._newest_step = -math.inf  # the highest step handed on: a resume below it supersedes some
-        # other trainers' files: the last train step read (a step not past it is a restart: mark_restarts)
-        # and the tail's first train step (a restart may fall between the backfill and the tail)
-        self._last_train: int | None = None
-        self._tail_first_train: int | None = None
+        # other trainers' files: the attempts read (a step not past the last is a restart, its elapsed time
+        # put after the earlier attempt's: mark_restarts) and the tail's first train step and elapsed time as
+        # logged (a restart may fall between the backfill and the tail)
+        self._attempts = Attempts()
+        self._tail_first_train: tuple[int, float | None] | None = None
+        self._tail_placed = False  # the tail's elapsed times are on the time axis of what is before it
         self.activity = WriterActivity()  # read-only sources: is the writer still there (core.watch.activity)
 
     def read_tail(self) -> list[dict[str, Any]]:
@@ -75,8 +78,10 @@ class MetricsFeed:
             header = [r for r in parse_lines(first, self.kind) if r.get("kind") == "header"]
             records = header + records
         if self.kind != "tunedeck":
-            self._tail_first_train = _first_train_step(records)
-            records, self._last_train = mark_restarts(records, None)
+            self._tail_first_train = _first_train(records)
+            self._tail_placed = False
+            self._attempts = Attempts()
+            records = mark_restarts(records, self._attempts)
         self._tail_cutoff = lowest_resume(records)
         records = drop_superseded(records)
         self._newest_step = _highest_step(records, -math.inf)
@@ -116,9 +121,9 @@ class MetricsFeed:
             self.start = 0  # read from the start again: nothing left to backfill
             self.activity.reset()
             self._newest_step = -math.inf
-            self._last_train = None
+            self._attempts = Attempts()
         if self.kind != "tunedeck":
-            records, self._last_train = mark_restarts(records, self._last_train)
+            records = mark_restarts(records, self._attempts)
         newest = self._newest_step
         for record in records:
             step = resume_step(record)
@@ -143,7 +148,8 @@ class MetricsFeed:
     def _backfill_other(self) -> RunSeries:
         """Another trainer's records before the tail, each step once. One pass over the bytes builds the
         series and finds the restarts (``mark_restarts``); only where it found one, a second pass builds it
-        again without the records they superseded (a long file is never held as records)."""
+        again without the records they superseded (a long file is never held as records). The tail's (and
+        what ``poll`` reads next) elapsed times are then put after those of the attempts before it."""
         def blocks():
             for lines in read_lines_between(self.path, 0, self.start, block=BACKFILL_BLOCK):
                 yield parse_lines(lines, self.kind)
@@ -151,9 +157,10 @@ class MetricsFeed:
 
         series = RunSeries()
         restarts: list[tuple[int, int]] = []  # (records read before it, its step), in file order
-        count, last = 0, None
+        count = 0
+        attempts = Attempts()
         for records in blocks():
-            marked, last = mark_restarts(records, last)
+            marked = mark_restarts(records, attempts)
             if len(marked) > len(records):
                 for record in marked:
                     step = resume_step(record)
@@ -165,9 +172,12 @@ class MetricsFeed:
                 count += len(records)
             if not restarts:
                 series.extend(records)
+        self._shift_tail(attempts)
+        last = attempts.last
         cutoff = self._tail_cutoff
-        if last is not None and self._tail_first_train is not None and self._tail_first_train <= last:
-            cutoff = min(cutoff, self._tail_first_train - 1)  # the tail begins a new attempt
+        first = self._tail_first_train
+        if last is not None and first is not None and first[0] <= last:
+            cutoff = min(cutoff, first[0] - 1)  # the tail begins a new attempt
         if not restarts and cutoff == math.inf:
             return series
         # lowest[i]: the lowest step of restarts[i:] and the tail's (what supersedes a record before restarts[i])
@@ -176,9 +186,12 @@ class MetricsFeed:
             lowest[i] = min(lowest[i + 1], restarts[i][1])
         series = RunSeries()
         count, i = 0, 0
+        attempts = Attempts()  # the same elapsed times again
         for records in blocks():
             kept = []
-            for record in records:
+            for record in mark_restarts(records, attempts):
+                if resume_step(record) is not None:
+                    continue
                 while i < len(restarts) and restarts[i][0] <= count:
                     i += 1  # a restart before this record: it does not supersede it
                 count += 1
@@ -187,27 +200,94 @@ class MetricsFeed:
             series.extend(kept)
         return series
 
+    def _shift_tail(self, before: Attempts) -> None:
+        """The tail's records and the attempt ``poll`` follows put on the time axis of the attempts before the
+        tail (``before``: as ``mark_restarts`` left it at the tail's start): ``read_tail`` began it at 0."""
+        if self._tail_placed:
+            return
+        self._tail_placed = True
+        first = self._tail_first_train
+        base = before.offset
+        if first is not None and before.last is not None and first[0] <= before.last:
+            base = before.next_offset(first[1])  # the tail begins a new attempt
+        if not base:
+            return
+        for record in self._tail_records:
+            if record.get("kind") in ("train", "eval") and _is_number(record.get("elapsed_s")):
+                record["elapsed_s"] += base
+        self._attempts.offset += base
+        if self.activity.last_elapsed is not None:
+            self.activity.last_elapsed += base
 
-def mark_restarts(records: list[dict[str, Any]], last: int | None) -> tuple[list[dict[str, Any]], int | None]:
+    def place_tail(self) -> None:
+        """Put the tail's elapsed times after those of the attempts before it without building the series
+        (``backfill`` does both): ``watch --json`` gives the elapsed time the dashboard's header shows. One pass
+        over what is before the tail, where the tail is not the whole of another trainer's file."""
+        if self.kind == "tunedeck" or self.start <= 0:
+            return
+        attempts = Attempts()
+        for lines in read_lines_between(self.path, 0, self.start, block=BACKFILL_BLOCK):
+            mark_restarts(parse_lines(lines, self.kind), attempts)
+        self._shift_tail(attempts)
+
+
+@dataclass
+class Attempts:
+    """What ``mark_restarts`` knows of another trainer's file so far: the last train step, and the time axis
+    of the attempt it is in (``offset``: added to its ``elapsed_s``; ``elapsed``: its last one as logged)."""
+
+    last: int | None = None
+    offset: float = 0.0
+    elapsed: float | None = None
+
+    def next_offset(self, elapsed: float | None) -> float:
+        """The offset of an attempt that begins (after a restart) with ``elapsed``: LLaMA-Factory and ms-swift
+        count it from 0 again, and it goes after this attempt's end; one counted on goes where it is."""
+        if elapsed is not None and self.elapsed is not None and elapsed < self.elapsed:
+            return self.offset + self.elapsed
+        return self.offset
+
+
+def mark_restarts(records: list[dict[str, Any]], attempts: Attempts) -> list[dict[str, Any]]:
     """Another trainer's records with a ``resumed`` record (``core.watch.resumes``) before each train record
-    whose step is not past the train step before it (``last`` for the first): LLaMA-Factory appends a run
-    restarted or resumed into the same folder to the same ``trainer_log.jsonl``, its steps going back, and
-    the charts drew both attempts over each other. Each step is then taken once, the latest attempt's, as
-    for a tunedeck run's resume. Returns the records and the last train step."""
+    whose step is not past the train step before it (``attempts.last`` for the first): LLaMA-Factory appends
+    a run restarted or resumed into the same folder to the same ``trainer_log.jsonl``, its steps going back,
+    and the charts drew both attempts over each other. Each step is then taken once, the latest attempt's, as
+    for a tunedeck run's resume. The new attempt's ``elapsed_s`` (counted from 0 again) is put after the
+    earlier attempt's (the records are changed in place): the time axis went back at each restart. Updates
+    ``attempts``."""
     out: list[dict[str, Any]] = []
     for record in records:
+        kind = record.get("kind")
         step = record.get("step")
-        if record.get("kind") == "train" and isinstance(step, int) and not isinstance(step, bool):
-            if last is not None and step <= last:
+        elapsed = record.get("elapsed_s")
+        elapsed = float(elapsed) if _is_number(elapsed) else None
+        if kind == "train" and isinstance(step, int) and not isinstance(step, bool):
+            if attempts.last is not None and step <= attempts.last:
                 out.append({"kind": RESUMED, "step": step - 1})
-            last = step
+                attempts.offset = attempts.next_offset(elapsed)
+                attempts.elapsed = None
+            attempts.last = step
+        if kind in ("train", "eval") and elapsed is not None:
+            attempts.elapsed = elapsed
+            if attempts.offset:
+                record["elapsed_s"] = elapsed + attempts.offset
         out.append(record)
-    return out, last
+    return out
 
 
-def _first_train_step(records: list[dict[str, Any]]) -> int | None:
-    step = next((r.get("step") for r in records if r.get("kind") == "train"), None)
-    return step if isinstance(step, int) and not isinstance(step, bool) else None
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _first_train(records: list[dict[str, Any]]) -> tuple[int, float | None] | None:
+    """The step and ``elapsed_s`` of the first train record among ``records``."""
+    record = next((r for r in records if r.get("kind") == "train"), None)
+    step = None if record is None else record.get("step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    elapsed = record.get("elapsed_s")
+    return step, float(elapsed) if _is_number(elapsed) else None
 
 
 def _highest_step(records: list[dict[str, Any]], newest: float) -> float:

@@ -163,3 +163,86 @@ def test_llamafactory_restart_appended_while_followed_starts_the_series_over(tmp
     series.extend(records)
     series = feed.backfill() or series
     _check(series)
+
+
+def _llamafactory_restarted_lines() -> list[str]:
+    """The attempts of ``_llamafactory_lines`` as LLaMA-Factory and ms-swift log them: each attempt's
+    elapsed_time counts from 0 again (A runs 30 s, B 15 s, C 15 s)."""
+    lines = []
+    for name, first, last, _resumed in ATTEMPTS:
+        for step in range(first, last + 1):
+            lines.append(json.dumps({"current_steps": step, "total_steps": 100, "loss": LOSS[name] + step / 1000,
+                                     "lr": 1e-05, "epoch": step / 100, "percentage": float(step),
+                                     "elapsed_time": str(timedelta(seconds=step - first + 1)),
+                                     "remaining_time": "0:00:05", "padding": "x" * 200}))
+    return lines
+
+
+def test_a_restarted_llamafactory_run_goes_on_along_the_time_axis(tmp_path):
+    """A run restarted into its folder counts its elapsed time from 0 again: the dashboard's time-axis
+    chart went back at each restart (the kept steps of B drawn before A's). Each attempt now goes after the
+    earlier one's end: A's steps 1-20 at 1-20 s, B's 21-25 after A's 30 s, C's 26-40 after B's 15 s; the
+    same read whole, through a backfill, with the restart at the tail's edge, and followed."""
+    path = tmp_path / "trainer_log.jsonl"
+    lines = _llamafactory_restarted_lines()
+    path.write_text("\n".join(lines) + "\n")
+    wanted = ([(s, s) for s in range(1, 21)] + [(30 + s - 20, s) for s in range(21, 26)]
+              + [(45 + s - 25, s) for s in range(26, 41)])  # (elapsed on the axis, step)
+    edge = len("\n".join(lines[30 + 15:]) + "\n") + 1  # the tail begins with attempt C
+    for tail_bytes in (10**9, 6_000, 2_000, 300, edge):
+        feed = MetricsFeed(path, "llamafactory", tail_bytes=tail_bytes)
+        tail = feed.read_tail()
+        series = feed.backfill()
+        if series is None:
+            series = RunSeries()
+            series.extend(tail)
+        time_points = _points(series, "loss", "time")
+        assert time_points == [(x, round(LOSS[WANTED[s]] + s / 1000, 4)) for x, s in wanted], tail_bytes
+        assert series.latest["elapsed_s"] == 60.0
+        placed = MetricsFeed(path, "llamafactory", tail_bytes=tail_bytes)  # watch --json: no series built
+        tail = placed.read_tail()
+        placed.place_tail()
+        assert [r for r in tail if r.get("kind") == "train"][-1]["elapsed_s"] == 60.0, tail_bytes
+
+    path.write_text("\n".join(lines[:30 + 15]) + "\n")  # A and B, then C appended while followed
+    feed = MetricsFeed(path, "llamafactory", tail_bytes=2_000)
+    feed.read_tail()
+    feed.backfill()
+    with open(path, "a") as handle:
+        handle.write("\n".join(lines[30 + 15:30 + 20]) + "\n")
+    records, restarted = feed.poll()
+    series = RunSeries()
+    series.extend(records)
+    series = feed.backfill() or series
+    assert restarted and _points(series, "loss", "time")[-1][0] == 45 + 5  # C's 30th step, 5 s after B's end
+    with open(path, "a") as handle:
+        handle.write("\n".join(lines[30 + 20:]) + "\n")
+    records, restarted = feed.poll()
+    assert not restarted and [r["elapsed_s"] for r in records if r["kind"] == "train"] == [
+        45.0 + s - 25 for s in range(31, 41)]
+
+
+def test_watch_json_gives_the_elapsed_time_the_dashboard_shows_after_a_restart_before_the_tail(tmp_path):
+    """``watch --json`` reads only the file's tail: a restart before it gave the new attempt's elapsed time
+    from 0 where the dashboard's header (the whole series) gives it after the earlier attempt's end."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from core.watch.feed import METRICS_TAIL_BYTES
+
+    out = tmp_path / "lf"
+    out.mkdir()
+    lines = []
+    for first, last in ((1, 1000), (501, 1500)):  # restarted from step 500: elapsed from 0 again
+        lines += [json.dumps({"current_steps": step, "total_steps": 2000, "loss": 1.0, "epoch": step / 1000,
+                              "percentage": step / 20, "elapsed_time": str(timedelta(seconds=step - first + 1)),
+                              "remaining_time": "0:10:00", "padding": "x" * 300}) for step in range(first, last + 1)]
+    (out / "trainer_log.jsonl").write_text("\n".join(lines) + "\n")
+    assert len("\n".join(lines[1000:])) > METRICS_TAIL_BYTES  # the restart is before the tail
+    result = subprocess.run([sys.executable, "-m", "core", "watch", str(out), "--json"], cwd=Path(__file__).parents[2],
+                            capture_output=True, text=True, timeout=120,
+                            env={"TUNEDECK_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    latest = json.loads(result.stdout)["latest"]
+    assert latest["step"] == 1500 and latest["elapsed_s"] == 1000.0 + 1000.0
