@@ -151,6 +151,14 @@ def idle_after(activity: WriterActivity) -> float:
     return max(IDLE_FLOOR_S, IDLE_INTERVALS * interval) if interval else IDLE_FLOOR_S
 
 
+def follows_newer(status: str) -> bool:
+    """Whether a dashboard on the newest run of a folder named moves by itself to a newer run started there
+    (``core.watch.source.newer_run``): once the run it shows is no longer written (idle, finished, deleted),
+    the newer one is what goes on there (``watch --json`` on the folder gives it too). While it still runs,
+    two runs go side by side: the user is told, and the dashboard's ``o`` moves."""
+    return status != RUNNING
+
+
 def activity_paths(source: Any) -> list[Path]:
     """The files whose writes show that the writer of ``source`` (a ``WatchSource``) is alive."""
     from core.watch.source import EVENT_GLOB, HF_TRAINER, TENSORBOARD, event_files

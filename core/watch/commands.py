@@ -91,6 +91,7 @@ def cmd_watch(args: argparse.Namespace) -> Any:
 
         state, latest = _state(source)
         print(json.dumps({"kind": source.kind, "dir": str(source.path), "metrics": str(source.metrics_path),
+                          "root": None if source.root is None else str(source.root),
                           "log": None if source.log_path is None else str(source.log_path),
                           "read_only": source.read_only, "facts": source.facts, "state": state,
                           "latest": latest}))
@@ -100,4 +101,5 @@ def cmd_watch(args: argparse.Namespace) -> Any:
     from core.settings import load_settings
 
     require_app(args, t("watch.no_terminal", dir=args.dir), t("watch.needs_app", dir=args.dir))
-    return OpenApp(load_settings(), open_run=str(source.path))
+    # the folder named, not its newest run: the dashboard follows a run started there later (newer_run)
+    return OpenApp(load_settings(), open_run=str(source.root or source.path))

@@ -47,16 +47,21 @@ class WatchSource:
     events_path: Path | None
     read_only: bool
     facts: dict[str, Any] = field(default_factory=dict)  # model, method, precision … known up front
+    # the folder named, where the run is the newest one below it (ms-swift's vN-…/, LLaMA-Board's train_…/),
+    # and the run folders there were below it then (``newer_run``: a run started there since)
+    root: Path | None = None
+    runs_seen: frozenset[Path] = frozenset()
 
     @property
     def run_id(self) -> str:
         return self.path.name
 
 
-def _newest_nested_run(path: Path) -> tuple[Path, str] | None:
+def _newest_nested_run(path: Path) -> tuple[Path, str, frozenset[Path]] | None:
     """The newest run folder below ``path`` with another trainer's metric file, and its kind: ms-swift's
     ``vN-…/`` (``--output_dir`` given) or one level deeper, ``<model>/vN-…/``, where ms-swift puts a run by
-    default (``output/<model>/``); LLaMA-Board's ``train_<date>/`` runs under ``saves/<model>/<method>/``."""
+    default (``output/<model>/``); LLaMA-Board's ``train_<date>/`` runs under ``saves/<model>/<method>/``.
+    With every run folder found."""
     try:
         candidates = [(p, kind) for kind, name in _METRIC_FILES[1:]
                       for p in (*path.glob("*/" + name), *path.glob("*/*/" + name)) if p.is_file()]
@@ -71,7 +76,7 @@ def _newest_nested_run(path: Path) -> tuple[Path, str] | None:
     if not dated:
         return None
     *_, newest, kind = max(dated, key=lambda c: (c[0], c[1]))
-    return newest.parent, kind
+    return newest.parent, kind, frozenset(file.parent for *_, file, _kind in dated)
 
 
 def _checkpoint_step(path: Path) -> int:
@@ -179,10 +184,33 @@ def open_watch_source(path: Path | str) -> WatchSource:
         nested = _newest_nested_run(path)
         if nested is None:
             return _open_other(path)
-        path, kind = nested
+        root = path
+        path, kind, seen = nested
+    else:
+        root, seen = None, frozenset()
     metrics = path / dict(_METRIC_FILES)[kind]
     log = next((path / n for n in LOG_NAMES if (path / n).is_file()), None)
-    return WatchSource(kind, path, metrics, log, None, read_only=True, facts=_external_facts(kind, path))
+    return WatchSource(kind, path, metrics, log, None, read_only=True, facts=_external_facts(kind, path),
+                       root=root, runs_seen=seen)
+
+
+def newer_run(source: WatchSource) -> WatchSource | None:
+    """A run started below the folder named (``source.root``) since ``source`` was opened and now its newest
+    (what ``watch --json`` on that folder gives): ms-swift's next ``vN-…/``, LLaMA-Board's next ``train_…/``.
+    None where there is none, or ``source`` is not the newest run of a folder named. A run folder that was
+    there already is never offered (two runs written side by side do not take turns)."""
+    if source.root is None:
+        return None
+    nested = _newest_nested_run(source.root)  # asked every few seconds: the run's files are read only for a new one
+    if nested is None or nested[0] == source.path or nested[0] in source.runs_seen:
+        return None
+    try:
+        newest = open_watch_source(source.root)
+    except (SourceNotFound, OSError):
+        return None
+    if newest.path == source.path or newest.path in source.runs_seen:
+        return None
+    return newest
 
 
 def _open_other(path: Path) -> WatchSource:

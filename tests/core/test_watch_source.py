@@ -87,6 +87,44 @@ def test_a_nested_run_removed_while_the_folder_is_searched_is_passed_over(tmp_pa
     assert open_watch_source(out).path == newer
 
 
+def test_a_run_started_in_the_folder_named_is_a_newer_run_and_one_beside_it_is_not(tmp_path, monkeypatch):
+    """`watch output/` opens its newest run; a run ms-swift starts there later (its next vN-…/) is what
+    `watch output/ --json` then gives, and what the dashboard is told of (newer_run), not one that was there
+    already when it opened, written to since (two runs side by side would take turns). The app is opened on
+    the folder named, not on the run in it: it follows the newer run."""
+    import os
+
+    from core.cli import OpenApp, dispatch
+    from core.watch.source import newer_run
+
+    out = tmp_path / "output"
+    first = out / "v0-20261129-210000"
+    shutil.copytree(FIXTURES / "swift_output" / "v0-20261129-210000", first)
+    beside = out / "v1-20261129-220000"
+    shutil.copytree(first, beside)
+    os.utime(beside / "logging.jsonl", (1, 1))
+    source = open_watch_source(out)
+    assert source.path == first and source.root == out and source.runs_seen == {first, beside}
+    assert newer_run(source) is None
+    os.utime(beside / "logging.jsonl")  # the other run writes: newest by its last write, but not new
+    assert open_watch_source(out).path == beside and newer_run(source) is None
+    started = out / "v2-20261130-090000"
+    shutil.copytree(first, started)
+    later = (beside / "logging.jsonl").stat().st_mtime + 1
+    os.utime(started / "logging.jsonl", (later, later))  # it writes now
+    newer = newer_run(source)
+    assert newer is not None and newer.path == started and newer.root == out
+    assert newer_run(newer) is None
+    assert open_watch_source(first).root is None  # a run folder named: no folder above it to follow
+    result = run_cli("watch", str(out), "--json", home=tmp_path)
+    data = json.loads(result.stdout)
+    assert data["dir"] == str(started) and data["root"] == str(out)
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr("core.cli._on_a_terminal", lambda: True)  # as from a terminal (pytest pipes stdout)
+    outcome = dispatch(["watch", str(out)])
+    assert isinstance(outcome, OpenApp) and outcome.open_run == str(out)
+
+
 def test_llamafactory_board_saves_dir_opens_its_newest_run(tmp_path):
     """LLaMA-Board saves each run as saves/<model>/<method>/train_<date>/: `watch saves/<model>/lora` said
     "not a LLaMA-Factory output directory"; it opens the newest run below, as for ms-swift's vN-…/."""

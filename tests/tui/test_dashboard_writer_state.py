@@ -91,3 +91,75 @@ def test_a_folder_deleted_while_watched_says_so_and_shows_no_eta(tmp_path):
             assert t("watch.state.gone") in text and "ETA" not in text and not re.search(r"\brunning\b", text)  # (running_log.txt is a file name)
 
     asyncio.run(scenario())
+
+
+def new_swift_run(output: Path, name: str = "v1-20261130-090000", keep_lines: int = 10) -> Path:
+    """ms-swift started again into the same output dir: its next vN-… folder, being written now."""
+    run = output / name
+    shutil.copytree(FIXTURES / "swift_output" / "v0-20261129-210000", run)
+    lines = (run / "logging.jsonl").read_text().splitlines(keepends=True)[:keep_lines]
+    (run / "logging.jsonl").write_text("".join(lines))
+    return run
+
+
+def test_a_new_run_in_the_folder_named_is_followed_once_the_one_shown_is_no_longer_written(tmp_path):
+    """`tunedeck watch output/` showed its newest run for ever: a run started there later was never shown
+    (the old one read "idle since …") while `watch --json` gave the new one. The dashboard now follows it
+    by itself once the one shown has gone idle (or finished), and says so."""
+    old = swift_run(tmp_path, keep_lines=60, old=True)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(old.parent))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await header_when(pilot, app, "idle")
+            assert app.screen.source.path == old and app.screen.source.root == old.parent
+            new = new_swift_run(old.parent)
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.source.path == new)
+            text = await header_when(pilot, app, "running")
+            assert "running" in text and "ETA" in text
+            await wait_for(pilot, lambda: any("now watching the newer run v1-20261130-090000" in n.message
+                                              for n in app._notifications))
+            assert len(app.screen_stack) == 2  # replaced, not stacked: Esc still quits
+
+    asyncio.run(scenario())
+
+
+def offers_newer(app) -> set[str]:
+    """Where ``o`` (watch the newer run) is offered now: the footer, the help's rows, the palette."""
+    from core.i18n import t
+    from tui.widgets.keys_footer import footer_entries
+
+    name = t("dashboard.key.newer")
+    where = set()
+    if any(key == "o" for key, _ in footer_entries(app.screen)):
+        where.add("footer")
+    if any(("o", name) in rows for _section, rows in app.key_table(app.screen)):
+        where.add("help")
+    if name in {command.title for command in app.get_system_commands(app.screen)}:
+        where.add("palette")
+    return where
+
+
+def test_a_new_run_beside_one_still_running_is_offered_on_o_in_the_footer_help_and_palette(tmp_path):
+    """Two runs written side by side: the one shown stays, the newer one is said once and `o` watches it."""
+    old = swift_run(tmp_path, keep_lines=60)
+    earlier = time.time() - 20  # written 20 s ago: still running
+    os.utime(old / "logging.jsonl", (earlier, earlier))
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(old.parent))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await header_when(pilot, app, "running")
+            screen = app.screen
+            assert not offers_newer(app)  # nothing newer: o is not offered
+            new = new_swift_run(old.parent)
+            await wait_for(pilot, lambda: any("A newer run started in this folder: v1-20261130-090000" in n.message
+                                              for n in app._notifications))  # (the app posts it to itself)
+            assert screen.source.path == old and screen.newer.path == new
+            await pilot.pause()
+            assert offers_newer(app) == {"footer", "help", "palette"}
+            assert "Watch newer run" in screen_text(app)  # at 80 columns, the footer's first entry
+            await pilot.press("o")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.source.path == new)
+
+    asyncio.run(scenario())

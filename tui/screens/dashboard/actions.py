@@ -15,6 +15,7 @@ from tui.widgets.log_pane import LogPane
 
 # The actions that act on the run itself, offered by its state (``check_action``).
 RUN_ACTIONS = frozenset({"stop", "resume", "after_training"})
+# (another trainer's folder) a run started below the folder named since the one shown: ``o`` moves to it
 
 
 class ActionDone(Message):
@@ -33,7 +34,7 @@ class DashboardActions:
         """Binding ids in the order the footer keeps them. The run's own actions come first, the one
         that matters most for its state first (stop while live, resume, then what its checkpoint is good
         for), then Esc on an ended run (the way out stays on an 80-column line); those ``check_action`` refuses are left out by the footer like by the help and the palette."""
-        keys: list[str] = []
+        keys: list[str] = ["dashboard.newer"]  # a newer run (offered only then): what the user wants next
         if self.has_class("-full"):
             keys.append("dashboard.back")
         keys += ["dashboard.stop", "dashboard.resume", "dashboard.merge", "dashboard.chat", "dashboard.serve",
@@ -52,6 +53,8 @@ class DashboardActions:
         merge, chat, serve, evaluate and export once it ended with a checkpoint (``core.lifecycle``
         loads its last complete one). Refused here, a key leaves the footer, the help and the palette.
         n/N (next, previous match) once a log search was made: before one they have nothing to go to."""
+        if action == "watch_newer":
+            return self.newer is not None
         if action == "next_match":
             return bool(self.is_mounted and self.query_one("#dash-log", LogPane).query_text)
         if action not in RUN_ACTIONS:
@@ -176,6 +179,19 @@ class DashboardActions:
             return
         if len(self.app.screen_stack) > 1:
             self.app.pop_screen()
+
+    def action_watch_newer(self) -> None:
+        if self.newer is not None:
+            self.watch_newer(self.newer, followed=False)
+
+    def watch_newer(self, source, followed: bool) -> None:
+        """This dashboard replaced by one on ``source`` (a newer run below the folder named), and said."""
+        from tui.screens.dashboard import DashboardScreen
+
+        key = "dashboard.followed_newer" if followed else "dashboard.watching_newer"
+        previous = self.source.run_id
+        self.app.switch_screen(DashboardScreen(source, clock=self.clock, standalone=self.standalone))
+        self.app.notify(t(key, run=self._run_name(source), previous=previous), timeout=10, markup=False)
 
     def action_jump_gpus(self) -> None:
         self.app.action_section("gpus")

@@ -114,6 +114,19 @@ class RunStatusRead(Message):
         return isinstance(message, RunStatusRead)
 
 
+class NewerRunFound(Message):
+    """A run started below the folder named since the one shown (``core.watch.source.newer_run``), and the
+    status of the one shown when it was found."""
+
+    def __init__(self, source: Any, status: str) -> None:
+        super().__init__()
+        self.source = source
+        self.status = status
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, NewerRunFound)
+
+
 class DashboardFeed:
     """The file watcher, the app's GPU poll and their messages' handlers (mixed into DashboardScreen)."""
 
@@ -194,9 +207,13 @@ class DashboardFeed:
                 pass
         if self.source.read_only:
             from core.watch.activity import writer_state
+            from core.watch.source import newer_run
 
             state = writer_state(self.source, self._activity)
             self.post_message(RunStatusRead(state.status, state.label(), free, total, problem=state.problem()))
+            newer = newer_run(self.source)
+            if newer is not None:
+                self.post_message(NewerRunFound(newer, state.status))
             return
         from core.runs import RunDirectory, effective_status, ended_with_checkpoint
         from core.runs.listing import offers_resume
@@ -353,6 +370,29 @@ class DashboardFeed:
             table.scroll_end(animate=False, immediate=True)
             self.call_after_refresh(self._fit_detail_column)
             self._show_event_detail()
+
+    def on_newer_run_found(self, message: NewerRunFound) -> None:
+        """A newer run below the folder named: followed once the one shown is no longer written to, else
+        said once and offered on ``o`` (``action_watch_newer``)."""
+        from core.watch.activity import follows_newer
+
+        if follows_newer(message.status):
+            if self.is_current:  # not under a modal or the help (it would replace them): at the next poll
+                self.watch_newer(message.source, followed=True)
+            return
+        if self.newer is not None and self.newer.path == message.source.path:
+            return
+        self.newer = message.source
+        self.refresh_bindings()  # o now in the footer, the help and the palette
+        self.notify(t("dashboard.newer_run", run=self._run_name(message.source), current=self.source.run_id),
+                    timeout=15, markup=False)
+
+    def _run_name(self, source: Any) -> str:
+        """A run folder as the user knows it below the folder named (``<model>/vN-…`` one level further)."""
+        try:
+            return str(source.path.relative_to(source.root))
+        except (TypeError, ValueError):
+            return source.run_id
 
     def on_run_status_read(self, message: RunStatusRead) -> None:
         previous = self.status or None

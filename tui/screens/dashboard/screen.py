@@ -70,6 +70,7 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         Binding("u", "resume", t("dashboard.key.resume"), show=False, id="dashboard.resume"),
         Binding("c", "config", t("dashboard.key.config"), show=False, id="dashboard.config"),
         Binding("y", "copy_command", t("dashboard.key.copy"), show=False, id="dashboard.copy"),
+        Binding("o", "watch_newer", t("dashboard.key.newer"), id="dashboard.newer"),
         Binding("j", "jump_gpus", t("dashboard.key.gpus"), show=False, id="dashboard.gpus"),
         Binding("l", "focus_log", t("dashboard.key.log"), show=False, id="dashboard.log"),
         Binding("f", "toggle_full", t("dashboard.key.full"), id="dashboard.full"),
@@ -95,6 +96,7 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         # the user came from), it does not lead to a Runs list this folder is not in.
         self.standalone = standalone
         self.clock = clock
+        self.newer: WatchSource | None = None  # a run started below the folder named since: ``o`` watches it
         self.series = RunSeries()
         self.axis = "step"
         self.status = ""  # read-only sources too: core.watch.activity says running, idle or finished
