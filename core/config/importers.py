@@ -276,10 +276,17 @@ def _scalar(text: str) -> Any:
 # -- converting ---------------------------------------------------------------------------------------
 def _environment(name: str, value: Any) -> Outcome:
     text = str(value).strip()
-    if name == "CUDA_VISIBLE_DEVICES" and text:
+    if name == "CUDA_VISIBLE_DEVICES":
         if text.startswith("$"):
             return needs_you("import.reason_shell_variable", value=text)
-        return taken({"gpus": [int(part) for part in text.split(",") if part.strip().isdigit()]})
+        parts = [part.strip() for part in text.split(",") if part.strip()]
+        if not parts or parts[0].startswith("-"):  # empty or -1: CUDA sees no GPU, the peer trained on the CPU
+            return dropped("import.reason_no_visible_gpus", value=text)
+        if all(part.isdigit() for part in parts):
+            return taken({"gpus": [int(part) for part in parts]})
+        # GPU-<uuid> / MIG-<uuid> entries: the gpus key takes the indices nvidia-smi gives (it read "the list
+        # must not be empty", the UUIDs left out as not digits)
+        return needs_you("import.reason_gpu_uuids", value=text)
     if name == "NPROC_PER_NODE" and text.isdigit():
         return taken({"gpus": int(text)})
     if text.startswith("$"):

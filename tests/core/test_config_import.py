@@ -1004,6 +1004,24 @@ def test_nproc_per_node_that_agrees_with_cuda_visible_devices_is_no_conflict():
     assert result.config["gpus"] == [0, 1] and _line(result, "NPROC_PER_NODE").verdict == NEEDS_YOU
 
 
+def test_cuda_visible_devices_by_uuid_or_hiding_every_gpu_is_said_as_such():
+    """``CUDA_VISIBLE_DEVICES=GPU-<uuid> swift sft ...`` read "tunedeck refuses gpus: the list must not be empty"
+    (the UUIDs left out as not digits), and ``CUDA_VISIBLE_DEVICES=`` or ``-1`` (no GPU: the peer trained on the
+    CPU) "an environment variable tunedeck does not read". A UUID list needs the user with the indices as the way
+    on; a list that hides every GPU is dropped saying tunedeck uses the GPUs it finds. Hardware: none."""
+    base = ["swift", "sft", "--model", "Qwen/A", "--dataset", "a.jsonl"]
+    uuid = "GPU-8f3a2b1c-1111-2222-3333-444455556666"
+    for value in (uuid, f"0,{uuid}"):
+        line = _line(import_command([f"CUDA_VISIBLE_DEVICES={value}", *base]), "CUDA_VISIBLE_DEVICES")
+        assert line.verdict == NEEDS_YOU and "names GPUs by UUID" in line.text() and "gpus=0,1" in line.text()
+        assert "must not be empty" not in line.text()
+    for value in ("", "-1"):
+        result = import_command([f"CUDA_VISIBLE_DEVICES={value}", *base])
+        line = _line(result, "CUDA_VISIBLE_DEVICES")
+        assert line.verdict == DROPPED and "hides every GPU" in line.text(), line.text()
+        assert "gpus" not in result.config and result.counts()[NEEDS_YOU] == 0
+
+
 def test_padding_free_is_a_speed_setting_not_a_blocker(tmp_path):
     """``--padding_free true`` (ms-swift: the batch flattened without padding, the same loss) was an unknown key, "needs
     you", so `train` refused a swift line that has it; now it is dropped with what tunedeck does instead. Hardware:
