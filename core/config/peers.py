@@ -593,7 +593,7 @@ PEER_KEYS: dict[str, PeerKey] = {
     "dataset_num_proc": PeerKey(not_needed("import.reason_workers"), None, _MS),
     "dataloader_num_workers": PeerKey(not_needed("import.reason_workers"), None),
     "streaming": PeerKey(_only_when_set("import.reason_streaming"), None),
-    "lazy_tokenize": PeerKey(not_needed("import.reason_workers"), None, _MS),
+    "lazy_tokenize": PeerKey(not_needed("import.reason_lazy_tokenize"), None, _MS),
     # a speed setting: the batch flattened without padding trains the same loss (ms-swift needs flash-attention for it)
     "padding_free": PeerKey(not_needed("import.reason_padding_free"), None, _MS),
     # the schedule

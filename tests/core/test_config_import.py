@@ -1022,6 +1022,15 @@ def test_cuda_visible_devices_by_uuid_or_hiding_every_gpu_is_said_as_such():
         assert "gpus" not in result.config and result.counts()[NEEDS_YOU] == 0
 
 
+def test_lazy_tokenize_is_dropped_with_what_tunedeck_does_instead():
+    """ms-swift's ``--lazy_tokenize true`` (tokenize each sample as the loader reaches it) was dropped as
+    "tunedeck's data loading has no worker setting", a reason about another key; it says tunedeck tokenizes the
+    whole dataset once before the first step. Hardware: none."""
+    result = import_command(["swift", "sft", "--model", "Qwen/A", "--dataset", "a.jsonl", "--lazy_tokenize", "true"])
+    line = _line(result, "lazy_tokenize")
+    assert line.verdict == DROPPED and "tokenizes the whole dataset once" in line.text(), line.text()
+
+
 def test_padding_free_is_a_speed_setting_not_a_blocker(tmp_path):
     """``--padding_free true`` (ms-swift: the batch flattened without padding, the same loss) was an unknown key, "needs
     you", so `train` refused a swift line that has it; now it is dropped with what tunedeck does instead. Hardware:
