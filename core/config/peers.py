@@ -197,6 +197,15 @@ def _lora_targets(value: Any) -> Outcome:
     return taken({"lora_targets": items})
 
 
+def _swift2_lora_targets(value: Any) -> Outcome:
+    """ms-swift 2's ``lora_target_modules``: module names, ``ALL`` (every linear), or ``DEFAULT`` / ``AUTO``, the
+    modules ms-swift 2 listed for the model type (often the attention's q/k/v alone): tunedeck has no such list."""
+    items = value if isinstance(value, list) else str(value).split(",")
+    if any(str(item).strip().upper() in ("DEFAULT", "AUTO") for item in items):
+        return needs_you("import.reason_swift2_default_targets", value=value)
+    return _lora_targets(value)
+
+
 def _dataset(value: Any) -> Outcome:
     if is_unset(value):
         return dropped("import.reason_unset")
@@ -559,6 +568,13 @@ PEER_KEYS: dict[str, PeerKey] = {
     "use_rslora": PeerKey(when_true({"lora_rslora": True}), "lora_rslora: true"),
     "lora_target": PeerKey(_lora_targets, "lora_targets: all-linear", _LF),
     "target_modules": PeerKey(_lora_targets, "lora_targets: all-linear", _MS),
+    # ms-swift 2's names (its sft_args.json and the scripts of its day), where ms-swift 3 renamed the key
+    "lora_target_modules": PeerKey(_swift2_lora_targets, "lora_targets: all-linear", _MS),
+    "lora_dropout_p": PeerKey(same("lora_dropout"), "lora_dropout: 0.05", _MS),
+    "dtype": PeerKey(_torch_dtype, "precision: bf16", _MS),
+    "batch_size": PeerKey(same("micro_batch_size"), "micro_batch_size: 1", _MS),
+    "custom_train_dataset_path": PeerKey(_dataset, "dataset: data/train.jsonl", _MS),
+    "dataset_test_ratio": PeerKey(_eval_split, "eval_split: 0.1", _MS),
     "additional_target": PeerKey(_only_when_set("import.reason_modules_to_save"), None, _LF),
     "modules_to_save": PeerKey(_only_when_set("import.reason_modules_to_save"), None, _MS),
     "pure_bf16": PeerKey(same("pure_bf16"), "pure_bf16: true", _LF),

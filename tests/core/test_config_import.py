@@ -1031,6 +1031,24 @@ def test_lazy_tokenize_is_dropped_with_what_tunedeck_does_instead():
     assert line.verdict == DROPPED and "tokenizes the whole dataset once" in line.text(), line.text()
 
 
+def test_an_ms_swift_2_script_converts_its_renamed_keys():
+    """ms-swift 2's script keys (``--dtype``, ``--batch_size``, ``--lora_target_modules``, ``--lora_dropout_p``,
+    ``--custom_train_dataset_path``, ``--dataset_test_ratio``; ms-swift 3 renamed them) were unknown keys, each
+    "needs you", so `train` refused a script of that day that says nothing tunedeck cannot do. They convert now;
+    ``DEFAULT`` targets (the modules ms-swift 2 listed per model type) still need the user. Hardware: none."""
+    base = ["swift", "sft", "--model_id_or_path", "qwen/Qwen1.5-7B-Chat", "--sft_type", "lora"]
+    result = import_command([*base, "--dtype", "bf16", "--batch_size", "2", "--lora_target_modules", "ALL",
+                             "--lora_dropout_p", "0.1", "--custom_train_dataset_path", "data/train.jsonl",
+                             "--dataset_test_ratio", "0.01"])
+    assert result.counts()[NEEDS_YOU] == 0, [line.text() for line in result.lines if line.verdict == NEEDS_YOU]
+    assert {key: result.config[key] for key in ("precision", "micro_batch_size", "lora_targets", "lora_dropout",
+                                                "dataset", "eval_split")} == {
+        "precision": "bf16", "micro_batch_size": 2, "lora_targets": "all-linear", "lora_dropout": 0.1,
+        "dataset": "data/train.jsonl", "eval_split": 0.01}
+    line = _line(import_command([*base, "--lora_target_modules", "DEFAULT"]), "lora_target_modules")
+    assert line.verdict == NEEDS_YOU and "q_proj, k_proj, v_proj" in line.text()
+
+
 def test_padding_free_is_a_speed_setting_not_a_blocker(tmp_path):
     """``--padding_free true`` (ms-swift: the batch flattened without padding, the same loss) was an unknown key, "needs
     you", so `train` refused a swift line that has it; now it is dropped with what tunedeck does instead. Hardware:
