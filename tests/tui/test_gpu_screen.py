@@ -855,3 +855,34 @@ def test_a_hub_cache_on_another_disk_shows_its_free_space_beside_the_data_roots(
     assert disks in narrow and cell_len(narrow.rstrip()) <= 80, narrow
     assert "12.5" not in narrow  # the load gave way at 80 columns
     assert disks in wide and load in wide, wide
+
+
+def test_the_host_line_fits_again_after_the_terminal_is_resized():
+    """The host line drops the load where the hub caches' disks would not fit beside it, but it was laid out at
+    each poll only: a terminal narrowed to 80 columns kept the wide line, its cache disks cut off, until the
+    next poll (none while polling is slow or paused). It is laid out again on resize. Fake GPUs: the h200x2
+    recording, its host with an HF cache disk."""
+    from core.hardware.snapshot import CacheDisk
+    from core.units import format_disk
+
+    recording = load_snapshot(GPU_FIXTURES / "h200x2.json")
+    cache = CacheDisk(hubs=("hf",), path="/mnt/models", total_bytes=4 * 10**12, free_bytes=1_234 * 10**9)
+    host = dataclasses.replace(recording.host, load_average=(12.5, 11.0, 10.25), cache_disks=(cache,))
+    recording = dataclasses.replace(recording, host=host)
+    cache_words = t("gpuscreen.disk_cache_of", hub="HF", free=format_disk(cache.free_bytes))
+
+    def host_line(app) -> str:
+        return next(line for line in screen_text(app).splitlines() if t("gpuscreen.cpu") in line)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor_from_recording(recording, clock=StepClock()))
+        async with app.run_test(size=(160, 50)) as pilot:
+            await open_gpus(pilot, app)
+            assert "12.5" in host_line(app) and cache_words in host_line(app)
+            await pilot.resize_terminal(80, 24)
+            await wait_for(pilot, lambda: app.screen.size.width == 80)
+            await pilot.pause()
+            narrow = host_line(app)
+            assert cache_words in narrow and "12.5" not in narrow, narrow
+
+    run(scenario())

@@ -756,6 +756,8 @@ class GpuScreen(Screen[None]):
     def on_resize(self) -> None:
         if self.snapshot is not None:
             self._show_status(self.snapshot)  # the topology shows again where the width has room for it
+            # the load gives way to the hub caches' disks by the width (80 columns): laid out again for it
+            self.query_one("#host-strip", Static).update(self._host_line(self.snapshot))
             self._update_cards(self.snapshot, record=False)
         # Columns drop or come back with the width; the table's new size is known after this refresh.
         self.call_after_refresh(self._fill_processes)
