@@ -285,3 +285,30 @@ def test_a_launch_on_a_read_only_data_root_says_which_folder_and_what_to_do(priv
 
     with tmpfs(private_home, size="50m"):
         asyncio.run(scenario())
+
+
+def test_a_launch_into_a_read_only_plans_folder_names_the_plan_file_not_a_temporary_one(private_home):
+    """The same with the plans folder there already (any plan saved before): the error came from the atomic
+    write's temporary file (or the mode probe beside it), and the wizard said "cannot write
+    …/plans/.Qwen2.5-0.5B-Instruct.yaml.k2x9.tmp", a file the user never heard of (the settings save said its
+    temporary name alike, fixed in 23677e9). It names the plan file now. A real read-only tmpfs (root mounts
+    it; skipped where it cannot); no GPU (the fake recording of none)."""
+    from core.plan.run_config import default_config_path
+    from tests.fixtures.disk import remount, tmpfs
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            plan = default_config_path(w.request)
+            plan.parent.mkdir(parents=True, exist_ok=True)
+            remount(private_home, "ro")
+            await pilot.press("l")
+            await wait_for(pilot, lambda: any(n.severity == "error" for n in app._notifications))
+            said = [n.message for n in app._notifications if n.severity == "error"]
+            assert said == [f"cannot write {plan}: Read-only file system; free space there "
+                            f"(or make it writable) and try again"], said
+            assert w.saved_path is None and not w.busy
+
+    with tmpfs(private_home, size="50m"):
+        asyncio.run(scenario())

@@ -1025,7 +1025,7 @@ class WizardScreen(Screen[None]):
         except (ConfigError, OSError) as exc:
             # a disk that cannot be written is said as the CLI says it (which folder, what to do), not
             # as "[Errno 30] Read-only file system: '…'"; on the status line too, where a launch's refusal shows
-            text = _save_error(exc)
+            text = _save_error(exc, wanted)
             self._status(f"[$error]{_escape(text)}[/]")
             self.notify(_escape(text), severity="error")
             return None
@@ -1176,12 +1176,16 @@ class WizardScreen(Screen[None]):
                 self.recompute(keep_status=True)
 
 
-def _save_error(exc: Exception) -> str:
-    """Why the plan could not be saved: a configuration problem in its own words, a disk that cannot be written
-    with its folder and the remedy (``core.runs.disk_space.cannot_write_message``)."""
+def _save_error(exc: Exception, plan: Path) -> str:
+    """Why the plan (to be saved at ``plan``) could not be saved: a configuration problem in its own words, a
+    disk that cannot be written with its folder or file and the remedy (``core.runs.disk_space.
+    cannot_write_message``). An error of a file in the plan's folder (the atomic write's temporary file, its
+    mode probe) or of none (a full disk's write) is said of the plan file: those names mean nothing to the user."""
     from core.runs.disk_space import cannot_write_message, is_unwritable
 
     if isinstance(exc, OSError) and is_unwritable(exc):
+        if not exc.filename or Path(exc.filename).parent == plan.parent:
+            exc = OSError(exc.errno, exc.strerror, str(plan))
         return cannot_write_message(exc)
     if isinstance(exc, OSError) and exc.filename:
         return f"{exc.filename}: {exc.strerror or exc}"
