@@ -55,6 +55,9 @@ class MetricsFeed:
         # logged (a restart may fall between the backfill and the tail)
         self._attempts = Attempts()
         self._tail_first_train: tuple[int, float | None] | None = None
+        # the tail's records before its first train record (an evaluation logged after the step before it): where
+        # the tail begins a new attempt, they are the earlier attempt's
+        self._tail_lead: list[dict[str, Any]] = []
         self._tail_placed = False  # the tail's elapsed times are on the time axis of what is before it
         self.activity = WriterActivity()  # read-only sources: is the writer still there (core.watch.activity)
 
@@ -79,6 +82,7 @@ class MetricsFeed:
             records = header + records
         if self.kind != "tunedeck":
             self._tail_first_train = _first_train(records)
+            self._tail_lead = _lead(records)
             self._tail_placed = False
             self._attempts = Attempts()
             records = mark_restarts(records, self._attempts)
@@ -208,13 +212,22 @@ class MetricsFeed:
         self._tail_placed = True
         first = self._tail_first_train
         base = before.offset
+        lead = {id(record) for record in self._tail_lead}
         if first is not None and before.last is not None and first[0] <= before.last:
-            base = before.next_offset(first[1])  # the tail begins a new attempt
-        if not base:
+            # the tail begins a new attempt after its lead (an evaluation of the attempt before it): the lead
+            # ends that attempt (its time, what the restart supersedes), as read whole
+            ended = Attempts(before.last, before.offset, before.elapsed)
+            for record in self._tail_lead:
+                if _is_number(record.get("elapsed_s")):
+                    ended.elapsed = record["elapsed_s"]
+            base = ended.next_offset(first[1])
+            self._tail_records[:] = [r for r in self._tail_records
+                                     if id(r) not in lead or not superseded(r, first[0] - 1)]
+        if not base:  # (the lead's offset, before.offset, is not above it)
             return
         for record in self._tail_records:
             if record.get("kind") in ("train", "eval") and _is_number(record.get("elapsed_s")):
-                record["elapsed_s"] += base
+                record["elapsed_s"] += before.offset if id(record) in lead else base
         self._attempts.offset += base
         if self.activity.last_elapsed is not None:
             self.activity.last_elapsed += base
@@ -278,6 +291,17 @@ def mark_restarts(records: list[dict[str, Any]], attempts: Attempts) -> list[dic
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _lead(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The eval records before the first train record among ``records``."""
+    lead = []
+    for record in records:
+        if record.get("kind") == "train":
+            break
+        if record.get("kind") == "eval":
+            lead.append(record)
+    return lead
 
 
 def _first_train(records: list[dict[str, Any]]) -> tuple[int, float | None] | None:

@@ -246,3 +246,37 @@ def test_watch_json_gives_the_elapsed_time_the_dashboard_shows_after_a_restart_b
     assert result.returncode == 0, result.stderr
     latest = json.loads(result.stdout)["latest"]
     assert latest["step"] == 1500 and latest["elapsed_s"] == 1000.0 + 1000.0
+
+
+def test_a_restart_right_after_an_evaluation_at_the_tails_edge_goes_on_after_the_evaluation(tmp_path):
+    """LLaMA-Factory logs an evaluation after its step's train line; a run restarted after it counts its elapsed
+    time from 0. Where the tail began with that evaluation (the restart's first line next), the new attempt
+    was put after the last train line's time, not the evaluation's end (its minute drawn twice over), and the
+    evaluation, superseded by the restart as the steps before it are, was kept and drawn one whole attempt
+    later on the time axis. The same as read whole now."""
+    path = tmp_path / "trainer_log.jsonl"
+
+    def line(step: int, elapsed: int, **values) -> str:
+        return json.dumps({"current_steps": step, "total_steps": 100, "epoch": step / 100, "percentage": float(step),
+                           "elapsed_time": str(timedelta(seconds=elapsed)), "remaining_time": "0:00:05",
+                           "padding": "x" * 200, **values})
+
+    lines = [line(step, step, loss=2.0 + step / 1000) for step in range(1, 21)]
+    lines.append(line(20, 80, eval_loss=1.5))  # the evaluation at step 20 took a minute
+    lines += [line(step, step - 10, loss=1.0 + step / 1000) for step in range(11, 31)]  # restarted at step 11
+    path.write_text("\n".join(lines) + "\n")
+    edge = len("\n".join(lines[20:]) + "\n") + 1  # the tail begins with the evaluation
+
+    def time_points(tail_bytes: int) -> tuple[list, list]:
+        feed = MetricsFeed(path, "llamafactory", tail_bytes=tail_bytes)
+        tail = feed.read_tail()
+        series = feed.backfill()
+        if series is None:
+            series = RunSeries()
+            series.extend(tail)
+        return _points(series, "loss", "time"), _points(series, "eval_loss", "time")
+
+    whole = time_points(10**9)
+    assert whole[0][10] == (81, 1.011)  # step 11 of the restart: after the evaluation
+    assert whole[1] == []  # the evaluation at step 20: superseded by the restart at step 11, as A's steps 11-20
+    assert time_points(edge) == whole
