@@ -1094,3 +1094,51 @@ def test_thinking_typed_in_the_overrides_counts_the_data_again_and_is_saved(priv
 
     path = run(scenario())
     assert yaml.safe_load(path.read_text())["thinking"] is False
+
+
+def test_s_writes_the_plan_off_the_screen_a_hung_disk_does_not_freeze_the_app(private_home):
+    """s wrote the plan on the screen's own thread: a plans folder on a disk that hangs (a dead NFS mount) froze
+    the whole app until the write came back. The write is a worker's now. Made real, not timed: the plan's file
+    is a FIFO, whose read blocks until a writer opens it; while it blocks, F1 opens the help (the app answers),
+    and only then is the FIFO fed; its text is not the plan's, so the plan is kept beside it (tiny-2.yaml).
+    Without the worker, F1 is answered only after the guard thread feeds the FIFO on its own (60 s), and the
+    test says so. CPU box (fake)."""
+    import os
+    import threading
+
+    from core.paths import data_root
+    from tui.screens.help import HelpScreen
+
+    plans = data_root() / "plans"
+    plans.mkdir(parents=True, exist_ok=True)
+    fifo = plans / "tiny.yaml"
+    os.mkfifo(fifo)
+    release, fed = threading.Event(), threading.Event()
+
+    def feed() -> None:
+        release.wait(60)
+        with open(fifo, "w", encoding="utf-8") as writer:  # blocks until the plan's read opens it
+            writer.write("model: other\n")
+        fed.set()
+
+    threading.Thread(target=feed, daemon=True).start()
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_result(pilot, app)
+            await pilot.press("s")
+            await pilot.press("f1")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+            answered_while_hung = not fed.is_set()
+            release.set()
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: w.saved_path is not None, timeout=60)
+            return answered_while_hung, w.saved_path
+
+    try:
+        answered_while_hung, saved = run(scenario())
+    finally:
+        release.set()
+    assert answered_while_hung, "the app answered F1 only once the plan's write came back"
+    assert saved == plans / "tiny-2.yaml" and load_run_config(saved).model == "tiny"

@@ -91,6 +91,15 @@ class BoxRead(Message):
         self.snapshot = snapshot
 
 
+class PlanSaved(Message):
+    """The plan written (``path``, where it went: ``wanted`` or the name kept beside it), or why not (``error``);
+    ``launch``: ``l`` saved it to launch it next."""
+
+    def __init__(self, path: Path | None, wanted: Path, error: str | None, launch: bool) -> None:
+        super().__init__()
+        self.path, self.wanted, self.error, self.launch = path, wanted, error, launch
+
+
 class LaunchDone(Message):
     """A launch's run directory, or its error and the few lines of it a notification shows. ``in_use``: the
     launch was refused because live runs use its GPUs (``GpusInUse.runs``), ``over_memory``: because the run's
@@ -197,6 +206,7 @@ class WizardScreen(Screen[None]):
         self.kept_path: Path | None = None  # the plans file the last save left alone (it held something else)
         self.written: dict[Path, str] = {}  # the files this screen saved, and what: its own, rewritten freely
         self.busy = False
+        self.saving = False  # a plan being written (write_plan): s and l do nothing until it is
         self.plan_generation = 0  # bumped by each recompute: a result for older inputs is dropped
         self.planning = False  # a recommendation is being computed for the current inputs
         self.override_error = False  # the status line shows an override value's error
@@ -994,20 +1004,27 @@ class WizardScreen(Screen[None]):
         # the result step: ``_show_step`` clears it when the user goes back to change the inputs.
         self.query_one("#wizard-status", Static).update(text)
 
-    def action_save(self) -> Path | None:
-        from core.config import ConfigError
-        from core.plan import default_config_path, equivalent_command, save_run_config_keeping
+    def action_save(self) -> None:
+        self._save(launch=False)
 
+    def _save(self, launch: bool) -> None:
+        """Save the plan shown (``s``; ``l`` saves, then launches what was saved): what the screen can refuse
+        is refused here, the file is written in a worker (a slow or network disk must not hold the screen)
+        and ``on_plan_saved`` says where it went."""
+        from core.plan import default_config_path
+
+        if self.saving or (launch and self.busy):  # a save under way, or a launch (a probe may run beside s)
+            return
         rec = self.recommendation
         if rec is None or rec.best is None or rec.best.estimate is None:
-            return None
+            return
         if not rec.feasible:
             self.notify(t("wizard.cannot_save"), severity="warning")
-            return None
+            return
         if not self.request.dataset:  # planned without data: a run needs some; its step is where to give it
             self.notify(t("wizard.save_needs_dataset"), severity="warning")
             self._show_step(STEPS.index("dataset"))
-            return None
+            return
         refused = self._override_problem()
         if refused is not None:  # the plan shown leaves that field's value out: saving it would too
             name, problem = refused
@@ -1015,20 +1032,36 @@ class WizardScreen(Screen[None]):
             self.notify(t("wizard.override_unfixed", problem=problem), severity="warning", markup=False)
             self.query_one("#overrides").add_class("shown")
             self.set_focus(self.query_one(f"#ov-{name}", Input))
-            return None
-        wanted = default_config_path(self.request)
+            return
+        self.saving = True
+        self.write_plan(rec.best, self.request, default_config_path(self.request), launch)
+
+    @work(thread=True, exclusive=True, group="wizard-save", exit_on_error=False)
+    def write_plan(self, candidate: Any, request: Any, wanted: Path, launch: bool) -> None:
+        from core.config import ConfigError
+        from core.plan import save_run_config_keeping
+
         try:
             # A file there that this screen did not write (hand edits, an earlier session's plan) is kept:
             # the plan goes to <model>-2.yaml … and the status says so. Not a y/n question: l saves then
             # launches in one key, and nothing needs deciding when nothing is lost.
-            path = save_run_config_keeping(rec.best, self.request, wanted, self.written)
+            path = save_run_config_keeping(candidate, request, wanted, self.written)
         except (ConfigError, OSError) as exc:
             # a disk that cannot be written is said as the CLI says it (which folder, what to do), not
             # as "[Errno 30] Read-only file system: '…'"; on the status line too, where a launch's refusal shows
-            text = _save_error(exc, wanted)
-            self._status(f"[$error]{_escape(text)}[/]")
-            self.notify(_escape(text), severity="error")
-            return None
+            self.post_message(PlanSaved(None, wanted, _save_error(exc, wanted), launch))
+            return
+        self.post_message(PlanSaved(path, wanted, None, launch))
+
+    def on_plan_saved(self, message: PlanSaved) -> None:
+        from core.plan import equivalent_command
+
+        self.saving = False
+        if message.error is not None:
+            self._status(f"[$error]{_escape(message.error)}[/]")
+            self.notify(_escape(message.error), severity="error")
+            return
+        path, wanted = message.path, message.wanted
         self.saved_path = path
         self.kept_path = None if path == wanted else wanted
         command = _escape(equivalent_command(path))
@@ -1038,14 +1071,13 @@ class WizardScreen(Screen[None]):
             # the two names short (the folder is the command's), so that the line fits 80 columns
             self._status(t("wizard.saved_kept", path=_escape(_short(path)), kept=_escape(_short(wanted)),
                            command=command))
-        return path
+        if message.launch:
+            self._launch_saved(path)
 
     def action_launch(self) -> None:
-        if self.busy:
-            return
-        path = self.action_save()
-        if path is None:
-            return
+        self._save(launch=True)
+
+    def _launch_saved(self, path: Path) -> None:
         self.busy = True
         self._status(t("wizard.launching", path=_escape(str(path))))
         if self.kept_path is not None:  # the dashboard opens next: the status line goes with this screen
@@ -1076,7 +1108,10 @@ class WizardScreen(Screen[None]):
         # holds the screen busy, nor a plan the screen as planning.
         if not report_failed_worker(self.app, event):
             return
-        if event.worker.group in ("wizard-launch", "wizard-probe"):
+        if event.worker.group == "wizard-save":
+            self.saving = False
+            self._status(f"[$error]{_escape(describe(event.worker.error))}[/]")
+        elif event.worker.group in ("wizard-launch", "wizard-probe"):
             self.busy = False
             self._status(f"[$error]{_escape(describe(event.worker.error))}[/]")
         elif event.worker.group == "wizard-plan":
