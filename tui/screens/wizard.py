@@ -1312,7 +1312,7 @@ def cache_disk_words(detected: Any) -> str:
         return ""
     return t("wizard.hardware.cache_disks", disks=t("wizard.hardware.in_use_sep").join(
         t("wizard.hardware.cache_disk", hubs=join_words(HUB_NAMES.get(hub, hub) for hub in disk.hubs),
-          free=format_disk(disk.free_bytes), path=disk.path or "?") for disk in detected.cache_disks))
+          free=format_disk(disk.free_bytes), path=disk.path or t("hardware.cli.na")) for disk in detected.cache_disks))
 
 
 def in_use_words(detected: Any) -> str:

@@ -15,7 +15,6 @@ from tui.widgets.log_pane import LogPane
 
 # The actions that act on the run itself, offered by its state (``check_action``).
 RUN_ACTIONS = frozenset({"stop", "resume", "after_training"})
-# (another trainer's folder) a run started below the folder named since the one shown: ``o`` moves to it
 
 
 class ActionDone(Message):
