@@ -166,7 +166,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 from core.plan.run_config import run_config_values
 
                 values = replanned_values(args.plan_config, run_config_values(rec.best, request), args.model,
-                                          args.dataset)
+                                          args.dataset, epochs_given=args.epochs is not None)
                 saved = save_replanned(args.plan_config, values, args.save, request.hardware.describe(),
                                        overwrite=args.force)
             else:

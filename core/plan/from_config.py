@@ -191,10 +191,11 @@ def merged_overrides(plan_config: PlanConfig, cli_items: list[str]) -> dict[str,
 
 
 def replanned_values(plan_config: PlanConfig, plan_values: dict[str, Any], model: str | None,
-                     dataset: Any) -> dict[str, Any]:
+                     dataset: Any, epochs_given: bool = False) -> dict[str, Any]:
     """The file's keys with the plan's in place (``run_config_values``): what ``--save`` writes. The file's model
     and data unless the command line gave others; its learning rate, LoRA alpha and hub kept where it gives them
-    (a full fine-tune the command line asked for drops its LoRA keys, a plan in fp32 its attn: flash)."""
+    (a full fine-tune the command line asked for drops its LoRA keys, a plan in fp32 its attn: flash).
+    ``epochs_given``: the command line's ``--epochs``, which the plan was made for: it replaces the file's max_steps."""
     from core.config.schema import LORA_ONLY_KEYS
 
     out = dict(plan_config.values)
@@ -215,7 +216,9 @@ def replanned_values(plan_config: PlanConfig, plan_values: dict[str, Any], model
         if key == "dataset" and dataset is None:
             continue
         out[key] = value
-    if out.get("epochs") is not None and out.get("max_steps") is not None and "epochs" not in plan_config.given:
+    if epochs_given:  # the epochs the plan's time is for, not the file's max_steps
+        out.pop("max_steps", None)
+    elif out.get("epochs") is not None and out.get("max_steps") is not None and "epochs" not in plan_config.given:
         out.pop("epochs")  # the file's max_steps ends its run, as before
     if out.get("attn") == "flash" and plan_values.get("precision") == "fp32":
         out.pop("attn")  # flash-attention needs a GPU in bf16/fp16: a plan in fp32 (a CPU) runs the default

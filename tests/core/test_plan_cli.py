@@ -707,3 +707,19 @@ def test_config_with_max_steps_is_planned_for_those_steps(tmp_path):
     assert data["epochs"] == pytest.approx(10 * 4 / records, rel=0.01)
     saved = yaml.safe_load(out.read_text())
     assert saved["max_steps"] == 10 and saved["epochs"] is None
+
+
+def test_config_with_max_steps_and_the_command_lines_epochs_saves_those_epochs(tmp_path):
+    """``plan --config run.yaml --epochs 2 --save`` of a file that ends at ``max_steps: 10`` planned (time, cost) for 2
+    epochs yet saved the file's max_steps (and no epochs): the saved run trained 10 steps, not what was planned. The
+    command line's epochs now replace the file's max_steps in the saved file. Hardware: this box's CPU (fake NVML
+    with no GPU)."""
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model: tiny\ndataset: {SAMPLE}\nmax_steps: 10\nmicro_batch_size: 2\ngradient_accumulation: 2\n")
+    out = tmp_path / "re.yaml"
+    proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "cpu", "--epochs", "2", "--save", str(out),
+                    "--json", fake_gpus="none")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["epochs"] == 2.0
+    saved = yaml.safe_load(out.read_text())
+    assert saved["epochs"] == 2.0 and saved["max_steps"] is None
