@@ -41,6 +41,18 @@ class PlanConfig:
     lines: dict[str, int | None] = field(default_factory=dict)
     # the run keys the file itself gives (a peer's file: not the peer defaults ``tunedeck import`` filled in)
     given: set[str] = field(default_factory=set)
+    # the run keys the command line set in place of the file's (``--model``, ``--dataset``)
+    decided: set[str] = field(default_factory=set)
+
+    def open_lines(self) -> list[Any]:
+        """A peer's file's lines that still need the user in the saved re-plan: less those the command line decided
+        (``--model ID`` for a file's ``--model $MODEL``: the saved file holds its value, nothing is left to do)."""
+        from core.config.importers import NEEDS_YOU, _target_key
+
+        if self.imported is None:
+            return []
+        return [line for line in self.imported.mapping
+                if line.verdict == NEEDS_YOU and _target_key(line, self.imported.peer) not in self.decided]
 
     def where(self, key: str) -> str:
         line = self.lines.get(key)
@@ -93,7 +105,8 @@ def load_plan_config(path: str, model: str | None = None, dataset: str | None = 
                                                   if line.verdict == "taken" and not line.default
                                                   for key in line.outcome.values}
     values.update({key: value for key, value in given.items() if value})
-    plan_config = PlanConfig(path, values, config, imported, lines=lines, given=keys_given)
+    plan_config = PlanConfig(path, values, config, imported, lines=lines, given=keys_given,
+                             decided={key for key, value in given.items() if value})
     _anchor(plan_config)
     plan_config.pins = _pins(plan_config)
     return plan_config
@@ -234,12 +247,10 @@ def save_replanned(plan_config: PlanConfig, values: dict[str, Any], path: str, h
     from and, for a peer's file, the keys that need the user."""
     from core.atomic_file import shared_file_mode, write_atomic
     from core.config import RunConfig
-    from core.config.importers import NEEDS_YOU
 
     config = RunConfig.from_dict(values, source=t("plan.config_source"))
     header = [t("plan.config_header", path=plan_config.path, hardware=hardware)]
-    if plan_config.imported is not None:
-        header += [line.text() for line in plan_config.imported.mapping if line.verdict == NEEDS_YOU]
+    header += [line.text() for line in plan_config.open_lines()]
     text = "".join(f"# {line}\n" for line in header)
     target = Path(path)
     if not overwrite and target.exists():

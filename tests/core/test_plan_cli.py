@@ -723,3 +723,21 @@ def test_config_with_max_steps_and_the_command_lines_epochs_saves_those_epochs(t
     assert json.loads(proc.stdout)["epochs"] == 2.0
     saved = yaml.safe_load(out.read_text())
     assert saved["epochs"] == 2.0 and saved["max_steps"] is None
+
+
+def test_config_save_does_not_say_a_line_the_command_line_decided_needs_you(tmp_path):
+    """``plan --config run.sh --model tiny --save re.yaml`` of ``swift sft --model $MODEL ...`` headed the saved file
+    with '# model: $MODEL → needs you: ... write its value' right above its ``model: tiny``; the saved file's header
+    now lists only what is still open there (an unknown flag here), while stderr still says how the file reads.
+    Hardware: this box's CPU (fake NVML with no GPU)."""
+    script = tmp_path / "run.sh"
+    script.write_text(f"swift sft --model $MODEL --train_type lora --dataset {SAMPLE} --no_such_flag 3\n")
+    out = tmp_path / "re.yaml"
+    proc = tunedeck(tmp_path, "--config", str(script), "--model", "tiny", "--hardware", "cpu", "--save", str(out),
+                    fake_gpus="none")
+    assert proc.returncode == 0, proc.stderr
+    assert "model: $MODEL → needs you" in proc.stderr
+    header = [line for line in out.read_text().splitlines() if line.startswith("#")]
+    assert not any("$MODEL" in line for line in header), header
+    assert any(line.startswith("# no_such_flag: 3 → needs you") for line in header), header
+    assert yaml.safe_load(out.read_text())["model"] == "tiny"
