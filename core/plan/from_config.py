@@ -80,6 +80,8 @@ def load_plan_config(path: str, model: str | None = None, dataset: str | None = 
     from core.config.importers import detect_peer, import_file, load_imported_config
     from core.errors import CliError
 
+    if Path(path).is_dir():
+        raise CliError(t("plan.error.config_folder", path=path), 2)
     if not Path(path).is_file():
         raise CliError(t("plan.error.config_missing", path=path), 2)
     imported = None

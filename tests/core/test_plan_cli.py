@@ -644,6 +644,11 @@ def test_config_errors_name_the_file_line_and_key(tmp_path):
     assert proc.returncode == 2 and f"{bad}:3: lora_rank: got 'zero'; expected an integer" in proc.stderr
     proc = tunedeck(tmp_path, "--config", str(tmp_path / "nope.yaml"), "--hardware", "1xA100-80GB")
     assert proc.returncode == 2 and f"{tmp_path / 'nope.yaml'}: no such file" in proc.stderr
+    # a folder (an ms-swift output folder, which holds its args.json) is there: said as a folder, not 'no such file'
+    (tmp_path / "out").mkdir()
+    proc = tunedeck(tmp_path, "--config", str(tmp_path / "out"), "--hardware", "1xA100-80GB")
+    assert proc.returncode == 2 and f"{tmp_path / 'out'} is a folder; --config takes a run file" in proc.stderr
+    assert "no such file" not in proc.stderr
     proc = tunedeck(tmp_path, "--hardware", "1xA100-80GB")
     assert proc.returncode == 2 and "plan needs a model: --model ID" in proc.stderr
 
