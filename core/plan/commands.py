@@ -86,7 +86,8 @@ def build_request(args: argparse.Namespace) -> Any:
         if dataset is None:
             value = plan_config.values.get("dataset")
             dataset = ",".join(value) if isinstance(value, list) else value
-            dataset_keys = {key: plan_config.values.get(key) for key in ("dataset_info", "dataset_dir")}
+        # where the names are looked up, --dataset's too: the saved re-plan keeps these keys, and its run reads so
+        dataset_keys = {key: plan_config.values.get(key) for key in ("dataset_info", "dataset_dir")}
         epochs = epochs if epochs is not None else plan_config.epochs
         effective_batch = effective_batch if effective_batch is not None else plan_config.effective_batch
     effective_batch = DEFAULT_EFFECTIVE_BATCH if effective_batch is None else effective_batch

@@ -746,3 +746,20 @@ def test_config_save_does_not_say_a_line_the_command_line_decided_needs_you(tmp_
     assert not any("$MODEL" in line for line in header), header
     assert any(line.startswith("# no_such_flag: 3 → needs you") for line in header), header
     assert yaml.safe_load(out.read_text())["model"] == "tiny"
+
+
+def test_config_dataset_option_names_a_dataset_of_the_files_dataset_info(tmp_path):
+    """``plan --config lf_sft.yaml --dataset other`` (another name of the file's dataset_info.json, in its dataset_dir)
+    was refused ('other: not a file or folder ... no dataset_info.json') though ``train lf_sft.yaml dataset=other``
+    finds it there, as the saved re-plan (which keeps dataset_dir) does; --dataset's names are now looked up where the
+    file's are. Hardware: this box's CPU (fake NVML with no GPU)."""
+    folder = _llamafactory_folder(tmp_path)
+    info = json.loads((folder / "data" / "dataset_info.json").read_text())
+    info["other"] = {**info["skills"], "file_name": "other.jsonl"}
+    (folder / "data" / "dataset_info.json").write_text(json.dumps(info))
+    rows = SAMPLE.read_text().splitlines()[:40]
+    (folder / "data" / "other.jsonl").write_text("\n".join(rows) + "\n")
+    proc = tunedeck(tmp_path, "--config", str(folder / "lf_sft.yaml"), "--dataset", "other", "--hardware", "cpu",
+                    "--json", fake_gpus="none")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["dataset_summary"]["records"] == 40
