@@ -276,11 +276,13 @@ def save_model_dir_atomically(model: Any, tokenizer: Any, out: Path, provenance:
     if os.path.lexists(out):  # only an empty folder or an earlier merge is replaced, and only with force
         refuse_unless_replaceable(out, force)
     tmp = out.with_name(out.name + TMP_SUFFIX)
-    check_disk_space(out.parent, model_bytes(model), headroom_bytes)
     if os.path.lexists(tmp):  # a leftover of a merge that was killed; anything else there is not ours
         if not (is_replaceable(tmp) or (tmp.is_dir() and not tmp.is_symlink() and (tmp / WRITING_MARKER).is_file())):
             raise _not_replaceable(tmp)
+        # Removed before the free space is measured: a killed merge's half-written weights (as big as the
+        # model) counted as taken, and the retry was refused for want of the room they would give back.
         shutil.rmtree(tmp)
+    check_disk_space(out.parent, model_bytes(model), headroom_bytes)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(mode=0o700)
     try:

@@ -208,3 +208,26 @@ def test_an_interrupted_merge_or_export_says_so_and_leaves_the_target_as_it_was(
     assert captured.out == ""
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["merged"]  # no .tmp or .old- folder left beside it
+
+
+def test_a_killed_merges_leftover_is_removed_before_the_free_space_is_measured(lora_run, tmp_path):
+    """A merge killed while writing (SIGKILL, the box rebooted) leaves ``OUT.tmp``, as big as the model. The
+    retry measured the free space with it still there and refused ("not enough disk space") a disk that had
+    room once the leftover, which it removes anyway, was gone. A real 30 MB tmpfs (root; skipped where the
+    kernel refuses the mount); CPU only."""
+    from core.lifecycle.merge import WRITING_MARKER, merge_run
+    from tests.fixtures.disk import free, tmpfs
+
+    _home, run = lora_run
+    with tmpfs(tmp_path / "disk", size="30m") as mount:
+        out = mount / "merged"
+        leftover = mount / "merged.tmp"
+        leftover.mkdir()
+        (leftover / WRITING_MARKER).touch()
+        with open(leftover / "model.safetensors", "wb") as handle:
+            handle.write(b"\1" * 20_000_000)
+        headroom = 15_000_000  # with the tiny model's 3.7 MB: more than is free beside the leftover
+        assert free(mount) < headroom + 3_600_000 < free(mount) + 20_000_000
+        result = merge_run(run, out=out, headroom_bytes=headroom)
+        assert result.out == out and (out / "model.safetensors").is_file()
+        assert sorted(p.name for p in mount.iterdir()) == ["merged"]
