@@ -133,8 +133,19 @@ def check_disk_space(directory: Path, model_size: int, headroom_bytes: int = 0) 
 
 
 def model_bytes(model: Any) -> int:
-    """Bytes the model's tensors take once saved (parameters and buffers that are saved)."""
-    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    """Bytes the model's tensors take once saved (parameters and buffers that are saved). A tensor the state
+    dict names twice (tied weights: the embedding and lm_head of most small models) is saved once, and
+    counted once: counted twice, the disk check said a Qwen2.5-0.5B merge was a quarter bigger than it is,
+    and refused a disk with room for it."""
+    seen: set[tuple[Any, ...]] = set()
+    total = 0
+    for tensor in model.state_dict().values():
+        key = (tensor.device, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()))
+        if tensor.data_ptr() and key in seen:
+            continue
+        seen.add(key)
+        total += tensor.numel() * tensor.element_size()
+    return total
 
 
 def merged_model(source: ModelSource, device: str = "cpu",
