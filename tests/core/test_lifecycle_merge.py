@@ -248,3 +248,60 @@ def test_the_disk_check_counts_tied_weights_once_as_they_are_saved(lora_run, tmp
     assert model.config.tie_word_embeddings
     saved = (result.out / "model.safetensors").stat().st_size  # the tensors and a header of a few KB
     assert saved - 64_000 < model_bytes(model) <= saved
+
+
+# Run as a script: the merge or export of argv[2:], held where the tokenizer is saved (the weights are in
+# OUT.tmp by then) once it has touched the gate file argv[1]; transformers' save_pretrained, not ours.
+_HELD_AT_WRITE = """
+import sys, time
+from pathlib import Path
+import transformers.tokenization_utils_base as base
+
+def held(self, *args, **kwargs):
+    Path(sys.argv[1]).touch()
+    while True:
+        time.sleep(0.05)
+
+base.PreTrainedTokenizerBase.save_pretrained = held
+from core.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("command", [["merge"], ["export", "--format", "merged"]])
+def test_a_merge_or_export_ended_by_sigterm_or_sighup_leaves_nothing_behind(lora_run, tmp_path, signum, command):
+    """``kill``, a job's time limit (SIGTERM) or the SSH connection lost (SIGHUP) ended a merge or export
+    where it was: ``OUT.tmp`` with the weights written so far (tens of GB for a real model) and ``OUT.lock``
+    stayed. Now they end it as Ctrl+C does: the folder and the lock go, one line says so, and the exit is a
+    killed process's, 128 + the signal. Held at a state (the weights in OUT.tmp), then signalled; CPU only."""
+    import os
+    import signal
+    import time
+
+    home, run = lora_run
+    script = tmp_path / "held.py"
+    script.write_text(_HELD_AT_WRITE)
+    gate = tmp_path / "writing"
+    target = tmp_path / "target"
+    target.mkdir()
+    out = target / "merged"
+    proc = subprocess.Popen([sys.executable, str(script), str(gate), *command, run.id, "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1",
+                                 "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 240  # a ceiling for the state to come at all, not a speed target
+        while not gate.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gate.exists(), proc.communicate(timeout=30)[1][-3000:]
+        assert (target / "merged.tmp" / "model.safetensors").is_file()  # the state: weights half-published
+        proc.send_signal(getattr(signal, signum))
+        _stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + getattr(signal, signum), stderr[-3000:]
+    assert f"interrupted ({signum})" in stderr.strip().splitlines()[-1], stderr[-3000:]
+    assert list(target.iterdir()) == []  # no OUT.tmp, no OUT.lock
