@@ -295,6 +295,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from core.errors import CliError
     from core.i18n import t
     from core.lifecycle.evaluate import evaluate_run, evaluation_summary, start_benchmarks
+    from core.text_width import cell_len, pad
 
     run = _resolve(args.run)
     if args.benchmarks:
@@ -313,21 +314,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         _print_json({**result, "benchmarks": bench})
     else:
         _err(evaluation_summary(result))
+        # The labels in the interface's language (they were English under zh), padded to one width in cells
+        labels = {"base": t("lifecycle.eval_label_base"), "tuned": t("lifecycle.eval_label_tuned")}
+        width = max(cell_len(label) for label in labels.values()) + 1
         for prompt in result["prompts"]:
-            tuned = _under_label(prompt["tuned"])
-            if prompt["base"] is None:  # a full fine-tune: no base to answer
-                _err(f"> {prompt['prompt']}\n  tuned: {tuned}")
-            else:
-                _err(f"> {prompt['prompt']}\n  base:  {_under_label(prompt['base'])}\n  tuned: {tuned}")
+            lines = [f"> {prompt['prompt']}"]
+            for variant in ("base", "tuned"):
+                if prompt[variant] is not None:  # base: None for a full fine-tune, which has no base to answer
+                    lines.append("  " + pad(labels[variant], width) + _under_label(prompt[variant], width + 2))
+            _err("\n".join(lines))
         if bench:
             _err(t("lifecycle.benchmark_started", pid=bench["pid"], log=bench["log"]))
     return 0
 
 
-def _under_label(reply: str) -> str:
-    """A reply of several lines with each line after the first under its first (past "  tuned: "): at the
-    left margin they read as the next prompt's, or as output of their own."""
-    return reply.replace("\n", "\n" + " " * len("  tuned: "))
+def _under_label(reply: str, indent: int) -> str:
+    """A reply of several lines with each line after the first under its first (``indent`` cells, past
+    "  tuned: "): at the left margin they read as the next prompt's, or as output of their own."""
+    return reply.replace("\n", "\n" + " " * indent)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -365,6 +365,32 @@ def test_evaluate_prints_a_reply_of_several_lines_under_its_label(monkeypatch, c
     ]
 
 
+def test_evaluate_labels_the_replies_in_the_interfaces_language(monkeypatch, capsys, tmp_path):
+    """Under zh the replies were labelled "base:" and "tuned:" in English; the labels are the catalogue's now,
+    padded to one width in cells (a wide character takes two) so that a reply's lines stay under its first.
+    A full fine-tune's prompt (no base) has the tuned label alone."""
+    from core import cli
+    from core.i18n import current_language, set_language
+    from core.lifecycle import commands, evaluate
+
+    result = {"prompts": [{"prompt": "Three tips?", "base": "1. a\n2. b", "tuned": "- x"},
+                          {"prompt": "Say yes.", "base": None, "tuned": "Yes."}]}
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path))
+    monkeypatch.setattr(commands, "_resolve", lambda ref: None)
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda run, checkpoint=None: result)
+    monkeypatch.setattr(evaluate, "evaluation_summary", lambda result: "summary")
+    language = current_language()
+    try:
+        assert cli.main(["--lang", "zh", "evaluate", "some-run"]) == 0
+    finally:
+        set_language(language)  # main's --lang holds for the process: the later tests' own
+    assert capsys.readouterr().err.splitlines() == [
+        "summary",
+        "> Three tips?", "  基座：   1. a", "           2. b", "  微调后： - x",
+        "> Say yes.", "  微调后： Yes.",
+    ]
+
+
 def test_an_export_is_recorded_as_exported_with_its_format_written_or_reused(lora_run):
     """A fresh ``export --format merged`` recorded a "merged" event and a reused one "exported", so the events
     panel said "merged" after the app's X; and ``export --json``'s seconds were not rounded as ``merge
