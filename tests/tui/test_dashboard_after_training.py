@@ -665,9 +665,30 @@ def test_a_running_run_offers_no_merge_chat_or_serve_and_the_keys_do_nothing():
                     await pilot.pause()
                     assert isinstance(app.screen, DashboardScreen), key
                 notes = [str(n.message) for n in app._notifications]
-                assert not any("need a finished run" in n for n in notes), notes
+                assert not any("need a run that has ended" in n for n in notes), notes
 
     asyncio.run(scenario())
+
+
+def test_a_run_found_live_when_a_key_is_pressed_is_said_in_the_readers_language():
+    """M, a, v, E or X on a run the dashboard saw ended but that is live again (resumed from the CLI since):
+    the warning named its state as stored ("training", "running") under zh, and named only merge, chat and
+    serve whichever of the five keys was pressed. Now the state in the language's words, the five named."""
+    from core.i18n import current_language, set_language
+    from tui.screens.chat import _check_result
+
+    live = build_run(runs_dir(), "20261129-2300-live", status="running", steps=120)
+    language = current_language()
+    with SupervisorStandIn(live):
+        set_language("zh")
+        try:
+            problem, adapter, notice = _check_result(live)
+        finally:
+            set_language(language)
+        assert "运行中" in problem and "running" not in problem and "评估和导出" in problem, problem
+        assert (adapter, notice) == (False, "")
+        problem, _adapter, _notice = _check_result(live)
+        assert problem == "the run is running: merge, chat, serve, evaluate and export need a run that has ended"
 
 
 def test_an_event_is_labelled_when_the_catalogue_has_its_key(monkeypatch):

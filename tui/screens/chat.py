@@ -670,11 +670,12 @@ def _check_result(run_dir: Path) -> tuple[str, bool, str]:
     worker's, never the UI thread's."""
     from core.lifecycle.source import no_checkpoint_message, passed_over_notice, run_has_adapter
     from core.runs import ACTIVE_STATES, RunDirectory, effective_status
+    from core.runs.states import state_label
 
     run = RunDirectory(run_dir)
     status = effective_status(run).status
     if status in ACTIVE_STATES:  # a stalled run too: its supervisor is alive and may step again
-        return t("lifecycle.tui_still_running", status=status), False, ""
+        return t("lifecycle.tui_still_running", status=state_label(status)), False, ""
     if run.last_complete_checkpoint() is None:
         return no_checkpoint_message(run, status), False, ""
     return "", run_has_adapter(run), passed_over_notice(run) or ""
