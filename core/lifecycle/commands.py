@@ -154,10 +154,14 @@ def _size(n: int) -> str:
 def cmd_merge(args: argparse.Namespace) -> int:
     from core.i18n import t
     from core.lifecycle.merge import default_merge_dir, merge_run
-    from core.lifecycle.source import resolve_model_source
+    from core.lifecycle.source import default_device, resolve_model_source
 
     run = _resolve(args.run)
     quiet_libraries()
+    # torch is imported (seconds) before the checkpoint is chosen, not between the choice and its pin: a
+    # live run's rotation removed the one chosen meanwhile, and the merge failed on a checkpoint "no longer
+    # there" that the user never asked for.
+    device = default_device()
     source = resolve_model_source(run, args.checkpoint)
     out = Path(args.out) if args.out else default_merge_dir(run, source.step)
 
@@ -170,7 +174,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
             # reuse: rerun on its default folder, a whole merge of the same checkpoint there is the result as it
             # is (as the TUI's M and export do), not "exists already"; --out and --force are never reused
             result = merge_run(run, source.step, Path(args.out) if args.out else None, force=args.force,
-                               reuse=True, progress=said)
+                               device=device, reuse=True, progress=said)
     except _StopSignal as exc:
         return 128 + exc.signum
     if args.json:

@@ -29,6 +29,7 @@ from core.lifecycle.source import (
     pinned,
     resolve_model_source,
 )
+from core.runs.checkpoints import COMPLETE_MARKER
 from core.runs.run_dir import RunDirectory, utc_now_iso
 
 # Room left over after the merged weights: tokenizer files, the filesystem's own needs.
@@ -405,11 +406,14 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
         if done is not None:
             return MergeResult(done, source.step, folder_bytes(done), time.monotonic() - started,
                                saved_dtype(done), source.is_adapter, reused=True)
+    if device is None:
+        device = default_device()  # imports torch: seconds, in which a live run's rotation may remove ...
+        if checkpoint is None and not (source.checkpoint / COMPLETE_MARKER).is_file():
+            source = resolve_model_source(run)  # ... the checkpoint just chosen: the newest, chosen again
     out = Path(out) if out is not None else default_merge_dir(run, source.step)
     check_out_location(out, run, source)
     if os.path.lexists(out):
         refuse_unless_replaceable(out, force)
-    device = device or default_device()
     with merge_lock(out), pinned(source):  # the checkpoint held against a live run's rotation throughout
         return _merge_locked(run, source, out, headroom_bytes, force, device, progress, cancelled, started, record)
 

@@ -57,3 +57,18 @@ def test_a_damaged_newest_checkpoint_is_passed_over_as_resume_passes_it_over(tmp
     with pytest.raises(LifecycleError) as caught:
         merge_run(run, force=True)  # none sound: the newest is tried, and the message says so
     assert "checkpoint-30 cannot be loaded" in str(caught.value) and "(sound ones: none)" in str(caught.value)
+
+
+def test_export_says_a_damaged_checkpoint_is_passed_over_once(tmp_path_factory):
+    """merge_run chooses the newest checkpoint again after torch's import only when the one it chose is gone
+    (a live run's rotation): choosing again every time said "checkpoint-30 is damaged; using checkpoint-15"
+    twice. CPU only."""
+    import os
+
+    from tests.fixtures.lifecycle.finished_run import finished_run, tunedeck
+
+    home, run_id = finished_run(tmp_path_factory.mktemp("lifecycle-damaged-once"))
+    os.truncate(home / "runs" / run_id / "checkpoints" / "checkpoint-30" / "adapter_model.safetensors", 1000)
+    proc = tunedeck(home, "export", run_id)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("checkpoint-30 is damaged; using checkpoint-15") == 1, proc.stderr[-2000:]

@@ -305,3 +305,94 @@ def test_a_merge_or_export_ended_by_sigterm_or_sighup_leaves_nothing_behind(lora
     assert proc.returncode == 128 + getattr(signal, signum), stderr[-3000:]
     assert f"interrupted ({signum})" in stderr.strip().splitlines()[-1], stderr[-3000:]
     assert list(target.iterdir()) == []  # no OUT.tmp, no OUT.lock
+
+
+# Run as a script: ``merge`` of argv[3:], held in torch's first CUDA query (the device, asked once torch is
+# imported: the seconds of that import) until the test's go file argv[2] is there, once it touched argv[1].
+_HELD_AT_TORCH = """
+import sys, time
+from pathlib import Path
+import torch
+
+real = torch.cuda.is_available
+def held():
+    Path(sys.argv[1]).touch()
+    while not Path(sys.argv[2]).exists():
+        time.sleep(0.05)
+    torch.cuda.is_available = real
+    return real()
+
+torch.cuda.is_available = held
+from core.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_merge_of_a_live_run_takes_the_newest_checkpoint_after_the_seconds_torch_takes_to_import(lora_run,
+                                                                                                 tmp_path):
+    """``tunedeck merge RUN`` on a run still training chose its newest checkpoint, then imported torch
+    (seconds), then pinned it: a run saving often (save_total_limit) rotated it away meanwhile, and the merge
+    failed on a checkpoint "no longer there" that the user had not asked for. Torch is imported before the
+    choice now. Held in that import's CUDA query while the run saves checkpoint 45 and rotates 15 and 30 away
+    (the trainer's own rotation, keep 1); CPU only."""
+    import os
+    import shutil
+    import time
+
+    from core.runs.checkpoints import rotate_checkpoints
+
+    home, run = lora_run
+    script = tmp_path / "held.py"
+    script.write_text(_HELD_AT_TORCH)
+    gate, go = tmp_path / "importing", tmp_path / "go"
+    out = tmp_path / "merged"
+    proc = subprocess.Popen([sys.executable, str(script), str(gate), str(go), "merge", run.id, "--out", str(out),
+                             "--json"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1",
+                                 "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 240  # a ceiling for the state to come at all, not a speed target
+        while not gate.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gate.exists(), proc.communicate(timeout=30)[1][-3000:]
+        checkpoints = run.path / "checkpoints"
+        shutil.copytree(checkpoints / "checkpoint-30", checkpoints / "checkpoint-45")  # its COMPLETE marker too
+        removed = rotate_checkpoints(checkpoints, 1, on_remove=lambda path, why: run.append_event(
+            "checkpoint_removed", path=str(path), why=why))
+        assert sorted(p.name for p in removed) == ["checkpoint-15", "checkpoint-30"]
+        go.touch()
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        go.touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert json.loads(stdout)["step"] == 45 and (out / "model.safetensors").is_file()
+
+
+def test_merge_run_chooses_the_newest_checkpoint_again_once_torch_is_there(lora_run, tmp_path, monkeypatch):
+    """The app's M (``merge_run`` with no checkpoint and no device): the device query that imports torch comes
+    between the choice and the pin; a checkpoint rotated away in it is not the one merged, the newest is.
+    The run's rotation happens inside torch's CUDA query here (a state, not a race); CPU only."""
+    import shutil
+
+    import torch
+
+    from core.lifecycle.merge import merge_run
+    from core.runs.checkpoints import rotate_checkpoints
+
+    _home, run = lora_run
+    checkpoints = run.path / "checkpoints"
+    real = torch.cuda.is_available
+
+    def saved_and_rotated() -> bool:
+        monkeypatch.setattr(torch.cuda, "is_available", real)
+        shutil.copytree(checkpoints / "checkpoint-30", checkpoints / "checkpoint-45")
+        rotate_checkpoints(checkpoints, 1, on_remove=lambda path, why: run.append_event(
+            "checkpoint_removed", path=str(path), why=why))
+        return real()
+
+    monkeypatch.setattr(torch.cuda, "is_available", saved_and_rotated)
+    result = merge_run(run, out=tmp_path / "merged")
+    assert result.step == 45 and (result.out / "model.safetensors").is_file()
