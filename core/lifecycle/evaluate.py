@@ -130,7 +130,7 @@ def data_changed_since_training(run: RunDirectory) -> list[str]:
 
 
 def evaluation_summary(result: dict[str, Any]) -> str:
-    """The one line the CLI and the TUI say about an evaluation: the tuned figures, and the base's when
+    """The one line the CLI and the TUI say about an evaluation: the checkpoint, the tuned figures, and the base's when
     there is one (a full fine-tune has no adapter to switch off, so ``result["base"]`` is None); and, when
     the data changed since training, that the split is not the run's own."""
     from core.i18n import t
@@ -138,11 +138,13 @@ def evaluation_summary(result: dict[str, Any]) -> str:
     split = t("lifecycle.eval_split_held_out" if result["split"] == "held_out"
               else "lifecycle.eval_split_train_sample")
     tuned, base = result["tuned"], result.get("base")
+    # The checkpoint measured is said: on a run still training, or stopped mid-way, it is the newest sound one
+    # at the time, which only the saved file's name told.
     if not base:
-        line = t("lifecycle.evaluated_no_base", split=split, loss=tuned["loss"], ppl=tuned["perplexity"],
-                 tokens=tuned["tokens"], path=result["path"])
+        line = t("lifecycle.evaluated_no_base", step=result["step"], split=split, loss=tuned["loss"],
+                 ppl=tuned["perplexity"], tokens=tuned["tokens"], path=result["path"])
     else:
-        line = t("lifecycle.evaluated", split=split, loss=tuned["loss"], ppl=tuned["perplexity"],
+        line = t("lifecycle.evaluated", step=result["step"], split=split, loss=tuned["loss"], ppl=tuned["perplexity"],
                  tokens=tuned["tokens"], base_loss=base["loss"], base_ppl=base["perplexity"], path=result["path"])
     changed = result.get("data_changed") or []
     if changed:

@@ -415,3 +415,22 @@ def test_an_export_is_recorded_as_exported_with_its_format_written_or_reused(lor
     assert reused["reused"] and reused["seconds"] == round(reused["seconds"], 3)
     [event] = new_events(before)
     assert event["event"] == "exported" and event["format"] == "merged" and event["reused"] is True
+
+
+@pytest.mark.parametrize(("language", "said"), [("en", "checkpoint 240, held-out split: loss 1.5000"),
+                                                ("zh", "检查点 240，验证集")])
+def test_the_evaluation_line_says_which_checkpoint_it_measured(language, said):
+    """On a run still training or stopped mid-way, evaluate measures its newest sound checkpoint at the time;
+    the line the CLI and the app's E say gave the figures without it (only the saved file's name had it)."""
+    from core.i18n import current_language, set_language
+    from core.lifecycle.evaluate import evaluation_summary
+
+    result = {"step": 240, "split": "held_out", "tuned": {"loss": 1.5, "perplexity": 4.48, "tokens": 90},
+              "base": {"loss": 2.0, "perplexity": 7.39, "tokens": 90}, "path": "/r/eval/eval-240.json"}
+    before = current_language()
+    set_language(language)
+    try:
+        assert evaluation_summary(result).startswith(said)
+        assert said.split(",")[0].split("，")[0] in evaluation_summary({**result, "base": None})
+    finally:
+        set_language(before)
