@@ -208,16 +208,21 @@ def benchmark_tool() -> str | None:
 def start_benchmarks(run: RunDirectory, names: list[str], checkpoint: int | None = None) -> dict[str, Any]:
     """Launch EvalScope / lm-eval on the merged model, detached; progress goes to ``eval/bench.log``."""
     from core.i18n import t
-    from core.lifecycle.merge import default_merge_dir, merge_run
-    from core.lifecycle.source import resolve_model_source
+    from core.lifecycle.merge import merge_run
+    from core.lifecycle.source import OutputExists, resolve_model_source
 
     tool = benchmark_tool()
     if tool is None:
         raise LifecycleError(t("lifecycle.no_benchmark_tool"))
     source = resolve_model_source(run, checkpoint)
-    model_dir = default_merge_dir(run, source.step)
-    if not model_dir.is_dir():
-        merge_run(run, checkpoint)
+    # The run's merge of this very checkpoint, merged again unless whole and newer than it: any folder of
+    # that name was taken as it was, so a checkpoint-N saved again since (a resume that went back) was
+    # benchmarked through the merge of the checkpoint-N it replaced. Another earlier merge in the way is
+    # replaced (only tunedeck's own results are); a folder of the user's there is refused, never benchmarked.
+    try:
+        model_dir = merge_run(run, source.step, reuse=True).out
+    except OutputExists:
+        model_dir = merge_run(run, source.step, force=True).out
     out = eval_dir(run) / f"bench-{source.step}"
     if tool == "evalscope":
         cmd = [sys.executable, "-m", "evalscope.cli.cli", "eval", "--model", str(model_dir),

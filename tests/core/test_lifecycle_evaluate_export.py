@@ -434,3 +434,34 @@ def test_the_evaluation_line_says_which_checkpoint_it_measured(language, said):
         assert said.split(",")[0].split("，")[0] in evaluation_summary({**result, "base": None})
     finally:
         set_language(before)
+
+
+def test_benchmarks_run_on_a_merge_of_the_checkpoint_as_it_is_now(lora_run, tmp_path, monkeypatch):
+    """``evaluate --benchmarks`` took any folder at merged/checkpoint-N as the model: a checkpoint-N saved again
+    since (a resume that went back and trained on) was benchmarked through the merge of the one it replaced.
+    Now the run's merge is reused only when whole and newer than the checkpoint, else merged again. A stand-in
+    ``lm_eval`` module (records its arguments) is the benchmark tool; CPU only."""
+    import os
+    import time
+
+    from core.lifecycle.evaluate import start_benchmarks
+    from core.lifecycle.merge import merge_run
+
+    _home, run = lora_run
+    tools = tmp_path / "tools"
+    (tools / "lm_eval").mkdir(parents=True)
+    (tools / "lm_eval" / "__init__.py").write_text("")
+    argv_file = tmp_path / "argv.json"
+    (tools / "lm_eval" / "__main__.py").write_text(
+        f"import json, sys\nopen({str(argv_file)!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
+    monkeypatch.syspath_prepend(str(tools))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tools), os.environ.get("PYTHONPATH", "")]))
+    merged = merge_run(run).out
+    first = (merged / "model.safetensors").stat().st_ino
+    later = time.time() + 60  # checkpoint-30 saved again after the merge
+    for path in (run.path / "checkpoints" / "checkpoint-30").rglob("*"):
+        os.utime(path, (later, later))
+    bench = start_benchmarks(run, ["gsm8k"])
+    os.waitpid(bench["pid"], 0)
+    assert (merged / "model.safetensors").stat().st_ino != first  # merged again, not the stale folder
+    assert f"pretrained={merged}" in json.loads(argv_file.read_text())
