@@ -163,7 +163,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     # there" that the user never asked for.
     device = default_device()
     source = resolve_model_source(run, args.checkpoint)
-    out = Path(args.out) if args.out else default_merge_dir(run, source.step)
+    # --out=~/models/x: the shell leaves a ~ after "=" as it is; it is the home folder, not a folder named "~"
+    out = Path(args.out).expanduser() if args.out else default_merge_dir(run, source.step)
 
     def said(stage: str) -> None:  # once the merge really starts: not before a refusal or a reuse
         if stage == "load":
@@ -173,7 +174,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         with _said_if_interrupted("lifecycle.merge_interrupted", out=str(out)), _library_output_to_stderr():
             # reuse: rerun on its default folder, a whole merge of the same checkpoint there is the result as it
             # is (as the TUI's M and export do), not "exists already"; --out and --force are never reused
-            result = merge_run(run, source.step, Path(args.out) if args.out else None, force=args.force,
+            result = merge_run(run, source.step, out if args.out else None, force=args.force,
                                device=device, reuse=True, progress=said)
     except _StopSignal as exc:
         return 128 + exc.signum

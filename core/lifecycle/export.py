@@ -54,7 +54,7 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
 
     if not torch.cuda.is_available():
         raise LifecycleError(t("lifecycle.export_needs_cuda", format=fmt))
-    out = Path(out) if out is not None else default_export_dir(run, fmt, source.step)
+    out = Path(out).expanduser() if out is not None else default_export_dir(run, fmt, source.step)  # as merge's
     check_out_location(out, run, source)  # never into a run, the data root or the checkpoint read
     if os.path.lexists(out):
         refuse_unless_replaceable(out, force)  # only an empty folder or an earlier export, with force

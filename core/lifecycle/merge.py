@@ -410,7 +410,9 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
         device = default_device()  # imports torch: seconds, in which a live run's rotation may remove ...
         if checkpoint is None and not (source.checkpoint / COMPLETE_MARKER).is_file():
             source = resolve_model_source(run)  # ... the checkpoint just chosen: the newest, chosen again
-    out = Path(out) if out is not None else default_merge_dir(run, source.step)
+    # "~/models/x" (as --out=~/models/x reaches us: the shell leaves a ~ after "=") is the home folder's: the
+    # checks looked there, and the merge was written into a folder named "~" in the current one
+    out = Path(out).expanduser() if out is not None else default_merge_dir(run, source.step)
     check_out_location(out, run, source)
     if os.path.lexists(out):
         refuse_unless_replaceable(out, force)

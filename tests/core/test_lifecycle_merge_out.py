@@ -220,3 +220,28 @@ def test_merge_says_the_folder_it_writes_to_and_nothing_before_a_refusal_or_a_re
     for args in ([], ["--out", str(home), "--force"]):  # a reuse, a refusal: one line, no "merging"
         proc = tunedeck(home, "merge", run.id, *args)
         assert len(proc.stderr.strip().splitlines()) == 1 and "merging" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("command", [["merge"], ["export", "--format", "merged"]])
+def test_an_out_under_the_home_folder_written_with_a_tilde_goes_there(lora_run, tmp_path, command):
+    """``--out=~/models/x``: the shell leaves a ~ after "=" as it is. The location checks looked in the home
+    folder, and the merge was written into a folder named "~" in the current one, said as "written to
+    ~/models/x" where the user then found nothing. CPU only."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.fixtures.lifecycle.finished_run import ROOT
+
+    data_root, run = lora_run
+    home, cwd = tmp_path / "user-home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "core", *command, run.id, "--out=~/models/x", "--json"], cwd=cwd,
+                          capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "TUNEDECK_HOME": str(data_root), "HOME": str(home),
+                               "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["out"] == str(home / "models" / "x")
+    assert (home / "models" / "x" / "model.safetensors").is_file()
+    assert list(cwd.iterdir()) == []
