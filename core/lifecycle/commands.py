@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("chat", help=t("lifecycle.chat_help"), description=t("lifecycle.chat_help"))
     run_arg(p, optional=True)
-    p.add_argument("--model-dir", default=None, help=t("lifecycle.model_dir_help"))
+    p.add_argument("--model-dir", type=_home_expanded, default=None, help=t("lifecycle.model_dir_help"))
     p.add_argument("--checkpoint", type=int, default=None, help=t("lifecycle.checkpoint_help"))
     p.add_argument("--system", default="", help=t("lifecycle.system_help"))
     # Bounded as argparse refuses: a temperature below 0 or a reply of 0 (or -4) tokens was taken, and
@@ -66,7 +66,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help=t("lifecycle.host_help"))
     p.add_argument("--backend", default="auto", help=t("lifecycle.backend_help"))
     p.add_argument("--checkpoint", type=int, default=None, help=t("lifecycle.checkpoint_help"))
-    p.add_argument("--model-dir", metavar="DIR", default=None, help=t("lifecycle.serve_model_dir_help"))
+    p.add_argument("--model-dir", metavar="DIR", type=_home_expanded, default=None,
+                   help=t("lifecycle.serve_model_dir_help"))
     p.add_argument("--api-key", metavar="KEY", default=None, help=t("lifecycle.api_key_help"))
     p.add_argument("--max-body-bytes", metavar="N", type=int, default=None, help=t("lifecycle.max_body_help"))
     action = p.add_mutually_exclusive_group()
@@ -74,6 +75,12 @@ def register(subparsers: Any) -> None:
     action.add_argument("--status", action="store_true", help=t("lifecycle.serve_status_help"))
     p.add_argument("--json", action="store_true", help=t("lifecycle.json_help"))
     p.set_defaults(handler=cmd_serve)
+
+
+def _home_expanded(value: str) -> str:
+    """A folder argument with a leading ~ as the home folder: ``--model-dir=~/models/x`` reaches us as it is
+    (the shell expands no ~ after "="), and was refused as "not a folder (it does not exist)"."""
+    return os.path.expanduser(value)
 
 
 def _err(text: str) -> None:

@@ -245,3 +245,28 @@ def test_an_out_under_the_home_folder_written_with_a_tilde_goes_there(lora_run, 
     assert json.loads(proc.stdout)["out"] == str(home / "models" / "x")
     assert (home / "models" / "x" / "model.safetensors").is_file()
     assert list(cwd.iterdir()) == []
+
+
+def test_chat_and_serve_take_a_model_dir_under_the_home_folder_written_with_a_tilde(lora_run, tmp_path):
+    """``--model-dir=~/models/x`` (the shell leaves a ~ after "=" as it is) was refused as "not a folder (it
+    does not exist)" by chat, and serve --status looked for a server of another folder. CPU only."""
+    import os
+    import subprocess
+    import sys
+
+    from core.lifecycle.merge import merge_run
+    from tests.fixtures.lifecycle.finished_run import ROOT
+
+    data_root, run = lora_run
+    home = tmp_path / "user-home"
+    merge_run(run, out=home / "models" / "x")
+    env = {**os.environ, "TUNEDECK_HOME": str(data_root), "HOME": str(home), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "core", "chat", "--model-dir=~/models/x", "--max-tokens", "2"],
+                          cwd=tmp_path, input="Say yes.\n", capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0 and "not a folder" not in proc.stderr, proc.stderr[-2000:]
+    assert str(home / "models" / "x") in proc.stderr  # "loading <the folder> …"
+    from core.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--model-dir=~/models/x", "--status"])  # this process's home
+    assert args.model_dir == os.path.expanduser("~/models/x") != "~/models/x"
