@@ -148,7 +148,7 @@ def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> Mo
     from core.i18n import t
 
     if not run.exists():
-        raise LifecycleError(t("lifecycle.not_a_run", path=str(run.path)))
+        raise LifecycleError(t("lifecycle.not_a_run", path=str(run.path)), EXIT_USAGE)
     complete = run.checkpoints(complete_only=True)
     if not complete:
         raise NoCheckpoint(no_checkpoint_message(run))
@@ -163,9 +163,10 @@ def resolve_model_source(run: RunDirectory, checkpoint: int | None = None) -> Mo
         if not matches:
             if _rotated_away(run, checkpoint):
                 raise LifecycleError(Message("lifecycle.checkpoint_rotated", step=checkpoint, run=run.id,
-                                             steps=_other_sound_steps(run.checkpoints_dir / f"checkpoint-{checkpoint}")))
+                                             steps=_other_sound_steps(run.checkpoints_dir / f"checkpoint-{checkpoint}")),
+                                     EXIT_USAGE)  # a checkpoint that is not there: a request that cannot be
             steps = ", ".join(str(c.step) for c in complete)
-            raise LifecycleError(t("lifecycle.checkpoint_missing", step=checkpoint, run=run.id, steps=steps))
+            raise LifecycleError(t("lifecycle.checkpoint_missing", step=checkpoint, run=run.id, steps=steps), EXIT_USAGE)
         chosen = matches[0]
     from core.data.tokenize import template_kwargs
 

@@ -41,7 +41,10 @@ from core.watch.figures import directory_size, format_bytes
 
 
 class RunControlError(RunError):
-    """A stop/resume that cannot be done; the message says why and what to do."""
+    """A stop/resume that cannot be done; the message says why and what to do. Its ``code`` (the CLI's exit
+    status): 2 for a request that cannot be (a run that is not running, finished or still active, a checkpoint
+    that is not there or not sound), 1 where doing it failed (a run.json that does not read, a supervisor
+    not found)."""
 
 
 @dataclass
@@ -80,7 +83,7 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
     file could not be read and what to do."""
     status = effective_status(run)
     if status.status not in ACTIVE_STATES:
-        raise RunControlError(t("runs.stop_not_running", id=run.id, status=state_label(status.status)))
+        raise RunControlError(t("runs.stop_not_running", id=run.id, status=state_label(status.status)), 2)
     record, unreadable = run.read_record()
     host = foreign_host(record)
     if host is not None:  # its pids are another box's: a signal here would reach nothing, or the wrong process
@@ -175,7 +178,7 @@ def _choose_checkpoint(run: RunDirectory, step: int | None, weights_only: bool,
         chosen = [c for c in candidates if c.checkpoint.step == step]
         if not chosen:
             steps = ", ".join(str(c.checkpoint.step) for c in reversed(candidates)) or "-"
-            raise RunControlError(t("resume.no_such_checkpoint", id=run.id, step=step, steps=steps))
+            raise RunControlError(t("resume.no_such_checkpoint", id=run.id, step=step, steps=steps), 2)
         candidates = chosen
     for check in candidates:
         usable = check.resumable or (weights_only and check.weights_usable)
@@ -192,7 +195,7 @@ def _choose_checkpoint(run: RunDirectory, step: int | None, weights_only: bool,
             hint = Message("resume.hint_weights_only", step=step) if check.weights_usable else \
                 Message("resume.hint_other_checkpoint")
             raise RunControlError(Message("resume.checkpoint_refused", reason=Message(
-                key, name=check.checkpoint.path.name, file=bad.file, problem=bad.message), hint=hint).text())
+                key, name=check.checkpoint.path.name, file=bad.file, problem=bad.message), hint=hint).text(), 2)
         notices.append(Message(key, name=check.checkpoint.path.name, file=bad.file, problem=bad.message))
     if not candidates:
         raise RunControlError(t("runs.resume_no_checkpoint", id=run.id, path=str(run.checkpoints_dir),
@@ -200,7 +203,7 @@ def _choose_checkpoint(run: RunDirectory, step: int | None, weights_only: bool,
     hint = Message("resume.hint_weights_only_any") if any(c.weights_usable for c in candidates) else \
         Message("resume.hint_restart")
     raise RunControlError(Message("resume.no_sound_checkpoint", id=run.id, problems=list(notices),
-                                  hint=hint).text())
+                                  hint=hint).text(), 2)  # no sound checkpoint to resume from: a request that cannot be
 
 
 def _checkpoint_epoch(path: Any) -> float | None:
@@ -316,9 +319,9 @@ def refuse_unresumable(run: RunDirectory) -> Any:
     status = effective_status(run)
     if status.status in ACTIVE_STATES:
         key = "runs.resume_in_progress" if _being_resumed(run, status) else "runs.resume_running"
-        raise RunControlError(t(key, id=run.id, status=state_label(status.status)))
+        raise RunControlError(t(key, id=run.id, status=state_label(status.status)), 2)
     if status.status == FINISHED:
-        raise RunControlError(t("runs.resume_finished", id=run.id))
+        raise RunControlError(t("runs.resume_finished", id=run.id), 2)
     record, unreadable = run.read_launch_record()
     if unreadable:  # before anything is written: its GPUs unknown, the new attempt would train on the CPU
         raise RunControlError(t("runs.resume_record_unreadable", id=run.id, path=str(run.record_path),

@@ -185,7 +185,7 @@ def test_serve_refuses_a_bad_port_checkpoint_or_run_in_one_line_before_starting_
         cases = [(["--port", "99999"], "--port must be a port number from 1 to 65535", 2),
                  (["--port", "-1"], "not -1", 2),
                  (["--port", str(busy)], f"cannot listen on 127.0.0.1 port {busy}", 1),
-                 (["--checkpoint", "999"], "has no complete checkpoint 999; complete checkpoints: 15, 30", 1)]
+                 (["--checkpoint", "999"], "has no complete checkpoint 999; complete checkpoints: 15, 30", 2)]  # not there: 2 (was 1)
         for extra, says, code in cases:
             proc = tunedeck(home, "serve", run.id, *extra)
             assert proc.returncode == code, (extra, proc.returncode, proc.stderr)

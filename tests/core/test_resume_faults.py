@@ -128,7 +128,7 @@ def test_missing_optimizer_is_refused_and_weights_only_restarts_the_schedule_on_
     cli, run_id, run_dir, _data = copy
     (run_dir / "checkpoints" / "checkpoint-9" / "optimizer.pt").unlink()
     refused = cli("resume", run_id, "--checkpoint", "9", check=False)
-    assert refused.returncode == 1
+    assert refused.returncode == 2, refused.stderr  # a request that cannot be (it was 1, as a resume that failed)
     assert "checkpoint-9 has no usable optimizer/scheduler state: optimizer.pt missing" in refused.stderr
     assert "--weights-only" in refused.stderr
     assert RunDirectory(run_dir).status().status == "failed"  # nothing started
@@ -173,7 +173,7 @@ def test_newer_incomplete_checkpoint_is_removed_only_with_an_event_and_a_message
 
 
 def test_corrupt_trainer_state_and_choice_by_step(copy):
-    _cli, _run_id, run_dir, _data = copy
+    cli, run_id, run_dir, _data = copy
     run = RunDirectory(run_dir)
     state = run_dir / "checkpoints" / "checkpoint-9" / "trainer_state.json"
     state.write_text(state.read_text()[:40])  # the same kind of damage a full disk leaves
@@ -181,6 +181,9 @@ def test_corrupt_trainer_state_and_choice_by_step(copy):
         prepare_resume(run, step=9)
     with pytest.raises(RunControlError, match=r"no complete checkpoint-7; complete ones: 6, 9"):
         prepare_resume(run, step=7)
+    refused = cli("resume", run_id, "--checkpoint", "7", check=False)  # a request that cannot be: 2, not 1
+    assert refused.returncode == 2 and "no complete checkpoint-7; complete ones: 6, 9" in refused.stderr, \
+        (refused.returncode, refused.stderr)
     assert run.status().status == "failed"
     plan = prepare_resume(run)
     assert plan.step == 6
@@ -188,7 +191,7 @@ def test_corrupt_trainer_state_and_choice_by_step(copy):
 
 
 def test_every_checkpoint_damaged_is_refused_with_each_problem(copy):
-    _cli, _run_id, run_dir, _data = copy
+    cli, run_id, run_dir, _data = copy
     for step in (6, 9):
         (run_dir / "checkpoints" / f"checkpoint-{step}" / "optimizer.pt").unlink()
     (run_dir / "checkpoints" / "checkpoint-9" / "adapter_model.safetensors").write_bytes(b"\x08")
@@ -197,6 +200,9 @@ def test_every_checkpoint_damaged_is_refused_with_each_problem(copy):
     text = str(caught.value)
     assert "checkpoint-9 is damaged: adapter_model.safetensors" in text
     assert "checkpoint-6 has no usable optimizer/scheduler state: optimizer.pt" in text and "--weights-only" in text
+    refused = cli("resume", run_id, check=False)  # no sound checkpoint to resume from: 2 (it was 1)
+    assert refused.returncode == 2 and "checkpoint-9 is damaged: adapter_model.safetensors" in refused.stderr, \
+        (refused.returncode, refused.stderr)
 
 
 def test_legacy_ok_marker_is_read_as_unverified(copy):

@@ -574,6 +574,42 @@ def test_stop_and_resume_refusals(home):
         prepare_resume(run)
 
 
+def test_stop_and_resume_refusals_exit_2_through_the_cli(home):
+    """`tunedeck stop` of a run that is not running and `tunedeck resume` of a finished or a running run
+    exited 1, the code of a stop or a resume that failed: scripts retried a request that cannot be. Now
+    they exit 2, as README says (a request that cannot be), with the same one line. No GPU, no trainer: the
+    running run's supervisor is a process that holds the run's lock."""
+    import psutil
+
+    env = {**os.environ, "TUNEDECK_HOME": str(home)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "core", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    run = _run(home)
+    run.append_metrics({"kind": "train", "step": 3, "loss": 1.0})
+    run.write_status(STOPPED)
+    out = cli("stop", run.id)
+    assert out.returncode == 2 and out.stderr == f"tunedeck: run {run.id} is not running (status: stopped)\n", \
+        (out.returncode, out.stderr)
+    run.write_status("finished")
+    out = cli("resume", run.id)
+    assert out.returncode == 2 and out.stderr == f"tunedeck: run {run.id} has finished; start a new run to " \
+                                                 "train further\n", (out.returncode, out.stderr)
+    holder = _hold_lock(run)  # its live supervisor
+    try:
+        run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()})
+        run.write_status(RUNNING)
+        out = cli("resume", run.id)
+        assert out.returncode == 2 and "is still active (status: running); stop it first" in out.stderr, \
+            (out.returncode, out.stderr)
+        assert effective_status(run).status == RUNNING and holder.poll() is None  # nothing was touched
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
 def test_a_run_that_ended_before_its_first_step_is_resumed_from_step_0_in_the_same_folder(home):
     """A run stopped (or crashed) while it loaded, before its first optimizer step, has no checkpoint: its
     resume said "start it anew with 'tunedeck train'", a new run. Now the resume starts it again from step 0
@@ -877,7 +913,7 @@ def test_runs_cli_json_lists_and_status_reports(home):
     assert out.returncode == 0 and json.loads(out.stdout)["id"] == run.id, out.stderr
     out = subprocess.run([sys.executable, "-m", "core", "stop", run.id], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 1 and "not running" in out.stderr
+    assert out.returncode == 2 and "not running" in out.stderr  # a request that cannot be (it was 1)
     out = subprocess.run([sys.executable, "-m", "core", "status", "zzz"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "no run matches" in out.stderr
@@ -1247,7 +1283,7 @@ def test_stop_and_resume_of_a_live_run_whose_run_json_does_not_read(home, monkey
     try:
         assert lock_holder(run) == holder.pid
         run.write_status("starting")
-        assert cli.main(["resume", run.id]) == 1  # active: said, whatever run.json holds
+        assert cli.main(["resume", run.id]) == 2  # active: said, whatever run.json holds (a request that cannot be)
         assert capsys.readouterr().err == f"tunedeck: run {run.id} is still active (status: starting); stop it first\n"
         run.write_status(RUNNING)
         assert cli.main(["stop", run.id]) == 0
