@@ -19,6 +19,15 @@ def _home_override() -> Path | None:
     return Path(value).expanduser() if value else None
 
 
+def nearest_existing_dir(path: Path) -> Path:
+    """``path`` (``~`` expanded, made absolute) or its closest existing ancestor: the folder whose file system a
+    folder not made yet (the data root before the first run, a download's target) will land on."""
+    path = Path(path).expanduser().absolute()
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
 def config_dir() -> Path:
     """Directory of settings files."""
     override = _home_override()

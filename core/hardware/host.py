@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from core.hardware.snapshot import CacheDisk, HostSnapshot
-from core.paths import data_root
+from core.paths import data_root, nearest_existing_dir
 
 # psutil's CPU % is the busy share since the previous call: the first sample needs a baseline this old.
 CPU_SAMPLE_MIN_S = 0.2
@@ -20,14 +20,6 @@ CPU_SAMPLE_MIN_S = 0.2
 
 class HostSampler(Protocol):
     def sample(self) -> HostSnapshot: ...
-
-
-def nearest_existing_dir(path: Path) -> Path:
-    """``path`` or its closest existing ancestor (the data root may not exist before the first run)."""
-    path = Path(path).absolute()
-    while not path.exists() and path.parent != path:
-        path = path.parent
-    return path
 
 
 def download_caches() -> list[tuple[str, Path]]:

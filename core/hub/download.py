@@ -32,7 +32,7 @@ from core.atomic_file import write_json_atomic
 from core.hub.errors import DownloadError, NotEnoughDiskError, NothingSelectedError
 from core.hub.records import ModelDetails, RepoFile
 from core.i18n import t
-from core.paths import data_root, ensure_private_dir
+from core.paths import data_root, ensure_private_dir, nearest_existing_dir
 
 SCHEMA = 1
 TOKEN_ENV = "TUNEDECK_HUB_TOKEN"
@@ -131,10 +131,7 @@ def plan_download(source: Any, details: ModelDetails, include: list[str] | None 
 
 def free_bytes_at(path: Path) -> int:
     """Free bytes on the file system that holds ``path`` (or its nearest existing parent)."""
-    probe = path
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    return shutil.disk_usage(probe).free
+    return shutil.disk_usage(nearest_existing_dir(path)).free
 
 
 def check_disk(plan: DownloadPlan, advice: str = "cli") -> int:

@@ -35,6 +35,7 @@ from typing import Any
 
 from core.errors import TunedeckError
 from core.i18n import Message
+from core.paths import nearest_existing_dir
 
 RESERVE_NAME = ".reserve"
 RESERVE_BYTES = 1024 * 1024
@@ -117,18 +118,10 @@ def _holds_data_root(path: Path) -> bool:
     return path == root or path in root.parents
 
 
-def existing_parent(path: Path) -> Path:
-    """``path`` or its nearest existing ancestor (the filesystem a new directory would land on)."""
-    path = Path(path).expanduser().absolute()
-    while not path.exists() and path.parent != path:
-        path = path.parent
-    return path
-
-
 def free_bytes(path: Path) -> int | None:
     """Bytes free for an unprivileged writer on the filesystem holding ``path`` (None if unknown)."""
     try:
-        stats = os.statvfs(existing_parent(path))
+        stats = os.statvfs(nearest_existing_dir(path))
     except OSError:
         return None
     return stats.f_bavail * stats.f_frsize
@@ -354,5 +347,5 @@ def check_space(cfg: dict[str, Any], path: Path, existing_checkpoints: int = 0) 
         verdict = "close"
     else:
         verdict = "ok"
-    return SpaceCheck(verdict, needed, free, max(0, to_write - 1), existing_parent(path), size)
+    return SpaceCheck(verdict, needed, free, max(0, to_write - 1), nearest_existing_dir(path), size)
 

@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from core.hardware.host import CPU_SAMPLE_MIN_S, LiveHostSampler, nearest_existing_dir
+from core.hardware.host import CPU_SAMPLE_MIN_S, LiveHostSampler
+from core.paths import nearest_existing_dir
 from core.units import format_disk
 
 
