@@ -100,13 +100,23 @@ def cannot_write_message(exc: OSError) -> str:
     if stream is not None:
         name = t("cli.standard_output") if stream == "stdout" else t("cli.standard_error")
         return t("cli.cannot_write_output", stream=name, error=error)
-    if exc.filename and _holds_data_root(Path(exc.filename)):
+    filename = _filename(exc)
+    if filename and _holds_data_root(Path(filename)):
         # tunedeck's folder could not be made at all (a read-only or full home on a fresh box): nothing of
         # tunedeck's is there yet, so another folder is the way on, not only space or rights where it is
         from core.paths import data_root
 
-        return t("cli.cannot_write_home", path=exc.filename, error=error, root=str(data_root()))
-    return t("cli.cannot_write", path=exc.filename or "?", error=error)
+        return t("cli.cannot_write_home", path=filename, error=error, root=str(data_root()))
+    return t("cli.cannot_write", path=filename or "?", error=error)
+
+
+def _filename(exc: OSError) -> str:
+    """The file an ``OSError`` names, as text: a bytes name (``os.makedirs(b"...")``, a name that is no
+    UTF-8) decoded as the file system spells it, never a ``TypeError`` from ``Path(b"...")``; "" when none."""
+    name = exc.filename
+    if isinstance(name, (str, bytes, os.PathLike)):
+        return os.fsdecode(name)
+    return "" if name is None else str(name)
 
 
 def _holds_data_root(path: Path) -> bool:

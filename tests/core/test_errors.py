@@ -160,6 +160,24 @@ def test_a_full_disk_keeps_its_own_message(monkeypatch, capsys, tmp_path):
     assert capsys.readouterr().err == f"tunedeck: {cannot_write_message(error)}\n"
 
 
+def test_a_read_only_disk_under_a_bytes_file_name_is_one_line_not_a_traceback(monkeypatch, capsys, tmp_path):
+    """An OSError whose file name is bytes (an os call given a bytes path) made the message's Path(...) raise
+    TypeError: the command ended in a traceback instead of "cannot write FILE". Now the name is decoded as
+    the file system spells it, for a file of a run and for tunedeck's own folder alike."""
+    monkeypatch.setenv("TUNEDECK_HOME", str(tmp_path / "home"))
+    target = tmp_path / "数据" / "metrics.jsonl"
+    _command_raising(monkeypatch, OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsencode(target)))
+    assert cli.main(["runs"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"tunedeck: cannot write {target}: Read-only file system; ") and err.count("\n") == 1, err
+    home = tmp_path / "home"
+    _command_raising(monkeypatch, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fsencode(home)))
+    assert cli.main(["runs"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"tunedeck: cannot write {home}: No space left on device; tunedeck keeps its runs") \
+        and "TUNEDECK_HOME" in err, err
+
+
 def test_output_that_fails_for_any_reason_names_its_stream(monkeypatch, capsys, tmp_path):
     """A terminal gone (EIO on the write of stdout) is not a full disk, and ended in a traceback; the
     output's own failures name the stream (it has no file name), whatever the errno, EPIPE aside."""
