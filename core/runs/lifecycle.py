@@ -121,14 +121,12 @@ def check_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn =
         config.warnings = [*(getattr(config, "warnings", None) or []),
                            ConfigIssue(str(path), None, "precision", message, WARNING)]
         config.precision, config.pure_bf16 = "fp32", False
-    if not gpus and config.attn == "flash":
+    message = _sdpa_without_gpus(config, gpus, warn)
+    if message is not None:
         from core.config.issues import WARNING, ConfigIssue
 
-        message = t("launch.flash_cpu")
-        warn(message)
         config.warnings = [*(getattr(config, "warnings", None) or []),
                            ConfigIssue(str(path), None, "attn", message, WARNING)]
-        config.attn = "sdpa"
     return RunCheck(config, gpus, loaded.imported, memory)
 
 
@@ -515,6 +513,18 @@ def _start(run: RunDirectory, resume_from: str | None = None) -> None:
         raise SupervisorDidNotStart(message, run.supervisor_log_path, last)
 
 
+def _sdpa_without_gpus(config: Any, gpus: list[int], warn: Warn) -> str | None:
+    """``attn: flash`` without a GPU becomes ``sdpa`` (flash-attention is CUDA-only; an imported ms-swift file's
+    flash_attn asks for it), said through ``warn``: returns what was said, else None. ``train --check`` and
+    the launch switch it alike."""
+    if gpus or config.attn != "flash":
+        return None
+    message = t("launch.flash_cpu")
+    warn(message)
+    config.attn = "sdpa"
+    return message
+
+
 def _resolve_for_this_box(config: Any, gpus: list[int], warn: Warn) -> str | None:
     """What really runs, written into the run's config before it exists: returns the precision asked
     for when it cannot run here (bf16/fp16 without a GPU become fp32, with a warning, and attn: flash sdpa), else
@@ -525,9 +535,7 @@ def _resolve_for_this_box(config: Any, gpus: list[int], warn: Warn) -> str | Non
         asked = config.precision
         warn(t("launch.precision_cpu", precision=asked))
         config.precision, config.pure_bf16 = "fp32", False
-    if not gpus and config.attn == "flash":  # flash-attention is CUDA-only (an imported ms-swift file's flash_attn)
-        warn(t("launch.flash_cpu"))
-        config.attn = "sdpa"
+    _sdpa_without_gpus(config, gpus, warn)
     if config.output:
         from core.runs.output import OutputError, prepare_output, resolve_output
 
