@@ -8,7 +8,6 @@ resolves to ``Qwen2.5-7B.json``.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,11 +118,12 @@ def cached_configs(model_id: str) -> list[Path]:
     if model_id.count("/") != 1:
         return []
     from core.hub.hf_source import hf_hub_cache  # where downloads go, and what core.hub.local compares with
+    from core.hub.modelscope_source import modelscope_cache_roots  # the SDK's and core.hub.download's
 
     org, name = model_id.split("/")
     candidates = _snapshot_configs(hf_hub_cache() / f"models--{org}--{name}" / "snapshots")
-    ms_root = Path(os.environ.get("MODELSCOPE_CACHE") or Path.home() / ".cache" / "modelscope")
-    for base in (ms_root / "hub" / "models", ms_root / "models", ms_root / "hub"):
+    # <root>/models/<owner>/<name> (the SDK now, and tunedeck's downloads), <root>/<owner>/<name> (older SDKs)
+    for base in [root / "models" for root in modelscope_cache_roots()] + modelscope_cache_roots():
         candidates.append(base / org / name / "config.json")
         # ModelScope stores dots in names as "___" in some versions.
         candidates.append(base / org / name.replace(".", "___") / "config.json")

@@ -14,7 +14,7 @@ from typing import Any
 
 from core.errors import EXIT_USAGE, TunedeckError
 from core.hub.hf_source import hf_hub_cache
-from core.hub.modelscope_source import modelscope_cache_root
+from core.hub.modelscope_source import modelscope_cache_root, modelscope_cache_roots
 from core.i18n import t
 
 SETTINGS_KEY = "hub_model_dirs"
@@ -158,13 +158,7 @@ def _entry(source: str, model_id: str, path: Path, config_search: Path | None = 
 
 def _modelscope_models() -> list[LocalModel]:
     found: list[LocalModel] = []
-    roots = {modelscope_cache_root()}
-    base = modelscope_cache_root()
-    if base.name != "hub":
-        roots.add(base / "hub")
-    elif base.parent.name == "modelscope":
-        roots.add(base.parent)  # the SDK's new layout sits beside hub/
-    for root in sorted(roots):
+    for root in sorted(modelscope_cache_roots()):
         models = root / "models"
         if not models.is_dir():
             continue

@@ -39,6 +39,19 @@ def modelscope_cache_root() -> Path:
     return Path(value).expanduser() if value else Path.home() / ".cache" / "modelscope" / "hub"
 
 
+def modelscope_cache_roots() -> list[Path]:
+    """Every folder the SDK's versions put ModelScope models under, ``modelscope_cache_root()`` first: with
+    ``MODELSCOPE_CACHE`` also its ``hub/`` (an SDK that kept models in ``$MODELSCOPE_CACHE/hub``); without,
+    also ``~/.cache/modelscope``, beside ``hub/`` (the SDK's new layout). Models are in ``models/`` under each,
+    or (older SDKs) right in it as ``<owner>/<name>``."""
+    base = modelscope_cache_root()
+    if base.name != "hub":
+        return [base, base / "hub"]
+    if base.parent.name == "modelscope":
+        return [base, base.parent]
+    return [base]
+
+
 def modelscope_model_dir(model_id: str) -> Path:
     """Where a model's files go: ``<cache root>/models/<owner>/<name>`` with dots spelt ``___``.
 

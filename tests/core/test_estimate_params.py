@@ -124,6 +124,33 @@ def test_hf_cache_is_searched(tmp_path, monkeypatch):
     assert load_model_config("acme/tiny-llm").source.endswith("config.json")
 
 
+def test_modelscope_cache_is_searched_where_downloads_and_the_sdk_put_models(tmp_path, monkeypatch):
+    """The estimator looked for ModelScope configs under its own spelling of the cache root: MODELSCOPE_CACHE
+    as written (a ``~/ms`` from an env file was a folder named '~' in the current one, where tunedeck's own
+    download had gone to the home folder's ms/models/...), and not right in MODELSCOPE_CACHE, where older SDKs
+    put ``<owner>/<name>``: a model on disk was "not found" by plan and estimate. Now it searches the roots
+    tunedeck downloads to and lists local models from (``modelscope_cache_roots``). No network."""
+    from core.hub.modelscope_source import modelscope_model_dir
+
+    config = json.dumps(load_model_config("Qwen2.5-0.5B").config)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MODELSCOPE_CACHE", "~/ms")
+    downloaded = modelscope_model_dir("acme/tiny-llm.v2")  # where `tunedeck models download` puts it
+    assert downloaded == tmp_path / "home" / "ms" / "models" / "acme" / "tiny-llm___v2"
+    downloaded.mkdir(parents=True)
+    (downloaded / "config.json").write_text(config)
+    assert load_model_config("acme/tiny-llm.v2").source == str(downloaded / "config.json")
+
+    old_sdk = tmp_path / "old" / "acme" / "tiny-llm"  # an older SDK: $MODELSCOPE_CACHE/<owner>/<name>
+    old_sdk.mkdir(parents=True)
+    (old_sdk / "config.json").write_text(config)
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "old"))
+    assert load_model_config("acme/tiny-llm").source == str(old_sdk / "config.json")
+
+
 def test_unknown_model_says_how_to_pass_a_config(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path))
