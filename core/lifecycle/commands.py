@@ -193,6 +193,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
         else:
             _err(t("lifecycle.merged", out=str(result.out), size=_size(result.bytes), seconds=result.seconds))
         print(result.out)
+    note = result.qlora_note()  # on stderr with --json too: stdout stays the JSON alone
+    if note:
+        _err(note)
     return 0
 
 

@@ -70,6 +70,18 @@ class MergeResult:
     dtype: str
     adapter: bool
     reused: bool = False  # a whole merge of the checkpoint was already there (``merge_run(reuse=True)``)
+    method: str = ""  # the run's (lora, dora, qlora, full): a QLoRA merge is said to be into the unquantised base
+
+    def qlora_note(self) -> str | None:
+        """What a merge of a QLoRA adapter must say beside its result (CLI and app alike): the adapter was
+        trained against the base's 4-bit (NF4) weights, merged into the base in ``dtype`` (the usual
+        practice: 4-bit weights cannot take it), so the merged model's outputs may differ slightly from
+        the model trained. None for any other merge."""
+        from core.i18n import t
+
+        if not (self.adapter and self.method == "qlora"):
+            return None
+        return t("lifecycle.merged_qlora_note", dtype=self.dtype or "bf16")
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "step": self.step, "bytes": self.bytes, "seconds": round(self.seconds, 3),
@@ -405,7 +417,7 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
         done = complete_merge(run, source)
         if done is not None:
             return MergeResult(done, source.step, folder_bytes(done), time.monotonic() - started,
-                               saved_dtype(done), source.is_adapter, reused=True)
+                               saved_dtype(done), source.is_adapter, reused=True, method=source.method)
     if device is None:
         device = default_device()  # imports torch: seconds, in which a live run's rotation may remove ...
         if checkpoint is None and not (source.checkpoint / COMPLETE_MARKER).is_file():
@@ -442,7 +454,8 @@ def _merge_locked(run: RunDirectory, source: ModelSource, out: Path, headroom_by
     except Exception as exc:  # OSError, safetensors' own I/O error …: the folder is gone either way
         raise LifecycleError(t("lifecycle.merge_write_failed", path=str(out), error=str(exc))) from exc
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    result = MergeResult(out, source.step, size, time.monotonic() - started, dtype, source.is_adapter)
+    result = MergeResult(out, source.step, size, time.monotonic() - started, dtype, source.is_adapter,
+                         method=source.method)
     if record:
         run.record_event("merged", **result.to_dict())
     if progress is not None:  # written: too late to cancel

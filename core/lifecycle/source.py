@@ -3,7 +3,9 @@
 The base of a run on a bare config (the bundled tiny model, the GPU benchmark configs) was initialised
 at random from the run's seed; it is rebuilt the very same way here (same seed, dtype and device kind),
 so that the adapter meets the weights it was trained against. QLoRA adapters are merged into the bf16
-base, never into the 4-bit one.
+base, never into the 4-bit one: the adapter was trained against the NF4-dequantised weights, so the merged
+model (the usual practice, as peft and LLaMA-Factory merge) may answer slightly differently from the 4-bit
+model trained; every merge of a QLoRA run says so (``MergeResult.qlora_note``).
 """
 
 from __future__ import annotations

@@ -396,3 +396,31 @@ def test_merge_run_chooses_the_newest_checkpoint_again_once_torch_is_there(lora_
     monkeypatch.setattr(torch.cuda, "is_available", saved_and_rotated)
     result = merge_run(run, out=tmp_path / "merged")
     assert result.step == 45 and (result.out / "model.safetensors").is_file()
+
+
+def _as_method(run, method: str) -> None:
+    """The copied tiny LoRA run's config.yaml rewritten to say ``method`` (what a merge reads of it)."""
+    import yaml
+
+    cfg = yaml.safe_load(run.config_path.read_text(encoding="utf-8"))
+    run.config_path.write_text(yaml.safe_dump({**cfg, "method": method}), encoding="utf-8")
+
+
+def test_a_qlora_merge_says_it_is_the_unquantised_base_plus_the_adapter(lora_run, tmp_path):
+    """A QLoRA adapter trained against the NF4 weights is merged into the unquantised base: nothing said so,
+    and the merged model answering slightly unlike the 4-bit one trained came as a surprise. The merge
+    says it (stderr, --json or not, and a reused merge too); a LoRA merge says nothing of the kind. CPU
+    only: the tiny run's adapter stands for a QLoRA one (the merge never loads the 4-bit base)."""
+    home, run = lora_run
+    proc = tunedeck(home, "merge", run.id, "--out", str(tmp_path / "lora"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "QLoRA" not in proc.stderr and "4-bit" not in proc.stderr
+    _as_method(run, "qlora")
+    for args in (("--json",), ()):  # written, then reused as it is
+        proc = tunedeck(home, "merge", run.id, *args)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        note = [line for line in proc.stderr.splitlines() if line.startswith("QLoRA:")]
+        assert len(note) == 1, proc.stderr[-2000:]
+        assert "4-bit (NF4)" in note[0] and "may differ slightly" in note[0] and "peft" in note[0]
+        assert "QLoRA" not in proc.stdout
+    assert "already holds the whole merge" in proc.stderr  # the second was the reuse

@@ -133,6 +133,9 @@ class MergePanel(KeyedModal[None]):
             else:
                 text = t("lifecycle.merged", out=str(result.out), size=f"{result.bytes / 1e6:.1f} MB",
                          seconds=result.seconds)
+            note = result.qlora_note()  # into the bf16 base, not the 4-bit weights trained against
+            if note:
+                text += "\n" + note
             panel.post_message(MergeEnded(str(result.out), text, True, reused=result.reused))
             app.call_from_thread(app.notify, text, timeout=15)
 
