@@ -37,7 +37,7 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
         refuse_unless_replaceable,
         save_model_dir_atomically,
     )
-    from core.lifecycle.source import resolve_model_source
+    from core.lifecycle.source import refuse_quantized_base, resolve_model_source
 
     if fmt not in FORMATS:
         raise LifecycleError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -48,6 +48,7 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
         return _exported(run, fmt, result.out, result.bytes, result.seconds, result.step, result.reused)
     started = time.monotonic()
     source = resolve_model_source(run, checkpoint)
+    refuse_quantized_base(source)  # a *-bnb-4bit base: the merge before quantizing would quantize it twice
     if importlib.util.find_spec("bitsandbytes") is None:
         raise LifecycleError(t("lifecycle.export_needs_bnb", format=fmt))
     import torch

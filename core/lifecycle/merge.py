@@ -27,6 +27,7 @@ from core.lifecycle.source import (
     OutputExists,
     OutputNotReplaceable,
     pinned,
+    refuse_quantized_base,
     resolve_model_source,
 )
 from core.runs.checkpoints import COMPLETE_MARKER
@@ -418,6 +419,7 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
         if done is not None:
             return MergeResult(done, source.step, folder_bytes(done), time.monotonic() - started,
                                saved_dtype(done), source.is_adapter, reused=True, method=source.method)
+    refuse_quantized_base(source)  # before torch is imported, a folder locked or anything loaded
     if device is None:
         device = default_device()  # imports torch: seconds, in which a live run's rotation may remove ...
         if checkpoint is None and not (source.checkpoint / COMPLETE_MARKER).is_file():

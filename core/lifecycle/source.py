@@ -5,7 +5,9 @@ at random from the run's seed; it is rebuilt the very same way here (same seed, 
 so that the adapter meets the weights it was trained against. QLoRA adapters are merged into the bf16
 base, never into the 4-bit one: the adapter was trained against the NF4-dequantised weights, so the merged
 model (the usual practice, as peft and LLaMA-Factory merge) may answer slightly differently from the 4-bit
-model trained; every merge of a QLoRA run says so (``MergeResult.qlora_note``).
+model trained; every merge of a QLoRA run says so (``MergeResult.qlora_note``). A base stored already
+quantized (a ``*-bnb-4bit`` hub model) is never merged into (``refuse_quantized_base``): the merge would
+quantize the merged weights again.
 """
 
 from __future__ import annotations
@@ -204,6 +206,29 @@ def base_model_dir(source: ModelSource) -> Path:
     from core.train.model_setup import resolve_model_path
 
     return resolve_model_path(source.base_model, source.hub)
+
+
+def refuse_quantized_base(source: ModelSource) -> None:
+    """Refuse (exit 2, before anything is loaded) to merge an adapter into a base stored already quantized
+    (a hub's ``*-bnb-4bit`` model: its config.json has a ``quantization_config``). Loaded, it is the
+    quantized model again, and merging into it dequantizes, adds the adapter and quantizes once more: a
+    merged model that is neither the bf16 original plus the adapter nor the model trained, written as if
+    it were. The message says what to do: the full-precision model's id. A full fine-tune has nothing to
+    merge."""
+    if not source.is_adapter:
+        return
+    config_path = base_model_dir(source) / "config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # loading it says what is wrong with it
+    quant = config.get("quantization_config") if isinstance(config, dict) else None
+    if not isinstance(quant, dict):
+        return
+    bits = 4 if quant.get("load_in_4bit") else 8 if quant.get("load_in_8bit") else quant.get("bits")
+    kind = f"{quant.get('quant_method') or 'quantized'}{f' {bits}-bit' if bits else ''}"
+    raise LifecycleError(Message("lifecycle.merge_quantized_base", model=source.base_model, quant=kind,
+                                 path=str(config_path), run=source.run_id), exit_code=EXIT_USAGE)
 
 
 def load_base_model(source: ModelSource, device: str | None = None) -> Any:

@@ -424,3 +424,43 @@ def test_a_qlora_merge_says_it_is_the_unquantised_base_plus_the_adapter(lora_run
         assert "4-bit (NF4)" in note[0] and "may differ slightly" in note[0] and "peft" in note[0]
         assert "QLoRA" not in proc.stdout
     assert "already holds the whole merge" in proc.stderr  # the second was the reuse
+
+
+def test_a_merge_into_a_base_stored_already_quantized_is_refused_before_anything_is_loaded(lora_run, tmp_path):
+    """A run on a hub's ``*-bnb-4bit`` model (config.json carries bitsandbytes' quantization_config): loaded,
+    the base is the 4-bit model again, and merging into it quantizes the merged weights a second time,
+    written as if it were the model trained. Refused (exit 2) before anything is loaded or written, saying
+    what to do (the full-precision model's id), for merge and for a quantized export alike. The tiny model,
+    its config given a quantization_config, stands for one (no GPU: nothing of bitsandbytes runs)."""
+    import shutil
+
+    import yaml
+
+    from core.lifecycle.export import export_run
+    from core.lifecycle.merge import merge_run
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    home, run = lora_run
+    base = tmp_path / "tiny-bnb-4bit"
+    shutil.copytree(TINY, base)
+    config = json.loads((base / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False,
+                                     "bnb_4bit_quant_type": "nf4"}
+    (base / "config.json").write_text(json.dumps(config))
+    cfg = yaml.safe_load(run.config_path.read_text())
+    run.config_path.write_text(yaml.safe_dump({**cfg, "model": str(base)}))
+    out = tmp_path / "merged"
+    from core.lifecycle.source import LifecycleError
+
+    for attempt in (lambda: merge_run(run, out=out), lambda: export_run(run, "bnb-4bit", out=out)):
+        with pytest.raises(LifecycleError) as info:
+            attempt()
+        message = str(info.value)
+        assert info.value.exit_code == 2
+        assert "bitsandbytes 4-bit" in message and str(base / "config.json") in message, message
+        assert "full-precision (bf16) model" in message and "-bnb-4bit" in message, message
+        assert not out.exists() and not out.with_name("merged.lock").exists()
+    proc = tunedeck(home, "merge", run.id)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "stored already quantized" in proc.stderr and "merging" not in proc.stderr.split("quantized")[0]
+    assert not (run.path / "merged").exists()
