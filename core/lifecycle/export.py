@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +34,9 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     from core.lifecycle.merge import (
         check_out_location,
         make_out_parent,
+        merge_lock,
         merge_run,
-        merged_model,
         refuse_unless_replaceable,
-        save_model_dir_atomically,
     )
     from core.lifecycle.source import refuse_quantized_base, resolve_model_source
 
@@ -63,9 +64,42 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     # Merge in full precision first, then quantize the merged weights while loading them. The staging copy
     # (the whole model in full precision) goes whatever happens: a quantization that fails (out of memory)
     # or is interrupted (Ctrl+C) left it in the run's export/ folder, tens of GB that nothing removed.
+    staging = default_export_dir(run, "staging", source.step)
+    # Both folders locked for the whole export, as a merge locks its OUT: two quantized exports of one
+    # checkpoint (4-bit and 8-bit, or the same twice) wrote and deleted the one staging folder under each
+    # other, one quantizing a half-written or vanished copy; two into one --out deleted each other's OUT.tmp.
+    with merge_lock(out), _staging_lock(staging, run, source.step, fmt):
+        return _export_quantized(run, fmt, source, out, staging, force, started)
+
+
+@contextmanager
+def _staging_lock(staging: Path, run: RunDirectory, step: int, fmt: str) -> Iterator[None]:
+    """``merge_lock`` of the run's staging folder for checkpoint ``step``: another quantized export of it
+    under way is refused at once, saying so (not "a merge into staging-checkpoint-N", a folder the user
+    never named)."""
+    from contextlib import ExitStack
+
+    from core.i18n import Message
+    from core.lifecycle.merge import MergeRunning, merge_lock
+
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(merge_lock(staging))
+        except MergeRunning:
+            raise LifecycleError(Message("lifecycle.export_running", run=run.id, step=step, format=fmt,
+                                         path=str(staging))) from None
+        yield
+
+
+def _export_quantized(run: RunDirectory, fmt: str, source: Any, out: Path, staging: Path, force: bool,
+                      started: float) -> dict[str, Any]:
+    """The quantized export proper, both its folders locked (``export_run``)."""
     import shutil
 
-    staging = default_export_dir(run, "staging", source.step)
+    import torch
+
+    from core.lifecycle.merge import merged_model, save_model_dir_atomically
+
     try:
         model, tokenizer = merged_model(source, "cuda")
         save_model_dir_atomically(model, tokenizer, staging, {"staging": True}, force=True)

@@ -465,3 +465,61 @@ def test_benchmarks_run_on_a_merge_of_the_checkpoint_as_it_is_now(lora_run, tmp_
     os.waitpid(bench["pid"], 0)
     assert (merged / "model.safetensors").stat().st_ino != first  # merged again, not the stale folder
     assert f"pretrained={merged}" in json.loads(argv_file.read_text())
+
+
+def test_a_second_quantized_export_of_the_checkpoint_is_refused_while_the_first_stages_it(lora_run, monkeypatch):
+    """bnb-4bit and bnb-8bit exports of one checkpoint both staged the full-precision merge in
+    RUN/export/staging-checkpoint-N, unlocked: the second rewrote (and at its end deleted) the folder the
+    first was quantizing. Now the second is refused at once, saying another export is running, and the
+    first's staging copy is left alone. CUDA is faked (the merge runs on the CPU); the first export is held
+    in its quantized load by a gate, a real second export_run runs meanwhile."""
+    import threading
+
+    import peft  # noqa: F401 - imported (bitsandbytes with it) before CUDA is faked: it looks for CUDA kernels
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from core.lifecycle import merge
+    from core.lifecycle.export import default_export_dir, export_run
+    from core.lifecycle.source import LifecycleError
+
+    _home, run = lora_run
+    staging = default_export_dir(run, "staging", 30)
+    real_merged, real_available = merge.merged_model, torch.cuda.is_available
+    inside, gate, ended = threading.Event(), threading.Event(), []
+
+    def quantized_load(*args, **kwargs):
+        inside.set()
+        assert gate.wait(120)
+        raise RuntimeError("CUDA out of memory")  # the first export ends here, once the second was tried
+
+    def merged_on_the_cpu(source, device="cpu", progress=None):
+        monkeypatch.setattr(torch.cuda, "is_available", real_available)  # CUDA faked for export's check only
+        return real_merged(source, "cpu")
+
+    def first() -> None:
+        try:
+            export_run(run, "bnb-4bit")
+        except RuntimeError as exc:
+            ended.append(str(exc))
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(merge, "merged_model", merged_on_the_cpu)
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", quantized_load)
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert inside.wait(180)  # the first has staged the merge and is quantizing it
+        staged = {p.name: p.stat().st_mtime_ns for p in staging.iterdir()}
+        assert "model.safetensors" in staged
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        with pytest.raises(LifecycleError, match="another quantized export") as info:
+            export_run(run, "bnb-8bit")
+        assert str(staging) in str(info.value) and run.id in str(info.value)
+        assert {p.name: p.stat().st_mtime_ns for p in staging.iterdir()} == staged  # untouched
+        assert not default_export_dir(run, "bnb-8bit", 30).exists()
+    finally:
+        gate.set()
+        thread.join(120)
+    assert ended == ["CUDA out of memory"] and not staging.exists()
+    assert not staging.with_name(staging.name + ".lock").exists()
