@@ -155,12 +155,15 @@ def _said_if_interrupted(key: str, **params: object) -> Iterator[None]:
 
 
 def _size(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+    """A merge's or export's size: ``core.units.format_disk``, as the app says it."""
+    from core.units import format_disk
+
+    return format_disk(n)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from core.i18n import t
-    from core.lifecycle.merge import default_merge_dir, merge_run
+    from core.lifecycle.merge import default_merge_dir, merge_run, merge_words
     from core.lifecycle.source import default_device, resolve_model_source
 
     run = _resolve(args.run)
@@ -188,10 +191,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result.to_dict())
     else:
-        if result.reused:
-            _err(t("lifecycle.merge_reused", out=str(result.out), size=_size(result.bytes), step=result.step))
-        else:
-            _err(t("lifecycle.merged", out=str(result.out), size=_size(result.bytes), seconds=result.seconds))
+        _err(merge_words(result))
         print(result.out)
     note = result.qlora_note()  # on stderr with --json too: stdout stays the JSON alone
     if note:

@@ -89,6 +89,17 @@ class MergeResult:
                 "dtype": self.dtype, "adapter": self.adapter, "reused": self.reused}
 
 
+def merge_words(result: MergeResult) -> str:
+    """The line that reports a merge, written or reused, in the CLI and the app alike: its size in decimal
+    units (``core.units.format_disk``: "15.0 GB"; the app said "15000.0 MB" of what the CLI called GB)."""
+    from core.i18n import t
+    from core.units import format_disk
+
+    if result.reused:
+        return t("lifecycle.merge_reused", out=str(result.out), size=format_disk(result.bytes), step=result.step)
+    return t("lifecycle.merged", out=str(result.out), size=format_disk(result.bytes), seconds=result.seconds)
+
+
 def default_merge_dir(run: RunDirectory, step: int) -> Path:
     return run.path / "merged" / f"checkpoint-{step}"
 

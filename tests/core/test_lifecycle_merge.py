@@ -464,3 +464,16 @@ def test_a_merge_into_a_base_stored_already_quantized_is_refused_before_anything
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "stored already quantized" in proc.stderr and "merging" not in proc.stderr.split("quantized")[0]
     assert not (run.path / "merged").exists()
+
+
+@pytest.mark.parametrize("size, said", [(15_000_000_000, "15.0 GB"), (3_700_000, "3.7 MB"),
+                                        (1_200_000_000_000, "1.2 TB")])
+def test_the_cli_and_the_app_say_a_merges_size_alike(tmp_path, size, said):
+    """The app's merge notification said f"{bytes/1e6:.1f} MB": a 15 GB merge read "15000.0 MB" there while
+    the CLI said "15.00 GB". Both report a merge (written or reused) with ``merge_words``, its size by the
+    project's ``format_disk``; the reused line always did so in the app."""
+    from core.lifecycle.merge import MergeResult, merge_words
+
+    for reused in (False, True):
+        text = merge_words(MergeResult(tmp_path / "m", 30, size, 12.5, "bfloat16", True, reused=reused))
+        assert said in text and "000.0" not in text, text

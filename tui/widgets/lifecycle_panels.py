@@ -100,10 +100,9 @@ class MergePanel(KeyedModal[None]):
         panel, app, run_dir = self, self.app, self.run_dir
 
         def job() -> None:
-            from core.lifecycle.merge import MergeCancelled, merge_run
+            from core.lifecycle.merge import MergeCancelled, merge_run, merge_words
             from core.lifecycle.source import OutputExists
             from core.runs import RunDirectory
-            from core.watch.figures import format_bytes
 
             # The app quitting cancels this worker: the merge stops at its next stage, leaving nothing.
             worker = get_current_worker()
@@ -127,12 +126,7 @@ class MergePanel(KeyedModal[None]):
                 panel.post_message(MergeEnded(None, describe(exc), False))
                 report_unexpected(app, exc, "lifecycle.merge")
                 return
-            if result.reused:
-                text = t("lifecycle.merge_reused", out=str(result.out), size=format_bytes(result.bytes),
-                         step=result.step)
-            else:
-                text = t("lifecycle.merged", out=str(result.out), size=f"{result.bytes / 1e6:.1f} MB",
-                         seconds=result.seconds)
+            text = merge_words(result)  # as the CLI says it: "15.0 GB", not "15000.0 MB"
             note = result.qlora_note()  # into the bf16 base, not the 4-bit weights trained against
             if note:
                 text += "\n" + note
