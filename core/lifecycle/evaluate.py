@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.i18n import Message
 from core.lifecycle.source import LifecycleError, LoadedModel
 from core.runs.run_dir import RunDirectory, utc_now_iso
 
@@ -152,6 +153,17 @@ def evaluation_summary(result: dict[str, Any]) -> str:
     return line
 
 
+def no_examples_message(run: RunDirectory, model: str) -> Message:
+    """Why there is nothing to evaluate on (every record of the run's data was left out once tokenized: longer
+    than max_seq_len with ``overlong: drop``, or nothing of the assistant's to score), with the ``data check``
+    that shows what each record becomes. It was an English-only line that said neither."""
+    cfg = run.config()
+    datasets = cfg.get("dataset")
+    dataset = datasets if isinstance(datasets, str) else ",".join(str(d) for d in datasets or [])
+    return Message("lifecycle.eval_no_examples", run=run.id, dataset=dataset, model=model,
+                   max_seq_len=int(cfg.get("max_seq_len", 2048)), overlong=str(cfg.get("overlong", "cut")))
+
+
 def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list[str] | None = None,
                  device: str | None = None) -> dict[str, Any]:
     """Measure the run's result (fine-tuned vs base) and save it; returns what was saved (+ ``path``).
@@ -171,8 +183,8 @@ def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list
     tokenizer = load_source_tokenizer(source)
     split, examples = evaluation_examples(run, tokenizer, records)
     changed = data_changed_since_training(run)
-    if not examples:
-        raise LifecycleError(f"{run.path}: no examples to evaluate on")
+    if not examples:  # every record left out once tokenized (overlong: drop, no assistant turn): said in words
+        raise LifecycleError(no_examples_message(run, source.base_model))
     loaded = load_finetuned(source, device, tokenizer=tokenizer)
     tuned = mean_loss(loaded, examples, "tuned")
     base = mean_loss(loaded, examples, "base") if loaded.has_adapter else None

@@ -523,3 +523,21 @@ def test_a_second_quantized_export_of_the_checkpoint_is_refused_while_the_first_
         thread.join(120)
     assert ended == ["CUDA out of memory"] and not staging.exists()
     assert not staging.with_name(staging.name + ".lock").exists()
+
+
+def test_evaluate_with_every_record_left_out_says_why_in_the_users_language(lora_run):
+    """Reachable: the run's data as it is now (or its config) leaves every record out once tokenized (here
+    overlong: drop with max_seq_len 4). It said "RUN: no examples to evaluate on" in English alone, neither
+    why nor what to do; now in words of the interface's language, with the data check that shows it."""
+    import yaml
+
+    home, run = lora_run
+    run.config_path.write_text(yaml.safe_dump({**run.config(), "overlong": "drop", "max_seq_len": 4}))
+    dataset = run.config()["dataset"]
+    proc = tunedeck(home, "evaluate", run.id)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "max_seq_len 4 with overlong: drop" in proc.stderr, proc.stderr[-2000:]
+    assert f"tunedeck data check {dataset} " in proc.stderr and "--max-seq-len 4 --overlong drop" in proc.stderr
+    proc = tunedeck(home, "--lang", "zh", "evaluate", run.id)
+    assert proc.returncode == 1 and "没有可用于评估的样本" in proc.stderr, proc.stderr[-2000:]
+    assert "no examples" not in proc.stderr
