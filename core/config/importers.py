@@ -424,7 +424,8 @@ LF_DATASET_DIR = "data"  # LLaMA-Factory's dataset_dir when its file gives none
 
 
 def _peer_defaults(peer: str, values: dict[str, Any], config: dict[str, Any]) -> list[MappingLine]:
-    """The peer's defaults for keys the file leaves out, where they differ from tunedeck's: LoRA keys, ms-swift's
+    """The peer's defaults for keys the file leaves out, where they differ from tunedeck's: LoRA keys, the batch,
+    accumulation, learning rate, schedule and warmup the peer trains with (``PEER_TRAIN_DEFAULTS``), ms-swift's
     adam_beta2 and its drop of over-long samples, and LLaMA-Factory's hub, dataset folder and packing of
     pre-training text."""
     lines: list[MappingLine] = []
@@ -434,9 +435,9 @@ def _peer_defaults(peer: str, values: dict[str, Any], config: dict[str, Any]) ->
     if peer == LLAMAFACTORY and defaults:
         defaults["lora_alpha"] = 2 * int(config.get("lora_rank", defaults["lora_rank"]))
     given = set(values)
-    for key, (source_key, value) in PEER_TRAIN_DEFAULTS.get(peer, {}).items():
-        defaults[key] = value
-        if source_key in values:
+    for key, (source_keys, value) in PEER_TRAIN_DEFAULTS.get(peer, {}).items():
+        defaults[key] = value(values, config) if callable(value) else value
+        if set(source_keys) & set(values):
             given.add(key)
     for key, value in defaults.items():
         if key not in config and key not in given:  # a key the file gives (even one that needs you) wins

@@ -756,12 +756,37 @@ PEER_DEFAULTS: dict[str, dict[str, Any]] = {
     LLAMAFACTORY: {"lora_rank": 8, "lora_dropout": 0.0},
     SWIFT: {"lora_rank": 8, "lora_alpha": 32, "lora_dropout": 0.05},
 }
-# A peer's defaults for any method, where they differ from tunedeck's, each with the peer key that sets it
-# (a file that gives that key decides itself): ms-swift 4.6's trainer arguments default adam_beta2 to 0.95
-# (swift/trainers/arguments.py) and its template drops a sample longer than max_length (truncation_strategy
-# None -> 'delete', swift/arguments/base_args/template_args.py), where transformers and tunedeck use 0.999 and cut.
-PEER_TRAIN_DEFAULTS: dict[str, dict[str, tuple[str, Any]]] = {
-    SWIFT: {"adam_beta2": ("adam_beta2", 0.95), "overlong": ("truncation_strategy", "drop")},
+# A peer's defaults for any method, where they differ from tunedeck's, each with the peer keys that set it (a file
+# that gives one of them decides itself); a callable value is worked out from the file's values and the converted
+# configuration. LLaMA-Factory inherits transformers' TrainingArguments defaults: a batch of 8 per GPU, no
+# gradient accumulation, learning rate 5e-5, a linear schedule and no warmup (tunedeck: 1, 8, 1e-4 for LoRA,
+# cosine, 0.03). ms-swift 4.6's trainer arguments (swift/trainers/arguments.py) default adam_beta2 to 0.95,
+# gradient_accumulation_steps to ceil(16 / per_device_train_batch_size / world size) and warmup_ratio to 0, and
+# its template drops a sample longer than max_length (truncation_strategy None -> 'delete',
+# swift/arguments/base_args/template_args.py), where transformers and tunedeck use 0.999 and cut; its batch (1),
+# learning rate (1e-4 LoRA, 1e-5 full), schedule (cosine) and epochs (3) are tunedeck's.
+_WARMUP_KEYS = ("warmup_ratio", "warmup_steps")
+
+
+def _swift_accumulation(values: dict[str, Any], config: dict[str, Any]) -> int:
+    """ms-swift's gradient_accumulation_steps when the line gives none: ceil(16 / batch / processes), processes as
+    NPROC_PER_NODE says (one without it: ms-swift then spreads the model over the visible GPUs)."""
+    gpus = config.get("gpus") if "NPROC_PER_NODE" in values else None
+    world = len(gpus) if isinstance(gpus, list) else gpus if isinstance(gpus, int) and gpus > 0 else 1
+    batch = config.get("micro_batch_size", 1)
+    batch = batch if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else 1
+    return max(1, math.ceil(16 / batch / world))
+
+
+PEER_TRAIN_DEFAULTS: dict[str, dict[str, tuple[tuple[str, ...], Any]]] = {
+    LLAMAFACTORY: {"micro_batch_size": (("per_device_train_batch_size",), 8),
+                   "gradient_accumulation": (("gradient_accumulation_steps",), 1),
+                   "learning_rate": (("learning_rate",), 5e-5),
+                   "lr_scheduler": (("lr_scheduler_type",), "linear"),
+                   "warmup_ratio": (_WARMUP_KEYS, 0.0)},
+    SWIFT: {"adam_beta2": (("adam_beta2",), 0.95), "overlong": (("truncation_strategy",), "drop"),
+            "gradient_accumulation": (("gradient_accumulation_steps",), _swift_accumulation),
+            "warmup_ratio": (_WARMUP_KEYS, 0.0)},
 }
 
 PEER_NAMES = {LLAMAFACTORY: "LLaMA-Factory", SWIFT: "ms-swift"}

@@ -195,6 +195,43 @@ def test_llamafactory_quantization_and_dora_pick_the_method(tmp_path):
 
 
 # -- import: ms-swift --------------------------------------------------------------------------------
+def test_llamafactory_trains_with_transformers_defaults_for_the_keys_it_leaves_out(tmp_path):
+    """LLaMA-Factory inherits transformers' TrainingArguments defaults: a file with a batch of 2 and no
+    gradient_accumulation_steps trains at 2x1, learning rate 5e-5, linear, no warmup. The converted run took
+    tunedeck's (8 accumulation steps: an effective batch 8 times larger, 1e-4, cosine, 3% warmup)."""
+    path = tmp_path / "lf.yaml"
+    path.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\nfinetuning_type: lora\n"
+                    "dataset: d.jsonl\nper_device_train_batch_size: 2\n", encoding="utf-8")
+    result = import_file(path)
+    config = result.config
+    assert (config["micro_batch_size"], config["gradient_accumulation"]) == (2, 1)
+    assert (config["learning_rate"], config["lr_scheduler"], config["warmup_ratio"]) == (5e-5, "linear", 0.0)
+    defaults = [line.text() for line in result.mapping if line.default]
+    assert "gradient_accumulation (peer default): 1 → taken as gradient_accumulation=1 (LLaMA-Factory's default, " \
+           "left out of the file)" in defaults
+    # a batch left out is transformers' 8; a key the file gives (warmup_steps for the warmup) decides itself
+    path.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nfinetuning_type: full\ndataset: d.jsonl\n"
+                    "warmup_steps: 10\nlearning_rate: 2.0e-5\n", encoding="utf-8")
+    config = import_file(path).config
+    assert (config["micro_batch_size"], config["gradient_accumulation"], config["learning_rate"]) == (8, 1, 2e-5)
+    assert config["warmup_steps"] == 10 and "warmup_ratio" not in config
+
+
+def test_swift_command_line_trains_with_ms_swifts_accumulation_and_warmup(tmp_path):
+    """ms-swift's gradient_accumulation_steps None is ceil(16 / per_device_train_batch_size / processes) and its
+    warmup_ratio 0: a `swift sft` line without them trained at an effective batch of 16 with no warmup, the
+    converted run at tunedeck's 8 accumulation steps with 3% warmup."""
+    base = ["swift", "sft", "--model", "Qwen/Qwen2.5-0.5B", "--dataset", "d.jsonl"]
+    assert import_command(base).config["gradient_accumulation"] == 16
+    config = import_command([*base, "--per_device_train_batch_size", "3"]).config
+    assert (config["gradient_accumulation"], config["warmup_ratio"]) == (6, 0.0)
+    config = import_command(["NPROC_PER_NODE=2", *base, "--per_device_train_batch_size", "2"]).config
+    assert config["gradient_accumulation"] == 4  # 16 / 2 / 2 processes
+    told = import_command([*base, "--gradient_accumulation_steps", "2", "--warmup_ratio", "0.1"]).config
+    assert (told["gradient_accumulation"], told["warmup_ratio"]) == (2, 0.1)
+    assert "warmup_ratio" not in import_command([*base, "--warmup_steps", "5"]).config
+
+
 def test_swift_args_json_converts_key_by_key(tmp_path):
     path = tmp_path / "args.json"
     path.write_text(json.dumps(SWIFT_ARGS, indent=2), encoding="utf-8")
@@ -239,7 +276,7 @@ def test_swift_command_line_in_a_script_and_as_arguments(tmp_path):
     result = import_command(tokens)
     assert result.config == {"model": "Qwen/Qwen2.5-0.5B", "hub": "huggingface", "dataset": "d.jsonl",
                              "method": "full", "max_seq_len": 1024, "packing": True, "adam_beta2": 0.95,
-                             "overlong": "drop"}
+                             "overlong": "drop", "gradient_accumulation": 16, "warmup_ratio": 0.0}
     # a line that says them itself keeps its own values
     told = import_command([*tokens[:8], "--adam_beta2", "0.999", "--truncation_strategy", "right"]).config
     assert (told["adam_beta2"], told["overlong"]) == (0.999, "cut")
