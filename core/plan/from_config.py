@@ -2,7 +2,8 @@
 ``tunedeck import`` converts it) for this box, keeping the user's choices.
 
 The file's model, data and the keys that say what is trained (``method``, ``lora_rank``, ``max_seq_len``,
-``overlong``, ``thinking``) are pinned as ``--set`` pins them; a user DeepSpeed JSON's concrete values (its
+``overlong``, ``thinking``; a LoRA key without a method pins the LoRA method the run trains) are pinned as ``--set``
+pins them; a user DeepSpeed JSON's concrete values (its
 ZeRO stage, offload, batch sizes, precision) likewise. What depends on the box (precision, the micro-batch and
 accumulation, ZeRO, offload, checkpointing, GPUs) is planned again, the file's effective batch and epochs kept.
 The command line wins: ``--model``, ``--dataset``, ``--epochs``, ``--effective-batch`` and ``--set`` (``FIELD=auto``
@@ -158,10 +159,17 @@ def _anchor(plan_config: PlanConfig) -> None:
 
 def _pins(plan_config: PlanConfig) -> dict[str, tuple[Any, str, str]]:
     """The planner fields the file pins, with where (``PINNED_KEYS``, a DeepSpeed JSON's values)."""
+    from core.config.schema import LORA_ONLY_KEYS
     from core.plan.overrides import FIELD_OF_CONFIG_KEY, parse_override_value
 
     config = plan_config.config
     pins: dict[str, tuple[Any, str, str]] = {}
+    lora_keys = [key for key in LORA_ONLY_KEYS if key in plan_config.given]
+    if "method" not in plan_config.given and lora_keys and config.is_lora:
+        # a file with lora_rank and no method trains LoRA (the run's default method): planned as that, not as a
+        # full fine-tune that drops its LoRA keys; said at the LoRA key's line
+        name = FIELD_OF_CONFIG_KEY.get("method", "method")
+        pins[name] = (parse_override_value(name, config.method, "method"), "method", plan_config.where(lora_keys[0]))
     for key in PINNED_KEYS:
         if key not in plan_config.given or (key == "lora_rank" and not config.is_lora):
             continue

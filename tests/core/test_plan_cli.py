@@ -635,6 +635,25 @@ def test_config_set_wins_and_auto_frees_a_pinned_field(tmp_path):
     assert "method" not in data["overrides"] and data["epochs"] == 5.0
 
 
+def test_config_with_a_lora_rank_and_no_method_is_planned_as_the_lora_it_trains(tmp_path):
+    """A file with ``lora_rank: 4`` and no method (which `train` runs as LoRA, the default method) said it kept
+    lora_rank=4 while the planner picked a full fine-tune and --save wrote ``method: full``, its LoRA keys dropped.
+    Its LoRA key now pins the LoRA method, said at that key's line. Hardware: planned 1xA100-80GB."""
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model: tiny\ndataset: {SAMPLE}\nlora_rank: 4\n")
+    out = tmp_path / "re.yaml"
+    proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "1xA100-80GB", "--save", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    plan = data["recommendation"]["plan"]
+    assert (plan["method"], plan["lora_rank"]) == ("lora", 4)
+    assert data["config"]["pinned"] == {"method": {"value": "lora", "from": f"{run}:3"},
+                                        "lora_rank": {"value": 4, "from": f"{run}:3"}}
+    assert f"kept method=lora ({run}:3); lora_rank=4 ({run}:3)" in proc.stderr
+    saved = yaml.safe_load(out.read_text())
+    assert (saved["method"], saved["lora_rank"]) == ("lora", 4)
+
+
 def test_config_errors_name_the_file_line_and_key(tmp_path):
     """A run file with a wrong value is refused before planning, naming file:line: key; a missing file says so; plan
     without --model or --config says what it needs."""
