@@ -151,7 +151,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise CliError(t("plan.error.save_exists", path=args.save), 2)
     request, summary = build_request(args)
     if args.plan_config is not None:
-        _say_pins(args.plan_config, request, args.set)
+        _say_pins(args.plan_config, request, args.set, _file_steps(args), summary)
     measured = None
     if request.hardware.detected:  # what earlier probes on this box measured
         from core.plan.probe import cached_measurements
@@ -184,7 +184,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         data["dataset_summary"] = summary.to_json() if summary else None
         data["saved"] = None if saved is None else str(saved)
         if args.plan_config is not None:
-            data["config"] = _config_json(args.plan_config, request, args.set)
+            data["config"] = _config_json(args.plan_config, request, args.set, _file_steps(args), summary)
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
         from core.plan.view import format_recommendation
@@ -195,7 +195,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0 if rec.feasible else 3
 
 
-def _say_pins(plan_config: Any, request: Any, cli_items: list[str]) -> None:
+def _file_steps(args: argparse.Namespace) -> int | None:
+    """The file's max_steps where its run ends there (no epochs in the file, none on the command line), else None."""
+    plan_config = args.plan_config
+    if plan_config is None or args.epochs is not None or plan_config.epochs is not None:
+        return None
+    return plan_config.config.max_steps or None
+
+
+def _length_words(request: Any, steps: int | None, summary: Any) -> str:
+    """How long the file's run is, as the pins line says it: its epochs, or its max_steps with the epochs they read
+    of measured data (hub data is not read: the time and cost are then for the planner's default epochs)."""
+    epochs = f"{request.epochs:.3g}"
+    if steps is None:
+        return t("plan.config_length_epochs", epochs=epochs)
+    if summary is not None and summary.measured and summary.records:
+        return t("plan.config_length_steps", steps=steps, epochs=epochs)
+    return t("plan.config_length_steps_unmeasured", steps=steps, epochs=epochs)
+
+
+def _say_pins(plan_config: Any, request: Any, cli_items: list[str], steps: int | None = None,
+              summary: Any = None) -> None:
     """On stderr: the file read (a peer's: the keys that need the user), what it pins and where, and what is
     planned again for this box."""
     from core.config.importers import NEEDS_YOU
@@ -212,7 +232,7 @@ def _say_pins(plan_config: Any, request: Any, cli_items: list[str]) -> None:
     planned = [f"{key}={_shown(plan_config.values[key])}" for key in PLANNED_KEYS if key in plan_config.given]
     print(t("plan.config_pins", path=plan_config.path, pinned="; ".join(pinned) or t("plan.config_nothing"),
             planned=", ".join(planned) or t("plan.config_nothing"), batch=request.effective_batch,
-            epochs=f"{request.epochs:.3g}"), file=sys.stderr)
+            length=_length_words(request, steps, summary)), file=sys.stderr)
 
 
 def _file_pins(plan_config: Any, request: Any, cli_items: list[str]) -> list[tuple[str, Any, str]]:
@@ -229,8 +249,12 @@ def _shown(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _config_json(plan_config: Any, request: Any, cli_items: list[str]) -> dict[str, Any]:
-    """``plan --config --json``'s ``config``: the file, what of it is kept (and from where) and planned again."""
+def _config_json(plan_config: Any, request: Any, cli_items: list[str], steps: int | None = None,
+                 summary: Any = None) -> dict[str, Any]:
+    """``plan --config --json``'s ``config``: the file, what of it is kept (and from where) and planned again, and
+    how long its run is: ``max_steps`` where the file ends there, with ``epochs`` the data those steps read (None
+    where the data is on a hub, not measured)."""
+    measured = summary is not None and summary.measured and bool(summary.records)
     from core.plan.from_config import PLANNED_KEYS
 
     return {"path": plan_config.path,
@@ -238,4 +262,5 @@ def _config_json(plan_config: Any, request: Any, cli_items: list[str]) -> dict[s
             "pinned": {key: {"value": value, "from": where}
                        for key, value, where in _file_pins(plan_config, request, cli_items)},
             "planned_again": [key for key in PLANNED_KEYS if key in plan_config.given],
-            "effective_batch": request.effective_batch, "epochs": request.epochs}
+            "effective_batch": request.effective_batch, "max_steps": steps,
+            "epochs": request.epochs if steps is None or measured else None}

@@ -733,6 +733,26 @@ def test_config_with_max_steps_is_planned_for_those_steps(tmp_path):
     assert saved["max_steps"] == 10 and saved["epochs"] is None
 
 
+def test_config_with_max_steps_on_hub_data_says_max_steps_not_epochs(tmp_path):
+    """A run file that ends at ``max_steps: 100`` on hub data (not downloaded, so not measured) was said as "epochs 3"
+    on the pins line and ``"epochs": 3.0`` in --json's config: a run length it does not have. Now both say its
+    max_steps (the line adds that the time is planned for 3 epochs, the data being unmeasured); measured data says
+    the epochs those steps read. Hardware: planned 1xA100-80GB."""
+    run = tmp_path / "run.yaml"
+    run.write_text("model: tiny\ndataset: AI-ModelScope/alpaca-gpt4-data-en\nmax_steps: 100\n")
+    proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "1xA100-80GB", "--json")
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads(proc.stdout)["config"]
+    assert (config["max_steps"], config["epochs"]) == (100, None)
+    assert "max_steps 100 (the data is on a hub, not measured: time and cost are for 3 epochs)" in proc.stderr
+    assert "epochs 3;" not in proc.stderr
+    run.write_text(f"model: tiny\ndataset: {SAMPLE}\nmax_steps: 1\nmicro_batch_size: 1\ngradient_accumulation: 1\n")
+    proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "1xA100-80GB", "--json")
+    config = json.loads(proc.stdout)["config"]
+    assert config["max_steps"] == 1 and 0 < config["epochs"] < 1
+    assert f"max_steps 1 (about {config['epochs']:.3g} epochs of the data)" in proc.stderr
+
+
 def test_config_with_max_steps_and_the_command_lines_epochs_saves_those_epochs(tmp_path):
     """``plan --config run.yaml --epochs 2 --save`` of a file that ends at ``max_steps: 10`` planned (time, cost) for 2
     epochs yet saved the file's max_steps (and no epochs): the saved run trained 10 steps, not what was planned. The
