@@ -120,8 +120,13 @@ def build_request(args: argparse.Namespace) -> Any:
                     problems=summary.listed_problems()), file=sys.stderr)
     max_steps = plan_config.config.max_steps if plan_config is not None else None
     if epochs is None and max_steps and summary is not None and summary.measured and summary.records:
-        # the file's run ends at max_steps: as many epochs as those steps read of the data, at its effective batch
-        epochs = max(float(f"{max_steps * effective_batch / summary.records:.3g}"), 1e-3)
+        # the file's run ends at max_steps: as many epochs as those steps read of the rows an epoch trains, at its
+        # effective batch; the rows as its trainer makes them (less the eval split, packed where it packs)
+        config = plan_config.config
+        rows = summary.trained_rows(int(overrides.get("seq_len") or config.max_seq_len),
+                                    str(overrides.get("overlong", config.overlong)),
+                                    config.eval_split, bool(config.packing), config.seed)
+        epochs = max(float(f"{max_steps * effective_batch / max(1, rows):.3g}"), 1e-3)
     epochs = 3.0 if epochs is None else epochs
     return PlanRequest(
         model=model, hardware=target, goal=args.goal, epochs=epochs,

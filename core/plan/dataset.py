@@ -108,17 +108,40 @@ class DatasetSummary:
         Remembered per ``seq_len``: the planner asks for each plan."""
         if (seq_len, overlong) in self._cuts:
             return self._cuts[(seq_len, overlong)]
-        tokens = kept = 0
-        for length, targets in zip(self.lengths, self.targets, strict=True):
+        kept_records = self._kept(seq_len, overlong)
+        tokens, kept = sum(n for n, _left in kept_records), sum(left for _n, left in kept_records)
+        self._cuts[(seq_len, overlong)] = (tokens, kept)
+        return tokens, kept
+
+    def _kept(self, seq_len: int | None, overlong: str = "cut") -> list[tuple[int, int]]:
+        """(tokens, targets) of each record the engine keeps at ``seq_len``, in order: cut to its first ``seq_len``
+        tokens, or left out with ``overlong="drop"``; one the cut leaves without a target dropped (where targets
+        are counted; without them every record the length keeps stays, its targets 0)."""
+        counted = bool(self.targets) and len(self.targets) == len(self.lengths)
+        out: list[tuple[int, int]] = []
+        for i, length in enumerate(self.lengths):
             cut = max(0, length - seq_len) if seq_len else 0
             if cut and overlong == "drop":
                 continue
-            left = max(0, targets - cut)
-            if left:
-                tokens += length - cut
-                kept += left
-        self._cuts[(seq_len, overlong)] = (tokens, kept)
-        return tokens, kept
+            left = max(0, self.targets[i] - cut) if counted else 0
+            if counted and not left:
+                continue
+            out.append((length - cut, left))
+        return out
+
+    def trained_rows(self, seq_len: int | None, overlong: str = "cut", eval_split: float = 0.0,
+                     packing: bool = False, seed: int = 42) -> int:
+        """The rows an epoch of the run trains, as its trainer makes them: the records it keeps at ``seq_len``
+        (``_kept``), less those ``split_eval`` holds out for ``eval_split`` (its own seeded choice), joined into
+        rows as ``pack_examples`` packs them with ``packing``. ``records`` where the lengths are not counted."""
+        from core.train.data_adapter import held_out, packed_rows
+
+        if len(self.lengths) != self.records:
+            return self.records
+        kept = [n for n, _left in self._kept(seq_len, overlong)]
+        held = held_out(len(kept), eval_split, seed)
+        train = [n for i, n in enumerate(kept) if i not in held]
+        return len(packed_rows(train, seq_len)) if packing and seq_len else len(train)
 
     def cut_records(self, seq_len: int) -> tuple[int, int]:
         """(records longer than ``seq_len``, which the engine cuts to their first ``seq_len`` tokens; of those,

@@ -67,21 +67,45 @@ def tokenize_records(records: list[Any], tokenizer: Any, max_seq_len: int, loss_
     )
 
 
+def held_out(count: int, fraction: float, seed: int) -> set[int]:
+    """The positions of ``count`` examples that ``split_eval`` holds out for evaluation (at least one when asked
+    for any, none of fewer than two), seeded: also what ``plan`` counts of a run's steps."""
+    if fraction <= 0 or count < 2:
+        return set()
+    order = list(range(count))
+    random.Random(seed).shuffle(order)
+    return set(order[:max(1, int(round(count * fraction)))])
+
+
 def split_eval(examples: TrainingExamples, fraction: float, seed: int) -> TrainingExamples:
     """Hold out ``fraction`` of the examples (at least one when asked for any) for evaluation, seeded."""
-    if fraction <= 0 or len(examples.train) < 2:
+    held = held_out(len(examples.train), fraction, seed)
+    if not held:
         return examples
-    order = list(range(len(examples.train)))
-    random.Random(seed).shuffle(order)
-    n_eval = max(1, int(round(len(order) * fraction)))
-    held = set(order[:n_eval])
     examples.eval = [e for i, e in enumerate(examples.train) if i in held]
     examples.train = [e for i, e in enumerate(examples.train) if i not in held]
     return examples
 
 
+def packed_rows(lengths: Sequence[int], max_seq_len: int) -> list[list[int]]:
+    """The positions of the examples each packed row holds: whole examples in order, a new row where the next
+    would pass ``max_seq_len`` tokens (``pack_examples``'s rows; ``plan`` counts a packed run's steps with it)."""
+    rows: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for i, n in enumerate(lengths):
+        if current and used + n > max_seq_len:
+            rows.append(current)
+            current, used = [], 0
+        current.append(i)
+        used += n
+    if current:
+        rows.append(current)
+    return rows
+
+
 def pack_examples(examples: list[dict[str, list[int]]], max_seq_len: int) -> list[dict[str, list[int]]]:
-    """Greedy packing of whole examples into rows of at most ``max_seq_len`` tokens.
+    """Greedy packing of whole examples into rows of at most ``max_seq_len`` tokens (``packed_rows``).
 
     ``position_ids`` restart at each example: they are what keeps the examples apart. The collator passes
     them without an attention mask, and transformers then builds a block-causal mask from them (SDPA /
@@ -89,17 +113,14 @@ def pack_examples(examples: list[dict[str, list[int]]], max_seq_len: int) -> lis
     row), so no token attends to another example and each example is trained exactly as if alone.
     """
     rows: list[dict[str, list[int]]] = []
-    current: dict[str, list[int]] = {"input_ids": [], "labels": [], "position_ids": []}
-    for ex in examples:
-        n = len(ex["input_ids"])
-        if current["input_ids"] and len(current["input_ids"]) + n > max_seq_len:
-            rows.append(current)
-            current = {"input_ids": [], "labels": [], "position_ids": []}
-        current["input_ids"] += ex["input_ids"]
-        # The first token of each packed example must not be predicted from the previous example.
-        current["labels"] += [IGNORE_INDEX] + ex["labels"][1:]
-        current["position_ids"] += list(range(n))
-    if current["input_ids"]:
+    for members in packed_rows([len(ex["input_ids"]) for ex in examples], max_seq_len):
+        current: dict[str, list[int]] = {"input_ids": [], "labels": [], "position_ids": []}
+        for i in members:
+            ex = examples[i]
+            current["input_ids"] += ex["input_ids"]
+            # The first token of each packed example must not be predicted from the previous example.
+            current["labels"] += [IGNORE_INDEX] + ex["labels"][1:]
+            current["position_ids"] += list(range(len(ex["input_ids"])))
         rows.append(current)
     return rows
 

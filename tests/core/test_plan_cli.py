@@ -733,6 +733,28 @@ def test_config_with_max_steps_is_planned_for_those_steps(tmp_path):
     assert saved["max_steps"] == 10 and saved["epochs"] is None
 
 
+def test_config_with_max_steps_counts_the_rows_its_trainer_trains_not_all_records(tmp_path):
+    """``max_steps`` was turned into epochs over every record of the data: a run holding half of it out
+    (``eval_split: 0.5``) or packing its samples into a few rows reads more epochs of its training rows in those
+    steps than planned (time, cost). Now the rows are counted as the trainer makes them: the held-out records out,
+    packed rows where it packs. Hardware: this box's CPU (fake NVML with no GPU)."""
+    def epochs_of(extra):
+        run = tmp_path / "run.yaml"
+        run.write_text(f"model: tiny\ndataset: {SAMPLE}\nmax_steps: 10\nmicro_batch_size: 2\n"
+                       f"gradient_accumulation: 2\n{extra}")
+        proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "cpu", "--json", fake_gpus="none")
+        assert proc.returncode == 0, proc.stderr
+        data = json.loads(proc.stdout)
+        return data["epochs"], data["dataset_summary"]["records"]
+
+    plain, records = epochs_of("")
+    assert plain == pytest.approx(10 * 4 / records, rel=0.01)
+    split, _ = epochs_of("eval_split: 0.5\n")
+    assert split == pytest.approx(10 * 4 / (records - round(records * 0.5)), rel=0.01)
+    packed, _ = epochs_of("packing: true\nmax_seq_len: 2048\n")
+    assert packed > 3 * plain  # the sample's short chats: several to a 2048-token row
+
+
 def test_config_with_max_steps_on_hub_data_says_max_steps_not_epochs(tmp_path):
     """A run file that ends at ``max_steps: 100`` on hub data (not downloaded, so not measured) was said as "epochs 3"
     on the pins line and ``"epochs": 3.0`` in --json's config: a run length it does not have. Now both say its
