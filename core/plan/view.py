@@ -46,11 +46,17 @@ def describe_plan(plan: dict[str, Any], cpu_only: bool = False) -> dict[str, Any
     }
 
 
+def plain_number(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits as a plain number: ``58400``, ``2.5``, ``0.00123`` (never
+    ``5.84e+04``, which a max_steps on small data made of its epochs)."""
+    return f"{float(f'{value:.{digits}g}'):f}".rstrip("0").rstrip(".")
+
+
 def epochs_words(epochs: float) -> str:
-    """``3 epochs``, ``1 epoch``, ``1.5 epochs`` (a whole count without its ``.0``)."""
+    """``3 epochs``, ``1 epoch``, ``1.5 epochs`` (a whole count without its ``.0``; a plain number, never ``1e+06``)."""
     from core.units import plural_key
 
-    count = f"{epochs:g}"
+    count = plain_number(epochs, 6)
     return t(plural_key("plan.epochs", 1 if count == "1" else 2), count=count)
 
 

@@ -775,6 +775,20 @@ def test_config_with_max_steps_on_hub_data_says_max_steps_not_epochs(tmp_path):
     assert f"max_steps 1 (about {config['epochs']:.3g} epochs of the data)" in proc.stderr
 
 
+def test_config_with_a_large_max_steps_on_small_data_says_its_epochs_as_a_plain_number(tmp_path):
+    """``max_steps: 200000`` on the 274-record sample was said as "about 1.17e+04 epochs": now a plain number, as
+    the plan's time line says epochs too. Hardware: planned 1xA100-80GB."""
+    from core.plan.view import epochs_words
+
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model: tiny\ndataset: {SAMPLE}\nmax_steps: 200000\n")
+    proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "1xA100-80GB")
+    assert proc.returncode == 0, proc.stderr
+    said = re.search(r"max_steps 200000 \(about (\S+) epochs of the data\)", proc.stderr)
+    assert said is not None and re.fullmatch(r"\d+", said.group(1)), proc.stderr
+    assert epochs_words(1.17e6) == "1170000 epochs" and epochs_words(1.0) == "1 epoch"
+
+
 def test_config_with_max_steps_and_the_command_lines_epochs_saves_those_epochs(tmp_path):
     """``plan --config run.yaml --epochs 2 --save`` of a file that ends at ``max_steps: 10`` planned (time, cost) for 2
     epochs yet saved the file's max_steps (and no epochs): the saved run trained 10 steps, not what was planned. The
