@@ -388,13 +388,16 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
 
 # The peer's key for the share of the data held out for evaluation (0 or left out: none; LLaMA-Factory's default is 0).
 _EVAL_SPLIT_KEYS = {LLAMAFACTORY: "val_size", SWIFT: "split_dataset_ratio"}
+# The peer's key for a separate dataset to evaluate on (tunedeck has none: it evaluates on a share of the training data).
+_EVAL_DATASET_KEYS = {LLAMAFACTORY: "eval_dataset", SWIFT: "val_dataset"}
 
 
 def _drop_eval_steps_without_eval(peer: str, values: dict[str, Any], config: dict[str, Any],
                                   mapping: list[MappingLine]) -> None:
     """An ``eval_steps`` where the file holds no share of the data out (``split_dataset_ratio 0``, no ``val_size``):
-    the peer evaluates nothing there, and tunedeck refuses eval_steps without eval_split, so the converted file was
-    refused as a whole. It is dropped, saying how to evaluate; kept where the split needs the user (a count) or
+    the peer evaluates nothing there (or on its separate eval dataset, which tunedeck has no key for), and tunedeck
+    refuses eval_steps without eval_split, so the converted file was refused as a whole. It is dropped, saying how
+    to evaluate; kept where the split needs the user (a count) or
     where ms-swift's command line leaves its split to a version's default."""
     split_key = _EVAL_SPLIT_KEYS[peer]
     if "eval_steps" not in config or config.get("eval_split"):
@@ -404,9 +407,13 @@ def _drop_eval_steps_without_eval(peer: str, values: dict[str, Any], config: dic
     if any(line.key == split_key and line.verdict == NEEDS_YOU for line in mapping):
         return
     del config["eval_steps"]
+    eval_key = _EVAL_DATASET_KEYS[peer]
+    separate = not is_unset(values.get(eval_key)) and truthy(values.get(eval_key)) is not False
     for line in mapping:
         if line.verdict == TAKEN and "eval_steps" in line.outcome.values:
-            line.outcome = dropped("import.reason_no_eval_split", split=split_key)
+            # with a dataset of its own to evaluate on, the peer does evaluate: said so, not "evaluates nothing"
+            line.outcome = dropped("import.reason_eval_dataset_steps", eval_key=eval_key) if separate else \
+                dropped("import.reason_no_eval_split", split=split_key)
 
 
 def _gpus_agree(first: Any, second: Any) -> list[int] | None:

@@ -604,6 +604,9 @@ PEER_KEYS: dict[str, PeerKey] = {
     "loss_scale": PeerKey(_loss_scale, "loss_on: assistant", _MS),
     "val_size": PeerKey(_eval_split, "eval_split: 0.1", _LF),
     "split_dataset_ratio": PeerKey(_eval_split, "eval_split: 0.1", _MS),
+    # a separate dataset to evaluate on: tunedeck has none (its eval_split holds a share of the training data out)
+    "eval_dataset": PeerKey(_only_when_set("import.reason_eval_dataset"), None, _LF, sample="eval.json"),
+    "val_dataset": PeerKey(_only_when_set("import.reason_eval_dataset"), None, _MS, sample="eval.jsonl"),
     "overwrite_cache": PeerKey(not_needed("import.reason_cache"), None, _LF),
     "preprocessing_num_workers": PeerKey(not_needed("import.reason_workers"), None, _LF),
     "dataset_num_proc": PeerKey(not_needed("import.reason_workers"), None, _MS),

@@ -232,6 +232,27 @@ def test_swift_command_line_trains_with_ms_swifts_accumulation_and_warmup(tmp_pa
     assert "warmup_ratio" not in import_command([*base, "--warmup_steps", "5"]).config
 
 
+def test_a_separate_eval_dataset_is_said_as_one_tunedeck_does_not_have(tmp_path):
+    """A LLaMA-Factory eval_dataset / an ms-swift val_dataset evaluates on a dataset of its own: its eval_steps was
+    dropped as 'nothing is held out to evaluate, so the peer evaluates nothing' (untrue) and the dataset key was an
+    unknown one. tunedeck has no separate eval dataset (it evaluates on a held-out share of the training data): both
+    lines now say so, and how to evaluate (eval_split)."""
+    path = tmp_path / "lf.yaml"
+    path.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nfinetuning_type: lora\ndataset: d.jsonl\n"
+                    "eval_dataset: e.jsonl\neval_steps: 100\n", encoding="utf-8")
+    for result, key in ((import_file(path), "eval_dataset"),
+                        (import_command(["swift", "sft", "--model", "Qwen/Qwen2.5-0.5B", "--dataset", "d.jsonl",
+                                         "--val_dataset", "e.jsonl", "--eval_steps", "50",
+                                         "--split_dataset_ratio", "0"]), "val_dataset")):
+        steps = _line(result, "eval_steps")
+        assert steps.verdict == DROPPED and "evaluates nothing" not in steps.text()
+        assert f"the peer evaluates on its {key}, a separate dataset" in steps.text()
+        line = _line(result, key)
+        assert line.verdict == NEEDS_YOU and "no such setting" not in line.text()
+        assert "tunedeck evaluates only on a share of the training data held out (eval_split)" in line.text()
+        assert "eval_steps" not in result.config
+
+
 def test_swift_args_json_converts_key_by_key(tmp_path):
     path = tmp_path / "args.json"
     path.write_text(json.dumps(SWIFT_ARGS, indent=2), encoding="utf-8")
