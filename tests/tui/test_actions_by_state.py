@@ -325,7 +325,7 @@ def test_evaluate_and_export_run_core_in_a_worker_and_notify(monkeypatch):
     def evaluate_run(run, checkpoint=None):
         calls.append("evaluate")
         stats = {"loss": 1.25, "perplexity": 3.49, "tokens": 640}
-        return {"split": "held_out", "tuned": stats, "base": {**stats, "loss": 1.5, "perplexity": 4.48},
+        return {"step": 600, "split": "held_out", "tuned": stats, "base": {**stats, "loss": 1.5, "perplexity": 4.48},
                 "path": str(run.path / "eval" / "latest.json")}
 
     def export_run(run, fmt, checkpoint=None, out=None, force=False):
@@ -342,7 +342,7 @@ def test_evaluate_and_export_run_core_in_a_worker_and_notify(monkeypatch):
         async with app.run_test(size=SIZE) as pilot:
             await open_dashboard(pilot, app, "finished")
             await pilot.press("E")
-            await wait_for(pilot, lambda: any("loss 1.2500" in n for n in notes(app)))
+            await wait_for(pilot, lambda: any("checkpoint 600, held-out split: loss 1.2500" in n for n in notes(app)))
             assert any("Evaluating 20261129-2100-done" in n for n in notes(app))
             await pilot.press("X")
             await wait_for(pilot, lambda: any("merged-checkpoint-600" in n for n in notes(app)))
