@@ -41,6 +41,15 @@ def _points(series: RunSeries, name: str = "loss", axis: str = "step") -> list[t
             in enumerate(zip(buckets.counts, buckets.lasts, strict=True)) if count]
 
 
+def _drawn(feed: MetricsFeed, tail: list) -> RunSeries:
+    """The series the dashboard draws after ``tail``: the backfill's, or the tail's where it held the whole file."""
+    series = feed.backfill()
+    if series is None:
+        series = RunSeries()
+        series.extend(tail)
+    return series
+
+
 def _check(series: RunSeries) -> None:
     loss = _points(series)
     assert loss == [(s, round(LOSS[WANTED[s]] + s / 1000, 4)) for s in range(1, 41)]
@@ -138,11 +147,7 @@ def test_llamafactory_restarted_into_its_folder_takes_each_step_once_the_latest_
         tail = feed.read_tail()
         steps = [r["step"] for r in tail if r.get("kind") == "train"]
         assert len(steps) == len(set(steps)), tail_bytes
-        series = feed.backfill()
-        if series is None:
-            series = RunSeries()
-            series.extend(tail)
-        _check(series)
+        _check(_drawn(feed, tail))
 
 
 def test_llamafactory_restart_appended_while_followed_starts_the_series_over(tmp_path):
@@ -192,10 +197,7 @@ def test_a_restarted_llamafactory_run_goes_on_along_the_time_axis(tmp_path):
     for tail_bytes in (10**9, 6_000, 2_000, 300, edge):
         feed = MetricsFeed(path, "llamafactory", tail_bytes=tail_bytes)
         tail = feed.read_tail()
-        series = feed.backfill()
-        if series is None:
-            series = RunSeries()
-            series.extend(tail)
+        series = _drawn(feed, tail)
         time_points = _points(series, "loss", "time")
         assert time_points == [(x, round(LOSS[WANTED[s]] + s / 1000, 4)) for x, s in wanted], tail_bytes
         assert series.latest["elapsed_s"] == 60.0
@@ -270,10 +272,7 @@ def test_a_restart_right_after_an_evaluation_at_the_tails_edge_goes_on_after_the
     def time_points(tail_bytes: int) -> tuple[list, list]:
         feed = MetricsFeed(path, "llamafactory", tail_bytes=tail_bytes)
         tail = feed.read_tail()
-        series = feed.backfill()
-        if series is None:
-            series = RunSeries()
-            series.extend(tail)
+        series = _drawn(feed, tail)
         return _points(series, "loss", "time"), _points(series, "eval_loss", "time")
 
     whole = time_points(10**9)
