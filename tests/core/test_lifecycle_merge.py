@@ -268,6 +268,31 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+def _held_cli(home, tmp_path, script: str, gate, *args: str) -> subprocess.Popen:
+    """``tunedeck ARGS`` run through ``script`` (a ``_HELD_AT_*`` text: argv[1] the gate it touches where it holds),
+    returned once it holds there; killed if it never gets there (240 s: a ceiling, not a speed target)."""
+    import os
+    import time
+
+    path = tmp_path / "held.py"
+    path.write_text(script)
+    proc = subprocess.Popen([sys.executable, str(path), str(gate), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1",
+                                 "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 240
+        while not gate.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gate.exists(), proc.communicate(timeout=30)[1][-3000:]
+    except BaseException:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        raise
+    return proc
+
+
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGHUP"])
 @pytest.mark.parametrize("command", [["merge"], ["export", "--format", "merged"]])
 def test_a_merge_or_export_ended_by_sigterm_or_sighup_leaves_nothing_behind(lora_run, tmp_path, signum, command):
@@ -275,26 +300,14 @@ def test_a_merge_or_export_ended_by_sigterm_or_sighup_leaves_nothing_behind(lora
     where it was: ``OUT.tmp`` with the weights written so far (tens of GB for a real model) and ``OUT.lock``
     stayed. Now they end it as Ctrl+C does: the folder and the lock go, one line says so, and the exit is a
     killed process's, 128 + the signal. Held at a state (the weights in OUT.tmp), then signalled; CPU only."""
-    import os
     import signal
-    import time
 
     home, run = lora_run
-    script = tmp_path / "held.py"
-    script.write_text(_HELD_AT_WRITE)
-    gate = tmp_path / "writing"
     target = tmp_path / "target"
     target.mkdir()
     out = target / "merged"
-    proc = subprocess.Popen([sys.executable, str(script), str(gate), *command, run.id, "--out", str(out)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1",
-                                 "PYTHONPATH": str(ROOT)})
+    proc = _held_cli(home, tmp_path, _HELD_AT_WRITE, tmp_path / "writing", *command, run.id, "--out", str(out))
     try:
-        deadline = time.monotonic() + 240  # a ceiling for the state to come at all, not a speed target
-        while not gate.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert gate.exists(), proc.communicate(timeout=30)[1][-3000:]
         assert (target / "merged.tmp" / "model.safetensors").is_file()  # the state: weights half-published
         proc.send_signal(getattr(signal, signum))
         _stdout, stderr = proc.communicate(timeout=120)
@@ -335,26 +348,16 @@ def test_merge_of_a_live_run_takes_the_newest_checkpoint_after_the_seconds_torch
     failed on a checkpoint "no longer there" that the user had not asked for. Torch is imported before the
     choice now. Held in that import's CUDA query while the run saves checkpoint 45 and rotates 15 and 30 away
     (the trainer's own rotation, keep 1); CPU only."""
-    import os
     import shutil
-    import time
 
     from core.runs.checkpoints import rotate_checkpoints
 
     home, run = lora_run
-    script = tmp_path / "held.py"
-    script.write_text(_HELD_AT_TORCH)
-    gate, go = tmp_path / "importing", tmp_path / "go"
+    go = tmp_path / "go"
     out = tmp_path / "merged"
-    proc = subprocess.Popen([sys.executable, str(script), str(gate), str(go), "merge", run.id, "--out", str(out),
-                             "--json"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1",
-                                 "PYTHONPATH": str(ROOT)})
+    proc = _held_cli(home, tmp_path, _HELD_AT_TORCH, tmp_path / "importing", str(go), "merge", run.id, "--out",
+                     str(out), "--json")
     try:
-        deadline = time.monotonic() + 240  # a ceiling for the state to come at all, not a speed target
-        while not gate.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert gate.exists(), proc.communicate(timeout=30)[1][-3000:]
         checkpoints = run.path / "checkpoints"
         shutil.copytree(checkpoints / "checkpoint-30", checkpoints / "checkpoint-45")  # its COMPLETE marker too
         removed = rotate_checkpoints(checkpoints, 1, on_remove=lambda path, why: run.append_event(
