@@ -188,22 +188,72 @@ def last_write(paths: Iterable[Path]) -> float | None:
     return newest
 
 
-def finished_marker(folder: Path, log: Path | Iterable[Path] | None = None) -> bool:
+def finished_marker(folder: Path, log: Path | Iterable[Path] | None = None, started: float | None = None) -> bool:
     """A file that only a finished run leaves: ``train_results.json``/``all_results.json``, or a
     top-level ``trainer_state.json`` with ``global_step`` at ``max_steps``. With ``log`` (what a run writes
     while it trains: LLaMA-Factory's or ms-swift's appended metric file, an HF Trainer run's checkpoints)
     such a file older than its last write is an earlier run's: a run started again in the same folder
-    writes them only at its end."""
+    writes them only at its end. So is one written before ``started`` (``training_started``: a run that has
+    not saved or logged yet)."""
     logged = last_write([log] if isinstance(log, Path) else log) if log is not None else None
 
     def current(path: Path) -> bool:
         written = last_write([path])
-        return written is not None and (logged is None or written >= logged)
+        return (written is not None and (logged is None or written >= logged)
+                and (started is None or written >= started))
 
     if any(current(folder / name) for name in FINISHED_FILES):
         return True
     state = folder / "trainer_state.json"
     return current(state) and trainer_state_finished(state)
+
+
+# What HF's TensorBoardCallback writes into a new event file as training begins (``on_train_begin``: the
+# arguments as text) and at each logging step ("train/…" scalars); an evaluate() after train() opens a file
+# of its own too, with "eval/…" scalars only.
+_TRAINING_TAGS = (b"args/text_summary", b"train/")
+_EVENT_HEAD_BYTES = 64 * 1024
+_EVENT_CACHE: dict[Path, tuple[int, bool]] = {}  # event file: (size read, whether a training run wrote it)
+
+
+def training_started(folder: Path) -> float | None:
+    """When the newest training run in ``folder`` began, by its TensorBoard event files (in ``runs/<date>_<host>/``
+    by default): the time in the name of the newest event file (``events.out.tfevents.<time>.<host>…``, its
+    creation) that holds what a training run writes at once. None without one.
+
+    A run started again into a used output folder writes its event file first, long before its first
+    checkpoint or metric line: the previous run's ``trainer_state.json`` and results then read "finished"
+    over it. Only the newest files' first ``_EVENT_HEAD_BYTES`` are read, each once it says."""
+    from core.watch.source import event_files
+
+    dated = []
+    for path in event_files(folder):
+        try:
+            dated.append((int(path.name.split(".")[3]), path))
+        except (IndexError, ValueError):
+            continue
+    for when, path in sorted(dated, reverse=True):
+        if _written_by_training(path):
+            return float(when)
+    return None
+
+
+def _written_by_training(path: Path) -> bool:
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    cached = _EVENT_CACHE.get(path)
+    if cached is not None and (cached[1] or cached[0] == size or cached[0] >= _EVENT_HEAD_BYTES):
+        return cached[1]
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_EVENT_HEAD_BYTES)
+    except OSError:
+        return False
+    found = any(tag in head for tag in _TRAINING_TAGS)
+    _EVENT_CACHE[path] = (len(head), found)
+    return found
 
 
 _STATE_CACHE: dict[Path, tuple[int, bool]] = {}
@@ -238,15 +288,20 @@ def writer_state(source: Any, activity: WriterActivity, now: float | None = None
     unreadable = activity.unreadable
     if not source.path.is_dir():
         return WriterState(GONE, since, unreadable)
-    from core.watch.source import HF_TRAINER, LLAMAFACTORY, SWIFT, current_checkpoints
+    from core.watch.source import HF_TRAINER, LLAMAFACTORY, SWIFT, current_checkpoints, trainer_state_file
 
     log: Path | list[Path] | None = None
+    read: Path | None = None  # the file the feed read the records of
     if source.kind in (LLAMAFACTORY, SWIFT):
-        log = source.metrics_path
+        log = read = source.metrics_path
     elif source.kind == HF_TRAINER:  # its checkpoints come before its results (its events may not: an
         log = [state for _when, state in current_checkpoints(source.path)]  # evaluate() after train())
-    if activity.finished or finished_marker(source.path, log):
+        read = trainer_state_file(source.path)
+    started = training_started(source.path) if read is not None else None  # a run started again, not saved yet
+    # the end the feed read (its last step at the total, its summary) is an earlier run's where its file is older
+    earlier = started is not None and (last_write([read]) or 0.0) < started
+    if activity.finished and not earlier or finished_marker(source.path, log, started):
         return WriterState(FINISHED, since, unreadable)
-    if activity.ended or since is not None and now - since > idle_after(activity):
+    if activity.ended and not earlier or since is not None and now - since > idle_after(activity):
         return WriterState(IDLE, since, unreadable)  # an end marker before the total: the run stopped early
     return WriterState(RUNNING, since, unreadable)

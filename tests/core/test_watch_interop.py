@@ -177,6 +177,52 @@ def test_hf_trainer_run_again_into_a_used_output_folder_shows_the_new_run(tmp_pa
     assert writer_state(source, feed.activity).status == FINISHED
 
 
+def hf_events(folder: Path, created: float, text: bool, scalars: dict[str, float]) -> Path:
+    """An event file as HF's TensorBoardCallback leaves it (through torch's SummaryWriter), named as created
+    at ``created``: the arguments as text at on_train_begin (``text``), then one logging step's scalars."""
+    summary_writer = pytest.importorskip("torch.utils.tensorboard", reason="torch is not installed")
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed: .venv/bin/pip install tensorboard")
+    writer = summary_writer.SummaryWriter(log_dir=str(folder))
+    if text:
+        writer.add_text("args", json.dumps({"output_dir": "hf_out", "logging_steps": 50}))
+    for tag, value in scalars.items():
+        writer.add_scalar(tag, value, 1000)
+    writer.close()
+    (written,) = folder.glob("events.out.tfevents.*")
+    _prefix, _sep, rest = written.name.partition("events.out.tfevents.")
+    named = folder / f"events.out.tfevents.{int(created)}.{rest.partition('.')[2]}"
+    written.rename(named)
+    os.utime(named, (created, created))
+    return named
+
+
+def test_hf_trainer_run_again_into_a_finished_folder_is_running_before_its_first_checkpoint(tmp_path):
+    """A run started again into the output folder of a finished one writes nothing there before its first
+    checkpoint but its TensorBoard event file: the previous run's trainer_state.json (step 1000 of 1000) and
+    results read "finished" (no ETA) until then, minutes or hours. An evaluate() after train() opens an event
+    file of its own too, with eval scalars only: that run still reads finished."""
+    out = tmp_path / "hf_out"
+    write_checkpoint(out, 500, 1000, MONTHS_AGO - 3600)
+    write_checkpoint(out, 1000, 1000, MONTHS_AGO)
+    hf_events(out / "runs" / "Sep08_10-00-00_box", MONTHS_AGO - 7200, text=True, scalars={"train/loss": 1.2})
+    (out / "trainer_state.json").write_text(json.dumps(hf_state(1000, 1000, summary=True), indent=2, sort_keys=True))
+    for name in ("train_results.json", "all_results.json", "trainer_state.json"):
+        if name != "trainer_state.json":
+            (out / name).write_text(json.dumps({"epoch": 3.0, "train_loss": 1.2, "train_runtime": 7200.0}))
+        os.utime(out / name, (MONTHS_AGO + 1, MONTHS_AGO + 1))
+    hf_events(out / "runs" / "Sep08_12-00-05_box", MONTHS_AGO + 5, text=False, scalars={"eval/loss": 1.3})
+    assert state_of(out).status == FINISHED
+    now = time.time()
+    hf_events(out / "runs" / "Dec07_16-00-00_box", now - 2, text=True, scalars={})  # started again
+    source = open_watch_source(out)
+    feed = open_metrics_feed(source)
+    feed.read_tail()  # the previous run's history, all that is there to read yet
+    assert writer_state(source, feed.activity).status == RUNNING
+    write_checkpoint(out, 50, 1000)  # its first save: the same as ever
+    feed.poll()
+    assert writer_state(source, feed.activity).status == RUNNING
+
+
 # --- TensorBoard ------------------------------------------------------------------------------------
 
 def tb_writer(folder: Path):
