@@ -57,22 +57,30 @@ class WatchSource:
         return self.path.name
 
 
-def _newest_nested_run(path: Path) -> tuple[Path, str, frozenset[Path]] | None:
-    """The newest run folder below ``path`` with another trainer's metric file, and its kind: ms-swift's
-    ``vN-…/`` (``--output_dir`` given) or one level deeper, ``<model>/vN-…/``, where ms-swift puts a run by
-    default (``output/<model>/``); LLaMA-Board's ``train_<date>/`` runs under ``saves/<model>/<method>/``.
-    With every run folder found."""
+def _nested_runs(path: Path) -> list[tuple[float, str, Path, str]]:
+    """Every run folder below ``path`` with another trainer's metric file: (its last write, the folder's name,
+    the metric file, its kind). ms-swift's ``vN-…/`` (``--output_dir`` given) or one level deeper,
+    ``<model>/vN-…/``, where ms-swift puts a run by default (``output/<model>/``); LLaMA-Board's
+    ``train_<date>/`` runs under ``saves/<model>/<method>/``. A few globs and a stat per run: asked every few
+    seconds (``newer_run``)."""
     try:
         candidates = [(p, kind) for kind, name in _METRIC_FILES[1:]
                       for p in (*path.glob("*/" + name), *path.glob("*/*/" + name)) if p.is_file()]
     except OSError:
-        return None
+        return []
     dated = []
     for file, kind in candidates:
         try:  # a run folder deleted since the glob (a rotation, rm -r) is no candidate
             dated.append((file.stat().st_mtime, file.parent.name, file, kind))
         except OSError:
             continue
+    return dated
+
+
+def _newest_nested_run(path: Path) -> tuple[Path, str, frozenset[Path]] | None:
+    """The newest run folder below ``path`` (``_nested_runs``, by last write) and its kind, with every run
+    folder found."""
+    dated = _nested_runs(path)
     if not dated:
         return None
     *_, newest, kind = max(dated, key=lambda c: (c[0], c[1]))
@@ -184,10 +192,13 @@ def open_watch_source(path: Path | str) -> WatchSource:
         nested = _newest_nested_run(path)
         if nested is None:
             return _open_other(path)
-        root = path
-        path, kind, seen = nested
-    else:
-        root, seen = None, frozenset()
+        nested_path, kind, seen = nested
+        return _open_run(nested_path, kind, path, seen)
+    return _open_run(path, kind, None, frozenset())
+
+
+def _open_run(path: Path, kind: str, root: Path | None, seen: frozenset[Path]) -> WatchSource:
+    """An ms-swift or LLaMA-Factory run folder (``root``: the folder named above it, if any)."""
     metrics = path / dict(_METRIC_FILES)[kind]
     log = next((path / n for n in LOG_NAMES if (path / n).is_file()), None)
     return WatchSource(kind, path, metrics, log, None, read_only=True, facts=_external_facts(kind, path),
@@ -195,22 +206,24 @@ def open_watch_source(path: Path | str) -> WatchSource:
 
 
 def newer_run(source: WatchSource) -> WatchSource | None:
-    """A run started below the folder named (``source.root``) since ``source`` was opened and now its newest
-    (what ``watch --json`` on that folder gives): ms-swift's next ``vN-…/``, LLaMA-Board's next ``train_…/``.
-    None where there is none, or ``source`` is not the newest run of a folder named. A run folder that was
-    there already is never offered (two runs written side by side do not take turns)."""
+    """A run started below the folder named (``source.root``) since ``source`` was opened: ms-swift's next
+    ``vN-…/``, LLaMA-Board's next ``train_…/``; of several, the one written last. None where there is none,
+    or ``source`` is not a run of a folder named. A run folder that was there already is never offered (two
+    runs written side by side do not take turns), and every run folder is looked at, not only the one
+    written last: a new run beside a busy one (which logs more often) was found only once it wrote after it.
+    Asked every few seconds: a few globs and stats, and a run's files are read only for a new one."""
     if source.root is None:
         return None
-    nested = _newest_nested_run(source.root)  # asked every few seconds: the run's files are read only for a new one
-    if nested is None or nested[0] == source.path or nested[0] in source.runs_seen:
+    runs = _nested_runs(source.root)
+    fresh = [run for run in runs if run[2].parent != source.path and run[2].parent not in source.runs_seen]
+    if not fresh:
         return None
+    _when, _name, file, kind = max(fresh, key=lambda c: (c[0], c[1]))
+    seen = frozenset(run[2].parent for run in runs)
     try:
-        newest = open_watch_source(source.root)
-    except (SourceNotFound, OSError):
+        return _open_run(file.parent, kind, source.root, seen)
+    except OSError:
         return None
-    if newest.path == source.path or newest.path in source.runs_seen:
-        return None
-    return newest
 
 
 def _open_other(path: Path) -> WatchSource:

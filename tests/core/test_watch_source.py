@@ -87,6 +87,36 @@ def test_a_nested_run_removed_while_the_folder_is_searched_is_passed_over(tmp_pa
     assert open_watch_source(out).path == newer
 
 
+def test_a_run_started_beside_a_busier_one_is_found_before_it_writes_last(tmp_path):
+    """Only the run folder written last was looked at: a run started while another one (there already, logging
+    every second) was written to was offered only once its own last write came after that one's, and never
+    while the busy one kept writing. Every run folder is looked at now; of two new ones, the one written last."""
+    import os
+
+    from core.watch.source import newer_run
+
+    out = tmp_path / "output"
+    shown = out / "v0-20261129-210000"
+    shutil.copytree(FIXTURES / "swift_output" / "v0-20261129-210000", shown)
+    busy = out / "v1-20261129-220000"
+    shutil.copytree(shown, busy)
+    os.utime(shown / "logging.jsonl", (2000, 2000))
+    os.utime(busy / "logging.jsonl", (1000, 1000))
+    source = open_watch_source(out)
+    assert source.path == shown and newer_run(source) is None
+    os.utime(busy / "logging.jsonl", (5000, 5000))  # the run beside it writes on, the newest write below out/
+    started = out / "qwen" / "v2-20261130-090000"  # one started since, in ms-swift's <model>/ layout
+    shutil.copytree(shown, started)
+    os.utime(started / "logging.jsonl", (3000, 3000))
+    newer = newer_run(source)
+    assert newer is not None and newer.path == started and newer.root == out
+    assert newer.runs_seen == {shown, busy, started} and newer_run(newer) is None
+    second = out / "v3-20261130-100000"
+    shutil.copytree(shown, second)
+    os.utime(second / "logging.jsonl", (4000, 4000))
+    assert newer_run(source).path == second  # two new ones: the one written last
+
+
 def test_a_run_started_in_the_folder_named_is_a_newer_run_and_one_beside_it_is_not(tmp_path, monkeypatch):
     """`watch output/` opens its newest run; a run ms-swift starts there later (its next vN-…/) is what
     `watch output/ --json` then gives, and what the dashboard is told of (newer_run), not one that was there
