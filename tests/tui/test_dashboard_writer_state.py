@@ -161,5 +161,9 @@ def test_a_new_run_beside_one_still_running_is_offered_on_o_in_the_footer_help_a
             assert "Watch newer run" in screen_text(app)  # at 80 columns, the footer's first entry
             await pilot.press("o")
             await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.source.path == new)
+            await wait_for(pilot, lambda: any("Now watching the newer run v1-20261130-090000" in n.message
+                                              for n in app._notifications))
+            # the toast that offered o is gone (it stayed 15 s over the newer run's dashboard, where o does nothing)
+            assert not any("o watches the newer one" in n.message for n in app._notifications)
 
     asyncio.run(scenario())

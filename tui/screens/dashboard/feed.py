@@ -384,8 +384,13 @@ class DashboardFeed:
             return
         self.newer = message.source
         self.refresh_bindings()  # o now in the footer, the help and the palette
-        self.notify(t("dashboard.newer_run", run=self._run_name(message.source), current=self.source.run_id),
-                    timeout=15, markup=False)
+        from textual.notifications import Notification, Notify
+
+        # kept, to be taken away once the newer run is watched (o, or followed): it said "o watches the newer
+        # one" over the newer run's own dashboard, where o does nothing
+        self._newer_toast = Notification(t("dashboard.newer_run", run=self._run_name(message.source),
+                                           current=self.source.run_id), timeout=15, markup=False)
+        self.app.post_message(Notify(self._newer_toast))
 
     def _run_name(self, source: Any) -> str:
         """A run folder as the user knows it below the folder named (``<model>/vN-…`` one level further)."""

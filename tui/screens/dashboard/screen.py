@@ -97,6 +97,7 @@ class DashboardScreen(DashboardFeed, DashboardHeader, DashboardActions, Screen[N
         self.standalone = standalone
         self.clock = clock
         self.newer: WatchSource | None = None  # a run started below the folder named since: ``o`` watches it
+        self._newer_toast: Any = None  # the toast that says so (a Notification): gone once it is watched
         self.series = RunSeries()
         self.axis = "step"
         self.status = ""  # read-only sources too: core.watch.activity says running, idle or finished
