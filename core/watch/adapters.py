@@ -138,16 +138,7 @@ def normalize_swift(raw: Record) -> Record | None:
     """One ``logging.jsonl`` record of ms-swift, or None for the summary line and unknown lines."""
     if "train_runtime" in raw or "train_loss" in raw or "last_model_checkpoint" in raw:
         return {"kind": "end"}  # the end-of-training summary (its loss is a run average) or the final state line
-    step = total = None
-    # ms-swift ≥ 2.3: "global_step/max_steps"; Megatron-SWIFT: "iteration"; 2.2.2: "steps[global_step/max_steps]"
-    # (all "step/total" strings); ms-swift ≤ 2.2.1, and 2.x's printer callback (disable_tqdm), a bare
-    # "global_step" number
-    progress = _first(raw, _SWIFT_PROGRESS)
-    if isinstance(progress, str) and "/" in progress:
-        left, _, right = progress.partition("/")
-        step, total = _to_int(left), _to_int(right)
-    elif progress is not None:
-        step = _to_int(progress)
+    step, total = _swift_step(raw)
     out = _metrics_record(raw, "swift")
     if out is None:
         return None
@@ -159,6 +150,17 @@ def normalize_swift(raw: Record) -> Record | None:
 
 
 _SWIFT_PROGRESS = ("global_step/max_steps", "iteration", "steps[global_step/max_steps]", "global_step")
+
+
+def _swift_step(raw: Record) -> tuple[int | None, int | None]:
+    """(step, total steps) of an ms-swift line. ms-swift ≥ 2.3: "global_step/max_steps"; Megatron-SWIFT:
+    "iteration"; 2.2.2: "steps[global_step/max_steps]" (all "step/total" strings); ms-swift ≤ 2.2.1, and 2.x's
+    printer callback (disable_tqdm), a bare "global_step" number."""
+    progress = _first(raw, _SWIFT_PROGRESS)
+    if isinstance(progress, str) and "/" in progress:
+        left, _, right = progress.partition("/")
+        return _to_int(left), _to_int(right)
+    return (_to_int(progress) if progress is not None else None), None
 
 
 def _first(raw: Record, keys: tuple[str, ...]) -> Any:
@@ -179,13 +181,12 @@ def _metrics_record(raw: Record, adapter: str) -> Record | None:
     # A key that is present but null is unset (LLaMA-Factory ≤ 0.7 writes every key on every line):
     # only a value makes a line an eval or a train line. NaN is a value (a diverged loss).
     out: Record = {}
-    if _first(raw, _EVAL_LOSS.keys(adapter)) is not None:
-        out["kind"] = EVAL
-    else:
+    kind = _line_kind(raw, adapter)
+    if kind is None:
+        return None
+    out["kind"] = kind
+    if kind == TRAIN:
         raw_loss = _first(raw, _LOSS.keys(adapter))
-        if raw_loss is None:
-            return None
-        out["kind"] = TRAIN
         loss = to_float(raw_loss)
         out["loss"] = loss
         if loss is None and _is_nan_text(raw_loss):
@@ -193,6 +194,29 @@ def _metrics_record(raw: Record, adapter: str) -> Record | None:
     for metric in _READ[adapter][out["kind"]]:
         _put(out, metric.name, to_float(_first(raw, metric.keys(adapter))))
     return out
+
+
+def _line_kind(raw: Record, adapter: str) -> str | None:
+    """EVAL for a line with an eval loss, else TRAIN for one with a loss, else None (``_metrics_record``)."""
+    if _first(raw, _EVAL_LOSS.keys(adapter)) is not None:
+        return EVAL
+    return TRAIN if _first(raw, _LOSS.keys(adapter)) is not None else None
+
+
+def progress_of(raw: Record, kind: str) -> tuple[str, int | None, Any] | None:
+    """(kind, step, the elapsed time as logged, not parsed) of an ms-swift (``kind`` "swift") or LLaMA-Factory
+    line's train or eval record: what its normaliser makes of those, without reading its metrics; None where
+    it makes no train or eval record. For a pass that only places restarts (``core.watch.feed.MetricsFeed
+    .place_tail``): the metrics and the remaining time of every line before the tail took most of its time."""
+    if kind == "swift":
+        if "train_runtime" in raw or "train_loss" in raw or "last_model_checkpoint" in raw:
+            return None  # {"kind": "end"}
+        line_kind = _line_kind(raw, "swift")
+        step = _swift_step(raw)[0] if line_kind is not None else None
+    else:
+        line_kind = _line_kind(raw, "llamafactory")
+        step = _to_int(raw.get("current_steps")) if line_kind is not None else None
+    return None if line_kind is None else (line_kind, step, raw.get("elapsed_time"))
 
 
 # adapter -> kind -> the metrics read from its records (the loss is read above: it decides the kind)

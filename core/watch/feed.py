@@ -9,6 +9,7 @@ attempt's; a resume appended while it is followed makes ``poll`` start over (tai
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -238,10 +239,47 @@ class MetricsFeed:
         over what is before the tail, where the tail is not the whole of another trainer's file."""
         if self.kind == "tunedeck" or self.start <= 0:
             return
+        self._shift_tail(self._attempts_before_tail())
+
+    def _attempts_before_tail(self) -> Attempts:
+        """The ``Attempts`` that ``mark_restarts`` leaves after the records before the tail, from each line's
+        step and kind only (``progress_of``): a line's metrics are not read, and its elapsed time is parsed
+        only where a restart or the tail's start needs it (all of them took seconds on a 100 MB log)."""
+        from core.watch.adapters import progress_of
+
         attempts = Attempts()
+        pending: list[Any] = []  # elapsed times as logged since attempts.elapsed was last brought up to date
+
+        def settle() -> None:  # attempts.elapsed as mark_restarts leaves it: the last of them that parses
+            while pending:
+                value = _elapsed(pending.pop())
+                if value is not None:
+                    attempts.elapsed = value
+                    break
+            pending.clear()
+
         for lines in read_lines_between(self.path, 0, self.start, block=BACKFILL_BLOCK):
-            mark_restarts(parse_lines(lines, self.kind), attempts)
-        self._shift_tail(attempts)
+            for raw in _objects(lines):
+                progress = progress_of(raw, self.kind)
+                if progress is None:
+                    continue
+                kind, step, elapsed = progress
+                if kind == "train" and isinstance(step, int):
+                    if attempts.last is not None and step <= attempts.last:
+                        settle()
+                        value = _elapsed(elapsed)
+                        attempts.offset = attempts.next_offset(value)
+                        attempts.elapsed = value
+                        attempts.last = step
+                        continue
+                    attempts.last = step
+                if elapsed is not None:
+                    pending.append(elapsed)
+                    if len(pending) > 4096:
+                        settle()
+            time.sleep(0)
+        settle()
+        return attempts
 
 
 @dataclass
@@ -291,6 +329,34 @@ def mark_restarts(records: list[dict[str, Any]], attempts: Attempts) -> list[dic
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_DECODE = json.JSONDecoder().decode
+
+
+def _objects(lines: list[bytes]) -> list[dict[str, Any]]:
+    """The JSON objects of ``lines`` as ``parse_lines`` takes them (blank, broken and non-object lines
+    skipped). What ``json.loads`` does with a line, less its checks of the type and its guess of the encoding
+    (UTF-8 for a line that begins with "{" and not a NUL: one that does goes through ``json.loads``)."""
+    values = []
+    for line in lines:
+        if not line or line[:1] != b"{":
+            continue
+        try:
+            value = _DECODE(line.decode("utf-8", "surrogatepass")) if line[1:2] != b"\0" else json.loads(line)
+        except ValueError:
+            continue
+        if type(value) is dict:
+            values.append(value)
+    return values
+
+
+def _elapsed(logged: Any) -> float | None:
+    """``elapsed_s`` as ``mark_restarts`` takes it from an elapsed time as logged (None: it is not taken)."""
+    from core.watch.adapters import parse_duration
+
+    value = parse_duration(logged)
+    return float(value) if _is_number(value) else None
 
 
 def _lead(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

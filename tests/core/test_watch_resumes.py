@@ -279,3 +279,58 @@ def test_a_restart_right_after_an_evaluation_at_the_tails_edge_goes_on_after_the
     assert whole[0][10] == (81, 1.011)  # step 11 of the restart: after the evaluation
     assert whole[1] == []  # the evaluation at step 20: superseded by the restart at step 11, as A's steps 11-20
     assert time_points(edge) == whole
+
+
+def test_watch_json_places_the_tail_from_each_lines_step_and_kind_alone(tmp_path, monkeypatch):
+    """``watch --json`` on a restarted LLaMA-Factory or ms-swift log read every line before the tail through
+    its normaliser (its metrics, both times parsed) to find the restarts: seconds on a 100 MB log. The lines'
+    metrics are not read now (the normaliser is not called before the tail), and the tail is placed as the
+    whole read places it: evaluations, lines without a time or with one that does not parse, broken and
+    non-object lines, ms-swift's summary line, restarts at the tail's edge."""
+    from core.watch import adapters
+    from core.watch.adapters import parse_lines
+    from core.watch.feed import Attempts, mark_restarts, read_lines_between
+
+    normalised: list[dict] = []  # lines the normaliser read while the tail was placed
+
+    def counted(kind: str):
+        real = adapters.NORMALIZERS[kind]
+        return real, lambda raw: normalised.append(raw) or real(raw)
+
+    def lf(step: int, elapsed, **values) -> str:
+        return json.dumps({"current_steps": step, "total_steps": 100, "epoch": step / 100,
+                           "elapsed_time": elapsed, "remaining_time": "0:00:05", "padding": "x" * 100, **values})
+
+    def swift(step: int, elapsed, **values) -> str:
+        return json.dumps({"global_step/max_steps": f"{step}/100", "elapsed_time": elapsed,
+                           "remaining_time": "5s", "padding": "x" * 100, **values})
+
+    for kind, line, seconds in (("llamafactory", lf, lambda s: str(timedelta(seconds=s))),
+                                ("swift", swift, lambda s: f"{s // 60}m {s % 60}s")):
+        lines = [line(s, seconds(s), loss=2.0) for s in range(1, 21)]
+        lines.append(line(20, seconds(80), eval_loss=1.5))
+        lines.append(line(21, "soon", loss=1.9))  # an attempt's last time that does not parse
+        lines += ["[1, 2]", "{broken", "", line(21, None, loss=1.9)]
+        lines += [line(s, seconds(s - 10), loss=1.0) for s in range(11, 31)]  # restarted: time from 0
+        lines.append(line(30, seconds(25), eval_loss=1.2, loss=None))
+        lines += [line(s, seconds(s - 20), loss=0.5) for s in range(21, 41)]  # and again
+        if kind == "swift":
+            lines.append(json.dumps({"train_runtime": 99.0, "train_loss": 1.0}))
+        lines += [line(s, seconds(s - 35), loss=0.4) for s in range(36, 46)]  # after the summary line
+        path = tmp_path / f"{kind}.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        total = path.stat().st_size
+        for tail_bytes in range(200, total, 180):  # the tail starting on every few lines
+            feed = MetricsFeed(path, kind, tail_bytes=tail_bytes)
+            feed.read_tail()
+            if feed.start <= 0:
+                continue
+            wanted = Attempts()  # as the normaliser and mark_restarts read every record before the tail
+            for block in read_lines_between(path, 0, feed.start):
+                mark_restarts(parse_lines(block, kind), wanted)
+            real, spy = counted(kind)
+            monkeypatch.setitem(adapters.NORMALIZERS, kind, spy)
+            assert feed._attempts_before_tail() == wanted, (kind, tail_bytes)
+            feed.place_tail()
+            assert normalised == [], (kind, tail_bytes)
+            monkeypatch.setitem(adapters.NORMALIZERS, kind, real)
