@@ -58,21 +58,70 @@ class StopResult:
     notices: list[Message] = field(default_factory=list)  # what the user must still be told (run.json)
 
 
-def _kill_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and all its descendants (torchrun workers live in sessions of their own)."""
-    import psutil
+def _user_name(uid: int) -> str:
+    """The login name of ``uid``, or the number where it has none (a container's user without a passwd entry)."""
+    import pwd
 
     try:
-        root = psutil.Process(pid)
-        victims = root.children(recursive=True) + [root]
-    except psutil.NoSuchProcess:
-        return
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _not_permitted(run: RunDirectory, pid: int, error: str) -> RunControlError:
+    """A stop whose signal this user may not send (kill(2): EPERM): which run, which process, whose it is and
+    what to do. A request that cannot be (exit 2): nothing was sent, nothing written."""
+    import psutil
+
+    me = _user_name(os.geteuid())
+    try:
+        owner = _user_name(psutil.Process(pid).uids().real)
+    except (psutil.Error, ValueError):
+        owner = None
+    if owner is not None and owner != me:
+        return RunControlError(t("runs.stop_other_user", id=run.id, pid=pid, owner=owner, user=me, error=error), 2)
+    return RunControlError(t("runs.stop_not_permitted", id=run.id, pid=pid, user=me, error=error), 2)
+
+
+def _may_signal(run: RunDirectory, pid: int) -> None:
+    """Refuse (``_not_permitted``) a stop whose signal to ``pid`` the kernel would refuse: a supervisor of
+    another user (a shared box, a run started with sudo). Checked with signal 0, which checks and sends
+    nothing, before the run's status is touched. A pid gone meanwhile is for the caller's liveness to judge."""
+    try:
+        os.kill(pid, 0)
+    except PermissionError as exc:
+        raise _not_permitted(run, pid, exc.strerror or str(exc)) from exc
+    except ProcessLookupError:
+        pass
+
+
+def _kill_trees(run: RunDirectory, pids: list[int]) -> None:
+    """SIGKILL each of ``pids`` and all their descendants (torchrun workers live in sessions of their own).
+    Each is checked first: where one may not be signalled (another user's), none is, and the stop is refused
+    (``_not_permitted``), so the run is not written "stopped" while it trains on."""
+    import psutil
+
+    victims: list[Any] = []
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            victims += root.children(recursive=True) + [root]
+        except psutil.NoSuchProcess:
+            continue
+    for proc in victims:
+        _may_signal(run, proc.pid)
+    denied: list[tuple[int, str]] = []
     for proc in victims:
         try:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(victims, timeout=10)
+        except psutil.AccessDenied as exc:  # refused after all (a security module): said, not a traceback
+            denied.append((proc.pid, exc.msg or "access denied"))
+    refused = {pid for pid, _ in denied}
+    psutil.wait_procs([proc for proc in victims if proc.pid not in refused], timeout=10)  # not those alive still
+    if denied:
+        raise _not_permitted(run, *denied[0])
 
 
 def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
@@ -104,11 +153,9 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
     # says so), as the app's stop key decides it.
     stopping = still_stopping(status.status, status.reason_message)
     if force or stopping:
-        if alive:
-            _kill_tree(int(pid))
         trainer = record.get("trainer") or {}
-        if trainer.get("pid") and same_process_alive(trainer["pid"], trainer.get("start_time")):
-            _kill_tree(int(trainer["pid"]))
+        trainer_alive = bool(trainer.get("pid")) and same_process_alive(trainer["pid"], trainer.get("start_time"))
+        _kill_trees(run, ([int(pid)] if alive else []) + ([int(trainer["pid"])] if trainer_alive else []))
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             with try_lock(run) as got:
@@ -129,8 +176,15 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
         if status.status == QUEUED:
             raise RunControlError(t("runs.stop_not_started", id=run.id))
         return StopResult(False, effective_status(run))
+    _may_signal(run, int(pid))  # before "stopping" is written: not for a supervisor that cannot be told
+    before = run.status()
     run.transition(STOPPING, Message("runs.reason_stop_requested"), only_from=ACTIVE_STATES)
-    os.kill(int(pid), signal.SIGTERM)
+    try:
+        os.kill(int(pid), signal.SIGTERM)
+    except PermissionError as exc:  # refused after all: the run goes on, as it was
+        run.transition(before.status, Message.from_record(before.reason_message) or before.reason,
+                       only_from={STOPPING})
+        raise _not_permitted(run, int(pid), exc.strerror or str(exc)) from exc
     return StopResult(False, run.status(), notices=notices)
 
 

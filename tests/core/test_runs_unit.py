@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -249,15 +250,15 @@ def test_a_forced_stop_that_a_reader_calls_a_crash_midway_is_stopped_and_its_att
                       attempts=[{"number": 1, "started": "2026-01-01T00:00:00Z", "resume_from": None}])
     run.write_status(RUNNING)
     seen = []
-    real_kill = control._kill_tree
+    real_kill = control._kill_trees
 
-    def kill_then_a_reader_looks(pid):
-        real_kill(pid)
+    def kill_then_a_reader_looks(run, pids):
+        real_kill(run, pids)
         reader = subprocess.run([sys.executable, "-m", "core", "status", run.id, "--json"], cwd=ROOT,
                                 capture_output=True, text=True, timeout=60, env={**os.environ})
         seen.append(json.loads(reader.stdout)["status"])
 
-    monkeypatch.setattr(control, "_kill_tree", kill_then_a_reader_looks)  # the reader comes in between
+    monkeypatch.setattr(control, "_kill_trees", kill_then_a_reader_looks)  # the reader comes in between
     try:
         result = request_stop(run, force=True)
     finally:
@@ -607,6 +608,57 @@ def test_stop_and_resume_refusals_exit_2_through_the_cli(home):
         assert effective_status(run).status == RUNNING and holder.poll() is None  # nothing was touched
     finally:
         holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
+def _hold_lock_as_nobody(run: RunDirectory) -> subprocess.Popen:
+    """A supervisor of another user: takes the run's lock as root, then becomes ``nobody`` (uid 65534)."""
+    code = (
+        "import fcntl, os, time\n"
+        f"fd = os.open({str(run.lock_path)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "os.setgid(65534)\n"
+        "os.setuid(65534)\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv(1)")
+def test_a_stop_of_another_users_run_is_refused_with_its_owner_and_leaves_it_running(home):
+    """`tunedeck stop RUN` of a run whose supervisor is another user's (a shared box, a run started with
+    sudo): os.kill's PermissionError was a traceback, after the run had been written "stopping" (the app
+    then offered a second stop that kills); --force's psutil AccessDenied was one too. Now both are refused
+    (exit 2) saying which run, which process, whose it is and what to do, and the run stays running. Real
+    processes, no GPU: the supervisor is a process holding the run's lock as ``nobody``; the stopping CLI is
+    root without CAP_KILL (setpriv), for which the kernel refuses the signal as for any other user."""
+    import psutil
+
+    env = {**os.environ, "TUNEDECK_HOME": str(home)}
+    run = _run(home)
+    holder = _hold_lock_as_nobody(run)
+    try:
+        run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()})
+        run.write_status(RUNNING)
+        for extra in ([], ["--force"]):
+            out = subprocess.run(["setpriv", "--bounding-set=-kill", "--inh-caps=-kill", sys.executable, "-m",
+                                  "core", "stop", run.id, *extra], cwd=ROOT, env=env, capture_output=True,
+                                 text=True, timeout=120)
+            assert out.returncode == 2 and "Traceback" not in out.stderr, (extra, out.returncode, out.stderr)
+            assert out.stderr == (f"tunedeck: run {run.id} cannot be stopped by root: its process {holder.pid} "
+                                  "belongs to user nobody (Operation not permitted); nothing was sent and the run "
+                                  f"goes on. Stop it as nobody or as root (sudo tunedeck stop {run.id})\n"), out.stderr
+            assert run.status().status == RUNNING and effective_status(run).status == RUNNING, (extra, run.status())
+            assert holder.poll() is None and run.last_event("stopped") is None
+        result = request_stop(run)  # root with CAP_KILL (this test): the stop goes through
+        assert not result.forced and result.status.status == "stopping"
+        holder.wait(timeout=60)  # SIGTERM's default: it exits
+    finally:
+        if holder.poll() is None:
+            holder.kill()
         holder.wait()
 
 
