@@ -118,6 +118,11 @@ def render_snapshot(snapshot: Any) -> list[str]:
 
 def host_line(host: Any) -> str:
     load = " ".join(f"{v:.2f}" for v in host.load_average) if host.load_average else None
+    if host.disk_error:  # the data root's disk is not known: said, with what to do
+        return t("hardware.cli.host_disk_unreadable", hostname=_na(host.hostname),
+                 cpu=_na(host.cpu_percent, "{:.0f}%"), cores=_na(host.cpu_count_logical),
+                 ram_used=_gib(host.memory_used_bytes), ram_total=_gib(host.memory_total_bytes), load=_na(load),
+                 disk_path=_na(host.disk_path), error=host.disk_error)
     return t(
         "hardware.cli.host",
         hostname=_na(host.hostname),

@@ -41,17 +41,18 @@ def cache_variable(hub: str) -> str:
 def cache_disks(data_dir: Path, caches: list[tuple[str, Path]]) -> tuple[CacheDisk, ...]:
     """The file systems of the hub ``caches`` other than ``data_dir``'s (an existing folder), one entry per
     file system with the hubs it holds: a download fills that disk, not the data root's. A cache whose
-    folder (or nearest existing parent) cannot be read is left out."""
+    folder (or nearest existing parent) cannot be read is left out. None where ``data_dir`` itself cannot be
+    read: its file system is not known, so no cache can be said to be on another one (every one was)."""
     try:
         data_dev = os.stat(data_dir).st_dev
     except OSError:
-        data_dev = None
+        return ()
     found: dict[int, tuple[list[str], Path]] = {}
     for hub, path in caches:
-        folder = nearest_existing_dir(path)
         try:
+            folder = nearest_existing_dir(path)
             dev = os.stat(folder).st_dev
-        except OSError:
+        except OSError:  # a folder on the way that may not be searched (Permission denied)
             continue
         if dev == data_dev:
             continue
@@ -105,12 +106,16 @@ class LiveHostSampler:
             load: tuple[float, ...] = tuple(float(v) for v in os.getloadavg())
         except (AttributeError, OSError):
             load = ()
-        disk_dir = nearest_existing_dir(self._disk_path())
+        wanted = self._disk_path()
+        disk_error = None
         try:
+            disk_dir = nearest_existing_dir(wanted)
             usage = shutil.disk_usage(disk_dir)
             disk_total, disk_free = usage.total, usage.free
-        except OSError:
+        except OSError as exc:  # a folder on its way that may not be searched: said, not a failed sample
+            disk_dir = Path(wanted).expanduser().absolute()
             disk_total = disk_free = None
+            disk_error = exc.strerror or str(exc)
         return HostSnapshot(
             hostname=socket.gethostname() or None,
             cpu_percent=float(cpu),
@@ -124,7 +129,8 @@ class LiveHostSampler:
             disk_path=str(disk_dir),
             disk_total_bytes=disk_total,
             disk_free_bytes=disk_free,
-            cache_disks=cache_disks(disk_dir, self._caches()),
+            cache_disks=() if disk_error else cache_disks(disk_dir, self._caches()),
+            disk_error=disk_error,
         )
 
 

@@ -145,6 +145,9 @@ class HostSnapshot:
     disk_total_bytes: int | None = None
     disk_free_bytes: int | None = None
     cache_disks: tuple[CacheDisk, ...] = ()  # none where every hub cache is on the data root's file system
+    # Why the data root (``disk_path``) could not be read (``Permission denied``): its disk is not known, and
+    # no hub cache is said to be on another one. None where it read.
+    disk_error: str | None = None
 
 
 @dataclass(frozen=True)

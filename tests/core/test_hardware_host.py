@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,65 @@ def test_a_hub_cache_on_another_disk_is_sampled_with_its_own_free_space(tmp_path
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     host = LiveHostSampler().sample()
     assert host.cache_disks == () and "hub cache" not in host_line(host)
+
+
+def _as_nobody(job):
+    """``job()``'s result (JSON), run in a forked child that dropped root for ``nobody`` (uid 65534): a user
+    for whom a folder of root's with mode 0700 cannot be searched (root reads every folder)."""
+    import json
+    import traceback
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery from here on, only os._exit
+        os.close(read)
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            result = job()
+        except BaseException:  # noqa: BLE001 - reported to the parent
+            result = {"error": traceback.format_exc()}
+        os.write(write, json.dumps(result).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as handle:
+        data = handle.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to become nobody")
+def test_an_unreadable_data_root_is_said_and_no_hub_cache_is_called_another_disk(tmp_path):
+    """A data root that cannot be read (a folder on its way that may not be searched: another user's home)
+    made the host sample fail (PermissionError out of the GPU screen's poll and `tunedeck gpus`), and
+    ``cache_disks`` call every hub cache "another disk", the data root's disk being unknown. Now the sample
+    says the data root cannot be read (why, what to do), with no disk figures and no cache called another
+    disk. No GPU: the host only; the reader is ``nobody``, the data root under the tests' folder (0700, root's)."""
+    from core.hardware.commands import host_line
+    from core.hardware.host import cache_disks
+    from core.hardware.snapshot import HostSnapshot
+
+    assert os.stat(tmp_path.parent).st_mode & 0o077 == 0  # pytest's folders: root's alone
+    data = tmp_path / "home"
+    data.mkdir()
+    import tempfile
+
+    # The HF cache on the data root's own disk, readable by all; the ModelScope one unreadable as well.
+    readable = [("hf", Path(tempfile.gettempdir()) / "tunedeck-test-not-created" / "hf")]
+    assert os.stat(tempfile.gettempdir()).st_dev == os.stat(data).st_dev
+    caches = [("modelscope", tmp_path / "ms"), *readable]
+    sampler = LiveHostSampler(disk_path=lambda: data, caches=lambda: caches)
+
+    def job():
+        disks = len(cache_disks(data, readable))
+        host = sampler.sample()
+        return {"disks": disks, "line": host_line(host),
+                "host": [host.disk_path, host.disk_error, host.disk_free_bytes, len(host.cache_disks)]}
+
+    result = _as_nobody(job)
+    assert "error" not in result, result["error"]
+    assert result["disks"] == 0  # was 1: the HF cache "on another disk", the data root's own
+    assert result["host"] == [str(data), "Permission denied", None, 0], result
+    assert f"disk not known: the data root {data} cannot be read (Permission denied); make it readable, or set " \
+           "TUNEDECK_HOME to a folder you can write" in result["line"], result["line"]
+    assert HostSnapshot().disk_error is None  # recordings made before it read as a data root that read

@@ -857,6 +857,33 @@ def test_a_hub_cache_on_another_disk_shows_its_free_space_beside_the_data_roots(
     assert disks in wide and load in wide, wide
 
 
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_an_unreadable_data_root_is_said_on_the_host_line(language):
+    """A data root that could not be read showed "disk free –", as if the disk were merely not measured (and
+    before, every hub cache as "another disk"). The host line says the data root is unreadable, within 80
+    columns. Fake GPUs: h200x2 recording, its host's data root unreadable."""
+    from core import i18n
+
+    recording = load_snapshot(GPU_FIXTURES / "h200x2.json")
+    host = dataclasses.replace(recording.host, load_average=(12.5, 11.0, 10.25), disk_total_bytes=None,
+                               disk_free_bytes=None, disk_error="Permission denied")
+    recording = dataclasses.replace(recording, host=host)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor_from_recording(recording, clock=StepClock()))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_gpus(pilot, app)
+            return next(line for line in screen_text(app).splitlines() if t("gpuscreen.cpu") in line)
+
+    try:
+        i18n.set_language(language)
+        line = run(scenario())
+        said = t("gpuscreen.disk_unreadable")
+    finally:
+        i18n.set_language("en")
+    assert said in line and cell_len(line.rstrip()) <= 80, line
+
+
 def test_the_host_line_fits_again_after_the_terminal_is_resized():
     """The host line drops the load where the hub caches' disks would not fit beside it, but it was laid out at
     each poll only: a terminal narrowed to 80 columns kept the wide line, its cache disks cut off, until the

@@ -499,6 +499,12 @@ class GpuScreen(Screen[None]):
             f"{_gib(host.memory_used_bytes)}/{_gib(host.memory_total_bytes)}G"
         )
         load_part = f"  [$primary]{t('gpuscreen.load')}[/] {load}"
+        if host.disk_error:  # its disk is not known (`tunedeck gpus` says why and what to do)
+            unreadable = f"  [$warning]{t('gpuscreen.disk_unreadable')}[/]"
+            width = self.size.width - 2
+            if width > 0 and cell_len(_MARKUP_TAG.sub("", head + load_part + unreadable)) > width:
+                return head + unreadable
+            return head + load_part + unreadable
         if not host.cache_disks:
             return head + load_part + f"  [$primary]{t('gpuscreen.disk')}[/] {format_disk(host.disk_free_bytes)}"
         # The hub caches on other disks than the data root's: a download fills theirs. Each is named; the load
