@@ -858,6 +858,43 @@ def test_a_hub_cache_on_another_disk_shows_its_free_space_beside_the_data_roots(
 
 
 @pytest.mark.parametrize("language", ["en", "zh"])
+def test_two_hub_caches_on_two_other_disks_fit_the_host_line_at_80_columns(language):
+    """Both hubs' caches on disks of their own (MODELSCOPE_CACHE and HF_HOME on two mounts): the host line ran
+    past 80 columns even with the load given way, the HF cache's free space (and most of ModelScope's) cut off.
+    Now the hubs go by their short names and the bars give way, every figure kept; at 160 columns all is shown
+    in full. Fake GPUs: h200x2 recording, its host with a ModelScope and an HF cache disk."""
+    from core import i18n
+    from core.hardware.snapshot import CacheDisk
+    from core.units import format_disk
+
+    recording = load_snapshot(GPU_FIXTURES / "h200x2.json")
+    ms = CacheDisk(hubs=("modelscope",), path="/mnt/ms", total_bytes=4 * 10**12, free_bytes=1_234 * 10**9)
+    hf = CacheDisk(hubs=("hf",), path="/mnt/hf", total_bytes=4 * 10**12, free_bytes=987 * 10**9)
+    host = dataclasses.replace(recording.host, load_average=(12.5, 11.0, 10.25), cache_disks=(ms, hf))
+    recording = dataclasses.replace(recording, host=host)
+
+    async def scenario(size):
+        app = make_app(quiet_settings(), monitor=fake_monitor_from_recording(recording, clock=StepClock()))
+        async with app.run_test(size=size) as pilot:
+            await open_gpus(pilot, app)
+            return next(line for line in screen_text(app).splitlines() if t("gpuscreen.cpu") in line)
+
+    try:
+        i18n.set_language(language)
+        data = t("gpuscreen.disk_data", free=format_disk(host.disk_free_bytes))
+        short = f"{data} · MS {format_disk(ms.free_bytes)} · HF {format_disk(hf.free_bytes)}"
+        full = (f"{data} · {t('gpuscreen.disk_cache_of', hub='ModelScope', free=format_disk(ms.free_bytes))} · "
+                f"{t('gpuscreen.disk_cache_of', hub='HF', free=format_disk(hf.free_bytes))}")
+        ram = t("gpuscreen.ram")
+        narrow, wide = run(scenario((80, 24))), run(scenario((160, 50)))
+    finally:
+        i18n.set_language("en")
+    assert short in narrow and cell_len(narrow.rstrip()) <= 80, narrow
+    assert f"{ram} {round(host.memory_used_bytes / 2**30, 1)}/" in narrow, narrow  # its figures kept
+    assert full in wide and "12.5 11.0 10.2" in wide, wide
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
 def test_an_unreadable_data_root_is_said_on_the_host_line(language):
     """A data root that could not be read showed "disk free –", as if the disk were merely not measured (and
     before, every hub cache as "another disk"). The host line says the data root is unreadable, within 80

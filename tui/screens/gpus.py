@@ -69,9 +69,16 @@ _MARKUP_TAG = re.compile(r"\[[^\]]*\]")  # the host line's style tags ([$primary
 _CACHE_HUBS = {"modelscope": "ModelScope", "hf": "HF"}
 
 
-def _cache_disk_label(disk: CacheDisk) -> str:
-    """A hub cache's disk on the host line: "hub cache 1.2 TB" holding both hubs' caches, else the hub's name."""
+# Where the line is short of room (80 columns, two caches on two disks): the hubs as "MS" and "HF", no "cache".
+_CACHE_HUBS_SHORT = {"modelscope": "MS", "hf": "HF"}
+
+
+def _cache_disk_label(disk: CacheDisk, short: bool = False) -> str:
+    """A hub cache's disk on the host line: "hub cache 1.2 TB" holding both hubs' caches, else the hub's name;
+    ``short``: "MS 1.2 TB", "HF 1.2 TB", "MS+HF 1.2 TB"."""
     free = format_disk(disk.free_bytes)
+    if short and disk.hubs and all(hub in _CACHE_HUBS_SHORT for hub in disk.hubs):
+        return t("gpuscreen.disk_cache_short", hubs="+".join(_CACHE_HUBS_SHORT[hub] for hub in disk.hubs), free=free)
     if len(disk.hubs) == 1 and disk.hubs[0] in _CACHE_HUBS:
         return t("gpuscreen.disk_cache_of", hub=_CACHE_HUBS[disk.hubs[0]], free=free)
     return t("gpuscreen.disk_cache", free=free)
@@ -487,6 +494,9 @@ class GpuScreen(Screen[None]):
         status.remove_class("-error")
 
     def _host_line(self, snapshot: BoxSnapshot) -> str:
+        """CPU, RAM, load and the disks on one line that fits the screen (80 columns): where the hub caches'
+        disks do not fit beside the rest, the load gives way, then the caches go by the hubs' short names
+        without "cache", then the CPU and RAM bars (their figures stay)."""
         host = snapshot.host
         ram = None
         if host.memory_total_bytes and host.memory_used_bytes is not None:
@@ -498,24 +508,27 @@ class GpuScreen(Screen[None]):
             f"  [$primary]{t('gpuscreen.ram')}[/] [{level_variable(ram)}]{bar(ram, 6)}[/] "
             f"{_gib(host.memory_used_bytes)}/{_gib(host.memory_total_bytes)}G"
         )
+        barless = (
+            f"[$primary]{t('gpuscreen.cpu')}[/] [{level_variable(cpu)}]{_num(host.cpu_percent, suffix='%')}[/]"
+            f"  [$primary]{t('gpuscreen.ram')}[/] [{level_variable(ram)}]"
+            f"{_gib(host.memory_used_bytes)}/{_gib(host.memory_total_bytes)}G[/]"
+        )
         load_part = f"  [$primary]{t('gpuscreen.load')}[/] {load}"
         if host.disk_error:  # its disk is not known (`tunedeck gpus` says why and what to do)
-            unreadable = f"  [$warning]{t('gpuscreen.disk_unreadable')}[/]"
-            width = self.size.width - 2
-            if width > 0 and cell_len(_MARKUP_TAG.sub("", head + load_part + unreadable)) > width:
-                return head + unreadable
-            return head + load_part + unreadable
-        if not host.cache_disks:
-            return head + load_part + f"  [$primary]{t('gpuscreen.disk')}[/] {format_disk(host.disk_free_bytes)}"
-        # The hub caches on other disks than the data root's: a download fills theirs. Each is named; the load
-        # gives way where the line would not fit the screen (80 columns).
-        disks = " · ".join([t("gpuscreen.disk_data", free=format_disk(host.disk_free_bytes)),
-                            *(_cache_disk_label(disk) for disk in host.cache_disks)])
-        disk_part = f"  [$primary]{t('gpuscreen.disks')}[/] {disks}"
+            disk_parts = [f"  [$warning]{t('gpuscreen.disk_unreadable')}[/]"]
+        elif not host.cache_disks:
+            disk_parts = [f"  [$primary]{t('gpuscreen.disk')}[/] {format_disk(host.disk_free_bytes)}"]
+        else:  # the hub caches on other disks than the data root's: a download fills theirs, each is named
+            data = t("gpuscreen.disk_data", free=format_disk(host.disk_free_bytes))
+            disk_parts = [f"  [$primary]{t('gpuscreen.disks')}[/] "
+                          + " · ".join([data, *(_cache_disk_label(disk, short) for disk in host.cache_disks)])
+                          for short in (False, True)]
+        candidates = [head + load_part + disk_parts[0], *(head + part for part in disk_parts),
+                      barless + disk_parts[-1]]
         width = self.size.width - 2  # the strip's padding
-        if width > 0 and cell_len(_MARKUP_TAG.sub("", head + load_part + disk_part)) > width:
-            return head + disk_part
-        return head + load_part + disk_part
+        if width <= 0:
+            return candidates[0]
+        return next((line for line in candidates if cell_len(_MARKUP_TAG.sub("", line)) <= width), candidates[-1])
 
     def _compact_wanted(self, count: int) -> bool:
         return self.compact_chosen or self._full_cards_lines(count) > self.size.height
