@@ -65,6 +65,27 @@ class LocalWriteError(Exception):
         self.error = error
 
 
+class LinkRefused(Exception):
+    """The storage server the hub sent the file to (a CDN, a bucket: another host, a signed link) refused the
+    link with 403: an expired or refused signed link, tried again with a new one from the hub (``_retry``)."""
+
+
+# Query keys of a signed download link (S3, CloudFront, Aliyun OSS, Azure): a link that expires.
+SIGNED_LINK_KEYS = frozenset({"expires", "signature", "x-amz-signature", "x-amz-expires", "key-pair-id", "policy",
+                              "ossaccesskeyid", "x-oss-signature", "x-oss-expires", "sig", "se"})
+
+
+def storage_refusal(response: Any) -> str | None:
+    """The host of the storage server behind a 403 ``response`` to a file: where the hub redirected the
+    download to another host (its CDN) or the link is signed; None where the hub itself answered."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    final = urlsplit(str(response.url))
+    asked = urlsplit(str(response.history[0].url)) if getattr(response, "history", None) else final
+    signed = any(key.lower() in SIGNED_LINK_KEYS for key, _ in parse_qsl(final.query, keep_blank_values=True))
+    return final.netloc if signed or final.netloc != asked.netloc else None
+
+
 class FatalDownloadError(TunedeckError):
     """A file the downloader gives up on (retries spent, a hash mismatch, a refusal): the job fails."""
 
@@ -162,6 +183,9 @@ class Downloader:
                     self._get(item["url"], part, offset)
                 except (FatalDownloadError, LocalWriteError):
                     raise
+                except LinkRefused as exc:  # each try asks the hub again, for a new link
+                    stalled, retries = self._retry(item, offset, part, stalled, retries, str(exc))
+                    continue
                 except (requests.RequestException, OSError) as exc:
                     stalled, retries = self._retry(item, offset, part, stalled, retries, str(exc), exc)
                     continue
@@ -252,11 +276,16 @@ class Downloader:
         """Fail on a status that asking again will not change (FATAL_STATUSES). A 404 that is an HTML page
         (a proxy's or a website's "Not Found" at the endpoint) is no hub's word that the file is missing, nor a
         401 or 403 page (a proxy's or a captive portal's login page) its word on the token: said as a web page,
-        with its URL, as the listing says it (``status_problem``'s ``web_page``)."""
+        with its URL, as the listing says it (``status_problem``'s ``web_page``). A 403 from the storage server the
+        hub redirected the file to (``storage_refusal``: an expired or refused signed link) is ``LinkRefused``:
+        tried again, with a new link."""
         from core.hub.problems import looks_like_web_page
 
         name = part.name[:-len(PART_SUFFIX)]
         status = response.status_code
+        storage = storage_refusal(response) if status == 403 else None
+        if storage is not None:  # the CDN's 403 (its HTML or XML page): the link, not a login nor the token
+            raise LinkRefused(t("hub.download.link_refused", file=name, host=storage, status=status))
         content_type = response.headers.get("Content-Type", "")
         page = status in WEB_PAGE_STATUSES and looks_like_web_page(next(response.iter_content(1024), b""))
         error = status_error(self.job["hub"], status, f"{self.job['model_id']}/{name}", self.job["endpoint"],

@@ -26,6 +26,8 @@ CONTROL_FLOW = {
     "core.hardware.nvml_backend._NvmlGone": "NVML went away mid-poll: the snapshot says so instead",
     "core.hardware.nvml_backend._GpuLost": "a GPU answered GPU_IS_LOST mid-read: the snapshot marks it lost instead",
     "core.hub.downloader.Cancelled": "the download job's cancel signal, inside the downloader process",
+    "core.hub.downloader.LinkRefused": "a storage server's 403 to a signed download link, inside the downloader "
+                                       "process: tried again with a new link, said when its tries are spent",
     "core.hub.downloader.LocalWriteError": "a failed write on this box, kept apart from the link's OSErrors until "
                                            "the downloader's run() says it (a full disk) and ends the job",
     "core.hub.hf_source._Abandoned": "ends an HF call thread whose caller gave up on it; nobody reads it",

@@ -282,6 +282,36 @@ def test_a_login_web_page_in_place_of_a_file_is_said_to_be_a_web_page_not_a_toke
 
 
 @pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_a_cdns_403_page_for_an_expired_download_link_is_said_to_be_the_link_and_tried_again(hub_server, hub):
+    """The hubs send a file from a CDN through a signed link that expires. The CDN's HTML 403 page (an expired
+    or refused link) was taken for a proxy's or a captive portal's login page: the download failed at once,
+    "no hub token gets past it", check your proxy. It is now the link: tried again (each try asks the hub for
+    a new link), so one refusal costs a retry; a CDN that keeps refusing fails the download naming its host,
+    the link and what to do, no login nor token. The fake hub's files come through a 302 to "localhost"."""
+    from urllib.parse import urlsplit
+
+    hub_server.hub.cdn = True
+    plan = _plan(hub)
+    hub_server.hub.cdn_refusals = 1  # the downloader's first link refused: a retry gets a new one
+    status = wait_for_download(start_download(plan), 60)
+    assert status.status == "done", status
+    assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
+
+    plan = _plan(hub, include=["config.json"])
+    hub_server.hub.cdn_refusals = -1  # it refuses every link
+    other = plan.target_dir / "config.json"
+    other.unlink()
+    state = wait_for_download(start_download(plan), 90)
+    assert state.status == "failed", state
+    cdn = f"localhost:{urlsplit(hub_server.url).port}"
+    assert state.error.startswith(f"Gave up on config.json after 6 attempts without progress: {cdn} refused the "
+                                  "download link the hub gave for config.json (HTTP 403): a signed link that expired "
+                                  "or was refused by that storage server"), state.error
+    assert "Run the download again" in state.error, state.error
+    assert "captive portal" not in state.error and "TOKEN" not in state.error and "needs a login" not in state.error
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
 def test_files_a_mirror_labels_text_html_are_downloaded(hub_server, hub):
     """A mirror that labels every file text/html had each refused as a captive portal's page. The first
     bytes are looked at before any is written: files are downloaded; a page is still refused (above)."""

@@ -15,7 +15,9 @@ Knobs a test turns: ``slow_s`` (every answer waits that long), ``status`` (every
 (every answer is a 200 HTML page: a captive portal; with ``web_page_status`` 404, a website's Not Found page),
 ``label_html`` (JSON and files labelled text/html, as a mirror may), ``hold`` (an event: every answer waits
 until it is set, so a test knows no answer came before, whatever the box's speed), ``drop_once`` (file paths whose first
-transfer is cut mid-body), ``short_at`` (every file body ends there without an error), a private repo (401 without the token) and a gated one (403 without it).
+transfer is cut mid-body), ``short_at`` (every file body ends there without an error), ``cdn`` (files redirected to a
+signed link on another host; ``cdn_refusals``: that many 403 pages from it, an expired link), a private repo (401 without
+the token) and a gated one (403 without it).
 """
 
 from __future__ import annotations
@@ -83,6 +85,15 @@ class FakeHub:
     # 0 bytes): a server or proxy that keeps answering short without failing.
     short_at: int | None = None
     drop_once: set[str] = field(default_factory=set)
+    # Files are sent from a CDN, as the hubs send theirs: a file's URL answers 302 to a signed link (Expires,
+    # Signature) on another host ("localhost", the endpoint being 127.0.0.1). The CDN answers the first
+    # ``cdn_refusals`` requests (every one: -1) 403 with ``cdn_refusal_page``: a signed link expired or refused.
+    cdn: bool = False
+    cdn_refusals: int = 0
+    cdn_refusal_page: tuple[str, bytes] = (
+        "text/html; charset=utf-8",
+        b"<!DOCTYPE html><html><head><title>403 Forbidden</title></head><body><h1>403 Forbidden</h1>"
+        b"<p>Request has expired</p><hr><center>cdn</center></body></html>")
     requests: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, range header)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -166,6 +177,8 @@ class _Handler(BaseHTTPRequestHandler):
         if data is None:
             self._ms_error(404, f"file {path} not found")
             return
+        if self.hub.cdn and self._cdn_redirect_or_refusal():
+            return
         start, end = 0, len(data) - 1
         status = 200
         header = self.headers.get("Range", "")
@@ -213,6 +226,33 @@ class _Handler(BaseHTTPRequestHandler):
             if self.hub.chunk_delay_s:
                 self.wfile.flush()
                 time.sleep(self.hub.chunk_delay_s)
+
+    def _cdn_redirect_or_refusal(self) -> bool:
+        """With ``cdn``: a file's URL at the endpoint answers 302 to its signed link on the CDN's host, and the
+        CDN refuses the link while ``cdn_refusals`` last. True when that was the answer."""
+        if "Signature=" not in self.path:
+            port = self.server.server_address[1]
+            joiner = "&" if "?" in self.path else "?"
+            location = f"http://localhost:{port}{self.path}{joiner}Expires=1700000000&Signature=fake-signature"
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+        with self.hub.lock:
+            refuse = self.hub.cdn_refusals != 0
+            if self.hub.cdn_refusals > 0:
+                self.hub.cdn_refusals -= 1
+        if not refuse:
+            return False
+        content_type, page = self.hub.cdn_refusal_page
+        self.send_response(403)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(page)
+        return True
 
     # --- routes -----------------------------------------------------------------------------------
     def do_HEAD(self) -> None:
