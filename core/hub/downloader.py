@@ -25,7 +25,7 @@ from core.hub.download import (
     STATE_INTERVAL_S,
     TOKEN_ENV,
 )
-from core.hub.http import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, auth_headers_for, status_error
+from core.hub.http import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, auth_headers_for, status_error, storage_refusal
 from core.i18n import t
 
 FATAL_STATUSES = (401, 403, 404, 410)
@@ -68,22 +68,6 @@ class LocalWriteError(Exception):
 class LinkRefused(Exception):
     """The storage server the hub sent the file to (a CDN, a bucket: another host, a signed link) refused the
     link with 403: an expired or refused signed link, tried again with a new one from the hub (``_retry``)."""
-
-
-# Query keys of a signed download link (S3, CloudFront, Aliyun OSS, Azure): a link that expires.
-SIGNED_LINK_KEYS = frozenset({"expires", "signature", "x-amz-signature", "x-amz-expires", "key-pair-id", "policy",
-                              "ossaccesskeyid", "x-oss-signature", "x-oss-expires", "sig", "se"})
-
-
-def storage_refusal(response: Any) -> str | None:
-    """The host of the storage server behind a 403 ``response`` to a file: where the hub redirected the
-    download to another host (its CDN) or the link is signed; None where the hub itself answered."""
-    from urllib.parse import parse_qsl, urlsplit
-
-    final = urlsplit(str(response.url))
-    asked = urlsplit(str(response.history[0].url)) if getattr(response, "history", None) else final
-    signed = any(key.lower() in SIGNED_LINK_KEYS for key, _ in parse_qsl(final.query, keep_blank_values=True))
-    return final.netloc if signed or final.netloc != asked.netloc else None
 
 
 class FatalDownloadError(TunedeckError):

@@ -10,6 +10,7 @@ from core.hub.problems import (
     ENDPOINT_ENV,
     HUB_NAMES,
     TOKEN_ENV,
+    link_refused_problem,
     looks_like_web_page,
     status_problem,
     unreachable_problem,
@@ -21,7 +22,8 @@ READ_TIMEOUT_S = 15.0
 TOKEN_ENV_NAME = TOKEN_ENV
 
 __all__ = ["CONNECT_TIMEOUT_S", "ENDPOINT_ENV", "HUB_NAMES", "READ_TIMEOUT_S", "TOKEN_ENV_NAME", "auth_headers_for",
-           "labelled_web_page", "raise_if_web_page", "requests_error", "status_error", "unreachable_error",
+           "labelled_web_page", "raise_if_web_page", "requests_error", "status_error", "storage_refusal",
+           "unreachable_error",
            "web_page_hook"]
 
 
@@ -43,10 +45,32 @@ def unreachable_error(hub: str, endpoint: str, reason: BaseException | str) -> H
     return HubUnavailableError(problem.message(), problem)
 
 
+# Query keys of a signed download link (S3, CloudFront, Aliyun OSS, Azure): a link that expires.
+SIGNED_LINK_KEYS = frozenset({"expires", "signature", "x-amz-signature", "x-amz-expires", "key-pair-id", "policy",
+                              "ossaccesskeyid", "x-oss-signature", "x-oss-expires", "sig", "se"})
+
+
+def storage_refusal(response: Any) -> str | None:
+    """The host of the storage server behind a 403 ``response`` to a file: where the hub redirected the
+    file to another host (its CDN, a bucket) or the link is signed; None where the hub itself answered (a
+    gated or private model: its word on the token). The storage's 403, HTML or XML, is about the link."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    final = urlsplit(str(response.url))
+    history = getattr(response, "history", None)
+    asked = urlsplit(str(history[0].url)) if history else final
+    signed = any(key.lower() in SIGNED_LINK_KEYS for key, _ in parse_qsl(final.query, keep_blank_values=True))
+    return final.netloc if signed or final.netloc != asked.netloc else None
+
+
 def requests_error(hub: str, exc: BaseException, what: str, endpoint: str) -> HubError:
-    """Translate an exception of ``requests`` (or a response status carried on it)."""
+    """Translate an exception of ``requests`` (or a response status carried on it). A 403 from the storage
+    server the hub sent a file to (``storage_refusal``) is the link's refusal, not the hub's word on access."""
     response: Any = getattr(exc, "response", None)
     status = getattr(response, "status_code", None)
+    if status == 403 and storage_refusal(response) is not None:
+        problem = link_refused_problem(hub, endpoint, storage_refusal(response) or "", what, status, str(exc))
+        return HubUnavailableError(problem.message(), problem)
     if isinstance(status, int) and status >= 400:
         return status_error(hub, status, what, endpoint, str(exc))
     return unreachable_error(hub, endpoint, exc)

@@ -206,6 +206,16 @@ def status_problem(hub: str, endpoint: str, status: int, what: str, detail: str 
                       advice, detail, status=status)
 
 
+def link_refused_problem(hub: str, endpoint: str, host: str, what: str, status: int, detail: str = "") -> HubProblem:
+    """The storage server ``host`` the hub sent a file to (its CDN, a bucket) refused the signed link with
+    ``status`` (403): expired or refused there; no word of the hub's on access, nor a login page. A new try
+    asks the hub for a new link."""
+    name = HUB_NAMES[hub]
+    return HubProblem("status", hub, endpoint, t("hub.problem.link_refused", host=host, hub=name, what=what,
+                                                 status=status),
+                      (t("hub.advice.new_link", hub=name),), detail, status=status)
+
+
 def describe_error(exc: BaseException, hub: str, endpoint: str = "") -> HubProblem:
     """The problem behind any exception a hub call raised: tunedeck's own errors carry theirs; an SDK
     surprise becomes ``other`` with its text as the detail (a message on screen, not a traceback)."""

@@ -70,6 +70,29 @@ def test_details_read_card_config_and_hashes(hub_server, hub):
 
 
 @pytest.mark.parametrize("hub", ["modelscope", "hf"])
+def test_a_cdns_403_to_the_model_cards_link_is_said_to_be_the_link_not_a_gated_model(hub_server, hub):
+    """The model card and config.json come, as every file, through the hub's CDN on a signed link. The CDN's
+    403 page (the link expired or refused) made the details say "access to …/README.md is denied (403): the
+    model is gated or private", and to set a token, which no token would change. It says the storage host
+    refused the link, and to try again (a new try asks the hub for a new link). The fake hub's files come
+    through a 302 to "localhost"; the metadata is the hub's own."""
+    from urllib.parse import urlsplit
+
+    hub_server.hub.cdn, hub_server.hub.cdn_refusals = True, -1
+    details = open_hub(hub).details("Qwen/Qwen2.5-Tiny-Instruct")
+    cdn = f"localhost:{urlsplit(hub_server.url).port}"
+    name = {"modelscope": "ModelScope", "hf": "Hugging Face"}[hub]
+    assert details.readme is None or details.readme == "", details.readme
+    [card] = [note for note in details.notes if note.startswith("The model card could not be read: ")]
+    assert f"{cdn} refused the download link {name} gave for Qwen/Qwen2.5-Tiny-Instruct/README.md (HTTP 403): a " \
+           "signed link that expired or was refused by that storage server" in card, card
+    assert f"Try again: each try asks {name} for a new link." in card, card
+    assert "gated" not in card and "TOKEN" not in card and "login page (" not in card, card
+    hub_server.hub.cdn_refusals = 0  # the CDN takes the links again: the card reads
+    assert open_hub(hub).details("Qwen/Qwen2.5-Tiny-Instruct").readme.startswith("# Qwen2.5 Tiny")
+
+
+@pytest.mark.parametrize("hub", ["modelscope", "hf"])
 def test_missing_private_and_gated_models_say_so(hub_server, hub):
     source = open_hub(hub)
     with pytest.raises(HubNotFoundError, match="does not exist"):
