@@ -83,3 +83,68 @@ def test_k_on_a_run_stalled_while_stopping_asks_to_kill_it_not_to_save_a_checkpo
                 await pilot.press("n")
 
     asyncio.run(scenario())
+
+
+def test_k_on_another_users_run_says_it_cannot_be_stopped_and_leaves_it_running(monkeypatch):
+    """The dashboard's stop of a run whose supervisor is another user's: os.kill's PermissionError went up
+    out of the stop's worker into the unexpected-error modal after the run had been written "stopping". It says
+    which run and process, whose it is and what to do; the run stays running. The supervisor is a real
+    process holding the run's lock as ``nobody``; the kernel's refusal (EPERM), which this root test process
+    would not meet, is injected at the OS boundary: ``os.kill`` to that pid raises PermissionError.
+    (Fake 2×H200 box.)"""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+    import pytest
+
+    from core.runs import RunDirectory
+    from tui.widgets.confirm import ConfirmScreen
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to start the supervisor as nobody")
+    path = build_run(runs_dir(), "20261129-2100-others", status="running", steps=40)
+    code = ("import fcntl, os, time\n"
+            f"fd = os.open({str(path / 'lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "os.setgid(65534)\n"
+            "os.setuid(65534)\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    real_kill = os.kill
+
+    def kill(pid, sig):
+        if pid == holder.pid:
+            raise PermissionError(1, "Operation not permitted")
+        return real_kill(pid, sig)
+
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        run = RunDirectory(path)
+        run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()})
+        writer = HeartbeatWriter(path, 0, interval_s=2.0)
+        writer.note_step(40)
+        writer.beat()
+        monkeypatch.setattr(os, "kill", kill)
+        said = t("runs.stop_other_user", id=path.name, pid=holder.pid, owner="nobody", user="root",
+                 error="Operation not permitted")
+
+        async def scenario():
+            app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
+            async with app.run_test(size=(80, 24)) as pilot:
+                await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+                await wait_for(pilot, lambda: app.screen.status == "running")
+                await pilot.press("k")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+                await pilot.press("y")
+                await wait_for(pilot, lambda: any(str(n.message) == said for n in app._notifications))
+                assert app.is_running and run.status().status == "running", run.status()
+
+        asyncio.run(scenario())
+    finally:
+        monkeypatch.setattr(os, "kill", real_kill)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert run.status().status == "running" and holder.returncode == -signal.SIGKILL  # it ran until the end
