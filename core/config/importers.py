@@ -382,6 +382,8 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
         if outcome is not None:
             line.outcome = outcome
     mapping += defaults
+    if peer == SWIFT:
+        _one_process_over_gpus(values, config, mapping)
     ordered = {key: config[key] for key in KEY_SPECS if key in config}
     return ImportResult(peer, source, ordered, mapping)
 
@@ -425,6 +427,40 @@ def _gpus_agree(first: Any, second: Any) -> list[int] | None:
             or not 1 <= count <= len(listed):
         return None
     return listed[:count]
+
+
+def _one_process_over_gpus(values: dict[str, Any], config: dict[str, Any], mapping: list[MappingLine]) -> None:
+    """``CUDA_VISIBLE_DEVICES=0,1 swift sft ...`` without NPROC_PER_NODE is ONE ms-swift process with the model spread
+    over the listed GPUs (device_map): its effective batch is micro-batch × accumulation. tunedeck trains one process
+    per GPU (data-parallel), which multiplied that batch by the GPU count. The batch per process is divided instead
+    (accumulation first, then the micro-batch) so the effective batch stays ms-swift's; where it does not divide over
+    every listed GPU, the most of them it divides over are taken. Both lines say so."""
+    gpus = config.get("gpus")
+    if "NPROC_PER_NODE" in values or "CUDA_VISIBLE_DEVICES" not in values or not isinstance(gpus, list) \
+            or len(gpus) < 2:
+        return
+    micro, accumulation = config.get("micro_batch_size", 1), config.get("gradient_accumulation")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (micro, accumulation)):
+        return  # a value that needs the user: nothing to divide
+    batch = micro * accumulation
+    count = max(k for k in range(1, len(gpus) + 1) if batch % k == 0)
+    per_process = batch // count
+    new_micro = max(d for d in range(1, micro + 1) if per_process % d == 0)
+    new = {"gpus": gpus[:count], "micro_batch_size": new_micro, "gradient_accumulation": per_process // new_micro}
+    listed = ",".join(str(gpu) for gpu in gpus)
+    for line in mapping:
+        if line.verdict != TAKEN:
+            continue
+        changed = {key: new[key] for key in line.outcome.values if key in new and line.outcome.values[key] != new[key]}
+        if line.key == "CUDA_VISIBLE_DEVICES":
+            line.outcome.values["gpus"] = new["gpus"]
+            key = "import.note_swift_one_process" if count == len(gpus) else "import.note_swift_one_process_fewer"
+            line.outcome.reason = Message(key, gpus=listed, count=count, batch=batch)
+        elif changed and set(changed) <= {"micro_batch_size", "gradient_accumulation"}:
+            line.outcome.values.update(changed)
+            line.outcome.reason = Message("import.note_swift_batch_split", value=show_value(line.value), count=count,
+                                          batch=batch)
+    config.update(new)
 
 
 LF_DATASET_DIR = "data"  # LLaMA-Factory's dataset_dir when its file gives none

@@ -1062,6 +1062,36 @@ def test_nproc_per_node_that_agrees_with_cuda_visible_devices_is_no_conflict():
     assert result.config["gpus"] == [0, 1] and _line(result, "NPROC_PER_NODE").verdict == NEEDS_YOU
 
 
+def test_cuda_visible_devices_without_nproc_keeps_ms_swifts_effective_batch():
+    """``CUDA_VISIBLE_DEVICES=0,1 swift sft ...`` without NPROC_PER_NODE is ONE ms-swift process with the model spread
+    over both GPUs (device_map): micro 2 x accumulation 8 = 16. tunedeck took gpus [0, 1] (one process per GPU) with
+    the accumulation of 8, a run at an effective batch of 32 that the mapping did not mention. The batch per process
+    is divided now (16 over 2 processes) and both lines say why; where the batch does not split over every GPU, the
+    most GPUs it splits over. Hardware: none (a conversion)."""
+    base = ["swift", "sft", "--model", "Qwen/A", "--dataset", "a.jsonl"]
+
+    def effective(config):
+        return config["micro_batch_size"] * config["gradient_accumulation"] * len(config["gpus"])
+
+    result = import_command(["CUDA_VISIBLE_DEVICES=0,1", *base, "--per_device_train_batch_size", "2",
+                             "--gradient_accumulation_steps", "8"])
+    assert (result.config["gpus"], result.config["micro_batch_size"], result.config["gradient_accumulation"]) == \
+        ([0, 1], 2, 4)
+    assert "ONE process" in _line(result, "CUDA_VISIBLE_DEVICES").text()
+    assert "effective batch of 16" in _line(result, "gradient_accumulation_steps").text()
+    assert result.counts()[NEEDS_YOU] == 0
+    # ms-swift's own accumulation (ceil(16 / 1 / 1 process)) is divided likewise
+    assert effective(import_command(["CUDA_VISIBLE_DEVICES=0,1", *base]).config) == 16
+    # 2 x 1 over 3 GPUs: 2 of them, one sample each
+    config = import_command(["CUDA_VISIBLE_DEVICES=0,1,2", *base, "--per_device_train_batch_size", "2",
+                             "--gradient_accumulation_steps", "1"]).config
+    assert (config["gpus"], config["micro_batch_size"], config["gradient_accumulation"]) == ([0, 1], 1, 1)
+    # with NPROC_PER_NODE the processes are ms-swift's too: nothing divided
+    config = import_command(["CUDA_VISIBLE_DEVICES=0,1", "NPROC_PER_NODE=2", *base,
+                             "--gradient_accumulation_steps", "8"]).config
+    assert config["gradient_accumulation"] == 8
+
+
 def test_cuda_visible_devices_by_uuid_or_hiding_every_gpu_is_said_as_such():
     """``CUDA_VISIBLE_DEVICES=GPU-<uuid> swift sft ...`` read "tunedeck refuses gpus: the list must not be empty"
     (the UUIDs left out as not digits), and ``CUDA_VISIBLE_DEVICES=`` or ``-1`` (no GPU: the peer trained on the
