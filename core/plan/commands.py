@@ -127,10 +127,14 @@ def build_request(args: argparse.Namespace) -> Any:
                                     str(overrides.get("overlong", config.overlong)),
                                     config.eval_split, bool(config.packing), config.seed)
         epochs = max(float(f"{max_steps * effective_batch / max(1, rows):.3g}"), 1e-3)
+    # unmeasured data (a hub's): the time and cost are for the file's max_steps, each sample at the full sequence
+    # length (an upper bound), not for epochs the run never trains
+    steps_only = int(max_steps) if epochs is None and max_steps and not (summary is not None and summary.measured) \
+        else None
     epochs = 3.0 if epochs is None else epochs
     return PlanRequest(
         model=model, hardware=target, goal=args.goal, epochs=epochs,
-        effective_batch=max(1, effective_batch), dataset=dataset, **request_fields(overrides),
+        effective_batch=max(1, effective_batch), dataset=dataset, max_steps=steps_only, **request_fields(overrides),
     ).with_dataset(summary), summary
 
 
@@ -218,7 +222,7 @@ def _length_words(request: Any, steps: int | None, summary: Any) -> str:
         return t("plan.config_length_epochs", epochs=epochs)
     if summary is not None and summary.measured and summary.records:
         return t("plan.config_length_steps", steps=steps, epochs=epochs)
-    return t("plan.config_length_steps_unmeasured", steps=steps, epochs=epochs)
+    return t("plan.config_length_steps_unmeasured", steps=steps)
 
 
 def _say_pins(plan_config: Any, request: Any, cli_items: list[str], steps: int | None = None,
@@ -270,4 +274,6 @@ def _config_json(plan_config: Any, request: Any, cli_items: list[str], steps: in
                        for key, value, where in _file_pins(plan_config, request, cli_items)},
             "planned_again": [key for key in PLANNED_KEYS if key in plan_config.given],
             "effective_batch": request.effective_batch, "max_steps": steps,
-            "epochs": request.epochs if steps is None or measured else None}
+            "epochs": request.epochs if steps is None or measured else None,
+            # unmeasured data: the time and cost are an upper bound, every sample at the full sequence length
+            "time_upper_bound": request.max_steps is not None}

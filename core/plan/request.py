@@ -81,6 +81,10 @@ class PlanRequest:
     # The model's download, where its weights are not on this box (``with_download``): it fills the hub cache's
     # disk, which may be another than the checkpoints' (the data root's). None: nothing to download, or not known.
     download: ModelDownload | None = None
+    # A run that ends at this many optimizer steps, its data not measured (hub data, ``plan --config`` of a file with
+    # max_steps): its tokens are these steps' samples, each counted at the full sequence length, an upper bound (exact
+    # with packing). None: the run is as long as ``epochs`` of the data.
+    max_steps: int | None = None
 
     def with_download(self, source: str) -> PlanRequest:
         """This request for a model sized from ``source`` (a ``ModelConfig.source``): where that is a hub's
@@ -157,6 +161,8 @@ class PlanRequest:
         (``DatasetSummary.trained_tokens``), not its full length."""
         if self.dataset_summary is not None:
             return int(self.dataset_summary.trained_tokens(seq_len, self.overlong) * self.epochs)
+        if self.dataset_tokens is None and self.max_steps:
+            return int(self.max_steps) * self.effective_batch * seq_len
         if self.dataset_tokens is None:
             return None
         return int(self.dataset_tokens * self.epochs)

@@ -182,7 +182,8 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
                           speed_tone(best), note=speed_note))
     if best["hours"] is not None:
         duration = format_hours(best["hours"])
-        epochs = epochs_words(request.epochs)
+        epochs = epochs_words(request.epochs) if request.max_steps is None else \
+            t("plan.steps_at_most", steps=request.max_steps, seq_len=best["plan"]["seq_len"])
         # The cost itself, not the JSON's (rounded to the cent): a plan under a cent reads "< 0.01", not "0.00".
         cost = rec.best.cost(hardware.price_per_gpu_hour)
         lines.append(ViewLine("eta", t("plan.eta_cost", duration=duration, epochs=epochs, cost=format_cost(cost))

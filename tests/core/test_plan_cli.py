@@ -758,16 +758,26 @@ def test_config_with_max_steps_counts_the_rows_its_trainer_trains_not_all_record
 def test_config_with_max_steps_on_hub_data_says_max_steps_not_epochs(tmp_path):
     """A run file that ends at ``max_steps: 100`` on hub data (not downloaded, so not measured) was said as "epochs 3"
     on the pins line and ``"epochs": 3.0`` in --json's config: a run length it does not have. Now both say its
-    max_steps (the line adds that the time is planned for 3 epochs, the data being unmeasured); measured data says
-    the epochs those steps read. Hardware: planned 1xA100-80GB."""
+    max_steps; measured data says the epochs those steps read. The line then said "time and cost are for 3 epochs"
+    where the plan gave no time or cost at all (no token counts): the time and cost are now those of the file's 100
+    steps, each sample counted at the full sequence length, said as an upper bound. Hardware: planned 1xA100-80GB."""
     run = tmp_path / "run.yaml"
     run.write_text("model: tiny\ndataset: AI-ModelScope/alpaca-gpt4-data-en\nmax_steps: 100\n")
-    proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "1xA100-80GB", "--json")
+    proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "1xA100-80GB", "--price-per-gpu-hour", "2",
+                    "--json")
     assert proc.returncode == 0, proc.stderr
-    config = json.loads(proc.stdout)["config"]
-    assert (config["max_steps"], config["epochs"]) == (100, None)
-    assert "max_steps 100 (the data is on a hub, not measured: time and cost are for 3 epochs)" in proc.stderr
-    assert "epochs 3;" not in proc.stderr
+    data = json.loads(proc.stdout)
+    config, best = data["config"], data["recommendation"]
+    assert (config["max_steps"], config["epochs"], config["time_upper_bound"]) == (100, None, True)
+    tokens = 100 * config["effective_batch"] * best["plan"]["seq_len"]
+    assert best["hours"] == pytest.approx(tokens / best["tokens_per_s"] / 3600.0, rel=0.01)
+    assert best["cost"] is not None
+    assert ("max_steps 100 (the data is on a hub, not measured: time and cost are for 100 steps with every sample at "
+            "the full sequence length, an upper bound)") in proc.stderr
+    assert "epochs 3;" not in proc.stderr and "3 epochs" not in proc.stderr
+    text = tunedeck(tmp_path, "--config", str(run), "--hardware", "1xA100-80GB")
+    assert re.search(r"Time: .+ for 100 steps \(at most: each sample counted at the full \d+ tokens\)", text.stdout), \
+        text.stdout
     run.write_text(f"model: tiny\ndataset: {SAMPLE}\nmax_steps: 1\nmicro_batch_size: 1\ngradient_accumulation: 1\n")
     proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "1xA100-80GB", "--json")
     config = json.loads(proc.stdout)["config"]
