@@ -147,9 +147,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     args.plan_config = None
     if args.config:  # read first: its errors (file, line, key) before anything is planned
-        from core.plan.from_config import load_plan_config
+        from core.plan.from_config import load_plan_config, split_set_items
 
-        args.plan_config = load_plan_config(args.config, args.model, args.dataset)
+        # --set of a run key that is no planner field (learning_rate=2e-5): applied to the file as train applies it
+        args.set, run_items = split_set_items(args.set)
+        args.plan_config = load_plan_config(args.config, args.model, args.dataset, run_items)
     elif not args.model:
         raise CliError(t("plan.error.need_model"), 2)
     if args.save and not args.dataset and not (args.plan_config and args.plan_config.values.get("dataset")):  # a run config without data is no run: said before any planning
@@ -240,6 +242,7 @@ def _say_pins(plan_config: Any, request: Any, cli_items: list[str], steps: int |
             if line.verdict == NEEDS_YOU:
                 print(f"  {line.text()}", file=sys.stderr)
     pinned = [f"{key}={_shown(value)} ({where})" for key, value, where in _file_pins(plan_config, request, cli_items)]
+    pinned += [f"{key}={_shown(value)} (--set)" for key, value in plan_config.set_keys.items()]
     planned = [f"{key}={_shown(plan_config.values[key])}" for key in PLANNED_KEYS if key in plan_config.given]
     print(t("plan.config_pins", path=plan_config.path, pinned="; ".join(pinned) or t("plan.config_nothing"),
             planned=", ".join(planned) or t("plan.config_nothing"), batch=request.effective_batch,
@@ -270,8 +273,9 @@ def _config_json(plan_config: Any, request: Any, cli_items: list[str], steps: in
 
     return {"path": plan_config.path,
             "peer": plan_config.imported.peer if plan_config.imported is not None else None,
-            "pinned": {key: {"value": value, "from": where}
-                       for key, value, where in _file_pins(plan_config, request, cli_items)},
+            "pinned": {**{key: {"value": value, "from": where}
+                          for key, value, where in _file_pins(plan_config, request, cli_items)},
+                       **{key: {"value": value, "from": "--set"} for key, value in plan_config.set_keys.items()}},
             "planned_again": [key for key in PLANNED_KEYS if key in plan_config.given],
             "effective_batch": request.effective_batch, "max_steps": steps,
             "epochs": request.epochs if steps is None or measured else None,

@@ -42,8 +42,10 @@ class PlanConfig:
     lines: dict[str, int | None] = field(default_factory=dict)
     # the run keys the file itself gives (a peer's file: not the peer defaults ``tunedeck import`` filled in)
     given: set[str] = field(default_factory=set)
-    # the run keys the command line set in place of the file's (``--model``, ``--dataset``)
+    # the run keys the command line set in place of the file's (``--model``, ``--dataset``, ``--set KEY=VALUE``)
     decided: set[str] = field(default_factory=set)
+    # run keys ``--set`` gave that are no planner field (``learning_rate=2e-5``): in the checked config and the save
+    set_keys: dict[str, Any] = field(default_factory=dict)
 
     def open_lines(self) -> list[Any]:
         """A peer's file's lines that still need the user in the saved re-plan: less those the command line decided
@@ -73,10 +75,35 @@ class PlanConfig:
         return float(self.config.epochs) if self.config.epochs is not None else None
 
 
-def load_plan_config(path: str, model: str | None = None, dataset: str | None = None) -> PlanConfig:
+def split_set_items(items: list[str]) -> tuple[list[str], list[str]]:
+    """``plan --config``'s ``--set`` items as (the planner's fields, run keys the plan keeps as given): a run key that
+    is no planner field (``learning_rate=2e-5``, ``eval_split=0.05``) goes into the file's values, as ``train FILE
+    key=value`` takes it; one the plan decides for the box (``gpus``, ``pure_bf16``) is refused saying what --set
+    takes. Anything else stays with the planner's fields (whose reading refuses it with the fields it takes)."""
+    from core.config.schema import KEY_SPECS
+    from core.plan.overrides import FIELD_OF_CONFIG_KEY, OverrideError
+    from core.plan.request import OVERRIDABLE, RUN_KEYS
+
+    planner: list[str] = []
+    run: list[str] = []
+    for item in items:
+        name = item.partition("=")[0].strip().replace("-", "_").replace(".", "_")
+        if "=" not in item or FIELD_OF_CONFIG_KEY.get(name, name) in OVERRIDABLE + RUN_KEYS or name not in KEY_SPECS:
+            planner.append(item)
+        elif name in PLANNED_KEYS:
+            raise OverrideError(t("plan.error.set_planned_key", text=item.strip(), key=name,
+                                  fields=", ".join(OVERRIDABLE + RUN_KEYS)))
+        else:
+            run.append(item)
+    return planner, run
+
+
+def load_plan_config(path: str, model: str | None = None, dataset: str | None = None,
+                     run_items: list[str] | tuple[str, ...] = ()) -> PlanConfig:
     """Read and check ``path`` (raises CliError naming file, line and key; a peer file's own errors as
     ``tunedeck import`` says them). ``model``, ``dataset``: the command line's, in place of the file's (a file whose
-    model is a shell variable, ``--model $MODEL``, is planned with ``plan --config run.sh --model ID``)."""
+    model is a shell variable, ``--model $MODEL``, is planned with ``plan --config run.sh --model ID``).
+    ``run_items``: ``--set KEY=VALUE`` of run keys (``split_set_items``), applied on top as ``train`` applies them."""
     from core.config import ConfigError
     from core.config.importers import detect_peer, import_file, load_imported_config
     from core.errors import CliError
@@ -88,7 +115,7 @@ def load_plan_config(path: str, model: str | None = None, dataset: str | None = 
     imported = None
     lines: dict[str, int | None] = {}
     given = {"model": model, "dataset": dataset}
-    overrides = [f"{key}={value}" for key, value in given.items() if value]
+    overrides = [f"{key}={value}" for key, value in given.items() if value] + list(run_items)
     try:
         if detect_peer(path):
             imported = import_file(path)
@@ -108,11 +135,28 @@ def load_plan_config(path: str, model: str | None = None, dataset: str | None = 
                                                   if line.verdict == "taken" and not line.default
                                                   for key in line.outcome.values}
     values.update({key: value for key, value in given.items() if value})
-    plan_config = PlanConfig(path, values, config, imported, lines=lines, given=keys_given,
-                             decided={key for key, value in given.items() if value})
+    set_keys = _set_values(run_items)
+    values.update(set_keys)
+    plan_config = PlanConfig(path, values, config, imported, lines=lines, given=keys_given | set(set_keys),
+                             decided={key for key, value in given.items() if value} | set(set_keys),
+                             set_keys=set_keys)
     _anchor(plan_config)
     plan_config.pins = _pins(plan_config)
     return plan_config
+
+
+def _set_values(run_items: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """The run keys ``--set`` gave, as the checked config reads them (``None``: the key's default, as ``key=``)."""
+    from core.config.checks import check_value
+    from core.config.loader import parse_override
+
+    out: dict[str, Any] = {}
+    for item in run_items:
+        key, value = parse_override(item)  # checked already with the file (load_run_config)
+        checked = check_value(key, value) if value is not None else None
+        # an integer stays one (lora_alpha=64, not 64.0), as tunedeck import keeps a peer's
+        out[key] = value if type(value) is int and checked == value else checked
+    return out
 
 
 def _peer_lines(path: str, imported: Any) -> dict[str, int | None]:

@@ -716,6 +716,28 @@ def test_config_takes_the_command_lines_model_where_the_file_has_a_shell_variabl
     assert "model: $MODEL → needs you" in proc.stderr
 
 
+def test_config_with_set_of_a_run_key_is_kept_in_the_plan_and_the_save(tmp_path):
+    """``plan --config run.yaml --set learning_rate=2e-5`` was refused ("cannot read override ... field one of method,
+    precision, ...") though the file and train take learning_rate: --set with --config takes a run key that is no
+    planner field as ``train FILE key=value`` does (checked; said on the pins line; saved), and one the plan decides
+    for the box (gpus) is refused saying what --set takes there. Hardware: this box's CPU (fake NVML with no GPU)."""
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model: tiny\ndataset: {SAMPLE}\nlearning_rate: 1e-4\nmicro_batch_size: 2\n")
+    out = tmp_path / "re.yaml"
+    proc = tunedeck(tmp_path, "--config", str(run), "--hardware", "cpu", "--set", "learning_rate=2e-5",
+                    "--set", "eval_split=0.1", "--save", str(out), fake_gpus="none")
+    assert proc.returncode == 0, proc.stderr
+    assert "learning_rate=2e-05 (--set); eval_split=0.1 (--set)" in proc.stderr, proc.stderr
+    saved = yaml.safe_load(out.read_text())
+    assert (saved["learning_rate"], saved["eval_split"]) == (2e-5, 0.1)
+    bad = tunedeck(tmp_path, "--config", str(run), "--hardware", "cpu", "--set", "learning_rate=abc",
+                   fake_gpus="none")
+    assert bad.returncode == 2 and "learning_rate=abc" in bad.stderr and "expected a number" in bad.stderr
+    planned = tunedeck(tmp_path, "--config", str(run), "--hardware", "cpu", "--set", "gpus=2", fake_gpus="none")
+    assert planned.returncode == 2
+    assert "plan --config plans gpus for this box" in planned.stderr and "learning_rate=2e-5" in planned.stderr
+
+
 def test_config_with_max_steps_is_planned_for_those_steps(tmp_path):
     """A run file that ends at ``max_steps: 10`` was planned (time, cost) for 3 epochs of its data; it is now planned
     for the epochs those steps read at its effective batch (10 x 4 of the sample's records), and the saved re-plan
