@@ -375,6 +375,7 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
             if line.verdict == TAKEN and "epochs" in line.outcome.values:
                 line.outcome = dropped("import.reason_epochs_overridden")
     _drop_eval_steps_without_eval(peer, values, config, mapping)
+    _say_eval_strategy(config, mapping)
     defaults = _peer_defaults(peer, values, config)  # first: a hook reads the dataset_dir LLaMA-Factory defaults to
     for line in mapping:
         hook = line.entry.in_context if line.entry is not None else None
@@ -416,6 +417,23 @@ def _drop_eval_steps_without_eval(peer: str, values: dict[str, Any], config: dic
             # with a dataset of its own to evaluate on, the peer does evaluate: said so, not "evaluates nothing"
             line.outcome = dropped("import.reason_eval_dataset_steps", eval_key=eval_key) if separate else \
                 dropped("import.reason_no_eval_split", split=split_key)
+
+
+def _say_eval_strategy(config: dict[str, Any], mapping: list[MappingLine]) -> None:
+    """An ``eval_strategy`` line said "evaluates at each save" where the converted run holds nothing out (no
+    eval_split): it evaluates nothing there. It says what the converted run does: evaluate its held-out share, or
+    nothing (and how to evaluate); where the peer's strategy is ``no`` and a share is held out, that tunedeck
+    evaluates it all the same."""
+    held = bool(config.get("eval_split"))
+    for line in mapping:
+        if line.verdict != DROPPED or line.key not in ("eval_strategy", "evaluation_strategy"):
+            continue
+        off = str(line.value).strip().lower() in ("no", "false", "none") or line.value is False
+        if held:
+            key = "import.reason_eval_strategy_no_but_split" if off else "import.reason_eval_strategy"
+        else:
+            key = "import.reason_eval_strategy_no" if off else "import.reason_eval_strategy_nothing_held"
+        line.outcome = dropped(key)
 
 
 def _gpus_agree(first: Any, second: Any) -> list[int] | None:

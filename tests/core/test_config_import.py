@@ -1092,6 +1092,31 @@ def test_cuda_visible_devices_without_nproc_keeps_ms_swifts_effective_batch():
     assert config["gradient_accumulation"] == 8
 
 
+def test_eval_strategy_says_what_the_converted_run_evaluates(tmp_path):
+    """``eval_strategy: steps`` was dropped as "tunedeck ... evaluates at each save" where the file holds nothing out
+    (no val_size): the converted run evaluates nothing. It says so now, and how to evaluate; with a share held out it
+    says that share is evaluated at each save, and a strategy ``no`` beside a held-out share that tunedeck evaluates
+    it all the same. Hardware: none (a conversion)."""
+    head = "model_name_or_path: Qwen/A\nstage: sft\ndo_train: true\nfinetuning_type: lora\ndataset: a.jsonl\n"
+
+    def line(text):
+        path = tmp_path / "lf.yaml"
+        path.write_text(head + text, encoding="utf-8")
+        return _line(import_file(path), "eval_strategy")
+
+    nothing = line("eval_strategy: steps\n")
+    assert nothing.verdict == DROPPED and "evaluates at each save" not in nothing.text()
+    assert "holds nothing out" in nothing.text() and "set eval_split" in nothing.text(), nothing.text()
+    held = line("eval_strategy: steps\nval_size: 0.1\n")
+    assert "held out (eval_split) at each save" in held.text(), held.text()
+    off = line("eval_strategy: 'no'\nval_size: 0.1\n")
+    assert "the peer evaluates nothing, but the converted run evaluates" in off.text(), off.text()
+    result = import_command(["swift", "sft", "--model", "Qwen/A", "--dataset", "a.jsonl", "--eval_strategy", "no",
+                             "--save_strategy", "steps"])
+    assert "neither does the converted run" in _line(result, "eval_strategy").text()
+    assert "evaluates" not in _line(result, "save_strategy").text()
+
+
 def test_cuda_visible_devices_by_uuid_or_hiding_every_gpu_is_said_as_such():
     """``CUDA_VISIBLE_DEVICES=GPU-<uuid> swift sft ...`` read "tunedeck refuses gpus: the list must not be empty"
     (the UUIDs left out as not digits), and ``CUDA_VISIBLE_DEVICES=`` or ``-1`` (no GPU: the peer trained on the
