@@ -364,6 +364,11 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
                 for other in mapping:  # both lines say the GPUs the run gets
                     if other.key in (owner[key], line.key):
                         other.outcome.values[key] = config[key]
+            elif key == "method" and {config[key], value} == {"qlora", "dora"}:
+                # DoRA on a 4-bit model (QDoRA): peft has it, tunedeck has no method for it; said why and what to do
+                dora_key, quant_key = (line.key, owner[key]) if value == "dora" else (owner[key], line.key)
+                line.outcome = needs_you("import.reason_qdora", dora_key=dora_key, quant_key=quant_key)
+                break
             else:
                 line.outcome = needs_you("import.reason_conflict", target=key, other=owner[key],
                                          value=show_value(config[key]))

@@ -1117,6 +1117,24 @@ def test_eval_strategy_says_what_the_converted_run_evaluates(tmp_path):
     assert "evaluates" not in _line(result, "save_strategy").text()
 
 
+def test_qdora_says_why_tunedeck_cannot_and_which_key_to_remove(tmp_path):
+    """``quantization_bit: 4`` with ``use_dora: true`` (DoRA on a 4-bit model, QDoRA) read "method is already taken as
+    qlora from quantization_bit; keep one of the two": no word of why, nor of what each choice trains. It says now
+    that tunedeck has no DoRA on 4-bit weights and which key to remove for qlora and for dora, naming the keys as
+    each peer's file spells them. Hardware: none (a conversion)."""
+    path = tmp_path / "lf.yaml"
+    path.write_text("model_name_or_path: Qwen/A\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                    "dataset: a.jsonl\nquantization_bit: 4\nuse_dora: true\n", encoding="utf-8")
+    line = _line(import_file(path), "use_dora")
+    assert line.verdict == NEEDS_YOU and "QDoRA" in line.text() and "already taken" not in line.text()
+    assert "remove use_dora for method: qlora" in line.text(), line.text()
+    assert "remove quantization_bit for method: dora" in line.text(), line.text()
+    result = import_command(["swift", "sft", "--model", "Qwen/A", "--dataset", "a.jsonl", "--train_type", "lora",
+                             "--use_dora", "true", "--quant_bits", "4"])
+    line = _line(result, "quant_bits")
+    assert "remove use_dora for method: qlora" in line.text() and "remove quant_bits for method: dora" in line.text()
+
+
 def test_cuda_visible_devices_by_uuid_or_hiding_every_gpu_is_said_as_such():
     """``CUDA_VISIBLE_DEVICES=GPU-<uuid> swift sft ...`` read "tunedeck refuses gpus: the list must not be empty"
     (the UUIDs left out as not digits), and ``CUDA_VISIBLE_DEVICES=`` or ``-1`` (no GPU: the peer trained on the
