@@ -25,6 +25,7 @@ def register(subparsers: Any) -> None:
     run_arg(p)
     p.add_argument("--checkpoint", type=int, default=None, help=t("lifecycle.checkpoint_help"))
     p.add_argument("--out", default=None, help=t("lifecycle.out_help"))
+    p.add_argument("--base", default=None, metavar="MODEL", help=t("lifecycle.merge_base_help"))
     p.add_argument("--force", action="store_true", help=t("lifecycle.force_help"))
     p.add_argument("--json", action="store_true", help=t("lifecycle.json_help"))
     p.set_defaults(handler=cmd_merge)
@@ -173,6 +174,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
     # there" that the user never asked for.
     device = default_device()
     source = resolve_model_source(run, args.checkpoint)
+    if args.base:  # refused here (a full fine-tune, other shapes) before "merging …" is said
+        from core.lifecycle.source import with_base
+
+        source = with_base(source, args.base)
     # --out=~/models/x: the shell leaves a ~ after "=" as it is; it is the home folder, not a folder named "~"
     out = Path(args.out).expanduser() if args.out else default_merge_dir(run, source.step)
 
@@ -185,7 +190,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
             # reuse: rerun on its default folder, a whole merge of the same checkpoint there is the result as it
             # is (as the TUI's M and export do), not "exists already"; --out and --force are never reused
             result = merge_run(run, source.step, out if args.out else None, force=args.force,
-                               device=device, reuse=True, progress=said)
+                               device=device, reuse=True, progress=said, base=args.base)
     except _StopSignal as exc:
         return 128 + exc.signum
     if args.json:

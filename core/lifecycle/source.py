@@ -231,6 +231,53 @@ def refuse_quantized_base(source: ModelSource) -> None:
                                  path=str(config_path), run=source.run_id), exit_code=EXIT_USAGE)
 
 
+# The config.json fields an adapter's shapes follow: a base given in place of the run's must agree on them.
+_SHAPE_FIELDS = ("model_type", "hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
+                 "num_key_value_heads")
+
+
+def _found_model_dir(model: str, hub: str) -> Path | None:
+    """``model``'s folder where it is on this box (a path, the bundled tiny, a hub cache's whole copy), else None."""
+    from core.assets import resolve_model_name
+    from core.hub.local import cached_model_folder
+
+    local = Path(resolve_model_name(model)).expanduser()
+    if local.is_dir():
+        return local
+    return cached_model_folder(model, hub)
+
+
+def _config_of(folder: Path | None) -> dict[str, Any] | None:
+    if folder is None:
+        return None
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def with_base(source: ModelSource, base: str) -> ModelSource:
+    """``source`` merged into ``base`` in place of the run's model (``merge RUN --base ID``: the full-precision model a
+    run's ``*-bnb-4bit`` base was quantized from). A full fine-tune has no adapter to put on another base, and a base
+    whose shapes (``_SHAPE_FIELDS``, where both config.json files are on this box) differ from the run's is refused
+    before anything is loaded (peft's size mismatch read as a damaged checkpoint)."""
+    from dataclasses import replace
+
+    if not source.is_adapter:
+        raise LifecycleError(Message("lifecycle.merge_base_full", run=source.run_id), exit_code=EXIT_USAGE)
+    given = replace(source, base_model=base)
+    ours = _config_of(_found_model_dir(source.base_model, source.hub))
+    theirs = _config_of(_found_model_dir(base, source.hub))
+    if ours is not None and theirs is not None:
+        differ = [f"{key} {ours.get(key)} ≠ {theirs.get(key)}" for key in _SHAPE_FIELDS
+                  if ours.get(key) != theirs.get(key)]
+        if differ:
+            raise LifecycleError(Message("lifecycle.merge_base_mismatch", base=base, model=source.base_model,
+                                         fields="; ".join(differ)), exit_code=EXIT_USAGE)
+    return given
+
+
 def load_base_model(source: ModelSource, device: str | None = None) -> Any:
     """The run's base in full precision of the run (bf16 for QLoRA), rebuilt exactly for bare configs."""
     import torch

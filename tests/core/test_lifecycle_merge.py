@@ -469,6 +469,51 @@ def test_a_merge_into_a_base_stored_already_quantized_is_refused_before_anything
     assert not (run.path / "merged").exists()
 
 
+def test_merge_base_takes_the_full_precision_model_of_a_run_on_a_quantized_one(lora_run, tmp_path):
+    """A run on a hub's ``*-bnb-4bit`` model could not be merged at all: refused with "train on the bf16 model
+    instead" (a new run). ``merge RUN --base ID`` merges its adapter into the full-precision model named (the
+    quantized one's bf16 original), the base said in the merge's provenance; the refusal now names that command; a
+    base of other shapes is refused before anything is loaded. The tiny model stands for both: its copy with a
+    quantization_config for the 4-bit one (no GPU: nothing of bitsandbytes runs), itself for the original."""
+    import shutil
+
+    import yaml
+
+    from core.lifecycle.merge import merge_run
+    from core.lifecycle.source import LifecycleError
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    home, run = lora_run
+    quantized = tmp_path / "tiny-bnb-4bit"
+    shutil.copytree(TINY, quantized)
+    config = json.loads((quantized / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False,
+                                     "bnb_4bit_quant_type": "nf4"}
+    (quantized / "config.json").write_text(json.dumps(config))
+    other = tmp_path / "tiny-wider"
+    shutil.copytree(TINY, other)
+    (other / "config.json").write_text(json.dumps({**json.loads((TINY / "config.json").read_text()),
+                                                   "hidden_size": 2 * config["hidden_size"]}))
+    original = run.config_path.read_text()
+    run.config_path.write_text(yaml.safe_dump({**yaml.safe_load(original), "model": str(quantized)}))
+    try:
+        with pytest.raises(LifecycleError) as info:
+            merge_run(run, out=tmp_path / "refused")
+        assert f"tunedeck merge {run.id} --base" in str(info.value), str(info.value)
+        with pytest.raises(LifecycleError) as info:
+            merge_run(run, out=tmp_path / "wider", base=str(other))
+        assert "is not the shape of" in str(info.value) and "hidden_size" in str(info.value), str(info.value)
+        assert not (tmp_path / "wider").exists()
+        result = merge_run(run, out=tmp_path / "merged", base=str(TINY))
+        assert result.adapter and (result.out / "model.safetensors").is_file()
+        assert json.loads((result.out / "tunedeck_merge.json").read_text())["base_model"] == str(TINY)
+        proc = tunedeck(home, "merge", run.id, "--base", str(TINY), "--out", str(tmp_path / "cli"))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert (tmp_path / "cli" / "model.safetensors").is_file()
+    finally:
+        run.config_path.write_text(original)
+
+
 @pytest.mark.parametrize("size, said", [(15_000_000_000, "15.0 GB"), (3_700_000, "3.7 MB"),
                                         (1_200_000_000_000, "1.2 TB")])
 def test_the_cli_and_the_app_say_a_merges_size_alike(tmp_path, size, said):
