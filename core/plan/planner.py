@@ -346,7 +346,8 @@ def reasons(best: Candidate, candidates: list[Candidate], request: PlanRequest) 
                     offloaded = next(c for c in rank([c for c in candidates if c.feasible], request.goal)
                                      if c.plan.method == other and c.plan.num_gpus == p.num_gpus)
             if low is not None and not low.feasible and low.estimate is not None:
-                missed.append((other, _missed("plan.reason.method_missed", low, usable, method=other)))
+                key = "plan.reason.method_missed_cpu" if request.hardware.cpu_only else "plan.reason.method_missed"
+                missed.append((other, _missed(key, low, usable, method=other)))
         # the best plan of another method that fits too, when QLoRA or full fine-tuning ranks before it: why, in
         # the numbers the goal ranks by (they read "qlora: the best for this goal")
         runner = next((c for c in rank([c for c in candidates if c.feasible], request.goal)
@@ -512,7 +513,8 @@ def _won_over(best: Candidate, other: Candidate, request: PlanRequest) -> str:
         return t(key, ratio=round(ratio, 2), other=name, **speeds)
     if b.num_gpus < o.num_gpus:
         return t(plural_key("plan.reason.won_gpus", b.num_gpus), other=name, gpus=b.num_gpus, other_gpus=o.num_gpus)
-    return t("plan.reason.won_memory", other=name, peak=round(best.peak_gib, 1), other_peak=round(other.peak_gib, 1))
+    key = "plan.reason.won_memory_cpu" if request.hardware.cpu_only else "plan.reason.won_memory"
+    return t(key, other=name, peak=round(best.peak_gib, 1), other_peak=round(other.peak_gib, 1))
 
 
 def _missed(key: str, other: Candidate, usable: float, **params: Any) -> Finding:
@@ -591,13 +593,14 @@ def _shorter_way_out(request: PlanRequest, seq: int, shorter: Candidate) -> Find
     more than at the sequence asked for, and that ``overlong: cut`` keeps their first tokens instead."""
     summary = request.dataset_summary
     figures = {"seq": seq, "method": shorter.plan.method, "peak": round(shorter.peak_gib, 1)}
+    cpu = "_cpu" if request.hardware.cpu_only else ""  # host RAM of one process, not a GPU's memory
     if request.overlong == "drop" and summary is not None and summary.measured:
         left_out = summary.cut_records(seq)[0]
         now = summary.cut_records(request.seq_len)[0]
         if left_out > now:
-            return finding("plan.way_out.shorter_drop", count=left_out, total=summary.records, more=left_out - now,
-                           current=request.seq_len, **figures)
-    return finding("plan.way_out.shorter", **figures)
+            return finding("plan.way_out.shorter_drop" + cpu, count=left_out, total=summary.records,
+                           more=left_out - now, current=request.seq_len, **figures)
+    return finding("plan.way_out.shorter" + cpu, **figures)
 WAY_OUT_GPU_COUNTS = (2, 4, 8, 16, 32, 64)
 
 

@@ -66,7 +66,8 @@ def rule_gpu_count(plan: TrainingPlan, result: Estimate | None, request: PlanReq
 def rule_memory(plan: TrainingPlan, result: Estimate | None, request: PlanRequest) -> list[Finding]:
     if result is None or result.fits:
         return []
-    return [finding("plan.rule.memory", peak=round(result.peak_gib, 1), capacity=round(result.capacity_gib, 1),
+    key = "plan.rule.memory_cpu" if request.hardware.cpu_only else "plan.rule.memory"  # host RAM, one process
+    return [finding(key, peak=round(result.peak_gib, 1), capacity=round(result.capacity_gib, 1),
                     usable=round(result.capacity_gib - result.margin_gib, 1))]
 
 

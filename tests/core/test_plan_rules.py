@@ -13,6 +13,7 @@ from core.plan.candidates import candidate_plans
 from core.plan.overrides import OverrideError, parse_overrides
 from core.plan.planner import base_plan, evaluate
 from core.plan.rules import checkpoint_disk_gib
+from core.plan.view import format_recommendation
 
 
 @pytest.fixture(autouse=True)
@@ -727,3 +728,17 @@ def test_a_download_on_the_data_root_disk_counts_with_the_checkpoints(monkeypatc
     assert "on the data root's disk with the checkpoints" in dict(rec.reasons)["download"].text()
     rec = recommend(request(DOWNLOAD_MODEL, "1xH200", disk_free_gib=1000.0, overrides={"method": "lora"}))
     assert not any(f.key.startswith("plan.rule.disk") for f in rec.best.warnings)
+
+
+def test_a_cpu_plan_that_does_not_fit_speaks_of_host_ram_not_of_a_gpu():
+    # hardware: --hardware cpu, 16 GiB of RAM (no GPU): one process, its memory is the host's RAM; "per GPU" is
+    # said only of the way out that names GPUs (1×H200)
+    rec = recommend(request("Qwen2.5-3B", "cpu", host_ram_gib=16, overrides={"seq_len": 32768}))
+    assert not rec.feasible
+    keys = [f.key for f in rec.way_out]
+    assert "plan.way_out.shorter_cpu" in keys
+    lines = format_recommendation(rec).splitlines()
+    assert [line for line in lines if "per GPU" in line and "H200" not in line] == []
+    assert any("lora is the closest miss: needs" in line and "GiB of host RAM" in line for line in lines)
+    assert any(line.strip().startswith("- shorter sequences:") and "GiB of host RAM" in line for line in lines)
+    assert [p.key for p in rec.best.problems] == ["plan.rule.memory_cpu"]
