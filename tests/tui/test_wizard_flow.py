@@ -253,6 +253,14 @@ def test_infeasible_case_says_so_and_offers_a_way_out(private_home):
             text = " ".join(screen_text(app).split())
             assert "Nothing fits" in text
             assert "more GPUs: 1×H200 fits" in text or "more GPUs: 2×H200 fits" in text
+            # s, l and p only said that nothing fits: not offered (footer, palette); o (the overrides) is
+            keys = {key for key, _ in footer_entries(w)}
+            assert not keys & {"s", "l", "p"} and "o" in keys
+            titles = {command.title for command in app.get_system_commands(w)}
+            assert not titles & {t("wizard.key.save"), t("wizard.key.launch"), t("wizard.key.probe")}
+            await pilot.press("s", "l", "p")
+            await pilot.pause()
+            assert w.saved_path is None and not w.busy and app.current_mode == "wizard"
             await pilot.press("enter")  # saving an infeasible plan is refused
             await pilot.pause()
             assert w.saved_path is None

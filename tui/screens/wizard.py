@@ -333,7 +333,12 @@ class WizardScreen(Screen[None]):
             return on_result and isinstance(index, int) and index <= listed
         if action == "clear_overrides":  # with nothing pinned or typed, x had nothing to clear and did nothing
             return on_result and self._has_overrides()
-        if action in ("save", "launch", "probe", "overrides", "toggle_overlong"):
+        if action in ("save", "launch", "probe"):
+            # where nothing fits there is nothing to save, launch or measure: not offered (footer, ?, Ctrl+P), as
+            # they only said so; the way out, the overrides (o) and the steps back (PgUp) are what helps there
+            rec = self.recommendation
+            return on_result and rec is not None and rec.feasible
+        if action in ("overrides", "toggle_overlong"):
             return on_result  # the plan's keys: not offered at all before there is a plan (footer, ?, Ctrl+P)
         if action == "edit":
             return None if on_result else True
