@@ -328,6 +328,28 @@ def test_delete_is_not_offered_without_a_run():
     run(scenario())
 
 
+def test_the_empty_list_offers_the_wizard_not_keys_that_do_nothing():
+    """With no runs the footer offered Enter (open dashboard), s (sort) and f (filter), which had nothing to act
+    on. The wizard (w) that starts a run is offered first instead; the list's keys come with the first run.
+    (Fake CPU box, 80x24.)"""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_runs(pilot, app)
+            keys = footer_keys(app)
+            assert screen.shown == [] and keys[:2] == ["?", "w"], keys
+            assert not {"Enter", "s", "S", "f"} & set(keys), keys
+            titles = {command.title for command in app.get_system_commands(screen)}
+            assert not {t("runs_screen.key.open"), t("runs_screen.key.sort"), t("runs_screen.key.filter")} & titles
+            build_run(runs_dir(), "20261129-2200-done", status="finished", steps=600)
+            screen.refresh_now()
+            await wait_for(pilot, lambda: len(screen.shown) == 1)
+            await wait_for(pilot, lambda: {"Enter", "s", "f"} <= set(footer_keys(app)))
+            assert footer_keys(app)[1] == "Enter"  # the run's keys first again
+
+    run(scenario())
+
+
 def test_enter_opens_dashboard_and_new_runs_appear():
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"))

@@ -435,6 +435,12 @@ class RunsScreen(Screen[None]):
             if action == "stop":  # a run of another host is not this box's to signal (``foreign_host``)
                 return can_stop(summary.status) and foreign_host({"host": summary.host}) is None
             return summary.resumable
+        if action == "open":  # Enter opens the highlighted run's dashboard: with none listed there is none
+            return self.selected() is not None if self.is_mounted else False
+        if action in ("sort", "reverse"):  # nothing to order before a run is listed
+            return bool(self._listed())
+        if action == "filter":  # nothing to filter before a run is listed; a filter that matched none stays editable
+            return bool(self._listed()) or bool(self.filter_text)
         if action == "probes":  # offered only where there are probe runs to show or hide
             return any(s.probe for s in self.runs)
         if action == "clear_filter":  # Esc clears a filter or closes its open box: with neither, nothing to do
@@ -442,6 +448,8 @@ class RunsScreen(Screen[None]):
         return True
 
     def footer_priority(self) -> tuple[str, ...]:
+        if self.listed and not self._listed():  # no runs yet: the wizard (w) starts one, first on the line
+            return ("mode.wizard", "runs.probes")
         return ("runs.open", "runs.stop", "runs.resume", "runs.sort", "runs.filter", "runs.delete", "runs.probes")
 
     # --- actions ---------------------------------------------------------------------------------
