@@ -101,6 +101,11 @@ def cannot_write_message(exc: OSError) -> str:
         name = t("cli.standard_output") if stream == "stdout" else t("cli.standard_error")
         return t("cli.cannot_write_output", stream=name, error=error)
     filename = _filename(exc)
+    if exc.errno == errno.EISDIR:
+        # a folder where the file goes (made by hand, or by a tool that took the name for a folder): no space or
+        # rights to fix, the folder to move; named as the file it stands in for (an os.replace's target)
+        target = os.fsdecode(exc.filename2) if isinstance(exc.filename2, (str, bytes, os.PathLike)) else filename
+        return t("cli.cannot_write_is_dir", path=target or "?")
     if filename and _holds_data_root(Path(filename)):
         # tunedeck's folder could not be made at all (a read-only or full home on a fresh box): nothing of
         # tunedeck's is there yet, so another folder is the way on, not only space or rights where it is

@@ -56,6 +56,8 @@ def test_a_setting_that_cannot_be_saved_says_the_file_and_what_to_do(private_hom
                                               for n in app._notifications))
             said = next(str(n.message) for n in app._notifications if "Could not save settings" in str(n.message))
             assert f"cannot write {settings_path()}" in said and "try again" in said, said
+            # a folder is in the file's place: moving it is the way on, not free space or write rights
+            assert "a folder is there" in said and "free space" not in said and "writable" not in said, said
             assert app.settings.language == "zh"
 
     asyncio.run(scenario())
