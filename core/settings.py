@@ -44,6 +44,8 @@ def load_settings(path: Path | None = None) -> Settings:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return Settings()
+    except IsADirectoryError as exc:  # "fix or delete the file" does not fit a folder: it is to be moved
+        raise SettingsError(t("cli.settings_is_dir", path=path)) from exc
     except (OSError, ValueError) as exc:
         raise SettingsError(t("cli.settings_unreadable", path=path, reason=exc)) from exc
     if not isinstance(raw, dict):

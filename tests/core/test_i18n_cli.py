@@ -48,3 +48,17 @@ def test_unknown_language_is_a_usage_error(tmp_path):
 def test_broken_settings_are_reported_in_the_locale_language(tmp_path):
     done = tunedeck(tmp_path, "runs", locale="zh_CN.UTF-8", settings="[1]")
     assert done.returncode == 2 and "设置必须是 JSON 对象" in done.stderr
+
+
+def test_a_settings_file_that_is_a_folder_says_to_move_the_folder(tmp_path):
+    """settings.json made a folder (by hand, or a tool that took the name) read "cannot read settings ([Errno 21]
+    Is a directory: …); fix or delete the file": there is no file to fix. It says a folder is there and to move
+    it; the CLI stops before doing anything, as for a broken file."""
+    tunedeck(tmp_path, "runs", settings={})  # writes the file: its path is now known
+    path = tmp_path / "home" / "settings.json"
+    path.unlink()
+    path.mkdir()
+    done = tunedeck(tmp_path, "runs")
+    assert done.returncode == 2, done.stderr
+    assert f"{path}: cannot read settings: a folder is there" in done.stderr and "Errno" not in done.stderr
+    assert "fix or delete the file" not in done.stderr
