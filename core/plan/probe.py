@@ -91,7 +91,9 @@ def measurements_from_metrics(metrics_path: Path, context_gib: float = 0.0) -> d
 def probe_config_values(candidate: Candidate, request: PlanRequest, steps: int) -> dict[str, Any]:
     values = run_config_values(candidate, request)
     values.update({
-        "name": f"probe-{candidate.plan.method}-{candidate.plan.num_gpus}gpu",
+        # on a box with no GPU the probe trains on the CPU: its name said "1gpu" there (Runs list, status line)
+        "name": f"probe-{candidate.plan.method}-"
+                + ("cpu" if request.hardware.cpu_only else f"{candidate.plan.num_gpus}gpu"),
         "epochs": None, "max_steps": steps, "warmup_steps": 0, "logging_steps": 1,
         "save_steps": steps + 1, "eval_split": 0.0,
     })

@@ -16,6 +16,7 @@ from core.plan.probe import (
     cached_measurements,
     measurements_from_metrics,
     probe_candidates,
+    probe_config_values,
 )
 from tests.tui.conftest import GPU_FIXTURES
 
@@ -64,6 +65,15 @@ def test_probe_runs_real_steps_caches_them_and_reranks(cpu_request, capsys):
     assert [r["probe"] for r in json.loads(capsys.readouterr().out)] == [True]
     assert probe_candidates(rec, cpu_request, top=1, steps=2) == {key: result}
     assert len(list_runs()) == runs_before
+
+
+def test_a_probe_on_the_cpu_is_named_for_the_cpu_not_a_gpu(cpu_request):
+    # hardware: this box with no GPU (fake none.json): the probe runs on the CPU; its run read "probe-full-1gpu"
+    rec = recommend(cpu_request)
+    assert probe_config_values(rec.best, cpu_request, 2)["name"] == f"probe-{rec.best.plan.method}-cpu"
+    gpus = PlanRequest("tiny", parse_target("2xH200"))
+    best = recommend(gpus).best
+    assert probe_config_values(best, gpus, 2)["name"] == f"probe-{best.plan.method}-{best.plan.num_gpus}gpu"
 
 
 def test_probe_refuses_planned_hardware(cpu_request):
