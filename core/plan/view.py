@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.i18n import t
-from core.units import format_cost
+from core.units import format_cost, format_rate
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,8 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
                                       peak=rec.best.peak_gib, capacity=rec.best.estimate.capacity_gib,
                                       verdict=t("plan.verdict_band", verdict=verdict, band=memory_note)
                                       if memory_note else verdict), note=memory_note))
-    speed = t("plan.speed", tps=best["tokens_per_s"])
+    # below 10 tokens/s with a decimal (a 72B's closest miss on a CPU read "0 tokens/s" beside a time of hours)
+    speed = t("plan.speed", tps=format_rate(rec.best.tokens_per_s))
     lines.append(ViewLine("speed", t("plan.with_note", text=speed, note=speed_note) if speed_note else speed,
                           speed_tone(best), note=speed_note))
     if best["hours"] is not None:
@@ -199,7 +200,7 @@ def recommendation_view(rec: Any) -> list[ViewLine]:
         pairs = zip(data["alternatives"], rec.alternatives, strict=True)
         for index, (alt, (candidate, _)) in enumerate(pairs, 1):
             lines.append(ViewLine("alternative", t("plan.alternative", index=index, peak=candidate.peak_gib,
-                                                   tps=alt["tokens_per_s"], trade=t("plan.trade_sep").join(alt["trade_off"]),
+                                                   tps=format_rate(candidate.tokens_per_s), trade=t("plan.trade_sep").join(alt["trade_off"]),
                                                    **describe_plan(alt["plan"], hardware.cpu_only))))
     return lines
 

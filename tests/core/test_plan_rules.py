@@ -742,3 +742,12 @@ def test_a_cpu_plan_that_does_not_fit_speaks_of_host_ram_not_of_a_gpu():
     assert any("lora is the closest miss: needs" in line and "GiB of host RAM" in line for line in lines)
     assert any(line.strip().startswith("- shorter sequences:") and "GiB of host RAM" in line for line in lines)
     assert [p.key for p in rec.best.problems] == ["plan.rule.memory_cpu"]
+
+
+def test_a_speed_under_one_token_per_second_is_not_said_as_zero():
+    # hardware: --hardware cpu, 24 GiB of RAM (no GPU): a 72B's closest miss runs well under 1 token/s; it read
+    # "Speed: 0 tokens/s" beside a time of hours. Below 10 tokens/s the figure has a decimal, as elsewhere.
+    rec = recommend(request("Qwen2.5-72B", "cpu", host_ram_gib=24))
+    assert 0 < rec.best.tokens_per_s < 1
+    speed = next(line for line in format_recommendation(rec).splitlines() if line.startswith("Speed:"))
+    assert speed.startswith(f"Speed: {rec.best.tokens_per_s:.1f} tokens/s"), speed
