@@ -168,6 +168,8 @@ def target_from_snapshot(snapshot: Any, indices: list[int] | None = None,
     if indices is not None:
         known = {g.index for g in gpus}
         missing = [i for i in indices if i not in known]
+        if missing and not known:  # "(it has: -)" and "chosen by index" said nothing to a box with no GPU
+            raise HardwareError(t("plan.error.no_gpu_here", indices=", ".join(map(str, missing))))
         if missing:
             raise HardwareError(t("plan.error.no_such_gpu", indices=", ".join(map(str, missing)),
                                   known=", ".join(str(i) for i in sorted(known)) or "-"))

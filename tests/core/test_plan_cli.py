@@ -68,6 +68,17 @@ def test_a_gpu_count_given_to_plan_is_answered_with_how_to_give_indices(tmp_path
         "0,1 takes the first two"]
 
 
+def test_gpu_indices_given_on_a_box_without_gpus_say_there_are_none(tmp_path):
+    """On a box with no GPU, ``plan --gpus 0`` (and the wizard's GPU field) said "(it has: -); GPUs are chosen by
+    index, not by count", which reads as a mistyped index. It says the box has no GPU, and the two ways on.
+    Fake NVML: no GPU."""
+    proc = tunedeck(tmp_path, "--model", "tiny", "--gpus", "0", fake_gpus="none")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "tunedeck: no GPU with index 0: this box has no NVIDIA GPU that NVML sees; leave the GPU indices out to "
+        "plan its CPU, or plan hardware you do not have (like 1xH200)"]
+
+
 def test_cpu_box_and_human_output(tmp_path):
     # A box without GPUs, stated (fake NVML with none): on a GPU box the real NVML would be detected.
     proc = tunedeck(tmp_path, "--model", "tiny", "--dataset", str(SAMPLE), fake_gpus="none")
