@@ -52,7 +52,8 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -106,6 +107,44 @@ class ChatBackend:
         from core.lifecycle.chat import context_length
 
         self.context = context_length(loaded)  # prompt + reply, in tokens; None: not known, not checked
+        self.closing = threading.Event()  # the server was told to stop (SIGTERM, Ctrl+C): no new generation
+        self._stops: set[threading.Event] = set()  # the stop events of the generations under way
+        self._active = 0  # requests being answered
+        self._idle = threading.Condition()
+
+    def enter(self) -> None:
+        with self._idle:
+            self._active += 1
+
+    def leave(self) -> None:
+        with self._idle:
+            self._active -= 1
+            self._idle.notify_all()
+
+    @contextmanager
+    def stoppable(self, stop: threading.Event) -> Iterator[threading.Event]:
+        """``stop`` set for the generation inside as the server begins to shut down (at once if it has)."""
+        with self._idle:
+            self._stops.add(stop)
+            if self.closing.is_set():
+                stop.set()
+        try:
+            yield stop
+        finally:
+            with self._idle:
+                self._stops.discard(stop)
+
+    def close(self) -> None:
+        """Begin the shutdown: every generation under way ends at its next token, none starts."""
+        with self._idle:
+            self.closing.set()
+            for stop in self._stops:
+                stop.set()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) until every request under way has had its answer; True when all have."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._active <= 0, timeout)
 
     def chat_ids(self, messages: list[dict[str, str]]) -> Any:
         """The conversation's prompt token ids, chat-templated once (counted for the context, then generated
@@ -621,36 +660,53 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                        texts=[] if chat else [p if isinstance(p, str) else
                                               backend.loaded.tokenizer.decode(p, skip_special_tokens=False)
                                               for p in prompts])
-            with backend.lock:
-                if body.get("stream"):
-                    self._stream(job)
-                else:
-                    self._complete(job)
+            backend.enter()  # counted until answered: a shutdown waits for it (``ChatBackend.wait_idle``)
+            try:
+                with backend.lock:
+                    if backend.closing.is_set():  # waited for the model while the server was told to stop
+                        self._shutting_down()
+                    elif body.get("stream"):
+                        self._stream(job)
+                    else:
+                        self._complete(job)
+            finally:
+                backend.leave()
+
+        def _shutting_down(self) -> None:
+            from core.i18n import t
+
+            self.close_connection = True
+            self._error(503, t("lifecycle.api_shutting_down"), "server_error")
 
         def _complete(self, job: _Job) -> None:
             from core.lifecycle.chat import GenerationOutcome, Reply, generate_from_prompt
 
             # A client that goes away (its timeout, Ctrl+C) ends the generation: the lock it holds would keep
             # every other request waiting for a reply nobody reads, up to max_tokens of it.
-            gone, finished = threading.Event(), threading.Event()
+            # A server told to stop ends it too (``stop``), and answers 503 rather than a reply cut short.
+            gone, finished, stop = threading.Event(), threading.Event(), threading.Event()
 
             def watch() -> None:
                 while not finished.wait(CLIENT_POLL_S):
                     if client_gone(self.connection):
                         gone.set()
+                        stop.set()
                         return
 
             threading.Thread(target=watch, daemon=True, name="tunedeck-client-watch").start()
             replies, scored = [], []
             try:
-                for ids, settings in job.prompts:
-                    if settings.max_tokens == 0:  # an echoed prompt scored alone: nothing generated
-                        replies.append(Reply("", GenerationOutcome(prompt_tokens=int(ids.shape[-1]), done=True)))
-                    else:
-                        replies.append(generate_from_prompt(backend.loaded, ids, settings, job.variant, stop=gone))
-                    if gone.is_set():
-                        break
-                if job.logprobs is not None and not gone.is_set():
+                with backend.stoppable(stop):
+                    for ids, settings in job.prompts:
+                        if settings.max_tokens == 0:  # an echoed prompt scored alone: nothing generated
+                            replies.append(Reply("", GenerationOutcome(prompt_tokens=int(ids.shape[-1]),
+                                                                       done=True)))
+                        else:
+                            replies.append(generate_from_prompt(backend.loaded, ids, settings, job.variant,
+                                                                stop=stop))
+                        if stop.is_set():
+                            break
+                if job.logprobs is not None and not stop.is_set():
                     scored = [_chat_logprobs(backend.loaded, ids, reply, job.logprobs, job.variant) if job.chat
                               else _logprobs(backend.loaded, ids, job.texts[index], reply, job.logprobs, job.echo,
                                              job.variant)
@@ -666,6 +722,9 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 log.info("%s went away; its generation stopped after %d tokens", self.address_string(),
                          sum(reply.outcome.completion_tokens for reply in replies))
                 self.close_connection = True
+                return
+            if stop.is_set():  # the server is shutting down: its generation was stopped
+                self._shutting_down()
                 return
             self._json(200, {
                 "id": job.id, "object": "chat.completion" if job.chat else "text_completion",
@@ -699,10 +758,19 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                     outcome = GenerationOutcome()
                     outcomes.append(outcome)
                     # closing() ends the generation before the lock is let go when the client goes away
-                    with closing(stream_prompt(backend.loaded, ids, settings, job.variant, stop=stop,
-                                               outcome=outcome)) as pieces:
+                    with backend.stoppable(stop), closing(stream_prompt(backend.loaded, ids, settings, job.variant,
+                                                                        stop=stop, outcome=outcome)) as pieces:
                         for piece in pieces:
                             send(job.chunk(index, piece, None))
+                    if stop.is_set():  # the server is shutting down: not a finished reply, an error (as vLLM's)
+                        from core.i18n import t
+
+                        log.info("%s: its stream was ended by the server's shutdown", self.address_string())
+                        send({"error": {"message": t("lifecycle.api_shutting_down"), "type": "server_error",
+                                        "param": None, "code": None}})
+                        self.wfile.write(b"data: [DONE]\n\n")
+                        self.wfile.flush()
+                        return
                     send(job.chunk(index, None, outcome.finish_reason))
                 if job.include_usage:  # OpenAI's stream_options.include_usage: one last chunk, no choices
                     send({**job.chunk(0, None, None), "choices": [], "usage": _usage(outcomes)})
@@ -799,6 +867,7 @@ def _logprobs(loaded: Any, prompt_ids: Any, prompt_text: str, reply: Any, top: i
             "top_logprobs": tops, "text_offset": offsets[first:]}
 
 
+SHUTDOWN_WAIT_S = 10.0  # how long a stopping server waits for its requests' answers (serve's grace is 15 s)
 CLIENT_POLL_S = 0.2  # how often a non-streamed generation looks whether its client is still there
 
 
@@ -880,8 +949,12 @@ def main(argv: list[str] | None = None) -> int:
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{shown_host}:{port}/v1"
 
+    def shut_down() -> None:
+        backend.close()  # generations under way end at their next token; their clients are told why
+        httpd.shutdown()
+
     def on_term(_signum: int, _frame: Any) -> None:
-        threading.Thread(target=httpd.shutdown, daemon=True).start()
+        threading.Thread(target=shut_down, daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
@@ -896,6 +969,11 @@ def main(argv: list[str] | None = None) -> int:
              "required" if api_key else "not required", args.max_body_bytes)
     try:
         httpd.serve_forever(poll_interval=0.2)
+        # Every request under way answered before the process ends: a stream cut off mid-token read as a
+        # reply that just stopped, and torch threads killed by the interpreter's exit aborted it
+        # ("terminate called without an active exception"). Bounded within the stop's grace before SIGKILL.
+        if not backend.wait_idle(SHUTDOWN_WAIT_S):
+            log.warning("requests still under way after %.0f s; stopping anyway", SHUTDOWN_WAIT_S)
     finally:
         httpd.server_close()
         _write_state(state_dir, start, status="stopped", stopped_ts=time.time())

@@ -1,0 +1,61 @@
+"""A server stopped (``serve --stop``, the app's k: SIGTERM) while it answers: the request under way is
+told the server is shutting down, in OpenAI's error shape, and the process ends cleanly. One real server
+(our transformers backend) on the real finished tiny LoRA run, CPU only, no GPU assumed; the stop lands
+while a stream is known to be under way (its chunks read), never by timing."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.parse
+
+
+def _special_ids() -> list[int]:
+    """The tiny model's special tokens (its end tokens among them)."""
+    from transformers import AutoTokenizer
+
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    return AutoTokenizer.from_pretrained(TINY).all_special_ids
+
+
+def test_a_stream_cut_by_the_servers_stop_ends_with_an_error_event_not_a_silent_cut(lora_run):
+    """The stream just stopped mid-reply (no finish_reason, no [DONE]): a client took the half reply for the
+    whole one, and the process died in the interpreter's exit with generation threads running ("terminate
+    called without an active exception" in its log). Now the generation is stopped at its next token, the
+    stream ends with OpenAI's error event (server_error) and [DONE], and the log holds no abort."""
+    from core.lifecycle import serve
+
+    _home, run = lora_run
+    state = serve.start_server(run, backend="transformers", timeout=300)
+    log_path = serve.server_log_path(run.id)
+    try:
+        url = urllib.parse.urlsplit(state.url)
+        connection = http.client.HTTPConnection(url.hostname, url.port, timeout=120)
+        # the base model babbles on, its end tokens barred: 1900 tokens is far more than the stop lets it write
+        body = {"model": run.id + "-base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1900,
+                "stream": True, "logit_bias": {str(i): -100 for i in _special_ids()}}
+        connection.request("POST", "/v1/chat/completions", body=json.dumps(body),
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 200
+        events = []
+        while len(events) < 4:  # the role chunk, then pieces of the reply: the generation is under way
+            line = response.readline()
+            assert line, events
+            if line.startswith(b"data: "):
+                events.append(line[6:].strip())
+        assert serve.stop_server(run.id)
+        events += [line[6:].strip() for line in response.read().splitlines() if line.startswith(b"data: ")]
+        connection.close()
+    finally:
+        serve.stop_server(run.id)
+    assert events[-1] == b"[DONE]", events[-3:]
+    last = json.loads(events[-2])
+    assert last["error"]["type"] == "server_error" and "shutting down" in last["error"]["message"], last
+    chunks = [json.loads(event) for event in events[:-2]]
+    assert all(chunk["choices"][0]["finish_reason"] is None for chunk in chunks), chunks[-1]  # not "finished"
+    assert sum(len(chunk["choices"][0]["delta"].get("content") or "") for chunk in chunks) > 0
+    text = log_path.read_text(encoding="utf-8", errors="replace")
+    assert "terminate called" not in text and "Traceback" not in text, text[-2000:]
+    assert "ended by the server's shutdown" in text
