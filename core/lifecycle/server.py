@@ -245,6 +245,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1  # a 64-bit integer, as vLLM takes it (torch's seed is one)
 MAX_PENALTY = 2.0  # OpenAI's presence_penalty / frequency_penalty run from -2 to 2
 MAX_LOGIT_BIAS = 100.0  # and a logit_bias value from -100 to 100
 
@@ -312,8 +313,8 @@ def _settings(body: dict[str, Any], least: int = 1, vocab: int | None = None) ->
     if n is not None and (n != 1 or isinstance(n, bool)):
         raise RequestError(t("lifecycle.api_n", value=_shown(n)), param="n")
     seed = body.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise RequestError(t("lifecycle.api_seed", value=_shown(seed)), param="seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not SEED_MIN <= seed <= SEED_MAX):
+        raise RequestError(t("lifecycle.api_seed", low=SEED_MIN, high=SEED_MAX, value=_shown(seed)), param="seed")
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else stop
     if stop is not None and not (isinstance(stops, list) and len(stops) <= MAX_STOP_SEQUENCES

@@ -105,10 +105,12 @@ def test_an_unknown_model_is_404_and_the_listed_ids_are_served(served):
     ("max_tokens", 0), ("max_tokens", -5), ("max_tokens", 2.5), ("max_tokens", "10"), ("max_tokens", True),
     ("max_completion_tokens", 0), ("temperature", -0.1), ("temperature", 2.5), ("temperature", "hot"),
     ("top_p", 0), ("top_p", 1.5), ("top_p", -1), ("n", 2), ("n", 0), ("seed", "x"), ("stream", "yes"),
+    ("seed", 1 << 63), ("seed", -(1 << 63) - 1),
 ])
 def test_a_value_out_of_range_is_refused_naming_the_param(served, field, value):
     """max_tokens 0 gave 256 tokens (the default, through `or`), -5 gave 200, top_p 0 became 1.0, n 2 was
-    ignored: each is now a 400 invalid_request_error naming the parameter."""
+    ignored, a seed past 64 bits was a 500 "generation failed: Overflow when unpacking long long": each is now
+    a 400 invalid_request_error naming the parameter."""
     _run_id, url = served
     code, reply = _post(url, messages=_ask(), **{"max_tokens": 4, field: value})
     assert code == 400, (field, value, reply)
@@ -130,6 +132,7 @@ def test_values_given_are_used_as_given(served):
         assert code == 200, (body, reply)
         assert reply["usage"]["completion_tokens"] == tokens and reply["choices"][0]["finish_reason"] == "length"
     for body in ({"n": 1}, {"temperature": 2, "top_p": 1, "seed": 3}, {"temperature": 0.5, "top_p": 0.01},
+                 {"seed": (1 << 63) - 1}, {"seed": -(1 << 63)},
                  {"stop": None, "n": None, "top_p": None, "temperature": None}):
         code, reply = _post(url, model=base, messages=_ask(), max_tokens=2, **body)
         assert code == 200 and len(reply["choices"]) == 1, (body, reply)
