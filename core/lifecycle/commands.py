@@ -451,12 +451,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(t("lifecycle.bad_max_body", value=args.max_body_bytes), 2)
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV, "")
     run = _resolve(args.run) if args.run else None
+    key = run.id if run is not None else model_dir_id(Path(args.model_dir))
     # The public-host warning comes once start_server has looked for every refusal (a host not this
     # machine's, a run it cannot serve): a refused start is said alone, never after a warning.
-    state = start_server(run, args.host, args.port, args.backend, args.checkpoint,
-                         Path(args.model_dir) if args.model_dir else None, api_key=api_key,
-                         max_body_bytes=args.max_body_bytes,
-                         warn=lambda warning: _err(t("lifecycle.warning", text=warning)), note=_err)
+    try:
+        state = start_server(run, args.host, args.port, args.backend, args.checkpoint,
+                             Path(args.model_dir) if args.model_dir else None, api_key=api_key,
+                             max_body_bytes=args.max_body_bytes,
+                             warn=lambda warning: _err(t("lifecycle.warning", text=warning)), note=_err)
+    except KeyboardInterrupt:
+        # Ctrl+C ends the wait, not the server (detached, its own session): said, with how to stop it,
+        # rather than a silent exit 130 that left a server loading the model onto the GPU unbeknown.
+        if server_state(key) is not None:
+            _err(t("lifecycle.serve_interrupted", run=key))
+        raise
     if args.json:
         _print_json({**state.to_dict(), "running": True, "healthy": True})
     else:
