@@ -619,9 +619,12 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 return
             chat = path == "/v1/chat/completions"
             try:
-                body = json.loads(self.rfile.read(length) or b"{}")
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError as exc:  # not JSON, or not UTF-8: said as such, with where it went wrong
+                    raise RequestError(t("lifecycle.api_bad_json", error=str(exc))) from None
                 if not isinstance(body, dict):
-                    raise ValueError("the request body must be a JSON object")
+                    raise RequestError(t("lifecycle.api_body_not_object", value=_shown(body)))
                 echo, top = False, None
                 if chat:
                     prompts: list[Any] = [_messages(body)]

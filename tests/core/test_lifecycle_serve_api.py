@@ -211,6 +211,27 @@ def test_error_objects_carry_openais_string_code_or_null_not_the_http_status(ser
     assert error["code"] is None and error["type"] == "invalid_request_error" and error["message"], error
 
 
+@pytest.mark.parametrize(("body", "said"), [
+    (b"{not json", "is not valid JSON (Expecting property name"), (b"\xff\xfe{", "is not valid JSON"),
+    (b'[{"role": "user"}]', 'must be one JSON object (e.g. {"model": ..., "messages": [...]}), not [{"role"'),
+    (b'"hi"', 'must be one JSON object'),
+])
+def test_a_body_that_is_no_json_object_is_said_so_with_what_to_send(served, body, said):
+    """A body that was not JSON got the bare parser's words ("Expecting property name enclosed in double
+    quotes: line 1 column 2 (char 1)"), not saying it was the body's JSON, and one that was not an object an
+    English literal under any locale. Now both say what is wrong with the body and what to send, from the
+    catalogue."""
+    _run_id, url = served
+    for path in ("/chat/completions", "/completions"):
+        request = urllib.request.Request(url + path, data=body, headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as raw:
+            urllib.request.urlopen(request, timeout=60)
+        assert raw.value.code == 400
+        error = json.loads(raw.value.read())["error"]
+        assert error["type"] == "invalid_request_error" and error["param"] is None, error
+        assert error["message"].startswith("The request body ") and said in error["message"], error
+
+
 def test_models_retrieve_answers_each_served_id_and_404s_any_other(served):
     """GET /v1/models/{id} answered 404 "no route", so `client.models.retrieve(id)` failed for the very ids
     /v1/models lists. Now it gives their model object; another id is OpenAI's 404 model_not_found."""
