@@ -653,7 +653,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 return
             except Exception as exc:  # tokenizing the prompt failed: as a failed generation
                 log.exception("templating the prompt failed")
-                self._error(500, f"generation failed: {exc}", "server_error")
+                self._error(500, _failed(exc), "server_error")
                 return
             options = body.get("stream_options")
             job = _Job(chat=chat, prompts=list(zip(ids, fitted, strict=True)), variant=variant,
@@ -718,7 +718,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                                                                                      strict=True))]
             except Exception as exc:  # a generation error is the client's answer, not a dead server
                 log.exception("generation failed")
-                self._error(500, f"generation failed: {exc}", "server_error")
+                self._error(500, _failed(exc), "server_error")
                 return
             finally:
                 finished.set()
@@ -753,6 +753,13 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(b"data: " + json.dumps(chunk).encode("utf-8") + b"\n\n")
                 self.wfile.flush()
 
+            def end_with_error(message: str) -> None:
+                """The stream's end when its reply did not come whole: OpenAI's error event (the openai client
+                raises it as an APIError), then [DONE], never a stream that just stops as if finished."""
+                send({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+
             stop = threading.Event()
             outcomes = []
             try:
@@ -770,10 +777,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                         from core.i18n import t
 
                         log.info("%s: its stream was ended by the server's shutdown", self.address_string())
-                        send({"error": {"message": t("lifecycle.api_shutting_down"), "type": "server_error",
-                                        "param": None, "code": None}})
-                        self.wfile.write(b"data: [DONE]\n\n")
-                        self.wfile.flush()
+                        end_with_error(t("lifecycle.api_shutting_down"))
                         return
                     send(job.chunk(index, None, outcome.finish_reason))
                 if job.include_usage:  # OpenAI's stream_options.include_usage: one last chunk, no choices
@@ -782,11 +786,22 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 stop.set()  # the client went away: stop generating for nobody
-            except Exception:
+            except Exception as exc:
                 log.exception("generation failed")
                 stop.set()
+                try:  # the client still reads: told the reply failed, not left with one cut short in silence
+                    end_with_error(_failed(exc))
+                except OSError:
+                    pass
 
     return Handler
+
+
+def _failed(exc: BaseException) -> str:
+    """A failed generation's message for the client (a 500's, or a stream's error event)."""
+    from core.i18n import t
+
+    return t("lifecycle.api_generation_failed", error=str(exc) or type(exc).__name__)
 
 
 def _completion_tokens(tokenizer: Any, reply: Any) -> list[int]:
