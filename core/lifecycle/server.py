@@ -569,6 +569,20 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                         headers={"WWW-Authenticate": "Bearer", "Connection": "close"})
             return True
 
+        def _other_method(self) -> None:
+            """A method no route takes (DELETE, PUT, PATCH, OPTIONS): OpenAI's 404 "Invalid URL" in its error
+            JSON, as for a path it has not, not http.server's HTML 501 page that an API client cannot read."""
+            from core.i18n import t
+
+            if self._refused(self.path.split("?")[0].rstrip("/")):
+                return
+            self.close_connection = True
+            self._drain()  # a body sent with it is read and dropped, so the client sees the answer
+            self._error(404, t("lifecycle.api_no_route", method=self.command, path=self.path),
+                        headers={"Connection": "close"})
+
+        do_DELETE = do_PUT = do_PATCH = do_OPTIONS = _other_method  # noqa: N815 - http.server's naming
+
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             from core.i18n import t
 

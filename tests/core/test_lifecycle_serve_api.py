@@ -366,3 +366,28 @@ def test_echoed_logprobs_score_with_the_adapter_for_the_run_and_without_it_for_b
         assert choice["text"] == context + "Blue."
         totals[model] = sum(choice["logprobs"]["token_logprobs"][ctxlen:])  # the answer's tokens
     assert totals[run_id] > totals[run_id + "-base"] + 5, totals
+
+
+def test_a_method_no_route_takes_is_openais_404_json_not_an_html_page(served):
+    """DELETE (the openai client's models.delete), PUT, PATCH and OPTIONS got http.server's HTML "501
+    Unsupported method" page, which an API client cannot read as an error. Now each is OpenAI's 404
+    "Invalid URL (METHOD path)" in its error JSON, a body sent with it read first (no reset)."""
+    import http.client
+    import urllib.parse
+
+    import openai
+
+    run_id, url = served
+    with pytest.raises(openai.NotFoundError) as caught:
+        _client(url).models.delete(run_id)
+    assert caught.value.type == "invalid_request_error" and f"DELETE /v1/models/{run_id}" in caught.value.message
+    where = urllib.parse.urlsplit(url)
+    for method in ("PUT", "PATCH", "OPTIONS", "DELETE"):
+        connection = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+        connection.request(method, "/v1/chat/completions", body=json.dumps({"messages": _ask()}),
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 404 and response.getheader("Content-Type") == "application/json", method
+        error = json.loads(response.read())["error"]
+        assert error["type"] == "invalid_request_error" and f"({method} /v1/chat/completions)" in error["message"]
+        connection.close()
