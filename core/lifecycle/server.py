@@ -33,6 +33,9 @@ out, the default (256) is cut to what the context has room for. Messages the mod
 With an API key (environment ``TUNEDECK_API_KEY``, never the command line, where ``ps`` shows it) every
 /v1 route needs ``Authorization: Bearer KEY`` (401 otherwise, OpenAI's error JSON); /health stays open.
 A request body over ``--max-body-bytes`` (1 MiB by default) is refused with 413 before it is read.
+A stream whose reply does not come whole (a failed generation, the server's SIGTERM) ends with OpenAI's error
+event and ``[DONE]``; SIGTERM stops every generation at its next token, answers a request not streamed (or
+still waiting for the model) with 503, and waits for those answers (``SHUTDOWN_WAIT_S``) before it exits.
 Usage is counted from the generated token ids.
 """
 
