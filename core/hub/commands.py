@@ -582,12 +582,17 @@ def _incomplete_reason(model: Any, download: Any, listed: bool = True) -> str:
     download (a hub's model), or what the folder lacks (one of the user's). ``download`` is tunedeck's
     record of the download that filled the folder, if any: its hub and id are known, whatever the folder holds;
     ``listed`` False for a folder ``models list`` does not show (``models info PATH``): no setting to undo."""
+    from core.hub.download import download_state_label
     from core.hub.local import download_command, partial_files
 
     hub, model_id = _incomplete_id(model, download)
     # without a config.json or a record the folder's name may be no model's id (a stray folder): no id is made up
     resume = download_command(model_id or t("hub.cli.owner_name"), hub) if hub else ""
-    stopped = download.status if download is not None and download.status != "done" else ""
+    if download is not None and download.active:
+        # Still being downloaded: "resumes it, or delete the folder" was no way out (rm refuses a folder a
+        # download writes into), and the raw status word stayed English under zh.
+        return t("hub.cli.incomplete.running", command=resume)
+    stopped = download_state_label(download.status) if download is not None and download.status != "done" else ""
     if model.weights == "partial":
         count = len(partial_files(model.path))
         key = plural_key("hub.cli.incomplete.partial", count)

@@ -779,3 +779,35 @@ def test_a_retrying_download_says_so_and_shows_no_stale_rate_or_eta(hub_server, 
     assert "retrying (attempt 2): Connection broken" in shown and "ETA" not in shown and "/s" not in shown, shown
     done = read_status(job)
     assert done.status == "done" and not done.retrying and done.retry_attempt is None
+
+
+def test_models_list_of_a_download_still_running_says_so_in_the_language_and_how_to_follow_it(hub_server, capsys):
+    """`models list` showed a download still going as "download running; ... resumes it, or delete the folder"
+    (there is nothing to resume, and rm refuses a folder a download writes into), and under zh "下载running":
+    the raw status. Now it says it is still downloading, how to watch and how to stop it; a stopped one its
+    status in words of the language."""
+    from core import i18n
+    from core.cli import main
+    from core.hub.download import cancel_download
+
+    hub_server.hub.stall_at = 128 * 1024  # the download is certainly running while it is listed
+    plan = _plan(include=["model.safetensors"])
+    job = start_download(plan)
+    _wait_until_stalled(job, plan)
+    try:
+        assert main(["models", "list"]) == 0
+        out = capsys.readouterr().out
+        assert "still downloading" in out and "--cancel" in out and "resumes it" not in out, out
+        assert main(["--lang", "zh", "models", "list"]) == 0
+        out = capsys.readouterr().out
+        assert "仍在下载中" in out and "running" not in out, out
+        assert cancel_download(job)
+    finally:
+        hub_server.hub.stall_release.set()
+    assert wait_for_download(job, 30).status == "cancelled"
+    try:
+        assert main(["--lang", "zh", "models", "list"]) == 0
+        out = capsys.readouterr().out
+        assert "下载已停止" in out and "cancelled" not in out, out
+    finally:
+        i18n.set_language("en")
