@@ -300,8 +300,12 @@ class Downloader:
         import requests
 
         self._session = requests.Session()
-        self.write_state("running", force=True)
-        self.event("start", files=len(self.files), bytes=self.total, resumed_bytes=self.bytes_done())
+        # The speed counts what this process fetches: a resumed download starts at the bytes already on disk
+        # (from 0, its first figure counted them as fetched in half a second, the ETA as short).
+        resumed = self.bytes_done()
+        self._rate_mark = (time.monotonic(), resumed)
+        self.write_state("running", done=resumed, force=True)
+        self.event("start", files=len(self.files), bytes=self.total, resumed_bytes=resumed)
         try:
             for item in self.files:
                 self.current = item["path"]
