@@ -162,7 +162,9 @@ def _modelscope_models() -> list[LocalModel]:
         models = root / "models"
         if not models.is_dir():
             continue
-        for owner in sorted(p for p in models.iterdir() if p.is_dir()):
+        # Not a hidden folder: the SDK's ``._____temp/<owner>/<name>`` holds the files a download of its has not
+        # finished (listed as a whole model "._____temp/Qwen", it read as one to train and to delete).
+        for owner in sorted(p for p in models.iterdir() if p.is_dir() and not p.name.startswith(".")):
             if "--" in owner.name:  # new layout: models/<owner>--<name>/snapshots/<rev>
                 model_id = owner.name.replace("--", "/", 1)
                 found.append(_entry("modelscope", model_id, owner, owner / "snapshots"))

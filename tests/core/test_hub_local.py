@@ -850,3 +850,18 @@ def test_delete_refuses_a_cached_snapshot_a_live_run_trains_on(home, layout):
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     assert delete_local_model(model) > 0 and not repo.exists()
+
+
+def test_the_modelscope_sdks_temporary_folder_is_no_model(home, capsys):
+    """The ModelScope SDK downloads into ``models/._____temp/<owner>/<name>`` before moving each file into its
+    place: `models list` (and the Local tab) showed that folder as a whole model named "._____temp/Qwen", one
+    to train and to delete. It is no model; the models beside it are listed as before."""
+    temp = home / "ms" / "models" / "._____temp" / "Qwen" / "Qwen2___5-7B-Instruct"
+    _write(temp / "config.json", 10)
+    _write(temp / "model-00001-of-00004.safetensors", 100)
+    _write(home / "ms" / "models" / "Qwen" / "Whole" / "config.json", 10)
+    _write(home / "ms" / "models" / "Qwen" / "Whole" / "model.safetensors", 10)
+    assert [m.model_id for m in list_local_models()] == ["Qwen/Whole"]
+    assert main(["models", "list"]) == 0
+    out, err = capsys.readouterr()
+    assert "_____temp" not in out + err and "Qwen/Whole" in out
