@@ -139,7 +139,8 @@ def run_search(args: argparse.Namespace) -> int:
         raise _fail(exc, args.hub, getattr(source, "endpoint", "")) from exc
     if args.json:
         print(json.dumps({"hub": args.hub, "total": page.total, "page": page.page, "page_size": page.page_size,
-                          "has_more": page.has_more, "models": [m.to_json() for m in page.items]}, indent=2))
+                          "has_more": page.has_more, "unusable": page.unusable,
+                          "models": [m.to_json() for m in page.items]}, indent=2))
         return 0
     if not page.items:
         from core.hub.problems import HUB_NAMES

@@ -821,6 +821,10 @@ def test_models_search_says_one_model_and_why_a_result_is_left_out(home, monkeyp
         err = capsys.readouterr().err
         assert "4 of 5 models on modelscope" in err, err
         assert "1 more left out: its id is not a valid ModelScope id" in err, err
+        # --json says it too: "total" 5 beside 4 models, with no more pages, had no why
+        assert main(["models", "search", "", "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        assert (found["total"], len(found["models"]), found["unusable"]) == (5, 4, 1), found
 
 
 @pytest.mark.parametrize("layout", ["huggingface", "modelscope-snapshots"])
