@@ -427,6 +427,8 @@ def delete_blocker(model: LocalModel, extra_dirs: list[str] | None = None) -> De
     the UI thread. The app says it in the dialog and ``models rm`` before asking, not after a y."""
     from core.hub.download import downloader_alive
 
+    if not model.path.exists():  # deleted since it was listed (models rm, another app): said as such
+        return _refusal("hub.local.delete_gone", model=model.model_id, path=str(model.path))
     known = {m.path.resolve() for m in list_local_models(extra_dirs)}
     target = model.path.resolve()
     if target not in known:

@@ -445,3 +445,34 @@ def test_no_results_lists_its_filters_with_the_languages_separator(hub_env):
             assert "org Qwen, size" in screen._no_results_text()
 
     asyncio.run(scenario())
+
+
+def test_x_on_a_model_deleted_elsewhere_says_it_is_gone_and_drops_its_row(hub_env, tmp_path):
+    """The Local tab still listed a model `tunedeck models rm` (another SSH window) had deleted; x on it said
+    "… is not a model folder tunedeck lists" and the row stayed. It now says the model is no longer on disk,
+    and the row leaves the list. Fake GPUs: one H200 (fixture)."""
+    import shutil
+
+    folder = tmp_path / "ms" / "models" / "Qwen" / "Qwen2___5-0___5B"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"x" * 5000)
+    (folder / "config.json").write_text('{"model_type": "qwen2"}')
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("2")
+            local = screen.query_one("#local-models")
+            await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED)
+            shutil.rmtree(folder)  # models rm, elsewhere
+            await pilot.press("x")
+            title = t("modelsscreen.delete_refused_title", model="Qwen/Qwen2.5-0.5B")
+            await wait_for(pilot, lambda: title in screen_text(app))
+            said = app.screen.text
+            assert "no longer on disk" in said and "not a model folder" not in said, said
+            await wait_for(pilot, lambda: local.row_count == BUNDLED)  # its row went
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.screen is screen)
+
+    asyncio.run(scenario())

@@ -1128,6 +1128,8 @@ class ModelsScreen(Screen[None]):
         if message.refusal:  # no y to press for what would be refused: why, and the way out
             from tui.widgets.text_modal import TextModal
 
+            self._list_local()  # the listing of now: a model deleted elsewhere leaves its row
+
             self.app.push_screen(TextModal(t("modelsscreen.delete_refused_title", model=model.model_id),
                                            message.refusal))
             return
