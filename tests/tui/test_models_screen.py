@@ -476,3 +476,38 @@ def test_x_on_a_model_deleted_elsewhere_says_it_is_gone_and_drops_its_row(hub_en
             await wait_for(pilot, lambda: app.screen is screen)
 
     asyncio.run(scenario())
+
+
+def test_the_local_tab_lists_a_download_that_starts_elsewhere_as_incomplete(hub_env, tmp_path):
+    """A model deleted and downloaded again from a shell (`models rm`, `models download`) stayed on the Local tab
+    as whole, its old size and date, for the whole download: the list was read again when a download ended, not
+    when one started. Fake GPUs: one H200 (fixture); the fake hub holds the file body so the download runs."""
+    import shutil
+
+    from core.hub.download import plan_download, start_download, wait_for_download
+    from core.hub.source import open_hub
+
+    source = open_hub("modelscope")
+    plan = plan_download(source, source.details("Qwen/Qwen2.5-Tiny-Instruct"))
+    assert wait_for_download(start_download(plan), 60).status == "done"
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("2")
+            local = screen.query_one("#local-models")
+            await wait_for(pilot, lambda: local.row_count == 1 + BUNDLED)
+            assert t("modelsscreen.incomplete") not in str(local.get_row_at(0))
+            shutil.rmtree(plan.target_dir)  # elsewhere: models rm, then models download
+            hub_env.hub.stall_at = 128 * 1024
+            start_download(plan)
+            await wait_for(pilot, lambda: screen.download_active, timeout=60)
+            await wait_for(pilot, lambda: t("modelsscreen.incomplete") in str(local.get_row_at(0)))
+            hub_env.hub.stall_release.set()
+            await wait_for(pilot, lambda: not screen.download_active, timeout=60)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        hub_env.hub.stall_release.set()

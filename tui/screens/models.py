@@ -281,6 +281,7 @@ class ModelsScreen(Screen[None]):
         self.job_dir: Path | None = None
         self.download_active = False
         self.line_status: Any = None  # the download the line shows (DownloadStatus), as last read
+        self._listed_at: tuple[Any, ...] | None = None  # that download's (job, status, files done) the Local tab last saw
         self.tab = "hub"
         self.all_files = False  # False: one weight format (safetensors first); True: every file
         self.reachability = HubReachability()
@@ -835,11 +836,16 @@ class ModelsScreen(Screen[None]):
         status = read_status(self.job_dir) if self.job_dir is not None else None
         active = status is not None and status.active
         if active != self.download_active:
-            ended = self.download_active
             self.download_active = active
             self.refresh_bindings()
-            if ended and self.tab == "local":
-                self._list_local()  # the model it filled is whole now (or still not): its row says which
+        at = None if status is None else (status.job_dir, status.status, status.files_done)
+        if at != self._listed_at:
+            self._listed_at = at
+            if self.tab == "local" and status is not None:
+                # The model the download fills, listed again as it goes: at its end whole (or still not); as it
+                # starts, and each file it finishes, incomplete and its size on disk. Read at its end only, a
+                # model deleted and downloaded again from a shell stayed listed whole, old size and date.
+                self._list_local()
         failed = getattr(self.line_status, "status", None) == "failed", getattr(status, "status", None) == "failed"
         self.line_status = status
         if failed[0] != failed[1]:
