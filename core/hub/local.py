@@ -298,9 +298,14 @@ def download_of(model: LocalModel, downloads: list[Any]) -> Any | None:
 def superseded_download(job: Any) -> bool:
     """Whether download record ``job`` (``core.hub.download.DownloadStatus``) ended unfinished (failed, stopped)
     in a folder other than the one where its model is now whole in its hub's cache (the cache moved, and the
-    model came there another way): the whole model wins, and the record is of a folder no longer in use."""
-    if job.active or job.status == "done":
+    model came there another way): the whole model wins, and the record is of a folder no longer in use. A
+    finished one whose folder is gone is of no folder in use either."""
+    if job.active:
         return False
+    if job.status == "done":
+        # Its folder deleted by hand since (rm -rf; models rm and x remove the record too): "downloaded to"
+        # a folder that is not there is no news of it.
+        return bool(job.target_dir) and not Path(job.target_dir).exists()
     folder = cached_model_folder(job.model_id, "huggingface" if job.hub == "hf" else "modelscope")
     if folder is None:
         return False

@@ -511,3 +511,27 @@ def test_the_local_tab_lists_a_download_that_starts_elsewhere_as_incomplete(hub_
         asyncio.run(scenario())
     finally:
         hub_env.hub.stall_release.set()
+
+
+def test_the_download_line_says_nothing_of_a_finished_download_whose_folder_was_deleted_by_hand(hub_env):
+    """A model downloaded, then its folder deleted by hand (rm -rf): the Models screen opened saying
+    "Qwen/Qwen2.5-Tiny-Instruct: downloaded to <the deleted folder>". A finished download whose folder is gone
+    is no news: the line says no download is running. Fake GPUs: one H200 (fixture)."""
+    import shutil
+
+    from core.hub.download import plan_download, start_download, wait_for_download
+    from core.hub.source import open_hub
+
+    source = open_hub("modelscope")
+    plan = plan_download(source, source.details("Qwen/Qwen2.5-Tiny-Instruct"))
+    assert wait_for_download(start_download(plan), 60).status == "done"
+    shutil.rmtree(plan.target_dir)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_models(pilot, app)
+            await wait_for(pilot, lambda: t("modelsscreen.no_download") in screen_text(app))
+            assert "downloaded to" not in screen_text(app)
+
+    asyncio.run(scenario())
