@@ -36,6 +36,7 @@ from core.paths import data_root, ensure_private_dir, nearest_existing_dir
 
 SCHEMA = 1
 TOKEN_ENV = "TUNEDECK_HUB_TOKEN"
+LANGUAGE_ENV = "TUNEDECK_DOWNLOADER_LANG"  # the language its messages (why it failed) are written in
 PART_SUFFIX = ".part"
 CHUNK_BYTES = 64 * 1024
 STATE_INTERVAL_S = 0.25
@@ -307,6 +308,11 @@ def start_download(plan: DownloadPlan, token: str | None = None) -> Path:
     env.pop(TOKEN_ENV, None)
     if token:
         env[TOKEN_ENV] = token
+    from core.i18n import current_language
+
+    # The downloader writes why it failed ("the disk filled up ...") into state.json, which the app, models list
+    # and models download show: in the language of whoever started it (--lang, the settings), not always English.
+    env[LANGUAGE_ENV] = current_language()
     # The child imports ``core`` from where this process found it (a source checkout or site-packages).
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)

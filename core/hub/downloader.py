@@ -20,13 +20,14 @@ from core.atomic_file import write_json_atomic
 from core.errors import EXIT_HUB, TunedeckError
 from core.hub.download import (
     CHUNK_BYTES,
+    LANGUAGE_ENV,
     MAX_STALLED_ATTEMPTS,
     PART_SUFFIX,
     STATE_INTERVAL_S,
     TOKEN_ENV,
 )
 from core.hub.http import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, auth_headers_for, status_error, storage_refusal
-from core.i18n import t
+from core.i18n import set_language, t
 
 FATAL_STATUSES = (401, 403, 404, 410)
 # Of those, the ones whose HTML page is no hub's answer (``_refuse_status``): a website's Not Found, a proxy's or a
@@ -378,6 +379,10 @@ def _sha256(path: Path) -> str:
 def main(argv: list[str]) -> int:
     job_dir = Path(argv[0])
     token = os.environ.pop(TOKEN_ENV, None) or None
+    try:
+        set_language(os.environ.get(LANGUAGE_ENV, ""))
+    except ValueError:  # a language this install lacks: the locale's
+        set_language("")
     with open(job_dir / "lock", "a+") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -841,3 +841,20 @@ def test_a_resumed_download_reports_the_speed_of_the_link_not_of_the_bytes_alrea
     assert status is not None and status.status == "done", status
     assert rates, "no speed was ever reported"
     assert max(rates) < 8e6, rates  # the link gives < 0.7 MB/s; counting the 31 MB on disk gave tens of MB/s
+
+
+def test_why_a_download_failed_is_written_in_the_language_it_was_started_in(hub_server):
+    """The detached downloader never set its language: why a download failed (a full disk, a file that is no
+    longer there) was English in state.json, and so in the zh app's download line and dialog, `models list`
+    and `models download`. It writes it in the language of the command or app that started it."""
+    from core import i18n
+
+    plan = _plan(include=["model.safetensors"])
+    hub_server.hub.status = 404  # the file went from the hub between the listing and the download
+    i18n.set_language("zh")
+    try:
+        status = wait_for_download(start_download(plan), 60)
+    finally:
+        i18n.set_language("en")
+    assert status.status == "failed", status
+    assert any("\u4e00" <= char <= "\u9fff" for char in status.error), status.error
