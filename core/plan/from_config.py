@@ -40,8 +40,11 @@ class PlanConfig:
     # planner field -> (its value, the run key it was given as, where: "run.yaml:7", "ds.json: zero_optimization.stage")
     pins: dict[str, tuple[Any, str, str]] = field(default_factory=dict)
     lines: dict[str, int | None] = field(default_factory=dict)
-    # the run keys the file itself gives (a peer's file: not the peer defaults ``tunedeck import`` filled in)
+    # the run keys the file gives; a peer's file: with the peer's defaults ``tunedeck import`` filled in for keys it
+    # leaves out (ms-swift's lora_rank 8), which the peer trains with as much as with the keys the file writes
     given: set[str] = field(default_factory=set)
+    # of those, the peer's defaults (said as the peer's default, not as a line of the file)
+    peer_defaults: set[str] = field(default_factory=set)
     # the run keys the command line set in place of the file's (``--model``, ``--dataset``, ``--set KEY=VALUE``)
     decided: set[str] = field(default_factory=set)
     # run keys ``--set`` gave that are no planner field (``learning_rate=2e-5``): in the checked config and the save
@@ -59,6 +62,8 @@ class PlanConfig:
 
     def where(self, key: str) -> str:
         line = self.lines.get(key)
+        if not line and key in self.peer_defaults and self.imported is not None:
+            return t("plan.config_peer_default", path=self.path, peer=self.imported.peer_name)
         return f"{self.path}:{line}" if line else self.path
 
     @property
@@ -131,13 +136,17 @@ def load_plan_config(path: str, model: str | None = None, dataset: str | None = 
         raise CliError(t("plan.error.config_file", path=path, problem=str(exc)), 2) from exc
     if imported is not None:
         lines = _peer_lines(path, imported)
+    # a peer's defaults are what the peer trains with (its LoRA rank, batch, learning rate): kept as its keys are
     keys_given = set(values) if imported is None else {key for line in imported.mapping
-                                                  if line.verdict == "taken" and not line.default
-                                                  for key in line.outcome.values}
+                                                  if line.verdict == "taken" for key in line.outcome.values}
+    peer_defaults = set() if imported is None else {key for line in imported.mapping
+                                                    if line.verdict == "taken" and line.default
+                                                    for key in line.outcome.values}
     values.update({key: value for key, value in given.items() if value})
     set_keys = _set_values(run_items)
     values.update(set_keys)
     plan_config = PlanConfig(path, values, config, imported, lines=lines, given=keys_given | set(set_keys),
+                             peer_defaults=peer_defaults - set(set_keys),
                              decided={key for key, value in given.items() if value} | set(set_keys),
                              set_keys=set_keys)
     _anchor(plan_config)
@@ -263,12 +272,16 @@ def replanned_values(plan_config: PlanConfig, plan_values: dict[str, Any], model
     and data unless the command line gave others; its learning rate, LoRA alpha and hub kept where it gives them
     (a full fine-tune the command line asked for drops its LoRA keys, a plan in fp32 its attn: flash).
     ``epochs_given``: the command line's ``--epochs``, which the plan was made for: it replaces the file's max_steps."""
+    from core.config.peers import LLAMAFACTORY
     from core.config.schema import LORA_ONLY_KEYS
 
     out = dict(plan_config.values)
     for key in PLANNED_KEYS:
         out.pop(key, None)
     keep = {"learning_rate", "lora_alpha", "hub"} & plan_config.given
+    if "lora_alpha" in plan_config.peer_defaults and plan_config.imported.peer == LLAMAFACTORY \
+            and plan_values.get("lora_rank") != out.get("lora_rank"):
+        keep.discard("lora_alpha")  # LLaMA-Factory's alpha is twice the rank: the plan's rank's (--set lora_rank=auto)
     for key, value in plan_values.items():
         if key in keep:
             continue

@@ -881,3 +881,37 @@ def test_config_dataset_option_names_a_dataset_of_the_files_dataset_info(tmp_pat
                     "--json", fake_gpus="none")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["dataset_summary"]["records"] == 40
+
+
+def test_config_of_a_peer_file_keeps_the_peers_default_lora_rank_unless_freed(tmp_path):
+    """``swift sft`` without --lora_rank trains ms-swift's rank 8 (``tunedeck import`` fills it in), yet ``plan
+    --config`` left the peer's defaults out of what it keeps: the planner picked rank 16 and the saved re-plan trained
+    another adapter than the peer's. The peer's defaults are now kept as its keys are (said as its default), and
+    ``--set lora_rank=auto`` frees one (a LLaMA-Factory alpha then follows the plan's rank, as there: twice it).
+    Hardware: planned 1xA100-80GB."""
+    script = tmp_path / "sw.sh"
+    script.write_text(f"swift sft --model tiny --train_type lora --dataset {SAMPLE}\n")
+    out = tmp_path / "re.yaml"
+    proc = tunedeck(tmp_path, "--config", str(script), "--hardware", "1xA100-80GB", "--save", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["recommendation"]["plan"]["lora_rank"] == 8
+    assert data["config"]["pinned"]["lora_rank"] == {"value": 8, "from": f"ms-swift's default, left out of {script}"}
+    saved = yaml.safe_load(out.read_text())
+    assert (saved["lora_rank"], saved["lora_alpha"]) == (8, 32)
+    freed = tunedeck(tmp_path, "--config", str(script), "--hardware", "1xA100-80GB", "--set", "lora_rank=auto",
+                     "--json")
+    assert freed.returncode == 0, freed.stderr
+    assert json.loads(freed.stdout)["recommendation"]["plan"]["lora_rank"] != 8
+    lf = tmp_path / "lf.yaml"
+    lf.write_text(f"model_name_or_path: tiny\nstage: sft\nfinetuning_type: lora\ndataset: {SAMPLE}\n")
+    proc = tunedeck(tmp_path, "--config", str(lf), "--hardware", "1xA100-80GB", "--save", str(out), "--force",
+                    "--json")
+    assert proc.returncode == 0, proc.stderr
+    saved = yaml.safe_load(out.read_text())
+    assert (saved["lora_rank"], saved["lora_alpha"], saved["learning_rate"]) == (8, 16, 5e-5)
+    proc = tunedeck(tmp_path, "--config", str(lf), "--hardware", "1xA100-80GB", "--set", "lora_rank=auto",
+                    "--save", str(out), "--force", "--json")
+    assert proc.returncode == 0, proc.stderr
+    saved = yaml.safe_load(out.read_text())
+    assert saved["lora_rank"] != 8 and saved["lora_alpha"] == 2 * saved["lora_rank"]
