@@ -99,6 +99,21 @@ class ImportResult:
     mapping: list[MappingLine] = field(default_factory=list)
 
     @property
+    def peer_batch(self) -> int | None:
+        """The peer's effective batch where the converted file says how many GPUs it trained on (micro-batch ×
+        accumulation × GPUs: ``gpus`` a count or a list, CUDA_VISIBLE_DEVICES, NPROC_PER_NODE or an args.json's
+        global_world_size); None where a value needs the user or the GPUs are the box's (``all``)."""
+        from core.config.schema import RunConfig
+
+        gpus = self.config.get("gpus")
+        count = len(gpus) if isinstance(gpus, list) else gpus if type(gpus) is int else None
+        micro = self.config.get("micro_batch_size", RunConfig.micro_batch_size)
+        accumulation = self.config.get("gradient_accumulation", RunConfig.gradient_accumulation)
+        if not count or not all(type(v) is int and v > 0 for v in (micro, accumulation)):
+            return None
+        return micro * accumulation * count
+
+    @property
     def peer_name(self) -> str:
         return PEER_NAMES[self.peer]
 
@@ -600,6 +615,53 @@ def _target_key(line: MappingLine, peer: str) -> str | None:
     return line.key if line.key in KEY_SPECS else None
 
 
+def _keep_peer_batch(result: ImportResult, values: dict[str, Any], locations: dict[str, tuple[str, int | None]],
+                     overrides: list[str]) -> list[Any]:
+    """``train sw.sh gpus=[0]`` of a file trained on two GPUs kept the file's accumulation per process (for
+    ``CUDA_VISIBLE_DEVICES=0,1 swift sft`` the import's halved one), so the effective batch silently fell by half.
+    A ``gpus`` override without a batch override now divides the peer's effective batch over the GPUs it gives (the
+    accumulation first, then the micro-batch), said as a warning; where it does not divide, or the GPUs are the box's
+    (``all``), the warning says the effective batch changes and what keeps it."""
+    from core.config.checks import check_value
+    from core.config.issues import WARNING, ConfigIssue
+    from core.config.loader import OVERRIDE_SOURCE, parse_override
+
+    given: dict[str, str] = {}
+    for text in overrides:
+        try:
+            given[parse_override(text)[0]] = text.strip()
+        except ValueError:
+            continue  # said by the overrides' own check
+    batch = result.peer_batch
+    if "gpus" not in given or {"micro_batch_size", "gradient_accumulation"} & set(given) or batch is None:
+        return []
+    try:
+        gpus = check_value("gpus", values["gpus"])
+    except ValueError:
+        return []  # said by the value's own check
+    from core.config.schema import RunConfig
+
+    micro = result.config.get("micro_batch_size", RunConfig.micro_batch_size)
+    accumulation = result.config.get("gradient_accumulation", RunConfig.gradient_accumulation)
+    count = len(gpus) if isinstance(gpus, list) else gpus if type(gpus) is int else None
+    where = f"{OVERRIDE_SOURCE} ({given['gpus']})"
+    if count and batch % count == 0:
+        per_process = batch // count
+        new_micro = max(d for d in range(1, micro + 1) if per_process % d == 0)
+        new_accumulation = per_process // new_micro
+        if (new_micro, new_accumulation) == (micro, accumulation):
+            return []  # the file's own GPU count: nothing changes
+        values["micro_batch_size"], values["gradient_accumulation"] = new_micro, new_accumulation
+        locations["micro_batch_size"] = locations["gradient_accumulation"] = (where, None)
+        message = t("import.gpus_keep_batch", peer=result.peer_name, batch=batch, micro=new_micro,
+                    accumulation=new_accumulation, gpus=given["gpus"], was_micro=micro, was_accumulation=accumulation)
+    else:
+        shown = t("import.gpus_box", per=micro * accumulation) if count is None else str(micro * accumulation * count)
+        message = t("import.gpus_change_batch", peer=result.peer_name, batch=batch, micro=micro,
+                    accumulation=accumulation, now=shown)
+    return [ConfigIssue(where, None, "gpus", message, WARNING)]
+
+
 def load_imported_config(result: ImportResult, overrides: list[str], gpu_caps: Any = None,
                          for_training: bool = False) -> Any:
     """The checked ``RunConfig`` of a converted file with ``key=value`` overrides applied on top (raises
@@ -609,5 +671,6 @@ def load_imported_config(result: ImportResult, overrides: list[str], gpu_caps: A
     values = dict(result.config)
     locations: dict[str, tuple[str, int | None]] = {key: (result.source, None) for key in values}
     issues = apply_overrides(values, locations, overrides)
+    issues += _keep_peer_batch(result, values, locations, overrides)
     return config_from_mapping(values, locations, result.source, gpu_caps=gpu_caps, prior_issues=issues,
                                for_training=for_training)

@@ -1273,3 +1273,30 @@ def test_llamafactory_pretraining_packs_as_llamafactory_does(tmp_path):
     assert import_file(peer).config.get("packing") in (None, False)
     peer.write_text(base + "stage: sft\n")
     assert "packing" not in import_file(peer).config
+
+
+def test_gpus_override_keeps_the_peers_effective_batch():
+    """``train sw.sh gpus=[0]`` of ``CUDA_VISIBLE_DEVICES=0,1 swift sft ...`` kept the accumulation import halved for
+    two processes: one GPU then trained at half ms-swift's effective batch, unsaid. A gpus override now divides the
+    peer's effective batch over the GPUs it gives (said as a warning); where it cannot, or the GPUs are the box's
+    (all), the warning says the effective batch changes; a batch override on the command line is taken as given.
+    Hardware: none (the configuration is checked, nothing runs)."""
+    from core.config.importers import load_imported_config
+
+    sample = Path(__file__).resolve().parents[2] / "core" / "data" / "samples" / "tiny_skills.jsonl"
+    result = import_command(["CUDA_VISIBLE_DEVICES=0,1", "swift", "sft", "--model", "tiny", "--dataset", str(sample),
+                             "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "8"])
+    assert result.peer_batch == 16 and result.config["gradient_accumulation"] == 4
+    config = load_imported_config(result, ["gpus=[0]"])
+    assert (config.micro_batch_size, config.gradient_accumulation) == (2, 8)
+    assert any("effective batch 16 kept" in str(warning) for warning in config.warnings), config.warnings
+    config = load_imported_config(result, ["gpus=4"])
+    assert (config.micro_batch_size, config.gradient_accumulation) == (2, 2)
+    for gpus, now in (("gpus=3", "= 24"), ("gpus=all", "= 8 × the box's GPU count")):
+        config = load_imported_config(result, [gpus])
+        assert config.gradient_accumulation == 4
+        assert any("no longer ms-swift's 16" in str(w) and now in str(w) for w in config.warnings), config.warnings
+    config = load_imported_config(result, ["gpus=[0]", "gradient_accumulation=2"])
+    assert config.gradient_accumulation == 2 and not any("effective batch" in str(w) for w in config.warnings)
+    config = load_imported_config(result, ["gpus=[0,1]"])
+    assert config.gradient_accumulation == 4 and not any("effective batch" in str(w) for w in config.warnings)
