@@ -149,6 +149,17 @@ def _positive_int(target: str, unset_below: float = 1) -> Convert:
     return convert
 
 
+def _world_size(value: Any) -> Outcome:
+    """ms-swift's ``global_world_size`` (an args.json's): how many processes trained, each with the file's micro-batch
+    and accumulation. Kept as the GPU count, so the effective batch stays ms-swift's: ``gpus: all`` multiplied it by
+    the GPUs of the box the converted run lands on."""
+    number = _number(value)
+    if number is None or not number.is_integer() or number < 1:
+        return dropped("import.reason_unset") if is_unset(value) else needs_you("import.reason_unknown")
+    count = int(number)
+    return taken({"gpus": count}, Message("import.note_swift_world_size", count=count))
+
+
 def _method(value: Any) -> Outcome:
     """finetuning_type (LLaMA-Factory), train_type (ms-swift 3), tuner_type (ms-swift 4), sft_type (2)."""
     text = str(value).strip().lower()
@@ -730,7 +741,8 @@ _DUMP_KEYS: dict[str, PeerKey] = {
     **{key: PeerKey(not_needed("import.reason_bookkeeping"), None, _MS) for key in (
         "check_model", "acc_strategy", "create_checkpoint_symlink", "model_suffix", "model_info", "model_meta")},
     **{key: PeerKey(not_needed("import.reason_launcher"), None, _MS) for key in (
-        "rank", "global_world_size", "local_world_size")},
+        "rank", "local_world_size")},
+    "global_world_size": PeerKey(_world_size, None, _MS),
 }
 PEER_KEYS.update({key: replace(entry, suggest=False) for key, entry in _DUMP_KEYS.items()})
 

@@ -851,7 +851,8 @@ def test_a_full_swift_args_json_is_stopped_only_by_values_that_train_otherwise(t
         assert _line(result, key).verdict == DROPPED, _line(result, key).text()
     assert "read only together with predict_with_generate" in _line(result, "max_new_tokens").text()
     assert "read only together with use_galore" in _line(result, "galore_rank").text()
-    out = _tunedeck(home, "train", str(peer), "--check")
+    # global_world_size 1 asks one GPU (ms-swift's effective batch); this box has none: its CPU, gpus=all
+    out = _tunedeck(home, "train", str(peer), "gpus=all", "--check")
     assert out.returncode == 0, out.stderr
     checked = yaml.safe_load(out.stdout)
     assert (checked["adam_beta1"], checked["adam_beta2"], checked["adam_epsilon"], checked["overlong"]) == \
@@ -859,7 +860,7 @@ def test_a_full_swift_args_json_is_stopped_only_by_values_that_train_otherwise(t
 
     # transformers' betas and a sample cut at its end: tunedeck's defaults, written out
     peer = _swift_args_json(tmp_path / "args.json", data, adam_beta2=0.999, truncation_strategy="right")
-    out = _tunedeck(home, "train", str(peer), "--check")
+    out = _tunedeck(home, "train", str(peer), "gpus=all", "--check")
     assert out.returncode == 0, out.stderr
     assert "truncation_strategy: right → taken as overlong=cut" in out.stderr
     assert yaml.safe_load(out.stdout)["adam_beta2"] == 0.999
@@ -1300,3 +1301,23 @@ def test_gpus_override_keeps_the_peers_effective_batch():
     assert config.gradient_accumulation == 2 and not any("effective batch" in str(w) for w in config.warnings)
     config = load_imported_config(result, ["gpus=[0,1]"])
     assert config.gradient_accumulation == 4 and not any("effective batch" in str(w) for w in config.warnings)
+
+
+def test_args_json_keeps_its_world_size_as_the_gpu_count(tmp_path):
+    """An ms-swift args.json says how many processes trained (``global_world_size``), each at the file's micro-batch and
+    accumulation; import dropped it as the launcher's and wrote ``gpus: all``, so on a box with more GPUs than the
+    original run the effective batch grew unsaid (2 x 4 x 2 = 16 became 2 x 4 x 8 on eight). It is the GPU count now,
+    said, and ``gpus=N`` on the command line keeps the batch. Hardware: none (a conversion, checked)."""
+    from core.config.importers import load_imported_config
+
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"model": "tiny", "train_type": "lora",
+                                "dataset": [str(ROOT / "core" / "data" / "samples" / "tiny_skills.jsonl")],
+                                "per_device_train_batch_size": 2, "gradient_accumulation_steps": 4,
+                                "global_world_size": 2, "local_world_size": 2, "rank": 0}))
+    result = import_file(args)
+    assert result.config["gpus"] == 2 and result.peer_batch == 16
+    line = _line(result, "global_world_size")
+    assert line.verdict == TAKEN and "2 processes" in line.text(), line.text()
+    config = load_imported_config(result, ["gpus=1"])
+    assert (config.micro_batch_size, config.gradient_accumulation, config.gpus) == (2, 8, 1)
