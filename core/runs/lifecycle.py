@@ -90,7 +90,7 @@ def load_run_file(path: str | Path, overrides: Sequence[str] = (), warn: Warn = 
     except FileNotFoundError as exc:
         raise RunError(t("runs.config_missing", path=path), 2) from exc
     for warning in getattr(config, "warnings", []) or []:
-        warn(t("runs.config_warning", warning=str(warning)))
+        warn(str(warning))  # "FILE:LINE: warning: KEY: ..." (the issue says its own prefix)
     from core.config.checks import model_as_launched, run_file_dir
 
     as_loaded = model_as_launched(config.model, run_file_dir(path))  # the folder the load's checks looked at
@@ -856,7 +856,7 @@ def _resume_config(run: RunDirectory, overrides: list[str], warn: Warn) -> Any:
     except FileNotFoundError as exc:
         raise RunError(t("runs.config_missing", path=str(run.config_path)), 2) from exc
     for warning in getattr(config, "warnings", []) or []:
-        warn(t("runs.config_warning", warning=str(warning)))
+        warn(str(warning))  # "FILE:LINE: warning: KEY: ..." (the issue says its own prefix)
     _absolute_local_paths(config, None)
     return config
 

@@ -305,3 +305,19 @@ def test_train_check_refuses_the_multi_node_options_train_refuses(tmp_path, opti
         proc = _tunedeck(tmp_path, "train", "run.yaml", *extra, *options)
         assert proc.returncode == 2 and said in proc.stderr, (extra, proc.stderr)
     assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
+
+
+def test_a_config_warning_is_said_with_its_file_line_and_one_warning_prefix(tmp_path, monkeypatch):
+    """A warning of the run file (here ``pure_bf16: true`` with LoRA, which it does not apply to) reads
+    ``FILE:LINE: warning: KEY: ...`` once; it read ``warning: FILE:LINE: warning: KEY: ...`` (the run's prefix
+    before the issue's own). No GPU assumed: the check is the file's."""
+    from core.runs.lifecycle import load_run_file
+
+    path, _folder, elsewhere = _tiny_model_beside_the_yaml(tmp_path)
+    monkeypatch.chdir(elsewhere)
+    path.write_text(path.read_text() + "method: lora\npure_bf16: true\n")
+    said: list[str] = []
+    load_run_file(path, warn=said.append)
+    warned = [line for line in said if "pure_bf16" in line]
+    assert len(warned) == 1, said
+    assert warned[0].startswith(f"{path}:") and warned[0].count("warning: ") == 1, warned
