@@ -73,15 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     _warnings_to(out)
     try:
         from core.lifecycle.chat import GenerationSettings, chat_prompt, stream_prompt
-        from core.lifecycle.source import load_finetuned, load_model_dir, resolve_model_source
+        from core.lifecycle.source import held, load_finetuned, load_model_dir, resolve_model_source
         from core.runs.run_dir import RunDirectory
 
         if args.model_dir:
             loaded = load_model_dir(Path(args.model_dir))
             label, step = Path(args.model_dir).name, None
         else:
-            source = resolve_model_source(RunDirectory(Path(args.run)), args.checkpoint)
-            loaded = load_finetuned(source)
+            run = RunDirectory(Path(args.run))
+            # held from choice to load: a live run's rotation removes no checkpoint chosen meanwhile (``held``)
+            with held(run, resolve_model_source(run, args.checkpoint), args.checkpoint) as source:
+                loaded = load_finetuned(source)
             label, step = f"{source.run_id} checkpoint-{source.step}", source.step
     except Exception as exc:
         stored = getattr(exc, "stored_message", None)  # its key and parameters: the app words it its own way

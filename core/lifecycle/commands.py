@@ -218,7 +218,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
         refuse_base_without_adapter,
         stream_prompt,
     )
-    from core.lifecycle.source import check_model_dir, load_finetuned, load_model_dir, resolve_model_source
+    from core.lifecycle.source import (
+        check_model_dir,
+        held,
+        load_finetuned,
+        load_model_dir,
+        resolve_model_source,
+    )
 
     if not args.run and not args.model_dir:
         raise CliError(t("lifecycle.chat_needs_model"), 2)
@@ -237,8 +243,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
             source = resolve_model_source(run, args.checkpoint)
             if args.base:  # a full fine-tune: refused before minutes of loading, not answered by the tuned model
                 refuse_base_without_adapter(source)
-            _err(t("lifecycle.loading", what=f"{run.id} checkpoint-{source.step}"))
-            loaded = load_finetuned(source)
+            # held from choice to load: a live run's rotation removes no checkpoint chosen meanwhile (``held``)
+            with held(run, source, args.checkpoint) as source:
+                _err(t("lifecycle.loading", what=f"{run.id} checkpoint-{source.step}"))
+                loaded = load_finetuned(source)
     settings = GenerationSettings(temperature=args.temperature, max_tokens=args.max_tokens)
     variant = "base" if args.base else "tuned"
     history: list[dict[str, str]] = []

@@ -172,7 +172,7 @@ def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list
     model has no adapter: a full fine-tune's base is not at hand, and its own figures are no base."""
     from core.atomic_file import write_json_atomic
     from core.lifecycle.chat import GenerationSettings, complete_chat
-    from core.lifecycle.source import load_finetuned, load_source_tokenizer, resolve_model_source
+    from core.lifecycle.source import held, load_finetuned, load_source_tokenizer, resolve_model_source
 
     started = time.monotonic()
     source = resolve_model_source(run, checkpoint)
@@ -180,12 +180,15 @@ def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list
     # The data is read, checked and tokenized before the model loads: a bad line is said in seconds, not
     # after minutes of loading.
     records = run_records(run)
-    tokenizer = load_source_tokenizer(source)
-    split, examples = evaluation_examples(run, tokenizer, records)
-    changed = data_changed_since_training(run)
-    if not examples:  # every record left out once tokenized (overlong: drop, no assistant turn): said in words
-        raise LifecycleError(no_examples_message(run, source.base_model))
-    loaded = load_finetuned(source, device, tokenizer=tokenizer)
+    # The checkpoint held from its tokenizer to its weights: a live run's rotation removed it while the data
+    # was tokenized (or torch imported), and the evaluation failed on a checkpoint "no longer there".
+    with held(run, source, checkpoint) as source:
+        tokenizer = load_source_tokenizer(source)
+        split, examples = evaluation_examples(run, tokenizer, records)
+        changed = data_changed_since_training(run)
+        if not examples:  # every record left out once tokenized (overlong: drop, no assistant turn): in words
+            raise LifecycleError(no_examples_message(run, source.base_model))
+        loaded = load_finetuned(source, device, tokenizer=tokenizer)
     tuned = mean_loss(loaded, examples, "tuned")
     base = mean_loss(loaded, examples, "base") if loaded.has_adapter else None
     greedy = GenerationSettings(temperature=0.0, max_tokens=PROMPT_MAX_TOKENS)

@@ -38,7 +38,7 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
         merge_run,
         refuse_unless_replaceable,
     )
-    from core.lifecycle.source import refuse_quantized_base, resolve_model_source
+    from core.lifecycle.source import held, refuse_quantized_base, resolve_model_source
 
     if fmt not in FORMATS:
         raise LifecycleError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -52,24 +52,27 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     refuse_quantized_base(source)  # a *-bnb-4bit base: the merge before quantizing would quantize it twice
     if importlib.util.find_spec("bitsandbytes") is None:
         raise LifecycleError(t("lifecycle.export_needs_bnb", format=fmt))
-    import torch
+    # The checkpoint held against a live run's rotation from here to the end of its merge (``held``): torch's
+    # import and the CUDA query come first, seconds in which the newest checkpoint chosen may be rotated away.
+    with held(run, source, checkpoint) as source:
+        import torch
 
-    if not torch.cuda.is_available():
-        raise LifecycleError(t("lifecycle.export_needs_cuda", format=fmt))
-    out = Path(out).expanduser() if out is not None else default_export_dir(run, fmt, source.step)  # as merge's
-    check_out_location(out, run, source)  # never into a run, the data root or the checkpoint read
-    if os.path.lexists(out):
-        refuse_unless_replaceable(out, force)  # only an empty folder or an earlier export, with force
-    make_out_parent(out)  # a file in the way, a read-only filesystem: said before anything is loaded
-    # Merge in full precision first, then quantize the merged weights while loading them. The staging copy
-    # (the whole model in full precision) goes whatever happens: a quantization that fails (out of memory)
-    # or is interrupted (Ctrl+C) left it in the run's export/ folder, tens of GB that nothing removed.
-    staging = default_export_dir(run, "staging", source.step)
-    # Both folders locked for the whole export, as a merge locks its OUT: two quantized exports of one
-    # checkpoint (4-bit and 8-bit, or the same twice) wrote and deleted the one staging folder under each
-    # other, one quantizing a half-written or vanished copy; two into one --out deleted each other's OUT.tmp.
-    with merge_lock(out), _staging_lock(staging, run, source.step, fmt):
-        return _export_quantized(run, fmt, source, out, staging, force, started)
+        if not torch.cuda.is_available():
+            raise LifecycleError(t("lifecycle.export_needs_cuda", format=fmt))
+        out = Path(out).expanduser() if out is not None else default_export_dir(run, fmt, source.step)  # as merge's
+        check_out_location(out, run, source)  # never into a run, the data root or the checkpoint read
+        if os.path.lexists(out):
+            refuse_unless_replaceable(out, force)  # only an empty folder or an earlier export, with force
+        make_out_parent(out)  # a file in the way, a read-only filesystem: said before anything is loaded
+        # Merge in full precision first, then quantize the merged weights while loading them. The staging copy
+        # (the whole model in full precision) goes whatever happens: a quantization that fails (out of memory)
+        # or is interrupted (Ctrl+C) left it in the run's export/ folder, tens of GB that nothing removed.
+        staging = default_export_dir(run, "staging", source.step)
+        # Both folders locked for the whole export, as a merge locks its OUT: two quantized exports of one
+        # checkpoint (4-bit and 8-bit, or the same twice) wrote and deleted the one staging folder under each
+        # other, one quantizing a half-written or vanished copy; two into one --out deleted each other's OUT.tmp.
+        with merge_lock(out), _staging_lock(staging, run, source.step, fmt):
+            return _export_quantized(run, fmt, source, out, staging, force, started)
 
 
 @contextmanager

@@ -26,11 +26,10 @@ from core.lifecycle.source import (
     ModelSource,
     OutputExists,
     OutputNotReplaceable,
-    pinned,
+    held,
     refuse_quantized_base,
     resolve_model_source,
 )
-from core.runs.checkpoints import COMPLETE_MARKER
 from core.runs.run_dir import RunDirectory, utc_now_iso
 
 # Room left over after the merged weights: tokenizer files, the filesystem's own needs.
@@ -120,8 +119,7 @@ def complete_merge(run: RunDirectory, source: ModelSource) -> Path | None:
         return None
     if not isinstance(provenance, dict) or provenance.get("staging"):
         return None
-    same = provenance.get("checkpoint") == str(source.checkpoint) and provenance.get("step") == source.step \
-        and provenance.get("base_model", source.base_model) == source.base_model  # merge --base: another base
+    same = provenance.get("checkpoint") == str(source.checkpoint) and provenance.get("step") == source.step
     weights = (out / "model.safetensors").is_file() or (out / "model.safetensors.index.json").is_file()
     if not (same and weights and (out / "config.json").is_file()) or written < newest:
         return None
@@ -407,7 +405,7 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
               headroom_bytes: int = DEFAULT_HEADROOM_BYTES, force: bool = False,
               device: str | None = None, progress: Callable[[str], None] | None = None,
               cancelled: Callable[[], bool] | None = None, reuse: bool = False,
-              record: bool = True, base: str | None = None) -> MergeResult:
+              record: bool = True) -> MergeResult:
     """Merge the run's adapter (last complete checkpoint unless ``checkpoint``) into ``out``.
 
     ``progress`` (called from this thread) hears each stage of ``MERGE_STAGES`` as it begins.
@@ -421,35 +419,30 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
 
     ``out`` is checked before anything is loaded (``check_out_location``): never a run directory (bar its
     merged/ and export/ folders), the data root, the checkpoint read or the base model folder; and a folder
-    there that is neither empty nor an earlier merge is ``OutputNotReplaceable``, ``force`` or not.
-
-    ``base``: the model to merge into in place of the run's (``with_base``: the full-precision model of a run trained
-    on a ``*-bnb-4bit`` one)."""
-    from core.lifecycle.source import default_device, with_base
+    there that is neither empty nor an earlier merge is ``OutputNotReplaceable``, ``force`` or not."""
+    from core.lifecycle.source import default_device
 
     started = time.monotonic()
     source = resolve_model_source(run, checkpoint)
-    if base:
-        source = with_base(source, base)
     if reuse and out is None and not force:
         done = complete_merge(run, source)
         if done is not None:
             return MergeResult(done, source.step, folder_bytes(done), time.monotonic() - started,
                                saved_dtype(done), source.is_adapter, reused=True, method=source.method)
     refuse_quantized_base(source)  # before torch is imported, a folder locked or anything loaded
-    if device is None:
-        device = default_device()  # imports torch: seconds, in which a live run's rotation may remove ...
-        if checkpoint is None and not (source.checkpoint / COMPLETE_MARKER).is_file():
-            source = resolve_model_source(run)  # ... the checkpoint just chosen: the newest, chosen again
-            source = with_base(source, base) if base else source
-    # "~/models/x" (as --out=~/models/x reaches us: the shell leaves a ~ after "=") is the home folder's: the
-    # checks looked there, and the merge was written into a folder named "~" in the current one
-    out = Path(out).expanduser() if out is not None else default_merge_dir(run, source.step)
-    check_out_location(out, run, source)
-    if os.path.lexists(out):
-        refuse_unless_replaceable(out, force)
-    with merge_lock(out), pinned(source):  # the checkpoint held against a live run's rotation throughout
-        return _merge_locked(run, source, out, headroom_bytes, force, device, progress, cancelled, started, record)
+    device = device or default_device()  # imports torch: seconds, in which a live run's rotation may remove ...
+    # ... the checkpoint just chosen: the newest is chosen again, when no step was asked for, and held against
+    # the rotation throughout (``held``)
+    with held(run, source, checkpoint) as source:
+        # "~/models/x" (as --out=~/models/x reaches us: the shell leaves a ~ after "=") is the home folder's:
+        # the checks looked there, and the merge was written into a folder named "~" in the current one
+        out = Path(out).expanduser() if out is not None else default_merge_dir(run, source.step)
+        check_out_location(out, run, source)
+        if os.path.lexists(out):
+            refuse_unless_replaceable(out, force)
+        with merge_lock(out):
+            return _merge_locked(run, source, out, headroom_bytes, force, device, progress, cancelled, started,
+                                 record)
 
 
 def _merge_locked(run: RunDirectory, source: ModelSource, out: Path, headroom_bytes: int, force: bool,

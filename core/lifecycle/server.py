@@ -964,7 +964,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     _write_state(state_dir, start, pid=os.getpid(), status="loading", backend="transformers")
 
-    from core.lifecycle.source import load_finetuned, load_model_dir, resolve_model_source
+    from core.lifecycle.source import held, load_finetuned, load_model_dir, resolve_model_source
     from core.runs.run_dir import RunDirectory
 
     if args.model_dir:
@@ -974,9 +974,10 @@ def main(argv: list[str] | None = None) -> int:
         model_id = model_dir_id(Path(args.model_dir))  # the id start_server filed it under
     else:
         run = RunDirectory(Path(args.run))
-        source = resolve_model_source(run, args.checkpoint)
-        _write_state(state_dir, start, step=source.step)  # the checkpoint served: status and the app show it
-        loaded = load_finetuned(source)
+        # held from choice to load: a live run's rotation removes no checkpoint chosen meanwhile (``held``)
+        with held(run, resolve_model_source(run, args.checkpoint), args.checkpoint) as source:
+            _write_state(state_dir, start, step=source.step)  # the checkpoint served: status and the app show it
+            loaded = load_finetuned(source)
         model_id = run.id
     backend = ChatBackend(loaded, model_id, api_key=api_key, max_body_bytes=args.max_body_bytes)
     args.host = bare_host(args.host)

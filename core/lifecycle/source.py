@@ -380,6 +380,28 @@ def pinned(source: ModelSource) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def held(run: RunDirectory, source: ModelSource, requested: int | None) -> Iterator[ModelSource]:
+    """``source`` (``resolve_model_source(run, requested)``) with its checkpoint pinned against the run's
+    rotation until the block ends; yields the source held. Between the choice and the pin a live run's
+    rotation (save_total_limit) may have removed the checkpoint (torch's import alone takes seconds): with
+    no step asked for (``requested`` None: the newest), the newest now is chosen and held instead; a step
+    asked for is ``checkpoint_gone``. Merge, export, chat, serve and evaluate hold their checkpoint so, from
+    before their loading to its end: chat, serve and evaluate failed on a checkpoint "no longer there" that
+    the user had not asked for."""
+    from core.runs.checkpoints import pin_checkpoint
+
+    for _ in range(5):  # rotation keeps the newest: a second choice is held (a bound, not a wait)
+        with pin_checkpoint(source.checkpoint) as there:
+            if there:
+                yield source
+                return
+        if requested is not None:
+            break
+        source = resolve_model_source(run)
+    raise checkpoint_gone(source.checkpoint)
+
+
 def _other_sound_steps(checkpoint: Path) -> str:
     """The steps of the run's other checkpoints that pass resume's checks ("none" in the language), for
     the message about a damaged one: no command lists a run's checkpoints, so the message does."""
