@@ -364,7 +364,7 @@ def _under_label(reply: str, indent: int) -> str:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from core.i18n import t
-    from core.lifecycle.export import export_run
+    from core.lifecycle.export import export_note, export_run
 
     run = _resolve(args.run)
     quiet_libraries()
@@ -382,6 +382,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         else:
             _err(t("lifecycle.exported", format=args.format, out=result["out"], size=_size(result["bytes"])))
         print(result["out"])
+    note = export_note(result)  # as a merge says it: on stderr with --json too, stdout stays the JSON alone
+    if note:
+        _err(note)
     return 0
 
 

@@ -46,7 +46,8 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
         # An export is recorded as "exported" with its format, written or reused: the events panel says what
         # was asked for, not "merged" for a fresh export and "exported" for a reused one.
         result = merge_run(run, checkpoint, out, force=force, reuse=True, record=False)
-        return _exported(run, fmt, result.out, result.bytes, result.seconds, result.step, result.reused)
+        return _exported(run, fmt, result.out, result.bytes, result.seconds, result.step, result.reused,
+                         result.adapter, result.method, result.dtype)
     started = time.monotonic()
     source = resolve_model_source(run, checkpoint)
     refuse_quantized_base(source)  # a *-bnb-4bit base: the merge before quantizing would quantize it twice
@@ -105,6 +106,7 @@ def _export_quantized(run: RunDirectory, fmt: str, source: Any, out: Path, stagi
 
     try:
         model, tokenizer = merged_model(source, "cuda")
+        dtype = str(next(model.parameters()).dtype).replace("torch.", "")  # merged in, before quantizing
         save_model_dir_atomically(model, tokenizer, staging, {"staging": True}, force=True)
         del model
         torch.cuda.empty_cache()
@@ -121,14 +123,23 @@ def _export_quantized(run: RunDirectory, fmt: str, source: Any, out: Path, stagi
                                          force=force)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return _exported(run, fmt, out, size, time.monotonic() - started, source.step, False)
+    return _exported(run, fmt, out, size, time.monotonic() - started, source.step, False, source.is_adapter,
+                     source.method, dtype)
 
 
 def _exported(run: RunDirectory, fmt: str, out: Path, size: int, seconds: float, step: int,
-              reused: bool) -> dict[str, Any]:
-    """The export's result (``seconds`` to 3 decimals, as ``merge``'s), recorded as the run's "exported"
-    event."""
+              reused: bool, adapter: bool, method: str, dtype: str) -> dict[str, Any]:
+    """The export's result (``seconds`` to 3 decimals, as ``merge``'s; the adapter merged in, the run's
+    method and the dtype it was merged in: ``export_note``), recorded as the run's "exported" event."""
     result = {"format": fmt, "out": str(out), "bytes": size, "seconds": round(seconds, 3), "step": step,
-              "reused": reused}
+              "reused": reused, "adapter": adapter, "method": method, "dtype": dtype}
     run.record_event("exported", **result)
     return result
+
+
+def export_note(result: dict[str, Any]) -> str | None:
+    """What an export of a QLoRA run says beside its result, as its merge says it (``qlora_note``): the
+    adapter was merged into the unquantised base, before any quantizing. None for any other export."""
+    from core.lifecycle.merge import qlora_note
+
+    return qlora_note(bool(result.get("adapter")), str(result.get("method") or ""), str(result.get("dtype") or ""))

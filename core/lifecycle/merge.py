@@ -77,15 +77,21 @@ class MergeResult:
         trained against the base's 4-bit (NF4) weights, merged into the base in ``dtype`` (the usual
         practice: 4-bit weights cannot take it), so the merged model's outputs may differ slightly from
         the model trained. None for any other merge."""
-        from core.i18n import t
-
-        if not (self.adapter and self.method == "qlora"):
-            return None
-        return t("lifecycle.merged_qlora_note", dtype=self.dtype or "bf16")
+        return qlora_note(self.adapter, self.method, self.dtype)
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "step": self.step, "bytes": self.bytes, "seconds": round(self.seconds, 3),
                 "dtype": self.dtype, "adapter": self.adapter, "reused": self.reused}
+
+
+def qlora_note(adapter: bool, method: str, dtype: str) -> str | None:
+    """``MergeResult.qlora_note`` of a merge of an adapter (``adapter``) of a run of ``method`` into the base
+    in ``dtype``: also what an export, merged or quantized, says (``export_note``)."""
+    from core.i18n import t
+
+    if not (adapter and method == "qlora"):
+        return None
+    return t("lifecycle.merged_qlora_note", dtype=dtype or "bf16")
 
 
 def merge_words(result: MergeResult) -> str:

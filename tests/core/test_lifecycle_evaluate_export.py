@@ -541,3 +541,26 @@ def test_evaluate_with_every_record_left_out_says_why_in_the_users_language(lora
     proc = tunedeck(home, "--lang", "zh", "evaluate", run.id)
     assert proc.returncode == 1 and "没有可用于评估的样本" in proc.stderr, proc.stderr[-2000:]
     assert "no examples" not in proc.stderr
+
+
+def test_a_qlora_export_says_it_is_the_unquantised_base_plus_the_adapter_as_its_merge_does(lora_run, tmp_path):
+    """``tunedeck merge`` of a QLoRA run says the adapter went into the unquantised base; ``tunedeck export``
+    (the same merge, or a quantized copy of it) said nothing of it. Now it says it as the merge does (stderr,
+    --json or not, written or reused); a LoRA export says nothing of the kind. CPU only: the tiny run's
+    adapter stands for a QLoRA one (an export never loads the 4-bit base)."""
+    import yaml
+
+    home, run = lora_run
+    proc = tunedeck(home, "export", run.id, "--out", str(tmp_path / "lora"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "QLoRA" not in proc.stderr and "4-bit" not in proc.stderr
+    cfg = yaml.safe_load(run.config_path.read_text(encoding="utf-8"))
+    run.config_path.write_text(yaml.safe_dump({**cfg, "method": "qlora"}), encoding="utf-8")
+    for args in (("--json",), ()):  # written, then reused as it is
+        proc = tunedeck(home, "export", run.id, *args)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        note = [line for line in proc.stderr.splitlines() if line.startswith("QLoRA:")]
+        assert len(note) == 1, proc.stderr[-2000:]
+        assert "merged into the base in float32" in note[0] and "4-bit (NF4)" in note[0], note[0]
+        assert "QLoRA" not in proc.stdout
+    assert json.loads(tunedeck(home, "export", run.id, "--json").stdout)["method"] == "qlora"

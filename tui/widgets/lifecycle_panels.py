@@ -271,7 +271,7 @@ def export_in_worker(app: Any, run_dir: Path, force: bool = False) -> None:
     never replaced: a notification says what it holds and to move it."""
 
     def work_() -> str | None:
-        from core.lifecycle.export import export_run
+        from core.lifecycle.export import export_note, export_run
         from core.lifecycle.source import OutputExists
         from core.runs import RunDirectory
         from core.watch.figures import format_bytes
@@ -285,8 +285,11 @@ def export_in_worker(app: Any, run_dir: Path, force: bool = False) -> None:
             return None
         size = format_bytes(result["bytes"])
         if result.get("reused"):
-            return t("lifecycle.export_reused", out=result["out"], size=size, step=result["step"])
-        return t("lifecycle.exported", format=result["format"], out=result["out"], size=size)
+            text = t("lifecycle.export_reused", out=result["out"], size=size, step=result["step"])
+        else:
+            text = t("lifecycle.exported", format=result["format"], out=result["out"], size=size)
+        note = export_note(result)  # into the bf16 base, not the 4-bit weights trained against, as M says
+        return text if note is None else text + "\n" + note
 
     _lifecycle_job(app, f"export:{run_dir}", t("lifecycle.exporting", run=run_dir.name), work_, key="X")
 
