@@ -32,9 +32,9 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     the same checkpoint is the export (``"reused": True``), not an error; ``force`` merges it again."""
     from core.i18n import t
     from core.lifecycle.merge import (
+        MergeRunning,
         check_out_location,
         make_out_parent,
-        merge_lock,
         merge_run,
         refuse_unless_replaceable,
     )
@@ -45,7 +45,10 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     if fmt == "merged":
         # An export is recorded as "exported" with its format, written or reused: the events panel says what
         # was asked for, not "merged" for a fresh export and "exported" for a reused one.
-        result = merge_run(run, checkpoint, out, force=force, reuse=True, record=False)
+        try:
+            result = merge_run(run, checkpoint, out, force=force, reuse=True, record=False)
+        except MergeRunning as exc:  # said as an export's, not "a merge into …" the user never started
+            raise _export_running(exc.path) from None
         return _exported(run, fmt, result.out, result.bytes, result.seconds, result.step, result.reused,
                          result.adapter, result.method, result.dtype)
     started = time.monotonic()
@@ -72,8 +75,31 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
         # Both folders locked for the whole export, as a merge locks its OUT: two quantized exports of one
         # checkpoint (4-bit and 8-bit, or the same twice) wrote and deleted the one staging folder under each
         # other, one quantizing a half-written or vanished copy; two into one --out deleted each other's OUT.tmp.
-        with merge_lock(out), _staging_lock(staging, run, source.step, fmt):
+        with _out_lock(out), _staging_lock(staging, run, source.step, fmt):
             return _export_quantized(run, fmt, source, out, staging, force, started)
+
+
+def _export_running(out: Path) -> LifecycleError:
+    """The refusal of an export into ``out`` while another export or a merge writes there (its lock is held)."""
+    from core.i18n import Message
+    from core.lifecycle.merge import MergeRunning
+
+    return MergeRunning(Message("lifecycle.export_out_running", path=str(out)), out)
+
+
+@contextmanager
+def _out_lock(out: Path) -> Iterator[None]:
+    """``merge_lock`` of ``out``; held by another, the refusal is an export's (``_export_running``)."""
+    from contextlib import ExitStack
+
+    from core.lifecycle.merge import MergeRunning, merge_lock
+
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(merge_lock(out))
+        except MergeRunning:
+            raise _export_running(out) from None
+        yield
 
 
 @contextmanager

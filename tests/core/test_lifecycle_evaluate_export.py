@@ -564,3 +564,27 @@ def test_a_qlora_export_says_it_is_the_unquantised_base_plus_the_adapter_as_its_
         assert "merged into the base in float32" in note[0] and "4-bit (NF4)" in note[0], note[0]
         assert "QLoRA" not in proc.stdout
     assert json.loads(tunedeck(home, "export", run.id, "--json").stdout)["method"] == "qlora"
+
+
+def test_an_export_into_a_folder_another_export_writes_is_refused_in_an_exports_words(lora_run, tmp_path):
+    """Two exports into one --out: the second was refused as "a merge into OUT is already running", a merge the
+    user never started. Now it says another export (or a merge) writes there, in the CLI's words (--out) and
+    the app's (X again). The first export's lock is held here by the real lock a merge or export takes."""
+    from core.lifecycle.export import export_run
+    from core.lifecycle.merge import merge_lock
+    from core.lifecycle.source import LifecycleError
+    from tui.widgets.lifecycle_panels import tui_words
+
+    home, run = lora_run
+    out = tmp_path / "exported"
+    with merge_lock(out):
+        proc = tunedeck(home, "export", run.id, "--out", str(out))
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert f"another export or a merge into {out} is already running" in proc.stderr, proc.stderr[-2000:]
+        assert "choose another folder with --out" in proc.stderr
+        with pytest.raises(LifecycleError) as info:
+            export_run(run, "merged", out=out)
+        words = tui_words(info.value, "X")
+        assert words.startswith(f"another export or a merge into {out}") and "press X again" in words, words
+        assert "--out" not in words
+    assert not out.exists()

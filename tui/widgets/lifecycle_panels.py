@@ -195,6 +195,7 @@ class MergePanel(KeyedModal[None]):
 LIFECYCLE_WORDING = {
     "lifecycle.out_not_replaceable": "lifecycle.out_not_replaceable_tui",
     "lifecycle.merge_running": "lifecycle.merge_running_tui",
+    "lifecycle.export_out_running": "lifecycle.export_out_running_tui",
     "lifecycle.checkpoint_unreadable": "lifecycle.checkpoint_unreadable_tui",
     "lifecycle.checkpoint_rotated": "lifecycle.checkpoint_rotated_tui",
     "lifecycle.disk_full": "lifecycle.disk_full_tui",
