@@ -30,7 +30,8 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
 
     The merged format's default folder is the one ``merge`` writes: one that already holds a whole merge of
     the same checkpoint is the export (``"reused": True``), not an error; ``force`` merges it again."""
-    from core.i18n import t
+    from core.errors import EXIT_USAGE
+    from core.i18n import Message, t
     from core.lifecycle.merge import (
         MergeRunning,
         check_out_location,
@@ -41,7 +42,9 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     from core.lifecycle.source import held, refuse_quantized_base, resolve_model_source
 
     if fmt not in FORMATS:
-        raise LifecycleError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+        # argparse refuses it in the CLI; the app or a caller of the API reaches it, in the interface's language
+        raise LifecycleError(Message("lifecycle.export_unknown_format", format=str(fmt), formats=", ".join(FORMATS)),
+                             exit_code=EXIT_USAGE)
     if fmt == "merged":
         # An export is recorded as "exported" with its format, written or reused: the events panel says what
         # was asked for, not "merged" for a fresh export and "exported" for a reused one.

@@ -588,3 +588,24 @@ def test_an_export_into_a_folder_another_export_writes_is_refused_in_an_exports_
         assert words.startswith(f"another export or a merge into {out}") and "press X again" in words, words
         assert "--out" not in words
     assert not out.exists()
+
+
+def test_an_unknown_export_format_is_refused_in_the_interfaces_language(lora_run):
+    """argparse refuses ``--format gguf`` in the CLI, but the app or a caller of ``export_run`` reached an
+    English-only refusal under zh. Now it is the interface's language, a request that cannot be (exit 2)."""
+    from core.i18n import current_language, set_language
+    from core.lifecycle.export import export_run
+    from core.lifecycle.source import LifecycleError
+
+    _home, run = lora_run
+    before = current_language()
+    try:
+        for language, said in (("en", 'unknown export format "gguf"; use one of merged, bnb-4bit, bnb-8bit'),
+                               ("zh", "未知的导出格式“gguf”")):
+            set_language(language)
+            with pytest.raises(LifecycleError) as info:
+                export_run(run, "gguf")
+            assert said in str(info.value) and info.value.exit_code == 2, str(info.value)
+    finally:
+        set_language(before)
+    assert not (run.path / "export").exists()
