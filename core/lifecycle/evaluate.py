@@ -224,21 +224,24 @@ def start_benchmarks(run: RunDirectory, names: list[str], checkpoint: int | None
     """Launch EvalScope / lm-eval on the merged model, detached; progress goes to ``eval/bench.log``."""
     from core.i18n import t
     from core.lifecycle.merge import merge_run
-    from core.lifecycle.source import OutputExists, resolve_model_source
+    from core.lifecycle.source import OutputExists
 
     tool = benchmark_tool()
     if tool is None:
         raise LifecycleError(t("lifecycle.no_benchmark_tool"))
-    source = resolve_model_source(run, checkpoint)
     # The run's merge of this very checkpoint, merged again unless whole and newer than it: any folder of
     # that name was taken as it was, so a checkpoint-N saved again since (a resume that went back) was
     # benchmarked through the merge of the checkpoint-N it replaced. Another earlier merge in the way is
     # replaced (only tunedeck's own results are); a folder of the user's there is refused, never benchmarked.
+    # ``checkpoint`` as asked (None: the newest, chosen by the merge): the step chosen here and passed on was
+    # "asked for", and a live run's rotation of it in the merge's seconds ended the benchmarks on a
+    # checkpoint "no longer there" the user never named.
     try:
-        model_dir = merge_run(run, source.step, reuse=True).out
+        merged = merge_run(run, checkpoint, reuse=True)
     except OutputExists:
-        model_dir = merge_run(run, source.step, force=True).out
-    out = eval_dir(run) / f"bench-{source.step}"
+        merged = merge_run(run, checkpoint, force=True)
+    model_dir = merged.out
+    out = eval_dir(run) / f"bench-{merged.step}"
     if tool == "evalscope":
         cmd = [sys.executable, "-m", "evalscope.cli.cli", "eval", "--model", str(model_dir),
                "--datasets", *names, "--work-dir", str(out)]

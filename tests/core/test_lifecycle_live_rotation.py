@@ -134,3 +134,35 @@ def test_the_apps_chat_worker_of_a_live_run_survives_a_rotation_while_torch_impo
     assert proc.returncode == 0, (records, proc.stderr[-3000:])
     assert [r["event"] for r in records if r["event"] != "warning"] == ["ready"], records
     assert records[-1]["step"] == 30
+
+
+def test_benchmarks_of_a_live_run_survive_a_rotation_while_torch_imports(lora_run, tmp_path, monkeypatch):
+    """``evaluate --benchmarks`` chose the newest step and passed it to the merge as if the user had asked
+    for it: rotated away in torch's import, the benchmarks ended on a checkpoint "no longer there". Now the
+    merge chooses (the newest, chosen again), and the benchmarks run on its step. A stand-in ``lm_eval``
+    module (records its arguments) is the benchmark tool."""
+    import torch
+
+    from core.lifecycle.evaluate import start_benchmarks
+
+    _home, run = lora_run
+    tools = tmp_path / "tools"
+    (tools / "lm_eval").mkdir(parents=True)
+    (tools / "lm_eval" / "__init__.py").write_text("")
+    argv_file = tmp_path / "argv.json"
+    (tools / "lm_eval" / "__main__.py").write_text(
+        f"import json, sys\nopen({str(argv_file)!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
+    monkeypatch.syspath_prepend(str(tools))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tools), os.environ.get("PYTHONPATH", "")]))
+    real = torch.cuda.is_available
+
+    def saved_and_rotated() -> bool:
+        monkeypatch.setattr(torch.cuda, "is_available", real)
+        save_and_rotate(run)
+        return real()
+
+    monkeypatch.setattr(torch.cuda, "is_available", saved_and_rotated)
+    bench = start_benchmarks(run, ["gsm8k"])
+    os.waitpid(bench["pid"], 0)
+    assert f"pretrained={run.path / 'merged' / 'checkpoint-45'}" in json.loads(argv_file.read_text())
+    assert bench["out"].endswith("bench-45")
