@@ -349,13 +349,16 @@ def _backend_command(backend: str, run: RunDirectory | None, served: str, state:
 
 
 def _merged_for_serving(run: RunDirectory, source: Any, checkpoint: int | None, backend: str,
-                        cancelled: Callable[[], bool] | None) -> Path:
+                        cancelled: Callable[[], bool] | None) -> tuple[Path, int]:
     """The merged folder a vLLM or LMDeploy server loads: the run's whole merge of the checkpoint (the
     test ``merge`` and ``export`` reuse it by, ``complete_merge``), merged now when the folder is not there.
     A folder there that is no whole merge (cut short, another checkpoint's, older than the checkpoint) is
     refused with the command that merges it again: served, it ends in the backend's own puzzling error. A
     folder there that is no merge of tunedeck's at all (no tunedeck_merge.json) is refused as the merge
-    refuses it (``OutputNotReplaceable``): --force would not replace it, so that is not the advice."""
+    refuses it (``OutputNotReplaceable``): --force would not replace it, so that is not the advice.
+    Returns the folder and the step merged into it: a merge made now of the newest checkpoint (``checkpoint``
+    None) takes the newest as it is then, which a live run may have saved since ``source`` was chosen (the
+    folder of ``source``'s step was served then, and did not exist)."""
     from core.i18n import t
     from core.lifecycle.merge import (
         MergeCancelled,
@@ -368,7 +371,7 @@ def _merged_for_serving(run: RunDirectory, source: Any, checkpoint: int | None, 
 
     done = complete_merge(run, source)
     if done is not None:
-        return done
+        return done, source.step
     out = default_merge_dir(run, source.step)
     if os.path.lexists(out):
         if not is_replaceable(out):  # no merge of tunedeck's at all: --force would not replace it either
@@ -378,10 +381,10 @@ def _merged_for_serving(run: RunDirectory, source: Any, checkpoint: int | None, 
     if cancelled is not None and cancelled():
         raise ServeWaitCancelled(t("lifecycle.serve_wait_cancelled", run=run.id))
     try:
-        merge_run(run, checkpoint, cancelled=cancelled)
+        merged = merge_run(run, checkpoint, cancelled=cancelled)
     except MergeCancelled as exc:
         raise ServeWaitCancelled(str(exc)) from exc
-    return out
+    return merged.out, merged.step
 
 
 def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 0, backend: str = "auto",
@@ -456,12 +459,13 @@ def start_server(run: RunDirectory | None, host: str = "127.0.0.1", port: int = 
             note(t("lifecycle.serve_auto_thinking", backend=chosen, reason=str(refused)))
         chosen = "transformers"
     what = {"model_dir": str(model_dir)} if run is None else {"run": str(run.path)}
+    served = source.step if source is not None else None  # the step served (a merge made now: its own)
     if chosen != "transformers" and run is not None and source is not None:
-        model_dir = _merged_for_serving(run, source, checkpoint, chosen, cancelled)
+        model_dir, served = _merged_for_serving(run, source, checkpoint, chosen, cancelled)
     directory = serve_dir(key)
     if chosen != "transformers" and port == 0:
         port = free_port(host)
-    step = {} if source is None else {"step": source.step}  # our server writes the step it loads itself
+    step = {} if served is None else {"step": served}  # our server writes the step it loads itself
     # this start's own id: our server, and this starter, write only to the record that carries it (a server
     # of an earlier start, still exiting, must not write its "stopped" over this one)
     start_id = secrets.token_hex(8)

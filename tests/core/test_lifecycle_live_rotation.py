@@ -166,3 +166,30 @@ def test_benchmarks_of_a_live_run_survive_a_rotation_while_torch_imports(lora_ru
     os.waitpid(bench["pid"], 0)
     assert f"pretrained={run.path / 'merged' / 'checkpoint-45'}" in json.loads(argv_file.read_text())
     assert bench["out"].endswith("bench-45")
+
+
+def test_a_vllm_serve_of_a_live_run_serves_the_folder_its_merge_wrote(lora_run, monkeypatch):
+    """vLLM and LMDeploy serve the run's merged folder, merged when not there: the merge of the newest
+    checkpoint took the newest as it was then (the run saved 45, and rotated 15 and 30 away, in torch's
+    import), wrote merged/checkpoint-45, and the backend was handed merged/checkpoint-30, which did not
+    exist (and the server's record said step 30). Now the folder and step served are the merge's. The merge
+    the server is started on is the real one; the backend is not started (none is installed here)."""
+    import torch
+
+    from core.lifecycle.serve import _merged_for_serving
+    from core.lifecycle.source import resolve_model_source
+
+    _home, run = lora_run
+    source = resolve_model_source(run)  # what start_server chose
+    real = torch.cuda.is_available
+
+    def saved_and_rotated() -> bool:
+        monkeypatch.setattr(torch.cuda, "is_available", real)
+        save_and_rotate(run)
+        return real()
+
+    monkeypatch.setattr(torch.cuda, "is_available", saved_and_rotated)
+    folder, step = _merged_for_serving(run, source, None, "vllm", None)
+    assert step == 45 and folder == run.path / "merged" / "checkpoint-45"
+    assert (folder / "model.safetensors").is_file() and json.loads(
+        (folder / "tunedeck_merge.json").read_text())["step"] == 45
