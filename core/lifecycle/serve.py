@@ -740,6 +740,16 @@ def client_api_key() -> str | None:
     return os.environ.get("TUNEDECK_API_KEY") or None
 
 
+def _error_words(exc: Any) -> str:
+    """What an HTTP error response says: its OpenAI error's message when its body is one, else its reason."""
+    try:
+        body = json.loads(exc.read() or b"null")
+        message = body["error"]["message"]
+    except (OSError, ValueError, KeyError, TypeError):
+        message = None
+    return str(message) if message else str(exc.reason or exc.code)
+
+
 def probe_request(url: str, model: str, prompt: str = "Hello!", max_tokens: int = 16,
                  timeout: float = 120.0, api_key: str | None = None) -> tuple[str, float]:
     """One real chat completion against ``url``; (reply, seconds). Raises ``LifecycleError`` on failure.
@@ -762,9 +772,16 @@ def probe_request(url: str, model: str, prompt: str = "Hello!", max_tokens: int 
         if exc.code == 401:  # the server wants its key: say so, and where the key comes from
             raise LifecycleError(t("lifecycle.probe_key_refused" if api_key else "lifecycle.probe_needs_key",
                                    url=url)) from exc
-        raise LifecycleError(f"{url}: {exc}") from exc
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise LifecycleError(f"{url}: {exc}") from exc
+        # the server's own words (an OpenAI error's message: "the model … does not exist", "maximum context
+        # length …"), not urllib's "HTTP Error 404: Not Found", in a line of the interface's language
+        raise LifecycleError(t("lifecycle.probe_refused", url=url, code=exc.code,
+                               error=_error_words(exc))) from exc
+    except ValueError as exc:  # it answered, but not in JSON
+        raise LifecycleError(t("lifecycle.probe_bad_reply", url=url, error=str(exc))) from exc
+    except (urllib.error.URLError, OSError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise LifecycleError(t("lifecycle.probe_unreachable", url=url,
+                               error=str(getattr(reason, "strerror", None) or reason))) from exc
     try:
         content = reply["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError) as exc:

@@ -88,6 +88,9 @@ def test_public_host_warns_and_the_env_key_and_body_limit_guard_every_v1_route(l
         with pytest.raises(Exception, match="401: it refused the API key in TUNEDECK_API_KEY"):
             probe_request(base + "/v1", run.id, api_key="wrong-key")
         assert probe_request(base + "/v1", run.id, prompt="Say yes.", api_key=KEY)[0].strip() == "Yes."
+        # Any other refusal in the server's own words (urllib said "HTTP Error 404: Not Found")
+        with pytest.raises(Exception, match=r"answered 404: The model `nosuch` does not exist\. This server serves"):
+            probe_request(base + "/v1", "nosuch", api_key=KEY)
     finally:
         _stop(home, run)
 
@@ -486,3 +489,29 @@ def test_a_public_host_that_is_refused_is_said_alone_without_the_public_host_war
         assert "other machines can reach" not in proc.stderr, (extra, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1, (extra, proc.stderr)
     assert not (serve_dir(run.id) / "state.json").exists()  # nothing was started
+
+
+def test_the_apps_test_request_to_a_server_that_is_gone_says_so_in_the_interfaces_language():
+    """The serve panel's t with nothing listening at the URL (the server stopped): "URL: <urlopen error
+    [Errno 111] Connection refused>", urllib's English, under zh too. Now a line of the interface's language
+    that points at the panel's own rows. A port this test bound and let go; no server."""
+    import socket
+
+    from core.i18n import current_language, set_language
+    from core.lifecycle.serve import probe_request
+    from core.lifecycle.source import LifecycleError
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    before = current_language()
+    try:
+        for language, said in (("en", f"{url} did not answer (Connection refused): the server may have stopped"),
+                               ("zh", f"{url} 没有应答（Connection refused）：服务器可能已停止")):
+            set_language(language)
+            with pytest.raises(LifecycleError) as info:
+                probe_request(url, "m", timeout=30)
+            assert str(info.value).startswith(said), str(info.value)
+            assert "urlopen" not in str(info.value) and "Errno" not in str(info.value)
+    finally:
+        set_language(before)
