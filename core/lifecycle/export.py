@@ -59,18 +59,26 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
     refuse_quantized_base(source)  # a *-bnb-4bit base: the merge before quantizing would quantize it twice
     if importlib.util.find_spec("bitsandbytes") is None:
         raise LifecycleError(t("lifecycle.export_needs_bnb", format=fmt))
-    # The checkpoint held against a live run's rotation from here to the end of its merge (``held``): torch's
-    # import and the CUDA query come first, seconds in which the newest checkpoint chosen may be rotated away.
-    with held(run, source, checkpoint) as source:
-        import torch
+    import torch
 
-        if not torch.cuda.is_available():
-            raise LifecycleError(t("lifecycle.export_needs_cuda", format=fmt))
-        out = Path(out).expanduser() if out is not None else default_export_dir(run, fmt, source.step)  # as merge's
-        check_out_location(out, run, source)  # never into a run, the data root or the checkpoint read
-        if os.path.lexists(out):
-            refuse_unless_replaceable(out, force)  # only an empty folder or an earlier export, with force
-        make_out_parent(out)  # a file in the way, a read-only filesystem: said before anything is loaded
+    if not torch.cuda.is_available():
+        raise LifecycleError(t("lifecycle.export_needs_cuda", format=fmt))
+
+    def checked_out(source: Any) -> Path:
+        where = Path(out).expanduser() if out is not None else default_export_dir(run, fmt, source.step)  # as merge's
+        check_out_location(where, run, source)  # never into a run, the data root or the checkpoint read
+        if os.path.lexists(where):
+            refuse_unless_replaceable(where, force)  # only an empty folder or an earlier export, with force
+        make_out_parent(where)  # a file in the way, a read-only filesystem: said before anything is loaded
+        return where
+
+    target = checked_out(source)  # before the pin: a refusal leaves the run's folders as they were
+    # The checkpoint held against a live run's rotation to the end of its merge (``held``): one rotated away in
+    # torch's import (seconds) is the newest chosen again, when no step was asked for.
+    with held(run, source, checkpoint) as chosen:
+        if chosen is not source:
+            target = checked_out(chosen)
+        source = chosen
         # Merge in full precision first, then quantize the merged weights while loading them. The staging copy
         # (the whole model in full precision) goes whatever happens: a quantization that fails (out of memory)
         # or is interrupted (Ctrl+C) left it in the run's export/ folder, tens of GB that nothing removed.
@@ -78,8 +86,8 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
         # Both folders locked for the whole export, as a merge locks its OUT: two quantized exports of one
         # checkpoint (4-bit and 8-bit, or the same twice) wrote and deleted the one staging folder under each
         # other, one quantizing a half-written or vanished copy; two into one --out deleted each other's OUT.tmp.
-        with _out_lock(out), _staging_lock(staging, run, source.step, fmt):
-            return _export_quantized(run, fmt, source, out, staging, force, started)
+        with _out_lock(target), _staging_lock(staging, run, source.step, fmt):
+            return _export_quantized(run, fmt, source, target, staging, force, started)
 
 
 def _export_running(out: Path) -> LifecycleError:

@@ -437,17 +437,24 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
                                saved_dtype(done), source.is_adapter, reused=True, method=source.method)
     refuse_quantized_base(source)  # before torch is imported, a folder locked or anything loaded
     device = device or default_device()  # imports torch: seconds, in which a live run's rotation may remove ...
-    # ... the checkpoint just chosen: the newest is chosen again, when no step was asked for, and held against
-    # the rotation throughout (``held``)
-    with held(run, source, checkpoint) as source:
+
+    def checked_out(source: ModelSource) -> Path:
         # "~/models/x" (as --out=~/models/x reaches us: the shell leaves a ~ after "=") is the home folder's:
         # the checks looked there, and the merge was written into a folder named "~" in the current one
-        out = Path(out).expanduser() if out is not None else default_merge_dir(run, source.step)
-        check_out_location(out, run, source)
-        if os.path.lexists(out):
-            refuse_unless_replaceable(out, force)
-        with merge_lock(out):
-            return _merge_locked(run, source, out, headroom_bytes, force, device, progress, cancelled, started,
+        where = Path(out).expanduser() if out is not None else default_merge_dir(run, source.step)
+        check_out_location(where, run, source)
+        if os.path.lexists(where):
+            refuse_unless_replaceable(where, force)
+        return where
+
+    target = checked_out(source)  # before the pin: a refusal leaves the run's folders as they were
+    # ... the checkpoint just chosen: the newest is chosen again, when no step was asked for (its folder
+    # checked again), and held against the rotation throughout (``held``)
+    with held(run, source, checkpoint) as chosen:
+        if chosen is not source:
+            target = checked_out(chosen)
+        with merge_lock(target):
+            return _merge_locked(run, chosen, target, headroom_bytes, force, device, progress, cancelled, started,
                                  record)
 
 
