@@ -125,7 +125,8 @@ def complete_merge(run: RunDirectory, source: ModelSource) -> Path | None:
         return None
     if not isinstance(provenance, dict) or provenance.get("staging"):
         return None
-    same = provenance.get("checkpoint") == str(source.checkpoint) and provenance.get("step") == source.step
+    same = provenance.get("checkpoint") == str(source.checkpoint) and provenance.get("step") == source.step \
+        and provenance.get("base_model", source.base_model) == source.base_model  # merge --base: another base
     weights = (out / "model.safetensors").is_file() or (out / "model.safetensors.index.json").is_file()
     if not (same and weights and (out / "config.json").is_file()) or written < newest:
         return None
@@ -411,7 +412,7 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
               headroom_bytes: int = DEFAULT_HEADROOM_BYTES, force: bool = False,
               device: str | None = None, progress: Callable[[str], None] | None = None,
               cancelled: Callable[[], bool] | None = None, reuse: bool = False,
-              record: bool = True) -> MergeResult:
+              record: bool = True, base: str | None = None) -> MergeResult:
     """Merge the run's adapter (last complete checkpoint unless ``checkpoint``) into ``out``.
 
     ``progress`` (called from this thread) hears each stage of ``MERGE_STAGES`` as it begins.
@@ -425,11 +426,16 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
 
     ``out`` is checked before anything is loaded (``check_out_location``): never a run directory (bar its
     merged/ and export/ folders), the data root, the checkpoint read or the base model folder; and a folder
-    there that is neither empty nor an earlier merge is ``OutputNotReplaceable``, ``force`` or not."""
-    from core.lifecycle.source import default_device
+    there that is neither empty nor an earlier merge is ``OutputNotReplaceable``, ``force`` or not.
+
+    ``base``: the model to merge into in place of the run's (``with_base``: the full-precision model of a run trained
+    on a ``*-bnb-4bit`` one)."""
+    from core.lifecycle.source import default_device, with_base
 
     started = time.monotonic()
     source = resolve_model_source(run, checkpoint)
+    if base:
+        source = with_base(source, base)
     if reuse and out is None and not force:
         done = complete_merge(run, source)
         if done is not None:
@@ -450,7 +456,7 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
     target = checked_out(source)  # before the pin: a refusal leaves the run's folders as they were
     # ... the checkpoint just chosen: the newest is chosen again, when no step was asked for (its folder
     # checked again), and held against the rotation throughout (``held``)
-    with held(run, source, checkpoint) as chosen:
+    with held(run, source, checkpoint, base) as chosen:
         if chosen is not source:
             target = checked_out(chosen)
         with merge_lock(target):

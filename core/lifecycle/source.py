@@ -381,14 +381,16 @@ def pinned(source: ModelSource) -> Iterator[None]:
 
 
 @contextmanager
-def held(run: RunDirectory, source: ModelSource, requested: int | None) -> Iterator[ModelSource]:
+def held(run: RunDirectory, source: ModelSource, requested: int | None,
+         base: str | None = None) -> Iterator[ModelSource]:
     """``source`` (``resolve_model_source(run, requested)``) with its checkpoint pinned against the run's
     rotation until the block ends; yields the source held. Between the choice and the pin a live run's
     rotation (save_total_limit) may have removed the checkpoint (torch's import alone takes seconds): with
     no step asked for (``requested`` None: the newest), the newest now is chosen and held instead; a step
     asked for is ``checkpoint_gone``. Merge, export, chat, serve and evaluate hold their checkpoint so, from
     before their loading to its end: chat, serve and evaluate failed on a checkpoint "no longer there" that
-    the user had not asked for."""
+    the user had not asked for. ``base``: the model ``source`` is merged into (``with_base``), kept for a
+    checkpoint chosen again."""
     from core.runs.checkpoints import pin_checkpoint
 
     for _ in range(5):  # rotation keeps the newest: a second choice is held (a bound, not a wait)
@@ -399,6 +401,7 @@ def held(run: RunDirectory, source: ModelSource, requested: int | None) -> Itera
         if requested is not None:
             break
         source = resolve_model_source(run)
+        source = with_base(source, base) if base else source
     raise checkpoint_gone(source.checkpoint)
 
 
