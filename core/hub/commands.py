@@ -467,14 +467,14 @@ def run_download(args: argparse.Namespace) -> int:
     from core.hub.download import (
         cancel_download,
         check_disk,
+        download_running,
         download_state_label,
-        downloader_alive,
         human_bytes,
         job_dir_for,
         plan_download,
         read_status,
         recorded_files,
-        start_download,
+        start_or_join_download,
     )
     from core.hub.errors import HubError
     from core.hub.tokens import hub_token
@@ -488,14 +488,10 @@ def run_download(args: argparse.Namespace) -> int:
         else:
             print(t("hub.cli.cancel_sent" if sent else "hub.cli.cancel_none", model=args.model_id), file=sys.stderr)
         return 0  # nothing running is no failure: none runs after it, as wanted (``stop`` of an ended run says 0 too)
-    if downloader_alive(job_dir):
+    if download_running(job_dir):  # its downloader runs, or is still starting
         if args.include is not None:
             # start_download leaves a running downloader alone: the files chosen here would not be the ones fetched.
-            from core.errors import CliError
-            from core.hub.local import download_command
-
-            raise CliError(t("hub.cli.download_running_include", model=args.model_id,
-                             command=download_command(args.model_id, args.hub)), 2)
+            raise _running_include_error(args, job_dir)
         # Another terminal (or the app) runs this download: follow it. Planning it afresh would count the free
         # space the running download has already taken and could refuse it ("Not enough disk").
         running = read_status(job_dir)
@@ -530,8 +526,12 @@ def run_download(args: argparse.Namespace) -> int:
             print(t(plural_key(why, len(plan.skipped)), count=len(plan.skipped),
                     size=human_bytes(sum(f.size for f in plan.skipped)),
                     names=", ".join(f.path for f in plan.skipped[:5])), file=sys.stderr)
-    running = downloader_alive(job_dir)  # start_download then only returns its folder
-    job_dir = start_download(plan, hub_token(args.hub))
+    # The look and the start are one step (a lock): of two starts at the same instant one starts the download,
+    # the other finds it running, and leaves its job (its files) as they are.
+    job_dir, started = start_or_join_download(plan, hub_token(args.hub))
+    running = not started
+    if running and args.include is not None:
+        raise _running_include_error(args, job_dir)
     if args.detach:
         if args.json:
             print(json.dumps({"job_dir": str(job_dir), "target_dir": str(plan.target_dir),
@@ -541,6 +541,18 @@ def run_download(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         return 0
     return _follow_download(args, job_dir, plan.model_id, str(plan.target_dir))
+
+
+def _running_include_error(args: argparse.Namespace, job_dir: Any) -> Exception:
+    """--include asked while a download of the model runs: refused, saying which files that download fetches."""
+    from core.errors import CliError
+    from core.hub.download import recorded_files
+    from core.hub.local import download_command
+
+    files = recorded_files(job_dir)
+    names = ", ".join(files[:5]) + (", …" if len(files) > 5 else "")
+    return CliError(t("hub.cli.download_running_include", model=args.model_id, files=names or "-",
+                      command=download_command(args.model_id, args.hub)), 2)
 
 
 def _follow_download(args: argparse.Namespace, job_dir: Any, model_id: str, target_dir: str) -> int:

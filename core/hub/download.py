@@ -6,6 +6,7 @@ A download is a folder ``<data root>/downloads/<hub>--<owner>--<name>/`` holding
 - ``state.json``      progress, replaced atomically (bytes, rate, ETA, the file being fetched, status);
 - ``events.jsonl``    one line per file started/finished, retry, end;
 - ``lock``            held (flock) by the running downloader: liveness without trusting a pid file;
+- ``start.lock``      held (flock) while a download is looked for and started: one start at a time;
 - ``cancel``          present = the downloader stops at the next chunk;
 - ``downloader.log``  the process's own stderr.
 
@@ -140,7 +141,7 @@ def check_disk(plan: DownloadPlan, advice: str = "cli") -> int:
     advice for where the download was asked for (``cli``: --include; ``app``: the app has no --include).
     A download of the same model already running is never refused: ``start_download`` attaches to it, and the
     space it has taken so far is its own, not a shortage."""
-    if downloader_alive(job_dir_for(plan.hub, plan.model_id)):
+    if download_running(job_dir_for(plan.hub, plan.model_id)):
         return 0
     needed = plan.total_bytes - plan.present_bytes()
     free = free_bytes_at(plan.target_dir)
@@ -288,16 +289,41 @@ def list_downloads() -> list[DownloadStatus]:
 
 
 # --- starting and stopping ---------------------------------------------------------------------------------
+def download_running(job_dir: Path) -> bool:
+    """True while a downloader runs for the job: it holds the lock, or the one ``start_download`` spawned lives
+    and has not taken the lock yet (its interpreter is starting: the job is still queued; a downloader that
+    has ended its job and is exiting is not running it)."""
+    if downloader_alive(job_dir):
+        return True
+    state = _read_json(job_dir / "state.json") or {}
+    return state.get("status") == "queued" and _spawned_downloader(job_dir) is True
+
+
 def start_download(plan: DownloadPlan, token: str | None = None) -> Path:
     """Write the job and start a detached downloader for it; returns the job folder.
 
     A downloader already running for the same model is left alone (its folder is returned).
     """
+    return start_or_join_download(plan, token)[0]
+
+
+def start_or_join_download(plan: DownloadPlan, token: str | None = None) -> tuple[Path, bool]:
+    """``start_download``, and whether it started a downloader (False: one already ran for the model, its job
+    and its choice of files left as they are). The look and the start hold the job's ``start.lock``: two
+    starts at the same instant (two terminals, the app and a terminal) start one downloader, not two, and the
+    second never rewrites the first's job.json (a different --include would have won)."""
+    from core.runs.run_dir import held_lock
+
     job_dir = job_dir_for(plan.hub, plan.model_id)
     ensure_private_dir(downloads_dir())
     ensure_private_dir(job_dir)
-    if downloader_alive(job_dir):
-        return job_dir
+    with held_lock(job_dir / "start.lock"):
+        if download_running(job_dir):
+            return job_dir, False
+        return _start_locked(plan, token, job_dir), True
+
+
+def _start_locked(plan: DownloadPlan, token: str | None, job_dir: Path) -> Path:
     (job_dir / "cancel").unlink(missing_ok=True)
     write_json_atomic(job_dir / "job.json", plan.to_json())
     write_json_atomic(job_dir / "state.json", {"status": "queued", "updated": time.time(),

@@ -858,3 +858,39 @@ def test_why_a_download_failed_is_written_in_the_language_it_was_started_in(hub_
         i18n.set_language("en")
     assert status.status == "failed", status
     assert any("\u4e00" <= char <= "\u9fff" for char in status.error), status.error
+
+
+def test_a_second_start_while_the_first_downloader_is_still_starting_says_it_runs_and_keeps_its_files(
+        hub_server, capsys):
+    """Two `models download --detach` at the same instant both said "Started" and both launched a downloader: the
+    first one's interpreter had not taken the job's lock yet, so the second found none running and rewrote
+    job.json (its --include could win). A downloader spawned and still starting counts as running: the second is
+    told so, with the files the first fetches, and neither job.json nor the spawned process is replaced."""
+    from core.cli import main
+    from core.hub.download import start_or_join_download
+
+    first = _plan(include=["model.safetensors"])
+    job = job_dir_for(first.hub, first.model_id)
+    job.mkdir(parents=True)
+    write_json_atomic(job / "job.json", first.to_json())
+    write_json_atomic(job / "state.json", {"status": "queued", "updated": time.time()})
+    # the first start's downloader, alive and not yet at its lock (a loaded box takes seconds to import)
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        spawned = {"pid": stand_in.pid, "started_at": process_start_time(stand_in.pid)}
+        write_json_atomic(job / SPAWNED_FILE, spawned)
+        job_before = (job / "job.json").read_bytes()
+        model = "Qwen/Qwen2.5-Tiny-Instruct"
+        assert main(["models", "download", model, "--include", "*.json", "--detach"]) == 2
+        err = capsys.readouterr().err
+        assert "Started" not in err and f"A download of {model} is running" in err, err
+        assert "(model.safetensors)" in err, err  # what the running download fetches
+        assert main(["models", "download", model, "--detach"]) == 0
+        err = capsys.readouterr().err
+        assert "Already under way" in err and "Started" not in err, err
+        assert start_or_join_download(_plan(include=["*.json"])) == (job, False)
+        assert (job / "job.json").read_bytes() == job_before
+        assert json.loads((job / SPAWNED_FILE).read_text()) == spawned
+    finally:
+        stand_in.kill()
+        stand_in.wait()
