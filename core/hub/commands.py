@@ -513,6 +513,16 @@ def run_download(args: argparse.Namespace) -> int:
     try:
         details = source.details(args.model_id)
         plan = plan_download(source, details, args.include, paths=resumed or None)
+        if plan.complete() and (earlier is None or earlier.status == "done"):
+            # Run again on a finished model it said "Downloading 2 files (8.4 MB)" and fetched nothing.
+            if args.json:
+                print(json.dumps({"job_dir": str(job_dir), "target_dir": str(plan.target_dir), "status": "done",
+                                  "already_downloaded": True}))
+            else:
+                print(t(plural_key("hub.cli.download_already", len(plan.files)), count=len(plan.files),
+                        size=human_bytes(plan.total_bytes), model=plan.model_id, path=plan.target_dir),
+                      file=sys.stderr)
+            return 0
         check_disk(plan)
     except HubError as exc:
         raise _fail(exc, args.hub, source.endpoint, code=exc.exit_code) from exc

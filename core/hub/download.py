@@ -97,6 +97,11 @@ class DownloadPlan:
                 done += min(part.stat().st_size, item.size)
         return done
 
+    def complete(self) -> bool:
+        """Every file of the plan is in its final place at its full size: nothing to fetch."""
+        return all((self.target_dir / item.path).is_file()
+                   and (self.target_dir / item.path).stat().st_size == item.size for item in self.files)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "hub": self.hub, "model_id": self.model_id, "endpoint": self.endpoint,

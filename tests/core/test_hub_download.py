@@ -894,3 +894,28 @@ def test_a_second_start_while_the_first_downloader_is_still_starting_says_it_run
     finally:
         stand_in.kill()
         stand_in.wait()
+
+
+def test_downloading_a_model_already_downloaded_says_so_and_starts_nothing(hub_server, capsys):
+    """Run again on a finished model, `models download` said "Downloading 2 files (…)" and started a downloader
+    that fetched nothing. It says the model is already downloaded, and where; exit 0, no downloader."""
+    from core.cli import main
+    from core.hub.download import download_running
+
+    model = "Qwen/Qwen2.5-Tiny-Instruct"
+    assert main(["models", "download", model]) == 0
+    capsys.readouterr()
+    plan = _plan()
+    job = job_dir_for(plan.hub, plan.model_id)
+    spawned = (job / SPAWNED_FILE).read_bytes()
+    deadline = time.monotonic() + 60  # the finished downloader's process exits (a hang guard, not a speed)
+    while download_running(job) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert main(["models", "download", model]) == 0
+    err = capsys.readouterr().err
+    assert f"Already downloaded: {model} is in {plan.target_dir}" in err and "Downloading" not in err, err
+    assert main(["models", "download", model, "--detach", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "done" and out["already_downloaded"] and out["target_dir"] == str(plan.target_dir)
+    assert (job / SPAWNED_FILE).read_bytes() == spawned  # no downloader was started
+    assert read_status(job).status == "done"
