@@ -919,3 +919,45 @@ def test_downloading_a_model_already_downloaded_says_so_and_starts_nothing(hub_s
     assert out["status"] == "done" and out["already_downloaded"] and out["target_dir"] == str(plan.target_dir)
     assert (job / SPAWNED_FILE).read_bytes() == spawned  # no downloader was started
     assert read_status(job).status == "done"
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``signum`` (Linux: SigCgt in /proc/PID/status)."""
+    for line in open(f"/proc/{pid}/status", encoding="ascii"):
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def test_a_terminated_foreground_download_says_the_download_goes_on(hub_server, tmp_path):
+    """`kill` (SIGTERM) of a foreground `models download`, its output redirected to a file, exited 143 and said
+    nothing of the download. The downloader runs in its own session and goes on: the watcher says so, and how
+    to watch it again or stop it. (Linux: /proc tells when the watcher's handler is in place.)"""
+    from core.hub.download import cancel_download, download_running
+
+    hub_server.hub.stall_at = 128 * 1024
+    plan = _plan()
+    job = job_dir_for(plan.hub, plan.model_id)
+    log = tmp_path / "download.err"
+    with open(log, "wb") as err:
+        watcher = subprocess.Popen([sys.executable, "-m", "core", "models", "download", plan.model_id],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                   env={**os.environ, "LC_ALL": "C.UTF-8", "LANGUAGE": ""})
+    try:
+        _wait_until_stalled(job, plan)
+        deadline = time.monotonic() + 60  # the watcher follows the download: its SIGTERM handler is in place
+        while time.monotonic() < deadline and not _catches(watcher.pid, signal.SIGTERM):
+            time.sleep(0.05)
+        assert "Downloading 4 files" in log.read_text(), log.read_text()
+        watcher.send_signal(signal.SIGTERM)
+        assert watcher.wait(timeout=60) == 128 + signal.SIGTERM
+        said = log.read_text()
+        assert "SIGTERM: stopped watching; the download goes on in the background" in said, said
+        assert f"tunedeck models download {plan.model_id} --cancel" in said, said
+        assert download_running(job) and read_status(job).active  # the downloader did go on
+    finally:
+        watcher.kill()
+        watcher.wait()
+        cancel_download(job)
+        hub_server.hub.stall_release.set()
+        wait_for_download(job, 30)
