@@ -535,3 +535,48 @@ def test_the_download_line_says_nothing_of_a_finished_download_whose_folder_was_
             assert "downloaded to" not in screen_text(app)
 
     asyncio.run(scenario())
+
+
+def test_d_resume_is_not_offered_on_a_local_row_whose_download_runs(hub_env):
+    """The Local tab offered "d Resume" on the row of a model being downloaded (its folder incomplete while the
+    download runs), and its details said "d resumes the download". d is offered once the download has stopped.
+    Fake GPUs: one H200 (fixture); the fake hub holds the file body so the download runs."""
+    from core.hub.download import (
+        cancel_download,
+        plan_download,
+        read_status,
+        start_download,
+        wait_for_download,
+    )
+    from core.hub.source import open_hub
+
+    source = open_hub("modelscope")
+    plan = plan_download(source, source.details("Qwen/Qwen2.5-Tiny-Instruct"))
+    hub_env.hub.stall_at = 128 * 1024
+    job = start_download(plan)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_models(pilot, app)
+            await wait_for(pilot, lambda: screen.download_active, timeout=60)
+            await pilot.press("2")
+            local = screen.query_one("#local-models")
+            await wait_for(pilot, lambda: t("modelsscreen.incomplete") in str(local.get_row_at(0)))
+            await pilot.press("enter")  # its details
+            await wait_for(pilot, lambda: "Being downloaded now" in screen_text(app))
+            assert screen.check_action("download", ()) is False
+            assert "Resume" not in screen_text(app) and "d resumes" not in screen_text(app)
+            assert cancel_download(job)
+            hub_env.hub.stall_release.set()
+            await wait_for(pilot, lambda: not screen.download_active, timeout=60)
+            assert read_status(job).status == "cancelled"
+            await wait_for(pilot, lambda: screen.check_action("download", ()) is True)
+            await wait_for(pilot, lambda: "Resume" in screen_text(app))
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        cancel_download(job)
+        hub_env.hub.stall_release.set()
+        wait_for_download(job, 30)

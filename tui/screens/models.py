@@ -220,6 +220,11 @@ class DownloadStarted(Message):
         self.model_id = model_id
 
 
+def _running(target: tuple[str, str, Any]) -> bool:
+    """Whether the download record of a Local row ``d`` would resume (``ModelsScreen._resumable``) runs now."""
+    return target[2] is not None and target[2].active
+
+
 class ModelsScreen(Screen[None]):
     """Hub search with a details pane, a local tab and a download line."""
 
@@ -755,6 +760,8 @@ class ModelsScreen(Screen[None]):
         if self.tab == "local":
             model = self._selected_local()
             target = self._resumable(model)
+            if target is not None and _running(target):
+                return  # under way: the download line shows it, c cancels it
             if target is not None:
                 hub, model_id, record = target
                 self._resume_worker(hub, model_id, record.job_dir if record is not None else None)
@@ -1098,6 +1105,8 @@ class ModelsScreen(Screen[None]):
                else "no_weights" if weights == "none" else "no_config")
         what = t(f"modelsscreen.incomplete_why.{why}", path=str(model.path))
         target = self._resumable(model)
+        if target is not None and _running(target):
+            return t("modelsscreen.resume_running", model=target[1], hub=HUB_LABELS[target[0]])
         if target is not None:
             return what + " " + t("modelsscreen.resume_key", model=target[1], hub=HUB_LABELS[target[0]])
         if model.source in HUB_LABELS:
@@ -1183,7 +1192,9 @@ class ModelsScreen(Screen[None]):
         if action in HUB_TAB_ACTIONS:
             return self.tab == "hub"
         if action == "download" and self.tab == "local":
-            return self._resumable(self._selected_local()) is not None  # d resumes it
+            # d resumes it; not while its download runs (d then offered "Resume" of a download under way)
+            target = self._resumable(self._selected_local())
+            return target is not None and not _running(target)
         if action in ("download", "toggle_files"):
             return self.tab == "hub" and self.details is not None
         if action == "wizard":  # not a download not finished: the wizard would plan on weights that are not there
