@@ -75,9 +75,12 @@ def _not_permitted(run: RunDirectory, pid: int, error: str) -> RunControlError:
 
     me = _user_name(os.geteuid())
     try:
-        owner = _user_name(psutil.Process(pid).uids().real)
+        uid: int | None = psutil.Process(pid).uids().real
     except (psutil.Error, ValueError):
-        owner = None
+        uid = None
+    owner = None if uid is None else _user_name(uid)
+    if uid == 0 and owner != me:  # a run started with sudo: root is the one way on ("as root or as root" said it twice)
+        return RunControlError(t("runs.stop_root_owned", id=run.id, pid=pid, user=me, error=error), 2)
     if owner is not None and owner != me:
         return RunControlError(t("runs.stop_other_user", id=run.id, pid=pid, owner=owner, user=me, error=error), 2)
     return RunControlError(t("runs.stop_not_permitted", id=run.id, pid=pid, user=me, error=error), 2)

@@ -678,6 +678,48 @@ def test_a_stop_of_another_users_run_is_refused_with_its_owner_and_leaves_it_run
         holder.wait()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to become nobody")
+def test_a_stop_of_a_run_started_with_sudo_says_to_stop_it_as_root_once(tmp_path):
+    """A user's stop of a run whose supervisor is root's (started with sudo), the case the refusal is mostly met
+    in, read "… belongs to user root (…). Stop it as root or as root (sudo tunedeck stop ID)". It says root once.
+    The stop's check (signal 0, as ``request_stop`` makes it) runs in a forked child that became ``nobody``
+    (uid 65534); the supervisor is this test's process, root's. No GPU."""
+    import json as json_module
+    import traceback
+
+    import psutil  # noqa: F401 - imported as root: the child, nobody, may not read the interpreter's folders
+
+    from core.runs import control
+
+    run = RunDirectory(tmp_path / "20261207-1700-sudo")
+    supervisor = os.getpid()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: no pytest machinery from here on, only os._exit
+        os.close(read)
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                control._may_signal(run, supervisor)
+                said = {"said": None}
+            except RunControlError as exc:
+                said = {"said": str(exc), "code": exc.code}
+        except BaseException:  # noqa: BLE001 - reported to the parent
+            said = {"error": traceback.format_exc()}
+        os.write(write, json_module.dumps(said).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as handle:
+        result = json_module.loads(handle.read())
+    os.waitpid(child, 0)
+    assert "error" not in result, result["error"]
+    user = _login_name(65534)
+    assert result == {"said": f"run {run.id} cannot be stopped by {user}: its process {supervisor} belongs to root "
+                              "(Operation not permitted); nothing was sent and the run goes on. Stop it as root "
+                              f"(sudo tunedeck stop {run.id})", "code": 2}, result
+
+
 def test_a_run_that_ended_before_its_first_step_is_resumed_from_step_0_in_the_same_folder(home):
     """A run stopped (or crashed) while it loaded, before its first optimizer step, has no checkpoint: its
     resume said "start it anew with 'tunedeck train'", a new run. Now the resume starts it again from step 0
