@@ -79,11 +79,14 @@ def _not_permitted(run: RunDirectory, pid: int, error: str) -> RunControlError:
     except (psutil.Error, ValueError):
         uid = None
     owner = None if uid is None else _user_name(uid)
+    # sudo's command names the run's folder: sudo resets the environment (TUNEDECK_HOME, XDG_DATA_HOME, HOME), and
+    # root's data root, where the id is looked up, does not hold this user's runs
+    where = {"id": run.id, "pid": pid, "user": me, "error": error, "path": os.path.abspath(run.path)}
     if uid == 0 and owner != me:  # a run started with sudo: root is the one way on ("as root or as root" said it twice)
-        return RunControlError(t("runs.stop_root_owned", id=run.id, pid=pid, user=me, error=error), 2)
+        return RunControlError(t("runs.stop_root_owned", **where), 2)
     if owner is not None and owner != me:
-        return RunControlError(t("runs.stop_other_user", id=run.id, pid=pid, owner=owner, user=me, error=error), 2)
-    return RunControlError(t("runs.stop_not_permitted", id=run.id, pid=pid, user=me, error=error), 2)
+        return RunControlError(t("runs.stop_other_user", owner=owner, **where), 2)
+    return RunControlError(t("runs.stop_not_permitted", **where), 2)
 
 
 def _may_signal(run: RunDirectory, pid: int) -> None:

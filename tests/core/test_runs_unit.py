@@ -666,11 +666,19 @@ def test_a_stop_of_another_users_run_is_refused_with_its_owner_and_leaves_it_run
             owner = _login_name(65534)
             assert out.stderr == (f"tunedeck: run {run.id} cannot be stopped by root: its process {holder.pid} "
                                   f"belongs to user {owner} (Operation not permitted); nothing was sent and the run "
-                                  f"goes on. Stop it as {owner} or as root (sudo tunedeck stop {run.id})\n"), out.stderr
+                                  f"goes on. Stop it as {owner} or as root (sudo tunedeck stop {run.path})\n"), out.stderr
             assert run.status().status == RUNNING and effective_status(run).status == RUNNING, (extra, run.status())
             assert holder.poll() is None and run.last_event("stopped") is None
-        result = request_stop(run)  # root with CAP_KILL (this test): the stop goes through
-        assert not result.forced and result.status.status == "stopping"
+        # The command said, run as sudo runs it: root with CAP_KILL (this test), its environment reset (no
+        # TUNEDECK_HOME; root's own home, whose data root holds no such run). "sudo tunedeck stop ID" was not found.
+        roots_home = home.parent / "roots-home"
+        roots_home.mkdir()
+        sudo_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(roots_home), "LANG": "C.UTF-8"}
+        command = out.stderr.rsplit("(sudo tunedeck ", 1)[1].rstrip(")\n").split(" ")
+        done = subprocess.run([sys.executable, "-m", "core", *command], cwd=ROOT, env=sudo_env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, (command, done.stderr)
+        assert run.status().status == "stopping"
         holder.wait(timeout=60)  # SIGTERM's default: it exits
     finally:
         if holder.poll() is None:
@@ -717,7 +725,7 @@ def test_a_stop_of_a_run_started_with_sudo_says_to_stop_it_as_root_once(tmp_path
     user = _login_name(65534)
     assert result == {"said": f"run {run.id} cannot be stopped by {user}: its process {supervisor} belongs to root "
                               "(Operation not permitted); nothing was sent and the run goes on. Stop it as root "
-                              f"(sudo tunedeck stop {run.id})", "code": 2}, result
+                              f"(sudo tunedeck stop {run.path})", "code": 2}, result
 
 
 def test_a_run_that_ended_before_its_first_step_is_resumed_from_step_0_in_the_same_folder(home):

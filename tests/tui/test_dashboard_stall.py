@@ -135,7 +135,7 @@ def test_k_on_another_users_run_says_it_cannot_be_stopped_and_leaves_it_running(
         except KeyError:
             owner = "65534"
         said = t("runs.stop_other_user", id=path.name, pid=holder.pid, owner=owner, user="root",
-                 error="Operation not permitted")
+                 error="Operation not permitted", path=str(path))
 
         async def scenario():
             app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), open_run=str(path))
