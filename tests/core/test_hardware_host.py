@@ -136,11 +136,17 @@ def test_an_unreadable_data_root_is_said_and_no_hub_cache_is_called_another_disk
     assert os.stat(tmp_path.parent).st_mode & 0o077 == 0  # pytest's folders: root's alone
     data = tmp_path / "home"
     data.mkdir()
-    import tempfile
-
-    # The HF cache on the data root's own disk, readable by all; the ModelScope one unreadable as well.
-    readable = [("hf", Path(tempfile.gettempdir()) / "tunedeck-test-not-created" / "hf")]
-    assert os.stat(tempfile.gettempdir()).st_dev == os.stat(data).st_dev
+    # The HF cache on the data root's own disk, readable by all (under the deepest folder on the data root's way
+    # that every user may search: the temporary folder, or wherever --basetemp put the tests' folders); the
+    # ModelScope one unreadable as well.
+    searchable = Path("/")
+    for folder in reversed(data.parents):
+        if not os.stat(folder).st_mode & 0o001:
+            break
+        searchable = folder
+    if os.stat(searchable).st_dev != os.stat(data).st_dev:
+        pytest.skip(f"no folder every user may search on the data root's disk ({searchable} is on another)")
+    readable = [("hf", searchable / "tunedeck-test-not-created" / "hf")]
     caches = [("modelscope", tmp_path / "ms"), *readable]
     sampler = LiveHostSampler(disk_path=lambda: data, caches=lambda: caches)
 
