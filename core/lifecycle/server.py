@@ -610,6 +610,15 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 self._error(404, t("lifecycle.api_no_route", method=self.command, path=self.path))
 
         def do_POST(self) -> None:  # noqa: N802
+            # counted from its first byte read until answered: a stop waits for it (``ChatBackend.wait_idle``),
+            # a body still coming in or a prompt being templated included, not only one at the model
+            backend.enter()
+            try:
+                self._post()
+            finally:
+                backend.leave()
+
+        def _post(self) -> None:
             from core.i18n import t
 
             path = self.path.split("?")[0].rstrip("/")
@@ -681,17 +690,13 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                        texts=[] if chat else [p if isinstance(p, str) else
                                               backend.loaded.tokenizer.decode(p, skip_special_tokens=False)
                                               for p in prompts])
-            backend.enter()  # counted until answered: a shutdown waits for it (``ChatBackend.wait_idle``)
-            try:
-                with backend.lock:
-                    if backend.closing.is_set():  # waited for the model while the server was told to stop
-                        self._shutting_down()
-                    elif body.get("stream"):
-                        self._stream(job)
-                    else:
-                        self._complete(job)
-            finally:
-                backend.leave()
+            with backend.lock:
+                if backend.closing.is_set():  # waited for the model while the server was told to stop
+                    self._shutting_down()
+                elif body.get("stream"):
+                    self._stream(job)
+                else:
+                    self._complete(job)
 
         def _shutting_down(self) -> None:
             from core.i18n import t

@@ -59,3 +59,53 @@ def test_a_stream_cut_by_the_servers_stop_ends_with_an_error_event_not_a_silent_
     text = log_path.read_text(encoding="utf-8", errors="replace")
     assert "terminate called" not in text and "Traceback" not in text, text[-2000:]
     assert "ended by the server's shutdown" in text
+
+
+def test_a_request_still_being_read_when_the_stop_comes_is_answered_503_before_the_server_ends(tmp_path):
+    """A request was counted (waited for by the stop) only once its body was read and its prompt templated:
+    one whose body was still coming in when SIGTERM came was not waited for, and the process ended under it
+    (the client got a reset, not the 503 the other requests get). Now it is counted from its first byte
+    read: the stop waits, and it is answered OpenAI's shutting-down error. The real server (``ChatServer``
+    with the real handler) over loopback in this process, the bundled tiny model; the request held half sent
+    (a state, not a time). CPU only, no GPU assumed."""
+    import socket
+    import threading
+    import time
+
+    from transformers import AutoTokenizer
+
+    from core.lifecycle.server import ChatBackend, ChatServer, make_handler
+    from core.lifecycle.source import load_model_dir
+    from tests.core.test_lifecycle_serve_template import tiny_model_with_template
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    folder = tiny_model_with_template(tmp_path / "model", AutoTokenizer.from_pretrained(TINY).chat_template)
+    backend = ChatBackend(load_model_dir(folder, "cpu"), "tiny")
+    server = ChatServer("127.0.0.1", 0, make_handler(backend))
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    serving.start()
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
+    client = socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=120)
+    try:
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(body) + body[:10])
+        deadline = time.monotonic() + 120  # a generous bound for the handler to take the request, not a speed
+        while backend.wait_idle(0):
+            assert time.monotonic() < deadline, "the request being read was never counted as under way"
+            time.sleep(0.02)
+        backend.close()  # what SIGTERM does (main's shut_down), then the wait main does before it exits
+        server.shutdown()
+        assert not backend.wait_idle(0)  # the stop waits for it
+        client.sendall(body[10:])
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+        head, _sep, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 503") or head.startswith(b"HTTP/1.1 503"), answer
+        error = json.loads(payload)["error"]
+        assert error["type"] == "server_error" and "shutting down" in error["message"], error
+        assert backend.wait_idle(60)
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
