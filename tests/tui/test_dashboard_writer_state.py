@@ -167,3 +167,34 @@ def test_a_new_run_beside_one_still_running_is_offered_on_o_in_the_footer_help_a
             assert not any("o watches the newer one" in n.message for n in app._notifications)
 
     asyncio.run(scenario())
+
+
+def test_a_second_newer_run_takes_the_first_ones_toast_away(tmp_path):
+    """Two runs started in turn beside the one shown: the first one's toast ("… v1 …: o watches the newer one")
+    stayed when the second was offered, and over the second's own dashboard once o had opened it, naming a run
+    o no longer watched. Each offer now takes the one before it away. (No GPU: fake_monitor("none").)"""
+    old = swift_run(tmp_path, keep_lines=60)
+    earlier = time.time() - 20  # written 20 s ago: still running
+    os.utime(old / "logging.jsonl", (earlier, earlier))
+
+    def offered(app, name: str) -> bool:
+        return any(f"A newer run started in this folder: {name}" in n.message for n in app._notifications)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), open_run=str(old.parent))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await header_when(pilot, app, "running")
+            screen = app.screen
+            new_swift_run(old.parent)
+            await wait_for(pilot, lambda: offered(app, "v1-20261130-090000"))
+            second = new_swift_run(old.parent, name="v2-20261130-100000")
+            await wait_for(pilot, lambda: offered(app, "v2-20261130-100000"))
+            assert screen.newer.path == second
+            assert not offered(app, "v1-20261130-090000")  # o no longer watches that one
+            await pilot.press("o")
+            await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.source.path == second)
+            await wait_for(pilot, lambda: any("Now watching the newer run v2-20261130-100000" in n.message
+                                              for n in app._notifications))
+            assert not any("o watches the newer one" in n.message for n in app._notifications)
+
+    asyncio.run(scenario())

@@ -189,9 +189,7 @@ class DashboardActions:
 
         key = "dashboard.followed_newer" if followed else "dashboard.watching_newer"
         previous = self.source.run_id
-        toast, self._newer_toast = self._newer_toast, None
-        if toast is not None and toast in self.app._notifications:  # "o watches the newer one": done
-            self.app._unnotify(toast)
+        self._take_newer_toast()  # "o watches the newer one": done
         self.app.switch_screen(DashboardScreen(source, clock=self.clock, standalone=self.standalone))
         self.app.notify(t(key, run=self._run_name(source), previous=previous), timeout=10, markup=False)
 

@@ -384,6 +384,7 @@ class DashboardFeed:
             return
         self.newer = message.source
         self.refresh_bindings()  # o now in the footer, the help and the palette
+        self._take_newer_toast()  # an earlier newer run's: o no longer watches that one
         from textual.notifications import Notification, Notify
 
         # kept, to be taken away once the newer run is watched (o, or followed): it said "o watches the newer
@@ -391,6 +392,13 @@ class DashboardFeed:
         self._newer_toast = Notification(t("dashboard.newer_run", run=self._run_name(message.source),
                                            current=self.source.run_id), timeout=15, markup=False)
         self.app.post_message(Notify(self._newer_toast))
+
+    def _take_newer_toast(self) -> None:
+        """The toast that offered ``o`` on a newer run taken away (Textual has no public call for one
+        notification: ``_unnotify`` is what its own Toast calls when clicked; textual is pinned)."""
+        toast, self._newer_toast = self._newer_toast, None
+        if toast is not None and toast in self.app._notifications:
+            self.app._unnotify(toast)
 
     def _run_name(self, source: Any) -> str:
         """A run folder as the user knows it below the folder named (``<model>/vN-…`` one level further)."""
