@@ -257,6 +257,16 @@ def _config_of(folder: Path | None) -> dict[str, Any] | None:
     return config if isinstance(config, dict) else None
 
 
+def _shape_of(config: dict[str, Any]) -> dict[str, Any]:
+    """``config``'s ``_SHAPE_FIELDS`` that it states, as transformers reads them: a config saved before grouped-query
+    attention has no ``num_key_value_heads`` (as many as its attention heads), where a re-save (a hub's *-bnb-4bit
+    copy) writes it out. A field one file leaves out is not compared."""
+    shape = {key: config[key] for key in _SHAPE_FIELDS if config.get(key) is not None}
+    if "num_key_value_heads" not in shape and "num_attention_heads" in shape:
+        shape["num_key_value_heads"] = shape["num_attention_heads"]
+    return shape
+
+
 def with_base(source: ModelSource, base: str) -> ModelSource:
     """``source`` merged into ``base`` in place of the run's model (``merge RUN --base ID``: the full-precision model a
     run's ``*-bnb-4bit`` base was quantized from). A full fine-tune has no adapter to put on another base, and a base
@@ -270,8 +280,9 @@ def with_base(source: ModelSource, base: str) -> ModelSource:
     ours = _config_of(_found_model_dir(source.base_model, source.hub))
     theirs = _config_of(_found_model_dir(base, source.hub))
     if ours is not None and theirs is not None:
-        differ = [f"{key} {ours.get(key)} ≠ {theirs.get(key)}" for key in _SHAPE_FIELDS
-                  if ours.get(key) != theirs.get(key)]
+        ours, theirs = _shape_of(ours), _shape_of(theirs)
+        differ = [f"{key} {ours[key]} ≠ {theirs[key]}" for key in _SHAPE_FIELDS
+                  if key in ours and key in theirs and ours[key] != theirs[key]]
         if differ:
             raise LifecycleError(Message("lifecycle.merge_base_mismatch", base=base, model=source.base_model,
                                          fields="; ".join(differ)), exit_code=EXIT_USAGE)

@@ -525,3 +525,33 @@ def test_the_cli_and_the_app_say_a_merges_size_alike(tmp_path, size, said):
     for reused in (False, True):
         text = merge_words(MergeResult(tmp_path / "m", 30, size, 12.5, "bfloat16", True, reused=reused))
         assert said in text and "000.0" not in text, text
+
+
+def test_merge_base_of_the_same_shapes_written_another_way_is_not_refused(tmp_path):
+    """--base compared the two config.json files key by key, a key one of them leaves out included: a model
+    saved before grouped-query attention (no num_key_value_heads: as many as its attention heads) against its
+    re-save that writes it out (a hub's *-bnb-4bit copy) read "num_key_value_heads 32 ≠ None", not the shape,
+    and the merge was refused. A left-out num_key_value_heads is the attention heads' count, as transformers
+    reads it; another key left out by one file is not compared. A real shape difference is still refused.
+    Config files only (nothing loaded), no GPU."""
+    from core.lifecycle.source import LifecycleError, ModelSource, with_base
+
+    shapes = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
+              "num_attention_heads": 4}
+    checkpoint = tmp_path / "checkpoint-10"
+    checkpoint.mkdir()
+    (checkpoint / "adapter_config.json").write_text("{}")
+    folders = {}
+    for name, config in (("resaved-bnb-4bit", {**shapes, "num_key_value_heads": 4}), ("original", shapes),
+                         ("older", {k: v for k, v in shapes.items() if k != "intermediate_size"}),
+                         ("grouped", {**shapes, "num_key_value_heads": 2})):
+        folders[name] = tmp_path / name
+        folders[name].mkdir()
+        (folders[name] / "config.json").write_text(json.dumps(config))
+    source = ModelSource(run_id="r", base_model=str(folders["resaved-bnb-4bit"]), hub="huggingface",
+                         method="qlora", seed=0, precision="bf16", trained_on="cuda", checkpoint=checkpoint, step=10)
+    for name in ("original", "older"):
+        assert with_base(source, str(folders[name])).base_model == str(folders[name])
+    with pytest.raises(LifecycleError) as info:
+        with_base(source, str(folders["grouped"]))
+    assert "num_key_value_heads 4 ≠ 2" in str(info.value), str(info.value)
