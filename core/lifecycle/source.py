@@ -236,17 +236,6 @@ _SHAPE_FIELDS = ("model_type", "hidden_size", "num_hidden_layers", "intermediate
                  "num_key_value_heads")
 
 
-def _found_model_dir(model: str, hub: str) -> Path | None:
-    """``model``'s folder where it is on this box (a path, the bundled tiny, a hub cache's whole copy), else None."""
-    from core.assets import resolve_model_name
-    from core.hub.local import cached_model_folder
-
-    local = Path(resolve_model_name(model)).expanduser()
-    if local.is_dir():
-        return local
-    return cached_model_folder(model, hub)
-
-
 def _config_of(folder: Path | None) -> dict[str, Any] | None:
     if folder is None:
         return None
@@ -274,11 +263,13 @@ def with_base(source: ModelSource, base: str) -> ModelSource:
     before anything is loaded (peft's size mismatch read as a damaged checkpoint)."""
     from dataclasses import replace
 
+    from core.train.model_setup import local_model_path
+
     if not source.is_adapter:
         raise LifecycleError(Message("lifecycle.merge_base_full", run=source.run_id), exit_code=EXIT_USAGE)
     given = replace(source, base_model=base)
-    ours = _config_of(_found_model_dir(source.base_model, source.hub))
-    theirs = _config_of(_found_model_dir(base, source.hub))
+    ours = _config_of(local_model_path(source.base_model, source.hub))
+    theirs = _config_of(local_model_path(base, source.hub))
     if ours is not None and theirs is not None:
         ours, theirs = _shape_of(ours), _shape_of(theirs)
         differ = [f"{key} {ours[key]} ≠ {theirs[key]}" for key in _SHAPE_FIELDS

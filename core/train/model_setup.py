@@ -33,9 +33,9 @@ def has_weights(model_dir: Path) -> bool:
     return any(any(model_dir.glob(pattern)) for pattern in _WEIGHT_PATTERNS)
 
 
-def resolve_model_path(model: str, hub: str) -> Path:
-    """A local directory for ``model``: as given, the bundled ``tiny``, a whole copy in a hub cache (either
-    hub's, ``hub``'s first: ``core.hub.local.cached_model_folder``), or downloaded from ``hub``."""
+def local_model_path(model: str, hub: str) -> Path | None:
+    """``model``'s directory on this box: as given, the bundled ``tiny``, or a whole copy in a hub cache (either
+    hub's, ``hub``'s first: ``core.hub.local.cached_model_folder``); None where it would have to be downloaded."""
     from core.assets import resolve_model_name
 
     local = Path(resolve_model_name(model)).expanduser()
@@ -43,9 +43,14 @@ def resolve_model_path(model: str, hub: str) -> Path:
         return local
     from core.hub.local import cached_model_folder
 
-    cached = cached_model_folder(model, hub)
-    if cached is not None:
-        return cached
+    return cached_model_folder(model, hub)
+
+
+def resolve_model_path(model: str, hub: str) -> Path:
+    """A local directory for ``model``: ``local_model_path``'s, or downloaded from ``hub``."""
+    local = local_model_path(model, hub)
+    if local is not None:
+        return local
     if hub == "huggingface":
         from huggingface_hub import snapshot_download
 
