@@ -11,6 +11,7 @@ import pytest
 from core.hardware.host import CPU_SAMPLE_MIN_S, LiveHostSampler
 from core.paths import nearest_existing_dir
 from core.units import format_disk
+from tests.users import as_nobody
 
 
 def test_nearest_existing_dir_walks_up_to_an_existing_parent(tmp_path):
@@ -97,31 +98,6 @@ def test_a_hub_cache_on_another_disk_is_sampled_with_its_own_free_space(tmp_path
     assert host.cache_disks == () and "hub cache" not in host_line(host)
 
 
-def _as_nobody(job):
-    """``job()``'s result (JSON), run in a forked child that dropped root for ``nobody`` (uid 65534): a user
-    for whom a folder of root's with mode 0700 cannot be searched (root reads every folder)."""
-    import json
-    import traceback
-
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: no pytest machinery from here on, only os._exit
-        os.close(read)
-        try:
-            os.setgid(65534)
-            os.setuid(65534)
-            result = job()
-        except BaseException:  # noqa: BLE001 - reported to the parent
-            result = {"error": traceback.format_exc()}
-        os.write(write, json.dumps(result).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as handle:
-        data = handle.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to become nobody")
 def test_an_unreadable_data_root_is_said_and_no_hub_cache_is_called_another_disk(tmp_path):
     """A data root that cannot be read (a folder on its way that may not be searched: another user's home)
@@ -156,7 +132,7 @@ def test_an_unreadable_data_root_is_said_and_no_hub_cache_is_called_another_disk
         return {"disks": disks, "line": host_line(host),
                 "host": [host.disk_path, host.disk_error, host.disk_free_bytes, len(host.cache_disks)]}
 
-    result = _as_nobody(job)
+    result = as_nobody(job)
     assert "error" not in result, result["error"]
     assert result["disks"] == 0  # was 1: the HF cache "on another disk", the data root's own
     assert result["host"] == [str(data), "Permission denied", None, 0], result

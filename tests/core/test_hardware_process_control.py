@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from core.hardware.process_control import (
 )
 from core.hardware.processes import NOT_A_GPU_PROCESS, NOT_IN_NAMESPACE
 from core.hardware.snapshot import GpuProcess
+from tests.users import as_nobody
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process semantics")
 
@@ -137,33 +137,22 @@ def test_wait_until_ended_gives_up_on_a_live_process(child):
 
 def _check_as_nobody(process: GpuProcess) -> dict:
     """check_signal and send_signal run in a forked child that dropped root for ``nobody``."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: no pytest machinery from here on, only os._exit
-        os.close(read)
+
+    def job() -> dict:
         result = {}
         try:
-            os.setgid(65534)
-            os.setuid(65534)
-            try:
-                check_signal(process)
-                result["check"] = "allowed"
-            except SignalRefused as err:
-                result["check"], result["message"] = err.reason, str(err)
-            try:
-                send_signal(SignalTarget(process.pid, process.started_at or 0.0))
-                result["send"] = "sent"
-            except SignalRefused as err:
-                result["send"] = err.reason
-        except BaseException as err:  # noqa: BLE001 - reported to the parent
-            result["error"] = repr(err)
-        os.write(write, json.dumps(result).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as handle:
-        data = handle.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
+            check_signal(process)
+            result["check"] = "allowed"
+        except SignalRefused as err:
+            result["check"], result["message"] = err.reason, str(err)
+        try:
+            send_signal(SignalTarget(process.pid, process.started_at or 0.0))
+            result["send"] = "sent"
+        except SignalRefused as err:
+            result["send"] = err.reason
+        return result
+
+    return as_nobody(job)
 
 
 def test_another_users_process_is_refused_with_its_owner(child):

@@ -23,6 +23,7 @@ from core.runs.logs import last_lines
 from core.runs.run_dir import CRASHED, FAILED, RUNNING, STOPPED, RunDirectory
 from core.runs.states import can_resume
 from core.secrets import REDACTED, scrub_argv, scrub_env
+from tests.users import as_nobody
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -692,35 +693,21 @@ def test_a_stop_of_a_run_started_with_sudo_says_to_stop_it_as_root_once(tmp_path
     in, read "… belongs to user root (…). Stop it as root or as root (sudo tunedeck stop ID)". It says root once.
     The stop's check (signal 0, as ``request_stop`` makes it) runs in a forked child that became ``nobody``
     (uid 65534); the supervisor is this test's process, root's. No GPU."""
-    import json as json_module
-    import traceback
-
     import psutil  # noqa: F401 - imported as root: the child, nobody, may not read the interpreter's folders
 
     from core.runs import control
 
     run = RunDirectory(tmp_path / "20261207-1700-sudo")
     supervisor = os.getpid()
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # the child: no pytest machinery from here on, only os._exit
-        os.close(read)
+
+    def job() -> dict:
         try:
-            os.setgid(65534)
-            os.setuid(65534)
-            try:
-                control._may_signal(run, supervisor)
-                said = {"said": None}
-            except RunControlError as exc:
-                said = {"said": str(exc), "code": exc.code}
-        except BaseException:  # noqa: BLE001 - reported to the parent
-            said = {"error": traceback.format_exc()}
-        os.write(write, json_module.dumps(said).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as handle:
-        result = json_module.loads(handle.read())
-    os.waitpid(child, 0)
+            control._may_signal(run, supervisor)
+        except RunControlError as exc:
+            return {"said": str(exc), "code": exc.code}
+        return {"said": None}
+
+    result = as_nobody(job)
     assert "error" not in result, result["error"]
     user = _login_name(65534)
     assert result == {"said": f"run {run.id} cannot be stopped by {user}: its process {supervisor} belongs to root "
