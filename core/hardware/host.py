@@ -41,7 +41,7 @@ def cache_variable(hub: str) -> str:
 def cache_disks(data_dir: Path, caches: list[tuple[str, Path]]) -> tuple[CacheDisk, ...]:
     """The file systems of the hub ``caches`` other than ``data_dir``'s (an existing folder), one entry per
     file system with the hubs it holds: a download fills that disk, not the data root's. A cache whose
-    folder (or nearest existing parent) cannot be read is left out. None where ``data_dir`` itself cannot be
+    folder (or nearest existing parent) cannot be read is left out. None (``()``) where ``data_dir`` itself cannot be
     read: its file system is not known, so no cache can be said to be on another one (every one was)."""
     try:
         data_dev = os.stat(data_dir).st_dev

@@ -216,7 +216,8 @@ def _file_steps(args: argparse.Namespace) -> int | None:
 
 def _length_words(request: Any, steps: int | None, summary: Any) -> str:
     """How long the file's run is, as the pins line says it: its epochs, or its max_steps with the epochs they read
-    of measured data (hub data is not read: the time and cost are then for the planner's default epochs)."""
+    of measured data (hub data is not read: the time and cost are then for its steps, each sample at the full
+    sequence length, an upper bound)."""
     from core.plan.view import plain_number
 
     epochs = plain_number(request.epochs)
