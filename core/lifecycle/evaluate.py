@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import random
 import subprocess
 import sys
@@ -205,11 +206,29 @@ def evaluate_run(run: RunDirectory, checkpoint: int | None = None, prompts: list
         "step": source.step, "split": split, "data_changed": changed, "examples": len(examples), "tuned": tuned,
         "base": base, "prompts": answers, "seconds": round(time.monotonic() - started, 3),
     }
-    path = directory / f"eval-{source.step}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    write_json_atomic(path, result)
+    path = _new_result_path(directory, f"eval-{source.step}-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        write_json_atomic(path, result)
+    except BaseException:
+        path.unlink(missing_ok=True)  # the name claimed, empty: no result file that reads as a broken one
+        raise
     write_json_atomic(directory / "latest.json", result)
     run.record_event("evaluated", path=str(path), split=split, loss=tuned["loss"])
     return {**result, "path": str(path)}
+
+
+def _new_result_path(directory: Path, stem: str) -> Path:
+    """``directory/stem.json``, or ``stem-2.json``, ``-3`` … where taken: claimed (created empty, O_EXCL) so that
+    two evaluations of one checkpoint ending in the same second (the app's and the CLI's) keep both results; the
+    second replaced the first."""
+    for number in range(1, 1000):
+        path = directory / (f"{stem}.json" if number == 1 else f"{stem}-{number}.json")
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue
+        return path
+    return directory / f"{stem}-{os.getpid()}.json"
 
 
 def benchmark_tool() -> str | None:

@@ -609,3 +609,19 @@ def test_an_unknown_export_format_is_refused_in_the_interfaces_language(lora_run
     finally:
         set_language(before)
     assert not (run.path / "export").exists()
+
+
+def test_two_evaluations_of_one_checkpoint_in_one_second_keep_both_results(lora_run, monkeypatch):
+    """Results are named eval-<step>-<time to the second>.json: a second evaluation of the same checkpoint ending
+    in the same second (the app's E and the CLI's) replaced the first's file. The clock is held at one second
+    (``time.strftime`` as the module reads it); both files are kept, each whole. No GPU: the tiny LoRA run."""
+    from core.lifecycle import evaluate
+
+    _home, run = lora_run
+    monkeypatch.setattr(evaluate.time, "strftime", lambda _format, *_rest: "20261207-170000")
+    first = evaluate.evaluate_run(run, prompts=[])
+    second = evaluate.evaluate_run(run, prompts=["Say yes."])
+    assert first["path"] != second["path"]
+    assert json.loads(open(first["path"], encoding="utf-8").read())["prompts"] == []
+    assert [answer["prompt"] for answer in json.loads(open(second["path"], encoding="utf-8").read())["prompts"]] \
+        == ["Say yes."]
