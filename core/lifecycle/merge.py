@@ -81,7 +81,7 @@ class MergeResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "step": self.step, "bytes": self.bytes, "seconds": round(self.seconds, 3),
-                "dtype": self.dtype, "adapter": self.adapter, "reused": self.reused}
+                "dtype": self.dtype, "adapter": self.adapter, "reused": self.reused, "method": self.method}
 
 
 def qlora_note(adapter: bool, method: str, dtype: str) -> str | None:

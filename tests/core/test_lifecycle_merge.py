@@ -116,6 +116,7 @@ def test_merge_cli_json_and_unknown_run(lora_run, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout)
     assert result["out"] == str(out) and result["step"] == 30 and result["bytes"] > 1_000_000
+    assert result["method"] == "lora"  # as export --json says it (a script tells a QLoRA merge by it)
     assert (out / "model.safetensors").is_file()
     proc = tunedeck(home, "merge", "no-such-run")
     assert proc.returncode == 2 and "no-such-run" in proc.stderr
