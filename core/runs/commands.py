@@ -53,12 +53,12 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=cmd_runs)
 
     p = subparsers.add_parser("status", help=t("runs.status_help"), description=t("runs.status_help"))
-    p.add_argument("run", metavar="RUN", help=t("runs.run_arg_help"))
+    p.add_argument("run", metavar="RUN", nargs="?", help=t("runs.run_arg_or_newest_help"))
     p.add_argument("--json", action="store_true", help=t("runs.json_help"))
     p.set_defaults(handler=cmd_status)
 
     p = subparsers.add_parser("logs", help=t("runs.logs_help"), description=t("runs.logs_help"))
-    p.add_argument("run", metavar="RUN", help=t("runs.run_arg_help"))
+    p.add_argument("run", metavar="RUN", nargs="?", help=t("runs.run_arg_or_newest_help"))
     p.add_argument("-f", "--follow", action="store_true", help=t("runs.follow_help"))
     p.add_argument("-n", "--lines", type=int, default=None, help=t("runs.lines_help"))
     p.set_defaults(handler=cmd_logs)
@@ -95,6 +95,21 @@ def _resolve(ref: str) -> Any:
     from core.runs.listing import resolve_run
 
     return resolve_run(ref)  # RunNotFound: exit 2
+
+
+def _resolve_or_newest(ref: str | None) -> Any:
+    """The run ``ref`` names; without one (``tunedeck logs -f`` right after a train), the newest run that is not
+    a wizard's probe, said on stderr (stdout stays the command's: --json), or ``RunNotFound`` with none."""
+    if ref is not None:
+        return _resolve(ref)
+    from core.i18n import t
+    from core.runs.listing import RunNotFound, list_runs
+
+    newest = next((summary for summary in list_runs() if not summary.probe), None)
+    if newest is None:
+        raise RunNotFound(t("runs.none_yet"))
+    _err(t("runs.newest_taken", id=newest.id))
+    return _resolve(str(newest.run_dir))
 
 
 def _state(status: str) -> str:
@@ -333,7 +348,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from core.i18n import t
     from core.runs.listing import summarize
 
-    run = _resolve(args.run)
+    run = _resolve_or_newest(args.run)
     summary = summarize(run)
     record, unreadable = run.read_record()  # one that does not read: what else there is shows, then why
     last_ckpt = run.last_sound_checkpoint()  # a damaged newer one is not what a resume or export takes
@@ -405,7 +420,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         from core.i18n import t
 
         raise CliError(t("runs.lines_negative", lines=args.lines), 2)
-    run = _resolve(args.run)
+    run = _resolve_or_newest(args.run)
     offset = 0
     if args.lines is not None:
         lines, offset = last_lines(run.log_path, max(0, args.lines))
