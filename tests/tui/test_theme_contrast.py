@@ -21,6 +21,8 @@ from rich.segment import Segment
 from textual.color import Color
 from textual.widgets import Input
 
+from core.paths import runs_dir
+from tests.fixtures.watch.run_builder import build_run
 from tests.tui.conftest import fake_monitor, quiet_settings, wait_for, wait_screen_stable
 from themes import THEMES
 from tui.app import make_app
@@ -137,7 +139,9 @@ def assert_readable(what: str, segments: list[Segment], minimum: float) -> None:
 
 @pytest.mark.parametrize("theme", THEME_NAMES)
 def test_gpu_cards_footer_and_placeholders_as_drawn(theme):
-    """One fake H200 at 160x50 (full cards), then the runs screen's filter placeholder."""
+    """One fake H200 at 160x50 (full cards), then the runs screen's filter placeholder (one finished run listed:
+    the filter is offered with a run to filter)."""
+    build_run(runs_dir(), "20261207-1700-contrast", status="finished", steps=600, created="2026-12-07T17:00:00Z")
 
     async def scenario():
         app = make_app(quiet_settings(theme=theme), monitor=fake_monitor("h200x1"))
