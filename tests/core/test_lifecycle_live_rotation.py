@@ -58,14 +58,11 @@ def save_and_rotate_is_refused(run) -> bool:
     return (run.checkpoints_dir / "checkpoint-45" / "COMPLETE").is_file()
 
 
-def test_evaluate_of_a_live_run_survives_a_rotation_while_torch_imports(lora_run, monkeypatch):
-    """``evaluate_run`` (the CLI's evaluate, the app's e) with the run saving and rotating in torch's first
-    CUDA query: the checkpoint it chose is held, not rotated away under it."""
+def rotate_at_first_cuda_query(run, monkeypatch) -> list[list[str]]:
+    """The run saves and rotates (``save_and_rotate``) in torch's first CUDA query (the device's choice, within
+    seconds of the checkpoint's): the folders each rotation removed, filled in as it happens."""
     import torch
 
-    from core.lifecycle.evaluate import evaluate_run
-
-    _home, run = lora_run
     real = torch.cuda.is_available
     removed: list[list[str]] = []
 
@@ -75,6 +72,16 @@ def test_evaluate_of_a_live_run_survives_a_rotation_while_torch_imports(lora_run
         return real()
 
     monkeypatch.setattr(torch.cuda, "is_available", saved_and_rotated)
+    return removed
+
+
+def test_evaluate_of_a_live_run_survives_a_rotation_while_torch_imports(lora_run, monkeypatch):
+    """``evaluate_run`` (the CLI's evaluate, the app's e) with the run saving and rotating in torch's first
+    CUDA query: the checkpoint it chose is held, not rotated away under it."""
+    from core.lifecycle.evaluate import evaluate_run
+
+    _home, run = lora_run
+    removed = rotate_at_first_cuda_query(run, monkeypatch)
     result = evaluate_run(run, prompts=["Say yes."])
     assert removed == [["checkpoint-15"]]  # checkpoint 30 was held: the rotation passed it over
     assert result["step"] == 30 and result["tuned"]["loss"] < result["base"]["loss"]
@@ -141,8 +148,6 @@ def test_benchmarks_of_a_live_run_survive_a_rotation_while_torch_imports(lora_ru
     for it: rotated away in torch's import, the benchmarks ended on a checkpoint "no longer there". Now the
     merge chooses (the newest, chosen again), and the benchmarks run on its step. A stand-in ``lm_eval``
     module (records its arguments) is the benchmark tool."""
-    import torch
-
     from core.lifecycle.evaluate import start_benchmarks
 
     _home, run = lora_run
@@ -154,14 +159,7 @@ def test_benchmarks_of_a_live_run_survive_a_rotation_while_torch_imports(lora_ru
         f"import json, sys\nopen({str(argv_file)!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
     monkeypatch.syspath_prepend(str(tools))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tools), os.environ.get("PYTHONPATH", "")]))
-    real = torch.cuda.is_available
-
-    def saved_and_rotated() -> bool:
-        monkeypatch.setattr(torch.cuda, "is_available", real)
-        save_and_rotate(run)
-        return real()
-
-    monkeypatch.setattr(torch.cuda, "is_available", saved_and_rotated)
+    rotate_at_first_cuda_query(run, monkeypatch)
     bench = start_benchmarks(run, ["gsm8k"])
     os.waitpid(bench["pid"], 0)
     assert f"pretrained={run.path / 'merged' / 'checkpoint-45'}" in json.loads(argv_file.read_text())
@@ -174,21 +172,12 @@ def test_a_vllm_serve_of_a_live_run_serves_the_folder_its_merge_wrote(lora_run, 
     import), wrote merged/checkpoint-45, and the backend was handed merged/checkpoint-30, which did not
     exist (and the server's record said step 30). Now the folder and step served are the merge's. The merge
     the server is started on is the real one; the backend is not started (none is installed here)."""
-    import torch
-
     from core.lifecycle.serve import _merged_for_serving
     from core.lifecycle.source import resolve_model_source
 
     _home, run = lora_run
     source = resolve_model_source(run)  # what start_server chose
-    real = torch.cuda.is_available
-
-    def saved_and_rotated() -> bool:
-        monkeypatch.setattr(torch.cuda, "is_available", real)
-        save_and_rotate(run)
-        return real()
-
-    monkeypatch.setattr(torch.cuda, "is_available", saved_and_rotated)
+    rotate_at_first_cuda_query(run, monkeypatch)
     folder, step = _merged_for_serving(run, source, None, "vllm", None)
     assert step == 45 and folder == run.path / "merged" / "checkpoint-45"
     assert (folder / "model.safetensors").is_file() and json.loads(
