@@ -1150,3 +1150,48 @@ def test_s_writes_the_plan_off_the_screen_a_hung_disk_does_not_freeze_the_app(pr
         release.set()
     assert answered_while_hung, "the app answered F1 only once the plan's write came back"
     assert saved == plans / "tiny-2.yaml" and load_run_config(saved).model == "tiny"
+
+
+def test_the_hardware_step_on_a_cpu_box_speaks_of_the_box_not_of_gpus(private_home):
+    """On a box without a GPU (the fake ``none`` recording, 80x24) the hardware step asked for "GPUs of this box
+    to use" and a "Price per GPU-hour", though the CPU trains and the cost is hours × that price: the indices
+    field is gone there and the price is the box's per hour; typed GPUs (2xH100) bring the GPU-hour back, and a
+    bad price is refused in the words of the label it was typed under."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_hardware_step(pilot, app)
+            await wait_for(pilot, lambda: "This box" in str(w.query_one("#hardware-detected").render()))
+            await pilot.pause()
+            text = " ".join(screen_text(app).split())
+            assert "GPUs of this box" not in text and "GPU-hour" not in text, text
+            assert "Price per hour of the box" in text, text
+            assert not w.query_one("#gpus-input").display
+            w.query_one("#hardware-input").value = "2xH100"
+            await wait_for(pilot, lambda: "GPU-hour" in " ".join(screen_text(app).split()))
+            w.query_one("#hardware-input").value = "cpu"
+            w.query_one("#price-input").value = "-5"
+            await wait_for(pilot, lambda: "Price per hour of the box" in " ".join(screen_text(app).split()))
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: "Price per hour of the box:" in " ".join(screen_text(app).split()))
+            assert w.step == 3
+
+    run(scenario())
+
+
+def test_the_hardware_step_on_a_gpu_box_keeps_its_gpu_fields(private_home):
+    """The GPU wording stays where there are GPUs (two fake H200s): the indices field and the GPU-hour price;
+    ``cpu`` typed there prices the box's hour."""
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x2"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_hardware_step(pilot, app)
+            await wait_for(pilot, lambda: "This box" in str(w.query_one("#hardware-detected").render()))
+            await pilot.pause()
+            text = " ".join(screen_text(app).split())
+            assert "GPUs of this box" in text and "Price per GPU-hour" in text, text
+            assert w.query_one("#gpus-input").display
+            w.query_one("#hardware-input").value = "cpu"
+            await wait_for(pilot, lambda: "Price per hour of the box" in " ".join(screen_text(app).split()))
+
+    run(scenario())

@@ -65,8 +65,9 @@ def test_a_price_below_zero_or_not_a_number_is_refused_on_the_hardware_step(priv
             return said, w.request.hardware.price_per_gpu_hour
 
     said, price = run(scenario())
-    assert said == {"-5": "Price per GPU-hour: got -5.0; must be at least 0",
-                    "nan": "Price per GPU-hour: got 'nan'; expected a number"}
+    # a CPU box: the price is the box's per hour (its field says so), not a GPU-hour's
+    assert said == {"-5": "Price per hour of the box: got -5.0; must be at least 0",
+                    "nan": "Price per hour of the box: got 'nan'; expected a number"}
     assert price == 2.5
 
 

@@ -246,9 +246,9 @@ class WizardScreen(Screen[None]):
                 yield Static(id="hardware-detected")
                 yield Static(t("wizard.hardware.spec"), classes="step-hint")
                 yield Input(id="hardware-input")
-                yield Static(t("wizard.hardware.gpus"), classes="step-hint")
+                yield Static(t("wizard.hardware.gpus"), id="gpus-label", classes="step-hint")
                 yield Input(id="gpus-input")
-                yield Static(t("wizard.hardware.price"), classes="step-hint")
+                yield Static(t("wizard.hardware.price"), id="price-label", classes="step-hint")
                 yield Input(id="price-input")
                 yield Static(id="hardware-info", classes="step-error")
             with Horizontal(id="step-result"):
@@ -766,7 +766,31 @@ class WizardScreen(Screen[None]):
                     self.query_one("#model-input", Input).value = DEFAULT_GPU_MODEL
         elif not hw_input.value:
             hw_input.value = "1xH200"
+        self._label_hardware_fields()
         return True
+
+    def _plans_cpu(self) -> bool:
+        """Whether the hardware field names a CPU plan: this box without a GPU as shown, or ``cpu`` typed."""
+        from core.plan import HardwareError, parse_target
+
+        text = self.query_one("#hardware-input", Input).value.strip()
+        detected = self._detected()
+        if detected is not None and (not text or text == detected.describe()):
+            return bool(detected.cpu_only)
+        try:
+            return parse_target(text).gpu is None
+        except (HardwareError, ValueError):  # half typed: the GPU wording until it reads as a plan
+            return False
+
+    def _label_hardware_fields(self) -> None:
+        """On a box without a GPU there are no GPU indices to pick (the field goes), and on a CPU plan the price
+        is the whole box's per hour (the cost is hours × price there), not a GPU-hour's."""
+        detected = self._detected()
+        no_gpus = detected is not None and detected.cpu_only
+        self.query_one("#gpus-label", Static).display = not no_gpus
+        self.query_one("#gpus-input", Input).display = not no_gpus
+        self.query_one("#price-label", Static).update(
+            t("wizard.hardware.price_host" if self._plans_cpu() else "wizard.hardware.price"))
 
     def _target(self) -> Any:
         """The HardwareTarget the inputs describe (raises HardwareError / ValueError). The price is checked as
@@ -782,7 +806,8 @@ class WizardScreen(Screen[None]):
         try:
             price = read_price(price_text) if price_text else None
         except argparse.ArgumentTypeError as exc:
-            raise HardwareError(t("wizard.hardware.bad_price", problem=str(exc))) from None
+            key = "wizard.hardware.bad_price_host" if self._plans_cpu() else "wizard.hardware.bad_price"
+            raise HardwareError(t(key, problem=str(exc))) from None
         detected = self._detected()
         if detected is not None and (not text or text == detected.describe()):
             indices = parse_gpu_indices(gpus) if gpus and gpus != "all" else None
@@ -899,6 +924,8 @@ class WizardScreen(Screen[None]):
             return
         if input_id in ("hardware-input", "gpus-input"):
             self.query_one("#hardware-info", Static).update(self._gpus_ignored())
+            if input_id == "hardware-input":
+                self._label_hardware_fields()
             return
         if input_id == "model-input":
             if self.model_error is not None and event.value.strip() != self.model_error:
