@@ -503,3 +503,25 @@ def test_a_size_class_on_a_later_page_is_found_and_a_scan_cut_short_says_so(hub_
             assert "No models match" not in screen_text(app)
 
     asyncio.run(scenario())
+
+
+def test_the_local_summary_is_whole_at_80x24_beside_an_unfinished_download(hub_env, tmp_path):  # noqa: F811
+    """With a model on disk and an unfinished download, the Local tab's summary takes four lines at 80 columns
+    (the counts, then the bundled models and what Enter and p do), and its box held three: "Enter shows a
+    model's facts, p plans it." was cut off. Every line of it is on the screen now."""
+    async def scenario():
+        modelscope_folder(tmp_path, "Qwen/Qwen2.5-7B-Instruct", {"config.json": b"{}",
+                                                                 "model.safetensors.part": b"x" * 100})
+        modelscope_folder(tmp_path, TINY, {"config.json": b"{}", "model.safetensors": b"w" * 1000})
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("2")
+            summary = screen.query_one("#local-summary")
+            await wait_for(pilot, lambda: " incomplete " in flat(summary))
+            await pilot.pause()
+            shown = " ".join(region_text(app, summary).split())
+            assert shown.endswith("p plans it."), shown
+            assert shown.startswith("1 model on disk"), shown
+
+    asyncio.run(scenario())

@@ -244,7 +244,8 @@ class ModelsScreen(Screen[None]):
     ModelsScreen #details-download { height: auto; color: $accent; margin-bottom: 1; }
     ModelsScreen #details-card { height: auto; margin: 0; padding: 0; }
     ModelsScreen #local-tab { height: 1fr; }
-    ModelsScreen #local-summary { height: auto; max-height: 3; padding: 0 1; color: $foreground-muted; }
+    /* the counts and the bundled line: two lines each at 80 columns with an unfinished download */
+    ModelsScreen #local-summary { height: auto; max-height: 4; padding: 0 1; color: $foreground-muted; }
     ModelsScreen #local-models { height: 1fr; }
     ModelsScreen #local-details { height: auto; max-height: 10; padding: 0 1; display: none;
                                   border-top: solid $foreground-muted; }
