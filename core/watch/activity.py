@@ -290,6 +290,15 @@ def writer_state(source: Any, activity: WriterActivity, now: float | None = None
         return WriterState(GONE, since, unreadable)
     from core.watch.source import HF_TRAINER, LLAMAFACTORY, SWIFT, current_checkpoints, trainer_state_file
 
+    if source.kind == LLAMAFACTORY and not source.metrics_path.exists():
+        # LLaMA-Factory removes its trainer_log.jsonl as a run started again with overwrite_output_dir begins
+        # (LogCallback.on_init_end), minutes before its first line: the results and the trainer_state.json at
+        # its total beside it are the previous run's, and they read "finished". The removal is the new run's
+        # first write (the folder's time).
+        since = max((when for when in (since, last_write([source.path])) if when is not None), default=None)
+        if since is not None and now - since > idle_after(activity):
+            return WriterState(IDLE, since, unreadable)
+        return WriterState(RUNNING, since, unreadable)
     log: Path | list[Path] | None = None
     read: Path | None = None  # the file the feed read the records of
     if source.kind in (LLAMAFACTORY, SWIFT):

@@ -29,6 +29,7 @@ class FollowResult:
     lines: list[bytes] = field(default_factory=list)
     restarted: bool = False
     more: bool = False  # the read stopped at max_bytes: poll again at once
+    vanished: bool = False  # the file read before is no longer there (removed or renamed away)
 
 
 class FileFollower:
@@ -54,6 +55,7 @@ class FileFollower:
             handle = open(self.path, "rb")
         except FileNotFoundError:
             self.error = None
+            result.vanished = self._inode is not None
             return result
         except (PermissionError, IsADirectoryError) as error:
             self.error = error

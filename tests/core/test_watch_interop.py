@@ -585,6 +585,35 @@ def test_llamafactory_run_started_again_in_a_finished_folder_is_running_not_fini
     assert state_of(out).status == FINISHED
 
 
+def test_llamafactory_run_started_again_with_overwrite_output_dir_is_running_at_once(tmp_path):
+    """LLaMA-Factory run again with overwrite_output_dir removes trainer_log.jsonl as it starts (LogCallback.
+    on_init_end) and writes its first line minutes later (the model loads, the data is tokenised): until then a
+    dashboard on the folder read "finished", with the previous run's figures as this run's. The removal starts
+    the feed over (restarted, nothing kept) and the state is running from the removal; idle if nothing follows."""
+    out = tmp_path / "lf"
+    out.mkdir()
+    log = out / "trainer_log.jsonl"
+    log.write_text("".join(json.dumps(line) + "\n" for line in lf_old_lines(40)))
+    for name in ("train_results.json", "all_results.json"):
+        (out / name).write_text(json.dumps({"epoch": 4.0, "train_loss": 1.2, "train_runtime": 80.0}))
+    (out / "trainer_state.json").write_text(json.dumps(hf_state(40, 40, summary=True)))
+    age(out, MONTHS_AGO)
+    source = open_watch_source(out)
+    feed = open_metrics_feed(source)
+    assert feed.read_tail() and writer_state(source, feed.activity).status == FINISHED
+    log.unlink()  # started again with overwrite_output_dir
+    records, restarted = feed.poll()
+    assert records == [] and restarted and feed.backfill() is None
+    state = writer_state(source, feed.activity)
+    assert state.status == RUNNING and state.since > MONTHS_AGO + 86400, state  # since the removal
+    assert writer_state(source, feed.activity, now=time.time() + 3600).status == IDLE  # nothing followed
+    assert feed.poll() == ([], False)  # said once
+    log.write_text(json.dumps(lf_old_lines(40)[0]) + "\n")  # its first line: read from the start
+    records, restarted = feed.poll()
+    assert [r["step"] for r in records if r.get("kind") == "train"] == [5] and not restarted
+    assert writer_state(source, feed.activity).status == RUNNING
+
+
 def test_watch_json_reports_the_writer_state(tmp_path):
     out = tmp_path / "hf_out"
     write_checkpoint(out, 10, 40, MONTHS_AGO)
