@@ -1154,8 +1154,8 @@ def test_s_writes_the_plan_off_the_screen_a_hung_disk_does_not_freeze_the_app(pr
 
 def test_the_hardware_step_on_a_cpu_box_speaks_of_the_box_not_of_gpus(private_home):
     """On a box without a GPU (the fake ``none`` recording, 80x24) the hardware step asked for "GPUs of this box
-    to use" and a "Price per GPU-hour", though the CPU trains and the cost is hours × that price: the indices
-    field is gone there and the price is the box's per hour; typed GPUs (2xH100) bring the GPU-hour back, and a
+    to use" and a "Price per GPU-hour", though the CPU trains and the cost is hours × that price (and its goal
+    step offered the "fewest GPU-hours"): the indices field is gone there and the price is the box's per hour; typed GPUs (2xH100) bring the GPU-hour back, and a
     bad price is refused in the words of the label it was typed under."""
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
@@ -1167,6 +1167,8 @@ def test_the_hardware_step_on_a_cpu_box_speaks_of_the_box_not_of_gpus(private_ho
             assert "GPUs of this box" not in text and "GPU-hour" not in text, text
             assert "Price per hour of the box" in text, text
             assert not w.query_one("#gpus-input").display
+            goals = w.query_one("#goal-list")
+            assert str(goals.get_option("lowest_cost").prompt) == "Lowest cost: fewest hours of the box"
             w.query_one("#hardware-input").value = "2xH100"
             await wait_for(pilot, lambda: "GPU-hour" in " ".join(screen_text(app).split()))
             w.query_one("#hardware-input").value = "cpu"
@@ -1191,6 +1193,7 @@ def test_the_hardware_step_on_a_gpu_box_keeps_its_gpu_fields(private_home):
             text = " ".join(screen_text(app).split())
             assert "GPUs of this box" in text and "Price per GPU-hour" in text, text
             assert w.query_one("#gpus-input").display
+            assert str(w.query_one("#goal-list").get_option("lowest_cost").prompt) == "Lowest cost: fewest GPU-hours"
             w.query_one("#hardware-input").value = "cpu"
             await wait_for(pilot, lambda: "Price per hour of the box" in " ".join(screen_text(app).split()))
 

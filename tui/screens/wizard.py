@@ -783,12 +783,15 @@ class WizardScreen(Screen[None]):
             return False
 
     def _label_hardware_fields(self) -> None:
-        """On a box without a GPU there are no GPU indices to pick (the field goes), and on a CPU plan the price
-        is the whole box's per hour (the cost is hours × price there), not a GPU-hour's."""
+        """On a box without a GPU there are no GPU indices to pick (the field goes) and the cheapest plan takes the
+        fewest hours of the box, not GPU-hours; on a CPU plan the price is the whole box's per hour (the cost is
+        hours × price there), not a GPU-hour's."""
         detected = self._detected()
         no_gpus = detected is not None and detected.cpu_only
         self.query_one("#gpus-label", Static).display = not no_gpus
         self.query_one("#gpus-input", Input).display = not no_gpus
+        self.query_one("#goal-list", OptionList).replace_option_prompt(
+            "lowest_cost", t("wizard.goal.lowest_cost_cpu" if no_gpus else "wizard.goal.lowest_cost"))
         self.query_one("#price-label", Static).update(
             t("wizard.hardware.price_host" if self._plans_cpu() else "wizard.hardware.price"))
 
