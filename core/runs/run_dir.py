@@ -244,7 +244,7 @@ class RunDirectory:
         changed what decides the step total (its run.json record has ``total_steps``: its max_steps, or null)
         gives that total, or None with ``"total_unknown": True`` ("?"), not the given-up attempt's; the
         resumed trainer's own record gives its count."""
-        from core.watch.resumes import resume_step, superseded
+        from core.watch.resumes import pending_resume, resume_step, superseded
 
         cutoff = float("inf")
         newest: dict[str, Any] | None = None  # the newest train or resumed record, superseded or not
@@ -261,11 +261,10 @@ class RunDirectory:
             return record.get("kind") == "train" and isinstance(record.get("step"), int) and not superseded(record, cutoff)
 
         last = last_record(self.metrics_path, surviving)
-        resumes = self.read_record()[0].get("resumes")  # (one that does not read: no resume known)
-        asked = resumes[-1] if isinstance(resumes, list) and resumes else None
+        # (a run.json that does not read: no resume known)
+        asked = pending_resume(self.read_record()[0].get("resumes"), newest)
         resume: dict[str, Any] | None = None
-        if isinstance(asked, dict) and isinstance(asked.get("step"), int) and asked.get("time") and (
-                newest is None or str(newest.get("time") or "~") <= str(asked["time"])):
+        if asked is not None:
             resume = asked  # asked for, not started yet: the attempt given up lost what it logged after
         elif newest is not None and newest.get("kind") == "resumed":
             resume = newest  # the newest attempt has not logged since its resume
@@ -286,10 +285,13 @@ class RunDirectory:
                 "resume_time": str(resume.get("time") or "")}
 
     def latest_eval(self) -> dict[str, Any] | None:
-        """The last eval record no resume superseded (``core.watch.resumes``; reads the tail only)."""
-        from core.watch.resumes import resume_step, superseded
+        """The last eval record no resume superseded (``core.watch.resumes``; reads the tail only), a resume
+        asked for whose trainer has not logged yet included (``latest_metrics``)."""
+        from core.watch.resumes import RESUMED, pending_resume, resume_step, superseded
 
-        cutoff = float("inf")
+        newest = last_record(self.metrics_path, lambda r: r.get("kind") in ("train", RESUMED))
+        asked = pending_resume(self.read_record()[0].get("resumes"), newest)
+        cutoff = float("inf") if asked is None else float(asked["step"])
 
         def surviving(record: dict[str, Any]) -> bool:
             nonlocal cutoff

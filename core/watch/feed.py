@@ -24,6 +24,7 @@ from core.watch.resumes import (
     RESUMED,
     drop_superseded,
     lowest_resume,
+    pending_resume,
     resume_points,
     resume_step,
     segments,
@@ -40,9 +41,17 @@ class MetricsFeed:
     """Normalised metric records of one file: the tail, the backfill, then appended records."""
 
     def __init__(self, path: Path, kind: str, tail_bytes: int = METRICS_TAIL_BYTES,
-                 max_read: int = DEFAULT_MAX_READ) -> None:
+                 max_read: int = DEFAULT_MAX_READ, record_path: Path | None = None) -> None:
         self.path = Path(path)
         self.kind = kind
+        # A tunedeck run's run.json: a resume it records that its trainer has not logged yet (``pending_resume``)
+        # is taken as a ``resumed`` record at the file's end, as ``tunedeck status`` takes it. The charts drew the
+        # steps that resume gave up (and their loss) while its trainer loaded, and for good where that attempt
+        # stopped or failed before its first step.
+        self.record_path = None if record_path is None else Path(record_path)
+        self._record_stamp: tuple[int, int] | None = None  # run.json's (mtime, size) when last read
+        self._asked: dict[str, Any] | None = None  # the resume taken in, as run.json records it
+        self._newest_time = ""  # the time of the newest train or resumed record handed on
         self.tail_bytes = tail_bytes
         self.max_read = max_read
         self.start = 0
@@ -87,6 +96,11 @@ class MetricsFeed:
             self._tail_placed = False
             self._attempts = Attempts()
             records = mark_restarts(records, self._attempts)
+        if self.record_path is not None:
+            self._newest_time = _newest_time(records, "")
+            self._record_stamp = _stamp(self.record_path)
+            self._asked = None  # read afresh: taken in again
+            records += self._asked_resume()
         self._tail_cutoff = lowest_resume(records)
         records = drop_superseded(records)
         self._newest_step = _highest_step(records, -math.inf)
@@ -142,11 +156,37 @@ class MetricsFeed:
                 # A resume went back before steps already handed on: start over, they are superseded.
                 return self.read_tail(), True
             newest = _highest_step([record], newest)
+        if self.record_path is not None:
+            self._newest_time = _newest_time(records, self._newest_time)
+            stamp = _stamp(self.record_path)
+            if stamp != self._record_stamp:  # run.json changed: a resume asked for since?
+                self._record_stamp = stamp
+                asked = self._asked_resume()
+                if asked and asked[0]["step"] < newest:  # it gave up steps handed on: start over without them
+                    return self.read_tail(), True
+                records += asked
         records = drop_superseded(records)
         self._newest_step = newest
         self.activity.observe(records)
         self._note_error()
         return records, result.restarted
+
+    def _asked_resume(self) -> list[dict[str, Any]]:
+        """A ``resumed`` record for the resume run.json records when its trainer has logged nothing since the
+        newest record handed on (``pending_resume``) and it was not taken in before; else none."""
+        from core.runs.run_dir import RunDirectory
+
+        assert self.record_path is not None
+        record, _unreadable = RunDirectory(self.record_path.parent).read_record()
+        newest = {"time": self._newest_time} if self._newest_time else None
+        asked = pending_resume(record.get("resumes"), newest)
+        if asked is None or asked == self._asked:
+            return []
+        self._asked = asked
+        resumed = {"kind": RESUMED, "step": asked["step"], "time": asked["time"], "asked": True}
+        if isinstance(asked.get("total_steps"), int) and not isinstance(asked["total_steps"], bool):
+            resumed["total_steps"] = asked["total_steps"]  # a resume's max_steps (unknown: the last attempt's)
+        return [resumed]
 
     def _note_error(self) -> None:
         """A metric file that cannot be opened (its permissions) is said (``activity.unreadable``): it read as
@@ -386,6 +426,23 @@ def _first_train(records: list[dict[str, Any]]) -> tuple[int, float | None] | No
     return step, float(elapsed) if _is_number(elapsed) else None
 
 
+def _newest_time(records: list[dict[str, Any]], newest: str) -> str:
+    """The ``time`` of the newest train or ``resumed`` record among ``records`` (file order), or ``newest``."""
+    for record in reversed(records):
+        if record.get("kind") in ("train", RESUMED) and record.get("time"):
+            return str(record["time"])
+    return newest
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(mtime in ns, size) of ``path``, None where it cannot be looked at: whether it changed since."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size
+
+
 def _highest_step(records: list[dict[str, Any]], newest: float) -> float:
     """The highest step of the train and eval records among ``records``, or ``newest`` if higher."""
     for record in records:
@@ -409,7 +466,10 @@ def open_metrics_feed(source: Any) -> Any:
         from core.watch.tb_events import TensorBoardFeed
 
         return TensorBoardFeed(source.metrics_path)
-    return MetricsFeed(source.metrics_path, source.kind)
+    from core.watch.source import TUNEDECK
+
+    record = source.path / "run.json" if source.kind == TUNEDECK and not source.read_only else None
+    return MetricsFeed(source.metrics_path, source.kind, record_path=record)
 
 
 CUT_MARK = "\u2026"  # before the first line shown when the tail began inside it

@@ -29,6 +29,21 @@ def resume_step(record: dict[str, Any]) -> int | None:
     return step
 
 
+def pending_resume(resumes: Any, newest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A tunedeck run's newest resume as ``run.json`` records it (``resumes``: its list) when its trainer has
+    logged nothing since (``newest``: the newest train or ``resumed`` record of ``metrics.jsonl``, None if
+    none), else None. Asked for, it has already given up the steps the last attempt logged after its checkpoint,
+    though the metrics file says nothing of it until the new trainer has loaded (or ever, where that attempt
+    stopped or failed while loading): readers take it as a ``resumed`` record at the file's end."""
+    asked = resumes[-1] if isinstance(resumes, list) and resumes else None
+    if not isinstance(asked, dict) or not asked.get("time") or \
+            not isinstance(asked.get("step"), int) or isinstance(asked["step"], bool):
+        return None
+    if newest is not None and str(newest.get("time") or "~") > str(asked["time"]):
+        return None
+    return asked
+
+
 def superseded(record: dict[str, Any], cutoff: float) -> bool:
     """A train or eval record past ``cutoff`` (the lowest step of the resumes after it)."""
     step = record.get("step")

@@ -334,3 +334,78 @@ def test_watch_json_places_the_tail_from_each_lines_step_and_kind_alone(tmp_path
             feed.place_tail()
             assert normalised == [], (kind, tail_bytes)
             monkeypatch.setitem(adapters.NORMALIZERS, kind, real)
+
+
+def _asked_to_resume(path, step: int) -> None:
+    """What ``tunedeck resume`` records in run.json before its trainer has loaded (``prepare_resume``)."""
+    record = json.loads((path / "run.json").read_text())
+    record["resumes"] = [{"time": "2026-11-29T22:00:00Z", "step": step, "previous_status": "failed"}]
+    (path / "run.json").write_text(json.dumps(record))
+
+
+def test_a_resume_whose_trainer_has_not_logged_cuts_the_charts_at_its_checkpoint_as_status_does(tmp_path):
+    """A run at step 30 resumed from checkpoint-20 whose new attempt stopped (or failed) while loading: its
+    metrics file never got a ``resumed`` record. `tunedeck status` said step 20 and step 20's loss (steps 21-30
+    are lost: the next resume goes on from 20), the dashboard's header step 20 too, but its charts drew 1-30
+    with step 30's loss in the legend, and `watch --json` said step 30. Now every reader cuts at 20, from the
+    tail alone or with the backfill, and the file stays as written."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from core.runs.run_dir import RunDirectory
+    from core.watch.feed import open_metrics_feed
+    from core.watch.source import open_watch_source
+    from tests.fixtures.watch.run_builder import build_run, loss_at
+
+    path = build_run(tmp_path / "runs", "20261129-2100-resumed", status="stopped", steps=30, total=100,
+                     evals_every=25)
+    _asked_to_resume(path, 20)
+    before = (path / "metrics.jsonl").read_bytes()
+    status = RunDirectory(path).latest_metrics()
+    assert status["step"] == 20 and status["loss"] == loss_at(20)  # what `tunedeck status` says
+    assert RunDirectory(path).latest_eval() is None  # and its eval loss: the eval at 25 was given up too
+    feeds = [open_metrics_feed(open_watch_source(path)),
+             MetricsFeed(path / "metrics.jsonl", "tunedeck", tail_bytes=2_000, record_path=path / "run.json")]
+    for feed in feeds:
+        tail = feed.read_tail()
+        assert all(r["step"] <= 20 for r in tail if r.get("kind") in ("train", "eval"))
+        series = _drawn(feed, tail)
+        assert [x for x, _ in _points(series)] == list(range(1, 21))
+        assert series.last_loss == loss_at(20) and series.latest["step"] == 20 and series.latest["eta_s"] is None
+        assert _points(series, "eval_loss") == []  # the eval at 25 was the attempt given up's
+    assert feeds[1].start > 0  # the backfill was cut too
+    result = subprocess.run([sys.executable, "-m", "core", "watch", str(path), "--json"],
+                            cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=120,
+                            env={"TUNEDECK_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    latest = json.loads(result.stdout)["latest"]
+    assert latest["step"] == 20 and latest["loss"] == loss_at(20), latest
+    assert (path / "metrics.jsonl").read_bytes() == before
+
+
+def test_a_resume_asked_while_the_dashboard_follows_starts_the_charts_over_at_its_checkpoint(tmp_path):
+    """The dashboard open on a run at step 30, then `u` (or `tunedeck resume`) from checkpoint-20: the charts kept
+    steps 21-30 until the new trainer had loaded and logged its ``resumed`` record (for good where it never did),
+    while the header already said step 20. Now the feed starts over at 20 as soon as run.json records the resume,
+    and the trainer's own ``resumed`` record, when it comes, changes nothing more."""
+    from tests.fixtures.watch.run_builder import build_run, loss_at, train_record, write_jsonl
+
+    path = build_run(tmp_path / "runs", "20261129-2100-followed", status="stopped", steps=30, total=100,
+                     evals_every=0)
+    feed = MetricsFeed(path / "metrics.jsonl", "tunedeck", record_path=path / "run.json")
+    series = RunSeries()
+    series.extend(feed.read_tail())
+    assert series.latest["step"] == 30 and feed.poll() == ([], False)
+    _asked_to_resume(path, 20)
+    records, restarted = feed.poll()
+    assert restarted
+    series = RunSeries()
+    series.extend(records)
+    assert [x for x, _ in _points(series)] == list(range(1, 21)) and series.last_loss == loss_at(20)
+    assert feed.poll() == ([], False)  # taken in once
+    write_jsonl(path / "metrics.jsonl", [{"kind": "resumed", "step": 20, "total_steps": 100,
+                                          "time": "2026-11-29T22:00:07Z"},
+                                         train_record(21, 100, time="2026-11-29T22:00:08Z")], mode="a")
+    records, restarted = feed.poll()
+    assert not restarted and [(r["kind"], r["step"]) for r in records] == [("resumed", 20), ("train", 21)]

@@ -259,10 +259,10 @@ class DashboardHeader:
                                                             **(self._record.get("config_summary") or {})}
         latest = self.series.latest
         pending = self.pending_resume
-        if pending is not None and latest.get("kind") != "resumed" and \
-                str(latest.get("time") or "") <= str(pending.get("resume_time") or ""):
+        if pending is not None and str(latest.get("time") or "") <= str(pending.get("resume_time") or ""):
             # asked to resume, its trainer still loading: the figures at the checkpoint's step and no ETA, as
-            # `tunedeck status` says (the last record's step, epoch, elapsed and ETA were the attempt given up's)
+            # `tunedeck status` says (the last record's step, epoch, elapsed and ETA were the attempt given up's;
+            # the series, cut at the resume as run.json records it, does not know a total it made unknown)
             latest = {**latest, **pending, "total_steps": pending.get("total_steps") or (
                 None if pending.get("total_unknown") else latest.get("total_steps"))}
         # A tunedeck run's model is run.json's first: a resume with model= (the folder moved) updates it, the
