@@ -261,6 +261,10 @@ def resume_run(run: RunDirectory, checkpoint: int | None = None, weights_only: b
     # The look at the live runs' GPUs and this run queued on them (counted live by the next look) are one step,
     # as a launch's are: a launch or a resume at the same instant waits, then sees this run on its GPUs.
     with _one_claim_at_a_time():
+        # A resume that held the lock before this one has queued the run, which the look below counts as a live
+        # run on its own GPUs: the second of two resumes at once was refused "GPU 0 is in use by run <this run>
+        # (queued) … --allow-shared-gpus" (a CPU run warned it shared the CPU with itself). Said as it is.
+        refuse_unresumable(run)
         if moving is not None:  # indices of this shell's CUDA_VISIBLE_DEVICES, as `train` takes them
             moving = _claim_gpus(config, moving, allow_shared_gpus, warn)
         else:  # `train` twice and `train` + `resume` alike

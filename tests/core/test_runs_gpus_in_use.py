@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -592,3 +593,45 @@ def test_a_gpu_lost_before_its_uuid_was_read_is_found_for_a_run_that_named_it_by
     nvml.lost.clear()  # none lost: a UUID no GPU here has is not taken for one
     assert lost_gpus(visible="GPU-00000000-0000-0000-0000-000000000000") == []
 
+
+
+def test_the_second_of_two_resumes_at_once_is_told_the_first_is_resuming_it(home, monkeypatch, capsys):
+    """Two `tunedeck resume` of one run at the same instant: the second waits for the first at the GPU look's
+    lock, and the first leaves the run queued on its GPUs. The second then found "GPU 0 is in use by run <the
+    same run> (queued)", pointing at --allow-shared-gpus (with which it then failed as already resuming). It is
+    told the run is being resumed, nothing else. Here the test holds the lock, as the first resume does, until
+    the second waits for it (/proc/locks), then queues the run as the first does."""
+    import os
+    import threading
+
+    from core.cli import main
+    from core.data.samples import sample_dataset_path
+    from core.i18n import Message
+    from core.paths import runs_dir
+    from core.runs import gpus as run_gpus
+    from core.runs.run_dir import QUEUED, STOPPED, held_lock
+
+    monkeypatch.setattr(run_gpus, "visible_gpu_count", lambda nvml=None: 2)
+    run = create_run(_Config(name="long", model="tiny", dataset=str(sample_dataset_path()), precision="fp32", gpus=1),
+                     ["tunedeck", "train", "long.yaml"], gpus=[0])
+    run.write_status(STOPPED)  # before its first step: a resume starts it again from step 0
+    inode = os.stat(runs_dir()).st_ino
+
+    def waiting() -> bool:  # a flock waiter on the runs folder: "1: -> FLOCK  ADVISORY  WRITE 123 fe:00:456 0 EOF"
+        with open("/proc/locks", encoding="ascii") as handle:
+            return any(f[1] == "->" and f[6].endswith(f":{inode}") for f in map(str.split, handle) if len(f) > 6)
+
+    codes: list[int] = []
+    with held_lock(runs_dir()):
+        second = threading.Thread(target=lambda: codes.append(main(["resume", run.id])))
+        second.start()
+        deadline = time.monotonic() + 120
+        while not waiting():
+            assert second.is_alive() and time.monotonic() < deadline, capsys.readouterr().err
+            time.sleep(0.05)
+        run.write_status(QUEUED, Message("runs.reason_resuming", step=0))  # what the first resume leaves
+    second.join(timeout=120)
+    said = capsys.readouterr().err
+    assert codes == [2], said
+    assert f"run {run.id} is already being resumed by another command (status: queued)" in said, said
+    assert "in use" not in said and "--allow-shared-gpus" not in said, said
