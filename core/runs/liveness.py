@@ -173,6 +173,46 @@ def recorded_end(run: RunDirectory) -> RunStatus | None:
                      message if isinstance(message, dict) else None)
 
 
+def trainer_verdict(run: RunDirectory, status: str) -> tuple[str, str | Message] | None:
+    """How the trainer of the run's last attempt said it ended (its ``outcome.json``: finished, stopped or
+    failed, and why), for a run whose supervisor is gone before recording it (killed, or the box went down,
+    in the moment between the trainer's exit and the final status), else None. Such a run read "crashed …
+    continue with tunedeck resume", and a finished one's resume was then refused (no step left): it could
+    neither go on nor be evaluated or exported as finished. The supervisor removes outcome.json as each attempt
+    starts; the verdict must name the last attempt run.json records (``TUNEDECK_ATTEMPT``), which an end the
+    supervisor recorded for it must not contradict. ``status``: the run's; a queued run's supervisor never
+    started its attempt (a resume that died on the way), so the verdict there is the attempt before's."""
+    import json
+
+    if status == QUEUED:
+        return None
+    try:
+        outcome = json.loads(run.outcome_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    attempts = run.read_record()[0].get("attempts")
+    last = attempts[-1] if isinstance(attempts, list) and attempts else None
+    if not isinstance(outcome, dict) or not isinstance(last, dict) or outcome.get("status") not in ENDED_EVENTS:
+        return None
+    if str(outcome.get("attempt")) != str(last.get("number")) or last.get("status") not in (None, outcome["status"]):
+        return None
+    message = Message.from_record(outcome.get("reason_message"))
+    return str(outcome["status"]), message if message is not None else str(outcome.get("reason") or "")
+
+
+def record_verdict(run: RunDirectory, verdict: tuple[str, str | Message]) -> RunStatus | None:
+    """Record ``trainer_verdict``'s end as the supervisor would have (the status, the attempt, the event); the
+    status written, or None where another reader recorded an end first."""
+    from core.i18n import stored_reason
+
+    status, reason = verdict
+    if not run.transition(status, reason, only_from=ACTIVE_STATES):
+        return None
+    run.close_open_attempt(status, replacing=(CRASHED,))
+    run.append_event(status, exit_code=None, supervisor_gone=True, **stored_reason(reason))
+    return run.status()
+
+
 def crashed_reason(run: RunDirectory) -> Message:
     """Why a run is crashed, and what to do: resume it when it has a complete checkpoint or never trained
     (a resume starts it again from step 0), else start it again (offering a resume that can only fail with
@@ -234,6 +274,15 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
                     except OSError:
                         pass
                 return ended
+            verdict = trainer_verdict(run, current.status)
+            if verdict is not None:  # the trainer ended and said how; only its supervisor's record of it is missing
+                if persist:
+                    try:
+                        written_end = record_verdict(run, verdict)
+                        return written_end if written_end is not None else run.status()
+                    except OSError:  # a full or read-only disk: said, recorded by a later reader
+                        pass
+                return RunStatus.new(*verdict)
             reason = crashed_reason(run)
             if persist:
                 try:
@@ -248,6 +297,15 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
     sup = run.read_record()[0].get("supervisor") or {}  # one that does not read names no supervisor
     pid = sup.get("pid")
     if pid and not foreign and not same_process_alive(pid, sup.get("start_time")):
+        verdict = trainer_verdict(run, status.status)
+        if verdict is not None:  # as above
+            try:
+                if persist and record_verdict(run, verdict) is not None:
+                    return run.status()
+            except OSError:
+                pass
+            current = run.status()
+            return current if current.status not in ACTIVE_STATES else RunStatus.new(*verdict)
         reason = crashed_reason(run)
         try:
             if persist and run.transition(CRASHED, reason, only_from=ACTIVE_STATES):

@@ -318,3 +318,68 @@ def test_kill9_of_supervisor_is_crashed_and_resume_skips_incomplete_checkpoints(
     attempts = json.loads((cli.run_dir(run_id) / "run.json").read_text())["attempts"]
     assert len(attempts) == 2 and attempts[-1]["status"] == "finished"
     assert not (checkpoints / "checkpoint-98.tmp").exists()  # stale leftovers cleaned by rotation
+
+
+def test_a_supervisor_killed_after_its_trainer_finished_leaves_the_run_finished_not_crashed(tmp_path):
+    """The supervisor killed (kill -9, the box going down) in the moment between its trainer's end and the final
+    status it records: the run read "crashed … continue with tunedeck resume", and that resume was refused (max_steps
+    reached: no step left), so a run that had trained to its end could neither go on nor be taken as finished. Now
+    the trainer's own verdict (outcome.json, of this attempt) is recorded: finished, its attempt closed, an event.
+    The moment is held open with SIGSTOP on the supervisor until the trainer has exited. CPU, the tiny model."""
+    cli = Cli(tmp_path / "home")
+    config = write_config(tmp_path / "run.yaml", write_dataset(tmp_path / "m.jsonl"), max_steps=8, save_steps=100)
+    run_id = cli("train", str(config), TUNEDECK_HOLD_AT_STEP="2").stdout.strip()
+    run_dir = cli.run_dir(run_id)
+    cli.wait_step(run_id, 2)
+    record = json.loads((run_dir / "run.json").read_text())
+    supervisor, trainer = record["supervisor"]["pid"], record["trainer"]["pid"]
+    wait_held(trainer)
+    os.kill(supervisor, signal.SIGSTOP)  # it records nothing more
+    os.kill(trainer, signal.SIGCONT)
+    assert _gone_or_zombie(trainer, timeout=240)  # trained to step 8, saved, wrote its verdict and exited
+    assert json.loads((run_dir / "outcome.json").read_text())["status"] == "finished"
+    os.kill(supervisor, signal.SIGKILL)
+    assert _gone_or_zombie(supervisor, timeout=20)
+    status = cli.status(run_id)
+    assert status["status"] == "finished" and status["step"] == 8 and not status["resumable"], status
+    assert status["has_checkpoint"] and status["last_checkpoint"].endswith("checkpoint-8")
+    attempts = json.loads((run_dir / "run.json").read_text())["attempts"]
+    assert [(a["status"], a["exit_code"]) for a in attempts] == [("finished", None)]
+    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert events[-1]["event"] == "finished" and events[-1]["supervisor_gone"] is True
+    refused = cli("resume", run_id, check=False)
+    assert refused.returncode == 2 and "has finished" in refused.stderr, refused.stderr
+
+
+def test_an_earlier_attempts_verdict_is_not_taken_for_the_last_ones(tmp_path):
+    """outcome.json is removed as each attempt starts; a supervisor killed before that left the earlier attempt's
+    there. It names that attempt: the last one, found dead, is crashed as before. (No trainer: the files alone.)"""
+    from core.runs.liveness import effective_status
+    from core.runs.run_dir import RunDirectory
+
+    def dead_attempt(verdict_of: str) -> RunDirectory:
+        run_dir = tmp_path / f"20261207-1200-tiny-full-{verdict_of}aaa"
+        run_dir.mkdir()
+        (run_dir / "run.json").write_text(json.dumps({"id": run_dir.name, "gpus": [], "attempts": [
+            {"number": 1, "started": "2026-12-07T12:00:00Z", "ended": "2026-12-07T12:01:00Z", "status": "stopped"},
+            {"number": 2, "started": "2026-12-07T12:05:00Z", "resume_from": "x"}]}))
+        (run_dir / "status.json").write_text(json.dumps({"status": "running", "reason": "",
+                                                         "updated": "2026-12-07T12:05:01Z", "updated_ts": 1.0}))
+        (run_dir / "outcome.json").write_text(json.dumps({"status": "stopped", "attempt": verdict_of,
+                                                          "reason": f"stopped at step {verdict_of}"}))
+        return RunDirectory(run_dir)
+
+    status = effective_status(dead_attempt("1"))
+    assert status.status == "crashed", status
+    status = effective_status(dead_attempt("2"))
+    assert status.status == "stopped" and status.reason == "stopped at step 2", status
+    # a resume that died before its supervisor began the next attempt: queued, the verdict its attempt's before
+    queued = dead_attempt("3")
+    record = json.loads(queued.record_path.read_text())
+    record["attempts"] = record["attempts"][:1]
+    record["attempts"][0]["number"] = 3
+    queued.record_path.write_text(json.dumps(record))
+    queued.status_path.write_text(json.dumps({"status": "queued", "reason": "", "updated": "2026-12-07T12:05:01Z",
+                                              "updated_ts": 1.0}))
+    status = effective_status(queued)
+    assert status.status == "crashed", status
