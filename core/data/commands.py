@@ -104,6 +104,8 @@ def render_report(report) -> str:
         turns=report.turns, text=report.text_records))
     if report.untrained_turns:
         lines.append(" " * 12 + t("data.untrained_turns", count=report.untrained_turns))
+    if report.left_out:
+        lines.append(" " * 12 + t("data.left_out_splits", files=", ".join(report.left_out)))
     stats = report.lengths
     if stats is not None:
         lines.append(f"  {_label('data.label_tokens')}" + t(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import socket
 import threading
 from collections.abc import Iterable, Iterator
@@ -63,6 +64,8 @@ class LoadedDataset:
     issues: list[DataIssue] = field(default_factory=list)
     rows: int = 0  # rows seen, good and bad
     more_issues: int = 0  # problems beyond ``issues`` (not listed)
+    # files of a folder not read: named for another split than the one read (``split_files``)
+    left_out: list[str] = field(default_factory=list)
 
     @property
     def issue_count(self) -> int:
@@ -171,14 +174,43 @@ def load_records(path: str | Path, max_issues: int = DEFAULT_MAX_ISSUES) -> list
     return loaded.records
 
 
-def data_files_in(directory: Path) -> list[Path]:
-    """The data files directly inside a directory (a dataset folder), sorted by name.
+def data_files_in(directory: Path, split: str | None = None) -> list[Path]:
+    """The data files directly inside a directory (a dataset folder), sorted by name: those of ``split``
+    (train when None) where the files are named for splits (``split_files``).
 
     ``.txt`` files count only in a folder without structured data files (a README.txt beside a
     train.jsonl is not training text)."""
+    return split_files(directory, split)[0]
+
+
+# The words that name a split in a data file's name, as Hugging Face ``datasets`` reads a folder (and ms-swift,
+# which loads a folder through it): train.jsonl, validation.jsonl, test-00000-of-00002.parquet, dev.json...
+SPLIT_WORDS = {"train": "train", "training": "train", "validation": "validation", "valid": "validation",
+               "val": "validation", "dev": "validation", "test": "test", "testing": "test", "eval": "test",
+               "evaluation": "test"}
+_SPLIT_WORD = re.compile(r"(?:^|[-._ ])(" + "|".join(sorted(SPLIT_WORDS, key=len, reverse=True)) + r")(?=[-._ 0-9]|$)")
+
+
+def file_split(path: Path) -> str | None:
+    """The split a data file's name says (``train``, ``validation``, ``test``: a split word standing apart in
+    the name, as ``datasets`` matches it), None when it names none."""
+    found = _SPLIT_WORD.search(path.name[: len(path.name) - len(path.suffix)].lower())
+    return SPLIT_WORDS[found.group(1)] if found else None
+
+
+def split_files(directory: Path, split: str | None = None) -> tuple[list[Path], list[Path]]:
+    """(the data files of a folder that ``split`` reads, the others): where some file's name says a split
+    other than train (train.jsonl beside test.jsonl), only the files of ``split`` (train when None; a name
+    that says no split counts as train) are read, as ``datasets`` reads such a folder; a held-out test or
+    validation file is not trained on. A folder with no such names is all ``train``."""
     files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES)
     structured = [p for p in files if p.suffix.lower() != ".txt"]
-    return structured or files
+    files = structured or files
+    wanted = SPLIT_WORDS.get((split or "train").lower(), split or "train")
+    named = {path: file_split(path) or "train" for path in files}
+    if all(said == "train" for said in named.values()):
+        return (files, []) if wanted == "train" else ([], files)
+    return [p for p in files if named[p] == wanted], [p for p in files if named[p] != wanted]
 
 
 def _offline() -> bool:
@@ -310,10 +342,18 @@ def read_source(source: DatasetSource, hub: str = "modelscope", max_issues: int 
         return [read_hub_dataset(source.location, source.hub or hub, source.split or "train", max_issues, entry)]
     path = Path(source.location)
     if path.is_dir():
-        files = data_files_in(path)
+        # A folder named in a run's dataset is split by its files' names; one of a dataset_info.json entry is
+        # read whole, as LLaMA-Factory reads it.
+        files, others = split_files(path, source.split) if entry is None else (data_files_in(path), [])
+        if not files and others:
+            raise DataError([DataIssue(source.spec, None, None, Message(
+                "data.no_split_files", split=source.split or "train",
+                files=", ".join(f"{p.name} ({file_split(p) or 'train'})" for p in others)))])
         if not files:
             raise DataError([DataIssue(source.spec, None, None, Message("data.empty_dir", allowed=", ".join(SUFFIXES)))])
-        return [read_dataset(file, max_issues, entry=entry, whole_text_files=True) for file in files]
+        loaded = [read_dataset(file, max_issues, entry=entry, whole_text_files=True) for file in files]
+        loaded[0].left_out = [str(p) for p in others]
+        return loaded
     return [read_dataset(path, max_issues, entry=entry)]
 
 
@@ -368,6 +408,7 @@ def read_local_data(datasets: str | list[str], max_issues: int = DEFAULT_MAX_ISS
             merged.issues += loaded.issues
             merged.more_issues += loaded.more_issues
             merged.rows += loaded.rows
+            merged.left_out += loaded.left_out
             formats.append(loaded.format)
         merged.records += records
     if issues:

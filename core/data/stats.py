@@ -65,6 +65,8 @@ class DataReport:
     lengths: LengthStats | None = None
     # records cut before tokenising (``capped_token_lengths``): (where, characters, tokens counted)
     capped: list[tuple[str, int, int]] = field(default_factory=list)
+    # files of a folder not read: named for another split (a test.jsonl beside train.jsonl)
+    left_out: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -80,6 +82,7 @@ class DataReport:
             "tokens": self.lengths.to_dict() if self.lengths else None,
             "capped": [{"origin": where, "chars": chars, "tokens_counted": tokens}
                        for where, chars, tokens in self.capped],
+            "left_out": list(self.left_out),
         }
 
 
@@ -161,7 +164,7 @@ def check_data(
     records = loaded.records
     report = DataReport(
         path=str(path), format=loaded.format, records=len(records), rows=loaded.rows,
-        issues=loaded.issues, more_issues=loaded.more_issues,
+        issues=loaded.issues, more_issues=loaded.more_issues, left_out=loaded.left_out,
     )
     for record in records:
         if isinstance(record, Conversation):

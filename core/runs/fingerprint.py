@@ -35,15 +35,16 @@ def _local_files(spec: str) -> tuple[str, list[Path]] | None:
     from core.data.loading import data_files_in
     from core.data.registry import parse_spec
 
-    try:  # a file sampled with #N (or given a :split) is still that file
-        spec = parse_spec(spec, lambda base: Path(base).expanduser().exists())[0]
+    split = None
+    try:  # a file sampled with #N (or given a :split) is still that file; a folder's :split picks its files
+        spec, split, _sample = parse_spec(spec, lambda base: Path(base).expanduser().exists())
     except ValueError:
         pass
     path = Path(spec).expanduser()
     if path.is_file():
         return "file", [path]
     if path.is_dir():
-        return "dir", data_files_in(path)
+        return "dir", data_files_in(path, split)
     return None
 
 

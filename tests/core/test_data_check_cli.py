@@ -183,3 +183,20 @@ def test_thinking_false_counts_the_empty_think_block_a_run_renders(run, tmp_path
     assert {**counted[("true",)], "thinking": None} == counted[()]
     bad = run(*args, "--thinking", "maybe")
     assert bad.returncode == 2 and "--thinking" in bad.stderr and "'maybe'" in bad.stderr, bad.stderr
+
+
+def test_a_folder_with_a_test_file_checks_the_train_split_and_says_what_it_left_out(run, tmp_path):
+    """data check of a folder holding train.jsonl and test.jsonl counted both as training data; now it counts
+    the train split and names the file it left out (--json: left_out)."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    good = (FIXTURES / "sharegpt.jsonl").read_text()
+    (folder / "train.jsonl").write_text(good)
+    (folder / "test.jsonl").write_text(good)
+    rows = len(good.splitlines())
+    result = run(str(folder))
+    assert result.returncode == 0, result.stderr
+    assert f"{rows} usable of {rows} rows" in result.stdout
+    assert f"left out (named for another split; DIR:SPLIT reads them): {folder / 'test.jsonl'}" in result.stdout
+    report = json.loads(run(f"{folder}:test", "--json").stdout)
+    assert report["records"] == rows and report["left_out"] == [str(folder / "train.jsonl")]

@@ -239,3 +239,31 @@ def _touch(path: Path, content: str | bytes) -> Path:
     else:
         path.write_text(content, encoding="utf-8")
     return path
+
+
+def test_a_folder_with_split_named_files_trains_on_train_only(tmp_path):
+    """A folder holding train.jsonl beside test.jsonl and validation.jsonl (as Hugging Face publishes a dataset,
+    and as ``datasets`` / ms-swift read it split by split) was read whole: the held-out test and validation
+    rows were trained on. Now a folder's files named for a split are read for that split only (train unless
+    ``folder:SPLIT`` says another; a name that says none is train), and a split with no file is refused."""
+    from core.data.loading import file_split, read_local_data
+
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    for name, count in (("train-00000-of-00002.jsonl", 3), ("train-00001-of-00002.jsonl", 2), ("test.jsonl", 4),
+                        ("validation.jsonl", 5), ("extra.jsonl", 1)):
+        (folder / name).write_text("".join(json.dumps({"text": f"{name} {i}"}) + "\n" for i in range(count)))
+    assert len(load_training_records(str(folder))) == 6  # both train shards and the unnamed file
+    assert len(load_training_records(f"{folder}:test")) == 4
+    assert len(load_training_records(f"{folder}:dev")) == 5  # dev, val, valid: validation, as datasets says
+    loaded, _ = read_local_data(str(folder))
+    assert sorted(Path(p).name for p in loaded.left_out) == ["test.jsonl", "validation.jsonl"]
+    only_test = tmp_path / "only_test"
+    only_test.mkdir()
+    (only_test / "test.jsonl").write_text('{"text": "x"}\n')
+    assert len(load_training_records(f"{only_test}:eval")) == 1
+    with pytest.raises(DataError, match=r"no file of the folder is named for the train split: it holds test\.jsonl"):
+        load_training_records(str(only_test))
+    # words inside other words are no split: devices, interval, contest
+    assert [file_split(Path(n)) for n in ("devices.jsonl", "interval.json", "contest.csv", "my_eval_set.jsonl")] \
+        == [None, None, None, "test"]
