@@ -85,12 +85,18 @@ def _label(key: str) -> str:
 
 
 def none_left(report) -> str | None:
-    """What a run with ``overlong: drop`` would say before it trains nothing, when every sample counted (by
-    the tokenizer, exactly) is longer than max_seq_len: all are left out. None otherwise."""
+    """What a run would say before it trains nothing, when every sample counted (by the tokenizer, exactly) is
+    longer than max_seq_len: with ``overlong: drop`` all are left out; with cut, when the cut leaves every one
+    without its answer. None otherwise."""
     stats = report.lengths
-    if (stats is None or not stats.exact or stats.overlong != "drop" or stats.max_seq_len is None
+    if (stats is None or not stats.exact or stats.max_seq_len is None
             or not stats.count or stats.over_max != stats.count):
         return None
+    if stats.overlong != "drop":  # cut: none left when the cut leaves every sample without its answer
+        if stats.cut_no_answer != stats.count:
+            return None
+        return t("train.all_cut_no_answer", datasets=report.path, count=stats.count, max_seq_len=stats.max_seq_len,
+                 first=stats.cut_no_answer_first)
     return t("train.all_overlong_dropped", datasets=report.path, count=stats.over_max, max_seq_len=stats.max_seq_len)
 
 
@@ -115,6 +121,9 @@ def render_report(report) -> str:
             key = "data.over_max_approx" if not stats.exact else \
                 "data.over_max_exact_drop" if stats.overlong == "drop" else "data.over_max_exact"
             lines.append(" " * 12 + t(key, count=stats.over_max, total=stats.count, limit=stats.max_seq_len))
+            if stats.exact and stats.overlong != "drop" and stats.cut_no_answer:
+                lines.append(" " * 12 + t("data.cut_no_answer", count=stats.cut_no_answer,
+                                          first=stats.cut_no_answer_first))
         if not stats.exact:
             lines.append(" " * 12 + t("data.approx_hint"))
     for where, chars, counted in report.capped:

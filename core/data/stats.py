@@ -42,6 +42,10 @@ class LengthStats:
     max_seq_len: int | None = None
     overlong: str = "cut"  # what a run does with those samples: cut them, or drop them (the run key)
     thinking: bool | None = None  # the run key the conversations were rendered with (None: the template's default)
+    # of ``over_max``, the samples a cut to max_seq_len leaves without their answer (the run leaves them out), and
+    # where the first one is; None: not counted (no tokenizer, no max_seq_len)
+    cut_no_answer: int | None = None
+    cut_no_answer_first: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -186,10 +190,29 @@ def check_data(
                                                       max(CAP_CHARS_FLOOR, limit * CAP_CHARS_PER_TOKEN),
                                                       template_kwargs(thinking))
         report.lengths = length_stats(lengths, True, t("data.method_tokenizer", name=name), max_seq_len)
+        if report.lengths is not None and max_seq_len:
+            capped = {where for where, _chars, _tokens in report.capped}
+            over = [record for index, (record, n) in enumerate(zip(records, lengths, strict=True))
+                    if n > max_seq_len and (record.origin or f"record {index + 1}") not in capped]
+            report.lengths.cut_no_answer, report.lengths.cut_no_answer_first = cut_without_answer(
+                over, tokenizer, max_seq_len, template_kwargs(thinking))
     else:
         report.lengths = length_stats(approximate_lengths(records), False,
                                       t("data.method_approx"), max_seq_len)
     return report
+
+
+def cut_without_answer(records: list[Record], tokenizer: Any, max_seq_len: int,
+                       kwargs: dict[str, Any] | None = None) -> tuple[int, str | None]:
+    """How many of ``records`` a cut to their first ``max_seq_len`` tokens leaves without an answer to learn,
+    which a run (``overlong: cut``) leaves out (``core.data.tokenize_dataset``'s count), and where the first is."""
+    if not records:
+        return 0, None
+    from core.data.tokenize import quiet_length_warning, tokenize_dataset
+
+    quiet_length_warning(tokenizer)
+    result = tokenize_dataset(records, tokenizer, max_seq_len, kwargs=kwargs)
+    return result.cut_no_answer, next(iter(result.cut_no_answer_origins), None)
 
 
 def _default_max_seq_len() -> int:

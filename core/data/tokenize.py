@@ -44,6 +44,8 @@ class Tokenized:
     tokens_dropped: int = 0  # tokens removed by those cuts
     skipped: int = 0  # samples dropped because no labelled token was left
     overlong_dropped: int = 0  # samples longer than max_seq_len left out (overlong: drop)
+    cut_no_answer: int = 0  # of ``skipped``, the samples the cut to max_seq_len left without their answer
+    cut_no_answer_origins: list[str] = field(default_factory=list)  # where the first few came from
     skipped_origins: list[str] = field(default_factory=list)  # where the first few skipped ones came from
     method: str = ""  # how assistant tokens were found: generation, prefix, all
     chat_template_added: bool = False  # the tokenizer had no chat template; the bundled ChatML one was used
@@ -61,7 +63,8 @@ class Tokenized:
 
     def summary(self) -> dict[str, Any]:
         return {"samples": len(self), "truncated": self.truncated, "tokens_dropped": self.tokens_dropped,
-                "skipped": self.skipped, "overlong_dropped": self.overlong_dropped, "trained_tokens": self.trained_tokens, "method": self.method,
+                "skipped": self.skipped, "cut_no_answer": self.cut_no_answer,
+                "overlong_dropped": self.overlong_dropped, "trained_tokens": self.trained_tokens, "method": self.method,
                 "chat_template_added": self.chat_template_added}
 
 
@@ -315,12 +318,18 @@ def tokenize_dataset(
         if max_seq_len is not None and len(ids) > max_seq_len and overlong == "drop":
             result.overlong_dropped += 1
             continue
-        if max_seq_len is not None and len(ids) > max_seq_len:
+        cut = max_seq_len is not None and len(ids) > max_seq_len
+        answered = cut and any(label != IGNORE_INDEX for label in labels)
+        if cut:
             result.truncated += 1
             result.tokens_dropped += len(ids) - max_seq_len
             ids, labels = ids[:max_seq_len], labels[:max_seq_len]
         if all(label == IGNORE_INDEX for label in labels):
             result.skipped += 1
+            if answered:  # it had an answer, past the cut: the cut, not the data, left it nothing to learn
+                result.cut_no_answer += 1
+                if len(result.cut_no_answer_origins) < 10:
+                    result.cut_no_answer_origins.append(record.origin or "?")
             if len(result.skipped_origins) < 10:
                 result.skipped_origins.append(record.origin or "?")
             continue

@@ -346,8 +346,7 @@ def _check_data(config: Any) -> None:
                                         dataset_dir=config.dataset_dir, split=config.split, seed=config.seed)
     except DataError as exc:
         raise RunError(t("runs.dataset_invalid", problems=str(exc)), 2) from exc
-    if getattr(config, "overlong", "cut") == "drop":
-        _check_some_fit(config, records)
+    _check_some_fit(config, records)
 
 
 def _check_template_reads_thinking(config: Any, path: str, warn: Warn) -> None:
@@ -374,32 +373,47 @@ def _check_template_reads_thinking(config: Any, path: str, warn: Warn) -> None:
                        ConfigIssue(str(path), None, "thinking", message, WARNING)]
 
 
+# Tokens a chat template adds around a sample's text (role markers, a default system prompt, tool instructions)
+TEMPLATE_MARGIN_TOKENS = 512
+
+
 def _check_some_fit(config: Any, records: list[Any]) -> None:
-    """With ``overlong: drop``, refuse data whose every sample is longer than max_seq_len, as the trainer
-    would after its launch (``train.all_overlong_dropped``), here before it. Needs the model's tokenizer on
-    this machine (a model still to be downloaded is left to the trainer); ends at the first sample that fits."""
+    """Refuse data of which no sample is left to train, as the trainer would after its launch, here before it:
+    with ``overlong: drop`` every sample longer than max_seq_len (``train.all_overlong_dropped``); with cut,
+    every sample's answer past the cut (``train.all_cut_no_answer``). Needs the model's tokenizer on this
+    machine (a model still to be downloaded is left to the trainer); ends at the first sample that trains."""
     from core.data import tokenize_dataset
     from core.data.stats import load_tokenizer
     from core.data.tokenize import template_kwargs
 
+    overlong = getattr(config, "overlong", "cut")
+    if overlong != "drop" and any(len(record.approx_text().encode()) + TEMPLATE_MARGIN_TOKENS <= config.max_seq_len
+                                  for record in records):
+        return  # cut: a sample fits whole (a token is at least a byte), so keeps its answer; no tokenizer loaded
     try:
         tokenizer = load_tokenizer(str(config.model))
     except (FileNotFoundError, ValueError):
         return
-    dropped = 0
+    dropped = cut = 0
+    first: str | None = None
     for record in records:
         try:
             tokenized = tokenize_dataset([record], tokenizer, config.max_seq_len, loss_on=config.loss_on,
-                                         overlong="drop", kwargs=template_kwargs(config.thinking))
+                                         overlong=overlong, kwargs=template_kwargs(config.thinking))
         except Exception:  # a chat template that refuses a sample (jinja's TemplateError ...): the trainer
             return  # reports it with its own message; this look only answers "does any sample fit"
         if tokenized.input_ids:
             return
         dropped += tokenized.overlong_dropped
+        cut += tokenized.cut_no_answer
+        first = first or next(iter(tokenized.cut_no_answer_origins), None)
+    datasets = [config.dataset] if isinstance(config.dataset, str) else list(config.dataset)
     if dropped:
-        datasets = [config.dataset] if isinstance(config.dataset, str) else list(config.dataset)
         raise RunError(t("train.all_overlong_dropped", datasets=", ".join(datasets), count=dropped,
                          max_seq_len=config.max_seq_len), 2)
+    if cut == len(records) and cut:
+        raise RunError(t("train.all_cut_no_answer", datasets=", ".join(datasets), count=cut,
+                         max_seq_len=config.max_seq_len, first=first), 2)
 
 
 def _absolute_local_paths(config: Any, yaml_dir: Path | None) -> None:

@@ -24,6 +24,8 @@ class TrainingExamples:
     total_tokens: int = 0
     skipped: int = 0  # examples with nothing to learn from (no assistant token left)
     overlong_dropped: int = 0  # examples longer than max_seq_len left out (overlong: drop)
+    cut_no_answer: int = 0  # examples the cut to max_seq_len left without their answer: left out
+    cut_no_answer_origins: list[str] = field(default_factory=list)  # the first few of them, file:line
 
 
 def load_records(datasets: Sequence[str] | str, hub: str = "modelscope", cfg: dict[str, Any] | None = None
@@ -64,6 +66,8 @@ def tokenize_records(records: list[Any], tokenizer: Any, max_seq_len: int, loss_
         total_tokens=sum(len(e["input_ids"]) for e in examples),
         skipped=int(result.skipped),
         overlong_dropped=int(result.overlong_dropped),
+        cut_no_answer=int(result.cut_no_answer),
+        cut_no_answer_origins=list(result.cut_no_answer_origins),
     )
 
 

@@ -330,12 +330,21 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
         if examples.overlong_dropped:  # left out as too long (overlong: drop), not empty: say so, and the way out
             raise TrainingSetupError(Message("train.all_overlong_dropped", datasets=", ".join(datasets),
                                              count=examples.overlong_dropped, max_seq_len=max_seq_len))
+        if examples.cut_no_answer:  # every answer lies past the cut: say so, and the way out
+            raise TrainingSetupError(Message("train.all_cut_no_answer", datasets=", ".join(datasets),
+                                             count=examples.cut_no_answer, max_seq_len=max_seq_len,
+                                             first=examples.cut_no_answer_origins[0]))
         raise TrainingSetupError(Message("train.no_examples", datasets=", ".join(datasets)))
     if examples.truncated_samples and rank == 0:
         run.append_event("data_truncated", samples=examples.truncated_samples, tokens=examples.dropped_tokens,
                          max_seq_len=max_seq_len)
         log.warning("%d samples longer than max_seq_len %d were truncated (%d tokens dropped)",
                     examples.truncated_samples, max_seq_len, examples.dropped_tokens)
+    if examples.cut_no_answer and rank == 0:  # counted among the truncated: these train nothing at all
+        run.append_event("data_cut_no_answer", samples=examples.cut_no_answer, max_seq_len=max_seq_len,
+                         file=examples.cut_no_answer_origins[0])
+        log.warning("%d of them lost their whole answer to the cut and were left out (the first: %s); raise "
+                    "max_seq_len to train on them", examples.cut_no_answer, ", ".join(examples.cut_no_answer_origins))
     if examples.overlong_dropped and rank == 0:
         run.append_event("data_overlong_dropped", samples=examples.overlong_dropped, max_seq_len=max_seq_len)
         log.warning("%d samples longer than max_seq_len %d were left out (overlong: drop)",

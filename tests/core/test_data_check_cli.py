@@ -200,3 +200,24 @@ def test_a_folder_with_a_test_file_checks_the_train_split_and_says_what_it_left_
     assert f"left out (named for another split; DIR:SPLIT reads them): {folder / 'test.jsonl'}" in result.stdout
     report = json.loads(run(f"{folder}:test", "--json").stdout)
     assert report["records"] == rows and report["left_out"] == [str(folder / "train.jsonl")]
+
+
+def test_samples_the_cut_leaves_without_an_answer_are_counted_and_none_left_fails(run, tmp_path):
+    """data check --max-seq-len said "3 of 3 samples are longer than 128 tokens and will be cut" and exited 0
+    when every one's answer lay past the cut: the trainer drops such samples, so the run trained on nothing
+    (and a partly such file trained on fewer samples than the check implied). Now it says how many the cut
+    leaves without an answer, the first one's file:line, and with none left fails as the trainer would."""
+    path = tmp_path / "long_prompts.jsonl"
+    rows = [{"instruction": "word " * 400, "input": "", "output": "short answer"}] * 3
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = run(str(path), "--model", "tiny", "--max-seq-len", "128")
+    assert result.returncode == 1, result.stderr
+    assert f"the cut leaves 3 of them without an answer: left out of training (the first: {path}:1)" \
+        in result.stdout
+    assert "no training examples left" in result.stdout and "raise max_seq_len" in result.stdout
+    report = json.loads(run(str(path), "--model", "tiny", "--max-seq-len", "128", "--json").stdout)
+    assert report["tokens"]["cut_no_answer"] == 3 and report["ok"] is False and report["none_left"]
+    with open(path, "a") as handle:  # one sample that fits: the run trains it, the other three are counted
+        handle.write(json.dumps({"instruction": "hi", "input": "", "output": "hello"}) + "\n")
+    result = run(str(path), "--model", "tiny", "--max-seq-len", "128")
+    assert result.returncode == 0 and "the cut leaves 3 of them without an answer" in result.stdout

@@ -173,6 +173,9 @@ def test_a_sample_left_without_labels_is_dropped_and_counted(tokenizer):
     assert len(result) == 1
     assert result.skipped == 1 and result.skipped_origins == ["data.jsonl:7"]
     assert result.truncated == 1
+    # the cut, not the data, left it nothing: counted apart (the trainer and data check say how many, and where)
+    assert result.cut_no_answer == 1 and result.cut_no_answer_origins == ["data.jsonl:7"]
+    assert tokenize_dataset([record], tokenizer, None).skipped == 0
 
 
 def test_token_lengths_match_untruncated_tokenization(tokenizer):

@@ -693,6 +693,30 @@ def test_a_run_whose_every_sample_is_dropped_as_too_long_says_so_not_that_they_a
     assert "set overlong: cut" in shown and "every example empty" not in shown
 
 
+def test_a_run_whose_every_answer_the_cut_removes_says_so_not_that_they_are_empty(tmp_path, monkeypatch):
+    """overlong: cut and every sample's answer past max_seq_len: the trainer dropped them all and failed with
+    "every example empty, or no assistant turn", untrue of data with an answer in every sample. Now it says
+    the cut left them without an answer, how many, the first one's file:line, and to raise max_seq_len. The
+    trainer process runs on a run made without the launch's data check. CPU, the tiny model, no GPU assumed."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("TUNEDECK_HOME", str(home))
+    from core.config import load_run_config
+    from core.runs.lifecycle import prepare_run
+
+    data = tmp_path / "long_prompts.jsonl"
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": "word " * 200},
+                                                     {"role": "assistant", "content": "ok"}]}) + "\n"
+                            for _ in range(2)))
+    config = load_run_config(_config(tmp_path, dataset=str(data), max_steps=1), for_training=True)
+    run = prepare_run(config, ["tunedeck", "train"], warn=lambda _message: None)
+    worker = subprocess.run([sys.executable, "-m", "core.train.worker", str(run.path)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1"})
+    assert worker.returncode == 1
+    shown = run.outcome_path.read_text(encoding="utf-8")
+    assert f"the cut to their first 64 leaves none of them an answer to learn (the first: {data}:1)" in shown, shown
+    assert "every example empty" not in shown
+
+
 def test_train_and_train_check_refuse_data_whose_every_sample_overlong_drop_leaves_out(tmp_path):
     """The same data was accepted by `train --check` and by `train`, which launched a trainer only for it to
     fail. Both now say it before anything starts, in the trainer's words; overlong: cut still passes."""
@@ -704,6 +728,22 @@ def test_train_and_train_check_refuse_data_whose_every_sample_overlong_drop_leav
         assert "2 samples longer than max_seq_len 64 tokens are left out (overlong: drop)" in out.stderr
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
     assert _tunedeck(home, "train", str(config), "--check").returncode == 0
+
+
+def test_train_check_refuses_data_whose_every_answer_the_cut_removes(tmp_path):
+    """Every sample's prompt longer than max_seq_len (overlong: cut): the trainer drops each, its answer past the
+    cut, and failed after launch with "every example empty, or no assistant turn", which was untrue. `train
+    --check` now says it before anything starts: how many, the first one's file:line, and to raise
+    max_seq_len."""
+    home = tmp_path / "home"
+    data = tmp_path / "long_prompts.jsonl"
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": "word " * 200},
+                                                     {"role": "assistant", "content": "ok"}]}) + "\n"
+                            for _ in range(2)))
+    out = _tunedeck(home, "--lang", "en", "train", str(_config(tmp_path, dataset=str(data))), "--check")
+    assert out.returncode == 2, out.stderr
+    assert "2 samples are longer than max_seq_len 64 tokens and the cut to their first 64 leaves none of them an " \
+        f"answer to learn (the first: {data}:1); raise max_seq_len" in out.stderr
 
 
 def test_train_check_with_overlong_drop_leaves_a_template_that_refuses_a_sample_to_the_trainer(tmp_path):
