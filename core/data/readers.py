@@ -8,6 +8,7 @@ can report it with the others.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -276,11 +277,26 @@ def iter_rows(path: Path, whole_text_files: bool = False) -> Iterator[RawRow | B
     yield from iter_jsonl(text) if kind == "jsonl" else iter_json(text)
 
 
+# Byte-order marks of the encodings a text file says it is in (UTF-32's first: its LE mark starts as UTF-16's).
+# Windows writes UTF-16 (PowerShell 5's '>' and Out-File, Notepad's "Unicode"): read, as the mark says.
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16"))
+
+
 def read_utf8(path: Path) -> str:
-    """The file as text (a UTF-8 byte-order mark dropped); not UTF-8 is a ``FileProblem`` naming the line."""
+    """The file as text: UTF-8 (its byte-order mark dropped), or UTF-16 / UTF-32 that a byte-order mark says;
+    not UTF-8 is a ``FileProblem`` naming the line, and so is a NUL character (UTF-16 without its mark reads as
+    valid UTF-8 full of NULs, which no text data holds: every row "invalid JSON" said nothing of why)."""
     raw = path.read_bytes()
+    encoding = next((name for bom, name in _BOMS if raw.startswith(bom)), "utf-8-sig")
     try:
-        return raw.decode("utf-8-sig")
+        text = raw.decode(encoding)
     except UnicodeDecodeError as exc:
+        if encoding != "utf-8-sig":
+            raise FileProblem(Message("data.bad_encoding", encoding=encoding.upper(), position=exc.start)) from None
         line = raw.count(b"\n", 0, exc.start) + 1
         raise FileProblem(Message("data.not_utf8", position=exc.start), line) from None
+    nul = text.find("\0")
+    if nul >= 0:
+        raise FileProblem(Message("data.nul_character", position=nul), text.count("\n", 0, nul) + 1)
+    return text

@@ -145,3 +145,29 @@ def test_bytes_that_are_not_utf8_are_named_by_their_line(tmp_path, check, suffix
     issues = json.loads(result.stdout)["issues"]
     assert [(i["line"], i["row"]) for i in issues] == [(3, None)] and "not UTF-8" in issues[0]["message"]
     assert f"{path}:3: the file is not UTF-8 text" in check(path).stderr
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_utf16_and_utf32_files_with_a_byte_order_mark_are_read(tmp_path, check, encoding):
+    """A UTF-16 file (what PowerShell 5's '>' and Notepad's "Unicode" write) was refused as "not UTF-8 text (bad
+    byte at offset 0)"; its byte-order mark says how to read it, so it is read, CRLF ends and all."""
+    path = tmp_path / "windows.jsonl"
+    text = "".join(json.dumps(_conversation(f"问题 {i}", f"答案 {i}"), ensure_ascii=False) + "\r\n" for i in range(3))
+    bom = {"utf-16-be": "\ufeff"}.get(encoding, "")  # Python writes the mark itself for utf-16 and utf-32
+    path.write_bytes((bom + text).encode(encoding))
+    result = check(path, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["records"] == 3
+
+
+def test_utf16_without_its_mark_is_said_once_not_as_every_row_invalid_json(tmp_path, check):
+    """UTF-16 without a byte-order mark decodes as UTF-8 full of NULs: each row was "invalid JSON: Expecting
+    property name" with nothing said of why. Now the file is refused once, at the line of the first NUL, with
+    the encoding it likely is and how to convert it."""
+    path = tmp_path / "no_mark.jsonl"
+    path.write_bytes('{"text": "a"}\n{"text": "b"}\n'.encode("utf-16-le"))
+    result = check(path, "--json")
+    assert result.returncode == 2, result.stdout
+    issues = json.loads(result.stdout)["issues"]
+    assert len(issues) == 1 and issues[0]["line"] == 1
+    assert "NUL character" in issues[0]["message"] and "iconv -f UTF-16LE -t UTF-8" in issues[0]["message"]
