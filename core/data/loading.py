@@ -29,7 +29,16 @@ from core.data.formats import (
     refusal_of_row,
 )
 from core.data.issues import DEFAULT_MAX_ISSUES, DataError, DataIssue, row_location
-from core.data.readers import SUFFIXES, BadRow, FileProblem, RawRow, iter_rows
+from core.data.readers import (
+    COMPRESSIONS,
+    SUFFIXES,
+    BadRow,
+    FileProblem,
+    RawRow,
+    data_suffix,
+    is_data_file_name,
+    iter_rows,
+)
 from core.data.records import Record
 from core.data.registry import (
     DatasetSource,
@@ -153,7 +162,7 @@ def read_dataset(
         raise DataError([DataIssue(source, None, None, Message("data.is_a_folder"))])
     if not path.is_file():
         raise DataError([DataIssue(source, None, None, Message("data.file_missing"))])
-    if path.suffix.lower() == ".txt":
+    if data_suffix(path) == ".txt":
         fmt = "text"
     try:
         rows = iter_rows(path, whole_text_files)
@@ -194,7 +203,10 @@ _SPLIT_WORD = re.compile(r"(?:^|[-._ ])(" + "|".join(sorted(SPLIT_WORDS, key=len
 def file_split(path: Path) -> str | None:
     """The split a data file's name says (``train``, ``validation``, ``test``: a split word standing apart in
     the name, as ``datasets`` matches it), None when it names none."""
-    found = _SPLIT_WORD.search(path.name[: len(path.name) - len(path.suffix)].lower())
+    name = path.name.lower()
+    if path.suffix.lower() in COMPRESSIONS:  # train.jsonl.gz: train
+        name = name[: -len(path.suffix)]
+    found = _SPLIT_WORD.search(name[: len(name) - len(Path(name).suffix)])
     return SPLIT_WORDS[found.group(1)] if found else None
 
 
@@ -203,8 +215,8 @@ def split_files(directory: Path, split: str | None = None) -> tuple[list[Path], 
     other than train (train.jsonl beside test.jsonl), only the files of ``split`` (train when None; a name
     that says no split counts as train) are read, as ``datasets`` reads such a folder; a held-out test or
     validation file is not trained on. A folder with no such names is all ``train``."""
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES)
-    structured = [p for p in files if p.suffix.lower() != ".txt"]
+    files = sorted(p for p in directory.iterdir() if p.is_file() and is_data_file_name(p))
+    structured = [p for p in files if data_suffix(p) != ".txt"]
     files = structured or files
     wanted = SPLIT_WORDS.get((split or "train").lower(), split or "train")
     named = {path: file_split(path) or "train" for path in files}

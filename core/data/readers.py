@@ -51,11 +51,51 @@ class FileProblem(TunedeckError, ValueError):
         self.line = line
 
 
+# Compressed text data files (train.jsonl.gz, as Hugging Face datasets, LLaMA-Factory and ms-swift read them).
+COMPRESSIONS = (".gz", ".bz2", ".xz")
+
+
+def data_suffix(path: Path) -> str:
+    """The suffix that says a data file's kind, lower-cased: a compressed file's inner one (train.jsonl.gz: .jsonl)."""
+    suffixes = [suffix.lower() for suffix in path.suffixes]
+    if len(suffixes) >= 2 and suffixes[-1] in COMPRESSIONS:
+        return suffixes[-2]
+    return path.suffix.lower()
+
+
+def is_data_file_name(path: Path) -> bool:
+    """Whether the name is one of a data file the loaders read (a compressed parquet is not: parquet compresses
+    itself)."""
+    kind = SUFFIXES.get(data_suffix(path))
+    return kind is not None and not (kind == "parquet" and path.suffix.lower() in COMPRESSIONS)
+
+
 def file_kind(path: Path) -> str:
-    kind = SUFFIXES.get(path.suffix.lower())
-    if kind is None:
-        raise FileProblem(Message("data.unknown_suffix", suffix=path.suffix or "(none)", allowed=", ".join(SUFFIXES)))
+    kind = SUFFIXES.get(data_suffix(path))
+    if kind is None or (kind == "parquet" and path.suffix.lower() in COMPRESSIONS):
+        suffix = "".join(path.suffixes[-2:]) if path.suffix.lower() in COMPRESSIONS else path.suffix
+        raise FileProblem(Message("data.unknown_suffix", suffix=suffix or "(none)",
+                                  allowed=", ".join(SUFFIXES) + " " + t("data.compressed_too",
+                                                                        compressions=", ".join(COMPRESSIONS))))
     return kind
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, decompressed when its name ends in .gz, .bz2 or .xz; a damaged archive is a
+    ``FileProblem``."""
+    raw = path.read_bytes()
+    suffix = path.suffix.lower()
+    if suffix not in COMPRESSIONS:
+        return raw
+    import bz2
+    import gzip
+    import lzma
+
+    opener = {".gz": gzip.decompress, ".bz2": bz2.decompress, ".xz": lzma.decompress}[suffix]
+    try:
+        return opener(raw)
+    except (OSError, EOFError, ValueError, lzma.LZMAError) as exc:
+        raise FileProblem(Message("data.bad_compressed", suffix=suffix, problem=str(exc) or type(exc).__name__)) from None
 
 
 def _json_error(exc: json.JSONDecodeError) -> str:
@@ -287,7 +327,7 @@ def read_utf8(path: Path) -> str:
     """The file as text: UTF-8 (its byte-order mark dropped), or UTF-16 / UTF-32 that a byte-order mark says;
     not UTF-8 is a ``FileProblem`` naming the line, and so is a NUL character (UTF-16 without its mark reads as
     valid UTF-8 full of NULs, which no text data holds: every row "invalid JSON" said nothing of why)."""
-    raw = path.read_bytes()
+    raw = read_bytes(path)
     encoding = next((name for bom, name in _BOMS if raw.startswith(bom)), "utf-8-sig")
     try:
         text = raw.decode(encoding)

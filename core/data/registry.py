@@ -26,7 +26,7 @@ from typing import Any
 
 from core.data.formats import RowError, describe_keys, refusal_of_row
 from core.data.issues import DataError, DataIssue
-from core.data.readers import SUFFIXES, BadRow, RawRow
+from core.data.readers import SUFFIXES, BadRow, RawRow, data_suffix
 from core.i18n import Message, t
 
 INFO_FILE = "dataset_info.json"
@@ -115,7 +115,7 @@ def parse_spec(spec: str, exists: Any = None) -> tuple[str, str | None, int | No
 def looks_like_hub_id(spec: str) -> bool:
     parts = spec.split("/")
     return len(parts) == 2 and all(parts) and not spec.startswith((".", "~")) and \
-        Path(spec).suffix.lower() not in SUFFIXES
+        data_suffix(Path(spec)) not in SUFFIXES
 
 
 def local_places(base: str, base_dirs: list[Path]) -> list[Path]:
@@ -294,7 +294,7 @@ def resolve_sources_and_issues(
 
 
 def _not_found(base: str, info_path: Path | None, info: dict[str, Any] | None) -> Message:
-    if Path(base).suffix.lower() in SUFFIXES or base.startswith((".", "/", "~")):
+    if data_suffix(Path(base)) in SUFFIXES or base.startswith((".", "/", "~")):
         return Message("data.file_missing")  # written as a path: say so, not that it is no known name
     if info_path is None or info is None:
         return Message("data.not_found_no_info")

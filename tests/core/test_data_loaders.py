@@ -267,3 +267,35 @@ def test_a_folder_with_split_named_files_trains_on_train_only(tmp_path):
     # words inside other words are no split: devices, interval, contest
     assert [file_split(Path(n)) for n in ("devices.jsonl", "interval.json", "contest.csv", "my_eval_set.jsonl")] \
         == [None, None, None, "test"]
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+def test_compressed_data_files_are_read_alone_and_in_a_folder(tmp_path, suffix):
+    """train.jsonl.gz (as Hugging Face datasets, LLaMA-Factory and ms-swift read it) was refused as "unsupported
+    file type '.gz'", and a folder of such shards as holding no data files. Now a .gz, .bz2 or .xz file is read as
+    the file inside (its lines numbered as they are there), alone or in a folder (split by name); a damaged one
+    says so, and a compressed parquet is refused naming both suffixes."""
+    import bz2
+    import gzip
+    import lzma
+
+    from core.data.loading import read_local_data
+
+    pack = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}[suffix]
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    rows = [json.dumps({"instruction": f"q{i}", "input": "", "output": f"a{i}"}) for i in range(4)]
+    (folder / f"train.jsonl{suffix}").write_bytes(pack(("\n".join(rows[:3]) + "\n{broken\n").encode()))
+    (folder / f"test.csv{suffix}").write_bytes(pack(b"instruction,input,output\nq,,a\n"))
+    loaded = read_dataset(folder / f"train.jsonl{suffix}")
+    assert loaded.format == "alpaca" and len(loaded.records) == 3
+    assert [(issue.line, "invalid JSON" in issue.message) for issue in loaded.issues] == [(4, True)]
+    merged, _ = read_local_data(str(folder))
+    assert merged.rows == 4 and [Path(p).name for p in merged.left_out] == [f"test.csv{suffix}"]
+    assert len(load_training_records(f"{folder}:test")) == 1
+    (tmp_path / f"bad.jsonl{suffix}").write_bytes(b"not compressed at all")
+    with pytest.raises(DataError, match=f"cannot decompress the \\{suffix} file"):
+        read_dataset(tmp_path / f"bad.jsonl{suffix}")
+    (tmp_path / f"x.parquet{suffix}").write_bytes(b"x")
+    with pytest.raises(DataError, match=f"unsupported file type '.parquet\\{suffix}'"):
+        read_dataset(tmp_path / f"x.parquet{suffix}")

@@ -22,6 +22,7 @@ from textual.widgets import ContentSwitcher, Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from core.data.readers import SUFFIXES as DATA_SUFFIXES
+from core.data.readers import is_data_file_name
 from core.errors import TunedeckError
 from core.i18n import t
 from core.plan.request import GOALS, OVERRIDABLE, RUN_KEYS
@@ -1306,7 +1307,7 @@ def data_files_nearby(sample: Path) -> list[Path]:
             entries = sorted(folder.iterdir())
         except OSError:
             continue
-        found += [p for p in entries if p.is_file() and p.suffix.lower() in DATA_SUFFIXES]
+        found += [p for p in entries if p.is_file() and is_data_file_name(p)]
     return [*found[:MAX_LISTED_FILES], sample]
 
 
