@@ -39,6 +39,8 @@ class DatasetSummary:
     file_issues: int = 0
     # the run key ``thinking`` the tokens were counted with (the chat template's enable_thinking; None: unset)
     thinking: bool | None = None
+    # files of a folder not read: named for another split than the one read (a test.jsonl beside train.jsonl)
+    left_out: tuple[str, ...] = ()
     _cuts: dict[tuple[int | None, str], tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
     # cut_records by seq_len: asked of every candidate plan (warn_overlong_drop), a pass over every record each
     _longer: dict[int, tuple[int, int]] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -200,7 +202,7 @@ class DatasetSummary:
         return {"path": self.path, "format": self.format, "records": self.records, "issues": self.issues,
                 "total_tokens": self.total_tokens, "p95_tokens": self.p95, "max_tokens": self.max_length,
                 "exact": self.exact, "target_tokens": sum(self.targets) if self.targets else None,
-                "problems": list(self.problems), "on_hub": list(self.on_hub),
+                "problems": list(self.problems), "on_hub": list(self.on_hub), "left_out": list(self.left_out),
                 "histogram": [{"low": lo, "high": hi, "count": c} for lo, hi, c in self.histogram()]}
 
 
@@ -232,7 +234,7 @@ def summarise_dataset(path: str | Path, model: str | None = None, thinking: bool
                           tuple(n for n, _ in counts), exact, tuple(k for _, k in counts),
                           tuple(str(issue) for issue in loaded.issues),
                           file_issues=sum(1 for i in loaded.issues if i.line is None and i.row is None),
-                          thinking=thinking)
+                          thinking=thinking, left_out=tuple(loaded.left_out))
 
 
 def approximate_counts(records: list[Any]) -> list[tuple[int, int]]:

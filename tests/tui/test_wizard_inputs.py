@@ -151,3 +151,29 @@ def test_the_data_step_reads_a_folder_and_plans_a_hub_id_without_statistics(priv
     assert records == 2 * sample.records
     assert note.startswith("owner/name: hub data, not downloaded here: the plan is made without data statistics")
     assert yaml.safe_load(saved.read_text())["dataset"] == "owner/name"
+
+
+def test_a_folder_with_a_test_file_is_measured_without_it_and_the_step_says_so(private_home, tmp_path):
+    """A dataset folder with train.jsonl beside test.jsonl: the wizard counted both files' records and tokens
+    (so the plan's steps, time and cost) as training data. It now measures the train split, as the run reads
+    it, and the dataset step names the file left out (a CPU-only box, the bundled sample's rows)."""
+    sample = open("core/data/samples/tiny_skills.jsonl").read()
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text(sample)
+    (folder / "test.jsonl").write_text(sample)
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("none"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            w = await to_dataset_step(pilot, app)
+            w.query_one("#dataset-input").value = str(folder)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: w.step == 2, timeout=30)
+            await pilot.press("pageup")
+            await wait_for(pilot, lambda: w.step == 1)
+            return w.summary.records, " ".join(str(w.query_one("#dataset-info").render()).split())
+
+    records, info = run(scenario())
+    assert records == len(sample.splitlines())
+    assert "left out (named for another split; DIR:SPLIT reads them): test.jsonl" in info, info

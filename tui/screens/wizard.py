@@ -680,6 +680,8 @@ class WizardScreen(Screen[None]):
             lines.append(f"[$warning]{_escape(t('wizard.dataset.refused', problem=first, more=more))}[/]")
             if summary.records:
                 lines.append(t("wizard.dataset.refused_hint", records=format_count(summary.records)))
+        if summary.left_out:  # a folder's test / validation files: not trained on, and said
+            lines.append(_escape(t("data.left_out_splits", files=", ".join(Path(p).name for p in summary.left_out))))
         share = summary.target_share()
         if share is not None:
             lines.append(t("wizard.dataset.targets", share=f"{100 * share:.0f}"))
