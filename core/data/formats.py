@@ -288,7 +288,11 @@ def normalise_alpaca(row: dict) -> Conversation:
                 raise RowError(i18n.Message("data.bad_history", problem=i18n.Message("data.history_not_pair", number=number)))
             messages.append(Message("user", _text(pair[0], t("data.history_question", number=number))))
             messages.append(Message("assistant", _text(pair[1], t("data.history_answer", number=number))))
-    prompt = f"{instruction}\n{extra}" if extra.strip() else instruction
+    # instruction and input joined as LLaMA-Factory joins them: the ones that are there, a newline between; an
+    # empty instruction does not start the prompt with a newline, and a prompt with neither is said by its keys
+    prompt = "\n".join(part for part in (instruction, extra) if part.strip())
+    if not prompt:
+        raise RowError(i18n.Message("data.empty_prompt"))
     messages += [Message("user", prompt), Message("assistant", output)]
     check_turn_order(messages)
     return Conversation(messages=messages, system=system)

@@ -40,6 +40,16 @@ def test_alpaca_with_input_system_and_history():
     ]
 
 
+def test_alpaca_joins_the_instruction_and_input_that_are_there():
+    """An empty instruction with an input gave the prompt "\\ninput" (a newline LLaMA-Factory, which joins only
+    the parts that are there, does not train on), and a row with neither said "message 1 (user) is empty", a
+    message the alpaca row has no such thing as. Now the prompt is the input, and the empty row names its keys."""
+    record = normalise_row({"instruction": "", "input": "2 and 3", "output": "5"}, "alpaca")
+    assert [(m.role, m.content) for m in record.messages] == [("user", "2 and 3"), ("assistant", "5")]
+    with pytest.raises(RowError, match="'instruction' and 'input' are both empty"):
+        normalise_row({"instruction": " ", "input": "", "output": "5"}, "alpaca")
+
+
 def test_sharegpt_roles_tools_and_function_calls():
     record = normalise_row({
         "system": "S",

@@ -92,7 +92,7 @@ def test_csv_records_are_numbered_by_the_line_they_start_on(tmp_path, check):
         writer.writerow(["Say no.", "", "No.", "extra"])  # line 8: one field too many
     report = json.loads(check(path, "--json").stdout)
     assert [(i["line"], i["row"]) for i in report["issues"]] == [(2, 0), (7, 2), (8, 3)], report["issues"]
-    assert "(user) is empty" in report["issues"][0]["message"]
+    assert "'instruction' and 'input' are both empty" in report["issues"][0]["message"]
     assert "1 more field(s)" in report["issues"][2]["message"]
     assert report["records"] == 1 and report["rows"] == 4
     from core.data import read_dataset
