@@ -338,5 +338,5 @@ def read_utf8(path: Path) -> str:
         raise FileProblem(Message("data.not_utf8", position=exc.start), line) from None
     nul = text.find("\0")
     if nul >= 0:
-        raise FileProblem(Message("data.nul_character", position=nul), text.count("\n", 0, nul) + 1)
+        raise FileProblem(Message("data.nul_character", position=nul + 1), text.count("\n", 0, nul) + 1)
     return text

@@ -170,4 +170,5 @@ def test_utf16_without_its_mark_is_said_once_not_as_every_row_invalid_json(tmp_p
     assert result.returncode == 2, result.stdout
     issues = json.loads(result.stdout)["issues"]
     assert len(issues) == 1 and issues[0]["line"] == 1
-    assert "NUL character" in issues[0]["message"] and "iconv -f UTF-16LE -t UTF-8" in issues[0]["message"]
+    assert "NUL character (character 2 of the file" in issues[0]["message"]
+    assert "iconv -f UTF-16LE -t UTF-8" in issues[0]["message"]
