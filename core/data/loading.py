@@ -8,6 +8,7 @@ when anything is wrong, which is what a training run wants before it starts.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import re
 import socket
@@ -88,10 +89,19 @@ class LoadedDataset:
 def _normalise_rows(
     source: str, rows: Iterable[RawRow | BadRow], max_issues: int, fmt: str | None = None
 ) -> LoadedDataset:
-    rows = list(rows)
+    """The rows read one at a time (never all held: a 2 GB file's parsed rows next to its records doubled what a
+    check or a run took), the format detected from the first ``DETECT_SAMPLE`` parsed ones."""
+    rows = iter(rows)
+    head: list[RawRow | BadRow] = []
     if fmt is None:
-        fmt = detect_format(r.value for r in rows if isinstance(r, RawRow))
-    result = LoadedDataset(source=source, format=fmt, rows=len(rows))
+        parsed = 0
+        for raw in rows:
+            head.append(raw)
+            parsed += isinstance(raw, RawRow)
+            if parsed >= DETECT_SAMPLE:
+                break
+        fmt = detect_format(r.value for r in head if isinstance(r, RawRow))
+    result = LoadedDataset(source=source, format=fmt)
 
     def report(line: int | None, row: int, message: str | Message) -> None:
         if len(result.issues) < max_issues:
@@ -100,16 +110,17 @@ def _normalise_rows(
             result.more_issues += 1
 
     if fmt is None:
-        first = next((r for r in rows if isinstance(r, RawRow)), None)
+        first = next((r for r in head if isinstance(r, RawRow)), None)
         if first is not None:  # said at that row (file:line), as every other problem of the data
             report(first.line, first.row, not_an_object(first.value)
                    or Message("data.unknown_format", keys=describe_keys(first.value)))
-        elif not rows:
+        elif not head:
             report(None, None, Message("data.empty_file"))
     # Data that is not SFT text (preference, KTO, multimodal) is said once per kind, at its first row
     # with the number of rows like it, instead of as hundreds of misleading row errors.
-    refused: dict[str, list[RawRow]] = {}
-    for raw in rows:
+    refused: dict[str, tuple[RawRow, int]] = {}
+    for raw in itertools.chain(head, rows):
+        result.rows += 1
         if isinstance(raw, BadRow):
             report(raw.line, raw.row, raw.message)
             continue
@@ -117,7 +128,8 @@ def _normalise_rows(
             continue
         kind = refusal_of_row(raw.value)
         if kind is not None:
-            refused.setdefault(kind, []).append(raw)
+            found, count = refused.get(kind, (raw, 0))
+            refused[kind] = (found, count + 1)
             continue
         try:
             record = normalise_row(raw.value, fmt)
@@ -134,8 +146,8 @@ def _normalise_rows(
         record.origin = f"{source}:{raw.line}" if raw.line is not None else row_location(source, raw.row)
         result.records.append(record)
     # First in the list: they say what the data is, which matters more than any row's detail.
-    said = [DataIssue(source, found[0].line, found[0].row, refusal_message(kind, len(found)))
-            for kind, found in refused.items()]
+    said = [DataIssue(source, found.line, found.row, refusal_message(kind, count))
+            for kind, (found, count) in refused.items()]
     result.issues[0:0] = said
     if len(result.issues) > max_issues:
         result.more_issues += len(result.issues) - max_issues

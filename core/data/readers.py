@@ -129,9 +129,20 @@ def jsonl_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def iter_lines(text: str) -> Iterator[str]:
+    """``jsonl_lines`` one line at a time, without a list of them all beside the text."""
+    start, length = 0, len(text)
+    while start < length:
+        end = text.find("\n", start)
+        if end < 0:
+            end = length
+        yield text[start:end - 1] if end > start and text[end - 1] == "\r" else text[start:end]
+        start = end + 1
+
+
 def iter_jsonl(text: str) -> Iterator[RawRow | BadRow]:
     index = 0
-    for line_number, line in enumerate(jsonl_lines(text), start=1):
+    for line_number, line in enumerate(iter_lines(text), start=1):
         if not line.strip():
             continue
         try:
