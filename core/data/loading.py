@@ -374,11 +374,33 @@ def read_source(source: DatasetSource, hub: str = "modelscope", max_issues: int 
                 "data.no_split_files", split=source.split or "train",
                 files=", ".join(f"{p.name} ({file_split(p) or 'train'})" for p in others)))])
         if not files:
+            below = _folders_with_data(path)
+            if below:  # a downloaded hub dataset keeps its files in data/ or train/: say which folder to name
+                raise DataError([DataIssue(source.spec, None, None, Message(
+                    "data.empty_dir_data_below", folders=", ".join(str(folder) for folder in below[:5]),
+                    first=str(next((f for f in below if file_split(f) == "train"), below[0]))))])
             raise DataError([DataIssue(source.spec, None, None, Message("data.empty_dir", allowed=", ".join(SUFFIXES)))])
         loaded = [read_dataset(file, max_issues, entry=entry, whole_text_files=True) for file in files]
         loaded[0].left_out = [str(p) for p in others]
         return loaded
     return [read_dataset(path, max_issues, entry=entry)]
+
+
+def _folders_with_data(directory: Path) -> list[Path]:
+    """The folders right inside ``directory`` that hold data files, sorted (hidden ones, .git and .cache, not
+    looked in)."""
+    try:
+        folders = sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return []
+    found = []
+    for folder in folders:
+        try:
+            if any(p.is_file() and is_data_file_name(p) for p in folder.iterdir()):
+                found.append(folder)
+        except OSError:
+            continue
+    return found
 
 
 def read_any(spec: str, hub: str = "modelscope", max_issues: int = DEFAULT_MAX_ISSUES) -> list[LoadedDataset]:

@@ -322,3 +322,22 @@ def test_reading_a_file_holds_its_text_and_records_not_every_parsed_row_besides(
         tracemalloc.stop()
     assert len(loaded.records) == 8000 and not loaded.issues
     assert peak - kept < 1.5 * size, (peak - kept) / size  # 1.9 before (the rows besides), 1.0 now
+
+
+def test_a_folder_whose_data_is_in_a_folder_below_names_it(tmp_path):
+    """A downloaded hub dataset (huggingface-cli download --repo-type dataset) keeps its files in data/ or in
+    train/ and test/ beside a README.md: named by its top folder, it was "the folder holds no data files", with
+    no word of where they are. Now the folders below that hold them are named, the train one as the one to give."""
+    snapshot = tmp_path / "snapshot"
+    for split in ("test", "train"):
+        (snapshot / split).mkdir(parents=True)
+        (snapshot / split / "part-0.jsonl").write_text('{"text": "x"}\n')
+    (snapshot / ".cache").mkdir()
+    (snapshot / ".cache" / "x.jsonl").write_text('{"text": "x"}\n')
+    (snapshot / "README.md").write_text("# card\n")
+    with pytest.raises(DataError) as info:
+        load_training_records(str(snapshot))
+    said = str(info.value)
+    assert f"they are in {snapshot / 'test'}, {snapshot / 'train'}: name that folder (dataset: {snapshot / 'train'})" \
+        in said and ".cache" not in said
+    assert len(load_training_records(str(snapshot / "train"))) == 1
