@@ -191,6 +191,11 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
         run.transition(before.status, Message.from_record(before.reason_message) or before.reason,
                        only_from={STOPPING})
         raise _not_permitted(run, int(pid), exc.strerror or str(exc)) from exc
+    except ProcessLookupError:  # it ended between the check and the signal: nothing was sent, the run ended as
+        # it did (its own final status, or crashed), not "stopping" for a stop that reached no one
+        run.transition(before.status, Message.from_record(before.reason_message) or before.reason,
+                       only_from={STOPPING})
+        return StopResult(False, effective_status(run), notices=notices)
     return StopResult(False, run.status(), notices=notices)
 
 

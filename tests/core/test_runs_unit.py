@@ -272,6 +272,52 @@ def test_a_forced_stop_that_a_reader_calls_a_crash_midway_is_stopped_and_its_att
     assert attempt["status"] == "killed" and attempt["ended"] and attempt["exit_code"] is None, attempt
 
 
+@pytest.mark.parametrize("ending", ["finished", "killed"])
+def test_a_stop_whose_supervisor_ends_before_the_signal_says_how_the_run_ended(home, monkeypatch, capsys, ending):
+    """`tunedeck stop RUN` checks that the supervisor may be signalled, writes "stopping", then sends SIGTERM;
+    a supervisor that ended in between (its run just finished, or it died) made os.kill raise
+    ProcessLookupError: a traceback, and the run was left "stopping" for a stop that reached no one. Now the
+    stop says how the run ended (exit 0, as for a supervisor found gone before it). The supervisor is a real
+    process holding the run's lock; it is made to end at that exact point (after "stopping" is written, before
+    the signal) by the test's hook on the run's status write. No GPU."""
+    import psutil
+
+    from core import cli
+    from core.runs.run_dir import FINISHED, STOPPING
+
+    run = _run(home)
+    holder = _hold_lock(run)
+    run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()},
+                      attempts=[{"number": 1, "started": "2026-01-01T00:00:00Z", "resume_from": None}])
+    run.write_status(RUNNING)
+    real_transition = RunDirectory.transition
+    ended = []
+
+    def supervisor_ends_meanwhile(self, status, reason="", only_from=frozenset()):
+        written = real_transition(self, status, reason, only_from=only_from)
+        if status == STOPPING and not ended:  # between "stopping" and the SIGTERM
+            if ending == "finished":  # its last step done: it records the end, as the supervisor does, and exits
+                self.write_status(FINISHED)
+            holder.kill()
+            holder.wait()  # reaped: its pid names no process any more
+            ended.append(status)
+        return written
+
+    monkeypatch.setattr(RunDirectory, "transition", supervisor_ends_meanwhile)
+    try:
+        code = cli.main(["stop", run.id])
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    err = capsys.readouterr().err
+    assert ended == [STOPPING]  # the supervisor did end at that point
+    assert code == 0 and "Traceback" not in err, err
+    final = FINISHED if ending == "finished" else CRASHED
+    assert err == f"run {run.id}: {final}\n", err  # as for a supervisor found gone before the stop
+    assert run.status().status == final and run.last_event("stopped") is None
+
+
 def test_status_and_runs_say_unknown_figures_with_the_apps_dash(home, capsys):
     """`status` printed `step -/-` and `checkpoint -` (ASCII hyphens) for a run stopped before its first
     step, where every other figure it does not know, and the rest of the app, show `–` (core.units.UNKNOWN)."""
