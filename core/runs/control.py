@@ -104,7 +104,9 @@ def _may_signal(run: RunDirectory, pid: int) -> None:
 def _kill_trees(run: RunDirectory, pids: list[int]) -> None:
     """SIGKILL each of ``pids`` and all their descendants (torchrun workers live in sessions of their own).
     Each is checked first: where one may not be signalled (another user's), none is, and the stop is refused
-    (``_not_permitted``), so the run is not written "stopped" while it trains on."""
+    (``_not_permitted``), so the run is not written "stopped" while it trains on. One refused after all, once
+    others were killed (a security module, a process that changed its user meanwhile), fails the stop (exit 1)
+    saying which were killed and which not."""
     import psutil
 
     victims: list[Any] = []
@@ -117,6 +119,7 @@ def _kill_trees(run: RunDirectory, pids: list[int]) -> None:
     for proc in victims:
         _may_signal(run, proc.pid)
     denied: list[tuple[int, str]] = []
+    killed: list[int] = []
     for proc in victims:
         try:
             proc.kill()
@@ -124,8 +127,14 @@ def _kill_trees(run: RunDirectory, pids: list[int]) -> None:
             pass
         except psutil.AccessDenied as exc:  # refused after all (a security module): said, not a traceback
             denied.append((proc.pid, exc.msg or "access denied"))
+        else:
+            killed.append(proc.pid)
     refused = {pid for pid, _ in denied}
     psutil.wait_procs([proc for proc in victims if proc.pid not in refused], timeout=10)  # not those alive still
+    if denied and killed:  # some were killed before one was refused: "nothing was sent" would be untrue
+        raise RunControlError(t("runs.stop_partly_killed", id=run.id, killed=", ".join(map(str, killed)),
+                                refused=", ".join(str(pid) for pid, _ in denied), error=denied[0][1],
+                                path=os.path.abspath(run.path)), 1)
     if denied:
         raise _not_permitted(run, *denied[0])
 

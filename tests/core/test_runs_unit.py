@@ -761,6 +761,64 @@ def test_a_stop_of_a_run_started_with_sudo_says_to_stop_it_as_root_once(tmp_path
                               f"(sudo tunedeck stop {run.path})", "code": 2}, result
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to become nobody")
+def test_a_forced_stop_refused_after_it_killed_some_processes_says_which(tmp_path):
+    """`tunedeck stop --force` checks every process of the run (signal 0), then kills them one by one; one
+    refused after the check (a security module, a process whose user changed meanwhile) was told as "nothing
+    was sent and the run goes on", though the processes before it had been killed. Now it says which were
+    killed and which not (exit 1: the stop failed partway). Real processes, no GPU: the stop runs in a forked
+    child that became ``nobody``; the supervisor is ``nobody``'s, the trainer ``nobody``'s by its real and saved
+    uid (so the check passes) and becomes root between the check and the kill (a gate on the check's hook)."""
+    import threading
+
+    import psutil  # noqa: F401 - imported as root: the child, nobody, may not read the interpreter's folders
+
+    from core.runs import control
+
+    run = RunDirectory(tmp_path / "20261207-1900-partly")
+    supervisor = subprocess.Popen([sys.executable, "-c", "import os, time\nos.setgid(65534)\nos.setuid(65534)\n"
+                                   "print('ready', flush=True)\ntime.sleep(120)\n"], stdout=subprocess.PIPE, text=True)
+    trainer = subprocess.Popen([sys.executable, "-c", "import os, sys, time\n"
+                                "os.setresuid(65534, 0, 65534)\n"  # nobody's to a signal; root still in effect
+                                "print('ready', flush=True)\nsys.stdin.readline()\n"
+                                "os.setresuid(0, 0, 0)\nprint('root', flush=True)\ntime.sleep(120)\n"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert supervisor.stdout.readline().strip() == "ready" and trainer.stdout.readline().strip() == "ready"
+        threading.Thread(target=supervisor.wait, daemon=True).start()  # reaped once killed, as init reaps one
+        real_check = control._may_signal
+
+        def job() -> dict:
+            def check_then_the_trainer_becomes_root(run, pid):
+                real_check(run, pid)
+                if pid == trainer.pid:  # the last check: between the checks and the kills
+                    trainer.stdin.write("go\n")
+                    trainer.stdin.flush()
+                    assert trainer.stdout.readline().strip() == "root"
+
+            control._may_signal = check_then_the_trainer_becomes_root  # the forked child's own module
+            try:
+                control._kill_trees(run, [supervisor.pid, trainer.pid])
+            except RunControlError as exc:
+                return {"said": str(exc), "code": exc.code}
+            return {"said": None}
+
+        result = as_nobody(job)
+        assert "error" not in result, result["error"]
+        assert trainer.poll() is None  # refused: it runs on
+        assert supervisor.wait(timeout=30) == -signal.SIGKILL
+        assert result == {"said": f"run {run.id} was only partly stopped: it killed process(es) {supervisor.pid}, "
+                                  f"but signalling process(es) {trainer.pid} was refused (access denied), "
+                                  "so those may run on and the run is not marked stopped. Kill the rest as the "
+                                  f"user who started it or as root (sudo tunedeck stop --force {run.path})",
+                          "code": 1}, result
+    finally:
+        for proc in (supervisor, trainer):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
 def test_a_run_that_ended_before_its_first_step_is_resumed_from_step_0_in_the_same_folder(home):
     """A run stopped (or crashed) while it loaded, before its first optimizer step, has no checkpoint: its
     resume said "start it anew with 'tunedeck train'", a new run. Now the resume starts it again from step 0
