@@ -23,7 +23,7 @@ from core.runs.logs import last_lines
 from core.runs.run_dir import CRASHED, FAILED, RUNNING, STOPPED, RunDirectory
 from core.runs.states import can_resume
 from core.secrets import REDACTED, scrub_argv, scrub_env
-from tests.users import as_nobody
+from tests.users import as_nobody, skip_unless_root_can_drop
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -660,6 +660,7 @@ def test_stop_and_resume_refusals_exit_2_through_the_cli(home):
 
 def _hold_lock_as_nobody(run: RunDirectory) -> subprocess.Popen:
     """A supervisor of another user: takes the run's lock as root, then becomes ``nobody`` (uid 65534)."""
+    skip_unless_root_can_drop()
     code = (
         "import fcntl, os, time\n"
         f"fd = os.open({str(run.lock_path)!r}, os.O_RDWR | os.O_CREAT)\n"
@@ -775,6 +776,7 @@ def test_a_forced_stop_refused_after_it_killed_some_processes_says_which(tmp_pat
 
     from core.runs import control
 
+    skip_unless_root_can_drop()  # the processes below become nobody themselves
     run = RunDirectory(tmp_path / "20261207-1900-partly")
     supervisor = subprocess.Popen([sys.executable, "-c", "import os, time\nos.setgid(65534)\nos.setuid(65534)\n"
                                    "print('ready', flush=True)\ntime.sleep(120)\n"], stdout=subprocess.PIPE, text=True)

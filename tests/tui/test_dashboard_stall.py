@@ -15,6 +15,7 @@ from core.paths import runs_dir
 from core.runs.heartbeat import HeartbeatWriter, heartbeat_path
 from tests.fixtures.watch.run_builder import SupervisorStandIn, build_run
 from tests.tui.conftest import fake_monitor, quiet_settings, screen_text, wait_for
+from tests.users import skip_unless_root_can_drop
 from tui.app import make_app
 from tui.screens.dashboard import DashboardScreen
 
@@ -104,6 +105,7 @@ def test_k_on_another_users_run_says_it_cannot_be_stopped_and_leaves_it_running(
 
     if os.geteuid() != 0:
         pytest.skip("needs root, to start the supervisor as nobody")
+    skip_unless_root_can_drop()
     path = build_run(runs_dir(), "20261129-2100-others", status="running", steps=40)
     code = ("import fcntl, os, time\n"
             f"fd = os.open({str(path / 'lock')!r}, os.O_RDWR | os.O_CREAT)\n"
