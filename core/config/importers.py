@@ -166,7 +166,8 @@ def read_peer_file(path: str | Path) -> tuple[str, dict[str, Any]]:
         raise PeerFileError(t("import.file_unreadable", path=str(path), reason=str(exc))) from None
     data: Any = None
     yaml_error: yaml.YAMLError | None = None
-    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+    as_json = is_json_text(path, text)
+    if as_json:
         try:
             data = json.loads(text, object_pairs_hook=_pairs_once(path))
         except json.JSONDecodeError as exc:
@@ -177,7 +178,8 @@ def read_peer_file(path: str | Path) -> tuple[str, dict[str, Any]]:
         except yaml.YAMLError as exc:
             data, yaml_error = None, exc  # a shell script with a swift line is not YAML
     if isinstance(data, dict):
-        _refuse_duplicate_keys(path, text)
+        if not as_json:  # a JSON's were refused as it was read (``_pairs_once``); a YAML reader refuses some
+            _refuse_duplicate_keys(path, text)  # JSON (tab indents, C1 characters): a traceback, once
         keys = {str(key) for key in data}
         # ms-swift's first: its args.json lists transformers' do_train too, a LLaMA-Factory marker
         if keys & set(_SWIFT_MARKERS):
@@ -197,6 +199,46 @@ def read_peer_file(path: str | Path) -> tuple[str, dict[str, Any]]:
                                   line=mark.line + 1 if mark is not None else "?", problem=problem))
         raise PeerFileError(t("import.not_a_peer_file", path=str(path)))
     return SWIFT, parse_swift_command(tokens)
+
+
+def is_json_text(path: str | Path, text: str) -> bool:
+    """Whether a peer's file is read as JSON (an ``args.json``, or a text that opens with ``{``), not as YAML."""
+    return Path(path).suffix.lower() == ".json" or text.lstrip().startswith("{")
+
+
+def json_key_lines(text: str) -> dict[str, int]:
+    """The line (1-based) of each top-level key of a JSON object's text, as far as it reads ({} for one that
+    is not an object). Read as JSON: a YAML reader finds no line in a JSON indented with tabs or holding
+    C1 characters, and YAML's positions are not JSON's to rely on."""
+    from json.decoder import scanstring
+
+    decoder = json.JSONDecoder()
+    lines: dict[str, int] = {}
+
+    def skip(at: int) -> int:
+        while at < len(text) and text[at] in " \t\n\r":
+            at += 1
+        return at
+
+    at = skip(0)
+    if text[at:at + 1] != "{":
+        return lines
+    at = skip(at + 1)
+    try:
+        while text[at:at + 1] == '"':
+            key, end = scanstring(text, at + 1)
+            lines.setdefault(key, text.count("\n", 0, at) + 1)
+            at = skip(end)
+            if text[at:at + 1] != ":":
+                break
+            _value, at = decoder.raw_decode(text, skip(at + 1))
+            at = skip(at)
+            if text[at:at + 1] != ",":
+                break
+            at = skip(at + 1)
+    except ValueError:  # JSON that does not read on: the keys before it
+        pass
+    return lines
 
 
 def _refuse_duplicate_keys(path: Path, text: str) -> None:

@@ -169,17 +169,26 @@ def _set_values(run_items: list[str] | tuple[str, ...]) -> dict[str, Any]:
 
 
 def _peer_lines(path: str, imported: Any) -> dict[str, int | None]:
-    """The line of the peer's key each run key came from (a YAML's; an args.json or a command line: none)."""
+    """The line of the peer's key each run key came from (a YAML's or an args.json's; a command line: none)."""
     import yaml
 
+    from core.config.importers import is_json_text, json_key_lines
+
     try:
-        root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
         return {}
-    if not isinstance(root, yaml.MappingNode):
-        return {}
-    peer_lines = {str(key.value): key.start_mark.line + 1 for key, _value in root.value
-                  if isinstance(key, yaml.ScalarNode)}
+    if is_json_text(path, text):  # read as the importer reads it: as JSON, not as YAML
+        peer_lines = json_key_lines(text)
+    else:
+        try:
+            root = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.YAMLError:
+            return {}
+        if not isinstance(root, yaml.MappingNode):
+            return {}
+        peer_lines = {str(key.value): key.start_mark.line + 1 for key, _value in root.value
+                      if isinstance(key, yaml.ScalarNode)}
     out: dict[str, int | None] = {}
     for line in imported.mapping:
         if line.verdict == "taken" and line.key in peer_lines:

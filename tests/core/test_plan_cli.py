@@ -713,6 +713,25 @@ def test_config_of_an_args_json_with_flash_attention_saves_a_cpu_plan(tmp_path):
     assert saved["max_seq_len"] == 512 and "epochs 1;" in proc.stderr
 
 
+def test_config_of_an_args_json_that_yaml_cannot_read_cites_its_json_lines(tmp_path):
+    """An args.json is JSON, but its keys' lines (and its duplicate-key check) were read with a YAML reader: one
+    indented with tabs (json.dump(indent="\\t")), or holding a C1 character in a value (ensure_ascii=False, as
+    ms-swift writes it), ended `plan --config` and `tunedeck import` in a yaml ScannerError/ReaderError traceback.
+    Now it is read as JSON: planned, and each kept key cited at its own line. Hardware: this box's CPU (fake NVML
+    with no GPU)."""
+    keys = {"model": "tiny", "train_type": "lora", "dataset": [f"{SAMPLE}#40"], "max_length": 512,
+            "lora_rank": 4, "num_train_epochs": 1.0, "split_dataset_ratio": 0.0}
+    for name, text in (("tabs.json", json.dumps(keys, indent="\t")),
+                       ("c1.json", json.dumps({**keys, "system": "a\x9ab"}, indent=2, ensure_ascii=False))):
+        args = tmp_path / name
+        args.write_text(text, encoding="utf-8")
+        proc = tunedeck(tmp_path, "--config", str(args), "--hardware", "cpu", fake_gpus="none")
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (name, proc.stderr[-2000:])
+        # {, model, train_type, dataset [, its item, ], max_length, lora_rank: the lines json.dump wrote
+        assert f"method=lora ({args}:3); lora_rank=4 ({args}:8); max_seq_len=512 ({args}:7)" in proc.stderr, \
+            proc.stderr
+
+
 def test_config_takes_the_command_lines_model_where_the_file_has_a_shell_variable(tmp_path):
     """``swift sft --model $MODEL ...`` in a script: ``plan --config run.sh --model tiny`` was refused ("model: is
     required"), the command line's model not reaching the file's check; now the command line's model is planned and
