@@ -115,7 +115,7 @@ class _StopSignal(KeyboardInterrupt):
 
 
 @contextmanager
-def _said_if_interrupted(key: str, **params: object) -> Iterator[None]:
+def _said_if_interrupted(key: str, params: dict[str, object] | None = None) -> Iterator[None]:
     """Ctrl+C, SIGTERM (``kill``, a job's time limit) or SIGHUP (the SSH connection lost) under way: the
     message ``key`` (what was left as it was, ``why`` naming the interruption) on stderr, then main's exit
     130 for Ctrl+C, ``_StopSignal`` for the caller to exit 128 + the signal's number as a process killed by it.
@@ -146,7 +146,7 @@ def _said_if_interrupted(key: str, **params: object) -> Iterator[None]:
     except KeyboardInterrupt as exc:
         why = signal.Signals(exc.signum).name if isinstance(exc, _StopSignal) else "Ctrl+C"
         try:
-            _err(t(key, why=why, **params))
+            _err(t(key, why=why, **(params or {})))  # read now: the caller may have filled it in meanwhile
         except OSError:  # the terminal is gone (SIGHUP): there is no one to tell, the exit code says it
             pass
         raise
@@ -181,16 +181,24 @@ def cmd_merge(args: argparse.Namespace) -> int:
     # --out=~/models/x: the shell leaves a ~ after "=" as it is; it is the home folder, not a folder named "~"
     out = Path(args.out).expanduser() if args.out else default_merge_dir(run, source.step)
 
+    where: dict[str, object] = {"step": source.step, "out": str(out)}
+
+    def chose(held: Any, target: Path) -> None:  # the newest again where a live run's rotation took this one
+        where.update(step=held.step, out=str(target))
+
     def said(stage: str) -> None:  # once the merge really starts: not before a refusal or a reuse
         if stage == "load":
-            _err(t("lifecycle.merging", run=run.id, step=source.step, out=str(out)))
+            _err(t("lifecycle.merging", run=run.id, step=where["step"], out=where["out"]))
 
     try:
-        with _said_if_interrupted("lifecycle.merge_interrupted", out=str(out)), _library_output_to_stderr():
+        with _said_if_interrupted("lifecycle.merge_interrupted", where), _library_output_to_stderr():
             # reuse: rerun on its default folder, a whole merge of the same checkpoint there is the result as it
-            # is (as the TUI's M and export do), not "exists already"; --out and --force are never reused
-            result = merge_run(run, source.step, out if args.out else None, force=args.force,
-                               device=device, reuse=True, progress=said, base=args.base)
+            # is (as the TUI's M and export do), not "exists already"; --out and --force are never reused.
+            # The checkpoint is the one asked for, or none: one chosen here and passed on read as asked for,
+            # and a rotation that took it meanwhile failed the merge ("checkpoint 30 … rotation") the user
+            # never asked for, where the newest is merged
+            result = merge_run(run, args.checkpoint, out if args.out else None, force=args.force,
+                               device=device, reuse=True, progress=said, base=args.base, chosen=chose)
     except _StopSignal as exc:
         return 128 + exc.signum
     if args.json:

@@ -412,7 +412,8 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
               headroom_bytes: int = DEFAULT_HEADROOM_BYTES, force: bool = False,
               device: str | None = None, progress: Callable[[str], None] | None = None,
               cancelled: Callable[[], bool] | None = None, reuse: bool = False,
-              record: bool = True, base: str | None = None) -> MergeResult:
+              record: bool = True, base: str | None = None,
+              chosen: Callable[[ModelSource, Path], None] | None = None) -> MergeResult:
     """Merge the run's adapter (last complete checkpoint unless ``checkpoint``) into ``out``.
 
     ``progress`` (called from this thread) hears each stage of ``MERGE_STAGES`` as it begins.
@@ -429,7 +430,11 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
     there that is neither empty nor an earlier merge is ``OutputNotReplaceable``, ``force`` or not.
 
     ``base``: the model to merge into in place of the run's (``with_base``: the full-precision model of a run trained
-    on a ``*-bnb-4bit`` one)."""
+    on a ``*-bnb-4bit`` one).
+
+    ``chosen`` hears the checkpoint merged and the folder written once it is held, before loading: without a
+    ``checkpoint`` asked for, a live run's rotation may have taken the one first chosen, and the newest is
+    merged instead (``held``)."""
     from core.lifecycle.source import default_device, with_base
 
     started = time.monotonic()
@@ -456,11 +461,13 @@ def merge_run(run: RunDirectory, checkpoint: int | None = None, out: Path | None
     target = checked_out(source)  # before the pin: a refusal leaves the run's folders as they were
     # ... the checkpoint just chosen: the newest is chosen again, when no step was asked for (its folder
     # checked again), and held against the rotation throughout (``held``)
-    with held(run, source, checkpoint, base) as chosen:
-        if chosen is not source:
-            target = checked_out(chosen)
+    with held(run, source, checkpoint, base) as holding:
+        if holding is not source:
+            target = checked_out(holding)
+        if chosen is not None:
+            chosen(holding, target)
         with merge_lock(target):
-            return _merge_locked(run, chosen, target, headroom_bytes, force, device, progress, cancelled, started,
+            return _merge_locked(run, holding, target, headroom_bytes, force, device, progress, cancelled, started,
                                  record)
 
 

@@ -182,3 +182,31 @@ def test_a_vllm_serve_of_a_live_run_serves_the_folder_its_merge_wrote(lora_run, 
     assert step == 45 and folder == run.path / "merged" / "checkpoint-45"
     assert (folder / "model.safetensors").is_file() and json.loads(
         (folder / "tunedeck_merge.json").read_text())["step"] == 45
+
+
+def test_merge_cli_of_a_live_run_merges_the_newest_when_the_one_it_chose_is_rotated_away(lora_run, monkeypatch,
+                                                                                        capsys):
+    """``tunedeck merge RUN`` (no --checkpoint) chose the newest checkpoint itself and passed its step on as if
+    the user had asked for it: a rotation between that choice and the merge's pin failed the merge on
+    "checkpoint 30 … rotation", a step never asked for. Now only what the user asked is passed: the merge
+    chooses again (the newest, 45) and says the step and folder it merges. The live run's save and rotation
+    come at that point through a hook on the merge's quantized-base check (between its choice and its pin)."""
+    from core import cli
+    from core.lifecycle import merge
+
+    _home, run = lora_run
+    real = merge.refuse_quantized_base
+    removed: list[list[str]] = []
+
+    def then_the_run_saves_and_rotates(source):
+        real(source)
+        if not removed:
+            removed.append(save_and_rotate(run))
+
+    monkeypatch.setattr(merge, "refuse_quantized_base", then_the_run_saves_and_rotates)
+    assert cli.main(["merge", run.id, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert removed == [["checkpoint-15", "checkpoint-30"]]  # the one first chosen went before the pin
+    folder = run.path / "merged" / "checkpoint-45"
+    assert json.loads(captured.out)["step"] == 45 and (folder / "model.safetensors").is_file(), captured
+    assert f"merging {run.id} checkpoint 45 into {folder}" in captured.err, captured.err
