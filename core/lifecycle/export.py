@@ -66,7 +66,8 @@ def export_run(run: RunDirectory, fmt: str, checkpoint: int | None = None, out: 
 
     def checked_out(source: Any) -> Path:
         where = Path(out).expanduser() if out is not None else default_export_dir(run, fmt, source.step)  # as merge's
-        check_out_location(where, run, source)  # never into a run, the data root or the checkpoint read
+        # never into a run (bar its export/ folder), the data root or the checkpoint read
+        check_out_location(where, run, source, quantized=default_export_dir(run, fmt, source.step))
         if os.path.lexists(where):
             refuse_unless_replaceable(where, force)  # only an empty folder or an earlier export, with force
         make_out_parent(where)  # a file in the way, a read-only filesystem: said before anything is loaded

@@ -123,8 +123,8 @@ def complete_merge(run: RunDirectory, source: ModelSource) -> Path | None:
         newest = max((p.stat().st_mtime for p in source.checkpoint.rglob("*") if p.is_file()), default=0.0)
     except (OSError, ValueError):
         return None
-    if not isinstance(provenance, dict) or provenance.get("staging"):
-        return None
+    if not isinstance(provenance, dict) or provenance.get("staging") or provenance.get("format"):
+        return None  # a staging copy, or a quantized export (its format named) written there with --out
     same = provenance.get("checkpoint") == str(source.checkpoint) and provenance.get("step") == source.step \
         and provenance.get("base_model", source.base_model) == source.base_model  # merge --base: another base
     weights = (out / "model.safetensors").is_file() or (out / "model.safetensors.index.json").is_file()
@@ -206,14 +206,18 @@ def _local_model_dir(source: ModelSource) -> Path | None:
     return local if local.is_dir() else None
 
 
-def check_out_location(out: Path, run: RunDirectory, source: ModelSource) -> None:
+def check_out_location(out: Path, run: RunDirectory, source: ModelSource, quantized: Path | None = None) -> None:
     """Refuse (``LifecycleError``, exit 2; nothing touched) an output folder whose replacement or writing
     could destroy what tunedeck keeps or reads: one that is, holds or lies inside the data root (where
     runs live), a run directory (outside the run's own ``merged/`` and ``export/`` folders, where the
     defaults go), the checkpoint being merged or the local base model folder.
 
     ``--force`` used to rename whatever ``--out`` named aside and delete it: a run directory, the data
-    root or the checkpoint being read went with it."""
+    root or the checkpoint being read went with it.
+
+    ``quantized``: a bitsandbytes export's default folder (``export/FORMAT-checkpoint-N``). Such an export goes
+    to the run's export/ folder only: in merged/ it would read as the run's full-precision merge of its
+    checkpoint, which merge, serve and evaluate reuse (``complete_merge``)."""
     from core.errors import EXIT_USAGE
     from core.i18n import t
     from core.paths import data_root
@@ -238,6 +242,9 @@ def check_out_location(out: Path, run: RunDirectory, source: ModelSource) -> Non
     inside = [p for p in runs if p in target.parents]
     if inside:
         parts = target.relative_to(inside[0]).parts
+        if quantized is not None and (len(parts) < 2 or parts[0] != "export"):
+            raise LifecycleError(t("lifecycle.out_inside_run_quantized", path=str(out), run=str(inside[0]),
+                                   default=str(quantized)), exit_code=EXIT_USAGE)
         if len(parts) < 2 or parts[0] not in RUN_OUTPUT_FOLDERS:
             raise LifecycleError(t("lifecycle.out_inside_run", path=str(out), run=str(inside[0]),
                                    default=str(default_merge_dir(run, source.step))), exit_code=EXIT_USAGE)

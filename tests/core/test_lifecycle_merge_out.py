@@ -270,3 +270,42 @@ def test_chat_and_serve_take_a_model_dir_under_the_home_folder_written_with_a_ti
 
     args = build_parser().parse_args(["serve", "--model-dir=~/models/x", "--status"])  # this process's home
     assert args.model_dir == os.path.expanduser("~/models/x") != "~/models/x"
+
+
+def test_a_quantized_export_goes_to_the_runs_export_folder_only(lora_run):
+    """A bitsandbytes export with --out inside the run was refused offering merged/ ("outside its merged/ and
+    export/ folders … the merge goes to merged/checkpoint-30"), and one into merged/checkpoint-30 was accepted:
+    there it passed for the run's full-precision merge, which merge, serve and evaluate reuse. Now a quantized
+    export is refused anywhere in the run but export/, offered its own default; a quantized export found in
+    merged/ is not taken for a merge. (The check itself: a bitsandbytes export needs CUDA, and this box has none.)"""
+    from core.lifecycle.export import default_export_dir
+    from core.lifecycle.merge import check_out_location, complete_merge, default_merge_dir
+    from core.lifecycle.source import LifecycleError, resolve_model_source
+
+    _home, run = lora_run
+    source = resolve_model_source(run)
+    default = default_export_dir(run, "bnb-4bit", source.step)
+    merged = default_merge_dir(run, source.step)
+    for out in (merged, run.path / "logs-copy"):
+        with pytest.raises(LifecycleError) as info:
+            check_out_location(out, run, source, quantized=default)
+        assert info.value.exit_code == 2
+        assert str(info.value) == (
+            f"--out {out} lies inside the run directory {run.path}, outside its export/ folder: a quantized export "
+            "is written there only (in merged/ it would pass for the run's full-precision merge, which merge, "
+            "serve and evaluate reuse; elsewhere it could destroy the run's checkpoints, logs or config). Nothing "
+            f"was touched; leave --out out (the export goes to {default}) or choose a folder outside the run"), \
+            str(info.value)
+    check_out_location(run.path / "export" / "mine", run, source, quantized=default)  # its folder: taken
+    check_out_location(merged, run, source)  # a merge's own default
+
+    # One an earlier version let through: a quantized export's folder (its provenance names its format)
+    merged.mkdir(parents=True)
+    for name in ("model.safetensors", "config.json"):
+        (merged / name).write_text("{}")
+    provenance = {"exported": "2026-12-07T19:00:00Z", "format": "bnb-4bit", **source.to_dict()}
+    (merged / "tunedeck_merge.json").write_text(json.dumps(provenance))
+    assert complete_merge(run, source) is None  # merged again, not reused as the full-precision merge
+    del provenance["format"]
+    (merged / "tunedeck_merge.json").write_text(json.dumps(provenance))
+    assert complete_merge(run, source) == merged  # the same folder as a merge's: reused
