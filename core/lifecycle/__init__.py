@@ -8,6 +8,7 @@ Public API::
     stream_chat(loaded, messages, ...) -> Iterator[str]             # tokens as they are generated
     generate_reply(loaded, messages, ...) -> Reply                  # text + GenerationOutcome (ids, finish)
     stream_prompt / generate_from_prompt(loaded, ids, ...)          # the same from prompt ids (a plain text's)
+    stream_pieces(loaded, ids, ..., top=k) -> Iterator[Piece]      # text with its tokens (scored: a stream's logprobs)
     context_overflow(prompt_tokens, max_tokens, limit)              # past the model's context? (server, chat)
     evaluate_run(run, checkpoint=None) -> dict                       # eval/<stamp>.json in the run dir
     export_run(run, fmt, ...) -> ExportResult

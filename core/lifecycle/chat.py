@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import closing, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -241,30 +241,54 @@ def text_prompt_ids(loaded: LoadedModel, text: str) -> Any:
     return loaded.tokenizer(text, return_tensors="pt")["input_ids"].to(loaded.device)
 
 
+@dataclass(frozen=True)
+class Piece:
+    """A piece of a reply's text as it is streamed, with the generated tokens whose text it completes (a token
+    comes with the piece that carries the last of its text; one that adds none, with the next) and, when the
+    stream scores them, their ``TokenScore``s."""
+
+    text: str
+    ids: tuple[int, ...] = ()
+    scores: tuple[Any, ...] = ()
+
+
 class TokenStreamer:
     """A ``generate`` streamer that hands out text token by token (transformers' own waits for a space).
 
-    Text is decoded from all tokens so far and only the new suffix is emitted; a suffix ending in an
-    incomplete UTF-8 character (U+FFFD) waits for up to three more tokens.
+    Text is decoded from all tokens so far and only the new suffix is emitted, as a ``Piece`` with the tokens
+    since the last one (scored by ``scorer``, a ``StepScores``, when given); a suffix ending in an incomplete
+    UTF-8 character (U+FFFD) waits for up to three more tokens.
     """
 
     _END = object()
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, scorer: Any = None) -> None:
         import queue
 
         self.tokenizer = tokenizer
+        self.scorer = scorer
         self.queue: queue.Queue[Any] = queue.Queue()
         self.ids: list[int] = []
         self.sent = 0
         self.pending = 0
+        self.waiting: list[int] = []  # the tokens since the last piece
+        self.scores: list[Any] = []  # and their scores
         self.prompt_seen = False
+
+    def _emit(self, text: str) -> None:
+        self.queue.put(Piece(text[self.sent:], tuple(self.waiting), tuple(self.scores)))
+        self.sent = len(text)
+        self.waiting, self.scores = [], []
 
     def put(self, value: Any) -> None:
         if not self.prompt_seen:  # the first call carries the prompt
             self.prompt_seen = True
             return
-        self.ids.extend(int(v) for v in value.reshape(-1).tolist())
+        for token in (int(v) for v in value.reshape(-1).tolist()):
+            self.ids.append(token)
+            self.waiting.append(token)
+            if self.scorer is not None:
+                self.scores.append(self.scorer.score(token))
         text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
         self.pending += 1
         # A UTF-8 character spans at most 4 byte tokens; past that the model really emitted junk bytes.
@@ -272,17 +296,15 @@ class TokenStreamer:
             return
         self.pending = 0
         if len(text) > self.sent:
-            self.queue.put(text[self.sent:])
-            self.sent = len(text)
+            self._emit(text)
 
     def end(self) -> None:
         text = self.tokenizer.decode(self.ids, skip_special_tokens=True) if self.ids else ""
-        if len(text) > self.sent:
-            self.queue.put(text[self.sent:])
-            self.sent = len(text)
+        if len(text) > self.sent or self.waiting:
+            self._emit(text)
         self.queue.put(self._END)
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[Piece]:
         while True:
             item = self.queue.get()
             if item is self._END:
@@ -379,14 +401,29 @@ def stream_prompt(loaded: LoadedModel, ids: Any, settings: GenerationSettings | 
                   variant: str = "tuned", stop: threading.Event | None = None,
                   outcome: GenerationOutcome | None = None) -> Iterator[str]:
     """Text pieces of what follows the prompt token ids ``ids`` (``prompt_ids`` of a conversation,
-    ``text_prompt_ids`` of a plain prompt) as they are generated (``variant``: "tuned" or "base").
+    ``text_prompt_ids`` of a plain prompt) as they are generated: the text of ``stream_pieces``."""
+    with closing(stream_pieces(loaded, ids, settings, variant, stop, outcome)) as pieces:
+        for piece in pieces:
+            if piece.text:
+                yield piece.text
+
+
+def stream_pieces(loaded: LoadedModel, ids: Any, settings: GenerationSettings | None = None,
+                  variant: str = "tuned", stop: threading.Event | None = None,
+                  outcome: GenerationOutcome | None = None, top: int | None = None) -> Iterator[Piece]:
+    """``Piece``s of what follows the prompt token ids ``ids`` as they are generated (``variant``: "tuned" or
+    "base"): each with the tokens whose text it completes, scored (``StepScores``: each its log-probability and
+    its ``top`` likeliest alternatives, as ``score_tokens`` scores a whole sequence) when ``top`` is given.
+    The tokens given out in all are the reply's own: an end token (it adds no text) and those past a stop
+    string left out, the one the stop string begins in kept. A piece may have no text, only tokens.
 
     ``outcome``, when given, receives the generated ids, the prompt length and whether an end token
     came, once the last piece has been yielded.
 
     ``settings.stop``: generation ends on the token that completes one of these strings (checked on the
     decoded reply, in the generating thread, so no token is generated past it); the text yielded ends
-    before it. While the reply ends in what may be the start of a stop string, that part is held back.
+    before it. While the reply ends in what may be the start of a stop string, that part is held back, and
+    its tokens with it.
 
     Closed before its end (a client gone mid-stream, Ctrl+C), it stops generating and waits for the
     generating thread to end before it returns: the model is shared, and a generation left running in the
@@ -394,8 +431,11 @@ def stream_prompt(loaded: LoadedModel, ids: Any, settings: GenerationSettings | 
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList
 
+    from core.lifecycle.scoring import StepScores
+
     settings = settings or GenerationSettings()
-    streamer = TokenStreamer(loaded.tokenizer)
+    scorer = StepScores(loaded, top) if top is not None else None
+    streamer = TokenStreamer(loaded.tokenizer, scorer)
     stops = tuple(s for s in settings.stop if s)
     start = int(ids.shape[-1])
     window = 4 * max((len(s) for s in stops), default=0) + 8
@@ -443,7 +483,7 @@ def stream_prompt(loaded: LoadedModel, ids: Any, settings: GenerationSettings | 
         try:
             if settings.seed is not None:
                 torch.manual_seed(settings.seed)
-            with torch.no_grad(), _adapter_context(loaded, variant):
+            with torch.no_grad(), _adapter_context(loaded, variant), scorer or nullcontext():
                 sequences = loaded.model.generate(**kwargs)
             outcome.ids = [int(v) for v in sequences[0, ids.shape[-1]:].tolist()]
         except BaseException as exc:  # surfaced to the caller after the stream ends
@@ -453,26 +493,54 @@ def stream_prompt(loaded: LoadedModel, ids: Any, settings: GenerationSettings | 
     thread = threading.Thread(target=run, daemon=True, name="tunedeck-generate")
     thread.start()
     text, sent, ended = "", 0, False
+    # The tokens not given out yet, each with the reply's length once its text is whole, and the length
+    # reached by those given out: a token goes out with the piece that reaches its end.
+    held: list[tuple[int, int, Any]] = []
+    reached = 0
+
+    def taken(upto: int, cut: bool = False) -> tuple[tuple[int, ...], tuple[Any, ...]]:
+        """The held tokens whose text ends by ``upto`` (``cut``: those that begin before it, the fewest whose
+        text reaches it), taken out of ``held``."""
+        nonlocal reached
+        count = 0
+        for end, _token, _score in held:
+            if (reached >= upto) if cut else (end > upto):
+                break
+            reached = end
+            count += 1
+        out = held[:count]
+        del held[:count]
+        return tuple(token for _, token, _ in out), tuple(score for _, _, score in out if score is not None)
+
     try:
         for piece in streamer:
-            if not piece or ended:
+            if ended:
                 continue  # past a stop string: the rest of the stream is read and dropped
-            if not stops:
-                yield piece
-                continue
-            text += piece
-            cut = _first_stop(text, stops)
-            if cut >= 0:
-                ended = outcome.hit_stop = True
-                if cut > sent:
-                    yield text[sent:cut]
-                continue
-            safe = len(text) - _held_back(text, stops)
-            if safe > sent:
-                yield text[sent:safe]
+            text += piece.text
+            held.extend((len(text), token, piece.scores[n] if piece.scores else None)
+                        for n, token in enumerate(piece.ids))
+            if not piece.text:
+                continue  # the tokens at the end that add no text: given out below, an end token left out
+            safe = len(text)
+            if stops:
+                cut = _first_stop(text, stops)
+                if cut >= 0:
+                    ended = outcome.hit_stop = True
+                    tokens, scores = taken(cut, cut=True)
+                    if cut > sent or tokens:
+                        yield Piece(text[sent:cut], tokens, scores)
+                    continue
+                safe -= _held_back(text, stops)
+            tokens, scores = taken(safe)
+            if safe > sent or tokens:
+                yield Piece(text[sent:safe], tokens, scores)
                 sent = safe
-        if not ended and len(text) > sent:
-            yield text[sent:]  # held back, and no stop string came
+        if not ended:  # held back, and no stop string came; an end token that ends it adds no text
+            if held and held[-1][1] in eos_ids(loaded):
+                held.pop()
+            tokens, scores = taken(len(text))
+            if len(text) > sent or tokens:
+                yield Piece(text[sent:], tokens, scores)
     finally:  # closed early (GeneratorExit), or an error: the generation ends with the reader
         if thread.is_alive():
             abandoned.set()

@@ -2,7 +2,8 @@
 
 What the legacy completions API's ``echo`` + ``logprobs`` return, and what lm-evaluation-harness's
 loglikelihood tasks (multiple choice) read from them: one forward pass over the whole sequence, the model's
-own distribution (``log_softmax`` of its logits, before any temperature or top-p).
+own distribution (``log_softmax`` of its logits, before any temperature or top-p). A stream's generated tokens
+are scored as they come, from the logits ``generate`` computes anyway (``StepScores``), the same way.
 """
 
 from __future__ import annotations
@@ -40,14 +41,58 @@ def score_tokens(loaded: LoadedModel, ids: Any, top: int, variant: str = "tuned"
         for start in range(0, int(row.shape[0]) - 1, SCORE_ROWS):
             # the logits at position i predict token i + 1; the last position predicts past the sequence
             rows = torch.log_softmax(logits[start:min(start + SCORE_ROWS, row.shape[0] - 1)].float(), dim=-1)
-            targets = row[start + 1:start + 1 + rows.shape[0]]
-            chosen = rows.gather(1, targets[:, None])[:, 0].tolist()
-            values, indices = rows.topk(min(top, rows.shape[-1]), dim=-1)
-            for target, logprob, top_values, top_ids in zip(targets.tolist(), chosen, values.tolist(),
-                                                            indices.tolist(), strict=True):
-                scores.append(TokenScore(int(target), float(logprob),
-                                         tuple(zip(top_ids, top_values, strict=True))))
+            scores.extend(scored(rows, row[start + 1:start + 1 + rows.shape[0]], top))
     return scores
+
+
+def scored(rows: Any, targets: Any, top: int) -> list[TokenScore]:
+    """Each of ``targets`` (n token ids) scored by its row of ``rows`` (n x vocab log-probabilities: the
+    distribution it was drawn from), with the ``top`` likeliest ids of that row."""
+    chosen = rows.gather(1, targets[:, None])[:, 0].tolist()
+    values, indices = rows.topk(min(top, rows.shape[-1]), dim=-1)
+    return [TokenScore(int(target), float(logprob), tuple(zip(top_ids, top_values, strict=True)))
+            for target, logprob, top_values, top_ids in zip(targets.tolist(), chosen, values.tolist(),
+                                                            indices.tolist(), strict=True)]
+
+
+class StepScores:
+    """Each token ``generate`` produces scored as ``score_tokens`` scores it, as it comes (a stream's logprobs):
+    the model's own logits of each step, caught as its forward returns them (a forward hook: before any logits
+    processor, penalty, temperature or top_p), paired in order with the tokens the streamer is handed
+    (``score``). Entered around ``generate``, in its thread; the model's forward is hooked only meanwhile."""
+
+    def __init__(self, loaded: LoadedModel, top: int) -> None:
+        from collections import deque
+
+        model = loaded.model
+        # a PEFT model's generate runs the transformers model inside it: its forward returns the logits
+        self.module = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.top = top
+        self.rows: deque[Any] = deque()  # one step's log-probabilities each, not yet paired with its token
+        self.handle: Any = None
+
+    def _caught(self, _module: Any, _args: Any, output: Any) -> None:
+        import torch
+
+        logits = output.logits if hasattr(output, "logits") else output[0]
+        with torch.no_grad():
+            self.rows.append(torch.log_softmax(logits[0, -1].float(), dim=-1))
+
+    def __enter__(self) -> StepScores:
+        self.handle = self.module.register_forward_hook(self._caught)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.handle.remove()
+        self.rows.clear()
+
+    def score(self, token: int) -> TokenScore:
+        """The next generated token's score: by the oldest step not yet paired (a streamer may be handed
+        a token one step late, after the next forward has run)."""
+        import torch
+
+        row = self.rows.popleft()
+        return scored(row[None], torch.tensor([int(token)], device=row.device), self.top)[0]
 
 
 def token_texts(tokenizer: Any, ids: list[int], skip_special: bool = False) -> list[str]:

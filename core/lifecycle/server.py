@@ -9,13 +9,15 @@ by ``core.lifecycle.serve`` in its own session. It holds ``DIR/lock`` for its wh
     GET  /v1/models              the fine-tuned model, and ``<id>-base`` when it is base + adapter
     GET  /v1/models/{id}         one of those (404 ``model_not_found`` for any other id)
     POST /v1/chat/completions    OpenAI schema; ``"stream": true`` answers as server-sent events; ``logprobs``
-                                 (true) with ``top_logprobs`` (0 to 20) scores each generated token, not streamed
+                                 (true) with ``top_logprobs`` (0 to 20) scores each generated token (streamed:
+                                 each chunk carries its tokens', a token with the chunk that ends its text)
     POST /v1/completions         the legacy text completion (lm-eval, older SDKs): ``prompt`` a string, a list
                                  of token ids, or a list of either (a choice each), no chat template; the same
                                  checks and streaming. ``echo`` and ``logprobs`` (an integer k: each token's
                                  log-probability, its k likeliest alternatives and text offset, the echoed
                                  prompt's tokens included) score text as lm-eval's loglikelihood tasks ask;
-                                 with ``echo``, ``max_tokens`` 0 scores the prompt and generates nothing
+                                 with ``echo`` (not streamed), ``max_tokens`` 0 scores the prompt and generates
+                                 nothing; streamed, each chunk carries the ``logprobs`` of its tokens
 
 Requests are checked as OpenAI's API checks them, each refusal a 400 (404 for an unknown model) in OpenAI's
 error shape naming the parameter: ``model`` must be one /v1/models lists (left out, the fine-tuned model
@@ -442,7 +444,7 @@ def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
 def _scoring(body: dict[str, Any]) -> tuple[bool, int | None]:
     """(``echo``, ``logprobs``) of a completions request: whether the prompt comes back before the
     completion, and how many alternatives each token's ``top_logprobs`` holds (None: no logprobs at all).
-    Both are answered whole, not streamed."""
+    ``echo`` is answered whole, not streamed; streamed logprobs come with each chunk's tokens."""
     from core.i18n import t
 
     echo, top = body.get("echo"), body.get("logprobs")
@@ -450,16 +452,15 @@ def _scoring(body: dict[str, Any]) -> tuple[bool, int | None]:
         raise RequestError(t("lifecycle.api_echo", value=_shown(echo)), param="echo")
     if top is not None and not (isinstance(top, int) and not isinstance(top, bool) and 0 <= top <= MAX_LOGPROBS):
         raise RequestError(t("lifecycle.api_logprobs", limit=MAX_LOGPROBS, value=_shown(top)), param="logprobs")
-    if body.get("stream") is True and (echo or top is not None):
-        param = "echo" if echo else "logprobs"
-        raise RequestError(t("lifecycle.api_scoring_stream", param=param), param=param)
+    if body.get("stream") is True and echo:
+        raise RequestError(t("lifecycle.api_scoring_stream", param="echo"), param="echo")
     return bool(echo), top
 
 
 def _chat_scoring(body: dict[str, Any]) -> int | None:
     """A chat request's ``logprobs`` (true: each generated token scored) and ``top_logprobs`` (how many
     alternatives each lists, 0 to MAX_LOGPROBS; only with ``logprobs`` true, as OpenAI requires): the
-    number of alternatives, or None for no logprobs. Answered whole, not streamed."""
+    number of alternatives, or None for no logprobs. Streamed, each chunk has its tokens'."""
     from core.i18n import t
 
     wanted, top = body.get("logprobs"), body.get("top_logprobs")
@@ -470,8 +471,6 @@ def _chat_scoring(body: dict[str, Any]) -> int | None:
                            param="top_logprobs")
     if top is not None and not wanted:
         raise RequestError(t("lifecycle.api_top_logprobs_alone"), param="top_logprobs")
-    if wanted and body.get("stream") is True:
-        raise RequestError(t("lifecycle.api_scoring_stream", param="logprobs"), param="logprobs")
     return (top or 0) if wanted else None
 
 
@@ -499,13 +498,15 @@ class _Job:
             text = self.texts[index] + text
         return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
-    def chunk(self, index: int, piece: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
-        """A stream chunk: a piece of text, or (``piece`` None) the choice's end with its finish reason."""
+    def chunk(self, index: int, piece: str | None, finish: str | None, role: bool = False,
+              logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A stream chunk: a piece of text (with the ``logprobs`` of its tokens when asked for), or (``piece``
+        None) the choice's end with its finish reason."""
         if self.chat:
             delta = {"role": "assistant", "content": piece} if role else {} if piece is None else {"content": piece}
-            choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish}
+            choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         else:
-            choice = {"index": index, "text": piece or "", "logprobs": None, "finish_reason": finish}
+            choice = {"index": index, "text": piece or "", "logprobs": logprobs, "finish_reason": finish}
         return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
                 "created": self.created, "model": self.model, "choices": [choice]}
 
@@ -762,7 +763,8 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             })
 
         def _stream(self, job: _Job) -> None:
-            from core.lifecycle.chat import GenerationOutcome, stream_prompt
+            from core.lifecycle.chat import GenerationOutcome, stream_pieces
+            from core.lifecycle.scoring import token_texts
 
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -784,17 +786,32 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
 
             stop = threading.Event()
             outcomes = []
+            tokenizer = backend.loaded.tokenizer
             try:
                 for index, (ids, settings) in enumerate(job.prompts):
                     if job.chat:
                         send(job.chunk(index, "", None, role=True))
                     outcome = GenerationOutcome()
                     outcomes.append(outcome)
+                    offset = 0 if job.chat else len(job.texts[index])  # a completion's tokens', from its prompt's start
                     # closing() ends the generation before the lock is let go when the client goes away
-                    with backend.stoppable(stop), closing(stream_prompt(backend.loaded, ids, settings, job.variant,
-                                                                        stop=stop, outcome=outcome)) as pieces:
+                    with backend.stoppable(stop), closing(stream_pieces(backend.loaded, ids, settings, job.variant,
+                                                                        stop=stop, outcome=outcome,
+                                                                        top=job.logprobs)) as pieces:
                         for piece in pieces:
-                            send(job.chunk(index, piece, None))
+                            if job.logprobs is None:
+                                if piece.text:
+                                    send(job.chunk(index, piece.text, None))
+                                continue
+                            # each chunk with the tokens whose text it completes (a held-back one's when it goes)
+                            if job.chat:
+                                logprobs = {"content": _chat_content(tokenizer, piece.ids, piece.scores),
+                                            "refusal": None}
+                            else:
+                                texts = token_texts(tokenizer, list(piece.ids), skip_special=True)
+                                logprobs = _legacy_logprobs(tokenizer, texts, piece.scores, offset)
+                                offset += sum(map(len, texts))
+                            send(job.chunk(index, piece.text, None, logprobs=logprobs))
                     if stop.is_set():  # the server is shutting down: not a finished reply, an error (as vLLM's)
                         from core.i18n import t
 
@@ -855,47 +872,59 @@ def _scored(loaded: Any, prompt_ids: Any, reply: Any, top: int, variant: str) ->
 
 
 def _chat_logprobs(loaded: Any, prompt_ids: Any, reply: Any, top: int, variant: str) -> dict[str, Any]:
-    """OpenAI's chat ``logprobs`` object of one choice: for each generated token of the reply its text, its
-    log-probability given all before it (the model's own distribution, before temperature, top_p or any
-    penalty), its UTF-8 bytes and the ``top`` likeliest tokens there, likeliest first."""
-    from core.lifecycle.scoring import token_texts
-
-    tokenizer = loaded.tokenizer
+    """OpenAI's chat ``logprobs`` object of one choice: ``_chat_content`` of each generated token of the reply,
+    scored by the model given all before it."""
     prompt, completion, scores = _scored(loaded, prompt_ids, reply, top, variant)
+    return {"content": _chat_content(loaded.tokenizer, completion, scores[len(prompt):]), "refusal": None}
+
+
+def _chat_content(tokenizer: Any, ids: Any, scores: Any) -> list[dict[str, Any]]:
+    """OpenAI's chat ``logprobs.content`` of generated tokens ``ids`` with their ``TokenScore``s (a whole reply's,
+    or a stream chunk's): each token's text, its log-probability given all before it (the model's own
+    distribution, before temperature, top_p or any penalty), its UTF-8 bytes and the likeliest tokens there,
+    likeliest first."""
+    from core.lifecycle.scoring import token_texts
 
     def entry(text: str, logprob: float) -> dict[str, Any]:
         return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
     content = []
-    for text, score in zip(token_texts(tokenizer, completion, skip_special=True), scores[len(prompt):],
-                           strict=True):
+    for text, score in zip(token_texts(tokenizer, list(ids), skip_special=True), scores, strict=True):
         alternatives = token_texts(tokenizer, [token_id for token_id, _ in score.top])
         content.append({**entry(text, score.logprob),
                         "top_logprobs": [entry(name, logprob) for name, (_, logprob) in
                                          zip(alternatives, score.top, strict=True)]})
-    return {"content": content, "refusal": None}
+    return content
 
 
 def _logprobs(loaded: Any, prompt_ids: Any, prompt_text: str, reply: Any, top: int, echo: bool,
               variant: str) -> dict[str, Any]:
-    """OpenAI's legacy ``logprobs`` object of one choice: for each token (the prompt's too with ``echo``) its
-    text, its log-probability given all before it (null for the very first), the ``top`` likeliest tokens
-    there and the token itself as {text: logprob} (null for the first), and its character offset from the
-    start of the prompt."""
+    """OpenAI's legacy ``logprobs`` object of one choice (``_legacy_logprobs``): the completion's tokens, the
+    prompt's before them with ``echo``; offsets from the start of the prompt, the completion's from where the
+    prompt as sent ends."""
     from core.lifecycle.scoring import token_texts
 
     tokenizer = loaded.tokenizer
     prompt, completion, scores = _scored(loaded, prompt_ids, reply, top, variant)
-    texts = token_texts(tokenizer, prompt) + token_texts(tokenizer, completion, skip_special=True)
-    offsets, at = [], 0
-    for index, text in enumerate(texts):
-        if index == len(prompt):
-            at = len(prompt_text)  # the completion starts where the prompt as sent ends
-        offsets.append(at)
-        at += len(text)
-    first = 0 if echo else len(prompt)
+    answer = _legacy_logprobs(tokenizer, token_texts(tokenizer, completion, skip_special=True),
+                              scores[len(prompt):], len(prompt_text))
+    if not echo:
+        return answer
+    echoed = _legacy_logprobs(tokenizer, token_texts(tokenizer, prompt), scores[:len(prompt)], 0)
+    return {name: echoed[name] + answer[name] for name in answer}
+
+
+def _legacy_logprobs(tokenizer: Any, texts: list[str], scores: Any, offset: int) -> dict[str, Any]:
+    """OpenAI's legacy ``logprobs`` object of tokens with these ``texts`` and ``TokenScore``s (a choice's, or a
+    stream chunk's): each token's text, its log-probability given all before it (null for the very first of
+    a prompt), the likeliest tokens there and the token itself as {text: logprob} (null for that first), and
+    its character offset, the first's ``offset``."""
+    offsets = []
+    for text in texts:
+        offsets.append(offset)
+        offset += len(text)
     tops: list[dict[str, float] | None] = []
-    for score in scores[first:]:
+    for score in scores:
         if score.logprob is None:
             tops.append(None)
             continue
@@ -904,8 +933,8 @@ def _logprobs(loaded: Any, prompt_ids: Any, prompt_text: str, reply: Any, top: i
             name = tokenizer.decode([token_id], skip_special_tokens=False)
             alternatives[name] = max(logprob, alternatives.get(name, logprob))
         tops.append(alternatives)
-    return {"tokens": texts[first:], "token_logprobs": [score.logprob for score in scores[first:]],
-            "top_logprobs": tops, "text_offset": offsets[first:]}
+    return {"tokens": list(texts), "token_logprobs": [score.logprob for score in scores], "top_logprobs": tops,
+            "text_offset": offsets}
 
 
 SHUTDOWN_WAIT_S = 10.0  # how long a stopping server waits for its requests' answers (serve's grace is 15 s)

@@ -391,3 +391,29 @@ def test_a_method_no_route_takes_is_openais_404_json_not_an_html_page(served):
         error = json.loads(response.read())["error"]
         assert error["type"] == "invalid_request_error" and f"({method} /v1/chat/completions)" in error["message"]
         connection.close()
+
+
+def test_streamed_chat_logprobs_are_the_adapters_for_the_run_and_the_bases_for_base(served):
+    """Streamed chat logprobs come from each generation step of the model asked for: the run's (adapter on)
+    and the base (adapter off for the `-base` id), each the same as its answer not streamed; the learned
+    reply's end token (no text) is not among them."""
+    run_id, url = served
+    client = _client(url)
+    for model in (run_id, run_id + "-base"):
+        body = {"model": model, "messages": _ask("Name a colour."), "max_tokens": 12, "temperature": 0,
+                "logprobs": True, "top_logprobs": 2}
+        [whole] = client.chat.completions.create(**body).choices
+        text, streamed = "", []
+        for chunk in client.chat.completions.create(**body, stream=True):
+            if chunk.choices and chunk.choices[0].logprobs is not None:
+                text += chunk.choices[0].delta.content
+                streamed += chunk.choices[0].logprobs.content
+        assert text == whole.message.content
+        assert [entry.token for entry in streamed] == [entry.token for entry in whole.logprobs.content]
+        assert [entry.logprob for entry in streamed] == pytest.approx(
+            [entry.logprob for entry in whole.logprobs.content], abs=1e-4)
+        assert [[top.token for top in entry.top_logprobs] for entry in streamed] == [
+            [top.token for top in entry.top_logprobs] for entry in whole.logprobs.content]
+        if model == run_id:
+            assert text.strip() == "Blue." == "".join(entry.token for entry in streamed).strip(), text
+            assert whole.finish_reason == "stop"

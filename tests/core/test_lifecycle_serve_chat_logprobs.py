@@ -58,7 +58,6 @@ def test_chat_logprobs_without_top_logprobs_list_no_alternatives_and_none_asked_
 
 
 @pytest.mark.parametrize(("body", "param"), [
-    ({"logprobs": True, "stream": True}, "logprobs"),
     ({"logprobs": 1}, "logprobs"),
     ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs: true, as OpenAI refuses it
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),

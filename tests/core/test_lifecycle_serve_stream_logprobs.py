@@ -1,0 +1,177 @@
+"""Streaming with logprobs was refused (a 400 naming ``logprobs``): a client that streams, as Open WebUI and
+most chat front ends do, could not have its tokens' log-probabilities at all. Now each streamed chunk carries
+the logprobs of the tokens whose text it carries, as OpenAI's do (chat: ``choices[0].logprobs.content``;
+completions: ``choices[0].logprobs`` with ``tokens``, ``token_logprobs``, ``top_logprobs``, ``text_offset``),
+the same as the answer not streamed gives: text held back while it may begin a stop string brings its tokens
+when it goes, and the tokens past a stop string are left out.
+
+The real server (``ChatServer``, the real handler) over loopback in this process, asked through the real
+openai client, on a whole tiny model (random weights seeded, so each run generates the same tokens; the
+bundled tokenizer); CPU only. "Sampled" requests use a seed: streamed or not, the same tokens come."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+MESSAGES = [{"role": "user", "content": "Say something"}]
+SAMPLED = {"temperature": 1.0, "seed": 3, "max_tokens": 12}
+NEVER = "\x07"  # in no reply: a stop string ending in it is only ever held back, never met
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(an openai client of the server, the loaded model it answers with)."""
+    import torch
+    from openai import OpenAI
+    from transformers import AutoTokenizer
+
+    from core.lifecycle.server import ChatBackend, ChatServer, make_handler
+    from core.lifecycle.source import load_model_dir
+    from tests.core.test_lifecycle_serve_template import tiny_model_with_template
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    torch.manual_seed(0)  # the model's random weights: the same replies each run
+    folder = tiny_model_with_template(tmp_path_factory.mktemp("streamed") / "model",
+                                      AutoTokenizer.from_pretrained(TINY).chat_template)
+    loaded = load_model_dir(folder, "cpu")
+    server = ChatServer("127.0.0.1", 0, make_handler(ChatBackend(loaded, "streamed")))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield OpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key="none",
+                     max_retries=0, timeout=120), loaded
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _whole_chat(client, **body):
+    """The chat answer not streamed: (its text, its logprobs.content)."""
+    reply = client.chat.completions.create(model="streamed", messages=MESSAGES, logprobs=True, **body)
+    [choice] = reply.choices
+    return choice.message.content, choice.logprobs.content
+
+
+def _streamed_chat(client, **body):
+    """The same request streamed: ([(a chunk's text, its logprobs.content)], usage)."""
+    chunks, usage = [], None
+    for chunk in client.chat.completions.create(model="streamed", messages=MESSAGES, logprobs=True, stream=True,
+                                                stream_options={"include_usage": True}, **body):
+        if not chunk.choices:
+            usage = chunk.usage
+            continue
+        [choice] = chunk.choices
+        if choice.delta.role or choice.finish_reason:  # the first chunk (the role) and the last: no tokens
+            assert choice.logprobs is None and not choice.delta.content, chunk
+            continue
+        chunks.append((choice.delta.content, choice.logprobs.content))
+    return chunks, usage
+
+
+def _same_entries(streamed, whole) -> None:
+    """Streamed chat logprobs are the whole answer's: the same tokens (text and bytes) and alternatives, the
+    same log-probabilities (the one from each generation step's logits, the other from one pass over the reply:
+    equal but for float rounding)."""
+    assert [(e.token, e.bytes) for e in streamed] == [(e.token, e.bytes) for e in whole]
+    for got, want in zip(streamed, whole, strict=True):
+        assert got.logprob == pytest.approx(want.logprob, abs=1e-4), got.token
+        assert [(t.token, t.bytes) for t in got.top_logprobs] == [(t.token, t.bytes) for t in want.top_logprobs]
+        assert [t.logprob for t in got.top_logprobs] == pytest.approx([t.logprob for t in want.top_logprobs],
+                                                                      abs=1e-4)
+
+
+def test_each_streamed_chunk_carries_its_tokens_logprobs_as_the_whole_answer_has_them(served):
+    client, _loaded = served
+    text, whole = _whole_chat(client, temperature=0, max_tokens=6, top_logprobs=3)
+    chunks, usage = _streamed_chat(client, temperature=0, max_tokens=6, top_logprobs=3)
+    assert "".join(piece for piece, _ in chunks) == text
+    streamed = [entry for _, content in chunks for entry in content]
+    _same_entries(streamed, whole)
+    assert len(streamed) == 6 == usage.completion_tokens
+    assert all(len(entry.top_logprobs) == 3 for entry in streamed)
+    for piece, content in chunks:  # no stop string: each token's text goes in the chunk of its logprobs
+        assert "".join(entry.token for entry in content) == piece
+
+
+def _tokens(client, **body) -> list[str]:
+    """The sampled reply's tokens (not streamed, no stop string)."""
+    return [entry.token for entry in _whole_chat(client, **{**SAMPLED, **body})[1]]
+
+
+def test_text_held_back_for_a_stop_string_brings_its_tokens_logprobs_when_it_goes(served):
+    """A stop string that begins with the last character of a token (and never comes whole): that character
+    waits until the next token shows it is no stop string, and the token waits with it, going out in the
+    chunk that carries the last of its text."""
+    client, _loaded = served
+    tokens = _tokens(client)
+    k = next(k for k in range(1, len(tokens) - 1) if len(tokens[k]) >= 2 and "\ufffd" not in tokens[k]
+             and tokens[k + 1] and not tokens[k + 1].endswith(tokens[k][-1])
+             and tokens[k][-1] not in "".join(tokens[:k]) + tokens[k][:-1])
+    held = tokens[k][-1]
+    stop = held + NEVER
+    text, whole = _whole_chat(client, **SAMPLED, stop=stop, top_logprobs=2)
+    chunks, _usage = _streamed_chat(client, **SAMPLED, stop=stop, top_logprobs=2)
+    assert "".join(piece for piece, _ in chunks) == text == "".join(tokens)
+    _same_entries([entry for _, content in chunks for entry in content], whole)
+    [at] = [i for i, (_, content) in enumerate(chunks) if tokens[k] in [entry.token for entry in content]]
+    piece, content = chunks[at]  # the held character with the next token's text, and both tokens
+    assert piece == held + tokens[k + 1] and [entry.token for entry in content] == [tokens[k], tokens[k + 1]]
+    piece, content = chunks[at - 1]  # the token's text but its last character, and not the token yet
+    assert piece == tokens[k][:-1] and content == []
+    sent, scored = "", ""
+    for piece, content in chunks:  # a token never comes before its text
+        sent += piece
+        scored += "".join(entry.token for entry in content)
+        assert sent.startswith(scored)
+
+
+def test_tokens_past_a_stop_string_are_left_out_of_the_streamed_logprobs(served):
+    """A stop string across two tokens: the reply ends before it; its logprobs are the fewest tokens whose
+    text reaches that end (the one the stop string begins in kept), never the token that completed it,
+    though generated (usage counts it)."""
+    client, _loaded = served
+    tokens = _tokens(client)
+    k = next(k for k in range(1, len(tokens) - 1) if len(tokens[k]) >= 2 and tokens[k + 1]
+             and "\ufffd" not in tokens[k] + tokens[k + 1]
+             and tokens[k][1:] + tokens[k + 1][0] not in "".join(tokens[:k + 1]))
+    stop = tokens[k][1:] + tokens[k + 1][0]
+    text, whole = _whole_chat(client, **SAMPLED, stop=stop)
+    chunks, usage = _streamed_chat(client, **SAMPLED, stop=stop)
+    assert "".join(piece for piece, _ in chunks) == text == "".join(tokens[:k]) + tokens[k][0]
+    streamed = [entry for _, content in chunks for entry in content]
+    _same_entries(streamed, whole)
+    assert [entry.token for entry in streamed] == tokens[:k + 1]
+    assert usage.completion_tokens == k + 2  # generated through the token completing the stop string
+
+
+def test_streamed_completions_logprobs_are_the_whole_answers_offsets_from_each_prompt(served):
+    """/v1/completions with two prompts, logprobs 2 and a stop string: each choice's chunks, put together,
+    give the tokens, log-probabilities, alternatives and text offsets (counted from the prompt's start) that
+    the answer not streamed gives."""
+    client, _loaded = served
+    prompts = ["Once upon a time", "The capital of France is"]
+    tokens = _tokens(client)
+    body = {"model": "streamed", "prompt": prompts, "logprobs": 2, **SAMPLED, "stop": tokens[2][-1] + NEVER}
+    whole = client.completions.create(**body)
+    merged = {index: {"text": "", "tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+              for index in range(len(prompts))}
+    for chunk in client.completions.create(**body, stream=True):
+        [choice] = chunk.choices
+        if choice.finish_reason:
+            assert choice.logprobs is None and choice.text == ""
+            continue
+        into = merged[choice.index]
+        into["text"] += choice.text
+        for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+            into[name] += getattr(choice.logprobs, name)
+    for index, choice in enumerate(whole.choices):
+        got, want = merged[index], choice.logprobs
+        assert got["text"] == choice.text
+        assert got["tokens"] == want.tokens and got["text_offset"] == want.text_offset
+        assert got["text_offset"][0] == len(prompts[index])
+        assert got["token_logprobs"] == pytest.approx(want.token_logprobs, abs=1e-4)
+        for mine, theirs in zip(got["top_logprobs"], want.top_logprobs, strict=True):
+            assert mine.keys() == theirs.keys() and list(mine.values()) == pytest.approx(list(theirs.values()),
+                                                                                         abs=1e-4)
+        assert "".join(got["tokens"]) == choice.text
