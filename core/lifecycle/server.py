@@ -518,20 +518,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
             log.info("%s %s", self.address_string(), format % args)
 
-        def _json(self, code: int, value: Any) -> None:
-            data = json.dumps(value).encode("utf-8")
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _error(self, code: int, message: str, kind: str = "invalid_request_error",
-                   error_code: str | None = None, headers: dict[str, str] | None = None,
-                   param: str | None = None) -> None:
-            # OpenAI's error object: ``code`` is a string naming the error or null, never the HTTP status
-            # (clients read that from the response); ``param`` names the parameter at fault, when one is.
-            value = {"error": {"message": message, "type": kind, "param": param, "code": error_code}}
+        def _json(self, code: int, value: Any, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(value).encode("utf-8")
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -540,6 +527,11 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 self.send_header(name, text)
             self.end_headers()
             self.wfile.write(data)
+
+        def _error(self, code: int, message: str, kind: str = "invalid_request_error",
+                   error_code: str | None = None, headers: dict[str, str] | None = None,
+                   param: str | None = None) -> None:
+            self._json(code, _error_object(message, kind, param, error_code), headers)
 
         def _drain(self) -> None:
             """Read and drop the request body (at most DRAIN_CAP bytes, a few seconds) before a refusal.
@@ -780,7 +772,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             def end_with_error(message: str) -> None:
                 """The stream's end when its reply did not come whole: OpenAI's error event (the openai client
                 raises it as an APIError), then [DONE], never a stream that just stops as if finished."""
-                send({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
+                send(_error_object(message, "server_error"))
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
 
@@ -834,6 +826,14 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                     pass
 
     return Handler
+
+
+def _error_object(message: str, kind: str = "invalid_request_error", param: str | None = None,
+                  code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error object, a refused request's body and a failed stream's last event alike: ``code`` is a
+    string naming the error or null, never the HTTP status (clients read that from the response); ``param``
+    names the parameter at fault, when one is."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def _failed(exc: BaseException) -> str:
