@@ -8,6 +8,7 @@ by ``core.lifecycle.serve`` in its own session. It holds ``DIR/lock`` for its wh
     GET  /health                 {"status": "ok", "model": ...}
     GET  /v1/models              the fine-tuned model, and ``<id>-base`` when it is base + adapter
     GET  /v1/models/{id}         one of those (404 ``model_not_found`` for any other id)
+    HEAD (any path)              what GET answers there, status and headers, without the body
     POST /v1/chat/completions    OpenAI schema; ``"stream": true`` answers as server-sent events; ``logprobs``
                                  (true) with ``top_logprobs`` (0 to 20) scores each generated token (streamed:
                                  each chunk carries its tokens', a token with the chunk that ends its text)
@@ -519,6 +520,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             log.info("%s %s", self.address_string(), format % args)
 
         def _json(self, code: int, value: Any, headers: dict[str, str] | None = None) -> None:
+            """``value`` as the JSON answer; to HEAD, the same status and headers without the body."""
             data = json.dumps(value).encode("utf-8")
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -526,7 +528,8 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             for name, text in (headers or {}).items():
                 self.send_header(name, text)
             self.end_headers()
-            self.wfile.write(data)
+            if self.command != "HEAD":
+                self.wfile.write(data)
 
         def _error(self, code: int, message: str, kind: str = "invalid_request_error",
                    error_code: str | None = None, headers: dict[str, str] | None = None,
@@ -580,6 +583,8 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
         do_DELETE = do_PUT = do_PATCH = do_OPTIONS = _other_method  # noqa: N815 - http.server's naming
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            """The GET routes; HEAD (``curl -I``, a proxy's or uptime monitor's probe) is answered the same,
+            headers only, not http.server's HTML 501 page."""
             from core.i18n import t
 
             path = self.path.split("?")[0].rstrip("/")
@@ -601,6 +606,8 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                     self._json(200, _model_object(model_id))
             else:
                 self._error(404, t("lifecycle.api_no_route", method=self.command, path=self.path))
+
+        do_HEAD = do_GET  # noqa: N815 - http.server's naming
 
         def do_POST(self) -> None:  # noqa: N802
             # counted from its first byte read until answered: a stop waits for it (``ChatBackend.wait_idle``),

@@ -417,3 +417,35 @@ def test_streamed_chat_logprobs_are_the_adapters_for_the_run_and_the_bases_for_b
         if model == run_id:
             assert text.strip() == "Blue." == "".join(entry.token for entry in streamed).strip(), text
             assert whole.finish_reason == "stop"
+
+
+def _raw(url: str, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    """``method path`` sent over a bare socket, read to the end: (status, headers, body as it came)."""
+    import socket
+    import urllib.parse
+
+    where = urllib.parse.urlsplit(url)
+    with socket.create_connection((where.hostname, where.port), timeout=60) as connection:
+        connection.sendall(f"{method} {path} HTTP/1.0\r\nHost: {where.netloc}\r\n\r\n".encode())
+        data = b""
+        while chunk := connection.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines)
+    return int(status.split()[1]), {name.lower(): value for name, value in headers.items()}, body
+
+
+def test_head_is_answered_as_get_is_headers_only(served):
+    """HEAD (``curl -I``, an uptime monitor's or a proxy's probe) got http.server's HTML "501 Unsupported
+    method" page. Now it is answered as GET is there, its status and headers without the body: 200 for the
+    health, models and a model served, OpenAI's 404 JSON headers for a path or model the server has not."""
+    run_id, url = served
+    for path, status in (("/health", 200), ("/v1/models", 200), (f"/v1/models/{run_id}", 200),
+                         ("/v1/models/not-served", 404), ("/v1/nothing", 404), ("/v1/chat/completions", 404)):
+        code, headers, body = _raw(url, "HEAD", path)
+        get_code, get_headers, get_body = _raw(url, "GET", path)
+        assert code == get_code == status and body == b"", (path, code, body)
+        assert headers["content-type"] == get_headers["content-type"] == "application/json", path
+        # the length of the body GET gets, a refusal's naming the method asked with
+        assert int(headers["content-length"]) == len(get_body.replace(b"(GET ", b"(HEAD ")), path
