@@ -9,6 +9,7 @@ are scored as they come, from the logits ``generate`` computes anyway (``StepSco
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from core.lifecycle.source import LoadedModel
@@ -98,3 +99,40 @@ class StepScores:
 def token_texts(tokenizer: Any, ids: list[int], skip_special: bool = False) -> list[str]:
     """Each token's own text (a special token as its name, or "" with ``skip_special``)."""
     return [tokenizer.decode([int(i)], skip_special_tokens=skip_special) for i in ids]
+
+
+def token_bytes(tokenizer: Any, token_id: int, text: str) -> list[int]:
+    """A token's own bytes, as OpenAI's ``bytes`` gives them (``text``: the token's text as shown): a token
+    holding part of a character that spans several tokens comes as its bytes, not as the U+FFFD its text
+    shows, so a client joins them back into the character. Read from the vocabulary of a byte-level BPE
+    (GPT-2's, Qwen's, Llama 3's) or a SentencePiece byte token (``<0xNN>``); any other token (a special one,
+    a tokenizer of another kind) is its text's UTF-8."""
+    import re
+
+    if not text or int(token_id) in (getattr(tokenizer, "added_tokens_decoder", None) or {}):
+        return list(text.encode("utf-8"))
+    piece = tokenizer.convert_ids_to_tokens(int(token_id))
+    if isinstance(piece, str):
+        byte = re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", piece)
+        if byte:
+            return [int(byte.group(1), 16)]
+        decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+        table = _byte_level_table()
+        if "ByteLevel" in type(decoder).__name__ + repr(decoder) and all(c in table for c in piece):
+            return [table[c] for c in piece]
+    return list(text.encode("utf-8"))
+
+
+@cache
+def _byte_level_table() -> dict[str, int]:
+    """Byte-level BPE's alphabet (GPT-2's ``bytes_to_unicode``): the character each byte is written as."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    chars, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            chars[chr(byte)] = byte
+        else:
+            chars[chr(256 + extra)] = byte
+            extra += 1
+    return chars

@@ -888,18 +888,19 @@ def _chat_logprobs(loaded: Any, prompt_ids: Any, reply: Any, top: int, variant: 
 def _chat_content(tokenizer: Any, ids: Any, scores: Any) -> list[dict[str, Any]]:
     """OpenAI's chat ``logprobs.content`` of generated tokens ``ids`` with their ``TokenScore``s (a whole reply's,
     or a stream chunk's): each token's text, its log-probability given all before it (the model's own
-    distribution, before temperature, top_p or any penalty), its UTF-8 bytes and the likeliest tokens there,
-    likeliest first."""
-    from core.lifecycle.scoring import token_texts
+    distribution, before temperature, top_p or any penalty), its bytes (``token_bytes``: a piece of a character
+    as its own bytes) and the likeliest tokens there, likeliest first."""
+    from core.lifecycle.scoring import token_bytes, token_texts
 
-    def entry(text: str, logprob: float) -> dict[str, Any]:
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+    def entry(token_id: int, text: str, logprob: float) -> dict[str, Any]:
+        return {"token": text, "logprob": logprob, "bytes": token_bytes(tokenizer, token_id, text)}
 
+    ids = list(ids)
     content = []
-    for text, score in zip(token_texts(tokenizer, list(ids), skip_special=True), scores, strict=True):
-        alternatives = token_texts(tokenizer, [token_id for token_id, _ in score.top])
-        content.append({**entry(text, score.logprob),
-                        "top_logprobs": [entry(name, logprob) for name, (_, logprob) in
+    for token_id, text, score in zip(ids, token_texts(tokenizer, ids, skip_special=True), scores, strict=True):
+        alternatives = token_texts(tokenizer, [top_id for top_id, _ in score.top])
+        content.append({**entry(token_id, text, score.logprob),
+                        "top_logprobs": [entry(top_id, name, logprob) for name, (top_id, logprob) in
                                          zip(alternatives, score.top, strict=True)]})
     return content
 

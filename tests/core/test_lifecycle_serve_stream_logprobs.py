@@ -175,3 +175,21 @@ def test_streamed_completions_logprobs_are_the_whole_answers_offsets_from_each_p
             assert mine.keys() == theirs.keys() and list(mine.values()) == pytest.approx(list(theirs.values()),
                                                                                          abs=1e-4)
         assert "".join(got["tokens"]) == choice.text
+
+
+def test_a_character_across_two_tokens_comes_in_one_chunk_with_each_tokens_own_bytes(served):
+    """"é" generated as its two byte tokens (logit_bias makes the model pick them, the penalties the second
+    after the first): each token's text shows U+FFFD, and its ``bytes`` were those of U+FFFD, so a client could
+    not join them into the character. Now each has its own byte, streamed or not, and both come with the one
+    chunk that carries the character."""
+    client, loaded = served
+    first, second = loaded.tokenizer("é", add_special_tokens=False)["input_ids"]  # byte-level BPE: C3, A9
+    body = {"temperature": 0, "max_tokens": 2, "logit_bias": {str(first): 100, str(second): 98},
+            "presence_penalty": 2, "frequency_penalty": 2}
+    text, whole = _whole_chat(client, **body)
+    chunks, _usage = _streamed_chat(client, **body)
+    assert text == "é" and [entry.bytes for entry in whole] == [[0xC3], [0xA9]]
+    [(piece, content)] = chunks
+    assert piece == "é" and [entry.bytes for entry in content] == [[0xC3], [0xA9]]
+    assert bytes(b for entry in content for b in entry.bytes).decode("utf-8") == text
+    _same_entries(content, whole)
