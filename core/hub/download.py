@@ -208,13 +208,14 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def downloader_alive(job_dir: Path) -> bool:
-    """True while a downloader holds the job's lock."""
+    """True while a downloader holds the job's lock. Looked at with a shared lock: two readers looking at the
+    same instant (the app's screen and ``models list``) never take each other for a downloader."""
     lock_path = job_dir / "lock"
     if not lock_path.exists():
         return False
     with open(lock_path, "a+") as handle:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
             return True
         fcntl.flock(handle, fcntl.LOCK_UN)
@@ -294,13 +295,18 @@ def list_downloads() -> list[DownloadStatus]:
 
 
 # --- starting and stopping ---------------------------------------------------------------------------------
+END_STATUSES = ("done", "failed", "cancelled")  # written by a downloader as its last word, lock still held
+
+
 def download_running(job_dir: Path) -> bool:
     """True while a downloader runs for the job: it holds the lock, or the one ``start_download`` spawned lives
-    and has not taken the lock yet (its interpreter is starting: the job is still queued; a downloader that
-    has ended its job and is exiting is not running it)."""
-    if downloader_alive(job_dir):
-        return True
+    and has not taken the lock yet (its interpreter is starting: the job is still queued). A downloader that
+    has written its end (done, failed, cancelled) and is exiting, the lock not yet let go, runs it no more:
+    a start in that moment read "Already under way", then "Done", and started nothing (the next downloader
+    waits for the lock: ``core.hub.downloader.main``)."""
     state = _read_json(job_dir / "state.json") or {}
+    if downloader_alive(job_dir):
+        return state.get("status") not in END_STATUSES
     return state.get("status") == "queued" and _spawned_downloader(job_dir) is True
 
 
@@ -361,8 +367,9 @@ def _start_locked(plan: DownloadPlan, token: str | None, job_dir: Path) -> Path:
 
 
 def cancel_download(job_dir: Path) -> bool:
-    """Ask the downloader to stop (its partial files stay for a later resume); False if none runs."""
-    if not downloader_alive(job_dir):
+    """Ask the downloader to stop (its partial files stay for a later resume); False if none runs (one that has
+    ended its job and is exiting runs none)."""
+    if not downloader_alive(job_dir) or (_read_json(job_dir / "state.json") or {}).get("status") in END_STATUSES:
         return False
     (job_dir / "cancel").write_text("cancel\n", encoding="utf-8")
     return True

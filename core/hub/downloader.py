@@ -384,11 +384,28 @@ def main(argv: list[str]) -> int:
     except ValueError:  # a language this install lacks: the locale's
         set_language("")
     with open(job_dir / "lock", "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        if not _take_lock(lock):
             return 0  # another downloader has this job
         return Downloader(job_dir, token).run()
+
+
+LOCK_WAIT_S = 10.0
+
+
+def _take_lock(lock: Any, wait_s: float = LOCK_WAIT_S) -> bool:
+    """Take the job's lock, waiting a moment for it: the downloader of the job's last run may have written its
+    end and not yet let go (``download_running`` no longer counts it, so this one was started), and a reader
+    looks with a shared lock for an instant. Gave up at once, this download never started ("interrupted").
+    False when another downloader keeps it: that one has the job."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
 
 
 if __name__ == "__main__":

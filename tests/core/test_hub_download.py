@@ -961,3 +961,50 @@ def test_a_terminated_foreground_download_says_the_download_goes_on(hub_server, 
         cancel_download(job)
         hub_server.hub.stall_release.set()
         wait_for_download(job, 30)
+
+
+def _holds_open(pid: int, path) -> bool:
+    """Whether process ``pid`` has ``path`` open (Linux: /proc/PID/fd)."""
+    try:
+        return any(os.path.realpath(f"/proc/{pid}/fd/{fd}") == str(path.resolve())
+                   for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+def test_a_start_while_the_last_downloader_is_exiting_starts_a_new_one_that_waits_for_the_lock(hub_server, capsys):
+    """Started again right after a download ended (here: cancelled), while its downloader had written its end and
+    not yet let go of the lock, `models download` read "Already under way", followed the ended job and said it was
+    cancelled: nothing started. The ended job runs no more: a new downloader starts and waits for the lock.
+    (The test holds the lock as the exiting downloader does; Linux: /proc tells when the new one reached it.)"""
+    import fcntl
+
+    from core.cli import main
+    from core.hub.download import cancel_download, download_running
+
+    hub_server.hub.stall_at = 128 * 1024
+    plan = _plan()
+    job = start_download(plan)
+    _wait_until_stalled(job, plan)
+    assert cancel_download(job)
+    hub_server.hub.stall_release.set()
+    assert wait_for_download(job, 60).status == "cancelled"
+    deadline = time.monotonic() + 60  # the cancelled downloader's process lets go of the lock (a hang guard)
+    while downloader_alive(job) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    hub_server.hub.stall_at = None
+    with open(job / "lock", "a+") as exiting:  # the downloader that wrote "cancelled", not yet exited
+        fcntl.flock(exiting, fcntl.LOCK_EX)
+        assert downloader_alive(job) and not download_running(job)
+        assert not cancel_download(job)  # nothing to cancel: that job has ended
+        assert main(["models", "download", plan.model_id, "--detach"]) == 0
+        err = capsys.readouterr().err
+        assert "Started" in err and "Already under way" not in err, err
+        spawned = json.loads((job / SPAWNED_FILE).read_text())["pid"]
+        deadline = time.monotonic() + 60  # the new downloader's interpreter reaches the lock (a hang guard)
+        while not _holds_open(spawned, job / "lock") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert read_status(job).status == "queued" and download_running(job)
+    status = wait_for_download(job, 60)
+    assert status.status == "done", status
+    assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
