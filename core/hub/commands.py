@@ -392,11 +392,16 @@ def _box() -> Any:
 class ProgressPrinter:
     """The download's progress on ``stream``. On a terminal: one line rewritten in place, cut to the
     terminal's width (a longer one wraps, and ``\\r`` rewinds only its last row) and cleared to its end.
-    Elsewhere (a log, a pipe): a plain line at every tenth of the download and at least every
-    ``PLAIN_EVERY_S`` seconds, so that a log never looks hung."""
+    Elsewhere (a log, a pipe): a plain line at once, then at every tenth of the download, at each retry, when
+    the bytes stop coming, and at least every ``PLAIN_EVERY_S`` seconds, so that a log never looks hung (its
+    first line came only at a tenth or after half a minute, and a stall was silent until the retry).
+
+    No byte for ``STALL_AFTER_S`` seconds (the hub holds the transfer; the downloader tries again only after
+    its read timeout): the line says so and since when, not the speed and ETA of before the stall."""
 
     PLAIN_EVERY_S = 30.0
     PLAIN_STEP = 10  # percent
+    STALL_AFTER_S = 5.0
 
     def __init__(self, stream: Any, clock: Any = time.monotonic) -> None:
         self.stream = stream
@@ -410,6 +415,9 @@ class ProgressPrinter:
         self.next_step = self.PLAIN_STEP
         self.rewritten = False
         self.last_retry: int | None = None  # a log gets a line for each new retry, not only every tenth
+        self.said_plain = False
+        self.moved: tuple[int, str | None, float] | None = None  # (bytes, file) last seen to change, and when
+        self.said_stall = False
 
     def width(self) -> int:
         """Columns of the terminal ``stream`` is on (the environment's COLUMNS, else 80, when unknown)."""
@@ -421,9 +429,25 @@ class ProgressPrinter:
         except (AttributeError, ValueError, OSError):
             return shutil.get_terminal_size().columns
 
-    def line(self, status: Any) -> str:
+    def stalled_for(self, status: Any) -> float | None:
+        """Seconds without a new byte (or a new file), as this watcher saw it; None while bytes come."""
+        now = self.clock()
+        mark = (status.bytes_done, status.current_file)
+        if self.moved is None or self.moved[:2] != mark:
+            self.moved = (*mark, now)
+            return None
+        waited = now - self.moved[2]
+        return waited if waited >= self.STALL_AFTER_S else None
+
+    def line(self, status: Any, stalled_s: float | None = None) -> str:
         from core.hub.download import human_bytes
 
+        if stalled_s is not None and not status.retrying:  # the speed and ETA of before the stall are not live
+            from core.hub.http import READ_TIMEOUT_S
+
+            return t("hub.cli.download_stalled", done=human_bytes(status.bytes_done),
+                     total=human_bytes(status.bytes_total), seconds=int(stalled_s), timeout=int(READ_TIMEOUT_S),
+                     file=status.current_file or "").rstrip()
         if status.retrying:  # the link dropped: no rate or ETA until bytes come again
             return t("hub.cli.download_retrying", done=human_bytes(status.bytes_done),
                      total=human_bytes(status.bytes_total), attempt=status.retry_attempt,
@@ -433,7 +457,8 @@ class ProgressPrinter:
                  eta=format_duration(status.eta_s), file=status.current_file or "").rstrip()
 
     def show(self, status: Any) -> None:
-        line = self.line(status)
+        stalled_s = self.stalled_for(status)
+        line = self.line(status, stalled_s)
         if self.tty:
             if line != self.last_line:
                 from core.text_width import truncate
@@ -448,10 +473,14 @@ class ProgressPrinter:
         percent = int(status.bytes_done * 100 // status.bytes_total) if status.bytes_total else 0
         retry_now = status.retry_attempt if status.retrying else None
         retry_news, self.last_retry = retry_now is not None and retry_now != self.last_retry, retry_now
-        if percent >= self.next_step or now - self.last_plain >= self.PLAIN_EVERY_S or retry_news:
+        stall_news = stalled_s is not None and not status.retrying and not self.said_stall
+        self.said_stall = stalled_s is not None and (self.said_stall or stall_news)
+        if (not self.said_plain or percent >= self.next_step or now - self.last_plain >= self.PLAIN_EVERY_S
+                or retry_news or stall_news):
             self.stream.write(t("hub.cli.download_progress_plain", percent=percent, line=line) + "\n")
             self.stream.flush()
             self.last_plain = now
+            self.said_plain = True
             while self.next_step <= percent:
                 self.next_step += self.PLAIN_STEP
 

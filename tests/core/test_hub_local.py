@@ -498,25 +498,48 @@ def test_download_progress_fits_an_80_column_terminal(monkeypatch):
     assert stream.getvalue().endswith("\n")
 
 
-def test_download_progress_in_a_log_is_a_line_every_tenth_or_half_minute():
+def test_download_progress_in_a_log_is_a_line_at_once_every_tenth_at_a_stall_and_every_half_minute():
+    """A log (stderr not a terminal) had its first line at a tenth of the download or after half a minute, and a
+    stall said nothing until the downloader's retry, 15 s on, with the speed of before: tailed, it looked hung.
+    A line comes at once, at every tenth, when no byte came for 5 s (saying so, no stale speed), and every 30 s."""
     from core.hub.commands import ProgressPrinter
 
     now = [0.0]
     stream = io.StringIO()
     printer = ProgressPrinter(stream, clock=lambda: now[0])
-    for done in range(0, 101, 2):  # 2 % at a time, a second apart
+    for done in range(1, 101, 2):  # 2 % at a time, a second apart
         now[0] += 1.0
         printer.show(_status(done * 100_000, 10_000_000))
     lines = stream.getvalue().splitlines()
     assert "\r" not in stream.getvalue() and "\x1b" not in stream.getvalue()
-    assert [line.split("%")[0].strip() for line in lines] == [str(p) for p in range(10, 101, 10)]
+    assert [line.split("%")[0].strip() for line in lines] == [str(p) for p in [1, *range(11, 100, 10)]]
     stream.truncate(0)
     stream.seek(0)
     stalled = ProgressPrinter(stream, clock=lambda: now[0])
-    for _ in range(61):  # no progress for a minute: a line at 30 s and at 60 s
+    for _ in range(61):  # no progress for a minute: a line at once, at 5 s (the stall), then 30 s after that
         now[0] += 1.0
         stalled.show(_status(0, 10_000_000))
-    assert len(stream.getvalue().splitlines()) == 2
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3, lines
+    assert "1.5 MB/s" in lines[0]
+    assert "no data for 5 s" in lines[1] and "MB/s" not in lines[1] and "ETA" not in lines[1], lines
+    assert "no data for 35 s" in lines[2], lines
+    stalled.show(_status(100_000, 10_000_000))  # bytes again: the speed is back, no new stall line
+    assert "MB/s" in stalled.line(_status(100_000, 10_000_000))
+
+
+def test_download_progress_on_a_terminal_says_a_stall_instead_of_the_speed_of_before(monkeypatch):
+    from core.hub.commands import ProgressPrinter
+
+    now = [0.0]
+    stream = _Terminal()
+    printer = ProgressPrinter(stream, clock=lambda: now[0])
+    monkeypatch.setattr(printer, "width", lambda: 200)
+    for _ in range(7):
+        now[0] += 1.0
+        printer.show(_status(1_000_000, 10_000_000))
+    rows = stream.getvalue().split("\r")[1:]
+    assert "1.5 MB/s" in rows[0] and "no data for 5 s" in rows[1] and "no data for 6 s" in rows[2], rows
 
 
 def test_cli_download_says_one_skipped_file_in_the_singular(home, monkeypatch, capsys):
