@@ -525,3 +525,34 @@ def test_the_local_summary_is_whole_at_80x24_beside_an_unfinished_download(hub_e
             assert shown.startswith("1 model on disk"), shown
 
     asyncio.run(scenario())
+
+
+def test_a_download_started_from_a_terminal_while_the_screen_is_open_takes_the_line(hub_env, tmp_path):  # noqa: F811
+    """The screen followed only the download it picked on opening: a `tunedeck models download` started in
+    another terminal since ran unseen ("stopped at 16%" of the old one stayed, c offered nothing to cancel).
+    A download running takes the line, and c cancels it. (The test holds the job's lock as its downloader does.)"""
+    import fcntl
+
+    async def scenario():
+        stopped_download("hf", TINY, tmp_path / "hf-target")
+        (tmp_path / "hf-target").mkdir()
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await wait_for(pilot, lambda: "on Hugging Face: stopped at 16.0 MB / 100.0 MB" in line(app))
+            assert "c" not in offered(app)
+            job = stopped_download("modelscope", DEEPSEEK, tmp_path / "ms-target")  # from the terminal, since
+            with open(job / "lock", "a+") as downloader:
+                fcntl.flock(downloader, fcntl.LOCK_EX)
+                (job / "state.json").write_text(json.dumps({
+                    "status": "running", "bytes_done": 30_000_000, "bytes_total": 100_000_000, "rate_bps": 2e6,
+                    "eta_s": 35.0, "current_file": "model.safetensors", "updated": time.time(), "pid": 1}))
+                await wait_for(pilot, lambda: "30.0 MB / 100.0 MB" in line(app) and "Distill" in line(app))
+                assert screen.job_dir == job and "c" in offered(app)
+                (job / "state.json").write_text(json.dumps({
+                    "status": "done", "bytes_done": 100_000_000, "bytes_total": 100_000_000,
+                    "updated": time.time()}))
+            await wait_for(pilot, lambda: "Distill" in line(app) and "30.0 MB" not in line(app))
+            assert screen.job_dir == job and "c" not in offered(app)
+
+    asyncio.run(scenario())

@@ -837,11 +837,17 @@ class ModelsScreen(Screen[None]):
         self._refresh_download()
 
     def _refresh_download(self) -> None:
-        from core.hub.download import read_status
+        from core.hub.download import list_downloads, read_status
 
         line = self.query_one("#download-line", Static)
         bar = self.query_one("#download-bar", ProgressBar)
         status = read_status(self.job_dir) if self.job_dir is not None else None
+        if status is None or not status.active:
+            # A download started since (from a terminal: `tunedeck models download`) takes the line: it followed
+            # only the one picked on opening, and "No download" (or the last one's end) stayed while one ran.
+            running = next((d for d in list_downloads() if d.active), None)
+            if running is not None:
+                self.job_dir, status = running.job_dir, running
         active = status is not None and status.active
         if active != self.download_active:
             self.download_active = active
