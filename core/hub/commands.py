@@ -745,7 +745,9 @@ def run_list(args: argparse.Namespace) -> int:
     if downloads:
         print(t("hub.cli.downloads_header"), file=sys.stderr)
         for item in downloads:
-            print(f"{item.hub:<10} {item.model_id:<48} {pad(download_state_label(item.status), 11)} "
+            # a finished one whose folder was deleted by hand since said "done" of a model that is not there
+            state = t("hub.cli.download_folder_gone") if item.target_gone else download_state_label(item.status)
+            print(f"{item.hub:<10} {item.model_id:<48} {pad(state, 11)} "
                   f"{human_bytes(item.bytes_done)} / {human_bytes(item.bytes_total)}")
     return 0
 

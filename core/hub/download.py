@@ -193,9 +193,16 @@ class DownloadStatus:
     def active(self) -> bool:
         return self.status in ("queued", "running")
 
+    @property
+    def target_gone(self) -> bool:
+        """A finished download whose folder is no longer there (deleted by hand: ``models rm`` and the app's x
+        remove the record too): "done" is no longer true of it."""
+        return self.status == "done" and bool(self.target_dir) and not Path(self.target_dir).exists()
+
     def to_json(self) -> dict[str, Any]:
         data = {key: value for key, value in self.__dict__.items() if key != "job_dir"}
         data["job_dir"] = str(self.job_dir)
+        data["target_exists"] = bool(self.target_dir) and Path(self.target_dir).exists()
         return data
 
 

@@ -305,7 +305,7 @@ def superseded_download(job: Any) -> bool:
     if job.status == "done":
         # Its folder deleted by hand since (rm -rf; models rm and x remove the record too): "downloaded to"
         # a folder that is not there is no news of it.
-        return bool(job.target_dir) and not Path(job.target_dir).exists()
+        return bool(job.target_gone)
     folder = cached_model_folder(job.model_id, "huggingface" if job.hub == "hf" else "modelscope")
     if folder is None:
         return False

@@ -1008,3 +1008,35 @@ def test_a_start_while_the_last_downloader_is_exiting_starts_a_new_one_that_wait
     status = wait_for_download(job, 60)
     assert status.status == "done", status
     assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
+
+
+def test_models_list_says_a_finished_download_whose_folder_was_deleted_by_hand_is_deleted(hub_server, capsys):
+    """`rm -rf` of a downloaded model's folder (not `models rm`, which removes the record too): `models list`
+    kept saying "done" of it under Downloads. It says the folder was deleted, in the language; --json tells
+    a script by `target_exists`; downloading it again fetches it afresh."""
+    import shutil
+
+    from core.cli import main
+    from core.i18n import set_language
+
+    plan = _plan()
+    assert wait_for_download(start_download(plan), 60).status == "done"
+    assert main(["models", "list", "--json"]) == 0
+    [record] = json.loads(capsys.readouterr().out)["downloads"]
+    assert record["status"] == "done" and record["target_exists"] is True
+    shutil.rmtree(plan.target_dir)
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    [row] = [line for line in out.splitlines() if line.startswith("modelscope") and plan.model_id in line]
+    assert " deleted " in row and " done " not in row, out
+    assert main(["models", "list", "--json"]) == 0
+    [record] = json.loads(capsys.readouterr().out)["downloads"]
+    assert record["status"] == "done" and record["target_exists"] is False
+    try:
+        assert main(["--lang", "zh", "models", "list"]) == 0
+        assert "已删除" in capsys.readouterr().out
+    finally:
+        set_language("en")
+    assert main(["models", "download", plan.model_id]) == 0
+    assert "Done: Qwen/Qwen2.5-Tiny-Instruct" in capsys.readouterr().err
+    assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
