@@ -596,44 +596,29 @@ def _running_include_error(args: argparse.Namespace, job_dir: Any) -> Exception:
 
 def _follow_download(args: argparse.Namespace, job_dir: Any, model_id: str, target_dir: str) -> int:
     """Show the progress of the download in ``job_dir`` until it ends; its exit code (0 done, 4 cancelled)."""
-    import signal
-    import threading
-
     from core.hub.download import read_status
-    from core.lifecycle.commands import _StopSignal
-
-    def stop(signum: int, _frame: object) -> None:
-        raise _StopSignal(signum)
+    from core.stop_signals import StopSignal, exit_code, stop_signals_raise
 
     # SIGTERM (kill, a job's time limit) and SIGHUP (the SSH connection lost) ended the watcher at once: exit 143,
     # not a word of what became of the download. The downloader runs in its own session and goes on: say so.
-    installed: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for number in (signal.SIGTERM, signal.SIGHUP):
-            previous = signal.getsignal(number)
-            if previous is not signal.SIG_IGN:  # nohup's ignored SIGHUP stays ignored
-                installed[number] = previous
-                signal.signal(number, stop)
     status = None
     progress = ProgressPrinter(sys.stderr)
     try:
-        while True:
-            status = read_status(job_dir)
-            if status is not None and not status.active:
-                break
-            if status is not None and not args.json:
-                progress.show(status)
-            time.sleep(0.2)
+        with stop_signals_raise():  # left (the handlers of before back) before it is said: a second signal ends it
+            while True:
+                status = read_status(job_dir)
+                if status is not None and not status.active:
+                    break
+                if status is not None and not args.json:
+                    progress.show(status)
+                time.sleep(0.2)
     except KeyboardInterrupt as exc:
-        for number, handler in installed.items():  # a second signal ends the process at once
-            signal.signal(number, signal.SIG_DFL if handler is None else handler)
-        installed.clear()
         try:
             progress.end()
-            if isinstance(exc, _StopSignal):
+            if isinstance(exc, StopSignal):
                 from core.hub.local import download_command
 
-                print(t("hub.cli.download_detached_signal", why=signal.Signals(exc.signum).name, path=job_dir,
+                print(t("hub.cli.download_detached_signal", why=exc.name, path=job_dir,
                         command=download_command(model_id, args.hub)), file=sys.stderr)
             else:
                 print(t("hub.cli.download_detached"), file=sys.stderr)
@@ -641,10 +626,7 @@ def _follow_download(args: argparse.Namespace, job_dir: Any, model_id: str, targ
             sys.stderr.flush()
         except OSError:  # the terminal is gone (SIGHUP): no one to tell, the exit code says it
             pass
-        return 128 + exc.signum if isinstance(exc, _StopSignal) else 130
-    finally:
-        for number, handler in installed.items():
-            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        return exit_code(exc)
     progress.end()
     assert status is not None
     if args.json:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from core.lifecycle.library_noise import quiet_libraries
+from core.stop_signals import StopSignal, stop_signals_raise
 
 
 def register(subparsers: Any) -> None:
@@ -105,54 +106,28 @@ def _library_output_to_stderr() -> Any:
     return contextlib.redirect_stdout(sys.stderr)
 
 
-class _StopSignal(KeyboardInterrupt):
-    """SIGTERM or SIGHUP while a merge or export runs, raised where Ctrl+C raises KeyboardInterrupt: the
-    same cleanup runs (``OUT.tmp``, its lock, an export's full-precision staging copy go)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
 @contextmanager
 def _said_if_interrupted(key: str, params: dict[str, object] | None = None) -> Iterator[None]:
     """Ctrl+C, SIGTERM (``kill``, a job's time limit) or SIGHUP (the SSH connection lost) under way: the
     message ``key`` (what was left as it was, ``why`` naming the interruption) on stderr, then main's exit
-    130 for Ctrl+C, ``_StopSignal`` for the caller to exit 128 + the signal's number as a process killed by it.
+    130 for Ctrl+C, ``core.stop_signals.StopSignal`` for the caller to exit 128 + the signal's number as a process killed by it.
 
     A merge or export writes into a private folder renamed into place at its end, and removes it when it is
     interrupted, so it leaves its target as it found it. SIGTERM and SIGHUP killed the process where it was:
     ``OUT.tmp`` (the model's size: tens of GB on a rented box's disk) and the staging copy stayed. A signal
     ignored when the command started (``nohup``) stays ignored; a second one ends the process at once."""
-    import signal
-    import threading
-
     from core.i18n import t
 
-    def stop(signum: int, _frame: object) -> None:
-        for number, handler in installed.items():  # a second one: the default, no more waiting for cleanup
-            signal.signal(number, signal.SIG_DFL if handler is not signal.SIG_IGN else handler)
-        raise _StopSignal(signum)
-
-    installed: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for number in (signal.SIGTERM, signal.SIGHUP):
-            previous = signal.getsignal(number)
-            if previous is not signal.SIG_IGN:
-                installed[number] = previous
-                signal.signal(number, stop)
     try:
-        yield
+        with stop_signals_raise():
+            yield
     except KeyboardInterrupt as exc:
-        why = signal.Signals(exc.signum).name if isinstance(exc, _StopSignal) else "Ctrl+C"
+        why = exc.name if isinstance(exc, StopSignal) else "Ctrl+C"
         try:
             _err(t(key, why=why, **(params or {})))  # read now: the caller may have filled it in meanwhile
         except OSError:  # the terminal is gone (SIGHUP): there is no one to tell, the exit code says it
             pass
         raise
-    finally:
-        for number, handler in installed.items():
-            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
 
 
 def _size(n: int) -> str:
@@ -199,7 +174,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
             # never asked for, where the newest is merged
             result = merge_run(run, args.checkpoint, out if args.out else None, force=args.force,
                                device=device, reuse=True, progress=said, base=args.base, chosen=chose)
-    except _StopSignal as exc:
+    except StopSignal as exc:
         return 128 + exc.signum
     if args.json:
         _print_json(result.to_dict())
@@ -380,7 +355,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         with _said_if_interrupted("lifecycle.export_interrupted"), _library_output_to_stderr():
             result = export_run(run, args.format, args.checkpoint, Path(args.out) if args.out else None,
                                 args.force)
-    except _StopSignal as exc:
+    except StopSignal as exc:
         return 128 + exc.signum
     if args.json:
         _print_json(result)

@@ -31,8 +31,8 @@ CONTROL_FLOW = {
     "core.hub.downloader.LocalWriteError": "a failed write on this box, kept apart from the link's OSErrors until "
                                            "the downloader's run() says it (a full disk) and ends the job",
     "core.hub.hf_source._Abandoned": "ends an HF call thread whose caller gave up on it; nobody reads it",
-    "core.lifecycle.commands._StopSignal": "SIGTERM or SIGHUP during merge or export, raised as Ctrl+C's "
-                                           "KeyboardInterrupt so that their cleanup runs; the command exits 128+N",
+    "core.stop_signals.StopSignal": "SIGTERM or SIGHUP during merge, export or a watched download, raised as Ctrl+C's "
+                                    "KeyboardInterrupt so that their cleanup runs; the command exits 128+N",
 }
 
 
