@@ -542,6 +542,7 @@ def test_a_download_started_from_a_terminal_while_the_screen_is_open_takes_the_l
             await wait_for(pilot, lambda: "on Hugging Face: stopped at 16.0 MB / 100.0 MB" in line(app))
             assert "c" not in offered(app)
             job = stopped_download("modelscope", DEEPSEEK, tmp_path / "ms-target")  # from the terminal, since
+            (tmp_path / "ms-target").mkdir()
             with open(job / "lock", "a+") as downloader:
                 fcntl.flock(downloader, fcntl.LOCK_EX)
                 (job / "state.json").write_text(json.dumps({
@@ -554,5 +555,32 @@ def test_a_download_started_from_a_terminal_while_the_screen_is_open_takes_the_l
                     "updated": time.time()}))
             await wait_for(pilot, lambda: "Distill" in line(app) and "30.0 MB" not in line(app))
             assert screen.job_dir == job and "c" not in offered(app)
+
+    asyncio.run(scenario())
+
+
+def test_a_finished_downloads_folder_deleted_by_hand_leaves_the_line(hub_env, tmp_path):  # noqa: F811
+    """`rm -rf` of a downloaded model's folder while the screen was open: the line kept "downloaded to" that
+    folder. The newest other download takes the line (here a stopped one), or none when there is none."""
+    import shutil
+
+    async def scenario():
+        older = stopped_download("hf", DEEPSEEK, tmp_path / "hf-target")
+        (tmp_path / "hf-target").mkdir()
+        state = json.loads((older / "state.json").read_text())
+        (older / "state.json").write_text(json.dumps({**state, "updated": time.time() - 3600}))
+        folder = modelscope_folder(tmp_path, TINY, {"config.json": b"{}", "model.safetensors": b"x"})
+        job = stopped_download("modelscope", TINY, folder, done=100_000_000)
+        (job / "state.json").write_text(json.dumps({
+            "status": "done", "bytes_done": 100_000_000, "bytes_total": 100_000_000, "updated": time.time()}))
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await wait_for(pilot, lambda: "downloaded to" in line(app) and "Tiny" in line(app))
+            shutil.rmtree(folder)
+            await wait_for(pilot, lambda: "Distill" in line(app) and "stopped at 16.0 MB" in line(app))
+            assert screen.job_dir == older
+            shutil.rmtree(older)
+            await wait_for(pilot, lambda: "downloaded to" not in line(app) and "Distill" not in line(app))
 
     asyncio.run(scenario())

@@ -723,17 +723,21 @@ class ModelsScreen(Screen[None]):
 
     # --- downloads ---------------------------------------------------------------------------------
     def _reattach(self) -> None:
-        from core.hub.download import list_downloads
-        from core.hub.local import superseded_download
-
-        # A running download first; else the newest one, so how it ended shows (not one that failed in a
-        # folder no longer in use, its model whole in the cache of now).
-        downloads = list_downloads()
-        pick = next((d for d in downloads if d.active), None) or \
-            next((d for d in downloads if not superseded_download(d)), None)
+        pick = self._download_to_show()
         if pick is not None:
             self.job_dir = pick.job_dir
         self._refresh_download()
+
+    @staticmethod
+    def _download_to_show() -> Any | None:
+        """A running download first; else the newest one, so how it ended shows (not one that failed in a
+        folder no longer in use, its model whole in the cache of now, nor a finished one whose folder is gone)."""
+        from core.hub.download import list_downloads
+        from core.hub.local import superseded_download
+
+        downloads = list_downloads()
+        return next((d for d in downloads if d.active), None) or \
+            next((d for d in downloads if not superseded_download(d)), None)
 
     def _include(self) -> list[str] | None:
         return ["*"] if self.all_files else None
@@ -848,6 +852,11 @@ class ModelsScreen(Screen[None]):
             running = next((d for d in list_downloads() if d.active), None)
             if running is not None:
                 self.job_dir, status = running.job_dir, running
+            elif status is not None and status.target_gone:
+                # Its folder deleted by hand (rm -rf) while the screen was open: "downloaded to" a folder that is
+                # not there stayed on the line. The newest other download takes it, or none.
+                status = self._download_to_show()
+                self.job_dir = status.job_dir if status is not None else None
         active = status is not None and status.active
         if active != self.download_active:
             self.download_active = active
