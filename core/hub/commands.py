@@ -396,12 +396,11 @@ class ProgressPrinter:
     the bytes stop coming, and at least every ``PLAIN_EVERY_S`` seconds, so that a log never looks hung (its
     first line came only at a tenth or after half a minute, and a stall was silent until the retry).
 
-    No byte for ``STALL_AFTER_S`` seconds (the hub holds the transfer; the downloader tries again only after
+    No byte for ``core.hub.download.STALL_AFTER_S`` seconds (the hub holds the transfer; the downloader tries again only after
     its read timeout): the line says so and since when, not the speed and ETA of before the stall."""
 
     PLAIN_EVERY_S = 30.0
     PLAIN_STEP = 10  # percent
-    STALL_AFTER_S = 5.0
 
     def __init__(self, stream: Any, clock: Any = time.monotonic) -> None:
         self.stream = stream
@@ -430,18 +429,24 @@ class ProgressPrinter:
             return shutil.get_terminal_size().columns
 
     def stalled_for(self, status: Any) -> float | None:
-        """Seconds without a new byte (or a new file), as this watcher saw it; None while bytes come."""
+        """Seconds without a new byte (or a new file), as this watcher saw it; None while bytes come (or none is
+        due: the file's checksum is being checked)."""
         now = self.clock()
-        mark = (status.bytes_done, status.current_file)
+        mark = (status.bytes_done, f"{status.current_file} {status.verifying}")
         if self.moved is None or self.moved[:2] != mark:
             self.moved = (*mark, now)
             return None
         waited = now - self.moved[2]
-        return waited if waited >= self.STALL_AFTER_S else None
+        from core.hub.download import STALL_AFTER_S
+
+        return waited if waited >= STALL_AFTER_S else None
 
     def line(self, status: Any, stalled_s: float | None = None) -> str:
         from core.hub.download import human_bytes
 
+        if status.verifying:  # the file is whole: no byte comes while its checksum is read, and none is missing
+            return t("hub.cli.download_verifying", done=human_bytes(status.bytes_done),
+                     total=human_bytes(status.bytes_total), file=status.current_file or "").rstrip()
         if stalled_s is not None and not status.retrying:  # the speed and ETA of before the stall are not live
             from core.hub.http import READ_TIMEOUT_S
 
@@ -473,7 +478,7 @@ class ProgressPrinter:
         percent = int(status.bytes_done * 100 // status.bytes_total) if status.bytes_total else 0
         retry_now = status.retry_attempt if status.retrying else None
         retry_news, self.last_retry = retry_now is not None and retry_now != self.last_retry, retry_now
-        stall_news = stalled_s is not None and not status.retrying and not self.said_stall
+        stall_news = stalled_s is not None and not status.retrying and not status.verifying and not self.said_stall
         self.said_stall = stalled_s is not None and (self.said_stall or stall_news)
         if (not self.said_plain or percent >= self.next_step or now - self.last_plain >= self.PLAIN_EVERY_S
                 or retry_news or stall_news):

@@ -44,6 +44,7 @@ STATE_INTERVAL_S = 0.25
 MAX_STALLED_ATTEMPTS = 6  # consecutive failures without a byte of progress before giving up
 DISK_SLACK_BYTES = 64 * 1024**2  # keep this much free after the download
 STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
+STALL_AFTER_S = 5.0  # no progress written for this long while running: the line says the link is stalled
 SPAWNED_FILE = "spawned.json"  # the downloader start_download started: alive and not yet locked = queued
 
 
@@ -180,6 +181,7 @@ class DownloadStatus:
     updated: float
     retry_attempt: int | None = None  # while the downloader tries a dropped link again: the attempt it is at
     retry_reason: str | None = None  # ... and the error that dropped it, in short
+    verifying: bool = False  # the current file is whole and its sha256 being checked (no byte comes meanwhile)
 
     @property
     def retrying(self) -> bool:
@@ -192,6 +194,15 @@ class DownloadStatus:
     @property
     def active(self) -> bool:
         return self.status in ("queued", "running")
+
+    def stalled_s(self, now: float | None = None) -> float | None:
+        """Seconds since the downloader last wrote progress (it writes with every chunk) when that is
+        ``STALL_AFTER_S`` or more while it runs: the hub holds the transfer. None otherwise, and while it tries
+        again or checks a file's checksum (said as such)."""
+        if self.status != "running" or self.retrying or self.verifying or not self.updated:
+            return None
+        waited = (time.time() if now is None else now) - self.updated
+        return waited if waited >= STALL_AFTER_S else None
 
     @property
     def target_gone(self) -> bool:
@@ -280,6 +291,7 @@ def read_status(job_dir: Path) -> DownloadStatus | None:
         files_total=int(state.get("files_total") or len(job.get("files", []))), error=state.get("error"),
         pid=state.get("pid"), updated=float(state.get("updated") or 0.0),
         retry_attempt=retry.get("attempt"), retry_reason=retry.get("reason"),
+        verifying=status == "running" and state.get("verifying") is True,
     )
 
 

@@ -1040,3 +1040,38 @@ def test_models_list_says_a_finished_download_whose_folder_was_deleted_by_hand_i
     assert main(["models", "download", plan.model_id]) == 0
     assert "Done: Qwen/Qwen2.5-Tiny-Instruct" in capsys.readouterr().err
     assert (plan.target_dir / "model.safetensors").read_bytes() == WEIGHTS
+
+
+def test_a_file_whose_checksum_is_being_checked_is_said_so_not_taken_for_a_stall(hub_server, monkeypatch):
+    """A shard of gigabytes is hashed for seconds after its last byte, no state written meanwhile: a watcher
+    showed the speed of before, and (since it says a stall after 5 s) would have called it a stalled link. The
+    downloader marks the check in state.json; `models download` says "checking FILE (sha256)", no stall."""
+    import io
+
+    from core.hub import downloader
+    from core.hub.commands import ProgressPrinter
+
+    plan = _plan(include=["model.safetensors"])
+    job = _job_in_process(plan)
+    seen = []
+    real_sha256 = downloader._sha256
+
+    def observed(path):  # the real hash, the status a watcher reads while it runs noted
+        seen.append(read_status(job))
+        return real_sha256(path)
+
+    monkeypatch.setattr(downloader, "_sha256", observed)
+    with open(job / "lock", "a+") as lock:  # held as downloader.main holds it: the job reads as running
+        assert downloader._take_lock(lock)
+        assert downloader.Downloader(job, None).run() == 0
+    [during] = seen
+    assert during.verifying and during.current_file == "model.safetensors" and during.stalled_s() is None
+    assert not read_status(job).verifying
+    now = [0.0]
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream, clock=lambda: now[0])
+    for _ in range(20):  # twenty seconds of checking: one line, no stall
+        now[0] += 1.0
+        printer.show(during)
+    [said] = stream.getvalue().splitlines()
+    assert "checking model.safetensors (sha256)" in said and "no data" not in said and "/s" not in said, said

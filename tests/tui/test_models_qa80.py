@@ -584,3 +584,32 @@ def test_a_finished_downloads_folder_deleted_by_hand_leaves_the_line(hub_env, tm
             await wait_for(pilot, lambda: "downloaded to" not in line(app) and "Distill" not in line(app))
 
     asyncio.run(scenario())
+
+
+def test_the_download_line_says_a_stall_and_a_checksum_check_instead_of_the_speed_of_before(hub_env, tmp_path):  # noqa: F811
+    """While the hub held a transfer (no byte for many seconds, the retry 15 s on) the line kept "2.0 MB/s ·
+    ETA 0:35" of before; while a shard's checksum was read, the same. It says which, without a speed.
+    (The test holds the job's lock as its downloader does, and writes its state.json as it would.)"""
+    import fcntl
+
+    async def scenario():
+        job = stopped_download("modelscope", TINY, tmp_path / "ms-target")
+        (tmp_path / "ms-target").mkdir()
+        running = {"status": "running", "bytes_done": 30_000_000, "bytes_total": 100_000_000, "rate_bps": 2e6,
+                   "eta_s": 35.0, "current_file": "model.safetensors", "pid": 1}
+        with open(job / "lock", "a+") as downloader:
+            fcntl.flock(downloader, fcntl.LOCK_EX)
+            (job / "state.json").write_text(json.dumps({**running, "updated": time.time() - 20}))
+            app = app_80()
+            async with app.run_test(size=SIZE) as pilot:
+                await open_models(pilot, app)
+                await wait_for(pilot, lambda: "no data for" in line(app))
+                assert "30.0 MB / 100.0 MB" in line(app) and "MB/s" not in line(app) and "ETA" not in line(app)
+                (job / "state.json").write_text(json.dumps({**running, "updated": time.time() - 20,
+                                                            "verifying": True}))
+                await wait_for(pilot, lambda: "verifying (sha256)" in line(app))
+                assert "MB/s" not in line(app) and "no data" not in line(app)
+                (job / "state.json").write_text(json.dumps({**running, "updated": time.time() + 3600}))
+                await wait_for(pilot, lambda: "2.0 MB/s" in line(app))
+
+    asyncio.run(scenario())

@@ -897,6 +897,13 @@ class ModelsScreen(Screen[None]):
             return _line_of_model("modelsscreen.download_retrying", status.model_id, width, done=done, total=total,
                                   attempt=status.retry_attempt, reason=status.retry_reason or "",
                                   file=status.current_file or "")
+        if status.active and status.verifying:  # whole, its checksum read: no byte comes, and none is missing
+            return _line_of_model("modelsscreen.download_verifying", status.model_id, width, done=done, total=total,
+                                  file=status.current_file or "")
+        stalled = status.stalled_s()
+        if stalled is not None:  # no byte for a while: the speed and ETA of before are not live
+            return _line_of_model("modelsscreen.download_stalled", status.model_id, width, done=done, total=total,
+                                  seconds=int(stalled), file=status.current_file or "")
         if status.active:
             # The one duration format, as `tunedeck models download` prints it: "%M:%S" read an ETA of 1:05:00 as 05:00.
             return _line_of_model("modelsscreen.download_line", status.model_id, width, done=done, total=total,
