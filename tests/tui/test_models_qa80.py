@@ -613,3 +613,43 @@ def test_the_download_line_says_a_stall_and_a_checksum_check_instead_of_the_spee
                 await wait_for(pilot, lambda: "2.0 MB/s" in line(app))
 
     asyncio.run(scenario())
+
+
+def test_d_on_a_model_already_whole_or_already_downloading_says_so_and_starts_nothing(hub_env):  # noqa: F811
+    """d on a model already downloaded started a downloader that fetched nothing and said "Downloading … in the
+    background"; d (after f: all files) on a model whose download ran dropped that choice without a word. As
+    `tunedeck models download` says them: already downloaded (where), or already under way with its own files."""
+    import fcntl
+
+    from core.hub.download import SPAWNED_FILE, plan_download, start_download, wait_for_download
+    from core.hub.source import open_hub
+
+    source = open_hub("modelscope")
+    plan = plan_download(source, source.details(TINY))
+    job = start_download(plan)
+    assert wait_for_download(job, 60).status == "done"
+    spawned = (job / SPAWNED_FILE).read_bytes()
+
+    def said(app, text):
+        return any(text in str(n.message) for n in app._notifications)
+
+    async def scenario():
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await highlight(pilot, app, TINY)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: screen.details is not None)
+            await pilot.press("d")
+            await wait_for(pilot, lambda: said(app, f"Already downloaded: {TINY} is in {plan.target_dir}"))
+            assert not said(app, "Downloading") and (job / SPAWNED_FILE).read_bytes() == spawned
+            job_before = (job / "job.json").read_bytes()
+            with open(job / "lock", "a+") as downloader:  # a download of it runs (from a terminal)
+                fcntl.flock(downloader, fcntl.LOCK_EX)
+                (job / "state.json").write_text(json.dumps({
+                    "status": "running", "bytes_done": 1, "bytes_total": plan.total_bytes, "updated": time.time()}))
+                await pilot.press("f", "d")
+                await wait_for(pilot, lambda: said(app, f"{TINY} is already being downloaded"))
+                assert not said(app, "Downloading") and (job / "job.json").read_bytes() == job_before
+
+    asyncio.run(scenario())

@@ -213,11 +213,18 @@ class DeleteChecked(Message):
 
 
 class DownloadStarted(Message):
-    def __init__(self, job_dir: Path | None, error: str | None, model_id: str = "") -> None:
+    """``d``'s outcome: a download started (``job_dir``), one of the model already running and joined
+    (``joined``: its own choice of files goes on), the model already whole on disk (``already``: its folder,
+    nothing started), or ``error``."""
+
+    def __init__(self, job_dir: Path | None, error: str | None, model_id: str = "", joined: bool = False,
+                 already: Path | None = None) -> None:
         super().__init__()
         self.job_dir = job_dir
         self.error = error
         self.model_id = model_id
+        self.joined = joined
+        self.already = already
 
 
 def _running(target: tuple[str, str, Any]) -> bool:
@@ -817,27 +824,47 @@ class ModelsScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="hub-download", exit_on_error=False)
     def _download_worker(self, hub: str, details: ModelDetails, include: list[str] | None) -> None:
-        from core.hub.download import check_disk, plan_download, start_download
+        """``d`` on the Hub tab, as ``tunedeck models download`` does it: a model whole on disk is said so (a
+        downloader started that fetched nothing, "Downloading … in the background"); a download of it already
+        running is joined and said so (its files go on: "f", all files, was dropped without a word)."""
+        from core.hub.download import (
+            check_disk,
+            job_dir_for,
+            plan_download,
+            read_status,
+            start_or_join_download,
+        )
         from core.hub.errors import HubError
         from core.hub.source import open_hub
         from core.hub.tokens import hub_token
 
+        model_id = details.summary.model_id
         try:
             source = open_hub(hub)
             plan = plan_download(source, details, include)
+            earlier = read_status(job_dir_for(hub, plan.model_id))
+            if plan.complete() and (earlier is None or earlier.status == "done"):
+                self.post_message(DownloadStarted(None, None, model_id, already=plan.target_dir))
+                return
             check_disk(plan, advice="app")
-            job_dir = start_download(plan, hub_token(hub))
+            job_dir, started = start_or_join_download(plan, hub_token(hub))
         except HubError as exc:
             self.post_message(DownloadStarted(None, str(exc)))
             return
-        self.post_message(DownloadStarted(job_dir, None, details.summary.model_id))
+        self.post_message(DownloadStarted(job_dir, None, model_id, joined=not started))
 
     def on_download_started(self, message: DownloadStarted) -> None:
         if message.error is not None:
             self.notify(message.error, severity="error", timeout=10)
             return
+        if message.already is not None:
+            self.notify(t("modelsscreen.download_already", model=message.model_id, path=str(message.already)))
+            return
         self.job_dir = message.job_dir
-        self.notify(t("modelsscreen.download_started", model=message.model_id))
+        if message.joined:
+            self.notify(t("modelsscreen.download_joined", model=message.model_id), severity="warning", timeout=10)
+        else:
+            self.notify(t("modelsscreen.download_started", model=message.model_id))
         self._refresh_download()
 
     def _refresh_download(self) -> None:
