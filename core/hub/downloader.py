@@ -10,9 +10,12 @@ import fcntl
 import hashlib
 import itertools
 import json
+import math
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,7 @@ WEB_PAGE_STATUSES = (401, 403, 404)
 # cause (Connection refused, Name or service not known) at the end; one much longer is cut at a word.
 REASON_MAX_CHARS = 600
 RETRY_REASON_MAX_CHARS = 120  # the error in short beside a progress line that retries
+CANCEL_POLL_S = 0.2  # how often a transfer (and a back-off) looks for the cancel file
 
 
 def bounded_reason(text: str, limit: int = REASON_MAX_CHARS) -> str:
@@ -215,6 +219,7 @@ class Downloader:
         wrote no byte, else wait its back-off. Returns the new (stalled, retries) counts."""
         # An attempt that wrote bytes made progress: only attempts that wrote none count towards giving up
         # (a flaky link that drops every few MB gets there).
+        self.check_cancel()  # a cancel that cut the transfer (``_cancel_cuts``) or came meanwhile: no retry
         progressed = (part.stat().st_size if part.is_file() else 0) > offset
         stalled = 0 if progressed else stalled + 1
         retries += 1
@@ -225,8 +230,41 @@ class Downloader:
         # Said while it waits and tries again: the rate and ETA of before the drop are not live.
         self.write_state("running", force=True, retry={
             "attempt": retries + 1, "reason": bounded_reason(reason, RETRY_REASON_MAX_CHARS)})
-        time.sleep(min(5.0, 0.25 * 2 ** stalled))
+        backoff = min(5.0, 0.25 * 2 ** stalled)
+        steps = max(1, math.ceil(backoff / CANCEL_POLL_S))
+        for _ in range(steps):  # the back-off, a cancel seen within it
+            time.sleep(backoff / steps)
+            self.check_cancel()
         return stalled, retries
+
+    @contextmanager
+    def _cancel_cuts(self, response: Any) -> Iterator[None]:
+        """While ``response``'s body is read: a cancel asked while the hub holds the transfer was seen only when the
+        read timed out (15 s) and the back-off ended, the app and the CLI saying "running" meanwhile. The
+        connection's socket is shut down at once: the read ends, and ``_retry`` stops at its cancel check."""
+        import socket
+        import threading
+
+        over = threading.Event()
+
+        def watch() -> None:
+            while not over.wait(CANCEL_POLL_S):
+                if (self.job_dir / "cancel").exists():
+                    sock = getattr(getattr(response.raw, "connection", None), "sock", None)
+                    if sock is not None:
+                        try:
+                            sock.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
+                    return
+
+        watcher = threading.Thread(target=watch, name="cancel-watch", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            over.set()
+            watcher.join()
 
     def _get(self, url: str, part: Path, offset: int) -> bool:
         """One ranged GET appended to ``part``; True when at least one byte arrived."""
@@ -234,7 +272,7 @@ class Downloader:
         if offset:
             headers["Range"] = f"bytes={offset}-"
         response = self._session.get(url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
-        with response:
+        with response, self._cancel_cuts(response):
             if response.status_code in FATAL_STATUSES:
                 self._refuse_status(response, part)
             response.raise_for_status()

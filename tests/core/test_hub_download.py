@@ -771,7 +771,7 @@ def test_a_retrying_download_says_so_and_shows_no_stale_rate_or_eta(hub_server, 
     monkeypatch.setattr(downloader.Downloader, "_get", dropping_get)
     monkeypatch.setattr(downloader.time, "sleep", lambda seconds: seen.append(read_status(job)))  # the back-off
     assert downloader.main([str(job)]) == 0  # holding the job's lock, as the detached one does: alive
-    [waiting] = seen
+    waiting = seen[0]  # the back-off's first step (it looks for a cancel between steps)
     assert waiting.active and waiting.retrying and waiting.retry_attempt == 2, waiting
     assert "IncompleteRead" in waiting.retry_reason and len(waiting.retry_reason) <= 120
     assert waiting.rate_bps == 0 and waiting.eta_s is None  # not the 2 MB/s of before the drop
@@ -1075,3 +1075,25 @@ def test_a_file_whose_checksum_is_being_checked_is_said_so_not_taken_for_a_stall
         printer.show(during)
     [said] = stream.getvalue().splitlines()
     assert "checking model.safetensors (sha256)" in said and "no data" not in said and "/s" not in said, said
+
+
+def test_a_cancel_while_the_hub_holds_the_transfer_stops_it_without_waiting_for_the_read_timeout(hub_server):
+    """c (or --cancel) while the hub held the transfer was seen only once the read timed out (15 s) and was
+    counted as a dropped link, the app and the CLI saying "running" meanwhile. The downloader cuts the
+    connection when the cancel comes: cancelled, no retry on the way, the bytes before the stall kept."""
+    from core.hub.download import cancel_download
+
+    hub_server.hub.stall_at = 128 * 1024  # held until the test ends (a ceiling of a minute): never released here
+    plan = _plan(include=["model.safetensors"])
+    job = start_download(plan)
+    try:
+        _wait_until_stalled(job, plan)
+        assert cancel_download(job)
+        status = wait_for_download(job, 60)
+        assert status.status == "cancelled", status
+        events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
+        assert [e["event"] for e in events if e["event"] in ("retry", "cancelled")] == ["cancelled"], events
+        assert not hub_server.hub.stall_release.is_set()
+        assert 0 < _partial_size(plan) <= 128 * 1024
+    finally:
+        hub_server.hub.stall_release.set()
