@@ -646,6 +646,14 @@ def _follow_download(args: argparse.Namespace, job_dir: Any, model_id: str, targ
         return 4
     from core.errors import CliError
 
+    if status.status == "interrupted":
+        # The downloader's process ended unfinished (killed: OOM, a reboot): "failed: interrupted", in English
+        # under any language, and no word that the same command resumes it.
+        from core.hub.download import human_bytes
+        from core.hub.local import download_command
+
+        raise CliError(t("hub.cli.download_interrupted", model=model_id, done=human_bytes(status.bytes_done),
+                         total=human_bytes(status.bytes_total), command=download_command(model_id, args.hub)), 3)
     raise CliError(t("hub.cli.download_failed", model=model_id, error=status.error or status.status), 3)
 
 

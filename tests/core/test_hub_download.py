@@ -1097,3 +1097,33 @@ def test_a_cancel_while_the_hub_holds_the_transfer_stops_it_without_waiting_for_
         assert 0 < _partial_size(plan) <= 128 * 1024
     finally:
         hub_server.hub.stall_release.set()
+
+
+def test_a_watched_download_whose_downloader_is_killed_says_interrupted_and_how_to_resume(hub_server, capsys,
+                                                                                           monkeypatch):
+    """The downloader killed (OOM, a reboot) while `models download` watched it: "Download of X failed:
+    interrupted", the status word in English under zh, and no word of the way on. It says where it stopped
+    and that the same command resumes it (exit 3); under zh in Chinese."""
+    from core.cli import main
+    from core.hub import commands
+    from core.i18n import set_language
+
+    hub_server.hub.stall_at = 128 * 1024
+    plan = _plan()
+    job = job_dir_for(plan.hub, plan.model_id)
+    real_show = commands.ProgressPrinter.show
+
+    def show_then_kill(self, status):  # the watcher follows the download: its downloader is killed now
+        if status.pid and _partial_size(plan) >= 64 * 1024 and downloader_alive(job):
+            os.kill(status.pid, signal.SIGKILL)
+        real_show(self, status)
+
+    monkeypatch.setattr(commands.ProgressPrinter, "show", show_then_kill)
+    try:
+        assert main(["--lang", "zh", "models", "download", plan.model_id]) == 3
+    finally:
+        set_language("en")
+        hub_server.hub.stall_release.set()
+    err = capsys.readouterr().err
+    assert "下载在" in err and "中断" in err and f"tunedeck models download {plan.model_id}" in err, err
+    assert "interrupted" not in err and read_status(job).status == "interrupted"
