@@ -653,3 +653,44 @@ def test_d_on_a_model_already_whole_or_already_downloading_says_so_and_starts_no
                 assert not said(app, "Downloading") and (job / "job.json").read_bytes() == job_before
 
     asyncio.run(scenario())
+
+
+def test_reading_the_downloads_never_holds_the_screen(hub_env, tmp_path):  # noqa: F811
+    """The download line's state is read in a worker: on the UI thread, every half second (and as the screen
+    opened) every download record was read, so a home on a slow or network disk held each frame. Here one
+    record is a FIFO whose read waits for a writer: the screen must go on answering keys while it waits (the
+    writer comes once the test has seen it answer, or, were the screen held, at a deadline that fails it)."""
+    import os
+    import threading
+
+    async def scenario():
+        stopped_download("hf", TINY, tmp_path / "hf-target")
+        slow = job_dir_for("modelscope", DEEPSEEK)
+        slow.mkdir(parents=True)
+        record = json.dumps({"hub": "modelscope", "model_id": DEEPSEEK, "revision": "master",
+                             "target_dir": str(tmp_path / "ms-target"),
+                             "files": [{"path": "model.safetensors", "size": 100}]})
+        os.mkfifo(slow / "job.json")
+        answered, released = threading.Event(), {}
+
+        def release() -> None:
+            released["by"] = "the test" if answered.wait(120) else "the deadline"
+            fifo = os.open(slow / "job.json", os.O_WRONLY)  # meets the reader waiting in open()
+            (slow / "job.tmp").write_text(record)
+            os.replace(slow / "job.tmp", slow / "job.json")  # later reads find a plain file
+            os.write(fifo, record.encode())
+            os.close(fifo)
+
+        writer = threading.Thread(target=release, daemon=True)
+        writer.start()
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await pilot.press("2")
+            await wait_for(pilot, lambda: screen.tab == "local")
+            answered.set()
+            writer.join(150)
+            await wait_for(pilot, lambda: "Distill" in line(app) or "Tiny" in line(app))
+        assert released["by"] == "the test"
+
+    asyncio.run(scenario())

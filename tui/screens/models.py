@@ -227,6 +227,17 @@ class DownloadStarted(Message):
         self.already = already
 
 
+class DownloadPolled(Message):
+    """The download the line shows (``job_dir``) and its state (``status``), read off the UI thread from the
+    one it showed when the poll began (``asked``): a poll begun before ``d`` picked another is not shown."""
+
+    def __init__(self, asked: Path | None, job_dir: Path | None, status: Any | None) -> None:
+        super().__init__()
+        self.asked = asked
+        self.job_dir = job_dir
+        self.status = status
+
+
 def _running(target: tuple[str, str, Any]) -> bool:
     """Whether the download record of a Local row ``d`` would resume (``ModelsScreen._resumable``) runs now."""
     return target[2] is not None and target[2].active
@@ -292,6 +303,7 @@ class ModelsScreen(Screen[None]):
         self._local_details_of: str | None = None  # the folder of the row whose facts the Local details show
         self.local_downloads: list[Any] = []  # the download records the Local tab was listed with
         self.job_dir: Path | None = None
+        self._polling = self._poll_again = False  # _refresh_download's worker under way; another asked
         self.download_active = False
         self.line_status: Any = None  # the download the line shows (DownloadStatus), as last read
         self._listed_at: tuple[Any, ...] | None = None  # that download's (job, status, files done) the Local tab last saw
@@ -730,9 +742,8 @@ class ModelsScreen(Screen[None]):
 
     # --- downloads ---------------------------------------------------------------------------------
     def _reattach(self) -> None:
-        pick = self._download_to_show()
-        if pick is not None:
-            self.job_dir = pick.job_dir
+        """The line takes the download to show (``_download_to_show``), read in the poll's worker."""
+        self.job_dir = None
         self._refresh_download()
 
     @staticmethod
@@ -868,22 +879,51 @@ class ModelsScreen(Screen[None]):
         self._refresh_download()
 
     def _refresh_download(self) -> None:
+        """The download line brought up to date. Its state is read in a worker, every half second and after
+        each change here: with no download running that lists every download record (a home on a slow or
+        network disk held the frame); one poll at a time, another asked meanwhile runs when it ends."""
+        if self._polling:
+            self._poll_again = True
+            return
+        self._polling = True
+        self._poll_download(self.job_dir)
+
+    @work(thread=True, group="download-poll", exit_on_error=False)
+    def _poll_download(self, asked: Path | None) -> None:
         from core.hub.download import list_downloads, read_status
 
-        line = self.query_one("#download-line", Static)
-        bar = self.query_one("#download-bar", ProgressBar)
-        status = read_status(self.job_dir) if self.job_dir is not None else None
-        if status is None or not status.active:
+        job_dir = asked
+        status = read_status(job_dir) if job_dir is not None else None
+        if job_dir is None:  # none picked yet (the screen opened, a model deleted): the one to show
+            status = self._download_to_show()
+            job_dir = status.job_dir if status is not None else None
+        elif status is None or not status.active:
             # A download started since (from a terminal: `tunedeck models download`) takes the line: it followed
             # only the one picked on opening, and "No download" (or the last one's end) stayed while one ran.
             running = next((d for d in list_downloads() if d.active), None)
             if running is not None:
-                self.job_dir, status = running.job_dir, running
+                job_dir, status = running.job_dir, running
             elif status is not None and status.target_gone:
                 # Its folder deleted by hand (rm -rf) while the screen was open: "downloaded to" a folder that is
                 # not there stayed on the line. The newest other download takes it, or none.
                 status = self._download_to_show()
-                self.job_dir = status.job_dir if status is not None else None
+                job_dir = status.job_dir if status is not None else None
+        self.post_message(DownloadPolled(asked, job_dir, status))
+
+    def on_download_polled(self, message: DownloadPolled) -> None:
+        self._polling = False
+        if message.asked == self.job_dir:  # else d picked another meanwhile: the poll asked below reads it
+            self.job_dir = message.job_dir
+            self._show_download(message.status)
+        else:
+            self._poll_again = True
+        if self._poll_again:
+            self._poll_again = False
+            self._refresh_download()
+
+    def _show_download(self, status: Any | None) -> None:
+        line = self.query_one("#download-line", Static)
+        bar = self.query_one("#download-bar", ProgressBar)
         active = status is not None and status.active
         if active != self.download_active:
             self.download_active = active
