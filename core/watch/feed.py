@@ -135,10 +135,11 @@ class MetricsFeed:
         One bounded read (``max_read`` bytes): a file that grew by more, or was replaced by a long one, is
         caught up over the next polls instead of being parsed into memory in one go."""
         result = self.follower.read_new()
-        if result.vanished and self.kind == "llamafactory":
+        if result.vanished and self.kind == "llamafactory" and self.path.parent.is_dir():
             # LLaMA-Factory removes its trainer_log.jsonl as a run started again with overwrite_output_dir begins
             # (LogCallback.on_init_end): what was read is the previous run's, shown until the new run's first
             # line (minutes) as this run's figures. Start over now; the file it writes next is read from its start.
+            # A folder deleted whole is no new run: what was read stays under "directory deleted", as elsewhere.
             self.follower = FileFollower(self.path, max_read=self.max_read)
             result.restarted = True
         records = parse_lines(result.lines, self.kind)

@@ -614,6 +614,24 @@ def test_llamafactory_run_started_again_with_overwrite_output_dir_is_running_at_
     assert writer_state(source, feed.activity).status == RUNNING
 
 
+def test_a_llamafactory_folder_deleted_while_watched_keeps_its_figures(tmp_path):
+    """The removal of trainer_log.jsonl starts the feed over (a run started again with overwrite_output_dir), but
+    a folder deleted whole (rm -r) also takes the file: the dashboard then dropped the run's charts and figures
+    and said "directory deleted" over nothing, where an ms-swift or tunedeck folder keeps what was read. Only a
+    removal from a folder still there starts over."""
+    from core.watch.activity import GONE
+
+    out = tmp_path / "lf"
+    out.mkdir()
+    (out / "trainer_log.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lf_old_lines(40)))
+    source = open_watch_source(out)
+    feed = open_metrics_feed(source)
+    assert [r["step"] for r in feed.read_tail() if r.get("kind") == "train"]
+    shutil.rmtree(out)
+    assert feed.poll() == ([], False)  # nothing new, and what was read stays
+    assert writer_state(source, feed.activity).status == GONE
+
+
 def test_watch_json_reports_the_writer_state(tmp_path):
     out = tmp_path / "hf_out"
     write_checkpoint(out, 10, 40, MONTHS_AGO)
