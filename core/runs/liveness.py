@@ -179,19 +179,22 @@ def trainer_verdict(run: RunDirectory, status: str) -> tuple[str, str | Message]
     in the moment between the trainer's exit and the final status), else None. Such a run read "crashed …
     continue with tunedeck resume", and a finished one's resume was then refused (no step left): it could
     neither go on nor be evaluated or exported as finished. The supervisor removes outcome.json as each attempt
-    starts; the verdict must name the last attempt run.json records (``TUNEDECK_ATTEMPT``), which an end the
-    supervisor recorded for it must not contradict. ``status``: the run's; a queued run's supervisor never
+    starts; the verdict must name the last attempt run.json records (``TUNEDECK_ATTEMPT``). Where the supervisor
+    recorded that attempt's end (its exit code) before the status, its verdict is taken (``_supervisor_verdict``):
+    it judged the trainer's. ``status``: the run's; a queued run's supervisor never
     started its attempt (a resume that died on the way), so the verdict there is the attempt before's."""
     import json
 
     if status == QUEUED:
         return None
+    attempts = run.read_record()[0].get("attempts")
+    last = attempts[-1] if isinstance(attempts, list) and attempts else None
+    if isinstance(last, dict) and last.get("exit_code") is not None and last.get("status") in ENDED_EVENTS:
+        return _supervisor_verdict(run, last)
     try:
         outcome = json.loads(run.outcome_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    attempts = run.read_record()[0].get("attempts")
-    last = attempts[-1] if isinstance(attempts, list) and attempts else None
     if not isinstance(outcome, dict) or not isinstance(last, dict) or outcome.get("status") not in ENDED_EVENTS:
         return None
     if str(outcome.get("attempt")) != str(last.get("number")) or last.get("status") not in (None, outcome["status"]):
@@ -200,16 +203,44 @@ def trainer_verdict(run: RunDirectory, status: str) -> tuple[str, str | Message]
     return str(outcome["status"]), message if message is not None else str(outcome.get("reason") or "")
 
 
+def _supervisor_verdict(run: RunDirectory, last: dict[str, Any]) -> tuple[str, str | Message]:
+    """The end the supervisor recorded for the last attempt (its status and exit code in run.json, written before
+    its event and the final status) when it was gone before the status: its event's reason where it got that far,
+    else the reason it gives for that exit. It may differ from the trainer's outcome.json (a trainer that said
+    finished and exited non-zero failed); such a run read "crashed … continue with tunedeck resume"."""
+    status, code = str(last["status"]), last["exit_code"]
+    ended = recorded_end(run)
+    if ended is not None and ended.status == status:
+        return status, Message.from_record(ended.reason_message) or ended.reason
+    return status, exit_reason(code) if status == FAILED else ""
+
+
+def exit_reason(code: Any) -> Message:
+    """Why a trainer that left no verdict of its own failed: the signal that killed it (``code`` below 0, as
+    ``Popen.returncode`` gives it), else its exit code."""
+    import signal
+
+    if isinstance(code, int) and code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+        return Message("runs.reason_signal", signal=name)
+    return Message("runs.reason_exit_code", code=code)
+
+
 def record_verdict(run: RunDirectory, verdict: tuple[str, str | Message]) -> RunStatus | None:
     """Record ``trainer_verdict``'s end as the supervisor would have (the status, the attempt, the event); the
     status written, or None where another reader recorded an end first."""
     from core.i18n import stored_reason
 
     status, reason = verdict
+    attempts = run.read_record()[0].get("attempts")
+    last = attempts[-1] if isinstance(attempts, list) and attempts else None
+    closed = isinstance(last, dict) and last.get("exit_code") is not None  # by its supervisor, event next
     if not run.transition(status, reason, only_from=ACTIVE_STATES):
         return None
     run.close_open_attempt(status, replacing=(CRASHED,))
-    run.append_event(status, exit_code=None, supervisor_gone=True, **stored_reason(reason))
+    ended = recorded_end(run) if closed else None
+    if ended is None or ended.status != status:  # the supervisor's event, where it got that far, is not repeated
+        run.append_event(status, exit_code=None, supervisor_gone=True, **stored_reason(reason))
     return run.status()
 
 

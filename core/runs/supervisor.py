@@ -472,18 +472,15 @@ class Supervisor:
                 return FAILED, Message("runs.reason_exit_code", code=code)
             # The trainer's own reason: its message record when it wrote one, else its text (older trainers).
             return status, Message.from_record(outcome.get("reason_message")) or str(outcome.get("reason", ""))
-        if code < 0:
-            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
-            if self.stop_requests and -code in (signal.SIGTERM, signal.SIGKILL):
-                # Killed by the stop before its handler was in place (its first moments): this attempt saved
-                # nothing, but a resumed run keeps its earlier checkpoints.
-                from core.runs.liveness import stopped_early_reason
+        from core.runs.liveness import exit_reason, stopped_early_reason
 
-                return STOPPED, stopped_early_reason(self.run)
-            return FAILED, Message("runs.reason_signal", signal=name)
+        if code < 0 and self.stop_requests and -code in (signal.SIGTERM, signal.SIGKILL):
+            # Killed by the stop before its handler was in place (its first moments): this attempt saved
+            # nothing, but a resumed run keeps its earlier checkpoints.
+            return STOPPED, stopped_early_reason(self.run)
         if self.stop_requests and code == 0:
             return STOPPED, ""
-        return FAILED, Message("runs.reason_exit_code", code=code)
+        return FAILED, exit_reason(code)
 
 
 def _is_disk_full_reason(reason: str | Message) -> bool:

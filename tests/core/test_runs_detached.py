@@ -383,3 +383,40 @@ def test_an_earlier_attempts_verdict_is_not_taken_for_the_last_ones(tmp_path):
                                               "updated_ts": 1.0}))
     status = effective_status(queued)
     assert status.status == "crashed", status
+
+
+def test_a_supervisor_gone_after_recording_its_attempts_end_is_taken_at_its_word(tmp_path):
+    """The supervisor records the attempt's end in run.json (status, exit code), then its event, then the status; killed
+    between, the run read "crashed … continue with tunedeck resume" where it had judged the attempt failed (a trainer
+    that said finished, then exited with code 1), and where it agreed with the trainer the event was written twice.
+    Its verdict is taken, its event not repeated. (No trainer: the files alone.)"""
+    from core.runs.liveness import effective_status
+    from core.runs.run_dir import RunDirectory
+
+    def closed_attempt(name: str, status: str, code: int, outcome: str, event: bool) -> RunDirectory:
+        run_dir = tmp_path / f"20261207-1200-tiny-full-{name}"
+        run_dir.mkdir()
+        (run_dir / "run.json").write_text(json.dumps({"id": run_dir.name, "gpus": [], "attempts": [
+            {"number": 1, "started": "2026-12-07T12:00:00Z", "ended": "2026-12-07T12:09:00Z", "status": status,
+             "exit_code": code}]}))
+        (run_dir / "status.json").write_text(json.dumps({"status": "running", "reason": "",
+                                                         "updated": "2026-12-07T12:00:01Z", "updated_ts": 1.0}))
+        (run_dir / "outcome.json").write_text(json.dumps({"status": outcome, "attempt": "1", "reason": ""}))
+        if event:
+            (run_dir / "events.jsonl").write_text(json.dumps(
+                {"time": "2026-12-07T12:09:00Z", "ts": 2.0, "event": status, "exit_code": code,
+                 "reason": f"the trainer exited with code {code}; see train.log" if code else ""}) + "\n")
+        return RunDirectory(run_dir)
+
+    def ends(run: RunDirectory) -> list[tuple[str, object]]:
+        lines = run.events_path.read_text().splitlines() if run.events_path.exists() else []
+        return [(e["event"], e.get("exit_code")) for e in map(json.loads, lines)]
+
+    for event in (False, True):
+        run = closed_attempt(f"failed{int(event)}", "failed", 1, "finished", event)
+        status = effective_status(run)
+        assert status.status == "failed" and "exited with code 1" in status.reason, status
+        assert ends(run) == [("failed", 1 if event else None)]
+    run = closed_attempt("finished", "finished", 0, "finished", True)
+    assert effective_status(run).status == "finished"
+    assert ends(run) == [("finished", 0)]  # the supervisor's event, once
