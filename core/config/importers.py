@@ -155,6 +155,18 @@ def detect_peer(path: str | Path) -> str | None:
 
 def read_peer_file(path: str | Path) -> tuple[str, dict[str, Any]]:
     """The peer and its keys: a LLaMA-Factory or ms-swift YAML, an ``args.json``, or a ``swift`` line."""
+    peer, values, _form, _environment = _read_peer_file(path)
+    return peer, values
+
+
+# How an ms-swift file gives its keys: a command line (``swift sft --key v``), a config file (``swift sft x.yaml``,
+# read as that command line: ms-swift's own defaults fill what it leaves out) or an args.json (every value listed).
+SWIFT_COMMAND, SWIFT_CONFIG, SWIFT_ARGS_JSON = "command", "config", "args.json"
+
+
+def _read_peer_file(path: str | Path) -> tuple[str, dict[str, Any], str | None, frozenset[str]]:
+    """``read_peer_file``'s answer, for ms-swift how its file gives the keys (``SWIFT_*``), and the names of a
+    config file's ``ENV:`` entries (environment variables whatever their case)."""
     import yaml
 
     path = Path(path)
@@ -182,10 +194,10 @@ def read_peer_file(path: str | Path) -> tuple[str, dict[str, Any]]:
             _refuse_duplicate_keys(path, text)  # JSON (tab indents, C1 characters): a traceback, once
         keys = {str(key) for key in data}
         # ms-swift's first: its args.json lists transformers' do_train too, a LLaMA-Factory marker
-        if keys & set(_SWIFT_MARKERS):
-            return SWIFT, {str(k): v for k, v in data.items()}
+        if keys & set(_SWIFT_MARKERS) or isinstance(data.get("ENV"), dict):
+            return SWIFT, *_swift_config_values(path, data, as_json)
         if keys & set(_LLAMAFACTORY_MARKERS):
-            return LLAMAFACTORY, {str(k): v for k, v in data.items()}
+            return LLAMAFACTORY, {str(k): v for k, v in data.items()}, None, frozenset()
         raise PeerFileError(t("import.not_a_peer_file", path=str(path)))
     tokens = _swift_line(text)
     if tokens is None:
@@ -198,7 +210,23 @@ def read_peer_file(path: str | Path) -> tuple[str, dict[str, Any]]:
             raise PeerFileError(t("import.yaml_syntax", path=str(path),
                                   line=mark.line + 1 if mark is not None else "?", problem=problem))
         raise PeerFileError(t("import.not_a_peer_file", path=str(path)))
-    return SWIFT, parse_swift_command(tokens)
+    return SWIFT, parse_swift_command(tokens), SWIFT_COMMAND, frozenset()
+
+
+def _swift_config_values(path: Path, data: dict[Any, Any],
+                         as_json: bool) -> tuple[dict[str, Any], str, frozenset[str]]:
+    """An ms-swift file's keys and its form. ``swift sft x.yaml`` (or ``x.json``) reads the file as its command
+    line, its ``ENV:`` mapping as the assignments before ``swift`` (ms-swift sets each one the shell has not set,
+    swift/cli/main.py): they come first, under their names, as a command line's do. A JSON without ``ENV`` is an
+    args.json, which ms-swift writes with every value in it."""
+    env = data.get("ENV")
+    if "ENV" in data and env is not None and not isinstance(env, dict):
+        raise PeerFileError(t("import.swift_env_not_mapping", path=str(path), value=show_value(env)))
+    values: dict[str, Any] = {str(k): str(v) if isinstance(v, (int, float, bool)) else v
+                              for k, v in (env or {}).items()}
+    values.update((str(k), v) for k, v in data.items() if k != "ENV")
+    form = SWIFT_ARGS_JSON if as_json and "ENV" not in data else SWIFT_CONFIG
+    return values, form, frozenset(values) - frozenset(str(k) for k in data)
 
 
 def is_json_text(path: str | Path, text: str) -> bool:
@@ -357,10 +385,10 @@ def _unknown(value: Any) -> Outcome:
     return needs_you("import.reason_unknown")
 
 
-def _convert_one(peer: str, key: str, value: Any) -> MappingLine:
+def _convert_one(peer: str, key: str, value: Any, environment: frozenset[str] = frozenset()) -> MappingLine:
     if peer == SWIFT and key == "swift":
         return MappingLine(key, value, _stage(value))
-    if key.isupper():  # an environment assignment before `swift sft`
+    if key.isupper() or key in environment:  # an environment assignment before `swift sft` (or a config's ENV:)
         return MappingLine(key, value, _environment(key, value))
     if isinstance(value, str) and value.startswith("$"):
         return MappingLine(key, value, needs_you("import.reason_shell_variable", value=value))
@@ -393,11 +421,16 @@ def _check_taken(line: MappingLine) -> None:
     line.outcome.values.update(clean)
 
 
-def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
-    """The tunedeck configuration for a peer's keys, with a mapping line for every key."""
+def convert(peer: str, values: dict[str, Any], source: str, form: str | None = None,
+            environment: frozenset[str] = frozenset()) -> ImportResult:
+    """The tunedeck configuration for a peer's keys, with a mapping line for every key. ``form`` is how an
+    ms-swift file gives them (``SWIFT_*``; left out: a command line where ``values`` hold its ``swift``
+    subcommand, else an args.json); ``environment`` names a config's ``ENV:`` entries."""
     from core.config.schema import KEY_SPECS
 
-    mapping = [_convert_one(peer, key, value) for key, value in values.items()]
+    if form is None and peer == SWIFT:
+        form = SWIFT_COMMAND if "swift" in values else SWIFT_ARGS_JSON
+    mapping = [_convert_one(peer, key, value, environment) for key, value in values.items()]
     for line in mapping:
         if line.verdict == TAKEN:
             _check_taken(line)
@@ -438,7 +471,7 @@ def convert(peer: str, values: dict[str, Any], source: str) -> ImportResult:
                 line.outcome = dropped("import.reason_epochs_overridden")
     _drop_eval_steps_without_eval(peer, values, config, mapping)
     _say_eval_strategy(config, mapping)
-    defaults = _peer_defaults(peer, values, config)  # first: a hook reads the dataset_dir LLaMA-Factory defaults to
+    defaults = _peer_defaults(peer, values, config, form)  # first: a hook reads the dataset_dir LLaMA-Factory defaults to
     for line in mapping:
         hook = line.entry.in_context if line.entry is not None else None
         outcome = hook(line.value, config) if line.verdict == NEEDS_YOU and hook is not None else None
@@ -546,14 +579,15 @@ def _one_process_over_gpus(values: dict[str, Any], config: dict[str, Any], mappi
 LF_DATASET_DIR = "data"  # LLaMA-Factory's dataset_dir when its file gives none
 
 
-def _peer_defaults(peer: str, values: dict[str, Any], config: dict[str, Any]) -> list[MappingLine]:
+def _peer_defaults(peer: str, values: dict[str, Any], config: dict[str, Any],
+                   form: str | None = None) -> list[MappingLine]:
     """The peer's defaults for keys the file leaves out, where they differ from tunedeck's: LoRA keys, the batch,
     accumulation, learning rate, schedule and warmup the peer trains with (``PEER_TRAIN_DEFAULTS``), ms-swift's
     adam_beta2 and its drop of over-long samples, and LLaMA-Factory's hub, dataset folder and packing of
     pre-training text."""
     lines: list[MappingLine] = []
-    if peer == SWIFT and "swift" not in values:
-        return lines  # an args.json lists every value itself
+    if peer == SWIFT and form == SWIFT_ARGS_JSON:
+        return lines  # an args.json lists every value itself (a config file, like a command line, does not)
     defaults = dict(PEER_DEFAULTS.get(peer, {})) if config.get("method", "lora") != "full" else {}
     if peer == LLAMAFACTORY and defaults:
         defaults["lora_alpha"] = 2 * int(config.get("lora_rank", defaults["lora_rank"]))
@@ -598,8 +632,8 @@ def _is_local_model(model: str) -> bool:
 
 def import_file(path: str | Path) -> ImportResult:
     """Convert a peer's file (see ``read_peer_file``); raises ``PeerFileError``."""
-    peer, values = read_peer_file(path)
-    result = convert(peer, values, str(path))
+    peer, values, form, environment = _read_peer_file(path)
+    result = convert(peer, values, str(path), form, environment)
     _relative_to_file(result.config, Path(path).resolve().parent)
     return result
 

@@ -307,6 +307,40 @@ def test_swift_command_line_in_a_script_and_as_arguments(tmp_path):
     assert _line(result, "model").verdict == NEEDS_YOU and result.config["dataset"] == "a;b"
 
 
+def test_swift_yaml_config_reads_as_its_command_line(tmp_path):
+    """``swift sft x.yaml`` (ms-swift 4.x, swift/cli/main.py) reads the file as its command line and sets its
+    ``ENV:`` entries as environment variables. The import dropped ENV whole ("an environment variable tunedeck
+    does not read": the GPUs lost) and, taking the file for an args.json, gave none of ms-swift's defaults
+    (lora_rank 8, lora_alpha 32, adam_beta2 0.95, ...): a YAML config converts as the equivalent command line."""
+    config = tmp_path / "sft.yaml"
+    config.write_text("ENV:\n  NPROC_PER_NODE: 2\n  CUDA_VISIBLE_DEVICES: '0,1'\n  http_proxy: http://proxy:3128\n"
+                      "model: Qwen/Qwen2.5-0.5B-Instruct\ntuner_type: lora\ndataset: d.jsonl\n"
+                      "per_device_train_batch_size: 1\n", encoding="utf-8")
+    result = import_file(config)
+    command = import_command(["NPROC_PER_NODE=2", "CUDA_VISIBLE_DEVICES=0,1", "swift", "sft", "--model",
+                              "Qwen/Qwen2.5-0.5B-Instruct", "--tuner_type", "lora", "--dataset", "d.jsonl",
+                              "--per_device_train_batch_size", "1"])
+    assert result.config == command.config
+    assert result.config["gpus"] == [0, 1] and result.config["gradient_accumulation"] == 8  # 16 / 1 / 2 GPUs
+    assert (result.config["lora_rank"], result.config["lora_alpha"], result.config["adam_beta2"]) == (8, 32, 0.95)
+    assert _line(result, "CUDA_VISIBLE_DEVICES").verdict == TAKEN and _line(result, "NPROC_PER_NODE").verdict == TAKEN
+    assert not any(line.key == "ENV" for line in result.mapping)
+    # an ENV entry whatever its case is an environment variable, not an ms-swift key that "needs you"
+    assert "an environment variable tunedeck does not read" in _line(result, "http_proxy").text()
+    # ms-swift takes a JSON config the same way; one with ENV is never its args.json
+    as_json = tmp_path / "sft.json"
+    as_json.write_text(json.dumps({"ENV": {"CUDA_VISIBLE_DEVICES": "1"}, "model": "Qwen/Qwen2.5-0.5B-Instruct",
+                                   "dataset": "d.jsonl"}), encoding="utf-8")
+    result = import_file(as_json)
+    assert result.config["gpus"] == [1] and result.config["lora_rank"] == 8
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("ENV: [CUDA_VISIBLE_DEVICES=0]\nmodel: Qwen/Qwen2.5-0.5B-Instruct\ntuner_type: lora\n",
+                      encoding="utf-8")
+    from core.config.importers import PeerFileError
+    with pytest.raises(PeerFileError, match=r"broken.yaml: ENV: .* is not a mapping"):
+        import_file(broken)
+
+
 def test_files_that_are_not_a_peers_config(tmp_path):
     from core.config.importers import PeerFileError, detect_peer
 
