@@ -224,13 +224,16 @@ def check_out_location(out: Path, run: RunDirectory, source: ModelSource, quanti
 
     target = _absolute(out)
     root = _absolute(data_root())
+    # where leaving --out out writes: a bitsandbytes export's export/ folder, else the merge's merged/ one
+    default = str(quantized if quantized is not None else default_merge_dir(run, source.step))
     if root.is_relative_to(target):
-        raise LifecycleError(t("lifecycle.out_data_root", path=str(out), root=str(root)), exit_code=EXIT_USAGE)
+        raise LifecycleError(t("lifecycle.out_data_root", path=str(out), root=str(root), default=default),
+                             exit_code=EXIT_USAGE)
     run_path = _absolute(run.path)
     runs = [run_path] + [p for p in (target, *target.parents) if (p / "run.json").is_file()]
     for folder in runs:
         if folder.is_relative_to(target):  # the run directory itself, or a folder holding it
-            raise LifecycleError(t("lifecycle.out_holds_run", path=str(out), run=str(folder)),
+            raise LifecycleError(t("lifecycle.out_holds_run", path=str(out), run=str(folder), default=default),
                                  exit_code=EXIT_USAGE)
     for what, folder in (("checkpoint", source.checkpoint), ("model", _local_model_dir(source))):
         if folder is None:
@@ -244,13 +247,14 @@ def check_out_location(out: Path, run: RunDirectory, source: ModelSource, quanti
         parts = target.relative_to(inside[0]).parts
         if quantized is not None and (len(parts) < 2 or parts[0] != "export"):
             raise LifecycleError(t("lifecycle.out_inside_run_quantized", path=str(out), run=str(inside[0]),
-                                   default=str(quantized)), exit_code=EXIT_USAGE)
+                                   default=default), exit_code=EXIT_USAGE)
         if len(parts) < 2 or parts[0] not in RUN_OUTPUT_FOLDERS:
             raise LifecycleError(t("lifecycle.out_inside_run", path=str(out), run=str(inside[0]),
-                                   default=str(default_merge_dir(run, source.step))), exit_code=EXIT_USAGE)
+                                   default=default), exit_code=EXIT_USAGE)
         return
     if target.is_relative_to(root):
-        raise LifecycleError(t("lifecycle.out_data_root", path=str(out), root=str(root)), exit_code=EXIT_USAGE)
+        raise LifecycleError(t("lifecycle.out_data_root", path=str(out), root=str(root), default=default),
+                             exit_code=EXIT_USAGE)
 
 
 def is_replaceable(folder: Path) -> bool:

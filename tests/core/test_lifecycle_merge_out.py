@@ -297,6 +297,16 @@ def test_a_quantized_export_goes_to_the_runs_export_folder_only(lora_run):
             f"was touched; leave --out out (the export goes to {default}) or choose a folder outside the run"), \
             str(info.value)
     check_out_location(run.path / "export" / "mine", run, source, quantized=default)  # its folder: taken
+    # --out naming the run or the data root: the way out named the run's merged/ folder for a bitsandbytes export
+    # too, where leaving --out out writes to export/: each refusal names the default of the command at hand
+    from core.paths import data_root
+
+    for out, key in ((run.path, "is or holds the run directory"), (data_root(), "tunedeck's data folder")):
+        for quantized, said in ((default, default), (None, merged)):
+            with pytest.raises(LifecycleError) as info:
+                check_out_location(out, run, source, quantized=quantized)
+            assert key in str(info.value) and str(info.value).endswith(f"leave --out out (the default is {said})"), \
+                str(info.value)
     check_out_location(merged, run, source)  # a merge's own default
 
     # One an earlier version let through: a quantized export's folder (its provenance names its format)
