@@ -9,7 +9,7 @@ A ``dataset`` entry (one of a list, or of a comma-separated text such as ``ident
   ``num_samples`` are followed;
 * a hub id ``owner/name``.
 
-Any of them may end in ``:split`` (hub ids and names; ``train`` unless the entry, or the run's ``split``
+Any of them may end in ``:split`` (hub ids, names and folders, not a single file; ``train`` unless the entry, or the run's ``split``
 key, says otherwise) and ``#N`` (ms-swift's sampling: N records drawn with the run's seed; more than the
 source holds repeats it whole, then draws the rest). Neither suffix is ever sent to a hub.
 """
@@ -270,6 +270,11 @@ def resolve_sources_and_issues(
             issues.append(DataIssue(spec, None, None, str(exc)))
             continue
         local = find_local(base, base_dirs)
+        if local is not None and spec_split is not None and not local.is_dir():
+            # a file is read whole: its :split was ignored silently, reading all of it where a part was meant
+            issues.append(DataIssue(spec, None, None, Message("data.split_on_file", split=spec_split,
+                                                              file=str(local))))
+            continue
         if local is not None:
             sources.append(DatasetSource(spec, "dir" if local.is_dir() else "file", str(local), spec_split, sample))
             continue

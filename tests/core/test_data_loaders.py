@@ -269,6 +269,22 @@ def test_a_folder_with_split_named_files_trains_on_train_only(tmp_path):
         == [None, None, None, "test"]
 
 
+def test_a_split_on_a_single_file_is_refused(tmp_path):
+    """``file.jsonl:test`` read the whole file, its ``:test`` ignored without a word (a split picks the files of a
+    folder, DIR:split, or a hub dataset's split): the user trained on all of it where a part was meant. It is
+    refused, saying why and what to write; the folder's form still reads its split."""
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n')
+    (folder / "test.jsonl").write_text('{"text": "c"}\n')
+    with pytest.raises(DataError) as info:
+        load_training_records(f"{folder / 'train.jsonl'}:test")
+    assert f"':test' names a split, and {folder / 'train.jsonl'} is one file, read whole" in str(info.value)
+    assert "Name the file without ':test', or its folder with it" in str(info.value)
+    assert len(load_training_records(f"{folder}:test")) == 1
+    assert len(load_training_records(f"{folder / 'train.jsonl'}#1")) == 1  # #N on a file stays as it was
+
+
 @pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
 def test_compressed_data_files_are_read_alone_and_in_a_folder(tmp_path, suffix):
     """train.jsonl.gz (as Hugging Face datasets, LLaMA-Factory and ms-swift read it) was refused as "unsupported
