@@ -47,6 +47,9 @@ class Tokenized:
     cut_no_answer: int = 0  # of ``skipped``, the samples the cut to max_seq_len left without their answer
     cut_no_answer_origins: list[str] = field(default_factory=list)  # where the first few came from
     skipped_origins: list[str] = field(default_factory=list)  # where the first few skipped ones came from
+    # where the first few skipped ones the data itself gave nothing to train on came from (every assistant turn
+    # excluded: weight 0), the skipped ones not cut_no_answer
+    untrained_origins: list[str] = field(default_factory=list)
     method: str = ""  # how assistant tokens were found: generation, prefix, all
     chat_template_added: bool = False  # the tokenizer had no chat template; the bundled ChatML one was used
 
@@ -330,6 +333,8 @@ def tokenize_dataset(
                 result.cut_no_answer += 1
                 if len(result.cut_no_answer_origins) < 10:
                     result.cut_no_answer_origins.append(record.origin or "?")
+            elif len(result.untrained_origins) < 10:
+                result.untrained_origins.append(record.origin or "?")
             if len(result.skipped_origins) < 10:
                 result.skipped_origins.append(record.origin or "?")
             continue

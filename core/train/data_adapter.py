@@ -26,6 +26,12 @@ class TrainingExamples:
     overlong_dropped: int = 0  # examples longer than max_seq_len left out (overlong: drop)
     cut_no_answer: int = 0  # examples the cut to max_seq_len left without their answer: left out
     cut_no_answer_origins: list[str] = field(default_factory=list)  # the first few of them, file:line
+    untrained_origins: list[str] = field(default_factory=list)  # the first few skipped, not cut_no_answer ones
+
+    @property
+    def untrained(self) -> int:
+        """Examples left out as the data gives them nothing to train on (every assistant turn at weight 0)."""
+        return self.skipped - self.cut_no_answer
 
 
 def load_records(datasets: Sequence[str] | str, hub: str = "modelscope", cfg: dict[str, Any] | None = None
@@ -68,6 +74,7 @@ def tokenize_records(records: list[Any], tokenizer: Any, max_seq_len: int, loss_
         overlong_dropped=int(result.overlong_dropped),
         cut_no_answer=int(result.cut_no_answer),
         cut_no_answer_origins=list(result.cut_no_answer_origins),
+        untrained_origins=list(result.untrained_origins),
     )
 
 

@@ -345,6 +345,10 @@ def train(run: RunDirectory, cfg: dict[str, Any], resume: str | None, flag: Any,
                          file=examples.cut_no_answer_origins[0])
         log.warning("%d of them lost their whole answer to the cut and were left out (the first: %s); raise "
                     "max_seq_len to train on them", examples.cut_no_answer, ", ".join(examples.cut_no_answer_origins))
+    if examples.untrained and rank == 0:  # said as the other left-out samples are, not dropped without a word
+        run.append_event("data_no_trained_turn", samples=examples.untrained, file=examples.untrained_origins[0])
+        log.warning("%d samples have no turn to train on (every assistant turn excluded: weight 0) and were left "
+                    "out (the first: %s)", examples.untrained, ", ".join(examples.untrained_origins))
     if examples.overlong_dropped and rank == 0:
         run.append_event("data_overlong_dropped", samples=examples.overlong_dropped, max_seq_len=max_seq_len)
         log.warning("%d samples longer than max_seq_len %d were left out (overlong: drop)",

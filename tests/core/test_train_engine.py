@@ -662,6 +662,29 @@ def test_adam_betas_and_overlong_drop_reach_the_real_optimizer_and_data(tmp_path
     assert betas["default"] == {((0.9, 0.999), 1e-8)}
 
 
+def test_samples_with_no_trained_turn_are_said_as_left_out(tmp_path):
+    """A sample whose every assistant turn is at weight 0 has no token to train on: the trainer left it out
+    without a word, where a sample cut or dropped as too long is counted in train.log and events.jsonl. Now it
+    is said the same way: how many, and where the first came from. CPU, the tiny model, no GPU assumed."""
+    home = tmp_path / "home"
+    data = _dataset(tmp_path / "data.jsonl")
+    with open(data, "a", encoding="utf-8") as handle:  # line 7: its one answer excluded from training
+        handle.write(json.dumps({"messages": [{"role": "user", "content": "Hi."},
+                                              {"role": "assistant", "content": "Hello.", "weight": 0}]}) + "\n")
+    work = tmp_path / "work"  # _config writes its own data.jsonl beside the config
+    work.mkdir()
+    out = _tunedeck(home, "train", str(_config(work, max_steps=1, save_steps=1)), f"dataset={data}")
+    assert out.returncode == 0, out.stderr
+    run_dir = home / "runs" / out.stdout.strip()
+    status = _wait_final(home, out.stdout.strip())
+    log = (run_dir / "train.log").read_text()
+    assert status["status"] == "finished", log[-2000:]
+    events = [e for e in _records(run_dir, "events.jsonl") if e.get("event") == "data_no_trained_turn"]
+    assert [(e["samples"], e["file"]) for e in events] == [(1, f"{data}:7")], events
+    assert f"1 samples have no turn to train on (every assistant turn excluded: weight 0) and were left out " \
+           f"(the first: {data}:7)" in log, log[-2000:]
+
+
 def _all_too_long(path: Path) -> Path:
     """Two samples, each far past max_seq_len 64 with the tiny model's tokenizer."""
     with open(path, "w", encoding="utf-8") as handle:
