@@ -856,10 +856,14 @@ def _completion_tokens(tokenizer: Any, reply: Any) -> list[int]:
     ids, outcome = list(reply.outcome.ids), reply.outcome
     if not outcome.hit_stop:
         return ids[:-1] if outcome.hit_eos else ids
-    low, high = 0, len(ids)  # the fewest tokens whose text reaches the reply's end
+    # The fewest tokens whose text reaches the reply's end. A character split across tokens (byte pieces) is
+    # reached only with its last piece: before it, its first pieces decode to U+FFFD, a character as long.
+    whole = len(reply.text.rstrip("\ufffd"))
+    low, high = 0, len(ids)
     while low < high:
         middle = (low + high) // 2
-        if len(tokenizer.decode(ids[:middle], skip_special_tokens=True)) >= len(reply.text):
+        text = tokenizer.decode(ids[:middle], skip_special_tokens=True)
+        if len(text) >= len(reply.text) and len(text.rstrip("\ufffd")) >= whole:
             high = middle
         else:
             low = middle + 1

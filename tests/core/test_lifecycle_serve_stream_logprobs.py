@@ -193,3 +193,22 @@ def test_a_character_across_two_tokens_comes_in_one_chunk_with_each_tokens_own_b
     assert piece == "é" and [entry.bytes for entry in content] == [[0xC3], [0xA9]]
     assert bytes(b for entry in content for b in entry.bytes).decode("utf-8") == text
     _same_entries(content, whole)
+
+
+def test_a_reply_ending_in_a_character_across_tokens_before_a_stop_string_keeps_both_its_tokens(served):
+    """"é" as its two byte tokens, then "ed", with the stop string "ed": the reply is "é" and its logprobs
+    the two byte tokens. The answer not streamed counted the first one's text (U+FFFD, one character) as
+    reaching the reply's end and left the second out: its bytes could not be joined back into "é", and it
+    differed from the same reply streamed."""
+    client, loaded = served
+    first, second = loaded.tokenizer("é", add_special_tokens=False)["input_ids"]
+    [ed] = loaded.tokenizer("ed", add_special_tokens=False)["input_ids"]
+    # greedy with the penalties (4 off a token once picked): C3, then A9, then "ed"
+    body = {"temperature": 0, "max_tokens": 3, "stop": "ed", "presence_penalty": 2, "frequency_penalty": 2,
+            "logit_bias": {str(first): 100, str(second): 98.6, str(ed): 97.3}}
+    text, whole = _whole_chat(client, **body)
+    chunks, usage = _streamed_chat(client, **body)
+    assert text == "é" and usage.completion_tokens == 3  # generated through "ed"
+    assert [entry.bytes for entry in whole] == [[0xC3], [0xA9]]
+    assert "".join(piece for piece, _ in chunks) == text
+    _same_entries([entry for _, content in chunks for entry in content], whole)
