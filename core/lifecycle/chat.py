@@ -500,11 +500,13 @@ def stream_pieces(loaded: LoadedModel, ids: Any, settings: GenerationSettings | 
 
     def taken(upto: int, cut: bool = False) -> tuple[tuple[int, ...], tuple[Any, ...]]:
         """The held tokens whose text ends by ``upto`` (``cut``: those that begin before it, the fewest whose
-        text reaches it), taken out of ``held``."""
+        text reaches it), taken out of ``held``. The tokens of one piece share its end (the first ones add no
+        text, or a character's first bytes): with ``cut`` they are taken together, as the last carries the
+        text they begin."""
         nonlocal reached
         count = 0
         for end, _token, _score in held:
-            if (reached >= upto) if cut else (end > upto):
+            if (reached >= upto and not (count and end == reached)) if cut else (end > upto):
                 break
             reached = end
             count += 1

@@ -212,3 +212,24 @@ def test_a_reply_ending_in_a_character_across_tokens_before_a_stop_string_keeps_
     assert [entry.bytes for entry in whole] == [[0xC3], [0xA9]]
     assert "".join(piece for piece, _ in chunks) == text
     _same_entries([entry for _, content in chunks for entry in content], whole)
+
+
+def test_a_token_a_stop_string_begins_in_is_streamed_after_a_token_with_no_text(served):
+    """A token that adds no text (a special token, skipped) comes out with the next one, "ed"; the stop
+    string "d" begins in "ed": the reply is "e", its logprobs both tokens. The stream took the tokens of such
+    a piece one by one, the first reaching the whole piece's end, and so left "ed" out: the streamed logprobs
+    did not carry the reply's text and differed from the answer not streamed."""
+    from core.lifecycle.chat import eos_ids
+
+    client, loaded = served
+    special = loaded.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    [ed] = loaded.tokenizer("ed", add_special_tokens=False)["input_ids"]
+    assert special not in eos_ids(loaded)
+    body = {"temperature": 0, "max_tokens": 3, "stop": "d", "presence_penalty": 2, "frequency_penalty": 2,
+            "logit_bias": {str(special): 100, str(ed): 98}}
+    text, whole = _whole_chat(client, **body)
+    chunks, usage = _streamed_chat(client, **body)
+    assert text == "e" and usage.completion_tokens == 2
+    assert [entry.token for entry in whole] == ["", "ed"]
+    assert "".join(piece for piece, _ in chunks) == text
+    _same_entries([entry for _, content in chunks for entry in content], whole)
