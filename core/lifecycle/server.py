@@ -502,14 +502,16 @@ class _Job:
     def chunk(self, index: int, piece: str | None, finish: str | None, role: bool = False,
               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         """A stream chunk: a piece of text (with the ``logprobs`` of its tokens when asked for), or (``piece``
-        None) the choice's end with its finish reason."""
+        None) the choice's end with its finish reason. With ``include_usage`` each has ``usage`` null, as
+        OpenAI's do: only the last chunk (no choices) carries it."""
         if self.chat:
             delta = {"role": "assistant", "content": piece} if role else {} if piece is None else {"content": piece}
             choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         else:
             choice = {"index": index, "text": piece or "", "logprobs": logprobs, "finish_reason": finish}
-        return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
-                "created": self.created, "model": self.model, "choices": [choice]}
+        chunk = {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
+                 "created": self.created, "model": self.model, "choices": [choice]}
+        return {**chunk, "usage": None} if self.include_usage else chunk
 
 
 def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:

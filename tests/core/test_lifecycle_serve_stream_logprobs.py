@@ -233,3 +233,27 @@ def test_a_token_a_stop_string_begins_in_is_streamed_after_a_token_with_no_text(
     assert [entry.token for entry in whole] == ["", "ed"]
     assert "".join(piece for piece, _ in chunks) == text
     _same_entries([entry for _, content in chunks for entry in content], whole)
+
+
+@pytest.mark.parametrize("path", ["chat/completions", "completions"])
+def test_with_include_usage_every_chunk_has_usage_null_and_the_last_the_usage(served, path):
+    """OpenAI: with ``stream_options.include_usage`` "all other chunks will also include a usage field, but
+    with a null value". Ours had no ``usage`` key at all but in the last chunk, so a client reading the key
+    (a typed client, or ``chunk["usage"]`` on the raw JSON) failed on the first chunk. Read as raw events."""
+    import json
+    import urllib.request
+
+    client, _loaded = served
+    chat = path.startswith("chat")
+    body = {"model": "streamed", "max_tokens": 3, "temperature": 0, "stream": True, "logprobs": True if chat else 1,
+            "stream_options": {"include_usage": True},
+            **({"messages": MESSAGES} if chat else {"prompt": "Once upon a time"})}
+    request = urllib.request.Request(f"{client.base_url}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        events = [line[len(b"data: "):] for line in answer.read().splitlines() if line.startswith(b"data: ")]
+    assert events[-1] == b"[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    assert len(chunks) >= 3 and all("usage" in chunk for chunk in chunks), chunks
+    assert all(chunk["usage"] is None and chunk["choices"] for chunk in chunks[:-1]), chunks
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 3, chunks[-1]
