@@ -222,14 +222,19 @@ def file_split(path: Path) -> str | None:
     return SPLIT_WORDS[found.group(1)] if found else None
 
 
+def folder_data_files(directory: Path) -> list[Path]:
+    """Every data file directly inside a folder, sorted by name, whatever split its name says (``.txt`` ones
+    only where there is no structured data file)."""
+    files = sorted(p for p in directory.iterdir() if p.is_file() and is_data_file_name(p))
+    return [p for p in files if data_suffix(p) != ".txt"] or files
+
+
 def split_files(directory: Path, split: str | None = None) -> tuple[list[Path], list[Path]]:
     """(the data files of a folder that ``split`` reads, the others): where some file's name says a split
     other than train (train.jsonl beside test.jsonl), only the files of ``split`` (train when None; a name
     that says no split counts as train) are read, as ``datasets`` reads such a folder; a held-out test or
     validation file is not trained on. A folder with no such names is all ``train``."""
-    files = sorted(p for p in directory.iterdir() if p.is_file() and is_data_file_name(p))
-    structured = [p for p in files if data_suffix(p) != ".txt"]
-    files = structured or files
+    files = folder_data_files(directory)
     wanted = SPLIT_WORDS.get((split or "train").lower(), split or "train")
     named = {path: file_split(path) or "train" for path in files}
     if all(said == "train" for said in named.values()):
@@ -368,7 +373,7 @@ def read_source(source: DatasetSource, hub: str = "modelscope", max_issues: int 
     if path.is_dir():
         # A folder named in a run's dataset is split by its files' names; one of a dataset_info.json entry is
         # read whole, as LLaMA-Factory reads it.
-        files, others = split_files(path, source.split) if entry is None else (data_files_in(path), [])
+        files, others = split_files(path, source.split) if entry is None else (folder_data_files(path), [])
         if not files and others:
             raise DataError([DataIssue(source.spec, None, None, Message(
                 "data.no_split_files", split=source.split or "train",

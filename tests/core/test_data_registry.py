@@ -280,3 +280,17 @@ def test_resume_fingerprint_follows_a_sampled_file(lf_data):
 
     (entry,) = data_fingerprint([f"{lf_data / 'alpaca_en_demo.json'}#3"])
     assert entry["kind"] == "file" and entry["files"][0]["records"] == 5
+
+
+def test_a_dataset_info_folder_is_read_whole_whatever_its_files_are_named(tmp_path):
+    """A dataset_info.json entry whose file_name is a folder is read whole by LLaMA-Factory (every file in it,
+    one train split), as the loader says it reads it; the split-by-file-name reading of a folder named in a
+    run's dataset left its test.json out, silently (no left_out), so a run trained on fewer rows than
+    LLaMA-Factory does on the same entry."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for name, count in (("train.json", 2), ("test.json", 3)):
+        write_json(folder / name, [{"instruction": f"{name} {i}", "input": "", "output": "a"} for i in range(count)])
+    write_json(tmp_path / "dataset_info.json", {"mine": {"file_name": "mine"}})
+    records = load_training_records("mine", dataset_info=str(tmp_path / "dataset_info.json"))
+    assert len(records) == 5
