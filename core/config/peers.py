@@ -383,9 +383,14 @@ _JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 def count_jsonl_rows(path: Any) -> int:
     """The non-blank lines of a JSON Lines file, at least its records (a row per line, a blank one skipped):
-    read once in chunks of 1 MiB, so memory stays bounded whatever the file's size or its longest line."""
+    read once in chunks of 1 MiB, so memory stays bounded whatever the file's size or its longest line (a
+    .jsonl.gz is counted as it is decompressed)."""
+    from pathlib import Path
+
+    from core.data.readers import open_decompressed
+
     rows, content = 0, False
-    with open(path, "rb") as stream:
+    with open_decompressed(Path(path)) as stream:
         while chunk := stream.read(_COUNT_CHUNK_BYTES):
             pieces = chunk.split(b"\n")
             for piece in pieces[:-1]:
@@ -400,10 +405,12 @@ def _local_record_counts(config: dict[str, Any]) -> list[int] | None:
     hub, a folder, plain text or a ``#N`` draw), else None. A JSON Lines file's non-blank lines are counted
     streaming (``count_jsonl_rows``: a 20 GB file in bounded memory), another file is read whole below
     ``_READ_WHOLE_BYTES`` and its rows taken when it loads without a problem; each file is read once."""
+    import lzma
     from pathlib import Path
 
     from core.data.issues import DataError
     from core.data.loading import is_hub_source, read_source
+    from core.data.readers import COMPRESSIONS, data_suffix
     from core.data.registry import resolve_sources_and_issues
 
     try:
@@ -416,21 +423,22 @@ def _local_record_counts(config: dict[str, Any]) -> list[int] | None:
         for source in sources:
             path = Path(source.location)
             if is_hub_source(source) or source.sample is not None or not path.is_file() \
-                    or path.suffix.lower() == ".txt":  # LLaMA-Factory reads a line per row, tunedeck a block
+                    or data_suffix(path) == ".txt":  # LLaMA-Factory reads a line per row, tunedeck a block
                 return None
             key = path.resolve()
             if key in counted:
                 continue
-            if path.suffix.lower() in _JSONL_SUFFIXES:
+            if data_suffix(path) in _JSONL_SUFFIXES:  # train.jsonl.gz too, streaming as it is decompressed
                 counted[key] = count_jsonl_rows(path)
                 continue
-            if path.stat().st_size > _READ_WHOLE_BYTES:
+            # a compressed one's size on disk says nothing of what reading it whole holds (a 60 MB .json.gz: GBs)
+            if path.stat().st_size > _READ_WHOLE_BYTES or path.suffix.lower() in COMPRESSIONS:
                 return None
             loaded = read_source(source)
             if len(loaded) != 1 or loaded[0].issue_count:
                 return None
             counted[key] = loaded[0].rows
-    except (DataError, OSError):
+    except (DataError, OSError, EOFError, lzma.LZMAError):  # the last two: a damaged archive
         return None
     return list(counted.values())
 

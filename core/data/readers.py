@@ -98,6 +98,17 @@ def read_bytes(path: Path) -> bytes:
         raise FileProblem(Message("data.bad_compressed", suffix=suffix, problem=str(exc) or type(exc).__name__)) from None
 
 
+def open_decompressed(path: Path) -> Any:
+    """A binary stream of the file's bytes, decompressed as it is read when its name ends in .gz, .bz2 or .xz (a
+    damaged archive raises, as it is read, ``OSError``, ``EOFError`` or ``lzma.LZMAError``)."""
+    import bz2
+    import gzip
+    import lzma
+
+    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(path.suffix.lower(), open)
+    return opener(path, "rb")
+
+
 def _json_error(exc: json.JSONDecodeError) -> str:
     return t("data.invalid_json", problem=exc.msg, column=exc.colno)
 

@@ -1080,6 +1080,43 @@ def test_max_samples_counts_a_large_jsonl_in_bounded_memory(tmp_path):
     assert _line(import_file(peer), "max_samples").verdict == NEEDS_YOU
 
 
+def test_max_samples_counts_a_compressed_jsonl_streaming_and_never_reads_a_compressed_file_whole(tmp_path):
+    """A .jsonl.gz (read since compressed data files are) was not a JSON Lines file to the max_samples count (its
+    suffix is .gz) and, being small on disk, was loaded whole: a 40 KB archive of 24 MB of rows held its every
+    record, and a 60 MB one GBs, where the count promises bounded memory. Now it is counted streaming as it is
+    decompressed; another compressed file is not read at all (no count claimed: the needs-you line stays), and
+    a .txt.gz, as a .txt, is not counted (LLaMA-Factory reads a line per row, tunedeck a block)."""
+    import gzip
+    import tracemalloc
+
+    row = json.dumps({"messages": [{"role": "user", "content": "q" * 200}, {"role": "assistant", "content": "a" * 200}]})
+    rows = 60_000
+    big = tmp_path / "big.jsonl.gz"
+    with gzip.open(big, "wt", encoding="utf-8") as stream:
+        stream.write((row + "\n") * rows)
+
+    def imported(dataset: Path, count: int):
+        peer = tmp_path / "lf.yaml"
+        peer.write_text(yaml.safe_dump({"model_name_or_path": "tiny", "stage": "sft", "finetuning_type": "lora",
+                                        "dataset": str(dataset), "max_samples": count}), encoding="utf-8")
+        return _line(import_file(peer), "max_samples")
+
+    tracemalloc.start()
+    try:
+        line = imported(big, rows)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert line.verdict == DROPPED and f"(at most {rows})" in line.text(), line.text()
+    assert peak < 12 * 1024 * 1024, peak  # 25 MB of rows; loading their records took several times that
+    array = tmp_path / "rows.json.gz"
+    array.write_bytes(gzip.compress(json.dumps([json.loads(row)] * 3).encode()))
+    assert imported(array, 3).verdict == NEEDS_YOU
+    text = tmp_path / "corpus.txt.gz"
+    text.write_bytes(gzip.compress(b"one\ntwo\nthree\n"))
+    assert imported(text, 1).verdict == NEEDS_YOU  # one block to tunedeck, three rows to LLaMA-Factory
+
+
 def test_nproc_per_node_that_agrees_with_cuda_visible_devices_is_no_conflict():
     """``CUDA_VISIBLE_DEVICES=0,1 NPROC_PER_NODE=2 swift sft ...`` is ms-swift's way to train on two GPUs: the two
     said one thing, but NPROC_PER_NODE was marked "needs you: gpus is already taken", so `train` refused the line.
