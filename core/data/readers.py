@@ -335,8 +335,43 @@ def iter_rows(path: Path, whole_text_files: bool = False) -> Iterator[RawRow | B
     if kind == "csv":
         yield from iter_csv(path)
         return
-    text = read_utf8(path)
-    yield from iter_jsonl(text) if kind == "jsonl" else iter_json(text)
+    if kind == "jsonl":
+        yield from iter_jsonl_file(path)
+        return
+    yield from iter_json(read_utf8(path))
+
+
+def iter_jsonl_file(path: Path) -> Iterator[RawRow | BadRow]:
+    """``iter_jsonl`` of the file read a line at a time (decompressed and decoded as ``read_utf8`` does it), never
+    the whole text held: its bytes and its text side by side were twice the file before any row was read. A
+    file that does not decode (or decompress) is said as ``read_utf8`` says it, by reading it so."""
+    import lzma
+
+    index = chars = 0
+    try:
+        with open_decompressed(path) as stream:
+            start = stream.read(4)
+        encoding = next((name for bom, name in _BOMS if start.startswith(bom)), "utf-8-sig")
+        with open_decompressed(path) as stream, io.TextIOWrapper(stream, encoding=encoding, newline="\n") as text:
+            for line_number, line in enumerate(text, start=1):
+                nul = line.find("\0")
+                if nul >= 0:
+                    raise FileProblem(Message("data.nul_character", position=chars + nul + 1), line_number)
+                chars += len(line)
+                line = line[:-1] if line.endswith("\n") else line
+                line = line[:-1] if line.endswith("\r") else line
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except PARSE_FAILURES as exc:
+                    yield BadRow(_parse_error(exc), line_number, index)
+                else:
+                    yield RawRow(value, line_number, index)
+                index += 1
+    except (UnicodeDecodeError, EOFError, OSError, lzma.LZMAError):
+        read_utf8(path)  # raises the FileProblem that names the bad byte's line, or the damaged archive
+        raise
 
 
 # Byte-order marks of the encodings a text file says it is in (UTF-32's first: its LE mark starts as UTF-16's).

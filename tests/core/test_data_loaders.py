@@ -357,3 +357,45 @@ def test_a_folder_whose_data_is_in_a_folder_below_names_it(tmp_path):
     assert f"they are in {snapshot / 'test'}, {snapshot / 'train'}: name that folder (dataset: {snapshot / 'train'})" \
         in said and ".cache" not in said
     assert len(load_training_records(str(snapshot / "train"))) == 1
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_reading_a_jsonl_file_never_holds_its_whole_text(tmp_path, suffix):
+    """Reading a JSONL file held its bytes and its decoded text side by side (twice the file) before its first
+    row was parsed: with rows that keep little (here a long field no format reads) the peak was 2x the file
+    while the records kept were a third of it, so a 2 GB file still took 4 GB. It is now read a line at a
+    time: the peak is the records and the line at hand (tracemalloc: a state of the heap, not a speed)."""
+    import gzip
+    import tracemalloc
+
+    text = "".join(json.dumps({"instruction": f"q {i}", "output": "a", "meta": "x" * 2000}) + "\n" for i in range(4000))
+    path = tmp_path / f"big.jsonl{suffix}"
+    path.write_bytes(gzip.compress(text.encode()) if suffix else text.encode())
+    tracemalloc.start()
+    try:
+        loaded = read_dataset(path)
+        _kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(loaded.records) == 4000 and not loaded.issues
+    assert loaded.records[-1].origin == f"{path}:4000"
+    assert peak < 0.8 * len(text), peak / len(text)  # 2.0 before (bytes + text), the records ~0.35 now
+
+
+def test_a_jsonl_read_a_line_at_a_time_says_its_encoding_problems_as_before(tmp_path):
+    """Line by line, a JSONL's problems are still said where they are: a bad UTF-8 byte at its line and offset,
+    a NUL at its line and character, a damaged archive as such, UTF-16 with its mark read, CRLF lines read."""
+    import gzip
+
+    bad = _touch(tmp_path / "bad.jsonl", b'{"text": "a"}\n{"text": "b"}\n{"text": "\xff"}\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl:3.*bad byte at offset 38"):
+        read_dataset(bad)
+    nul = _touch(tmp_path / "nul.jsonl", b'{"text": "a"}\n{"text": "b\x00"}\n')
+    with pytest.raises(DataError, match=r"nul\.jsonl:2.*character 26 of the file"):
+        read_dataset(nul)
+    broken = _touch(tmp_path / "broken.jsonl.gz", gzip.compress(b'{"text": "a"}\n' * 100)[:-20])
+    with pytest.raises(DataError, match=r"broken\.jsonl\.gz.*cannot be decompressed|broken\.jsonl\.gz.*\.gz"):
+        read_dataset(broken)
+    wide = _touch(tmp_path / "wide.jsonl", '{"text": "ä"}\r\n\r\n{"text": "b"}\r\n'.encode("utf-16"))
+    loaded = read_dataset(wide)
+    assert [r.origin for r in loaded.records] == [f"{wide}:1", f"{wide}:3"] and not loaded.issues
