@@ -195,7 +195,12 @@ def compare_fingerprint(run_path: Path, cfg: dict[str, Any]) -> FingerprintRepor
         if before is not None and before.get("kind") == "dir":
             now = {str(p) for p in files}
             for gone in (f["path"] for f in before.get("files") or []):
-                if gone not in now and not os.path.exists(gone):
+                if gone in now:
+                    continue
+                if not os.path.exists(gone):
                     report.data_changed.append(Message("resume.data_file_removed", path=gone, folder=spec))
                     report.events.append(("data_changed", {"path": gone, "removed": True}))
+                else:  # there still, not read: named for another split (a run started before folders were split)
+                    report.data_changed.append(Message("resume.data_file_left_out", path=gone, folder=spec))
+                    report.events.append(("data_changed", {"path": gone, "left_out": True}))
     return report

@@ -325,6 +325,37 @@ def test_dataset_folder_fingerprint_names_new_removed_and_changed_files(tmp_path
                                           "restore it, or resume with dataset=NEW_PATH if it moved"]
 
 
+def test_a_folder_file_now_left_out_as_another_split_is_said_at_resume_and_an_ordinary_folder_says_nothing(tmp_path):
+    """A run started before a folder's files were read split by name recorded its test.jsonl with its train.jsonl
+    (it trained on both); resumed now, it trains on train.jsonl only, and the resume said nothing (the file not
+    read, but still there, passed for unchanged). It is said now, as a file removed from the folder is; a folder
+    without split names (the fingerprint the same as before) says nothing, a test file added to it neither."""
+    from core.runs.fingerprint import file_fingerprint
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    write_rows(folder / "train.jsonl", 6)
+    write_rows(folder / "test.jsonl", 4)
+    cfg = {"dataset": str(folder), "learning_rate": LR}
+    recorded = record_fingerprint(tmp_path, cfg)
+    assert [Path(f["path"]).name for f in recorded["data"][0]["files"]] == ["train.jsonl"]
+    recorded["data"][0]["files"].append(file_fingerprint(folder / "test.jsonl"))  # as such a run recorded it
+    (tmp_path / "fingerprint.json").write_text(json.dumps(recorded), encoding="utf-8")
+    report = compare_fingerprint(tmp_path, cfg)
+    assert [m.text() for m in report.warnings] == [
+        f"dataset file {folder / 'test.jsonl'} is still in {folder} but no longer read: its name is that of another "
+        "split than the one trained on (test.jsonl beside train.jsonl; FOLDER:SPLIT reads it); the rest of the run "
+        "trains without it"]
+    assert report.events == [("data_changed", {"path": str(folder / "test.jsonl"), "left_out": True})]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    write_rows(plain / "a.jsonl", 3)
+    write_rows(plain / "b.jsonl", 2)
+    record_fingerprint(tmp_path, {**cfg, "dataset": str(plain)})
+    write_rows(plain / "test.jsonl", 2)
+    assert not compare_fingerprint(tmp_path, {**cfg, "dataset": str(plain)}).warnings
+
+
 def test_a_resume_that_leaves_no_step_to_train_is_refused_and_the_run_stays_resumable(copy):
     """`resume RUN max_steps=100` of a run at step 1168 was accepted: the trainer finished at once, the run
     read "finished, step 1168/100" and could never be resumed again. A max_steps at or below the step it
