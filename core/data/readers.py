@@ -12,6 +12,7 @@ import codecs
 import csv
 import io
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +141,15 @@ def jsonl_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+_NON_SPACE = re.compile(r"\S")
+
+
+def first_non_space(text: str) -> int:
+    """Where ``text.lstrip()`` would start (``len(text)`` for a blank text), without that copy of the text."""
+    found = _NON_SPACE.search(text)
+    return found.start() if found else len(text)
+
+
 def iter_lines(text: str) -> Iterator[str]:
     """``jsonl_lines`` one line at a time, without a list of them all beside the text."""
     start, length = 0, len(text)
@@ -168,7 +178,7 @@ def iter_jsonl(text: str) -> Iterator[RawRow | BadRow]:
 def iter_json_array(text: str) -> Iterator[RawRow | BadRow]:
     """Elements of a top-level JSON array with the line each starts on (found while decoding)."""
     decoder = json.JSONDecoder()
-    position = len(text) - len(text.lstrip())
+    position = first_non_space(text)
     if not text.startswith("[", position):
         raise FileProblem(Message("data.json_not_array"))
     position += 1
@@ -210,13 +220,14 @@ def iter_json_array(text: str) -> Iterator[RawRow | BadRow]:
 
 
 def iter_json(text: str) -> Iterator[RawRow | BadRow]:
-    stripped = text.lstrip()
-    if stripped.startswith("["):
+    start = first_non_space(text)  # not text.lstrip(): a copy of the whole text, held while its rows are read
+    if text.startswith("[", start):
         yield from iter_json_array(text)
         return
-    if stripped.startswith("{"):
+    if text.startswith("{", start):
         # One object per line under a .json name is common; a single object of lists is not a dataset.
-        first = jsonl_lines(stripped)[0]
+        end = text.find("\n", start)
+        first = text[start:end if end >= 0 else len(text)].removesuffix("\r")
         try:
             json.loads(first)
         except json.JSONDecodeError:
@@ -225,7 +236,7 @@ def iter_json(text: str) -> Iterator[RawRow | BadRow]:
             pass  # a first line that is a record, too deep or too big to read: reported as its line
         yield from iter_jsonl(text)
         return
-    if not stripped:
+    if start == len(text):
         return
     raise FileProblem(Message("data.json_not_array"))
 
@@ -309,7 +320,7 @@ def iter_txt(text: str, whole_file: bool = False) -> Iterator[RawRow]:
     index = 0
     block: list[str] = []
     start = 0
-    for number, line in enumerate(jsonl_lines(text), start=1):
+    for number, line in enumerate(iter_lines(text), start=1):
         if line.strip():
             if not block:
                 start = number

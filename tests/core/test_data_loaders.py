@@ -399,3 +399,28 @@ def test_a_jsonl_read_a_line_at_a_time_says_its_encoding_problems_as_before(tmp_
     wide = _touch(tmp_path / "wide.jsonl", '{"text": "ä"}\r\n\r\n{"text": "b"}\r\n'.encode("utf-16"))
     loaded = read_dataset(wide)
     assert [r.origin for r in loaded.records] == [f"{wide}:1", f"{wide}:3"] and not loaded.issues
+
+
+@pytest.mark.parametrize("name", ["corpus.txt", "rows.json"])
+def test_a_text_file_or_a_json_file_of_lines_is_not_held_twice_while_its_rows_are_read(tmp_path, name):
+    """A .txt was split into a list of all its lines beside its text, and a .json of JSON lines that opens with a
+    blank line was copied whole (``lstrip``) and held while its rows were read: 3x the file at the peak, where
+    reading it takes 2x (its bytes and text side by side as it is decoded; the text and the records after). Lines are taken one at a time from the text now (tracemalloc: a heap state)."""
+    import tracemalloc
+
+    path = tmp_path / name
+    if name.endswith(".txt"):
+        text = "".join(("word " * 100 + "\n") * 3 + "\n" for _ in range(4000))
+    else:
+        text = "\n" + "".join(json.dumps({"instruction": f"q {i}", "output": "a", "meta": "x" * 2000}) + "\n"
+                              for i in range(4000))
+    path.write_text(text, encoding="utf-8")
+    tracemalloc.start()
+    try:
+        loaded = read_dataset(path)
+        _kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(loaded.records) == 4000 and not loaded.issues
+    assert loaded.records[1].origin == f"{path}:{5 if name.endswith('.txt') else 3}"
+    assert peak < 2.5 * len(text), peak / len(text)  # 3.3 / 3.0 before, 2.15 / 2.0 now (bytes and text at decode)
