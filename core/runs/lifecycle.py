@@ -383,13 +383,22 @@ def _check_some_fit(config: Any, records: list[Any]) -> None:
     every sample's answer past the cut (``train.all_cut_no_answer``). Needs the model's tokenizer on this
     machine (a model still to be downloaded is left to the trainer); ends at the first sample that trains."""
     from core.data import tokenize_dataset
-    from core.data.stats import load_tokenizer
+    from core.data.stats import approximate_tokens, load_tokenizer
     from core.data.tokenize import template_kwargs
 
     overlong = getattr(config, "overlong", "cut")
-    if overlong != "drop" and any(len(record.approx_text().encode()) + TEMPLATE_MARGIN_TOKENS <= config.max_seq_len
-                                  for record in records):
-        return  # cut: a sample fits whole (a token is at least a byte), so keeps its answer; no tokenizer loaded
+
+    def fits(record: Any) -> bool:
+        # Surely (a token is at least a byte), or by the estimate with half max_seq_len to spare: a max_seq_len of
+        # 64 (or any below the 512 tokens of template kept aside) has no sample that surely fits, and loading
+        # the tokenizer took every launch 3 s (10x) for data whose samples are a few words. An estimate wrong by
+        # 2x leaves the refusal to the trainer, which says it in the same words.
+        text = record.approx_text()
+        return len(text.encode()) + TEMPLATE_MARGIN_TOKENS <= config.max_seq_len \
+            or 2 * approximate_tokens(text) <= config.max_seq_len
+
+    if overlong != "drop" and any(fits(record) for record in records):
+        return  # cut: a sample fits whole, so keeps its answer; no tokenizer loaded
     try:
         tokenizer = load_tokenizer(str(config.model))
     except (FileNotFoundError, ValueError):

@@ -753,6 +753,22 @@ def test_train_and_train_check_refuse_data_whose_every_sample_overlong_drop_leav
     assert _tunedeck(home, "train", str(config), "--check").returncode == 0
 
 
+def test_train_check_of_short_samples_under_a_small_max_seq_len_loads_no_tokenizer(tmp_path):
+    """The check that some sample keeps its answer after the cut skipped the tokenizer only for a sample shorter
+    than max_seq_len less 512 template tokens: under max_seq_len 64 (this file's runs, the demo's size) none is,
+    so every `train`, `train --check` and `resume` imported transformers and loaded the tokenizer (3 s where the
+    check took 0.3 s) for samples of a few words. A sample the estimate puts at half max_seq_len or less is
+    taken to fit now: the check imports no transformers (a state of the process, not a time)."""
+    home = tmp_path / "home"
+    config = _config(tmp_path)
+    probe = ("import sys\nfrom core.runs.lifecycle import check_run_file\n"
+             f"check_run_file({str(config)!r})\nprint('transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TUNEDECK_HOME": str(home), "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False", out.stdout
+
+
 def test_train_check_refuses_data_whose_every_answer_the_cut_removes(tmp_path):
     """Every sample's prompt longer than max_seq_len (overlong: cut): the trainer drops each, its answer past the
     cut, and failed after launch with "every example empty, or no assistant turn", which was untrue. `train
