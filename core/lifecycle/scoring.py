@@ -96,9 +96,37 @@ class StepScores:
         return scored(row[None], torch.tensor([int(token)], device=row.device), self.top)[0]
 
 
-def token_texts(tokenizer: Any, ids: list[int], skip_special: bool = False) -> list[str]:
-    """Each token's own text (a special token as its name, or "" with ``skip_special``)."""
-    return [tokenizer.decode([int(i)], skip_special_tokens=skip_special) for i in ids]
+CONTEXT_TOKENS = 8  # the tokens before one that its text is read after (a word's start, a merged space)
+
+
+def token_texts(tokenizer: Any, ids: list[int], skip_special: bool = False, before: Any = ()) -> list[str]:
+    """Each token's text as it reads in its place (a special token as its name, or "" with ``skip_special``),
+    ``before``: the tokens that came before the first (a stream's earlier chunks'). A token decoded alone
+    loses what its neighbours give it: SentencePiece's word-initial space (Llama 2, Mistral, Gemma decode
+    "▁world" alone as "world"), GPT-2's clean-up of " ." to "."; so its text is the decode of the few
+    tokens before it and itself less the decode of those before it, as the reply's own decode reads them,
+    and the texts join into the reply. A token holding part of a character (byte pieces) keeps its own
+    text, U+FFFD (its ``bytes`` are its own: ``token_bytes``)."""
+    window = [int(i) for i in before][-CONTEXT_TOKENS:]
+    texts = []
+    for token_id in ids:
+        texts.append(token_text(tokenizer, int(token_id), window, skip_special))
+        window = [*window, int(token_id)][-CONTEXT_TOKENS:]
+    return texts
+
+
+def token_text(tokenizer: Any, token_id: int, window: list[int], skip_special: bool = False) -> str:
+    """One token's text after the tokens ``window`` (``token_texts``); its text alone where nothing is
+    before it, or where the window's text is not where the decode with it begins (a character completed
+    by this token, a clean-up across the two)."""
+    alone = tokenizer.decode([token_id], skip_special_tokens=skip_special)
+    if not window:
+        return alone
+    prior = tokenizer.decode(window, skip_special_tokens=skip_special)
+    whole = tokenizer.decode([*window, token_id], skip_special_tokens=skip_special)
+    if not whole.startswith(prior) or "\ufffd" in whole[len(prior):]:
+        return alone
+    return whole[len(prior):]
 
 
 def token_bytes(tokenizer: Any, token_id: int, text: str) -> list[int]:
@@ -106,10 +134,11 @@ def token_bytes(tokenizer: Any, token_id: int, text: str) -> list[int]:
     holding part of a character that spans several tokens comes as its bytes, not as the U+FFFD its text
     shows, so a client joins them back into the character. Read from the vocabulary of a byte-level BPE
     (GPT-2's, Qwen's, Llama 3's) or a SentencePiece byte token (``<0xNN>``); any other token (a special one,
-    a tokenizer of another kind) is its text's UTF-8."""
+    a tokenizer of another kind), and any token whose text is whole (no U+FFFD: read in its place, it may hold
+    a space its vocabulary entry does not, or lack one a clean-up took), is its text's UTF-8."""
     import re
 
-    if not text or int(token_id) in (getattr(tokenizer, "added_tokens_decoder", None) or {}):
+    if "\ufffd" not in text or int(token_id) in (getattr(tokenizer, "added_tokens_decoder", None) or {}):
         return list(text.encode("utf-8"))
     piece = tokenizer.convert_ids_to_tokens(int(token_id))
     if isinstance(piece, str):

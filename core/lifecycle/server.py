@@ -765,7 +765,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
 
         def _stream(self, job: _Job) -> None:
             from core.lifecycle.chat import GenerationOutcome, stream_pieces
-            from core.lifecycle.scoring import token_texts
+            from core.lifecycle.scoring import CONTEXT_TOKENS, token_texts
 
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -795,6 +795,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                     outcome = GenerationOutcome()
                     outcomes.append(outcome)
                     offset = 0 if job.chat else len(job.texts[index])  # a completion's tokens', from its prompt's start
+                    before: list[int] = []  # the tokens sent so far: each token's text read after them
                     # closing() ends the generation before the lock is let go when the client goes away
                     with backend.stoppable(stop), closing(stream_pieces(backend.loaded, ids, settings, job.variant,
                                                                         stop=stop, outcome=outcome,
@@ -806,12 +807,13 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                                 continue
                             # each chunk with the tokens whose text it completes (a held-back one's when it goes)
                             if job.chat:
-                                logprobs = {"content": _chat_content(tokenizer, piece.ids, piece.scores),
+                                logprobs = {"content": _chat_content(tokenizer, piece.ids, piece.scores, before),
                                             "refusal": None}
                             else:
-                                texts = token_texts(tokenizer, list(piece.ids), skip_special=True)
-                                logprobs = _legacy_logprobs(tokenizer, texts, piece.scores, offset)
+                                texts = token_texts(tokenizer, list(piece.ids), skip_special=True, before=before)
+                                logprobs = _legacy_logprobs(tokenizer, texts, piece.scores, offset, before)
                                 offset += sum(map(len, texts))
+                            before = [*before, *piece.ids][-CONTEXT_TOKENS:]
                             send(job.chunk(index, piece.text, None, logprobs=logprobs))
                     if stop.is_set():  # the server is shutting down: not a finished reply, an error (as vLLM's)
                         from core.i18n import t
@@ -891,23 +893,25 @@ def _chat_logprobs(loaded: Any, prompt_ids: Any, reply: Any, top: int, variant: 
     return {"content": _chat_content(loaded.tokenizer, completion, scores[len(prompt):]), "refusal": None}
 
 
-def _chat_content(tokenizer: Any, ids: Any, scores: Any) -> list[dict[str, Any]]:
+def _chat_content(tokenizer: Any, ids: Any, scores: Any, before: Any = ()) -> list[dict[str, Any]]:
     """OpenAI's chat ``logprobs.content`` of generated tokens ``ids`` with their ``TokenScore``s (a whole reply's,
-    or a stream chunk's): each token's text, its log-probability given all before it (the model's own
+    or a stream chunk's, ``before``: the reply's tokens before this chunk's): each token's text in its place
+    (``token_texts``: the texts join into the reply), its log-probability given all before it (the model's own
     distribution, before temperature, top_p or any penalty), its bytes (``token_bytes``: a piece of a character
-    as its own bytes) and the likeliest tokens there, likeliest first."""
-    from core.lifecycle.scoring import token_bytes, token_texts
+    as its own bytes) and the likeliest tokens there, likeliest first, each read in the same place."""
+    from core.lifecycle.scoring import CONTEXT_TOKENS, token_bytes, token_text
 
     def entry(token_id: int, text: str, logprob: float) -> dict[str, Any]:
         return {"token": text, "logprob": logprob, "bytes": token_bytes(tokenizer, token_id, text)}
 
-    ids = list(ids)
+    window = [int(i) for i in before][-CONTEXT_TOKENS:]
     content = []
-    for token_id, text, score in zip(ids, token_texts(tokenizer, ids, skip_special=True), scores, strict=True):
-        alternatives = token_texts(tokenizer, [top_id for top_id, _ in score.top])
+    for token_id, score in zip(ids, scores, strict=True):
+        text = token_text(tokenizer, int(token_id), window, skip_special=True)
         content.append({**entry(token_id, text, score.logprob),
-                        "top_logprobs": [entry(top_id, name, logprob) for name, (top_id, logprob) in
-                                         zip(alternatives, score.top, strict=True)]})
+                        "top_logprobs": [entry(top_id, token_text(tokenizer, top_id, window), logprob)
+                                         for top_id, logprob in score.top]})
+        window = [*window, int(token_id)][-CONTEXT_TOKENS:]
     return content
 
 
@@ -928,25 +932,30 @@ def _logprobs(loaded: Any, prompt_ids: Any, prompt_text: str, reply: Any, top: i
     return {name: echoed[name] + answer[name] for name in answer}
 
 
-def _legacy_logprobs(tokenizer: Any, texts: list[str], scores: Any, offset: int) -> dict[str, Any]:
-    """OpenAI's legacy ``logprobs`` object of tokens with these ``texts`` and ``TokenScore``s (a choice's, or a
-    stream chunk's): each token's text, its log-probability given all before it (null for the very first of
-    a prompt), the likeliest tokens there and the token itself as {text: logprob} (null for that first), and
-    its character offset, the first's ``offset``."""
+def _legacy_logprobs(tokenizer: Any, texts: list[str], scores: Any, offset: int, before: Any = ()) -> dict[str, Any]:
+    """OpenAI's legacy ``logprobs`` object of tokens with these ``texts`` (``token_texts``) and ``TokenScore``s
+    (a choice's, or a stream chunk's, ``before``: the tokens before the first): each token's text, its
+    log-probability given all before it (null for the very first of a prompt), the likeliest tokens there and
+    the token itself as {text: logprob}, each read in its place (null for that first), and its character
+    offset, the first's ``offset``."""
+    from core.lifecycle.scoring import CONTEXT_TOKENS, token_text
+
     offsets = []
     for text in texts:
         offsets.append(offset)
         offset += len(text)
     tops: list[dict[str, float] | None] = []
+    window = [int(i) for i in before][-CONTEXT_TOKENS:]
     for score in scores:
-        if score.logprob is None:
+        if score.logprob is not None:
+            alternatives: dict[str, float] = {}
+            for token_id, logprob in (*score.top, (score.id, score.logprob)):  # OpenAI: the token itself, always
+                name = token_text(tokenizer, int(token_id), window)
+                alternatives[name] = max(logprob, alternatives.get(name, logprob))
+            tops.append(alternatives)
+        else:
             tops.append(None)
-            continue
-        alternatives: dict[str, float] = {}
-        for token_id, logprob in (*score.top, (score.id, score.logprob)):  # OpenAI: the token itself, always
-            name = tokenizer.decode([token_id], skip_special_tokens=False)
-            alternatives[name] = max(logprob, alternatives.get(name, logprob))
-        tops.append(alternatives)
+        window = [*window, int(score.id)][-CONTEXT_TOKENS:]
     return {"tokens": list(texts), "token_logprobs": [score.logprob for score in scores], "top_logprobs": tops,
             "text_offset": offsets}
 
