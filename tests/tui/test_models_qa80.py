@@ -694,3 +694,43 @@ def test_reading_the_downloads_never_holds_the_screen(hub_env, tmp_path):  # noq
         assert released["by"] == "the test"
 
     asyncio.run(scenario())
+
+
+def test_a_poll_that_raises_leaves_the_line_updating(hub_env, tmp_path):  # noqa: F811
+    """The download line's poll runs one at a time; one that raised (a state.json read half written or edited by
+    hand: ``"bytes_done": "lots"``) posted nothing, so the screen took it for still under way and never polled
+    again: the line stayed as it was for good. Here state.json is a FIFO the test writes the bad record into, so
+    the test knows the poll read it; the good record written after must reach the line."""
+    import os
+    import threading
+
+    from tui.screens.error_modal import ErrorModal
+
+    async def scenario():
+        job = stopped_download("modelscope", DEEPSEEK, tmp_path / "ms-target")
+        (tmp_path / "ms-target").mkdir()
+        good = (job / "state.json").read_text()
+        (job / "state.json").unlink()
+        os.mkfifo(job / "state.json")
+        read = threading.Event()
+
+        def bad_record() -> None:
+            fifo = os.open(job / "state.json", os.O_WRONLY)  # meets the poll waiting in open()
+            (job / "state.tmp").write_text(good.replace("16000000", "42000000"))
+            os.replace(job / "state.tmp", job / "state.json")  # later reads find a plain file
+            os.write(fifo, json.dumps({"status": "cancelled", "bytes_done": "lots"}).encode())
+            os.close(fifo)
+            read.set()
+
+        writer = threading.Thread(target=bad_record, daemon=True)
+        writer.start()
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("m")
+            await wait_for(pilot, read.is_set)
+            await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal))  # the error, said once
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: "stopped at 42.0 MB / 100.0 MB" in line(app))
+            assert not isinstance(app.screen, ErrorModal)  # not said again with each poll
+
+    asyncio.run(scenario())

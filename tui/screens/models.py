@@ -231,11 +231,13 @@ class DownloadPolled(Message):
     """The download the line shows (``job_dir``) and its state (``status``), read off the UI thread from the
     one it showed when the poll began (``asked``): a poll begun before ``d`` picked another is not shown."""
 
-    def __init__(self, asked: Path | None, job_dir: Path | None, status: Any | None) -> None:
+    def __init__(self, asked: Path | None, job_dir: Path | None, status: Any | None,
+                 error: BaseException | None = None) -> None:
         super().__init__()
         self.asked = asked
         self.job_dir = job_dir
         self.status = status
+        self.error = error  # the read raised (a record half written, edited by hand): the line stays as it was
 
 
 def _running(target: tuple[str, str, Any]) -> bool:
@@ -304,6 +306,7 @@ class ModelsScreen(Screen[None]):
         self.local_downloads: list[Any] = []  # the download records the Local tab was listed with
         self.job_dir: Path | None = None
         self._polling = self._poll_again = False  # _refresh_download's worker under way; another asked
+        self._poll_failed = False  # the last poll raised (said once until one reads again)
         self.download_active = False
         self.line_status: Any = None  # the download the line shows (DownloadStatus), as last read
         self._listed_at: tuple[Any, ...] | None = None  # that download's (job, status, files done) the Local tab last saw
@@ -890,6 +893,16 @@ class ModelsScreen(Screen[None]):
 
     @work(thread=True, group="download-poll", exit_on_error=False)
     def _poll_download(self, asked: Path | None) -> None:
+        """One poll; its answer is always posted, an error too: a poll that raised and posted nothing left
+        ``_polling`` set, and the line never changed again (a record read half written once froze it for good)."""
+        try:
+            job_dir, status = self._read_download(asked)
+        except Exception as exc:  # any error of one read: said once (on_download_polled), the next poll reads again
+            self.post_message(DownloadPolled(asked, asked, None, error=exc))
+            return
+        self.post_message(DownloadPolled(asked, job_dir, status))
+
+    def _read_download(self, asked: Path | None) -> tuple[Path | None, Any | None]:
         from core.hub.download import list_downloads, read_status
 
         job_dir = asked
@@ -908,11 +921,17 @@ class ModelsScreen(Screen[None]):
                 # not there stayed on the line. The newest other download takes it, or none.
                 status = self._download_to_show()
                 job_dir = status.job_dir if status is not None else None
-        self.post_message(DownloadPolled(asked, job_dir, status))
+        return job_dir, status
 
     def on_download_polled(self, message: DownloadPolled) -> None:
         self._polling = False
-        if message.asked == self.job_dir:  # else d picked another meanwhile: the poll asked below reads it
+        failed_before, self._poll_failed = self._poll_failed, message.error is not None
+        if message.error is not None:  # the line stays as last read; the next half-second poll reads again
+            if not failed_before:  # said once, not every half second while the record stays unreadable
+                from tui.screens.error_modal import report_unexpected
+
+                report_unexpected(self.app, message.error, "models.poll_download")
+        elif message.asked == self.job_dir:  # else d picked another meanwhile: the poll asked below reads it
             self.job_dir = message.job_dir
             self._show_download(message.status)
         else:
