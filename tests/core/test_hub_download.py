@@ -1077,26 +1077,47 @@ def test_a_file_whose_checksum_is_being_checked_is_said_so_not_taken_for_a_stall
     assert "checking model.safetensors (sha256)" in said and "no data" not in said and "/s" not in said, said
 
 
-def test_a_cancel_while_the_hub_holds_the_transfer_stops_it_without_waiting_for_the_read_timeout(hub_server):
+def test_a_cancel_while_the_hub_holds_the_transfer_stops_it_without_waiting_for_the_read_timeout(hub_server,
+                                                                                                monkeypatch):
     """c (or --cancel) while the hub held the transfer was seen only once the read timed out (15 s) and was
     counted as a dropped link, the app and the CLI saying "running" meanwhile. The downloader cuts the
-    connection when the cancel comes: cancelled, no retry on the way, the bytes before the stall kept."""
+    connection when the cancel comes: cancelled, no retry on the way, the bytes before the stall kept.
+
+    The downloader runs here, its read timeout longer than the hub's hold (a minute): the read ends only when
+    the cut ends it. Without the cut, the cancel was still seen, when the read timed out (the 15 s of a real
+    downloader) or the hub let go (more bytes written): the stall passing is what the part's size tells."""
+    import threading
+
+    from core.hub import downloader
     from core.hub.download import cancel_download
 
+    monkeypatch.setattr(downloader, "READ_TIMEOUT_S", 600.0)
     hub_server.hub.stall_at = 128 * 1024  # held until the test ends (a ceiling of a minute): never released here
     plan = _plan(include=["model.safetensors"])
-    job = start_download(plan)
+    job = _job_in_process(plan)
+    ended = {}
+
+    def run() -> None:
+        with open(job / "lock", "a+") as lock:  # held as downloader.main holds it: the job reads as running
+            assert downloader._take_lock(lock)
+            ended["code"] = downloader.Downloader(job, None).run()
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
     try:
         _wait_until_stalled(job, plan)
         assert cancel_download(job)
-        status = wait_for_download(job, 60)
+        status = wait_for_download(job, 120)  # past the hub's minute: a read the cut did not end has ended
         assert status.status == "cancelled", status
+        worker.join(60)
+        assert ended == {"code": 3}
         events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
         assert [e["event"] for e in events if e["event"] in ("retry", "cancelled")] == ["cancelled"], events
         assert not hub_server.hub.stall_release.is_set()
-        assert 0 < _partial_size(plan) <= 128 * 1024
+        assert 0 < _partial_size(plan) <= 128 * 1024  # no byte of after the hub's hold
     finally:
         hub_server.hub.stall_release.set()
+        worker.join(60)
 
 
 def test_a_watched_download_whose_downloader_is_killed_says_interrupted_and_how_to_resume(hub_server, capsys,
