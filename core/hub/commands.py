@@ -430,8 +430,12 @@ class ProgressPrinter:
 
     def stalled_for(self, status: Any) -> float | None:
         """Seconds without a new byte (or a new file), as this watcher saw it; None while bytes come (or none is
-        due: the file's checksum is being checked)."""
+        due: the file's checksum is being checked), and while the download is still queued: its downloader is
+        starting, or waiting for the lock of the job's last one (no transfer yet that a hub could hold)."""
         now = self.clock()
+        if status.status != "running":
+            self.moved = None  # counted from when it runs
+            return None
         mark = (status.bytes_done, f"{status.current_file} {status.verifying}")
         if self.moved is None or self.moved[:2] != mark:
             self.moved = (*mark, now)

@@ -1148,3 +1148,29 @@ def test_a_watched_download_whose_downloader_is_killed_says_interrupted_and_how_
     err = capsys.readouterr().err
     assert "下载在" in err and "中断" in err and f"tunedeck models download {plan.model_id}" in err, err
     assert "interrupted" not in err and read_status(job).status == "interrupted"
+
+
+def test_a_download_still_queued_is_not_said_stalled(hub_server):
+    """`models download` in a log said "no data for 6 s (the downloader tries again after 15 s …)" of a download
+    still queued: its downloader's interpreter starting on a loaded box, or waiting for the lock the downloader
+    of the job's last run has not let go yet (up to ``LOCK_WAIT_S``). No transfer is there to be held; the app's
+    line (``stalled_s``) says a stall only while the download runs, and so does the CLI now. (A clock the test
+    moves; no process runs: the record is as ``start_download`` writes it before its downloader takes over.)"""
+    import io
+
+    from core.hub.commands import ProgressPrinter
+
+    plan = _plan(include=["model.safetensors"])
+    job = _job_in_process(plan)
+    write_json_atomic(job / "state.json", {"status": "queued", "updated": time.time(), "bytes_done": 0,
+                                           "bytes_total": plan.total_bytes, "files_total": len(plan.files)})
+    queued = read_status(job)
+    assert queued.status == "queued" and queued.stalled_s(time.time() + 60) is None
+    now = [0.0]
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream, clock=lambda: now[0])
+    for _ in range(40):  # forty seconds queued
+        now[0] += 1.0
+        printer.show(queued)
+    said = stream.getvalue()
+    assert said and "no data" not in said, said
