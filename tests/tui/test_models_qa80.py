@@ -734,3 +734,66 @@ def test_a_poll_that_raises_leaves_the_line_updating(hub_env, tmp_path):  # noqa
             assert not isinstance(app.screen, ErrorModal)  # not said again with each poll
 
     asyncio.run(scenario())
+
+
+def test_a_poll_begun_before_d_restarted_the_lines_download_does_not_hand_the_line_to_another(hub_env, tmp_path):  # noqa: F811
+    """The line showed a stopped download; a poll found it not running and looked for one that runs (here one
+    started from a terminal). Meanwhile d started the stopped one again: the poll's answer, asked of the same
+    folder, was taken as news of now and handed the line, and c, to the terminal's download for good; the
+    user's own ran unseen. A poll begun before d's pick is dropped. (The test holds both jobs' locks as their
+    downloaders do; the terminal's record is a FIFO, so the test knows the poll is under way, and when it ends.)"""
+    import fcntl
+    import os
+    import threading
+
+    from tui.screens.models import DownloadStarted
+
+    async def scenario():
+        mine = stopped_download("modelscope", TINY, tmp_path / "ms-target")
+        (tmp_path / "ms-target").mkdir()
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await wait_for(pilot, lambda: "stopped at 16.0 MB / 100.0 MB" in line(app) and "Tiny" in line(app))
+            other = job_dir_for("hf", DEEPSEEK)
+            other.mkdir(parents=True)
+            (tmp_path / "hf-target").mkdir()
+            record = json.dumps({"hub": "hf", "model_id": DEEPSEEK, "revision": "main",
+                                 "target_dir": str(tmp_path / "hf-target"),
+                                 "files": [{"path": "model.safetensors", "size": 100_000_000}]})
+            running = {"status": "running", "bytes_total": 100_000_000, "rate_bps": 2e6, "eta_s": 35.0,
+                       "current_file": "model.safetensors", "pid": 1}
+            (other / "state.json").write_text(json.dumps({**running, "bytes_done": 50_000_000,
+                                                          "updated": time.time()}))
+            met, go = threading.Event(), threading.Event()
+
+            def terminal_record() -> None:
+                fifo = os.open(other / "job.json", os.O_WRONLY)  # meets the poll waiting in open()
+                met.set()
+                go.wait(120)
+                (other / "job.tmp").write_text(record)
+                os.replace(other / "job.tmp", other / "job.json")  # later reads find a plain file
+                os.write(fifo, record.encode())
+                os.close(fifo)
+
+            with open(other / "lock", "a+") as theirs, open(mine / "lock", "a+") as ours:
+                fcntl.flock(theirs, fcntl.LOCK_EX)
+                os.mkfifo(other / "job.json")
+                writer = threading.Thread(target=terminal_record, daemon=True)
+                writer.start()
+                try:
+                    await wait_for(pilot, met.is_set)  # a poll under way, looking for a running download
+                    fcntl.flock(ours, fcntl.LOCK_EX)  # d: its downloader runs
+                    # written before the terminal's, as if read by the poll before d: the terminal's, newer, is
+                    # the running one the poll finds first (a stall of 30 s is said of it, its bytes too)
+                    (mine / "state.json").write_text(json.dumps({**running, "bytes_done": 30_000_000,
+                                                                 "updated": time.time() - 30}))
+                    screen.post_message(DownloadStarted(mine, None, TINY))
+                    await wait_for(pilot, lambda: any("Downloading" in str(n.message) for n in app._notifications))
+                finally:
+                    go.set()
+                    writer.join(60)
+                await wait_for(pilot, lambda: "Tiny" in line(app) and "30.0 MB / 100.0 MB" in line(app))
+                assert screen.job_dir == mine
+
+    asyncio.run(scenario())

@@ -232,9 +232,10 @@ class DownloadPolled(Message):
     one it showed when the poll began (``asked``): a poll begun before ``d`` picked another is not shown."""
 
     def __init__(self, asked: Path | None, job_dir: Path | None, status: Any | None,
-                 error: BaseException | None = None) -> None:
+                 error: BaseException | None = None, picks: int = 0) -> None:
         super().__init__()
         self.asked = asked
+        self.picks = picks  # the screen's count of picks (``ModelsScreen._picks``) when the poll began
         self.job_dir = job_dir
         self.status = status
         self.error = error  # the read raised (a record half written, edited by hand): the line stays as it was
@@ -307,6 +308,9 @@ class ModelsScreen(Screen[None]):
         self.job_dir: Path | None = None
         self._polling = self._poll_again = False  # _refresh_download's worker under way; another asked
         self._poll_failed = False  # the last poll raised (said once until one reads again)
+        # Picks of the line's download by the screen (d, a model deleted, opening): a poll begun before the last one
+        # is not shown, even when it asked of the same folder (d on the download the line showed stopped).
+        self._picks = 0
         self.download_active = False
         self.line_status: Any = None  # the download the line shows (DownloadStatus), as last read
         self._listed_at: tuple[Any, ...] | None = None  # that download's (job, status, files done) the Local tab last saw
@@ -747,6 +751,7 @@ class ModelsScreen(Screen[None]):
     def _reattach(self) -> None:
         """The line takes the download to show (``_download_to_show``), read in the poll's worker."""
         self.job_dir = None
+        self._picks += 1
         self._refresh_download()
 
     @staticmethod
@@ -875,6 +880,7 @@ class ModelsScreen(Screen[None]):
             self.notify(t("modelsscreen.download_already", model=message.model_id, path=str(message.already)))
             return
         self.job_dir = message.job_dir
+        self._picks += 1
         if message.joined:
             self.notify(t("modelsscreen.download_joined", model=message.model_id), severity="warning", timeout=10)
         else:
@@ -889,18 +895,18 @@ class ModelsScreen(Screen[None]):
             self._poll_again = True
             return
         self._polling = True
-        self._poll_download(self.job_dir)
+        self._poll_download(self.job_dir, self._picks)
 
     @work(thread=True, group="download-poll", exit_on_error=False)
-    def _poll_download(self, asked: Path | None) -> None:
+    def _poll_download(self, asked: Path | None, picks: int) -> None:
         """One poll; its answer is always posted, an error too: a poll that raised and posted nothing left
         ``_polling`` set, and the line never changed again (a record read half written once froze it for good)."""
         try:
             job_dir, status = self._read_download(asked)
         except Exception as exc:  # any error of one read: said once (on_download_polled), the next poll reads again
-            self.post_message(DownloadPolled(asked, asked, None, error=exc))
+            self.post_message(DownloadPolled(asked, asked, None, error=exc, picks=picks))
             return
-        self.post_message(DownloadPolled(asked, job_dir, status))
+        self.post_message(DownloadPolled(asked, job_dir, status, picks=picks))
 
     def _read_download(self, asked: Path | None) -> tuple[Path | None, Any | None]:
         from core.hub.download import list_downloads, read_status
@@ -931,7 +937,9 @@ class ModelsScreen(Screen[None]):
                 from tui.screens.error_modal import report_unexpected
 
                 report_unexpected(self.app, message.error, "models.poll_download")
-        elif message.asked == self.job_dir:  # else d picked another meanwhile: the poll asked below reads it
+        elif message.asked == self.job_dir and message.picks == self._picks:
+            # else d picked another meanwhile (or the same one again, started anew: a poll of before could
+            # hand the line to another download it found running): the poll asked below reads it
             self.job_dir = message.job_dir
             self._show_download(message.status)
         else:
