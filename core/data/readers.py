@@ -13,7 +13,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,8 +162,13 @@ def iter_lines(text: str) -> Iterator[str]:
 
 
 def iter_jsonl(text: str) -> Iterator[RawRow | BadRow]:
+    yield from _jsonl_rows(enumerate(iter_lines(text), start=1))
+
+
+def _jsonl_rows(lines: Iterable[tuple[int, str]]) -> Iterator[RawRow | BadRow]:
+    """The rows of JSON Lines given as (line number, line without its end), blank lines skipped."""
     index = 0
-    for line_number, line in enumerate(iter_lines(text), start=1):
+    for line_number, line in lines:
         if not line.strip():
             continue
         try:
@@ -358,28 +363,22 @@ def iter_jsonl_file(path: Path) -> Iterator[RawRow | BadRow]:
     file that does not decode (or decompress) is said as ``read_utf8`` says it, by reading it so."""
     import lzma
 
-    index = chars = 0
+    def lines(text: Iterable[str]) -> Iterator[tuple[int, str]]:
+        chars = 0
+        for line_number, line in enumerate(text, start=1):
+            nul = line.find("\0")
+            if nul >= 0:
+                raise FileProblem(Message("data.nul_character", position=chars + nul + 1), line_number)
+            chars += len(line)
+            line = line[:-1] if line.endswith("\n") else line
+            yield line_number, line[:-1] if line.endswith("\r") else line
+
     try:
         with open_decompressed(path) as stream:
             start = stream.read(4)
         encoding = next((name for bom, name in _BOMS if start.startswith(bom)), "utf-8-sig")
         with open_decompressed(path) as stream, io.TextIOWrapper(stream, encoding=encoding, newline="\n") as text:
-            for line_number, line in enumerate(text, start=1):
-                nul = line.find("\0")
-                if nul >= 0:
-                    raise FileProblem(Message("data.nul_character", position=chars + nul + 1), line_number)
-                chars += len(line)
-                line = line[:-1] if line.endswith("\n") else line
-                line = line[:-1] if line.endswith("\r") else line
-                if not line.strip():
-                    continue
-                try:
-                    value = json.loads(line)
-                except PARSE_FAILURES as exc:
-                    yield BadRow(_parse_error(exc), line_number, index)
-                else:
-                    yield RawRow(value, line_number, index)
-                index += 1
+            yield from _jsonl_rows(lines(text))
     except (UnicodeDecodeError, EOFError, OSError, lzma.LZMAError):
         read_utf8(path)  # raises the FileProblem that names the bad byte's line, or the damaged archive
         raise
