@@ -1035,13 +1035,18 @@ class ModelsScreen(Screen[None]):
                                            failed.error or failed.status))
 
     def action_cancel_download(self) -> None:
+        self._cancel_worker(self.job_dir)
+
+    @work(thread=True, group="hub-cancel", exit_on_error=False)
+    def _cancel_worker(self, job_dir: Path | None) -> None:
+        """``c``: the record read and the cancel asked off the UI thread (a record that would not read held it)."""
         from core.hub.download import cancel_download, read_status
 
-        status = read_status(self.job_dir) if self.job_dir is not None else None
+        status = read_status(job_dir) if job_dir is not None else None
         if status is None or not cancel_download(status.job_dir):
-            self.notify(t("modelsscreen.no_download"), severity="warning")
+            self.app.call_from_thread(self.notify, t("modelsscreen.no_download"), severity="warning")
             return
-        self.notify(t("modelsscreen.cancel_sent", model=status.model_id))
+        self.app.call_from_thread(self.notify, t("modelsscreen.cancel_sent", model=status.model_id))
 
     # --- local tab ---------------------------------------------------------------------------------
     def action_tab(self, tab: str, focus_list: bool = True) -> None:
@@ -1287,17 +1292,19 @@ class ModelsScreen(Screen[None]):
             return
         self.app.call_from_thread(self.notify, t("modelsscreen.deleted", model=model.model_id,
                                                  size=human_bytes(freed)))
-        self.app.call_from_thread(self._forget_download, model)
-        self._list_local()
-
-    def _forget_download(self, model: Any) -> None:
-        """After ``model`` was deleted, the download line no longer speaks of its download (stopped at 16%,
-        d resumes it: there is nothing left to resume; core removes its record too); the newest other
-        download, if any, takes its place."""
+        # The download line no longer speaks of its download (stopped at 16%, d resumes it: there is nothing
+        # left to resume; core removes its record too); the newest other download, if any, takes its place.
+        # Its record read here, off the UI thread.
         from core.hub.download import read_status
 
-        status = read_status(self.job_dir) if self.job_dir is not None else None
-        if self.job_dir is not None and (status is None or (not status.active and _download_of(status, model))):
+        shown = self.job_dir
+        status = read_status(shown) if shown is not None else None
+        if shown is not None and (status is None or (not status.active and _download_of(status, model))):
+            self.app.call_from_thread(self._forget_download, shown)
+        self._list_local()
+
+    def _forget_download(self, job_dir: Path) -> None:
+        if self.job_dir == job_dir:  # the line still shows the deleted model's download
             self.job_dir = None
             self._reattach()
 
