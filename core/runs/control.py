@@ -21,6 +21,7 @@ from core.runs.liveness import (
     foreign_host,
     lock_holder,
     never_trained,
+    process_start_time,
     same_process_alive,
     try_lock,
 )
@@ -170,22 +171,32 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
     if force or stopping:
         trainer = record.get("trainer") or {}
         trainer_alive = bool(trainer.get("pid")) and same_process_alive(trainer["pid"], trainer.get("start_time"))
-        _kill_trees(run, ([int(pid)] if alive else []) + ([int(trainer["pid"])] if trainer_alive else []))
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with try_lock(run) as got:
-                if got:
-                    break
-            time.sleep(0.1)
-        # What killed it, as it was asked: --force, or a second stop while the first was saving (the
-        # app's second stop too, which passes force).
-        second = stopping
-        run.append_event("stopped", reason="second_stop" if second else "force", forced=True)
-        written = run.write_status(STOPPED, Message("runs.reason_second_stop" if second else "runs.reason_forced"))
         if not unreadable:  # (one that does not read is not written: the notice says so)
-            # Its supervisor, killed, cannot record its end. A reader that looked since the kill found it
-            # gone and called the attempt crashed (and the run, before the status above): it was killed.
-            run.close_open_attempt("killed", replacing=(CRASHED,))
+            # Readers leave the run to this stop until it has recorded its end (``killing``): one that looked
+            # between the kill and the status below took the trainer's outcome.json (a trainer that hung after
+            # writing it) for the end, its event too, and the stop's "killed" did not replace it.
+            me = os.getpid()
+            run.update_record(killing={"pid": me, "start_time": process_start_time(me)})
+        try:
+            _kill_trees(run, ([int(pid)] if alive else []) + ([int(trainer["pid"])] if trainer_alive else []))
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with try_lock(run) as got:
+                    if got:
+                        break
+                time.sleep(0.1)
+            # What killed it, as it was asked: --force, or a second stop while the first was saving (the
+            # app's second stop too, which passes force).
+            second = stopping
+            run.append_event("stopped", reason="second_stop" if second else "force", forced=True)
+            written = run.write_status(STOPPED, Message("runs.reason_second_stop" if second else "runs.reason_forced"))
+            if not unreadable:
+                # Its supervisor, killed, cannot record its end. A reader that looked since the kill, before
+                # ``killing`` was recorded (an older tunedeck), found it gone and called the attempt crashed.
+                run.close_open_attempt("killed", replacing=(CRASHED,))
+        finally:
+            if not unreadable:
+                run.update_record(killing=None)
         return StopResult(True, written, notices=notices)
     if not alive:
         if status.status == QUEUED:

@@ -149,6 +149,18 @@ def foreign_host(record: Mapping[str, Any]) -> str | None:
     return host if isinstance(host, str) and host and host != socket.gethostname() else None
 
 
+def being_killed(record: Mapping[str, Any]) -> bool:
+    """Whether a forced stop (``core.runs.control.request_stop``) is killing the run now: run.json's ``killing``
+    names a live process. Its end is that stop's to record ("stopped", the attempt "killed", one event); a
+    reader that recorded one meanwhile (the trainer's outcome.json, or crashed) made the attempt read as the
+    trainer said and the stop event appear twice. A stop that died on the way names no live process."""
+    killing = record.get("killing")
+    if not isinstance(killing, dict) or not isinstance(killing.get("pid"), int):
+        return False
+    start = killing.get("start_time")
+    return same_process_alive(killing["pid"], start if isinstance(start, (int, float)) else None)
+
+
 def never_trained(run: RunDirectory) -> bool:
     """Whether the run ended before it had anything to lose: no complete checkpoint and no training step
     logged (stopped or crashed while loading the model or the data). A resume starts it again from step 0
@@ -297,6 +309,8 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
                 return current  # the supervisor is still on its way to the lock
             if foreign and _beating(run, current, beats):
                 return current  # alive on its host as far as its files tell: not for this box to call crashed
+            if being_killed(run.read_record()[0]):
+                return current  # a forced stop killed it and records the end itself, in a moment
             ended = recorded_end(run) if not current.updated_ts else None
             if ended is not None:  # status.json unreadable (a hand edit, a torn copy): the end events.jsonl holds
                 if persist:
@@ -327,7 +341,8 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
     # process that recorded it means the holder is not our supervisor (e.g. a stray inherited fd).
     sup = run.read_record()[0].get("supervisor") or {}  # one that does not read names no supervisor
     pid = sup.get("pid")
-    if pid and not foreign and not same_process_alive(pid, sup.get("start_time")):
+    if pid and not foreign and not same_process_alive(pid, sup.get("start_time")) \
+            and not being_killed(run.read_record()[0]):
         verdict = trainer_verdict(run, status.status)
         if verdict is not None:  # as above
             try:

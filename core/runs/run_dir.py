@@ -3,7 +3,7 @@
 Layout of ``runs_dir()/<id>/`` (directory 0700, every file 0600)::
 
     config.yaml       the resolved run configuration (what the trainer really used)
-    run.json          id, created, command, argv, GPUs, host, version, pids, attempts
+    run.json          id, created, command, argv, GPUs, host, version, pids, attempts, killing (a forced stop at work)
     status.json       {"status", "reason", "reason_message", "updated", "updated_ts"}, replaced atomically
     lock              flock'ed exclusively by the supervisor for its whole life
     metrics.jsonl     header record, then one record per logging step / evaluation / resume; append-only,

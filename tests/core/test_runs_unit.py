@@ -236,11 +236,16 @@ def test_lock_holder_keeps_run_alive_and_its_death_makes_it_crashed(home):
     assert effective_status(run).status == CRASHED
 
 
-def test_a_forced_stop_that_a_reader_calls_a_crash_midway_is_stopped_and_its_attempt_killed(home, monkeypatch):
+@pytest.mark.parametrize("trainer_said", [None, "stopped"])
+def test_a_forced_stop_that_a_reader_looks_at_midway_is_stopped_and_its_attempt_killed(home, monkeypatch, trainer_said):
     """A reader (the app, `tunedeck runs`) that looked between the kill and the stop's own record found the
     supervisor gone and closed the attempt as crashed; the stop then wrote "stopped", and `status --json`
-    said stopped at the top and crashed in its last attempt. The user asked for the stop and it killed: the
-    run is stopped, its attempt killed, whoever looked in between."""
+    said stopped at the top and crashed in its last attempt. Where the trainer had written its outcome.json
+    and then hung (``trainer_said``), the reader recorded that verdict, its attempt and its event: the attempt
+    read "stopped", not "killed", and the stop event was there twice. The user asked for the stop and it
+    killed: the run is stopped, its attempt killed, one stop event, whoever looked in between (the reader
+    leaves the run to the stop while it kills: it sees the status as it was). A real process holds the lock
+    as the supervisor; the reader is a real `tunedeck status` run right after the kill. No GPU."""
     import psutil
 
     from core.runs import control
@@ -250,6 +255,8 @@ def test_a_forced_stop_that_a_reader_calls_a_crash_midway_is_stopped_and_its_att
     run.update_record(supervisor={"pid": holder.pid, "start_time": psutil.Process(holder.pid).create_time()},
                       attempts=[{"number": 1, "started": "2026-01-01T00:00:00Z", "resume_from": None}])
     run.write_status(RUNNING)
+    if trainer_said is not None:  # the trainer's verdict on attempt 1, written before it hung
+        run.outcome_path.write_text(json.dumps({"status": trainer_said, "attempt": 1}), encoding="utf-8")
     seen = []
     real_kill = control._kill_trees
 
@@ -266,10 +273,13 @@ def test_a_forced_stop_that_a_reader_calls_a_crash_midway_is_stopped_and_its_att
         if holder.poll() is None:
             holder.kill()
         holder.wait()
-    assert seen == [CRASHED]  # the reader did look in between, and saw the supervisor gone
+    assert seen == [RUNNING]  # the reader did look in between, and left the run to the stop
     assert result.forced and result.status.status == STOPPED and effective_status(run).status == STOPPED
     [attempt] = run.record()["attempts"]
     assert attempt["status"] == "killed" and attempt["ended"] and attempt["exit_code"] is None, attempt
+    ends = [r["event"] for r in iter_records(run.events_path) if r["event"] in ("stopped", "finished", "failed")]
+    assert ends == ["stopped"], ends
+    assert run.record()["killing"] is None  # the stop is over: readers judge the run again
 
 
 @pytest.mark.parametrize("ending", ["finished", "killed"])
