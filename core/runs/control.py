@@ -140,6 +140,30 @@ def _kill_trees(run: RunDirectory, pids: list[int]) -> None:
         raise _not_permitted(run, *denied[0])
 
 
+def _late_supervisor(run: RunDirectory, killed: list[int]) -> list[int]:
+    """A supervisor that started while a forced stop waited for the run's lock (a `resume` just launched, its
+    run still queued: the stop found nothing to kill): killed (``_kill_trees``), else it trained on under the
+    "stopped" the stop wrote. Its pid, or [] where run.json names none alive but those already killed."""
+    sup = run.read_record()[0].get("supervisor") or {}
+    pid = sup.get("pid") if isinstance(sup, dict) else None
+    if not isinstance(pid, int) or pid in killed or not same_process_alive(pid, sup.get("start_time")):
+        return []
+    _kill_trees(run, [pid])
+    return [pid]
+
+
+def _record_forced_end(run: RunDirectory, second: bool, unreadable: str | None) -> RunStatus:
+    """A forced stop's end: its event, "stopped", and the open attempt "killed". ``second``: a second stop while
+    the first was saving (the app's second stop too, which passes force), else --force, as it was asked."""
+    run.append_event("stopped", reason="second_stop" if second else "force", forced=True)
+    written = run.write_status(STOPPED, Message("runs.reason_second_stop" if second else "runs.reason_forced"))
+    if not unreadable:  # (one that does not read is not written: the notice says so)
+        # Its supervisor, killed, cannot record its end. A reader that looked since the kill, before ``killing``
+        # was recorded (an older tunedeck), found it gone and called the attempt crashed: it was killed.
+        run.close_open_attempt("killed", replacing=(CRASHED,))
+    return written
+
+
 def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
     """Graceful stop (SIGTERM: checkpoint, then exit); ``force`` or a second stop kills the processes.
 
@@ -178,22 +202,19 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
             me = os.getpid()
             run.update_record(killing={"pid": me, "start_time": process_start_time(me)})
         try:
-            _kill_trees(run, ([int(pid)] if alive else []) + ([int(trainer["pid"])] if trainer_alive else []))
+            victims = ([int(pid)] if alive else []) + ([int(trainer["pid"])] if trainer_alive else [])
+            _kill_trees(run, victims)
             deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
+            while True:
+                # The end is written holding the run's lock: a supervisor that takes it after (a `train` or
+                # `resume` just started, the run still queued) finds the run stopped and does not start it.
                 with try_lock(run) as got:
-                    if got:
+                    if got or time.monotonic() >= deadline:
+                        written = _record_forced_end(run, stopping, unreadable)
                         break
+                if not unreadable:  # one that took the lock and recorded itself since run.json was read: killed
+                    victims += _late_supervisor(run, victims)
                 time.sleep(0.1)
-            # What killed it, as it was asked: --force, or a second stop while the first was saving (the
-            # app's second stop too, which passes force).
-            second = stopping
-            run.append_event("stopped", reason="second_stop" if second else "force", forced=True)
-            written = run.write_status(STOPPED, Message("runs.reason_second_stop" if second else "runs.reason_forced"))
-            if not unreadable:
-                # Its supervisor, killed, cannot record its end. A reader that looked since the kill, before
-                # ``killing`` was recorded (an older tunedeck), found it gone and called the attempt crashed.
-                run.close_open_attempt("killed", replacing=(CRASHED,))
         finally:
             if not unreadable:
                 run.update_record(killing=None)

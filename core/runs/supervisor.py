@@ -368,6 +368,8 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_stop_signal)
         signal.signal(signal.SIGINT, self._on_stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        if self.run.status().status not in (QUEUED, STARTING):  # stopped while queued (stop --force): not started
+            return self._not_queued_any_more()
         record, unreadable = self.run.read_launch_record()
         if unreadable:  # before anything is written: a corrupt one is not set aside
             return self._refuse_start(unreadable)
@@ -378,7 +380,9 @@ class Supervisor:
             supervisor={"pid": me.pid, "start_time": me.create_time(), "host": socket.gethostname()},
             attempts=attempts,
         )
-        self.run.transition(STARTING, "", only_from={QUEUED, STARTING})
+        if not self.run.transition(STARTING, "", only_from={QUEUED, STARTING}):  # a stop since the check above
+            self.run.close_open_attempt(self.run.status().status)
+            return self._not_queued_any_more()
         try:
             self.run.outcome_path.unlink()
         except FileNotFoundError:
@@ -446,6 +450,16 @@ class Supervisor:
         sys.stdout.flush()
         sys.stderr.flush()
         return 0 if status in (FINISHED, STOPPED) else 1
+
+    def _not_queued_any_more(self) -> int:
+        """No trainer for a run that is no longer queued when its supervisor takes the lock: a ``stop --force``
+        that came while a ``train``/``resume`` was starting it found nothing to kill and wrote "stopped", and
+        this supervisor then trained on under that status (its switch to "starting" refused, unseen). The run
+        stays as the stop left it; train.log and supervisor.log say why nothing ran. Exit 0: nothing failed."""
+        said = f"not started: the run is {self.run.status().status} (stopped before its supervisor started)"
+        self.log(said)
+        print(said, file=sys.stderr, flush=True)  # supervisor.log, whose tail `train`/`resume` show for an early exit
+        return 0
 
     def _refuse_start(self, unreadable: str) -> int:
         """No trainer when run.json does not read: its GPUs unknown, CUDA_VISIBLE_DEVICES would be "" and

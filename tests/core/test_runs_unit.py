@@ -1769,3 +1769,94 @@ def test_a_stopping_run_lists_no_eta(home, capsys):
         assert dispatch(["runs", "--json"]) == 0
         (row,) = json.loads(capsys.readouterr().out)
         assert row["status"] == "stopping" and row["eta_s"] is None
+
+
+def _supervisor_with_stand_in_trainer(run: RunDirectory, home: Path, wait: bool = True) -> subprocess.Popen:
+    """A real supervisor (its own process, as `tunedeck resume` starts it) whose trainer is a stand-in: it
+    writes ``trained`` in the run folder, then (``wait``) waits, a trainer at work, until it is killed."""
+    trainer = (
+        "import pathlib, time\n"
+        "pathlib.Path('trained').touch()\n"
+        "print('training', flush=True)\n"
+        f"time.sleep({120 if wait else 0})\n")
+    supervise = (
+        "import sys\n"
+        "from core.runs import supervisor\n"
+        f"supervisor.trainer_command = lambda run, resume_from, record: ([sys.executable, '-c', {trainer!r}], 1, 0)\n"
+        f"sys.exit(supervisor.main([{str(run.path)!r}]))\n")
+    return subprocess.Popen([sys.executable, "-c", supervise], cwd=ROOT,
+                            env={**os.environ, "TUNEDECK_HOME": str(home)})
+
+
+def _resumed_and_queued(run: RunDirectory) -> None:
+    """A run stopped once (attempt 1 ended, its supervisor gone) that `tunedeck resume` has just queued again:
+    run.json still names the old supervisor, a process that is no more."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run.update_record(supervisor={"pid": dead.pid, "start_time": 1.0},
+                      attempts=[{"number": 1, "started": "2026-01-01T00:00:00Z", "ended": "2026-01-01T01:00:00Z",
+                                 "status": "stopped", "exit_code": 0, "resume_from": None}])
+    run.write_status("queued")
+
+
+def test_a_forced_stop_before_a_resumed_runs_supervisor_started_keeps_it_stopped(home):
+    """`stop --force` of a run just resumed, still queued (its new supervisor not yet there): nothing to kill,
+    so it wrote "stopped"; the supervisor then came, its switch to "starting" was refused unseen, and it
+    trained on under "stopped". It does not start the run now: the trainer never runs, the run stays stopped
+    (exit 0, train.log says why). The stop is over before the supervisor starts: no timing. No GPU."""
+    run = _run(home)
+    _resumed_and_queued(run)
+    result = request_stop(run, force=True)
+    assert result.forced and result.status.status == STOPPED
+    supervisor = _supervisor_with_stand_in_trainer(run, home, wait=False)
+    try:
+        code = supervisor.wait(timeout=120)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+    assert code == 0 and not (run.path / "trained").exists()
+    assert run.status().status == STOPPED and effective_status(run).status == STOPPED
+    assert [a["number"] for a in run.record()["attempts"]] == [1]  # no attempt started
+    assert "not started: the run is stopped" in run.log_path.read_text()
+
+
+def test_a_forced_stop_kills_a_supervisor_that_starts_while_it_waits(home, monkeypatch):
+    """`stop --force` of a run just resumed, still queued: nothing to kill, it waited up to 10 s for the run's
+    lock, which the new supervisor had taken meanwhile, then wrote "stopped" while that supervisor and its
+    trainer trained on. Now the stop kills a supervisor that records itself while it waits. The supervisor is
+    started (a real one, stand-in trainer) once the stop has killed what it knew, and the stop goes on only once
+    the trainer runs (the test's hook on the kill). No GPU."""
+    import psutil
+
+    from core.runs import control
+
+    run = _run(home)
+    _resumed_and_queued(run)
+    started = []
+    real_kill = control._kill_trees
+
+    def kill_then_the_supervisor_starts(run, pids):
+        real_kill(run, pids)
+        if not started:
+            started.append(_supervisor_with_stand_in_trainer(run, home))
+            deadline = time.monotonic() + 120
+            while not (run.path / "trained").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+    monkeypatch.setattr(control, "_kill_trees", kill_then_the_supervisor_starts)
+    try:
+        result = request_stop(run, force=True)
+        [supervisor] = started
+        assert (run.path / "trained").exists()  # it did start, and trained, while the stop waited
+        trainer_pid = run.record()["trainer"]["pid"]
+        assert supervisor.wait(timeout=30) is not None  # killed by the stop (and reaped)
+        assert not psutil.pid_exists(trainer_pid) or psutil.Process(trainer_pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert result.forced and result.status.status == STOPPED and effective_status(run).status == STOPPED
+    attempt = run.record()["attempts"][-1]
+    assert attempt["number"] == 2 and attempt["status"] == "killed" and attempt["exit_code"] is None, attempt
