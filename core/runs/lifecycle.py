@@ -533,10 +533,12 @@ def _start(run: RunDirectory, resume_from: str | None = None) -> None:
             tail = run.supervisor_log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
         except OSError:
             pass
+        last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+        if run.status().status == RunState.STOPPED:  # a stop came first: the supervisor left it so, not failed
+            raise SupervisorDidNotStart(t("runs.stopped_before_start", id=run.id), run.supervisor_log_path, last)
         message = t("runs.supervisor_failed", path=str(run.supervisor_log_path), tail=tail.strip())
         if run.status().status == RunState.QUEUED:  # the supervisor never got as far as recording anything
             run.write_status(RunState.FAILED, message.splitlines()[0])
-        last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
         raise SupervisorDidNotStart(message, run.supervisor_log_path, last)
 
 

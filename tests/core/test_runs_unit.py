@@ -1860,3 +1860,36 @@ def test_a_forced_stop_kills_a_supervisor_that_starts_while_it_waits(home, monke
     assert result.forced and result.status.status == STOPPED and effective_status(run).status == STOPPED
     attempt = run.record()["attempts"][-1]
     assert attempt["number"] == 2 and attempt["status"] == "killed" and attempt["exit_code"] is None, attempt
+
+
+def test_a_train_whose_run_a_forced_stop_stopped_before_its_supervisor_started_says_so(home, monkeypatch):
+    """`stop --force` of a run `tunedeck train` (fresh, not a resume) has just queued: its supervisor finds it
+    stopped and exits 0 without starting it, and train said "the run's supervisor exited at once; see …" (a
+    failure to look for in a log) for a stop someone asked for. It says the run was stopped before its
+    supervisor started, nothing trained, and how to start it; the run stays stopped. A real supervisor (its
+    trainer a stand-in that would mark the folder), started once the stop is over: no timing. No GPU."""
+    from core.i18n import t
+    from core.runs import launch, lifecycle
+    from core.runs.errors import SupervisorDidNotStart
+
+    trainer = "import pathlib; pathlib.Path('trained').touch()"
+    supervise = (
+        "import sys\n"
+        "from core.runs import supervisor\n"
+        f"supervisor.trainer_command = lambda run, resume_from, record: ([sys.executable, '-c', {trainer!r}], 1, 0)\n"
+        "sys.exit(supervisor.main(sys.argv[1:]))\n")
+    monkeypatch.setattr(launch, "supervisor_command", lambda run, resume_from=None: [
+        sys.executable, "-c", supervise, str(run.path)])
+    monkeypatch.setattr(launch, "child_env", lambda: {**os.environ, "PYTHONPATH": str(ROOT)})
+    run = create_run(_Config(), ["tunedeck", "train", "x.yaml"], gpus=[0])
+    assert run.status().status == "queued"
+    result = request_stop(run, force=True)
+    assert result.forced and result.status.status == STOPPED
+    with pytest.raises(SupervisorDidNotStart) as caught:
+        lifecycle._start(run)
+    said = str(caught.value)
+    assert said == t("runs.stopped_before_start", id=run.id), said
+    assert "exited at once" not in said and f"tunedeck resume {run.id}" in said
+    assert caught.value.last_line.startswith("not started: the run is stopped"), caught.value.last_line
+    assert run.status().status == STOPPED and run.status().reason_message["key"] == "runs.reason_forced"
+    assert not (run.path / "trained").exists()
