@@ -202,8 +202,10 @@ def wait_until_started(run: RunDirectory, proc: subprocess.Popen, timeout_s: flo
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         # run.json read as the supervisor may find it (permissions, bad JSON: it refuses to start then)
-        if proc.poll() is not None:  # already gone: fine if it got to run (a very short attempt)
-            return bool(run.read_record()[0].get("supervisor"))
+        if proc.poll() is not None:  # already gone: fine if it got to run (a very short attempt), as run.json
+            # names it; a resumed run's names the last attempt's supervisor until this one records itself
+            sup = run.read_record()[0].get("supervisor")
+            return isinstance(sup, dict) and sup.get("pid") == proc.pid
         if supervisor_alive(run) and run.read_record()[0].get("supervisor"):
             return True
         time.sleep(0.05)

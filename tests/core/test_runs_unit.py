@@ -1893,3 +1893,34 @@ def test_a_train_whose_run_a_forced_stop_stopped_before_its_supervisor_started_s
     assert caught.value.last_line.startswith("not started: the run is stopped"), caught.value.last_line
     assert run.status().status == STOPPED and run.status().reason_message["key"] == "runs.reason_forced"
     assert not (run.path / "trained").exists()
+
+
+def test_a_resume_whose_run_a_forced_stop_stopped_before_its_supervisor_started_says_so(home, monkeypatch):
+    """As above for `tunedeck resume`: its supervisor found the run stopped and exited 0 without starting it,
+    but run.json still named the last attempt's supervisor, which the launch took for the new one: resume
+    said "resumed run … from checkpoint …" (the app too) of a run that stayed stopped. It says now that the
+    run was stopped before its supervisor started. A real supervisor, stand-in trainer, started once the stop
+    is over: no timing. No GPU."""
+    from core.i18n import t
+    from core.runs import launch, lifecycle
+    from core.runs.errors import SupervisorDidNotStart
+
+    trainer = "import pathlib; pathlib.Path('trained').touch()"
+    supervise = (
+        "import sys\n"
+        "from core.runs import supervisor\n"
+        f"supervisor.trainer_command = lambda run, resume_from, record: ([sys.executable, '-c', {trainer!r}], 1, 0)\n"
+        "sys.exit(supervisor.main(sys.argv[1:]))\n")
+    monkeypatch.setattr(launch, "supervisor_command", lambda run, resume_from=None: [
+        sys.executable, "-c", supervise, str(run.path), *([] if resume_from is None else ["--resume", str(resume_from)])])
+    monkeypatch.setattr(launch, "child_env", lambda: {**os.environ, "PYTHONPATH": str(ROOT)})
+    run = create_run(_Config(), ["tunedeck", "train", "x.yaml"], gpus=[0])
+    _sound_checkpoint(run, 5)
+    _resumed_and_queued(run)
+    result = request_stop(run, force=True)
+    assert result.forced and result.status.status == STOPPED
+    with pytest.raises(SupervisorDidNotStart) as caught:
+        lifecycle._start(run, resume_from=str(run.checkpoints_dir / "checkpoint-5"))
+    assert str(caught.value) == t("runs.stopped_before_start", id=run.id), str(caught.value)
+    assert run.status().status == STOPPED and not (run.path / "trained").exists()
+    assert [a["number"] for a in run.record()["attempts"]] == [1]
