@@ -200,7 +200,7 @@ def request_stop(run: RunDirectory, force: bool = False) -> StopResult:
             # between the kill and the status below took the trainer's outcome.json (a trainer that hung after
             # writing it) for the end, its event too, and the stop's "killed" did not replace it.
             me = os.getpid()
-            run.update_record(killing={"pid": me, "start_time": process_start_time(me)})
+            run.update_record(killing={"pid": me, "start_time": process_start_time(me), "since": time.time()})
         try:
             victims = ([int(pid)] if alive else []) + ([int(trainer["pid"])] if trainer_alive else [])
             _kill_trees(run, victims)

@@ -149,13 +149,22 @@ def foreign_host(record: Mapping[str, Any]) -> str | None:
     return host if isinstance(host, str) and host and host != socket.gethostname() else None
 
 
+KILLING_BOUND_S = 120.0  # how long run.json's ``killing`` (a forced stop at work) may keep readers off the run
+
+
 def being_killed(record: Mapping[str, Any]) -> bool:
     """Whether a forced stop (``core.runs.control.request_stop``) is killing the run now: run.json's ``killing``
     names a live process. Its end is that stop's to record ("stopped", the attempt "killed", one event); a
     reader that recorded one meanwhile (the trainer's outcome.json, or crashed) made the attempt read as the
-    trainer said and the stop event appear twice. A stop that died on the way names no live process."""
+    trainer said and the stop event appear twice. A stop that died on the way names no live process; one
+    recorded longer ago than ``KILLING_BOUND_S`` (a stop's kill and wait take some 30 s at most) is not at
+    work either: a stop suspended (Ctrl-Z), or the app's stop whose clearing of it failed (a full disk) and
+    that lives on, left the run active with its supervisor dead, its next attempts' crashes never recorded."""
     killing = record.get("killing")
     if not isinstance(killing, dict) or not isinstance(killing.get("pid"), int):
+        return False
+    since = killing.get("since")
+    if isinstance(since, (int, float)) and time.time() - since > KILLING_BOUND_S:
         return False
     start = killing.get("start_time")
     return same_process_alive(killing["pid"], start if isinstance(start, (int, float)) else None)

@@ -1924,3 +1924,24 @@ def test_a_resume_whose_run_a_forced_stop_stopped_before_its_supervisor_started_
     assert str(caught.value) == t("runs.stopped_before_start", id=run.id), str(caught.value)
     assert run.status().status == STOPPED and not (run.path / "trained").exists()
     assert [a["number"] for a in run.record()["attempts"]] == [1]
+
+
+@pytest.mark.parametrize("age_s, expected", [(0, RUNNING), (3600, CRASHED)])
+def test_a_forced_stop_marker_left_by_a_live_process_does_not_keep_a_dead_run_active(home, age_s, expected):
+    """run.json's ``killing`` keeps readers off a run while a forced stop kills it, as long as the process it
+    names lives. One left behind by a process that lives on (the app's stop whose clearing of it failed on a
+    full disk, a `stop --force` suspended with Ctrl-Z) kept a run whose supervisor is dead active for as long
+    as that process lived, also a later attempt's crash. A marker of the stop at work (just written) still keeps
+    readers off; one an hour old does not: the run reads crashed. This test process stands for the app (it is
+    alive); the supervisor is a process that has ended. No GPU."""
+    from core.runs.liveness import process_start_time
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run = _run(home)
+    me = os.getpid()
+    run.update_record(supervisor={"pid": dead.pid, "start_time": 1.0},
+                      attempts=[{"number": 1, "started": "2026-01-01T00:00:00Z", "resume_from": None}],
+                      killing={"pid": me, "start_time": process_start_time(me), "since": time.time() - age_s})
+    run.write_status(RUNNING)
+    assert effective_status(run).status == expected
