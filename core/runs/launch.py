@@ -202,11 +202,14 @@ def wait_until_started(run: RunDirectory, proc: subprocess.Popen, timeout_s: flo
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         # run.json read as the supervisor may find it (permissions, bad JSON: it refuses to start then)
-        if proc.poll() is not None:  # already gone: fine if it got to run (a very short attempt), as run.json
-            # names it; a resumed run's names the last attempt's supervisor until this one records itself
-            sup = run.read_record()[0].get("supervisor")
-            return isinstance(sup, dict) and sup.get("pid") == proc.pid
-        if supervisor_alive(run) and run.read_record()[0].get("supervisor"):
+        # run.json names this supervisor once it has started the run; a resumed run's names the last attempt's
+        # until then, also while this one holds the lock only to find the run stopped, and exits
+        gone = proc.poll() is not None  # (asked first: one that recorded itself and ended since is read so)
+        sup = run.read_record()[0].get("supervisor")
+        ours = isinstance(sup, dict) and sup.get("pid") == proc.pid
+        if gone:  # fine if it got to run (a very short attempt)
+            return ours
+        if supervisor_alive(run) and ours:
             return True
         time.sleep(0.05)
     return proc.poll() is None

@@ -1945,3 +1945,53 @@ def test_a_forced_stop_marker_left_by_a_live_process_does_not_keep_a_dead_run_ac
                       killing={"pid": me, "start_time": process_start_time(me), "since": time.time() - age_s})
     run.write_status(RUNNING)
     assert effective_status(run).status == expected
+
+
+def test_a_resume_is_not_taken_for_started_while_its_supervisor_holds_the_lock_of_a_stopped_run(home, monkeypatch):
+    """A resume whose supervisor takes the lock, finds the run stopped (a forced stop came first) and exits:
+    the launch's wait, looking while it held the lock, took run.json's supervisor (the last attempt's) for it
+    and `tunedeck resume` said "resumed". The supervisor is held at that point (a gate) until the wait has seen
+    it hold the lock (a hook on the wait's look); the resume then says the run was stopped before its supervisor
+    started. A real supervisor, stand-in trainer. No GPU."""
+    from core.i18n import t
+    from core.runs import launch, lifecycle, liveness
+    from core.runs.errors import SupervisorDidNotStart
+
+    trainer = "import pathlib; pathlib.Path('trained').touch()"
+    supervise = (
+        "import pathlib, sys, time\n"
+        "from core.runs import supervisor\n"
+        f"supervisor.trainer_command = lambda run, resume_from, record: ([sys.executable, '-c', {trainer!r}], 1, 0)\n"
+        "real = supervisor.Supervisor._not_queued_any_more\n"
+        "def held(self):\n"
+        "    pathlib.Path('holding').touch()\n"
+        "    deadline = time.monotonic() + 120\n"
+        "    while not pathlib.Path('release').exists() and time.monotonic() < deadline:\n"
+        "        time.sleep(0.02)\n"
+        "    return real(self)\n"
+        "supervisor.Supervisor._not_queued_any_more = held\n"
+        "sys.exit(supervisor.main(sys.argv[1:]))\n")
+    monkeypatch.setattr(launch, "supervisor_command", lambda run, resume_from=None: [
+        sys.executable, "-c", supervise, str(run.path), *([] if resume_from is None else ["--resume", str(resume_from)])])
+    monkeypatch.setattr(launch, "child_env", lambda: {**os.environ, "PYTHONPATH": str(ROOT)})
+    real_alive = liveness.supervisor_alive
+
+    def looked(run):
+        alive = real_alive(run)
+        if alive and (run.path / "holding").exists():  # the wait saw it hold the lock: it may go on now
+            (run.path / "release").touch()
+        return alive
+
+    monkeypatch.setattr(liveness, "supervisor_alive", looked)
+    run = create_run(_Config(), ["tunedeck", "train", "x.yaml"], gpus=[0])
+    _sound_checkpoint(run, 5)
+    _resumed_and_queued(run)
+    assert request_stop(run, force=True).status.status == STOPPED
+    try:
+        with pytest.raises(SupervisorDidNotStart) as caught:
+            lifecycle._start(run, resume_from=str(run.checkpoints_dir / "checkpoint-5"))
+        assert (run.path / "release").exists()  # the wait did look while it held the lock
+    finally:
+        (run.path / "release").touch()  # (a supervisor still held goes on and ends)
+    assert str(caught.value) == t("runs.stopped_before_start", id=run.id), str(caught.value)
+    assert run.status().status == STOPPED and not (run.path / "trained").exists()
