@@ -456,7 +456,9 @@ class Supervisor:
         that came while a ``train``/``resume`` was starting it found nothing to kill and wrote "stopped", and
         this supervisor then trained on under that status (its switch to "starting" refused, unseen). The run
         stays as the stop left it; train.log and supervisor.log say why nothing ran. Exit 0: nothing failed."""
-        said = f"not started: the run is {self.run.status().status} (stopped before its supervisor started)"
+        state = self.run.status().status
+        why = " (stopped before its supervisor started)" if state == STOPPED else ""
+        said = f"not started: the run is {state}{why}"
         self.log(said)
         print(said, file=sys.stderr, flush=True)  # supervisor.log, whose tail `train`/`resume` show for an early exit
         return 0
