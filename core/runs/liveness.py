@@ -330,13 +330,7 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
                 return ended
             verdict = trainer_verdict(run, current.status)
             if verdict is not None:  # the trainer ended and said how; only its supervisor's record of it is missing
-                if persist:
-                    try:
-                        written_end = record_verdict(run, verdict)
-                        return written_end if written_end is not None else run.status()
-                    except OSError:  # a full or read-only disk: said, recorded by a later reader
-                        pass
-                return RunStatus.new(*verdict)
+                return _verdict_status(run, verdict, persist)
             reason = crashed_reason(run)
             if persist:
                 try:
@@ -348,19 +342,13 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
             return RunStatus(CRASHED, reason.english(), current.updated, current.updated_ts, reason.to_record())
     # Someone holds the lock. Cross-check the recorded supervisor: a pid that no longer names the
     # process that recorded it means the holder is not our supervisor (e.g. a stray inherited fd).
-    sup = run.read_record()[0].get("supervisor") or {}  # one that does not read names no supervisor
+    record = run.read_record()[0]
+    sup = record.get("supervisor") or {}  # one that does not read names no supervisor
     pid = sup.get("pid")
-    if pid and not foreign and not same_process_alive(pid, sup.get("start_time")) \
-            and not being_killed(run.read_record()[0]):
+    if pid and not foreign and not same_process_alive(pid, sup.get("start_time")) and not being_killed(record):
         verdict = trainer_verdict(run, status.status)
         if verdict is not None:  # as above
-            try:
-                if persist and record_verdict(run, verdict) is not None:
-                    return run.status()
-            except OSError:
-                pass
-            current = run.status()
-            return current if current.status not in ACTIVE_STATES else RunStatus.new(*verdict)
+            return _verdict_status(run, verdict, persist)
         reason = crashed_reason(run)
         try:
             if persist and run.transition(CRASHED, reason, only_from=ACTIVE_STATES):
@@ -375,6 +363,21 @@ def effective_status(run: RunDirectory, persist: bool = True, beats: Beats | Non
     if status.status in (RUNNING, STARTING, STOPPING):
         return _with_stall(run, status, sup if status.status != RUNNING else None, beats)
     return status
+
+
+def _verdict_status(run: RunDirectory, verdict: tuple[str, str | Message], persist: bool) -> RunStatus:
+    """``trainer_verdict``'s end, recorded where ``persist`` (``record_verdict``) and so returned; the end another
+    reader recorded first; else (not to be recorded, or a full or read-only disk: a later reader records it)
+    computed."""
+    if persist:
+        try:
+            written = record_verdict(run, verdict)
+            if written is not None:
+                return written
+        except OSError:
+            pass
+    current = run.status()
+    return current if current.status not in ACTIVE_STATES else RunStatus.new(*verdict)
 
 
 FOREIGN_DEAD_S = 1800.0  # another host's run silent this long (and thrice its stall threshold) is taken for dead
