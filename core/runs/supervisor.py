@@ -32,7 +32,8 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,8 @@ class Supervisor:
         self.resume_from = resume_from
         self.child: subprocess.Popen | None = None
         self.stop_requests = 0
+        self.stop_to_record = ""  # the first stop's signal, until "stopping" and its event are written
+        self.writing = 0  # inside a write that holds one of the run's file locks (``_holding_locks``)
         self.lock_fd: int | None = None
         self.rank_offset = 0
         self.multi_process = False
@@ -167,26 +170,27 @@ class Supervisor:
     def _write_line(self, line: str) -> None:
         """One line into train.log; on a full disk it waits in memory (the newest ``HELD_LINES``); a log that
         cannot be written for another reason loses it (``_log_unwritable``), and the run goes on."""
-        if self.held and not self._flush_held(force=False):
-            self._hold(line)
-            return
-        if self.log_error is not None and time.monotonic() < self.next_log_try:
-            self.log_dropped += 1
-            return
-        try:
-            if self.log_error is not None:  # writable again: say first what was lost
-                append_line(self.run.log_path, f"[supervisor] {self.log_dropped} lines could not be written to "
-                                               f"{self.run.log_path}: {self.log_error}")
-                self.log_error, self.log_dropped = None, 0
-            append_line(self.run.log_path, line)
-        except OSError as exc:
-            if not is_disk_full(exc):
-                self._log_unwritable(exc)
+        with self._holding_locks():
+            if self.held and not self._flush_held(force=False):
+                self._hold(line)
+                return
+            if self.log_error is not None and time.monotonic() < self.next_log_try:
                 self.log_dropped += 1
                 return
-            self.disk_full = True
-            self.next_disk_try = time.monotonic() + DISK_RETRY_S
-            self._hold(line)
+            try:
+                if self.log_error is not None:  # writable again: say first what was lost
+                    append_line(self.run.log_path, f"[supervisor] {self.log_dropped} lines could not be written to "
+                                                   f"{self.run.log_path}: {self.log_error}")
+                    self.log_error, self.log_dropped = None, 0
+                append_line(self.run.log_path, line)
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    self._log_unwritable(exc)
+                    self.log_dropped += 1
+                    return
+                self.disk_full = True
+                self.next_disk_try = time.monotonic() + DISK_RETRY_S
+                self._hold(line)
 
     def _log_unwritable(self, exc: OSError) -> None:
         """train.log refused a write (not for a full disk): a healthy run must not die of its log file, so the
@@ -218,40 +222,42 @@ class Supervisor:
             return True
         if not force and time.monotonic() < self.next_disk_try:
             return False
-        try:
-            if self.held_dropped:
-                append_line(self.run.log_path, f"[supervisor] disk full: {self.held_dropped} earlier lines lost")
-                self.held_dropped = 0
-            while self.held:
-                append_line(self.run.log_path, self.held[0])
-                self.held.popleft()
-        except OSError as exc:
-            if not is_disk_full(exc):  # no longer full, but refused: the held lines are lost with the others
-                self._log_unwritable(exc)
-                self.log_dropped += len(self.held)
-                self.held.clear()
-                return True
-            self.next_disk_try = time.monotonic() + DISK_RETRY_S
-            return False
-        return True
+        with self._holding_locks():
+            try:
+                if self.held_dropped:
+                    append_line(self.run.log_path, f"[supervisor] disk full: {self.held_dropped} earlier lines lost")
+                    self.held_dropped = 0
+                while self.held:
+                    append_line(self.run.log_path, self.held[0])
+                    self.held.popleft()
+            except OSError as exc:
+                if not is_disk_full(exc):  # no longer full, but refused: the held lines are lost with the others
+                    self._log_unwritable(exc)
+                    self.log_dropped += len(self.held)
+                    self.held.clear()
+                    return True
+                self.next_disk_try = time.monotonic() + DISK_RETRY_S
+                return False
+            return True
 
     def _durably(self, action: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a write of the run's records; on a full disk free the reserve and try once more."""
-        try:
-            return action(*args, **kwargs)
-        except OSError as exc:
-            if not is_disk_full(exc):
-                raise
-            self.disk_full = True
-            release_reserve(self.run.path)
-        try:
-            return action(*args, **kwargs)
-        except OSError as exc:
-            if not is_disk_full(exc):
-                raise
-            print(f"cannot record {getattr(action, '__name__', action)} in {self.run.path}: {exc}",
-                  file=sys.stderr, flush=True)
-            return None
+        with self._holding_locks():
+            try:
+                return action(*args, **kwargs)
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    raise
+                self.disk_full = True
+                release_reserve(self.run.path)
+            try:
+                return action(*args, **kwargs)
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    raise
+                print(f"cannot record {getattr(action, '__name__', action)} in {self.run.path}: {exc}",
+                      file=sys.stderr, flush=True)
+                return None
 
     def _record(self, **changes: Any) -> None:
         """``update_record`` once the trainer has started: a run.json that cannot be read or written (its
@@ -321,11 +327,32 @@ class Supervisor:
     def _on_stop_signal(self, signum: int, _frame: Any) -> None:
         self.stop_requests += 1
         if self.stop_requests == 1:
-            self._durably(self.run.transition, STOPPING, Message("runs.reason_stop_requested"),
-                          only_from=ACTIVE_STATES)
-            self._durably(self.run.append_event, "stop_requested", signal=signal.Signals(signum).name)
-            self.log(f"{signal.Signals(signum).name} received: asking the trainer to save a checkpoint and stop")
+            self.stop_to_record = signal.Signals(signum).name
+            if not self.writing:
+                self._record_stop_request()
         self._relay(signal.SIGTERM)
+
+    def _record_stop_request(self) -> None:
+        """"stopping", the ``stop_requested`` event and the log line of the first stop signal."""
+        name, self.stop_to_record = self.stop_to_record, ""
+        self._durably(self.run.transition, STOPPING, Message("runs.reason_stop_requested"), only_from=ACTIVE_STATES)
+        self._durably(self.run.append_event, "stop_requested", signal=name)
+        self.log(f"{name} received: asking the trainer to save a checkpoint and stop")
+
+    @contextmanager
+    def _holding_locks(self) -> Iterator[None]:
+        """A write of train.log, events.jsonl, status.json or run.json: each is written under an ``flock``, and
+        such a lock belongs to the open file, not to the process. The stop handler runs in this thread, between
+        two bytecodes of whatever it interrupted: its own write, on another open file, waited for the lock the
+        interrupted write held, for ever; the trainer was never told and the run stayed "stopping". A stop that
+        comes during such a write is recorded as the write ends (the trainer is told at once)."""
+        self.writing += 1
+        try:
+            yield
+        finally:
+            self.writing -= 1
+            if not self.writing and self.stop_to_record:
+                self._record_stop_request()
 
     def _relay(self, sig: int) -> None:
         import psutil
@@ -376,12 +403,15 @@ class Supervisor:
         attempts = list(record.get("attempts") or [])
         attempt = {"number": len(attempts) + 1, "started": utc_now_iso(), "resume_from": self.resume_from}
         attempts.append(attempt)
-        record = self.run.update_record(
-            supervisor={"pid": me.pid, "start_time": me.create_time(), "host": socket.gethostname()},
-            attempts=attempts,
-        )
-        if not self.run.transition(STARTING, "", only_from={QUEUED, STARTING}):  # a stop since the check above
-            self.run.close_open_attempt(self.run.status().status)
+        with self._holding_locks():
+            record = self.run.update_record(
+                supervisor={"pid": me.pid, "start_time": me.create_time(), "host": socket.gethostname()},
+                attempts=attempts,
+            )
+            starting = self.run.transition(STARTING, "", only_from={QUEUED, STARTING})
+            if not starting:  # a stop since the check above
+                self.run.close_open_attempt(self.run.status().status)
+        if not starting:
             return self._not_queued_any_more()
         try:
             self.run.outcome_path.unlink()

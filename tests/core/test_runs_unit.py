@@ -20,7 +20,7 @@ from core.runs.launch import create_run, new_run_id
 from core.runs.listing import RunNotFound, list_runs, resolve_run
 from core.runs.liveness import effective_status
 from core.runs.logs import last_lines
-from core.runs.run_dir import CRASHED, FAILED, RUNNING, STOPPED, RunDirectory
+from core.runs.run_dir import CRASHED, FAILED, RUNNING, STOPPED, STOPPING, RunDirectory
 from core.runs.states import can_resume
 from core.secrets import REDACTED, scrub_argv, scrub_env
 from tests.users import as_nobody, skip_unless_root_can_drop
@@ -1262,6 +1262,81 @@ def test_only_a_worker_killed_among_torchruns_first_failures_is_named_the_cause(
             assert isinstance(reason, Message) and reason.english().startswith(expected), reason
             assert reason.english().endswith(f"the other ranks failed with it: {rank0}")
     assert judged(cases[0][0], stops=1) == rank0  # our own stop: whatever torchrun lists, the stop ended it
+
+
+_WRITE_WHILE_STOPPED = """
+import signal, sys
+from pathlib import Path
+from core.runs.run_dir import RunDirectory
+from core.runs.supervisor import Supervisor
+supervisor = Supervisor(RunDirectory(Path(sys.argv[1])))
+signal.signal(signal.SIGTERM, supervisor._on_stop_signal)
+supervisor.log("a line the stop comes in the middle of")
+print("written", flush=True)
+"""
+
+
+def _signal_pending(pid: int, number: int) -> bool:
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return any(int(fields[key], 16) >> (number - 1) & 1 for key in ("SigPnd", "ShdPnd"))
+
+
+def test_a_stop_signal_in_the_middle_of_a_write_of_train_log_is_recorded_when_the_write_ends(home):
+    """flock locks belong to the open file, not the process: the supervisor's stop handler, run between two
+    bytecodes of a write that held train.log's lock, wrote its own log line through another open file and
+    waited for that lock for ever. The run stayed "stopping", its trainer never told (CI saw a real run's
+    stop time out so). Here train.log is a full FIFO: the write holds the lock and cannot end until the
+    signal has been taken; then this test drains it, and the stop must be recorded after the line."""
+    import contextlib
+    import fcntl
+    import select
+
+    run = _run(home)
+    run.write_status(RUNNING)
+    run.log_path.unlink(missing_ok=True)
+    os.mkfifo(run.log_path)
+    reader = os.open(run.log_path, os.O_RDONLY | os.O_NONBLOCK)
+    child = None
+    try:
+        fcntl.fcntl(reader, fcntl.F_SETPIPE_SZ, 4096)
+        writer = os.open(run.log_path, os.O_WRONLY | os.O_NONBLOCK)
+        filled = 0
+        try:
+            while True:
+                filled += os.write(writer, b"x" * 4096)
+        except BlockingIOError:
+            os.close(writer)
+        child = subprocess.Popen([sys.executable, "-c", _WRITE_WHILE_STOPPED, str(run.path)], cwd=ROOT,
+                                 stdout=subprocess.PIPE, text=True)
+        inode = f":{os.stat(run.log_path).st_ino} "
+        deadline = time.monotonic() + 120
+        while not any(line.split()[4] == str(child.pid) and inode in line for line in open("/proc/locks")):
+            assert child.poll() is None and time.monotonic() < deadline, "the write never took train.log's lock"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)  # the write holds the lock, blocked on the full FIFO
+        while _signal_pending(child.pid, signal.SIGTERM):  # taken: its handler runs before the write goes on
+            time.sleep(0.01)
+        data = b""
+        deadline = time.monotonic() + 120
+        while child.poll() is None:
+            assert time.monotonic() < deadline, "the supervisor waits for its own lock on train.log"
+            if select.select([reader], [], [], 0.2)[0]:
+                with contextlib.suppress(BlockingIOError):  # readable as no writer had it open, then one did
+                    data += os.read(reader, 65536)
+        while chunk := os.read(reader, 65536):
+            data += chunk
+    finally:
+        os.close(reader)
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0 and child.stdout.read() == "written\n"
+    assert data[filled:].decode().splitlines() == [
+        "[supervisor] a line the stop comes in the middle of",
+        "[supervisor] SIGTERM received: asking the trainer to save a checkpoint and stop",
+    ]
+    assert run.status().status == STOPPING
+    assert run.last_event()["event"] == "stop_requested" and run.last_event()["signal"] == "SIGTERM"
 
 
 def test_hostfile_gives_nodes_master_and_this_machines_rank(tmp_path):
