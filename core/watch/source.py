@@ -226,9 +226,33 @@ def newer_run(source: WatchSource) -> WatchSource | None:
         return None
 
 
+# What a LLaMA-Factory run leaves in its output dir beside trainer_log.jsonl: LLaMA-Board's saved arguments and
+# log, the loss plot (plot_loss), the model card it tags "llama-factory"
+_LLAMAFACTORY_MARKS = ("llamaboard_config.yaml", "training_args.yaml", "running_log.txt", "training_loss.png")
+
+
+def _llamafactory_dir(path: Path) -> bool:
+    """A LLaMA-Factory output dir (by what its runs leave there, ``_LLAMAFACTORY_MARKS``), its trainer_log.jsonl
+    or not."""
+    if any((path / name).is_file() for name in _LLAMAFACTORY_MARKS):
+        return True
+    try:
+        with open(path / "README.md", "rb") as card:
+            return b"llama-factory" in card.read(4096).lower()
+    except OSError:
+        return False
+
+
 def _open_other(path: Path) -> WatchSource:
-    """An HF Trainer output dir or a TensorBoard log dir; SourceNotFound naming what was looked for."""
+    """An HF Trainer output dir or a TensorBoard log dir; SourceNotFound naming what was looked for.
+
+    A LLaMA-Factory output dir without its trainer_log.jsonl is a run started again there with
+    overwrite_output_dir (it removes the file as it begins, minutes before its first line): it is watched as
+    LLaMA-Factory's, the file read once it comes. The previous run's trainer_state.json beside it was read as an
+    HF Trainer dir: a fresh ``watch`` showed the old run's figures and said "finished" of the new one."""
     state = trainer_state_file(path)
+    if state is not None and _llamafactory_dir(path):
+        return _open_run(path, LLAMAFACTORY, None, frozenset())
     log = next((path / n for n in LOG_NAMES if (path / n).is_file()), None)
     if state is not None:
         return WatchSource(HF_TRAINER, path, state, log, None, read_only=True,

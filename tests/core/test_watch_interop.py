@@ -614,6 +614,45 @@ def test_llamafactory_run_started_again_with_overwrite_output_dir_is_running_at_
     assert writer_state(source, feed.activity).status == RUNNING
 
 
+@pytest.mark.parametrize("mark", ["README.md", "training_args.yaml"])
+def test_a_fresh_watch_on_a_llamafactory_folder_started_again_with_overwrite_waits_for_the_new_run(tmp_path, mark):
+    """A ``watch`` started after LLaMA-Factory removed trainer_log.jsonl (a run started again with
+    overwrite_output_dir, minutes before its first line) read the previous run's trainer_state.json as an HF
+    Trainer dir: its figures and "finished" for the new run. What the run left there (the model card LLaMA-Factory
+    tags, LLaMA-Board's saved arguments) says whose folder it is: watched as LLaMA-Factory's, running since the
+    removal, the new run's first line read once it comes."""
+    out = tmp_path / "lf"
+    out.mkdir()
+    log = out / "trainer_log.jsonl"
+    log.write_text("".join(json.dumps(line) + "\n" for line in lf_old_lines(40)))
+    for name in ("train_results.json", "all_results.json"):
+        (out / name).write_text(json.dumps({"epoch": 4.0, "train_loss": 1.2, "train_runtime": 80.0}))
+    (out / "trainer_state.json").write_text(json.dumps(hf_state(40, 40, summary=True)))
+    (out / mark).write_text("---\ntags:\n- llama-factory\n- lora\n---\n" if mark == "README.md" else
+                            "finetuning_type: lora\n")
+    age(out, MONTHS_AGO)
+    log.unlink()  # started again with overwrite_output_dir
+    source = open_watch_source(out)
+    assert source.kind == LLAMAFACTORY and source.metrics_path == log
+    feed = open_metrics_feed(source)
+    assert feed.read_tail() == [] and feed.backfill() is None  # none of the previous run's figures
+    state = writer_state(source, feed.activity)
+    assert state.status == RUNNING and state.since > MONTHS_AGO + 86400, state  # since the removal
+    log.write_text(json.dumps(lf_old_lines(40)[0]) + "\n")  # its first line
+    records, _restarted = feed.poll()
+    assert [r["step"] for r in records if r.get("kind") == "train"] == [5]
+    assert writer_state(source, feed.activity).status == RUNNING
+
+
+def test_an_hf_trainer_folder_is_not_taken_for_a_llamafactory_one(tmp_path):
+    """Without LLaMA-Factory's marks, a folder of trainer_state.json is an HF Trainer output dir, as before."""
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "trainer_state.json").write_text(json.dumps(hf_state(40, 40, summary=True)))
+    (out / "README.md").write_text("---\ntags:\n- generated_from_trainer\n---\n")
+    assert open_watch_source(out).kind == HF_TRAINER
+
+
 def test_a_llamafactory_folder_deleted_while_watched_keeps_its_figures(tmp_path):
     """The removal of trainer_log.jsonl starts the feed over (a run started again with overwrite_output_dir), but
     a folder deleted whole (rm -r) also takes the file: the dashboard then dropped the run's charts and figures
