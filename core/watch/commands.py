@@ -15,12 +15,13 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=cmd_watch)
 
 
-def _find(ref: str) -> Any:
-    """A watch source from a directory (or a file in it), or from a tunedeck run id / prefix."""
+def _find(ref: str, wait: bool = False) -> Any:
+    """A watch source from a directory (or a file in it), or from a tunedeck run id / prefix. ``wait``: a folder
+    there with nothing to read yet (a training starting) is waited for, a line on stderr saying so."""
     from pathlib import Path
 
     from core.errors import CliError
-    from core.watch.source import open_watch_source
+    from core.watch.source import open_watch_source, wait_for_source
 
     path = Path(ref).expanduser()
     if path.is_file():  # the metric file itself (logging.jsonl, trainer_log.jsonl …): the folder it is in
@@ -33,7 +34,17 @@ def _find(ref: str) -> Any:
         from core.runs import resolve_run
 
         path = resolve_run(ref).path  # RunNotFound: exit 2
+    if wait:
+        return wait_for_source(path, _say_waiting)  # SourceNotFound other than "nothing yet": exit 2
     return open_watch_source(path)  # SourceNotFound: exit 2
+
+
+def _say_waiting(error: Any) -> None:
+    import sys
+
+    from core.i18n import t
+
+    print(f"tunedeck: {t('watch.waiting', reason=error.message)}", file=sys.stderr, flush=True)
 
 
 # the figures of the newest train record ``--json`` gives (``latest``): the dashboard's stats line, as numbers
@@ -85,7 +96,14 @@ def _without_stale_eta(latest: dict[str, Any], status: str) -> dict[str, Any]:
 
 
 def cmd_watch(args: argparse.Namespace) -> Any:
-    source = _find(args.dir)
+    from core.watch.source import SourceNotYet
+
+    try:
+        source = _find(args.dir)
+    except SourceNotYet:
+        if args.json:  # what is there now: a folder with nothing to read yet is said at once (exit 2)
+            raise
+        source = None
     if args.json:
         import json
 
@@ -101,5 +119,7 @@ def cmd_watch(args: argparse.Namespace) -> Any:
     from core.settings import load_settings
 
     require_app(args, t("watch.no_terminal", dir=args.dir), t("watch.needs_app", dir=args.dir))
+    if source is None:  # an output folder a starting training has not written into yet: waited for (tail -F)
+        source = _find(args.dir, wait=True)
     # the folder named, not its newest run: the dashboard follows a run started there later (newer_run)
     return OpenApp(load_settings(), open_run=str(source.root or source.path))

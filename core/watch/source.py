@@ -34,6 +34,15 @@ class SourceNotFound(TunedeckError, LookupError):
     """The directory is none of the layouts we can read; the message says what we looked for."""
 
     exit_code = EXIT_USAGE
+    # a folder there and readable with none of the files looked for yet: an output dir a training starting
+    # has not written into yet (``wait_for_source`` waits for them)
+    not_yet = False
+
+
+class SourceNotYet(SourceNotFound):
+    """A folder there and readable, with none of the files a watch reads (yet)."""
+
+    not_yet = True
 
 
 @dataclass
@@ -263,7 +272,26 @@ def _open_other(path: Path) -> WatchSource:
             raise SourceNotFound(t("watch.tensorboard_missing", path=str(events)))
         return WatchSource(TENSORBOARD, path, events, log, None, read_only=True, facts=_model_facts(path))
     files = [name for _k, name in _METRIC_FILES] + ["checkpoint-*/trainer_state.json", EVENT_GLOB]
-    raise SourceNotFound(t("watch.unknown_dir", path=str(path), files=", ".join(files)))
+    raise SourceNotYet(t("watch.unknown_dir", path=str(path), files=", ".join(files)))
+
+
+def wait_for_source(path: Path | str, waiting: Any, interval_s: float = 1.0, sleep: Any = None) -> WatchSource:
+    """``open_watch_source``, waiting (as ``tail -F`` does) while the folder is there with none of the files it
+    reads yet: a training that is starting writes its first records minutes after its output folder. ``waiting``
+    is called once, with the reason (``SourceNotYet``), before the first wait. A folder that is not there, cannot
+    be read or holds what cannot be read (SourceNotFound) is said at once; Ctrl+C ends the wait."""
+    import time
+
+    sleep = time.sleep if sleep is None else sleep
+    said = False
+    while True:
+        try:
+            return open_watch_source(path)
+        except SourceNotYet as error:
+            if not said:
+                waiting(error)
+                said = True
+        sleep(interval_s)
 
 
 def _model_facts(folder: Path) -> dict[str, Any]:

@@ -343,3 +343,49 @@ def test_watch_json_gives_a_runs_tokens_per_s_over_its_steady_steps_as_the_heade
     latest = json.loads(result.stdout)["latest"]
     run = RunDirectory(path)
     assert latest["tokens_per_s"] == pytest.approx(steady_rate(run, run.latest_metrics())) == 12000.0
+
+
+def test_watch_waits_for_the_first_records_of_an_output_folder_still_empty(tmp_path):
+    """``watch DIR`` on the output folder of a training that is starting (nothing written into it yet) exited 2
+    at once, "not a … output directory". It now says it waits, once, and opens the folder when its first
+    records come, as ``tail -F`` would. No real sleeping: the wait's sleep is the gate the test steps through."""
+    import threading
+
+    from core.watch.source import wait_for_source
+
+    out = tmp_path / "out"
+    out.mkdir()
+    said: list[str] = []
+    waits = threading.Semaphore(0)
+    go_on = threading.Event()
+
+    def sleep(_seconds):
+        waits.release()  # the wait has looked once more and found nothing
+        assert go_on.wait(60)
+        go_on.clear()
+
+    found: list = []
+    waiter = threading.Thread(target=lambda: found.append(wait_for_source(out, lambda e: said.append(e.message),
+                                                                          sleep=sleep)))
+    waiter.start()
+    for _ in range(2):  # still nothing: it goes on waiting, and says so once
+        assert waits.acquire(timeout=60)
+        go_on.set()
+    assert waits.acquire(timeout=60)
+    shutil.copy(FIXTURES / "llamafactory_output" / "trainer_log.jsonl", out / "trainer_log.jsonl")
+    go_on.set()
+    waiter.join(60)
+    assert not waiter.is_alive() and found[0].kind == LLAMAFACTORY and found[0].path == out
+    assert len(said) == 1 and str(out) in said[0]
+
+
+def test_watch_does_not_wait_for_a_folder_that_is_not_there(tmp_path):
+    """Only a folder that is there is waited for: a mistyped one is said at once (exit 2), as is a folder with
+    nothing to read yet under ``--json`` (what is there now)."""
+    from core.watch.source import wait_for_source
+
+    with pytest.raises(SourceNotFound, match="no such directory"):
+        wait_for_source(tmp_path / "nope", lambda e: pytest.fail("waited"), sleep=lambda s: pytest.fail("waited"))
+    (tmp_path / "empty").mkdir()
+    result = run_cli("watch", str(tmp_path / "empty"), "--json", home=tmp_path / "home")
+    assert result.returncode == 2 and "not a tunedeck run" in result.stderr and result.stdout == ""
