@@ -58,6 +58,8 @@ class TrainerStateFeed:
         try:
             stat = path.stat()
             key = (path, stat.st_mtime_ns, stat.st_size)
+            if self._earlier_run(stat.st_mtime):
+                return self._forget()
             if key == self._key:
                 return [], False
             state = json.loads(path.read_text(encoding="utf-8"))
@@ -95,6 +97,24 @@ class TrainerStateFeed:
         self.activity.total_steps = total
         self._note_save_intervals()
         return records, restarted
+
+    def _earlier_run(self, written: float) -> bool:
+        """The newest trainer_state.json was written before the newest training run in the folder began (its
+        TensorBoard event file, ``training_started``): a run started again into a used output folder, before its
+        first checkpoint. Its history is the previous run's: shown as this run's figures (its step at the total,
+        its loss) for the minutes or hours until the first save."""
+        from core.watch.activity import training_started
+
+        started = training_started(self.folder)
+        return started is not None and written < started
+
+    def _forget(self) -> tuple[list[dict[str, Any]], bool]:
+        """Nothing read (an earlier run's state): what was handed on is dropped, once (restarted)."""
+        restarted = self._key is not None
+        self._key, self._count, self._last_entry, self._failing = None, 0, None, None
+        if restarted:
+            self.activity.reset()
+        return [], restarted
 
     def _unreadable(self, path: Path, key: tuple[Path, int | None, int | None], error: Exception) -> None:
         """A read that failed: said (``activity.unreadable``) once the same file has failed for

@@ -216,11 +216,32 @@ def test_hf_trainer_run_again_into_a_finished_folder_is_running_before_its_first
     hf_events(out / "runs" / "Dec07_16-00-00_box", now - 2, text=True, scalars={})  # started again
     source = open_watch_source(out)
     feed = open_metrics_feed(source)
-    feed.read_tail()  # the previous run's history, all that is there to read yet
+    # the previous run's history is not this run's: no figures (they read step 1000 of 1000) until its first save
+    assert feed.read_tail() == [] and feed.activity.last_step is None
     assert writer_state(source, feed.activity).status == RUNNING
     write_checkpoint(out, 50, 1000)  # its first save: the same as ever
-    feed.poll()
+    records, _restarted = feed.poll()
+    assert max(r["step"] for r in records if r["kind"] == "train") == 50
     assert writer_state(source, feed.activity).status == RUNNING
+
+
+def test_hf_trainer_run_started_again_while_watched_drops_the_previous_runs_figures(tmp_path):
+    """A dashboard on a finished HF Trainer folder when a run is started again there: the new run's event file
+    (on_train_begin) makes what was read the previous run's, dropped once (restarted), not kept as the new
+    run's figures until its first checkpoint."""
+    out = tmp_path / "hf_out"
+    write_checkpoint(out, 1000, 1000, MONTHS_AGO)
+    hf_events(out / "runs" / "Sep08_10-00-00_box", MONTHS_AGO - 7200, text=True, scalars={"train/loss": 1.2})
+    source = open_watch_source(out)
+    feed = open_metrics_feed(source)
+    assert max(r["step"] for r in feed.read_tail() if r["kind"] == "train") == 1000
+    assert feed.poll() == ([], False)
+    hf_events(out / "runs" / "Dec07_16-00-00_box", time.time() - 2, text=True, scalars={})  # started again
+    assert feed.poll() == ([], True)  # what was read is dropped, once
+    assert feed.poll() == ([], False) and feed.activity.last_step is None
+    write_checkpoint(out, 50, 1000)
+    records, _restarted = feed.poll()
+    assert max(r["step"] for r in records if r["kind"] == "train") == 50
 
 
 # --- TensorBoard ------------------------------------------------------------------------------------
