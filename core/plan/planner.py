@@ -633,8 +633,12 @@ def way_out(request: PlanRequest, base: TrainingPlan) -> list[Finding]:
             gpu_box = replace(hw, gpu=find_gpu("H200"), count=count, gpu_indices=None, detected=False)
             hit = first_feasible(replace(request, hardware=gpu_box, overrides=free))
             if hit is not None:
-                out.append(finding("plan.way_out.more_gpus", count=count, gpu="H200", method=hit.plan.method,
-                                   zero=hit.plan.zero_stage, peak=round(hit.peak_gib, 1)))
+                # not "more GPUs" (this box has none), nor a ZeRO stage for one GPU: "one H200 instead of the CPU"
+                peak = round(hit.peak_gib, 1)
+                out.append(finding("plan.way_out.gpu_instead", gpu="H200", method=hit.plan.method, peak=peak)
+                           if count == 1 else
+                           finding("plan.way_out.gpus_instead", count=count, gpu="H200", method=hit.plan.method,
+                                   zero=hit.plan.zero_stage, peak=peak))
                 break
     if not hw.cpu_only:
         for count in WAY_OUT_GPU_COUNTS:

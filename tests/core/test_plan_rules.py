@@ -162,6 +162,11 @@ def test_infeasible_gets_an_honest_answer_and_ways_out():
     cpu = recommend(request("Qwen2.5-72B", "cpu", host_ram_gib=16))
     assert not cpu.feasible
     assert any("H200" in f.text() for f in cpu.way_out)
+    # a CPU box has no GPUs to add to: a GPU instead, without a ZeRO stage for one GPU
+    small = recommend(request("Qwen2.5-7B", "cpu", host_ram_gib=16))
+    gpu = [f.text() for f in small.way_out if f.key.startswith("plan.way_out.gpu")]
+    assert gpu and gpu[0].startswith("a GPU instead of the CPU: one H200 fits with ") and "ZeRO" not in gpu[0]
+    assert not any(f.key == "plan.way_out.more_gpus" for f in small.way_out + cpu.way_out)
 
 
 def test_sequence_length_covers_the_data():

@@ -252,7 +252,9 @@ def test_infeasible_case_says_so_and_offers_a_way_out(private_home):
             assert not w.recommendation.feasible
             text = " ".join(screen_text(app).split())
             assert "Nothing fits" in text
-            assert "more GPUs: 1×H200 fits" in text or "more GPUs: 2×H200 fits" in text
+            # not "more GPUs" (there are none here), nor a ZeRO stage for a single GPU
+            assert "a GPU instead of the CPU: one H200 fits" in text or "GPUs instead of the CPU: 2×H200" in text
+            assert "more GPUs" not in text and "ZeRO-0" not in text
             # s, l and p only said that nothing fits: not offered (footer, palette); o (the overrides) is
             keys = {key for key, _ in footer_entries(w)}
             assert not keys & {"s", "l", "p"} and "o" in keys
