@@ -206,6 +206,12 @@ def open_watch_source(path: Path | str) -> WatchSource:
     return _open_run(path, kind, None, frozenset())
 
 
+def open_llamafactory(path: Path) -> WatchSource:
+    """The LLaMA-Factory run of ``path``, its trainer_log.jsonl there or not (yet): named by the user, the file
+    a run started again with overwrite_output_dir removed as it began is that run's, read once it comes."""
+    return _open_run(Path(path), LLAMAFACTORY, None, frozenset())
+
+
 def _open_run(path: Path, kind: str, root: Path | None, seen: frozenset[Path]) -> WatchSource:
     """An ms-swift or LLaMA-Factory run folder (``root``: the folder named above it, if any)."""
     metrics = path / dict(_METRIC_FILES)[kind]
@@ -259,9 +265,9 @@ def _open_other(path: Path) -> WatchSource:
     overwrite_output_dir (it removes the file as it begins, minutes before its first line): it is watched as
     LLaMA-Factory's, the file read once it comes. The previous run's trainer_state.json beside it was read as an
     HF Trainer dir: a fresh ``watch`` showed the old run's figures and said "finished" of the new one."""
+    if _llamafactory_dir(path):  # (LLaMA-Board saves its arguments there before the run starts: waited for too)
+        return open_llamafactory(path)
     state = trainer_state_file(path)
-    if state is not None and _llamafactory_dir(path):
-        return _open_run(path, LLAMAFACTORY, None, frozenset())
     log = next((path / n for n in LOG_NAMES if (path / n).is_file()), None)
     if state is not None:
         return WatchSource(HF_TRAINER, path, state, log, None, read_only=True,

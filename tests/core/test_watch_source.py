@@ -289,6 +289,25 @@ def test_watch_on_a_metric_file_watches_its_folder(tmp_path):
     assert data["kind"] == "llamafactory" and data["dir"] == str(FIXTURES / "llamafactory_output")
 
 
+def test_watch_on_a_llamafactory_log_removed_by_a_new_run_watches_that_run(tmp_path):
+    """`watch out/trainer_log.jsonl` just after LLaMA-Factory removed it (a run started again with
+    overwrite_output_dir, its first line minutes away) said "no such directory"; the folder is watched as
+    LLaMA-Factory's, its state running, and no figures yet. A file named in a folder that is not there still says
+    so."""
+    out = tmp_path / "out"
+    shutil.copytree(FIXTURES / "llamafactory_output", out)
+    (out / "trainer_log.jsonl").unlink()
+    result = run_cli("watch", str(out / "trainer_log.jsonl"), "--json", home=tmp_path / "home")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["kind"] == "llamafactory" and data["dir"] == str(out) and data["latest"] == {}
+    assert data["state"]["status"] == "running"
+    # the app opens the folder itself: known as LLaMA-Factory's by what its runs leave there (training_args.yaml)
+    assert open_watch_source(out).kind == LLAMAFACTORY
+    result = run_cli("watch", str(tmp_path / "nope" / "trainer_log.jsonl"), "--json", home=tmp_path / "home")
+    assert result.returncode == 2 and "no such directory" in result.stderr
+
+
 def test_core_watch_leaves_textual_and_rich_out():
     probe = ("import sys, json\nimport core.watch.feed, core.watch.alerts, core.watch.source, core.watch.last_seen,"
              " core.watch.figures, core.watch.commands\nprint(json.dumps(sorted(sys.modules)))")
