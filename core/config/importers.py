@@ -170,8 +170,8 @@ def _read_peer_file(path: str | Path) -> tuple[str, dict[str, Any], str | None, 
     import yaml
 
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # utf-8-sig: a file a Windows editor saved starts with a BOM, which is no part of its text
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise PeerFileError(t("import.file_missing", path=str(path))) from None
     except (OSError, UnicodeDecodeError) as exc:

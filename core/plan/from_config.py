@@ -175,7 +175,7 @@ def _peer_lines(path: str, imported: Any) -> dict[str, int | None]:
     from core.config.importers import is_json_text, json_key_lines
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # as the importer reads it: a BOM is not text
     except (OSError, UnicodeDecodeError):
         return {}
     if is_json_text(path, text):  # read as the importer reads it: as JSON, not as YAML

@@ -275,6 +275,23 @@ def test_swift_args_json_converts_key_by_key(tmp_path):
     assert not any(line.default for line in result.mapping)  # args.json lists every value itself
 
 
+def test_a_peers_file_saved_with_a_bom_reads_as_without_one(tmp_path):
+    """A Windows editor saves UTF-8 with a byte-order mark: the args.json was refused ("not valid JSON:
+    Unexpected UTF-8 BOM"), a swift script was "not a peer file", and plan named no line of the args.json."""
+    from core.plan.from_config import load_plan_config
+
+    plain, marked = tmp_path / "plain" / "args.json", tmp_path / "bom" / "args.json"
+    for path, prefix in ((plain, b""), (marked, b"\xef\xbb\xbf")):
+        path.parent.mkdir()
+        path.write_bytes(prefix + json.dumps(SWIFT_ARGS, indent=2).encode("utf-8"))
+    assert import_file(marked).to_dict() | {"source": None} == import_file(plain).to_dict() | {"source": None}
+    lines = load_plan_config(str(marked)).lines
+    assert lines and lines == load_plan_config(str(plain)).lines
+    script = tmp_path / "train.sh"
+    script.write_bytes(b"\xef\xbb\xbf" + SWIFT_SCRIPT.encode("utf-8"))
+    assert import_file(script).peer == "swift"
+
+
 def test_swift_command_line_in_a_script_and_as_arguments(tmp_path):
     script = tmp_path / "train.sh"
     script.write_text(SWIFT_SCRIPT, encoding="utf-8")
