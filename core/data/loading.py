@@ -383,12 +383,28 @@ def read_source(source: DatasetSource, hub: str = "modelscope", max_issues: int 
             if below:  # a downloaded hub dataset keeps its files in data/ or train/: say which folder to name
                 raise DataError([DataIssue(source.spec, None, None, Message(
                     "data.empty_dir_data_below", folders=", ".join(str(folder) for folder in below[:5]),
-                    first=str(next((f for f in below if file_split(f) == "train"), below[0]))))])
+                    first=_split_folder_spec(below, source.split)))])
             raise DataError([DataIssue(source.spec, None, None, Message("data.empty_dir", allowed=", ".join(SUFFIXES)))])
         loaded = [read_dataset(file, max_issues, entry=entry, whole_text_files=True) for file in files]
         loaded[0].left_out = [str(p) for p in others]
         return loaded
     return [read_dataset(path, max_issues, entry=entry)]
+
+
+def _split_folder_spec(folders: list[Path], split: str | None) -> str:
+    """The dataset spec that reads ``split`` (train when None) from one of ``folders`` (a downloaded dataset's
+    data/ or train/, validation/): a folder named for the split whose files name none (read whole), else one
+    whose files are named for it (with ``:split`` where that is not train); the train one (else the first) when none holds it."""
+    wanted = SPLIT_WORDS.get((split or "train").lower(), split or "train")
+    for folder in sorted(folders, key=lambda f: file_split(f) != wanted):
+        try:
+            if file_split(folder) == wanted and all(file_split(p) is None for p in folder_data_files(folder)):
+                return str(folder)
+            if split_files(folder, split)[0]:
+                return str(folder) + (f":{split}" if wanted != "train" else "")
+        except OSError:
+            continue
+    return str(next((f for f in folders if file_split(f) == "train"), folders[0]))
 
 
 def _folders_with_data(directory: Path) -> list[Path]:

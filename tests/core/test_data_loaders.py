@@ -359,6 +359,28 @@ def test_a_folder_whose_data_is_in_a_folder_below_names_it(tmp_path):
     assert len(load_training_records(str(snapshot / "train"))) == 1
 
 
+def test_the_folder_below_named_is_the_one_of_the_split_asked_for(tmp_path):
+    """Asked for the test split of a downloaded dataset, the hint still said "dataset: .../train", which reads
+    the training data: it now names the folder (or the split of data/'s files) that holds the split asked."""
+    snapshot = tmp_path / "snapshot"
+    for split in ("test", "train"):
+        (snapshot / split).mkdir(parents=True)
+        (snapshot / split / "part-0.jsonl").write_text(json.dumps({"text": split}) + "\n")
+    with pytest.raises(DataError) as info:
+        load_training_records(f"{snapshot}:test")
+    assert f"(dataset: {snapshot / 'test'})" in str(info.value)
+    assert [record.text for record in load_training_records(str(snapshot / "test"))] == ["test"]
+    hub = tmp_path / "hub"
+    (hub / "data").mkdir(parents=True)
+    for split in ("test", "train"):
+        (hub / "data" / f"{split}-00000-of-00001.jsonl").write_text(json.dumps({"text": split}) + "\n")
+    for asked, spec in (("", hub / "data"), (":test", f"{hub / 'data'}:test")):
+        with pytest.raises(DataError) as info:
+            load_training_records(f"{hub}{asked}")
+        assert f"(dataset: {spec})" in str(info.value)
+    assert [record.text for record in load_training_records(f"{hub / 'data'}:test")] == ["test"]
+
+
 @pytest.mark.parametrize("suffix", ["", ".gz"])
 def test_reading_a_jsonl_file_never_holds_its_whole_text(tmp_path, suffix):
     """Reading a JSONL file held its bytes and its decoded text side by side (twice the file) before its first
