@@ -217,15 +217,17 @@ def _swift_config_values(path: Path, data: dict[Any, Any],
                          as_json: bool) -> tuple[dict[str, Any], str, frozenset[str]]:
     """An ms-swift file's keys and its form. ``swift sft x.yaml`` (or ``x.json``) reads the file as its command
     line, its ``ENV:`` mapping as the assignments before ``swift`` (ms-swift sets each one the shell has not set,
-    swift/cli/main.py): they come first, under their names, as a command line's do. A JSON without ``ENV`` is an
-    args.json, which ms-swift writes with every value in it."""
+    swift/cli/main.py): they come first, under their names, as a command line's do. A JSON without ``ENV`` named
+    args.json (2.x: sft_args.json) is the dump ms-swift writes with every value in it; another is a config a person wrote (``swift sft
+    --config x.json``): ms-swift's defaults fill what it leaves out (a renamed dump leaves nothing out)."""
     env = data.get("ENV")
     if "ENV" in data and env is not None and not isinstance(env, dict):
         raise PeerFileError(t("import.swift_env_not_mapping", path=str(path), value=show_value(env)))
     values: dict[str, Any] = {str(k): str(v) if isinstance(v, (int, float, bool)) else v
                               for k, v in (env or {}).items()}
     values.update((str(k), v) for k, v in data.items() if k != "ENV")
-    form = SWIFT_ARGS_JSON if as_json and "ENV" not in data else SWIFT_CONFIG
+    dump = as_json and "ENV" not in data and path.name.lower() in ("args.json", "sft_args.json")
+    form = SWIFT_ARGS_JSON if dump else SWIFT_CONFIG
     return values, form, frozenset(values) - frozenset(str(k) for k in data)
 
 

@@ -358,6 +358,29 @@ def test_swift_yaml_config_reads_as_its_command_line(tmp_path):
         import_file(broken)
 
 
+def test_a_json_config_without_env_gets_ms_swifts_defaults_and_a_renamed_args_json_does_not(tmp_path):
+    """``swift sft --config sft.json`` reads a JSON as its command line, as a YAML: one a person wrote without
+    ``ENV`` was taken for an args.json and got none of ms-swift's defaults (tunedeck's lora_rank, accumulation and
+    adam_beta2 trained instead, said nowhere). Only a file named args.json is read as the dump that lists every
+    value; a dump renamed leaves no key out, so ms-swift's defaults add nothing to it."""
+    keys = {"model": "Qwen/Qwen2.5-0.5B-Instruct", "tuner_type": "lora", "dataset": "d.jsonl"}
+    written = tmp_path / "sft.json"
+    written.write_text(json.dumps(keys), encoding="utf-8")
+    yaml_twin = tmp_path / "sft.yaml"
+    yaml_twin.write_text(yaml.safe_dump(keys), encoding="utf-8")
+    result = import_file(written)
+    assert result.config == import_file(yaml_twin).config
+    assert (result.config["lora_rank"], result.config["gradient_accumulation"], result.config["adam_beta2"]) == \
+        (8, 16, 0.95)
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"instruction": "q", "output": "a"}\n', encoding="utf-8")
+    dump = _swift_args_json(tmp_path / "args.json", data)
+    renamed = tmp_path / "run3_args.json"
+    renamed.write_text(dump.read_text(encoding="utf-8"), encoding="utf-8")
+    assert not any(line.default for line in import_file(renamed).mapping)
+    assert import_file(renamed).config == import_file(dump).config
+
+
 def test_files_that_are_not_a_peers_config(tmp_path):
     from core.config.importers import PeerFileError, detect_peer
 
