@@ -54,7 +54,8 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         # the run key thinking: the template renders the samples as the run will (unset: its default)
         thinking = None if args.thinking is None else args.thinking == "true"
-        report = check_data(args.file, tokenizer, args.max_seq_len, max_issues=args.max_errors, thinking=thinking)
+        report = check_data(args.file, tokenizer, args.max_seq_len, max_issues=args.max_errors, thinking=thinking,
+                            overlong=args.overlong)
     except DataError as exc:
         if args.json:
             print(json.dumps({"path": args.file, "ok": False, "format": None, "records": 0, "rows": 0,
@@ -66,7 +67,6 @@ def run_check(args: argparse.Namespace) -> int:
     if args.model and report.lengths is not None:
         report.lengths.method = t("data.method_tokenizer", name=args.model)
     if report.lengths is not None:
-        report.lengths.overlong = args.overlong
         report.lengths.thinking = thinking
     empty = none_left(report)  # overlong: drop would leave the run nothing: a problem, as train says
     if args.json:

@@ -151,6 +151,7 @@ def check_data(
     max_seq_len: int | None = None,
     max_issues: int = DEFAULT_MAX_ISSUES,
     thinking: bool | None = None,
+    overlong: str = "cut",
 ) -> DataReport:
     """Read local data as a run's ``dataset`` names it (a file, a folder, a comma list, ``~``; ``#N`` read
     whole: the check is of what the source holds) and report its format, records, problems and token lengths.
@@ -158,9 +159,10 @@ def check_data(
     ``tokenizer_or_model``: a tokenizer object, a local model directory or ``tiny``; without one the
     lengths are an approximation (``approximate_tokens``), labelled as such. ``thinking``: the run key, the
     chat template's enable_thinking the conversations are rendered with, as the run renders them (a Qwen3
-    template's empty think block before each answer with false; None: the template's default). Raises ``DataError`` only when the
-    data cannot be read at all, or names hub data (read by ``train``, not here); malformed rows are in the
-    report.
+    template's empty think block before each answer with false; None: the template's default). ``overlong``: the
+    run key; with ``drop`` the samples a cut leaves without their answer are not counted (None): no cut happens, and
+    counting them tokenizes every over-long sample a second time. Raises ``DataError`` only when the data cannot be
+    read at all, or names hub data (read by ``train``, not here); malformed rows are in the report.
     """
     loaded, on_hub = read_local_data(str(path), max_issues)
     if on_hub:
@@ -190,7 +192,7 @@ def check_data(
                                                       max(CAP_CHARS_FLOOR, limit * CAP_CHARS_PER_TOKEN),
                                                       template_kwargs(thinking))
         report.lengths = length_stats(lengths, True, t("data.method_tokenizer", name=name), max_seq_len)
-        if report.lengths is not None and max_seq_len:
+        if report.lengths is not None and max_seq_len and overlong != "drop":
             capped = {where for where, _chars, _tokens in report.capped}
             over = [record for index, (record, n) in enumerate(zip(records, lengths, strict=True))
                     if n > max_seq_len and (record.origin or f"record {index + 1}") not in capped]
@@ -199,6 +201,8 @@ def check_data(
     else:
         report.lengths = length_stats(approximate_lengths(records), False,
                                       t("data.method_approx"), max_seq_len)
+    if report.lengths is not None:
+        report.lengths.overlong = overlong
     return report
 
 

@@ -221,3 +221,17 @@ def test_samples_the_cut_leaves_without_an_answer_are_counted_and_none_left_fail
         handle.write(json.dumps({"instruction": "hi", "input": "", "output": "hello"}) + "\n")
     result = run(str(path), "--model", "tiny", "--max-seq-len", "128")
     assert result.returncode == 0 and "the cut leaves 3 of them without an answer" in result.stdout
+
+
+def test_overlong_drop_does_not_tokenize_the_long_samples_again_for_a_cut_it_never_makes(run, tmp_path):
+    """With --overlong drop the check still ran every over-long sample through the tokenizer a second time to
+    count the ones a cut leaves without an answer, a count it never shows under drop (nothing is cut): on a
+    dataset long past max_seq_len that doubled the check. Under drop it is now not counted (null in --json);
+    under cut it still is."""
+    path = tmp_path / "long_prompts.jsonl"
+    rows = [{"instruction": "word " * 400, "input": "", "output": "short answer"}] * 3
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    args = (str(path), "--model", "tiny", "--max-seq-len", "128", "--json")
+    dropped = json.loads(run(*args, "--overlong", "drop").stdout)["tokens"]
+    assert (dropped["over_max"], dropped["overlong"], dropped["cut_no_answer"]) == (3, "drop", None)
+    assert json.loads(run(*args, "--overlong", "cut").stdout)["tokens"]["cut_no_answer"] == 3
