@@ -63,8 +63,8 @@ def resolve_path(value: str, source: str) -> Path:
 def read_deepspeed_json(path: str | Path) -> dict[str, Any]:
     """The JSON object in ``path``; raises ``DeepSpeedFileError`` naming the file and line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # utf-8-sig: a file a Windows editor saved starts with a BOM, which is no part of the JSON
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise DeepSpeedFileError(t("config.deepspeed_missing", path=str(path))) from None
     except (OSError, UnicodeDecodeError) as exc:

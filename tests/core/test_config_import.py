@@ -546,6 +546,19 @@ def test_user_deepspeed_json_values_join_the_run_config_and_conflicts_are_named(
     assert "zero_optimization.stage: 3 -> 2" in notes and 'train_micro_batch_size_per_gpu: "auto" -> 1' in notes
 
 
+def test_a_deepspeed_json_saved_with_a_bom_is_read(tmp_path):
+    """A ds.json a Windows editor saved (UTF-8 with a byte-order mark) stopped the run: "ds.json:1: Unexpected
+    UTF-8 BOM (decode using utf-8-sig)". The engine merges the file's values into its own DeepSpeed config,
+    so the mark is no matter: it is read as without one."""
+    from core.config.deepspeed_file import read_deepspeed_json
+
+    path = _ds_run(tmp_path, {"zero_optimization": {"stage": 3}})
+    ds = tmp_path / "ds.json"
+    ds.write_bytes(b"\xef\xbb\xbf" + ds.read_bytes())
+    assert read_deepspeed_json(ds) == {"zero_optimization": {"stage": 3}}
+    assert load_run_config(path).zero_stage == 3
+
+
 def test_invalid_deepspeed_json_names_file_and_line(tmp_path):
     path = _ds_run(tmp_path, '{\n  "zero_optimization": {\n    "stage": 2,\n  }\n}\n', zero_stage=2)
     with pytest.raises(ConfigError) as caught:
