@@ -39,6 +39,11 @@ class Message:
     def trained(self) -> bool:
         return self.role == "assistant" and self.trainable is not False
 
+    def call_texts(self) -> list[str]:
+        """The JSON of this message's tool calls, as ``Conversation.approx_text`` counts them (an answer that
+        calls a tool trains on the call)."""
+        return [json.dumps(call.to_openai(), ensure_ascii=False) for call in self.tool_calls]
+
 
 @dataclass
 class Conversation:
@@ -77,8 +82,7 @@ class Conversation:
         if self.tools:
             parts.append(json.dumps(self.tools, ensure_ascii=False))
         for message in self.messages:
-            parts.append(f"{message.role}: {message.content}")
-            parts += [json.dumps(call.to_openai(), ensure_ascii=False) for call in message.tool_calls]
+            parts += [f"{message.role}: {message.content}", *message.call_texts()]
         return "\n".join(p for p in parts if p)
 
 

@@ -239,8 +239,8 @@ def summarise_dataset(path: str | Path, model: str | None = None, thinking: bool
 
 def approximate_counts(records: list[Any]) -> list[tuple[int, int]]:
     """Lengths without a tokenizer (``core.data.stats.approximate_lengths``), and targets as the share of those
-    tokens in what is trained on, weighed the same way: a conversation's answers the data does not exclude,
-    a text's text after its prompt."""
+    tokens in what is trained on, weighed the same way: a conversation's answers the data does not exclude (with
+    the tool calls they make), a text's text after its prompt."""
     from core.data.records import TextRecord
     from core.data.stats import approximate_lengths, approximate_token_weight
 
@@ -250,7 +250,10 @@ def approximate_counts(records: list[Any]) -> list[tuple[int, int]]:
         if isinstance(record, TextRecord):
             trained = approximate_token_weight(record.text)
         else:
-            trained = sum(approximate_token_weight(m.content) for m in record.messages if m.trained)
+            # an answer's content and its tool calls: an answer that only calls a tool trains on the call
+            trained = sum(approximate_token_weight(m.content)
+                          + sum(approximate_token_weight(call) for call in m.call_texts())
+                          for m in record.messages if m.trained)
         targets = min(length, max(1, round(length * trained / whole))) if trained else 0
         counts.append((length, targets))
     return counts

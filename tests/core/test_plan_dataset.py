@@ -242,3 +242,20 @@ def test_the_drop_warning_advises_no_seq_len_past_the_models_positions():
     inside = summary((100,) * 40 + (5_000,), (50,) * 40 + (2_000,))  # the longest within them: as before
     best = recommend(replace_overrides(request, {"seq_len": 512}).with_dataset(inside)).best
     assert [dict(w.params)["need"] for w in best.warnings if w.key == "plan.warn.overlong_drop"] == [5_000]
+
+
+def test_approximate_targets_count_the_tool_calls_an_answer_makes():
+    """Without a tokenizer, a conversation's targets were the share of its answers' text alone: an answer that
+    only calls a tool (content "", the call in tool_calls) counted nothing, so a tool-calling dataset planned
+    with about no targets (1 of 55 here) where the model's own template trains on the calls (100 of 137 with
+    the tiny model's). The calls' JSON now counts as the approx length already counted it."""
+    from core.data.records import ToolCall
+    from core.data.stats import load_tokenizer
+    from core.data.tokenize import token_counts
+
+    call = ToolCall("get_weather", {"city": "Paris", "unit": "c", "details": "full forecast with hourly values"})
+    record = Conversation([Message("user", "weather in Paris?"), Message("assistant", "", tool_calls=[call]),
+                           Message("tool", '{"temp": 21}'), Message("assistant", "21C")])
+    (length, targets), = approximate_counts([record])
+    (exact_length, exact_targets), = token_counts([record], load_tokenizer("tiny"))
+    assert abs(targets / length - exact_targets / exact_length) < 0.2, (targets, length, exact_targets, exact_length)
