@@ -257,16 +257,19 @@ class TokenStreamer:
 
     Text is decoded from all tokens so far and only the new suffix is emitted, as a ``Piece`` with the tokens
     since the last one (scored by ``scorer``, a ``StepScores``, when given); a suffix ending in an incomplete
-    UTF-8 character (U+FFFD) waits for up to three more tokens.
+    UTF-8 character (U+FFFD) waits for up to three more tokens. An end token (``ends``: ``eos_ids``) adds no
+    text, even one the tokenizer does not count as special (a generation config's end token that is a plain
+    token): generation ends on it, and its text is no part of the reply, streamed or not.
     """
 
     _END = object()
 
-    def __init__(self, tokenizer: Any, scorer: Any = None) -> None:
+    def __init__(self, tokenizer: Any, scorer: Any = None, ends: set[int] | frozenset[int] = frozenset()) -> None:
         import queue
 
         self.tokenizer = tokenizer
         self.scorer = scorer
+        self.ends = ends
         self.queue: queue.Queue[Any] = queue.Queue()
         self.ids: list[int] = []
         self.sent = 0
@@ -289,7 +292,7 @@ class TokenStreamer:
             self.waiting.append(token)
             if self.scorer is not None:
                 self.scores.append(self.scorer.score(token))
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        text = self._text()
         self.pending += 1
         # A UTF-8 character spans at most 4 byte tokens; past that the model really emitted junk bytes.
         if text.endswith("\ufffd") and self.pending < 4:
@@ -298,8 +301,13 @@ class TokenStreamer:
         if len(text) > self.sent:
             self._emit(text)
 
+    def _text(self) -> str:
+        """The reply's text so far: an end token (the last one, as generation ends on it) left out."""
+        ids = self.ids[:-1] if self.ids and self.ids[-1] in self.ends else self.ids
+        return self.tokenizer.decode(ids, skip_special_tokens=True) if ids else ""
+
     def end(self) -> None:
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True) if self.ids else ""
+        text = self._text()
         if len(text) > self.sent or self.waiting:
             self._emit(text)
         self.queue.put(self._END)
@@ -435,7 +443,7 @@ def stream_pieces(loaded: LoadedModel, ids: Any, settings: GenerationSettings | 
 
     settings = settings or GenerationSettings()
     scorer = StepScores(loaded, top) if top is not None else None
-    streamer = TokenStreamer(loaded.tokenizer, scorer)
+    streamer = TokenStreamer(loaded.tokenizer, scorer, eos_ids(loaded))
     stops = tuple(s for s in settings.stop if s)
     start = int(ids.shape[-1])
     window = 4 * max((len(s) for s in stops), default=0) + 8

@@ -257,3 +257,36 @@ def test_with_include_usage_every_chunk_has_usage_null_and_the_last_the_usage(se
     assert len(chunks) >= 3 and all("usage" in chunk for chunk in chunks), chunks
     assert all(chunk["usage"] is None and chunk["choices"] for chunk in chunks[:-1]), chunks
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 3, chunks[-1]
+
+
+def test_an_end_token_with_text_is_no_part_of_the_reply_streamed_or_not(served):
+    """A generation config's end token that is a plain token (here "."; a fine-tune's added "<|end|>" not
+    marked special does the same) ended the reply with its text in it ("Blue." where the model said "Blue"
+    and stopped), and the logprobs disagreed: the answer not streamed left the end token out, the stream
+    gave it. Now its text is left out of the reply as any end token's is, and of both logprobs alike."""
+    client, loaded = served
+    word, dot = (loaded.tokenizer(text, add_special_tokens=False)["input_ids"] for text in (" colour", "."))
+    assert len(word) == len(dot) == 1
+    config = loaded.model.generation_config
+    ends = config.eos_token_id
+    config.eos_token_id = [*(ends if isinstance(ends, list) else [ends]), dot[0]]
+    try:  # " colour" then "." (the penalties keep " colour" from coming twice), then the end
+        body = {"temperature": 0, "max_tokens": 5, "logit_bias": {str(word[0]): 100, str(dot[0]): 98},
+                "presence_penalty": 2, "frequency_penalty": 2}
+        text, whole = _whole_chat(client, **body)
+        chunks, usage = _streamed_chat(client, **body)
+        [choice] = client.chat.completions.create(model="streamed", messages=MESSAGES, **body).choices
+        completion = client.completions.create(model="streamed", prompt="Say", logprobs=1, **body).choices[0]
+        streamed = list(client.completions.create(model="streamed", prompt="Say", logprobs=1, stream=True, **body))
+    finally:
+        config.eos_token_id = ends
+    assert text == " colour" == choice.message.content and choice.finish_reason == "stop"
+    assert usage.completion_tokens == 2  # the end token is counted, as generated
+    assert "".join(piece for piece, _ in chunks) == text
+    assert [entry.token for entry in whole] == [" colour"]
+    _same_entries([entry for _, content in chunks for entry in content], whole)
+    assert completion.text == " colour" and completion.finish_reason == "stop"
+    assert completion.logprobs.tokens == [" colour"]
+    assert "".join(chunk.choices[0].text for chunk in streamed) == " colour"
+    assert [token for chunk in streamed if chunk.choices[0].logprobs
+            for token in chunk.choices[0].logprobs.tokens] == [" colour"]
