@@ -20,6 +20,9 @@ by ``core.lifecycle.serve`` in its own session. It holds ``DIR/lock`` for its wh
                                  with ``echo`` (not streamed), ``max_tokens`` 0 scores the prompt and generates
                                  nothing; streamed, each chunk carries the ``logprobs`` of its tokens
 
+A route asked with a method it does not take (GET on /v1/chat/completions, POST on /v1/models) is a 405 with
+``Allow`` naming those it takes; a path it has not, OpenAI's 404 "Invalid URL"; both in OpenAI's error JSON.
+
 Requests are checked as OpenAI's API checks them, each refusal a 400 (404 for an unknown model) in OpenAI's
 error shape naming the parameter: ``model`` must be one /v1/models lists (left out, the fine-tuned model
 answers, as vLLM allows); ``max_tokens`` (or its newer name ``max_completion_tokens``) an integer of at
@@ -514,6 +517,19 @@ class _Job:
         return {**chunk, "usage": None} if self.include_usage else chunk
 
 
+POST_ROUTES = ("/v1/chat/completions", "/v1/completions")
+GET_ROUTES = ("/health", "/v1/models")  # and /v1/models/{id}
+
+
+def _allowed_methods(path: str) -> tuple[str, ...] | None:
+    """The methods the route at ``path`` (no query, no trailing "/") takes; None for a path this server has not."""
+    if path in POST_ROUTES:
+        return ("POST",)
+    if path in GET_ROUTES or path.startswith("/v1/models/"):
+        return ("GET", "HEAD")
+    return None
+
+
 def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "tunedeck"
@@ -570,12 +586,30 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                         headers={"WWW-Authenticate": "Bearer", "Connection": "close"})
             return True
 
-        def _other_method(self) -> None:
-            """A method no route takes (DELETE, PUT, PATCH, OPTIONS): OpenAI's 404 "Invalid URL" in its error
-            JSON, as for a path it has not, not http.server's HTML 501 page that an API client cannot read."""
+        def _not_allowed(self, path: str) -> bool:
+            """Answer a route this server has, asked with a method it does not take there (GET on
+            /v1/chat/completions, POST on /v1/models, DELETE anywhere), with 405 and the ``Allow`` header in
+            OpenAI's error JSON, as HTTP asks, rather than a 404 that reads as a wrong URL; True when it did."""
             from core.i18n import t
 
-            if self._refused(self.path.split("?")[0].rstrip("/")):
+            allowed = _allowed_methods(path)
+            if allowed is None or self.command in allowed:
+                return False
+            self.close_connection = True
+            self._drain()  # a body sent with it is read and dropped, so the client sees the answer
+            self._error(405, t("lifecycle.api_method_not_allowed", method=self.command, path=path,
+                               allowed=", ".join(allowed)),
+                        headers={"Allow": ", ".join(allowed), "Connection": "close"})
+            return True
+
+        def _other_method(self) -> None:
+            """A method no route takes (DELETE, PUT, PATCH, OPTIONS): 405 on a route this server has
+            (``_not_allowed``), OpenAI's 404 "Invalid URL" on a path it has not, each in OpenAI's error JSON,
+            not http.server's HTML 501 page that an API client cannot read."""
+            from core.i18n import t
+
+            path = self.path.split("?")[0].rstrip("/")
+            if self._refused(path) or self._not_allowed(path):
                 return
             self.close_connection = True
             self._drain()  # a body sent with it is read and dropped, so the client sees the answer
@@ -590,7 +624,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             from core.i18n import t
 
             path = self.path.split("?")[0].rstrip("/")
-            if self._refused(path):
+            if self._refused(path) or self._not_allowed(path):
                 return
             if path == "/health":
                 self._json(200, {"status": "ok", "model": backend.model_id})
@@ -624,10 +658,13 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             from core.i18n import t
 
             path = self.path.split("?")[0].rstrip("/")
-            if self._refused(path):
+            if self._refused(path) or self._not_allowed(path):
                 return
-            if path not in ("/v1/chat/completions", "/v1/completions"):
-                self._error(404, t("lifecycle.api_no_route", method=self.command, path=self.path))
+            if path not in POST_ROUTES:
+                self.close_connection = True
+                self._drain()  # a body sent with it is read and dropped, so the client sees the answer
+                self._error(404, t("lifecycle.api_no_route", method=self.command, path=self.path),
+                            headers={"Connection": "close"})
                 return
             try:
                 length = int(self.headers.get("Content-Length") or 0)

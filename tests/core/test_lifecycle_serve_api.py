@@ -369,28 +369,66 @@ def test_echoed_logprobs_score_with_the_adapter_for_the_run_and_without_it_for_b
 
 
 def test_a_method_no_route_takes_is_openais_404_json_not_an_html_page(served):
-    """DELETE (the openai client's models.delete), PUT, PATCH and OPTIONS got http.server's HTML "501
-    Unsupported method" page, which an API client cannot read as an error. Now each is OpenAI's 404
-    "Invalid URL (METHOD path)" in its error JSON, a body sent with it read first (no reset)."""
+    """DELETE, PUT, PATCH and OPTIONS got http.server's HTML "501 Unsupported method" page, which an API client
+    cannot read as an error. Now each is answered in OpenAI's error JSON, a body sent with it read first (no
+    reset): a 404 "Invalid URL (METHOD path)" on a path the server has not, a 405 naming what it takes on one
+    it has (the openai client's models.delete included)."""
     import http.client
     import urllib.parse
 
     import openai
 
     run_id, url = served
-    with pytest.raises(openai.NotFoundError) as caught:
+    with pytest.raises(openai.APIStatusError) as caught:
         _client(url).models.delete(run_id)
+    assert caught.value.status_code == 405 and caught.value.response.headers["allow"] == "GET, HEAD"
     assert caught.value.type == "invalid_request_error" and f"DELETE /v1/models/{run_id}" in caught.value.message
     where = urllib.parse.urlsplit(url)
     for method in ("PUT", "PATCH", "OPTIONS", "DELETE"):
+        for path, status in (("/v1/chat/completions", 405), ("/v1/nothing", 404)):
+            connection = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+            connection.request(method, path, body=json.dumps({"messages": _ask()}),
+                               headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            assert response.status == status and response.getheader("Content-Type") == "application/json", method
+            assert response.getheader("Allow") == ("POST" if status == 405 else None), (method, path)
+            error = json.loads(response.read())["error"]
+            assert error["type"] == "invalid_request_error" and f"({method} {path})" in error["message"]
+            connection.close()
+
+
+def test_a_route_asked_with_a_method_it_does_not_take_is_405_with_allow(served):
+    """GET /v1/chat/completions (a browser, ``curl URL`` without ``-d``) and HEAD on it were a 404 "Invalid URL",
+    which sent a user looking for a typo in a URL that is right, and POST /v1/models the same. Now each is a
+    405 Method Not Allowed with ``Allow`` naming the methods the route takes, in OpenAI's error JSON (HEAD: its
+    headers, no body), a body sent with the POST read first (no reset)."""
+    import http.client
+    import urllib.parse
+
+    run_id, url = served
+    where = urllib.parse.urlsplit(url)
+    cases = [("GET", "/v1/chat/completions", "POST"), ("GET", "/v1/completions/", "POST"),
+             ("HEAD", "/v1/completions", "POST"), ("POST", "/v1/models", "GET, HEAD"),
+             ("POST", "/health", "GET, HEAD"), ("POST", f"/v1/models/{run_id}", "GET, HEAD")]
+    for method, path, allowed in cases:
         connection = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
-        connection.request(method, "/v1/chat/completions", body=json.dumps({"messages": _ask()}),
-                           headers={"Content-Type": "application/json"})
+        body = json.dumps({"messages": _ask(), "padding": "x" * (1 << 17)}) if method == "POST" else None
+        connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
         response = connection.getresponse()
-        assert response.status == 404 and response.getheader("Content-Type") == "application/json", method
-        error = json.loads(response.read())["error"]
-        assert error["type"] == "invalid_request_error" and f"({method} /v1/chat/completions)" in error["message"]
+        data = response.read()
+        assert response.status == 405, (method, path, data)
+        assert response.getheader("Allow") == allowed and response.getheader("Content-Type") == "application/json"
+        if method == "HEAD":
+            assert data == b"" and int(response.getheader("Content-Length")) > 0
+        else:
+            error = json.loads(data)["error"]
+            assert error["type"] == "invalid_request_error" and error["code"] is None, error
+            assert f"({method} {path.rstrip('/')})" in error["message"] and allowed in error["message"], error
         connection.close()
+    code, reply = _post(url, messages=_ask(), max_tokens=2)  # the route itself still answers its method
+    assert code == 200, reply
+    status, _headers, _body = _raw(url, "POST", "/v1/nothing")
+    assert status == 404
 
 
 def test_streamed_chat_logprobs_are_the_adapters_for_the_run_and_the_bases_for_base(served):
@@ -442,7 +480,7 @@ def test_head_is_answered_as_get_is_headers_only(served):
     health, models and a model served, OpenAI's 404 JSON headers for a path or model the server has not."""
     run_id, url = served
     for path, status in (("/health", 200), ("/v1/models", 200), (f"/v1/models/{run_id}", 200),
-                         ("/v1/models/not-served", 404), ("/v1/nothing", 404), ("/v1/chat/completions", 404)):
+                         ("/v1/models/not-served", 404), ("/v1/nothing", 404), ("/v1/chat/completions", 405)):
         code, headers, body = _raw(url, "HEAD", path)
         get_code, get_headers, get_body = _raw(url, "GET", path)
         assert code == get_code == status and body == b"", (path, code, body)
