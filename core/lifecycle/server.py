@@ -493,6 +493,7 @@ class _Job:
     echo: bool = False  # a completion's text starts with its prompt (``texts``)
     logprobs: int | None = None  # the generated tokens scored (a completion's prompt too with echo), this many alternatives each
     texts: list[str] = field(default_factory=list)  # each completion prompt as text: what ``echo`` gives back
+    text_prompts: list[bool] = field(default_factory=list)  # whether each completion prompt came as text, not ids
 
     def choice(self, index: int, text: str, finish: str, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         if self.chat:
@@ -728,7 +729,8 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                        echo=echo, logprobs=top,
                        texts=[] if chat else [p if isinstance(p, str) else
                                               backend.loaded.tokenizer.decode(p, skip_special_tokens=False)
-                                              for p in prompts])
+                                              for p in prompts],
+                       text_prompts=[] if chat else [isinstance(p, str) for p in prompts])
             with backend.lock:
                 if backend.closing.is_set():  # waited for the model while the server was told to stop
                     self._shutting_down()
@@ -774,7 +776,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
                 if job.logprobs is not None and not stop.is_set():
                     scored = [_chat_logprobs(backend.loaded, ids, reply, job.logprobs, job.variant) if job.chat
                               else _logprobs(backend.loaded, ids, job.texts[index], reply, job.logprobs, job.echo,
-                                             job.variant)
+                                             job.variant, text_prompt=job.text_prompts[index])
                               for index, ((ids, _fitted), reply) in enumerate(zip(job.prompts, replies,
                                                                                      strict=True))]
             except Exception as exc:  # a generation error is the client's answer, not a dead server
@@ -953,10 +955,10 @@ def _chat_content(tokenizer: Any, ids: Any, scores: Any, before: Any = ()) -> li
 
 
 def _logprobs(loaded: Any, prompt_ids: Any, prompt_text: str, reply: Any, top: int, echo: bool,
-              variant: str) -> dict[str, Any]:
+              variant: str, text_prompt: bool = False) -> dict[str, Any]:
     """OpenAI's legacy ``logprobs`` object of one choice (``_legacy_logprobs``): the completion's tokens, the
-    prompt's before them with ``echo``; offsets from the start of the prompt, the completion's from where the
-    prompt as sent ends."""
+    prompt's before them with ``echo`` (a text prompt's own: ``_echo_span``); offsets from the start of the
+    prompt, the completion's from where the prompt as sent ends."""
     from core.lifecycle.scoring import token_texts
 
     tokenizer = loaded.tokenizer
@@ -965,8 +967,20 @@ def _logprobs(loaded: Any, prompt_ids: Any, prompt_text: str, reply: Any, top: i
                               scores[len(prompt):], len(prompt_text))
     if not echo:
         return answer
-    echoed = _legacy_logprobs(tokenizer, token_texts(tokenizer, prompt), scores[:len(prompt)], 0)
+    first, last = _echo_span(tokenizer, prompt_text, prompt) if text_prompt else (0, len(prompt))
+    echoed = _legacy_logprobs(tokenizer, token_texts(tokenizer, prompt[first:last]), scores[first:last], 0)
     return {name: echoed[name] + answer[name] for name in answer}
+
+
+def _echo_span(tokenizer: Any, text: str, prompt: list[int]) -> tuple[int, int]:
+    """(first, end) of the tokens of a text prompt's own ``text`` in its ids ``prompt``: those the tokenizer
+    added itself (a BOS before it, an EOS after) are no part of the echoed text, so their tokens are left out
+    of its logprobs, and the tokens join into the text with offsets into it. (0, all) when they are not found."""
+    own = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    for first in range(len(prompt) - len(own) + 1):
+        if prompt[first:first + len(own)] == own:
+            return first, first + len(own)
+    return 0, len(prompt)
 
 
 def _legacy_logprobs(tokenizer: Any, texts: list[str], scores: Any, offset: int, before: Any = ()) -> dict[str, Any]:

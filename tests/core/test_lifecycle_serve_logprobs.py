@@ -139,3 +139,58 @@ def test_a_scoring_request_it_cannot_answer_is_a_400_naming_the_param(served, bo
     url, _loaded = served
     code, reply = _post(url, **{"prompt": "Hi", "max_tokens": 2, **body})
     assert code == 400 and reply["error"]["param"] == param, (body, reply)
+
+
+def _with_bos(folder):
+    """The model folder's tokenizer made to put its BOS (``<|endoftext|>``) before every text it encodes, as
+    Llama's, Mistral's and Gemma's do."""
+    import json
+
+    path = folder / "tokenizer.json"
+    tokenizer = json.loads(path.read_text(encoding="utf-8"))
+    bos = {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}
+    tokenizer["post_processor"] = {
+        "type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [0], "tokens": ["<|endoftext|>"]}}}
+    path.write_text(json.dumps(tokenizer), encoding="utf-8")
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "bos_token": "<|endoftext|>"}),
+                                                  encoding="utf-8")
+    return folder
+
+
+def test_an_echoed_text_prompts_logprobs_leave_out_the_bos_the_tokenizer_added(tmp_path):
+    """With a tokenizer that adds a BOS (Llama's, Mistral's, Gemma's), an echoed text prompt's logprobs began
+    with the BOS token ("<|endoftext|>", "<s>"), which is no part of the echoed text: the tokens did not join
+    into the text, and every text_offset was shifted by the BOS's length, so a client cutting the text at the
+    offsets (lm-eval, a highlighter) cut in the wrong places. Now the tokens are the text's own, each offset
+    where its token is in the text, the first scored given the BOS (the model's own log-probability)."""
+    from transformers import AutoTokenizer
+
+    from core.lifecycle.server import ChatBackend, ChatServer, make_handler
+    from core.lifecycle.source import load_model_dir
+    from tests.fixtures.lifecycle.finished_run import TINY
+
+    folder = _with_bos(tiny_model_with_template(tmp_path / "model", AutoTokenizer.from_pretrained(TINY).chat_template))
+    loaded = load_model_dir(folder, "cpu")
+    prompt = "Name a colour."
+    ids = loaded.tokenizer(prompt)["input_ids"]
+    assert ids[0] == 0 and ids[1:] == loaded.tokenizer(prompt, add_special_tokens=False)["input_ids"]  # a BOS added
+    server = ChatServer("127.0.0.1", 0, make_handler(ChatBackend(loaded, "bos")))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        code, reply = _post(f"http://127.0.0.1:{server.server_address[1]}/v1", prompt=prompt, max_tokens=0,
+                            echo=True, logprobs=1, temperature=0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 200, reply
+    [choice] = reply["choices"]
+    logprobs = choice["logprobs"]
+    assert choice["text"] == prompt == "".join(logprobs["tokens"]), logprobs  # max_tokens 0: the prompt scored
+    for token, offset in zip(logprobs["tokens"], logprobs["text_offset"], strict=True):
+        assert choice["text"][offset:offset + len(token)] == token, (token, offset, logprobs)
+    expected = _expected(loaded, ids)
+    assert logprobs["token_logprobs"][0] == pytest.approx(float(expected[0, ids[1]]), abs=1e-4)
+    assert len(logprobs["tokens"]) == len(ids) - 1 == len(logprobs["text_offset"])
