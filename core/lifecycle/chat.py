@@ -278,10 +278,12 @@ class TokenStreamer:
         self.scores: list[Any] = []  # and their scores
         self.prompt_seen = False
 
-    def _emit(self, text: str) -> None:
-        self.queue.put(Piece(text[self.sent:], tuple(self.waiting), tuple(self.scores)))
+    def _emit(self, text: str, keep: int = 0) -> None:
+        """``text`` past what was sent, as a piece with the tokens since the last one (but the ``keep`` last)."""
+        given = len(self.waiting) - keep
+        self.queue.put(Piece(text[self.sent:], tuple(self.waiting[:given]), tuple(self.scores[:given])))
         self.sent = len(text)
-        self.waiting, self.scores = [], []
+        self.waiting, self.scores = self.waiting[given:], self.scores[given:]
 
     def put(self, value: Any) -> None:
         if not self.prompt_seen:  # the first call carries the prompt
@@ -294,8 +296,16 @@ class TokenStreamer:
                 self.scores.append(self.scorer.score(token))
         text = self._text()
         self.pending += 1
-        # A UTF-8 character spans at most 4 byte tokens; past that the model really emitted junk bytes.
-        if text.endswith("\ufffd") and self.pending < 4:
+        if text.endswith("\ufffd"):
+            if self.pending < 4:
+                return
+            # A UTF-8 character spans at most 4 byte tokens: what comes before the last U+FFFD is junk bytes the
+            # model really emitted, and goes; the last may be the first bytes of a character the next tokens
+            # complete (after stray bytes, 80 80 80 E4 B8 AD is "���中"), so it waits with its token, for up to
+            # three more. Sent with the junk, its character was lost: the text sent no longer grew.
+            self.pending = 1
+            if len(text) - 1 > self.sent:
+                self._emit(text[:-1], keep=1)
             return
         self.pending = 0
         if len(text) > self.sent:

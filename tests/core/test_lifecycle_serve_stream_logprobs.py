@@ -290,3 +290,30 @@ def test_an_end_token_with_text_is_no_part_of_the_reply_streamed_or_not(served):
     assert "".join(chunk.choices[0].text for chunk in streamed) == " colour"
     assert [token for chunk in streamed if chunk.choices[0].logprobs
             for token in chunk.choices[0].logprobs.tokens] == [" colour"]
+
+
+def test_a_character_after_stray_bytes_is_not_lost_streamed_or_not(served):
+    """Three stray bytes (80 81 82: no character) then "中" as its three byte tokens (E4 B8 AD). The streamer
+    held the text while it ended in U+FFFD for up to three tokens, then sent it whole, the first byte of "中"
+    (its U+FFFD) with the junk; once "中" was complete the text was no longer than what had been sent, and "中"
+    was never sent: the reply read "����" streamed and not. Now the junk goes and the last U+FFFD waits with
+    its token, so the reply is the tokens' own text, "���中", and each token comes with the chunk its text is in."""
+    client, loaded = served
+    from core.lifecycle.scoring import _byte_level_table
+
+    ids = loaded.tokenizer("中", add_special_tokens=False)["input_ids"]  # byte-level BPE: E4 B8 AD
+
+    alphabet = {byte: char for char, byte in _byte_level_table().items()}
+    stray = [loaded.tokenizer.convert_tokens_to_ids(alphabet[byte]) for byte in (0x80, 0x81, 0x82)]
+    order = [*stray, *ids]
+    assert len(order) == 6 and loaded.tokenizer.decode(order) == "\ufffd\ufffd\ufffd中"
+    # each token's bias a little below the one before; the penalties (4 once generated) put each after it
+    body = {"temperature": 0, "max_tokens": 6, "presence_penalty": 2, "frequency_penalty": 2,
+            "logit_bias": {str(token): 100 - 0.6 * place for place, token in enumerate(order)}}
+    text, whole = _whole_chat(client, **body)
+    chunks, usage = _streamed_chat(client, **body)
+    assert text == "\ufffd\ufffd\ufffd中" and usage.completion_tokens == 6, (text, whole)
+    assert "".join(piece for piece, _ in chunks) == text
+    assert [piece for piece, _ in chunks] == ["\ufffd\ufffd\ufffd", "中"]
+    assert [len(content) for _, content in chunks] == [3, 3]
+    _same_entries([entry for _, content in chunks for entry in content], whole)
