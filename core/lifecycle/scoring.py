@@ -118,13 +118,16 @@ def token_texts(tokenizer: Any, ids: list[int], skip_special: bool = False, befo
 def token_text(tokenizer: Any, token_id: int, window: list[int], skip_special: bool = False) -> str:
     """One token's text after the tokens ``window`` (``token_texts``); its text alone where nothing is
     before it, or where the window's text is not where the decode with it begins (a character completed
-    by this token, a clean-up across the two)."""
+    by this token, a clean-up across the two), or where it adds nothing to an unfinished character (a middle
+    byte: its text read in place was "", its ``bytes`` none, and a client could not join the character)."""
     alone = tokenizer.decode([token_id], skip_special_tokens=skip_special)
     if not window:
         return alone
     prior = tokenizer.decode(window, skip_special_tokens=skip_special)
     whole = tokenizer.decode([*window, token_id], skip_special_tokens=skip_special)
     if not whole.startswith(prior) or "\ufffd" in whole[len(prior):]:
+        return alone
+    if whole == prior and "\ufffd" in alone:  # a middle byte of a character (B8 of E4 B8 AD "中"): its own
         return alone
     return whole[len(prior):]
 

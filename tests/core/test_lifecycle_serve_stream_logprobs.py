@@ -317,3 +317,20 @@ def test_a_character_after_stray_bytes_is_not_lost_streamed_or_not(served):
     assert [piece for piece, _ in chunks] == ["\ufffd\ufffd\ufffd", "中"]
     assert [len(content) for _, content in chunks] == [3, 3]
     _same_entries([entry for _, content in chunks for entry in content], whole)
+
+
+def test_each_byte_token_of_a_three_byte_character_has_its_own_byte(served):
+    """"中" generated as its three byte tokens (E4 B8 AD): the middle one's text read in its place was "" (the
+    decode after E4 is still one U+FFFD), so its ``bytes`` were [], and a client joining the tokens' bytes got
+    E4 AD, no character. Now each has its own byte, streamed or not, and they join into "中"."""
+    client, loaded = served
+    ids = loaded.tokenizer("中", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 3
+    body = {"temperature": 0, "max_tokens": 3, "presence_penalty": 2, "frequency_penalty": 2,
+            "logit_bias": {str(token): 100 - 0.6 * place for place, token in enumerate(ids)}}
+    text, whole = _whole_chat(client, **body)
+    chunks, _usage = _streamed_chat(client, **body)
+    assert text == "中" and [entry.bytes for entry in whole] == [[0xE4], [0xB8], [0xAD]], whole
+    [(piece, content)] = chunks
+    assert piece == "中" and bytes(b for entry in content for b in entry.bytes).decode("utf-8") == text
+    _same_entries(content, whole)
