@@ -266,12 +266,39 @@ class Downloader:
             over.set()
             watcher.join()
 
+    def _request(self, url: str, headers: dict[str, str]) -> Any:
+        """The GET of ``url`` up to its answer's headers, a cancel looked for meanwhile. A hub that holds the
+        request before it answers (a busy mirror, a CDN fetching the file first) kept a cancel waiting for the
+        read timeout (15 s), the app and the CLI saying "running": the request waits in a thread of its own,
+        and a cancel ends the wait at once (``Cancelled``; the process then ends, the request with it). Once
+        the headers are in, ``_cancel_cuts`` watches the body."""
+        import threading
+
+        answer: dict[str, Any] = {}
+        answered = threading.Event()
+
+        def ask() -> None:
+            try:
+                answer["response"] = self._session.get(url, headers=headers, stream=True,
+                                                       timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+            except BaseException as exc:  # raised below, in the downloader's thread, as if asked there
+                answer["error"] = exc
+            finally:
+                answered.set()
+
+        threading.Thread(target=ask, name="request", daemon=True).start()
+        while not answered.wait(CANCEL_POLL_S):
+            self.check_cancel()
+        if "error" in answer:
+            raise answer["error"]
+        return answer["response"]
+
     def _get(self, url: str, part: Path, offset: int) -> bool:
         """One ranged GET appended to ``part``; True when at least one byte arrived."""
         headers = dict(self.headers)
         if offset:
             headers["Range"] = f"bytes={offset}-"
-        response = self._session.get(url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+        response = self._request(url, headers)
         with response, self._cancel_cuts(response):
             if response.status_code in FATAL_STATUSES:
                 self._refuse_status(response, part)

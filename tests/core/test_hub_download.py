@@ -1174,3 +1174,55 @@ def test_a_download_still_queued_is_not_said_stalled(hub_server):
         printer.show(queued)
     said = stream.getvalue()
     assert said and "no data" not in said, said
+
+
+def test_a_cancel_while_the_hub_holds_its_answer_stops_before_the_headers_come(hub_server, monkeypatch):
+    """A hub that holds the request before it answers (no headers yet: a busy mirror, a CDN fetching the file
+    first): c (or --cancel) waited for the read timeout (15 s), "running" meanwhile, as the body's cut
+    (``_cancel_cuts``) watches only an answer that has come. The wait for the headers now looks for the cancel:
+    cancelled while the hub still holds the answer, no retry, not a byte written.
+
+    The downloader runs here, its read timeout longer than the hub's hold (a minute). Without the fix the cancel
+    was seen only once the hub let go: the first chunk was written before the cancel check stopped it."""
+    import threading
+
+    from core.hub import downloader
+    from core.hub.download import cancel_download
+
+    monkeypatch.setattr(downloader, "READ_TIMEOUT_S", 600.0)
+    plan = _plan(include=["model.safetensors"])
+    job = _job_in_process(plan)
+    hub_server.hub.hold = threading.Event()  # every answer from now on waits (a ceiling of a minute)
+    ended = {}
+
+    def run() -> None:
+        with open(job / "lock", "a+") as lock:  # held as downloader.main holds it: the job reads as running
+            assert downloader._take_lock(lock)
+            ended["code"] = downloader.Downloader(job, None).run()
+
+    with hub_server.hub.lock:
+        before = len(hub_server.hub.requests)
+
+    def asked() -> bool:  # the downloader's GET of the file reached the hub, which holds it
+        with hub_server.hub.lock:
+            return len(hub_server.hub.requests) > before
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60  # a hang guard, not a speed
+        while not asked() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert asked(), read_status(job)
+        assert cancel_download(job)
+        status = wait_for_download(job, 120)  # past the hub's minute: a wait the cancel did not end has ended
+        assert status.status == "cancelled", status
+        worker.join(60)
+        assert ended == {"code": 3}
+        assert not hub_server.hub.hold.is_set()
+        events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
+        assert [e["event"] for e in events if e["event"] in ("retry", "cancelled")] == ["cancelled"], events
+        assert _partial_size(plan) == 0  # no byte: the hub never answered before the cancel ended the wait
+    finally:
+        hub_server.hub.hold.set()
+        worker.join(60)
