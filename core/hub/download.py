@@ -386,9 +386,10 @@ def _start_locked(plan: DownloadPlan, token: str | None, job_dir: Path) -> Path:
 
 
 def cancel_download(job_dir: Path) -> bool:
-    """Ask the downloader to stop (its partial files stay for a later resume); False if none runs (one that has
-    ended its job and is exiting runs none)."""
-    if not downloader_alive(job_dir) or (_read_json(job_dir / "state.json") or {}).get("status") in END_STATUSES:
+    """Ask the downloader to stop (its partial files stay for a later resume); False if none runs
+    (``download_running``: one that has ended its job and is exiting runs none; one spawned and still starting,
+    the job queued, does: it finds the cancel file before its first byte)."""
+    if not download_running(job_dir):
         return False
     (job_dir / "cancel").write_text("cancel\n", encoding="utf-8")
     return True

@@ -430,7 +430,7 @@ def delete_blocker(model: LocalModel, extra_dirs: list[str] | None = None) -> De
     would go): a folder the listing does not find, a download into it still running (the way to cancel it), a
     live run of this box training on it (the run, and ``tunedeck stop RUN``). Reads the disk and the runs: off
     the UI thread. The app says it in the dialog and ``models rm`` before asking, not after a y."""
-    from core.hub.download import downloader_alive
+    from core.hub.download import download_running
 
     if not model.path.exists():  # deleted since it was listed (models rm, another app): said as such
         return _refusal("hub.local.delete_gone", model=model.model_id, path=str(model.path))
@@ -439,7 +439,7 @@ def delete_blocker(model: LocalModel, extra_dirs: list[str] | None = None) -> De
     if target not in known:
         return _refusal("hub.local.delete_refused", path=str(model.path))
     running = next((job for job in _download_records_of(model, target)
-                    if job.active and downloader_alive(job.job_dir)), None)
+                    if job.active and download_running(job.job_dir)), None)
     if running is not None:
         return _refusal("hub.local.delete_downloading", model=running.model_id, path=str(model.path),
                         cancel=download_command(running.model_id, running.hub) + " --cancel")

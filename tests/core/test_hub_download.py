@@ -1226,3 +1226,42 @@ def test_a_cancel_while_the_hub_holds_its_answer_stops_before_the_headers_come(h
     finally:
         hub_server.hub.hold.set()
         worker.join(60)
+
+
+def test_a_queued_download_still_starting_is_cancelled_and_its_folder_not_deleted(hub_server, capsys):
+    """"Is a download running" was written twice: the delete check asked whether a downloader held the lock,
+    ``cancel_download`` too, so a download queued and still starting (its downloader spawned, its interpreter not
+    yet at the lock: seconds on a loaded box) could be deleted under it (x, ``models rm``), and c / --cancel said
+    "No download of X is running" while it then started. Both now ask ``download_running``: the delete is
+    refused with the way to cancel, and the cancel is sent (the downloader finds it before its first byte)."""
+    from core.cli import main
+    from core.hub.download import cancel_download
+    from core.hub.local import DeleteRefusedError, delete_blocker, list_local_models
+
+    hub_server.hub.stall_at = 128 * 1024
+    plan = _plan(include=["model.safetensors", "config.json"])
+    job = start_download(plan)
+    _wait_until_stalled(job, plan)
+    assert cancel_download(job)
+    hub_server.hub.stall_release.set()
+    assert wait_for_download(job, 30).status == "cancelled"  # a partial model on disk, its record stopped
+    deadline = time.monotonic() + 60  # the cancelled downloader lets go of the lock (a hang guard, not a speed)
+    while downloader_alive(job) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # started again: queued, its downloader alive and not yet at the lock
+    write_json_atomic(job / "state.json", {"status": "queued", "updated": time.time()})
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        write_json_atomic(job / SPAWNED_FILE, {"pid": stand_in.pid, "started_at": process_start_time(stand_in.pid)})
+        assert read_status(job).status == "queued" and not downloader_alive(job)
+        [model] = list_local_models()
+        blocker = delete_blocker(model)
+        assert isinstance(blocker, DeleteRefusedError) and "--cancel" in str(blocker), blocker
+        assert main(["models", "rm", plan.model_id, "--yes"]) == 2
+        assert "--cancel" in capsys.readouterr().err and plan.target_dir.exists() and job.exists()
+        assert main(["models", "download", plan.model_id, "--cancel"]) == 0
+        assert "Asked the downloader" in capsys.readouterr().err
+        assert (job / "cancel").exists()
+    finally:
+        stand_in.kill()
+        stand_in.wait()
