@@ -748,6 +748,8 @@ def run_list(args: argparse.Namespace) -> int:
             state = t("hub.cli.download_folder_gone") if item.target_gone else download_state_label(item.status)
             print(f"{item.hub:<10} {item.model_id:<48} {pad(state, 11)} "
                   f"{human_bytes(item.bytes_done)} / {human_bytes(item.bytes_total)}")
+            if item.status == "unreadable":  # which file and key, and the way out
+                print(f"{'':<10} {item.error}")
     return 0
 
 

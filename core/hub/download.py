@@ -43,7 +43,9 @@ CHUNK_BYTES = 64 * 1024
 STATE_INTERVAL_S = 0.25
 MAX_STALLED_ATTEMPTS = 6  # consecutive failures without a byte of progress before giving up
 DISK_SLACK_BYTES = 64 * 1024**2  # keep this much free after the download
-STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
+# "unreadable": the record's state.json or job.json holds a value that is no number where one belongs (edited by
+# hand): said of that download alone (``read_status``), the others listed as ever.
+STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted", "unreadable")
 STALL_AFTER_S = 5.0  # no progress written for this long while running: the line says the link is stalled
 SPAWNED_FILE = "spawned.json"  # the downloader start_download started: alive and not yet locked = queued
 
@@ -262,18 +264,60 @@ def _gone_downloader_status(job_dir: Path, state: dict[str, Any]) -> str:
     if spawned is None:
         # No record of the process (a job written before the record existed): queued and never
         # started is only a moment after spawning; long after it, the process is gone.
-        started = float(state.get("updated") or (job_dir / "job.json").stat().st_mtime)
+        started = _number(state, "updated", float, "state.json") or (job_dir / "job.json").stat().st_mtime
         return "interrupted" if time.time() - started > 10 else status
     # The downloader is alive and has not taken the lock yet (its interpreter is starting, which takes
     # seconds on a loaded box): still queued, however long that takes.
     return status
 
 
+class _BadNumber(ValueError):
+    """A value of a download's record that is no number where one belongs."""
+
+    def __init__(self, file: str, key: str, value: object) -> None:
+        super().__init__(key)
+        self.file, self.key, self.value = file, key, value
+
+
+def _number(data: dict[str, Any], key: str, kind: type, file: str) -> Any:
+    """``data[key]`` as ``kind`` (int or float); a missing or empty one is None; else ``_BadNumber``."""
+    value = data.get(key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise _BadNumber(file, key, value)
+    try:
+        number = kind(value)
+    except (TypeError, ValueError, OverflowError):
+        raise _BadNumber(file, key, value) from None
+    if number != number or number in (float("inf"), float("-inf")):  # NaN, infinity: no count of bytes
+        raise _BadNumber(file, key, value)
+    return number
+
+
 def read_status(job_dir: Path) -> DownloadStatus | None:
-    """The status of the download in ``job_dir``; ``None`` if there is none."""
+    """The status of the download in ``job_dir``; ``None`` if there is none. A record holding a value that is
+    no number where one belongs (state.json or job.json edited by hand) reads "unreadable", its ``error`` naming
+    the file, the key and what to do: ``list_downloads``, ``models list`` and the app crashed on it."""
     job = _read_json(job_dir / "job.json")
     if job is None:
         return None
+    try:
+        return _read_status(job_dir, job)
+    except _BadNumber as bad:
+        from core.hub.local import download_command
+
+        hub, model_id = str(job.get("hub") or "?"), str(job.get("model_id") or "?")
+        return DownloadStatus(
+            job_dir=job_dir, hub=hub, model_id=model_id, target_dir=str(job.get("target_dir") or ""),
+            status="unreadable", bytes_done=0, bytes_total=0, current_file=None, rate_bps=0.0, eta_s=None,
+            files_done=0, files_total=0, pid=None, updated=0.0,
+            error=t("hub.download.unreadable", path=str(job_dir / bad.file), key=bad.key,
+                    value=json.dumps(bad.value, ensure_ascii=False)[:80], command=download_command(model_id, hub),
+                    folder=str(job_dir)))
+
+
+def _read_status(job_dir: Path, job: dict[str, Any]) -> DownloadStatus:
     state = _read_json(job_dir / "state.json") or {}
     status = str(state.get("status") or "queued")
     if status in ("queued", "running") and not downloader_alive(job_dir):
@@ -282,15 +326,24 @@ def read_status(job_dir: Path) -> DownloadStatus | None:
         state = _read_json(job_dir / "state.json") or state
         status = _gone_downloader_status(job_dir, state)
     retry = state.get("retry") if isinstance(state.get("retry"), dict) else {}
+    files = job.get("files") if isinstance(job.get("files"), list) else []
+
+    def number(key: str, kind: type = int) -> Any:
+        return _number(state, key, kind, "state.json")
+
+    def job_total() -> int:
+        return sum(_number(item, "size", int, "job.json") or 0 for item in files if isinstance(item, dict))
+
+    attempt = _number(retry, "attempt", int, "state.json")
     return DownloadStatus(
         job_dir=job_dir, hub=job.get("hub", "?"), model_id=job.get("model_id", "?"),
-        target_dir=job.get("target_dir", ""), status=status, bytes_done=int(state.get("bytes_done") or 0),
-        bytes_total=int(state.get("bytes_total") or sum(int(f["size"]) for f in job.get("files", []))),
-        current_file=state.get("current_file"), rate_bps=float(state.get("rate_bps") or 0.0),
-        eta_s=state.get("eta_s"), files_done=int(state.get("files_done") or 0),
-        files_total=int(state.get("files_total") or len(job.get("files", []))), error=state.get("error"),
-        pid=state.get("pid"), updated=float(state.get("updated") or 0.0),
-        retry_attempt=retry.get("attempt"), retry_reason=retry.get("reason"),
+        target_dir=job.get("target_dir", ""), status=status, bytes_done=number("bytes_done") or 0,
+        bytes_total=number("bytes_total") or job_total(),
+        current_file=state.get("current_file"), rate_bps=number("rate_bps", float) or 0.0,
+        eta_s=number("eta_s", float), files_done=number("files_done") or 0,
+        files_total=number("files_total") or len(files), error=state.get("error"),
+        pid=number("pid"), updated=number("updated", float) or 0.0,
+        retry_attempt=attempt, retry_reason=retry.get("reason"),
         verifying=status == "running" and state.get("verifying") is True,
     )
 

@@ -25,6 +25,8 @@ CONTROL_FLOW = {
     "core.config.checks._Invalid": "one value's refusal, collected into a ConfigError's issues",
     "core.hardware.nvml_backend._NvmlGone": "NVML went away mid-poll: the snapshot says so instead",
     "core.hardware.nvml_backend._GpuLost": "a GPU answered GPU_IS_LOST mid-read: the snapshot marks it lost instead",
+    "core.hub.download._BadNumber": "a download record's value that is no number, inside read_status: the record "
+                                     "then reads 'unreadable', naming the file and key",
     "core.hub.downloader.Cancelled": "the download job's cancel signal, inside the downloader process",
     "core.hub.downloader.LinkRefused": "a storage server's 403 to a signed download link, inside the downloader "
                                        "process: tried again with a new link, said when its tries are spent",

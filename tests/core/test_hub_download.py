@@ -1265,3 +1265,36 @@ def test_a_queued_download_still_starting_is_cancelled_and_its_folder_not_delete
     finally:
         stand_in.kill()
         stand_in.wait()
+
+
+@pytest.mark.parametrize(("file", "edit"), [
+    ("state.json", {"status": "failed", "bytes_done": "12x", "updated": 1.0}),
+    ("state.json", {"status": "cancelled", "updated": "yesterday"}),
+    ("job.json", None),  # a file's size that is no number
+])
+def test_a_record_with_a_malformed_number_is_listed_unreadable_not_a_crash(hub_server, capsys, file, edit):
+    """A download record edited by hand (a size, a byte count that is no number): read_status raised ValueError,
+    and ``models list`` (and the app's download line) crashed on it, every other download unlisted with it. That
+    one reads "unreadable", its error naming the file, the key and the way out; the others are listed as ever."""
+    from core.cli import main
+    from core.hub.download import list_downloads
+
+    plan = _plan()
+    assert wait_for_download(start_download(plan), 60).status == "done"
+    broken = job_dir_for("hf", "acme/broken-model")
+    broken.mkdir(parents=True)
+    job = {"hub": "hf", "model_id": "acme/broken-model", "target_dir": str(broken / "nowhere"),
+           "files": [{"path": "model.safetensors", "size": "ten" if edit is None else 10}]}
+    write_json_atomic(broken / "job.json", job)
+    write_json_atomic(broken / "state.json", edit or {"status": "failed", "updated": 1.0})
+    status = read_status(broken)
+    assert status.status == "unreadable" and not status.active
+    assert str(broken / file) in status.error and "tunedeck models download acme/broken-model --hub hf" in status.error
+    assert sorted(d.status for d in list_downloads()) == ["done", "unreadable"]
+    capsys.readouterr()
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "unreadable" in out and str(broken / file) in out, out
+    assert main(["models", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["downloads"]
+    assert sorted(d["status"] for d in listed) == ["done", "unreadable"]

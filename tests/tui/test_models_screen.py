@@ -580,3 +580,29 @@ def test_d_resume_is_not_offered_on_a_local_row_whose_download_runs(hub_env):
         cancel_download(job)
         hub_env.hub.stall_release.set()
         wait_for_download(job, 30)
+
+
+def test_a_download_record_with_a_malformed_number_shows_unreadable_and_e_says_why(hub_env):
+    """A download record edited by hand (a byte count that is no number): each half-second poll of the download
+    line raised, the app showed an unexpected-error dialog and the line stayed on "No download". The line now
+    says the record is unreadable, and e shows which file and key, and the way out. Fake GPUs: one H200."""
+    from core.atomic_file import write_json_atomic
+    from core.hub.download import job_dir_for
+
+    broken = job_dir_for("modelscope", "acme/broken-model")
+    broken.mkdir(parents=True)
+    write_json_atomic(broken / "job.json", {"hub": "modelscope", "model_id": "acme/broken-model",
+                                            "target_dir": str(broken / "nowhere"),
+                                            "files": [{"path": "model.safetensors", "size": 10}]})
+    write_json_atomic(broken / "state.json", {"status": "failed", "bytes_done": "12x", "updated": 1.0})
+
+    async def scenario():
+        app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await open_models(pilot, app)
+            await wait_for(pilot, lambda: "record unreadable" in screen_text(app))
+            assert screen.is_current  # no error dialog over it
+            await pilot.press("e")
+            await wait_for(pilot, lambda: "bytes_done" in screen_text(app) and "state.json" in screen_text(app))
+
+    asyncio.run(scenario())

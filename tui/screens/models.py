@@ -241,6 +241,10 @@ class DownloadPolled(Message):
         self.error = error  # the read raised (a record half written, edited by hand): the line stays as it was
 
 
+# The download states whose reason ``e`` shows whole: a failure's, and why a record cannot be read (which file, key).
+EXPLAINED_STATES = ("failed", "unreadable")
+
+
 def _running(target: tuple[str, str, Any]) -> bool:
     """Whether the download record of a Local row ``d`` would resume (``ModelsScreen._resumable``) runs now."""
     return target[2] is not None and target[2].active
@@ -963,7 +967,8 @@ class ModelsScreen(Screen[None]):
                 # starts, and each file it finishes, incomplete and its size on disk. Read at its end only, a
                 # model deleted and downloaded again from a shell stayed listed whole, old size and date.
                 self._list_local()
-        failed = getattr(self.line_status, "status", None) == "failed", getattr(status, "status", None) == "failed"
+        failed = (getattr(self.line_status, "status", None) in EXPLAINED_STATES,
+                  getattr(status, "status", None) in EXPLAINED_STATES)
         self.line_status = status
         if failed[0] != failed[1]:
             self.refresh_bindings()  # e (why it failed) while the line shows a failed download
@@ -1020,10 +1025,10 @@ class ModelsScreen(Screen[None]):
             from core.hub.local import download_of
 
             record = download_of(self._selected_local(), self.local_downloads)
-            if record is not None and record.status == "failed":
+            if record is not None and record.status in EXPLAINED_STATES:
                 return record
         status = self.line_status
-        return status if status is not None and status.status == "failed" else None
+        return status if status is not None and status.status in EXPLAINED_STATES else None
 
     def action_why_failed(self) -> None:
         """The whole reason a download failed (the download line and the Local details have room for its start)."""
@@ -1197,7 +1202,7 @@ class ModelsScreen(Screen[None]):
             from core.hub.local import download_of
 
             record = download_of(model, self.local_downloads)
-            if record is not None and record.status == "failed":  # its start (two lines, wrapped); e shows it whole
+            if record is not None and record.status in EXPLAINED_STATES:  # its start (two lines, wrapped); e shows it whole
                 said = t("modelsscreen.failed_reason", error="")
                 room = max(20, (self.size.width - 2) * 3 // 2 - cell_len(said))
                 lines.append(f"[$error]{_plain(said + truncate(record.error or record.status, room))}[/]")
