@@ -805,17 +805,45 @@ def _confirm_delete(model: Any) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
+def _forget_stale_records(args: argparse.Namespace) -> int | None:
+    """``models rm ID`` of no model on disk whose download record ``models list`` still lists (ended, its folder
+    gone: "deleted" when it had finished): the record is removed (it holds no file of the model), as the delete of
+    its model would have; it stayed listed for good, no command removing it. None when there is no such record."""
+    from core.hub.download import download_state_label
+    from core.hub.local import forget_download_records, stale_download_records
+
+    removed = forget_download_records(stale_download_records(args.target, args.hub))
+    if not removed:
+        return None
+    if args.json:
+        print(json.dumps({"deleted": False, "model": None, "freed_bytes": 0,
+                          "forgotten_downloads": [job.to_json() for job in removed]}, indent=2))
+        return 0
+    for job in removed:
+        state = t("hub.cli.download_folder_gone") if job.target_gone else download_state_label(job.status)
+        print(t("hub.cli.rm_forgot", model=job.model_id, status=state, path=job.target_dir or "-"), file=sys.stderr)
+    return 0
+
+
 def run_rm(args: argparse.Namespace) -> int:
     """``models rm ID|PATH``: the Local tab's ``x``. Refused as the app refuses (exit 2, nothing deleted):
     a download still running into it, a live run training on it. Asks first unless ``--yes``; no at the
     question exits 4 (as a cancelled download does), nothing deleted."""
+    from pathlib import Path
+
     from core.errors import EXIT_CANCELLED
     from core.hub.download import human_bytes
     from core.hub.local import delete_blocker, delete_local_model, list_local_models, user_model_dirs
     from core.settings import load_settings
 
     dirs = user_model_dirs(load_settings())
-    model = _local_model_named(args.target, args.hub, list_local_models(dirs))
+    models = list_local_models(dirs)
+    if not any(m.model_id.lower() == args.target.strip().lower() and args.hub in (None, m.source) for m in models) \
+            and not Path(args.target).expanduser().exists():
+        forgotten = _forget_stale_records(args)
+        if forgotten is not None:
+            return forgotten
+    model = _local_model_named(args.target, args.hub, models)
     blocker = delete_blocker(model, dirs)  # said before the question, not after a y
     if blocker is not None:
         raise blocker

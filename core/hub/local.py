@@ -459,6 +459,33 @@ def _refusal(key: str, **values: Any) -> DeleteRefusedError:
     return DeleteRefusedError(t(key, **values), why=t(key + "_why", **values))
 
 
+def stale_download_records(model_id: str, hub: str | None = None) -> list[Any]:
+    """The download records (``core.hub.download.DownloadStatus``) of hub id ``model_id`` (case aside; ``hub``'s
+    only, when given) that have ended and whose folder is not on disk: ``models list`` lists them under Downloads
+    ("deleted": finished, its folder removed by hand; failed or stopped before its folder was made), and no model
+    on disk is there for ``models rm`` to delete with them."""
+    from core.hub.download import list_downloads
+
+    wanted = model_id.strip().lower()
+    return [job for job in list_downloads()
+            if job.model_id.lower() == wanted and (hub is None or job.hub == hub) and not job.active
+            and not (job.target_dir and Path(job.target_dir).exists())]
+
+
+def forget_download_records(records: list[Any]) -> list[Any]:
+    """Remove the records ``stale_download_records`` found, but one whose download has started again since (its
+    downloader runs: it is no record to forget); returns those removed."""
+    from core.hub.download import download_running
+
+    removed = []
+    for job in records:
+        if download_running(job.job_dir):
+            continue
+        shutil.rmtree(job.job_dir, ignore_errors=True)
+        removed.append(job)
+    return removed
+
+
 def delete_local_model(model: LocalModel, extra_dirs: list[str] | None = None) -> int:
     """Delete ``model``'s folder and the record of its download (``models list`` would still show it
     done); returns the bytes freed. Only a folder the listing finds is deleted, and none while a

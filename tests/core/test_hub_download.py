@@ -1298,3 +1298,30 @@ def test_a_record_with_a_malformed_number_is_listed_unreadable_not_a_crash(hub_s
     assert main(["models", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)["downloads"]
     assert sorted(d["status"] for d in listed) == ["done", "unreadable"]
+
+
+def test_models_rm_removes_the_record_of_a_download_whose_folder_is_gone(hub_server, capsys):
+    """A finished download whose folder was deleted by hand stayed in ``models list`` as "deleted" for good:
+    ``models rm ID`` said "no model on disk" (exit 2), and no command removed the record. It now removes the
+    record (nothing on disk to delete, no question asked), says so, and leaves other downloads' records alone."""
+    import shutil
+
+    from core.cli import main
+    from core.hub.download import list_downloads
+
+    plan = _plan()
+    assert wait_for_download(start_download(plan), 60).status == "done"
+    other = _plan("hf")
+    assert wait_for_download(start_download(other), 60).status == "done"
+    shutil.rmtree(plan.target_dir)
+    capsys.readouterr()
+    assert main(["models", "list"]) == 0
+    assert "deleted" in capsys.readouterr().out
+    assert main(["models", "rm", plan.model_id, "--hub", "modelscope"]) == 0
+    err = capsys.readouterr().err
+    assert "removed its download record" in err and str(plan.target_dir) in err, err
+    assert [(d.hub, d.status) for d in list_downloads()] == [("hf", "done")]  # the hf one, whole, untouched
+    assert other.target_dir.exists()
+    # nothing left to remove: said as before (exit 2)
+    assert main(["models", "rm", plan.model_id, "--hub", "modelscope"]) == 2
+    assert "no model" in capsys.readouterr().err
