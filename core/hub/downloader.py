@@ -13,6 +13,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,6 +100,12 @@ class Downloader:
         self._last_state = 0.0
         self._rate_mark = (time.monotonic(), 0)
         self._session: Any = None
+        # Bytes written since state.json was last written (its writes are at most every STATE_INTERVAL_S): the
+        # body's watcher writes them once no chunk has come for a moment (``_cancel_cuts``), or a transfer the
+        # hub holds said the figure of up to a quarter second before, for the whole stall.
+        self._unsaid = False
+        self._last_chunk = 0.0
+        self._state_lock = threading.Lock()  # the watcher's write and the transfer's
 
     # --- bookkeeping -------------------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> None:
@@ -121,10 +128,17 @@ class Downloader:
         """Replace ``state.json``; ``retry`` (``{"attempt": n, "reason": ...}``) while the link is being tried
         again: the rate and ETA then read unknown, not the last good ones, and the rate starts afresh after.
         An end state (not ``running``) has none either: a failed job kept its last speed and ETA."""
+        with self._state_lock:
+            self._write_state(status, done, error, force, retry)
+
+    def _write_state(self, status: str, done: int | None, error: str | None, force: bool,
+                     retry: dict[str, Any] | None) -> None:
         now = time.monotonic()
         if not force and now - self._last_state < STATE_INTERVAL_S:
+            self._unsaid = True
             return
         self._last_state = now
+        self._unsaid = False
         done = self.bytes_done() if done is None else done
         mark_time, mark_bytes = self._rate_mark
         if retry is not None:
@@ -249,6 +263,9 @@ class Downloader:
 
         def watch() -> None:
             while not over.wait(CANCEL_POLL_S):
+                if self._unsaid and time.monotonic() - self._last_chunk >= CANCEL_POLL_S:
+                    # no chunk for a moment (the hub holds the transfer): the bytes of the last ones said now
+                    self.write_state("running", force=True)
                 if (self.job_dir / "cancel").exists():
                     sock = getattr(getattr(response.raw, "connection", None), "sock", None)
                     if sock is not None:
@@ -325,6 +342,7 @@ class Downloader:
                         handle.write(chunk)
                     except OSError as exc:
                         raise LocalWriteError(exc) from exc
+                    self._last_chunk = time.monotonic()
                     self.check_cancel()
                     self.write_state("running")
             finally:

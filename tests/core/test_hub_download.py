@@ -1325,3 +1325,37 @@ def test_models_rm_removes_the_record_of_a_download_whose_folder_is_gone(hub_ser
     # nothing left to remove: said as before (exit 2)
     assert main(["models", "rm", plan.model_id, "--hub", "modelscope"]) == 2
     assert "no model" in capsys.readouterr().err
+
+
+def test_a_stalled_transfer_says_the_bytes_it_has_written_not_those_of_a_quarter_second_before(hub_server,
+                                                                                                monkeypatch):
+    """state.json is written at most every quarter second: the chunks that came within that time of its last
+    write, just before the hub held the transfer, were not in it, and the app and ``models list`` said the older
+    figure for the whole stall (369 B of a file with 128 kB on disk). Once no chunk comes for a moment the
+    bytes written are said. The downloader runs here, its state writes spaced far apart (a minute) so that
+    only the said-when-still write can tell the stall's figure."""
+    import threading
+
+    from core.hub import downloader
+
+    monkeypatch.setattr(downloader, "STATE_INTERVAL_S", 600.0)
+    monkeypatch.setattr(downloader, "READ_TIMEOUT_S", 600.0)  # no retry's write during the hold either
+    hub_server.hub.stall_at = 128 * 1024  # held until the test ends (a ceiling of a minute)
+    plan = _plan(include=["model.safetensors"])
+    job = _job_in_process(plan)
+    worker = threading.Thread(target=lambda: downloader.Downloader(job, None).run(), daemon=True)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60  # a hang guard, not a speed
+        while _partial_size(plan) < 128 * 1024 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _partial_size(plan) == 128 * 1024  # every byte before the hub's hold is on disk
+        while read_status(job).bytes_done != 128 * 1024 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status = read_status(job)
+        assert status.bytes_done == 128 * 1024 and status.current_file == "model.safetensors", status
+        assert not hub_server.hub.stall_release.is_set()
+    finally:
+        hub_server.hub.stall_release.set()
+        worker.join(60)
+    assert read_status(job).status == "done"
