@@ -222,7 +222,7 @@ class Downloader:
         self.verifying = True
         self.write_state("running", force=True)
         try:
-            return _sha256(part) == expected.lower()
+            return _sha256(part, self.check_cancel) == expected.lower()
         finally:
             self.verifying = False
 
@@ -463,10 +463,17 @@ class Downloader:
         (refs / "main").write_text(self.job["revision"], encoding="utf-8")
 
 
-def _sha256(path: Path) -> str:
+HASH_CANCEL_EVERY = 32  # MiB read between two looks for the cancel file while a file's sha256 is checked
+
+
+def _sha256(path: Path, check_cancel: Any = None) -> str:
+    """``path``'s sha256; ``check_cancel`` called every ``HASH_CANCEL_EVERY`` MiB: hashing a shard of gigabytes on
+    a slow disk takes a minute, and a cancel asked meanwhile waited for its end, "verifying" said all along."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1024 * 1024), b""):
+        for index, block in enumerate(iter(lambda: handle.read(1024 * 1024), b"")):
+            if check_cancel is not None and index % HASH_CANCEL_EVERY == 0:
+                check_cancel()
             digest.update(block)
     return digest.hexdigest()
 

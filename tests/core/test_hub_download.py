@@ -1056,9 +1056,9 @@ def test_a_file_whose_checksum_is_being_checked_is_said_so_not_taken_for_a_stall
     seen = []
     real_sha256 = downloader._sha256
 
-    def observed(path):  # the real hash, the status a watcher reads while it runs noted
+    def observed(path, *rest):  # the real hash, the status a watcher reads while it runs noted
         seen.append(read_status(job))
-        return real_sha256(path)
+        return real_sha256(path, *rest)
 
     monkeypatch.setattr(downloader, "_sha256", observed)
     with open(job / "lock", "a+") as lock:  # held as downloader.main holds it: the job reads as running
@@ -1359,3 +1359,27 @@ def test_a_stalled_transfer_says_the_bytes_it_has_written_not_those_of_a_quarter
         hub_server.hub.stall_release.set()
         worker.join(60)
     assert read_status(job).status == "done"
+
+
+def test_a_cancel_while_a_file_s_checksum_is_checked_stops_it_keeping_the_file(hub_server, monkeypatch):
+    """Hashing a shard of gigabytes on a slow disk takes a minute after its last byte: c (or --cancel) asked
+    meanwhile waited for the hash to end ("checking ... (sha256)" all along) and the download then went on. The
+    hash looks for the cancel as it reads: cancelled, the whole part kept for the resume (checked again then)."""
+    from core.hub import downloader
+    from core.hub.download import cancel_download
+
+    plan = _plan(include=["model.safetensors"])
+    job = _job_in_process(plan)
+    real_sha256 = downloader._sha256
+
+    def cancelled_as_it_starts(path, *rest):  # the real hash; the cancel asked once the check has begun
+        assert read_status(job).verifying and cancel_download(job)
+        return real_sha256(path, *rest)
+
+    monkeypatch.setattr(downloader, "_sha256", cancelled_as_it_starts)
+    with open(job / "lock", "a+") as lock:  # held as downloader.main holds it: the job reads as running
+        assert downloader._take_lock(lock)
+        assert downloader.Downloader(job, None).run() == 3
+    status = read_status(job)
+    assert status.status == "cancelled" and not status.verifying, status
+    assert _partial_size(plan) == len(WEIGHTS) and not (plan.target_dir / "model.safetensors").exists()
