@@ -301,15 +301,24 @@ class TokenStreamer:
                 return
             # A UTF-8 character spans at most 4 byte tokens: what comes before the last U+FFFD is junk bytes the
             # model really emitted, and goes; the last may be the first bytes of a character the next tokens
-            # complete (after stray bytes, 80 80 80 E4 B8 AD is "���中"), so it waits with its token, for up to
+            # complete (after stray bytes, 80 80 80 E4 B8 AD is "���中"), so it waits with its tokens, for up to
             # three more. Sent with the junk, its character was lost: the text sent no longer grew.
-            self.pending = 1
+            self.pending = self._unfinished(text)
             if len(text) - 1 > self.sent:
-                self._emit(text[:-1], keep=1)
+                self._emit(text[:-1], keep=self.pending)
             return
         self.pending = 0
         if len(text) > self.sent:
             self._emit(text)
+
+    def _unfinished(self, text: str) -> int:
+        """How many of the last tokens make the unfinished character that ends ``text`` (its last U+FFFD; an
+        end token after them counted with them): the fewest whose text left out leaves the text before it.
+        Its first bytes may be one token or several (E4 B8 of "中" decode to one U+FFFD)."""
+        for keep in range(1, len(self.waiting) + 1):
+            if self.tokenizer.decode(self.ids[:-keep], skip_special_tokens=True) == text[:-1]:
+                return keep
+        return 1
 
     def _text(self) -> str:
         """The reply's text so far: an end token (the last one, as generation ends on it) left out."""

@@ -334,3 +334,26 @@ def test_each_byte_token_of_a_three_byte_character_has_its_own_byte(served):
     [(piece, content)] = chunks
     assert piece == "中" and bytes(b for entry in content for b in entry.bytes).decode("utf-8") == text
     _same_entries(content, whole)
+
+
+def test_the_bytes_of_a_character_after_stray_bytes_come_with_its_chunk(served):
+    """Two stray bytes (80 81) then "中" (E4 B8 AD): at the fourth token the text ends in one U+FFFD made of two
+    tokens (E4 B8). The junk went out then, but with E4, as if the last U+FFFD were one token's: the chunk "��"
+    carried three tokens, and the chunk "中" only B8 AD, so a client joining a chunk's bytes read E4 as junk
+    and "中" as two stray bytes. Now every token of the unfinished character waits with it."""
+    client, loaded = served
+    from core.lifecycle.scoring import _byte_level_table
+
+    alphabet = {byte: char for char, byte in _byte_level_table().items()}
+    stray = [loaded.tokenizer.convert_tokens_to_ids(alphabet[byte]) for byte in (0x80, 0x81)]
+    order = [*stray, *loaded.tokenizer("中", add_special_tokens=False)["input_ids"]]
+    assert len(order) == 5 and loaded.tokenizer.decode(order) == "\ufffd\ufffd中"
+    body = {"temperature": 0, "max_tokens": 5, "presence_penalty": 2, "frequency_penalty": 2,
+            "logit_bias": {str(token): 100 - 0.6 * place for place, token in enumerate(order)}}
+    text, whole = _whole_chat(client, **body)
+    chunks, _usage = _streamed_chat(client, **body)
+    assert text == "\ufffd\ufffd中", (text, whole)
+    assert [piece for piece, _ in chunks] == ["\ufffd\ufffd", "中"]
+    assert [[b for entry in content for b in entry.bytes] for _, content in chunks] == [[0x80, 0x81],
+                                                                                       [0xE4, 0xB8, 0xAD]]
+    _same_entries([entry for _, content in chunks for entry in content], whole)
