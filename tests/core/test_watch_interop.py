@@ -244,6 +244,26 @@ def test_hf_trainer_run_started_again_while_watched_drops_the_previous_runs_figu
     assert max(r["step"] for r in records if r["kind"] == "train") == 50
 
 
+def test_hf_trainer_run_resumed_into_its_folder_keeps_its_history_before_its_next_checkpoint(tmp_path):
+    """A crashed HF Trainer run resumed from its checkpoint (HF's example scripts resume from the newest one
+    in a used output folder unless told to overwrite it) opens a new event file: checkpoint-500's
+    trainer_state.json (step 500 of 1000) is older, but its history is this run's, up to the checkpoint it
+    resumes from. It stays shown until the next save, as before the resume; only a state at its total (a
+    finished run, nothing to resume) is an earlier run's."""
+    out = tmp_path / "hf_out"
+    write_checkpoint(out, 500, 1000, time.time() - 7200)
+    hf_events(out / "runs" / "Dec07_14-00-00_box", time.time() - 7300, text=True, scalars={"train/loss": 1.2})
+    source = open_watch_source(out)
+    feed = open_metrics_feed(source)
+    assert max(r["step"] for r in feed.read_tail() if r["kind"] == "train") == 500
+    hf_events(out / "runs" / "Dec07_16-00-00_box", time.time() - 2, text=True, scalars={})  # resumed
+    assert feed.poll() == ([], False)  # nothing dropped
+    assert feed.activity.last_step == 500
+    fresh = open_metrics_feed(open_watch_source(out))  # a watch started after the resume
+    assert max(r["step"] for r in fresh.read_tail() if r["kind"] == "train") == 500
+    assert writer_state(source, fresh.activity).status == RUNNING
+
+
 # --- TensorBoard ------------------------------------------------------------------------------------
 
 def tb_writer(folder: Path):
