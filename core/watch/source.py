@@ -34,15 +34,11 @@ class SourceNotFound(TunedeckError, LookupError):
     """The directory is none of the layouts we can read; the message says what we looked for."""
 
     exit_code = EXIT_USAGE
-    # a folder there and readable with none of the files looked for yet: an output dir a training starting
-    # has not written into yet (``wait_for_source`` waits for them)
-    not_yet = False
 
 
 class SourceNotYet(SourceNotFound):
-    """A folder there and readable, with none of the files a watch reads (yet)."""
-
-    not_yet = True
+    """A folder there and readable, with none of the files a watch reads (yet): an output dir a training that is
+    starting has not written into yet (``wait_for_source`` waits for them)."""
 
 
 @dataclass
