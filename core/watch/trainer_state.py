@@ -58,7 +58,7 @@ class TrainerStateFeed:
         try:
             stat = path.stat()
             key = (path, stat.st_mtime_ns, stat.st_size)
-            if self._earlier_run(stat.st_mtime) and trainer_state_finished(path):
+            if self._earlier_run(stat.st_mtime) and (path.parent == self.folder or trainer_state_finished(path)):
                 return self._forget()
             if key == self._key:
                 return [], False
@@ -101,10 +101,11 @@ class TrainerStateFeed:
     def _earlier_run(self, written: float) -> bool:
         """The newest trainer_state.json was written before the newest training run in the folder began (its
         TensorBoard event file, ``training_started``): a run started again into a used output folder, before its
-        first checkpoint. Where that state is at its total (``trainer_state_finished``) its history is the
-        previous run's: shown as this run's figures (its step at the total, its loss) for the minutes or hours
-        until the first save. One short of it is most often the checkpoint the new run resumes from (HF's
-        example scripts resume from the newest one in a used folder): its history is this run's, kept."""
+        first checkpoint. Where that state is at its total (``trainer_state_finished``), or is the top-level one
+        save_state writes as train() ends (a run stopped early; a resume reads a checkpoint's), its history is
+        the previous run's: shown as this run's figures (its step at the total, its loss) for the minutes or
+        hours until the first save. A checkpoint's short of it is most often the one the new run resumes from
+        (HF's example scripts resume from the newest one in a used folder): its history is this run's, kept."""
         from core.watch.activity import training_started
 
         started = training_started(self.folder)

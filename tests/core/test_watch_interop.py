@@ -264,6 +264,21 @@ def test_hf_trainer_run_resumed_into_its_folder_keeps_its_history_before_its_nex
     assert writer_state(source, fresh.activity).status == RUNNING
 
 
+def test_hf_trainer_run_started_again_after_an_early_stop_drops_the_previous_runs_end(tmp_path):
+    """A run that ended before its total (early stopping) left its summary trainer_state.json at the top, which
+    save_state writes only as train() ends and a resume never reads (it reads a checkpoint's): a run started
+    again there is not that run, its figures (step 600 of 1000, its loss) not shown as the new run's."""
+    out = tmp_path / "hf_out"
+    write_checkpoint(out, 600, 1000)
+    (out / "trainer_state.json").write_text(json.dumps(hf_state(600, 1000, summary=True)))
+    age(out, MONTHS_AGO)
+    age(out / "checkpoint-600", MONTHS_AGO - 60)
+    hf_events(out / "runs" / "Sep08_10-00-00_box", MONTHS_AGO - 7200, text=True, scalars={"train/loss": 1.2})
+    hf_events(out / "runs" / "Dec07_16-00-00_box", time.time() - 2, text=True, scalars={})  # started again
+    feed = open_metrics_feed(open_watch_source(out))
+    assert feed.read_tail() == [] and feed.activity.last_step is None
+
+
 # --- TensorBoard ------------------------------------------------------------------------------------
 
 def tb_writer(folder: Path):
