@@ -559,7 +559,10 @@ def main(argv: list[str] | None = None) -> int:
         return supervise(args.run_dir, args.resume)
     except Exception as exc:
         # Whatever broke, leave a final status behind rather than a run stuck in "starting"; on a full
-        # disk the reserve makes room for it and for the traceback in supervisor.log.
+        # disk the reserve makes room for it and for the traceback in supervisor.log. A stop now has nothing left
+        # to stop, and its handler's writes would wait for the status lock this write holds (_holding_locks).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         run = RunDirectory(Path(args.run_dir))
         if is_disk_full(exc):
             release_reserve(run.path)
