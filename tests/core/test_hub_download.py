@@ -1383,3 +1383,26 @@ def test_a_cancel_while_a_file_s_checksum_is_checked_stops_it_keeping_the_file(h
     status = read_status(job)
     assert status.status == "cancelled" and not status.verifying, status
     assert _partial_size(plan) == len(WEIGHTS) and not (plan.target_dir / "model.safetensors").exists()
+
+
+def test_the_unreadable_state_is_said_whole_in_the_models_list_column_under_zh(hub_server, capsys):
+    """``models list`` pads a download's state to its column (11 cells) and cuts what is longer: under zh the
+    "unreadable" state read "记录无法读…". Said whole now, its reason on the line below."""
+    from core import i18n
+    from core.cli import main
+
+    broken = job_dir_for("hf", "acme/broken-model")
+    broken.mkdir(parents=True)
+    write_json_atomic(broken / "job.json", {"hub": "hf", "model_id": "acme/broken-model",
+                                            "target_dir": str(broken / "nowhere"),
+                                            "files": [{"path": "model.safetensors", "size": 10}]})
+    write_json_atomic(broken / "state.json", {"status": "failed", "bytes_done": "12x", "updated": 1.0})
+    capsys.readouterr()
+    try:
+        assert main(["--lang", "zh", "models", "list"]) == 0
+        label = i18n.t("hub.download.state.unreadable")
+    finally:
+        i18n.set_language("en")
+    out = capsys.readouterr().out
+    [line] = [line for line in out.splitlines() if "acme/broken-model" in line and "json" not in line]
+    assert label in line and "…" not in line, out
