@@ -76,6 +76,7 @@ class FakeHub:
     web_page_status: int = 200  # the status of that page: 404, a website's "Not Found" page for every API path
     label_html: bool = False  # every JSON answer and file is labelled text/html (a mirror or proxy that does so)
     hold: threading.Event | None = None  # answers wait until it is set (a ceiling of a minute)
+    held: int = 0  # answers waiting on ``hold`` now: a test can tell the hub still holds one
     chunk_delay_s: float = 0.0  # pause between 64 KiB chunks of a file body (a slow link)
     # A file body stops at this byte of the file until ``stall_release`` is set (a ceiling of a minute):
     # a test can then act on a download that is certainly under way, however fast the box.
@@ -266,7 +267,13 @@ class _Handler(BaseHTTPRequestHandler):
         if self.hub.slow_s:
             time.sleep(self.hub.slow_s)
         if self.hub.hold is not None:
-            self.hub.hold.wait(60)
+            with self.hub.lock:
+                self.hub.held += 1
+            try:
+                self.hub.hold.wait(60)
+            finally:
+                with self.hub.lock:
+                    self.hub.held -= 1
         if self.hub.status:
             return self._json(self.hub.status, {"error": "the fake hub is down"})
         if self.hub.web_page:
