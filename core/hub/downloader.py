@@ -265,7 +265,10 @@ class Downloader:
             while not over.wait(CANCEL_POLL_S):
                 if self._unsaid and time.monotonic() - self._last_chunk >= CANCEL_POLL_S:
                     # no chunk for a moment (the hub holds the transfer): the bytes of the last ones said now
-                    self.write_state("running", force=True)
+                    try:
+                        self.write_state("running", force=True)
+                    except OSError:  # a full disk: the transfer's next write says it; the cancel is watched on
+                        pass
                 if (self.job_dir / "cancel").exists():
                     sock = getattr(getattr(response.raw, "connection", None), "sock", None)
                     if sock is not None:

@@ -1405,3 +1405,52 @@ def test_the_unreadable_state_is_said_whole_in_the_models_list_column_under_zh(h
     out = capsys.readouterr().out
     [line] = [line for line in out.splitlines() if "acme/broken-model" in line and "json" not in line]
     assert label in line and "…" not in line, out
+
+
+def test_a_failed_state_write_in_a_stall_leaves_the_cancel_watched(hub_server, monkeypatch):
+    """The body's watcher (``_cancel_cuts``) also writes the bytes of a stalled transfer: a write of state.json
+    that failed there (a full disk) ended the watcher, and a cancel then waited for the hub to send again (the read
+    timeout, 15 s), "running" meanwhile, as before the watcher existed. The write's failure is left to the transfer
+    (its next write says it); the cancel is still seen during the stall. The downloader runs here, its state.json
+    write refused in the watcher only; the fake hub holds the body at 128 KiB (a ceiling of a minute)."""
+    import errno
+    import threading
+
+    from core.hub import downloader
+    from core.hub.download import cancel_download
+
+    monkeypatch.setattr(downloader, "STATE_INTERVAL_S", 600.0)  # the stall's bytes are the watcher's to write
+    monkeypatch.setattr(downloader, "READ_TIMEOUT_S", 600.0)
+    hub_server.hub.stall_at = 128 * 1024
+    plan = _plan(include=["model.safetensors"])
+    job = _job_in_process(plan)
+    refused = threading.Event()
+    real_write = downloader.write_json_atomic
+
+    def full_disk_for_the_watcher(*args, **kwargs):
+        if threading.current_thread().name == "cancel-watch":
+            refused.set()
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(downloader, "write_json_atomic", full_disk_for_the_watcher)
+    ended = {}
+
+    def run() -> None:
+        with open(job / "lock", "a+") as lock:  # held as downloader.main holds it: the job reads as running
+            assert downloader._take_lock(lock)
+            ended["code"] = downloader.Downloader(job, None).run()
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    try:
+        assert refused.wait(60)  # the watcher's write of the stall's bytes failed (a hang guard, not a speed)
+        assert cancel_download(job)
+        status = wait_for_download(job, 120)  # past the hub's minute: a cancel not cut in the stall has ended too
+        assert status.status == "cancelled", status
+        worker.join(60)
+        assert ended == {"code": 3}
+        assert _partial_size(plan) == 128 * 1024  # cut in the stall: without the watcher, bytes after it came first
+    finally:
+        hub_server.hub.stall_release.set()
+        worker.join(60)
