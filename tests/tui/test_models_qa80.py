@@ -797,3 +797,33 @@ def test_a_poll_begun_before_d_restarted_the_lines_download_does_not_hand_the_li
                 assert screen.job_dir == mine
 
     asyncio.run(scenario())
+
+
+def test_an_unreadable_download_record_is_said_unreadable_not_a_failure_at_80x24(hub_env, tmp_path):  # noqa: F811
+    """A download record edited by hand (a byte count that is no number) reads "unreadable": the Local tab's
+    details of its model said "Download failed (e: why): The record of this download cannot be read …", and e's
+    title "Why the download of … failed", of a download that had been stopped, not failed. Both now say the record
+    cannot be read. Fake GPUs: two H200s (app_80)."""
+    from tui.widgets.text_modal import TextModal
+
+    async def scenario():
+        target = modelscope_folder(tmp_path, DEEPSEEK, {})
+        job = stopped_download("modelscope", DEEPSEEK, target)
+        (job / "state.json").write_text(json.dumps({"status": "cancelled", "bytes_done": "12x",
+                                                    "updated": time.time()}))
+        app = app_80()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_models(pilot, app)
+            await local_tab(pilot, screen)
+            await pilot.press("enter")
+            details = screen.query_one("#local-details")
+            said = t("modelsscreen.unreadable_reason", error="").strip()
+            await wait_for(pilot, lambda: said in flat(details))
+            assert t("modelsscreen.failed_reason", error="").strip() not in flat(details)
+            await pilot.press("e")
+            await wait_for(pilot, lambda: isinstance(app.screen, TextModal))
+            shown = screen_text(app)
+            assert t("modelsscreen.why_title_unreadable", model=DEEPSEEK) in shown, shown
+            assert "bytes_done" in shown
+
+    asyncio.run(scenario())

@@ -1036,7 +1036,8 @@ class ModelsScreen(Screen[None]):
 
         failed = self._failed_download()
         if failed is not None:
-            self.app.push_screen(TextModal(t("modelsscreen.why_title", model=failed.model_id),
+            title = "modelsscreen.why_title_unreadable" if failed.status == "unreadable" else "modelsscreen.why_title"
+            self.app.push_screen(TextModal(t(title, model=failed.model_id),
                                            failed.error or failed.status))
 
     def action_cancel_download(self) -> None:
@@ -1203,7 +1204,8 @@ class ModelsScreen(Screen[None]):
 
             record = download_of(model, self.local_downloads)
             if record is not None and record.status in EXPLAINED_STATES:  # its start (two lines, wrapped); e shows it whole
-                said = t("modelsscreen.failed_reason", error="")
+                said = t("modelsscreen.unreadable_reason" if record.status == "unreadable"
+                         else "modelsscreen.failed_reason", error="")  # a record unreadable says no failure
                 room = max(20, (self.size.width - 2) * 3 // 2 - cell_len(said))
                 lines.append(f"[$error]{_plain(said + truncate(record.error or record.status, room))}[/]")
             lines.append(f"[$warning]{_plain(self._resume_how(model))}[/]")
