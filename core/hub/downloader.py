@@ -257,7 +257,6 @@ class Downloader:
         read timed out (15 s) and the back-off ended, the app and the CLI saying "running" meanwhile. The
         connection's socket is shut down at once: the read ends, and ``_retry`` stops at its cancel check."""
         import socket
-        import threading
 
         over = threading.Event()
 
@@ -292,8 +291,6 @@ class Downloader:
         read timeout (15 s), the app and the CLI saying "running": the request waits in a thread of its own,
         and a cancel ends the wait at once (``Cancelled``; the process then ends, the request with it). Once
         the headers are in, ``_cancel_cuts`` watches the body."""
-        import threading
-
         answer: dict[str, Any] = {}
         answered = threading.Event()
 
