@@ -1937,15 +1937,10 @@ def test_a_forced_stop_kills_a_supervisor_that_starts_while_it_waits(home, monke
     assert attempt["number"] == 2 and attempt["status"] == "killed" and attempt["exit_code"] is None, attempt
 
 
-def test_a_train_whose_run_a_forced_stop_stopped_before_its_supervisor_started_says_so(home, monkeypatch):
-    """`stop --force` of a run `tunedeck train` (fresh, not a resume) has just queued: its supervisor finds it
-    stopped and exits 0 without starting it, and train said "the run's supervisor exited at once; see …" (a
-    failure to look for in a log) for a stop someone asked for. It says the run was stopped before its
-    supervisor started, nothing trained, and how to start it; the run stays stopped. A real supervisor (its
-    trainer a stand-in that would mark the folder), started once the stop is over: no timing. No GPU."""
-    from core.i18n import t
-    from core.runs import launch, lifecycle
-    from core.runs.errors import SupervisorDidNotStart
+def _stand_in_trainer(monkeypatch) -> None:
+    """``train``/``resume`` start a real supervisor whose trainer is a stand-in that marks the run folder
+    (``trained``) if it is ever started."""
+    from core.runs import launch
 
     trainer = "import pathlib; pathlib.Path('trained').touch()"
     supervise = (
@@ -1954,8 +1949,21 @@ def test_a_train_whose_run_a_forced_stop_stopped_before_its_supervisor_started_s
         f"supervisor.trainer_command = lambda run, resume_from, record: ([sys.executable, '-c', {trainer!r}], 1, 0)\n"
         "sys.exit(supervisor.main(sys.argv[1:]))\n")
     monkeypatch.setattr(launch, "supervisor_command", lambda run, resume_from=None: [
-        sys.executable, "-c", supervise, str(run.path)])
+        sys.executable, "-c", supervise, str(run.path), *([] if resume_from is None else ["--resume", str(resume_from)])])
     monkeypatch.setattr(launch, "child_env", lambda: {**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_a_train_whose_run_a_forced_stop_stopped_before_its_supervisor_started_says_so(home, monkeypatch):
+    """`stop --force` of a run `tunedeck train` (fresh, not a resume) has just queued: its supervisor finds it
+    stopped and exits 0 without starting it, and train said "the run's supervisor exited at once; see …" (a
+    failure to look for in a log) for a stop someone asked for. It says the run was stopped before its
+    supervisor started, nothing trained, and how to start it; the run stays stopped. A real supervisor (its
+    trainer a stand-in that would mark the folder), started once the stop is over: no timing. No GPU."""
+    from core.i18n import t
+    from core.runs import lifecycle
+    from core.runs.errors import SupervisorDidNotStart
+
+    _stand_in_trainer(monkeypatch)
     run = create_run(_Config(), ["tunedeck", "train", "x.yaml"], gpus=[0])
     assert run.status().status == "queued"
     result = request_stop(run, force=True)
@@ -1977,18 +1985,10 @@ def test_a_resume_whose_run_a_forced_stop_stopped_before_its_supervisor_started_
     run was stopped before its supervisor started. A real supervisor, stand-in trainer, started once the stop
     is over: no timing. No GPU."""
     from core.i18n import t
-    from core.runs import launch, lifecycle
+    from core.runs import lifecycle
     from core.runs.errors import SupervisorDidNotStart
 
-    trainer = "import pathlib; pathlib.Path('trained').touch()"
-    supervise = (
-        "import sys\n"
-        "from core.runs import supervisor\n"
-        f"supervisor.trainer_command = lambda run, resume_from, record: ([sys.executable, '-c', {trainer!r}], 1, 0)\n"
-        "sys.exit(supervisor.main(sys.argv[1:]))\n")
-    monkeypatch.setattr(launch, "supervisor_command", lambda run, resume_from=None: [
-        sys.executable, "-c", supervise, str(run.path), *([] if resume_from is None else ["--resume", str(resume_from)])])
-    monkeypatch.setattr(launch, "child_env", lambda: {**os.environ, "PYTHONPATH": str(ROOT)})
+    _stand_in_trainer(monkeypatch)
     run = create_run(_Config(), ["tunedeck", "train", "x.yaml"], gpus=[0])
     _sound_checkpoint(run, 5)
     _resumed_and_queued(run)
