@@ -702,7 +702,7 @@ def _incomplete_id(model: Any, download: Any) -> tuple[str, str]:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from core.hub.download import download_state_label, human_bytes, list_downloads
+    from core.hub.download import human_bytes, list_downloads
     from core.hub.hf_source import hf_hub_cache
     from core.hub.local import bundled_models, download_of, list_local_models, user_model_dirs
     from core.hub.modelscope_source import modelscope_cache_root
@@ -745,12 +745,24 @@ def run_list(args: argparse.Namespace) -> int:
         print(t("hub.cli.downloads_header"), file=sys.stderr)
         for item in downloads:
             # a finished one whose folder was deleted by hand since said "done" of a model that is not there
-            state = t("hub.cli.download_folder_gone") if item.target_gone else download_state_label(item.status)
+            state = _download_state(item)
             print(f"{item.hub:<10} {item.model_id:<48} {pad(state, 11)} "
                   f"{human_bytes(item.bytes_done)} / {human_bytes(item.bytes_total)}")
             if item.status == "unreadable":  # which file and key, and the way out
                 print(f"{'':<10} {item.error}")
     return 0
+
+
+def _download_state(item: Any) -> str:
+    """A download record's state as ``models list`` says it: "deleted" for a finished one whose folder is gone."""
+    from core.hub.download import download_state_label
+
+    return t("hub.cli.download_folder_gone") if item.target_gone else download_state_label(item.status)
+
+
+def _models_with_id(target: str, hub: str | None, models: list[Any]) -> list[Any]:
+    """The models on disk whose hub id is ``target`` as ``models list`` shows it (case aside; ``hub``'s only)."""
+    return [m for m in models if m.model_id.lower() == target.strip().lower() and (hub is None or m.source == hub)]
 
 
 def _local_model_named(target: str, hub: str | None, models: list[Any]) -> Any:
@@ -776,7 +788,7 @@ def _local_model_named(target: str, hub: str | None, models: list[Any]) -> Any:
             raise CliError(t("hub.cli.rm_inside_model", path=str(path), model=holder.model_id,
                              folder=str(holder.path)), 2)
         raise CliError(t("hub.local.delete_refused", path=str(path)) + " " + t("hub.cli.rm_list_hint"), 2)
-    found = [m for m in models if m.model_id.lower() == target.strip().lower() and (hub is None or m.source == hub)]
+    found = _models_with_id(target, hub, models)
     if len(found) == 1:
         return found[0]
     if found:
@@ -809,7 +821,6 @@ def _forget_stale_records(args: argparse.Namespace) -> int | None:
     """``models rm ID`` of no model on disk whose download record ``models list`` still lists (ended, its folder
     gone: "deleted" when it had finished): the record is removed (it holds no file of the model), as the delete of
     its model would have; it stayed listed for good, no command removing it. None when there is no such record."""
-    from core.hub.download import download_state_label
     from core.hub.local import forget_download_records, stale_download_records
 
     removed = forget_download_records(stale_download_records(args.target, args.hub))
@@ -820,8 +831,8 @@ def _forget_stale_records(args: argparse.Namespace) -> int | None:
                           "forgotten_downloads": [job.to_json() for job in removed]}, indent=2))
         return 0
     for job in removed:
-        state = t("hub.cli.download_folder_gone") if job.target_gone else download_state_label(job.status)
-        print(t("hub.cli.rm_forgot", model=job.model_id, status=state, path=job.target_dir or "-"), file=sys.stderr)
+        print(t("hub.cli.rm_forgot", model=job.model_id, status=_download_state(job), path=job.target_dir or "-"),
+              file=sys.stderr)
     return 0
 
 
@@ -838,8 +849,7 @@ def run_rm(args: argparse.Namespace) -> int:
 
     dirs = user_model_dirs(load_settings())
     models = list_local_models(dirs)
-    if not any(m.model_id.lower() == args.target.strip().lower() and args.hub in (None, m.source) for m in models) \
-            and not Path(args.target).expanduser().exists():
+    if not _models_with_id(args.target, args.hub, models) and not Path(args.target).expanduser().exists():
         forgotten = _forget_stale_records(args)
         if forgotten is not None:
             return forgotten
