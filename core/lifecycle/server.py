@@ -607,11 +607,16 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             """A method no route takes (DELETE, PUT, PATCH, OPTIONS): 405 on a route this server has
             (``_not_allowed``), OpenAI's 404 "Invalid URL" on a path it has not, each in OpenAI's error JSON,
             not http.server's HTML 501 page that an API client cannot read."""
-            from core.i18n import t
 
             path = self.path.split("?")[0].rstrip("/")
             if self._refused(path) or self._not_allowed(path):
                 return
+            self._no_route()
+
+        def _no_route(self) -> None:
+            """OpenAI's 404 "Invalid URL" for a path this server has not."""
+            from core.i18n import t
+
             self.close_connection = True
             self._drain()  # a body sent with it is read and dropped, so the client sees the answer
             self._error(404, t("lifecycle.api_no_route", method=self.command, path=self.path),
@@ -662,10 +667,7 @@ def make_handler(backend: ChatBackend) -> type[BaseHTTPRequestHandler]:
             if self._refused(path) or self._not_allowed(path):
                 return
             if path not in POST_ROUTES:
-                self.close_connection = True
-                self._drain()  # a body sent with it is read and dropped, so the client sees the answer
-                self._error(404, t("lifecycle.api_no_route", method=self.command, path=self.path),
-                            headers={"Connection": "close"})
+                self._no_route()
                 return
             try:
                 length = int(self.headers.get("Content-Length") or 0)
