@@ -534,10 +534,11 @@ def _start(run: RunDirectory, resume_from: str | None = None) -> None:
         except OSError:
             pass
         last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
-        if run.status().status == RunState.STOPPED:  # a stop came first: the supervisor left it so, not failed
+        state = run.status().status
+        if state == RunState.STOPPED:  # a stop came first: the supervisor left it so, not failed
             raise SupervisorDidNotStart(t("runs.stopped_before_start", id=run.id), run.supervisor_log_path, last)
         message = t("runs.supervisor_failed", path=str(run.supervisor_log_path), tail=tail.strip())
-        if run.status().status == RunState.QUEUED:  # the supervisor never got as far as recording anything
+        if state == RunState.QUEUED:  # the supervisor never got as far as recording anything
             run.write_status(RunState.FAILED, message.splitlines()[0])
         raise SupervisorDidNotStart(message, run.supervisor_log_path, last)
 
