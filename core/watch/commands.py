@@ -21,7 +21,7 @@ def _find(ref: str, wait: bool = False) -> Any:
     from pathlib import Path
 
     from core.errors import CliError
-    from core.watch.source import open_watch_source, wait_for_source
+    from core.watch.source import open_llamafactory, open_watch_source, wait_for_source
 
     path = Path(ref).expanduser()
     if path.is_file():  # the metric file itself (logging.jsonl, trainer_log.jsonl …): the folder it is in
@@ -29,8 +29,6 @@ def _find(ref: str, wait: bool = False) -> Any:
     elif path.name == "trainer_log.jsonl" and not path.exists() and path.parent.is_dir():
         # LLaMA-Factory's, removed as a run started again with overwrite_output_dir begins (its first line minutes
         # away): "no such directory" of the file named a moment ago. That run is watched, the file read once it comes
-        from core.watch.source import open_llamafactory
-
         return open_llamafactory(path.parent)
     if not path.is_dir():
         if "/" in ref or ref.startswith("."):
