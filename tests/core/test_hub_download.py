@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -635,6 +636,23 @@ def _job_in_process(plan):
     return job
 
 
+def _downloader_in_thread(job):
+    """The job's ``Downloader`` run in a thread of this process, holding the job's lock as downloader.main holds
+    it (the job reads as running): the thread, and a dict that gets the run's exit ``code``."""
+    from core.hub import downloader
+
+    ended = {}
+
+    def run() -> None:
+        with open(job / "lock", "a+") as lock:
+            assert downloader._take_lock(lock)
+            ended["code"] = downloader.Downloader(job, None).run()
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    return worker, ended
+
+
 def test_a_full_disk_fails_the_download_at_once_saying_so(hub_server, monkeypatch):
     """The QA filled the disk mid-download: each ENOSPC was taken for a dropped link, retried six times with
     back-off, and the download ended "Gave up on … after 6 attempts without progress: [Errno 28] …. Run the
@@ -1086,7 +1104,6 @@ def test_a_cancel_while_the_hub_holds_the_transfer_stops_it_without_waiting_for_
     The downloader runs here, its read timeout longer than the hub's hold (a minute): the read ends only when
     the cut ends it. Without the cut, the cancel was still seen, when the read timed out (the 15 s of a real
     downloader) or the hub let go (more bytes written): the stall passing is what the part's size tells."""
-    import threading
 
     from core.hub import downloader
     from core.hub.download import cancel_download
@@ -1095,15 +1112,7 @@ def test_a_cancel_while_the_hub_holds_the_transfer_stops_it_without_waiting_for_
     hub_server.hub.stall_at = 128 * 1024  # held until the test ends (a ceiling of a minute): never released here
     plan = _plan(include=["model.safetensors"])
     job = _job_in_process(plan)
-    ended = {}
-
-    def run() -> None:
-        with open(job / "lock", "a+") as lock:  # held as downloader.main holds it: the job reads as running
-            assert downloader._take_lock(lock)
-            ended["code"] = downloader.Downloader(job, None).run()
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
+    worker, ended = _downloader_in_thread(job)
     try:
         _wait_until_stalled(job, plan)
         assert cancel_download(job)
@@ -1184,7 +1193,6 @@ def test_a_cancel_while_the_hub_holds_its_answer_stops_before_the_headers_come(h
 
     The downloader runs here, its read timeout longer than the hub's hold (a minute). Without the fix the cancel
     was seen only once the hub let go (its minute passed): it reads cancelled here while the hub still holds it."""
-    import threading
 
     from core.hub import downloader
     from core.hub.download import cancel_download
@@ -1193,19 +1201,11 @@ def test_a_cancel_while_the_hub_holds_its_answer_stops_before_the_headers_come(h
     plan = _plan(include=["model.safetensors"])
     job = _job_in_process(plan)
     hub_server.hub.hold = threading.Event()  # every answer from now on waits (a ceiling of a minute)
-    ended = {}
-
-    def run() -> None:
-        with open(job / "lock", "a+") as lock:  # held as downloader.main holds it: the job reads as running
-            assert downloader._take_lock(lock)
-            ended["code"] = downloader.Downloader(job, None).run()
-
     def asked() -> bool:  # the downloader's GET of the file reached the hub, which holds it
         with hub_server.hub.lock:
             return hub_server.hub.held == 1
 
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
+    worker, ended = _downloader_in_thread(job)
     try:
         deadline = time.monotonic() + 60  # a hang guard, not a speed
         while not asked() and time.monotonic() < deadline:
@@ -1333,7 +1333,6 @@ def test_a_stalled_transfer_says_the_bytes_it_has_written_not_those_of_a_quarter
     figure for the whole stall (369 B of a file with 128 kB on disk). Once no chunk comes for a moment the
     bytes written are said. The downloader runs here, its state writes spaced far apart (a minute) so that
     only the said-when-still write can tell the stall's figure."""
-    import threading
 
     from core.hub import downloader
 
@@ -1414,7 +1413,6 @@ def test_a_failed_state_write_in_a_stall_leaves_the_cancel_watched(hub_server, m
     (its next write says it); the cancel is still seen during the stall. The downloader runs here, its state.json
     write refused in the watcher only; the fake hub holds the body at 128 KiB (a ceiling of a minute)."""
     import errno
-    import threading
 
     from core.hub import downloader
     from core.hub.download import cancel_download
@@ -1434,15 +1432,7 @@ def test_a_failed_state_write_in_a_stall_leaves_the_cancel_watched(hub_server, m
         return real_write(*args, **kwargs)
 
     monkeypatch.setattr(downloader, "write_json_atomic", full_disk_for_the_watcher)
-    ended = {}
-
-    def run() -> None:
-        with open(job / "lock", "a+") as lock:  # held as downloader.main holds it: the job reads as running
-            assert downloader._take_lock(lock)
-            ended["code"] = downloader.Downloader(job, None).run()
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
+    worker, ended = _downloader_in_thread(job)
     try:
         assert refused.wait(60)  # the watcher's write of the stall's bytes failed (a hang guard, not a speed)
         assert cancel_download(job)
