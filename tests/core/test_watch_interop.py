@@ -641,11 +641,9 @@ def test_llamafactory_run_started_again_in_a_finished_folder_is_running_not_fini
     assert state_of(out).status == FINISHED
 
 
-def test_llamafactory_run_started_again_with_overwrite_output_dir_is_running_at_once(tmp_path):
-    """LLaMA-Factory run again with overwrite_output_dir removes trainer_log.jsonl as it starts (LogCallback.
-    on_init_end) and writes its first line minutes later (the model loads, the data is tokenised): until then a
-    dashboard on the folder read "finished", with the previous run's figures as this run's. The removal starts
-    the feed over (restarted, nothing kept) and the state is running from the removal; idle if nothing follows."""
+def finished_llamafactory_run(tmp_path):
+    """A LLaMA-Factory output folder of a finished run (its log, results and the HF trainer_state.json beside
+    them): the folder and its trainer_log.jsonl."""
     out = tmp_path / "lf"
     out.mkdir()
     log = out / "trainer_log.jsonl"
@@ -653,6 +651,15 @@ def test_llamafactory_run_started_again_with_overwrite_output_dir_is_running_at_
     for name in ("train_results.json", "all_results.json"):
         (out / name).write_text(json.dumps({"epoch": 4.0, "train_loss": 1.2, "train_runtime": 80.0}))
     (out / "trainer_state.json").write_text(json.dumps(hf_state(40, 40, summary=True)))
+    return out, log
+
+
+def test_llamafactory_run_started_again_with_overwrite_output_dir_is_running_at_once(tmp_path):
+    """LLaMA-Factory run again with overwrite_output_dir removes trainer_log.jsonl as it starts (LogCallback.
+    on_init_end) and writes its first line minutes later (the model loads, the data is tokenised): until then a
+    dashboard on the folder read "finished", with the previous run's figures as this run's. The removal starts
+    the feed over (restarted, nothing kept) and the state is running from the removal; idle if nothing follows."""
+    out, log = finished_llamafactory_run(tmp_path)
     age(out, MONTHS_AGO)
     source = open_watch_source(out)
     feed = open_metrics_feed(source)
@@ -677,13 +684,7 @@ def test_a_fresh_watch_on_a_llamafactory_folder_started_again_with_overwrite_wai
     Trainer dir: its figures and "finished" for the new run. What the run left there (the model card LLaMA-Factory
     tags, LLaMA-Board's saved arguments) says whose folder it is: watched as LLaMA-Factory's, running since the
     removal, the new run's first line read once it comes."""
-    out = tmp_path / "lf"
-    out.mkdir()
-    log = out / "trainer_log.jsonl"
-    log.write_text("".join(json.dumps(line) + "\n" for line in lf_old_lines(40)))
-    for name in ("train_results.json", "all_results.json"):
-        (out / name).write_text(json.dumps({"epoch": 4.0, "train_loss": 1.2, "train_runtime": 80.0}))
-    (out / "trainer_state.json").write_text(json.dumps(hf_state(40, 40, summary=True)))
+    out, log = finished_llamafactory_run(tmp_path)
     (out / mark).write_text("---\ntags:\n- llama-factory\n- lora\n---\n" if mark == "README.md" else
                             "finetuning_type: lora\n")
     age(out, MONTHS_AGO)
