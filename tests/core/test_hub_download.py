@@ -1383,18 +1383,24 @@ def test_a_cancel_while_a_file_s_checksum_is_checked_stops_it_keeping_the_file(h
     assert _partial_size(plan) == len(WEIGHTS) and not (plan.target_dir / "model.safetensors").exists()
 
 
+def unreadable_download_record(hub: str) -> None:
+    """The record of a failed download of ``acme/broken-model`` from ``hub`` whose state.json holds a byte count
+    that is no number (edited by hand): it reads "unreadable"."""
+    broken = job_dir_for(hub, "acme/broken-model")
+    broken.mkdir(parents=True)
+    write_json_atomic(broken / "job.json", {"hub": hub, "model_id": "acme/broken-model",
+                                            "target_dir": str(broken / "nowhere"),
+                                            "files": [{"path": "model.safetensors", "size": 10}]})
+    write_json_atomic(broken / "state.json", {"status": "failed", "bytes_done": "12x", "updated": 1.0})
+
+
 def test_the_unreadable_state_is_said_whole_in_the_models_list_column_under_zh(hub_server, capsys):
     """``models list`` pads a download's state to its column (11 cells) and cuts what is longer: under zh the
     "unreadable" state read "记录无法读…". Said whole now, its reason on the line below."""
     from core import i18n
     from core.cli import main
 
-    broken = job_dir_for("hf", "acme/broken-model")
-    broken.mkdir(parents=True)
-    write_json_atomic(broken / "job.json", {"hub": "hf", "model_id": "acme/broken-model",
-                                            "target_dir": str(broken / "nowhere"),
-                                            "files": [{"path": "model.safetensors", "size": 10}]})
-    write_json_atomic(broken / "state.json", {"status": "failed", "bytes_done": "12x", "updated": 1.0})
+    unreadable_download_record("hf")
     capsys.readouterr()
     try:
         assert main(["--lang", "zh", "models", "list"]) == 0

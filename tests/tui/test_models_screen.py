@@ -586,15 +586,9 @@ def test_a_download_record_with_a_malformed_number_shows_unreadable_and_e_says_w
     """A download record edited by hand (a byte count that is no number): each half-second poll of the download
     line raised, the app showed an unexpected-error dialog and the line stayed on "No download". The line now
     says the record is unreadable, and e shows which file and key, and the way out. Fake GPUs: one H200."""
-    from core.atomic_file import write_json_atomic
-    from core.hub.download import job_dir_for
+    from tests.core.test_hub_download import unreadable_download_record
 
-    broken = job_dir_for("modelscope", "acme/broken-model")
-    broken.mkdir(parents=True)
-    write_json_atomic(broken / "job.json", {"hub": "modelscope", "model_id": "acme/broken-model",
-                                            "target_dir": str(broken / "nowhere"),
-                                            "files": [{"path": "model.safetensors", "size": 10}]})
-    write_json_atomic(broken / "state.json", {"status": "failed", "bytes_done": "12x", "updated": 1.0})
+    unreadable_download_record("modelscope")
 
     async def scenario():
         app = make_app(quiet_settings(), monitor=fake_monitor("h200x1"), persist_settings=False)
